@@ -1,0 +1,50 @@
+#include "backend/backend.h"
+
+namespace ib {
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    backend_ = o.backend_;
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    tag_ = o.tag_;
+    o.backend_ = nullptr;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void Buffer::reset() {
+  if (backend_ && ptr_) backend_->release(ptr_, bytes_, tag_);
+  backend_ = nullptr;
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+Tensor Buffer::view(DType dtype, std::initializer_list<int64_t> shape, size_t offset_bytes) const {
+  Tensor t(static_cast<char*>(ptr_) + offset_bytes, dtype, shape);
+  IB_ASSERT(offset_bytes + t.bytes() <= bytes_, "Buffer::view beyond the allocation");
+  return t;
+}
+
+Result<Buffer> Backend::alloc(size_t bytes, MemoryTag tag) {
+  const size_t rounded = (bytes + 255) / 256 * 256;
+  if (!memory_.admit(static_cast<int64_t>(rounded))) {
+    const auto limit = memory_.limit_bytes().value_or(0);
+    return runtime_error("out of memory: allocating " + std::to_string(rounded) + " bytes for " +
+                         memory_tag_name(tag) + " would exceed the memory limit of " +
+                         std::to_string(limit) + " bytes");
+  }
+  IB_ASSIGN_OR_RETURN(void* ptr, raw_alloc(rounded));
+  memory_.on_alloc(reinterpret_cast<uint64_t>(ptr), static_cast<int64_t>(rounded), tag);
+  return Buffer(this, ptr, rounded, tag);
+}
+
+void Backend::release(void* ptr, size_t bytes, MemoryTag tag) {
+  raw_free(ptr, bytes);
+  memory_.on_free(reinterpret_cast<uint64_t>(ptr), static_cast<int64_t>(bytes), tag);
+}
+
+}  // namespace ib

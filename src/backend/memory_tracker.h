@@ -1,0 +1,68 @@
+// MemoryTracker: the one place every backend allocation is accounted. Bytes per tag (weights,
+// KV cache, activations, workspace, CUDA graphs), current and peak, an optional cap that refuses
+// allocations beyond it (--memory-limit), and an optional trace of every alloc/free.
+// Threading: safe to call from any thread (a mutex guards the counters).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ib {
+
+enum class MemoryTag : uint8_t { kWeights, kKvCache, kActivations, kWorkspace, kGraph, kOther };
+inline constexpr int kNumMemoryTags = 6;
+const char* memory_tag_name(MemoryTag tag);
+
+struct MemoryEvent {
+  int64_t time_ns = 0;
+  uint64_t address = 0;
+  int64_t bytes = 0;  // positive: alloc, negative: free
+  MemoryTag tag = MemoryTag::kOther;
+};
+
+struct MemorySnapshot {
+  std::array<int64_t, kNumMemoryTags> bytes_by_tag{};
+  int64_t allocated_bytes = 0;  // sum over tags
+  int64_t peak_allocated_bytes = 0;
+  std::array<int64_t, kNumMemoryTags> peak_bytes_by_tag{};
+  int64_t num_allocs = 0;
+  int64_t num_frees = 0;
+  int64_t num_refused = 0;  // allocations refused by the cap
+};
+
+class MemoryTracker {
+ public:
+  void set_limit_bytes(std::optional<int64_t> limit) {
+    std::lock_guard lock(mu_);
+    limit_bytes_ = limit;
+  }
+  std::optional<int64_t> limit_bytes() const {
+    std::lock_guard lock(mu_);
+    return limit_bytes_;
+  }
+  void set_tracing(bool on) {
+    std::lock_guard lock(mu_);
+    tracing_ = on;
+  }
+
+  // True if an allocation of bytes fits under the cap; counts a refusal otherwise.
+  bool admit(int64_t bytes);
+  void on_alloc(uint64_t address, int64_t bytes, MemoryTag tag);
+  void on_free(uint64_t address, int64_t bytes, MemoryTag tag);
+
+  MemorySnapshot snapshot() const;
+  std::vector<MemoryEvent> take_trace();
+
+ private:
+  mutable std::mutex mu_;
+  MemorySnapshot s_;
+  std::optional<int64_t> limit_bytes_;
+  bool tracing_ = false;
+  std::vector<MemoryEvent> trace_;
+};
+
+}  // namespace ib

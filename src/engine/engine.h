@@ -1,0 +1,116 @@
+// Engine: continuous-batching LLM inference over a Backend. Requests go in with add_request();
+// each step() schedules one batch (prefill chunks and decode tokens), runs the forward pass,
+// samples, and returns the token events of that step stamped on the one clock.
+//
+// Threading: an Engine is driven by one thread at a time (the caller of step()); it is not
+// internally synchronised. Targets that need concurrency wrap it in their own thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace ib {
+
+enum class BatchingMode { kContinuous, kStatic };
+
+struct EngineConfig {
+  int block_size = 16;             // tokens per KV block
+  int num_kv_blocks = 0;           // 0: size the pool from memory (below)
+  double gpu_memory_utilization = 0.9;  // CUDA: fraction of device memory for the whole engine
+  int64_t cpu_kv_cache_bytes = 2LL << 30;  // CPU: KV pool budget (capped at what max_num_seqs x max_model_len needs)
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 8192;
+  int max_model_len = 0;           // 0: the model's max_position_embeddings
+  BatchingMode batching = BatchingMode::kContinuous;
+  int static_batch_size = 8;       // kStatic: a new batch is admitted only when the last finished
+  bool capture_logits = false;     // tests: keep each sampled row's logits in the TokenEvent
+};
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0: greedy
+  int top_k = 0;             // <= 0: off
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+};
+
+struct GenerationRequest {
+  uint64_t id = 0;                     // caller-chosen, unique among live requests
+  std::vector<int32_t> prompt_tokens;  // non-empty
+  int max_tokens = 16;                 // output tokens to generate (> 0)
+  SamplingParams sampling;
+  bool ignore_eos = true;              // benchmarks generate exactly max_tokens
+  std::vector<int32_t> stop_token_ids; // extra stop tokens (besides EOS when !ignore_eos)
+};
+
+enum class FinishReason { kNone, kLength, kStop, kAborted };
+const char* finish_reason_name(FinishReason r);
+
+struct TokenEvent {
+  uint64_t request_id = 0;
+  int32_t token = 0;
+  int output_index = 0;  // 0 for the first generated token
+  int64_t time_ns = 0;   // when the token became available (after sampling), on the one clock
+  FinishReason finish = FinishReason::kNone;  // kNone while the request continues
+  std::vector<float> logits;  // only with EngineConfig::capture_logits
+};
+
+struct StepStats {
+  int num_seqs = 0;
+  int num_prefill_tokens = 0;
+  int num_decode_tokens = 0;
+  int num_preempted = 0;  // sequences preempted (recompute) during scheduling
+  int64_t start_ns = 0;
+  int64_t duration_ns = 0;
+};
+
+struct StepOutput {
+  std::vector<TokenEvent> events;
+  StepStats stats;
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t preemptions = 0;
+  int num_waiting = 0;
+  int num_running = 0;
+  int kv_blocks_total = 0;
+  int kv_blocks_used = 0;
+  int kv_blocks_peak = 0;
+  int64_t kv_block_bytes = 0;
+  int64_t weight_bytes = 0;
+  int max_model_len = 0;
+  MemorySnapshot memory;  // the backend's tracked allocator
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // Queues a request. User errors: empty prompt, max_tokens <= 0, prompt + max_tokens beyond
+  // max_model_len or beyond what the KV pool can ever hold, token ids outside the vocabulary.
+  virtual Status add_request(GenerationRequest request) = 0;
+  // Finishes a request early (kAborted event on the next step) and frees its KV blocks.
+  virtual void abort_request(uint64_t id) = 0;
+  // One scheduler iteration. A runtime error (device failure) is returned, not thrown.
+  virtual Result<StepOutput> step() = 0;
+  virtual bool has_unfinished() const = 0;
+
+  virtual EngineStats stats() const = 0;
+  virtual const ModelConfig& model_config() const = 0;
+  virtual const EngineConfig& config() const = 0;
+  virtual const std::string& weights_description() const = 0;
+  virtual Backend& backend() = 0;
+};
+
+// Builds an engine: checks the model is supported, loads weights, sizes and allocates the KV
+// pool. Errors: unsupported architecture, weights that do not fit (with the numbers), bad config.
+Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model, const WeightOptions& weights,
+                                              const EngineConfig& config, Backend& backend);
+
+}  // namespace ib

@@ -1,0 +1,93 @@
+// ModelConfig: one architecture, as in the model's HF config.json. Presets (presets.h)
+// reproduce public configs exactly; hf_config.h reads config.json.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/result.h"
+
+namespace ib {
+
+struct RopeScaling {
+  std::string type = "none";  // "none", "llama3", "linear", "dynamic", "longrope", "yarn"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;              // llama3
+  double high_freq_factor = 4.0;             // llama3
+  int original_max_position_embeddings = 0;  // llama3
+};
+
+// Mixture-of-experts (Mixtral, DeepSeek-V2). num_experts == 0: dense.
+struct MoeConfig {
+  int num_experts = 0;
+  int experts_per_token = 0;
+  int expert_intermediate_size = 0;  // per expert (Mixtral: = intermediate_size)
+  int num_shared_experts = 0;        // DeepSeek
+  int first_dense_layers = 0;        // DeepSeek: first_k_dense_replace
+};
+
+// Multi-head latent attention (DeepSeek-V2). kv_lora_rank == 0: ordinary attention.
+struct MlaConfig {
+  int kv_lora_rank = 0;
+  int q_lora_rank = 0;  // 0: no q compression
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+};
+
+struct ModelConfig {
+  std::string name;             // preset name, or the directory it was read from
+  std::string family;           // "llama", "mistral", "qwen2", "phi3", "gemma2", "mixtral", "deepseek_v2"
+  std::string hf_architecture;  // e.g. "LlamaForCausalLM"
+
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;  // hidden_size / num_heads unless the config says otherwise
+  int max_position_embeddings = 0;
+
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  double rms_norm_eps = 1e-5;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2)
+  int sliding_window = 0;       // 0: none
+  std::string hidden_act = "silu";
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;
+  DType torch_dtype = DType::kBF16;  // dtype of the published weights
+
+  // Features the engine does not run yet (Gemma-2, Mixtral, DeepSeek-V2).
+  double attn_logit_softcapping = 0;   // Gemma-2
+  double final_logit_softcapping = 0;  // Gemma-2
+  double query_pre_attn_scalar = 0;    // Gemma-2
+  bool sandwich_norms = false;         // Gemma-2: post-attention and post-FFN norms
+  bool scale_embeddings = false;       // Gemma-2: embeddings * sqrt(hidden_size)
+  bool alternating_sliding_window = false;  // Gemma-2: every other layer local
+  MoeConfig moe;
+  MlaConfig mla;
+
+  // Parameter count of the full model (embeddings and lm_head counted once each when untied).
+  int64_t parameter_count() const;
+  // Bytes of all weights at dtype.
+  int64_t weight_bytes(DType dtype) const { return parameter_count() * static_cast<int64_t>(dtype_size(dtype)); }
+  // KV-cache bytes per token at dtype (all layers, K and V).
+  int64_t kv_bytes_per_token(DType dtype) const;
+  // Parameters a decode step must stream (all layers + lm_head + one embedding row; for MoE,
+  // only the active experts).
+  int64_t decode_streamed_parameter_count() const;
+
+  // Architecture features the engine cannot run yet; empty when it can run this model.
+  std::vector<std::string> unsupported_features() const;
+  // A user error naming those features, or Ok.
+  Status check_supported() const;
+  // Structural sanity (positive sizes, heads divide, ...), with a message naming the field.
+  Status validate() const;
+};
+
+}  // namespace ib

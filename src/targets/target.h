@@ -1,0 +1,73 @@
+// Target: what a benchmark drives — the in-process engine ("native") or, later, an HTTP server.
+// The seed's plugin interface (Setup / Run / Teardown) maps onto setup / submit / teardown.
+//
+// Call order: setup() once, then any number of submit() (from the runner's thread), then
+// drain() and teardown(). Callbacks are invoked from the target's own thread(s), never
+// concurrently for the same request; timestamps come from the one clock (core/clock.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+
+namespace ib {
+
+struct RequestSpec {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt_tokens;  // token ids (random workloads, token-id datasets)
+  std::string prompt_text;             // text (text datasets); used when prompt_tokens is empty
+  int input_len = 0;                   // prompt length in tokens
+  int output_len = 0;                  // requested output tokens
+};
+
+struct RequestOutcome {
+  bool ok = true;
+  std::string error;         // status and body excerpt / engine message when !ok
+  int prompt_tokens = 0;     // as counted by the target (engine: exact; HTTP: usage)
+  int output_tokens = 0;
+  std::string finish_reason; // "length", "stop", "aborted", "error"
+  int64_t time_ns = 0;
+};
+
+struct TargetCallbacks {
+  // A chunk of num_tokens content tokens arrived at time_ns.
+  std::function<void(uint64_t id, int num_tokens, int64_t time_ns)> on_tokens;
+  // The request finished (successfully or not); no callback for it follows.
+  std::function<void(uint64_t id, const RequestOutcome& outcome)> on_done;
+};
+
+// The engine's own memory pools, where the target can see them (native engine).
+struct TargetMemory {
+  int64_t weights_bytes = 0;
+  int64_t kv_pool_bytes = 0;
+  int64_t kv_used_bytes = 0;
+  int64_t kv_peak_used_bytes = 0;
+  int64_t activations_bytes = 0;
+  int64_t allocated_bytes = 0;       // everything the tracked allocator holds
+  int64_t peak_allocated_bytes = 0;
+};
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  virtual std::string name() const = 0;
+  // Loads the model / connects. Runtime or user errors are returned.
+  virtual Status setup(TargetCallbacks callbacks) = 0;
+  // Hands one request to the target; returns once it is accepted (not completed).
+  virtual Status submit(const RequestSpec& request) = 0;
+  // Blocks until every submitted request has produced on_done.
+  virtual void drain() = 0;
+  // Cancels everything in flight (each gets on_done with finish_reason "aborted").
+  virtual void cancel_all() = 0;
+  virtual void teardown() = 0;
+
+  // Description for result.json: model, device, dtype, weights, engine settings.
+  virtual std::string describe_json() const = 0;
+  virtual std::optional<TargetMemory> memory() const { return std::nullopt; }
+};
+
+}  // namespace ib
