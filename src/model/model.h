@@ -1,0 +1,10 @@
+// Front door of model/: architecture configs and presets, HF config.json, safetensors
+// checkpoints, weights in backend memory, tokenizers.
+#pragma once
+
+#include "model/config.h"       // IWYU pragma: export
+#include "model/hf_config.h"    // IWYU pragma: export
+#include "model/presets.h"      // IWYU pragma: export
+#include "model/safetensors.h"  // IWYU pragma: export
+#include "model/tokenizer.h"    // IWYU pragma: export
+#include "model/weights.h"      // IWYU pragma: export

@@ -1,0 +1,72 @@
+// Safetensors checkpoints: one file or a sharded set (model.safetensors.index.json), memory-mapped.
+// Format: 8-byte little-endian header length N, N bytes of JSON
+// {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
+// then the raw tensor bytes (offsets relative to the end of the header).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/result.h"
+
+namespace ib {
+
+struct SafetensorsEntry {
+  DType dtype = DType::kF32;  // BF16, F16, F32 (others are refused with the dtype named)
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // byte offsets within the data section
+  uint64_t end = 0;
+};
+
+struct SafetensorsHeader {
+  std::map<std::string, SafetensorsEntry> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses and validates the JSON header against the size of the data section that follows it:
+// known dtypes, non-negative shapes, end - begin == numel * dtype size, offsets inside the data.
+// Never crashes on malformed input (fuzzed: fuzz/safetensors_header_fuzz.cpp).
+Result<SafetensorsHeader> parse_safetensors_header(std::string_view json, uint64_t data_bytes);
+
+// A tensor inside a mapped file: a host pointer valid while the checkpoint lives.
+struct HostTensorRef {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+};
+
+// One or more mapped safetensors files addressed by HF tensor name.
+class SafetensorsCheckpoint {
+ public:
+  virtual ~SafetensorsCheckpoint() = default;
+  // Opens a directory (model.safetensors, or model.safetensors.index.json and its shards) or a
+  // single .safetensors file. Errors name the file and what is wrong with it.
+  static Result<std::unique_ptr<SafetensorsCheckpoint>> open(const std::string& path);
+
+  virtual bool contains(const std::string& name) const = 0;
+  virtual Result<HostTensorRef> get(const std::string& name) const = 0;
+  virtual std::vector<std::string> names() const = 0;
+  virtual std::vector<std::string> files() const = 0;
+};
+
+// True if path is a directory holding safetensors weights (or is a .safetensors file).
+bool has_safetensors(const std::string& path);
+
+// Writes tensors (f32/bf16/f16 data given as raw bytes) as one safetensors file; used by tests
+// and to export dummy weights. Written atomically.
+struct SafetensorsWriteTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::string bytes;  // numel * dtype_size bytes
+};
+Status write_safetensors(const std::string& path, const std::vector<SafetensorsWriteTensor>& tensors,
+                         const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace ib

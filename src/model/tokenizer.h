@@ -1,0 +1,24 @@
+// Tokenizer interface. For issue 2 only the documented byte-level fallback exists: each UTF-8
+// byte b becomes token id (b + 3) (ids 0..2 reserved: pad, bos, eos), so text datasets run on
+// dummy presets; HF tokenizer.json BPE comes with the server issue.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ib {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string name() const = 0;
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+};
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+
+}  // namespace ib
