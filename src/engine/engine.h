@@ -13,7 +13,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
-#include "model/weights.h"
+#include "engine/model_weights.h"
 
 namespace ib {
 

@@ -7,4 +7,3 @@
 #include "model/presets.h"      // IWYU pragma: export
 #include "model/safetensors.h"  // IWYU pragma: export
 #include "model/tokenizer.h"    // IWYU pragma: export
-#include "model/weights.h"      // IWYU pragma: export

@@ -1,4 +1,4 @@
-// ModelWeights: a Llama-family model's weights in backend memory, fused for the forward pass
+// ModelWeights (engine-owned): a Llama-family model's weights in backend memory, fused for the forward pass
 // (q/k/v into one matrix, gate/up into one), loaded from dummy values or safetensors files.
 #pragma once
 
