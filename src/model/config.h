@@ -41,6 +41,7 @@ struct ModelConfig {
   std::string name;    // preset name, or the directory it was read from
   std::string family;  // "llama", "mistral", "qwen2", "phi3", "gemma2", "mixtral", "deepseek_v2"
   std::string hf_architecture;  // e.g. "LlamaForCausalLM"
+  std::string hf_repo_id;  // presets: the HF repo it reproduces, e.g. "meta-llama/Meta-Llama-3-8B"
 
   int vocab_size = 0;
   int hidden_size = 0;
