@@ -72,7 +72,8 @@ void matmul_cols(const float* x, const float* w, const float* bias, float* out, 
                  int64_t n, int64_t k, int64_t n_begin, int64_t n_end) {
   const int64_t n_tiled = n_begin + (n_end - n_begin) / kTileCols * kTileCols;
   const int64_t row_bytes = std::max<int64_t>(1, k * static_cast<int64_t>(sizeof(float)));
-  const int64_t panel_rows = std::max<int64_t>(kTileRows, kPanelBytes / row_bytes / kTileRows * kTileRows);
+  const int64_t panel_rows =
+      std::max<int64_t>(kTileRows, kPanelBytes / row_bytes / kTileRows * kTileRows);
   auto store = [&](int64_t i, int64_t j, float v) { out[i * n + j] = v + (bias ? bias[j] : 0.0f); };
   for (int64_t p = 0; p < m; p += panel_rows) {
     const int64_t p_end = std::min(m, p + panel_rows);
