@@ -76,9 +76,8 @@ class Report {
     const double gbs = row.bytes / (row.us * 1e3);
     const double tflops = row.flops / (row.us * 1e6);
     std::printf("%-9s %-16s %-26s %-9s %10.2f us %8.0f GB/s %5.1f%% %7.1f TFLOP/s %5.1f%%\n",
-                row.group.c_str(), row.op.c_str(), row.shape.c_str(), row.path.c_str(), row.us,
-                gbs, 100.0 * gbs / (kCopyCeilingTBs * 1e3), tflops,
-                100.0 * tflops / kGemmCeilingTflops);
+                row.group.c_str(), row.op.c_str(), row.shape.c_str(), row.path.c_str(), row.us, gbs,
+                100.0 * gbs / (kCopyCeilingTBs * 1e3), tflops, 100.0 * tflops / kGemmCeilingTflops);
     std::fflush(stdout);
     rows_.push_back({{"group", row.group},
                      {"op", row.op},
@@ -94,7 +93,8 @@ class Report {
   }
   nlohmann::json& extra() { return extra_; }
   nlohmann::json json() const {
-    return {{"ceilings", {{"copy_tb_per_s", kCopyCeilingTBs}, {"gemm_tflop_per_s", kGemmCeilingTflops}}},
+    return {{"ceilings",
+             {{"copy_tb_per_s", kCopyCeilingTBs}, {"gemm_tflop_per_s", kGemmCeilingTflops}}},
             {"rows", rows_},
             {"summary", extra_}};
   }

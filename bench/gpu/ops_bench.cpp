@@ -62,7 +62,7 @@ struct Linear {
   bool f32_out;
 };
 const Linear kLinears[] = {{"qkv", (kHeads + 2 * kKvHeads) * kHeadDim, kHidden, false},
-                           {"o", kHidden, kHeads * kHeadDim, false},
+                           {"o", kHidden, kHeads* kHeadDim, false},
                            {"gate_up", 2 * kFfn, kHidden, false},
                            {"down", kHidden, kFfn, false},
                            {"lm_head", kVocab, kHidden, true}};
@@ -101,8 +101,8 @@ void bench_gemm_decode(BenchContext& ctx) {
         const double us = ms * 1e3;
         (max_m ? gemv_us : lt_us) = us;
         best = std::min(best, us);
-        ctx.report.add({"decode", lin.name, shape_str(m, lin.n, lin.k),
-                        max_m ? "gemv" : "cublasLt", us, bytes, flops(m, lin.n, lin.k)});
+        ctx.report.add({"decode", lin.name, shape_str(m, lin.n, lin.k), max_m ? "gemv" : "cublasLt",
+                        us, bytes, flops(m, lin.n, lin.k)});
       }
       if (gemv_us > lt_us && m <= threshold) threshold = static_cast<int>(m / 2);
       ctx.times[m][lin.name] = best;
@@ -121,8 +121,8 @@ void bench_gemm_prefill(BenchContext& ctx) {
       Tensor w = ctx.random(DType::kBF16, {lin.n, lin.k}, 1.0f / std::sqrt(float(lin.k)));
       Tensor x = ctx.random(DType::kBF16, {m, lin.k});
       Tensor out = ctx.random(DType::kBF16, {m, lin.n});
-      const double ms = ctx.timer.per_call_ms(
-          [&](int) { ctx.backend.matmul(x, w, nullptr, out); }, 4, 9);
+      const double ms =
+          ctx.timer.per_call_ms([&](int) { ctx.backend.matmul(x, w, nullptr, out); }, 4, 9);
       const double bytes = static_cast<double>((lin.n * lin.k + m * lin.k + m * lin.n) * 2);
       ctx.report.add({"prefill", lin.name, shape_str(m, lin.n, lin.k), "cublasLt", ms * 1e3, bytes,
                       flops(m, lin.n, lin.k)});

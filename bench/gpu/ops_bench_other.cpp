@@ -23,8 +23,8 @@ struct Paged {
 Paged make_paged(BenchContext& ctx, int batch, int q_len, int context) {
   const int per_seq = (context + kBlockSize - 1) / kBlockSize;
   const int64_t per_copy = int64_t{batch} * per_seq;
-  const int copies = static_cast<int>(std::clamp<double>(
-      std::ceil(512e6 / static_cast<double>(per_copy * kBlockBytes)), 1, 32));
+  const int copies = static_cast<int>(
+      std::clamp<double>(std::ceil(512e6 / static_cast<double>(per_copy * kBlockBytes)), 1, 32));
   const int64_t blocks = per_copy * copies;
   Paged p;
   p.kv = {ctx.random(DType::kBF16, {blocks, kKvHeads, kBlockSize, kHeadDim}),
@@ -67,7 +67,9 @@ double time_attention(BenchContext& ctx, Paged& p, cuda::AttentionPath path) {
   return ms * 1e3;
 }
 
-std::string bxc(int b, int c) { return std::to_string(b) + " seq x " + std::to_string(c); }
+std::string bxc(int b, int c) {
+  return std::to_string(b) + " seq x " + std::to_string(c);
+}
 
 }  // namespace
 
@@ -89,19 +91,21 @@ void bench_attention(BenchContext& ctx) {
     int batch, len;
     const char* key;
   };
-  for (const Prefill pf : {Prefill{8, 512, "attention_prefill_8x512"},
-                           Prefill{1, 2048, "attention_prefill_1x2048"},
-                           Prefill{1, 8192, nullptr}}) {
+  for (const Prefill pf :
+       {Prefill{8, 512, "attention_prefill_8x512"}, Prefill{1, 2048, "attention_prefill_1x2048"},
+        Prefill{1, 8192, nullptr}}) {
     Paged p = make_paged(ctx, pf.batch, pf.len, pf.len);
     const double pairs = double{1} * pf.batch * pf.len * (pf.len + 1) / 2.0;
     const double flops = 4.0 * pairs * kHeads * kHeadDim;
-    const double bytes = double{1} * pf.batch * pf.len * (kKvBytesPerToken + 2.0 * 2 * kHeads * kHeadDim);
+    const double bytes =
+        double{1} * pf.batch * pf.len * (kKvBytesPerToken + 2.0 * 2 * kHeads * kHeadDim);
     const double flash_us = time_attention(ctx, p, cuda::AttentionPath::kFlash);
-    ctx.report.add({"prefill", "attention", bxc(pf.batch, pf.len), "flash", flash_us, bytes, flops});
+    ctx.report.add(
+        {"prefill", "attention", bxc(pf.batch, pf.len), "flash", flash_us, bytes, flops});
     if (pf.len <= 2048) {
       const double split_us = time_attention(ctx, p, cuda::AttentionPath::kSplitKv);
-      ctx.report.add({"prefill", "attention", bxc(pf.batch, pf.len), "split_kv", split_us, bytes,
-                      flops});
+      ctx.report.add(
+          {"prefill", "attention", bxc(pf.batch, pf.len), "split_kv", split_us, bytes, flops});
     }
     if (pf.key) ctx.times[int64_t{pf.batch} * pf.len][pf.key] = flash_us;
     ctx.release();
@@ -117,8 +121,9 @@ void bench_small_ops(BenchContext& ctx) {
     Tensor w = ctx.random(DType::kBF16, {kHidden});
     Tensor out = ctx.random(DType::kBF16, {t, kHidden});
     const double act = static_cast<double>(t * kHidden * 2);
-    double us = ctx.timer.per_call_ms(
-                    [&](int) { ctx.backend.add_rms_norm(res, x, w, 1e-5f, out); }, 20) * 1e3;
+    double us =
+        ctx.timer.per_call_ms([&](int) { ctx.backend.add_rms_norm(res, x, w, 1e-5f, out); }, 20) *
+        1e3;
     ctx.report.add({group, "add_rms_norm", shape, "fused", us, 4 * act, 0});
     ctx.times[t]["add_rms_norm"] = us;
     us = ctx.timer.per_call_ms([&](int) { ctx.backend.rms_norm(x, w, 1e-5f, out); }, 20) * 1e3;
@@ -137,18 +142,21 @@ void bench_small_ops(BenchContext& ctx) {
     Tensor positions = ctx.upload_i32({t}, pos);
     const int64_t blocks = (t + kBlockSize - 1) / kBlockSize;
     KvCacheLayer kv{ctx.random(DType::kBF16, {blocks, kKvHeads, kBlockSize, kHeadDim}),
-                    ctx.random(DType::kBF16, {blocks, kKvHeads, kBlockSize, kHeadDim}),
-                    kBlockSize};
+                    ctx.random(DType::kBF16, {blocks, kKvHeads, kBlockSize, kHeadDim}), kBlockSize};
     Tensor inv_freq = ctx.random(DType::kF32, {kHeadDim / 2});
     us = ctx.timer.per_call_ms(
-             [&](int) { ctx.backend.rope_and_cache(qkv, positions, positions, inv_freq, kv, kShape); },
-             20) * 1e3;
+             [&](int) {
+               ctx.backend.rope_and_cache(qkv, positions, positions, inv_freq, kv, kShape);
+             },
+             20) *
+         1e3;
     ctx.report.add({group, "rope_and_cache", shape, "fused", us,
                     static_cast<double>(t * (kQkv * 2 + 2 * kKvHeads * kHeadDim) * 2), 0});
     ctx.times[t]["rope"] = us;
 
     Tensor table = ctx.random(DType::kBF16, {kVocab, kHidden});
-    us = ctx.timer.per_call_ms([&](int) { ctx.backend.embedding(positions, table, out); }, 20) * 1e3;
+    us =
+        ctx.timer.per_call_ms([&](int) { ctx.backend.embedding(positions, table, out); }, 20) * 1e3;
     ctx.report.add({group, "embedding", shape, "", us, 2 * act, 0});
     ctx.release();
   }
@@ -158,7 +166,8 @@ void bench_sampling(BenchContext& ctx) {
   for (const int rows : {1, 8, 256}) {
     Tensor logits = ctx.random(DType::kF32, {rows, kVocab}, 8.0f);
     Tensor out = ctx.zeros_i32({rows});
-    std::vector<float> temps(static_cast<size_t>(rows), 0.8f), top_p(static_cast<size_t>(rows), 0.9f);
+    std::vector<float> temps(static_cast<size_t>(rows), 0.8f),
+        top_p(static_cast<size_t>(rows), 0.9f);
     std::vector<int32_t> top_k(static_cast<size_t>(rows), 50), steps(static_cast<size_t>(rows), 3);
     std::vector<int64_t> seeds(static_cast<size_t>(rows), 7);
     SamplingMetadata m;

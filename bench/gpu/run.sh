@@ -15,7 +15,7 @@ started=$(date +%s)
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "git: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "git: $(git rev-parse HEAD 2>/dev/null || cat GIT_COMMIT 2>/dev/null || echo unknown)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit \
     --format=csv 2>&1
   nvcc --version | tail -2
@@ -59,7 +59,8 @@ if [ "${IB_SKIP_BENCH:-0}" != 1 ]; then
   echo "== op benchmark"
   t0=$(date +%s)
   "$BUILD/bench/gpu/ib_ops_bench" "$OUT/ops_bench.json" >"$OUT/ops_bench.log" 2>&1
-  echo "bench: $(( $(date +%s) - t0 )) s, rc $?"
+  rc=$?
+  echo "bench: $(( $(date +%s) - t0 )) s, rc $rc"
   cat "$OUT/ops_bench.log"
 fi
 

@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
   const int lane = threadIdx.x & 31;
 
   const int64_t qkv_stride = int64_t{p.num_heads + 2 * p.num_kv_heads} * HD;
-  const T* q_src = static_cast<const T*>(p.qkv) +
-                   int64_t{q_begin + q_tile * kBlockQ} * qkv_stride + int64_t{head} * HD;
+  const T* q_src = static_cast<const T*>(p.qkv) + int64_t{q_begin + q_tile * kBlockQ} * qkv_stride +
+                   int64_t{head} * HD;
   for (int i = threadIdx.x; i < kBlockQ * kChunks; i += kThreads) {
     const int r = i / kChunks;
     const int c = (i % kChunks) * 8;
@@ -87,8 +87,7 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
       const int c = (i % kChunks) * 8;
       const int key = tile * kBlockK + r;
       const bool valid = key < kv_end;
-      const int64_t row =
-          valid ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD) : 0;
+      const int64_t row = valid ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD) : 0;
       cp_async16(kd + r * kP + c, k_cache + row + c, valid);
       cp_async16(vd + r * kP + c, v_cache + row + c, valid);
     }
@@ -193,8 +192,8 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
 #pragma unroll
         for (int dp = 0; dp < HD / 16; ++dp) {
           uint32_t b[4];
-          ldmatrix_x4_trans(b, vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kP +
-                                   dp * 16 + (lane >> 4) * 8);
+          ldmatrix_x4_trans(b, vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kP + dp * 16 +
+                                   (lane >> 4) * 8);
           mma_16816<T>(o[2 * dp], a0, a1, a2, a3, b[0], b[1]);
           mma_16816<T>(o[2 * dp + 1], a0, a1, a2, a3, b[2], b[3]);
         }
@@ -226,10 +225,10 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
 template <typename T, int HD>
 void launch_typed(const FlashParams& p, const AttentionMetadata& meta, cudaStream_t stream) {
   constexpr size_t kSmem = smem_bytes<HD>();
-  IB_CUDA_CHECK(cudaFuncSetAttribute(flash_kernel<T, HD>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kSmem)),
-                "attention(flash)");
+  IB_CUDA_CHECK(
+      cudaFuncSetAttribute(flash_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kSmem)),
+      "attention(flash)");
   const dim3 grid(static_cast<unsigned>((meta.max_query_len + kBlockQ - 1) / kBlockQ),
                   static_cast<unsigned>(p.num_heads), static_cast<unsigned>(meta.num_seqs));
   flash_kernel<T, HD><<<grid, kThreads, kSmem, stream>>>(p);
@@ -255,9 +254,12 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
   p.k_cache = kv.k.data;
   p.v_cache = kv.v.data;
   p.out = out.data;
-  p.batch = PagedBatch{meta.query_start.as<int32_t>(), meta.context_lens.as<int32_t>(),
-                       meta.block_tables.as<int32_t>(), meta.num_seqs,
-                       static_cast<int>(meta.block_tables.dim(1)), kv.block_size};
+  p.batch = PagedBatch{meta.query_start.as<int32_t>(),
+                       meta.context_lens.as<int32_t>(),
+                       meta.block_tables.as<int32_t>(),
+                       meta.num_seqs,
+                       static_cast<int>(meta.block_tables.dim(1)),
+                       kv.block_size};
   p.num_heads = shape.num_heads;
   p.num_kv_heads = shape.num_kv_heads;
   p.group = shape.num_heads / shape.num_kv_heads;
@@ -266,9 +268,15 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
   const auto run = [&](auto tag) {
     using T = decltype(tag);
     switch (shape.head_dim) {
-      case 64: launch_typed<T, 64>(p, meta, stream); break;
-      case 96: launch_typed<T, 96>(p, meta, stream); break;
-      default: launch_typed<T, 128>(p, meta, stream); break;
+      case 64:
+        launch_typed<T, 64>(p, meta, stream);
+        break;
+      case 96:
+        launch_typed<T, 96>(p, meta, stream);
+        break;
+      default:
+        launch_typed<T, 128>(p, meta, stream);
+        break;
     }
   };
   if (qkv.dtype == DType::kBF16) {

@@ -90,8 +90,7 @@ __global__ void __launch_bounds__(kThreads) split_kv_kernel(SplitParams p) {
   for (int base = first + warp * 32; base < p_end; base += kWarps * 32) {
     const int key = base + lane;
     const bool valid = key < p_end;
-    const int64_t row =
-        valid ? cache_row(p.batch, qv.seq, key, kv_head, p.num_kv_heads, HD) : 0;
+    const int64_t row = valid ? cache_row(p.batch, qv.seq, key, kv_head, p.num_kv_heads, HD) : 0;
     float s[GC];
 #pragma unroll
     for (int g = 0; g < GC; ++g) s[g] = 0.0f;
@@ -231,8 +230,7 @@ bool split_kv_supports(const AttentionShape& shape) {
 
 size_t split_kv_workspace_bytes(int num_tokens, const AttentionShape& shape, int num_splits) {
   return static_cast<size_t>(num_tokens) * static_cast<size_t>(shape.num_heads) *
-         static_cast<size_t>(num_splits) * static_cast<size_t>(shape.head_dim + 2) *
-         sizeof(float);
+         static_cast<size_t>(num_splits) * static_cast<size_t>(shape.head_dim + 2) * sizeof(float);
 }
 
 int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape& shape,
@@ -245,8 +243,8 @@ int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape&
   int splits = static_cast<int>(std::max<int64_t>(1, (2 * int64_t{num_sms} + blocks - 1) / blocks));
   splits = std::min(splits, (max_ctx + kMinPartition - 1) / kMinPartition);
   const size_t per_split = split_kv_workspace_bytes(meta.num_tokens, shape, 1);
-  const int fit = static_cast<int>(std::min<size_t>(workspace_bytes / std::max<size_t>(per_split, 1),
-                                                    1 << 20));
+  const int fit =
+      static_cast<int>(std::min<size_t>(workspace_bytes / std::max<size_t>(per_split, 1), 1 << 20));
   splits = std::max(1, std::min(splits, fit));
   if (splits == 1) return max_ctx;
   const int size = (max_ctx + splits - 1) / splits;
@@ -265,9 +263,12 @@ void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
   p.k_cache = kv.k.data;
   p.v_cache = kv.v.data;
   p.out = out.data;
-  p.batch = PagedBatch{meta.query_start.as<int32_t>(), meta.context_lens.as<int32_t>(),
-                       meta.block_tables.as<int32_t>(), meta.num_seqs,
-                       static_cast<int>(meta.block_tables.dim(1)), kv.block_size};
+  p.batch = PagedBatch{meta.query_start.as<int32_t>(),
+                       meta.context_lens.as<int32_t>(),
+                       meta.block_tables.as<int32_t>(),
+                       meta.num_seqs,
+                       static_cast<int>(meta.block_tables.dim(1)),
+                       kv.block_size};
   p.num_heads = shape.num_heads;
   p.num_kv_heads = shape.num_kv_heads;
   p.group = shape.num_heads / shape.num_kv_heads;
@@ -286,9 +287,15 @@ void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
   const int tokens = meta.num_tokens;
   IB_DISPATCH_FLOAT(qkv.dtype, T, {
     switch (shape.head_dim) {
-      case 64: launch_for_group<T, 64>(p, tokens, stream); break;
-      case 96: launch_for_group<T, 96>(p, tokens, stream); break;
-      default: launch_for_group<T, 128>(p, tokens, stream); break;
+      case 64:
+        launch_for_group<T, 64>(p, tokens, stream);
+        break;
+      case 96:
+        launch_for_group<T, 96>(p, tokens, stream);
+        break;
+      default:
+        launch_for_group<T, 128>(p, tokens, stream);
+        break;
     }
   });
 }

@@ -15,7 +15,8 @@ void cuda_fail(cudaError_t err, const char* op, const char* call, const char* fi
 void cublas_fail(cublasStatus_t status, const char* op, const char* call, const char* file,
                  int line) {
   std::fprintf(stderr, "inferbench: cuBLASLt error in op '%s': %s failed with %s (%s) at %s:%d\n",
-               op, call, cublasLtGetStatusName(status), cublasLtGetStatusString(status), file, line);
+               op, call, cublasLtGetStatusName(status), cublasLtGetStatusString(status), file,
+               line);
   std::fflush(stderr);
   std::abort();
 }

@@ -105,9 +105,9 @@ double attention_error(Twin& twin, const Batch& b, const AttentionShape& s, Atte
 }
 
 const std::vector<AttentionShape>& shapes() {
-  static const std::vector<AttentionShape> kShapes = {
-      shape_of(8, 8, 64), shape_of(16, 4, 128), shape_of(32, 4, 128), shape_of(12, 4, 96),
-      shape_of(28, 4, 128)};
+  static const std::vector<AttentionShape> kShapes = {shape_of(8, 8, 64), shape_of(16, 4, 128),
+                                                      shape_of(32, 4, 128), shape_of(12, 4, 96),
+                                                      shape_of(28, 4, 128)};
   return kShapes;
 }
 
@@ -143,8 +143,8 @@ TEST_P(CudaAttention, LongContextDecodeSplitsAlongKeys) {
   const Batch b = make_batch(twin, rng, {{5000, 1}, {3001, 1}}, s, 16);
   const AttentionMetadata meta = b.meta(true);
   // The partition size this batch gets must give several partitions (split-KV + merge).
-  const int partition = split_kv_partition_size(meta, s, CudaBackend::kAttentionWorkspaceBytes,
-                                                twin.gpu().num_sms());
+  const int partition =
+      split_kv_partition_size(meta, s, CudaBackend::kAttentionWorkspaceBytes, twin.gpu().num_sms());
   EXPECT_LT(partition, 5000 / 4);
   EXPECT_LT(attention_error(twin, b, s, AttentionPath::kSplitKv), tolerance(GetParam()));
   // A context hint far above the real lengths (a graph captured for longer contexts) is fine.
@@ -154,8 +154,8 @@ TEST_P(CudaAttention, LongContextDecodeSplitsAlongKeys) {
 TEST_P(CudaAttention, PrefillCausal) {
   Twin twin(GetParam());
   Rng rng(13);
-  check_batches(twin, rng, {{{15, 15}, {64, 64}, {65, 65}}, {{300, 300}}, {{1, 1}, {130, 130}}},
-                0, 16);
+  check_batches(twin, rng, {{{15, 15}, {64, 64}, {65, 65}}, {{300, 300}}, {{1, 1}, {130, 130}}}, 0,
+                16);
 }
 
 TEST_P(CudaAttention, MixedPrefillChunksAndDecodes) {
@@ -197,7 +197,8 @@ TEST_P(CudaAttention, RopeAndCacheMatchesCpu) {
     slots[20] = -1;
     std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
     for (size_t i = 0; i < inv_freq.size(); ++i)
-      inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / static_cast<double>(hd)));
+      inv_freq[i] = static_cast<float>(
+          std::pow(500000.0, -2.0 * static_cast<double>(i) / static_cast<double>(hd)));
     Pair pos = twin.ints({t}, positions);
     Pair slot = twin.ints({t}, slots);
     Pair freq = twin.floats({hd / 2}, inv_freq, DType::kF32);

@@ -36,9 +36,9 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
     return user_error("no CUDA device found for --device " + options.device +
                       "; run on a machine with an NVIDIA GPU or use --device cpu");
   if (index >= count)
-    return user_error("device index " + std::to_string(index) + " is out of range: " +
-                      std::to_string(count) + " CUDA device(s) visible (cuda:0.." +
-                      std::to_string(count - 1) + ")");
+    return user_error("device index " + std::to_string(index) +
+                      " is out of range: " + std::to_string(count) +
+                      " CUDA device(s) visible (cuda:0.." + std::to_string(count - 1) + ")");
   IB_ASSIGN_OR_RETURN(auto backend,
                       cuda::CudaBackend::create(index, options.dtype, options.memory_limit_bytes));
   return std::unique_ptr<Backend>(std::move(backend));
@@ -76,8 +76,7 @@ Status CudaBackend::init() {
   IB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "init");
   gemm_ = std::make_unique<GemmLt>();
   IB_ASSIGN_OR_RETURN(gemm_workspace_, alloc(kGemmWorkspaceBytes, MemoryTag::kWorkspace));
-  IB_ASSIGN_OR_RETURN(attention_workspace_,
-                      alloc(kAttentionWorkspaceBytes, MemoryTag::kWorkspace));
+  IB_ASSIGN_OR_RETURN(attention_workspace_, alloc(kAttentionWorkspaceBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(staging_, alloc(kStagingBytes, MemoryTag::kWorkspace));
   return Ok{};
 }
@@ -92,7 +91,9 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaBackend::bind() const { IB_CUDA_CHECK(cudaSetDevice(device_), "bind device"); }
+void CudaBackend::bind() const {
+  IB_CUDA_CHECK(cudaSetDevice(device_), "bind device");
+}
 
 void CudaBackend::after_op(const char* op) {
   if (debug_sync_) IB_CUDA_CHECK(cudaStreamSynchronize(stream_), op);
@@ -146,14 +147,13 @@ void CudaBackend::copy_from_host(Tensor dst, const void* src, DType src_dtype) {
     const int64_t chunk = static_cast<int64_t>(kStagingBytes / src_size);
     for (int64_t off = 0; off < n; off += chunk) {
       const int64_t count = std::min(chunk, n - off);
-      IB_CUDA_CHECK(cudaMemcpyAsync(staging_.data(),
-                                    static_cast<const char*>(src) + off * src_size,
-                                    static_cast<size_t>(count) * src_size, cudaMemcpyHostToDevice,
-                                    stream_),
-                    "copy_from_host");
+      IB_CUDA_CHECK(
+          cudaMemcpyAsync(staging_.data(), static_cast<const char*>(src) + off * src_size,
+                          static_cast<size_t>(count) * src_size, cudaMemcpyHostToDevice, stream_),
+          "copy_from_host");
       launch_convert(staging_.data(), src_dtype,
-                     static_cast<char*>(dst.data) + off * dtype_size(dst.dtype), dst.dtype,
-                     count, stream_);
+                     static_cast<char*>(dst.data) + off * dtype_size(dst.dtype), dst.dtype, count,
+                     stream_);
     }
   }
   after_op("copy_from_host");
@@ -269,8 +269,8 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
   if (flash) {
     launch_attention_flash(qkv, kv, meta, shape, out, stream_);
   } else {
-    const int partition = split_kv_partition_size(meta, shape, attention_workspace_.bytes(),
-                                                  num_sms_);
+    const int partition =
+        split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
     launch_attention_split_kv(qkv, kv, meta, shape, partition, attention_workspace_.data(),
                               attention_workspace_.bytes(), out, stream_);
   }

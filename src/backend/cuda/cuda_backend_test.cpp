@@ -48,7 +48,8 @@ TEST_F(CudaBackendTest, AllocationsAreTrackedAndOomIsAnError) {
   auto created = CudaBackend::create(0, DType::kBF16, std::nullopt);
   ASSERT_TRUE(created.ok());
   CudaBackend& b = **created;
-  const int64_t workspace = b.memory().snapshot().bytes_by_tag[static_cast<int>(MemoryTag::kWorkspace)];
+  const int64_t workspace =
+      b.memory().snapshot().bytes_by_tag[static_cast<int>(MemoryTag::kWorkspace)];
   EXPECT_EQ(workspace, static_cast<int64_t>(CudaBackend::kGemmWorkspaceBytes +
                                             CudaBackend::kAttentionWorkspaceBytes +
                                             CudaBackend::kStagingBytes));

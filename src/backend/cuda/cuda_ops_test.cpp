@@ -121,7 +121,8 @@ TEST_P(CudaOps, RmsNormAndFusedResidualAdd) {
 TEST_P(CudaOps, SiluMul) {
   Twin twin(GetParam());
   Rng rng(8);
-  for (const auto& [t, f] : std::vector<std::pair<int64_t, int64_t>>{{1, 14336}, {7, 13}, {4, 64}}) {
+  for (const auto& [t, f] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 14336}, {7, 13}, {4, 64}}) {
     Pair gu = twin.floats({t, 2 * f}, random_floats(rng, t * 2 * f, -6, 6));
     Pair out = twin.output({t, f});
     twin.cpu().silu_mul(gu.cpu, out.cpu);
@@ -167,8 +168,8 @@ TEST_P(CudaOps, MatmulThroughTensorCoreGemv) {
   // Every M the GEMV takes (1..32 covers its three n-tile variants), odd N (partial row
   // groups), K at one warp step and at uneven step counts per warp.
   const std::vector<int64_t> ms = {1, 2, 3, 7, 8, 9, 15, 16, 17, 24, 31, 32};
-  const std::vector<std::pair<int64_t, int64_t>> nks = {{16, 64}, {37, 576}, {1000, 4096},
-                                                        {4096, 1088}};
+  const std::vector<std::pair<int64_t, int64_t>> nks = {
+      {16, 64}, {37, 576}, {1000, 4096}, {4096, 1088}};
   int i = 0;
   for (int64_t m : ms) {
     const auto [n, k] = nks[static_cast<size_t>(i++) % nks.size()];
@@ -178,8 +179,7 @@ TEST_P(CudaOps, MatmulThroughTensorCoreGemv) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOps,
-                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOps, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          testing::dtype_param_name);
 
 }  // namespace

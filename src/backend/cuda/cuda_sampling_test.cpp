@@ -24,9 +24,11 @@ struct RowParams {
 };
 
 // Samples rows of logits on both backends; returns {cpu tokens, gpu tokens}.
-std::pair<std::vector<int32_t>, std::vector<int32_t>> sample_both(
-    Twin& twin, const std::vector<float>& logits, int64_t vocab, const std::vector<RowParams>& p,
-    bool all_greedy) {
+std::pair<std::vector<int32_t>, std::vector<int32_t>> sample_both(Twin& twin,
+                                                                  const std::vector<float>& logits,
+                                                                  int64_t vocab,
+                                                                  const std::vector<RowParams>& p,
+                                                                  bool all_greedy) {
   const auto rows = static_cast<int64_t>(p.size());
   std::vector<float> temperature, top_p;
   std::vector<int32_t> top_k, step;

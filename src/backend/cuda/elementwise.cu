@@ -44,7 +44,9 @@ __global__ void convert_kernel(const S* src, D* dst, int64_t n) {
     dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+__device__ __forceinline__ float silu(float g) {
+  return g / (1.0f + expf(-g));
+}
 
 // gate_up (T, 2F) -> out (T, F); one 16-byte vector per thread (F % kVec16 == 0).
 template <typename T>
@@ -114,19 +116,19 @@ void launch_fill_constant(Tensor dst, float value, cudaStream_t stream) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   IB_DISPATCH_FLOAT(dst.dtype, T,
-                    fill_constant_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-                        dst.as<T>(), n, value));
+                    fill_constant_kernel<T>
+                    <<<grid_for(n, kThreads), kThreads, 0, stream>>>(dst.as<T>(), n, value));
   IB_CUDA_CHECK_LAUNCH("fill_constant");
 }
 
 void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
                     cudaStream_t stream) {
   if (n == 0) return;
-  IB_DISPATCH_FLOAT(src_dtype, S,
-                    IB_DISPATCH_FLOAT(dst_dtype, D,
-                                      convert_kernel<S, D>
-                                      <<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-                                          static_cast<const S*>(src), static_cast<D*>(dst), n)));
+  IB_DISPATCH_FLOAT(
+      src_dtype, S,
+      IB_DISPATCH_FLOAT(dst_dtype, D,
+                        convert_kernel<S, D><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+                            static_cast<const S*>(src), static_cast<D*>(dst), n)));
   IB_CUDA_CHECK_LAUNCH("copy_from_host");
 }
 
@@ -179,11 +181,11 @@ void launch_bias_add(Tensor out, const Tensor& bias, cudaStream_t stream) {
   const int64_t m = out.rows();
   const int64_t n = out.row_size();
   if (m == 0) return;
-  IB_DISPATCH_FLOAT(out.dtype, T,
-                    IB_DISPATCH_FLOAT(bias.dtype, B,
-                                      bias_add_kernel<T, B>
-                                      <<<grid_for(m * n, kThreads), kThreads, 0, stream>>>(
-                                          out.as<T>(), bias.as<B>(), m, n)));
+  IB_DISPATCH_FLOAT(
+      out.dtype, T,
+      IB_DISPATCH_FLOAT(bias.dtype, B,
+                        bias_add_kernel<T, B><<<grid_for(m * n, kThreads), kThreads, 0, stream>>>(
+                            out.as<T>(), bias.as<B>(), m, n)));
   IB_CUDA_CHECK_LAUNCH("matmul(bias)");
 }
 

@@ -13,10 +13,14 @@ constexpr const char* kOp = "matmul(cublasLt)";
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::kF32: return CUDA_R_32F;
-    case DType::kBF16: return CUDA_R_16BF;
-    case DType::kF16: return CUDA_R_16F;
-    default: IB_ASSERT(false, "matmul: float tensors expected");
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    default:
+      IB_ASSERT(false, "matmul: float tensors expected");
   }
   return CUDA_R_32F;
 }
@@ -43,7 +47,9 @@ size_t GemmLt::KeyHash::operator()(const Key& k) const {
   return h;
 }
 
-GemmLt::GemmLt() { IB_CUBLAS_CHECK(cublasLtCreate(&handle_), kOp); }
+GemmLt::GemmLt() {
+  IB_CUBLAS_CHECK(cublasLtCreate(&handle_), kOp);
+}
 
 GemmLt::~GemmLt() {
   for (auto& [key, plan] : plans_) {
@@ -62,9 +68,9 @@ GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
   const cudaDataType_t out = cuda_type(key.out);
   IB_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), kOp);
   const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
-  IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans,
-                                                 sizeof(trans)),
-                  kOp);
+  IB_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)),
+      kOp);
   IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans,
                                                  sizeof(no_trans)),
                   kOp);
@@ -104,15 +110,14 @@ GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
     return true;
   };
   plan.bias_epilogue = key.bias_epilogue && heuristic(true);
-  if (!plan.bias_epilogue) IB_CUBLAS_CHECK(heuristic(false) ? CUBLAS_STATUS_SUCCESS
-                                                            : CUBLAS_STATUS_NOT_SUPPORTED,
-                                           kOp);
+  if (!plan.bias_epilogue)
+    IB_CUBLAS_CHECK(heuristic(false) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED, kOp);
   cublasLtMatmulPreferenceDestroy(pref);
   return plans_.emplace(key, plan).first->second;
 }
 
-void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
-                 void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
+                 size_t workspace_bytes, cudaStream_t stream) {
   Key key{};
   key.m = x.rows();
   key.n = w.dim(0);
@@ -133,10 +138,10 @@ void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor ou
                     kOp);
   }
   const float alpha = 1.0f, beta = 0.0f;
-  IB_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, w.data, plan.a, x.data, plan.b, &beta,
-                                 out.data, plan.c, out.data, plan.c, &plan.algo, workspace,
-                                 workspace_bytes, stream),
-                  kOp);
+  IB_CUBLAS_CHECK(
+      cublasLtMatmul(handle_, plan.desc, &alpha, w.data, plan.a, x.data, plan.b, &beta, out.data,
+                     plan.c, out.data, plan.c, &plan.algo, workspace, workspace_bytes, stream),
+      kOp);
   if (bias && !plan.bias_epilogue) launch_bias_add(out, *bias, stream);
 }
 

@@ -19,9 +19,9 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kRows = 16;     // output features per block
-constexpr int kStepK = 64;    // k per warp step
-constexpr int kUnroll = 2;    // warp steps in flight
+constexpr int kRows = 16;   // output features per block
+constexpr int kStepK = 64;  // k per warp step
+constexpr int kUnroll = 2;  // warp steps in flight
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -139,14 +139,14 @@ void launch_typed(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor o
   const unsigned blocks = static_cast<unsigned>((n + kRows - 1) / kRows);
   const T* b = bias ? bias->as<T>() : nullptr;
   if (m <= 8) {
-    gemv_kernel<T, TOut, 1><<<blocks, kThreads, 0, stream>>>(x.as<T>(), w.as<T>(), b,
-                                                             out.as<TOut>(), m, n, k);
+    gemv_kernel<T, TOut, 1>
+        <<<blocks, kThreads, 0, stream>>>(x.as<T>(), w.as<T>(), b, out.as<TOut>(), m, n, k);
   } else if (m <= 16) {
-    gemv_kernel<T, TOut, 2><<<blocks, kThreads, 0, stream>>>(x.as<T>(), w.as<T>(), b,
-                                                             out.as<TOut>(), m, n, k);
+    gemv_kernel<T, TOut, 2>
+        <<<blocks, kThreads, 0, stream>>>(x.as<T>(), w.as<T>(), b, out.as<TOut>(), m, n, k);
   } else {
-    gemv_kernel<T, TOut, 4><<<blocks, kThreads, 0, stream>>>(x.as<T>(), w.as<T>(), b,
-                                                             out.as<TOut>(), m, n, k);
+    gemv_kernel<T, TOut, 4>
+        <<<blocks, kThreads, 0, stream>>>(x.as<T>(), w.as<T>(), b, out.as<TOut>(), m, n, k);
   }
 }
 
@@ -155,8 +155,8 @@ void launch_typed(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor o
 bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor& out) {
   const bool half_type = x.dtype == DType::kBF16 || x.dtype == DType::kF16;
   return half_type && w.dtype == x.dtype && (out.dtype == x.dtype || out.dtype == DType::kF32) &&
-         x.rows() >= 1 && x.rows() <= kGemvMaxM && w.dim(1) % kStepK == 0 &&
-         aligned16(x.data) && aligned16(w.data);
+         x.rows() >= 1 && x.rows() <= kGemvMaxM && w.dim(1) % kStepK == 0 && aligned16(x.data) &&
+         aligned16(w.data);
 }
 
 void launch_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,

@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps,
-                     Tensor out, cudaStream_t stream) {
+void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
+                     cudaStream_t stream) {
   const int64_t rows = x.rows();
   const int64_t d = x.row_size();
   if (rows == 0) return;

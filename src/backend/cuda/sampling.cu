@@ -42,7 +42,8 @@ __device__ ArgMax block_argmax(const float* row, int vocab, ArgMax* scratch) {
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    const ArgMax other{__shfl_xor_sync(kFull, best.value, o), __shfl_xor_sync(kFull, best.index, o)};
+    const ArgMax other{__shfl_xor_sync(kFull, best.value, o),
+                       __shfl_xor_sync(kFull, best.index, o)};
     best = better(best, other);
   }
   __syncthreads();
@@ -242,9 +243,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   const RowContext row{logits, a.vocab, best.value, kLog2e / temperature};
   const int k = a.top_k[r];
   // Top-k: keys >= the k-th largest key stay.
-  uint64_t kept_key = (k > 0 && k < a.vocab)
-                          ? block_select(row, 0, static_cast<uint64_t>(k), false, sm).key
-                          : 0;
+  uint64_t kept_key =
+      (k > 0 && k < a.vocab) ? block_select(row, 0, static_cast<uint64_t>(k), false, sm).key : 0;
   uint64_t kept_mass = block_mass(row, kept_key, scratch_mass);
   // Top-p: the smallest prefix (descending probability) whose mass reaches top_p of the kept.
   const float top_p = a.top_p[r];
@@ -256,8 +256,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
     kept_mass = cut.mass_ge;
   }
   // Inverse CDF over the kept tokens in descending probability.
-  const float u = counter_uniform(static_cast<uint64_t>(a.seed[r]), 0,
-                                  static_cast<uint64_t>(a.step[r]));
+  const float u =
+      counter_uniform(static_cast<uint64_t>(a.seed[r]), 0, static_cast<uint64_t>(a.step[r]));
   const uint64_t target =
       static_cast<uint64_t>(floor(static_cast<double>(u) * static_cast<double>(kept_mass))) + 1;
   const SelectResult drawn = block_select(row, kept_key, target, true, sm);

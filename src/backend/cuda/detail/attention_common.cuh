@@ -35,8 +35,7 @@ __device__ __forceinline__ int find_sequence(const PagedBatch& b, int t) {
 __device__ __forceinline__ int64_t cache_row(const PagedBatch& b, int seq, int pos, int kv_head,
                                              int num_kv_heads, int head_dim) {
   const int64_t block = b.block_tables[int64_t{seq} * b.max_blocks_per_seq + pos / b.block_size];
-  return ((block * num_kv_heads + kv_head) * b.block_size + pos % b.block_size) *
-         int64_t{head_dim};
+  return ((block * num_kv_heads + kv_head) * b.block_size + pos % b.block_size) * int64_t{head_dim};
 }
 
 }  // namespace ib::cuda

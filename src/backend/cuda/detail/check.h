@@ -16,19 +16,19 @@ namespace ib::cuda {
 }  // namespace ib::cuda
 
 // IB_CUDA_CHECK(cudaMemsetAsync(...), "fill_constant")
-#define IB_CUDA_CHECK(call, op)                                                   \
-  do {                                                                            \
-    const cudaError_t ib_cuda_err_ = (call);                                      \
-    if (ib_cuda_err_ != cudaSuccess)                                              \
-      ::ib::cuda::cuda_fail(ib_cuda_err_, (op), #call, __FILE__, __LINE__);       \
+#define IB_CUDA_CHECK(call, op)                                             \
+  do {                                                                      \
+    const cudaError_t ib_cuda_err_ = (call);                                \
+    if (ib_cuda_err_ != cudaSuccess)                                        \
+      ::ib::cuda::cuda_fail(ib_cuda_err_, (op), #call, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: reports launch-configuration errors under the op's name.
 #define IB_CUDA_CHECK_LAUNCH(op) IB_CUDA_CHECK(cudaGetLastError(), (op))
 
-#define IB_CUBLAS_CHECK(call, op)                                                 \
-  do {                                                                            \
-    const cublasStatus_t ib_cublas_st_ = (call);                                  \
-    if (ib_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                   \
-      ::ib::cuda::cublas_fail(ib_cublas_st_, (op), #call, __FILE__, __LINE__);    \
+#define IB_CUBLAS_CHECK(call, op)                                              \
+  do {                                                                         \
+    const cublasStatus_t ib_cublas_st_ = (call);                               \
+    if (ib_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                \
+      ::ib::cuda::cublas_fail(ib_cublas_st_, (op), #call, __FILE__, __LINE__); \
   } while (0)

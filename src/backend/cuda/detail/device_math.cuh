@@ -15,9 +15,15 @@ namespace ib::cuda {
 using bf16 = __nv_bfloat16;
 using f16 = __half;
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f32(f16 x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(bf16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ float to_f32(f16 x) {
+  return __half2float(x);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_f32(float x);
@@ -96,24 +102,25 @@ __host__ __device__ __forceinline__ bool aligned16(const void* p) {
 }  // namespace ib::cuda
 
 // Runs BODY with the C++ element type named T bound to dtype (f32, bf16 or f16).
-#define IB_DISPATCH_FLOAT(dtype, T, ...)                               \
-  do {                                                                 \
-    switch (dtype) {                                                   \
-      case ::ib::DType::kF32: {                                        \
-        using T = float;                                               \
-        __VA_ARGS__;                                                   \
-        break;                                                         \
-      }                                                                \
-      case ::ib::DType::kBF16: {                                       \
-        using T = ::ib::cuda::bf16;                                    \
-        __VA_ARGS__;                                                   \
-        break;                                                         \
-      }                                                                \
-      case ::ib::DType::kF16: {                                        \
-        using T = ::ib::cuda::f16;                                     \
-        __VA_ARGS__;                                                   \
-        break;                                                         \
-      }                                                                \
-      default: IB_ASSERT(false, "a float tensor (f32, bf16, f16) was expected"); \
-    }                                                                  \
+#define IB_DISPATCH_FLOAT(dtype, T, ...)                                  \
+  do {                                                                    \
+    switch (dtype) {                                                      \
+      case ::ib::DType::kF32: {                                           \
+        using T = float;                                                  \
+        __VA_ARGS__;                                                      \
+        break;                                                            \
+      }                                                                   \
+      case ::ib::DType::kBF16: {                                          \
+        using T = ::ib::cuda::bf16;                                       \
+        __VA_ARGS__;                                                      \
+        break;                                                            \
+      }                                                                   \
+      case ::ib::DType::kF16: {                                           \
+        using T = ::ib::cuda::f16;                                        \
+        __VA_ARGS__;                                                      \
+        break;                                                            \
+      }                                                                   \
+      default:                                                            \
+        IB_ASSERT(false, "a float tensor (f32, bf16, f16) was expected"); \
+    }                                                                     \
   } while (0)

@@ -26,9 +26,10 @@ void launch_gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out, cuda
 void launch_bias_add(Tensor out, const Tensor& bias, cudaStream_t stream);
 
 // ---- norm.cu ----
-// residual == nullptr: out = rms_norm(x) * weight. Otherwise residual += x, out = rms_norm(residual).
-void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps,
-                     Tensor out, cudaStream_t stream);
+// residual == nullptr: out = rms_norm(x) * weight. Otherwise residual += x, out =
+// rms_norm(residual).
+void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
+                     cudaStream_t stream);
 
 // ---- gemv.cu: the memory-bound skinny GEMM for decode (tensor cores, M <= kGemvMaxM) ----
 inline constexpr int kGemvMaxM = 32;

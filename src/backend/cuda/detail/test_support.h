@@ -17,8 +17,8 @@
 #include "core/rng.h"
 
 // Skips a GPU test with a visible message where the machine has no CUDA device.
-#define IB_REQUIRE_CUDA()                                                                 \
-  do {                                                                                    \
+#define IB_REQUIRE_CUDA()                                                                   \
+  do {                                                                                      \
     if (::ib::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
   } while (0)
 
@@ -40,17 +40,23 @@ inline double rel_l2(const std::vector<float>& got, const std::vector<float>& wa
 // The stated tolerance on relative L2 error per activation dtype.
 inline double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 2e-5;
-    case DType::kF16: return 3e-3;
-    default: return 1e-2;
+    case DType::kF32:
+      return 2e-5;
+    case DType::kF16:
+      return 3e-3;
+    default:
+      return 1e-2;
   }
 }
 
 inline float round_to(DType dtype, float v) {
   switch (dtype) {
-    case DType::kBF16: return round_to_bf16(v);
-    case DType::kF16: return f16_bits_to_f32(f32_to_f16_bits(v));
-    default: return v;
+    case DType::kBF16:
+      return round_to_bf16(v);
+    case DType::kF16:
+      return f16_bits_to_f32(f32_to_f16_bits(v));
+    default:
+      return v;
   }
 }
 
