@@ -4,11 +4,14 @@
 // Usage: ib_ops_bench [result.json]
 #include "ops_bench.h"
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 
 #include "backend/cuda/detail/kernels.h"
+#include "bench_kernels.h"
 
 namespace ib::bench {
 
@@ -41,17 +44,38 @@ double measure_copy_ceiling(BenchContext& ctx) {
   const int64_t n = int64_t{1} << 29;  // 1 GiB of bf16 each way
   Tensor src = ctx.random(DType::kBF16, {n});
   Tensor dst = ctx.random(DType::kBF16, {n});
-  const double ms = ctx.timer.per_call_ms(
+  Tensor sink = ctx.zeros_i32({1});
+  const double bytes = static_cast<double>(src.bytes());
+  const cudaStream_t stream = ctx.backend.stream();
+  const int sms = ctx.backend.num_sms();
+  double ms = ctx.timer.per_call_ms(
       [&](int) {
-        IB_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice,
-                                      ctx.backend.stream()),
-                      "bench copy");
+        IB_CUDA_CHECK(
+            cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream),
+            "bench copy");
       },
       4, 9);
-  const double bytes = 2.0 * static_cast<double>(src.bytes());
-  ctx.report.add({"ceiling", "d2d_copy", "1 GiB", "memcpy", ms * 1e3, bytes, 0});
+  ctx.report.add({"ceiling", "d2d_copy", "1 GiB", "memcpy", ms * 1e3, 2 * bytes, 0});
+  ms = ctx.timer.per_call_ms(
+      [&](int) { launch_copy(src.data, dst.data, src.bytes(), sms, stream); }, 4, 9);
+  ctx.report.add({"ceiling", "d2d_copy", "1 GiB", "kernel", ms * 1e3, 2 * bytes, 0});
+  const double copy_tbs = 2 * bytes / (ms * 1e-3) / 1e12;
+  ms = ctx.timer.per_call_ms(
+      [&](int) { launch_read(src.data, src.bytes(), sink.as<unsigned>(), sms, stream); }, 4, 9);
+  ctx.report.add({"ceiling", "read", "1 GiB", "kernel", ms * 1e3, bytes, 0});
+  ctx.report.extra()["read_tb_per_s_measured"] = bytes / (ms * 1e-3) / 1e12;
   ctx.release();
-  return bytes / (ms * 1e-3) / 1e12;
+  return copy_tbs;
+}
+
+// Brings the clocks up before anything is timed: ~0.3 s of large GEMMs.
+void warm_up(BenchContext& ctx) {
+  Tensor a = ctx.random(DType::kBF16, {8192, 8192});
+  Tensor b = ctx.random(DType::kBF16, {8192, 8192});
+  Tensor c = ctx.random(DType::kBF16, {8192, 8192});
+  for (int i = 0; i < 200; ++i) ctx.backend.matmul(a, b, nullptr, c);
+  ctx.backend.synchronize();
+  ctx.release();
 }
 
 namespace {
@@ -79,7 +103,9 @@ std::string shape_str(int64_t m, int64_t n, int64_t k) {
 
 void bench_gemm_decode(BenchContext& ctx) {
   const int64_t ms_list[] = {1, 2, 4, 8, 16, 32};
-  int threshold = 32;  // largest M at which the GEMV beats cuBLASLt on every linear
+  // Per batch: the four per-layer linears through the GEMV, through cuBLASLt, and each at its
+  // faster path.
+  std::map<int64_t, std::array<double, 3>> layer_us;
   for (const Linear& lin : kLinears) {
     const double w_bytes = static_cast<double>(lin.n * lin.k * 2);
     // Enough weight copies that a replay streams >= 512 MB: no L2 reuse between calls.
@@ -104,13 +130,34 @@ void bench_gemm_decode(BenchContext& ctx) {
         ctx.report.add({"decode", lin.name, shape_str(m, lin.n, lin.k), max_m ? "gemv" : "cublasLt",
                         us, bytes, flops(m, lin.n, lin.k)});
       }
-      if (gemv_us > lt_us && m <= threshold) threshold = static_cast<int>(m / 2);
+      if (!lin.f32_out) {
+        layer_us[m][0] += gemv_us;
+        layer_us[m][1] += lt_us;
+        layer_us[m][2] += best;
+      }
+      if (m == 1 || m == 8) {
+        for (int v = 0; v < gemv_variant_count(); ++v) {
+          const double us = ctx.timer.per_call_ms(
+                                [&](int i) {
+                                  launch_gemv_variant(v, x, w[static_cast<size_t>(i % copies)], out,
+                                                      ctx.backend.stream());
+                                },
+                                std::max(2 * copies, 8)) *
+                            1e3;
+          ctx.report.add({"variant", lin.name, shape_str(m, lin.n, lin.k), gemv_variant_name(v), us,
+                          bytes, flops(m, lin.n, lin.k)});
+        }
+      }
       ctx.times[m][lin.name] = best;
     }
   }
-  ctx.backend.set_gemv_max_m(16);
-  ctx.report.extra()["gemv_threshold_measured"] = threshold;
-  std::printf("GEMV beats cuBLASLt on every decode linear up to M = %d\n", threshold);
+  ctx.backend.set_gemv_max_m(8);
+  for (const auto& [m, us] : layer_us) {
+    std::printf("decode linears per layer, M = %ld: gemv %.1f us, cublasLt %.1f us, best %.1f us\n",
+                static_cast<long>(m), us[0], us[1], us[2]);
+    ctx.report.extra()["layer_linears_us_m" + std::to_string(m)] = {
+        {"gemv", us[0]}, {"cublasLt", us[1]}, {"best", us[2]}};
+  }
   ctx.release();
 }
 
@@ -180,6 +227,7 @@ int main(int argc, char** argv) {
   bench::GraphTimer timer(backend.stream());
   bench::Report report;
   bench::BenchContext ctx{backend, timer, report, {}, {}};
+  bench::warm_up(ctx);
   const double copy_tbs = bench::measure_copy_ceiling(ctx);
   std::printf("measured copy ceiling: %.2f TB/s (reference %.2f)\n", copy_tbs,
               bench::kCopyCeilingTBs);

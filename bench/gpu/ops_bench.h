@@ -29,6 +29,7 @@ struct BenchContext {
   void release() { buffers.clear(); }
 };
 
+void warm_up(BenchContext& ctx);
 double measure_copy_ceiling(BenchContext& ctx);
 void bench_gemm_decode(BenchContext& ctx);
 void bench_gemm_prefill(BenchContext& ctx);

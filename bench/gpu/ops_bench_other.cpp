@@ -178,8 +178,8 @@ void bench_sampling(BenchContext& ctx) {
     ctx.backend.copy_from_host(m.top_p, top_p.data(), DType::kF32);
     m.top_k = ctx.upload_i32({rows}, top_k);
     m.step = ctx.upload_i32({rows}, steps);
-    m.seed = ctx.random(DType::kF32, {2 * rows}).reshaped({rows});
-    m.seed.dtype = DType::kI64;
+    m.seed = ctx.random(DType::kF32, {2 * rows});  // 8 bytes per row
+    m.seed = Tensor(m.seed.data, DType::kI64, {rows});
     ctx.backend.copy_from_host(m.seed, seeds.data(), DType::kI64);
     const double bytes = static_cast<double>(rows) * kVocab * 4;
     for (const bool greedy : {true, false}) {

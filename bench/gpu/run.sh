@@ -15,7 +15,7 @@ started=$(date +%s)
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "git: $(git rev-parse HEAD 2>/dev/null || cat GIT_COMMIT 2>/dev/null || echo unknown)"
+  echo "git: $(cat GIT_COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit \
     --format=csv 2>&1
   nvcc --version | tail -2
@@ -73,8 +73,9 @@ try:
     print(f"gpu tests: {t['tests']} run, {t['failures']} failed, {t.get('disabled', 0)} disabled -> {status}")
     for s in t["testsuites"]:
         for c in s["testsuite"]:
-            if c.get("failures"):
-                print("  FAILED", s["name"] + "." + c["name"])
+            err = c.get("max_rel_l2")
+            print(f"  {'FAILED' if c.get('failures') else 'ok':6} {s['name'] + '.' + c['name']:<62}"
+                  + (f" max rel L2 {float(err):.2e}" if err else ""))
 except Exception as e:
     print("gpu tests:", status, f"({e.__class__.__name__})")
 try:

@@ -143,7 +143,10 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
           mma_16816<T>(s[2 * np + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], b[2], b[3]);
         }
       }
-      // Mask, then the online softmax of rows g (ri = 0) and g + 8 (ri = 1).
+      // Mask (only tiles crossing the diagonal or a window edge need it), then the online
+      // softmax of rows g (ri = 0) and g + 8 (ri = 1).
+      const bool need_mask =
+          key0 + kBlockK - 1 > wpos0 || (p.window > 0 && key0 <= wpos0 + 15 - p.window);
 #pragma unroll
       for (int ri = 0; ri < 2; ++ri) {
         const int qpos = wpos0 + g + ri * 8;
@@ -153,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int key = key0 + nt * 8 + tq * 2 + e;
-            const bool ok = key <= qpos && (p.window <= 0 || key > qpos - p.window);
+            const bool ok = !need_mask || (key <= qpos && (p.window <= 0 || key > qpos - p.window));
             const float v = ok ? s[nt][ri * 2 + e] * p.scale_log2 : -INFINITY;
             s[nt][ri * 2 + e] = v;
             mx = fmaxf(mx, v);

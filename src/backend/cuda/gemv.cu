@@ -1,152 +1,39 @@
-// The decode GEMM: out (M, N) = x (M, K) @ w (N, K)^T for M <= 32, bound by streaming w once.
-//
-// Each block owns 16 output features (rows of w) and splits K across its 8 warps. A warp step
-// covers 64 k: lane (r = lane / 4, q = lane % 4) loads 16 contiguous elements of w rows r and
-// r + 8 and of x row r (two 16-byte loads each), and feeds them to four m16n8k16 tensor-core
-// MMAs with w as the A operand (16 rows) and x^T as B (8 tokens per n-tile). The k order inside
-// an MMA is permuted identically for A and B, so each lane's contiguous 16-byte loads map
-// straight onto the fragment registers without shuffles. fp32 accumulation; the 8 warps' partial
-// sums are reduced through shared memory and the bias is added on the way out.
+// The decode GEMM (detail/gemv_kernel.cuh) at the configuration chosen by bench/gpu measurements
+// on the H200: see bench/NOTES.md.
 #include <algorithm>
 
 #include "backend/cuda/detail/check.h"
-#include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/gemv_kernel.cuh"
 #include "backend/cuda/detail/kernels.h"
-#include "backend/cuda/detail/mma.cuh"
 
 namespace ib::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kRows = 16;   // output features per block
-constexpr int kStepK = 64;  // k per warp step
-constexpr int kUnroll = 2;  // warp steps in flight
+constexpr int kUnroll = 4;
+constexpr bool kAdjacent = true;
 
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// One warp step: 16 rows x 64 k against NT n-tiles of 8 tokens.
-template <typename T, int NT>
-__device__ __forceinline__ void gemv_step(float (&acc)[NT][4], const uint4 (&wa)[2],
-                                          const uint4 (&wb)[2], const uint4 (&xv)[NT][2]) {
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t a0 = word(wa[c], 2 * h), a1 = word(wb[c], 2 * h);
-      const uint32_t a2 = word(wa[c], 2 * h + 1), a3 = word(wb[c], 2 * h + 1);
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-        mma_16816<T>(acc[t], a0, a1, a2, a3, word(xv[t][c], 2 * h), word(xv[t][c], 2 * h + 1));
-    }
-  }
-}
-
-// x (M, K), w (N, K), bias (N) or null, out (M, N); K % 64 == 0; M <= 8 * NT.
 template <typename T, typename TOut, int NT>
-__global__ void __launch_bounds__(kThreads)
-    gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                TOut* __restrict__ out, int m, int n, int k) {
-  __shared__ float partial[kWarps][NT][4][32];  // (warp, n-tile, C register, lane)
-  const int warp = threadIdx.x >> 5;
-  const int lane = threadIdx.x & 31;
-  const int r = lane >> 2;
-  const int q = lane & 3;
-  const int64_t n0 = int64_t{blockIdx.x} * kRows;
-  // Rows and tokens past the end read row 0 / token 0: their results are never stored.
-  const int64_t row_a = n0 + r < n ? n0 + r : 0;
-  const int64_t row_b = n0 + r + 8 < n ? n0 + r + 8 : 0;
-  const T* wa_ptr = w + row_a * k + q * 16;
-  const T* wb_ptr = w + row_b * k + q * 16;
-  const T* x_ptr[NT];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const int tok = t * 8 + r;
-    x_ptr[t] = x + int64_t{tok < m ? tok : 0} * k + q * 16;
-  }
-
-  float acc[NT][4];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-
-  const int steps = k / kStepK;
-  int s = warp;
-  for (; s + (kUnroll - 1) * kWarps < steps; s += kUnroll * kWarps) {
-    uint4 wa[kUnroll][2], wb[kUnroll][2], xv[kUnroll][NT][2];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t kk = int64_t{s + u * kWarps} * kStepK;
-      wa[u][0] = load_stream16(wa_ptr + kk);
-      wa[u][1] = load_stream16(wa_ptr + kk + 8);
-      wb[u][0] = load_stream16(wb_ptr + kk);
-      wb[u][1] = load_stream16(wb_ptr + kk + 8);
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        xv[u][t][0] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk));
-        xv[u][t][1] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk + 8));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
-  }
-  for (; s < steps; s += kWarps) {
-    const int64_t kk = int64_t{s} * kStepK;
-    uint4 wa[2], wb[2], xv[NT][2];
-    wa[0] = load_stream16(wa_ptr + kk);
-    wa[1] = load_stream16(wa_ptr + kk + 8);
-    wb[0] = load_stream16(wb_ptr + kk);
-    wb[1] = load_stream16(wb_ptr + kk + 8);
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      xv[t][0] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk));
-      xv[t][1] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk + 8));
-    }
-    gemv_step<T, NT>(acc, wa, wb, xv);
-  }
-
-#pragma unroll
-  for (int t = 0; t < NT; ++t)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) partial[warp][t][i][lane] = acc[t][i];
-  __syncthreads();
-
-  // Output o = token * 16 + row: consecutive threads write consecutive features of one token.
-  for (int o = threadIdx.x; o < NT * 8 * kRows; o += kThreads) {
-    const int token = o / kRows;
-    const int row = o % kRows;
-    const int64_t feature = n0 + row;
-    if (token >= m || feature >= n) continue;
-    const int t = token / 8;
-    const int col = token % 8;
-    const int src_lane = (row % 8) * 4 + col / 2;
-    const int reg = (row / 8) * 2 + col % 2;
-    float sum = 0.0f;
-#pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][t][reg][src_lane];
-    if (bias) sum += to_f32(bias[feature]);
-    out[int64_t{token} * n + feature] = from_f32<TOut>(sum);
-  }
+void launch_nt(const Tensor& x, const Tensor& w, const T* bias, Tensor out, cudaStream_t stream) {
+  const int m = static_cast<int>(x.rows());
+  const int n = static_cast<int>(w.dim(0));
+  const int k = static_cast<int>(w.dim(1));
+  const unsigned blocks = static_cast<unsigned>((n + kGemvRows - 1) / kGemvRows);
+  gemv_kernel<T, TOut, NT, kWarps, kUnroll, kAdjacent>
+      <<<blocks, kWarps * 32, 0, stream>>>(x.as<T>(), w.as<T>(), bias, out.as<TOut>(), m, n, k);
 }
 
 template <typename T, typename TOut>
 void launch_typed(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
                   cudaStream_t stream) {
-  const int m = static_cast<int>(x.rows());
-  const int n = static_cast<int>(w.dim(0));
-  const int k = static_cast<int>(w.dim(1));
-  const unsigned blocks = static_cast<unsigned>((n + kRows - 1) / kRows);
   const T* b = bias ? bias->as<T>() : nullptr;
+  const int64_t m = x.rows();
   if (m <= 8) {
-    gemv_kernel<T, TOut, 1>
-        <<<blocks, kThreads, 0, stream>>>(x.as<T>(), w.as<T>(), b, out.as<TOut>(), m, n, k);
+    launch_nt<T, TOut, 1>(x, w, b, out, stream);
   } else if (m <= 16) {
-    gemv_kernel<T, TOut, 2>
-        <<<blocks, kThreads, 0, stream>>>(x.as<T>(), w.as<T>(), b, out.as<TOut>(), m, n, k);
+    launch_nt<T, TOut, 2>(x, w, b, out, stream);
   } else {
-    gemv_kernel<T, TOut, 4>
-        <<<blocks, kThreads, 0, stream>>>(x.as<T>(), w.as<T>(), b, out.as<TOut>(), m, n, k);
+    launch_nt<T, TOut, 4>(x, w, b, out, stream);
   }
 }
 
@@ -155,8 +42,8 @@ void launch_typed(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor o
 bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor& out) {
   const bool half_type = x.dtype == DType::kBF16 || x.dtype == DType::kF16;
   return half_type && w.dtype == x.dtype && (out.dtype == x.dtype || out.dtype == DType::kF32) &&
-         x.rows() >= 1 && x.rows() <= kGemvMaxM && w.dim(1) % kStepK == 0 && aligned16(x.data) &&
-         aligned16(w.data);
+         x.rows() >= 1 && x.rows() <= kGemvMaxM && w.dim(1) % kGemvStepK == 0 &&
+         aligned16(x.data) && aligned16(w.data);
 }
 
 void launch_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,

@@ -1,5 +1,5 @@
 // RoPE (rotate-half) on the q and k heads of the fused qkv rows, in place, fused with the write
-// of the rotated k and of v into the paged KV cache: one block per token.
+// of the rotated k and of v into the paged KV cache: one thread per rotated pair or v pair.
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
@@ -7,10 +7,11 @@
 namespace ib::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 128;
 
 // qkv (T, (Hq + 2 Hkv) * hd); positions, slot_mapping int32 (T); inv_freq f32 (hd / 2);
-// k_cache, v_cache (num_blocks, Hkv, block_size, hd).
+// k_cache, v_cache (num_blocks, Hkv, block_size, hd). grid (T, ceil(items / kThreads)); one
+// item per thread: a rotated (q or k) pair, or a pair of v elements copied into the cache.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     rope_and_cache_kernel(T* qkv, const int32_t* positions, const int32_t* slot_mapping,
@@ -18,9 +19,11 @@ __global__ void __launch_bounds__(kThreads)
                           int num_kv_heads, int head_dim, int block_size) {
   const int64_t t = blockIdx.x;
   const int half = head_dim / 2;
-  const int64_t row_elems = int64_t{num_heads + 2 * num_kv_heads} * head_dim;
-  T* row = qkv + t * row_elems;
-  const float pos = static_cast<float>(positions[t]);
+  const int rot_items = (num_heads + num_kv_heads) * half;
+  const int v_items = num_kv_heads * half;
+  const int i = blockIdx.y * kThreads + threadIdx.x;
+  if (i >= rot_items + v_items) return;
+  T* row = qkv + t * int64_t{num_heads + 2 * num_kv_heads} * head_dim;
   const int32_t slot = slot_mapping[t];
   const int64_t block = slot >= 0 ? slot / block_size : 0;
   const int offset = slot >= 0 ? slot % block_size : 0;
@@ -28,30 +31,30 @@ __global__ void __launch_bounds__(kThreads)
   const auto cache_index = [&](int kv_head, int d) {
     return ((block * num_kv_heads + kv_head) * block_size + offset) * int64_t{head_dim} + d;
   };
-
-  const int rot_pairs = (num_heads + num_kv_heads) * half;
-  for (int i = threadIdx.x; i < rot_pairs; i += kThreads) {
-    const int head = i / half;
-    const int j = i % half;
-    T* h = row + int64_t{head} * head_dim;
-    const float x1 = to_f32(h[j]);
-    const float x2 = to_f32(h[j + half]);
-    float s, c;
-    sincosf(pos * inv_freq[j], &s, &c);
-    const T o1 = from_f32<T>(x1 * c - x2 * s);
-    const T o2 = from_f32<T>(x2 * c + x1 * s);
-    h[j] = o1;
-    h[j + half] = o2;
-    if (head >= num_heads && slot >= 0) {
-      const int kv_head = head - num_heads;
-      k_cache[cache_index(kv_head, j)] = o1;
-      k_cache[cache_index(kv_head, j + half)] = o2;
-    }
+  if (i >= rot_items) {  // v: elements j and j + half of one kv head
+    if (slot < 0) return;
+    const int kv_head = (i - rot_items) / half;
+    const int j = (i - rot_items) % half;
+    const T* v = row + int64_t{num_heads + num_kv_heads + kv_head} * head_dim;
+    v_cache[cache_index(kv_head, j)] = v[j];
+    v_cache[cache_index(kv_head, j + half)] = v[j + half];
+    return;
   }
-  if (slot < 0) return;
-  const T* v = row + int64_t{num_heads + num_kv_heads} * head_dim;
-  for (int i = threadIdx.x; i < num_kv_heads * head_dim; i += kThreads)
-    v_cache[cache_index(i / head_dim, i % head_dim)] = v[i];
+  const int head = i / half;
+  const int j = i % half;
+  T* h = row + int64_t{head} * head_dim;
+  const float x1 = to_f32(h[j]);
+  const float x2 = to_f32(h[j + half]);
+  float s, c;
+  sincosf(static_cast<float>(positions[t]) * inv_freq[j], &s, &c);
+  const T o1 = from_f32<T>(x1 * c - x2 * s);
+  const T o2 = from_f32<T>(x2 * c + x1 * s);
+  h[j] = o1;
+  h[j + half] = o2;
+  if (head >= num_heads && slot >= 0) {
+    k_cache[cache_index(head - num_heads, j)] = o1;
+    k_cache[cache_index(head - num_heads, j + half)] = o2;
+  }
 }
 
 }  // namespace
