@@ -86,11 +86,26 @@ __global__ void __launch_bounds__(kThreads) split_kv_kernel(SplitParams p) {
     for (int i = 0; i < kVd; ++i) acc[g][i] = 0.0f;
   }
 
+  // Value rows are read kGroup keys at a time (lane: its head_dim slice of each key); the
+  // first group's loads are issued with the key loads, so a chunk costs about two round trips.
+  constexpr int kGroup = sizeof(T) * kVd <= 8 ? 16 : 8;
   const int first = max(p_begin, qv.key_begin);
   for (int base = first + warp * 32; base < p_end; base += kWarps * 32) {
     const int key = base + lane;
     const bool valid = key < p_end;
     const int64_t row = valid ? cache_row(p.batch, qv.seq, key, kv_head, p.num_kv_heads, HD) : 0;
+    const int n = min(32, p_end - base);
+    float vf[kGroup][kVd];
+    const auto load_values = [&](int j0) {
+#pragma unroll
+      for (int u = 0; u < kGroup; ++u) {
+        const int64_t vrow = __shfl_sync(0xffffffffu, row, j0 + u);
+#pragma unroll
+        for (int i = 0; i < kVd; ++i)
+          vf[u][i] = j0 + u < n ? to_f32(v_cache[vrow + lane * kVd + i]) : 0.0f;
+      }
+    };
+    load_values(0);
     float s[GC];
 #pragma unroll
     for (int g = 0; g < GC; ++g) s[g] = 0.0f;
@@ -128,19 +143,10 @@ __global__ void __launch_bounds__(kThreads) split_kv_kernel(SplitParams p) {
       p_s[warp][lane][g] = pg;
     }
     __syncwarp();
-    const int n = min(32, p_end - base);
-    // P·V over the chunk's keys, 8 at a time: the 8 value loads go out before their FMAs.
-    for (int j0 = 0; j0 < n; j0 += 8) {
-      float vf[8][kVd];
+    for (int j0 = 0; j0 < n; j0 += kGroup) {
+      if (j0 > 0) load_values(j0);
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int64_t vrow = __shfl_sync(0xffffffffu, row, j0 + u);
-#pragma unroll
-        for (int i = 0; i < kVd; ++i)
-          vf[u][i] = j0 + u < n ? to_f32(v_cache[vrow + lane * kVd + i]) : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
+      for (int u = 0; u < kGroup; ++u) {
 #pragma unroll
         for (int g = 0; g < GC; ++g) {
           const float pj = p_s[warp][j0 + u][g];

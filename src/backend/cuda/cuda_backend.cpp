@@ -223,8 +223,8 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
             "matmul: x and w share the activation dtype; out is that or f32");
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "matmul: bias must be (N)");
   bind();
-  if (x.rows() <= gemv_max_m_ && gemv_supported(x, w, out) &&
-      (bias == nullptr || bias->dtype == w.dtype)) {
+  if (x.rows() <= gemv_max_m_ && static_cast<int64_t>(w.bytes()) <= gemv_max_weight_bytes_ &&
+      gemv_supported(x, w, out) && (bias == nullptr || bias->dtype == w.dtype)) {
     launch_gemv(x, w, bias, out, stream_);
   } else {
     gemm_->run(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
@@ -300,7 +300,8 @@ void CudaBackend::sample(const Tensor& logits, const SamplingMetadata& meta, Ten
                 out_tokens.dtype == DType::kI32 && out_tokens.numel() == meta.num_rows,
             "sample: logits f32 (R, V) and out_tokens int32 (R)");
   bind();
-  launch_sample(logits, meta, out_tokens, stream_);
+  launch_sample(logits, meta, out_tokens, attention_workspace_.data(), attention_workspace_.bytes(),
+                stream_);
   after_op("sample");
 }
 

@@ -9,9 +9,11 @@
 namespace ib::cuda {
 namespace {
 
+// Measured on the H200 against 5 other configurations (bench/NOTES.md, run 2): 8 warps with
+// 2 interleaved steps in flight was fastest on every Llama-3-8B shape but one.
 constexpr int kWarps = 8;
-constexpr int kUnroll = 4;
-constexpr bool kAdjacent = true;
+constexpr int kUnroll = 2;
+constexpr bool kAdjacent = false;
 
 template <typename T, typename TOut, int NT>
 void launch_nt(const Tensor& x, const Tensor& w, const T* bias, Tensor out, cudaStream_t stream) {

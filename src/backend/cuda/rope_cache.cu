@@ -64,9 +64,11 @@ void launch_rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& sl
                            const AttentionShape& shape, cudaStream_t stream) {
   const int64_t tokens = qkv.dim(0);
   if (tokens == 0) return;
+  const int items = (shape.num_heads + 2 * shape.num_kv_heads) * (shape.head_dim / 2);
+  const dim3 grid(static_cast<unsigned>(tokens),
+                  static_cast<unsigned>((items + kThreads - 1) / kThreads));
   IB_DISPATCH_FLOAT(qkv.dtype, T,
-                    rope_and_cache_kernel<T>
-                    <<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
+                    rope_and_cache_kernel<T><<<grid, kThreads, 0, stream>>>(
                         qkv.as<T>(), positions.as<int32_t>(), slot_mapping.as<int32_t>(),
                         inv_freq.as<float>(), kv.k.as<T>(), kv.v.as<T>(), shape.num_heads,
                         shape.num_kv_heads, shape.head_dim, kv.block_size));

@@ -53,9 +53,13 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
   int num_sms() const { return num_sms_; }
-  // Largest M that takes the tensor-core GEMV instead of cuBLASLt (0: always cuBLASLt).
+  // The tensor-core GEMV takes matmuls with M <= gemv_max_m and a weight of at most
+  // gemv_max_weight_bytes; cuBLASLt takes the rest (0: always cuBLASLt). The defaults come from
+  // the H200 measurements in bench/NOTES.md: cuBLASLt wins from M = 16, and on the large
+  // decode matrices (gate_up, down) it streams slightly faster than the GEMV.
   int gemv_max_m() const { return gemv_max_m_; }
   void set_gemv_max_m(int m) { gemv_max_m_ = m; }
+  void set_gemv_max_weight_bytes(int64_t bytes) { gemv_max_weight_bytes_ = bytes; }
   void set_attention_path(AttentionPath path) { attention_path_ = path; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
@@ -81,7 +85,8 @@ class CudaBackend final : public Backend {
   Buffer gemm_workspace_;
   Buffer attention_workspace_;
   Buffer staging_;
-  int gemv_max_m_ = 8;  // measured: cuBLASLt wins from M = 16 (bench/NOTES.md)
+  int gemv_max_m_ = 8;
+  int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
   AttentionPath attention_path_ = AttentionPath::kAuto;
   bool debug_sync_ = false;
 };

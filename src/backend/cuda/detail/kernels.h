@@ -62,7 +62,8 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
                             cudaStream_t stream);
 
 // ---- sampling.cu ----
+// workspace: scratch for the multi-block greedy path (the attention workspace, free between ops).
 void launch_sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens,
-                   cudaStream_t stream);
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace ib::cuda
