@@ -2,6 +2,7 @@
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/gemv_kernel.cuh"
+#include "backend/cuda/detail/split_kv_kernel.cuh"
 
 namespace ib::bench {
 namespace {
@@ -61,6 +62,16 @@ void run_variant(int v, const Tensor& x, const Tensor& w, Tensor out, cudaStream
 
 const char* const kNames[] = {"w8u2", "w8u4", "w8u4adj", "w16u2adj", "w16u4adj", "w4u4adj"};
 
+template <int kWarps, int kGroup, bool kPrefetch>
+void run_attention(const cuda::SplitParams& p, int tokens, cudaStream_t stream) {
+  cuda::split_kv_kernel<cuda::bf16, 128, 4, kWarps, kGroup, kPrefetch>
+      <<<cuda::split_kv_grid(p, tokens, 4), kWarps * 32, 0, stream>>>(p);
+  if (p.num_partitions > 1)
+    cuda::merge_kernel<cuda::bf16, 128><<<cuda::merge_grid(p, tokens), 128, 0, stream>>>(p);
+}
+
+const char* const kAttentionNames[] = {"w4g8", "w4g16pf", "w8g16pf", "w8g8"};
+
 }  // namespace
 
 void launch_copy(const void* src, void* dst, size_t bytes, int num_sms, cudaStream_t stream) {
@@ -90,6 +101,40 @@ void launch_gemv_variant(int variant, const Tensor& x, const Tensor& w, Tensor o
     run_variant<cuda::bf16>(variant, x, w, out, stream);
   }
   IB_CUDA_CHECK_LAUNCH("bench gemv variant");
+}
+
+int attention_variant_count() {
+  return 4;
+}
+const char* attention_variant_name(int variant) {
+  return kAttentionNames[variant];
+}
+
+void launch_attention_variant(int variant, const Tensor& qkv, const KvCacheLayer& kv,
+                              const AttentionMetadata& meta, const AttentionShape& shape,
+                              int partition_size, void* workspace, size_t workspace_bytes,
+                              Tensor out, cudaStream_t stream) {
+  IB_ASSERT(qkv.dtype == DType::kBF16 && shape.head_dim == 128 &&
+                shape.num_heads / shape.num_kv_heads <= 4 &&
+                shape.num_heads / shape.num_kv_heads > 1,
+            "attention variants: bf16, head_dim 128, GQA group 2..4");
+  const cuda::SplitParams p = cuda::make_split_params(qkv, kv, meta, shape, partition_size,
+                                                      workspace, workspace_bytes, out);
+  switch (variant) {
+    case 0:
+      run_attention<4, 8, false>(p, meta.num_tokens, stream);
+      break;
+    case 1:
+      run_attention<4, 16, true>(p, meta.num_tokens, stream);
+      break;
+    case 2:
+      run_attention<8, 16, true>(p, meta.num_tokens, stream);
+      break;
+    default:
+      run_attention<8, 8, false>(p, meta.num_tokens, stream);
+      break;
+  }
+  IB_CUDA_CHECK_LAUNCH("bench attention variant");
 }
 
 }  // namespace ib::bench

@@ -19,4 +19,12 @@ const char* gemv_variant_name(int variant);
 void launch_gemv_variant(int variant, const Tensor& x, const Tensor& w, Tensor out,
                          cudaStream_t stream);
 
+int attention_variant_count();
+const char* attention_variant_name(int variant);
+// Split-KV decode attention through variant v (bf16, head_dim 128, GQA group <= 4 only).
+void launch_attention_variant(int variant, const Tensor& qkv, const KvCacheLayer& kv,
+                              const AttentionMetadata& meta, const AttentionShape& shape,
+                              int partition_size, void* workspace, size_t workspace_bytes,
+                              Tensor out, cudaStream_t stream);
+
 }  // namespace ib::bench

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend/cuda/detail/kernels.h"
+#include "bench_kernels.h"
 #include "ops_bench.h"
 
 namespace ib::bench {
@@ -71,6 +73,49 @@ std::string bxc(int b, int c) {
   return std::to_string(b) + " seq x " + std::to_string(c);
 }
 
+std::vector<float> host_bf16(BenchContext& ctx, const Tensor& t) {
+  std::vector<uint16_t> bits(static_cast<size_t>(t.numel()));
+  ctx.backend.copy_to_host(t, bits.data());
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_bits_to_f32(bits[i]);
+  return out;
+}
+
+// The split-KV kernel configurations side by side, each checked against the shipped one.
+void time_attention_variants(BenchContext& ctx, Paged& p, const std::string& shape, double tokens) {
+  const AttentionMetadata& meta0 = p.metas[0];
+  const int partition = cuda::split_kv_partition_size(
+      meta0, kShape, cuda::CudaBackend::kAttentionWorkspaceBytes, ctx.backend.num_sms());
+  Tensor ref = ctx.random(DType::kBF16, {p.out.dim(0), p.out.dim(1)});
+  ctx.backend.set_attention_path(cuda::AttentionPath::kSplitKv);
+  ctx.backend.attention(p.qkv, p.kv, meta0, kShape, ref);
+  ctx.backend.set_attention_path(cuda::AttentionPath::kAuto);
+  const std::vector<float> want = host_bf16(ctx, ref);
+  Tensor workspace = ctx.random(DType::kF32, {int64_t{16} << 20});  // 64 MiB
+  const auto n = static_cast<int>(p.metas.size());
+  for (int v = 0; v < attention_variant_count(); ++v) {
+    const auto run = [&](int i) {
+      launch_attention_variant(v, p.qkv, p.kv, p.metas[static_cast<size_t>(i % n)], kShape,
+                               partition, workspace.data, workspace.bytes(), p.out,
+                               ctx.backend.stream());
+    };
+    const double us = ctx.timer.per_call_ms(run, std::max(2 * n, 8)) * 1e3;
+    run(0);
+    const std::vector<float> got = host_bf16(ctx, p.out);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double d = double{got[i]} - double{want[i]};
+      num += d * d;
+      den += double{want[i]} * double{want[i]};
+    }
+    const double rel = std::sqrt(num / std::max(den, 1e-30));
+    ctx.report.add({"variant", "attention", shape, attention_variant_name(v), us,
+                    tokens * kKvBytesPerToken, 4.0 * tokens * kHeads * kHeadDim});
+    std::printf("  %s vs shipped kernel: rel L2 %.2e\n", attention_variant_name(v), rel);
+    ctx.report.extra()["attention_variant_rel_l2"][shape][attention_variant_name(v)] = rel;
+  }
+}
+
 }  // namespace
 
 void bench_attention(BenchContext& ctx) {
@@ -84,6 +129,7 @@ void bench_attention(BenchContext& ctx) {
     const double tokens = double{1} * d.batch * d.context;
     ctx.report.add({"decode", "attention", bxc(d.batch, d.context), "split_kv", us,
                     tokens * kKvBytesPerToken, 4.0 * tokens * kHeads * kHeadDim});
+    time_attention_variants(ctx, p, bxc(d.batch, d.context), tokens);
     if (d.context == 160) ctx.times[d.batch]["attention_ctx160"] = us;
     ctx.release();
   }

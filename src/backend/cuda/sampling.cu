@@ -141,7 +141,14 @@ __device__ SelectResult block_select(const RowContext& row, uint64_t filter_min,
       const bool in = valid && key >= filter_min && (key & mask) == prefix;
       const uint64_t w = in && by_mass ? row.weight(l) : 0;
       const unsigned bucket = in ? static_cast<unsigned>((key >> shift) & 255u) : 256u;
-      const unsigned peers = __match_any_sync(kFull, bucket);
+      // Late passes filter out almost everything, and early ones often put a whole warp in one
+      // bucket: both skip the (slow) match_any.
+      const unsigned in_mask = __ballot_sync(kFull, in);
+      if (in_mask == 0) return;
+      const unsigned first_bucket = __shfl_sync(kFull, bucket, __ffs(in_mask) - 1);
+      const bool one_bucket = __all_sync(kFull, !in || bucket == first_bucket);
+      const unsigned peers =
+          one_bucket ? (in ? in_mask : ~in_mask) : __match_any_sync(kFull, bucket);
       const unsigned hi = __reduce_add_sync(peers, static_cast<unsigned>(w >> 20));
       const unsigned lo = __reduce_add_sync(peers, static_cast<unsigned>(w & 0xfffffu));
       const int count = __popc(peers);
