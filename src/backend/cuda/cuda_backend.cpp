@@ -272,7 +272,7 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
     const int partition =
         split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
     launch_attention_split_kv(qkv, kv, meta, shape, partition, attention_workspace_.data(),
-                              attention_workspace_.bytes(), out, stream_);
+                              attention_workspace_.bytes(), num_sms_, out, stream_);
   }
   after_op("attention");
 }

@@ -52,7 +52,7 @@ int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape&
 void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const AttentionShape& shape,
                                int partition_size, void* workspace, size_t workspace_bytes,
-                               Tensor out, cudaStream_t stream);
+                               int num_sms, Tensor out, cudaStream_t stream);
 bool split_kv_supports(const AttentionShape& shape);
 
 // ---- attention_flash.cu: tensor-core flash attention for prefill / mixed batches ----
