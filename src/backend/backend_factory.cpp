@@ -7,6 +7,9 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#if defined(INFERBENCH_HAVE_CUDA)
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace ib {
 namespace {
@@ -65,8 +68,9 @@ Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
                         "' needs the CUDA backend, which this build does not include; rebuild with "
                         "nvcc installed (-DINFERBENCH_CUDA=ON) or use --device cpu");
     }
-    // CUDA hook (helper 'cuda'): create the CUDA backend for name.index here.
-    return user_error("device '" + options.device + "': the CUDA backend is not wired in yet");
+#if defined(INFERBENCH_HAVE_CUDA)
+    return create_cuda_backend(options);  // device count, index and dtype checks; memory limit
+#endif
   }
   if (options.memory_limit_bytes) backend->memory().set_limit_bytes(options.memory_limit_bytes);
   return backend;

@@ -1,0 +1,40 @@
+// The GPU op benchmark's sections (Llama-3-8B shapes, bf16): each times its ops and adds rows.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/detail/cuda_backend_impl.h"
+#include "bench_util.h"
+
+namespace ib::bench {
+
+// Llama-3-8B.
+inline constexpr int64_t kHidden = 4096, kFfn = 14336, kVocab = 128256;
+inline constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128, kLayers = 32, kBlockSize = 16;
+
+struct BenchContext {
+  cuda::CudaBackend& backend;
+  GraphTimer& timer;
+  Report& report;
+  std::vector<Buffer> buffers;  // freed between sections
+  // Best per-op times (us) by batch, for the step estimates: times[M]["qkv"] etc.
+  std::map<int64_t, std::map<std::string, double>> times;
+
+  Tensor random(DType dtype, std::initializer_list<int64_t> shape, float scale = 1.0f);
+  Tensor zeros_i32(std::initializer_list<int64_t> shape);
+  Tensor upload_i32(std::initializer_list<int64_t> shape, const std::vector<int32_t>& values);
+  void release() { buffers.clear(); }
+};
+
+void warm_up(BenchContext& ctx);
+double measure_copy_ceiling(BenchContext& ctx);
+void bench_gemm_decode(BenchContext& ctx);
+void bench_gemm_prefill(BenchContext& ctx);
+void bench_attention(BenchContext& ctx);
+void bench_small_ops(BenchContext& ctx);
+void bench_sampling(BenchContext& ctx);
+
+}  // namespace ib::bench

@@ -1,0 +1,293 @@
+// Flash attention over the paged cache for prefill and mixed batches (bf16/fp16, tensor cores).
+// A block owns 64 query rows of one sequence and one query head (4 warps x 16 rows) and walks
+// the visible keys in tiles of 64: K and V tiles are gathered from the cache blocks by cp.async
+// into a two-stage shared-memory ring, S = Q K^T and O += P V run on m16n8k16 MMAs with fp32
+// accumulation, and the softmax is online (running max and sum per row), so no S x S matrix is
+// ever materialised. Causal and sliding-window masks are applied per element; tiles a warp cannot
+// see are skipped.
+#include <cmath>
+
+#include "backend/cuda/detail/attention_common.cuh"
+#include "backend/cuda/detail/check.h"
+#include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/mma.cuh"
+
+namespace ib::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlockQ = 64;  // query rows per block
+constexpr int kBlockK = 64;  // keys per tile
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct FlashParams {
+  const void* qkv;
+  const void* k_cache;
+  const void* v_cache;
+  void* out;
+  PagedBatch batch;
+  int num_heads, num_kv_heads, group, window;
+  float scale_log2;
+};
+
+template <int HD>
+constexpr int pitch() {
+  return HD + 8;  // 16 bytes of padding per row: ldmatrix rows land in distinct banks
+}
+template <int HD>
+constexpr size_t smem_bytes() {
+  return static_cast<size_t>(kBlockQ + 4 * kBlockK) * pitch<HD>() * 2;
+}
+
+// grid (q tiles, Hq, num_seqs); dynamic shared memory smem_bytes<HD>().
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
+  constexpr int kP = pitch<HD>();
+  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
+  extern __shared__ uint4 smem_raw[];
+  T* q_s = reinterpret_cast<T*>(smem_raw);  // (kBlockQ, kP)
+  T* k_s = q_s + kBlockQ * kP;              // (2, kBlockK, kP)
+  T* v_s = k_s + 2 * kBlockK * kP;          // (2, kBlockK, kP)
+
+  const int seq = blockIdx.z;
+  const int head = blockIdx.y;
+  const int q_tile = gridDim.x - 1 - blockIdx.x;  // the longest (last) tiles start first
+  const int q_begin = p.batch.query_start[seq];
+  const int q_len = p.batch.query_start[seq + 1] - q_begin;
+  if (q_tile * kBlockQ >= q_len) return;
+  const int ctx = p.batch.context_lens[seq];
+  const int rows_here = min(kBlockQ, q_len - q_tile * kBlockQ);
+  const int qpos_first = ctx - q_len + q_tile * kBlockQ;
+  const int kv_end = qpos_first + rows_here;  // keys [0, kv_end) can be visible
+  const int kv_begin = p.window > 0 ? max(0, qpos_first - p.window + 1) : 0;
+  const int tile_begin = kv_begin / kBlockK;
+  const int tile_end = (kv_end + kBlockK - 1) / kBlockK;
+  const int kv_head = head / p.group;
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+
+  const int64_t qkv_stride = int64_t{p.num_heads + 2 * p.num_kv_heads} * HD;
+  const T* q_src = static_cast<const T*>(p.qkv) + int64_t{q_begin + q_tile * kBlockQ} * qkv_stride +
+                   int64_t{head} * HD;
+  for (int i = threadIdx.x; i < kBlockQ * kChunks; i += kThreads) {
+    const int r = i / kChunks;
+    const int c = (i % kChunks) * 8;
+    const bool valid = r < rows_here;
+    cp_async16(q_s + r * kP + c, q_src + (valid ? r * qkv_stride : 0) + c, valid);
+  }
+  const T* k_cache = static_cast<const T*>(p.k_cache);
+  const T* v_cache = static_cast<const T*>(p.v_cache);
+  const auto load_kv = [&](int tile, int buf) {
+    T* kd = k_s + buf * kBlockK * kP;
+    T* vd = v_s + buf * kBlockK * kP;
+    for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
+      const int r = i / kChunks;
+      const int c = (i % kChunks) * 8;
+      const int key = tile * kBlockK + r;
+      const bool valid = key < kv_end;
+      const int64_t row = valid ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD) : 0;
+      cp_async16(kd + r * kP + c, k_cache + row + c, valid);
+      cp_async16(vd + r * kP + c, v_cache + row + c, valid);
+    }
+  };
+  load_kv(tile_begin, 0);
+  cp_async_commit();
+
+  // This warp's 16 query rows: lane holds rows g = lane / 4 and g + 8.
+  const int g = lane >> 2;
+  const int tq = lane & 3;
+  const int wpos0 = qpos_first + warp * 16;  // position of the warp's row 0
+  const bool warp_active = warp * 16 < rows_here;
+  uint32_t qf[HD / 16][4];
+  float o[HD / 8][4];
+#pragma unroll
+  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};
+
+  for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
+    const int buf = it & 1;
+    if (tile + 1 < tile_end) {
+      load_kv(tile + 1, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (it == 0) {
+#pragma unroll
+      for (int ks = 0; ks < HD / 16; ++ks)
+        ldmatrix_x4(qf[ks], q_s + (warp * 16 + (lane & 15)) * kP + ks * 16 + (lane >> 4) * 8);
+    }
+    const int key0 = tile * kBlockK;
+    // Skip tiles wholly after this warp's last row or wholly before its first row's window.
+    const bool visible = warp_active && key0 <= wpos0 + 15 &&
+                         (p.window <= 0 || key0 + kBlockK - 1 > wpos0 - p.window);
+    if (visible) {
+      const T* kt = k_s + buf * kBlockK * kP;
+      const T* vt = v_s + buf * kBlockK * kP;
+      float s[kBlockK / 8][4];
+#pragma unroll
+      for (int i = 0; i < kBlockK / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < HD / 16; ++ks) {
+#pragma unroll
+        for (int np = 0; np < kBlockK / 16; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4(b, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kP + ks * 16 +
+                             ((lane >> 3) & 1) * 8);
+          mma_16816<T>(s[2 * np], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], b[0], b[1]);
+          mma_16816<T>(s[2 * np + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], b[2], b[3]);
+        }
+      }
+      // Mask (only tiles crossing the diagonal or a window edge need it), then the online
+      // softmax of rows g (ri = 0) and g + 8 (ri = 1).
+      const bool need_mask =
+          key0 + kBlockK - 1 > wpos0 || (p.window > 0 && key0 <= wpos0 + 15 - p.window);
+#pragma unroll
+      for (int ri = 0; ri < 2; ++ri) {
+        const int qpos = wpos0 + g + ri * 8;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kBlockK / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key0 + nt * 8 + tq * 2 + e;
+            const bool ok = !need_mask || (key <= qpos && (p.window <= 0 || key > qpos - p.window));
+            const float v = ok ? s[nt][ri * 2 + e] * p.scale_log2 : -INFINITY;
+            s[nt][ri * 2 + e] = v;
+            mx = fmaxf(mx, v);
+          }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[ri], mx);
+        const float ref = m_new == -INFINITY ? 0.0f : m_new;
+        const float alpha = exp2f(m[ri] - ref);
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kBlockK / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = exp2f(s[nt][ri * 2 + e] - ref);
+            s[nt][ri * 2 + e] = pv;
+            sum += pv;
+          }
+        }
+        l[ri] = l[ri] * alpha + sum;
+        m[ri] = m_new;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; ++dt) {
+          o[dt][ri * 2] *= alpha;
+          o[dt][ri * 2 + 1] *= alpha;
+        }
+      }
+      // O += P V: P's accumulator layout is the A-operand layout of the next MMA.
+#pragma unroll
+      for (int kk = 0; kk < kBlockK / 16; ++kk) {
+        const uint32_t a0 = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        const uint32_t a1 = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        const uint32_t a2 = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        const uint32_t a3 = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < HD / 16; ++dp) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kP + dp * 16 +
+                                   (lane >> 4) * 8);
+          mma_16816<T>(o[2 * dp], a0, a1, a2, a3, b[0], b[1]);
+          mma_16816<T>(o[2 * dp + 1], a0, a1, a2, a3, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // the next iteration's prefetch overwrites this buffer
+  }
+
+  if (!warp_active) return;
+  T* out_base = static_cast<T*>(p.out) +
+                int64_t{q_begin + q_tile * kBlockQ + warp * 16} * p.num_heads * HD +
+                int64_t{head} * HD;
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    float sum = l[ri];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int row = g + ri * 8;
+    if (warp * 16 + row >= rows_here) continue;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    T* dst = out_base + int64_t{row} * p.num_heads * HD + tq * 2;
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(dst + dt * 8) =
+          pack2<T>(o[dt][ri * 2] * inv, o[dt][ri * 2 + 1] * inv);
+  }
+}
+
+template <typename T, int HD>
+void launch_typed(const FlashParams& p, const AttentionMetadata& meta, cudaStream_t stream) {
+  constexpr size_t kSmem = smem_bytes<HD>();
+  IB_CUDA_CHECK(
+      cudaFuncSetAttribute(flash_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kSmem)),
+      "attention(flash)");
+  const dim3 grid(static_cast<unsigned>((meta.max_query_len + kBlockQ - 1) / kBlockQ),
+                  static_cast<unsigned>(p.num_heads), static_cast<unsigned>(meta.num_seqs));
+  flash_kernel<T, HD><<<grid, kThreads, kSmem, stream>>>(p);
+}
+
+}  // namespace
+
+bool flash_supports(DType dtype, const AttentionShape& shape) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) &&
+         (shape.head_dim == 64 || shape.head_dim == 96 || shape.head_dim == 128);
+}
+
+void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
+                            const AttentionMetadata& meta, const AttentionShape& shape, Tensor out,
+                            cudaStream_t stream) {
+  IB_ASSERT(flash_supports(qkv.dtype, shape), "attention(flash): unsupported dtype or head_dim");
+  IB_ASSERT(aligned16(qkv.data) && aligned16(kv.k.data) && aligned16(kv.v.data) &&
+                (reinterpret_cast<uintptr_t>(out.data) & 3u) == 0,
+            "attention(flash): tensors must be 16-byte aligned");
+  if (meta.num_tokens == 0 || meta.max_query_len == 0) return;
+  FlashParams p{};
+  p.qkv = qkv.data;
+  p.k_cache = kv.k.data;
+  p.v_cache = kv.v.data;
+  p.out = out.data;
+  p.batch = PagedBatch{meta.query_start.as<int32_t>(),
+                       meta.context_lens.as<int32_t>(),
+                       meta.block_tables.as<int32_t>(),
+                       meta.num_seqs,
+                       static_cast<int>(meta.block_tables.dim(1)),
+                       kv.block_size};
+  p.num_heads = shape.num_heads;
+  p.num_kv_heads = shape.num_kv_heads;
+  p.group = shape.num_heads / shape.num_kv_heads;
+  p.window = shape.sliding_window;
+  p.scale_log2 = shape.scale * kLog2e;
+  const auto run = [&](auto tag) {
+    using T = decltype(tag);
+    switch (shape.head_dim) {
+      case 64:
+        launch_typed<T, 64>(p, meta, stream);
+        break;
+      case 96:
+        launch_typed<T, 96>(p, meta, stream);
+        break;
+      default:
+        launch_typed<T, 128>(p, meta, stream);
+        break;
+    }
+  };
+  if (qkv.dtype == DType::kBF16) {
+    run(bf16{});
+  } else {
+    run(f16{});
+  }
+  IB_CUDA_CHECK_LAUNCH("attention(flash)");
+}
+
+}  // namespace ib::cuda

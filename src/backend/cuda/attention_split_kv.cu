@@ -1,0 +1,114 @@
+// Paged attention with one query token per work item (decode, and the fp32 / fallback path for
+// prefill): the launch side of detail/split_kv_kernel.cuh — partition sizing, workspace and the
+// configuration the H200 measurements chose.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "backend/cuda/detail/check.h"
+#include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/split_kv_kernel.cuh"
+
+namespace ib::cuda {
+namespace {
+
+// Configurations measured on the H200 (bench/NOTES.md, run 4; all variants agree with each
+// other to rel L2 <= 3e-5 in bf16): 8 warps with one 32-key chunk each win when the grid is
+// small (latency-bound decode at small batch), 4 warps win once the grid has several blocks per
+// SM. Value loads go out 8 keys at a time; prefetching them with the keys did not pay.
+constexpr int kGroup = 8;
+constexpr bool kPrefetch = false;
+
+template <typename T, int HD, int GC, int kWarps>
+void launch_config(const SplitParams& p, int tokens, cudaStream_t stream) {
+  split_kv_kernel<T, HD, GC, kWarps, kGroup, kPrefetch>
+      <<<split_kv_grid(p, tokens, GC), kWarps * 32, 0, stream>>>(p);
+}
+
+template <typename T, int HD, int GC>
+void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream) {
+  const dim3 grid = split_kv_grid(p, tokens, GC);
+  const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
+  // fp32 is the correctness mode: one configuration keeps its compile time down.
+  if (std::is_same_v<T, float> || blocks <= 2 * int64_t{num_sms}) {
+    launch_config<T, HD, GC, 8>(p, tokens, stream);
+  } else if constexpr (!std::is_same_v<T, float>) {
+    launch_config<T, HD, GC, 4>(p, tokens, stream);
+  }
+  IB_CUDA_CHECK_LAUNCH("attention(split_kv)");
+  if (p.num_partitions > 1) {
+    merge_kernel<T, HD><<<merge_grid(p, tokens), HD, 0, stream>>>(p);
+    IB_CUDA_CHECK_LAUNCH("attention(split_kv merge)");
+  }
+}
+
+template <typename T, int HD>
+void launch_for_group(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream) {
+  if (p.group == 1) {
+    launch_split<T, HD, 1>(p, tokens, num_sms, stream);
+  } else if (p.group <= 4) {
+    launch_split<T, HD, 4>(p, tokens, num_sms, stream);
+  } else {
+    launch_split<T, HD, 8>(p, tokens, num_sms, stream);
+  }
+}
+
+}  // namespace
+
+bool split_kv_supports(const AttentionShape& shape) {
+  return shape.head_dim == 64 || shape.head_dim == 96 || shape.head_dim == 128;
+}
+
+size_t split_kv_workspace_bytes(int num_tokens, const AttentionShape& shape, int num_splits) {
+  return static_cast<size_t>(num_tokens) * static_cast<size_t>(shape.num_heads) *
+         static_cast<size_t>(num_splits) * static_cast<size_t>(shape.head_dim + 2) * sizeof(float);
+}
+
+int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape& shape,
+                            size_t workspace_bytes, int num_sms) {
+  constexpr int kMinPartition = 256;
+  const int max_ctx = std::max(meta.max_context_len, 1);
+  const int group = shape.num_heads / shape.num_kv_heads;
+  const int chunks = group == 1 ? 1 : (group <= 4 ? (group + 3) / 4 : (group + 7) / 8);
+  const int64_t blocks = int64_t{meta.num_tokens} * shape.num_kv_heads * chunks;
+  int splits = static_cast<int>(std::max<int64_t>(1, (2 * int64_t{num_sms} + blocks - 1) / blocks));
+  splits = std::min(splits, (max_ctx + kMinPartition - 1) / kMinPartition);
+  const size_t per_split = split_kv_workspace_bytes(meta.num_tokens, shape, 1);
+  const int fit =
+      static_cast<int>(std::min<size_t>(workspace_bytes / std::max<size_t>(per_split, 1), 1 << 20));
+  splits = std::max(1, std::min(splits, fit));
+  if (splits == 1) return max_ctx;
+  const int size = (max_ctx + splits - 1) / splits;
+  return (size + 31) / 32 * 32;
+}
+
+void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
+                               const AttentionMetadata& meta, const AttentionShape& shape,
+                               int partition_size, void* workspace, size_t workspace_bytes,
+                               int num_sms, Tensor out, cudaStream_t stream) {
+  IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96 or 128 on CUDA");
+  IB_ASSERT(partition_size > 0, "attention: partition size must be positive");
+  if (meta.num_tokens == 0) return;
+  const SplitParams p =
+      make_split_params(qkv, kv, meta, shape, partition_size, workspace, workspace_bytes, out);
+  IB_ASSERT(p.num_partitions == 1 || split_kv_workspace_bytes(meta.num_tokens, shape,
+                                                              p.num_partitions) <= workspace_bytes,
+            "attention: split-KV workspace too small");
+  const int tokens = meta.num_tokens;
+  IB_DISPATCH_FLOAT(qkv.dtype, T, {
+    switch (shape.head_dim) {
+      case 64:
+        launch_for_group<T, 64>(p, tokens, num_sms, stream);
+        break;
+      case 96:
+        launch_for_group<T, 96>(p, tokens, num_sms, stream);
+        break;
+      default:
+        launch_for_group<T, 128>(p, tokens, num_sms, stream);
+        break;
+    }
+  });
+}
+
+}  // namespace ib::cuda

@@ -1,0 +1,218 @@
+// Differential tests of rope_and_cache and paged attention (split-KV decode and flash prefill)
+// against the CPU reference: GQA ratios 1/3/4/7/8, head_dim 64/96/128, block boundaries,
+// contexts long enough to split along the keys, mixed prefill + decode batches, sliding windows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/test_support.h"
+
+namespace ib::cuda {
+namespace {
+
+using testing::Pair;
+using testing::random_floats;
+using testing::tolerance;
+using testing::Twin;
+
+class CudaAttention : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override { IB_REQUIRE_CUDA(); }
+};
+
+struct SeqSpec {
+  int context_len;
+  int query_len;
+};
+
+struct Batch {
+  Pair qkv;
+  Pair k_cache, v_cache;
+  Pair query_start, context_lens, block_tables;
+  int num_seqs = 0, num_tokens = 0, max_query_len = 0, max_context_len = 0;
+  int block_size = 16;
+
+  KvCacheLayer kv_cpu() const { return {k_cache.cpu, v_cache.cpu, block_size}; }
+  KvCacheLayer kv_gpu() const { return {k_cache.gpu, v_cache.gpu, block_size}; }
+  AttentionMetadata meta(bool gpu, int context_hint_slack = 0) const {
+    AttentionMetadata m;
+    m.num_seqs = num_seqs;
+    m.num_tokens = num_tokens;
+    m.query_start = gpu ? query_start.gpu : query_start.cpu;
+    m.context_lens = gpu ? context_lens.gpu : context_lens.cpu;
+    m.block_tables = gpu ? block_tables.gpu : block_tables.cpu;
+    m.max_query_len = max_query_len;
+    m.max_context_len = max_context_len + context_hint_slack;
+    return m;
+  }
+};
+
+// Random q/k/v and a cache whose blocks are handed to the sequences in shuffled order.
+Batch make_batch(Twin& twin, Rng& rng, const std::vector<SeqSpec>& seqs, const AttentionShape& s,
+                 int block_size) {
+  Batch b;
+  b.block_size = block_size;
+  b.num_seqs = static_cast<int>(seqs.size());
+  std::vector<int32_t> query_start{0}, context_lens;
+  int max_blocks = 1, total_blocks = 3;  // a few spare blocks nobody owns
+  for (const auto& q : seqs) {
+    query_start.push_back(query_start.back() + q.query_len);
+    context_lens.push_back(q.context_len);
+    const int blocks = (q.context_len + block_size - 1) / block_size;
+    max_blocks = std::max(max_blocks, blocks);
+    total_blocks += blocks;
+    b.max_query_len = std::max(b.max_query_len, q.query_len);
+    b.max_context_len = std::max(b.max_context_len, q.context_len);
+  }
+  b.num_tokens = query_start.back();
+  std::vector<int32_t> ids(static_cast<size_t>(total_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<int32_t> table(static_cast<size_t>(b.num_seqs * max_blocks), -1);
+  size_t next = 0;
+  for (int i = 0; i < b.num_seqs; ++i) {
+    const int blocks = (seqs[static_cast<size_t>(i)].context_len + block_size - 1) / block_size;
+    for (int j = 0; j < blocks; ++j) table[static_cast<size_t>(i * max_blocks + j)] = ids[next++];
+  }
+  const int64_t row = int64_t{s.num_heads + 2 * s.num_kv_heads} * s.head_dim;
+  const int64_t cache = int64_t{total_blocks} * s.num_kv_heads * block_size * s.head_dim;
+  b.qkv = twin.floats({b.num_tokens, row}, random_floats(rng, b.num_tokens * row, -2, 2));
+  b.k_cache = twin.floats({total_blocks, s.num_kv_heads, block_size, s.head_dim},
+                          random_floats(rng, cache, -2, 2));
+  b.v_cache = twin.floats({total_blocks, s.num_kv_heads, block_size, s.head_dim},
+                          random_floats(rng, cache));
+  b.query_start = twin.ints({b.num_seqs + 1}, query_start);
+  b.context_lens = twin.ints({b.num_seqs}, context_lens);
+  b.block_tables = twin.ints({b.num_seqs, max_blocks}, table);
+  return b;
+}
+
+AttentionShape shape_of(int hq, int hkv, int hd, int window = 0) {
+  return {hq, hkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), window};
+}
+
+// Runs attention on both sides through `path` and returns the relative L2 error.
+double attention_error(Twin& twin, const Batch& b, const AttentionShape& s, AttentionPath path,
+                       int context_hint_slack = 0) {
+  Pair out = twin.output({b.num_tokens, int64_t{s.num_heads} * s.head_dim});
+  twin.gpu().set_attention_path(path);
+  twin.cpu().attention(b.qkv.cpu, b.kv_cpu(), b.meta(false), s, out.cpu);
+  twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true, context_hint_slack), s, out.gpu);
+  twin.gpu().set_attention_path(AttentionPath::kAuto);
+  return twin.error(out);
+}
+
+const std::vector<AttentionShape>& shapes() {
+  static const std::vector<AttentionShape> kShapes = {shape_of(8, 8, 64), shape_of(16, 4, 128),
+                                                      shape_of(32, 4, 128), shape_of(12, 4, 96),
+                                                      shape_of(28, 4, 128)};
+  return kShapes;
+}
+
+void check_batches(Twin& twin, Rng& rng, const std::vector<std::vector<SeqSpec>>& batches,
+                   int window, int block_size) {
+  for (const auto& base : shapes()) {
+    AttentionShape s = base;
+    s.sliding_window = window;
+    for (const auto& seqs : batches) {
+      const Batch b = make_batch(twin, rng, seqs, s, block_size);
+      for (const AttentionPath path :
+           {AttentionPath::kAuto, AttentionPath::kSplitKv, AttentionPath::kFlash}) {
+        EXPECT_LT(attention_error(twin, b, s, path), tolerance(twin.dtype()))
+            << "Hq=" << s.num_heads << " Hkv=" << s.num_kv_heads << " hd=" << s.head_dim
+            << " window=" << window << " seqs=" << seqs.size() << " first ctx "
+            << seqs[0].context_len << " q " << seqs[0].query_len << " path "
+            << static_cast<int>(path);
+      }
+    }
+  }
+}
+
+TEST_P(CudaAttention, DecodeAcrossBlockBoundaries) {
+  Twin twin(GetParam());
+  Rng rng(11);
+  check_batches(twin, rng, {{{1, 1}, {16, 1}, {17, 1}, {200, 1}, {513, 1}}, {{33, 1}}}, 0, 16);
+}
+
+TEST_P(CudaAttention, LongContextDecodeSplitsAlongKeys) {
+  Twin twin(GetParam());
+  Rng rng(12);
+  const AttentionShape s = shape_of(32, 8, 128);
+  const Batch b = make_batch(twin, rng, {{5000, 1}, {3001, 1}}, s, 16);
+  const AttentionMetadata meta = b.meta(true);
+  // The partition size this batch gets must give several partitions (split-KV + merge).
+  const int partition =
+      split_kv_partition_size(meta, s, CudaBackend::kAttentionWorkspaceBytes, twin.gpu().num_sms());
+  EXPECT_LT(partition, 5000 / 4);
+  EXPECT_LT(attention_error(twin, b, s, AttentionPath::kSplitKv), tolerance(GetParam()));
+  // A context hint far above the real lengths (a graph captured for longer contexts) is fine.
+  EXPECT_LT(attention_error(twin, b, s, AttentionPath::kSplitKv, 20000), tolerance(GetParam()));
+}
+
+TEST_P(CudaAttention, PrefillCausal) {
+  Twin twin(GetParam());
+  Rng rng(13);
+  check_batches(twin, rng, {{{15, 15}, {64, 64}, {65, 65}}, {{300, 300}}, {{1, 1}, {130, 130}}}, 0,
+                16);
+}
+
+TEST_P(CudaAttention, MixedPrefillChunksAndDecodes) {
+  Twin twin(GetParam());
+  Rng rng(14);
+  check_batches(twin, rng, {{{40, 1}, {100, 37}, {16, 16}, {700, 129}}}, 0, 16);
+}
+
+TEST_P(CudaAttention, SlidingWindow) {
+  Twin twin(GetParam());
+  Rng rng(15);
+  check_batches(twin, rng, {{{300, 300}, {90, 1}}, {{700, 129}, {1000, 1}}}, 32, 16);
+  check_batches(twin, rng, {{{260, 200}, {513, 1}}}, 100, 16);
+}
+
+TEST_P(CudaAttention, OtherBlockSizes) {
+  Twin twin(GetParam());
+  Rng rng(16);
+  check_batches(twin, rng, {{{77, 77}, {50, 1}}}, 0, 8);
+  check_batches(twin, rng, {{{150, 20}, {300, 1}}}, 0, 32);
+}
+
+TEST_P(CudaAttention, RopeAndCacheMatchesCpu) {
+  Twin twin(GetParam());
+  Rng rng(17);
+  for (const auto& s : shapes()) {
+    const int64_t t = 37, blocks = 6, bs = 16, hd = s.head_dim;
+    const int64_t row = int64_t{s.num_heads + 2 * s.num_kv_heads} * hd;
+    Pair qkv = twin.floats({t, row}, random_floats(rng, t * row, -2, 2));
+    const int64_t cache = blocks * s.num_kv_heads * bs * hd;
+    Pair k = twin.floats({blocks, s.num_kv_heads, bs, hd}, random_floats(rng, cache));
+    Pair v = twin.floats({blocks, s.num_kv_heads, bs, hd}, random_floats(rng, cache));
+    std::vector<int32_t> positions(t), slots(blocks * bs);
+    for (auto& p : positions) p = static_cast<int32_t>(rng.uniform_int(0, 8191));
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    slots.resize(t);
+    slots[3] = -1;
+    slots[20] = -1;
+    std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = static_cast<float>(
+          std::pow(500000.0, -2.0 * static_cast<double>(i) / static_cast<double>(hd)));
+    Pair pos = twin.ints({t}, positions);
+    Pair slot = twin.ints({t}, slots);
+    Pair freq = twin.floats({hd / 2}, inv_freq, DType::kF32);
+    twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {k.cpu, v.cpu, 16}, s);
+    twin.gpu().rope_and_cache(qkv.gpu, pos.gpu, slot.gpu, freq.gpu, {k.gpu, v.gpu, 16}, s);
+    EXPECT_LT(twin.error(qkv), tolerance(GetParam())) << "qkv hd=" << hd;
+    EXPECT_LT(twin.error(k), tolerance(GetParam())) << "k cache hd=" << hd;
+    EXPECT_EQ(twin.error(v), 0.0) << "v cache hd=" << hd;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttention,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         testing::dtype_param_name);
+
+}  // namespace
+}  // namespace ib::cuda

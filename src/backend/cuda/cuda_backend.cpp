@@ -1,0 +1,309 @@
+// CudaBackend: device setup, the tracked allocator, transfers, and the op dispatch to kernels.
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <charconv>
+#include <string_view>
+
+#include "backend/cuda/detail/check.h"
+#include "backend/cuda/detail/cuda_backend_impl.h"
+#include "backend/cuda/detail/kernels.h"
+
+namespace ib {
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& options) {
+  std::string_view spec = options.device;
+  int index = 0;
+  if (spec != "cuda") {
+    if (!spec.starts_with("cuda:"))
+      return user_error("unknown device '" + options.device + "'; use cpu, cuda or cuda:N");
+    const std::string_view digits = spec.substr(5);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec != std::errc() || end != digits.data() + digits.size() || index < 0)
+      return user_error("bad device '" + options.device + "'; use cuda:N with N a device index");
+  }
+  const int count = cuda_device_count();
+  if (count == 0)
+    return user_error("no CUDA device found for --device " + options.device +
+                      "; run on a machine with an NVIDIA GPU or use --device cpu");
+  if (index >= count)
+    return user_error("device index " + std::to_string(index) +
+                      " is out of range: " + std::to_string(count) +
+                      " CUDA device(s) visible (cuda:0.." + std::to_string(count - 1) + ")");
+  IB_ASSIGN_OR_RETURN(auto backend,
+                      cuda::CudaBackend::create(index, options.dtype, options.memory_limit_bytes));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+namespace cuda {
+namespace {
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* context) {
+  IB_ASSERT(a.numel() == b.numel() && a.row_size() == b.row_size(), context);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device, DType dtype,
+                                                         std::optional<int64_t> memory_limit) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)
+    return user_error("the CUDA backend runs fp32, bf16 or fp16 activations");
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(device, dtype));
+  backend->memory().set_limit_bytes(memory_limit);
+  IB_TRY(backend->init());
+  return backend;
+}
+
+Status CudaBackend::init() {
+  if (const cudaError_t err = cudaSetDevice(device_); err != cudaSuccess) {
+    cudaGetLastError();
+    return runtime_error("cannot use CUDA device " + std::to_string(device_) + ": " +
+                         cudaGetErrorString(err));
+  }
+  cudaDeviceProp prop{};
+  IB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_), "init");
+  name_ = prop.name;
+  num_sms_ = prop.multiProcessorCount;
+  IB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "init");
+  gemm_ = std::make_unique<GemmLt>();
+  IB_ASSIGN_OR_RETURN(gemm_workspace_, alloc(kGemmWorkspaceBytes, MemoryTag::kWorkspace));
+  IB_ASSIGN_OR_RETURN(attention_workspace_, alloc(kAttentionWorkspaceBytes, MemoryTag::kWorkspace));
+  IB_ASSIGN_OR_RETURN(staging_, alloc(kStagingBytes, MemoryTag::kWorkspace));
+  return Ok{};
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  // Buffers free through this object: release them while it is still whole.
+  gemm_workspace_.reset();
+  attention_workspace_.reset();
+  staging_.reset();
+  gemm_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::bind() const {
+  IB_CUDA_CHECK(cudaSetDevice(device_), "bind device");
+}
+
+void CudaBackend::after_op(const char* op) {
+  if (debug_sync_) IB_CUDA_CHECK(cudaStreamSynchronize(stream_), op);
+}
+
+DeviceInfo CudaBackend::device_info() const {
+  bind();
+  DeviceInfo info;
+  info.name = name_;
+  info.kind = "cuda";
+  info.index = device_;
+  size_t free_bytes = 0, total_bytes = 0;
+  IB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes), "device_info");
+  info.total_bytes = static_cast<int64_t>(total_bytes);
+  info.free_bytes = static_cast<int64_t>(free_bytes);
+  return info;
+}
+
+Result<void*> CudaBackend::raw_alloc(size_t bytes) {
+  bind();
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, std::max<size_t>(bytes, 1));
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // an allocation failure is not sticky; clear it
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    return runtime_error("out of device memory on cuda:" + std::to_string(device_) +
+                         ": allocating " + std::to_string(bytes) + " bytes failed (" +
+                         std::to_string(free_bytes) + " of " + std::to_string(total_bytes) +
+                         " bytes free); use a smaller model, batch or --gpu-memory-utilization");
+  }
+  return ptr;
+}
+
+void CudaBackend::raw_free(void* ptr, size_t /*bytes*/) {
+  bind();
+  IB_CUDA_CHECK(cudaFree(ptr), "free");
+}
+
+void CudaBackend::copy_from_host(Tensor dst, const void* src, DType src_dtype) {
+  bind();
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  if (src_dtype == dst.dtype) {
+    IB_CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
+                  "copy_from_host");
+  } else {
+    // Convert on the device through the staging buffer, one chunk at a time; stream order keeps
+    // a chunk's upload behind the previous chunk's conversion.
+    const size_t src_size = dtype_size(src_dtype);
+    const int64_t chunk = static_cast<int64_t>(kStagingBytes / src_size);
+    for (int64_t off = 0; off < n; off += chunk) {
+      const int64_t count = std::min(chunk, n - off);
+      IB_CUDA_CHECK(
+          cudaMemcpyAsync(staging_.data(), static_cast<const char*>(src) + off * src_size,
+                          static_cast<size_t>(count) * src_size, cudaMemcpyHostToDevice, stream_),
+          "copy_from_host");
+      launch_convert(staging_.data(), src_dtype,
+                     static_cast<char*>(dst.data) + off * dtype_size(dst.dtype), dst.dtype, count,
+                     stream_);
+    }
+  }
+  after_op("copy_from_host");
+}
+
+void CudaBackend::copy_to_host(const Tensor& src, void* dst) {
+  bind();
+  IB_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_),
+                "copy_to_host");
+  IB_CUDA_CHECK(cudaStreamSynchronize(stream_), "copy_to_host");
+}
+
+void CudaBackend::synchronize() {
+  bind();
+  IB_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize");
+}
+
+void CudaBackend::fill_uniform(Tensor dst, uint64_t seed, uint64_t stream, float scale) {
+  bind();
+  launch_fill_uniform(dst, seed, stream, scale, stream_);
+  after_op("fill_uniform");
+}
+
+void CudaBackend::fill_constant(Tensor dst, float value) {
+  bind();
+  launch_fill_constant(dst, value, stream_);
+  after_op("fill_constant");
+}
+
+void CudaBackend::embedding(const Tensor& token_ids, const Tensor& table, Tensor out) {
+  IB_ASSERT(token_ids.dtype == DType::kI32 && token_ids.numel() == out.rows(),
+            "embedding: token_ids must be int32 (T) for out (T, D)");
+  IB_ASSERT(table.dtype == out.dtype && table.row_size() == out.row_size(),
+            "embedding: table (V, D) and out (T, D) must agree");
+  bind();
+  launch_gather_rows(table, token_ids, out, stream_);
+  after_op("embedding");
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
+  check_same_shape(x, out, "rms_norm: x and out must have the same shape");
+  IB_ASSERT(weight.numel() == x.row_size() && weight.dtype == x.dtype && out.dtype == x.dtype,
+            "rms_norm: weight (D) and out must match x (T, D)");
+  bind();
+  launch_rms_norm(nullptr, x, weight, eps, out, stream_);
+  after_op("rms_norm");
+}
+
+void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                               Tensor out) {
+  check_same_shape(x, out, "add_rms_norm: x and out must have the same shape");
+  check_same_shape(x, residual, "add_rms_norm: x and residual must have the same shape");
+  IB_ASSERT(weight.numel() == x.row_size() && weight.dtype == x.dtype &&
+                residual.dtype == x.dtype && out.dtype == x.dtype,
+            "add_rms_norm: residual, weight and out must match x");
+  bind();
+  launch_rms_norm(&residual, x, weight, eps, out, stream_);
+  after_op("add_rms_norm");
+}
+
+void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+  IB_ASSERT(x.row_size() == w.row_size() && w.rank == 2,
+            "matmul: x (M, K) and w (N, K) must share K");
+  IB_ASSERT(out.rows() == x.rows() && out.row_size() == w.dim(0),
+            "matmul: out must be (M, N) for x (M, K) and w (N, K)");
+  IB_ASSERT(x.dtype == w.dtype && (out.dtype == x.dtype || out.dtype == DType::kF32),
+            "matmul: x and w share the activation dtype; out is that or f32");
+  if (bias) IB_ASSERT(bias->numel() == w.dim(0), "matmul: bias must be (N)");
+  bind();
+  if (x.rows() <= gemv_max_m_ && static_cast<int64_t>(w.bytes()) <= gemv_max_weight_bytes_ &&
+      gemv_supported(x, w, out) && (bias == nullptr || bias->dtype == w.dtype)) {
+    launch_gemv(x, w, bias, out, stream_);
+  } else {
+    gemm_->run(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+  }
+  after_op("matmul");
+}
+
+void CudaBackend::rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
+                                 const Tensor& inv_freq, const KvCacheLayer& kv,
+                                 const AttentionShape& shape) {
+  IB_ASSERT(qkv.row_size() == int64_t{shape.num_heads + 2 * shape.num_kv_heads} * shape.head_dim,
+            "rope_and_cache: qkv must be (T, (Hq + 2 Hkv) * head_dim)");
+  IB_ASSERT(positions.numel() == qkv.rows() && slot_mapping.numel() == qkv.rows(),
+            "rope_and_cache: positions and slot_mapping must be (T)");
+  IB_ASSERT(inv_freq.numel() == shape.head_dim / 2 && inv_freq.dtype == DType::kF32,
+            "rope_and_cache: inv_freq must be f32 (head_dim / 2)");
+  IB_ASSERT(kv.k.dtype == qkv.dtype && kv.v.dtype == qkv.dtype && kv.k.rank == 4 &&
+                kv.k.dim(1) == shape.num_kv_heads && kv.k.dim(2) == kv.block_size &&
+                kv.k.dim(3) == shape.head_dim,
+            "rope_and_cache: cache must be (blocks, Hkv, block_size, head_dim) of qkv's dtype");
+  bind();
+  launch_rope_and_cache(qkv, positions, slot_mapping, inv_freq, kv, shape, stream_);
+  after_op("rope_and_cache");
+}
+
+void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
+                            const AttentionMetadata& meta, const AttentionShape& shape,
+                            Tensor out) {
+  IB_ASSERT(shape.num_kv_heads > 0 && shape.num_heads % shape.num_kv_heads == 0,
+            "attention: num_heads must be a multiple of num_kv_heads");
+  IB_ASSERT(qkv.rows() == meta.num_tokens && out.rows() == meta.num_tokens &&
+                out.row_size() == int64_t{shape.num_heads} * shape.head_dim &&
+                out.dtype == qkv.dtype,
+            "attention: qkv (T, ...) and out (T, Hq * head_dim) must match the metadata");
+  IB_ASSERT(meta.max_query_len >= 1 && meta.max_context_len >= 1,
+            "attention: max_query_len / max_context_len hints must be upper bounds (>= 1)");
+  IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96 or 128 on CUDA");
+  bind();
+  const bool flash = flash_supports(qkv.dtype, shape) &&
+                     (attention_path_ == AttentionPath::kFlash ||
+                      (attention_path_ == AttentionPath::kAuto && meta.max_query_len > 1));
+  if (flash) {
+    launch_attention_flash(qkv, kv, meta, shape, out, stream_);
+  } else {
+    const int partition =
+        split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
+    launch_attention_split_kv(qkv, kv, meta, shape, partition, attention_workspace_.data(),
+                              attention_workspace_.bytes(), num_sms_, out, stream_);
+  }
+  after_op("attention");
+}
+
+void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out) {
+  IB_ASSERT(gate_up.rows() == out.rows() && gate_up.row_size() == 2 * out.row_size() &&
+                gate_up.dtype == out.dtype,
+            "silu_mul: gate_up must be (T, 2F) for out (T, F)");
+  bind();
+  launch_silu_mul(gate_up, out, stream_);
+  after_op("silu_mul");
+}
+
+void CudaBackend::gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) {
+  IB_ASSERT(row_ids.dtype == DType::kI32 && row_ids.numel() == out.rows() &&
+                x.row_size() == out.row_size() && x.dtype == out.dtype,
+            "gather_rows: out (R, D) = x[row_ids (R)] with matching D and dtype");
+  bind();
+  launch_gather_rows(x, row_ids, out, stream_);
+  after_op("gather_rows");
+}
+
+void CudaBackend::sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) {
+  IB_ASSERT(logits.dtype == DType::kF32 && logits.rows() == meta.num_rows &&
+                out_tokens.dtype == DType::kI32 && out_tokens.numel() == meta.num_rows,
+            "sample: logits f32 (R, V) and out_tokens int32 (R)");
+  bind();
+  launch_sample(logits, meta, out_tokens, attention_workspace_.data(), attention_workspace_.bytes(),
+                stream_);
+  after_op("sample");
+}
+
+}  // namespace cuda
+}  // namespace ib

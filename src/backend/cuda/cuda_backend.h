@@ -1,0 +1,20 @@
+// Front door of backend/cuda: creates the CUDA backend (Backend on one device, one stream,
+// bf16/fp16/fp32 activations). Only built when INFERBENCH_HAVE_CUDA; the backend factory calls
+// it for "cuda" and "cuda:N".
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/result.h"
+
+namespace ib {
+
+// Number of CUDA devices visible to this process; 0 when there is no driver or no device.
+int cuda_device_count();
+
+// User errors: no CUDA device, a device index out of range, a malformed "cuda:N".
+// Runtime errors: the device cannot be initialised, or its workspaces do not fit.
+Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& options);
+
+}  // namespace ib

@@ -1,0 +1,94 @@
+// CudaBackend: the Backend interface on one CUDA device. Every allocation goes through
+// Backend::alloc (tracked, a device OOM becomes an error); all work is enqueued on one
+// non-blocking stream; every CUDA / cuBLASLt call is checked and names its op. Ops never
+// synchronize or allocate, so a decode step can be captured in a CUDA graph; kernel choices
+// depend only on shapes and the host-side hints in the metadata.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/detail/gemm_lt.h"
+
+namespace ib::cuda {
+
+enum class AttentionPath { kAuto, kSplitKv, kFlash };
+
+class CudaBackend final : public Backend {
+ public:
+  static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+  static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
+  static constexpr size_t kStagingBytes = size_t{16} << 20;
+
+  static Result<std::unique_ptr<CudaBackend>> create(int device, DType dtype,
+                                                     std::optional<int64_t> memory_limit_bytes);
+  ~CudaBackend() override;
+
+  DeviceInfo device_info() const override;
+  DType activation_dtype() const override { return dtype_; }
+
+  void copy_from_host(Tensor dst, const void* src, DType src_dtype) override;
+  void copy_to_host(const Tensor& src, void* dst) override;
+  void synchronize() override;
+  void fill_uniform(Tensor dst, uint64_t seed, uint64_t stream, float scale) override;
+  void fill_constant(Tensor dst, float value) override;
+  void embedding(const Tensor& token_ids, const Tensor& table, Tensor out) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
+  void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                    Tensor out) override;
+  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override;
+  void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
+                      const Tensor& inv_freq, const KvCacheLayer& kv,
+                      const AttentionShape& shape) override;
+  void attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
+                 const AttentionShape& shape, Tensor out) override;
+  void silu_mul(const Tensor& gate_up, Tensor out) override;
+  void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
+  void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
+
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
+  int num_sms() const { return num_sms_; }
+  // The tensor-core GEMV takes matmuls with M <= gemv_max_m and a weight of at most
+  // gemv_max_weight_bytes; cuBLASLt takes the rest (0: always cuBLASLt). The defaults come from
+  // the H200 measurements in bench/NOTES.md: cuBLASLt wins from M = 16, and on the large
+  // decode matrices (gate_up, down) it streams slightly faster than the GEMV.
+  int gemv_max_m() const { return gemv_max_m_; }
+  void set_gemv_max_m(int m) { gemv_max_m_ = m; }
+  void set_gemv_max_weight_bytes(int64_t bytes) { gemv_max_weight_bytes_ = bytes; }
+  void set_attention_path(AttentionPath path) { attention_path_ = path; }
+  // Synchronize after every op so an asynchronous fault is reported under the op that caused it
+  // (tests and debugging; never in a timed run).
+  void set_debug_sync(bool on) { debug_sync_ = on; }
+
+ protected:
+  Result<void*> raw_alloc(size_t bytes) override;
+  void raw_free(void* ptr, size_t bytes) override;
+
+ private:
+  CudaBackend(int device, DType dtype) : device_(device), dtype_(dtype) {}
+  Status init();
+  // Makes this backend's device current for the calling thread.
+  void bind() const;
+  void after_op(const char* op);
+
+  int device_;
+  DType dtype_;
+  std::string name_;
+  int num_sms_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<GemmLt> gemm_;
+  Buffer gemm_workspace_;
+  Buffer attention_workspace_;
+  Buffer staging_;
+  int gemv_max_m_ = 8;
+  int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
+  AttentionPath attention_path_ = AttentionPath::kAuto;
+  bool debug_sync_ = false;
+};
+
+}  // namespace ib::cuda

@@ -1,0 +1,126 @@
+// Device-side helpers shared by the kernels: element conversions, 16-byte vector access, warp and
+// block reductions, and the dispatch from a runtime DType to a kernel template.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "core/assert.h"
+#include "core/dtype.h"
+
+namespace ib::cuda {
+
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(bf16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ float to_f32(f16 x) {
+  return __half2float(x);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ f16 from_f32<f16>(float x) {
+  return __float2half_rn(x);
+}
+
+// Elements of T in one 16-byte vector.
+template <typename T>
+inline constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
+
+// 16 bytes of T as an array of floats (load) and back (store). p must be 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ void load16_f32(const T* p, float (&out)[kVec16<T>]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVec16<T>; ++i) out[i] = to_f32(e[i]);
+}
+template <typename T>
+__device__ __forceinline__ void store16_f32(T* p, const float (&in)[kVec16<T>]) {
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVec16<T>; ++i) e[i] = from_f32<T>(in[i]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// A streaming 16-byte load that bypasses L1 (weights are read once per step).
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024). scratch: 32 floats of shared
+// memory. Every thread gets the result; the function synchronizes the block.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int num_warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < num_warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+__host__ __device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+}  // namespace ib::cuda
+
+// Runs BODY with the C++ element type named T bound to dtype (f32, bf16 or f16).
+#define IB_DISPATCH_FLOAT(dtype, T, ...)                                  \
+  do {                                                                    \
+    switch (dtype) {                                                      \
+      case ::ib::DType::kF32: {                                           \
+        using T = float;                                                  \
+        __VA_ARGS__;                                                      \
+        break;                                                            \
+      }                                                                   \
+      case ::ib::DType::kBF16: {                                          \
+        using T = ::ib::cuda::bf16;                                       \
+        __VA_ARGS__;                                                      \
+        break;                                                            \
+      }                                                                   \
+      case ::ib::DType::kF16: {                                           \
+        using T = ::ib::cuda::f16;                                        \
+        __VA_ARGS__;                                                      \
+        break;                                                            \
+      }                                                                   \
+      default:                                                            \
+        IB_ASSERT(false, "a float tensor (f32, bf16, f16) was expected"); \
+    }                                                                     \
+  } while (0)

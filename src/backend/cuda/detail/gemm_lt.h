@@ -1,0 +1,50 @@
+// cuBLASLt GEMMs for the prefill / large-batch path: out (M, N) = x (M, K) @ w (N, K)^T (+ bias),
+// fp32 accumulation. The descriptors and the heuristic's algorithm are cached per shape, dtype
+// and pointer alignment, so a decode step pays the heuristic only on its first call.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "backend/backend.h"
+
+namespace ib::cuda {
+
+class GemmLt {
+ public:
+  GemmLt();
+  ~GemmLt();
+  GemmLt(const GemmLt&) = delete;
+  GemmLt& operator=(const GemmLt&) = delete;
+
+  // workspace: device memory of workspace_bytes owned by the caller (tagged kWorkspace).
+  void run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
+           size_t workspace_bytes, cudaStream_t stream);
+
+ private:
+  struct Key {
+    int64_t m, n, k;
+    DType in, out;
+    bool bias_epilogue;
+    uint16_t align_x, align_w, align_out, align_bias;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool bias_epilogue = false;  // false with a bias: a separate bias-add kernel runs after
+  };
+  Plan& plan_for(const Key& key, size_t workspace_bytes);
+
+  cublasLtHandle_t handle_ = nullptr;
+  std::unordered_map<Key, Plan, KeyHash> plans_;
+};
+
+}  // namespace ib::cuda

@@ -1,0 +1,278 @@
+// The split-KV paged-attention kernels (one query token per work item), as templates so the
+// benchmark can time configurations side by side; attention_split_kv.cu launches the one the
+// measurements chose.
+//
+// A block owns (query token, KV head, up to GC of the query heads sharing it, key partition),
+// so the query heads of a GQA group read each K/V row once. Each warp walks chunks of 32 keys
+// (one key per lane for the scores, then one head_dim slice per lane for P·V) with an online
+// softmax; the warps merge in shared memory. With several partitions (split-KV, for long
+// contexts or small batches) each block writes its (max, sum, unnormalised out) state and the
+// merge kernel combines them.
+#pragma once
+
+#include <cmath>
+
+#include "backend/backend.h"
+#include "backend/cuda/detail/attention_common.cuh"
+#include "backend/cuda/detail/device_math.cuh"
+
+namespace ib::cuda {
+
+inline constexpr float kSplitLog2e = 1.4426950408889634f;
+
+struct SplitParams {
+  const void* qkv;
+  const void* k_cache;
+  const void* v_cache;
+  void* out;
+  float* partial_o;   // (T, Hq, P, hd): unnormalised outputs per partition
+  float* partial_ml;  // (T, Hq, P, 2): running max (log2 units) and sum per partition
+  PagedBatch batch;
+  int num_heads, num_kv_heads, group, window;
+  float scale_log2;
+  int partition_size, num_partitions;
+};
+
+// Number of keys query token t sees, its first visible key, and its sequence.
+struct QueryView {
+  int seq, kv_len, key_begin;
+};
+__device__ __forceinline__ QueryView query_view(const SplitParams& p, int t) {
+  const int seq = find_sequence(p.batch, t);
+  const int q_len = p.batch.query_start[seq + 1] - p.batch.query_start[seq];
+  const int pos = p.batch.context_lens[seq] - q_len + (t - p.batch.query_start[seq]);
+  const int key_begin = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  return {seq, pos + 1, key_begin};
+}
+
+// grid (T, Hkv * head_chunks, P); GC query heads per block; HD head_dim; kWarps warps.
+// kGroup: keys per batch of value loads in P·V. kPrefetch: the first value batch is issued
+// with the key loads, and each chunk's block-table read one chunk ahead.
+template <typename T, int HD, int GC, int kWarps, int kGroup, bool kPrefetch>
+__global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kVd = HD / 32;  // head_dim elements per lane in P·V
+  constexpr int kV = kVec16<T>;
+  __shared__ __align__(16) float q_s[GC][HD];
+  __shared__ float p_s[kWarps][32][GC];
+  __shared__ float m_s[kWarps][GC];
+  __shared__ float l_s[kWarps][GC];
+  __shared__ float o_s[kWarps][GC][HD];
+
+  const int t = blockIdx.x;
+  const int chunks_per_kv = (p.group + GC - 1) / GC;
+  const int kv_head = blockIdx.y / chunks_per_kv;
+  const int head0 = kv_head * p.group + (blockIdx.y % chunks_per_kv) * GC;
+  const int gc = min(GC, kv_head * p.group + p.group - head0);
+  const int part = blockIdx.z;
+  const QueryView qv = query_view(p, t);
+  const int p_begin = part * p.partition_size;
+  if (p_begin >= qv.kv_len) return;  // this partition is past the query's keys (uniform)
+  const int p_end = min(qv.kv_len, p_begin + p.partition_size);
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+
+  // The first chunk's cache rows (a block-table read) go out together with the q loads.
+  const int first = max(p_begin, qv.key_begin);
+  const auto row_of = [&](int key) {
+    return key < p_end ? cache_row(p.batch, qv.seq, key, kv_head, p.num_kv_heads, HD) : 0;
+  };
+  int64_t next_row = kPrefetch ? row_of(first + warp * 32 + lane) : 0;
+  const int64_t qkv_stride = int64_t{p.num_heads + 2 * p.num_kv_heads} * HD;
+  const T* q = static_cast<const T*>(p.qkv) + t * qkv_stride + int64_t{head0} * HD;
+  for (int i = threadIdx.x; i < GC * HD; i += kThreads)
+    q_s[i / HD][i % HD] = i / HD < gc ? to_f32(q[i]) * p.scale_log2 : 0.0f;
+  __syncthreads();
+
+  const T* k_cache = static_cast<const T*>(p.k_cache);
+  const T* v_cache = static_cast<const T*>(p.v_cache);
+  float m[GC], l[GC], acc[GC][kVd];
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kVd; ++i) acc[g][i] = 0.0f;
+  }
+
+  // Value rows are read kGroup keys at a time (lane: its head_dim slice of each key).
+  for (int base = first + warp * 32; base < p_end; base += kWarps * 32) {
+    const int key = base + lane;
+    const bool valid = key < p_end;
+    int64_t row;
+    if constexpr (kPrefetch) {
+      row = next_row;
+      next_row = row_of(key + kWarps * 32);  // the next chunk's block-table read, early
+    } else {
+      row = row_of(key);
+    }
+    const int n = min(32, p_end - base);
+    float vf[kGroup][kVd];
+    const auto load_values = [&](int j0) {
+#pragma unroll
+      for (int u = 0; u < kGroup; ++u) {
+        const int64_t vrow = __shfl_sync(0xffffffffu, row, j0 + u);
+#pragma unroll
+        for (int i = 0; i < kVd; ++i)
+          vf[u][i] = j0 + u < n ? to_f32(v_cache[vrow + lane * kVd + i]) : 0.0f;
+      }
+    };
+    if constexpr (kPrefetch) load_values(0);
+    float s[GC];
+#pragma unroll
+    for (int g = 0; g < GC; ++g) s[g] = 0.0f;
+    if (valid) {
+      // The key row in batches of 16-byte loads issued before their FMAs.
+      constexpr int kChunks = HD / kV;
+      constexpr int kBatch = kChunks % 8 == 0 ? 8 : 4;
+#pragma unroll
+      for (int c0 = 0; c0 < kChunks; c0 += kBatch) {
+        uint4 raw[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b)
+          raw[b] = *reinterpret_cast<const uint4*>(k_cache + row + (c0 + b) * kV);
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const T* e = reinterpret_cast<const T*>(&raw[b]);
+#pragma unroll
+          for (int g = 0; g < GC; ++g)
+#pragma unroll
+            for (int i = 0; i < kV; ++i) s[g] += q_s[g][(c0 + b) * kV + i] * to_f32(e[i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GC; ++g) {
+      const float sg = valid ? s[g] : -INFINITY;
+      const float m_new = fmaxf(m[g], warp_max(sg));
+      const float ref = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f(m[g] - ref);
+      const float pg = exp2f(sg - ref);
+      l[g] = l[g] * alpha + warp_sum(pg);
+#pragma unroll
+      for (int i = 0; i < kVd; ++i) acc[g][i] *= alpha;
+      m[g] = m_new;
+      p_s[warp][lane][g] = pg;
+    }
+    __syncwarp();
+    for (int j0 = 0; j0 < n; j0 += kGroup) {
+      if (j0 > 0 || !kPrefetch) load_values(j0);
+#pragma unroll
+      for (int u = 0; u < kGroup; ++u) {
+#pragma unroll
+        for (int g = 0; g < GC; ++g) {
+          const float pj = p_s[warp][j0 + u][g];
+#pragma unroll
+          for (int i = 0; i < kVd; ++i) acc[g][i] += pj * vf[u][i];
+        }
+      }
+    }
+    __syncwarp();
+  }
+
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    if (lane == 0) {
+      m_s[warp][g] = m[g];
+      l_s[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kVd; ++i) o_s[warp][g][lane * kVd + i] = acc[g][i];
+  }
+  __syncthreads();
+
+  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
+    const int g = i / HD;
+    const int d = i % HD;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w][g]);
+    const float ref = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = exp2f(m_s[w][g] - ref);
+      sum += l_s[w][g] * f;
+      o += o_s[w][g][d] * f;
+    }
+    const int head = head0 + g;
+    if (p.num_partitions == 1) {
+      T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
+      out[d] = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
+    } else {
+      const int64_t slot = (int64_t{t} * p.num_heads + head) * p.num_partitions + part;
+      p.partial_o[slot * HD + d] = o;
+      if (d == 0) {
+        p.partial_ml[slot * 2] = mx;
+        p.partial_ml[slot * 2 + 1] = sum;
+      }
+    }
+  }
+}
+
+// grid (T, Hq), HD threads: combines the partitions of one (token, head).
+// grid (T, Hq), HD threads: combines the partitions of one (token, head).
+template <typename T, int HD>
+__global__ void __launch_bounds__(HD) merge_kernel(SplitParams p) {
+  const int t = blockIdx.x;
+  const int head = blockIdx.y;
+  const int d = threadIdx.x;
+  const QueryView qv = query_view(p, t);
+  const int parts = (qv.kv_len + p.partition_size - 1) / p.partition_size;
+  const int64_t slot0 = (int64_t{t} * p.num_heads + head) * p.num_partitions;
+  float mx = -INFINITY;
+  for (int i = 0; i < parts; ++i) mx = fmaxf(mx, p.partial_ml[(slot0 + i) * 2]);
+  const float ref = mx == -INFINITY ? 0.0f : mx;
+  float sum = 0.0f, o = 0.0f;
+  for (int i = 0; i < parts; ++i) {
+    const float f = exp2f(p.partial_ml[(slot0 + i) * 2] - ref);
+    sum += p.partial_ml[(slot0 + i) * 2 + 1] * f;
+    o += p.partial_o[(slot0 + i) * HD + d] * f;
+  }
+  T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
+  out[d] = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
+}
+
+// The kernel parameters for a batch; partials point into workspace when there are several
+// partitions (the caller checks it is large enough).
+inline SplitParams make_split_params(const Tensor& qkv, const KvCacheLayer& kv,
+                                     const AttentionMetadata& meta, const AttentionShape& shape,
+                                     int partition_size, void* workspace, size_t workspace_bytes,
+                                     Tensor out) {
+  SplitParams p{};
+  p.qkv = qkv.data;
+  p.k_cache = kv.k.data;
+  p.v_cache = kv.v.data;
+  p.out = out.data;
+  p.batch = PagedBatch{meta.query_start.as<int32_t>(),
+                       meta.context_lens.as<int32_t>(),
+                       meta.block_tables.as<int32_t>(),
+                       meta.num_seqs,
+                       static_cast<int>(meta.block_tables.dim(1)),
+                       kv.block_size};
+  p.num_heads = shape.num_heads;
+  p.num_kv_heads = shape.num_kv_heads;
+  p.group = shape.num_heads / shape.num_kv_heads;
+  p.window = shape.sliding_window;
+  p.scale_log2 = shape.scale * kSplitLog2e;
+  p.partition_size = partition_size;
+  const int max_ctx = meta.max_context_len > 1 ? meta.max_context_len : 1;
+  p.num_partitions = (max_ctx + partition_size - 1) / partition_size;
+  if (p.num_partitions > 1 && workspace_bytes > 0) {
+    p.partial_o = static_cast<float*>(workspace);
+    p.partial_ml = p.partial_o + static_cast<size_t>(meta.num_tokens) * shape.num_heads *
+                                     p.num_partitions * shape.head_dim;
+  }
+  return p;
+}
+
+inline dim3 split_kv_grid(const SplitParams& p, int tokens, int gc) {
+  const int chunks = (p.group + gc - 1) / gc;
+  return dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(p.num_kv_heads * chunks),
+              static_cast<unsigned>(p.num_partitions));
+}
+inline dim3 merge_grid(const SplitParams& p, int tokens) {
+  return dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(p.num_heads));
+}
+
+}  // namespace ib::cuda

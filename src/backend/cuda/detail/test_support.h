@@ -1,0 +1,187 @@
+// Test support for the differential GPU tests: the same inputs in the CPU reference backend (fp32)
+// and the CUDA backend (at the dtype under test, values rounded to it first), outputs poisoned
+// with NaN before every op, results read back as floats, and the relative L2 error.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/detail/cuda_backend_impl.h"
+#include "core/rng.h"
+
+// Skips a GPU test with a visible message where the machine has no CUDA device.
+#define IB_REQUIRE_CUDA()                                                                   \
+  do {                                                                                      \
+    if (::ib::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
+  } while (0)
+
+namespace ib::cuda::testing {
+
+// Relative L2 error ||got - want|| / ||want||; infinity when got holds a NaN (unwritten output).
+inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  IB_ASSERT(got.size() == want.size(), "rel_l2: size mismatch");
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    const double d = double{got[i]} - double{want[i]};
+    num += d * d;
+    den += double{want[i]} * double{want[i]};
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// The stated tolerance on relative L2 error per activation dtype.
+inline double tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 2e-5;
+    case DType::kF16:
+      return 3e-3;
+    default:
+      return 1e-2;
+  }
+}
+
+inline float round_to(DType dtype, float v) {
+  switch (dtype) {
+    case DType::kBF16:
+      return round_to_bf16(v);
+    case DType::kF16:
+      return f16_bits_to_f32(f32_to_f16_bits(v));
+    default:
+      return v;
+  }
+}
+
+inline std::vector<float> random_floats(Rng& rng, int64_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = lo + (hi - lo) * static_cast<float>(rng.uniform());
+  return v;
+}
+
+// Paired tensors: .cpu in the reference backend (f32 for floats), .gpu in the CUDA backend.
+struct Pair {
+  Tensor cpu;
+  Tensor gpu;
+};
+
+class Twin {
+ public:
+  explicit Twin(DType dtype) : dtype_(dtype) {
+    auto cpu = create_backend(BackendOptions{"cpu", DType::kF32, 0, std::nullopt});
+    IB_ASSERT(cpu.ok(), "CPU backend");
+    cpu_ = std::move(cpu).value();
+    auto gpu = CudaBackend::create(0, dtype, std::nullopt);
+    IB_ASSERT(gpu.ok(), "CUDA backend");
+    gpu_ = std::move(gpu).value();
+    gpu_->set_debug_sync(true);
+  }
+  DType dtype() const { return dtype_; }
+  Backend& cpu() { return *cpu_; }
+  CudaBackend& gpu() { return *gpu_; }
+
+  // Values as the GPU dtype holds them.
+  std::vector<float> representable(std::vector<float> v) const {
+    for (auto& x : v) x = round_to(dtype_, x);
+    return v;
+  }
+  // A float tensor holding `values` (rounded to the dtype) on both sides; gpu_dtype overrides
+  // the GPU element type (e.g. f32 logits).
+  Pair floats(std::initializer_list<int64_t> shape, const std::vector<float>& values,
+              std::optional<DType> gpu_dtype = std::nullopt) {
+    const DType gd = gpu_dtype.value_or(dtype_);
+    Pair p{make(*cpu_, DType::kF32, shape), make(*gpu_, gd, shape)};
+    IB_ASSERT(static_cast<int64_t>(values.size()) == p.cpu.numel(), "value count != shape");
+    std::vector<float> rounded = values;
+    for (auto& x : rounded) x = round_to(gd, x);
+    cpu_->copy_from_host(p.cpu, rounded.data(), DType::kF32);
+    gpu_->copy_from_host(p.gpu, rounded.data(), DType::kF32);
+    return p;
+  }
+  template <typename I>
+  Pair ints(std::initializer_list<int64_t> shape, const std::vector<I>& values) {
+    const DType d = sizeof(I) == 8 ? DType::kI64 : DType::kI32;
+    Pair p{make(*cpu_, d, shape), make(*gpu_, d, shape)};
+    IB_ASSERT(static_cast<int64_t>(values.size()) == p.cpu.numel(), "value count != shape");
+    cpu_->copy_from_host(p.cpu, values.data(), d);
+    gpu_->copy_from_host(p.gpu, values.data(), d);
+    return p;
+  }
+  // An output poisoned with NaN on both sides.
+  Pair output(std::initializer_list<int64_t> shape, std::optional<DType> gpu_dtype = std::nullopt) {
+    Pair p{make(*cpu_, DType::kF32, shape), make(*gpu_, gpu_dtype.value_or(dtype_), shape)};
+    cpu_->fill_constant(p.cpu, NAN);
+    gpu_->fill_constant(p.gpu, NAN);
+    return p;
+  }
+  Pair output_i32(std::initializer_list<int64_t> shape) {
+    Pair p{make(*cpu_, DType::kI32, shape), make(*gpu_, DType::kI32, shape)};
+    const std::vector<int32_t> poison(static_cast<size_t>(p.cpu.numel()), -7);
+    cpu_->copy_from_host(p.cpu, poison.data(), DType::kI32);
+    gpu_->copy_from_host(p.gpu, poison.data(), DType::kI32);
+    return p;
+  }
+
+  std::vector<float> cpu_floats(const Tensor& t) { return to_floats(*cpu_, t); }
+  std::vector<float> gpu_floats(const Tensor& t) { return to_floats(*gpu_, t); }
+  template <typename I>
+  std::vector<I> host_ints(Backend& b, const Tensor& t) {
+    std::vector<I> out(static_cast<size_t>(t.numel()));
+    b.copy_to_host(t, out.data());
+    return out;
+  }
+  // Relative L2 error of the GPU result against the CPU result; the largest one a test saw is
+  // recorded as the test property max_rel_l2 (gpu_tests.json).
+  double error(const Pair& p) {
+    const double e = rel_l2(gpu_floats(p.gpu), cpu_floats(p.cpu));
+    max_error_ = std::max(max_error_, e);
+    return e;
+  }
+  ~Twin() {
+    if (max_error_ >= 0) ::testing::Test::RecordProperty("max_rel_l2", std::to_string(max_error_));
+  }
+  Twin(const Twin&) = delete;
+  Twin& operator=(const Twin&) = delete;
+
+ private:
+  Tensor make(Backend& b, DType d, std::initializer_list<int64_t> shape) {
+    Tensor probe(nullptr, d, shape);
+    auto buf = b.alloc(std::max<size_t>(probe.bytes(), 1), MemoryTag::kOther);
+    IB_ASSERT(buf.ok(), "test allocation failed");
+    buffers_.push_back(std::move(buf).value());
+    return buffers_.back().view(d, shape);
+  }
+  static std::vector<float> to_floats(Backend& b, const Tensor& t) {
+    std::vector<float> out(static_cast<size_t>(t.numel()));
+    if (t.dtype == DType::kF32) {
+      b.copy_to_host(t, out.data());
+      return out;
+    }
+    std::vector<uint16_t> bits(out.size());
+    b.copy_to_host(t, bits.data());
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = t.dtype == DType::kBF16 ? bf16_bits_to_f32(bits[i]) : f16_bits_to_f32(bits[i]);
+    return out;
+  }
+
+  DType dtype_;
+  double max_error_ = -1;
+  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<CudaBackend> gpu_;
+  std::vector<Buffer> buffers_;  // declared last: freed before the backends
+};
+
+inline std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) {
+  return std::string(dtype_name(info.param));
+}
+
+}  // namespace ib::cuda::testing

@@ -1,0 +1,148 @@
+#include "backend/cuda/detail/gemm_lt.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "backend/cuda/detail/check.h"
+#include "backend/cuda/detail/kernels.h"
+
+namespace ib::cuda {
+namespace {
+
+constexpr const char* kOp = "matmul(cublasLt)";
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    default:
+      IB_ASSERT(false, "matmul: float tensors expected");
+  }
+  return CUDA_R_32F;
+}
+
+// Largest power of two (<= 256) dividing the address: what cuBLASLt may assume.
+uint16_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint16_t align = 256;
+  while (align > 1 && a % align != 0) align = static_cast<uint16_t>(align / 2);
+  return align;
+}
+
+}  // namespace
+
+size_t GemmLt::KeyHash::operator()(const Key& k) const {
+  size_t h = std::hash<int64_t>()(k.m);
+  const auto mix = [&h](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  mix(static_cast<uint64_t>(k.n));
+  mix(static_cast<uint64_t>(k.k));
+  mix(static_cast<uint64_t>(k.in) << 8 | static_cast<uint64_t>(k.out) << 16 |
+      static_cast<uint64_t>(k.bias_epilogue) << 24);
+  mix(uint64_t{k.align_x} | uint64_t{k.align_w} << 16 | uint64_t{k.align_out} << 32 |
+      uint64_t{k.align_bias} << 48);
+  return h;
+}
+
+GemmLt::GemmLt() {
+  IB_CUBLAS_CHECK(cublasLtCreate(&handle_), kOp);
+}
+
+GemmLt::~GemmLt() {
+  for (auto& [key, plan] : plans_) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+  }
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+  Plan plan;
+  const cudaDataType_t in = cuda_type(key.in);
+  const cudaDataType_t out = cuda_type(key.out);
+  IB_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), kOp);
+  const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
+  IB_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)),
+      kOp);
+  IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans,
+                                                 sizeof(no_trans)),
+                  kOp);
+  // Column-major view: out^T (N, M) = w (K, N)^T x^T (K, M).
+  const auto n = static_cast<uint64_t>(key.n), m = static_cast<uint64_t>(key.m),
+             k = static_cast<uint64_t>(key.k);
+  IB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, in, k, n, static_cast<int64_t>(k)), kOp);
+  IB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, in, k, m, static_cast<int64_t>(k)), kOp);
+  IB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, out, n, m, static_cast<int64_t>(n)), kOp);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  IB_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), kOp);
+  const uint64_t ws = workspace_bytes;
+  IB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+                  kOp);
+  const auto set_align = [&](cublasLtMatmulPreferenceAttributes_t attr, uint16_t align) {
+    const uint32_t v = align;
+    IB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)), kOp);
+  };
+  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w);
+  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_x);
+  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_out);
+  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_out);
+
+  const auto heuristic = [&](bool epilogue) {
+    const cublasLtEpilogue_t e = epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    IB_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)),
+        kOp);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+        handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+    plan.algo = result.algo;
+    return true;
+  };
+  plan.bias_epilogue = key.bias_epilogue && heuristic(true);
+  if (!plan.bias_epilogue)
+    IB_CUBLAS_CHECK(heuristic(false) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED, kOp);
+  cublasLtMatmulPreferenceDestroy(pref);
+  return plans_.emplace(key, plan).first->second;
+}
+
+void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
+                 size_t workspace_bytes, cudaStream_t stream) {
+  Key key{};
+  key.m = x.rows();
+  key.n = w.dim(0);
+  key.k = w.dim(1);
+  key.in = x.dtype;
+  key.out = out.dtype;
+  key.bias_epilogue = bias != nullptr && bias->dtype == out.dtype;
+  key.align_x = alignment(x.data);
+  key.align_w = alignment(w.data);
+  key.align_out = alignment(out.data);
+  key.align_bias = bias ? alignment(bias->data) : 0;
+  if (key.m == 0) return;
+  Plan& plan = plan_for(key, workspace_bytes);
+  if (plan.bias_epilogue) {
+    const void* ptr = bias->data;
+    IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &ptr, sizeof(ptr)),
+                    kOp);
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  IB_CUBLAS_CHECK(
+      cublasLtMatmul(handle_, plan.desc, &alpha, w.data, plan.a, x.data, plan.b, &beta, out.data,
+                     plan.c, out.data, plan.c, &plan.algo, workspace, workspace_bytes, stream),
+      kOp);
+  if (bias && !plan.bias_epilogue) launch_bias_add(out, *bias, stream);
+}
+
+}  // namespace ib::cuda

@@ -1,0 +1,90 @@
+// RMSNorm and the fused residual-add + RMSNorm: one block per row, fp32 sums, 16-byte vectors
+// when the row allows. The residual is rounded to its dtype before the norm reads it, so the
+// norm sees exactly the residual that is stored (as HF does in bf16).
+#include "backend/cuda/detail/check.h"
+#include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/kernels.h"
+
+namespace ib::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// x (rows, d); residual (rows, d) or null; weight (d); out (rows, d).
+template <typename T, bool kVector>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_kernel(T* residual, const T* x, const T* weight, float eps, T* out, int64_t d) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * d;
+  T* rr = residual ? residual + row * d : nullptr;
+  T* outr = out + row * d;
+  float sum_sq = 0.0f;
+  if constexpr (kVector) {
+    constexpr int kV = kVec16<T>;
+    for (int64_t c = int64_t{threadIdx.x} * kV; c < d; c += int64_t{kThreads} * kV) {
+      float v[kV];
+      load16_f32(xr + c, v);
+      if (rr) {
+        float r[kV];
+        load16_f32(rr + c, r);
+#pragma unroll
+        for (int i = 0; i < kV; ++i) v[i] = to_f32(from_f32<T>(r[i] + v[i]));
+        store16_f32(rr + c, v);
+      }
+#pragma unroll
+      for (int i = 0; i < kV; ++i) sum_sq += v[i] * v[i];
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < d; c += kThreads) {
+      float v = to_f32(xr[c]);
+      if (rr) {
+        const T s = from_f32<T>(to_f32(rr[c]) + v);
+        rr[c] = s;
+        v = to_f32(s);
+      }
+      sum_sq += v * v;
+    }
+  }
+  const float total = block_sum(sum_sq, scratch);
+  const float inv_rms = rsqrtf(total / static_cast<float>(d) + eps);
+  const T* src = rr ? rr : xr;
+  if constexpr (kVector) {
+    constexpr int kV = kVec16<T>;
+    for (int64_t c = int64_t{threadIdx.x} * kV; c < d; c += int64_t{kThreads} * kV) {
+      float v[kV], w[kV];
+      load16_f32(src + c, v);
+      load16_f32(weight + c, w);
+#pragma unroll
+      for (int i = 0; i < kV; ++i) v[i] = v[i] * inv_rms * w[i];
+      store16_f32(outr + c, v);
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < d; c += kThreads)
+      outr[c] = from_f32<T>(to_f32(src[c]) * inv_rms * to_f32(weight[c]));
+  }
+}
+
+}  // namespace
+
+void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
+                     cudaStream_t stream) {
+  const int64_t rows = x.rows();
+  const int64_t d = x.row_size();
+  if (rows == 0) return;
+  IB_DISPATCH_FLOAT(x.dtype, T, {
+    T* res = residual ? residual->as<T>() : nullptr;
+    const bool vector = d % kVec16<T> == 0 && aligned16(x.data) && aligned16(weight.data) &&
+                        aligned16(out.data) && (res == nullptr || aligned16(res));
+    if (vector) {
+      rms_norm_kernel<T, true><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+          res, x.as<T>(), weight.as<T>(), eps, out.as<T>(), d);
+    } else {
+      rms_norm_kernel<T, false><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+          res, x.as<T>(), weight.as<T>(), eps, out.as<T>(), d);
+    }
+  });
+  IB_CUDA_CHECK_LAUNCH(residual ? "add_rms_norm" : "rms_norm");
+}
+
+}  // namespace ib::cuda
