@@ -102,7 +102,7 @@ RunMetrics compute_run_metrics(std::span<const RequestRecord> records,
     m.latency[i] = stats_of(std::move(values[i]), options.percentiles);
   }
   const double mean_tpot = m[LatencyMetric::kTpot].mean_ms;
-  m.decode_tok_s_per_seq = mean_tpot > 0 ? 1000.0 / mean_tpot : 0.0;
+  m.per_sequence_decode_tok_s = mean_tpot > 0 ? 1000.0 / mean_tpot : 0.0;
   return m;
 }
 
@@ -125,8 +125,8 @@ std::vector<MetricValue> flatten_metrics(const RunMetrics& m, std::span<const do
   out.push_back({"output_throughput", "Output token throughput", "tok/s", m.output_throughput});
   out.push_back(
       {"total_token_throughput", "Total token throughput", "tok/s", m.total_token_throughput});
-  out.push_back(
-      {"decode_tok_s_per_seq", "Decode rate per sequence", "tok/s", m.decode_tok_s_per_seq});
+  out.push_back({"per_sequence_decode_rate", "Decode rate per sequence", "tok/s",
+                 m.per_sequence_decode_tok_s});
   for (size_t i = 0; i < kNumLatencyMetrics; ++i) {
     const std::string name(kLatencyMetricNames[i]);
     const std::string label(kLatencyLabels[i]);

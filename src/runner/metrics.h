@@ -52,7 +52,7 @@ struct RunMetrics {
   double output_throughput = 0;     // tok/s
   double total_token_throughput = 0;
   std::optional<double> request_goodput;  // only with --goodput
-  double decode_tok_s_per_seq = 0;        // 1000 / mean TPOT
+  double per_sequence_decode_tok_s = 0;   // 1000 / mean TPOT
   std::array<LatencyStats, kNumLatencyMetrics> latency;
 
   const LatencyStats& operator[](LatencyMetric m) const { return latency[static_cast<size_t>(m)]; }

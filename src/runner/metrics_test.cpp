@@ -82,7 +82,7 @@ TEST(RunMetrics, MatchesHandComputedValues) {
   EXPECT_NEAR(e2el.median_ms, 19.0, 1e-9);
   EXPECT_NEAR(stat(m, LatencyMetric::kQueue).mean_ms, 2.0 / 3, 1e-9);     // [1, 0, 1]
   EXPECT_NEAR(stat(m, LatencyMetric::kE2elQueue).median_ms, 20.0, 1e-9);  // [20, 25, 3]
-  EXPECT_NEAR(m.decode_tok_s_per_seq, 1000.0 / 11.5, 1e-9);
+  EXPECT_NEAR(m.per_sequence_decode_tok_s, 1000.0 / 11.5, 1e-9);
 }
 
 TEST(RunMetrics, GoodputCountsRequestsMeetingEverySlo) {
