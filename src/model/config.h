@@ -38,9 +38,10 @@ struct MlaConfig {
 };
 
 struct ModelConfig {
-  std::string name;             // preset name, or the directory it was read from
-  std::string family;           // "llama", "mistral", "qwen2", "phi3", "gemma2", "mixtral", "deepseek_v2"
+  std::string name;    // preset name, or the directory it was read from
+  std::string family;  // "llama", "mistral", "qwen2", "phi3", "gemma2", "mixtral", "deepseek_v2"
   std::string hf_architecture;  // e.g. "LlamaForCausalLM"
+  std::string hf_repo_id;  // presets: the HF repo it reproduces, e.g. "meta-llama/Meta-Llama-3-8B"
 
   int vocab_size = 0;
   int hidden_size = 0;
@@ -63,11 +64,11 @@ struct ModelConfig {
   DType torch_dtype = DType::kBF16;  // dtype of the published weights
 
   // Features the engine does not run yet (Gemma-2, Mixtral, DeepSeek-V2).
-  double attn_logit_softcapping = 0;   // Gemma-2
-  double final_logit_softcapping = 0;  // Gemma-2
-  double query_pre_attn_scalar = 0;    // Gemma-2
-  bool sandwich_norms = false;         // Gemma-2: post-attention and post-FFN norms
-  bool scale_embeddings = false;       // Gemma-2: embeddings * sqrt(hidden_size)
+  double attn_logit_softcapping = 0;        // Gemma-2
+  double final_logit_softcapping = 0;       // Gemma-2
+  double query_pre_attn_scalar = 0;         // Gemma-2
+  bool sandwich_norms = false;              // Gemma-2: post-attention and post-FFN norms
+  bool scale_embeddings = false;            // Gemma-2: embeddings * sqrt(hidden_size)
   bool alternating_sliding_window = false;  // Gemma-2: every other layer local
   MoeConfig moe;
   MlaConfig mla;
@@ -75,7 +76,9 @@ struct ModelConfig {
   // Parameter count of the full model (embeddings and lm_head counted once each when untied).
   int64_t parameter_count() const;
   // Bytes of all weights at dtype.
-  int64_t weight_bytes(DType dtype) const { return parameter_count() * static_cast<int64_t>(dtype_size(dtype)); }
+  int64_t weight_bytes(DType dtype) const {
+    return parameter_count() * static_cast<int64_t>(dtype_size(dtype));
+  }
   // KV-cache bytes per token at dtype (all layers, K and V).
   int64_t kv_bytes_per_token(DType dtype) const;
   // Parameters a decode step must stream (all layers + lm_head + one embedding row; for MoE,

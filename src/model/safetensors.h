@@ -33,7 +33,19 @@ struct SafetensorsHeader {
 // Never crashes on malformed input (fuzzed: fuzz/safetensors_header_fuzz.cpp).
 Result<SafetensorsHeader> parse_safetensors_header(std::string_view json, uint64_t data_bytes);
 
-// A tensor inside a mapped file: a host pointer valid while the checkpoint lives.
+// A whole safetensors file held in memory (mapped or read): the 8-byte header length is checked
+// against the file size (and the 100 MB limit of the format) before the header is parsed.
+// file_name prefixes every error. Never crashes on malformed input (fuzzed too).
+struct SafetensorsFile {
+  SafetensorsHeader header;
+  uint64_t data_offset = 0;  // 8 + header length: where the data section starts in the file
+};
+Result<SafetensorsFile> parse_safetensors_file(std::string_view file_bytes,
+                                               const std::string& file_name);
+
+// A tensor inside a mapped file: a host pointer valid while the checkpoint lives. Files written by
+// write_safetensors (and by the HF library) start the data section 8-byte aligned; a pointer into
+// an arbitrary file may be unaligned, so readers copy elements with memcpy.
 struct HostTensorRef {
   const void* data = nullptr;
   DType dtype = DType::kF32;
@@ -59,14 +71,16 @@ class SafetensorsCheckpoint {
 bool has_safetensors(const std::string& path);
 
 // Writes tensors (f32/bf16/f16 data given as raw bytes) as one safetensors file; used by tests
-// and to export dummy weights. Written atomically.
+// and to export dummy weights. Written atomically (temporary sibling, then rename); the header is
+// padded with spaces so the data section starts 8-byte aligned. Tensors are laid out in order.
 struct SafetensorsWriteTensor {
   std::string name;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   std::string bytes;  // numel * dtype_size bytes
 };
-Status write_safetensors(const std::string& path, const std::vector<SafetensorsWriteTensor>& tensors,
+Status write_safetensors(const std::string& path,
+                         const std::vector<SafetensorsWriteTensor>& tensors,
                          const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace ib

@@ -19,6 +19,13 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
 };
 
+// The byte-level fallback ("byte"): encode maps byte b to id b + 3 (no bos/eos added); decode maps
+// ids 3..258 back to bytes, drops the reserved ids 0..2, and renders any other id (a dummy model
+// can emit every id of its vocabulary) as U+FFFD, so decode never fails.
+constexpr int32_t kBytePadId = 0;
+constexpr int32_t kByteBosId = 1;
+constexpr int32_t kByteEosId = 2;
+constexpr int32_t kByteTokenOffset = 3;
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
 }  // namespace ib
