@@ -95,6 +95,10 @@ struct AttentionMetadata {
 // 1/temperature, keep the top_k largest logits (top_k <= 0: all), softmax, keep the smallest
 // set of most probable tokens whose mass reaches top_p, renormalise, and draw with the uniform
 // u = counter_uniform(seed, 0, step) by inverse CDF over tokens in descending probability.
+// Precisely (the CPU reference, cpu/sampling.cpp): candidates are ordered by descending scaled
+// logit (logit / temperature), ties by ascending token id; the nucleus is the shortest prefix
+// whose cumulative mass reaches top_p * total; the draw is the first candidate whose cumulative
+// mass exceeds u * (nucleus mass).
 struct SamplingMetadata {
   int num_rows = 0;
   bool all_greedy = true;  // host-side hint: skip the stochastic path

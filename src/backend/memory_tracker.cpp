@@ -8,12 +8,18 @@ namespace ib {
 
 const char* memory_tag_name(MemoryTag tag) {
   switch (tag) {
-    case MemoryTag::kWeights: return "weights";
-    case MemoryTag::kKvCache: return "kv_cache";
-    case MemoryTag::kActivations: return "activations";
-    case MemoryTag::kWorkspace: return "workspace";
-    case MemoryTag::kGraph: return "cuda_graphs";
-    case MemoryTag::kOther: return "other";
+    case MemoryTag::kWeights:
+      return "weights";
+    case MemoryTag::kKvCache:
+      return "kv_cache";
+    case MemoryTag::kActivations:
+      return "activations";
+    case MemoryTag::kWorkspace:
+      return "workspace";
+    case MemoryTag::kGraph:
+      return "cuda_graphs";
+    case MemoryTag::kOther:
+      return "other";
   }
   return "?";
 }

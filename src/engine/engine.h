@@ -12,24 +12,25 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/config.h"
 #include "engine/model_weights.h"
+#include "model/config.h"
 
 namespace ib {
 
 enum class BatchingMode { kContinuous, kStatic };
 
 struct EngineConfig {
-  int block_size = 16;             // tokens per KV block
-  int num_kv_blocks = 0;           // 0: size the pool from memory (below)
+  int block_size = 16;                  // tokens per KV block
+  int num_kv_blocks = 0;                // 0: size the pool from memory (below)
   double gpu_memory_utilization = 0.9;  // CUDA: fraction of device memory for the whole engine
-  int64_t cpu_kv_cache_bytes = 2LL << 30;  // CPU: KV pool budget (capped at what max_num_seqs x max_model_len needs)
+  int64_t cpu_kv_cache_bytes =
+      2LL << 30;  // CPU: KV pool budget (capped at what max_num_seqs x max_model_len needs)
   int max_num_seqs = 256;
   int max_num_batched_tokens = 8192;
-  int max_model_len = 0;           // 0: the model's max_position_embeddings
+  int max_model_len = 0;  // 0: the model's max_position_embeddings
   BatchingMode batching = BatchingMode::kContinuous;
-  int static_batch_size = 8;       // kStatic: a new batch is admitted only when the last finished
-  bool capture_logits = false;     // tests: keep each sampled row's logits in the TokenEvent
+  int static_batch_size = 8;    // kStatic: a new batch is admitted only when the last finished
+  bool capture_logits = false;  // tests: keep each sampled row's logits in the TokenEvent
 };
 
 struct SamplingParams {
@@ -44,8 +45,8 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_tokens;  // non-empty
   int max_tokens = 16;                 // output tokens to generate (> 0)
   SamplingParams sampling;
-  bool ignore_eos = true;              // benchmarks generate exactly max_tokens
-  std::vector<int32_t> stop_token_ids; // extra stop tokens (besides EOS when !ignore_eos)
+  bool ignore_eos = true;               // benchmarks generate exactly max_tokens
+  std::vector<int32_t> stop_token_ids;  // extra stop tokens (besides EOS when !ignore_eos)
 };
 
 enum class FinishReason { kNone, kLength, kStop, kAborted };
@@ -53,11 +54,11 @@ const char* finish_reason_name(FinishReason r);
 
 struct TokenEvent {
   uint64_t request_id = 0;
-  int32_t token = 0;
-  int output_index = 0;  // 0 for the first generated token
+  int32_t token = 0;     // -1 for the event that reports an abort
+  int output_index = 0;  // 0 for the first generated token (abort: the number generated)
   int64_t time_ns = 0;   // when the token became available (after sampling), on the one clock
   FinishReason finish = FinishReason::kNone;  // kNone while the request continues
-  std::vector<float> logits;  // only with EngineConfig::capture_logits
+  std::vector<float> logits;                  // only with EngineConfig::capture_logits
 };
 
 struct StepStats {
@@ -110,7 +111,14 @@ class Engine {
 
 // Builds an engine: checks the model is supported, loads weights, sizes and allocates the KV
 // pool. Errors: unsupported architecture, weights that do not fit (with the numbers), bad config.
-Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model, const WeightOptions& weights,
+Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
+                                              const WeightOptions& weights,
                                               const EngineConfig& config, Backend& backend);
+// The same with weights already in backend memory (from load_weights, possibly modified: tests
+// and differential checks between backends). The engine takes ownership of them.
+Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& model,
+                                                           ModelWeights weights,
+                                                           const EngineConfig& config,
+                                                           Backend& backend);
 
 }  // namespace ib

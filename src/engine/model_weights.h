@@ -1,5 +1,6 @@
-// ModelWeights (engine-owned): a Llama-family model's weights in backend memory, fused for the forward pass
-// (q/k/v into one matrix, gate/up into one), loaded from dummy values or safetensors files.
+// ModelWeights (engine-owned): a Llama-family model's weights in backend memory, fused for the
+// forward pass (q/k/v into one matrix, gate/up into one), loaded from dummy values or safetensors
+// files.
 #pragma once
 
 #include <cstdint>
@@ -43,12 +44,24 @@ struct ModelWeights {
 // Loads (or generates) the weights of config into backend memory at backend.activation_dtype().
 // Dummy weights: uniform(-a, a) with a = sqrt(3 / fan_in) for matrices (unit-variance outputs),
 // uniform(-1, 1) embeddings, norms 1.0, biases uniform(-0.1, 0.1); seeded and identical on every
-// backend (counter-based). Errors: missing or mismatched tensors (named), unreadable files.
+// backend (Backend::fill_uniform with a fixed stream id per tensor: dummy_weight_stream()).
+// Safetensors: HF names (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ...),
+// q/k/v and gate/up fused at load, bf16/f16/f32 converted to the backend dtype.
+// Errors: weights larger than the backend's free memory or memory limit (refused before any
+// allocation, with the numbers); missing or mismatched tensors (named); unreadable files.
 Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions& options,
                                   Backend& backend);
 
-// The rotary inverse frequencies (head_dim / 2), including Llama-3 rope scaling, as HF computes
-// them (in double, then rounded to fp32).
+// The rotary inverse frequencies (head_dim / 2), including Llama-3 and linear rope scaling, as HF
+// transformers computes them: in fp32 with the same operation order (torch evaluates these
+// expressions on float32 tensors, with Python scalars rounded to fp32).
 std::vector<float> rope_inv_freq(const ModelConfig& config);
+
+// The fill_uniform stream of each dummy tensor: 1 embedding, 2 lm_head, and for layer L
+// 1000 + 16 L + {0 q, 1 k, 2 v, 3 o, 4 gate, 5 up, 6 down, 7 q bias, 8 k bias, 9 v bias}.
+enum class DummyTensor { kQ, kK, kV, kO, kGate, kUp, kDown, kQBias, kKBias, kVBias };
+uint64_t dummy_weight_stream(int layer, DummyTensor tensor);
+inline constexpr uint64_t kDummyEmbedStream = 1;
+inline constexpr uint64_t kDummyLmHeadStream = 2;
 
 }  // namespace ib

@@ -1,0 +1,48 @@
+// create_backend: devices, dtypes and the memory limit.
+#include <gtest/gtest.h>
+
+#include "backend/backend.h"
+
+namespace ib {
+namespace {
+
+TEST(BackendFactory, CreatesTheCpuBackend) {
+  BackendOptions options;
+  options.num_threads = 2;
+  options.memory_limit_bytes = 1 << 20;
+  auto backend = create_backend(options);
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  EXPECT_EQ((*backend)->device_info().kind, "cpu");
+  EXPECT_EQ((*backend)->activation_dtype(), DType::kF32);
+  EXPECT_EQ((*backend)->memory().limit_bytes(), 1 << 20);
+}
+
+TEST(BackendFactory, RefusesBadDevicesAndDtypes) {
+  for (const char* device : {"tpu", "cpu:1", "cuda:x", "cuda:-1", ""}) {
+    BackendOptions options;
+    options.device = device;
+    auto backend = create_backend(options);
+    ASSERT_FALSE(backend.ok()) << device;
+    EXPECT_EQ(backend.error().kind, ErrorKind::kUser);
+    EXPECT_NE(backend.error().message.find("device"), std::string::npos) << backend.error().message;
+  }
+  BackendOptions bf16;
+  bf16.dtype = DType::kBF16;
+  auto refused = create_backend(bf16);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::kUser);
+  EXPECT_NE(refused.error().message.find("fp32"), std::string::npos);
+}
+
+TEST(BackendFactory, CudaWithoutTheCudaBuildIsAUserError) {
+  if (cuda_backend_compiled()) GTEST_SKIP() << "this build includes the CUDA backend";
+  BackendOptions options;
+  options.device = "cuda:0";
+  auto backend = create_backend(options);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.error().kind, ErrorKind::kUser);
+  EXPECT_NE(backend.error().message.find("--device cpu"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ib

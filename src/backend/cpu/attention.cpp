@@ -1,0 +1,142 @@
+// Rotary embedding with the KV-cache write, and paged attention, in fp32.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/detail/dot.h"
+#include "backend/cpu/detail/kernels.h"
+
+namespace ib::cpu {
+namespace {
+
+// Element offset of (block, kv head, offset in block) in a (num_blocks, hkv, block_size, head_dim)
+// cache.
+int64_t cache_offset(int64_t block, int64_t head, int64_t offset, const KvCacheLayer& kv,
+                     int64_t num_kv_heads, int64_t head_dim) {
+  return ((block * num_kv_heads + head) * kv.block_size + offset) * head_dim;
+}
+
+}  // namespace
+
+void rope_and_cache_f32(ThreadPool& pool, float* qkv, const int32_t* positions,
+                        const int32_t* slot_mapping, const float* inv_freq, int64_t num_tokens,
+                        const KvCacheLayer& kv, const AttentionShape& shape) {
+  const int64_t hd = shape.head_dim;
+  const int64_t half = hd / 2;
+  const int64_t hq = shape.num_heads;
+  const int64_t hkv = shape.num_kv_heads;
+  const int64_t row = (hq + 2 * hkv) * hd;
+  const int64_t num_blocks = kv.k.dim(0);
+  auto* k_cache = kv.k.as<float>();
+  auto* v_cache = kv.v.as<float>();
+  pool.parallel_for(num_tokens, 4, [&](int64_t begin, int64_t end) {
+    std::vector<float> cos_v(static_cast<size_t>(half));  // (head_dim / 2)
+    std::vector<float> sin_v(static_cast<size_t>(half));  // (head_dim / 2)
+    for (int64_t t = begin; t < end; ++t) {
+      float* x = qkv + t * row;  // (hq + 2 hkv, head_dim): q heads, k heads, v heads
+      const auto pos = static_cast<float>(positions[t]);
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = pos * inv_freq[i];
+        cos_v[static_cast<size_t>(i)] = std::cos(angle);
+        sin_v[static_cast<size_t>(i)] = std::sin(angle);
+      }
+      // Rotate-half: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on q and k heads.
+      for (int64_t h = 0; h < hq + hkv; ++h) {
+        float* head = x + h * hd;
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = head[i];
+          const float x2 = head[i + half];
+          const float c = cos_v[static_cast<size_t>(i)];
+          const float s = sin_v[static_cast<size_t>(i)];
+          head[i] = x1 * c - x2 * s;
+          head[i + half] = x2 * c + x1 * s;
+        }
+      }
+      const int32_t slot = slot_mapping[t];
+      if (slot < 0) continue;
+      const int64_t block = slot / kv.block_size;
+      const int64_t offset = slot % kv.block_size;
+      IB_ASSERT(block < num_blocks, "rope_and_cache: slot beyond the KV cache");
+      for (int64_t h = 0; h < hkv; ++h) {
+        const int64_t dst = cache_offset(block, h, offset, kv, hkv, hd);
+        std::memcpy(k_cache + dst, x + (hq + h) * hd, static_cast<size_t>(hd) * sizeof(float));
+        std::memcpy(v_cache + dst, x + (hq + hkv + h) * hd,
+                    static_cast<size_t>(hd) * sizeof(float));
+      }
+    }
+  });
+}
+
+void paged_attention_f32(ThreadPool& pool, const float* qkv, const KvCacheLayer& kv,
+                         const AttentionHostMeta& meta, const AttentionShape& shape, float* out) {
+  const int64_t hd = shape.head_dim;
+  const int64_t hq = shape.num_heads;
+  const int64_t hkv = shape.num_kv_heads;
+  const int64_t group = hq / hkv;
+  const int64_t row = (hq + 2 * hkv) * hd;
+  const int64_t num_tokens = meta.query_start[meta.num_seqs];
+  const int64_t num_blocks = kv.k.dim(0);
+  // Which sequence each packed query token belongs to, and the longest context.
+  std::vector<int32_t> seq_of_token(static_cast<size_t>(num_tokens));  // (num_tokens)
+  int64_t max_context = 0;
+  for (int s = 0; s < meta.num_seqs; ++s) {
+    IB_ASSERT(meta.query_start[s + 1] - meta.query_start[s] <= meta.context_lens[s],
+              "attention: more query tokens than context");
+    for (int32_t t = meta.query_start[s]; t < meta.query_start[s + 1]; ++t) {
+      seq_of_token[static_cast<size_t>(t)] = s;
+    }
+    max_context = std::max<int64_t>(max_context, meta.context_lens[s]);
+  }
+  const auto* k_cache = kv.k.as<const float>();
+  const auto* v_cache = kv.v.as<const float>();
+
+  // One work item per (query token, kv head): the group of query heads sharing that kv head.
+  pool.parallel_for(num_tokens * hkv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(static_cast<size_t>(group * max_context));  // (group, context)
+    std::vector<float> acc(static_cast<size_t>(hd));                      // (head_dim)
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / hkv;
+      const int64_t g = item % hkv;
+      const int32_t s = seq_of_token[static_cast<size_t>(t)];
+      const int64_t q_len = meta.query_start[s + 1] - meta.query_start[s];
+      const int64_t pos = meta.context_lens[s] - q_len + (t - meta.query_start[s]);
+      const int64_t first =
+          shape.sliding_window > 0 ? std::max<int64_t>(0, pos - shape.sliding_window + 1) : 0;
+      const int64_t n_keys = pos - first + 1;
+      const int32_t* table = meta.block_tables + s * meta.max_blocks_per_seq;
+      auto key_offset = [&](int64_t j) {
+        const int32_t block = table[j / kv.block_size];
+        IB_ASSERT(block >= 0 && block < num_blocks, "attention: bad block table entry");
+        return cache_offset(block, g, j % kv.block_size, kv, hkv, hd);
+      };
+      // scores[h][j] = dot(q_h, k_j) * scale for the group's query heads.
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float* k = k_cache + key_offset(first + j);
+        for (int64_t h = 0; h < group; ++h) {
+          const float* q = qkv + t * row + (g * group + h) * hd;
+          scores[static_cast<size_t>(h * max_context + j)] = dot_f32(q, k, hd) * shape.scale;
+        }
+      }
+      for (int64_t h = 0; h < group; ++h) {
+        float* sc = scores.data() + h * max_context;  // (n_keys)
+        float mx = sc[0];
+        for (int64_t j = 1; j < n_keys; ++j) mx = std::max(mx, sc[j]);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          sc[j] = std::exp(sc[j] - mx);
+          sum += sc[j];
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const float p = sc[j] / sum;
+          const float* v = v_cache + key_offset(first + j);
+          for (int64_t d = 0; d < hd; ++d) acc[static_cast<size_t>(d)] += p * v[d];
+        }
+        std::copy(acc.begin(), acc.end(), out + t * hq * hd + (g * group + h) * hd);
+      }
+    }
+  });
+}
+
+}  // namespace ib::cpu

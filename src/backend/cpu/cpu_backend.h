@@ -1,0 +1,54 @@
+// CpuBackend: the fp32 reference implementation of Backend, multi-threaded through a ThreadPool.
+// Every op runs synchronously on the calling thread plus the pool's workers. Weights and
+// activations are fp32 (activation_dtype() == kF32); the factory refuses bf16/fp16 for the CPU.
+// Numerics (the contract CUDA kernels are compared against): dot products as cpu::dot_f32
+// (detail/dot.h); RMSNorm sums squares the same way and scales by 1 / sqrt(mean + eps);
+// attention is a two-pass softmax in fp32; sampling accumulates probabilities in double.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+
+namespace ib {
+
+class CpuBackend final : public Backend {
+ public:
+  // num_threads <= 0: one per hardware thread.
+  explicit CpuBackend(int num_threads);
+
+  DeviceInfo device_info() const override;
+  DType activation_dtype() const override { return DType::kF32; }
+  int num_threads() const { return pool_.size(); }
+
+  void copy_from_host(Tensor dst, const void* src, DType src_dtype) override;
+  void copy_to_host(const Tensor& src, void* dst) override;
+  void synchronize() override {}
+
+  void fill_uniform(Tensor dst, uint64_t seed, uint64_t stream, float scale) override;
+  void fill_constant(Tensor dst, float value) override;
+
+  void embedding(const Tensor& token_ids, const Tensor& table, Tensor out) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
+  void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                    Tensor out) override;
+  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override;
+  void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
+                      const Tensor& inv_freq, const KvCacheLayer& kv,
+                      const AttentionShape& shape) override;
+  void attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
+                 const AttentionShape& shape, Tensor out) override;
+  void silu_mul(const Tensor& gate_up, Tensor out) override;
+  void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
+  void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
+
+ protected:
+  Result<void*> raw_alloc(size_t bytes) override;
+  void raw_free(void* ptr, size_t bytes) override;
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace ib

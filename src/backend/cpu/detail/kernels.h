@@ -1,0 +1,43 @@
+// fp32 kernels of the CPU backend, on raw row-major pointers. CpuBackend checks shapes and dtypes
+// and calls these; they are separate so each can be read and tested on its own.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+
+namespace ib::cpu {
+
+// out (m, n) = x (m, k) @ w (n, k)^T (+ bias (n) when non-null). Every out[i][j] is exactly
+// dot_f32(x[i], w[j], k) (+ bias[j]), whatever m and the tiling.
+void matmul_f32(ThreadPool& pool, const float* x, const float* w, const float* bias, float* out,
+                int64_t m, int64_t n, int64_t k);
+
+// See Backend::rope_and_cache. qkv (t, (hq + 2 hkv) * head_dim) fp32; cache layout as KvCacheLayer.
+void rope_and_cache_f32(ThreadPool& pool, float* qkv, const int32_t* positions,
+                        const int32_t* slot_mapping, const float* inv_freq, int64_t num_tokens,
+                        const KvCacheLayer& kv, const AttentionShape& shape);
+
+// See Backend::attention; host copies of the metadata arrays.
+struct AttentionHostMeta {
+  int num_seqs = 0;
+  const int32_t* query_start = nullptr;   // (num_seqs + 1)
+  const int32_t* context_lens = nullptr;  // (num_seqs)
+  const int32_t* block_tables = nullptr;  // (num_seqs, max_blocks_per_seq)
+  int64_t max_blocks_per_seq = 0;
+};
+void paged_attention_f32(ThreadPool& pool, const float* qkv, const KvCacheLayer& kv,
+                         const AttentionHostMeta& meta, const AttentionShape& shape, float* out);
+
+// One row of Backend::sample: logits (vocab) fp32 -> token id.
+struct SampleParams {
+  float temperature = 0;
+  int top_k = 0;
+  float top_p = 1;
+  uint64_t seed = 0;
+  int32_t step = 0;
+};
+int32_t sample_row(const float* logits, int64_t vocab, const SampleParams& params);
+
+}  // namespace ib::cpu

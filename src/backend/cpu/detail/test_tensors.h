@@ -1,0 +1,68 @@
+// Test support: tensors in a backend's memory filled from host vectors, kept alive by an arena.
+// Header-only; used by the CPU backend's tests and available to other backends' differential tests.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/rng.h"
+
+namespace ib::testing {
+
+class TensorArena {
+ public:
+  explicit TensorArena(Backend& backend) : backend_(backend) {}
+
+  Tensor empty(DType dtype, std::initializer_list<int64_t> shape) {
+    Tensor probe(nullptr, dtype, shape);
+    auto buf = backend_.alloc(probe.bytes(), MemoryTag::kOther);
+    IB_ASSERT(buf.ok(), "test allocation failed");
+    buffers_.push_back(std::move(buf).value());
+    return buffers_.back().view(dtype, shape);
+  }
+  Tensor f32(std::initializer_list<int64_t> shape, const std::vector<float>& values) {
+    Tensor t = empty(DType::kF32, shape);
+    IB_ASSERT(static_cast<int64_t>(values.size()) == t.numel(), "value count != shape");
+    backend_.copy_from_host(t, values.data(), DType::kF32);
+    return t;
+  }
+  Tensor i32(std::initializer_list<int64_t> shape, const std::vector<int32_t>& values) {
+    Tensor t = empty(DType::kI32, shape);
+    IB_ASSERT(static_cast<int64_t>(values.size()) == t.numel(), "value count != shape");
+    backend_.copy_from_host(t, values.data(), DType::kI32);
+    return t;
+  }
+  Tensor i64(std::initializer_list<int64_t> shape, const std::vector<int64_t>& values) {
+    Tensor t = empty(DType::kI64, shape);
+    IB_ASSERT(static_cast<int64_t>(values.size()) == t.numel(), "value count != shape");
+    backend_.copy_from_host(t, values.data(), DType::kI64);
+    return t;
+  }
+  std::vector<float> to_host(const Tensor& t) {
+    IB_ASSERT(t.dtype == DType::kF32, "to_host: fp32 only");
+    std::vector<float> out(static_cast<size_t>(t.numel()));
+    backend_.copy_to_host(t, out.data());
+    return out;
+  }
+  std::vector<int32_t> to_host_i32(const Tensor& t) {
+    IB_ASSERT(t.dtype == DType::kI32, "to_host_i32: int32 only");
+    std::vector<int32_t> out(static_cast<size_t>(t.numel()));
+    backend_.copy_to_host(t, out.data());
+    return out;
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<Buffer> buffers_;
+};
+
+// n values uniform in [lo, hi).
+inline std::vector<float> random_floats(Rng& rng, int64_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = lo + (hi - lo) * static_cast<float>(rng.uniform());
+  return v;
+}
+
+}  // namespace ib::testing

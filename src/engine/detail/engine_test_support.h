@@ -1,0 +1,117 @@
+// Test support (engine tests only): tiny model configs built in code, engines on the CPU backend
+// with randomised weights, and a driver that runs requests to completion.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/rng.h"
+#include "engine/detail/reference_model.h"
+#include "engine/engine.h"
+
+namespace ib::testing {
+
+// 2 layers, hidden 64, 4 heads, 2 KV heads (head_dim 16), FFN 128, vocab 101.
+inline ModelConfig tiny_config() {
+  ModelConfig c;
+  c.name = "tiny-test";
+  c.family = "llama";
+  c.hf_architecture = "LlamaForCausalLM";
+  c.vocab_size = 101;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.max_position_embeddings = 256;
+  c.rms_norm_eps = 1e-5;
+  c.eos_token_ids = {100};
+  return c;
+}
+
+// Dummy weights with the norms replaced by random values around 1, so that every weight matters.
+inline ModelWeights random_weights(const ModelConfig& c, Backend& backend, uint64_t seed) {
+  WeightOptions opts;
+  opts.format = LoadFormat::kDummy;
+  opts.seed = seed;
+  auto w = load_weights(c, opts, backend);
+  IB_ASSERT(w.ok(), "load_weights failed in a test");
+  Rng rng(seed + 17);
+  auto randomize = [&](Tensor t) {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    for (float& x : v) x = 0.5f + static_cast<float>(rng.uniform());
+    backend.copy_from_host(t, v.data(), DType::kF32);
+  };
+  randomize(w->final_norm);
+  for (LayerWeights& l : w->layers) {
+    randomize(l.attn_norm);
+    randomize(l.ffn_norm);
+  }
+  return std::move(w).value();
+}
+
+struct EngineUnderTest {
+  std::unique_ptr<CpuBackend> backend;
+  HostWeights host;  // the same weights, for the reference
+  std::unique_ptr<Engine> engine;
+};
+
+inline EngineUnderTest make_engine(const ModelConfig& c, const EngineConfig& config,
+                                   uint64_t seed = 1) {
+  EngineUnderTest e;
+  e.backend = std::make_unique<CpuBackend>(2);
+  ModelWeights w = random_weights(c, *e.backend, seed);
+  e.host = copy_weights_to_host(c, w, *e.backend);
+  auto engine = create_engine_with_weights(c, std::move(w), config, *e.backend);
+  IB_ASSERT(engine.ok(), engine.ok() ? "" : engine.error().message.c_str());
+  e.engine = std::move(engine).value();
+  return e;
+}
+
+struct Completion {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;
+  FinishReason finish = FinishReason::kNone;
+};
+
+// Steps until every request finished; checks event order (output_index 0, 1, ...).
+inline std::map<uint64_t, Completion> run_to_completion(Engine& engine, int max_steps = 10000) {
+  std::map<uint64_t, Completion> done;
+  for (int step = 0; engine.has_unfinished(); ++step) {
+    IB_ASSERT(step < max_steps, "engine did not finish");
+    auto out = engine.step();
+    IB_ASSERT(out.ok(), "engine step failed");
+    for (TokenEvent& e : out->events) {
+      Completion& c = done[e.request_id];
+      EXPECT_EQ(c.finish, FinishReason::kNone) << "event after finish for " << e.request_id;
+      if (e.finish != FinishReason::kAborted) {
+        EXPECT_EQ(e.output_index, static_cast<int>(c.tokens.size()));
+        c.tokens.push_back(e.token);
+        c.logits.push_back(std::move(e.logits));
+      }
+      c.finish = e.finish;
+    }
+  }
+  return done;
+}
+
+inline GenerationRequest greedy_request(uint64_t id, std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.id = id;
+  r.prompt_tokens = std::move(prompt);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+inline std::vector<int32_t> random_prompt(Rng& rng, int length, int vocab) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < length; ++i) p.push_back(static_cast<int32_t>(rng.uniform_int(0, vocab - 1)));
+  return p;
+}
+
+}  // namespace ib::testing

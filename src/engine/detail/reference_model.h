@@ -1,0 +1,28 @@
+// Test support (compiled into engine tests only): a naive single-sequence Llama forward pass in
+// double precision over contiguous K/V, written independently of the engine and the backend ops,
+// to check the paged, batched engine against.
+#pragma once
+
+#include <vector>
+
+#include "engine/model_weights.h"
+
+namespace ib::testing {
+
+// Host copies of the engine's weights, unfused as HF stores them.
+struct HostLayer {
+  std::vector<float> attn_norm, q, k, v, q_bias, k_bias, v_bias, o, ffn_norm, gate, up, down;
+};
+struct HostWeights {
+  std::vector<float> embed, final_norm, lm_head;
+  std::vector<HostLayer> layers;
+};
+
+HostWeights copy_weights_to_host(const ModelConfig& config, const ModelWeights& weights,
+                                 Backend& backend);
+
+// Logits (num_tokens, vocab) after every position of tokens, causal attention from position 0.
+std::vector<std::vector<double>> reference_logits(const ModelConfig& config, const HostWeights& w,
+                                                  const std::vector<int32_t>& tokens);
+
+}  // namespace ib::testing

@@ -1,0 +1,35 @@
+// Internal to engine/: one request's state inside the engine. Its tokens are the prompt followed
+// by the tokens generated so far; num_computed of them have their K/V in the cache (the rest are
+// computed by the next scheduled steps). Preemption resets num_computed to 0 and frees the blocks;
+// the tokens are kept, so the sequence recomputes them and continues where it stopped.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace ib::detail {
+
+struct Sequence {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int num_prompt_tokens = 0;
+  int max_tokens = 0;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_tokens;  // request's stop ids, plus EOS unless ignore_eos
+  int num_computed = 0;              // tokens whose K/V is in the cache
+  std::vector<int32_t> block_table;  // KV blocks, in position order
+  int num_preemptions = 0;
+  FinishReason finish = FinishReason::kNone;
+
+  Sequence(const GenerationRequest& request, const std::vector<int>& eos_token_ids);
+
+  int num_tokens() const { return static_cast<int>(tokens.size()); }
+  int num_output() const { return num_tokens() - num_prompt_tokens; }
+  int num_uncomputed() const { return num_tokens() - num_computed; }
+  // Appends a sampled token and sets finish when the request is complete.
+  void append(int32_t token);
+};
+
+}  // namespace ib::detail

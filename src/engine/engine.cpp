@@ -1,0 +1,250 @@
+// Engine: request validation, the step loop (schedule -> forward -> sample -> events) and
+// create_engine (weights, activations, then the KV pool from what memory is left).
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "core/clock.h"
+#include "engine/detail/block_pool.h"
+#include "engine/detail/kv_cache.h"
+#include "engine/detail/model_runner.h"
+#include "engine/detail/scheduler.h"
+
+namespace ib {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kAborted:
+      return "abort";
+  }
+  return "?";
+}
+
+namespace {
+
+using detail::Sequence;
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(const ModelConfig& model, const EngineConfig& config, Backend& backend,
+             std::unique_ptr<detail::ModelRunner> runner, const detail::KvPoolPlan& plan)
+      : model_(model),
+        config_(config),
+        backend_(backend),
+        runner_(std::move(runner)),
+        block_bytes_(plan.block_bytes),
+        pool_(plan.num_blocks),
+        scheduler_(detail::SchedulerConfig{config.block_size, config.max_num_seqs,
+                                           config.max_num_batched_tokens, config.batching,
+                                           config.static_batch_size},
+                   pool_) {}
+
+  Status add_request(GenerationRequest request) override {
+    const std::string who = "request " + std::to_string(request.id) + ": ";
+    const auto prompt_len = static_cast<int64_t>(request.prompt_tokens.size());
+    if (prompt_len == 0) return user_error(who + "empty prompt; give at least one token");
+    if (request.max_tokens <= 0) {
+      return user_error(who + "max_tokens must be positive (got " +
+                        std::to_string(request.max_tokens) + ")");
+    }
+    const int64_t total = prompt_len + request.max_tokens;
+    if (total > config_.max_model_len) {
+      return user_error(who + "prompt (" + std::to_string(prompt_len) + ") + max_tokens (" +
+                        std::to_string(request.max_tokens) + ") = " + std::to_string(total) +
+                        " tokens exceeds max_model_len " + std::to_string(config_.max_model_len) +
+                        "; shorten the prompt or the output, or raise --max-model-len");
+    }
+    // The last generated token is never fed back, so the cache must hold total - 1 tokens.
+    if (scheduler_.blocks_for(static_cast<int>(total - 1)) > pool_.num_blocks()) {
+      return user_error(who + "needs " + std::to_string(total - 1) +
+                        " tokens of KV cache but the pool holds " +
+                        std::to_string(int64_t{pool_.num_blocks()} * config_.block_size) +
+                        "; raise the KV budget or shorten the request");
+    }
+    for (int32_t t : request.prompt_tokens) {
+      if (t < 0 || t >= model_.vocab_size) {
+        return user_error(who + "token id " + std::to_string(t) +
+                          " is outside the vocabulary [0, " + std::to_string(model_.vocab_size) +
+                          ")");
+      }
+    }
+    const SamplingParams& s = request.sampling;
+    if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
+      return user_error(who + "top_p must be in (0, 1] (got " + std::to_string(s.top_p) + ")");
+    }
+    if (!live_ids_.insert(request.id).second) {
+      return user_error(who + "id is already in use by a live request; ids must be unique");
+    }
+    scheduler_.add(std::make_unique<Sequence>(request, model_.eos_token_ids));
+    return Ok{};
+  }
+
+  void abort_request(uint64_t id) override {
+    std::unique_ptr<Sequence> seq = scheduler_.remove(id);
+    if (!seq) return;
+    live_ids_.erase(id);
+    TokenEvent e;
+    e.request_id = id;
+    e.token = -1;
+    e.output_index = seq->num_output();
+    e.finish = FinishReason::kAborted;
+    pending_aborts_.push_back(std::move(e));
+  }
+
+  Result<StepOutput> step() override {
+    StepOutput out;
+    out.stats.start_ns = now_ns();
+    const detail::SchedulerOutput sched = scheduler_.schedule();
+    std::vector<detail::RunnerSeq> batch;
+    for (const detail::ScheduledSeq& s : sched.seqs) {
+      const Sequence& seq = *s.seq;
+      batch.push_back({seq.tokens.data() + seq.num_computed, s.num_tokens, seq.num_computed,
+                       &seq.block_table, s.sample, seq.sampling, seq.num_output()});
+    }
+    detail::RunnerOutput result;
+    if (!batch.empty()) {
+      IB_ASSIGN_OR_RETURN(result, runner_->execute(batch, config_.capture_logits));
+      ++steps_;
+    }
+    const int64_t token_time_ns = now_ns();
+    std::vector<std::unique_ptr<Sequence>> finished = scheduler_.update(sched, result.tokens);
+
+    for (TokenEvent& e : pending_aborts_) {
+      e.time_ns = token_time_ns;
+      out.events.push_back(std::move(e));
+    }
+    pending_aborts_.clear();
+    size_t row = 0;
+    for (const detail::ScheduledSeq& s : sched.seqs) {
+      if (!s.sample) continue;
+      TokenEvent e;
+      e.request_id = s.seq->id;
+      e.token = s.seq->tokens.back();
+      e.output_index = s.seq->num_output() - 1;
+      e.time_ns = token_time_ns;
+      e.finish = s.seq->finish;
+      if (config_.capture_logits) e.logits = std::move(result.logits[row]);
+      out.events.push_back(std::move(e));
+      ++row;
+    }
+    for (const auto& seq : finished) live_ids_.erase(seq->id);
+
+    preemptions_ += sched.num_preempted;
+    out.stats.num_seqs = static_cast<int>(sched.seqs.size());
+    out.stats.num_prefill_tokens = sched.num_prefill_tokens;
+    out.stats.num_decode_tokens = sched.num_decode_tokens;
+    out.stats.num_preempted = sched.num_preempted;
+    out.stats.duration_ns = now_ns() - out.stats.start_ns;
+    return out;
+  }
+
+  bool has_unfinished() const override {
+    return scheduler_.has_unfinished() || !pending_aborts_.empty();
+  }
+
+  EngineStats stats() const override {
+    EngineStats s;
+    s.steps = steps_;
+    s.preemptions = preemptions_;
+    s.num_waiting = scheduler_.num_waiting();
+    s.num_running = scheduler_.num_running();
+    s.kv_blocks_total = pool_.num_blocks();
+    s.kv_blocks_used = pool_.num_used();
+    s.kv_blocks_peak = pool_.peak_used();
+    s.kv_block_bytes = block_bytes_;
+    s.weight_bytes = runner_->weights().bytes;
+    s.max_model_len = config_.max_model_len;
+    s.memory = backend_.memory().snapshot();
+    return s;
+  }
+
+  const ModelConfig& model_config() const override { return model_; }
+  const EngineConfig& config() const override { return config_; }
+  const std::string& weights_description() const override { return runner_->weights().description; }
+  Backend& backend() override { return backend_; }
+
+ private:
+  ModelConfig model_;
+  EngineConfig config_;  // with max_model_len and num_kv_blocks resolved
+  Backend& backend_;
+  std::unique_ptr<detail::ModelRunner> runner_;
+  int64_t block_bytes_ = 0;
+  detail::BlockPool pool_;
+  detail::Scheduler scheduler_;
+  std::unordered_set<uint64_t> live_ids_;
+  std::vector<TokenEvent> pending_aborts_;
+  int64_t steps_ = 0;
+  int64_t preemptions_ = 0;
+};
+
+Status validate(const EngineConfig& c) {
+  auto positive = [](int64_t v, const char* flag) -> Status {
+    if (v > 0) return Ok{};
+    return user_error(std::string(flag) + " must be positive (got " + std::to_string(v) + ")");
+  };
+  IB_TRY(positive(c.block_size, "--block-size"));
+  IB_TRY(positive(c.max_num_seqs, "--max-num-seqs"));
+  IB_TRY(positive(c.max_num_batched_tokens, "--max-num-batched-tokens"));
+  IB_TRY(positive(c.static_batch_size, "--batch-size"));
+  IB_TRY(positive(c.cpu_kv_cache_bytes, "--kv-cache-bytes"));
+  if (c.max_model_len < 0) IB_TRY(positive(c.max_model_len, "--max-model-len"));
+  if (c.num_kv_blocks < 0) IB_TRY(positive(c.num_kv_blocks, "--num-kv-blocks"));
+  if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
+    return user_error("--gpu-memory-utilization must be in (0, 1] (got " +
+                      std::to_string(c.gpu_memory_utilization) + ")");
+  }
+  return Ok{};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
+                                              const WeightOptions& weights,
+                                              const EngineConfig& config, Backend& backend) {
+  IB_TRY(model.validate());
+  IB_TRY(model.check_supported());
+  IB_TRY(validate(config));
+  IB_ASSIGN_OR_RETURN(ModelWeights w, load_weights(model, weights, backend));
+  return create_engine_with_weights(model, std::move(w), config, backend);
+}
+
+Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& model,
+                                                           ModelWeights weights,
+                                                           const EngineConfig& config,
+                                                           Backend& backend) {
+  IB_TRY(model.validate());
+  IB_TRY(model.check_supported());
+  IB_TRY(validate(config));
+  const int requested_len =
+      config.max_model_len > 0 ? config.max_model_len : model.max_position_embeddings;
+  detail::RunnerLimits limits{config.max_num_batched_tokens, config.max_num_seqs, requested_len,
+                              config.block_size};
+  IB_ASSIGN_OR_RETURN(auto runner,
+                      detail::ModelRunner::create(model, std::move(weights), limits, backend));
+
+  detail::KvPoolInputs in;
+  in.model = &model;
+  in.config = &config;
+  in.device = backend.device_info();
+  in.kv_dtype = backend.activation_dtype();
+  in.engine_allocated_bytes = backend.memory().snapshot().allocated_bytes;
+  in.memory_limit_bytes = backend.memory().limit_bytes();
+  IB_ASSIGN_OR_RETURN(const detail::KvPoolPlan plan, detail::plan_kv_pool(in));
+  IB_ASSIGN_OR_RETURN(detail::KvCache kv, detail::allocate_kv_cache(model, plan.num_blocks,
+                                                                    config.block_size, backend));
+  runner->attach_kv_cache(std::move(kv));
+
+  EngineConfig resolved = config;
+  resolved.max_model_len = plan.max_model_len;
+  resolved.num_kv_blocks = plan.num_blocks;
+  return std::unique_ptr<Engine>(new EngineImpl(model, resolved, backend, std::move(runner), plan));
+}
+
+}  // namespace ib

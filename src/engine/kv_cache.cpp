@@ -1,0 +1,99 @@
+// KV pool sizing (one function for every backend) and allocation.
+#include "engine/detail/kv_cache.h"
+
+#include <algorithm>
+#include <string>
+
+namespace ib::detail {
+namespace {
+
+std::string mib(int64_t bytes) {
+  return std::to_string(bytes >> 20) + " MiB";
+}
+
+}  // namespace
+
+Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in) {
+  const ModelConfig& m = *in.model;
+  const EngineConfig& c = *in.config;
+  KvPoolPlan plan;
+  plan.block_bytes = int64_t{c.block_size} * m.kv_bytes_per_token(in.kv_dtype);
+  if (c.max_model_len > m.max_position_embeddings) {
+    return user_error("--max-model-len " + std::to_string(c.max_model_len) + " exceeds model '" +
+                      m.name + "' context of " + std::to_string(m.max_position_embeddings) +
+                      " tokens; use at most " + std::to_string(m.max_position_embeddings));
+  }
+  const int max_len = c.max_model_len > 0 ? c.max_model_len : m.max_position_embeddings;
+  const int64_t blocks_per_seq = (max_len + c.block_size - 1) / c.block_size;
+
+  int64_t blocks = 0;
+  std::string source;
+  if (c.num_kv_blocks > 0) {
+    blocks = c.num_kv_blocks;
+    source = "--num-kv-blocks";
+  } else if (in.device.kind == "cpu") {
+    blocks =
+        std::min(c.cpu_kv_cache_bytes / plan.block_bytes, int64_t{c.max_num_seqs} * blocks_per_seq);
+    if (in.device.free_bytes > 0)
+      blocks = std::min(blocks, in.device.free_bytes / plan.block_bytes);
+    source = "the CPU KV budget (" + mib(c.cpu_kv_cache_bytes) + ")";
+  } else {
+    const auto target =
+        static_cast<int64_t>(static_cast<double>(in.device.total_bytes) * c.gpu_memory_utilization);
+    const int64_t budget = std::min(target - in.engine_allocated_bytes, in.device.free_bytes);
+    blocks = std::max<int64_t>(0, budget) / plan.block_bytes;
+    source = "--gpu-memory-utilization " + std::to_string(c.gpu_memory_utilization).substr(0, 4) +
+             " of " + mib(in.device.total_bytes) + " with " + mib(in.engine_allocated_bytes) +
+             " already used";
+  }
+  if (in.memory_limit_bytes) {
+    const int64_t room = std::max<int64_t>(0, *in.memory_limit_bytes - in.engine_allocated_bytes);
+    if (room / plan.block_bytes < blocks) {
+      blocks = room / plan.block_bytes;
+      source = "the memory limit (" + mib(room) + " left)";
+    }
+  }
+  blocks = std::min<int64_t>(blocks, 1 << 30);
+  if (blocks <= 0) {
+    return user_error("no memory left for the KV cache (" + source + ", " + mib(plan.block_bytes) +
+                      " per block of " + std::to_string(c.block_size) +
+                      " tokens); lower --max-num-batched-tokens or raise the KV budget");
+  }
+  plan.num_blocks = static_cast<int>(blocks);
+  const int64_t capacity_tokens = blocks * c.block_size;
+  if (capacity_tokens < max_len) {
+    if (c.max_model_len > 0) {
+      return user_error("the KV cache holds " + std::to_string(capacity_tokens) + " tokens (" +
+                        std::to_string(blocks) + " blocks, from " + source +
+                        ") but --max-model-len is " + std::to_string(c.max_model_len) +
+                        "; lower --max-model-len or raise the KV budget");
+    }
+    plan.max_model_len = static_cast<int>(capacity_tokens);
+  } else {
+    plan.max_model_len = max_len;
+  }
+  return plan;
+}
+
+Result<KvCache> allocate_kv_cache(const ModelConfig& m, int num_blocks, int block_size,
+                                  Backend& backend) {
+  const DType dt = backend.activation_dtype();
+  const int64_t per_layer = int64_t{num_blocks} * m.num_kv_heads * block_size * m.head_dim;
+  KvCache kv;
+  IB_ASSIGN_OR_RETURN(
+      kv.storage, backend.alloc(static_cast<size_t>(2 * m.num_layers * per_layer) * dtype_size(dt),
+                                MemoryTag::kKvCache));
+  const size_t half_bytes = static_cast<size_t>(per_layer) * dtype_size(dt);
+  for (int l = 0; l < m.num_layers; ++l) {
+    const size_t base = 2 * static_cast<size_t>(l) * half_bytes;
+    KvCacheLayer layer;
+    layer.k = kv.storage.view(dt, {num_blocks, m.num_kv_heads, block_size, m.head_dim}, base);
+    layer.v = kv.storage.view(dt, {num_blocks, m.num_kv_heads, block_size, m.head_dim},
+                              base + half_bytes);
+    layer.block_size = block_size;
+    kv.layers.push_back(layer);
+  }
+  return kv;
+}
+
+}  // namespace ib::detail

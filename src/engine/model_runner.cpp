@@ -1,0 +1,269 @@
+// ModelRunner: embedding -> per layer [rms_norm, qkv matmul (+bias), rope_and_cache, attention,
+// o matmul, add_rms_norm, gate_up matmul, silu_mul, down matmul, residual add] -> final norm on
+// the rows to sample -> lm_head -> fp32 logits -> sample.
+#include "engine/detail/model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace ib::detail {
+namespace {
+
+// Word (4-byte) offsets of this step's metadata inside the staging area / meta buffer.
+struct MetaLayout {
+  int64_t seed = 0;  // int64 (R): first, so it is 8-byte aligned
+  int64_t token_ids = 0, positions = 0, slot_mapping = 0, query_start = 0, context_lens = 0;
+  int64_t block_tables = 0, sample_rows = 0, top_k = 0, step = 0, temperature = 0, top_p = 0;
+  int64_t words = 0;
+};
+
+MetaLayout layout_for(int64_t t, int64_t s, int64_t width, int64_t r) {
+  MetaLayout m;
+  int64_t at = 0;
+  auto take = [&](int64_t words) {
+    const int64_t start = at;
+    at += words;
+    return start;
+  };
+  m.seed = take(2 * r);
+  m.token_ids = take(t);
+  m.positions = take(t);
+  m.slot_mapping = take(t);
+  m.query_start = take(s + 1);
+  m.context_lens = take(s);
+  m.block_tables = take(s * width);
+  m.sample_rows = take(r);
+  m.top_k = take(r);
+  m.step = take(r);
+  m.temperature = take(r);
+  m.top_p = take(r);
+  m.words = at;
+  return m;
+}
+
+int32_t float_bits(float f) {
+  int32_t w;
+  std::memcpy(&w, &f, sizeof(w));
+  return w;
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(const ModelConfig& model, ModelWeights weights, const RunnerLimits& limits,
+                         Backend& backend)
+    : model_(model), weights_(std::move(weights)), limits_(limits), backend_(backend) {
+  attn_shape_.num_heads = model.num_heads;
+  attn_shape_.num_kv_heads = model.num_kv_heads;
+  attn_shape_.head_dim = model.head_dim;
+  attn_shape_.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(model.head_dim)));
+  attn_shape_.sliding_window = model.sliding_window;
+}
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& model,
+                                                         ModelWeights weights,
+                                                         const RunnerLimits& limits,
+                                                         Backend& backend) {
+  std::unique_ptr<ModelRunner> runner(new ModelRunner(model, std::move(weights), limits, backend));
+  IB_TRY(runner->allocate());
+  return runner;
+}
+
+Status ModelRunner::allocate() {
+  const DType dt = backend_.activation_dtype();
+  const auto e = static_cast<int64_t>(dtype_size(dt));
+  const int64_t t = limits_.max_num_batched_tokens;
+  const int64_t s = limits_.max_num_seqs;
+  const int64_t r = std::min(s, t);
+  const int64_t d = model_.hidden_size;
+  const int64_t q = int64_t{model_.num_heads} * model_.head_dim;
+  const int64_t kv = int64_t{model_.num_kv_heads} * model_.head_dim;
+  const int64_t f = model_.intermediate_size;
+  auto alloc = [&](Buffer& buf, int64_t bytes) -> Status {
+    IB_ASSIGN_OR_RETURN(buf, backend_.alloc(static_cast<size_t>(bytes), MemoryTag::kActivations));
+    return Ok{};
+  };
+  IB_TRY(alloc(residual_buf_, t * d * e));        // (T, D)
+  IB_TRY(alloc(hidden_buf_, t * d * e));          // (T, D)
+  IB_TRY(alloc(tmp_buf_, t * d * e));             // (T, D): o and down projections
+  IB_TRY(alloc(qkv_buf_, t * (q + 2 * kv) * e));  // (T, Q + 2 KV)
+  IB_TRY(alloc(attn_buf_, t * q * e));            // (T, Q)
+  IB_TRY(alloc(gate_up_buf_, t * 2 * f * e));     // (T, 2F)
+  IB_TRY(alloc(act_buf_, t * f * e));             // (T, F)
+  IB_TRY(alloc(rows_buf_, 3 * r * d * e));        // 3 x (R, D): residual, down output, normed rows
+  IB_TRY(alloc(logits_buf_, r * model_.vocab_size * 4));  // (R, V) f32
+  const int64_t width = (limits_.max_model_len + limits_.block_size - 1) / limits_.block_size;
+  IB_TRY(alloc(meta_buf_, (layout_for(t, s, width, r).words + r) * 4));  // + out tokens (R)
+  IB_TRY(alloc(inv_freq_buf_, model_.head_dim / 2 * 4));
+  inv_freq_ = inv_freq_buf_.view(DType::kF32, {model_.head_dim / 2});
+  const std::vector<float> inv_freq = rope_inv_freq(model_);
+  backend_.copy_from_host(inv_freq_, inv_freq.data(), DType::kF32);
+  return Ok{};
+}
+
+int64_t ModelRunner::activation_bytes() const {
+  int64_t total = 0;
+  for (const Buffer* b :
+       {&residual_buf_, &hidden_buf_, &tmp_buf_, &qkv_buf_, &attn_buf_, &gate_up_buf_, &act_buf_,
+        &rows_buf_, &logits_buf_, &meta_buf_, &inv_freq_buf_}) {
+    total += static_cast<int64_t>(b->bytes());
+  }
+  return total;
+}
+
+int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch) {
+  const auto s = static_cast<int64_t>(batch.size());
+  int64_t t = 0, r = 0, width = 1;
+  for (const RunnerSeq& seq : batch) {
+    t += seq.num_tokens;
+    r += seq.sample ? 1 : 0;
+    width = std::max<int64_t>(
+        width, (seq.start_pos + seq.num_tokens + limits_.block_size - 1) / limits_.block_size);
+  }
+  IB_ASSERT(t <= limits_.max_num_batched_tokens && s <= limits_.max_num_seqs,
+            "ModelRunner: batch beyond the engine limits");
+  const MetaLayout m = layout_for(t, s, width, r);
+  staging_.assign(static_cast<size_t>(m.words), -1);
+  auto at = [&](int64_t offset, int64_t i) -> int32_t& {
+    return staging_[static_cast<size_t>(offset + i)];
+  };
+  int64_t token = 0, row = 0;
+  at(m.query_start, 0) = 0;
+  for (int64_t i = 0; i < s; ++i) {
+    const RunnerSeq& seq = batch[static_cast<size_t>(i)];
+    const std::vector<int32_t>& table = *seq.block_table;
+    const int64_t context = seq.start_pos + seq.num_tokens;
+    IB_ASSERT(static_cast<int64_t>(table.size()) * limits_.block_size >= context,
+              "ModelRunner: block table too short for the scheduled tokens");
+    for (int64_t j = 0; j < seq.num_tokens; ++j, ++token) {
+      const int64_t pos = seq.start_pos + j;
+      at(m.token_ids, token) = seq.tokens[j];
+      at(m.positions, token) = static_cast<int32_t>(pos);
+      at(m.slot_mapping, token) = static_cast<int32_t>(
+          table[static_cast<size_t>(pos / limits_.block_size)] * limits_.block_size +
+          pos % limits_.block_size);
+    }
+    at(m.query_start, i + 1) = static_cast<int32_t>(token);
+    at(m.context_lens, i) = static_cast<int32_t>(context);
+    for (size_t b = 0; b < table.size() && static_cast<int64_t>(b) < width; ++b) {
+      at(m.block_tables, i * width + static_cast<int64_t>(b)) = table[b];
+    }
+    if (!seq.sample) continue;
+    const uint64_t seed = seq.sampling.seed;
+    std::memcpy(&at(m.seed, 2 * row), &seed, sizeof(seed));
+    at(m.sample_rows, row) = static_cast<int32_t>(token - 1);
+    at(m.top_k, row) = seq.sampling.top_k;
+    at(m.step, row) = seq.sample_step;
+    at(m.temperature, row) = float_bits(seq.sampling.temperature);
+    at(m.top_p, row) = float_bits(seq.sampling.top_p);
+    ++row;
+  }
+  backend_.copy_from_host(meta_buf_.view(DType::kI32, {m.words}), staging_.data(), DType::kI32);
+
+  auto i32 = [&](int64_t offset, std::initializer_list<int64_t> shape) {
+    return meta_buf_.view(DType::kI32, shape, static_cast<size_t>(offset) * 4);
+  };
+  token_ids_ = i32(m.token_ids, {t});
+  positions_ = i32(m.positions, {t});
+  slot_mapping_ = i32(m.slot_mapping, {t});
+  attn_meta_.num_seqs = static_cast<int>(s);
+  attn_meta_.num_tokens = static_cast<int>(t);
+  attn_meta_.query_start = i32(m.query_start, {s + 1});
+  attn_meta_.context_lens = i32(m.context_lens, {s});
+  attn_meta_.block_tables = i32(m.block_tables, {s, width});
+  attn_meta_.max_query_len = 0;
+  attn_meta_.max_context_len = 0;
+  for (const RunnerSeq& seq : batch) {
+    attn_meta_.max_query_len = std::max(attn_meta_.max_query_len, seq.num_tokens);
+    attn_meta_.max_context_len =
+        std::max(attn_meta_.max_context_len, seq.start_pos + seq.num_tokens);
+  }
+  sample_rows_ = i32(m.sample_rows, {r});
+  sampling_meta_.num_rows = static_cast<int>(r);
+  sampling_meta_.all_greedy = std::all_of(batch.begin(), batch.end(), [](const RunnerSeq& q) {
+    return !q.sample || q.sampling.temperature <= 0.0f;
+  });
+  sampling_meta_.temperature =
+      meta_buf_.view(DType::kF32, {r}, static_cast<size_t>(m.temperature) * 4);
+  sampling_meta_.top_k = i32(m.top_k, {r});
+  sampling_meta_.top_p = meta_buf_.view(DType::kF32, {r}, static_cast<size_t>(m.top_p) * 4);
+  sampling_meta_.seed = meta_buf_.view(DType::kI64, {r}, static_cast<size_t>(m.seed) * 4);
+  sampling_meta_.step = i32(m.step, {r});
+  const int64_t width_max = (limits_.max_model_len + limits_.block_size - 1) / limits_.block_size;
+  const int64_t out_offset =
+      layout_for(limits_.max_num_batched_tokens, limits_.max_num_seqs, width_max,
+                 std::min(limits_.max_num_seqs, limits_.max_num_batched_tokens))
+          .words;
+  out_tokens_ = i32(out_offset, {r});
+  return static_cast<int>(r);
+}
+
+void ModelRunner::forward(int num_tokens, int num_rows) {
+  const DType dt = backend_.activation_dtype();
+  const int64_t t = num_tokens;
+  const int64_t r = num_rows;
+  const int64_t d = model_.hidden_size;
+  const int64_t q = int64_t{model_.num_heads} * model_.head_dim;
+  const int64_t kv = int64_t{model_.num_kv_heads} * model_.head_dim;
+  const int64_t f = model_.intermediate_size;
+  const auto eps = static_cast<float>(model_.rms_norm_eps);
+  Tensor residual = residual_buf_.view(dt, {t, d});    // (T, D)
+  Tensor hidden = hidden_buf_.view(dt, {t, d});        // (T, D)
+  Tensor tmp = tmp_buf_.view(dt, {t, d});              // (T, D)
+  Tensor qkv = qkv_buf_.view(dt, {t, q + 2 * kv});     // (T, Q + 2 KV)
+  Tensor attn = attn_buf_.view(dt, {t, q});            // (T, Q)
+  Tensor gate_up = gate_up_buf_.view(dt, {t, 2 * f});  // (T, 2F)
+  Tensor act = act_buf_.view(dt, {t, f});              // (T, F)
+
+  const auto& layers = weights_.layers;
+  backend_.embedding(token_ids_, weights_.embed, residual);
+  backend_.rms_norm(residual, layers[0].attn_norm, eps, hidden);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerWeights& w = layers[l];
+    backend_.matmul(hidden, w.wqkv, w.bqkv.empty() ? nullptr : &w.bqkv, qkv);
+    backend_.rope_and_cache(qkv, positions_, slot_mapping_, inv_freq_, kv_.layers[l], attn_shape_);
+    backend_.attention(qkv, kv_.layers[l], attn_meta_, attn_shape_, attn);
+    backend_.matmul(attn, w.wo, nullptr, tmp);
+    backend_.add_rms_norm(residual, tmp, w.ffn_norm, eps, hidden);
+    backend_.matmul(hidden, w.w_gate_up, nullptr, gate_up);
+    backend_.silu_mul(gate_up, act);
+    backend_.matmul(act, w.w_down, nullptr, tmp);
+    if (l + 1 < layers.size())
+      backend_.add_rms_norm(residual, tmp, layers[l + 1].attn_norm, eps, hidden);
+  }
+  if (r == 0) return;
+  // The last residual add and the final norm, only on the rows that sample.
+  const size_t rows_bytes = static_cast<size_t>(r * d) * dtype_size(dt);
+  Tensor res_rows = rows_buf_.view(dt, {r, d});                           // (R, D)
+  Tensor tmp_rows = rows_buf_.view(dt, {r, d}, rows_bytes);               // (R, D)
+  Tensor norm_rows = rows_buf_.view(dt, {r, d}, 2 * rows_bytes);          // (R, D)
+  Tensor logits = logits_buf_.view(DType::kF32, {r, model_.vocab_size});  // (R, V) f32
+  backend_.gather_rows(residual, sample_rows_, res_rows);
+  backend_.gather_rows(tmp, sample_rows_, tmp_rows);
+  backend_.add_rms_norm(res_rows, tmp_rows, weights_.final_norm, eps, norm_rows);
+  backend_.matmul(norm_rows, weights_.lm_head, nullptr, logits);
+  backend_.sample(logits, sampling_meta_, out_tokens_);
+}
+
+Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool capture_logits) {
+  IB_ASSERT(!kv_.layers.empty(), "ModelRunner::execute before attach_kv_cache");
+  RunnerOutput out;
+  if (batch.empty()) return out;
+  const int rows = upload_metadata(batch);
+  forward(attn_meta_.num_tokens, rows);
+  if (rows == 0) return out;
+  out.tokens.resize(static_cast<size_t>(rows));
+  backend_.copy_to_host(out_tokens_, out.tokens.data());
+  if (capture_logits) {
+    const auto v = static_cast<size_t>(model_.vocab_size);
+    std::vector<float> all(static_cast<size_t>(rows) * v);
+    backend_.copy_to_host(logits_buf_.view(DType::kF32, {rows, model_.vocab_size}), all.data());
+    for (size_t i = 0; i < static_cast<size_t>(rows); ++i) {
+      out.logits.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(i * v),
+                              all.begin() + static_cast<std::ptrdiff_t>((i + 1) * v));
+    }
+  }
+  return out;
+}
+
+}  // namespace ib::detail

@@ -1,0 +1,172 @@
+// The double-precision reference forward pass (test support; see detail/reference_model.h).
+#include "engine/detail/reference_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace ib::testing {
+namespace {
+
+std::vector<float> to_host(Backend& backend, const Tensor& t, int64_t row_begin, int64_t rows) {
+  if (t.empty()) return {};
+  const Tensor part = t.rank == 1 ? t.reshaped({t.numel(), 1}).slice_rows(row_begin, rows)
+                                  : t.slice_rows(row_begin, rows);
+  std::vector<float> out(static_cast<size_t>(part.numel()));
+  backend.copy_to_host(part, out.data());
+  return out;
+}
+
+using Vec = std::vector<double>;
+
+// out (n) = W (n, k) x (k) + bias.
+Vec linear(const std::vector<float>& w, const Vec& x, const std::vector<float>& bias) {
+  const size_t k = x.size();
+  const size_t n = w.size() / k;
+  Vec out(n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    double acc = bias.empty() ? 0.0 : bias[i];
+    for (size_t j = 0; j < k; ++j) acc += double{w[i * k + j]} * x[j];
+    out[i] = acc;
+  }
+  return out;
+}
+
+Vec rms_norm(const Vec& x, const std::vector<float>& w, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+  Vec out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] * inv * w[i];
+  return out;
+}
+
+// Inverse frequencies in double, HF's formulas (default, llama3, linear).
+Vec inv_freq(const ModelConfig& c) {
+  Vec f;
+  for (int i = 0; i < c.head_dim; i += 2) {
+    f.push_back(1.0 / std::pow(c.rope_theta, static_cast<double>(i) / c.head_dim));
+  }
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == "linear") {
+    for (double& x : f) x /= s.factor;
+  } else if (s.type == "llama3") {
+    const double old_len = s.original_max_position_embeddings;
+    const double low_wavelen = old_len / s.low_freq_factor;
+    const double high_wavelen = old_len / s.high_freq_factor;
+    for (double& x : f) {
+      const double wavelen = 2 * std::numbers::pi / x;
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        x /= s.factor;
+      } else {
+        const double smooth =
+            (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        x = (1 - smooth) * x / s.factor + smooth * x;
+      }
+    }
+  }
+  return f;
+}
+
+void rotate(double* head, int head_dim, int pos, const Vec& freq) {
+  const int half = head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const double a = pos * freq[static_cast<size_t>(i)];
+    const double x1 = head[i], x2 = head[i + half];
+    head[i] = x1 * std::cos(a) - x2 * std::sin(a);
+    head[i + half] = x2 * std::cos(a) + x1 * std::sin(a);
+  }
+}
+
+}  // namespace
+
+HostWeights copy_weights_to_host(const ModelConfig& c, const ModelWeights& w, Backend& backend) {
+  const int64_t q = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t f = c.intermediate_size;
+  HostWeights h;
+  h.embed = to_host(backend, w.embed, 0, c.vocab_size);
+  h.final_norm = to_host(backend, w.final_norm, 0, c.hidden_size);
+  h.lm_head = to_host(backend, w.lm_head, 0, c.vocab_size);
+  for (const LayerWeights& lw : w.layers) {
+    HostLayer l;
+    l.attn_norm = to_host(backend, lw.attn_norm, 0, c.hidden_size);
+    l.q = to_host(backend, lw.wqkv, 0, q);
+    l.k = to_host(backend, lw.wqkv, q, kv);
+    l.v = to_host(backend, lw.wqkv, q + kv, kv);
+    l.q_bias = to_host(backend, lw.bqkv, 0, q);
+    l.k_bias = to_host(backend, lw.bqkv, q, kv);
+    l.v_bias = to_host(backend, lw.bqkv, q + kv, kv);
+    l.o = to_host(backend, lw.wo, 0, c.hidden_size);
+    l.ffn_norm = to_host(backend, lw.ffn_norm, 0, c.hidden_size);
+    l.gate = to_host(backend, lw.w_gate_up, 0, f);
+    l.up = to_host(backend, lw.w_gate_up, f, f);
+    l.down = to_host(backend, lw.w_down, 0, c.hidden_size);
+    h.layers.push_back(std::move(l));
+  }
+  return h;
+}
+
+std::vector<std::vector<double>> reference_logits(const ModelConfig& c, const HostWeights& w,
+                                                  const std::vector<int32_t>& tokens) {
+  const size_t n = tokens.size();
+  const auto d = static_cast<size_t>(c.hidden_size);
+  const auto hd = static_cast<size_t>(c.head_dim);
+  const int group = c.num_heads / c.num_kv_heads;
+  const Vec freq = inv_freq(c);
+  std::vector<Vec> x(n, Vec(d));  // residual stream, (n, D)
+  for (size_t t = 0; t < n; ++t) {
+    for (size_t i = 0; i < d; ++i) x[t][i] = w.embed[static_cast<size_t>(tokens[t]) * d + i];
+  }
+  for (const HostLayer& l : w.layers) {
+    std::vector<Vec> q(n), k(n), v(n);
+    for (size_t t = 0; t < n; ++t) {
+      const Vec h = rms_norm(x[t], l.attn_norm, c.rms_norm_eps);
+      q[t] = linear(l.q, h, l.q_bias);
+      k[t] = linear(l.k, h, l.k_bias);
+      v[t] = linear(l.v, h, l.v_bias);
+      for (int head = 0; head < c.num_heads; ++head)
+        rotate(&q[t][head * hd], c.head_dim, static_cast<int>(t), freq);
+      for (int head = 0; head < c.num_kv_heads; ++head)
+        rotate(&k[t][head * hd], c.head_dim, static_cast<int>(t), freq);
+    }
+    for (size_t t = 0; t < n; ++t) {
+      Vec attn(static_cast<size_t>(c.num_heads) * hd, 0.0);
+      const size_t first = c.sliding_window > 0 && t + 1 > static_cast<size_t>(c.sliding_window)
+                               ? t + 1 - static_cast<size_t>(c.sliding_window)
+                               : 0;
+      for (int head = 0; head < c.num_heads; ++head) {
+        const size_t g = static_cast<size_t>(head / group);
+        Vec scores;
+        for (size_t p = first; p <= t; ++p) {
+          double dot = 0;
+          for (size_t i = 0; i < hd; ++i) dot += q[t][head * hd + i] * k[p][g * hd + i];
+          scores.push_back(dot / std::sqrt(static_cast<double>(hd)));
+        }
+        const double mx = *std::max_element(scores.begin(), scores.end());
+        double sum = 0;
+        for (double& s : scores) sum += (s = std::exp(s - mx));
+        for (size_t p = first; p <= t; ++p) {
+          for (size_t i = 0; i < hd; ++i)
+            attn[head * hd + i] += scores[p - first] / sum * v[p][g * hd + i];
+        }
+      }
+      const Vec o = linear(l.o, attn, {});
+      for (size_t i = 0; i < d; ++i) x[t][i] += o[i];
+      const Vec h = rms_norm(x[t], l.ffn_norm, c.rms_norm_eps);
+      const Vec gate = linear(l.gate, h, {});
+      const Vec up = linear(l.up, h, {});
+      Vec act(gate.size());
+      for (size_t i = 0; i < gate.size(); ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+      const Vec down = linear(l.down, act, {});
+      for (size_t i = 0; i < d; ++i) x[t][i] += down[i];
+    }
+  }
+  std::vector<Vec> logits;
+  for (size_t t = 0; t < n; ++t)
+    logits.push_back(linear(w.lm_head, rms_norm(x[t], w.final_norm, c.rms_norm_eps), {}));
+  return logits;
+}
+
+}  // namespace ib::testing
