@@ -36,14 +36,16 @@ int run_command(const ib::RunFlags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"inferbench: reproducible LLM inference benchmarks (tok/s, TTFT, ITL, TPOT, E2EL, "
-               "memory)"};
+  CLI::App app{
+      "inferbench: reproducible LLM inference benchmarks (tok/s, TTFT, ITL, TPOT, E2EL, "
+      "memory)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(ib::build_info().version) + " (git " +
                                         ib::build_info().git_sha + ")");
 
   ib::RunFlags flags;
-  CLI::App* run = app.add_subcommand("run", "one benchmark: target x model x workload, --runs times");
+  CLI::App* run =
+      app.add_subcommand("run", "one benchmark: target x model x workload, --runs times");
   ib::add_run_flags(*run, flags);
   CLI::App* models = app.add_subcommand("models", "list architecture presets");
   CLI::App* env = app.add_subcommand("env", "print the environment fingerprint");

@@ -12,7 +12,9 @@ std::string params_text(int64_t n) {
   return fmt::format("{:.1f}M", x / 1e6);
 }
 
-double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+double gib(double bytes) {
+  return bytes / (1024.0 * 1024.0 * 1024.0);
+}
 
 }  // namespace
 
@@ -24,13 +26,13 @@ std::string models_table(const std::vector<ModelConfig>& models) {
   for (const auto& m : models) {
     const double params = static_cast<double>(m.parameter_count());
     const auto unsupported = m.unsupported_features();
-    out += fmt::format(
-        "| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:g} | {} | {} |\n", m.name,
-        m.family, params_text(m.parameter_count()), gib(params * 4), gib(params * 2), gib(params),
-        gib(params / 2), static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
-        m.max_position_embeddings,
-        unsupported.empty() ? std::string("yes")
-                            : fmt::format("no: {}", fmt::join(unsupported, ", ")));
+    out += fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:g} | {} | {} |\n",
+                       m.name, m.family, params_text(m.parameter_count()), gib(params * 4),
+                       gib(params * 2), gib(params), gib(params / 2),
+                       static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
+                       m.max_position_embeddings,
+                       unsupported.empty() ? std::string("yes")
+                                           : fmt::format("no: {}", fmt::join(unsupported, ", ")));
   }
   return out;
 }

@@ -21,21 +21,23 @@ Status register_builtin_plugins(PluginRegistry& r) {
                TargetFactory([](const TargetOptions& o) -> Result<std::unique_ptr<Target>> {
                  return make_native_target(o.native);
                })));
-  IB_TRY(r.add(info("random-dataset", PluginKind::kWorkload, {}, "random token prompts, fixed or "
-                                                         "distributed lengths"),
+  IB_TRY(r.add(info("random-dataset", PluginKind::kWorkload, {},
+                    "random token prompts, fixed or "
+                    "distributed lengths"),
                WorkloadFactory([](const WorkloadOptions& o, const Tokenizer&) {
                  return make_random_requests(o);
                })));
-  IB_TRY(r.add(info("jsonl-dataset", PluginKind::kWorkload, {}, "prompts from a JSONL file (text or ids)"),
-               WorkloadFactory(load_jsonl_requests)));
+  IB_TRY(r.add(
+      info("jsonl-dataset", PluginKind::kWorkload, {}, "prompts from a JSONL file (text or ids)"),
+      WorkloadFactory(load_jsonl_requests)));
   IB_TRY(r.add(info("rss", PluginKind::kCollector, {}, "process resident memory and VmHWM"),
                CollectorFactory([](const CollectorContext&) { return make_rss_collector(); })));
   IB_TRY(r.add(info("engine-pools", PluginKind::kCollector, {"native"},
                     "the engine's weights, KV pool and allocator peaks"),
                CollectorFactory(make_engine_pools_collector)));
-  IB_TRY(r.add(info("jsonl", PluginKind::kReportSink, {},
-                    "requests.jsonl, appended as requests finish"),
-               ReportSinkFactory(make_jsonl_sink)));
+  IB_TRY(r.add(
+      info("jsonl", PluginKind::kReportSink, {}, "requests.jsonl, appended as requests finish"),
+      ReportSinkFactory(make_jsonl_sink)));
   IB_TRY(r.add(info("json", PluginKind::kReportSink, {"rss", "engine-pools"},
                     "result.json with vLLM bench-serve keys"),
                ReportSinkFactory(make_json_sink)));
@@ -56,10 +58,10 @@ Result<std::string> plugins_table(const PluginRegistry& registry) {
   out += "| ---: | --- | --- | --- | --- | --- |\n";
   for (size_t i = 0; i < order.size(); ++i) {
     const PluginInfo* p = registry.find(order[i]);
-    out += fmt::format("| {} | {} | {} | {} | {} | {} |\n", i + 1, p->name,
-                       plugin_kind_name(p->kind), p->version,
-                       p->depends_on.empty() ? "-" : fmt::format("{}", fmt::join(p->depends_on, ", ")),
-                       p->description);
+    out += fmt::format(
+        "| {} | {} | {} | {} | {} | {} |\n", i + 1, p->name, plugin_kind_name(p->kind), p->version,
+        p->depends_on.empty() ? "-" : fmt::format("{}", fmt::join(p->depends_on, ", ")),
+        p->description);
   }
   return out;
 }

@@ -8,7 +8,9 @@ namespace ib {
 
 ProgressLine::ProgressLine(bool enabled) : enabled_(enabled) {}
 
-ProgressLine::~ProgressLine() { clear(); }
+ProgressLine::~ProgressLine() {
+  clear();
+}
 
 void ProgressLine::update(const Progress& p) {
   if (!enabled_) return;

@@ -35,9 +35,9 @@ std::vector<std::string> footnotes(const BenchmarkReport& r, const RunPlan& plan
   }
   if (r.memory.contains("engine-pools") && r.memory["engine-pools"].value("available", false)) {
     const json& p = r.memory["engine-pools"];
-    memory += fmt::format("; engine weights {}, KV pool {}, KV used at peak {}",
-                          mib(p["weights_bytes"]), mib(p["kv_pool_bytes"]),
-                          mib(p["kv_used_peak_bytes"]));
+    memory +=
+        fmt::format("; engine weights {}, KV pool {}, KV used at peak {}", mib(p["weights_bytes"]),
+                    mib(p["kv_pool_bytes"]), mib(p["kv_used_peak_bytes"]));
   }
   if (!memory.empty()) out.push_back(memory + ".");
   out.push_back(fmt::format("Results: {}/ ({}, {}, {}).", plan.result_dir.string(), kResultJson,

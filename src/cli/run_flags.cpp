@@ -60,8 +60,7 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "engine: tokens per step")
       ->capture_default_str();
   app.add_option("--max-model-len", f.max_model_len, "context limit (default: the model's)");
-  app.add_option("--block-size", f.block_size, "KV-cache tokens per block")
-      ->capture_default_str();
+  app.add_option("--block-size", f.block_size, "KV-cache tokens per block")->capture_default_str();
   app.add_option("--batching", f.batching, "engine scheduler: continuous or static")
       ->capture_default_str();
   app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
@@ -73,8 +72,9 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--temperature", f.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-p", f.top_p, "nucleus sampling mass")->capture_default_str();
   app.add_option("--top-k", f.top_k, "0 = off")->capture_default_str();
-  app.add_flag("--no-ignore-eos", f.no_ignore_eos, "stop at EOS instead of generating exactly "
-                                                   "--output-len tokens");
+  app.add_flag("--no-ignore-eos", f.no_ignore_eos,
+               "stop at EOS instead of generating exactly "
+               "--output-len tokens");
 }
 
 }  // namespace ib

@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "model/presets.h"
 #include "cli/plugins.h"
+#include "model/presets.h"
 #include "model/tokenizer.h"
 #include "report/result_dir.h"
 
@@ -79,9 +79,9 @@ Result<LoadMode> resolve_load_mode(const RunFlags& f, bool finite_rate) {
   }
   if (f.load_mode == "open") return LoadMode::kOpen;
   if (finite_rate) {
-    return user_error(fmt::format(
-        "--request-rate applies to the open loop, not --load-mode {}; drop one of them",
-        f.load_mode));
+    return user_error(
+        fmt::format("--request-rate applies to the open loop, not --load-mode {}; drop one of them",
+                    f.load_mode));
   }
   if (f.load_mode == "closed") return LoadMode::kClosed;
   if (f.load_mode == "static") {
@@ -97,13 +97,15 @@ Result<LoadMode> resolve_load_mode(const RunFlags& f, bool finite_rate) {
 
 std::string describe_load(const RunnerOptions& r) {
   switch (r.mode) {
-    case LoadMode::kStatic: return fmt::format("static batches of {}", r.batch_size);
-    case LoadMode::kClosed: return fmt::format("closed loop at concurrency {}", r.max_concurrency);
+    case LoadMode::kStatic:
+      return fmt::format("static batches of {}", r.batch_size);
+    case LoadMode::kClosed:
+      return fmt::format("closed loop at concurrency {}", r.max_concurrency);
     case LoadMode::kOpen: {
-      std::string s = std::isinf(r.request_rate)
-                          ? std::string("open loop, all requests at once")
-                          : fmt::format("open loop at {} req/s, burstiness {}", r.request_rate,
-                                        r.burstiness);
+      std::string s =
+          std::isinf(r.request_rate)
+              ? std::string("open loop, all requests at once")
+              : fmt::format("open loop at {} req/s, burstiness {}", r.request_rate, r.burstiness);
       if (r.max_concurrency > 0) s += fmt::format(", max concurrency {}", r.max_concurrency);
       return s;
     }
@@ -118,8 +120,8 @@ Status check_engine_flags(const RunFlags& f) {
   IB_TRY(positive(f.memory_sample_interval_ms, "--memory-sample-interval"));
   if (f.max_model_len < 0) IB_TRY(positive(f.max_model_len, "--max-model-len"));
   if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1)) {
-    return user_error(fmt::format("--gpu-memory-utilization {} must be in (0, 1]",
-                                  f.gpu_memory_utilization));
+    return user_error(
+        fmt::format("--gpu-memory-utilization {} must be in (0, 1]", f.gpu_memory_utilization));
   }
   if (f.num_threads < 0) return user_error("--num-threads must be >= 0 (0: all hardware threads)");
   if (!(f.temperature >= 0) || !std::isfinite(f.temperature)) {
@@ -139,6 +141,23 @@ Status check_engine_flags(const RunFlags& f) {
   return Ok{};
 }
 
+// The CPU KV budget the workload can use at most: every sequence that can be in flight at its
+// longest context, plus a block of slack each. Without --kv-cache-memory the pool is sized to
+// this (capped by the engine's 2 GiB default) instead of allocating gigabytes a run never touches.
+int64_t workload_kv_bytes(const std::vector<RequestSpec>& requests, const RunnerOptions& r,
+                          const RunFlags& f, const ModelConfig& model, DType dtype) {
+  int64_t in_flight = r.mode == LoadMode::kStatic ? r.batch_size
+                      : r.max_concurrency > 0     ? r.max_concurrency
+                                                  : static_cast<int64_t>(requests.size());
+  in_flight = std::min<int64_t>(in_flight, f.max_num_seqs);
+  int64_t max_context = 0;
+  for (const auto& q : requests) {
+    max_context = std::max<int64_t>(max_context, q.input_len + q.output_len);
+  }
+  const int64_t blocks = (max_context + f.block_size - 1) / f.block_size + 1;
+  return in_flight * blocks * f.block_size * model.kv_bytes_per_token(dtype);
+}
+
 }  // namespace
 
 Result<int64_t> parse_bytes(const std::string& text, const std::string& flag) {
@@ -151,8 +170,8 @@ Result<int64_t> parse_bytes(const std::string& text, const std::string& flag) {
   if (unit == "MiB" || unit == "M") scale = 1024.0 * 1024;
   if (unit == "GiB" || unit == "G") scale = 1024.0 * 1024 * 1024;
   if (ec != std::errc() || scale == 0 || !(v > 0) || v * scale > 9e18) {
-    return user_error(fmt::format("{} {}: write a positive size like 2GiB, 512MiB or 1073741824",
-                                  flag, text));
+    return user_error(
+        fmt::format("{} {}: write a positive size like 2GiB, 512MiB or 1073741824", flag, text));
   }
   return static_cast<int64_t>(v * scale);
 }
@@ -171,9 +190,9 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   IB_TRY(check_engine_flags(f));
   if (f.max_model_len > p.model.max_position_embeddings) {
-    return user_error(fmt::format(
-        "--max-model-len {} exceeds what {} supports ({}); lower it or drop the flag",
-        f.max_model_len, p.model.name, p.model.max_position_embeddings));
+    return user_error(
+        fmt::format("--max-model-len {} exceeds what {} supports ({}); lower it or drop the flag",
+                    f.max_model_len, p.model.name, p.model.max_position_embeddings));
   }
   const int max_model_len = f.max_model_len > 0 ? f.max_model_len : p.model.max_position_embeddings;
 
@@ -214,8 +233,11 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   r.seed = f.seed;
   r.runs = f.runs;
   IB_TRY(positive(f.batch_size, "--batch-size"));
-  const int batch = r.mode == LoadMode::kStatic || r.max_concurrency == 0 ? f.batch_size
-                                                                           : r.max_concurrency;
+  const int batch =
+      r.mode == LoadMode::kStatic || r.max_concurrency == 0 ? f.batch_size : r.max_concurrency;
+  if (f.num_warmups < -1) {
+    return user_error(fmt::format("--num-warmups must be >= 0 (got {})", f.num_warmups));
+  }
   r.num_warmups = f.num_warmups >= 0 ? f.num_warmups : std::max(1, std::min(batch, f.num_prompts));
   IB_TRY(validate_runner_options(r));
   p.load_description = describe_load(r);
@@ -223,7 +245,9 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   // Metrics.
   IB_ASSIGN_OR_RETURN(p.metrics.percentiles, parse_metric_percentiles(f.metric_percentiles));
   IB_ASSIGN_OR_RETURN(p.percentile_metrics, parse_percentile_metrics(f.percentile_metrics));
-  if (!f.goodput.empty()) IB_ASSIGN_OR_RETURN(p.metrics.goodput, parse_goodput(f.goodput));
+  if (!f.goodput.empty()) {
+    IB_ASSIGN_OR_RETURN(p.metrics.goodput, parse_goodput(f.goodput));
+  }
 
   // Target.
   NativeTargetOptions& n = p.target.native;
@@ -244,6 +268,9 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   if (!f.kv_cache_memory.empty()) {
     IB_ASSIGN_OR_RETURN(n.engine.cpu_kv_cache_bytes,
                         parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
+  } else {
+    n.engine.cpu_kv_cache_bytes =
+        std::min(n.engine.cpu_kv_cache_bytes, workload_kv_bytes(p.requests, r, f, p.model, dtype));
   }
   n.backend.device = f.device;
   n.backend.dtype = dtype;
@@ -271,7 +298,8 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
       {"overwrite", f.overwrite},
       {"num_warmups", r.num_warmups},
       {"dataset_name", f.dataset_name},
-      {"dataset_path", f.dataset_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.dataset_path)},
+      {"dataset_path",
+       f.dataset_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.dataset_path)},
       {"disable_tqdm", f.disable_tqdm},
       {"batch_size", f.batch_size},
       {"input_len", w.input_len.describe()},

@@ -33,7 +33,7 @@ struct RunFlags {
   std::string goodput;
   std::string result_dir;
   bool overwrite = false;
-  int num_warmups = -1;  // -1: one batch
+  int num_warmups = -1;  // -1: one batch (the default)
   std::string dataset_name = "random";
   std::string dataset_path;
   bool disable_tqdm = false;

@@ -187,7 +187,8 @@ class NativeTarget : public Target {
       {
         std::unique_lock lock(mu_);
         wake_.wait(lock, [&] {
-          return stop_ || cancel_requested_ || !pending_.empty() || (engine_->has_unfinished() && !broken_);
+          return stop_ || cancel_requested_ || !pending_.empty() ||
+                 (engine_->has_unfinished() && !broken_);
         });
         if (stop_) {
           running_ = false;
@@ -216,7 +217,8 @@ class NativeTarget : public Target {
       finish_orphans();
     }
     // Torn down with work left: every request still gets its on_done.
-    for (const auto& g : incoming) finish(g.id, false, "aborted", "the target was torn down", now_ns());
+    for (const auto& g : incoming)
+      finish(g.id, false, "aborted", "the target was torn down", now_ns());
     std::vector<uint64_t> ids;
     for (const auto& [id, live] : live_) ids.push_back(id);
     for (uint64_t id : ids) finish(id, false, "aborted", "the target was torn down", now_ns());
@@ -295,8 +297,8 @@ class NativeTarget : public Target {
   std::thread thread_;
 
   mutable std::mutex mu_;
-  std::condition_variable wake_;  // the engine thread waits on it
-  std::condition_variable idle_;  // drain() waits on it
+  std::condition_variable wake_;           // the engine thread waits on it
+  std::condition_variable idle_;           // drain() waits on it
   std::deque<GenerationRequest> pending_;  // guarded by mu_
   bool cancel_requested_ = false;          // guarded by mu_
   bool stop_ = false;                      // guarded by mu_

@@ -26,10 +26,10 @@ struct RequestSpec {
 
 struct RequestOutcome {
   bool ok = true;
-  std::string error;         // status and body excerpt / engine message when !ok
-  int prompt_tokens = 0;     // as counted by the target (engine: exact; HTTP: usage)
+  std::string error;      // status and body excerpt / engine message when !ok
+  int prompt_tokens = 0;  // as counted by the target (engine: exact; HTTP: usage)
   int output_tokens = 0;
-  std::string finish_reason; // "length", "stop", "aborted", "error"
+  std::string finish_reason;  // "length", "stop", "aborted", "error"
   int64_t time_ns = 0;
 };
 
@@ -47,7 +47,7 @@ struct TargetMemory {
   int64_t kv_used_bytes = 0;
   int64_t kv_peak_used_bytes = 0;
   int64_t activations_bytes = 0;
-  int64_t allocated_bytes = 0;       // everything the tracked allocator holds
+  int64_t allocated_bytes = 0;  // everything the tracked allocator holds
   int64_t peak_allocated_bytes = 0;
 };
 
