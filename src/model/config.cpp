@@ -1,77 +1,92 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <string>
 
 namespace ib {
 namespace {
 
-int64_t attention_params_per_layer(const ModelConfig& c) {
-  const int64_t d = c.hidden_size;
+// Counting is templated on the number type: int64_t for the exact counts, double for the overflow
+// check in validate() (a config with absurd sizes must be refused, not overflow).
+template <typename T>
+T attention_params_per_layer(const ModelConfig& c) {
+  const T d = c.hidden_size;
+  const T h = c.num_heads;
   if (c.mla.kv_lora_rank > 0) {
-    const auto& m = c.mla;
-    const int64_t qk_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
-    const int64_t h = c.num_heads;
-    int64_t q = 0;
-    if (m.q_lora_rank > 0) {
-      q = d * m.q_lora_rank + m.q_lora_rank + int64_t{m.q_lora_rank} * h * qk_dim;
-    } else {
-      q = d * h * qk_dim;
-    }
-    const int64_t kv_a = d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank;
-    const int64_t kv_b = int64_t{m.kv_lora_rank} * h * (m.qk_nope_head_dim + m.v_head_dim);
-    const int64_t o = h * m.v_head_dim * d;
-    return q + kv_a + kv_b + o;
+    const T nope = c.mla.qk_nope_head_dim;
+    const T rope = c.mla.qk_rope_head_dim;
+    const T v = c.mla.v_head_dim;
+    const T kv_rank = c.mla.kv_lora_rank;
+    const T q_rank = c.mla.q_lora_rank;
+    const T q =
+        q_rank > 0 ? d * q_rank + q_rank + q_rank * h * (nope + rope) : d * h * (nope + rope);
+    const T kv_a = d * (kv_rank + rope) + kv_rank;  // + kv_a_layernorm
+    const T kv_b = kv_rank * h * (nope + v);
+    return q + kv_a + kv_b + h * v * d;
   }
-  const int64_t q = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
-  int64_t p = d * (q + 2 * kv) + q * d;
+  const T q = h * static_cast<T>(c.head_dim);
+  const T kv = static_cast<T>(c.num_kv_heads) * static_cast<T>(c.head_dim);
+  T p = d * (q + 2 * kv) + q * d;
   if (c.attention_bias) p += q + 2 * kv;
   return p;
 }
 
-// MLP parameters of one layer: all of them, or only those one token uses (active experts).
-int64_t mlp_params_per_layer(const ModelConfig& c, int layer, bool active_only) {
-  const int64_t d = c.hidden_size;
-  const bool dense = c.moe.num_experts == 0 || layer < c.moe.first_dense_layers;
-  if (dense) return 3 * d * c.intermediate_size;
-  const int64_t expert = 3 * d * c.moe.expert_intermediate_size;
-  const int64_t routed = active_only ? c.moe.experts_per_token : c.moe.num_experts;
-  return (routed + c.moe.num_shared_experts) * expert + d * c.moe.num_experts;  // + router
+// MLP parameters of one dense layer, or of one MoE layer (all experts, or only those one token
+// uses).
+template <typename T>
+T mlp_params_per_layer(const ModelConfig& c, bool dense, bool active_only) {
+  const T d = c.hidden_size;
+  if (dense) return 3 * d * static_cast<T>(c.intermediate_size);
+  const T expert = 3 * d * static_cast<T>(c.moe.expert_intermediate_size);
+  const T routed = active_only ? c.moe.experts_per_token : c.moe.num_experts;
+  return (routed + static_cast<T>(c.moe.num_shared_experts)) * expert +
+         d * static_cast<T>(c.moe.num_experts);  // + router
 }
 
-int64_t norm_params_per_layer(const ModelConfig& c) {
-  return int64_t{c.hidden_size} * (c.sandwich_norms ? 4 : 2);
+template <typename T>
+T count_parameters(const ModelConfig& c, bool decode_streamed) {
+  const T d = c.hidden_size;
+  const T embedding = static_cast<T>(c.vocab_size) * d;
+  T p = 0;
+  if (decode_streamed) {
+    p = embedding + 2 * d;  // lm_head + final norm + one embedding row
+  } else {
+    p = embedding + d + (c.tie_word_embeddings ? 0 : embedding);  // + final norm, + lm_head
+  }
+  const T layers = c.num_layers;
+  const T dense_layers =
+      c.moe.num_experts == 0
+          ? layers
+          : std::min(layers, static_cast<T>(std::max(0, c.moe.first_dense_layers)));
+  const T norms = d * (c.sandwich_norms ? 4 : 2);
+  p += layers * (attention_params_per_layer<T>(c) + norms);
+  p += dense_layers * mlp_params_per_layer<T>(c, true, decode_streamed);
+  p += (layers - dense_layers) * mlp_params_per_layer<T>(c, false, decode_streamed);
+  return p;
+}
+
+template <typename T>
+T kv_elements_per_token(const ModelConfig& c) {
+  if (c.mla.kv_lora_rank > 0) {
+    return static_cast<T>(c.num_layers) *
+           (static_cast<T>(c.mla.kv_lora_rank) + static_cast<T>(c.mla.qk_rope_head_dim));
+  }
+  return 2 * static_cast<T>(c.num_layers) * static_cast<T>(c.num_kv_heads) *
+         static_cast<T>(c.head_dim);
 }
 
 }  // namespace
 
 int64_t ModelConfig::parameter_count() const {
-  const int64_t d = hidden_size;
-  int64_t p = int64_t{vocab_size} * d + d;  // embedding + final norm
-  if (!tie_word_embeddings) p += int64_t{vocab_size} * d;
-  for (int l = 0; l < num_layers; ++l) {
-    p += attention_params_per_layer(*this) + mlp_params_per_layer(*this, l, false) +
-         norm_params_per_layer(*this);
-  }
-  return p;
+  return count_parameters<int64_t>(*this, false);
 }
 
 int64_t ModelConfig::decode_streamed_parameter_count() const {
-  const int64_t d = hidden_size;
-  int64_t p = int64_t{vocab_size} * d + d + d;  // lm_head + final norm + one embedding row
-  for (int l = 0; l < num_layers; ++l) {
-    p += attention_params_per_layer(*this) + mlp_params_per_layer(*this, l, true) +
-         norm_params_per_layer(*this);
-  }
-  return p;
+  return count_parameters<int64_t>(*this, true);
 }
 
 int64_t ModelConfig::kv_bytes_per_token(DType dtype) const {
-  const auto elem = static_cast<int64_t>(dtype_size(dtype));
-  if (mla.kv_lora_rank > 0) {
-    return int64_t{num_layers} * (mla.kv_lora_rank + mla.qk_rope_head_dim) * elem;
-  }
-  return 2 * int64_t{num_layers} * num_kv_heads * head_dim * elem;
+  return kv_elements_per_token<int64_t>(*this) * static_cast<int64_t>(dtype_size(dtype));
 }
 
 std::vector<std::string> ModelConfig::unsupported_features() const {
@@ -122,6 +137,34 @@ Status ModelConfig::validate() const {
   IB_TRY(positive(num_kv_heads, "num_key_value_heads"));
   IB_TRY(positive(head_dim, "head_dim"));
   IB_TRY(positive(max_position_embeddings, "max_position_embeddings"));
+  auto non_negative = [&](int v, const char* field) -> Status {
+    if (v >= 0) return Ok{};
+    return user_error("model '" + name + "': " + field + " must not be negative (got " +
+                      std::to_string(v) + ")");
+  };
+  IB_TRY(non_negative(moe.num_experts, "num_experts"));
+  IB_TRY(non_negative(moe.experts_per_token, "num_experts_per_tok"));
+  IB_TRY(non_negative(moe.expert_intermediate_size, "moe_intermediate_size"));
+  IB_TRY(non_negative(moe.num_shared_experts, "n_shared_experts"));
+  IB_TRY(non_negative(moe.first_dense_layers, "first_k_dense_replace"));
+  IB_TRY(non_negative(mla.kv_lora_rank, "kv_lora_rank"));
+  IB_TRY(non_negative(mla.q_lora_rank, "q_lora_rank"));
+  IB_TRY(non_negative(mla.qk_nope_head_dim, "qk_nope_head_dim"));
+  IB_TRY(non_negative(mla.qk_rope_head_dim, "qk_rope_head_dim"));
+  IB_TRY(non_negative(mla.v_head_dim, "v_head_dim"));
+  if (moe.experts_per_token > moe.num_experts) {
+    return user_error("model '" + name + "': num_experts_per_tok (" +
+                      std::to_string(moe.experts_per_token) + ") exceeds the number of experts (" +
+                      std::to_string(moe.num_experts) + ")");
+  }
+  // Sizes are computed in int64: refuse configs whose totals would not fit (far beyond any model).
+  constexpr double kMaxCount = 1e15;
+  if (count_parameters<double>(*this, false) > kMaxCount ||
+      kv_elements_per_token<double>(*this) > kMaxCount) {
+    return user_error("model '" + name +
+                      "': sizes imply more than 10^15 parameters or KV elements "
+                      "per token; check the config's dimensions");
+  }
   if (num_heads % num_kv_heads != 0) {
     return user_error("model '" + name + "': num_attention_heads (" + std::to_string(num_heads) +
                       ") is not a multiple of num_key_value_heads (" +

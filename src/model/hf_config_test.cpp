@@ -278,6 +278,14 @@ TEST(HfConfig, BadInputNamesFieldAndFile) {
   expect_error(with(base, R"("num_attention_heads": 32)", R"("num_attention_heads": 0)"),
                "\"num_attention_heads\" must be positive");
   expect_error(R"({"vocab_size": 5})", "missing \"architectures\" and \"model_type\"");
+  // Absurd sizes are refused before any int64 size arithmetic could overflow.
+  expect_error(with(with(base, R"("num_hidden_layers": 32)", R"("num_hidden_layers": 2000000000)"),
+                    R"("vocab_size": 32000)", R"("vocab_size": 2000000000)"),
+               "more than 10^15 parameters");
+  expect_error(with(kMixtral8x7B, R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)"),
+               "num_experts_per_tok (9) exceeds the number of experts (8)");
+  expect_error(with(kDeepseekV2Lite, R"("n_shared_experts": 2)", R"("n_shared_experts": -2)"),
+               "n_shared_experts must not be negative");
 }
 
 TEST(HfConfig, ArchitectureFromModelTypeWhenListAbsent) {

@@ -1,6 +1,7 @@
 // Architecture presets, each transcribed from the model's public config.json on the Hugging Face
-// Hub (the repo named in hf_repo_id). Values not in a config.json are the HF class defaults
-// (e.g. Gemma-2 ties its embeddings, query_pre_attn_scalar etc. come from the file).
+// Hub (the repo named in hf_repo_id); fields a config.json leaves out take the transformers class
+// default (e.g. Gemma-2's tied embeddings). hf_config_test.cpp parses the published files and
+// checks they reproduce these presets exactly.
 #include "model/detail/preset_table.h"
 
 #include <tuple>
