@@ -27,7 +27,7 @@ struct EngineConfig {
       2LL << 30;  // CPU: KV pool budget (capped at what max_num_seqs x max_model_len needs)
   int max_num_seqs = 256;
   int max_num_batched_tokens = 8192;
-  int max_model_len = 0;  // 0: the model's max_position_embeddings
+  int max_model_len = 0;  // 0: the model's context, shortened to what the KV pool holds
   BatchingMode batching = BatchingMode::kContinuous;
   int static_batch_size = 8;    // kStatic: a new batch is admitted only when the last finished
   bool capture_logits = false;  // tests: keep each sampled row's logits in the TokenEvent

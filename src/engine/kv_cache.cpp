@@ -2,6 +2,7 @@
 #include "engine/detail/kv_cache.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 namespace ib::detail {
@@ -42,8 +43,10 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in) {
         static_cast<int64_t>(static_cast<double>(in.device.total_bytes) * c.gpu_memory_utilization);
     const int64_t budget = std::min(target - in.engine_allocated_bytes, in.device.free_bytes);
     blocks = std::max<int64_t>(0, budget) / plan.block_bytes;
-    source = "--gpu-memory-utilization " + std::to_string(c.gpu_memory_utilization).substr(0, 4) +
-             " of " + mib(in.device.total_bytes) + " with " + mib(in.engine_allocated_bytes) +
+    char fraction[16];
+    std::snprintf(fraction, sizeof(fraction), "%.2f", c.gpu_memory_utilization);
+    source = std::string("--gpu-memory-utilization ") + fraction + " of " +
+             mib(in.device.total_bytes) + " with " + mib(in.engine_allocated_bytes) +
              " already used";
   }
   if (in.memory_limit_bytes) {

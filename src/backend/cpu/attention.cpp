@@ -105,19 +105,28 @@ void paged_attention_f32(ThreadPool& pool, const float* qkv, const KvCacheLayer&
           shape.sliding_window > 0 ? std::max<int64_t>(0, pos - shape.sliding_window + 1) : 0;
       const int64_t n_keys = pos - first + 1;
       const int32_t* table = meta.block_tables + s * meta.max_blocks_per_seq;
-      auto key_offset = [&](int64_t j) {
-        const int32_t block = table[j / kv.block_size];
-        IB_ASSERT(block >= 0 && block < num_blocks, "attention: bad block table entry");
-        return cache_offset(block, g, j % kv.block_size, kv, hkv, hd);
+      // Calls fn(j, offset, run) for each run of keys first + j .. first + j + run - 1 that lie
+      // contiguously in one block; offset is the first key's element offset in the cache.
+      auto for_each_run = [&](auto&& fn) {
+        for (int64_t key = first; key <= pos;) {
+          const int32_t block = table[key / kv.block_size];
+          IB_ASSERT(block >= 0 && block < num_blocks, "attention: bad block table entry");
+          const int64_t in_block = key % kv.block_size;
+          const int64_t run = std::min<int64_t>(kv.block_size - in_block, pos + 1 - key);
+          fn(key - first, cache_offset(block, g, in_block, kv, hkv, hd), run);
+          key += run;
+        }
       };
       // scores[h][j] = dot(q_h, k_j) * scale for the group's query heads.
-      for (int64_t j = 0; j < n_keys; ++j) {
-        const float* k = k_cache + key_offset(first + j);
-        for (int64_t h = 0; h < group; ++h) {
-          const float* q = qkv + t * row + (g * group + h) * hd;
-          scores[static_cast<size_t>(h * max_context + j)] = dot_f32(q, k, hd) * shape.scale;
+      for_each_run([&](int64_t j0, int64_t offset, int64_t run) {
+        for (int64_t r = 0; r < run; ++r) {
+          const float* k = k_cache + offset + r * hd;
+          for (int64_t h = 0; h < group; ++h) {
+            const float* q = qkv + t * row + (g * group + h) * hd;
+            scores[static_cast<size_t>(h * max_context + j0 + r)] = dot_f32(q, k, hd) * shape.scale;
+          }
         }
-      }
+      });
       for (int64_t h = 0; h < group; ++h) {
         float* sc = scores.data() + h * max_context;  // (n_keys)
         float mx = sc[0];
@@ -128,11 +137,14 @@ void paged_attention_f32(ThreadPool& pool, const float* qkv, const KvCacheLayer&
           sum += sc[j];
         }
         std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t j = 0; j < n_keys; ++j) {
-          const float p = sc[j] / sum;
-          const float* v = v_cache + key_offset(first + j);
-          for (int64_t d = 0; d < hd; ++d) acc[static_cast<size_t>(d)] += p * v[d];
-        }
+        float* a = acc.data();
+        for_each_run([&](int64_t j0, int64_t offset, int64_t run) {
+          for (int64_t r = 0; r < run; ++r) {
+            const float p = sc[j0 + r] / sum;
+            const float* v = v_cache + offset + r * hd;
+            for (int64_t d = 0; d < hd; ++d) a[d] += p * v[d];
+          }
+        });
         std::copy(acc.begin(), acc.end(), out + t * hq * hd + (g * group + h) * hd);
       }
     }

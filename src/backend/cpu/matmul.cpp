@@ -12,12 +12,20 @@ constexpr int64_t kTileRows = 2;  // x rows per register tile
 constexpr int64_t kTileCols = 4;  // w rows per register tile
 // w rows per cache block: about 256 KiB of w stays in L2 while every x row passes over it.
 constexpr int64_t kBlockBytes = 256 * 1024;
+// x rows per panel: about 128 KiB of x.
+constexpr int64_t kPanelBytes = 128 * 1024;
 
 // out[r][c] for r < kTileRows, c < kTileCols: x rows x0, x1 against w rows w + c * k.
+// kPrefetch: also prefetch the next 4 rows of w, one cache line per row per 16 floats, for the
+// first pass over a group of w rows (the one that streams it from memory).
+template <bool kPrefetch>
 void tile_2x4(const float* x0, const float* x1, const float* w, int64_t k, float out[2][4]) {
   F4 s[2][4] = {};
   const int64_t k4 = k / 4 * 4;
   for (int64_t i = 0; i < k4; i += 4) {
+    if (kPrefetch && i % 16 == 0) {
+      for (int c = 4; c < 8; ++c) __builtin_prefetch(w + c * k + i);
+    }
     const F4 a0 = load_f4(x0 + i);
     const F4 a1 = load_f4(x1 + i);
     for (int c = 0; c < 4; ++c) {
@@ -38,10 +46,14 @@ void tile_2x4(const float* x0, const float* x1, const float* w, int64_t k, float
 }
 
 // One x row against 4 w rows (the odd last row of x).
+template <bool kPrefetch>
 void tile_1x4(const float* x0, const float* w, int64_t k, float out[4]) {
   F4 s[4] = {};
   const int64_t k4 = k / 4 * 4;
   for (int64_t i = 0; i < k4; i += 4) {
+    if (kPrefetch && i % 16 == 0) {
+      for (int c = 4; c < 8; ++c) __builtin_prefetch(w + c * k + i);
+    }
     const F4 a0 = load_f4(x0 + i);
     for (int c = 0; c < 4; ++c) s[c] += a0 * load_f4(w + c * k + i);
   }
@@ -53,28 +65,41 @@ void tile_1x4(const float* x0, const float* w, int64_t k, float out[4]) {
   }
 }
 
-// out[:, n_begin:n_end] for all m rows of x. The w block (n_end - n_begin rows) stays in L2 while
-// each pair of x rows, held in L1, passes over it.
+// out[:, n_begin:n_end] for all m rows of x. Rows go in panels of about kPanelBytes of x (L2);
+// within a panel each group of 4 w rows (L1) meets every pair of x rows before the next group, so
+// at decode sizes (the whole x in one panel) w is streamed from memory exactly once.
 void matmul_cols(const float* x, const float* w, const float* bias, float* out, int64_t m,
                  int64_t n, int64_t k, int64_t n_begin, int64_t n_end) {
   const int64_t n_tiled = n_begin + (n_end - n_begin) / kTileCols * kTileCols;
+  const int64_t row_bytes = std::max<int64_t>(1, k * static_cast<int64_t>(sizeof(float)));
+  const int64_t panel_rows =
+      std::max<int64_t>(kTileRows, kPanelBytes / row_bytes / kTileRows * kTileRows);
   auto store = [&](int64_t i, int64_t j, float v) { out[i * n + j] = v + (bias ? bias[j] : 0.0f); };
-  int64_t i = 0;
-  for (; i + kTileRows <= m; i += kTileRows) {
+  for (int64_t p = 0; p < m; p += panel_rows) {
+    const int64_t p_end = std::min(m, p + panel_rows);
     for (int64_t j = n_begin; j < n_tiled; j += kTileCols) {
-      float t[2][4];
-      tile_2x4(x + i * k, x + (i + 1) * k, w + j * k, k, t);
-      for (int64_t c = 0; c < kTileCols; ++c) {
-        store(i, j + c, t[0][c]);
-        store(i + 1, j + c, t[1][c]);
+      int64_t i = p;
+      for (; i + kTileRows <= p_end; i += kTileRows) {
+        float t[2][4];
+        if (i == p) {
+          tile_2x4<true>(x + i * k, x + (i + 1) * k, w + j * k, k, t);
+        } else {
+          tile_2x4<false>(x + i * k, x + (i + 1) * k, w + j * k, k, t);
+        }
+        for (int64_t c = 0; c < kTileCols; ++c) {
+          store(i, j + c, t[0][c]);
+          store(i + 1, j + c, t[1][c]);
+        }
       }
-    }
-  }
-  if (i < m) {
-    for (int64_t j = n_begin; j < n_tiled; j += kTileCols) {
-      float t[4];
-      tile_1x4(x + i * k, w + j * k, k, t);
-      for (int64_t c = 0; c < kTileCols; ++c) store(i, j + c, t[c]);
+      if (i < p_end) {
+        float t[4];
+        if (i == p) {
+          tile_1x4<true>(x + i * k, w + j * k, k, t);
+        } else {
+          tile_1x4<false>(x + i * k, w + j * k, k, t);
+        }
+        for (int64_t c = 0; c < kTileCols; ++c) store(i, j + c, t[c]);
+      }
     }
   }
   for (int64_t j = n_tiled; j < n_end; ++j) {
