@@ -313,7 +313,7 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
       {"load_format", f.load_format},
       {"max_num_seqs", f.max_num_seqs},
       {"max_num_batched_tokens", f.max_num_batched_tokens},
-      {"max_model_len", max_model_len},
+      {"max_model_len", f.max_model_len > 0 ? nlohmann::json(f.max_model_len) : nullptr},
       {"block_size", f.block_size},
       {"batching", f.batching},
       {"gpu_memory_utilization", f.gpu_memory_utilization},

@@ -62,7 +62,7 @@ void add_results(BenchmarkReport& report, const BenchmarkRecords& records);
 nlohmann::json metric_definitions();
 
 // Formatters (pure; golden-tested).
-nlohmann::json result_json(const BenchmarkReport& report);
+nlohmann::ordered_json result_json(const BenchmarkReport& report);  // keys in vLLM's order
 std::string summary_csv(const BenchmarkReport& report);
 std::string markdown_summary(const BenchmarkReport& report);
 // One requests.jsonl line (no newline); times relative to origin_ns.

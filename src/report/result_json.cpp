@@ -7,7 +7,7 @@
 namespace ib {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 bool is_count(const std::string& key) {
   return key == "completed" || key == "failed" || key == "total_input_tokens" ||
@@ -48,7 +48,7 @@ json run_json(const std::vector<MetricValue>& values) {
 
 }  // namespace
 
-json result_json(const BenchmarkReport& r) {
+nlohmann::ordered_json result_json(const BenchmarkReport& r) {
   json j = json::object();
   j["date"] = r.date;
   j["backend"] = r.backend;
@@ -65,9 +65,9 @@ json result_json(const BenchmarkReport& r) {
   j["num_runs"] = r.runs.size();
   j["runs_requested"] = r.runs_requested;
   j["num_warmups"] = r.num_warmups;
-  j["config"] = r.config;
-  j["env"] = r.env;
-  j["definitions"] = metric_definitions();
+  j["config"] = json(r.config);
+  j["env"] = json(r.env);
+  j["definitions"] = json(metric_definitions());
 
   json runs = json::array();
   for (size_t i = 0; i < r.runs_flat.size(); ++i) {
@@ -90,8 +90,8 @@ json result_json(const BenchmarkReport& r) {
     spread[a.key] = std::move(s);
   }
   j["spread"] = std::move(spread);
-  j["memory"] = r.memory;
-  j["engine"] = r.engine;
+  j["memory"] = json(r.memory);
+  j["engine"] = json(r.engine);
   j["weights"] = r.weights;
   return j;
 }
