@@ -12,7 +12,7 @@ FUZZ_SECONDS ?= 10
 # 15M-parameter preset, with the prompt count scaled so the whole benchmark takes about a minute
 # on a 2-core CPU (bench/cpu-default.md has the measurement behind the number).
 DEFAULT_BENCHMARK := --model tiny-15m --device cpu --batch-size 8 --input-len 32 \
-                     --output-len 128 --num-prompts 96 --runs 3 --seed 0
+                     --output-len 128 --num-prompts 128 --runs 3 --seed 0
 
 .PHONY: run test build configure deps format clean
 

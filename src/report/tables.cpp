@@ -65,7 +65,7 @@ std::string summary_csv(const BenchmarkReport& r) {
 
 std::string markdown_summary(const BenchmarkReport& r) {
   std::vector<AggregateMetric> rows = r.aggregate;
-  std::string status = fmt::format("{} runs", r.runs.size());
+  std::string status = fmt::format("{} run{}", r.runs.size(), r.runs.size() == 1 ? "" : "s");
   if (r.interrupted) {
     status = fmt::format("interrupted after {} of {} runs", r.runs.size(), r.runs_requested);
     if (rows.empty() && r.partial_run) {
