@@ -111,6 +111,7 @@ std::string request_json_line(const RequestRecord& rec, int64_t origin_ns) {
       {"n_in", rec.n_in},
       {"n_out_requested", rec.n_out_requested},
       {"n_out", rec.n_out},
+      {"n_out_received", rec.token_times_ns.size()},
       {"chunks", rec.chunks},
       {"t_sched_ns", rec.t_sched_ns - origin_ns},
       {"t_send_ns", rec.t_send_ns - origin_ns},

@@ -134,6 +134,41 @@ Status Runner::submit(const RequestSpec& spec, Phase& phase, int64_t t_sched_ns)
   return Ok{};
 }
 
+Status Runner::submit_batch(Phase& phase, int count, int64_t t_sched_ns) {
+  std::vector<RequestSpec> batch;
+  std::vector<RequestRecord> records;
+  for (int j = 0; j < count && phase.next + j < phase.specs.size(); ++j) {
+    const RequestSpec& spec = *phase.specs[phase.next + j];
+    RequestSpec& request = batch.emplace_back(spec);
+    request.id = next_id_++;
+    RequestRecord& r = records.emplace_back();
+    r.run = phase.run;
+    r.id = request.id;
+    r.prompt_index = spec.id;
+    r.t_sched_ns = t_sched_ns;
+    r.n_in = spec.input_len;
+    r.n_out_requested = spec.output_len;
+  }
+  const int64_t t_send = clock_.now_ns();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& r : records) {
+      r.t_send_ns = t_send;
+      const uint64_t id = r.id;
+      in_flight_.emplace(id, std::move(r));
+    }
+  }
+  Status st = target_.submit_batch(batch);
+  if (!st.ok()) {
+    std::lock_guard lock(mu_);
+    for (const auto& request : batch) in_flight_.erase(request.id);
+    return st;
+  }
+  phase.next += batch.size();
+  phase.submitted += static_cast<int>(batch.size());
+  return Ok{};
+}
+
 Status Runner::collect(Phase& phase, int wait_ms) {
   std::deque<RequestRecord> ready;
   {
@@ -161,10 +196,11 @@ Status Runner::collect(Phase& phase, int wait_ms) {
 
 Status Runner::run_static(Phase& phase, int batch_size) {
   while (phase.next < phase.specs.size() && !phase.interrupted) {
-    const int64_t t_sched = clock_.now_ns();
-    for (int j = 0; j < batch_size && phase.next < phase.specs.size(); ++j) {
-      IB_TRY(submit(*phase.specs[phase.next], phase, t_sched));
+    if (stopping()) {
+      phase.interrupted = true;
+      break;
     }
+    IB_TRY(submit_batch(phase, batch_size, clock_.now_ns()));
     while (phase.outstanding() > 0) {
       if (stopping()) {
         phase.interrupted = true;
@@ -172,7 +208,6 @@ Status Runner::run_static(Phase& phase, int batch_size) {
       }
       IB_TRY(collect(phase, 20));
     }
-    if (stopping() && phase.next < phase.specs.size()) phase.interrupted = true;
   }
   return finish_phase(phase);
 }

@@ -94,6 +94,8 @@ class Runner {
   void on_done(uint64_t id, const RequestOutcome& outcome);
 
   Status submit(const RequestSpec& spec, Phase& phase, int64_t t_sched_ns);
+  // Submits specs [phase.next, phase.next + count) together (Target::submit_batch).
+  Status submit_batch(Phase& phase, int count, int64_t t_sched_ns);
   // Hands finished records to the hooks; waits up to wait_ms for one when none is ready.
   Status collect(Phase& phase, int wait_ms);
   int in_flight();

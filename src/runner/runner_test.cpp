@@ -56,6 +56,10 @@ class FakeTarget : public Target {
     cv_.notify_all();
     return Ok{};
   }
+  Status submit_batch(const std::vector<RequestSpec>& requests) override {
+    batch_sizes.push_back(static_cast<int>(requests.size()));
+    return Target::submit_batch(requests);
+  }
   void drain() override {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return queue_.empty() && busy_ == 0; });
@@ -87,6 +91,7 @@ class FakeTarget : public Target {
   std::string describe_json() const override { return "{}"; }
 
   std::vector<int> completed_at_submit;  // completions reported before each submission
+  std::vector<int> batch_sizes;          // of submit_batch() calls
   int max_in_flight = 0;
   int cancels = 0;
 
@@ -261,11 +266,13 @@ TEST(Runner, StaticBatchSendsTheNextBatchWhenAllFinished) {
   for (size_t k = 0; k < 10; ++k) {
     EXPECT_GE(h.target.completed_at_submit[k], static_cast<int>(k / 4 * 4)) << k;
   }
-  // One decision time per batch.
+  // Each batch is handed over in one call, with one decision and one send time.
+  EXPECT_EQ(h.target.batch_sizes, (std::vector<int>{4, 4, 2}));
   const auto& rs = out->runs[0];
-  std::set<int64_t> sched;
-  for (const auto& r : rs) sched.insert(r.t_sched_ns);
-  EXPECT_EQ(sched.size(), 3u);
+  for (size_t k = 0; k < rs.size(); ++k) {
+    EXPECT_EQ(rs[k].t_sched_ns, rs[k / 4 * 4].t_sched_ns);
+    EXPECT_EQ(rs[k].t_send_ns, rs[k / 4 * 4].t_send_ns);
+  }
 }
 
 TEST(Runner, ClosedLoopKeepsExactlyTheConcurrency) {
@@ -274,6 +281,7 @@ TEST(Runner, ClosedLoopKeepsExactlyTheConcurrency) {
   ASSERT_TRUE(out.ok()) << out.error().message;
   EXPECT_EQ(h.target.max_in_flight, 3);
   EXPECT_EQ(out->runs[0].size(), 12u);
+  EXPECT_TRUE(h.target.batch_sizes.empty());  // one request at a time
 }
 
 TEST(Runner, WarmupsAreSeparateAndRunsRepeatTheWorkload) {
@@ -356,6 +364,24 @@ TEST(Runner, StopFlagCancelsInFlightAndKeepsFinishedRecords) {
     }
   }
   EXPECT_LE(out->partial_run.size(), 4u);
+}
+
+TEST(Runner, StopBeforeTheStartSubmitsNothing) {
+  for (LoadMode mode : {LoadMode::kStatic, LoadMode::kClosed, LoadMode::kOpen}) {
+    Harness h;
+    std::atomic<bool> stop{true};
+    RunnerHooks hooks;
+    hooks.stop = &stop;
+    RunnerOptions o = closed(2, 2);
+    o.mode = mode;
+    o.num_warmups = 2;
+    auto out = h.run(o, requests(4, 3), hooks);
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    EXPECT_TRUE(out->interrupted);
+    EXPECT_TRUE(out->warmup.empty());
+    EXPECT_TRUE(out->runs.empty());
+    EXPECT_TRUE(h.target.completed_at_submit.empty()) << load_mode_name(mode);
+  }
 }
 
 TEST(Runner, HookErrorStopsTheBenchmarkAndIsReturned) {

@@ -94,22 +94,29 @@ class NativeTarget : public Target {
     return st;
   }
 
-  Status submit(const RequestSpec& r) override {
-    if (r.prompt_tokens.empty()) {
-      return user_error("the native target needs token ids; the workload gave none");
+  Status submit(const RequestSpec& r) override { return submit_batch({r}); }
+
+  // All requests of a batch enter the queue under one lock: the engine thread sees them together.
+  Status submit_batch(const std::vector<RequestSpec>& requests) override {
+    std::vector<GenerationRequest> batch;
+    for (const RequestSpec& r : requests) {
+      if (r.prompt_tokens.empty()) {
+        return user_error("the native target needs token ids; the workload gave none");
+      }
+      GenerationRequest g;
+      g.id = r.id;
+      g.prompt_tokens = r.prompt_tokens;
+      g.max_tokens = r.output_len;
+      g.sampling = options_.sampling;
+      g.sampling.seed = options_.sampling.seed + r.id;
+      g.ignore_eos = options_.ignore_eos;
+      batch.push_back(std::move(g));
     }
-    GenerationRequest g;
-    g.id = r.id;
-    g.prompt_tokens = r.prompt_tokens;
-    g.max_tokens = r.output_len;
-    g.sampling = options_.sampling;
-    g.sampling.seed = options_.sampling.seed + r.id;
-    g.ignore_eos = options_.ignore_eos;
     {
       std::lock_guard lock(mu_);
       if (!running_) return runtime_error("the native target is not running; call setup() first");
-      pending_.push_back(std::move(g));
-      ++live_count_;
+      for (auto& g : batch) pending_.push_back(std::move(g));
+      live_count_ += static_cast<int>(batch.size());
     }
     wake_.notify_all();
     return Ok{};

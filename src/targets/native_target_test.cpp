@@ -110,6 +110,23 @@ TEST(NativeTarget, GeneratesExactlyTheRequestedTokensWithEngineTimestamps) {
   target->teardown();
 }
 
+TEST(NativeTarget, ABatchStartsTogether) {
+  Recorder rec;
+  auto target = make_native_target(options());
+  ASSERT_TRUE(target->setup(rec.callbacks()).ok());
+  std::vector<RequestSpec> batch;
+  for (uint64_t id = 0; id < 4; ++id) batch.push_back(request(id, 6, 3));
+  ASSERT_TRUE(target->submit_batch(batch).ok());
+  target->drain();
+  std::lock_guard lock(rec.mu);
+  ASSERT_EQ(rec.token_times.size(), 4u);
+  // One prefill step for all four: their first tokens share its timestamp, as do the last.
+  for (uint64_t id = 1; id < 4; ++id) {
+    EXPECT_EQ(rec.token_times[id].front(), rec.token_times[0].front());
+    EXPECT_EQ(rec.token_times[id].back(), rec.token_times[0].back());
+  }
+}
+
 TEST(NativeTarget, DescribesItselfAndReportsPools) {
   Recorder rec;
   auto target = make_native_target(options());

@@ -59,6 +59,12 @@ class Target {
   virtual Status setup(TargetCallbacks callbacks) = 0;
   // Hands one request to the target; returns once it is accepted (not completed).
   virtual Status submit(const RequestSpec& request) = 0;
+  // Hands a static batch over at once, so the target can start its requests together (the
+  // seed's fixed-batch protocol). The default submits them one by one.
+  virtual Status submit_batch(const std::vector<RequestSpec>& requests) {
+    for (const auto& r : requests) IB_TRY(submit(r));
+    return Ok{};
+  }
   // Blocks until every submitted request has produced on_done.
   virtual void drain() = 0;
   // Cancels everything in flight (each gets on_done with finish_reason "aborted").
