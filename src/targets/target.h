@@ -26,10 +26,10 @@ struct RequestSpec {
 
 struct RequestOutcome {
   bool ok = true;
-  std::string error;         // status and body excerpt / engine message when !ok
-  int prompt_tokens = 0;     // as counted by the target (engine: exact; HTTP: usage)
+  std::string error;      // status and body excerpt / engine message when !ok
+  int prompt_tokens = 0;  // as counted by the target (engine: exact; HTTP: usage)
   int output_tokens = 0;
-  std::string finish_reason; // "length", "stop", "aborted", "error"
+  std::string finish_reason;  // "length", "stop", "aborted", "error"
   int64_t time_ns = 0;
 };
 
@@ -47,7 +47,7 @@ struct TargetMemory {
   int64_t kv_used_bytes = 0;
   int64_t kv_peak_used_bytes = 0;
   int64_t activations_bytes = 0;
-  int64_t allocated_bytes = 0;       // everything the tracked allocator holds
+  int64_t allocated_bytes = 0;  // everything the tracked allocator holds
   int64_t peak_allocated_bytes = 0;
 };
 
@@ -59,6 +59,12 @@ class Target {
   virtual Status setup(TargetCallbacks callbacks) = 0;
   // Hands one request to the target; returns once it is accepted (not completed).
   virtual Status submit(const RequestSpec& request) = 0;
+  // Hands a static batch over at once, so the target can start its requests together (the
+  // seed's fixed-batch protocol). The default submits them one by one.
+  virtual Status submit_batch(const std::vector<RequestSpec>& requests) {
+    for (const auto& r : requests) IB_TRY(submit(r));
+    return Ok{};
+  }
   // Blocks until every submitted request has produced on_done.
   virtual void drain() = 0;
   // Cancels everything in flight (each gets on_done with finish_reason "aborted").

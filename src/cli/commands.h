@@ -1,0 +1,31 @@
+// The subcommands of the inferbench executable, as functions returning an exit code or an error
+// for main() to print.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "cli/run_options.h"
+#include "core/plugin_registry.h"
+#include "model/config.h"
+
+namespace ib {
+
+// Exit codes.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRuntime = 1;
+inline constexpr int kExitUser = 2;
+inline constexpr int kExitInterrupted = 130;
+
+// `inferbench run` on a validated plan: loads the target, runs, writes the result directory and
+// prints the table. Returns kExitOk, or kExitInterrupted when stop was raised (the completed runs
+// are written, marked "interrupted").
+Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
+                        const std::atomic<bool>& stop, bool show_progress);
+
+// `inferbench models`: name, family, parameters, GiB per dtype, KV KiB/token, max context, and
+// "yes" or the features the engine cannot run yet.
+std::string models_table(const std::vector<ModelConfig>& models);
+
+}  // namespace ib

@@ -1,0 +1,58 @@
+#include "cli/commands.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "cli/plugins.h"
+#include "model/presets.h"
+
+namespace ib {
+namespace {
+
+std::string row_of(const std::string& table, const std::string& name) {
+  const auto pos = table.find("| " + name + " |");
+  if (pos == std::string::npos) return "";
+  return table.substr(pos, table.find('\n', pos) - pos);
+}
+
+TEST(ModelsTable, ListsEveryPresetWithSizesAndSupport) {
+  const auto presets = all_presets();
+  const std::string table = models_table(presets);
+  for (const auto& m : presets) EXPECT_FALSE(row_of(table, m.name).empty()) << m.name;
+  EXPECT_EQ(static_cast<size_t>(std::count(table.begin(), table.end(), '\n')), presets.size() + 2);
+  // Llama-3-8B: 8.03 B parameters; bf16 = 2 bytes each = 14.96 GiB; KV 128 KiB per token.
+  const std::string llama = row_of(table, "llama-3-8b");
+  EXPECT_NE(llama.find("| 8.03B |"), std::string::npos) << llama;
+  EXPECT_NE(llama.find("| 14.96 |"), std::string::npos) << llama;
+  EXPECT_NE(llama.find("| 128 |"), std::string::npos) << llama;
+  EXPECT_NE(llama.find("| yes |"), std::string::npos) << llama;
+  const std::string gemma = row_of(table, "gemma-2-9b");
+  EXPECT_NE(gemma.find("| no: "), std::string::npos) << gemma;
+  EXPECT_NE(row_of(table, "tiny-15m").find("M |"), std::string::npos);
+}
+
+TEST(Plugins, BuiltinsLoadInDependencyOrder) {
+  PluginRegistry r;
+  ASSERT_TRUE(register_builtin_plugins(r).ok());
+  EXPECT_EQ(r.names_of(PluginKind::kTarget), std::vector<std::string>{"native"});
+  EXPECT_EQ(r.names_of(PluginKind::kReportSink),
+            (std::vector<std::string>{"jsonl", "json", "csv", "markdown"}));
+  EXPECT_EQ(r.names_of(PluginKind::kCollector), (std::vector<std::string>{"rss", "engine-pools"}));
+  EXPECT_EQ(r.names_of(PluginKind::kWorkload),
+            (std::vector<std::string>{"random-dataset", "jsonl-dataset"}));
+  auto order = r.load_order();
+  ASSERT_TRUE(order.ok());
+  auto pos = [&](const std::string& n) { return std::find(order->begin(), order->end(), n); };
+  EXPECT_LT(pos("native"), pos("engine-pools"));
+  EXPECT_LT(pos("engine-pools"), pos("json"));
+  EXPECT_LT(pos("rss"), pos("markdown"));
+  auto table = plugins_table(r);
+  ASSERT_TRUE(table.ok());
+  EXPECT_NE(table->find("| engine-pools | collector |"), std::string::npos) << *table;
+  EXPECT_NE(table->find("| native |"), std::string::npos);
+  EXPECT_FALSE(register_builtin_plugins(r).ok());  // names are unique
+}
+
+}  // namespace
+}  // namespace ib

@@ -1,0 +1,81 @@
+// Test support for the end-to-end tests: runs the real inferbench binary (INFERBENCH_BINARY,
+// set by ib_test) with stdout and stderr captured in files of a per-test temporary directory.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/fs.h"
+
+namespace ib::testing {
+
+namespace fs = std::filesystem;
+
+inline std::string binary() {
+  const char* b = std::getenv("INFERBENCH_BINARY");
+  return b ? b : "inferbench";
+}
+
+// Starts the binary with args, stdout and stderr into files; returns the pid.
+inline pid_t spawn(const std::vector<std::string>& args, const fs::path& out, const fs::path& err) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(o, STDOUT_FILENO);
+    ::dup2(e, STDERR_FILENO);
+    std::vector<char*> argv;
+    std::string bin = binary();
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    std::_Exit(127);
+  }
+  return pid;
+}
+
+inline int wait_exit(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+inline std::vector<std::string> lines_of(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+class E2e : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ =
+        fs::temp_directory_path() /
+        ("ib_e2e_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  int run(std::vector<std::string> args) {
+    return wait_exit(spawn(args, root_ / "stdout.txt", root_ / "stderr.txt"));
+  }
+  std::string out() const { return read_file(root_ / "stdout.txt").value(); }
+  std::string err() const { return read_file(root_ / "stderr.txt").value(); }
+
+  fs::path root_;
+};
+
+}  // namespace ib::testing

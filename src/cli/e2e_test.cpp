@@ -1,0 +1,173 @@
+// End-to-end tests of the real inferbench binary (INFERBENCH_BINARY, set by ib_test): a small
+// run writes a consistent result directory; each kind of bad input exits 2 with one line and
+// leaves nothing; SIGINT keeps the finished requests and marks the result interrupted.
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/detail/e2e_support.h"
+
+namespace ib {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::E2e;
+using testing::lines_of;
+using testing::spawn;
+using testing::wait_exit;
+
+TEST_F(E2e, SmallRunWritesAConsistentResultDirectory) {
+  const fs::path dir = root_ / "result";
+  const int code = run({"run", "--model", "tiny-15m", "--num-prompts", "6", "--input-len", "16",
+                        "--output-len", "8", "--batch-size", "3", "--runs", "2", "--result-dir",
+                        dir.string(), "--num-threads", "2"});
+  ASSERT_EQ(code, 0) << err();
+
+  const json r = json::parse(read_file(dir / "result.json").value());
+  EXPECT_EQ(r["model_id"], "tiny-15m");
+  EXPECT_EQ(r["backend"], "native");
+  EXPECT_EQ(r["num_prompts"], 6);
+  EXPECT_EQ(r["completed"], 6);
+  EXPECT_EQ(r["failed"], 0);
+  EXPECT_EQ(r["total_input_tokens"], 6 * 16);
+  EXPECT_EQ(r["total_output_tokens"], 6 * 8);
+  EXPECT_EQ(r["interrupted"], false);
+  EXPECT_EQ(r["num_runs"], 2);
+  ASSERT_EQ(r["runs"].size(), 2u);
+  EXPECT_GT(r["output_throughput"].get<double>(), 0);
+  EXPECT_GT(r["mean_ttft_ms"].get<double>(), 0);
+  EXPECT_GT(r["p99_itl_ms"].get<double>(), 0);
+  EXPECT_EQ(r["config"]["batch_size"], 3);
+  EXPECT_EQ(r["weights"], "dummy (seed 0)");
+  EXPECT_FALSE(r["env"]["inferbench"]["git_sha"].get<std::string>().empty());
+  EXPECT_GT(r["memory"]["rss"]["peak_rss_bytes"].get<int64_t>(), 0);
+  // fp32 weights; each tensor's allocation is rounded up to 256 bytes.
+  const int64_t weights = r["memory"]["engine-pools"]["weights_bytes"].get<int64_t>();
+  const int64_t params = r["engine"]["model"]["parameters"].get<int64_t>();
+  EXPECT_GE(weights, params * 4);
+  EXPECT_LE(weights, params * 4 + 256 * (8 * r["engine"]["model"]["num_layers"].get<int>() + 4));
+  const double lo = r["spread"]["output_throughput"]["min"].get<double>();
+  const double hi = r["spread"]["output_throughput"]["max"].get<double>();
+  EXPECT_LE(lo, r["output_throughput"].get<double>());
+  EXPECT_GE(hi, r["output_throughput"].get<double>());
+
+  // requests.jsonl: 3 warm-up + 2 runs x 6, each complete.
+  const auto lines = lines_of(dir / "requests.jsonl");
+  ASSERT_EQ(lines.size(), 15u);
+  int measured = 0;
+  for (const auto& line : lines) {
+    const json q = json::parse(line);
+    EXPECT_EQ(q["ok"], true);
+    EXPECT_EQ(q["n_out"], 8);
+    EXPECT_EQ(q["token_times_ns"].size(), 8u);
+    EXPECT_LE(q["t_send_ns"].get<int64_t>(), q["t_first_ns"].get<int64_t>());
+    if (!q["warmup"].get<bool>()) ++measured;
+  }
+  EXPECT_EQ(measured, 12);
+
+  const auto csv = lines_of(dir / "summary.csv");
+  ASSERT_EQ(csv.size(), 4u);  // header, 2 runs, median
+  EXPECT_EQ(csv[3].rfind("median,", 0), 0u);
+  EXPECT_NE(out().find("| Output token throughput |"), std::string::npos) << out();
+  EXPECT_NE(out().find("| TTFT p99 |"), std::string::npos);
+}
+
+TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
+  const fs::path dataset = root_ / "bad.jsonl";
+  std::ofstream(dataset) << "{\"prompt\": \"fine\"}\nnot json\n";
+  const fs::path taken = root_ / "taken";
+  fs::create_directories(taken);
+  std::ofstream(taken / "mine.txt") << "keep";
+  const std::string dir = (root_ / "never").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;  // in the message
+  };
+  const std::vector<Case> cases = {
+      {{"run", "--model", "no-such-model", "--result-dir", dir}, "no-such-model"},
+      {{"run", "--model", "gemma-2-9b", "--result-dir", dir}, "gemma"},
+      {{"run", "--input-len", "1000", "--output-len", "100", "--result-dir", dir}, "1024"},
+      {{"run", "--num-prompts", "0", "--result-dir", dir}, "--num-prompts"},
+      {{"run", "--output-len", "-5", "--result-dir", dir}, "--output-len"},
+      {{"run", "--dataset-name", "jsonl", "--dataset-path", dataset.string(), "--result-dir", dir},
+       "bad.jsonl:2"},
+      {{"run", "--dataset-name", "jsonl", "--dataset-path", "/nonexistent.jsonl", "--result-dir",
+        dir},
+       "/nonexistent.jsonl"},
+      {{"run", "--num-prompts", "2", "--result-dir", taken.string()}, "--overwrite"},
+      {{"run", "--no-such-flag", "--result-dir", dir}, "--no-such-flag"},
+      {{"run", "--num-prompts", "many", "--result-dir", dir}, "many"},
+  };
+  for (const auto& c : cases) {
+    const int code = run(c.args);
+    const std::string e = err();
+    EXPECT_EQ(code, 2) << c.args[1] << " " << c.args[2] << ": " << e;
+    EXPECT_EQ(e.rfind("inferbench: error: ", 0), 0u) << e;
+    EXPECT_NE(e.find(c.expect), std::string::npos) << e;
+    EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 1) << e;
+    EXPECT_FALSE(fs::exists(dir)) << e;
+    EXPECT_TRUE(out().empty());
+  }
+  EXPECT_EQ(fs::directory_iterator(taken)->path().filename(), "mine.txt");
+}
+
+TEST_F(E2e, SigintKeepsFinishedRequestsAndMarksTheResultInterrupted) {
+  const fs::path dir = root_ / "result";
+  const pid_t pid =
+      spawn({"run", "--model", "tiny-15m", "--num-prompts", "400", "--input-len", "8",
+             "--output-len", "32", "--batch-size", "2", "--runs", "3", "--num-warmups", "0",
+             "--result-dir", dir.string(), "--num-threads", "1"},
+            root_ / "stdout.txt", root_ / "stderr.txt");
+  // Wait until at least ten requests are on disk, then interrupt.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (!fs::exists(dir / "requests.jsonl") || lines_of(dir / "requests.jsonl").size() < 10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  ASSERT_EQ(wait_exit(pid), 130) << err();
+  EXPECT_NE(err().find("interrupted"), std::string::npos);
+
+  const json r = json::parse(read_file(dir / "result.json").value());
+  EXPECT_EQ(r["interrupted"], true);
+  EXPECT_EQ(r["num_runs"], 0);
+  EXPECT_TRUE(r.contains("partial_run"));
+  const auto lines = lines_of(dir / "requests.jsonl");
+  EXPECT_GE(lines.size(), 10u);
+  EXPECT_LT(lines.size(), 400u);
+  int ok = 0;
+  for (const auto& line : lines) {
+    const json q = json::parse(line);  // every line complete
+    if (q["ok"].get<bool>()) {
+      ++ok;
+      EXPECT_EQ(q["n_out"], 32);
+    } else {
+      EXPECT_EQ(q["finish_reason"], "aborted");
+    }
+  }
+  EXPECT_GE(ok, 10);
+  EXPECT_EQ(r["partial_run"]["metrics"]["completed"], ok);
+  EXPECT_FALSE(fs::exists(dir / "result.json.tmp"));
+  EXPECT_NE(out().find("interrupted after 0 of 3 runs"), std::string::npos) << out();
+}
+
+TEST_F(E2e, ModelsEnvAndPluginsCommands) {
+  ASSERT_EQ(run({"models"}), 0) << err();
+  EXPECT_NE(out().find("| llama-3.2-1b |"), std::string::npos);
+  ASSERT_EQ(run({"env", "--json"}), 0) << err();
+  const json env = json::parse(out());
+  EXPECT_TRUE(env.contains("gpu"));
+  EXPECT_GT(env["cpu"]["logical_cores"].get<int>(), 0);
+  ASSERT_EQ(run({"env"}), 0);
+  EXPECT_NE(out().find("inferbench"), std::string::npos);
+  ASSERT_EQ(run({"plugins"}), 0) << err();
+  EXPECT_NE(out().find("| native |"), std::string::npos);
+  EXPECT_EQ(run({}), 2);  // a subcommand is required
+}
+
+}  // namespace
+}  // namespace ib

@@ -1,0 +1,83 @@
+// inferbench: reproducible LLM inference benchmarks. Exit codes: 0 ok, 1 runtime failure,
+// 2 user error, 130 interrupted.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "cli/interrupt.h"
+#include "cli/plugins.h"
+#include "core/build_info.h"
+#include "model/presets.h"
+#include "telemetry/env.h"
+
+namespace {
+
+int fail(const ib::Error& e) {
+  std::fprintf(stderr, "inferbench: error: %s\n", e.message.c_str());
+  return e.kind == ib::ErrorKind::kUser ? ib::kExitUser : ib::kExitRuntime;
+}
+
+int run_command(const ib::RunFlags& flags) {
+  ib::InterruptWatcher interrupts;  // first: every later thread inherits the blocked signals
+  ib::PluginRegistry registry;
+  if (auto st = ib::register_builtin_plugins(registry); !st.ok()) return fail(st.error());
+  auto plan = ib::resolve_run(flags, registry);
+  if (!plan.ok()) return fail(plan.error());
+  const bool progress = !flags.disable_tqdm && ::isatty(STDERR_FILENO) == 1;
+  auto code = ib::execute_run(*plan, registry, interrupts.flag(), progress);
+  if (!code.ok()) return fail(code.error());
+  return *code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "inferbench: reproducible LLM inference benchmarks (tok/s, TTFT, ITL, TPOT, E2EL, "
+      "memory)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(ib::build_info().version) + " (git " +
+                                        ib::build_info().git_sha + ")");
+
+  ib::RunFlags flags;
+  CLI::App* run =
+      app.add_subcommand("run", "one benchmark: target x model x workload, --runs times");
+  ib::add_run_flags(*run, flags);
+  CLI::App* models = app.add_subcommand("models", "list architecture presets");
+  CLI::App* env = app.add_subcommand("env", "print the environment fingerprint");
+  bool env_json = false;
+  env->add_flag("--json", env_json, "as JSON, as stored in result.json");
+  CLI::App* plugins = app.add_subcommand("plugins", "list plugins and their load order");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "inferbench: error: %s; see inferbench --help\n", e.what());
+    return ib::kExitUser;
+  }
+
+  if (run->parsed()) return run_command(flags);
+  if (models->parsed()) {
+    std::cout << ib::models_table(ib::all_presets());
+    return ib::kExitOk;
+  }
+  if (env->parsed()) {
+    const auto fingerprint = ib::environment_fingerprint();
+    std::cout << (env_json ? fingerprint.dump(2) + "\n" : ib::format_environment(fingerprint));
+    return ib::kExitOk;
+  }
+  if (plugins->parsed()) {
+    ib::PluginRegistry registry;
+    if (auto st = ib::register_builtin_plugins(registry); !st.ok()) return fail(st.error());
+    auto table = ib::plugins_table(registry);
+    if (!table.ok()) return fail(table.error());
+    std::cout << *table;
+    return ib::kExitOk;
+  }
+  return ib::kExitUser;
+}

@@ -1,0 +1,40 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "cli/commands.h"
+
+namespace ib {
+namespace {
+
+std::string params_text(int64_t n) {
+  const double x = static_cast<double>(n);
+  if (x >= 1e9) return fmt::format("{:.2f}B", x / 1e9);
+  return fmt::format("{:.1f}M", x / 1e6);
+}
+
+double gib(double bytes) {
+  return bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
+}  // namespace
+
+std::string models_table(const std::vector<ModelConfig>& models) {
+  std::string out =
+      "| name | family | params | GiB fp32 | GiB bf16 | GiB int8 | GiB int4 | KV KiB/token bf16 "
+      "| max ctx | runs |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
+  for (const auto& m : models) {
+    const double params = static_cast<double>(m.parameter_count());
+    const auto unsupported = m.unsupported_features();
+    out += fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:g} | {} | {} |\n",
+                       m.name, m.family, params_text(m.parameter_count()), gib(params * 4),
+                       gib(params * 2), gib(params), gib(params / 2),
+                       static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
+                       m.max_position_embeddings,
+                       unsupported.empty() ? std::string("yes")
+                                           : fmt::format("no: {}", fmt::join(unsupported, ", ")));
+  }
+  return out;
+}
+
+}  // namespace ib

@@ -1,0 +1,136 @@
+// `inferbench run`: target, collectors, runner and sinks, in that order of setup.
+#include <cstdio>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/progress_line.h"
+#include "core/clock.h"
+#include "report/report.h"
+#include "telemetry/telemetry.h"
+
+namespace ib {
+namespace {
+
+using nlohmann::json;
+
+std::string mib(const json& bytes) {
+  if (!bytes.is_number()) return "n/a";
+  return fmt::format("{:.1f} MiB", bytes.get<double>() / (1024.0 * 1024.0));
+}
+
+std::vector<std::string> footnotes(const BenchmarkReport& r, const RunPlan& plan) {
+  std::vector<std::string> out;
+  const json& engine = r.engine;
+  if (engine.contains("device")) {
+    out.push_back(fmt::format("Device: {}, {}; weights: {}.",
+                              engine["device"]["name"].get<std::string>(),
+                              engine["dtype"].get<std::string>(), r.weights));
+  }
+  std::string memory;
+  if (r.memory.contains("rss")) {
+    memory = fmt::format("Memory: peak RSS {} (VmHWM {})", mib(r.memory["rss"]["peak_rss_bytes"]),
+                         mib(r.memory["rss"]["vm_hwm_bytes"]));
+  }
+  if (r.memory.contains("engine-pools") && r.memory["engine-pools"].value("available", false)) {
+    const json& p = r.memory["engine-pools"];
+    memory +=
+        fmt::format("; engine weights {}, KV pool {}, KV used at peak {}", mib(p["weights_bytes"]),
+                    mib(p["kv_pool_bytes"]), mib(p["kv_used_peak_bytes"]));
+  }
+  if (!memory.empty()) out.push_back(memory + ".");
+  out.push_back(fmt::format("Results: {}/ ({}, {}, {}).", plan.result_dir.string(), kResultJson,
+                            kRequestsJsonl, kSummaryCsv));
+  return out;
+}
+
+BenchmarkReport report_header(const RunPlan& plan) {
+  BenchmarkReport r;
+  r.date = utc_timestamp_compact();
+  r.backend = plan.flags.backend;
+  r.model_id = plan.model.name;
+  r.num_prompts = plan.workload.num_prompts;
+  r.request_rate = plan.runner.request_rate;
+  r.burstiness = plan.runner.burstiness;
+  if (plan.runner.max_concurrency > 0) r.max_concurrency = plan.runner.max_concurrency;
+  r.num_warmups = plan.runner.num_warmups;
+  r.runs_requested = plan.runner.runs;
+  r.load_description = plan.load_description;
+  r.metrics_options = plan.metrics;
+  r.percentile_metrics = plan.percentile_metrics;
+  r.config = plan.config;
+  r.env = environment_fingerprint();
+  return r;
+}
+
+}  // namespace
+
+Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
+                        const std::atomic<bool>& stop, bool show_progress) {
+  IB_ASSIGN_OR_RETURN(const auto order, registry.load_order());
+  IB_ASSIGN_OR_RETURN(const auto make_target, registry.factory<TargetFactory>(plan.flags.backend));
+  IB_ASSIGN_OR_RETURN(std::unique_ptr<Target> target, make_target(plan.target));
+
+  CollectorContext context;
+  context.target_memory = [t = target.get()] { return t->memory(); };
+  std::vector<std::unique_ptr<Collector>> collectors;
+  std::vector<std::unique_ptr<ReportSink>> sinks;
+  for (const auto& name : order) {
+    const PluginInfo* info = registry.find(name);
+    if (info->kind == PluginKind::kCollector) {
+      IB_ASSIGN_OR_RETURN(const auto make, registry.factory<CollectorFactory>(name));
+      collectors.push_back(make(context));
+    } else if (info->kind == PluginKind::kReportSink) {
+      IB_ASSIGN_OR_RETURN(const auto make, registry.factory<ReportSinkFactory>(name));
+      sinks.push_back(make());
+    }
+  }
+
+  // Telemetry starts before the model loads, so the peak includes loading.
+  const int64_t origin_ns = now_ns();
+  Sampler sampler(std::move(collectors), plan.flags.memory_sample_interval_ms);
+  IB_TRY(sampler.start(origin_ns));
+  SteadyRunnerClock clock;
+  Runner runner(*target, plan.runner, clock);
+  std::fprintf(stderr, "inferbench: loading %s on %s\n", plan.model.name.c_str(),
+               plan.flags.device.c_str());
+  IB_TRY(target->setup(runner.callbacks()));
+
+  // Only now, with the target loaded, does anything appear on disk.
+  IB_TRY(create_result_dir(plan.result_dir, plan.flags.overwrite));
+  const SinkContext sink_context{plan.result_dir, &std::cout, origin_ns};
+  for (auto& s : sinks) IB_TRY(s->begin(sink_context));
+  std::fprintf(stderr, "inferbench: %d warm-up + %d x %d requests, %s\n", plan.runner.num_warmups,
+               plan.runner.runs, plan.workload.num_prompts, plan.load_description.c_str());
+
+  ProgressLine progress(show_progress);
+  RunnerHooks hooks;
+  hooks.stop = &stop;
+  hooks.on_record = [&](const RequestRecord& rec) -> Status {
+    for (auto& s : sinks) IB_TRY(s->on_record(rec));
+    return Ok{};
+  };
+  hooks.on_progress = [&](const Progress& p) { progress.update(p); };
+  auto records = runner.run(plan.requests, hooks);
+  progress.clear();
+  sampler.stop();
+  if (!records.ok()) {
+    target->teardown();
+    return records.error();
+  }
+
+  BenchmarkReport report = report_header(plan);
+  report.engine = json::parse(target->describe_json(), nullptr, false);
+  if (report.engine.is_discarded()) report.engine = json::object();
+  report.weights = report.engine.value("weights", "");
+  report.memory = sampler.summary();
+  add_results(report, *records);
+  report.footnotes = footnotes(report, plan);
+  target->teardown();
+  for (auto& s : sinks) IB_TRY(s->finish(report));
+  std::fprintf(stderr, "inferbench: results in %s\n", plan.result_dir.string().c_str());
+  return records->interrupted ? kExitInterrupted : kExitOk;
+}
+
+}  // namespace ib

@@ -1,0 +1,80 @@
+// The flags of `inferbench run`.
+#include "cli/run_options.h"
+
+namespace ib {
+
+void add_run_flags(CLI::App& app, RunFlags& f) {
+  app.add_option("--model", f.model, "preset name, HF repo id, or a directory with config.json")
+      ->capture_default_str();
+  app.add_option("--backend", f.backend, "target plugin (`inferbench plugins`)")
+      ->capture_default_str();
+  app.add_option("--seed", f.seed, "seed of prompts, arrivals, dummy weights and sampling")
+      ->capture_default_str();
+  app.add_option("--num-prompts", f.num_prompts, "requests per run")->capture_default_str();
+  app.add_option("--request-rate", f.request_rate,
+                 "open loop: requests per second (inf sends all at once)")
+      ->capture_default_str();
+  app.add_option("--burstiness", f.burstiness,
+                 "gamma shape of inter-arrival gaps (1 = Poisson, larger = more regular)")
+      ->capture_default_str();
+  app.add_option("--max-concurrency", f.max_concurrency,
+                 "closed loop: requests in flight (caps an open loop when a rate is given)");
+  app.add_option("--percentile-metrics", f.percentile_metrics,
+                 "metrics shown with percentiles: ttft,tpot,itl,e2el,client_queue_time,"
+                 "e2el_including_client_queue")
+      ->capture_default_str();
+  app.add_option("--metric-percentiles", f.metric_percentiles, "comma-separated percentiles")
+      ->capture_default_str();
+  app.add_option("--goodput", f.goodput, "SLOs in ms, e.g. ttft:200,tpot:50,e2el:5000");
+  app.add_option("--result-dir", f.result_dir, "default: results/<model>-<utc stamp>");
+  app.add_flag("--overwrite", f.overwrite, "reuse a non-empty --result-dir");
+  app.add_option("--num-warmups", f.num_warmups,
+                 "warm-up requests, excluded from statistics (default: one batch)");
+  app.add_option("--dataset-name", f.dataset_name, "random or jsonl")->capture_default_str();
+  app.add_option("--dataset-path", f.dataset_path,
+                 "jsonl: lines {\"prompt\": ..} or {\"prompt_token_ids\": [..]}, "
+                 "optional \"output_len\"");
+  app.add_flag("--disable-tqdm", f.disable_tqdm, "no live progress line on stderr");
+  app.add_option("--batch-size", f.batch_size, "static load mode: requests per batch")
+      ->capture_default_str();
+  app.add_option("--input-len", f.input_len, "prompt tokens")->capture_default_str();
+  app.add_option("--output-len", f.output_len, "output tokens")->capture_default_str();
+  app.add_option("--input-len-dist", f.input_len_dist,
+                 "normal:mean=M,std=S,min=A,max=B or uniform:min=A,max=B");
+  app.add_option("--output-len-dist", f.output_len_dist, "as --input-len-dist");
+  app.add_option("--dtype", f.dtype, "auto (fp32 on cpu, bf16 on cuda), fp32, bf16, fp16")
+      ->capture_default_str();
+  app.add_option("--device", f.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--runs", f.runs, "repetitions; the median is reported")->capture_default_str();
+  app.add_option("--load-mode", f.load_mode,
+                 "auto, static, closed or open (auto: open with --request-rate, closed with "
+                 "--max-concurrency, else static)")
+      ->capture_default_str();
+  app.add_option("--memory-sample-interval", f.memory_sample_interval_ms,
+                 "telemetry sampling period, ms")
+      ->capture_default_str();
+  app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs", f.max_num_seqs, "engine: sequences per step")
+      ->capture_default_str();
+  app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "engine: tokens per step")
+      ->capture_default_str();
+  app.add_option("--max-model-len", f.max_model_len, "context limit (default: the model's)");
+  app.add_option("--block-size", f.block_size, "KV-cache tokens per block")->capture_default_str();
+  app.add_option("--batching", f.batching, "engine scheduler: continuous or static")
+      ->capture_default_str();
+  app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
+                 "CUDA: fraction of device memory for the engine")
+      ->capture_default_str();
+  app.add_option("--kv-cache-memory", f.kv_cache_memory,
+                 "CPU KV-cache budget: bytes or e.g. 2GiB (default 2GiB)");
+  app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();
+  app.add_option("--temperature", f.temperature, "0 = greedy")->capture_default_str();
+  app.add_option("--top-p", f.top_p, "nucleus sampling mass")->capture_default_str();
+  app.add_option("--top-k", f.top_k, "0 = off")->capture_default_str();
+  app.add_flag("--no-ignore-eos", f.no_ignore_eos,
+               "stop at EOS instead of generating exactly "
+               "--output-len tokens");
+}
+
+}  // namespace ib

@@ -1,0 +1,330 @@
+// Resolution of `inferbench run` flags into a validated RunPlan.
+#include "cli/run_options.h"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "cli/plugins.h"
+#include "model/presets.h"
+#include "model/tokenizer.h"
+#include "report/result_dir.h"
+
+namespace ib {
+namespace {
+
+Status positive(int64_t v, const char* flag) {
+  if (v <= 0) return user_error(fmt::format("{} must be positive (got {})", flag, v));
+  return Ok{};
+}
+
+Status check_device(const std::string& device) {
+  if (device == "cpu") return Ok{};
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    const std::string index = device.size() > 5 ? device.substr(5) : "0";
+    if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) {
+      return user_error(fmt::format("--device {}: write cuda or cuda:N", device));
+    }
+    if (!cuda_backend_compiled()) {
+      return user_error(fmt::format(
+          "--device {}: this build has no CUDA backend; rebuild where nvcc is found or use "
+          "--device cpu",
+          device));
+    }
+    return Ok{};
+  }
+  return user_error(fmt::format("--device {}: unknown device; use cpu, cuda or cuda:N", device));
+}
+
+Result<DType> resolve_dtype(const std::string& dtype, const std::string& device) {
+  const bool cpu = device == "cpu";
+  if (dtype == "auto") return cpu ? DType::kF32 : DType::kBF16;
+  const auto parsed = parse_float_dtype(dtype);
+  if (!parsed) {
+    return user_error(fmt::format("--dtype {}: unknown; use auto, fp32, bf16 or fp16", dtype));
+  }
+  if (cpu && *parsed != DType::kF32) {
+    return user_error(fmt::format(
+        "--dtype {}: the CPU backend computes in fp32 only; use --dtype fp32 or --device cuda",
+        dtype));
+  }
+  return *parsed;
+}
+
+Result<double> parse_rate(const std::string& text) {
+  if (text == "inf" || text == "Inf" || text == "INF") {
+    return std::numeric_limits<double>::infinity();
+  }
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || !(v > 0) || !std::isfinite(v)) {
+    return user_error(fmt::format(
+        "--request-rate {}: must be a positive number of requests per second or inf", text));
+  }
+  return v;
+}
+
+Result<LengthDist> length_flag(const std::string& dist, int fixed, const char* dist_flag) {
+  if (dist.empty()) return LengthDist::fixed(fixed);
+  return parse_length_dist(dist, dist_flag);
+}
+
+Result<LoadMode> resolve_load_mode(const RunFlags& f, bool finite_rate) {
+  if (f.load_mode == "auto") {
+    if (finite_rate) return LoadMode::kOpen;
+    return f.max_concurrency > 0 ? LoadMode::kClosed : LoadMode::kStatic;
+  }
+  if (f.load_mode == "open") return LoadMode::kOpen;
+  if (finite_rate) {
+    return user_error(
+        fmt::format("--request-rate applies to the open loop, not --load-mode {}; drop one of them",
+                    f.load_mode));
+  }
+  if (f.load_mode == "closed") return LoadMode::kClosed;
+  if (f.load_mode == "static") {
+    if (f.max_concurrency > 0) {
+      return user_error(
+          "--max-concurrency applies to closed and open loops, not --load-mode static; drop "
+          "one of them");
+    }
+    return LoadMode::kStatic;
+  }
+  return user_error(fmt::format("--load-mode {}: use auto, static, closed or open", f.load_mode));
+}
+
+std::string describe_load(const RunnerOptions& r) {
+  switch (r.mode) {
+    case LoadMode::kStatic:
+      return fmt::format("static batches of {}", r.batch_size);
+    case LoadMode::kClosed:
+      return fmt::format("closed loop at concurrency {}", r.max_concurrency);
+    case LoadMode::kOpen: {
+      std::string s =
+          std::isinf(r.request_rate)
+              ? std::string("open loop, all requests at once")
+              : fmt::format("open loop at {} req/s, burstiness {}", r.request_rate, r.burstiness);
+      if (r.max_concurrency > 0) s += fmt::format(", max concurrency {}", r.max_concurrency);
+      return s;
+    }
+  }
+  return "?";
+}
+
+Status check_engine_flags(const RunFlags& f) {
+  IB_TRY(positive(f.max_num_seqs, "--max-num-seqs"));
+  IB_TRY(positive(f.max_num_batched_tokens, "--max-num-batched-tokens"));
+  IB_TRY(positive(f.block_size, "--block-size"));
+  IB_TRY(positive(f.memory_sample_interval_ms, "--memory-sample-interval"));
+  if (f.max_model_len < 0) IB_TRY(positive(f.max_model_len, "--max-model-len"));
+  if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1)) {
+    return user_error(
+        fmt::format("--gpu-memory-utilization {} must be in (0, 1]", f.gpu_memory_utilization));
+  }
+  if (f.num_threads < 0) return user_error("--num-threads must be >= 0 (0: all hardware threads)");
+  if (!(f.temperature >= 0) || !std::isfinite(f.temperature)) {
+    return user_error(fmt::format("--temperature {} must be >= 0 (0: greedy)", f.temperature));
+  }
+  if (!(f.top_p > 0 && f.top_p <= 1)) {
+    return user_error(fmt::format("--top-p {} must be in (0, 1]", f.top_p));
+  }
+  if (f.top_k < 0) return user_error(fmt::format("--top-k {} must be >= 0 (0: off)", f.top_k));
+  if (f.batching != "continuous" && f.batching != "static") {
+    return user_error(fmt::format("--batching {}: use continuous or static", f.batching));
+  }
+  if (f.load_format != "auto" && f.load_format != "dummy" && f.load_format != "safetensors") {
+    return user_error(
+        fmt::format("--load-format {}: use auto, dummy or safetensors", f.load_format));
+  }
+  return Ok{};
+}
+
+// The CPU KV budget the workload can use at most: every sequence that can be in flight at its
+// longest context, plus a block of slack each. Without --kv-cache-memory the pool is sized to
+// this (capped by the engine's 2 GiB default) instead of allocating gigabytes a run never touches.
+int64_t workload_kv_bytes(const std::vector<RequestSpec>& requests, const RunnerOptions& r,
+                          const RunFlags& f, const ModelConfig& model, DType dtype) {
+  int64_t in_flight = r.mode == LoadMode::kStatic ? r.batch_size
+                      : r.max_concurrency > 0     ? r.max_concurrency
+                                                  : static_cast<int64_t>(requests.size());
+  in_flight = std::min<int64_t>(in_flight, f.max_num_seqs);
+  int64_t max_context = 0;
+  for (const auto& q : requests) {
+    max_context = std::max<int64_t>(max_context, q.input_len + q.output_len);
+  }
+  const int64_t blocks = (max_context + f.block_size - 1) / f.block_size + 1;
+  return in_flight * blocks * f.block_size * model.kv_bytes_per_token(dtype);
+}
+
+}  // namespace
+
+Result<int64_t> parse_bytes(const std::string& text, const std::string& flag) {
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  const std::string unit(ptr, text.data() + text.size());
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  if (unit == "KiB" || unit == "K" || unit == "k") scale = 1024.0;
+  if (unit == "MiB" || unit == "M") scale = 1024.0 * 1024;
+  if (unit == "GiB" || unit == "G") scale = 1024.0 * 1024 * 1024;
+  if (ec != std::errc() || scale == 0 || !(v > 0) || v * scale > 9e18) {
+    return user_error(
+        fmt::format("{} {}: write a positive size like 2GiB, 512MiB or 1073741824", flag, text));
+  }
+  return static_cast<int64_t>(v * scale);
+}
+
+Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
+  RunPlan p;
+  p.flags = f;
+  const PluginInfo* target = registry.find(f.backend);
+  if (target == nullptr || target->kind != PluginKind::kTarget) {
+    return user_error(fmt::format("--backend {}: no such target; available: {}", f.backend,
+                                  fmt::join(registry.names_of(PluginKind::kTarget), ", ")));
+  }
+  IB_ASSIGN_OR_RETURN(p.model, resolve_model(f.model));
+  IB_TRY(p.model.check_supported());
+  IB_TRY(check_device(f.device));
+  IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
+  IB_TRY(check_engine_flags(f));
+  if (f.max_model_len > p.model.max_position_embeddings) {
+    return user_error(
+        fmt::format("--max-model-len {} exceeds what {} supports ({}); lower it or drop the flag",
+                    f.max_model_len, p.model.name, p.model.max_position_embeddings));
+  }
+  const int max_model_len = f.max_model_len > 0 ? f.max_model_len : p.model.max_position_embeddings;
+
+  // Workload.
+  const std::string workload_name = workload_plugin_name(f.dataset_name);
+  const PluginInfo* workload = registry.find(workload_name);
+  if (workload == nullptr || workload->kind != PluginKind::kWorkload) {
+    std::vector<std::string> names;
+    for (const auto& n : registry.names_of(PluginKind::kWorkload)) {
+      names.push_back(n.substr(0, n.size() - std::string("-dataset").size()));
+    }
+    return user_error(fmt::format("--dataset-name {}: no such dataset; available: {}",
+                                  f.dataset_name, fmt::join(names, ", ")));
+  }
+  WorkloadOptions& w = p.workload;
+  w.dataset_name = f.dataset_name;
+  w.dataset_path = f.dataset_path;
+  w.num_prompts = f.num_prompts;
+  w.seed = f.seed;
+  w.vocab_size = p.model.vocab_size;
+  IB_ASSIGN_OR_RETURN(w.input_len, length_flag(f.input_len_dist, f.input_len, "--input-len-dist"));
+  IB_ASSIGN_OR_RETURN(w.output_len,
+                      length_flag(f.output_len_dist, f.output_len, "--output-len-dist"));
+  IB_ASSIGN_OR_RETURN(const auto make_requests, registry.factory<WorkloadFactory>(workload_name));
+  const auto tokenizer = make_byte_tokenizer();
+  IB_ASSIGN_OR_RETURN(p.requests, make_requests(w, *tokenizer));
+  IB_TRY(check_context_fits(p.requests, max_model_len, p.model.name));
+
+  // Load mode, warm-up, runs.
+  IB_ASSIGN_OR_RETURN(const double rate, parse_rate(f.request_rate));
+  if (f.max_concurrency < 0) IB_TRY(positive(f.max_concurrency, "--max-concurrency"));
+  RunnerOptions& r = p.runner;
+  IB_ASSIGN_OR_RETURN(r.mode, resolve_load_mode(f, std::isfinite(rate)));
+  r.batch_size = f.batch_size;
+  r.max_concurrency = f.max_concurrency;
+  r.request_rate = rate;
+  r.burstiness = f.burstiness;
+  r.seed = f.seed;
+  r.runs = f.runs;
+  IB_TRY(positive(f.batch_size, "--batch-size"));
+  const int batch =
+      r.mode == LoadMode::kStatic || r.max_concurrency == 0 ? f.batch_size : r.max_concurrency;
+  if (f.num_warmups < -1) {
+    return user_error(fmt::format("--num-warmups must be >= 0 (got {})", f.num_warmups));
+  }
+  r.num_warmups = f.num_warmups >= 0 ? f.num_warmups : std::max(1, std::min(batch, f.num_prompts));
+  IB_TRY(validate_runner_options(r));
+  p.load_description = describe_load(r);
+
+  // Metrics.
+  IB_ASSIGN_OR_RETURN(p.metrics.percentiles, parse_metric_percentiles(f.metric_percentiles));
+  IB_ASSIGN_OR_RETURN(p.percentile_metrics, parse_percentile_metrics(f.percentile_metrics));
+  if (!f.goodput.empty()) {
+    IB_ASSIGN_OR_RETURN(p.metrics.goodput, parse_goodput(f.goodput));
+  }
+
+  // Target.
+  NativeTargetOptions& n = p.target.native;
+  n.model = p.model;
+  n.weights.format = f.load_format == "dummy"         ? LoadFormat::kDummy
+                     : f.load_format == "safetensors" ? LoadFormat::kSafetensors
+                                                      : LoadFormat::kAuto;
+  std::error_code ec;
+  if (std::filesystem::is_directory(f.model, ec)) n.weights.path = f.model;
+  n.weights.seed = f.seed;
+  n.engine.block_size = f.block_size;
+  n.engine.max_num_seqs = f.max_num_seqs;
+  n.engine.max_num_batched_tokens = f.max_num_batched_tokens;
+  n.engine.max_model_len = f.max_model_len;
+  n.engine.batching = f.batching == "static" ? BatchingMode::kStatic : BatchingMode::kContinuous;
+  n.engine.static_batch_size = f.batch_size;
+  n.engine.gpu_memory_utilization = f.gpu_memory_utilization;
+  if (!f.kv_cache_memory.empty()) {
+    IB_ASSIGN_OR_RETURN(n.engine.cpu_kv_cache_bytes,
+                        parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
+  } else {
+    n.engine.cpu_kv_cache_bytes =
+        std::min(n.engine.cpu_kv_cache_bytes, workload_kv_bytes(p.requests, r, f, p.model, dtype));
+  }
+  n.backend.device = f.device;
+  n.backend.dtype = dtype;
+  n.backend.num_threads = f.num_threads;
+  n.sampling.temperature = static_cast<float>(f.temperature);
+  n.sampling.top_p = static_cast<float>(f.top_p);
+  n.sampling.top_k = f.top_k;
+  n.sampling.seed = f.seed;
+  n.ignore_eos = !f.no_ignore_eos;
+
+  IB_ASSIGN_OR_RETURN(p.result_dir, plan_result_dir(f.result_dir, p.model.name, f.overwrite));
+
+  p.config = nlohmann::json{
+      {"model", f.model},
+      {"backend", f.backend},
+      {"seed", f.seed},
+      {"num_prompts", f.num_prompts},
+      {"request_rate", f.request_rate},
+      {"burstiness", f.burstiness},
+      {"max_concurrency", f.max_concurrency > 0 ? nlohmann::json(f.max_concurrency) : nullptr},
+      {"percentile_metrics", f.percentile_metrics},
+      {"metric_percentiles", f.metric_percentiles},
+      {"goodput", f.goodput.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.goodput)},
+      {"result_dir", p.result_dir.string()},
+      {"overwrite", f.overwrite},
+      {"num_warmups", r.num_warmups},
+      {"dataset_name", f.dataset_name},
+      {"dataset_path",
+       f.dataset_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.dataset_path)},
+      {"disable_tqdm", f.disable_tqdm},
+      {"batch_size", f.batch_size},
+      {"input_len", w.input_len.describe()},
+      {"output_len", w.output_len.describe()},
+      {"dtype", dtype_name(dtype)},
+      {"device", f.device},
+      {"runs", f.runs},
+      {"load_mode", load_mode_name(r.mode)},
+      {"load_description", p.load_description},
+      {"memory_sample_interval_ms", f.memory_sample_interval_ms},
+      {"load_format", f.load_format},
+      {"max_num_seqs", f.max_num_seqs},
+      {"max_num_batched_tokens", f.max_num_batched_tokens},
+      {"max_model_len", f.max_model_len > 0 ? nlohmann::json(f.max_model_len) : nullptr},
+      {"block_size", f.block_size},
+      {"batching", f.batching},
+      {"gpu_memory_utilization", f.gpu_memory_utilization},
+      {"kv_cache_memory_bytes", n.engine.cpu_kv_cache_bytes},
+      {"num_threads", f.num_threads},
+      {"temperature", f.temperature},
+      {"top_p", f.top_p},
+      {"top_k", f.top_k},
+      {"ignore_eos", n.ignore_eos},
+  };
+  return p;
+}
+
+}  // namespace ib

@@ -1,0 +1,90 @@
+// `inferbench run`: its flags (named as `vllm bench serve` and the seed name them) and their
+// resolution into a validated plan. Everything a user can get wrong is checked here, before any
+// file is created or any model is loaded.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/plugin_registry.h"
+#include "model/config.h"
+#include "runner/runner.h"
+#include "targets/targets.h"
+#include "workload/workload.h"
+
+namespace ib {
+
+// Raw flag values, as typed.
+struct RunFlags {
+  // Benchmark (vLLM names where they exist).
+  std::string model = "tiny-15m";
+  std::string backend = "native";
+  uint64_t seed = 0;
+  int num_prompts = 200;
+  std::string request_rate = "inf";
+  double burstiness = 1.0;
+  int max_concurrency = 0;  // 0: not given
+  std::string percentile_metrics = "ttft,tpot,itl";
+  std::string metric_percentiles = "99";
+  std::string goodput;
+  std::string result_dir;
+  bool overwrite = false;
+  int num_warmups = -1;  // -1: one batch (the default)
+  std::string dataset_name = "random";
+  std::string dataset_path;
+  bool disable_tqdm = false;
+  // The seed's protocol.
+  int batch_size = 8;
+  int input_len = 32;
+  int output_len = 128;
+  std::string input_len_dist;
+  std::string output_len_dist;
+  std::string dtype = "auto";
+  std::string device = "cpu";
+  int runs = 3;
+  std::string load_mode = "auto";
+  int memory_sample_interval_ms = 100;
+  // Engine.
+  std::string load_format = "auto";
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 8192;
+  int max_model_len = 0;
+  int block_size = 16;
+  std::string batching = "continuous";
+  double gpu_memory_utilization = 0.9;
+  std::string kv_cache_memory;
+  int num_threads = 0;
+  double temperature = 0.0;
+  double top_p = 1.0;
+  int top_k = 0;
+  bool no_ignore_eos = false;
+};
+
+void add_run_flags(CLI::App& app, RunFlags& flags);
+
+// A validated benchmark: what to run, how, and where to write it.
+struct RunPlan {
+  RunFlags flags;
+  ModelConfig model;
+  TargetOptions target;
+  WorkloadOptions workload;
+  std::vector<RequestSpec> requests;
+  RunnerOptions runner;
+  MetricsOptions metrics;
+  std::vector<std::string> percentile_metrics;
+  std::filesystem::path result_dir;
+  std::string load_description;  // "static batches of 8", ...
+  nlohmann::json config;         // every flag, resolved, for result.json
+};
+
+// Validates the flags and builds the workload. User errors name the flag and the fix.
+Result<RunPlan> resolve_run(const RunFlags& flags, const PluginRegistry& registry);
+
+// "2GiB", "512MiB", "1.5G", "1073741824" -> bytes.
+Result<int64_t> parse_bytes(const std::string& text, const std::string& flag);
+
+}  // namespace ib

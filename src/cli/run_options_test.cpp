@@ -1,0 +1,218 @@
+#include "cli/run_options.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/plugins.h"
+
+namespace ib {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RunOptionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(register_builtin_plugins(registry_).ok());
+    root_ =
+        fs::temp_directory_path() /
+        ("ib_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  RunFlags flags() const {
+    RunFlags f;
+    f.model = "tiny-15m";
+    f.num_prompts = 4;
+    f.input_len = 16;
+    f.output_len = 8;
+    f.result_dir = (root_ / "out").string();
+    return f;
+  }
+
+  PluginRegistry registry_;
+  fs::path root_;
+};
+
+TEST_F(RunOptionsTest, DefaultsFollowTheSeedProtocol) {
+  RunFlags f;
+  f.result_dir = (root_ / "out").string();
+  auto plan = resolve_run(f, registry_);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  EXPECT_EQ(plan->model.name, "tiny-15m");
+  EXPECT_EQ(plan->requests.size(), 200u);
+  EXPECT_EQ(plan->requests[0].input_len, 32);
+  EXPECT_EQ(plan->requests[0].output_len, 128);
+  EXPECT_EQ(plan->runner.mode, LoadMode::kStatic);
+  EXPECT_EQ(plan->runner.batch_size, 8);
+  EXPECT_EQ(plan->runner.runs, 3);
+  EXPECT_EQ(plan->runner.num_warmups, 8);  // one batch
+  EXPECT_EQ(plan->load_description, "static batches of 8");
+  EXPECT_EQ(plan->target.native.backend.dtype, DType::kF32);
+  EXPECT_EQ(plan->metrics.percentiles, std::vector<double>{99});
+  EXPECT_EQ(plan->percentile_metrics, (std::vector<std::string>{"ttft", "tpot", "itl"}));
+  EXPECT_FALSE(plan->metrics.goodput.has_value());
+  EXPECT_TRUE(plan->target.native.ignore_eos);
+  // KV pool sized for 8 sequences of 160 tokens (+1 block each), not the 2 GiB default.
+  const int64_t per_token = plan->model.kv_bytes_per_token(DType::kF32);
+  EXPECT_EQ(plan->target.native.engine.cpu_kv_cache_bytes, 8 * 11 * 16 * per_token);
+  EXPECT_TRUE(plan->config["max_model_len"].is_null());  // the engine's choice, in "engine"
+  EXPECT_EQ(plan->config["load_mode"], "static");
+  EXPECT_FALSE(fs::exists(root_ / "out"));  // nothing is created while resolving
+}
+
+TEST_F(RunOptionsTest, LoadModeFollowsRateAndConcurrency) {
+  RunFlags f = flags();
+  f.request_rate = "2.5";
+  auto open = resolve_run(f, registry_);
+  ASSERT_TRUE(open.ok()) << open.error().message;
+  EXPECT_EQ(open->runner.mode, LoadMode::kOpen);
+  EXPECT_DOUBLE_EQ(open->runner.request_rate, 2.5);
+  EXPECT_EQ(open->load_description, "open loop at 2.5 req/s, burstiness 1");
+
+  f = flags();
+  f.max_concurrency = 3;
+  auto closed = resolve_run(f, registry_);
+  ASSERT_TRUE(closed.ok()) << closed.error().message;
+  EXPECT_EQ(closed->runner.mode, LoadMode::kClosed);
+  EXPECT_EQ(closed->runner.num_warmups, 3);
+
+  f.request_rate = "10";
+  auto capped = resolve_run(f, registry_);
+  ASSERT_TRUE(capped.ok());
+  EXPECT_EQ(capped->runner.mode, LoadMode::kOpen);
+  EXPECT_EQ(capped->runner.max_concurrency, 3);
+
+  f = flags();
+  f.input_len_dist = "uniform:min=4,max=12";
+  f.goodput = "ttft:100,tpot:20";
+  f.metric_percentiles = "50,90";
+  auto dist = resolve_run(f, registry_);
+  ASSERT_TRUE(dist.ok()) << dist.error().message;
+  for (const auto& r : dist->requests) {
+    EXPECT_GE(r.input_len, 4);
+    EXPECT_LE(r.input_len, 12);
+  }
+  ASSERT_TRUE(dist->metrics.goodput.has_value());
+  EXPECT_EQ(dist->metrics.goodput->tpot_ms, 20);
+  EXPECT_EQ(dist->metrics.percentiles, (std::vector<double>{50, 90}));
+}
+
+TEST_F(RunOptionsTest, BadInputIsAOneLineUserErrorNamingTheProblem) {
+  const fs::path bad_dataset = root_ / "bad.jsonl";
+  std::ofstream(bad_dataset) << "{\"prompt\": \"ok\"}\n{\"prompt\": 5}\n";
+  struct Case {
+    std::function<void(RunFlags&)> change;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {[](RunFlags& f) { f.model = "llama-9000"; }, "llama-9000"},
+      {[](RunFlags& f) { f.model = "gemma-2-9b"; }, "gemma"},
+      {[](RunFlags& f) {
+         f.input_len = 1000;
+         f.output_len = 100;
+       },
+       "1100"},
+      {[](RunFlags& f) { f.max_model_len = 4096; }, "--max-model-len"},
+      {[](RunFlags& f) { f.num_prompts = 0; }, "--num-prompts"},
+      {[](RunFlags& f) { f.input_len = 0; }, "--input-len"},
+      {[](RunFlags& f) { f.output_len = -3; }, "--output-len"},
+      {[](RunFlags& f) { f.runs = 0; }, "--runs"},
+      {[](RunFlags& f) { f.batch_size = 0; }, "--batch-size"},
+      {[](RunFlags& f) { f.num_warmups = -2; }, "--num-warmups"},
+      {[](RunFlags& f) { f.request_rate = "0"; }, "--request-rate"},
+      {[](RunFlags& f) { f.request_rate = "fast"; }, "--request-rate"},
+      {[](RunFlags& f) {
+         f.request_rate = "2";
+         f.burstiness = 0;
+       },
+       "--burstiness"},
+      {[](RunFlags& f) { f.max_concurrency = -1; }, "--max-concurrency"},
+      {[](RunFlags& f) { f.load_mode = "closed"; }, "--max-concurrency"},
+      {[](RunFlags& f) {
+         f.load_mode = "static";
+         f.request_rate = "3";
+       },
+       "--load-mode"},
+      {[](RunFlags& f) { f.load_mode = "sideways"; }, "--load-mode"},
+      {[](RunFlags& f) { f.input_len_dist = "normal:mean=10"; }, "--input-len-dist"},
+      {[](RunFlags& f) { f.dataset_name = "jsonl"; }, "--dataset-path"},
+      {[](RunFlags& f) { f.dataset_name = "sharegpt"; }, "--dataset-name"},
+      {[&](RunFlags& f) {
+         f.dataset_name = "jsonl";
+         f.dataset_path = bad_dataset.string();
+       },
+       "bad.jsonl:2"},
+      {[](RunFlags& f) {
+         f.dataset_name = "jsonl";
+         f.dataset_path = "/nonexistent/x.jsonl";
+       },
+       "/nonexistent/x.jsonl"},
+      {[](RunFlags& f) { f.metric_percentiles = "99,200"; }, "--metric-percentiles"},
+      {[](RunFlags& f) { f.percentile_metrics = "ttft,speed"; }, "--percentile-metrics"},
+      {[](RunFlags& f) { f.goodput = "ttft=5"; }, "--goodput"},
+      {[](RunFlags& f) { f.dtype = "int3"; }, "--dtype"},
+      {[](RunFlags& f) { f.dtype = "bf16"; }, "fp32"},
+      {[](RunFlags& f) { f.device = "tpu"; }, "--device"},
+      {[](RunFlags& f) { f.temperature = -1; }, "--temperature"},
+      {[](RunFlags& f) { f.top_p = 0; }, "--top-p"},
+      {[](RunFlags& f) { f.top_k = -1; }, "--top-k"},
+      {[](RunFlags& f) { f.block_size = 0; }, "--block-size"},
+      {[](RunFlags& f) { f.gpu_memory_utilization = 1.5; }, "--gpu-memory-utilization"},
+      {[](RunFlags& f) { f.kv_cache_memory = "lots"; }, "--kv-cache-memory"},
+      {[](RunFlags& f) { f.batching = "dynamic"; }, "--batching"},
+      {[](RunFlags& f) { f.load_format = "gguf"; }, "--load-format"},
+      {[](RunFlags& f) { f.backend = "vllm"; }, "--backend"},
+      {[](RunFlags& f) { f.memory_sample_interval_ms = 0; }, "--memory-sample-interval"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    RunFlags f = flags();
+    cases[i].change(f);
+    auto plan = resolve_run(f, registry_);
+    ASSERT_FALSE(plan.ok()) << "case " << i;
+    EXPECT_EQ(plan.error().kind, ErrorKind::kUser) << "case " << i;
+    EXPECT_NE(plan.error().message.find(cases[i].expect), std::string::npos)
+        << "case " << i << ": " << plan.error().message;
+    EXPECT_EQ(plan.error().message.find('\n'), std::string::npos) << plan.error().message;
+    EXPECT_FALSE(fs::exists(root_ / "out")) << "case " << i;
+  }
+}
+
+TEST_F(RunOptionsTest, CudaWithoutTheBackendIsAUserError) {
+  if (cuda_backend_compiled()) GTEST_SKIP() << "this build has the CUDA backend";
+  RunFlags f = flags();
+  f.device = "cuda:0";
+  auto plan = resolve_run(f, registry_);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().message.find("no CUDA backend"), std::string::npos);
+}
+
+TEST_F(RunOptionsTest, ExistingNonEmptyResultDirNeedsOverwrite) {
+  RunFlags f = flags();
+  fs::create_directories(f.result_dir);
+  std::ofstream(fs::path(f.result_dir) / "result.json") << "{}";
+  auto refused = resolve_run(f, registry_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("--overwrite"), std::string::npos);
+  f.overwrite = true;
+  EXPECT_TRUE(resolve_run(f, registry_).ok());
+}
+
+TEST(ParseBytes, UnitsAndErrors) {
+  EXPECT_EQ(*parse_bytes("2GiB", "--x"), 2LL << 30);
+  EXPECT_EQ(*parse_bytes("512MiB", "--x"), 512LL << 20);
+  EXPECT_EQ(*parse_bytes("1.5G", "--x"), 3LL << 29);
+  EXPECT_EQ(*parse_bytes("4096", "--x"), 4096);
+  for (const char* bad : {"", "-1", "0", "2TB", "GiB", "1e30"}) {
+    auto r = parse_bytes(bad, "--x");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().kind, ErrorKind::kUser);
+  }
+}
+
+}  // namespace
+}  // namespace ib

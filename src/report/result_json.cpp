@@ -1,0 +1,129 @@
+// result.json: vLLM `bench serve` top-level keys (the median over runs), then our sections.
+#include <algorithm>
+#include <cmath>
+
+#include "report/report.h"
+
+namespace ib {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+bool is_count(const std::string& key) {
+  return key == "completed" || key == "failed" || key == "total_input_tokens" ||
+         key == "total_output_tokens";
+}
+
+json number(const std::string& key, double v) {
+  if (is_count(key)) return static_cast<int64_t>(std::llround(v));
+  return v;
+}
+
+// The metric of a latency key "{stat}_{metric}_ms" ("p99.9_itl_ms" -> "itl"); empty otherwise.
+std::string latency_metric_of(const std::string& key) {
+  const size_t underscore = key.find('_');
+  if (key.size() < 4 || key.compare(key.size() - 3, 3, "_ms") != 0 ||
+      underscore == std::string::npos || underscore + 4 > key.size()) {
+    return "";
+  }
+  return key.substr(underscore + 1, key.size() - underscore - 4);
+}
+
+// Top-level keys: every run-level scalar; of the latency statistics, ttft, tpot, itl and e2el
+// always (vLLM readers look for them) plus whatever --percentile-metrics adds.
+bool top_level(const std::string& key, const std::vector<std::string>& selected) {
+  const std::string metric = latency_metric_of(key);
+  if (metric.empty()) return true;
+  for (const char* base : {"ttft", "tpot", "itl", "e2el"}) {
+    if (metric == base) return true;
+  }
+  return std::find(selected.begin(), selected.end(), metric) != selected.end();
+}
+
+json run_json(const std::vector<MetricValue>& values) {
+  json j = json::object();
+  for (const auto& v : values) j[v.key] = number(v.key, v.value);
+  return j;
+}
+
+}  // namespace
+
+nlohmann::ordered_json result_json(const BenchmarkReport& r) {
+  json j = json::object();
+  j["date"] = r.date;
+  j["backend"] = r.backend;
+  j["model_id"] = r.model_id;
+  j["num_prompts"] = r.num_prompts;
+  j["request_rate"] = std::isinf(r.request_rate) ? json("inf") : json(r.request_rate);
+  j["burstiness"] = r.burstiness;
+  j["max_concurrency"] = r.max_concurrency ? json(*r.max_concurrency) : json(nullptr);
+  if (!r.metrics_options.goodput) j["request_goodput"] = nullptr;
+  for (const auto& a : r.aggregate) {
+    if (top_level(a.key, r.percentile_metrics)) j[a.key] = number(a.key, a.spread.median);
+  }
+  j["interrupted"] = r.interrupted;
+  j["num_runs"] = r.runs.size();
+  j["runs_requested"] = r.runs_requested;
+  j["num_warmups"] = r.num_warmups;
+  j["config"] = json(r.config);
+  j["env"] = json(r.env);
+  j["definitions"] = json(metric_definitions());
+
+  json runs = json::array();
+  for (size_t i = 0; i < r.runs_flat.size(); ++i) {
+    runs.push_back(json{{"run", i}, {"metrics", run_json(r.runs_flat[i])}});
+  }
+  j["runs"] = std::move(runs);
+  if (r.partial_run) {
+    j["partial_run"] =
+        json{{"note", "the run in progress when the benchmark was interrupted; not in the medians"},
+             {"metrics", run_json(flatten_metrics(*r.partial_run, r.metrics_options.percentiles))}};
+  }
+  json spread = json::object();
+  for (const auto& a : r.aggregate) {
+    json s{{"unit", a.unit},
+           {"median", a.spread.median},
+           {"min", a.spread.min},
+           {"max", a.spread.max},
+           {"per_run", a.per_run}};
+    if (a.spread.ci95) s["ci95"] = json::array({a.spread.ci95->lo, a.spread.ci95->hi});
+    spread[a.key] = std::move(s);
+  }
+  j["spread"] = std::move(spread);
+  j["memory"] = json(r.memory);
+  j["engine"] = json(r.engine);
+  j["weights"] = r.weights;
+  return j;
+}
+
+std::string request_json_line(const RequestRecord& rec, int64_t origin_ns) {
+  json times = json::array();
+  for (int64_t t : rec.token_times_ns) times.push_back(t - origin_ns);
+  const bool has_first = !rec.token_times_ns.empty();
+  json j{
+      {"run", rec.run},
+      {"warmup", rec.run == kWarmupRun},
+      {"id", rec.id},
+      {"prompt_index", rec.prompt_index},
+      {"ok", rec.ok},
+      {"finish_reason", rec.finish_reason},
+      {"error", rec.error.empty() ? json(nullptr) : json(rec.error)},
+      {"n_in", rec.n_in},
+      {"n_out_requested", rec.n_out_requested},
+      {"n_out", rec.n_out},
+      {"n_out_received", rec.token_times_ns.size()},
+      {"chunks", rec.chunks},
+      {"t_sched_ns", rec.t_sched_ns - origin_ns},
+      {"t_send_ns", rec.t_send_ns - origin_ns},
+      {"t_first_ns", has_first ? json(rec.t_first_ns - origin_ns) : json(nullptr)},
+      {"t_end_ns", rec.t_end_ns - origin_ns},
+      {"ttft_ms", has_first ? json(static_cast<double>(rec.ttft_ns()) / 1e6) : json(nullptr)},
+      {"tpot_ms", rec.n_out > 1 ? json(rec.tpot_ms()) : json(nullptr)},
+      {"e2el_ms", static_cast<double>(rec.e2el_ns()) / 1e6},
+      {"client_queue_time_ms", static_cast<double>(rec.queue_ns()) / 1e6},
+      {"token_times_ns", std::move(times)},
+  };
+  return j.dump();
+}
+
+}  // namespace ib

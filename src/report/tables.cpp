@@ -1,0 +1,90 @@
+// summary.csv (one row per run plus the median) and the Markdown table printed on stdout.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "report/report.h"
+
+namespace ib {
+namespace {
+
+bool is_count(const std::string& unit) {
+  return unit.empty();
+}
+
+std::string csv_column(const AggregateMetric& a) {
+  if (a.unit == "s") return a.key + "_s";
+  if (a.unit == "req/s") return a.key + "_req_s";
+  if (a.unit == "tok/s") return a.key + "_tok_s";
+  return a.key;  // counts, and latencies whose keys already end in _ms
+}
+
+std::string csv_value(const AggregateMetric& a, double v) {
+  return is_count(a.unit) ? fmt::format("{:g}", v) : fmt::format("{:.4f}", v);
+}
+
+std::string md_value(const AggregateMetric& a, double v) {
+  return is_count(a.unit) ? fmt::format("{:g}", v) : fmt::format("{:.2f}", v);
+}
+
+// Rows of the stdout table: every run-level scalar, and mean / median / percentiles of the
+// latency metrics chosen with --percentile-metrics (std stays in result.json and summary.csv).
+bool shown(const AggregateMetric& a, const std::vector<std::string>& selected) {
+  if (a.unit != "ms") return true;
+  if (a.key.rfind("std_", 0) == 0) return false;
+  for (const auto& m : selected) {
+    const std::string suffix = "_" + m + "_ms";
+    if (a.key.size() > suffix.size() &&
+        a.key.compare(a.key.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      // What precedes the metric must be a bare statistic ("mean", "p99").
+      const std::string stat = a.key.substr(0, a.key.size() - suffix.size());
+      if (stat.find('_') == std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string summary_csv(const BenchmarkReport& r) {
+  std::string out = "run";
+  for (const auto& a : r.aggregate) out.append(",").append(csv_column(a));
+  out += "\n";
+  for (size_t run = 0; run < r.runs.size(); ++run) {
+    out += std::to_string(run + 1);
+    for (const auto& a : r.aggregate) out.append(",").append(csv_value(a, a.per_run[run]));
+    out += "\n";
+  }
+  if (!r.aggregate.empty()) {
+    out += "median";
+    for (const auto& a : r.aggregate) out.append(",").append(csv_value(a, a.spread.median));
+    out += "\n";
+  }
+  return out;
+}
+
+std::string markdown_summary(const BenchmarkReport& r) {
+  std::vector<AggregateMetric> rows = r.aggregate;
+  std::string status = fmt::format("{} run{}", r.runs.size(), r.runs.size() == 1 ? "" : "s");
+  if (r.interrupted) {
+    status = fmt::format("interrupted after {} of {} runs", r.runs.size(), r.runs_requested);
+    if (rows.empty() && r.partial_run) {
+      rows = aggregate_runs({flatten_metrics(*r.partial_run, r.metrics_options.percentiles)});
+      status += "; the table shows the finished requests of the interrupted run";
+    }
+  }
+  std::string out = fmt::format("### inferbench: {} on {} ({}, {} prompts, {})\n\n", r.model_id,
+                                r.backend, r.load_description, r.num_prompts, status);
+  if (rows.empty()) return out + "No request finished.\n";
+  out += "| metric | median | min | max | unit |\n";
+  out += "| --- | ---: | ---: | ---: | --- |\n";
+  for (const auto& a : rows) {
+    if (!shown(a, r.percentile_metrics)) continue;
+    out += fmt::format("| {} | {} | {} | {} | {} |\n", a.label, md_value(a, a.spread.median),
+                       md_value(a, a.spread.min), md_value(a, a.spread.max), a.unit);
+  }
+  for (const auto& line : r.footnotes) out.append("\n").append(line).append("\n");
+  return out;
+}
+
+}  // namespace ib

@@ -1,0 +1,50 @@
+// Collector: a metric source sampled on the sampler thread, on the one clock. Collectors are
+// plugins ("rss", "engine-pools"; the GPU telemetry issue adds NVML ones).
+//
+// Call order: start() once, sample() every interval, stop() once, never concurrently: start()
+// and stop() on the thread that owns the Sampler, sample() on its thread; summary() after stop().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/result.h"
+#include "targets/target.h"
+
+namespace ib {
+
+class Collector {
+ public:
+  virtual ~Collector() = default;
+  virtual std::string name() const = 0;
+  // origin_ns: the benchmark's time zero. An error disables the benchmark (returned by Sampler).
+  virtual Status start(int64_t origin_ns) = 0;
+  virtual void sample(int64_t now_ns) = 0;
+  virtual void stop(int64_t now_ns) = 0;
+  // What result.json keeps (peaks, sample counts), under memory.<name>.
+  virtual nlohmann::json summary() const = 0;
+};
+
+// What a collector may look at.
+struct CollectorContext {
+  // The target's own memory pools; safe to call from the sampler thread.
+  std::function<std::optional<TargetMemory>()> target_memory;
+};
+using CollectorFactory = std::function<std::unique_ptr<Collector>(const CollectorContext&)>;
+
+// Process resident memory: /proc/self/statm every sample, and VmHWM (the kernel's peak) at stop.
+std::unique_ptr<Collector> make_rss_collector();
+// The target's pools (weights, KV pool, KV used, activations, tracked allocator).
+std::unique_ptr<Collector> make_engine_pools_collector(const CollectorContext& context);
+
+// Parsers of /proc files, exposed for tests. Resident bytes from statm text; a kB field such
+// as "VmHWM:" from status text. nullopt when absent or malformed.
+std::optional<int64_t> parse_statm_resident_bytes(const std::string& statm, int64_t page_bytes);
+std::optional<int64_t> parse_status_kb_field(const std::string& status, const std::string& field);
+
+}  // namespace ib

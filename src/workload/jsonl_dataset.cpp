@@ -1,0 +1,121 @@
+// JSONL datasets: one request per line, text or token ids, optional output length.
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "workload/workload.h"
+
+namespace ib {
+namespace {
+
+using nlohmann::json;
+
+struct Line {
+  std::vector<int32_t> tokens;  // (input_len)
+  std::string text;
+  int output_len = 0;  // 0: from --output-len
+};
+
+Result<Line> parse_line(const std::string& text, const std::string& where, int vocab_size,
+                        const Tokenizer& tokenizer) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return user_error(
+        fmt::format("{}: not valid JSON ({}); each line must be an object like "
+                    "{{\"prompt\": \"text\"}}",
+                    where, e.what()));
+  }
+  if (!j.is_object()) {
+    return user_error(fmt::format(
+        "{}: expected an object like {{\"prompt\": \"text\"}} or {{\"prompt_token_ids\": [..]}}",
+        where));
+  }
+  Line line;
+  if (j.contains("prompt_token_ids")) {
+    const json& ids = j["prompt_token_ids"];
+    if (!ids.is_array() || ids.empty()) {
+      return user_error(fmt::format("{}: \"prompt_token_ids\" must be a non-empty array", where));
+    }
+    for (const auto& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
+        return user_error(
+            fmt::format("{}: token id {} is not an integer in [0, {}) (the model's vocabulary)",
+                        where, id.dump(), vocab_size));
+      }
+      line.tokens.push_back(id.get<int32_t>());
+    }
+  } else if (j.contains("prompt")) {
+    if (!j["prompt"].is_string() || j["prompt"].get<std::string>().empty()) {
+      return user_error(fmt::format("{}: \"prompt\" must be a non-empty string", where));
+    }
+    line.text = j["prompt"].get<std::string>();
+    line.tokens = tokenizer.encode(line.text);
+    for (int32_t id : line.tokens) {
+      if (id >= vocab_size) {
+        return user_error(
+            fmt::format("{}: the {} tokenizer yields id {}, beyond the model's vocabulary of {}",
+                        where, tokenizer.name(), id, vocab_size));
+      }
+    }
+  } else {
+    return user_error(
+        fmt::format("{}: needs \"prompt\" (text) or \"prompt_token_ids\" (array)", where));
+  }
+  if (j.contains("output_len")) {
+    const json& n = j["output_len"];
+    if (!n.is_number_integer() || n.get<int64_t>() <= 0 || n.get<int64_t>() > (1 << 30)) {
+      return user_error(
+          fmt::format("{}: \"output_len\" must be a positive integer (got {})", where, n.dump()));
+    }
+    line.output_len = n.get<int>();
+  }
+  return line;
+}
+
+}  // namespace
+
+Result<std::vector<RequestSpec>> load_jsonl_requests(const WorkloadOptions& options,
+                                                     const Tokenizer& tokenizer) {
+  IB_TRY(validate_workload_options(options));
+  std::ifstream in(options.dataset_path);
+  if (!in) {
+    return user_error(
+        fmt::format("cannot read dataset {}; check --dataset-path", options.dataset_path));
+  }
+  std::vector<Line> lines;
+  std::string text;
+  for (int line_no = 1; std::getline(in, text); ++line_no) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    IB_ASSIGN_OR_RETURN(Line line,
+                        parse_line(text, fmt::format("{}:{}", options.dataset_path, line_no),
+                                   options.vocab_size, tokenizer));
+    lines.push_back(std::move(line));
+  }
+  if (in.bad()) {
+    return user_error(fmt::format("reading dataset {} failed", options.dataset_path));
+  }
+  if (lines.empty()) {
+    return user_error(
+        fmt::format("dataset {} holds no prompts; add lines like "
+                    "{{\"prompt\": \"text\"}}",
+                    options.dataset_path));
+  }
+  Rng output_len_rng(options.seed * 4 + 2);
+  std::vector<RequestSpec> out(static_cast<size_t>(options.num_prompts));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Line& line = lines[i % lines.size()];
+    RequestSpec& r = out[i];
+    r.id = i;
+    r.prompt_tokens = line.tokens;
+    r.prompt_text = line.text;
+    r.input_len = static_cast<int>(line.tokens.size());
+    const int drawn = sample_length(options.output_len, output_len_rng);
+    r.output_len = line.output_len > 0 ? line.output_len : drawn;
+  }
+  return out;
+}
+
+}  // namespace ib

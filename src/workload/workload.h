@@ -1,0 +1,54 @@
+// Front door of workload/: which requests a benchmark sends (random token prompts or a JSONL
+// dataset, with fixed or distributed lengths) and when (arrival.h). Deterministic for a seed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "model/tokenizer.h"
+#include "targets/target.h"
+#include "workload/arrival.h"      // IWYU pragma: export
+#include "workload/length_dist.h"  // IWYU pragma: export
+
+namespace ib {
+
+// Random prompts draw token ids uniformly from [kFirstRandomTokenId, vocab_size), which keeps
+// clear of the ids tokenizers reserve (pad, bos, eos).
+inline constexpr int32_t kFirstRandomTokenId = 3;
+
+struct WorkloadOptions {
+  std::string dataset_name = "random";  // "random" or "jsonl" (a workload plugin name)
+  std::string dataset_path;             // jsonl: the file
+  int num_prompts = 200;
+  LengthDist input_len = LengthDist::fixed(32);    // random prompts only
+  LengthDist output_len = LengthDist::fixed(128);  // jsonl lines without "output_len" use it too
+  uint64_t seed = 0;
+  int vocab_size = 0;  // the model's; token ids must stay below it
+};
+
+// A workload plugin: builds the requests of one run (ids 0..n-1, in order).
+using WorkloadFactory =
+    std::function<Result<std::vector<RequestSpec>>(const WorkloadOptions&, const Tokenizer&)>;
+
+// User errors for non-positive counts or lengths, a missing vocabulary size, or a jsonl dataset
+// without a path.
+Status validate_workload_options(const WorkloadOptions& options);
+
+// num_prompts prompts of random token ids with lengths drawn from the options' distributions.
+Result<std::vector<RequestSpec>> make_random_requests(const WorkloadOptions& options);
+
+// A JSONL dataset: each non-blank line is {"prompt": "text"} or {"prompt_token_ids": [..]},
+// optionally with "output_len". Text is encoded with tokenizer. When the file holds fewer than
+// num_prompts lines they are reused in order. Errors name file:line and what is wrong.
+Result<std::vector<RequestSpec>> load_jsonl_requests(const WorkloadOptions& options,
+                                                     const Tokenizer& tokenizer);
+
+// The user error for the first request whose input + output exceeds max_model_len (naming both
+// numbers), checked before any work starts.
+Status check_context_fits(const std::vector<RequestSpec>& requests, int max_model_len,
+                          const std::string& model_name);
+
+}  // namespace ib
