@@ -1,6 +1,6 @@
-// Tokenizer interface. For issue 2 only the documented byte-level fallback exists: each UTF-8
-// byte b becomes token id (b + 3) (ids 0..2 reserved: pad, bos, eos), so text datasets run on
-// dummy presets; HF tokenizer.json BPE comes with the server issue.
+// Tokenizer interface: the documented byte-level fallback (each UTF-8 byte b becomes token id
+// b + 3; ids 0..2 reserved: pad, bos, eos), so text datasets run on dummy presets, and HF
+// tokenizer.json byte-level BPE (bpe_tokenizer.h) where a model directory has one.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/result.h"
 
 namespace ib {
 
@@ -27,5 +29,9 @@ constexpr int32_t kByteBosId = 1;
 constexpr int32_t kByteEosId = 2;
 constexpr int32_t kByteTokenOffset = 3;
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
+
+// The tokenizer of --model: byte-level BPE from <dir>/tokenizer.json when model is a directory
+// that has one, else the byte fallback. User errors: an unreadable or unsupported tokenizer.json.
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model);
 
 }  // namespace ib

@@ -1,0 +1,183 @@
+// A connection's generation: validation and tokenization of the call, then each token event
+// turned into text (held back while a stop string may still begin), SSE events and usage.
+#include <algorithm>
+#include <chrono>
+
+#include "core/clock.h"
+#include "server/detail/http_session.h"
+
+namespace ib::detail {
+namespace {
+
+const char* reason_name(FinishReason r) {
+  return r == FinishReason::kStop ? "stop" : r == FinishReason::kLength ? "length" : nullptr;
+}
+
+}  // namespace
+
+void Session::start_generation(ApiKind kind, const Request& req) {
+  const int64_t arrival_ns = now_ns();
+  if (core_.draining) {
+    ApiError e;
+    e.status = 503;
+    e.type = "service_unavailable";
+    e.message = "the server is shutting down and accepts no new requests";
+    return respond(error_response(e, false), 503, false);
+  }
+  auto parsed = parse_generation_call(req.body(), kind);
+  if (auto* e = std::get_if<ApiError>(&parsed)) {
+    return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
+  }
+  GenerationCall& call = std::get<GenerationCall>(parsed);
+  std::vector<int32_t> tokens;
+  if (kind == ApiKind::kChat) {
+    tokens = core_.tokenizer.encode(render_chat(call.messages));
+  } else if (!call.prompt_tokens.empty()) {
+    tokens = call.prompt_tokens;
+  } else {
+    tokens = core_.tokenizer.encode(call.prompt_text);
+  }
+  auto checked = check_against_model(call, static_cast<int>(tokens.size()), call.prompt_tokens,
+                                     core_.served);
+  if (auto* e = std::get_if<ApiError>(&checked)) {
+    return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
+  }
+
+  GenerationRequest g;
+  g.id = core_.next_id++;
+  g.max_tokens = std::get<int>(checked);
+  g.sampling.temperature = call.temperature;
+  g.sampling.top_p = call.top_p;
+  g.sampling.top_k = std::max(call.top_k, 0);
+  g.sampling.seed = call.seed ? *call.seed : core_.options.seed + g.id;
+  g.ignore_eos = call.ignore_eos;
+  gen_ = Generation{};
+  gen_.id = g.id;
+  gen_.kind = kind;
+  gen_.stream = call.stream;
+  gen_.include_usage = call.include_usage;
+  gen_.continuous_usage = call.continuous_usage;
+  gen_.stop = std::move(call.stop);
+  for (const auto& s : gen_.stop) gen_.max_stop_len = std::max(gen_.max_stop_len, s.size());
+  gen_.prompt_len = static_cast<int>(tokens.size());
+  gen_.arrival_ns = arrival_ns;
+  g.prompt_tokens = std::move(tokens);
+
+  state_ = State::kGenerating;
+  core_.live[g.id] = shared_from_this();
+  ++core_.metrics.open_streams;
+  if (gen_.stream) {
+    core_.count_response(200);
+    gen_.format.emplace(kind, g.id, core_.created_unix_s, core_.served.name);
+    pending_ += sse_response_head();
+    if (kind == ApiKind::kChat) {
+      std::string event;
+      gen_.format->role(event);
+      append_http_chunk(pending_, event);
+    }
+    flush();
+  }
+  core_.generator.submit(std::move(g));
+  watch_disconnect();
+}
+
+void Session::on_event(const GenEvent& e) {
+  if (state_ != State::kGenerating || gen_.finished) return;
+  if (!e.error.empty() || e.token < 0) {
+    ApiError err;
+    err.status = e.error.empty() ? 500 : 400;
+    err.type = e.error.empty() ? "internal_error" : "invalid_request_error";
+    err.message = e.error.empty() ? "the engine aborted the request" : e.error;
+    return fail_generation(err);
+  }
+  ServerMetrics& m = core_.metrics;
+  if (gen_.generated == 0) {
+    m.ttft_s.observe(ns_to_s(e.time_ns - gen_.arrival_ns));
+    m.prompt_tokens += static_cast<uint64_t>(gen_.prompt_len);
+  } else {
+    m.itl_s.observe(ns_to_s(e.time_ns - gen_.last_token_ns));
+  }
+  gen_.last_token_ns = e.time_ns;
+  ++gen_.generated;
+  ++m.generation_tokens;
+  gen_.text += core_.tokenizer.decode({e.token});
+
+  const char* reason = reason_name(e.finish);
+  if (!gen_.stop.empty()) {
+    size_t first = std::string::npos;
+    for (const auto& s : gen_.stop) first = std::min(first, gen_.text.find(s, gen_.emitted));
+    if (first != std::string::npos) {
+      gen_.text.resize(first);
+      if (reason == nullptr) core_.generator.abort(gen_.id);  // frees its KV blocks now
+      reason = "stop";
+    }
+  }
+  if (reason != nullptr) return finish_generation(reason);
+  if (!gen_.stream) return;
+  const size_t end = sendable_end();
+  std::string event;
+  std::optional<Usage> usage;
+  if (gen_.continuous_usage) usage = Usage{gen_.prompt_len, gen_.generated};
+  gen_.format->token(event, std::string_view(gen_.text).substr(gen_.emitted, end - gen_.emitted),
+                     nullptr, usage);
+  gen_.emitted = end;
+  append_http_chunk(pending_, event);
+  flush();
+}
+
+size_t Session::sendable_end() const {
+  size_t end = gen_.text.size();
+  if (gen_.max_stop_len > 1) end = end >= gen_.max_stop_len - 1 ? end - (gen_.max_stop_len - 1) : 0;
+  end = std::max(end, gen_.emitted);
+  const std::string_view fresh = std::string_view(gen_.text).substr(gen_.emitted, end - gen_.emitted);
+  return gen_.emitted + complete_utf8_prefix(fresh);
+}
+
+void Session::finish_generation(const char* reason) {
+  gen_.finished = true;
+  auto self = shared_from_this();  // the live map may hold the last reference
+  core_.live.erase(gen_.id);
+  ServerMetrics& m = core_.metrics;
+  ++m.finished[reason];
+  m.e2e_s.observe(ns_to_s(now_ns() - gen_.arrival_ns));
+  const Usage usage{gen_.prompt_len, gen_.generated};
+  const std::string_view rest = std::string_view(gen_.text).substr(gen_.emitted);
+  if (gen_.stream) {
+    std::string events;
+    std::optional<Usage> chunk_usage;
+    if (gen_.continuous_usage) chunk_usage = usage;
+    gen_.format->token(events, rest, reason, chunk_usage);
+    if (gen_.include_usage) gen_.format->usage(events, usage);
+    StreamFormatter::done(events);
+    append_http_chunk(pending_, events);
+    pending_ += kLastHttpChunk;
+  } else {
+    core_.count_response(200);
+    pending_ += http_response(200, "application/json",
+                              completion_body(gen_.kind, gen_.id, core_.created_unix_s,
+                                              core_.served.name, gen_.text, reason, usage),
+                              keep_alive_);
+  }
+  gen_.emitted = gen_.text.size();
+  flush();
+}
+
+void Session::fail_generation(const ApiError& error) {
+  gen_.finished = true;
+  auto self = shared_from_this();
+  core_.live.erase(gen_.id);
+  ++core_.metrics.finished["error"];
+  if (gen_.stream) {
+    std::string events;
+    gen_.format->error(events, error);
+    StreamFormatter::done(events);
+    append_http_chunk(pending_, events);
+    pending_ += kLastHttpChunk;
+  } else {
+    core_.count_response(error.status);
+    pending_ += error_response(error, keep_alive_);
+  }
+  flush();
+}
+
+}  // namespace ib::detail

@@ -1,0 +1,178 @@
+// The null model: echoes each request's prompt at a fixed per-request token rate, without
+// computing anything, so a client's own overhead can be measured against a server that costs
+// (almost) nothing. Token k of a request is prompt[k mod prompt length].
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <queue>
+#include <thread>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "core/clock.h"
+#include "server/generator.h"
+
+namespace ib {
+namespace {
+
+constexpr int kNullVocab = 32000;
+constexpr int kNullContext = 1 << 20;
+constexpr size_t kMaxBatch = 4096;  // events handed to the sink at once
+
+ModelConfig null_model() {
+  ModelConfig m;
+  m.name = "null";
+  m.family = "null";
+  m.vocab_size = kNullVocab;
+  m.max_position_embeddings = kNullContext;
+  m.bos_token_id = 1;
+  m.eos_token_ids = {2};
+  return m;
+}
+
+class NullGenerator final : public Generator {
+ public:
+  explicit NullGenerator(double tokens_per_s)
+      : model_(null_model()),
+        interval_ns_(tokens_per_s > 0 ? static_cast<int64_t>(1e9 / tokens_per_s) : 0),
+        tokens_per_s_(tokens_per_s) {}
+  ~NullGenerator() override { stop(); }
+
+  Status start(EventSink sink) override {
+    IB_ASSERT(!thread_.joinable(), "NullGenerator::start called twice");
+    sink_ = std::move(sink);
+    thread_ = std::thread([this] { loop(); });
+    return Ok{};
+  }
+
+  void submit(GenerationRequest request) override {
+    {
+      std::lock_guard lock(mu_);
+      incoming_.push_back(std::move(request));
+    }
+    wake_.notify_one();
+  }
+
+  void abort(uint64_t id) override {
+    {
+      std::lock_guard lock(mu_);
+      aborts_.push_back(id);
+    }
+    wake_.notify_one();
+  }
+
+  GeneratorStats stats() const override {
+    std::lock_guard lock(mu_);
+    GeneratorStats s;
+    s.running = running_;
+    return s;
+  }
+
+  void stop() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  const ModelConfig& model() const override { return model_; }
+  int max_model_len() const override { return kNullContext; }
+  std::string describe() const override {
+    return tokens_per_s_ > 0 ? fmt::format("null model at {} tokens/s per request", tokens_per_s_)
+                             : std::string("null model, unpaced");
+  }
+
+ private:
+  struct Stream {
+    GenerationRequest request;
+    int emitted = 0;
+  };
+  using Due = std::pair<int64_t, uint64_t>;  // (time_ns, id)
+
+  void loop() {
+    std::vector<GenerationRequest> incoming;
+    std::vector<uint64_t> aborts;
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        auto ready = [&] { return stop_ || !incoming_.empty() || !aborts_.empty(); };
+        if (due_.empty()) {
+          wake_.wait(lock, ready);
+        } else {
+          const auto wait_ns = due_.top().first - now_ns();
+          if (wait_ns > 0) wake_.wait_for(lock, std::chrono::nanoseconds(wait_ns), ready);
+        }
+        if (stop_) return;
+        incoming.swap(incoming_);
+        aborts.swap(aborts_);
+      }
+      const int64_t t = now_ns();
+      for (auto& r : incoming) {
+        const uint64_t id = r.id;
+        live_[id] = Stream{std::move(r), 0};
+        due_.push({t, id});
+      }
+      incoming.clear();
+      for (uint64_t id : aborts) live_.erase(id);
+      aborts.clear();
+      emit_due();
+      std::lock_guard lock(mu_);
+      running_ = static_cast<int>(live_.size());
+    }
+  }
+
+  void emit_due() {
+    std::vector<GenEvent> events;
+    while (!due_.empty() && due_.top().first <= now_ns()) {
+      const auto [when, id] = due_.top();
+      due_.pop();
+      auto it = live_.find(id);
+      if (it == live_.end()) continue;  // aborted
+      Stream& s = it->second;
+      const auto& prompt = s.request.prompt_tokens;
+      const int32_t token = prompt[static_cast<size_t>(s.emitted) % prompt.size()];
+      ++s.emitted;
+      const bool eos = !s.request.ignore_eos && token == model_.eos_token_ids[0];
+      const bool last = eos || s.emitted >= s.request.max_tokens;
+      const FinishReason finish = eos    ? FinishReason::kStop
+                                  : last ? FinishReason::kLength
+                                         : FinishReason::kNone;
+      events.push_back(GenEvent{id, token, now_ns(), finish, {}});
+      if (last) {
+        live_.erase(it);
+      } else {
+        due_.push({when + interval_ns_, id});
+      }
+      if (events.size() >= kMaxBatch) sink_(std::exchange(events, {}));
+    }
+    if (!events.empty()) sink_(std::move(events));
+  }
+
+  const ModelConfig model_;
+  const int64_t interval_ns_;
+  const double tokens_per_s_;
+  EventSink sink_;
+  std::thread thread_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<GenerationRequest> incoming_;  // guarded by mu_
+  std::vector<uint64_t> aborts_;             // guarded by mu_
+  bool stop_ = false;                        // guarded by mu_
+  int running_ = 0;                          // guarded by mu_
+
+  // Generator thread only.
+  std::unordered_map<uint64_t, Stream> live_;
+  std::priority_queue<Due, std::vector<Due>, std::greater<>> due_;
+};
+
+}  // namespace
+
+std::unique_ptr<Generator> make_null_generator(double tokens_per_s) {
+  return std::make_unique<NullGenerator>(tokens_per_s);
+}
+
+}  // namespace ib

@@ -1,0 +1,255 @@
+// The openai target (openai_target.h): its event-loop thread, hand-off of requests, completion
+// callbacks, and the client's own measurements.
+#include "targets/openai_target.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/clock.h"
+#include "core/stats.h"
+#include "targets/detail/openai_client.h"
+
+namespace ib {
+namespace {
+
+namespace net = boost::asio;
+using nlohmann::json;
+
+constexpr auto kTick = std::chrono::milliseconds(10);
+constexpr double kLagLimitMs = 1.0;  // p99 event-loop lag above this: the client was late
+constexpr double kBusyLimit = 0.8;   // handler time over active time above this: saturated
+
+double ms_percentile(std::vector<int64_t> ns, double p) {
+  if (ns.empty()) return 0;
+  std::vector<double> ms(ns.size());
+  std::transform(ns.begin(), ns.end(), ms.begin(), [](int64_t v) { return ns_to_ms(v); });
+  return percentile(ms, p);
+}
+
+class OpenAITarget final : public Target {
+ public:
+  OpenAITarget(OpenAITargetOptions options, BaseUrl url, Dialect dialect)
+      : options_(std::move(options)), url_(std::move(url)), dialect_(dialect) {
+    if (options_.endpoint.empty()) {
+      options_.endpoint = options_.chat ? "/v1/chat/completions" : "/v1/completions";
+    }
+    const bool default_port = url_.port == (url_.tls ? "443" : "80");
+    host_header_ = default_port ? url_.host : url_.host + ":" + url_.port;
+  }
+  ~OpenAITarget() override { teardown(); }
+
+  std::string name() const override { return options_.chat ? "openai-chat" : "openai"; }
+
+  Status setup(TargetCallbacks callbacks) override {
+    cb_ = std::move(callbacks);
+    boost::system::error_code ec;
+    net::ip::tcp::resolver resolver(io_);
+    auto endpoints = resolver.resolve(url_.host, url_.port, ec);
+    if (ec) {
+      return user_error(fmt::format("--base-url: cannot resolve {}:{} ({})", url_.host, url_.port,
+                                    ec.message()));
+    }
+    if (url_.tls) {
+      ssl_.emplace(net::ssl::context::tls_client);
+      ssl_->set_default_verify_paths(ec);
+      ssl_->set_verify_mode(options_.verify_tls ? net::ssl::verify_peer : net::ssl::verify_none);
+    }
+    detail::ClientConfig config{url_, options_.request_timeout_s,
+                                static_cast<bool>(options_.on_text), options_.verify_tls};
+    client_ = detail::make_client(io_, ssl_ ? &*ssl_ : nullptr, std::move(endpoints), config,
+                                  stats_, [this](detail::ClientCompletion&& c) { on_done(c); });
+    tick_expected_ns_ = now_ns() + std::chrono::nanoseconds(kTick).count();
+    tick();
+    thread_ = std::thread([this] { io_.run(); });
+    return Ok{};
+  }
+
+  Status submit(const RequestSpec& r) override {
+    IB_ASSIGN_OR_RETURN(const std::string body, openai_request_body(options_, dialect_, r));
+    detail::ClientJob job;
+    job.id = r.id;
+    job.input_len = r.input_len;
+    job.output_len = r.output_len;
+    job.request = fmt::format(
+        "POST {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: inferbench\r\nContent-Type: "
+        "application/json\r\nAccept: text/event-stream\r\n{}Content-Length: {}\r\n"
+        "Connection: keep-alive\r\n\r\n{}",
+        url_.path_prefix, options_.endpoint, host_header_,
+        options_.api_key.empty() ? "" : "Authorization: Bearer " + options_.api_key + "\r\n",
+        body.size(), body);
+    {
+      std::lock_guard lock(mu_);
+      if (!thread_.joinable()) return runtime_error("the openai target is not set up");
+      ++live_;
+    }
+    job.submit_ns = now_ns();
+    net::post(io_, [this, j = std::move(job)]() mutable {
+      if (active_since_ns_ == 0) active_since_ns_ = now_ns();
+      ++in_loop_;
+      client_->start(std::move(j));
+    });
+    return Ok{};
+  }
+
+  void drain() override {
+    std::unique_lock lock(mu_);
+    idle_.wait(lock, [&] { return live_ == 0; });
+  }
+
+  void cancel_all() override {
+    net::post(io_, [this] { client_->cancel_all(); });
+  }
+
+  void teardown() override {
+    if (!thread_.joinable()) return;
+    cancel_all();
+    drain();
+    final_description_ = describe();
+    net::post(io_, [this] { tick_timer_.cancel(); });
+    work_.reset();
+    thread_.join();
+    client_.reset();
+  }
+
+  std::string describe_json() const override { return describe().dump(); }
+
+ private:
+  void on_done(detail::ClientCompletion& c) {
+    for (const auto& [t, n] : c.chunks) cb_.on_tokens(c.id, n, t);
+    if (options_.on_text) options_.on_text(c.id, c.text);
+    cb_.on_done(c.id, c.outcome);
+    if (--in_loop_ == 0) {
+      active_ns_ += now_ns() - active_since_ns_;
+      active_since_ns_ = 0;
+    }
+    {
+      std::lock_guard lock(mu_);
+      --live_;
+    }
+    idle_.notify_all();
+  }
+
+  // Event-loop lag: how late a 10 ms ticker fires, sampled while requests are in flight.
+  void tick() {
+    tick_timer_.expires_at(std::chrono::steady_clock::time_point(
+        std::chrono::nanoseconds(tick_expected_ns_)));
+    tick_timer_.async_wait([this](boost::system::error_code ec) {
+      if (ec) return;
+      const int64_t now = now_ns();
+      if (in_loop_ > 0) lag_ns_.push_back(now - tick_expected_ns_);
+      tick_expected_ns_ = now + std::chrono::nanoseconds(kTick).count();
+      tick();
+    });
+  }
+
+  json client_report() const {
+    const int64_t active = active_ns_ + (active_since_ns_ > 0 ? now_ns() - active_since_ns_ : 0);
+    const double busy = active > 0 ? static_cast<double>(stats_.busy_ns) / static_cast<double>(active) : 0;
+    const double lag_p99 = ms_percentile(lag_ns_, 99);
+    const bool bound = lag_p99 > kLagLimitMs || busy > kBusyLimit;
+    return json{
+        {"sse_events", stats_.events},
+        {"bytes_received", stats_.bytes},
+        {"per_event_overhead_us",
+         stats_.events > 0 ? static_cast<double>(stats_.busy_ns) / 1e3 / static_cast<double>(stats_.events) : 0.0},
+        {"busy_fraction", busy},
+        {"event_loop_lag_ms",
+         {{"p50", ms_percentile(lag_ns_, 50)}, {"p99", lag_p99},
+          {"max", lag_ns_.empty() ? 0.0 : ns_to_ms(*std::max_element(lag_ns_.begin(), lag_ns_.end()))},
+          {"samples", lag_ns_.size()}}},
+        {"dispatch_delay_ms",
+         {{"p50", ms_percentile(stats_.dispatch_delay_ns, 50)},
+          {"p99", ms_percentile(stats_.dispatch_delay_ns, 99)}}},
+        {"connections_opened", stats_.connections_opened},
+        {"stale_reconnects", stats_.stale_reconnects},
+        {"client_bound", bound},
+        {"client_bound_rule",
+         fmt::format("event-loop lag p99 > {} ms or busy fraction > {}", kLagLimitMs, kBusyLimit)},
+    };
+  }
+
+  json describe() const {
+    if (!thread_.joinable() && !final_description_.is_null()) return final_description_;
+    json client = json::object();
+    json tokens = json::object();
+    if (thread_.joinable()) {
+      std::promise<std::pair<json, json>> p;
+      auto f = p.get_future();
+      net::post(const_cast<net::io_context&>(io_), [&] {
+        p.set_value({client_report(),
+                      json{{"requests_with_usage", stats_.with_usage},
+                           {"requests_without_usage", stats_.without_usage},
+                           {"output_len_mismatch", stats_.output_mismatch},
+                           {"input_len_mismatch", stats_.input_mismatch}}});
+      });
+      std::tie(client, tokens) = f.get();
+    }
+    return json{
+        {"target", name()},
+        {"base_url", fmt::format("{}://{}:{}{}", url_.tls ? "https" : "http", url_.host, url_.port,
+                                 url_.path_prefix)},
+        {"endpoint", options_.endpoint},
+        {"dialect", dialect_name(dialect_)},
+        {"model", {{"name", options_.model}}},
+        {"request_timeout_s", options_.request_timeout_s},
+        {"extra_body", options_.extra_body},
+        {"client", client},
+        {"token_counts", tokens},
+    };
+  }
+
+  OpenAITargetOptions options_;
+  BaseUrl url_;
+  Dialect dialect_;
+  std::string host_header_;
+  TargetCallbacks cb_;
+  json final_description_;  // taken at teardown, while the loop still runs
+
+  net::io_context io_{1};
+  net::executor_work_guard<net::io_context::executor_type> work_ = net::make_work_guard(io_);
+  std::optional<net::ssl::context> ssl_;
+  std::unique_ptr<detail::Client> client_;
+  std::thread thread_;
+  net::steady_timer tick_timer_{io_};
+
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int live_ = 0;  // submitted, not done; guarded by mu_
+
+  // Loop thread only.
+  detail::ClientStats stats_;
+  int in_loop_ = 0;
+  int64_t tick_expected_ns_ = 0;
+  int64_t active_since_ns_ = 0;
+  int64_t active_ns_ = 0;
+  std::vector<int64_t> lag_ns_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Target>> make_openai_target(OpenAITargetOptions options) {
+  IB_ASSIGN_OR_RETURN(BaseUrl url, parse_base_url(options.base_url));
+  IB_ASSIGN_OR_RETURN(const Dialect dialect, resolve_dialect(options.dialect, url));
+  if (!options.extra_body.empty()) {
+    const json extra = json::parse(options.extra_body, nullptr, false);
+    if (extra.is_discarded() || !extra.is_object()) {
+      return user_error(fmt::format("--extra-body {}: must be a JSON object", options.extra_body));
+    }
+  }
+  if (!(options.request_timeout_s > 0)) {
+    return user_error("--request-timeout must be positive seconds");
+  }
+  return std::unique_ptr<Target>(
+      std::make_unique<OpenAITarget>(std::move(options), std::move(url), dialect));
+}
+
+}  // namespace ib
