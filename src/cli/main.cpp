@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/interrupt.h"
 #include "cli/plugins.h"
+#include "cli/serve_command.h"
 #include "core/build_info.h"
 #include "model/presets.h"
 #include "telemetry/env.h"
@@ -47,6 +48,10 @@ int main(int argc, char** argv) {
   CLI::App* run =
       app.add_subcommand("run", "one benchmark: target x model x workload, --runs times");
   ib::add_run_flags(*run, flags);
+  ib::ServeFlags serve_flags;
+  CLI::App* serve = app.add_subcommand(
+      "serve", "the engine (or the null model) behind an OpenAI-compatible HTTP API");
+  ib::add_serve_flags(*serve, serve_flags);
   CLI::App* models = app.add_subcommand("models", "list architecture presets");
   CLI::App* env = app.add_subcommand("env", "print the environment fingerprint");
   bool env_json = false;
@@ -62,6 +67,10 @@ int main(int argc, char** argv) {
   }
 
   if (run->parsed()) return run_command(flags);
+  if (serve->parsed()) {
+    auto code = ib::execute_serve(serve_flags);
+    return code.ok() ? *code : fail(code.error());
+  }
   if (models->parsed()) {
     std::cout << ib::models_table(ib::all_presets());
     return ib::kExitOk;

@@ -21,6 +21,16 @@ Status register_builtin_plugins(PluginRegistry& r) {
                TargetFactory([](const TargetOptions& o) -> Result<std::unique_ptr<Target>> {
                  return make_native_target(o.native);
                })));
+  IB_TRY(r.add(info("openai", PluginKind::kTarget, {},
+                    "an OpenAI-compatible server, /v1/completions over HTTP(S), streamed"),
+               TargetFactory([](const TargetOptions& o) { return make_openai_target(o.openai); })));
+  IB_TRY(r.add(info("openai-chat", PluginKind::kTarget, {},
+                    "an OpenAI-compatible server, /v1/chat/completions over HTTP(S), streamed"),
+               TargetFactory([](const TargetOptions& o) {
+                 OpenAITargetOptions chat = o.openai;
+                 chat.chat = true;
+                 return make_openai_target(std::move(chat));
+               })));
   IB_TRY(r.add(info("random-dataset", PluginKind::kWorkload, {},
                     "random token prompts, fixed or "
                     "distributed lengths"),

@@ -75,6 +75,23 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_flag("--no-ignore-eos", f.no_ignore_eos,
                "stop at EOS instead of generating exactly "
                "--output-len tokens");
+  app.add_option("--base-url", f.base_url, "openai backends: http(s)://host[:port][/prefix]")
+      ->capture_default_str();
+  app.add_option("--endpoint", f.endpoint,
+                 "openai backends: path after --base-url (default /v1/completions, or "
+                 "/v1/chat/completions for openai-chat)");
+  app.add_option("--api-key-env", f.api_key_env,
+                 "openai backends: environment variable holding the API key (sent as Bearer)");
+  app.add_option("--dialect", f.dialect,
+                 "openai backends: auto, vllm, sglang, tgi, llamacpp, ollama, openai, inferbench "
+                 "(which extension fields are sent; auto: vllm on loopback/private hosts, else "
+                 "openai)")
+      ->capture_default_str();
+  app.add_option("--extra-body", f.extra_body,
+                 "openai backends: JSON object merged into every request body");
+  app.add_option("--request-timeout", f.request_timeout_s,
+                 "openai backends: seconds before a request fails (no retries)")
+      ->capture_default_str();
 }
 
 }  // namespace ib

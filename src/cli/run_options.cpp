@@ -1,7 +1,9 @@
 // Resolution of `inferbench run` flags into a validated RunPlan.
 #include "cli/run_options.h"
 
+#include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 
@@ -19,39 +21,6 @@ namespace {
 Status positive(int64_t v, const char* flag) {
   if (v <= 0) return user_error(fmt::format("{} must be positive (got {})", flag, v));
   return Ok{};
-}
-
-Status check_device(const std::string& device) {
-  if (device == "cpu") return Ok{};
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
-    const std::string index = device.size() > 5 ? device.substr(5) : "0";
-    if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) {
-      return user_error(fmt::format("--device {}: write cuda or cuda:N", device));
-    }
-    if (!cuda_backend_compiled()) {
-      return user_error(fmt::format(
-          "--device {}: this build has no CUDA backend; rebuild where nvcc is found or use "
-          "--device cpu",
-          device));
-    }
-    return Ok{};
-  }
-  return user_error(fmt::format("--device {}: unknown device; use cpu, cuda or cuda:N", device));
-}
-
-Result<DType> resolve_dtype(const std::string& dtype, const std::string& device) {
-  const bool cpu = device == "cpu";
-  if (dtype == "auto") return cpu ? DType::kF32 : DType::kBF16;
-  const auto parsed = parse_float_dtype(dtype);
-  if (!parsed) {
-    return user_error(fmt::format("--dtype {}: unknown; use auto, fp32, bf16 or fp16", dtype));
-  }
-  if (cpu && *parsed != DType::kF32) {
-    return user_error(fmt::format(
-        "--dtype {}: the CPU backend computes in fp32 only; use --dtype fp32 or --device cuda",
-        dtype));
-  }
-  return *parsed;
 }
 
 Result<double> parse_rate(const std::string& text) {
@@ -158,7 +127,83 @@ int64_t workload_kv_bytes(const std::vector<RequestSpec>& requests, const Runner
   return in_flight * blocks * f.block_size * model.kv_bytes_per_token(dtype);
 }
 
+bool is_http_backend(const std::string& backend) {
+  return backend == "openai" || backend == "openai-chat";
+}
+
+// A model known only by the name the server serves it under: random token ids stay below 32000
+// (inside every common vocabulary) and the context is the server's business.
+ModelConfig served_model_stub(const std::string& name) {
+  ModelConfig m;
+  m.name = name;
+  std::replace(m.name.begin(), m.name.end(), '/', '_');
+  m.family = "remote";
+  m.vocab_size = 32000;
+  m.max_position_embeddings = 1 << 20;
+  return m;
+}
+
+Status resolve_http_target(const RunFlags& f, const NativeTargetOptions& n,
+                           OpenAITargetOptions& o) {
+  IB_ASSIGN_OR_RETURN(const BaseUrl url, parse_base_url(f.base_url));
+  IB_TRY(resolve_dialect(f.dialect, url));
+  o.base_url = f.base_url;
+  o.endpoint = f.endpoint;
+  o.chat = f.backend == "openai-chat";
+  o.model = f.model;
+  o.dialect = f.dialect;
+  o.extra_body = f.extra_body;
+  o.request_timeout_s = f.request_timeout_s;
+  o.sampling = n.sampling;
+  o.ignore_eos = n.ignore_eos;
+  if (!f.api_key_env.empty()) {
+    const char* key = std::getenv(f.api_key_env.c_str());
+    if (key == nullptr || *key == '\0') {
+      return user_error(fmt::format("--api-key-env {}: the variable is not set", f.api_key_env));
+    }
+    o.api_key = key;
+  }
+  OpenAITargetOptions probe = o;
+  probe.api_key.clear();
+  auto target = make_openai_target(probe);
+  if (!target.ok()) return target.error();
+  return Ok{};
+}
+
 }  // namespace
+
+Status check_device(const std::string& device) {
+  if (device == "cpu") return Ok{};
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    const std::string index = device.size() > 5 ? device.substr(5) : "0";
+    if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) {
+      return user_error(fmt::format("--device {}: write cuda or cuda:N", device));
+    }
+    if (!cuda_backend_compiled()) {
+      return user_error(fmt::format(
+          "--device {}: this build has no CUDA backend; rebuild where nvcc is found or use "
+          "--device cpu",
+          device));
+    }
+    return Ok{};
+  }
+  return user_error(fmt::format("--device {}: unknown device; use cpu, cuda or cuda:N", device));
+}
+
+Result<DType> resolve_dtype(const std::string& dtype, const std::string& device) {
+  const bool cpu = device == "cpu";
+  if (dtype == "auto") return cpu ? DType::kF32 : DType::kBF16;
+  const auto parsed = parse_float_dtype(dtype);
+  if (!parsed) {
+    return user_error(fmt::format("--dtype {}: unknown; use auto, fp32, bf16 or fp16", dtype));
+  }
+  if (cpu && *parsed != DType::kF32) {
+    return user_error(fmt::format(
+        "--dtype {}: the CPU backend computes in fp32 only; use --dtype fp32 or --device cuda",
+        dtype));
+  }
+  return *parsed;
+}
 
 Result<int64_t> parse_bytes(const std::string& text, const std::string& flag) {
   double v = 0;
@@ -184,8 +229,15 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
     return user_error(fmt::format("--backend {}: no such target; available: {}", f.backend,
                                   fmt::join(registry.names_of(PluginKind::kTarget), ", ")));
   }
-  IB_ASSIGN_OR_RETURN(p.model, resolve_model(f.model));
-  IB_TRY(p.model.check_supported());
+  const bool http = is_http_backend(f.backend);
+  if (auto model = resolve_model(f.model); model.ok()) {
+    p.model = *model;
+  } else if (http) {
+    p.model = served_model_stub(f.model);
+  } else {
+    return model.error();
+  }
+  if (!http) IB_TRY(p.model.check_supported());
   IB_TRY(check_device(f.device));
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   IB_TRY(check_engine_flags(f));
@@ -280,6 +332,7 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   n.sampling.top_k = f.top_k;
   n.sampling.seed = f.seed;
   n.ignore_eos = !f.no_ignore_eos;
+  if (http) IB_TRY(resolve_http_target(f, n, p.target.openai));
 
   IB_ASSIGN_OR_RETURN(p.result_dir, plan_result_dir(f.result_dir, p.model.name, f.overwrite));
 
@@ -324,6 +377,14 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
       {"top_k", f.top_k},
       {"ignore_eos", n.ignore_eos},
   };
+  if (http) {
+    p.config["base_url"] = f.base_url;
+    p.config["endpoint"] = f.endpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.endpoint);
+    p.config["api_key_env"] = f.api_key_env.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.api_key_env);
+    p.config["dialect"] = f.dialect;
+    p.config["extra_body"] = f.extra_body.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.extra_body);
+    p.config["request_timeout_s"] = f.request_timeout_s;
+  }
   return p;
 }
 

@@ -62,6 +62,13 @@ struct RunFlags {
   double top_p = 1.0;
   int top_k = 0;
   bool no_ignore_eos = false;
+  // HTTP targets (--backend openai / openai-chat).
+  std::string base_url = "http://127.0.0.1:8000";
+  std::string endpoint;  // default by backend
+  std::string api_key_env;
+  std::string dialect = "auto";
+  std::string extra_body;
+  double request_timeout_s = 3600;
 };
 
 void add_run_flags(CLI::App& app, RunFlags& flags);
@@ -83,6 +90,10 @@ struct RunPlan {
 
 // Validates the flags and builds the workload. User errors name the flag and the fix.
 Result<RunPlan> resolve_run(const RunFlags& flags, const PluginRegistry& registry);
+
+// --device (cpu, cuda, cuda:N, and whether this build has CUDA) and --dtype ("auto" by device).
+Status check_device(const std::string& device);
+Result<DType> resolve_dtype(const std::string& dtype, const std::string& device);
 
 // "2GiB", "512MiB", "1.5G", "1073741824" -> bytes.
 Result<int64_t> parse_bytes(const std::string& text, const std::string& flag);

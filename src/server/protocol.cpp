@@ -1,6 +1,7 @@
 // Request parsing and validation for the OpenAI-compatible endpoints (protocol.h).
 #include "server/protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -62,10 +63,13 @@ std::optional<ApiError> read_int(const json& body, const char* key, int64_t lo, 
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
   int64_t v = 0;
-  if (it->is_number_integer()) {
+  if (it->is_number_unsigned()) {
+    const auto u = it->get<uint64_t>();
+    v = u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+            ? std::numeric_limits<int64_t>::max()
+            : static_cast<int64_t>(u);
+  } else if (it->is_number_integer()) {
     v = it->get<int64_t>();
-  } else if (it->is_number_unsigned()) {
-    v = std::numeric_limits<int64_t>::max();  // beyond every bound below
   } else {
     return wrong_type(key, "an integer", *it);
   }
@@ -101,7 +105,10 @@ std::optional<ApiError> read_token_ids(const json& arr, const std::string& param
     if (!t.is_number_integer() && !t.is_number_unsigned()) {
       return wrong_type(param, "a string or an array of integer token ids", t);
     }
-    const int64_t id = t.is_number_unsigned() ? std::numeric_limits<int64_t>::max() : t.get<int64_t>();
+    const int64_t id =
+        t.is_number_unsigned()
+            ? static_cast<int64_t>(std::min<uint64_t>(t.get<uint64_t>(), uint64_t{1} << 40))
+            : t.get<int64_t>();
     if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
       return bad(param, fmt::format("token id {} in '{}' is out of range", t.dump(), param));
     }

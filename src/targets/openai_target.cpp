@@ -27,6 +27,7 @@ using nlohmann::json;
 constexpr auto kTick = std::chrono::milliseconds(10);
 constexpr double kLagLimitMs = 1.0;  // p99 event-loop lag above this: the client was late
 constexpr double kBusyLimit = 0.8;   // handler time over active time above this: saturated
+constexpr size_t kMinLagSamples = 50;  // half a second of activity before lag can flag a run
 
 double ms_percentile(std::vector<int64_t> ns, double p) {
   if (ns.empty()) return 0;
@@ -155,7 +156,8 @@ class OpenAITarget final : public Target {
     const int64_t active = active_ns_ + (active_since_ns_ > 0 ? now_ns() - active_since_ns_ : 0);
     const double busy = active > 0 ? static_cast<double>(stats_.busy_ns) / static_cast<double>(active) : 0;
     const double lag_p99 = ms_percentile(lag_ns_, 99);
-    const bool bound = lag_p99 > kLagLimitMs || busy > kBusyLimit;
+    const bool bound =
+        (lag_ns_.size() >= kMinLagSamples && lag_p99 > kLagLimitMs) || busy > kBusyLimit;
     return json{
         {"sse_events", stats_.events},
         {"bytes_received", stats_.bytes},
@@ -173,7 +175,8 @@ class OpenAITarget final : public Target {
         {"stale_reconnects", stats_.stale_reconnects},
         {"client_bound", bound},
         {"client_bound_rule",
-         fmt::format("event-loop lag p99 > {} ms or busy fraction > {}", kLagLimitMs, kBusyLimit)},
+         fmt::format("event-loop lag p99 > {} ms (over >= {} samples) or busy fraction > {}",
+                     kLagLimitMs, kMinLagSamples, kBusyLimit)},
     };
   }
 

@@ -1,0 +1,136 @@
+// `inferbench serve`: flags, model and tokenizer resolution, and the server's lifetime.
+#include "cli/serve_command.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/run_options.h"
+#include "model/presets.h"
+#include "model/tokenizer.h"
+#include "server/server.h"
+
+namespace ib {
+namespace {
+
+Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f) {
+  if (f.model == "null") return make_null_generator(f.token_rate);
+  IB_ASSIGN_OR_RETURN(ModelConfig model, resolve_model(f.model));
+  IB_TRY(model.check_supported());
+  IB_TRY(check_device(f.device));
+  IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
+  if (f.max_num_seqs <= 0 || f.max_num_batched_tokens <= 0 || f.block_size <= 0 ||
+      f.max_model_len < 0 || f.num_threads < 0) {
+    return user_error(
+        "--max-num-seqs, --max-num-batched-tokens and --block-size must be positive; "
+        "--max-model-len and --num-threads >= 0");
+  }
+  if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1)) {
+    return user_error(
+        fmt::format("--gpu-memory-utilization {} must be in (0, 1]", f.gpu_memory_utilization));
+  }
+  if (f.load_format != "auto" && f.load_format != "dummy" && f.load_format != "safetensors") {
+    return user_error(
+        fmt::format("--load-format {}: use auto, dummy or safetensors", f.load_format));
+  }
+  EngineGeneratorOptions o;
+  o.model = model;
+  o.weights.format = f.load_format == "dummy"         ? LoadFormat::kDummy
+                     : f.load_format == "safetensors" ? LoadFormat::kSafetensors
+                                                      : LoadFormat::kAuto;
+  std::error_code ec;
+  if (std::filesystem::is_directory(f.model, ec)) o.weights.path = f.model;
+  o.weights.seed = f.seed;
+  o.engine.block_size = f.block_size;
+  o.engine.max_num_seqs = f.max_num_seqs;
+  o.engine.max_num_batched_tokens = f.max_num_batched_tokens;
+  o.engine.max_model_len = f.max_model_len;
+  o.engine.gpu_memory_utilization = f.gpu_memory_utilization;
+  if (!f.kv_cache_memory.empty()) {
+    IB_ASSIGN_OR_RETURN(o.engine.cpu_kv_cache_bytes,
+                        parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
+  }
+  o.backend.device = f.device;
+  o.backend.dtype = dtype;
+  o.backend.num_threads = f.num_threads;
+  return make_engine_generator(std::move(o));
+}
+
+}  // namespace
+
+void add_serve_flags(CLI::App& app, ServeFlags& f) {
+  app.add_option("--model", f.model,
+                 "preset name, HF repo id, a directory with config.json (and tokenizer.json), or "
+                 "null (streams tokens without computing)")
+      ->capture_default_str();
+  app.add_option("--served-model-name", f.served_model_name,
+                 "the name clients send as \"model\" (default: the model's)");
+  app.add_option("--device", f.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--dtype", f.dtype, "auto (fp32 on cpu, bf16 on cuda), fp32, bf16, fp16")
+      ->capture_default_str();
+  app.add_option("--host", f.host, "address to bind (0.0.0.0 exposes the server)")
+      ->capture_default_str();
+  app.add_option("--port", f.port, "TCP port (0: any free port)")->capture_default_str();
+  app.add_option("--api-key", f.api_key, "require \"Authorization: Bearer KEY\" on /v1/*");
+  app.add_option("--token-rate", f.token_rate,
+                 "null model: tokens per second per request (0: as fast as possible)")
+      ->capture_default_str();
+  app.add_option("--seed", f.seed, "dummy weights; sampling seed of requests that give none")
+      ->capture_default_str();
+  app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs", f.max_num_seqs, "engine: sequences per step")
+      ->capture_default_str();
+  app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "engine: tokens per step")
+      ->capture_default_str();
+  app.add_option("--max-model-len", f.max_model_len, "context limit (default: the model's)");
+  app.add_option("--block-size", f.block_size, "KV-cache tokens per block")->capture_default_str();
+  app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
+                 "CUDA: fraction of device memory for the engine")
+      ->capture_default_str();
+  app.add_option("--kv-cache-memory", f.kv_cache_memory,
+                 "CPU KV-cache budget: bytes or e.g. 2GiB (default 2GiB)");
+  app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();
+  app.add_option("--max-body-size", f.max_body_size, "larger request bodies get 413")
+      ->capture_default_str();
+}
+
+Result<int> execute_serve(const ServeFlags& f) {
+  if (f.port < 0 || f.port > 65535) {
+    return user_error(fmt::format("--port {}: must be in 0..65535", f.port));
+  }
+  if (f.model != "null" && f.token_rate != 0) {
+    return user_error("--token-rate applies to --model null only");
+  }
+  if (!(f.token_rate >= 0)) return user_error("--token-rate must be >= 0");
+  IB_ASSIGN_OR_RETURN(const int64_t body_bytes, parse_bytes(f.max_body_size, "--max-body-size"));
+  IB_ASSIGN_OR_RETURN(auto tokenizer, load_tokenizer(f.model == "null" ? "" : f.model));
+  IB_ASSIGN_OR_RETURN(auto generator, make_generator(f));
+  const int64_t open_files = raise_open_file_limit();
+
+  ServerOptions o;
+  o.host = f.host;
+  o.port = static_cast<uint16_t>(f.port);
+  o.api_key = f.api_key;
+  o.served_model_name = f.served_model_name;
+  o.max_body_bytes = static_cast<size_t>(body_bytes);
+  o.seed = f.seed;
+  o.handle_signals = true;
+  const std::string tokenizer_name = tokenizer->name();
+  auto server = make_server(std::move(o), std::move(generator), std::move(tokenizer));
+  std::fprintf(stderr, "inferbench: loading %s on %s\n", f.model.c_str(), f.device.c_str());
+  IB_TRY(server->start());
+  std::fprintf(stderr,
+               "inferbench: serving %s (tokenizer %s, open-file limit %lld) on http://%s:%u; "
+               "SIGINT/SIGTERM drains\n",
+               server->describe().c_str(), tokenizer_name.c_str(),
+               static_cast<long long>(open_files), f.host.c_str(), server->port());
+  std::fflush(stderr);
+  server->run();
+  std::fprintf(stderr, "inferbench: server stopped\n");
+  return kExitOk;
+}
+
+}  // namespace ib

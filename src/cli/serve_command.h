@@ -1,0 +1,41 @@
+// `inferbench serve`: the embedded engine (or the null model) behind an OpenAI-compatible HTTP
+// API. Flags follow `vllm serve` where it has them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/result.h"
+
+namespace ib {
+
+struct ServeFlags {
+  std::string model = "tiny-15m";  // preset, directory, or "null"
+  std::string served_model_name;
+  std::string device = "cpu";
+  std::string dtype = "auto";
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  double token_rate = 0;  // null model: tokens/s per request (0: unpaced)
+  uint64_t seed = 0;
+  std::string load_format = "auto";
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 8192;
+  int max_model_len = 0;
+  int block_size = 16;
+  double gpu_memory_utilization = 0.9;
+  std::string kv_cache_memory;
+  int num_threads = 0;
+  std::string max_body_size = "16MiB";
+};
+
+void add_serve_flags(CLI::App& app, ServeFlags& flags);
+
+// Loads the model, binds, serves until SIGINT/SIGTERM (the first drains, a second aborts).
+// Returns the exit code; user errors for bad flags, a model that does not fit, a busy port.
+Result<int> execute_serve(const ServeFlags& flags);
+
+}  // namespace ib
