@@ -76,22 +76,26 @@ std::vector<int> apportion_tokens(const std::vector<size_t>& text_bytes,
   if (exact) return usage_deltas;
   std::vector<int> out(n, 1);
   if (total_tokens <= static_cast<int>(n)) return out;
-  const int64_t extra = total_tokens - static_cast<int64_t>(n);
   const size_t bytes = std::accumulate(text_bytes.begin(), text_bytes.end(), size_t{0});
   std::vector<std::pair<double, size_t>> remainders;  // (fractional part, chunk)
-  int64_t given = 0;
+  int64_t sum = 0;
   for (size_t i = 0; i < n; ++i) {
-    const double share = bytes > 0 ? static_cast<double>(extra) * static_cast<double>(text_bytes[i]) /
-                                         static_cast<double>(bytes)
-                                   : static_cast<double>(extra) / static_cast<double>(n);
-    const auto whole = static_cast<int64_t>(share);
-    out[i] += static_cast<int>(whole);
-    given += whole;
+    const double share =
+        bytes > 0 ? static_cast<double>(total_tokens) * static_cast<double>(text_bytes[i]) /
+                        static_cast<double>(bytes)
+                  : static_cast<double>(total_tokens) / static_cast<double>(n);
+    const auto whole = static_cast<int>(share);
+    out[i] = std::max(1, whole);
+    sum += out[i];
     remainders.emplace_back(share - static_cast<double>(whole), i);
   }
   std::stable_sort(remainders.begin(), remainders.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (size_t k = 0; given < extra; ++k, ++given) ++out[remainders[k % n].second];
+  for (size_t k = 0; sum < total_tokens; ++k, ++sum) ++out[remainders[k % n].second];
+  while (sum > total_tokens) {  // the floors of 1 overshot: take from the largest chunks
+    --*std::max_element(out.begin(), out.end());
+    --sum;
+  }
   return out;
 }
 
