@@ -35,7 +35,8 @@ TEST(ModelsTable, ListsEveryPresetWithSizesAndSupport) {
 TEST(Plugins, BuiltinsLoadInDependencyOrder) {
   PluginRegistry r;
   ASSERT_TRUE(register_builtin_plugins(r).ok());
-  EXPECT_EQ(r.names_of(PluginKind::kTarget), std::vector<std::string>{"native"});
+  EXPECT_EQ(r.names_of(PluginKind::kTarget),
+            (std::vector<std::string>{"native", "openai", "openai-chat"}));
   EXPECT_EQ(r.names_of(PluginKind::kReportSink),
             (std::vector<std::string>{"jsonl", "json", "csv", "markdown"}));
   EXPECT_EQ(r.names_of(PluginKind::kCollector), (std::vector<std::string>{"rss", "engine-pools"}));

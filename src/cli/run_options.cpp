@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -379,10 +379,13 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   };
   if (http) {
     p.config["base_url"] = f.base_url;
-    p.config["endpoint"] = f.endpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.endpoint);
-    p.config["api_key_env"] = f.api_key_env.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.api_key_env);
+    p.config["endpoint"] =
+        f.endpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.endpoint);
+    p.config["api_key_env"] =
+        f.api_key_env.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.api_key_env);
     p.config["dialect"] = f.dialect;
-    p.config["extra_body"] = f.extra_body.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.extra_body);
+    p.config["extra_body"] =
+        f.extra_body.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.extra_body);
     p.config["request_timeout_s"] = f.request_timeout_s;
   }
   return p;

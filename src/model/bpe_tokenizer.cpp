@@ -182,8 +182,8 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   std::unordered_map<std::string, int32_t> vocab_;
-  std::vector<std::string> tokens_;  // by id
-  std::vector<bool> special_;        // by id: skipped by decode
+  std::vector<std::string> tokens_;             // by id
+  std::vector<bool> special_;                   // by id: skipped by decode
   std::unordered_map<std::string, int> ranks_;  // "left right" -> merge rank
   std::vector<Added> added_;                    // longest content first
   std::array<bool, 256> added_first_{};         // first bytes of added tokens
@@ -197,9 +197,10 @@ class BpeTokenizer final : public Tokenizer {
 
 Status BpeTokenizer::load(const json& doc, const std::string& origin) {
   auto bad = [&](const std::string& what) {
-    return user_error(fmt::format("{}: {}; only byte-level BPE tokenizer.json files (GPT-2, "
-                                  "Llama-3, Qwen2) are supported",
-                                  origin, what));
+    return user_error(
+        fmt::format("{}: {}; only byte-level BPE tokenizer.json files (GPT-2, "
+                    "Llama-3, Qwen2) are supported",
+                    origin, what));
   };
   if (!doc.is_object() || !doc.contains("model") || !doc["model"].is_object()) {
     return bad("no \"model\" object");
@@ -260,7 +261,8 @@ Status BpeTokenizer::load(const json& doc, const std::string& origin) {
   std::vector<std::pair<std::string, int32_t>> specials;
   for (const json& a : doc.value("added_tokens", json::array())) {
     if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
-        !a.contains("content") || !a["content"].is_string() || a["content"].get<std::string>().empty()) {
+        !a.contains("content") || !a["content"].is_string() ||
+        a["content"].get<std::string>().empty()) {
       return bad("an added token without id or content");
     }
     const int32_t id = a["id"].get<int32_t>();

@@ -41,7 +41,7 @@ TEST(BpeTokenizer, MergesByRank) {
   EXPECT_EQ(t->name(), "bpe");
   EXPECT_EQ(t->encode("hello world"), (Ids{11, 16}));
   EXPECT_EQ(t->encode("hell"), (Ids{10}));
-  EXPECT_EQ(t->encode("dew"), (Ids{7, 1, 5}));  // no merge applies
+  EXPECT_EQ(t->encode("dew"), (Ids{7, 1, 5}));      // no merge applies
   EXPECT_EQ(t->encode("world"), (Ids{5, 13, 15}));  // "Ġw" needs the space: w, or, ld
   EXPECT_EQ(t->encode("hello!\n"), (Ids{11, 17, 18}));
   EXPECT_EQ(t->encode("\xC3\xA9"), (Ids{21}));  // "é": two mapped bytes merged
@@ -60,7 +60,7 @@ TEST(BpeTokenizer, DecodeInvertsEncodeAndKeepsPartialBytes) {
   for (const std::string text : {"hello world", "hello\n", "\xC3\xA9!"}) {
     EXPECT_EQ(t->decode(t->encode(text)), text);
   }
-  EXPECT_EQ(t->decode({19}), "\xC3");            // half of "é": raw byte, no replacement
+  EXPECT_EQ(t->decode({19}), "\xC3");  // half of "é": raw byte, no replacement
   EXPECT_EQ(t->decode({999, -1}), "\xEF\xBF\xBD\xEF\xBF\xBD");  // unknown ids
 }
 
@@ -74,7 +74,9 @@ TEST(BpeTokenizer, RejectsWhatItCannotRun) {
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.error().message.find("regex"), std::string::npos) << odd.error().message;
   EXPECT_FALSE(parse_bpe_tokenizer(R"({"model": {"vocab": {"a": "x"}, "merges": []},
-      "pre_tokenizer": {"type": "ByteLevel"}})", "t").ok());
+      "pre_tokenizer": {"type": "ByteLevel"}})",
+                                   "t")
+                   .ok());
 }
 
 TEST(BpeTokenizer, LoadTokenizerPicksTokenizerJsonOrTheByteFallback) {

@@ -74,10 +74,10 @@ class EngineGenerator final : public Generator {
     engine_ = std::move(engine).value();
     const EngineStats s = engine_->stats();
     max_model_len_ = s.max_model_len;
-    description_ = fmt::format("{} on {} ({}, {} KV blocks of {} tokens, context {})",
-                               options_.model.name, b->device_info().name,
-                               engine_->weights_description(), s.kv_blocks_total,
-                               engine_->config().block_size, s.max_model_len);
+    description_ =
+        fmt::format("{} on {} ({}, {} KV blocks of {} tokens, context {})", options_.model.name,
+                    b->device_info().name, engine_->weights_description(), s.kv_blocks_total,
+                    engine_->config().block_size, s.max_model_len);
     snapshot();
     ready.set_value(Ok{});
     loop();
@@ -101,8 +101,8 @@ class EngineGenerator final : public Generator {
       std::vector<GenEvent> events;
       for (auto& r : incoming) {
         const uint64_t id = r.id;
-        Status st = broken_ ? Status(runtime_error(broken_message_))
-                            : engine_->add_request(std::move(r));
+        Status st =
+            broken_ ? Status(runtime_error(broken_message_)) : engine_->add_request(std::move(r));
         if (st.ok()) {
           live_.insert(id);
         } else {

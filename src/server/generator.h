@@ -66,8 +66,9 @@ struct EngineGeneratorOptions {
 };
 std::unique_ptr<Generator> make_engine_generator(EngineGeneratorOptions options);
 
-// The null model: token k of a request is its prompt token k mod prompt length, one every
-// 1/tokens_per_s seconds per request (0: as fast as possible). Vocabulary 32000, context 1 Mi.
+// The null model: token k (from 0) of a request is its prompt token k mod prompt length, produced
+// (k + 1) / tokens_per_s seconds after the request arrived (0: as fast as possible). Vocabulary
+// 32000, context 1 Mi.
 std::unique_ptr<Generator> make_null_generator(double tokens_per_s);
 
 }  // namespace ib

@@ -1,6 +1,7 @@
 // The null model: echoes each request's prompt at a fixed per-request token rate, without
 // computing anything, so a client's own overhead can be measured against a server that costs
-// (almost) nothing. Token k of a request is prompt[k mod prompt length].
+// (almost) nothing. Token k (from 0) of a request is prompt[k mod prompt length], produced
+// (k + 1) / rate seconds after the request arrived.
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -113,7 +114,7 @@ class NullGenerator final : public Generator {
       for (auto& r : incoming) {
         const uint64_t id = r.id;
         live_[id] = Stream{std::move(r), 0};
-        due_.push({t, id});
+        due_.push({t + interval_ns_, id});  // like a model: the first token after one interval
       }
       incoming.clear();
       for (uint64_t id : aborts) live_.erase(id);

@@ -212,7 +212,8 @@ std::optional<ApiError> read_stop(const json& body, const ParseLimits& limits,
   }
   if (!it->is_array()) return wrong_type("stop", "a string or an array of strings", *it);
   if (it->size() > limits.max_stop_strings) {
-    return bad("stop", fmt::format("at most {} stop strings are accepted", limits.max_stop_strings));
+    return bad("stop",
+               fmt::format("at most {} stop strings are accepted", limits.max_stop_strings));
   }
   for (const json& s : *it) {
     if (!s.is_string()) return wrong_type("stop", "a string or an array of strings", s);
@@ -223,8 +224,8 @@ std::optional<ApiError> read_stop(const json& body, const ParseLimits& limits,
 
 std::optional<ApiError> read_sampling(const json& body, GenerationCall& call) {
   std::optional<int64_t> v;
-  const char* max_key = body.contains("max_completion_tokens") ? "max_completion_tokens"
-                                                               : "max_tokens";
+  const char* max_key =
+      body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (auto e = read_int(body, max_key, 1, std::numeric_limits<int32_t>::max(), v)) return e;
   if (v) call.max_tokens = static_cast<int>(*v);
   if (auto e = read_float(body, "temperature", 0.0, 1e6, false, call.temperature)) return e;
@@ -284,8 +285,9 @@ std::variant<int, ApiError> check_against_model(const GenerationCall& call, int 
                                                 const std::vector<int32_t>& prompt_tokens,
                                                 const ServedModel& model) {
   if (!call.model.empty() && call.model != model.name) {
-    ApiError e = bad("model", fmt::format("the model '{}' does not exist; this server serves '{}'",
-                                          call.model, model.name),
+    ApiError e = bad("model",
+                     fmt::format("the model '{}' does not exist; this server serves '{}'",
+                                 call.model, model.name),
                      "model_not_found");
     return e;
   }
@@ -379,7 +381,7 @@ void append_json_string(std::string& out, std::string_view s) {
       continue;
     }
     // A multi-byte sequence: copy it when well formed, else write U+FFFD for the lead byte.
-    const int len = c >= 0xF0 && c < 0xF5 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+    const int len = c >= 0xF5 ? 0 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
     bool ok = len > 0 && i + static_cast<size_t>(len) <= s.size();
     for (int k = 1; ok && k < len; ++k) {
       ok = (static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) & 0xC0) == 0x80;

@@ -74,8 +74,7 @@ TEST(Protocol, RejectsBadInputNamingTheField) {
       {R"({"prompt": "x", "model": 1})", ApiKind::kCompletions, "model", "invalid_type"},
       {R"({"prompt": "x", "max_tokens": "5"})", ApiKind::kCompletions, "max_tokens",
        "invalid_type"},
-      {R"({"prompt": "x", "max_tokens": 0})", ApiKind::kCompletions, "max_tokens",
-       "invalid_value"},
+      {R"({"prompt": "x", "max_tokens": 0})", ApiKind::kCompletions, "max_tokens", "invalid_value"},
       {R"({"prompt": "x", "max_tokens": 1.5})", ApiKind::kCompletions, "max_tokens",
        "invalid_type"},
       {R"({"prompt": "x", "max_tokens": 99999999999999999999})", ApiKind::kCompletions,
@@ -92,8 +91,7 @@ TEST(Protocol, RejectsBadInputNamingTheField) {
       {R"({"prompt": "x", "seed": "1"})", ApiKind::kCompletions, "seed", "invalid_type"},
       {R"({"prompt": "x", "stop": 5})", ApiKind::kCompletions, "stop", "invalid_type"},
       {R"({"prompt": "x", "stream": "yes"})", ApiKind::kCompletions, "stream", "invalid_type"},
-      {R"({"prompt": "x", "ignore_eos": 1})", ApiKind::kCompletions, "ignore_eos",
-       "invalid_type"},
+      {R"({"prompt": "x", "ignore_eos": 1})", ApiKind::kCompletions, "ignore_eos", "invalid_type"},
       {R"({"prompt": "x", "stream_options": []})", ApiKind::kCompletions, "stream_options",
        "invalid_type"},
       {R"({"prompt": "x", "n": 2})", ApiKind::kCompletions, "n", "invalid_value"},
@@ -102,10 +100,10 @@ TEST(Protocol, RejectsBadInputNamingTheField) {
       {R"({"messages": {}})", ApiKind::kChat, "messages", "invalid_type"},
       {R"({"messages": [{"content": "x"}]})", ApiKind::kChat, "messages[0].role",
        "missing_required_parameter"},
-      {R"({"messages": [{"role": "wizard", "content": "x"}]})", ApiKind::kChat,
-       "messages[0].role", "invalid_value"},
-      {R"({"messages": [{"role": "user", "content": 7}]})", ApiKind::kChat,
-       "messages[0].content", "invalid_type"},
+      {R"({"messages": [{"role": "wizard", "content": "x"}]})", ApiKind::kChat, "messages[0].role",
+       "invalid_value"},
+      {R"({"messages": [{"role": "user", "content": 7}]})", ApiKind::kChat, "messages[0].content",
+       "invalid_type"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", ApiKind::kChat,
        "messages[0].content", "unsupported"},
   };
@@ -156,9 +154,10 @@ TEST(Protocol, JsonStringsEscapeAndRepairUtf8) {
   };
   EXPECT_EQ(lit("a\"b\\c\n\t\x01"), R"("a\"b\\c\n\t\u0001")");
   EXPECT_EQ(lit("caf\xC3\xA9 \xE6\x97\xA5"), "\"caf\xC3\xA9 \xE6\x97\xA5\"");
-  EXPECT_EQ(lit("\xC3"), R"("\ufffd")");             // truncated sequence
+  EXPECT_EQ(lit("\xC3"), R"("\ufffd")");                      // truncated sequence
   EXPECT_EQ(lit("\xED\xA0\x80"), R"("\ufffd\ufffd\ufffd")");  // a surrogate
-  EXPECT_EQ(lit("\xC0\xAF"), R"("\ufffd\ufffd")");   // overlong
+  EXPECT_EQ(lit("\xC0\xAF"), R"("\ufffd\ufffd")");            // overlong
+  EXPECT_EQ(lit("\xFF\x8D\x8D"), R"("\ufffd\ufffd\ufffd")");  // no such lead byte (fuzzer)
   // Whatever the bytes, the literal is valid JSON.
   std::string all;
   for (int b = 0; b < 256; ++b) all.push_back(static_cast<char>(b));

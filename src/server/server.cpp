@@ -6,11 +6,11 @@
 #include <chrono>
 #include <csignal>
 
+#include <fmt/format.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <fmt/format.h>
 
 #include "server/detail/http_session.h"
 
@@ -38,8 +38,8 @@ class ServerImpl final : public Server {
       net::post(io_, [this, evs = std::move(events)] { dispatch(evs); });
     }));
     ServedModel served;
-    served.name = options_.served_model_name.empty() ? generator_->model().name
-                                                     : options_.served_model_name;
+    served.name =
+        options_.served_model_name.empty() ? generator_->model().name : options_.served_model_name;
     served.max_model_len = generator_->max_model_len();
     served.vocab_size = generator_->model().vocab_size;
     core_ = std::make_unique<detail::ServerCore>(io_, options_, *generator_, *tokenizer_, served);
@@ -111,8 +111,9 @@ class ServerImpl final : public Server {
     signals_->async_wait([this](boost::system::error_code ec, int) {
       if (ec) return;
       if (++signal_count_ == 1) {
-        std::fprintf(stderr, "inferbench: draining %d in-flight request(s); signal again to "
-                             "abort them\n",
+        std::fprintf(stderr,
+                     "inferbench: draining %d in-flight request(s); signal again to "
+                     "abort them\n",
                      core_->metrics.open_streams);
         begin_drain();
         wait_signal();

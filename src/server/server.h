@@ -22,9 +22,9 @@ namespace ib {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  uint16_t port = 8000;  // 0: any free port (see Server::port())
-  std::string api_key;   // non-empty: /v1/* needs "Authorization: Bearer <key>"
-  std::string served_model_name;  // empty: the model's name
+  uint16_t port = 8000;               // 0: any free port (see Server::port())
+  std::string api_key;                // non-empty: /v1/* needs "Authorization: Bearer <key>"
+  std::string served_model_name;      // empty: the model's name
   size_t max_body_bytes = 16u << 20;  // larger bodies get 413
   int idle_timeout_s = 60;            // a connection that sends no request for this long closes
   uint64_t seed = 0;                  // sampling seed of requests that give none: seed + id

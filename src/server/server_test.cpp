@@ -148,10 +148,10 @@ TEST(Server, ApiKeyAndBodyLimit) {
   RunningServer server(make_null_generator(0), o);
   const std::string body = R"({"prompt": "abc", "max_tokens": 2})";
   EXPECT_EQ(http_call(server.port(), "POST", "/v1/completions", body).status, 401);
-  EXPECT_EQ(http_call(server.port(), "POST", "/v1/completions", body,
-                      {{"Authorization", "Bearer wrong"}})
-                .status,
-            401);
+  EXPECT_EQ(
+      http_call(server.port(), "POST", "/v1/completions", body, {{"Authorization", "Bearer wrong"}})
+          .status,
+      401);
   EXPECT_EQ(http_call(server.port(), "GET", "/v1/models").status, 401);
   EXPECT_EQ(http_call(server.port(), "POST", "/v1/completions", body,
                       {{"Authorization", "Bearer sekret"}})
@@ -196,8 +196,9 @@ TEST(Server, DisconnectAbortsTheRequestAndFreesItsKvBlocks) {
   socket.connect({net::ip::make_address("127.0.0.1"), server.port()});
   const std::string body = R"({"prompt": "a long story", "max_tokens": 900, "stream": true,
                                "ignore_eos": true})";
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
   net::write(socket, net::buffer(req));
   std::string got;
   char buf[4096];
@@ -247,11 +248,12 @@ TEST(Server, PrometheusText) {
             12);
   EXPECT_EQ(prometheus_value(m, "inferbench_time_to_first_token_seconds_count"), 3);
   EXPECT_EQ(prometheus_value(m, "inferbench_inter_token_latency_seconds_count"), 9);
-  EXPECT_EQ(prometheus_value(
-                m, "inferbench_time_to_first_token_seconds_bucket{model_name=\"null\",le=\"+Inf\"}"),
-            3);
-  EXPECT_EQ(prometheus_value(m, "inferbench_http_responses_total{model_name=\"null\",code=\"200\"}"),
-            3);
+  EXPECT_EQ(
+      prometheus_value(
+          m, "inferbench_time_to_first_token_seconds_bucket{model_name=\"null\",le=\"+Inf\"}"),
+      3);
+  EXPECT_EQ(
+      prometheus_value(m, "inferbench_http_responses_total{model_name=\"null\",code=\"200\"}"), 3);
   EXPECT_NE(m.find("# TYPE inferbench_inter_token_latency_seconds histogram"), std::string::npos);
   EXPECT_NE(m.find("inferbench_device_memory_bytes{model_name=\"null\",kind=\"allocated\"}"),
             std::string::npos);

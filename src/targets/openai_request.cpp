@@ -39,9 +39,9 @@ DialectFields fields_of(Dialect d) {
 // usage reports the exact count.
 std::string synthetic_text(const std::vector<int32_t>& ids) {
   static constexpr std::array<std::string_view, 32> kWords = {
-      "the",  "of",   "and",  "to",   "in",   "is",   "that", "for",  "it",   "as",   "with",
-      "was",  "on",   "be",   "at",   "by",   "this", "had",  "not",  "are",  "but",  "from",
-      "or",   "have", "an",   "they", "which", "one", "you",  "were", "all",  "we"};
+      "the", "of",   "and", "to",   "in",    "is",   "that", "for",  "it",  "as",  "with",
+      "was", "on",   "be",  "at",   "by",    "this", "had",  "not",  "are", "but", "from",
+      "or",  "have", "an",  "they", "which", "one",  "you",  "were", "all", "we"};
   std::string text;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i > 0) text.push_back(' ');
@@ -92,9 +92,8 @@ Result<BaseUrl> parse_base_url(const std::string& url) {
   u.path_prefix = slash == std::string::npos ? "" : rest.substr(slash);
   while (!u.path_prefix.empty() && u.path_prefix.back() == '/') u.path_prefix.pop_back();
   if (authority.find('@') != std::string::npos) {
-    return user_error(
-        fmt::format("--base-url {}: credentials in the URL are not supported; use --api-key-env",
-                    url));
+    return user_error(fmt::format(
+        "--base-url {}: credentials in the URL are not supported; use --api-key-env", url));
   }
   u.port = u.tls ? "443" : "80";
   const size_t colon = authority.rfind(':');

@@ -30,7 +30,8 @@ TEST(SseParser, SameEventsWhereverTheBytesSplit) {
   }
   detail::SseParser one_by_one;
   std::vector<std::string> got;
-  for (char c : stream) one_by_one.feed(std::string_view(&c, 1), [&](auto d) { got.emplace_back(d); });
+  for (char c : stream)
+    one_by_one.feed(std::string_view(&c, 1), [&](auto d) { got.emplace_back(d); });
   EXPECT_EQ(got, expected);
 }
 

@@ -8,10 +8,10 @@
 #include <mutex>
 #include <thread>
 
+#include <fmt/format.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
@@ -25,8 +25,8 @@ namespace net = boost::asio;
 using nlohmann::json;
 
 constexpr auto kTick = std::chrono::milliseconds(10);
-constexpr double kLagLimitMs = 1.0;  // p99 event-loop lag above this: the client was late
-constexpr double kBusyLimit = 0.8;   // handler time over active time above this: saturated
+constexpr double kLagLimitMs = 1.0;    // p99 event-loop lag above this: the client was late
+constexpr double kBusyLimit = 0.8;     // handler time over active time above this: saturated
 constexpr size_t kMinLagSamples = 50;  // half a second of activity before lag can flag a run
 
 double ms_percentile(std::vector<int64_t> ns, double p) {
@@ -56,8 +56,8 @@ class OpenAITarget final : public Target {
     net::ip::tcp::resolver resolver(io_);
     auto endpoints = resolver.resolve(url_.host, url_.port, ec);
     if (ec) {
-      return user_error(fmt::format("--base-url: cannot resolve {}:{} ({})", url_.host, url_.port,
-                                    ec.message()));
+      return user_error(
+          fmt::format("--base-url: cannot resolve {}:{} ({})", url_.host, url_.port, ec.message()));
     }
     if (url_.tls) {
       ssl_.emplace(net::ssl::context::tls_client);
@@ -141,8 +141,8 @@ class OpenAITarget final : public Target {
 
   // Event-loop lag: how late a 10 ms ticker fires, sampled while requests are in flight.
   void tick() {
-    tick_timer_.expires_at(std::chrono::steady_clock::time_point(
-        std::chrono::nanoseconds(tick_expected_ns_)));
+    tick_timer_.expires_at(
+        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(tick_expected_ns_)));
     tick_timer_.async_wait([this](boost::system::error_code ec) {
       if (ec) return;
       const int64_t now = now_ns();
@@ -154,19 +154,23 @@ class OpenAITarget final : public Target {
 
   json client_report() const {
     const int64_t active = active_ns_ + (active_since_ns_ > 0 ? now_ns() - active_since_ns_ : 0);
-    const double busy = active > 0 ? static_cast<double>(stats_.busy_ns) / static_cast<double>(active) : 0;
+    const double busy =
+        active > 0 ? static_cast<double>(stats_.busy_ns) / static_cast<double>(active) : 0;
     const double lag_p99 = ms_percentile(lag_ns_, 99);
     const bool bound =
         (lag_ns_.size() >= kMinLagSamples && lag_p99 > kLagLimitMs) || busy > kBusyLimit;
     return json{
         {"sse_events", stats_.events},
         {"bytes_received", stats_.bytes},
-        {"per_event_overhead_us",
-         stats_.events > 0 ? static_cast<double>(stats_.busy_ns) / 1e3 / static_cast<double>(stats_.events) : 0.0},
+        {"per_event_overhead_us", stats_.events > 0 ? static_cast<double>(stats_.busy_ns) / 1e3 /
+                                                          static_cast<double>(stats_.events)
+                                                    : 0.0},
         {"busy_fraction", busy},
         {"event_loop_lag_ms",
-         {{"p50", ms_percentile(lag_ns_, 50)}, {"p99", lag_p99},
-          {"max", lag_ns_.empty() ? 0.0 : ns_to_ms(*std::max_element(lag_ns_.begin(), lag_ns_.end()))},
+         {{"p50", ms_percentile(lag_ns_, 50)},
+          {"p99", lag_p99},
+          {"max",
+           lag_ns_.empty() ? 0.0 : ns_to_ms(*std::max_element(lag_ns_.begin(), lag_ns_.end()))},
           {"samples", lag_ns_.size()}}},
         {"dispatch_delay_ms",
          {{"p50", ms_percentile(stats_.dispatch_delay_ns, 50)},
@@ -188,11 +192,10 @@ class OpenAITarget final : public Target {
       std::promise<std::pair<json, json>> p;
       auto f = p.get_future();
       net::post(const_cast<net::io_context&>(io_), [&] {
-        p.set_value({client_report(),
-                      json{{"requests_with_usage", stats_.with_usage},
-                           {"requests_without_usage", stats_.without_usage},
-                           {"output_len_mismatch", stats_.output_mismatch},
-                           {"input_len_mismatch", stats_.input_mismatch}}});
+        p.set_value({client_report(), json{{"requests_with_usage", stats_.with_usage},
+                                           {"requests_without_usage", stats_.without_usage},
+                                           {"output_len_mismatch", stats_.output_mismatch},
+                                           {"input_len_mismatch", stats_.input_mismatch}}});
       });
       std::tie(client, tokens) = f.get();
     }

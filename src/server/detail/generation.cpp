@@ -37,8 +37,8 @@ void Session::start_generation(ApiKind kind, const Request& req) {
   } else {
     tokens = core_.tokenizer.encode(call.prompt_text);
   }
-  auto checked = check_against_model(call, static_cast<int>(tokens.size()), call.prompt_tokens,
-                                     core_.served);
+  auto checked =
+      check_against_model(call, static_cast<int>(tokens.size()), call.prompt_tokens, core_.served);
   if (auto* e = std::get_if<ApiError>(&checked)) {
     return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
   }
@@ -129,7 +129,8 @@ size_t Session::sendable_end() const {
   size_t end = gen_.text.size();
   if (gen_.max_stop_len > 1) end = end >= gen_.max_stop_len - 1 ? end - (gen_.max_stop_len - 1) : 0;
   end = std::max(end, gen_.emitted);
-  const std::string_view fresh = std::string_view(gen_.text).substr(gen_.emitted, end - gen_.emitted);
+  const std::string_view fresh =
+      std::string_view(gen_.text).substr(gen_.emitted, end - gen_.emitted);
   return gen_.emitted + complete_utf8_prefix(fresh);
 }
 

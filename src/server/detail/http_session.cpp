@@ -29,7 +29,9 @@ ApiError api_error(int status, std::string message, std::string type, std::strin
   return e;
 }
 
-std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
+std::string_view sv(beast::string_view s) {
+  return {s.data(), s.size()};
+}
 
 bool is_disconnect(const beast::error_code& ec) {
   return ec == http::error::end_of_stream || ec == net::error::eof ||
@@ -86,8 +88,8 @@ void Session::on_body(beast::error_code ec) {
     return respond(error_response(e, false), 413, false);
   }
   if (ec == http::error::header_limit) {
-    const ApiError e = api_error(431, "the request headers are too large",
-                                 "invalid_request_error", "headers_too_large");
+    const ApiError e = api_error(431, "the request headers are too large", "invalid_request_error",
+                                 "headers_too_large");
     return respond(error_response(e, false), 431, false);
   }
   if (ec && is_disconnect(ec)) return shutdown();
@@ -107,11 +109,10 @@ void Session::handle(const Request& req) {
   const bool get = req.method() == http::verb::get;
   const bool post = req.method() == http::verb::post;
   auto not_allowed = [&](const char* allow) {
-    const ApiError e = api_error(405, fmt::format("{} does not accept {}; use {}", path,
-                                                  sv(req.method_string()), allow),
-                                 "invalid_request_error", "method_not_allowed");
-    respond(error_response(e, keep_alive_, fmt::format("Allow: {}\r\n", allow)), 405,
-            keep_alive_);
+    const ApiError e = api_error(
+        405, fmt::format("{} does not accept {}; use {}", path, sv(req.method_string()), allow),
+        "invalid_request_error", "method_not_allowed");
+    respond(error_response(e, keep_alive_, fmt::format("Allow: {}\r\n", allow)), 405, keep_alive_);
   };
   const bool api = path.rfind("/v1/", 0) == 0;
   if (api && !core_.options.api_key.empty() &&
@@ -135,20 +136,19 @@ void Session::handle(const Request& req) {
   }
   if (path == "/v1/models") {
     if (!get) return not_allowed("GET");
-    return respond(
-        http_response(200, "application/json",
-                      models_body(core_.served.name, core_.created_unix_s,
-                                  core_.served.max_model_len),
-                      keep_alive_),
-        200, keep_alive_);
+    return respond(http_response(200, "application/json",
+                                 models_body(core_.served.name, core_.created_unix_s,
+                                             core_.served.max_model_len),
+                                 keep_alive_),
+                   200, keep_alive_);
   }
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
     if (!post) return not_allowed("POST");
     return start_generation(path == "/v1/completions" ? ApiKind::kCompletions : ApiKind::kChat,
                             req);
   }
-  const ApiError e = api_error(404, fmt::format("no route for {}", path), "not_found_error",
-                               "not_found");
+  const ApiError e =
+      api_error(404, fmt::format("no route for {}", path), "not_found_error", "not_found");
   respond(error_response(e, keep_alive_), 404, keep_alive_);
 }
 
@@ -165,8 +165,9 @@ void Session::flush() {
   writing_.swap(pending_);
   pending_.clear();
   write_active_ = true;
-  net::async_write(stream_, net::buffer(writing_),
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
+  net::async_write(
+      stream_, net::buffer(writing_),
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
 }
 
 void Session::on_write(beast::error_code ec) {

@@ -23,14 +23,15 @@ std::string escape_label(const std::string& v) {
 
 class Writer {
  public:
-  explicit Writer(const std::string& model) : model_(fmt::format("model_name=\"{}\"", escape_label(model))) {}
+  explicit Writer(const std::string& model)
+      : model_(fmt::format("model_name=\"{}\"", escape_label(model))) {}
 
   void header(const char* name, const char* type, const char* help) {
     out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   }
   void sample(const std::string& name, double value, const std::string& labels = "") {
-    out_ += fmt::format("{}{{{}{}{}}} {}\n", name, model_, labels.empty() ? "" : ",", labels,
-                        value);
+    out_ +=
+        fmt::format("{}{{{}{}{}}} {}\n", name, model_, labels.empty() ? "" : ",", labels, value);
   }
   void one(const char* name, const char* type, const char* help, double value) {
     header(name, type, help);
@@ -68,12 +69,12 @@ void Histogram::observe(double value) {
 }
 
 ServerMetrics::ServerMetrics()
-    : ttft_s({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-              7.5, 10.0, 20.0, 40.0, 80.0}),
-      itl_s({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
-             0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5}),
-      e2e_s({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-             50.0, 60.0, 120.0, 240.0, 480.0}) {}
+    : ttft_s({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+              10.0, 20.0, 40.0, 80.0}),
+      itl_s({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
+             0.075,  0.1,   0.15,   0.2,   0.3,  0.4,   0.5,  0.75,  1.0,  2.5}),
+      e2e_s({0.01, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,  5.0,
+             10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0}) {}
 
 std::string render_prometheus(const ServerMetrics& m, const MetricsContext& c) {
   Writer w(c.model_name);
@@ -105,8 +106,8 @@ std::string render_prometheus(const ServerMetrics& m, const MetricsContext& c) {
               "From request arrival to its first generated token.", m.ttft_s);
   w.histogram("inferbench_inter_token_latency_seconds",
               "Between consecutive generated tokens of a request.", m.itl_s);
-  w.histogram("inferbench_e2e_request_latency_seconds",
-              "From request arrival to its last token.", m.e2e_s);
+  w.histogram("inferbench_e2e_request_latency_seconds", "From request arrival to its last token.",
+              m.e2e_s);
   w.header("inferbench_device_memory_bytes", "gauge",
            "The engine's tracked device memory, by kind (allocated, peak, weights, kv_pool).");
   w.sample("inferbench_device_memory_bytes", static_cast<double>(g.device_allocated_bytes),

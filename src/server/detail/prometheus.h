@@ -30,9 +30,9 @@ class Histogram {
 
 struct ServerMetrics {
   ServerMetrics();
-  Histogram ttft_s;  // request received -> first token produced
-  Histogram itl_s;   // between consecutive tokens of a request
-  Histogram e2e_s;   // request received -> finished
+  Histogram ttft_s;                // request received -> first token produced
+  Histogram itl_s;                 // between consecutive tokens of a request
+  Histogram e2e_s;                 // request received -> finished
   uint64_t prompt_tokens = 0;      // prefill phase, counted when a request's first token comes
   uint64_t generation_tokens = 0;  // decode phase
   std::map<std::string, uint64_t> finished;  // by finish reason: length, stop, abort, error

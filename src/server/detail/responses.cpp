@@ -60,8 +60,7 @@ std::string http_response(int status, std::string_view content_type, std::string
   return out;
 }
 
-std::string error_response(const ApiError& error, bool keep_alive,
-                           std::string_view extra_headers) {
+std::string error_response(const ApiError& error, bool keep_alive, std::string_view extra_headers) {
   return http_response(error.status, "application/json", error_body(error), keep_alive,
                        extra_headers);
 }
@@ -80,10 +79,9 @@ void append_http_chunk(std::string& out, std::string_view data) {
 StreamFormatter::StreamFormatter(ApiKind kind, uint64_t id, int64_t created_unix_s,
                                  const std::string& model)
     : kind_(kind) {
-  head_ = fmt::format("data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":{},\"model\":",
-                      object_id(kind, id),
-                      kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion",
-                      created_unix_s);
+  head_ = fmt::format(
+      "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":{},\"model\":", object_id(kind, id),
+      kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion", created_unix_s);
   append_json_string(head_, model);
   head_ += ",";
 }

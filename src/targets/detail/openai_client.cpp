@@ -6,6 +6,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include <fmt/format.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -16,7 +17,6 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
-#include <fmt/format.h>
 
 #include "core/clock.h"
 #include "targets/detail/openai_sse.h"
@@ -88,7 +88,8 @@ class ClientImpl final : public Client {
     Exchange(ClientImpl& client, ClientJob j) : c(client), job(std::move(j)), deadline(c.io_) {}
 
     void run() {
-      deadline.expires_after(std::chrono::nanoseconds(static_cast<int64_t>(c.config_.timeout_s * 1e9)));
+      deadline.expires_after(
+          std::chrono::nanoseconds(static_cast<int64_t>(c.config_.timeout_s * 1e9)));
       deadline.async_wait([self = this->shared_from_this()](beast::error_code ec) {
         if (!ec) self->end("error", fmt::format("timeout after {} s", self->c.config_.timeout_s));
       });
@@ -100,12 +101,13 @@ class ClientImpl final : public Client {
       conn = std::make_unique<Conn>(c.io_, c.ssl_);
       ++c.stats_.connections_opened;
       beast::get_lowest_layer(conn->stream)
-          .async_connect(c.endpoints_, [self = this->shared_from_this()](
-                                           beast::error_code ec, const tcp::endpoint&) {
+          .async_connect(c.endpoints_, [self = this->shared_from_this()](beast::error_code ec,
+                                                                         const tcp::endpoint&) {
             if (ec) return self->end("error", "connect: " + ec.message());
             beast::error_code ignored;
-            beast::get_lowest_layer(self->conn->stream).socket().set_option(tcp::no_delay(true),
-                                                                          ignored);
+            beast::get_lowest_layer(self->conn->stream)
+                .socket()
+                .set_option(tcp::no_delay(true), ignored);
             self->handshake();
           });
     }
@@ -116,7 +118,8 @@ class ClientImpl final : public Client {
         if (!SSL_set_tlsext_host_name(conn->stream.native_handle(), host.c_str())) {
           return end("error", "TLS: cannot set the server name");
         }
-        if (c.config_.verify_tls) conn->stream.set_verify_callback(ssl::host_name_verification(host));
+        if (c.config_.verify_tls)
+          conn->stream.set_verify_callback(ssl::host_name_verification(host));
         conn->stream.async_handshake(
             ssl::stream_base::client, [self = this->shared_from_this()](beast::error_code ec) {
               if (ec) return self->end("error", "TLS handshake: " + ec.message());
@@ -154,10 +157,9 @@ class ClientImpl final : public Client {
     void read_body() {
       parser->get().body().data = buf.data();
       parser->get().body().size = buf.size();
-      http::async_read_some(conn->stream, conn->buffer, *parser,
-                            [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                              self->on_body(ec);
-                            });
+      http::async_read_some(
+          conn->stream, conn->buffer, *parser,
+          [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
     }
 
     void on_body(beast::error_code ec) {
@@ -203,8 +205,8 @@ class ClientImpl final : public Client {
         usage_completion = ch.completion_tokens;
       }
       if (!ch.finish_reason.empty()) finish_reason = ch.finish_reason;
-      const bool counted = ch.kind == ChunkKind::kContent ||
-                           (ch.kind == ChunkKind::kEmpty && delta > 0);
+      const bool counted =
+          ch.kind == ChunkKind::kContent || (ch.kind == ChunkKind::kEmpty && delta > 0);
       if (!counted) return;
       times.push_back(t);
       text_bytes.push_back(ch.text_bytes);
@@ -282,8 +284,7 @@ class ClientImpl final : public Client {
     o.error = error;
     o.finish_reason = reason;
     o.prompt_tokens = ex.usage_prompt.value_or(0);
-    const int total =
-        ex.usage_completion.value_or(static_cast<int>(ex.times.size()));
+    const int total = ex.usage_completion.value_or(static_cast<int>(ex.times.size()));
     o.output_tokens = o.ok ? total : static_cast<int>(ex.times.size());
     const std::vector<int> tokens = apportion_tokens(ex.text_bytes, ex.deltas, total);
     for (size_t i = 0; i < ex.times.size(); ++i) done.chunks.emplace_back(ex.times[i], tokens[i]);

@@ -22,7 +22,7 @@ struct ClientJob {
   uint64_t id = 0;
   std::string request;  // the serialized HTTP request
   int64_t submit_ns = 0;
-  int input_len = 0;   // requested, to report mismatches against usage
+  int input_len = 0;  // requested, to report mismatches against usage
   int output_len = 0;
 };
 
@@ -35,9 +35,9 @@ struct ClientCompletion {
 
 // Loop-thread counters; the target reads them on the loop thread too.
 struct ClientStats {
-  int64_t events = 0;   // SSE events read
-  int64_t bytes = 0;    // response body bytes
-  int64_t busy_ns = 0;  // time spent in read handlers
+  int64_t events = 0;                      // SSE events read
+  int64_t bytes = 0;                       // response body bytes
+  int64_t busy_ns = 0;                     // time spent in read handlers
   std::vector<int64_t> dispatch_delay_ns;  // submit() to the request's first byte written
   int64_t with_usage = 0;
   int64_t without_usage = 0;

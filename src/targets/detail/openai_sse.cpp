@@ -69,10 +69,10 @@ std::vector<int> apportion_tokens(const std::vector<size_t>& text_bytes,
                                   const std::vector<int>& usage_deltas, int total_tokens) {
   const size_t n = text_bytes.size();
   if (n == 0) return {};
-  const bool exact = usage_deltas.size() == n &&
-                     std::all_of(usage_deltas.begin(), usage_deltas.end(),
-                                 [](int d) { return d >= 0; }) &&
-                     std::accumulate(usage_deltas.begin(), usage_deltas.end(), 0) == total_tokens;
+  const bool exact =
+      usage_deltas.size() == n &&
+      std::all_of(usage_deltas.begin(), usage_deltas.end(), [](int d) { return d >= 0; }) &&
+      std::accumulate(usage_deltas.begin(), usage_deltas.end(), 0) == total_tokens;
   if (exact) return usage_deltas;
   std::vector<int> out(n, 1);
   if (total_tokens <= static_cast<int>(n)) return out;
@@ -80,10 +80,10 @@ std::vector<int> apportion_tokens(const std::vector<size_t>& text_bytes,
   std::vector<std::pair<double, size_t>> remainders;  // (fractional part, chunk)
   int64_t sum = 0;
   for (size_t i = 0; i < n; ++i) {
-    const double share =
-        bytes > 0 ? static_cast<double>(total_tokens) * static_cast<double>(text_bytes[i]) /
-                        static_cast<double>(bytes)
-                  : static_cast<double>(total_tokens) / static_cast<double>(n);
+    const double share = bytes > 0
+                             ? static_cast<double>(total_tokens) *
+                                   static_cast<double>(text_bytes[i]) / static_cast<double>(bytes)
+                             : static_cast<double>(total_tokens) / static_cast<double>(n);
     const auto whole = static_cast<int>(share);
     out[i] = std::max(1, whole);
     sum += out[i];

@@ -1,0 +1,179 @@
+// End to end: `inferbench serve` as a process, benchmarked by `inferbench run --backend openai`
+// as another; SIGTERM drains an in-flight stream; a real Prometheus server (Debian package)
+// scrapes /metrics and its query API returns our series.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/detail/e2e_support.h"
+#include "server/detail/test_support.h"
+
+namespace ib::testing {
+namespace {
+
+using nlohmann::json;
+namespace net = boost::asio;
+
+std::string text_of(const fs::path& p) {
+  auto r = read_file(p);
+  return r.ok() ? *r : std::string();
+}
+
+// Waits for the "serving ... on http://HOST:PORT" line and returns the port (0 on timeout).
+uint16_t wait_for_port(const fs::path& err_file, int timeout_ms = 60000) {
+  const std::regex line(R"(on http://127\.0\.0\.1:(\d+))");
+  for (int waited = 0; waited < timeout_ms; waited += 20) {
+    std::smatch m;
+    const std::string err = text_of(err_file);
+    if (std::regex_search(err, m, line)) return static_cast<uint16_t>(std::stoi(m[1]));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
+
+// Any program, stdout and stderr into files.
+pid_t spawn_program(const std::vector<std::string>& args, const fs::path& out,
+                    const fs::path& err) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(o, STDOUT_FILENO);
+    ::dup2(e, STDERR_FILENO);
+    std::vector<std::string> copy = args;
+    std::vector<char*> argv;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::_Exit(127);
+  }
+  return pid;
+}
+
+uint16_t free_port() {
+  net::io_context io;
+  net::ip::tcp::acceptor a(io, {net::ip::make_address("127.0.0.1"), 0});
+  return a.local_endpoint().port();
+}
+
+class ServeE2e : public E2e {
+ protected:
+  // Starts `inferbench serve` with args on a free port; returns its port.
+  uint16_t start_server(std::vector<std::string> args) {
+    args.insert(args.begin(), {"serve", "--port", "0"});
+    server_ = spawn(args, root_ / "serve.out", root_ / "serve.err");
+    const uint16_t port = wait_for_port(root_ / "serve.err");
+    EXPECT_NE(port, 0) << text_of(root_ / "serve.err");
+    return port;
+  }
+  void TearDown() override {
+    if (server_ > 0) {
+      ::kill(server_, SIGKILL);
+      wait_exit(server_);
+    }
+    E2e::TearDown();
+  }
+  pid_t server_ = -1;
+};
+
+TEST_F(ServeE2e, RunBackendOpenAiBenchmarksServeAndSigtermDrains) {
+  const uint16_t port =
+      start_server({"--model", "tiny-15m", "--kv-cache-memory", "64MiB", "--num-threads", "1"});
+  ASSERT_NE(port, 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  for (const std::string backend : {"openai", "openai-chat"}) {
+    const fs::path dir = root_ / backend;
+    ASSERT_EQ(run({"run", "--backend", backend, "--base-url", url, "--model", "tiny-15m",
+                   "--num-prompts", "8", "--batch-size", "4", "--input-len", "8", "--output-len",
+                   "8", "--runs", "1", "--result-dir", dir.string()}),
+              0)
+        << err();
+    const json result = json::parse(read_file(dir / "result.json").value());
+    EXPECT_EQ(result["completed"], 8) << backend;
+    EXPECT_EQ(result["failed"], 0) << backend;
+    EXPECT_EQ(result["total_output_tokens"], 64) << backend;
+    EXPECT_EQ(result["engine"]["target"], backend);
+    EXPECT_EQ(result["config"]["base_url"], url);
+    EXPECT_GT(result["mean_ttft_ms"].get<double>(), 0);
+  }
+
+  // A stream in flight when SIGTERM arrives still gets every token, then the server exits 0.
+  net::io_context io;
+  net::ip::tcp::socket socket(io);
+  socket.connect({net::ip::make_address("127.0.0.1"), port});
+  const std::string body = R"({"prompt": "drain me", "max_tokens": 120, "stream": true})";
+  net::write(socket, net::buffer("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                 std::to_string(body.size()) + "\r\n\r\n" + body));
+  std::string got;
+  char buf[4096];
+  while (got.find("\"text\"") == std::string::npos) {
+    got.append(buf, socket.read_some(net::buffer(buf)));
+  }
+  ASSERT_EQ(::kill(server_, SIGTERM), 0);
+  boost::system::error_code ec;
+  while (!ec) got.append(buf, socket.read_some(net::buffer(buf), ec));
+  EXPECT_NE(got.find("data: [DONE]"), std::string::npos);
+  size_t events = 0;
+  for (size_t p = got.find("\"text\""); p != std::string::npos; p = got.find("\"text\"", p + 1)) {
+    ++events;
+  }
+  EXPECT_EQ(events, 120u);
+  EXPECT_EQ(wait_exit(server_), 0);
+  server_ = -1;
+}
+
+TEST_F(ServeE2e, PrometheusScrapesOurSeries) {
+  if (::system("command -v prometheus >/dev/null 2>&1") != 0) {
+    if (std::getenv("CI") != nullptr)
+      FAIL() << "prometheus is not installed (scripts/install-deps)";
+    GTEST_SKIP() << "prometheus is not installed; scripts/install-deps installs it";
+  }
+  const uint16_t port = start_server({"--model", "null"});
+  ASSERT_NE(port, 0);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(
+        http_call(port, "POST", "/v1/completions", R"({"prompt": "abcd", "max_tokens": 5})").status,
+        200);
+  }
+  const uint16_t prom_port = free_port();
+  std::ofstream(root_ / "prometheus.yml")
+      << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: e2e\n"
+         "    static_configs:\n      - targets: ['127.0.0.1:"
+      << port << "']\n";
+  const pid_t prom =
+      spawn_program({"prometheus", "--config.file=" + (root_ / "prometheus.yml").string(),
+                     "--storage.tsdb.path=" + (root_ / "tsdb").string(),
+                     "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+                    root_ / "prom.out", root_ / "prom.err");
+  double decode_tokens = -1;
+  json answer;
+  for (int i = 0; i < 300 && decode_tokens < 0; ++i) {  // up to 30 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    HttpReply r;
+    try {
+      r = http_call(prom_port, "GET",
+                    "/api/v1/query?query=inferbench_tokens_total%7Bjob%3D%22e2e%22%2C"
+                    "phase%3D%22decode%22%7D");
+    } catch (const std::exception&) {
+      continue;  // not listening yet
+    }
+    if (r.status != 200) continue;
+    answer = json::parse(r.body, nullptr, false);
+    if (!answer.is_object() || answer["data"]["result"].empty()) continue;
+    decode_tokens = std::stod(answer["data"]["result"][0]["value"][1].get<std::string>());
+  }
+  ::kill(prom, SIGTERM);
+  wait_exit(prom);
+  ASSERT_EQ(decode_tokens, 15) << answer.dump() << text_of(root_ / "prom.err");
+  EXPECT_EQ(answer["data"]["result"][0]["metric"]["job"], "e2e");
+  EXPECT_EQ(answer["data"]["result"][0]["metric"]["model_name"], "null");
+}
+
+}  // namespace
+}  // namespace ib::testing
