@@ -71,11 +71,16 @@ lines = [
     "",
     "## Client capacity against the null model",
     "",
-    f"| concurrent streams | output tok/s (median of 3) | requests ok/failed | per-event overhead | event-loop lag p99 | busy fraction | client bound |",
-    "| ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-    f"| {null['max_concurrency']} | {null['output_throughput']:.0f} | {null['completed']}/{null['failed']} |"
-    f" {client['per_event_overhead_us']:.2f} us | {client['event_loop_lag_ms']['p99']:.2f} ms |"
-    f" {client['busy_fraction']:.2f} | {client['client_bound']} |",
+    "| concurrent streams | output tok/s (median of 3) | SSE events | requests ok/failed | loop CPU per event | handler per event | loop CPU share | event-loop lag p50 / p99 | client bound |",
+    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    f"| {null['max_concurrency']} | {null['output_throughput']:.0f} | {client['sse_events']} | {null['completed']}/{null['failed']} |"
+    f" {client['loop_cpu_us_per_event']:.2f} us | {client['handler_us_per_event']:.2f} us |"
+    f" {client['loop_cpu_fraction']:.2f} | {client['event_loop_lag_ms']['p50']:.2f} / {client['event_loop_lag_ms']['p99']:.2f} ms |"
+    f" {client['client_bound']} |",
+    "",
+    "Runs: " + ", ".join(f"{v:.0f}" for v in null['spread']['output_throughput']['per_run']) + " tok/s."
+    if 'spread' in null and 'output_throughput' in null.get('spread', {}) else "",
+    "" if 'timing_warning' not in client else f"Client note: {client['timing_warning']}.",
     "",
     "## TTFT at low load (tiny-15m, one request at a time, 64 prompt / 16 output tokens)",
     "",

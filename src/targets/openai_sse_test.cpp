@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "targets/detail/http_body.h"
 #include "targets/detail/openai_sse.h"
 #include "targets/openai_target.h"
 
@@ -65,6 +66,57 @@ TEST(ReadChunk, KindsOfStreamedChunks) {
   EXPECT_EQ(err.error, "boom");
   EXPECT_EQ(read_chunk("{oops", false).kind, ChunkKind::kUnreadable);
   EXPECT_EQ(read_chunk("[1]", false).kind, ChunkKind::kUnreadable);
+}
+
+TEST(ReadChunk, DecodesEscapesAndSkipsWhatItDoesNotNeed) {
+  using detail::ChunkKind;
+  const auto c = detail::read_chunk(
+      R"({"id":"x","extra":{"deep":[1,{"a":[true,false,null,-1.5e3]}]},)"
+      R"("choices":[{"text":"a\"b\\c\n\u00e9\ud83d\ude00","finish_reason":null},{"text":"ignored"}],)"
+      R"("usage":{"prompt_tokens":2,"completion_tokens":3.5}})",
+      true);
+  EXPECT_EQ(c.kind, ChunkKind::kContent);
+  EXPECT_EQ(c.text, "a\"b\\c\n\xC3\xA9\xF0\x9F\x98\x80");
+  EXPECT_EQ(c.text_bytes, c.text.size());
+  EXPECT_EQ(c.prompt_tokens, 2);
+  EXPECT_FALSE(c.completion_tokens.has_value());  // not an integer: ignored
+  for (const char* bad : {R"({"choices":[{"text":"x"})", R"({"a":1}x)", R"({"a":"\)", "", "{",
+                          R"({"choices":[{"text":"\u12"}]})"}) {
+    EXPECT_EQ(detail::read_chunk(bad, false).kind, ChunkKind::kUnreadable) << bad;
+  }
+  std::string deep(100, '[');
+  EXPECT_EQ(detail::read_chunk(R"({"a":)" + deep, false).kind, ChunkKind::kUnreadable);
+  EXPECT_EQ(detail::read_chunk(R"({"error":null,"choices":[]})", false).kind,
+            ChunkKind::kUsageOnly);
+}
+
+TEST(BodyDecoder, ChunkedLengthAndCloseDelimitedBodies) {
+  using detail::BodyDecoder;
+  const std::string chunked = "5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: x\r\n\r\n";
+  for (size_t cut = 0; cut <= chunked.size(); ++cut) {
+    BodyDecoder d(BodyDecoder::Framing::kChunked, 0);
+    std::string body;
+    auto sink = [&](std::string_view s) { body.append(s); };
+    ASSERT_TRUE(d.feed(std::string_view(chunked).substr(0, cut), sink));
+    EXPECT_EQ(d.done(), cut == chunked.size()) << cut;
+    ASSERT_TRUE(d.feed(std::string_view(chunked).substr(cut), sink));
+    EXPECT_TRUE(d.done());
+    EXPECT_EQ(body, "hello world");
+  }
+  BodyDecoder bad(BodyDecoder::Framing::kChunked, 0);
+  EXPECT_FALSE(bad.feed("zz\r\n", [](std::string_view) {}));
+  EXPECT_FALSE(bad.error().empty());
+  BodyDecoder no_crlf(BodyDecoder::Framing::kChunked, 0);
+  EXPECT_FALSE(no_crlf.feed("2\r\nabXY", [](std::string_view) {}));
+
+  BodyDecoder length(BodyDecoder::Framing::kLength, 4);
+  std::string body;
+  ASSERT_TRUE(length.feed("abcdef", [&](std::string_view s) { body.append(s); }));
+  EXPECT_EQ(body, "abcd");  // bytes past the body are not body
+  EXPECT_TRUE(length.done());
+  BodyDecoder close(BodyDecoder::Framing::kUntilClose, 0);
+  ASSERT_TRUE(close.feed("xyz", [&](std::string_view s) { body.append(s); }));
+  EXPECT_FALSE(close.done());
 }
 
 TEST(ApportionTokens, ExactFromUsageElseByTextLength) {

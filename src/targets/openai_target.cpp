@@ -2,6 +2,8 @@
 // callbacks, and the client's own measurements.
 #include "targets/openai_target.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <future>
@@ -25,9 +27,17 @@ namespace net = boost::asio;
 using nlohmann::json;
 
 constexpr auto kTick = std::chrono::milliseconds(10);
-constexpr double kLagLimitMs = 1.0;    // p99 event-loop lag above this: the client was late
-constexpr double kBusyLimit = 0.8;     // handler time over active time above this: saturated
-constexpr size_t kMinLagSamples = 50;  // half a second of activity before lag can flag a run
+// The loop thread on CPU for more than this share of the active time: the client was the
+// bottleneck (its own CPU time, kernel time for the sockets included).
+constexpr double kBoundCpuShare = 0.9;
+// Event-loop lag p99 above this: per-token timestamps may be late by that much (a warning).
+constexpr double kLagWarningMs = 5.0;
+
+int64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 double ms_percentile(std::vector<int64_t> ns, double p) {
   if (ns.empty()) return 0;
@@ -146,7 +156,16 @@ class OpenAITarget final : public Target {
     tick_timer_.async_wait([this](boost::system::error_code ec) {
       if (ec) return;
       const int64_t now = now_ns();
-      if (in_loop_ > 0) lag_ns_.push_back(now - tick_expected_ns_);
+      const int64_t cpu = thread_cpu_ns();
+      if (in_loop_ > 0) {
+        lag_ns_.push_back(now - tick_expected_ns_);
+        if (last_tick_ns_ > 0) {
+          loop_wall_ns_ += now - last_tick_ns_;
+          loop_cpu_ns_ += cpu - last_tick_cpu_ns_;
+        }
+      }
+      last_tick_ns_ = now;
+      last_tick_cpu_ns_ = cpu;
       tick_expected_ns_ = now + std::chrono::nanoseconds(kTick).count();
       tick();
     });
@@ -154,18 +173,23 @@ class OpenAITarget final : public Target {
 
   json client_report() const {
     const int64_t active = active_ns_ + (active_since_ns_ > 0 ? now_ns() - active_since_ns_ : 0);
-    const double busy =
-        active > 0 ? static_cast<double>(stats_.busy_ns) / static_cast<double>(active) : 0;
+    auto share = [](int64_t part, int64_t whole) {
+      return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+    };
+    auto per_event_us = [&](int64_t ns) {
+      return stats_.events > 0 ? static_cast<double>(ns) / 1e3 / static_cast<double>(stats_.events)
+                               : 0.0;
+    };
+    const double cpu_share = share(loop_cpu_ns_, loop_wall_ns_);
     const double lag_p99 = ms_percentile(lag_ns_, 99);
-    const bool bound =
-        (lag_ns_.size() >= kMinLagSamples && lag_p99 > kLagLimitMs) || busy > kBusyLimit;
-    return json{
+    json report = {
         {"sse_events", stats_.events},
         {"bytes_received", stats_.bytes},
-        {"per_event_overhead_us", stats_.events > 0 ? static_cast<double>(stats_.busy_ns) / 1e3 /
-                                                          static_cast<double>(stats_.events)
-                                                    : 0.0},
-        {"busy_fraction", busy},
+        {"handler_us_per_event", per_event_us(stats_.busy_ns)},
+        {"loop_cpu_us_per_event",
+         per_event_us(static_cast<int64_t>(cpu_share * static_cast<double>(active)))},
+        {"handler_busy_fraction", share(stats_.busy_ns, active)},
+        {"loop_cpu_fraction", cpu_share},
         {"event_loop_lag_ms",
          {{"p50", ms_percentile(lag_ns_, 50)},
           {"p99", lag_p99},
@@ -177,11 +201,19 @@ class OpenAITarget final : public Target {
           {"p99", ms_percentile(stats_.dispatch_delay_ns, 99)}}},
         {"connections_opened", stats_.connections_opened},
         {"stale_reconnects", stats_.stale_reconnects},
-        {"client_bound", bound},
+        {"client_bound", cpu_share > kBoundCpuShare},
         {"client_bound_rule",
-         fmt::format("event-loop lag p99 > {} ms (over >= {} samples) or busy fraction > {}",
-                     kLagLimitMs, kMinLagSamples, kBusyLimit)},
+         fmt::format("the event-loop thread was on CPU more than {:.0f}% of the time requests "
+                     "were in flight",
+                     kBoundCpuShare * 100)},
     };
+    if (lag_p99 > kLagWarningMs) {
+      report["timing_warning"] = fmt::format(
+          "the event loop ran {:.1f} ms late at p99: token timestamps may be late by as much "
+          "(server bursts or a busy client CPU)",
+          lag_p99);
+    }
+    return report;
   }
 
   json describe() const {
@@ -235,6 +267,10 @@ class OpenAITarget final : public Target {
   detail::ClientStats stats_;
   int in_loop_ = 0;
   int64_t tick_expected_ns_ = 0;
+  int64_t last_tick_ns_ = 0;
+  int64_t last_tick_cpu_ns_ = 0;
+  int64_t loop_wall_ns_ = 0;  // wall time between ticks while requests were in flight
+  int64_t loop_cpu_ns_ = 0;   // the loop thread's CPU time over the same intervals
   int64_t active_since_ns_ = 0;
   int64_t active_ns_ = 0;
   std::vector<int64_t> lag_ns_;

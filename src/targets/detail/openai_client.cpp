@@ -9,16 +9,17 @@
 #include <fmt/format.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "core/clock.h"
+#include "targets/detail/http_body.h"
 #include "targets/detail/openai_sse.h"
 
 namespace ib::detail {
@@ -40,7 +41,7 @@ bool is_stale(const beast::error_code& ec) {
 
 template <class Stream>
 class ClientImpl final : public Client {
-  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+  static constexpr bool kTls = !std::is_same_v<Stream, tcp::socket>;
 
  public:
   ClientImpl(net::io_context& io, ssl::context* ssl_ctx, tcp::resolver::results_type endpoints,
@@ -100,14 +101,12 @@ class ClientImpl final : public Client {
     void connect() {
       conn = std::make_unique<Conn>(c.io_, c.ssl_);
       ++c.stats_.connections_opened;
-      beast::get_lowest_layer(conn->stream)
-          .async_connect(c.endpoints_, [self = this->shared_from_this()](beast::error_code ec,
-                                                                         const tcp::endpoint&) {
+      net::async_connect(
+          beast::get_lowest_layer(conn->stream), c.endpoints_,
+          [self = this->shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
             if (ec) return self->end("error", "connect: " + ec.message());
             beast::error_code ignored;
-            beast::get_lowest_layer(self->conn->stream)
-                .socket()
-                .set_option(tcp::no_delay(true), ignored);
+            beast::get_lowest_layer(self->conn->stream).set_option(tcp::no_delay(true), ignored);
             self->handshake();
           });
     }
@@ -141,50 +140,60 @@ class ClientImpl final : public Client {
 
     void read_header() {
       parser.emplace();
-      parser->body_limit(std::numeric_limits<uint64_t>::max());
       http::async_read_header(conn->stream, conn->buffer, *parser,
                               [self = this->shared_from_this()](beast::error_code ec, size_t) {
                                 if (ec) return self->retry_or_end(ec);
-                                self->status = parser_status(*self->parser);
-                                self->read_body();
+                                self->on_header();
                               });
     }
 
-    static int parser_status(const http::response_parser<http::buffer_body>& p) {
-      return static_cast<int>(p.get().result_int());
+    // From here on the body is decoded by hand from raw reads (http_body.h): Beast's parser
+    // costs several times more per small SSE chunk.
+    void on_header() {
+      status = static_cast<int>(parser->get().result_int());
+      keep_alive = parser->keep_alive();
+      const auto length = parser->content_length();
+      body.emplace(parser->chunked() ? BodyDecoder::Framing::kChunked
+                   : length          ? BodyDecoder::Framing::kLength
+                                     : BodyDecoder::Framing::kUntilClose,
+                   length.value_or(0));
+      parser.reset();
+      const auto leftover = conn->buffer.data();
+      const std::string_view bytes(static_cast<const char*>(leftover.data()), leftover.size());
+      const std::string copy(bytes);
+      conn->buffer.consume(conn->buffer.size());
+      on_bytes(copy, now_ns(), {});
     }
 
     void read_body() {
-      parser->get().body().data = buf.data();
-      parser->get().body().size = buf.size();
-      http::async_read_some(
-          conn->stream, conn->buffer, *parser,
-          [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+      conn->stream.async_read_some(
+          net::buffer(buf), [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+            const int64_t t = now_ns();
+            self->on_bytes(std::string_view(self->buf.data(), n), t, ec);
+            self->c.stats_.busy_ns += now_ns() - t;
+          });
     }
 
-    void on_body(beast::error_code ec) {
+    void on_bytes(std::string_view bytes, int64_t t, beast::error_code ec) {
       if (finished) return;
-      const int64_t t = now_ns();
-      if (ec == http::error::need_buffer) ec = {};
-      const size_t got = buf.size() - parser->get().body().size;
-      received_any = received_any || got > 0;
-      c.stats_.bytes += static_cast<int64_t>(got);
-      const std::string_view data(buf.data(), got);
-      if (status == 200) {
-        sse.feed(data, [&](std::string_view event) { on_event(event, t); });
-      } else if (error_body.size() < kErrorExcerptBytes) {
-        error_body.append(data.substr(0, kErrorExcerptBytes - error_body.size()));
-      }
-      if (!finished) {
-        if (ec) {
-          end("error", "reading the response: " + ec.message());
-        } else if (parser->is_done()) {
-          complete();
-        } else {
-          read_body();
+      received_any = received_any || !bytes.empty();
+      c.stats_.bytes += static_cast<int64_t>(bytes.size());
+      const bool framed = body->feed(bytes, [&](std::string_view data) {
+        if (status == 200) {
+          sse.feed(data, [&](std::string_view event) { on_event(event, t); });
+        } else if (error_body.size() < kErrorExcerptBytes) {
+          error_body.append(data.substr(0, kErrorExcerptBytes - error_body.size()));
         }
+      });
+      if (finished) return;
+      if (!framed) return end("error", "bad response framing: " + body->error());
+      if (body->done()) return complete();
+      if (ec == net::error::eof && !body->done()) {
+        keep_alive = false;
+        if (status == 200 && (done_seen || !times.empty())) return complete();
       }
-      c.stats_.busy_ns += now_ns() - t;
+      if (ec) return end("error", "reading the response: " + ec.message());
+      read_body();
     }
 
     void on_event(std::string_view data, int64_t t) {
@@ -220,7 +229,7 @@ class ClientImpl final : public Client {
       }
       if (!server_error.empty()) return end("error", "server error event: " + server_error);
       if (!done_seen && times.empty()) return end("error", "the stream ended with no token");
-      const bool keep = parser->keep_alive() && sse.idle();
+      const bool keep = keep_alive && body->done() && sse.idle();
       end(finish_reason.empty() ? "length" : finish_reason, "", keep);
     }
 
@@ -245,7 +254,7 @@ class ClientImpl final : public Client {
         c.idle_.push_back(std::move(conn));
       } else if (conn) {
         beast::error_code ignored;
-        beast::get_lowest_layer(conn->stream).socket().close(ignored);
+        beast::get_lowest_layer(conn->stream).close(ignored);
       }
       c.finish(*this, reason, error);
     }
@@ -260,7 +269,9 @@ class ClientImpl final : public Client {
     bool received_any = false;
     bool done_seen = false;
     int status = 0;
-    std::optional<http::response_parser<http::buffer_body>> parser;
+    std::optional<http::response_parser<http::empty_body>> parser;  // the header only
+    std::optional<BodyDecoder> body;
+    bool keep_alive = false;
     std::array<char, 16384> buf{};
     SseParser sse;
     std::string error_body;
@@ -318,11 +329,11 @@ std::unique_ptr<Client> make_client(net::io_context& io, ssl::context* ssl_ctx,
                                     tcp::resolver::results_type endpoints, ClientConfig config,
                                     ClientStats& stats, Client::DoneFn done) {
   if (config.url.tls) {
-    return std::make_unique<ClientImpl<beast::ssl_stream<beast::tcp_stream>>>(
+    return std::make_unique<ClientImpl<ssl::stream<tcp::socket>>>(
         io, ssl_ctx, std::move(endpoints), std::move(config), stats, std::move(done));
   }
-  return std::make_unique<ClientImpl<beast::tcp_stream>>(io, ssl_ctx, std::move(endpoints),
-                                                         std::move(config), stats, std::move(done));
+  return std::make_unique<ClientImpl<tcp::socket>>(io, ssl_ctx, std::move(endpoints),
+                                                   std::move(config), stats, std::move(done));
 }
 
 }  // namespace ib::detail
