@@ -128,7 +128,21 @@ for i, (n, h) in enumerate(pairs, 1):
     d = h["median_ttft_ms"] - n["median_ttft_ms"]
     diffs.append(d)
     lines.append(f"| {i} | {n['median_ttft_ms']:.3f} | {h['median_ttft_ms']:.3f} | {d:+.3f} |")
+metrics = open(f"{out}/server-ttft-metrics.txt").read()
+def series(name):
+    for line in metrics.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return float("nan")
+server_ttft = 1000 * series("inferbench_time_to_first_token_seconds_sum") / series("inferbench_time_to_first_token_seconds_count")
+warm = 4 * len(pairs)  # the server also saw the warm-up requests
+client_ttft = statistics.mean(h["mean_ttft_ms"] for _, h in pairs)
+native_ttft = statistics.mean(n["mean_ttft_ms"] for n, _ in pairs)
 lines += ["", f"Median of the per-pair differences: {statistics.median(diffs):+.3f} ms.", "",
+          f"Means over the pairs: native {native_ttft:.3f} ms; through the server, as the client saw it {client_ttft:.3f} ms;"
+          f" the server's own TTFT (request arrival to first token, /metrics, warm-ups included) {server_ttft:.3f} ms."
+          " The HTTP path is the gap between the last two; the rest of the difference to native is the engine"
+          " itself running slower in the serving process on this 2-core machine while the client process shares it.", "",
           "## The round trip alone (null model, no compute, one request at a time)", "",
           f"Client TTFT median {rt['median_ttft_ms']:.3f} ms, mean {rt['mean_ttft_ms']:.3f} ms, p99 {rt['p99_ttft_ms']:.3f} ms"
           f" (median of 3 runs of 500 requests): what HTTP, the server and the client add to a first token on loopback.", ""]
