@@ -92,6 +92,7 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--request-timeout", f.request_timeout_s,
                  "openai backends: seconds before a request fails (no retries)")
       ->capture_default_str();
+  app.add_flag("--insecure", f.insecure, "openai backends: do not verify TLS certificates");
 }
 
 }  // namespace ib

@@ -154,6 +154,7 @@ Status resolve_http_target(const RunFlags& f, const NativeTargetOptions& n,
   o.dialect = f.dialect;
   o.extra_body = f.extra_body;
   o.request_timeout_s = f.request_timeout_s;
+  o.verify_tls = !f.insecure;
   o.sampling = n.sampling;
   o.ignore_eos = n.ignore_eos;
   if (!f.api_key_env.empty()) {
@@ -387,6 +388,7 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
     p.config["extra_body"] =
         f.extra_body.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.extra_body);
     p.config["request_timeout_s"] = f.request_timeout_s;
+    p.config["insecure"] = f.insecure;
   }
   return p;
 }

@@ -69,6 +69,7 @@ struct RunFlags {
   std::string dialect = "auto";
   std::string extra_body;
   double request_timeout_s = 3600;
+  bool insecure = false;
 };
 
 void add_run_flags(CLI::App& app, RunFlags& flags);
