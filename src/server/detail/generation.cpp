@@ -9,6 +9,10 @@
 namespace ib::detail {
 namespace {
 
+// A client that does not read its stream: past this much unsent output the request is aborted
+// (its KV blocks freed) instead of buffering without bound.
+constexpr size_t kMaxUnsentBytes = 16u << 20;
+
 const char* reason_name(FinishReason r) {
   return r == FinishReason::kStop ? "stop" : r == FinishReason::kLength ? "length" : nullptr;
 }
@@ -122,6 +126,7 @@ void Session::on_event(const GenEvent& e) {
                      nullptr, usage);
   gen_.emitted = end;
   append_http_chunk(pending_, event);
+  if (pending_.size() > kMaxUnsentBytes) return abort_generation("the client does not read");
   flush();
 }
 
