@@ -3,6 +3,8 @@
 // non-blocking stream; every CUDA / cuBLASLt call is checked and names its op. Ops never
 // synchronize or allocate, so a decode step can be captured in a CUDA graph; kernel choices
 // depend only on shapes and the host-side hints in the metadata.
+// A failed CUDA call inside an op becomes the backend's sticky device_status() (the op is
+// abandoned, later ops are skipped), so the engine can report it and the run can end cleanly.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,8 +12,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "backend/backend.h"
+#include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/gemm_lt.h"
 
 namespace ib::cuda {
@@ -50,6 +54,15 @@ class CudaBackend final : public Backend {
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
 
+  bool supports_graphs() const override { return true; }
+  Status begin_capture() override;
+  Result<std::unique_ptr<DeviceGraph>> end_capture() override;
+  void timer_start() override;
+  void timer_stop() override;
+  std::optional<int64_t> timer_elapsed_ns() override;
+  double copy_ceiling_bytes_per_s() const override { return copy_ceiling_bytes_per_s_; }
+  Status device_status() const override;
+
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
   int num_sms() const { return num_sms_; }
@@ -70,11 +83,28 @@ class CudaBackend final : public Backend {
   void raw_free(void* ptr, size_t bytes) override;
 
  private:
+  friend class CudaGraph;
   CudaBackend(int device, DType dtype) : device_(device), dtype_(dtype) {}
   Status init();
+  // Times a large device-to-device copy (best of several) into copy_ceiling_bytes_per_s_.
+  Status measure_copy_ceiling();
   // Makes this backend's device current for the calling thread.
   void bind() const;
-  void after_op(const char* op);
+  // Runs one op's host side: skipped after a device error; a CudaFailure becomes the sticky
+  // error; with debug sync (outside capture) the op is waited for, so a fault names it.
+  template <typename F>
+  void run_op(const char* op, F&& body) {
+    if (!error_.empty()) return;
+    try {
+      bind();
+      std::forward<F>(body)();
+      if (debug_sync_ && !capturing_) IB_CUDA_CHECK(cudaStreamSynchronize(stream_), op);
+    } catch (const CudaFailure& e) {
+      record_failure(e.what());
+    }
+  }
+  void record_failure(const std::string& message);
+  void copy_from_host_impl(Tensor dst, const void* src, DType src_dtype, int64_t n);
 
   int device_;
   DType dtype_;
@@ -89,6 +119,11 @@ class CudaBackend final : public Backend {
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
   AttentionPath attention_path_ = AttentionPath::kAuto;
   bool debug_sync_ = false;
+  bool capturing_ = false;
+  std::string error_;  // the first device error; empty while all is well
+  cudaEvent_t timer_begin_ = nullptr, timer_end_ = nullptr;
+  bool timer_recorded_ = false;
+  double copy_ceiling_bytes_per_s_ = 0.0;
 };
 
 }  // namespace ib::cuda

@@ -22,6 +22,9 @@ void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype
 void launch_silu_mul(const Tensor& gate_up, Tensor out, cudaStream_t stream);
 // out (R, D) = x[row_ids[r]] for any element type; rows with an id outside x become zeros.
 void launch_gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out, cudaStream_t stream);
+// dst <- src, bytes a multiple of 16 and both 16-byte aligned: the bandwidth-ceiling copy (the
+// phase-1 benchmark's copy kernel: 4 blocks of 512 threads per SM, 16 bytes per thread).
+void launch_copy16(const void* src, void* dst, size_t bytes, int num_sms, cudaStream_t stream);
 // out (M, N) += bias (N).
 void launch_bias_add(Tensor out, const Tensor& bias, cudaStream_t stream);
 
