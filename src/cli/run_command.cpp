@@ -37,7 +37,7 @@ std::vector<std::string> performance_lines(const json& perf) {
                           c["median_device_ms"].get<double>(),
                           100.0 * c["median_host_overhead_fraction"].get<double>());
     }
-    line += fmt::format("; {:.2f} TB/s achieved", c["achieved_bytes_per_s"].get<double>() / 1e12);
+    line += fmt::format("; {:.0f} GB/s achieved", c["achieved_bytes_per_s"].get<double>() / 1e9);
     if (ceiling > 0) {
       line += fmt::format(
           " = {:.1f}% of the measured copy ceiling {:.2f} TB/s ({:.1f}% of the "

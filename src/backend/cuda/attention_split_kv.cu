@@ -37,7 +37,7 @@ void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t st
     launch_config<T, HD, GC, 4>(p, tokens, stream);
   }
   IB_CUDA_CHECK_LAUNCH("attention(split_kv)");
-  if (p.num_partitions > 1) {
+  if (p.num_partitions > 1 && p.counters == nullptr) {
     merge_kernel<T, HD><<<merge_grid(p, tokens), HD, 0, stream>>>(p);
     IB_CUDA_CHECK_LAUNCH("attention(split_kv merge)");
   }
@@ -86,12 +86,18 @@ int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape&
 void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const AttentionShape& shape,
                                int partition_size, void* workspace, size_t workspace_bytes,
-                               int num_sms, Tensor out, cudaStream_t stream) {
+                               unsigned* counters, size_t num_counters, int num_sms, Tensor out,
+                               cudaStream_t stream) {
   IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96 or 128 on CUDA");
   IB_ASSERT(partition_size > 0, "attention: partition size must be positive");
   if (meta.num_tokens == 0) return;
-  const SplitParams p =
+  SplitParams p =
       make_split_params(qkv, kv, meta, shape, partition_size, workspace, workspace_bytes, out);
+  // The merge runs inside the kernel when every (token, KV head chunk) has a counter.
+  const int group = shape.num_heads / shape.num_kv_heads;
+  const int gc = group == 1 ? 1 : (group <= 4 ? 4 : 8);
+  const dim3 grid = split_kv_grid(p, meta.num_tokens, gc);
+  if (size_t{grid.x} * grid.y <= num_counters) p.counters = counters;
   IB_ASSERT(p.num_partitions == 1 || split_kv_workspace_bytes(meta.num_tokens, shape,
                                                               p.num_partitions) <= workspace_bytes,
             "attention: split-KV workspace too small");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <string_view>
 
@@ -81,6 +82,8 @@ Status CudaBackend::init() {
     IB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "init");
     IB_CUDA_CHECK(cudaEventCreate(&timer_begin_), "init");
     IB_CUDA_CHECK(cudaEventCreate(&timer_end_), "init");
+    IB_CUDA_CHECK(cudaEventCreate(&tune_begin_), "init");
+    IB_CUDA_CHECK(cudaEventCreate(&tune_end_), "init");
     gemm_ = std::make_unique<GemmLt>();
   } catch (const CudaFailure& e) {
     return runtime_error(std::string("cannot initialise CUDA device ") + std::to_string(device_) +
@@ -89,6 +92,12 @@ Status CudaBackend::init() {
   IB_ASSIGN_OR_RETURN(gemm_workspace_, alloc(kGemmWorkspaceBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(attention_workspace_, alloc(kAttentionWorkspaceBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(staging_, alloc(kStagingBytes, MemoryTag::kWorkspace));
+  IB_ASSIGN_OR_RETURN(attention_counters_, alloc(kAttentionCounterBytes, MemoryTag::kWorkspace));
+  run_op("init", [&] {
+    IB_CUDA_CHECK(
+        cudaMemsetAsync(attention_counters_.data(), 0, attention_counters_.bytes(), stream_),
+        "init");
+  });
   IB_TRY(measure_copy_ceiling());
   return device_status();
 }
@@ -99,9 +108,12 @@ CudaBackend::~CudaBackend() {
   gemm_workspace_.reset();
   attention_workspace_.reset();
   staging_.reset();
+  attention_counters_.reset();
   gemm_.reset();
   if (timer_begin_) cudaEventDestroy(timer_begin_);
   if (timer_end_) cudaEventDestroy(timer_end_);
+  if (tune_begin_) cudaEventDestroy(tune_begin_);
+  if (tune_end_) cudaEventDestroy(tune_end_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -247,13 +259,43 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
             "matmul: x and w share the activation dtype; out is that or f32");
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "matmul: bias must be (N)");
   run_op("matmul", [&] {
-    if (x.rows() <= gemv_max_m_ && static_cast<int64_t>(w.bytes()) <= gemv_max_weight_bytes_ &&
-        gemv_supported(x, w, out) && (bias == nullptr || bias->dtype == w.dtype)) {
+    if (choose_gemv(x, w, bias, out)) {
       launch_gemv(x, w, bias, out, stream_);
     } else {
       gemm_->run(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
     }
   });
+}
+
+bool CudaBackend::choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+  const bool gemv_ok = x.rows() <= kGemvMaxM && gemv_supported(x, w, out) &&
+                       (bias == nullptr || bias->dtype == w.dtype);
+  const bool rule = gemv_ok && x.rows() <= gemv_max_m_ &&
+                    static_cast<int64_t>(w.bytes()) <= gemv_max_weight_bytes_;
+  if (!tuning_ || x.rows() > kTuneMaxM || x.rows() == 0) return rule;
+  const auto key = std::make_tuple(x.rows(), w.dim(0), w.dim(1), static_cast<int>(x.dtype),
+                                   static_cast<int>(out.dtype), bias != nullptr);
+  if (const auto it = gemv_choice_.find(key); it != gemv_choice_.end()) return it->second;
+  if (capturing_) return rule;  // no timing inside a capture; the eager warm-up tunes first
+  const float lt_ms =
+      gemm_->tune(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
+                  [&](const std::function<void()>& fn) { return time_ms(fn); });
+  const float gemv_ms =
+      gemv_ok ? time_ms([&] { launch_gemv(x, w, bias, out, stream_); }) : INFINITY;
+  return gemv_choice_[key] = gemv_ms < lt_ms;
+}
+
+float CudaBackend::time_ms(const std::function<void()>& fn) {
+  constexpr int kReps = 5;
+  fn();
+  fn();
+  IB_CUDA_CHECK(cudaEventRecord(tune_begin_, stream_), "matmul tuning");
+  for (int i = 0; i < kReps; ++i) fn();
+  IB_CUDA_CHECK(cudaEventRecord(tune_end_, stream_), "matmul tuning");
+  IB_CUDA_CHECK(cudaEventSynchronize(tune_end_), "matmul tuning");
+  float ms = 0.0f;
+  IB_CUDA_CHECK(cudaEventElapsedTime(&ms, tune_begin_, tune_end_), "matmul tuning");
+  return ms / kReps;
 }
 
 void CudaBackend::rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
@@ -295,8 +337,10 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
     } else {
       const int partition =
           split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
-      launch_attention_split_kv(qkv, kv, meta, shape, partition, attention_workspace_.data(),
-                                attention_workspace_.bytes(), num_sms_, out, stream_);
+      launch_attention_split_kv(
+          qkv, kv, meta, shape, partition, attention_workspace_.data(),
+          attention_workspace_.bytes(), static_cast<unsigned*>(attention_counters_.data()),
+          attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_);
     }
   });
 }

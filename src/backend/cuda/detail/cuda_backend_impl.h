@@ -9,9 +9,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "backend/backend.h"
@@ -27,6 +30,7 @@ class CudaBackend final : public Backend {
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
   static constexpr size_t kStagingBytes = size_t{16} << 20;
+  static constexpr size_t kAttentionCounterBytes = size_t{1} << 20;  // split-KV merge counters
 
   static Result<std::unique_ptr<CudaBackend>> create(int device, DType dtype,
                                                      std::optional<int64_t> memory_limit_bytes);
@@ -71,9 +75,17 @@ class CudaBackend final : public Backend {
   // the H200 measurements in bench/NOTES.md: cuBLASLt wins from M = 16, and on the large
   // decode matrices (gate_up, down) it streams slightly faster than the GEMV.
   int gemv_max_m() const { return gemv_max_m_; }
-  void set_gemv_max_m(int m) { gemv_max_m_ = m; }
+  // Setting the rule explicitly (tests, the op benchmark) also turns tuning off.
+  void set_gemv_max_m(int m) {
+    gemv_max_m_ = m;
+    tuning_ = false;
+  }
   void set_gemv_max_weight_bytes(int64_t bytes) { gemv_max_weight_bytes_ = bytes; }
   void set_attention_path(AttentionPath path) { attention_path_ = path; }
+  // Matmuls with at most this many rows time the GEMV and cuBLASLt's top algorithms on their
+  // first call (outside graph capture) and keep the fastest for their shape; 0 turns it off.
+  static constexpr int kTuneMaxM = 16;
+  void set_tuning(bool on) { tuning_ = on; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
@@ -104,6 +116,10 @@ class CudaBackend final : public Backend {
     }
   }
   void record_failure(const std::string& message);
+  // Whether the tensor-core GEMV runs this matmul (else cuBLASLt); tunes on first use.
+  bool choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
+  // ms per call of fn, over a few calls after two warm-ups (synchronizes).
+  float time_ms(const std::function<void()>& fn);
   void copy_from_host_impl(Tensor dst, const void* src, DType src_dtype, int64_t n);
 
   int device_;
@@ -115,6 +131,7 @@ class CudaBackend final : public Backend {
   Buffer gemm_workspace_;
   Buffer attention_workspace_;
   Buffer staging_;
+  Buffer attention_counters_;
   int gemv_max_m_ = 8;
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
   AttentionPath attention_path_ = AttentionPath::kAuto;
@@ -124,6 +141,10 @@ class CudaBackend final : public Backend {
   cudaEvent_t timer_begin_ = nullptr, timer_end_ = nullptr;
   bool timer_recorded_ = false;
   double copy_ceiling_bytes_per_s_ = 0.0;
+  bool tuning_ = true;
+  cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
+  // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, int, bool>, bool> gemv_choice_;
 };
 
 }  // namespace ib::cuda

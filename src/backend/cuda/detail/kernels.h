@@ -52,10 +52,14 @@ size_t split_kv_workspace_bytes(int num_tokens, const AttentionShape& shape, int
 // Keys per partition that keeps the workspace within workspace_bytes and fills the GPU.
 int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape& shape,
                             size_t workspace_bytes, int num_sms);
+// counters: num_counters zero-initialised words the kernel leaves zeroed; when the launch has
+// at most that many (token, KV head chunk) blocks per partition, the partitions are merged in
+// the kernel (no merge launch), otherwise by the merge kernel.
 void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const AttentionShape& shape,
                                int partition_size, void* workspace, size_t workspace_bytes,
-                               int num_sms, Tensor out, cudaStream_t stream);
+                               unsigned* counters, size_t num_counters, int num_sms, Tensor out,
+                               cudaStream_t stream);
 bool split_kv_supports(const AttentionShape& shape);
 
 // ---- attention_flash.cu: tensor-core flash attention for prefill / mixed batches ----
