@@ -7,7 +7,8 @@
 # result directory, logs, test JSON), ctest.log, build.log.
 # Environment: IB_JOBS (16), IB_BUILD_DIR (/tmp/ib-build: outside the staged tree, so a warm
 # machine keeps it), IB_SKIP_TESTS=1, IB_SKIP_BENCH=1, IB_SKIP_HF=1, IB_ONLY (space-separated
-# benchmark names), IB_OPS_BENCH=1 (also the phase-1 op benchmark).
+# benchmark names), IB_OPS_BENCH=1 (also the phase-1 op benchmark), IB_DEADLINE_S (540: every
+# step's timeout is cut so that the summary and the tarball are written before then).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -19,6 +20,13 @@ BUILD="${IB_BUILD_DIR:-/tmp/ib-build}"
 BIN="$BUILD/bin/inferbench"
 started=$(date +%s)
 elapsed() { echo $(( $(date +%s) - started )); }
+DEADLINE="${IB_DEADLINE_S:-540}"
+# limit CAP: the timeout for the next step, at most CAP, keeping 30 s for the summary.
+limit() {
+  local left=$(( DEADLINE - $(elapsed) - 30 ))
+  [ "$left" -lt 1 ] && left=1
+  [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
 declare -a STATUS=()
 note() { STATUS+=("$1"); echo "[$(elapsed) s] $1"; }
 
@@ -51,7 +59,7 @@ if [ "${IB_SKIP_TESTS:-0}" != 1 ] && [ -x "$BUILD/src/engine/engine_cuda_test" ]
   t0=$(date +%s)
   mkdir -p "$RES/tests"
   export GTEST_OUTPUT="json:$RES/tests/"
-  timeout 420 ctest --test-dir "$BUILD" -L gpu --output-on-failure >"$OUT/ctest.log" 2>&1
+  timeout "$(limit 420)" ctest --test-dir "$BUILD" -L gpu --output-on-failure >"$OUT/ctest.log" 2>&1
   rc=$?
   unset GTEST_OUTPUT
   grep -E "^\[  FAILED  \]|Failure|Expected|Which is|CUDA error|tests passed|Test +#" "$OUT/ctest.log" | head -60
@@ -63,8 +71,10 @@ bench() {
   local name=$1
   shift
   if [ -n "${IB_ONLY:-}" ] && [[ " $IB_ONLY " != *" $name "* ]]; then return; fi
-  local t0=$(date +%s)
-  timeout 300 "$BIN" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
+  local t0=$(date +%s) cap
+  cap=$(limit 300)
+  if [ "$cap" -lt 20 ]; then note "bench $name: skipped (deadline)"; return; fi
+  timeout "$cap" "$BIN" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
     --result-dir "$RES/$name" --overwrite "$@" >"$RES/$name.log" 2>&1
   local rc=$?
   note "bench $name: rc $rc ($(( $(date +%s) - t0 )) s)"
@@ -97,21 +107,21 @@ fi
 if [ "${IB_SKIP_HF:-0}" != 1 ]; then
   echo "== HF transformers eager, the seed's protocol"
   t0=$(date +%s)
-  PYTHONUNBUFFERED=1 timeout 240 python3 tools/hf_bench.py --out "$RES" --batches 3 \
+  PYTHONUNBUFFERED=1 timeout "$(limit 240)" python3 tools/hf_bench.py --out "$RES" --batches 3 \
     >"$RES/hf_bench.log" 2>&1
   note "hf_bench: rc $? ($(( $(date +%s) - t0 )) s)"
   tail -2 "$RES/hf_bench.log"
   if [ -x "$BIN" ]; then
     echo "== HF comparison"
     t0=$(date +%s)
-    PYTHONUNBUFFERED=1 timeout 300 python3 tools/hf_compare.py --inferbench "$BIN" --out "$RES" \
+    PYTHONUNBUFFERED=1 timeout "$(limit 300)" python3 tools/hf_compare.py --inferbench "$BIN" --out "$RES" \
       >"$RES/hf_compare.log" 2>&1
     note "hf_compare: rc $? ($(( $(date +%s) - t0 )) s)"
   fi
 fi
 
 if [ "${IB_OPS_BENCH:-0}" = 1 ] && [ -x "$BUILD/bench/gpu/ib_ops_bench" ]; then
-  timeout 300 "$BUILD/bench/gpu/ib_ops_bench" "$RES/ops_bench.json" >"$RES/ops_bench.log" 2>&1
+  timeout "$(limit 300)" "$BUILD/bench/gpu/ib_ops_bench" "$RES/ops_bench.json" >"$RES/ops_bench.log" 2>&1
   note "ops bench: rc $?"
 fi
 
