@@ -5,7 +5,8 @@ For Llama-3, Qwen2 and Mistral shapes (the real hidden size, heads, KV heads, FF
 fewer layers to keep it quick) this builds the HF model from a config with seeded random weights,
 saves it with save_pretrained (safetensors, bf16), and runs `inferbench generate` on that
 directory in fp32 and bf16. HF's fp32 logits are then computed teacher-forced on the tokens
-inferbench chose (one forward pass over prompt + generated tokens; TF32 off), so that:
+inferbench chose (one forward pass over prompt + generated tokens; eager attention, TF32 off),
+so that:
   - fp32: greedy tokens are identical iff HF's argmax at every step equals inferbench's token;
   - bf16: each step's logits are within a relative L2 error of 2e-2 of HF's fp32 logits.
 Prints a table and writes JSON.
@@ -48,7 +49,8 @@ def build_model(name, layers, seed, directory):
     config = getattr(transformers, cls_name)(num_hidden_layers=layers, **kwargs)
     torch.manual_seed(seed)
     with torch.device("cuda"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
+        # Eager attention: plain fp32 matmuls for the reference (SDPA may use other kernels).
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     # Larger than HF's 0.02 init so that logits spread (and greedy ties are improbable).
     with torch.no_grad():
         for n, p in model.named_parameters():

@@ -7,7 +7,8 @@
 # result directory, logs, test JSON), ctest.log, build.log.
 # Environment: IB_JOBS (16), IB_BUILD_DIR (/tmp/ib-build: outside the staged tree, so a warm
 # machine keeps it), IB_SKIP_TESTS=1, IB_SKIP_BENCH=1, IB_SKIP_HF=1, IB_ONLY (space-separated
-# benchmark names), IB_OPS_BENCH=1 (also the phase-1 op benchmark), IB_DEADLINE_S (540: every
+# benchmark names), IB_OPS_BENCH=1 (also the phase-1 op benchmark), IB_SKIP_AB=1 (no A/B of
+# IB_PDL / IB_MATMUL_TUNING, which the backend reads), IB_DEADLINE_S (540: every
 # step's timeout is cut so that the summary and the tarball are written before then).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -64,6 +65,44 @@ if [ "${IB_SKIP_TESTS:-0}" != 1 ] && [ -x "$BUILD/src/engine/engine_cuda_test" ]
   unset GTEST_OUTPUT
   grep -E "^\[  FAILED  \]|Failure|Expected|Which is|CUDA error|tests passed|Test +#" "$OUT/ctest.log" | head -60
   note "gpu tests: rc $rc ($(( $(date +%s) - t0 )) s)"
+  if grep -qE "engine_cuda_test .*(Failed|Exception)" "$OUT/ctest.log" && [ "${IB_PDL:-1}" != 0 ]; then
+    # If the engine test passes without programmatic dependent launch, benchmark without it.
+    if IB_PDL=0 timeout "$(limit 60)" "$BUILD/src/engine/engine_cuda_test" >"$RES/engine_test_nopdl.log" 2>&1; then
+      export IB_PDL=0
+      note "gpu tests: engine test passes with IB_PDL=0; benchmarks run without PDL"
+    fi
+  fi
+fi
+
+# A/B of the launch-path switches on a short batch-8 decode run (16 prompts, 1 run each): PDL
+# on/off, and the matmul choice (tuned, static rule, GEMV for all); the fastest median TPOT
+# sets IB_PDL / IB_MATMUL_TUNING for every benchmark after it.
+if [ "${IB_SKIP_AB:-0}" != 1 ] && [ "${IB_SKIP_BENCH:-0}" != 1 ] && [ -x "$BIN" ]; then
+  echo "== A/B: programmatic dependent launch x matmul tuning"
+  best="" best_tpot=""
+  for combo in "1 1" "1 0" "1 gemv" "0 1"; do
+    set -- $combo
+    [ "$1" = 1 ] && [ "${IB_PDL:-1}" = 0 ] && continue  # PDL ruled out by the tests
+    dir="$RES/ab_pdl$1_tune$2"
+    IB_PDL=$1 IB_MATMUL_TUNING=$2 timeout "$(limit 60)" "$BIN" run --device cuda --dtype bf16 \
+      --load-format dummy --disable-tqdm --model llama-3-8b --batch-size 8 --input-len 32 \
+      --output-len 128 --num-prompts 16 --runs 1 --num-warmups 8 --result-dir "$dir" \
+      --overwrite >"$dir.log" 2>&1
+    tpot=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['median_tpot_ms'])" \
+      "$dir/result.json" 2>/dev/null)
+    note "A/B pdl=$1 tuning=$2: median TPOT ${tpot:-failed} ms"
+    if [ -n "$tpot" ] && { [ -z "$best_tpot" ] ||
+         python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" \
+           "$tpot" "$best_tpot"; }; then
+      best="$combo" best_tpot=$tpot
+    fi
+  done
+  if [ -n "$best" ]; then
+    set -- $best
+    export IB_PDL=$1 IB_MATMUL_TUNING=$2
+    note "chosen: IB_PDL=$1 IB_MATMUL_TUNING=$2 (TPOT $best_tpot ms)"
+  fi
+  set --
 fi
 
 # bench NAME ARGS...: one `inferbench run` into $RES/NAME (3 runs unless ARGS say otherwise).
@@ -94,6 +133,10 @@ if [ "${IB_SKIP_BENCH:-0}" != 1 ] && [ -x "$BIN" ]; then
     --num-prompts 3 --num-warmups 1
   bench llama3-8b_cont_1024 "${L3[@]}" --input-len 128 --output-len 128 --num-prompts 1024 \
     --load-mode open --num-warmups 16
+  bench llama3-8b_cont_1024_seqs512 "${L3[@]}" --input-len 128 --output-len 128 \
+    --num-prompts 1024 --load-mode open --num-warmups 16 --max-num-seqs 512
+  bench llama3-8b_b1_kv25 "${L3[@]}" --batch-size 1 --input-len 32 --output-len 128 \
+    --num-prompts 2 --gpu-memory-utilization 0.25
   bench phi3-mini_b1 --model phi-3-mini-4k --batch-size 1 --input-len 32 --output-len 128 \
     --num-prompts 4
   bench phi3-mini_b8 --model phi-3-mini-4k --batch-size 8 --input-len 32 --output-len 128 \
@@ -126,6 +169,7 @@ if [ "${IB_OPS_BENCH:-0}" = 1 ] && [ -x "$BUILD/bench/gpu/ib_ops_bench" ]; then
 fi
 
 cp "$OUT/env.txt" "$RES/" 2>/dev/null
+printf '%s\n' "${STATUS[@]}" >"$RES/steps.txt"
 python3 bench/gpu/summarize.py "$RES" "$OUT/summary.json" >"$OUT/summary.md" 2>&1
 # The continuous-batching run's per-request JSONL is large; its result.json keeps the metrics.
 tar -czf "$OUT/results.tgz" --exclude='llama3-8b_cont_1024/requests.jsonl' -C "$OUT" results

@@ -46,6 +46,18 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
   // IB_CUDA_DEBUG_SYNC=1 waits for every op, so an asynchronous fault names the op that caused it.
   if (const char* sync = std::getenv("IB_CUDA_DEBUG_SYNC"); sync && std::string_view(sync) == "1")
     backend->set_debug_sync(true);
+  // A/B switches for the benchmark script: IB_PDL=0 (no programmatic dependent launch);
+  // IB_MATMUL_TUNING=0 (the static GEMV / cuBLASLt rule) or =gemv (the GEMV for every matmul
+  // of at most 8 rows, whatever the weight size).
+  if (const char* pdl = std::getenv("IB_PDL"); pdl && std::string_view(pdl) == "0")
+    backend->set_pdl(false);
+  if (const char* tune = std::getenv("IB_MATMUL_TUNING"); tune) {
+    if (std::string_view(tune) == "0") backend->set_tuning(false);
+    if (std::string_view(tune) == "gemv") {
+      backend->set_gemv_max_m(8);
+      backend->set_gemv_max_weight_bytes(INT64_MAX);
+    }
+  }
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
@@ -230,14 +242,14 @@ void CudaBackend::embedding(const Tensor& token_ids, const Tensor& table, Tensor
             "embedding: token_ids must be int32 (T) for out (T, D)");
   IB_ASSERT(table.dtype == out.dtype && table.row_size() == out.row_size(),
             "embedding: table (V, D) and out (T, D) must agree");
-  run_op("embedding", [&] { launch_gather_rows(table, token_ids, out, stream_); });
+  run_op("embedding", [&] { launch_gather_rows(table, token_ids, out, stream_, pdl_); });
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
   check_same_shape(x, out, "rms_norm: x and out must have the same shape");
   IB_ASSERT(weight.numel() == x.row_size() && weight.dtype == x.dtype && out.dtype == x.dtype,
             "rms_norm: weight (D) and out must match x (T, D)");
-  run_op("rms_norm", [&] { launch_rms_norm(nullptr, x, weight, eps, out, stream_); });
+  run_op("rms_norm", [&] { launch_rms_norm(nullptr, x, weight, eps, out, stream_, pdl_); });
 }
 
 void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
@@ -247,7 +259,7 @@ void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w
   IB_ASSERT(weight.numel() == x.row_size() && weight.dtype == x.dtype &&
                 residual.dtype == x.dtype && out.dtype == x.dtype,
             "add_rms_norm: residual, weight and out must match x");
-  run_op("add_rms_norm", [&] { launch_rms_norm(&residual, x, weight, eps, out, stream_); });
+  run_op("add_rms_norm", [&] { launch_rms_norm(&residual, x, weight, eps, out, stream_, pdl_); });
 }
 
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
@@ -260,7 +272,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "matmul: bias must be (N)");
   run_op("matmul", [&] {
     if (choose_gemv(x, w, bias, out)) {
-      launch_gemv(x, w, bias, out, stream_);
+      launch_gemv(x, w, bias, out, stream_, pdl_);
     } else {
       gemm_->run(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
     }
@@ -312,7 +324,7 @@ void CudaBackend::rope_and_cache(Tensor qkv, const Tensor& positions, const Tens
                 kv.k.dim(3) == shape.head_dim,
             "rope_and_cache: cache must be (blocks, Hkv, block_size, head_dim) of qkv's dtype");
   run_op("rope_and_cache", [&] {
-    launch_rope_and_cache(qkv, positions, slot_mapping, inv_freq, kv, shape, stream_);
+    launch_rope_and_cache(qkv, positions, slot_mapping, inv_freq, kv, shape, stream_, pdl_);
   });
 }
 
@@ -340,7 +352,7 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
       launch_attention_split_kv(
           qkv, kv, meta, shape, partition, attention_workspace_.data(),
           attention_workspace_.bytes(), static_cast<unsigned*>(attention_counters_.data()),
-          attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_);
+          attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_, pdl_);
     }
   });
 }
@@ -349,14 +361,14 @@ void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out) {
   IB_ASSERT(gate_up.rows() == out.rows() && gate_up.row_size() == 2 * out.row_size() &&
                 gate_up.dtype == out.dtype,
             "silu_mul: gate_up must be (T, 2F) for out (T, F)");
-  run_op("silu_mul", [&] { launch_silu_mul(gate_up, out, stream_); });
+  run_op("silu_mul", [&] { launch_silu_mul(gate_up, out, stream_, pdl_); });
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) {
   IB_ASSERT(row_ids.dtype == DType::kI32 && row_ids.numel() == out.rows() &&
                 x.row_size() == out.row_size() && x.dtype == out.dtype,
             "gather_rows: out (R, D) = x[row_ids (R)] with matching D and dtype");
-  run_op("gather_rows", [&] { launch_gather_rows(x, row_ids, out, stream_); });
+  run_op("gather_rows", [&] { launch_gather_rows(x, row_ids, out, stream_, pdl_); });
 }
 
 void CudaBackend::sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) {
@@ -365,7 +377,7 @@ void CudaBackend::sample(const Tensor& logits, const SamplingMetadata& meta, Ten
             "sample: logits f32 (R, V) and out_tokens int32 (R)");
   run_op("sample", [&] {
     launch_sample(logits, meta, out_tokens, attention_workspace_.data(),
-                  attention_workspace_.bytes(), stream_);
+                  attention_workspace_.bytes(), stream_, pdl_);
   });
 }
 

@@ -86,6 +86,9 @@ class CudaBackend final : public Backend {
   // first call (outside graph capture) and keep the fastest for their shape; 0 turns it off.
   static constexpr int kTuneMaxM = 16;
   void set_tuning(bool on) { tuning_ = on; }
+  // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's).
+  void set_pdl(bool on) { pdl_ = on; }
+  bool pdl() const { return pdl_; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
@@ -142,6 +145,7 @@ class CudaBackend final : public Backend {
   bool timer_recorded_ = false;
   double copy_ceiling_bytes_per_s_ = 0.0;
   bool tuning_ = true;
+  bool pdl_ = true;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int, bool>, bool> gemv_choice_;

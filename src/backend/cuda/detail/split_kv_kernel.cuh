@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/detail/attention_common.cuh"
 #include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
 
@@ -62,6 +63,8 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
   __shared__ float m_s[kWarps][GC];
   __shared__ float l_s[kWarps][GC];
   __shared__ float o_s[kWarps][GC][HD];
+  pdl_wait();
+  pdl_trigger();
 
   const int t = blockIdx.x;
   const int chunks_per_kv = (p.group + GC - 1) / GC;
