@@ -103,6 +103,10 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
+    # PyTorch >= 2.9 also has per-backend fp32 precision settings; ask for IEEE fp32 there too.
+    for backend in (getattr(torch.backends.cuda, "matmul", None), torch.backends.cudnn):
+        if backend is not None and hasattr(backend, "fp32_precision"):
+            backend.fp32_precision = "ieee"
     rows, ok = [], True
     for name in args.shapes.split(","):
         with tempfile.TemporaryDirectory(prefix=f"hfcmp-{name}-") as d:

@@ -65,24 +65,16 @@ if [ "${IB_SKIP_TESTS:-0}" != 1 ] && [ -x "$BUILD/src/engine/engine_cuda_test" ]
   unset GTEST_OUTPUT
   grep -E "^\[  FAILED  \]|Failure|Expected|Which is|CUDA error|tests passed|Test +#" "$OUT/ctest.log" | head -60
   note "gpu tests: rc $rc ($(( $(date +%s) - t0 )) s)"
-  if grep -qE "engine_cuda_test .*(Failed|Exception)" "$OUT/ctest.log" && [ "${IB_PDL:-1}" != 0 ]; then
-    # If the engine test passes without programmatic dependent launch, benchmark without it.
-    if IB_PDL=0 timeout "$(limit 60)" "$BUILD/src/engine/engine_cuda_test" >"$RES/engine_test_nopdl.log" 2>&1; then
-      export IB_PDL=0
-      note "gpu tests: engine test passes with IB_PDL=0; benchmarks run without PDL"
-    fi
-  fi
 fi
 
-# A/B of the launch-path switches on a short batch-8 decode run (16 prompts, 1 run each): PDL
-# on/off, and the matmul choice (tuned, static rule, GEMV for all); the fastest median TPOT
-# sets IB_PDL / IB_MATMUL_TUNING for every benchmark after it.
+# A/B of the launch-path switches on a short batch-8 decode run (16 prompts, 1 run each): the
+# matmul choice (tuned or the static rule) and programmatic dependent launch; the fastest median
+# TPOT sets IB_PDL / IB_MATMUL_TUNING for every benchmark after it.
 if [ "${IB_SKIP_AB:-0}" != 1 ] && [ "${IB_SKIP_BENCH:-0}" != 1 ] && [ -x "$BIN" ]; then
   echo "== A/B: programmatic dependent launch x matmul tuning"
   best="" best_tpot=""
-  for combo in "1 1" "1 0" "1 gemv" "0 1"; do
+  for combo in "0 1" "0 0" "1 1"; do
     set -- $combo
-    [ "$1" = 1 ] && [ "${IB_PDL:-1}" = 0 ] && continue  # PDL ruled out by the tests
     dir="$RES/ab_pdl$1_tune$2"
     IB_PDL=$1 IB_MATMUL_TUNING=$2 timeout "$(limit 60)" "$BIN" run --device cuda --dtype bf16 \
       --load-format dummy --disable-tqdm --model llama-3-8b --batch-size 8 --input-len 32 \

@@ -96,10 +96,13 @@ Status ModelRunner::allocate() {
   out_tokens_offset_ = static_cast<int>(layout_for(t, s, width, r).words);
   IB_TRY(alloc(meta_buf_, (out_tokens_offset_ + r) * 4));  // + out tokens (R)
   IB_TRY(alloc(inv_freq_buf_, model_.head_dim / 2 * 4));
-  // Defined contents everywhere: rows a kernel skips (graph padding) stay finite.
-  for (const Buffer* b : {&residual_buf_, &hidden_buf_, &tmp_buf_, &qkv_buf_, &attn_buf_,
-                          &gate_up_buf_, &act_buf_, &rows_buf_, &logits_buf_}) {
-    backend_.fill_constant(b->view(DType::kF32, {static_cast<int64_t>(b->bytes() / 4)}), 0.0f);
+  // Defined contents where decode graphs run: the rows a kernel skips (bucket padding) stay
+  // finite. (The CPU backend leaves its untouched pages unmapped, as before.)
+  if (backend_.supports_graphs()) {
+    for (const Buffer* b : {&residual_buf_, &hidden_buf_, &tmp_buf_, &qkv_buf_, &attn_buf_,
+                            &gate_up_buf_, &act_buf_, &rows_buf_, &logits_buf_}) {
+      backend_.fill_constant(b->view(DType::kF32, {static_cast<int64_t>(b->bytes() / 4)}), 0.0f);
+    }
   }
   for (const LayerWeights& l : weights_.layers) {
     for (const Tensor* w :

@@ -46,11 +46,11 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
   // IB_CUDA_DEBUG_SYNC=1 waits for every op, so an asynchronous fault names the op that caused it.
   if (const char* sync = std::getenv("IB_CUDA_DEBUG_SYNC"); sync && std::string_view(sync) == "1")
     backend->set_debug_sync(true);
-  // A/B switches for the benchmark script: IB_PDL=0 (no programmatic dependent launch);
-  // IB_MATMUL_TUNING=0 (the static GEMV / cuBLASLt rule) or =gemv (the GEMV for every matmul
-  // of at most 8 rows, whatever the weight size).
-  if (const char* pdl = std::getenv("IB_PDL"); pdl && std::string_view(pdl) == "0")
-    backend->set_pdl(false);
+  // A/B switches for the benchmark script: IB_PDL=1 (programmatic dependent launch; measured
+  // 2% slower on the H200, bench/NOTES.md); IB_MATMUL_TUNING=0 (the static GEMV / cuBLASLt
+  // rule) or =gemv (the GEMV for every matmul of at most 8 rows, whatever the weight size).
+  if (const char* pdl = std::getenv("IB_PDL"); pdl && std::string_view(pdl) == "1")
+    backend->set_pdl(true);
   if (const char* tune = std::getenv("IB_MATMUL_TUNING"); tune) {
     if (std::string_view(tune) == "0") backend->set_tuning(false);
     if (std::string_view(tune) == "gemv") {

@@ -86,7 +86,8 @@ class CudaBackend final : public Backend {
   // first call (outside graph capture) and keep the fastest for their shape; 0 turns it off.
   static constexpr int kTuneMaxM = 16;
   void set_tuning(bool on) { tuning_ = on; }
-  // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's).
+  // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's). Off by
+  // default: on the H200 it made batch-8 decode steps 2% slower (bench/NOTES.md, cuda2 run 2).
   void set_pdl(bool on) { pdl_ = on; }
   bool pdl() const { return pdl_; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
@@ -145,7 +146,7 @@ class CudaBackend final : public Backend {
   bool timer_recorded_ = false;
   double copy_ceiling_bytes_per_s_ = 0.0;
   bool tuning_ = true;
-  bool pdl_ = true;
+  bool pdl_ = false;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int, bool>, bool> gemv_choice_;
