@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   CLI::App* run =
       app.add_subcommand("run", "one benchmark: target x model x workload, --runs times");
   ib::add_run_flags(*run, flags);
+  ib::GenerateFlags gen_flags;
+  CLI::App* generate = app.add_subcommand(
+      "generate", "greedy tokens (and optionally logits) for one prompt of token ids");
+  ib::add_generate_flags(*generate, gen_flags);
   CLI::App* models = app.add_subcommand("models", "list architecture presets");
   CLI::App* env = app.add_subcommand("env", "print the environment fingerprint");
   bool env_json = false;
@@ -62,6 +66,11 @@ int main(int argc, char** argv) {
   }
 
   if (run->parsed()) return run_command(flags);
+  if (generate->parsed()) {
+    auto code = ib::execute_generate(gen_flags);
+    if (!code.ok()) return fail(code.error());
+    return *code;
+  }
   if (models->parsed()) {
     std::cout << ib::models_table(ib::all_presets());
     return ib::kExitOk;

@@ -20,6 +20,40 @@ std::string mib(const json& bytes) {
   return fmt::format("{:.1f} MiB", bytes.get<double>() / (1024.0 * 1024.0));
 }
 
+// "Decode: 4.21 ms/step median (device 4.10 ms, host 2.6%), 3.61 TB/s achieved = 91.6% of
+// the measured copy ceiling 3.94 TB/s (86.8% of the reference 4.16 TB/s); 35 graphs."
+std::vector<std::string> performance_lines(const json& perf) {
+  std::vector<std::string> out;
+  const double ceiling = perf.value("copy_ceiling_bytes_per_s", 0.0);
+  for (const char* name : {"decode", "prefill"}) {
+    if (!perf.contains(name) || perf[name].value("steps", 0) == 0) continue;
+    const json& c = perf[name];
+    std::string line =
+        fmt::format("{}{}: {} steps, {:.0f} tok/s over their wall time, {:.3f} ms/step median",
+                    name[0] == 'd' ? "D" : "P", name + 1, c["steps"].get<int64_t>(),
+                    c["tokens_per_s"].get<double>(), c["median_step_ms"].get<double>());
+    if (c.value("timed_steps", 0) > 0) {
+      line += fmt::format(" (device {:.3f} ms, host overhead {:.1f}%)",
+                          c["median_device_ms"].get<double>(),
+                          100.0 * c["median_host_overhead_fraction"].get<double>());
+    }
+    line += fmt::format("; {:.0f} GB/s achieved", c["achieved_bytes_per_s"].get<double>() / 1e9);
+    if (ceiling > 0) {
+      line += fmt::format(
+          " = {:.1f}% of the measured copy ceiling {:.2f} TB/s ({:.1f}% of the "
+          "reference {:.2f} TB/s)",
+          100.0 * c["fraction_of_copy_ceiling"].get<double>(), ceiling / 1e12,
+          100.0 * c["fraction_of_reference_copy"].get<double>(),
+          perf["reference_copy_bytes_per_s"].get<double>() / 1e12);
+    }
+    if (c.value("graph_steps", 0) > 0) {
+      line += fmt::format("; {} steps replayed graphs", c["graph_steps"].get<int64_t>());
+    }
+    out.push_back(line + ".");
+  }
+  return out;
+}
+
 std::vector<std::string> footnotes(const BenchmarkReport& r, const RunPlan& plan) {
   std::vector<std::string> out;
   const json& engine = r.engine;
@@ -27,6 +61,9 @@ std::vector<std::string> footnotes(const BenchmarkReport& r, const RunPlan& plan
     out.push_back(fmt::format("Device: {}, {}; weights: {}.",
                               engine["device"]["name"].get<std::string>(),
                               engine["dtype"].get<std::string>(), r.weights));
+  }
+  if (engine.contains("performance")) {
+    for (auto& line : performance_lines(engine["performance"])) out.push_back(std::move(line));
   }
   std::string memory;
   if (r.memory.contains("rss")) {

@@ -66,6 +66,14 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                  "CUDA: fraction of device memory for the engine")
       ->capture_default_str();
+  app.add_flag("--no-cuda-graphs,--enforce-eager", f.no_cuda_graphs,
+               "CUDA: run decode steps op by op instead of replaying captured graphs");
+  app.add_option("--max-graph-batch", f.max_graph_batch,
+                 "CUDA: largest decode batch captured in a graph (buckets 1, 2, 4, 8, 16, ...)")
+      ->capture_default_str();
+  app.add_option("--max-graph-context", f.max_graph_context,
+                 "CUDA: decode steps with a longer context run op by op")
+      ->capture_default_str();
   app.add_option("--kv-cache-memory", f.kv_cache_memory,
                  "CPU KV-cache budget: bytes or e.g. 2GiB (default 2GiB)");
   app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();

@@ -56,6 +56,9 @@ struct RunFlags {
   int block_size = 16;
   std::string batching = "continuous";
   double gpu_memory_utilization = 0.9;
+  bool no_cuda_graphs = false;  // also --enforce-eager (vLLM's name)
+  int max_graph_batch = 256;
+  int max_graph_context = 8192;
   std::string kv_cache_memory;
   int num_threads = 0;
   double temperature = 0.0;

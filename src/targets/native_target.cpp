@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
+#include "targets/detail/profile_json.h"
 
 namespace ib {
 namespace {
@@ -38,7 +39,12 @@ json describe(const Engine& engine, Backend& backend, const NativeTargetOptions&
         {"head_dim", m.head_dim},
         {"max_position_embeddings", m.max_position_embeddings}}},
       {"device",
-       {{"name", d.name}, {"kind", d.kind}, {"index", d.index}, {"total_bytes", d.total_bytes}}},
+       {{"name", d.name},
+        {"kind", d.kind},
+        {"index", d.index},
+        {"total_bytes", d.total_bytes},
+        {"copy_ceiling_bytes_per_s", backend.copy_ceiling_bytes_per_s()},
+        {"reference_copy_bytes_per_s", kReferenceCopyBytesPerS}}},
       {"dtype", dtype_name(backend.activation_dtype())},
       {"weights", engine.weights_description()},
       {"engine",
@@ -53,7 +59,11 @@ json describe(const Engine& engine, Backend& backend, const NativeTargetOptions&
         {"static_batch_size", e.static_batch_size},
         {"gpu_memory_utilization", e.gpu_memory_utilization},
         {"cpu_kv_cache_bytes", e.cpu_kv_cache_bytes},
-        {"num_threads", o.backend.num_threads}}},
+        {"num_threads", o.backend.num_threads},
+        {"cuda_graphs", e.use_graphs && backend.supports_graphs()},
+        {"max_graph_batch", e.max_graph_batch},
+        {"max_graph_context", e.max_graph_context}}},
+      {"performance", profile_json(engine.profile())},
       {"sampling",
        {{"temperature", o.sampling.temperature},
         {"top_k", o.sampling.top_k},
@@ -257,6 +267,8 @@ class NativeTarget : public Target {
     }
     std::lock_guard lock(mu_);
     memory_ = memory_of(engine_->stats());
+    // Idle: refresh the description, so result.json carries the step profile of the whole run.
+    if (!engine_->has_unfinished()) description_ = describe(*engine_, *backend_, options_).dump();
   }
 
   void abort_live() {
