@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 
 #include <fmt/format.h>
@@ -49,25 +50,55 @@ int cuda_index(const std::string& device) {
   return std::atoi(device.c_str() + 5);
 }
 
-// engine_demand_bytes, gpus_used_bytes and unattributed_bytes (NVML used or RSS minus what the
-// engine's tracked allocator holds).
+// Before the engine exists (while the weights load) the target reports no pools: the trace
+// of the tracked allocator fills them in (nothing is in the KV blocks yet).
+void fill_pools_from_trace(Timeline& tl, const std::vector<MemoryEvent>& trace, int64_t origin_ns) {
+  const int allocated = tl.column("engine_allocated_bytes");
+  if (allocated < 0 || trace.empty()) return;
+  const auto live = live_bytes_by_tag(trace, origin_ns, tl.time_ns);
+  auto tag = [](const std::array<int64_t, kNumMemoryTags>& l, MemoryTag t) {
+    return static_cast<double>(l[static_cast<size_t>(t)]);
+  };
+  const std::pair<const char*, std::function<double(const std::array<int64_t, kNumMemoryTags>&)>>
+      fills[] = {
+          {"engine_allocated_bytes",
+           [&](const auto& l) {
+             double sum = 0;
+             for (int64_t b : l) sum += static_cast<double>(b);
+             return sum;
+           }},
+          {"weights_bytes", [&](const auto& l) { return tag(l, MemoryTag::kWeights); }},
+          {"kv_pool_bytes", [&](const auto& l) { return tag(l, MemoryTag::kKvCache); }},
+          {"kv_used_bytes", [](const auto&) { return 0.0; }},
+          {"activations_bytes",
+           [&](const auto& l) {
+             return tag(l, MemoryTag::kActivations) + tag(l, MemoryTag::kWorkspace);
+           }},
+          {"graph_bytes", [&](const auto& l) { return tag(l, MemoryTag::kGraph); }},
+      };
+  for (size_t k = 0; k < tl.rows.size(); ++k) {
+    if (std::isfinite(tl.rows[k][static_cast<size_t>(allocated)])) continue;
+    for (const auto& [name, value] : fills) {
+      const int c = tl.column(name);
+      if (c >= 0) tl.rows[k][static_cast<size_t>(c)] = value(live[k]);
+    }
+  }
+}
+
+// engine_demand_bytes, gpus_used_bytes and, on a GPU, unattributed_bytes = NVML used (this
+// process's where visible) minus what the engine's tracked allocator holds.
 void add_derived_columns(Timeline& tl, const std::string& device) {
   auto demand = column_sum(tl, {"weights_bytes", "kv_used_bytes", "activations_bytes", "graph_bytes"});
   if (!demand.empty()) tl.add_column("engine_demand_bytes", demand);
   const auto gpu_used = gpu_columns(tl, "used_bytes");
   if (!gpu_used.empty()) tl.add_column("gpus_used_bytes", column_sum(tl, gpu_used));
   const int engine = tl.column("engine_allocated_bytes");
-  if (engine < 0) return;
-  int total = -1;
-  if (device.rfind("cuda", 0) == 0) {
-    const int i = cuda_index(device);
-    const int process = tl.column(fmt::format("gpu{}_process_used_bytes", i));
-    const int used = tl.column(fmt::format("gpu{}_used_bytes", i));
-    const bool process_seen = process >= 0 && std::isfinite(tl.max_of(process));
-    total = process_seen ? process : used;
-  } else {
-    total = tl.column("rss_bytes");
-  }
+  if (engine < 0 || device.rfind("cuda", 0) != 0) return;
+  const int i = cuda_index(device);
+  const int process = tl.column(fmt::format("gpu{}_process_used_bytes", i));
+  const int used = tl.column(fmt::format("gpu{}_used_bytes", i));
+  const bool process_seen = process >= 0 && std::isfinite(tl.max_of(process));
+  const int total = process_seen ? process : used;
   if (total < 0) return;
   std::vector<double> unattributed;
   for (const auto& row : tl.rows) {
@@ -142,9 +173,15 @@ void RunTelemetry::finish(const Sampler& sampler, const BenchmarkRecords& record
     report.energy = json{{"available", false}, {"reason", "telemetry off (--disable-telemetry)"}};
     return;
   }
+  std::vector<MemoryEvent> trace;
+  {
+    std::lock_guard lock(shared_->mu);
+    if (shared_->trace) trace = std::move(*shared_->trace);
+  }
   MemoryRecording r;
   r.label = plan_.model.name;
   r.timeline = sampler.timeline();
+  fill_pools_from_trace(r.timeline, trace, origin_ns_);
   add_derived_columns(r.timeline, plan_.flags.device);
   r.phases = benchmark_phases(records, origin_ns_, loaded_ns_);
   const std::vector<StepRecord> steps = shared_->steps.steps(origin_ns_);
@@ -155,15 +192,12 @@ void RunTelemetry::finish(const Sampler& sampler, const BenchmarkRecords& record
   r.heatmap_column = metric.column;
 
   json allocations = nullptr;
-  {
-    std::lock_guard lock(shared_->mu);
-    if (shared_->trace && !shared_->trace->empty()) {
-      const int64_t end = r.timeline.time_ns.empty() ? 0 : r.timeline.time_ns.back();
-      std::vector<int64_t> frames;
-      for (int f = 0; f < kBlockMapFrames; ++f) frames.push_back(end * f / (kBlockMapFrames - 1));
-      r.allocations = analyze_allocations(*shared_->trace, origin_ns_, r.phases, frames);
-      allocations = r.allocations->summary(steps);
-    }
+  if (!trace.empty()) {
+    const int64_t end = r.timeline.time_ns.empty() ? 0 : r.timeline.time_ns.back();
+    std::vector<int64_t> frames;
+    for (int f = 0; f < kBlockMapFrames; ++f) frames.push_back(end * f / (kBlockMapFrames - 1));
+    r.allocations = analyze_allocations(trace, origin_ns_, r.phases, frames);
+    allocations = r.allocations->summary(steps);
   }
   if (r.allocations) {
     std::vector<double> total;

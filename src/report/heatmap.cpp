@@ -120,7 +120,7 @@ std::string heatmap_svg(const Heatmap& h, const std::string& title) {
   const int row_h = std::clamp(360 / rows, 10, 28);
   const int plot_h = std::max(rows * row_h, 120);
   const int plot_w = kWidth - kLeft - kRight;
-  const int height = kTop + plot_h + 70;
+  const int height = kTop + plot_h + 84;
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
       "{1}\" font-family=\"sans-serif\" font-size=\"11\">\n",
@@ -170,10 +170,12 @@ std::string heatmap_svg(const Heatmap& h, const std::string& title) {
   s += fmt::format(
       "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time since the phase started (s)</text>\n",
       kLeft + plot_w / 2, axis_y + 33);
+  s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555\">{}</text>\n", kLeft, axis_y + 52,
+                   escape_xml(h.caption));
   s += fmt::format(
-      "<text x=\"{}\" y=\"{}\" fill=\"#555\">{}; linear interpolation onto {:.3g} s frames; blank: "
-      "the phase had ended</text>\n",
-      kLeft, axis_y + 52, escape_xml(h.caption), h.frame_s);
+      "<text x=\"{}\" y=\"{}\" fill=\"#555\">linear interpolation onto {:.3g} s frames; one colour "
+      "scale for every row; blank: the phase had ended</text>\n",
+      kLeft, axis_y + 67, h.frame_s);
 
   // Colour bar: 0 at the bottom, the largest value of any row at the top.
   const int bar_x = kLeft + plot_w + 36;

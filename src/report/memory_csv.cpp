@@ -72,16 +72,23 @@ HeatmapMetric heatmap_metric(const Timeline& tl, const std::string& device_kind)
 std::string memory_csv(const MemoryRecording& r) {
   const Timeline& tl = r.timeline;
   std::string out;
-  for (const char* c : kFixedColumns) out += std::string(c) + ",";
-  for (size_t c = 0; c < tl.columns.size(); ++c) {
-    out += tl.columns[c] + (c + 1 < tl.columns.size() ? "," : "");
+  for (const char* c : kFixedColumns) {
+    out += c;
+    out += ',';
   }
-  out += "\n";
+  for (size_t c = 0; c < tl.columns.size(); ++c) {
+    if (c > 0) out += ',';
+    out += tl.columns[c];
+  }
+  out += '\n';
   for (size_t k = 0; k < tl.rows.size(); ++k) {
     out += fmt::format("{},{:.3f},{},{}", tl.time_ns[k], static_cast<double>(tl.time_ns[k]) / 1e9,
                        k < r.sample_phase.size() ? r.sample_phase[k] : "",
                        k < r.sample_step.size() ? r.sample_step[k] : "");
-    for (size_t c = 0; c < tl.columns.size(); ++c) out += "," + cell(tl.columns[c], tl.rows[k][c]);
+    for (size_t c = 0; c < tl.columns.size(); ++c) {
+      out += ',';
+      out += cell(tl.columns[c], tl.rows[k][c]);
+    }
     out += "\n";
   }
   return out;

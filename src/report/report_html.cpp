@@ -162,7 +162,7 @@ constexpr const char* kRenderer = R"JS(
     Plotly.react('fragmentation', [{type: 'scatter', mode: 'lines', line: {shape: 'hv'},
       x: m.frag_t_s, y: m.frag_external, name: 'external fragmentation'}],
       {margin: {t: 10}, height: 220, xaxis: {title: {text: 'time (s)'}},
-       yaxis: {title: {text: '1 - largest free / total free'}, range: [0, 1]}}, cfg);
+       yaxis: {title: {text: 'external fragmentation'}, range: [0, 1]}}, cfg);
   }
 
   function fillTable(id, header, rows) {

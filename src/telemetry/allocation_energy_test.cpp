@@ -124,6 +124,19 @@ TEST(AllocationMap, FragmentationFollowsFreeExtents) {
   EXPECT_EQ(s["steps_with_free_space"], 1);
 }
 
+TEST(AllocationMap, LiveBytesPerTagReplayTheTrace) {
+  const uint64_t a = 0x7f0000000000;
+  const auto live = live_bytes_by_tag(fragmenting_trace(a, a + 100 * kCell), 0, {50, 100, 250, 400});
+  ASSERT_EQ(live.size(), 4u);
+  const auto at = [&](size_t i, MemoryTag t) { return live[i][static_cast<size_t>(t)]; };
+  EXPECT_EQ(at(0, MemoryTag::kActivations), 0);
+  EXPECT_EQ(at(1, MemoryTag::kActivations), 2 * kCell);
+  EXPECT_EQ(at(1, MemoryTag::kWeights), kCell / 2);
+  EXPECT_EQ(at(2, MemoryTag::kActivations), 0);
+  EXPECT_EQ(at(2, MemoryTag::kKvCache), 2 * kCell);
+  EXPECT_EQ(at(3, MemoryTag::kKvCache), kCell);
+}
+
 TEST(AllocationMap, DisplayRowsShowTheMajorityOfTheirCells) {
   const uint64_t a = 0x10000000;
   std::vector<MemoryEvent> trace = {{1, a, 3 * kCell, MemoryTag::kKvCache},

@@ -181,6 +181,24 @@ nlohmann::json AllocationAnalysis::summary(const std::vector<StepRecord>& steps)
         {"external", last.external}}}};
 }
 
+std::vector<std::array<int64_t, kNumMemoryTags>> live_bytes_by_tag(
+    const std::vector<MemoryEvent>& trace, int64_t origin_ns, const std::vector<int64_t>& times_ns) {
+  std::vector<MemoryEvent> events = trace;
+  std::stable_sort(events.begin(), events.end(), [](const MemoryEvent& a, const MemoryEvent& b) {
+    return a.time_ns < b.time_ns;
+  });
+  std::vector<std::array<int64_t, kNumMemoryTags>> out;
+  std::array<int64_t, kNumMemoryTags> live{};
+  size_t next = 0;
+  for (int64_t t : times_ns) {
+    for (; next < events.size() && events[next].time_ns - origin_ns <= t; ++next) {
+      live[static_cast<size_t>(events[next].tag)] += events[next].bytes;
+    }
+    out.push_back(live);
+  }
+  return out;
+}
+
 AllocationAnalysis analyze_allocations(const std::vector<MemoryEvent>& trace, int64_t origin_ns,
                                        const std::vector<PhaseSpan>& phases,
                                        const std::vector<int64_t>& frame_time_ns,

@@ -10,6 +10,7 @@
 // nothing is free).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -61,6 +62,11 @@ struct AllocationAnalysis {
   FragmentationPoint fragmentation_at(int64_t t_ns) const;
   nlohmann::json summary(const std::vector<StepRecord>& steps) const;
 };
+
+// Bytes live per tag at each of times_ns (relative to origin_ns), replaying the trace: the
+// engine's pools before the engine exists (while the weights load).
+std::vector<std::array<int64_t, kNumMemoryTags>> live_bytes_by_tag(
+    const std::vector<MemoryEvent>& events, int64_t origin_ns, const std::vector<int64_t>& times_ns);
 
 // events: the tracker's trace (absolute times). frame_time_ns: where to draw the block map
 // (relative to origin_ns). max_display_rows bounds the drawing, not the analysis.
