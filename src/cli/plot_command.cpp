@@ -19,21 +19,26 @@ using nlohmann::json;
 Result<std::string> output_kind(const std::string& out) {
   const std::string ext = fs::path(out).extension().string();
   if (ext == ".svg" || ext == ".html") return ext.substr(1);
-  return user_error(
-      fmt::format("--out {}: write a .svg or a .html file (the format follows the extension)", out));
+  return user_error(fmt::format(
+      "--out {}: write a .svg or a .html file (the format follows the extension)", out));
 }
 
+// The output must be creatable: checked before any directory is read.
 Status check_output(const std::string& out) {
   std::error_code ec;
   if (fs::is_directory(out, ec)) {
     return user_error(fmt::format("--out {} is a directory; name a file", out));
   }
-  fs::path parent = fs::path(out).parent_path();
-  if (parent.empty()) parent = ".";
   if (fs::exists(out, ec) && ::access(out.c_str(), W_OK) != 0) {
     return user_error(fmt::format("--out {}: the file is not writable; choose another path", out));
   }
-  IB_TRY(check_writable_dir(parent));
+  // The nearest existing ancestor must be a writable directory (missing ones are created).
+  fs::path p = fs::absolute(fs::path(out)).parent_path();
+  while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
+  if (!fs::is_directory(p, ec) || ::access(p.c_str(), W_OK) != 0) {
+    return user_error(
+        fmt::format("--out {}: cannot write under {}; choose another path", out, p.string()));
+  }
   return Ok{};
 }
 
@@ -59,8 +64,8 @@ Result<std::optional<MemoryRecording>> load_recording(const fs::path& dir) {
     const json& memory = result.value("memory", json::object());
     if (memory.contains("phases")) {
       for (const auto& p : memory["phases"]) {
-        r.phases.push_back(
-            {p["name"].get<std::string>(), p["start_ns"].get<int64_t>(), p["end_ns"].get<int64_t>()});
+        r.phases.push_back({p["name"].get<std::string>(), p["start_ns"].get<int64_t>(),
+                            p["end_ns"].get<int64_t>()});
       }
     }
     if (memory.contains("heatmap")) r.heatmap_column = memory["heatmap"].value("column", "");
@@ -68,7 +73,8 @@ Result<std::optional<MemoryRecording>> load_recording(const fs::path& dir) {
   if (r.heatmap_column.empty() || r.timeline.column(r.heatmap_column) < 0) {
     r.heatmap_column = heatmap_metric(r.timeline, "").column;
   }
-  if (r.phases.empty()) r.phases.push_back({"all", r.timeline.time_ns.front(), r.timeline.time_ns.back()});
+  if (r.phases.empty())
+    r.phases.push_back({"all", r.timeline.time_ns.front(), r.timeline.time_ns.back()});
   return std::optional<MemoryRecording>{std::move(r)};
 }
 
@@ -99,9 +105,10 @@ Result<int> execute_plot(const PlotFlags& flags) {
   std::string missing;
   for (const auto& d : without) missing += (missing.empty() ? "" : ", ") + d;
   if (recordings.empty()) {
-    return user_error(fmt::format("no memory samples ({}) in {}; run inferbench run without "
-                                  "--disable-telemetry first",
-                                  kMemoryCsv, missing));
+    return user_error(
+        fmt::format("no memory samples ({}) in {}; run inferbench run without "
+                    "--disable-telemetry first",
+                    kMemoryCsv, missing));
   }
   if (!without.empty()) {
     std::fprintf(stderr, "inferbench: plot: no memory samples in %s; drawing the other %zu\n",
@@ -109,6 +116,10 @@ Result<int> execute_plot(const PlotFlags& flags) {
   }
   const Heatmap heatmap = build_heatmap(recordings, flags.frames);
   const std::string title = fmt::format("Memory over time, {} result(s)", recordings.size());
+  if (const auto parent = fs::path(flags.out).parent_path(); !parent.empty()) {
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+  }
   if (kind == "svg") {
     IB_TRY(write_file_atomic(flags.out, heatmap_svg(heatmap, title)));
   } else {

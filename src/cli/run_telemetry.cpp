@@ -17,7 +17,8 @@ using nlohmann::json;
 constexpr int kBlockMapFrames = 200;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Sum of the named columns per sample (NaN when one is missing); empty when a column is absent.
@@ -88,7 +89,8 @@ void fill_pools_from_trace(Timeline& tl, const std::vector<MemoryEvent>& trace, 
 // engine_demand_bytes, gpus_used_bytes and, on a GPU, unattributed_bytes = NVML used (this
 // process's where visible) minus what the engine's tracked allocator holds.
 void add_derived_columns(Timeline& tl, const std::string& device) {
-  auto demand = column_sum(tl, {"weights_bytes", "kv_used_bytes", "activations_bytes", "graph_bytes"});
+  auto demand =
+      column_sum(tl, {"weights_bytes", "kv_used_bytes", "activations_bytes", "graph_bytes"});
   if (!demand.empty()) tl.add_column("engine_demand_bytes", demand);
   const auto gpu_used = gpu_columns(tl, "used_bytes");
   if (!gpu_used.empty()) tl.add_column("gpus_used_bytes", column_sum(tl, gpu_used));
@@ -186,8 +188,9 @@ void RunTelemetry::finish(const Sampler& sampler, const BenchmarkRecords& record
   r.phases = benchmark_phases(records, origin_ns_, loaded_ns_);
   const std::vector<StepRecord> steps = shared_->steps.steps(origin_ns_);
   const bool native = plan_.flags.backend == "native";
-  const std::string device_kind =
-      !native ? "" : plan_.flags.device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+  const std::string device_kind = !native                                    ? ""
+                                  : plan_.flags.device.rfind("cuda", 0) == 0 ? "cuda"
+                                                                             : "cpu";
   const HeatmapMetric metric = heatmap_metric(r.timeline, device_kind);
   r.heatmap_column = metric.column;
 
@@ -232,9 +235,10 @@ void RunTelemetry::finish(const Sampler& sampler, const BenchmarkRecords& record
   report.memory = sampler.summary();
   report.memory["peaks"] = peaks;
   report.memory["phases"] = phases;
-  report.memory["steps"] = json{{"total", steps.size()},
-                                {"prefill_heavy", prefill_steps},
-                                {"decode_heavy", static_cast<int64_t>(steps.size()) - prefill_steps}};
+  report.memory["steps"] =
+      json{{"total", steps.size()},
+           {"prefill_heavy", prefill_steps},
+           {"decode_heavy", static_cast<int64_t>(steps.size()) - prefill_steps}};
   report.memory["heatmap"] = json{{"column", metric.column}, {"caption", metric.caption}};
   report.memory["allocations"] = allocations;
 

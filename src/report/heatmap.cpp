@@ -98,7 +98,8 @@ Heatmap build_heatmap(const std::vector<MemoryRecording>& recordings, int frames
         std::string step;
         if (inside) {
           const auto& ts = r.timeline.time_ns;
-          const auto k = static_cast<size_t>(std::lower_bound(ts.begin(), ts.end(), t) - ts.begin());
+          const auto k =
+              static_cast<size_t>(std::lower_bound(ts.begin(), ts.end(), t) - ts.begin());
           if (k < r.sample_step.size()) step = " · " + r.sample_step[k];
         }
         row.detail.push_back(inside ? p.name + step : "");
@@ -187,7 +188,8 @@ std::string heatmap_svg(const Heatmap& h, const std::string& title) {
   }
   s += "</linearGradient></defs>\n";
   s += fmt::format(
-      "<rect x=\"{}\" y=\"{}\" width=\"16\" height=\"{}\" fill=\"url(#viridis)\" stroke=\"#888\"/>\n",
+      "<rect x=\"{}\" y=\"{}\" width=\"16\" height=\"{}\" fill=\"url(#viridis)\" "
+      "stroke=\"#888\"/>\n",
       bar_x, kTop, bar_h);
   s += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">GiB</text>\n", bar_x, kTop - 8);
   const double zstep = nice_step(h.zmax_gib);

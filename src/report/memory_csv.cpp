@@ -13,7 +13,8 @@ namespace {
 constexpr const char* kFixedColumns[] = {"time_ns", "time_s", "phase", "step"};
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string cell(const std::string& column, double v) {
@@ -102,9 +103,9 @@ Result<MemoryRecording> parse_memory_csv(const std::string& text) {
   constexpr size_t kFixed = std::size(kFixedColumns);
   for (size_t i = 0; i < kFixed; ++i) {
     if (header.size() <= i || header[i] != kFixedColumns[i]) {
-      return user_error(fmt::format(
-          "memory.csv: column {} should be {}; is this a memory.csv from inferbench?", i + 1,
-          kFixedColumns[i]));
+      return user_error(
+          fmt::format("memory.csv: column {} should be {}; is this a memory.csv from inferbench?",
+                      i + 1, kFixedColumns[i]));
     }
   }
   MemoryRecording r;
@@ -115,14 +116,15 @@ Result<MemoryRecording> parse_memory_csv(const std::string& text) {
     if (line.empty()) continue;
     const auto f = split(line, ',');
     if (f.size() != header.size()) {
-      return user_error(fmt::format("memory.csv line {}: {} fields, expected {}", line_no,
-                                    f.size(), header.size()));
+      return user_error(fmt::format("memory.csv line {}: {} fields, expected {}", line_no, f.size(),
+                                    header.size()));
     }
     int64_t t = 0;
     try {
       t = std::stoll(f[0]);
     } catch (const std::exception&) {
-      return user_error(fmt::format("memory.csv line {}: time_ns {} is not a number", line_no, f[0]));
+      return user_error(
+          fmt::format("memory.csv line {}: time_ns {} is not a number", line_no, f[0]));
     }
     std::vector<double> row;
     for (size_t i = kFixed; i < f.size(); ++i) {

@@ -22,8 +22,8 @@ inline constexpr const char* kReportHtml = "report.html";
 
 // One benchmark's telemetry, ready to draw.
 struct MemoryRecording {
-  std::string label;        // row label prefix (the model; plot adds the directory)
-  Timeline timeline;        // times since the benchmark's origin
+  std::string label;                      // row label prefix (the model; plot adds the directory)
+  Timeline timeline;                      // times since the benchmark's origin
   std::vector<std::string> sample_phase;  // (samples): "load", "warm-up", "run k", "idle"
   std::vector<std::string> sample_step;   // (samples): "prefill", "decode" or "idle"
   std::vector<PhaseSpan> phases;
@@ -54,8 +54,8 @@ std::string allocations_csv(const AllocationAnalysis& analysis);
 // phase start; values linearly interpolated from the samples onto a uniform grid of frames
 // (frame centres), NaN after the phase ended; one colour scale (0 to the largest value) for all.
 struct HeatmapRow {
-  std::string label;  // "<recording label> · <phase>"
-  std::string model;  // the recording label, for the model selector
+  std::string label;                // "<recording label> · <phase>"
+  std::string model;                // the recording label, for the model selector
   std::vector<double> gib;          // (frames)
   std::vector<std::string> detail;  // (frames): "run 0 · decode"
 };

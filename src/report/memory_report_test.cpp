@@ -24,14 +24,14 @@ MemoryRecording fixed_recording(const std::string& label) {
   const double kv[] = {0, 0, 0, 0, 0, 0.5, 1, 0, 0.5, 1, 0};
   for (int k = 0; k < 11; ++k) {
     r.timeline.time_ns.push_back(k * 100 * kMs);
-    r.timeline.rows.push_back({demand[k] * kGiB, kv[k] * kGiB, k == 3 ? NAN : 1e8 + k * 4096.0,
-                               100.0 + k * 12.5});
+    r.timeline.rows.push_back(
+        {demand[k] * kGiB, kv[k] * kGiB, k == 3 ? NAN : 1e8 + k * 4096.0, 100.0 + k * 12.5});
   }
-  r.phases = {{"load", 0, 400 * kMs}, {"run 0", 400 * kMs, 600 * kMs},
-              {"run 1", 750 * kMs, 900 * kMs}};
+  r.phases = {
+      {"load", 0, 400 * kMs}, {"run 0", 400 * kMs, 600 * kMs}, {"run 1", 750 * kMs, 900 * kMs}};
   r.heatmap_column = "engine_demand_bytes";
-  label_samples(r, {{450 * kMs, 40 * kMs, 64, 0}, {500 * kMs, 90 * kMs, 0, 8},
-                    {700 * kMs, 95 * kMs, 0, 8}});
+  label_samples(
+      r, {{450 * kMs, 40 * kMs, 64, 0}, {500 * kMs, 90 * kMs, 0, 8}, {700 * kMs, 95 * kMs, 0, 8}});
   return r;
 }
 
@@ -54,7 +54,7 @@ TEST(MemoryCsv, MatchesTheGoldenFileAndReadsBack) {
   const MemoryRecording r = fixed_recording("tiny-15m");
   EXPECT_EQ(r.sample_phase[2], "load");
   EXPECT_EQ(r.sample_phase[5], "run 0");
-  EXPECT_EQ(r.sample_phase[7], "idle");  // 700 ms: between run 0 and run 1
+  EXPECT_EQ(r.sample_phase[7], "idle");    // 700 ms: between run 0 and run 1
   EXPECT_EQ(r.sample_step[5], "prefill");  // (400, 500]: 40 ms prefill-heavy
   EXPECT_EQ(r.sample_step[6], "decode");
   const std::string csv = memory_csv(r);
@@ -92,7 +92,8 @@ TEST(Heatmap, InterpolatesEachPhaseOntoOneGrid) {
 }
 
 TEST(Heatmap, SvgMatchesTheGoldenFile) {
-  const Heatmap h = build_heatmap({fixed_recording("tiny-15m"), fixed_recording("llama-3.2-1b")}, 24);
+  const Heatmap h =
+      build_heatmap({fixed_recording("tiny-15m"), fixed_recording("llama-3.2-1b")}, 24);
   const std::string svg = heatmap_svg(h, "Memory over time");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("shape-rendering=\"crispEdges\""), std::string::npos);
@@ -107,8 +108,11 @@ TEST(ReportHtml, IsOneOfflineFileWithTheDataAndThePlotlyGiven) {
   r.subtitle = "test";
   r.recordings = {fixed_recording("tiny-15m")};
   r.heatmap = build_heatmap(r.recordings, 16);
-  r.metrics = nlohmann::json::array(
-      {{{"metric", "output_throughput"}, {"unit", "tok/s"}, {"median", 10}, {"min", 9}, {"max", 11}}});
+  r.metrics = nlohmann::json::array({{{"metric", "output_throughput"},
+                                      {"unit", "tok/s"},
+                                      {"median", 10},
+                                      {"min", 9},
+                                      {"max", 11}}});
   const std::string html = report_html(r, "window.Plotly = {stub: '</script>'};");
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_NE(html.find("window.Plotly = {stub: '<\\/script>'}"), std::string::npos);

@@ -21,7 +21,8 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr size_t kMaxLinePoints = 4000;
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Series worth a line in GiB: every *_bytes column except device totals and free memory,
@@ -62,10 +63,10 @@ json recording_json(const MemoryRecording& r) {
       frag_t.push_back(static_cast<double>(p.time_ns) / 1e9);
       frag.push_back(p.external);
     }
-    block_map = json{{"states", m.states},        {"frame_s", frame_s},
-                     {"frames", m.frames},        {"cells_per_row", m.cells_per_row},
+    block_map = json{{"states", m.states},         {"frame_s", frame_s},
+                     {"frames", m.frames},         {"cells_per_row", m.cells_per_row},
                      {"cell_bytes", m.cell_bytes}, {"num_cells", m.num_cells},
-                     {"frag_t_s", frag_t},        {"frag_external", frag}};
+                     {"frag_t_s", frag_t},         {"frag_external", frag}};
   }
   return json{{"label", r.label},
               {"time_s", time_s},
@@ -197,10 +198,14 @@ constexpr const char* kRenderer = R"JS(
 std::string escape_html(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
@@ -246,9 +251,10 @@ std::string report_html(const HtmlReport& r, const std::string& plotly_js) {
   html += "<h1>" + escape_html(r.title) + "</h1>\n<p class=\"sub\">" + escape_html(r.subtitle) +
           "</p>\n";
   html += "<h2>Memory heatmap</h2>\n<p class=\"note\">" + escape_html(r.heatmap.caption) +
-          fmt::format("; one row per phase, aligned at its start; frames of {:.3g} s, linear "
-                      "interpolation between samples; one colour scale for every row.",
-                      r.heatmap.frame_s) +
+          fmt::format(
+              "; one row per phase, aligned at its start; frames of {:.3g} s, linear "
+              "interpolation between samples; one colour scale for every row.",
+              r.heatmap.frame_s) +
           "</p>\n<div id=\"models\"></div>\n<div id=\"heatmap\"></div>\n";
   html +=
       "<h2>Memory over time, per layer</h2>\n<p>Run: <select id=\"recording\"></select></p>\n"

@@ -68,18 +68,18 @@ std::vector<MemoryEvent> fragmenting_trace(uint64_t a, uint64_t b) {
       {100, a + kCell, c, MemoryTag::kKvCache},
       {100, a + 2 * kCell, c, MemoryTag::kActivations},
       {100, a + 3 * kCell, c, MemoryTag::kKvCache},
-      {100, b, c / 2, MemoryTag::kWeights},          // half a cell still owns the cell
-      {200, a, -c, MemoryTag::kActivations},         // cells 0 and 2 free: 2 extents of 1 cell
+      {100, b, c / 2, MemoryTag::kWeights},   // half a cell still owns the cell
+      {200, a, -c, MemoryTag::kActivations},  // cells 0 and 2 free: 2 extents of 1 cell
       {200, a + 2 * kCell, -c, MemoryTag::kActivations},
-      {300, a + kCell, -c, MemoryTag::kKvCache},     // cells 0..2 free: one extent of 3 cells
+      {300, a + kCell, -c, MemoryTag::kKvCache},  // cells 0..2 free: one extent of 3 cells
   };
 }
 
 TEST(AllocationMap, FragmentationFollowsFreeExtents) {
   const uint64_t a = 0x7f0000000000;
   const uint64_t b = a + 100 * kCell;
-  const auto analysis = analyze_allocations(fragmenting_trace(a, b), 0, {{"run 0", 150, 250}},
-                                            {50, 150, 250, 350});
+  const auto analysis =
+      analyze_allocations(fragmenting_trace(a, b), 0, {{"run 0", 150, 250}}, {50, 150, 250, 350});
   ASSERT_EQ(analysis.events.size(), 8u);
   EXPECT_EQ(analysis.events[5].phase, "run 0");
   EXPECT_EQ(analysis.events[0].phase, "idle");
@@ -126,7 +126,8 @@ TEST(AllocationMap, FragmentationFollowsFreeExtents) {
 
 TEST(AllocationMap, LiveBytesPerTagReplayTheTrace) {
   const uint64_t a = 0x7f0000000000;
-  const auto live = live_bytes_by_tag(fragmenting_trace(a, a + 100 * kCell), 0, {50, 100, 250, 400});
+  const auto live =
+      live_bytes_by_tag(fragmenting_trace(a, a + 100 * kCell), 0, {50, 100, 250, 400});
   ASSERT_EQ(live.size(), 4u);
   const auto at = [&](size_t i, MemoryTag t) { return live[i][static_cast<size_t>(t)]; };
   EXPECT_EQ(at(0, MemoryTag::kActivations), 0);
@@ -175,9 +176,9 @@ TEST(Energy, CounterDeltasPerPhaseAndPerStepKind) {
 
 TEST(Energy, FallsBackToIntegratedPowerAndSaysSo) {
   // Two GPUs without counters: 100 W + 50 W for 4 s.
-  const Timeline tl = make_timeline({"gpu0_power_w", "gpu1_power_w", "gpu0_energy_j"},
-                                    {{100, 50, NAN}, {100, 50, NAN}, {100, 50, NAN},
-                                     {100, 50, NAN}, {100, 50, NAN}});
+  const Timeline tl = make_timeline(
+      {"gpu0_power_w", "gpu1_power_w", "gpu0_energy_j"},
+      {{100, 50, NAN}, {100, 50, NAN}, {100, 50, NAN}, {100, 50, NAN}, {100, 50, NAN}});
   const auto e = energy_report(tl, {{"run 0", kS, 3 * kS}}, {}, {{"run 0", 600}});
   EXPECT_EQ(e["method"], "integrated_power");
   EXPECT_FALSE(e["flag"].is_null());

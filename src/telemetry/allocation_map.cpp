@@ -68,10 +68,9 @@ class CellState {
     const uint64_t end = std::min(e.address + size, it->end);
     const auto cell = static_cast<uint64_t>(kBlockMapCellBytes);
     for (uint64_t c = e.address / cell * cell; c < end; c += cell) {
-      const auto i = static_cast<size_t>(it->first_cell +
-                                         static_cast<int64_t>((c - it->begin) / cell));
-      const auto overlap =
-          static_cast<int64_t>(std::min(end, c + cell) - std::max(e.address, c));
+      const auto i =
+          static_cast<size_t>(it->first_cell + static_cast<int64_t>((c - it->begin) / cell));
+      const auto overlap = static_cast<int64_t>(std::min(end, c + cell) - std::max(e.address, c));
       if (e.bytes > 0) {
         live_bytes_[i] += overlap;
         state_[i] = static_cast<uint8_t>(kFirstTag + static_cast<uint8_t>(e.tag));
@@ -89,8 +88,8 @@ class CellState {
     p.allocated_bytes = allocated_bytes_;
     for (size_t r = 0; r < regions_.size(); ++r) {
       const auto begin = static_cast<size_t>(regions_[r].first_cell);
-      const size_t end = r + 1 < regions_.size() ? static_cast<size_t>(regions_[r + 1].first_cell)
-                                                 : state_.size();
+      const size_t end =
+          r + 1 < regions_.size() ? static_cast<size_t>(regions_[r + 1].first_cell) : state_.size();
       int64_t run = 0;
       for (size_t i = begin; i < end; ++i) {
         if (state_[i] != kUnmapped) p.span_bytes += kBlockMapCellBytes;
@@ -139,9 +138,8 @@ std::vector<uint8_t> display_rows(const std::vector<uint8_t>& cells, int64_t per
 }  // namespace
 
 FragmentationPoint AllocationAnalysis::fragmentation_at(int64_t t_ns) const {
-  auto it = std::upper_bound(
-      fragmentation.begin(), fragmentation.end(), t_ns,
-      [](int64_t t, const FragmentationPoint& p) { return t < p.time_ns; });
+  auto it = std::upper_bound(fragmentation.begin(), fragmentation.end(), t_ns,
+                             [](int64_t t, const FragmentationPoint& p) { return t < p.time_ns; });
   if (it == fragmentation.begin()) return FragmentationPoint{t_ns, 0, 0, 0, 0, 0};
   return *(it - 1);
 }
@@ -182,7 +180,8 @@ nlohmann::json AllocationAnalysis::summary(const std::vector<StepRecord>& steps)
 }
 
 std::vector<std::array<int64_t, kNumMemoryTags>> live_bytes_by_tag(
-    const std::vector<MemoryEvent>& trace, int64_t origin_ns, const std::vector<int64_t>& times_ns) {
+    const std::vector<MemoryEvent>& trace, int64_t origin_ns,
+    const std::vector<int64_t>& times_ns) {
   std::vector<MemoryEvent> events = trace;
   std::stable_sort(events.begin(), events.end(), [](const MemoryEvent& a, const MemoryEvent& b) {
     return a.time_ns < b.time_ns;
@@ -212,7 +211,8 @@ AllocationAnalysis analyze_allocations(const std::vector<MemoryEvent>& trace, in
   CellState cells(regions_of(events));
   BlockMap& map = out.block_map;
   map.num_cells = cells.num_cells();
-  map.cells_per_row = std::max<int64_t>(1, (map.num_cells + max_display_rows - 1) / max_display_rows);
+  map.cells_per_row =
+      std::max<int64_t>(1, (map.num_cells + max_display_rows - 1) / max_display_rows);
   map.states = {"unmapped", "free"};
   for (int t = 0; t < kNumMemoryTags; ++t) {
     map.states.emplace_back(memory_tag_name(static_cast<MemoryTag>(t)));
@@ -236,8 +236,7 @@ AllocationAnalysis analyze_allocations(const std::vector<MemoryEvent>& trace, in
     const int64_t t = e.time_ns - origin_ns;
     draw_until(t);
     cells.apply(e);
-    out.events.push_back(
-        {t, e.address, e.bytes, memory_tag_name(e.tag), phase_at(phases, t)});
+    out.events.push_back({t, e.address, e.bytes, memory_tag_name(e.tag), phase_at(phases, t)});
     const bool last_at_this_time = i + 1 == events.size() || events[i + 1].time_ns != e.time_ns;
     if (last_at_this_time && (i % stride == 0 || i + 1 == events.size())) {
       out.fragmentation.push_back(cells.measure(t));

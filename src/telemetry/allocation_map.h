@@ -25,7 +25,7 @@ namespace ib {
 inline constexpr int64_t kBlockMapCellBytes = 64 << 10;
 
 struct FragmentationPoint {
-  int64_t time_ns = 0;  // since the origin
+  int64_t time_ns = 0;     // since the origin
   int64_t span_bytes = 0;  // cells held at some time so far, x 64 KiB
   int64_t allocated_bytes = 0;
   int64_t total_free_bytes = 0;
@@ -39,11 +39,11 @@ struct BlockMap {
   int64_t cell_bytes = kBlockMapCellBytes;
   int64_t num_cells = 0;
   int64_t cells_per_row = 1;
-  std::vector<std::string> states;        // index 0 "unmapped", 1 "free", then the tags
-  std::vector<int64_t> frame_time_ns;     // (frames)
+  std::vector<std::string> states;           // index 0 "unmapped", 1 "free", then the tags
+  std::vector<int64_t> frame_time_ns;        // (frames)
   std::vector<std::vector<uint8_t>> frames;  // (frames, display rows): index into states
-  std::vector<uint64_t> region_base;      // (regions): first address of each region
-  std::vector<int64_t> region_first_cell;  // (regions)
+  std::vector<uint64_t> region_base;         // (regions): first address of each region
+  std::vector<int64_t> region_first_cell;    // (regions)
 };
 
 struct AllocationEventRow {
@@ -66,7 +66,8 @@ struct AllocationAnalysis {
 // Bytes live per tag at each of times_ns (relative to origin_ns), replaying the trace: the
 // engine's pools before the engine exists (while the weights load).
 std::vector<std::array<int64_t, kNumMemoryTags>> live_bytes_by_tag(
-    const std::vector<MemoryEvent>& events, int64_t origin_ns, const std::vector<int64_t>& times_ns);
+    const std::vector<MemoryEvent>& events, int64_t origin_ns,
+    const std::vector<int64_t>& times_ns);
 
 // events: the tracker's trace (absolute times). frame_time_ns: where to draw the block map
 // (relative to origin_ns). max_display_rows bounds the drawing, not the analysis.

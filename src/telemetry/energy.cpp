@@ -37,8 +37,8 @@ double interpolate(const std::vector<int64_t>& t, const std::vector<double>& v, 
   if (at <= t.front()) return v.front();
   if (at >= t.back()) return v.back();
   const auto i = static_cast<size_t>(std::lower_bound(t.begin(), t.end(), at) - t.begin());
-  const double f =
-      static_cast<double>(at - t[i - 1]) / static_cast<double>(std::max<int64_t>(1, t[i] - t[i - 1]));
+  const double f = static_cast<double>(at - t[i - 1]) /
+                   static_cast<double>(std::max<int64_t>(1, t[i] - t[i - 1]));
   return v[i - 1] + (v[i] - v[i - 1]) * f;
 }
 
@@ -68,7 +68,8 @@ EnergySeries energy_series(const Timeline& tl) {
     for (size_t k = 0; k < tl.rows.size(); ++k) {
       double w = 0;
       for (int c : power) w += tl.rows[k][static_cast<size_t>(c)];
-      if (k > 0) sum += 0.5 * (w + last_w) * static_cast<double>(tl.time_ns[k] - tl.time_ns[k - 1]) / 1e9;
+      if (k > 0)
+        sum += 0.5 * (w + last_w) * static_cast<double>(tl.time_ns[k] - tl.time_ns[k - 1]) / 1e9;
       s.cumulative_j.push_back(sum);
       last_w = w;
     }
@@ -97,12 +98,12 @@ json energy_report(const Timeline& tl, const std::vector<PhaseSpan>& phases,
     const double j = interpolate(tl.time_ns, s.cumulative_j, p.end_ns) -
                      interpolate(tl.time_ns, s.cumulative_j, p.start_ns);
     const auto tokens = tokens_of(p.name);
-    out_phases.push_back(json{{"phase", p.name},
-                              {"duration_s", static_cast<double>(p.end_ns - p.start_ns) / 1e9},
-                              {"joules", j},
-                              {"output_tokens", tokens ? json(*tokens) : json(nullptr)},
-                              {"tokens_per_joule", tokens ? per_joule(static_cast<double>(*tokens), j)
-                                                          : json(nullptr)}});
+    out_phases.push_back(json{
+        {"phase", p.name},
+        {"duration_s", static_cast<double>(p.end_ns - p.start_ns) / 1e9},
+        {"joules", j},
+        {"output_tokens", tokens ? json(*tokens) : json(nullptr)},
+        {"tokens_per_joule", tokens ? per_joule(static_cast<double>(*tokens), j) : json(nullptr)}});
     if (p.name.rfind("run ", 0) == 0) {
       run_joules.push_back(j);
       run_tokens += static_cast<double>(tokens.value_or(0));

@@ -24,8 +24,9 @@ struct EnergySeries {
 EnergySeries energy_series(const Timeline& timeline);
 
 // phase_output_tokens: generated tokens of each phase by name ("run 0", "warm-up").
-nlohmann::json energy_report(const Timeline& timeline, const std::vector<PhaseSpan>& phases,
-                             const std::vector<StepRecord>& steps,
-                             const std::vector<std::pair<std::string, int64_t>>& phase_output_tokens);
+nlohmann::json energy_report(
+    const Timeline& timeline, const std::vector<PhaseSpan>& phases,
+    const std::vector<StepRecord>& steps,
+    const std::vector<std::pair<std::string, int64_t>>& phase_output_tokens);
 
 }  // namespace ib

@@ -20,16 +20,15 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr int64_t kProcessPollNs = 1'000'000'000;
 
 constexpr const char* kFields[] = {
-    "used_bytes",    "reserved_bytes",  "free_bytes",     "total_bytes",  "v1_used_bytes",
-    "process_used_bytes", "power_w",    "energy_j",       "sm_clock_mhz", "mem_clock_mhz",
-    "util_gpu_pct",  "util_memory_pct", "temperature_c"};
+    "used_bytes",         "reserved_bytes",  "free_bytes",   "total_bytes",  "v1_used_bytes",
+    "process_used_bytes", "power_w",         "energy_j",     "sm_clock_mhz", "mem_clock_mhz",
+    "util_gpu_pct",       "util_memory_pct", "temperature_c"};
 constexpr size_t kNumFields = std::size(kFields);
 
 std::array<double, kNumFields> as_array(const detail::NvmlReading& r) {
-  return {r.used_bytes,   r.reserved_bytes, r.free_bytes,    r.total_bytes,
-          r.v1_used_bytes, r.process_used_bytes, r.power_w,  r.energy_j,
-          r.sm_clock_mhz, r.mem_clock_mhz,  r.util_gpu_pct,  r.util_memory_pct,
-          r.temperature_c};
+  return {r.used_bytes,         r.reserved_bytes,  r.free_bytes,   r.total_bytes,  r.v1_used_bytes,
+          r.process_used_bytes, r.power_w,         r.energy_j,     r.sm_clock_mhz, r.mem_clock_mhz,
+          r.util_gpu_pct,       r.util_memory_pct, r.temperature_c};
 }
 
 class NvmlCollector : public Collector {
@@ -100,14 +99,14 @@ class NvmlCollector : public Collector {
                           {"sm_clock_peak_mhz", num(p[8])},
                           {"temperature_peak_c", num(p[12])}});
     }
-    return json{{"available", true},
-                {"library", context_.nvml_library},
-                {"api", api_->describe()},
-                {"samples", samples_},
-                {"mean_call_latency_us",
-                 calls_ > 0 ? static_cast<double>(call_ns_) / static_cast<double>(calls_) / 1e3
-                            : 0.0},
-                {"gpus", gpus}};
+    return json{
+        {"available", true},
+        {"library", context_.nvml_library},
+        {"api", api_->describe()},
+        {"samples", samples_},
+        {"mean_call_latency_us",
+         calls_ > 0 ? static_cast<double>(call_ns_) / static_cast<double>(calls_) / 1e3 : 0.0},
+        {"gpus", gpus}};
   }
 
   std::vector<std::string> columns() const override {

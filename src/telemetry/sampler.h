@@ -55,7 +55,7 @@ class Sampler {
   std::vector<std::unique_ptr<Collector>> collectors_;
   int interval_ms_;
   int64_t origin_ns_ = 0;
-  Timeline timeline_;               // written by the sampling thread only while it runs
+  Timeline timeline_;                // written by the sampling thread only while it runs
   std::vector<int64_t> latency_ns_;  // (samples): cost of each tick
   std::thread thread_;
   std::mutex mu_;

@@ -24,8 +24,8 @@ double Timeline::value_at(int col, int64_t t_ns) const {
   const double hi = rows[i][static_cast<size_t>(col)];
   if (time_ns[i] == t_ns || i == 0) return hi;
   const double lo = rows[i - 1][static_cast<size_t>(col)];
-  const double f = static_cast<double>(t_ns - time_ns[i - 1]) /
-                   static_cast<double>(time_ns[i] - time_ns[i - 1]);
+  const double f =
+      static_cast<double>(t_ns - time_ns[i - 1]) / static_cast<double>(time_ns[i] - time_ns[i - 1]);
   return lo + (hi - lo) * f;  // NaN propagates
 }
 
@@ -64,9 +64,9 @@ StepShare step_share(const std::vector<StepRecord>& steps, int64_t t0_ns, int64_
     const int64_t end = it->start_ns + it->duration_ns;
     const int64_t overlap = std::min(end, t1_ns) - std::max(it->start_ns, t0_ns);
     if (overlap <= 0) continue;
-    const double f =
-        it->duration_ns > 0 ? static_cast<double>(overlap) / static_cast<double>(it->duration_ns)
-                            : 1.0;
+    const double f = it->duration_ns > 0
+                         ? static_cast<double>(overlap) / static_cast<double>(it->duration_ns)
+                         : 1.0;
     if (it->prefill_heavy()) {
       s.prefill_ns += overlap;
       s.prefill_tokens += f * it->prefill_tokens;

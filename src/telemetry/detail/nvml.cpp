@@ -88,7 +88,8 @@ std::unique_ptr<NvmlApi> NvmlApi::open(const std::string& library, std::string* 
     return nullptr;
   }
   auto init = find<NvmlReturn (*)()>(handle, {"nvmlInit_v2", "nvmlInit"});
-  auto count = find<NvmlReturn (*)(unsigned*)>(handle, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"});
+  auto count =
+      find<NvmlReturn (*)(unsigned*)>(handle, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"});
   auto by_index = find<NvmlReturn (*)(unsigned, NvmlDeviceHandle*)>(
       handle, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"});
   auto shutdown = find<NvmlReturn (*)()>(handle, {"nvmlShutdown"});
@@ -109,11 +110,11 @@ std::unique_ptr<NvmlApi> NvmlApi::open(const std::string& library, std::string* 
   f.shutdown = shutdown;
   f.memory_v1 = find<decltype(f.memory_v1)>(handle, {"nvmlDeviceGetMemoryInfo"});
   f.memory_v2 = find<decltype(f.memory_v2)>(handle, {"nvmlDeviceGetMemoryInfo_v2"});
-  f.processes = find<decltype(f.processes)>(handle,
-                                            {"nvmlDeviceGetComputeRunningProcesses_v3",
-                                             "nvmlDeviceGetComputeRunningProcesses_v2",
-                                             "nvmlDeviceGetComputeRunningProcesses"},
-                                            &api->process_symbol_);
+  f.processes = find<decltype(f.processes)>(
+      handle,
+      {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+       "nvmlDeviceGetComputeRunningProcesses"},
+      &api->process_symbol_);
   if (f.processes) {
     const bool widened_v3 = api->process_symbol_.ends_with("_v3") &&
                             ::dlsym(handle, "nvmlDeviceGetConfComputeMemSizeInfo") != nullptr &&
@@ -126,7 +127,8 @@ std::unique_ptr<NvmlApi> NvmlApi::open(const std::string& library, std::string* 
   f.clock = find<decltype(f.clock)>(handle, {"nvmlDeviceGetClockInfo"});
   f.utilization = find<decltype(f.utilization)>(handle, {"nvmlDeviceGetUtilizationRates"});
   f.temperature = find<decltype(f.temperature)>(handle, {"nvmlDeviceGetTemperature"});
-  auto name = find<NvmlReturn (*)(NvmlDeviceHandle, char*, unsigned)>(handle, {"nvmlDeviceGetName"});
+  auto name =
+      find<NvmlReturn (*)(NvmlDeviceHandle, char*, unsigned)>(handle, {"nvmlDeviceGetName"});
 
   unsigned n = 0;
   if (count(&n) != kNvmlSuccess) n = 0;
@@ -182,10 +184,10 @@ NvmlReading NvmlApi::read(int device, bool with_processes) const {
           const unsigned char* rec = buf.data() + static_cast<size_t>(i) * process_stride_bytes_;
           unsigned pid = 0;
           unsigned long long used = 0;
-          std::memcpy(&pid, rec, sizeof pid);       // offset 0
+          std::memcpy(&pid, rec, sizeof pid);        // offset 0
           std::memcpy(&used, rec + 8, sizeof used);  // offset 8 in every layout
-          const bool sane = used != std::numeric_limits<unsigned long long>::max() &&
-                            !(d(used) > r.total_bytes);
+          const bool sane =
+              used != std::numeric_limits<unsigned long long>::max() && !(d(used) > r.total_bytes);
           if (pid == self && sane) {
             mine += d(used);
             seen = true;
@@ -242,7 +244,8 @@ std::optional<NvmlSnapshot> query_nvml(const char* library) {
       h, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"});
   auto name = find<NvmlReturn (*)(NvmlDeviceHandle, char*, unsigned)>(h, {"nvmlDeviceGetName"});
   auto uuid = find<NvmlReturn (*)(NvmlDeviceHandle, char*, unsigned)>(h, {"nvmlDeviceGetUUID"});
-  auto memory = find<NvmlReturn (*)(NvmlDeviceHandle, NvmlMemoryV1*)>(h, {"nvmlDeviceGetMemoryInfo"});
+  auto memory =
+      find<NvmlReturn (*)(NvmlDeviceHandle, NvmlMemoryV1*)>(h, {"nvmlDeviceGetMemoryInfo"});
   if (!init || !shutdown || !count || !handle || init() != kNvmlSuccess) return std::nullopt;
 
   NvmlSnapshot snap;
