@@ -7,7 +7,8 @@
 # report.html inlines plotly.js from tools/npm/node_modules (git-ignored): carry that folder to
 # the device, or set INFERBENCH_PLOTLY_JS; without it the run says so and skips report.html.
 # Writes under $OUT (./gpu-out otherwise): example/, ab/, telemetry.log, overhead.json.
-# Options (environment): IB_JOBS (default 16), IB_MODEL (default llama-3-8b), IB_AB_PAIRS (3).
+# Options (environment): IB_JOBS (default 16), IB_MODEL (default llama-3-8b), IB_AB_PAIRS (3),
+# IB_SKIP_BUILD=1 (reuse build/h200).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -20,7 +21,7 @@ IB="$BUILD/bin/inferbench"
 exec > >(tee "$OUT/telemetry.log") 2>&1
 
 echo "== build inferbench (h200 preset)"
-if ! { cmake --preset h200 -DINFERBENCH_WERROR=OFF -DINFERBENCH_TESTS=OFF &&
+if [ "${IB_SKIP_BUILD:-0}" != 1 ] && ! { cmake --preset h200 -DINFERBENCH_WERROR=OFF -DINFERBENCH_TESTS=OFF &&
        cmake --build "$BUILD" -j "$JOBS" --target inferbench; } >"$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
@@ -38,7 +39,7 @@ for i in $(seq 1 "$PAIRS"); do
     extra=()
     [ "$mode" = off ] && extra=(--disable-telemetry)
     "$IB" run --model "$MODEL" --device cuda --batch-size 8 --input-len 32 --output-len 128 \
-      --num-prompts 200 --runs 3 --disable-tqdm "${extra[@]}" \
+      --num-prompts 96 --runs 3 --disable-tqdm "${extra[@]}" \
       --result-dir "$OUT/ab/$mode-$i" --overwrite >/dev/null
   done
 done
