@@ -187,8 +187,13 @@ constexpr const char* kRenderer = R"JS(
   fillTable('metrics', ['metric', 'unit', 'median', 'min', 'max'],
             D.metrics.map(m => [m.metric, m.unit, m.median, m.min, m.max]));
   const phases = (D.energy && D.energy.phases) || [];
-  fillTable('energy', ['phase', 'duration (s)', 'joules', 'output tokens', 'tokens per joule'],
-            phases.map(p => [p.phase, p.duration_s, p.joules, p.output_tokens, p.tokens_per_joule]));
+  const e = D.energy || {};
+  const stepRows = [['prefill-heavy steps', e.prefill_heavy_steps], ['decode-heavy steps', e.decode_heavy_steps]]
+      .filter(([, v]) => v).map(([name, v]) => [name, v.time_s, v.joules,
+          v.prompt_tokens ?? v.output_tokens, v.tokens_per_joule, e.method]);
+  fillTable('energy', ['phase', 'duration (s)', 'joules', 'tokens', 'tokens per joule', 'method'],
+            phases.map(p => [p.phase, p.duration_s, p.joules, p.output_tokens, p.tokens_per_joule,
+                             p.method]).concat(stepRows));
   document.getElementById('energy-note').textContent = D.energy && D.energy.available
       ? 'method: ' + D.energy.method + (D.energy.flag ? ' (' + D.energy.flag + ')' : '')
       : (D.energy && D.energy.reason) || 'no energy measurement';

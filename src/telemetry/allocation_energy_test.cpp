@@ -174,6 +174,20 @@ TEST(Energy, CounterDeltasPerPhaseAndPerStepKind) {
   EXPECT_DOUBLE_EQ(e["decode_heavy_steps"]["tokens_per_joule"].get<double>(), 0.8);
 }
 
+TEST(Energy, APhaseTheCounterDidNotSeeUsesPower) {
+  // The counter stands still from 1 s to 3 s while the board draws 50 W.
+  const Timeline tl = make_timeline({"gpu0_energy_j", "gpu0_power_w"},
+                                    {{0, 50}, {50, 50}, {50, 50}, {50, 50}, {100, 50}});
+  const auto e = energy_report(tl, {{"run 0", kS, 3 * kS}, {"run 1", 3 * kS, 4 * kS}}, {},
+                               {{"run 0", 10}, {"run 1", 10}});
+  EXPECT_EQ(e["method"], "energy_counter");
+  EXPECT_DOUBLE_EQ(e["phases"][0]["joules"].get<double>(), 100.0);
+  EXPECT_NE(e["phases"][0]["method"].get<std::string>().find("integrated_power"),
+            std::string::npos);
+  EXPECT_DOUBLE_EQ(e["phases"][1]["joules"].get<double>(), 50.0);
+  EXPECT_EQ(e["phases"][1]["method"], "energy_counter");
+}
+
 TEST(Energy, FallsBackToIntegratedPowerAndSaysSo) {
   // Two GPUs without counters: 100 W + 50 W for 4 s.
   const Timeline tl = make_timeline(

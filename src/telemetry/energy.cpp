@@ -52,6 +52,19 @@ EnergySeries energy_series(const Timeline& tl) {
   EnergySeries s;
   const auto energy = gpu_columns(tl, "energy_j");
   const auto power = gpu_columns(tl, "power_w");
+  if (all_finite(tl, power)) {
+    double sum = 0;
+    double last_w = 0;
+    for (size_t k = 0; k < tl.rows.size(); ++k) {
+      double w = 0;
+      for (int c : power) w += tl.rows[k][static_cast<size_t>(c)];
+      if (k > 0) {
+        sum += 0.5 * (w + last_w) * static_cast<double>(tl.time_ns[k] - tl.time_ns[k - 1]) / 1e9;
+      }
+      s.power_cumulative_j.push_back(sum);
+      last_w = w;
+    }
+  }
   if (all_finite(tl, energy)) {
     s.method = "energy_counter";
     s.gpus = static_cast<int>(energy.size());
@@ -60,19 +73,10 @@ EnergySeries energy_series(const Timeline& tl) {
       for (int c : energy) sum += row[static_cast<size_t>(c)];
       s.cumulative_j.push_back(sum);
     }
-  } else if (all_finite(tl, power)) {
+  } else if (!s.power_cumulative_j.empty()) {
     s.method = "integrated_power";
     s.gpus = static_cast<int>(power.size());
-    double sum = 0;
-    double last_w = 0;
-    for (size_t k = 0; k < tl.rows.size(); ++k) {
-      double w = 0;
-      for (int c : power) w += tl.rows[k][static_cast<size_t>(c)];
-      if (k > 0)
-        sum += 0.5 * (w + last_w) * static_cast<double>(tl.time_ns[k] - tl.time_ns[k - 1]) / 1e9;
-      s.cumulative_j.push_back(sum);
-      last_w = w;
-    }
+    s.cumulative_j = s.power_cumulative_j;
   }
   return s;
 }
@@ -94,12 +98,22 @@ json energy_report(const Timeline& tl, const std::vector<PhaseSpan>& phases,
   json out_phases = json::array();
   std::vector<double> run_joules;
   double run_tokens = 0;
+  auto delta = [&](const std::vector<double>& cumulative, const PhaseSpan& p) {
+    return interpolate(tl.time_ns, cumulative, p.end_ns) -
+           interpolate(tl.time_ns, cumulative, p.start_ns);
+  };
   for (const auto& p : phases) {
-    const double j = interpolate(tl.time_ns, s.cumulative_j, p.end_ns) -
-                     interpolate(tl.time_ns, s.cumulative_j, p.start_ns);
+    double j = delta(s.cumulative_j, p);
+    std::string method = s.method;
+    if (method == "energy_counter" && j <= 0 && !s.power_cumulative_j.empty() &&
+        delta(s.power_cumulative_j, p) > 0) {
+      j = delta(s.power_cumulative_j, p);
+      method = "integrated_power (the counter did not move in this phase)";
+    }
     const auto tokens = tokens_of(p.name);
     out_phases.push_back(json{
         {"phase", p.name},
+        {"method", method},
         {"duration_s", static_cast<double>(p.end_ns - p.start_ns) / 1e9},
         {"joules", j},
         {"output_tokens", tokens ? json(*tokens) : json(nullptr)},

@@ -18,12 +18,15 @@ namespace ib {
 // "energy_counter", "integrated_power", or "" when the timeline has neither.
 struct EnergySeries {
   std::string method;
-  std::vector<double> cumulative_j;  // (samples)
+  std::vector<double> cumulative_j;        // (samples)
+  std::vector<double> power_cumulative_j;  // (samples) integrated power, when power was read
   int gpus = 0;
 };
 EnergySeries energy_series(const Timeline& timeline);
 
-// phase_output_tokens: generated tokens of each phase by name ("run 0", "warm-up").
+// phase_output_tokens: generated tokens of each phase by name ("run 0", "warm-up"). A phase
+// shorter than the counter's update period can see the counter not move at all: that phase
+// falls back to integrated power, and says so in its "method".
 nlohmann::json energy_report(
     const Timeline& timeline, const std::vector<PhaseSpan>& phases,
     const std::vector<StepRecord>& steps,
