@@ -96,6 +96,33 @@ TEST_F(MemoryE2e, CpuRunWritesTheHostMemoryOutputs) {
             std::string::npos);
 }
 
+// The same run with a fake NVML (two GPUs, an energy counter rising 1 J per read): the GPU
+// series, energy per phase and tokens per joule go through the whole pipeline.
+TEST_F(MemoryE2e, GpuSeriesAndEnergyFromTheFakeNvml) {
+  ::setenv("INFERBENCH_NVML_LIBRARY", IB_FAKE_NVML_PATH, 1);
+  const fs::path dir = root_ / "result";
+  const int code = run(small_run(dir));
+  ::unsetenv("INFERBENCH_NVML_LIBRARY");
+  ASSERT_EQ(code, 0) << err();
+  const json r = json::parse(read_file(dir / "result.json").value());
+  EXPECT_EQ(r["memory"]["nvml"]["available"], true);
+  EXPECT_EQ(r["memory"]["nvml"]["gpus"].size(), 2u);
+  EXPECT_GT(r["memory"]["peaks"]["gpu0_used_bytes"].get<int64_t>(), int64_t{1} << 30);
+  EXPECT_GT(r["memory"]["peaks"]["gpus_used_bytes"].get<int64_t>(), int64_t{3} << 30);
+  const json& e = r["energy"];
+  ASSERT_EQ(e["available"], true) << e.dump();
+  EXPECT_EQ(e["method"], "energy_counter");
+  EXPECT_EQ(e["gpus"], 2);
+  EXPECT_GT(e["total_joules"].get<double>(), 0);
+  EXPECT_GT(e["output_tokens_per_joule"].get<double>(), 0);
+  ASSERT_EQ(e["phases"].size(), 4u);
+  EXPECT_EQ(e["phases"][2]["phase"], "run 0");
+  EXPECT_EQ(e["phases"][2]["output_tokens"], 6 * 16);
+  const auto csv = testing::lines_of(dir / "memory.csv");
+  EXPECT_NE(csv[0].find("gpu1_energy_j"), std::string::npos);
+  EXPECT_NE(csv[0].find("gpu0_process_used_bytes"), std::string::npos);
+}
+
 TEST_F(MemoryE2e, WithoutPlotlyTheReportIsSkippedInOneLine) {
   ::setenv("INFERBENCH_PLOTLY_JS", (root_ / "missing.js").c_str(), 1);
   const fs::path dir = root_ / "result";
