@@ -8,7 +8,8 @@
 # the device, or set INFERBENCH_PLOTLY_JS; without it the run says so and skips report.html.
 # Writes under $OUT (./gpu-out otherwise): example/, ab/, telemetry.log, overhead.json.
 # Options (environment): IB_JOBS (default 16), IB_MODEL (default llama-3-8b), IB_AB_PAIRS (3),
-# IB_SKIP_BUILD=1 (reuse build/h200).
+# IB_SKIP_BUILD=1 (reuse build/h200), IB_AB_INTERVAL (sampling period of the "on" runs, ms;
+# default 100, the default of inferbench run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -16,6 +17,7 @@ mkdir -p "$OUT"
 JOBS="${IB_JOBS:-16}"
 MODEL="${IB_MODEL:-llama-3-8b}"
 PAIRS="${IB_AB_PAIRS:-3}"
+AB_INTERVAL="${IB_AB_INTERVAL:-100}"
 BUILD=build/h200
 IB="$BUILD/bin/inferbench"
 exec > >(tee "$OUT/telemetry.log") 2>&1
@@ -33,10 +35,10 @@ echo "== example: continuous batching, long enough outputs that the KV cache vis
   --result-dir "$OUT/example" --overwrite
 ls -la "$OUT/example"
 
-echo "== telemetry off vs on: the seed's protocol (batch 8, in 32 / out 128), alternating"
+echo "== telemetry off vs on ($AB_INTERVAL ms): the seed's protocol (batch 8, in 32 / out 128), alternating"
 for i in $(seq 1 "$PAIRS"); do
   for mode in off on; do
-    extra=()
+    extra=(--memory-sample-interval "$AB_INTERVAL")
     [ "$mode" = off ] && extra=(--disable-telemetry)
     "$IB" run --model "$MODEL" --device cuda --batch-size 8 --input-len 32 --output-len 128 \
       --num-prompts 96 --runs 3 --disable-tqdm "${extra[@]}" \
@@ -52,7 +54,8 @@ def tps(mode, i):
 rows = {m: [tps(m, i) for i in range(1, pairs + 1)] for m in ("off", "on")}
 off = statistics.median(t for t, _ in rows["off"])
 on = statistics.median(t for t, _ in rows["on"])
-result = {"off_output_tok_s": [t for t, _ in rows["off"]], "on_output_tok_s": [t for t, _ in rows["on"]],
+result = {"sample_interval_ms": int(os.environ.get("IB_AB_INTERVAL", "100")),
+          "off_output_tok_s": [t for t, _ in rows["off"]], "on_output_tok_s": [t for t, _ in rows["on"]],
           "off_median": off, "on_median": on, "on_vs_off_pct": 100 * (on - off) / off,
           "off_tpot_ms": [p for _, p in rows["off"]], "on_tpot_ms": [p for _, p in rows["on"]]}
 json.dump(result, open(os.path.join(out, "overhead.json"), "w"), indent=2)

@@ -136,11 +136,14 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
   target->teardown();
   telemetry.finish(sampler, *records, report);
   report.footnotes = footnotes(report, plan);
-  IB_ASSIGN_OR_RETURN(const auto memory_files, telemetry.write_outputs(plan.result_dir, report));
+  const auto memory_files = telemetry.write_outputs(plan.result_dir, report);
   for (auto& s : sinks) IB_TRY(s->finish(report));
-  if (!memory_files.empty()) {
+  if (!memory_files.ok()) {
+    std::fprintf(stderr, "inferbench: memory outputs not written: %s\n",
+                 memory_files.error().message.c_str());
+  } else if (!memory_files->empty()) {
     std::string names;
-    for (const auto& f : memory_files) names += (names.empty() ? "" : ", ") + f;
+    for (const auto& f : *memory_files) names += (names.empty() ? "" : ", ") + f;
     std::fprintf(stderr, "inferbench: memory telemetry: %s\n", names.c_str());
   }
   std::fprintf(stderr, "inferbench: results in %s\n", plan.result_dir.string().c_str());
