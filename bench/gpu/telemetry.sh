@@ -9,7 +9,9 @@
 # Writes under $OUT (./gpu-out otherwise): example/, ab/, telemetry.log, overhead.json.
 # Options (environment): IB_JOBS (default 16), IB_MODEL (default llama-3-8b), IB_AB_PAIRS (3),
 # IB_SKIP_BUILD=1 (reuse build/h200), IB_AB_INTERVAL (sampling period of the "on" runs, ms;
-# default 100, the default of inferbench run).
+# default 100, the default of inferbench run). A dry run elsewhere: IB_BUILD=build/release
+# IB_SKIP_BUILD=1 IB_DEVICE=cpu IB_MODEL=tiny-15m IB_EXAMPLE_IN=64 IB_EXAMPLE_OUT=64
+# IB_EXAMPLE_PROMPTS=32 IB_AB_PROMPTS=16 bench/gpu/telemetry.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -18,7 +20,12 @@ JOBS="${IB_JOBS:-16}"
 MODEL="${IB_MODEL:-llama-3-8b}"
 PAIRS="${IB_AB_PAIRS:-3}"
 AB_INTERVAL="${IB_AB_INTERVAL:-100}"
-BUILD=build/h200
+BUILD="${IB_BUILD:-build/h200}"
+DEVICE="${IB_DEVICE:-cuda}"
+EX_IN="${IB_EXAMPLE_IN:-1024}"
+EX_OUT="${IB_EXAMPLE_OUT:-512}"
+EX_PROMPTS="${IB_EXAMPLE_PROMPTS:-256}"
+AB_PROMPTS="${IB_AB_PROMPTS:-96}"
 IB="$BUILD/bin/inferbench"
 exec > >(tee "$OUT/telemetry.log") 2>&1
 
@@ -30,8 +37,8 @@ fi
 "$IB" env
 
 echo "== example: continuous batching, long enough outputs that the KV cache visibly fills"
-"$IB" run --model "$MODEL" --device cuda --max-concurrency 64 --num-prompts 256 \
-  --input-len 1024 --output-len 512 --runs 3 --memory-sample-interval 10 --disable-tqdm \
+"$IB" run --model "$MODEL" --device "$DEVICE" --max-concurrency 64 --num-prompts "$EX_PROMPTS" \
+  --input-len "$EX_IN" --output-len "$EX_OUT" --runs 3 --memory-sample-interval 10 --disable-tqdm \
   --result-dir "$OUT/example" --overwrite
 ls -la "$OUT/example"
 
@@ -40,8 +47,8 @@ for i in $(seq 1 "$PAIRS"); do
   for mode in off on; do
     extra=(--memory-sample-interval "$AB_INTERVAL")
     [ "$mode" = off ] && extra=(--disable-telemetry)
-    "$IB" run --model "$MODEL" --device cuda --batch-size 8 --input-len 32 --output-len 128 \
-      --num-prompts 96 --runs 3 --disable-tqdm "${extra[@]}" \
+    "$IB" run --model "$MODEL" --device "$DEVICE" --batch-size 8 --input-len 32 --output-len 128 \
+      --num-prompts "$AB_PROMPTS" --runs 3 --disable-tqdm "${extra[@]}" \
       --result-dir "$OUT/ab/$mode-$i" --overwrite >/dev/null
   done
 done
