@@ -39,6 +39,16 @@ struct GenerateFlags {
 void add_generate_flags(CLI::App& app, GenerateFlags& flags);
 Result<int> execute_generate(const GenerateFlags& flags);
 
+// `inferbench plot DIR... --out FILE`: the cross-run memory heatmap (FILE.svg or FILE.html).
+// Directories without memory samples are named on stderr and the rest drawn; an unwritable
+// --out is reported before anything is read.
+struct PlotFlags {
+  std::vector<std::string> dirs;
+  std::string out;
+  int frames = 120;
+};
+Result<int> execute_plot(const PlotFlags& flags);
+
 // `inferbench models`: name, family, parameters, GiB per dtype, KV KiB/token, max context, and
 // "yes" or the features the engine cannot run yet.
 std::string models_table(const std::vector<ModelConfig>& models);

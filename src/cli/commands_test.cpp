@@ -38,7 +38,8 @@ TEST(Plugins, BuiltinsLoadInDependencyOrder) {
   EXPECT_EQ(r.names_of(PluginKind::kTarget), std::vector<std::string>{"native"});
   EXPECT_EQ(r.names_of(PluginKind::kReportSink),
             (std::vector<std::string>{"jsonl", "json", "csv", "markdown"}));
-  EXPECT_EQ(r.names_of(PluginKind::kCollector), (std::vector<std::string>{"rss", "engine-pools"}));
+  EXPECT_EQ(r.names_of(PluginKind::kCollector),
+            (std::vector<std::string>{"rss", "engine-pools", "nvml"}));
   EXPECT_EQ(r.names_of(PluginKind::kWorkload),
             (std::vector<std::string>{"random-dataset", "jsonl-dataset"}));
   auto order = r.load_order();

@@ -56,6 +56,12 @@ int main(int argc, char** argv) {
   bool env_json = false;
   env->add_flag("--json", env_json, "as JSON, as stored in result.json");
   CLI::App* plugins = app.add_subcommand("plugins", "list plugins and their load order");
+  ib::PlotFlags plot_flags;
+  CLI::App* plot = app.add_subcommand("plot", "cross-run memory heatmap from result directories");
+  plot->add_option("dirs", plot_flags.dirs, "result directories")->required();
+  plot->add_option("--out", plot_flags.out, "output file: .svg or .html")->required();
+  plot->add_option("--frames", plot_flags.frames, "time frames of the heatmap")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -79,6 +85,11 @@ int main(int argc, char** argv) {
     const auto fingerprint = ib::environment_fingerprint();
     std::cout << (env_json ? fingerprint.dump(2) + "\n" : ib::format_environment(fingerprint));
     return ib::kExitOk;
+  }
+  if (plot->parsed()) {
+    auto code = ib::execute_plot(plot_flags);
+    if (!code.ok()) return fail(code.error());
+    return *code;
   }
   if (plugins->parsed()) {
     ib::PluginRegistry registry;

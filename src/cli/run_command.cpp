@@ -1,11 +1,13 @@
 // `inferbench run`: target, collectors, runner and sinks, in that order of setup.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/progress_line.h"
+#include "cli/run_telemetry.h"
 #include "core/clock.h"
 #include "report/report.h"
 #include "telemetry/telemetry.h"
@@ -107,15 +109,22 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
                         const std::atomic<bool>& stop, bool show_progress) {
   IB_ASSIGN_OR_RETURN(const auto order, registry.load_order());
   IB_ASSIGN_OR_RETURN(const auto make_target, registry.factory<TargetFactory>(plan.flags.backend));
-  IB_ASSIGN_OR_RETURN(std::unique_ptr<Target> target, make_target(plan.target));
+  // Telemetry starts before the model loads, so the peak includes loading.
+  const int64_t origin_ns = now_ns();
+  RunTelemetry telemetry(plan, origin_ns);
+  IB_ASSIGN_OR_RETURN(std::unique_ptr<Target> target,
+                      make_target(telemetry.instrument(plan.target)));
 
   CollectorContext context;
   context.target_memory = [t = target.get()] { return t->memory(); };
+  if (const char* nvml = std::getenv("INFERBENCH_NVML_LIBRARY"); nvml != nullptr && *nvml != 0) {
+    context.nvml_library = nvml;  // another NVML build (tests load a fake one)
+  }
   std::vector<std::unique_ptr<Collector>> collectors;
   std::vector<std::unique_ptr<ReportSink>> sinks;
   for (const auto& name : order) {
     const PluginInfo* info = registry.find(name);
-    if (info->kind == PluginKind::kCollector) {
+    if (info->kind == PluginKind::kCollector && telemetry.enabled()) {
       IB_ASSIGN_OR_RETURN(const auto make, registry.factory<CollectorFactory>(name));
       collectors.push_back(make(context));
     } else if (info->kind == PluginKind::kReportSink) {
@@ -124,15 +133,14 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
     }
   }
 
-  // Telemetry starts before the model loads, so the peak includes loading.
-  const int64_t origin_ns = now_ns();
   Sampler sampler(std::move(collectors), plan.flags.memory_sample_interval_ms);
-  IB_TRY(sampler.start(origin_ns));
+  if (telemetry.enabled()) IB_TRY(sampler.start(origin_ns));
   SteadyRunnerClock clock;
   Runner runner(*target, plan.runner, clock);
   std::fprintf(stderr, "inferbench: loading %s on %s\n", plan.model.name.c_str(),
                plan.flags.device.c_str());
   IB_TRY(target->setup(runner.callbacks()));
+  telemetry.loaded(now_ns());
 
   // Only now, with the target loaded, does anything appear on disk.
   IB_TRY(create_result_dir(plan.result_dir, plan.flags.overwrite));
@@ -161,11 +169,20 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
   report.engine = json::parse(target->describe_json(), nullptr, false);
   if (report.engine.is_discarded()) report.engine = json::object();
   report.weights = report.engine.value("weights", "");
-  report.memory = sampler.summary();
   add_results(report, *records);
-  report.footnotes = footnotes(report, plan);
   target->teardown();
+  telemetry.finish(sampler, *records, report);
+  report.footnotes = footnotes(report, plan);
+  const auto memory_files = telemetry.write_outputs(plan.result_dir, report);
   for (auto& s : sinks) IB_TRY(s->finish(report));
+  if (!memory_files.ok()) {
+    std::fprintf(stderr, "inferbench: memory outputs not written: %s\n",
+                 memory_files.error().message.c_str());
+  } else if (!memory_files->empty()) {
+    std::string names;
+    for (const auto& f : *memory_files) names += (names.empty() ? "" : ", ") + f;
+    std::fprintf(stderr, "inferbench: memory telemetry: %s\n", names.c_str());
+  }
   std::fprintf(stderr, "inferbench: results in %s\n", plan.result_dir.string().c_str());
   return records->interrupted ? kExitInterrupted : kExitOk;
 }

@@ -51,8 +51,10 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                  "--max-concurrency, else static)")
       ->capture_default_str();
   app.add_option("--memory-sample-interval", f.memory_sample_interval_ms,
-                 "telemetry sampling period, ms")
+                 "telemetry sampling period, ms (1 to 60000)")
       ->capture_default_str();
+  app.add_flag("--disable-telemetry", f.disable_telemetry,
+               "no memory/energy sampling, step markers or allocation trace (overhead A/B)");
   app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
       ->capture_default_str();
   app.add_option("--max-num-seqs", f.max_num_seqs, "engine: sequences per step")

@@ -12,6 +12,7 @@
 #include "model/presets.h"
 #include "model/tokenizer.h"
 #include "report/result_dir.h"
+#include "telemetry/sampler.h"
 
 namespace ib {
 namespace {
@@ -117,7 +118,7 @@ Status check_engine_flags(const RunFlags& f) {
   IB_TRY(positive(f.max_num_seqs, "--max-num-seqs"));
   IB_TRY(positive(f.max_num_batched_tokens, "--max-num-batched-tokens"));
   IB_TRY(positive(f.block_size, "--block-size"));
-  IB_TRY(positive(f.memory_sample_interval_ms, "--memory-sample-interval"));
+  IB_TRY(validate_sample_interval_ms(f.memory_sample_interval_ms));
   IB_TRY(positive(f.max_graph_batch, "--max-graph-batch"));
   IB_TRY(positive(f.max_graph_context, "--max-graph-context"));
   if (f.max_model_len < 0) IB_TRY(positive(f.max_model_len, "--max-model-len"));
@@ -315,6 +316,7 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
       {"load_mode", load_mode_name(r.mode)},
       {"load_description", p.load_description},
       {"memory_sample_interval_ms", f.memory_sample_interval_ms},
+      {"telemetry", !f.disable_telemetry},
       {"load_format", f.load_format},
       {"max_num_seqs", f.max_num_seqs},
       {"max_num_batched_tokens", f.max_num_batched_tokens},

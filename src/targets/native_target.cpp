@@ -81,6 +81,7 @@ TargetMemory memory_of(const EngineStats& s) {
   m.kv_peak_used_bytes = s.kv_block_bytes * s.kv_blocks_peak;
   m.activations_bytes = s.memory.bytes_by_tag[static_cast<size_t>(MemoryTag::kActivations)] +
                         s.memory.bytes_by_tag[static_cast<size_t>(MemoryTag::kWorkspace)];
+  m.graph_bytes = s.memory.bytes_by_tag[static_cast<size_t>(MemoryTag::kGraph)];
   m.allocated_bytes = s.memory.allocated_bytes;
   m.peak_allocated_bytes = s.memory.peak_allocated_bytes;
   return m;
@@ -177,6 +178,7 @@ class NativeTarget : public Target {
     auto backend = create_backend(options_.backend);
     if (!backend.ok()) return ready.set_value(backend.error());
     backend_ = std::move(backend).value();
+    if (options_.trace_allocations) backend_->memory().set_tracing(true);
     auto engine = create_engine(options_.model, options_.weights, options_.engine, *backend_);
     if (!engine.ok()) {
       backend_.reset();
@@ -193,6 +195,7 @@ class NativeTarget : public Target {
     ready.set_value(Ok{});
     loop();
     engine_.reset();  // before the backend that owns its memory
+    if (options_.on_allocation_trace) options_.on_allocation_trace(backend_->memory().take_trace());
     backend_.reset();
   }
 
@@ -252,6 +255,7 @@ class NativeTarget : public Target {
       for (uint64_t id : ids) finish(id, false, "error", broken_message_, now_ns());
       return;
     }
+    if (options_.on_step) options_.on_step(out->stats);
     for (const TokenEvent& ev : out->events) {
       auto it = live_.find(ev.request_id);
       if (it == live_.end()) continue;
