@@ -1,6 +1,7 @@
 # inferbench front door.
 #   make run    install dependencies, build, run the default benchmark into results/default
-#   make test   install dependencies, build (warnings are errors), brief fuzzing, every test
+#   make test   install dependencies (Chromium too), build (warnings are errors), brief fuzzing,
+#               every test (the browser test included)
 #   make build | format | clean
 PRESET ?= release
 BUILD_DIR := build/$(PRESET)
@@ -16,11 +17,13 @@ DEFAULT_BENCHMARK := --model tiny-15m --device cpu --batch-size 8 --input-len 32
 
 .PHONY: run test build configure deps format clean
 
+BROWSER ?= $(if $(filter test,$(MAKECMDGOALS)),ON,AUTO)
+
 deps:
-	scripts/install-deps
+	scripts/install-deps $(if $(filter ON,$(BROWSER)),--with-browser,)
 
 configure: deps
-	cmake --preset $(PRESET) -DINFERBENCH_WERROR=ON
+	cmake --preset $(PRESET) -DINFERBENCH_WERROR=ON -DINFERBENCH_BROWSER_TESTS=$(BROWSER)
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)

@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
-# One visit to the GPU machine: configure the h200 preset, build the CUDA backend's tests and op
-# benchmark, run the gpu-labelled tests, time the ops, and print a short table last.
-# Writes under $OUT (set by the device tool; ./gpu-out otherwise): env.txt, build.log, ctest.log,
-# gpu_tests.json, ops_bench.log, ops_bench.json.
-# Options (environment): IB_JOBS (default 16), IB_SKIP_TESTS=1, IB_SKIP_BENCH=1,
-# IB_TEST_FILTER (gtest filter), IB_MEMCHECK=1 (run the filtered tests under compute-sanitizer).
+# One visit to the GPU machine: build the h200 preset, run the gpu-labelled tests, then the engine
+# benchmarks with `inferbench run` (3 runs each, median), HF transformers eager on the seed's
+# protocol (tools/hf_bench.py) and the HF comparison (tools/hf_compare.py); the summary table is
+# printed last. A failing step is logged and the next one runs.
+# Writes under $OUT (./gpu-out otherwise): env.txt, summary.md, summary.json, results.tgz (every
+# result directory, logs, test JSON), ctest.log, build.log.
+# Environment: IB_JOBS (16), IB_BUILD_DIR (/tmp/ib-build: outside the staged tree, so a warm
+# machine keeps it), IB_SKIP_TESTS=1, IB_SKIP_BENCH=1, IB_SKIP_HF=1, IB_ONLY (space-separated
+# benchmark names), IB_OPS_BENCH=1 (also the phase-1 op benchmark), IB_SKIP_AB=1 (no A/B of
+# IB_PDL / IB_MATMUL_TUNING, which the backend reads), IB_DEADLINE_S (540: every
+# step's timeout is cut so that the summary and the tarball are written before then).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"
 mkdir -p "$OUT"
+RES="$OUT/results"
+mkdir -p "$RES"
 JOBS="${IB_JOBS:-16}"
-BUILD=build/h200
+BUILD="${IB_BUILD_DIR:-/tmp/ib-build}"
+BIN="$BUILD/bin/inferbench"
 started=$(date +%s)
+elapsed() { echo $(( $(date +%s) - started )); }
+DEADLINE="${IB_DEADLINE_S:-540}"
+# limit CAP: the timeout for the next step, at most CAP, keeping 30 s for the summary.
+limit() {
+  local left=$(( DEADLINE - $(elapsed) - 30 ))
+  [ "$left" -lt 1 ] && left=1
+  [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
+declare -a STATUS=()
+note() { STATUS+=("$1"); echo "[$(elapsed) s] $1"; }
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -25,73 +43,130 @@ started=$(date +%s)
 } >"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-echo "== configure + build ($JOBS jobs)"
-if ! { cmake --preset h200 -DINFERBENCH_WERROR=OFF &&
-       cmake --build "$BUILD" -j "$JOBS" --target backend_cuda_test ib_ops_bench; } \
-       >"$OUT/build.log" 2>&1; then
-  tail -60 "$OUT/build.log"
-  echo "BUILD FAILED"
-  exit 1
+echo "== configure + build ($JOBS jobs, $BUILD)"
+targets=(inferbench backend_cuda_test backend_cuda_fault_test engine_cuda_test)
+[ "${IB_OPS_BENCH:-0}" = 1 ] && targets+=(ib_ops_bench)
+if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
+     -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF >"$OUT/build.log" 2>&1 &&
+   cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >>"$OUT/build.log" 2>&1; then
+  note "build: ok ($(elapsed) s)"
+else
+  tail -40 "$OUT/build.log"
+  note "build: FAILED"
 fi
-echo "build: $(( $(date +%s) - started )) s"
 
-test_status="skipped"
-if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
+if [ "${IB_SKIP_TESTS:-0}" != 1 ] && [ -x "$BUILD/src/engine/engine_cuda_test" ]; then
   echo "== gpu tests"
   t0=$(date +%s)
-  export GTEST_OUTPUT="json:$OUT/gpu_tests.json"
-  if [ -n "${IB_TEST_FILTER:-}" ]; then export GTEST_FILTER="$IB_TEST_FILTER"; fi
-  if [ "${IB_MEMCHECK:-0}" = 1 ]; then
-    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/src/backend/cuda/backend_cuda_test" \
-      >"$OUT/ctest.log" 2>&1
-    rc=$?
-  else
-    ctest --test-dir "$BUILD" -L gpu --output-on-failure >"$OUT/ctest.log" 2>&1
-    rc=$?
-  fi
-  unset GTEST_OUTPUT GTEST_FILTER
-  test_status=$([ $rc -eq 0 ] && echo passed || echo "FAILED (rc $rc)")
-  grep -E "^\[  FAILED  \]|Failure|error|Expected|Which is|actual|rel|CUDA error" "$OUT/ctest.log" | head -80
-  echo "tests: $(( $(date +%s) - t0 )) s, $test_status"
-fi
-
-if [ "${IB_SKIP_BENCH:-0}" != 1 ]; then
-  echo "== op benchmark"
-  t0=$(date +%s)
-  "$BUILD/bench/gpu/ib_ops_bench" "$OUT/ops_bench.json" >"$OUT/ops_bench.log" 2>&1
+  mkdir -p "$RES/tests"
+  export GTEST_OUTPUT="json:$RES/tests/"
+  timeout "$(limit 420)" ctest --test-dir "$BUILD" -L gpu --output-on-failure >"$OUT/ctest.log" 2>&1
   rc=$?
-  echo "bench: $(( $(date +%s) - t0 )) s, rc $rc"
-  cat "$OUT/ops_bench.log"
+  unset GTEST_OUTPUT
+  grep -E "^\[  FAILED  \]|Failure|Expected|Which is|CUDA error|tests passed|Test +#" "$OUT/ctest.log" | head -60
+  note "gpu tests: rc $rc ($(( $(date +%s) - t0 )) s)"
 fi
 
-echo "== summary (total $(( $(date +%s) - started )) s)"
-python3 - "$OUT" "$test_status" <<'PY'
-import json, os, sys
-out, status = sys.argv[1], sys.argv[2]
-try:
-    t = json.load(open(os.path.join(out, "gpu_tests.json")))
-    print(f"gpu tests: {t['tests']} run, {t['failures']} failed, {t.get('disabled', 0)} disabled -> {status}")
-    for s in t["testsuites"]:
-        for c in s["testsuite"]:
-            err = c.get("max_rel_l2")
-            print(f"  {'FAILED' if c.get('failures') else 'ok':6} {s['name'] + '.' + c['name']:<62}"
-                  + (f" max rel L2 {float(err):.2e}" if err else ""))
-except Exception as e:
-    print("gpu tests:", status, f"({e.__class__.__name__})")
-try:
-    b = json.load(open(os.path.join(out, "ops_bench.json")))
-except Exception:
-    sys.exit(0)
-print("op               shape                      path        us    GB/s  %copy  TFLOP/s")
-for r in b["rows"]:
-    keep = (r["group"] == "ceiling"
-            or (r["group"] == "decode" and r["op"] in ("qkv", "o", "gate_up", "down", "lm_head")
-                and r["shape"].split("x")[0] in ("1", "8", "16"))
-            or r["op"] == "attention"
-            or (r["group"] == "prefill" and r["shape"].startswith("4096")))
-    if keep:
-        print(f"{r['op']:<16} {r['shape']:<26} {r['path']:<9} {r['time_us']:8.1f} {r['achieved_gb_per_s']:7.0f}"
-              f" {100*r['copy_ceiling_fraction']:5.1f}% {r['achieved_tflop_per_s']:7.1f}")
-for k, v in b["summary"].items():
-    print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
-PY
+# A/B of the launch-path switches on a short batch-8 decode run (16 prompts, 1 run each): the
+# matmul choice (tuned or the static rule) and programmatic dependent launch; the fastest median
+# TPOT sets IB_PDL / IB_MATMUL_TUNING for every benchmark after it.
+if [ "${IB_SKIP_AB:-0}" != 1 ] && [ "${IB_SKIP_BENCH:-0}" != 1 ] && [ -x "$BIN" ]; then
+  echo "== A/B: programmatic dependent launch x matmul tuning"
+  best="" best_tpot=""
+  for combo in "0 1" "0 0" "1 1"; do
+    set -- $combo
+    dir="$RES/ab_pdl$1_tune$2"
+    IB_PDL=$1 IB_MATMUL_TUNING=$2 timeout "$(limit 60)" "$BIN" run --device cuda --dtype bf16 \
+      --load-format dummy --disable-tqdm --model llama-3-8b --batch-size 8 --input-len 32 \
+      --output-len 128 --num-prompts 16 --runs 1 --num-warmups 8 --result-dir "$dir" \
+      --overwrite >"$dir.log" 2>&1
+    tpot=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['median_tpot_ms'])" \
+      "$dir/result.json" 2>/dev/null)
+    note "A/B pdl=$1 tuning=$2: median TPOT ${tpot:-failed} ms"
+    if [ -n "$tpot" ] && { [ -z "$best_tpot" ] ||
+         python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" \
+           "$tpot" "$best_tpot"; }; then
+      best="$combo" best_tpot=$tpot
+    fi
+  done
+  if [ -n "$best" ]; then
+    set -- $best
+    export IB_PDL=$1 IB_MATMUL_TUNING=$2
+    note "chosen: IB_PDL=$1 IB_MATMUL_TUNING=$2 (TPOT $best_tpot ms)"
+  fi
+  set --
+fi
+
+# bench NAME ARGS...: one `inferbench run` into $RES/NAME (3 runs unless ARGS say otherwise).
+bench() {
+  local name=$1
+  shift
+  if [ -n "${IB_ONLY:-}" ] && [[ " $IB_ONLY " != *" $name "* ]]; then return; fi
+  local t0=$(date +%s) cap
+  cap=$(limit 300)
+  if [ "$cap" -lt 20 ]; then note "bench $name: skipped (deadline)"; return; fi
+  timeout "$cap" "$BIN" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
+    --result-dir "$RES/$name" --overwrite "$@" >"$RES/$name.log" 2>&1
+  local rc=$?
+  note "bench $name: rc $rc ($(( $(date +%s) - t0 )) s)"
+  [ $rc -ne 0 ] && tail -5 "$RES/$name.log"
+}
+
+if [ "${IB_SKIP_BENCH:-0}" != 1 ] && [ -x "$BIN" ]; then
+  echo "== engine benchmarks"
+  L3=(--model llama-3-8b)
+  bench llama3-8b_b1 "${L3[@]}" --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4
+  bench llama3-8b_b1_eager "${L3[@]}" --batch-size 1 --input-len 32 --output-len 128 \
+    --num-prompts 2 --enforce-eager
+  bench llama3-8b_seed "${L3[@]}" --batch-size 8 --input-len 32 --output-len 128 --num-prompts 200
+  bench llama3-8b_prefill_8x512 "${L3[@]}" --batch-size 8 --input-len 512 --output-len 1 \
+    --num-prompts 8 --num-warmups 8
+  bench llama3-8b_ttft_2048 "${L3[@]}" --batch-size 1 --input-len 2048 --output-len 1 \
+    --num-prompts 3 --num-warmups 1
+  bench llama3-8b_cont_1024 "${L3[@]}" --input-len 128 --output-len 128 --num-prompts 1024 \
+    --load-mode open --num-warmups 16
+  bench llama3-8b_cont_1024_seqs512 "${L3[@]}" --input-len 128 --output-len 128 \
+    --num-prompts 1024 --load-mode open --num-warmups 16 --max-num-seqs 512
+  bench llama3-8b_b1_kv25 "${L3[@]}" --batch-size 1 --input-len 32 --output-len 128 \
+    --num-prompts 2 --gpu-memory-utilization 0.25
+  bench phi3-mini_b1 --model phi-3-mini-4k --batch-size 1 --input-len 32 --output-len 128 \
+    --num-prompts 4
+  bench phi3-mini_b8 --model phi-3-mini-4k --batch-size 8 --input-len 32 --output-len 128 \
+    --num-prompts 16
+  bench qwen2-7b_b1 --model qwen2-7b --max-model-len 4096 --batch-size 1 --input-len 32 \
+    --output-len 128 --num-prompts 4
+  bench qwen2-7b_b8 --model qwen2-7b --max-model-len 4096 --batch-size 8 --input-len 32 \
+    --output-len 128 --num-prompts 16
+fi
+
+if [ "${IB_SKIP_HF:-0}" != 1 ]; then
+  echo "== HF transformers eager, the seed's protocol"
+  t0=$(date +%s)
+  PYTHONUNBUFFERED=1 timeout "$(limit 240)" python3 tools/hf_bench.py --out "$RES" --batches 3 \
+    >"$RES/hf_bench.log" 2>&1
+  note "hf_bench: rc $? ($(( $(date +%s) - t0 )) s)"
+  tail -2 "$RES/hf_bench.log"
+  if [ -x "$BIN" ]; then
+    echo "== HF comparison"
+    t0=$(date +%s)
+    PYTHONUNBUFFERED=1 timeout "$(limit 300)" python3 tools/hf_compare.py --inferbench "$BIN" --out "$RES" \
+      >"$RES/hf_compare.log" 2>&1
+    note "hf_compare: rc $? ($(( $(date +%s) - t0 )) s)"
+  fi
+fi
+
+if [ "${IB_OPS_BENCH:-0}" = 1 ] && [ -x "$BUILD/bench/gpu/ib_ops_bench" ]; then
+  timeout "$(limit 300)" "$BUILD/bench/gpu/ib_ops_bench" "$RES/ops_bench.json" >"$RES/ops_bench.log" 2>&1
+  note "ops bench: rc $?"
+fi
+
+cp "$OUT/env.txt" "$RES/" 2>/dev/null
+printf '%s\n' "${STATUS[@]}" >"$RES/steps.txt"
+python3 bench/gpu/summarize.py "$RES" "$OUT/summary.json" >"$OUT/summary.md" 2>&1
+# The continuous-batching run's per-request JSONL is large; its result.json keeps the metrics.
+tar -czf "$OUT/results.tgz" --exclude='llama3-8b_cont_1024/requests.jsonl' -C "$OUT" results
+rm -rf "$RES"
+echo "== steps"
+printf '%s\n' "${STATUS[@]}"
+echo "== summary (total $(elapsed) s)"
+cat "$OUT/summary.md"

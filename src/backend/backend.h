@@ -24,6 +24,17 @@ namespace ib {
 
 class Backend;
 
+// A recorded sequence of ops (a CUDA graph), replayed with the arguments it was captured with:
+// callers change what the ops read by writing into the same buffers before replay(). The memory
+// its instantiation took is tracked under MemoryTag::kGraph for as long as it lives. It must not
+// outlive its backend.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void replay() = 0;
+  virtual int64_t bytes() const = 0;  // device memory its instantiation took
+};
+
 // An owning handle to one allocation; frees it through its backend when destroyed.
 class Buffer {
  public:
@@ -68,8 +79,8 @@ struct KvCacheLayer {
 };
 
 struct AttentionShape {
-  int num_heads = 0;       // query heads
-  int num_kv_heads = 0;    // key/value heads (GQA: num_heads % num_kv_heads == 0)
+  int num_heads = 0;     // query heads
+  int num_kv_heads = 0;  // key/value heads (GQA: num_heads % num_kv_heads == 0)
   int head_dim = 0;
   float scale = 0;         // softmax scale, usually 1/sqrt(head_dim)
   int sliding_window = 0;  // 0: full causal attention; w > 0: key positions > q_pos - w only
@@ -83,10 +94,10 @@ struct AttentionShape {
 struct AttentionMetadata {
   int num_seqs = 0;
   int num_tokens = 0;
-  Tensor query_start;   // int32 (num_seqs + 1)
-  Tensor context_lens;  // int32 (num_seqs)
-  Tensor block_tables;  // int32 (num_seqs, max_blocks_per_seq); unused entries may be -1
-  int max_query_len = 0;    // host-side hints for kernel choice
+  Tensor query_start;     // int32 (num_seqs + 1)
+  Tensor context_lens;    // int32 (num_seqs)
+  Tensor block_tables;    // int32 (num_seqs, max_blocks_per_seq); unused entries may be -1
+  int max_query_len = 0;  // host-side hints for kernel choice
   int max_context_len = 0;
 };
 
@@ -161,6 +172,27 @@ class Backend {
   virtual void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) = 0;
   // out_tokens int32 (R) from logits f32 (R, V), as SamplingMetadata describes.
   virtual void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) = 0;
+
+  // ---- optional: graphs, device timing, error state (the CPU backend has none of them) ----
+  // Ops enqueued between begin_capture() and end_capture() are recorded into a DeviceGraph
+  // instead of running. Ops must not synchronize, allocate or copy from the host meanwhile.
+  virtual bool supports_graphs() const { return false; }
+  virtual Status begin_capture() { return runtime_error("this backend has no graphs"); }
+  virtual Result<std::unique_ptr<DeviceGraph>> end_capture() {
+    return runtime_error("this backend has no graphs");
+  }
+  // Device time of the work enqueued between timer_start() and timer_stop(); read it after the
+  // next synchronize() or copy_to_host(). nullopt when the backend cannot time its device.
+  virtual void timer_start() {}
+  virtual void timer_stop() {}
+  virtual std::optional<int64_t> timer_elapsed_ns() { return std::nullopt; }
+  // Bytes per second (read + written) of a large device-to-device copy, measured once when the
+  // backend started; 0 when not measured (CPU).
+  virtual double copy_ceiling_bytes_per_s() const { return 0.0; }
+  // The first device error since the backend started (a failed kernel launch or an asynchronous
+  // fault seen at a synchronization), naming the op; once set, later ops are skipped. Ok while
+  // every op succeeded.
+  virtual Status device_status() const { return Ok{}; }
 
  protected:
   virtual Result<void*> raw_alloc(size_t bytes) = 0;

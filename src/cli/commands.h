@@ -24,6 +24,31 @@ inline constexpr int kExitInterrupted = 130;
 Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
                         const std::atomic<bool>& stop, bool show_progress);
 
+// `inferbench generate`: greedy generation for one prompt of token ids (see generate_command.cpp).
+struct GenerateFlags {
+  std::string model;
+  std::string prompt_token_ids;  // "1,15,300"
+  int max_tokens = 16;
+  std::string dump_logits;  // .npy path; empty: none
+  std::string device = "cpu";
+  std::string dtype = "auto";
+  std::string load_format = "auto";
+  uint64_t seed = 0;
+  bool no_cuda_graphs = false;
+};
+void add_generate_flags(CLI::App& app, GenerateFlags& flags);
+Result<int> execute_generate(const GenerateFlags& flags);
+
+// `inferbench plot DIR... --out FILE`: the cross-run memory heatmap (FILE.svg or FILE.html).
+// Directories without memory samples are named on stderr and the rest drawn; an unwritable
+// --out is reported before anything is read.
+struct PlotFlags {
+  std::vector<std::string> dirs;
+  std::string out;
+  int frames = 120;
+};
+Result<int> execute_plot(const PlotFlags& flags);
+
 // `inferbench models`: name, family, parameters, GiB per dtype, KV KiB/token, max context, and
 // "yes" or the features the engine cannot run yet.
 std::string models_table(const std::vector<ModelConfig>& models);

@@ -39,7 +39,8 @@ TEST(Plugins, BuiltinsLoadInDependencyOrder) {
             (std::vector<std::string>{"native", "openai", "openai-chat"}));
   EXPECT_EQ(r.names_of(PluginKind::kReportSink),
             (std::vector<std::string>{"jsonl", "json", "csv", "markdown"}));
-  EXPECT_EQ(r.names_of(PluginKind::kCollector), (std::vector<std::string>{"rss", "engine-pools"}));
+  EXPECT_EQ(r.names_of(PluginKind::kCollector),
+            (std::vector<std::string>{"rss", "engine-pools", "nvml"}));
   EXPECT_EQ(r.names_of(PluginKind::kWorkload),
             (std::vector<std::string>{"random-dataset", "jsonl-dataset"}));
   auto order = r.load_order();

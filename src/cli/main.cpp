@@ -52,11 +52,21 @@ int main(int argc, char** argv) {
   CLI::App* serve = app.add_subcommand(
       "serve", "the engine (or the null model) behind an OpenAI-compatible HTTP API");
   ib::add_serve_flags(*serve, serve_flags);
+  ib::GenerateFlags gen_flags;
+  CLI::App* generate = app.add_subcommand(
+      "generate", "greedy tokens (and optionally logits) for one prompt of token ids");
+  ib::add_generate_flags(*generate, gen_flags);
   CLI::App* models = app.add_subcommand("models", "list architecture presets");
   CLI::App* env = app.add_subcommand("env", "print the environment fingerprint");
   bool env_json = false;
   env->add_flag("--json", env_json, "as JSON, as stored in result.json");
   CLI::App* plugins = app.add_subcommand("plugins", "list plugins and their load order");
+  ib::PlotFlags plot_flags;
+  CLI::App* plot = app.add_subcommand("plot", "cross-run memory heatmap from result directories");
+  plot->add_option("dirs", plot_flags.dirs, "result directories")->required();
+  plot->add_option("--out", plot_flags.out, "output file: .svg or .html")->required();
+  plot->add_option("--frames", plot_flags.frames, "time frames of the heatmap")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -71,6 +81,11 @@ int main(int argc, char** argv) {
     auto code = ib::execute_serve(serve_flags);
     return code.ok() ? *code : fail(code.error());
   }
+  if (generate->parsed()) {
+    auto code = ib::execute_generate(gen_flags);
+    if (!code.ok()) return fail(code.error());
+    return *code;
+  }
   if (models->parsed()) {
     std::cout << ib::models_table(ib::all_presets());
     return ib::kExitOk;
@@ -79,6 +94,11 @@ int main(int argc, char** argv) {
     const auto fingerprint = ib::environment_fingerprint();
     std::cout << (env_json ? fingerprint.dump(2) + "\n" : ib::format_environment(fingerprint));
     return ib::kExitOk;
+  }
+  if (plot->parsed()) {
+    auto code = ib::execute_plot(plot_flags);
+    if (!code.ok()) return fail(code.error());
+    return *code;
   }
   if (plugins->parsed()) {
     ib::PluginRegistry registry;

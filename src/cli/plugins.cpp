@@ -45,6 +45,9 @@ Status register_builtin_plugins(PluginRegistry& r) {
   IB_TRY(r.add(info("engine-pools", PluginKind::kCollector, {"native"},
                     "the engine's weights, KV pool and allocator peaks"),
                CollectorFactory(make_engine_pools_collector)));
+  IB_TRY(r.add(info("nvml", PluginKind::kCollector, {},
+                    "GPU memory (v2 and v1), power, energy counter, clocks, utilisation (dlopen)"),
+               CollectorFactory(make_nvml_collector)));
   IB_TRY(r.add(
       info("jsonl", PluginKind::kReportSink, {}, "requests.jsonl, appended as requests finish"),
       ReportSinkFactory(make_jsonl_sink)));

@@ -1,11 +1,13 @@
 // `inferbench run`: target, collectors, runner and sinks, in that order of setup.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/progress_line.h"
+#include "cli/run_telemetry.h"
 #include "core/clock.h"
 #include "report/report.h"
 #include "telemetry/telemetry.h"
@@ -20,6 +22,40 @@ std::string mib(const json& bytes) {
   return fmt::format("{:.1f} MiB", bytes.get<double>() / (1024.0 * 1024.0));
 }
 
+// "Decode: 4.21 ms/step median (device 4.10 ms, host 2.6%), 3.61 TB/s achieved = 91.6% of
+// the measured copy ceiling 3.94 TB/s (86.8% of the reference 4.16 TB/s); 35 graphs."
+std::vector<std::string> performance_lines(const json& perf) {
+  std::vector<std::string> out;
+  const double ceiling = perf.value("copy_ceiling_bytes_per_s", 0.0);
+  for (const char* name : {"decode", "prefill"}) {
+    if (!perf.contains(name) || perf[name].value("steps", 0) == 0) continue;
+    const json& c = perf[name];
+    std::string line =
+        fmt::format("{}{}: {} steps, {:.0f} tok/s over their wall time, {:.3f} ms/step median",
+                    name[0] == 'd' ? "D" : "P", name + 1, c["steps"].get<int64_t>(),
+                    c["tokens_per_s"].get<double>(), c["median_step_ms"].get<double>());
+    if (c.value("timed_steps", 0) > 0) {
+      line += fmt::format(" (device {:.3f} ms, host overhead {:.1f}%)",
+                          c["median_device_ms"].get<double>(),
+                          100.0 * c["median_host_overhead_fraction"].get<double>());
+    }
+    line += fmt::format("; {:.0f} GB/s achieved", c["achieved_bytes_per_s"].get<double>() / 1e9);
+    if (ceiling > 0) {
+      line += fmt::format(
+          " = {:.1f}% of the measured copy ceiling {:.2f} TB/s ({:.1f}% of the "
+          "reference {:.2f} TB/s)",
+          100.0 * c["fraction_of_copy_ceiling"].get<double>(), ceiling / 1e12,
+          100.0 * c["fraction_of_reference_copy"].get<double>(),
+          perf["reference_copy_bytes_per_s"].get<double>() / 1e12);
+    }
+    if (c.value("graph_steps", 0) > 0) {
+      line += fmt::format("; {} steps replayed graphs", c["graph_steps"].get<int64_t>());
+    }
+    out.push_back(line + ".");
+  }
+  return out;
+}
+
 std::vector<std::string> footnotes(const BenchmarkReport& r, const RunPlan& plan) {
   std::vector<std::string> out;
   const json& engine = r.engine;
@@ -27,6 +63,9 @@ std::vector<std::string> footnotes(const BenchmarkReport& r, const RunPlan& plan
     out.push_back(fmt::format("Device: {}, {}; weights: {}.",
                               engine["device"]["name"].get<std::string>(),
                               engine["dtype"].get<std::string>(), r.weights));
+  }
+  if (engine.contains("performance")) {
+    for (auto& line : performance_lines(engine["performance"])) out.push_back(std::move(line));
   }
   std::string memory;
   if (r.memory.contains("rss")) {
@@ -70,15 +109,22 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
                         const std::atomic<bool>& stop, bool show_progress) {
   IB_ASSIGN_OR_RETURN(const auto order, registry.load_order());
   IB_ASSIGN_OR_RETURN(const auto make_target, registry.factory<TargetFactory>(plan.flags.backend));
-  IB_ASSIGN_OR_RETURN(std::unique_ptr<Target> target, make_target(plan.target));
+  // Telemetry starts before the model loads, so the peak includes loading.
+  const int64_t origin_ns = now_ns();
+  RunTelemetry telemetry(plan, origin_ns);
+  IB_ASSIGN_OR_RETURN(std::unique_ptr<Target> target,
+                      make_target(telemetry.instrument(plan.target)));
 
   CollectorContext context;
   context.target_memory = [t = target.get()] { return t->memory(); };
+  if (const char* nvml = std::getenv("INFERBENCH_NVML_LIBRARY"); nvml != nullptr && *nvml != 0) {
+    context.nvml_library = nvml;  // another NVML build (tests load a fake one)
+  }
   std::vector<std::unique_ptr<Collector>> collectors;
   std::vector<std::unique_ptr<ReportSink>> sinks;
   for (const auto& name : order) {
     const PluginInfo* info = registry.find(name);
-    if (info->kind == PluginKind::kCollector) {
+    if (info->kind == PluginKind::kCollector && telemetry.enabled()) {
       IB_ASSIGN_OR_RETURN(const auto make, registry.factory<CollectorFactory>(name));
       collectors.push_back(make(context));
     } else if (info->kind == PluginKind::kReportSink) {
@@ -87,15 +133,14 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
     }
   }
 
-  // Telemetry starts before the model loads, so the peak includes loading.
-  const int64_t origin_ns = now_ns();
   Sampler sampler(std::move(collectors), plan.flags.memory_sample_interval_ms);
-  IB_TRY(sampler.start(origin_ns));
+  if (telemetry.enabled()) IB_TRY(sampler.start(origin_ns));
   SteadyRunnerClock clock;
   Runner runner(*target, plan.runner, clock);
   std::fprintf(stderr, "inferbench: loading %s on %s\n", plan.model.name.c_str(),
                plan.flags.device.c_str());
   IB_TRY(target->setup(runner.callbacks()));
+  telemetry.loaded(now_ns());
 
   // Only now, with the target loaded, does anything appear on disk.
   IB_TRY(create_result_dir(plan.result_dir, plan.flags.overwrite));
@@ -124,11 +169,20 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
   report.engine = json::parse(target->describe_json(), nullptr, false);
   if (report.engine.is_discarded()) report.engine = json::object();
   report.weights = report.engine.value("weights", "");
-  report.memory = sampler.summary();
   add_results(report, *records);
-  report.footnotes = footnotes(report, plan);
   target->teardown();
+  telemetry.finish(sampler, *records, report);
+  report.footnotes = footnotes(report, plan);
+  const auto memory_files = telemetry.write_outputs(plan.result_dir, report);
   for (auto& s : sinks) IB_TRY(s->finish(report));
+  if (!memory_files.ok()) {
+    std::fprintf(stderr, "inferbench: memory outputs not written: %s\n",
+                 memory_files.error().message.c_str());
+  } else if (!memory_files->empty()) {
+    std::string names;
+    for (const auto& f : *memory_files) names += (names.empty() ? "" : ", ") + f;
+    std::fprintf(stderr, "inferbench: memory telemetry: %s\n", names.c_str());
+  }
   std::fprintf(stderr, "inferbench: results in %s\n", plan.result_dir.string().c_str());
   return records->interrupted ? kExitInterrupted : kExitOk;
 }

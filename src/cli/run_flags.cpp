@@ -51,8 +51,10 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                  "--max-concurrency, else static)")
       ->capture_default_str();
   app.add_option("--memory-sample-interval", f.memory_sample_interval_ms,
-                 "telemetry sampling period, ms")
+                 "telemetry sampling period, ms (1 to 60000)")
       ->capture_default_str();
+  app.add_flag("--disable-telemetry", f.disable_telemetry,
+               "no memory/energy sampling, step markers or allocation trace (overhead A/B)");
   app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
       ->capture_default_str();
   app.add_option("--max-num-seqs", f.max_num_seqs, "engine: sequences per step")
@@ -65,6 +67,14 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
       ->capture_default_str();
   app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                  "CUDA: fraction of device memory for the engine")
+      ->capture_default_str();
+  app.add_flag("--no-cuda-graphs,--enforce-eager", f.no_cuda_graphs,
+               "CUDA: run decode steps op by op instead of replaying captured graphs");
+  app.add_option("--max-graph-batch", f.max_graph_batch,
+                 "CUDA: largest decode batch captured in a graph (buckets 1, 2, 4, 8, 16, ...)")
+      ->capture_default_str();
+  app.add_option("--max-graph-context", f.max_graph_context,
+                 "CUDA: decode steps with a longer context run op by op")
       ->capture_default_str();
   app.add_option("--kv-cache-memory", f.kv_cache_memory,
                  "CPU KV-cache budget: bytes or e.g. 2GiB (default 2GiB)");

@@ -14,6 +14,7 @@
 #include "model/presets.h"
 #include "model/tokenizer.h"
 #include "report/result_dir.h"
+#include "telemetry/sampler.h"
 
 namespace ib {
 namespace {
@@ -86,7 +87,9 @@ Status check_engine_flags(const RunFlags& f) {
   IB_TRY(positive(f.max_num_seqs, "--max-num-seqs"));
   IB_TRY(positive(f.max_num_batched_tokens, "--max-num-batched-tokens"));
   IB_TRY(positive(f.block_size, "--block-size"));
-  IB_TRY(positive(f.memory_sample_interval_ms, "--memory-sample-interval"));
+  IB_TRY(validate_sample_interval_ms(f.memory_sample_interval_ms));
+  IB_TRY(positive(f.max_graph_batch, "--max-graph-batch"));
+  IB_TRY(positive(f.max_graph_context, "--max-graph-context"));
   if (f.max_model_len < 0) IB_TRY(positive(f.max_model_len, "--max-model-len"));
   if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1)) {
     return user_error(
@@ -318,6 +321,9 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   n.engine.batching = f.batching == "static" ? BatchingMode::kStatic : BatchingMode::kContinuous;
   n.engine.static_batch_size = f.batch_size;
   n.engine.gpu_memory_utilization = f.gpu_memory_utilization;
+  n.engine.use_graphs = !f.no_cuda_graphs;
+  n.engine.max_graph_batch = f.max_graph_batch;
+  n.engine.max_graph_context = f.max_graph_context;
   if (!f.kv_cache_memory.empty()) {
     IB_ASSIGN_OR_RETURN(n.engine.cpu_kv_cache_bytes,
                         parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
@@ -364,6 +370,7 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
       {"load_mode", load_mode_name(r.mode)},
       {"load_description", p.load_description},
       {"memory_sample_interval_ms", f.memory_sample_interval_ms},
+      {"telemetry", !f.disable_telemetry},
       {"load_format", f.load_format},
       {"max_num_seqs", f.max_num_seqs},
       {"max_num_batched_tokens", f.max_num_batched_tokens},
@@ -371,6 +378,9 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
       {"block_size", f.block_size},
       {"batching", f.batching},
       {"gpu_memory_utilization", f.gpu_memory_utilization},
+      {"cuda_graphs", !f.no_cuda_graphs},
+      {"max_graph_batch", f.max_graph_batch},
+      {"max_graph_context", f.max_graph_context},
       {"kv_cache_memory_bytes", n.engine.cpu_kv_cache_bytes},
       {"num_threads", f.num_threads},
       {"temperature", f.temperature},

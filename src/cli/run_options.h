@@ -48,6 +48,7 @@ struct RunFlags {
   int runs = 3;
   std::string load_mode = "auto";
   int memory_sample_interval_ms = 100;
+  bool disable_telemetry = false;  // no sampler, step markers or allocation trace (A/B overhead)
   // Engine.
   std::string load_format = "auto";
   int max_num_seqs = 256;
@@ -56,6 +57,9 @@ struct RunFlags {
   int block_size = 16;
   std::string batching = "continuous";
   double gpu_memory_utilization = 0.9;
+  bool no_cuda_graphs = false;  // also --enforce-eager (vLLM's name)
+  int max_graph_batch = 256;
+  int max_graph_context = 8192;
   std::string kv_cache_memory;
   int num_threads = 0;
   double temperature = 0.0;

@@ -10,6 +10,7 @@
 #include "engine/detail/kv_cache.h"
 #include "engine/detail/model_runner.h"
 #include "engine/detail/scheduler.h"
+#include "engine/detail/step_profiler.h"
 
 namespace ib {
 
@@ -112,6 +113,9 @@ class EngineImpl final : public Engine {
     if (!batch.empty()) {
       IB_ASSIGN_OR_RETURN(result, runner_->execute(batch, config_.capture_logits));
       ++steps_;
+      out.stats.bytes_moved = runner_->traffic(batch).total();
+      out.stats.device_ns = result.device_ns.value_or(-1);
+      out.stats.graph = result.graph;
     }
     const int64_t token_time_ns = now_ns();
     std::vector<std::unique_ptr<Sequence>> finished = scheduler_.update(sched, result.tokens);
@@ -142,6 +146,7 @@ class EngineImpl final : public Engine {
     out.stats.num_decode_tokens = sched.num_decode_tokens;
     out.stats.num_preempted = sched.num_preempted;
     out.stats.duration_ns = now_ns() - out.stats.start_ns;
+    if (!batch.empty()) profiler_.add(out.stats);
     return out;
   }
 
@@ -165,6 +170,15 @@ class EngineImpl final : public Engine {
     return s;
   }
 
+  EngineProfile profile() const override {
+    EngineProfile p = profiler_.summary();
+    p.num_graphs = runner_->num_graphs();
+    p.graph_buckets = runner_->graph_buckets();
+    p.graph_bytes = runner_->graph_bytes();
+    p.copy_ceiling_bytes_per_s = backend_.copy_ceiling_bytes_per_s();
+    return p;
+  }
+
   const ModelConfig& model_config() const override { return model_; }
   const EngineConfig& config() const override { return config_; }
   const std::string& weights_description() const override { return runner_->weights().description; }
@@ -182,6 +196,7 @@ class EngineImpl final : public Engine {
   std::vector<TokenEvent> pending_aborts_;
   int64_t steps_ = 0;
   int64_t preemptions_ = 0;
+  detail::StepProfiler profiler_;
 };
 
 Status validate(const EngineConfig& c) {
@@ -194,6 +209,8 @@ Status validate(const EngineConfig& c) {
   IB_TRY(positive(c.max_num_batched_tokens, "--max-num-batched-tokens"));
   IB_TRY(positive(c.static_batch_size, "--batch-size"));
   IB_TRY(positive(c.cpu_kv_cache_bytes, "--kv-cache-bytes"));
+  IB_TRY(positive(c.max_graph_batch, "--max-graph-batch"));
+  IB_TRY(positive(c.max_graph_context, "--max-graph-context"));
   if (c.max_model_len < 0) IB_TRY(positive(c.max_model_len, "--max-model-len"));
   if (c.num_kv_blocks < 0) IB_TRY(positive(c.num_kv_blocks, "--num-kv-blocks"));
   if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
@@ -240,6 +257,11 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
   IB_ASSIGN_OR_RETURN(detail::KvCache kv, detail::allocate_kv_cache(model, plan.num_blocks,
                                                                     config.block_size, backend));
   runner->attach_kv_cache(std::move(kv));
+  if (config.use_graphs) {
+    IB_TRY(runner->capture_decode_graphs(
+        detail::GraphOptions{config.max_graph_batch, config.max_graph_context},
+        plan.max_model_len));
+  }
 
   EngineConfig resolved = config;
   resolved.max_model_len = plan.max_model_len;

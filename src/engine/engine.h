@@ -31,6 +31,11 @@ struct EngineConfig {
   BatchingMode batching = BatchingMode::kContinuous;
   int static_batch_size = 8;    // kStatic: a new batch is admitted only when the last finished
   bool capture_logits = false;  // tests: keep each sampled row's logits in the TokenEvent
+  // Decode graphs (backends that support them): one per padded batch-size bucket up to
+  // max_graph_batch (also capped by max_num_seqs); contexts beyond max_graph_context run eager.
+  bool use_graphs = true;
+  int max_graph_batch = 256;
+  int max_graph_context = 8192;
 };
 
 struct SamplingParams {
@@ -68,6 +73,32 @@ struct StepStats {
   int num_preempted = 0;  // sequences preempted (recompute) during scheduling
   int64_t start_ns = 0;
   int64_t duration_ns = 0;
+  int64_t bytes_moved = 0;  // weights streamed + KV read + KV written (the step's floor)
+  int64_t device_ns = -1;   // device time of the forward pass; -1 when not measured
+  bool graph = false;       // a decode graph was replayed
+};
+
+// Where the time of a class of steps went, accumulated since the engine started.
+struct StepClassProfile {
+  int64_t steps = 0;
+  int64_t tokens = 0;
+  int64_t bytes = 0;                // sum of StepStats::bytes_moved
+  int64_t wall_ns = 0;              // sum of step durations (host and device)
+  int64_t device_ns = 0;            // sum over the steps whose device time was measured
+  int64_t timed_steps = 0;          // steps with a device time
+  int64_t graph_steps = 0;          // decode steps that replayed a graph
+  double median_step_ns = 0;        // median step duration
+  double median_device_ns = 0;      // median device time (timed steps)
+  double median_host_fraction = 0;  // median over timed steps of (wall - device) / wall
+};
+
+struct EngineProfile {
+  StepClassProfile decode;   // steps with only decode tokens
+  StepClassProfile prefill;  // steps with prompt tokens (mixed steps included)
+  int num_graphs = 0;
+  std::vector<int> graph_buckets;
+  int64_t graph_bytes = 0;              // device memory of the graphs' instantiation
+  double copy_ceiling_bytes_per_s = 0;  // the backend's measured copy bandwidth; 0 if none
 };
 
 struct StepOutput {
@@ -103,6 +134,7 @@ class Engine {
   virtual bool has_unfinished() const = 0;
 
   virtual EngineStats stats() const = 0;
+  virtual EngineProfile profile() const = 0;
   virtual const ModelConfig& model_config() const = 0;
   virtual const EngineConfig& config() const = 0;
   virtual const std::string& weights_description() const = 0;

@@ -93,8 +93,23 @@ Status ModelRunner::allocate() {
   IB_TRY(alloc(rows_buf_, 3 * r * d * e));        // 3 x (R, D): residual, down output, normed rows
   IB_TRY(alloc(logits_buf_, r * model_.vocab_size * 4));  // (R, V) f32
   const int64_t width = (limits_.max_model_len + limits_.block_size - 1) / limits_.block_size;
-  IB_TRY(alloc(meta_buf_, (layout_for(t, s, width, r).words + r) * 4));  // + out tokens (R)
+  out_tokens_offset_ = static_cast<int>(layout_for(t, s, width, r).words);
+  IB_TRY(alloc(meta_buf_, (out_tokens_offset_ + r) * 4));  // + out tokens (R)
   IB_TRY(alloc(inv_freq_buf_, model_.head_dim / 2 * 4));
+  // Defined contents where decode graphs run: the rows a kernel skips (bucket padding) stay
+  // finite. (The CPU backend leaves its untouched pages unmapped, as before.)
+  if (backend_.supports_graphs()) {
+    for (const Buffer* b : {&residual_buf_, &hidden_buf_, &tmp_buf_, &qkv_buf_, &attn_buf_,
+                            &gate_up_buf_, &act_buf_, &rows_buf_, &logits_buf_}) {
+      backend_.fill_constant(b->view(DType::kF32, {static_cast<int64_t>(b->bytes() / 4)}), 0.0f);
+    }
+  }
+  for (const LayerWeights& l : weights_.layers) {
+    for (const Tensor* w :
+         {&l.attn_norm, &l.wqkv, &l.bqkv, &l.wo, &l.ffn_norm, &l.w_gate_up, &l.w_down}) {
+      layer_weight_bytes_ += static_cast<int64_t>(w->bytes());
+    }
+  }
   inv_freq_ = inv_freq_buf_.view(DType::kF32, {model_.head_dim / 2});
   const std::vector<float> inv_freq = rope_inv_freq(model_);
   backend_.copy_from_host(inv_freq_, inv_freq.data(), DType::kF32);
@@ -111,14 +126,20 @@ int64_t ModelRunner::activation_bytes() const {
   return total;
 }
 
-int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch) {
-  const auto s = static_cast<int64_t>(batch.size());
-  int64_t t = 0, r = 0, width = 1;
+int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
+  const auto n = static_cast<int64_t>(batch.size());
+  int64_t s = n, t = 0, r = 0, width = 1;
   for (const RunnerSeq& seq : batch) {
     t += seq.num_tokens;
     r += seq.sample ? 1 : 0;
     width = std::max<int64_t>(
         width, (seq.start_pos + seq.num_tokens + limits_.block_size - 1) / limits_.block_size);
+  }
+  if (pad_to > 0) {  // a decode bucket: one token and one sampled row per sequence
+    IB_ASSERT(t == n && r == n && n <= pad_to && width <= graph_width_,
+              "ModelRunner: batch does not fit the decode bucket");
+    s = t = r = pad_to;
+    width = graph_width_;
   }
   IB_ASSERT(t <= limits_.max_num_batched_tokens && s <= limits_.max_num_seqs,
             "ModelRunner: batch beyond the engine limits");
@@ -129,7 +150,19 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch) {
   };
   int64_t token = 0, row = 0;
   at(m.query_start, 0) = 0;
-  for (int64_t i = 0; i < s; ++i) {
+  for (int64_t i = n; i < s; ++i) {  // bucket padding: no cache write, no keys, greedy
+    at(m.token_ids, i) = 0;
+    at(m.positions, i) = 0;
+    at(m.query_start, i + 1) = static_cast<int32_t>(i + 1);
+    at(m.context_lens, i) = 0;
+    std::memset(&at(m.seed, 2 * i), 0, 8);
+    at(m.sample_rows, i) = static_cast<int32_t>(i);
+    at(m.top_k, i) = 0;
+    at(m.step, i) = 0;
+    at(m.temperature, i) = float_bits(0.0f);
+    at(m.top_p, i) = float_bits(1.0f);
+  }
+  for (int64_t i = 0; i < n; ++i) {
     const RunnerSeq& seq = batch[static_cast<size_t>(i)];
     const std::vector<int32_t>& table = *seq.block_table;
     const int64_t context = seq.start_pos + seq.num_tokens;
@@ -178,6 +211,10 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch) {
     attn_meta_.max_context_len =
         std::max(attn_meta_.max_context_len, seq.start_pos + seq.num_tokens);
   }
+  if (pad_to > 0) {  // the hints of every step the bucket's graph will replay
+    attn_meta_.max_query_len = 1;
+    attn_meta_.max_context_len = graph_max_context_;
+  }
   sample_rows_ = i32(m.sample_rows, {r});
   sampling_meta_.num_rows = static_cast<int>(r);
   sampling_meta_.all_greedy = std::all_of(batch.begin(), batch.end(), [](const RunnerSeq& q) {
@@ -189,12 +226,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch) {
   sampling_meta_.top_p = meta_buf_.view(DType::kF32, {r}, static_cast<size_t>(m.top_p) * 4);
   sampling_meta_.seed = meta_buf_.view(DType::kI64, {r}, static_cast<size_t>(m.seed) * 4);
   sampling_meta_.step = i32(m.step, {r});
-  const int64_t width_max = (limits_.max_model_len + limits_.block_size - 1) / limits_.block_size;
-  const int64_t out_offset =
-      layout_for(limits_.max_num_batched_tokens, limits_.max_num_seqs, width_max,
-                 std::min(limits_.max_num_seqs, limits_.max_num_batched_tokens))
-          .words;
-  out_tokens_ = i32(out_offset, {r});
+  out_tokens_ = i32(out_tokens_offset_, {r});
   return static_cast<int>(r);
 }
 
@@ -243,27 +275,6 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   backend_.add_rms_norm(res_rows, tmp_rows, weights_.final_norm, eps, norm_rows);
   backend_.matmul(norm_rows, weights_.lm_head, nullptr, logits);
   backend_.sample(logits, sampling_meta_, out_tokens_);
-}
-
-Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool capture_logits) {
-  IB_ASSERT(!kv_.layers.empty(), "ModelRunner::execute before attach_kv_cache");
-  RunnerOutput out;
-  if (batch.empty()) return out;
-  const int rows = upload_metadata(batch);
-  forward(attn_meta_.num_tokens, rows);
-  if (rows == 0) return out;
-  out.tokens.resize(static_cast<size_t>(rows));
-  backend_.copy_to_host(out_tokens_, out.tokens.data());
-  if (capture_logits) {
-    const auto v = static_cast<size_t>(model_.vocab_size);
-    std::vector<float> all(static_cast<size_t>(rows) * v);
-    backend_.copy_to_host(logits_buf_.view(DType::kF32, {rows, model_.vocab_size}), all.data());
-    for (size_t i = 0; i < static_cast<size_t>(rows); ++i) {
-      out.logits.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(i * v),
-                              all.begin() + static_cast<std::ptrdiff_t>((i + 1) * v));
-    }
-  }
-  return out;
 }
 
 }  // namespace ib::detail

@@ -18,7 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/result.h"
-#include "report/result_dir.h"  // IWYU pragma: export
+#include "report/memory_report.h"  // IWYU pragma: export
+#include "report/result_dir.h"     // IWYU pragma: export
 #include "runner/runner.h"
 
 namespace ib {
@@ -51,6 +52,7 @@ struct BenchmarkReport {
   nlohmann::json env = nlohmann::json::object();
   nlohmann::json engine = nlohmann::json::object();
   nlohmann::json memory = nlohmann::json::object();
+  nlohmann::json energy = nlohmann::json::object();
   std::string weights;
   std::vector<std::string> footnotes;  // lines printed under the Markdown table
 };

@@ -44,7 +44,8 @@ Status create_result_dir(const fs::path& dir, bool overwrite) {
         fmt::format("cannot create result directory {}: {}", dir.string(), ec.message()));
   }
   if (overwrite) {
-    for (const char* name : {kResultJson, kRequestsJsonl, kSummaryCsv}) {
+    for (const char* name : {kResultJson, kRequestsJsonl, kSummaryCsv, "memory.csv",
+                             "allocations.csv", "heatmap.svg", "report.html"}) {
       fs::remove(dir / name, ec);
       if (ec) {
         return runtime_error(

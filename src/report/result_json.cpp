@@ -91,6 +91,7 @@ nlohmann::ordered_json result_json(const BenchmarkReport& r) {
   }
   j["spread"] = std::move(spread);
   j["memory"] = json(r.memory);
+  j["energy"] = json(r.energy);
   j["engine"] = json(r.engine);
   j["weights"] = r.weights;
   return j;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
+#include "targets/detail/profile_json.h"
 
 namespace ib {
 namespace {
@@ -38,7 +39,12 @@ json describe(const Engine& engine, Backend& backend, const NativeTargetOptions&
         {"head_dim", m.head_dim},
         {"max_position_embeddings", m.max_position_embeddings}}},
       {"device",
-       {{"name", d.name}, {"kind", d.kind}, {"index", d.index}, {"total_bytes", d.total_bytes}}},
+       {{"name", d.name},
+        {"kind", d.kind},
+        {"index", d.index},
+        {"total_bytes", d.total_bytes},
+        {"copy_ceiling_bytes_per_s", backend.copy_ceiling_bytes_per_s()},
+        {"reference_copy_bytes_per_s", kReferenceCopyBytesPerS}}},
       {"dtype", dtype_name(backend.activation_dtype())},
       {"weights", engine.weights_description()},
       {"engine",
@@ -53,7 +59,11 @@ json describe(const Engine& engine, Backend& backend, const NativeTargetOptions&
         {"static_batch_size", e.static_batch_size},
         {"gpu_memory_utilization", e.gpu_memory_utilization},
         {"cpu_kv_cache_bytes", e.cpu_kv_cache_bytes},
-        {"num_threads", o.backend.num_threads}}},
+        {"num_threads", o.backend.num_threads},
+        {"cuda_graphs", e.use_graphs && backend.supports_graphs()},
+        {"max_graph_batch", e.max_graph_batch},
+        {"max_graph_context", e.max_graph_context}}},
+      {"performance", profile_json(engine.profile())},
       {"sampling",
        {{"temperature", o.sampling.temperature},
         {"top_k", o.sampling.top_k},
@@ -71,6 +81,7 @@ TargetMemory memory_of(const EngineStats& s) {
   m.kv_peak_used_bytes = s.kv_block_bytes * s.kv_blocks_peak;
   m.activations_bytes = s.memory.bytes_by_tag[static_cast<size_t>(MemoryTag::kActivations)] +
                         s.memory.bytes_by_tag[static_cast<size_t>(MemoryTag::kWorkspace)];
+  m.graph_bytes = s.memory.bytes_by_tag[static_cast<size_t>(MemoryTag::kGraph)];
   m.allocated_bytes = s.memory.allocated_bytes;
   m.peak_allocated_bytes = s.memory.peak_allocated_bytes;
   return m;
@@ -167,6 +178,7 @@ class NativeTarget : public Target {
     auto backend = create_backend(options_.backend);
     if (!backend.ok()) return ready.set_value(backend.error());
     backend_ = std::move(backend).value();
+    if (options_.trace_allocations) backend_->memory().set_tracing(true);
     auto engine = create_engine(options_.model, options_.weights, options_.engine, *backend_);
     if (!engine.ok()) {
       backend_.reset();
@@ -183,6 +195,7 @@ class NativeTarget : public Target {
     ready.set_value(Ok{});
     loop();
     engine_.reset();  // before the backend that owns its memory
+    if (options_.on_allocation_trace) options_.on_allocation_trace(backend_->memory().take_trace());
     backend_.reset();
   }
 
@@ -242,6 +255,7 @@ class NativeTarget : public Target {
       for (uint64_t id : ids) finish(id, false, "error", broken_message_, now_ns());
       return;
     }
+    if (options_.on_step) options_.on_step(out->stats);
     for (const TokenEvent& ev : out->events) {
       auto it = live_.find(ev.request_id);
       if (it == live_.end()) continue;
@@ -257,6 +271,8 @@ class NativeTarget : public Target {
     }
     std::lock_guard lock(mu_);
     memory_ = memory_of(engine_->stats());
+    // Idle: refresh the description, so result.json carries the step profile of the whole run.
+    if (!engine_->has_unfinished()) description_ = describe(*engine_, *backend_, options_).dump();
   }
 
   void abort_live() {

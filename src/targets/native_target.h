@@ -4,7 +4,9 @@
 // with the engine's own timestamps (taken right after sampling, on the one clock).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "engine/engine.h"
@@ -21,6 +23,13 @@ struct NativeTargetOptions {
   BackendOptions backend;
   SamplingParams sampling;  // request r samples with seed sampling.seed + r.id
   bool ignore_eos = true;   // benchmarks generate exactly output_len tokens
+
+  // Telemetry hooks (optional), called on the engine thread: every step's stats as it ends;
+  // with trace_allocations, the tracked allocator's alloc/free trace (from before the weights
+  // load to after the engine is destroyed) once, at teardown.
+  std::function<void(const StepStats&)> on_step;
+  bool trace_allocations = false;
+  std::function<void(std::vector<MemoryEvent>)> on_allocation_trace;
 };
 
 std::unique_ptr<Target> make_native_target(NativeTargetOptions options);

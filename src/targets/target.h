@@ -46,8 +46,9 @@ struct TargetMemory {
   int64_t kv_pool_bytes = 0;
   int64_t kv_used_bytes = 0;
   int64_t kv_peak_used_bytes = 0;
-  int64_t activations_bytes = 0;
-  int64_t allocated_bytes = 0;  // everything the tracked allocator holds
+  int64_t activations_bytes = 0;  // activations + workspace
+  int64_t graph_bytes = 0;        // CUDA-graph pools
+  int64_t allocated_bytes = 0;    // everything the tracked allocator holds
   int64_t peak_allocated_bytes = 0;
 };
 

@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "core/fs.h"
@@ -11,6 +13,7 @@ namespace ib {
 namespace {
 
 using nlohmann::json;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 class RssCollector : public Collector {
  public:
@@ -33,18 +36,27 @@ class RssCollector : public Collector {
                 {"vm_hwm_bytes", vm_hwm_bytes_ ? json(*vm_hwm_bytes_) : json(nullptr)},
                 {"samples", samples_}};
   }
+  std::vector<std::string> columns() const override { return {"rss_bytes"}; }
+  void append_values(std::vector<double>& row) const override {
+    row.push_back(last_ok_ ? static_cast<double>(last_rss_bytes_) : kNaN);
+  }
 
  private:
   bool read_rss() {
+    last_ok_ = false;
     auto statm = read_file("/proc/self/statm");
     if (!statm.ok()) return false;
     const auto rss = parse_statm_resident_bytes(*statm, page_bytes_);
     if (!rss) return false;
+    last_ok_ = true;
+    last_rss_bytes_ = *rss;
     peak_rss_bytes_ = std::max(peak_rss_bytes_, *rss);
     ++samples_;
     return true;
   }
   int64_t page_bytes_ = 4096;
+  bool last_ok_ = false;
+  int64_t last_rss_bytes_ = 0;
   int64_t peak_rss_bytes_ = 0;
   int64_t start_rss_bytes_ = 0;
   std::optional<int64_t> vm_hwm_bytes_;
@@ -57,10 +69,12 @@ class EnginePoolsCollector : public Collector {
   std::string name() const override { return "engine-pools"; }
   Status start(int64_t) override { return Ok{}; }
   void sample(int64_t) override {
+    has_last_ = false;
     if (!context_.target_memory) return;
     const auto m = context_.target_memory();
     if (!m) return;
     ++samples_;
+    has_last_ = true;
     last_ = *m;
     kv_used_peak_bytes_ = std::max({kv_used_peak_bytes_, m->kv_used_bytes, m->kv_peak_used_bytes});
     activations_peak_bytes_ = std::max(activations_peak_bytes_, m->activations_bytes);
@@ -78,9 +92,20 @@ class EnginePoolsCollector : public Collector {
                 {"allocated_peak_bytes", allocated_peak_bytes_},
                 {"samples", samples_}};
   }
+  std::vector<std::string> columns() const override {
+    return {"engine_allocated_bytes", "weights_bytes",     "kv_pool_bytes",
+            "kv_used_bytes",          "activations_bytes", "graph_bytes"};
+  }
+  void append_values(std::vector<double>& row) const override {
+    for (int64_t v : {last_.allocated_bytes, last_.weights_bytes, last_.kv_pool_bytes,
+                      last_.kv_used_bytes, last_.activations_bytes, last_.graph_bytes}) {
+      row.push_back(has_last_ ? static_cast<double>(v) : kNaN);
+    }
+  }
 
  private:
   CollectorContext context_;
+  bool has_last_ = false;
   TargetMemory last_;
   int64_t kv_used_peak_bytes_ = 0;
   int64_t activations_peak_bytes_ = 0;

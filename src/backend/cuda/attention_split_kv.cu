@@ -8,6 +8,7 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/pdl.cuh"
 #include "backend/cuda/detail/split_kv_kernel.cuh"
 
 namespace ib::cuda {
@@ -21,36 +22,36 @@ constexpr int kGroup = 8;
 constexpr bool kPrefetch = false;
 
 template <typename T, int HD, int GC, int kWarps>
-void launch_config(const SplitParams& p, int tokens, cudaStream_t stream) {
-  split_kv_kernel<T, HD, GC, kWarps, kGroup, kPrefetch>
-      <<<split_kv_grid(p, tokens, GC), kWarps * 32, 0, stream>>>(p);
+void launch_config(const SplitParams& p, int tokens, cudaStream_t stream, bool pdl) {
+  launch_kernel("attention(split_kv)", pdl, split_kv_kernel<T, HD, GC, kWarps, kGroup, kPrefetch>,
+                split_kv_grid(p, tokens, GC), dim3(kWarps * 32), 0, stream, p);
 }
 
 template <typename T, int HD, int GC>
-void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream) {
+void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream, bool pdl) {
   const dim3 grid = split_kv_grid(p, tokens, GC);
   const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
   // fp32 is the correctness mode: one configuration keeps its compile time down.
   if (std::is_same_v<T, float> || blocks <= 2 * int64_t{num_sms}) {
-    launch_config<T, HD, GC, 8>(p, tokens, stream);
+    launch_config<T, HD, GC, 8>(p, tokens, stream, pdl);
   } else if constexpr (!std::is_same_v<T, float>) {
-    launch_config<T, HD, GC, 4>(p, tokens, stream);
+    launch_config<T, HD, GC, 4>(p, tokens, stream, pdl);
   }
-  IB_CUDA_CHECK_LAUNCH("attention(split_kv)");
-  if (p.num_partitions > 1) {
+  if (p.num_partitions > 1 && p.counters == nullptr) {
     merge_kernel<T, HD><<<merge_grid(p, tokens), HD, 0, stream>>>(p);
     IB_CUDA_CHECK_LAUNCH("attention(split_kv merge)");
   }
 }
 
 template <typename T, int HD>
-void launch_for_group(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream) {
+void launch_for_group(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream,
+                      bool pdl) {
   if (p.group == 1) {
-    launch_split<T, HD, 1>(p, tokens, num_sms, stream);
+    launch_split<T, HD, 1>(p, tokens, num_sms, stream, pdl);
   } else if (p.group <= 4) {
-    launch_split<T, HD, 4>(p, tokens, num_sms, stream);
+    launch_split<T, HD, 4>(p, tokens, num_sms, stream, pdl);
   } else {
-    launch_split<T, HD, 8>(p, tokens, num_sms, stream);
+    launch_split<T, HD, 8>(p, tokens, num_sms, stream, pdl);
   }
 }
 
@@ -86,12 +87,18 @@ int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape&
 void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const AttentionShape& shape,
                                int partition_size, void* workspace, size_t workspace_bytes,
-                               int num_sms, Tensor out, cudaStream_t stream) {
+                               unsigned* counters, size_t num_counters, int num_sms, Tensor out,
+                               cudaStream_t stream, bool pdl) {
   IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96 or 128 on CUDA");
   IB_ASSERT(partition_size > 0, "attention: partition size must be positive");
   if (meta.num_tokens == 0) return;
-  const SplitParams p =
+  SplitParams p =
       make_split_params(qkv, kv, meta, shape, partition_size, workspace, workspace_bytes, out);
+  // The merge runs inside the kernel when every (token, KV head chunk) has a counter.
+  const int group = shape.num_heads / shape.num_kv_heads;
+  const int gc = group == 1 ? 1 : (group <= 4 ? 4 : 8);
+  const dim3 grid = split_kv_grid(p, meta.num_tokens, gc);
+  if (size_t{grid.x} * grid.y <= num_counters) p.counters = counters;
   IB_ASSERT(p.num_partitions == 1 || split_kv_workspace_bytes(meta.num_tokens, shape,
                                                               p.num_partitions) <= workspace_bytes,
             "attention: split-KV workspace too small");
@@ -99,13 +106,13 @@ void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
   IB_DISPATCH_FLOAT(qkv.dtype, T, {
     switch (shape.head_dim) {
       case 64:
-        launch_for_group<T, 64>(p, tokens, num_sms, stream);
+        launch_for_group<T, 64>(p, tokens, num_sms, stream, pdl);
         break;
       case 96:
-        launch_for_group<T, 96>(p, tokens, num_sms, stream);
+        launch_for_group<T, 96>(p, tokens, num_sms, stream, pdl);
         break;
       default:
-        launch_for_group<T, 128>(p, tokens, num_sms, stream);
+        launch_for_group<T, 128>(p, tokens, num_sms, stream, pdl);
         break;
     }
   });

@@ -1,24 +1,21 @@
 #include "backend/cuda/detail/check.h"
 
-#include <cstdio>
-#include <cstdlib>
+#include <string>
 
 namespace ib::cuda {
 
 void cuda_fail(cudaError_t err, const char* op, const char* call, const char* file, int line) {
-  std::fprintf(stderr, "inferbench: CUDA error in op '%s': %s failed with %s (%s) at %s:%d\n", op,
-               call, cudaGetErrorName(err), cudaGetErrorString(err), file, line);
-  std::fflush(stderr);
-  std::abort();
+  cudaGetLastError();  // a refused launch also sets the thread's last error: do not leak it
+  throw CudaFailure(std::string("CUDA error in op '") + op + "': " + call + " failed with " +
+                    cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ") at " + file + ":" +
+                    std::to_string(line));
 }
 
 void cublas_fail(cublasStatus_t status, const char* op, const char* call, const char* file,
                  int line) {
-  std::fprintf(stderr, "inferbench: cuBLASLt error in op '%s': %s failed with %s (%s) at %s:%d\n",
-               op, call, cublasLtGetStatusName(status), cublasLtGetStatusString(status), file,
-               line);
-  std::fflush(stderr);
-  std::abort();
+  throw CudaFailure(std::string("cuBLASLt error in op '") + op + "': " + call + " failed with " +
+                    cublasLtGetStatusName(status) + " (" + cublasLtGetStatusString(status) +
+                    ") at " + file + ":" + std::to_string(line));
 }
 
 }  // namespace ib::cuda

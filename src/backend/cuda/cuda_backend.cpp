@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <string_view>
 
 #include "backend/cuda/detail/check.h"
@@ -41,6 +43,21 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
                       " CUDA device(s) visible (cuda:0.." + std::to_string(count - 1) + ")");
   IB_ASSIGN_OR_RETURN(auto backend,
                       cuda::CudaBackend::create(index, options.dtype, options.memory_limit_bytes));
+  // IB_CUDA_DEBUG_SYNC=1 waits for every op, so an asynchronous fault names the op that caused it.
+  if (const char* sync = std::getenv("IB_CUDA_DEBUG_SYNC"); sync && std::string_view(sync) == "1")
+    backend->set_debug_sync(true);
+  // A/B switches for the benchmark script: IB_PDL=1 (programmatic dependent launch; measured
+  // 2% slower on the H200, bench/NOTES.md); IB_MATMUL_TUNING=0 (the static GEMV / cuBLASLt
+  // rule) or =gemv (the GEMV for every matmul of at most 8 rows, whatever the weight size).
+  if (const char* pdl = std::getenv("IB_PDL"); pdl && std::string_view(pdl) == "1")
+    backend->set_pdl(true);
+  if (const char* tune = std::getenv("IB_MATMUL_TUNING"); tune) {
+    if (std::string_view(tune) == "0") backend->set_tuning(false);
+    if (std::string_view(tune) == "gemv") {
+      backend->set_gemv_max_m(8);
+      backend->set_gemv_max_weight_bytes(INT64_MAX);
+    }
+  }
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
@@ -69,16 +86,32 @@ Status CudaBackend::init() {
     return runtime_error("cannot use CUDA device " + std::to_string(device_) + ": " +
                          cudaGetErrorString(err));
   }
-  cudaDeviceProp prop{};
-  IB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_), "init");
-  name_ = prop.name;
-  num_sms_ = prop.multiProcessorCount;
-  IB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "init");
-  gemm_ = std::make_unique<GemmLt>();
+  try {
+    cudaDeviceProp prop{};
+    IB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_), "init");
+    name_ = prop.name;
+    num_sms_ = prop.multiProcessorCount;
+    IB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "init");
+    IB_CUDA_CHECK(cudaEventCreate(&timer_begin_), "init");
+    IB_CUDA_CHECK(cudaEventCreate(&timer_end_), "init");
+    IB_CUDA_CHECK(cudaEventCreate(&tune_begin_), "init");
+    IB_CUDA_CHECK(cudaEventCreate(&tune_end_), "init");
+    gemm_ = std::make_unique<GemmLt>();
+  } catch (const CudaFailure& e) {
+    return runtime_error(std::string("cannot initialise CUDA device ") + std::to_string(device_) +
+                         ": " + e.what());
+  }
   IB_ASSIGN_OR_RETURN(gemm_workspace_, alloc(kGemmWorkspaceBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(attention_workspace_, alloc(kAttentionWorkspaceBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(staging_, alloc(kStagingBytes, MemoryTag::kWorkspace));
-  return Ok{};
+  IB_ASSIGN_OR_RETURN(attention_counters_, alloc(kAttentionCounterBytes, MemoryTag::kWorkspace));
+  run_op("init", [&] {
+    IB_CUDA_CHECK(
+        cudaMemsetAsync(attention_counters_.data(), 0, attention_counters_.bytes(), stream_),
+        "init");
+  });
+  IB_TRY(measure_copy_ceiling());
+  return device_status();
 }
 
 CudaBackend::~CudaBackend() {
@@ -87,7 +120,12 @@ CudaBackend::~CudaBackend() {
   gemm_workspace_.reset();
   attention_workspace_.reset();
   staging_.reset();
+  attention_counters_.reset();
   gemm_.reset();
+  if (timer_begin_) cudaEventDestroy(timer_begin_);
+  if (timer_end_) cudaEventDestroy(timer_end_);
+  if (tune_begin_) cudaEventDestroy(tune_begin_);
+  if (tune_end_) cudaEventDestroy(tune_end_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -95,27 +133,42 @@ void CudaBackend::bind() const {
   IB_CUDA_CHECK(cudaSetDevice(device_), "bind device");
 }
 
-void CudaBackend::after_op(const char* op) {
-  if (debug_sync_) IB_CUDA_CHECK(cudaStreamSynchronize(stream_), op);
+void CudaBackend::record_failure(const std::string& message) {
+  if (!error_.empty()) return;
+  error_ = message;
+  if (message.find("Synchronize") != std::string::npos && !debug_sync_) {
+    error_ +=
+        " (an asynchronous fault raised by an earlier op; rerun with IB_CUDA_DEBUG_SYNC=1 to name "
+        "it)";
+  }
+}
+
+Status CudaBackend::device_status() const {
+  if (error_.empty()) return Ok{};
+  return runtime_error(error_);
 }
 
 DeviceInfo CudaBackend::device_info() const {
-  bind();
   DeviceInfo info;
   info.name = name_;
   info.kind = "cuda";
   info.index = device_;
   size_t free_bytes = 0, total_bytes = 0;
-  IB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes), "device_info");
+  if (cudaSetDevice(device_) != cudaSuccess ||
+      cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();  // after a device fault: report no free memory
+  }
   info.total_bytes = static_cast<int64_t>(total_bytes);
   info.free_bytes = static_cast<int64_t>(free_bytes);
   return info;
 }
 
 Result<void*> CudaBackend::raw_alloc(size_t bytes) {
-  bind();
+  IB_TRY(device_status());
+  if (capturing_) return runtime_error("allocation during graph capture");
   void* ptr = nullptr;
-  const cudaError_t err = cudaMalloc(&ptr, std::max<size_t>(bytes, 1));
+  cudaError_t err = cudaSetDevice(device_);
+  if (err == cudaSuccess) err = cudaMalloc(&ptr, std::max<size_t>(bytes, 1));
   if (err != cudaSuccess) {
     cudaGetLastError();  // an allocation failure is not sticky; clear it
     size_t free_bytes = 0, total_bytes = 0;
@@ -129,14 +182,20 @@ Result<void*> CudaBackend::raw_alloc(size_t bytes) {
 }
 
 void CudaBackend::raw_free(void* ptr, size_t /*bytes*/) {
-  bind();
-  IB_CUDA_CHECK(cudaFree(ptr), "free");
+  // After a device fault every call fails; the memory goes with the context.
+  if (cudaSetDevice(device_) != cudaSuccess || cudaFree(ptr) != cudaSuccess) {
+    cudaGetLastError();
+    record_failure("CUDA error in op 'free': cudaFree failed");
+  }
 }
 
 void CudaBackend::copy_from_host(Tensor dst, const void* src, DType src_dtype) {
-  bind();
   const int64_t n = dst.numel();
   if (n == 0) return;
+  run_op("copy_from_host", [&] { copy_from_host_impl(dst, src, src_dtype, n); });
+}
+
+void CudaBackend::copy_from_host_impl(Tensor dst, const void* src, DType src_dtype, int64_t n) {
   if (src_dtype == dst.dtype) {
     IB_CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
                   "copy_from_host");
@@ -156,31 +215,26 @@ void CudaBackend::copy_from_host(Tensor dst, const void* src, DType src_dtype) {
                      stream_);
     }
   }
-  after_op("copy_from_host");
 }
 
 void CudaBackend::copy_to_host(const Tensor& src, void* dst) {
-  bind();
-  IB_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_),
-                "copy_to_host");
-  IB_CUDA_CHECK(cudaStreamSynchronize(stream_), "copy_to_host");
+  run_op("copy_to_host", [&] {
+    IB_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_),
+                  "copy_to_host");
+    IB_CUDA_CHECK(cudaStreamSynchronize(stream_), "copy_to_host");
+  });
 }
 
 void CudaBackend::synchronize() {
-  bind();
-  IB_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize");
+  run_op("synchronize", [&] { IB_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize"); });
 }
 
 void CudaBackend::fill_uniform(Tensor dst, uint64_t seed, uint64_t stream, float scale) {
-  bind();
-  launch_fill_uniform(dst, seed, stream, scale, stream_);
-  after_op("fill_uniform");
+  run_op("fill_uniform", [&] { launch_fill_uniform(dst, seed, stream, scale, stream_); });
 }
 
 void CudaBackend::fill_constant(Tensor dst, float value) {
-  bind();
-  launch_fill_constant(dst, value, stream_);
-  after_op("fill_constant");
+  run_op("fill_constant", [&] { launch_fill_constant(dst, value, stream_); });
 }
 
 void CudaBackend::embedding(const Tensor& token_ids, const Tensor& table, Tensor out) {
@@ -188,18 +242,14 @@ void CudaBackend::embedding(const Tensor& token_ids, const Tensor& table, Tensor
             "embedding: token_ids must be int32 (T) for out (T, D)");
   IB_ASSERT(table.dtype == out.dtype && table.row_size() == out.row_size(),
             "embedding: table (V, D) and out (T, D) must agree");
-  bind();
-  launch_gather_rows(table, token_ids, out, stream_);
-  after_op("embedding");
+  run_op("embedding", [&] { launch_gather_rows(table, token_ids, out, stream_, pdl_); });
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
   check_same_shape(x, out, "rms_norm: x and out must have the same shape");
   IB_ASSERT(weight.numel() == x.row_size() && weight.dtype == x.dtype && out.dtype == x.dtype,
             "rms_norm: weight (D) and out must match x (T, D)");
-  bind();
-  launch_rms_norm(nullptr, x, weight, eps, out, stream_);
-  after_op("rms_norm");
+  run_op("rms_norm", [&] { launch_rms_norm(nullptr, x, weight, eps, out, stream_, pdl_); });
 }
 
 void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
@@ -209,9 +259,7 @@ void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w
   IB_ASSERT(weight.numel() == x.row_size() && weight.dtype == x.dtype &&
                 residual.dtype == x.dtype && out.dtype == x.dtype,
             "add_rms_norm: residual, weight and out must match x");
-  bind();
-  launch_rms_norm(&residual, x, weight, eps, out, stream_);
-  after_op("add_rms_norm");
+  run_op("add_rms_norm", [&] { launch_rms_norm(&residual, x, weight, eps, out, stream_, pdl_); });
 }
 
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
@@ -222,14 +270,44 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   IB_ASSERT(x.dtype == w.dtype && (out.dtype == x.dtype || out.dtype == DType::kF32),
             "matmul: x and w share the activation dtype; out is that or f32");
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "matmul: bias must be (N)");
-  bind();
-  if (x.rows() <= gemv_max_m_ && static_cast<int64_t>(w.bytes()) <= gemv_max_weight_bytes_ &&
-      gemv_supported(x, w, out) && (bias == nullptr || bias->dtype == w.dtype)) {
-    launch_gemv(x, w, bias, out, stream_);
-  } else {
-    gemm_->run(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
-  }
-  after_op("matmul");
+  run_op("matmul", [&] {
+    if (choose_gemv(x, w, bias, out)) {
+      launch_gemv(x, w, bias, out, stream_, pdl_);
+    } else {
+      gemm_->run(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+    }
+  });
+}
+
+bool CudaBackend::choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+  const bool gemv_ok = x.rows() <= kGemvMaxM && gemv_supported(x, w, out) &&
+                       (bias == nullptr || bias->dtype == w.dtype);
+  const bool rule = gemv_ok && x.rows() <= gemv_max_m_ &&
+                    static_cast<int64_t>(w.bytes()) <= gemv_max_weight_bytes_;
+  if (!tuning_ || x.rows() > kTuneMaxM || x.rows() == 0) return rule;
+  const auto key = std::make_tuple(x.rows(), w.dim(0), w.dim(1), static_cast<int>(x.dtype),
+                                   static_cast<int>(out.dtype), bias != nullptr);
+  if (const auto it = gemv_choice_.find(key); it != gemv_choice_.end()) return it->second;
+  if (capturing_) return rule;  // no timing inside a capture; the eager warm-up tunes first
+  const float lt_ms =
+      gemm_->tune(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
+                  [&](const std::function<void()>& fn) { return time_ms(fn); });
+  const float gemv_ms =
+      gemv_ok ? time_ms([&] { launch_gemv(x, w, bias, out, stream_); }) : INFINITY;
+  return gemv_choice_[key] = gemv_ms < lt_ms;
+}
+
+float CudaBackend::time_ms(const std::function<void()>& fn) {
+  constexpr int kReps = 5;
+  fn();
+  fn();
+  IB_CUDA_CHECK(cudaEventRecord(tune_begin_, stream_), "matmul tuning");
+  for (int i = 0; i < kReps; ++i) fn();
+  IB_CUDA_CHECK(cudaEventRecord(tune_end_, stream_), "matmul tuning");
+  IB_CUDA_CHECK(cudaEventSynchronize(tune_end_), "matmul tuning");
+  float ms = 0.0f;
+  IB_CUDA_CHECK(cudaEventElapsedTime(&ms, tune_begin_, tune_end_), "matmul tuning");
+  return ms / kReps;
 }
 
 void CudaBackend::rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
@@ -245,9 +323,9 @@ void CudaBackend::rope_and_cache(Tensor qkv, const Tensor& positions, const Tens
                 kv.k.dim(1) == shape.num_kv_heads && kv.k.dim(2) == kv.block_size &&
                 kv.k.dim(3) == shape.head_dim,
             "rope_and_cache: cache must be (blocks, Hkv, block_size, head_dim) of qkv's dtype");
-  bind();
-  launch_rope_and_cache(qkv, positions, slot_mapping, inv_freq, kv, shape, stream_);
-  after_op("rope_and_cache");
+  run_op("rope_and_cache", [&] {
+    launch_rope_and_cache(qkv, positions, slot_mapping, inv_freq, kv, shape, stream_, pdl_);
+  });
 }
 
 void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
@@ -262,47 +340,45 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
   IB_ASSERT(meta.max_query_len >= 1 && meta.max_context_len >= 1,
             "attention: max_query_len / max_context_len hints must be upper bounds (>= 1)");
   IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96 or 128 on CUDA");
-  bind();
-  const bool flash = flash_supports(qkv.dtype, shape) &&
-                     (attention_path_ == AttentionPath::kFlash ||
-                      (attention_path_ == AttentionPath::kAuto && meta.max_query_len > 1));
-  if (flash) {
-    launch_attention_flash(qkv, kv, meta, shape, out, stream_);
-  } else {
-    const int partition =
-        split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
-    launch_attention_split_kv(qkv, kv, meta, shape, partition, attention_workspace_.data(),
-                              attention_workspace_.bytes(), num_sms_, out, stream_);
-  }
-  after_op("attention");
+  run_op("attention", [&] {
+    const bool flash = flash_supports(qkv.dtype, shape) &&
+                       (attention_path_ == AttentionPath::kFlash ||
+                        (attention_path_ == AttentionPath::kAuto && meta.max_query_len > 1));
+    if (flash) {
+      launch_attention_flash(qkv, kv, meta, shape, out, stream_);
+    } else {
+      const int partition =
+          split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
+      launch_attention_split_kv(
+          qkv, kv, meta, shape, partition, attention_workspace_.data(),
+          attention_workspace_.bytes(), static_cast<unsigned*>(attention_counters_.data()),
+          attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_, pdl_);
+    }
+  });
 }
 
 void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out) {
   IB_ASSERT(gate_up.rows() == out.rows() && gate_up.row_size() == 2 * out.row_size() &&
                 gate_up.dtype == out.dtype,
             "silu_mul: gate_up must be (T, 2F) for out (T, F)");
-  bind();
-  launch_silu_mul(gate_up, out, stream_);
-  after_op("silu_mul");
+  run_op("silu_mul", [&] { launch_silu_mul(gate_up, out, stream_, pdl_); });
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) {
   IB_ASSERT(row_ids.dtype == DType::kI32 && row_ids.numel() == out.rows() &&
                 x.row_size() == out.row_size() && x.dtype == out.dtype,
             "gather_rows: out (R, D) = x[row_ids (R)] with matching D and dtype");
-  bind();
-  launch_gather_rows(x, row_ids, out, stream_);
-  after_op("gather_rows");
+  run_op("gather_rows", [&] { launch_gather_rows(x, row_ids, out, stream_, pdl_); });
 }
 
 void CudaBackend::sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) {
   IB_ASSERT(logits.dtype == DType::kF32 && logits.rows() == meta.num_rows &&
                 out_tokens.dtype == DType::kI32 && out_tokens.numel() == meta.num_rows,
             "sample: logits f32 (R, V) and out_tokens int32 (R)");
-  bind();
-  launch_sample(logits, meta, out_tokens, attention_workspace_.data(), attention_workspace_.bytes(),
-                stream_);
-  after_op("sample");
+  run_op("sample", [&] {
+    launch_sample(logits, meta, out_tokens, attention_workspace_.data(),
+                  attention_workspace_.bytes(), stream_, pdl_);
+  });
 }
 
 }  // namespace cuda

@@ -50,9 +50,10 @@ TEST_F(CudaBackendTest, AllocationsAreTrackedAndOomIsAnError) {
   CudaBackend& b = **created;
   const int64_t workspace =
       b.memory().snapshot().bytes_by_tag[static_cast<int>(MemoryTag::kWorkspace)];
-  EXPECT_EQ(workspace, static_cast<int64_t>(CudaBackend::kGemmWorkspaceBytes +
-                                            CudaBackend::kAttentionWorkspaceBytes +
-                                            CudaBackend::kStagingBytes));
+  EXPECT_EQ(workspace,
+            static_cast<int64_t>(CudaBackend::kGemmWorkspaceBytes +
+                                 CudaBackend::kAttentionWorkspaceBytes +
+                                 CudaBackend::kStagingBytes + CudaBackend::kAttentionCounterBytes));
   {
     auto buf = b.alloc(1000, MemoryTag::kKvCache);
     ASSERT_TRUE(buf.ok());

@@ -5,6 +5,7 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/pdl.cuh"
 #include "core/rng.h"
 
 namespace ib::cuda {
@@ -51,6 +52,8 @@ __device__ __forceinline__ float silu(float g) {
 // gate_up (T, 2F) -> out (T, F); one 16-byte vector per thread (F % kVec16 == 0).
 template <typename T>
 __global__ void silu_mul_vec_kernel(const T* gate_up, T* out, int64_t tokens, int64_t f) {
+  pdl_wait();
+  pdl_trigger();
   constexpr int kV = kVec16<T>;
   const int64_t vecs_per_row = f / kV;
   const int64_t total = tokens * vecs_per_row;
@@ -69,6 +72,8 @@ __global__ void silu_mul_vec_kernel(const T* gate_up, T* out, int64_t tokens, in
 
 template <typename T>
 __global__ void silu_mul_scalar_kernel(const T* gate_up, T* out, int64_t tokens, int64_t f) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t total = tokens * f;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * kThreads) {
@@ -82,6 +87,8 @@ __global__ void silu_mul_scalar_kernel(const T* gate_up, T* out, int64_t tokens,
 template <typename W>
 __global__ void gather_rows_kernel(const W* x, int64_t num_x_rows, const int32_t* row_ids, W* out,
                                    int64_t units_per_row) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const int32_t id = row_ids[r];
   W* dst = out + r * units_per_row;
@@ -100,7 +107,22 @@ __global__ void bias_add_kernel(T* out, const B* bias, int64_t m, int64_t n) {
     out[i] = from_f32<T>(to_f32(out[i]) + to_f32(bias[i % n]));
 }
 
+// 16 bytes per thread per iteration, grid-stride: the simplest copy that reaches the copy ceiling.
+__global__ void __launch_bounds__(512) copy16_kernel(const uint4* src, uint4* dst, size_t n) {
+  for (size_t i = blockIdx.x * size_t{512} + threadIdx.x; i < n; i += size_t{gridDim.x} * 512)
+    dst[i] = src[i];
+}
+
 }  // namespace
+
+void launch_copy16(const void* src, void* dst, size_t bytes, int num_sms, cudaStream_t stream) {
+  const size_t n = bytes / 16;
+  if (n == 0) return;
+  const auto blocks = static_cast<unsigned>(num_sms * 4);
+  copy16_kernel<<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(src),
+                                            static_cast<uint4*>(dst), n);
+  IB_CUDA_CHECK_LAUNCH("copy");
+}
 
 void launch_fill_uniform(Tensor dst, uint64_t seed, uint64_t stream_id, float scale,
                          cudaStream_t stream) {
@@ -132,23 +154,25 @@ void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype
   IB_CUDA_CHECK_LAUNCH("copy_from_host");
 }
 
-void launch_silu_mul(const Tensor& gate_up, Tensor out, cudaStream_t stream) {
+void launch_silu_mul(const Tensor& gate_up, Tensor out, cudaStream_t stream, bool pdl) {
   const int64_t tokens = out.rows();
   const int64_t f = out.row_size();
   if (tokens == 0) return;
   IB_DISPATCH_FLOAT(out.dtype, T, {
     if (f % kVec16<T> == 0 && aligned16(gate_up.data) && aligned16(out.data)) {
-      silu_mul_vec_kernel<T><<<grid_for(tokens * f / kVec16<T>, kThreads), kThreads, 0, stream>>>(
-          gate_up.as<T>(), out.as<T>(), tokens, f);
+      launch_kernel("silu_mul", pdl, silu_mul_vec_kernel<T>,
+                    dim3(static_cast<unsigned>(grid_for(tokens * f / kVec16<T>, kThreads))),
+                    dim3(kThreads), 0, stream, gate_up.as<T>(), out.as<T>(), tokens, f);
     } else {
-      silu_mul_scalar_kernel<T><<<grid_for(tokens * f, kThreads), kThreads, 0, stream>>>(
-          gate_up.as<T>(), out.as<T>(), tokens, f);
+      launch_kernel("silu_mul", pdl, silu_mul_scalar_kernel<T>,
+                    dim3(static_cast<unsigned>(grid_for(tokens * f, kThreads))), dim3(kThreads), 0,
+                    stream, gate_up.as<T>(), out.as<T>(), tokens, f);
     }
   });
-  IB_CUDA_CHECK_LAUNCH("silu_mul");
 }
 
-void launch_gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out, cudaStream_t stream) {
+void launch_gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out, cudaStream_t stream,
+                        bool pdl) {
   const int64_t rows = out.dim(0);
   if (rows == 0) return;
   const size_t row_bytes = static_cast<size_t>(x.row_size()) * dtype_size(x.dtype);
@@ -162,8 +186,9 @@ void launch_gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out, cuda
     using W = decltype(unit);
     const auto units = static_cast<int64_t>(row_bytes / sizeof(W));
     const int threads = static_cast<int>(std::clamp<int64_t>((units + 31) / 32 * 32, 32, 256));
-    gather_rows_kernel<W><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
-        static_cast<const W*>(x.data), num_x_rows, ids, static_cast<W*>(out.data), units);
+    launch_kernel("gather_rows", pdl, gather_rows_kernel<W>, dim3(static_cast<unsigned>(rows)),
+                  dim3(static_cast<unsigned>(threads)), 0, stream, static_cast<const W*>(x.data),
+                  num_x_rows, ids, static_cast<W*>(out.data), units);
   };
   if (both_aligned(16)) {
     launch(uint4{});
@@ -174,7 +199,6 @@ void launch_gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out, cuda
   } else {
     launch(uint8_t{});
   }
-  IB_CUDA_CHECK_LAUNCH("gather_rows");
 }
 
 void launch_bias_add(Tensor out, const Tensor& bias, cudaStream_t stream) {

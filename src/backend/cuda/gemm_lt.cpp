@@ -1,6 +1,7 @@
 #include "backend/cuda/detail/gemm_lt.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "backend/cuda/detail/check.h"
@@ -61,6 +62,36 @@ GemmLt::~GemmLt() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
+std::vector<cublasLtMatmulAlgo_t> GemmLt::candidates(const Plan& plan, const Key& key,
+                                                     size_t workspace_bytes, int count) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  IB_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), kOp);
+  const uint64_t ws = workspace_bytes;
+  IB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+                  kOp);
+  const auto set_align = [&](cublasLtMatmulPreferenceAttributes_t attr, uint16_t align) {
+    const uint32_t v = align;
+    IB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)), kOp);
+  };
+  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w);
+  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_x);
+  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_out);
+  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_out);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, count, results.data(), &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  if (st != CUBLAS_STATUS_SUCCESS) return algos;
+  for (int i = 0; i < found; ++i) {
+    if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+      algos.push_back(results[static_cast<size_t>(i)].algo);
+  }
+  return algos;
+}
+
 GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan plan;
@@ -81,43 +112,24 @@ GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
   IB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, in, k, m, static_cast<int64_t>(k)), kOp);
   IB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, out, n, m, static_cast<int64_t>(n)), kOp);
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  IB_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), kOp);
-  const uint64_t ws = workspace_bytes;
-  IB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-                  kOp);
-  const auto set_align = [&](cublasLtMatmulPreferenceAttributes_t attr, uint16_t align) {
-    const uint32_t v = align;
-    IB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)), kOp);
-  };
-  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w);
-  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_x);
-  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_out);
-  set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_out);
-
   const auto heuristic = [&](bool epilogue) {
     const cublasLtEpilogue_t e = epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     IB_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)),
         kOp);
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-        handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
-    plan.algo = result.algo;
+    const auto algos = candidates(plan, key, workspace_bytes, 1);
+    if (algos.empty()) return false;
+    plan.algo = algos[0];
     return true;
   };
   plan.bias_epilogue = key.bias_epilogue && heuristic(true);
   if (!plan.bias_epilogue)
     IB_CUBLAS_CHECK(heuristic(false) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED, kOp);
-  cublasLtMatmulPreferenceDestroy(pref);
   return plans_.emplace(key, plan).first->second;
 }
 
-void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
-                 size_t workspace_bytes, cudaStream_t stream) {
+GemmLt::Key GemmLt::key_for(const Tensor& x, const Tensor& w, const Tensor* bias,
+                            const Tensor& out) const {
   Key key{};
   key.m = x.rows();
   key.n = w.dim(0);
@@ -129,6 +141,43 @@ void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor ou
   key.align_w = alignment(w.data);
   key.align_out = alignment(out.data);
   key.align_bias = bias ? alignment(bias->data) : 0;
+  return key;
+}
+
+float GemmLt::tune(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                   const TimeFn& time_ms) {
+  const Key key = key_for(x, w, bias, out);
+  if (key.m == 0) return 0.0f;
+  Plan& plan = plan_for(key, workspace_bytes);
+  if (plan.bias_epilogue) {
+    const void* ptr = bias->data;
+    IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &ptr, sizeof(ptr)),
+                    kOp);
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  float best_ms = INFINITY;
+  cublasLtMatmulAlgo_t best = plan.algo;
+  for (const cublasLtMatmulAlgo_t& algo : candidates(plan, key, workspace_bytes, kTuneCandidates)) {
+    bool ok = true;
+    const float ms = time_ms([&] {
+      ok = ok && cublasLtMatmul(handle_, plan.desc, &alpha, w.data, plan.a, x.data, plan.b, &beta,
+                                out.data, plan.c, out.data, plan.c, &algo, workspace,
+                                workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+    });
+    if (ok && ms < best_ms) {
+      best_ms = ms;
+      best = algo;
+    }
+  }
+  plan.algo = best;
+  return best_ms + (bias && !plan.bias_epilogue ? 0.002f : 0.0f);  // + the bias kernel, roughly
+}
+
+void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
+                 size_t workspace_bytes, cudaStream_t stream) {
+  const Key key = key_for(x, w, bias, out);
   if (key.m == 0) return;
   Plan& plan = plan_for(key, workspace_bytes);
   if (plan.bias_epilogue) {

@@ -4,6 +4,7 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
 namespace {
@@ -15,6 +16,8 @@ template <typename T, bool kVector>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_kernel(T* residual, const T* x, const T* weight, float eps, T* out, int64_t d) {
   __shared__ float scratch[32];
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   const T* xr = x + row * d;
   T* rr = residual ? residual + row * d : nullptr;
@@ -68,7 +71,7 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, bool pdl) {
   const int64_t rows = x.rows();
   const int64_t d = x.row_size();
   if (rows == 0) return;
@@ -76,15 +79,11 @@ void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, fl
     T* res = residual ? residual->as<T>() : nullptr;
     const bool vector = d % kVec16<T> == 0 && aligned16(x.data) && aligned16(weight.data) &&
                         aligned16(out.data) && (res == nullptr || aligned16(res));
-    if (vector) {
-      rms_norm_kernel<T, true><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-          res, x.as<T>(), weight.as<T>(), eps, out.as<T>(), d);
-    } else {
-      rms_norm_kernel<T, false><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-          res, x.as<T>(), weight.as<T>(), eps, out.as<T>(), d);
-    }
+    const char* op = residual ? "add_rms_norm" : "rms_norm";
+    launch_kernel(op, pdl, vector ? rms_norm_kernel<T, true> : rms_norm_kernel<T, false>,
+                  dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream, res, x.as<T>(),
+                  weight.as<T>(), eps, out.as<T>(), d);
   });
-  IB_CUDA_CHECK_LAUNCH(residual ? "add_rms_norm" : "rms_norm");
 }
 
 }  // namespace ib::cuda

@@ -3,6 +3,7 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
 namespace {
@@ -17,6 +18,8 @@ __global__ void __launch_bounds__(kThreads)
     rope_and_cache_kernel(T* qkv, const int32_t* positions, const int32_t* slot_mapping,
                           const float* inv_freq, T* k_cache, T* v_cache, int num_heads,
                           int num_kv_heads, int head_dim, int block_size) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int half = head_dim / 2;
   const int rot_items = (num_heads + num_kv_heads) * half;
@@ -61,18 +64,18 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                            const Tensor& inv_freq, const KvCacheLayer& kv,
-                           const AttentionShape& shape, cudaStream_t stream) {
+                           const AttentionShape& shape, cudaStream_t stream, bool pdl) {
   const int64_t tokens = qkv.dim(0);
   if (tokens == 0) return;
   const int items = (shape.num_heads + 2 * shape.num_kv_heads) * (shape.head_dim / 2);
   const dim3 grid(static_cast<unsigned>(tokens),
                   static_cast<unsigned>((items + kThreads - 1) / kThreads));
-  IB_DISPATCH_FLOAT(qkv.dtype, T,
-                    rope_and_cache_kernel<T><<<grid, kThreads, 0, stream>>>(
-                        qkv.as<T>(), positions.as<int32_t>(), slot_mapping.as<int32_t>(),
-                        inv_freq.as<float>(), kv.k.as<T>(), kv.v.as<T>(), shape.num_heads,
-                        shape.num_kv_heads, shape.head_dim, kv.block_size));
-  IB_CUDA_CHECK_LAUNCH("rope_and_cache");
+  IB_DISPATCH_FLOAT(
+      qkv.dtype, T,
+      launch_kernel("rope_and_cache", pdl, rope_and_cache_kernel<T>, grid, dim3(kThreads), 0,
+                    stream, qkv.as<T>(), positions.as<int32_t>(), slot_mapping.as<int32_t>(),
+                    inv_freq.as<float>(), kv.k.as<T>(), kv.v.as<T>(), shape.num_heads,
+                    shape.num_kv_heads, shape.head_dim, kv.block_size));
 }
 
 }  // namespace ib::cuda

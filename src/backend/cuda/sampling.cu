@@ -13,6 +13,7 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/pdl.cuh"
 #include "core/rng.h"
 
 namespace ib::cuda {
@@ -266,6 +267,8 @@ constexpr int kNoIndex = 0x7fffffff;
 
 __global__ void __launch_bounds__(kThreads) argmax_partial_kernel(SampleArgs a, ArgMax* partial) {
   __shared__ ArgMax scratch[kWarps];
+  pdl_wait();
+  pdl_trigger();
   const int begin = blockIdx.x * kArgmaxChunk;
   const int len = min(kArgmaxChunk, a.vocab - begin);
   const ArgMax best = block_argmax(a.logits + int64_t{blockIdx.y} * a.vocab + begin, len, scratch);
@@ -276,6 +279,8 @@ __global__ void __launch_bounds__(kThreads) argmax_partial_kernel(SampleArgs a, 
 
 // One warp per row combines the row's partial results.
 __global__ void argmax_final_kernel(const ArgMax* partial, int chunks, int32_t* out) {
+  pdl_wait();
+  pdl_trigger();
   ArgMax best{-INFINITY, kNoIndex};
   for (int c = threadIdx.x; c < chunks; c += 32)
     best = better(best, partial[blockIdx.x * chunks + c]);
@@ -328,7 +333,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
 }  // namespace
 
 void launch_sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens,
-                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream, bool pdl) {
   if (meta.num_rows == 0) return;
   SampleArgs a{};
   a.logits = logits.as<float>();
@@ -339,10 +344,10 @@ void launch_sample(const Tensor& logits, const SamplingMetadata& meta, Tensor ou
   const size_t partial_bytes = size_t{rows} * static_cast<size_t>(chunks) * sizeof(ArgMax);
   if (meta.all_greedy && chunks > 1 && partial_bytes <= workspace_bytes) {
     auto* partial = static_cast<ArgMax*>(workspace);
-    argmax_partial_kernel<<<dim3(static_cast<unsigned>(chunks), rows), kThreads, 0, stream>>>(
-        a, partial);
-    IB_CUDA_CHECK_LAUNCH("sample(argmax)");
-    argmax_final_kernel<<<rows, 32, 0, stream>>>(partial, chunks, a.out);
+    launch_kernel("sample(argmax)", pdl, argmax_partial_kernel,
+                  dim3(static_cast<unsigned>(chunks), rows), dim3(kThreads), 0, stream, a, partial);
+    launch_kernel("sample(argmax)", pdl, argmax_final_kernel, dim3(rows), dim3(32), 0, stream,
+                  static_cast<const ArgMax*>(partial), chunks, a.out);
   } else if (meta.all_greedy) {
     greedy_kernel<<<rows, kThreads, 0, stream>>>(a);
   } else {

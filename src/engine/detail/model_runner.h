@@ -2,9 +2,19 @@
 // scheduled batch. Activation buffers are allocated once, at the engine's limits (tag
 // kActivations), so that every step reuses the same memory; the per-step metadata (token ids,
 // positions, slots, block tables, sampling parameters) goes to the device in one copy.
+//
+// Decode graphs (backends with supports_graphs()): after the KV cache is attached, one graph per
+// padded batch-size bucket (1, 2, 4, 8, 16, 24, ... up to the cap) records embedding -> sampling
+// of a decode-only step. The metadata of a bucket has a fixed layout (B rows, block tables
+// ceil(graph_max_context / block_size) wide); rows beyond the real batch are padding: slot -1
+// (no cache write), context 0 (attention writes nothing), greedy sampling, results ignored.
+// A greedy decode-only batch whose contexts fit replays the smallest bucket that holds it; any
+// other batch runs op by op ("eager").
 #pragma once
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -34,6 +44,23 @@ struct RunnerLimits {
 struct RunnerOutput {
   std::vector<int32_t> tokens;             // one per sampling sequence, in batch order
   std::vector<std::vector<float>> logits;  // same rows, only when capture_logits
+  std::optional<int64_t> device_ns;        // device time of the forward pass, when measurable
+  bool graph = false;                      // replayed a decode graph
+};
+
+// Bytes a step must move through device memory at least: every weight it streams (all layers,
+// lm_head and the final norm when a row samples, the embedding rows of its tokens), the K/V it
+// reads (each sequence's visible context) and the K/V it writes (one row per token).
+struct StepTraffic {
+  int64_t weight_bytes = 0;
+  int64_t kv_read_bytes = 0;
+  int64_t kv_write_bytes = 0;
+  int64_t total() const { return weight_bytes + kv_read_bytes + kv_write_bytes; }
+};
+
+struct GraphOptions {
+  int max_batch = 256;     // largest bucket (capped by the engine's limits)
+  int max_context = 8192;  // contexts above this run eager (capped by max_model_len)
 };
 
 class ModelRunner {
@@ -43,19 +70,29 @@ class ModelRunner {
   static Result<std::unique_ptr<ModelRunner>> create(const ModelConfig& model, ModelWeights weights,
                                                      const RunnerLimits& limits, Backend& backend);
   void attach_kv_cache(KvCache kv) { kv_ = std::move(kv); }
+  // Captures the decode graphs (after attach_kv_cache); max_model_len is the resolved limit.
+  Status capture_decode_graphs(const GraphOptions& options, int max_model_len);
 
   Result<RunnerOutput> execute(std::span<const RunnerSeq> batch, bool capture_logits);
+  StepTraffic traffic(std::span<const RunnerSeq> batch) const;
 
   const ModelWeights& weights() const { return weights_; }
   int64_t activation_bytes() const;
+  int num_graphs() const { return static_cast<int>(graphs_.size()); }
+  int64_t graph_bytes() const;
+  std::vector<int> graph_buckets() const;
 
  private:
   ModelRunner(const ModelConfig& model, ModelWeights weights, const RunnerLimits& limits,
               Backend& backend);
   Status allocate();
   // Fills the host staging words and uploads them; sets the views below. Returns rows to sample.
-  int upload_metadata(std::span<const RunnerSeq> batch);
+  // pad_to > 0: the fixed layout of decode bucket pad_to (padding rows, graph_width_ wide tables).
+  int upload_metadata(std::span<const RunnerSeq> batch, int pad_to = 0);
   void forward(int num_tokens, int num_rows);
+  // The bucket that replays this batch, or 0 when it must run eager.
+  int graph_bucket_for(std::span<const RunnerSeq> batch) const;
+  Result<RunnerOutput> read_results(int rows, bool capture_logits);
 
   ModelConfig model_;
   ModelWeights weights_;
@@ -71,6 +108,13 @@ class ModelRunner {
 
   // Step metadata: host staging (4-byte words) and the views of this step into meta_buf_.
   std::vector<int32_t> staging_;
+  int out_tokens_offset_ = 0;  // words; fixed, after the largest layout
+
+  // Decode graphs by bucket size; graph_width_ block-table entries per row in their layout.
+  std::map<int, std::unique_ptr<DeviceGraph>> graphs_;
+  int graph_max_context_ = 0;
+  int graph_width_ = 0;
+  int64_t layer_weight_bytes_ = 0;  // all layers' tensors
   Tensor token_ids_, positions_, slot_mapping_, sample_rows_, out_tokens_;
   AttentionMetadata attn_meta_;
   SamplingMetadata sampling_meta_;

@@ -1,12 +1,21 @@
 // The checking wrapper every CUDA runtime and cuBLASLt call goes through. A failure inside an op
-// is not recoverable for the op (ops return void): it aborts with the failing op, the call, the
-// source line and the CUDA error, so a crash report always names what broke.
+// is not recoverable for the op (ops return void): it throws CudaFailure with the failing op, the
+// call, the source line and the CUDA error. The exception never leaves backend/cuda: CudaBackend
+// catches it at the op boundary and keeps it as its sticky device_status().
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <stdexcept>
+#include <string>
+
 namespace ib::cuda {
+
+class CudaFailure : public std::runtime_error {
+ public:
+  explicit CudaFailure(const std::string& message) : std::runtime_error(message) {}
+};
 
 [[noreturn]] void cuda_fail(cudaError_t err, const char* op, const char* call, const char* file,
                             int line);

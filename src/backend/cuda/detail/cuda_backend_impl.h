@@ -3,15 +3,22 @@
 // non-blocking stream; every CUDA / cuBLASLt call is checked and names its op. Ops never
 // synchronize or allocate, so a decode step can be captured in a CUDA graph; kernel choices
 // depend only on shapes and the host-side hints in the metadata.
+// A failed CUDA call inside an op becomes the backend's sticky device_status() (the op is
+// abandoned, later ops are skipped), so the engine can report it and the run can end cleanly.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "backend/backend.h"
+#include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/gemm_lt.h"
 
 namespace ib::cuda {
@@ -23,6 +30,7 @@ class CudaBackend final : public Backend {
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
   static constexpr size_t kStagingBytes = size_t{16} << 20;
+  static constexpr size_t kAttentionCounterBytes = size_t{1} << 20;  // split-KV merge counters
 
   static Result<std::unique_ptr<CudaBackend>> create(int device, DType dtype,
                                                      std::optional<int64_t> memory_limit_bytes);
@@ -50,6 +58,15 @@ class CudaBackend final : public Backend {
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
 
+  bool supports_graphs() const override { return true; }
+  Status begin_capture() override;
+  Result<std::unique_ptr<DeviceGraph>> end_capture() override;
+  void timer_start() override;
+  void timer_stop() override;
+  std::optional<int64_t> timer_elapsed_ns() override;
+  double copy_ceiling_bytes_per_s() const override { return copy_ceiling_bytes_per_s_; }
+  Status device_status() const override;
+
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
   int num_sms() const { return num_sms_; }
@@ -58,9 +75,21 @@ class CudaBackend final : public Backend {
   // the H200 measurements in bench/NOTES.md: cuBLASLt wins from M = 16, and on the large
   // decode matrices (gate_up, down) it streams slightly faster than the GEMV.
   int gemv_max_m() const { return gemv_max_m_; }
-  void set_gemv_max_m(int m) { gemv_max_m_ = m; }
+  // Setting the rule explicitly (tests, the op benchmark) also turns tuning off.
+  void set_gemv_max_m(int m) {
+    gemv_max_m_ = m;
+    tuning_ = false;
+  }
   void set_gemv_max_weight_bytes(int64_t bytes) { gemv_max_weight_bytes_ = bytes; }
   void set_attention_path(AttentionPath path) { attention_path_ = path; }
+  // Matmuls with at most this many rows time the GEMV and cuBLASLt's top algorithms on their
+  // first call (outside graph capture) and keep the fastest for their shape; 0 turns it off.
+  static constexpr int kTuneMaxM = 16;
+  void set_tuning(bool on) { tuning_ = on; }
+  // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's). Off by
+  // default: on the H200 it made batch-8 decode steps 2% slower (bench/NOTES.md, cuda2 run 2).
+  void set_pdl(bool on) { pdl_ = on; }
+  bool pdl() const { return pdl_; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
@@ -70,11 +99,32 @@ class CudaBackend final : public Backend {
   void raw_free(void* ptr, size_t bytes) override;
 
  private:
+  friend class CudaGraph;
   CudaBackend(int device, DType dtype) : device_(device), dtype_(dtype) {}
   Status init();
+  // Times a large device-to-device copy (best of several) into copy_ceiling_bytes_per_s_.
+  Status measure_copy_ceiling();
   // Makes this backend's device current for the calling thread.
   void bind() const;
-  void after_op(const char* op);
+  // Runs one op's host side: skipped after a device error; a CudaFailure becomes the sticky
+  // error; with debug sync (outside capture) the op is waited for, so a fault names it.
+  template <typename F>
+  void run_op(const char* op, F&& body) {
+    if (!error_.empty()) return;
+    try {
+      bind();
+      std::forward<F>(body)();
+      if (debug_sync_ && !capturing_) IB_CUDA_CHECK(cudaStreamSynchronize(stream_), op);
+    } catch (const CudaFailure& e) {
+      record_failure(e.what());
+    }
+  }
+  void record_failure(const std::string& message);
+  // Whether the tensor-core GEMV runs this matmul (else cuBLASLt); tunes on first use.
+  bool choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
+  // ms per call of fn, over a few calls after two warm-ups (synchronizes).
+  float time_ms(const std::function<void()>& fn);
+  void copy_from_host_impl(Tensor dst, const void* src, DType src_dtype, int64_t n);
 
   int device_;
   DType dtype_;
@@ -85,10 +135,21 @@ class CudaBackend final : public Backend {
   Buffer gemm_workspace_;
   Buffer attention_workspace_;
   Buffer staging_;
+  Buffer attention_counters_;
   int gemv_max_m_ = 8;
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
   AttentionPath attention_path_ = AttentionPath::kAuto;
   bool debug_sync_ = false;
+  bool capturing_ = false;
+  std::string error_;  // the first device error; empty while all is well
+  cudaEvent_t timer_begin_ = nullptr, timer_end_ = nullptr;
+  bool timer_recorded_ = false;
+  double copy_ceiling_bytes_per_s_ = 0.0;
+  bool tuning_ = true;
+  bool pdl_ = false;
+  cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
+  // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, int, bool>, bool> gemv_choice_;
 };
 
 }  // namespace ib::cuda

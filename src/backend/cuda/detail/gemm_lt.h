@@ -7,7 +7,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -23,6 +25,14 @@ class GemmLt {
   // workspace: device memory of workspace_bytes owned by the caller (tagged kWorkspace).
   void run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
            size_t workspace_bytes, cudaStream_t stream);
+  // Times up to kTuneCandidates of the heuristic's algorithms on these operands and keeps the
+  // fastest for their shape; returns its time in ms (infinity when none ran). time_ms runs its
+  // argument a few times on the stream and returns ms per call (it synchronizes: never call
+  // this during graph capture).
+  static constexpr int kTuneCandidates = 8;
+  using TimeFn = std::function<float(const std::function<void()>&)>;
+  float tune(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
+             size_t workspace_bytes, cudaStream_t stream, const TimeFn& time_ms);
 
  private:
   struct Key {
@@ -42,6 +52,10 @@ class GemmLt {
     bool bias_epilogue = false;  // false with a bias: a separate bias-add kernel runs after
   };
   Plan& plan_for(const Key& key, size_t workspace_bytes);
+  Key key_for(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) const;
+  // The heuristic's top algorithms for a plan's descriptors (its epilogue already set).
+  std::vector<cublasLtMatmulAlgo_t> candidates(const Plan& plan, const Key& key,
+                                               size_t workspace_bytes, int count);
 
   cublasLtHandle_t handle_ = nullptr;
   std::unordered_map<Key, Plan, KeyHash> plans_;

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/mma.cuh"
+#include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
 
@@ -42,15 +43,20 @@ __device__ __forceinline__ void gemv_step(float (&acc)[NT][4], const uint4 (&wa)
   }
 }
 
-// Loads of one warp step at element offset kk: w rows r / r + 8 and NT token rows.
-template <typename T, int NT>
-__device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
-                                          const T* const (&x_ptr)[NT], int64_t kk, uint4 (&wa)[2],
-                                          uint4 (&wb)[2], uint4 (&xv)[NT][2]) {
+// Weight loads of one warp step at element offset kk: w rows r and r + 8.
+template <typename T>
+__device__ __forceinline__ void gemv_load_w(const T* wa_ptr, const T* wb_ptr, int64_t kk,
+                                            uint4 (&wa)[2], uint4 (&wb)[2]) {
   wa[0] = load_stream16(wa_ptr + kk);
   wa[1] = load_stream16(wa_ptr + kk + 8);
   wb[0] = load_stream16(wb_ptr + kk);
   wb[1] = load_stream16(wb_ptr + kk + 8);
+}
+
+// Activation loads of one warp step at element offset kk: NT token rows.
+template <typename T, int NT>
+__device__ __forceinline__ void gemv_load_x(const T* const (&x_ptr)[NT], int64_t kk,
+                                            uint4 (&xv)[NT][2]) {
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     xv[t][0] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk));
@@ -58,8 +64,19 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
   }
 }
 
+// Loads of one warp step at element offset kk: w rows r / r + 8 and NT token rows.
+template <typename T, int NT>
+__device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
+                                          const T* const (&x_ptr)[NT], int64_t kk, uint4 (&wa)[2],
+                                          uint4 (&wb)[2], uint4 (&xv)[NT][2]) {
+  gemv_load_w<T>(wa_ptr, wb_ptr, kk, wa, wb);
+  gemv_load_x<T, NT>(x_ptr, kk, xv);
+}
+
 // x (M, K), w (N, K), bias (N) or null, out (M, N); K % 64 == 0; M <= 8 * NT.
-// grid: ceil(N / 16) blocks of kWarps * 32 threads.
+// grid: ceil(N / 16) blocks of kWarps * 32 threads. Under programmatic dependent launch the
+// interleaved variant issues its first weight loads before waiting for the previous kernel
+// (weights are constant; x and out are not touched before the wait).
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
@@ -89,6 +106,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int steps = k / kGemvStepK;
   int tail_begin;
   if constexpr (kAdjacent) {
+    pdl_wait();
+    pdl_trigger();
     const int groups = steps / kUnroll;
     for (int g = warp; g < groups; g += kWarps) {
       uint4 wa[kUnroll][2], wb[kUnroll][2], xv[kUnroll][NT][2];
@@ -101,15 +120,31 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     tail_begin = groups * kUnroll + warp;
   } else {
+    // The weights of this warp's first group go out before the wait; each group's loads of the
+    // next group's weights go out right after its MMAs.
     int s = warp;
-    for (; s + (kUnroll - 1) * kWarps < steps; s += kUnroll * kWarps) {
-      uint4 wa[kUnroll][2], wb[kUnroll][2], xv[kUnroll][NT][2];
+    uint4 wa[kUnroll][2], wb[kUnroll][2];
+    const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
+    if (full(s)) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        gemv_load<T, NT>(wa_ptr, wb_ptr, x_ptr, int64_t{s + u * kWarps} * kGemvStepK, wa[u], wb[u],
-                         xv[u]);
+        gemv_load_w<T>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kGemvStepK, wa[u], wb[u]);
+    }
+    pdl_wait();
+    pdl_trigger();
+    for (; full(s); s += kUnroll * kWarps) {
+      uint4 xv[kUnroll][NT][2];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
+      const int next = s + kUnroll * kWarps;
+      if (full(next)) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          gemv_load_w<T>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kGemvStepK, wa[u], wb[u]);
+      }
     }
     tail_begin = s;
   }

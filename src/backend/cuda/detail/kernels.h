@@ -19,9 +19,15 @@ void launch_fill_constant(Tensor dst, float value, cudaStream_t stream);
 // dst[i] = src[i] converted; n elements; both float dtypes (f32/bf16/f16), device memory.
 void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
                     cudaStream_t stream);
-void launch_silu_mul(const Tensor& gate_up, Tensor out, cudaStream_t stream);
+// pdl: launched with programmatic dependent launch (detail/pdl.cuh), on the decode path's
+// kernels; every such kernel waits for its predecessor before touching activations.
+void launch_silu_mul(const Tensor& gate_up, Tensor out, cudaStream_t stream, bool pdl = false);
 // out (R, D) = x[row_ids[r]] for any element type; rows with an id outside x become zeros.
-void launch_gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out, cudaStream_t stream);
+void launch_gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out, cudaStream_t stream,
+                        bool pdl = false);
+// dst <- src, bytes a multiple of 16 and both 16-byte aligned: the bandwidth-ceiling copy (the
+// phase-1 benchmark's copy kernel: 4 blocks of 512 threads per SM, 16 bytes per thread).
+void launch_copy16(const void* src, void* dst, size_t bytes, int num_sms, cudaStream_t stream);
 // out (M, N) += bias (N).
 void launch_bias_add(Tensor out, const Tensor& bias, cudaStream_t stream);
 
@@ -29,19 +35,19 @@ void launch_bias_add(Tensor out, const Tensor& bias, cudaStream_t stream);
 // residual == nullptr: out = rms_norm(x) * weight. Otherwise residual += x, out =
 // rms_norm(residual).
 void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
-                     cudaStream_t stream);
+                     cudaStream_t stream, bool pdl = false);
 
 // ---- gemv.cu: the memory-bound skinny GEMM for decode (tensor cores, M <= kGemvMaxM) ----
 inline constexpr int kGemvMaxM = 32;
 // True when the kernel can run these operands (bf16/f16, K % 64 == 0, 16-byte aligned, M small).
 bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor& out);
 void launch_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
-                 cudaStream_t stream);
+                 cudaStream_t stream, bool pdl = false);
 
 // ---- rope_cache.cu ----
 void launch_rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                            const Tensor& inv_freq, const KvCacheLayer& kv,
-                           const AttentionShape& shape, cudaStream_t stream);
+                           const AttentionShape& shape, cudaStream_t stream, bool pdl = false);
 
 // ---- attention_split_kv.cu: one query token per work item, split along the keys ----
 // Bytes of workspace the split-KV kernel needs for `num_splits` partitions per token.
@@ -49,10 +55,14 @@ size_t split_kv_workspace_bytes(int num_tokens, const AttentionShape& shape, int
 // Keys per partition that keeps the workspace within workspace_bytes and fills the GPU.
 int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape& shape,
                             size_t workspace_bytes, int num_sms);
+// counters: num_counters zero-initialised words the kernel leaves zeroed; when the launch has
+// at most that many (token, KV head chunk) blocks per partition, the partitions are merged in
+// the kernel (no merge launch), otherwise by the merge kernel.
 void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const AttentionShape& shape,
                                int partition_size, void* workspace, size_t workspace_bytes,
-                               int num_sms, Tensor out, cudaStream_t stream);
+                               unsigned* counters, size_t num_counters, int num_sms, Tensor out,
+                               cudaStream_t stream, bool pdl = false);
 bool split_kv_supports(const AttentionShape& shape);
 
 // ---- attention_flash.cu: tensor-core flash attention for prefill / mixed batches ----
@@ -64,6 +74,6 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
 // ---- sampling.cu ----
 // workspace: scratch for the multi-block greedy path (the attention workspace, free between ops).
 void launch_sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens,
-                   void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream, bool pdl = false);
 
 }  // namespace ib::cuda

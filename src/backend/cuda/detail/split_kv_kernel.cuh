@@ -6,8 +6,10 @@
 // so the query heads of a GQA group read each K/V row once. Each warp walks chunks of 32 keys
 // (one key per lane for the scores, then one head_dim slice per lane for P·V) with an online
 // softmax; the warps merge in shared memory. With several partitions (split-KV, for long
-// contexts or small batches) each block writes its (max, sum, unnormalised out) state and the
-// merge kernel combines them.
+// contexts or small batches) each block writes its (max, sum, unnormalised out) state; with
+// `counters` the last block of each (token, KV head) to finish merges them in the same launch
+// (a query whose keys fit one partition writes its output directly), otherwise the merge kernel
+// combines them.
 #pragma once
 
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/detail/attention_common.cuh"
 #include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
 
@@ -31,6 +34,8 @@ struct SplitParams {
   int num_heads, num_kv_heads, group, window;
   float scale_log2;
   int partition_size, num_partitions;
+  // (T, gridDim.y) arrival counters, zero between launches, or nullptr: separate merge kernel.
+  unsigned* counters;
 };
 
 // Number of keys query token t sees, its first visible key, and its sequence.
@@ -58,6 +63,8 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
   __shared__ float m_s[kWarps][GC];
   __shared__ float l_s[kWarps][GC];
   __shared__ float o_s[kWarps][GC][HD];
+  pdl_wait();
+  pdl_trigger();
 
   const int t = blockIdx.x;
   const int chunks_per_kv = (p.group + GC - 1) / GC;
@@ -181,6 +188,9 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
   }
   __syncthreads();
 
+  // Keys of this query fall into `active` partitions; the others returned above.
+  const int active = (qv.kv_len + p.partition_size - 1) / p.partition_size;
+  const bool direct = p.num_partitions == 1 || (p.counters != nullptr && active == 1);
   for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
     const int g = i / HD;
     const int d = i % HD;
@@ -196,7 +206,7 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
       o += o_s[w][g][d] * f;
     }
     const int head = head0 + g;
-    if (p.num_partitions == 1) {
+    if (direct) {
       T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
       out[d] = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
     } else {
@@ -208,9 +218,39 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
       }
     }
   }
+  if (direct || p.counters == nullptr) return;
+
+  // The last of the `active` blocks of this (token, KV head chunk) merges their partials.
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible before its arrival is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* counter = p.counters + int64_t{t} * gridDim.y + blockIdx.y;
+    last = atomicAdd(counter, 1u) + 1u == static_cast<unsigned>(active);
+    if (last) *counter = 0u;  // ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
+    const int g = i / HD;
+    const int d = i % HD;
+    const int head = head0 + g;
+    const int64_t slot0 = (int64_t{t} * p.num_heads + head) * p.num_partitions;
+    float mx = -INFINITY;
+    for (int j = 0; j < active; ++j) mx = fmaxf(mx, __ldcg(&p.partial_ml[(slot0 + j) * 2]));
+    const float ref = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f, o = 0.0f;
+    for (int j = 0; j < active; ++j) {
+      const float f = exp2f(__ldcg(&p.partial_ml[(slot0 + j) * 2]) - ref);
+      sum += __ldcg(&p.partial_ml[(slot0 + j) * 2 + 1]) * f;
+      o += __ldcg(&p.partial_o[(slot0 + j) * HD + d]) * f;
+    }
+    T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
+    out[d] = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
+  }
 }
 
-// grid (T, Hq), HD threads: combines the partitions of one (token, head).
 // grid (T, Hq), HD threads: combines the partitions of one (token, head).
 template <typename T, int HD>
 __global__ void __launch_bounds__(HD) merge_kernel(SplitParams p) {
@@ -238,8 +278,9 @@ __global__ void __launch_bounds__(HD) merge_kernel(SplitParams p) {
 inline SplitParams make_split_params(const Tensor& qkv, const KvCacheLayer& kv,
                                      const AttentionMetadata& meta, const AttentionShape& shape,
                                      int partition_size, void* workspace, size_t workspace_bytes,
-                                     Tensor out) {
+                                     Tensor out, unsigned* counters = nullptr) {
   SplitParams p{};
+  p.counters = counters;
   p.qkv = qkv.data;
   p.k_cache = kv.k.data;
   p.v_cache = kv.v.data;

@@ -1,0 +1,143 @@
+// `inferbench generate`: one prompt of token ids through the embedded engine, greedy, printing
+// the generated ids as JSON and optionally writing every step's logits as a .npy file (float32,
+// (max_tokens, vocab)). For checks against other implementations (tools/hf_compare.py).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "model/presets.h"
+
+namespace ib {
+namespace {
+
+Result<std::vector<int32_t>> parse_token_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? comma : comma - at);
+    try {
+      size_t used = 0;
+      const long v = std::stol(item, &used);
+      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      return user_error(fmt::format(
+          "--prompt-token-ids: '{}' is not a token id; write comma-separated ids like 1,15,300",
+          item));
+    }
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (ids.empty()) return user_error("--prompt-token-ids: give at least one token id");
+  return ids;
+}
+
+// A .npy (format 1.0) of float32 rows (rows, cols), C order.
+Status write_npy(const std::string& path, const std::vector<std::vector<float>>& rows) {
+  const size_t cols = rows.empty() ? 0 : rows[0].size();
+  std::string header = fmt::format(
+      "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", rows.size(), cols);
+  const size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return user_error(fmt::format("--dump-logits {}: cannot create the file", path));
+  out.write("\x93NUMPY\x01\x00", 8);
+  const auto len = static_cast<uint16_t>(header.size());
+  const char len_bytes[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
+  out.write(len_bytes, 2);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  for (const auto& r : rows) {
+    out.write(reinterpret_cast<const char*>(r.data()),
+              static_cast<std::streamsize>(r.size() * sizeof(float)));
+  }
+  if (!out) return runtime_error(fmt::format("--dump-logits {}: write failed", path));
+  return Ok{};
+}
+
+}  // namespace
+
+void add_generate_flags(CLI::App& app, GenerateFlags& f) {
+  app.add_option("--model", f.model, "preset name or a directory with config.json (+ safetensors)")
+      ->required();
+  app.add_option("--prompt-token-ids", f.prompt_token_ids, "comma-separated token ids")->required();
+  app.add_option("--max-tokens", f.max_tokens, "tokens to generate (greedy)")
+      ->capture_default_str();
+  app.add_option("--dump-logits", f.dump_logits, "write each step's logits here (.npy, float32)");
+  app.add_option("--device", f.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--dtype", f.dtype, "auto (fp32 on cpu, bf16 on cuda), fp32, bf16, fp16")
+      ->capture_default_str();
+  app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
+      ->capture_default_str();
+  app.add_option("--seed", f.seed, "seed of dummy weights")->capture_default_str();
+  app.add_flag("--no-cuda-graphs,--enforce-eager", f.no_cuda_graphs, "decode op by op");
+}
+
+Result<int> execute_generate(const GenerateFlags& f) {
+  IB_ASSIGN_OR_RETURN(const ModelConfig model, resolve_model(f.model));
+  IB_TRY(model.check_supported());
+  IB_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt, parse_token_ids(f.prompt_token_ids));
+  if (f.max_tokens <= 0) return user_error("--max-tokens must be positive");
+  BackendOptions bo;
+  bo.device = f.device;
+  if (f.dtype == "auto") {
+    bo.dtype = f.device == "cpu" ? DType::kF32 : DType::kBF16;
+  } else if (const auto dt = parse_float_dtype(f.dtype)) {
+    bo.dtype = *dt;
+  } else {
+    return user_error(fmt::format("--dtype {}: use auto, fp32, bf16 or fp16", f.dtype));
+  }
+  IB_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(bo));
+
+  WeightOptions wo;
+  wo.format = f.load_format == "dummy"         ? LoadFormat::kDummy
+              : f.load_format == "safetensors" ? LoadFormat::kSafetensors
+                                               : LoadFormat::kAuto;
+  if (f.load_format != "auto" && f.load_format != "dummy" && f.load_format != "safetensors")
+    return user_error("--load-format: use auto, dummy or safetensors");
+  wo.path = f.model;
+  wo.seed = f.seed;
+  const int total = static_cast<int>(prompt.size()) + f.max_tokens;
+  EngineConfig ec;
+  ec.max_num_seqs = 1;
+  ec.max_num_batched_tokens = std::max(total, 16);
+  ec.num_kv_blocks = (total + ec.block_size - 1) / ec.block_size + 1;
+  ec.capture_logits = !f.dump_logits.empty();
+  ec.use_graphs = !f.no_cuda_graphs;
+  IB_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, create_engine(model, wo, ec, *backend));
+
+  GenerationRequest req;
+  req.prompt_tokens = prompt;
+  req.max_tokens = f.max_tokens;
+  IB_TRY(engine->add_request(req));
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;
+  while (engine->has_unfinished()) {
+    IB_ASSIGN_OR_RETURN(StepOutput out, engine->step());
+    for (TokenEvent& e : out.events) {
+      tokens.push_back(e.token);
+      if (ec.capture_logits) logits.push_back(std::move(e.logits));
+    }
+  }
+  if (!f.dump_logits.empty()) IB_TRY(write_npy(f.dump_logits, logits));
+  const EngineProfile p = engine->profile();
+  nlohmann::json j{{"model", model.name},
+                   {"device", backend->device_info().name},
+                   {"dtype", dtype_name(backend->activation_dtype())},
+                   {"weights", engine->weights_description()},
+                   {"prompt_token_ids", prompt},
+                   {"token_ids", tokens},
+                   {"graph_steps", p.decode.graph_steps}};
+  std::cout << j.dump() << "\n";
+  engine.reset();  // before the backend that owns its memory
+  return kExitOk;
+}
+
+}  // namespace ib

@@ -1,0 +1,214 @@
+// The CUDA engine end to end against the CPU engine and the double-precision reference, on the
+// same weights (bf16-rounded for bf16): fp32 logits within 1e-4 relative L2 per row and equal
+// greedy tokens; bf16 logits within 2e-2 of the reference on bf16 weights, teacher-forced on the
+// tokens the CUDA engine chose. Decode graphs and op-by-op decoding are both checked, with QKV
+// bias (Qwen2) and a sliding window (Mistral / Phi-3). Also: the step profile, a model too large
+// for the device refused before allocating, and bad device indices. Label gpu: skipped visibly
+// without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/dtype.h"
+#include "engine/detail/engine_test_support.h"
+#include "engine/engine.h"
+#include "model/presets.h"
+
+namespace ib {
+namespace {
+
+#define IB_REQUIRE_CUDA()                                                             \
+  do {                                                                                \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
+  } while (0)
+
+// 2 layers, hidden 256, 4 heads of 64, 2 KV heads, FFN 512, vocab 512: the CUDA kernels'
+// shape rules (head_dim 64/96/128, K % 64 == 0) hold, and the CPU engine stays fast.
+ModelConfig small_config(bool qkv_bias, int sliding_window) {
+  ModelConfig c = testing::tiny_config();
+  c.name = "small-cuda-test";
+  c.vocab_size = 512;
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.max_position_embeddings = 512;
+  c.attention_bias = qkv_bias;
+  c.sliding_window = sliding_window;
+  if (qkv_bias) c.family = "qwen2";
+  return c;
+}
+
+std::vector<Tensor> all_tensors(const ModelConfig& c, const ModelWeights& w) {
+  std::vector<Tensor> out = {w.embed, w.final_norm};
+  if (!c.tie_word_embeddings) out.push_back(w.lm_head);
+  for (const LayerWeights& l : w.layers) {
+    for (const Tensor& t : {l.attn_norm, l.wqkv, l.bqkv, l.wo, l.ffn_norm, l.w_gate_up, l.w_down}) {
+      if (!t.empty()) out.push_back(t);
+    }
+  }
+  return out;
+}
+
+// The CPU weights, rounded in place to dtype, then the same values uploaded to the CUDA weights.
+void share_weights(const ModelConfig& c, ModelWeights& cpu_w, CpuBackend& cpu, ModelWeights& gpu_w,
+                   Backend& gpu, DType dtype) {
+  const std::vector<Tensor> from = all_tensors(c, cpu_w);
+  const std::vector<Tensor> to = all_tensors(c, gpu_w);
+  ASSERT_EQ(from.size(), to.size());
+  for (size_t i = 0; i < from.size(); ++i) {
+    std::vector<float> v(static_cast<size_t>(from[i].numel()));
+    cpu.copy_to_host(from[i], v.data());
+    if (dtype == DType::kBF16) {
+      for (float& x : v) x = round_to_bf16(x);
+    }
+    cpu.copy_from_host(from[i], v.data(), DType::kF32);
+    gpu.copy_from_host(to[i], v.data(), DType::kF32);
+  }
+  gpu.synchronize();
+}
+
+double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+struct Case {
+  DType dtype;
+  bool graphs;
+  bool qkv_bias;
+  int sliding_window;
+};
+
+class CudaEngineTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
+  IB_REQUIRE_CUDA();
+  const Case k = GetParam();
+  const ModelConfig c = small_config(k.qkv_bias, k.sliding_window);
+  CpuBackend cpu(2);
+  ModelWeights cpu_w = testing::random_weights(c, cpu, 7);
+  BackendOptions bo;
+  bo.device = "cuda";
+  bo.dtype = k.dtype;
+  auto gpu = create_backend(bo);
+  ASSERT_TRUE(gpu.ok()) << gpu.error().message;
+  auto gpu_w = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, **gpu);
+  ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
+  share_weights(c, cpu_w, cpu, *gpu_w, **gpu, k.dtype);
+  const testing::HostWeights host = testing::copy_weights_to_host(c, cpu_w, cpu);
+
+  EngineConfig config;
+  config.capture_logits = true;
+  config.max_num_seqs = 8;
+  config.max_num_batched_tokens = 64;  // chunks the longest prompt
+  config.num_kv_blocks = 64;
+  config.use_graphs = k.graphs;
+  auto cpu_engine = create_engine_with_weights(c, std::move(cpu_w), config, cpu);
+  ASSERT_TRUE(cpu_engine.ok()) << cpu_engine.error().message;
+  auto gpu_engine = create_engine_with_weights(c, std::move(*gpu_w), config, **gpu);
+  ASSERT_TRUE(gpu_engine.ok()) << gpu_engine.error().message;
+
+  Rng rng(11);
+  const std::vector<int> lengths = {1, 5, 16, 17, 40, 90};  // 6 requests: buckets 8, 4, 2, 1
+  std::map<uint64_t, std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    prompts[i] = testing::random_prompt(rng, lengths[i], c.vocab_size);
+    const int max_tokens = 6 + 3 * static_cast<int>(i);
+    for (Engine* e : {cpu_engine->get(), gpu_engine->get()}) {
+      ASSERT_TRUE(e->add_request(testing::greedy_request(i, prompts[i], max_tokens)).ok());
+    }
+  }
+  const auto cpu_done = testing::run_to_completion(**cpu_engine);
+  const auto gpu_done = testing::run_to_completion(**gpu_engine);
+  ASSERT_EQ(gpu_done.size(), prompts.size());
+
+  double worst_cpu = 0, worst_ref = 0;
+  for (const auto& [id, g] : gpu_done) {
+    std::vector<int32_t> all = prompts[id];
+    all.insert(all.end(), g.tokens.begin(), g.tokens.end());
+    const auto ref = testing::reference_logits(c, host, all);
+    const size_t p = prompts[id].size();
+    for (size_t i = 0; i < g.tokens.size(); ++i) {
+      worst_ref = std::max(worst_ref, rel_l2(g.logits[i], ref[p - 1 + i]));
+    }
+    if (k.dtype == DType::kF32) {
+      const auto& cpu_c = cpu_done.at(id);
+      EXPECT_EQ(g.tokens, cpu_c.tokens) << "request " << id;
+      for (size_t i = 0; i < std::min(g.tokens.size(), cpu_c.tokens.size()); ++i) {
+        std::vector<double> want(cpu_c.logits[i].begin(), cpu_c.logits[i].end());
+        worst_cpu = std::max(worst_cpu, rel_l2(g.logits[i], want));
+      }
+    }
+  }
+  const double tol = k.dtype == DType::kF32 ? 1e-4 : 2e-2;
+  EXPECT_LE(worst_ref, tol);
+  EXPECT_LE(worst_cpu, 1e-4);
+  RecordProperty("max_rel_l2", std::to_string(std::max(worst_ref, worst_cpu)));
+
+  const EngineProfile prof = (*gpu_engine)->profile();
+  EXPECT_GT(prof.decode.steps, 0);
+  EXPECT_EQ(prof.decode.timed_steps, prof.decode.steps);
+  EXPECT_GT(prof.decode.bytes, 0);
+  EXPECT_GT(prof.copy_ceiling_bytes_per_s, 1e11);
+  if (k.graphs) {
+    EXPECT_EQ(prof.graph_buckets, (std::vector<int>{1, 2, 4, 8}));
+    EXPECT_GT(prof.decode.graph_steps, 0);
+  } else {
+    EXPECT_EQ(prof.num_graphs, 0);
+    EXPECT_EQ(prof.decode.graph_steps, 0);
+  }
+  gpu_engine->reset();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dtypes, CudaEngineTest,
+    ::testing::Values(Case{DType::kF32, true, false, 0}, Case{DType::kF32, false, false, 0},
+                      Case{DType::kF32, true, true, 0}, Case{DType::kF32, true, false, 24},
+                      Case{DType::kBF16, true, false, 0}, Case{DType::kBF16, false, true, 0},
+                      Case{DType::kBF16, true, false, 24}),
+    [](const ::testing::TestParamInfo<Case>& param_info) {
+      const Case& k = param_info.param;
+      return std::string(dtype_name(k.dtype)) + (k.graphs ? "_graphs" : "_eager") +
+             (k.qkv_bias ? "_bias" : "") + (k.sliding_window ? "_window" : "");
+    });
+
+TEST(CudaEngineSetup, RefusesWeightsLargerThanTheDeviceBeforeAllocating) {
+  IB_REQUIRE_CUDA();
+  BackendOptions bo;
+  bo.device = "cuda";
+  bo.dtype = DType::kF32;
+  auto gpu = create_backend(bo);
+  ASSERT_TRUE(gpu.ok());
+  auto big = resolve_model("llama-3-70b");  // 282 GB in fp32
+  ASSERT_TRUE(big.ok());
+  const int64_t before = (*gpu)->memory().snapshot().allocated_bytes;
+  auto engine = create_engine(*big, WeightOptions{}, EngineConfig{}, **gpu);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.error().kind, ErrorKind::kUser);
+  EXPECT_NE(engine.error().message.find("GiB free"), std::string::npos) << engine.error().message;
+  EXPECT_EQ((*gpu)->memory().snapshot().allocated_bytes, before);
+}
+
+TEST(CudaEngineSetup, BadDeviceIndexIsAUserError) {
+  IB_REQUIRE_CUDA();
+  BackendOptions bo;
+  bo.device = "cuda:" + std::to_string(cuda_device_count());
+  bo.dtype = DType::kBF16;
+  auto gpu = create_backend(bo);
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.error().kind, ErrorKind::kUser);
+  EXPECT_NE(gpu.error().message.find("out of range"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ib

@@ -1,0 +1,135 @@
+// ModelRunner: one step's execution (a decode graph's replay or the ops one by one), the decode
+// graph capture, and the bytes a step must move.
+#include <algorithm>
+
+#include "engine/detail/model_runner.h"
+
+namespace ib::detail {
+namespace {
+
+// vLLM's capture sizes: 1, 2, 4, then every multiple of 8, up to the cap.
+std::vector<int> bucket_sizes(int cap) {
+  std::vector<int> sizes;
+  for (int b : {1, 2, 4}) {
+    if (b <= cap) sizes.push_back(b);
+  }
+  for (int b = 8; b <= cap; b += 8) sizes.push_back(b);
+  if (sizes.empty() || sizes.back() != cap) sizes.push_back(cap);
+  return sizes;
+}
+
+}  // namespace
+
+Status ModelRunner::capture_decode_graphs(const GraphOptions& options, int max_model_len) {
+  IB_ASSERT(!kv_.layers.empty(), "ModelRunner: capture before attach_kv_cache");
+  if (!backend_.supports_graphs()) return Ok{};
+  const int cap =
+      std::min({options.max_batch, limits_.max_num_seqs, limits_.max_num_batched_tokens});
+  if (cap <= 0) return Ok{};
+  graph_max_context_ = std::max(1, std::min(options.max_context, max_model_len));
+  graph_width_ = (graph_max_context_ + limits_.block_size - 1) / limits_.block_size;
+  const std::vector<int> sizes = bucket_sizes(cap);
+  // Largest first, as vLLM does; each bucket runs once eagerly (kernels loaded, GEMM plans
+  // chosen, nothing allocated during capture) before it is recorded.
+  for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
+    const int b = *it;
+    upload_metadata({}, b);
+    forward(b, b);
+    backend_.synchronize();
+    IB_TRY(backend_.device_status());
+    IB_TRY(backend_.begin_capture());
+    forward(b, b);
+    IB_ASSIGN_OR_RETURN(graphs_[b], backend_.end_capture());
+  }
+  return backend_.device_status();
+}
+
+int ModelRunner::graph_bucket_for(std::span<const RunnerSeq> batch) const {
+  if (graphs_.empty() || batch.empty()) return 0;
+  for (const RunnerSeq& seq : batch) {
+    if (seq.num_tokens != 1 || !seq.sample || seq.sampling.temperature > 0.0f ||
+        seq.start_pos + 1 > graph_max_context_) {
+      return 0;
+    }
+  }
+  const auto it = graphs_.lower_bound(static_cast<int>(batch.size()));
+  return it == graphs_.end() ? 0 : it->first;
+}
+
+Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool capture_logits) {
+  IB_ASSERT(!kv_.layers.empty(), "ModelRunner::execute before attach_kv_cache");
+  if (batch.empty()) return RunnerOutput{};
+  const int bucket = graph_bucket_for(batch);
+  int rows = 0;
+  if (bucket > 0) {
+    upload_metadata(batch, bucket);
+    rows = static_cast<int>(batch.size());
+    backend_.timer_start();
+    graphs_.at(bucket)->replay();
+    backend_.timer_stop();
+  } else {
+    rows = upload_metadata(batch);
+    backend_.timer_start();
+    forward(attn_meta_.num_tokens, rows);
+    backend_.timer_stop();
+  }
+  IB_ASSIGN_OR_RETURN(RunnerOutput out, read_results(rows, capture_logits));
+  out.graph = bucket > 0;
+  if (rows == 0) backend_.synchronize();
+  out.device_ns = backend_.timer_elapsed_ns();
+  IB_TRY(backend_.device_status());
+  return out;
+}
+
+Result<RunnerOutput> ModelRunner::read_results(int rows, bool capture_logits) {
+  RunnerOutput out;
+  if (rows == 0) return out;
+  out.tokens.resize(static_cast<size_t>(rows));
+  backend_.copy_to_host(out_tokens_.slice_rows(0, rows), out.tokens.data());
+  if (capture_logits) {
+    const auto v = static_cast<size_t>(model_.vocab_size);
+    std::vector<float> all(static_cast<size_t>(rows) * v);
+    backend_.copy_to_host(logits_buf_.view(DType::kF32, {rows, model_.vocab_size}), all.data());
+    for (size_t i = 0; i < static_cast<size_t>(rows); ++i) {
+      out.logits.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(i * v),
+                              all.begin() + static_cast<std::ptrdiff_t>((i + 1) * v));
+    }
+  }
+  IB_TRY(backend_.device_status());
+  return out;
+}
+
+StepTraffic ModelRunner::traffic(std::span<const RunnerSeq> batch) const {
+  const auto e = static_cast<int64_t>(dtype_size(backend_.activation_dtype()));
+  const int64_t kv_per_token = model_.kv_bytes_per_token(backend_.activation_dtype());
+  StepTraffic t;
+  int64_t tokens = 0;
+  bool samples = false;
+  for (const RunnerSeq& seq : batch) {
+    tokens += seq.num_tokens;
+    samples = samples || seq.sample;
+    int64_t context = seq.start_pos + seq.num_tokens;
+    if (model_.sliding_window > 0) context = std::min<int64_t>(context, model_.sliding_window);
+    t.kv_read_bytes += context * kv_per_token;
+  }
+  t.kv_write_bytes = tokens * kv_per_token;
+  t.weight_bytes = layer_weight_bytes_ + tokens * model_.hidden_size * e;
+  if (samples) {
+    t.weight_bytes += static_cast<int64_t>(weights_.lm_head.bytes() + weights_.final_norm.bytes());
+  }
+  return t;
+}
+
+int64_t ModelRunner::graph_bytes() const {
+  int64_t total = 0;
+  for (const auto& [b, g] : graphs_) total += g->bytes();
+  return total;
+}
+
+std::vector<int> ModelRunner::graph_buckets() const {
+  std::vector<int> out;
+  for (const auto& [b, g] : graphs_) out.push_back(b);
+  return out;
+}
+
+}  // namespace ib::detail

@@ -1,0 +1,48 @@
+#include "engine/detail/step_profiler.h"
+
+#include <algorithm>
+
+#include "core/stats.h"
+
+namespace ib::detail {
+
+void StepProfiler::add(const StepStats& s) {
+  if (s.num_prefill_tokens == 0 && s.num_decode_tokens == 0) return;
+  Samples& c = s.num_prefill_tokens > 0 ? prefill_ : decode_;
+  c.sums.steps += 1;
+  c.sums.tokens += s.num_prefill_tokens + s.num_decode_tokens;
+  c.sums.bytes += s.bytes_moved;
+  c.sums.wall_ns += s.duration_ns;
+  c.sums.graph_steps += s.graph ? 1 : 0;
+  c.wall_ns.push_back(s.duration_ns);
+  if (s.device_ns >= 0) {
+    c.sums.timed_steps += 1;
+    c.sums.device_ns += s.device_ns;
+    c.device_ns.push_back(s.device_ns);
+    const int64_t host_ns = std::max<int64_t>(0, s.duration_ns - s.device_ns);
+    c.host_fraction.push_back(s.duration_ns > 0 ? static_cast<double>(host_ns) /
+                                                      static_cast<double>(s.duration_ns)
+                                                : 0.0);
+  }
+}
+
+StepClassProfile StepProfiler::finish(const Samples& s) {
+  StepClassProfile p = s.sums;
+  const auto med = [](const auto& v) {
+    std::vector<double> d(v.begin(), v.end());
+    return d.empty() ? 0.0 : median(d);
+  };
+  p.median_step_ns = med(s.wall_ns);
+  p.median_device_ns = med(s.device_ns);
+  p.median_host_fraction = med(s.host_fraction);
+  return p;
+}
+
+EngineProfile StepProfiler::summary() const {
+  EngineProfile p;
+  p.decode = finish(decode_);
+  p.prefill = finish(prefill_);
+  return p;
+}
+
+}  // namespace ib::detail

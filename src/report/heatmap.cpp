@@ -1,0 +1,208 @@
+// The cross-run heatmap: phases of recordings on a uniform frame grid, drawn as SVG (viridis,
+// colour bar, ticks, crisp cell edges).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "report/memory_report.h"
+
+namespace ib {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Viridis at ten evenly spaced points (matplotlib's published colour map); colours in between
+// are interpolated linearly in RGB.
+constexpr std::array<uint32_t, 10> kViridis = {0x440154, 0x482878, 0x3e4989, 0x31688e, 0x26828e,
+                                               0x1f9e89, 0x35b779, 0x6ece58, 0xb5de2b, 0xfde725};
+
+std::string viridis(double x) {
+  x = std::clamp(std::isfinite(x) ? x : 0.0, 0.0, 1.0);
+  const double pos = x * static_cast<double>(kViridis.size() - 1);
+  const auto i = std::min<size_t>(static_cast<size_t>(pos), kViridis.size() - 2);
+  const double f = pos - static_cast<double>(i);
+  auto channel = [&](int shift) {
+    const double a = (kViridis[i] >> shift) & 0xff;
+    const double b = (kViridis[i + 1] >> shift) & 0xff;
+    return static_cast<int>(std::lround(a + (b - a) * f));
+  };
+  return fmt::format("#{:02x}{:02x}{:02x}", channel(16), channel(8), channel(0));
+}
+
+// A 1-2-5 step that puts about five ticks on [0, span].
+double nice_step(double span) {
+  if (!(span > 0)) return 1;
+  const double raw = span / 5;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double norm = raw / mag;
+  return (norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10) * mag;
+}
+
+std::string escape_xml(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string truncate(const std::string& s, size_t n) {
+  // Counts bytes; the "·" separator is two bytes, which only shortens the visible text.
+  return s.size() <= n ? s : s.substr(0, n - 3) + "...";
+}
+
+}  // namespace
+
+Heatmap build_heatmap(const std::vector<MemoryRecording>& recordings, int frames) {
+  Heatmap h;
+  h.frames = std::max(1, frames);
+  int64_t longest_ns = 1;
+  for (const auto& r : recordings) {
+    if (r.timeline.column(r.heatmap_column) < 0) continue;
+    for (const auto& p : r.phases) longest_ns = std::max(longest_ns, p.end_ns - p.start_ns);
+  }
+  const double frame_ns = static_cast<double>(longest_ns) / h.frames;
+  h.frame_s = frame_ns / 1e9;
+  for (const auto& r : recordings) {
+    const int col = r.timeline.column(r.heatmap_column);
+    if (col < 0) continue;
+    if (h.caption.empty()) h.caption = heatmap_caption(r.heatmap_column);
+    for (const auto& p : r.phases) {
+      HeatmapRow row;
+      row.label = r.label + " · " + p.name;
+      row.model = r.label;
+      for (int f = 0; f < h.frames; ++f) {
+        const auto t = p.start_ns + static_cast<int64_t>((f + 0.5) * frame_ns);
+        const bool inside = t <= p.end_ns;
+        const double v = inside ? r.timeline.value_at(col, t) / kGiB : kNaN;
+        row.gib.push_back(v);
+        std::string step;
+        if (inside) {
+          const auto& ts = r.timeline.time_ns;
+          const auto k =
+              static_cast<size_t>(std::lower_bound(ts.begin(), ts.end(), t) - ts.begin());
+          if (k < r.sample_step.size()) step = " · " + r.sample_step[k];
+        }
+        row.detail.push_back(inside ? p.name + step : "");
+        if (std::isfinite(v)) h.zmax_gib = std::max(h.zmax_gib, v);
+      }
+      h.rows.push_back(std::move(row));
+    }
+  }
+  if (!(h.zmax_gib > 0)) h.zmax_gib = 1;
+  return h;
+}
+
+std::string heatmap_svg(const Heatmap& h, const std::string& title) {
+  constexpr int kWidth = 960;
+  constexpr int kLeft = 200;
+  constexpr int kRight = 130;
+  constexpr int kTop = 50;
+  const int rows = std::max<int>(1, static_cast<int>(h.rows.size()));
+  const int row_h = std::clamp(360 / rows, 10, 28);
+  const int plot_h = std::max(rows * row_h, 120);
+  const int plot_w = kWidth - kLeft - kRight;
+  const int height = kTop + plot_h + 84;
+  std::string s = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
+      "{1}\" font-family=\"sans-serif\" font-size=\"11\">\n",
+      kWidth, height);
+  s += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", kWidth, height);
+  s += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
+                   kLeft, escape_xml(title));
+
+  // Cells: integer edges so neighbours meet without anti-aliasing seams.
+  s += "<g shape-rendering=\"crispEdges\">\n";
+  const double cell_w = static_cast<double>(plot_w) / h.frames;
+  for (size_t r = 0; r < h.rows.size(); ++r) {
+    const int y = kTop + static_cast<int>(r) * row_h;
+    for (int f = 0; f < h.frames; ++f) {
+      const double v = h.rows[r].gib[static_cast<size_t>(f)];
+      if (!std::isfinite(v)) continue;
+      const auto x0 = static_cast<int>(std::lround(kLeft + f * cell_w));
+      const auto x1 = static_cast<int>(std::lround(kLeft + (f + 1) * cell_w));
+      s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", x0, y,
+                       x1 - x0, row_h, viridis(v / h.zmax_gib));
+    }
+  }
+  s += "</g>\n";
+  s += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\n", kLeft,
+      kTop, plot_w, rows * row_h);
+
+  // Row labels (full text in a native tooltip).
+  for (size_t r = 0; r < h.rows.size(); ++r) {
+    const int y = kTop + static_cast<int>(r) * row_h + row_h / 2 + 4;
+    s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\"><title>{}</title>{}</text>\n",
+                     kLeft - 6, y, escape_xml(h.rows[r].label),
+                     escape_xml(truncate(h.rows[r].label, 34)));
+  }
+
+  // Time axis.
+  const double span_s = h.frame_s * h.frames;
+  const double step_s = nice_step(span_s);
+  const int axis_y = kTop + rows * row_h;
+  for (double t = 0; t <= span_s + 1e-9; t += step_s) {
+    const auto x = static_cast<int>(std::lround(kLeft + t / span_s * plot_w));
+    s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#444\"/>\n", x,
+                     axis_y, axis_y + 5);
+    s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{:g}</text>\n", x, axis_y + 17,
+                     t);
+  }
+  s += fmt::format(
+      "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time since the phase started (s)</text>\n",
+      kLeft + plot_w / 2, axis_y + 33);
+  s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555\">{}</text>\n", kLeft, axis_y + 52,
+                   escape_xml(h.caption));
+  s += fmt::format(
+      "<text x=\"{}\" y=\"{}\" fill=\"#555\">linear interpolation onto {:.3g} s frames; one colour "
+      "scale for every row; blank: the phase had ended</text>\n",
+      kLeft, axis_y + 67, h.frame_s);
+
+  // Colour bar: 0 at the bottom, the largest value of any row at the top.
+  const int bar_x = kLeft + plot_w + 36;
+  const int bar_h = std::max(rows * row_h, 120);
+  s += "<defs><linearGradient id=\"viridis\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">";
+  for (size_t i = 0; i < kViridis.size(); ++i) {
+    s += fmt::format("<stop offset=\"{:.3f}\" stop-color=\"#{:06x}\"/>",
+                     static_cast<double>(i) / (kViridis.size() - 1), kViridis[i]);
+  }
+  s += "</linearGradient></defs>\n";
+  s += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"16\" height=\"{}\" fill=\"url(#viridis)\" "
+      "stroke=\"#888\"/>\n",
+      bar_x, kTop, bar_h);
+  s += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">GiB</text>\n", bar_x, kTop - 8);
+  const double zstep = nice_step(h.zmax_gib);
+  for (double z = 0; z <= h.zmax_gib + 1e-12; z += zstep) {
+    const auto y = static_cast<int>(std::lround(kTop + bar_h - z / h.zmax_gib * bar_h));
+    s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#444\"/>\n",
+                     bar_x + 16, y, bar_x + 20);
+    s += fmt::format("<text x=\"{}\" y=\"{}\">{:g}</text>\n", bar_x + 23, y + 4, z);
+  }
+  s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555\">max {:.3g}</text>\n", bar_x - 4,
+                   kTop + bar_h + 16, h.zmax_gib);
+  s += "</svg>\n";
+  return s;
+}
+
+}  // namespace ib
