@@ -1,16 +1,20 @@
 // `inferbench serve`: flags, model and tokenizer resolution, and the server's lifetime.
 #include "cli/serve_command.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/run_options.h"
+#include "core/clock.h"
 #include "model/presets.h"
 #include "model/tokenizer.h"
 #include "server/server.h"
+#include "telemetry/collector.h"
 
 namespace ib {
 namespace {
@@ -56,6 +60,39 @@ Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f) {
   o.backend.dtype = dtype;
   o.backend.num_threads = f.num_threads;
   return make_engine_generator(std::move(o));
+}
+
+// Device energy for /metrics: the "nvml" collector, sampled when /metrics is scraped (on the
+// server's I/O thread only, so never concurrently); joules summed over GPUs since the first
+// sample. Nothing (no series) where NVML or its energy counter is missing.
+std::function<std::optional<double>()> nvml_energy() {
+  CollectorContext context;
+  context.notice = [](const std::string&) {};  // no GPU is not worth a line here
+  if (const char* nvml = std::getenv("INFERBENCH_NVML_LIBRARY"); nvml != nullptr && *nvml != 0) {
+    context.nvml_library = nvml;  // another NVML build (tests load a fake one)
+  }
+  std::shared_ptr<Collector> nvml = make_nvml_collector(context);
+  if (!nvml->start(now_ns()).ok()) return {};
+  std::vector<size_t> energy;
+  const auto columns = nvml->columns();
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (columns[i].ends_with("energy_j")) energy.push_back(i);
+  }
+  if (energy.empty()) return {};
+  return [nvml, energy]() -> std::optional<double> {
+    nvml->sample(now_ns());
+    std::vector<double> row;
+    nvml->append_values(row);
+    double joules = 0;
+    bool any = false;
+    for (size_t i : energy) {
+      if (i < row.size() && !std::isnan(row[i])) {
+        joules += row[i];
+        any = true;
+      }
+    }
+    return any ? std::optional<double>(joules) : std::nullopt;
+  };
 }
 
 }  // namespace
@@ -118,6 +155,9 @@ Result<int> execute_serve(const ServeFlags& f) {
   o.max_body_bytes = static_cast<size_t>(body_bytes);
   o.seed = f.seed;
   o.handle_signals = true;
+  if (f.device != "cpu" || std::getenv("INFERBENCH_NVML_LIBRARY") != nullptr) {
+    o.energy_joules = nvml_energy();
+  }
   const std::string tokenizer_name = tokenizer->name();
   auto server = make_server(std::move(o), std::move(generator), std::move(tokenizer));
   std::fprintf(stderr, "inferbench: loading %s on %s\n", f.model.c_str(), f.device.c_str());

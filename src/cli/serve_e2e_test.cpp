@@ -67,9 +67,11 @@ class ServeE2e : public E2e {
   // Starts `inferbench serve` with args on a free port; returns its port.
   uint16_t start_server(std::vector<std::string> args) {
     args.insert(args.begin(), {"serve", "--port", "0"});
-    server_ = spawn(args, root_ / "serve.out", root_ / "serve.err");
-    const uint16_t port = wait_for_port(root_ / "serve.err");
-    EXPECT_NE(port, 0) << text_of(root_ / "serve.err");
+    const std::string n = std::to_string(++servers_started_);
+    const fs::path err = root_ / ("serve" + n + ".err");
+    server_ = spawn(args, root_ / ("serve" + n + ".out"), err);
+    const uint16_t port = wait_for_port(err);
+    EXPECT_NE(port, 0) << text_of(err);
     return port;
   }
   void TearDown() override {
@@ -80,6 +82,7 @@ class ServeE2e : public E2e {
     E2e::TearDown();
   }
   pid_t server_ = -1;
+  int servers_started_ = 0;
 };
 
 TEST_F(ServeE2e, RunBackendOpenAiBenchmarksServeAndSigtermDrains) {
@@ -126,6 +129,24 @@ TEST_F(ServeE2e, RunBackendOpenAiBenchmarksServeAndSigtermDrains) {
   EXPECT_EQ(events, 120u);
   EXPECT_EQ(wait_exit(server_), 0);
   server_ = -1;
+}
+
+TEST_F(ServeE2e, MetricsCarryDeviceEnergyWhereNvmlHasIt) {
+  ::setenv("INFERBENCH_NVML_LIBRARY", IB_FAKE_NVML_PATH, 1);  // two GPUs, +1 J per reading each
+  const uint16_t port = start_server({"--model", "null"});
+  ::unsetenv("INFERBENCH_NVML_LIBRARY");
+  ASSERT_NE(port, 0);
+  const std::string series = "inferbench_energy_joules_total{model_name=\"null\"}";
+  const double first = prometheus_value(http_call(port, "GET", "/metrics").body, series);
+  const double second = prometheus_value(http_call(port, "GET", "/metrics").body, series);
+  EXPECT_GE(first, 0);
+  EXPECT_EQ(second - first, 2.0);  // one more reading of each GPU's counter
+  ::kill(server_, SIGTERM);
+  EXPECT_EQ(wait_exit(server_), 0);
+  // Without NVML there is no energy series at all (not a zero).
+  const uint16_t plain = start_server({"--model", "null"});
+  EXPECT_EQ(http_call(plain, "GET", "/metrics").body.find("inferbench_energy_joules_total"),
+            std::string::npos);
 }
 
 TEST_F(ServeE2e, PrometheusScrapesOurSeries) {
