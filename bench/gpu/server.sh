@@ -4,7 +4,8 @@
 # the same workload in process (--backend native), and calibrate the client against the null
 # model. Writes under $OUT (./gpu-out otherwise): env.txt, build.log, curl.txt, serve.log and
 # result directories server-*/, then a summary table (server.md) printed last.
-# Options (environment): IB_JOBS (default 16), IB_MODEL (default llama-3-8b).
+# Options (environment): IB_JOBS (default 16), IB_MODEL (default llama-3-8b), IB_ONLY_CLIENT=1
+# (only the null-model client calibration).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -28,18 +29,22 @@ if ! { cmake --preset h200 -DINFERBENCH_WERROR=OFF -DINFERBENCH_TESTS=OFF &&
   exit 1
 fi
 
-serve() {  # serve ARGS... -> SERVER_PID, PORT
-  "$BIN" serve --port 0 "$@" 2>>"$OUT/serve.log" &
+SERVES=0
+serve() {  # serve ARGS... -> SERVER_PID, PORT; each server its own log (a port read from an
+  # earlier server's lines would point the client at a closed socket)
+  SERVES=$((SERVES + 1))
+  SERVE_LOG="$OUT/serve-$SERVES.log"
+  "$BIN" serve --port 0 "$@" 2>"$SERVE_LOG" &
   SERVER_PID=$!
   PORT=""
   for _ in $(seq 1200); do
-    PORT=$(grep -o 'on http://127.0.0.1:[0-9]*' "$OUT/serve.log" | tail -1 | grep -o '[0-9]*$' || true)
+    PORT=$(grep -o 'on http://127.0.0.1:[0-9]*' "$SERVE_LOG" | tail -1 | grep -o '[0-9]*$' || true)
     [[ -n $PORT ]] && kill -0 "$SERVER_PID" 2>/dev/null && break
     sleep 0.1
   done
-  [[ -n $PORT ]] || { tail -20 "$OUT/serve.log"; exit 1; }
+  [[ -n $PORT ]] || { tail -20 "$SERVE_LOG"; exit 1; }
 }
-stop() { kill -TERM "$SERVER_PID"; wait "$SERVER_PID"; echo "server exit: $?" >>"$OUT/serve.log"; }
+stop() { kill -TERM "$SERVER_PID"; wait "$SERVER_PID"; echo "server exit: $?" >>"$SERVE_LOG"; }
 
 ENGINE=(--model "$MODEL" --device cuda --load-format dummy --max-num-seqs 128)
 LOW=(--max-concurrency 1 --num-prompts 32 --input-len 512 --output-len 64 --num-warmups 4 --runs 3
@@ -47,6 +52,7 @@ LOW=(--max-concurrency 1 --num-prompts 32 --input-len 512 --output-len 64 --num-
 HIGH=(--max-concurrency 64 --num-prompts 256 --input-len 512 --output-len 128 --num-warmups 64
   --runs 3 --disable-tqdm)
 
+if [ "${IB_ONLY_CLIENT:-0}" != 1 ]; then  # IB_ONLY_CLIENT=1: only the client calibration
 echo "== in process (native): low load, then concurrency 64"
 "$BIN" run --backend native "${ENGINE[@]}" "${LOW[@]}" --result-dir "$OUT/server-native-low"
 "$BIN" run --backend native "${ENGINE[@]}" "${HIGH[@]}" --result-dir "$OUT/server-native-high"
@@ -71,6 +77,7 @@ echo "== run --backend openai against serve: low load, then concurrency 64"
   --result-dir "$OUT/server-openai-high"
 curl -s "$URL/metrics" >"$OUT/metrics.txt"
 stop
+fi
 
 echo "== client calibration: null model, 2000 streams x 60 tok/s, client on one core"
 serve --model null --token-rate 60
