@@ -155,6 +155,39 @@ TEST_F(E2e, SigintKeepsFinishedRequestsAndMarksTheResultInterrupted) {
   EXPECT_NE(out().find("interrupted after 0 of 3 runs"), std::string::npos) << out();
 }
 
+TEST_F(E2e, EveryRequestFailingExitsOneAndKeepsTheRecords) {
+  // Nothing listens on port 1 of the loopback: every request is refused.
+  const fs::path dir = root_ / "refused";
+  EXPECT_EQ(run({"run",
+                 "--backend",
+                 "openai",
+                 "--base-url",
+                 "http://127.0.0.1:1",
+                 "--model",
+                 "tiny-15m",
+                 "--num-prompts",
+                 "3",
+                 "--runs",
+                 "1",
+                 "--num-warmups",
+                 "0",
+                 "--input-len",
+                 "4",
+                 "--output-len",
+                 "2",
+                 "--disable-telemetry",
+                 "--result-dir",
+                 dir.string()}),
+            1)
+      << err();
+  EXPECT_NE(err().find("every measured request failed (first: connect"), std::string::npos)
+      << err();
+  const json r = json::parse(read_file(dir / "result.json").value());
+  EXPECT_EQ(r["completed"], 0);
+  EXPECT_EQ(r["failed"], 3);
+  EXPECT_EQ(lines_of(dir / "requests.jsonl").size(), 3u);
+}
+
 TEST_F(E2e, ModelsEnvAndPluginsCommands) {
   ASSERT_EQ(run({"models"}), 0) << err();
   EXPECT_NE(out().find("| llama-3.2-1b |"), std::string::npos);

@@ -184,7 +184,24 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
     std::fprintf(stderr, "inferbench: memory telemetry: %s\n", names.c_str());
   }
   std::fprintf(stderr, "inferbench: results in %s\n", plan.result_dir.string().c_str());
-  return records->interrupted ? kExitInterrupted : kExitOk;
+  if (records->interrupted) return kExitInterrupted;
+  // A benchmark in which no measured request succeeded measured nothing: say why and fail.
+  const RequestRecord* first_failure = nullptr;
+  bool any_ok = false;
+  for (const auto& run : records->runs) {
+    for (const auto& rec : run) {
+      any_ok = any_ok || rec.ok;
+      if (!rec.ok && first_failure == nullptr) first_failure = &rec;
+    }
+  }
+  if (!any_ok && first_failure != nullptr) {
+    std::fprintf(stderr,
+                 "inferbench: error: every measured request failed (first: %s); check the target "
+                 "(--base-url, --model, the server's log) and rerun\n",
+                 first_failure->error.c_str());
+    return kExitRuntime;
+  }
+  return kExitOk;
 }
 
 }  // namespace ib
