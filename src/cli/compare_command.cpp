@@ -1,7 +1,9 @@
 // `inferbench compare A B`: result directories, result.json files, or two suite directories
 // (compared entry by entry). Markdown on stdout; exit 1 on a significant regression.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

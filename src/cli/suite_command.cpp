@@ -2,6 +2,7 @@
 // DIR/<entry>/, keep a state file for resuming, then the leaderboard and the memory heatmap.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -132,6 +133,9 @@ void add_suite_flags(CLI::App& app, SuiteFlags& f) {
   app.add_option("file", f.file, "suite file (YAML): defaults + entries")->required();
   app.add_option("--model-list", f.model_list, "only the entries of these models: a,b");
   app.add_option("--result-dir", f.result_dir, "default: results/<suite name>");
+  app.add_option("--override", f.overrides,
+                 "KEY=VALUE run flag applied to every entry (repeatable), e.g. num_prompts=16 "
+                 "for a reduced dry run");
   app.add_flag("--resume", f.resume,
                "continue the suite in --result-dir (the default when it holds a suite state)");
 }
@@ -139,7 +143,19 @@ void add_suite_flags(CLI::App& app, SuiteFlags& f) {
 Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registry,
                           const std::atomic<bool>& stop) {
   IB_ASSIGN_OR_RETURN(const SuiteSpec spec, load_suite_file(flags.file));
-  IB_ASSIGN_OR_RETURN(const auto entries, select_models(spec.entries, flags.model_list));
+  IB_ASSIGN_OR_RETURN(auto entries, select_models(spec.entries, flags.model_list));
+  for (const auto& o : flags.overrides) {
+    const size_t eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return user_error(fmt::format("--override {}: write KEY=VALUE, e.g. num_prompts=16", o));
+    }
+    std::string key = o.substr(0, eq);
+    std::replace(key.begin(), key.end(), '_', '-');
+    for (auto& e : entries) {
+      e.args.push_back("--" + key);
+      if (eq + 1 < o.size()) e.args.push_back(o.substr(eq + 1));  // KEY= : a bare flag
+    }
+  }
   const fs::path dir =
       flags.result_dir.empty() ? fs::path("results") / spec.name : fs::path(flags.result_dir);
   IB_ASSIGN_OR_RETURN(SuiteState state, open_state(dir, spec, flags.resume));

@@ -1,9 +1,10 @@
 // Run-to-run stability of a benchmark: per metric the coefficient of variation across runs
-// (population std / |mean|), flagged above --cv-threshold (result.json config "cv_threshold",
-// default 5%); with 5 or more runs the bootstrap 95% CI of the median (spread_of: percentile
-// bootstrap, 2000 resamples, seed 0) is reported beside it.
+// (population std / |mean|), flagged above --cv-threshold (std_* metrics are not flagged)
+// (result.json config "cv_threshold", default 5%); with 5 or more runs the bootstrap 95% CI of the
+// median (spread_of: percentile bootstrap, 2000 resamples, seed 0) is reported beside it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -1,5 +1,6 @@
 // Suite files: YAML -> expanded entries (models x dtypes x workloads), each a list of run flags.
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <set>
 

@@ -140,7 +140,9 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
       {"p99_ttft_ms", 3.0},
       {"memory", {{"peaks", {{"gpus_used_bytes", 1073741824.0}, {"rss_bytes", 1.0}}}}},
       {"energy", {{"available", true}, {"output_tokens_per_joule", 4.25}}},
-      {"engine", {{"performance", {{"decode", {{"fraction_of_copy_ceiling", 0.8}}}}}}},
+      {"engine",
+       {{"performance",
+         {{"copy_ceiling_bytes_per_s", 4e12}, {"decode", {{"fraction_of_copy_ceiling", 0.8}}}}}}},
       {"stability", {{"cv_threshold", 0.05}, {"unstable_metrics", {"output_throughput"}}}}};
   std::vector<LeaderboardRow> rows = {
       leaderboard_row(slow, &ok, slow_result, 15'000'000),
