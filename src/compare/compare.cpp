@@ -104,10 +104,11 @@ MetricComparison judge(MetricComparison m, double threshold) {
   return m;
 }
 
-std::string value_text(double v, const std::string& unit) {
-  if (unit == "GiB") return fmt::format("{:.3f}", v);
-  if (std::fabs(v) >= 100) return fmt::format("{:.1f}", v);
-  return fmt::format("{:.3g}", v);
+// Both values of a row with the same decimals, chosen by the larger one.
+std::string value_text(double v, const MetricComparison& m) {
+  const double scale = std::max(std::fabs(m.a), std::fabs(m.b));
+  const int digits = m.unit == "GiB" ? 3 : scale >= 100 ? 1 : scale >= 1 ? 2 : 4;
+  return fmt::format("{:.{}f}", v, digits);
 }
 
 }  // namespace
@@ -185,8 +186,8 @@ std::string comparison_markdown(const Comparison& c) {
     const std::string change = m.change ? fmt::format("{:+.1f}%", 100.0 * *m.change) : "n/a";
     const std::string p = m.test ? fmt::format("{:.3g}", m.test->p) : "-";
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {}/{} | {} |\n", m.label, m.unit,
-                       value_text(m.a, m.unit), value_text(m.b, m.unit), change, p,
-                       m.a_values.size(), m.b_values.size(), m.verdict);
+                       value_text(m.a, m), value_text(m.b, m), change, p, m.a_values.size(),
+                       m.b_values.size(), m.verdict);
   }
   for (const auto& n : c.notes) out += "\nNot compared: " + n + ".";
   if (!c.notes.empty()) out += "\n";
