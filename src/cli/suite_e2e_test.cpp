@@ -2,6 +2,7 @@
 // real binary with tiny-15m and very small workloads.
 #include <fstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/detail/e2e_support.h"
@@ -80,6 +81,47 @@ entries:
             2);
   EXPECT_NE(err().find("gpt-9 not in the suite; its models are: tiny-15m"), std::string::npos)
       << err();
+}
+
+TEST_F(E2e, PartialSuiteResumesWithTheRestAndSuitesCompareEntryByEntry) {
+  const fs::path yaml = root_ / "two.yaml";
+  write(yaml, R"(defaults: {num_prompts: 2, input_len: 8, output_len: 4, batch_size: 2, runs: 2,
+           num_threads: 2, num_warmups: 1, disable_telemetry: true}
+entries:
+  - models: [tiny-15m, tiny-110m]
+)");
+  const fs::path dir = root_ / "a";
+  ASSERT_EQ(run({"suite", yaml.string(), "--result-dir", dir.string(), "--model-list", "tiny-15m"}),
+            0)
+      << err();
+  EXPECT_EQ(lines_of(dir / "leaderboard.csv").size(), 2u);
+  EXPECT_FALSE(fs::exists(dir / "tiny-110m"));
+  ASSERT_EQ(run({"suite", yaml.string(), "--result-dir", dir.string(), "--resume"}), 0) << err();
+  EXPECT_NE(err().find("1/2 tiny-15m: ok earlier, skipped"), std::string::npos) << err();
+  EXPECT_NE(err().find("2/2 tiny-110m: running"), std::string::npos) << err();
+  EXPECT_EQ(lines_of(dir / "leaderboard.csv").size(), 3u);
+
+  // --override appends a flag to every entry (recorded in the state, so a resume would rerun).
+  const fs::path other = root_ / "b";
+  ASSERT_EQ(run({"suite", yaml.string(), "--result-dir", other.string(), "--override", "seed=3"}),
+            0)
+      << err();
+  const json state = json::parse(read_file(other / "suite-state.json").value());
+  const auto args = state["entries"][0]["args"].get<std::vector<std::string>>();
+  ASSERT_GE(args.size(), 2u);
+  EXPECT_EQ(args[args.size() - 2], "--seed");
+  EXPECT_EQ(json::parse(read_file(other / "tiny-15m" / "result.json").value())["config"]["seed"],
+            3);
+
+  // Two suites: entry by entry (a huge threshold: CPU noise must not decide the exit code).
+  ASSERT_EQ(run({"compare", dir.string(), other.string(), "--threshold", "1000%"}), 0) << err();
+  EXPECT_NE(out().find(fmt::format("{}/tiny-110m → {}/tiny-110m", dir.string(), other.string())),
+            std::string::npos)
+      << out();
+  EXPECT_NE(out().find(fmt::format("{}/tiny-15m → {}/tiny-15m", dir.string(), other.string())),
+            std::string::npos)
+      << out();
+  EXPECT_EQ(run({"compare", dir.string(), (other / "tiny-15m").string()}), 2);
 }
 
 TEST_F(E2e, SuiteRefusesIncompatibleEntriesTogetherBeforeRunning) {

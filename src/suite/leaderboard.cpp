@@ -121,8 +121,13 @@ LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
   if (result.contains("energy") && result["energy"].value("available", false)) {
     r.tokens_per_joule = number_at(result, json::json_pointer("/energy/output_tokens_per_joule"));
   }
-  r.bandwidth_share =
-      number_at(result, json::json_pointer("/engine/performance/decode/fraction_of_copy_ceiling"));
+  // Only where the engine measured the device's copy ceiling (CUDA); the CPU reports none.
+  const auto ceiling =
+      number_at(result, json::json_pointer("/engine/performance/copy_ceiling_bytes_per_s"));
+  if (ceiling && *ceiling > 0) {
+    r.bandwidth_share = number_at(
+        result, json::json_pointer("/engine/performance/decode/fraction_of_copy_ceiling"));
+  }
   if (result.contains("stability") && state->status == "ok") {
     const json& unstable = result["stability"].value("unstable_metrics", json::array());
     std::vector<std::string> names;

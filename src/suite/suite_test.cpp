@@ -128,12 +128,16 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
   const SuiteEntry broken{"broken", "m-big", "", "", {}};
   const EntryState ok{"ok", "", {}, 1};
   const EntryState failed{"failed", "CUDA out of memory", {}, 1};
-  const json slow_result = {{"output_throughput", 100.0},
-                            {"median_ttft_ms", 5.0},
-                            {"p99_ttft_ms", 9.0},
-                            {"config", {{"dtype", "fp32"}}},
-                            {"memory", {{"peaks", {{"rss_bytes", 2147483648.0}}}}},
-                            {"energy", {{"available", false}}}};
+  const json slow_result = {
+      {"output_throughput", 100.0},
+      {"median_ttft_ms", 5.0},
+      {"p99_ttft_ms", 9.0},
+      {"config", {{"dtype", "fp32"}}},
+      {"memory", {{"peaks", {{"rss_bytes", 2147483648.0}}}}},
+      {"energy", {{"available", false}}},
+      {"engine",
+       {{"performance",
+         {{"copy_ceiling_bytes_per_s", 0.0}, {"decode", {{"fraction_of_copy_ceiling", 0.0}}}}}}}};
   const json fast_result = {
       {"output_throughput", 250.5},
       {"median_ttft_ms", 2.0},
@@ -145,7 +149,7 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
          {{"copy_ceiling_bytes_per_s", 4e12}, {"decode", {{"fraction_of_copy_ceiling", 0.8}}}}}}},
       {"stability", {{"cv_threshold", 0.05}, {"unstable_metrics", {"output_throughput"}}}}};
   std::vector<LeaderboardRow> rows = {
-      leaderboard_row(slow, &ok, slow_result, 15'000'000),
+      leaderboard_row(slow, &ok, slow_result, 15'000'000),  // CPU: no copy ceiling
       leaderboard_row(broken, &failed, nullptr, 70'000'000'000),
       leaderboard_row(fast, &ok, fast_result, 8'000'000'000),
       leaderboard_row(SuiteEntry{"later", "m", "", "", {}}, nullptr, nullptr, 0)};
@@ -160,6 +164,7 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
   EXPECT_DOUBLE_EQ(*rows[1].peak_gib, 2.0);
   EXPECT_EQ(rows[1].precision, "fp32");
   EXPECT_FALSE(rows[1].tokens_per_joule.has_value());
+  EXPECT_FALSE(rows[1].bandwidth_share.has_value());
   EXPECT_EQ(rows[0].status, "ok, unstable (CV > 5%: output_throughput)");
 
   const std::string md = leaderboard_markdown(rows, "demo");
