@@ -178,6 +178,19 @@ TEST_F(E2e, RunFromRerunsTheRecordedConfiguration) {
   EXPECT_EQ(c["config"]["runs"], 2);
   EXPECT_EQ(c["config"]["seed"], 7);
 
+  // Recorded by another build: rerun with a warning naming both.
+  json old = json::parse(read_file(first / "result.json").value());
+  old["env"]["inferbench"]["git_sha"] = "0123abc";
+  write(root_ / "old.json", old.dump());
+  ASSERT_EQ(run({"run", "--from", (root_ / "old.json").string(), "--result-dir",
+                 (root_ / "fourth").string()}),
+            0)
+      << err();
+  EXPECT_NE(err().find("warning: " + (root_ / "old.json").string() + " was recorded by inferbench"),
+            std::string::npos)
+      << err();
+  EXPECT_NE(err().find("(git 0123abc)"), std::string::npos) << err();
+
   write(root_ / "junk.json", "{\"date\": 1}");
   ASSERT_EQ(run({"run", "--from", (root_ / "junk.json").string()}), 2);
   EXPECT_NE(err().find("not an inferbench result.json"), std::string::npos) << err();
