@@ -136,6 +136,8 @@ void add_suite_flags(CLI::App& app, SuiteFlags& f) {
   app.add_option("--override", f.overrides,
                  "KEY=VALUE run flag applied to every entry (repeatable), e.g. num_prompts=16 "
                  "for a reduced dry run");
+  app.add_flag("--dry-run", f.dry_run,
+               "validate every entry and print its `inferbench run` arguments; run nothing");
   app.add_flag("--resume", f.resume,
                "continue the suite in --result-dir (the default when it holds a suite state)");
 }
@@ -144,20 +146,19 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
                           const std::atomic<bool>& stop) {
   IB_ASSIGN_OR_RETURN(const SuiteSpec spec, load_suite_file(flags.file));
   IB_ASSIGN_OR_RETURN(auto entries, select_models(spec.entries, flags.model_list));
-  for (const auto& o : flags.overrides) {
-    const size_t eq = o.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return user_error(fmt::format("--override {}: write KEY=VALUE, e.g. num_prompts=16", o));
-    }
-    std::string key = o.substr(0, eq);
-    std::replace(key.begin(), key.end(), '_', '-');
-    for (auto& e : entries) {
-      e.args.push_back("--" + key);
-      if (eq + 1 < o.size()) e.args.push_back(o.substr(eq + 1));  // KEY= : a bare flag
-    }
-  }
+  for (const auto& o : flags.overrides) IB_TRY(apply_override(entries, o));
   const fs::path dir =
       flags.result_dir.empty() ? fs::path("results") / spec.name : fs::path(flags.result_dir);
+  if (flags.dry_run) {
+    IB_TRY(validate_entries(entries, dir, registry));
+    for (size_t i = 0; i < entries.size(); ++i) {
+      std::string line =
+          fmt::format("{}/{} {}: inferbench run", i + 1, entries.size(), entries[i].name);
+      for (const auto& a : entries[i].args) line += " " + a;
+      std::cout << line << " --result-dir " << (dir / entries[i].name).string() << "\n";
+    }
+    return kExitOk;
+  }
   IB_ASSIGN_OR_RETURN(SuiteState state, open_state(dir, spec, flags.resume));
   IB_ASSIGN_OR_RETURN(auto planned, validate_entries(entries, dir, registry));
   std::error_code ec;

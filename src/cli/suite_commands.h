@@ -24,6 +24,7 @@ struct SuiteFlags {
   std::string model_list;
   std::string result_dir;  // default: results/<suite name>
   bool resume = false;
+  bool dry_run = false;  // validate and print each entry's `run` arguments; run nothing
   std::vector<std::string> overrides;  // --override num_prompts=16: after every entry's flags
 };
 void add_suite_flags(CLI::App& app, SuiteFlags& flags);

@@ -52,6 +52,10 @@ Result<SuiteSpec> load_suite_file(const std::filesystem::path& path);
 Result<std::vector<SuiteEntry>> select_models(const std::vector<SuiteEntry>& entries,
                                               const std::string& model_list);
 
+// --override KEY=VALUE (KEY= for a bare flag): sets a run flag in every entry, replacing the
+// value the file gave it, so that each entry's arguments stay free of duplicates.
+Status apply_override(std::vector<SuiteEntry>& entries, const std::string& key_value);
+
 // The suite state file in the suite's result directory: one record per entry that finished
 // (ok or failed), with the arguments it ran with.
 inline constexpr const char* kSuiteStateJson = "suite-state.json";

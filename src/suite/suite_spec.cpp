@@ -257,6 +257,36 @@ Result<SuiteSpec> load_suite_file(const std::filesystem::path& path) {
   return parse_suite_yaml(*text, path.string());
 }
 
+Status apply_override(std::vector<SuiteEntry>& entries, const std::string& key_value) {
+  const size_t eq = key_value.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return user_error(
+        fmt::format("--override {}: write KEY=VALUE, e.g. num_prompts=16", key_value));
+  }
+  const std::string flag = "--" + flag_name(key_value.substr(0, eq));
+  const std::string value = key_value.substr(eq + 1);  // empty: a bare flag
+  if (flag == "--result-dir" || flag == "--overwrite" || flag == "--from") {
+    return user_error(fmt::format("--override {}: the suite sets {} itself", key_value, flag));
+  }
+  for (auto& e : entries) {
+    std::vector<std::string> args;
+    for (size_t i = 0; i < e.args.size(); ++i) {
+      if (e.args[i] != flag) {
+        args.push_back(e.args[i]);
+        continue;
+      }
+      const bool has_value = i + 1 < e.args.size() && e.args[i + 1].rfind("--", 0) != 0;
+      if (has_value) ++i;  // drop the old value with its flag
+    }
+    args.push_back(flag);
+    if (!value.empty()) args.push_back(value);
+    if (flag == "--model") e.model = value;
+    if (flag == "--dtype") e.dtype = value;
+    e.args = std::move(args);
+  }
+  return Ok{};
+}
+
 Result<std::vector<SuiteEntry>> select_models(const std::vector<SuiteEntry>& entries,
                                               const std::string& model_list) {
   if (model_list.empty()) return entries;

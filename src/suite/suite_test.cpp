@@ -98,6 +98,22 @@ TEST(SuiteSpec, ModelListKeepsListedModelsAndRefusesUnknownOnes) {
       << bad.error().message;
 }
 
+TEST(SuiteSpec, OverrideReplacesAFlagInEveryEntry) {
+  auto spec = parse_suite_yaml(
+      "defaults: {runs: 3, disable_telemetry: true}\nentries:\n  - models: [m1, m2]\n", "s.yaml");
+  ASSERT_TRUE(spec.ok());
+  auto entries = spec->entries;
+  ASSERT_TRUE(apply_override(entries, "runs=1").ok());
+  ASSERT_TRUE(apply_override(entries, "disable_telemetry=").ok());
+  ASSERT_TRUE(apply_override(entries, "num_prompts=16").ok());
+  for (const auto& e : entries) {
+    EXPECT_EQ(e.args, (Args{"--model", e.model, "--runs", "1", "--disable-telemetry",
+                            "--num-prompts", "16"}));
+  }
+  EXPECT_FALSE(apply_override(entries, "runs").ok());
+  EXPECT_FALSE(apply_override(entries, "result_dir=/tmp/x").ok());
+}
+
 TEST(SuiteState, RoundTripsAndSkipsOnlyEntriesFinishedWithTheSameArgs) {
   const auto dir = std::filesystem::temp_directory_path() / "ib_suite_state_test";
   std::filesystem::remove_all(dir);
