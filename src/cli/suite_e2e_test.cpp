@@ -219,8 +219,10 @@ TEST_F(E2e, CompareExitCodes) {
   const std::string slower = put("slower", crafted({90, 91, 89}, {10, 10.1, 9.9}, 32));
   const std::string other = put("other", crafted({100, 101, 99}, {10, 10.1, 9.9}, 64));
 
-  EXPECT_EQ(run({"compare", base, same}), 0) << err();
+  const fs::path md = root_ / "cmp.md";
+  EXPECT_EQ(run({"compare", base, same, "--markdown", md.string()}), 0) << err();
   EXPECT_NE(out().find("No significant regression."), std::string::npos) << out();
+  EXPECT_EQ(read_file(md).value(), out());
 
   const fs::path js = root_ / "cmp.json";
   EXPECT_EQ(run({"compare", base, slower + "/result.json", "--json", js.string()}), 1) << err();

@@ -137,6 +137,45 @@ TEST(Compare, SingleRunsDecideByChangeAlone) {
   EXPECT_EQ(c.metrics[1].verdict, "REGRESSION (change only)");
 }
 
+json with_energy(const std::vector<double>& joules, double gpu_peak_gib) {
+  json phases = json::array({{{"phase", "warm-up"}, {"joules", 1.0}, {"tokens_per_joule", 1.0}}});
+  for (size_t k = 0; k < joules.size(); ++k) {
+    phases.push_back({{"phase", "run " + std::to_string(k)},
+                      {"joules", joules[k]},
+                      {"tokens_per_joule", 1000.0 / joules[k]}});
+  }
+  json r = result_with({100, 100, 100}, {10, 10, 10});
+  r["energy"] = {{"available", true}, {"phases", phases}};
+  r["memory"]["peaks"]["gpus_used_bytes"] = gpu_peak_gib * 1024.0 * 1024.0 * 1024.0;
+  return r;
+}
+
+TEST(Compare, EnergyPerRunAndPeakGpuMemory) {
+  // B spends 20% more joules per run (1000 output tokens each) and peaks 1 GiB higher.
+  const Comparison c =
+      compare_results(with_energy({100, 101, 99}, 20.0), with_energy({120, 121, 119}, 21.0), 0.05);
+  const auto find = [&](const std::string& key) -> const MetricComparison& {
+    for (const auto& m : c.metrics) {
+      if (m.key == key) return m;
+    }
+    ADD_FAILURE() << key;
+    return c.metrics.front();
+  };
+  const auto& joules = find("energy_joules_per_run");
+  EXPECT_EQ(joules.a_values, (std::vector<double>{100, 101, 99}));  // warm-up left out
+  EXPECT_NEAR(*joules.change, 0.20, 1e-12);
+  EXPECT_TRUE(joules.regression);
+  const auto& per_joule = find("output_tokens_per_joule");
+  EXPECT_TRUE(per_joule.higher_is_better);
+  EXPECT_NEAR(*per_joule.change, 1000.0 / 120 / (1000.0 / 100) - 1, 1e-12);
+  EXPECT_TRUE(per_joule.regression);
+  const auto& peak = find("peak_gpus_used_bytes");
+  EXPECT_NEAR(peak.a, 20.0, 1e-12);
+  EXPECT_NEAR(*peak.change, 0.05, 1e-12);  // exactly at the threshold: not worse by more
+  EXPECT_FALSE(peak.regression);
+  EXPECT_EQ(c.regressions(), 2);
+}
+
 TEST(Compare, WorkloadDifferencesAreListed) {
   const auto diffs = workload_differences(result_with({1}, {1}, 32), result_with({1}, {1}, 64));
   ASSERT_EQ(diffs.size(), 1u);
