@@ -115,7 +115,12 @@ std::string markdown_summary(const BenchmarkReport& r) {
     out += "\n";
   }
   if (cv) {
-    const std::string warning = stability_warning(stability);
+    Stability visible = stability;  // the warning names the rows of this table
+    visible.metrics.clear();
+    for (size_t k = 0; k < rows.size(); ++k) {
+      if (shown(rows[k], r.percentile_metrics)) visible.metrics.push_back(stability.metrics[k]);
+    }
+    const std::string warning = stability_warning(visible);
     if (!warning.empty()) out += "\n" + warning + "\n";
   }
   for (const auto& line : r.footnotes) out.append("\n").append(line).append("\n");
