@@ -52,13 +52,20 @@ int run_command(ib::RunFlags flags, const std::string& from,
   ib::InterruptWatcher interrupts;  // first: every later thread inherits the blocked signals
   ib::PluginRegistry registry;
   if (auto st = ib::register_builtin_plugins(registry); !st.ok()) return fail(st.error());
+  nlohmann::json recorded_config;
   if (!from.empty()) {
-    auto recorded = ib::flags_from_result(from, overrides);
+    auto recorded = ib::flags_from_result(from, overrides, &recorded_config);
     if (!recorded.ok()) return fail(recorded.error());
     flags = *recorded;
   }
   auto plan = ib::resolve_run(flags, registry);
   if (!plan.ok()) return fail(plan.error());
+  if (!from.empty()) {
+    for (const auto& d : ib::config_drift(recorded_config, plan->config, overrides)) {
+      std::fprintf(stderr, "inferbench: warning: --from: %s differs from the record (%s)\n",
+                   from.c_str(), d.c_str());
+    }
+  }
   const bool progress = !flags.disable_tqdm && ::isatty(STDERR_FILENO) == 1;
   auto code = ib::execute_run(*plan, registry, interrupts.flag(), progress);
   if (!code.ok()) return fail(code.error());

@@ -78,6 +78,8 @@ Result<std::vector<std::string>> args_from_config(const json& config) {
         {"kv_cache_memory_bytes", "--kv-cache-memory"},
         {"memory_sample_interval_ms", "--memory-sample-interval"},
         {"request_timeout_s", "--request-timeout"}};
+    // 0 is what an HTTP target records (no local KV cache), not a size --kv-cache-memory takes.
+    if (key == "kv_cache_memory_bytes" && v.is_number() && v.get<double>() <= 0) continue;
     if (auto it = kRenamed.find(key); it != kRenamed.end()) {
       add(it->second, v);
       continue;
@@ -88,7 +90,8 @@ Result<std::vector<std::string>> args_from_config(const json& config) {
 }
 
 Result<RunFlags> flags_from_result(const std::string& path,
-                                   const std::vector<std::string>& overrides) {
+                                   const std::vector<std::string>& overrides,
+                                   json* recorded_config) {
   std::filesystem::path file = path;
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec)) file /= kResultJson;
@@ -122,6 +125,7 @@ Result<RunFlags> flags_from_result(const std::string& path,
                  "%s); the configuration is the same, the code may not be\n",
                  file.string().c_str(), version.c_str(), sha.c_str(), build.version, build.git_sha);
   }
+  if (recorded_config != nullptr) *recorded_config = result["config"];
   std::vector<std::string> all = *args;
   all.insert(all.end(), overrides.begin(), overrides.end());
   auto flags = parse_run_args(all);
@@ -129,6 +133,21 @@ Result<RunFlags> flags_from_result(const std::string& path,
     return user_error(fmt::format("--from {}: {}", file.string(), flags.error().message));
   }
   return flags;
+}
+
+std::vector<std::string> config_drift(const json& recorded, const json& now,
+                                      const std::vector<std::string>& overrides) {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : recorded.items()) {
+    if (key == "result_dir" || key == "overwrite") continue;
+    const auto given = [&](const std::string& k) {
+      return std::find(overrides.begin(), overrides.end(), flag_of(k)) != overrides.end();
+    };
+    if (given(key) || given(key + "_dist")) continue;
+    const json other = now.contains(key) ? now[key] : json(nullptr);
+    if (other != value) out.push_back(fmt::format("{}: {} vs {}", key, value.dump(), other.dump()));
+  }
+  return out;
 }
 
 }  // namespace ib

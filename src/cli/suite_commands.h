@@ -47,7 +47,12 @@ Result<int> execute_compare(const CompareFlags& flags);
 // `config`, then the overrides (the arguments after `run`, without --from). A malformed file is a
 // user error; a different inferbench version or git SHA is a warning on stderr.
 Result<RunFlags> flags_from_result(const std::string& path,
-                                   const std::vector<std::string>& overrides);
+                                   const std::vector<std::string>& overrides,
+                                   nlohmann::json* recorded_config = nullptr);
+// "key: recorded vs now" for each config key the rerun resolved differently, except the result
+// directory and keys whose flag is among the overrides. Empty when the rerun is exact.
+std::vector<std::string> config_drift(const nlohmann::json& recorded, const nlohmann::json& now,
+                                      const std::vector<std::string>& overrides);
 // The `run` arguments reproducing a recorded config (result_dir and overwrite left out).
 Result<std::vector<std::string>> args_from_config(const nlohmann::json& config);
 // Parses `run` arguments (later values win) into flags, as `inferbench run` would.
