@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -24,35 +25,43 @@ using nlohmann::json;
 
 struct Planned {
   SuiteEntry entry;
-  RunPlan plan;
+  std::optional<RunPlan> plan;  // nullopt: cannot run here (allow_failure entries only)
+  std::string invalid;          // why not
 };
 
-// Every entry resolved as `inferbench run` would resolve it; all bad ones reported together.
+// Every entry resolved as `inferbench run` would resolve it; all bad ones reported together
+// (those with allow_failure are kept, to be recorded as not run).
 Result<std::vector<Planned>> validate_entries(const std::vector<SuiteEntry>& entries,
                                               const fs::path& dir, const PluginRegistry& registry) {
   std::vector<Planned> out;
   std::vector<std::string> problems;
   for (const auto& e : entries) {
     auto flags = parse_run_args(e.args);
+    std::string problem;
     if (flags.ok()) {
       flags->result_dir = (dir / e.name).string();
       flags->overwrite = true;  // the suite owns DIR/<entry>: a rerun replaces a partial result
       auto plan = resolve_run(*flags, registry);
       if (plan.ok()) {
-        out.push_back({e, std::move(plan).value()});
+        out.push_back({e, std::move(*plan), ""});
         continue;
       }
-      problems.push_back(fmt::format("{}: {}", e.name, plan.error().message));
+      problem = plan.error().message;
     } else {
-      problems.push_back(fmt::format("{}: {}", e.name, flags.error().message));
+      problem = flags.error().message;
+    }
+    if (e.allow_failure) {
+      out.push_back({e, std::nullopt, problem});
+    } else {
+      problems.push_back(fmt::format("{}: {}", e.name, problem));
     }
   }
   if (!problems.empty()) {
     for (const auto& p : problems) std::fprintf(stderr, "inferbench: suite entry %s\n", p.c_str());
-    return user_error(fmt::format(
-        "{} of {} suite entries cannot run (above); fix or remove them, or pick others with "
-        "--model-list",
-        problems.size(), entries.size()));
+    return user_error(
+        fmt::format("{} of {} suite entries cannot run (above); fix or remove them, mark them "
+                    "allow_failure: true, or pick others with --model-list",
+                    problems.size(), entries.size()));
   }
   return out;
 }
@@ -176,19 +185,28 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
       const EntryState* s = state.find(e.name);
       std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: %s earlier, skipped\n", i + 1, n,
                    e.name.c_str(), s->status.c_str());
-      failed += s->status == "failed" ? 1 : 0;
+      failed += s->status == "failed" && !e.allow_failure ? 1 : 0;
+      continue;
+    }
+    EntryState s;
+    s.args = e.args;
+    if (!planned[i].plan) {
+      s.status = "failed";
+      s.error = "not run: " + planned[i].invalid;
+      std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: %s\n", i + 1, n, e.name.c_str(),
+                   s.error.c_str());
+      state.record(e.name, std::move(s));
+      IB_TRY(state.save(dir));
       continue;
     }
     std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: running\n", i + 1, n, e.name.c_str());
     const int64_t start_ns = now_ns();
-    auto code = execute_run(planned[i].plan, registry, stop, progress);
-    EntryState s;
-    s.args = e.args;
+    auto code = execute_run(*planned[i].plan, registry, stop, progress);
     s.wall_s = static_cast<double>(now_ns() - start_ns) / 1e9;
     if (!code.ok()) {
       s.status = "failed";
       s.error = code.error().message;
-      ++failed;
+      failed += e.allow_failure ? 0 : 1;
       std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s failed: %s\n", i + 1, n,
                    e.name.c_str(), s.error.c_str());
     } else if (*code == kExitInterrupted || stop.load()) {

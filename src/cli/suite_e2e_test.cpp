@@ -146,6 +146,22 @@ entries:
   EXPECT_FALSE(fs::exists(dir));
   ASSERT_EQ(run({"suite", yaml.string(), "--result-dir", dir.string(), "--resume"}), 2);
   EXPECT_NE(err().find("no suite-state.json"), std::string::npos) << err();
+
+  // allow_failure: an unsupported model is recorded as not run and the suite goes on (exit 0).
+  const fs::path lenient = root_ / "lenient.yaml";
+  write(lenient, R"(defaults: {num_prompts: 2, input_len: 8, output_len: 4, batch_size: 2, runs: 1,
+           num_threads: 2, num_warmups: 1, disable_telemetry: true}
+entries:
+  - model: tiny-15m
+  - {model: gemma-2-9b, allow_failure: true}
+)");
+  ASSERT_EQ(run({"suite", lenient.string(), "--result-dir", dir.string()}), 0) << err();
+  const std::string md = read_file(dir / "leaderboard.md").value();
+  EXPECT_NE(md.find("| 1 | tiny-15m |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| - | gemma-2-9b | gemma-2-9b | 9.24B |"), std::string::npos) << md;
+  EXPECT_NE(md.find("failed: not run: model 'gemma-2-9b' (gemma2) needs logit soft-capping"),
+            std::string::npos)
+      << md;
 }
 
 TEST_F(E2e, RunFromRerunsTheRecordedConfiguration) {

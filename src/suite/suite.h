@@ -14,6 +14,7 @@
 //         - {name: short, input_len: 16, output_len: 8}
 //       name: tiny                   # optional prefix of the expanded names
 //       batch_size: 4                # flags of this entry (override defaults)
+//       allow_failure: true          # optional (also in defaults): record, do not refuse
 // Flag keys are `run` flag names with '_' or '-'; true adds a bare flag, false omits it.
 #pragma once
 
@@ -36,6 +37,10 @@ struct SuiteEntry {
   std::string dtype;              // the --dtype value ("" when not given: the run's auto)
   std::string workload;           // the workload's name ("" when the entry has none)
   std::vector<std::string> args;  // `inferbench run` arguments, e.g. {"--model", "tiny-15m", ...}
+  // allow_failure: true: an entry that cannot run here (unsupported model, dtype, context) is
+  // recorded in the leaderboard as not run instead of refusing the suite; its failures do not
+  // make the suite's exit code 1.
+  bool allow_failure = false;
 };
 
 struct SuiteSpec {

@@ -34,8 +34,8 @@ std::string flag_name(std::string key) {
 }
 
 bool is_reserved(const std::string& key) {
-  static const std::set<std::string> kReserved = {"name",   "model",    "models",   "dtype",
-                                                  "dtypes", "workload", "workloads"};
+  static const std::set<std::string> kReserved = {
+      "name", "model", "models", "dtype", "dtypes", "workload", "workloads", "allow_failure"};
   return kReserved.count(key) > 0;
 }
 
@@ -110,7 +110,7 @@ struct Workload {
 };
 
 Result<std::vector<SuiteEntry>> expand_entry(const YAML::Node& node, const FlagMap& defaults,
-                                             const std::string& where) {
+                                             bool allow_failure, const std::string& where) {
   if (!node.IsMap()) return user_error(fmt::format("{}: an entry is a map of keys", where));
   IB_ASSIGN_OR_RETURN(auto models, string_list(node, "model", "models", where));
   if (models.empty()) {
@@ -148,6 +148,7 @@ Result<std::vector<SuiteEntry>> expand_entry(const YAML::Node& node, const FlagM
   FlagMap entry_flags = defaults;
   IB_TRY(read_flags(node, where, entry_flags));
   const std::string prefix = node["name"] ? node["name"].as<std::string>() : "";
+  if (node["allow_failure"]) allow_failure = node["allow_failure"].as<bool>();
 
   std::vector<SuiteEntry> out;
   for (const auto& model : models) {
@@ -156,6 +157,7 @@ Result<std::vector<SuiteEntry>> expand_entry(const YAML::Node& node, const FlagM
         FlagMap flags = entry_flags;
         SuiteEntry e;
         e.model = model;
+        e.allow_failure = allow_failure;
         std::vector<std::string> parts;
         if (!prefix.empty()) parts.push_back(prefix);
         if (models.size() > 1 || prefix.empty()) parts.push_back(model);
@@ -208,6 +210,7 @@ Result<SuiteSpec> parse_suite_yaml(const std::string& text, const std::string& s
     }
   }
   FlagMap defaults;
+  bool allow_failure = false;
   if (root["defaults"]) {
     if (!root["defaults"].IsMap()) {
       return user_error(fmt::format("{}: defaults must be a map of run flags", source_name));
@@ -221,13 +224,20 @@ Result<SuiteSpec> parse_suite_yaml(const std::string& text, const std::string& s
       }
     }
     IB_TRY(read_flags(root["defaults"], source_name + ": defaults", defaults));
+    try {
+      if (root["defaults"]["allow_failure"]) {
+        allow_failure = root["defaults"]["allow_failure"].as<bool>();
+      }
+    } catch (const YAML::Exception& e) {
+      return user_error(fmt::format("{}: defaults: allow_failure is true or false", source_name));
+    }
   }
   size_t index = 0;
   for (const auto& node : root["entries"]) {
     ++index;
     const std::string where = fmt::format("{}: entry {}", source_name, index);
     try {
-      IB_ASSIGN_OR_RETURN(auto entries, expand_entry(node, defaults, where));
+      IB_ASSIGN_OR_RETURN(auto entries, expand_entry(node, defaults, allow_failure, where));
       for (auto& e : entries) spec.entries.push_back(std::move(e));
     } catch (const YAML::Exception& e) {
       return user_error(fmt::format("{}: {}", where, e.what()));

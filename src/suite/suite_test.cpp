@@ -43,6 +43,15 @@ entries:
                           "tiny-15m", "--dtype", "fp32"}));
   EXPECT_EQ(spec->entries[4].name, "tiny-15m-long-auto");
   EXPECT_EQ(spec->entries.back().name, "tiny-60m-long-auto");
+  EXPECT_FALSE(spec->entries[0].allow_failure);
+  const auto lenient = parse_suite_yaml(
+      "defaults: {allow_failure: true}\nentries:\n  - model: a\n"
+      "  - {model: b, allow_failure: false}\n",
+      "l.yaml");
+  ASSERT_TRUE(lenient.ok()) << lenient.error().message;
+  EXPECT_TRUE(lenient->entries[0].allow_failure);
+  EXPECT_FALSE(lenient->entries[1].allow_failure);
+  EXPECT_EQ(lenient->entries[0].args, (Args{"--model", "a"}));  // not a run flag
 }
 
 TEST(SuiteSpec, FalseOmitsAFlagAndNamedEntriesKeepTheirName) {
