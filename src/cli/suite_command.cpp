@@ -159,12 +159,18 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
   const fs::path dir =
       flags.result_dir.empty() ? fs::path("results") / spec.name : fs::path(flags.result_dir);
   if (flags.dry_run) {
-    IB_TRY(validate_entries(entries, dir, registry));
-    for (size_t i = 0; i < entries.size(); ++i) {
-      std::string line =
-          fmt::format("{}/{} {}: inferbench run", i + 1, entries.size(), entries[i].name);
-      for (const auto& a : entries[i].args) line += " " + a;
-      std::cout << line << " --result-dir " << (dir / entries[i].name).string() << "\n";
+    IB_ASSIGN_OR_RETURN(const auto checked, validate_entries(entries, dir, registry));
+    for (size_t i = 0; i < checked.size(); ++i) {
+      const SuiteEntry& e = checked[i].entry;
+      std::string line = fmt::format("{}/{} {}: ", i + 1, checked.size(), e.name);
+      if (!checked[i].plan) {
+        line += "not run: " + checked[i].invalid;
+      } else {
+        line += "inferbench run";
+        for (const auto& a : e.args) line += " " + a;
+        line += " --result-dir " + (dir / e.name).string();
+      }
+      std::cout << line << "\n";
     }
     return kExitOk;
   }
