@@ -70,8 +70,9 @@ TEST_F(E2e, SmallRunWritesAConsistentResultDirectory) {
   EXPECT_EQ(measured, 12);
 
   const auto csv = lines_of(dir / "summary.csv");
-  ASSERT_EQ(csv.size(), 4u);  // header, 2 runs, median
+  ASSERT_EQ(csv.size(), 6u);  // header, 2 runs, median, cv, unstable
   EXPECT_EQ(csv[3].rfind("median,", 0), 0u);
+  EXPECT_EQ(csv[4].rfind("cv,", 0), 0u);
   EXPECT_NE(out().find("| Output token throughput |"), std::string::npos) << out();
   EXPECT_NE(out().find("| TTFT p99 |"), std::string::npos);
 }

@@ -11,6 +11,7 @@
 #include "cli/interrupt.h"
 #include "cli/plugins.h"
 #include "cli/serve_command.h"
+#include "cli/suite_commands.h"
 #include "core/build_info.h"
 #include "model/presets.h"
 #include "telemetry/env.h"
@@ -22,12 +23,49 @@ int fail(const ib::Error& e) {
   return e.kind == ib::ErrorKind::kUser ? ib::kExitUser : ib::kExitRuntime;
 }
 
-int run_command(const ib::RunFlags& flags) {
+// The arguments after `run`, without --from and its value: overrides of a recorded config.
+std::vector<std::string> run_overrides(int argc, char** argv) {
+  std::vector<std::string> out;
+  int i = 1;
+  while (i < argc && std::string(argv[i]) != "run") ++i;
+  for (++i; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--from") {
+      ++i;
+    } else if (arg.rfind("--from=", 0) != 0) {
+      out.push_back(arg);
+    }
+  }
+  return out;
+}
+
+int suite_command(const ib::SuiteFlags& flags) {
+  ib::InterruptWatcher interrupts;
+  ib::PluginRegistry registry;
+  if (auto st = ib::register_builtin_plugins(registry); !st.ok()) return fail(st.error());
+  auto code = ib::execute_suite(flags, registry, interrupts.flag());
+  return code.ok() ? *code : fail(code.error());
+}
+
+int run_command(ib::RunFlags flags, const std::string& from,
+                const std::vector<std::string>& overrides) {
   ib::InterruptWatcher interrupts;  // first: every later thread inherits the blocked signals
   ib::PluginRegistry registry;
   if (auto st = ib::register_builtin_plugins(registry); !st.ok()) return fail(st.error());
+  nlohmann::json recorded_config;
+  if (!from.empty()) {
+    auto recorded = ib::flags_from_result(from, overrides, &recorded_config);
+    if (!recorded.ok()) return fail(recorded.error());
+    flags = *recorded;
+  }
   auto plan = ib::resolve_run(flags, registry);
   if (!plan.ok()) return fail(plan.error());
+  if (!from.empty()) {
+    for (const auto& d : ib::config_drift(recorded_config, plan->config, overrides)) {
+      std::fprintf(stderr, "inferbench: warning: --from: %s differs from the record (%s)\n",
+                   from.c_str(), d.c_str());
+    }
+  }
   const bool progress = !flags.disable_tqdm && ::isatty(STDERR_FILENO) == 1;
   auto code = ib::execute_run(*plan, registry, interrupts.flag(), progress);
   if (!code.ok()) return fail(code.error());
@@ -48,6 +86,10 @@ int main(int argc, char** argv) {
   CLI::App* run =
       app.add_subcommand("run", "one benchmark: target x model x workload, --runs times");
   ib::add_run_flags(*run, flags);
+  std::string run_from;
+  run->add_option("--from", run_from,
+                  "rerun the configuration recorded in a result.json (or its directory); other "
+                  "flags override it");
   ib::ServeFlags serve_flags;
   CLI::App* serve = app.add_subcommand(
       "serve", "the engine (or the null model) behind an OpenAI-compatible HTTP API");
@@ -68,6 +110,15 @@ int main(int argc, char** argv) {
   plot->add_option("--frames", plot_flags.frames, "time frames of the heatmap")
       ->capture_default_str();
 
+  ib::SuiteFlags suite_flags;
+  CLI::App* suite = app.add_subcommand(
+      "suite", "a suite file of benchmarks (models x dtypes x workloads) -> leaderboard");
+  ib::add_suite_flags(*suite, suite_flags);
+  ib::CompareFlags compare_flags;
+  CLI::App* compare = app.add_subcommand(
+      "compare", "two results metric by metric; exit 1 on a significant regression");
+  ib::add_compare_flags(*compare, compare_flags);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -76,7 +127,12 @@ int main(int argc, char** argv) {
     return ib::kExitUser;
   }
 
-  if (run->parsed()) return run_command(flags);
+  if (run->parsed()) return run_command(flags, run_from, run_overrides(argc, argv));
+  if (suite->parsed()) return suite_command(suite_flags);
+  if (compare->parsed()) {
+    auto code = ib::execute_compare(compare_flags);
+    return code.ok() ? *code : fail(code.error());
+  }
   if (serve->parsed()) {
     auto code = ib::execute_serve(serve_flags);
     return code.ok() ? *code : fail(code.error());

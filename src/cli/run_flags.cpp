@@ -55,6 +55,10 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
       ->capture_default_str();
   app.add_flag("--disable-telemetry", f.disable_telemetry,
                "no memory/energy sampling, step markers or allocation trace (overhead A/B)");
+  app.add_option("--cv-threshold", f.cv_threshold,
+                 "flag metrics whose coefficient of variation across runs exceeds this (5% or "
+                 "0.05)")
+      ->capture_default_str();
   app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
       ->capture_default_str();
   app.add_option("--max-num-seqs", f.max_num_seqs, "engine: sequences per step")

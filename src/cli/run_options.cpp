@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/plugins.h"
+#include "compare/compare.h"
 #include "model/presets.h"
 #include "model/tokenizer.h"
 #include "report/result_dir.h"
@@ -341,6 +342,7 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   n.ignore_eos = !f.no_ignore_eos;
   if (http) IB_TRY(resolve_http_target(f, n, p.target.openai));
 
+  IB_ASSIGN_OR_RETURN(const double cv_threshold, parse_fraction(f.cv_threshold, "--cv-threshold"));
   IB_ASSIGN_OR_RETURN(p.result_dir, plan_result_dir(f.result_dir, p.model.name, f.overwrite));
 
   p.config = nlohmann::json{
@@ -388,6 +390,7 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
       {"top_k", f.top_k},
       {"ignore_eos", n.ignore_eos},
   };
+  p.config["cv_threshold"] = cv_threshold;
   if (http) {
     p.config["base_url"] = f.base_url;
     p.config["endpoint"] =

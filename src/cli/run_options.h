@@ -48,7 +48,8 @@ struct RunFlags {
   int runs = 3;
   std::string load_mode = "auto";
   int memory_sample_interval_ms = 100;
-  bool disable_telemetry = false;  // no sampler, step markers or allocation trace (A/B overhead)
+  bool disable_telemetry = false;   // no sampler, step markers or allocation trace (A/B overhead)
+  std::string cv_threshold = "5%";  // runs varying more (coefficient of variation) are flagged
   // Engine.
   std::string load_format = "auto";
   int max_num_seqs = 256;

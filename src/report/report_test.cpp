@@ -95,7 +95,8 @@ TEST(Report, CsvHasOneRowPerRunPlusMedianWithUnitsInColumns) {
   EXPECT_NE(header.find(",p99_ttft_ms"), std::string::npos);
   std::vector<std::string> first_cells;
   while (std::getline(in, line)) first_cells.push_back(line.substr(0, line.find(',')));
-  EXPECT_EQ(first_cells, (std::vector<std::string>{"1", "2", "median"}));
+  // Then the stability rows: coefficient of variation and the flag above --cv-threshold.
+  EXPECT_EQ(first_cells, (std::vector<std::string>{"1", "2", "median", "cv", "unstable"}));
 }
 
 TEST(Report, ResultJsonHasVllmKeysHoldingTheMedianAcrossRuns) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "report/report.h"
+#include "report/stability.h"
 
 namespace ib {
 namespace {
@@ -79,17 +80,24 @@ nlohmann::ordered_json result_json(const BenchmarkReport& r) {
         json{{"note", "the run in progress when the benchmark was interrupted; not in the medians"},
              {"metrics", run_json(flatten_metrics(*r.partial_run, r.metrics_options.percentiles))}};
   }
+  const Stability stability = stability_of(r);
   json spread = json::object();
-  for (const auto& a : r.aggregate) {
+  for (size_t k = 0; k < r.aggregate.size(); ++k) {
+    const auto& a = r.aggregate[k];
     json s{{"unit", a.unit},
            {"median", a.spread.median},
            {"min", a.spread.min},
            {"max", a.spread.max},
            {"per_run", a.per_run}};
     if (a.spread.ci95) s["ci95"] = json::array({a.spread.ci95->lo, a.spread.ci95->hi});
+    if (k < stability.metrics.size()) {
+      s["cv"] = stability.metrics[k].cv;
+      s["unstable"] = stability.metrics[k].unstable;
+    }
     spread[a.key] = std::move(s);
   }
   j["spread"] = std::move(spread);
+  j["stability"] = json(stability_json(stability));
   j["memory"] = json(r.memory);
   j["energy"] = json(r.energy);
   j["engine"] = json(r.engine);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "report/report.h"
+#include "report/stability.h"
 
 namespace ib {
 namespace {
@@ -60,6 +61,26 @@ std::string summary_csv(const BenchmarkReport& r) {
     for (const auto& a : r.aggregate) out.append(",").append(csv_value(a, a.spread.median));
     out += "\n";
   }
+  // Stability: the coefficient of variation (2+ runs), 1 where above --cv-threshold, and the
+  // bootstrap 95% CI of the median (5+ runs).
+  const Stability stability = stability_of(r);
+  if (!stability.metrics.empty()) {
+    out += "cv";
+    for (const auto& m : stability.metrics) out += fmt::format(",{:.4f}", m.cv);
+    out += "\nunstable";
+    for (const auto& m : stability.metrics) out += m.unstable ? ",1" : ",0";
+    out += "\n";
+  }
+  if (!r.aggregate.empty() && r.aggregate.front().spread.ci95) {
+    for (const bool lo : {true, false}) {
+      out += lo ? "ci95_lo" : "ci95_hi";
+      for (const auto& a : r.aggregate) {
+        const double v = a.spread.ci95 ? (lo ? a.spread.ci95->lo : a.spread.ci95->hi) : 0.0;
+        out.append(",").append(csv_value(a, v));
+      }
+      out += "\n";
+    }
+  }
   return out;
 }
 
@@ -76,12 +97,31 @@ std::string markdown_summary(const BenchmarkReport& r) {
   std::string out = fmt::format("### inferbench: {} on {} ({}, {} prompts, {})\n\n", r.model_id,
                                 r.backend, r.load_description, r.num_prompts, status);
   if (rows.empty()) return out + "No request finished.\n";
-  out += "| metric | median | min | max | unit |\n";
-  out += "| --- | ---: | ---: | ---: | --- |\n";
-  for (const auto& a : rows) {
+  const Stability stability = stability_of(r);
+  const bool cv = !stability.metrics.empty() && rows.size() == stability.metrics.size();
+  out += cv ? "| metric | median | min | max | unit | CV |\n"
+            : "| metric | median | min | max | unit |\n";
+  out +=
+      cv ? "| --- | ---: | ---: | ---: | --- | ---: |\n" : "| --- | ---: | ---: | ---: | --- |\n";
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const auto& a = rows[k];
     if (!shown(a, r.percentile_metrics)) continue;
-    out += fmt::format("| {} | {} | {} | {} | {} |\n", a.label, md_value(a, a.spread.median),
+    out += fmt::format("| {} | {} | {} | {} | {} |", a.label, md_value(a, a.spread.median),
                        md_value(a, a.spread.min), md_value(a, a.spread.max), a.unit);
+    if (cv) {
+      const auto& m = stability.metrics[k];
+      out += fmt::format(" {:.1f}%{} |", 100.0 * m.cv, m.unstable ? " (!)" : "");
+    }
+    out += "\n";
+  }
+  if (cv) {
+    Stability visible = stability;  // the warning names the rows of this table
+    visible.metrics.clear();
+    for (size_t k = 0; k < rows.size(); ++k) {
+      if (shown(rows[k], r.percentile_metrics)) visible.metrics.push_back(stability.metrics[k]);
+    }
+    const std::string warning = stability_warning(visible);
+    if (!warning.empty()) out += "\n" + warning + "\n";
   }
   for (const auto& line : r.footnotes) out.append("\n").append(line).append("\n");
   return out;

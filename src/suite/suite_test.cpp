@@ -1,0 +1,219 @@
+#include "suite/suite.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/fs.h"
+
+namespace ib {
+namespace {
+
+using nlohmann::json;
+using Args = std::vector<std::string>;
+
+TEST(SuiteSpec, ExpandsModelsTimesDtypesTimesWorkloadsOverDefaults) {
+  const auto spec = parse_suite_yaml(R"(
+name: demo
+defaults: {device: cpu, runs: 2, num_prompts: 4, disable_telemetry: true}
+entries:
+  - model: tiny-15m
+  - models: [tiny-15m, tiny-60m]
+    dtypes: [fp32, auto]
+    runs: 1
+    workloads:
+      - {name: short, input_len: 8, output_len: 4}
+      - {name: long, input_len: 64}
+)",
+                                     "demo.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_EQ(spec->name, "demo");
+  ASSERT_EQ(spec->entries.size(), 1u + 2 * 2 * 2);
+  EXPECT_EQ(spec->entries[0].name, "tiny-15m");
+  EXPECT_EQ(spec->entries[0].args, (Args{"--device", "cpu", "--runs", "2", "--num-prompts", "4",
+                                         "--disable-telemetry", "--model", "tiny-15m"}));
+  const SuiteEntry& e = spec->entries[1];
+  EXPECT_EQ(e.name, "tiny-15m-short-fp32");
+  EXPECT_EQ(e.model, "tiny-15m");
+  EXPECT_EQ(e.dtype, "fp32");
+  EXPECT_EQ(e.workload, "short");
+  // Entry flags override defaults in place; the workload's follow; model and dtype last.
+  EXPECT_EQ(e.args, (Args{"--device", "cpu", "--runs", "1", "--num-prompts", "4",
+                          "--disable-telemetry", "--input-len", "8", "--output-len", "4", "--model",
+                          "tiny-15m", "--dtype", "fp32"}));
+  EXPECT_EQ(spec->entries[4].name, "tiny-15m-long-auto");
+  EXPECT_EQ(spec->entries.back().name, "tiny-60m-long-auto");
+  EXPECT_FALSE(spec->entries[0].allow_failure);
+  const auto lenient = parse_suite_yaml(
+      "defaults: {allow_failure: true}\nentries:\n  - model: a\n"
+      "  - {model: b, allow_failure: false}\n",
+      "l.yaml");
+  ASSERT_TRUE(lenient.ok()) << lenient.error().message;
+  EXPECT_TRUE(lenient->entries[0].allow_failure);
+  EXPECT_FALSE(lenient->entries[1].allow_failure);
+  EXPECT_EQ(lenient->entries[0].args, (Args{"--model", "a"}));  // not a run flag
+}
+
+TEST(SuiteSpec, FalseOmitsAFlagAndNamedEntriesKeepTheirName) {
+  const auto spec = parse_suite_yaml(R"(
+defaults: {disable_telemetry: true, model: tiny-15m}
+entries:
+  - {name: with-telemetry, disable_telemetry: false}
+)",
+                                     "x.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  ASSERT_EQ(spec->entries.size(), 1u);
+  EXPECT_EQ(spec->name, "x");
+  EXPECT_EQ(spec->entries[0].name, "with-telemetry");
+  EXPECT_EQ(spec->entries[0].args, (Args{"--model", "tiny-15m"}));
+}
+
+TEST(SuiteSpec, BadFilesAreUserErrorsNamingTheProblem) {
+  struct Case {
+    std::string yaml;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"entries: [", "not valid YAML"},
+      {"name: x\n", "'entries' list"},
+      {"entries: []\n", "empty"},
+      {"entries:\n  - {runs: 2}\n", "entry 1: no model"},
+      {"entries:\n  - {model: a, models: [b]}\n", "not both"},
+      {"entries:\n  - {model: a, result_dir: /tmp/x}\n", "set by the suite"},
+      {"entries:\n  - {model: a, runs: [1, 2]}\n", "single value"},
+      {"entries:\n  - model: a\n  - model: a\n", "names collide (a)"},
+      {"entry: []\nentries: [{model: a}]\n", "unknown top-level key 'entry'"},
+  };
+  for (const auto& c : cases) {
+    const auto spec = parse_suite_yaml(c.yaml, "bad.yaml");
+    ASSERT_FALSE(spec.ok()) << c.yaml;
+    EXPECT_EQ(spec.error().kind, ErrorKind::kUser);
+    EXPECT_NE(spec.error().message.find(c.expect), std::string::npos) << spec.error().message;
+  }
+}
+
+TEST(SuiteSpec, ModelListKeepsListedModelsAndRefusesUnknownOnes) {
+  const auto spec = parse_suite_yaml("entries:\n  - models: [m1, m2, m3]\n", "s.yaml");
+  ASSERT_TRUE(spec.ok());
+  const auto some = select_models(spec->entries, "m3,m1");
+  ASSERT_TRUE(some.ok());
+  ASSERT_EQ(some->size(), 2u);
+  EXPECT_EQ((*some)[0].model, "m1");  // file order
+  EXPECT_EQ((*some)[1].model, "m3");
+  const auto bad = select_models(spec->entries, "m1,nope");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("nope not in the suite; its models are: m1, m2, m3"),
+            std::string::npos)
+      << bad.error().message;
+}
+
+TEST(SuiteSpec, OverrideReplacesAFlagInEveryEntry) {
+  auto spec = parse_suite_yaml(
+      "defaults: {runs: 3, disable_telemetry: true}\nentries:\n  - models: [m1, m2]\n", "s.yaml");
+  ASSERT_TRUE(spec.ok());
+  auto entries = spec->entries;
+  ASSERT_TRUE(apply_override(entries, "runs=1").ok());
+  ASSERT_TRUE(apply_override(entries, "disable_telemetry=").ok());
+  ASSERT_TRUE(apply_override(entries, "num_prompts=16").ok());
+  for (const auto& e : entries) {
+    EXPECT_EQ(e.args, (Args{"--model", e.model, "--runs", "1", "--disable-telemetry",
+                            "--num-prompts", "16"}));
+  }
+  EXPECT_FALSE(apply_override(entries, "runs").ok());
+  EXPECT_FALSE(apply_override(entries, "result_dir=/tmp/x").ok());
+}
+
+TEST(SuiteState, RoundTripsAndSkipsOnlyEntriesFinishedWithTheSameArgs) {
+  const auto dir = std::filesystem::temp_directory_path() / "ib_suite_state_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  SuiteEntry a{"a", "m", "", "", {"--model", "m"}};
+  SuiteEntry b{"b", "m", "", "", {"--model", "m", "--runs", "1"}};
+  SuiteState state("demo");
+  state.record("a", {"ok", "", a.args, 1.5});
+  state.record("b", {"failed", "out of memory", b.args, 0.5});
+  ASSERT_TRUE(state.save(dir).ok());
+  const auto loaded = SuiteState::load(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->suite_name(), "demo");
+  EXPECT_TRUE(loaded->done(a));
+  EXPECT_TRUE(loaded->done(b));
+  EXPECT_EQ(loaded->find("b")->error, "out of memory");
+  b.args.back() = "2";  // the suite file changed: rerun
+  EXPECT_FALSE(loaded->done(b));
+  EXPECT_FALSE(loaded->done(SuiteEntry{"c", "m", "", "", {}}));
+  ASSERT_TRUE(write_file_atomic(dir / kSuiteStateJson, "{\"entries\": 3}").ok());
+  EXPECT_FALSE(SuiteState::load(dir).ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
+  const SuiteEntry slow{"slow", "m-slow", "", "", {}};
+  const SuiteEntry fast{"fast", "m-fast", "bf16", "", {}};
+  const SuiteEntry broken{"broken", "m-big", "", "", {}};
+  const EntryState ok{"ok", "", {}, 1};
+  const EntryState failed{"failed", "CUDA out of memory", {}, 1};
+  const json slow_result = {
+      {"output_throughput", 100.0},
+      {"median_ttft_ms", 5.0},
+      {"p99_ttft_ms", 9.0},
+      {"config", {{"dtype", "fp32"}}},
+      {"memory", {{"peaks", {{"rss_bytes", 2147483648.0}}}}},
+      {"energy", {{"available", false}}},
+      {"engine",
+       {{"performance",
+         {{"copy_ceiling_bytes_per_s", 0.0}, {"decode", {{"fraction_of_copy_ceiling", 0.0}}}}}}}};
+  const json fast_result = {
+      {"output_throughput", 250.5},
+      {"median_ttft_ms", 2.0},
+      {"p99_ttft_ms", 3.0},
+      {"memory", {{"peaks", {{"gpus_used_bytes", 1073741824.0}, {"rss_bytes", 1.0}}}}},
+      {"energy", {{"available", true}, {"output_tokens_per_joule", 4.25}}},
+      {"engine",
+       {{"performance",
+         {{"copy_ceiling_bytes_per_s", 4e12}, {"decode", {{"fraction_of_copy_ceiling", 0.8}}}}}}},
+      {"stability", {{"cv_threshold", 0.05}, {"unstable_metrics", {"output_throughput"}}}}};
+  std::vector<LeaderboardRow> rows = {
+      leaderboard_row(slow, &ok, slow_result, 15'000'000),  // CPU: no copy ceiling
+      leaderboard_row(broken, &failed, nullptr, 70'000'000'000),
+      leaderboard_row(fast, &ok, fast_result, 8'000'000'000),
+      leaderboard_row(SuiteEntry{"later", "m", "", "", {}}, nullptr, nullptr, 0)};
+  rank_rows(rows);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].entry, "fast");
+  EXPECT_EQ(rows[1].entry, "slow");
+  EXPECT_EQ(rows[2].entry, "broken");
+  EXPECT_EQ(rows[3].status, "pending");
+  EXPECT_EQ(rows[0].peak_source, "gpu");
+  EXPECT_DOUBLE_EQ(*rows[0].peak_gib, 1.0);
+  EXPECT_DOUBLE_EQ(*rows[1].peak_gib, 2.0);
+  EXPECT_EQ(rows[1].precision, "fp32");
+  EXPECT_FALSE(rows[1].tokens_per_joule.has_value());
+  EXPECT_FALSE(rows[1].bandwidth_share.has_value());
+  EXPECT_EQ(rows[0].status, "ok, unstable (CV > 5%: output_throughput)");
+
+  const std::string md = leaderboard_markdown(rows, "demo");
+  EXPECT_NE(md.find("| 1 | fast | m-fast | 8.00B | bf16 | 250.5 | 2.00 | 3.00 | 1.00 (gpu) | 4.25 "
+                    "| 80.0% |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 2 | slow | m-slow | 15.0M | fp32 | 100.0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| - | broken | m-big | 70.00B |  |  |  |  |  |  |  | failed: CUDA out of "
+                    "memory |"),
+            std::string::npos)
+      << md;
+  const std::string csv = leaderboard_csv(rows);
+  EXPECT_NE(csv.find("\n1,fast,m-fast,8000000000,bf16,250.5,2,3,1,gpu,4.25,0.8,"),
+            std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find("\n,broken,m-big,70000000000,,,,,,,,,failed: CUDA out of memory\n"),
+            std::string::npos)
+      << csv;
+  const std::string html = leaderboard_html(rows, "demo <1>", "<svg id=\"h\"></svg>");
+  EXPECT_NE(html.find("<h1>demo &lt;1&gt;</h1>"), std::string::npos);
+  EXPECT_NE(html.find("<tr class=\"failed\">"), std::string::npos);
+  EXPECT_NE(html.find("<svg id=\"h\"></svg>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ib
