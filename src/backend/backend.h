@@ -193,6 +193,9 @@ class Backend {
   // fault seen at a synchronization), naming the op; once set, later ops are skipped. Ok while
   // every op succeeded.
   virtual Status device_status() const { return Ok{}; }
+  // Whether the attention op runs this shape here (CUDA kernels cover head_dim 64, 96, 128);
+  // a user error naming the limit otherwise, checked before any weight is loaded.
+  virtual Status supports_attention(const AttentionShape& /*shape*/) const { return Ok{}; }
 
  protected:
   virtual Result<void*> raw_alloc(size_t bytes) = 0;

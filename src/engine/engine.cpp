@@ -228,6 +228,11 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   IB_TRY(model.validate());
   IB_TRY(model.check_supported());
   IB_TRY(validate(config));
+  AttentionShape shape;
+  shape.num_heads = model.num_heads;
+  shape.num_kv_heads = model.num_kv_heads;
+  shape.head_dim = model.head_dim;
+  IB_TRY(backend.supports_attention(shape));
   IB_ASSIGN_OR_RETURN(ModelWeights w, load_weights(model, weights, backend));
   return create_engine_with_weights(model, std::move(w), config, backend);
 }

@@ -199,6 +199,26 @@ TEST(CudaEngineSetup, RefusesWeightsLargerThanTheDeviceBeforeAllocating) {
   EXPECT_EQ((*gpu)->memory().snapshot().allocated_bytes, before);
 }
 
+TEST(CudaEngineSetup, HeadDimOutsideTheKernelsIsAUserErrorBeforeLoading) {
+  IB_REQUIRE_CUDA();
+  BackendOptions bo;
+  bo.device = "cuda";
+  bo.dtype = DType::kBF16;
+  auto gpu = create_backend(bo);
+  ASSERT_TRUE(gpu.ok());
+  auto tiny = resolve_model("tiny-15m");
+  ASSERT_TRUE(tiny.ok());
+  ASSERT_NE(tiny->head_dim % 32, 0);  // not 64, 96 or 128
+  const int64_t before = (*gpu)->memory().snapshot().allocated_bytes;
+  WeightOptions w;
+  w.format = LoadFormat::kDummy;
+  auto engine = create_engine(*tiny, w, EngineConfig{}, **gpu);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.error().kind, ErrorKind::kUser);
+  EXPECT_NE(engine.error().message.find("head_dim"), std::string::npos) << engine.error().message;
+  EXPECT_EQ((*gpu)->memory().snapshot().allocated_bytes, before);
+}
+
 TEST(CudaEngineSetup, BadDeviceIndexIsAUserError) {
   IB_REQUIRE_CUDA();
   BackendOptions bo;

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "backend/cuda/detail/check.h"
@@ -141,6 +142,13 @@ void CudaBackend::record_failure(const std::string& message) {
         " (an asynchronous fault raised by an earlier op; rerun with IB_CUDA_DEBUG_SYNC=1 to name "
         "it)";
   }
+}
+
+Status CudaBackend::supports_attention(const AttentionShape& shape) const {
+  if (split_kv_supports(shape)) return Ok{};
+  return user_error("head_dim " + std::to_string(shape.head_dim) +
+                    " is not supported by the CUDA attention kernels (64, 96 or 128); run this "
+                    "model with --device cpu");
 }
 
 Status CudaBackend::device_status() const {

@@ -66,6 +66,7 @@ class CudaBackend final : public Backend {
   std::optional<int64_t> timer_elapsed_ns() override;
   double copy_ceiling_bytes_per_s() const override { return copy_ceiling_bytes_per_s_; }
   Status device_status() const override;
+  Status supports_attention(const AttentionShape& shape) const override;
 
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
