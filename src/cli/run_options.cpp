@@ -332,8 +332,8 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
         std::min(n.engine.cpu_kv_cache_bytes, workload_kv_bytes(p.requests, r, f, p.model, dtype));
   }
   if (f.kv_cache_growth != "preallocated" && f.kv_cache_growth != "on-demand") {
-    return user_error(fmt::format("--kv-cache-growth {}: use preallocated or on-demand",
-                                  f.kv_cache_growth));
+    return user_error(
+        fmt::format("--kv-cache-growth {}: use preallocated or on-demand", f.kv_cache_growth));
   }
   n.engine.kv_growth =
       f.kv_cache_growth == "on-demand" ? KvGrowth::kOnDemand : KvGrowth::kPreallocated;
@@ -392,8 +392,9 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
       {"max_graph_batch", f.max_graph_batch},
       {"max_graph_context", f.max_graph_context},
       {"kv_cache_memory_bytes", n.engine.cpu_kv_cache_bytes},
-      {"memory_limit_bytes", n.backend.memory_limit_bytes ? nlohmann::json(*n.backend.memory_limit_bytes)
-                                                          : nlohmann::json(nullptr)},
+      {"memory_limit_bytes", n.backend.memory_limit_bytes
+                                 ? nlohmann::json(*n.backend.memory_limit_bytes)
+                                 : nlohmann::json(nullptr)},
       {"kv_cache_growth", f.kv_cache_growth},
       {"num_threads", f.num_threads},
       {"temperature", f.temperature},

@@ -36,8 +36,8 @@ Result<std::vector<int>> parse_list(const std::string& text, const char* flag) {
     char* end = nullptr;
     const long v = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || v <= 0 || v > (1 << 24)) {
-      return user_error(fmt::format("{} {}: write positive integers separated by commas", flag,
-                                    text));
+      return user_error(
+          fmt::format("{} {}: write positive integers separated by commas", flag, text));
     }
     out.push_back(static_cast<int>(v));
   }
@@ -118,8 +118,8 @@ Result<json> estimate(const SweepFlags& s, const std::vector<Cell>& cells,
   spec.engine.use_graphs = false;
   spec.engine.max_num_seqs = 1;
   spec.engine.kv_growth = KvGrowth::kPreallocated;
-  spec.input_len = std::min(*std::max_element(lens.begin(), lens.end()),
-                            n.model.max_position_embeddings - 8);
+  spec.input_len =
+      std::min(*std::max_element(lens.begin(), lens.end()), n.model.max_position_embeddings - 8);
   spec.engine.max_model_len = spec.input_len + 4;
   spec.engine.cpu_kv_cache_bytes = int64_t{1} << 30;
   spec.steps = 4;
@@ -162,8 +162,9 @@ Result<int> run_find_oom(const SweepFlags& s, const RunPlan& plan, const std::ve
                          const fs::path& dir, const std::atomic<bool>& stop) {
   const NativeTargetOptions& n = plan.target.native;
   if (s.device == "cpu" && !n.backend.memory_limit_bytes) {
-    return user_error("--find-oom on the CPU needs --memory-limit (e.g. 512MiB): host memory "
-                      "would otherwise be the limit");
+    return user_error(
+        "--find-oom on the CPU needs --memory-limit (e.g. 512MiB): host memory "
+        "would otherwise be the limit");
   }
   IB_ASSIGN_OR_RETURN(auto backend, create_backend(n.backend));
   detail::OomSearchOptions o;
@@ -252,17 +253,18 @@ Result<int> execute_sweep(const SweepFlags& s, const PluginRegistry& registry,
 
   json grid = json{{"model", s.model}, {"cells", json::array()}};
   if (fs::exists(dir / "grid.json") && !s.resume && !s.overwrite) {
-    return user_error(fmt::format("{} already holds a grid; add --resume to continue it or "
-                                  "--overwrite to start over",
-                                  dir.string()));
+    return user_error(
+        fmt::format("{} already holds a grid; add --resume to continue it or "
+                    "--overwrite to start over",
+                    dir.string()));
   }
   json previous = json::array();
   if (s.resume && fs::exists(dir / "grid.json")) {
     IB_ASSIGN_OR_RETURN(const std::string text, read_file(dir / "grid.json"));
     const json old = json::parse(text, nullptr, false);
     if (old.is_discarded() || !old.contains("cells")) {
-      return user_error(fmt::format("{}/grid.json is not a grid; remove it or drop --resume",
-                                    dir.string()));
+      return user_error(
+          fmt::format("{}/grid.json is not a grid; remove it or drop --resume", dir.string()));
     }
     previous = old["cells"];
   }
@@ -296,12 +298,18 @@ Result<int> execute_sweep(const SweepFlags& s, const PluginRegistry& registry,
           todo.size(), human_s(e), est["method"].get<std::string>(), s.max_duration));
     }
   }
-  grid["config"] = json{{"batch_sizes", batches},    {"input_lens", lens},
-                        {"output_len", s.output_len}, {"input_len_dist", s.input_len_dist},
-                        {"num_prompts", s.num_prompts}, {"runs", s.runs},
-                        {"device", s.device},         {"dtype", s.dtype},
-                        {"memory_limit", s.memory_limit}, {"kv_cache_growth", s.kv_cache_growth},
-                        {"max_duration", s.max_duration}, {"seed", s.seed}};
+  grid["config"] = json{{"batch_sizes", batches},
+                        {"input_lens", lens},
+                        {"output_len", s.output_len},
+                        {"input_len_dist", s.input_len_dist},
+                        {"num_prompts", s.num_prompts},
+                        {"runs", s.runs},
+                        {"device", s.device},
+                        {"dtype", s.dtype},
+                        {"memory_limit", s.memory_limit},
+                        {"kv_cache_growth", s.kv_cache_growth},
+                        {"max_duration", s.max_duration},
+                        {"seed", s.seed}};
   grid["env"] = environment_fingerprint();
   grid["estimate"] = est;
   IB_TRY(write_outputs(dir, grid, batches, lens));
@@ -316,8 +324,9 @@ Result<int> execute_sweep(const SweepFlags& s, const PluginRegistry& registry,
     }
     const double elapsed = static_cast<double>(now_ns() - t0) * 1e-9;
     const std::string eta =
-        done > 0 ? human_s(elapsed / done * static_cast<double>(todo.size() - static_cast<size_t>(done)))
-                 : "?";
+        done > 0
+            ? human_s(elapsed / done * static_cast<double>(todo.size() - static_cast<size_t>(done)))
+            : "?";
     std::fprintf(stderr, "inferbench: sweep cell %d/%zu (batch %d, input %d), ETA %s\n", done + 1,
                  todo.size(), c->batch, c->input_len, eta.c_str());
     std::ostringstream cell_out;  // each cell's own table goes to its result directory only
@@ -358,8 +367,8 @@ Result<int> execute_sweep(const SweepFlags& s, const PluginRegistry& registry,
     const auto maps = detail::grid_heatmaps(grid["cells"], batches, lens);
     IB_TRY(write_file_atomic(
         dir / "report.html",
-        grid_report_html("Sweep: " + s.model, fmt::format("{} on {}, output {} tokens", s.model,
-                                                          s.device, s.output_len),
+        grid_report_html("Sweep: " + s.model,
+                         fmt::format("{} on {}, output {} tokens", s.model, s.device, s.output_len),
                          maps, grid["cells"], *plotly)));
   } else {
     std::fprintf(stderr, "inferbench: report.html not written: %s\n",

@@ -213,8 +213,7 @@ class EngineImpl final : public Engine {
     const int chunk = std::max(min_growth_blocks_, current / 2);
     const int wanted = std::min(capacity_blocks_, current + std::max(missing, chunk));
     detail::KvCache& kv = runner_->kv_cache();
-    Status st =
-        detail::grow_kv_cache(kv, model_, wanted, config_.block_size, backend_);
+    Status st = detail::grow_kv_cache(kv, model_, wanted, config_.block_size, backend_);
     int grown_to = wanted;
     if (!st.ok() && wanted > current + missing) {
       grown_to = current + missing;

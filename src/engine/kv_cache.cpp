@@ -2,8 +2,8 @@
 #include "engine/detail/kv_cache.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstddef>
+#include <cstdio>
 #include <string>
 
 namespace ib::detail {

@@ -34,11 +34,16 @@ std::string colour(double x) {
 std::string esc(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
   }
   return out;
 }
@@ -92,9 +97,9 @@ std::string grid_heatmap_svg(const GridHeatmap& h) {
           x, y, kCell, kCell, fill, esc(h.row_labels[static_cast<size_t>(r)]),
           esc(h.col_labels[static_cast<size_t>(c)]), oom ? "OOM" : short_number(v), esc(h.unit));
       const std::string label = oom ? "OOM" : short_number(v);
-      s += fmt::format(
-          "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{}\">{}</text>\n",
-          x + kCell / 2, y + kCell / 2 + 4, oom || frac > 0.6 ? "black" : "white", label);
+      s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{}\">{}</text>\n",
+                       x + kCell / 2, y + kCell / 2 + 4, oom || frac > 0.6 ? "black" : "white",
+                       label);
     }
     s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLeft - 8,
                      kTop + r * kCell + kCell / 2 + 4, esc(h.row_labels[static_cast<size_t>(r)]));
@@ -143,8 +148,8 @@ std::string line_chart_svg(const std::string& title, const std::string& x_label,
     s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", kLeft - 6,
                      py(yv) + 4, short_number(yv));
   }
-  s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                   kLeft + pw / 2, kH - 10, esc(x_label));
+  s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", kLeft + pw / 2,
+                   kH - 10, esc(x_label));
   s += fmt::format(
       "<text x=\"16\" y=\"{:.1f}\" transform=\"rotate(-90 16 {:.1f})\" "
       "text-anchor=\"middle\">{}</text>\n",

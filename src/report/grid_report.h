@@ -11,10 +11,10 @@
 namespace ib {
 
 struct GridHeatmap {
-  std::string title;                    // "Output throughput"
-  std::string unit;                     // "tok/s"
-  std::vector<std::string> row_labels;  // (rows): batch sizes, top to bottom
-  std::vector<std::string> col_labels;  // (cols): input lengths, left to right
+  std::string title;                        // "Output throughput"
+  std::string unit;                         // "tok/s"
+  std::vector<std::string> row_labels;      // (rows): batch sizes, top to bottom
+  std::vector<std::string> col_labels;      // (cols): input lengths, left to right
   std::vector<std::vector<double>> values;  // (rows, cols); NaN: no value (not run)
   std::vector<std::vector<bool>> oom;       // (rows, cols): drawn hatched, labelled "OOM"
 };
@@ -32,7 +32,7 @@ std::string line_chart_svg(const std::string& title, const std::string& x_label,
 
 // cells: the grid's cell objects (grid.json "cells"), shown as a table.
 std::string grid_report_html(const std::string& title, const std::string& subtitle,
-                             const std::vector<GridHeatmap>& heatmaps,
-                             const nlohmann::json& cells, const std::string& plotly_js);
+                             const std::vector<GridHeatmap>& heatmaps, const nlohmann::json& cells,
+                             const std::string& plotly_js);
 
 }  // namespace ib

@@ -63,8 +63,8 @@ json describe(const Engine& engine, Backend& backend, const NativeTargetOptions&
         {"cuda_graphs", e.use_graphs && backend.supports_graphs()},
         {"max_graph_batch", e.max_graph_batch},
         {"max_graph_context", e.max_graph_context},
-        {"memory_limit_bytes", o.backend.memory_limit_bytes ? json(*o.backend.memory_limit_bytes)
-                                                            : json(nullptr)},
+        {"memory_limit_bytes",
+         o.backend.memory_limit_bytes ? json(*o.backend.memory_limit_bytes) : json(nullptr)},
         {"kv_growth", kv_growth_name(e.kv_growth)},
         {"kv_blocks_capacity", s.kv_blocks_capacity},
         {"kv_growths", s.kv_growths}}},

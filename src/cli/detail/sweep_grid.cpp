@@ -14,13 +14,31 @@ using nlohmann::json;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // Columns of grid.csv, in order (also the keys of a cell).
-const std::vector<std::string> kColumns = {
-    "batch_size",     "input_len",      "status",         "output_throughput",
-    "total_token_throughput", "p50_ttft_ms", "p95_ttft_ms", "p99_ttft_ms",
-    "p50_tpot_ms",    "p95_tpot_ms",    "p99_tpot_ms",    "step_p50_ms",
-    "step_p95_ms",    "step_jitter_ms", "peak_allocated_bytes", "nvml_peak_used_bytes",
-    "fragmentation",  "oom",            "steps_before_oom", "preemptions",
-    "first_preemption_step", "completed", "failed", "result_dir", "message"};
+const std::vector<std::string> kColumns = {"batch_size",
+                                           "input_len",
+                                           "status",
+                                           "output_throughput",
+                                           "total_token_throughput",
+                                           "p50_ttft_ms",
+                                           "p95_ttft_ms",
+                                           "p99_ttft_ms",
+                                           "p50_tpot_ms",
+                                           "p95_tpot_ms",
+                                           "p99_tpot_ms",
+                                           "step_p50_ms",
+                                           "step_p95_ms",
+                                           "step_jitter_ms",
+                                           "peak_allocated_bytes",
+                                           "nvml_peak_used_bytes",
+                                           "fragmentation",
+                                           "oom",
+                                           "steps_before_oom",
+                                           "preemptions",
+                                           "first_preemption_step",
+                                           "completed",
+                                           "failed",
+                                           "result_dir",
+                                           "message"};
 
 json number_at(const json& j, std::initializer_list<const char*> path) {
   const json* p = &j;
@@ -45,9 +63,9 @@ json pending_cell(int batch, int input_len) {
 
 json cell_from_result(int batch, int input_len, const json& r) {
   json c = pending_cell(batch, input_len);
-  for (const char* k : {"output_throughput", "total_token_throughput", "p50_ttft_ms",
-                        "p95_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p95_tpot_ms",
-                        "p99_tpot_ms", "completed", "failed"}) {
+  for (const char* k :
+       {"output_throughput", "total_token_throughput", "p50_ttft_ms", "p95_ttft_ms", "p99_ttft_ms",
+        "p50_tpot_ms", "p95_tpot_ms", "p99_tpot_ms", "completed", "failed"}) {
     c[k] = number_at(r, {k});
   }
   const json p50 = number_at(r, {"engine", "performance", "decode", "median_step_ms"});
@@ -63,8 +81,8 @@ json cell_from_result(int batch, int input_len, const json& r) {
   }
   if (r.contains("memory") && r["memory"].contains("peaks")) {
     for (const auto& [k, v] : r["memory"]["peaks"].items()) {
-      if (k.rfind("gpu", 0) == 0 && k.ends_with("_used_bytes") && k.find("process") == std::string::npos &&
-          v.is_number()) {
+      if (k.rfind("gpu", 0) == 0 && k.ends_with("_used_bytes") &&
+          k.find("process") == std::string::npos && v.is_number()) {
         c["nvml_peak_used_bytes"] = v;
         break;
       }
@@ -72,7 +90,8 @@ json cell_from_result(int batch, int input_len, const json& r) {
   }
   c["fragmentation"] =
       number_at(r, {"memory", "allocations", "external_fragmentation_max_over_steps"});
-  const json oom = r.contains("engine") && r["engine"].contains("oom") ? r["engine"]["oom"] : json();
+  const json oom =
+      r.contains("engine") && r["engine"].contains("oom") ? r["engine"]["oom"] : json();
   const bool is_oom = oom.is_object() && oom.value("oom", false);
   c["oom"] = is_oom;
   if (oom.is_object()) {
@@ -125,12 +144,12 @@ std::string grid_markdown(const json& cells) {
       "p50/p95/p99 ms | step jitter ms | peak GiB | frag | OOM (steps before) | preempt |\n"
       "|---:|---:|---|---:|---:|---|---|---:|---:|---:|---|---:|\n";
   for (const auto& c : cells) {
-    const std::string peak = c["peak_allocated_bytes"].is_number()
-                                 ? fmt::format("{:.3f}", c["peak_allocated_bytes"].get<double>() / kGiB)
-                                 : "-";
-    const std::string oom = c["oom"].get<bool>()
-                                ? fmt::format("yes ({})", f(c["steps_before_oom"], "{:.0f}"))
-                                : "no";
+    const std::string peak =
+        c["peak_allocated_bytes"].is_number()
+            ? fmt::format("{:.3f}", c["peak_allocated_bytes"].get<double>() / kGiB)
+            : "-";
+    const std::string oom =
+        c["oom"].get<bool>() ? fmt::format("yes ({})", f(c["steps_before_oom"], "{:.0f}")) : "no";
     s += fmt::format("| {} | {} | {} | {} | {} | {}/{}/{} | {}/{}/{} | {} | {} | {} | {} | {} |\n",
                      c["batch_size"].get<int>(), c["input_len"].get<int>(),
                      c["status"].get<std::string>(), f(c["output_throughput"], "{:.1f}"),

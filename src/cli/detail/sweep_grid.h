@@ -19,8 +19,7 @@ nlohmann::json pending_cell(int batch, int input_len);
 std::string grid_csv(const nlohmann::json& cells);
 std::string grid_markdown(const nlohmann::json& cells);
 // Throughput and peak memory over batch (rows) x input length (columns).
-std::vector<GridHeatmap> grid_heatmaps(const nlohmann::json& cells,
-                                       const std::vector<int>& batches,
+std::vector<GridHeatmap> grid_heatmaps(const nlohmann::json& cells, const std::vector<int>& batches,
                                        const std::vector<int>& input_lens);
 
 }  // namespace ib::detail

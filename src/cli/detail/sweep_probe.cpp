@@ -77,17 +77,17 @@ Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec) {
       Engine& e = **engine;
       const EngineStats start = e.stats();
       r.kv_block_bytes = start.kv_block_bytes;
-      r.engine_fixed_bytes = start.memory.allocated_bytes - baseline -
-                             start.kv_block_bytes * start.kv_blocks_total;
+      r.engine_fixed_bytes =
+          start.memory.allocated_bytes - baseline - start.kv_block_bytes * start.kv_blocks_total;
       for (int i = 0; i < spec.batch; ++i) {
         GenerationRequest q;
         q.id = static_cast<uint64_t>(i);
         q.max_tokens = spec.steps;
         for (int t = 0; t < spec.input_len; ++t) {
-          const uint64_t h = counter_hash(spec.seed, static_cast<uint64_t>(i),
-                                          static_cast<uint64_t>(t));
-          q.prompt_tokens.push_back(static_cast<int32_t>(h % static_cast<uint64_t>(
-                                                                 spec.model.vocab_size)));
+          const uint64_t h =
+              counter_hash(spec.seed, static_cast<uint64_t>(i), static_cast<uint64_t>(t));
+          q.prompt_tokens.push_back(
+              static_cast<int32_t>(h % static_cast<uint64_t>(spec.model.vocab_size)));
         }
         if (Status st = e.add_request(std::move(q)); !st.ok()) {
           r.message = st.error().message;  // the request can never fit the pool
@@ -100,8 +100,10 @@ Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec) {
       while (finished && e.has_unfinished()) {
         IB_ASSIGN_OR_RETURN(const StepOutput out, e.step());
         const double ns = static_cast<double>(out.stats.duration_ns);
-        if (e.stats().steps == 1) r.prefill_s = ns * 1e-9;
-        else decode_ns.push_back(ns);
+        if (e.stats().steps == 1)
+          r.prefill_s = ns * 1e-9;
+        else
+          decode_ns.push_back(ns);
         const EngineStats s = e.stats();
         if (out.stats.oom || (spec.stop_at_preemption && s.preemptions > 0)) {
           finished = false;
@@ -146,8 +148,10 @@ Result<json> find_oom(Backend& backend, const OomSearchOptions& o, const std::at
       IB_ASSIGN_OR_RETURN(const ProbeResult r, run_probe(backend, spec));
       std::fprintf(stderr, "inferbench: find-oom %s batch %d input %d: %s (%lld steps, %.2f GiB)\n",
                    kv_growth_name(growth), r.batch, r.input_len,
-                   r.ok ? "ok" : r.oom ? "oom" : "preempted", static_cast<long long>(r.steps),
-                   static_cast<double>(r.peak_bytes) / kGiB);
+                   r.ok    ? "ok"
+                   : r.oom ? "oom"
+                           : "preempted",
+                   static_cast<long long>(r.steps), static_cast<double>(r.peak_bytes) / kGiB);
       probes.push_back(probe_json(r));
       if (r.engine_fixed_bytes > 0) {
         fixed = r.engine_fixed_bytes;
@@ -205,8 +209,7 @@ std::string oom_markdown(const json& oom) {
   std::string s = fmt::format("# OOM thresholds: {} on {}\n\n", oom["model"].get<std::string>(),
                               oom["device"].get<std::string>());
   if (oom["memory_limit_bytes"].is_number()) {
-    s += fmt::format("Memory limit {:.2f} GiB; ",
-                     oom["memory_limit_bytes"].get<double>() / kGiB);
+    s += fmt::format("Memory limit {:.2f} GiB; ", oom["memory_limit_bytes"].get<double>() / kGiB);
   }
   s += fmt::format("a probe passes when every request of the batch completes {} steps.\n\n",
                    oom["steps"].get<int>());
@@ -216,10 +219,10 @@ std::string oom_markdown(const json& oom) {
     for (const auto& b : m["batch_search"]) {
       std::string probes;
       for (const auto& p : b["probes"]) {
-        probes += fmt::format("{}{}: {} {} {:.3f}", probes.empty() ? "" : "; ",
-                              p["batch"].get<int>(),
-                              p["ok"].get<bool>() ? "ok" : (p["oom"].get<bool>() ? "oom" : "preempt"),
-                              p["steps"].get<int64_t>(), p["peak_bytes"].get<double>() / kGiB);
+        probes +=
+            fmt::format("{}{}: {} {} {:.3f}", probes.empty() ? "" : "; ", p["batch"].get<int>(),
+                        p["ok"].get<bool>() ? "ok" : (p["oom"].get<bool>() ? "oom" : "preempt"),
+                        p["steps"].get<int64_t>(), p["peak_bytes"].get<double>() / kGiB);
       }
       s += fmt::format("| {} | {} | {}{} | {} |\n", m["kv_cache_growth"].get<std::string>(),
                        b["input_len"].get<int>(), b["max_batch"].get<int>(),
@@ -252,8 +255,8 @@ std::string oom_headroom_svg(const json& oom) {
   }
   const double limit =
       oom["memory_limit_bytes"].is_number() ? oom["memory_limit_bytes"].get<double>() / kGiB : 0;
-  return line_chart_svg("Headroom: peak tracked memory vs batch", "batch size", "peak GiB",
-                        series, limit, "memory limit");
+  return line_chart_svg("Headroom: peak tracked memory vs batch", "batch size", "peak GiB", series,
+                        limit, "memory limit");
 }
 
 }  // namespace ib::detail

@@ -16,19 +16,19 @@ namespace ib::detail {
 struct ProbeResult {
   int batch = 0;
   int input_len = 0;
-  bool ok = false;   // every request generated its tokens, no OOM, no preemption
-  bool oom = false;  // on demand: a refused KV growth; at engine creation: nothing fits
-  int64_t steps = 0;             // engine steps completed
+  bool ok = false;    // every request generated its tokens, no OOM, no preemption
+  bool oom = false;   // on demand: a refused KV growth; at engine creation: nothing fits
+  int64_t steps = 0;  // engine steps completed
   int64_t steps_before_oom = -1;
   int64_t preemptions = 0;
   int64_t first_preemption_step = -1;
-  int64_t peak_bytes = 0;         // tracked peak during the probe (weights included)
+  int64_t peak_bytes = 0;          // tracked peak during the probe (weights included)
   int64_t engine_fixed_bytes = 0;  // after creation, without the KV pool: weights + activations
   int64_t kv_block_bytes = 0;
-  int kv_blocks = 0;             // pool size at the end
+  int kv_blocks = 0;  // pool size at the end
   double load_s = 0;
-  double prefill_s = 0;          // first step
-  double decode_step_s = 0;      // median of the later steps
+  double prefill_s = 0;      // first step
+  double decode_step_s = 0;  // median of the later steps
   std::string message;
 };
 
@@ -48,10 +48,10 @@ struct ProbeSpec {
 Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec);
 
 struct OomSearchOptions {
-  ProbeSpec base;                   // model, weights, engine limits, steps, seed
-  std::vector<int> input_lens;      // largest batch per input length
+  ProbeSpec base;               // model, weights, engine limits, steps, seed
+  std::vector<int> input_lens;  // largest batch per input length
   int max_batch = 1024;
-  int context_batch = 0;            // > 0: longest context at this batch
+  int context_batch = 0;  // > 0: longest context at this batch
   bool on_demand_and_preallocated = true;
 };
 
