@@ -30,6 +30,7 @@ json probe_json(const ProbeResult& p) {
                p.first_preemption_step >= 0 ? json(p.first_preemption_step) : json()},
               {"peak_bytes", p.peak_bytes},
               {"kv_blocks", p.kv_blocks},
+              {"max_concurrent", p.concurrent},
               {"message", p.message}};
 }
 
@@ -96,6 +97,7 @@ Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec) {
         }
       }
       std::vector<double> decode_ns;
+      int max_running = 0;
       bool finished = r.message.empty();
       while (finished && e.has_unfinished()) {
         IB_ASSIGN_OR_RETURN(const StepOutput out, e.step());
@@ -105,6 +107,7 @@ Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec) {
         else
           decode_ns.push_back(ns);
         const EngineStats s = e.stats();
+        max_running = std::max(max_running, s.num_running);
         if (out.stats.oom || (spec.stop_at_preemption && s.preemptions > 0)) {
           finished = false;
           break;
@@ -119,7 +122,9 @@ Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec) {
       r.first_preemption_step = s.first_preemption_step;
       r.kv_blocks = s.kv_blocks_total;
       r.peak_bytes = s.memory.peak_allocated_bytes - baseline;
-      r.ok = finished && !s.oom && s.preemptions == 0;
+      // The whole batch must have run at once: a pool that only queues part of it is short too.
+      r.concurrent = max_running;
+      r.ok = finished && !s.oom && s.preemptions == 0 && max_running == spec.batch;
       if (!decode_ns.empty()) r.decode_step_s = median(decode_ns) * 1e-9;
     }
   }  // the engine and everything it allocated are gone here
@@ -139,7 +144,7 @@ Result<json> find_oom(Backend& backend, const OomSearchOptions& o, const std::at
     json mode{{"kv_cache_growth", kv_growth_name(growth)},
               {"criterion", growth == KvGrowth::kOnDemand
                                 ? "largest batch whose KV pool growth is never refused"
-                                : "largest batch that runs without a preemption"},
+                                : "largest batch that runs all at once without a preemption"},
               {"batch_search", json::array()}};
     json fixed = nullptr, block = nullptr;
     auto probe = [&](ProbeSpec spec, json& probes) -> Result<bool> {
@@ -181,7 +186,7 @@ Result<json> find_oom(Backend& backend, const OomSearchOptions& o, const std::at
       ProbeSpec spec = o.base;
       spec.batch = o.context_batch;
       const int cap = o.base.model.max_position_embeddings - spec.steps;
-      spec.engine.max_model_len = o.base.model.max_position_embeddings;
+      spec.engine.max_model_len = 0;  // the model's context, or what a preallocated pool holds
       json probes = json::array();
       IB_ASSIGN_OR_RETURN(const auto found, search(16, cap, [&](int len) {
                             spec.input_len = len;
@@ -192,6 +197,7 @@ Result<json> find_oom(Backend& backend, const OomSearchOptions& o, const std::at
       mode["context_search"] = json{{"batch", o.context_batch},
                                     {"max_input_len", found.first},
                                     {"cap_reached", found.second},
+                                    {"engine_fixed_bytes", fixed},
                                     {"probes", probes}};
     }
     modes.push_back(mode);

@@ -16,7 +16,8 @@ namespace ib::detail {
 struct ProbeResult {
   int batch = 0;
   int input_len = 0;
-  bool ok = false;    // every request generated its tokens, no OOM, no preemption
+  // Every request generated its tokens, all of them in flight at once, no OOM, no preemption.
+  bool ok = false;
   bool oom = false;   // on demand: a refused KV growth; at engine creation: nothing fits
   int64_t steps = 0;  // engine steps completed
   int64_t steps_before_oom = -1;
@@ -25,7 +26,8 @@ struct ProbeResult {
   int64_t peak_bytes = 0;          // tracked peak during the probe (weights included)
   int64_t engine_fixed_bytes = 0;  // after creation, without the KV pool: weights + activations
   int64_t kv_block_bytes = 0;
-  int kv_blocks = 0;  // pool size at the end
+  int kv_blocks = 0;   // pool size at the end
+  int concurrent = 0;  // most requests running at once
   double load_s = 0;
   double prefill_s = 0;      // first step
   double decode_step_s = 0;  // median of the later steps
