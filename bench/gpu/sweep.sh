@@ -9,8 +9,9 @@
 # Writes under $OUT (./gpu-out otherwise): grid/ (grid.csv, grid.json, grid_*.svg, report.html,
 # cells/), oom-24g/ and oom-40g/ (oom.json, oom.md, oom_headroom.svg), sweep.log.
 # Options (environment): IB_JOBS (16), IB_MODEL (llama-3-8b), IB_BATCHES (16,32,64,128),
-# IB_LENS (64,256,512,1024), IB_OUT_LEN (16), IB_OOM_LENS (1024,4096), IB_OOM_STEPS (8),
-# IB_OOM_MAX_BATCH (1024), IB_LIMITS ("24GiB 40GiB"), IB_MAX_DURATION (4m),
+# IB_LENS (64,256,512,1024), IB_OUT_LEN (16), IB_OOM_LENS (1024), IB_OOM_STEPS (8),
+# IB_OOM_MAX_BATCH (1024), IB_OOM_CTX_BATCH (16: the context search's batch), IB_LIMITS
+# ("24GiB 40GiB"), IB_MAX_DURATION (6m: the grid's own bound),
 # IB_SKIP_BUILD=1 (reuse build/h200). A dry run elsewhere: IB_BUILD=build/release IB_SKIP_BUILD=1
 # IB_DEVICE=cpu IB_MODEL=tiny-15m IB_BATCHES=1,4 IB_LENS=16,64 IB_OUT_LEN=4 IB_OOM_LENS=32
 # IB_OOM_MAX_BATCH=64 IB_LIMITS="300MiB 320MiB" bench/gpu/sweep.sh
@@ -25,11 +26,12 @@ DEVICE="${IB_DEVICE:-cuda}"
 BATCHES="${IB_BATCHES:-16,32,64,128}"
 LENS="${IB_LENS:-64,256,512,1024}"
 OUT_LEN="${IB_OUT_LEN:-16}"
-OOM_LENS="${IB_OOM_LENS:-1024,4096}"
+OOM_LENS="${IB_OOM_LENS:-1024}"
 OOM_STEPS="${IB_OOM_STEPS:-8}"
 OOM_MAX_BATCH="${IB_OOM_MAX_BATCH:-1024}"
 LIMITS="${IB_LIMITS:-24GiB 40GiB}"
-MAX_DURATION="${IB_MAX_DURATION:-4m}"
+MAX_DURATION="${IB_MAX_DURATION:-6m}"
+CTX_BATCH="${IB_OOM_CTX_BATCH:-16}"
 IB="$BUILD/bin/inferbench"
 exec > >(tee "$OUT/sweep.log") 2>&1
 
@@ -50,7 +52,7 @@ for limit in $LIMITS; do
   echo "== find-oom: $MODEL under --memory-limit $limit, input $OOM_LENS, $OOM_STEPS steps"
   "$IB" sweep --find-oom --model "$MODEL" --device "$DEVICE" --memory-limit "$limit" \
     --input-lens "$OOM_LENS" --oom-steps "$OOM_STEPS" --oom-max-batch "$OOM_MAX_BATCH" \
-    --find-oom-batch 16 --result-dir "$OUT/oom-${limit,,}"
+    --find-oom-batch "$CTX_BATCH" --result-dir "$OUT/oom-${limit,,}"
   echo "find-oom $limit exit $?"
 done
 ls -la "$OUT"

@@ -100,6 +100,14 @@ json cell_from_result(int batch, int input_len, const json& r) {
     c["first_preemption_step"] = oom["first_preemption_step"];
     if (is_oom) c["message"] = oom["message"];
   }
+  if (c["completed"].is_number() && c["completed"].get<double>() == 0) {
+    // Nothing completed (an OOM before the first request finished): no latency or throughput.
+    for (const char* k : {"output_throughput", "total_token_throughput", "p50_ttft_ms",
+                          "p95_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p95_tpot_ms", "p99_tpot_ms",
+                          "step_p50_ms", "step_p95_ms", "step_jitter_ms"}) {
+      c[k] = nullptr;
+    }
+  }
   c["status"] = is_oom ? "oom" : r.value("interrupted", false) ? "interrupted" : "ok";
   if (!is_oom && c["failed"].is_number() && c["failed"].get<double>() > 0) c["status"] = "error";
   return c;

@@ -108,7 +108,12 @@ Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec) {
           decode_ns.push_back(ns);
         const EngineStats s = e.stats();
         max_running = std::max(max_running, s.num_running);
-        if (out.stats.oom || (spec.stop_at_preemption && s.preemptions > 0)) {
+        // Requests left waiting although the step had token budget to spare: the pool is short
+        // (the rest of the batch would only run after the first finished).
+        const bool queued =
+            s.num_waiting > 0 && out.stats.num_prefill_tokens + out.stats.num_decode_tokens <
+                                     spec.engine.max_num_batched_tokens;
+        if (out.stats.oom || (spec.stop_at_preemption && (s.preemptions > 0 || queued))) {
           finished = false;
           break;
         }
@@ -155,7 +160,7 @@ Result<json> find_oom(Backend& backend, const OomSearchOptions& o, const std::at
                    kv_growth_name(growth), r.batch, r.input_len,
                    r.ok    ? "ok"
                    : r.oom ? "oom"
-                           : "preempted",
+                           : "pool full",
                    static_cast<long long>(r.steps), static_cast<double>(r.peak_bytes) / kGiB);
       probes.push_back(probe_json(r));
       if (r.engine_fixed_bytes > 0) {
@@ -217,8 +222,11 @@ std::string oom_markdown(const json& oom) {
   if (oom["memory_limit_bytes"].is_number()) {
     s += fmt::format("Memory limit {:.2f} GiB; ", oom["memory_limit_bytes"].get<double>() / kGiB);
   }
-  s += fmt::format("a probe passes when every request of the batch completes {} steps.\n\n",
-                   oom["steps"].get<int>());
+  s += fmt::format(
+      "a probe passes when every request of the batch completes {} steps, all in flight at once "
+      "(oom: a KV growth was refused; full: the preallocated pool preempted or queued part of "
+      "the batch).\n\n",
+      oom["steps"].get<int>());
   s += "| KV growth | input len | max batch | probes (batch: result, steps, peak GiB) |\n";
   s += "|---|---|---|---|\n";
   for (const auto& m : oom["modes"]) {
@@ -227,7 +235,7 @@ std::string oom_markdown(const json& oom) {
       for (const auto& p : b["probes"]) {
         probes +=
             fmt::format("{}{}: {} {} {:.3f}", probes.empty() ? "" : "; ", p["batch"].get<int>(),
-                        p["ok"].get<bool>() ? "ok" : (p["oom"].get<bool>() ? "oom" : "preempt"),
+                        p["ok"].get<bool>() ? "ok" : (p["oom"].get<bool>() ? "oom" : "full"),
                         p["steps"].get<int64_t>(), p["peak_bytes"].get<double>() / kGiB);
       }
       s += fmt::format("| {} | {} | {}{} | {} |\n", m["kv_cache_growth"].get<std::string>(),
