@@ -74,7 +74,8 @@ std::string grid_heatmap_svg(const GridHeatmap& h) {
   for (const auto& row : h.values)
     for (double v : row)
       if (std::isfinite(v)) vmax = std::max(vmax, v);
-  const int width = kLeft + cols * kCell + 20;
+  const int title_px = 9 * static_cast<int>(h.title.size() + h.unit.size() + 3);
+  const int width = std::max(kLeft + cols * kCell + 20, kLeft + title_px);
   const int height = kTop + rows * kCell + kBottom;
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
@@ -158,8 +159,7 @@ std::string line_chart_svg(const std::string& title, const std::string& x_label,
     s += fmt::format(
         "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#b00\" "
         "stroke-dasharray=\"6 4\"/><text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#b00\">{}</text>\n",
-        kLeft, py(y_line), kLeft + pw, py(y_line), kLeft + pw + 6, py(y_line) + 4,
-        esc(y_line_label));
+        kLeft, py(y_line), kLeft + pw, py(y_line), kLeft + 6.0, py(y_line) - 6, esc(y_line_label));
   }
   const std::array<const char*, 6> palette = {"#1f77b4", "#ff7f0e", "#2ca02c",
                                               "#9467bd", "#8c564b", "#e377c2"};
