@@ -145,5 +145,45 @@ TEST_F(SweepE2e, FindOomThresholdMatchesKvArithmetic) {
   EXPECT_TRUE(grid["cells"][1]["steps_before_oom"].is_number());
 }
 
+TEST_F(SweepE2e, RunRecordsTheMemoryLimitAndRefusesWhatDoesNotFit) {
+  const fs::path dir = root_ / "run";
+  ASSERT_EQ(run({"run",
+                 "--model",
+                 "tiny-15m",
+                 "--num-prompts",
+                 "2",
+                 "--batch-size",
+                 "2",
+                 "--input-len",
+                 "8",
+                 "--output-len",
+                 "2",
+                 "--runs",
+                 "1",
+                 "--disable-telemetry",
+                 "--memory-limit",
+                 "1GiB",
+                 "--kv-cache-growth",
+                 "on-demand",
+                 "--result-dir",
+                 dir.string()}),
+            0)
+      << err();
+  const json r = read_json(dir / "result.json");
+  EXPECT_EQ(r["config"]["memory_limit_bytes"].get<int64_t>(), int64_t{1} << 30);
+  EXPECT_EQ(r["config"]["kv_cache_growth"], "on-demand");
+  EXPECT_EQ(r["engine"]["engine"]["kv_growth"], "on-demand");
+  EXPECT_FALSE(r["engine"]["oom"]["oom"].get<bool>());
+  EXPECT_LE(r["engine"]["oom"]["peak_allocated_bytes"].get<int64_t>(), int64_t{1} << 30);
+  // The CPU backend honours the cap: 8 MiB cannot hold tiny-15m's weights.
+  EXPECT_EQ(run({"run", "--model", "tiny-15m", "--memory-limit", "8MiB", "--result-dir",
+                 (root_ / "small").string()}),
+            2);
+  EXPECT_NE(err().find("memory limit"), std::string::npos) << err();
+  EXPECT_EQ(
+      run({"run", "--kv-cache-growth", "sometimes", "--result-dir", (root_ / "bad").string()}), 2);
+  EXPECT_NE(err().find("--kv-cache-growth sometimes"), std::string::npos) << err();
+}
+
 }  // namespace
 }  // namespace ib
