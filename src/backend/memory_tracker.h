@@ -55,6 +55,12 @@ class MemoryTracker {
   void on_free(uint64_t address, int64_t bytes, MemoryTag tag);
 
   MemorySnapshot snapshot() const;
+  // Restarts the peaks at the current bytes (per-probe peaks of the OOM search).
+  void reset_peak() {
+    std::lock_guard lock(mu_);
+    s_.peak_allocated_bytes = s_.allocated_bytes;
+    s_.peak_bytes_by_tag = s_.bytes_by_tag;
+  }
   std::vector<MemoryEvent> take_trace();
 
  private:

@@ -12,6 +12,7 @@
 #include "cli/plugins.h"
 #include "cli/serve_command.h"
 #include "cli/suite_commands.h"
+#include "cli/sweep_command.h"
 #include "core/build_info.h"
 #include "model/presets.h"
 #include "telemetry/env.h"
@@ -72,6 +73,14 @@ int run_command(ib::RunFlags flags, const std::string& from,
   return *code;
 }
 
+int sweep_command(const ib::SweepFlags& flags) {
+  ib::InterruptWatcher interrupts;
+  ib::PluginRegistry registry;
+  if (auto st = ib::register_builtin_plugins(registry); !st.ok()) return fail(st.error());
+  auto code = ib::execute_sweep(flags, registry, interrupts.flag());
+  return code.ok() ? *code : fail(code.error());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,6 +103,10 @@ int main(int argc, char** argv) {
   CLI::App* serve = app.add_subcommand(
       "serve", "the engine (or the null model) behind an OpenAI-compatible HTTP API");
   ib::add_serve_flags(*serve, serve_flags);
+  ib::SweepFlags sweep_flags;
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "stress grid (batch sizes x input lengths) or --find-oom thresholds");
+  ib::add_sweep_flags(*sweep, sweep_flags);
   ib::GenerateFlags gen_flags;
   CLI::App* generate = app.add_subcommand(
       "generate", "greedy tokens (and optionally logits) for one prompt of token ids");
@@ -133,6 +146,7 @@ int main(int argc, char** argv) {
     auto code = ib::execute_compare(compare_flags);
     return code.ok() ? *code : fail(code.error());
   }
+  if (sweep->parsed()) return sweep_command(sweep_flags);
   if (serve->parsed()) {
     auto code = ib::execute_serve(serve_flags);
     return code.ok() ? *code : fail(code.error());

@@ -82,6 +82,13 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
       ->capture_default_str();
   app.add_option("--kv-cache-memory", f.kv_cache_memory,
                  "CPU KV-cache budget: bytes or e.g. 2GiB (default 2GiB)");
+  app.add_option("--memory-limit", f.memory_limit,
+                 "cap on the engine's tracked allocations (e.g. 24GiB): emulates a smaller card; "
+                 "beyond it allocations are refused");
+  app.add_option("--kv-cache-growth", f.kv_cache_growth,
+                 "preallocated (the pool is sized at startup) or on-demand (it grows in chunks; a "
+                 "refused growth ends the run marked out of memory)")
+      ->capture_default_str();
   app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();
   app.add_option("--temperature", f.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-p", f.top_p, "nucleus sampling mass")->capture_default_str();

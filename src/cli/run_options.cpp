@@ -332,6 +332,16 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
     n.engine.cpu_kv_cache_bytes =
         std::min(n.engine.cpu_kv_cache_bytes, workload_kv_bytes(p.requests, r, f, p.model, dtype));
   }
+  if (f.kv_cache_growth != "preallocated" && f.kv_cache_growth != "on-demand") {
+    return user_error(
+        fmt::format("--kv-cache-growth {}: use preallocated or on-demand", f.kv_cache_growth));
+  }
+  n.engine.kv_growth =
+      f.kv_cache_growth == "on-demand" ? KvGrowth::kOnDemand : KvGrowth::kPreallocated;
+  if (!f.memory_limit.empty()) {
+    IB_ASSIGN_OR_RETURN(n.backend.memory_limit_bytes,
+                        parse_bytes(f.memory_limit, "--memory-limit"));
+  }
   n.backend.device = f.device;
   n.backend.dtype = dtype;
   n.backend.num_threads = f.num_threads;
@@ -384,6 +394,10 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
       {"max_graph_batch", f.max_graph_batch},
       {"max_graph_context", f.max_graph_context},
       {"kv_cache_memory_bytes", n.engine.cpu_kv_cache_bytes},
+      {"memory_limit_bytes", n.backend.memory_limit_bytes
+                                 ? nlohmann::json(*n.backend.memory_limit_bytes)
+                                 : nlohmann::json(nullptr)},
+      {"kv_cache_growth", f.kv_cache_growth},
       {"num_threads", f.num_threads},
       {"temperature", f.temperature},
       {"top_p", f.top_p},

@@ -62,6 +62,8 @@ struct RunFlags {
   int max_graph_batch = 256;
   int max_graph_context = 8192;
   std::string kv_cache_memory;
+  std::string memory_limit;                      // tracked-allocator cap, e.g. 24GiB; empty: none
+  std::string kv_cache_growth = "preallocated";  // or on-demand
   int num_threads = 0;
   double temperature = 0.0;
   double top_p = 1.0;

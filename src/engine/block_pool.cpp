@@ -26,6 +26,14 @@ bool BlockPool::allocate(int n, std::vector<int32_t>& table) {
   return true;
 }
 
+void BlockPool::grow(int new_num_blocks) {
+  const int old = num_blocks();
+  IB_ASSERT(new_num_blocks >= old, "BlockPool::grow: cannot shrink");
+  in_use_.resize(static_cast<size_t>(new_num_blocks), 0);
+  // On top of the stack, lowest id last, so allocation continues in id order.
+  for (int b = new_num_blocks - 1; b >= old; --b) free_.push_back(b);
+}
+
 void BlockPool::release(std::vector<int32_t>& table) {
   // Pushed in reverse so that a table released and re-allocated gets its blocks back in order.
   for (auto it = table.rbegin(); it != table.rend(); ++it) {

@@ -28,6 +28,10 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
+const char* kv_growth_name(KvGrowth g) {
+  return g == KvGrowth::kOnDemand ? "on-demand" : "preallocated";
+}
+
 namespace {
 
 using detail::Sequence;
@@ -41,11 +45,17 @@ class EngineImpl final : public Engine {
         backend_(backend),
         runner_(std::move(runner)),
         block_bytes_(plan.block_bytes),
-        pool_(plan.num_blocks),
+        capacity_blocks_(plan.num_blocks),
+        min_growth_blocks_(std::max(1, plan.initial_blocks)),
+        pool_(plan.initial_blocks),
         scheduler_(detail::SchedulerConfig{config.block_size, config.max_num_seqs,
                                            config.max_num_batched_tokens, config.batching,
                                            config.static_batch_size},
-                   pool_) {}
+                   pool_) {
+    if (config.kv_growth == KvGrowth::kOnDemand) {
+      scheduler_.set_grow([this](int missing) { return grow_pool(missing); });
+    }
+  }
 
   Status add_request(GenerationRequest request) override {
     const std::string who = "request " + std::to_string(request.id) + ": ";
@@ -63,10 +73,10 @@ class EngineImpl final : public Engine {
                         "; shorten the prompt or the output, or raise --max-model-len");
     }
     // The last generated token is never fed back, so the cache must hold total - 1 tokens.
-    if (scheduler_.blocks_for(static_cast<int>(total - 1)) > pool_.num_blocks()) {
+    if (scheduler_.blocks_for(static_cast<int>(total - 1)) > capacity_blocks_) {
       return user_error(who + "needs " + std::to_string(total - 1) +
                         " tokens of KV cache but the pool holds " +
-                        std::to_string(int64_t{pool_.num_blocks()} * config_.block_size) +
+                        std::to_string(int64_t{capacity_blocks_} * config_.block_size) +
                         "; raise the KV budget or shorten the request");
     }
     for (int32_t t : request.prompt_tokens) {
@@ -102,7 +112,10 @@ class EngineImpl final : public Engine {
   Result<StepOutput> step() override {
     StepOutput out;
     out.stats.start_ns = now_ns();
+    step_oom_ = false;
     const detail::SchedulerOutput sched = scheduler_.schedule();
+    out.stats.oom = step_oom_;
+    if (sched.num_preempted > 0 && first_preemption_step_ < 0) first_preemption_step_ = steps_;
     std::vector<detail::RunnerSeq> batch;
     for (const detail::ScheduledSeq& s : sched.seqs) {
       const Sequence& seq = *s.seq;
@@ -158,6 +171,12 @@ class EngineImpl final : public Engine {
     EngineStats s;
     s.steps = steps_;
     s.preemptions = preemptions_;
+    s.first_preemption_step = first_preemption_step_;
+    s.oom = oom_step_ >= 0;
+    s.oom_step = oom_step_;
+    s.oom_message = oom_message_;
+    s.kv_growths = kv_growths_;
+    s.kv_blocks_capacity = capacity_blocks_;
     s.num_waiting = scheduler_.num_waiting();
     s.num_running = scheduler_.num_running();
     s.kv_blocks_total = pool_.num_blocks();
@@ -185,17 +204,50 @@ class EngineImpl final : public Engine {
   Backend& backend() override { return backend_; }
 
  private:
+  // On-demand growth (the scheduler's hook): by at least missing blocks, normally by a chunk
+  // (half the pool, at least the initial size); a refused chunk is retried at exactly missing.
+  // A refusal of that is the engine's OOM: recorded once, and the pool grows no more.
+  bool grow_pool(int missing) {
+    const int current = pool_.num_blocks();
+    if (oom_step_ >= 0 || current + missing > capacity_blocks_) return false;
+    const int chunk = std::max(min_growth_blocks_, current / 2);
+    const int wanted = std::min(capacity_blocks_, current + std::max(missing, chunk));
+    detail::KvCache& kv = runner_->kv_cache();
+    Status st = detail::grow_kv_cache(kv, model_, wanted, config_.block_size, backend_);
+    int grown_to = wanted;
+    if (!st.ok() && wanted > current + missing) {
+      grown_to = current + missing;
+      st = detail::grow_kv_cache(kv, model_, grown_to, config_.block_size, backend_);
+    }
+    if (!st.ok()) {
+      oom_step_ = steps_;
+      oom_message_ = st.error().message;
+      step_oom_ = true;
+      return false;
+    }
+    pool_.grow(grown_to);
+    ++kv_growths_;
+    return true;
+  }
+
   ModelConfig model_;
   EngineConfig config_;  // with max_model_len and num_kv_blocks resolved
   Backend& backend_;
   std::unique_ptr<detail::ModelRunner> runner_;
   int64_t block_bytes_ = 0;
+  int capacity_blocks_ = 0;
+  int min_growth_blocks_ = 1;
   detail::BlockPool pool_;
   detail::Scheduler scheduler_;
   std::unordered_set<uint64_t> live_ids_;
   std::vector<TokenEvent> pending_aborts_;
   int64_t steps_ = 0;
   int64_t preemptions_ = 0;
+  int64_t first_preemption_step_ = -1;
+  int64_t oom_step_ = -1;
+  std::string oom_message_;
+  bool step_oom_ = false;
+  int kv_growths_ = 0;
   detail::StepProfiler profiler_;
 };
 
@@ -258,11 +310,12 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
   in.kv_dtype = backend.activation_dtype();
   in.engine_allocated_bytes = backend.memory().snapshot().allocated_bytes;
   in.memory_limit_bytes = backend.memory().limit_bytes();
+  in.on_demand = config.kv_growth == KvGrowth::kOnDemand;
   IB_ASSIGN_OR_RETURN(const detail::KvPoolPlan plan, detail::plan_kv_pool(in));
-  IB_ASSIGN_OR_RETURN(detail::KvCache kv, detail::allocate_kv_cache(model, plan.num_blocks,
+  IB_ASSIGN_OR_RETURN(detail::KvCache kv, detail::allocate_kv_cache(model, plan.initial_blocks,
                                                                     config.block_size, backend));
   runner->attach_kv_cache(std::move(kv));
-  if (config.use_graphs) {
+  if (config.use_graphs && !in.on_demand) {
     IB_TRY(runner->capture_decode_graphs(
         detail::GraphOptions{config.max_graph_batch, config.max_graph_context},
         plan.max_model_len));
@@ -271,6 +324,7 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
   EngineConfig resolved = config;
   resolved.max_model_len = plan.max_model_len;
   resolved.num_kv_blocks = plan.num_blocks;
+  if (in.on_demand) resolved.use_graphs = false;
   return std::unique_ptr<Engine>(new EngineImpl(model, resolved, backend, std::move(runner), plan));
 }
 

@@ -19,6 +19,16 @@ namespace ib {
 
 enum class BatchingMode { kContinuous, kStatic };
 
+// How the KV pool gets its memory. kPreallocated: sized and allocated once at startup (a full
+// pool preempts). kOnDemand: starts small and grows in chunks through the backend's tracked
+// allocator when the scheduler needs blocks; a refused growth (the --memory-limit cap or a real
+// device allocation failure) is an out-of-memory event (StepStats::oom, EngineStats::oom), after
+// which the pool stops growing and the scheduler preempts as with a full preallocated pool.
+// Growth stages the cache through host memory (no transient double allocation) and runs decode
+// steps eagerly (graphs would hold the old addresses).
+enum class KvGrowth { kPreallocated, kOnDemand };
+const char* kv_growth_name(KvGrowth g);
+
 struct EngineConfig {
   int block_size = 16;                  // tokens per KV block
   int num_kv_blocks = 0;                // 0: size the pool from memory (below)
@@ -36,6 +46,8 @@ struct EngineConfig {
   bool use_graphs = true;
   int max_graph_batch = 256;
   int max_graph_context = 8192;
+  KvGrowth kv_growth = KvGrowth::kPreallocated;
+  int kv_growth_min_blocks = 0;  // kOnDemand: initial size and smallest chunk (0: auto)
 };
 
 struct SamplingParams {
@@ -76,6 +88,7 @@ struct StepStats {
   int64_t bytes_moved = 0;  // weights streamed + KV read + KV written (the step's floor)
   int64_t device_ns = -1;   // device time of the forward pass; -1 when not measured
   bool graph = false;       // a decode graph was replayed
+  bool oom = false;         // kOnDemand: a KV growth was refused in this step
 };
 
 // Where the time of a class of steps went, accumulated since the engine started.
@@ -90,6 +103,7 @@ struct StepClassProfile {
   double median_step_ns = 0;        // median step duration
   double median_device_ns = 0;      // median device time (timed steps)
   double median_host_fraction = 0;  // median over timed steps of (wall - device) / wall
+  double p95_step_ns = 0;           // 95th percentile step duration (jitter = p95 - median)
 };
 
 struct EngineProfile {
@@ -109,6 +123,12 @@ struct StepOutput {
 struct EngineStats {
   int64_t steps = 0;
   int64_t preemptions = 0;
+  int64_t first_preemption_step = -1;  // steps completed before the first preemption; -1: none
+  bool oom = false;                    // kOnDemand: a KV growth was refused
+  int64_t oom_step = -1;               // steps completed before the refusal; -1: none
+  std::string oom_message;             // the allocator's message
+  int kv_growths = 0;                  // kOnDemand: successful pool growths
+  int kv_blocks_capacity = 0;          // most blocks the pool may reach (= total when preallocated)
   int num_waiting = 0;
   int num_running = 0;
   int kv_blocks_total = 0;

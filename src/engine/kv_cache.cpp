@@ -2,6 +2,7 @@
 #include "engine/detail/kv_cache.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <string>
 
@@ -38,6 +39,10 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in) {
     if (in.device.free_bytes > 0)
       blocks = std::min(blocks, in.device.free_bytes / plan.block_bytes);
     source = "the CPU KV budget (" + mib(c.cpu_kv_cache_bytes) + ")";
+  } else if (in.on_demand) {
+    blocks = std::min(in.device.total_bytes / plan.block_bytes,
+                      int64_t{c.max_num_seqs} * blocks_per_seq);
+    source = "the device's " + mib(in.device.total_bytes);
   } else {
     const auto target =
         static_cast<int64_t>(static_cast<double>(in.device.total_bytes) * c.gpu_memory_utilization);
@@ -49,7 +54,7 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in) {
              mib(in.device.total_bytes) + " with " + mib(in.engine_allocated_bytes) +
              " already used";
   }
-  if (in.memory_limit_bytes) {
+  if (in.memory_limit_bytes && !in.on_demand) {
     const int64_t room = std::max<int64_t>(0, *in.memory_limit_bytes - in.engine_allocated_bytes);
     if (room / plan.block_bytes < blocks) {
       blocks = room / plan.block_bytes;
@@ -63,6 +68,13 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in) {
                       " tokens); lower --max-num-batched-tokens or raise the KV budget");
   }
   plan.num_blocks = static_cast<int>(blocks);
+  plan.initial_blocks = plan.num_blocks;
+  if (in.on_demand) {
+    const int chunk = c.kv_growth_min_blocks > 0
+                          ? c.kv_growth_min_blocks
+                          : static_cast<int>(std::max<int64_t>(16, blocks / 64));
+    plan.initial_blocks = std::min(plan.num_blocks, chunk);
+  }
   const int64_t capacity_tokens = blocks * c.block_size;
   if (capacity_tokens < max_len) {
     if (c.max_model_len > 0) {
@@ -97,6 +109,36 @@ Result<KvCache> allocate_kv_cache(const ModelConfig& m, int num_blocks, int bloc
     kv.layers.push_back(layer);
   }
   return kv;
+}
+
+Status grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_num_blocks, int block_size,
+                     Backend& backend) {
+  const DType dt = backend.activation_dtype();
+  const int old_blocks = kv.layers.empty() ? 0 : static_cast<int>(kv.layers[0].k.dim(0));
+  IB_ASSERT(new_num_blocks >= old_blocks, "grow_kv_cache: cannot shrink");
+  const int64_t old_half = int64_t{old_blocks} * m.num_kv_heads * block_size * m.head_dim;
+  const int64_t old_elems = 2 * m.num_layers * old_half;
+  std::vector<std::byte> host(static_cast<size_t>(old_elems) * dtype_size(dt));  // old storage
+  if (old_elems > 0) backend.copy_to_host(kv.storage.view(dt, {old_elems}), host.data());
+  kv = KvCache{};  // frees the old storage
+  auto restore = [&](const Error& e) -> Status {
+    auto back = allocate_kv_cache(m, old_blocks, block_size, backend);
+    IB_ASSERT(back.ok(), "grow_kv_cache: cannot re-allocate the KV cache it just freed");
+    kv = std::move(back).value();
+    if (old_elems > 0) backend.copy_from_host(kv.storage.view(dt, {old_elems}), host.data(), dt);
+    return e;
+  };
+  auto grown = allocate_kv_cache(m, new_num_blocks, block_size, backend);
+  if (!grown.ok()) return restore(grown.error());
+  kv = std::move(grown).value();
+  // Per layer, K then V: the old blocks are the leading rows of each half.
+  const int64_t new_half = int64_t{new_num_blocks} * m.num_kv_heads * block_size * m.head_dim;
+  for (int64_t h = 0; h < 2 * m.num_layers && old_half > 0; ++h) {
+    const auto dst = static_cast<size_t>(h * new_half) * dtype_size(dt);
+    const auto src = static_cast<size_t>(h * old_half) * dtype_size(dt);
+    backend.copy_from_host(kv.storage.view(dt, {old_half}, dst), host.data() + src, dt);
+  }
+  return Ok{};
 }
 
 }  // namespace ib::detail

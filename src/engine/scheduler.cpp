@@ -32,7 +32,8 @@ std::unique_ptr<Sequence> Scheduler::remove(uint64_t id) {
 
 bool Scheduler::reserve(Sequence& seq, int n) {
   const int needed = blocks_for(seq.num_computed + n) - static_cast<int>(seq.block_table.size());
-  return needed <= 0 || pool_.allocate(needed, seq.block_table);
+  if (needed <= 0 || pool_.allocate(needed, seq.block_table)) return true;
+  return grow_ && grow_(needed - pool_.num_free()) && pool_.allocate(needed, seq.block_table);
 }
 
 void Scheduler::preempt_last_running() {

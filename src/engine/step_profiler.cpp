@@ -33,6 +33,10 @@ StepClassProfile StepProfiler::finish(const Samples& s) {
     return d.empty() ? 0.0 : median(d);
   };
   p.median_step_ns = med(s.wall_ns);
+  if (!s.wall_ns.empty()) {
+    std::vector<double> d(s.wall_ns.begin(), s.wall_ns.end());
+    p.p95_step_ns = percentile(d, 95.0);
+  }
   p.median_device_ns = med(s.device_ns);
   p.median_host_fraction = med(s.host_fraction);
   return p;

@@ -62,7 +62,22 @@ json describe(const Engine& engine, Backend& backend, const NativeTargetOptions&
         {"num_threads", o.backend.num_threads},
         {"cuda_graphs", e.use_graphs && backend.supports_graphs()},
         {"max_graph_batch", e.max_graph_batch},
-        {"max_graph_context", e.max_graph_context}}},
+        {"max_graph_context", e.max_graph_context},
+        {"memory_limit_bytes",
+         o.backend.memory_limit_bytes ? json(*o.backend.memory_limit_bytes) : json(nullptr)},
+        {"kv_growth", kv_growth_name(e.kv_growth)},
+        {"kv_blocks_capacity", s.kv_blocks_capacity},
+        {"kv_growths", s.kv_growths}}},
+      {"oom",
+       {{"oom", s.oom},
+        {"steps_before_oom", s.oom ? json(s.oom_step) : json(nullptr)},
+        {"message", s.oom_message},
+        {"preemptions", s.preemptions},
+        {"first_preemption_step",
+         s.first_preemption_step >= 0 ? json(s.first_preemption_step) : json(nullptr)},
+        {"steps", s.steps},
+        {"peak_allocated_bytes", s.memory.peak_allocated_bytes},
+        {"refused_allocations", s.memory.num_refused}}},
       {"performance", profile_json(engine.profile())},
       {"sampling",
        {{"temperature", o.sampling.temperature},
@@ -268,6 +283,22 @@ class NativeTarget : public Target {
       if (ev.finish != FinishReason::kNone) {
         finish(ev.request_id, true, finish_reason_name(ev.finish), "", ev.time_ns);
       }
+    }
+    if (out->stats.oom) {
+      // The KV pool could not grow: the run ends here, marked out of memory (no crash, no leak:
+      // the engine frees the requests' blocks).
+      broken_ = true;
+      broken_message_ = "out of memory: " + engine_->stats().oom_message;
+      std::vector<uint64_t> ids;
+      for (const auto& [id, live] : live_) ids.push_back(id);
+      for (uint64_t id : ids) {
+        engine_->abort_request(id);
+        finish(id, false, "error", broken_message_, now_ns());
+      }
+      std::lock_guard lock(mu_);
+      memory_ = memory_of(engine_->stats());
+      description_ = describe(*engine_, *backend_, options_).dump();
+      return;
     }
     std::lock_guard lock(mu_);
     memory_ = memory_of(engine_->stats());

@@ -25,6 +25,7 @@ json class_json(const StepClassProfile& c, double ceiling) {
       {"graph_steps", c.graph_steps},
       {"tokens_per_s", ratio(static_cast<double>(c.tokens), wall_s)},
       {"median_step_ms", c.median_step_ns * 1e-6},
+      {"p95_step_ms", c.p95_step_ns * 1e-6},
       {"median_device_ms", c.median_device_ns * 1e-6},
       {"median_host_overhead_fraction", c.median_host_fraction},
       {"achieved_bytes_per_s", achieved},

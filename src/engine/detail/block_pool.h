@@ -19,6 +19,8 @@ class BlockPool {
 
   // Appends n blocks to table. Returns false, changing nothing, when fewer than n are free.
   bool allocate(int n, std::vector<int32_t>& table);
+  // Adds blocks [num_blocks, new_num_blocks) to the pool (on-demand KV growth).
+  void grow(int new_num_blocks);
   // Returns every block of table to the pool and clears it. A block freed twice aborts.
   void release(std::vector<int32_t>& table);
 

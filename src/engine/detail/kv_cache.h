@@ -25,12 +25,17 @@ struct KvPoolInputs {
   DType kv_dtype = DType::kF32;
   int64_t engine_allocated_bytes = 0;         // weights + activations already allocated
   std::optional<int64_t> memory_limit_bytes;  // the tracker's cap
+  // KvGrowth::kOnDemand: plan the capacity the pool may grow to, not bounded by the memory
+  // limit nor by --gpu-memory-utilization (only by the device's total memory): the allocator's
+  // refusal is the limit.
+  bool on_demand = false;
 };
 
 struct KvPoolPlan {
   int num_blocks = 0;
   int64_t block_bytes = 0;  // one block, all layers, K and V
   int max_model_len = 0;    // resolved
+  int initial_blocks = 0;   // blocks allocated at startup (= num_blocks unless on demand)
 };
 
 Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in);
@@ -43,5 +48,12 @@ struct KvCache {
 };
 Result<KvCache> allocate_kv_cache(const ModelConfig& model, int num_blocks, int block_size,
                                   Backend& backend);
+
+// Reallocates kv to new_num_blocks blocks, keeping the contents of the existing blocks. The old
+// contents are staged in host memory and the old storage is freed before the new one is
+// allocated, so the tracked peak never holds both. On a refused allocation kv is restored to its
+// old size (contents included) and the allocator's error returned.
+Status grow_kv_cache(KvCache& kv, const ModelConfig& model, int new_num_blocks, int block_size,
+                     Backend& backend);
 
 }  // namespace ib::detail

@@ -70,6 +70,7 @@ class ModelRunner {
   static Result<std::unique_ptr<ModelRunner>> create(const ModelConfig& model, ModelWeights weights,
                                                      const RunnerLimits& limits, Backend& backend);
   void attach_kv_cache(KvCache kv) { kv_ = std::move(kv); }
+  KvCache& kv_cache() { return kv_; }  // on-demand growth reallocates it (no graphs then)
   // Captures the decode graphs (after attach_kv_cache); max_model_len is the resolved limit.
   Status capture_decode_graphs(const GraphOptions& options, int max_model_len);
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,6 +51,9 @@ class Scheduler {
   // Removes a waiting or running sequence and frees its blocks; nullptr if the id is not live.
   std::unique_ptr<Sequence> remove(uint64_t id);
   SchedulerOutput schedule();
+  // On-demand KV growth: called with the number of missing blocks when the pool is short; true
+  // when the pool grew by at least that many (the allocation is then retried).
+  void set_grow(std::function<bool(int missing_blocks)> grow) { grow_ = std::move(grow); }
   // After the forward pass: advances each scheduled sequence by its tokens and appends the
   // sampled tokens (one per sampling sequence, in order). Finished sequences leave, their blocks
   // freed, and are returned.
@@ -70,6 +74,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   BlockPool& pool_;
+  std::function<bool(int)> grow_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
 };
