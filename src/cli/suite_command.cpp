@@ -147,6 +147,9 @@ void add_suite_flags(CLI::App& app, SuiteFlags& f) {
                  "for a reduced dry run");
   app.add_flag("--dry-run", f.dry_run,
                "validate every entry and print its `inferbench run` arguments; run nothing");
+  app.add_flag("--report-only", f.report_only,
+               "rebuild the leaderboard and heatmap from --result-dir's finished entries (on any "
+               "machine: nothing is validated or run); entries not finished show as not run");
   app.add_flag("--resume", f.resume,
                "continue the suite in --result-dir (the default when it holds a suite state)");
 }
@@ -172,6 +175,16 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
       }
       std::cout << line << "\n";
     }
+    return kExitOk;
+  }
+  if (flags.report_only) {
+    std::error_code ec;
+    if (!fs::exists(dir / kSuiteStateJson, ec)) {
+      return user_error(fmt::format("--report-only: {} has no {}; run the suite into it first",
+                                    dir.string(), kSuiteStateJson));
+    }
+    IB_ASSIGN_OR_RETURN(const SuiteState finished, SuiteState::load(dir));
+    IB_TRY(write_leaderboard(dir, spec, entries, finished));
     return kExitOk;
   }
   IB_ASSIGN_OR_RETURN(SuiteState state, open_state(dir, spec, flags.resume));

@@ -24,7 +24,8 @@ struct SuiteFlags {
   std::string model_list;
   std::string result_dir;  // default: results/<suite name>
   bool resume = false;
-  bool dry_run = false;  // validate and print each entry's `run` arguments; run nothing
+  bool dry_run = false;      // validate and print each entry's `run` arguments; run nothing
+  bool report_only = false;  // rebuild the leaderboard from DIR's state and results; run nothing
   std::vector<std::string> overrides;  // --override num_prompts=16: after every entry's flags
 };
 void add_suite_flags(CLI::App& app, SuiteFlags& flags);

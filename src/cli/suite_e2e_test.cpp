@@ -96,6 +96,18 @@ entries:
       << err();
   EXPECT_EQ(lines_of(dir / "leaderboard.csv").size(), 2u);
   EXPECT_FALSE(fs::exists(dir / "tiny-110m"));
+  // --report-only rebuilds the leaderboard of every entry from what is on disk, running nothing:
+  // the unfinished one is listed as pending.
+  fs::remove(dir / "leaderboard.md");
+  ASSERT_EQ(run({"suite", yaml.string(), "--result-dir", dir.string(), "--report-only"}), 0)
+      << err();
+  EXPECT_FALSE(fs::exists(dir / "tiny-110m"));
+  const std::string board = read_file(dir / "leaderboard.md").value();
+  EXPECT_NE(board.find("| tiny-15m"), std::string::npos) << board;
+  EXPECT_NE(board.find("pending"), std::string::npos) << board;
+  EXPECT_EQ(
+      run({"suite", yaml.string(), "--result-dir", (root_ / "none").string(), "--report-only"}), 2);
+  EXPECT_NE(err().find("--report-only:"), std::string::npos) << err();
   ASSERT_EQ(run({"suite", yaml.string(), "--result-dir", dir.string(), "--resume"}), 0) << err();
   EXPECT_NE(err().find("1/2 tiny-15m: ok earlier, skipped"), std::string::npos) << err();
   EXPECT_NE(err().find("2/2 tiny-110m: running"), std::string::npos) << err();

@@ -77,16 +77,26 @@ std::vector<std::string> cells(const LeaderboardRow& r, size_t rank) {
           fixed(r.output_tok_s, 1),
           fixed(r.ttft_median_ms, 2),
           fixed(r.ttft_p99_ms, 2),
+          fixed(r.engine_peak_gib, 2),
           peak,
           fixed(r.tokens_per_joule, 2),
           percent(r.bandwidth_share),
           r.status};
 }
 
-const std::vector<std::string> kHeader = {
-    "#",         "entry",        "model",           "params",
-    "precision", "output tok/s", "TTFT median ms",  "TTFT P99 ms",
-    "peak GiB",  "tok/J",        "bandwidth share", "status"};
+const std::vector<std::string> kHeader = {"#",
+                                          "entry",
+                                          "model",
+                                          "params",
+                                          "precision",
+                                          "output tok/s",
+                                          "TTFT median ms",
+                                          "TTFT P99 ms",
+                                          "engine peak GiB",
+                                          "peak GiB (source)",
+                                          "tok/J",
+                                          "bandwidth share",
+                                          "status"};
 
 }  // namespace
 
@@ -111,6 +121,9 @@ LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
   r.output_tok_s = number_at(result, json::json_pointer("/output_throughput"));
   r.ttft_median_ms = number_at(result, json::json_pointer("/median_ttft_ms"));
   r.ttft_p99_ms = number_at(result, json::json_pointer("/p99_ttft_ms"));
+  if (auto demand = number_at(result, json::json_pointer("/memory/peaks/engine_demand_bytes"))) {
+    r.engine_peak_gib = *demand / kGiB;
+  }
   if (auto gpu = number_at(result, json::json_pointer("/memory/peaks/gpus_used_bytes"))) {
     r.peak_gib = *gpu / kGiB;
     r.peak_source = "gpu";
@@ -162,7 +175,7 @@ std::string leaderboard_markdown(const std::vector<LeaderboardRow>& rows,
   std::string rule = "|";
   for (size_t i = 0; i < kHeader.size(); ++i) {
     out += " " + kHeader[i] + " |";
-    const bool numeric = i == 0 || (i >= 3 && i <= 10 && i != 4);
+    const bool numeric = i == 0 || (i >= 3 && i <= 11 && i != 4);
     rule += numeric ? " ---: |" : " --- |";
   }
   out += "\n" + rule + "\n";
@@ -182,19 +195,20 @@ std::string leaderboard_markdown(const std::vector<LeaderboardRow>& rows,
 
 std::string leaderboard_csv(const std::vector<LeaderboardRow>& rows) {
   std::string out =
-      "rank,entry,model,parameters,precision,output_tok_s,ttft_median_ms,ttft_p99_ms,peak_gib,"
+      "rank,entry,model,parameters,precision,output_tok_s,ttft_median_ms,ttft_p99_ms,"
+      "engine_peak_gib,peak_gib,"
       "peak_source,tokens_per_joule,bandwidth_share,status\n";
   size_t rank = 0;
   const auto num = [](const std::optional<double>& v) {
     return v ? fmt::format("{:.6g}", *v) : std::string();
   };
   for (const auto& r : rows) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                        r.output_tok_s ? std::to_string(++rank) : "", csv_cell(r.entry),
                        csv_cell(r.model), r.parameters > 0 ? std::to_string(r.parameters) : "",
                        r.precision, num(r.output_tok_s), num(r.ttft_median_ms), num(r.ttft_p99_ms),
-                       num(r.peak_gib), r.peak_source, num(r.tokens_per_joule),
-                       num(r.bandwidth_share), csv_cell(r.status));
+                       num(r.engine_peak_gib), num(r.peak_gib), r.peak_source,
+                       num(r.tokens_per_joule), num(r.bandwidth_share), csv_cell(r.status));
   }
   return out;
 }
@@ -214,7 +228,7 @@ std::string leaderboard_html(const std::vector<LeaderboardRow>& rows, const std:
     const auto c = cells(r, r.output_tok_s ? ++rank : 0);
     out += r.status.rfind("failed", 0) == 0 ? "<tr class=\"failed\">" : "<tr>";
     for (size_t i = 0; i < c.size(); ++i) {
-      const bool numeric = i == 0 || (i >= 3 && i <= 10 && i != 4);
+      const bool numeric = i == 0 || (i >= 3 && i <= 11 && i != 4);
       out += fmt::format("<td{}>{}</td>", numeric ? " class=\"n\"" : "", html_escape(c[i]));
     }
     out += "</tr>\n";

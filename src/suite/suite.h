@@ -98,6 +98,10 @@ struct LeaderboardRow {
   std::optional<double> output_tok_s;
   std::optional<double> ttft_median_ms;
   std::optional<double> ttft_p99_ms;
+  // What the engine needed at its peak: weights + KV blocks in use + activations + graphs
+  // (memory.peaks.engine_demand_bytes). A preallocated KV pool makes the device's own number
+  // (below) nearly the same for every model, so this is the column that compares models.
+  std::optional<double> engine_peak_gib;
   std::optional<double> peak_gib;
   std::string peak_source;  // "gpu" (NVML used), "rss" (process), ""
   std::optional<double> tokens_per_joule;

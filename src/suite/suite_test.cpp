@@ -167,7 +167,11 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
       {"output_throughput", 250.5},
       {"median_ttft_ms", 2.0},
       {"p99_ttft_ms", 3.0},
-      {"memory", {{"peaks", {{"gpus_used_bytes", 1073741824.0}, {"rss_bytes", 1.0}}}}},
+      {"memory",
+       {{"peaks",
+         {{"gpus_used_bytes", 1073741824.0},
+          {"rss_bytes", 1.0},
+          {"engine_demand_bytes", 536870912.0}}}}},
       {"energy", {{"available", true}, {"output_tokens_per_joule", 4.25}}},
       {"engine",
        {{"performance",
@@ -186,6 +190,8 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
   EXPECT_EQ(rows[3].status, "pending");
   EXPECT_EQ(rows[0].peak_source, "gpu");
   EXPECT_DOUBLE_EQ(*rows[0].peak_gib, 1.0);
+  EXPECT_DOUBLE_EQ(*rows[0].engine_peak_gib, 0.5);    // the engine's demand, apart from NVML
+  EXPECT_FALSE(rows[1].engine_peak_gib.has_value());  // no engine demand recorded
   EXPECT_DOUBLE_EQ(*rows[1].peak_gib, 2.0);
   EXPECT_EQ(rows[1].precision, "fp32");
   EXPECT_FALSE(rows[1].tokens_per_joule.has_value());
@@ -193,20 +199,21 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
   EXPECT_EQ(rows[0].status, "ok, unstable (CV > 5%: output_throughput)");
 
   const std::string md = leaderboard_markdown(rows, "demo");
-  EXPECT_NE(md.find("| 1 | fast | m-fast | 8.00B | bf16 | 250.5 | 2.00 | 3.00 | 1.00 (gpu) | 4.25 "
-                    "| 80.0% |"),
-            std::string::npos)
+  EXPECT_NE(
+      md.find("| 1 | fast | m-fast | 8.00B | bf16 | 250.5 | 2.00 | 3.00 | 0.50 | 1.00 (gpu) | 4.25 "
+              "| 80.0% |"),
+      std::string::npos)
       << md;
   EXPECT_NE(md.find("| 2 | slow | m-slow | 15.0M | fp32 | 100.0 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| - | broken | m-big | 70.00B |  |  |  |  |  |  |  | failed: CUDA out of "
+  EXPECT_NE(md.find("| - | broken | m-big | 70.00B |  |  |  |  |  |  |  |  | failed: CUDA out of "
                     "memory |"),
             std::string::npos)
       << md;
   const std::string csv = leaderboard_csv(rows);
-  EXPECT_NE(csv.find("\n1,fast,m-fast,8000000000,bf16,250.5,2,3,1,gpu,4.25,0.8,"),
+  EXPECT_NE(csv.find("\n1,fast,m-fast,8000000000,bf16,250.5,2,3,0.5,1,gpu,4.25,0.8,"),
             std::string::npos)
       << csv;
-  EXPECT_NE(csv.find("\n,broken,m-big,70000000000,,,,,,,,,failed: CUDA out of memory\n"),
+  EXPECT_NE(csv.find("\n,broken,m-big,70000000000,,,,,,,,,,failed: CUDA out of memory\n"),
             std::string::npos)
       << csv;
   const std::string html = leaderboard_html(rows, "demo <1>", "<svg id=\"h\"></svg>");
