@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -131,7 +132,30 @@ Result<int> run_find_oom(const SweepFlags& s, const RunPlan& plan, const std::ve
   o.input_lens = lens;
   o.max_batch = s.oom_max_batch;
   o.context_batch = s.find_oom_batch;
-  IB_ASSIGN_OR_RETURN(json oom, detail::find_oom(*backend, o, stop));
+  // Every finished probe goes to oom_probes.jsonl at once (flushed), so an interrupted or failed
+  // search keeps what it measured; oom.json/.md/.svg follow when the search is complete.
+  const fs::path probes_path = dir / "oom_probes.jsonl";
+  std::ofstream probes_file(probes_path, std::ios::trunc);
+  if (!probes_file) {
+    return runtime_error("cannot write " + probes_path.string() + "; check the --result-dir");
+  }
+  int64_t probes_done = 0;
+  o.on_probe = [&](const json& line) -> Status {
+    probes_file << line.dump() << "\n";
+    probes_file.flush();
+    if (!probes_file) return runtime_error("cannot write " + probes_path.string());
+    ++probes_done;
+    return Ok{};
+  };
+  auto searched = detail::find_oom(*backend, o, stop);
+  if (!searched.ok() && stop.load()) {
+    std::fprintf(stderr,
+                 "inferbench: find-oom interrupted; the %lld finished probe(s) are in %s (no "
+                 "thresholds: the search did not finish)\n",
+                 static_cast<long long>(probes_done), probes_path.string().c_str());
+    return kExitInterrupted;
+  }
+  IB_ASSIGN_OR_RETURN(json oom, std::move(searched));
   oom["env"] = environment_fingerprint();
   IB_TRY(write_file_atomic(dir / "oom.json", oom.dump(2) + "\n"));
   const std::string md = detail::oom_markdown(oom);

@@ -127,6 +127,19 @@ TEST_F(SweepE2e, FindOomThresholdMatchesKvArithmetic) {
     EXPECT_EQ(c["max_input_len"].get<int64_t>(), room_blocks / 2 * block - steps + 1)
         << mode["kv_cache_growth"];
   }
+  // Every probe was also kept on disk as it finished, one JSON line each, in search order.
+  size_t recorded = 0;
+  for (const auto& mode : oom["modes"]) {
+    recorded += mode["batch_search"][0]["probes"].size() + mode["context_search"]["probes"].size();
+  }
+  const auto lines = testing::lines_of(root_ / "tight" / "oom_probes.jsonl");
+  EXPECT_EQ(lines.size(), recorded);
+  ASSERT_FALSE(lines.empty());
+  const json first_line = json::parse(lines.front());
+  EXPECT_EQ(first_line["kv_cache_growth"], "on-demand");
+  EXPECT_EQ(first_line["search"], "batch");
+  EXPECT_EQ(first_line["batch"], 1);
+  EXPECT_EQ(json::parse(lines.back())["search"], "context");
   EXPECT_NE(read_file(root_ / "tight" / "oom.md").value().find("| on-demand | 32 | 5 |"),
             std::string::npos);
   EXPECT_NE(read_file(root_ / "tight" / "oom_headroom.svg").value().find("<polyline"),

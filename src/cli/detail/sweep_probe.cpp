@@ -152,7 +152,7 @@ Result<json> find_oom(Backend& backend, const OomSearchOptions& o, const std::at
                                 : "largest batch that runs all at once without a preemption"},
               {"batch_search", json::array()}};
     json fixed = nullptr, block = nullptr;
-    auto probe = [&](ProbeSpec spec, json& probes) -> Result<bool> {
+    auto probe = [&](ProbeSpec spec, json& probes, const char* search_name) -> Result<bool> {
       if (stop.load()) return user_error("interrupted");
       spec.engine.kv_growth = growth;
       IB_ASSIGN_OR_RETURN(const ProbeResult r, run_probe(backend, spec));
@@ -163,6 +163,12 @@ Result<json> find_oom(Backend& backend, const OomSearchOptions& o, const std::at
                            : "pool full",
                    static_cast<long long>(r.steps), static_cast<double>(r.peak_bytes) / kGiB);
       probes.push_back(probe_json(r));
+      if (o.on_probe) {
+        json line = probes.back();
+        line["kv_cache_growth"] = kv_growth_name(growth);
+        line["search"] = search_name;
+        IB_TRY(o.on_probe(line));
+      }
       if (r.engine_fixed_bytes > 0) {
         fixed = r.engine_fixed_bytes;
         block = r.kv_block_bytes;
@@ -176,7 +182,7 @@ Result<json> find_oom(Backend& backend, const OomSearchOptions& o, const std::at
       json probes = json::array();
       IB_ASSIGN_OR_RETURN(const auto found, search(1, o.max_batch, [&](int b) {
                             spec.batch = b;
-                            return probe(spec, probes);
+                            return probe(spec, probes, "batch");
                           }));
       std::sort(probes.begin(), probes.end(),
                 [](const json& a, const json& b) { return a["batch"] < b["batch"]; });
@@ -195,7 +201,7 @@ Result<json> find_oom(Backend& backend, const OomSearchOptions& o, const std::at
       json probes = json::array();
       IB_ASSIGN_OR_RETURN(const auto found, search(16, cap, [&](int len) {
                             spec.input_len = len;
-                            return probe(spec, probes);
+                            return probe(spec, probes, "context");
                           }));
       std::sort(probes.begin(), probes.end(),
                 [](const json& a, const json& b) { return a["input_len"] < b["input_len"]; });

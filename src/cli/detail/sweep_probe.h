@@ -3,6 +3,8 @@
 // memory, or (optionally) the first preemption — and the OOM search built on it.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,10 @@ struct OomSearchOptions {
   int max_batch = 1024;
   int context_batch = 0;  // > 0: longest context at this batch
   bool on_demand_and_preallocated = true;
+  // Called after every probe with its record (plus "kv_cache_growth" and "search"), so a caller
+  // can keep each finished probe on disk before the search ends (an interrupted search loses
+  // none). Its error stops the search.
+  std::function<Status(const nlohmann::json&)> on_probe;
 };
 
 // The search (doubling from 1, then bisection), for each KV growth mode; the JSON of oom.json.
