@@ -9,44 +9,14 @@
 
 #include <fmt/format.h>
 
+#include "core/text.h"
+#include "report/detail/viridis.h"
+
 namespace ib {
 namespace {
 
+using detail::viridis_hex;
 using nlohmann::json;
-
-constexpr std::array<uint32_t, 10> kViridis = {0x440154, 0x482878, 0x3e4989, 0x31688e, 0x26828e,
-                                               0x1f9e89, 0x35b779, 0x6ece58, 0xb5de2b, 0xfde725};
-
-// Viridis (matplotlib's published stops), linear in RGB between them; x in [0, 1].
-std::string colour(double x) {
-  x = std::clamp(std::isfinite(x) ? x : 0.0, 0.0, 1.0);
-  const double pos = x * static_cast<double>(kViridis.size() - 1);
-  const auto i = std::min<size_t>(static_cast<size_t>(pos), kViridis.size() - 2);
-  const double f = pos - static_cast<double>(i);
-  auto channel = [&](int shift) {
-    const double a = (kViridis[i] >> shift) & 0xff;
-    const double b = (kViridis[i + 1] >> shift) & 0xff;
-    return static_cast<int>(std::lround(a + (b - a) * f));
-  };
-  return fmt::format("#{:02x}{:02x}{:02x}", channel(16), channel(8), channel(0));
-}
-
-std::string esc(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
-}
 
 std::string short_number(double v) {
   if (!std::isfinite(v)) return "";
@@ -84,31 +54,33 @@ std::string grid_heatmap_svg(const GridHeatmap& h) {
       "<path d=\"M0,8 L8,0\" stroke=\"#b00\" stroke-width=\"1.5\"/></pattern></defs>\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"{}\" y=\"20\" font-size=\"15\">{} ({})</text>\n",
-      width, height, kLeft, esc(h.title), esc(h.unit));
+      width, height, kLeft, escape_markup(h.title), escape_markup(h.unit));
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
       const double v = h.values[static_cast<size_t>(r)][static_cast<size_t>(c)];
       const bool oom = !h.oom.empty() && h.oom[static_cast<size_t>(r)][static_cast<size_t>(c)];
       const int x = kLeft + c * kCell, y = kTop + r * kCell;
       const double frac = vmax > 0 && std::isfinite(v) ? v / vmax : 0.0;
-      const std::string fill = oom ? "url(#hatch)" : std::isfinite(v) ? colour(frac) : "#ddd";
+      const std::string fill = oom ? "url(#hatch)" : std::isfinite(v) ? viridis_hex(frac) : "#ddd";
       s += fmt::format(
           "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"white\">"
           "<title>batch {}, input {}: {} {}</title></rect>\n",
-          x, y, kCell, kCell, fill, esc(h.row_labels[static_cast<size_t>(r)]),
-          esc(h.col_labels[static_cast<size_t>(c)]), oom ? "OOM" : short_number(v), esc(h.unit));
+          x, y, kCell, kCell, fill, escape_markup(h.row_labels[static_cast<size_t>(r)]),
+          escape_markup(h.col_labels[static_cast<size_t>(c)]), oom ? "OOM" : short_number(v),
+          escape_markup(h.unit));
       const std::string label = oom ? "OOM" : short_number(v);
       s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{}\">{}</text>\n",
                        x + kCell / 2, y + kCell / 2 + 4, oom || frac > 0.6 ? "black" : "white",
                        label);
     }
     s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLeft - 8,
-                     kTop + r * kCell + kCell / 2 + 4, esc(h.row_labels[static_cast<size_t>(r)]));
+                     kTop + r * kCell + kCell / 2 + 4,
+                     escape_markup(h.row_labels[static_cast<size_t>(r)]));
   }
   for (int c = 0; c < cols; ++c) {
     s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
                      kLeft + c * kCell + kCell / 2, kTop + rows * kCell + 18,
-                     esc(h.col_labels[static_cast<size_t>(c)]));
+                     escape_markup(h.col_labels[static_cast<size_t>(c)]));
   }
   s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">input length (tokens)</text>\n",
                    kLeft + cols * kCell / 2, kTop + rows * kCell + 40);
@@ -140,8 +112,8 @@ std::string line_chart_svg(const std::string& title, const std::string& x_label,
       "<text x=\"{}\" y=\"22\" font-size=\"15\">{}</text>\n"
       "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n"
       "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
-      kW, kH, kLeft, esc(title), kLeft, kTop + ph, kLeft + pw, kTop + ph, kLeft, kTop, kLeft,
-      kTop + ph);
+      kW, kH, kLeft, escape_markup(title), kLeft, kTop + ph, kLeft + pw, kTop + ph, kLeft, kTop,
+      kLeft, kTop + ph);
   for (int i = 0; i <= 4; ++i) {
     const double xv = xmax * i / 4, yv = ymax * i / 4;
     s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(xv),
@@ -150,16 +122,17 @@ std::string line_chart_svg(const std::string& title, const std::string& x_label,
                      py(yv) + 4, short_number(yv));
   }
   s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", kLeft + pw / 2,
-                   kH - 10, esc(x_label));
+                   kH - 10, escape_markup(x_label));
   s += fmt::format(
       "<text x=\"16\" y=\"{:.1f}\" transform=\"rotate(-90 16 {:.1f})\" "
       "text-anchor=\"middle\">{}</text>\n",
-      kTop + ph / 2, kTop + ph / 2, esc(y_label));
+      kTop + ph / 2, kTop + ph / 2, escape_markup(y_label));
   if (y_line > 0) {
     s += fmt::format(
         "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#b00\" "
         "stroke-dasharray=\"6 4\"/><text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#b00\">{}</text>\n",
-        kLeft, py(y_line), kLeft + pw, py(y_line), kLeft + 6.0, py(y_line) - 6, esc(y_line_label));
+        kLeft, py(y_line), kLeft + pw, py(y_line), kLeft + 6.0, py(y_line) - 6,
+        escape_markup(y_line_label));
   }
   const std::array<const char*, 6> palette = {"#1f77b4", "#ff7f0e", "#2ca02c",
                                               "#9467bd", "#8c564b", "#e377c2"};
@@ -174,7 +147,7 @@ std::string line_chart_svg(const std::string& title, const std::string& x_label,
     }
     s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\"/>\n", points, c);
     s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" fill=\"{}\">{}</text>\n", kLeft + pw + 6,
-                     kTop + 14 + 16 * static_cast<int>(k), c, esc(sr.name));
+                     kTop + 14 + 16 * static_cast<int>(k), c, escape_markup(sr.name));
   }
   return s + "</svg>\n";
 }
@@ -203,12 +176,12 @@ std::string grid_report_html(const std::string& title, const std::string& subtit
                            {"text", text}});
   }
   std::string html =
-      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + esc(title) +
+      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + escape_markup(title) +
       "</title>\n<style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse;"
       "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
       ".fig{width:640px;height:480px;display:inline-block}</style>\n";
   html += "<script>" + js_safe(plotly_js) + "</script>\n</head><body>\n";
-  html += "<h1>" + esc(title) + "</h1>\n<p>" + esc(subtitle) + "</p>\n";
+  html += "<h1>" + escape_markup(title) + "</h1>\n<p>" + escape_markup(subtitle) + "</p>\n";
   for (size_t i = 0; i < heatmaps.size(); ++i) {
     html += fmt::format("<div class=\"fig\" id=\"grid{}\"></div>\n", i);
   }

@@ -7,31 +7,18 @@
 
 #include <fmt/format.h>
 
+#include "core/text.h"
+#include "report/detail/viridis.h"
 #include "report/memory_report.h"
 
 namespace ib {
 namespace {
 
+using detail::kViridis;
+using detail::viridis_hex;
+
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// Viridis at ten evenly spaced points (matplotlib's published colour map); colours in between
-// are interpolated linearly in RGB.
-constexpr std::array<uint32_t, 10> kViridis = {0x440154, 0x482878, 0x3e4989, 0x31688e, 0x26828e,
-                                               0x1f9e89, 0x35b779, 0x6ece58, 0xb5de2b, 0xfde725};
-
-std::string viridis(double x) {
-  x = std::clamp(std::isfinite(x) ? x : 0.0, 0.0, 1.0);
-  const double pos = x * static_cast<double>(kViridis.size() - 1);
-  const auto i = std::min<size_t>(static_cast<size_t>(pos), kViridis.size() - 2);
-  const double f = pos - static_cast<double>(i);
-  auto channel = [&](int shift) {
-    const double a = (kViridis[i] >> shift) & 0xff;
-    const double b = (kViridis[i + 1] >> shift) & 0xff;
-    return static_cast<int>(std::lround(a + (b - a) * f));
-  };
-  return fmt::format("#{:02x}{:02x}{:02x}", channel(16), channel(8), channel(0));
-}
 
 // A 1-2-5 step that puts about five ticks on [0, span].
 double nice_step(double span) {
@@ -40,29 +27,6 @@ double nice_step(double span) {
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   const double norm = raw / mag;
   return (norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10) * mag;
-}
-
-std::string escape_xml(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 std::string truncate(const std::string& s, size_t n) {
@@ -128,7 +92,7 @@ std::string heatmap_svg(const Heatmap& h, const std::string& title) {
       kWidth, height);
   s += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", kWidth, height);
   s += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-                   kLeft, escape_xml(title));
+                   kLeft, escape_markup(title));
 
   // Cells: integer edges so neighbours meet without anti-aliasing seams.
   s += "<g shape-rendering=\"crispEdges\">\n";
@@ -141,7 +105,7 @@ std::string heatmap_svg(const Heatmap& h, const std::string& title) {
       const auto x0 = static_cast<int>(std::lround(kLeft + f * cell_w));
       const auto x1 = static_cast<int>(std::lround(kLeft + (f + 1) * cell_w));
       s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", x0, y,
-                       x1 - x0, row_h, viridis(v / h.zmax_gib));
+                       x1 - x0, row_h, viridis_hex(v / h.zmax_gib));
     }
   }
   s += "</g>\n";
@@ -153,8 +117,8 @@ std::string heatmap_svg(const Heatmap& h, const std::string& title) {
   for (size_t r = 0; r < h.rows.size(); ++r) {
     const int y = kTop + static_cast<int>(r) * row_h + row_h / 2 + 4;
     s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\"><title>{}</title>{}</text>\n",
-                     kLeft - 6, y, escape_xml(h.rows[r].label),
-                     escape_xml(truncate(h.rows[r].label, 34)));
+                     kLeft - 6, y, escape_markup(h.rows[r].label),
+                     escape_markup(truncate(h.rows[r].label, 34)));
   }
 
   // Time axis.
@@ -172,7 +136,7 @@ std::string heatmap_svg(const Heatmap& h, const std::string& title) {
       "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time since the phase started (s)</text>\n",
       kLeft + plot_w / 2, axis_y + 33);
   s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555\">{}</text>\n", kLeft, axis_y + 52,
-                   escape_xml(h.caption));
+                   escape_markup(h.caption));
   s += fmt::format(
       "<text x=\"{}\" y=\"{}\" fill=\"#555\">linear interpolation onto {:.3g} s frames; one colour "
       "scale for every row; blank: the phase had ended</text>\n",

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/fs.h"
+#include "core/text.h"
 #include "report/memory_report.h"
 
 #ifndef INFERBENCH_PLOTLY_JS_PATH
@@ -200,21 +201,6 @@ constexpr const char* kRenderer = R"JS(
 })();
 )JS";
 
-std::string escape_html(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else
-      out += c;
-  }
-  return out;
-}
-
 // JSON placed inside <script> must not close it early: "</" becomes "<\\/" (the same string).
 std::string json_in_script(std::string s) {
   for (size_t pos = 0; (pos = s.find("</", pos)) != std::string::npos; pos += 3) {
@@ -251,11 +237,11 @@ std::string report_html(const HtmlReport& r, const std::string& plotly_js) {
                   {"metrics", r.metrics},
                   {"energy", r.energy}};
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  html += "<title>" + escape_html(r.title) + "</title>\n<style>" + kStyle + "</style>\n";
+  html += "<title>" + escape_markup(r.title) + "</title>\n<style>" + kStyle + "</style>\n";
   html += "<script>" + js_in_script(plotly_js) + "</script>\n</head>\n<body>\n";
-  html += "<h1>" + escape_html(r.title) + "</h1>\n<p class=\"sub\">" + escape_html(r.subtitle) +
+  html += "<h1>" + escape_markup(r.title) + "</h1>\n<p class=\"sub\">" + escape_markup(r.subtitle) +
           "</p>\n";
-  html += "<h2>Memory heatmap</h2>\n<p class=\"note\">" + escape_html(r.heatmap.caption) +
+  html += "<h2>Memory heatmap</h2>\n<p class=\"note\">" + escape_markup(r.heatmap.caption) +
           fmt::format(
               "; one row per phase, aligned at its start; frames of {:.3g} s, linear "
               "interpolation between samples; one colour scale for every row.",

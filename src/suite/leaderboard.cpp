@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/text.h"
 #include "suite/suite.h"
 
 namespace ib {
@@ -33,29 +34,6 @@ std::string params_text(int64_t n) {
 
 std::string percent(const std::optional<double>& v) {
   return v ? fmt::format("{:.1f}%", 100.0 * *v) : "";
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 std::string csv_cell(const std::string& s) {
@@ -220,8 +198,8 @@ std::string leaderboard_html(const std::vector<LeaderboardRow>& rows, const std:
       "<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}"
       "td,th{{border:1px solid #ccc;padding:4px 8px}}td.n{{text-align:right}}"
       "tr.failed{{color:#a00}}</style></head>\n<body><h1>{0}</h1>\n<table>\n<tr>",
-      html_escape(title));
-  for (const auto& h : kHeader) out += "<th>" + html_escape(h) + "</th>";
+      escape_markup(title));
+  for (const auto& h : kHeader) out += "<th>" + escape_markup(h) + "</th>";
   out += "</tr>\n";
   size_t rank = 0;
   for (const auto& r : rows) {
@@ -229,7 +207,7 @@ std::string leaderboard_html(const std::vector<LeaderboardRow>& rows, const std:
     out += r.status.rfind("failed", 0) == 0 ? "<tr class=\"failed\">" : "<tr>";
     for (size_t i = 0; i < c.size(); ++i) {
       const bool numeric = i == 0 || (i >= 3 && i <= 11 && i != 4);
-      out += fmt::format("<td{}>{}</td>", numeric ? " class=\"n\"" : "", html_escape(c[i]));
+      out += fmt::format("<td{}>{}</td>", numeric ? " class=\"n\"" : "", escape_markup(c[i]));
     }
     out += "</tr>\n";
   }
