@@ -35,6 +35,8 @@ TEST_F(SweepE2e, GridOutputsParseAndResumeSkipsDoneCells) {
     EXPECT_EQ(c["status"], "ok") << c.dump();
     EXPECT_GT(c["output_throughput"].get<double>(), 0);
     EXPECT_GT(c["peak_allocated_bytes"].get<double>(), 0);
+    EXPECT_GT(c["peak_demand_bytes"].get<double>(), 0);
+    EXPECT_LE(c["peak_demand_bytes"].get<double>(), c["peak_allocated_bytes"].get<double>());
     EXPECT_GE(c["step_jitter_ms"].get<double>(), 0);
     EXPECT_FALSE(c["oom"].get<bool>());
     EXPECT_EQ(c["completed"].get<int>(), c["batch_size"].get<int>());

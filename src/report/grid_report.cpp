@@ -195,7 +195,7 @@ std::string grid_report_html(const std::string& title, const std::string& subtit
 });
 const cols = ['batch_size', 'input_len', 'status', 'output_throughput', 'total_token_throughput',
   'p50_ttft_ms', 'p99_ttft_ms', 'p50_tpot_ms', 'p99_tpot_ms', 'step_jitter_ms',
-  'peak_allocated_bytes', 'fragmentation', 'oom', 'steps_before_oom', 'preemptions'];
+  'peak_demand_bytes', 'peak_allocated_bytes', 'fragmentation', 'oom', 'steps_before_oom', 'preemptions'];
 const table = document.getElementById('cells');
 table.insertRow().innerHTML = cols.map(c => '<th>' + c + '</th>').join('');
 cells.forEach(c => {

@@ -271,6 +271,13 @@ class NativeTarget : public Target {
       return;
     }
     if (options_.on_step) options_.on_step(out->stats);
+    if (!out->stats.oom) {
+      // Before the events: the runner may read the description as soon as the last request
+      // finishes. Idle: refresh it, so result.json carries the step profile of the whole run.
+      std::lock_guard lock(mu_);
+      memory_ = memory_of(engine_->stats());
+      if (!engine_->has_unfinished()) description_ = describe(*engine_, *backend_, options_).dump();
+    }
     for (const TokenEvent& ev : out->events) {
       auto it = live_.find(ev.request_id);
       if (it == live_.end()) continue;
@@ -291,19 +298,16 @@ class NativeTarget : public Target {
       broken_message_ = "out of memory: " + engine_->stats().oom_message;
       std::vector<uint64_t> ids;
       for (const auto& [id, live] : live_) ids.push_back(id);
-      for (uint64_t id : ids) {
-        engine_->abort_request(id);
-        finish(id, false, "error", broken_message_, now_ns());
+      for (uint64_t id : ids) engine_->abort_request(id);
+      {
+        // The description (with its "oom" section) first: the runner may read it as soon as
+        // the last request below is finished.
+        std::lock_guard lock(mu_);
+        memory_ = memory_of(engine_->stats());
+        description_ = describe(*engine_, *backend_, options_).dump();
       }
-      std::lock_guard lock(mu_);
-      memory_ = memory_of(engine_->stats());
-      description_ = describe(*engine_, *backend_, options_).dump();
-      return;
+      for (uint64_t id : ids) finish(id, false, "error", broken_message_, now_ns());
     }
-    std::lock_guard lock(mu_);
-    memory_ = memory_of(engine_->stats());
-    // Idle: refresh the description, so result.json carries the step profile of the whole run.
-    if (!engine_->has_unfinished()) description_ = describe(*engine_, *backend_, options_).dump();
   }
 
   void abort_live() {

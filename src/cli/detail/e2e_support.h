@@ -63,7 +63,8 @@ class E2e : public ::testing::Test {
   void SetUp() override {
     root_ =
         fs::temp_directory_path() /
-        ("ib_e2e_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+        ("ib_e2e_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+         "_" + std::to_string(::getpid()));  // two checkouts' tests may run at once
     fs::remove_all(root_);
     fs::create_directories(root_);
   }

@@ -28,6 +28,7 @@ const std::vector<std::string> kColumns = {"batch_size",
                                            "step_p50_ms",
                                            "step_p95_ms",
                                            "step_jitter_ms",
+                                           "peak_demand_bytes",
                                            "peak_allocated_bytes",
                                            "nvml_peak_used_bytes",
                                            "fragmentation",
@@ -75,6 +76,9 @@ json cell_from_result(int batch, int input_len, const json& r) {
   if (p50.is_number() && p95.is_number()) {
     c["step_jitter_ms"] = p95.get<double>() - p50.get<double>();
   }
+  // Demand (weights + KV blocks in use + activations + graphs) tells cells apart; allocated
+  // includes a preallocated KV pool, the same in every cell.
+  c["peak_demand_bytes"] = number_at(r, {"memory", "peaks", "engine_demand_bytes"});
   c["peak_allocated_bytes"] = number_at(r, {"engine", "oom", "peak_allocated_bytes"});
   if (c["peak_allocated_bytes"].is_null()) {
     c["peak_allocated_bytes"] = number_at(r, {"memory", "peaks", "engine_allocated_bytes"});
@@ -149,23 +153,25 @@ std::string grid_markdown(const json& cells) {
   };
   std::string s =
       "| batch | input | status | out tok/s | total tok/s | TTFT p50/p95/p99 ms | TPOT "
-      "p50/p95/p99 ms | step jitter ms | peak GiB | frag | OOM (steps before) | preempt |\n"
-      "|---:|---:|---|---:|---:|---|---|---:|---:|---:|---|---:|\n";
+      "p50/p95/p99 ms | step jitter ms | demand GiB | allocated GiB | frag | OOM (steps before) | "
+      "preempt |\n"
+      "|---:|---:|---|---:|---:|---|---|---:|---:|---:|---:|---|---:|\n";
   for (const auto& c : cells) {
-    const std::string peak =
-        c["peak_allocated_bytes"].is_number()
-            ? fmt::format("{:.3f}", c["peak_allocated_bytes"].get<double>() / kGiB)
-            : "-";
+    auto gib = [](const json& v) {
+      return v.is_number() ? fmt::format("{:.3f}", v.get<double>() / kGiB) : std::string("-");
+    };
+    const std::string demand = gib(c.value("peak_demand_bytes", json()));
+    const std::string peak = gib(c["peak_allocated_bytes"]);
     const std::string oom =
         c["oom"].get<bool>() ? fmt::format("yes ({})", f(c["steps_before_oom"], "{:.0f}")) : "no";
-    s += fmt::format("| {} | {} | {} | {} | {} | {}/{}/{} | {}/{}/{} | {} | {} | {} | {} | {} |\n",
-                     c["batch_size"].get<int>(), c["input_len"].get<int>(),
-                     c["status"].get<std::string>(), f(c["output_throughput"], "{:.1f}"),
-                     f(c["total_token_throughput"], "{:.1f}"), f(c["p50_ttft_ms"], "{:.1f}"),
-                     f(c["p95_ttft_ms"], "{:.1f}"), f(c["p99_ttft_ms"], "{:.1f}"),
-                     f(c["p50_tpot_ms"], "{:.2f}"), f(c["p95_tpot_ms"], "{:.2f}"),
-                     f(c["p99_tpot_ms"], "{:.2f}"), f(c["step_jitter_ms"], "{:.2f}"), peak,
-                     f(c["fragmentation"], "{:.2f}"), oom, f(c["preemptions"], "{:.0f}"));
+    s += fmt::format(
+        "| {} | {} | {} | {} | {} | {}/{}/{} | {}/{}/{} | {} | {} | {} | {} | {} | {} |\n",
+        c["batch_size"].get<int>(), c["input_len"].get<int>(), c["status"].get<std::string>(),
+        f(c["output_throughput"], "{:.1f}"), f(c["total_token_throughput"], "{:.1f}"),
+        f(c["p50_ttft_ms"], "{:.1f}"), f(c["p95_ttft_ms"], "{:.1f}"), f(c["p99_ttft_ms"], "{:.1f}"),
+        f(c["p50_tpot_ms"], "{:.2f}"), f(c["p95_tpot_ms"], "{:.2f}"), f(c["p99_tpot_ms"], "{:.2f}"),
+        f(c["step_jitter_ms"], "{:.2f}"), demand, peak, f(c["fragmentation"], "{:.2f}"), oom,
+        f(c["preemptions"], "{:.0f}"));
   }
   return s;
 }
@@ -174,7 +180,7 @@ std::vector<GridHeatmap> grid_heatmaps(const json& cells, const std::vector<int>
                                        const std::vector<int>& input_lens) {
   constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   GridHeatmap tput{"Output throughput", "tok/s", {}, {}, {}, {}};
-  GridHeatmap peak{"Peak tracked memory", "GiB", {}, {}, {}, {}};
+  GridHeatmap peak{"Peak engine demand (weights + KV in use + activations)", "GiB", {}, {}, {}, {}};
   for (int b : batches) {
     tput.row_labels.push_back(std::to_string(b));
     std::vector<double> tv, pv;
@@ -185,8 +191,9 @@ std::vector<GridHeatmap> grid_heatmaps(const json& cells, const std::vector<int>
       for (const auto& c : cells) {
         if (c["batch_size"] != b || c["input_len"] != l) continue;
         if (c["output_throughput"].is_number()) t = c["output_throughput"].get<double>();
-        if (c["peak_allocated_bytes"].is_number())
-          p = c["peak_allocated_bytes"].get<double>() / kGiB;
+        const json& demand = c.value("peak_demand_bytes", json());
+        const json& bytes = demand.is_number() ? demand : c["peak_allocated_bytes"];
+        if (bytes.is_number()) p = bytes.get<double>() / kGiB;
         o = c["oom"].get<bool>();
       }
       tv.push_back(t);
