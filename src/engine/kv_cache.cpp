@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 namespace ib::detail {
@@ -118,14 +119,18 @@ Status grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_num_blocks, int 
   IB_ASSERT(new_num_blocks >= old_blocks, "grow_kv_cache: cannot shrink");
   const int64_t old_half = int64_t{old_blocks} * m.num_kv_heads * block_size * m.head_dim;
   const int64_t old_elems = 2 * m.num_layers * old_half;
-  std::vector<std::byte> host(static_cast<size_t>(old_elems) * dtype_size(dt));  // old storage
-  if (old_elems > 0) backend.copy_to_host(kv.storage.view(dt, {old_elems}), host.data());
+  // The old storage on the host, not zero-filled first (it is overwritten at once; a memset of
+  // a multi-GiB pool would double the cost of each growth).
+  const auto host_bytes = static_cast<size_t>(old_elems) * dtype_size(dt);
+  const auto host_buffer = std::make_unique_for_overwrite<std::byte[]>(host_bytes);
+  std::byte* const host = host_buffer.get();
+  if (old_elems > 0) backend.copy_to_host(kv.storage.view(dt, {old_elems}), host);
   kv = KvCache{};  // frees the old storage
   auto restore = [&](const Error& e) -> Status {
     auto back = allocate_kv_cache(m, old_blocks, block_size, backend);
     IB_ASSERT(back.ok(), "grow_kv_cache: cannot re-allocate the KV cache it just freed");
     kv = std::move(back).value();
-    if (old_elems > 0) backend.copy_from_host(kv.storage.view(dt, {old_elems}), host.data(), dt);
+    if (old_elems > 0) backend.copy_from_host(kv.storage.view(dt, {old_elems}), host, dt);
     return e;
   };
   auto grown = allocate_kv_cache(m, new_num_blocks, block_size, backend);
@@ -136,7 +141,7 @@ Status grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_num_blocks, int 
   for (int64_t h = 0; h < 2 * m.num_layers && old_half > 0; ++h) {
     const auto dst = static_cast<size_t>(h * new_half) * dtype_size(dt);
     const auto src = static_cast<size_t>(h * old_half) * dtype_size(dt);
-    backend.copy_from_host(kv.storage.view(dt, {old_half}, dst), host.data() + src, dt);
+    backend.copy_from_host(kv.storage.view(dt, {old_half}, dst), host + src, dt);
   }
   return Ok{};
 }
