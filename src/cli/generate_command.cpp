@@ -97,11 +97,7 @@ Result<int> execute_generate(const GenerateFlags& f) {
   IB_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(bo));
 
   WeightOptions wo;
-  wo.format = f.load_format == "dummy"         ? LoadFormat::kDummy
-              : f.load_format == "safetensors" ? LoadFormat::kSafetensors
-                                               : LoadFormat::kAuto;
-  if (f.load_format != "auto" && f.load_format != "dummy" && f.load_format != "safetensors")
-    return user_error("--load-format: use auto, dummy or safetensors");
+  IB_ASSIGN_OR_RETURN(wo.format, parse_load_format(f.load_format));
   wo.path = f.model;
   wo.seed = f.seed;
   const int total = static_cast<int>(prompt.size()) + f.max_tokens;

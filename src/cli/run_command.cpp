@@ -1,6 +1,5 @@
 // `inferbench run`: target, collectors, runner and sinks, in that order of setup.
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -117,9 +116,6 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
 
   CollectorContext context;
   context.target_memory = [t = target.get()] { return t->memory(); };
-  if (const char* nvml = std::getenv("INFERBENCH_NVML_LIBRARY"); nvml != nullptr && *nvml != 0) {
-    context.nvml_library = nvml;  // another NVML build (tests load a fake one)
-  }
   std::vector<std::unique_ptr<Collector>> collectors;
   std::vector<std::unique_ptr<ReportSink>> sinks;
   for (const auto& name : order) {

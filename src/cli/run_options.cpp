@@ -107,10 +107,7 @@ Status check_engine_flags(const RunFlags& f) {
   if (f.batching != "continuous" && f.batching != "static") {
     return user_error(fmt::format("--batching {}: use continuous or static", f.batching));
   }
-  if (f.load_format != "auto" && f.load_format != "dummy" && f.load_format != "safetensors") {
-    return user_error(
-        fmt::format("--load-format {}: use auto, dummy or safetensors", f.load_format));
-  }
+  if (auto format = parse_load_format(f.load_format); !format.ok()) return format.error();
   return Ok{};
 }
 
@@ -208,6 +205,13 @@ Result<DType> resolve_dtype(const std::string& dtype, const std::string& device)
         dtype));
   }
   return *parsed;
+}
+
+Result<LoadFormat> parse_load_format(const std::string& text) {
+  if (text == "auto") return LoadFormat::kAuto;
+  if (text == "dummy") return LoadFormat::kDummy;
+  if (text == "safetensors") return LoadFormat::kSafetensors;
+  return user_error(fmt::format("--load-format {}: use auto, dummy or safetensors", text));
 }
 
 Result<int64_t> parse_bytes(const std::string& text, const std::string& flag) {
@@ -309,9 +313,7 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   // Target.
   NativeTargetOptions& n = p.target.native;
   n.model = p.model;
-  n.weights.format = f.load_format == "dummy"         ? LoadFormat::kDummy
-                     : f.load_format == "safetensors" ? LoadFormat::kSafetensors
-                                                      : LoadFormat::kAuto;
+  IB_ASSIGN_OR_RETURN(n.weights.format, parse_load_format(f.load_format));
   std::error_code ec;
   if (std::filesystem::is_directory(f.model, ec)) n.weights.path = f.model;
   n.weights.seed = f.seed;

@@ -103,6 +103,9 @@ Result<RunPlan> resolve_run(const RunFlags& flags, const PluginRegistry& registr
 Status check_device(const std::string& device);
 Result<DType> resolve_dtype(const std::string& dtype, const std::string& device);
 
+// --load-format: auto, dummy or safetensors.
+Result<LoadFormat> parse_load_format(const std::string& text);
+
 // "2GiB", "512MiB", "1.5G", "1073741824" -> bytes.
 Result<int64_t> parse_bytes(const std::string& text, const std::string& flag);
 

@@ -25,25 +25,11 @@ Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f) {
   IB_TRY(model.check_supported());
   IB_TRY(check_device(f.device));
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
-  if (f.max_num_seqs <= 0 || f.max_num_batched_tokens <= 0 || f.block_size <= 0 ||
-      f.max_model_len < 0 || f.num_threads < 0) {
-    return user_error(
-        "--max-num-seqs, --max-num-batched-tokens and --block-size must be positive; "
-        "--max-model-len and --num-threads >= 0");
-  }
-  if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1)) {
-    return user_error(
-        fmt::format("--gpu-memory-utilization {} must be in (0, 1]", f.gpu_memory_utilization));
-  }
-  if (f.load_format != "auto" && f.load_format != "dummy" && f.load_format != "safetensors") {
-    return user_error(
-        fmt::format("--load-format {}: use auto, dummy or safetensors", f.load_format));
-  }
+  // The engine limits are checked by the engine itself (same flag names) before any weight loads.
+  if (f.num_threads < 0) return user_error("--num-threads must be >= 0 (0: all cores)");
   EngineGeneratorOptions o;
   o.model = model;
-  o.weights.format = f.load_format == "dummy"         ? LoadFormat::kDummy
-                     : f.load_format == "safetensors" ? LoadFormat::kSafetensors
-                                                      : LoadFormat::kAuto;
+  IB_ASSIGN_OR_RETURN(o.weights.format, parse_load_format(f.load_format));
   std::error_code ec;
   if (std::filesystem::is_directory(f.model, ec)) o.weights.path = f.model;
   o.weights.seed = f.seed;
@@ -68,9 +54,6 @@ Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f) {
 std::function<std::optional<double>()> nvml_energy() {
   CollectorContext context;
   context.notice = [](const std::string&) {};  // no GPU is not worth a line here
-  if (const char* nvml = std::getenv("INFERBENCH_NVML_LIBRARY"); nvml != nullptr && *nvml != 0) {
-    context.nvml_library = nvml;  // another NVML build (tests load a fake one)
-  }
   std::shared_ptr<Collector> nvml = make_nvml_collector(context);
   if (!nvml->start(now_ns()).ok()) return {};
   std::vector<size_t> energy;
@@ -155,7 +138,7 @@ Result<int> execute_serve(const ServeFlags& f) {
   o.max_body_bytes = static_cast<size_t>(body_bytes);
   o.seed = f.seed;
   o.handle_signals = true;
-  if (f.device != "cpu" || std::getenv("INFERBENCH_NVML_LIBRARY") != nullptr) {
+  if (f.device != "cpu" || std::getenv("INFERBENCH_NVML_LIBRARY") != nullptr) {  // a fake NVML
     o.energy_joules = nvml_energy();
   }
   const std::string tokenizer_name = tokenizer->name();

@@ -37,11 +37,15 @@ class Collector {
 };
 
 // What a collector may look at.
+// The NVML library to load: $INFERBENCH_NVML_LIBRARY when set and non-empty (another NVML
+// build; the tests load a fake one), else the driver's libnvidia-ml.so.1.
+std::string nvml_library_path();
+
 struct CollectorContext {
   // The target's own memory pools; safe to call from the sampler thread.
   std::function<std::optional<TargetMemory>()> target_memory;
   // The NVML library the "nvml" collector loads (tests pass a fake one).
-  std::string nvml_library = "libnvidia-ml.so.1";
+  std::string nvml_library = nvml_library_path();
   // One-line notices (a missing NVML library); stderr when unset.
   std::function<void(const std::string&)> notice;
 };

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 #include <fmt/format.h>
@@ -136,6 +137,11 @@ class NvmlCollector : public Collector {
 };
 
 }  // namespace
+
+std::string nvml_library_path() {
+  const char* path = std::getenv("INFERBENCH_NVML_LIBRARY");
+  return path != nullptr && *path != 0 ? path : "libnvidia-ml.so.1";
+}
 
 std::unique_ptr<Collector> make_nvml_collector(const CollectorContext& context) {
   return std::make_unique<NvmlCollector>(context);
