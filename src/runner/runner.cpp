@@ -28,6 +28,22 @@ struct Runner::Phase {
   int outstanding() const { return submitted - done; }
 };
 
+namespace {
+
+// The record of a request about to be sent (t_send_ns is set by the caller).
+RequestRecord new_record(const RequestSpec& spec, uint64_t id, int run, int64_t t_sched_ns) {
+  RequestRecord r;
+  r.run = run;
+  r.id = id;
+  r.prompt_index = spec.id;
+  r.t_sched_ns = t_sched_ns;
+  r.n_in = spec.input_len;
+  r.n_out_requested = spec.output_len;
+  return r;
+}
+
+}  // namespace
+
 const char* load_mode_name(LoadMode mode) {
   switch (mode) {
     case LoadMode::kStatic:
@@ -111,13 +127,7 @@ bool Runner::stopping() const {
 Status Runner::submit(const RequestSpec& spec, Phase& phase, int64_t t_sched_ns) {
   RequestSpec request = spec;
   request.id = next_id_++;
-  RequestRecord r;
-  r.run = phase.run;
-  r.id = request.id;
-  r.prompt_index = spec.id;
-  r.t_sched_ns = t_sched_ns;
-  r.n_in = spec.input_len;
-  r.n_out_requested = spec.output_len;
+  RequestRecord r = new_record(spec, request.id, phase.run, t_sched_ns);
   r.t_send_ns = clock_.now_ns();
   {
     std::lock_guard lock(mu_);
@@ -141,13 +151,7 @@ Status Runner::submit_batch(Phase& phase, int count, int64_t t_sched_ns) {
     const RequestSpec& spec = *phase.specs[phase.next + j];
     RequestSpec& request = batch.emplace_back(spec);
     request.id = next_id_++;
-    RequestRecord& r = records.emplace_back();
-    r.run = phase.run;
-    r.id = request.id;
-    r.prompt_index = spec.id;
-    r.t_sched_ns = t_sched_ns;
-    r.n_in = spec.input_len;
-    r.n_out_requested = spec.output_len;
+    records.push_back(new_record(spec, request.id, phase.run, t_sched_ns));
   }
   const int64_t t_send = clock_.now_ns();
   {
