@@ -1,14 +1,15 @@
 // The engine behind the server, on its own thread: the thread creates the backend and the
 // engine, steps while work is queued, and destroys both (CUDA contexts require one thread).
-#include <condition_variable>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
 #include "core/clock.h"
+#include "server/detail/request_inbox.h"
 #include "server/generator.h"
 
 namespace ib {
@@ -30,21 +31,8 @@ class EngineGenerator final : public Generator {
     return st;
   }
 
-  void submit(GenerationRequest request) override {
-    {
-      std::lock_guard lock(mu_);
-      incoming_.push_back(std::move(request));
-    }
-    wake_.notify_one();
-  }
-
-  void abort(uint64_t id) override {
-    {
-      std::lock_guard lock(mu_);
-      aborts_.push_back(id);
-    }
-    wake_.notify_one();
-  }
+  void submit(GenerationRequest request) override { inbox_.submit(std::move(request)); }
+  void abort(uint64_t id) override { inbox_.abort(id); }
 
   GeneratorStats stats() const override {
     std::lock_guard lock(mu_);
@@ -52,11 +40,7 @@ class EngineGenerator final : public Generator {
   }
 
   void stop() override {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    wake_.notify_one();
+    inbox_.stop();
     if (thread_.joinable()) thread_.join();
   }
 
@@ -88,16 +72,8 @@ class EngineGenerator final : public Generator {
     std::vector<GenerationRequest> incoming;
     std::vector<uint64_t> aborts;
     for (;;) {
-      {
-        std::unique_lock lock(mu_);
-        wake_.wait(lock, [&] {
-          return stop_ || !incoming_.empty() || !aborts_.empty() ||
-                 (engine_->has_unfinished() && !broken_);
-        });
-        if (stop_) return;
-        incoming.swap(incoming_);
-        aborts.swap(aborts_);
-      }
+      const bool busy = engine_->has_unfinished() && !broken_;  // then only collect, no wait
+      if (!inbox_.take(incoming, aborts, busy ? std::optional<int64_t>(0) : std::nullopt)) return;
       std::vector<GenEvent> events;
       for (auto& r : incoming) {
         const uint64_t id = r.id;
@@ -157,12 +133,9 @@ class EngineGenerator final : public Generator {
   int max_model_len_ = 0;
   std::string description_;
 
+  detail::RequestInbox inbox_;
   mutable std::mutex mu_;
-  std::condition_variable wake_;
-  std::vector<GenerationRequest> incoming_;  // guarded by mu_
-  std::vector<uint64_t> aborts_;             // guarded by mu_
-  bool stop_ = false;                        // guarded by mu_
-  GeneratorStats stats_;                     // guarded by mu_
+  GeneratorStats stats_;  // guarded by mu_
 
   // Generator thread only.
   std::unique_ptr<Engine> engine_;

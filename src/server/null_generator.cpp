@@ -2,9 +2,10 @@
 // computing anything, so a client's own overhead can be measured against a server that costs
 // (almost) nothing. Token k (from 0) of a request is prompt[k mod prompt length], produced
 // (k + 1) / rate seconds after the request arrived.
+#include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <thread>
 #include <unordered_map>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/clock.h"
+#include "server/detail/request_inbox.h"
 #include "server/generator.h"
 
 namespace ib {
@@ -47,21 +49,8 @@ class NullGenerator final : public Generator {
     return Ok{};
   }
 
-  void submit(GenerationRequest request) override {
-    {
-      std::lock_guard lock(mu_);
-      incoming_.push_back(std::move(request));
-    }
-    wake_.notify_one();
-  }
-
-  void abort(uint64_t id) override {
-    {
-      std::lock_guard lock(mu_);
-      aborts_.push_back(id);
-    }
-    wake_.notify_one();
-  }
+  void submit(GenerationRequest request) override { inbox_.submit(std::move(request)); }
+  void abort(uint64_t id) override { inbox_.abort(id); }
 
   GeneratorStats stats() const override {
     std::lock_guard lock(mu_);
@@ -71,11 +60,7 @@ class NullGenerator final : public Generator {
   }
 
   void stop() override {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    wake_.notify_one();
+    inbox_.stop();
     if (thread_.joinable()) thread_.join();
   }
 
@@ -97,19 +82,9 @@ class NullGenerator final : public Generator {
     std::vector<GenerationRequest> incoming;
     std::vector<uint64_t> aborts;
     for (;;) {
-      {
-        std::unique_lock lock(mu_);
-        auto ready = [&] { return stop_ || !incoming_.empty() || !aborts_.empty(); };
-        if (due_.empty()) {
-          wake_.wait(lock, ready);
-        } else {
-          const auto wait_ns = due_.top().first - now_ns();
-          if (wait_ns > 0) wake_.wait_for(lock, std::chrono::nanoseconds(wait_ns), ready);
-        }
-        if (stop_) return;
-        incoming.swap(incoming_);
-        aborts.swap(aborts_);
-      }
+      std::optional<int64_t> wait_ns;  // until the next token is due; none: until a request
+      if (!due_.empty()) wait_ns = std::max<int64_t>(0, due_.top().first - now_ns());
+      if (!inbox_.take(incoming, aborts, wait_ns)) return;
       const int64_t t = now_ns();
       for (auto& r : incoming) {
         const uint64_t id = r.id;
@@ -158,12 +133,9 @@ class NullGenerator final : public Generator {
   EventSink sink_;
   std::thread thread_;
 
+  detail::RequestInbox inbox_;
   mutable std::mutex mu_;
-  std::condition_variable wake_;
-  std::vector<GenerationRequest> incoming_;  // guarded by mu_
-  std::vector<uint64_t> aborts_;             // guarded by mu_
-  bool stop_ = false;                        // guarded by mu_
-  int running_ = 0;                          // guarded by mu_
+  int running_ = 0;  // guarded by mu_
 
   // Generator thread only.
   std::unordered_map<uint64_t, Stream> live_;
