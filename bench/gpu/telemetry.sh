@@ -8,7 +8,7 @@
 # the device, or set INFERBENCH_PLOTLY_JS; without it the run says so and skips report.html.
 # Writes under $OUT (./gpu-out otherwise): example/, ab/, telemetry.log, overhead.json.
 # Options (environment): IB_JOBS (default 16), IB_MODEL (default llama-3-8b), IB_AB_PAIRS (3),
-# IB_SKIP_BUILD=1 (reuse build/h200), IB_AB_INTERVAL (sampling period of the "on" runs, ms;
+# IB_SKIP_BUILD=1 (reuse build/h200), IB_SKIP_EXAMPLE=1 (only the A/B), IB_AB_INTERVAL (sampling period of the "on" runs, ms;
 # default 100, the default of inferbench run). A dry run elsewhere: IB_BUILD=build/release
 # IB_SKIP_BUILD=1 IB_DEVICE=cpu IB_MODEL=tiny-15m IB_EXAMPLE_IN=64 IB_EXAMPLE_OUT=64
 # IB_EXAMPLE_PROMPTS=32 IB_AB_PROMPTS=16 bench/gpu/telemetry.sh
@@ -36,11 +36,13 @@ if [ "${IB_SKIP_BUILD:-0}" != 1 ] && ! { cmake --preset h200 -DINFERBENCH_WERROR
 fi
 "$IB" env
 
+if [ "${IB_SKIP_EXAMPLE:-0}" != 1 ]; then
 echo "== example: continuous batching, long enough outputs that the KV cache visibly fills"
 "$IB" run --model "$MODEL" --device "$DEVICE" --max-concurrency 64 --num-prompts "$EX_PROMPTS" \
   --input-len "$EX_IN" --output-len "$EX_OUT" --runs 3 --memory-sample-interval 10 --disable-tqdm \
   --result-dir "$OUT/example" --overwrite
 ls -la "$OUT/example"
+fi
 
 echo "== telemetry off vs on ($AB_INTERVAL ms): the seed's protocol (batch 8, in 32 / out 128), alternating"
 for i in $(seq 1 "$PAIRS"); do
@@ -67,6 +69,8 @@ result = {"sample_interval_ms": int(os.environ.get("IB_AB_INTERVAL", "100")),
           "off_tpot_ms": [p for _, p in rows["off"]], "on_tpot_ms": [p for _, p in rows["on"]]}
 json.dump(result, open(os.path.join(out, "overhead.json"), "w"), indent=2)
 print(f"output tok/s, telemetry off: {off:.1f}, on: {on:.1f} ({result['on_vs_off_pct']:+.2f} %)")
+if not os.path.exists(os.path.join(out, "example", "result.json")):
+    sys.exit(0)
 e = json.load(open(os.path.join(out, "example", "result.json")))
 m = e["memory"]
 print("sampler:", json.dumps(m.get("sampler")))

@@ -31,6 +31,10 @@ json probe_json(const ProbeResult& p) {
               {"peak_bytes", p.peak_bytes},
               {"kv_blocks", p.kv_blocks},
               {"max_concurrent", p.concurrent},
+              {"load_s", p.load_s},
+              {"prefill_s", p.prefill_s},
+              {"decode_step_s", p.decode_step_s},
+              {"total_s", p.total_s},
               {"message", p.message}};
 }
 
@@ -64,6 +68,7 @@ Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec) {
   r.input_len = spec.input_len;
   const int64_t baseline = backend.memory().snapshot().allocated_bytes;
   backend.memory().reset_peak();
+  const int64_t probe_start_ns = now_ns();
   {
     const int64_t t0 = now_ns();
     auto engine = create_engine(spec.model, spec.weights, spec.engine, backend);
@@ -134,6 +139,7 @@ Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec) {
     }
   }  // the engine and everything it allocated are gone here
   const int64_t after = backend.memory().snapshot().allocated_bytes;
+  r.total_s = static_cast<double>(now_ns() - probe_start_ns) * 1e-9;
   if (after != baseline) {
     return runtime_error(fmt::format(
         "probe batch {} input {}: {} bytes still allocated after the engine was destroyed (a "
@@ -156,12 +162,14 @@ Result<json> find_oom(Backend& backend, const OomSearchOptions& o, const std::at
       if (stop.load()) return user_error("interrupted");
       spec.engine.kv_growth = growth;
       IB_ASSIGN_OR_RETURN(const ProbeResult r, run_probe(backend, spec));
-      std::fprintf(stderr, "inferbench: find-oom %s batch %d input %d: %s (%lld steps, %.2f GiB)\n",
+      std::fprintf(stderr, "inferbench: find-oom %s batch %d input %d: %s (%lld steps, %.2f GiB; %.1f s, "
+                   "load %.1f s)\n",
                    kv_growth_name(growth), r.batch, r.input_len,
                    r.ok    ? "ok"
                    : r.oom ? "oom"
                            : "pool full",
-                   static_cast<long long>(r.steps), static_cast<double>(r.peak_bytes) / kGiB);
+                   static_cast<long long>(r.steps), static_cast<double>(r.peak_bytes) / kGiB, r.total_s,
+                   r.load_s);
       probes.push_back(probe_json(r));
       if (o.on_probe) {
         json line = probes.back();

@@ -33,6 +33,7 @@ struct ProbeResult {
   double load_s = 0;
   double prefill_s = 0;      // first step
   double decode_step_s = 0;  // median of the later steps
+  double total_s = 0;        // creation to destruction, the leak check included
   std::string message;
 };
 
