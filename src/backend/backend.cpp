@@ -29,6 +29,25 @@ Tensor Buffer::view(DType dtype, std::initializer_list<int64_t> shape, size_t of
   return t;
 }
 
+// The fused decode ops exist only where fused_decode() says so; the runner asks first.
+void Backend::rms_matmul(const Tensor&, const Tensor&, const Tensor*, float, Tensor) {
+  IB_ASSERT(false, "rms_matmul: this backend has no fused decode ops (check fused_decode first)");
+}
+void Backend::rms_matmul_rope_cache(const Tensor&, const Tensor&, const Tensor*, float,
+                                    const Tensor&, const Tensor&, const Tensor&,
+                                    const KvCacheLayer&, const AttentionShape&, Tensor) {
+  IB_ASSERT(false,
+            "rms_matmul_rope_cache: this backend has no fused decode ops (check "
+            "fused_decode first)");
+}
+void Backend::rms_matmul_swiglu(const Tensor&, const Tensor&, float, Tensor) {
+  IB_ASSERT(false,
+            "rms_matmul_swiglu: this backend has no fused decode ops (check fused_decode first)");
+}
+void Backend::matmul_add(const Tensor&, const Tensor&, Tensor) {
+  IB_ASSERT(false, "matmul_add: this backend has no fused decode ops (check fused_decode first)");
+}
+
 Result<Buffer> Backend::alloc(size_t bytes, MemoryTag tag) {
   const size_t rounded = (bytes + 255) / 256 * 256;
   if (!memory_.admit(static_cast<int64_t>(rounded))) {

@@ -173,6 +173,27 @@ class Backend {
   // out_tokens int32 (R) from logits f32 (R, V), as SamplingMetadata describes.
   virtual void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) = 0;
 
+  // ---- optional: fused decode ops (CUDA; bench/NOTES.md, phase 3) ----
+  // Whether the fused ops below run a step of num_tokens rows (0: whether they exist at all).
+  // They expect each RMSNorm's gain folded into the columns of the matmul after it
+  // (scale_columns, the gain then set to ones), so that rms_norm(h) * g @ w^T = rms_norm(h) @
+  // (w * g)^T; the CPU backend, which has none of them, is their oracle through the unfused ops.
+  virtual bool fused_decode(int64_t /*num_tokens*/) const { return false; }
+  // out (M, N) = rms_norm(h) @ w^T (+ bias (N)); h (M, K) un-normalised, no gain.
+  virtual void rms_matmul(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,
+                          Tensor out);
+  // qkv = rms_norm(h) @ w^T (+ bias), then rope_and_cache(qkv, ...) as below, in one op.
+  virtual void rms_matmul_rope_cache(const Tensor& h, const Tensor& w, const Tensor* bias,
+                                     float eps, const Tensor& positions, const Tensor& slot_mapping,
+                                     const Tensor& inv_freq, const KvCacheLayer& kv,
+                                     const AttentionShape& shape, Tensor qkv);
+  // out (M, F) = silu(g) * u where [g | u] = rms_norm(h) @ w^T; w (2F, K).
+  virtual void rms_matmul_swiglu(const Tensor& h, const Tensor& w, float eps, Tensor out);
+  // residual (M, N) += x (M, K) @ w (N, K)^T, fp32 accumulation, rounded once.
+  virtual void matmul_add(const Tensor& x, const Tensor& w, Tensor residual);
+  // w (N, K): w[n][k] *= gain[k] (gain (K), w's dtype), rounded once.
+  virtual void scale_columns(Tensor w, const Tensor& gain) = 0;
+
   // ---- optional: graphs, device timing, error state (the CPU backend has none of them) ----
   // Ops enqueued between begin_capture() and end_capture() are recorded into a DeviceGraph
   // instead of running. Ops must not synchronize, allocate or copy from the host meanwhile.

@@ -66,7 +66,21 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
                                                          Backend& backend) {
   std::unique_ptr<ModelRunner> runner(new ModelRunner(model, std::move(weights), limits, backend));
   IB_TRY(runner->allocate());
+  if (backend.fused_decode(0)) runner->fold_norm_gains();
   return runner;
+}
+
+// rms_norm(h) * g @ w^T = rms_norm(h) @ (w * g)^T: each layer's two norm gains move into the
+// columns of the matmul after them and become ones, so the weights still describe the same
+// model for the unfused ops (prefill) and the fused decode GEMVs need no gain.
+void ModelRunner::fold_norm_gains() {
+  for (LayerWeights& l : weights_.layers) {
+    backend_.scale_columns(l.wqkv, l.attn_norm);
+    backend_.fill_constant(l.attn_norm, 1.0f);
+    backend_.scale_columns(l.w_gate_up, l.ffn_norm);
+    backend_.fill_constant(l.ffn_norm, 1.0f);
+  }
+  folded_ = true;
 }
 
 Status ModelRunner::allocate() {
@@ -248,6 +262,31 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   Tensor act = act_buf_.view(dt, {t, f});              // (T, F)
 
   const auto& layers = weights_.layers;
+  if (folded_ && backend_.fused_decode(t)) {
+    // Five kernels per layer: the norms ride in the GEMVs after them, the residual adds in the
+    // GEMVs before them, RoPE and the KV write in the qkv GEMV, SwiGLU in the gate/up GEMV;
+    // residual holds the stream itself.
+    backend_.embedding(token_ids_, weights_.embed, residual);
+    for (const LayerWeights& w : layers) {
+      const size_t l = static_cast<size_t>(&w - layers.data());
+      backend_.rms_matmul_rope_cache(residual, w.wqkv, w.bqkv.empty() ? nullptr : &w.bqkv, eps,
+                                     positions_, slot_mapping_, inv_freq_, kv_.layers[l],
+                                     attn_shape_, qkv);
+      backend_.attention(qkv, kv_.layers[l], attn_meta_, attn_shape_, attn);
+      backend_.matmul_add(attn, w.wo, residual);
+      backend_.rms_matmul_swiglu(residual, w.w_gate_up, eps, act);
+      backend_.matmul_add(act, w.w_down, residual);
+    }
+    if (r == 0) return;
+    Tensor res_rows = rows_buf_.view(dt, {r, d});  // (R, D)
+    Tensor norm_rows = rows_buf_.view(dt, {r, d}, 2 * static_cast<size_t>(r * d) * dtype_size(dt));
+    Tensor logits = logits_buf_.view(DType::kF32, {r, model_.vocab_size});  // (R, V) f32
+    backend_.gather_rows(residual, sample_rows_, res_rows);
+    backend_.rms_norm(res_rows, weights_.final_norm, eps, norm_rows);
+    backend_.matmul(norm_rows, weights_.lm_head, nullptr, logits);
+    backend_.sample(logits, sampling_meta_, out_tokens_);
+    return;
+  }
   backend_.embedding(token_ids_, weights_.embed, residual);
   backend_.rms_norm(residual, layers[0].attn_norm, eps, hidden);
   for (size_t l = 0; l < layers.size(); ++l) {

@@ -146,6 +146,16 @@ void CpuBackend::fill_constant(Tensor dst, float value) {
   for (int64_t i = 0; i < dst.numel(); ++i) store_from_f32(dst.data, dst.dtype, i, value);
 }
 
+void CpuBackend::scale_columns(Tensor w, const Tensor& gain) {
+  check_f32(w, "scale_columns: w must be fp32");
+  check_f32(gain, "scale_columns: gain must be fp32");
+  const int64_t k = w.row_size();
+  IB_ASSERT(gain.numel() == k, "scale_columns: w (N, K), gain (K)");
+  const float* g = gain.as<const float>();
+  float* p = w.as<float>();
+  for (int64_t i = 0; i < w.numel(); ++i) p[i] *= g[i % k];
+}
+
 void CpuBackend::embedding(const Tensor& token_ids, const Tensor& table, Tensor out) {
   check_f32(table, "embedding: table must be fp32");
   check_f32(out, "embedding: out must be fp32");

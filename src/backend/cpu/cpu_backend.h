@@ -28,6 +28,7 @@ class CpuBackend final : public Backend {
 
   void fill_uniform(Tensor dst, uint64_t seed, uint64_t stream, float scale) override;
   void fill_constant(Tensor dst, float value) override;
+  void scale_columns(Tensor w, const Tensor& gain) override;
 
   void embedding(const Tensor& token_ids, const Tensor& table, Tensor out) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;

@@ -52,6 +52,9 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
   // rule) or =gemv (the GEMV for every matmul of at most 8 rows, whatever the weight size).
   if (const char* pdl = std::getenv("IB_PDL"); pdl && std::string_view(pdl) == "1")
     backend->set_pdl(true);
+  // IB_FUSED=0: the decode step without the fused norm/SwiGLU/residual GEMVs.
+  if (const char* fused = std::getenv("IB_FUSED"); fused && std::string_view(fused) == "0")
+    backend->set_fused(false);
   if (const char* tune = std::getenv("IB_MATMUL_TUNING"); tune) {
     if (std::string_view(tune) == "0") backend->set_tuning(false);
     if (std::string_view(tune) == "gemv") {
@@ -285,6 +288,62 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
       gemm_->run(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
     }
   });
+}
+
+bool CudaBackend::fused_decode(int64_t num_tokens) const {
+  const bool half = dtype_ == DType::kBF16 || dtype_ == DType::kF16;
+  return fused_ && half && num_tokens >= 0 && num_tokens <= kGemvFusedMaxM;
+  // (every head_dim the attention takes, 64, 96 and 128, is a multiple of the GEMV's 16 rows)
+}
+
+void CudaBackend::rms_matmul(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,
+                             Tensor out) {
+  IB_ASSERT(h.row_size() == w.row_size() && out.rows() == h.rows() && out.row_size() == w.dim(0),
+            "rms_matmul: h (M, K), w (N, K), out (M, N)");
+  if (bias) IB_ASSERT(bias->numel() == w.dim(0), "rms_matmul: bias must be (N)");
+  run_op("rms_matmul",
+         [&] { launch_gemv_fused(h, w, bias, out, GemvFusion::kRmsScale, eps, stream_, pdl_); });
+}
+
+void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor& w, const Tensor* bias,
+                                        float eps, const Tensor& positions,
+                                        const Tensor& slot_mapping, const Tensor& inv_freq,
+                                        const KvCacheLayer& kv, const AttentionShape& shape,
+                                        Tensor qkv) {
+  IB_ASSERT(h.row_size() == w.row_size() && qkv.rows() == h.rows() && qkv.row_size() == w.dim(0),
+            "rms_matmul_rope_cache: h (M, K), w (N, K), qkv (M, N)");
+  IB_ASSERT(positions.numel() == h.rows() && slot_mapping.numel() == h.rows() &&
+                inv_freq.numel() == shape.head_dim / 2 && inv_freq.dtype == DType::kF32,
+            "rms_matmul_rope_cache: positions, slot_mapping (M), inv_freq f32 (head_dim / 2)");
+  if (bias) IB_ASSERT(bias->numel() == w.dim(0), "rms_matmul_rope_cache: bias must be (N)");
+  run_op("rms_matmul_rope_cache", [&] {
+    launch_gemv_rope_cache(h, w, bias, eps, positions, slot_mapping, inv_freq, kv, shape, qkv,
+                           stream_, pdl_);
+  });
+}
+
+void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor& w, float eps, Tensor out) {
+  IB_ASSERT(
+      h.row_size() == w.row_size() && out.rows() == h.rows() && 2 * out.row_size() == w.dim(0),
+      "rms_matmul_swiglu: h (M, K), w (2F, K), out (M, F)");
+  run_op("rms_matmul_swiglu", [&] {
+    launch_gemv_fused(h, w, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_);
+  });
+}
+
+void CudaBackend::matmul_add(const Tensor& x, const Tensor& w, Tensor residual) {
+  IB_ASSERT(x.row_size() == w.row_size() && residual.rows() == x.rows() &&
+                residual.row_size() == w.dim(0),
+            "matmul_add: x (M, K), w (N, K), residual (M, N)");
+  run_op("matmul_add", [&] {
+    launch_gemv_fused(x, w, nullptr, residual, GemvFusion::kAccumulate, 0.0f, stream_, pdl_);
+  });
+}
+
+void CudaBackend::scale_columns(Tensor w, const Tensor& gain) {
+  IB_ASSERT(w.rank == 2 && gain.numel() == w.row_size() && gain.dtype == w.dtype,
+            "scale_columns: w (N, K), gain (K) of w's dtype");
+  run_op("scale_columns", [&] { launch_scale_columns(w, gain, stream_); });
 }
 
 bool CudaBackend::choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {

@@ -113,6 +113,14 @@ __global__ void __launch_bounds__(512) copy16_kernel(const uint4* src, uint4* ds
     dst[i] = src[i];
 }
 
+// w (n, k) columns *= gain (k); gain in w's dtype.
+template <typename T>
+__global__ void scale_columns_kernel(T* w, const T* gain, int64_t n, int64_t k) {
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n * k;
+       i += int64_t{gridDim.x} * kThreads)
+    w[i] = from_f32<T>(to_f32(w[i]) * to_f32(gain[i % k]));
+}
+
 }  // namespace
 
 void launch_copy16(const void* src, void* dst, size_t bytes, int num_sms, cudaStream_t stream) {
@@ -211,6 +219,16 @@ void launch_bias_add(Tensor out, const Tensor& bias, cudaStream_t stream) {
                         bias_add_kernel<T, B><<<grid_for(m * n, kThreads), kThreads, 0, stream>>>(
                             out.as<T>(), bias.as<B>(), m, n)));
   IB_CUDA_CHECK_LAUNCH("matmul(bias)");
+}
+
+void launch_scale_columns(Tensor w, const Tensor& gain, cudaStream_t stream) {
+  const int64_t n = w.rows();
+  const int64_t k = w.row_size();
+  if (n == 0) return;
+  IB_DISPATCH_FLOAT(w.dtype, T,
+                    scale_columns_kernel<T><<<grid_for(n * k, kThreads), kThreads, 0, stream>>>(
+                        w.as<T>(), gain.as<T>(), n, k));
+  IB_CUDA_CHECK_LAUNCH("scale_columns");
 }
 
 }  // namespace ib::cuda

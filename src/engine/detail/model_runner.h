@@ -87,6 +87,7 @@ class ModelRunner {
   ModelRunner(const ModelConfig& model, ModelWeights weights, const RunnerLimits& limits,
               Backend& backend);
   Status allocate();
+  void fold_norm_gains();  // when the backend has fused decode ops (see Backend::fused_decode)
   // Fills the host staging words and uploads them; sets the views below. Returns rows to sample.
   // pad_to > 0: the fixed layout of decode bucket pad_to (padding rows, graph_width_ wide tables).
   int upload_metadata(std::span<const RunnerSeq> batch, int pad_to = 0);
@@ -116,6 +117,7 @@ class ModelRunner {
   int graph_max_context_ = 0;
   int graph_width_ = 0;
   int64_t layer_weight_bytes_ = 0;  // all layers' tensors
+  bool folded_ = false;             // norm gains folded into wqkv / w_gate_up (ones left)
   Tensor token_ids_, positions_, slot_mapping_, sample_rows_, out_tokens_;
   AttentionMetadata attn_meta_;
   SamplingMetadata sampling_meta_;

@@ -55,6 +55,16 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
                  const AttentionShape& shape, Tensor out) override;
   void silu_mul(const Tensor& gate_up, Tensor out) override;
+  bool fused_decode(int64_t num_tokens) const override;
+  void rms_matmul(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,
+                  Tensor out) override;
+  void rms_matmul_rope_cache(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,
+                             const Tensor& positions, const Tensor& slot_mapping,
+                             const Tensor& inv_freq, const KvCacheLayer& kv,
+                             const AttentionShape& shape, Tensor qkv) override;
+  void rms_matmul_swiglu(const Tensor& h, const Tensor& w, float eps, Tensor out) override;
+  void matmul_add(const Tensor& x, const Tensor& w, Tensor residual) override;
+  void scale_columns(Tensor w, const Tensor& gain) override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
 
@@ -90,6 +100,8 @@ class CudaBackend final : public Backend {
   // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's). Off by
   // default: on the H200 it made batch-8 decode steps 2% slower (bench/NOTES.md, cuda2 run 2).
   void set_pdl(bool on) { pdl_ = on; }
+  // The fused decode ops (IB_FUSED=0 turns them off, for an A/B against the unfused ops).
+  void set_fused(bool on) { fused_ = on; }
   bool pdl() const { return pdl_; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
@@ -148,6 +160,7 @@ class CudaBackend final : public Backend {
   double copy_ceiling_bytes_per_s_ = 0.0;
   bool tuning_ = true;
   bool pdl_ = false;
+  bool fused_ = true;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int, bool>, bool> gemv_choice_;

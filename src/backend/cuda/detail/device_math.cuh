@@ -40,6 +40,20 @@ __device__ __forceinline__ f16 from_f32<f16>(float x) {
   return __float2half_rn(x);
 }
 
+// The two elements of T packed in one 32-bit word (element 0 in the low half), as floats.
+template <typename T>
+__device__ __forceinline__ float2 unpack2_f32(uint32_t word);
+template <>
+__device__ __forceinline__ float2 unpack2_f32<bf16>(uint32_t word) {
+  return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+}
+template <>
+__device__ __forceinline__ float2 unpack2_f32<f16>(uint32_t word) {
+  __half2 h;
+  memcpy(&h, &word, sizeof(h));
+  return __half22float2(h);
+}
+
 // Elements of T in one 16-byte vector.
 template <typename T>
 inline constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));

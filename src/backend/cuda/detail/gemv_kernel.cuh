@@ -10,6 +10,14 @@
 // kAdjacent those steps are consecutive in k (longer contiguous runs per row), otherwise they
 // are kWarps steps apart. fp32 accumulation; the warps' partial sums are reduced through shared
 // memory and the bias is added on the way out.
+//
+// Fused decode variants (kRms, kEpilogue): with kRms the kernel also sums the squares of the x
+// values it loads (each element of x is loaded exactly once per block) and scales each token's
+// results by 1 / rms(x) on the way out, which is rms_norm(x) @ w^T when the norm's gain has been
+// folded into w's columns. The epilogue then stores, adds into out (a residual), or, for
+// kSwiGlu, computes silu(gate) * up: the block's 16 weight rows are then 8 gate rows (w rows
+// j0..j0+7) and the 8 matching up rows (w rows F + j0 ..), so both halves of a feature meet in
+// one block and the (M, 2F) intermediate is never written.
 #pragma once
 
 #include "backend/cuda/detail/device_math.cuh"
@@ -21,8 +29,39 @@ namespace ib::cuda {
 inline constexpr int kGemvRows = 16;   // output features per block
 inline constexpr int kGemvStepK = 64;  // k per warp step
 
+enum GemvEpilogue : int {
+  kGemvStore = 0,       // out = result (+ bias)
+  kGemvAccumulate = 1,  // out += result (a residual add; out has x's dtype)
+  kGemvSwiGlu = 2,      // out (M, N / 2) = silu(result[:, :N/2]) * result[:, N/2:]
+  kGemvRopeCache = 3,   // out = qkv rows, q and k rotated (RoPE), k and v written to the cache
+};
+
+// What the kGemvRopeCache epilogue needs (the operands of rope_and_cache).
+struct GemvRopeCache {
+  const int32_t* positions = nullptr;     // (M)
+  const int32_t* slot_mapping = nullptr;  // (M); -1: no cache write
+  const float* inv_freq = nullptr;        // (head_dim / 2)
+  void* k_cache = nullptr;                // (num_blocks, Hkv, block_size, head_dim)
+  void* v_cache = nullptr;
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+};
+
 __device__ __forceinline__ uint32_t gemv_word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Sum of squares of one step's x values, per n-tile (kRms).
+template <typename T, int NT>
+__device__ __forceinline__ void gemv_sum_squares(float (&ss)[NT], const uint4 (&xv)[NT][2]) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 v = unpack2_f32<T>(gemv_word(xv[t][c], i));
+        ss[t] += v.x * v.x + v.y * v.y;
+      }
 }
 
 // One warp step: 16 rows x 64 k against NT n-tiles of 8 tokens.
@@ -77,19 +116,46 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
 // grid: ceil(N / 16) blocks of kWarps * 32 threads. Under programmatic dependent launch the
 // interleaved variant issues its first weight loads before waiting for the previous kernel
 // (weights are constant; x and out are not touched before the wait).
-template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent>
+// kEpilogue = kGemvSwiGlu: n = 2F weight rows, grid ceil(F / 8) blocks, out (M, F).
+// kEpilogue = kGemvRopeCache: n = (Hq + 2 Hkv) * head_dim, grid n / 16 blocks, head_dim / 16 per
+// head; a q or k head's block owns the 8 rotate-half pairs (i, i + head_dim / 2) for i in
+// [8 j, 8 j + 8), so each pair meets in one block; a v head's block owns 16 consecutive rows.
+// kRms: eps is the norm's epsilon (unused otherwise).
+template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
+          int kEpilogue = kGemvStore, bool kRms = false>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                TOut* __restrict__ out, int m, int n, int k) {
+                TOut* __restrict__ out, int m, int n, int k, float eps, GemvRopeCache rc) {
   __shared__ float partial[kWarps][NT][4][32];  // (warp, n-tile, C register, lane)
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int r = lane >> 2;
   const int q = lane & 3;
-  const int64_t n0 = int64_t{blockIdx.x} * kGemvRows;
+  constexpr bool kSwiGlu = kEpilogue == kGemvSwiGlu;
+  const int n_out = kSwiGlu ? n / 2 : n;  // output features
   // Rows and tokens past the end read row 0 / token 0: their results are never stored.
-  const int64_t row_a = n0 + r < n ? n0 + r : 0;
-  const int64_t row_b = n0 + r + 8 < n ? n0 + r + 8 : 0;
+  int64_t n0, row_a, row_b;
+  if constexpr (kSwiGlu) {
+    n0 = int64_t{blockIdx.x} * (kGemvRows / 2);
+    row_a = n0 + r < n_out ? n0 + r : 0;
+    row_b = n0 + r < n_out ? n_out + n0 + r : 0;
+  } else if constexpr (kEpilogue == kGemvRopeCache) {
+    const int per_head = rc.head_dim / kGemvRows;
+    const int head = static_cast<int>(blockIdx.x) / per_head;
+    const int j = static_cast<int>(blockIdx.x) % per_head;
+    n0 = int64_t{head} * rc.head_dim;  // the head's first row
+    if (head < rc.num_heads + rc.num_kv_heads) {
+      row_a = n0 + j * 8 + r;
+      row_b = row_a + rc.head_dim / 2;
+    } else {
+      row_a = n0 + j * kGemvRows + r;
+      row_b = row_a + 8;
+    }
+  } else {
+    n0 = int64_t{blockIdx.x} * kGemvRows;
+    row_a = n0 + r < n ? n0 + r : 0;
+    row_b = n0 + r + 8 < n ? n0 + r + 8 : 0;
+  }
   const T* wa_ptr = w + row_a * k + q * 16;
   const T* wb_ptr = w + row_b * k + q * 16;
   const T* x_ptr[NT];
@@ -100,8 +166,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 
   float acc[NT][4];
+  float ss[NT];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = ss[t] = 0.0f;
 
   const int steps = k / kGemvStepK;
   int tail_begin;
@@ -116,7 +183,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         gemv_load<T, NT>(wa_ptr, wb_ptr, x_ptr, int64_t{g * kUnroll + u} * kGemvStepK, wa[u], wb[u],
                          xv[u]);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
+      for (int u = 0; u < kUnroll; ++u) {
+        gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
+        if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv[u]);
+      }
     }
     tail_begin = groups * kUnroll + warp;
   } else {
@@ -138,7 +208,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int u = 0; u < kUnroll; ++u)
         gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
+      for (int u = 0; u < kUnroll; ++u) {
+        gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
+        if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv[u]);
+      }
       const int next = s + kUnroll * kWarps;
       if (full(next)) {
 #pragma unroll
@@ -152,20 +225,37 @@ __global__ void __launch_bounds__(kWarps * 32)
     uint4 wa[2], wb[2], xv[NT][2];
     gemv_load<T, NT>(wa_ptr, wb_ptr, x_ptr, int64_t{s} * kGemvStepK, wa, wb, xv);
     gemv_step<T, NT>(acc, wa, wb, xv);
+    if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
   }
 
 #pragma unroll
   for (int t = 0; t < NT; ++t)
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[warp][t][i][lane] = acc[t][i];
+  // kRms: lanes (r, q = 0..3) summed the squares of token t * 8 + r over this warp's steps.
+  __shared__ float inv_rms[kRms ? NT * 8 : 1];
+  __shared__ float sq_partial[kRms ? kWarps : 1][kRms ? NT * 8 : 1];
+  if constexpr (kRms) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      float v = ss[t];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (q == 0) sq_partial[warp][t * 8 + r] = v;
+    }
+  }
   __syncthreads();
-
-  // Output o = token * 16 + row: consecutive threads write consecutive features of one token.
-  for (int o = threadIdx.x; o < NT * 8 * kGemvRows; o += kWarps * 32) {
-    const int token = o / kGemvRows;
-    const int row = o % kGemvRows;
-    const int64_t feature = n0 + row;
-    if (token >= m || feature >= n) continue;
+  if constexpr (kRms) {
+    if (threadIdx.x < NT * 8) {
+      float total = 0.0f;
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) total += sq_partial[wi][threadIdx.x];
+      inv_rms[threadIdx.x] = rsqrtf(total / static_cast<float>(k) + eps);
+    }
+    __syncthreads();
+  }
+  // The block's result for (token, row of the 16-row tile).
+  const auto result = [&](int token, int row) {
     const int t = token / 8;
     const int col = token % 8;
     const int src_lane = (row % 8) * 4 + col / 2;
@@ -173,8 +263,78 @@ __global__ void __launch_bounds__(kWarps * 32)
     float sum = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][t][reg][src_lane];
-    if (bias) sum += to_f32(bias[feature]);
-    out[int64_t{token} * n + feature] = from_f32<TOut>(sum);
+    if constexpr (kRms) sum *= inv_rms[token];
+    return sum;
+  };
+
+  if constexpr (kEpilogue == kGemvRopeCache) {
+    // Output o = token * 8 + i: the tile's rows i and i + 8 (a rotated pair, or two v rows).
+    const int per_head = rc.head_dim / kGemvRows;
+    const int head = static_cast<int>(blockIdx.x) / per_head;
+    const int j = static_cast<int>(blockIdx.x) % per_head;
+    const bool is_v = head >= rc.num_heads + rc.num_kv_heads;
+    for (int o = threadIdx.x; o < NT * 8 * (kGemvRows / 2); o += kWarps * 32) {
+      const int token = o / (kGemvRows / 2);
+      const int i = o % (kGemvRows / 2);
+      if (token >= m) continue;
+      const int da = is_v ? j * kGemvRows + i : j * 8 + i;  // dims within the head
+      const int db = is_v ? da + 8 : da + rc.head_dim / 2;
+      float a = result(token, i);
+      float b = result(token, i + 8);
+      if (bias) {
+        a += to_f32(bias[n0 + da]);
+        b += to_f32(bias[n0 + db]);
+      }
+      if (!is_v) {
+        float sn, cs;
+        sincosf(static_cast<float>(rc.positions[token]) * rc.inv_freq[da], &sn, &cs);
+        const float ra = a * cs - b * sn;
+        b = b * cs + a * sn;
+        a = ra;
+      }
+      const TOut oa = from_f32<TOut>(a), ob = from_f32<TOut>(b);
+      out[int64_t{token} * n + n0 + da] = oa;
+      out[int64_t{token} * n + n0 + db] = ob;
+      const int32_t slot = rc.slot_mapping[token];
+      if (head >= rc.num_heads && slot >= 0) {
+        const int kv_head = head - rc.num_heads - (is_v ? rc.num_kv_heads : 0);
+        const int64_t base =
+            ((int64_t{slot / rc.block_size} * rc.num_kv_heads + kv_head) * rc.block_size +
+             slot % rc.block_size) *
+            rc.head_dim;
+        TOut* cache = static_cast<TOut*>(is_v ? rc.v_cache : rc.k_cache);
+        cache[base + da] = oa;
+        cache[base + db] = ob;
+      }
+    }
+  } else if constexpr (kSwiGlu) {
+    // Output o = token * 8 + j: feature n0 + j from gate row j and up row j + 8 of the tile.
+    for (int o = threadIdx.x; o < NT * 8 * (kGemvRows / 2); o += kWarps * 32) {
+      const int token = o / (kGemvRows / 2);
+      const int j = o % (kGemvRows / 2);
+      const int64_t feature = n0 + j;
+      if (token >= m || feature >= n_out) continue;
+      float g = result(token, j);
+      float u = result(token, j + 8);
+      if (bias) {
+        g += to_f32(bias[feature]);
+        u += to_f32(bias[n_out + feature]);
+      }
+      out[int64_t{token} * n_out + feature] = from_f32<TOut>(g / (1.0f + expf(-g)) * u);
+    }
+  } else {
+    // Output o = token * 16 + row: consecutive threads write consecutive features of one token.
+    for (int o = threadIdx.x; o < NT * 8 * kGemvRows; o += kWarps * 32) {
+      const int token = o / kGemvRows;
+      const int row = o % kGemvRows;
+      const int64_t feature = n0 + row;
+      if (token >= m || feature >= n) continue;
+      float sum = result(token, row);
+      if (bias) sum += to_f32(bias[feature]);
+      TOut* dst = out + int64_t{token} * n + feature;
+      if constexpr (kEpilogue == kGemvAccumulate) sum += to_f32(*dst);
+      *dst = from_f32<TOut>(sum);
+    }
   }
 }
 

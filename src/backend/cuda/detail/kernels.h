@@ -43,6 +43,25 @@ inline constexpr int kGemvMaxM = 32;
 bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor& out);
 void launch_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
                  cudaStream_t stream, bool pdl = false);
+// The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype:
+//  kRmsScale:   out (M, N) = (x / rms(x)) @ w^T (+ bias)   [a norm whose gain is folded into w]
+//  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x)) @ w^T (+ bias)
+//  kAccumulate: out (M, N) += x @ w^T (+ bias)              [the residual add]
+inline constexpr int kGemvFusedMaxM = 8;
+enum class GemvFusion { kRmsScale, kRmsSwiGlu, kAccumulate };
+bool gemv_fused_supported(const Tensor& x, const Tensor& w, GemvFusion fusion);
+void launch_gemv_fused(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+                       GemvFusion fusion, float eps, cudaStream_t stream, bool pdl = false);
+// qkv (M, (Hq + 2 Hkv) * hd) = (x / rms(x)) @ w^T (+ bias), then rope_and_cache on it, in one
+// kernel: the q and k heads rotated in fp32 before the one rounding, k and v written into kv.
+bool gemv_rope_cache_supported(const Tensor& x, const Tensor& w, const AttentionShape& shape);
+void launch_gemv_rope_cache(const Tensor& x, const Tensor& w, const Tensor* bias, float eps,
+                            const Tensor& positions, const Tensor& slot_mapping,
+                            const Tensor& inv_freq, const KvCacheLayer& kv,
+                            const AttentionShape& shape, Tensor qkv, cudaStream_t stream,
+                            bool pdl = false);
+// w (N, K) columns *= gain (K), in w's dtype (rounded once).
+void launch_scale_columns(Tensor w, const Tensor& gain, cudaStream_t stream);
 
 // ---- rope_cache.cu ----
 void launch_rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
