@@ -66,7 +66,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
                                                          Backend& backend) {
   std::unique_ptr<ModelRunner> runner(new ModelRunner(model, std::move(weights), limits, backend));
   IB_TRY(runner->allocate());
-  if (backend.fused_decode(0)) runner->fold_norm_gains();
+  // The fused GEMVs step K by 64 and rotate heads in 16-row tiles.
+  const bool shapes_fit = model.hidden_size % 64 == 0 && model.intermediate_size % 64 == 0 &&
+                          (model.num_heads * model.head_dim) % 64 == 0 && model.head_dim % 16 == 0;
+  if (backend.fused_decode(0) && shapes_fit) runner->fold_norm_gains();
   return runner;
 }
 
