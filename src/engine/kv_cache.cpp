@@ -171,7 +171,7 @@ Result<KvGrowthPath> grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_nu
   }
 
   // 2. Old and new fit together: device to device. Per layer, K then V: the old blocks are the
-  // leading rows of each half.
+  // leading rows of each half, (old_half) contiguous elements = (old_blocks, heads, bs, d).
   if (memory.fits(static_cast<int64_t>(new_bytes))) {
     auto grown = allocate_kv_cache(m, new_num_blocks, block_size, backend);
     if (grown.ok()) {
