@@ -48,14 +48,16 @@ void Backend::matmul_add(const Tensor&, const Tensor&, Tensor) {
   IB_ASSERT(false, "matmul_add: this backend has no fused decode ops (check fused_decode first)");
 }
 
+Error Backend::cap_refusal(size_t bytes, MemoryTag tag) const {
+  const auto limit = memory_.limit_bytes().value_or(0);
+  return runtime_error("out of memory: allocating " + std::to_string(bytes) + " bytes for " +
+                       memory_tag_name(tag) + " would exceed the memory limit of " +
+                       std::to_string(limit) + " bytes");
+}
+
 Result<Buffer> Backend::alloc(size_t bytes, MemoryTag tag) {
-  const size_t rounded = (bytes + 255) / 256 * 256;
-  if (!memory_.admit(static_cast<int64_t>(rounded))) {
-    const auto limit = memory_.limit_bytes().value_or(0);
-    return runtime_error("out of memory: allocating " + std::to_string(rounded) + " bytes for " +
-                         memory_tag_name(tag) + " would exceed the memory limit of " +
-                         std::to_string(limit) + " bytes");
-  }
+  const size_t rounded = alloc_bytes(bytes);
+  if (!memory_.admit(static_cast<int64_t>(rounded))) return cap_refusal(rounded, tag);
   IB_ASSIGN_OR_RETURN(void* ptr, raw_alloc(rounded));
   memory_.on_alloc(reinterpret_cast<uint64_t>(ptr), static_cast<int64_t>(rounded), tag);
   return Buffer(this, ptr, rounded, tag);

@@ -132,12 +132,20 @@ class Backend {
   // Allocates bytes (256-byte aligned). Fails, without aborting, when the device is out of
   // memory or the tracker's cap would be exceeded.
   Result<Buffer> alloc(size_t bytes, MemoryTag tag);
+  // The bytes alloc(bytes, ...) takes and the tracker counts: bytes rounded up to 256.
+  static constexpr size_t alloc_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
+  // The error alloc() returns when the tracker's cap refuses bytes (rounded) for tag; callers
+  // that refuse early (MemoryTracker::admit_after_free) return the same message.
+  Error cap_refusal(size_t bytes, MemoryTag tag) const;
 
   // ---- transfers ----
   // dst <- host bytes of src_dtype, converting element type to dst.dtype (f32/bf16/f16).
   virtual void copy_from_host(Tensor dst, const void* src, DType src_dtype) = 0;
   // host <- src bytes, no conversion; synchronizes.
   virtual void copy_to_host(const Tensor& src, void* dst) = 0;
+  // dst <- src, both in this backend's memory, same dtype and element count, no conversion
+  // (device to device, enqueued on the stream; the CPU backend copies at once).
+  virtual void copy_on_device(Tensor dst, const Tensor& src) = 0;
   virtual void synchronize() = 0;
 
   // ---- initialisation ----

@@ -24,13 +24,18 @@ const char* memory_tag_name(MemoryTag tag) {
   return "?";
 }
 
-bool MemoryTracker::admit(int64_t bytes) {
+bool MemoryTracker::admit_after_free(int64_t free_bytes, int64_t bytes) {
   std::lock_guard lock(mu_);
-  if (limit_bytes_ && s_.allocated_bytes + bytes > *limit_bytes_) {
+  if (limit_bytes_ && s_.allocated_bytes - free_bytes + bytes > *limit_bytes_) {
     ++s_.num_refused;
     return false;
   }
   return true;
+}
+
+bool MemoryTracker::fits(int64_t bytes) const {
+  std::lock_guard lock(mu_);
+  return !limit_bytes_ || s_.allocated_bytes + bytes <= *limit_bytes_;
 }
 
 void MemoryTracker::on_alloc(uint64_t address, int64_t bytes, MemoryTag tag) {

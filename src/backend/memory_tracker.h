@@ -50,7 +50,12 @@ class MemoryTracker {
   }
 
   // True if an allocation of bytes fits under the cap; counts a refusal otherwise.
-  bool admit(int64_t bytes);
+  bool admit(int64_t bytes) { return admit_after_free(0, bytes); }
+  // As admit(), for an allocation that would replace free_bytes of what is allocated now (a
+  // reallocation refused up front, before anything is freed or copied).
+  bool admit_after_free(int64_t free_bytes, int64_t bytes);
+  // Whether bytes more would fit under the cap now (always without one); counts nothing.
+  bool fits(int64_t bytes) const;
   void on_alloc(uint64_t address, int64_t bytes, MemoryTag tag);
   void on_free(uint64_t address, int64_t bytes, MemoryTag tag);
 

@@ -176,6 +176,8 @@ class EngineImpl final : public Engine {
     s.oom_step = oom_step_;
     s.oom_message = oom_message_;
     s.kv_growths = kv_growths_;
+    s.kv_growths_staged = kv_growths_staged_;
+    s.kv_growth_s = static_cast<double>(kv_growth_ns_) * 1e-9;
     s.kv_blocks_capacity = capacity_blocks_;
     s.num_waiting = scheduler_.num_waiting();
     s.num_running = scheduler_.num_running();
@@ -206,27 +208,34 @@ class EngineImpl final : public Engine {
  private:
   // On-demand growth (the scheduler's hook): by at least missing blocks, normally by a chunk
   // (half the pool, at least the initial size); a refused chunk is retried at exactly missing.
-  // A refusal of that is the engine's OOM: recorded once, and the pool grows no more.
+  // A refusal of that is the engine's OOM: recorded once, and the pool grows no more. The time
+  // spent here, refusals included, adds to kv_growth_s.
   bool grow_pool(int missing) {
     const int current = pool_.num_blocks();
     if (oom_step_ >= 0 || current + missing > capacity_blocks_) return false;
+    const int64_t start_ns = now_ns();
     const int chunk = std::max(min_growth_blocks_, current / 2);
     const int wanted = std::min(capacity_blocks_, current + std::max(missing, chunk));
     detail::KvCache& kv = runner_->kv_cache();
-    Status st = detail::grow_kv_cache(kv, model_, wanted, config_.block_size, backend_);
+    auto grow = [&](int blocks) {
+      return detail::grow_kv_cache(kv, model_, blocks, config_.block_size, backend_, staging_);
+    };
+    auto grown = grow(wanted);
     int grown_to = wanted;
-    if (!st.ok() && wanted > current + missing) {
+    if (!grown.ok() && wanted > current + missing) {
       grown_to = current + missing;
-      st = detail::grow_kv_cache(kv, model_, grown_to, config_.block_size, backend_);
+      grown = grow(grown_to);
     }
-    if (!st.ok()) {
+    kv_growth_ns_ += now_ns() - start_ns;
+    if (!grown.ok()) {
       oom_step_ = steps_;
-      oom_message_ = st.error().message;
+      oom_message_ = grown.error().message;
       step_oom_ = true;
       return false;
     }
     pool_.grow(grown_to);
     ++kv_growths_;
+    if (*grown == detail::KvGrowthPath::kHostStaged) ++kv_growths_staged_;
     return true;
   }
 
@@ -248,6 +257,9 @@ class EngineImpl final : public Engine {
   std::string oom_message_;
   bool step_oom_ = false;
   int kv_growths_ = 0;
+  int kv_growths_staged_ = 0;
+  int64_t kv_growth_ns_ = 0;
+  detail::HostStaging staging_;  // reused by staged growths (see grow_kv_cache)
   detail::StepProfiler profiler_;
 };
 

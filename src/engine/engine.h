@@ -24,8 +24,10 @@ enum class BatchingMode { kContinuous, kStatic };
 // allocator when the scheduler needs blocks; a refused growth (the --memory-limit cap or a real
 // device allocation failure) is an out-of-memory event (StepStats::oom, EngineStats::oom), after
 // which the pool stops growing and the scheduler preempts as with a full preallocated pool.
-// Growth stages the cache through host memory (no transient double allocation) and runs decode
-// steps eagerly (graphs would hold the old addresses).
+// A growth that cannot fit under the cap even with the old pool freed is refused before any
+// copy; one whose old and new pools fit together copies device to device; otherwise it stages
+// the cache through reused host memory (no transient double allocation). Decode steps run
+// eagerly (graphs would hold the old addresses).
 enum class KvGrowth { kPreallocated, kOnDemand };
 const char* kv_growth_name(KvGrowth g);
 
@@ -128,7 +130,10 @@ struct EngineStats {
   int64_t oom_step = -1;               // steps completed before the refusal; -1: none
   std::string oom_message;             // the allocator's message
   int kv_growths = 0;                  // kOnDemand: successful pool growths
-  int kv_blocks_capacity = 0;          // most blocks the pool may reach (= total when preallocated)
+  int kv_growths_staged =
+      0;                   // of kv_growths, through host staging (old + new did not fit together)
+  double kv_growth_s = 0;  // kOnDemand: seconds spent growing, refusals included
+  int kv_blocks_capacity = 0;  // most blocks the pool may reach (= total when preallocated)
   int num_waiting = 0;
   int num_running = 0;
   int kv_blocks_total = 0;

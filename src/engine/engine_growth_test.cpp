@@ -3,6 +3,7 @@
 // where preemption begins.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/detail/engine_test_support.h"
@@ -35,36 +36,63 @@ std::vector<GenerationRequest> requests(int n, int prompt_len, int max_tokens) {
   return out;
 }
 
-TEST(EngineGrowth, OnDemandLogitsEqualPreallocated) {
+// Runs the same requests on a preallocated engine and on an on-demand one (its tracker capped at
+// fixed bytes + cap_blocks KV blocks when cap_blocks > 0); the on-demand engine's stats.
+EngineStats expect_on_demand_logits_equal_preallocated(int cap_blocks) {
   auto pre = testing::make_engine(tiny_config(), growth_config(KvGrowth::kPreallocated));
   auto dyn = testing::make_engine(tiny_config(), growth_config(KvGrowth::kOnDemand));
-  const int initial_blocks = dyn.engine->stats().kv_blocks_total;
-  EXPECT_LT(initial_blocks, pre.engine->stats().kv_blocks_total);
+  const EngineStats start = dyn.engine->stats();
+  EXPECT_LT(start.kv_blocks_total, pre.engine->stats().kv_blocks_total);
+  if (cap_blocks > 0) {
+    dyn.backend->memory().set_limit_bytes(
+        start.memory.allocated_bytes + (cap_blocks - start.kv_blocks_total) * start.kv_block_bytes);
+  }
   for (const auto& r : requests(6, 9, 12)) {
-    ASSERT_TRUE(pre.engine->add_request(r).ok());
-    ASSERT_TRUE(dyn.engine->add_request(r).ok());
+    EXPECT_TRUE(pre.engine->add_request(r).ok());
+    EXPECT_TRUE(dyn.engine->add_request(r).ok());
   }
   const auto a = testing::run_to_completion(*pre.engine);
   const auto b = testing::run_to_completion(*dyn.engine);
-  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(a.size(), b.size());
   for (const auto& [id, ca] : a) {
     const auto& cb = b.at(id);
     EXPECT_EQ(ca.tokens, cb.tokens) << "request " << id;
-    ASSERT_EQ(ca.logits.size(), cb.logits.size());
-    for (size_t t = 0; t < ca.logits.size(); ++t) {
-      ASSERT_EQ(ca.logits[t].size(), cb.logits[t].size());
-      for (size_t v = 0; v < ca.logits[t].size(); ++v) {
-        ASSERT_NEAR(ca.logits[t][v], cb.logits[t][v], 1e-5) << "request " << id << " token " << t;
-      }
+    EXPECT_EQ(ca.logits.size(), cb.logits.size());
+    for (size_t t = 0; t < std::min(ca.logits.size(), cb.logits.size()); ++t) {
+      EXPECT_EQ(ca.logits[t].size(), cb.logits[t].size());
+      float worst = 0;
+      for (size_t v = 0; v < std::min(ca.logits[t].size(), cb.logits[t].size()); ++v)
+        worst = std::max(worst, std::fabs(ca.logits[t][v] - cb.logits[t][v]));
+      EXPECT_LE(worst, 1e-5) << "request " << id << " token " << t;
     }
   }
   const EngineStats s = dyn.engine->stats();
   EXPECT_GT(s.kv_growths, 2);
-  EXPECT_GT(s.kv_blocks_total, initial_blocks);
+  EXPECT_GT(s.kv_growth_s, 0.0);
+  EXPECT_GT(s.kv_blocks_total, start.kv_blocks_total);
   EXPECT_LE(s.kv_blocks_total, s.kv_blocks_capacity);
   EXPECT_FALSE(s.oom);
   EXPECT_EQ(s.memory.bytes_by_tag[static_cast<size_t>(MemoryTag::kKvCache)],
             s.kv_block_bytes * s.kv_blocks_total);
+  if (cap_blocks > 0) {
+    EXPECT_LE(s.memory.peak_allocated_bytes, *dyn.backend->memory().limit_bytes());
+  }
+  return s;
+}
+
+TEST(EngineGrowth, OnDemandLogitsEqualPreallocatedGrowingDeviceToDevice) {
+  // No cap: every growth allocates the new pool beside the old one and copies on the device.
+  const EngineStats s = expect_on_demand_logits_equal_preallocated(0);
+  EXPECT_EQ(s.kv_growths_staged, 0);
+  EXPECT_EQ(s.memory.num_refused, 0);
+}
+
+TEST(EngineGrowth, OnDemandLogitsEqualPreallocatedGrowingThroughHostStaging) {
+  // The six requests need 43 blocks at most at once; a cap of 48 lets the pool reach them, but
+  // its last growths cannot hold the old pool beside the new one and stage through the host.
+  const EngineStats s = expect_on_demand_logits_equal_preallocated(48);
+  EXPECT_GT(s.kv_growths_staged, 0);
+  EXPECT_LT(s.kv_growths_staged, s.kv_growths);  // the small early growths fit side by side
 }
 
 TEST(EngineGrowth, RefusedGrowthIsOomTheEngineSurvives) {
@@ -80,6 +108,7 @@ TEST(EngineGrowth, RefusedGrowthIsOomTheEngineSurvives) {
                                                  testing::random_prompt(rng, 11, 101), 10))
                     .ok());
   }
+  dyn.backend->memory().set_tracing(true);
   int oom_steps = 0;
   std::map<uint64_t, int> generated;
   while (dyn.engine->has_unfinished()) {
@@ -90,6 +119,12 @@ TEST(EngineGrowth, RefusedGrowthIsOomTheEngineSurvives) {
   }
   const EngineStats s = dyn.engine->stats();
   EXPECT_EQ(oom_steps, 1);  // reported once; the pool then stops growing
+  // Refused growths were refused before any copy: the KV cache was allocated once per
+  // successful growth and never re-allocated to restore its old size.
+  int kv_allocs = 0;
+  for (const MemoryEvent& ev : dyn.backend->memory().take_trace())
+    kv_allocs += ev.tag == MemoryTag::kKvCache && ev.bytes > 0 ? 1 : 0;
+  EXPECT_EQ(kv_allocs, s.kv_growths);
   EXPECT_TRUE(s.oom);
   EXPECT_GE(s.oom_step, 0);
   EXPECT_LT(s.oom_step, s.steps);

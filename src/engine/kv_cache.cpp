@@ -4,11 +4,18 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace ib::detail {
 namespace {
+
+constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 std::string mib(int64_t bytes) {
   return std::to_string(bytes >> 20) + " MiB";
@@ -112,38 +119,108 @@ Result<KvCache> allocate_kv_cache(const ModelConfig& m, int num_blocks, int bloc
   return kv;
 }
 
-Status grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_num_blocks, int block_size,
-                     Backend& backend) {
+void HostStaging::Free::operator()(std::byte* p) const {
+  std::free(p);
+}
+
+Result<std::byte*> HostStaging::reserve(size_t min_bytes, size_t want_bytes) {
+  IB_ASSERT(want_bytes >= min_bytes, "HostStaging::reserve: want_bytes < min_bytes");
+  if (bytes_ >= min_bytes) return data_.get();
+  data_.reset();
+  bytes_ = 0;
+  auto round_up = [](size_t b) {
+    return std::max(kHugePageBytes, (b + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes);
+  };
+  size_t size = round_up(want_bytes);
+  void* ptr = std::aligned_alloc(kHugePageBytes, size);
+  if (ptr == nullptr && want_bytes > min_bytes) {  // the headroom for later growths is optional
+    size = round_up(min_bytes);
+    ptr = std::aligned_alloc(kHugePageBytes, size);
+  }
+  if (ptr == nullptr) {
+    return runtime_error("out of host memory: staging " + mib(static_cast<int64_t>(size)) +
+                         " of KV cache for its growth failed; lower --memory-limit or use "
+                         "--kv-cache-growth preallocated");
+  }
+#if defined(__linux__)
+  madvise(ptr, size, MADV_HUGEPAGE);  // a hint: 2 MiB faults instead of 4 KiB ones
+#endif
+  data_.reset(static_cast<std::byte*>(ptr));
+  bytes_ = size;
+  return data_.get();
+}
+
+Result<KvGrowthPath> grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_num_blocks,
+                                   int block_size, Backend& backend, HostStaging& staging) {
+  IB_TRY(backend.device_status());  // a faulted device copies nothing; leave the pool alone
   const DType dt = backend.activation_dtype();
+  const size_t elem_bytes = dtype_size(dt);
   const int old_blocks = kv.layers.empty() ? 0 : static_cast<int>(kv.layers[0].k.dim(0));
   IB_ASSERT(new_num_blocks >= old_blocks, "grow_kv_cache: cannot shrink");
+  // Elements of one layer's K (or V) half, old and new.
   const int64_t old_half = int64_t{old_blocks} * m.num_kv_heads * block_size * m.head_dim;
+  const int64_t new_half = int64_t{new_num_blocks} * m.num_kv_heads * block_size * m.head_dim;
+  const size_t new_bytes =
+      Backend::alloc_bytes(static_cast<size_t>(2 * m.num_layers * new_half) * elem_bytes);
+  const auto old_bytes = static_cast<int64_t>(kv.storage.bytes());
+
+  // 1. Refused even with the old pool freed: refuse before copying anything.
+  MemoryTracker& memory = backend.memory();
+  if (!memory.admit_after_free(old_bytes, static_cast<int64_t>(new_bytes))) {
+    return backend.cap_refusal(new_bytes, MemoryTag::kKvCache);
+  }
+
+  // 2. Old and new fit together: device to device. Per layer, K then V: the old blocks are the
+  // leading rows of each half, (old_half) contiguous elements = (old_blocks, heads, bs, d).
+  if (memory.fits(static_cast<int64_t>(new_bytes))) {
+    auto grown = allocate_kv_cache(m, new_num_blocks, block_size, backend);
+    if (grown.ok()) {
+      for (size_t l = 0; l < kv.layers.size() && old_half > 0; ++l) {
+        const KvCacheLayer& from = kv.layers[l];
+        const KvCacheLayer& to = grown->layers[l];
+        backend.copy_on_device(Tensor(to.k.data, dt, {old_half}),
+                               Tensor(from.k.data, dt, {old_half}));
+        backend.copy_on_device(Tensor(to.v.data, dt, {old_half}),
+                               Tensor(from.v.data, dt, {old_half}));
+      }
+      backend.synchronize();  // the copies have read the old storage before it is freed
+      IB_TRY(backend.device_status());
+      kv = std::move(grown).value();
+      return KvGrowthPath::kDeviceCopy;
+    }
+    // The device refused the new storage beside the old (the tracker did not): stage instead.
+    IB_TRY(backend.device_status());
+  }
+
+  // 3. Through host staging: the old storage is freed before the new one is allocated.
   const int64_t old_elems = 2 * m.num_layers * old_half;
-  // The old storage on the host, not zero-filled first (it is overwritten at once; a memset of
-  // a multi-GiB pool would double the cost of each growth).
-  const auto host_bytes = static_cast<size_t>(old_elems) * dtype_size(dt);
-  const auto host_buffer = std::make_unique_for_overwrite<std::byte[]>(host_bytes);
-  std::byte* const host = host_buffer.get();
-  if (old_elems > 0) backend.copy_to_host(kv.storage.view(dt, {old_elems}), host);
+  const auto old_used_bytes = static_cast<size_t>(old_elems) * elem_bytes;
+  std::byte* host = nullptr;
+  if (old_elems > 0) {
+    IB_ASSIGN_OR_RETURN(host, staging.reserve(old_used_bytes, new_bytes));
+    backend.copy_to_host(kv.storage.view(dt, {old_elems}), host);
+  }
+  IB_TRY(backend.device_status());
   kv = KvCache{};  // frees the old storage
-  auto restore = [&](const Error& e) -> Status {
+  auto restore = [&](const Error& e) -> Error {
     auto back = allocate_kv_cache(m, old_blocks, block_size, backend);
     IB_ASSERT(back.ok(), "grow_kv_cache: cannot re-allocate the KV cache it just freed");
     kv = std::move(back).value();
     if (old_elems > 0) backend.copy_from_host(kv.storage.view(dt, {old_elems}), host, dt);
+    backend.synchronize();
     return e;
   };
   auto grown = allocate_kv_cache(m, new_num_blocks, block_size, backend);
   if (!grown.ok()) return restore(grown.error());
   kv = std::move(grown).value();
-  // Per layer, K then V: the old blocks are the leading rows of each half.
-  const int64_t new_half = int64_t{new_num_blocks} * m.num_kv_heads * block_size * m.head_dim;
   for (int64_t h = 0; h < 2 * m.num_layers && old_half > 0; ++h) {
-    const auto dst = static_cast<size_t>(h * new_half) * dtype_size(dt);
-    const auto src = static_cast<size_t>(h * old_half) * dtype_size(dt);
+    const auto dst = static_cast<size_t>(h * new_half) * elem_bytes;
+    const auto src = static_cast<size_t>(h * old_half) * elem_bytes;
     backend.copy_from_host(kv.storage.view(dt, {old_half}, dst), host + src, dt);
   }
-  return Ok{};
+  backend.synchronize();
+  IB_TRY(backend.device_status());
+  return KvGrowthPath::kHostStaged;
 }
 
 }  // namespace ib::detail

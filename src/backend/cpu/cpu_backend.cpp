@@ -131,6 +131,12 @@ void CpuBackend::copy_to_host(const Tensor& src, void* dst) {
   std::memcpy(dst, src.data, src.bytes());
 }
 
+void CpuBackend::copy_on_device(Tensor dst, const Tensor& src) {
+  IB_ASSERT(dst.dtype == src.dtype && dst.numel() == src.numel(),
+            "copy_on_device: dst and src must have the same dtype and element count");
+  if (dst.numel() > 0) std::memcpy(dst.data, src.data, src.bytes());
+}
+
 void CpuBackend::fill_uniform(Tensor dst, uint64_t seed, uint64_t stream, float scale) {
   IB_ASSERT(is_float(dst.dtype), "fill_uniform: floating-point tensor expected");
   pool_.parallel_for(dst.numel(), 1 << 16, [&](int64_t begin, int64_t end) {

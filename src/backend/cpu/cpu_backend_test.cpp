@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/detail/test_tensors.h"
 
@@ -176,6 +177,35 @@ TEST(CpuBackend, AllocationsAreTrackedAndCapped) {
   EXPECT_EQ(snap.allocated_bytes, 0);
   EXPECT_EQ(snap.peak_allocated_bytes, 1024);
   EXPECT_EQ(snap.num_refused, 1);
+}
+
+TEST(CpuBackend, CapRefusalIsTheAllocatorsMessage) {
+  CpuBackend backend(1);
+  backend.memory().set_limit_bytes(4096);
+  auto refused = backend.alloc(5000, MemoryTag::kKvCache);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(Backend::alloc_bytes(5000), 5120u);
+  EXPECT_EQ(backend.cap_refusal(Backend::alloc_bytes(5000), MemoryTag::kKvCache).message,
+            refused.error().message);
+  EXPECT_NE(refused.error().message.find("5120 bytes for kv_cache"), std::string::npos);
+  EXPECT_NE(refused.error().message.find("limit of 4096 bytes"), std::string::npos);
+}
+
+TEST(CpuBackend, CopyOnDeviceCopiesEveryElement) {
+  CpuBackend backend(1);
+  // Two (3, 5) f32 tensors in one allocation, the second at a 256-byte offset.
+  auto buf = backend.alloc(512, MemoryTag::kOther);
+  ASSERT_TRUE(buf.ok());
+  Tensor src = buf->view(DType::kF32, {3, 5});
+  Tensor dst = buf->view(DType::kF32, {3, 5}, 256);
+  std::vector<float> values(15);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * static_cast<float>(i) - 3.0f;
+  backend.copy_from_host(src, values.data(), DType::kF32);
+  backend.fill_constant(dst, 7.0f);
+  backend.copy_on_device(dst, src);
+  std::vector<float> got(15);
+  backend.copy_to_host(dst, got.data());
+  EXPECT_EQ(got, values);
 }
 
 }  // namespace

@@ -448,5 +448,16 @@ void CudaBackend::sample(const Tensor& logits, const SamplingMetadata& meta, Ten
   });
 }
 
+void CudaBackend::copy_on_device(Tensor dst, const Tensor& src) {
+  IB_ASSERT(dst.dtype == src.dtype && dst.numel() == src.numel(),
+            "copy_on_device: dst and src must have the same dtype and element count");
+  if (dst.numel() == 0) return;
+  run_op("copy_on_device", [&] {
+    IB_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_),
+        "copy_on_device");
+  });
+}
+
 }  // namespace cuda
 }  // namespace ib

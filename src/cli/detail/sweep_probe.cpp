@@ -35,6 +35,9 @@ json probe_json(const ProbeResult& p) {
               {"prefill_s", p.prefill_s},
               {"decode_step_s", p.decode_step_s},
               {"total_s", p.total_s},
+              {"kv_growths", p.kv_growths},
+              {"kv_growths_staged", p.kv_growths_staged},
+              {"kv_growth_s", p.kv_growth_s},
               {"message", p.message}};
 }
 
@@ -131,6 +134,9 @@ Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec) {
       r.preemptions = s.preemptions;
       r.first_preemption_step = s.first_preemption_step;
       r.kv_blocks = s.kv_blocks_total;
+      r.kv_growths = s.kv_growths;
+      r.kv_growths_staged = s.kv_growths_staged;
+      r.kv_growth_s = s.kv_growth_s;
       r.peak_bytes = s.memory.peak_allocated_bytes - baseline;
       // The whole batch must have run at once: a pool that only queues part of it is short too.
       r.concurrent = max_running;
@@ -162,14 +168,15 @@ Result<json> find_oom(Backend& backend, const OomSearchOptions& o, const std::at
       if (stop.load()) return user_error("interrupted");
       spec.engine.kv_growth = growth;
       IB_ASSIGN_OR_RETURN(const ProbeResult r, run_probe(backend, spec));
-      std::fprintf(stderr, "inferbench: find-oom %s batch %d input %d: %s (%lld steps, %.2f GiB; %.1f s, "
-                   "load %.1f s)\n",
+      std::fprintf(stderr,
+                   "inferbench: find-oom %s batch %d input %d: %s (%lld steps, %.2f GiB; %.1f s, "
+                   "load %.1f s, %d KV growths %.1f s)\n",
                    kv_growth_name(growth), r.batch, r.input_len,
                    r.ok    ? "ok"
                    : r.oom ? "oom"
                            : "pool full",
-                   static_cast<long long>(r.steps), static_cast<double>(r.peak_bytes) / kGiB, r.total_s,
-                   r.load_s);
+                   static_cast<long long>(r.steps), static_cast<double>(r.peak_bytes) / kGiB,
+                   r.total_s, r.load_s, r.kv_growths, r.kv_growth_s);
       probes.push_back(probe_json(r));
       if (o.on_probe) {
         json line = probes.back();
@@ -241,16 +248,22 @@ std::string oom_markdown(const json& oom) {
       "(oom: a KV growth was refused; full: the preallocated pool preempted or queued part of "
       "the batch).\n\n",
       oom["steps"].get<int>());
-  s += "| KV growth | input len | max batch | probes (batch: result, steps, peak GiB) |\n";
+  s += "| KV growth | input len | max batch | probes (batch: result, steps, peak GiB, seconds; "
+       "on demand: KV growths, seconds spent growing) |\n";
   s += "|---|---|---|---|\n";
   for (const auto& m : oom["modes"]) {
     for (const auto& b : m["batch_search"]) {
       std::string probes;
       for (const auto& p : b["probes"]) {
-        probes +=
-            fmt::format("{}{}: {} {} {:.3f}", probes.empty() ? "" : "; ", p["batch"].get<int>(),
-                        p["ok"].get<bool>() ? "ok" : (p["oom"].get<bool>() ? "oom" : "full"),
-                        p["steps"].get<int64_t>(), p["peak_bytes"].get<double>() / kGiB);
+        probes += fmt::format("{}{}: {} {} {:.3f} {:.1f}s", probes.empty() ? "" : "; ",
+                              p["batch"].get<int>(),
+                              p["ok"].get<bool>() ? "ok" : (p["oom"].get<bool>() ? "oom" : "full"),
+                              p["steps"].get<int64_t>(), p["peak_bytes"].get<double>() / kGiB,
+                              p["total_s"].get<double>());
+        if (m["kv_cache_growth"] == "on-demand") {
+          probes += fmt::format(", {} growths {:.2f}s", p["kv_growths"].get<int>(),
+                                p["kv_growth_s"].get<double>());
+        }
       }
       s += fmt::format("| {} | {} | {}{} | {} |\n", m["kv_cache_growth"].get<std::string>(),
                        b["input_len"].get<int>(), b["max_batch"].get<int>(),

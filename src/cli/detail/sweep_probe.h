@@ -31,9 +31,12 @@ struct ProbeResult {
   int kv_blocks = 0;   // pool size at the end
   int concurrent = 0;  // most requests running at once
   double load_s = 0;
-  double prefill_s = 0;      // first step
-  double decode_step_s = 0;  // median of the later steps
-  double total_s = 0;        // creation to destruction, the leak check included
+  double prefill_s = 0;       // first step
+  double decode_step_s = 0;   // median of the later steps
+  double total_s = 0;         // creation to destruction, the leak check included
+  int kv_growths = 0;         // on demand: successful KV pool growths
+  int kv_growths_staged = 0;  // of those, through host staging (old + new did not fit together)
+  double kv_growth_s = 0;     // on demand: seconds spent growing the pool, refusals included
   std::string message;
 };
 

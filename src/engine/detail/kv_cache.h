@@ -10,7 +10,9 @@
 // explicit max_model_len the pool cannot hold is a user error naming both numbers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -49,11 +51,41 @@ struct KvCache {
 Result<KvCache> allocate_kv_cache(const ModelConfig& model, int num_blocks, int block_size,
                                   Backend& backend);
 
-// Reallocates kv to new_num_blocks blocks, keeping the contents of the existing blocks. The old
-// contents are staged in host memory and the old storage is freed before the new one is
-// allocated, so the tracked peak never holds both. On a refused allocation kv is restored to its
-// old size (contents included) and the allocator's error returned.
-Status grow_kv_cache(KvCache& kv, const ModelConfig& model, int new_num_blocks, int block_size,
-                     Backend& backend);
+// Host memory the staged growth path copies the old pool through, kept across growths so its
+// pages are faulted once: a staged growth sizes it to the pool after the growth, which is what
+// the next staged growth copies. Large sizes ask for transparent huge pages.
+class HostStaging {
+ public:
+  // At least min_bytes of staging: the current buffer when it is large enough, else a fresh one
+  // of want_bytes (>= min_bytes). A runtime error when the host cannot allocate it.
+  Result<std::byte*> reserve(size_t min_bytes, size_t want_bytes);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte, Free> data_;  // (bytes_) host bytes, not zero-filled
+  size_t bytes_ = 0;
+};
+
+enum class KvGrowthPath {
+  kDeviceCopy,  // new storage allocated beside the old, copied device to device
+  kHostStaged,  // old storage copied to the host and freed before the new one was allocated
+};
+
+// Reallocates kv to new_num_blocks blocks, keeping the contents of the existing blocks, in the
+// cheapest way the tracker's cap allows:
+//  1. when the new pool cannot fit under the cap even with the old one freed, it is refused at
+//     once (counted by the tracker, the same error as the allocator's), before any copy;
+//  2. when old and new fit together, the new storage is allocated first and each layer's K and
+//     V copied device to device (the tracked peak holds both, as the process really does);
+//  3. otherwise (or when the device refuses the new storage beside the old) the old contents
+//     are staged in `staging`, the old storage freed, the new one allocated and filled, so the
+//     tracked peak never holds both. If that allocation is refused, kv is restored to its old
+//     size (contents included) and the allocator's error returned.
+// On any error kv holds exactly the blocks and contents it held before.
+Result<KvGrowthPath> grow_kv_cache(KvCache& kv, const ModelConfig& model, int new_num_blocks,
+                                   int block_size, Backend& backend, HostStaging& staging);
 
 }  // namespace ib::detail

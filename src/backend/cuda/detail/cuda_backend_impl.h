@@ -41,6 +41,7 @@ class CudaBackend final : public Backend {
 
   void copy_from_host(Tensor dst, const void* src, DType src_dtype) override;
   void copy_to_host(const Tensor& src, void* dst) override;
+  void copy_on_device(Tensor dst, const Tensor& src) override;
   void synchronize() override;
   void fill_uniform(Tensor dst, uint64_t seed, uint64_t stream, float scale) override;
   void fill_constant(Tensor dst, float value) override;
