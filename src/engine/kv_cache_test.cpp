@@ -33,6 +33,7 @@ class SmallDevice final : public Backend {
   void copy_to_host(const Tensor& src, void* dst) override { cpu_.copy_to_host(src, dst); }
   void copy_on_device(Tensor dst, const Tensor& src) override { cpu_.copy_on_device(dst, src); }
   void synchronize() override {}
+  void scale_columns(Tensor w, const Tensor& gain) override { cpu_.scale_columns(w, gain); }
   void fill_uniform(Tensor dst, uint64_t seed, uint64_t stream, float scale) override {
     cpu_.fill_uniform(dst, seed, stream, scale);
   }
