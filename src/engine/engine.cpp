@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <unordered_set>
+#include <vector>
 
 #include "core/clock.h"
 #include "engine/detail/block_pool.h"
@@ -210,6 +211,7 @@ class EngineImpl final : public Engine {
   // (half the pool, at least the initial size); a refused chunk is retried at exactly missing.
   // A refusal of that is the engine's OOM: recorded once, and the pool grows no more. The time
   // spent here, refusals included, adds to kv_growth_s.
+  static constexpr int64_t kAllocSlackBytes = 4096;  // the allocator's rounding, and then some
   bool grow_pool(int missing) {
     const int current = pool_.num_blocks();
     if (oom_step_ >= 0 || current + missing > capacity_blocks_) return false;
@@ -222,8 +224,19 @@ class EngineImpl final : public Engine {
     };
     auto grown = grow(wanted);
     int grown_to = wanted;
-    if (!grown.ok() && wanted > current + missing) {
-      grown_to = current + missing;
+    // Refused: next the most the cap holds once the old pool is freed (so that a pool near the
+    // cap grows there once, instead of by a few blocks, each a full copy, at every step), and
+    // last exactly the missing blocks.
+    std::vector<int> fallbacks;
+    if (const auto limit = backend_.memory().limit_bytes(); limit && block_bytes_ > 0) {
+      const int64_t others =
+          backend_.memory().snapshot().allocated_bytes - int64_t{current} * block_bytes_;
+      const int64_t fit = (*limit - others - kAllocSlackBytes) / block_bytes_;
+      if (fit > current + missing && fit < wanted) fallbacks.push_back(static_cast<int>(fit));
+    }
+    if (wanted > current + missing) fallbacks.push_back(current + missing);
+    for (size_t i = 0; i < fallbacks.size() && !grown.ok(); ++i) {
+      grown_to = fallbacks[i];
       grown = grow(grown_to);
     }
     kv_growth_ns_ += now_ns() - start_ns;

@@ -66,14 +66,17 @@ TEST(CudaKvGrowth, EveryPathKeepsTheOldBlocksAndTheBackendUsable) {
   EXPECT_EQ(*path, KvGrowthPath::kDeviceCopy);
   testing::expect_pattern(kv, *gpu, 4);
   EXPECT_EQ(staging.bytes(), 0u);
+  testing::fill_pattern(kv, *gpu);  // all 8 blocks, for the next path
 
   // Host staged: the cap holds the 12-block pool, not the 8-block one beside it.
+  memory.reset_peak();  // the device-to-device growth held both pools; no cap then
   memory.set_limit_bytes(memory.snapshot().allocated_bytes + 4 * block_bytes);
   path = detail::grow_kv_cache(kv, m, 12, bs, *gpu, staging);
   ASSERT_TRUE(path.ok()) << path.error().message;
   EXPECT_EQ(*path, KvGrowthPath::kHostStaged);
   testing::expect_pattern(kv, *gpu, 8);
   EXPECT_LE(memory.snapshot().peak_allocated_bytes, *memory.limit_bytes());
+  testing::fill_pattern(kv, *gpu);  // all 12 blocks
 
   // Refused by the cap before any copy.
   const void* storage = kv.storage.data();
@@ -141,6 +144,7 @@ TEST(CudaKvGrowth, OnDemandEngineDecodesAsPreallocated) {
   ASSERT_TRUE(dyn.ok()) << dyn.error().message;
   const EngineStats start = (*dyn)->stats();
   // Room for 24 blocks: the pool reaches the 21 it needs, its last growths staged.
+  gpu->memory().reset_peak();  // the preallocated engine's peak is not this one's
   gpu->memory().set_limit_bytes(start.memory.allocated_bytes +
                                 (24 - start.kv_blocks_total) * start.kv_block_bytes);
   const auto got = run_requests(**dyn, c);
