@@ -59,18 +59,8 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                  "flag metrics whose coefficient of variation across runs exceeds this (5% or "
                  "0.05)")
       ->capture_default_str();
-  app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
-      ->capture_default_str();
-  app.add_option("--max-num-seqs", f.max_num_seqs, "engine: sequences per step")
-      ->capture_default_str();
-  app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "engine: tokens per step")
-      ->capture_default_str();
-  app.add_option("--max-model-len", f.max_model_len, "context limit (default: the model's)");
-  app.add_option("--block-size", f.block_size, "KV-cache tokens per block")->capture_default_str();
+  add_engine_flags(app, f);
   app.add_option("--batching", f.batching, "engine scheduler: continuous or static")
-      ->capture_default_str();
-  app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
-                 "CUDA: fraction of device memory for the engine")
       ->capture_default_str();
   app.add_flag("--no-cuda-graphs,--enforce-eager", f.no_cuda_graphs,
                "CUDA: run decode steps op by op instead of replaying captured graphs");
@@ -80,8 +70,6 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--max-graph-context", f.max_graph_context,
                  "CUDA: decode steps with a longer context run op by op")
       ->capture_default_str();
-  app.add_option("--kv-cache-memory", f.kv_cache_memory,
-                 "CPU KV-cache budget: bytes or e.g. 2GiB (default 2GiB)");
   app.add_option("--memory-limit", f.memory_limit,
                  "cap on the engine's tracked allocations (e.g. 24GiB): emulates a smaller card; "
                  "beyond it allocations are refused");
@@ -89,7 +77,6 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                  "preallocated (the pool is sized at startup) or on-demand (it grows in chunks; a "
                  "refused growth ends the run marked out of memory)")
       ->capture_default_str();
-  app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();
   app.add_option("--temperature", f.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-p", f.top_p, "nucleus sampling mass")->capture_default_str();
   app.add_option("--top-k", f.top_k, "0 = off")->capture_default_str();

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/engine_flags.h"
 #include "core/plugin_registry.h"
 #include "model/config.h"
 #include "runner/runner.h"
@@ -19,7 +20,7 @@
 namespace ib {
 
 // Raw flag values, as typed.
-struct RunFlags {
+struct RunFlags : EngineFlags {
   // Benchmark (vLLM names where they exist).
   std::string model = "tiny-15m";
   std::string backend = "native";
@@ -50,21 +51,13 @@ struct RunFlags {
   int memory_sample_interval_ms = 100;
   bool disable_telemetry = false;   // no sampler, step markers or allocation trace (A/B overhead)
   std::string cv_threshold = "5%";  // runs varying more (coefficient of variation) are flagged
-  // Engine.
-  std::string load_format = "auto";
-  int max_num_seqs = 256;
-  int max_num_batched_tokens = 8192;
-  int max_model_len = 0;
-  int block_size = 16;
+  // Engine (the shared ones in EngineFlags).
   std::string batching = "continuous";
-  double gpu_memory_utilization = 0.9;
   bool no_cuda_graphs = false;  // also --enforce-eager (vLLM's name)
   int max_graph_batch = 256;
   int max_graph_context = 8192;
-  std::string kv_cache_memory;
   std::string memory_limit;                      // tracked-allocator cap, e.g. 24GiB; empty: none
   std::string kv_cache_growth = "preallocated";  // or on-demand
-  int num_threads = 0;
   double temperature = 0.0;
   double top_p = 1.0;
   int top_k = 0;

@@ -99,20 +99,7 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
       ->capture_default_str();
   app.add_option("--seed", f.seed, "dummy weights; sampling seed of requests that give none")
       ->capture_default_str();
-  app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
-      ->capture_default_str();
-  app.add_option("--max-num-seqs", f.max_num_seqs, "engine: sequences per step")
-      ->capture_default_str();
-  app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "engine: tokens per step")
-      ->capture_default_str();
-  app.add_option("--max-model-len", f.max_model_len, "context limit (default: the model's)");
-  app.add_option("--block-size", f.block_size, "KV-cache tokens per block")->capture_default_str();
-  app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
-                 "CUDA: fraction of device memory for the engine")
-      ->capture_default_str();
-  app.add_option("--kv-cache-memory", f.kv_cache_memory,
-                 "CPU KV-cache budget: bytes or e.g. 2GiB (default 2GiB)");
-  app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();
+  add_engine_flags(app, f);
   app.add_option("--max-body-size", f.max_body_size, "larger request bodies get 413")
       ->capture_default_str();
 }

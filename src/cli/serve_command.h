@@ -7,11 +7,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/engine_flags.h"
 #include "core/result.h"
 
 namespace ib {
 
-struct ServeFlags {
+struct ServeFlags : EngineFlags {
   std::string model = "tiny-15m";  // preset, directory, or "null"
   std::string served_model_name;
   std::string device = "cpu";
@@ -21,14 +22,6 @@ struct ServeFlags {
   std::string api_key;
   double token_rate = 0;  // null model: tokens/s per request (0: unpaced)
   uint64_t seed = 0;
-  std::string load_format = "auto";
-  int max_num_seqs = 256;
-  int max_num_batched_tokens = 8192;
-  int max_model_len = 0;
-  int block_size = 16;
-  double gpu_memory_utilization = 0.9;
-  std::string kv_cache_memory;
-  int num_threads = 0;
   std::string max_body_size = "16MiB";
 };
 

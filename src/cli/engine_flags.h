@@ -1,0 +1,25 @@
+// The engine flags `inferbench run` and `inferbench serve` share (named as `vllm serve` names
+// them): declared once here, registered once by add_engine_flags, and inherited by RunFlags and
+// ServeFlags so that every caller still reads them as flags.max_num_seqs etc.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace ib {
+
+struct EngineFlags {
+  std::string load_format = "auto";
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 8192;
+  int max_model_len = 0;
+  int block_size = 16;
+  double gpu_memory_utilization = 0.9;
+  std::string kv_cache_memory;  // CPU KV budget, e.g. 2GiB; empty: the default
+  int num_threads = 0;          // CPU threads (0: all)
+};
+
+void add_engine_flags(CLI::App& app, EngineFlags& flags);
+
+}  // namespace ib
