@@ -65,7 +65,20 @@ Result<std::pair<int, bool>> search(int start, int cap, Probe&& probe_ok) {
 
 }  // namespace
 
-Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec) {
+int probe_max_tokens(const ProbeSpec& spec) {
+  // The batch enters through chunked prefill, max_num_batched_tokens a step less one token for
+  // each sequence already decoding: the first sequences keep generating until the last one is
+  // in, so that the whole batch is in flight at once and the budget never decides a probe.
+  const int64_t room = std::max(1, spec.engine.max_num_batched_tokens - spec.batch);
+  const int64_t admit_steps = (int64_t{spec.batch} * spec.input_len + room - 1) / room;
+  return spec.steps + static_cast<int>(std::max<int64_t>(admit_steps, 1)) - 1;
+}
+
+Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& probe_spec) {
+  ProbeSpec spec = probe_spec;
+  const int max_tokens = probe_max_tokens(spec);
+  if (spec.engine.max_model_len > 0)
+    spec.engine.max_model_len = std::max(spec.engine.max_model_len, spec.input_len + max_tokens);
   ProbeResult r;
   r.batch = spec.batch;
   r.input_len = spec.input_len;
@@ -91,7 +104,7 @@ Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec) {
       for (int i = 0; i < spec.batch; ++i) {
         GenerationRequest q;
         q.id = static_cast<uint64_t>(i);
-        q.max_tokens = spec.steps;
+        q.max_tokens = max_tokens;
         for (int t = 0; t < spec.input_len; ++t) {
           const uint64_t h =
               counter_hash(spec.seed, static_cast<uint64_t>(i), static_cast<uint64_t>(t));
@@ -245,8 +258,9 @@ std::string oom_markdown(const json& oom) {
   }
   s += fmt::format(
       "a probe passes when every request of the batch completes {} steps, all in flight at once "
-      "(oom: a KV growth was refused; full: the preallocated pool preempted or queued part of "
-      "the batch).\n\n",
+      "(each request generates that many tokens plus one per extra step chunked prefill takes "
+      "to admit the whole batch; oom: a KV growth was refused; full: the preallocated pool "
+      "preempted or queued part of the batch).\n\n",
       oom["steps"].get<int>());
   s += "| KV growth | input len | max batch | probes (batch: result, steps, peak GiB, seconds; "
        "on demand: KV growths, seconds spent growing) |\n";

@@ -51,6 +51,11 @@ struct ProbeSpec {
   bool stop_at_preemption = true;
 };
 
+// Tokens each probe request generates: `steps`, plus one per extra engine step that chunked
+// prefill (max_num_batched_tokens a step) needs to admit the whole batch, so that the first
+// requests are still running when the last one enters.
+int probe_max_tokens(const ProbeSpec& spec);
+
 // Creates the engine, runs the probe, destroys it, and checks the tracker is back at its
 // baseline (a leak is a runtime error naming the bytes).
 Result<ProbeResult> run_probe(Backend& backend, const ProbeSpec& spec);
