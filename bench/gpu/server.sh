@@ -8,6 +8,7 @@
 # (only the null-model client calibration).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source bench/gpu/build_inferbench.sh
 OUT="${OUT:-$PWD/gpu-out}"
 mkdir -p "$OUT"
 JOBS="${IB_JOBS:-16}"
@@ -23,11 +24,7 @@ BIN=$BUILD/bin/inferbench
 cat "$OUT/env.txt"
 
 echo "== build"
-if ! { cmake --preset h200 -DINFERBENCH_WERROR=OFF -DINFERBENCH_TESTS=OFF &&
-       cmake --build "$BUILD" -j "$JOBS" --target inferbench; } >"$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"
-  exit 1
-fi
+build_inferbench "$OUT/build.log" || exit 1
 
 SERVES=0
 serve() {  # serve ARGS... -> SERVER_PID, PORT; each server its own log (a port read from an

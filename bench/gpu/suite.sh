@@ -16,6 +16,7 @@
 #   IB_OVERRIDES="num_prompts=8 runs=2" bench/gpu/suite.sh /tmp/suite-dry
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source bench/gpu/build_inferbench.sh
 OUT_DIR="${1:-${OUT:-$PWD/gpu-out}/suite}"
 SUITE="${IB_SUITE:-bench/seed-table.yaml}"
 BUILD="${IB_BUILD:-build/h200}"
@@ -26,10 +27,7 @@ LOG="$(dirname "$OUT_DIR")/$(basename "$OUT_DIR").log"
 
 if [ "${IB_SKIP_BUILD:-0}" != 1 ]; then
   echo "== build inferbench (h200 preset)"
-  if ! { cmake --preset h200 -DINFERBENCH_WERROR=OFF -DINFERBENCH_TESTS=OFF &&
-         cmake --build "$BUILD" -j "$JOBS" --target inferbench; } >"$LOG.build" 2>&1; then
-    tail -40 "$LOG.build"; echo "BUILD FAILED"; exit 1
-  fi
+  build_inferbench "$LOG.build" || exit 1
 fi
 "$IB" env >"$(dirname "$OUT_DIR")/env.txt" 2>&1 || true
 

@@ -17,6 +17,7 @@
 # IB_OOM_MAX_BATCH=64 IB_LIMITS="300MiB 320MiB" bench/gpu/sweep.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source bench/gpu/build_inferbench.sh
 OUT="${OUT:-$PWD/gpu-out}"
 mkdir -p "$OUT"
 JOBS="${IB_JOBS:-16}"
@@ -36,10 +37,7 @@ IB="$BUILD/bin/inferbench"
 exec > >(tee "$OUT/sweep.log") 2>&1
 
 echo "== build inferbench (h200 preset)"
-if [ "${IB_SKIP_BUILD:-0}" != 1 ] && ! { cmake --preset h200 -DINFERBENCH_WERROR=OFF -DINFERBENCH_TESTS=OFF &&
-       cmake --build "$BUILD" -j "$JOBS" --target inferbench; } >"$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
-fi
+if [ "${IB_SKIP_BUILD:-0}" != 1 ]; then build_inferbench "$OUT/build.log" || exit 1; fi
 "$IB" env
 
 echo "== sweep: $MODEL, batch $BATCHES x input $LENS, output $OUT_LEN"

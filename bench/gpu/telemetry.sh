@@ -14,6 +14,7 @@
 # IB_EXAMPLE_PROMPTS=32 IB_AB_PROMPTS=16 bench/gpu/telemetry.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source bench/gpu/build_inferbench.sh
 OUT="${OUT:-$PWD/gpu-out}"
 mkdir -p "$OUT"
 JOBS="${IB_JOBS:-16}"
@@ -30,10 +31,7 @@ IB="$BUILD/bin/inferbench"
 exec > >(tee "$OUT/telemetry.log") 2>&1
 
 echo "== build inferbench (h200 preset)"
-if [ "${IB_SKIP_BUILD:-0}" != 1 ] && ! { cmake --preset h200 -DINFERBENCH_WERROR=OFF -DINFERBENCH_TESTS=OFF &&
-       cmake --build "$BUILD" -j "$JOBS" --target inferbench; } >"$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
-fi
+if [ "${IB_SKIP_BUILD:-0}" != 1 ]; then build_inferbench "$OUT/build.log" || exit 1; fi
 "$IB" env
 
 if [ "${IB_SKIP_EXAMPLE:-0}" != 1 ]; then
