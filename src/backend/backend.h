@@ -182,10 +182,15 @@ class Backend {
   virtual void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) = 0;
 
   // ---- optional: fused decode ops (CUDA; bench/NOTES.md, phase 3) ----
-  // Whether the fused ops below run a step of num_tokens rows (0: whether they exist at all).
-  // They expect each RMSNorm's gain folded into the columns of the matmul after it
-  // (scale_columns, the gain then set to ones), so that rms_norm(h) * g @ w^T = rms_norm(h) @
-  // (w * g)^T; the CPU backend, which has none of them, is their oracle through the unfused ops.
+  // Whether the fused ops below exist for a model of these shapes (hidden size D, intermediate
+  // size F, the attention heads), and whether they run a step of num_tokens rows. They expect each
+  // RMSNorm's gain folded into the columns of the matmul after it (scale_columns, the gain then set
+  // to ones), so that rms_norm(h) * g @ w^T = rms_norm(h) @ (w * g)^T; the CPU backend, which has
+  // none of them, is their oracle through the unfused ops.
+  virtual bool fused_decode_fits(const AttentionShape& /*shape*/, int64_t /*hidden_size*/,
+                                 int64_t /*intermediate_size*/) const {
+    return false;
+  }
   virtual bool fused_decode(int64_t /*num_tokens*/) const { return false; }
   // out (M, N) = rms_norm(h) @ w^T (+ bias (N)); h (M, K) un-normalised, no gain.
   virtual void rms_matmul(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,

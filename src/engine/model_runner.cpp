@@ -1,6 +1,7 @@
 // ModelRunner: embedding -> per layer [rms_norm, qkv matmul (+bias), rope_and_cache, attention,
 // o matmul, add_rms_norm, gate_up matmul, silu_mul, down matmul, residual add] -> final norm on
-// the rows to sample -> lm_head -> fp32 logits -> sample.
+// the rows to sample -> lm_head -> fp32 logits -> sample. Decode steps the backend fuses run
+// the same layer in five ops (forward()).
 #include "engine/detail/model_runner.h"
 
 #include <algorithm>
@@ -66,10 +67,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
                                                          Backend& backend) {
   std::unique_ptr<ModelRunner> runner(new ModelRunner(model, std::move(weights), limits, backend));
   IB_TRY(runner->allocate());
-  // The fused GEMVs step K by 64 and rotate heads in 16-row tiles.
-  const bool shapes_fit = model.hidden_size % 64 == 0 && model.intermediate_size % 64 == 0 &&
-                          (model.num_heads * model.head_dim) % 64 == 0 && model.head_dim % 16 == 0;
-  if (backend.fused_decode(0) && shapes_fit) runner->fold_norm_gains();
+  if (backend.fused_decode_fits(runner->attn_shape_, model.hidden_size, model.intermediate_size))
+    runner->fold_norm_gains();
   return runner;
 }
 
@@ -265,38 +264,30 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   Tensor act = act_buf_.view(dt, {t, f});              // (T, F)
 
   const auto& layers = weights_.layers;
-  if (folded_ && backend_.fused_decode(t)) {
-    // Five kernels per layer: the norms ride in the GEMVs after them, the residual adds in the
-    // GEMVs before them, RoPE and the KV write in the qkv GEMV, SwiGLU in the gate/up GEMV;
-    // residual holds the stream itself.
-    backend_.embedding(token_ids_, weights_.embed, residual);
-    for (const LayerWeights& w : layers) {
-      const size_t l = static_cast<size_t>(&w - layers.data());
-      backend_.rms_matmul_rope_cache(residual, w.wqkv, w.bqkv.empty() ? nullptr : &w.bqkv, eps,
-                                     positions_, slot_mapping_, inv_freq_, kv_.layers[l],
-                                     attn_shape_, qkv);
-      backend_.attention(qkv, kv_.layers[l], attn_meta_, attn_shape_, attn);
+  // Fused (decode steps the backend fuses, norm gains folded): five kernels per layer, the norms
+  // riding in the GEMVs after them, the residual adds in the GEMVs before them, RoPE and the KV
+  // write in the qkv GEMV, SwiGLU in the gate/up GEMV; residual then holds the stream itself.
+  const bool fused = folded_ && backend_.fused_decode(t);
+  backend_.embedding(token_ids_, weights_.embed, residual);
+  if (!fused) backend_.rms_norm(residual, layers[0].attn_norm, eps, hidden);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerWeights& w = layers[l];
+    const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;
+    if (fused) {
+      backend_.rms_matmul_rope_cache(residual, w.wqkv, bqkv, eps, positions_, slot_mapping_,
+                                     inv_freq_, kv_.layers[l], attn_shape_, qkv);
+    } else {
+      backend_.matmul(hidden, w.wqkv, bqkv, qkv);
+      backend_.rope_and_cache(qkv, positions_, slot_mapping_, inv_freq_, kv_.layers[l],
+                              attn_shape_);
+    }
+    backend_.attention(qkv, kv_.layers[l], attn_meta_, attn_shape_, attn);
+    if (fused) {
       backend_.matmul_add(attn, w.wo, residual);
       backend_.rms_matmul_swiglu(residual, w.w_gate_up, eps, act);
       backend_.matmul_add(act, w.w_down, residual);
+      continue;
     }
-    if (r == 0) return;
-    Tensor res_rows = rows_buf_.view(dt, {r, d});  // (R, D)
-    Tensor norm_rows = rows_buf_.view(dt, {r, d}, 2 * static_cast<size_t>(r * d) * dtype_size(dt));
-    Tensor logits = logits_buf_.view(DType::kF32, {r, model_.vocab_size});  // (R, V) f32
-    backend_.gather_rows(residual, sample_rows_, res_rows);
-    backend_.rms_norm(res_rows, weights_.final_norm, eps, norm_rows);
-    backend_.matmul(norm_rows, weights_.lm_head, nullptr, logits);
-    backend_.sample(logits, sampling_meta_, out_tokens_);
-    return;
-  }
-  backend_.embedding(token_ids_, weights_.embed, residual);
-  backend_.rms_norm(residual, layers[0].attn_norm, eps, hidden);
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const LayerWeights& w = layers[l];
-    backend_.matmul(hidden, w.wqkv, w.bqkv.empty() ? nullptr : &w.bqkv, qkv);
-    backend_.rope_and_cache(qkv, positions_, slot_mapping_, inv_freq_, kv_.layers[l], attn_shape_);
-    backend_.attention(qkv, kv_.layers[l], attn_meta_, attn_shape_, attn);
     backend_.matmul(attn, w.wo, nullptr, tmp);
     backend_.add_rms_norm(residual, tmp, w.ffn_norm, eps, hidden);
     backend_.matmul(hidden, w.w_gate_up, nullptr, gate_up);
@@ -306,15 +297,19 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
       backend_.add_rms_norm(residual, tmp, layers[l + 1].attn_norm, eps, hidden);
   }
   if (r == 0) return;
-  // The last residual add and the final norm, only on the rows that sample.
+  // The final norm (unfused: with the last residual add), only on the rows that sample.
   const size_t rows_bytes = static_cast<size_t>(r * d) * dtype_size(dt);
   Tensor res_rows = rows_buf_.view(dt, {r, d});                           // (R, D)
   Tensor tmp_rows = rows_buf_.view(dt, {r, d}, rows_bytes);               // (R, D)
   Tensor norm_rows = rows_buf_.view(dt, {r, d}, 2 * rows_bytes);          // (R, D)
   Tensor logits = logits_buf_.view(DType::kF32, {r, model_.vocab_size});  // (R, V) f32
   backend_.gather_rows(residual, sample_rows_, res_rows);
-  backend_.gather_rows(tmp, sample_rows_, tmp_rows);
-  backend_.add_rms_norm(res_rows, tmp_rows, weights_.final_norm, eps, norm_rows);
+  if (fused) {
+    backend_.rms_norm(res_rows, weights_.final_norm, eps, norm_rows);
+  } else {
+    backend_.gather_rows(tmp, sample_rows_, tmp_rows);
+    backend_.add_rms_norm(res_rows, tmp_rows, weights_.final_norm, eps, norm_rows);
+  }
   backend_.matmul(norm_rows, weights_.lm_head, nullptr, logits);
   backend_.sample(logits, sampling_meta_, out_tokens_);
 }

@@ -290,10 +290,14 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   });
 }
 
+bool CudaBackend::fused_decode_fits(const AttentionShape& shape, int64_t hidden_size,
+                                    int64_t intermediate_size) const {
+  return fused_decode(0) && gemv_fused_shapes_fit(shape, hidden_size, intermediate_size);
+}
+
 bool CudaBackend::fused_decode(int64_t num_tokens) const {
   const bool half = dtype_ == DType::kBF16 || dtype_ == DType::kF16;
   return fused_ && half && num_tokens >= 0 && num_tokens <= kGemvFusedMaxM;
-  // (every head_dim the attention takes, 64, 96 and 128, is a multiple of the GEMV's 16 rows)
 }
 
 void CudaBackend::rms_matmul(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,

@@ -43,6 +43,16 @@ TEST_P(CudaFused, ExistsForHalfTypesUpToEightTokens) {
   EXPECT_TRUE(twin.gpu().fused_decode(0));
   EXPECT_TRUE(twin.gpu().fused_decode(8));
   EXPECT_FALSE(twin.gpu().fused_decode(9));
+  AttentionShape llama3;
+  llama3.num_heads = 32;
+  llama3.num_kv_heads = 8;
+  llama3.head_dim = 128;
+  EXPECT_TRUE(twin.gpu().fused_decode_fits(llama3, 4096, 14336));
+  EXPECT_FALSE(twin.gpu().fused_decode_fits(llama3, 4096 + 32, 14336));  // K not a multiple of 64
+  AttentionShape odd_heads = llama3;
+  odd_heads.head_dim = 72;  // not a whole number of 16-row tiles
+  EXPECT_FALSE(twin.gpu().fused_decode_fits(odd_heads, 4096, 14336));
+  EXPECT_FALSE(twin.cpu().fused_decode_fits(llama3, 4096, 14336));
   Twin f32(DType::kF32);
   EXPECT_FALSE(f32.gpu().fused_decode(1));
   EXPECT_FALSE(f32.cpu().fused_decode(1));

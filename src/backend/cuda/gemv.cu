@@ -103,6 +103,13 @@ bool gemv_rope_cache_supported(const Tensor& x, const Tensor& w, const Attention
          w.dim(0) == int64_t{shape.num_heads + 2 * shape.num_kv_heads} * shape.head_dim;
 }
 
+bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
+                           int64_t intermediate_size) {
+  const int64_t q = int64_t{shape.num_heads} * shape.head_dim;
+  return hidden_size % kGemvStepK == 0 && intermediate_size % kGemvStepK == 0 &&
+         q % kGemvStepK == 0 && shape.head_dim % kGemvRows == 0;
+}
+
 bool gemv_fused_supported(const Tensor& x, const Tensor& w, GemvFusion fusion) {
   const bool half_type = x.dtype == DType::kBF16 || x.dtype == DType::kF16;
   const bool rows_ok = fusion != GemvFusion::kRmsSwiGlu || w.dim(0) % 2 == 0;

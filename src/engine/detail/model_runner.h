@@ -87,7 +87,8 @@ class ModelRunner {
   ModelRunner(const ModelConfig& model, ModelWeights weights, const RunnerLimits& limits,
               Backend& backend);
   Status allocate();
-  void fold_norm_gains();  // when the backend has fused decode ops (see Backend::fused_decode)
+  void
+  fold_norm_gains();  // when the backend has fused decode ops for the model (fused_decode_fits)
   // Fills the host staging words and uploads them; sets the views below. Returns rows to sample.
   // pad_to > 0: the fixed layout of decode bucket pad_to (padding rows, graph_width_ wide tables).
   int upload_metadata(std::span<const RunnerSeq> batch, int pad_to = 0);

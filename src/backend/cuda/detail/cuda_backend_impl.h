@@ -56,6 +56,8 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
                  const AttentionShape& shape, Tensor out) override;
   void silu_mul(const Tensor& gate_up, Tensor out) override;
+  bool fused_decode_fits(const AttentionShape& shape, int64_t hidden_size,
+                         int64_t intermediate_size) const override;
   bool fused_decode(int64_t num_tokens) const override;
   void rms_matmul(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,
                   Tensor out) override;

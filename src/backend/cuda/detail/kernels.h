@@ -50,6 +50,11 @@ void launch_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor ou
 inline constexpr int kGemvFusedMaxM = 8;
 enum class GemvFusion { kRmsScale, kRmsSwiGlu, kAccumulate };
 bool gemv_fused_supported(const Tensor& x, const Tensor& w, GemvFusion fusion);
+// Whether every fused GEMV of a Llama-family layer takes these shapes (K a multiple of the
+// kernel's 64-element step for the qkv, o, gate/up and down matrices; head_dim a multiple of
+// its 16-row tile for RoPE).
+bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
+                           int64_t intermediate_size);
 void launch_gemv_fused(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
                        GemvFusion fusion, float eps, cudaStream_t stream, bool pdl = false);
 // qkv (M, (Hq + 2 Hkv) * hd) = (x / rms(x)) @ w^T (+ bias), then rope_and_cache on it, in one
