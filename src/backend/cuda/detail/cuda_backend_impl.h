@@ -59,8 +59,6 @@ class CudaBackend final : public Backend {
   bool fused_decode_fits(const AttentionShape& shape, int64_t hidden_size,
                          int64_t intermediate_size) const override;
   bool fused_decode(int64_t num_tokens) const override;
-  void rms_matmul(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,
-                  Tensor out) override;
   void rms_matmul_rope_cache(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,
                              const Tensor& positions, const Tensor& slot_mapping,
                              const Tensor& inv_freq, const KvCacheLayer& kv,

@@ -43,12 +43,13 @@ inline constexpr int kGemvMaxM = 32;
 bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor& out);
 void launch_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
                  cudaStream_t stream, bool pdl = false);
-// The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype:
-//  kRmsScale:   out (M, N) = (x / rms(x)) @ w^T (+ bias)   [a norm whose gain is folded into w]
+// The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype
+// (the norm's gain folded into w):
 //  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x)) @ w^T (+ bias)
 //  kAccumulate: out (M, N) += x @ w^T (+ bias)              [the residual add]
 inline constexpr int kGemvFusedMaxM = 8;
-enum class GemvFusion { kRmsScale, kRmsSwiGlu, kAccumulate };
+enum class GemvFusion { kRmsSwiGlu, kAccumulate };
+// Operands any fused GEMV takes (kRmsSwiGlu also needs an even number of rows).
 bool gemv_fused_supported(const Tensor& x, const Tensor& w, GemvFusion fusion);
 // Whether every fused GEMV of a Llama-family layer takes these shapes (K a multiple of the
 // kernel's 64-element step for the qkv, o, gate/up and down matrices; head_dim a multiple of
