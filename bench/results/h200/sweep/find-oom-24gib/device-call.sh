@@ -9,7 +9,7 @@ echo "built $(el)"
 timeout 60 build/h200/src/engine/engine_cuda_growth_test > "$W/cuda_growth_test.log" 2>&1
 echo "engine_cuda_growth_test rc=$? $(el)"; grep -E "FAILED|PASSED|Failure" -A3 "$W/cuda_growth_test.log" | head -20
 build/h200/bin/inferbench env > "$W/env.txt" 2>&1
-timeout -s INT 135 build/h200/bin/inferbench sweep --find-oom --model llama-3-8b --device cuda --memory-limit 24GiB \
+timeout -s INT 330 build/h200/bin/inferbench sweep --find-oom --model llama-3-8b --device cuda --memory-limit 24GiB \
   --input-lens 1024 --oom-steps 8 --oom-max-batch 128 --find-oom-batch 16 \
   --result-dir "$W/find-oom-24gib" > "$W/find-oom-24gib.log" 2>&1
 echo "find-oom rc=$? $(el)"; cat "$W/find-oom-24gib.log" | tail -40
