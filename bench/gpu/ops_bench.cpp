@@ -7,8 +7,10 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
+#include <string>
 
 #include "backend/cuda/detail/kernels.h"
 #include "bench_kernels.h"
@@ -248,12 +250,19 @@ int main(int argc, char** argv) {
               bench::kCopyCeilingTBs);
   report.extra()["device"] = info.name;
   report.extra()["copy_tb_per_s_measured"] = copy_tbs;
-  bench::bench_gemm_decode(ctx);
-  bench::bench_gemm_prefill(ctx);
-  bench::bench_attention(ctx);
-  bench::bench_small_ops(ctx);
-  bench::bench_sampling(ctx);
-  step_estimates(ctx);
+  // IB_OPS_SECTIONS (comma-separated: gemm_decode, gemm_prefill, attention, small_ops,
+  // sampling) runs only those; the step estimates need them all.
+  const char* only = std::getenv("IB_OPS_SECTIONS");
+  const std::string sections = only != nullptr ? "," + std::string(only) + "," : "";
+  const auto want = [&](const char* name) {
+    return sections.empty() || sections.find("," + std::string(name) + ",") != std::string::npos;
+  };
+  if (want("gemm_decode")) bench::bench_gemm_decode(ctx);
+  if (want("gemm_prefill")) bench::bench_gemm_prefill(ctx);
+  if (want("attention")) bench::bench_attention(ctx);
+  if (want("small_ops")) bench::bench_small_ops(ctx);
+  if (want("sampling")) bench::bench_sampling(ctx);
+  if (sections.empty()) step_estimates(ctx);
   if (argc > 1) {
     std::ofstream(argv[1]) << report.json().dump(2) << "\n";
     std::printf("wrote %s\n", argv[1]);

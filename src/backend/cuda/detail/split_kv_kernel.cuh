@@ -34,6 +34,10 @@ struct SplitParams {
   int num_heads, num_kv_heads, group, window;
   float scale_log2;
   int partition_size, num_partitions;
+  // 0: every query's partitions are partition_size keys. > 0: a query's keys are spread over
+  // all num_partitions blocks, in multiples of min_partition keys (short contexts get several
+  // blocks even when the grid was sized for the longest context, as a captured graph is).
+  int min_partition;
   // (T, gridDim.y) arrival counters, zero between launches, or nullptr: separate merge kernel.
   unsigned* counters;
 };
@@ -50,6 +54,103 @@ __device__ __forceinline__ QueryView query_view(const SplitParams& p, int t) {
   return {seq, pos + 1, key_begin};
 }
 
+// Keys per partition for a query that sees kv_len keys.
+__device__ __forceinline__ int partition_size_for(const SplitParams& p, int kv_len) {
+  if (p.min_partition <= 0) return p.partition_size;
+  const int even = (kv_len + p.num_partitions - 1) / p.num_partitions;
+  return max(p.min_partition, (even + p.min_partition - 1) / p.min_partition * p.min_partition);
+}
+
+// The end of a block of either split-KV kernel: each warp's online-softmax state (m, l in log2
+// units, acc: lane's head_dim slice [lane * HD / 32, ...) of GC heads) is merged across the warps
+// in shared memory, then written as the output (one partition) or as this partition's partials;
+// with counters, the last block of the (token, KV head chunk) to arrive merges the partials.
+template <typename T, int HD, int GC, int kWarps>
+__device__ __forceinline__ void finish_split_block(const SplitParams& p, const QueryView& qv, int t,
+                                                   int head0, int gc, int part, int psize,
+                                                   const float (&m)[GC], const float (&l)[GC],
+                                                   const float (&acc)[GC][HD / 32]) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kVd = HD / 32;
+  __shared__ float m_s[kWarps][GC];
+  __shared__ float l_s[kWarps][GC];
+  __shared__ float o_s[kWarps][GC][HD];
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    if (lane == 0) {
+      m_s[warp][g] = m[g];
+      l_s[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kVd; ++i) o_s[warp][g][lane * kVd + i] = acc[g][i];
+  }
+  __syncthreads();
+
+  // Keys of this query fall into `active` partitions; the others returned early.
+  const int active = (qv.kv_len + psize - 1) / psize;
+  const bool direct = p.num_partitions == 1 || (p.counters != nullptr && active == 1);
+  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
+    const int g = i / HD;
+    const int d = i % HD;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w][g]);
+    const float ref = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = exp2f(m_s[w][g] - ref);
+      sum += l_s[w][g] * f;
+      o += o_s[w][g][d] * f;
+    }
+    const int head = head0 + g;
+    if (direct) {
+      T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
+      out[d] = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
+    } else {
+      const int64_t slot = (int64_t{t} * p.num_heads + head) * p.num_partitions + part;
+      p.partial_o[slot * HD + d] = o;
+      if (d == 0) {
+        p.partial_ml[slot * 2] = mx;
+        p.partial_ml[slot * 2 + 1] = sum;
+      }
+    }
+  }
+  if (direct || p.counters == nullptr) return;
+
+  // The last of the `active` blocks of this (token, KV head chunk) merges their partials.
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible before its arrival is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* counter = p.counters + int64_t{t} * gridDim.y + blockIdx.y;
+    last = atomicAdd(counter, 1u) + 1u == static_cast<unsigned>(active);
+    if (last) *counter = 0u;  // ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
+    const int g = i / HD;
+    const int d = i % HD;
+    const int head = head0 + g;
+    const int64_t slot0 = (int64_t{t} * p.num_heads + head) * p.num_partitions;
+    float mx = -INFINITY;
+    for (int j = 0; j < active; ++j) mx = fmaxf(mx, __ldcg(&p.partial_ml[(slot0 + j) * 2]));
+    const float ref = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f, o = 0.0f;
+    for (int j = 0; j < active; ++j) {
+      const float f = exp2f(__ldcg(&p.partial_ml[(slot0 + j) * 2]) - ref);
+      sum += __ldcg(&p.partial_ml[(slot0 + j) * 2 + 1]) * f;
+      o += __ldcg(&p.partial_o[(slot0 + j) * HD + d]) * f;
+    }
+    T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
+    out[d] = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
+  }
+}
+
 // grid (T, Hkv * head_chunks, P); GC query heads per block; HD head_dim; kWarps warps.
 // kGroup: keys per batch of value loads in P·V. kPrefetch: the first value batch is issued
 // with the key loads, and each chunk's block-table read one chunk ahead.
@@ -60,9 +161,6 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
   constexpr int kV = kVec16<T>;
   __shared__ __align__(16) float q_s[GC][HD];
   __shared__ float p_s[kWarps][32][GC];
-  __shared__ float m_s[kWarps][GC];
-  __shared__ float l_s[kWarps][GC];
-  __shared__ float o_s[kWarps][GC][HD];
   pdl_wait();
   pdl_trigger();
 
@@ -73,9 +171,10 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
   const int gc = min(GC, kv_head * p.group + p.group - head0);
   const int part = blockIdx.z;
   const QueryView qv = query_view(p, t);
-  const int p_begin = part * p.partition_size;
+  const int psize = partition_size_for(p, qv.kv_len);
+  const int p_begin = part * psize;
   if (p_begin >= qv.kv_len) return;  // this partition is past the query's keys (uniform)
-  const int p_end = min(qv.kv_len, p_begin + p.partition_size);
+  const int p_end = min(qv.kv_len, p_begin + psize);
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
 
@@ -177,78 +276,7 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
     __syncwarp();
   }
 
-#pragma unroll
-  for (int g = 0; g < GC; ++g) {
-    if (lane == 0) {
-      m_s[warp][g] = m[g];
-      l_s[warp][g] = l[g];
-    }
-#pragma unroll
-    for (int i = 0; i < kVd; ++i) o_s[warp][g][lane * kVd + i] = acc[g][i];
-  }
-  __syncthreads();
-
-  // Keys of this query fall into `active` partitions; the others returned above.
-  const int active = (qv.kv_len + p.partition_size - 1) / p.partition_size;
-  const bool direct = p.num_partitions == 1 || (p.counters != nullptr && active == 1);
-  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
-    const int g = i / HD;
-    const int d = i % HD;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w][g]);
-    const float ref = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f, o = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = exp2f(m_s[w][g] - ref);
-      sum += l_s[w][g] * f;
-      o += o_s[w][g][d] * f;
-    }
-    const int head = head0 + g;
-    if (direct) {
-      T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
-      out[d] = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
-    } else {
-      const int64_t slot = (int64_t{t} * p.num_heads + head) * p.num_partitions + part;
-      p.partial_o[slot * HD + d] = o;
-      if (d == 0) {
-        p.partial_ml[slot * 2] = mx;
-        p.partial_ml[slot * 2 + 1] = sum;
-      }
-    }
-  }
-  if (direct || p.counters == nullptr) return;
-
-  // The last of the `active` blocks of this (token, KV head chunk) merges their partials.
-  __shared__ bool last;
-  __threadfence();  // this block's partials are visible before its arrival is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned* counter = p.counters + int64_t{t} * gridDim.y + blockIdx.y;
-    last = atomicAdd(counter, 1u) + 1u == static_cast<unsigned>(active);
-    if (last) *counter = 0u;  // ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
-    const int g = i / HD;
-    const int d = i % HD;
-    const int head = head0 + g;
-    const int64_t slot0 = (int64_t{t} * p.num_heads + head) * p.num_partitions;
-    float mx = -INFINITY;
-    for (int j = 0; j < active; ++j) mx = fmaxf(mx, __ldcg(&p.partial_ml[(slot0 + j) * 2]));
-    const float ref = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f, o = 0.0f;
-    for (int j = 0; j < active; ++j) {
-      const float f = exp2f(__ldcg(&p.partial_ml[(slot0 + j) * 2]) - ref);
-      sum += __ldcg(&p.partial_ml[(slot0 + j) * 2 + 1]) * f;
-      o += __ldcg(&p.partial_o[(slot0 + j) * HD + d]) * f;
-    }
-    T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
-    out[d] = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
-  }
+  finish_split_block<T, HD, GC, kWarps>(p, qv, t, head0, gc, part, psize, m, l, acc);
 }
 
 // grid (T, Hq), HD threads: combines the partitions of one (token, head).
@@ -258,7 +286,8 @@ __global__ void __launch_bounds__(HD) merge_kernel(SplitParams p) {
   const int head = blockIdx.y;
   const int d = threadIdx.x;
   const QueryView qv = query_view(p, t);
-  const int parts = (qv.kv_len + p.partition_size - 1) / p.partition_size;
+  const int psize = partition_size_for(p, qv.kv_len);
+  const int parts = (qv.kv_len + psize - 1) / psize;
   const int64_t slot0 = (int64_t{t} * p.num_heads + head) * p.num_partitions;
   float mx = -INFINITY;
   for (int i = 0; i < parts; ++i) mx = fmaxf(mx, p.partial_ml[(slot0 + i) * 2]);
