@@ -46,7 +46,8 @@ note() { STATUS+=("$1"); echo "[$(elapsed) s] $1"; }
 cat "$OUT/env.txt"
 
 echo "== configure + build ($JOBS jobs, $BUILD)"
-targets=(inferbench backend_cuda_test backend_cuda_fault_test engine_cuda_test)
+targets=(inferbench backend_cuda_test backend_cuda_fault_test engine_cuda_test
+         engine_cuda_growth_test)
 [ "${IB_OPS_BENCH:-0}" = 1 ] && targets+=(ib_ops_bench)
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
      -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF >"$OUT/build.log" 2>&1 &&
@@ -177,7 +178,7 @@ cp "$OUT/env.txt" "$RES/" 2>/dev/null
 printf '%s\n' "${STATUS[@]}" >"$RES/steps.txt"
 python3 bench/gpu/summarize.py "$RES" "$OUT/summary.json" >"$OUT/summary.md" 2>&1
 # The continuous-batching run's per-request JSONL is large; its result.json keeps the metrics.
-tar -czf "$OUT/results.tgz" --exclude='llama3-8b_cont_1024/requests.jsonl' -C "$OUT" results
+tar -czf "$OUT/results.tgz" --exclude='llama3-8b_cont_*/requests.jsonl' -C "$OUT" results
 rm -rf "$RES"
 echo "== steps"
 printf '%s\n' "${STATUS[@]}"
