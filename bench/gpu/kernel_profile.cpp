@@ -139,15 +139,27 @@ void report() {
   if (out != stderr) std::fclose(out);
 }
 
+// The report must run while the CUDA context still exists: registered with atexit when the
+// first context is created, it runs before the CUDA runtime's own exit handler (registered
+// earlier, so run later), which destroys the context.
+void CUPTIAPI on_resource(void*, CUpti_CallbackDomain domain, CUpti_CallbackId id, const void*) {
+  static std::once_flag once;
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE && id == CUPTI_CBID_RESOURCE_CONTEXT_CREATED)
+    std::call_once(once, [] { std::atexit(report); });
+}
+
 __attribute__((constructor)) void start() {
   g_spans = new std::vector<KernelSpan>();
   g_spans->reserve(size_t{1} << 20);
+  CUpti_SubscriberHandle subscriber = nullptr;
   if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||
-      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
+      cuptiSubscribe(&subscriber, on_resource, nullptr) != CUPTI_SUCCESS ||
+      cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE) != CUPTI_SUCCESS) {
     std::fprintf(stderr, "kernel profile: CUPTI could not be enabled\n");
     return;
   }
-  std::atexit(report);
+  cuptiActivityFlushPeriod(500);  // buffers also arrive while the process runs
 }
 
 }  // namespace

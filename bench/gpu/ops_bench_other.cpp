@@ -87,7 +87,7 @@ void time_attention_variants(BenchContext& ctx, Paged& p, const std::string& sha
   const int partition = cuda::split_kv_partition_size(
       meta0, kShape, cuda::CudaBackend::kAttentionWorkspaceBytes, ctx.backend.num_sms());
   Tensor ref = ctx.random(DType::kBF16, {p.out.dim(0), p.out.dim(1)});
-  ctx.backend.set_attention_path(cuda::AttentionPath::kSplitKv);  // the wide kernel
+  ctx.backend.set_attention_path(cuda::AttentionPath::kSplitKv);
   ctx.backend.attention(p.qkv, p.kv, meta0, kShape, ref);
   ctx.backend.set_attention_path(cuda::AttentionPath::kAuto);
   const std::vector<float> want = host_bf16(ctx, ref);
@@ -130,14 +130,10 @@ void bench_attention(BenchContext& ctx) {
     const double bytes = tokens * kKvBytesPerToken;
     const double flops = 4.0 * tokens * kHeads * kHeadDim;
     ctx.report.add({"decode", "attention", bxc(d.batch, d.context), "split_kv", us, bytes, flops});
-    ctx.report.add({"decode", "attention", bxc(d.batch, d.context), "split_kv_per_lane",
-                    time_attention(ctx, p, cuda::AttentionPath::kSplitKvPerLane), bytes, flops});
     // As a captured decode graph runs it: the grid sized for 8,192-token contexts.
     for (auto& m : p.metas) m.max_context_len = std::max(d.context, 8192);
     ctx.report.add({"decode", "attention", bxc(d.batch, d.context), "split_kv_graph_hint",
                     time_attention(ctx, p, cuda::AttentionPath::kSplitKv), bytes, flops});
-    ctx.report.add({"decode", "attention", bxc(d.batch, d.context), "split_kv_per_lane_graph_hint",
-                    time_attention(ctx, p, cuda::AttentionPath::kSplitKvPerLane), bytes, flops});
     for (auto& m : p.metas) m.max_context_len = d.context;
     time_attention_variants(ctx, p, bxc(d.batch, d.context), tokens);
     if (d.context == 160) ctx.times[d.batch]["attention_ctx160"] = us;

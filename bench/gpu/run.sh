@@ -8,8 +8,8 @@
 # Environment: IB_JOBS (16), IB_BUILD_DIR (/tmp/ib-build: outside the staged tree, so a warm
 # machine keeps it), IB_SKIP_TESTS=1, IB_SKIP_BENCH=1, IB_SKIP_HF=1, IB_ONLY (space-separated
 # benchmark names), IB_OPS_BENCH=1 (also the phase-1 op benchmark), IB_SKIP_AB=1 (no A/B of
-# IB_FUSED / IB_MATMUL_TUNING / IB_WIDE_ATTENTION, which the backend reads), IB_OPS_SECTIONS
-# (the op benchmark's sections, e.g. attention), IB_SKIP_HF_BENCH=1 (only the HF
+# IB_FUSED / IB_MATMUL_TUNING, which the backend reads), IB_OPS_SECTIONS (the op benchmark's
+# sections, e.g. attention), IB_SKIP_HF_BENCH=1 (only the HF
 # comparison), IB_DEADLINE_S (540: every
 # step's timeout is cut so that the summary and the tarball are written before then).
 set -uo pipefail
@@ -48,7 +48,7 @@ cat "$OUT/env.txt"
 echo "== configure + build ($JOBS jobs, $BUILD)"
 targets=(inferbench backend_cuda_test backend_cuda_fault_test engine_cuda_test
          engine_cuda_growth_test)
-[ "${IB_OPS_BENCH:-0}" = 1 ] && targets+=(ib_ops_bench)
+[ "${IB_OPS_BENCH:-0}" = 1 ] && targets+=(ib_ops_bench ib_kernel_profile)
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
      -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF >"$OUT/build.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >>"$OUT/build.log" 2>&1; then
@@ -71,24 +71,22 @@ if [ "${IB_SKIP_TESTS:-0}" != 1 ] && [ -x "$BUILD/src/engine/engine_cuda_test" ]
 fi
 
 # A/B of the decode-path switches on a short batch-8 decode run (16 prompts, 1 run each): the
-# fused decode GEMVs (IB_FUSED), the matmul choice (tuned or the static rule) and the decode
-# attention kernel (IB_WIDE_ATTENTION=0: one key per lane); the fastest
-# median TPOT sets all three for every benchmark after it. (Programmatic
+# fused decode GEMVs (IB_FUSED) and the matmul choice (tuned or the static rule); the fastest
+# median TPOT sets IB_FUSED / IB_MATMUL_TUNING for every benchmark after it. (Programmatic
 # dependent launch, IB_PDL=1, measured 2.5 % slower in run 2 and stays off.)
 if [ "${IB_SKIP_AB:-0}" != 1 ] && [ "${IB_SKIP_BENCH:-0}" != 1 ] && [ -x "$BIN" ]; then
-  echo "== A/B: fused decode x matmul tuning x wide decode attention"
+  echo "== A/B: fused decode x matmul tuning"
   best="" best_tpot=""
-  for combo in "1 1 1" "0 1 1" "1 0 1" "1 1 0"; do
+  for combo in "1 1" "0 1" "1 0"; do
     set -- $combo
-    dir="$RES/ab_fused$1_tune$2_wide$3"
-    IB_FUSED=$1 IB_MATMUL_TUNING=$2 IB_WIDE_ATTENTION=$3 timeout "$(limit 60)" "$BIN" run \
-      --device cuda --dtype bf16 \
+    dir="$RES/ab_fused$1_tune$2"
+    IB_FUSED=$1 IB_MATMUL_TUNING=$2 timeout "$(limit 60)" "$BIN" run --device cuda --dtype bf16 \
       --load-format dummy --disable-tqdm --model llama-3-8b --batch-size 8 --input-len 32 \
       --output-len 128 --num-prompts 16 --runs 1 --num-warmups 8 --result-dir "$dir" \
       --overwrite >"$dir.log" 2>&1
     tpot=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['median_tpot_ms'])" \
       "$dir/result.json" 2>/dev/null)
-    note "A/B fused=$1 tuning=$2 wide=$3: median TPOT ${tpot:-failed} ms"
+    note "A/B fused=$1 tuning=$2: median TPOT ${tpot:-failed} ms"
     if [ -n "$tpot" ] && { [ -z "$best_tpot" ] ||
          python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" \
            "$tpot" "$best_tpot"; }; then
@@ -97,8 +95,8 @@ if [ "${IB_SKIP_AB:-0}" != 1 ] && [ "${IB_SKIP_BENCH:-0}" != 1 ] && [ -x "$BIN" 
   done
   if [ -n "$best" ]; then
     set -- $best
-    export IB_FUSED=$1 IB_MATMUL_TUNING=$2 IB_WIDE_ATTENTION=$3
-    note "chosen: IB_FUSED=$1 IB_MATMUL_TUNING=$2 IB_WIDE_ATTENTION=$3 (TPOT $best_tpot ms)"
+    export IB_FUSED=$1 IB_MATMUL_TUNING=$2
+    note "chosen: IB_FUSED=$1 IB_MATMUL_TUNING=$2 (TPOT $best_tpot ms)"
   fi
   set --
 fi
@@ -124,8 +122,6 @@ if [ "${IB_SKIP_BENCH:-0}" != 1 ] && [ -x "$BIN" ]; then
   bench llama3-8b_b1 "${L3[@]}" --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4
   IB_FUSED=0 bench llama3-8b_b1_unfused "${L3[@]}" --batch-size 1 --input-len 32 \
     --output-len 128 --num-prompts 4
-  IB_WIDE_ATTENTION=0 bench llama3-8b_b1_perlane "${L3[@]}" --batch-size 1 --input-len 32 \
-    --output-len 128 --num-prompts 4
   bench llama3-8b_b1_eager "${L3[@]}" --batch-size 1 --input-len 32 --output-len 128 \
     --num-prompts 2 --enforce-eager
   bench llama3-8b_seed "${L3[@]}" --batch-size 8 --input-len 32 --output-len 128 --num-prompts 200
@@ -135,8 +131,6 @@ if [ "${IB_SKIP_BENCH:-0}" != 1 ] && [ -x "$BIN" ]; then
     --num-prompts 3 --num-warmups 1
   bench llama3-8b_cont_1024 "${L3[@]}" --input-len 128 --output-len 128 --num-prompts 1024 \
     --load-mode open --num-warmups 16
-  IB_WIDE_ATTENTION=0 bench llama3-8b_cont_1024_perlane "${L3[@]}" --input-len 128 \
-    --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16 --runs 1
   bench llama3-8b_cont_1024_seqs512 "${L3[@]}" --input-len 128 --output-len 128 \
     --num-prompts 1024 --load-mode open --num-warmups 16 --max-num-seqs 512
   bench llama3-8b_b1_kv25 "${L3[@]}" --batch-size 1 --input-len 32 --output-len 128 \

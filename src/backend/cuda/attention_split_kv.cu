@@ -10,7 +10,6 @@
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/pdl.cuh"
 #include "backend/cuda/detail/split_kv_kernel.cuh"
-#include "backend/cuda/detail/split_kv_wide_kernel.cuh"
 
 namespace ib::cuda {
 namespace {
@@ -21,10 +20,8 @@ namespace {
 // SM. Value loads go out 8 keys at a time; prefetching them with the keys did not pay.
 constexpr int kGroup = 8;
 constexpr bool kPrefetch = false;
-// The wide kernel: 4 warps of 16 keys; a partition is a multiple of the 64 keys a block covers
-// in one step.
-constexpr int kWideWarps = 4;
-constexpr int kWideMinPartition = kWideWarps * kWideKeys;
+// Fewest keys per partition: below this the merge costs more than the split gains.
+constexpr int kMinPartition = 256;
 
 template <typename T, int HD, int GC, int kWarps>
 void launch_config(const SplitParams& p, int tokens, cudaStream_t stream, bool pdl) {
@@ -34,17 +31,16 @@ void launch_config(const SplitParams& p, int tokens, cudaStream_t stream, bool p
 
 template <typename T, int HD, int GC>
 void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream, bool pdl) {
+  // The choice counts (token, KV head chunk) pairs, not partitions: a captured decode graph has
+  // the partitions of its longest context (8,192 tokens), of which a short context uses one, so
+  // counting them picked the 4-warp kernel for batch 8 at context 160 (18.1 µs against 10.6;
+  // bench/NOTES.md, phase 4). Eager calls with long contexts lose at most ~10 % (8 x 2048).
   const dim3 grid = split_kv_grid(p, tokens, GC);
-  const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
-  if constexpr (std::is_same_v<T, float>) {
-    // fp32 is the correctness mode: one configuration keeps its compile time down.
+  const int64_t blocks = int64_t{grid.x} * grid.y;
+  // fp32 is the correctness mode: one configuration keeps its compile time down.
+  if (std::is_same_v<T, float> || blocks <= 2 * int64_t{num_sms}) {
     launch_config<T, HD, GC, 8>(p, tokens, stream, pdl);
-  } else if (p.min_partition > 0) {  // SplitKvKernel::kWide
-    launch_kernel("attention(split_kv wide)", pdl, split_kv_wide_kernel<T, HD, GC, kWideWarps>,
-                  grid, dim3(kWideWarps * 32), 0, stream, p);
-  } else if (blocks <= 2 * int64_t{num_sms}) {
-    launch_config<T, HD, GC, 8>(p, tokens, stream, pdl);
-  } else {
+  } else if constexpr (!std::is_same_v<T, float>) {
     launch_config<T, HD, GC, 4>(p, tokens, stream, pdl);
   }
   if (p.num_partitions > 1 && p.counters == nullptr) {
@@ -76,15 +72,8 @@ size_t split_kv_workspace_bytes(int num_tokens, const AttentionShape& shape, int
          static_cast<size_t>(num_splits) * static_cast<size_t>(shape.head_dim + 2) * sizeof(float);
 }
 
-SplitKvKernel split_kv_kernel_for(DType dtype, SplitKvKernel preferred) {
-  return dtype == DType::kF32 ? SplitKvKernel::kPerLane : preferred;
-}
-
 int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape& shape,
-                            size_t workspace_bytes, int num_sms, SplitKvKernel kernel) {
-  // The wide kernel covers 64 keys per block step and adapts its partitions to each query's
-  // context on the device, so it can split finely; the per-lane kernel's partitions are fixed.
-  const int kMinPartition = kernel == SplitKvKernel::kWide ? kWideMinPartition : 256;
+                            size_t workspace_bytes, int num_sms) {
   const int max_ctx = std::max(meta.max_context_len, 1);
   const int group = shape.num_heads / shape.num_kv_heads;
   const int chunks = group == 1 ? 1 : (group <= 4 ? (group + 3) / 4 : (group + 7) / 8);
@@ -97,15 +86,14 @@ int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape&
   splits = std::max(1, std::min(splits, fit));
   if (splits == 1) return max_ctx;
   const int size = (max_ctx + splits - 1) / splits;
-  const int align = kernel == SplitKvKernel::kWide ? kWideMinPartition : 32;
-  return (size + align - 1) / align * align;
+  return (size + 31) / 32 * 32;
 }
 
 void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const AttentionShape& shape,
                                int partition_size, void* workspace, size_t workspace_bytes,
                                unsigned* counters, size_t num_counters, int num_sms, Tensor out,
-                               cudaStream_t stream, bool pdl, SplitKvKernel kernel) {
+                               cudaStream_t stream, bool pdl) {
   IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96 or 128 on CUDA");
   IB_ASSERT(partition_size > 0, "attention: partition size must be positive");
   if (meta.num_tokens == 0) return;
@@ -116,8 +104,9 @@ void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
   const int gc = group == 1 ? 1 : (group <= 4 ? 4 : 8);
   const dim3 grid = split_kv_grid(p, meta.num_tokens, gc);
   if (size_t{grid.x} * grid.y <= num_counters) p.counters = counters;
-  if (split_kv_kernel_for(qkv.dtype, kernel) == SplitKvKernel::kWide)
-    p.min_partition = kWideMinPartition;
+  // Each query spreads its keys evenly over the partitions, at least kMinPartition keys each, so
+  // a short context under a long hint (a graph's) gets the partitions its own length would.
+  p.min_partition = kMinPartition;
   IB_ASSERT(p.num_partitions == 1 || split_kv_workspace_bytes(meta.num_tokens, shape,
                                                               p.num_partitions) <= workspace_bytes,
             "attention: split-KV workspace too small");

@@ -55,9 +55,6 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
   // IB_FUSED=0: the decode step without the fused norm/SwiGLU/residual GEMVs.
   if (const char* fused = std::getenv("IB_FUSED"); fused && std::string_view(fused) == "0")
     backend->set_fused(false);
-  // IB_WIDE_ATTENTION=0: decode attention with the one-key-per-lane split-KV kernel.
-  if (const char* wide = std::getenv("IB_WIDE_ATTENTION"); wide && std::string_view(wide) == "0")
-    backend->set_wide_attention(false);
   if (const char* tune = std::getenv("IB_MATMUL_TUNING"); tune) {
     if (std::string_view(tune) == "0") backend->set_tuning(false);
     if (std::string_view(tune) == "gemv") {
@@ -412,16 +409,12 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
     if (flash) {
       launch_attention_flash(qkv, kv, meta, shape, out, stream_);
     } else {
-      const SplitKvKernel kernel = split_kv_kernel_for(
-          qkv.dtype, wide_attention_ && attention_path_ != AttentionPath::kSplitKvPerLane
-                         ? SplitKvKernel::kWide
-                         : SplitKvKernel::kPerLane);
       const int partition =
-          split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_, kernel);
+          split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
       launch_attention_split_kv(
           qkv, kv, meta, shape, partition, attention_workspace_.data(),
           attention_workspace_.bytes(), static_cast<unsigned*>(attention_counters_.data()),
-          attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_, pdl_, kernel);
+          attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_, pdl_);
     }
   });
 }

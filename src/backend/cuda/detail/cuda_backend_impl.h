@@ -23,10 +23,7 @@
 
 namespace ib::cuda {
 
-// kAuto: flash for steps with a prefill, split-KV (the wide kernel for bf16 / fp16) for decode;
-// kSplitKv: split-KV for everything, as in kAuto's decode; kSplitKvPerLane: split-KV with the
-// one-key-per-lane kernel whatever the dtype; kFlash: flash where it supports the shape.
-enum class AttentionPath { kAuto, kSplitKv, kSplitKvPerLane, kFlash };
+enum class AttentionPath { kAuto, kSplitKv, kFlash };
 
 class CudaBackend final : public Backend {
  public:
@@ -97,8 +94,6 @@ class CudaBackend final : public Backend {
   }
   void set_gemv_max_weight_bytes(int64_t bytes) { gemv_max_weight_bytes_ = bytes; }
   void set_attention_path(AttentionPath path) { attention_path_ = path; }
-  // false: kAuto / kSplitKv decode with the one-key-per-lane kernel (the A/B of IB_WIDE_ATTENTION).
-  void set_wide_attention(bool on) { wide_attention_ = on; }
   // Matmuls with at most this many rows time the GEMV and cuBLASLt's top algorithms on their
   // first call (outside graph capture) and keep the fastest for their shape; 0 turns it off.
   static constexpr int kTuneMaxM = 16;
@@ -158,7 +153,6 @@ class CudaBackend final : public Backend {
   int gemv_max_m_ = 8;
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
   AttentionPath attention_path_ = AttentionPath::kAuto;
-  bool wide_attention_ = true;
   bool debug_sync_ = false;
   bool capturing_ = false;
   std::string error_;  // the first device error; empty while all is well

@@ -75,27 +75,19 @@ void launch_rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& sl
                            const AttentionShape& shape, cudaStream_t stream, bool pdl = false);
 
 // ---- attention_split_kv.cu: one query token per work item, split along the keys ----
-// Which kernel: kWide (bf16 / fp16: 16 keys per warp step, their K and V loads issued together,
-// short contexts spread over all partitions) or kPerLane (one key per lane; every dtype).
-enum class SplitKvKernel { kPerLane, kWide };
-// The kernel a launch with these inputs uses (kWide falls back to kPerLane for fp32).
-SplitKvKernel split_kv_kernel_for(DType dtype, SplitKvKernel preferred);
 // Bytes of workspace the split-KV kernel needs for `num_splits` partitions per token.
 size_t split_kv_workspace_bytes(int num_tokens, const AttentionShape& shape, int num_splits);
 // Keys per partition that keeps the workspace within workspace_bytes and fills the GPU.
 int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape& shape,
-                            size_t workspace_bytes, int num_sms,
-                            SplitKvKernel kernel = SplitKvKernel::kPerLane);
+                            size_t workspace_bytes, int num_sms);
 // counters: num_counters zero-initialised words the kernel leaves zeroed; when the launch has
 // at most that many (token, KV head chunk) blocks per partition, the partitions are merged in
-// the kernel (no merge launch), otherwise by the merge kernel. partition_size: from
-// split_kv_partition_size with the same kernel.
+// the kernel (no merge launch), otherwise by the merge kernel.
 void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const AttentionShape& shape,
                                int partition_size, void* workspace, size_t workspace_bytes,
                                unsigned* counters, size_t num_counters, int num_sms, Tensor out,
-                               cudaStream_t stream, bool pdl = false,
-                               SplitKvKernel kernel = SplitKvKernel::kPerLane);
+                               cudaStream_t stream, bool pdl = false);
 bool split_kv_supports(const AttentionShape& shape);
 
 // ---- attention_flash.cu: tensor-core flash attention for prefill / mixed batches ----

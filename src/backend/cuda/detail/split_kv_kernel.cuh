@@ -34,9 +34,10 @@ struct SplitParams {
   int num_heads, num_kv_heads, group, window;
   float scale_log2;
   int partition_size, num_partitions;
-  // 0: every query's partitions are partition_size keys. > 0: a query's keys are spread over
-  // all num_partitions blocks, in multiples of min_partition keys (short contexts get several
-  // blocks even when the grid was sized for the longest context, as a captured graph is).
+  // 0: every query's partitions are partition_size keys. > 0: each query's keys are spread
+  // evenly over the num_partitions blocks, at least min_partition keys each, so a query gets the
+  // partitions its own context needs whatever context the grid was sized for (a captured
+  // graph's longest).
   int min_partition;
   // (T, gridDim.y) arrival counters, zero between launches, or nullptr: separate merge kernel.
   unsigned* counters;
@@ -58,10 +59,10 @@ __device__ __forceinline__ QueryView query_view(const SplitParams& p, int t) {
 __device__ __forceinline__ int partition_size_for(const SplitParams& p, int kv_len) {
   if (p.min_partition <= 0) return p.partition_size;
   const int even = (kv_len + p.num_partitions - 1) / p.num_partitions;
-  return max(p.min_partition, (even + p.min_partition - 1) / p.min_partition * p.min_partition);
+  return max(p.min_partition, (even + 31) / 32 * 32);  // whole 32-key warp chunks
 }
 
-// The end of a block of either split-KV kernel: each warp's online-softmax state (m, l in log2
+// The end of a split-KV block: each warp's online-softmax state (m, l in log2
 // units, acc: lane's head_dim slice [lane * HD / 32, ...) of GC heads) is merged across the warps
 // in shared memory, then written as the output (one partition) or as this partition's partials;
 // with counters, the last block of the (token, KV head chunk) to arrive merges the partials.
