@@ -33,7 +33,7 @@ template <typename T, int HD, int GC>
 void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream, bool pdl) {
   // The choice counts (token, KV head chunk) pairs, not partitions: a captured decode graph has
   // the partitions of its longest context (8,192 tokens), of which a short context uses one, so
-  // counting them picked the 4-warp kernel for batch 8 at context 160 (18.1 µs against 10.6;
+  // counting them picked the 4-warp kernel for batch 8 at context 160 (18.2 µs against 10.6;
   // bench/NOTES.md, phase 4). Eager calls with long contexts lose at most ~10 % (8 x 2048).
   const dim3 grid = split_kv_grid(p, tokens, GC);
   const int64_t blocks = int64_t{grid.x} * grid.y;
