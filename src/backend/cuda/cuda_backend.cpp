@@ -55,6 +55,9 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
   // IB_FUSED=0: the decode step without the fused norm/SwiGLU/residual GEMVs.
   if (const char* fused = std::getenv("IB_FUSED"); fused && std::string_view(fused) == "0")
     backend->set_fused(false);
+  // IB_ADD_CUBLASLT=0: matmul_add always on the fused GEMV (the A/B of the cuBLASLt route).
+  if (const char* add = std::getenv("IB_ADD_CUBLASLT"); add && std::string_view(add) == "0")
+    backend->set_add_with_cublaslt(false);
   if (const char* tune = std::getenv("IB_MATMUL_TUNING"); tune) {
     if (std::string_view(tune) == "0") backend->set_tuning(false);
     if (std::string_view(tune) == "gemv") {
@@ -331,7 +334,16 @@ void CudaBackend::matmul_add(const Tensor& x, const Tensor& w, Tensor residual) 
                 residual.row_size() == w.dim(0),
             "matmul_add: x (M, K), w (N, K), residual (M, N)");
   run_op("matmul_add", [&] {
-    launch_gemv_fused(x, w, nullptr, residual, GemvFusion::kAccumulate, 0.0f, stream_, pdl_);
+    // From 2 tokens on, a weight above the GEMV's size rule (Llama-3-8B's down projection) goes
+    // to cuBLASLt with beta = 1: at 8 tokens 31.7 µs against the GEMV's 36.1 (bench/NOTES.md,
+    // phase 4); at 1 token they are even and the GEMV stays.
+    if (add_with_cublaslt_ && x.rows() >= 2 &&
+        static_cast<int64_t>(w.bytes()) > gemv_max_weight_bytes_) {
+      gemm_->run(x, w, nullptr, residual, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
+                 1.0f);
+    } else {
+      launch_gemv_fused(x, w, nullptr, residual, GemvFusion::kAccumulate, 0.0f, stream_, pdl_);
+    }
   });
 }
 

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/test_support.h"
@@ -80,7 +82,12 @@ TEST_P(CudaFused, RmsMatmulSwiGluMatchesNormMatmulSiluMul) {
 TEST_P(CudaFused, MatmulAddAccumulatesIntoTheResidual) {
   Twin twin(GetParam());
   Rng rng(13);
-  for (const Shape& s : kShapes) {
+  // Beside the GEMV shapes, two weights above the GEMV's 64 MiB rule: 1 token (the GEMV) and
+  // 4 tokens (cuBLASLt with beta = 1 on the residual).
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({1, 4096, 8448});
+  shapes.push_back({4, 4096, 8448});
+  for (const Shape& s : shapes) {
     const auto res0 = twin.representable(random_floats(rng, s.m * s.n, -2.0f, 2.0f));
     Pair x = twin.floats({s.m, s.k}, random_floats(rng, s.m * s.k));
     Pair w = twin.floats({s.n, s.k}, random_floats(rng, s.n * s.k, -0.05f, 0.05f));

@@ -176,7 +176,7 @@ float GemmLt::tune(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor 
 }
 
 void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
-                 size_t workspace_bytes, cudaStream_t stream) {
+                 size_t workspace_bytes, cudaStream_t stream, float beta) {
   const Key key = key_for(x, w, bias, out);
   if (key.m == 0) return;
   Plan& plan = plan_for(key, workspace_bytes);
@@ -186,7 +186,7 @@ void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor ou
                                                    &ptr, sizeof(ptr)),
                     kOp);
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f;
   IB_CUBLAS_CHECK(
       cublasLtMatmul(handle_, plan.desc, &alpha, w.data, plan.a, x.data, plan.b, &beta, out.data,
                      plan.c, out.data, plan.c, &plan.algo, workspace, workspace_bytes, stream),

@@ -94,6 +94,8 @@ class CudaBackend final : public Backend {
   }
   void set_gemv_max_weight_bytes(int64_t bytes) { gemv_max_weight_bytes_ = bytes; }
   void set_attention_path(AttentionPath path) { attention_path_ = path; }
+  // false: matmul_add always on the fused GEMV, never cuBLASLt with beta = 1.
+  void set_add_with_cublaslt(bool on) { add_with_cublaslt_ = on; }
   // Matmuls with at most this many rows time the GEMV and cuBLASLt's top algorithms on their
   // first call (outside graph capture) and keep the fastest for their shape; 0 turns it off.
   static constexpr int kTuneMaxM = 16;
@@ -153,6 +155,7 @@ class CudaBackend final : public Backend {
   int gemv_max_m_ = 8;
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
   AttentionPath attention_path_ = AttentionPath::kAuto;
+  bool add_with_cublaslt_ = true;
   bool debug_sync_ = false;
   bool capturing_ = false;
   std::string error_;  // the first device error; empty while all is well

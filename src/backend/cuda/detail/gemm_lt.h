@@ -23,8 +23,9 @@ class GemmLt {
   GemmLt& operator=(const GemmLt&) = delete;
 
   // workspace: device memory of workspace_bytes owned by the caller (tagged kWorkspace).
+  // beta 1: out += x @ w^T (out is read as C), for a residual add without its own kernel.
   void run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
-           size_t workspace_bytes, cudaStream_t stream);
+           size_t workspace_bytes, cudaStream_t stream, float beta = 0.0f);
   // Times up to kTuneCandidates of the heuristic's algorithms on these operands and keeps the
   // fastest for their shape; returns its time in ms (infinity when none ran). time_ms runs its
   // argument a few times on the stream and returns ms per call (it synchronizes: never call
