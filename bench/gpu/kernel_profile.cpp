@@ -36,12 +36,17 @@ struct KernelSpan {
 std::mutex g_mutex;
 std::vector<KernelSpan>* g_spans = nullptr;  // leaked: alive until the last flush at exit
 
-// The kernel name without its template arguments and parameter list.
-std::string short_name(const char* mangled) {
+std::string demangle(const char* mangled) {
   int status = 0;
   char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string s = status == 0 && demangled != nullptr ? demangled : mangled;
   std::free(demangled);
+  return s;
+}
+
+// The kernel name without its template arguments and parameter list.
+std::string short_name(const char* mangled) {
+  std::string s = demangle(mangled);
   if (const size_t paren = s.find('('); paren != std::string::npos) s.resize(paren);
   std::string out;
   int depth = 0;
@@ -56,10 +61,7 @@ std::string short_name(const char* mangled) {
 
 // The template arguments too, for the kernels whose configuration matters.
 std::string full_name(const char* mangled) {
-  int status = 0;
-  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  std::string s = status == 0 && demangled != nullptr ? demangled : mangled;
-  std::free(demangled);
+  std::string s = demangle(mangled);
   if (const size_t paren = s.rfind('('); paren != std::string::npos) s.resize(paren);
   if (const size_t space = s.find(' '); space != std::string::npos && space < s.find('<'))
     s = s.substr(space + 1);
