@@ -173,6 +173,14 @@ printf '%s\n' "${STATUS[@]}" >"$RES/steps.txt"
 python3 bench/gpu/summarize.py "$RES" "$OUT/summary.json" >"$OUT/summary.md" 2>&1
 # The continuous-batching run's per-request JSONL is large; its result.json keeps the metrics.
 tar -czf "$OUT/results.tgz" --exclude='llama3-8b_cont_*/requests.jsonl' -C "$OUT" results
+# A device call returns files of at most 16 MiB: past 15 MiB, name the largest files and keep
+# only what the summary is made of (result.json, logs, test JSON).
+if [ "$(stat -c %s "$OUT/results.tgz")" -gt $((15 << 20)) ]; then
+  echo "results.tgz is $(du -h "$OUT/results.tgz" | cut -f1); largest files:"
+  du -ak "$RES" | sort -n | tail -8
+  tar -czf "$OUT/results.tgz" --exclude='*.jsonl' --exclude='*.csv' --exclude='*.svg' \
+    --exclude='*.html' -C "$OUT" results
+fi
 rm -rf "$RES"
 echo "== steps"
 printf '%s\n' "${STATUS[@]}"
