@@ -8,8 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cuda/cuda_backend.h"
-#include "engine/detail/engine_test_support.h"
+#include "engine/detail/engine_cuda_test_support.h"
 #include "engine/detail/kv_cache.h"
 #include "engine/detail/kv_cache_test_support.h"
 
@@ -18,23 +17,8 @@ namespace {
 
 using detail::KvGrowthPath;
 
-#define IB_REQUIRE_CUDA()                                                             \
-  do {                                                                                \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
-  } while (0)
-
-// 2 layers, 2 KV heads of 64 (the CUDA attention's head_dim), vocab 512.
 ModelConfig small_config() {
-  ModelConfig c = testing::tiny_config();
-  c.name = "small-cuda-growth-test";
-  c.vocab_size = 512;
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.max_position_embeddings = 512;
-  return c;
+  return testing::small_cuda_config("small-cuda-growth-test");
 }
 
 std::unique_ptr<Backend> f32_cuda_backend() {

@@ -12,31 +12,16 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
-#include "engine/detail/engine_test_support.h"
+#include "engine/detail/engine_cuda_test_support.h"
 #include "engine/engine.h"
 #include "model/presets.h"
 
 namespace ib {
 namespace {
 
-#define IB_REQUIRE_CUDA()                                                             \
-  do {                                                                                \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
-  } while (0)
-
-// 2 layers, hidden 256, 4 heads of 64, 2 KV heads, FFN 512, vocab 512: the CUDA kernels'
-// shape rules (head_dim 64/96/128, K % 64 == 0) hold, and the CPU engine stays fast.
+// The shared small CUDA model, with QKV bias (Qwen2) or a sliding window (Mistral / Phi-3).
 ModelConfig small_config(bool qkv_bias, int sliding_window) {
-  ModelConfig c = testing::tiny_config();
-  c.name = "small-cuda-test";
-  c.vocab_size = 512;
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.max_position_embeddings = 512;
+  ModelConfig c = testing::small_cuda_config("small-cuda-test");
   c.attention_bias = qkv_bias;
   c.sliding_window = sliding_window;
   if (qkv_bias) c.family = "qwen2";

@@ -20,8 +20,6 @@ namespace {
 // SM. Value loads go out 8 keys at a time; prefetching them with the keys did not pay.
 constexpr int kGroup = 8;
 constexpr bool kPrefetch = false;
-// Fewest keys per partition: below this the merge costs more than the split gains.
-constexpr int kMinPartition = 256;
 
 template <typename T, int HD, int GC, int kWarps>
 void launch_config(const SplitParams& p, int tokens, cudaStream_t stream, bool pdl) {
@@ -79,7 +77,7 @@ int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape&
   const int chunks = group == 1 ? 1 : (group <= 4 ? (group + 3) / 4 : (group + 7) / 8);
   const int64_t blocks = int64_t{meta.num_tokens} * shape.num_kv_heads * chunks;
   int splits = static_cast<int>(std::max<int64_t>(1, (2 * int64_t{num_sms} + blocks - 1) / blocks));
-  splits = std::min(splits, (max_ctx + kMinPartition - 1) / kMinPartition);
+  splits = std::min(splits, (max_ctx + kSplitMinPartition - 1) / kSplitMinPartition);
   const size_t per_split = split_kv_workspace_bytes(meta.num_tokens, shape, 1);
   const int fit =
       static_cast<int>(std::min<size_t>(workspace_bytes / std::max<size_t>(per_split, 1), 1 << 20));
@@ -104,9 +102,6 @@ void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
   const int gc = group == 1 ? 1 : (group <= 4 ? 4 : 8);
   const dim3 grid = split_kv_grid(p, meta.num_tokens, gc);
   if (size_t{grid.x} * grid.y <= num_counters) p.counters = counters;
-  // Each query spreads its keys evenly over the partitions, at least kMinPartition keys each, so
-  // a short context under a long hint (a graph's) gets the partitions its own length would.
-  p.min_partition = kMinPartition;
   IB_ASSERT(p.num_partitions == 1 || split_kv_workspace_bytes(meta.num_tokens, shape,
                                                               p.num_partitions) <= workspace_bytes,
             "attention: split-KV workspace too small");

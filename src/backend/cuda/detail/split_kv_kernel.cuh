@@ -33,12 +33,7 @@ struct SplitParams {
   PagedBatch batch;
   int num_heads, num_kv_heads, group, window;
   float scale_log2;
-  int partition_size, num_partitions;
-  // 0: every query's partitions are partition_size keys. > 0: each query's keys are spread
-  // evenly over the num_partitions blocks, at least min_partition keys each, so a query gets the
-  // partitions its own context needs whatever context the grid was sized for (a captured
-  // graph's longest).
-  int min_partition;
+  int num_partitions;  // blocks along the keys (grid z), sized for the longest context hinted
   // (T, gridDim.y) arrival counters, zero between launches, or nullptr: separate merge kernel.
   unsigned* counters;
 };
@@ -55,11 +50,16 @@ __device__ __forceinline__ QueryView query_view(const SplitParams& p, int t) {
   return {seq, pos + 1, key_begin};
 }
 
-// Keys per partition for a query that sees kv_len keys.
+// Fewest keys per partition: below this the merge costs more than the split gains.
+inline constexpr int kSplitMinPartition = 256;
+
+// Keys per partition for a query that sees kv_len keys: its keys spread evenly over the
+// num_partitions blocks, at least kSplitMinPartition each, in whole 32-key warp chunks, so a
+// query gets the partitions its own context needs whatever context the grid was sized for (a
+// captured graph's longest).
 __device__ __forceinline__ int partition_size_for(const SplitParams& p, int kv_len) {
-  if (p.min_partition <= 0) return p.partition_size;
   const int even = (kv_len + p.num_partitions - 1) / p.num_partitions;
-  return max(p.min_partition, (even + 31) / 32 * 32);  // whole 32-key warp chunks
+  return max(kSplitMinPartition, (even + 31) / 32 * 32);
 }
 
 // The end of a split-KV block: each warp's online-softmax state (m, l in log2
@@ -304,7 +304,8 @@ __global__ void __launch_bounds__(HD) merge_kernel(SplitParams p) {
 }
 
 // The kernel parameters for a batch; partials point into workspace when there are several
-// partitions (the caller checks it is large enough).
+// partitions (the caller checks it is large enough). partition_size (split_kv_partition_size's)
+// only sets how many partitions the grid has; each query sizes its own (partition_size_for).
 inline SplitParams make_split_params(const Tensor& qkv, const KvCacheLayer& kv,
                                      const AttentionMetadata& meta, const AttentionShape& shape,
                                      int partition_size, void* workspace, size_t workspace_bytes,
@@ -326,7 +327,6 @@ inline SplitParams make_split_params(const Tensor& qkv, const KvCacheLayer& kv,
   p.group = shape.num_heads / shape.num_kv_heads;
   p.window = shape.sliding_window;
   p.scale_log2 = shape.scale * kSplitLog2e;
-  p.partition_size = partition_size;
   const int max_ctx = meta.max_context_len > 1 ? meta.max_context_len : 1;
   p.num_partitions = (max_ctx + partition_size - 1) / partition_size;
   if (p.num_partitions > 1 && workspace_bytes > 0) {
