@@ -125,7 +125,12 @@ class OpenAITarget final : public Target {
     cancel_all();
     drain();
     final_description_ = describe();
-    net::post(io_, [this] { tick_timer_.cancel(); });
+    // A tick that already fired is queued and not cancellable: the flag stops it re-arming, or
+    // the loop would never run out of work and the join below would wait forever.
+    net::post(io_, [this] {
+      stopping_ = true;
+      tick_timer_.cancel();
+    });
     work_.reset();
     thread_.join();
     client_.reset();
@@ -154,7 +159,7 @@ class OpenAITarget final : public Target {
     tick_timer_.expires_at(
         std::chrono::steady_clock::time_point(std::chrono::nanoseconds(tick_expected_ns_)));
     tick_timer_.async_wait([this](boost::system::error_code ec) {
-      if (ec) return;
+      if (ec || stopping_) return;
       const int64_t now = now_ns();
       const int64_t cpu = thread_cpu_ns();
       if (in_loop_ > 0) {
@@ -267,6 +272,7 @@ class OpenAITarget final : public Target {
   detail::ClientStats stats_;
   int in_loop_ = 0;
   int64_t tick_expected_ns_ = 0;
+  bool stopping_ = false;  // event-loop thread only
   int64_t last_tick_ns_ = 0;
   int64_t last_tick_cpu_ns_ = 0;
   int64_t loop_wall_ns_ = 0;  // wall time between ticks while requests were in flight
