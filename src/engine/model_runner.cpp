@@ -281,7 +281,11 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
       backend_.rope_and_cache(qkv, positions_, slot_mapping_, inv_freq_, kv_.layers[l],
                               attn_shape_);
     }
+    // A decode attention reads little and waits on memory latency: the o projection's weight
+    // can stream into L2 beside it (a no-op unless the backend does prefetches).
+    if (fused) backend_.prefetch_begin(w.wo);
     backend_.attention(qkv, kv_.layers[l], attn_meta_, attn_shape_, attn);
+    if (fused) backend_.prefetch_end();
     if (fused) {
       backend_.matmul_add(attn, w.wo, residual);
       backend_.rms_matmul_swiglu(residual, w.w_gate_up, eps, act);

@@ -58,6 +58,16 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
   // IB_ADD_CUBLASLT=0: matmul_add always on the fused GEMV (the A/B of the cuBLASLt route).
   if (const char* add = std::getenv("IB_ADD_CUBLASLT"); add && std::string_view(add) == "0")
     backend->set_add_with_cublaslt(false);
+  // IB_L2_PREFETCH=0..3: the L2 prefetch of the o projection beside the decode attention (mode,
+  // launch_l2_prefetch's; 0 off), IB_L2_PREFETCH_MB its cap. IB_SWIGLU_CUBLASLT_MIN_M: the fewest
+  // rows for the cuBLASLt gate/up route (0: the fused GEMV always).
+  if (const char* mode = std::getenv("IB_L2_PREFETCH"); mode) {
+    const char* mb = std::getenv("IB_L2_PREFETCH_MB");
+    backend->set_l2_prefetch(std::atoi(mode), mb ? static_cast<size_t>(std::atoll(mb)) << 20
+                                                 : backend->l2_bytes() / 4 * 3);
+  }
+  if (const char* m = std::getenv("IB_SWIGLU_CUBLASLT_MIN_M"); m)
+    backend->set_swiglu_cublaslt_min_m(std::atoi(m));
   if (const char* tune = std::getenv("IB_MATMUL_TUNING"); tune) {
     if (std::string_view(tune) == "0") backend->set_tuning(false);
     if (std::string_view(tune) == "gemv") {
@@ -98,7 +108,12 @@ Status CudaBackend::init() {
     IB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_), "init");
     name_ = prop.name;
     num_sms_ = prop.multiProcessorCount;
+    l2_bytes_ = static_cast<size_t>(prop.l2CacheSize);
+    l2_prefetch_max_bytes_ = l2_bytes_ / 4 * 3;
     IB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "init");
+    IB_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "init");
+    IB_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "init");
+    IB_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "init");
     IB_CUDA_CHECK(cudaEventCreate(&timer_begin_), "init");
     IB_CUDA_CHECK(cudaEventCreate(&timer_end_), "init");
     IB_CUDA_CHECK(cudaEventCreate(&tune_begin_), "init");
@@ -123,6 +138,7 @@ Status CudaBackend::init() {
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
+  if (side_stream_) cudaStreamSynchronize(side_stream_);
   // Buffers free through this object: release them while it is still whole.
   gemm_workspace_.reset();
   attention_workspace_.reset();
@@ -133,6 +149,9 @@ CudaBackend::~CudaBackend() {
   if (timer_end_) cudaEventDestroy(timer_end_);
   if (tune_begin_) cudaEventDestroy(tune_begin_);
   if (tune_end_) cudaEventDestroy(tune_end_);
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
+  if (side_stream_) cudaStreamDestroy(side_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -325,8 +344,38 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor& w, float eps,
       h.row_size() == w.row_size() && out.rows() == h.rows() && 2 * out.row_size() == w.dim(0),
       "rms_matmul_swiglu: h (M, K), w (2F, K), out (M, F)");
   run_op("rms_matmul_swiglu", [&] {
+    // From swiglu_cublaslt_min_m_ rows on, cuBLASLt streams the (2F, K) weight faster than the
+    // fused GEMV (at 8 rows 56.8 µs against 74.6 plain, 63.4 fused; bench/NOTES.md, phase 4):
+    // h @ w^T into fp32 scratch, then the norm's 1 / rms and SwiGLU in one small kernel.
+    const int64_t m = h.rows();
+    const size_t scratch_bytes = static_cast<size_t>(m * w.dim(0)) * sizeof(float);
+    if (swiglu_cublaslt_min_m_ > 0 && m >= swiglu_cublaslt_min_m_ &&
+        scratch_bytes <= attention_workspace_.bytes()) {
+      Tensor gate_up = attention_workspace_.view(DType::kF32, {m, w.dim(0)});
+      gemm_->run(h, w, nullptr, gate_up, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+      launch_rms_swiglu(h, gate_up, eps, out, stream_, pdl_);
+      return;
+    }
     launch_gemv_fused(h, w, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_);
   });
+}
+
+void CudaBackend::prefetch_begin(const Tensor& w) {
+  if (l2_prefetch_mode_ == 0 || prefetch_open_) return;
+  run_op("prefetch", [&] {
+    IB_CUDA_CHECK(cudaEventRecord(fork_, stream_), "prefetch");
+    IB_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_, 0), "prefetch");
+    launch_l2_prefetch(w.data, std::min(w.bytes(), l2_prefetch_max_bytes_), l2_prefetch_mode_,
+                       num_sms_, side_stream_);
+    IB_CUDA_CHECK(cudaEventRecord(join_, side_stream_), "prefetch");
+    prefetch_open_ = true;
+  });
+}
+
+void CudaBackend::prefetch_end() {
+  if (!prefetch_open_) return;
+  prefetch_open_ = false;
+  run_op("prefetch", [&] { IB_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0), "prefetch"); });
 }
 
 void CudaBackend::matmul_add(const Tensor& x, const Tensor& w, Tensor residual) {

@@ -66,6 +66,8 @@ class CudaBackend final : public Backend {
   void rms_matmul_swiglu(const Tensor& h, const Tensor& w, float eps, Tensor out) override;
   void matmul_add(const Tensor& x, const Tensor& w, Tensor residual) override;
   void scale_columns(Tensor w, const Tensor& gain) override;
+  void prefetch_begin(const Tensor& w) override;
+  void prefetch_end() override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
 
@@ -106,6 +108,16 @@ class CudaBackend final : public Backend {
   // The fused decode ops (IB_FUSED=0 turns them off, for an A/B against the unfused ops).
   void set_fused(bool on) { fused_ = on; }
   bool pdl() const { return pdl_; }
+  // L2 prefetch of the weight named by prefetch_begin (launch_l2_prefetch's modes; 0: off), at
+  // most `max_bytes` of it (the default: three quarters of the L2).
+  void set_l2_prefetch(int mode, size_t max_bytes) {
+    l2_prefetch_mode_ = mode;
+    l2_prefetch_max_bytes_ = max_bytes;
+  }
+  size_t l2_bytes() const { return l2_bytes_; }
+  // rms_matmul_swiglu from this many rows on: cuBLASLt for h @ w^T into an fp32 (M, 2F) in the
+  // attention workspace, then one kernel for the norm and SwiGLU (0: always the fused GEMV).
+  void set_swiglu_cublaslt_min_m(int m) { swiglu_cublaslt_min_m_ = m; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
@@ -147,6 +159,13 @@ class CudaBackend final : public Backend {
   std::string name_;
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_stream_ = nullptr;  // the L2 prefetch, forked from and joined to stream_
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  bool prefetch_open_ = false;
+  int l2_prefetch_mode_ = 0;
+  size_t l2_prefetch_max_bytes_ = 0;
+  size_t l2_bytes_ = 0;
+  int swiglu_cublaslt_min_m_ = 0;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;
   Buffer attention_workspace_;
