@@ -172,6 +172,29 @@ TEST_P(CudaAttention, ShortContextsUnderALongContextHint) {
   }
 }
 
+// The L2 prefetch of each block's K and V rows is a hint: bit-identical output, in both the
+// 8-warp (few blocks) and the 4-warp (many blocks) configuration, one and several partitions.
+TEST_P(CudaAttention, KvPrefetchChangesNoResult) {
+  Twin twin(GetParam());
+  Rng rng(19);
+  const AttentionShape s = shape_of(32, 8, 128);
+  for (const std::vector<SeqSpec>& seqs : std::vector<std::vector<SeqSpec>>{
+           {{160, 1}}, {{1, 1}, {15, 1}, {1000, 1}}, std::vector<SeqSpec>(64, SeqSpec{300, 1})}) {
+    const Batch b = make_batch(twin, rng, seqs, s, 16);
+    Pair off = twin.output({b.num_tokens, int64_t{s.num_heads} * s.head_dim});
+    Pair on = twin.output({b.num_tokens, int64_t{s.num_heads} * s.head_dim});
+    twin.gpu().set_attention_path(AttentionPath::kSplitKv);
+    twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true), s, off.gpu);
+    twin.gpu().set_attention_prefetch_kv(true);
+    twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true), s, on.gpu);
+    twin.gpu().set_attention_prefetch_kv(false);
+    twin.gpu().set_attention_path(AttentionPath::kAuto);
+    twin.cpu().attention(b.qkv.cpu, b.kv_cpu(), b.meta(false), s, on.cpu);
+    EXPECT_EQ(twin.gpu_floats(on.gpu), twin.gpu_floats(off.gpu)) << "seqs=" << seqs.size();
+    EXPECT_LT(twin.error(on), tolerance(GetParam())) << "seqs=" << seqs.size();
+  }
+}
+
 TEST_P(CudaAttention, PrefillCausal) {
   Twin twin(GetParam());
   Rng rng(13);

@@ -66,6 +66,9 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
     backend->set_l2_prefetch(std::atoi(mode), mb ? static_cast<size_t>(std::atoll(mb)) << 20
                                                  : backend->l2_bytes() / 4 * 3);
   }
+  // IB_ATTN_PREFETCH=1: the split-KV attention prefetches its blocks' K and V rows into L2.
+  if (const char* a = std::getenv("IB_ATTN_PREFETCH"); a && std::string_view(a) == "1")
+    backend->set_attention_prefetch_kv(true);
   if (const char* m = std::getenv("IB_SWIGLU_CUBLASLT_MIN_M"); m)
     backend->set_swiglu_cublaslt_min_m(std::atoi(m));
   if (const char* tune = std::getenv("IB_MATMUL_TUNING"); tune) {
@@ -472,10 +475,11 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
     } else {
       const int partition =
           split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
-      launch_attention_split_kv(
-          qkv, kv, meta, shape, partition, attention_workspace_.data(),
-          attention_workspace_.bytes(), static_cast<unsigned*>(attention_counters_.data()),
-          attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_, pdl_);
+      launch_attention_split_kv(qkv, kv, meta, shape, partition, attention_workspace_.data(),
+                                attention_workspace_.bytes(),
+                                static_cast<unsigned*>(attention_counters_.data()),
+                                attention_counters_.bytes() / sizeof(unsigned), num_sms_, out,
+                                stream_, pdl_, attention_prefetch_kv_);
     }
   });
 }

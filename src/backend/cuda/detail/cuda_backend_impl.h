@@ -118,6 +118,8 @@ class CudaBackend final : public Backend {
   // rms_matmul_swiglu from this many rows on: cuBLASLt for h @ w^T into an fp32 (M, 2F) in the
   // attention workspace, then one kernel for the norm and SwiGLU (0: always the fused GEMV).
   void set_swiglu_cublaslt_min_m(int m) { swiglu_cublaslt_min_m_ = m; }
+  // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads.
+  void set_attention_prefetch_kv(bool on) { attention_prefetch_kv_ = on; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
@@ -166,6 +168,7 @@ class CudaBackend final : public Backend {
   size_t l2_prefetch_max_bytes_ = 0;
   size_t l2_bytes_ = 0;
   int swiglu_cublaslt_min_m_ = 0;
+  bool attention_prefetch_kv_ = false;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;
   Buffer attention_workspace_;

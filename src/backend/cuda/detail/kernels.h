@@ -97,7 +97,7 @@ void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const AttentionShape& shape,
                                int partition_size, void* workspace, size_t workspace_bytes,
                                unsigned* counters, size_t num_counters, int num_sms, Tensor out,
-                               cudaStream_t stream, bool pdl = false);
+                               cudaStream_t stream, bool pdl = false, bool prefetch_kv = false);
 bool split_kv_supports(const AttentionShape& shape);
 
 // ---- attention_flash.cu: tensor-core flash attention for prefill / mixed batches ----

@@ -36,6 +36,9 @@ struct SplitParams {
   int num_partitions;  // blocks along the keys (grid z), sized for the longest context hinted
   // (T, gridDim.y) arrival counters, zero between launches, or nullptr: separate merge kernel.
   unsigned* counters;
+  // Nonzero: each block first sends every K and V row of its keys toward L2 (prefetch_l2), so
+  // the dependent loads of its chunks wait on L2 instead of HBM (bench/NOTES.md, phase 5).
+  int prefetch_kv;
 };
 
 // Number of keys query token t sees, its first visible key, and its sequence.
@@ -184,6 +187,21 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
   const auto row_of = [&](int key) {
     return key < p_end ? cache_row(p.batch, qv.seq, key, kv_head, p.num_kv_heads, HD) : 0;
   };
+  if (p.prefetch_kv) {
+    constexpr int kRowBytes = HD * static_cast<int>(sizeof(T));
+    for (int key = first + threadIdx.x; key < p_end; key += kThreads) {
+      const int64_t r = cache_row(p.batch, qv.seq, key, kv_head, p.num_kv_heads, HD);
+      const auto* k_row = reinterpret_cast<const char*>(static_cast<const T*>(p.k_cache) + r);
+      const auto* v_row = reinterpret_cast<const char*>(static_cast<const T*>(p.v_cache) + r);
+#pragma unroll
+      for (int b = 0; b < kRowBytes; b += 128) {
+        prefetch_l2(k_row + b);
+        prefetch_l2(v_row + b);
+      }
+      prefetch_l2(k_row + kRowBytes - 1);  // a row that straddles one more line
+      prefetch_l2(v_row + kRowBytes - 1);
+    }
+  }
   int64_t next_row = kPrefetch ? row_of(first + warp * 32 + lane) : 0;
   const int64_t qkv_stride = int64_t{p.num_heads + 2 * p.num_kv_heads} * HD;
   const T* q = static_cast<const T*>(p.qkv) + t * qkv_stride + int64_t{head0} * HD;
@@ -309,9 +327,11 @@ __global__ void __launch_bounds__(HD) merge_kernel(SplitParams p) {
 inline SplitParams make_split_params(const Tensor& qkv, const KvCacheLayer& kv,
                                      const AttentionMetadata& meta, const AttentionShape& shape,
                                      int partition_size, void* workspace, size_t workspace_bytes,
-                                     Tensor out, unsigned* counters = nullptr) {
+                                     Tensor out, unsigned* counters = nullptr,
+                                     bool prefetch_kv = false) {
   SplitParams p{};
   p.counters = counters;
+  p.prefetch_kv = prefetch_kv ? 1 : 0;
   p.qkv = qkv.data;
   p.k_cache = kv.k.data;
   p.v_cache = kv.v.data;
