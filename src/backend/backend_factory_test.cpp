@@ -1,6 +1,9 @@
 // create_backend: devices, dtypes and the memory limit.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <utility>
+
 #include "backend/backend.h"
 
 namespace ib {
@@ -42,6 +45,27 @@ TEST(BackendFactory, CudaWithoutTheCudaBuildIsAUserError) {
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.error().kind, ErrorKind::kUser);
   EXPECT_NE(backend.error().message.find("--device cpu"), std::string::npos);
+}
+
+// The CUDA backend's A/B switches (IB_L2_PREFETCH, ...) are read before any device is touched,
+// so a bad value is a user error naming the variable on every machine.
+TEST(BackendFactory, BadCudaSwitchesAreUserErrorsNamingTheVariable) {
+  if (!cuda_backend_compiled()) GTEST_SKIP() << "this build has no CUDA backend";
+  const std::pair<const char*, const char*> bad[] = {{"IB_L2_PREFETCH", "7"},
+                                                     {"IB_L2_PREFETCH_MB", "0"},
+                                                     {"IB_ATTN_PREFETCH", "yes"},
+                                                     {"IB_SWIGLU_CUBLASLT_MIN_M", "-1"}};
+  for (const auto& [name, value] : bad) {
+    ASSERT_EQ(::setenv(name, value, 1), 0);
+    BackendOptions options;
+    options.device = "cuda";
+    options.dtype = DType::kBF16;
+    auto backend = create_backend(options);
+    ::unsetenv(name);
+    ASSERT_FALSE(backend.ok()) << name;
+    EXPECT_EQ(backend.error().kind, ErrorKind::kUser);
+    EXPECT_NE(backend.error().message.find(name), std::string::npos) << backend.error().message;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,7 +24,35 @@ int cuda_device_count() {
   return count;
 }
 
+namespace {
+
+// An integer A/B switch from the environment: nullopt when unset, a user error naming the
+// variable and its range when it is not an integer in [lo, hi].
+Result<std::optional<int64_t>> env_int(const char* name, int64_t lo, int64_t hi) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::optional<int64_t>{};
+  const std::string_view text(value);
+  int64_t x = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || x < lo || x > hi)
+    return user_error(std::string(name) + "='" + std::string(text) +
+                      "' is not valid: use an integer from " + std::to_string(lo) + " to " +
+                      std::to_string(hi) + ", or unset it");
+  return std::optional<int64_t>{x};
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& options) {
+  // IB_L2_PREFETCH=0..3: the L2 prefetch of the o projection beside the decode attention (mode,
+  // launch_l2_prefetch's; 0 off), IB_L2_PREFETCH_MB its cap (three quarters of the L2 unset).
+  // IB_ATTN_PREFETCH=1: the split-KV attention prefetches its blocks' K and V rows into L2.
+  // IB_SWIGLU_CUBLASLT_MIN_M: the fewest rows for the cuBLASLt gate/up route (0: never).
+  // Checked first, so a bad value is reported on any machine.
+  IB_ASSIGN_OR_RETURN(const auto l2_mode, env_int("IB_L2_PREFETCH", 0, 3));
+  IB_ASSIGN_OR_RETURN(const auto l2_mb, env_int("IB_L2_PREFETCH_MB", 1, 1 << 20));
+  IB_ASSIGN_OR_RETURN(const auto attn_prefetch, env_int("IB_ATTN_PREFETCH", 0, 1));
+  IB_ASSIGN_OR_RETURN(const auto swiglu_min_m, env_int("IB_SWIGLU_CUBLASLT_MIN_M", 0, 1 << 20));
   std::string_view spec = options.device;
   int index = 0;
   if (spec != "cuda") {
@@ -58,19 +87,12 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
   // IB_ADD_CUBLASLT=0: matmul_add always on the fused GEMV (the A/B of the cuBLASLt route).
   if (const char* add = std::getenv("IB_ADD_CUBLASLT"); add && std::string_view(add) == "0")
     backend->set_add_with_cublaslt(false);
-  // IB_L2_PREFETCH=0..3: the L2 prefetch of the o projection beside the decode attention (mode,
-  // launch_l2_prefetch's; 0 off), IB_L2_PREFETCH_MB its cap. IB_SWIGLU_CUBLASLT_MIN_M: the fewest
-  // rows for the cuBLASLt gate/up route (0: the fused GEMV always).
-  if (const char* mode = std::getenv("IB_L2_PREFETCH"); mode) {
-    const char* mb = std::getenv("IB_L2_PREFETCH_MB");
-    backend->set_l2_prefetch(std::atoi(mode), mb ? static_cast<size_t>(std::atoll(mb)) << 20
-                                                 : backend->l2_bytes() / 4 * 3);
+  if (l2_mode) {
+    backend->set_l2_prefetch(static_cast<int>(*l2_mode), l2_mb ? static_cast<size_t>(*l2_mb) << 20
+                                                               : backend->l2_bytes() / 4 * 3);
   }
-  // IB_ATTN_PREFETCH=1: the split-KV attention prefetches its blocks' K and V rows into L2.
-  if (const char* a = std::getenv("IB_ATTN_PREFETCH"); a && std::string_view(a) == "1")
-    backend->set_attention_prefetch_kv(true);
-  if (const char* m = std::getenv("IB_SWIGLU_CUBLASLT_MIN_M"); m)
-    backend->set_swiglu_cublaslt_min_m(std::atoi(m));
+  if (attn_prefetch) backend->set_attention_prefetch_kv(*attn_prefetch == 1);
+  if (swiglu_min_m) backend->set_swiglu_cublaslt_min_m(static_cast<int>(*swiglu_min_m));
   if (const char* tune = std::getenv("IB_MATMUL_TUNING"); tune) {
     if (std::string_view(tune) == "0") backend->set_tuning(false);
     if (std::string_view(tune) == "gemv") {
