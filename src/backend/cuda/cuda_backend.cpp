@@ -12,6 +12,7 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/cuda_backend_impl.h"
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/switches.h"
 
 namespace ib {
 
@@ -24,90 +25,9 @@ int cuda_device_count() {
   return count;
 }
 
-namespace {
-
-// An integer switch from the environment: nullopt when unset, a user error naming the variable
-// and its range when it is not an integer in [lo, hi].
-Result<std::optional<int64_t>> env_int(const char* name, int64_t lo, int64_t hi) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return std::optional<int64_t>{};
-  const std::string_view text(value);
-  int64_t x = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || x < lo || x > hi)
-    return user_error(std::string(name) + "='" + std::string(text) +
-                      "' is not valid: use an integer from " + std::to_string(lo) + " to " +
-                      std::to_string(hi) + ", or unset it");
-  return std::optional<int64_t>{x};
-}
-
-// The backend's debugging and A/B switches (the benchmark scripts set them; bench/NOTES.md has
-// each one's measurement), read and checked before any device is touched.
-struct CudaSwitches {
-  // IB_CUDA_DEBUG_SYNC=1: wait for every op, so an asynchronous fault names the op.
-  std::optional<int64_t> debug_sync;
-  // IB_PDL=1: programmatic dependent launch (2 % slower on the H200).
-  std::optional<int64_t> pdl;
-  // IB_FUSED=0: the decode step without the fused norm/SwiGLU/residual GEMVs.
-  std::optional<int64_t> fused;
-  // IB_ADD_CUBLASLT=0: matmul_add always on the fused GEMV.
-  std::optional<int64_t> add_cublaslt;
-  // IB_MATMUL_TUNING=0: the static GEMV / cuBLASLt rule; =gemv: the GEMV for every matmul of at
-  // most 8 rows, whatever the weight size; =1: tuning (the default).
-  std::string matmul_tuning;
-  // IB_L2_PREFETCH=0..3: the L2 prefetch of the o projection beside the decode attention
-  // (launch_l2_prefetch's modes; 0 off); IB_L2_PREFETCH_MB its cap (default 3/4 of the L2).
-  std::optional<int64_t> l2_prefetch, l2_prefetch_mb;
-  // IB_ATTN_PREFETCH=1: the split-KV attention prefetches its blocks' K and V rows into L2.
-  std::optional<int64_t> attn_prefetch;
-  // IB_SWIGLU_CUBLASLT_MIN_M=N: gate/up on cuBLASLt from N rows (0: never).
-  std::optional<int64_t> swiglu_cublaslt_min_m;
-};
-
-Result<CudaSwitches> read_cuda_switches() {
-  CudaSwitches s;
-  IB_ASSIGN_OR_RETURN(s.debug_sync, env_int("IB_CUDA_DEBUG_SYNC", 0, 1));
-  IB_ASSIGN_OR_RETURN(s.pdl, env_int("IB_PDL", 0, 1));
-  IB_ASSIGN_OR_RETURN(s.fused, env_int("IB_FUSED", 0, 1));
-  IB_ASSIGN_OR_RETURN(s.add_cublaslt, env_int("IB_ADD_CUBLASLT", 0, 1));
-  IB_ASSIGN_OR_RETURN(s.l2_prefetch, env_int("IB_L2_PREFETCH", 0, 3));
-  IB_ASSIGN_OR_RETURN(s.l2_prefetch_mb, env_int("IB_L2_PREFETCH_MB", 1, 1 << 20));
-  IB_ASSIGN_OR_RETURN(s.attn_prefetch, env_int("IB_ATTN_PREFETCH", 0, 1));
-  IB_ASSIGN_OR_RETURN(s.swiglu_cublaslt_min_m, env_int("IB_SWIGLU_CUBLASLT_MIN_M", 0, 1 << 20));
-  if (const char* tune = std::getenv("IB_MATMUL_TUNING"); tune) {
-    s.matmul_tuning = tune;
-    if (s.matmul_tuning != "0" && s.matmul_tuning != "1" && s.matmul_tuning != "gemv")
-      return user_error("IB_MATMUL_TUNING='" + s.matmul_tuning +
-                        "' is not valid: use 0, 1 or gemv, or unset it");
-  }
-  return s;
-}
-
-void apply(const CudaSwitches& s, cuda::CudaBackend& backend) {
-  if (s.debug_sync) backend.set_debug_sync(*s.debug_sync == 1);
-  if (s.pdl) backend.set_pdl(*s.pdl == 1);
-  if (s.fused) backend.set_fused(*s.fused == 1);
-  if (s.add_cublaslt) backend.set_add_with_cublaslt(*s.add_cublaslt == 1);
-  if (s.l2_prefetch) {
-    backend.set_l2_prefetch(static_cast<int>(*s.l2_prefetch),
-                            s.l2_prefetch_mb ? static_cast<size_t>(*s.l2_prefetch_mb) << 20
-                                             : backend.l2_bytes() / 4 * 3);
-  }
-  if (s.attn_prefetch) backend.set_attention_prefetch_kv(*s.attn_prefetch == 1);
-  if (s.swiglu_cublaslt_min_m)
-    backend.set_swiglu_cublaslt_min_m(static_cast<int>(*s.swiglu_cublaslt_min_m));
-  if (s.matmul_tuning == "0") backend.set_tuning(false);
-  if (s.matmul_tuning == "gemv") {
-    backend.set_gemv_max_m(8);
-    backend.set_gemv_max_weight_bytes(INT64_MAX);
-  }
-}
-
-}  // namespace
-
 Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& options) {
   // Checked first, so a bad value is reported on any machine.
-  IB_ASSIGN_OR_RETURN(const CudaSwitches switches, read_cuda_switches());
+  IB_ASSIGN_OR_RETURN(const cuda::CudaSwitches switches, cuda::read_cuda_switches());
   std::string_view spec = options.device;
   int index = 0;
   if (spec != "cuda") {
@@ -128,7 +48,7 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
                       " CUDA device(s) visible (cuda:0.." + std::to_string(count - 1) + ")");
   IB_ASSIGN_OR_RETURN(auto backend,
                       cuda::CudaBackend::create(index, options.dtype, options.memory_limit_bytes));
-  apply(switches, *backend);
+  cuda::apply_cuda_switches(switches, *backend);
   return std::unique_ptr<Backend>(std::move(backend));
 }
 

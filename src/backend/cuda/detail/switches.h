@@ -1,0 +1,40 @@
+// The CUDA backend's debugging and A/B switches, read from the environment (the benchmark scripts
+// set them; bench/NOTES.md has each one's measurement) and checked before any device is touched.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "backend/cuda/detail/cuda_backend_impl.h"
+#include "core/result.h"
+
+namespace ib::cuda {
+
+// Unset variables stay nullopt (or empty) and leave the backend's defaults.
+struct CudaSwitches {
+  // IB_CUDA_DEBUG_SYNC=1: wait for every op, so an asynchronous fault names the op.
+  std::optional<int64_t> debug_sync;
+  // IB_PDL=1: programmatic dependent launch (2 % slower on the H200).
+  std::optional<int64_t> pdl;
+  // IB_FUSED=0: the decode step without the fused norm/SwiGLU/residual GEMVs.
+  std::optional<int64_t> fused;
+  // IB_ADD_CUBLASLT=0: matmul_add always on the fused GEMV.
+  std::optional<int64_t> add_cublaslt;
+  // IB_MATMUL_TUNING=0: the static GEMV / cuBLASLt rule; =gemv: the GEMV for every matmul of at
+  // most 8 rows, whatever the weight size; =1: tuning (the default).
+  std::string matmul_tuning;
+  // IB_L2_PREFETCH=0..3: the L2 prefetch of the o projection beside the decode attention
+  // (launch_l2_prefetch's modes; 0 off); IB_L2_PREFETCH_MB its cap (default 3/4 of the L2).
+  std::optional<int64_t> l2_prefetch, l2_prefetch_mb;
+  // IB_ATTN_PREFETCH=1: the split-KV attention prefetches its blocks' K and V rows into L2.
+  std::optional<int64_t> attn_prefetch;
+  // IB_SWIGLU_CUBLASLT_MIN_M=N: gate/up on cuBLASLt from N rows (0: never).
+  std::optional<int64_t> swiglu_cublaslt_min_m;
+};
+
+// A value outside a variable's range is a user error naming the variable and the range.
+Result<CudaSwitches> read_cuda_switches();
+void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend);
+
+}  // namespace ib::cuda
