@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Phase 5 A/B on the GPU machine (bench/NOTES.md, phase 5): the gpu tests, then the L2 prefetch
-# beside the attention (IB_L2_PREFETCH 0-3), the attention's own K/V prefetch (IB_ATTN_PREFETCH)
+# beside the attention (IB_L2_PREFETCH 0-3, IB_L2_PREFETCH_MB), the attention's own K/V prefetch (IB_ATTN_PREFETCH)
 # and gate/up on cuBLASLt (IB_SWIGLU_CUBLASLT_MIN_M) at batch 1, on the seed's protocol and on
 # 1,024 prompts of continuous batching, then CUPTI kernel profiles with all on. IB_DEADLINE_S
 # (540): runs that would end past it are skipped, so the tarball is always written.
@@ -33,6 +33,7 @@ ALL=(IB_L2_PREFETCH=1 IB_ATTN_PREFETCH=1 IB_SWIGLU_CUBLASLT_MIN_M=2)
 run b1_base "${B1[@]}"
 run b1_p1 IB_L2_PREFETCH=1 "${B1[@]}"
 run b1_p3 IB_L2_PREFETCH=3 "${B1[@]}"
+run b1_p1_24mb IB_L2_PREFETCH=1 IB_L2_PREFETCH_MB=24 "${B1[@]}"
 run b1_a1 IB_ATTN_PREFETCH=1 "${B1[@]}"
 run b1_all "${ALL[@]}" "${B1[@]}"
 run b1_all_sw1 "${ALL[@]}" IB_SWIGLU_CUBLASLT_MIN_M=1 "${B1[@]}"
