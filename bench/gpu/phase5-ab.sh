@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Phase 5 A/B on the GPU machine (bench/NOTES.md, phase 5): the gpu tests, then the L2 prefetch
-# beside the attention (IB_L2_PREFETCH 0-3, IB_L2_PREFETCH_MB), the attention's own K/V prefetch (IB_ATTN_PREFETCH)
-# and gate/up on cuBLASLt (IB_SWIGLU_CUBLASLT_MIN_M) at batch 1, on the seed's protocol and on
-# 1,024 prompts of continuous batching, then CUPTI kernel profiles with all on. IB_DEADLINE_S
-# (540): runs that would end past it are skipped, so the tarball is always written.
+# beside the attention (IB_L2_PREFETCH 0-3, capped by IB_L2_PREFETCH_MB), the attention's own K/V
+# prefetch (IB_ATTN_PREFETCH) and gate/up on cuBLASLt (IB_SWIGLU_CUBLASLT_MIN_M) at batch 1, on the
+# seed's protocol and on 1,024 prompts of continuous batching, then CUPTI kernel profiles with all
+# on. IB_DEADLINE_S (540): runs that would end past it are skipped, so the tarball is always written.
 # Usage (~9 minutes of the machine): OUT=dir bash bench/gpu/phase5-ab.sh. Writes build.log,
 # ctest.log, runs.tgz (each configuration's result directory and log), kernel_profile_{b1,b8}.txt.
 # Every configuration sets the three switches explicitly, so the backend's defaults do not matter.
