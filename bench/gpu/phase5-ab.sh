@@ -3,7 +3,7 @@
 # beside the attention (IB_L2_PREFETCH 0-3, capped by IB_L2_PREFETCH_MB), the attention's own K/V
 # prefetch (IB_ATTN_PREFETCH) and gate/up on cuBLASLt (IB_SWIGLU_CUBLASLT_MIN_M) at batch 1, on the
 # seed's protocol and on 1,024 prompts of continuous batching, then CUPTI kernel profiles with all
-# on. IB_DEADLINE_S (540): runs that would end past it are skipped, so the tarball is always written.
+# on. IB_DEADLINE_S (540): runs that would end past it are skipped; the tarball is always written.
 # Usage (~9 minutes of the machine): OUT=dir bash bench/gpu/phase5-ab.sh. Writes build.log,
 # ctest.log, runs.tgz (each configuration's result directory and log), kernel_profile_{b1,b8}.txt.
 # Every configuration sets the three switches explicitly, so the backend's defaults do not matter.
