@@ -285,8 +285,8 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
     // can stream into L2 beside it (a no-op unless the backend does prefetches).
     if (fused) backend_.prefetch_begin(w.wo);
     backend_.attention(qkv, kv_.layers[l], attn_meta_, attn_shape_, attn);
-    if (fused) backend_.prefetch_end();
     if (fused) {
+      backend_.prefetch_end();
       backend_.matmul_add(attn, w.wo, residual);
       backend_.rms_matmul_swiglu(residual, w.w_gate_up, eps, act);
       backend_.matmul_add(act, w.w_down, residual);

@@ -82,8 +82,7 @@ Status CudaBackend::init() {
     IB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_), "init");
     name_ = prop.name;
     num_sms_ = prop.multiProcessorCount;
-    l2_bytes_ = static_cast<size_t>(prop.l2CacheSize);
-    l2_prefetch_max_bytes_ = l2_bytes_ / 4 * 3;
+    l2_prefetch_max_bytes_ = static_cast<size_t>(prop.l2CacheSize) / 4 * 3;
     IB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "init");
     IB_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "init");
     IB_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "init");

@@ -99,7 +99,7 @@ TEST_P(CudaFused, L2PrefetchAroundAnOpLeavesItsResultAndGraphsIntact) {
   const std::vector<float> want = twin.gpu_floats(residual.gpu);
   for (const int mode : {1, 2, 3}) {
     for (const bool graph : {false, true}) {
-      twin.gpu().set_l2_prefetch(mode, size_t{1} << 20);
+      twin.gpu().set_l2_prefetch(mode);
       twin.gpu().copy_from_host(residual.gpu, twin.representable(res0).data(), DType::kF32);
       if (graph) {
         ASSERT_TRUE(twin.gpu().begin_capture().ok());
@@ -116,7 +116,7 @@ TEST_P(CudaFused, L2PrefetchAroundAnOpLeavesItsResultAndGraphsIntact) {
       EXPECT_EQ(twin.gpu_floats(residual.gpu), want) << "mode " << mode << " graph " << graph;
     }
   }
-  twin.gpu().set_l2_prefetch(0, 0);
+  twin.gpu().set_l2_prefetch(0);
 }
 
 TEST_P(CudaFused, MatmulAddAccumulatesIntoTheResidual) {

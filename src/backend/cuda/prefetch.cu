@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/detail/check.h"
+#include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
 
 namespace ib::cuda {
@@ -36,7 +37,7 @@ __global__ void __launch_bounds__(kThreads) l2_prefetch_kernel(const char* p, si
       if constexpr (kMode == 1) {
         asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p + off));
       } else {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+        prefetch_l2(p + off);
       }
     }
   }

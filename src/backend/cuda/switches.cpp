@@ -49,11 +49,9 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.pdl) backend.set_pdl(*s.pdl == 1);
   if (s.fused) backend.set_fused(*s.fused == 1);
   if (s.add_cublaslt) backend.set_add_with_cublaslt(*s.add_cublaslt == 1);
-  if (s.l2_prefetch) {
-    backend.set_l2_prefetch(static_cast<int>(*s.l2_prefetch),
-                            s.l2_prefetch_mb ? static_cast<size_t>(*s.l2_prefetch_mb) << 20
-                                             : backend.l2_bytes() / 4 * 3);
-  }
+  if (s.l2_prefetch) backend.set_l2_prefetch(static_cast<int>(*s.l2_prefetch));
+  if (s.l2_prefetch_mb)
+    backend.set_l2_prefetch_max_bytes(static_cast<size_t>(*s.l2_prefetch_mb) << 20);
   if (s.attn_prefetch) backend.set_attention_prefetch_kv(*s.attn_prefetch == 1);
   if (s.swiglu_cublaslt_min_m)
     backend.set_swiglu_cublaslt_min_m(static_cast<int>(*s.swiglu_cublaslt_min_m));

@@ -109,12 +109,9 @@ class CudaBackend final : public Backend {
   void set_fused(bool on) { fused_ = on; }
   bool pdl() const { return pdl_; }
   // L2 prefetch of the weight named by prefetch_begin (launch_l2_prefetch's modes; 0: off), at
-  // most `max_bytes` of it (the default: three quarters of the L2).
-  void set_l2_prefetch(int mode, size_t max_bytes) {
-    l2_prefetch_mode_ = mode;
-    l2_prefetch_max_bytes_ = max_bytes;
-  }
-  size_t l2_bytes() const { return l2_bytes_; }
+  // most `max_bytes` of it (set at start-up to three quarters of the device's L2).
+  void set_l2_prefetch(int mode) { l2_prefetch_mode_ = mode; }
+  void set_l2_prefetch_max_bytes(size_t max_bytes) { l2_prefetch_max_bytes_ = max_bytes; }
   // rms_matmul_swiglu from this many rows on: cuBLASLt for h @ w^T into an fp32 (M, 2F) in the
   // attention workspace, then one kernel for the norm and SwiGLU (0: always the fused GEMV).
   void set_swiglu_cublaslt_min_m(int m) { swiglu_cublaslt_min_m_ = m; }
@@ -166,7 +163,6 @@ class CudaBackend final : public Backend {
   bool prefetch_open_ = false;
   int l2_prefetch_mode_ = 0;
   size_t l2_prefetch_max_bytes_ = 0;
-  size_t l2_bytes_ = 0;
   int swiglu_cublaslt_min_m_ = 0;
   bool attention_prefetch_kv_ = false;
   std::unique_ptr<GemmLt> gemm_;
