@@ -1,7 +1,5 @@
-// ModelRunner: embedding -> per layer [rms_norm, qkv matmul (+bias), rope_and_cache, attention,
-// o matmul, add_rms_norm, gate_up matmul, silu_mul, down matmul, residual add] -> final norm on
-// the rows to sample -> lm_head -> fp32 logits -> sample. Decode steps the backend fuses run
-// the same layer in five ops (forward()).
+// ModelRunner: embedding -> the architecture's layers (engine/arch) -> final norm on the rows to
+// sample -> lm_head -> fp32 logits -> sample.
 #include "engine/detail/model_runner.h"
 
 #include <algorithm>
@@ -51,9 +49,9 @@ int32_t float_bits(float f) {
 
 }  // namespace
 
-ModelRunner::ModelRunner(const ModelConfig& model, ModelWeights weights, const RunnerLimits& limits,
-                         Backend& backend)
-    : model_(model), weights_(std::move(weights)), limits_(limits), backend_(backend) {
+ModelRunner::ModelRunner(const ModelConfig& model, const Architecture& arch, ModelWeights weights,
+                         const RunnerLimits& limits, Backend& backend)
+    : model_(model), arch_(arch), weights_(std::move(weights)), limits_(limits), backend_(backend) {
   attn_shape_.num_heads = model.num_heads;
   attn_shape_.num_kv_heads = model.num_kv_heads;
   attn_shape_.head_dim = model.head_dim;
@@ -65,7 +63,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
                                                          ModelWeights weights,
                                                          const RunnerLimits& limits,
                                                          Backend& backend) {
-  std::unique_ptr<ModelRunner> runner(new ModelRunner(model, std::move(weights), limits, backend));
+  IB_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(model));
+  std::unique_ptr<ModelRunner> runner(
+      new ModelRunner(model, *arch, std::move(weights), limits, backend));
   IB_TRY(runner->allocate());
   if (backend.fused_decode_fits(runner->attn_shape_, model.hidden_size, model.intermediate_size))
     runner->fold_norm_gains();
@@ -263,43 +263,19 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   Tensor gate_up = gate_up_buf_.view(dt, {t, 2 * f});  // (T, 2F)
   Tensor act = act_buf_.view(dt, {t, f});              // (T, F)
 
-  const auto& layers = weights_.layers;
-  // Fused (decode steps the backend fuses, norm gains folded): five kernels per layer, the norms
-  // riding in the GEMVs after them, the residual adds in the GEMVs before them, RoPE and the KV
-  // write in the qkv GEMV, SwiGLU in the gate/up GEMV; residual then holds the stream itself.
+  // Fused: a decode step the backend fuses, with the norm gains folded (fold_norm_gains).
   const bool fused = folded_ && backend_.fused_decode(t);
   backend_.embedding(token_ids_, weights_.embed, residual);
-  if (!fused) backend_.rms_norm(residual, layers[0].attn_norm, eps, hidden);
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const LayerWeights& w = layers[l];
-    const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;
-    if (fused) {
-      backend_.rms_matmul_rope_cache(residual, w.wqkv, bqkv, eps, positions_, slot_mapping_,
-                                     inv_freq_, kv_.layers[l], attn_shape_, qkv);
-    } else {
-      backend_.matmul(hidden, w.wqkv, bqkv, qkv);
-      backend_.rope_and_cache(qkv, positions_, slot_mapping_, inv_freq_, kv_.layers[l],
-                              attn_shape_);
-    }
-    // A decode attention reads little and waits on memory latency: the o projection's weight
-    // can stream into L2 beside it (a no-op unless the backend does prefetches).
-    if (fused) backend_.prefetch_begin(w.wo);
-    backend_.attention(qkv, kv_.layers[l], attn_meta_, attn_shape_, attn);
-    if (fused) {
-      backend_.prefetch_end();
-      backend_.matmul_add(attn, w.wo, residual);
-      backend_.rms_matmul_swiglu(residual, w.w_gate_up, eps, act);
-      backend_.matmul_add(act, w.w_down, residual);
-      continue;
-    }
-    backend_.matmul(attn, w.wo, nullptr, tmp);
-    backend_.add_rms_norm(residual, tmp, w.ffn_norm, eps, hidden);
-    backend_.matmul(hidden, w.w_gate_up, nullptr, gate_up);
-    backend_.silu_mul(gate_up, act);
-    backend_.matmul(act, w.w_down, nullptr, tmp);
-    if (l + 1 < layers.size())
-      backend_.add_rms_norm(residual, tmp, layers[l + 1].attn_norm, eps, hidden);
-  }
+  StepInputs in;
+  in.positions = positions_;
+  in.slot_mapping = slot_mapping_;
+  in.inv_freq = inv_freq_;
+  in.attention = &attn_meta_;
+  in.shape = &attn_shape_;
+  in.kv = kv_.layers;
+  in.rms_eps = eps;
+  in.fused = fused;
+  arch_.forward_layers(backend_, weights_, in, {residual, hidden, tmp, qkv, attn, gate_up, act});
   if (r == 0) return;
   // The final norm (unfused: with the last residual add), only on the rows that sample.
   const size_t rows_bytes = static_cast<size_t>(r * d) * dtype_size(dt);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "engine/arch/architecture.h"
 #include "engine/detail/weight_storage.h"
 #include "model/safetensors.h"
 
@@ -141,6 +142,7 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
                                   Backend& backend) {
   IB_TRY(config.validate());
   IB_TRY(config.check_supported());
+  IB_TRY(find_architecture(config));
   LoadFormat format = options.format;
   if (format == LoadFormat::kAuto) {
     format = !options.path.empty() && has_safetensors(options.path) ? LoadFormat::kSafetensors

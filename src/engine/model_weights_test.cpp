@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <numbers>
 
+#include "engine/detail/checkpoint_test_support.h"
 #include "engine/detail/engine_test_support.h"
 #include "model/safetensors.h"
 
@@ -20,27 +21,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::tiny_config;
 
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("ib_weights_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::vector<float> host(Backend& b, const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  b.copy_to_host(t, v.data());
-  return v;
-}
+using testing::host;
+using testing::TempDir;
 
 TEST(DummyWeights, FollowTheDocumentedStreamsAndScales) {
   ModelConfig c = tiny_config();
@@ -108,48 +90,7 @@ TEST(DummyWeights, UnsupportedArchitecturesAreRefused) {
   EXPECT_NE(w.error().message.find("mixture-of-experts"), std::string::npos);
 }
 
-// HF-named tensors of host weights (unfused), as fp32 or rounded to bf16.
-std::vector<SafetensorsWriteTensor> hf_tensors(const ModelConfig& c, const testing::HostWeights& w,
-                                               DType dtype) {
-  std::vector<SafetensorsWriteTensor> out;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
-    std::string bytes;
-    if (dtype == DType::kF32) {
-      bytes.assign(reinterpret_cast<const char*>(v.data()), v.size() * 4);
-    } else {
-      for (float x : v) {
-        const uint16_t b = f32_to_bf16_bits(x);
-        bytes.append(reinterpret_cast<const char*>(&b), 2);
-      }
-    }
-    out.push_back({name, dtype, std::move(shape), std::move(bytes)});
-  };
-  const int64_t d = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim, f = c.intermediate_size,
-                v = c.vocab_size;
-  add("model.embed_tokens.weight", {v, d}, w.embed);
-  add("model.norm.weight", {d}, w.final_norm);
-  if (!c.tie_word_embeddings) add("lm_head.weight", {v, d}, w.lm_head);
-  for (size_t i = 0; i < w.layers.size(); ++i) {
-    const auto& l = w.layers[i];
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    add(p + "input_layernorm.weight", {d}, l.attn_norm);
-    add(p + "post_attention_layernorm.weight", {d}, l.ffn_norm);
-    add(p + "self_attn.q_proj.weight", {q, d}, l.q);
-    add(p + "self_attn.k_proj.weight", {kv, d}, l.k);
-    add(p + "self_attn.v_proj.weight", {kv, d}, l.v);
-    if (c.attention_bias) {
-      add(p + "self_attn.q_proj.bias", {q}, l.q_bias);
-      add(p + "self_attn.k_proj.bias", {kv}, l.k_bias);
-      add(p + "self_attn.v_proj.bias", {kv}, l.v_bias);
-    }
-    add(p + "self_attn.o_proj.weight", {d, q}, l.o);
-    add(p + "mlp.gate_proj.weight", {f, d}, l.gate);
-    add(p + "mlp.up_proj.weight", {f, d}, l.up);
-    add(p + "mlp.down_proj.weight", {d, f}, l.down);
-  }
-  return out;
-}
+using testing::hf_tensors;
 
 // Greedy run of fixed prompts; returns every sampled row's logits.
 std::vector<std::vector<float>> engine_logits(const ModelConfig& c, ModelWeights w,
@@ -236,7 +177,7 @@ TEST(SafetensorsWeights, MissingAndMismatchedTensorsAreNamed) {
   }
   const std::string s = error_for(mismatched);
   EXPECT_NE(s.find("'model.layers.0.self_attn.k_proj.weight' has shape [64, 32] but model "
-                   "'tiny-test' expects [32, 64]"),
+                   "'tiny-test' (LlamaForCausalLM) expects [32, 64]"),
             std::string::npos)
       << s;
 

@@ -1,8 +1,11 @@
-// Safetensors weights with HF Llama/Qwen2/Mistral tensor names, fused into the engine's layout
-// (q/k/v rows into wqkv, gate/up rows into w_gate_up) and converted to the backend dtype.
+// Safetensors weights through the architecture's schema (engine/arch): every tensor the schema
+// names is checked (present, shape) and no unknown tensor is accepted before anything is copied;
+// then each source goes to its rows of the logical weight, converted to the backend dtype.
+#include <set>
 #include <string>
 #include <vector>
 
+#include "engine/arch/architecture.h"
 #include "engine/detail/weight_storage.h"
 #include "model/safetensors.h"
 
@@ -15,74 +18,85 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-class Loader {
- public:
-  Loader(const ModelConfig& config, const SafetensorsCheckpoint& ckpt, Backend& backend)
-      : config_(config), ckpt_(ckpt), backend_(backend) {}
-
-  // Copies tensor name, which must have exactly shape, into dst (same element count).
-  Status copy(const std::string& name, std::vector<int64_t> shape, Tensor dst) {
-    if (!ckpt_.contains(name)) {
-      const auto files = ckpt_.files();
-      return user_error("safetensors: tensor '" + name + "' is missing from " +
-                        (files.size() == 1 ? files[0] : std::to_string(files.size()) + " files") +
-                        "; is this a checkpoint of model '" + config_.name + "' (" +
-                        config_.family + ")?");
-    }
-    IB_ASSIGN_OR_RETURN(HostTensorRef ref, ckpt_.get(name));
-    if (ref.shape != shape) {
-      return user_error("safetensors: tensor '" + name + "' has shape " + shape_string(ref.shape) +
-                        " but model '" + config_.name + "' expects " + shape_string(shape) +
-                        "; the config.json does not match these weights");
-    }
-    IB_ASSERT(ref.numel() == dst.numel(), "weight view size differs from the checked shape");
-    backend_.copy_from_host(dst, ref.data, ref.dtype);
-    return Ok{};
+// "a, b, c and 12 more"
+std::string name_list(const std::vector<std::string>& names, size_t show = 6) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < show; ++i) {
+    out += (i ? ", " : "") + std::string("'") + names[i] + "'";
   }
+  if (names.size() > show) out += " and " + std::to_string(names.size() - show) + " more";
+  return out;
+}
 
- private:
-  const ModelConfig& config_;
-  const SafetensorsCheckpoint& ckpt_;
-  Backend& backend_;
-};
+std::string where(const SafetensorsCheckpoint& ckpt) {
+  const auto files = ckpt.files();
+  return files.size() == 1 ? files[0] : std::to_string(files.size()) + " files";
+}
+
+// Missing and unexpected tensor names against the schema, as one error naming both, the
+// architecture and what each layer must hold.
+Status check_layout(const ModelConfig& c, const WeightSchema& schema,
+                    const SafetensorsCheckpoint& ckpt) {
+  std::vector<std::string> missing, unexpected;
+  std::set<std::string> expected;
+  for (const SchemaEntry& e : schema.entries) {
+    for (const TensorSource& s : e.sources) {
+      expected.insert(s.name);
+      if (!ckpt.contains(s.name)) missing.push_back(s.name);
+    }
+  }
+  for (const std::string& name : ckpt.names()) {
+    if (!expected.contains(name) && !schema.ignores(name)) unexpected.push_back(name);
+  }
+  if (missing.empty() && unexpected.empty()) return Ok{};
+  std::string msg = "safetensors: " + where(ckpt) + " does not hold a " + schema.architecture +
+                    " checkpoint for model '" + c.name + "' (family " + c.family + ", " +
+                    std::to_string(c.num_layers) + " layers):";
+  if (!missing.empty()) {
+    msg += " tensor" + std::string(missing.size() == 1 ? " " : "s ") + name_list(missing) +
+           (missing.size() == 1 ? " is" : " are") + " missing;";
+  }
+  if (!unexpected.empty()) {
+    msg += " unexpected tensor" + std::string(unexpected.size() == 1 ? " " : "s ") +
+           name_list(unexpected) + ";";
+  }
+  msg += " the schema expects model.embed_tokens.weight, model.norm.weight" +
+         std::string(c.tie_word_embeddings ? "" : ", lm_head.weight") +
+         " and in each model.layers.N: " + schema.layer_names() +
+         ". Check that config.json (\"architectures\", \"num_hidden_layers\", "
+         "\"tie_word_embeddings\") describes these weights";
+  return user_error(msg);
+}
 
 }  // namespace
 
 Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& backend,
                         ModelWeights& w) {
+  IB_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(c));
+  const WeightSchema schema = arch->weight_schema(c);
   IB_ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::open(path));
-  Loader load(c, *ckpt, backend);
-  const int64_t d = c.hidden_size;
-  const int64_t q = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
-  const int64_t f = c.intermediate_size;
-  const int64_t v = c.vocab_size;
-
-  IB_TRY(load.copy("model.embed_tokens.weight", {v, d}, w.embed));
-  IB_TRY(load.copy("model.norm.weight", {d}, w.final_norm));
-  if (!c.tie_word_embeddings) IB_TRY(load.copy("lm_head.weight", {v, d}, w.lm_head));
-  for (int l = 0; l < c.num_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    IB_TRY(load.copy(p + "input_layernorm.weight", {d}, lw.attn_norm));
-    IB_TRY(load.copy(p + "post_attention_layernorm.weight", {d}, lw.ffn_norm));
-    IB_TRY(load.copy(p + "self_attn.q_proj.weight", {q, d}, lw.wqkv.slice_rows(0, q)));
-    IB_TRY(load.copy(p + "self_attn.k_proj.weight", {kv, d}, lw.wqkv.slice_rows(q, kv)));
-    IB_TRY(load.copy(p + "self_attn.v_proj.weight", {kv, d}, lw.wqkv.slice_rows(q + kv, kv)));
-    if (c.attention_bias) {
-      const Tensor b = lw.bqkv.reshaped({q + 2 * kv, 1});  // rows = elements, to slice
-      IB_TRY(load.copy(p + "self_attn.q_proj.bias", {q}, b.slice_rows(0, q)));
-      IB_TRY(load.copy(p + "self_attn.k_proj.bias", {kv}, b.slice_rows(q, kv)));
-      IB_TRY(load.copy(p + "self_attn.v_proj.bias", {kv}, b.slice_rows(q + kv, kv)));
+  IB_TRY(check_layout(c, schema, *ckpt));
+  // Shapes first, so a mismatch leaves no weight half-written.
+  std::vector<std::pair<HostTensorRef, Tensor>> copies;
+  for (const SchemaEntry& e : schema.entries) {
+    Tensor dst = weight_for(w, e.role, e.layer);
+    if (dst.rank == 1) dst = dst.reshaped({dst.numel(), 1});  // rows = elements, to slice
+    for (const TensorSource& s : e.sources) {
+      IB_ASSIGN_OR_RETURN(HostTensorRef ref, ckpt->get(s.name));
+      if (ref.shape != s.shape) {
+        return user_error("safetensors: tensor '" + s.name + "' has shape " +
+                          shape_string(ref.shape) + " but model '" + c.name + "' (" +
+                          schema.architecture + ") expects " + shape_string(s.shape) +
+                          "; the config.json does not match these weights");
+      }
+      const Tensor part = dst.slice_rows(s.row_offset, s.shape[0]);
+      IB_ASSERT(ref.numel() == part.numel(), "schema source size differs from its weight rows");
+      copies.emplace_back(ref, part);
     }
-    IB_TRY(load.copy(p + "self_attn.o_proj.weight", {d, q}, lw.wo));
-    IB_TRY(load.copy(p + "mlp.gate_proj.weight", {f, d}, lw.w_gate_up.slice_rows(0, f)));
-    IB_TRY(load.copy(p + "mlp.up_proj.weight", {f, d}, lw.w_gate_up.slice_rows(f, f)));
-    IB_TRY(load.copy(p + "mlp.down_proj.weight", {d, f}, lw.w_down));
   }
-  const auto files = ckpt->files();
-  w.description = "safetensors: " + path + " (" + std::to_string(files.size()) +
-                  (files.size() == 1 ? " file)" : " files)");
+  for (const auto& [ref, dst] : copies) backend.copy_from_host(dst, ref.data, ref.dtype);
+  w.description = "safetensors: " + path + " (" + std::to_string(ckpt->files().size()) +
+                  (ckpt->files().size() == 1 ? " file)" : " files)");
   return Ok{};
 }
 

@@ -1,7 +1,8 @@
-// Internal to engine/: the forward pass of a Llama-family model over Backend ops, for one
-// scheduled batch. Activation buffers are allocated once, at the engine's limits (tag
-// kActivations), so that every step reuses the same memory; the per-step metadata (token ids,
-// positions, slots, block tables, sampling parameters) goes to the device in one copy.
+// Internal to engine/: the forward pass of a model over Backend ops, for one scheduled batch; its
+// layers are the architecture's (engine/arch). Activation buffers are allocated once, at the
+// engine's limits (tag kActivations), so that every step reuses the same memory; the per-step
+// metadata (token ids, positions, slots, block tables, sampling parameters) goes to the device in
+// one copy.
 //
 // Decode graphs (backends with supports_graphs()): after the KV cache is attached, one graph per
 // padded batch-size bucket (1, 2, 4, 8, 16, 24, ... up to the cap) records embedding -> sampling
@@ -18,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/arch/architecture.h"
 #include "engine/detail/kv_cache.h"
 #include "engine/engine.h"
 
@@ -84,8 +86,8 @@ class ModelRunner {
   std::vector<int> graph_buckets() const;
 
  private:
-  ModelRunner(const ModelConfig& model, ModelWeights weights, const RunnerLimits& limits,
-              Backend& backend);
+  ModelRunner(const ModelConfig& model, const Architecture& arch, ModelWeights weights,
+              const RunnerLimits& limits, Backend& backend);
   Status allocate();
   void
   fold_norm_gains();  // when the backend has fused decode ops for the model (fused_decode_fits)
@@ -98,6 +100,7 @@ class ModelRunner {
   Result<RunnerOutput> read_results(int rows, bool capture_logits);
 
   ModelConfig model_;
+  const Architecture& arch_;
   ModelWeights weights_;
   RunnerLimits limits_;
   Backend& backend_;

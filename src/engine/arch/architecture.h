@@ -1,0 +1,106 @@
+// The architecture seam: each model family has one file (engine/arch/<family>.cpp) that declares
+// its weight schema (HF tensor names -> the engine's logical weights, with fused layouts, tying
+// and biases) and its layer forward, composed from the backend's block ops. Adding a family is
+// that file, one line in registry.cpp, and its tests.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/model_weights.h"
+#include "model/config.h"
+
+namespace ib {
+
+// The engine's logical weights, in the layouts model_weights.h documents.
+enum class WeightRole {
+  kEmbed,
+  kFinalNorm,
+  kLmHead,
+  kAttnNorm,
+  kQkv,
+  kQkvBias,
+  kO,
+  kFfnNorm,
+  kGateUp,
+  kDown
+};
+std::string_view weight_role_name(WeightRole role);  // e.g. "qkv"
+
+// One checkpoint tensor that fills rows [row_offset, row_offset + shape[0]) of a logical weight
+// (a vector's elements count as its rows). A fused checkpoint tensor is one source covering the
+// whole weight; a split one is several sources stacked at their offsets.
+struct TensorSource {
+  std::string name;            // HF name, e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // as the checkpoint must store it
+  int64_t row_offset = 0;
+};
+
+struct SchemaEntry {
+  WeightRole role = WeightRole::kEmbed;
+  int layer = -1;  // -1: a whole-model weight
+  std::vector<TensorSource> sources;
+};
+
+// Every tensor a checkpoint of the architecture must hold, where each one goes, and the names it
+// may hold that the model does not read (lm_head.weight of a tied model, rotary buffers).
+struct WeightSchema {
+  std::string architecture;  // HF class, e.g. "Phi3ForCausalLM"
+  std::vector<SchemaEntry> entries;
+  std::vector<std::string> ignored_suffixes;
+
+  bool ignores(std::string_view name) const;
+  // The per-layer tensor names of layer 0 without their "model.layers.0." prefix, comma-separated
+  // (for errors: what the schema expects).
+  std::string layer_names() const;
+};
+
+// One step's activations (T tokens; D hidden, Q = heads * head_dim, KV = kv heads * head_dim,
+// F intermediate), owned by the ModelRunner and sized at its limits.
+struct StepBuffers {
+  Tensor residual;  // (T, D) the residual stream; holds the embeddings on entry
+  Tensor hidden;    // (T, D) normed input of the next matmul
+  Tensor tmp;       // (T, D) o and down projection outputs
+  Tensor qkv;       // (T, Q + 2 KV)
+  Tensor attn;      // (T, Q)
+  Tensor gate_up;   // (T, 2F)
+  Tensor act;       // (T, F)
+};
+
+// One step's metadata (device views) and the model's per-layer KV cache.
+struct StepInputs {
+  Tensor positions;     // int32 (T)
+  Tensor slot_mapping;  // int32 (T)
+  Tensor inv_freq;      // f32 (head_dim / 2)
+  const AttentionMetadata* attention = nullptr;
+  const AttentionShape* shape = nullptr;
+  std::span<const KvCacheLayer> kv;  // one per layer
+  float rms_eps = 0;
+  // Decode step the backend fuses, with the norm gains folded into the matmuls after them
+  // (ModelRunner::fold_norm_gains): the norms ride in the GEMVs, residual adds in the GEMVs
+  // before them, RoPE and the KV write in the qkv GEMV, SwiGLU in the gate/up GEMV.
+  bool fused = false;
+};
+
+class Architecture {
+ public:
+  virtual ~Architecture() = default;
+  virtual std::string_view name() const = 0;  // the family, as ModelConfig::family
+  virtual WeightSchema weight_schema(const ModelConfig& config) const = 0;
+  // Runs every layer. On return the hidden state after the last layer is residual when
+  // inputs.fused, else residual + tmp (the runner's final norm adds them on the sampled rows).
+  virtual void forward_layers(Backend& backend, const ModelWeights& weights,
+                              const StepInputs& inputs, const StepBuffers& buffers) const = 0;
+};
+
+// The architecture of config.family, or a user error naming the families the engine runs.
+Result<const Architecture*> find_architecture(const ModelConfig& config);
+
+// The logical weight a schema entry fills.
+Tensor weight_for(ModelWeights& weights, WeightRole role, int layer);
+
+}  // namespace ib

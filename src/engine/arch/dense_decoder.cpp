@@ -1,0 +1,77 @@
+// The pre-norm dense decoder's block helpers (see detail/dense_decoder.h): per layer
+// [qkv matmul (+bias), rope_and_cache, attention, o matmul, add_rms_norm, gate_up matmul,
+// silu_mul, down matmul, add_rms_norm of the next layer], or five fused ops on decode steps.
+#include "engine/arch/detail/dense_decoder.h"
+
+namespace ib::arch {
+
+DenseDims dense_dims(const ModelConfig& c) {
+  DenseDims dims;
+  dims.d = c.hidden_size;
+  dims.q = int64_t{c.num_heads} * c.head_dim;
+  dims.kv = int64_t{c.num_kv_heads} * c.head_dim;
+  dims.f = c.intermediate_size;
+  dims.v = c.vocab_size;
+  return dims;
+}
+
+std::string layer_prefix(int layer) {
+  return "model.layers." + std::to_string(layer) + ".";
+}
+
+void add_model_weights(const ModelConfig& c, WeightSchema& schema) {
+  const DenseDims n = dense_dims(c);
+  schema.entries.push_back({WeightRole::kEmbed, -1, {{"model.embed_tokens.weight", {n.v, n.d}}}});
+  schema.entries.push_back({WeightRole::kFinalNorm, -1, {{"model.norm.weight", {n.d}}}});
+  if (c.tie_word_embeddings) {
+    schema.ignored_suffixes.emplace_back("lm_head.weight");
+  } else {
+    schema.entries.push_back({WeightRole::kLmHead, -1, {{"lm_head.weight", {n.v, n.d}}}});
+  }
+  schema.ignored_suffixes.emplace_back("rotary_emb.inv_freq");  // older exports saved the buffer
+}
+
+void add_layer_norms(const ModelConfig& c, int layer, WeightSchema& schema) {
+  const std::string p = layer_prefix(layer);
+  const int64_t d = c.hidden_size;
+  schema.entries.push_back({WeightRole::kAttnNorm, layer, {{p + "input_layernorm.weight", {d}}}});
+  schema.entries.push_back(
+      {WeightRole::kFfnNorm, layer, {{p + "post_attention_layernorm.weight", {d}}}});
+}
+
+void dense_forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
+                          const StepBuffers& b) {
+  const auto& layers = weights.layers;
+  const AttentionShape& shape = *in.shape;
+  if (!in.fused) backend.rms_norm(b.residual, layers[0].attn_norm, in.rms_eps, b.hidden);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerWeights& w = layers[l];
+    const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;
+    const KvCacheLayer& kv = in.kv[l];
+    if (in.fused) {
+      backend.rms_matmul_rope_cache(b.residual, w.wqkv, bqkv, in.rms_eps, in.positions,
+                                    in.slot_mapping, in.inv_freq, kv, shape, b.qkv);
+      // A decode attention reads little and waits on memory latency: the o projection's weight
+      // can stream into L2 beside it (a no-op unless the backend does prefetches).
+      backend.prefetch_begin(w.wo);
+      backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
+      backend.prefetch_end();
+      backend.matmul_add(b.attn, w.wo, b.residual);
+      backend.rms_matmul_swiglu(b.residual, w.w_gate_up, in.rms_eps, b.act);
+      backend.matmul_add(b.act, w.w_down, b.residual);
+      continue;
+    }
+    backend.matmul(b.hidden, w.wqkv, bqkv, b.qkv);
+    backend.rope_and_cache(b.qkv, in.positions, in.slot_mapping, in.inv_freq, kv, shape);
+    backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
+    backend.matmul(b.attn, w.wo, nullptr, b.tmp);
+    backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, in.rms_eps, b.hidden);
+    backend.matmul(b.hidden, w.w_gate_up, nullptr, b.gate_up);
+    backend.silu_mul(b.gate_up, b.act);
+    backend.matmul(b.act, w.w_down, nullptr, b.tmp);
+    if (l + 1 < layers.size())
+      backend.add_rms_norm(b.residual, b.tmp, layers[l + 1].attn_norm, in.rms_eps, b.hidden);
+  }
+}
+
+}  // namespace ib::arch

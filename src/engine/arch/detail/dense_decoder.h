@@ -1,0 +1,31 @@
+// Internal to engine/arch: the pre-norm dense decoder that Llama, Mistral, Qwen2 and Phi-3 share
+// (RMSNorm, GQA attention with RoPE, SwiGLU MLP), as block helpers each family composes: the
+// whole-model part of the schema, the per-layer forward, and the fused decode variant.
+#pragma once
+
+#include <string>
+
+#include "engine/arch/architecture.h"
+
+namespace ib::arch {
+
+// Q = heads * head_dim, KV = kv heads * head_dim, D hidden, F intermediate, V vocabulary.
+struct DenseDims {
+  int64_t d = 0, q = 0, kv = 0, f = 0, v = 0;
+};
+DenseDims dense_dims(const ModelConfig& config);
+
+// "model.layers.<layer>."
+std::string layer_prefix(int layer);
+
+// Embedding, final norm and (untied) lm_head under HF's names; a tied model may still carry
+// lm_head.weight, which is ignored (as transformers ties it to the embedding).
+void add_model_weights(const ModelConfig& config, WeightSchema& schema);
+// The two RMSNorm gains of a layer (input_layernorm, post_attention_layernorm).
+void add_layer_norms(const ModelConfig& config, int layer, WeightSchema& schema);
+
+// Every layer of the dense decoder, unfused (prefill, mixed steps) or fused (decode).
+void dense_forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
+                          const StepBuffers& b);
+
+}  // namespace ib::arch

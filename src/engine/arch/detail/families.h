@@ -1,0 +1,13 @@
+// Internal to engine/arch: one accessor per family file, listed by registry.cpp.
+#pragma once
+
+#include "engine/arch/architecture.h"
+
+namespace ib::arch {
+
+const Architecture& llama_architecture();    // llama.cpp
+const Architecture& mistral_architecture();  // llama.cpp
+const Architecture& qwen2_architecture();    // llama.cpp
+const Architecture& phi3_architecture();     // phi3.cpp
+
+}  // namespace ib::arch

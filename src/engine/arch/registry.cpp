@@ -1,0 +1,97 @@
+// The families the engine runs (find_architecture) and the schema helpers every family shares.
+#include <array>
+
+#include "engine/arch/detail/families.h"
+
+namespace ib {
+
+Result<const Architecture*> find_architecture(const ModelConfig& config) {
+  const std::array<const Architecture*, 4> families = {
+      &arch::llama_architecture(), &arch::mistral_architecture(), &arch::qwen2_architecture(),
+      &arch::phi3_architecture()};
+  std::string names;
+  for (const Architecture* a : families) {
+    if (a->name() == config.family) return a;
+    names += (names.empty() ? "" : ", ") + std::string(a->name());
+  }
+  return user_error("model '" + config.name + "': the engine has no architecture for family '" +
+                    config.family + "' (" + config.hf_architecture + "); it runs " + names);
+}
+
+std::string_view weight_role_name(WeightRole role) {
+  switch (role) {
+    case WeightRole::kEmbed:
+      return "embed";
+    case WeightRole::kFinalNorm:
+      return "final_norm";
+    case WeightRole::kLmHead:
+      return "lm_head";
+    case WeightRole::kAttnNorm:
+      return "attn_norm";
+    case WeightRole::kQkv:
+      return "qkv";
+    case WeightRole::kQkvBias:
+      return "qkv_bias";
+    case WeightRole::kO:
+      return "o";
+    case WeightRole::kFfnNorm:
+      return "ffn_norm";
+    case WeightRole::kGateUp:
+      return "gate_up";
+    case WeightRole::kDown:
+      return "down";
+  }
+  return "?";
+}
+
+Tensor weight_for(ModelWeights& w, WeightRole role, int layer) {
+  IB_ASSERT((layer >= 0) == (role != WeightRole::kEmbed && role != WeightRole::kFinalNorm &&
+                             role != WeightRole::kLmHead),
+            "weight_for: layer given for a whole-model weight or missing for a layer weight");
+  if (layer < 0) {
+    if (role == WeightRole::kEmbed) return w.embed;
+    return role == WeightRole::kFinalNorm ? w.final_norm : w.lm_head;
+  }
+  LayerWeights& l = w.layers.at(static_cast<size_t>(layer));
+  switch (role) {
+    case WeightRole::kAttnNorm:
+      return l.attn_norm;
+    case WeightRole::kQkv:
+      return l.wqkv;
+    case WeightRole::kQkvBias:
+      return l.bqkv;
+    case WeightRole::kO:
+      return l.wo;
+    case WeightRole::kFfnNorm:
+      return l.ffn_norm;
+    case WeightRole::kGateUp:
+      return l.w_gate_up;
+    case WeightRole::kDown:
+      return l.w_down;
+    default:
+      break;
+  }
+  IB_ASSERT(false, "weight_for: unknown role");
+  return {};
+}
+
+bool WeightSchema::ignores(std::string_view name) const {
+  for (const std::string& s : ignored_suffixes) {
+    if (name.size() >= s.size() && name.substr(name.size() - s.size()) == s) return true;
+  }
+  return false;
+}
+
+std::string WeightSchema::layer_names() const {
+  const std::string prefix = "model.layers.0.";
+  std::string out;
+  for (const SchemaEntry& e : entries) {
+    if (e.layer != 0) continue;
+    for (const TensorSource& s : e.sources) {
+      out += (out.empty() ? "" : ", ") + s.name.substr(prefix.size());
+    }
+  }
+  return out;
+}
+
+}  // namespace ib
