@@ -106,6 +106,11 @@ std::vector<std::string> ModelConfig::unsupported_features() const {
     f.emplace_back("query_pre_attn_scalar");
   }
   if (hidden_act != "silu") f.push_back("activation '" + hidden_act + "'");
+  if (mlp_bias) f.emplace_back("MLP biases (mlp_bias)");
+  if (partial_rotary_factor != 1.0) {
+    f.push_back("partial rotary embeddings (partial_rotary_factor " +
+                std::to_string(partial_rotary_factor) + ")");
+  }
   if (rope_scaling.type != "none" && rope_scaling.type != "llama3" &&
       rope_scaling.type != "linear") {
     f.push_back("rope scaling '" + rope_scaling.type + "'");

@@ -57,7 +57,9 @@ struct ModelConfig {
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2)
-  int sliding_window = 0;       // 0: none
+  bool mlp_bias = false;        // gate/up/down carry a bias (Llama's mlp_bias; none published)
+  double partial_rotary_factor = 1.0;  // share of head_dim that RoPE rotates (Phi-3: 1.0)
+  int sliding_window = 0;              // 0: none
   std::string hidden_act = "silu";
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;

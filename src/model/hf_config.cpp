@@ -162,6 +162,8 @@ Result<ModelConfig> read_config(const JsonFields& f, const std::string& name) {
                       f.optional_bool("tie_word_embeddings", family->default_tie));
   IB_ASSIGN_OR_RETURN(c.attention_bias, f.optional_bool("attention_bias", false));
   if (c.family == "qwen2") c.attention_bias = true;  // Qwen2 always biases q/k/v
+  IB_ASSIGN_OR_RETURN(c.mlp_bias, f.optional_bool("mlp_bias", false));
+  IB_ASSIGN_OR_RETURN(c.partial_rotary_factor, f.optional_number("partial_rotary_factor", 1.0));
   const bool window_key_present = f.json().contains("sliding_window");
   IB_ASSIGN_OR_RETURN(
       c.sliding_window,

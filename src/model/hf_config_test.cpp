@@ -296,6 +296,30 @@ TEST(HfConfig, ArchitectureFromModelTypeWhenListAbsent) {
   EXPECT_EQ(c->hf_architecture, "MistralForCausalLM");
 }
 
+TEST(HfConfig, FeaturesTheEngineCannotRunAreNamed) {
+  // Silently ignoring either would compute another model.
+  const auto partial = parse_hf_config(
+      with(kMistral7B_v03, R"("architectures": ["MistralForCausalLM"],)",
+           R"("architectures": ["MistralForCausalLM"], "partial_rotary_factor": 0.5,)"),
+      "m");
+  ASSERT_TRUE(partial.ok()) << partial.error().message;
+  EXPECT_NE(partial->check_supported().error().message.find("partial_rotary_factor 0.5"),
+            std::string::npos);
+  const auto bias =
+      parse_hf_config(with(kMistral7B_v03, R"("architectures": ["MistralForCausalLM"],)",
+                           R"("architectures": ["MistralForCausalLM"], "mlp_bias": true,)"),
+                      "m");
+  ASSERT_TRUE(bias.ok()) << bias.error().message;
+  EXPECT_NE(bias->check_supported().error().message.find("MLP biases (mlp_bias)"),
+            std::string::npos);
+  const auto plain = parse_hf_config(
+      with(kMistral7B_v03, R"("architectures": ["MistralForCausalLM"],)",
+           R"("architectures": ["MistralForCausalLM"], "partial_rotary_factor": 1.0,)"),
+      "m");
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_TRUE(plain->check_supported().ok());
+}
+
 TEST(HfConfig, LoadsFromDirectory) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("ib_hfc_" + std::to_string(::getpid()));
