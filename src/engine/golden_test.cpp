@@ -1,0 +1,72 @@
+// The engine against HF transformers without a GPU: tiny models that tools/make_golden.py saved on
+// the GPU machine (testdata/golden/<model>: config.json, model.safetensors, golden.json with HF's
+// greedy tokens and fp32 logits over a 1,000-token prompt) are loaded as a user would load them
+// and run greedily on the CPU backend in fp32; tokens must equal HF's and every step's logits be
+// within a relative L2 error of 1e-4 (the fp32 tolerance of tools/hf_compare.py).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine/detail/engine_test_support.h"
+#include "engine/engine.h"
+#include "model/hf_config.h"
+
+namespace ib {
+namespace {
+
+std::string golden_dir(const std::string& model) {
+  const char* src = std::getenv("INFERBENCH_SOURCE_DIR");
+  return std::string(src ? src : ".") + "/src/engine/testdata/golden/" + model;
+}
+
+class Golden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Golden, CpuEngineMatchesHfTransformers) {
+  const std::string dir = golden_dir(GetParam());
+  std::ifstream in(dir + "/golden.json");
+  ASSERT_TRUE(in) << "missing " << dir << "/golden.json (made by tools/make_golden.py)";
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const auto prompt = golden.at("prompt_token_ids").get<std::vector<int32_t>>();
+  const auto want_tokens = golden.at("token_ids").get<std::vector<int32_t>>();
+  const auto want_logits = golden.at("logits").get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(prompt.size(), 1000u);
+
+  auto config = load_hf_config(dir);
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  CpuBackend backend(2);
+  auto weights = load_weights(*config, {LoadFormat::kSafetensors, dir, 0}, backend);
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  EngineConfig ec;
+  ec.capture_logits = true;
+  auto engine = create_engine_with_weights(*config, std::move(weights).value(), ec, backend);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  ASSERT_TRUE(
+      (*engine)
+          ->add_request(testing::greedy_request(1, prompt, static_cast<int>(want_tokens.size())))
+          .ok());
+  const auto done = testing::run_to_completion(**engine);
+  const testing::Completion& got = done.at(1);
+  EXPECT_EQ(got.tokens, want_tokens);
+  ASSERT_EQ(got.logits.size(), want_logits.size());
+  for (size_t step = 0; step < want_logits.size(); ++step) {
+    const auto& want = want_logits[step];
+    const auto& have = got.logits[step];
+    ASSERT_EQ(have.size(), want.size());
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      err += (have[i] - want[i]) * (have[i] - want[i]);
+      norm += want[i] * want[i];
+    }
+    EXPECT_LE(std::sqrt(err / norm), 1e-4) << GetParam() << " step " << step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HfTransformers, Golden,
+                         ::testing::Values("llama3-tied", "qwen2-bias", "phi3-window"));
+
+}  // namespace
+}  // namespace ib
