@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "backend/kernel_switches.h"
 #include "backend/memory_tracker.h"
 #include "backend/tensor.h"
 #include "core/result.h"
@@ -234,6 +235,12 @@ class Backend {
   // Whether the attention op runs this shape here (CUDA kernels cover head_dim 64, 96, 128);
   // a user error naming the limit otherwise, checked before any weight is loaded.
   virtual Status supports_attention(const AttentionShape& /*shape*/) const { return Ok{}; }
+
+  // ---- kernel switches (kernel_switches.h), for result.json ----
+  // The effective setting of every switch this backend read, whether from the environment or its
+  // default. A backend that reads none (the CPU backend) reports the known switches the
+  // environment sets, each marked as not applying.
+  virtual KernelSwitches kernel_switches() const { return unapplied_kernel_switches(); }
 
  protected:
   virtual Result<void*> raw_alloc(size_t bytes) = 0;

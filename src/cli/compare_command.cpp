@@ -106,6 +106,8 @@ void add_compare_flags(CLI::App& app, CompareFlags& f) {
                  "relative change that counts as a regression (when also p < 0.05)")
       ->capture_default_str();
   app.add_flag("--force", f.force, "compare results of different workloads");
+  app.add_flag("--allow-switch-diff", f.allow_switch_diff,
+               "compare results whose kernel switches (IB_PDL, IB_FUSED, ...) differ");
   app.add_option("--json", f.json_out, "also write the comparison as JSON here");
   app.add_option("--markdown", f.markdown_out, "also write the Markdown here");
 }
@@ -115,6 +117,7 @@ Result<int> execute_compare(const CompareFlags& f) {
   IB_ASSIGN_OR_RETURN(const auto pairs, pairs_of(f));
   std::vector<Comparison> comparisons;
   std::vector<std::string> refused;
+  std::vector<std::string> refused_switches;
   for (const auto& [name, a, b] : pairs) {
     Comparison c = compare_results(a, b, threshold);
     c.a_name = name.empty() ? f.a : fmt::format("{}/{}", f.a, name);
@@ -123,12 +126,26 @@ Result<int> execute_compare(const CompareFlags& f) {
       refused.push_back(fmt::format("{}{}", name.empty() ? "" : name + ": ",
                                     fmt::join(c.workload_differences, "; ")));
     }
+    if (c.switches_refuse() && !f.allow_switch_diff) {
+      std::vector<std::string> lines;
+      for (const auto& d : c.switch_differences) {
+        if (d.refuses) lines.push_back(switch_difference_text(d));
+      }
+      refused_switches.push_back(
+          fmt::format("{}{}", name.empty() ? "" : name + ": ", fmt::join(lines, "; ")));
+    }
     comparisons.push_back(std::move(c));
   }
   if (!refused.empty()) {
     return user_error(fmt::format(
         "the results are of different workloads ({}); compare like with like or pass --force",
         fmt::join(refused, " | ")));
+  }
+  if (!refused_switches.empty()) {
+    return user_error(fmt::format(
+        "the results ran different kernels: their kernel switches differ ({}); rerun with the same "
+        "IB_* switches, or pass --allow-switch-diff to compare them anyway",
+        fmt::join(refused_switches, " | ")));
   }
   std::string md;
   json out = json::array();

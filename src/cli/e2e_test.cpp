@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -22,10 +23,18 @@ using testing::wait_exit;
 
 TEST_F(E2e, SmallRunWritesAConsistentResultDirectory) {
   const fs::path dir = root_ / "result";
+  // A CUDA switch and a misspelt one, set for a CPU run: recorded, not applied, and warned about.
+  ::setenv("IB_L2_PREFETCH", "2", 1);
+  ::setenv("IB_L2_PREFECH", "1", 1);
   const int code = run({"run", "--model", "tiny-15m", "--num-prompts", "6", "--input-len", "16",
                         "--output-len", "8", "--batch-size", "3", "--runs", "2", "--result-dir",
                         dir.string(), "--num-threads", "2"});
+  ::unsetenv("IB_L2_PREFETCH");
+  ::unsetenv("IB_L2_PREFECH");
   ASSERT_EQ(code, 0) << err();
+  EXPECT_NE(err().find("warning: IB_L2_PREFECH is set but is not a kernel switch"),
+            std::string::npos)
+      << err();
 
   const json r = json::parse(read_file(dir / "result.json").value());
   EXPECT_EQ(r["model_id"], "tiny-15m");
@@ -44,6 +53,13 @@ TEST_F(E2e, SmallRunWritesAConsistentResultDirectory) {
   EXPECT_EQ(r["config"]["batch_size"], 3);
   EXPECT_EQ(r["weights"], "dummy (seed 0)");
   EXPECT_FALSE(r["env"]["inferbench"]["git_sha"].get<std::string>().empty());
+  EXPECT_EQ(r["kernel_switches"]["IB_L2_PREFETCH"],
+            (json{{"value", "2"}, {"source", "env"}, {"applies", false}}));
+  for (const auto& [name, setting] : r["kernel_switches"].items()) {
+    EXPECT_FALSE(setting["applies"].get<bool>()) << name;  // the CPU backend reads none
+  }
+  EXPECT_FALSE(r["engine"].contains("kernel_switches"));  // lifted to the top level
+  EXPECT_EQ(r["env"]["ib_variables"]["IB_L2_PREFECH"], "1");
   EXPECT_GT(r["memory"]["rss"]["peak_rss_bytes"].get<int64_t>(), 0);
   // fp32 weights; each tensor's allocation is rounded up to 256 bytes.
   const int64_t weights = r["memory"]["engine-pools"]["weights_bytes"].get<int64_t>();
@@ -196,8 +212,16 @@ TEST_F(E2e, ModelsEnvAndPluginsCommands) {
   const json env = json::parse(out());
   EXPECT_TRUE(env.contains("gpu"));
   EXPECT_GT(env["cpu"]["logical_cores"].get<int>(), 0);
+  EXPECT_TRUE(env["ib_variables"].is_object());
+  ::setenv("IB_PDL", "1", 1);
   ASSERT_EQ(run({"env"}), 0);
+  ::unsetenv("IB_PDL");
   EXPECT_NE(out().find("inferbench"), std::string::npos);
+  // Every kernel switch, with its value and where it came from.
+  EXPECT_NE(out().find("IB_PDL                     1              (env)"), std::string::npos)
+      << out();
+  EXPECT_NE(out().find("IB_FUSED                   1              (default)"), std::string::npos)
+      << out();
   ASSERT_EQ(run({"plugins"}), 0) << err();
   EXPECT_NE(out().find("| native |"), std::string::npos);
   EXPECT_EQ(run({}), 2);  // a subcommand is required

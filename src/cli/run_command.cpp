@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/kernel_switches.h"
 #include "cli/commands.h"
 #include "cli/progress_line.h"
 #include "cli/run_telemetry.h"
@@ -133,6 +134,12 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
   if (telemetry.enabled()) IB_TRY(sampler.start(origin_ns));
   SteadyRunnerClock clock;
   Runner runner(*target, plan.runner, clock);
+  for (const auto& name : unknown_ib_variables()) {
+    std::fprintf(stderr,
+                 "inferbench: warning: %s is set but is not a kernel switch; it selects nothing "
+                 "(inferbench env lists the switches)\n",
+                 name.c_str());
+  }
   std::fprintf(stderr, "inferbench: loading %s on %s\n", plan.model.name.c_str(),
                plan.flags.device.c_str());
   IB_TRY(target->setup(runner.callbacks()));
@@ -164,6 +171,14 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
   BenchmarkReport report = report_header(plan);
   report.engine = json::parse(target->describe_json(), nullptr, false);
   if (report.engine.is_discarded()) report.engine = json::object();
+  // The switches the backend used sit beside config and env; a target without a backend of ours
+  // (HTTP) records the ones the environment sets, as not applying.
+  if (report.engine.contains("kernel_switches")) {
+    report.kernel_switches = std::move(report.engine["kernel_switches"]);
+    report.engine.erase("kernel_switches");
+  } else {
+    report.kernel_switches = kernel_switches_json(unapplied_kernel_switches());
+  }
   report.weights = report.engine.value("weights", "");
   add_results(report, *records);
   target->teardown();

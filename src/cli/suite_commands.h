@@ -38,6 +38,7 @@ struct CompareFlags {
   std::string b;
   std::string threshold = "5%";
   bool force = false;
+  bool allow_switch_diff = false;
   std::string json_out;
   std::string markdown_out;
 };

@@ -270,5 +270,36 @@ TEST_F(E2e, CompareExitCodes) {
   EXPECT_EQ(run({"compare", base, same, "--threshold", "lots"}), 2);
 }
 
+TEST_F(E2e, CompareLabelsAndRefusesDifferentKernelSwitches) {
+  const auto put = [&](const std::string& name, const json& j) {
+    fs::create_directories(root_ / name);
+    write(root_ / name / "result.json", j.dump());
+    return (root_ / name).string();
+  };
+  json a = crafted({100, 101, 99}, {10, 10.1, 9.9}, 32);
+  const std::string old = put("old", a);  // written before switches were recorded
+  a["kernel_switches"] = {{"IB_PDL", {{"value", "0"}, {"source", "default"}, {"applies", true}}}};
+  json b = a;
+  b["kernel_switches"]["IB_PDL"] = {{"value", "1"}, {"source", "env"}, {"applies", true}};
+  const std::string pa = put("pdl-off", a);
+  const std::string pb = put("pdl-on", b);
+
+  EXPECT_EQ(run({"compare", pa, pb}), 2);
+  EXPECT_NE(err().find("kernel switches differ (IB_PDL: 0 (default) vs 1 (env))"),
+            std::string::npos)
+      << err();
+  EXPECT_NE(err().find("--allow-switch-diff"), std::string::npos) << err();
+  EXPECT_EQ(lines_of(root_ / "stderr.txt").size(), 1u) << err();
+
+  EXPECT_EQ(run({"compare", pa, pb, "--allow-switch-diff"}), 0) << err();
+  EXPECT_NE(out().find("Kernel switches differ (compared with --allow-switch-diff): IB_PDL: 0 "
+                       "(default) vs 1 (env)."),
+            std::string::npos)
+      << out();
+
+  EXPECT_EQ(run({"compare", old, pb}), 0) << err();
+  EXPECT_NE(out().find("Kernel switches unknown: A records none"), std::string::npos) << out();
+}
+
 }  // namespace
 }  // namespace ib

@@ -134,6 +134,9 @@ Comparison compare_results(const json& a, const json& b, double threshold) {
   Comparison c;
   c.threshold = threshold;
   c.workload_differences = workload_differences(a, b);
+  c.switch_differences = switch_differences(a, b);
+  c.a_records_switches = a.contains("kernel_switches");
+  c.b_records_switches = b.contains("kernel_switches");
   const auto add = [&](const std::string& key, const std::string& label, const std::string& unit,
                        bool higher, std::vector<double> va, std::vector<double> vb) {
     if (va.empty() && vb.empty()) return;
@@ -180,6 +183,21 @@ std::string comparison_markdown(const Comparison& c) {
     out += fmt::format("\nWorkloads differ (compared with --force): {}.\n",
                        fmt::join(c.workload_differences, "; "));
   }
+  if (!c.switch_differences.empty()) {
+    std::vector<std::string> lines;
+    for (const auto& d : c.switch_differences) lines.push_back(switch_difference_text(d));
+    out += fmt::format("\nKernel switches differ{}: {}.\n",
+                       c.switches_refuse() ? " (compared with --allow-switch-diff)" : "",
+                       fmt::join(lines, "; "));
+  }
+  if (!c.a_records_switches || !c.b_records_switches) {
+    out += fmt::format(
+        "\nKernel switches unknown: {} records none (written before they were recorded), so "
+        "whether they differ is unknown.\n",
+        !c.a_records_switches && !c.b_records_switches ? "neither result"
+        : !c.a_records_switches                        ? "A"
+                                                       : "B");
+  }
   out += "\n| metric | unit | A | B | change | p | runs | verdict |\n";
   out += "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |\n";
   for (const auto& m : c.metrics) {
@@ -221,14 +239,21 @@ json comparison_json(const Comparison& c) {
            {"verdict", m.verdict}};
     metrics.push_back(std::move(j));
   }
-  return json{{"a", c.a_name},
-              {"b", c.b_name},
-              {"threshold", c.threshold},
-              {"significance", kSignificance},
-              {"workload_differences", c.workload_differences},
-              {"metrics", std::move(metrics)},
-              {"notes", c.notes},
-              {"regressions", c.regressions()}};
+  json switches = json::array();
+  for (const auto& d : c.switch_differences) {
+    switches.push_back({{"name", d.name}, {"a", d.a}, {"b", d.b}, {"refuses", d.refuses}});
+  }
+  return json{
+      {"a", c.a_name},
+      {"b", c.b_name},
+      {"threshold", c.threshold},
+      {"significance", kSignificance},
+      {"workload_differences", c.workload_differences},
+      {"kernel_switch_differences", std::move(switches)},
+      {"kernel_switches_recorded", {{"a", c.a_records_switches}, {"b", c.b_records_switches}}},
+      {"metrics", std::move(metrics)},
+      {"notes", c.notes},
+      {"regressions", c.regressions()}};
 }
 
 }  // namespace ib

@@ -57,19 +57,43 @@ struct MetricComparison {
   bool change_only = false;  // fewer than 2 values on a side: no test
 };
 
+// One kernel switch (result.json "kernel_switches") set differently in A and B. Each side reads
+// "1 (env)", "0 (default)", "2 (env, not applied)" or "absent".
+struct SwitchDifference {
+  std::string name;  // "IB_PDL"
+  std::string a;
+  std::string b;
+  // Both backends applied the switch with different values: their kernels differ, and the
+  // comparison is refused unless asked for. A switch that one side did not apply (a CPU run, a
+  // switch the other build did not know) is listed but does not refuse.
+  bool refuses = false;
+};
+
 struct Comparison {
   std::string a_name;
   std::string b_name;
   double threshold = 0.05;
-  std::vector<std::string> workload_differences;  // empty when the workloads match
+  std::vector<std::string> workload_differences;     // empty when the workloads match
+  std::vector<SwitchDifference> switch_differences;  // empty when the switches match
+  // Whether each result records its kernel switches (results written before they were recorded
+  // do not: whether the switches differ is then unknown, and nothing is refused).
+  bool a_records_switches = true;
+  bool b_records_switches = true;
   std::vector<MetricComparison> metrics;
   std::vector<std::string> notes;  // metrics present on one side only, ...
   int regressions() const;
+  bool switches_refuse() const;  // any switch difference that refuses
 };
 
 // "config.input_len: 32 vs 64" for each workload key that differs (model, backend, lengths,
 // prompts, load mode, batch, concurrency, rate, dtype, device, dataset, sampling).
 std::vector<std::string> workload_differences(const nlohmann::json& a, const nlohmann::json& b);
+
+// Every switch named on either side whose applied value differs, sorted by name; empty when
+// either result has no "kernel_switches".
+std::vector<SwitchDifference> switch_differences(const nlohmann::json& a, const nlohmann::json& b);
+// "IB_PDL: 0 (default) vs 1 (env)".
+std::string switch_difference_text(const SwitchDifference& d);
 
 // Both are parsed result.json documents.
 Comparison compare_results(const nlohmann::json& a, const nlohmann::json& b, double threshold);

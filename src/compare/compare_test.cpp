@@ -182,5 +182,73 @@ TEST(Compare, WorkloadDifferencesAreListed) {
   EXPECT_EQ(diffs[0], "input_len: \"32\" vs \"64\"");
 }
 
+json with_switches(json switches) {
+  json r = result_with({100, 100, 100}, {10, 10, 10});
+  r["kernel_switches"] = std::move(switches);
+  return r;
+}
+
+json cuda_switches(const std::string& pdl, const std::string& pdl_source) {
+  return {{"IB_PDL", {{"value", pdl}, {"source", pdl_source}, {"applies", true}}},
+          {"IB_FUSED", {{"value", "1"}, {"source", "default"}, {"applies", true}}}};
+}
+
+TEST(Compare, SameSwitchesFromEnvAndDefaultDoNotDiffer) {
+  // IB_PDL=0 set explicitly is the default: the same kernels.
+  const Comparison c = compare_results(with_switches(cuda_switches("0", "default")),
+                                       with_switches(cuda_switches("0", "env")), 0.05);
+  EXPECT_TRUE(c.switch_differences.empty());
+  EXPECT_FALSE(c.switches_refuse());
+  EXPECT_EQ(comparison_markdown(c).find("Kernel switches"), std::string::npos);
+}
+
+TEST(Compare, DifferentAppliedSwitchesAreListedWithBothValuesAndRefuse) {
+  const Comparison c = compare_results(with_switches(cuda_switches("0", "default")),
+                                       with_switches(cuda_switches("1", "env")), 0.05);
+  ASSERT_EQ(c.switch_differences.size(), 1u);
+  EXPECT_EQ(c.switch_differences[0].name, "IB_PDL");
+  EXPECT_TRUE(c.switch_differences[0].refuses);
+  EXPECT_TRUE(c.switches_refuse());
+  EXPECT_EQ(switch_difference_text(c.switch_differences[0]), "IB_PDL: 0 (default) vs 1 (env)");
+  EXPECT_NE(comparison_markdown(c).find("Kernel switches differ (compared with "
+                                        "--allow-switch-diff): IB_PDL: 0 (default) vs 1 (env)."),
+            std::string::npos)
+      << comparison_markdown(c);
+  const json j = comparison_json(c);
+  EXPECT_EQ(j["kernel_switch_differences"][0]["name"], "IB_PDL");
+  EXPECT_EQ(j["kernel_switch_differences"][0]["refuses"], true);
+}
+
+TEST(Compare, SwitchesThatSelectNothingAreListedButDoNotRefuse) {
+  // Two CPU runs, one with IB_L2_PREFETCH set: no kernel differs.
+  const json set = {{"IB_L2_PREFETCH", {{"value", "2"}, {"source", "env"}, {"applies", false}}}};
+  const Comparison c = compare_results(with_switches(json::object()), with_switches(set), 0.05);
+  ASSERT_EQ(c.switch_differences.size(), 1u);
+  EXPECT_EQ(switch_difference_text(c.switch_differences[0]),
+            "IB_L2_PREFETCH: absent vs 2 (env, not applied)");
+  EXPECT_FALSE(c.switches_refuse());
+  // A name this build does not know is still compared, not dropped.
+  json with_new = cuda_switches("0", "default");
+  with_new["IB_NEW_KERNEL"] = {{"value", "1"}, {"source", "env"}, {"applies", true}};
+  const Comparison d =
+      compare_results(with_switches(cuda_switches("0", "default")), with_switches(with_new), 0.05);
+  ASSERT_EQ(d.switch_differences.size(), 1u);
+  EXPECT_EQ(d.switch_differences[0].name, "IB_NEW_KERNEL");
+  EXPECT_FALSE(d.switches_refuse());  // A's build did not have it: listed, not refused
+}
+
+TEST(Compare, ResultsWithoutSwitchesAreUnknownNotRefused) {
+  const json old = result_with({100, 100, 100}, {10, 10, 10});
+  const Comparison c = compare_results(old, with_switches(cuda_switches("1", "env")), 0.05);
+  EXPECT_TRUE(c.switch_differences.empty());
+  EXPECT_FALSE(c.switches_refuse());
+  EXPECT_FALSE(c.a_records_switches);
+  EXPECT_TRUE(c.b_records_switches);
+  EXPECT_NE(comparison_markdown(c).find("Kernel switches unknown: A records none"),
+            std::string::npos)
+      << comparison_markdown(c);
+  EXPECT_EQ(comparison_json(c)["kernel_switches_recorded"]["a"], false);
+}
+
 }  // namespace
 }  // namespace ib

@@ -50,6 +50,8 @@ struct BenchmarkReport {
   // Our sections, filled by the caller.
   nlohmann::json config = nlohmann::json::object();
   nlohmann::json env = nlohmann::json::object();
+  // The backend's kernel switches, as kernel_switches_json() writes them (backend/).
+  nlohmann::json kernel_switches = nlohmann::json::object();
   nlohmann::json engine = nlohmann::json::object();
   nlohmann::json memory = nlohmann::json::object();
   nlohmann::json energy = nlohmann::json::object();

@@ -130,6 +130,7 @@ TEST(Report, ResultJsonHasVllmKeysHoldingTheMedianAcrossRuns) {
                           "p99_e2el_ms",
                           "config",
                           "env",
+                          "kernel_switches",
                           "definitions",
                           "runs",
                           "spread",

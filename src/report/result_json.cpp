@@ -68,6 +68,7 @@ nlohmann::ordered_json result_json(const BenchmarkReport& r) {
   j["num_warmups"] = r.num_warmups;
   j["config"] = json(r.config);
   j["env"] = json(r.env);
+  j["kernel_switches"] = json(r.kernel_switches);
   j["definitions"] = json(metric_definitions());
 
   json runs = json::array();

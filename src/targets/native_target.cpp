@@ -45,6 +45,8 @@ json describe(const Engine& engine, Backend& backend, const NativeTargetOptions&
         {"total_bytes", d.total_bytes},
         {"copy_ceiling_bytes_per_s", backend.copy_ceiling_bytes_per_s()},
         {"reference_copy_bytes_per_s", kReferenceCopyBytesPerS}}},
+      // What the backend's kernel switches selected; `inferbench run` lifts it to the top level.
+      {"kernel_switches", kernel_switches_json(backend.kernel_switches())},
       {"dtype", dtype_name(backend.activation_dtype())},
       {"weights", engine.weights_description()},
       {"engine",

@@ -3,11 +3,13 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "backend/kernel_switches.h"
 #include "core/build_info.h"
 #include "core/fs.h"
 #include "telemetry/collector.h"
@@ -101,6 +103,14 @@ json environment_fingerprint() {
   const auto total = meminfo.ok() ? parse_status_kb_field(*meminfo, "MemTotal:") : std::nullopt;
   j["memory"] = json{{"total_bytes", total ? json(*total) : json(nullptr)}};
   j["gpu"] = gpu_section();
+  json ib_variables = json::object();
+  for (const auto& [name, setting] : unapplied_kernel_switches())
+    ib_variables[name] = setting.value;
+  for (const auto& name : unknown_ib_variables()) {
+    const char* value = std::getenv(name.c_str());
+    ib_variables[name] = value != nullptr ? value : "";
+  }
+  j["ib_variables"] = std::move(ib_variables);
   return j;
 }
 
@@ -128,6 +138,27 @@ std::string format_environment(const json& env) {
       out += fmt::format("gpu {}       {}, {:.1f} GiB, driver {}, CUDA {}\n", d["index"].get<int>(),
                          str(d["name"]), d["memory_total_bytes"].get<double>() / (1 << 30),
                          str(env["gpu"]["driver_version"]), str(env["gpu"]["cuda_driver_version"]));
+    }
+  }
+  out += format_kernel_switches(env.value("ib_variables", json::object()));
+  return out;
+}
+
+std::string format_kernel_switches(const json& ib_variables) {
+  std::string out =
+      "kernel switches (what a run used is in its result.json, \"kernel_switches\")\n";
+  for (const auto& spec : kernel_switch_specs()) {
+    const std::string name(spec.name);
+    const bool set = ib_variables.contains(name);
+    out +=
+        fmt::format("  {:<26} {:<14} {} [{}] {}\n", name,
+                    set ? ib_variables[name].get<std::string>() : std::string(spec.default_value),
+                    set ? "(env)     " : "(default) ", spec.backend, spec.meaning);
+  }
+  for (const auto& [name, value] : ib_variables.items()) {
+    if (find_kernel_switch(name) == nullptr) {
+      out += fmt::format("  {:<26} {:<14} not a kernel switch: selects nothing\n", name,
+                         value.get<std::string>());
     }
   }
   return out;

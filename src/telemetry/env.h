@@ -1,5 +1,6 @@
 // The environment fingerprint: what produced a result (inferbench build, OS, CPU, memory, GPU and
-// driver where present). Printed by `inferbench env` and stored in every result.json as "env".
+// driver where present, the IB_* variables set). Printed by `inferbench env` and stored in every
+// result.json as "env".
 #pragma once
 
 #include <string>
@@ -9,10 +10,14 @@
 namespace ib {
 
 // Never fails: a field that cannot be read is null. "gpu" is null without NVML or devices.
+// "ib_variables": every IB_* variable set, name -> value, kernel switch or not.
 nlohmann::json environment_fingerprint();
 
 // Human-readable lines of the fingerprint, for `inferbench env`.
 std::string format_environment(const nlohmann::json& env);
+// The kernel-switch lines of it: every switch with the value the environment sets (or its
+// default) and the backend that reads it, then the IB_* variables that are not switches.
+std::string format_kernel_switches(const nlohmann::json& ib_variables);
 
 // Parsers, exposed for tests: PRETTY_NAME from /etc/os-release text; "model name" and the number
 // of "processor" entries from /proc/cpuinfo text; MemTotal (bytes) from /proc/meminfo text.

@@ -1,46 +1,32 @@
-// Reads and applies the CUDA backend's switches (detail/switches.h).
+// Reads, applies and reports the CUDA backend's switches (detail/switches.h).
 #include "backend/cuda/detail/switches.h"
 
 #include <charconv>
-#include <cstdlib>
-#include <string_view>
+#include <map>
 
 namespace ib::cuda {
-namespace {
-
-// An integer switch from the environment: nullopt when unset, a user error naming the variable
-// and its range when it is not an integer in [lo, hi].
-Result<std::optional<int64_t>> env_int(const char* name, int64_t lo, int64_t hi) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return std::optional<int64_t>{};
-  const std::string_view text(value);
-  int64_t x = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || x < lo || x > hi)
-    return user_error(std::string(name) + "='" + std::string(text) +
-                      "' is not valid: use an integer from " + std::to_string(lo) + " to " +
-                      std::to_string(hi) + ", or unset it");
-  return std::optional<int64_t>{x};
-}
-
-}  // namespace
 
 Result<CudaSwitches> read_cuda_switches() {
+  IB_ASSIGN_OR_RETURN(const auto env, read_kernel_switch_env("cuda"));  // checks every value
+  const auto integer = [&](const char* name) -> std::optional<int64_t> {
+    IB_ASSERT(find_kernel_switch(name) != nullptr, name);
+    const auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    int64_t x = 0;
+    std::from_chars(it->second.data(), it->second.data() + it->second.size(), x);
+    return x;
+  };
   CudaSwitches s;
-  IB_ASSIGN_OR_RETURN(s.debug_sync, env_int("IB_CUDA_DEBUG_SYNC", 0, 1));
-  IB_ASSIGN_OR_RETURN(s.pdl, env_int("IB_PDL", 0, 1));
-  IB_ASSIGN_OR_RETURN(s.fused, env_int("IB_FUSED", 0, 1));
-  IB_ASSIGN_OR_RETURN(s.add_cublaslt, env_int("IB_ADD_CUBLASLT", 0, 1));
-  IB_ASSIGN_OR_RETURN(s.l2_prefetch, env_int("IB_L2_PREFETCH", 0, 3));
-  IB_ASSIGN_OR_RETURN(s.l2_prefetch_mb, env_int("IB_L2_PREFETCH_MB", 1, 1 << 20));
-  IB_ASSIGN_OR_RETURN(s.attn_prefetch, env_int("IB_ATTN_PREFETCH", 0, 1));
-  IB_ASSIGN_OR_RETURN(s.swiglu_cublaslt_min_m, env_int("IB_SWIGLU_CUBLASLT_MIN_M", 0, 1 << 20));
-  if (const char* tune = std::getenv("IB_MATMUL_TUNING"); tune) {
-    s.matmul_tuning = tune;
-    if (s.matmul_tuning != "0" && s.matmul_tuning != "1" && s.matmul_tuning != "gemv")
-      return user_error("IB_MATMUL_TUNING='" + s.matmul_tuning +
-                        "' is not valid: use 0, 1 or gemv, or unset it");
-  }
+  s.debug_sync = integer("IB_CUDA_DEBUG_SYNC");
+  s.pdl = integer("IB_PDL");
+  s.fused = integer("IB_FUSED");
+  s.add_cublaslt = integer("IB_ADD_CUBLASLT");
+  s.l2_prefetch = integer("IB_L2_PREFETCH");
+  s.l2_prefetch_mb = integer("IB_L2_PREFETCH_MB");
+  s.attn_prefetch = integer("IB_ATTN_PREFETCH");
+  s.swiglu_cublaslt_min_m = integer("IB_SWIGLU_CUBLASLT_MIN_M");
+  if (const auto it = env.find("IB_MATMUL_TUNING"); it != env.end()) s.matmul_tuning = it->second;
+  for (const auto& [name, value] : env) s.from_env.insert(name);
   return s;
 }
 
@@ -60,6 +46,27 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
     backend.set_gemv_max_m(8);
     backend.set_gemv_max_weight_bytes(INT64_MAX);
   }
+  backend.set_switches_from_env(s.from_env);
+}
+
+// Read back from the settings the backend runs with, not from the environment.
+KernelSwitches CudaBackend::kernel_switches() const {
+  const auto flag = [](bool on) { return std::string(on ? "1" : "0"); };
+  const std::string tuning = tuning_ ? "1" : gemv_max_weight_bytes_ == INT64_MAX ? "gemv" : "0";
+  KernelSwitches out{
+      {"IB_CUDA_DEBUG_SYNC", {flag(debug_sync_)}},
+      {"IB_PDL", {flag(pdl_)}},
+      {"IB_FUSED", {flag(fused_)}},
+      {"IB_ADD_CUBLASLT", {flag(add_with_cublaslt_)}},
+      {"IB_MATMUL_TUNING", {tuning}},
+      {"IB_L2_PREFETCH", {std::to_string(l2_prefetch_mode_)}},
+      {"IB_L2_PREFETCH_MB", {std::to_string(l2_prefetch_max_bytes_ >> 20)}},
+      {"IB_ATTN_PREFETCH", {flag(attention_prefetch_kv_)}},
+      {"IB_SWIGLU_CUBLASLT_MIN_M", {std::to_string(swiglu_cublaslt_min_m_)}},
+  };
+  for (auto& [name, setting] : out) setting.from_env = switches_from_env_.count(name) == 1;
+  check_kernel_switch_report(out, "cuda");
+  return out;
 }
 
 }  // namespace ib::cuda

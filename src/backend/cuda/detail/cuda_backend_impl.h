@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -80,6 +81,7 @@ class CudaBackend final : public Backend {
   double copy_ceiling_bytes_per_s() const override { return copy_ceiling_bytes_per_s_; }
   Status device_status() const override;
   Status supports_attention(const AttentionShape& shape) const override;
+  KernelSwitches kernel_switches() const override;  // switches.cpp
 
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
@@ -120,6 +122,9 @@ class CudaBackend final : public Backend {
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
+  // The switches the environment set (apply_cuda_switches), reported as "env" rather than
+  // "default" by kernel_switches().
+  void set_switches_from_env(std::set<std::string> names) { switches_from_env_ = std::move(names); }
 
  protected:
   Result<void*> raw_alloc(size_t bytes) override;
@@ -183,6 +188,7 @@ class CudaBackend final : public Backend {
   bool tuning_ = true;
   bool pdl_ = false;
   bool fused_ = true;
+  std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int, bool>, bool> gemv_choice_;

@@ -1,9 +1,11 @@
 // The CUDA backend's debugging and A/B switches, read from the environment (the benchmark scripts
 // set them; bench/NOTES.md has each one's measurement) and checked before any device is touched.
+// Their names, accepted values and defaults are the list in backend/kernel_switches.h.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "backend/cuda/detail/cuda_backend_impl.h"
@@ -31,6 +33,8 @@ struct CudaSwitches {
   std::optional<int64_t> attn_prefetch;
   // IB_SWIGLU_CUBLASLT_MIN_M=N: gate/up on cuBLASLt from N rows (0: never).
   std::optional<int64_t> swiglu_cublaslt_min_m;
+  // The names of the switches the environment set, for the backend's report.
+  std::set<std::string> from_env;
 };
 
 // A value outside a variable's range is a user error naming the variable and the range.

@@ -1,0 +1,127 @@
+// The kernel switches' list, their checks and their JSON record (kernel_switches.h).
+#include "backend/kernel_switches.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+
+extern char** environ;  // NOLINT: POSIX; the one way to list the environment
+
+namespace ib {
+namespace {
+
+// The one list. bench/NOTES.md has each switch's measurement; the CUDA backend's setters
+// (cuda/detail/cuda_backend_impl.h) say what each selects.
+constexpr KernelSwitchSpec kSpecs[] = {
+    {"IB_CUDA_DEBUG_SYNC", "cuda", "0", 0, 1, "",
+     "1: wait for every op, so an asynchronous fault names the op"},
+    {"IB_PDL", "cuda", "0", 0, 1, "", "1: programmatic dependent launch"},
+    {"IB_FUSED", "cuda", "1", 0, 1, "",
+     "0: the decode step without the fused norm/SwiGLU/residual GEMVs"},
+    {"IB_ADD_CUBLASLT", "cuda", "1", 0, 1, "", "0: matmul_add always on the fused GEMV"},
+    {"IB_MATMUL_TUNING", "cuda", "1", 0, 0, "0|1|gemv",
+     "0: the static GEMV/cuBLASLt rule; gemv: the GEMV for every matmul of <= 8 rows; 1: tuning"},
+    {"IB_L2_PREFETCH", "cuda", "0", 0, 3, "",
+     "L2 prefetch of the o projection beside the decode attention (mode; 0 off)"},
+    {"IB_L2_PREFETCH_MB", "cuda", "3/4 of the L2", 1, 1 << 20, "", "the L2 prefetch's cap in MiB"},
+    {"IB_ATTN_PREFETCH", "cuda", "0", 0, 1, "",
+     "1: the split-KV attention prefetches its K and V rows into L2"},
+    {"IB_SWIGLU_CUBLASLT_MIN_M", "cuda", "0", 0, 1 << 20, "",
+     "gate/up on cuBLASLt from this many rows (0: never)"},
+};
+
+Status check_value(const KernelSwitchSpec& spec, std::string_view text) {
+  const std::string shown = std::string(spec.name) + "='" + std::string(text) + "' is not valid: ";
+  if (!spec.words.empty()) {
+    std::string_view rest = spec.words;
+    std::string listed;
+    while (!rest.empty()) {
+      const size_t bar = rest.find('|');
+      const std::string_view word = rest.substr(0, bar);
+      if (word == text) return Ok{};
+      listed += (listed.empty() ? "" : (bar == std::string_view::npos ? " or " : ", ")) +
+                std::string(word);
+      rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+    }
+    return user_error(shown + "use " + listed + ", or unset it");
+  }
+  int64_t x = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || x < spec.min ||
+      x > spec.max) {
+    return user_error(shown + "use an integer from " + std::to_string(spec.min) + " to " +
+                      std::to_string(spec.max) + ", or unset it");
+  }
+  return Ok{};
+}
+
+}  // namespace
+
+std::span<const KernelSwitchSpec> kernel_switch_specs() {
+  return kSpecs;
+}
+
+const KernelSwitchSpec* find_kernel_switch(std::string_view name) {
+  for (const auto& spec : kSpecs) {
+    if (spec.name == name) return &spec;
+  }
+  return nullptr;
+}
+
+Result<std::map<std::string, std::string>> read_kernel_switch_env(std::string_view backend) {
+  std::map<std::string, std::string> out;
+  for (const auto& spec : kSpecs) {
+    if (spec.backend != backend) continue;
+    const char* value = std::getenv(std::string(spec.name).c_str());
+    if (value == nullptr) continue;
+    IB_TRY(check_value(spec, value));
+    out.emplace(spec.name, value);
+  }
+  return out;
+}
+
+KernelSwitches unapplied_kernel_switches() {
+  KernelSwitches out;
+  for (const auto& spec : kSpecs) {
+    const char* value = std::getenv(std::string(spec.name).c_str());
+    if (value != nullptr) out.emplace(spec.name, KernelSwitchSetting{value, true, false});
+  }
+  return out;
+}
+
+void check_kernel_switch_report(const KernelSwitches& switches, std::string_view backend) {
+  for (const auto& [name, setting] : switches) {
+    const KernelSwitchSpec* spec = find_kernel_switch(name);
+    IB_ASSERT(spec != nullptr, "a backend reported a kernel switch that is not in the list");
+    IB_ASSERT(!setting.applies || spec->backend == backend,
+              "a backend reported another backend's kernel switch as applying");
+  }
+  for (const auto& spec : kSpecs) {
+    IB_ASSERT(spec.backend != backend || switches.count(std::string(spec.name)) == 1,
+              "a backend left one of its kernel switches out of its report");
+  }
+}
+
+std::vector<std::string> unknown_ib_variables() {
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    if (name.starts_with("IB_") && find_kernel_switch(name) == nullptr) out.emplace_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+nlohmann::json kernel_switches_json(const KernelSwitches& switches) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, s] : switches) {
+    out[name] = {
+        {"value", s.value}, {"source", s.from_env ? "env" : "default"}, {"applies", s.applies}};
+  }
+  return out;
+}
+
+}  // namespace ib
