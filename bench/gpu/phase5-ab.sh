@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
+# Ran once at 507ba9d (bench/results/h200/phase5-ab/); on its numbers IB_L2_PREFETCH(_MB) and
+# IB_SWIGLU_CUBLASLT_MIN_M were removed and IB_ATTN_PREFETCH became a sequence count, so today
+# this script's configurations no longer select those kernels: it is kept as the record of how
+# the committed numbers were made.
 # Phase 5 A/B on the GPU machine (bench/NOTES.md, phase 5): the gpu tests, then the L2 prefetch
 # beside the attention (IB_L2_PREFETCH 0-3, capped by IB_L2_PREFETCH_MB), the attention's own K/V
 # prefetch (IB_ATTN_PREFETCH) and gate/up on cuBLASLt (IB_SWIGLU_CUBLASLT_MIN_M) at batch 1, on the

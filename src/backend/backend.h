@@ -203,12 +203,6 @@ class Backend {
   virtual void rms_matmul_swiglu(const Tensor& h, const Tensor& w, float eps, Tensor out);
   // residual (M, N) += x (M, K) @ w (N, K)^T, fp32 accumulation, rounded once.
   virtual void matmul_add(const Tensor& x, const Tensor& w, Tensor residual);
-  // A hint around one op: w is read soon after it, so a backend may pull w into a cache beside
-  // that op (CUDA: an L2 prefetch on a side stream while the decode attention leaves the memory
-  // bus idle). prefetch_end() closes the window; the ops after it start once the prefetch is done.
-  // Both are no-ops by default; results never depend on them.
-  virtual void prefetch_begin(const Tensor& /*w*/) {}
-  virtual void prefetch_end() {}
   // w (N, K): w[n][k] *= gain[k] (gain (K), w's dtype), rounded once.
   virtual void scale_columns(Tensor w, const Tensor& gain) = 0;
 

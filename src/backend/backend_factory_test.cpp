@@ -47,14 +47,13 @@ TEST(BackendFactory, CudaWithoutTheCudaBuildIsAUserError) {
   EXPECT_NE(backend.error().message.find("--device cpu"), std::string::npos);
 }
 
-// The CUDA backend's debugging and A/B switches (IB_PDL, IB_L2_PREFETCH, ...) are read before any
+// The CUDA backend's debugging and A/B switches (IB_PDL, IB_ATTN_PREFETCH, ...) are read before any
 // device is touched, so a bad value is a user error naming the variable on every machine.
 TEST(BackendFactory, BadCudaSwitchesAreUserErrorsNamingTheVariable) {
   if (!cuda_backend_compiled()) GTEST_SKIP() << "this build has no CUDA backend";
-  const std::pair<const char*, const char*> bad[] = {{"IB_L2_PREFETCH", "7"},
-                                                     {"IB_L2_PREFETCH_MB", "0"},
-                                                     {"IB_ATTN_PREFETCH", "yes"},
-                                                     {"IB_SWIGLU_CUBLASLT_MIN_M", "-1"},
+  const std::pair<const char*, const char*> bad[] = {{"IB_ATTN_PREFETCH", "yes"},
+                                                     {"IB_ATTN_PREFETCH", "-1"},
+                                                     {"IB_FUSED", "2"},
                                                      {"IB_PDL", "on"},
                                                      {"IB_MATMUL_TUNING", "fast"}};
   for (const auto& [name, value] : bad) {

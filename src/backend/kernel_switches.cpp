@@ -23,13 +23,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_ADD_CUBLASLT", "cuda", "1", 0, 1, "", "0: matmul_add always on the fused GEMV"},
     {"IB_MATMUL_TUNING", "cuda", "1", 0, 0, "0|1|gemv",
      "0: the static GEMV/cuBLASLt rule; gemv: the GEMV for every matmul of <= 8 rows; 1: tuning"},
-    {"IB_L2_PREFETCH", "cuda", "0", 0, 3, "",
-     "L2 prefetch of the o projection beside the decode attention (mode; 0 off)"},
-    {"IB_L2_PREFETCH_MB", "cuda", "3/4 of the L2", 1, 1 << 20, "", "the L2 prefetch's cap in MiB"},
-    {"IB_ATTN_PREFETCH", "cuda", "0", 0, 1, "",
-     "1: the split-KV attention prefetches its K and V rows into L2"},
-    {"IB_SWIGLU_CUBLASLT_MIN_M", "cuda", "0", 0, 1 << 20, "",
-     "gate/up on cuBLASLt from this many rows (0: never)"},
+    {"IB_ATTN_PREFETCH", "cuda", "1", 0, 1 << 20, "",
+     "the split-KV attention prefetches its K and V rows into L2 in steps of at most this many "
+     "sequences (0: never)"},
 };
 
 Status check_value(const KernelSwitchSpec& spec, std::string_view text) {

@@ -66,9 +66,8 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
     EXPECT_FALSE(spec.default_value.empty()) << spec.name;
     EXPECT_EQ(find_kernel_switch(spec.name), &spec);
   }
-  for (const char* name :
-       {"IB_CUDA_DEBUG_SYNC", "IB_PDL", "IB_FUSED", "IB_ADD_CUBLASLT", "IB_MATMUL_TUNING",
-        "IB_L2_PREFETCH", "IB_L2_PREFETCH_MB", "IB_ATTN_PREFETCH", "IB_SWIGLU_CUBLASLT_MIN_M"}) {
+  for (const char* name : {"IB_CUDA_DEBUG_SYNC", "IB_PDL", "IB_FUSED", "IB_ADD_CUBLASLT",
+                           "IB_MATMUL_TUNING", "IB_ATTN_PREFETCH"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
   EXPECT_EQ(find_kernel_switch("IB_NOT_A_SWITCH"), nullptr);
@@ -92,10 +91,9 @@ TEST_F(KernelSwitchesTest, BadValuesAreUserErrorsNamingTheVariableAndWhatItAccep
     const char* name;
     const char* value;
     const char* accepted;
-  } bad[] = {{"IB_L2_PREFETCH", "7", "from 0 to 3"},
-             {"IB_L2_PREFETCH_MB", "0", "from 1 to"},
+  } bad[] = {{"IB_ATTN_PREFETCH", "-1", "from 0 to"},
              {"IB_PDL", "on", "from 0 to 1"},
-             {"IB_SWIGLU_CUBLASLT_MIN_M", "", "integer"},
+             {"IB_ATTN_PREFETCH", "", "integer"},
              {"IB_MATMUL_TUNING", "fast", "0, 1 or gemv"}};
   for (const auto& b : bad) {
     ScopedEnv env(b.name, b.value);
@@ -117,18 +115,18 @@ TEST_F(KernelSwitchesTest, TheCpuBackendReportsNoneWhenNoneIsSet) {
 // A switch set for a CPU run selects nothing, but the record still shows it, marked as such;
 // a CPU run does not check the value.
 TEST_F(KernelSwitchesTest, TheCpuBackendRecordsSetSwitchesAsNotApplying) {
-  ScopedEnv prefetch("IB_L2_PREFETCH", "2");
+  ScopedEnv prefetch("IB_ATTN_PREFETCH", "2");
   ScopedEnv pdl("IB_PDL", "on");
   auto cpu = create_backend(BackendOptions{});
   ASSERT_TRUE(cpu.ok());
   const KernelSwitches s = (*cpu)->kernel_switches();
   ASSERT_EQ(s.size(), 2u);
-  EXPECT_EQ(s.at("IB_L2_PREFETCH").value, "2");
-  EXPECT_TRUE(s.at("IB_L2_PREFETCH").from_env);
-  EXPECT_FALSE(s.at("IB_L2_PREFETCH").applies);
+  EXPECT_EQ(s.at("IB_ATTN_PREFETCH").value, "2");
+  EXPECT_TRUE(s.at("IB_ATTN_PREFETCH").from_env);
+  EXPECT_FALSE(s.at("IB_ATTN_PREFETCH").applies);
   EXPECT_EQ(s.at("IB_PDL").value, "on");
   const auto j = kernel_switches_json(s);
-  EXPECT_EQ(j["IB_L2_PREFETCH"],
+  EXPECT_EQ(j["IB_ATTN_PREFETCH"],
             (nlohmann::json{{"value", "2"}, {"source", "env"}, {"applies", false}}));
 }
 

@@ -24,12 +24,12 @@ using testing::wait_exit;
 TEST_F(E2e, SmallRunWritesAConsistentResultDirectory) {
   const fs::path dir = root_ / "result";
   // A CUDA switch and a misspelt one, set for a CPU run: recorded, not applied, and warned about.
-  ::setenv("IB_L2_PREFETCH", "2", 1);
+  ::setenv("IB_ATTN_PREFETCH", "2", 1);
   ::setenv("IB_L2_PREFECH", "1", 1);
   const int code = run({"run", "--model", "tiny-15m", "--num-prompts", "6", "--input-len", "16",
                         "--output-len", "8", "--batch-size", "3", "--runs", "2", "--result-dir",
                         dir.string(), "--num-threads", "2"});
-  ::unsetenv("IB_L2_PREFETCH");
+  ::unsetenv("IB_ATTN_PREFETCH");
   ::unsetenv("IB_L2_PREFECH");
   ASSERT_EQ(code, 0) << err();
   EXPECT_NE(err().find("warning: IB_L2_PREFECH is set but is not a kernel switch"),
@@ -53,7 +53,7 @@ TEST_F(E2e, SmallRunWritesAConsistentResultDirectory) {
   EXPECT_EQ(r["config"]["batch_size"], 3);
   EXPECT_EQ(r["weights"], "dummy (seed 0)");
   EXPECT_FALSE(r["env"]["inferbench"]["git_sha"].get<std::string>().empty());
-  EXPECT_EQ(r["kernel_switches"]["IB_L2_PREFETCH"],
+  EXPECT_EQ(r["kernel_switches"]["IB_ATTN_PREFETCH"],
             (json{{"value", "2"}, {"source", "env"}, {"applies", false}}));
   for (const auto& [name, setting] : r["kernel_switches"].items()) {
     EXPECT_FALSE(setting["applies"].get<bool>()) << name;  // the CPU backend reads none

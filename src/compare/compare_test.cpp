@@ -220,12 +220,12 @@ TEST(Compare, DifferentAppliedSwitchesAreListedWithBothValuesAndRefuse) {
 }
 
 TEST(Compare, SwitchesThatSelectNothingAreListedButDoNotRefuse) {
-  // Two CPU runs, one with IB_L2_PREFETCH set: no kernel differs.
-  const json set = {{"IB_L2_PREFETCH", {{"value", "2"}, {"source", "env"}, {"applies", false}}}};
+  // Two CPU runs, one with IB_ATTN_PREFETCH set: no kernel differs.
+  const json set = {{"IB_ATTN_PREFETCH", {{"value", "2"}, {"source", "env"}, {"applies", false}}}};
   const Comparison c = compare_results(with_switches(json::object()), with_switches(set), 0.05);
   ASSERT_EQ(c.switch_differences.size(), 1u);
   EXPECT_EQ(switch_difference_text(c.switch_differences[0]),
-            "IB_L2_PREFETCH: absent vs 2 (env, not applied)");
+            "IB_ATTN_PREFETCH: absent vs 2 (env, not applied)");
   EXPECT_FALSE(c.switches_refuse());
   // A name this build does not know is still compared, not dropped.
   json with_new = cuda_switches("0", "default");

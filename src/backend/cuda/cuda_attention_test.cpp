@@ -184,10 +184,11 @@ TEST_P(CudaAttention, KvPrefetchChangesNoResult) {
     Pair off = twin.output({b.num_tokens, int64_t{s.num_heads} * s.head_dim});
     Pair on = twin.output({b.num_tokens, int64_t{s.num_heads} * s.head_dim});
     twin.gpu().set_attention_path(AttentionPath::kSplitKv);
+    twin.gpu().set_attention_prefetch_max_seqs(0);
     twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true), s, off.gpu);
-    twin.gpu().set_attention_prefetch_kv(true);
+    twin.gpu().set_attention_prefetch_max_seqs(1 << 20);
     twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true), s, on.gpu);
-    twin.gpu().set_attention_prefetch_kv(false);
+    twin.gpu().set_attention_prefetch_max_seqs(1);
     twin.gpu().set_attention_path(AttentionPath::kAuto);
     twin.cpu().attention(b.qkv.cpu, b.kv_cpu(), b.meta(false), s, on.cpu);
     EXPECT_EQ(twin.gpu_floats(on.gpu), twin.gpu_floats(off.gpu)) << "seqs=" << seqs.size();

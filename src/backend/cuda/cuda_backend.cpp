@@ -82,11 +82,7 @@ Status CudaBackend::init() {
     IB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_), "init");
     name_ = prop.name;
     num_sms_ = prop.multiProcessorCount;
-    l2_prefetch_max_bytes_ = static_cast<size_t>(prop.l2CacheSize) / 4 * 3;
     IB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "init");
-    IB_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "init");
-    IB_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "init");
-    IB_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "init");
     IB_CUDA_CHECK(cudaEventCreate(&timer_begin_), "init");
     IB_CUDA_CHECK(cudaEventCreate(&timer_end_), "init");
     IB_CUDA_CHECK(cudaEventCreate(&tune_begin_), "init");
@@ -111,7 +107,6 @@ Status CudaBackend::init() {
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
-  if (side_stream_) cudaStreamSynchronize(side_stream_);
   // Buffers free through this object: release them while it is still whole.
   gemm_workspace_.reset();
   attention_workspace_.reset();
@@ -122,9 +117,6 @@ CudaBackend::~CudaBackend() {
   if (timer_end_) cudaEventDestroy(timer_end_);
   if (tune_begin_) cudaEventDestroy(tune_begin_);
   if (tune_end_) cudaEventDestroy(tune_end_);
-  if (fork_) cudaEventDestroy(fork_);
-  if (join_) cudaEventDestroy(join_);
-  if (side_stream_) cudaStreamDestroy(side_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -316,39 +308,11 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor& w, float eps,
   IB_ASSERT(
       h.row_size() == w.row_size() && out.rows() == h.rows() && 2 * out.row_size() == w.dim(0),
       "rms_matmul_swiglu: h (M, K), w (2F, K), out (M, F)");
+  // (cuBLASLt into fp32 scratch plus a norm/SwiGLU kernel measured slower at 1-8 rows:
+  // bench/NOTES.md, phase 5.)
   run_op("rms_matmul_swiglu", [&] {
-    // From swiglu_cublaslt_min_m_ rows on, cuBLASLt streams the (2F, K) weight faster than the
-    // fused GEMV (at 8 rows 56.8 µs against 74.6 plain, 63.4 fused; bench/NOTES.md, phase 4):
-    // h @ w^T into fp32 scratch, then the norm's 1 / rms and SwiGLU in one small kernel.
-    const int64_t m = h.rows();
-    const size_t scratch_bytes = static_cast<size_t>(m * w.dim(0)) * sizeof(float);
-    if (swiglu_cublaslt_min_m_ > 0 && m >= swiglu_cublaslt_min_m_ &&
-        scratch_bytes <= attention_workspace_.bytes()) {
-      Tensor gate_up = attention_workspace_.view(DType::kF32, {m, w.dim(0)});
-      gemm_->run(h, w, nullptr, gate_up, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
-      launch_rms_swiglu(h, gate_up, eps, out, stream_, pdl_);
-      return;
-    }
     launch_gemv_fused(h, w, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_);
   });
-}
-
-void CudaBackend::prefetch_begin(const Tensor& w) {
-  if (l2_prefetch_mode_ == 0 || prefetch_open_) return;
-  run_op("prefetch", [&] {
-    IB_CUDA_CHECK(cudaEventRecord(fork_, stream_), "prefetch");
-    IB_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_, 0), "prefetch");
-    launch_l2_prefetch(w.data, std::min(w.bytes(), l2_prefetch_max_bytes_), l2_prefetch_mode_,
-                       num_sms_, side_stream_);
-    IB_CUDA_CHECK(cudaEventRecord(join_, side_stream_), "prefetch");
-    prefetch_open_ = true;
-  });
-}
-
-void CudaBackend::prefetch_end() {
-  if (!prefetch_open_) return;
-  prefetch_open_ = false;
-  run_op("prefetch", [&] { IB_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0), "prefetch"); });
 }
 
 void CudaBackend::matmul_add(const Tensor& x, const Tensor& w, Tensor residual) {
@@ -449,7 +413,7 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
                                 attention_workspace_.bytes(),
                                 static_cast<unsigned*>(attention_counters_.data()),
                                 attention_counters_.bytes() / sizeof(unsigned), num_sms_, out,
-                                stream_, pdl_, attention_prefetch_kv_);
+                                stream_, pdl_, meta.num_seqs <= attention_prefetch_max_seqs_);
     }
   });
 }

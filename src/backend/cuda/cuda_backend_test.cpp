@@ -83,25 +83,25 @@ TEST_F(CudaBackendTest, AllocationsAreTrackedAndOomIsAnError) {
 TEST_F(CudaBackendTest, ReportsTheKernelSwitchesItUses) {
   ::setenv("IB_PDL", "1", 1);
   ::setenv("IB_MATMUL_TUNING", "gemv", 1);
-  ::setenv("IB_L2_PREFETCH_MB", "5", 1);
+  ::setenv("IB_ATTN_PREFETCH", "5", 1);
   auto created = create_backend(BackendOptions{"cuda", DType::kBF16, 0, std::nullopt});
   ::unsetenv("IB_PDL");
   ::unsetenv("IB_MATMUL_TUNING");
-  ::unsetenv("IB_L2_PREFETCH_MB");
+  ::unsetenv("IB_ATTN_PREFETCH");
   ASSERT_TRUE(created.ok()) << created.error().message;
   const KernelSwitches s = (*created)->kernel_switches();
   for (const auto& spec : kernel_switch_specs()) {
     const std::string name(spec.name);
     ASSERT_EQ(s.count(name), 1u) << name;
     EXPECT_TRUE(s.at(name).applies) << name;
-    if (name == "IB_PDL" || name == "IB_MATMUL_TUNING" || name == "IB_L2_PREFETCH_MB") continue;
+    if (name == "IB_PDL" || name == "IB_MATMUL_TUNING" || name == "IB_ATTN_PREFETCH") continue;
     EXPECT_FALSE(s.at(name).from_env) << name;
     EXPECT_EQ(s.at(name).value, spec.default_value) << name;
   }
   EXPECT_EQ(s.at("IB_PDL").value, "1");
   EXPECT_TRUE(s.at("IB_PDL").from_env);
   EXPECT_EQ(s.at("IB_MATMUL_TUNING").value, "gemv");
-  EXPECT_EQ(s.at("IB_L2_PREFETCH_MB").value, "5");
+  EXPECT_EQ(s.at("IB_ATTN_PREFETCH").value, "5");
 }
 
 }  // namespace

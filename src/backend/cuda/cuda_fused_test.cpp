@@ -64,59 +64,20 @@ TEST_P(CudaFused, ExistsForHalfTypesUpToEightTokens) {
 TEST_P(CudaFused, RmsMatmulSwiGluMatchesNormMatmulSiluMul) {
   Twin twin(GetParam());
   Rng rng(12);
-  // Both routes: the fused GEMV (0), and from 2 rows cuBLASLt + the norm/SwiGLU kernel.
-  for (const int cublaslt_min_m : {0, 2})
-    for (const Shape& s : kShapes) {
-      twin.gpu().set_swiglu_cublaslt_min_m(cublaslt_min_m);
-      const int64_t f = s.n;  // w is (2F, K)
-      Pair h = twin.floats({s.m, s.k}, scaled_rows(rng, s.m, s.k));
-      Pair w = twin.floats({2 * f, s.k}, random_floats(rng, 2 * f * s.k, -0.1f, 0.1f));
-      Pair ones = twin.floats({s.k}, std::vector<float>(static_cast<size_t>(s.k), 1.0f));
-      Pair normed = twin.output({s.m, s.k});
-      Pair gate_up = twin.output({s.m, 2 * f});
-      Pair out = twin.output({s.m, f});
-      twin.cpu().rms_norm(h.cpu, ones.cpu, 1e-6f, normed.cpu);
-      twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
-      twin.cpu().silu_mul(gate_up.cpu, out.cpu);
-      twin.gpu().rms_matmul_swiglu(h.gpu, w.gpu, 1e-6f, out.gpu);
-      EXPECT_LT(twin.error(out), tolerance(GetParam()))
-          << "m=" << s.m << " f=" << f << " k=" << s.k << " cublaslt from " << cublaslt_min_m;
-    }
-}
-
-// The L2 prefetch around an op, in every mode, eagerly and inside a captured graph (the side
-// stream forks from and joins the captured stream): the op's result is the same as without.
-TEST_P(CudaFused, L2PrefetchAroundAnOpLeavesItsResultAndGraphsIntact) {
-  Twin twin(GetParam());
-  Rng rng(21);
-  const Shape s{4, 1000, 256};
-  const auto res0 = twin.representable(random_floats(rng, s.m * s.n, -2.0f, 2.0f));
-  Pair x = twin.floats({s.m, s.k}, random_floats(rng, s.m * s.k));
-  Pair w = twin.floats({s.n, s.k}, random_floats(rng, s.n * s.k, -0.05f, 0.05f));
-  Pair next_w = twin.floats({s.n, s.k}, random_floats(rng, s.n * s.k));
-  Pair residual = twin.floats({s.m, s.n}, res0);
-  twin.gpu().matmul_add(x.gpu, w.gpu, residual.gpu);
-  const std::vector<float> want = twin.gpu_floats(residual.gpu);
-  for (const int mode : {1, 2, 3}) {
-    for (const bool graph : {false, true}) {
-      twin.gpu().set_l2_prefetch(mode);
-      twin.gpu().copy_from_host(residual.gpu, twin.representable(res0).data(), DType::kF32);
-      if (graph) {
-        ASSERT_TRUE(twin.gpu().begin_capture().ok());
-      }
-      twin.gpu().prefetch_begin(next_w.gpu);
-      twin.gpu().matmul_add(x.gpu, w.gpu, residual.gpu);
-      twin.gpu().prefetch_end();
-      if (graph) {
-        auto captured = twin.gpu().end_capture();
-        ASSERT_TRUE(captured.ok()) << captured.error().message;
-        (*captured)->replay();
-      }
-      ASSERT_TRUE(twin.gpu().device_status().ok());
-      EXPECT_EQ(twin.gpu_floats(residual.gpu), want) << "mode " << mode << " graph " << graph;
-    }
+  for (const Shape& s : kShapes) {
+    const int64_t f = s.n;  // w is (2F, K)
+    Pair h = twin.floats({s.m, s.k}, scaled_rows(rng, s.m, s.k));
+    Pair w = twin.floats({2 * f, s.k}, random_floats(rng, 2 * f * s.k, -0.1f, 0.1f));
+    Pair ones = twin.floats({s.k}, std::vector<float>(static_cast<size_t>(s.k), 1.0f));
+    Pair normed = twin.output({s.m, s.k});
+    Pair gate_up = twin.output({s.m, 2 * f});
+    Pair out = twin.output({s.m, f});
+    twin.cpu().rms_norm(h.cpu, ones.cpu, 1e-6f, normed.cpu);
+    twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
+    twin.cpu().silu_mul(gate_up.cpu, out.cpu);
+    twin.gpu().rms_matmul_swiglu(h.gpu, w.gpu, 1e-6f, out.gpu);
+    EXPECT_LT(twin.error(out), tolerance(GetParam())) << "m=" << s.m << " f=" << f << " k=" << s.k;
   }
-  twin.gpu().set_l2_prefetch(0);
 }
 
 TEST_P(CudaFused, MatmulAddAccumulatesIntoTheResidual) {

@@ -70,30 +70,6 @@ __global__ void silu_mul_vec_kernel(const T* gate_up, T* out, int64_t tokens, in
   }
 }
 
-// grid (ceil(F / (kThreads * 4)), M): each block sums the squares of its token's h row (from L2;
-// K elements), then writes four features per thread from the fp32 [g | u] row.
-template <typename T>
-__global__ void rms_swiglu_kernel(const T* h, const float* gate_up, T* out, int64_t k, int64_t f,
-                                  float eps) {
-  pdl_wait();
-  pdl_trigger();
-  __shared__ float scratch[32];
-  const int64_t t = blockIdx.y;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < k; i += kThreads) {
-    const float v = to_f32(h[t * k + i]);
-    ss += v * v;
-  }
-  const float s = rsqrtf(block_sum(ss, scratch) / static_cast<float>(k) + eps);
-  const int64_t j0 = (int64_t{blockIdx.x} * kThreads + threadIdx.x) * 4;
-  const float* g = gate_up + t * 2 * f;
-  const float* u = g + f;
-  for (int64_t j = j0; j < min(j0 + 4, f); ++j) {
-    const float gs = s * g[j];
-    out[t * f + j] = from_f32<T>(gs / (1.0f + expf(-gs)) * (s * u[j]));
-  }
-}
-
 template <typename T>
 __global__ void silu_mul_scalar_kernel(const T* gate_up, T* out, int64_t tokens, int64_t f) {
   pdl_wait();
@@ -200,19 +176,6 @@ void launch_silu_mul(const Tensor& gate_up, Tensor out, cudaStream_t stream, boo
                     dim3(static_cast<unsigned>(grid_for(tokens * f, kThreads))), dim3(kThreads), 0,
                     stream, gate_up.as<T>(), out.as<T>(), tokens, f);
     }
-  });
-}
-
-void launch_rms_swiglu(const Tensor& h, const Tensor& gate_up, float eps, Tensor out,
-                       cudaStream_t stream, bool pdl) {
-  const int64_t tokens = out.rows();
-  const int64_t f = out.row_size();
-  if (tokens == 0) return;
-  const dim3 grid(static_cast<unsigned>((f + kThreads * 4 - 1) / (kThreads * 4)),
-                  static_cast<unsigned>(tokens));
-  IB_DISPATCH_FLOAT(out.dtype, T, {
-    launch_kernel("rms_swiglu", pdl, rms_swiglu_kernel<T>, grid, dim3(kThreads), 0, stream,
-                  h.as<T>(), gate_up.as<float>(), out.as<T>(), h.row_size(), f, eps);
   });
 }
 

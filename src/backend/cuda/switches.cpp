@@ -21,10 +21,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.pdl = integer("IB_PDL");
   s.fused = integer("IB_FUSED");
   s.add_cublaslt = integer("IB_ADD_CUBLASLT");
-  s.l2_prefetch = integer("IB_L2_PREFETCH");
-  s.l2_prefetch_mb = integer("IB_L2_PREFETCH_MB");
   s.attn_prefetch = integer("IB_ATTN_PREFETCH");
-  s.swiglu_cublaslt_min_m = integer("IB_SWIGLU_CUBLASLT_MIN_M");
   if (const auto it = env.find("IB_MATMUL_TUNING"); it != env.end()) s.matmul_tuning = it->second;
   for (const auto& [name, value] : env) s.from_env.insert(name);
   return s;
@@ -35,12 +32,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.pdl) backend.set_pdl(*s.pdl == 1);
   if (s.fused) backend.set_fused(*s.fused == 1);
   if (s.add_cublaslt) backend.set_add_with_cublaslt(*s.add_cublaslt == 1);
-  if (s.l2_prefetch) backend.set_l2_prefetch(static_cast<int>(*s.l2_prefetch));
-  if (s.l2_prefetch_mb)
-    backend.set_l2_prefetch_max_bytes(static_cast<size_t>(*s.l2_prefetch_mb) << 20);
-  if (s.attn_prefetch) backend.set_attention_prefetch_kv(*s.attn_prefetch == 1);
-  if (s.swiglu_cublaslt_min_m)
-    backend.set_swiglu_cublaslt_min_m(static_cast<int>(*s.swiglu_cublaslt_min_m));
+  if (s.attn_prefetch) backend.set_attention_prefetch_max_seqs(static_cast<int>(*s.attn_prefetch));
   if (s.matmul_tuning == "0") backend.set_tuning(false);
   if (s.matmul_tuning == "gemv") {
     backend.set_gemv_max_m(8);
@@ -59,10 +51,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_FUSED", {flag(fused_)}},
       {"IB_ADD_CUBLASLT", {flag(add_with_cublaslt_)}},
       {"IB_MATMUL_TUNING", {tuning}},
-      {"IB_L2_PREFETCH", {std::to_string(l2_prefetch_mode_)}},
-      {"IB_L2_PREFETCH_MB", {std::to_string(l2_prefetch_max_bytes_ >> 20)}},
-      {"IB_ATTN_PREFETCH", {flag(attention_prefetch_kv_)}},
-      {"IB_SWIGLU_CUBLASLT_MIN_M", {std::to_string(swiglu_cublaslt_min_m_)}},
+      {"IB_ATTN_PREFETCH", {std::to_string(attention_prefetch_max_seqs_)}},
   };
   for (auto& [name, setting] : out) setting.from_env = switches_from_env_.count(name) == 1;
   check_kernel_switch_report(out, "cuda");

@@ -51,11 +51,7 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
     if (in.fused) {
       backend.rms_matmul_rope_cache(b.residual, w.wqkv, bqkv, in.rms_eps, in.positions,
                                     in.slot_mapping, in.inv_freq, kv, shape, b.qkv);
-      // A decode attention reads little and waits on memory latency: the o projection's weight
-      // can stream into L2 beside it (a no-op unless the backend does prefetches).
-      backend.prefetch_begin(w.wo);
       backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
-      backend.prefetch_end();
       backend.matmul_add(b.attn, w.wo, b.residual);
       backend.rms_matmul_swiglu(b.residual, w.w_gate_up, in.rms_eps, b.act);
       backend.matmul_add(b.act, w.w_down, b.residual);

@@ -67,8 +67,6 @@ class CudaBackend final : public Backend {
   void rms_matmul_swiglu(const Tensor& h, const Tensor& w, float eps, Tensor out) override;
   void matmul_add(const Tensor& x, const Tensor& w, Tensor residual) override;
   void scale_columns(Tensor w, const Tensor& gain) override;
-  void prefetch_begin(const Tensor& w) override;
-  void prefetch_end() override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
 
@@ -110,15 +108,10 @@ class CudaBackend final : public Backend {
   // The fused decode ops (IB_FUSED=0 turns them off, for an A/B against the unfused ops).
   void set_fused(bool on) { fused_ = on; }
   bool pdl() const { return pdl_; }
-  // L2 prefetch of the weight named by prefetch_begin (launch_l2_prefetch's modes; 0: off), at
-  // most `max_bytes` of it (set at start-up to three quarters of the device's L2).
-  void set_l2_prefetch(int mode) { l2_prefetch_mode_ = mode; }
-  void set_l2_prefetch_max_bytes(size_t max_bytes) { l2_prefetch_max_bytes_ = max_bytes; }
-  // rms_matmul_swiglu from this many rows on: cuBLASLt for h @ w^T into an fp32 (M, 2F) in the
-  // attention workspace, then one kernel for the norm and SwiGLU (0: always the fused GEMV).
-  void set_swiglu_cublaslt_min_m(int m) { swiglu_cublaslt_min_m_ = m; }
-  // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads.
-  void set_attention_prefetch_kv(bool on) { attention_prefetch_kv_ = on; }
+  // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
+  // steps of at most this many sequences (0: never). Default 1: +2 % at batch 1, -3.3 % on the
+  // 256-sequence continuous run (bench/NOTES.md, phase 5).
+  void set_attention_prefetch_max_seqs(int n) { attention_prefetch_max_seqs_ = n; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
@@ -163,13 +156,7 @@ class CudaBackend final : public Backend {
   std::string name_;
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t side_stream_ = nullptr;  // the L2 prefetch, forked from and joined to stream_
-  cudaEvent_t fork_ = nullptr, join_ = nullptr;
-  bool prefetch_open_ = false;
-  int l2_prefetch_mode_ = 0;
-  size_t l2_prefetch_max_bytes_ = 0;
-  int swiglu_cublaslt_min_m_ = 0;
-  bool attention_prefetch_kv_ = false;
+  int attention_prefetch_max_seqs_ = 1;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;
   Buffer attention_workspace_;

@@ -31,16 +31,6 @@ void launch_copy16(const void* src, void* dst, size_t bytes, int num_sms, cudaSt
 // out (M, N) += bias (N).
 void launch_bias_add(Tensor out, const Tensor& bias, cudaStream_t stream);
 
-// out (M, F) = silu(s * g) * (s * u), [g | u] = gate_up (M, 2F) in fp32, s = 1 / rms(h[m])
-// (h (M, K) un-normalised): the SwiGLU of rms_norm(h) @ w^T when cuBLASLt computed h @ w^T.
-void launch_rms_swiglu(const Tensor& h, const Tensor& gate_up, float eps, Tensor out,
-                       cudaStream_t stream, bool pdl = false);
-
-// ---- prefetch.cu ----
-// Pulls [data, data + bytes) into L2 with `blocks` blocks (mode 1: prefetch.global.L2::evict_last
-// per line, 2: prefetch.global.L2, 3: cp.async.bulk.prefetch.L2 on sm_90; 0: nothing).
-void launch_l2_prefetch(const void* data, size_t bytes, int mode, int blocks, cudaStream_t stream);
-
 // ---- norm.cu ----
 // residual == nullptr: out = rms_norm(x) * weight. Otherwise residual += x, out =
 // rms_norm(residual).

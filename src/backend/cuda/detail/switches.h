@@ -26,13 +26,9 @@ struct CudaSwitches {
   // IB_MATMUL_TUNING=0: the static GEMV / cuBLASLt rule; =gemv: the GEMV for every matmul of at
   // most 8 rows, whatever the weight size; =1: tuning (the default).
   std::string matmul_tuning;
-  // IB_L2_PREFETCH=0..3: the L2 prefetch of the o projection beside the decode attention
-  // (launch_l2_prefetch's modes; 0 off); IB_L2_PREFETCH_MB its cap (default 3/4 of the L2).
-  std::optional<int64_t> l2_prefetch, l2_prefetch_mb;
-  // IB_ATTN_PREFETCH=1: the split-KV attention prefetches its blocks' K and V rows into L2.
+  // IB_ATTN_PREFETCH=N: the split-KV attention prefetches its blocks' K and V rows into L2 in
+  // steps of at most N sequences (0: never; default 1).
   std::optional<int64_t> attn_prefetch;
-  // IB_SWIGLU_CUBLASLT_MIN_M=N: gate/up on cuBLASLt from N rows (0: never).
-  std::optional<int64_t> swiglu_cublaslt_min_m;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
 };
