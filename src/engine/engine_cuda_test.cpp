@@ -30,9 +30,10 @@ ModelConfig small_config(bool qkv_bias, int sliding_window) {
 
 std::vector<Tensor> all_tensors(const ModelConfig& c, const ModelWeights& w) {
   std::vector<Tensor> out = {w.embed, w.final_norm};
-  if (!c.tie_word_embeddings) out.push_back(w.lm_head);
+  if (!c.tie_word_embeddings) out.push_back(w.lm_head.data);
   for (const LayerWeights& l : w.layers) {
-    for (const Tensor& t : {l.attn_norm, l.wqkv, l.bqkv, l.wo, l.ffn_norm, l.w_gate_up, l.w_down}) {
+    for (const Tensor& t : {l.attn_norm, l.wqkv.data, l.bqkv, l.wo.data, l.ffn_norm,
+                            l.w_gate_up.data, l.w_down.data}) {
       if (!t.empty()) out.push_back(t);
     }
   }

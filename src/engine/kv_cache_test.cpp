@@ -33,7 +33,9 @@ class SmallDevice final : public Backend {
   void copy_to_host(const Tensor& src, void* dst) override { cpu_.copy_to_host(src, dst); }
   void copy_on_device(Tensor dst, const Tensor& src) override { cpu_.copy_on_device(dst, src); }
   void synchronize() override {}
-  void scale_columns(Tensor w, const Tensor& gain) override { cpu_.scale_columns(w, gain); }
+  void scale_columns(const WeightRef& w, const Tensor& gain) override {
+    cpu_.scale_columns(w, gain);
+  }
   void fill_uniform(Tensor dst, uint64_t seed, uint64_t stream, float scale) override {
     cpu_.fill_uniform(dst, seed, stream, scale);
   }
@@ -47,7 +49,7 @@ class SmallDevice final : public Backend {
   void add_rms_norm(Tensor r, const Tensor& x, const Tensor& w, float eps, Tensor out) override {
     cpu_.add_rms_norm(r, x, w, eps, out);
   }
-  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override {
+  void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) override {
     cpu_.matmul(x, w, bias, out);
   }
   void rope_and_cache(Tensor qkv, const Tensor& pos, const Tensor& slots, const Tensor& inv_freq,

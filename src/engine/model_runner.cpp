@@ -67,8 +67,11 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
   std::unique_ptr<ModelRunner> runner(
       new ModelRunner(model, *arch, std::move(weights), limits, backend));
   IB_TRY(runner->allocate());
-  if (backend.fused_decode_fits(runner->attn_shape_, model.hidden_size, model.intermediate_size))
+  const FusedDecodeOps* fused = backend.fused_decode_ops();
+  if (fused &&
+      fused->fused_decode_fits(runner->attn_shape_, model.hidden_size, model.intermediate_size)) {
     runner->fold_norm_gains();
+  }
   return runner;
 }
 
@@ -120,12 +123,7 @@ Status ModelRunner::allocate() {
       backend_.fill_constant(b->view(DType::kF32, {static_cast<int64_t>(b->bytes() / 4)}), 0.0f);
     }
   }
-  for (const LayerWeights& l : weights_.layers) {
-    for (const Tensor* w :
-         {&l.attn_norm, &l.wqkv, &l.bqkv, &l.wo, &l.ffn_norm, &l.w_gate_up, &l.w_down}) {
-      layer_weight_bytes_ += static_cast<int64_t>(w->bytes());
-    }
-  }
+  for (const LayerWeights& l : weights_.layers) layer_weight_bytes_ += l.bytes();
   inv_freq_ = inv_freq_buf_.view(DType::kF32, {model_.head_dim / 2});
   const std::vector<float> inv_freq = rope_inv_freq(model_);
   backend_.copy_from_host(inv_freq_, inv_freq.data(), DType::kF32);
@@ -264,7 +262,9 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   Tensor act = act_buf_.view(dt, {t, f});              // (T, F)
 
   // Fused: a decode step the backend fuses, with the norm gains folded (fold_norm_gains).
-  const bool fused = folded_ && backend_.fused_decode(t);
+  FusedDecodeOps* fused = folded_ && backend_.fused_decode_ops()->fused_decode(t)
+                              ? backend_.fused_decode_ops()
+                              : nullptr;
   backend_.embedding(token_ids_, weights_.embed, residual);
   StepInputs in;
   in.positions = positions_;

@@ -36,16 +36,18 @@ void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend, ModelWeig
   const int64_t f = c.intermediate_size;
   backend.fill_uniform(w.embed, seed, kDummyEmbedStream, 1.0f);
   if (!c.tie_word_embeddings)
-    backend.fill_uniform(w.lm_head, seed, kDummyLmHeadStream, matrix_scale(d));
+    backend.fill_uniform(w.lm_head.data, seed, kDummyLmHeadStream, matrix_scale(d));
   backend.fill_constant(w.final_norm, 1.0f);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     auto stream = [&](DummyTensor t) { return dummy_weight_stream(l, t); };
     backend.fill_constant(lw.attn_norm, 1.0f);
     backend.fill_constant(lw.ffn_norm, 1.0f);
-    backend.fill_uniform(lw.wqkv.slice_rows(0, q), seed, stream(DummyTensor::kQ), matrix_scale(d));
-    backend.fill_uniform(lw.wqkv.slice_rows(q, kv), seed, stream(DummyTensor::kK), matrix_scale(d));
-    backend.fill_uniform(lw.wqkv.slice_rows(q + kv, kv), seed, stream(DummyTensor::kV),
+    backend.fill_uniform(lw.wqkv.data.slice_rows(0, q), seed, stream(DummyTensor::kQ),
+                         matrix_scale(d));
+    backend.fill_uniform(lw.wqkv.data.slice_rows(q, kv), seed, stream(DummyTensor::kK),
+                         matrix_scale(d));
+    backend.fill_uniform(lw.wqkv.data.slice_rows(q + kv, kv), seed, stream(DummyTensor::kV),
                          matrix_scale(d));
     if (!lw.bqkv.empty()) {
       const Tensor b = lw.bqkv.reshaped({q + 2 * kv, 1});  // rows = elements, to slice
@@ -53,16 +55,21 @@ void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend, ModelWeig
       backend.fill_uniform(b.slice_rows(q, kv), seed, stream(DummyTensor::kKBias), 0.1f);
       backend.fill_uniform(b.slice_rows(q + kv, kv), seed, stream(DummyTensor::kVBias), 0.1f);
     }
-    backend.fill_uniform(lw.wo, seed, stream(DummyTensor::kO), matrix_scale(q));
-    backend.fill_uniform(lw.w_gate_up.slice_rows(0, f), seed, stream(DummyTensor::kGate),
+    backend.fill_uniform(lw.wo.data, seed, stream(DummyTensor::kO), matrix_scale(q));
+    backend.fill_uniform(lw.w_gate_up.data.slice_rows(0, f), seed, stream(DummyTensor::kGate),
                          matrix_scale(d));
-    backend.fill_uniform(lw.w_gate_up.slice_rows(f, f), seed, stream(DummyTensor::kUp),
+    backend.fill_uniform(lw.w_gate_up.data.slice_rows(f, f), seed, stream(DummyTensor::kUp),
                          matrix_scale(d));
-    backend.fill_uniform(lw.w_down, seed, stream(DummyTensor::kDown), matrix_scale(f));
+    backend.fill_uniform(lw.w_down.data, seed, stream(DummyTensor::kDown), matrix_scale(f));
   }
 }
 
 }  // namespace
+
+int64_t LayerWeights::bytes() const {
+  return static_cast<int64_t>(attn_norm.bytes() + wqkv.bytes() + bqkv.bytes() + wo.bytes() +
+                              ffn_norm.bytes() + w_gate_up.bytes() + w_down.bytes());
+}
 
 uint64_t dummy_weight_stream(int layer, DummyTensor tensor) {
   return 1000 + 16 * static_cast<uint64_t>(layer) + static_cast<uint64_t>(tensor);

@@ -20,21 +20,25 @@ struct WeightOptions {
   uint64_t seed = 0;                      // dummy weights
 };
 
-// Shapes (D = hidden, F = intermediate, Q = num_heads * head_dim, KV = num_kv_heads * head_dim):
+// Shapes (D = hidden, F = intermediate, Q = num_heads * head_dim, KV = num_kv_heads * head_dim).
+// The matmul weights are WeightRefs (backend/weight.h): their format, packed data and scales;
+// dense in the activation dtype today. Norms, biases and the embedding table stay dense tensors.
 struct LayerWeights {
-  Tensor attn_norm;  // (D)
-  Tensor wqkv;       // (Q + 2 KV, D): rows q, then k, then v (HF q_proj/k_proj/v_proj)
-  Tensor bqkv;       // (Q + 2 KV) or empty when the model has no attention bias
-  Tensor wo;         // (D, Q)
-  Tensor ffn_norm;   // (D)
-  Tensor w_gate_up;  // (2F, D): rows gate, then up
-  Tensor w_down;     // (D, F)
+  Tensor attn_norm;     // (D)
+  WeightRef wqkv;       // (Q + 2 KV, D): rows q, then k, then v (HF q_proj/k_proj/v_proj)
+  Tensor bqkv;          // (Q + 2 KV) or empty when the model has no attention bias
+  WeightRef wo;         // (D, Q)
+  Tensor ffn_norm;      // (D)
+  WeightRef w_gate_up;  // (2F, D): rows gate, then up
+  WeightRef w_down;     // (D, F)
+  // The bytes every tensor of the layer occupies as stored (scales included).
+  int64_t bytes() const;
 };
 
 struct ModelWeights {
   Tensor embed;       // (V, D)
   Tensor final_norm;  // (D)
-  Tensor lm_head;     // (V, D); the same memory as embed when tied
+  WeightRef lm_head;  // (V, D); the same memory as embed when tied
   std::vector<LayerWeights> layers;
   std::vector<Buffer> storage;  // owns the memory behind the views above
   std::string description;      // e.g. "dummy (seed 0)" or "safetensors: DIR (2 files)"

@@ -44,14 +44,14 @@ TEST(DummyWeights, FollowTheDocumentedStreamsAndScales) {
   };
   const int64_t q = 64, kv = 32, f = 128;
   expect_stream(w->embed, kDummyEmbedStream, 1.0);
-  expect_stream(w->lm_head, kDummyLmHeadStream, std::sqrt(3.0 / 64));
+  expect_stream(w->lm_head.data, kDummyLmHeadStream, std::sqrt(3.0 / 64));
   const LayerWeights& l1 = w->layers[1];
-  expect_stream(l1.wqkv.slice_rows(q, kv), dummy_weight_stream(1, DummyTensor::kK),
+  expect_stream(l1.wqkv.data.slice_rows(q, kv), dummy_weight_stream(1, DummyTensor::kK),
                 std::sqrt(3.0 / 64));
-  expect_stream(l1.wo, dummy_weight_stream(1, DummyTensor::kO), std::sqrt(3.0 / 64));
-  expect_stream(l1.w_gate_up.slice_rows(f, f), dummy_weight_stream(1, DummyTensor::kUp),
+  expect_stream(l1.wo.data, dummy_weight_stream(1, DummyTensor::kO), std::sqrt(3.0 / 64));
+  expect_stream(l1.w_gate_up.data.slice_rows(f, f), dummy_weight_stream(1, DummyTensor::kUp),
                 std::sqrt(3.0 / 64));
-  expect_stream(l1.w_down, dummy_weight_stream(1, DummyTensor::kDown), std::sqrt(3.0 / 128));
+  expect_stream(l1.w_down.data, dummy_weight_stream(1, DummyTensor::kDown), std::sqrt(3.0 / 128));
   expect_stream(l1.bqkv.reshaped({q + 2 * kv, 1}).slice_rows(q + kv, kv),
                 dummy_weight_stream(1, DummyTensor::kVBias), 0.1);
   EXPECT_EQ(host(backend, l1.ffn_norm), std::vector<float>(64, 1.0f));
@@ -61,7 +61,7 @@ TEST(DummyWeights, FollowTheDocumentedStreamsAndScales) {
   c.attention_bias = false;
   auto tied = load_weights(c, opts, backend);
   ASSERT_TRUE(tied.ok());
-  EXPECT_EQ(tied->lm_head.data, tied->embed.data);
+  EXPECT_EQ(tied->lm_head.data.data, tied->embed.data);
   EXPECT_TRUE(tied->layers[0].bqkv.empty());
   // Untied with biases holds the lm_head (101 x 64 fp32) and 2 layers of qkv biases (128 fp32)
   // more.
@@ -125,8 +125,9 @@ TEST(SafetensorsWeights, SameLogitsAsTheSameWeightsLoadedAsDummy) {
     auto loaded = load_weights(c, {LoadFormat::kAuto, dir.path().string(), 0}, backend);
     ASSERT_TRUE(loaded.ok()) << loaded.error().message;
     EXPECT_EQ(loaded->description, "safetensors: " + dir.path().string() + " (1 file)");
-    EXPECT_EQ(host(backend, loaded->layers[1].wqkv), host(backend, dummy.layers[1].wqkv));
-    EXPECT_EQ(host(backend, loaded->layers[0].w_gate_up), host(backend, dummy.layers[0].w_gate_up));
+    EXPECT_EQ(host(backend, loaded->layers[1].wqkv.data), host(backend, dummy.layers[1].wqkv.data));
+    EXPECT_EQ(host(backend, loaded->layers[0].w_gate_up.data),
+              host(backend, dummy.layers[0].w_gate_up.data));
     const auto from_file = engine_logits(c, std::move(loaded).value(), backend);
     const auto from_dummy = engine_logits(c, std::move(dummy), backend);
     ASSERT_EQ(from_file.size(), 8u);
@@ -145,7 +146,7 @@ TEST(SafetensorsWeights, Bf16IsConvertedToTheBackendDtype) {
                   .ok());
   auto loaded = load_weights(c, {LoadFormat::kSafetensors, dir.path().string(), 0}, backend);
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
-  const auto got = host(backend, loaded->layers[1].w_down);
+  const auto got = host(backend, loaded->layers[1].w_down.data);
   const auto& want = host_w.layers[1].down;
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], round_to_bf16(want[i]));

@@ -88,21 +88,21 @@ HostWeights copy_weights_to_host(const ModelConfig& c, const ModelWeights& w, Ba
   HostWeights h;
   h.embed = to_host(backend, w.embed, 0, c.vocab_size);
   h.final_norm = to_host(backend, w.final_norm, 0, c.hidden_size);
-  h.lm_head = to_host(backend, w.lm_head, 0, c.vocab_size);
+  h.lm_head = to_host(backend, w.lm_head.data, 0, c.vocab_size);
   for (const LayerWeights& lw : w.layers) {
     HostLayer l;
     l.attn_norm = to_host(backend, lw.attn_norm, 0, c.hidden_size);
-    l.q = to_host(backend, lw.wqkv, 0, q);
-    l.k = to_host(backend, lw.wqkv, q, kv);
-    l.v = to_host(backend, lw.wqkv, q + kv, kv);
+    l.q = to_host(backend, lw.wqkv.data, 0, q);
+    l.k = to_host(backend, lw.wqkv.data, q, kv);
+    l.v = to_host(backend, lw.wqkv.data, q + kv, kv);
     l.q_bias = to_host(backend, lw.bqkv, 0, q);
     l.k_bias = to_host(backend, lw.bqkv, q, kv);
     l.v_bias = to_host(backend, lw.bqkv, q + kv, kv);
-    l.o = to_host(backend, lw.wo, 0, c.hidden_size);
+    l.o = to_host(backend, lw.wo.data, 0, c.hidden_size);
     l.ffn_norm = to_host(backend, lw.ffn_norm, 0, c.hidden_size);
-    l.gate = to_host(backend, lw.w_gate_up, 0, f);
-    l.up = to_host(backend, lw.w_gate_up, f, f);
-    l.down = to_host(backend, lw.w_down, 0, c.hidden_size);
+    l.gate = to_host(backend, lw.w_gate_up.data, 0, f);
+    l.up = to_host(backend, lw.w_gate_up.data, f, f);
+    l.down = to_host(backend, lw.w_down.data, 0, c.hidden_size);
     h.layers.push_back(std::move(l));
   }
   return h;

@@ -152,7 +152,8 @@ void CpuBackend::fill_constant(Tensor dst, float value) {
   for (int64_t i = 0; i < dst.numel(); ++i) store_from_f32(dst.data, dst.dtype, i, value);
 }
 
-void CpuBackend::scale_columns(Tensor w, const Tensor& gain) {
+void CpuBackend::scale_columns(const WeightRef& weight, const Tensor& gain) {
+  const Tensor& w = weight.dense();
   check_f32(w, "scale_columns: w must be fp32");
   check_f32(gain, "scale_columns: gain must be fp32");
   const int64_t k = w.row_size();
@@ -207,7 +208,8 @@ void CpuBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& we
   });
 }
 
-void CpuBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+void CpuBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* bias, Tensor out) {
+  const Tensor& w = weight.dense();
   check_f32(x, "matmul: x must be fp32");
   check_f32(w, "matmul: w must be fp32");
   check_f32(out, "matmul: out must be fp32");

@@ -1,9 +1,10 @@
-// CpuBackend: the fp32 reference implementation of Backend, multi-threaded through a ThreadPool.
-// Every op runs synchronously on the calling thread plus the pool's workers. Weights and
-// activations are fp32 (activation_dtype() == kF32); the factory refuses bf16/fp16 for the CPU.
-// Numerics (the contract CUDA kernels are compared against): dot products as cpu::dot_f32
-// (detail/dot.h); RMSNorm sums squares the same way and scales by 1 / sqrt(mean + eps);
-// attention is a two-pass softmax in fp32; sampling accumulates probabilities in double.
+// CpuBackend: the fp32 reference implementation of Backend (dense weights; no fused decode ops),
+// multi-threaded through a ThreadPool. Every op runs synchronously on the calling thread plus the
+// pool's workers. Weights and activations are fp32 (activation_dtype() == kF32); the factory
+// refuses bf16/fp16 for the CPU. Numerics (the contract CUDA kernels are compared against): dot
+// products as cpu::dot_f32 (detail/dot.h); RMSNorm sums squares the same way and scales by 1 /
+// sqrt(mean + eps); attention is a two-pass softmax in fp32; sampling accumulates probabilities in
+// double.
 #pragma once
 
 #include <memory>
@@ -29,13 +30,13 @@ class CpuBackend final : public Backend {
 
   void fill_uniform(Tensor dst, uint64_t seed, uint64_t stream, float scale) override;
   void fill_constant(Tensor dst, float value) override;
-  void scale_columns(Tensor w, const Tensor& gain) override;
+  void scale_columns(const WeightRef& w, const Tensor& gain) override;
 
   void embedding(const Tensor& token_ids, const Tensor& table, Tensor out) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
   void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                     Tensor out) override;
-  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override;
+  void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) override;
   void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                       const Tensor& inv_freq, const KvCacheLayer& kv,
                       const AttentionShape& shape) override;

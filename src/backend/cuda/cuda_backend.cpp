@@ -260,7 +260,8 @@ void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w
   run_op("add_rms_norm", [&] { launch_rms_norm(&residual, x, weight, eps, out, stream_, pdl_); });
 }
 
-void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* bias, Tensor out) {
+  const Tensor& w = weight.dense();
   IB_ASSERT(x.row_size() == w.row_size() && w.rank == 2,
             "matmul: x (M, K) and w (N, K) must share K");
   IB_ASSERT(out.rows() == x.rows() && out.row_size() == w.dim(0),
@@ -287,11 +288,12 @@ bool CudaBackend::fused_decode(int64_t num_tokens) const {
   return fused_ && half && num_tokens >= 0 && num_tokens <= kGemvFusedMaxM;
 }
 
-void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor& w, const Tensor* bias,
-                                        float eps, const Tensor& positions,
+void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const WeightRef& weight,
+                                        const Tensor* bias, float eps, const Tensor& positions,
                                         const Tensor& slot_mapping, const Tensor& inv_freq,
                                         const KvCacheLayer& kv, const AttentionShape& shape,
                                         Tensor qkv) {
+  const Tensor& w = weight.dense();
   IB_ASSERT(h.row_size() == w.row_size() && qkv.rows() == h.rows() && qkv.row_size() == w.dim(0),
             "rms_matmul_rope_cache: h (M, K), w (N, K), qkv (M, N)");
   IB_ASSERT(positions.numel() == h.rows() && slot_mapping.numel() == h.rows() &&
@@ -304,7 +306,9 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor& w, const 
   });
 }
 
-void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor& w, float eps, Tensor out) {
+void CudaBackend::rms_matmul_swiglu(const Tensor& h, const WeightRef& weight, float eps,
+                                    Tensor out) {
+  const Tensor& w = weight.dense();
   IB_ASSERT(
       h.row_size() == w.row_size() && out.rows() == h.rows() && 2 * out.row_size() == w.dim(0),
       "rms_matmul_swiglu: h (M, K), w (2F, K), out (M, F)");
@@ -315,7 +319,8 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor& w, float eps,
   });
 }
 
-void CudaBackend::matmul_add(const Tensor& x, const Tensor& w, Tensor residual) {
+void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor residual) {
+  const Tensor& w = weight.dense();
   IB_ASSERT(x.row_size() == w.row_size() && residual.rows() == x.rows() &&
                 residual.row_size() == w.dim(0),
             "matmul_add: x (M, K), w (N, K), residual (M, N)");
@@ -333,7 +338,8 @@ void CudaBackend::matmul_add(const Tensor& x, const Tensor& w, Tensor residual) 
   });
 }
 
-void CudaBackend::scale_columns(Tensor w, const Tensor& gain) {
+void CudaBackend::scale_columns(const WeightRef& weight, const Tensor& gain) {
+  const Tensor& w = weight.dense();
   IB_ASSERT(w.rank == 2 && gain.numel() == w.row_size() && gain.dtype == w.dtype,
             "scale_columns: w (N, K), gain (K) of w's dtype");
   run_op("scale_columns", [&] { launch_scale_columns(w, gain, stream_); });

@@ -55,10 +55,10 @@ TEST_P(CudaFused, ExistsForHalfTypesUpToEightTokens) {
   AttentionShape odd_heads = llama3;
   odd_heads.head_dim = 72;  // not a whole number of 16-row tiles
   EXPECT_FALSE(twin.gpu().fused_decode_fits(odd_heads, 4096, 14336));
-  EXPECT_FALSE(twin.cpu().fused_decode_fits(llama3, 4096, 14336));
+  EXPECT_EQ(twin.cpu().fused_decode_ops(), nullptr);  // the CPU has none: the unfused ops
+  EXPECT_EQ(twin.gpu().fused_decode_ops(), &twin.gpu());
   Twin f32(DType::kF32);
   EXPECT_FALSE(f32.gpu().fused_decode(1));
-  EXPECT_FALSE(f32.cpu().fused_decode(1));
 }
 
 TEST_P(CudaFused, RmsMatmulSwiGluMatchesNormMatmulSiluMul) {

@@ -80,10 +80,10 @@ struct StepInputs {
   const AttentionShape* shape = nullptr;
   std::span<const KvCacheLayer> kv;  // one per layer
   float rms_eps = 0;
-  // Decode step the backend fuses, with the norm gains folded into the matmuls after them
-  // (ModelRunner::fold_norm_gains): the norms ride in the GEMVs, residual adds in the GEMVs
-  // before them, RoPE and the KV write in the qkv GEMV, SwiGLU in the gate/up GEMV.
-  bool fused = false;
+  // Non-null on a decode step the backend fuses, with the norm gains folded into the matmuls
+  // after them (ModelRunner::fold_norm_gains): the norms ride in the GEMVs, residual adds in the
+  // GEMVs before them, RoPE and the KV write in the qkv GEMV, SwiGLU in the gate/up GEMV.
+  FusedDecodeOps* fused = nullptr;
 };
 
 class Architecture {
@@ -100,7 +100,7 @@ class Architecture {
 // The architecture of config.family, or a user error naming the families the engine runs.
 Result<const Architecture*> find_architecture(const ModelConfig& config);
 
-// The logical weight a schema entry fills.
+// The logical weight a schema entry fills (its dense tensor: the loader reads dense checkpoints).
 Tensor weight_for(ModelWeights& weights, WeightRole role, int layer);
 
 }  // namespace ib

@@ -84,10 +84,10 @@ TEST(Architecture, Phi3FusedCheckpointMatchesTheReference) {
                   .ok());
   auto loaded = load_weights(c, {LoadFormat::kSafetensors, dir.path().string(), 0}, backend);
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
-  EXPECT_EQ(testing::host(backend, loaded->layers[1].wqkv),
-            testing::host(backend, dummy.layers[1].wqkv));
-  EXPECT_EQ(testing::host(backend, loaded->layers[0].w_gate_up),
-            testing::host(backend, dummy.layers[0].w_gate_up));
+  EXPECT_EQ(testing::host(backend, loaded->layers[1].wqkv.data),
+            testing::host(backend, dummy.layers[1].wqkv.data));
+  EXPECT_EQ(testing::host(backend, loaded->layers[0].w_gate_up.data),
+            testing::host(backend, dummy.layers[0].w_gate_up.data));
 
   EngineConfig config;
   config.block_size = 4;
@@ -167,7 +167,7 @@ TEST(Architecture, ExtraLayersAreUnexpectedAndTiedLmHeadIsIgnored) {
   CpuBackend backend(1);
   auto w = load_weights(tied, {LoadFormat::kSafetensors, dir.path().string(), 0}, backend);
   ASSERT_TRUE(w.ok()) << w.error().message;
-  EXPECT_EQ(w->lm_head.data, w->embed.data);
+  EXPECT_EQ(w->lm_head.data.data, w->embed.data);
 }
 
 TEST(Architecture, UnknownFamilyIsRefusedBeforeAllocation) {

@@ -49,12 +49,12 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
     const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;
     const KvCacheLayer& kv = in.kv[l];
     if (in.fused) {
-      backend.rms_matmul_rope_cache(b.residual, w.wqkv, bqkv, in.rms_eps, in.positions,
-                                    in.slot_mapping, in.inv_freq, kv, shape, b.qkv);
+      in.fused->rms_matmul_rope_cache(b.residual, w.wqkv, bqkv, in.rms_eps, in.positions,
+                                      in.slot_mapping, in.inv_freq, kv, shape, b.qkv);
       backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
-      backend.matmul_add(b.attn, w.wo, b.residual);
-      backend.rms_matmul_swiglu(b.residual, w.w_gate_up, in.rms_eps, b.act);
-      backend.matmul_add(b.act, w.w_down, b.residual);
+      in.fused->matmul_add(b.attn, w.wo, b.residual);
+      in.fused->rms_matmul_swiglu(b.residual, w.w_gate_up, in.rms_eps, b.act);
+      in.fused->matmul_add(b.act, w.w_down, b.residual);
       continue;
     }
     backend.matmul(b.hidden, w.wqkv, bqkv, b.qkv);

@@ -50,24 +50,24 @@ Tensor weight_for(ModelWeights& w, WeightRole role, int layer) {
             "weight_for: layer given for a whole-model weight or missing for a layer weight");
   if (layer < 0) {
     if (role == WeightRole::kEmbed) return w.embed;
-    return role == WeightRole::kFinalNorm ? w.final_norm : w.lm_head;
+    return role == WeightRole::kFinalNorm ? w.final_norm : w.lm_head.dense();
   }
   LayerWeights& l = w.layers.at(static_cast<size_t>(layer));
   switch (role) {
     case WeightRole::kAttnNorm:
       return l.attn_norm;
     case WeightRole::kQkv:
-      return l.wqkv;
+      return l.wqkv.dense();
     case WeightRole::kQkvBias:
       return l.bqkv;
     case WeightRole::kO:
-      return l.wo;
+      return l.wo.dense();
     case WeightRole::kFfnNorm:
       return l.ffn_norm;
     case WeightRole::kGateUp:
-      return l.w_gate_up;
+      return l.w_gate_up.dense();
     case WeightRole::kDown:
-      return l.w_down;
+      return l.w_down.dense();
     default:
       break;
   }

@@ -26,7 +26,7 @@ namespace ib::cuda {
 
 enum class AttentionPath { kAuto, kSplitKv, kFlash };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public FusedDecodeOps {
  public:
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
@@ -50,7 +50,7 @@ class CudaBackend final : public Backend {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
   void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                     Tensor out) override;
-  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override;
+  void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) override;
   void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                       const Tensor& inv_freq, const KvCacheLayer& kv,
                       const AttentionShape& shape) override;
@@ -60,13 +60,14 @@ class CudaBackend final : public Backend {
   bool fused_decode_fits(const AttentionShape& shape, int64_t hidden_size,
                          int64_t intermediate_size) const override;
   bool fused_decode(int64_t num_tokens) const override;
-  void rms_matmul_rope_cache(const Tensor& h, const Tensor& w, const Tensor* bias, float eps,
+  FusedDecodeOps* fused_decode_ops() override { return this; }
+  void rms_matmul_rope_cache(const Tensor& h, const WeightRef& w, const Tensor* bias, float eps,
                              const Tensor& positions, const Tensor& slot_mapping,
                              const Tensor& inv_freq, const KvCacheLayer& kv,
                              const AttentionShape& shape, Tensor qkv) override;
-  void rms_matmul_swiglu(const Tensor& h, const Tensor& w, float eps, Tensor out) override;
-  void matmul_add(const Tensor& x, const Tensor& w, Tensor residual) override;
-  void scale_columns(Tensor w, const Tensor& gain) override;
+  void rms_matmul_swiglu(const Tensor& h, const WeightRef& w, float eps, Tensor out) override;
+  void matmul_add(const Tensor& x, const WeightRef& w, Tensor residual) override;
+  void scale_columns(const WeightRef& w, const Tensor& gain) override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
 

@@ -1,15 +1,16 @@
-#include "backend/backend.h"
+// Buffer and Device: the tracked allocation every op set runs on (device.h).
+#include "backend/device.h"
 
 namespace ib {
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
     reset();
-    backend_ = o.backend_;
+    device_ = o.device_;
     ptr_ = o.ptr_;
     bytes_ = o.bytes_;
     tag_ = o.tag_;
-    o.backend_ = nullptr;
+    o.device_ = nullptr;
     o.ptr_ = nullptr;
     o.bytes_ = 0;
   }
@@ -17,8 +18,8 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
 }
 
 void Buffer::reset() {
-  if (backend_ && ptr_) backend_->release(ptr_, bytes_, tag_);
-  backend_ = nullptr;
+  if (device_ && ptr_) device_->release(ptr_, bytes_, tag_);
+  device_ = nullptr;
   ptr_ = nullptr;
   bytes_ = 0;
 }
@@ -29,30 +30,14 @@ Tensor Buffer::view(DType dtype, std::initializer_list<int64_t> shape, size_t of
   return t;
 }
 
-// The fused decode ops exist only where fused_decode() says so; the runner asks first.
-void Backend::rms_matmul_rope_cache(const Tensor&, const Tensor&, const Tensor*, float,
-                                    const Tensor&, const Tensor&, const Tensor&,
-                                    const KvCacheLayer&, const AttentionShape&, Tensor) {
-  IB_ASSERT(false,
-            "rms_matmul_rope_cache: this backend has no fused decode ops (check "
-            "fused_decode first)");
-}
-void Backend::rms_matmul_swiglu(const Tensor&, const Tensor&, float, Tensor) {
-  IB_ASSERT(false,
-            "rms_matmul_swiglu: this backend has no fused decode ops (check fused_decode first)");
-}
-void Backend::matmul_add(const Tensor&, const Tensor&, Tensor) {
-  IB_ASSERT(false, "matmul_add: this backend has no fused decode ops (check fused_decode first)");
-}
-
-Error Backend::cap_refusal(size_t bytes, MemoryTag tag) const {
+Error Device::cap_refusal(size_t bytes, MemoryTag tag) const {
   const auto limit = memory_.limit_bytes().value_or(0);
   return runtime_error("out of memory: allocating " + std::to_string(bytes) + " bytes for " +
                        memory_tag_name(tag) + " would exceed the memory limit of " +
                        std::to_string(limit) + " bytes");
 }
 
-Result<Buffer> Backend::alloc(size_t bytes, MemoryTag tag) {
+Result<Buffer> Device::alloc(size_t bytes, MemoryTag tag) {
   const size_t rounded = alloc_bytes(bytes);
   if (!memory_.admit(static_cast<int64_t>(rounded))) return cap_refusal(rounded, tag);
   IB_ASSIGN_OR_RETURN(void* ptr, raw_alloc(rounded));
@@ -60,7 +45,7 @@ Result<Buffer> Backend::alloc(size_t bytes, MemoryTag tag) {
   return Buffer(this, ptr, rounded, tag);
 }
 
-void Backend::release(void* ptr, size_t bytes, MemoryTag tag) {
+void Device::release(void* ptr, size_t bytes, MemoryTag tag) {
   raw_free(ptr, bytes);
   memory_.on_free(reinterpret_cast<uint64_t>(ptr), static_cast<int64_t>(bytes), tag);
 }

@@ -1,0 +1,145 @@
+// The op sets a backend implements, each a small interface that grows on its own: DenseOps
+// (initialisation, embedding, norms, matmuls, activations, sampling), AttentionOps (RoPE with the
+// KV write, paged attention) and the optional FusedDecodeOps (the dense decoder's fused decode
+// step, reached through Backend::fused_decode_ops()). Quantized and mixture-of-experts op sets
+// join as further interfaces.
+//
+// Contract: tensors passed to ops live in the backend's memory (Device::alloc); shapes are
+// checked with IB_ASSERT. "act" below means the backend's activation dtype: fp32 on the CPU, the
+// model dtype (bf16/fp16/fp32) on CUDA. Accumulation is always fp32. Ops are enqueued in call
+// order on the device's stream.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/tensor.h"
+#include "backend/weight.h"
+#include "core/result.h"
+
+namespace ib {
+
+// Per-layer view of the paged KV cache.
+// Layout of k and v: (num_blocks, num_kv_heads, block_size, head_dim), dtype = act.
+// A token at slot s lives in block s / block_size at offset s % block_size.
+struct KvCacheLayer {
+  Tensor k;
+  Tensor v;
+  int block_size = 16;
+};
+
+struct AttentionShape {
+  int num_heads = 0;     // query heads
+  int num_kv_heads = 0;  // key/value heads (GQA: num_heads % num_kv_heads == 0)
+  int head_dim = 0;
+  float scale = 0;         // softmax scale, usually 1/sqrt(head_dim)
+  int sliding_window = 0;  // 0: full causal attention; w > 0: key positions > q_pos - w only
+};
+
+// The batch the attention op sees. Sequences are packed: sequence i owns query tokens
+// [query_start[i], query_start[i+1]) of the flattened batch; after this step its cache holds
+// context_lens[i] tokens, the last (query_start[i+1] - query_start[i]) of them being this
+// step's tokens. Query token j of sequence i therefore sits at absolute position
+// context_lens[i] - q_len_i + j and attends causally to positions <= its own.
+struct AttentionMetadata {
+  int num_seqs = 0;
+  int num_tokens = 0;
+  Tensor query_start;     // int32 (num_seqs + 1)
+  Tensor context_lens;    // int32 (num_seqs)
+  Tensor block_tables;    // int32 (num_seqs, max_blocks_per_seq); unused entries may be -1
+  int max_query_len = 0;  // host-side hints for kernel choice
+  int max_context_len = 0;
+};
+
+// Per-row sampling parameters, in backend memory.
+// temperature <= 0 means greedy (argmax, lowest index on ties). Otherwise: scale by
+// 1/temperature, keep the top_k largest logits (top_k <= 0: all), softmax, keep the smallest
+// set of most probable tokens whose mass reaches top_p, renormalise, and draw with the uniform
+// u = counter_uniform(seed, 0, step) by inverse CDF over tokens in descending probability.
+// Precisely (the CPU reference, cpu/sampling.cpp): candidates are ordered by descending scaled
+// logit (logit / temperature), ties by ascending token id; the nucleus is the shortest prefix
+// whose cumulative mass reaches top_p * total; the draw is the first candidate whose cumulative
+// mass exceeds u * (nucleus mass).
+struct SamplingMetadata {
+  int num_rows = 0;
+  bool all_greedy = true;  // host-side hint: skip the stochastic path
+  Tensor temperature;      // f32 (num_rows)
+  Tensor top_k;            // int32 (num_rows)
+  Tensor top_p;            // f32 (num_rows)
+  Tensor seed;             // int64 (num_rows)
+  Tensor step;             // int32 (num_rows): index of the token being sampled
+};
+
+class DenseOps {
+ public:
+  virtual ~DenseOps() = default;
+
+  // ---- initialisation ----
+  // dst[i] = scale * (2 * counter_uniform(seed, stream, i) - 1), rounded to dst.dtype.
+  virtual void fill_uniform(Tensor dst, uint64_t seed, uint64_t stream, float scale) = 0;
+  virtual void fill_constant(Tensor dst, float value) = 0;
+  // w (N, K): w[n][k] *= gain[k] (gain (K), w's dtype), rounded once.
+  virtual void scale_columns(const WeightRef& w, const Tensor& gain) = 0;
+
+  // ---- forward-pass ops ----
+  // out (T, D) act = table[token_ids[t]]; table (V, D) act; token_ids int32 (T).
+  virtual void embedding(const Tensor& token_ids, const Tensor& table, Tensor out) = 0;
+  // out (T, D) = x / rms(x) * weight; x (T, D) act, weight (D) act.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) = 0;
+  // residual += x (in place, act); out = rms_norm(residual) * weight.
+  virtual void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                            Tensor out) = 0;
+  // out (M, N) = x (M, K) @ w (N, K)^T (+ bias (N)); fp32 accumulation.
+  // out may be f32 while x and w are act (used for logits).
+  virtual void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) = 0;
+  // out (T, F) = silu(gate_up[:, :F]) * gate_up[:, F:]; gate_up (T, 2F).
+  virtual void silu_mul(const Tensor& gate_up, Tensor out) = 0;
+  // out (R, D) = x[row_ids[r]]; row_ids int32 (R).
+  virtual void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) = 0;
+  // out_tokens int32 (R) from logits f32 (R, V), as SamplingMetadata describes.
+  virtual void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) = 0;
+};
+
+class AttentionOps {
+ public:
+  virtual ~AttentionOps() = default;
+  // qkv (T, (Hq + 2 Hkv) * head_dim): rotates q and k in place with rotate-half RoPE at
+  // positions (int32 T) using inv_freq (f32, head_dim / 2): angle = float(pos) * inv_freq[i];
+  // then writes k and v into the cache at slot_mapping (int32 T; -1 skips the token).
+  virtual void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
+                              const Tensor& inv_freq, const KvCacheLayer& kv,
+                              const AttentionShape& shape) = 0;
+  // out (T, Hq * head_dim) = softmax(q k^T * scale + causal/sliding mask) v over the paged
+  // cache, for every query token of qkv (only its q part is read).
+  virtual void attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
+                         const AttentionShape& shape, Tensor out) = 0;
+  // Whether the attention op runs this shape here (CUDA kernels cover head_dim 64, 96, 128);
+  // a user error naming the limit otherwise, checked before any weight is loaded.
+  virtual Status supports_attention(const AttentionShape& /*shape*/) const { return Ok{}; }
+};
+
+// The dense decoder's fused decode step (CUDA; bench/NOTES.md, phase 3), used behind the
+// architecture seam (engine/arch/dense_decoder.cpp). The ops expect each RMSNorm's gain folded
+// into the columns of the matmul after it (DenseOps::scale_columns, the gain then set to ones),
+// so that rms_norm(h) * g @ w^T = rms_norm(h) @ (w * g)^T; the CPU backend, which has none of
+// them, is their oracle through the unfused ops.
+class FusedDecodeOps {
+ public:
+  virtual ~FusedDecodeOps() = default;
+  // Whether the ops exist for a model of these shapes (hidden size D, intermediate size F, the
+  // attention heads), and whether they run a step of num_tokens rows.
+  virtual bool fused_decode_fits(const AttentionShape& shape, int64_t hidden_size,
+                                 int64_t intermediate_size) const = 0;
+  virtual bool fused_decode(int64_t num_tokens) const = 0;
+  // qkv = rms_norm(h) @ w^T (+ bias (N)), h (M, K) un-normalised and no gain, then
+  // rope_and_cache(qkv, ...) as AttentionOps describes, in one op.
+  virtual void rms_matmul_rope_cache(const Tensor& h, const WeightRef& w, const Tensor* bias,
+                                     float eps, const Tensor& positions, const Tensor& slot_mapping,
+                                     const Tensor& inv_freq, const KvCacheLayer& kv,
+                                     const AttentionShape& shape, Tensor qkv) = 0;
+  // out (M, F) = silu(g) * u where [g | u] = rms_norm(h) @ w^T; w (2F, K).
+  virtual void rms_matmul_swiglu(const Tensor& h, const WeightRef& w, float eps, Tensor out) = 0;
+  // residual (M, N) += x (M, K) @ w (N, K)^T, fp32 accumulation, rounded once.
+  virtual void matmul_add(const Tensor& x, const WeightRef& w, Tensor residual) = 0;
+};
+
+}  // namespace ib
