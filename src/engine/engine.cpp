@@ -29,10 +29,6 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-const char* kv_growth_name(KvGrowth g) {
-  return g == KvGrowth::kOnDemand ? "on-demand" : "preallocated";
-}
-
 namespace {
 
 using detail::Sequence;
@@ -75,10 +71,12 @@ class EngineImpl final : public Engine {
     }
     // The last generated token is never fed back, so the cache must hold total - 1 tokens.
     if (scheduler_.blocks_for(static_cast<int>(total - 1)) > capacity_blocks_) {
-      return user_error(who + "needs " + std::to_string(total - 1) +
-                        " tokens of KV cache but the pool holds " +
-                        std::to_string(int64_t{capacity_blocks_} * config_.block_size) +
-                        "; raise the KV budget or shorten the request");
+      return user_error(
+          who + "needs " + std::to_string(total - 1) + " tokens of KV cache but the pool holds " +
+          std::to_string(int64_t{capacity_blocks_} * config_.block_size) +
+          "; shorten the request, or raise " +
+          (backend_.device_info().kind == "cpu" ? std::string("--kv-cache-memory")
+                                                : std::string("--gpu-memory-utilization")));
     }
     for (int32_t t : request.prompt_tokens) {
       if (t < 0 || t >= model_.vocab_size) {
@@ -276,27 +274,6 @@ class EngineImpl final : public Engine {
   detail::StepProfiler profiler_;
 };
 
-Status validate(const EngineConfig& c) {
-  auto positive = [](int64_t v, const char* flag) -> Status {
-    if (v > 0) return Ok{};
-    return user_error(std::string(flag) + " must be positive (got " + std::to_string(v) + ")");
-  };
-  IB_TRY(positive(c.block_size, "--block-size"));
-  IB_TRY(positive(c.max_num_seqs, "--max-num-seqs"));
-  IB_TRY(positive(c.max_num_batched_tokens, "--max-num-batched-tokens"));
-  IB_TRY(positive(c.static_batch_size, "--batch-size"));
-  IB_TRY(positive(c.cpu_kv_cache_bytes, "--kv-cache-bytes"));
-  IB_TRY(positive(c.max_graph_batch, "--max-graph-batch"));
-  IB_TRY(positive(c.max_graph_context, "--max-graph-context"));
-  if (c.max_model_len < 0) IB_TRY(positive(c.max_model_len, "--max-model-len"));
-  if (c.num_kv_blocks < 0) IB_TRY(positive(c.num_kv_blocks, "--num-kv-blocks"));
-  if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
-    return user_error("--gpu-memory-utilization must be in (0, 1] (got " +
-                      std::to_string(c.gpu_memory_utilization) + ")");
-  }
-  return Ok{};
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
@@ -304,7 +281,7 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
                                               const EngineConfig& config, Backend& backend) {
   IB_TRY(model.validate());
   IB_TRY(model.check_supported());
-  IB_TRY(validate(config));
+  IB_TRY(config.validate());
   AttentionShape shape;
   shape.num_heads = model.num_heads;
   shape.num_kv_heads = model.num_kv_heads;
@@ -320,7 +297,7 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
                                                            Backend& backend) {
   IB_TRY(model.validate());
   IB_TRY(model.check_supported());
-  IB_TRY(validate(config));
+  IB_TRY(config.validate());
   const int requested_len =
       config.max_model_len > 0 ? config.max_model_len : model.max_position_embeddings;
   detail::RunnerLimits limits{config.max_num_batched_tokens, config.max_num_seqs, requested_len,

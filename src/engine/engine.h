@@ -12,45 +12,11 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/engine_config.h"
 #include "engine/model_weights.h"
 #include "model/config.h"
 
 namespace ib {
-
-enum class BatchingMode { kContinuous, kStatic };
-
-// How the KV pool gets its memory. kPreallocated: sized and allocated once at startup (a full
-// pool preempts). kOnDemand: starts small and grows in chunks through the backend's tracked
-// allocator when the scheduler needs blocks; a refused growth (the --memory-limit cap or a real
-// device allocation failure) is an out-of-memory event (StepStats::oom, EngineStats::oom), after
-// which the pool stops growing and the scheduler preempts as with a full preallocated pool.
-// A growth that cannot fit under the cap even with the old pool freed is refused before any
-// copy; one whose old and new pools fit together copies device to device; otherwise it stages
-// the cache through reused host memory (no transient double allocation). Decode steps run
-// eagerly (graphs would hold the old addresses).
-enum class KvGrowth { kPreallocated, kOnDemand };
-const char* kv_growth_name(KvGrowth g);
-
-struct EngineConfig {
-  int block_size = 16;                  // tokens per KV block
-  int num_kv_blocks = 0;                // 0: size the pool from memory (below)
-  double gpu_memory_utilization = 0.9;  // CUDA: fraction of device memory for the whole engine
-  int64_t cpu_kv_cache_bytes =
-      2LL << 30;  // CPU: KV pool budget (capped at what max_num_seqs x max_model_len needs)
-  int max_num_seqs = 256;
-  int max_num_batched_tokens = 8192;
-  int max_model_len = 0;  // 0: the model's context, shortened to what the KV pool holds
-  BatchingMode batching = BatchingMode::kContinuous;
-  int static_batch_size = 8;    // kStatic: a new batch is admitted only when the last finished
-  bool capture_logits = false;  // tests: keep each sampled row's logits in the TokenEvent
-  // Decode graphs (backends that support them): one per padded batch-size bucket up to
-  // max_graph_batch (also capped by max_num_seqs); contexts beyond max_graph_context run eager.
-  bool use_graphs = true;
-  int max_graph_batch = 256;
-  int max_graph_context = 8192;
-  KvGrowth kv_growth = KvGrowth::kPreallocated;
-  int kv_growth_min_blocks = 0;  // kOnDemand: initial size and smallest chunk (0: auto)
-};
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0: greedy

@@ -110,6 +110,31 @@ TEST(EngineSetup, BadConfigsAreUserErrors) {
   c = {};
   c.max_model_len = 1000;
   EXPECT_NE(error_of(c).find("exceeds model 'tiny-test' context of 256"), std::string::npos);
+  // Each setting's error names its flag (every one of them a flag of `inferbench run`), or the
+  // setting itself where no flag sets it.
+  const struct {
+    void (*set)(EngineConfig&);
+    const char* named;
+  } cases[] = {
+      {[](EngineConfig& e) { e.block_size = 0; }, "--block-size must be positive"},
+      {[](EngineConfig& e) { e.max_num_batched_tokens = -1; }, "--max-num-batched-tokens"},
+      {[](EngineConfig& e) { e.static_batch_size = 0; }, "--batch-size"},
+      {[](EngineConfig& e) { e.cpu_kv_cache_bytes = 0; }, "--kv-cache-memory"},
+      {[](EngineConfig& e) { e.max_graph_batch = 0; }, "--max-graph-batch"},
+      {[](EngineConfig& e) { e.max_graph_context = 0; }, "--max-graph-context"},
+      {[](EngineConfig& e) { e.max_model_len = -3; }, "--max-model-len"},
+      {[](EngineConfig& e) { e.num_kv_blocks = -1; }, "the engine setting num_kv_blocks"},
+  };
+  for (const auto& k : cases) {
+    c = {};
+    k.set(c);
+    EXPECT_NE(c.validate().error().message.find(k.named), std::string::npos) << k.named;
+    EXPECT_NE(error_of(c).find(k.named), std::string::npos) << k.named;
+  }
+  c = {};
+  c.max_model_len = 200;
+  c.cpu_kv_cache_bytes = 10 * kTokenBytes;  // too small for one 200-token sequence
+  EXPECT_NE(error_of(c).find("raise --kv-cache-memory"), std::string::npos) << error_of(c);
 }
 
 TEST(EngineSetup, RequestsAreValidated) {

@@ -40,13 +40,13 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in) {
   std::string source;
   if (c.num_kv_blocks > 0) {
     blocks = c.num_kv_blocks;
-    source = "--num-kv-blocks";
+    source = "num_kv_blocks " + std::to_string(c.num_kv_blocks);
   } else if (in.device.kind == "cpu") {
     blocks =
         std::min(c.cpu_kv_cache_bytes / plan.block_bytes, int64_t{c.max_num_seqs} * blocks_per_seq);
     if (in.device.free_bytes > 0)
       blocks = std::min(blocks, in.device.free_bytes / plan.block_bytes);
-    source = "the CPU KV budget (" + mib(c.cpu_kv_cache_bytes) + ")";
+    source = "--kv-cache-memory " + mib(c.cpu_kv_cache_bytes);
   } else if (in.on_demand) {
     blocks = std::min(in.device.total_bytes / plan.block_bytes,
                       int64_t{c.max_num_seqs} * blocks_per_seq);
@@ -73,7 +73,9 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in) {
   if (blocks <= 0) {
     return user_error("no memory left for the KV cache (" + source + ", " + mib(plan.block_bytes) +
                       " per block of " + std::to_string(c.block_size) +
-                      " tokens); lower --max-num-batched-tokens or raise the KV budget");
+                      " tokens); lower --max-num-batched-tokens, or raise " +
+                      (in.device.kind == "cpu" ? std::string("--kv-cache-memory")
+                                               : std::string("--gpu-memory-utilization")));
   }
   plan.num_blocks = static_cast<int>(blocks);
   plan.initial_blocks = plan.num_blocks;
@@ -89,7 +91,9 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in) {
       return user_error("the KV cache holds " + std::to_string(capacity_tokens) + " tokens (" +
                         std::to_string(blocks) + " blocks, from " + source +
                         ") but --max-model-len is " + std::to_string(c.max_model_len) +
-                        "; lower --max-model-len or raise the KV budget");
+                        "; lower --max-model-len or raise " +
+                        (in.device.kind == "cpu" ? std::string("--kv-cache-memory")
+                                                 : std::string("--gpu-memory-utilization")));
     }
     plan.max_model_len = static_cast<int>(capacity_tokens);
   } else {

@@ -1,0 +1,37 @@
+// EngineConfig::validate: the one check of the engine's settings, naming each one's flag.
+#include "engine/engine_config.h"
+
+#include <string>
+
+namespace ib {
+
+const char* kv_growth_name(KvGrowth g) {
+  return g == KvGrowth::kOnDemand ? "on-demand" : "preallocated";
+}
+
+Status EngineConfig::validate() const {
+  auto positive = [](int64_t v, const char* name) -> Status {
+    if (v > 0) return Ok{};
+    return user_error(std::string(name) + " must be positive (got " + std::to_string(v) + ")");
+  };
+  IB_TRY(positive(block_size, "--block-size"));
+  IB_TRY(positive(max_num_seqs, "--max-num-seqs"));
+  IB_TRY(positive(max_num_batched_tokens, "--max-num-batched-tokens"));
+  IB_TRY(positive(static_batch_size, "--batch-size"));
+  IB_TRY(positive(cpu_kv_cache_bytes, "--kv-cache-memory"));
+  IB_TRY(positive(max_graph_batch, "--max-graph-batch"));
+  IB_TRY(positive(max_graph_context, "--max-graph-context"));
+  if (max_model_len < 0) IB_TRY(positive(max_model_len, "--max-model-len"));
+  // Set by `generate` and tests only: named as the setting, not as a flag.
+  if (num_kv_blocks < 0) IB_TRY(positive(num_kv_blocks, "the engine setting num_kv_blocks"));
+  if (kv_growth_min_blocks < 0) {
+    IB_TRY(positive(kv_growth_min_blocks, "the engine setting kv_growth_min_blocks"));
+  }
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
+    return user_error("--gpu-memory-utilization must be in (0, 1] (got " +
+                      std::to_string(gpu_memory_utilization) + ")");
+  }
+  return Ok{};
+}
+
+}  // namespace ib

@@ -1,0 +1,51 @@
+// EngineConfig: every engine setting and its one validation. The front door stays engine.h.
+#pragma once
+
+#include <cstdint>
+
+#include "core/result.h"
+
+namespace ib {
+
+enum class BatchingMode { kContinuous, kStatic };
+
+// How the KV pool gets its memory. kPreallocated: sized and allocated once at startup (a full
+// pool preempts). kOnDemand: starts small and grows in chunks through the backend's tracked
+// allocator when the scheduler needs blocks; a refused growth (the --memory-limit cap or a real
+// device allocation failure) is an out-of-memory event (StepStats::oom, EngineStats::oom), after
+// which the pool stops growing and the scheduler preempts as with a full preallocated pool.
+// A growth that cannot fit under the cap even with the old pool freed is refused before any
+// copy; one whose old and new pools fit together copies device to device; otherwise it stages
+// the cache through reused host memory (no transient double allocation). Decode steps run
+// eagerly (graphs would hold the old addresses).
+enum class KvGrowth { kPreallocated, kOnDemand };
+const char* kv_growth_name(KvGrowth g);
+
+// Every engine setting, in one place. The CLI's run, serve, sweep and suite, and `generate`, fill
+// it from their flags (the flag of each field is named beside it) and call validate() before
+// any file is written or weight loaded; create_engine() checks it once more as its contract.
+struct EngineConfig {
+  int block_size = 16;    // --block-size: tokens per KV block
+  int num_kv_blocks = 0;  // (no flag; `generate` and tests) 0: size the pool from memory (below)
+  double gpu_memory_utilization = 0.9;  // --gpu-memory-utilization: CUDA, share for the engine
+  // --kv-cache-memory: CPU KV pool budget (capped at what max_num_seqs x max_model_len needs)
+  int64_t cpu_kv_cache_bytes = 2LL << 30;
+  int max_num_seqs = 256;             // --max-num-seqs
+  int max_num_batched_tokens = 8192;  // --max-num-batched-tokens
+  int max_model_len = 0;  // --max-model-len; 0: the model's context, cut to what the pool holds
+  BatchingMode batching = BatchingMode::kContinuous;  // --batching continuous|static
+  int static_batch_size = 8;    // --batch-size: kStatic admits a batch when the last finished
+  bool capture_logits = false;  // tests: keep each sampled row's logits in the TokenEvent
+  // Decode graphs (backends that support them): one per padded batch-size bucket up to
+  // max_graph_batch (also capped by max_num_seqs); contexts beyond max_graph_context run eager.
+  bool use_graphs = true;                        // --no-cuda-graphs / --enforce-eager turn them off
+  int max_graph_batch = 256;                     // --max-graph-batch
+  int max_graph_context = 8192;                  // --max-graph-context
+  KvGrowth kv_growth = KvGrowth::kPreallocated;  // --kv-cache-growth preallocated|on-demand
+  int kv_growth_min_blocks = 0;  // (no flag) kOnDemand: initial size and smallest chunk (0: auto)
+
+  // The one check of these settings: a user error naming the flag and the range, or Ok.
+  Status validate() const;
+};
+
+}  // namespace ib
