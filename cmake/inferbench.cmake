@@ -21,6 +21,15 @@ function(ib_library name)
   target_link_libraries(ib_${name} PUBLIC inferbench_sanitize)
 endfunction()
 
+# ib_interface(NAME HEADERS a.h DEPS other_lib ...): a header-only interface other layers link
+# without the implementations behind it (tools/check_layering.py reads HEADERS as its files).
+function(ib_interface name)
+  cmake_parse_arguments(ARG "" "" "HEADERS;DEPS" ${ARGN})
+  add_library(ib_${name} INTERFACE)
+  target_include_directories(ib_${name} INTERFACE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(ib_${name} INTERFACE ${ARG_DEPS})
+endfunction()
+
 # ib_test(NAME SOURCES x_test.cpp DEPS lib LABELS unit [TIMEOUT s]): a GoogleTest binary, one ctest entry.
 function(ib_test name)
   if(NOT INFERBENCH_TESTS)
