@@ -4,8 +4,9 @@
 # src/engine/testdata/golden), then tools/hf_compare.py: every family at 24-4,096 (Mistral 5,000)
 # tokens on CUDA in fp32 and bf16, then the CPU backend in fp32 while time remains.
 # Usage (~9 minutes of the machine): OUT=dir bash bench/gpu/parity.sh. IB_DEADLINE_S (540): the
-# CPU rows stop being started after it. Writes build.log, ctest.log, golden.tgz, hf_compare.json,
-# hf_compare_cpu.json, parity.log.
+# CPU rows stop being started after it. IB_PARITY_FAMILIES (all): a comma-separated subset;
+# IB_PARITY_GOLDEN=0 skips the golden files; IB_PARITY_CPU_MAX_LEN (4096): the longest CPU prompt.
+# Writes build.log, ctest.log, golden.tgz, hf_compare.json, hf_compare_cpu.json, parity.log.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p $O
 B=/tmp/ib-parity; DEADLINE=${IB_DEADLINE_S:-540}
@@ -16,16 +17,20 @@ echo "built $(el)"
 timeout 150 ctest --test-dir $B -L gpu --output-on-failure > $O/ctest.log 2>&1; echo "ctest rc=$? $(el)"
 grep -E "Test +#|tests passed|Failure|FAILED" $O/ctest.log | head -20
 export PYTHONUNBUFFERED=1
-G=/tmp/golden; rm -rf $G
-timeout 120 python3 tools/make_golden.py --out $G 2>&1 | tail -5; echo "golden $(el)"
-tar czf $O/golden.tgz -C $G .
+if [ "${IB_PARITY_GOLDEN:-1}" = 1 ]; then
+  G=/tmp/golden; rm -rf $G
+  timeout 120 python3 tools/make_golden.py --out $G 2>&1 | tail -5; echo "golden $(el)"
+  tar czf $O/golden.tgz -C $G .
+fi
+FAM=(); [ -n "${IB_PARITY_FAMILIES:-}" ] && FAM=(--families "$IB_PARITY_FAMILIES")
 M=/tmp/hf-models; mkdir -p $M
 timeout $(( DEADLINE - ($(date +%s) - T0) - 20 )) python3 tools/hf_compare.py --inferbench $B/bin/inferbench \
-  --out $O --models-dir $M --runs cuda:fp32,cuda:bf16 --json-name hf_compare.json 2>&1 | grep -v Warning
+  --out $O --models-dir $M --runs cuda:fp32,cuda:bf16 --json-name hf_compare.json "${FAM[@]}" 2>&1 | grep -v Warning
 echo "cuda rows $(el)"
 LEFT=$(( DEADLINE - ($(date +%s) - T0) ))
 if (( LEFT > 40 )); then
   timeout $LEFT python3 tools/hf_compare.py --inferbench $B/bin/inferbench --out $O --models-dir $M \
-    --runs cpu:fp32 --json-name hf_compare_cpu.json --deadline-s $(( LEFT - 30 )) 2>&1 | grep -v Warning
+    --runs cpu:fp32 --json-name hf_compare_cpu.json --deadline-s $(( LEFT - 30 )) "${FAM[@]}" \
+    --cpu-max-len ${IB_PARITY_CPU_MAX_LEN:-4096} 2>&1 | grep -v Warning
 fi
 echo "done $(el)"
