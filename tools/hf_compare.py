@@ -30,6 +30,8 @@ import numpy as np
 import torch
 import transformers
 
+from hf_models import ieee_fp32, make_config, random_model
+
 LLAMA3_ROPE = dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                    original_max_position_embeddings=8192)
 FAMILIES = {
@@ -66,32 +68,11 @@ FAMILIES = {
 TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
 
 
-def make_config(name, layers):
-    cls_name, kwargs, rope, _ = FAMILIES[name]
-    config = getattr(transformers, cls_name)(num_hidden_layers=layers, **kwargs)
-    if rope is not None:  # transformers 5 keeps rope settings in rope_parameters
-        if hasattr(config, "rope_parameters"):
-            config.rope_parameters = dict(rope, rope_theta=kwargs["rope_theta"])
-        else:
-            config.rope_scaling = dict(rope)
-    return config
-
-
 def save_random_model(name, layers, seed, directory):
     """Seeded random weights saved in bf16; the live model is dropped, never reused."""
-    config = make_config(name, layers)
-    torch.manual_seed(seed)
-    with torch.device("cuda"):
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    # Larger than HF's 0.02 init so that logits spread (and greedy ties are improbable).
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 1.0 / p.shape[1] ** 0.5 if "embed" not in n else 1.0)
-            elif "norm" in n:
-                p.uniform_(0.8, 1.2)
-            else:  # biases
-                p.uniform_(-0.1, 0.1)
+    cls_name, kwargs, rope, _ = FAMILIES[name]
+    config = make_config(cls_name, dict(kwargs, num_hidden_layers=layers), rope)
+    model = random_model(config, seed, device="cuda")
     model.to(torch.bfloat16).save_pretrained(directory)  # safetensors
     del model
     torch.cuda.empty_cache()
@@ -165,13 +146,7 @@ def main():
                     help="stop starting rows after this many seconds (0: none); rows not run "
                          "are listed as such")
     args = ap.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    # PyTorch >= 2.9 also has per-backend fp32 precision settings; ask for IEEE fp32 there too.
-    for backend in (getattr(torch.backends.cuda, "matmul", None), torch.backends.cudnn):
-        if backend is not None and hasattr(backend, "fp32_precision"):
-            backend.fp32_precision = "ieee"
+    ieee_fp32()
     t_start = time.time()
     runs = [tuple(r.split(":")) for r in args.runs.split(",")]
     rows, ok = [], True

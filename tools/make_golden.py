@@ -22,6 +22,8 @@ import numpy as np
 import torch
 import transformers
 
+from hf_models import ieee_fp32, make_config, random_model
+
 COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
 MODELS = {
@@ -42,23 +44,7 @@ STEPS = 8
 
 
 def build(name, seed, directory):
-    cls_name, kwargs, rope = MODELS[name]
-    config = getattr(transformers, cls_name)(**kwargs)
-    if rope is not None:
-        if hasattr(config, "rope_parameters"):
-            config.rope_parameters = dict(rope, rope_theta=kwargs["rope_theta"])
-        else:
-            config.rope_scaling = dict(rope)
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 1.0 / p.shape[1] ** 0.5 if "embed" not in n else 1.0)
-            elif "norm" in n:
-                p.uniform_(0.8, 1.2)
-            else:
-                p.uniform_(-0.1, 0.1)
+    model = random_model(make_config(*MODELS[name]), seed)
     model.save_pretrained(directory)  # fp32 safetensors + config.json
     del model
 
@@ -84,12 +70,7 @@ def main():
     ap.add_argument("--out", default="src/engine/testdata/golden")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    for backend in (getattr(torch.backends.cuda, "matmul", None), torch.backends.cudnn):
-        if backend is not None and hasattr(backend, "fp32_precision"):
-            backend.fp32_precision = "ieee"
+    ieee_fp32()
     for i, name in enumerate(MODELS):
         d = os.path.join(args.out, name)
         os.makedirs(d, exist_ok=True)

@@ -1,0 +1,46 @@
+"""Shared by tools/hf_compare.py and tools/make_golden.py: HF models with seeded random weights,
+and torch set to IEEE fp32 for references.
+
+Weights are drawn larger than HF's 0.02 init (matrices ~ N(0, 1/fan_in), embeddings N(0, 1),
+norm gains U(0.8, 1.2), biases U(-0.1, 0.1)) so that logits spread and greedy ties are improbable.
+"""
+import torch
+import transformers
+
+
+def make_config(cls_name, kwargs, rope=None):
+    """A transformers config; rope: a rope-scaling dict (rope_type, factor, ...) or None."""
+    config = getattr(transformers, cls_name)(**kwargs)
+    if rope is not None:  # transformers 5 keeps rope settings in rope_parameters
+        if hasattr(config, "rope_parameters"):
+            config.rope_parameters = dict(rope, rope_theta=kwargs["rope_theta"])
+        else:
+            config.rope_scaling = dict(rope)
+    return config
+
+
+def random_model(config, seed, device="cpu"):
+    """An fp32 model of config with the seeded random weights described above."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 1.0 / p.shape[1] ** 0.5 if "embed" not in n else 1.0)
+            elif "norm" in n:
+                p.uniform_(0.8, 1.2)
+            else:  # biases
+                p.uniform_(-0.1, 0.1)
+    return model
+
+
+def ieee_fp32():
+    """No TF32 anywhere: plain fp32 matmuls for the reference."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    # PyTorch >= 2.9 also has per-backend fp32 precision settings; ask for IEEE fp32 there too.
+    for backend in (getattr(torch.backends.cuda, "matmul", None), torch.backends.cudnn):
+        if backend is not None and hasattr(backend, "fp32_precision"):
+            backend.fp32_precision = "ieee"
