@@ -4,7 +4,8 @@
 # on the seed's protocol (batch 8, 200 prompts) and on 1,024 prompts of continuous batching,
 # alternating base and new so that drift hits both. IB_AB_NEW_ENV: the new tree's switches for the
 # A/B (default IB_ATTN_PREFETCH=0, the baseline's kernels); afterwards the new tree runs batch 1
-# and the seed protocol once more with its own defaults.
+# and the seed protocol once more with its own defaults, and the seed protocol with the K/V
+# prefetch up to 8 sequences.
 # Prepare here: rm -rf .ab && mkdir -p .ab/base .ab/new && git archive BASE | tar x -C .ab/base &&
 #   git archive HEAD | tar x -C .ab/new && rm -rf .ab/*/bench/results && git rev-parse BASE >
 #   .ab/base/GIT_COMMIT && git rev-parse HEAD > .ab/new/GIT_COMMIT  (.ab is in .git/info/exclude)
@@ -37,6 +38,7 @@ for i in 1 2; do
 done
 run base cont_base "${CONT[@]}"; run new cont_new "${NEW_ENV[@]}" "${CONT[@]}"
 run new b1_new_defaults "${B1[@]}"; run new seed_new_defaults "${SEED[@]}"
+run new seed_new_prefetch8 IB_ATTN_PREFETCH=8 "${SEED[@]}"  # does the K/V prefetch gain at 8?
 python3 - "$R" > $O/ab.json <<'PY'
 import json, os, sys
 out = {}
