@@ -1,15 +1,10 @@
-// The engine behind the server, on its own thread: the thread creates the backend and the
-// engine, steps while work is queued, and destroys both (CUDA contexts require one thread).
-#include <future>
-#include <mutex>
-#include <optional>
-#include <thread>
-#include <unordered_set>
+// The engine behind the server: an AsyncEngine (engine/async_engine.h) whose requests' tokens and
+// ends become GenEvents, handed to the sink once per pass of the engine loop (one step's worth).
+#include <utility>
 
 #include <fmt/format.h>
 
-#include "core/clock.h"
-#include "server/detail/request_inbox.h"
+#include "engine/async_engine.h"
 #include "server/generator.h"
 
 namespace ib {
@@ -17,131 +12,98 @@ namespace {
 
 class EngineGenerator final : public Generator {
  public:
-  explicit EngineGenerator(EngineGeneratorOptions options) : options_(std::move(options)) {}
+  explicit EngineGenerator(EngineGeneratorOptions options)
+      : options_(std::move(options)), engine_(engine_options()) {
+    callbacks_.on_token = [this](const TokenEvent& ev) {
+      events_.push_back(GenEvent{ev.request_id, ev.token, ev.time_ns, ev.finish, {}});
+    };
+    callbacks_.on_finish = [this](uint64_t id, const RequestEnd& end) { on_finish(id, end); };
+  }
   ~EngineGenerator() override { stop(); }
 
   Status start(EventSink sink) override {
-    IB_ASSERT(!thread_.joinable(), "EngineGenerator::start called twice");
     sink_ = std::move(sink);
-    std::promise<Status> ready;
-    auto started = ready.get_future();
-    thread_ = std::thread([this, &ready] { run(ready); });
-    Status st = started.get();
-    if (!st.ok()) thread_.join();
-    return st;
+    return engine_.start();
   }
 
-  void submit(GenerationRequest request) override { inbox_.submit(std::move(request)); }
-  void abort(uint64_t id) override { inbox_.abort(id); }
+  void submit(GenerationRequest request) override {
+    // Refused only before start() or after stop(), when nobody listens for its events.
+    static_cast<void>(engine_.submit(std::move(request), callbacks_));
+  }
+  void abort(uint64_t id) override { engine_.cancel(id); }
 
   GeneratorStats stats() const override {
-    std::lock_guard lock(mu_);
-    return stats_;
+    const EngineStats s = engine_.stats();
+    GeneratorStats g;
+    g.running = s.num_running;
+    g.waiting = s.num_waiting;
+    g.kv_blocks_used = s.kv_blocks_used;
+    g.kv_blocks_total = s.kv_blocks_total;
+    g.device_allocated_bytes = s.memory.allocated_bytes;
+    g.device_peak_allocated_bytes = s.memory.peak_allocated_bytes;
+    g.weights_bytes = s.weight_bytes;
+    g.kv_pool_bytes = s.kv_block_bytes * s.kv_blocks_total;
+    return g;
   }
 
-  void stop() override {
-    inbox_.stop();
-    if (thread_.joinable()) thread_.join();
-  }
+  void stop() override { engine_.shutdown(); }
 
   const ModelConfig& model() const override { return options_.model; }
   int max_model_len() const override { return max_model_len_; }
   std::string describe() const override { return description_; }
 
  private:
-  void run(std::promise<Status>& ready) {
-    auto backend = create_backend(options_.backend);
-    if (!backend.ok()) return ready.set_value(backend.error());
-    std::unique_ptr<Backend> b = std::move(backend).value();
-    auto engine = create_engine(options_.model, options_.weights, options_.engine, *b);
-    if (!engine.ok()) return ready.set_value(engine.error());
-    engine_ = std::move(engine).value();
-    const EngineStats s = engine_->stats();
-    max_model_len_ = s.max_model_len;
-    description_ =
-        fmt::format("{} on {} ({}, {} KV blocks of {} tokens, context {})", options_.model.name,
-                    b->device_info().name, engine_->weights_description(), s.kv_blocks_total,
-                    engine_->config().block_size, s.max_model_len);
-    snapshot();
-    ready.set_value(Ok{});
-    loop();
-    engine_.reset();  // before the backend that owns its memory
+  AsyncEngineOptions engine_options() {
+    AsyncEngineOptions o;
+    o.factory = [this]() -> Result<EngineInstance> {
+      EngineInstance instance;
+      IB_ASSIGN_OR_RETURN(instance.backend, create_backend(options_.backend));
+      IB_ASSIGN_OR_RETURN(instance.engine, create_engine(options_.model, options_.weights,
+                                                         options_.engine, *instance.backend));
+      return instance;
+    };
+    // Before start() returns, on the engine thread.
+    o.hooks.on_ready = [this](Engine& engine) {
+      const EngineStats s = engine.stats();
+      max_model_len_ = s.max_model_len;
+      description_ =
+          fmt::format("{} on {} ({}, {} KV blocks of {} tokens, context {})", options_.model.name,
+                      engine.backend().device_info().name, engine.weights_description(),
+                      s.kv_blocks_total, engine.config().block_size, s.max_model_len);
+    };
+    o.hooks.after_pass = [this](Engine&) {
+      if (events_.empty()) return;
+      sink_(std::move(events_));
+      events_.clear();
+    };
+    return o;
   }
 
-  void loop() {
-    std::vector<GenerationRequest> incoming;
-    std::vector<uint64_t> aborts;
-    for (;;) {
-      const bool busy = engine_->has_unfinished() && !broken_;  // then only collect, no wait
-      if (!inbox_.take(incoming, aborts, busy ? std::optional<int64_t>(0) : std::nullopt)) return;
-      std::vector<GenEvent> events;
-      for (auto& r : incoming) {
-        const uint64_t id = r.id;
-        Status st =
-            broken_ ? Status(runtime_error(broken_message_)) : engine_->add_request(std::move(r));
-        if (st.ok()) {
-          live_.insert(id);
-        } else {
-          events.push_back(GenEvent{id, -1, now_ns(), FinishReason::kAborted, st.error().message});
-        }
-      }
-      incoming.clear();
-      for (uint64_t id : aborts) {
-        engine_->abort_request(id);
-        live_.erase(id);
-      }
-      aborts.clear();
-      if (engine_->has_unfinished() && !broken_) step(events);
-      snapshot();
-      if (!events.empty()) sink_(std::move(events));
+  // Engine thread. A finished request's last token already carried its finish reason; after
+  // stop() nothing is handed on (the server drains before it stops).
+  void on_finish(uint64_t id, const RequestEnd& end) {
+    switch (end.kind) {
+      case RequestEndKind::kFinished:
+      case RequestEndKind::kShutdown:
+        return;
+      case RequestEndKind::kCancelled:
+        events_.push_back(GenEvent{id, -1, end.time_ns, FinishReason::kAborted, {}});
+        return;
+      case RequestEndKind::kRejected:
+      case RequestEndKind::kFailed:
+      case RequestEndKind::kUnavailable:
+        events_.push_back(GenEvent{id, -1, end.time_ns, FinishReason::kAborted, end.error});
+        return;
     }
-  }
-
-  void step(std::vector<GenEvent>& events) {
-    auto out = engine_->step();
-    if (!out.ok()) {
-      broken_ = true;  // a device failure: nothing more runs on this engine
-      broken_message_ = out.error().message;
-      for (uint64_t id : live_) {
-        events.push_back(GenEvent{id, -1, now_ns(), FinishReason::kAborted, broken_message_});
-      }
-      live_.clear();
-      return;
-    }
-    for (const TokenEvent& ev : out->events) {
-      if (ev.finish != FinishReason::kNone) live_.erase(ev.request_id);
-      events.push_back(GenEvent{ev.request_id, ev.token, ev.time_ns, ev.finish, {}});
-    }
-  }
-
-  void snapshot() {
-    const EngineStats s = engine_->stats();
-    std::lock_guard lock(mu_);
-    stats_.running = s.num_running;
-    stats_.waiting = s.num_waiting;
-    stats_.kv_blocks_used = s.kv_blocks_used;
-    stats_.kv_blocks_total = s.kv_blocks_total;
-    stats_.device_allocated_bytes = s.memory.allocated_bytes;
-    stats_.device_peak_allocated_bytes = s.memory.peak_allocated_bytes;
-    stats_.weights_bytes = s.weight_bytes;
-    stats_.kv_pool_bytes = s.kv_block_bytes * s.kv_blocks_total;
   }
 
   EngineGeneratorOptions options_;
   EventSink sink_;
-  std::thread thread_;
-  int max_model_len_ = 0;
-  std::string description_;
-
-  detail::RequestInbox inbox_;
-  mutable std::mutex mu_;
-  GeneratorStats stats_;  // guarded by mu_
-
-  // Generator thread only.
-  std::unique_ptr<Engine> engine_;
-  std::unordered_set<uint64_t> live_;  // added and not finished
-  bool broken_ = false;
-  std::string broken_message_;
+  RequestCallbacks callbacks_;    // the same for every request
+  int max_model_len_ = 0;         // written before start() returns
+  std::string description_;       // written before start() returns
+  std::vector<GenEvent> events_;  // engine thread: this pass's events, for the sink
+  AsyncEngine engine_;            // last: its thread uses the members above
 };
 
 }  // namespace

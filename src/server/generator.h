@@ -1,6 +1,6 @@
 // Generator: what produces tokens behind the server. The engine generator runs the embedded
-// engine on its own thread (the Engine API is single-threaded); the null generator streams the
-// prompt back at a fixed token rate without computing, to calibrate clients.
+// engine on an AsyncEngine (engine/async_engine.h), which owns its thread; the null generator
+// streams the prompt back at a fixed token rate without computing, to calibrate clients.
 //
 // Threading: start() once, then submit()/abort()/stats() from any thread; the sink is called on
 // the generator's thread with the events of one step, in order. stop() joins the thread; events

@@ -1,7 +1,7 @@
-// The "native" target: the embedded engine in this process. One engine thread owns the backend
-// and the Engine (created, stepped and destroyed on it, which CUDA contexts require); submit(),
-// drain() and cancel_all() hand work to it through a queue. Callbacks come from the engine thread
-// with the engine's own timestamps (taken right after sampling, on the one clock).
+// The "native" target: the embedded engine in this process, on an AsyncEngine (engine/
+// async_engine.h), whose thread creates, steps and destroys the backend and the Engine. Callbacks
+// come from that thread with the engine's own timestamps (taken right after sampling, on the one
+// clock); describe_json() and memory() read its snapshots and are safe from any thread.
 #pragma once
 
 #include <functional>

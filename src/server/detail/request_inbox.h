@@ -1,6 +1,6 @@
-// Internal to server/: the hand-over from the HTTP threads to a generator's own thread — new
-// requests, aborts and the stop flag under one mutex, and a condition variable that wakes the
-// generator. Both generators (engine and null) use it.
+// Internal to server/: the hand-over from the HTTP threads to the null generator's own thread —
+// new requests, aborts and the stop flag under one mutex, and a condition variable that wakes the
+// generator. (The engine generator's hand-over is the AsyncEngine's.)
 #pragma once
 
 #include <chrono>
