@@ -2,7 +2,6 @@
 // for main() to print.
 #pragma once
 
-#include <atomic>
 #include <string>
 #include <vector>
 
@@ -18,11 +17,19 @@ inline constexpr int kExitRuntime = 1;
 inline constexpr int kExitUser = 2;
 inline constexpr int kExitInterrupted = 130;
 
-// `inferbench run` on a validated plan: loads the target, runs, writes the result directory and
-// prints the table. Returns kExitOk, or kExitInterrupted when stop was raised (the completed runs
-// are written, marked "interrupted").
-Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
-                        const std::atomic<bool>& stop, bool show_progress);
+// An execution's outcome as the exit code: nothing measured or an entry failed is a runtime
+// failure.
+inline int exit_code(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kOk:
+      return kExitOk;
+    case Outcome::kFailed:
+      return kExitRuntime;
+    case Outcome::kInterrupted:
+      return kExitInterrupted;
+  }
+  return kExitRuntime;
+}
 
 // `inferbench generate`: greedy generation for one prompt of token ids (see generate_command.cpp).
 struct GenerateFlags {

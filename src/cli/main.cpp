@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/interrupt.h"
 #include "cli/plugins.h"
+#include "cli/progress_line.h"
 #include "cli/serve_command.h"
 #include "cli/suite_commands.h"
 #include "cli/sweep_command.h"
@@ -67,10 +68,11 @@ int run_command(ib::RunFlags flags, const std::string& from,
                    from.c_str(), d.c_str());
     }
   }
-  const bool progress = !flags.disable_tqdm && ::isatty(STDERR_FILENO) == 1;
-  auto code = ib::execute_run(*plan, registry, interrupts.flag(), progress);
-  if (!code.ok()) return fail(code.error());
-  return *code;
+  ib::ProgressLine progress(!flags.disable_tqdm && ::isatty(STDERR_FILENO) == 1);
+  auto outcome =
+      ib::execute_run(*plan, registry, interrupts.flag(), ib::progress_callbacks(progress));
+  if (!outcome.ok()) return fail(outcome.error());
+  return ib::exit_code(*outcome);
 }
 
 int sweep_command(const ib::SweepFlags& flags) {

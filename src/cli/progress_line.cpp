@@ -29,4 +29,8 @@ void ProgressLine::clear() {
   drawn_ = false;
 }
 
+RunProgress progress_callbacks(ProgressLine& line) {
+  return RunProgress{[&line](const Progress& p) { line.update(p); }, [&line] { line.clear(); }};
+}
+
 }  // namespace ib

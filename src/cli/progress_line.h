@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "orchestrate/orchestrate.h"
 #include "runner/progress.h"
 
 namespace ib {
@@ -20,5 +21,8 @@ class ProgressLine {
   bool drawn_ = false;
   int64_t last_draw_ns_ = 0;
 };
+
+// The callbacks orchestrate/ draws a run's progress through; `line` outlives them.
+RunProgress progress_callbacks(ProgressLine& line);
 
 }  // namespace ib

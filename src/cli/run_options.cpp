@@ -13,7 +13,6 @@
 #include "cli/plugins.h"
 #include "compare/compare.h"
 #include "model/presets.h"
-#include "model/tokenizer.h"
 #include "report/result_dir.h"
 #include "telemetry/sampler.h"
 
@@ -66,24 +65,6 @@ Result<LoadMode> resolve_load_mode(const RunFlags& f, bool finite_rate) {
   return user_error(fmt::format("--load-mode {}: use auto, static, closed or open", f.load_mode));
 }
 
-std::string describe_load(const RunnerOptions& r) {
-  switch (r.mode) {
-    case LoadMode::kStatic:
-      return fmt::format("static batches of {}", r.batch_size);
-    case LoadMode::kClosed:
-      return fmt::format("closed loop at concurrency {}", r.max_concurrency);
-    case LoadMode::kOpen: {
-      std::string s =
-          std::isinf(r.request_rate)
-              ? std::string("open loop, all requests at once")
-              : fmt::format("open loop at {} req/s, burstiness {}", r.request_rate, r.burstiness);
-      if (r.max_concurrency > 0) s += fmt::format(", max concurrency {}", r.max_concurrency);
-      return s;
-    }
-  }
-  return "?";
-}
-
 Status check_engine_flags(const RunFlags& f) {
   IB_TRY(positive(f.max_num_seqs, "--max-num-seqs"));
   IB_TRY(positive(f.max_num_batched_tokens, "--max-num-batched-tokens"));
@@ -109,23 +90,6 @@ Status check_engine_flags(const RunFlags& f) {
   }
   if (auto format = parse_load_format(f.load_format); !format.ok()) return format.error();
   return Ok{};
-}
-
-// The CPU KV budget the workload can use at most: every sequence that can be in flight at its
-// longest context, plus a block of slack each. Without --kv-cache-memory the pool is sized to
-// this (capped by the engine's 2 GiB default) instead of allocating gigabytes a run never touches.
-int64_t workload_kv_bytes(const std::vector<RequestSpec>& requests, const RunnerOptions& r,
-                          const RunFlags& f, const ModelConfig& model, DType dtype) {
-  int64_t in_flight = r.mode == LoadMode::kStatic ? r.batch_size
-                      : r.max_concurrency > 0     ? r.max_concurrency
-                                                  : static_cast<int64_t>(requests.size());
-  in_flight = std::min<int64_t>(in_flight, f.max_num_seqs);
-  int64_t max_context = 0;
-  for (const auto& q : requests) {
-    max_context = std::max<int64_t>(max_context, q.input_len + q.output_len);
-  }
-  const int64_t blocks = (max_context + f.block_size - 1) / f.block_size + 1;
-  return in_flight * blocks * f.block_size * model.kv_bytes_per_token(dtype);
 }
 
 bool is_http_backend(const std::string& backend) {
@@ -230,9 +194,10 @@ Result<int64_t> parse_bytes(const std::string& text, const std::string& flag) {
   return static_cast<int64_t>(v * scale);
 }
 
-Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
-  RunPlan p;
-  p.flags = f;
+Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& registry) {
+  RunConfig p;
+  p.backend = f.backend;
+  p.device = f.device;
   const PluginInfo* target = registry.find(f.backend);
   if (target == nullptr || target->kind != PluginKind::kTarget) {
     return user_error(fmt::format("--backend {}: no such target; available: {}", f.backend,
@@ -255,7 +220,7 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
         fmt::format("--max-model-len {} exceeds what {} supports ({}); lower it or drop the flag",
                     f.max_model_len, p.model.name, p.model.max_position_embeddings));
   }
-  const int max_model_len = f.max_model_len > 0 ? f.max_model_len : p.model.max_position_embeddings;
+  p.max_model_len = f.max_model_len > 0 ? f.max_model_len : p.model.max_position_embeddings;
 
   // Workload.
   const std::string workload_name = workload_plugin_name(f.dataset_name);
@@ -268,6 +233,7 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
     return user_error(fmt::format("--dataset-name {}: no such dataset; available: {}",
                                   f.dataset_name, fmt::join(names, ", ")));
   }
+  p.workload_plugin = workload_name;
   WorkloadOptions& w = p.workload;
   w.dataset_name = f.dataset_name;
   w.dataset_path = f.dataset_path;
@@ -277,10 +243,6 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   IB_ASSIGN_OR_RETURN(w.input_len, length_flag(f.input_len_dist, f.input_len, "--input-len-dist"));
   IB_ASSIGN_OR_RETURN(w.output_len,
                       length_flag(f.output_len_dist, f.output_len, "--output-len-dist"));
-  IB_ASSIGN_OR_RETURN(const auto make_requests, registry.factory<WorkloadFactory>(workload_name));
-  const auto tokenizer = make_byte_tokenizer();
-  IB_ASSIGN_OR_RETURN(p.requests, make_requests(w, *tokenizer));
-  IB_TRY(check_context_fits(p.requests, max_model_len, p.model.name));
 
   // Load mode, warm-up, runs.
   IB_ASSIGN_OR_RETURN(const double rate, parse_rate(f.request_rate));
@@ -294,14 +256,10 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   r.seed = f.seed;
   r.runs = f.runs;
   IB_TRY(positive(f.batch_size, "--batch-size"));
-  const int batch =
-      r.mode == LoadMode::kStatic || r.max_concurrency == 0 ? f.batch_size : r.max_concurrency;
   if (f.num_warmups < -1) {
     return user_error(fmt::format("--num-warmups must be >= 0 (got {})", f.num_warmups));
   }
-  r.num_warmups = f.num_warmups >= 0 ? f.num_warmups : std::max(1, std::min(batch, f.num_prompts));
-  IB_TRY(validate_runner_options(r));
-  p.load_description = describe_load(r);
+  r.num_warmups = f.num_warmups;
 
   // Metrics.
   IB_ASSIGN_OR_RETURN(p.metrics.percentiles, parse_metric_percentiles(f.metric_percentiles));
@@ -322,17 +280,12 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
   n.engine.max_num_batched_tokens = f.max_num_batched_tokens;
   n.engine.max_model_len = f.max_model_len;
   n.engine.batching = f.batching == "static" ? BatchingMode::kStatic : BatchingMode::kContinuous;
-  n.engine.static_batch_size = f.batch_size;
   n.engine.gpu_memory_utilization = f.gpu_memory_utilization;
   n.engine.use_graphs = !f.no_cuda_graphs;
   n.engine.max_graph_batch = f.max_graph_batch;
   n.engine.max_graph_context = f.max_graph_context;
   if (!f.kv_cache_memory.empty()) {
-    IB_ASSIGN_OR_RETURN(n.engine.cpu_kv_cache_bytes,
-                        parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
-  } else {
-    n.engine.cpu_kv_cache_bytes =
-        std::min(n.engine.cpu_kv_cache_bytes, workload_kv_bytes(p.requests, r, f, p.model, dtype));
+    IB_ASSIGN_OR_RETURN(p.kv_cache_bytes, parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
   }
   if (f.kv_cache_growth != "preallocated" && f.kv_cache_growth != "on-demand") {
     return user_error(
@@ -356,37 +309,30 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
 
   IB_ASSIGN_OR_RETURN(const double cv_threshold, parse_fraction(f.cv_threshold, "--cv-threshold"));
   IB_ASSIGN_OR_RETURN(p.result_dir, plan_result_dir(f.result_dir, p.model.name, f.overwrite));
+  p.overwrite = f.overwrite;
+  p.memory_sample_interval_ms = f.memory_sample_interval_ms;
+  p.telemetry = !f.disable_telemetry;
 
   p.config = nlohmann::json{
       {"model", f.model},
       {"backend", f.backend},
       {"seed", f.seed},
-      {"num_prompts", f.num_prompts},
       {"request_rate", f.request_rate},
       {"burstiness", f.burstiness},
       {"max_concurrency", f.max_concurrency > 0 ? nlohmann::json(f.max_concurrency) : nullptr},
       {"percentile_metrics", f.percentile_metrics},
       {"metric_percentiles", f.metric_percentiles},
       {"goodput", f.goodput.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.goodput)},
-      {"result_dir", p.result_dir.string()},
-      {"overwrite", f.overwrite},
-      {"num_warmups", r.num_warmups},
       {"dataset_name", f.dataset_name},
       {"dataset_path",
        f.dataset_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.dataset_path)},
       {"disable_tqdm", f.disable_tqdm},
-      {"batch_size", f.batch_size},
-      {"input_len", w.input_len.describe()},
-      {"output_len", w.output_len.describe()},
       {"dtype", dtype_name(dtype)},
       {"device", f.device},
       {"runs", f.runs},
-      {"load_mode", load_mode_name(r.mode)},
-      {"load_description", p.load_description},
       {"memory_sample_interval_ms", f.memory_sample_interval_ms},
       {"telemetry", !f.disable_telemetry},
       {"load_format", f.load_format},
-      {"max_num_seqs", f.max_num_seqs},
       {"max_num_batched_tokens", f.max_num_batched_tokens},
       {"max_model_len", f.max_model_len > 0 ? nlohmann::json(f.max_model_len) : nullptr},
       {"block_size", f.block_size},
@@ -395,7 +341,6 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
       {"cuda_graphs", !f.no_cuda_graphs},
       {"max_graph_batch", f.max_graph_batch},
       {"max_graph_context", f.max_graph_context},
-      {"kv_cache_memory_bytes", n.engine.cpu_kv_cache_bytes},
       {"memory_limit_bytes", n.backend.memory_limit_bytes
                                  ? nlohmann::json(*n.backend.memory_limit_bytes)
                                  : nlohmann::json(nullptr)},
@@ -420,6 +365,11 @@ Result<RunPlan> resolve_run(const RunFlags& f, const PluginRegistry& registry) {
     p.config["insecure"] = f.insecure;
   }
   return p;
+}
+
+Result<RunPlan> resolve_run(const RunFlags& flags, const PluginRegistry& registry) {
+  IB_ASSIGN_OR_RETURN(const RunConfig config, resolve_run_config(flags, registry));
+  return plan_run(config, registry);
 }
 
 }  // namespace ib

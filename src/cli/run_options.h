@@ -1,21 +1,16 @@
 // `inferbench run`: its flags (named as `vllm bench serve` and the seed name them) and their
-// resolution into a validated plan. Everything a user can get wrong is checked here, before any
-// file is created or any model is loaded.
+// resolution into a validated RunConfig (orchestrate/ runs it). Everything a user can get wrong is
+// checked here, before any file is created or any model is loaded.
 #pragma once
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "cli/engine_flags.h"
 #include "core/plugin_registry.h"
-#include "model/config.h"
-#include "runner/runner.h"
-#include "targets/targets.h"
-#include "workload/workload.h"
+#include "orchestrate/orchestrate.h"
 
 namespace ib {
 
@@ -74,22 +69,9 @@ struct RunFlags : EngineFlags {
 
 void add_run_flags(CLI::App& app, RunFlags& flags);
 
-// A validated benchmark: what to run, how, and where to write it.
-struct RunPlan {
-  RunFlags flags;
-  ModelConfig model;
-  TargetOptions target;
-  WorkloadOptions workload;
-  std::vector<RequestSpec> requests;
-  RunnerOptions runner;
-  MetricsOptions metrics;
-  std::vector<std::string> percentile_metrics;
-  std::filesystem::path result_dir;
-  std::string load_description;  // "static batches of 8", ...
-  nlohmann::json config;         // every flag, resolved, for result.json
-};
-
-// Validates the flags and builds the workload. User errors name the flag and the fix.
+// Validates the flags into a typed config. User errors name the flag and the fix.
+Result<RunConfig> resolve_run_config(const RunFlags& flags, const PluginRegistry& registry);
+// resolve_run_config, then plan_run (the workload built, every request checked to fit).
 Result<RunPlan> resolve_run(const RunFlags& flags, const PluginRegistry& registry);
 
 // --device (cpu, cuda, cuda:N, and whether this build has CUDA) and --dtype ("auto" by device).

@@ -1,4 +1,4 @@
-#include "cli/run_telemetry.h"
+#include "orchestrate/detail/run_telemetry.h"
 
 #include <algorithm>
 #include <cmath>
@@ -152,7 +152,7 @@ std::vector<PhaseSpan> benchmark_phases(const BenchmarkRecords& records, int64_t
 }
 
 RunTelemetry::RunTelemetry(const RunPlan& plan, int64_t origin_ns)
-    : plan_(plan), origin_ns_(origin_ns), enabled_(!plan.flags.disable_telemetry) {}
+    : plan_(plan), origin_ns_(origin_ns), enabled_(plan.telemetry) {}
 
 TargetOptions RunTelemetry::instrument(TargetOptions options) {
   if (!enabled_) return options;
@@ -184,13 +184,13 @@ void RunTelemetry::finish(const Sampler& sampler, const BenchmarkRecords& record
   r.label = plan_.model.name;
   r.timeline = sampler.timeline();
   fill_pools_from_trace(r.timeline, trace, origin_ns_);
-  add_derived_columns(r.timeline, plan_.flags.device);
+  add_derived_columns(r.timeline, plan_.device);
   r.phases = benchmark_phases(records, origin_ns_, loaded_ns_);
   const std::vector<StepRecord> steps = shared_->steps.steps(origin_ns_);
-  const bool native = plan_.flags.backend == "native";
-  const std::string device_kind = !native                                    ? ""
-                                  : plan_.flags.device.rfind("cuda", 0) == 0 ? "cuda"
-                                                                             : "cpu";
+  const bool native = plan_.backend == "native";
+  const std::string device_kind = !native                              ? ""
+                                  : plan_.device.rfind("cuda", 0) == 0 ? "cuda"
+                                                                       : "cpu";
   const HeatmapMetric metric = heatmap_metric(r.timeline, device_kind);
   r.heatmap_column = metric.column;
 
@@ -263,7 +263,7 @@ Result<std::vector<std::string>> RunTelemetry::write_outputs(const std::filesyst
     written.emplace_back(kAllocationsCsv);
   }
   const Heatmap heatmap = build_heatmap({r});
-  const std::string title = fmt::format("{} on {}: memory over time", r.label, plan_.flags.device);
+  const std::string title = fmt::format("{} on {}: memory over time", r.label, plan_.device);
   IB_TRY(write_file_atomic(dir / kHeatmapSvg, heatmap_svg(heatmap, title)));
   written.emplace_back(kHeatmapSvg);
   auto plotly = load_plotly_js();

@@ -1,6 +1,6 @@
-// The telemetry of one `inferbench run`: the engine hooks (step markers, allocation trace), the
-// phases derived from the runner's records, energy, per-layer peaks, and the memory outputs
-// of the result directory (memory.csv, allocations.csv, heatmap.svg, report.html).
+// Internal to orchestrate/: the telemetry of one `inferbench run`: the engine hooks (step markers,
+// allocation trace), the phases derived from the runner's records, energy, per-layer peaks, and the
+// memory outputs of the result directory (memory.csv, allocations.csv, heatmap.svg, report.html).
 //
 // Call order (runner thread): instrument() before the target is made, loaded() when setup()
 // returned, finish() after the target was torn down, write_outputs() into the result dir.
@@ -12,7 +12,7 @@
 #include <optional>
 #include <vector>
 
-#include "cli/run_options.h"
+#include "orchestrate/orchestrate.h"
 #include "report/report.h"
 #include "telemetry/telemetry.h"
 

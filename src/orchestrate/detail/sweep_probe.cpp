@@ -1,5 +1,5 @@
 // Engine probes and the OOM search of `inferbench sweep --find-oom`.
-#include "cli/detail/sweep_probe.h"
+#include "orchestrate/detail/sweep_probe.h"
 
 #include <algorithm>
 #include <atomic>

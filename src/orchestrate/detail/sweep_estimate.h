@@ -1,19 +1,13 @@
-// Internal to cli/: a sweep cell (its validated run plan) and the grid's duration estimate.
+// Internal to orchestrate/: the sweep grid's duration estimate.
 #pragma once
 
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "cli/run_options.h"
+#include "orchestrate/orchestrate.h"
 
 namespace ib::detail {
-
-struct SweepCell {
-  int batch = 0;
-  int input_len = 0;
-  RunPlan plan;
-};
 
 // {"method", "load_s", "prefill_s_per_token", "decode_step_floor_s", "estimated_s"}: one
 // calibration probe on a backend of the cells' options, then a roofline per cell.

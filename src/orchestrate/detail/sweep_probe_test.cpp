@@ -1,7 +1,7 @@
 // The find-oom probe: the whole batch must be in flight at once even when chunked prefill
 // (max_num_batched_tokens a step) needs several steps to admit it, so that the token budget
 // never decides a memory threshold.
-#include "cli/detail/sweep_probe.h"
+#include "orchestrate/detail/sweep_probe.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Internal to cli/: one engine probe on a backend the caller owns — a batch of identical
+// Internal to orchestrate/: one engine probe on a backend the caller owns — a batch of identical
 // requests (input_len random tokens, `steps` output tokens) stepped to completion, out of
 // memory, or (optionally) the first preemption — and the OOM search built on it.
 #pragma once

@@ -1,5 +1,5 @@
 // The sweep grid's cells and outputs.
-#include "cli/detail/sweep_grid.h"
+#include "orchestrate/detail/sweep_grid.h"
 
 #include <cmath>
 #include <limits>
@@ -209,6 +209,17 @@ std::vector<GridHeatmap> grid_heatmaps(const json& cells, const std::vector<int>
   peak.row_labels = tput.row_labels;
   peak.col_labels = tput.col_labels;
   return {tput, peak};
+}
+
+std::string cell_name(int batch, int input_len) {
+  return fmt::format("b{}-in{}", batch, input_len);
+}
+
+Status create_sweep_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return user_error(fmt::format("--result-dir {}: {}", dir.string(), ec.message()));
+  return Ok{};
 }
 
 }  // namespace ib::detail

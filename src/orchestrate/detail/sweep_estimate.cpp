@@ -1,10 +1,10 @@
 // The sweep's duration estimate: a calibrated roofline.
-#include "cli/detail/sweep_estimate.h"
+#include "orchestrate/detail/sweep_estimate.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "cli/detail/sweep_probe.h"
+#include "orchestrate/detail/sweep_probe.h"
 
 namespace ib::detail {
 

@@ -5,10 +5,9 @@
 #include <fmt/format.h>
 
 #include "backend/kernel_switches.h"
-#include "cli/commands.h"
-#include "cli/progress_line.h"
-#include "cli/run_telemetry.h"
 #include "core/clock.h"
+#include "orchestrate/detail/run_telemetry.h"
+#include "orchestrate/orchestrate.h"
 #include "report/report.h"
 #include "telemetry/telemetry.h"
 
@@ -87,7 +86,7 @@ std::vector<std::string> footnotes(const BenchmarkReport& r, const RunPlan& plan
 BenchmarkReport report_header(const RunPlan& plan) {
   BenchmarkReport r;
   r.date = utc_timestamp_compact();
-  r.backend = plan.flags.backend;
+  r.backend = plan.backend;
   r.model_id = plan.model.name;
   r.num_prompts = plan.workload.num_prompts;
   r.request_rate = plan.runner.request_rate;
@@ -105,10 +104,10 @@ BenchmarkReport report_header(const RunPlan& plan) {
 
 }  // namespace
 
-Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
-                        const std::atomic<bool>& stop, bool show_progress) {
+Result<Outcome> execute_run(const RunPlan& plan, const PluginRegistry& registry,
+                            const std::atomic<bool>& stop, const RunProgress& progress) {
   IB_ASSIGN_OR_RETURN(const auto order, registry.load_order());
-  IB_ASSIGN_OR_RETURN(const auto make_target, registry.factory<TargetFactory>(plan.flags.backend));
+  IB_ASSIGN_OR_RETURN(const auto make_target, registry.factory<TargetFactory>(plan.backend));
   // Telemetry starts before the model loads, so the peak includes loading.
   const int64_t origin_ns = now_ns();
   RunTelemetry telemetry(plan, origin_ns);
@@ -130,7 +129,7 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
     }
   }
 
-  Sampler sampler(std::move(collectors), plan.flags.memory_sample_interval_ms);
+  Sampler sampler(std::move(collectors), plan.memory_sample_interval_ms);
   if (telemetry.enabled()) IB_TRY(sampler.start(origin_ns));
   SteadyRunnerClock clock;
   Runner runner(*target, plan.runner, clock);
@@ -141,27 +140,26 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
                  name.c_str());
   }
   std::fprintf(stderr, "inferbench: loading %s on %s\n", plan.model.name.c_str(),
-               plan.flags.device.c_str());
+               plan.device.c_str());
   IB_TRY(target->setup(runner.callbacks()));
   telemetry.loaded(now_ns());
 
   // Only now, with the target loaded, does anything appear on disk.
-  IB_TRY(create_result_dir(plan.result_dir, plan.flags.overwrite));
+  IB_TRY(create_result_dir(plan.result_dir, plan.overwrite));
   const SinkContext sink_context{plan.result_dir, &std::cout, origin_ns};
   for (auto& s : sinks) IB_TRY(s->begin(sink_context));
   std::fprintf(stderr, "inferbench: %d warm-up + %d x %d requests, %s\n", plan.runner.num_warmups,
                plan.runner.runs, plan.workload.num_prompts, plan.load_description.c_str());
 
-  ProgressLine progress(show_progress);
   RunnerHooks hooks;
   hooks.stop = &stop;
   hooks.on_record = [&](const RequestRecord& rec) -> Status {
     for (auto& s : sinks) IB_TRY(s->on_record(rec));
     return Ok{};
   };
-  hooks.on_progress = [&](const Progress& p) { progress.update(p); };
+  if (progress.update) hooks.on_progress = progress.update;
   auto records = runner.run(plan.requests, hooks);
-  progress.clear();
+  if (progress.clear) progress.clear();
   sampler.stop();
   if (!records.ok()) {
     target->teardown();
@@ -195,7 +193,7 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
     std::fprintf(stderr, "inferbench: memory telemetry: %s\n", names.c_str());
   }
   std::fprintf(stderr, "inferbench: results in %s\n", plan.result_dir.string().c_str());
-  if (records->interrupted) return kExitInterrupted;
+  if (records->interrupted) return Outcome::kInterrupted;
   // A benchmark in which no measured request succeeded measured nothing: say why and fail.
   const RequestRecord* first_failure = nullptr;
   bool any_ok = false;
@@ -210,9 +208,9 @@ Result<int> execute_run(const RunPlan& plan, const PluginRegistry& registry,
                  "inferbench: error: every measured request failed (first: %s); check the target "
                  "(--base-url, --model, the server's log) and rerun\n",
                  first_failure->error.c_str());
-    return kExitRuntime;
+    return Outcome::kFailed;
   }
-  return kExitOk;
+  return Outcome::kOk;
 }
 
 }  // namespace ib

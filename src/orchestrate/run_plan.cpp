@@ -1,0 +1,90 @@
+// A RunConfig's workload: the requests, the warm-up count, the KV budget and the derived keys of
+// result.json's config.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "model/tokenizer.h"
+#include "orchestrate/orchestrate.h"
+
+namespace ib {
+namespace {
+
+// The CPU KV budget the workload can use at most: every sequence that can be in flight at its
+// longest context, plus a block of slack each. Without --kv-cache-memory the pool is sized to
+// this (capped by the engine's 2 GiB default) instead of allocating gigabytes a run never touches.
+int64_t workload_kv_bytes(const std::vector<RequestSpec>& requests, const RunnerOptions& r,
+                          const EngineConfig& engine, const ModelConfig& model, DType dtype) {
+  int64_t in_flight = r.mode == LoadMode::kStatic ? r.batch_size
+                      : r.max_concurrency > 0     ? r.max_concurrency
+                                                  : static_cast<int64_t>(requests.size());
+  in_flight = std::min<int64_t>(in_flight, engine.max_num_seqs);
+  int64_t max_context = 0;
+  for (const auto& q : requests) {
+    max_context = std::max<int64_t>(max_context, q.input_len + q.output_len);
+  }
+  const int64_t blocks = (max_context + engine.block_size - 1) / engine.block_size + 1;
+  return in_flight * blocks * engine.block_size * model.kv_bytes_per_token(dtype);
+}
+
+std::string describe_load(const RunnerOptions& r) {
+  switch (r.mode) {
+    case LoadMode::kStatic:
+      return fmt::format("static batches of {}", r.batch_size);
+    case LoadMode::kClosed:
+      return fmt::format("closed loop at concurrency {}", r.max_concurrency);
+    case LoadMode::kOpen: {
+      std::string s =
+          std::isinf(r.request_rate)
+              ? std::string("open loop, all requests at once")
+              : fmt::format("open loop at {} req/s, burstiness {}", r.request_rate, r.burstiness);
+      if (r.max_concurrency > 0) s += fmt::format(", max concurrency {}", r.max_concurrency);
+      return s;
+    }
+  }
+  return "?";
+}
+
+}  // namespace
+
+Result<RunPlan> plan_run(const RunConfig& config, const PluginRegistry& registry) {
+  RunPlan p;
+  static_cast<RunConfig&>(p) = config;
+  IB_ASSIGN_OR_RETURN(const auto make_requests,
+                      registry.factory<WorkloadFactory>(config.workload_plugin));
+  const auto tokenizer = make_byte_tokenizer();
+  IB_ASSIGN_OR_RETURN(p.requests, make_requests(p.workload, *tokenizer));
+  IB_TRY(check_context_fits(p.requests, p.max_model_len, p.model.name));
+
+  RunnerOptions& r = p.runner;
+  const int batch =
+      r.mode == LoadMode::kStatic || r.max_concurrency == 0 ? r.batch_size : r.max_concurrency;
+  if (r.num_warmups < 0) r.num_warmups = std::max(1, std::min(batch, p.workload.num_prompts));
+  IB_TRY(validate_runner_options(r));
+  p.load_description = describe_load(r);
+
+  EngineConfig& engine = p.target.native.engine;
+  engine.static_batch_size = r.batch_size;
+  engine.cpu_kv_cache_bytes =
+      p.kv_cache_bytes
+          ? *p.kv_cache_bytes
+          : std::min(engine.cpu_kv_cache_bytes, workload_kv_bytes(p.requests, r, engine, p.model,
+                                                                  p.target.native.backend.dtype));
+
+  nlohmann::json& c = p.config;
+  c["batch_size"] = r.batch_size;
+  c["num_prompts"] = p.workload.num_prompts;
+  c["input_len"] = p.workload.input_len.describe();
+  c["output_len"] = p.workload.output_len.describe();
+  c["num_warmups"] = r.num_warmups;
+  c["load_mode"] = load_mode_name(r.mode);
+  c["load_description"] = p.load_description;
+  c["max_num_seqs"] = engine.max_num_seqs;
+  c["kv_cache_memory_bytes"] = engine.cpu_kv_cache_bytes;
+  c["result_dir"] = p.result_dir.string();
+  c["overwrite"] = p.overwrite;
+  return p;
+}
+
+}  // namespace ib
