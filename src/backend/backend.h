@@ -31,17 +31,12 @@ class Backend : public Device, public DenseOps, public AttentionOps {
   virtual FusedDecodeOps* fused_decode_ops() { return nullptr; }
 };
 
-// Options for creating a backend from the command line.
+// Options for creating a backend from the command line (backend_factory.h).
 struct BackendOptions {
   std::string device = "cpu";  // "cpu", "cuda", "cuda:N"
   DType dtype = DType::kF32;   // model/activation dtype (CPU: fp32 only)
   int num_threads = 0;         // CPU: 0 = all hardware threads
   std::optional<int64_t> memory_limit_bytes;
 };
-
-// Creates the backend named by options.device; user errors for an unknown device, a CUDA
-// device in a build without CUDA, a bad index, or a dtype the backend cannot run.
-Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options);
-bool cuda_backend_compiled();
 
 }  // namespace ib

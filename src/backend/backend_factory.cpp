@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "backend/backend.h"
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #if defined(INFERBENCH_HAVE_CUDA)
 #include "backend/cuda/cuda_backend.h"

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "backend/backend.h"
+#include "backend/backend_factory.h"
 
 namespace ib {
 namespace {

@@ -1,5 +1,6 @@
 // The kernel switches' list, their checks, the CPU backend's report and the JSON record.
 #include "backend/kernel_switches.h"
+#include "backend/backend_factory.h"
 
 #include <gtest/gtest.h>
 

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "model/presets.h"

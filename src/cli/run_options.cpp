@@ -1,5 +1,6 @@
 // Resolution of `inferbench run` flags into a validated RunPlan.
 #include "cli/run_options.h"
+#include "backend/backend_factory.h"
 
 #include <algorithm>
 #include <charconv>

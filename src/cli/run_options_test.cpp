@@ -1,4 +1,5 @@
 #include "cli/run_options.h"
+#include "backend/backend_factory.h"
 
 #include <gtest/gtest.h>
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/backend_factory.h"
 #include "engine/detail/engine_cuda_test_support.h"
 #include "engine/detail/kv_cache.h"
 #include "engine/detail/kv_cache_test_support.h"

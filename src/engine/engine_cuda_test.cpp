@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "backend/backend_factory.h"
 #include "core/fs.h"
 #include "orchestrate/detail/sweep_grid.h"
 #include "orchestrate/detail/sweep_probe.h"

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend_factory.h"
 #include "engine/async_engine.h"
 #include "server/generator.h"
 

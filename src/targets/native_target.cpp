@@ -1,4 +1,5 @@
 #include "targets/native_target.h"
+#include "backend/backend_factory.h"
 
 #include <nlohmann/json.hpp>
 

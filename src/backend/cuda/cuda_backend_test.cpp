@@ -1,6 +1,7 @@
 // The CUDA backend's creation, device errors, device info and its tracked allocator.
 #include <gtest/gtest.h>
 
+#include "backend/backend_factory.h"
 #include "backend/cuda/detail/test_support.h"
 
 namespace ib::cuda {

@@ -1,5 +1,6 @@
 // The sweep's duration estimate: a calibrated roofline.
 #include "orchestrate/detail/sweep_estimate.h"
+#include "backend/backend_factory.h"
 
 #include <algorithm>
 #include <cmath>

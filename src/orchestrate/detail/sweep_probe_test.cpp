@@ -2,6 +2,7 @@
 // (max_num_batched_tokens a step) needs several steps to admit it, so that the token budget
 // never decides a memory threshold.
 #include "orchestrate/detail/sweep_probe.h"
+#include "backend/backend_factory.h"
 
 #include <gtest/gtest.h>
 

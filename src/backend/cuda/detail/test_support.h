@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/backend_factory.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/detail/cuda_backend_impl.h"
 #include "core/rng.h"
