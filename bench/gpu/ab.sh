@@ -12,7 +12,7 @@
 # Usage (~7 minutes of the machine), carrying .ab: OUT=dir bash .ab/new/bench/gpu/ab.sh
 # Writes build.log, ab.log, ab.json (every run's result.json keys that matter), runs.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
-cd "$(dirname "$0")/../../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p $O
+cd "$(dirname "$0")/../../../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p $O
 DEADLINE=${IB_DEADLINE_S:-540}
 for t in base new; do
   (cmake -S .ab/$t -B /tmp/ab-$t -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
