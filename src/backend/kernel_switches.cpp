@@ -23,7 +23,7 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_ADD_CUBLASLT", "cuda", "1", 0, 1, "", "0: matmul_add always on the fused GEMV"},
     {"IB_MATMUL_TUNING", "cuda", "1", 0, 0, "0|1|gemv",
      "0: the static GEMV/cuBLASLt rule; gemv: the GEMV for every matmul of <= 8 rows; 1: tuning"},
-    {"IB_ATTN_PREFETCH", "cuda", "1", 0, 1 << 20, "",
+    {"IB_ATTN_PREFETCH", "cuda", "8", 0, 1 << 20, "",
      "the split-KV attention prefetches its K and V rows into L2 in steps of at most this many "
      "sequences (0: never)"},
 };

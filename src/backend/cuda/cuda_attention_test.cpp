@@ -188,7 +188,7 @@ TEST_P(CudaAttention, KvPrefetchChangesNoResult) {
     twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true), s, off.gpu);
     twin.gpu().set_attention_prefetch_max_seqs(1 << 20);
     twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true), s, on.gpu);
-    twin.gpu().set_attention_prefetch_max_seqs(1);
+    twin.gpu().set_attention_prefetch_max_seqs(8);
     twin.gpu().set_attention_path(AttentionPath::kAuto);
     twin.cpu().attention(b.qkv.cpu, b.kv_cpu(), b.meta(false), s, on.cpu);
     EXPECT_EQ(twin.gpu_floats(on.gpu), twin.gpu_floats(off.gpu)) << "seqs=" << seqs.size();

@@ -110,8 +110,9 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   void set_fused(bool on) { fused_ = on; }
   bool pdl() const { return pdl_; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
-  // steps of at most this many sequences (0: never). Default 1: +2 % at batch 1, -3.3 % on the
-  // 256-sequence continuous run (bench/NOTES.md, phase 5).
+  // steps of at most this many sequences (0: never). Default 8, measured best of 1, 8, 32 and
+  // 256: +2 % at batch 1 and on the seed's batch 8, even on the continuous run, -3 % when every
+  // step prefetches (bench/NOTES.md, phase 5; bench/results/h200/no-regression-ab/).
   void set_attention_prefetch_max_seqs(int n) { attention_prefetch_max_seqs_ = n; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
@@ -157,7 +158,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   std::string name_;
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
-  int attention_prefetch_max_seqs_ = 1;
+  int attention_prefetch_max_seqs_ = 8;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;
   Buffer attention_workspace_;

@@ -27,7 +27,7 @@ struct CudaSwitches {
   // most 8 rows, whatever the weight size; =1: tuning (the default).
   std::string matmul_tuning;
   // IB_ATTN_PREFETCH=N: the split-KV attention prefetches its blocks' K and V rows into L2 in
-  // steps of at most N sequences (0: never; default 1).
+  // steps of at most N sequences (0: never; default 8).
   std::optional<int64_t> attn_prefetch;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
