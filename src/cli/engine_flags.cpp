@@ -1,5 +1,7 @@
 #include "cli/engine_flags.h"
 
+#include "cli/run_options.h"
+
 namespace ib {
 
 void add_engine_flags(CLI::App& app, EngineFlags& f) {
@@ -17,6 +19,19 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--kv-cache-memory", f.kv_cache_memory,
                  "CPU KV-cache budget: bytes or e.g. 2GiB (default 2GiB)");
   app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();
+}
+
+Result<EngineConfig> engine_config_from(const EngineFlags& f) {
+  EngineConfig c;
+  c.block_size = f.block_size;
+  c.max_num_seqs = f.max_num_seqs;
+  c.max_num_batched_tokens = f.max_num_batched_tokens;
+  c.max_model_len = f.max_model_len;
+  c.gpu_memory_utilization = f.gpu_memory_utilization;
+  if (!f.kv_cache_memory.empty()) {
+    IB_ASSIGN_OR_RETURN(c.cpu_kv_cache_bytes, parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
+  }
+  return c;
 }
 
 }  // namespace ib

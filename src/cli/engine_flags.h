@@ -7,6 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/result.h"
+#include "engine/engine_config.h"
+
 namespace ib {
 
 struct EngineFlags {
@@ -21,5 +24,10 @@ struct EngineFlags {
 };
 
 void add_engine_flags(CLI::App& app, EngineFlags& flags);
+
+// The engine settings these flags give (--kv-cache-memory parsed when set), not yet validated:
+// run and serve add their own settings, then call EngineConfig::validate() once, before any file
+// is written or weight loaded.
+Result<EngineConfig> engine_config_from(const EngineFlags& flags);
 
 }  // namespace ib

@@ -66,18 +66,30 @@ Result<LoadMode> resolve_load_mode(const RunFlags& f, bool finite_rate) {
   return user_error(fmt::format("--load-mode {}: use auto, static, closed or open", f.load_mode));
 }
 
-Status check_engine_flags(const RunFlags& f) {
-  IB_TRY(positive(f.max_num_seqs, "--max-num-seqs"));
-  IB_TRY(positive(f.max_num_batched_tokens, "--max-num-batched-tokens"));
-  IB_TRY(positive(f.block_size, "--block-size"));
-  IB_TRY(validate_sample_interval_ms(f.memory_sample_interval_ms));
-  IB_TRY(positive(f.max_graph_batch, "--max-graph-batch"));
-  IB_TRY(positive(f.max_graph_context, "--max-graph-context"));
-  if (f.max_model_len < 0) IB_TRY(positive(f.max_model_len, "--max-model-len"));
-  if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1)) {
-    return user_error(
-        fmt::format("--gpu-memory-utilization {} must be in (0, 1]", f.gpu_memory_utilization));
+// The run's engine settings: the shared engine flags plus run's own (batching, graphs, KV growth),
+// validated once (EngineConfig::validate names each flag).
+Result<EngineConfig> run_engine_config(const RunFlags& f) {
+  IB_ASSIGN_OR_RETURN(EngineConfig c, engine_config_from(f));
+  if (f.batching != "continuous" && f.batching != "static") {
+    return user_error(fmt::format("--batching {}: use continuous or static", f.batching));
   }
+  c.batching = f.batching == "static" ? BatchingMode::kStatic : BatchingMode::kContinuous;
+  c.static_batch_size = f.batch_size;
+  c.use_graphs = !f.no_cuda_graphs;
+  c.max_graph_batch = f.max_graph_batch;
+  c.max_graph_context = f.max_graph_context;
+  if (f.kv_cache_growth != "preallocated" && f.kv_cache_growth != "on-demand") {
+    return user_error(
+        fmt::format("--kv-cache-growth {}: use preallocated or on-demand", f.kv_cache_growth));
+  }
+  c.kv_growth = f.kv_cache_growth == "on-demand" ? KvGrowth::kOnDemand : KvGrowth::kPreallocated;
+  IB_TRY(c.validate());
+  return c;
+}
+
+// The run's other flags that need no model.
+Status check_run_flags(const RunFlags& f) {
+  IB_TRY(validate_sample_interval_ms(f.memory_sample_interval_ms));
   if (f.num_threads < 0) return user_error("--num-threads must be >= 0 (0: all hardware threads)");
   if (!(f.temperature >= 0) || !std::isfinite(f.temperature)) {
     return user_error(fmt::format("--temperature {} must be >= 0 (0: greedy)", f.temperature));
@@ -86,9 +98,6 @@ Status check_engine_flags(const RunFlags& f) {
     return user_error(fmt::format("--top-p {} must be in (0, 1]", f.top_p));
   }
   if (f.top_k < 0) return user_error(fmt::format("--top-k {} must be >= 0 (0: off)", f.top_k));
-  if (f.batching != "continuous" && f.batching != "static") {
-    return user_error(fmt::format("--batching {}: use continuous or static", f.batching));
-  }
   if (auto format = parse_load_format(f.load_format); !format.ok()) return format.error();
   return Ok{};
 }
@@ -215,7 +224,8 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   if (!http) IB_TRY(p.model.check_supported());
   IB_TRY(check_device(f.device));
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
-  IB_TRY(check_engine_flags(f));
+  IB_TRY(check_run_flags(f));
+  IB_ASSIGN_OR_RETURN(const EngineConfig engine, run_engine_config(f));
   if (f.max_model_len > p.model.max_position_embeddings) {
     return user_error(
         fmt::format("--max-model-len {} exceeds what {} supports ({}); lower it or drop the flag",
@@ -276,24 +286,8 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   std::error_code ec;
   if (std::filesystem::is_directory(f.model, ec)) n.weights.path = f.model;
   n.weights.seed = f.seed;
-  n.engine.block_size = f.block_size;
-  n.engine.max_num_seqs = f.max_num_seqs;
-  n.engine.max_num_batched_tokens = f.max_num_batched_tokens;
-  n.engine.max_model_len = f.max_model_len;
-  n.engine.batching = f.batching == "static" ? BatchingMode::kStatic : BatchingMode::kContinuous;
-  n.engine.gpu_memory_utilization = f.gpu_memory_utilization;
-  n.engine.use_graphs = !f.no_cuda_graphs;
-  n.engine.max_graph_batch = f.max_graph_batch;
-  n.engine.max_graph_context = f.max_graph_context;
-  if (!f.kv_cache_memory.empty()) {
-    IB_ASSIGN_OR_RETURN(p.kv_cache_bytes, parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
-  }
-  if (f.kv_cache_growth != "preallocated" && f.kv_cache_growth != "on-demand") {
-    return user_error(
-        fmt::format("--kv-cache-growth {}: use preallocated or on-demand", f.kv_cache_growth));
-  }
-  n.engine.kv_growth =
-      f.kv_cache_growth == "on-demand" ? KvGrowth::kOnDemand : KvGrowth::kPreallocated;
+  n.engine = engine;
+  if (!f.kv_cache_memory.empty()) p.kv_cache_bytes = engine.cpu_kv_cache_bytes;
   if (!f.memory_limit.empty()) {
     IB_ASSIGN_OR_RETURN(n.backend.memory_limit_bytes,
                         parse_bytes(f.memory_limit, "--memory-limit"));

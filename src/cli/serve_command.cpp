@@ -25,7 +25,6 @@ Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f) {
   IB_TRY(model.check_supported());
   IB_TRY(check_device(f.device));
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
-  // The engine limits are checked by the engine itself (same flag names) before any weight loads.
   if (f.num_threads < 0) return user_error("--num-threads must be >= 0 (0: all cores)");
   EngineGeneratorOptions o;
   o.model = model;
@@ -33,15 +32,8 @@ Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f) {
   std::error_code ec;
   if (std::filesystem::is_directory(f.model, ec)) o.weights.path = f.model;
   o.weights.seed = f.seed;
-  o.engine.block_size = f.block_size;
-  o.engine.max_num_seqs = f.max_num_seqs;
-  o.engine.max_num_batched_tokens = f.max_num_batched_tokens;
-  o.engine.max_model_len = f.max_model_len;
-  o.engine.gpu_memory_utilization = f.gpu_memory_utilization;
-  if (!f.kv_cache_memory.empty()) {
-    IB_ASSIGN_OR_RETURN(o.engine.cpu_kv_cache_bytes,
-                        parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
-  }
+  IB_ASSIGN_OR_RETURN(o.engine, engine_config_from(f));
+  IB_TRY(o.engine.validate());  // before any weight loads
   o.backend.device = f.device;
   o.backend.dtype = dtype;
   o.backend.num_threads = f.num_threads;

@@ -1,6 +1,7 @@
 // EngineConfig::validate: the one check of the engine's settings, naming each one's flag.
 #include "engine/engine_config.h"
 
+#include <sstream>
 #include <string>
 
 namespace ib {
@@ -28,8 +29,9 @@ Status EngineConfig::validate() const {
     IB_TRY(positive(kv_growth_min_blocks, "the engine setting kv_growth_min_blocks"));
   }
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
-    return user_error("--gpu-memory-utilization must be in (0, 1] (got " +
-                      std::to_string(gpu_memory_utilization) + ")");
+    std::ostringstream shown;
+    shown << gpu_memory_utilization;
+    return user_error("--gpu-memory-utilization " + shown.str() + " must be in (0, 1]");
   }
   return Ok{};
 }
