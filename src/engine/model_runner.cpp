@@ -85,7 +85,7 @@ void ModelRunner::fold_norm_gains() {
     backend_.scale_columns(l.w_gate_up, l.ffn_norm);
     backend_.fill_constant(l.ffn_norm, 1.0f);
   }
-  folded_ = true;
+  fused_ops_ = backend_.fused_decode_ops();
 }
 
 Status ModelRunner::allocate() {
@@ -262,9 +262,7 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   Tensor act = act_buf_.view(dt, {t, f});              // (T, F)
 
   // Fused: a decode step the backend fuses, with the norm gains folded (fold_norm_gains).
-  FusedDecodeOps* fused = folded_ && backend_.fused_decode_ops()->fused_decode(t)
-                              ? backend_.fused_decode_ops()
-                              : nullptr;
+  FusedDecodeOps* fused = fused_ops_ && fused_ops_->fused_decode(t) ? fused_ops_ : nullptr;
   backend_.embedding(token_ids_, weights_.embed, residual);
   StepInputs in;
   in.positions = positions_;

@@ -60,9 +60,7 @@ Status check_layout(const ModelConfig& c, const WeightSchema& schema,
     msg += " unexpected tensor" + std::string(unexpected.size() == 1 ? " " : "s ") +
            name_list(unexpected) + ";";
   }
-  msg += " the schema expects model.embed_tokens.weight, model.norm.weight" +
-         std::string(c.tie_word_embeddings ? "" : ", lm_head.weight") +
-         " and in each model.layers.N: " + schema.layer_names() +
+  msg += " the schema expects " + schema.expected_names() +
          ". Check that config.json (\"architectures\", \"num_hidden_layers\", "
          "\"tie_word_embeddings\") describes these weights";
   return user_error(msg);

@@ -54,9 +54,9 @@ struct WeightSchema {
   std::vector<std::string> ignored_suffixes;
 
   bool ignores(std::string_view name) const;
-  // The per-layer tensor names of layer 0 without their "model.layers.0." prefix, comma-separated
-  // (for errors: what the schema expects).
-  std::string layer_names() const;
+  // What a checkpoint must hold, for errors: the whole-model names, then layer 0's without their
+  // "model.layers.0." prefix ("model.embed_tokens.weight, ... and in each model.layers.N: ...").
+  std::string expected_names() const;
 };
 
 // One step's activations (T tokens; D hidden, Q = heads * head_dim, KV = kv heads * head_dim,

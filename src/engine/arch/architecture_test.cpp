@@ -136,7 +136,8 @@ TEST(Architecture, AnotherFamilysLayoutIsRefusedNamingWhatDiffers) {
        {"Phi3ForCausalLM checkpoint for model 'tiny-test' (family phi3, 2 layers)",
         "tensors 'model.layers.0.self_attn.qkv_proj.weight', ", "are missing",
         "unexpected tensors 'model.layers.0.mlp.gate_proj.weight'",
-        "in each model.layers.N: input_layernorm.weight, post_attention_layernorm.weight, "
+        "the schema expects model.embed_tokens.weight, model.norm.weight, lm_head.weight and in "
+        "each model.layers.N: input_layernorm.weight, post_attention_layernorm.weight, "
         "self_attn.qkv_proj.weight, self_attn.o_proj.weight, mlp.gate_up_proj.weight, "
         "mlp.down_proj.weight",
         "config.json"}) {

@@ -82,16 +82,17 @@ bool WeightSchema::ignores(std::string_view name) const {
   return false;
 }
 
-std::string WeightSchema::layer_names() const {
+std::string WeightSchema::expected_names() const {
   const std::string prefix = "model.layers.0.";
-  std::string out;
+  std::string whole, layer;
   for (const SchemaEntry& e : entries) {
-    if (e.layer != 0) continue;
+    if (e.layer > 0) continue;
     for (const TensorSource& s : e.sources) {
-      out += (out.empty() ? "" : ", ") + s.name.substr(prefix.size());
+      std::string& out = e.layer < 0 ? whole : layer;
+      out += (out.empty() ? "" : ", ") + (e.layer < 0 ? s.name : s.name.substr(prefix.size()));
     }
   }
-  return out;
+  return whole + " and in each model.layers.N: " + layer;
 }
 
 }  // namespace ib

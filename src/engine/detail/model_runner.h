@@ -121,7 +121,9 @@ class ModelRunner {
   int graph_max_context_ = 0;
   int graph_width_ = 0;
   int64_t layer_weight_bytes_ = 0;  // all layers' tensors
-  bool folded_ = false;             // norm gains folded into wqkv / w_gate_up (ones left)
+  // The backend's fused decode ops, set once the norm gains are folded into wqkv / w_gate_up
+  // (ones left); null: every step runs the unfused ops.
+  FusedDecodeOps* fused_ops_ = nullptr;
   Tensor token_ids_, positions_, slot_mapping_, sample_rows_, out_tokens_;
   AttentionMetadata attn_meta_;
   SamplingMetadata sampling_meta_;
