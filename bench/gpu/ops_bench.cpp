@@ -250,8 +250,8 @@ int main(int argc, char** argv) {
               bench::kCopyCeilingTBs);
   report.extra()["device"] = info.name;
   report.extra()["copy_tb_per_s_measured"] = copy_tbs;
-  // IB_OPS_SECTIONS (comma-separated: gemm_decode, gemm_prefill, attention, small_ops,
-  // sampling) runs only those; the step estimates need them all.
+  // IB_OPS_SECTIONS (comma-separated: gemm_decode, gemm_prefill, gemm_fp8, attention,
+  // small_ops, sampling) runs only those; the step estimates need all but gemm_fp8.
   const char* only = std::getenv("IB_OPS_SECTIONS");
   const std::string sections = only != nullptr ? "," + std::string(only) + "," : "";
   const auto want = [&](const char* name) {
@@ -259,6 +259,7 @@ int main(int argc, char** argv) {
   };
   if (want("gemm_decode")) bench::bench_gemm_decode(ctx);
   if (want("gemm_prefill")) bench::bench_gemm_prefill(ctx);
+  if (want("gemm_fp8")) bench::bench_gemm_fp8(ctx);
   if (want("attention")) bench::bench_attention(ctx);
   if (want("small_ops")) bench::bench_small_ops(ctx);
   if (want("sampling")) bench::bench_sampling(ctx);

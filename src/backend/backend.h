@@ -1,7 +1,7 @@
 // Backend: the front door of backend/ — a Device (device.h: memory through one tracked
 // allocator, transfers, graphs, timing) with the op sets a forward pass needs (ops.h: DenseOps,
-// AttentionOps, and the optional FusedDecodeOps). The CPU backend (cpu/) is the reference every
-// other backend is tested against.
+// AttentionOps, QuantOps, and the optional FusedDecodeOps). The CPU backend (cpu/) is the reference
+// every other backend is tested against.
 //
 // Contract: ops are enqueued in call order on the device's single stream (the CPU backend runs
 // them synchronously); results are visible on the host only after synchronize() or
@@ -19,11 +19,11 @@
 
 namespace ib {
 
-class Backend : public Device, public DenseOps, public AttentionOps {
+class Backend : public Device, public DenseOps, public AttentionOps, public QuantOps {
  public:
   // The activation and dense weight dtype the ops compute in.
   virtual DType activation_dtype() const = 0;
-  // The weight formats its matmul ops read (dense only, today).
+  // The weight formats its matmul ops read and quantize_weight writes (dense only by default).
   virtual bool supports_weight_format(WeightFormat format) const {
     return format == WeightFormat::kDense;
   }

@@ -1,8 +1,8 @@
 // The op sets a backend implements, each a small interface that grows on its own: DenseOps
 // (initialisation, embedding, norms, matmuls, activations, sampling), AttentionOps (RoPE with the
-// KV write, paged attention) and the optional FusedDecodeOps (the dense decoder's fused decode
-// step, reached through Backend::fused_decode_ops()). Quantized and mixture-of-experts op sets
-// join as further interfaces.
+// KV write, paged attention), QuantOps (quantizing weights at load) and the optional
+// FusedDecodeOps (the dense decoder's fused decode step, reached through
+// Backend::fused_decode_ops()). Mixture-of-experts op sets join as further interfaces.
 //
 // Contract: tensors passed to ops live in the backend's memory (Device::alloc); shapes are
 // checked with IB_ASSERT. "act" below means the backend's activation dtype: fp32 on the CPU, the
@@ -88,8 +88,8 @@ class DenseOps {
   // residual += x (in place, act); out = rms_norm(residual) * weight.
   virtual void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                             Tensor out) = 0;
-  // out (M, N) = x (M, K) @ w (N, K)^T (+ bias (N)); fp32 accumulation.
-  // out may be f32 while x and w are act (used for logits).
+  // out (M, N) = x (M, K) @ w (N, K)^T (+ bias (N)); fp32 accumulation; w in any format the
+  // backend supports, computed as weight.h defines it. out may be f32 while x is act (logits).
   virtual void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) = 0;
   // out (T, F) = silu(gate_up[:, :F]) * gate_up[:, F:]; gate_up (T, 2F).
   virtual void silu_mul(const Tensor& gate_up, Tensor out) = 0;
@@ -117,11 +117,22 @@ class AttentionOps {
   virtual Status supports_attention(const AttentionShape& /*shape*/) const { return Ok{}; }
 };
 
+class QuantOps {
+ public:
+  virtual ~QuantOps() = default;
+  // Quantizes dense (N, K) (act) into out, whose tensors are allocated in out.format's layout
+  // (weight.h). kFp8E4M3: per output channel, scales[n] = max_k |dense[n][k]| / 448 (1 for a
+  // zero row) and data[n][k] = e4m3(dense[n][k] * (448 / max_k |dense[n][k]|)), rounded to
+  // nearest even, in fp32.
+  virtual void quantize_weight(const Tensor& dense, const WeightRef& out) = 0;
+};
+
 // The dense decoder's fused decode step (CUDA; bench/NOTES.md, phase 3), used behind the
-// architecture seam (engine/arch/dense_decoder.cpp). The ops expect each RMSNorm's gain folded
-// into the columns of the matmul after it (DenseOps::scale_columns, the gain then set to ones),
-// so that rms_norm(h) * g @ w^T = rms_norm(h) @ (w * g)^T; the CPU backend, which has none of
-// them, is their oracle through the unfused ops.
+// architecture seam (engine/arch/dense_decoder.cpp). A dense weight expects its RMSNorm's gain
+// folded into its columns (DenseOps::scale_columns, the gain then set to ones), so that
+// rms_norm(h) * g @ w^T = rms_norm(h) @ (w * g)^T, and gain null; a quantized weight keeps the
+// gain (folding would quantize twice), passed as gain. The CPU backend, which has none of these
+// ops, is their oracle through the unfused ops.
 class FusedDecodeOps {
  public:
   virtual ~FusedDecodeOps() = default;
@@ -130,14 +141,17 @@ class FusedDecodeOps {
   virtual bool fused_decode_fits(const AttentionShape& shape, int64_t hidden_size,
                                  int64_t intermediate_size) const = 0;
   virtual bool fused_decode(int64_t num_tokens) const = 0;
-  // qkv = rms_norm(h) @ w^T (+ bias (N)), h (M, K) un-normalised and no gain, then
-  // rope_and_cache(qkv, ...) as AttentionOps describes, in one op.
-  virtual void rms_matmul_rope_cache(const Tensor& h, const WeightRef& w, const Tensor* bias,
-                                     float eps, const Tensor& positions, const Tensor& slot_mapping,
-                                     const Tensor& inv_freq, const KvCacheLayer& kv,
-                                     const AttentionShape& shape, Tensor qkv) = 0;
-  // out (M, F) = silu(g) * u where [g | u] = rms_norm(h) @ w^T; w (2F, K).
-  virtual void rms_matmul_swiglu(const Tensor& h, const WeightRef& w, float eps, Tensor out) = 0;
+  // qkv = (rms_norm(h) * gain) @ w^T (+ bias (N)), h (M, K) un-normalised, gain (K) act or null
+  // (folded), then rope_and_cache(qkv, ...) as AttentionOps describes, in one op.
+  virtual void rms_matmul_rope_cache(const Tensor& h, const Tensor* gain, const WeightRef& w,
+                                     const Tensor* bias, float eps, const Tensor& positions,
+                                     const Tensor& slot_mapping, const Tensor& inv_freq,
+                                     const KvCacheLayer& kv, const AttentionShape& shape,
+                                     Tensor qkv) = 0;
+  // out (M, F) = silu(g) * u where [g | u] = (rms_norm(h) * gain) @ w^T; w (2F, K); gain as
+  // above.
+  virtual void rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const WeightRef& w, float eps,
+                                 Tensor out) = 0;
   // residual (M, N) += x (M, K) @ w (N, K)^T, fp32 accumulation, rounded once.
   virtual void matmul_add(const Tensor& x, const WeightRef& w, Tensor residual) = 0;
 };

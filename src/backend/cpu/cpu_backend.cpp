@@ -209,9 +209,8 @@ void CpuBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& we
 }
 
 void CpuBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* bias, Tensor out) {
-  const Tensor& w = weight.dense();
+  const Tensor& w = weight.data;
   check_f32(x, "matmul: x must be fp32");
-  check_f32(w, "matmul: w must be fp32");
   check_f32(out, "matmul: out must be fp32");
   const int64_t m = x.rows();
   const int64_t k = x.row_size();
@@ -224,7 +223,32 @@ void CpuBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* 
     IB_ASSERT(bias->numel() == n, "matmul: bias must be (N)");
     b = bias->as<const float>();
   }
-  cpu::matmul_f32(pool_, x.as<const float>(), w.as<const float>(), b, out.as<float>(), m, n, k);
+  switch (weight.format) {
+    case WeightFormat::kDense:
+      check_f32(w, "matmul: w must be fp32");
+      cpu::matmul_f32(pool_, x.as<const float>(), w.as<const float>(), b, out.as<float>(), m, n, k);
+      return;
+    case WeightFormat::kFp8E4M3:
+      IB_ASSERT(w.dtype == DType::kF8E4M3 && weight.scales.dtype == DType::kF32 &&
+                    weight.scales.numel() == n,
+                "matmul: an fp8 weight is data (N, K) fp8_e4m3 with scales f32 (N)");
+      cpu::matmul_fp8(pool_, x.as<const float>(), w.as<const uint8_t>(),
+                      weight.scales.as<const float>(), b, out.as<float>(), m, n, k);
+      return;
+  }
+}
+
+void CpuBackend::quantize_weight(const Tensor& dense, const WeightRef& out) {
+  check_f32(dense, "quantize_weight: dense must be fp32");
+  IB_ASSERT(out.format == WeightFormat::kFp8E4M3, "quantize_weight: the CPU quantizes to fp8 only");
+  const int64_t n = dense.rows();
+  const int64_t k = dense.row_size();
+  IB_ASSERT(
+      out.data.dtype == DType::kF8E4M3 && out.data.rows() == n && out.data.row_size() == k &&
+          out.scales.dtype == DType::kF32 && out.scales.numel() == n,
+      "quantize_weight: out must be data (N, K) fp8_e4m3 and scales f32 (N) for dense (N, K)");
+  cpu::quantize_rows_fp8(pool_, dense.as<const float>(), n, k, out.data.as<uint8_t>(),
+                         out.scales.as<float>());
 }
 
 void CpuBackend::rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,

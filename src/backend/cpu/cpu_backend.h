@@ -1,10 +1,10 @@
-// CpuBackend: the fp32 reference implementation of Backend (dense weights; no fused decode ops),
-// multi-threaded through a ThreadPool. Every op runs synchronously on the calling thread plus the
-// pool's workers. Weights and activations are fp32 (activation_dtype() == kF32); the factory
-// refuses bf16/fp16 for the CPU. Numerics (the contract CUDA kernels are compared against): dot
-// products as cpu::dot_f32 (detail/dot.h); RMSNorm sums squares the same way and scales by 1 /
-// sqrt(mean + eps); attention is a two-pass softmax in fp32; sampling accumulates probabilities in
-// double.
+// CpuBackend: the fp32 reference implementation of Backend (dense and FP8 weights,
+// backend/weight.h; no fused decode ops), multi-threaded through a ThreadPool. Every op runs
+// synchronously on the calling thread plus the pool's workers. Weights and activations are fp32
+// (activation_dtype() == kF32); the factory refuses bf16/fp16 for the CPU. Numerics (the contract
+// CUDA kernels are compared against): dot products as cpu::dot_f32 (detail/dot.h); RMSNorm sums
+// squares the same way and scales by 1 / sqrt(mean + eps); attention is a two-pass softmax in fp32;
+// sampling accumulates probabilities in double.
 #pragma once
 
 #include <memory>
@@ -37,6 +37,10 @@ class CpuBackend final : public Backend {
   void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                     Tensor out) override;
   void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) override;
+  bool supports_weight_format(WeightFormat format) const override {
+    return format == WeightFormat::kDense || format == WeightFormat::kFp8E4M3;
+  }
+  void quantize_weight(const Tensor& dense, const WeightRef& out) override;
   void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                       const Tensor& inv_freq, const KvCacheLayer& kv,
                       const AttentionShape& shape) override;

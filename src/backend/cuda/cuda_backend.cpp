@@ -82,6 +82,7 @@ Status CudaBackend::init() {
     IB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_), "init");
     name_ = prop.name;
     num_sms_ = prop.multiProcessorCount;
+    compute_capability_ = prop.major * 10 + prop.minor;
     IB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "init");
     IB_CUDA_CHECK(cudaEventCreate(&timer_begin_), "init");
     IB_CUDA_CHECK(cudaEventCreate(&timer_end_), "init");
@@ -112,6 +113,7 @@ CudaBackend::~CudaBackend() {
   attention_workspace_.reset();
   staging_.reset();
   attention_counters_.reset();
+  fp8_scratch_.reset();
   gemm_.reset();
   if (timer_begin_) cudaEventDestroy(timer_begin_);
   if (timer_end_) cudaEventDestroy(timer_end_);
@@ -261,14 +263,20 @@ void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w
 }
 
 void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* bias, Tensor out) {
-  const Tensor& w = weight.dense();
+  const Tensor& w = weight.data;
   IB_ASSERT(x.row_size() == w.row_size() && w.rank == 2,
             "matmul: x (M, K) and w (N, K) must share K");
   IB_ASSERT(out.rows() == x.rows() && out.row_size() == w.dim(0),
             "matmul: out must be (M, N) for x (M, K) and w (N, K)");
+  if (bias) IB_ASSERT(bias->numel() == w.dim(0), "matmul: bias must be (N)");
+  if (weight.format == WeightFormat::kFp8E4M3) {
+    IB_ASSERT(supports_weight_format(weight.format) && x.dtype == dtype_ && out.dtype == dtype_,
+              "matmul: an fp8 weight takes x and out in the bf16/fp16 activation dtype");
+    run_op("matmul(fp8)", [&] { matmul_fp8(x, weight, bias, out); });
+    return;
+  }
   IB_ASSERT(x.dtype == w.dtype && (out.dtype == x.dtype || out.dtype == DType::kF32),
             "matmul: x and w share the activation dtype; out is that or f32");
-  if (bias) IB_ASSERT(bias->numel() == w.dim(0), "matmul: bias must be (N)");
   run_op("matmul", [&] {
     if (choose_gemv(x, w, bias, out)) {
       launch_gemv(x, w, bias, out, stream_, pdl_);
@@ -276,6 +284,60 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
       gemm_->run(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
     }
   });
+}
+
+// W8A8 FP8: the GEMV up to kGemvMaxM rows (it quantizes x as it streams w); above, x is
+// quantized per token into the scratch and cuBLASLt runs the E4M3 GEMM with the token and row
+// scales as outer-vector scales, in chunks of rows that fit the scratch.
+void CudaBackend::matmul_fp8(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) {
+  if (x.rows() <= kGemvMaxM && gemv_supported(x, w, out)) {
+    launch_gemv(x, w, bias, out, stream_, pdl_);
+    return;
+  }
+  const int64_t k = x.row_size();
+  IB_ASSERT(fp8_scratch_.data() != nullptr,
+            "matmul(fp8): no scratch (quantize_weight allocates it)");
+  const int64_t chunk = std::min<int64_t>(
+      kFp8ScaleBytes / 4, std::max<int64_t>(1, (kFp8ScratchBytes - kFp8ScaleBytes) / k));
+  for (int64_t r0 = 0; r0 < x.rows(); r0 += chunk) {
+    const int64_t rows = std::min(chunk, x.rows() - r0);
+    Tensor xq = fp8_scratch_.view(DType::kF8E4M3, {rows, k}, static_cast<size_t>(kFp8ScaleBytes));
+    Tensor x_scales = fp8_scratch_.view(DType::kF32, {rows});
+    launch_quantize_rows_fp8(x.slice_rows(r0, rows), xq, x_scales, stream_);
+    gemm_->run_fp8(xq, x_scales, w.data, w.scales, bias, out.slice_rows(r0, rows),
+                   gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+  }
+}
+
+bool CudaBackend::supports_weight_format(WeightFormat format) const {
+  switch (format) {
+    case WeightFormat::kDense:
+      return true;
+    case WeightFormat::kFp8E4M3:  // E4M3 tensor cores from Ada (8.9); bf16/fp16 activations
+      return compute_capability_ >= 89 && (dtype_ == DType::kBF16 || dtype_ == DType::kF16);
+  }
+  return false;
+}
+
+void CudaBackend::quantize_weight(const Tensor& dense, const WeightRef& out) {
+  IB_ASSERT(out.format == WeightFormat::kFp8E4M3 && supports_weight_format(out.format),
+            "quantize_weight: fp8 needs compute capability 8.9+ and bf16/fp16 activations");
+  IB_ASSERT(
+      dense.rank == 2 && out.data.rows() == dense.rows() &&
+          out.data.row_size() == dense.row_size() && out.data.dtype == DType::kF8E4M3 &&
+          out.scales.dtype == DType::kF32 && out.scales.numel() == dense.rows(),
+      "quantize_weight: out must be data (N, K) fp8_e4m3 and scales f32 (N) for dense (N, K)");
+  if (fp8_scratch_.data() ==
+      nullptr) {  // the activations' scratch of matmul_fp8, with the first weight
+    auto buf = alloc(kFp8ScratchBytes, MemoryTag::kWorkspace);
+    if (!buf.ok()) {
+      record_failure("quantize_weight: " + buf.error().message);
+      return;
+    }
+    fp8_scratch_ = std::move(*buf);
+  }
+  run_op("quantize_weight",
+         [&] { launch_quantize_rows_fp8(dense, out.data, out.scales, stream_); });
 }
 
 bool CudaBackend::fused_decode_fits(const AttentionShape& shape, int64_t hidden_size,
@@ -288,12 +350,12 @@ bool CudaBackend::fused_decode(int64_t num_tokens) const {
   return fused_ && half && num_tokens >= 0 && num_tokens <= kGemvFusedMaxM;
 }
 
-void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const WeightRef& weight,
-                                        const Tensor* bias, float eps, const Tensor& positions,
-                                        const Tensor& slot_mapping, const Tensor& inv_freq,
-                                        const KvCacheLayer& kv, const AttentionShape& shape,
-                                        Tensor qkv) {
-  const Tensor& w = weight.dense();
+void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,
+                                        const WeightRef& weight, const Tensor* bias, float eps,
+                                        const Tensor& positions, const Tensor& slot_mapping,
+                                        const Tensor& inv_freq, const KvCacheLayer& kv,
+                                        const AttentionShape& shape, Tensor qkv) {
+  const Tensor& w = weight.data;
   IB_ASSERT(h.row_size() == w.row_size() && qkv.rows() == h.rows() && qkv.row_size() == w.dim(0),
             "rms_matmul_rope_cache: h (M, K), w (N, K), qkv (M, N)");
   IB_ASSERT(positions.numel() == h.rows() && slot_mapping.numel() == h.rows() &&
@@ -301,26 +363,26 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const WeightRef& weight
             "rms_matmul_rope_cache: positions, slot_mapping (M), inv_freq f32 (head_dim / 2)");
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "rms_matmul_rope_cache: bias must be (N)");
   run_op("rms_matmul_rope_cache", [&] {
-    launch_gemv_rope_cache(h, w, bias, eps, positions, slot_mapping, inv_freq, kv, shape, qkv,
-                           stream_, pdl_);
+    launch_gemv_rope_cache(h, gain, weight, bias, eps, positions, slot_mapping, inv_freq, kv, shape,
+                           qkv, stream_, pdl_);
   });
 }
 
-void CudaBackend::rms_matmul_swiglu(const Tensor& h, const WeightRef& weight, float eps,
-                                    Tensor out) {
-  const Tensor& w = weight.dense();
+void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const WeightRef& weight,
+                                    float eps, Tensor out) {
+  const Tensor& w = weight.data;
   IB_ASSERT(
       h.row_size() == w.row_size() && out.rows() == h.rows() && 2 * out.row_size() == w.dim(0),
       "rms_matmul_swiglu: h (M, K), w (2F, K), out (M, F)");
   // (cuBLASLt into fp32 scratch plus a norm/SwiGLU kernel measured slower at 1-8 rows:
   // bench/NOTES.md, phase 5.)
   run_op("rms_matmul_swiglu", [&] {
-    launch_gemv_fused(h, w, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_);
+    launch_gemv_fused(h, gain, weight, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_);
   });
 }
 
 void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor residual) {
-  const Tensor& w = weight.dense();
+  const Tensor& w = weight.data;
   IB_ASSERT(x.row_size() == w.row_size() && residual.rows() == x.rows() &&
                 residual.row_size() == w.dim(0),
             "matmul_add: x (M, K), w (N, K), residual (M, N)");
@@ -328,12 +390,14 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
     // From 2 tokens on, a weight above the GEMV's size rule (Llama-3-8B's down projection) goes
     // to cuBLASLt with beta = 1: at 8 tokens 31.7 µs against the GEMV's 36.1 (bench/NOTES.md,
     // phase 4); at 1 token they are even and the GEMV stays.
-    if (add_with_cublaslt_ && x.rows() >= 2 &&
+    // (FP8 weights always take the GEMV here.)
+    if (add_with_cublaslt_ && weight.format == WeightFormat::kDense && x.rows() >= 2 &&
         static_cast<int64_t>(w.bytes()) > gemv_max_weight_bytes_) {
       gemm_->run(x, w, nullptr, residual, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
                  1.0f);
     } else {
-      launch_gemv_fused(x, w, nullptr, residual, GemvFusion::kAccumulate, 0.0f, stream_, pdl_);
+      launch_gemv_fused(x, nullptr, weight, nullptr, residual, GemvFusion::kAccumulate, 0.0f,
+                        stream_, pdl_);
     }
   });
 }

@@ -75,7 +75,7 @@ TEST_P(CudaFused, RmsMatmulSwiGluMatchesNormMatmulSiluMul) {
     twin.cpu().rms_norm(h.cpu, ones.cpu, 1e-6f, normed.cpu);
     twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
     twin.cpu().silu_mul(gate_up.cpu, out.cpu);
-    twin.gpu().rms_matmul_swiglu(h.gpu, w.gpu, 1e-6f, out.gpu);
+    twin.gpu().rms_matmul_swiglu(h.gpu, nullptr, w.gpu, 1e-6f, out.gpu);
     EXPECT_LT(twin.error(out), tolerance(GetParam())) << "m=" << s.m << " f=" << f << " k=" << s.k;
   }
 }
@@ -147,8 +147,9 @@ TEST_P(CudaFused, RmsMatmulRopeCacheMatchesNormMatmulRopeAndCache) {
       twin.cpu().rms_norm(h.cpu, ones.cpu, 1e-5f, normed.cpu);
       twin.cpu().matmul(normed.cpu, w.cpu, bias_cpu, qkv.cpu);
       twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
-      twin.gpu().rms_matmul_rope_cache(h.gpu, w.gpu, c.bias ? &b.gpu : nullptr, 1e-5f, pos.gpu,
-                                       slot.gpu, freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu);
+      twin.gpu().rms_matmul_rope_cache(h.gpu, nullptr, w.gpu, c.bias ? &b.gpu : nullptr, 1e-5f,
+                                       pos.gpu, slot.gpu, freq.gpu, {kc.gpu, vc.gpu, 16}, shape,
+                                       qkv.gpu);
       const std::string where = "heads " + std::to_string(c.heads) + "/" +
                                 std::to_string(c.kv_heads) + " hd " + std::to_string(c.head_dim) +
                                 " m " + std::to_string(m);

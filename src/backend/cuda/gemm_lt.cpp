@@ -20,6 +20,8 @@ cudaDataType_t cuda_type(DType t) {
       return CUDA_R_16BF;
     case DType::kF16:
       return CUDA_R_16F;
+    case DType::kF8E4M3:
+      return CUDA_R_8F_E4M3;
     default:
       IB_ASSERT(false, "matmul: float tensors expected");
   }
@@ -98,6 +100,15 @@ GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
   const cudaDataType_t in = cuda_type(key.in);
   const cudaDataType_t out = cuda_type(key.out);
   IB_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), kOp);
+  if (key.in == DType::kF8E4M3) {  // per-row (w) and per-token (x) scales
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                   &mode, sizeof(mode)),
+                    kOp);
+    IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                   &mode, sizeof(mode)),
+                    kOp);
+  }
   const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
   IB_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)),
@@ -179,7 +190,12 @@ void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor ou
                  size_t workspace_bytes, cudaStream_t stream, float beta) {
   const Key key = key_for(x, w, bias, out);
   if (key.m == 0) return;
-  Plan& plan = plan_for(key, workspace_bytes);
+  execute(plan_for(key, workspace_bytes), x, w, bias, out, workspace, workspace_bytes, stream,
+          beta);
+}
+
+void GemmLt::execute(Plan& plan, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+                     void* workspace, size_t workspace_bytes, cudaStream_t stream, float beta) {
   if (plan.bias_epilogue) {
     const void* ptr = bias->data;
     IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -192,6 +208,28 @@ void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor ou
                      plan.c, out.data, plan.c, &plan.algo, workspace, workspace_bytes, stream),
       kOp);
   if (bias && !plan.bias_epilogue) launch_bias_add(out, *bias, stream);
+}
+
+void GemmLt::run_fp8(const Tensor& xq, const Tensor& x_scales, const Tensor& wq,
+                     const Tensor& w_scales, const Tensor* bias, Tensor out, void* workspace,
+                     size_t workspace_bytes, cudaStream_t stream) {
+  IB_ASSERT(xq.dtype == DType::kF8E4M3 && wq.dtype == DType::kF8E4M3 &&
+                x_scales.dtype == DType::kF32 && w_scales.dtype == DType::kF32 &&
+                x_scales.numel() == xq.rows() && w_scales.numel() == wq.dim(0),
+            "matmul(fp8): E4M3 operands with f32 scales per token and per row");
+  const Key key = key_for(xq, wq, bias, out);
+  if (key.m == 0) return;
+  Plan& plan = plan_for(key, workspace_bytes);
+  // cuBLASLt's A is w (its rows are out's columns), B is x.
+  const void* a_scale = w_scales.data;
+  const void* b_scale = x_scales.data;
+  IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                 &a_scale, sizeof(a_scale)),
+                  kOp);
+  IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                 &b_scale, sizeof(b_scale)),
+                  kOp);
+  execute(plan, xq, wq, bias, out, workspace, workspace_bytes, stream, 0.0f);
 }
 
 }  // namespace ib::cuda

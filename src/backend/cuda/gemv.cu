@@ -16,67 +16,88 @@ constexpr int kWarps = 8;
 constexpr int kUnroll = 2;
 constexpr bool kAdjacent = false;
 
-template <typename T, typename TOut, int NT>
-void launch_nt(const Tensor& x, const Tensor& w, const T* bias, Tensor out, cudaStream_t stream,
-               bool pdl) {
-  const int m = static_cast<int>(x.rows());
-  const int n = static_cast<int>(w.dim(0));
-  const int k = static_cast<int>(w.dim(1));
-  const unsigned blocks = static_cast<unsigned>((n + kGemvRows - 1) / kGemvRows);
-  launch_kernel("matmul(gemv)", pdl, gemv_kernel<T, TOut, NT, kWarps, kUnroll, kAdjacent>,
-                dim3(blocks), dim3(kWarps * 32), 0, stream, x.as<T>(), w.as<T>(), bias,
-                out.as<TOut>(), m, n, k, 0.0f, GemvRopeCache{});
+// The FP8 operands of a launch: the weight's row scales and the norm gain (or none), for a
+// WeightRef w (dense: no FP8 operands).
+GemvFp8 fp8_operands(const WeightRef& w, const Tensor* gain) {
+  GemvFp8 q;
+  if (w.format == WeightFormat::kFp8E4M3) q.w_scales = w.scales.as<float>();
+  q.gain = gain ? gain->data : nullptr;
+  return q;
 }
 
-template <typename T, typename TOut>
-void launch_typed(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+template <typename T, typename TOut, int NT, bool kFp8>
+void launch_nt(const Tensor& x, const WeightRef& w, const T* bias, Tensor out, cudaStream_t stream,
+               bool pdl) {
+  const int m = static_cast<int>(x.rows());
+  const int n = static_cast<int>(w.data.dim(0));
+  const int k = static_cast<int>(w.data.dim(1));
+  const unsigned blocks = static_cast<unsigned>((n + kGemvRows - 1) / kGemvRows);
+  launch_kernel("matmul(gemv)", pdl,
+                gemv_kernel<T, TOut, NT, kWarps, kUnroll, kAdjacent, kGemvStore, false, kFp8>,
+                dim3(blocks), dim3(kWarps * 32), 0, stream, x.as<T>(),
+                static_cast<const void*>(w.data.data), bias, out.as<TOut>(), m, n, k, 0.0f,
+                GemvRopeCache{}, fp8_operands(w, nullptr));
+}
+
+template <typename T, typename TOut, bool kFp8>
+void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
                   cudaStream_t stream, bool pdl) {
   const T* b = bias ? bias->as<T>() : nullptr;
   const int64_t m = x.rows();
   if (m <= 8) {
-    launch_nt<T, TOut, 1>(x, w, b, out, stream, pdl);
+    launch_nt<T, TOut, 1, kFp8>(x, w, b, out, stream, pdl);
   } else if (m <= 16) {
-    launch_nt<T, TOut, 2>(x, w, b, out, stream, pdl);
+    launch_nt<T, TOut, 2, kFp8>(x, w, b, out, stream, pdl);
   } else {
-    launch_nt<T, TOut, 4>(x, w, b, out, stream, pdl);
+    launch_nt<T, TOut, 4, kFp8>(x, w, b, out, stream, pdl);
   }
 }
 
 // The fused decode variants, M <= 8 (one n-tile).
-template <typename T, int kEpilogue, bool kRms>
-void launch_fused_typed(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, float eps,
-                        cudaStream_t stream, bool pdl, const GemvRopeCache& rc = {}) {
+template <typename T, int kEpilogue, bool kRms, bool kFp8>
+void launch_fused_typed(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
+                        Tensor out, float eps, cudaStream_t stream, bool pdl,
+                        const GemvRopeCache& rc = {}) {
   const int m = static_cast<int>(x.rows());
-  const int n = static_cast<int>(w.dim(0));
-  const int k = static_cast<int>(w.dim(1));
+  const int n = static_cast<int>(w.data.dim(0));
+  const int k = static_cast<int>(w.data.dim(1));
   const int rows_per_block = kEpilogue == kGemvSwiGlu ? kGemvRows / 2 : kGemvRows;
   const int features = kEpilogue == kGemvSwiGlu ? n / 2 : n;
   const unsigned blocks = static_cast<unsigned>((features + rows_per_block - 1) / rows_per_block);
   launch_kernel("matmul(gemv, fused)", pdl,
-                gemv_kernel<T, T, 1, kWarps, kUnroll, kAdjacent, kEpilogue, kRms>, dim3(blocks),
-                dim3(kWarps * 32), 0, stream, x.as<T>(), w.as<T>(), bias ? bias->as<T>() : nullptr,
-                out.as<T>(), m, n, k, eps, rc);
+                gemv_kernel<T, T, 1, kWarps, kUnroll, kAdjacent, kEpilogue, kRms, kFp8>,
+                dim3(blocks), dim3(kWarps * 32), 0, stream, x.as<T>(),
+                static_cast<const void*>(w.data.data), bias ? bias->as<T>() : nullptr, out.as<T>(),
+                m, n, k, eps, rc, fp8_operands(w, gain));
 }
 
-template <typename T>
-void launch_fused(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
-                  GemvFusion fusion, float eps, cudaStream_t stream, bool pdl) {
+template <typename T, bool kFp8>
+void launch_fused(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
+                  Tensor out, GemvFusion fusion, float eps, cudaStream_t stream, bool pdl) {
   switch (fusion) {
     case GemvFusion::kRmsSwiGlu:
-      return launch_fused_typed<T, kGemvSwiGlu, true>(x, w, bias, out, eps, stream, pdl);
+      return launch_fused_typed<T, kGemvSwiGlu, true, kFp8>(x, w, gain, bias, out, eps, stream,
+                                                            pdl);
     case GemvFusion::kAccumulate:
-      return launch_fused_typed<T, kGemvAccumulate, false>(x, w, bias, out, eps, stream, pdl);
+      return launch_fused_typed<T, kGemvAccumulate, false, kFp8>(x, w, gain, bias, out, eps, stream,
+                                                                 pdl);
   }
+}
+
+bool is_fp8(const WeightRef& w) {
+  return w.format == WeightFormat::kFp8E4M3;
 }
 
 }  // namespace
 
-void launch_gemv_rope_cache(const Tensor& x, const Tensor& w, const Tensor* bias, float eps,
-                            const Tensor& positions, const Tensor& slot_mapping,
-                            const Tensor& inv_freq, const KvCacheLayer& kv,
-                            const AttentionShape& shape, Tensor qkv, cudaStream_t stream,
-                            bool pdl) {
+void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef& w,
+                            const Tensor* bias, float eps, const Tensor& positions,
+                            const Tensor& slot_mapping, const Tensor& inv_freq,
+                            const KvCacheLayer& kv, const AttentionShape& shape, Tensor qkv,
+                            cudaStream_t stream, bool pdl) {
   IB_ASSERT(gemv_rope_cache_supported(x, w, shape), "launch_gemv_rope_cache: unsupported operands");
+  IB_ASSERT(is_fp8(w) || gain == nullptr,
+            "launch_gemv_rope_cache: a dense weight has its gain folded");
   IB_ASSERT(qkv.dtype == x.dtype && kv.k.dtype == x.dtype && kv.v.dtype == x.dtype,
             "launch_gemv_rope_cache: qkv and the cache must have x's dtype");
   GemvRopeCache rc;
@@ -89,16 +110,27 @@ void launch_gemv_rope_cache(const Tensor& x, const Tensor& w, const Tensor* bias
   rc.num_kv_heads = shape.num_kv_heads;
   rc.head_dim = shape.head_dim;
   rc.block_size = kv.block_size;
-  if (x.dtype == DType::kBF16) {
-    launch_fused_typed<bf16, kGemvRopeCache, true>(x, w, bias, qkv, eps, stream, pdl, rc);
+  const bool bf = x.dtype == DType::kBF16;
+  if (is_fp8(w)) {
+    if (bf) {
+      launch_fused_typed<bf16, kGemvRopeCache, true, true>(x, w, gain, bias, qkv, eps, stream, pdl,
+                                                           rc);
+    } else {
+      launch_fused_typed<f16, kGemvRopeCache, true, true>(x, w, gain, bias, qkv, eps, stream, pdl,
+                                                          rc);
+    }
+  } else if (bf) {
+    launch_fused_typed<bf16, kGemvRopeCache, true, false>(x, w, nullptr, bias, qkv, eps, stream,
+                                                          pdl, rc);
   } else {
-    launch_fused_typed<f16, kGemvRopeCache, true>(x, w, bias, qkv, eps, stream, pdl, rc);
+    launch_fused_typed<f16, kGemvRopeCache, true, false>(x, w, nullptr, bias, qkv, eps, stream, pdl,
+                                                         rc);
   }
 }
 
-bool gemv_rope_cache_supported(const Tensor& x, const Tensor& w, const AttentionShape& shape) {
+bool gemv_rope_cache_supported(const Tensor& x, const WeightRef& w, const AttentionShape& shape) {
   return gemv_fused_supported(x, w, GemvFusion::kAccumulate) && shape.head_dim % kGemvRows == 0 &&
-         w.dim(0) == int64_t{shape.num_heads + 2 * shape.num_kv_heads} * shape.head_dim;
+         w.data.dim(0) == int64_t{shape.num_heads + 2 * shape.num_kv_heads} * shape.head_dim;
 }
 
 bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
@@ -108,47 +140,75 @@ bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
          q % kGemvStepK == 0 && shape.head_dim % kGemvRows == 0;
 }
 
-bool gemv_fused_supported(const Tensor& x, const Tensor& w, GemvFusion fusion) {
-  const bool half_type = x.dtype == DType::kBF16 || x.dtype == DType::kF16;
-  const bool rows_ok = fusion != GemvFusion::kRmsSwiGlu || w.dim(0) % 2 == 0;
-  return half_type && w.dtype == x.dtype && x.rows() >= 1 && x.rows() <= kGemvFusedMaxM &&
-         w.dim(1) % kGemvStepK == 0 && aligned16(x.data) && aligned16(w.data) && rows_ok;
+// The weight's storage matches x (dense) or is E4M3 with f32 row scales (FP8).
+bool gemv_weight_ok(const Tensor& x, const WeightRef& w) {
+  if (is_fp8(w)) {
+    return w.data.dtype == DType::kF8E4M3 && w.scales.dtype == DType::kF32 &&
+           w.scales.numel() == w.data.dim(0);
+  }
+  return w.format == WeightFormat::kDense && w.data.dtype == x.dtype;
 }
 
-void launch_gemv_fused(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
-                       GemvFusion fusion, float eps, cudaStream_t stream, bool pdl) {
+bool gemv_fused_supported(const Tensor& x, const WeightRef& w, GemvFusion fusion) {
+  const bool half_type = x.dtype == DType::kBF16 || x.dtype == DType::kF16;
+  const bool rows_ok = fusion != GemvFusion::kRmsSwiGlu || w.data.dim(0) % 2 == 0;
+  return half_type && gemv_weight_ok(x, w) && x.rows() >= 1 && x.rows() <= kGemvFusedMaxM &&
+         w.data.dim(1) % kGemvStepK == 0 && aligned16(x.data) && aligned16(w.data.data) && rows_ok;
+}
+
+void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
+                       Tensor out, GemvFusion fusion, float eps, cudaStream_t stream, bool pdl) {
   IB_ASSERT(gemv_fused_supported(x, w, fusion), "launch_gemv_fused: unsupported operands");
   IB_ASSERT(out.dtype == x.dtype, "launch_gemv_fused: out must have x's dtype");
-  if (bias) IB_ASSERT(bias->dtype == w.dtype, "launch_gemv_fused: bias dtype must match w");
-  if (x.dtype == DType::kBF16) {
-    launch_fused<bf16>(x, w, bias, out, fusion, eps, stream, pdl);
+  IB_ASSERT(is_fp8(w) || gain == nullptr, "launch_gemv_fused: a dense weight has its gain folded");
+  if (gain)
+    IB_ASSERT(gain->dtype == x.dtype && gain->numel() == x.row_size(),
+              "launch_gemv_fused: gain (K) of x's dtype");
+  if (bias) IB_ASSERT(bias->dtype == x.dtype, "launch_gemv_fused: bias dtype must match x");
+  const bool bf = x.dtype == DType::kBF16;
+  if (is_fp8(w)) {
+    if (bf) {
+      launch_fused<bf16, true>(x, w, gain, bias, out, fusion, eps, stream, pdl);
+    } else {
+      launch_fused<f16, true>(x, w, gain, bias, out, fusion, eps, stream, pdl);
+    }
+  } else if (bf) {
+    launch_fused<bf16, false>(x, w, nullptr, bias, out, fusion, eps, stream, pdl);
   } else {
-    launch_fused<f16>(x, w, bias, out, fusion, eps, stream, pdl);
+    launch_fused<f16, false>(x, w, nullptr, bias, out, fusion, eps, stream, pdl);
   }
 }
 
-bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor& out) {
+bool gemv_supported(const Tensor& x, const WeightRef& w, const Tensor& out) {
   const bool half_type = x.dtype == DType::kBF16 || x.dtype == DType::kF16;
-  return half_type && w.dtype == x.dtype && (out.dtype == x.dtype || out.dtype == DType::kF32) &&
-         x.rows() >= 1 && x.rows() <= kGemvMaxM && w.dim(1) % kGemvStepK == 0 &&
-         aligned16(x.data) && aligned16(w.data);
+  // FP8 writes x's dtype only (its weights never produce the fp32 logits: lm_head stays dense).
+  const bool out_ok = out.dtype == x.dtype || (!is_fp8(w) && out.dtype == DType::kF32);
+  return half_type && gemv_weight_ok(x, w) && out_ok && x.rows() >= 1 && x.rows() <= kGemvMaxM &&
+         w.data.dim(1) % kGemvStepK == 0 && aligned16(x.data) && aligned16(w.data.data);
 }
 
-void launch_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+void launch_gemv(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
                  cudaStream_t stream, bool pdl) {
   IB_ASSERT(gemv_supported(x, w, out), "launch_gemv: operands the GEMV kernel cannot run");
-  if (bias) IB_ASSERT(bias->dtype == w.dtype, "launch_gemv: bias dtype must match the weights");
-  if (x.dtype == DType::kBF16) {
-    if (out.dtype == DType::kF32) {
-      launch_typed<bf16, float>(x, w, bias, out, stream, pdl);
+  if (bias) IB_ASSERT(bias->dtype == x.dtype, "launch_gemv: bias dtype must match x");
+  const bool bf = x.dtype == DType::kBF16;
+  if (is_fp8(w)) {
+    if (bf) {
+      launch_typed<bf16, bf16, true>(x, w, bias, out, stream, pdl);
     } else {
-      launch_typed<bf16, bf16>(x, w, bias, out, stream, pdl);
+      launch_typed<f16, f16, true>(x, w, bias, out, stream, pdl);
+    }
+  } else if (bf) {
+    if (out.dtype == DType::kF32) {
+      launch_typed<bf16, float, false>(x, w, bias, out, stream, pdl);
+    } else {
+      launch_typed<bf16, bf16, false>(x, w, bias, out, stream, pdl);
     }
   } else {
     if (out.dtype == DType::kF32) {
-      launch_typed<f16, float>(x, w, bias, out, stream, pdl);
+      launch_typed<f16, float, false>(x, w, bias, out, stream, pdl);
     } else {
-      launch_typed<f16, f16>(x, w, bias, out, stream, pdl);
+      launch_typed<f16, f16, false>(x, w, bias, out, stream, pdl);
     }
   }
 }

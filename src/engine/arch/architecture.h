@@ -80,10 +80,12 @@ struct StepInputs {
   const AttentionShape* shape = nullptr;
   std::span<const KvCacheLayer> kv;  // one per layer
   float rms_eps = 0;
-  // Non-null on a decode step the backend fuses, with the norm gains folded into the matmuls
-  // after them (ModelRunner::fold_norm_gains): the norms ride in the GEMVs, residual adds in the
-  // GEMVs before them, RoPE and the KV write in the qkv GEMV, SwiGLU in the gate/up GEMV.
+  // Non-null on a decode step the backend fuses: the norms ride in the GEMVs, residual adds in
+  // the GEMVs before them, RoPE and the KV write in the qkv GEMV, SwiGLU in the gate/up GEMV.
   FusedDecodeOps* fused = nullptr;
+  // Whether the norm gains were folded into the dense matmuls after them
+  // (ModelRunner::fold_norm_gains); quantized weights keep theirs, and the fused ops take them.
+  bool gains_folded = true;
 };
 
 class Architecture {

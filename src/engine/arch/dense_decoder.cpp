@@ -49,11 +49,13 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
     const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;
     const KvCacheLayer& kv = in.kv[l];
     if (in.fused) {
-      in.fused->rms_matmul_rope_cache(b.residual, w.wqkv, bqkv, in.rms_eps, in.positions,
+      const Tensor* attn_gain = in.gains_folded ? nullptr : &w.attn_norm;
+      const Tensor* ffn_gain = in.gains_folded ? nullptr : &w.ffn_norm;
+      in.fused->rms_matmul_rope_cache(b.residual, attn_gain, w.wqkv, bqkv, in.rms_eps, in.positions,
                                       in.slot_mapping, in.inv_freq, kv, shape, b.qkv);
       backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
       in.fused->matmul_add(b.attn, w.wo, b.residual);
-      in.fused->rms_matmul_swiglu(b.residual, w.w_gate_up, in.rms_eps, b.act);
+      in.fused->rms_matmul_swiglu(b.residual, ffn_gain, w.w_gate_up, in.rms_eps, b.act);
       in.fused->matmul_add(b.act, w.w_down, b.residual);
       continue;
     }

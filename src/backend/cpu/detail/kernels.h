@@ -14,6 +14,17 @@ namespace ib::cpu {
 void matmul_f32(ThreadPool& pool, const float* x, const float* w, const float* bias, float* out,
                 int64_t m, int64_t n, int64_t k);
 
+// FP8 E4M3 per row (backend/weight.h): q = e4m3(x * (448 / max|x|)); returns the row's scale
+// max|x| / 448 (1 for a zero row).
+float quantize_row_fp8(const float* x, int64_t k, uint8_t* q);
+// Every row of dense (n, k) quantized so: data (n, k), scales (n).
+void quantize_rows_fp8(ThreadPool& pool, const float* dense, int64_t n, int64_t k, uint8_t* data,
+                       float* scales);
+// out (m, n) = W8A8 FP8 x @ w^T as backend/weight.h defines it: x (m, k) quantized per row,
+// w (n, k) E4M3 with scales (n); each sum is dot_f32 of the decoded values.
+void matmul_fp8(ThreadPool& pool, const float* x, const uint8_t* w, const float* w_scales,
+                const float* bias, float* out, int64_t m, int64_t n, int64_t k);
+
 // See Backend::rope_and_cache. qkv (t, (hq + 2 hkv) * head_dim) fp32; cache layout as KvCacheLayer.
 void rope_and_cache_f32(ThreadPool& pool, float* qkv, const int32_t* positions,
                         const int32_t* slot_mapping, const float* inv_freq, int64_t num_tokens,

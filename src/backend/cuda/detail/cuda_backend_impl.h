@@ -32,6 +32,10 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
   static constexpr size_t kStagingBytes = size_t{16} << 20;
   static constexpr size_t kAttentionCounterBytes = size_t{1} << 20;  // split-KV merge counters
+  // FP8 activations quantized for cuBLASLt (allocated with the first FP8 weight): the row scales
+  // first, then the E4M3 rows.
+  static constexpr int64_t kFp8ScratchBytes = int64_t{64} << 20;
+  static constexpr int64_t kFp8ScaleBytes = int64_t{256} << 10;
 
   static Result<std::unique_ptr<CudaBackend>> create(int device, DType dtype,
                                                      std::optional<int64_t> memory_limit_bytes);
@@ -51,6 +55,8 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                     Tensor out) override;
   void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) override;
+  bool supports_weight_format(WeightFormat format) const override;
+  void quantize_weight(const Tensor& dense, const WeightRef& out) override;
   void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                       const Tensor& inv_freq, const KvCacheLayer& kv,
                       const AttentionShape& shape) override;
@@ -61,11 +67,13 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
                          int64_t intermediate_size) const override;
   bool fused_decode(int64_t num_tokens) const override;
   FusedDecodeOps* fused_decode_ops() override { return this; }
-  void rms_matmul_rope_cache(const Tensor& h, const WeightRef& w, const Tensor* bias, float eps,
-                             const Tensor& positions, const Tensor& slot_mapping,
-                             const Tensor& inv_freq, const KvCacheLayer& kv,
-                             const AttentionShape& shape, Tensor qkv) override;
-  void rms_matmul_swiglu(const Tensor& h, const WeightRef& w, float eps, Tensor out) override;
+  void rms_matmul_rope_cache(const Tensor& h, const Tensor* gain, const WeightRef& w,
+                             const Tensor* bias, float eps, const Tensor& positions,
+                             const Tensor& slot_mapping, const Tensor& inv_freq,
+                             const KvCacheLayer& kv, const AttentionShape& shape,
+                             Tensor qkv) override;
+  void rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const WeightRef& w, float eps,
+                         Tensor out) override;
   void matmul_add(const Tensor& x, const WeightRef& w, Tensor residual) override;
   void scale_columns(const WeightRef& w, const Tensor& gain) override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
@@ -147,6 +155,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
     }
   }
   void record_failure(const std::string& message);
+  void matmul_fp8(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out);
   // Whether the tensor-core GEMV runs this matmul (else cuBLASLt); tunes on first use.
   bool choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
   // ms per call of fn, over a few calls after two warm-ups (synchronizes).
@@ -157,6 +166,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   DType dtype_;
   std::string name_;
   int num_sms_ = 0;
+  int compute_capability_ = 0;  // major * 10 + minor
   cudaStream_t stream_ = nullptr;
   int attention_prefetch_max_seqs_ = 8;
   std::unique_ptr<GemmLt> gemm_;
@@ -164,6 +174,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   Buffer attention_workspace_;
   Buffer staging_;
   Buffer attention_counters_;
+  Buffer fp8_scratch_;
   int gemv_max_m_ = 8;
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
   AttentionPath attention_path_ = AttentionPath::kAuto;

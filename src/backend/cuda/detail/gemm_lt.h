@@ -26,6 +26,11 @@ class GemmLt {
   // beta 1: out += x @ w^T (out is read as C), for a residual add without its own kernel.
   void run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
            size_t workspace_bytes, cudaStream_t stream, float beta = 0.0f);
+  // W8A8 FP8: out (M, N) = (xq (M, K) @ wq (N, K)^T) * x_scales[m] * w_scales[n] (+ bias), xq and
+  // wq E4M3, both scales f32 outer vectors (cuBLASLt's OUTER_VEC_32F scale mode), out bf16/f16.
+  void run_fp8(const Tensor& xq, const Tensor& x_scales, const Tensor& wq, const Tensor& w_scales,
+               const Tensor* bias, Tensor out, void* workspace, size_t workspace_bytes,
+               cudaStream_t stream);
   // Times up to kTuneCandidates of the heuristic's algorithms on these operands and keeps the
   // fastest for their shape; returns its time in ms (infinity when none ran). time_ms runs its
   // argument a few times on the stream and returns ms per call (it synchronizes: never call
@@ -53,6 +58,10 @@ class GemmLt {
     bool bias_epilogue = false;  // false with a bias: a separate bias-add kernel runs after
   };
   Plan& plan_for(const Key& key, size_t workspace_bytes);
+  // One cublasLtMatmul on a plan (its scale pointers already set), then the bias where the
+  // epilogue has none.
+  void execute(Plan& plan, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+               void* workspace, size_t workspace_bytes, cudaStream_t stream, float beta);
   Key key_for(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) const;
   // The heuristic's top algorithms for a plan's descriptors (its epilogue already set).
   std::vector<cublasLtMatmulAlgo_t> candidates(const Plan& plan, const Key& key,

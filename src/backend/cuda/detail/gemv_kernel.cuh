@@ -18,7 +18,18 @@
 // kSwiGlu, computes silu(gate) * up: the block's 16 weight rows are then 8 gate rows (w rows
 // j0..j0+7) and the 8 matching up rows (w rows F + j0 ..), so both halves of a feature meet in
 // one block and the (M, 2F) intermediate is never written.
+//
+// FP8 weights (kFp8, W8A8 as backend/weight.h defines it): w is E4M3 bytes with a scale per row,
+// so a warp step's 16 bytes per lane and row are one load; the kernel first sums each token's
+// max |x * gain| over K (and, with kRms, its squares), then converts x * (448 / max) to E4M3 as
+// it streams w and feeds m16n8k32 E4M3 MMAs (a lane's four words map onto a0..a3 / b0, b1 as the
+// 16-bit words do). The result is scaled by the token's and the row's scales on the way out.
+// With a gain (the norm's, not folded into quantized weights), x is multiplied by it first.
 #pragma once
+
+#include <cuda_fp8.h>
+
+#include <type_traits>
 
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/mma.cuh"
@@ -44,6 +55,12 @@ struct GemvRopeCache {
   void* k_cache = nullptr;                // (num_blocks, Hkv, block_size, head_dim)
   void* v_cache = nullptr;
   int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+};
+
+// What the kFp8 variant reads besides x and w.
+struct GemvFp8 {
+  const float* w_scales = nullptr;  // (N) per output row
+  const void* gain = nullptr;       // (K) of x's dtype, or null
 };
 
 __device__ __forceinline__ uint32_t gemv_word(const uint4& v, int i) {
@@ -82,14 +99,100 @@ __device__ __forceinline__ void gemv_step(float (&acc)[NT][4], const uint4 (&wa)
   }
 }
 
-// Weight loads of one warp step at element offset kk: w rows r and r + 8.
+// c (16x8 f32) += a (16x32 E4M3, row) * b (32x8 E4M3, col).
+__device__ __forceinline__ void mma_16832_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One FP8 warp step: 16 rows x 64 k (the lane's 16 bytes of rows r and r + 8) against NT
+// n-tiles of quantized x (the lane's 16 E4M3 values of token t * 8 + r, four words).
+template <int NT>
+__device__ __forceinline__ void gemv_step_fp8(float (&acc)[NT][4], const uint4& wa, const uint4& wb,
+                                              const uint32_t (&xq)[NT][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t a0 = gemv_word(wa, 2 * h), a1 = gemv_word(wb, 2 * h);
+    const uint32_t a2 = gemv_word(wa, 2 * h + 1), a3 = gemv_word(wb, 2 * h + 1);
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+      mma_16832_e4m3(acc[t], a0, a1, a2, a3, xq[t][2 * h], xq[t][2 * h + 1]);
+  }
+}
+
+// The lane's 16 x values of one n-tile as floats (times the gain when there is one).
+template <typename T, bool kGain>
+__device__ __forceinline__ void gemv_x_f32(const uint4 (&xv)[2], const uint4 (&gv)[2],
+                                           float (&v)[16]) {
+#pragma unroll
+  for (int c = 0; c < 2; ++c)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 p = unpack2_f32<T>(gemv_word(xv[c], i));
+      if constexpr (kGain) {
+        const float2 g = unpack2_f32<T>(gemv_word(gv[c], i));
+        p.x *= g.x;
+        p.y *= g.y;
+      }
+      v[c * 8 + 2 * i] = p.x;
+      v[c * 8 + 2 * i + 1] = p.y;
+    }
+}
+
+// 16 floats times inv as E4M3, four to a word (element 0 in the low byte).
+__device__ __forceinline__ void gemv_quantize16(const float (&v)[16], float inv, uint32_t (&q)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[4 * j] * inv, v[4 * j + 1] * inv),
+                                                 __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi = __nv_cvt_float2_to_fp8x2(
+        make_float2(v[4 * j + 2] * inv, v[4 * j + 3] * inv), __NV_SATFINITE, __NV_E4M3);
+    q[j] = lo | hi << 16;
+  }
+}
+
+// The lane's 16 gain values of a step at element offset kk (zeros without a gain).
 template <typename T>
-__device__ __forceinline__ void gemv_load_w(const T* wa_ptr, const T* wb_ptr, int64_t kk,
-                                            uint4 (&wa)[2], uint4 (&wb)[2]) {
-  wa[0] = load_stream16(wa_ptr + kk);
-  wa[1] = load_stream16(wa_ptr + kk + 8);
-  wb[0] = load_stream16(wb_ptr + kk);
-  wb[1] = load_stream16(wb_ptr + kk + 8);
+__device__ __forceinline__ void gemv_load_gain(const T* g_ptr, int64_t kk, uint4 (&gv)[2]) {
+  gv[0] = gv[1] = make_uint4(0, 0, 0, 0);
+  if (g_ptr) {
+    gv[0] = __ldg(reinterpret_cast<const uint4*>(g_ptr + kk));
+    gv[1] = __ldg(reinterpret_cast<const uint4*>(g_ptr + kk + 8));
+  }
+}
+
+// The lane's x values of one step, times the gain where there is one, as E4M3 at each token's
+// 448 / max.
+template <typename T, int NT>
+__device__ __forceinline__ void gemv_quantize_x(const uint4 (&xv)[NT][2], const uint4 (&gv)[2],
+                                                bool gain, const float (&inv)[NT],
+                                                uint32_t (&xq)[NT][4]) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    float v[16];
+    if (gain) {
+      gemv_x_f32<T, true>(xv[t], gv, v);
+    } else {
+      gemv_x_f32<T, false>(xv[t], gv, v);
+    }
+    gemv_quantize16(v, inv[t], xq[t]);
+  }
+}
+
+// Weight loads of one warp step at element offset kk: w rows r and r + 8 (16-bit elements: two
+// 16-byte loads per row; E4M3 bytes: one).
+template <typename TW, int kLoads>
+__device__ __forceinline__ void gemv_load_w(const TW* wa_ptr, const TW* wb_ptr, int64_t kk,
+                                            uint4 (&wa)[kLoads], uint4 (&wb)[kLoads]) {
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    wa[i] = load_stream16(wa_ptr + kk + i * 8);
+    wb[i] = load_stream16(wb_ptr + kk + i * 8);
+  }
 }
 
 // Activation loads of one warp step at element offset kk: NT token rows.
@@ -108,7 +211,7 @@ template <typename T, int NT>
 __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
                                           const T* const (&x_ptr)[NT], int64_t kk, uint4 (&wa)[2],
                                           uint4 (&wb)[2], uint4 (&xv)[NT][2]) {
-  gemv_load_w<T>(wa_ptr, wb_ptr, kk, wa, wb);
+  gemv_load_w<T, 2>(wa_ptr, wb_ptr, kk, wa, wb);
   gemv_load_x<T, NT>(x_ptr, kk, xv);
 }
 
@@ -121,11 +224,17 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
 // head; a q or k head's block owns the 8 rotate-half pairs (i, i + head_dim / 2) for i in
 // [8 j, 8 j + 8), so each pair meets in one block; a v head's block owns 16 consecutive rows.
 // kRms: eps is the norm's epsilon (unused otherwise).
+// kFp8: w points at E4M3 bytes, fp8.w_scales at the row scales; fp8.gain (K) or null.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
-          int kEpilogue = kGemvStore, bool kRms = false>
+          int kEpilogue = kGemvStore, bool kRms = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kWarps * 32)
-    gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                TOut* __restrict__ out, int m, int n, int k, float eps, GemvRopeCache rc) {
+    gemv_kernel(const T* __restrict__ x, const void* __restrict__ w_raw, const T* __restrict__ bias,
+                TOut* __restrict__ out, int m, int n, int k, float eps, GemvRopeCache rc,
+                GemvFp8 fp8 = {}) {
+  static_assert(!kFp8 || !kAdjacent, "the FP8 variant streams interleaved steps");
+  using TW = std::conditional_t<kFp8, uint8_t, T>;  // a weight element
+  constexpr int kWLoads = kFp8 ? 1 : 2;             // 16-byte loads per row and step
+  const TW* __restrict__ w = static_cast<const TW*>(w_raw);
   __shared__ float partial[kWarps][NT][4][32];  // (warp, n-tile, C register, lane)
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -156,14 +265,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     row_a = n0 + r < n ? n0 + r : 0;
     row_b = n0 + r + 8 < n ? n0 + r + 8 : 0;
   }
-  const T* wa_ptr = w + row_a * k + q * 16;
-  const T* wb_ptr = w + row_b * k + q * 16;
+  const TW* wa_ptr = w + row_a * k + q * 16;
+  const TW* wb_ptr = w + row_b * k + q * 16;
   const T* x_ptr[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const int tok = t * 8 + r;
     x_ptr[t] = x + int64_t{tok < m ? tok : 0} * k + q * 16;
   }
+  const T* g_ptr = kFp8 && fp8.gain ? static_cast<const T*>(fp8.gain) + q * 16 : nullptr;
 
   float acc[NT][4];
   float ss[NT];
@@ -171,7 +281,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = ss[t] = 0.0f;
 
   const int steps = k / kGemvStepK;
-  int tail_begin;
+  // kFp8: each token's 448 / max |x * gain| (0 for a zero row), known before the main loop.
+  __shared__ float x_inv[kFp8 ? NT * 8 : 1];
+  __shared__ float x_scale[kFp8 ? NT * 8 : 1];
+  __shared__ float w_scale[kFp8 ? kGemvRows : 1];
+  __shared__ float sq_partial[kRms || kFp8 ? kWarps : 1][kRms || kFp8 ? NT * 8 : 1];
+  __shared__ float max_partial[kFp8 ? kWarps : 1][kFp8 ? NT * 8 : 1];
   if constexpr (kAdjacent) {
     pdl_wait();
     pdl_trigger();
@@ -188,54 +303,134 @@ __global__ void __launch_bounds__(kWarps * 32)
         if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv[u]);
       }
     }
-    tail_begin = groups * kUnroll + warp;
+    for (int s = groups * kUnroll + warp; s < steps; s += kWarps) {
+      uint4 wa[2], wb[2], xv[NT][2];
+      gemv_load<T, NT>(wa_ptr, wb_ptr, x_ptr, int64_t{s} * kGemvStepK, wa, wb, xv);
+      gemv_step<T, NT>(acc, wa, wb, xv);
+      if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
+    }
   } else {
     // The weights of this warp's first group go out before the wait; each group's loads of the
     // next group's weights go out right after its MMAs.
     int s = warp;
-    uint4 wa[kUnroll][2], wb[kUnroll][2];
+    uint4 wa[kUnroll][kWLoads], wb[kUnroll][kWLoads];
     const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
     if (full(s)) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        gemv_load_w<T>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kGemvStepK, wa[u], wb[u]);
+        gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kGemvStepK, wa[u],
+                                 wb[u]);
     }
     pdl_wait();
     pdl_trigger();
+    [[maybe_unused]] float inv[NT];
+    if constexpr (kFp8) {
+      // The x pass: each token's max |x * gain| (and sum of squares) over this warp's steps,
+      // then over the block. x stays in L1/L2 for the main loop's second read.
+      float amax[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) amax[t] = 0.0f;
+      for (int p = warp; p < steps; p += kWarps) {
+        uint4 xv[NT][2], gv[2];
+        gemv_load_x<T, NT>(x_ptr, int64_t{p} * kGemvStepK, xv);
+        gemv_load_gain<T>(g_ptr, int64_t{p} * kGemvStepK, gv);
+        if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          float v[16];
+          if (g_ptr) {
+            gemv_x_f32<T, true>(xv[t], gv, v);
+          } else {
+            gemv_x_f32<T, false>(xv[t], gv, v);
+          }
+#pragma unroll
+          for (int i = 0; i < 16; ++i) amax[t] = fmaxf(amax[t], fabsf(v[i]));
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        float a = amax[t], v = ss[t];
+        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
+        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        if (q == 0) {
+          max_partial[warp][t * 8 + r] = a;
+          sq_partial[warp][t * 8 + r] = v;
+        }
+      }
+      if (warp == 0 && q == 0) {
+        w_scale[r] = fp8.w_scales[row_a];
+        w_scale[r + 8] = fp8.w_scales[row_b];
+      }
+      __syncthreads();
+      if (threadIdx.x < NT * 8) {
+        float a = 0.0f;
+#pragma unroll
+        for (int wi = 0; wi < kWarps; ++wi) a = fmaxf(a, max_partial[wi][threadIdx.x]);
+        x_inv[threadIdx.x] = a == 0.0f ? 0.0f : kF8E4M3Max / a;
+        x_scale[threadIdx.x] = a == 0.0f ? 1.0f : a / kF8E4M3Max;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int t = 0; t < NT; ++t) inv[t] = x_inv[t * 8 + r];
+    }
     for (; full(s); s += kUnroll * kWarps) {
       uint4 xv[kUnroll][NT][2];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
+      if constexpr (kFp8) {
+        uint4 gv[kUnroll][2];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
-        if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv[u]);
+        for (int u = 0; u < kUnroll; ++u)
+          gemv_load_gain<T>(g_ptr, int64_t{s + u * kWarps} * kGemvStepK, gv[u]);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          uint32_t xq[NT][4];
+          gemv_quantize_x<T, NT>(xv[u], gv[u], g_ptr != nullptr, inv, xq);
+          gemv_step_fp8<NT>(acc, wa[u][0], wb[u][0], xq);
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
+          if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv[u]);
+        }
       }
       const int next = s + kUnroll * kWarps;
       if (full(next)) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          gemv_load_w<T>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kGemvStepK, wa[u], wb[u]);
+          gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kGemvStepK, wa[u],
+                                   wb[u]);
       }
     }
-    tail_begin = s;
-  }
-  for (int s = tail_begin; s < steps; s += kWarps) {
-    uint4 wa[2], wb[2], xv[NT][2];
-    gemv_load<T, NT>(wa_ptr, wb_ptr, x_ptr, int64_t{s} * kGemvStepK, wa, wb, xv);
-    gemv_step<T, NT>(acc, wa, wb, xv);
-    if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
+    for (int s2 = s; s2 < steps; s2 += kWarps) {
+      uint4 wt[kWLoads], wu[kWLoads], xv[NT][2];
+      gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s2} * kGemvStepK, wt, wu);
+      gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
+      if constexpr (kFp8) {
+        uint4 gv[2];
+        gemv_load_gain<T>(g_ptr, int64_t{s2} * kGemvStepK, gv);
+        uint32_t xq[NT][4];
+        gemv_quantize_x<T, NT>(xv, gv, g_ptr != nullptr, inv, xq);
+        gemv_step_fp8<NT>(acc, wt[0], wu[0], xq);
+      } else {
+        gemv_step<T, NT>(acc, wt, wu, xv);
+        if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
+      }
+    }
   }
 
 #pragma unroll
   for (int t = 0; t < NT; ++t)
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[warp][t][i][lane] = acc[t][i];
-  // kRms: lanes (r, q = 0..3) summed the squares of token t * 8 + r over this warp's steps.
+  // kRms: lanes (r, q = 0..3) summed the squares of token t * 8 + r over this warp's steps (the
+  // FP8 variant already reduced them across lanes in its x pass).
   __shared__ float inv_rms[kRms ? NT * 8 : 1];
-  __shared__ float sq_partial[kRms ? kWarps : 1][kRms ? NT * 8 : 1];
-  if constexpr (kRms) {
+  if constexpr (kRms && !kFp8) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       float v = ss[t];
@@ -263,6 +458,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     float sum = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][t][reg][src_lane];
+    if constexpr (kFp8) sum = sum * x_scale[token] * w_scale[row];
     if constexpr (kRms) sum *= inv_rms[token];
     return sum;
   };

@@ -38,36 +38,43 @@ void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, fl
                      cudaStream_t stream, bool pdl = false);
 
 // ---- gemv.cu: the memory-bound skinny GEMM for decode (tensor cores, M <= kGemvMaxM) ----
+// w is dense (x's dtype) or FP8 E4M3 (W8A8 as backend/weight.h defines it; out in x's dtype).
 inline constexpr int kGemvMaxM = 32;
 // True when the kernel can run these operands (bf16/f16, K % 64 == 0, 16-byte aligned, M small).
-bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor& out);
-void launch_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+bool gemv_supported(const Tensor& x, const WeightRef& w, const Tensor& out);
+void launch_gemv(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
                  cudaStream_t stream, bool pdl = false);
-// The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype
-// (the norm's gain folded into w):
-//  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x)) @ w^T (+ bias)
-//  kAccumulate: out (M, N) += x @ w^T (+ bias)              [the residual add]
+// The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype; gain
+// (K) is the norm's gain for an FP8 weight, null for a dense one (folded into w):
+//  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x) * gain) @ w^T (+ bias)
+//  kAccumulate: out (M, N) += x @ w^T (+ bias)              [the residual add; gain null]
 inline constexpr int kGemvFusedMaxM = 8;
 enum class GemvFusion { kRmsSwiGlu, kAccumulate };
 // Operands any fused GEMV takes (kRmsSwiGlu also needs an even number of rows).
-bool gemv_fused_supported(const Tensor& x, const Tensor& w, GemvFusion fusion);
+bool gemv_fused_supported(const Tensor& x, const WeightRef& w, GemvFusion fusion);
 // Whether every fused GEMV of a Llama-family layer takes these shapes (K a multiple of the
 // kernel's 64-element step for the qkv, o, gate/up and down matrices; head_dim a multiple of
 // its 16-row tile for RoPE).
 bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
                            int64_t intermediate_size);
-void launch_gemv_fused(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
-                       GemvFusion fusion, float eps, cudaStream_t stream, bool pdl = false);
-// qkv (M, (Hq + 2 Hkv) * hd) = (x / rms(x)) @ w^T (+ bias), then rope_and_cache on it, in one
-// kernel: the q and k heads rotated in fp32 before the one rounding, k and v written into kv.
-bool gemv_rope_cache_supported(const Tensor& x, const Tensor& w, const AttentionShape& shape);
-void launch_gemv_rope_cache(const Tensor& x, const Tensor& w, const Tensor* bias, float eps,
-                            const Tensor& positions, const Tensor& slot_mapping,
-                            const Tensor& inv_freq, const KvCacheLayer& kv,
-                            const AttentionShape& shape, Tensor qkv, cudaStream_t stream,
-                            bool pdl = false);
+void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
+                       Tensor out, GemvFusion fusion, float eps, cudaStream_t stream,
+                       bool pdl = false);
+// qkv (M, (Hq + 2 Hkv) * hd) = (x / rms(x) * gain) @ w^T (+ bias), then rope_and_cache on it, in
+// one kernel: the q and k heads rotated in fp32 before the one rounding, k and v written into kv.
+bool gemv_rope_cache_supported(const Tensor& x, const WeightRef& w, const AttentionShape& shape);
+void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef& w,
+                            const Tensor* bias, float eps, const Tensor& positions,
+                            const Tensor& slot_mapping, const Tensor& inv_freq,
+                            const KvCacheLayer& kv, const AttentionShape& shape, Tensor qkv,
+                            cudaStream_t stream, bool pdl = false);
 // w (N, K) columns *= gain (K), in w's dtype (rounded once).
 void launch_scale_columns(Tensor w, const Tensor& gain, cudaStream_t stream);
+
+// ---- quant.cu ----
+// Each row of src (N, K) (f32/bf16/f16) quantized to FP8 E4M3 as backend/weight.h defines it:
+// dst (N, K) fp8_e4m3, scales f32 (N). Weights at load, and activations per token.
+void launch_quantize_rows_fp8(const Tensor& src, Tensor dst, Tensor scales, cudaStream_t stream);
 
 // ---- rope_cache.cu ----
 void launch_rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,

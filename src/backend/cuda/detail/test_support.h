@@ -124,6 +124,10 @@ class Twin {
     gpu_->fill_constant(p.gpu, NAN);
     return p;
   }
+  // Uninitialised tensors of one dtype on both sides (e.g. fp8 weights an op fills).
+  Pair empty(DType dtype, std::initializer_list<int64_t> shape) {
+    return Pair{make(*cpu_, dtype, shape), make(*gpu_, dtype, shape)};
+  }
   Pair output_i32(std::initializer_list<int64_t> shape) {
     Pair p{make(*cpu_, DType::kI32, shape), make(*gpu_, DType::kI32, shape)};
     const std::vector<int32_t> poison(static_cast<size_t>(p.cpu.numel()), -7);

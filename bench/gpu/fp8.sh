@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One visit to the GPU machine for FP8 W8A8 (issue 13): build, the gpu tests (all of
+# backend_cuda_test and engine_cuda_test: FP8 against the CPU oracle, and the dense ops unchanged),
+# the op benchmark's FP8 and bf16 decode sections (Llama-3-8B shapes), then `inferbench run` on
+# Llama-3-8B dummy weights: batch 1 (3 runs), the seed protocol (batch 8, 200 prompts) and 1,024
+# prompts continuous, each in bf16 and with --quantization fp8 (fp8 KV cache not yet).
+# Usage (from the repository root, ~8 minutes): OUT=dir bash bench/gpu/fp8.sh
+# Environment: IB_BUILD_DIR (/tmp/ib-fp8), IB_SKIP_TESTS=1, IB_SKIP_OPS=1, IB_RUNS ("b1 seed cont"),
+# IB_DEADLINE_S (560). Writes build.log, tests.log, ops.log, ops.json, runs.log, runs.json
+# (the result.json keys that matter), runs.tgz.
+set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
+cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
+B=${IB_BUILD_DIR:-/tmp/ib-fp8}; DEADLINE=${IB_DEADLINE_S:-560}
+left() { echo $(( DEADLINE - ($(date +%s) - T0) - 20 )); }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
+if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
+         -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF &&
+       cmake --build "$B" -j 16 --target inferbench backend_cuda_test engine_cuda_test ib_ops_bench; \
+     } > "$O/build.log" 2>&1; then
+  tail -30 "$O/build.log"; echo "BUILD FAILED"; exit 1
+fi
+echo "built $(el)"
+if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
+  for t in src/backend/cuda/backend_cuda_test src/engine/engine_cuda_test; do
+    timeout "$(left)" "$B/$t" --gtest_output="json:$O/$(basename $t).json" >> "$O/tests.log" 2>&1
+    echo "$(basename $t) rc=$? $(el)"
+  done
+  grep -E "^\[  FAILED  \]|Failure|Expected|Which is|actual|PASSED|FAILED TEST" "$O/tests.log" | head -40
+fi
+if [ "${IB_SKIP_OPS:-0}" != 1 ]; then
+  IB_OPS_SECTIONS=gemm_fp8,gemm_decode timeout "$(left)" "$B/bench/gpu/ib_ops_bench" "$O/ops.json" \
+    > "$O/ops.log" 2>&1
+  echo "ops rc=$? $(el)"; grep -E "per layer|ceiling" "$O/ops.log"
+fi
+R=$O/runs; mkdir -p "$R"
+run() { local name=$1; shift
+  if (( $(left) < 60 )); then echo "$name skipped (deadline)"; return; fi
+  timeout 120 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
+    --model llama-3-8b --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
+  echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
+B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
+SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
+CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16 --runs 1)
+for r in ${IB_RUNS:-b1 seed cont}; do
+  case $r in
+    b1) run b1_fp8 --quantization fp8 "${B1[@]}"; run b1_bf16 "${B1[@]}" ;;
+    seed) run seed_fp8 --quantization fp8 "${SEED[@]}"; run seed_bf16 "${SEED[@]}" ;;
+    cont) run cont_fp8 --quantization fp8 "${CONT[@]}"; run cont_bf16 "${CONT[@]}" ;;
+  esac
+done
+python3 - "$R" > "$O/runs.json" <<'PY'
+import json, os, sys
+out = {}
+for name in sorted(os.listdir(sys.argv[1])):
+    p = os.path.join(sys.argv[1], name, "result.json")
+    if os.path.exists(p):
+        r = json.load(open(p))
+        out[name] = {k: r.get(k) for k in ("output_throughput", "median_tpot_ms", "median_ttft_ms",
+                     "quantization", "kernel_switches", "memory") if k in r}
+print(json.dumps(out, indent=1))
+PY
+rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
+tar czf "$O/runs.tgz" -C "$O" runs && rm -rf "$R"
+echo "done $(el)"

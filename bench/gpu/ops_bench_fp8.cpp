@@ -1,0 +1,67 @@
+// The FP8 (W8A8 E4M3) matmuls at Llama-3-8B's per-layer shapes: the GEMV (M <= 32) and the
+// cuBLASLt E4M3 GEMM with outer-vector scales (above), timed over graph replays as the bf16
+// section is, so the two sections' rows compare directly.
+#include <cmath>
+#include <cstdio>
+
+#include "backend/cuda/detail/kernels.h"
+#include "ops_bench.h"
+
+namespace ib::bench {
+namespace {
+
+Tensor allocate(BenchContext& ctx, DType dtype, std::initializer_list<int64_t> shape) {
+  Tensor probe(nullptr, dtype, shape);
+  auto buf = ctx.backend.alloc(probe.bytes(), MemoryTag::kOther);
+  IB_ASSERT(buf.ok(), "bench allocation failed");
+  ctx.buffers.push_back(std::move(buf).value());
+  return ctx.buffers.back().view(dtype, shape);
+}
+
+}  // namespace
+
+void bench_gemm_fp8(BenchContext& ctx) {
+  struct Linear {
+    const char* name;
+    int64_t n, k;
+  };
+  const Linear linears[] = {{"qkv", (kHeads + 2 * kKvHeads) * kHeadDim, kHidden},
+                            {"o", kHidden, kHeads * kHeadDim},
+                            {"gate_up", 2 * kFfn, kHidden},
+                            {"down", kHidden, kFfn}};
+  std::map<int64_t, double> layer_us;
+  for (const Linear& lin : linears) {
+    const double w_bytes = static_cast<double>(lin.n * lin.k + lin.n * 4);
+    const int copies = static_cast<int>(std::max(1.0, std::ceil(512e6 / w_bytes)));
+    std::vector<WeightRef> w;
+    for (int c = 0; c < copies; ++c) {
+      const Tensor dense = ctx.random(DType::kBF16, {lin.n, lin.k}, 1.0f / std::sqrt(float(lin.k)));
+      WeightRef q;
+      q.format = WeightFormat::kFp8E4M3;
+      q.data = allocate(ctx, DType::kF8E4M3, {lin.n, lin.k});
+      q.scales = allocate(ctx, DType::kF32, {lin.n});
+      ctx.backend.quantize_weight(dense, q);
+      w.push_back(q);
+    }
+    for (const int64_t m : {1, 2, 4, 8, 16, 32, 64, 256, 2048}) {
+      Tensor x = ctx.random(DType::kBF16, {m, lin.k});
+      Tensor out = ctx.random(DType::kBF16, {m, lin.n});
+      const double bytes = w_bytes + static_cast<double>(m * lin.k * 2 + m * lin.n * 2);
+      const double ms = ctx.timer.per_call_ms(
+          [&](int i) { ctx.backend.matmul(x, w[static_cast<size_t>(i % copies)], nullptr, out); },
+          std::max(2 * copies, 8));
+      ctx.report.add({"fp8", lin.name,
+                      std::to_string(m) + "x" + std::to_string(lin.n) + "x" + std::to_string(lin.k),
+                      m <= cuda::kGemvMaxM ? "gemv_fp8" : "cublasLt_fp8", ms * 1e3, bytes,
+                      2.0 * static_cast<double>(m * lin.n * lin.k)});
+      layer_us[m] += ms * 1e3;
+    }
+  }
+  for (const auto& [m, us] : layer_us) {
+    std::printf("fp8 linears per layer, M = %ld: %.1f us\n", static_cast<long>(m), us);
+    ctx.report.extra()["fp8_layer_linears_us_m" + std::to_string(m)] = us;
+  }
+  ctx.release();
+}
+
+}  // namespace ib::bench

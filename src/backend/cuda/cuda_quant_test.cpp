@@ -1,0 +1,186 @@
+// Differential tests of the FP8 E4M3 (W8A8) ops against the CPU oracle (backend/weight.h):
+// quantize_weight bit for bit, the FP8 GEMV (1..32 tokens) and the cuBLASLt E4M3 GEMM with
+// outer-vector scales (above 32 tokens), and the fused decode ops with an unfolded norm gain.
+// Tolerance: the GPU rounds its output to bf16/fp16 once and sums in another order; the
+// quantized inputs are identical, so the stated bound is the dtype's (testing::tolerance).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/test_support.h"
+
+namespace ib::cuda {
+namespace {
+
+using testing::Pair;
+using testing::random_floats;
+using testing::tolerance;
+using testing::Twin;
+
+class CudaFp8 : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    IB_REQUIRE_CUDA();
+    Twin probe(GetParam());
+    if (!probe.gpu().supports_weight_format(WeightFormat::kFp8E4M3))
+      GTEST_SKIP() << "this GPU has no E4M3 tensor cores (compute capability below 8.9)";
+  }
+};
+
+struct Fp8Pair {
+  WeightRef cpu, gpu;
+};
+
+// dense (N, K) quantized on each side by its own quantize_weight.
+Fp8Pair quantize(Twin& twin, const Pair& dense, int64_t n, int64_t k) {
+  const Pair data = twin.empty(DType::kF8E4M3, {n, k});
+  const Pair scales = twin.empty(DType::kF32, {n});
+  Fp8Pair w;
+  w.cpu.format = w.gpu.format = WeightFormat::kFp8E4M3;
+  w.cpu.data = data.cpu;
+  w.gpu.data = data.gpu;
+  w.cpu.scales = scales.cpu;
+  w.gpu.scales = scales.gpu;
+  twin.cpu().quantize_weight(dense.cpu, w.cpu);
+  twin.gpu().quantize_weight(dense.gpu, w.gpu);
+  return w;
+}
+
+// Rows of different magnitudes (a wrong per-row or per-token scale shows), one row all zeros.
+std::vector<float> ragged_rows(Rng& rng, int64_t rows, int64_t k, float amplitude) {
+  std::vector<float> v = random_floats(rng, rows * k, -amplitude, amplitude);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      v[static_cast<size_t>(i * k + j)] *= i == 1 ? 0.0f : 0.05f + static_cast<float>(i % 7);
+  return v;
+}
+
+TEST_P(CudaFp8, QuantizeWeightMatchesTheCpuBitForBit) {
+  Twin twin(GetParam());
+  Rng rng(21);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 4096}, {1024, 256}, {3, 64}}) {
+    Pair dense = twin.floats({n, k}, ragged_rows(rng, n, k, 1.0f));
+    const Fp8Pair w = quantize(twin, dense, n, k);
+    std::vector<uint8_t> cpu_q(static_cast<size_t>(n * k)), gpu_q(cpu_q.size());
+    std::vector<float> cpu_s(static_cast<size_t>(n)), gpu_s(cpu_s.size());
+    twin.cpu().copy_to_host(w.cpu.data, cpu_q.data());
+    twin.gpu().copy_to_host(w.gpu.data, gpu_q.data());
+    twin.cpu().copy_to_host(w.cpu.scales, cpu_s.data());
+    twin.gpu().copy_to_host(w.gpu.scales, gpu_s.data());
+    EXPECT_EQ(cpu_s, gpu_s) << n << "x" << k;
+    int64_t differ = 0;
+    for (size_t i = 0; i < cpu_q.size(); ++i) differ += cpu_q[i] != gpu_q[i];
+    EXPECT_EQ(differ, 0) << n << "x" << k;
+  }
+}
+
+// 1..32 tokens take the FP8 GEMV, more take cuBLASLt; N not a multiple of 16 on the small K.
+struct Shape {
+  int64_t m, n, k;
+};
+const Shape kShapes[] = {{1, 6144, 4096}, {3, 1000, 256},   {8, 4096, 4096},   {16, 512, 1024},
+                         {32, 1152, 896}, {33, 1024, 4096}, {200, 4096, 1024}, {1, 3, 64}};
+
+TEST_P(CudaFp8, MatmulMatchesTheCpuOracle) {
+  Twin twin(GetParam());
+  Rng rng(22);
+  for (const Shape& s : kShapes) {
+    for (const bool with_bias : {false, true}) {
+      Pair x = twin.floats({s.m, s.k}, ragged_rows(rng, s.m, s.k, 2.0f));
+      Pair dense = twin.floats({s.n, s.k}, ragged_rows(rng, s.n, s.k, 0.05f));
+      Pair b = twin.floats({s.n}, random_floats(rng, s.n));
+      const Fp8Pair w = quantize(twin, dense, s.n, s.k);
+      Pair out = twin.output({s.m, s.n});
+      twin.cpu().matmul(x.cpu, w.cpu, with_bias ? &b.cpu : nullptr, out.cpu);
+      twin.gpu().matmul(x.gpu, w.gpu, with_bias ? &b.gpu : nullptr, out.gpu);
+      EXPECT_LT(twin.error(out), tolerance(GetParam()))
+          << "m=" << s.m << " n=" << s.n << " k=" << s.k << " bias=" << with_bias;
+    }
+  }
+}
+
+TEST_P(CudaFp8, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
+  Twin twin(GetParam());
+  Rng rng(23);
+  const float eps = 1e-5f;
+  for (const int64_t m : {1, 4, 8}) {
+    // SwiGLU: Llama-3-8B's K with a small F.
+    const int64_t k = 4096, f = 256;
+    Pair h = twin.floats({m, k}, ragged_rows(rng, m, k, 1.0f));
+    Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+    Pair w_dense = twin.floats({2 * f, k}, random_floats(rng, 2 * f * k, -0.05f, 0.05f));
+    const Fp8Pair w = quantize(twin, w_dense, 2 * f, k);
+    Pair normed = twin.output({m, k});
+    Pair gate_up = twin.output({m, 2 * f});
+    Pair act = twin.output({m, f});
+    twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
+    twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
+    twin.cpu().silu_mul(gate_up.cpu, act.cpu);
+    twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, w.gpu, eps, act.gpu);
+    EXPECT_LT(twin.error(act), tolerance(GetParam())) << "swiglu m=" << m;
+
+    // The residual add: residual += x @ w^T.
+    const int64_t n = 4096, kd = 1024;
+    const auto res0 = random_floats(rng, m * n);
+    Pair x = twin.floats({m, kd}, ragged_rows(rng, m, kd, 1.0f));
+    Pair wd = twin.floats({n, kd}, random_floats(rng, n * kd, -0.05f, 0.05f));
+    const Fp8Pair w2 = quantize(twin, wd, n, kd);
+    Pair residual = twin.floats({m, n}, res0);
+    Pair prod = twin.output({m, n});
+    twin.cpu().matmul(x.cpu, w2.cpu, nullptr, prod.cpu);
+    std::vector<float> want = twin.cpu_floats(prod.cpu);
+    const auto res_rounded = twin.representable(res0);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += res_rounded[i];
+    twin.gpu().matmul_add(x.gpu, w2.gpu, residual.gpu);
+    EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(GetParam()))
+        << "matmul_add m=" << m;
+
+    // qkv with RoPE and the cache write: Llama-3's heads, with a bias.
+    AttentionShape shape;
+    shape.num_heads = 32;
+    shape.num_kv_heads = 8;
+    shape.head_dim = 128;
+    const int64_t nq = int64_t{32 + 2 * 8} * 128, blocks = 2, bs = 16;
+    const int64_t cache = blocks * 8 * bs * 128;
+    Pair wq_dense = twin.floats({nq, k}, random_floats(rng, nq * k, -0.05f, 0.05f));
+    const Fp8Pair wq = quantize(twin, wq_dense, nq, k);
+    Pair bias = twin.floats({nq}, random_floats(rng, nq));
+    Pair kc = twin.floats({blocks, 8, bs, 128}, random_floats(rng, cache));
+    Pair vc = twin.floats({blocks, 8, bs, 128}, random_floats(rng, cache));
+    std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      positions[static_cast<size_t>(i)] = static_cast<int32_t>(100 + 37 * i);
+      slots[static_cast<size_t>(i)] = static_cast<int32_t>(3 * i + 1);
+    }
+    std::vector<float> inv_freq(64);
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
+    Pair pos = twin.ints({m}, positions);
+    Pair slot = twin.ints({m}, slots);
+    Pair freq = twin.floats({64}, inv_freq, DType::kF32);
+    Pair qkv = twin.output({m, nq});
+    twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
+    twin.cpu().matmul(normed.cpu, wq.cpu, &bias.cpu, qkv.cpu);
+    twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
+    twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq.gpu, &bias.gpu, eps, pos.gpu, slot.gpu,
+                                     freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu);
+    EXPECT_LT(twin.error(qkv), tolerance(GetParam())) << "qkv m=" << m;
+    EXPECT_LT(twin.error(kc), tolerance(GetParam())) << "k cache m=" << m;
+    EXPECT_LT(twin.error(vc), tolerance(GetParam())) << "v cache m=" << m;
+  }
+}
+
+TEST_P(CudaFp8, IsRefusedWithoutAHalfActivationType) {
+  Twin twin(DType::kF32);
+  EXPECT_FALSE(twin.gpu().supports_weight_format(WeightFormat::kFp8E4M3));
+  EXPECT_TRUE(twin.cpu().supports_weight_format(WeightFormat::kFp8E4M3));
+}
+
+INSTANTIATE_TEST_SUITE_P(HalfTypes, CudaFp8, ::testing::Values(DType::kBF16, DType::kF16),
+                         testing::dtype_param_name);
+
+}  // namespace
+}  // namespace ib::cuda
