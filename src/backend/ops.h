@@ -122,8 +122,8 @@ class QuantOps {
   virtual ~QuantOps() = default;
   // Quantizes dense (N, K) (act) into out, whose tensors are allocated in out.format's layout
   // (weight.h). kFp8E4M3: per output channel, scales[n] = max_k |dense[n][k]| / 448 (1 for a
-  // zero row) and data[n][k] = e4m3(dense[n][k] * (448 / max_k |dense[n][k]|)), rounded to
-  // nearest even, in fp32.
+  // zero row) and data[n][k] = e4m3(dense[n][k] * inv_n), inv_n = 448 / max_k |dense[n][k]| (0 for
+  // a zero row), rounded to nearest even, in fp32.
   virtual void quantize_weight(const Tensor& dense, const WeightRef& out) = 0;
 };
 

@@ -6,7 +6,7 @@
 // - kFp8E4M3 (W8A8, vLLM's --quantization fp8): data (N, K) fp8_e4m3, scales f32 (N), one per
 //   output channel (a per-tensor checkpoint scale repeated on every row), w = data * scales[n].
 //   Activations are quantized per token, dynamically: s_m = max_k |x[m][k]| / 448 (1 for a zero
-//   row), xq[m][k] = e4m3(x[m][k] * (448 / max_k |x[m][k]|)), and
+//   row), xq[m][k] = e4m3(x[m][k] * inv_m), inv_m = 448 / max_k |x[m][k]| (0 for a zero row), and
 //   y[m][n] = (sum_k xq[m][k] * data[n][k]) * s_m * scales[n] (+ bias[n]), the sum exact in fp32
 //   up to accumulation order. 4-bit formats (issue 14) add zero points and groups.
 #pragma once

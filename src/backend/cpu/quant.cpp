@@ -30,13 +30,9 @@ constexpr int64_t kRowsPerTask = 16;
 float quantize_row_fp8(const float* x, int64_t k, uint8_t* q) {
   float amax = 0.0f;
   for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
-  if (amax == 0.0f) {
-    std::fill(q, q + k, uint8_t{0});
-    return 1.0f;
-  }
-  const float inv = kF8E4M3Max / amax;
+  const float inv = amax == 0.0f ? 0.0f : kF8E4M3Max / amax;  // a zero row stays (signed) zero
   for (int64_t i = 0; i < k; ++i) q[i] = f32_to_f8e4m3_bits(x[i] * inv);
-  return amax / kF8E4M3Max;
+  return amax == 0.0f ? 1.0f : amax / kF8E4M3Max;
 }
 
 void quantize_rows_fp8(ThreadPool& pool, const float* dense, int64_t n, int64_t k, uint8_t* data,

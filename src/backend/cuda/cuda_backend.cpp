@@ -290,7 +290,7 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
 // quantized per token into the scratch and cuBLASLt runs the E4M3 GEMM with the token and row
 // scales as outer-vector scales, in chunks of rows that fit the scratch.
 void CudaBackend::matmul_fp8(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) {
-  if (x.rows() <= kGemvMaxM && gemv_supported(x, w, out)) {
+  if (x.rows() <= fp8_gemv_max_m_ && gemv_supported(x, w, out)) {
     launch_gemv(x, w, bias, out, stream_, pdl_);
     return;
   }

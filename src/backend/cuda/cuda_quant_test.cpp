@@ -96,6 +96,8 @@ TEST_P(CudaFp8, MatmulMatchesTheCpuOracle) {
       Pair out = twin.output({s.m, s.n});
       twin.cpu().matmul(x.cpu, w.cpu, with_bias ? &b.cpu : nullptr, out.cpu);
       twin.gpu().matmul(x.gpu, w.gpu, with_bias ? &b.gpu : nullptr, out.gpu);
+      const Status status = twin.gpu().device_status();
+      ASSERT_TRUE(status.ok()) << "m=" << s.m << ": " << status.error().message;
       EXPECT_LT(twin.error(out), tolerance(GetParam()))
           << "m=" << s.m << " n=" << s.n << " k=" << s.k << " bias=" << with_bias;
     }

@@ -14,8 +14,8 @@ namespace ib::cpu {
 void matmul_f32(ThreadPool& pool, const float* x, const float* w, const float* bias, float* out,
                 int64_t m, int64_t n, int64_t k);
 
-// FP8 E4M3 per row (backend/weight.h): q = e4m3(x * (448 / max|x|)); returns the row's scale
-// max|x| / 448 (1 for a zero row).
+// FP8 E4M3 per row (backend/weight.h): q = e4m3(x * (448 / max|x|)) (x * 0 for a zero row);
+// returns the row's scale max|x| / 448 (1 for a zero row).
 float quantize_row_fp8(const float* x, int64_t k, uint8_t* q);
 // Every row of dense (n, k) quantized so: data (n, k), scales (n).
 void quantize_rows_fp8(ThreadPool& pool, const float* dense, int64_t n, int64_t k, uint8_t* data,

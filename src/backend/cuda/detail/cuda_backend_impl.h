@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/gemm_lt.h"
+#include "backend/cuda/detail/kernels.h"
 
 namespace ib::cuda {
 
@@ -104,6 +105,9 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
     tuning_ = false;
   }
   void set_gemv_max_weight_bytes(int64_t bytes) { gemv_max_weight_bytes_ = bytes; }
+  // FP8 weights: the GEMV takes matmuls of at most this many rows (<= kGemvMaxM), cuBLASLt's
+  // E4M3 GEMM the rest.
+  void set_fp8_gemv_max_m(int m) { fp8_gemv_max_m_ = m; }
   void set_attention_path(AttentionPath path) { attention_path_ = path; }
   // false: matmul_add always on the fused GEMV, never cuBLASLt with beta = 1.
   void set_add_with_cublaslt(bool on) { add_with_cublaslt_ = on; }
@@ -176,6 +180,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   Buffer attention_counters_;
   Buffer fp8_scratch_;
   int gemv_max_m_ = 8;
+  int fp8_gemv_max_m_ = kGemvMaxM;
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
   AttentionPath attention_path_ = AttentionPath::kAuto;
   bool add_with_cublaslt_ = true;

@@ -330,6 +330,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       float amax[NT];
 #pragma unroll
       for (int t = 0; t < NT; ++t) amax[t] = 0.0f;
+#pragma unroll 4
       for (int p = warp; p < steps; p += kWarps) {
         uint4 xv[NT][2], gv[2];
         gemv_load_x<T, NT>(x_ptr, int64_t{p} * kGemvStepK, xv);
