@@ -106,7 +106,7 @@ void launch_gemv_variant(int variant, const Tensor& x, const Tensor& w, Tensor o
 
 namespace {
 
-const char* const kFp8Names[] = {"w8_u2 (shipped)", "w8_u4", "w4_u4", "w16_u2"};
+const char* const kFp8Names[] = {"w8_u2 (shipped)", "w8_u4", "w4_u4", "w8_u3", "w16_u2"};
 
 template <int kWarps, int kUnroll>
 void run_fp8(const Tensor& x, const WeightRef& w, Tensor out, cudaStream_t stream) {
@@ -143,6 +143,9 @@ void launch_gemv_fp8_variant(int variant, const Tensor& x, const WeightRef& w, T
       break;
     case 2:
       run_fp8<4, 4>(x, w, out, stream);
+      break;
+    case 3:
+      run_fp8<8, 3>(x, w, out, stream);
       break;
     default:
       run_fp8<16, 2>(x, w, out, stream);

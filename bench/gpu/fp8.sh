@@ -5,7 +5,8 @@
 # Llama-3-8B dummy weights: batch 1 (3 runs), the seed protocol (batch 8, 200 prompts) and 1,024
 # prompts continuous, each in bf16 and with --quantization fp8 (fp8 KV cache not yet).
 # Usage (from the repository root, ~8 minutes): OUT=dir bash bench/gpu/fp8.sh
-# Environment: IB_BUILD_DIR (/tmp/ib-fp8), IB_SKIP_TESTS=1, IB_SKIP_OPS=1, IB_RUNS ("b1 seed cont"),
+# Environment: IB_BUILD_DIR (/tmp/ib-fp8), IB_TARGETS (what to build), IB_TEST_FILTER (gtest),
+# IB_SKIP_TESTS=1, IB_SKIP_OPS=1, IB_RUNS ("b1 seed cont"),
 # IB_DEADLINE_S (560). Writes build.log, tests.log, ops.log, ops.json, runs.log, runs.json
 # (the result.json keys that matter), runs.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -15,14 +16,16 @@ left() { echo $(( DEADLINE - ($(date +%s) - T0) - 20 )); }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
 if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
          -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF &&
-       cmake --build "$B" -j 16 --target inferbench backend_cuda_test engine_cuda_test ib_ops_bench; \
+       cmake --build "$B" -j 16 --target ${IB_TARGETS:-inferbench backend_cuda_test engine_cuda_test ib_ops_bench}; \
      } > "$O/build.log" 2>&1; then
   tail -30 "$O/build.log"; echo "BUILD FAILED"; exit 1
 fi
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   for t in src/backend/cuda/backend_cuda_test src/engine/engine_cuda_test; do
-    timeout "$(left)" "$B/$t" --gtest_output="json:$O/$(basename $t).json" >> "$O/tests.log" 2>&1
+    [ -x "$B/$t" ] || continue
+    timeout "$(left)" "$B/$t" --gtest_filter="${IB_TEST_FILTER:-*}" \
+      --gtest_output="json:$O/$(basename $t).json" >> "$O/tests.log" 2>&1
     echo "$(basename $t) rc=$? $(el)"
   done
   grep -E "^\[  FAILED  \]|Failure|Expected|Which is|actual|PASSED|FAILED TEST" "$O/tests.log" | head -40

@@ -36,6 +36,15 @@ uint16_t alignment(const void* p) {
   return align;
 }
 
+void set_scale_pointers(cublasLtMatmulDesc_t desc, const void* a_scale, const void* b_scale) {
+  IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                 &a_scale, sizeof(a_scale)),
+                  kOp);
+  IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                 &b_scale, sizeof(b_scale)),
+                  kOp);
+}
+
 }  // namespace
 
 size_t GemmLt::KeyHash::operator()(const Key& k) const {
@@ -94,13 +103,17 @@ std::vector<cublasLtMatmulAlgo_t> GemmLt::candidates(const Plan& plan, const Key
   return algos;
 }
 
-GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
+GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes, const void* a_scale,
+                               const void* b_scale) {
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan plan;
   const cudaDataType_t in = cuda_type(key.in);
   const cudaDataType_t out = cuda_type(key.out);
   IB_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), kOp);
-  if (key.in == DType::kF8E4M3) {  // per-row (w) and per-token (x) scales
+  if (key.in == DType::kF8E4M3) {
+    // Per-row (w) and per-token (x) scales; the heuristic finds no algorithm for this mode
+    // while the scale pointers are unset (measured on the H200), so they are set here too.
+    set_scale_pointers(plan.desc, a_scale, b_scale);
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
                                                    &mode, sizeof(mode)),
@@ -219,16 +232,9 @@ void GemmLt::run_fp8(const Tensor& xq, const Tensor& x_scales, const Tensor& wq,
             "matmul(fp8): E4M3 operands with f32 scales per token and per row");
   const Key key = key_for(xq, wq, bias, out);
   if (key.m == 0) return;
-  Plan& plan = plan_for(key, workspace_bytes);
   // cuBLASLt's A is w (its rows are out's columns), B is x.
-  const void* a_scale = w_scales.data;
-  const void* b_scale = x_scales.data;
-  IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                 &a_scale, sizeof(a_scale)),
-                  kOp);
-  IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                 &b_scale, sizeof(b_scale)),
-                  kOp);
+  Plan& plan = plan_for(key, workspace_bytes, w_scales.data, x_scales.data);
+  set_scale_pointers(plan.desc, w_scales.data, x_scales.data);
   execute(plan, xq, wq, bias, out, workspace, workspace_bytes, stream, 0.0f);
 }
 

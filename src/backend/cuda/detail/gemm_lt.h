@@ -57,7 +57,9 @@ class GemmLt {
     cublasLtMatmulAlgo_t algo{};
     bool bias_epilogue = false;  // false with a bias: a separate bias-add kernel runs after
   };
-  Plan& plan_for(const Key& key, size_t workspace_bytes);
+  // a_scale, b_scale: an FP8 plan's outer-vector scales (device pointers), for the heuristic.
+  Plan& plan_for(const Key& key, size_t workspace_bytes, const void* a_scale = nullptr,
+                 const void* b_scale = nullptr);
   // One cublasLtMatmul on a plan (its scale pointers already set), then the bias where the
   // epilogue has none.
   void execute(Plan& plan, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,

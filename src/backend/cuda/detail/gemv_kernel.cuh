@@ -321,6 +321,12 @@ __global__ void __launch_bounds__(kWarps * 32)
         gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kGemvStepK, wa[u],
                                  wb[u]);
     }
+    if constexpr (kFp8) {  // the tile's row scales (constant, like the weights)
+      if (warp == 0 && q == 0) {
+        w_scale[r] = fp8.w_scales[row_a];
+        w_scale[r + 8] = fp8.w_scales[row_b];
+      }
+    }
     pdl_wait();
     pdl_trigger();
     [[maybe_unused]] float inv[NT];
@@ -359,10 +365,6 @@ __global__ void __launch_bounds__(kWarps * 32)
           max_partial[warp][t * 8 + r] = a;
           sq_partial[warp][t * 8 + r] = v;
         }
-      }
-      if (warp == 0 && q == 0) {
-        w_scale[r] = fp8.w_scales[row_a];
-        w_scale[r + 8] = fp8.w_scales[row_b];
       }
       __syncthreads();
       if (threadIdx.x < NT * 8) {
