@@ -106,7 +106,8 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   }
   void set_gemv_max_weight_bytes(int64_t bytes) { gemv_max_weight_bytes_ = bytes; }
   // FP8 weights: the GEMV takes matmuls of at most this many rows (<= kGemvMaxM), cuBLASLt's
-  // E4M3 GEMM the rest.
+  // E4M3 GEMM the rest. Default 8: on the H200 the GEMV won at 1-8 rows on every Llama-3-8B
+  // shape and cuBLASLt from 16 on all but o (bench/NOTES.md, FP8 run 3).
   void set_fp8_gemv_max_m(int m) { fp8_gemv_max_m_ = m; }
   void set_attention_path(AttentionPath path) { attention_path_ = path; }
   // false: matmul_add always on the fused GEMV, never cuBLASLt with beta = 1.
@@ -180,7 +181,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   Buffer attention_counters_;
   Buffer fp8_scratch_;
   int gemv_max_m_ = 8;
-  int fp8_gemv_max_m_ = kGemvMaxM;
+  int fp8_gemv_max_m_ = 8;
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
   AttentionPath attention_path_ = AttentionPath::kAuto;
   bool add_with_cublaslt_ = true;
