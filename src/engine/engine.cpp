@@ -287,7 +287,9 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   shape.num_kv_heads = model.num_kv_heads;
   shape.head_dim = model.head_dim;
   IB_TRY(backend.supports_attention(shape));
-  IB_ASSIGN_OR_RETURN(ModelWeights w, load_weights(model, weights, backend));
+  WeightOptions options = weights;
+  IB_ASSIGN_OR_RETURN(options.quantization, quantization_weight_format(config.quantization));
+  IB_ASSIGN_OR_RETURN(ModelWeights w, load_weights(model, options, backend));
   return create_engine_with_weights(model, std::move(w), config, backend);
 }
 

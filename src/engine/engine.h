@@ -132,8 +132,10 @@ class Engine {
   virtual Backend& backend() = 0;
 };
 
-// Builds an engine: checks the model is supported, loads weights, sizes and allocates the KV
-// pool. Errors: unsupported architecture, weights that do not fit (with the numbers), bad config.
+// Builds an engine: checks the model is supported, loads weights (their matmul weights in the
+// format config.quantization names, which replaces weights.quantization), sizes and allocates
+// the KV pool. Errors: unsupported architecture, a quantization the backend does not run,
+// weights that do not fit (with the numbers), bad config.
 Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
                                               const WeightOptions& weights,
                                               const EngineConfig& config, Backend& backend);

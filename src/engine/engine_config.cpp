@@ -10,6 +10,14 @@ const char* kv_growth_name(KvGrowth g) {
   return g == KvGrowth::kOnDemand ? "on-demand" : "preallocated";
 }
 
+Result<WeightFormat> quantization_weight_format(std::string_view quantization) {
+  if (quantization == "none") return WeightFormat::kDense;
+  if (quantization == "fp8") return WeightFormat::kFp8E4M3;
+  return user_error("--quantization " + std::string(quantization) +
+                    ": not a quantization the engine runs; use none or fp8 (W8A8 E4M3, "
+                    "quantized at load)");
+}
+
 Status EngineConfig::validate() const {
   auto positive = [](int64_t v, const char* name) -> Status {
     if (v > 0) return Ok{};
@@ -33,6 +41,7 @@ Status EngineConfig::validate() const {
     shown << gpu_memory_utilization;
     return user_error("--gpu-memory-utilization " + shown.str() + " must be in (0, 1]");
   }
+  if (auto format = quantization_weight_format(quantization); !format.ok()) return format.error();
   return Ok{};
 }
 

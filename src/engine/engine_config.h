@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
+#include "backend/weight.h"
 #include "core/result.h"
 
 namespace ib {
@@ -20,6 +23,12 @@ enum class BatchingMode { kContinuous, kStatic };
 // eagerly (graphs would hold the old addresses).
 enum class KvGrowth { kPreallocated, kOnDemand };
 const char* kv_growth_name(KvGrowth g);
+
+// --quantization, as vLLM names it: "none" (dense weights in the activation dtype) or "fp8"
+// (W8A8 E4M3: the four per-layer matmul weights quantized at load, per output channel, with
+// per-token dynamic activation scales; backend/weight.h). The format of the quantized weights,
+// or a user error listing the supported values.
+Result<WeightFormat> quantization_weight_format(std::string_view quantization);
 
 // Every engine setting, in one place. The CLI's run, serve, sweep and suite, and `generate`, fill
 // it from their flags (the flag of each field is named beside it) and call validate() before
@@ -43,6 +52,9 @@ struct EngineConfig {
   int max_graph_context = 8192;                  // --max-graph-context
   KvGrowth kv_growth = KvGrowth::kPreallocated;  // --kv-cache-growth preallocated|on-demand
   int kv_growth_min_blocks = 0;  // (no flag) kOnDemand: initial size and smallest chunk (0: auto)
+  // --quantization none|fp8: the matmul weights' format (quantization_weight_format); whether the
+  // backend runs it is checked when the weights load, before any is allocated (load_weights).
+  std::string quantization = "none";
 
   // The one check of these settings: a user error naming the flag and the range, or Ok.
   Status validate() const;

@@ -67,10 +67,19 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
   std::unique_ptr<ModelRunner> runner(
       new ModelRunner(model, *arch, std::move(weights), limits, backend));
   IB_TRY(runner->allocate());
-  const FusedDecodeOps* fused = backend.fused_decode_ops();
+  FusedDecodeOps* fused = backend.fused_decode_ops();
   if (fused &&
       fused->fused_decode_fits(runner->attn_shape_, model.hidden_size, model.intermediate_size)) {
-    runner->fold_norm_gains();
+    // Dense weights take their gains folded in; quantized ones keep them (folding would
+    // quantize twice) and the fused ops apply them.
+    const bool dense = std::all_of(
+        runner->weights_.layers.begin(), runner->weights_.layers.end(), [](const LayerWeights& l) {
+          return l.wqkv.format == WeightFormat::kDense && l.wo.format == WeightFormat::kDense &&
+                 l.w_gate_up.format == WeightFormat::kDense &&
+                 l.w_down.format == WeightFormat::kDense;
+        });
+    if (dense) runner->fold_norm_gains();
+    runner->fused_ops_ = fused;
   }
   return runner;
 }
@@ -85,7 +94,7 @@ void ModelRunner::fold_norm_gains() {
     backend_.scale_columns(l.w_gate_up, l.ffn_norm);
     backend_.fill_constant(l.ffn_norm, 1.0f);
   }
-  fused_ops_ = backend_.fused_decode_ops();
+  gains_folded_ = true;
 }
 
 Status ModelRunner::allocate() {
@@ -261,7 +270,7 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   Tensor gate_up = gate_up_buf_.view(dt, {t, 2 * f});  // (T, 2F)
   Tensor act = act_buf_.view(dt, {t, f});              // (T, F)
 
-  // Fused: a decode step the backend fuses, with the norm gains folded (fold_norm_gains).
+  // Fused: a decode step the backend fuses (the gains folded into dense weights, or passed).
   FusedDecodeOps* fused = fused_ops_ && fused_ops_->fused_decode(t) ? fused_ops_ : nullptr;
   backend_.embedding(token_ids_, weights_.embed, residual);
   StepInputs in;
@@ -273,6 +282,7 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   in.kv = kv_.layers;
   in.rms_eps = eps;
   in.fused = fused;
+  in.gains_folded = gains_folded_;
   arch_.forward_layers(backend_, weights_, in, {residual, hidden, tmp, qkv, attn, gate_up, act});
   if (r == 0) return;
   // The final norm (unfused: with the last residual add), only on the rows that sample.

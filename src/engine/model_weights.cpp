@@ -1,6 +1,8 @@
 // load_weights: allocation with an up-front memory check, dummy initialisation, format dispatch.
 #include "engine/model_weights.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -17,19 +19,49 @@ std::string gib(int64_t bytes) {
   return buf;
 }
 
-// Element counts of every tensor, for the memory check before allocation.
-struct WeightPlan {
-  int64_t bytes = 0;
-  void add(int64_t numel, DType dtype) {
-    bytes += (numel * static_cast<int64_t>(dtype_size(dtype)) + 255) / 256 * 256;
-  }
-};
+// The shapes of one layer's four matmul weights, (N, K) each: wqkv, wo, w_gate_up, w_down.
+std::array<std::array<int64_t, 2>, 4> matmul_shapes(const ModelConfig& c) {
+  const int64_t d = c.hidden_size;
+  const int64_t q = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t f = c.intermediate_size;
+  return {{{q + 2 * kv, d}, {d, q}, {2 * f, d}, {d, f}}};
+}
+
+// The staging scratch of quantized matmul weights (detail::DenseStaging): the largest one,
+// dense in the activation dtype; none when the weights are dense.
+int64_t staging_bytes(const ModelConfig& c, DType act, WeightFormat format) {
+  if (format == WeightFormat::kDense) return 0;
+  int64_t most = 0;
+  for (const auto& [n, k] : matmul_shapes(c)) most = std::max(most, n * k);
+  return most * static_cast<int64_t>(dtype_size(act));
+}
 
 float matrix_scale(int64_t fan_in) {
   return static_cast<float>(std::sqrt(3.0 / static_cast<double>(fan_in)));
 }
 
-void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend, ModelWeights& w) {
+// One matmul weight's dummy values: its parts (rows, tensor) stacked, uniform(-a, a) with
+// a = matrix_scale(fan_in), written through staging (quantized after, when the weight is).
+struct DummyPart {
+  int64_t rows;
+  DummyTensor tensor;
+};
+void fill_dummy_matmul(Backend& backend, detail::DenseStaging& staging, const WeightRef& w,
+                       uint64_t seed, int layer, int64_t fan_in,
+                       std::initializer_list<DummyPart> parts) {
+  const Tensor dense = staging.dense_for(w);  // (N, K)
+  int64_t row = 0;
+  for (const DummyPart& p : parts) {
+    backend.fill_uniform(dense.slice_rows(row, p.rows), seed, dummy_weight_stream(layer, p.tensor),
+                         matrix_scale(fan_in));
+    row += p.rows;
+  }
+  staging.finish(dense, w);
+}
+
+void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend,
+                detail::DenseStaging& staging, ModelWeights& w) {
   const int64_t d = c.hidden_size;
   const int64_t q = int64_t{c.num_heads} * c.head_dim;
   const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
@@ -40,28 +72,45 @@ void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend, ModelWeig
   backend.fill_constant(w.final_norm, 1.0f);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    auto stream = [&](DummyTensor t) { return dummy_weight_stream(l, t); };
     backend.fill_constant(lw.attn_norm, 1.0f);
     backend.fill_constant(lw.ffn_norm, 1.0f);
-    backend.fill_uniform(lw.wqkv.data.slice_rows(0, q), seed, stream(DummyTensor::kQ),
-                         matrix_scale(d));
-    backend.fill_uniform(lw.wqkv.data.slice_rows(q, kv), seed, stream(DummyTensor::kK),
-                         matrix_scale(d));
-    backend.fill_uniform(lw.wqkv.data.slice_rows(q + kv, kv), seed, stream(DummyTensor::kV),
-                         matrix_scale(d));
+    fill_dummy_matmul(backend, staging, lw.wqkv, seed, l, d,
+                      {{q, DummyTensor::kQ}, {kv, DummyTensor::kK}, {kv, DummyTensor::kV}});
     if (!lw.bqkv.empty()) {
       const Tensor b = lw.bqkv.reshaped({q + 2 * kv, 1});  // rows = elements, to slice
+      auto stream = [&](DummyTensor t) { return dummy_weight_stream(l, t); };
       backend.fill_uniform(b.slice_rows(0, q), seed, stream(DummyTensor::kQBias), 0.1f);
       backend.fill_uniform(b.slice_rows(q, kv), seed, stream(DummyTensor::kKBias), 0.1f);
       backend.fill_uniform(b.slice_rows(q + kv, kv), seed, stream(DummyTensor::kVBias), 0.1f);
     }
-    backend.fill_uniform(lw.wo.data, seed, stream(DummyTensor::kO), matrix_scale(q));
-    backend.fill_uniform(lw.w_gate_up.data.slice_rows(0, f), seed, stream(DummyTensor::kGate),
-                         matrix_scale(d));
-    backend.fill_uniform(lw.w_gate_up.data.slice_rows(f, f), seed, stream(DummyTensor::kUp),
-                         matrix_scale(d));
-    backend.fill_uniform(lw.w_down.data, seed, stream(DummyTensor::kDown), matrix_scale(f));
+    fill_dummy_matmul(backend, staging, lw.wo, seed, l, q, {{d, DummyTensor::kO}});
+    fill_dummy_matmul(backend, staging, lw.w_gate_up, seed, l, d,
+                      {{f, DummyTensor::kGate}, {f, DummyTensor::kUp}});
+    fill_dummy_matmul(backend, staging, lw.w_down, seed, l, f, {{d, DummyTensor::kDown}});
   }
+}
+
+// Why the backend cannot hold matmul weights in format, and the fix.
+std::string unsupported_quantization(WeightFormat format, const Backend& backend) {
+  const DeviceInfo dev = backend.device_info();
+  std::string msg = std::string("--quantization ") + weight_format_name(format) + ": the " +
+                    dev.kind + " backend (" + dev.name + ", " +
+                    std::string(dtype_name(backend.activation_dtype())) + ") does not run " +
+                    weight_format_name(format) + " weights";
+  if (format == WeightFormat::kFp8E4M3) {
+    msg +=
+        "; the CUDA backend runs them with --dtype bf16 or fp16 on GPUs with FP8 tensor cores "
+        "(compute capability 8.9+: Ada, Hopper or newer), the CPU backend always; use such a "
+        "--dtype or device, or drop --quantization";
+  }
+  return msg;
+}
+
+std::string quantization_description(WeightFormat format) {
+  if (format == WeightFormat::kFp8E4M3) {
+    return "fp8 (W8A8 E4M3, per-channel weights, per-token dynamic activations)";
+  }
+  return weight_format_name(format);
 }
 
 }  // namespace
@@ -77,70 +126,104 @@ uint64_t dummy_weight_stream(int layer, DummyTensor tensor) {
 
 namespace detail {
 
-Result<ModelWeights> allocate_weights(const ModelConfig& c, Backend& backend) {
+Result<ModelWeights> allocate_weights(const ModelConfig& c, WeightFormat format, Backend& backend) {
   const DType dt = backend.activation_dtype();
   const int64_t d = c.hidden_size;
-  const int64_t q = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
-  const int64_t f = c.intermediate_size;
   const int64_t v = c.vocab_size;
 
-  WeightPlan plan;
-  plan.add(v * d, dt);
-  plan.add(d, dt);
-  if (!c.tie_word_embeddings) plan.add(v * d, dt);
-  for (int l = 0; l < c.num_layers; ++l) {
-    for (int64_t n : {d, (q + 2 * kv) * d, q * d, d, 2 * f * d, d * f}) plan.add(n, dt);
-    if (c.attention_bias) plan.add(q + 2 * kv, dt);
-  }
+  const int64_t plan_bytes = planned_weight_bytes(c, dt, format);
+  const int64_t scratch_bytes = staging_bytes(c, dt, format);
+  const int64_t need = plan_bytes + scratch_bytes;
   const DeviceInfo dev = backend.device_info();
   const MemorySnapshot mem = backend.memory().snapshot();
   const auto limit = backend.memory().limit_bytes();
-  const std::string what = "model '" + c.name + "' needs " + gib(plan.bytes) + " of weights in " +
-                           std::string(dtype_name(dt));
-  if (dev.free_bytes > 0 && plan.bytes > dev.free_bytes) {
+  std::string what = "model '" + c.name + "' needs " + gib(plan_bytes) + " of weights in " +
+                     std::string(dtype_name(dt));
+  if (format != WeightFormat::kDense) {
+    what += " with " + std::string(weight_format_name(format)) + " matmul weights, and " +
+            gib(scratch_bytes) + " of scratch while quantizing them,";
+  }
+  if (dev.free_bytes > 0 && need > dev.free_bytes) {
     return user_error(what + " but " + dev.kind + " has only " + gib(dev.free_bytes) +
                       " free; use a smaller model" +
                       (dev.kind == "cpu" ? std::string(" or a GPU (--device cuda)")
                                          : std::string(" or a lower-precision dtype")));
   }
-  if (limit && mem.allocated_bytes + plan.bytes > *limit) {
+  if (limit && mem.allocated_bytes + need > *limit) {
     return user_error(what + " but the memory limit allows " + gib(*limit - mem.allocated_bytes) +
                       " more; raise --memory-limit or use a smaller model");
   }
 
   ModelWeights w;
-  auto alloc = [&](std::initializer_list<int64_t> shape) -> Result<Tensor> {
+  auto alloc = [&](DType dtype, std::initializer_list<int64_t> shape) -> Result<Tensor> {
     int64_t numel = 1;
     for (int64_t s : shape) numel *= s;
-    IB_ASSIGN_OR_RETURN(Buffer buf, backend.alloc(static_cast<size_t>(numel) * dtype_size(dt),
+    IB_ASSIGN_OR_RETURN(Buffer buf, backend.alloc(static_cast<size_t>(numel) * dtype_size(dtype),
                                                   MemoryTag::kWeights));
-    Tensor t = buf.view(dt, shape);
+    Tensor t = buf.view(dtype, shape);
     w.bytes += static_cast<int64_t>(buf.bytes());
     w.storage.push_back(std::move(buf));
     return t;
   };
-  IB_ASSIGN_OR_RETURN(w.embed, alloc({v, d}));
-  IB_ASSIGN_OR_RETURN(w.final_norm, alloc({d}));
+  auto alloc_matmul = [&](const std::array<int64_t, 2>& shape) -> Result<WeightRef> {
+    const auto [n, k] = shape;
+    WeightRef r;
+    if (format == WeightFormat::kDense) {
+      IB_ASSIGN_OR_RETURN(r.data, alloc(dt, {n, k}));
+      return r;
+    }
+    IB_ASSERT(format == WeightFormat::kFp8E4M3, "allocate_weights: unknown format");
+    r.format = format;
+    IB_ASSIGN_OR_RETURN(r.data, alloc(DType::kF8E4M3, {n, k}));
+    IB_ASSIGN_OR_RETURN(r.scales, alloc(DType::kF32, {n}));
+    return r;
+  };
+  IB_ASSIGN_OR_RETURN(w.embed, alloc(dt, {v, d}));
+  IB_ASSIGN_OR_RETURN(w.final_norm, alloc(dt, {d}));
   if (c.tie_word_embeddings) {
     w.lm_head = w.embed;
   } else {
-    IB_ASSIGN_OR_RETURN(w.lm_head, alloc({v, d}));
+    IB_ASSIGN_OR_RETURN(w.lm_head, alloc(dt, {v, d}));
   }
+  const auto shapes = matmul_shapes(c);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights lw;
-    IB_ASSIGN_OR_RETURN(lw.attn_norm, alloc({d}));
-    IB_ASSIGN_OR_RETURN(lw.wqkv, alloc({q + 2 * kv, d}));
+    IB_ASSIGN_OR_RETURN(lw.attn_norm, alloc(dt, {d}));
+    IB_ASSIGN_OR_RETURN(lw.wqkv, alloc_matmul(shapes[0]));
     if (c.attention_bias) {
-      IB_ASSIGN_OR_RETURN(lw.bqkv, alloc({q + 2 * kv}));
+      IB_ASSIGN_OR_RETURN(lw.bqkv, alloc(dt, {shapes[0][0]}));
     }
-    IB_ASSIGN_OR_RETURN(lw.wo, alloc({d, q}));
-    IB_ASSIGN_OR_RETURN(lw.ffn_norm, alloc({d}));
-    IB_ASSIGN_OR_RETURN(lw.w_gate_up, alloc({2 * f, d}));
-    IB_ASSIGN_OR_RETURN(lw.w_down, alloc({d, f}));
+    IB_ASSIGN_OR_RETURN(lw.wo, alloc_matmul(shapes[1]));
+    IB_ASSIGN_OR_RETURN(lw.ffn_norm, alloc(dt, {d}));
+    IB_ASSIGN_OR_RETURN(lw.w_gate_up, alloc_matmul(shapes[2]));
+    IB_ASSIGN_OR_RETURN(lw.w_down, alloc_matmul(shapes[3]));
     w.layers.push_back(lw);
   }
   return w;
+}
+
+Result<DenseStaging> DenseStaging::create(const ModelConfig& c, WeightFormat format,
+                                          Backend& backend) {
+  DenseStaging staging(backend);
+  const int64_t bytes = staging_bytes(c, backend.activation_dtype(), format);
+  if (bytes > 0) {
+    IB_ASSIGN_OR_RETURN(staging.scratch_,
+                        backend.alloc(static_cast<size_t>(bytes), MemoryTag::kWorkspace));
+  }
+  return staging;
+}
+
+Tensor DenseStaging::dense_for(const WeightRef& weight) const {
+  if (weight.format == WeightFormat::kDense) return weight.data;
+  const int64_t n = weight.data.dim(0), k = weight.data.dim(1);
+  IB_ASSERT(
+      static_cast<size_t>(n * k) * dtype_size(backend_->activation_dtype()) <= scratch_.bytes(),
+      "DenseStaging: the scratch is smaller than a quantized weight");
+  return scratch_.view(backend_->activation_dtype(), {n, k});
+}
+
+void DenseStaging::finish(const Tensor& dense, const WeightRef& weight) {
+  if (weight.format != WeightFormat::kDense) backend_->quantize_weight(dense, weight);
 }
 
 }  // namespace detail
@@ -160,15 +243,52 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
                       "'; pass a directory with model.safetensors (or an index) or use "
                       "--load-format dummy");
   }
-  IB_ASSIGN_OR_RETURN(ModelWeights w, detail::allocate_weights(config, backend));
+  if (!backend.supports_weight_format(options.quantization)) {
+    return user_error(unsupported_quantization(options.quantization, backend));
+  }
+  IB_ASSIGN_OR_RETURN(ModelWeights w,
+                      detail::allocate_weights(config, options.quantization, backend));
+  IB_ASSIGN_OR_RETURN(detail::DenseStaging staging,
+                      detail::DenseStaging::create(config, options.quantization, backend));
   if (format == LoadFormat::kDummy) {
-    fill_dummy(config, options.seed, backend, w);
+    fill_dummy(config, options.seed, backend, staging, w);
     w.description = "dummy (seed " + std::to_string(options.seed) + ")";
   } else {
-    IB_TRY(detail::load_safetensors(config, options.path, backend, w));
+    IB_TRY(detail::load_safetensors(config, options.path, backend, staging, w));
   }
-  backend.synchronize();
+  if (options.quantization != WeightFormat::kDense) {
+    w.description += ", " + quantization_description(options.quantization);
+  }
+  backend.synchronize();  // before the staging's scratch is freed
   return w;
+}
+
+int64_t planned_weight_bytes(const ModelConfig& c, DType dt, WeightFormat format) {
+  int64_t bytes = 0;
+  auto add = [&](int64_t numel, DType dtype) {
+    bytes += (numel * static_cast<int64_t>(dtype_size(dtype)) + 255) / 256 * 256;
+  };
+  const int64_t d = c.hidden_size;
+  const int64_t qkv = (int64_t{c.num_heads} + 2 * int64_t{c.num_kv_heads}) * c.head_dim;
+  const int64_t v = c.vocab_size;
+  add(v * d, dt);
+  add(d, dt);
+  if (!c.tie_word_embeddings) add(v * d, dt);
+  for (int l = 0; l < c.num_layers; ++l) {
+    add(d, dt);  // attn_norm
+    add(d, dt);  // ffn_norm
+    if (c.attention_bias) add(qkv, dt);
+    for (const auto& [n, k] : matmul_shapes(c)) {
+      if (format == WeightFormat::kDense) {
+        add(n * k, dt);
+      } else {
+        IB_ASSERT(format == WeightFormat::kFp8E4M3, "planned_weight_bytes: unknown format");
+        add(n * k, DType::kF8E4M3);  // data
+        add(n, DType::kF32);         // per-channel scales
+      }
+    }
+  }
+  return bytes;
 }
 
 }  // namespace ib

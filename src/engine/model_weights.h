@@ -18,11 +18,16 @@ struct WeightOptions {
   LoadFormat format = LoadFormat::kAuto;  // auto: safetensors when path has them, else dummy
   std::string path;                       // model directory (config.json + *.safetensors)
   uint64_t seed = 0;                      // dummy weights
+  // The format of each layer's four matmul weights (wqkv, wo, w_gate_up, w_down); the embedding,
+  // lm_head, norms and biases stay dense, as vLLM's --quantization fp8 keeps them. create_engine
+  // sets it from EngineConfig::quantization.
+  WeightFormat quantization = WeightFormat::kDense;
 };
 
 // Shapes (D = hidden, F = intermediate, Q = num_heads * head_dim, KV = num_kv_heads * head_dim).
 // The matmul weights are WeightRefs (backend/weight.h): their format, packed data and scales;
-// dense in the activation dtype today. Norms, biases and the embedding table stay dense tensors.
+// dense in the activation dtype, or quantized (WeightOptions::quantization). Norms, biases and
+// the embedding table stay dense tensors.
 struct LayerWeights {
   Tensor attn_norm;     // (D)
   WeightRef wqkv;       // (Q + 2 KV, D): rows q, then k, then v (HF q_proj/k_proj/v_proj)
@@ -41,8 +46,10 @@ struct ModelWeights {
   WeightRef lm_head;  // (V, D); the same memory as embed when tied
   std::vector<LayerWeights> layers;
   std::vector<Buffer> storage;  // owns the memory behind the views above
-  std::string description;      // e.g. "dummy (seed 0)" or "safetensors: DIR (2 files)"
-  int64_t bytes = 0;
+  // e.g. "dummy (seed 0)", "safetensors: DIR (2 files)", each followed by the quantization when
+  // there is one: ", fp8 (W8A8 E4M3, per-channel weights, per-token dynamic activations)"
+  std::string description;
+  int64_t bytes = 0;  // as allocated: quantized data and scales at their real size
 };
 
 // Loads (or generates) the weights of config into backend memory at backend.activation_dtype().
@@ -51,10 +58,19 @@ struct ModelWeights {
 // backend (Backend::fill_uniform with a fixed stream id per tensor: dummy_weight_stream()).
 // Safetensors: HF names (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ...),
 // q/k/v and gate/up fused at load, bf16/f16/f32 converted to the backend dtype.
-// Errors: weights larger than the backend's free memory or memory limit (refused before any
-// allocation, with the numbers); missing or mismatched tensors (named); unreadable files.
+// Quantized matmul weights: their dense values (the same dummy streams and scales, or the
+// checkpoint's tensors) are written into one scratch buffer sized for the largest matmul weight,
+// then quantized into the weight (Backend::quantize_weight); the scratch is freed before return,
+// so no dense copy of the model is ever held.
+// Errors: a quantization the backend does not run, and weights (with the scratch) larger than the
+// backend's free memory or memory limit (both refused before any allocation, with the numbers and
+// the fix); missing or mismatched tensors (named); unreadable files.
 Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions& options,
                                   Backend& backend);
+
+// The bytes load_weights allocates for config's weights at activation dtype act with matmul
+// weights in format (each tensor rounded up to 256 bytes), without the transient scratch.
+int64_t planned_weight_bytes(const ModelConfig& config, DType act, WeightFormat format);
 
 // The rotary inverse frequencies (head_dim / 2), including Llama-3 and linear rope scaling, as HF
 // transformers computes them: in fp32 with the same operation order (torch evaluates these

@@ -1,6 +1,7 @@
 // Safetensors weights through the architecture's schema (engine/arch): every tensor the schema
 // names is checked (present, shape) and no unknown tensor is accepted before anything is copied;
-// then each source goes to its rows of the logical weight, converted to the backend dtype.
+// then each source goes to its rows of the logical weight, converted to the backend dtype (a
+// quantized matmul weight's rows go to the staging scratch, quantized once the weight is whole).
 #include <set>
 #include <string>
 #include <vector>
@@ -66,18 +67,47 @@ Status check_layout(const ModelConfig& c, const WeightSchema& schema,
   return user_error(msg);
 }
 
+// The matmul weight a layer role names, or null (whole-model weights, norms and biases).
+const WeightRef* matmul_weight(const ModelWeights& w, WeightRole role, int layer) {
+  if (layer < 0) return nullptr;
+  const LayerWeights& l = w.layers.at(static_cast<size_t>(layer));
+  switch (role) {
+    case WeightRole::kQkv:
+      return &l.wqkv;
+    case WeightRole::kO:
+      return &l.wo;
+    case WeightRole::kGateUp:
+      return &l.w_gate_up;
+    case WeightRole::kDown:
+      return &l.w_down;
+    default:
+      return nullptr;
+  }
+}
+
+// One logical weight's copies: each checkpoint source to its rows of dense, which is the
+// weight itself or, for a quantized matmul weight, the staging scratch.
+struct WeightCopies {
+  std::vector<std::pair<HostTensorRef, Tensor>> parts;
+  Tensor dense;
+  const WeightRef* matmul = nullptr;  // set: staging.finish(dense, *matmul) after the parts
+};
+
 }  // namespace
 
 Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& backend,
-                        ModelWeights& w) {
+                        DenseStaging& staging, ModelWeights& w) {
   IB_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(c));
   const WeightSchema schema = arch->weight_schema(c);
   IB_ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::open(path));
   IB_TRY(check_layout(c, schema, *ckpt));
   // Shapes first, so a mismatch leaves no weight half-written.
-  std::vector<std::pair<HostTensorRef, Tensor>> copies;
+  std::vector<WeightCopies> copies;
   for (const SchemaEntry& e : schema.entries) {
-    Tensor dst = weight_for(w, e.role, e.layer);
+    WeightCopies& entry = copies.emplace_back();
+    entry.matmul = matmul_weight(w, e.role, e.layer);
+    entry.dense = entry.matmul ? staging.dense_for(*entry.matmul) : weight_for(w, e.role, e.layer);
+    Tensor dst = entry.dense;
     if (dst.rank == 1) dst = dst.reshaped({dst.numel(), 1});  // rows = elements, to slice
     for (const TensorSource& s : e.sources) {
       IB_ASSIGN_OR_RETURN(HostTensorRef ref, ckpt->get(s.name));
@@ -89,10 +119,19 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
       }
       const Tensor part = dst.slice_rows(s.row_offset, s.shape[0]);
       IB_ASSERT(ref.numel() == part.numel(), "schema source size differs from its weight rows");
-      copies.emplace_back(ref, part);
+      entry.parts.emplace_back(ref, part);
     }
+    // The scratch holds one weight at a time: a quantized weight is whole in one entry.
+    int64_t rows = 0;
+    for (const TensorSource& src : e.sources) rows += src.shape[0];
+    IB_ASSERT(
+        !entry.matmul || entry.matmul->format == WeightFormat::kDense || rows == entry.dense.dim(0),
+        "schema: a quantized matmul weight spread over several entries");
   }
-  for (const auto& [ref, dst] : copies) backend.copy_from_host(dst, ref.data, ref.dtype);
+  for (const WeightCopies& entry : copies) {
+    for (const auto& [ref, dst] : entry.parts) backend.copy_from_host(dst, ref.data, ref.dtype);
+    if (entry.matmul) staging.finish(entry.dense, *entry.matmul);
+  }
   w.description = "safetensors: " + path + " (" + std::to_string(ckpt->files().size()) +
                   (ckpt->files().size() == 1 ? " file)" : " files)");
   return Ok{};

@@ -34,11 +34,14 @@ inline ModelConfig tiny_config() {
   return c;
 }
 
-// Dummy weights with the norms replaced by random values around 1, so that every weight matters.
-inline ModelWeights random_weights(const ModelConfig& c, Backend& backend, uint64_t seed) {
+// Dummy weights with the norms replaced by random values around 1, so that every weight matters;
+// the matmul weights in quantization's format (the same model, quantized).
+inline ModelWeights random_weights(const ModelConfig& c, Backend& backend, uint64_t seed,
+                                   WeightFormat quantization = WeightFormat::kDense) {
   WeightOptions opts;
   opts.format = LoadFormat::kDummy;
   opts.seed = seed;
+  opts.quantization = quantization;
   auto w = load_weights(c, opts, backend);
   IB_ASSERT(w.ok(), "load_weights failed in a test");
   Rng rng(seed + 17);

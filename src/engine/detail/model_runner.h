@@ -89,8 +89,9 @@ class ModelRunner {
   ModelRunner(const ModelConfig& model, const Architecture& arch, ModelWeights weights,
               const RunnerLimits& limits, Backend& backend);
   Status allocate();
-  void
-  fold_norm_gains();  // when the backend has fused decode ops for the model (fused_decode_fits)
+  // When the backend has fused decode ops for the model (fused_decode_fits) and every matmul
+  // weight is dense.
+  void fold_norm_gains();
   // Fills the host staging words and uploads them; sets the views below. Returns rows to sample.
   // pad_to > 0: the fixed layout of decode bucket pad_to (padding rows, graph_width_ wide tables).
   int upload_metadata(std::span<const RunnerSeq> batch, int pad_to = 0);
@@ -121,9 +122,11 @@ class ModelRunner {
   int graph_max_context_ = 0;
   int graph_width_ = 0;
   int64_t layer_weight_bytes_ = 0;  // all layers' tensors
-  // The backend's fused decode ops, set once the norm gains are folded into wqkv / w_gate_up
-  // (ones left); null: every step runs the unfused ops.
+  // The backend's fused decode ops when they fit the model; null: every step runs the unfused
+  // ops. gains_folded_: the norm gains were folded into wqkv / w_gate_up (ones left), which
+  // happens only with dense weights; quantized ones keep their gains (StepInputs::gains_folded).
   FusedDecodeOps* fused_ops_ = nullptr;
+  bool gains_folded_ = false;
   Tensor token_ids_, positions_, slot_mapping_, sample_rows_, out_tokens_;
   AttentionMetadata attn_meta_;
   SamplingMetadata sampling_meta_;
