@@ -40,6 +40,7 @@ struct GenerateFlags {
   std::string device = "cpu";
   std::string dtype = "auto";
   std::string load_format = "auto";
+  std::string quantization = "none";
   uint64_t seed = 0;
   bool no_cuda_graphs = false;
 };
@@ -56,8 +57,9 @@ struct PlotFlags {
 };
 Result<int> execute_plot(const PlotFlags& flags);
 
-// `inferbench models`: name, family, parameters, GiB per dtype, KV KiB/token, max context, and
-// "yes" or the features the engine cannot run yet.
+// `inferbench models`: name, family, parameters, GiB in fp32, bf16 and fp8 (as --quantization fp8
+// allocates it) and int4 (estimated), KV KiB/token, max context, and "yes" or the features the
+// engine cannot run yet.
 std::string models_table(const std::vector<ModelConfig>& models);
 
 }  // namespace ib

@@ -118,6 +118,9 @@ TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
       {{"run", "--num-prompts", "2", "--result-dir", taken.string()}, "--overwrite"},
       {{"run", "--no-such-flag", "--result-dir", dir}, "--no-such-flag"},
       {{"run", "--num-prompts", "many", "--result-dir", dir}, "many"},
+      {{"run", "--quantization", "int3", "--result-dir", dir},
+       "int3: not a quantization the "
+       "engine runs; use none or fp8"},
   };
   for (const auto& c : cases) {
     const int code = run(c.args);
@@ -203,6 +206,32 @@ TEST_F(E2e, EveryRequestFailingExitsOneAndKeepsTheRecords) {
   EXPECT_EQ(r["completed"], 0);
   EXPECT_EQ(r["failed"], 3);
   EXPECT_EQ(lines_of(dir / "requests.jsonl").size(), 3u);
+}
+
+// --quantization fp8 on the CPU: the run completes, result.json records it under vLLM's key and
+// in the engine's settings, and the weights are the fp8 format's bytes.
+TEST_F(E2e, Fp8QuantizationRunsOnTheCpuAndIsRecorded) {
+  const fs::path dir = root_ / "result";
+  ASSERT_EQ(run({"run", "--model", "tiny-15m", "--quantization", "fp8", "--num-prompts", "4",
+                 "--input-len", "8", "--output-len", "4", "--batch-size", "2", "--runs", "1",
+                 "--result-dir", dir.string(), "--num-threads", "2"}),
+            0)
+      << err();
+  const json r = json::parse(read_file(dir / "result.json").value());
+  EXPECT_EQ(r["completed"], 4);
+  EXPECT_EQ(r["config"]["quantization"], "fp8");
+  EXPECT_EQ(r["engine"]["engine"]["quantization"], "fp8");
+  EXPECT_EQ(r["weights"],
+            "dummy (seed 0), fp8 (W8A8 E4M3, per-channel weights, per-token dynamic activations)");
+  // tiny-15m (dim 288, hidden 768, 6 layers, 6 heads, vocab 32000, tied): the embedding and the
+  // norms in fp32, each layer's matmul weights at 1 byte per element and 4 per output row.
+  const int64_t d = 288, f = 768, layers = 6, v = 32000;
+  const int64_t matmul = 3 * d * d + d * d + 2 * f * d + d * f;
+  const int64_t rows = 3 * d + d + 2 * f + d;
+  const int64_t want = v * d * 4 + d * 4 + layers * (2 * d * 4 + matmul + 4 * rows);
+  const int64_t weights = r["memory"]["engine-pools"]["weights_bytes"].get<int64_t>();
+  EXPECT_GE(weights, want);
+  EXPECT_LE(weights, want + 256 * (2 + 10 * layers));  // each tensor rounded up to 256 bytes
 }
 
 TEST_F(E2e, ModelsEnvAndPluginsCommands) {

@@ -19,6 +19,10 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--kv-cache-memory", f.kv_cache_memory,
                  "CPU KV-cache budget: bytes or e.g. 2GiB (default 2GiB)");
   app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();
+  app.add_option("--quantization", f.quantization,
+                 "none, or fp8: W8A8 E4M3 matmul weights quantized at load (per-channel scales, "
+                 "per-token dynamic activations; embeddings, lm_head and norms stay dense)")
+      ->capture_default_str();
 }
 
 Result<EngineConfig> engine_config_from(const EngineFlags& f) {
@@ -28,6 +32,7 @@ Result<EngineConfig> engine_config_from(const EngineFlags& f) {
   c.max_num_batched_tokens = f.max_num_batched_tokens;
   c.max_model_len = f.max_model_len;
   c.gpu_memory_utilization = f.gpu_memory_utilization;
+  c.quantization = f.quantization;
   if (!f.kv_cache_memory.empty()) {
     IB_ASSIGN_OR_RETURN(c.cpu_kv_cache_bytes, parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
   }

@@ -19,8 +19,9 @@ struct EngineFlags {
   int max_model_len = 0;
   int block_size = 16;
   double gpu_memory_utilization = 0.9;
-  std::string kv_cache_memory;  // CPU KV budget, e.g. 2GiB; empty: the default
-  int num_threads = 0;          // CPU threads (0: all)
+  std::string kv_cache_memory;        // CPU KV budget, e.g. 2GiB; empty: the default
+  int num_threads = 0;                // CPU threads (0: all)
+  std::string quantization = "none";  // none or fp8 (vLLM's --quantization)
 };
 
 void add_engine_flags(CLI::App& app, EngineFlags& flags);

@@ -77,6 +77,8 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
       ->capture_default_str();
   app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
       ->capture_default_str();
+  app.add_option("--quantization", f.quantization, "none or fp8 (W8A8 E4M3, quantized at load)")
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "seed of dummy weights")->capture_default_str();
   app.add_flag("--no-cuda-graphs,--enforce-eager", f.no_cuda_graphs, "decode op by op");
 }
@@ -86,6 +88,15 @@ Result<int> execute_generate(const GenerateFlags& f) {
   IB_TRY(model.check_supported());
   IB_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt, parse_token_ids(f.prompt_token_ids));
   if (f.max_tokens <= 0) return user_error("--max-tokens must be positive");
+  const int total = static_cast<int>(prompt.size()) + f.max_tokens;
+  EngineConfig ec;
+  ec.max_num_seqs = 1;
+  ec.max_num_batched_tokens = std::max(total, 16);
+  ec.num_kv_blocks = (total + ec.block_size - 1) / ec.block_size + 1;
+  ec.capture_logits = !f.dump_logits.empty();
+  ec.use_graphs = !f.no_cuda_graphs;
+  ec.quantization = f.quantization;
+  IB_TRY(ec.validate());  // before the backend starts
   BackendOptions bo;
   bo.device = f.device;
   if (f.dtype == "auto") {
@@ -101,13 +112,6 @@ Result<int> execute_generate(const GenerateFlags& f) {
   IB_ASSIGN_OR_RETURN(wo.format, parse_load_format(f.load_format));
   wo.path = f.model;
   wo.seed = f.seed;
-  const int total = static_cast<int>(prompt.size()) + f.max_tokens;
-  EngineConfig ec;
-  ec.max_num_seqs = 1;
-  ec.max_num_batched_tokens = std::max(total, 16);
-  ec.num_kv_blocks = (total + ec.block_size - 1) / ec.block_size + 1;
-  ec.capture_logits = !f.dump_logits.empty();
-  ec.use_graphs = !f.no_cuda_graphs;
   IB_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, create_engine(model, wo, ec, *backend));
 
   GenerationRequest req;

@@ -2,6 +2,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "engine/model_weights.h"
 
 namespace ib {
 namespace {
@@ -20,15 +21,20 @@ double gib(double bytes) {
 
 std::string models_table(const std::vector<ModelConfig>& models) {
   std::string out =
-      "| name | family | params | GiB fp32 | GiB bf16 | GiB int8 | GiB int4 | KV KiB/token bf16 "
-      "| max ctx | runs |\n"
+      "| name | family | params | GiB fp32 | GiB bf16 | GiB fp8 | GiB int4 (est.) "
+      "| KV KiB/token bf16 | max ctx | runs |\n"
       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
   for (const auto& m : models) {
     const double params = static_cast<double>(m.parameter_count());
+    // fp8: what --quantization fp8 allocates (matmul weights 1 byte per element plus fp32
+    // per-channel scales; embeddings, lm_head, norms and biases bf16). int4: half a byte per
+    // parameter, no scales, until issue 14's formats exist.
+    const auto fp8_bytes =
+        static_cast<double>(planned_weight_bytes(m, DType::kBF16, WeightFormat::kFp8E4M3));
     const auto unsupported = m.unsupported_features();
     out += fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:g} | {} | {} |\n",
                        m.name, m.family, params_text(m.parameter_count()), gib(params * 4),
-                       gib(params * 2), gib(params), gib(params / 2),
+                       gib(params * 2), gib(fp8_bytes), gib(params / 2),
                        static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
                        m.max_position_embeddings,
                        unsupported.empty() ? std::string("yes")

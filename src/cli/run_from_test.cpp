@@ -77,7 +77,7 @@ TEST_F(RunFromTest, EveryFlagRoundTripsThroughTheConfig) {
        "7",
        "--disable-tqdm"},
       {"--model", "tiny-15m", "--load-mode", "closed", "--max-concurrency", "2", "--num-prompts",
-       "3", "--input-len", "4", "--output-len", "4", "--no-cuda-graphs"},
+       "3", "--input-len", "4", "--output-len", "4", "--no-cuda-graphs", "--quantization", "fp8"},
       {"--backend", "openai", "--model", "served-model", "--base-url", "http://127.0.0.1:9",
        "--endpoint", "/v1/completions", "--extra-body", "{\"x\":1}", "--request-timeout", "30",
        "--insecure", "--num-prompts", "2", "--input-len", "4", "--output-len", "4"},

@@ -328,6 +328,9 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
       {"memory_sample_interval_ms", f.memory_sample_interval_ms},
       {"telemetry", !f.disable_telemetry},
       {"load_format", f.load_format},
+      // vLLM's key; null without quantization, as vLLM records its default.
+      {"quantization",
+       f.quantization == "none" ? nlohmann::json(nullptr) : nlohmann::json(f.quantization)},
       {"max_num_batched_tokens", f.max_num_batched_tokens},
       {"max_model_len", f.max_model_len > 0 ? nlohmann::json(f.max_model_len) : nullptr},
       {"block_size", f.block_size},

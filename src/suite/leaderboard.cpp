@@ -96,6 +96,9 @@ LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
   if (config.contains("dtype") && config["dtype"].is_string()) {
     r.precision = config["dtype"].get<std::string>();
   }
+  if (config.contains("quantization") && config["quantization"].is_string()) {
+    r.precision = config["quantization"].get<std::string>();  // e.g. fp8 (--quantization)
+  }
   r.output_tok_s = number_at(result, json::json_pointer("/output_throughput"));
   r.ttft_median_ms = number_at(result, json::json_pointer("/median_ttft_ms"));
   r.ttft_p99_ms = number_at(result, json::json_pointer("/p99_ttft_ms"));
