@@ -31,7 +31,7 @@ if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   grep -E "^\[  FAILED  \]|Failure|Expected|Which is|actual|PASSED|FAILED TEST" "$O/tests.log" | head -40
 fi
 if [ "${IB_SKIP_OPS:-0}" != 1 ]; then
-  IB_OPS_SECTIONS=gemm_fp8,gemm_decode timeout "$(left)" "$B/bench/gpu/ib_ops_bench" "$O/ops.json" \
+  IB_OPS_SECTIONS=${IB_OPS_SECTIONS:-gemm_fp8,gemm_decode} timeout "$(left)" "$B/bench/gpu/ib_ops_bench" "$O/ops.json" \
     > "$O/ops.log" 2>&1
   echo "ops rc=$? $(el)"; grep -E "per layer|ceiling" "$O/ops.log"
 fi

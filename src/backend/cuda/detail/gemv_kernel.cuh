@@ -227,7 +227,7 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
 // kFp8: w points at E4M3 bytes, fp8.w_scales at the row scales; fp8.gain (K) or null.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
           int kEpilogue = kGemvStore, bool kRms = false, bool kFp8 = false>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     gemv_kernel(const T* __restrict__ x, const void* __restrict__ w_raw, const T* __restrict__ bias,
                 TOut* __restrict__ out, int m, int n, int k, float eps, GemvRopeCache rc,
                 GemvFp8 fp8 = {}) {
