@@ -52,6 +52,9 @@ class SmallDevice final : public Backend {
   void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) override {
     cpu_.matmul(x, w, bias, out);
   }
+  void quantize_weight(const Tensor& dense, const WeightRef& out) override {
+    cpu_.quantize_weight(dense, out);
+  }
   void rope_and_cache(Tensor qkv, const Tensor& pos, const Tensor& slots, const Tensor& inv_freq,
                       const KvCacheLayer& kv, const AttentionShape& shape) override {
     cpu_.rope_and_cache(qkv, pos, slots, inv_freq, kv, shape);
