@@ -6,7 +6,7 @@
 # prompts continuous, each in bf16 and with --quantization fp8 (fp8 KV cache not yet).
 # Usage (from the repository root, ~8 minutes): OUT=dir bash bench/gpu/fp8.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-fp8), IB_TARGETS (what to build), IB_TEST_FILTER (gtest),
-# IB_SKIP_TESTS=1, IB_SKIP_OPS=1, IB_RUNS ("b1 seed cont"),
+# IB_SKIP_BF16=1 (fp8 runs only), IB_SKIP_TESTS=1, IB_SKIP_OPS=1, IB_RUNS ("b1 seed cont"),
 # IB_DEADLINE_S (560). Writes build.log, tests.log, ops.log, ops.json, runs.log, runs.json
 # (the result.json keys that matter), runs.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -46,9 +46,9 @@ SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
 CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16 --runs 1)
 for r in ${IB_RUNS:-b1 seed cont}; do
   case $r in
-    b1) run b1_fp8 --quantization fp8 "${B1[@]}"; run b1_bf16 "${B1[@]}" ;;
-    seed) run seed_fp8 --quantization fp8 "${SEED[@]}"; run seed_bf16 "${SEED[@]}" ;;
-    cont) run cont_fp8 --quantization fp8 "${CONT[@]}"; run cont_bf16 "${CONT[@]}" ;;
+    b1) run b1_fp8 --quantization fp8 "${B1[@]}"; [ "${IB_SKIP_BF16:-0}" = 1 ] || run b1_bf16 "${B1[@]}" ;;
+    seed) run seed_fp8 --quantization fp8 "${SEED[@]}"; [ "${IB_SKIP_BF16:-0}" = 1 ] || run seed_bf16 "${SEED[@]}" ;;
+    cont) run cont_fp8 --quantization fp8 "${CONT[@]}"; [ "${IB_SKIP_BF16:-0}" = 1 ] || run cont_bf16 "${CONT[@]}" ;;
   esac
 done
 python3 - "$R" > "$O/runs.json" <<'PY'

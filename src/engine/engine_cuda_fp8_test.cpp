@@ -1,11 +1,14 @@
 // The CUDA engine with FP8 weights (--quantization fp8) end to end, against the CPU engine on
 // bit-identical FP8 weights: the same bf16-rounded dummy values quantized by each backend's
-// quantize_weight (which agree bit for bit, cuda_quant_test). The CPU runs fp32 activations, the
-// GPU bf16, so the per-token activation quantization sees slightly different inputs: logits
-// within 3e-2 relative L2 per step while the greedy tokens agree (compared up to the first
-// divergence), decode graphs and fused decode GEMVs (with the unfolded norm gains) included.
-// Also reported (not asserted against a target): FP8 against bf16 dense on the GPU, the accuracy
-// the quantization gives up on this random model. Label gpu.
+// quantize_weight (which agree bit for bit, cuda_quant_test), decode graphs and the fused decode
+// GEMVs included. The CPU runs fp32 activations and the GPU bf16, and that 0.4 % difference
+// flips some of the per-token E4M3 roundings of the activations (3 mantissa bits): the two FP8
+// runs then differ by noise of the size of the quantization error itself (measured on the H200:
+// 0.080 relative L2 where FP8 and bf16 dense differ by 0.090). So the bound is relative: at the
+// first step (the same context everywhere) the GPU's FP8 logits are no further from the CPU's
+// than 1.25x FP8's distance from the dense model, and no step before the tokens diverge exceeds
+// 0.15. A wiring error (a scale, a row, a gain or a quantization missing) gives O(1) errors.
+// Label gpu.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -113,33 +116,36 @@ TEST_P(CudaEngineFp8, MatchesTheCpuEngineOnTheSameFp8Weights) {
   const Generation want = generate(c, cpu_fp8_weights(c, cpu), cpu, false);
   const Generation got = generate(c, std::move(*gpu_w), **gpu, GetParam());
   ASSERT_EQ(got.done.size(), want.done.size());
-  double worst = 0;
+  double worst = 0, first_vs_cpu = 0;
   int compared = 0;
   for (const auto& [id, g] : got.done) {
     const testing::Completion& w = want.done.at(id);
+    first_vs_cpu = std::max(first_vs_cpu, rel_l2(g.logits[0], w.logits[0]));
     for (size_t i = 0; i < std::min(g.tokens.size(), w.tokens.size()); ++i) {
       worst = std::max(worst, rel_l2(g.logits[i], w.logits[i]));
       ++compared;
       if (g.tokens[i] != w.tokens[i]) break;  // later steps see different contexts
     }
   }
-  EXPECT_GE(compared, 12) << "too few comparable steps";
-  EXPECT_LE(worst, 3e-2);
-  RecordProperty("max_rel_l2", std::to_string(worst));
 
-  // What FP8 gives up against bf16 dense on the same (bf16) dummy weights, reported.
+  // FP8 against bf16 dense on the same (bf16) dummy weights: the quantization's own error.
   auto dense_w = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, **gpu);
   ASSERT_TRUE(dense_w.ok()) << dense_w.error().message;
   const Generation dense = generate(c, std::move(*dense_w), **gpu, GetParam());
-  double vs_dense = 0;
+  double first_vs_dense = 0;
   int same_first = 0;
   for (const auto& [id, g] : got.done) {
-    vs_dense = std::max(vs_dense, rel_l2(g.logits[0], dense.done.at(id).logits[0]));
+    first_vs_dense = std::max(first_vs_dense, rel_l2(g.logits[0], dense.done.at(id).logits[0]));
     same_first += g.tokens[0] == dense.done.at(id).tokens[0];
   }
-  RecordProperty("fp8_vs_bf16_first_step_rel_l2", std::to_string(vs_dense));
-  RecordProperty("fp8_vs_bf16_first_token_agreement", std::to_string(same_first));
-  EXPECT_LT(vs_dense, 0.2) << "fp8 logits far from the dense model's";
+  RecordProperty("max_rel_l2", std::to_string(worst));
+  RecordProperty("first_step_vs_cpu_fp8", std::to_string(first_vs_cpu));
+  RecordProperty("first_step_vs_bf16_dense", std::to_string(first_vs_dense));
+  RecordProperty("first_token_agreement_with_bf16", std::to_string(same_first));
+  EXPECT_GE(compared, 12) << "too few comparable steps";
+  EXPECT_GT(first_vs_dense, 1e-3) << "the FP8 run looks dense";
+  EXPECT_LE(first_vs_cpu, 1.25 * first_vs_dense);
+  EXPECT_LE(worst, 0.15);
 }
 
 INSTANTIATE_TEST_SUITE_P(Graphs, CudaEngineFp8, ::testing::Values(false, true),
