@@ -106,22 +106,19 @@ void launch_gemv_variant(int variant, const Tensor& x, const Tensor& w, Tensor o
 
 namespace {
 
-const char* const kFp8Names[] = {
-    "w8_u2 (x in registers)", "w8_u4",    "w4_u4",   "w8_u3", "w16_u2", "xs_w8_u2",
-    "xs_w8_u4 (shipped)",     "xs_w8_u6", "xs_w4_u4"};
+const char* const kFp8Names[] = {"w8_u2 (shipped)", "w8_u4", "w4_u4", "w8_u3", "w16_u2"};
 
-template <int kWarps, int kUnroll, bool kXs = false>
+template <int kWarps, int kUnroll>
 void run_fp8(const Tensor& x, const WeightRef& w, Tensor out, cudaStream_t stream) {
   const int m = static_cast<int>(x.rows()), n = static_cast<int>(w.data.dim(0)),
             k = static_cast<int>(w.data.dim(1));
   const unsigned blocks = static_cast<unsigned>((n + cuda::kGemvRows - 1) / cuda::kGemvRows);
   cuda::GemvFp8 q;
   q.w_scales = w.scales.as<float>();
-  const size_t xs = kXs ? static_cast<size_t>(cuda::gemv_xs_bytes(m, k, 1)) : 0;
   cuda::gemv_kernel<cuda::bf16, cuda::bf16, 1, kWarps, kUnroll, false, cuda::kGemvStore, false,
-                    true, kXs><<<blocks, kWarps * 32, xs, stream>>>(
-      x.as<cuda::bf16>(), w.data.data, nullptr, out.as<cuda::bf16>(), m, n, k, 0.0f,
-      cuda::GemvRopeCache{}, q);
+                    true><<<blocks, kWarps * 32, 0, stream>>>(x.as<cuda::bf16>(), w.data.data,
+                                                              nullptr, out.as<cuda::bf16>(), m, n,
+                                                              k, 0.0f, cuda::GemvRopeCache{}, q);
 }
 
 }  // namespace
@@ -150,20 +147,8 @@ void launch_gemv_fp8_variant(int variant, const Tensor& x, const WeightRef& w, T
     case 3:
       run_fp8<8, 3>(x, w, out, stream);
       break;
-    case 4:
-      run_fp8<16, 2>(x, w, out, stream);
-      break;
-    case 5:
-      run_fp8<8, 2, true>(x, w, out, stream);
-      break;
-    case 6:
-      run_fp8<8, 4, true>(x, w, out, stream);
-      break;
-    case 7:
-      run_fp8<8, 6, true>(x, w, out, stream);
-      break;
     default:
-      run_fp8<4, 4, true>(x, w, out, stream);
+      run_fp8<16, 2>(x, w, out, stream);
       break;
   }
   IB_CUDA_CHECK_LAUNCH("bench fp8 gemv variant");

@@ -25,44 +25,18 @@ GemvFp8 fp8_operands(const WeightRef& w, const Tensor* gain) {
   return q;
 }
 
-// FP8 with x quantized into shared memory where it fits (few registers: kXsUnroll steps of
-// weights in flight); larger x (e.g. 8 tokens at K = 14336) converts x per step in registers.
-constexpr int kXsUnroll = 4;
-constexpr int kXsMaxBytes = 48 << 10;  // the dynamic shared memory a launch takes unasked
-
-// One GEMV launch of blocks blocks: the FP8 configuration where w is FP8, the dense one
-// otherwise.
-template <typename T, typename TOut, int NT, int kEpilogue, bool kRms, bool kFp8>
-void launch_config(const char* op, unsigned blocks, const Tensor& x, const WeightRef& w,
-                   const T* bias, Tensor out, float eps, const GemvRopeCache& rc,
-                   const Tensor* gain, cudaStream_t stream, bool pdl) {
-  const int m = static_cast<int>(x.rows());
-  const int n = static_cast<int>(w.data.dim(0));
-  const int k = static_cast<int>(w.data.dim(1));
-  const void* wp = w.data.data;
-  if constexpr (kFp8) {
-    const int xs = gemv_xs_bytes(m, k, NT);
-    if (xs <= kXsMaxBytes) {
-      launch_kernel(op, pdl,
-                    gemv_kernel<T, TOut, NT, kWarps, kXsUnroll, false, kEpilogue, kRms, true, true>,
-                    dim3(blocks), dim3(kWarps * 32), static_cast<size_t>(xs), stream, x.as<T>(), wp,
-                    bias, out.as<TOut>(), m, n, k, eps, rc, fp8_operands(w, gain));
-      return;
-    }
-  }
-  launch_kernel(op, pdl,
-                gemv_kernel<T, TOut, NT, kWarps, kUnroll, kAdjacent, kEpilogue, kRms, kFp8>,
-                dim3(blocks), dim3(kWarps * 32), 0, stream, x.as<T>(), wp, bias, out.as<TOut>(), m,
-                n, k, eps, rc, fp8_operands(w, gain));
-}
-
 template <typename T, typename TOut, int NT, bool kFp8>
 void launch_nt(const Tensor& x, const WeightRef& w, const T* bias, Tensor out, cudaStream_t stream,
                bool pdl) {
+  const int m = static_cast<int>(x.rows());
   const int n = static_cast<int>(w.data.dim(0));
+  const int k = static_cast<int>(w.data.dim(1));
   const unsigned blocks = static_cast<unsigned>((n + kGemvRows - 1) / kGemvRows);
-  launch_config<T, TOut, NT, kGemvStore, false, kFp8>("matmul(gemv)", blocks, x, w, bias, out, 0.0f,
-                                                      GemvRopeCache{}, nullptr, stream, pdl);
+  launch_kernel("matmul(gemv)", pdl,
+                gemv_kernel<T, TOut, NT, kWarps, kUnroll, kAdjacent, kGemvStore, false, kFp8>,
+                dim3(blocks), dim3(kWarps * 32), 0, stream, x.as<T>(),
+                static_cast<const void*>(w.data.data), bias, out.as<TOut>(), m, n, k, 0.0f,
+                GemvRopeCache{}, fp8_operands(w, nullptr));
 }
 
 template <typename T, typename TOut, bool kFp8>
@@ -84,13 +58,17 @@ template <typename T, int kEpilogue, bool kRms, bool kFp8>
 void launch_fused_typed(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
                         Tensor out, float eps, cudaStream_t stream, bool pdl,
                         const GemvRopeCache& rc = {}) {
+  const int m = static_cast<int>(x.rows());
   const int n = static_cast<int>(w.data.dim(0));
+  const int k = static_cast<int>(w.data.dim(1));
   const int rows_per_block = kEpilogue == kGemvSwiGlu ? kGemvRows / 2 : kGemvRows;
   const int features = kEpilogue == kGemvSwiGlu ? n / 2 : n;
   const unsigned blocks = static_cast<unsigned>((features + rows_per_block - 1) / rows_per_block);
-  launch_config<T, T, 1, kEpilogue, kRms, kFp8>("matmul(gemv, fused)", blocks, x, w,
-                                                bias ? bias->as<T>() : nullptr, out, eps, rc, gain,
-                                                stream, pdl);
+  launch_kernel("matmul(gemv, fused)", pdl,
+                gemv_kernel<T, T, 1, kWarps, kUnroll, kAdjacent, kEpilogue, kRms, kFp8>,
+                dim3(blocks), dim3(kWarps * 32), 0, stream, x.as<T>(),
+                static_cast<const void*>(w.data.data), bias ? bias->as<T>() : nullptr, out.as<T>(),
+                m, n, k, eps, rc, fp8_operands(w, gain));
 }
 
 template <typename T, bool kFp8>

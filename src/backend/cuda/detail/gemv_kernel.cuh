@@ -183,26 +183,6 @@ __device__ __forceinline__ void gemv_quantize_x(const uint4 (&xv)[NT][2], const 
   }
 }
 
-// kXSmem: the bytes of quantized x a block keeps (rows of k + 16 bytes for the m tokens of its
-// n-tiles: the 16-byte pad spreads the tokens' rows over the banks).
-__host__ __device__ inline int gemv_xs_bytes(int m, int k, int nt) {
-  return (m < nt * 8 ? m : nt * 8) * (k + 16);
-}
-
-// kXSmem: the lane's 16 quantized x bytes of one step, per n-tile.
-template <int NT>
-__device__ __forceinline__ void gemv_read_xs(const unsigned char* const (&rows)[NT], int64_t kk,
-                                             uint32_t (&xq)[NT][4]) {
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const uint4 v = *reinterpret_cast<const uint4*>(rows[t] + kk);
-    xq[t][0] = v.x;
-    xq[t][1] = v.y;
-    xq[t][2] = v.z;
-    xq[t][3] = v.w;
-  }
-}
-
 // Weight loads of one warp step at element offset kk: w rows r and r + 8 (16-bit elements: two
 // 16-byte loads per row; E4M3 bytes: one).
 template <typename TW, int kLoads>
@@ -245,20 +225,15 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
 // [8 j, 8 j + 8), so each pair meets in one block; a v head's block owns 16 consecutive rows.
 // kRms: eps is the norm's epsilon (unused otherwise).
 // kFp8: w points at E4M3 bytes, fp8.w_scales at the row scales; fp8.gain (K) or null.
-// kXSmem (with kFp8): x is quantized once per block into dynamic shared memory of
-// gemv_xs_bytes(m, k) bytes, and the main loop reads it from there: no conversion per step and
-// few registers, so more steps of weights fit in flight.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
-          int kEpilogue = kGemvStore, bool kRms = false, bool kFp8 = false, bool kXSmem = false>
+          int kEpilogue = kGemvStore, bool kRms = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     gemv_kernel(const T* __restrict__ x, const void* __restrict__ w_raw, const T* __restrict__ bias,
                 TOut* __restrict__ out, int m, int n, int k, float eps, GemvRopeCache rc,
                 GemvFp8 fp8 = {}) {
   static_assert(!kFp8 || !kAdjacent, "the FP8 variant streams interleaved steps");
-  static_assert(kFp8 || !kXSmem, "x in shared memory is the FP8 variant's");
-  extern __shared__ __align__(16) unsigned char gemv_xs[];  // kXSmem: (tokens < m, k + 16)
-  using TW = std::conditional_t<kFp8, uint8_t, T>;          // a weight element
-  constexpr int kWLoads = kFp8 ? 1 : 2;                     // 16-byte loads per row and step
+  using TW = std::conditional_t<kFp8, uint8_t, T>;  // a weight element
+  constexpr int kWLoads = kFp8 ? 1 : 2;             // 16-byte loads per row and step
   const TW* __restrict__ w = static_cast<const TW*>(w_raw);
   __shared__ float partial[kWarps][NT][4][32];  // (warp, n-tile, C register, lane)
   const int warp = threadIdx.x >> 5;
@@ -402,49 +377,13 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
       __syncthreads();
 #pragma unroll
       for (int t = 0; t < NT; ++t) inv[t] = x_inv[t * 8 + r];
-      if constexpr (kXSmem) {
-        // The second x pass (from L1): x * gain quantized into shared memory once.
-        for (int p = warp; p < steps; p += kWarps) {
-          uint4 xv[NT][2], gv[2];
-          gemv_load_x<T, NT>(x_ptr, int64_t{p} * kGemvStepK, xv);
-          gemv_load_gain<T>(g_ptr, int64_t{p} * kGemvStepK, gv);
-          uint32_t xq[NT][4];
-          gemv_quantize_x<T, NT>(xv, gv, g_ptr != nullptr, inv, xq);
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            const int tok = t * 8 + r;
-            if (tok < m) {
-              *reinterpret_cast<uint4*>(gemv_xs + int64_t{tok} * (k + 16) +
-                                        int64_t{p} * kGemvStepK + q * 16) =
-                  make_uint4(xq[t][0], xq[t][1], xq[t][2], xq[t][3]);
-            }
-          }
-        }
-        __syncthreads();
-      }
-    }
-    // kXSmem: each n-tile's row of quantized x for this lane (tokens past m read token 0's).
-    [[maybe_unused]] const unsigned char* xs_rows[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const int tok = t * 8 + r;
-      xs_rows[t] = gemv_xs + int64_t{tok < m ? tok : 0} * (k + 16) + q * 16;
     }
     for (; full(s); s += kUnroll * kWarps) {
-      [[maybe_unused]] uint4 xv[kXSmem ? 1 : kUnroll][NT][2];
-      if constexpr (!kXSmem) {
+      uint4 xv[kUnroll][NT][2];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
-      }
-      if constexpr (kXSmem) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          uint32_t xq[NT][4];
-          gemv_read_xs<NT>(xs_rows, int64_t{s + u * kWarps} * kGemvStepK, xq);
-          gemv_step_fp8<NT>(acc, wa[u][0], wb[u][0], xq);
-        }
-      } else if constexpr (kFp8) {
+      for (int u = 0; u < kUnroll; ++u)
+        gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
+      if constexpr (kFp8) {
         uint4 gv[kUnroll][2];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
@@ -473,12 +412,6 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     for (int s2 = s; s2 < steps; s2 += kWarps) {
       uint4 wt[kWLoads], wu[kWLoads], xv[NT][2];
       gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s2} * kGemvStepK, wt, wu);
-      if constexpr (kXSmem) {
-        uint32_t xq[NT][4];
-        gemv_read_xs<NT>(xs_rows, int64_t{s2} * kGemvStepK, xq);
-        gemv_step_fp8<NT>(acc, wt[0], wu[0], xq);
-        continue;
-      }
       gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
       if constexpr (kFp8) {
         uint4 gv[2];
