@@ -3,7 +3,8 @@
 # backend_cuda_test and engine_cuda_test: FP8 against the CPU oracle, and the dense ops unchanged),
 # the op benchmark's FP8 and bf16 decode sections (Llama-3-8B shapes), then `inferbench run` on
 # Llama-3-8B dummy weights: batch 1 (3 runs), the seed protocol (batch 8, 200 prompts) and 1,024
-# prompts continuous, each in bf16 and with --quantization fp8 (fp8 KV cache not yet).
+# prompts continuous, each in bf16 and with --quantization fp8 (fp8 KV cache not yet), and with
+# IB_RUNS containing seed70b, Llama-3-70B in fp8 on the seed protocol (it does not fit in bf16).
 # Usage (from the repository root, ~8 minutes): OUT=dir bash bench/gpu/fp8.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-fp8), IB_TARGETS (what to build), IB_TEST_FILTER (gtest),
 # IB_SKIP_BF16=1 (fp8 runs only), IB_SKIP_TESTS=1, IB_SKIP_OPS=1, IB_RUNS ("b1 seed cont"),
@@ -37,9 +38,11 @@ if [ "${IB_SKIP_OPS:-0}" != 1 ]; then
 fi
 R=$O/runs; mkdir -p "$R"
 run() { local name=$1; shift
+  local model=llama-3-8b cap=120; [[ $name == *70b* ]] && { model=llama-3-70b; cap=300; }
   if (( $(left) < 60 )); then echo "$name skipped (deadline)"; return; fi
-  timeout 120 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
-    --model llama-3-8b --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
+  (( cap > $(left) )) && cap=$(left)
+  timeout -s INT "$cap" "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
+    --disable-tqdm --model "$model" --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
   echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
 B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
@@ -49,6 +52,7 @@ for r in ${IB_RUNS:-b1 seed cont}; do
     b1) run b1_fp8 --quantization fp8 "${B1[@]}"; [ "${IB_SKIP_BF16:-0}" = 1 ] || run b1_bf16 "${B1[@]}" ;;
     seed) run seed_fp8 --quantization fp8 "${SEED[@]}"; [ "${IB_SKIP_BF16:-0}" = 1 ] || run seed_bf16 "${SEED[@]}" ;;
     cont) run cont_fp8 --quantization fp8 "${CONT[@]}"; [ "${IB_SKIP_BF16:-0}" = 1 ] || run cont_bf16 "${CONT[@]}" ;;
+    seed70b) run seed_70b_fp8 --quantization fp8 "${SEED[@]}" ;;  # Llama-3-70B: bf16 does not fit
   esac
 done
 python3 - "$R" > "$O/runs.json" <<'PY'

@@ -29,16 +29,18 @@ std::string models_table(const std::vector<ModelConfig>& models) {
     // fp8: what --quantization fp8 allocates (matmul weights 1 byte per element plus fp32
     // per-channel scales; embeddings, lm_head, norms and biases bf16). int4: half a byte per
     // parameter, no scales, until issue 14's formats exist.
-    const auto fp8_bytes =
-        static_cast<double>(planned_weight_bytes(m, DType::kBF16, WeightFormat::kFp8E4M3));
+    // A model the engine cannot run (mixture-of-experts, ...) has no allocation to report.
     const auto unsupported = m.unsupported_features();
-    out += fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:g} | {} | {} |\n",
-                       m.name, m.family, params_text(m.parameter_count()), gib(params * 4),
-                       gib(params * 2), gib(fp8_bytes), gib(params / 2),
-                       static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
-                       m.max_position_embeddings,
-                       unsupported.empty() ? std::string("yes")
-                                           : fmt::format("no: {}", fmt::join(unsupported, ", ")));
+    const std::string fp8 =
+        unsupported.empty() ? fmt::format("{:.2f}", gib(static_cast<double>(planned_weight_bytes(
+                                                        m, DType::kBF16, WeightFormat::kFp8E4M3))))
+                            : std::string("-");
+    out += fmt::format(
+        "| {} | {} | {} | {:.2f} | {:.2f} | {} | {:.2f} | {:g} | {} | {} |\n", m.name, m.family,
+        params_text(m.parameter_count()), gib(params * 4), gib(params * 2), fp8, gib(params / 2),
+        static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0, m.max_position_embeddings,
+        unsupported.empty() ? std::string("yes")
+                            : fmt::format("no: {}", fmt::join(unsupported, ", ")));
   }
   return out;
 }
