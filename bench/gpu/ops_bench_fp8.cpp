@@ -70,6 +70,19 @@ void bench_gemm_fp8(BenchContext& ctx) {
       ctx.backend.set_fp8_gemv_max_m(8);  // the default
       layer_us[m] += best;
       if (m == 1) {
+        // The same bytes in bf16 (K / 2): does the FP8 GEMV lose to its short blocks (16 rows
+        // of half the bytes, the same fixed cost) or to what FP8 adds (the x pass, conversion)?
+        // (As many copies as the FP8 weights, so no call finds its weights in L2.)
+        std::vector<Tensor> half_k;
+        for (int c = 0; c < copies; ++c)
+          half_k.push_back(ctx.random(DType::kBF16, {lin.n, lin.k / 2}, 0.01f));
+        const Tensor x_half = ctx.random(DType::kBF16, {1, lin.k / 2});
+        const double dense_us = time_us([&](int i) {
+          launch_gemv_variant(0, x_half, half_k[static_cast<size_t>(i % copies)], out,
+                              ctx.backend.stream());
+        });
+        ctx.report.add(
+            {"fp8_variant", lin.name, shape, "bf16 w8u2 at K/2 (same bytes)", dense_us, bytes, fl});
         for (int v = 0; v < gemv_fp8_variant_count(); ++v) {
           const double us = time_us([&](int i) {
             launch_gemv_fp8_variant(v, x, w[static_cast<size_t>(i % copies)], out,
