@@ -291,7 +291,8 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
 // scales as outer-vector scales, in chunks of rows that fit the scratch.
 void CudaBackend::matmul_fp8(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) {
   if (x.rows() <= fp8_gemv_max_m_ && gemv_supported(x, w, out)) {
-    launch_gemv(x, w, bias, out, stream_, pdl_);
+    const GemvFp8Act act = fp8_act(x);
+    launch_gemv(x, w, bias, out, stream_, pdl_, &act);
     return;
   }
   const int64_t k = x.row_size();
@@ -307,6 +308,17 @@ void CudaBackend::matmul_fp8(const Tensor& x, const WeightRef& w, const Tensor* 
     gemm_->run_fp8(xq, x_scales, w.data, w.scales, bias, out.slice_rows(r0, rows),
                    gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
   }
+}
+
+GemvFp8Act CudaBackend::fp8_act(const Tensor& x) const {
+  IB_ASSERT(fp8_scratch_.data() != nullptr &&
+                x.rows() * x.row_size() <= kFp8ScratchBytes - kFp8ScaleBytes,
+            "fp8: the activation scratch (allocated with the first FP8 weight) is too small");
+  GemvFp8Act act;
+  act.scales = fp8_scratch_.view(DType::kF32, {x.rows()});
+  act.xq = fp8_scratch_.view(DType::kF8E4M3, {x.rows(), x.row_size()},
+                             static_cast<size_t>(kFp8ScaleBytes));
+  return act;
 }
 
 bool CudaBackend::supports_weight_format(WeightFormat format) const {
@@ -363,8 +375,9 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,
             "rms_matmul_rope_cache: positions, slot_mapping (M), inv_freq f32 (head_dim / 2)");
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "rms_matmul_rope_cache: bias must be (N)");
   run_op("rms_matmul_rope_cache", [&] {
+    const GemvFp8Act act = weight.format == WeightFormat::kFp8E4M3 ? fp8_act(h) : GemvFp8Act{};
     launch_gemv_rope_cache(h, gain, weight, bias, eps, positions, slot_mapping, inv_freq, kv, shape,
-                           qkv, stream_, pdl_);
+                           qkv, stream_, pdl_, &act);
   });
 }
 
@@ -377,7 +390,9 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const W
   // (cuBLASLt into fp32 scratch plus a norm/SwiGLU kernel measured slower at 1-8 rows:
   // bench/NOTES.md, phase 5.)
   run_op("rms_matmul_swiglu", [&] {
-    launch_gemv_fused(h, gain, weight, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_);
+    const GemvFp8Act act = weight.format == WeightFormat::kFp8E4M3 ? fp8_act(h) : GemvFp8Act{};
+    launch_gemv_fused(h, gain, weight, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_,
+                      &act);
   });
 }
 
@@ -396,8 +411,9 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
       gemm_->run(x, w, nullptr, residual, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
                  1.0f);
     } else {
+      const GemvFp8Act act = weight.format == WeightFormat::kFp8E4M3 ? fp8_act(x) : GemvFp8Act{};
       launch_gemv_fused(x, nullptr, weight, nullptr, residual, GemvFusion::kAccumulate, 0.0f,
-                        stream_, pdl_);
+                        stream_, pdl_, &act);
     }
   });
 }

@@ -161,6 +161,8 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   }
   void record_failure(const std::string& message);
   void matmul_fp8(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out);
+  // Views of the FP8 scratch for x's quantized rows and scales (the decode GEMV's input).
+  GemvFp8Act fp8_act(const Tensor& x) const;
   // Whether the tensor-core GEMV runs this matmul (else cuBLASLt); tunes on first use.
   bool choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
   // ms per call of fn, over a few calls after two warm-ups (synchronizes).

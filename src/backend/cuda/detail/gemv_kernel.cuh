@@ -61,7 +61,22 @@ struct GemvRopeCache {
 struct GemvFp8 {
   const float* w_scales = nullptr;  // (N) per output row
   const void* gain = nullptr;       // (K) of x's dtype, or null
+  const float* x_scales = nullptr;  // kXq: (M) per token, 1 / rms(x) included where kRms
 };
+
+// kXq: the lane's 16 bytes of already quantized x per n-tile at element offset kk.
+template <int NT>
+__device__ __forceinline__ void gemv_load_xq(const uint8_t* const (&ptr)[NT], int64_t kk,
+                                             uint32_t (&xq)[NT][4]) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(ptr[t] + kk));
+    xq[t][0] = v.x;
+    xq[t][1] = v.y;
+    xq[t][2] = v.z;
+    xq[t][3] = v.w;
+  }
+}
 
 __device__ __forceinline__ uint32_t gemv_word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -225,13 +240,18 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
 // [8 j, 8 j + 8), so each pair meets in one block; a v head's block owns 16 consecutive rows.
 // kRms: eps is the norm's epsilon (unused otherwise).
 // kFp8: w points at E4M3 bytes, fp8.w_scales at the row scales; fp8.gain (K) or null.
+// kXq (with kFp8): x is already quantized (E4M3 bytes (M, K), fp8.x_scales per token, the norm
+// and its gain applied by the quantize kernel), so there is no x pass and no conversion: x_raw
+// points at the bytes and kRms only says the scales carry 1 / rms.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
-          int kEpilogue = kGemvStore, bool kRms = false, bool kFp8 = false>
+          int kEpilogue = kGemvStore, bool kRms = false, bool kFp8 = false, bool kXq = false>
 __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
-    gemv_kernel(const T* __restrict__ x, const void* __restrict__ w_raw, const T* __restrict__ bias,
-                TOut* __restrict__ out, int m, int n, int k, float eps, GemvRopeCache rc,
-                GemvFp8 fp8 = {}) {
+    gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
+                const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
+                GemvRopeCache rc, GemvFp8 fp8 = {}) {
   static_assert(!kFp8 || !kAdjacent, "the FP8 variant streams interleaved steps");
+  static_assert(kFp8 || !kXq, "quantized x goes with FP8 weights");
+  const T* __restrict__ x = static_cast<const T*>(x_raw);
   using TW = std::conditional_t<kFp8, uint8_t, T>;  // a weight element
   constexpr int kWLoads = kFp8 ? 1 : 2;             // 16-byte loads per row and step
   const TW* __restrict__ w = static_cast<const TW*>(w_raw);
@@ -274,6 +294,12 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     x_ptr[t] = x + int64_t{tok < m ? tok : 0} * k + q * 16;
   }
   const T* g_ptr = kFp8 && fp8.gain ? static_cast<const T*>(fp8.gain) + q * 16 : nullptr;
+  [[maybe_unused]] const uint8_t* xq_ptr[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int tok = t * 8 + r;
+    xq_ptr[t] = static_cast<const uint8_t*>(x_raw) + int64_t{tok < m ? tok : 0} * k + q * 16;
+  }
 
   float acc[NT][4];
   float ss[NT];
@@ -330,7 +356,7 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     pdl_wait();
     pdl_trigger();
     [[maybe_unused]] float inv[NT];
-    if constexpr (kFp8) {
+    if constexpr (kFp8 && !kXq) {
       // The x pass: each token's max |x * gain| (and sum of squares) over this warp's steps,
       // then over the block. x stays in L1/L2 for the main loop's second read.
       float amax[NT];
@@ -379,6 +405,22 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
       for (int t = 0; t < NT; ++t) inv[t] = x_inv[t * 8 + r];
     }
     for (; full(s); s += kUnroll * kWarps) {
+      if constexpr (kXq) {
+        uint32_t xq[kUnroll][NT][4];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          gemv_load_xq<NT>(xq_ptr, int64_t{s + u * kWarps} * kGemvStepK, xq[u]);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) gemv_step_fp8<NT>(acc, wa[u][0], wb[u][0], xq[u]);
+        const int next = s + kUnroll * kWarps;
+        if (full(next)) {
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u)
+            gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kGemvStepK, wa[u],
+                                     wb[u]);
+        }
+        continue;
+      }
       uint4 xv[kUnroll][NT][2];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
@@ -412,6 +454,12 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     for (int s2 = s; s2 < steps; s2 += kWarps) {
       uint4 wt[kWLoads], wu[kWLoads], xv[NT][2];
       gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s2} * kGemvStepK, wt, wu);
+      if constexpr (kXq) {
+        uint32_t xq[NT][4];
+        gemv_load_xq<NT>(xq_ptr, int64_t{s2} * kGemvStepK, xq);
+        gemv_step_fp8<NT>(acc, wt[0], wu[0], xq);
+        continue;
+      }
       gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
       if constexpr (kFp8) {
         uint4 gv[2];
@@ -443,7 +491,7 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     }
   }
   __syncthreads();
-  if constexpr (kRms) {
+  if constexpr (kRms && !kXq) {
     if (threadIdx.x < NT * 8) {
       float total = 0.0f;
 #pragma unroll
@@ -461,8 +509,12 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     float sum = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][t][reg][src_lane];
-    if constexpr (kFp8) sum = sum * x_scale[token] * w_scale[row];
-    if constexpr (kRms) sum *= inv_rms[token];
+    if constexpr (kXq) {
+      sum = sum * fp8.x_scales[token] * w_scale[row];
+    } else if constexpr (kFp8) {
+      sum = sum * x_scale[token] * w_scale[row];
+    }
+    if constexpr (kRms && !kXq) sum *= inv_rms[token];
     return sum;
   };
 
