@@ -20,11 +20,13 @@
 // one block and the (M, 2F) intermediate is never written.
 //
 // FP8 weights (kFp8, W8A8 as backend/weight.h defines it): w is E4M3 bytes with a scale per row,
-// so a warp step's 16 bytes per lane and row are one load; the kernel first sums each token's
-// max |x * gain| over K (and, with kRms, its squares), then converts x * (448 / max) to E4M3 as
-// it streams w and feeds m16n8k32 E4M3 MMAs (a lane's four words map onto a0..a3 / b0, b1 as the
-// 16-bit words do). The result is scaled by the token's and the row's scales on the way out.
-// With a gain (the norm's, not folded into quantized weights), x is multiplied by it first.
+// so a warp step's 16 bytes per lane and row are one load, fed to m16n8k32 E4M3 MMAs (a lane's
+// four words map onto a0..a3 / b0, b1 as the 16-bit words do); the result is scaled by the
+// token's and the row's scales on the way out. The shipped form, kXq, reads x already quantized
+// (quant.cu: once per token, with the norm's gain and 1 / rms in the token's scale), 16 bytes per
+// lane and step like w. Without kXq (kept as the op benchmark's measured alternative: 2.2-2.5
+// TB/s against kXq's up to 3.4, bench/NOTES.md) every block sums each token's max |x * gain|
+// first and converts x * (448 / max) to E4M3 at every step itself.
 #pragma once
 
 #include <cuda_fp8.h>
