@@ -160,6 +160,17 @@ __device__ __forceinline__ void gemv_x_f32(const uint4 (&xv)[2], const uint4 (&g
     }
 }
 
+// The same, the gain chosen at run time.
+template <typename T>
+__device__ __forceinline__ void gemv_x_values(const uint4 (&xv)[2], const uint4 (&gv)[2], bool gain,
+                                              float (&v)[16]) {
+  if (gain) {
+    gemv_x_f32<T, true>(xv, gv, v);
+  } else {
+    gemv_x_f32<T, false>(xv, gv, v);
+  }
+}
+
 // 16 floats times inv as E4M3, four to a word (element 0 in the low byte).
 __device__ __forceinline__ void gemv_quantize16(const float (&v)[16], float inv, uint32_t (&q)[4]) {
 #pragma unroll
@@ -191,11 +202,7 @@ __device__ __forceinline__ void gemv_quantize_x(const uint4 (&xv)[NT][2], const 
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     float v[16];
-    if (gain) {
-      gemv_x_f32<T, true>(xv[t], gv, v);
-    } else {
-      gemv_x_f32<T, false>(xv[t], gv, v);
-    }
+    gemv_x_values<T>(xv[t], gv, gain, v);
     gemv_quantize16(v, inv[t], xq[t]);
   }
 }
@@ -373,11 +380,7 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
           float v[16];
-          if (g_ptr) {
-            gemv_x_f32<T, true>(xv[t], gv, v);
-          } else {
-            gemv_x_f32<T, false>(xv[t], gv, v);
-          }
+          gemv_x_values<T>(xv[t], gv, g_ptr != nullptr, v);
 #pragma unroll
           for (int i = 0; i < 16; ++i) amax[t] = fmaxf(amax[t], fabsf(v[i]));
         }
