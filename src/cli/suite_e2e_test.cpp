@@ -1,5 +1,6 @@
 // End-to-end tests of `inferbench suite`, `inferbench compare` and `inferbench run --from` on the
 // real binary with tiny-15m and very small workloads.
+#include <cstdlib>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -299,6 +300,28 @@ TEST_F(E2e, CompareLabelsAndRefusesDifferentKernelSwitches) {
 
   EXPECT_EQ(run({"compare", old, pb}), 0) << err();
   EXPECT_NE(out().find("Kernel switches unknown: A records none"), std::string::npos) << out();
+}
+
+// The suite files the repository ships (bench/*.yaml) stay valid: every entry's flags pass
+// run's validation (a dry run), e.g. after a flag is renamed.
+TEST_F(E2e, ShippedSuiteFilesPassADryRun) {
+  const char* src = std::getenv("INFERBENCH_SOURCE_DIR");
+  ASSERT_NE(src, nullptr) << "ctest sets INFERBENCH_SOURCE_DIR";
+  int files = 0;
+  for (const auto& f : fs::directory_iterator(fs::path(src) / "bench")) {
+    if (f.path().extension() != ".yaml") continue;
+    ++files;
+    const fs::path dir = root_ / f.path().stem();
+    EXPECT_EQ(run({"suite", f.path().string(), "--dry-run", "--result-dir", dir.string()}), 0)
+        << f.path() << ": " << err();
+    EXPECT_FALSE(fs::exists(dir / "suite-state.json")) << "a dry run writes nothing";
+  }
+  EXPECT_GE(files, 3);
+  // The quantization matrix: one entry per precision, fp8 through --quantization.
+  const fs::path qm = fs::path(src) / "bench" / "quant-matrix.yaml";
+  ASSERT_EQ(run({"suite", qm.string(), "--dry-run", "--result-dir", (root_ / "qm").string()}), 0);
+  EXPECT_NE(out().find("--quantization fp8"), std::string::npos) << out();
+  EXPECT_NE(out().find("--dtype fp32"), std::string::npos) << out();
 }
 
 }  // namespace
