@@ -243,13 +243,23 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
                       "'; pass a directory with model.safetensors (or an index) or use "
                       "--load-format dummy");
   }
+  if (format == LoadFormat::kSafetensors && config.quantization.fp8_weights &&
+      options.quantization != WeightFormat::kFp8E4M3) {
+    return user_error("'" + options.path + "' holds an FP8 checkpoint (quantization_config " +
+                      "quant_method \"" + config.quantization.quant_method +
+                      "\"); run it with --quantization fp8");
+  }
   if (!backend.supports_weight_format(options.quantization)) {
     return user_error(unsupported_quantization(options.quantization, backend));
   }
   IB_ASSIGN_OR_RETURN(ModelWeights w,
                       detail::allocate_weights(config, options.quantization, backend));
-  IB_ASSIGN_OR_RETURN(detail::DenseStaging staging,
-                      detail::DenseStaging::create(config, options.quantization, backend));
+  // An FP8 checkpoint's matmul weights arrive quantized: no dense staging.
+  const bool prequantized = format == LoadFormat::kSafetensors && config.quantization.fp8_weights;
+  IB_ASSIGN_OR_RETURN(
+      detail::DenseStaging staging,
+      detail::DenseStaging::create(
+          config, prequantized ? WeightFormat::kDense : options.quantization, backend));
   if (format == LoadFormat::kDummy) {
     fill_dummy(config, options.seed, backend, staging, w);
     w.description = "dummy (seed " + std::to_string(options.seed) + ")";

@@ -2,6 +2,11 @@
 // names is checked (present, shape) and no unknown tensor is accepted before anything is copied;
 // then each source goes to its rows of the logical weight, converted to the backend dtype (a
 // quantized matmul weight's rows go to the staging scratch, quantized once the weight is whole).
+// An FP8 checkpoint (config.quantization.fp8_weights) holds each matmul source X.weight in
+// F8_E4M3 beside X.weight_scale (one per tensor, or one per row): the bytes are copied as they
+// are and the scales repeated per row, with no requantization.
+#include <cmath>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -34,16 +39,30 @@ std::string where(const SafetensorsCheckpoint& ckpt) {
   return files.size() == 1 ? files[0] : std::to_string(files.size()) + " files";
 }
 
-// Missing and unexpected tensor names against the schema, as one error naming both, the
-// architecture and what each layer must hold.
+bool is_matmul_role(WeightRole role) {
+  return role == WeightRole::kQkv || role == WeightRole::kO || role == WeightRole::kGateUp ||
+         role == WeightRole::kDown;
+}
+
+// "model.layers.0.mlp.down_proj.weight" -> "model.layers.0.mlp.down_proj.weight_scale".
+std::string scale_name(const std::string& weight_name) {
+  return weight_name + "_scale";
+}
+
+// Missing and unexpected tensor names against the schema (with an FP8 checkpoint's weight
+// scales), as one error naming both, the architecture and what each layer must hold.
 Status check_layout(const ModelConfig& c, const WeightSchema& schema,
                     const SafetensorsCheckpoint& ckpt) {
   std::vector<std::string> missing, unexpected;
   std::set<std::string> expected;
   for (const SchemaEntry& e : schema.entries) {
     for (const TensorSource& s : e.sources) {
-      expected.insert(s.name);
-      if (!ckpt.contains(s.name)) missing.push_back(s.name);
+      std::vector<std::string> names = {s.name};
+      if (c.quantization.fp8_weights && is_matmul_role(e.role)) names.push_back(scale_name(s.name));
+      for (const std::string& name : names) {
+        expected.insert(name);
+        if (!ckpt.contains(name)) missing.push_back(name);
+      }
     }
   }
   for (const std::string& name : ckpt.names()) {
@@ -86,12 +105,69 @@ const WeightRef* matmul_weight(const ModelWeights& w, WeightRole role, int layer
 }
 
 // One logical weight's copies: each checkpoint source to its rows of dense, which is the
-// weight itself or, for a quantized matmul weight, the staging scratch.
+// weight itself or, for a quantized matmul weight, the staging scratch. From an FP8 checkpoint,
+// the parts are E4M3 rows of the weight's data and row_scales its scales, staged here.
 struct WeightCopies {
   std::vector<std::pair<HostTensorRef, Tensor>> parts;
   Tensor dense;
   const WeightRef* matmul = nullptr;  // set: staging.finish(dense, *matmul) after the parts
+  bool prequantized = false;          // an FP8 checkpoint's matmul weight: no staging
+  std::vector<float> row_scales;
 };
+
+float element_as_f32(const HostTensorRef& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, static_cast<const char*>(t.data) + i * 4, 4);
+      return v;
+    }
+    case DType::kBF16:
+    case DType::kF16: {
+      uint16_t b;
+      std::memcpy(&b, static_cast<const char*>(t.data) + i * 2, 2);
+      return t.dtype == DType::kBF16 ? bf16_bits_to_f32(b) : f16_bits_to_f32(b);
+    }
+    default:
+      return NAN;
+  }
+}
+
+// An FP8 checkpoint's source: its E4M3 rows and its weight_scale, repeated on each row into
+// entry.row_scales at the source's offset.
+Status add_fp8_source(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
+                      const TensorSource& s, const HostTensorRef& ref, WeightCopies& entry) {
+  if (ref.dtype != DType::kF8E4M3) {
+    return user_error(
+        "safetensors: tensor '" + s.name + "' is " + std::string(dtype_name(ref.dtype)) +
+        " but config.json's " + "quantization_config (\"" + c.quantization.quant_method +
+        "\") says the matmul weights are F8_E4M3; the files and config.json disagree");
+  }
+  const std::string sname = scale_name(s.name);
+  IB_ASSIGN_OR_RETURN(HostTensorRef scale, ckpt.get(sname));
+  const int64_t rows = s.shape[0];
+  const bool float_scale =
+      scale.dtype == DType::kF32 || scale.dtype == DType::kBF16 || scale.dtype == DType::kF16;
+  const bool per_tensor = scale.numel() == 1;
+  const bool per_row = scale.numel() == rows && (scale.shape.size() == 1 ||
+                                                 (scale.shape.size() == 2 && scale.shape[1] == 1));
+  if (!float_scale || !(per_tensor || per_row)) {
+    return user_error("safetensors: '" + sname + "' must hold one float scale for the tensor or " +
+                      "one per row (" + std::to_string(rows) + " or [" + std::to_string(rows) +
+                      ", 1]); it has shape " + shape_string(scale.shape) + " and dtype " +
+                      std::string(dtype_name(scale.dtype)));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float v = element_as_f32(scale, per_tensor ? 0 : r);
+    if (!(v > 0.0f) || !std::isfinite(v)) {
+      return user_error("safetensors: '" + sname + "' holds a scale that is not a positive " +
+                        "finite number; the checkpoint is damaged");
+    }
+    entry.row_scales[static_cast<size_t>(s.row_offset + r)] = v;
+  }
+  entry.parts.emplace_back(ref, entry.matmul->data.slice_rows(s.row_offset, rows));
+  return Ok{};
+}
 
 }  // namespace
 
@@ -106,7 +182,13 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
   for (const SchemaEntry& e : schema.entries) {
     WeightCopies& entry = copies.emplace_back();
     entry.matmul = matmul_weight(w, e.role, e.layer);
-    entry.dense = entry.matmul ? staging.dense_for(*entry.matmul) : weight_for(w, e.role, e.layer);
+    entry.prequantized = entry.matmul && c.quantization.fp8_weights;
+    if (entry.prequantized) {
+      entry.row_scales.assign(static_cast<size_t>(entry.matmul->data.dim(0)), 0.0f);
+    } else {
+      entry.dense =
+          entry.matmul ? staging.dense_for(*entry.matmul) : weight_for(w, e.role, e.layer);
+    }
     Tensor dst = entry.dense;
     if (dst.rank == 1) dst = dst.reshaped({dst.numel(), 1});  // rows = elements, to slice
     for (const TensorSource& s : e.sources) {
@@ -117,6 +199,14 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
                           schema.architecture + ") expects " + shape_string(s.shape) +
                           "; the config.json does not match these weights");
       }
+      if (entry.prequantized) {
+        IB_TRY(add_fp8_source(c, *ckpt, s, ref, entry));
+        continue;
+      }
+      if (ref.dtype == DType::kF8E4M3) {
+        return user_error("safetensors: tensor '" + s.name + "' is F8_E4M3 but config.json has " +
+                          "no quantization_config for it; the files and config.json disagree");
+      }
       const Tensor part = dst.slice_rows(s.row_offset, s.shape[0]);
       IB_ASSERT(ref.numel() == part.numel(), "schema source size differs from its weight rows");
       entry.parts.emplace_back(ref, part);
@@ -124,13 +214,17 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
     // The scratch holds one weight at a time: a quantized weight is whole in one entry.
     int64_t rows = 0;
     for (const TensorSource& src : e.sources) rows += src.shape[0];
-    IB_ASSERT(
-        !entry.matmul || entry.matmul->format == WeightFormat::kDense || rows == entry.dense.dim(0),
-        "schema: a quantized matmul weight spread over several entries");
+    IB_ASSERT(!entry.matmul || entry.matmul->format == WeightFormat::kDense ||
+                  rows == entry.matmul->data.dim(0),
+              "schema: a quantized matmul weight spread over several entries");
   }
   for (const WeightCopies& entry : copies) {
     for (const auto& [ref, dst] : entry.parts) backend.copy_from_host(dst, ref.data, ref.dtype);
-    if (entry.matmul) staging.finish(entry.dense, *entry.matmul);
+    if (entry.prequantized) {
+      backend.copy_from_host(entry.matmul->scales, entry.row_scales.data(), DType::kF32);
+    } else if (entry.matmul) {
+      staging.finish(entry.dense, *entry.matmul);
+    }
   }
   w.description = "safetensors: " + path + " (" + std::to_string(ckpt->files().size()) +
                   (ckpt->files().size() == 1 ? " file)" : " files)");

@@ -37,6 +37,16 @@ struct MlaConfig {
   int v_head_dim = 0;
 };
 
+// A checkpoint published already quantized (config.json's quantization_config). The engine loads
+// FP8 W8A8 checkpoints with dynamic activation scales: quant_method "fp8" (per-tensor weight
+// scales) and "compressed-tensors" with 8-bit float weights (per-tensor or per-channel scales);
+// other methods and schemes are refused when config.json is read, naming them.
+struct CheckpointQuantization {
+  std::string quant_method;         // "" (not quantized), "fp8", "compressed-tensors"
+  bool fp8_weights = false;         // the matmul weights are F8_E4M3 with a weight_scale each
+  bool per_channel_scales = false;  // weight_scale (N) / (N, 1), else one per tensor
+};
+
 struct ModelConfig {
   std::string name;    // preset name, or the directory it was read from
   std::string family;  // "llama", "mistral", "qwen2", "phi3", "gemma2", "mixtral", "deepseek_v2"
@@ -63,7 +73,8 @@ struct ModelConfig {
   std::string hidden_act = "silu";
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
-  DType torch_dtype = DType::kBF16;  // dtype of the published weights
+  DType torch_dtype = DType::kBF16;     // dtype of the published weights
+  CheckpointQuantization quantization;  // a pre-quantized checkpoint's format
 
   // Features the engine does not run yet (Gemma-2, Mixtral, DeepSeek-V2).
   double attn_logit_softcapping = 0;        // Gemma-2

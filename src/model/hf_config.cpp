@@ -8,6 +8,7 @@
 
 #include "core/fs.h"
 #include "model/detail/json_fields.h"
+#include "model/detail/quantization_config.h"
 
 namespace ib {
 namespace {
@@ -175,6 +176,7 @@ Result<ModelConfig> read_config(const JsonFields& f, const std::string& name) {
   IB_TRY(read_token_ids(f, "eos_token_id", c.eos_token_ids));
   IB_ASSIGN_OR_RETURN(c.torch_dtype, read_dtype(f));
   IB_TRY(read_family_features(f, *family, c));
+  IB_TRY(detail::read_quantization_config(f, c.quantization));
   const Status valid = c.validate();
   if (!valid.ok()) return f.error(valid.error().message);
   return c;

@@ -336,5 +336,55 @@ TEST(HfConfig, LoadsFromDirectory) {
   EXPECT_NE(missing.error().message.find("config.json"), std::string::npos);
 }
 
+// quantization_config: the FP8 checkpoint formats load, anything else is refused naming it.
+TEST(HfConfig, QuantizationConfigOfFp8CheckpointsAndRefusals) {
+  const std::string base = kLlama3_8B;
+  const auto with_q = [&](const std::string& q) {
+    return with(base, R"("use_cache": true,)",
+                R"("use_cache": true, "quantization_config": )" + q + ",");
+  };
+  auto plain = parse_hf_config(base, "m");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->quantization.fp8_weights);
+  EXPECT_EQ(plain->quantization.quant_method, "");
+
+  auto fp8 = parse_hf_config(
+      with_q(
+          R"({"quant_method": "fp8", "activation_scheme": "dynamic", "ignored_layers": ["lm_head"]})"),
+      "m");
+  ASSERT_TRUE(fp8.ok()) << fp8.error().message;
+  EXPECT_EQ(fp8->quantization.quant_method, "fp8");
+  EXPECT_TRUE(fp8->quantization.fp8_weights);
+  EXPECT_FALSE(fp8->quantization.per_channel_scales);
+
+  auto ct = parse_hf_config(with_q(R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "ignore": ["lm_head"], "config_groups": {"group_0": {
+      "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel",
+      "symmetric": true, "dynamic": false}, "input_activations": {"num_bits": 8, "type": "float",
+      "strategy": "token", "dynamic": true, "symmetric": true}}}})"),
+                            "m");
+  ASSERT_TRUE(ct.ok()) << ct.error().message;
+  EXPECT_TRUE(ct->quantization.fp8_weights);
+  EXPECT_TRUE(ct->quantization.per_channel_scales);
+
+  const auto refused = [&](const std::string& q, const std::string& names) {
+    auto c = parse_hf_config(with_q(q), "m");
+    ASSERT_FALSE(c.ok()) << q;
+    EXPECT_EQ(c.error().kind, ErrorKind::kUser);
+    EXPECT_NE(c.error().message.find(names), std::string::npos) << c.error().message;
+    EXPECT_NE(c.error().message.find("supported: \"fp8\""), std::string::npos) << c.error().message;
+  };
+  refused(R"({"quant_method": "awq", "bits": 4})", "\"awq\"");
+  refused(R"({"quant_method": "fp8", "activation_scheme": "static"})", "\"static\"");
+  refused(R"({"quant_method": "fp8", "weight_block_size": [128, 128]})", "weight_block_size");
+  refused(R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights":
+      {"num_bits": 4, "type": "int", "strategy": "group"}}}})",
+          "4-bit int");
+  refused(R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights":
+      {"num_bits": 8, "type": "float", "strategy": "tensor"}, "input_activations":
+      {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false}}}})",
+          "static input activations");
+}
+
 }  // namespace
 }  // namespace ib

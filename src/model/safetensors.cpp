@@ -24,6 +24,7 @@ std::optional<DType> parse_st_dtype(const std::string& s) {
   if (s == "F32") return DType::kF32;
   if (s == "BF16") return DType::kBF16;
   if (s == "F16") return DType::kF16;
+  if (s == "F8_E4M3") return DType::kF8E4M3;  // FP8 checkpoints' weights
   return std::nullopt;
 }
 
@@ -45,6 +46,8 @@ const char* st_dtype_name(DType t) {
       return "BF16";
     case DType::kF16:
       return "F16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
     default:
       return nullptr;
   }
@@ -78,8 +81,8 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const Json& v, uin
   if (!dtype) {
     if (is_known_st_dtype(dtype_s)) {
       return user_error(where + " has dtype " + dtype_s +
-                        ", which inferbench cannot load (BF16, F16 and F32 only); use an "
-                        "unquantized checkpoint");
+                        ", which inferbench cannot load (BF16, F16, F32, and F8_E4M3 in FP8 "
+                        "checkpoints); use an unquantized checkpoint");
     }
     return user_error(where + " has unknown dtype \"" + dtype_s.substr(0, 32) + "\"");
   }

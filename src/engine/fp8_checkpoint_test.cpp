@@ -1,0 +1,185 @@
+// Published FP8 checkpoints (config.json quantization_config: quant_method "fp8" or
+// compressed-tensors FP8): the F8_E4M3 weights load byte for byte with their weight_scale
+// repeated on each row (per tensor) or per row (per channel), q/k/v and gate/up fused without
+// requantization; run without --quantization fp8, with a malformed scale or a missing one, the
+// load is refused naming the fix. The checkpoint is written here from the format's definition
+// (scale = max |w| / 448, codes = e4m3(w / scale)), independently of the engine's quantizer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/detail/checkpoint_test_support.h"
+#include "engine/detail/engine_test_support.h"
+#include "engine/model_weights.h"
+#include "model/safetensors.h"
+
+namespace ib {
+namespace {
+
+constexpr WeightFormat kFp8 = WeightFormat::kFp8E4M3;
+
+struct Fp8Tensor {
+  std::string codes;          // E4M3 bytes, row-major
+  std::vector<float> scales;  // one (per tensor) or one per row
+};
+
+Fp8Tensor quantize_reference(const std::vector<float>& w, int64_t rows, bool per_channel) {
+  Fp8Tensor t;
+  const int64_t groups = per_channel ? rows : 1;
+  const int64_t per = static_cast<int64_t>(w.size()) / groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    double amax = 0;
+    for (int64_t i = 0; i < per; ++i)
+      amax = std::max(amax, std::fabs(double{w[static_cast<size_t>(g * per + i)]}));
+    const float scale = amax == 0 ? 1.0f : static_cast<float>(amax / 448.0);
+    t.scales.push_back(scale);
+    for (int64_t i = 0; i < per; ++i)
+      t.codes.push_back(
+          static_cast<char>(f32_to_f8e4m3_bits(w[static_cast<size_t>(g * per + i)] / scale)));
+  }
+  return t;
+}
+
+// The bf16 checkpoint of hf_tensors with every *_proj.weight as F8_E4M3 plus its weight_scale.
+std::vector<SafetensorsWriteTensor> fp8_checkpoint(std::vector<SafetensorsWriteTensor> dense,
+                                                   bool per_channel,
+                                                   std::vector<Fp8Tensor>* written) {
+  std::vector<SafetensorsWriteTensor> out;
+  for (SafetensorsWriteTensor& t : dense) {
+    const bool matmul = t.name.size() > 12 && t.name.ends_with("_proj.weight");
+    if (!matmul) {
+      out.push_back(std::move(t));
+      continue;
+    }
+    // The fp32 values: the bf16 bytes decoded.
+    std::vector<float> v(t.bytes.size() / 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint16_t b;
+      std::memcpy(&b, t.bytes.data() + 2 * i, 2);
+      v[i] = bf16_bits_to_f32(b);
+    }
+    const int64_t rows = t.shape[0];
+    Fp8Tensor q = quantize_reference(v, rows, per_channel);
+    std::string scale_bytes(q.scales.size() * 4, '\0');
+    std::memcpy(scale_bytes.data(), q.scales.data(), scale_bytes.size());
+    out.push_back({t.name, DType::kF8E4M3, t.shape, q.codes});
+    out.push_back({t.name + "_scale", DType::kF32,
+                   per_channel ? std::vector<int64_t>{rows, 1} : std::vector<int64_t>{1},
+                   scale_bytes});
+    if (written) written->push_back(std::move(q));
+  }
+  return out;
+}
+
+struct Fixture {
+  ModelConfig c;
+  testing::HostWeights hw;
+  std::vector<SafetensorsWriteTensor> dense;
+};
+
+Fixture make_fixture(CpuBackend& backend) {
+  Fixture f;
+  f.c = testing::tiny_config();
+  f.c.attention_bias = true;  // q/k/v biases stay bf16 beside the FP8 weights
+  ModelWeights random = testing::random_weights(f.c, backend, 13);
+  f.hw = testing::copy_weights_to_host(f.c, random, backend);
+  f.dense = testing::hf_tensors(f.c, f.hw, DType::kBF16);
+  return f;
+}
+
+std::vector<uint8_t> bytes_of(Backend& b, const Tensor& t) {
+  std::vector<uint8_t> v(t.bytes());
+  b.copy_to_host(t, v.data());
+  return v;
+}
+
+TEST(Fp8Checkpoint, LoadsTheCodesAsWrittenWithTheirScalesPerRow) {
+  for (const bool per_channel : {false, true}) {
+    SCOPED_TRACE(per_channel ? "per channel" : "per tensor");
+    CpuBackend backend(2);
+    Fixture f = make_fixture(backend);
+    f.c.quantization.quant_method = per_channel ? "compressed-tensors" : "fp8";
+    f.c.quantization.fp8_weights = true;
+    f.c.quantization.per_channel_scales = per_channel;
+    std::vector<Fp8Tensor> written;  // in hf_tensors' order: q, k, v, gate, up, o, down per layer
+    testing::TempDir dir;
+    ASSERT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(),
+                                  fp8_checkpoint(f.dense, per_channel, &written))
+                    .ok());
+    auto w = load_weights(f.c, {LoadFormat::kSafetensors, dir.path().string(), 0, kFp8}, backend);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    ASSERT_EQ(written.size(), 7 * w->layers.size());
+    for (size_t l = 0; l < w->layers.size(); ++l) {
+      const LayerWeights& lw = w->layers[l];
+      const Fp8Tensor* t = &written[7 * l];  // q, k, v, gate, up, o, down
+      const auto expect = [&](const WeightRef& ref, std::initializer_list<const Fp8Tensor*> parts,
+                              const char* what) {
+        ASSERT_EQ(ref.format, kFp8) << what;
+        std::string codes;
+        std::vector<float> scales;
+        for (const Fp8Tensor* p : parts) {
+          codes += p->codes;
+          const int64_t rows = static_cast<int64_t>(p->codes.size()) / ref.data.dim(1);
+          for (int64_t r = 0; r < rows; ++r)
+            scales.push_back(p->scales[per_channel ? static_cast<size_t>(r) : 0]);
+        }
+        const std::vector<uint8_t> got = bytes_of(backend, ref.data);
+        EXPECT_EQ(std::string(got.begin(), got.end()), codes) << what << ", layer " << l;
+        std::vector<float> got_scales(static_cast<size_t>(ref.scales.numel()));
+        backend.copy_to_host(ref.scales, got_scales.data());
+        EXPECT_EQ(got_scales, scales) << what << ", layer " << l;
+      };
+      expect(lw.wqkv, {&t[0], &t[1], &t[2]}, "qkv");
+      expect(lw.w_gate_up, {&t[3], &t[4]}, "gate_up");
+      expect(lw.wo, {&t[5]}, "o");
+      expect(lw.w_down, {&t[6]}, "down");
+      EXPECT_EQ(lw.bqkv.dtype, DType::kF32);  // the biases stay dense
+    }
+  }
+}
+
+TEST(Fp8Checkpoint, IsRefusedWithoutTheFlagOrWithBadScalesNamingTheFix) {
+  CpuBackend backend(2);
+  Fixture f = make_fixture(backend);
+  f.c.quantization.quant_method = "fp8";
+  f.c.quantization.fp8_weights = true;
+  const auto load_error = [&](std::vector<SafetensorsWriteTensor> tensors, WeightFormat q) {
+    testing::TempDir dir;
+    EXPECT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(), tensors).ok());
+    auto w = load_weights(f.c, {LoadFormat::kSafetensors, dir.path().string(), 0, q}, backend);
+    EXPECT_FALSE(w.ok());
+    return w.ok() ? std::string() : w.error().message;
+  };
+  const auto good = fp8_checkpoint(f.dense, false, nullptr);
+  EXPECT_NE(load_error(good, WeightFormat::kDense).find("run it with --quantization fp8"),
+            std::string::npos);
+
+  auto bad_shape = good;
+  for (auto& t : bad_shape)
+    if (t.name == "model.layers.0.mlp.down_proj.weight_scale") {
+      t.shape = {2};
+      t.bytes.resize(8);
+    }
+  const std::string shape_err = load_error(bad_shape, kFp8);
+  EXPECT_NE(shape_err.find("model.layers.0.mlp.down_proj.weight_scale"), std::string::npos)
+      << shape_err;
+  EXPECT_NE(shape_err.find("one per row"), std::string::npos) << shape_err;
+
+  auto missing = good;
+  std::erase_if(missing, [](const SafetensorsWriteTensor& t) {
+    return t.name == "model.layers.1.self_attn.o_proj.weight_scale";
+  });
+  const std::string missing_err = load_error(missing, kFp8);
+  EXPECT_NE(missing_err.find("'model.layers.1.self_attn.o_proj.weight_scale' is missing"),
+            std::string::npos)
+      << missing_err;
+
+  // A dense checkpoint that config.json calls FP8: the weights are not F8_E4M3.
+  EXPECT_NE(load_error(f.dense, kFp8).find("weight_scale"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ib
