@@ -47,6 +47,27 @@ struct GenerateFlags {
 void add_generate_flags(CLI::App& app, GenerateFlags& flags);
 Result<int> execute_generate(const GenerateFlags& flags);
 
+// `inferbench eval`: a quantization's accuracy loss against the unquantized model, per token
+// (KL divergence, top-1 agreement), teacher-forced on the reference's tokens (eval_command.cpp).
+struct EvalFlags {
+  std::string model;
+  std::string quantization = "fp8";  // the candidate
+  std::string reference = "none";
+  int num_prompts = 8;
+  int input_len = 32;
+  int output_len = 32;
+  std::string device = "cpu";
+  std::string dtype = "auto";
+  std::string load_format = "auto";
+  uint64_t seed = 0;
+  std::string output_json;
+  bool no_cuda_graphs = false;
+};
+void add_eval_flags(CLI::App& app, EvalFlags& flags);
+Result<int> execute_eval(const EvalFlags& flags);
+// KL(p || q) in nats between the softmax distributions of two logit vectors (double precision).
+double kl_divergence(const std::vector<float>& reference, const std::vector<float>& candidate);
+
 // `inferbench plot DIR... --out FILE`: the cross-run memory heatmap (FILE.svg or FILE.html).
 // Directories without memory samples are named on stderr and the rest drawn; an unwritable
 // --out is reported before anything is read.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "cli/plugins.h"
 #include "model/presets.h"
@@ -61,6 +62,15 @@ TEST(Plugins, BuiltinsLoadInDependencyOrder) {
   EXPECT_NE(table->find("| engine-pools | collector |"), std::string::npos) << *table;
   EXPECT_NE(table->find("| native |"), std::string::npos);
   EXPECT_FALSE(register_builtin_plugins(r).ok());  // names are unique
+}
+
+TEST(Eval, KlDivergenceOfSoftmaxDistributions) {
+  EXPECT_EQ(kl_divergence({1.0f, 2.0f, -3.0f}, {1.0f, 2.0f, -3.0f}), 0.0);
+  // p = softmax(0, ln 3) = (1/4, 3/4), q uniform: KL = 1/4 ln(1/2) + 3/4 ln(3/2).
+  const double want = 0.25 * std::log(0.5) + 0.75 * std::log(1.5);
+  EXPECT_NEAR(kl_divergence({0.0f, static_cast<float>(std::log(3.0))}, {5.0f, 5.0f}), want, 1e-7);
+  // Shifting every logit changes no distribution.
+  EXPECT_NEAR(kl_divergence({0.0f, 1.0f}, {10.0f, 11.0f}), 0.0, 1e-12);
 }
 
 }  // namespace

@@ -54,5 +54,42 @@ TEST_F(E2e, GenerateRefusesBadInputWithExitCode2) {
   EXPECT_NE(err().find("99"), std::string::npos) << err();
 }
 
+// `inferbench eval`: the model against itself agrees exactly (teacher-forced prefill and decode
+// give the same logits on the CPU), fp8 against dense gives a positive KL with its numbers in the
+// JSON file, and bad sizes are user errors.
+TEST_F(E2e, EvalComparesAQuantizationWithTheDenseModel) {
+  const auto self = root_ / "self.json";
+  const std::vector<std::string> small = {"--model",     "tiny-15m", "--num-prompts", "2",
+                                          "--input-len", "8",        "--output-len",  "4"};
+  auto args = small;
+  for (const char* a : {"--quantization", "none", "--output-json"}) args.emplace_back(a);
+  args.push_back(self.string());
+  args.insert(args.begin(), "eval");
+  ASSERT_EQ(run(args), 0) << err();
+  const auto s = nlohmann::json::parse(read_file(self).value());
+  EXPECT_EQ(s.at("tokens"), 8);
+  EXPECT_LT(s.at("kl_max").get<double>(), 1e-9) << s.dump();
+  EXPECT_EQ(s.at("top1_agreement").get<double>(), 1.0);
+
+  const auto fp8 = root_ / "fp8.json";
+  args = small;
+  args.insert(args.begin(), "eval");
+  for (const char* a : {"--quantization", "fp8", "--output-json"}) args.emplace_back(a);
+  args.push_back(fp8.string());
+  ASSERT_EQ(run(args), 0) << err();
+  EXPECT_NE(out().find("| tiny-15m | none | fp8 | 8 |"), std::string::npos) << out();
+  const auto q = nlohmann::json::parse(read_file(fp8).value());
+  EXPECT_GT(q.at("kl_mean").get<double>(), 0.0);
+  EXPECT_GE(q.at("kl_max").get<double>(), q.at("kl_p99").get<double>());
+  EXPECT_GE(q.at("kl_p99").get<double>(), 0.0);
+  EXPECT_GE(q.at("top1_agreement").get<double>(), 0.0);
+  EXPECT_LE(q.at("top1_agreement").get<double>(), 1.0);
+
+  EXPECT_EQ(run({"eval", "--model", "tiny-15m", "--num-prompts", "0"}), 2);
+  EXPECT_NE(err().find("--num-prompts"), std::string::npos) << err();
+  EXPECT_EQ(run({"eval", "--model", "tiny-15m", "--quantization", "int3"}), 2);
+  EXPECT_NE(err().find("none or fp8"), std::string::npos) << err();
+}
+
 }  // namespace
 }  // namespace ib

@@ -113,6 +113,11 @@ int main(int argc, char** argv) {
   CLI::App* generate = app.add_subcommand(
       "generate", "greedy tokens (and optionally logits) for one prompt of token ids");
   ib::add_generate_flags(*generate, gen_flags);
+  ib::EvalFlags eval_flags;
+  CLI::App* eval = app.add_subcommand(
+      "eval",
+      "a quantization's accuracy loss: KL divergence and top-1 against the unquantized model");
+  ib::add_eval_flags(*eval, eval_flags);
   CLI::App* models = app.add_subcommand("models", "list architecture presets");
   CLI::App* env = app.add_subcommand("env", "print the environment fingerprint");
   bool env_json = false;
@@ -155,6 +160,11 @@ int main(int argc, char** argv) {
   }
   if (generate->parsed()) {
     auto code = ib::execute_generate(gen_flags);
+    if (!code.ok()) return fail(code.error());
+    return *code;
+  }
+  if (eval->parsed()) {
+    auto code = ib::execute_eval(eval_flags);
     if (!code.ok()) return fail(code.error());
     return *code;
   }
