@@ -14,8 +14,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "backend/backend_factory.h"
 #include "cli/commands.h"
+#include "cli/local_engine.h"
 #include "core/rng.h"
 #include "engine/engine.h"
 #include "model/presets.h"
@@ -70,21 +70,9 @@ Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
   ec.use_graphs = !f.no_cuda_graphs;
   ec.quantization = quantization;
   IB_TRY(ec.validate());
-  BackendOptions bo;
-  bo.device = f.device;
-  if (f.dtype == "auto") {
-    bo.dtype = f.device == "cpu" ? DType::kF32 : DType::kBF16;
-  } else if (const auto dt = parse_float_dtype(f.dtype)) {
-    bo.dtype = *dt;
-  } else {
-    return user_error(fmt::format("--dtype {}: use auto, fp32, bf16 or fp16", f.dtype));
-  }
-  IB_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(bo));
-  WeightOptions wo;
-  IB_ASSIGN_OR_RETURN(wo.format, parse_load_format(f.load_format));
-  wo.path = f.model;
-  wo.seed = f.seed;
-  IB_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, create_engine(model, wo, ec, *backend));
+  IB_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(model, f.model, f.device, f.dtype,
+                                                           f.load_format, f.seed, ec));
+  Engine* engine = local.engine.get();
   Run run;
   run.tokens.resize(prompts.size());
   run.logits.resize(prompts.size());
@@ -112,7 +100,6 @@ Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
     }
     IB_TRY(submit());
   }
-  engine.reset();  // before the backend that owns its memory
   return run;
 }
 

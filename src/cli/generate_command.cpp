@@ -9,8 +9,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "backend/backend_factory.h"
 #include "cli/commands.h"
+#include "cli/local_engine.h"
 #include "engine/engine.h"
 #include "model/presets.h"
 
@@ -97,22 +97,10 @@ Result<int> execute_generate(const GenerateFlags& f) {
   ec.use_graphs = !f.no_cuda_graphs;
   ec.quantization = f.quantization;
   IB_TRY(ec.validate());  // before the backend starts
-  BackendOptions bo;
-  bo.device = f.device;
-  if (f.dtype == "auto") {
-    bo.dtype = f.device == "cpu" ? DType::kF32 : DType::kBF16;
-  } else if (const auto dt = parse_float_dtype(f.dtype)) {
-    bo.dtype = *dt;
-  } else {
-    return user_error(fmt::format("--dtype {}: use auto, fp32, bf16 or fp16", f.dtype));
-  }
-  IB_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(bo));
-
-  WeightOptions wo;
-  IB_ASSIGN_OR_RETURN(wo.format, parse_load_format(f.load_format));
-  wo.path = f.model;
-  wo.seed = f.seed;
-  IB_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, create_engine(model, wo, ec, *backend));
+  IB_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(model, f.model, f.device, f.dtype,
+                                                           f.load_format, f.seed, ec));
+  Engine* engine = local.engine.get();
+  const Backend* backend = local.backend.get();
 
   GenerationRequest req;
   req.prompt_tokens = prompt;
@@ -137,7 +125,6 @@ Result<int> execute_generate(const GenerateFlags& f) {
                    {"token_ids", tokens},
                    {"graph_steps", p.decode.graph_steps}};
   std::cout << j.dump() << "\n";
-  engine.reset();  // before the backend that owns its memory
   return kExitOk;
 }
 
