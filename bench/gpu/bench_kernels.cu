@@ -104,56 +104,6 @@ void launch_gemv_variant(int variant, const Tensor& x, const Tensor& w, Tensor o
   IB_CUDA_CHECK_LAUNCH("bench gemv variant");
 }
 
-namespace {
-
-const char* const kFp8Names[] = {"w8_u2 (shipped)", "w8_u4", "w4_u4", "w8_u3", "w16_u2"};
-
-template <int kWarps, int kUnroll>
-void run_fp8(const Tensor& x, const WeightRef& w, Tensor out, cudaStream_t stream) {
-  const int m = static_cast<int>(x.rows()), n = static_cast<int>(w.data.dim(0)),
-            k = static_cast<int>(w.data.dim(1));
-  const unsigned blocks = static_cast<unsigned>((n + cuda::kGemvRows - 1) / cuda::kGemvRows);
-  cuda::GemvFp8 q;
-  q.w_scales = w.scales.as<float>();
-  cuda::gemv_kernel<cuda::bf16, cuda::bf16, 1, kWarps, kUnroll, false, cuda::kGemvStore, false,
-                    true><<<blocks, kWarps * 32, 0, stream>>>(x.as<cuda::bf16>(), w.data.data,
-                                                              nullptr, out.as<cuda::bf16>(), m, n,
-                                                              k, 0.0f, cuda::GemvRopeCache{}, q);
-}
-
-}  // namespace
-
-int gemv_fp8_variant_count() {
-  return static_cast<int>(sizeof(kFp8Names) / sizeof(kFp8Names[0]));
-}
-const char* gemv_fp8_variant_name(int variant) {
-  return kFp8Names[variant];
-}
-
-void launch_gemv_fp8_variant(int variant, const Tensor& x, const WeightRef& w, Tensor out,
-                             cudaStream_t stream) {
-  IB_ASSERT(x.dtype == DType::kBF16 && x.rows() <= 8 && w.format == WeightFormat::kFp8E4M3,
-            "fp8 GEMV variants: bf16 x of at most 8 rows, an fp8 weight");
-  switch (variant) {
-    case 0:
-      run_fp8<8, 2>(x, w, out, stream);
-      break;
-    case 1:
-      run_fp8<8, 4>(x, w, out, stream);
-      break;
-    case 2:
-      run_fp8<4, 4>(x, w, out, stream);
-      break;
-    case 3:
-      run_fp8<8, 3>(x, w, out, stream);
-      break;
-    default:
-      run_fp8<16, 2>(x, w, out, stream);
-      break;
-  }
-  IB_CUDA_CHECK_LAUNCH("bench fp8 gemv variant");
-}
-
 int attention_variant_count() {
   return 4;
 }

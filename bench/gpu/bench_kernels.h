@@ -19,11 +19,6 @@ const char* gemv_variant_name(int variant);
 void launch_gemv_variant(int variant, const Tensor& x, const Tensor& w, Tensor out,
                          cudaStream_t stream);
 
-// FP8 (W8A8) GEMV configurations: out (M <= 8, N) bf16 = x bf16 @ w (E4M3 with row scales)^T.
-int gemv_fp8_variant_count();
-const char* gemv_fp8_variant_name(int variant);
-void launch_gemv_fp8_variant(int variant, const Tensor& x, const WeightRef& w, Tensor out,
-                             cudaStream_t stream);
 int attention_variant_count();
 const char* attention_variant_name(int variant);
 // Split-KV decode attention through variant v (bf16, head_dim 128, GQA group <= 4 only).

@@ -286,12 +286,12 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
   });
 }
 
-// W8A8 FP8: the GEMV up to kGemvMaxM rows (it quantizes x as it streams w); above, x is
-// quantized per token into the scratch and cuBLASLt runs the E4M3 GEMM with the token and row
+// W8A8 FP8: x is quantized per token into the scratch, then the GEMV runs up to
+// fp8_gemv_max_m_ rows and above that cuBLASLt runs the E4M3 GEMM with the token and row
 // scales as outer-vector scales, in chunks of rows that fit the scratch.
 void CudaBackend::matmul_fp8(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) {
   if (x.rows() <= fp8_gemv_max_m_ && gemv_supported(x, w, out)) {
-    const GemvFp8Act act = fp8_act(x);
+    const GemvFp8Act act = fp8_act(x, w);
     launch_gemv(x, w, bias, out, stream_, pdl_, &act);
     return;
   }
@@ -310,7 +310,8 @@ void CudaBackend::matmul_fp8(const Tensor& x, const WeightRef& w, const Tensor* 
   }
 }
 
-GemvFp8Act CudaBackend::fp8_act(const Tensor& x) const {
+GemvFp8Act CudaBackend::fp8_act(const Tensor& x, const WeightRef& w) const {
+  if (w.format != WeightFormat::kFp8E4M3) return {};
   IB_ASSERT(fp8_scratch_.data() != nullptr &&
                 x.rows() * x.row_size() <= kFp8ScratchBytes - kFp8ScaleBytes,
             "fp8: the activation scratch (allocated with the first FP8 weight) is too small");
@@ -375,7 +376,7 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,
             "rms_matmul_rope_cache: positions, slot_mapping (M), inv_freq f32 (head_dim / 2)");
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "rms_matmul_rope_cache: bias must be (N)");
   run_op("rms_matmul_rope_cache", [&] {
-    const GemvFp8Act act = weight.format == WeightFormat::kFp8E4M3 ? fp8_act(h) : GemvFp8Act{};
+    const GemvFp8Act act = fp8_act(h, weight);
     launch_gemv_rope_cache(h, gain, weight, bias, eps, positions, slot_mapping, inv_freq, kv, shape,
                            qkv, stream_, pdl_, &act);
   });
@@ -390,7 +391,7 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const W
   // (cuBLASLt into fp32 scratch plus a norm/SwiGLU kernel measured slower at 1-8 rows:
   // bench/NOTES.md, phase 5.)
   run_op("rms_matmul_swiglu", [&] {
-    const GemvFp8Act act = weight.format == WeightFormat::kFp8E4M3 ? fp8_act(h) : GemvFp8Act{};
+    const GemvFp8Act act = fp8_act(h, weight);
     launch_gemv_fused(h, gain, weight, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_,
                       &act);
   });
@@ -411,7 +412,7 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
       gemm_->run(x, w, nullptr, residual, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
                  1.0f);
     } else {
-      const GemvFp8Act act = weight.format == WeightFormat::kFp8E4M3 ? fp8_act(x) : GemvFp8Act{};
+      const GemvFp8Act act = fp8_act(x, weight);
       launch_gemv_fused(x, nullptr, weight, nullptr, residual, GemvFusion::kAccumulate, 0.0f,
                         stream_, pdl_, &act);
     }

@@ -16,12 +16,10 @@ constexpr int kWarps = 8;
 constexpr int kUnroll = 2;
 constexpr bool kAdjacent = false;
 
-// The FP8 operands of a launch: the weight's row scales and the norm gain (or none), for a
-// WeightRef w (dense: no FP8 operands).
-GemvFp8 fp8_operands(const WeightRef& w, const Tensor* gain, const GemvFp8Act* act) {
+// The FP8 operands of a launch: the weight's row scales and x's token scales (dense: none).
+GemvFp8 fp8_operands(const WeightRef& w, const GemvFp8Act* act) {
   GemvFp8 q;
   if (w.format == WeightFormat::kFp8E4M3) q.w_scales = w.scales.as<float>();
-  q.gain = gain ? gain->data : nullptr;
   q.x_scales = act ? act->scales.as<float>() : nullptr;
   return q;
 }
@@ -53,14 +51,14 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
   if constexpr (kFp8) {
     const GemvFp8Act q = quantize_act(x, gain, eps, kRms, act, stream, pdl);
     launch_kernel(op, pdl,
-                  gemv_kernel<T, TOut, NT, kWarps, kUnroll, kAdjacent, kEpilogue, kRms, true, true>,
+                  gemv_kernel<T, TOut, NT, kWarps, kUnroll, kAdjacent, kEpilogue, kRms, true>,
                   dim3(blocks), dim3(kWarps * 32), 0, stream, static_cast<const void*>(q.xq.data),
-                  wp, bias, out.as<TOut>(), m, n, k, eps, rc, fp8_operands(w, nullptr, &q));
+                  wp, bias, out.as<TOut>(), m, n, k, eps, rc, fp8_operands(w, &q));
   } else {
     launch_kernel(op, pdl,
                   gemv_kernel<T, TOut, NT, kWarps, kUnroll, kAdjacent, kEpilogue, kRms, false>,
                   dim3(blocks), dim3(kWarps * 32), 0, stream, static_cast<const void*>(x.data), wp,
-                  bias, out.as<TOut>(), m, n, k, eps, rc, fp8_operands(w, nullptr, nullptr));
+                  bias, out.as<TOut>(), m, n, k, eps, rc, fp8_operands(w, nullptr));
   }
 }
 

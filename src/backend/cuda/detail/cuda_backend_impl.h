@@ -105,7 +105,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
     tuning_ = false;
   }
   void set_gemv_max_weight_bytes(int64_t bytes) { gemv_max_weight_bytes_ = bytes; }
-  // FP8 weights: the GEMV takes matmuls of at most this many rows (<= kGemvMaxM), cuBLASLt's
+  // FP8 weights: the GEMV takes matmuls of at most this many rows (<= 8), cuBLASLt's
   // E4M3 GEMM the rest. Default 8: on the H200 the GEMV won at 1-8 rows on every Llama-3-8B
   // shape and cuBLASLt from 16 on all but o (bench/NOTES.md, FP8 run 3).
   void set_fp8_gemv_max_m(int m) { fp8_gemv_max_m_ = m; }
@@ -162,7 +162,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   void record_failure(const std::string& message);
   void matmul_fp8(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out);
   // Views of the FP8 scratch for x's quantized rows and scales (the decode GEMV's input).
-  GemvFp8Act fp8_act(const Tensor& x) const;
+  GemvFp8Act fp8_act(const Tensor& x, const WeightRef& w) const;  // empty for a dense w
   // Whether the tensor-core GEMV runs this matmul (else cuBLASLt); tunes on first use.
   bool choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
   // ms per call of fn, over a few calls after two warm-ups (synchronizes).

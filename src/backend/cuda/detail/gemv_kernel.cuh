@@ -21,15 +21,12 @@
 //
 // FP8 weights (kFp8, W8A8 as backend/weight.h defines it): w is E4M3 bytes with a scale per row,
 // so a warp step's 16 bytes per lane and row are one load, fed to m16n8k32 E4M3 MMAs (a lane's
-// four words map onto a0..a3 / b0, b1 as the 16-bit words do); the result is scaled by the
-// token's and the row's scales on the way out. The shipped form, kXq, reads x already quantized
-// (quant.cu: once per token, with the norm's gain and 1 / rms in the token's scale), 16 bytes per
-// lane and step like w. Without kXq (kept as the op benchmark's measured alternative: 2.2-2.5
-// TB/s against kXq's up to 3.4, bench/NOTES.md) every block sums each token's max |x * gain|
-// first and converts x * (448 / max) to E4M3 at every step itself.
+// four words map onto a0..a3 / b0, b1 as the 16-bit words do). x comes already quantized
+// (quant.cu: once per token, with the norm's gain applied and 1 / rms in the token's scale) and
+// is loaded 16 bytes per lane and step like w; the result is scaled by the token's and the row's
+// scales on the way out. (Converting x in every block and step instead streamed at 2.2-2.5 TB/s
+// against this form's up to 3.4: bench/NOTES.md, FP8 runs 7 and 8.)
 #pragma once
-
-#include <cuda_fp8.h>
 
 #include <type_traits>
 
@@ -62,11 +59,10 @@ struct GemvRopeCache {
 // What the kFp8 variant reads besides x and w.
 struct GemvFp8 {
   const float* w_scales = nullptr;  // (N) per output row
-  const void* gain = nullptr;       // (K) of x's dtype, or null
-  const float* x_scales = nullptr;  // kXq: (M) per token, 1 / rms(x) included where kRms
+  const float* x_scales = nullptr;  // (M) per token, 1 / rms(x) included where kRms
 };
 
-// kXq: the lane's 16 bytes of already quantized x per n-tile at element offset kk.
+// kFp8: the lane's 16 bytes of already quantized x per n-tile at element offset kk.
 template <int NT>
 __device__ __forceinline__ void gemv_load_xq(const uint8_t* const (&ptr)[NT], int64_t kk,
                                              uint32_t (&xq)[NT][4]) {
@@ -141,72 +137,6 @@ __device__ __forceinline__ void gemv_step_fp8(float (&acc)[NT][4], const uint4& 
   }
 }
 
-// The lane's 16 x values of one n-tile as floats (times the gain when there is one).
-template <typename T, bool kGain>
-__device__ __forceinline__ void gemv_x_f32(const uint4 (&xv)[2], const uint4 (&gv)[2],
-                                           float (&v)[16]) {
-#pragma unroll
-  for (int c = 0; c < 2; ++c)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 p = unpack2_f32<T>(gemv_word(xv[c], i));
-      if constexpr (kGain) {
-        const float2 g = unpack2_f32<T>(gemv_word(gv[c], i));
-        p.x *= g.x;
-        p.y *= g.y;
-      }
-      v[c * 8 + 2 * i] = p.x;
-      v[c * 8 + 2 * i + 1] = p.y;
-    }
-}
-
-// The same, the gain chosen at run time.
-template <typename T>
-__device__ __forceinline__ void gemv_x_values(const uint4 (&xv)[2], const uint4 (&gv)[2], bool gain,
-                                              float (&v)[16]) {
-  if (gain) {
-    gemv_x_f32<T, true>(xv, gv, v);
-  } else {
-    gemv_x_f32<T, false>(xv, gv, v);
-  }
-}
-
-// 16 floats times inv as E4M3, four to a word (element 0 in the low byte).
-__device__ __forceinline__ void gemv_quantize16(const float (&v)[16], float inv, uint32_t (&q)[4]) {
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[4 * j] * inv, v[4 * j + 1] * inv),
-                                                 __NV_SATFINITE, __NV_E4M3);
-    const uint32_t hi = __nv_cvt_float2_to_fp8x2(
-        make_float2(v[4 * j + 2] * inv, v[4 * j + 3] * inv), __NV_SATFINITE, __NV_E4M3);
-    q[j] = lo | hi << 16;
-  }
-}
-
-// The lane's 16 gain values of a step at element offset kk (zeros without a gain).
-template <typename T>
-__device__ __forceinline__ void gemv_load_gain(const T* g_ptr, int64_t kk, uint4 (&gv)[2]) {
-  gv[0] = gv[1] = make_uint4(0, 0, 0, 0);
-  if (g_ptr) {
-    gv[0] = __ldg(reinterpret_cast<const uint4*>(g_ptr + kk));
-    gv[1] = __ldg(reinterpret_cast<const uint4*>(g_ptr + kk + 8));
-  }
-}
-
-// The lane's x values of one step, times the gain where there is one, as E4M3 at each token's
-// 448 / max.
-template <typename T, int NT>
-__device__ __forceinline__ void gemv_quantize_x(const uint4 (&xv)[NT][2], const uint4 (&gv)[2],
-                                                bool gain, const float (&inv)[NT],
-                                                uint32_t (&xq)[NT][4]) {
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    float v[16];
-    gemv_x_values<T>(xv[t], gv, gain, v);
-    gemv_quantize16(v, inv[t], xq[t]);
-  }
-}
-
 // Weight loads of one warp step at element offset kk: w rows r and r + 8 (16-bit elements: two
 // 16-byte loads per row; E4M3 bytes: one).
 template <typename TW, int kLoads>
@@ -248,18 +178,16 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
 // head; a q or k head's block owns the 8 rotate-half pairs (i, i + head_dim / 2) for i in
 // [8 j, 8 j + 8), so each pair meets in one block; a v head's block owns 16 consecutive rows.
 // kRms: eps is the norm's epsilon (unused otherwise).
-// kFp8: w points at E4M3 bytes, fp8.w_scales at the row scales; fp8.gain (K) or null.
-// kXq (with kFp8): x is already quantized (E4M3 bytes (M, K), fp8.x_scales per token, the norm
-// and its gain applied by the quantize kernel), so there is no x pass and no conversion: x_raw
-// points at the bytes and kRms only says the scales carry 1 / rms.
+// kFp8: w points at E4M3 bytes, fp8.w_scales at the row scales; x_raw at x already quantized
+// (E4M3 bytes (M, K), fp8.x_scales per token, the norm and its gain applied by the quantize
+// kernel), so kRms only says the scales carry 1 / rms.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
-          int kEpilogue = kGemvStore, bool kRms = false, bool kFp8 = false, bool kXq = false>
+          int kEpilogue = kGemvStore, bool kRms = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
                 GemvRopeCache rc, GemvFp8 fp8 = {}) {
   static_assert(!kFp8 || !kAdjacent, "the FP8 variant streams interleaved steps");
-  static_assert(kFp8 || !kXq, "quantized x goes with FP8 weights");
   const T* __restrict__ x = static_cast<const T*>(x_raw);
   using TW = std::conditional_t<kFp8, uint8_t, T>;  // a weight element
   constexpr int kWLoads = kFp8 ? 1 : 2;             // 16-byte loads per row and step
@@ -302,7 +230,6 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     const int tok = t * 8 + r;
     x_ptr[t] = x + int64_t{tok < m ? tok : 0} * k + q * 16;
   }
-  const T* g_ptr = kFp8 && fp8.gain ? static_cast<const T*>(fp8.gain) + q * 16 : nullptr;
   [[maybe_unused]] const uint8_t* xq_ptr[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
@@ -316,12 +243,7 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = ss[t] = 0.0f;
 
   const int steps = k / kGemvStepK;
-  // kFp8: each token's 448 / max |x * gain| (0 for a zero row), known before the main loop.
-  __shared__ float x_inv[kFp8 ? NT * 8 : 1];
-  __shared__ float x_scale[kFp8 ? NT * 8 : 1];
   __shared__ float w_scale[kFp8 ? kGemvRows : 1];
-  __shared__ float sq_partial[kRms || kFp8 ? kWarps : 1][kRms || kFp8 ? NT * 8 : 1];
-  __shared__ float max_partial[kFp8 ? kWarps : 1][kFp8 ? NT * 8 : 1];
   if constexpr (kAdjacent) {
     pdl_wait();
     pdl_trigger();
@@ -364,84 +286,19 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     }
     pdl_wait();
     pdl_trigger();
-    [[maybe_unused]] float inv[NT];
-    if constexpr (kFp8 && !kXq) {
-      // The x pass: each token's max |x * gain| (and sum of squares) over this warp's steps,
-      // then over the block. x stays in L1/L2 for the main loop's second read.
-      float amax[NT];
-#pragma unroll
-      for (int t = 0; t < NT; ++t) amax[t] = 0.0f;
-#pragma unroll 4
-      for (int p = warp; p < steps; p += kWarps) {
-        uint4 xv[NT][2], gv[2];
-        gemv_load_x<T, NT>(x_ptr, int64_t{p} * kGemvStepK, xv);
-        gemv_load_gain<T>(g_ptr, int64_t{p} * kGemvStepK, gv);
-        if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          float v[16];
-          gemv_x_values<T>(xv[t], gv, g_ptr != nullptr, v);
-#pragma unroll
-          for (int i = 0; i < 16; ++i) amax[t] = fmaxf(amax[t], fabsf(v[i]));
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        float a = amax[t], v = ss[t];
-        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
-        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
-        if (q == 0) {
-          max_partial[warp][t * 8 + r] = a;
-          sq_partial[warp][t * 8 + r] = v;
-        }
-      }
-      __syncthreads();
-      if (threadIdx.x < NT * 8) {
-        float a = 0.0f;
-#pragma unroll
-        for (int wi = 0; wi < kWarps; ++wi) a = fmaxf(a, max_partial[wi][threadIdx.x]);
-        x_inv[threadIdx.x] = a == 0.0f ? 0.0f : kF8E4M3Max / a;
-        x_scale[threadIdx.x] = a == 0.0f ? 1.0f : a / kF8E4M3Max;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int t = 0; t < NT; ++t) inv[t] = x_inv[t * 8 + r];
-    }
     for (; full(s); s += kUnroll * kWarps) {
-      if constexpr (kXq) {
+      if constexpr (kFp8) {
         uint32_t xq[kUnroll][NT][4];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
           gemv_load_xq<NT>(xq_ptr, int64_t{s + u * kWarps} * kGemvStepK, xq[u]);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) gemv_step_fp8<NT>(acc, wa[u][0], wb[u][0], xq[u]);
-        const int next = s + kUnroll * kWarps;
-        if (full(next)) {
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u)
-            gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kGemvStepK, wa[u],
-                                     wb[u]);
-        }
-        continue;
-      }
-      uint4 xv[kUnroll][NT][2];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
-      if constexpr (kFp8) {
-        uint4 gv[kUnroll][2];
+      } else {
+        uint4 xv[kUnroll][NT][2];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          gemv_load_gain<T>(g_ptr, int64_t{s + u * kWarps} * kGemvStepK, gv[u]);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          uint32_t xq[NT][4];
-          gemv_quantize_x<T, NT>(xv[u], gv[u], g_ptr != nullptr, inv, xq);
-          gemv_step_fp8<NT>(acc, wa[u][0], wb[u][0], xq);
-        }
-      } else {
+          gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
@@ -459,20 +316,12 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     for (int s2 = s; s2 < steps; s2 += kWarps) {
       uint4 wt[kWLoads], wu[kWLoads], xv[NT][2];
       gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s2} * kGemvStepK, wt, wu);
-      if constexpr (kXq) {
+      if constexpr (kFp8) {
         uint32_t xq[NT][4];
         gemv_load_xq<NT>(xq_ptr, int64_t{s2} * kGemvStepK, xq);
         gemv_step_fp8<NT>(acc, wt[0], wu[0], xq);
-        continue;
-      }
-      gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
-      if constexpr (kFp8) {
-        uint4 gv[2];
-        gemv_load_gain<T>(g_ptr, int64_t{s2} * kGemvStepK, gv);
-        uint32_t xq[NT][4];
-        gemv_quantize_x<T, NT>(xv, gv, g_ptr != nullptr, inv, xq);
-        gemv_step_fp8<NT>(acc, wt[0], wu[0], xq);
       } else {
+        gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
         gemv_step<T, NT>(acc, wt, wu, xv);
         if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
       }
@@ -486,6 +335,7 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
   // kRms: lanes (r, q = 0..3) summed the squares of token t * 8 + r over this warp's steps (the
   // FP8 variant already reduced them across lanes in its x pass).
   __shared__ float inv_rms[kRms ? NT * 8 : 1];
+  __shared__ float sq_partial[kRms ? kWarps : 1][kRms ? NT * 8 : 1];
   if constexpr (kRms && !kFp8) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -496,7 +346,7 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     }
   }
   __syncthreads();
-  if constexpr (kRms && !kXq) {
+  if constexpr (kRms && !kFp8) {
     if (threadIdx.x < NT * 8) {
       float total = 0.0f;
 #pragma unroll
@@ -514,12 +364,8 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     float sum = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][t][reg][src_lane];
-    if constexpr (kXq) {
-      sum = sum * fp8.x_scales[token] * w_scale[row];
-    } else if constexpr (kFp8) {
-      sum = sum * x_scale[token] * w_scale[row];
-    }
-    if constexpr (kRms && !kXq) sum *= inv_rms[token];
+    if constexpr (kFp8) sum = sum * fp8.x_scales[token] * w_scale[row];
+    if constexpr (kRms && !kFp8) sum *= inv_rms[token];
     return sum;
   };
 
