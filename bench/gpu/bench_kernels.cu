@@ -34,7 +34,7 @@ void run(const Tensor& x, const Tensor& w, Tensor out, cudaStream_t stream) {
   cuda::gemv_kernel<cuda::bf16, TOut, 1, kWarps, kUnroll, kAdjacent>
       <<<blocks, kWarps * 32, 0, stream>>>(x.as<cuda::bf16>(), w.as<cuda::bf16>(), nullptr,
                                            out.as<TOut>(), m, n, k, 0.0f, cuda::GemvRopeCache{},
-                                           cuda::GemvFp8{});
+                                           cuda::GemvQuant{});
 }
 
 template <typename TOut>

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# One visit to the GPU machine for FP8 W8A8 (issue 13): build, the gpu tests (all of
-# backend_cuda_test and engine_cuda_test: FP8 against the CPU oracle, and the dense ops unchanged),
+# One visit to the GPU machine for the 8-bit formats (issue 13): build, the gpu tests (all of
+# backend_cuda_test and engine_cuda_test: FP8 and INT8 against the CPU oracle, and the dense ops
+# unchanged),
 # the op benchmark's FP8 and bf16 decode sections (Llama-3-8B shapes), then `inferbench run` on
 # Llama-3-8B dummy weights: batch 1 (3 runs), the seed protocol (batch 8, 200 prompts) and 1,024
 # prompts continuous, each in bf16 and with --quantization fp8 (fp8 KV cache not yet), and with
 # IB_RUNS containing seed70b, Llama-3-70B in fp8 on the seed protocol (it does not fit in bf16).
 # Usage (from the repository root, ~8 minutes): OUT=dir bash bench/gpu/fp8.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-fp8), IB_TARGETS (what to build), IB_TEST_FILTER (gtest),
-# IB_SKIP_BF16=1 (fp8 runs only), IB_SKIP_TESTS=1, IB_SKIP_OPS=1, IB_RUNS ("b1 seed cont"),
+# IB_SKIP_BF16=1 (quantized runs only), IB_SKIP_TESTS=1, IB_SKIP_OPS=1, IB_RUNS ("b1 seed cont"),
+# IB_QUANTS (the --quantization values run, "fp8"; e.g. "fp8 int8 int8-w8a8"),
 # IB_DEADLINE_S (560). Writes build.log, tests.log, ops.log, ops.json, runs.log, runs.json
 # (the result.json keys that matter), runs.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -48,12 +50,21 @@ B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
 CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16 --runs 1)
 for r in ${IB_RUNS:-b1 seed cont}; do
-  case $r in
-    b1) run b1_fp8 --quantization fp8 "${B1[@]}"; [ "${IB_SKIP_BF16:-0}" = 1 ] || run b1_bf16 "${B1[@]}" ;;
-    seed) run seed_fp8 --quantization fp8 "${SEED[@]}"; [ "${IB_SKIP_BF16:-0}" = 1 ] || run seed_bf16 "${SEED[@]}" ;;
-    cont) run cont_fp8 --quantization fp8 "${CONT[@]}"; [ "${IB_SKIP_BF16:-0}" = 1 ] || run cont_bf16 "${CONT[@]}" ;;
-    seed70b) run seed_70b_fp8 --quantization fp8 "${SEED[@]}" ;;  # Llama-3-70B: bf16 does not fit
-  esac
+  for q in ${IB_QUANTS:-fp8}; do
+    case $r in
+      b1) run "b1_$q" --quantization "$q" "${B1[@]}" ;;
+      seed) run "seed_$q" --quantization "$q" "${SEED[@]}" ;;
+      cont) run "cont_$q" --quantization "$q" "${CONT[@]}" ;;
+      seed70b) run "seed_70b_$q" --quantization "$q" "${SEED[@]}" ;;  # Llama-3-70B: bf16 does not fit
+    esac
+  done
+  if [ "${IB_SKIP_BF16:-0}" != 1 ]; then
+    case $r in
+      b1) run b1_bf16 "${B1[@]}" ;;
+      seed) run seed_bf16 "${SEED[@]}" ;;
+      cont) run cont_bf16 "${CONT[@]}" ;;
+    esac
+  fi
 done
 python3 - "$R" > "$O/runs.json" <<'PY'
 import json, os, sys

@@ -8,7 +8,18 @@
 //   Activations are quantized per token, dynamically: s_m = max_k |x[m][k]| / 448 (1 for a zero
 //   row), xq[m][k] = e4m3(x[m][k] * inv_m), inv_m = 448 / max_k |x[m][k]| (0 for a zero row), and
 //   y[m][n] = (sum_k xq[m][k] * data[n][k]) * s_m * scales[n] (+ bias[n]), the sum exact in fp32
-//   up to accumulation order. 4-bit formats (issue 14) add zero points and groups.
+//   up to accumulation order.
+// - kInt8W8A16 (--quantization int8): data (N, K) int8, scales f32 (N): per-channel symmetric,
+//   w = data * scales[n], data in [-127, 127]. Activations stay in the activation dtype:
+//   y[m][n] = (sum_k x[m][k] * data[n][k]) * scales[n] (+ bias[n]), fp32 sums.
+// - kInt8W8A8 (--quantization int8-w8a8): the weights of kInt8W8A16; activations quantized per
+//   token, dynamically and symmetrically: s_m = max_k |x[m][k]| / 127 (1 for a zero row),
+//   xq[m][k] = clamp(rne(x[m][k] * inv_m), -127, 127), inv_m = 127 / max_k |x[m][k]| (0 for a
+//   zero row), y[m][n] = (sum_k xq[m][k] * data[n][k]) * s_m * scales[n] (+ bias[n]), the sum
+//   exact in int32.
+// INT8 weights are quantized like FP8 ones: scales[n] = max_k |w[n][k]| / 127 (1 for a zero
+// row), data[n][k] = clamp(rne(w[n][k] * inv_n), -127, 127), inv_n = 127 / max_k |w[n][k]|
+// (0 for a zero row), in fp32. 4-bit formats (issue 14) add zero points and groups.
 #pragma once
 
 #include <cstdint>
@@ -17,20 +28,37 @@
 
 namespace ib {
 
-enum class WeightFormat { kDense, kFp8E4M3 };
+enum class WeightFormat { kDense, kFp8E4M3, kInt8W8A16, kInt8W8A8 };
+// The --quantization value of each format ("dense" for none).
 inline const char* weight_format_name(WeightFormat format) {
   switch (format) {
     case WeightFormat::kDense:
       return "dense";
     case WeightFormat::kFp8E4M3:
       return "fp8";
+    case WeightFormat::kInt8W8A16:
+      return "int8";
+    case WeightFormat::kInt8W8A8:
+      return "int8-w8a8";
   }
   return "?";
+}
+// The element type of a quantized format's data (kDense: none, the activation dtype).
+inline DType quantized_data_dtype(WeightFormat format) {
+  return format == WeightFormat::kFp8E4M3 ? DType::kF8E4M3 : DType::kI8;
+}
+// Whether a format's data is 1-byte quantized with f32 per-row scales (every format but dense).
+inline bool is_quantized(WeightFormat format) {
+  return format != WeightFormat::kDense;
+}
+// Whether the format quantizes activations per token before the matmul (W8A8).
+inline bool quantizes_activations(WeightFormat format) {
+  return format == WeightFormat::kFp8E4M3 || format == WeightFormat::kInt8W8A8;
 }
 
 struct WeightRef {
   WeightFormat format = WeightFormat::kDense;
-  Tensor data;         // (N, K): activation dtype (kDense) or fp8_e4m3 (kFp8E4M3)
+  Tensor data;         // (N, K): activation dtype (kDense), else quantized_data_dtype(format)
   Tensor scales;       // quantized formats: (N) per channel or (N, K / group_size) per group
   Tensor zeros;        // asymmetric formats: shaped like scales; empty when symmetric
   int group_size = 0;  // K elements sharing a scale; 0: per channel (or dense)
@@ -41,6 +69,11 @@ struct WeightRef {
 
   bool empty() const { return data.empty(); }
   int64_t rows() const { return data.dim(0); }  // N (output features)
+  // Whether data and scales have the format's layout: (N, K) of quantized_data_dtype, f32 (N).
+  bool quantized_layout_ok() const {
+    return is_quantized(format) && data.rank == 2 && data.dtype == quantized_data_dtype(format) &&
+           scales.dtype == DType::kF32 && scales.numel() == data.dim(0);
+  }
   // The bytes the weight occupies as stored: data, scales and zero points.
   size_t bytes() const { return data.bytes() + scales.bytes() + zeros.bytes(); }
   // The dense (N, K) tensor; asserts the format is dense (ops of a backend that runs only dense

@@ -29,7 +29,7 @@ TEST(ModelsTable, ListsEveryPresetWithSizesAndSupport) {
   EXPECT_NE(llama.find("| 128 |"), std::string::npos) << llama;
   // fp8 as --quantization fp8 loads it: embed + lm_head bf16 (2 x 128256 x 4096 x 2 B), 32
   // layers of 218.1 M matmul weights at 1 B and 43008 fp32 row scales, bf16 norms = 8.46 GiB.
-  EXPECT_NE(table.find("| GiB fp8 |"), std::string::npos);
+  EXPECT_NE(table.find("| GiB fp8 / int8 |"), std::string::npos);
   EXPECT_NE(llama.find("| 8.46 |"), std::string::npos) << llama;
   EXPECT_NE(llama.find("| yes |"), std::string::npos) << llama;
   const std::string gemma = row_of(table, "gemma-2-9b");

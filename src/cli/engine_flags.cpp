@@ -20,8 +20,9 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "CPU KV-cache budget: bytes or e.g. 2GiB (default 2GiB)");
   app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();
   app.add_option("--quantization", f.quantization,
-                 "none, or fp8: W8A8 E4M3 matmul weights quantized at load (per-channel scales, "
-                 "per-token dynamic activations; embeddings, lm_head and norms stay dense)")
+                 "none; fp8: W8A8 E4M3; int8: W8A16 int8 weights; int8-w8a8: int8 weights and "
+                 "activations. Matmul weights are quantized at load (per-channel scales, "
+                 "per-token dynamic activation scales); embeddings, lm_head and norms stay dense")
       ->capture_default_str();
 }
 

@@ -77,7 +77,8 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
       ->capture_default_str();
   app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
       ->capture_default_str();
-  app.add_option("--quantization", f.quantization, "none or fp8 (W8A8 E4M3, quantized at load)")
+  app.add_option("--quantization", f.quantization,
+                 "none, fp8 (W8A8 E4M3), int8 (W8A16) or int8-w8a8, quantized at load")
       ->capture_default_str();
   app.add_option("--seed", f.seed, "seed of dummy weights")->capture_default_str();
   app.add_flag("--no-cuda-graphs,--enforce-eager", f.no_cuda_graphs, "decode op by op");

@@ -21,13 +21,14 @@ double gib(double bytes) {
 
 std::string models_table(const std::vector<ModelConfig>& models) {
   std::string out =
-      "| name | family | params | GiB fp32 | GiB bf16 | GiB fp8 | GiB int4 (est.) "
+      "| name | family | params | GiB fp32 | GiB bf16 | GiB fp8 / int8 | GiB int4 (est.) "
       "| KV KiB/token bf16 | max ctx | runs |\n"
       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
   for (const auto& m : models) {
     const double params = static_cast<double>(m.parameter_count());
-    // fp8: what --quantization fp8 allocates (matmul weights 1 byte per element plus fp32
-    // per-channel scales; embeddings, lm_head, norms and biases bf16). int4: half a byte per
+    // fp8 / int8: what --quantization fp8, int8 and int8-w8a8 allocate, the same bytes (matmul
+    // weights 1 byte per element plus fp32 per-channel scales; embeddings, lm_head, norms and
+    // biases bf16). int4: half a byte per
     // parameter, no scales, until issue 14's formats exist.
     // A model the engine cannot run (mixture-of-experts, ...) has no allocation to report.
     const auto unsupported = m.unsupported_features();

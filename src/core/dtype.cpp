@@ -22,6 +22,8 @@ std::string_view dtype_name(DType t) {
       return "uint8";
     case DType::kF8E4M3:
       return "fp8_e4m3";
+    case DType::kI8:
+      return "int8";
   }
   return "?";
 }

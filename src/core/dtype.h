@@ -10,8 +10,9 @@
 namespace ib {
 
 // kF8E4M3: OCP FP8 E4M3 ("E4M3FN": bias 7, no infinities, max 448), as torch.float8_e4m3fn
-// and safetensors' F8_E4M3 store it; quantized weights and activations.
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kU8, kF8E4M3 };
+// and safetensors' F8_E4M3 store it; quantized weights and activations. kI8: two's-complement
+// int8 (safetensors' I8), INT8 quantized weights and activations.
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kU8, kF8E4M3, kI8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -29,11 +30,13 @@ constexpr size_t dtype_size(DType t) {
       return 1;
     case DType::kF8E4M3:
       return 1;
+    case DType::kI8:
+      return 1;
   }
   return 0;
 }
 
-// "fp32", "bf16", "fp16", "int32", "int64", "uint8", "fp8_e4m3"
+// "fp32", "bf16", "fp16", "int32", "int64", "uint8", "fp8_e4m3", "int8"
 std::string_view dtype_name(DType t);
 // Accepts fp32/float32/f32, bf16/bfloat16, fp16/float16/half/f16.
 std::optional<DType> parse_float_dtype(std::string_view s);

@@ -11,11 +11,15 @@ const char* kv_growth_name(KvGrowth g) {
 }
 
 Result<WeightFormat> quantization_weight_format(std::string_view quantization) {
+  for (const WeightFormat f :
+       {WeightFormat::kFp8E4M3, WeightFormat::kInt8W8A16, WeightFormat::kInt8W8A8}) {
+    if (quantization == weight_format_name(f)) return f;
+  }
   if (quantization == "none") return WeightFormat::kDense;
-  if (quantization == "fp8") return WeightFormat::kFp8E4M3;
   return user_error("--quantization " + std::string(quantization) +
-                    ": not a quantization the engine runs; use none or fp8 (W8A8 E4M3, "
-                    "quantized at load)");
+                    ": not a quantization the engine runs; use none, fp8 (W8A8 E4M3), int8 "
+                    "(W8A16, per-channel int8 weights) or int8-w8a8 (int8 weights and per-token "
+                    "int8 activations), all quantized at load");
 }
 
 Status EngineConfig::validate() const {

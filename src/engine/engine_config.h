@@ -24,10 +24,12 @@ enum class BatchingMode { kContinuous, kStatic };
 enum class KvGrowth { kPreallocated, kOnDemand };
 const char* kv_growth_name(KvGrowth g);
 
-// --quantization, as vLLM names it: "none" (dense weights in the activation dtype) or "fp8"
+// --quantization, as vLLM names it: "none" (dense weights in the activation dtype), "fp8"
 // (W8A8 E4M3: the four per-layer matmul weights quantized at load, per output channel, with
-// per-token dynamic activation scales; backend/weight.h). The format of the quantized weights,
-// or a user error listing the supported values.
+// per-token dynamic activation scales), "int8" (W8A16: int8 weights per output channel,
+// activations unquantized) or "int8-w8a8" (int8 weights and per-token dynamic int8
+// activations); backend/weight.h defines each. The format of the quantized weights, or a user
+// error listing the supported values.
 Result<WeightFormat> quantization_weight_format(std::string_view quantization);
 
 // Every engine setting, in one place. The CLI's run, serve, sweep and suite, and `generate`, fill
@@ -52,8 +54,9 @@ struct EngineConfig {
   int max_graph_context = 8192;                  // --max-graph-context
   KvGrowth kv_growth = KvGrowth::kPreallocated;  // --kv-cache-growth preallocated|on-demand
   int kv_growth_min_blocks = 0;  // (no flag) kOnDemand: initial size and smallest chunk (0: auto)
-  // --quantization none|fp8: the matmul weights' format (quantization_weight_format); whether the
-  // backend runs it is checked when the weights load, before any is allocated (load_weights).
+  // --quantization none|fp8|int8|int8-w8a8: the matmul weights' format
+  // (quantization_weight_format); whether the backend runs it is checked when the weights load,
+  // before any is allocated (load_weights).
   std::string quantization = "none";
 
   // The one check of these settings: a user error naming the flag and the range, or Ok.

@@ -102,13 +102,24 @@ std::string unsupported_quantization(WeightFormat format, const Backend& backend
         "; the CUDA backend runs them with --dtype bf16 or fp16 on GPUs with FP8 tensor cores "
         "(compute capability 8.9+: Ada, Hopper or newer), the CPU backend always; use such a "
         "--dtype or device, or drop --quantization";
+  } else if (is_quantized(format)) {
+    msg +=
+        "; the CUDA backend runs them with --dtype bf16 or fp16 (compute capability 8.0+), the "
+        "CPU backend always; use such a --dtype or device, or drop --quantization";
   }
   return msg;
 }
 
 std::string quantization_description(WeightFormat format) {
-  if (format == WeightFormat::kFp8E4M3) {
-    return "fp8 (W8A8 E4M3, per-channel weights, per-token dynamic activations)";
+  switch (format) {
+    case WeightFormat::kFp8E4M3:
+      return "fp8 (W8A8 E4M3, per-channel weights, per-token dynamic activations)";
+    case WeightFormat::kInt8W8A16:
+      return "int8 (W8A16, per-channel symmetric int8 weights)";
+    case WeightFormat::kInt8W8A8:
+      return "int8-w8a8 (per-channel symmetric int8 weights, per-token dynamic int8 activations)";
+    case WeightFormat::kDense:
+      break;
   }
   return weight_format_name(format);
 }
@@ -172,9 +183,8 @@ Result<ModelWeights> allocate_weights(const ModelConfig& c, WeightFormat format,
       IB_ASSIGN_OR_RETURN(r.data, alloc(dt, {n, k}));
       return r;
     }
-    IB_ASSERT(format == WeightFormat::kFp8E4M3, "allocate_weights: unknown format");
     r.format = format;
-    IB_ASSIGN_OR_RETURN(r.data, alloc(DType::kF8E4M3, {n, k}));
+    IB_ASSIGN_OR_RETURN(r.data, alloc(quantized_data_dtype(format), {n, k}));
     IB_ASSIGN_OR_RETURN(r.scales, alloc(DType::kF32, {n}));
     return r;
   };
@@ -292,9 +302,8 @@ int64_t planned_weight_bytes(const ModelConfig& c, DType dt, WeightFormat format
       if (format == WeightFormat::kDense) {
         add(n * k, dt);
       } else {
-        IB_ASSERT(format == WeightFormat::kFp8E4M3, "planned_weight_bytes: unknown format");
-        add(n * k, DType::kF8E4M3);  // data
-        add(n, DType::kF32);         // per-channel scales
+        add(n * k, quantized_data_dtype(format));  // data
+        add(n, DType::kF32);                       // per-channel scales
       }
     }
   }

@@ -48,6 +48,8 @@ const char* st_dtype_name(DType t) {
       return "F16";
     case DType::kF8E4M3:
       return "F8_E4M3";
+    case DType::kI8:
+      return "I8";
     default:
       return nullptr;
   }

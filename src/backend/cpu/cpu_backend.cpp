@@ -229,26 +229,40 @@ void CpuBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* 
       cpu::matmul_f32(pool_, x.as<const float>(), w.as<const float>(), b, out.as<float>(), m, n, k);
       return;
     case WeightFormat::kFp8E4M3:
-      IB_ASSERT(w.dtype == DType::kF8E4M3 && weight.scales.dtype == DType::kF32 &&
-                    weight.scales.numel() == n,
-                "matmul: an fp8 weight is data (N, K) fp8_e4m3 with scales f32 (N)");
-      cpu::matmul_fp8(pool_, x.as<const float>(), w.as<const uint8_t>(),
-                      weight.scales.as<const float>(), b, out.as<float>(), m, n, k);
-      return;
+    case WeightFormat::kInt8W8A16:
+    case WeightFormat::kInt8W8A8:
+      break;
+  }
+  IB_ASSERT(weight.quantized_layout_ok(),
+            "matmul: a quantized weight is data (N, K) of its format's dtype (fp8_e4m3 or int8) "
+            "with scales f32 (N)");
+  const float* scales = weight.scales.as<const float>();
+  if (weight.format == WeightFormat::kFp8E4M3) {
+    cpu::matmul_fp8(pool_, x.as<const float>(), w.as<const uint8_t>(), scales, b, out.as<float>(),
+                    m, n, k);
+  } else if (weight.format == WeightFormat::kInt8W8A16) {
+    cpu::matmul_int8_w8a16(pool_, x.as<const float>(), w.as<const int8_t>(), scales, b,
+                           out.as<float>(), m, n, k);
+  } else {
+    cpu::matmul_int8_w8a8(pool_, x.as<const float>(), w.as<const int8_t>(), scales, b,
+                          out.as<float>(), m, n, k);
   }
 }
 
 void CpuBackend::quantize_weight(const Tensor& dense, const WeightRef& out) {
   check_f32(dense, "quantize_weight: dense must be fp32");
-  IB_ASSERT(out.format == WeightFormat::kFp8E4M3, "quantize_weight: the CPU quantizes to fp8 only");
   const int64_t n = dense.rows();
   const int64_t k = dense.row_size();
-  IB_ASSERT(
-      out.data.dtype == DType::kF8E4M3 && out.data.rows() == n && out.data.row_size() == k &&
-          out.scales.dtype == DType::kF32 && out.scales.numel() == n,
-      "quantize_weight: out must be data (N, K) fp8_e4m3 and scales f32 (N) for dense (N, K)");
-  cpu::quantize_rows_fp8(pool_, dense.as<const float>(), n, k, out.data.as<uint8_t>(),
-                         out.scales.as<float>());
+  IB_ASSERT(out.quantized_layout_ok() && out.data.rows() == n && out.data.row_size() == k,
+            "quantize_weight: out must be a quantized format's data (N, K) and scales f32 (N) "
+            "for dense (N, K)");
+  if (out.format == WeightFormat::kFp8E4M3) {
+    cpu::quantize_rows_fp8(pool_, dense.as<const float>(), n, k, out.data.as<uint8_t>(),
+                           out.scales.as<float>());
+  } else {
+    cpu::quantize_rows_int8(pool_, dense.as<const float>(), n, k, out.data.as<int8_t>(),
+                            out.scales.as<float>());
+  }
 }
 
 void CpuBackend::rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,

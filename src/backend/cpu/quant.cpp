@@ -1,6 +1,6 @@
-// FP8 E4M3 (W8A8) on the CPU, exactly as backend/weight.h defines the format: the oracle of the
-// CUDA kernels. Quantized values are decoded to fp32 (exactly: every E4M3 value is an fp32) and
-// the products summed with dot_f32.
+// The quantized formats on the CPU, exactly as backend/weight.h defines them: the oracle of the
+// CUDA kernels. FP8 E4M3 (W8A8) and INT8 W8A16 values are decoded to fp32 (exactly: every E4M3
+// and int8 value is an fp32) and the products summed with dot_f32; INT8 W8A8 sums in int32.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -40,6 +40,73 @@ void quantize_rows_fp8(ThreadPool& pool, const float* dense, int64_t n, int64_t 
   pool.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
       scales[r] = quantize_row_fp8(dense + r * k, k, data + r * k);
+  });
+}
+
+int8_t quantize_int8(float v, float inv) {
+  const float r = std::nearbyint(v * inv);  // the default rounding mode: to nearest even
+  return static_cast<int8_t>(std::clamp(r, -kInt8Max, kInt8Max));
+}
+
+float quantize_row_int8(const float* x, int64_t k, int8_t* q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float inv = amax == 0.0f ? 0.0f : kInt8Max / amax;
+  for (int64_t i = 0; i < k; ++i) q[i] = quantize_int8(x[i], inv);
+  return amax == 0.0f ? 1.0f : amax / kInt8Max;
+}
+
+void quantize_rows_int8(ThreadPool& pool, const float* dense, int64_t n, int64_t k, int8_t* data,
+                        float* scales) {
+  pool.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      scales[r] = quantize_row_int8(dense + r * k, k, data + r * k);
+  });
+}
+
+void matmul_int8_w8a16(ThreadPool& pool, const float* x, const int8_t* w, const float* w_scales,
+                       const float* bias, float* out, int64_t m, int64_t n, int64_t k) {
+  if (m == 0 || n == 0) return;
+  const int64_t tasks = (n + kRowsPerTask - 1) / kRowsPerTask;
+  pool.parallel_for(tasks, 1, [&](int64_t t_begin, int64_t t_end) {
+    std::vector<float> rows(static_cast<size_t>(kRowsPerTask * k));
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const int64_t n0 = t * kRowsPerTask;
+      const int64_t count = std::min(kRowsPerTask, n - n0);
+      for (int64_t i = 0; i < count * k; ++i)
+        rows[static_cast<size_t>(i)] = static_cast<float>(w[n0 * k + i]);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t j = 0; j < count; ++j) {
+          float y = dot_f32(x + r * k, rows.data() + j * k, k) * w_scales[n0 + j];
+          if (bias) y += bias[n0 + j];
+          out[r * n + n0 + j] = y;
+        }
+      }
+    }
+  });
+}
+
+void matmul_int8_w8a8(ThreadPool& pool, const float* x, const int8_t* w, const float* w_scales,
+                      const float* bias, float* out, int64_t m, int64_t n, int64_t k) {
+  if (m == 0 || n == 0) return;
+  std::vector<int8_t> xq(static_cast<size_t>(m * k));
+  std::vector<float> x_scales(static_cast<size_t>(m));
+  pool.parallel_for(m, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      x_scales[static_cast<size_t>(r)] = quantize_row_int8(x + r * k, k, xq.data() + r * k);
+  });
+  pool.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j) {
+      const int8_t* wr = w + j * k;
+      for (int64_t r = 0; r < m; ++r) {
+        const int8_t* xr = xq.data() + r * k;
+        int32_t acc = 0;  // |acc| <= 127 * 127 * k: exact for k < 133,000
+        for (int64_t i = 0; i < k; ++i) acc += int32_t{xr[i]} * int32_t{wr[i]};
+        float y = static_cast<float>(acc) * x_scales[static_cast<size_t>(r)] * w_scales[j];
+        if (bias) y += bias[j];
+        out[r * n + j] = y;
+      }
+    }
   });
 }
 

@@ -113,7 +113,9 @@ CudaBackend::~CudaBackend() {
   attention_workspace_.reset();
   staging_.reset();
   attention_counters_.reset();
-  fp8_scratch_.reset();
+  quant_scratch_.reset();
+  dequant_scratch_.reset();
+  int32_scratch_.reset();
   gemm_.reset();
   if (timer_begin_) cudaEventDestroy(timer_begin_);
   if (timer_end_) cudaEventDestroy(timer_end_);
@@ -269,10 +271,10 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
   IB_ASSERT(out.rows() == x.rows() && out.row_size() == w.dim(0),
             "matmul: out must be (M, N) for x (M, K) and w (N, K)");
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "matmul: bias must be (N)");
-  if (weight.format == WeightFormat::kFp8E4M3) {
+  if (is_quantized(weight.format)) {
     IB_ASSERT(supports_weight_format(weight.format) && x.dtype == dtype_ && out.dtype == dtype_,
-              "matmul: an fp8 weight takes x and out in the bf16/fp16 activation dtype");
-    run_op("matmul(fp8)", [&] { matmul_fp8(x, weight, bias, out); });
+              "matmul: a quantized weight takes x and out in the bf16/fp16 activation dtype");
+    run_op("matmul(quantized)", [&] { matmul_quantized(x, weight, bias, out); });
     return;
   }
   IB_ASSERT(x.dtype == w.dtype && (out.dtype == x.dtype || out.dtype == DType::kF32),
@@ -286,71 +288,115 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
   });
 }
 
-// W8A8 FP8: x is quantized per token into the scratch, then the GEMV runs up to
-// fp8_gemv_max_m_ rows and above that cuBLASLt runs the E4M3 GEMM with the token and row
-// scales as outer-vector scales, in chunks of rows that fit the scratch.
-void CudaBackend::matmul_fp8(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) {
-  if (x.rows() <= fp8_gemv_max_m_ && gemv_supported(x, w, out)) {
-    const GemvFp8Act act = fp8_act(x, w);
+// Up to the GEMV's rows (fp8_gemv_max_m_ for FP8) the GEMV runs, on x quantized per token (W8A8)
+// or as it is (W8A16). Above: FP8 quantizes x and cuBLASLt runs the E4M3 GEMM with the token and
+// row scales as outer-vector scales; INT8 W8A8 quantizes x, cuBLASLt sums in int32 and a kernel
+// applies the scales; W8A16 dequantizes the weight into the activation dtype for cuBLASLt. The
+// W8A8 paths go in chunks of rows that fit the scratch.
+void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Tensor* bias,
+                                   Tensor out) {
+  const int64_t gemv_rows =
+      w.format == WeightFormat::kFp8E4M3 ? fp8_gemv_max_m_ : cuda::gemv_max_m(w.format);
+  if (x.rows() <= gemv_rows && gemv_supported(x, w, out)) {
+    const GemvQuantAct act = quant_act(x, w);
     launch_gemv(x, w, bias, out, stream_, pdl_, &act);
     return;
   }
+  IB_ASSERT(quant_scratch_.data() != nullptr,
+            "matmul(quantized): no scratch (quantize_weight allocates it)");
+  if (w.format == WeightFormat::kInt8W8A16) {
+    IB_ASSERT(static_cast<int64_t>(dequant_scratch_.bytes()) >=
+                  w.data.numel() * static_cast<int64_t>(dtype_size(dtype_)),
+              "matmul(int8): the dequantization scratch is smaller than the weight");
+    const Tensor dense = dequant_scratch_.view(dtype_, {w.data.dim(0), w.data.dim(1)});
+    launch_dequantize_int8(w, dense, stream_);
+    gemm_->run(x, dense, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+    return;
+  }
   const int64_t k = x.row_size();
-  IB_ASSERT(fp8_scratch_.data() != nullptr,
-            "matmul(fp8): no scratch (quantize_weight allocates it)");
-  const int64_t chunk = std::min<int64_t>(
-      kFp8ScaleBytes / 4, std::max<int64_t>(1, (kFp8ScratchBytes - kFp8ScaleBytes) / k));
+  const int64_t n = w.data.dim(0);
+  int64_t chunk = std::min<int64_t>(
+      kQuantScaleBytes / 4, std::max<int64_t>(1, (kQuantScratchBytes - kQuantScaleBytes) / k));
+  if (w.format == WeightFormat::kInt8W8A8) {
+    chunk = std::min<int64_t>(chunk, static_cast<int64_t>(int32_scratch_.bytes()) / (4 * n));
+  }
+  IB_ASSERT(chunk >= 1, "matmul(quantized): the scratch holds no row");
   for (int64_t r0 = 0; r0 < x.rows(); r0 += chunk) {
     const int64_t rows = std::min(chunk, x.rows() - r0);
-    Tensor xq = fp8_scratch_.view(DType::kF8E4M3, {rows, k}, static_cast<size_t>(kFp8ScaleBytes));
-    Tensor x_scales = fp8_scratch_.view(DType::kF32, {rows});
-    launch_quantize_rows_fp8(x.slice_rows(r0, rows), xq, x_scales, stream_);
-    gemm_->run_fp8(xq, x_scales, w.data, w.scales, bias, out.slice_rows(r0, rows),
-                   gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+    Tensor xq = quant_scratch_.view(w.data.dtype, {rows, k}, static_cast<size_t>(kQuantScaleBytes));
+    Tensor x_scales = quant_scratch_.view(DType::kF32, {rows});
+    launch_quantize_rows(x.slice_rows(r0, rows), xq, x_scales, stream_);
+    if (w.format == WeightFormat::kFp8E4M3) {
+      gemm_->run_fp8(xq, x_scales, w.data, w.scales, bias, out.slice_rows(r0, rows),
+                     gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+    } else {
+      Tensor acc = int32_scratch_.view(DType::kI32, {rows, n});
+      gemm_->run_int8(xq, w.data, acc, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+      launch_dequantize_int32(acc, x_scales, w.scales, bias, out.slice_rows(r0, rows), stream_);
+    }
   }
 }
 
-GemvFp8Act CudaBackend::fp8_act(const Tensor& x, const WeightRef& w) const {
-  if (w.format != WeightFormat::kFp8E4M3) return {};
-  IB_ASSERT(fp8_scratch_.data() != nullptr &&
-                x.rows() * x.row_size() <= kFp8ScratchBytes - kFp8ScaleBytes,
-            "fp8: the activation scratch (allocated with the first FP8 weight) is too small");
-  GemvFp8Act act;
-  act.scales = fp8_scratch_.view(DType::kF32, {x.rows()});
-  act.xq = fp8_scratch_.view(DType::kF8E4M3, {x.rows(), x.row_size()},
-                             static_cast<size_t>(kFp8ScaleBytes));
+GemvQuantAct CudaBackend::quant_act(const Tensor& x, const WeightRef& w) const {
+  if (!is_quantized(w.format)) return {};
+  IB_ASSERT(quant_scratch_.data() != nullptr &&
+                x.rows() * x.row_size() * static_cast<int64_t>(dtype_size(dtype_)) <=
+                    kQuantScratchBytes - kQuantScaleBytes,
+            "quantized GEMV: the activation scratch (allocated with the first quantized weight) "
+            "is too small");
+  GemvQuantAct act;
+  const auto offset = static_cast<size_t>(kQuantScaleBytes);
+  if (quantizes_activations(w.format)) {
+    act.scales = quant_scratch_.view(DType::kF32, {x.rows()});
+    act.xq = quant_scratch_.view(w.data.dtype, {x.rows(), x.row_size()}, offset);
+  } else {
+    act.xn = quant_scratch_.view(dtype_, {x.rows() * x.row_size()}, offset);
+  }
   return act;
 }
 
 bool CudaBackend::supports_weight_format(WeightFormat format) const {
+  const bool half = dtype_ == DType::kBF16 || dtype_ == DType::kF16;
   switch (format) {
     case WeightFormat::kDense:
       return true;
     case WeightFormat::kFp8E4M3:  // E4M3 tensor cores from Ada (8.9); bf16/fp16 activations
-      return compute_capability_ >= 89 && (dtype_ == DType::kBF16 || dtype_ == DType::kF16);
+      return compute_capability_ >= 89 && half;
+    case WeightFormat::kInt8W8A16:  // m16n8k16 / m16n8k32 s8 MMAs from Ampere (8.0)
+    case WeightFormat::kInt8W8A8:
+      return compute_capability_ >= 80 && half;
   }
   return false;
 }
 
-void CudaBackend::quantize_weight(const Tensor& dense, const WeightRef& out) {
-  IB_ASSERT(out.format == WeightFormat::kFp8E4M3 && supports_weight_format(out.format),
-            "quantize_weight: fp8 needs compute capability 8.9+ and bf16/fp16 activations");
-  IB_ASSERT(
-      dense.rank == 2 && out.data.rows() == dense.rows() &&
-          out.data.row_size() == dense.row_size() && out.data.dtype == DType::kF8E4M3 &&
-          out.scales.dtype == DType::kF32 && out.scales.numel() == dense.rows(),
-      "quantize_weight: out must be data (N, K) fp8_e4m3 and scales f32 (N) for dense (N, K)");
-  if (fp8_scratch_.data() ==
-      nullptr) {  // the activations' scratch of matmul_fp8, with the first weight
-    auto buf = alloc(kFp8ScratchBytes, MemoryTag::kWorkspace);
-    if (!buf.ok()) {
-      record_failure("quantize_weight: " + buf.error().message);
-      return;
-    }
-    fp8_scratch_ = std::move(*buf);
+Status CudaBackend::reserve_quant_scratch(const WeightRef& w) {
+  const auto reserve = [&](Buffer& buf, int64_t bytes) -> Status {
+    if (static_cast<int64_t>(buf.bytes()) >= bytes) return Ok{};
+    buf.reset();
+    IB_ASSIGN_OR_RETURN(buf, alloc(static_cast<size_t>(bytes), MemoryTag::kWorkspace));
+    return Ok{};
+  };
+  IB_TRY(reserve(quant_scratch_, kQuantScratchBytes));
+  if (w.format == WeightFormat::kInt8W8A16) {
+    IB_TRY(reserve(dequant_scratch_, w.data.numel() * static_cast<int64_t>(dtype_size(dtype_))));
   }
-  run_op("quantize_weight",
-         [&] { launch_quantize_rows_fp8(dense, out.data, out.scales, stream_); });
+  if (w.format == WeightFormat::kInt8W8A8) IB_TRY(reserve(int32_scratch_, kQuantScratchBytes));
+  return Ok{};
+}
+
+void CudaBackend::quantize_weight(const Tensor& dense, const WeightRef& out) {
+  IB_ASSERT(supports_weight_format(out.format) && is_quantized(out.format),
+            "quantize_weight: fp8 needs compute capability 8.9+, int8 8.0+, and bf16/fp16 "
+            "activations");
+  IB_ASSERT(dense.rank == 2 && out.quantized_layout_ok() && out.data.rows() == dense.rows() &&
+                out.data.row_size() == dense.row_size(),
+            "quantize_weight: out must be a quantized format's data (N, K) and scales f32 (N) "
+            "for dense (N, K)");
+  if (Status st = reserve_quant_scratch(out); !st.ok()) {
+    record_failure("quantize_weight: " + st.error().message);
+    return;
+  }
+  run_op("quantize_weight", [&] { launch_quantize_rows(dense, out.data, out.scales, stream_); });
 }
 
 bool CudaBackend::fused_decode_fits(const AttentionShape& shape, int64_t hidden_size,
@@ -376,7 +422,7 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,
             "rms_matmul_rope_cache: positions, slot_mapping (M), inv_freq f32 (head_dim / 2)");
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "rms_matmul_rope_cache: bias must be (N)");
   run_op("rms_matmul_rope_cache", [&] {
-    const GemvFp8Act act = fp8_act(h, weight);
+    const GemvQuantAct act = quant_act(h, weight);
     launch_gemv_rope_cache(h, gain, weight, bias, eps, positions, slot_mapping, inv_freq, kv, shape,
                            qkv, stream_, pdl_, &act);
   });
@@ -391,7 +437,7 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const W
   // (cuBLASLt into fp32 scratch plus a norm/SwiGLU kernel measured slower at 1-8 rows:
   // bench/NOTES.md, phase 5.)
   run_op("rms_matmul_swiglu", [&] {
-    const GemvFp8Act act = fp8_act(h, weight);
+    const GemvQuantAct act = quant_act(h, weight);
     launch_gemv_fused(h, gain, weight, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_,
                       &act);
   });
@@ -412,7 +458,7 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
       gemm_->run(x, w, nullptr, residual, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
                  1.0f);
     } else {
-      const GemvFp8Act act = fp8_act(x, weight);
+      const GemvQuantAct act = quant_act(x, weight);
       launch_gemv_fused(x, nullptr, weight, nullptr, residual, GemvFusion::kAccumulate, 0.0f,
                         stream_, pdl_, &act);
     }

@@ -1,12 +1,16 @@
-// Differential tests of the FP8 E4M3 (W8A8) ops against the CPU oracle (backend/weight.h):
-// quantize_weight bit for bit, the FP8 GEMV (1..32 tokens) and the cuBLASLt E4M3 GEMM with
-// outer-vector scales (above 32 tokens), and the fused decode ops with an unfolded norm gain.
-// Tolerance: the GPU rounds its output to bf16/fp16 once and sums in another order; the
-// quantized inputs are identical, so the stated bound is the dtype's (testing::tolerance).
+// Differential tests of the quantized formats' ops against the CPU oracle (backend/weight.h),
+// for FP8 E4M3 (W8A8), INT8 W8A16 and INT8 W8A8: quantize_weight bit for bit; the GEMV (FP8 and
+// W8A8 up to 8 tokens, W8A16 up to 32) and above it cuBLASLt (FP8: the E4M3 GEMM with
+// outer-vector scales; W8A8: the int32 GEMM and a scaling kernel; W8A16: the weight dequantized
+// to bf16/fp16 first); and the fused decode ops with an unfolded norm gain. Tolerance: the GPU
+// rounds its output to bf16/fp16 once and sums in another order (W8A16 above 32 tokens also rounds
+// each dequantized weight, and its fused ops the normalised x, to the dtype); the quantized
+// inputs are identical, so the stated bound is the dtype's (testing::tolerance).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/detail/kernels.h"
@@ -20,26 +24,31 @@ using testing::random_floats;
 using testing::tolerance;
 using testing::Twin;
 
-class CudaFp8 : public ::testing::TestWithParam<DType> {
+// (activation dtype, weight format)
+using QuantParam = std::tuple<DType, WeightFormat>;
+
+class CudaQuant : public ::testing::TestWithParam<QuantParam> {
  protected:
+  DType dtype() const { return std::get<0>(GetParam()); }
+  WeightFormat format() const { return std::get<1>(GetParam()); }
   void SetUp() override {
     IB_REQUIRE_CUDA();
-    Twin probe(GetParam());
-    if (!probe.gpu().supports_weight_format(WeightFormat::kFp8E4M3))
-      GTEST_SKIP() << "this GPU has no E4M3 tensor cores (compute capability below 8.9)";
+    Twin probe(dtype());
+    if (!probe.gpu().supports_weight_format(format()))
+      GTEST_SKIP() << "this GPU lacks the tensor cores of " << weight_format_name(format());
   }
 };
 
-struct Fp8Pair {
+struct QuantPair {
   WeightRef cpu, gpu;
 };
 
 // dense (N, K) quantized on each side by its own quantize_weight.
-Fp8Pair quantize(Twin& twin, const Pair& dense, int64_t n, int64_t k) {
-  const Pair data = twin.empty(DType::kF8E4M3, {n, k});
+QuantPair quantize(Twin& twin, const Pair& dense, int64_t n, int64_t k, WeightFormat format) {
+  const Pair data = twin.empty(quantized_data_dtype(format), {n, k});
   const Pair scales = twin.empty(DType::kF32, {n});
-  Fp8Pair w;
-  w.cpu.format = w.gpu.format = WeightFormat::kFp8E4M3;
+  QuantPair w;
+  w.cpu.format = w.gpu.format = format;
   w.cpu.data = data.cpu;
   w.gpu.data = data.gpu;
   w.cpu.scales = scales.cpu;
@@ -58,12 +67,12 @@ std::vector<float> ragged_rows(Rng& rng, int64_t rows, int64_t k, float amplitud
   return v;
 }
 
-TEST_P(CudaFp8, QuantizeWeightMatchesTheCpuBitForBit) {
-  Twin twin(GetParam());
+TEST_P(CudaQuant, QuantizeWeightMatchesTheCpuBitForBit) {
+  Twin twin(dtype());
   Rng rng(21);
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 4096}, {1024, 256}, {3, 64}}) {
     Pair dense = twin.floats({n, k}, ragged_rows(rng, n, k, 1.0f));
-    const Fp8Pair w = quantize(twin, dense, n, k);
+    const QuantPair w = quantize(twin, dense, n, k, format());
     std::vector<uint8_t> cpu_q(static_cast<size_t>(n * k)), gpu_q(cpu_q.size());
     std::vector<float> cpu_s(static_cast<size_t>(n)), gpu_s(cpu_s.size());
     twin.cpu().copy_to_host(w.cpu.data, cpu_q.data());
@@ -77,35 +86,36 @@ TEST_P(CudaFp8, QuantizeWeightMatchesTheCpuBitForBit) {
   }
 }
 
-// 1..32 tokens take the FP8 GEMV, more take cuBLASLt; N not a multiple of 16 on the small K.
+// 1..8 (W8A16: 32) tokens take the GEMV, more take cuBLASLt; N not a multiple of 16 on the small
+// K.
 struct Shape {
   int64_t m, n, k;
 };
 const Shape kShapes[] = {{1, 6144, 4096}, {3, 1000, 256},   {8, 4096, 4096},   {16, 512, 1024},
                          {32, 1152, 896}, {33, 1024, 4096}, {200, 4096, 1024}, {1, 3, 64}};
 
-TEST_P(CudaFp8, MatmulMatchesTheCpuOracle) {
-  Twin twin(GetParam());
+TEST_P(CudaQuant, MatmulMatchesTheCpuOracle) {
+  Twin twin(dtype());
   Rng rng(22);
   for (const Shape& s : kShapes) {
     for (const bool with_bias : {false, true}) {
       Pair x = twin.floats({s.m, s.k}, ragged_rows(rng, s.m, s.k, 2.0f));
       Pair dense = twin.floats({s.n, s.k}, ragged_rows(rng, s.n, s.k, 0.05f));
       Pair b = twin.floats({s.n}, random_floats(rng, s.n));
-      const Fp8Pair w = quantize(twin, dense, s.n, s.k);
+      const QuantPair w = quantize(twin, dense, s.n, s.k, format());
       Pair out = twin.output({s.m, s.n});
       twin.cpu().matmul(x.cpu, w.cpu, with_bias ? &b.cpu : nullptr, out.cpu);
       twin.gpu().matmul(x.gpu, w.gpu, with_bias ? &b.gpu : nullptr, out.gpu);
       const Status status = twin.gpu().device_status();
       ASSERT_TRUE(status.ok()) << "m=" << s.m << ": " << status.error().message;
-      EXPECT_LT(twin.error(out), tolerance(GetParam()))
+      EXPECT_LT(twin.error(out), tolerance(dtype()))
           << "m=" << s.m << " n=" << s.n << " k=" << s.k << " bias=" << with_bias;
     }
   }
 }
 
-TEST_P(CudaFp8, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
-  Twin twin(GetParam());
+TEST_P(CudaQuant, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
+  Twin twin(dtype());
   Rng rng(23);
   const float eps = 1e-5f;
   for (const int64_t m : {1, 4, 8}) {
@@ -114,7 +124,7 @@ TEST_P(CudaFp8, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
     Pair h = twin.floats({m, k}, ragged_rows(rng, m, k, 1.0f));
     Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
     Pair w_dense = twin.floats({2 * f, k}, random_floats(rng, 2 * f * k, -0.05f, 0.05f));
-    const Fp8Pair w = quantize(twin, w_dense, 2 * f, k);
+    const QuantPair w = quantize(twin, w_dense, 2 * f, k, format());
     Pair normed = twin.output({m, k});
     Pair gate_up = twin.output({m, 2 * f});
     Pair act = twin.output({m, f});
@@ -122,14 +132,14 @@ TEST_P(CudaFp8, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
     twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
     twin.cpu().silu_mul(gate_up.cpu, act.cpu);
     twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, w.gpu, eps, act.gpu);
-    EXPECT_LT(twin.error(act), tolerance(GetParam())) << "swiglu m=" << m;
+    EXPECT_LT(twin.error(act), tolerance(dtype())) << "swiglu m=" << m;
 
     // The residual add: residual += x @ w^T.
     const int64_t n = 4096, kd = 1024;
     const auto res0 = random_floats(rng, m * n);
     Pair x = twin.floats({m, kd}, ragged_rows(rng, m, kd, 1.0f));
     Pair wd = twin.floats({n, kd}, random_floats(rng, n * kd, -0.05f, 0.05f));
-    const Fp8Pair w2 = quantize(twin, wd, n, kd);
+    const QuantPair w2 = quantize(twin, wd, n, kd, format());
     Pair residual = twin.floats({m, n}, res0);
     Pair prod = twin.output({m, n});
     twin.cpu().matmul(x.cpu, w2.cpu, nullptr, prod.cpu);
@@ -137,7 +147,7 @@ TEST_P(CudaFp8, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
     const auto res_rounded = twin.representable(res0);
     for (size_t i = 0; i < want.size(); ++i) want[i] += res_rounded[i];
     twin.gpu().matmul_add(x.gpu, w2.gpu, residual.gpu);
-    EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(GetParam()))
+    EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(dtype()))
         << "matmul_add m=" << m;
 
     // qkv with RoPE and the cache write: Llama-3's heads, with a bias.
@@ -148,7 +158,7 @@ TEST_P(CudaFp8, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
     const int64_t nq = int64_t{32 + 2 * 8} * 128, blocks = 2, bs = 16;
     const int64_t cache = blocks * 8 * bs * 128;
     Pair wq_dense = twin.floats({nq, k}, random_floats(rng, nq * k, -0.05f, 0.05f));
-    const Fp8Pair wq = quantize(twin, wq_dense, nq, k);
+    const QuantPair wq = quantize(twin, wq_dense, nq, k, format());
     Pair bias = twin.floats({nq}, random_floats(rng, nq));
     Pair kc = twin.floats({blocks, 8, bs, 128}, random_floats(rng, cache));
     Pair vc = twin.floats({blocks, 8, bs, 128}, random_floats(rng, cache));
@@ -169,20 +179,30 @@ TEST_P(CudaFp8, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
     twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
     twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq.gpu, &bias.gpu, eps, pos.gpu, slot.gpu,
                                      freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu);
-    EXPECT_LT(twin.error(qkv), tolerance(GetParam())) << "qkv m=" << m;
-    EXPECT_LT(twin.error(kc), tolerance(GetParam())) << "k cache m=" << m;
-    EXPECT_LT(twin.error(vc), tolerance(GetParam())) << "v cache m=" << m;
+    EXPECT_LT(twin.error(qkv), tolerance(dtype())) << "qkv m=" << m;
+    EXPECT_LT(twin.error(kc), tolerance(dtype())) << "k cache m=" << m;
+    EXPECT_LT(twin.error(vc), tolerance(dtype())) << "v cache m=" << m;
   }
 }
 
-TEST_P(CudaFp8, IsRefusedWithoutAHalfActivationType) {
+TEST_P(CudaQuant, IsRefusedWithoutAHalfActivationType) {
   Twin twin(DType::kF32);
-  EXPECT_FALSE(twin.gpu().supports_weight_format(WeightFormat::kFp8E4M3));
-  EXPECT_TRUE(twin.cpu().supports_weight_format(WeightFormat::kFp8E4M3));
+  EXPECT_FALSE(twin.gpu().supports_weight_format(format()));
+  EXPECT_TRUE(twin.cpu().supports_weight_format(format()));
 }
 
-INSTANTIATE_TEST_SUITE_P(HalfTypes, CudaFp8, ::testing::Values(DType::kBF16, DType::kF16),
-                         testing::dtype_param_name);
+INSTANTIATE_TEST_SUITE_P(HalfTypes, CudaQuant,
+                         ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16),
+                                            ::testing::Values(WeightFormat::kFp8E4M3,
+                                                              WeightFormat::kInt8W8A16,
+                                                              WeightFormat::kInt8W8A8)),
+                         [](const ::testing::TestParamInfo<QuantParam>& p) {
+                           std::string name = std::string(dtype_name(std::get<0>(p.param))) + "_" +
+                                              weight_format_name(std::get<1>(p.param));
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace ib::cuda

@@ -22,8 +22,12 @@ cudaDataType_t cuda_type(DType t) {
       return CUDA_R_16F;
     case DType::kF8E4M3:
       return CUDA_R_8F_E4M3;
+    case DType::kI8:
+      return CUDA_R_8I;
+    case DType::kI32:
+      return CUDA_R_32I;
     default:
-      IB_ASSERT(false, "matmul: float tensors expected");
+      IB_ASSERT(false, "matmul: float or int8 tensors expected");
   }
   return CUDA_R_32F;
 }
@@ -109,7 +113,11 @@ GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes, const voi
   Plan plan;
   const cudaDataType_t in = cuda_type(key.in);
   const cudaDataType_t out = cuda_type(key.out);
-  IB_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), kOp);
+  const bool integer = key.in == DType::kI8;  // int32 sums and int32 alpha / beta
+  IB_CUBLAS_CHECK(
+      cublasLtMatmulDescCreate(&plan.desc, integer ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                               integer ? CUDA_R_32I : CUDA_R_32F),
+      kOp);
   if (key.in == DType::kF8E4M3) {
     // Per-row (w) and per-token (x) scales; the heuristic finds no algorithm for this mode
     // while the scale pointers are unset (measured on the H200), so they are set here too.
@@ -236,6 +244,20 @@ void GemmLt::run_fp8(const Tensor& xq, const Tensor& x_scales, const Tensor& wq,
   Plan& plan = plan_for(key, workspace_bytes, w_scales.data, x_scales.data);
   set_scale_pointers(plan.desc, w_scales.data, x_scales.data);
   execute(plan, xq, wq, bias, out, workspace, workspace_bytes, stream, 0.0f);
+}
+
+void GemmLt::run_int8(const Tensor& xq, const Tensor& wq, Tensor acc, void* workspace,
+                      size_t workspace_bytes, cudaStream_t stream) {
+  IB_ASSERT(xq.dtype == DType::kI8 && wq.dtype == DType::kI8 && acc.dtype == DType::kI32,
+            "matmul(int8): int8 operands and an int32 result");
+  const Key key = key_for(xq, wq, nullptr, acc);
+  if (key.m == 0) return;
+  Plan& plan = plan_for(key, workspace_bytes);
+  const int32_t alpha = 1, beta = 0;
+  IB_CUBLAS_CHECK(
+      cublasLtMatmul(handle_, plan.desc, &alpha, wq.data, plan.a, xq.data, plan.b, &beta, acc.data,
+                     plan.c, acc.data, plan.c, &plan.algo, workspace, workspace_bytes, stream),
+      kOp);
 }
 
 }  // namespace ib::cuda

@@ -25,6 +25,21 @@ void quantize_rows_fp8(ThreadPool& pool, const float* dense, int64_t n, int64_t 
 void matmul_fp8(ThreadPool& pool, const float* x, const uint8_t* w, const float* w_scales,
                 const float* bias, float* out, int64_t m, int64_t n, int64_t k);
 
+// INT8, per-channel / per-token symmetric (backend/weight.h): q = clamp(rne(x * (127 /
+// max|x|)), -127, 127) (0 for a zero row); returns the row's scale max|x| / 127 (1 for a zero
+// row).
+inline constexpr float kInt8Max = 127.0f;
+int8_t quantize_int8(float v, float inv);
+float quantize_row_int8(const float* x, int64_t k, int8_t* q);
+void quantize_rows_int8(ThreadPool& pool, const float* dense, int64_t n, int64_t k, int8_t* data,
+                        float* scales);
+// out (m, n) = INT8 W8A16 x @ w^T: dot_f32(x[i], decoded w[j]) * w_scales[j] (+ bias[j]).
+void matmul_int8_w8a16(ThreadPool& pool, const float* x, const int8_t* w, const float* w_scales,
+                       const float* bias, float* out, int64_t m, int64_t n, int64_t k);
+// out (m, n) = INT8 W8A8: x quantized per row, int32 sums, times both scales (+ bias[j]).
+void matmul_int8_w8a8(ThreadPool& pool, const float* x, const int8_t* w, const float* w_scales,
+                      const float* bias, float* out, int64_t m, int64_t n, int64_t k);
+
 // See Backend::rope_and_cache. qkv (t, (hq + 2 hkv) * head_dim) fp32; cache layout as KvCacheLayer.
 void rope_and_cache_f32(ThreadPool& pool, float* qkv, const int32_t* positions,
                         const int32_t* slot_mapping, const float* inv_freq, int64_t num_tokens,

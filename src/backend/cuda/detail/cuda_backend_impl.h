@@ -33,10 +33,10 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
   static constexpr size_t kStagingBytes = size_t{16} << 20;
   static constexpr size_t kAttentionCounterBytes = size_t{1} << 20;  // split-KV merge counters
-  // FP8 activations quantized for cuBLASLt (allocated with the first FP8 weight): the row scales
-  // first, then the E4M3 rows.
-  static constexpr int64_t kFp8ScratchBytes = int64_t{64} << 20;
-  static constexpr int64_t kFp8ScaleBytes = int64_t{256} << 10;
+  // Activations quantized (W8A8) or normalised (W8A16) for the GEMV and cuBLASLt, allocated with
+  // the first quantized weight: the row scales first, then the rows.
+  static constexpr int64_t kQuantScratchBytes = int64_t{64} << 20;
+  static constexpr int64_t kQuantScaleBytes = int64_t{256} << 10;
 
   static Result<std::unique_ptr<CudaBackend>> create(int device, DType dtype,
                                                      std::optional<int64_t> memory_limit_bytes);
@@ -160,9 +160,12 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
     }
   }
   void record_failure(const std::string& message);
-  void matmul_fp8(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out);
-  // Views of the FP8 scratch for x's quantized rows and scales (the decode GEMV's input).
-  GemvFp8Act fp8_act(const Tensor& x, const WeightRef& w) const;  // empty for a dense w
+  void matmul_quantized(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out);
+  // quantize_weight's scratch for the weight format: the activations' (any), the dequantized
+  // weight's (W8A16, grown to the largest weight) and the int32 sums' (W8A8 INT8).
+  Status reserve_quant_scratch(const WeightRef& w);
+  // Views of the scratch for x's quantized rows and scales (the decode GEMV's input).
+  GemvQuantAct quant_act(const Tensor& x, const WeightRef& w) const;  // empty for a dense w
   // Whether the tensor-core GEMV runs this matmul (else cuBLASLt); tunes on first use.
   bool choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
   // ms per call of fn, over a few calls after two warm-ups (synchronizes).
@@ -181,7 +184,9 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   Buffer attention_workspace_;
   Buffer staging_;
   Buffer attention_counters_;
-  Buffer fp8_scratch_;
+  Buffer quant_scratch_;
+  Buffer dequant_scratch_;  // W8A16 above the GEMV's rows: the weight in the activation dtype
+  Buffer int32_scratch_;    // INT8 W8A8 above the GEMV's rows: cuBLASLt's int32 sums
   int gemv_max_m_ = 8;
   int fp8_gemv_max_m_ = 8;
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;

@@ -54,6 +54,24 @@ __device__ __forceinline__ float2 unpack2_f32<f16>(uint32_t word) {
   return __half22float2(h);
 }
 
+// Two floats rounded to T and packed in one word (a in the low half): cvt.rn.{bf16,f16}x2.f32.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2_from_f32(float a, float b);
+template <>
+__device__ __forceinline__ uint32_t pack2_from_f32<bf16>(float a, float b) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  uint32_t word;
+  memcpy(&word, &v, sizeof(word));
+  return word;
+}
+template <>
+__device__ __forceinline__ uint32_t pack2_from_f32<f16>(float a, float b) {
+  const __half2 v = __floats2half2_rn(a, b);
+  uint32_t word;
+  memcpy(&word, &v, sizeof(word));
+  return word;
+}
+
 // Elements of T in one 16-byte vector.
 template <typename T>
 inline constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));

@@ -31,6 +31,10 @@ class GemmLt {
   void run_fp8(const Tensor& xq, const Tensor& x_scales, const Tensor& wq, const Tensor& w_scales,
                const Tensor* bias, Tensor out, void* workspace, size_t workspace_bytes,
                cudaStream_t stream);
+  // INT8 W8A8's integer GEMM: acc (M, N) int32 = xq (M, K) @ wq (N, K)^T, exact (cuBLASLt's
+  // CUBLAS_COMPUTE_32I); the scales are applied after (launch_dequantize_int32).
+  void run_int8(const Tensor& xq, const Tensor& wq, Tensor acc, void* workspace,
+                size_t workspace_bytes, cudaStream_t stream);
   // Times up to kTuneCandidates of the heuristic's algorithms on these operands and keeps the
   // fastest for their shape; returns its time in ms (infinity when none ran). time_ms runs its
   // argument a few times on the stream and returns ms per call (it synchronizes: never call

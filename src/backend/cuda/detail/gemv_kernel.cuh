@@ -26,6 +26,12 @@
 // is loaded 16 bytes per lane and step like w; the result is scaled by the token's and the row's
 // scales on the way out. (Converting x in every block and step instead streamed at 2.2-2.5 TB/s
 // against this form's up to 3.4: bench/NOTES.md, FP8 runs 7 and 8.)
+//
+// INT8 weights (kGemvInt8A8, W8A8): as FP8, with m16n8k32 s8 MMAs summing exactly in int32.
+// INT8 W8A16 (kGemvInt8): the weight row's 16 bytes per lane and step are converted to 16
+// activation-dtype values (exactly: every int8 is a bf16/f16) and fed with x, unquantized, to the
+// dense variant's m16n8k16 MMAs; the row's scale multiplies the sum on the way out. The norm of
+// a fused op is applied to x before the kernel (launch code), so kRms is never set with it.
 #pragma once
 
 #include <type_traits>
@@ -56,10 +62,18 @@ struct GemvRopeCache {
   int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
 };
 
-// What the kFp8 variant reads besides x and w.
-struct GemvFp8 {
+// The weight formats of the kernel (its kW parameter).
+enum GemvWeight : int {
+  kGemvDense = 0,   // w in x's dtype
+  kGemvFp8 = 1,     // E4M3 w, E4M3 x (already quantized)
+  kGemvInt8 = 2,    // int8 w, x in its dtype (W8A16)
+  kGemvInt8A8 = 3,  // int8 w, int8 x (already quantized)
+};
+
+// What the quantized variants read besides x and w.
+struct GemvQuant {
   const float* w_scales = nullptr;  // (N) per output row
-  const float* x_scales = nullptr;  // (M) per token, 1 / rms(x) included where kRms
+  const float* x_scales = nullptr;  // (M) per token, 1 / rms(x) included where kRms (W8A8 only)
 };
 
 // kFp8: the lane's 16 bytes of already quantized x per n-tile at element offset kk.
@@ -137,6 +151,55 @@ __device__ __forceinline__ void gemv_step_fp8(float (&acc)[NT][4], const uint4& 
   }
 }
 
+// c (16x8 s32) += a (16x32 s8, row) * b (32x8 s8, col): the E4M3 MMA's fragment layout.
+__device__ __forceinline__ void mma_16832_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One INT8 W8A8 warp step, as gemv_step_fp8 with int32 sums.
+template <int NT>
+__device__ __forceinline__ void gemv_step_s8(int (&acc)[NT][4], const uint4& wa, const uint4& wb,
+                                             const uint32_t (&xq)[NT][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t a0 = gemv_word(wa, 2 * h), a1 = gemv_word(wb, 2 * h);
+    const uint32_t a2 = gemv_word(wa, 2 * h + 1), a3 = gemv_word(wb, 2 * h + 1);
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+      mma_16832_s8(acc[t], a0, a1, a2, a3, xq[t][2 * h], xq[t][2 * h + 1]);
+  }
+}
+
+// Four int8 values (one word, lowest byte first) as two words of two T each, exactly: each byte
+// b, biased to b + 128, becomes the low byte of the fp32 2^23 + b + 128, from which 2^23 + 128 is
+// subtracted (exact), then rounded to T (exact for |b| <= 128).
+template <typename T>
+__device__ __forceinline__ void int8x4_to_pairs(uint32_t word, uint32_t& lo, uint32_t& hi) {
+  const uint32_t biased = word ^ 0x80808080u;
+  float f[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    f[i] = __uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u | static_cast<uint32_t>(i))) -
+           8388736.0f;
+  lo = pack2_from_f32<T>(f[0], f[1]);
+  hi = pack2_from_f32<T>(f[2], f[3]);
+}
+
+// W8A16: a lane's 16 int8 weights of one row (one 16-byte load) as the dense form's two 16-byte
+// words of 8 T each.
+template <typename T>
+__device__ __forceinline__ void gemv_widen_int8(const uint4& q, uint4 (&wd)[2]) {
+  int8x4_to_pairs<T>(q.x, wd[0].x, wd[0].y);
+  int8x4_to_pairs<T>(q.y, wd[0].z, wd[0].w);
+  int8x4_to_pairs<T>(q.z, wd[1].x, wd[1].y);
+  int8x4_to_pairs<T>(q.w, wd[1].z, wd[1].w);
+}
+
 // Weight loads of one warp step at element offset kk: w rows r and r + 8 (16-bit elements: two
 // 16-byte loads per row; E4M3 bytes: one).
 template <typename TW, int kLoads>
@@ -178,19 +241,24 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
 // head; a q or k head's block owns the 8 rotate-half pairs (i, i + head_dim / 2) for i in
 // [8 j, 8 j + 8), so each pair meets in one block; a v head's block owns 16 consecutive rows.
 // kRms: eps is the norm's epsilon (unused otherwise).
-// kFp8: w points at E4M3 bytes, fp8.w_scales at the row scales; x_raw at x already quantized
-// (E4M3 bytes (M, K), fp8.x_scales per token, the norm and its gain applied by the quantize
-// kernel), so kRms only says the scales carry 1 / rms.
+// kW = kGemvFp8 / kGemvInt8A8: w points at E4M3 / int8 bytes, fp8.w_scales at the row scales;
+// x_raw at x already quantized (bytes (M, K), fp8.x_scales per token, the norm and its gain
+// applied by the quantize kernel), so kRms only says the scales carry 1 / rms.
+// kW = kGemvInt8: w int8 with fp8.w_scales, x as for dense weights; kRms false.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
-          int kEpilogue = kGemvStore, bool kRms = false, bool kFp8 = false>
-__global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
+          int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense>
+__global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
-                GemvRopeCache rc, GemvFp8 fp8 = {}) {
-  static_assert(!kFp8 || !kAdjacent, "the FP8 variant streams interleaved steps");
+                GemvRopeCache rc, GemvQuant fp8 = {}) {
+  constexpr bool kQuant = kW != kGemvDense;                  // 1-byte weights, row scales
+  constexpr bool kXq = kW == kGemvFp8 || kW == kGemvInt8A8;  // x already quantized
+  constexpr bool kFp8 = kW == kGemvFp8;
+  static_assert(!kQuant || !kAdjacent, "the quantized variants stream interleaved steps");
+  static_assert(!(kRms && kW == kGemvInt8), "W8A16 takes x normalised before the kernel");
   const T* __restrict__ x = static_cast<const T*>(x_raw);
-  using TW = std::conditional_t<kFp8, uint8_t, T>;  // a weight element
-  constexpr int kWLoads = kFp8 ? 1 : 2;             // 16-byte loads per row and step
+  using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
+  constexpr int kWLoads = kQuant ? 1 : 2;             // 16-byte loads per row and step
   const TW* __restrict__ w = static_cast<const TW*>(w_raw);
   __shared__ float partial[kWarps][NT][4][32];  // (warp, n-tile, C register, lane)
   const int warp = threadIdx.x >> 5;
@@ -239,11 +307,15 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
 
   float acc[NT][4];
   float ss[NT];
+  int iacc[NT][4];  // kGemvInt8A8's exact sums
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = ss[t] = 0.0f;
+  for (int t = 0; t < NT; ++t) {
+    acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = ss[t] = 0.0f;
+    iacc[t][0] = iacc[t][1] = iacc[t][2] = iacc[t][3] = 0;
+  }
 
   const int steps = k / kGemvStepK;
-  __shared__ float w_scale[kFp8 ? kGemvRows : 1];
+  __shared__ float w_scale[kQuant ? kGemvRows : 1];
   if constexpr (kAdjacent) {
     pdl_wait();
     pdl_trigger();
@@ -278,7 +350,7 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
         gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kGemvStepK, wa[u],
                                  wb[u]);
     }
-    if constexpr (kFp8) {  // the tile's row scales (constant, like the weights)
+    if constexpr (kQuant) {  // the tile's row scales (constant, like the weights)
       if (warp == 0 && q == 0) {
         w_scale[r] = fp8.w_scales[row_a];
         w_scale[r + 8] = fp8.w_scales[row_b];
@@ -287,13 +359,31 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     pdl_wait();
     pdl_trigger();
     for (; full(s); s += kUnroll * kWarps) {
-      if constexpr (kFp8) {
+      if constexpr (kXq) {
         uint32_t xq[kUnroll][NT][4];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
           gemv_load_xq<NT>(xq_ptr, int64_t{s + u * kWarps} * kGemvStepK, xq[u]);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) gemv_step_fp8<NT>(acc, wa[u][0], wb[u][0], xq[u]);
+        for (int u = 0; u < kUnroll; ++u) {
+          if constexpr (kFp8) {
+            gemv_step_fp8<NT>(acc, wa[u][0], wb[u][0], xq[u]);
+          } else {
+            gemv_step_s8<NT>(iacc, wa[u][0], wb[u][0], xq[u]);
+          }
+        }
+      } else if constexpr (kW == kGemvInt8) {
+        uint4 xv[kUnroll][NT][2];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          uint4 wad[2], wbd[2];
+          gemv_widen_int8<T>(wa[u][0], wad);
+          gemv_widen_int8<T>(wb[u][0], wbd);
+          gemv_step<T, NT>(acc, wad, wbd, xv[u]);
+        }
       } else {
         uint4 xv[kUnroll][NT][2];
 #pragma unroll
@@ -316,10 +406,20 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     for (int s2 = s; s2 < steps; s2 += kWarps) {
       uint4 wt[kWLoads], wu[kWLoads], xv[NT][2];
       gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s2} * kGemvStepK, wt, wu);
-      if constexpr (kFp8) {
+      if constexpr (kXq) {
         uint32_t xq[NT][4];
         gemv_load_xq<NT>(xq_ptr, int64_t{s2} * kGemvStepK, xq);
-        gemv_step_fp8<NT>(acc, wt[0], wu[0], xq);
+        if constexpr (kFp8) {
+          gemv_step_fp8<NT>(acc, wt[0], wu[0], xq);
+        } else {
+          gemv_step_s8<NT>(iacc, wt[0], wu[0], xq);
+        }
+      } else if constexpr (kW == kGemvInt8) {
+        gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
+        uint4 wtd[2], wud[2];
+        gemv_widen_int8<T>(wt[0], wtd);
+        gemv_widen_int8<T>(wu[0], wud);
+        gemv_step<T, NT>(acc, wtd, wud, xv);
       } else {
         gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
         gemv_step<T, NT>(acc, wt, wu, xv);
@@ -331,12 +431,13 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
 #pragma unroll
   for (int t = 0; t < NT; ++t)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) partial[warp][t][i][lane] = acc[t][i];
+    for (int i = 0; i < 4; ++i)
+      partial[warp][t][i][lane] = kW == kGemvInt8A8 ? static_cast<float>(iacc[t][i]) : acc[t][i];
   // kRms: lanes (r, q = 0..3) summed the squares of token t * 8 + r over this warp's steps (the
   // FP8 variant already reduced them across lanes in its x pass).
   __shared__ float inv_rms[kRms ? NT * 8 : 1];
   __shared__ float sq_partial[kRms ? kWarps : 1][kRms ? NT * 8 : 1];
-  if constexpr (kRms && !kFp8) {
+  if constexpr (kRms && !kXq) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       float v = ss[t];
@@ -346,7 +447,7 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     }
   }
   __syncthreads();
-  if constexpr (kRms && !kFp8) {
+  if constexpr (kRms && !kXq) {
     if (threadIdx.x < NT * 8) {
       float total = 0.0f;
 #pragma unroll
@@ -364,8 +465,9 @@ __global__ void __launch_bounds__(kWarps * 32, kFp8 ? 3 : 1)
     float sum = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][t][reg][src_lane];
-    if constexpr (kFp8) sum = sum * fp8.x_scales[token] * w_scale[row];
-    if constexpr (kRms && !kFp8) sum *= inv_rms[token];
+    if constexpr (kXq) sum = sum * fp8.x_scales[token] * w_scale[row];
+    if constexpr (kW == kGemvInt8) sum *= w_scale[row];
+    if constexpr (kRms && !kXq) sum *= inv_rms[token];
     return sum;
   };
 

@@ -38,21 +38,24 @@ void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, fl
                      cudaStream_t stream, bool pdl = false);
 
 // ---- gemv.cu: the memory-bound skinny GEMM for decode (tensor cores, M <= kGemvMaxM) ----
-// w is dense (x's dtype) or FP8 E4M3 (W8A8 as backend/weight.h defines it; out in x's dtype,
-// M <= 8): x is then first quantized per token (launch_quantize_rms_rows_fp8, with the norm and
-// its gain where fused) into act, scratch the caller owns of at least (M, K) E4M3 bytes and (M)
-// f32 scales.
+// w is dense (x's dtype) or quantized (backend/weight.h; out in x's dtype). W8A8 formats (FP8
+// E4M3, INT8 W8A8; M <= 8): x is first quantized per token (launch_quantize_rms_rows, with the
+// norm and its gain where fused) into act.xq. INT8 W8A16 (M <= kGemvMaxM): a fused op's x is
+// first normalised (rms_norm(x) * gain) into act.xn. act is scratch the caller owns.
 inline constexpr int kGemvMaxM = 32;
-struct GemvFp8Act {
-  Tensor xq;      // (>= M, K) fp8_e4m3, 16-byte aligned
-  Tensor scales;  // (>= M) f32
+struct GemvQuantAct {
+  Tensor xq;      // W8A8: (>= M, K) of the weight's code dtype (fp8_e4m3 / int8), 16-byte aligned
+  Tensor scales;  // W8A8: (>= M) f32
+  Tensor xn;      // W8A16: >= M * K elements of x's dtype, 16-byte aligned
 };
+// The most tokens the GEMV takes for a weight format.
+int64_t gemv_max_m(WeightFormat format);
 // True when the kernel can run these operands (bf16/f16, K % 64 == 0, 16-byte aligned, M small).
 bool gemv_supported(const Tensor& x, const WeightRef& w, const Tensor& out);
 void launch_gemv(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
-                 cudaStream_t stream, bool pdl = false, const GemvFp8Act* act = nullptr);
+                 cudaStream_t stream, bool pdl = false, const GemvQuantAct* act = nullptr);
 // The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype; gain
-// (K) is the norm's gain for an FP8 weight, null for a dense one (folded into w):
+// (K) is the norm's gain for a quantized weight, null for a dense one (folded into w):
 //  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x) * gain) @ w^T (+ bias)
 //  kAccumulate: out (M, N) += x @ w^T (+ bias)              [the residual add; gain null]
 inline constexpr int kGemvFusedMaxM = 8;
@@ -66,7 +69,7 @@ bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
                            int64_t intermediate_size);
 void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
                        Tensor out, GemvFusion fusion, float eps, cudaStream_t stream,
-                       bool pdl = false, const GemvFp8Act* act = nullptr);
+                       bool pdl = false, const GemvQuantAct* act = nullptr);
 // qkv (M, (Hq + 2 Hkv) * hd) = (x / rms(x) * gain) @ w^T (+ bias), then rope_and_cache on it, in
 // one kernel: the q and k heads rotated in fp32 before the one rounding, k and v written into kv.
 bool gemv_rope_cache_supported(const Tensor& x, const WeightRef& w, const AttentionShape& shape);
@@ -74,18 +77,25 @@ void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef
                             const Tensor* bias, float eps, const Tensor& positions,
                             const Tensor& slot_mapping, const Tensor& inv_freq,
                             const KvCacheLayer& kv, const AttentionShape& shape, Tensor qkv,
-                            cudaStream_t stream, bool pdl = false, const GemvFp8Act* act = nullptr);
+                            cudaStream_t stream, bool pdl = false,
+                            const GemvQuantAct* act = nullptr);
 // w (N, K) columns *= gain (K), in w's dtype (rounded once).
 void launch_scale_columns(Tensor w, const Tensor& gain, cudaStream_t stream);
 
 // ---- quant.cu ----
-// Each row of src (N, K) (f32/bf16/f16) quantized to FP8 E4M3 as backend/weight.h defines it:
-// dst (N, K) fp8_e4m3, scales f32 (N). Weights at load, and activations per token.
-void launch_quantize_rows_fp8(const Tensor& src, Tensor dst, Tensor scales, cudaStream_t stream);
+// Each row of src (N, K) (f32/bf16/f16) quantized as backend/weight.h defines it, to dst's
+// dtype: fp8_e4m3 or int8 (N, K), scales f32 (N). Weights at load, and activations per token.
+void launch_quantize_rows(const Tensor& src, Tensor dst, Tensor scales, cudaStream_t stream);
 // The same of src * gain (gain (K) or null); with rms, src is the h of rms_norm(h) and each row's
 // scale also carries 1 / rms(h): dst * scale = the quantized rms_norm(h) * gain.
-void launch_quantize_rms_rows_fp8(const Tensor& src, const Tensor* gain, float eps, bool rms,
-                                  Tensor dst, Tensor scales, cudaStream_t stream, bool pdl = false);
+void launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, bool rms,
+                              Tensor dst, Tensor scales, cudaStream_t stream, bool pdl = false);
+// INT8 W8A16 at large M: dst (N, K) (bf16/f16) = data (N, K) int8 * scales[n], rounded once.
+void launch_dequantize_int8(const WeightRef& w, Tensor dst, cudaStream_t stream);
+// INT8 W8A8 after cuBLASLt's int32 GEMM: out (M, N) = acc (M, N) int32 * x_scales[m] *
+// w_scales[n] (+ bias[n]), out bf16/f16.
+void launch_dequantize_int32(const Tensor& acc, const Tensor& x_scales, const Tensor& w_scales,
+                             const Tensor* bias, Tensor out, cudaStream_t stream);
 
 // ---- rope_cache.cu ----
 void launch_rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,

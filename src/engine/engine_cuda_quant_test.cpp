@@ -1,17 +1,21 @@
-// The CUDA engine with FP8 weights (--quantization fp8) end to end, against the CPU engine on
-// bit-identical FP8 weights: the same bf16-rounded dummy values quantized by each backend's
-// quantize_weight (which agree bit for bit, cuda_quant_test), decode graphs and the fused decode
-// GEMVs included. The CPU runs fp32 activations and the GPU bf16, and that 0.4 % difference
-// flips some of the per-token E4M3 roundings of the activations (3 mantissa bits): the two FP8
-// runs then differ by noise of the size of the quantization error itself (measured on the H200:
-// 0.080 relative L2 where FP8 and bf16 dense differ by 0.090). So the bound is relative: at the
-// first step (the same context everywhere) the GPU's FP8 logits are no further from the CPU's
-// than 1.25x FP8's distance from the dense model, and no step before the tokens diverge exceeds
-// 0.15. A wiring error (a scale, a row, a gain or a quantization missing) gives O(1) errors.
-// Label gpu.
+// The CUDA engine with quantized weights (--quantization fp8, int8, int8-w8a8) end to end,
+// against the CPU engine on bit-identical quantized weights: the same bf16-rounded dummy values
+// quantized by each backend's quantize_weight (which agree bit for bit, cuda_quant_test), decode
+// graphs and the fused decode GEMVs included. What follows was measured for FP8; the INT8 formats
+// keep more bits, so their distance from dense is smaller and the bf16 activations' own noise
+// weighs more: the bound gets 0.01 of slack on top. The CPU runs fp32 activations and the GPU bf16,
+// and that 0.4 % difference flips some of the per-token E4M3 roundings of the activations (3
+// mantissa bits): the two FP8 runs then differ by noise of the size of the quantization error
+// itself (measured on the H200: 0.080 relative L2 where FP8 and bf16 dense differ by 0.090). So the
+// bound is relative: at the first step (the same context everywhere) the GPU's FP8 logits are no
+// further from the CPU's than 1.25x FP8's distance from the dense model, and no step before the
+// tokens diverge exceeds 0.15. A wiring error (a scale, a row, a gain or a quantization missing)
+// gives O(1) errors. Label gpu.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <tuple>
 
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
@@ -32,8 +36,8 @@ double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
 }
 
 // The CPU's dummy weights rounded to bf16 (what the GPU's fill_uniform stores), with the four
-// matmul weights of each layer then quantized to FP8 by the CPU backend.
-ModelWeights cpu_fp8_weights(const ModelConfig& c, CpuBackend& cpu) {
+// matmul weights of each layer then quantized to `format` by the CPU backend.
+ModelWeights cpu_quantized_weights(const ModelConfig& c, CpuBackend& cpu, WeightFormat format) {
   auto dense = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, cpu);
   IB_ASSERT(dense.ok(), "CPU dummy weights");
   ModelWeights w = std::move(*dense);
@@ -54,10 +58,10 @@ ModelWeights cpu_fp8_weights(const ModelConfig& c, CpuBackend& cpu) {
       const int64_t n = ref->data.dim(0), k = ref->data.dim(1);
       auto data = cpu.alloc(static_cast<size_t>(n * k), MemoryTag::kWeights);
       auto scales = cpu.alloc(static_cast<size_t>(n) * 4, MemoryTag::kWeights);
-      IB_ASSERT(data.ok() && scales.ok(), "CPU fp8 weights");
+      IB_ASSERT(data.ok() && scales.ok(), "CPU quantized weights");
       WeightRef q;
-      q.format = WeightFormat::kFp8E4M3;
-      q.data = data->view(DType::kF8E4M3, {n, k});
+      q.format = format;
+      q.data = data->view(quantized_data_dtype(format), {n, k});
       q.scales = scales->view(DType::kF32, {n});
       cpu.quantize_weight(ref->data, q);
       w.storage.push_back(std::move(*data));
@@ -94,27 +98,30 @@ Generation generate(const ModelConfig& c, ModelWeights w, Backend& backend, bool
   return run;
 }
 
-class CudaEngineFp8 : public ::testing::TestWithParam<bool> {};  // param: decode graphs
+// (decode graphs, weight format)
+class CudaEngineQuant : public ::testing::TestWithParam<std::tuple<bool, WeightFormat>> {};
 
-TEST_P(CudaEngineFp8, MatchesTheCpuEngineOnTheSameFp8Weights) {
+TEST_P(CudaEngineQuant, MatchesTheCpuEngineOnTheSameQuantizedWeights) {
   IB_REQUIRE_CUDA();
-  ModelConfig c = testing::small_cuda_config("small-cuda-fp8");
+  const bool graphs = std::get<0>(GetParam());
+  const WeightFormat format = std::get<1>(GetParam());
+  ModelConfig c = testing::small_cuda_config("small-cuda-quant");
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = DType::kBF16;
   auto gpu = create_backend(bo);
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
-  if (!(*gpu)->supports_weight_format(WeightFormat::kFp8E4M3))
-    GTEST_SKIP() << "this GPU has no E4M3 tensor cores";
-  WeightOptions fp8;
-  fp8.format = LoadFormat::kDummy;
-  fp8.quantization = WeightFormat::kFp8E4M3;
-  auto gpu_w = load_weights(c, fp8, **gpu);
+  if (!(*gpu)->supports_weight_format(format))
+    GTEST_SKIP() << "this GPU lacks the tensor cores of " << weight_format_name(format);
+  WeightOptions quantized;
+  quantized.format = LoadFormat::kDummy;
+  quantized.quantization = format;
+  auto gpu_w = load_weights(c, quantized, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
-  EXPECT_EQ(gpu_w->layers[0].w_down.format, WeightFormat::kFp8E4M3);
+  EXPECT_EQ(gpu_w->layers[0].w_down.format, format);
   CpuBackend cpu(2);
-  const Generation want = generate(c, cpu_fp8_weights(c, cpu), cpu, false);
-  const Generation got = generate(c, std::move(*gpu_w), **gpu, GetParam());
+  const Generation want = generate(c, cpu_quantized_weights(c, cpu, format), cpu, false);
+  const Generation got = generate(c, std::move(*gpu_w), **gpu, graphs);
   ASSERT_EQ(got.done.size(), want.done.size());
   double worst = 0, first_vs_cpu = 0;
   int compared = 0;
@@ -128,10 +135,10 @@ TEST_P(CudaEngineFp8, MatchesTheCpuEngineOnTheSameFp8Weights) {
     }
   }
 
-  // FP8 against bf16 dense on the same (bf16) dummy weights: the quantization's own error.
+  // Quantized against bf16 dense on the same (bf16) dummy weights: the quantization's own error.
   auto dense_w = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, **gpu);
   ASSERT_TRUE(dense_w.ok()) << dense_w.error().message;
-  const Generation dense = generate(c, std::move(*dense_w), **gpu, GetParam());
+  const Generation dense = generate(c, std::move(*dense_w), **gpu, graphs);
   double first_vs_dense = 0;
   int same_first = 0;
   for (const auto& [id, g] : got.done) {
@@ -143,14 +150,23 @@ TEST_P(CudaEngineFp8, MatchesTheCpuEngineOnTheSameFp8Weights) {
   RecordProperty("first_step_vs_bf16_dense", std::to_string(first_vs_dense));
   RecordProperty("first_token_agreement_with_bf16", std::to_string(same_first));
   EXPECT_GE(compared, 12) << "too few comparable steps";
-  EXPECT_GT(first_vs_dense, 1e-3) << "the FP8 run looks dense";
-  EXPECT_LE(first_vs_cpu, 1.25 * first_vs_dense);
+  EXPECT_GT(first_vs_dense, 1e-3) << "the quantized run looks dense";
+  EXPECT_LE(first_vs_cpu, 1.25 * first_vs_dense + (format == WeightFormat::kFp8E4M3 ? 0.0 : 0.01));
   EXPECT_LE(worst, 0.15);
 }
 
-INSTANTIATE_TEST_SUITE_P(Graphs, CudaEngineFp8, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& p) {
-                           return std::string(p.param ? "graphs" : "eager");
+INSTANTIATE_TEST_SUITE_P(GraphsAndFormats, CudaEngineQuant,
+                         ::testing::Combine(::testing::Values(false, true),
+                                            ::testing::Values(WeightFormat::kFp8E4M3,
+                                                              WeightFormat::kInt8W8A16,
+                                                              WeightFormat::kInt8W8A8)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, WeightFormat>>& p) {
+                           std::string name =
+                               std::string(std::get<0>(p.param) ? "graphs_" : "eager_") +
+                               weight_format_name(std::get<1>(p.param));
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
                          });
 
 }  // namespace
