@@ -125,6 +125,10 @@ class QuantOps {
   // zero row) and data[n][k] = e4m3(dense[n][k] * inv_n), inv_n = 448 / max_k |dense[n][k]| (0 for
   // a zero row), rounded to nearest even, in fp32.
   virtual void quantize_weight(const Tensor& dense, const WeightRef& out) = 0;
+  // Readies the backend to run matmuls on a quantized weight that arrived already quantized (a
+  // published checkpoint's): the scratch its ops need, which quantize_weight reserves itself.
+  // Called once per weight after loading; an allocation failure is returned.
+  virtual Status prepare_weight(const WeightRef& /*w*/) { return Ok{}; }
 };
 
 // The dense decoder's fused decode step (CUDA; bench/NOTES.md, phase 3), used behind the

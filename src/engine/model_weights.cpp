@@ -279,6 +279,13 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   if (options.quantization != WeightFormat::kDense) {
     w.description += ", " + quantization_description(options.quantization);
   }
+  if (prequantized) {  // quantize_weight, which readies the backend, did not run
+    for (const LayerWeights& l : w.layers) {
+      for (const WeightRef* ref : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) {
+        IB_TRY(backend.prepare_weight(*ref));
+      }
+    }
+  }
   backend.synchronize();  // before the staging's scratch is freed
   return w;
 }

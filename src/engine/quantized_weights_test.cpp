@@ -278,13 +278,21 @@ TEST(Fp8Engine, RunsEndToEndCloseToTheDenseFp32Model) {
 
 TEST(Int8Engine, RunsEndToEndCloseToTheDenseFp32Model) {
   // INT8 keeps 7 bits where E4M3 keeps 4 (with the sign): its errors are several times smaller
-  // than FP8's above, and W8A16 (exact activations) smaller than W8A8.
+  // than FP8's above, and W8A16 (exact activations) smaller than W8A8. Measured (deterministic):
+  // int8 174 rows, KL mean 5.9e-5, p99 1.8e-4 nats, top-1 0.977, relative L2 0.0099; int8-w8a8
+  // 178 rows, KL mean 2.4e-4, p99 7.3e-4, top-1 0.983, relative L2 0.020. Bounds at about 2x:
   const EndToEnd a16 = end_to_end(WeightFormat::kInt8W8A16);
   const EndToEnd a8 = end_to_end(WeightFormat::kInt8W8A8);
+  EXPECT_GE(a16.rows, 150);
+  EXPECT_LT(a16.kl_mean, 1.2e-4);
+  EXPECT_LT(a16.kl_p99, 4e-4);
+  EXPECT_LT(a16.rel_l2, 0.02);
+  EXPECT_GE(a8.rows, 150);
+  EXPECT_LT(a8.kl_mean, 5e-4);
+  EXPECT_LT(a8.kl_p99, 1.5e-3);
+  EXPECT_LT(a8.rel_l2, 0.04);
   for (const EndToEnd& r : {a16, a8}) {
-    EXPECT_GE(r.rows, 100);
-    EXPECT_LT(r.kl_mean, 0.008);
-    EXPECT_LT(r.rel_l2, 0.13);
+    EXPECT_GE(r.top1, 0.93);
     EXPECT_GT(r.rel_l2, 1e-3);  // the matmuls did run in int8
   }
   EXPECT_LT(a16.rel_l2, a8.rel_l2);

@@ -15,6 +15,12 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kUnroll = 2;
 constexpr bool kAdjacent = false;
+// Quantized weights load 16 bytes per row and step where bf16 loads 32: twice the steps in flight
+// keep as many bytes in flight (bench/NOTES.md, INT8 run 2; the macro is for that A/B only).
+#ifndef IB_GEMV_QUANT_UNROLL
+#define IB_GEMV_QUANT_UNROLL 4
+#endif
+constexpr int kQuantUnroll = IB_GEMV_QUANT_UNROLL;
 
 // The quantized operands of a launch: the weight's row scales and x's token scales.
 GemvQuant quant_operands(const WeightRef& w, const GemvQuantAct* act) {
@@ -51,7 +57,8 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
   const void* wp = w.data.data;
   if constexpr (kW == kGemvFp8 || kW == kGemvInt8A8) {
     const GemvQuantAct q = quantize_act(x, gain, eps, kRms, act, w.data.dtype, stream, pdl);
-    launch_kernel(op, pdl, gemv_kernel<T, TOut, NT, kWarps, kUnroll, false, kEpilogue, kRms, kW>,
+    launch_kernel(op, pdl,
+                  gemv_kernel<T, TOut, NT, kWarps, kQuantUnroll, false, kEpilogue, kRms, kW>,
                   dim3(blocks), dim3(kWarps * 32), 0, stream, static_cast<const void*>(q.xq.data),
                   wp, bias, out.as<TOut>(), m, n, k, eps, rc, quant_operands(w, &q));
   } else if constexpr (kW == kGemvInt8 && kRms) {
@@ -61,14 +68,17 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
     Tensor xn =
         act->xn.reshaped({act->xn.numel() / x.row_size(), x.row_size()}).slice_rows(0, x.rows());
     launch_rms_norm(nullptr, x, *gain, eps, xn, stream, pdl);
-    launch_kernel(op, pdl, gemv_kernel<T, TOut, NT, kWarps, kUnroll, false, kEpilogue, false, kW>,
+    launch_kernel(op, pdl,
+                  gemv_kernel<T, TOut, NT, kWarps, kQuantUnroll, false, kEpilogue, false, kW>,
                   dim3(blocks), dim3(kWarps * 32), 0, stream, static_cast<const void*>(xn.data), wp,
                   bias, out.as<TOut>(), m, n, k, eps, rc, quant_operands(w, nullptr));
   } else {
-    launch_kernel(op, pdl, gemv_kernel < T, TOut, NT, kWarps, kUnroll,
-                  kAdjacent && kW == kGemvDense, kEpilogue, kRms, kW >, dim3(blocks),
-                  dim3(kWarps * 32), 0, stream, static_cast<const void*>(x.data), wp, bias,
-                  out.as<TOut>(), m, n, k, eps, rc, quant_operands(w, nullptr));
+    constexpr bool kDense = kW == kGemvDense;
+    constexpr int kSteps = kDense ? kUnroll : kQuantUnroll;
+    launch_kernel(op, pdl, gemv_kernel < T, TOut, NT, kWarps, kSteps, kAdjacent && kDense,
+                  kEpilogue, kRms, kW >, dim3(blocks), dim3(kWarps * 32), 0, stream,
+                  static_cast<const void*>(x.data), wp, bias, out.as<TOut>(), m, n, k, eps, rc,
+                  quant_operands(w, nullptr));
   }
 }
 

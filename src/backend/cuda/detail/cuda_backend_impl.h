@@ -58,6 +58,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) override;
   bool supports_weight_format(WeightFormat format) const override;
   void quantize_weight(const Tensor& dense, const WeightRef& out) override;
+  Status prepare_weight(const WeightRef& w) override { return reserve_quant_scratch(w); }
   void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                       const Tensor& inv_freq, const KvCacheLayer& kv,
                       const AttentionShape& shape) override;
