@@ -253,19 +253,21 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
                       "'; pass a directory with model.safetensors (or an index) or use "
                       "--load-format dummy");
   }
-  if (format == LoadFormat::kSafetensors && config.quantization.fp8_weights &&
-      options.quantization != WeightFormat::kFp8E4M3) {
-    return user_error("'" + options.path + "' holds an FP8 checkpoint (quantization_config " +
-                      "quant_method \"" + config.quantization.quant_method +
-                      "\"); run it with --quantization fp8");
+  const CheckpointQuantization& cq = config.quantization;
+  if (format == LoadFormat::kSafetensors && cq.quantized() &&
+      weight_format_name(options.quantization) != cq.format) {
+    return user_error("'" + options.path + "' holds " +
+                      (cq.format == "fp8" ? "an FP8" : "an INT8 (" + cq.format + ")") +
+                      " checkpoint (quantization_config quant_method \"" + cq.quant_method +
+                      "\"); run it with --quantization " + cq.format);
   }
   if (!backend.supports_weight_format(options.quantization)) {
     return user_error(unsupported_quantization(options.quantization, backend));
   }
   IB_ASSIGN_OR_RETURN(ModelWeights w,
                       detail::allocate_weights(config, options.quantization, backend));
-  // An FP8 checkpoint's matmul weights arrive quantized: no dense staging.
-  const bool prequantized = format == LoadFormat::kSafetensors && config.quantization.fp8_weights;
+  // A quantized checkpoint's matmul weights arrive quantized: no dense staging.
+  const bool prequantized = format == LoadFormat::kSafetensors && cq.quantized();
   IB_ASSIGN_OR_RETURN(
       detail::DenseStaging staging,
       detail::DenseStaging::create(

@@ -2,9 +2,9 @@
 // names is checked (present, shape) and no unknown tensor is accepted before anything is copied;
 // then each source goes to its rows of the logical weight, converted to the backend dtype (a
 // quantized matmul weight's rows go to the staging scratch, quantized once the weight is whole).
-// An FP8 checkpoint (config.quantization.fp8_weights) holds each matmul source X.weight in
-// F8_E4M3 beside X.weight_scale (one per tensor, or one per row): the bytes are copied as they
-// are and the scales repeated per row, with no requantization.
+// A quantized checkpoint (config.quantization.quantized()) holds each matmul source X.weight in
+// F8_E4M3 (FP8) or I8 (INT8) beside X.weight_scale (one per tensor, or one per row): the bytes
+// are copied as they are and the scales repeated per row, with no requantization.
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -49,7 +49,7 @@ std::string scale_name(const std::string& weight_name) {
   return weight_name + "_scale";
 }
 
-// Missing and unexpected tensor names against the schema (with an FP8 checkpoint's weight
+// Missing and unexpected tensor names against the schema (with a quantized checkpoint's weight
 // scales), as one error naming both, the architecture and what each layer must hold.
 Status check_layout(const ModelConfig& c, const WeightSchema& schema,
                     const SafetensorsCheckpoint& ckpt) {
@@ -58,7 +58,9 @@ Status check_layout(const ModelConfig& c, const WeightSchema& schema,
   for (const SchemaEntry& e : schema.entries) {
     for (const TensorSource& s : e.sources) {
       std::vector<std::string> names = {s.name};
-      if (c.quantization.fp8_weights && is_matmul_role(e.role)) names.push_back(scale_name(s.name));
+      if (c.quantization.quantized() && is_matmul_role(e.role)) {
+        names.push_back(scale_name(s.name));
+      }
       for (const std::string& name : names) {
         expected.insert(name);
         if (!ckpt.contains(name)) missing.push_back(name);
@@ -105,13 +107,14 @@ const WeightRef* matmul_weight(const ModelWeights& w, WeightRole role, int layer
 }
 
 // One logical weight's copies: each checkpoint source to its rows of dense, which is the
-// weight itself or, for a quantized matmul weight, the staging scratch. From an FP8 checkpoint,
-// the parts are E4M3 rows of the weight's data and row_scales its scales, staged here.
+// weight itself or, for a quantized matmul weight, the staging scratch. From a quantized
+// checkpoint, the parts are code rows of the weight's data and row_scales its scales, staged
+// here.
 struct WeightCopies {
   std::vector<std::pair<HostTensorRef, Tensor>> parts;
   Tensor dense;
   const WeightRef* matmul = nullptr;  // set: staging.finish(dense, *matmul) after the parts
-  bool prequantized = false;          // an FP8 checkpoint's matmul weight: no staging
+  bool prequantized = false;          // a quantized checkpoint's matmul weight: no staging
   std::vector<float> row_scales;
 };
 
@@ -133,15 +136,17 @@ float element_as_f32(const HostTensorRef& t, int64_t i) {
   }
 }
 
-// An FP8 checkpoint's source: its E4M3 rows and its weight_scale, repeated on each row into
-// entry.row_scales at the source's offset.
-Status add_fp8_source(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
-                      const TensorSource& s, const HostTensorRef& ref, WeightCopies& entry) {
-  if (ref.dtype != DType::kF8E4M3) {
-    return user_error(
-        "safetensors: tensor '" + s.name + "' is " + std::string(dtype_name(ref.dtype)) +
-        " but config.json's " + "quantization_config (\"" + c.quantization.quant_method +
-        "\") says the matmul weights are F8_E4M3; the files and config.json disagree");
+// A quantized checkpoint's source: its code rows (E4M3 or int8, as the weight's data) and its
+// weight_scale, repeated on each row into entry.row_scales at the source's offset.
+Status add_quantized_source(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
+                            const TensorSource& s, const HostTensorRef& ref, WeightCopies& entry) {
+  const DType codes = entry.matmul->data.dtype;
+  if (ref.dtype != codes) {
+    return user_error("safetensors: tensor '" + s.name + "' is " +
+                      std::string(dtype_name(ref.dtype)) + " but config.json's " +
+                      "quantization_config (\"" + c.quantization.quant_method +
+                      "\") says the matmul weights are " + std::string(dtype_name(codes)) +
+                      "; the files and config.json disagree");
   }
   const std::string sname = scale_name(s.name);
   IB_ASSIGN_OR_RETURN(HostTensorRef scale, ckpt.get(sname));
@@ -182,7 +187,7 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
   for (const SchemaEntry& e : schema.entries) {
     WeightCopies& entry = copies.emplace_back();
     entry.matmul = matmul_weight(w, e.role, e.layer);
-    entry.prequantized = entry.matmul && c.quantization.fp8_weights;
+    entry.prequantized = entry.matmul && c.quantization.quantized();
     if (entry.prequantized) {
       entry.row_scales.assign(static_cast<size_t>(entry.matmul->data.dim(0)), 0.0f);
     } else {
@@ -200,12 +205,13 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
                           "; the config.json does not match these weights");
       }
       if (entry.prequantized) {
-        IB_TRY(add_fp8_source(c, *ckpt, s, ref, entry));
+        IB_TRY(add_quantized_source(c, *ckpt, s, ref, entry));
         continue;
       }
-      if (ref.dtype == DType::kF8E4M3) {
-        return user_error("safetensors: tensor '" + s.name + "' is F8_E4M3 but config.json has " +
-                          "no quantization_config for it; the files and config.json disagree");
+      if (ref.dtype == DType::kF8E4M3 || ref.dtype == DType::kI8) {
+        return user_error("safetensors: tensor '" + s.name + "' is " +
+                          std::string(dtype_name(ref.dtype)) + " but config.json has no " +
+                          "quantization_config for it; the files and config.json disagree");
       }
       const Tensor part = dst.slice_rows(s.row_offset, s.shape[0]);
       IB_ASSERT(ref.numel() == part.numel(), "schema source size differs from its weight rows");

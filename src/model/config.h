@@ -40,11 +40,16 @@ struct MlaConfig {
 // A checkpoint published already quantized (config.json's quantization_config). The engine loads
 // FP8 W8A8 checkpoints with dynamic activation scales: quant_method "fp8" (per-tensor weight
 // scales) and "compressed-tensors" with 8-bit float weights (per-tensor or per-channel scales);
-// other methods and schemes are refused when config.json is read, naming them.
+// and compressed-tensors INT8 checkpoints, symmetric int8 weights (per tensor or per channel)
+// with dynamic per-token int8 activations (W8A8) or none (W8A16). Other methods and schemes are
+// refused when config.json is read, naming them.
 struct CheckpointQuantization {
-  std::string quant_method;         // "" (not quantized), "fp8", "compressed-tensors"
-  bool fp8_weights = false;         // the matmul weights are F8_E4M3 with a weight_scale each
+  std::string quant_method;  // "" (not quantized), "fp8", "compressed-tensors"
+  // The --quantization the matmul weights are stored for: "" (dense), "fp8" (F8_E4M3), "int8"
+  // (I8, W8A16) or "int8-w8a8" (I8, per-token int8 activations); each with a weight_scale.
+  std::string format;
   bool per_channel_scales = false;  // weight_scale (N) / (N, 1), else one per tensor
+  bool quantized() const { return !format.empty(); }
 };
 
 struct ModelConfig {

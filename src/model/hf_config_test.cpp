@@ -345,7 +345,7 @@ TEST(HfConfig, QuantizationConfigOfFp8CheckpointsAndRefusals) {
   };
   auto plain = parse_hf_config(base, "m");
   ASSERT_TRUE(plain.ok());
-  EXPECT_FALSE(plain->quantization.fp8_weights);
+  EXPECT_FALSE(plain->quantization.quantized());
   EXPECT_EQ(plain->quantization.quant_method, "");
 
   auto fp8 = parse_hf_config(
@@ -354,7 +354,7 @@ TEST(HfConfig, QuantizationConfigOfFp8CheckpointsAndRefusals) {
       "m");
   ASSERT_TRUE(fp8.ok()) << fp8.error().message;
   EXPECT_EQ(fp8->quantization.quant_method, "fp8");
-  EXPECT_TRUE(fp8->quantization.fp8_weights);
+  EXPECT_EQ(fp8->quantization.format, "fp8");
   EXPECT_FALSE(fp8->quantization.per_channel_scales);
 
   auto ct = parse_hf_config(with_q(R"({"quant_method": "compressed-tensors",
@@ -364,8 +364,29 @@ TEST(HfConfig, QuantizationConfigOfFp8CheckpointsAndRefusals) {
       "strategy": "token", "dynamic": true, "symmetric": true}}}})"),
                             "m");
   ASSERT_TRUE(ct.ok()) << ct.error().message;
-  EXPECT_TRUE(ct->quantization.fp8_weights);
+  EXPECT_EQ(ct->quantization.format, "fp8");
   EXPECT_TRUE(ct->quantization.per_channel_scales);
+
+  // compressed-tensors INT8 as llm-compressor writes it: W8A8 (dynamic per-token int8
+  // activations) and W8A16 (weights only).
+  const std::string int8_weights =
+      R"("weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": true,
+      "dynamic": false})";
+  const auto int8_config = [&](const std::string& format, const std::string& activations) {
+    return with_q(R"({"quant_method": "compressed-tensors", "format": ")" + format +
+                  R"(", "ignore": ["lm_head"], "config_groups": {"group_0": {"targets":
+                  ["Linear"], )" +
+                  int8_weights + activations + "}}}");
+  };
+  auto w8a8 = parse_hf_config(int8_config("int-quantized", R"(, "input_activations":
+      {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true, "symmetric": true})"),
+                              "m");
+  ASSERT_TRUE(w8a8.ok()) << w8a8.error().message;
+  EXPECT_EQ(w8a8->quantization.format, "int8-w8a8");
+  EXPECT_TRUE(w8a8->quantization.per_channel_scales);
+  auto w8a16 = parse_hf_config(int8_config("naive-quantized", ""), "m");
+  ASSERT_TRUE(w8a16.ok()) << w8a16.error().message;
+  EXPECT_EQ(w8a16->quantization.format, "int8");
 
   const auto refused = [&](const std::string& q, const std::string& names) {
     auto c = parse_hf_config(with_q(q), "m");
@@ -384,6 +405,18 @@ TEST(HfConfig, QuantizationConfigOfFp8CheckpointsAndRefusals) {
       {"num_bits": 8, "type": "float", "strategy": "tensor"}, "input_activations":
       {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false}}}})",
           "static input activations");
+  // W8A16 int8 as compressed-tensors usually publishes it: packed into int32.
+  refused(R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups":
+      {"g": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}})",
+          "pack-quantized");
+  refused(R"({"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups":
+      {"g": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric":
+      false}}}})",
+          "asymmetric");
+  refused(R"({"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups":
+      {"g": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
+      "input_activations": {"num_bits": 8, "type": "float", "dynamic": true}}}})",
+          "8-bit float with int weights");
 }
 
 }  // namespace

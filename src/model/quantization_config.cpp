@@ -1,5 +1,6 @@
 // config.json's quantization_config: the pre-quantized checkpoint formats the engine loads (FP8
-// W8A8 with dynamic activation scales), and a user error naming anything else.
+// W8A8 and INT8 W8A8 / W8A16 with dynamic activation scales), and a user error naming anything
+// else.
 #include "model/detail/quantization_config.h"
 
 #include <string>
@@ -9,7 +10,9 @@ namespace {
 
 const char* const kSupported =
     "supported: \"fp8\" (dynamic activation scheme) and \"compressed-tensors\" with 8-bit float "
-    "weights and dynamic activations; or use the unquantized checkpoint with --quantization fp8";
+    "weights and dynamic activations, or 8-bit symmetric int weights (format int-quantized or "
+    "naive-quantized) with dynamic per-token int8 activations or none; or use the unquantized "
+    "checkpoint with --quantization fp8, int8 or int8-w8a8";
 
 // quant_method "fp8": E4M3 weights, one scale per tensor (weight_scale), activations quantized at
 // run time (activation_scheme "dynamic"), or by a calibrated input_scale ("static").
@@ -27,13 +30,15 @@ Status read_fp8(const JsonFields& q, CheckpointQuantization& out) {
         "supported; " +
         std::string(kSupported));
   }
-  out.fp8_weights = true;
+  out.format = "fp8";
   out.per_channel_scales = false;
   return Ok{};
 }
 
-// compressed-tensors: every config group must be FP8 weights (num_bits 8, type "float", strategy
-// "tensor" or "channel") with dynamic input activations (or none).
+// compressed-tensors: every config group must be 8-bit weights (num_bits 8, strategy "tensor" or
+// "channel"), all of one type: "float" (FP8, dynamic input activations or none) or "int"
+// (symmetric, stored unpacked; input activations dynamic 8-bit int per token: W8A8, or none:
+// W8A16).
 Status read_compressed_tensors(const JsonFields& q, CheckpointQuantization& out) {
   IB_ASSIGN_OR_RETURN(auto groups, q.optional_object("config_groups"));
   if (!groups || groups->json().empty()) {
@@ -49,9 +54,15 @@ Status read_compressed_tensors(const JsonFields& q, CheckpointQuantization& out)
     IB_ASSIGN_OR_RETURN(const int bits, w->optional_int("num_bits", 0));
     IB_ASSIGN_OR_RETURN(const std::string type, w->optional_string("type", ""));
     IB_ASSIGN_OR_RETURN(const std::string strategy, w->optional_string("strategy", ""));
-    if (bits != 8 || type != "float" || (strategy != "tensor" && strategy != "channel")) {
+    IB_ASSIGN_OR_RETURN(const bool symmetric, w->optional_bool("symmetric", true));
+    if (bits != 8 || (type != "float" && type != "int") ||
+        (strategy != "tensor" && strategy != "channel")) {
       return g.error("weights of " + std::to_string(bits) + "-bit " + type + " with strategy \"" +
                      strategy + "\" are not supported; " + kSupported);
+    }
+    if (!symmetric) {
+      return g.error("asymmetric weights (a weight_zero_point per scale) are not supported; " +
+                     std::string(kSupported));
     }
     IB_ASSIGN_OR_RETURN(auto a, g.optional_object("input_activations"));
     if (a) {
@@ -62,7 +73,20 @@ Status read_compressed_tensors(const JsonFields& q, CheckpointQuantization& out)
             "yet; " +
             std::string(kSupported));
       }
+      IB_ASSIGN_OR_RETURN(const int a_bits, a->optional_int("num_bits", 0));
+      IB_ASSIGN_OR_RETURN(const std::string a_type, a->optional_string("type", ""));
+      if (a_bits != 8 || a_type != type) {
+        return g.error("input activations of " + std::to_string(a_bits) + "-bit " + a_type +
+                       " with " + type + " weights are not supported; " + kSupported);
+      }
     }
+    const std::string format =
+        type == "float" ? "fp8" : (a ? std::string("int8-w8a8") : std::string("int8"));
+    if (!first && format != out.format) {
+      return g.error("config groups mix weight formats (" + out.format + " and " + format + "); " +
+                     kSupported);
+    }
+    out.format = format;
     const bool per_channel = strategy == "channel";
     if (!first && per_channel != out.per_channel_scales) {
       return g.error("config groups mix per-tensor and per-channel weight scales; " +
@@ -71,7 +95,16 @@ Status read_compressed_tensors(const JsonFields& q, CheckpointQuantization& out)
     out.per_channel_scales = per_channel;
     first = false;
   }
-  out.fp8_weights = true;
+  if (out.format != "fp8") {
+    IB_ASSIGN_OR_RETURN(const std::string packing, q.optional_string("format", ""));
+    if (packing != "int-quantized" && packing != "naive-quantized") {
+      return q.error("quantization_config \"format\": \"" + packing +
+                     "\": int8 weights are loaded as stored I8 tensors (\"int-quantized\" or "
+                     "\"naive-quantized\"); packed int32 weights (weight_packed) are not "
+                     "supported; " +
+                     std::string(kSupported));
+    }
+  }
   return Ok{};
 }
 

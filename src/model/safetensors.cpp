@@ -25,6 +25,7 @@ std::optional<DType> parse_st_dtype(const std::string& s) {
   if (s == "BF16") return DType::kBF16;
   if (s == "F16") return DType::kF16;
   if (s == "F8_E4M3") return DType::kF8E4M3;  // FP8 checkpoints' weights
+  if (s == "I8") return DType::kI8;           // INT8 checkpoints' weights
   return std::nullopt;
 }
 
@@ -83,8 +84,8 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const Json& v, uin
   if (!dtype) {
     if (is_known_st_dtype(dtype_s)) {
       return user_error(where + " has dtype " + dtype_s +
-                        ", which inferbench cannot load (BF16, F16, F32, and F8_E4M3 in FP8 "
-                        "checkpoints); use an unquantized checkpoint");
+                        ", which inferbench cannot load (BF16, F16, F32, and F8_E4M3 / I8 in "
+                        "FP8 / INT8 checkpoints); use an unquantized checkpoint");
     }
     return user_error(where + " has unknown dtype \"" + dtype_s.substr(0, 32) + "\"");
   }

@@ -1,11 +1,13 @@
-// Published FP8 checkpoints (config.json quantization_config: quant_method "fp8" or
-// compressed-tensors FP8): the F8_E4M3 weights load byte for byte with their weight_scale
-// repeated on each row (per tensor) or per row (per channel), q/k/v and gate/up fused without
-// requantization; run without --quantization fp8, with a malformed scale or a missing one, the
-// load is refused naming the fix. The checkpoint is written here from the format's definition
-// (scale = max |w| / 448, codes = e4m3(w / scale)), independently of the engine's quantizer.
+// Published quantized checkpoints (config.json quantization_config: quant_method "fp8", or
+// compressed-tensors FP8 or INT8): the F8_E4M3 / I8 weights load byte for byte with their
+// weight_scale repeated on each row (per tensor) or per row (per channel), q/k/v and gate/up fused
+// without requantization; run without the matching --quantization, with a malformed scale or a
+// missing one, the load is refused naming the fix. The checkpoint is written here from the
+// format's definition (FP8: scale = max |w| / 448, codes = e4m3(w / scale); INT8: scale =
+// max |w| / 127, codes = rne(w / scale)), independently of the engine's quantizer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -13,6 +15,7 @@
 
 #include "engine/detail/checkpoint_test_support.h"
 #include "engine/detail/engine_test_support.h"
+#include "engine/engine_config.h"
 #include "engine/model_weights.h"
 #include "model/safetensors.h"
 
@@ -21,32 +24,37 @@ namespace {
 
 constexpr WeightFormat kFp8 = WeightFormat::kFp8E4M3;
 
-struct Fp8Tensor {
-  std::string codes;          // E4M3 bytes, row-major
+struct CodesTensor {
+  std::string codes;          // E4M3 or int8 bytes, row-major
   std::vector<float> scales;  // one (per tensor) or one per row
 };
 
-Fp8Tensor quantize_reference(const std::vector<float>& w, int64_t rows, bool per_channel) {
-  Fp8Tensor t;
+CodesTensor quantize_reference(const std::vector<float>& w, int64_t rows, bool per_channel,
+                               bool int8) {
+  CodesTensor t;
   const int64_t groups = per_channel ? rows : 1;
   const int64_t per = static_cast<int64_t>(w.size()) / groups;
   for (int64_t g = 0; g < groups; ++g) {
     double amax = 0;
     for (int64_t i = 0; i < per; ++i)
       amax = std::max(amax, std::fabs(double{w[static_cast<size_t>(g * per + i)]}));
-    const float scale = amax == 0 ? 1.0f : static_cast<float>(amax / 448.0);
+    const float scale = amax == 0 ? 1.0f : static_cast<float>(amax / (int8 ? 127.0 : 448.0));
     t.scales.push_back(scale);
-    for (int64_t i = 0; i < per; ++i)
-      t.codes.push_back(
-          static_cast<char>(f32_to_f8e4m3_bits(w[static_cast<size_t>(g * per + i)] / scale)));
+    for (int64_t i = 0; i < per; ++i) {
+      const float v = w[static_cast<size_t>(g * per + i)] / scale;
+      t.codes.push_back(int8 ? static_cast<char>(std::clamp(std::nearbyint(v), -127.0f, 127.0f))
+                             : static_cast<char>(f32_to_f8e4m3_bits(v)));
+    }
   }
   return t;
 }
 
-// The bf16 checkpoint of hf_tensors with every *_proj.weight as F8_E4M3 plus its weight_scale.
-std::vector<SafetensorsWriteTensor> fp8_checkpoint(std::vector<SafetensorsWriteTensor> dense,
-                                                   bool per_channel,
-                                                   std::vector<Fp8Tensor>* written) {
+// The bf16 checkpoint of hf_tensors with every *_proj.weight as F8_E4M3 (or I8) plus its
+// weight_scale.
+std::vector<SafetensorsWriteTensor> quantized_checkpoint(std::vector<SafetensorsWriteTensor> dense,
+                                                         bool per_channel,
+                                                         std::vector<CodesTensor>* written,
+                                                         bool int8 = false) {
   std::vector<SafetensorsWriteTensor> out;
   for (SafetensorsWriteTensor& t : dense) {
     const bool matmul = t.name.size() > 12 && t.name.ends_with("_proj.weight");
@@ -62,10 +70,10 @@ std::vector<SafetensorsWriteTensor> fp8_checkpoint(std::vector<SafetensorsWriteT
       v[i] = bf16_bits_to_f32(b);
     }
     const int64_t rows = t.shape[0];
-    Fp8Tensor q = quantize_reference(v, rows, per_channel);
+    CodesTensor q = quantize_reference(v, rows, per_channel, int8);
     std::string scale_bytes(q.scales.size() * 4, '\0');
     std::memcpy(scale_bytes.data(), q.scales.data(), scale_bytes.size());
-    out.push_back({t.name, DType::kF8E4M3, t.shape, q.codes});
+    out.push_back({t.name, int8 ? DType::kI8 : DType::kF8E4M3, t.shape, q.codes});
     out.push_back({t.name + "_scale", DType::kF32,
                    per_channel ? std::vector<int64_t>{rows, 1} : std::vector<int64_t>{1},
                    scale_bytes});
@@ -96,31 +104,41 @@ std::vector<uint8_t> bytes_of(Backend& b, const Tensor& t) {
   return v;
 }
 
-TEST(Fp8Checkpoint, LoadsTheCodesAsWrittenWithTheirScalesPerRow) {
-  for (const bool per_channel : {false, true}) {
-    SCOPED_TRACE(per_channel ? "per channel" : "per tensor");
+TEST(QuantizedCheckpoint, LoadsTheCodesAsWrittenWithTheirScalesPerRow) {
+  struct Case {
+    const char* quant_method;
+    const char* format;
+    bool per_channel;
+  };
+  for (const Case& k :
+       {Case{"fp8", "fp8", false}, Case{"compressed-tensors", "fp8", true},
+        Case{"compressed-tensors", "int8-w8a8", true}, Case{"compressed-tensors", "int8", false}}) {
+    const bool per_channel = k.per_channel;
+    SCOPED_TRACE(std::string(k.format) + (per_channel ? ", per channel" : ", per tensor"));
     CpuBackend backend(2);
     Fixture f = make_fixture(backend);
-    f.c.quantization.quant_method = per_channel ? "compressed-tensors" : "fp8";
-    f.c.quantization.fp8_weights = true;
+    f.c.quantization.quant_method = k.quant_method;
+    f.c.quantization.format = k.format;
     f.c.quantization.per_channel_scales = per_channel;
-    std::vector<Fp8Tensor> written;  // in hf_tensors' order: q, k, v, gate, up, o, down per layer
+    const bool int8 = std::string(k.format) != "fp8";
+    const WeightFormat wf = *quantization_weight_format(k.format);
+    std::vector<CodesTensor> written;  // in hf_tensors' order: q, k, v, gate, up, o, down
     testing::TempDir dir;
     ASSERT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(),
-                                  fp8_checkpoint(f.dense, per_channel, &written))
+                                  quantized_checkpoint(f.dense, per_channel, &written, int8))
                     .ok());
-    auto w = load_weights(f.c, {LoadFormat::kSafetensors, dir.path().string(), 0, kFp8}, backend);
+    auto w = load_weights(f.c, {LoadFormat::kSafetensors, dir.path().string(), 0, wf}, backend);
     ASSERT_TRUE(w.ok()) << w.error().message;
     ASSERT_EQ(written.size(), 7 * w->layers.size());
     for (size_t l = 0; l < w->layers.size(); ++l) {
       const LayerWeights& lw = w->layers[l];
-      const Fp8Tensor* t = &written[7 * l];  // q, k, v, gate, up, o, down
-      const auto expect = [&](const WeightRef& ref, std::initializer_list<const Fp8Tensor*> parts,
+      const CodesTensor* t = &written[7 * l];  // q, k, v, gate, up, o, down
+      const auto expect = [&](const WeightRef& ref, std::initializer_list<const CodesTensor*> parts,
                               const char* what) {
-        ASSERT_EQ(ref.format, kFp8) << what;
+        ASSERT_EQ(ref.format, wf) << what;
         std::string codes;
         std::vector<float> scales;
-        for (const Fp8Tensor* p : parts) {
+        for (const CodesTensor* p : parts) {
           codes += p->codes;
           const int64_t rows = static_cast<int64_t>(p->codes.size()) / ref.data.dim(1);
           for (int64_t r = 0; r < rows; ++r)
@@ -141,11 +159,11 @@ TEST(Fp8Checkpoint, LoadsTheCodesAsWrittenWithTheirScalesPerRow) {
   }
 }
 
-TEST(Fp8Checkpoint, IsRefusedWithoutTheFlagOrWithBadScalesNamingTheFix) {
+TEST(QuantizedCheckpoint, IsRefusedWithoutTheFlagOrWithBadScalesNamingTheFix) {
   CpuBackend backend(2);
   Fixture f = make_fixture(backend);
   f.c.quantization.quant_method = "fp8";
-  f.c.quantization.fp8_weights = true;
+  f.c.quantization.format = "fp8";
   const auto load_error = [&](std::vector<SafetensorsWriteTensor> tensors, WeightFormat q) {
     testing::TempDir dir;
     EXPECT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(), tensors).ok());
@@ -153,8 +171,10 @@ TEST(Fp8Checkpoint, IsRefusedWithoutTheFlagOrWithBadScalesNamingTheFix) {
     EXPECT_FALSE(w.ok());
     return w.ok() ? std::string() : w.error().message;
   };
-  const auto good = fp8_checkpoint(f.dense, false, nullptr);
+  const auto good = quantized_checkpoint(f.dense, false, nullptr);
   EXPECT_NE(load_error(good, WeightFormat::kDense).find("run it with --quantization fp8"),
+            std::string::npos);
+  EXPECT_NE(load_error(good, WeightFormat::kInt8W8A8).find("run it with --quantization fp8"),
             std::string::npos);
 
   auto bad_shape = good;
@@ -179,6 +199,17 @@ TEST(Fp8Checkpoint, IsRefusedWithoutTheFlagOrWithBadScalesNamingTheFix) {
 
   // A dense checkpoint that config.json calls FP8: the weights are not F8_E4M3.
   EXPECT_NE(load_error(f.dense, kFp8).find("weight_scale"), std::string::npos);
+
+  // An INT8 checkpoint: run with its own flag only; FP8 codes where it says int8 are refused.
+  f.c.quantization.quant_method = "compressed-tensors";
+  f.c.quantization.format = "int8-w8a8";
+  const auto int8 = quantized_checkpoint(f.dense, false, nullptr, true);
+  const std::string wrong_flag = load_error(int8, kFp8);
+  EXPECT_NE(wrong_flag.find("an INT8 (int8-w8a8) checkpoint"), std::string::npos) << wrong_flag;
+  EXPECT_NE(wrong_flag.find("run it with --quantization int8-w8a8"), std::string::npos);
+  const std::string wrong_codes = load_error(good, WeightFormat::kInt8W8A8);
+  EXPECT_NE(wrong_codes.find("fp8_e4m3 but config.json's quantization_config"), std::string::npos)
+      << wrong_codes;
 }
 
 }  // namespace
