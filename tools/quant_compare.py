@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""inferbench on published-format FP8 checkpoints against a torch reference written from the format.
+"""inferbench on published-format FP8 and INT8 checkpoints against a torch reference from the format.
 
 A Llama-3-8B-shaped model (hidden 4,096, 32 heads, 8 KV heads, FFN 14,336, vocabulary 128,256,
 rope theta 500,000; 2 layers by default) gets seeded random weights (tools/hf_models.py) and is
@@ -20,6 +20,13 @@ row), input replaced by xq * s. `inferbench generate --quantization fp8 --dump-l
 FP8 directory greedily; the reference's logits are computed teacher-forced on inferbench's tokens
 and every generated step is compared: relative L2, KL(reference || inferbench) and top-1.
 
+
+INT8 (compressed-tensors, as llm-compressor writes it): OUT/int8-w8a8-channel ("int-quantized",
+per-row scale [N, 1], input activations dynamic int8 per token; run with --quantization
+int8-w8a8) and OUT/int8-w8a16-tensor ("naive-quantized", one scale per tensor, weights only;
+--quantization int8): codes = clamp(rne(W * 127 / amax), -127, 127) as I8, scale = amax / 127.
+The reference's hooks quantize inputs per token to int8 (round half to even, scale max|x| / 127)
+for W8A8 and leave them alone for W8A16, whose CPU fp32 run should then agree to fp32 noise.
 The definition's own noise floor. Two correct fp32 implementations of this W8A8 differ only where
 an fp32 sum that differs in its last bit (accumulation order) moves an activation across an E4M3
 rounding boundary of the per-token quantization; but each such flip moves that activation by up
@@ -68,14 +75,15 @@ from safetensors.torch import load_file, save_file
 from hf_models import ieee_fp32, make_config, random_model
 
 E4M3_MAX = 448.0
+INT8_MAX = 127.0
 LLAMA3_8B = dict(  # meta-llama/Meta-Llama-3-8B (as tools/hf_compare.py's "llama-3")
     vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
     num_key_value_heads=8, rope_theta=500000.0, rms_norm_eps=1e-5,
     max_position_embeddings=8192, bos_token_id=128000, eos_token_id=128001,
     tie_word_embeddings=False)
 FORMATS = {
-    # directory name: (per-channel scales, config.json quantization_config)
-    "fp8-tensor": (False, {"quant_method": "fp8", "activation_scheme": "dynamic"}),
+    # directory name: (per-channel scales, config.json quantization_config, --quantization)
+    "fp8-tensor": (False, {"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),
     "fp8-channel": (True, {
         "quant_method": "compressed-tensors", "format": "float-quantized",
         "quantization_status": "compressed",
@@ -85,13 +93,33 @@ FORMATS = {
                         "symmetric": True, "dynamic": False},
             "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
                                   "dynamic": True, "symmetric": True}}},
-        "ignore": ["lm_head"]}),
+        "ignore": ["lm_head"]}, "fp8"),
+    # compressed-tensors INT8 as llm-compressor's W8A8 scheme writes it (I8 weights).
+    "int8-w8a8-channel": (True, {
+        "quant_method": "compressed-tensors", "format": "int-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "int", "strategy": "channel",
+                        "symmetric": True, "dynamic": False},
+            "input_activations": {"num_bits": 8, "type": "int", "strategy": "token",
+                                  "dynamic": True, "symmetric": True}}},
+        "ignore": ["lm_head"]}, "int8-w8a8"),
+    # Weight-only INT8 (W8A16) stored unpacked (naive-quantized).
+    "int8-w8a16-tensor": (False, {
+        "quant_method": "compressed-tensors", "format": "naive-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "int", "strategy": "tensor",
+                        "symmetric": True, "dynamic": False}}},
+        "ignore": ["lm_head"]}, "int8"),
 }
 # Max rel L2 against the reference: half-precision runs a fixed bound, fp32 runs
 # max(TOLERANCE["fp32"], FLOOR_FACTOR x the reference's own CUDA-vs-CPU distance).
 TOLERANCE = {"fp32": 1e-2, "bf16": 0.15, "fp16": 0.15}
 FLOOR_FACTOR = 2.0
-REFUSAL_TEXT = "run it with --quantization fp8"
+REFUSAL_TEXT = "run it with --quantization "  # + the format's value
 
 
 def is_quantized(name):
@@ -116,19 +144,25 @@ def read_tensors(directory):
     return tensors
 
 
-def quantize_weight(w, per_channel):
-    """E4M3 codes and float32 scale of w as the formats define them (0-dim or [N, 1] scale)."""
+def quantize_weight(w, per_channel, quantization):
+    """E4M3 or int8 codes and the float32 scale of w as the formats define them (0-dim or [N, 1]
+    scale): scale = amax / 448 (E4M3) or amax / 127 (int8, symmetric, round half to even)."""
     w = w.to("cuda", torch.float32)
     amax = w.abs().amax(dim=1, keepdim=True) if per_channel else w.abs().amax()
-    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
-    inv = torch.where(amax > 0, E4M3_MAX / amax, torch.zeros_like(amax))
-    codes = (w * inv).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    top = E4M3_MAX if quantization == "fp8" else INT8_MAX
+    scale = torch.where(amax > 0, amax / top, torch.ones_like(amax))
+    inv = torch.where(amax > 0, top / amax, torch.zeros_like(amax))
+    if quantization == "fp8":
+        codes = (w * inv).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    else:
+        codes = torch.round(w * inv).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
     return codes.cpu().contiguous(), scale.to(torch.float32).cpu().contiguous()
 
 
-def write_fp8(dense_tensors, dense_dir, out_dir, per_channel, quantization_config):
+def write_quantized(dense_tensors, dense_dir, out_dir, per_channel, quantization_config,
+                    quantization):
     """dense_dir's config.json (+ quantization_config) and other small files, and one
-    model.safetensors with every layer matmul weight as F8_E4M3 plus its weight_scale."""
+    model.safetensors with every layer matmul weight as F8_E4M3 or I8 plus its weight_scale."""
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
     for name in os.listdir(dense_dir):  # config.json, generation_config.json, tokenizer files
@@ -143,7 +177,7 @@ def write_fp8(dense_tensors, dense_dir, out_dir, per_channel, quantization_confi
     tensors = {}
     for name, t in dense_tensors.items():
         if is_quantized(name):
-            codes, scale = quantize_weight(t, per_channel)
+            codes, scale = quantize_weight(t, per_channel, quantization)
             tensors[name] = codes
             tensors[name + "_scale"] = scale
         else:
@@ -152,7 +186,7 @@ def write_fp8(dense_tensors, dense_dir, out_dir, per_channel, quantization_confi
 
 
 def dequantized_weights(ckpt_dir):
-    """{module name: codes.float() * weight_scale} of the FP8 files, on CUDA."""
+    """{module name: codes.float() * weight_scale} of the quantized files, on CUDA."""
     out = {}
     for path in sorted(glob.glob(os.path.join(ckpt_dir, "*.safetensors"))):
         with safe_open(path, framework="pt", device="cuda") as f:
@@ -161,24 +195,30 @@ def dequantized_weights(ckpt_dir):
                 if not is_quantized(name):
                     continue
                 codes, scale = f.get_tensor(name), f.get_tensor(name + "_scale")
-                if codes.dtype != torch.float8_e4m3fn:
-                    raise RuntimeError(f"{path}: {name} is {codes.dtype}, not float8_e4m3fn")
+                if codes.dtype not in (torch.float8_e4m3fn, torch.int8):
+                    raise RuntimeError(f"{path}: {name} is {codes.dtype}, not float8_e4m3fn "
+                                       "or int8")
                 out[name[:-len(".weight")]] = codes.float() * scale.float()
     return out
 
 
-def quantize_activations(x):
-    """W8A8's per-token dynamic E4M3 quantization of x (src/backend/weight.h), dequantized."""
+def quantize_activations(x, quantization):
+    """W8A8's per-token dynamic quantization of x (src/backend/weight.h), dequantized: E4M3
+    (fp8) or symmetric int8 rounded half to even (int8-w8a8)."""
+    top = E4M3_MAX if quantization == "fp8" else INT8_MAX
     amax = x.abs().amax(dim=-1, keepdim=True)
-    s = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
-    inv = torch.where(amax > 0, E4M3_MAX / amax, torch.zeros_like(amax))
-    xq = (x * inv).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).float()
+    s = torch.where(amax > 0, amax / top, torch.ones_like(amax))
+    inv = torch.where(amax > 0, top / amax, torch.zeros_like(amax))
+    if quantization == "fp8":
+        xq = (x * inv).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).float()
+    else:
+        xq = torch.round(x * inv).clamp(-INT8_MAX, INT8_MAX)
     return xq * s
 
 
 class Reference:
     """The dense files reloaded in fp32; set_weights switches its matmuls between dense and the
-    dequantized FP8 weights with per-token activation quantization."""
+    dequantized weights, with per-token activation quantization for the W8A8 formats."""
 
     def __init__(self, dense_dir, device):
         self.device = device
@@ -187,24 +227,26 @@ class Reference:
         self.linears = {n: m for n, m in self.model.named_modules()
                         if isinstance(m, torch.nn.Linear) and is_quantized(n + ".weight")}
         self.dense = {n: m.weight.detach().clone() for n, m in self.linears.items()}
-        self.quantize_inputs = False
+        self.quantize_inputs = None  # None, "fp8" or "int8-w8a8"
         for m in self.linears.values():
             m.register_forward_pre_hook(self._hook)
 
     def _hook(self, module, args):
         if not self.quantize_inputs:
             return None
-        return (quantize_activations(args[0]),) + tuple(args[1:])
+        return (quantize_activations(args[0], self.quantize_inputs),) + tuple(args[1:])
 
     @torch.no_grad()
-    def set_weights(self, weights):
-        """weights: dequantized_weights(...) (FP8 W8A8), or None (dense, no quantization)."""
+    def set_weights(self, weights, quantization=None):
+        """weights: dequantized_weights(...) of a checkpoint for --quantization `quantization`,
+        or None (dense, no quantization)."""
         if weights is not None and set(weights) != set(self.linears):
             raise RuntimeError(f"the FP8 file's matmul weights {sorted(weights)[:3]}... do not "
                                f"match the model's {sorted(self.linears)[:3]}...")
         for n, m in self.linears.items():
             m.weight.copy_(self.dense[n] if weights is None else weights[n].to(self.device))
-        self.quantize_inputs = weights is not None
+        w8a8 = weights is not None and quantization in ("fp8", "int8-w8a8")
+        self.quantize_inputs = quantization if w8a8 else None
 
     @torch.no_grad()
     def step_logits(self, prompt, tokens):
@@ -252,21 +294,23 @@ def save_json(args, rows, refusals, failures):
                        steps=args.steps, seed=args.seed, tolerance=TOLERANCE,
                        fp32_tolerance=f"max({TOLERANCE['fp32']}, {FLOOR_FACTOR} x "
                                       "floor_ref_cuda_vs_cpu.max_rel_l2)",
-                       formats={k: v[1] for k, v in FORMATS.items()},
+                       formats={k: dict(quantization_config=v[1], quantization=v[2])
+                                for k, v in FORMATS.items()},
                        reference="from_pretrained(dense bf16 files, dtype=float32), eager, TF32 "
-                                 "off; FP8: weights = codes * weight_scale from the FP8 file, "
-                                 "inputs quantized per token to E4M3 (dynamic)",
+                                 "off; weights = codes * weight_scale from the quantized file, "
+                                 "inputs quantized per token to E4M3 (fp8) or int8 "
+                                 "(int8-w8a8), dynamically; int8 (W8A16): inputs unquantized",
                        kl="KL(reference || candidate), nats, mean over generated steps",
                        rows=rows, refusals=refusals, failures=failures), f, indent=2)
     os.replace(path + ".tmp", path)
 
 
-def check_refusal(binary, ckpt, prompt, tmp):
-    """The FP8 checkpoint without --quantization fp8: exit 2 naming the flag."""
+def check_refusal(binary, ckpt, prompt, tmp, quantization):
+    """The quantized checkpoint without its --quantization: exit 2 naming the flag."""
     proc, _ = run_inferbench(binary, ckpt, "cpu", "fp32", prompt, 1,
                              os.path.join(tmp, "refused.npy"), None)
     text = (proc.stderr + proc.stdout).strip()
-    passed = proc.returncode == 2 and REFUSAL_TEXT in text
+    passed = proc.returncode == 2 and REFUSAL_TEXT + quantization in text
     return dict(checkpoint=os.path.basename(ckpt), exit_code=proc.returncode,
                 message=text[-400:], passed=passed)
 
@@ -280,7 +324,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lengths", default="24,256", help="prompt lengths in tokens")
     ap.add_argument("--runs", default="cpu:fp32,cuda:bf16",
-                    help="backend:dtype pairs inferbench runs with --quantization fp8")
+                    help="backend:dtype pairs inferbench runs with each --quantization")
+    ap.add_argument("--formats", default=",".join(FORMATS),
+                    help="checkpoints to write and compare: " + ", ".join(FORMATS))
     ap.add_argument("--keep", action="store_true", help="keep the checkpoints under --out")
     args = ap.parse_args()
     ieee_fp32()
@@ -289,14 +335,16 @@ def main():
     lengths = [int(x) for x in args.lengths.split(",")]
     runs = [tuple(r.split(":")) for r in args.runs.split(",")]
     dense_dir = os.path.join(args.out, "dense")
-    ckpt_dirs = {name: os.path.join(args.out, name) for name in FORMATS}
+    formats = {n: FORMATS[n] for n in args.formats.split(",")}
+    ckpt_dirs = {name: os.path.join(args.out, name) for name in formats}
     rows, refusals, failures = [], [], []
     try:
         shutil.rmtree(dense_dir, ignore_errors=True)
         save_dense(dense_dir, args.layers, args.seed)
         dense_tensors = read_tensors(dense_dir)
-        for name, (per_channel, qconfig) in FORMATS.items():
-            write_fp8(dense_tensors, dense_dir, ckpt_dirs[name], per_channel, qconfig)
+        for name, (per_channel, qconfig, quantization) in formats.items():
+            write_quantized(dense_tensors, dense_dir, ckpt_dirs[name], per_channel, qconfig,
+                            quantization)
         del dense_tensors
         torch.cuda.empty_cache()
         print(f"checkpoints written under {args.out} ({time.time() - t_start:.0f} s)", flush=True)
@@ -308,14 +356,16 @@ def main():
         prompts = {n: [int(x) for x in rng.integers(0, vocab, size=n)] for n in lengths}
         with tempfile.TemporaryDirectory(prefix="quantcmp-") as tmp:
             for name, ckpt in ckpt_dirs.items():
-                r = check_refusal(args.inferbench, ckpt, prompts[lengths[0]], tmp)
+                quant = formats[name][2]
+                r = check_refusal(args.inferbench, ckpt, prompts[lengths[0]], tmp, quant)
                 refusals.append(r)
                 if not r["passed"]:
-                    failures.append(f"{name} without --quantization fp8: exit {r['exit_code']} "
-                                    f"(expected 2 with '{REFUSAL_TEXT}'): {r['message'][-200:]}")
-                print(f"{name} without --quantization fp8: exit {r['exit_code']}", flush=True)
+                    failures.append(f"{name} without --quantization {quant}: exit "
+                                    f"{r['exit_code']} (expected 2 with '{REFUSAL_TEXT}{quant}'): "
+                                    f"{r['message'][-200:]}")
+                print(f"{name} without --quantization {quant}: exit {r['exit_code']}", flush=True)
                 weights = dequantized_weights(ckpt)
-                ref_cpu.set_weights(weights)
+                ref_cpu.set_weights(weights, quant)
                 for length in lengths:
                     prompt = prompts[length]
                     floor = None  # the reference on CUDA against itself on the CPU
@@ -325,13 +375,13 @@ def main():
                         try:
                             proc, secs = run_inferbench(
                                 args.inferbench, ckpt, device, dtype, prompt, args.steps,
-                                os.path.join(tmp, "logits.npy"), "fp8")
+                                os.path.join(tmp, "logits.npy"), quant)
                             if proc.returncode != 0:
                                 raise RuntimeError(f"inferbench exit {proc.returncode}: "
                                                    f"{proc.stderr.strip()[-600:]}")
                             tokens = json.loads(proc.stdout.strip().splitlines()[-1])["token_ids"]
                             logits = np.load(os.path.join(tmp, "logits.npy"))
-                            ref.set_weights(weights)
+                            ref.set_weights(weights, quant)
                             fp8_ref = ref.step_logits(prompt, tokens)
                             ref.set_weights(None)
                             dense_ref = ref.step_logits(prompt, tokens)
@@ -374,12 +424,13 @@ def main():
 
     print(f"\nquant_compare (transformers {transformers.__version__}, torch {torch.__version__}; "
           f"Llama-3-8B shapes, {args.layers} layers, {args.steps} greedy steps; reference: fp32 "
-          f"W8A8 from the checkpoint's codes and scales, TF32 off; KL(reference || candidate); "
-          f"floor: the reference on CUDA against itself on the CPU (max rel L2); last three "
-          f"columns: FP8 reference against the dense reference on the same tokens; "
+          f"W8A8 / W8A16 from the checkpoint's codes and scales, TF32 off; KL(reference || "
+          f"candidate); floor: the reference on CUDA against itself on the CPU (max rel L2); "
+          f"last three columns: the quantized reference against the dense reference on the same "
+          f"tokens; "
           f"{time.time() - t_start:.0f} s)")
     print("| checkpoint | backend/dtype | prompt | max rel L2 | mean KL | top-1 | floor "
-          "| tolerance | result | FP8 vs dense: max rel L2 | mean KL | top-1 |")
+          "| tolerance | result | quantized vs dense: max rel L2 | mean KL | top-1 |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for r in rows:
         head = f"| {r['checkpoint']} | {r['backend']}/{r['dtype']} | {r['prompt_len']} "
@@ -392,7 +443,7 @@ def main():
               f"| {r['tolerance']:.3g} | {'pass' if r['passed'] else 'FAIL'} "
               f"| {d['max_rel_l2']:.2e} | {d['mean_kl']:.2e} | {d['top1']:.2f} |")
     for r in refusals:
-        print(f"\n{r['checkpoint']} without --quantization fp8: exit {r['exit_code']} "
+        print(f"\n{r['checkpoint']} without its --quantization: exit {r['exit_code']} "
               f"({'pass' if r['passed'] else 'FAIL'}): {r['message'][-200:]}")
     if failures:
         print("\nFAILED:")
