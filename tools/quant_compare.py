@@ -20,13 +20,13 @@ row), input replaced by xq * s. `inferbench generate --quantization fp8 --dump-l
 FP8 directory greedily; the reference's logits are computed teacher-forced on inferbench's tokens
 and every generated step is compared: relative L2, KL(reference || inferbench) and top-1.
 
-
 INT8 (compressed-tensors, as llm-compressor writes it): OUT/int8-w8a8-channel ("int-quantized",
 per-row scale [N, 1], input activations dynamic int8 per token; run with --quantization
 int8-w8a8) and OUT/int8-w8a16-tensor ("naive-quantized", one scale per tensor, weights only;
 --quantization int8): codes = clamp(rne(W * 127 / amax), -127, 127) as I8, scale = amax / 127.
 The reference's hooks quantize inputs per token to int8 (round half to even, scale max|x| / 127)
 for W8A8 and leave them alone for W8A16, whose CPU fp32 run should then agree to fp32 noise.
+
 The definition's own noise floor. Two correct fp32 implementations of this W8A8 differ only where
 an fp32 sum that differs in its last bit (accumulation order) moves an activation across an E4M3
 rounding boundary of the per-token quantization; but each such flip moves that activation by up
