@@ -3,7 +3,9 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <span>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "core/clock.h"
@@ -85,6 +87,10 @@ class EngineImpl final : public Engine {
                           ")");
       }
     }
+    if (request.prompt_logits_from < -1 || request.prompt_logits_from >= prompt_len) {
+      return user_error(who + "prompt_logits_from " + std::to_string(request.prompt_logits_from) +
+                        " is outside [-1, " + std::to_string(prompt_len) + ")");
+    }
     const SamplingParams& s = request.sampling;
     if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
       return user_error(who + "top_p must be in (0, 1] (got " + std::to_string(s.top_p) + ")");
@@ -118,8 +124,10 @@ class EngineImpl final : public Engine {
     std::vector<detail::RunnerSeq> batch;
     for (const detail::ScheduledSeq& s : sched.seqs) {
       const Sequence& seq = *s.seq;
+      const auto [logits_offset, logits_rows] = prompt_logit_rows(seq, s.num_tokens);
       batch.push_back({seq.tokens.data() + seq.num_computed, s.num_tokens, seq.num_computed,
-                       &seq.block_table, s.sample, seq.sampling, seq.num_output()});
+                       &seq.block_table, s.sample, seq.sampling, seq.num_output(), logits_offset,
+                       logits_rows});
     }
     detail::RunnerOutput result;
     if (!batch.empty()) {
@@ -128,6 +136,7 @@ class EngineImpl final : public Engine {
       out.stats.bytes_moved = runner_->traffic(batch).total();
       out.stats.device_ns = result.device_ns.value_or(-1);
       out.stats.graph = result.graph;
+      take_prompt_logits(sched, batch, result, out);
     }
     const int64_t token_time_ns = now_ns();
     std::vector<std::unique_ptr<Sequence>> finished = scheduler_.update(sched, result.tokens);
@@ -205,6 +214,31 @@ class EngineImpl final : public Engine {
   Backend& backend() override { return backend_; }
 
  private:
+  // The rows of a scheduled chunk whose prompt logits are due: {offset in the chunk, count}.
+  static std::pair<int, int> prompt_logit_rows(const Sequence& seq, int num_tokens) {
+    if (seq.prompt_logits_next < 0) return {0, 0};
+    const int from = std::max(seq.num_computed, seq.prompt_logits_next);
+    const int to = std::min(seq.num_computed + num_tokens, seq.num_prompt_tokens);
+    return to > from ? std::pair{from - seq.num_computed, to - from} : std::pair{0, 0};
+  }
+
+  // Moves the runner's prompt-logit rows into the step's output; those positions are done.
+  static void take_prompt_logits(const detail::SchedulerOutput& sched,
+                                 std::span<const detail::RunnerSeq> batch,
+                                 detail::RunnerOutput& result, StepOutput& out) {
+    for (size_t i = 0; i < batch.size() && i < result.prompt_logits.size(); ++i) {
+      if (batch[i].logits_rows == 0) continue;
+      Sequence& seq = *sched.seqs[i].seq;
+      PromptLogits p;
+      p.request_id = seq.id;
+      p.start_pos = batch[i].start_pos + batch[i].logits_offset;
+      p.num_positions = batch[i].logits_rows;
+      p.logits = std::move(result.prompt_logits[i]);
+      seq.prompt_logits_next = p.start_pos + p.num_positions;
+      out.prompt_logits.push_back(std::move(p));
+    }
+  }
+
   // On-demand growth (the scheduler's hook): by at least missing blocks, normally by a chunk
   // (half the pool, at least the initial size); a refused chunk is retried at exactly missing.
   // A refusal of that is the engine's OOM: recorded once, and the pool grows no more. The time

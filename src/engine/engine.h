@@ -32,6 +32,9 @@ struct GenerationRequest {
   SamplingParams sampling;
   bool ignore_eos = true;               // benchmarks generate exactly max_tokens
   std::vector<int32_t> stop_token_ids;  // extra stop tokens (besides EOS when !ignore_eos)
+  // >= 0: also return the logits after every prompt token from this position on (vLLM's
+  // prompt_logprobs idea; perplexity), in StepOutput::prompt_logits; -1: none.
+  int prompt_logits_from = -1;
 };
 
 enum class FinishReason { kNone, kLength, kStop, kAborted };
@@ -83,8 +86,21 @@ struct EngineProfile {
   double copy_ceiling_bytes_per_s = 0;  // the backend's measured copy bandwidth; 0 if none
 };
 
+// Logits after prompt tokens (GenerationRequest::prompt_logits_from). Row i follows the token at
+// position start_pos + i: it is the distribution of the token at start_pos + i + 1 (the last
+// prompt position's row is the one the first output token is sampled from). A prompt's rows come
+// in position order, over as many steps as its prefill takes, each position once (a sequence
+// preempted and recomputed does not deliver its rows again).
+struct PromptLogits {
+  uint64_t request_id = 0;
+  int start_pos = 0;
+  int num_positions = 0;
+  std::vector<float> logits;  // (num_positions, vocab) f32
+};
+
 struct StepOutput {
   std::vector<TokenEvent> events;
+  std::vector<PromptLogits> prompt_logits;  // requests with prompt_logits_from >= 0
   StepStats stats;
 };
 
@@ -116,7 +132,8 @@ class Engine {
   virtual ~Engine() = default;
 
   // Queues a request. User errors: empty prompt, max_tokens <= 0, prompt + max_tokens beyond
-  // max_model_len or beyond what the KV pool can ever hold, token ids outside the vocabulary.
+  // max_model_len or beyond what the KV pool can ever hold, token ids outside the vocabulary,
+  // prompt_logits_from outside [-1, prompt length).
   virtual Status add_request(GenerationRequest request) = 0;
   // Finishes a request early (kAborted event on the next step) and frees its KV blocks.
   virtual void abort_request(uint64_t id) = 0;

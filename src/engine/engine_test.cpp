@@ -120,16 +120,85 @@ TEST(EngineVsReference, SlidingWindow) {
   check_against_reference(s, 6);
 }
 
-TEST(EngineVsReference, RecomputePreemptionKeepsLogitsExact) {
+// 48 tokens of KV for 4 sequences of up to 24: forces recompute preemption.
+Scenario preempting() {
   Scenario s;
   s.prompt_lengths = {9, 12, 7, 14};
   s.max_tokens = 10;
   s.engine.block_size = 4;
-  s.engine.num_kv_blocks = 12;  // 48 tokens for 4 sequences of up to 24: forces preemption
+  s.engine.num_kv_blocks = 12;
+  return s;
+}
+
+TEST(EngineVsReference, RecomputePreemptionKeepsLogitsExact) {
   EngineStats st;
-  check_against_reference(s, 7, &st);
+  check_against_reference(preempting(), 7, &st);
   EXPECT_GT(st.preemptions, 0);
   EXPECT_EQ(st.kv_blocks_peak, 12);
+}
+
+// Prompt logits (GenerationRequest::prompt_logits_from): every position from `from` to the end of
+// the prompt arrives once, in order, whatever the chunking and preemption, and each row is the
+// reference's logits after that position.
+void check_prompt_logits(const Scenario& s, uint64_t seed, EngineStats* stats = nullptr) {
+  auto e = testing::make_engine(s.model, s.engine, seed);
+  Rng rng(seed);
+  std::map<uint64_t, std::vector<int32_t>> prompts;
+  std::map<uint64_t, int> next;  // the next position each request must deliver
+  for (size_t i = 0; i < s.prompt_lengths.size(); ++i) {
+    prompts[i] = testing::random_prompt(rng, s.prompt_lengths[i], s.model.vocab_size);
+    GenerationRequest r = testing::greedy_request(i, prompts[i], s.max_tokens);
+    r.prompt_logits_from = std::min(static_cast<int>(i % 3), s.prompt_lengths[i] - 1);
+    next[i] = r.prompt_logits_from;
+    ASSERT_TRUE(e.engine->add_request(r).ok());
+  }
+  const auto vocab = static_cast<size_t>(s.model.vocab_size);
+  while (e.engine->has_unfinished()) {
+    auto out = e.engine->step();
+    ASSERT_TRUE(out.ok());
+    for (const PromptLogits& p : out->prompt_logits) {
+      ASSERT_EQ(p.start_pos, next[p.request_id]) << "request " << p.request_id;
+      ASSERT_GT(p.num_positions, 0);
+      ASSERT_EQ(p.logits.size(), static_cast<size_t>(p.num_positions) * vocab);
+      const auto ref = testing::reference_logits(s.model, e.host, prompts[p.request_id]);
+      for (int i = 0; i < p.num_positions; ++i) {
+        const auto& r = ref[static_cast<size_t>(p.start_pos + i)];
+        for (size_t v = 0; v < vocab; ++v) {
+          ASSERT_NEAR(p.logits[static_cast<size_t>(i) * vocab + v], r[v], kTolerance)
+              << "request " << p.request_id << " position " << p.start_pos + i << " token " << v;
+        }
+      }
+      next[p.request_id] += p.num_positions;
+    }
+  }
+  for (const auto& [id, prompt] : prompts) {
+    EXPECT_EQ(next[id], static_cast<int>(prompt.size())) << "request " << id;
+  }
+  if (stats != nullptr) *stats = e.engine->stats();
+}
+
+TEST(EnginePromptLogits, EveryPositionOnceAcrossChunks) {
+  Scenario s;
+  s.engine.block_size = 4;
+  s.engine.max_num_batched_tokens = 7;  // prompts above 7 tokens prefill in chunks
+  s.engine.max_num_seqs = 3;            // 3 sampled rows: the logits come 3 rows at a time
+  s.max_tokens = 3;
+  check_prompt_logits(s, 11);
+}
+
+TEST(EnginePromptLogits, NotRepeatedAfterPreemption) {
+  EngineStats st;
+  check_prompt_logits(preempting(), 7, &st);
+  EXPECT_GT(st.preemptions, 0);
+}
+
+TEST(EnginePromptLogits, FromOutsideThePromptIsAUserError) {
+  auto e = testing::make_engine(tiny_config(), EngineConfig{}, 1);
+  GenerationRequest r = testing::greedy_request(1, {5, 6, 7}, 2);
+  r.prompt_logits_from = 3;
+  const Status st = e.engine->add_request(r);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("prompt_logits_from"), std::string::npos);
 }
 
 }  // namespace

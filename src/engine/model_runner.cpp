@@ -292,14 +292,20 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   Tensor norm_rows = rows_buf_.view(dt, {r, d}, 2 * rows_bytes);          // (R, D)
   Tensor logits = logits_buf_.view(DType::kF32, {r, model_.vocab_size});  // (R, V) f32
   backend_.gather_rows(residual, sample_rows_, res_rows);
-  if (fused) {
-    backend_.rms_norm(res_rows, weights_.final_norm, eps, norm_rows);
+  if (!fused) backend_.gather_rows(tmp, sample_rows_, tmp_rows);
+  lm_head_rows(res_rows, fused ? nullptr : &tmp_rows, norm_rows, logits);
+  backend_.sample(logits, sampling_meta_, out_tokens_);
+}
+
+void ModelRunner::lm_head_rows(Tensor residual_rows, const Tensor* sublayer_rows, Tensor norm_rows,
+                               Tensor logits) {
+  const auto eps = static_cast<float>(model_.rms_norm_eps);
+  if (sublayer_rows == nullptr) {
+    backend_.rms_norm(residual_rows, weights_.final_norm, eps, norm_rows);
   } else {
-    backend_.gather_rows(tmp, sample_rows_, tmp_rows);
-    backend_.add_rms_norm(res_rows, tmp_rows, weights_.final_norm, eps, norm_rows);
+    backend_.add_rms_norm(residual_rows, *sublayer_rows, weights_.final_norm, eps, norm_rows);
   }
   backend_.matmul(norm_rows, weights_.lm_head, nullptr, logits);
-  backend_.sample(logits, sampling_meta_, out_tokens_);
 }
 
 }  // namespace ib::detail

@@ -48,7 +48,7 @@ int ModelRunner::graph_bucket_for(std::span<const RunnerSeq> batch) const {
   if (graphs_.empty() || batch.empty()) return 0;
   for (const RunnerSeq& seq : batch) {
     if (seq.num_tokens != 1 || !seq.sample || seq.sampling.temperature > 0.0f ||
-        seq.start_pos + 1 > graph_max_context_) {
+        seq.start_pos + 1 > graph_max_context_ || seq.logits_rows > 0) {
       return 0;
     }
   }
@@ -74,6 +74,10 @@ Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool
     backend_.timer_stop();
   }
   IB_ASSIGN_OR_RETURN(RunnerOutput out, read_results(rows, capture_logits));
+  if (std::any_of(batch.begin(), batch.end(),
+                  [](const RunnerSeq& q) { return q.logits_rows > 0; })) {
+    IB_TRY(read_prompt_logits(batch, out));
+  }
   out.graph = bucket > 0;
   if (rows == 0) backend_.synchronize();
   out.device_ns = backend_.timer_elapsed_ns();
@@ -97,6 +101,37 @@ Result<RunnerOutput> ModelRunner::read_results(int rows, bool capture_logits) {
   }
   IB_TRY(backend_.device_status());
   return out;
+}
+
+Status ModelRunner::read_prompt_logits(std::span<const RunnerSeq> batch, RunnerOutput& out) {
+  const DType dt = backend_.activation_dtype();
+  const int64_t t = attn_meta_.num_tokens;
+  const int64_t d = model_.hidden_size;
+  const int64_t v = model_.vocab_size;
+  const int64_t r = std::min(limits_.max_num_seqs, limits_.max_num_batched_tokens);
+  // The last layer's state, as forward() left it (the sublayer output is fused into the residual
+  // on fused decode steps).
+  const bool fused = fused_ops_ && fused_ops_->fused_decode(t);
+  const Tensor residual = residual_buf_.view(dt, {t, d});  // (T, D)
+  const Tensor sublayer = tmp_buf_.view(dt, {t, d});       // (T, D)
+  out.prompt_logits.resize(batch.size());
+  int64_t token = 0;  // the entry's first token in the step
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const RunnerSeq& seq = batch[i];
+    std::vector<float>& host = out.prompt_logits[i];
+    host.resize(static_cast<size_t>(seq.logits_rows * v));  // (logits_rows, V)
+    for (int64_t done = 0; done < seq.logits_rows; done += r) {
+      const int64_t n = std::min<int64_t>(r, seq.logits_rows - done);
+      const int64_t first = token + seq.logits_offset + done;
+      const Tensor sublayer_rows = sublayer.slice_rows(first, n);
+      const Tensor logits = logits_buf_.view(DType::kF32, {n, v});  // (n, V) f32
+      lm_head_rows(residual.slice_rows(first, n), fused ? nullptr : &sublayer_rows,
+                   rows_buf_.view(dt, {n, d}), logits);
+      backend_.copy_to_host(logits, host.data() + done * v);
+    }
+    token += seq.num_tokens;
+  }
+  return backend_.device_status();
 }
 
 StepTraffic ModelRunner::traffic(std::span<const RunnerSeq> batch) const {

@@ -11,7 +11,8 @@ Sequence::Sequence(const GenerationRequest& request, const std::vector<int>& eos
       num_prompt_tokens(static_cast<int>(request.prompt_tokens.size())),
       max_tokens(request.max_tokens),
       sampling(request.sampling),
-      stop_tokens(request.stop_token_ids) {
+      stop_tokens(request.stop_token_ids),
+      prompt_logits_next(request.prompt_logits_from) {
   if (!request.ignore_eos)
     stop_tokens.insert(stop_tokens.end(), eos_token_ids.begin(), eos_token_ids.end());
 }

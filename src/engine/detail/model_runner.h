@@ -34,6 +34,10 @@ struct RunnerSeq {
   bool sample = false;                                // sample after the last token
   SamplingParams sampling;
   int sample_step = 0;  // output index of the sampled token (the sampler's counter)
+  // Also return the logits after tokens [logits_offset, logits_offset + logits_rows) of this
+  // share (prompt logits); such a batch runs eager.
+  int logits_offset = 0;
+  int logits_rows = 0;
 };
 
 struct RunnerLimits {
@@ -46,8 +50,10 @@ struct RunnerLimits {
 struct RunnerOutput {
   std::vector<int32_t> tokens;             // one per sampling sequence, in batch order
   std::vector<std::vector<float>> logits;  // same rows, only when capture_logits
-  std::optional<int64_t> device_ns;        // device time of the forward pass, when measurable
-  bool graph = false;                      // replayed a decode graph
+  // Per batch entry: (logits_rows, V) f32, empty where it asked for none.
+  std::vector<std::vector<float>> prompt_logits;
+  std::optional<int64_t> device_ns;  // device time of the forward pass, when measurable
+  bool graph = false;                // replayed a decode graph
 };
 
 // Bytes a step must move through device memory at least: every weight it streams (all layers,
@@ -99,6 +105,13 @@ class ModelRunner {
   // The bucket that replays this batch, or 0 when it must run eager.
   int graph_bucket_for(std::span<const RunnerSeq> batch) const;
   Result<RunnerOutput> read_results(int rows, bool capture_logits);
+  // The final norm and lm_head on rows of the last layer's state: the residual (R', D), plus the
+  // last sublayer's output (R', D) where the step did not fuse it into the residual (null).
+  void lm_head_rows(Tensor residual_rows, const Tensor* sublayer_rows, Tensor norm_rows,
+                    Tensor logits);
+  // After an eager forward: the logits of each entry's logits_rows into out.prompt_logits,
+  // computed and copied R rows at a time through the sampled rows' buffers.
+  Status read_prompt_logits(std::span<const RunnerSeq> batch, RunnerOutput& out);
 
   ModelConfig model_;
   const Architecture& arch_;

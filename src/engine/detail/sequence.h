@@ -21,6 +21,9 @@ struct Sequence {
   int num_computed = 0;              // tokens whose K/V is in the cache
   std::vector<int32_t> block_table;  // KV blocks, in position order
   int num_preemptions = 0;
+  // The next prompt position whose logits are delivered (prompt_logits_from, then past each
+  // delivered row, so a recompute does not repeat them); -1: none.
+  int prompt_logits_next = -1;
   FinishReason finish = FinishReason::kNone;
 
   Sequence(const GenerationRequest& request, const std::vector<int>& eos_token_ids);
