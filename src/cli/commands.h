@@ -48,11 +48,16 @@ void add_generate_flags(CLI::App& app, GenerateFlags& flags);
 Result<int> execute_generate(const GenerateFlags& flags);
 
 // `inferbench eval`: a quantization's accuracy loss against the unquantized model, per token
-// (KL divergence, top-1 agreement), teacher-forced on the reference's tokens (eval_command.cpp).
+// (KL divergence, top-1 agreement), teacher-forced on the reference's tokens, and with --text the
+// perplexity of both on a text file in the model's own tokenizer (eval_command.cpp).
 struct EvalFlags {
   std::string model;
   std::string quantization = "fp8";  // the candidate
   std::string reference = "none";
+  std::string reference_dtype;  // "": --dtype
+  std::string text;             // perplexity on this file; "": none
+  int ctx_size = 512;           // tokens per chunk (llama.cpp's --ctx-size)
+  int chunks = -1;              // at most this many chunks; -1: all
   int num_prompts = 8;
   int input_len = 32;
   int output_len = 32;

@@ -3,102 +3,93 @@
 // generates greedily and keeps every step's logits; the candidate then sees exactly the
 // reference's context at each step (the prompt plus the reference's tokens so far, one request
 // per step, teacher-forced) and its next-token distribution is compared with the reference's:
-// KL(reference || candidate) per token (mean, p99, max, in nats) and top-1 agreement. The two
-// engines run one after the other, so the device holds one model at a time.
+// KL(reference || candidate) per token (mean, p99, max, in nats) and top-1 agreement. With --text
+// each engine also scores a text file's chunks (eval_perplexity.cpp): both perplexities, their
+// ratio and difference. The two engines run one after the other, so the device holds one model
+// at a time.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/detail/eval.h"
 #include "cli/local_engine.h"
+#include "core/dtype.h"
 #include "core/rng.h"
 #include "engine/engine.h"
 #include "model/presets.h"
 
 namespace ib {
-namespace {
-
-struct Run {
-  std::vector<std::vector<int32_t>> tokens;             // per prompt
-  std::vector<std::vector<std::vector<float>>> logits;  // per prompt, per step
-};
-
-// log-softmax in double.
-std::vector<double> log_softmax(const std::vector<float>& logits) {
-  double max = -INFINITY;
-  for (float v : logits) max = std::max(max, double{v});
-  double sum = 0;
-  for (float v : logits) sum += std::exp(double{v} - max);
-  const double lse = max + std::log(sum);
-  std::vector<double> out(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = double{logits[i]} - lse;
-  return out;
-}
-
-}  // namespace
 
 double kl_divergence(const std::vector<float>& reference, const std::vector<float>& candidate) {
   IB_ASSERT(reference.size() == candidate.size(), "kl_divergence: vocabularies differ");
-  const std::vector<double> p = log_softmax(reference), q = log_softmax(candidate);
+  const double lse_p = detail::log_sum_exp(reference), lse_q = detail::log_sum_exp(candidate);
   double kl = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (std::isfinite(p[i])) kl += std::exp(p[i]) * (p[i] - q[i]);
+  for (size_t i = 0; i < reference.size(); ++i) {
+    const double p = double{reference[i]} - lse_p, q = double{candidate[i]} - lse_q;
+    if (std::isfinite(p)) kl += std::exp(p) * (p - q);
   }
   return std::max(kl, 0.0);
 }
 
 namespace {
 
-// Runs requests to completion on one engine built for this run's quantization; returns each
-// request's tokens and logits in request order.
+struct Run {
+  std::vector<std::vector<int32_t>> tokens;             // per prompt
+  std::vector<std::vector<std::vector<float>>> logits;  // per prompt, per step
+  std::optional<detail::Perplexity> perplexity;         // with --text
+};
+
+// One engine for this run's quantization and dtype: runs the prompts to completion (each
+// request's tokens and logits in request order), then scores the text's chunks when given.
 Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
-                       const std::string& quantization,
-                       const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
+                       const std::string& quantization, const std::string& dtype,
+                       const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                       const detail::TextChunks* text) {
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
-  const int total = static_cast<int>(longest) + max_tokens;
+  int total = static_cast<int>(longest) + max_tokens;
+  size_t requests = prompts.size();
+  if (text != nullptr) {
+    total = std::max(total, text->ctx_size + 1);
+    requests = std::max(requests, text->chunks.size());
+  }
   EngineConfig ec;
-  ec.max_num_seqs = std::min<int>(64, static_cast<int>(prompts.size()));
+  ec.max_num_seqs = std::min<int>(64, static_cast<int>(requests));
   ec.max_num_batched_tokens = std::max(total * 4, 256);
   ec.num_kv_blocks = ec.max_num_seqs * ((total + ec.block_size - 1) / ec.block_size + 1);
   ec.capture_logits = true;
   ec.use_graphs = !f.no_cuda_graphs;
   ec.quantization = quantization;
   IB_TRY(ec.validate());
-  IB_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(model, f.model, f.device, f.dtype,
+  IB_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(model, f.model, f.device, dtype,
                                                            f.load_format, f.seed, ec));
-  Engine* engine = local.engine.get();
   Run run;
   run.tokens.resize(prompts.size());
   run.logits.resize(prompts.size());
-  size_t next = 0;
-  int live = 0;
-  const auto submit = [&]() -> Status {
-    while (next < prompts.size() && live < ec.max_num_seqs) {
-      GenerationRequest req;
-      req.id = next;
-      req.prompt_tokens = prompts[next];
-      req.max_tokens = max_tokens;
-      IB_TRY(engine->add_request(req));
-      ++next;
-      ++live;
-    }
-    return Ok{};
-  };
-  IB_TRY(submit());
-  while (engine->has_unfinished()) {
-    IB_ASSIGN_OR_RETURN(StepOutput out, engine->step());
-    for (TokenEvent& e : out.events) {
-      run.tokens[e.request_id].push_back(e.token);
-      run.logits[e.request_id].push_back(std::move(e.logits));
-      if (e.finish != FinishReason::kNone) --live;
-    }
-    IB_TRY(submit());
+  std::vector<GenerationRequest> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest req;
+    req.id = i;
+    req.prompt_tokens = prompts[i];
+    req.max_tokens = max_tokens;
+    reqs.push_back(std::move(req));
+  }
+  IB_TRY(detail::drive_requests(
+      *local.engine, reqs, ec.max_num_seqs,
+      [&](TokenEvent& e) {
+        run.tokens[e.request_id].push_back(e.token);
+        run.logits[e.request_id].push_back(std::move(e.logits));
+      },
+      [](PromptLogits&) {}));
+  if (text != nullptr) {
+    IB_ASSIGN_OR_RETURN(run.perplexity, detail::score_text(*local.engine, *text, ec.max_num_seqs));
   }
   return run;
 }
@@ -110,6 +101,39 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(at, v.size() - 1)];
 }
 
+// The perplexity part of the JSON: the text, how it was cut and scored, both models' values.
+nlohmann::json perplexity_json(const detail::TextChunks& text, const detail::Perplexity& ref,
+                               const detail::Perplexity& cand) {
+  return {{"text", text.path},
+          {"tokenizer", text.tokenizer},
+          {"text_tokens", text.text_tokens},
+          {"ctx_size", text.ctx_size},
+          {"chunks", text.chunks.size()},
+          {"scored_tokens", ref.tokens},
+          {"scored", fmt::format("tokens {}..{} of each chunk (its second half), each from the "
+                                 "logits at the position before it",
+                                 text.first_scored() + 1, text.ctx_size - 1)},
+          {"reference_nll_mean", ref.mean_nll()},
+          {"candidate_nll_mean", cand.mean_nll()},
+          {"reference", ref.value()},
+          {"candidate", cand.value()},
+          {"ratio", cand.value() / ref.value()},
+          {"delta", cand.value() - ref.value()}};
+}
+
+// Written whole, then renamed: never half a file.
+Status write_json(const std::string& path, const nlohmann::json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) return user_error(fmt::format("--output-json {}: cannot create it", path));
+    out << j.dump(2) << "\n";
+    if (!out) return runtime_error(fmt::format("--output-json {}: write failed", path));
+  }
+  std::filesystem::rename(tmp, path);
+  return Ok{};
+}
+
 }  // namespace
 
 void add_eval_flags(CLI::App& app, EvalFlags& f) {
@@ -119,10 +143,20 @@ void add_eval_flags(CLI::App& app, EvalFlags& f) {
       ->capture_default_str();
   app.add_option("--reference-quantization", f.reference, "the reference: none or fp8")
       ->capture_default_str();
+  app.add_option("--reference-dtype", f.reference_dtype,
+                 "the reference's dtype (default: --dtype), e.g. bf16 against an fp16 candidate");
   app.add_option("--num-prompts", f.num_prompts, "prompts (random token ids from --seed)")
       ->capture_default_str();
   app.add_option("--input-len", f.input_len, "tokens per prompt")->capture_default_str();
   app.add_option("--output-len", f.output_len, "steps compared per prompt")->capture_default_str();
+  app.add_option("--text", f.text,
+                 "also the perplexity of both models on this text file, in the model's "
+                 "tokenizer.json (llama.cpp's -f)");
+  app.add_option("--ctx-size", f.ctx_size,
+                 "--text: tokens per chunk; the second half of each is scored")
+      ->capture_default_str();
+  app.add_option("--chunks", f.chunks, "--text: at most this many chunks (-1: all)")
+      ->capture_default_str();
   app.add_option("--device", f.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--dtype", f.dtype, "auto (fp32 on cpu, bf16 on cuda), fp32, bf16, fp16")
       ->capture_default_str();
@@ -140,6 +174,27 @@ Result<int> execute_eval(const EvalFlags& f) {
   if (f.num_prompts <= 0 || f.input_len <= 0 || f.output_len <= 0) {
     return user_error("--num-prompts, --input-len and --output-len must be positive");
   }
+  for (const std::string& q : {f.quantization, f.reference}) {  // before either engine loads
+    if (auto format = quantization_weight_format(q); !format.ok()) return format.error();
+  }
+  const std::string ref_dtype = f.reference_dtype.empty() ? f.dtype : f.reference_dtype;
+  if (ref_dtype != "auto" && !parse_float_dtype(ref_dtype)) {
+    return user_error(
+        fmt::format("--reference-dtype {}: use auto, fp32, bf16 or fp16", f.reference_dtype));
+  }
+  if (!f.output_json.empty()) {  // before anything runs
+    const auto parent = std::filesystem::absolute(f.output_json).parent_path();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(parent, ec)) {
+      return user_error(fmt::format("--output-json {}: {} is not a directory; create it first",
+                                    f.output_json, parent.string()));
+    }
+  }
+  std::optional<detail::TextChunks> text;
+  if (!f.text.empty()) {
+    IB_ASSIGN_OR_RETURN(text, detail::load_text_chunks(f, model));
+  }
+  const detail::TextChunks* chunks = text ? &*text : nullptr;
   // The prompts: random ids below the vocabulary (the reference's own text comes after).
   Rng rng(f.seed);
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(f.num_prompts));
@@ -147,9 +202,11 @@ Result<int> execute_eval(const EvalFlags& f) {
     for (int i = 0; i < f.input_len; ++i)
       p.push_back(static_cast<int32_t>(rng.uniform_int(1, model.vocab_size - 1)));
   }
-  std::cerr << fmt::format("eval: reference ({}) generating {} x {} tokens\n", f.reference,
-                           f.num_prompts, f.output_len);
-  IB_ASSIGN_OR_RETURN(const Run ref, run_engine(f, model, f.reference, prompts, f.output_len));
+  std::cerr << fmt::format("eval: reference ({}, {}) generating {} x {} tokens{}\n", f.reference,
+                           ref_dtype, f.num_prompts, f.output_len,
+                           text ? fmt::format(", scoring {} chunks", text->chunks.size()) : "");
+  IB_ASSIGN_OR_RETURN(const Run ref,
+                      run_engine(f, model, f.reference, ref_dtype, prompts, f.output_len, chunks));
   // The candidate sees the reference's context at every step.
   std::vector<std::vector<int32_t>> contexts;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -159,9 +216,10 @@ Result<int> execute_eval(const EvalFlags& f) {
       contexts.push_back(std::move(c));
     }
   }
-  std::cerr << fmt::format("eval: candidate ({}) on {} teacher-forced contexts\n", f.quantization,
-                           contexts.size());
-  IB_ASSIGN_OR_RETURN(const Run cand, run_engine(f, model, f.quantization, contexts, 1));
+  std::cerr << fmt::format("eval: candidate ({}, {}) on {} teacher-forced contexts\n",
+                           f.quantization, f.dtype, contexts.size());
+  IB_ASSIGN_OR_RETURN(const Run cand,
+                      run_engine(f, model, f.quantization, f.dtype, contexts, 1, chunks));
   std::vector<double> kl;
   int agree = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -174,32 +232,35 @@ Result<int> execute_eval(const EvalFlags& f) {
   double mean = 0;
   for (double v : kl) mean += v;
   mean /= static_cast<double>(kl.size());
-  const nlohmann::json j{
-      {"model", model.name},
-      {"reference", f.reference},
-      {"candidate", f.quantization},
-      {"device", f.device},
-      {"tokens", kl.size()},
-      {"kl_mean", mean},
-      {"kl_p99", percentile(kl, 0.99)},
-      {"kl_max", *std::max_element(kl.begin(), kl.end())},
-      {"top1_agreement", static_cast<double>(agree) / static_cast<double>(kl.size())}};
+  nlohmann::json j{{"model", model.name},
+                   {"reference", f.reference},
+                   {"candidate", f.quantization},
+                   {"reference_dtype", ref_dtype},
+                   {"dtype", f.dtype},
+                   {"device", f.device},
+                   {"tokens", kl.size()},
+                   {"kl_mean", mean},
+                   {"kl_p99", percentile(kl, 0.99)},
+                   {"kl_max", *std::max_element(kl.begin(), kl.end())},
+                   {"top1_agreement", static_cast<double>(agree) / static_cast<double>(kl.size())}};
   std::cout << fmt::format(
       "| model | reference | candidate | tokens | KL mean | KL p99 | KL max | top-1 |\n"
       "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n"
       "| {} | {} | {} | {} | {:.6f} | {:.6f} | {:.6f} | {:.4f} |\n",
       model.name, f.reference, f.quantization, kl.size(), j["kl_mean"].get<double>(),
       j["kl_p99"].get<double>(), j["kl_max"].get<double>(), j["top1_agreement"].get<double>());
-  if (!f.output_json.empty()) {  // written whole, then renamed: never half a file
-    const std::string tmp = f.output_json + ".tmp";
-    {
-      std::ofstream out(tmp);
-      if (!out) return user_error(fmt::format("--output-json {}: cannot create it", f.output_json));
-      out << j.dump(2) << "\n";
-      if (!out) return runtime_error(fmt::format("--output-json {}: write failed", f.output_json));
-    }
-    std::filesystem::rename(tmp, f.output_json);
+  if (text) {
+    j["perplexity"] = perplexity_json(*text, *ref.perplexity, *cand.perplexity);
+    const nlohmann::json& p = j["perplexity"];
+    std::cout << fmt::format(
+        "\n| text | tokens | chunks x ctx | scored | PPL reference | PPL candidate | ratio |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+        "| {} | {} | {} x {} | {} | {:.4f} | {:.4f} | {:.6f} |\n",
+        std::filesystem::path(text->path).filename().string(), text->text_tokens,
+        text->chunks.size(), text->ctx_size, ref.perplexity->tokens, p["reference"].get<double>(),
+        p["candidate"].get<double>(), p["ratio"].get<double>());
   }
+  if (!f.output_json.empty()) IB_TRY(write_json(f.output_json, j));
   return kExitOk;
 }
 

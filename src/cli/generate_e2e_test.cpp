@@ -3,6 +3,7 @@
 // device index that does not exist.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -12,7 +13,20 @@
 namespace ib {
 namespace {
 
+namespace fs = std::filesystem;
 using testing::E2e;
+
+// The logits rows of a .npy that `generate --dump-logits` wrote: (steps, vocab) f32.
+std::vector<std::vector<float>> npy_rows(const std::string& bytes, size_t vocab) {
+  const size_t header = static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8;
+  const size_t rows = (bytes.size() - 10 - header) / (vocab * sizeof(float));
+  std::vector<std::vector<float>> out(rows, std::vector<float>(vocab));
+  for (size_t r = 0; r < rows; ++r) {
+    std::memcpy(out[r].data(), bytes.data() + 10 + header + r * vocab * sizeof(float),
+                vocab * sizeof(float));
+  }
+  return out;
+}
 
 TEST_F(E2e, GenerateWritesTokensAndLogits) {
   const auto npy = root_ / "logits.npy";
@@ -34,11 +48,9 @@ TEST_F(E2e, GenerateWritesTokensAndLogits) {
   EXPECT_NE(bytes.find("'shape': (5, 32000)"), std::string::npos);
   const size_t vocab = 32000;
   ASSERT_EQ(bytes.size(), 10 + header + 5 * vocab * sizeof(float));
+  const auto rows = npy_rows(bytes, vocab);
   for (size_t step = 0; step < 5; ++step) {
-    std::vector<float> row(vocab);
-    std::memcpy(row.data(), bytes.data() + 10 + header + step * vocab * sizeof(float),
-                vocab * sizeof(float));
-    const auto best = std::max_element(row.begin(), row.end()) - row.begin();
+    const auto best = std::max_element(rows[step].begin(), rows[step].end()) - rows[step].begin();
     EXPECT_EQ(best, tokens[step]) << "step " << step;  // greedy: the argmax of its logits
   }
 }
@@ -88,7 +100,132 @@ TEST_F(E2e, EvalComparesAQuantizationWithTheDenseModel) {
   EXPECT_EQ(run({"eval", "--model", "tiny-15m", "--num-prompts", "0"}), 2);
   EXPECT_NE(err().find("--num-prompts"), std::string::npos) << err();
   EXPECT_EQ(run({"eval", "--model", "tiny-15m", "--quantization", "int3"}), 2);
-  EXPECT_NE(err().find("none or fp8"), std::string::npos) << err();
+  EXPECT_NE(err().find("--quantization int3"), std::string::npos) << err();
+  EXPECT_EQ(err().find("eval: reference"), std::string::npos) << "refused before running";
+}
+
+// eval --text on a checkpoint with its own tokenizer (testing::tiny_checkpoint_with_tokenizer):
+// its ids are the bytes, so the test knows every chunk's tokens: the text's bytes, 16 at a time,
+// the first of each replaced by BOS (0).
+class EvalText : public E2e {
+ protected:
+  void SetUp() override {
+    E2e::SetUp();
+    model_ = testing::tiny_checkpoint_with_tokenizer(root_ / "model");
+    text_ = root_ / "text.txt";
+    for (int i = 0; i < 3; ++i) text_bytes_ += "The quick brown fox jumps over the lazy dog. ";
+    std::ofstream(text_) << text_bytes_;
+  }
+
+  std::vector<std::string> eval_args(const std::string& quantization, const fs::path& json) const {
+    return {"eval",
+            "--model",
+            model_.string(),
+            "--quantization",
+            quantization,
+            "--text",
+            text_.string(),
+            "--ctx-size",
+            "16",
+            "--chunks",
+            "3",
+            "--num-prompts",
+            "1",
+            "--input-len",
+            "4",
+            "--output-len",
+            "2",
+            "--output-json",
+            json.string()};
+  }
+
+  static constexpr int kCtx = 16;
+  fs::path model_, text_;
+  std::string text_bytes_;
+};
+
+// The model against itself gives the same perplexity, and that perplexity is exp of the mean NLL
+// computed here from `generate`'s logits: for each scored token (8 + 1 .. 15 of each chunk) the
+// prompt up to the token before it, one step, -log softmax at the token.
+TEST_F(EvalText, PerplexityIsExpOfTheMeanNllOfTheSecondHalfOfEachChunk) {
+  const auto json = root_ / "self.json";
+  ASSERT_EQ(run(eval_args("none", json)), 0) << err();
+  const auto p = nlohmann::json::parse(read_file(json).value()).at("perplexity");
+  EXPECT_EQ(p.at("tokenizer"), "bpe");
+  EXPECT_EQ(p.at("text_tokens"), text_bytes_.size());
+  EXPECT_EQ(p.at("chunks"), 3);
+  EXPECT_EQ(p.at("scored_tokens"), 3 * (kCtx - 1 - kCtx / 2));
+  EXPECT_EQ(p.at("reference").get<double>(), p.at("candidate").get<double>()) << p.dump();
+  EXPECT_EQ(p.at("ratio").get<double>(), 1.0);
+  EXPECT_NE(out().find("| text.txt | 135 | 3 x 16 | 21 |"), std::string::npos) << out();
+
+  double nll = 0;
+  int scored = 0;
+  for (int c = 0; c < 3; ++c) {
+    std::vector<int32_t> chunk;
+    for (int i = 0; i < kCtx; ++i) {
+      chunk.push_back(static_cast<uint8_t>(text_bytes_[static_cast<size_t>(c * kCtx + i)]));
+    }
+    chunk[0] = 0;  // BOS
+    for (int pos = kCtx / 2; pos + 1 < kCtx; ++pos) {
+      std::string ids;
+      for (int i = 0; i <= pos; ++i) {
+        if (i > 0) ids += ',';
+        ids += std::to_string(chunk[static_cast<size_t>(i)]);
+      }
+      const auto npy = root_ / "row.npy";
+      ASSERT_EQ(run({"generate", "--model", model_.string(), "--prompt-token-ids", ids,
+                     "--max-tokens", "1", "--dump-logits", npy.string()}),
+                0)
+          << err();
+      const auto row = npy_rows(read_file(npy).value(), 320).at(0);
+      double max = -INFINITY, sum = 0;
+      for (float v : row) max = std::max(max, double{v});
+      for (float v : row) sum += std::exp(double{v} - max);
+      nll += max + std::log(sum) - row[static_cast<size_t>(chunk[pos + 1])];
+      ++scored;
+    }
+  }
+  const double want = std::exp(nll / scored);
+  EXPECT_NEAR(p.at("reference").get<double>(), want, 1e-5 * want) << p.dump();
+  EXPECT_GT(want, 1.0);
+}
+
+TEST_F(EvalText, Fp8PerplexityDiffersFromTheDenseModel) {
+  const auto json = root_ / "fp8.json";
+  ASSERT_EQ(run(eval_args("fp8", json)), 0) << err();
+  const auto p = nlohmann::json::parse(read_file(json).value()).at("perplexity");
+  EXPECT_NE(p.at("candidate").get<double>(), p.at("reference").get<double>()) << p.dump();
+  EXPECT_NEAR(p.at("ratio").get<double>(),
+              p.at("candidate").get<double>() / p.at("reference").get<double>(), 1e-12);
+  EXPECT_NEAR(p.at("delta").get<double>(),
+              p.at("candidate").get<double>() - p.at("reference").get<double>(), 1e-12);
+}
+
+// Each refusal exits 2 before any engine loads, names its fix, and writes no JSON.
+TEST_F(EvalText, BadTextInputIsAUserErrorAndWritesNothing) {
+  const auto json = root_ / "out.json";
+  const auto refuse = [&](std::vector<std::string> args, const std::string& message) {
+    EXPECT_EQ(run(args), 2) << err();
+    EXPECT_NE(err().find(message), std::string::npos) << err();
+    EXPECT_FALSE(fs::exists(json));
+    EXPECT_FALSE(fs::exists(json.string() + ".tmp"));
+  };
+  auto args = eval_args("none", json);
+  const auto with = [&](const std::string& flag, const std::string& value) {
+    auto a = args;
+    *(std::find(a.begin(), a.end(), flag) + 1) = value;
+    return a;
+  };
+  refuse(with("--text", (root_ / "missing.txt").string()), "no such file");
+  std::ofstream(root_ / "empty.txt").flush();
+  refuse(with("--text", (root_ / "empty.txt").string()), "the file is empty");
+  std::ofstream(root_ / "short.txt") << "too short";
+  refuse(with("--text", (root_ / "short.txt").string()),
+         "9 tokens, fewer than one chunk of --ctx-size 16");
+  refuse(with("--model", "tiny-15m"), "has no tokenizer.json");
+  refuse(with("--ctx-size", "2"), "--ctx-size 2: use 3 to");
+  refuse(with("--chunks", "0"), "--chunks 0");
 }
 
 }  // namespace

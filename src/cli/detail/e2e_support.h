@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/assert.h"
 #include "core/fs.h"
 
 namespace ib::testing {
@@ -78,5 +79,20 @@ class E2e : public ::testing::Test {
 
   fs::path root_;
 };
+
+// A checkpoint directory with its own tokenizer, for `eval --text`: the golden tiny Llama-3
+// (vocab 320, BOS 0) with src/cli/testdata/byte-tokenizer.json, a byte-level BPE without merges
+// whose ids are the bytes themselves (so a test knows every token of a text). Needs
+// INFERBENCH_SOURCE_DIR (ctest sets it).
+inline fs::path tiny_checkpoint_with_tokenizer(const fs::path& dir) {
+  const char* src = std::getenv("INFERBENCH_SOURCE_DIR");
+  IB_ASSERT(src != nullptr, "ctest sets INFERBENCH_SOURCE_DIR");
+  const fs::path source(src);
+  const fs::path golden = source / "src/engine/testdata/golden/llama3-tied";
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(golden / f, dir / f);
+  fs::copy_file(source / "src/cli/testdata/byte-tokenizer.json", dir / "tokenizer.json");
+  return dir;
+}
 
 }  // namespace ib::testing
