@@ -18,6 +18,37 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The `inferbench eval` of an entry with eval_args: its run's model, device, dtype, weights, seed
+// and quantization, then the entry's eval flags.
+Result<EvalFlags> entry_eval_flags(const SuiteEntry& e) {
+  IB_ASSIGN_OR_RETURN(const RunFlags run, parse_run_args(e.args));
+  std::vector<std::string> args = {
+      "--model",        run.model,       "--device",      run.device, "--dtype",
+      run.dtype,        "--load-format", run.load_format, "--seed",   std::to_string(run.seed),
+      "--quantization", run.quantization};
+  args.insert(args.end(), e.eval_args->begin(), e.eval_args->end());
+  CLI::App app{"eval"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  EvalFlags flags;
+  add_eval_flags(app, flags);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& err) {
+    return user_error(fmt::format("eval: {}; see inferbench eval --help", err.what()));
+  }
+  return flags;
+}
+
+// The suite's eval step: the entry's eval, its JSON at `json`.
+Status run_entry_eval(const SuiteEntry& e, const fs::path& json) {
+  IB_ASSIGN_OR_RETURN(EvalFlags flags, entry_eval_flags(e));
+  flags.output_json = json.string();
+  const auto code = execute_eval(flags);
+  if (!code.ok()) return code.error();
+  return Ok{};
+}
+
 // Every entry resolved as `inferbench run` would resolve it; all bad ones reported together
 // (those with allow_failure are kept, to be recorded as not run).
 Result<std::vector<SuiteEntryPlan>> validate_entries(const std::vector<SuiteEntry>& entries,
@@ -32,6 +63,9 @@ Result<std::vector<SuiteEntryPlan>> validate_entries(const std::vector<SuiteEntr
       flags->result_dir = (dir / e.name).string();
       flags->overwrite = true;  // the suite owns DIR/<entry>: a rerun replaces a partial result
       auto plan = resolve_run(*flags, registry);
+      if (plan.ok() && e.eval_args) {
+        if (auto eval = entry_eval_flags(e); !eval.ok()) plan = eval.error();
+      }
       if (plan.ok()) {
         out.push_back({e, std::move(*plan), ""});
         continue;
@@ -92,6 +126,11 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
         line += "inferbench run";
         for (const auto& a : e.args) line += " " + a;
         line += " --result-dir " + (dir / e.name).string();
+        if (e.eval_args) {
+          line += "; then inferbench eval (the run's model, device, dtype, quantization)";
+          for (const auto& a : *e.eval_args) line += " " + a;
+          line += " --output-json " + (dir / e.name / kEvalJson).string();
+        }
       }
       std::cout << line << "\n";
     }
@@ -111,8 +150,8 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
   IB_ASSIGN_OR_RETURN(auto planned, validate_entries(entries, dir, registry));
   ProgressLine line(::isatty(STDERR_FILENO) == 1);
   IB_ASSIGN_OR_RETURN(const Outcome outcome,
-                      execute_suite(SuitePlan{spec.name, dir, std::move(planned)}, std::move(state),
-                                    registry, stop, progress_callbacks(line)));
+                      execute_suite(SuitePlan{spec.name, dir, std::move(planned), run_entry_eval},
+                                    std::move(state), registry, stop, progress_callbacks(line)));
   return exit_code(outcome);
 }
 

@@ -302,6 +302,77 @@ TEST_F(E2e, CompareLabelsAndRefusesDifferentKernelSwitches) {
   EXPECT_NE(out().find("Kernel switches unknown: A records none"), std::string::npos) << out();
 }
 
+// eval: in a suite entry runs `inferbench eval` after the entry's run (its model, dtype and
+// quantization), keeps the JSON as DIR/<entry>/eval.json, and the leaderboard shows KL, top-1 and
+// perplexity from it ("-" where not measured); an eval that fails marks the entry failed.
+TEST_F(E2e, SuiteEvalPutsAccuracyInTheLeaderboard) {
+  const fs::path model = testing::tiny_checkpoint_with_tokenizer(root_ / "model");
+  std::string text;
+  for (int i = 0; i < 4; ++i) text += "Pack my box with five dozen liquor jugs. ";
+  write(root_ / "text.txt", text);
+  const fs::path yaml = root_ / "acc.yaml";
+  write(yaml, fmt::format(R"(name: acc
+defaults: {{model: tiny-15m, num_prompts: 2, input_len: 8, output_len: 4, batch_size: 2, runs: 1,
+           num_threads: 2, num_warmups: 1, disable_telemetry: true,
+           eval: {{num_prompts: 1, input_len: 4, output_len: 2}}}}
+entries:
+  - {{name: dense}}
+  - {{name: fp8, quantization: fp8}}
+  - {{name: plain, eval: false}}
+  - {{name: ppl, model: {0}, eval: {{text: {1}, ctx_size: 16, chunks: 2, num_prompts: 1,
+                                     input_len: 4, output_len: 2}}}}
+  - {{name: no-text, eval: {{text: {2}}}}}
+)",
+                          model.string(), (root_ / "text.txt").string(),
+                          (root_ / "missing.txt").string()));
+  const fs::path dir = root_ / "suite";
+  ASSERT_EQ(run({"suite", yaml.string(), "--dry-run", "--result-dir", dir.string()}), 0) << err();
+  EXPECT_NE(out().find("then inferbench eval"), std::string::npos) << out();
+  ASSERT_EQ(run({"suite", yaml.string(), "--result-dir", dir.string()}), 1) << err();
+  EXPECT_NE(err().find("suite entry 5/5 no-text failed: eval: --text"), std::string::npos) << err();
+
+  const json dense = json::parse(read_file(dir / "dense" / "eval.json").value());
+  EXPECT_LT(dense["kl_max"].get<double>(), 1e-9);
+  EXPECT_EQ(dense["top1_agreement"], 1.0);
+  const json fp8 = json::parse(read_file(dir / "fp8" / "eval.json").value());
+  EXPECT_EQ(fp8["candidate"], "fp8");
+  EXPECT_GT(fp8["kl_mean"].get<double>(), 0.0);
+  EXPECT_FALSE(fs::exists(dir / "plain" / "eval.json"));
+  const json ppl = json::parse(read_file(dir / "ppl" / "eval.json").value());
+  const double perplexity = ppl["perplexity"]["reference"].get<double>();
+  EXPECT_EQ(ppl["perplexity"]["candidate"].get<double>(), perplexity);  // none against none
+
+  const auto row = [](const std::string& md, const std::string& entry) {
+    const size_t at = md.find("| " + entry + " |");
+    return at == std::string::npos ? std::string() : md.substr(at, md.find('\n', at) - at);
+  };
+  const std::string md = read_file(dir / "leaderboard.md").value();
+  EXPECT_NE(md.find("| KL mean | KL p99 | top-1 | PPL (ref) | status |"), std::string::npos) << md;
+  EXPECT_NE(row(md, "dense")
+                .find(fmt::format("| {:.4g} | {:.4g} | 100.0% | - | ok",
+                                  dense["kl_mean"].get<double>(), dense["kl_p99"].get<double>())),
+            std::string::npos)
+      << md;
+  EXPECT_NE(row(md, "fp8").find(fmt::format("| {:.4g} |", fp8["kl_mean"].get<double>())),
+            std::string::npos)
+      << md;
+  EXPECT_NE(row(md, "plain").find("| - | - | - | - | ok"), std::string::npos) << md;
+  EXPECT_NE(row(md, "ppl").find(fmt::format("| {0:.3f} ({0:.3f}) | ok", perplexity)),
+            std::string::npos)
+      << md;
+  EXPECT_NE(row(md, "no-text").find("| - | - | - | - | failed: eval: --text"), std::string::npos)
+      << md;
+  const auto csv = lines_of(dir / "leaderboard.csv");
+  EXPECT_NE(csv[0].find(",kl_mean,kl_p99,top1_agreement,perplexity,reference_perplexity,status"),
+            std::string::npos)
+      << csv[0];
+
+  // Resumed: every entry finished with the same run and eval flags, so nothing reruns.
+  ASSERT_EQ(run({"suite", yaml.string(), "--result-dir", dir.string()}), 1) << err();
+  EXPECT_NE(err().find("1/5 dense: ok earlier, skipped"), std::string::npos) << err();
+  EXPECT_EQ(err().find(": eval\n"), std::string::npos) << err();
+}
+
 // The suite files the repository ships (bench/*.yaml) stay valid: every entry's flags pass
 // run's validation (a dry run), e.g. after a flag is renamed.
 TEST_F(E2e, ShippedSuiteFilesPassADryRun) {

@@ -126,6 +126,10 @@ struct SuitePlan {
   std::string name;
   std::filesystem::path dir;  // DIR/<entry>/ per entry, the state file, the leaderboard
   std::vector<SuiteEntryPlan> entries;
+  // `inferbench eval` for an entry with eval_args, after its run succeeded, writing its JSON to
+  // the path given (DIR/<entry>/eval.json); cli/ provides it (eval lives there). A failure marks
+  // the entry failed.
+  std::function<Status(const SuiteEntry&, const std::filesystem::path&)> run_eval;
 };
 
 // The state to continue from: dir's state file, a fresh one, or a user error (--resume without

@@ -57,10 +57,15 @@ Status write_suite_report(const fs::path& dir, const std::string& name,
       result = json::parse(*text, nullptr, false);
       if (result.is_discarded()) result = nullptr;
     }
+    json eval = nullptr;
+    if (auto text = read_file(dir / e.name / kEvalJson); text.ok() && e.eval_args) {
+      eval = json::parse(*text, nullptr, false);
+      if (eval.is_discarded()) eval = nullptr;
+    }
     const EntryState* s = state.find(e.name);
-    if (s != nullptr && s->args != e.args) s = nullptr;  // an older run with other flags
+    if (s != nullptr && !same_flags(*s, e)) s = nullptr;  // an older run with other flags
     auto model = resolve_model(e.model);
-    rows.push_back(leaderboard_row(e, s, result, model.ok() ? model->parameter_count() : 0));
+    rows.push_back(leaderboard_row(e, s, result, eval, model.ok() ? model->parameter_count() : 0));
     std::error_code ec;
     if (s != nullptr && s->status == "ok" && fs::exists(dir / e.name / kMemoryCsv, ec)) {
       plotted.push_back((dir / e.name).string());
@@ -116,6 +121,7 @@ Result<Outcome> execute_suite(const SuitePlan& suite, SuiteState state,
     }
     EntryState s;
     s.args = e.args;
+    s.eval_args = e.eval_args;
     if (!planned[i].plan) {
       s.status = "failed";
       s.error = "not run: " + planned[i].invalid;
@@ -127,7 +133,14 @@ Result<Outcome> execute_suite(const SuitePlan& suite, SuiteState state,
     }
     std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: running\n", i + 1, n, e.name.c_str());
     const int64_t start_ns = now_ns();
+    fs::remove(dir / e.name / kEvalJson, ec);  // never an earlier eval's numbers beside this run
     auto code = execute_run(*planned[i].plan, registry, stop, progress);
+    if (code.ok() && *code == Outcome::kOk && !stop.load() && e.eval_args && suite.run_eval) {
+      std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: eval\n", i + 1, n, e.name.c_str());
+      if (Status evaluated = suite.run_eval(e, dir / e.name / kEvalJson); !evaluated.ok()) {
+        code = Error{evaluated.error().kind, "eval: " + evaluated.error().message};
+      }
+    }
     s.wall_s = static_cast<double>(now_ns() - start_ns) / 1e9;
     if (!code.ok()) {
       s.status = "failed";

@@ -43,6 +43,16 @@ std::string csv_cell(const std::string& s) {
   return out + "\"";
 }
 
+// A KL cell: "-" where the entry measured nothing (no eval, or it failed).
+std::string kl_cell(const std::optional<double>& v) {
+  return v ? fmt::format("{:.4g}", *v) : "-";
+}
+
+std::string perplexity_cell(const LeaderboardRow& r) {
+  if (!r.perplexity) return "-";
+  return fmt::format("{:.3f} ({:.3f})", *r.perplexity, r.reference_perplexity.value_or(NAN));
+}
+
 // Display cells in column order.
 std::vector<std::string> cells(const LeaderboardRow& r, size_t rank) {
   std::string peak = fixed(r.peak_gib, 2);
@@ -59,6 +69,10 @@ std::vector<std::string> cells(const LeaderboardRow& r, size_t rank) {
           peak,
           fixed(r.tokens_per_joule, 2),
           percent(r.bandwidth_share),
+          kl_cell(r.kl_mean),
+          kl_cell(r.kl_p99),
+          r.top1_agreement ? percent(r.top1_agreement) : "-",
+          perplexity_cell(r),
           r.status};
 }
 
@@ -74,12 +88,21 @@ const std::vector<std::string> kHeader = {"#",
                                           "peak GiB (source)",
                                           "tok/J",
                                           "bandwidth share",
+                                          "KL mean",
+                                          "KL p99",
+                                          "top-1",
+                                          "PPL (ref)",
                                           "status"};
+
+// Right-aligned: the rank and every number (all but entry, model, precision and status).
+bool numeric_column(size_t i) {
+  return i == 0 || (i >= 3 && i + 1 < kHeader.size() && i != 4);
+}
 
 }  // namespace
 
 LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state, const json& result,
-                               int64_t parameters) {
+                               const json& eval, int64_t parameters) {
   LeaderboardRow r;
   r.entry = entry.name;
   r.model = entry.model;
@@ -137,6 +160,13 @@ LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
     }
   }
   if (result.value("interrupted", false)) r.status = "interrupted";
+  if (eval.is_object()) {
+    r.kl_mean = number_at(eval, json::json_pointer("/kl_mean"));
+    r.kl_p99 = number_at(eval, json::json_pointer("/kl_p99"));
+    r.top1_agreement = number_at(eval, json::json_pointer("/top1_agreement"));
+    r.perplexity = number_at(eval, json::json_pointer("/perplexity/candidate"));
+    r.reference_perplexity = number_at(eval, json::json_pointer("/perplexity/reference"));
+  }
   return r;
 }
 
@@ -156,8 +186,7 @@ std::string leaderboard_markdown(const std::vector<LeaderboardRow>& rows,
   std::string rule = "|";
   for (size_t i = 0; i < kHeader.size(); ++i) {
     out += " " + kHeader[i] + " |";
-    const bool numeric = i == 0 || (i >= 3 && i <= 11 && i != 4);
-    rule += numeric ? " ---: |" : " --- |";
+    rule += numeric_column(i) ? " ---: |" : " --- |";
   }
   out += "\n" + rule + "\n";
   size_t rank = 0;
@@ -178,18 +207,21 @@ std::string leaderboard_csv(const std::vector<LeaderboardRow>& rows) {
   std::string out =
       "rank,entry,model,parameters,precision,output_tok_s,ttft_median_ms,ttft_p99_ms,"
       "engine_peak_gib,peak_gib,"
-      "peak_source,tokens_per_joule,bandwidth_share,status\n";
+      "peak_source,tokens_per_joule,bandwidth_share,kl_mean,kl_p99,top1_agreement,perplexity,"
+      "reference_perplexity,status\n";
   size_t rank = 0;
   const auto num = [](const std::optional<double>& v) {
     return v ? fmt::format("{:.6g}", *v) : std::string();
   };
   for (const auto& r : rows) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                       r.output_tok_s ? std::to_string(++rank) : "", csv_cell(r.entry),
-                       csv_cell(r.model), r.parameters > 0 ? std::to_string(r.parameters) : "",
-                       r.precision, num(r.output_tok_s), num(r.ttft_median_ms), num(r.ttft_p99_ms),
-                       num(r.engine_peak_gib), num(r.peak_gib), r.peak_source,
-                       num(r.tokens_per_joule), num(r.bandwidth_share), csv_cell(r.status));
+    out +=
+        fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                    r.output_tok_s ? std::to_string(++rank) : "", csv_cell(r.entry),
+                    csv_cell(r.model), r.parameters > 0 ? std::to_string(r.parameters) : "",
+                    r.precision, num(r.output_tok_s), num(r.ttft_median_ms), num(r.ttft_p99_ms),
+                    num(r.engine_peak_gib), num(r.peak_gib), r.peak_source, num(r.tokens_per_joule),
+                    num(r.bandwidth_share), num(r.kl_mean), num(r.kl_p99), num(r.top1_agreement),
+                    num(r.perplexity), num(r.reference_perplexity), csv_cell(r.status));
   }
   return out;
 }
@@ -209,8 +241,8 @@ std::string leaderboard_html(const std::vector<LeaderboardRow>& rows, const std:
     const auto c = cells(r, r.output_tok_s ? ++rank : 0);
     out += r.status.rfind("failed", 0) == 0 ? "<tr class=\"failed\">" : "<tr>";
     for (size_t i = 0; i < c.size(); ++i) {
-      const bool numeric = i == 0 || (i >= 3 && i <= 11 && i != 4);
-      out += fmt::format("<td{}>{}</td>", numeric ? " class=\"n\"" : "", escape_markup(c[i]));
+      out += fmt::format("<td{}>{}</td>", numeric_column(i) ? " class=\"n\"" : "",
+                         escape_markup(c[i]));
     }
     out += "</tr>\n";
   }

@@ -15,6 +15,9 @@
 //       name: tiny                   # optional prefix of the expanded names
 //       batch_size: 4                # flags of this entry (override defaults)
 //       allow_failure: true          # optional (also in defaults): record, do not refuse
+//       eval: true                   # optional (also in defaults): after the run, `inferbench
+//                                    # eval` on the entry's model, dtype and quantization; or a
+//                                    # map of eval flags: {text: FILE, reference_dtype: bf16}
 // Flag keys are `run` flag names with '_' or '-'; true adds a bare flag, false omits it.
 #pragma once
 
@@ -41,6 +44,10 @@ struct SuiteEntry {
   // recorded in the leaderboard as not run instead of refusing the suite; its failures do not
   // make the suite's exit code 1.
   bool allow_failure = false;
+  // eval: the `inferbench eval` flags beyond those the run gives it (--model, --device, --dtype,
+  // --load-format, --seed, --quantization); the suite writes its JSON to DIR/<entry>/eval.json
+  // and the leaderboard shows KL, top-1 and perplexity from it. nullopt: no eval.
+  std::optional<std::vector<std::string>> eval_args = std::nullopt;
 };
 
 struct SuiteSpec {
@@ -64,13 +71,18 @@ Status apply_override(std::vector<SuiteEntry>& entries, const std::string& key_v
 // The suite state file in the suite's result directory: one record per entry that finished
 // (ok or failed), with the arguments it ran with.
 inline constexpr const char* kSuiteStateJson = "suite-state.json";
+// An entry's `inferbench eval` numbers (SuiteEntry::eval_args), beside its result.json.
+inline constexpr const char* kEvalJson = "eval.json";
 
 struct EntryState {
   std::string status;  // "ok", "failed", "interrupted"
   std::string error;   // one line, for failed entries
   std::vector<std::string> args;
   double wall_s = 0;
+  std::optional<std::vector<std::string>> eval_args = std::nullopt;
 };
+// The state was recorded with the entry's flags (run and eval).
+bool same_flags(const EntryState& state, const SuiteEntry& entry);
 
 class SuiteState {
  public:
@@ -106,10 +118,18 @@ struct LeaderboardRow {
   std::string peak_source;  // "gpu" (NVML used), "rss" (process), ""
   std::optional<double> tokens_per_joule;
   std::optional<double> bandwidth_share;  // decode bytes / s over the measured copy ceiling
-  std::string status;                     // "ok", "ok, unstable: ...", "failed: ...", "pending"
+  // From eval.json (entries with eval): against the eval's reference (the unquantized model).
+  std::optional<double> kl_mean;
+  std::optional<double> kl_p99;
+  std::optional<double> top1_agreement;
+  std::optional<double> perplexity;            // --text: the entry's
+  std::optional<double> reference_perplexity;  // --text: the reference's
+  std::string status;  // "ok", "ok, unstable: ...", "failed: ...", "pending"
 };
+// eval: the entry's eval.json (null when it has none).
 LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
-                               const nlohmann::json& result, int64_t parameters);
+                               const nlohmann::json& result, const nlohmann::json& eval,
+                               int64_t parameters);
 // Ranked: finished entries by output tok/s (highest first), then failed and pending ones.
 void rank_rows(std::vector<LeaderboardRow>& rows);
 

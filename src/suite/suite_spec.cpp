@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -34,9 +35,26 @@ std::string flag_name(std::string key) {
 }
 
 bool is_reserved(const std::string& key) {
-  static const std::set<std::string> kReserved = {
-      "name", "model", "models", "dtype", "dtypes", "workload", "workloads", "allow_failure"};
+  static const std::set<std::string> kReserved = {"name",      "model",         "models",
+                                                  "dtype",     "dtypes",        "workload",
+                                                  "workloads", "allow_failure", "eval"};
   return kReserved.count(key) > 0;
+}
+
+// One key: value of a flags map (true: a bare flag, false: omitted).
+Status add_scalar_flag(const std::string& key, const YAML::Node& value, const std::string& where,
+                       FlagMap& flags) {
+  if (!value.IsScalar()) {
+    return user_error(fmt::format("{}: {} must be a single value, not a list or map", where, key));
+  }
+  const std::string text = value.as<std::string>();
+  bool b = false;
+  if (YAML::convert<bool>::decode(value, b) && text != "0" && text != "1") {
+    set_flag(flags, flag_name(key), b ? kBareFlag : "");
+  } else {
+    set_flag(flags, flag_name(key), text);
+  }
+  return Ok{};
 }
 
 // The run flags of a YAML map (reserved keys skipped). Suites manage the result directory.
@@ -49,17 +67,7 @@ Status read_flags(const YAML::Node& map, const std::string& where, FlagMap& flag
           fmt::format("{}: {} is set by the suite (DIR/<entry name>); drop it from the suite file",
                       where, kv.first.as<std::string>()));
     }
-    if (!kv.second.IsScalar()) {
-      return user_error(fmt::format("{}: {} must be a single value, not a list or map", where,
-                                    kv.first.as<std::string>()));
-    }
-    const std::string value = kv.second.as<std::string>();
-    bool b = false;
-    if (YAML::convert<bool>::decode(kv.second, b) && value != "0" && value != "1") {
-      set_flag(flags, key, b ? kBareFlag : "");
-    } else {
-      set_flag(flags, key, value);
-    }
+    IB_TRY(add_scalar_flag(kv.first.as<std::string>(), kv.second, where, flags));
   }
   return Ok{};
 }
@@ -72,6 +80,32 @@ std::vector<std::string> to_args(const FlagMap& flags) {
     if (v != kBareFlag) args.push_back(v);
   }
   return args;
+}
+
+// eval: true (eval's defaults), false (none), or a map of `inferbench eval` flags; the ones the
+// entry's run decides (model, device, dtype, weights, seed, quantization, the JSON) are refused.
+Result<std::optional<std::vector<std::string>>> read_eval(const YAML::Node& node,
+                                                          const std::string& where) {
+  bool on = false;
+  if (node.IsScalar() && YAML::convert<bool>::decode(node, on)) {
+    return on ? std::optional(std::vector<std::string>{}) : std::nullopt;
+  }
+  if (!node.IsMap()) {
+    return user_error(fmt::format(
+        "{}: eval is true, false or a map of `inferbench eval` flags (e.g. text: FILE)", where));
+  }
+  static const std::set<std::string> kFromRun = {
+      "model", "device", "dtype", "load-format", "seed", "quantization", "output-json"};
+  FlagMap flags;
+  for (const auto& kv : node) {
+    const std::string key = flag_name(kv.first.as<std::string>());
+    if (kFromRun.count(key) > 0) {
+      return user_error(fmt::format(
+          "{}: eval: {} comes from the entry's run flags; drop it from eval", where, key));
+    }
+    IB_TRY(add_scalar_flag(kv.first.as<std::string>(), kv.second, where + ": eval", flags));
+  }
+  return std::optional(to_args(flags));
 }
 
 std::string sanitize(const std::string& name) {
@@ -109,8 +143,21 @@ struct Workload {
   YAML::Node flags;
 };
 
-Result<std::vector<SuiteEntry>> expand_entry(const YAML::Node& node, const FlagMap& defaults,
-                                             bool allow_failure, const std::string& where) {
+// What every entry starts from: the defaults map.
+struct EntryDefaults {
+  FlagMap flags;
+  bool allow_failure = false;
+  std::optional<std::vector<std::string>> eval_args;
+};
+
+Result<std::vector<SuiteEntry>> expand_entry(const YAML::Node& node, const EntryDefaults& base,
+                                             const std::string& where) {
+  const FlagMap& defaults = base.flags;
+  bool allow_failure = base.allow_failure;
+  std::optional<std::vector<std::string>> eval_args = base.eval_args;
+  if (node.IsMap() && node["eval"]) {
+    IB_ASSIGN_OR_RETURN(eval_args, read_eval(node["eval"], where));
+  }
   if (!node.IsMap()) return user_error(fmt::format("{}: an entry is a map of keys", where));
   IB_ASSIGN_OR_RETURN(auto models, string_list(node, "model", "models", where));
   if (models.empty()) {
@@ -158,6 +205,7 @@ Result<std::vector<SuiteEntry>> expand_entry(const YAML::Node& node, const FlagM
         SuiteEntry e;
         e.model = model;
         e.allow_failure = allow_failure;
+        e.eval_args = eval_args;
         std::vector<std::string> parts;
         if (!prefix.empty()) parts.push_back(prefix);
         if (models.size() > 1 || prefix.empty()) parts.push_back(model);
@@ -209,8 +257,8 @@ Result<SuiteSpec> parse_suite_yaml(const std::string& text, const std::string& s
                       source_name, key));
     }
   }
-  FlagMap defaults;
-  bool allow_failure = false;
+  EntryDefaults base;
+  FlagMap& defaults = base.flags;
   if (root["defaults"]) {
     if (!root["defaults"].IsMap()) {
       return user_error(fmt::format("{}: defaults must be a map of run flags", source_name));
@@ -226,10 +274,14 @@ Result<SuiteSpec> parse_suite_yaml(const std::string& text, const std::string& s
     IB_TRY(read_flags(root["defaults"], source_name + ": defaults", defaults));
     try {
       if (root["defaults"]["allow_failure"]) {
-        allow_failure = root["defaults"]["allow_failure"].as<bool>();
+        base.allow_failure = root["defaults"]["allow_failure"].as<bool>();
       }
     } catch (const YAML::Exception& e) {
       return user_error(fmt::format("{}: defaults: allow_failure is true or false", source_name));
+    }
+    if (root["defaults"]["eval"]) {
+      IB_ASSIGN_OR_RETURN(base.eval_args,
+                          read_eval(root["defaults"]["eval"], source_name + ": defaults"));
     }
   }
   size_t index = 0;
@@ -237,7 +289,7 @@ Result<SuiteSpec> parse_suite_yaml(const std::string& text, const std::string& s
     ++index;
     const std::string where = fmt::format("{}: entry {}", source_name, index);
     try {
-      IB_ASSIGN_OR_RETURN(auto entries, expand_entry(node, defaults, allow_failure, where));
+      IB_ASSIGN_OR_RETURN(auto entries, expand_entry(node, base, where));
       for (auto& e : entries) spec.entries.push_back(std::move(e));
     } catch (const YAML::Exception& e) {
       return user_error(fmt::format("{}: {}", where, e.what()));

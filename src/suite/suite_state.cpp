@@ -29,6 +29,9 @@ Result<SuiteState> SuiteState::load(const std::filesystem::path& dir) {
     s.status = e["status"].get<std::string>();
     s.error = e.value("error", "");
     s.args = e["args"].get<std::vector<std::string>>();
+    if (e.contains("eval_args") && e["eval_args"].is_array()) {
+      s.eval_args = e["eval_args"].get<std::vector<std::string>>();
+    }
     s.wall_s = e.value("wall_s", 0.0);
     state.record(e["name"].get<std::string>(), std::move(s));
   }
@@ -38,19 +41,22 @@ Result<SuiteState> SuiteState::load(const std::filesystem::path& dir) {
 Status SuiteState::save(const std::filesystem::path& dir) const {
   json entries = json::array();
   for (const auto& [name, s] : entries_) {
-    entries.push_back(json{{"name", name},
-                           {"status", s.status},
-                           {"error", s.error},
-                           {"args", s.args},
-                           {"wall_s", s.wall_s}});
+    json e{{"name", name}, {"status", s.status}, {"error", s.error}, {"args", s.args}};
+    if (s.eval_args) e["eval_args"] = *s.eval_args;
+    e["wall_s"] = s.wall_s;
+    entries.push_back(std::move(e));
   }
   const json j{{"suite", suite_name_}, {"entries", std::move(entries)}};
   return write_file_atomic(dir / kSuiteStateJson, j.dump(2) + "\n");
 }
 
+bool same_flags(const EntryState& state, const SuiteEntry& entry) {
+  return state.args == entry.args && state.eval_args == entry.eval_args;
+}
+
 bool SuiteState::done(const SuiteEntry& entry) const {
   const EntryState* s = find(entry.name);
-  return s != nullptr && s->args == entry.args && (s->status == "ok" || s->status == "failed");
+  return s != nullptr && same_flags(*s, entry) && (s->status == "ok" || s->status == "failed");
 }
 
 const EntryState* SuiteState::find(const std::string& name) const {

@@ -92,6 +92,39 @@ TEST(SuiteSpec, BadFilesAreUserErrorsNamingTheProblem) {
   }
 }
 
+// eval: true runs eval with its defaults, a map adds eval flags, false (or no key) runs none; the
+// defaults' eval applies to every entry that does not say otherwise; flags the run decides are
+// refused.
+TEST(SuiteSpec, EvalKeyGivesEvalFlagsApartFromTheRunFlags) {
+  const auto spec = parse_suite_yaml(R"(
+defaults: {model: m, runs: 1, eval: {reference_dtype: bf16, num_prompts: 2}}
+entries:
+  - {name: inherit}
+  - {name: own, eval: {text: t.txt, ctx_size: 64}}
+  - {name: plain, eval: true}
+  - {name: none, eval: false}
+)",
+                                     "e.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  ASSERT_EQ(spec->entries.size(), 4u);
+  EXPECT_EQ(spec->entries[0].eval_args, (Args{"--reference-dtype", "bf16", "--num-prompts", "2"}));
+  // eval is not a run flag
+  EXPECT_EQ(spec->entries[0].args, (Args{"--model", "m", "--runs", "1"}));
+  EXPECT_EQ(spec->entries[1].eval_args, (Args{"--text", "t.txt", "--ctx-size", "64"}));
+  EXPECT_EQ(spec->entries[2].eval_args, Args{});
+  EXPECT_FALSE(spec->entries[3].eval_args.has_value());
+  const std::vector<std::pair<std::string, std::string>> bad_cases = {
+      {"entries:\n  - {model: a, eval: {quantization: fp8}}\n",
+       "eval: quantization comes from the entry's run flags"},
+      {"entries:\n  - {model: a, eval: [1]}\n", "eval is true, false or a map"},
+      {"entries:\n  - {model: a, eval: {text: [a, b]}}\n", "single value"}};
+  for (const auto& [yaml, expect] : bad_cases) {
+    const auto bad = parse_suite_yaml(yaml, "bad.yaml");
+    ASSERT_FALSE(bad.ok()) << yaml;
+    EXPECT_NE(bad.error().message.find(expect), std::string::npos) << bad.error().message;
+  }
+}
+
 TEST(SuiteSpec, ModelListKeepsListedModelsAndRefusesUnknownOnes) {
   const auto spec = parse_suite_yaml("entries:\n  - models: [m1, m2, m3]\n", "s.yaml");
   ASSERT_TRUE(spec.ok());
@@ -141,6 +174,12 @@ TEST(SuiteState, RoundTripsAndSkipsOnlyEntriesFinishedWithTheSameArgs) {
   EXPECT_EQ(loaded->find("b")->error, "out of memory");
   b.args.back() = "2";  // the suite file changed: rerun
   EXPECT_FALSE(loaded->done(b));
+  a.eval_args = Args{"--num-prompts", "2"};  // eval added to a finished entry: rerun
+  EXPECT_FALSE(loaded->done(a));
+  SuiteState with_eval("demo");
+  with_eval.record("a", {"ok", "", a.args, 1.5, a.eval_args});
+  ASSERT_TRUE(with_eval.save(dir).ok());
+  EXPECT_TRUE(SuiteState::load(dir)->done(a));
   EXPECT_FALSE(loaded->done(SuiteEntry{"c", "m", "", "", {}}));
   ASSERT_TRUE(write_file_atomic(dir / kSuiteStateJson, "{\"entries\": 3}").ok());
   EXPECT_FALSE(SuiteState::load(dir).ok());
@@ -177,11 +216,15 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
        {{"performance",
          {{"copy_ceiling_bytes_per_s", 4e12}, {"decode", {{"fraction_of_copy_ceiling", 0.8}}}}}}},
       {"stability", {{"cv_threshold", 0.05}, {"unstable_metrics", {"output_throughput"}}}}};
+  const json fast_eval = {{"kl_mean", 0.0123},
+                          {"kl_p99", 0.25},
+                          {"top1_agreement", 0.975},
+                          {"perplexity", {{"candidate", 6.25}, {"reference", 6.125}}}};
   std::vector<LeaderboardRow> rows = {
-      leaderboard_row(slow, &ok, slow_result, 15'000'000),  // CPU: no copy ceiling
-      leaderboard_row(broken, &failed, nullptr, 70'000'000'000),
-      leaderboard_row(fast, &ok, fast_result, 8'000'000'000),
-      leaderboard_row(SuiteEntry{"later", "m", "", "", {}}, nullptr, nullptr, 0)};
+      leaderboard_row(slow, &ok, slow_result, nullptr, 15'000'000),  // CPU: no copy ceiling
+      leaderboard_row(broken, &failed, nullptr, nullptr, 70'000'000'000),
+      leaderboard_row(fast, &ok, fast_result, fast_eval, 8'000'000'000),
+      leaderboard_row(SuiteEntry{"later", "m", "", "", {}}, nullptr, nullptr, nullptr, 0)};
   rank_rows(rows);
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[0].entry, "fast");
@@ -201,19 +244,21 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
   const std::string md = leaderboard_markdown(rows, "demo");
   EXPECT_NE(
       md.find("| 1 | fast | m-fast | 8.00B | bf16 | 250.5 | 2.00 | 3.00 | 0.50 | 1.00 (gpu) | 4.25 "
-              "| 80.0% |"),
+              "| 80.0% | 0.0123 | 0.25 | 97.5% | 6.250 (6.125) |"),
       std::string::npos)
       << md;
   EXPECT_NE(md.find("| 2 | slow | m-slow | 15.0M | fp32 | 100.0 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| - | broken | m-big | 70.00B |  |  |  |  |  |  |  |  | failed: CUDA out of "
-                    "memory |"),
+  // Not measured: "-" in the eval columns.
+  EXPECT_NE(md.find("| - | broken | m-big | 70.00B |  |  |  |  |  |  |  |  | - | - | - | - | "
+                    "failed: CUDA out of memory |"),
             std::string::npos)
       << md;
   const std::string csv = leaderboard_csv(rows);
-  EXPECT_NE(csv.find("\n1,fast,m-fast,8000000000,bf16,250.5,2,3,0.5,1,gpu,4.25,0.8,"),
+  EXPECT_NE(csv.find("\n1,fast,m-fast,8000000000,bf16,250.5,2,3,0.5,1,gpu,4.25,0.8,0.0123,0.25,"
+                     "0.975,6.25,6.125,"),
             std::string::npos)
       << csv;
-  EXPECT_NE(csv.find("\n,broken,m-big,70000000000,,,,,,,,,,failed: CUDA out of memory\n"),
+  EXPECT_NE(csv.find("\n,broken,m-big,70000000000,,,,,,,,,,,,,,,failed: CUDA out of memory\n"),
             std::string::npos)
       << csv;
   const std::string html = leaderboard_html(rows, "demo <1>", "<svg id=\"h\"></svg>");
