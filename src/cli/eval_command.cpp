@@ -57,7 +57,7 @@ namespace {
 // Runs requests to completion on one engine built for this run's quantization; returns each
 // request's tokens and logits in request order.
 Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
-                       const std::string& quantization,
+                       const std::string& quantization, const std::string& kv_cache_dtype,
                        const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
@@ -69,6 +69,7 @@ Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
   ec.capture_logits = true;
   ec.use_graphs = !f.no_cuda_graphs;
   ec.quantization = quantization;
+  ec.kv_cache_dtype = kv_cache_dtype;
   IB_TRY(ec.validate());
   IB_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(model, f.model, f.device, f.dtype,
                                                            f.load_format, f.seed, ec));
@@ -103,6 +104,11 @@ Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
   return run;
 }
 
+// "fp8", or "none, kv fp8" when the KV cache is not the model dtype.
+std::string variant_name(const std::string& quantization, const std::string& kv_cache_dtype) {
+  return kv_cache_dtype == "auto" ? quantization : quantization + ", kv " + kv_cache_dtype;
+}
+
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -118,6 +124,11 @@ void add_eval_flags(CLI::App& app, EvalFlags& f) {
   app.add_option("--quantization", f.quantization, "the candidate: none or fp8")
       ->capture_default_str();
   app.add_option("--reference-quantization", f.reference, "the reference: none or fp8")
+      ->capture_default_str();
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, "the candidate's KV cache: auto, fp8")
+      ->capture_default_str();
+  app.add_option("--reference-kv-cache-dtype", f.reference_kv_cache_dtype,
+                 "the reference's KV cache: auto, fp8")
       ->capture_default_str();
   app.add_option("--num-prompts", f.num_prompts, "prompts (random token ids from --seed)")
       ->capture_default_str();
@@ -147,9 +158,12 @@ Result<int> execute_eval(const EvalFlags& f) {
     for (int i = 0; i < f.input_len; ++i)
       p.push_back(static_cast<int32_t>(rng.uniform_int(1, model.vocab_size - 1)));
   }
-  std::cerr << fmt::format("eval: reference ({}) generating {} x {} tokens\n", f.reference,
+  const std::string reference = variant_name(f.reference, f.reference_kv_cache_dtype);
+  const std::string candidate = variant_name(f.quantization, f.kv_cache_dtype);
+  std::cerr << fmt::format("eval: reference ({}) generating {} x {} tokens\n", reference,
                            f.num_prompts, f.output_len);
-  IB_ASSIGN_OR_RETURN(const Run ref, run_engine(f, model, f.reference, prompts, f.output_len));
+  IB_ASSIGN_OR_RETURN(const Run ref, run_engine(f, model, f.reference, f.reference_kv_cache_dtype,
+                                                prompts, f.output_len));
   // The candidate sees the reference's context at every step.
   std::vector<std::vector<int32_t>> contexts;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -159,9 +173,10 @@ Result<int> execute_eval(const EvalFlags& f) {
       contexts.push_back(std::move(c));
     }
   }
-  std::cerr << fmt::format("eval: candidate ({}) on {} teacher-forced contexts\n", f.quantization,
+  std::cerr << fmt::format("eval: candidate ({}) on {} teacher-forced contexts\n", candidate,
                            contexts.size());
-  IB_ASSIGN_OR_RETURN(const Run cand, run_engine(f, model, f.quantization, contexts, 1));
+  IB_ASSIGN_OR_RETURN(const Run cand,
+                      run_engine(f, model, f.quantization, f.kv_cache_dtype, contexts, 1));
   std::vector<double> kl;
   int agree = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -178,6 +193,8 @@ Result<int> execute_eval(const EvalFlags& f) {
       {"model", model.name},
       {"reference", f.reference},
       {"candidate", f.quantization},
+      {"reference_kv_cache_dtype", f.reference_kv_cache_dtype},
+      {"candidate_kv_cache_dtype", f.kv_cache_dtype},
       {"device", f.device},
       {"tokens", kl.size()},
       {"kl_mean", mean},
@@ -188,7 +205,7 @@ Result<int> execute_eval(const EvalFlags& f) {
       "| model | reference | candidate | tokens | KL mean | KL p99 | KL max | top-1 |\n"
       "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n"
       "| {} | {} | {} | {} | {:.6f} | {:.6f} | {:.6f} | {:.4f} |\n",
-      model.name, f.reference, f.quantization, kl.size(), j["kl_mean"].get<double>(),
+      model.name, reference, candidate, kl.size(), j["kl_mean"].get<double>(),
       j["kl_p99"].get<double>(), j["kl_max"].get<double>(), j["top1_agreement"].get<double>());
   if (!f.output_json.empty()) {  // written whole, then renamed: never half a file
     const std::string tmp = f.output_json + ".tmp";

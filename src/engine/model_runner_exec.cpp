@@ -101,7 +101,7 @@ Result<RunnerOutput> ModelRunner::read_results(int rows, bool capture_logits) {
 
 StepTraffic ModelRunner::traffic(std::span<const RunnerSeq> batch) const {
   const auto e = static_cast<int64_t>(dtype_size(backend_.activation_dtype()));
-  const int64_t kv_per_token = model_.kv_bytes_per_token(backend_.activation_dtype());
+  const int64_t kv_per_token = model_.kv_bytes_per_token(kv_.format.dtype);
   StepTraffic t;
   int64_t tokens = 0;
   bool samples = false;
