@@ -19,12 +19,18 @@
 namespace ib {
 
 // Per-layer view of the paged KV cache.
-// Layout of k and v: (num_blocks, num_kv_heads, block_size, head_dim), dtype = act.
+// Layout of k and v: (num_blocks, num_kv_heads, block_size, head_dim), dtype = act or fp8_e4m3.
 // A token at slot s lives in block s / block_size at offset s % block_size.
+// fp8_e4m3 (vLLM's --kv-cache-dtype fp8): one fp32 scale per layer for K and one for V (vLLM's
+// k_scale / v_scale); a value x (the rotated k, or v, as it lands in qkv, in act) is stored as
+// e4m3(x / scale), rounded to nearest even and saturated to +-448 (f32_to_f8e4m3_bits), and read
+// as float(stored) * scale in fp32. In act, the scales are unused (1).
 struct KvCacheLayer {
   Tensor k;
   Tensor v;
   int block_size = 16;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 struct AttentionShape {
@@ -104,12 +110,14 @@ class AttentionOps {
   virtual ~AttentionOps() = default;
   // qkv (T, (Hq + 2 Hkv) * head_dim): rotates q and k in place with rotate-half RoPE at
   // positions (int32 T) using inv_freq (f32, head_dim / 2): angle = float(pos) * inv_freq[i];
-  // then writes k and v into the cache at slot_mapping (int32 T; -1 skips the token).
+  // then writes k and v into the cache at slot_mapping (int32 T; -1 skips the token), in the
+  // cache's dtype (KvCacheLayer).
   virtual void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                               const Tensor& inv_freq, const KvCacheLayer& kv,
                               const AttentionShape& shape) = 0;
   // out (T, Hq * head_dim) = softmax(q k^T * scale + causal/sliding mask) v over the paged
-  // cache, for every query token of qkv (only its q part is read).
+  // cache, for every query token of qkv (only its q part is read); an fp8 cache is read as
+  // KvCacheLayer defines it.
   virtual void attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
                          const AttentionShape& shape, Tensor out) = 0;
   // Whether the attention op runs this shape here (CUDA kernels cover head_dim 64, 96, 128);

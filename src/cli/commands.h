@@ -41,6 +41,7 @@ struct GenerateFlags {
   std::string dtype = "auto";
   std::string load_format = "auto";
   std::string quantization = "none";
+  std::string kv_cache_dtype = "auto";
   uint64_t seed = 0;
   bool no_cuda_graphs = false;
 };
@@ -54,10 +55,12 @@ struct EvalFlags {
   std::string model;
   std::string quantization = "fp8";  // the candidate
   std::string reference = "none";
-  std::string reference_dtype;  // "": --dtype
-  std::string text;             // perplexity on this file; "": none
-  int ctx_size = 512;           // tokens per chunk (llama.cpp's --ctx-size)
-  int chunks = -1;              // at most this many chunks; -1: all
+  std::string reference_dtype;                    // "": --dtype
+  std::string text;                               // perplexity on this file; "": none
+  int ctx_size = 512;                             // tokens per chunk (llama.cpp's --ctx-size)
+  int chunks = -1;                                // at most this many chunks; -1: all
+  std::string kv_cache_dtype = "auto";            // the candidate's KV cache
+  std::string reference_kv_cache_dtype = "auto";  // the reference's
   int num_prompts = 8;
   int input_len = 32;
   int output_len = 32;

@@ -121,6 +121,9 @@ TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
       {{"run", "--quantization", "int3", "--result-dir", dir},
        "int3: not a quantization the "
        "engine runs; use none or fp8"},
+      {{"run", "--kv-cache-dtype", "int8", "--result-dir", dir},
+       "--kv-cache-dtype int8: not a KV-cache dtype the engine runs; use auto (the model dtype), "
+       "fp8 or fp8_e4m3"},
   };
   for (const auto& c : cases) {
     const int code = run(c.args);
@@ -232,6 +235,51 @@ TEST_F(E2e, Fp8QuantizationRunsOnTheCpuAndIsRecorded) {
   const int64_t weights = r["memory"]["engine-pools"]["weights_bytes"].get<int64_t>();
   EXPECT_GE(weights, want);
   EXPECT_LE(weights, want + 256 * (2 + 10 * layers));  // each tensor rounded up to 256 bytes
+}
+
+// --kv-cache-dtype fp8 on the CPU: the run completes, result.json records vLLM's key and what
+// the cache stores, and the same --kv-cache-memory holds 4x the tokens of the fp32 cache (2x
+// bf16's on a GPU), up to whole blocks, shown under the table.
+TEST_F(E2e, Fp8KvCacheRunsOnTheCpuHoldsMoreTokensAndIsRecorded) {
+  int64_t tokens[2] = {0, 0};
+  for (int fp8 = 0; fp8 < 2; ++fp8) {
+    const fs::path dir = root_ / (fp8 ? "fp8" : "auto");
+    ASSERT_EQ(run({"run",
+                   "--model",
+                   "tiny-15m",
+                   "--kv-cache-dtype",
+                   fp8 ? "fp8" : "auto",
+                   "--kv-cache-memory",
+                   "8MiB",
+                   "--num-prompts",
+                   "4",
+                   "--input-len",
+                   "8",
+                   "--output-len",
+                   "4",
+                   "--batch-size",
+                   "2",
+                   "--runs",
+                   "1",
+                   "--result-dir",
+                   dir.string(),
+                   "--num-threads",
+                   "2"}),
+              0)
+        << err();
+    const json r = json::parse(read_file(dir / "result.json").value());
+    EXPECT_EQ(r["completed"], 4);
+    EXPECT_EQ(r["config"]["kv_cache_dtype"], fp8 ? json("fp8") : json(nullptr));
+    EXPECT_EQ(r["engine"]["engine"]["kv_cache_dtype"], fp8 ? "fp8" : "auto");
+    EXPECT_EQ(r["engine"]["engine"]["kv_dtype"], fp8 ? "fp8_e4m3" : "fp32");
+    tokens[fp8] = r["engine"]["engine"]["kv_tokens"].get<int64_t>();
+    EXPECT_NE(out().find("KV cache: " + std::to_string(tokens[fp8]) + " tokens"), std::string::npos)
+        << out();
+  }
+  EXPECT_GT(tokens[0], 0);
+  // Whole blocks of 16 tokens: floor(budget / (b / 4)) lies in [4 floor(budget / b), + 3].
+  EXPECT_GE(tokens[1], 4 * tokens[0]);
+  EXPECT_LE(tokens[1], 4 * tokens[0] + 3 * 16);
 }
 
 TEST_F(E2e, ModelsEnvAndPluginsCommands) {

@@ -24,6 +24,7 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "activations. Matmul weights are quantized at load (per-channel scales, "
                  "per-token dynamic activation scales); embeddings, lm_head and norms stay dense")
       ->capture_default_str();
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, kKvCacheDtypeHelp)->capture_default_str();
 }
 
 Result<EngineConfig> engine_config_from(const EngineFlags& f) {
@@ -34,6 +35,7 @@ Result<EngineConfig> engine_config_from(const EngineFlags& f) {
   c.max_model_len = f.max_model_len;
   c.gpu_memory_utilization = f.gpu_memory_utilization;
   c.quantization = f.quantization;
+  c.kv_cache_dtype = f.kv_cache_dtype;
   if (!f.kv_cache_memory.empty()) {
     IB_ASSIGN_OR_RETURN(c.cpu_kv_cache_bytes, parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
   }

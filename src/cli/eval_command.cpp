@@ -50,6 +50,7 @@ struct Run {
 // request's tokens and logits in request order), then scores the text's chunks when given.
 Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
                        const std::string& quantization, const std::string& dtype,
+                       const std::string& kv_cache_dtype,
                        const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
                        const detail::TextChunks* text) {
   size_t longest = 0;
@@ -67,6 +68,7 @@ Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
   ec.capture_logits = true;
   ec.use_graphs = !f.no_cuda_graphs;
   ec.quantization = quantization;
+  ec.kv_cache_dtype = kv_cache_dtype;
   IB_TRY(ec.validate());
   IB_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(model, f.model, f.device, dtype,
                                                            f.load_format, f.seed, ec));
@@ -92,6 +94,11 @@ Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
     IB_ASSIGN_OR_RETURN(run.perplexity, detail::score_text(*local.engine, *text, ec.max_num_seqs));
   }
   return run;
+}
+
+// "fp8", or "none, kv fp8" when the KV cache is not the model dtype.
+std::string variant_name(const std::string& quantization, const std::string& kv_cache_dtype) {
+  return kv_cache_dtype == "auto" ? quantization : quantization + ", kv " + kv_cache_dtype;
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -139,12 +146,18 @@ Status write_json(const std::string& path, const nlohmann::json& j) {
 void add_eval_flags(CLI::App& app, EvalFlags& f) {
   app.add_option("--model", f.model, "preset name or a directory with config.json (+ safetensors)")
       ->required();
-  app.add_option("--quantization", f.quantization, "the candidate: none or fp8")
+  app.add_option("--quantization", f.quantization, "the candidate: none, fp8, int8 or int8-w8a8")
       ->capture_default_str();
-  app.add_option("--reference-quantization", f.reference, "the reference: none or fp8")
+  app.add_option("--reference-quantization", f.reference,
+                 "the reference: none, fp8, int8 or int8-w8a8")
       ->capture_default_str();
   app.add_option("--reference-dtype", f.reference_dtype,
                  "the reference's dtype (default: --dtype), e.g. bf16 against an fp16 candidate");
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, "the candidate's KV cache: auto, fp8")
+      ->capture_default_str();
+  app.add_option("--reference-kv-cache-dtype", f.reference_kv_cache_dtype,
+                 "the reference's KV cache: auto, fp8")
+      ->capture_default_str();
   app.add_option("--num-prompts", f.num_prompts, "prompts (random token ids from --seed)")
       ->capture_default_str();
   app.add_option("--input-len", f.input_len, "tokens per prompt")->capture_default_str();
@@ -202,11 +215,14 @@ Result<int> execute_eval(const EvalFlags& f) {
     for (int i = 0; i < f.input_len; ++i)
       p.push_back(static_cast<int32_t>(rng.uniform_int(1, model.vocab_size - 1)));
   }
-  std::cerr << fmt::format("eval: reference ({}, {}) generating {} x {} tokens{}\n", f.reference,
+  const std::string reference = variant_name(f.reference, f.reference_kv_cache_dtype);
+  const std::string candidate = variant_name(f.quantization, f.kv_cache_dtype);
+  std::cerr << fmt::format("eval: reference ({}, {}) generating {} x {} tokens{}\n", reference,
                            ref_dtype, f.num_prompts, f.output_len,
                            text ? fmt::format(", scoring {} chunks", text->chunks.size()) : "");
   IB_ASSIGN_OR_RETURN(const Run ref,
-                      run_engine(f, model, f.reference, ref_dtype, prompts, f.output_len, chunks));
+                      run_engine(f, model, f.reference, ref_dtype, f.reference_kv_cache_dtype,
+                                 prompts, f.output_len, chunks));
   // The candidate sees the reference's context at every step.
   std::vector<std::vector<int32_t>> contexts;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -216,10 +232,10 @@ Result<int> execute_eval(const EvalFlags& f) {
       contexts.push_back(std::move(c));
     }
   }
-  std::cerr << fmt::format("eval: candidate ({}, {}) on {} teacher-forced contexts\n",
-                           f.quantization, f.dtype, contexts.size());
-  IB_ASSIGN_OR_RETURN(const Run cand,
-                      run_engine(f, model, f.quantization, f.dtype, contexts, 1, chunks));
+  std::cerr << fmt::format("eval: candidate ({}, {}) on {} teacher-forced contexts\n", candidate,
+                           f.dtype, contexts.size());
+  IB_ASSIGN_OR_RETURN(const Run cand, run_engine(f, model, f.quantization, f.dtype,
+                                                 f.kv_cache_dtype, contexts, 1, chunks));
   std::vector<double> kl;
   int agree = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -237,6 +253,8 @@ Result<int> execute_eval(const EvalFlags& f) {
                    {"candidate", f.quantization},
                    {"reference_dtype", ref_dtype},
                    {"dtype", f.dtype},
+                   {"reference_kv_cache_dtype", f.reference_kv_cache_dtype},
+                   {"candidate_kv_cache_dtype", f.kv_cache_dtype},
                    {"device", f.device},
                    {"tokens", kl.size()},
                    {"kl_mean", mean},
@@ -247,7 +265,7 @@ Result<int> execute_eval(const EvalFlags& f) {
       "| model | reference | candidate | tokens | KL mean | KL p99 | KL max | top-1 |\n"
       "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n"
       "| {} | {} | {} | {} | {:.6f} | {:.6f} | {:.6f} | {:.4f} |\n",
-      model.name, f.reference, f.quantization, kl.size(), j["kl_mean"].get<double>(),
+      model.name, reference, candidate, kl.size(), j["kl_mean"].get<double>(),
       j["kl_p99"].get<double>(), j["kl_max"].get<double>(), j["top1_agreement"].get<double>());
   if (text) {
     j["perplexity"] = perplexity_json(*text, *ref.perplexity, *cand.perplexity);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "cli/local_engine.h"
 #include "engine/engine.h"
 #include "model/presets.h"
@@ -80,6 +81,7 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
   app.add_option("--quantization", f.quantization,
                  "none, fp8 (W8A8 E4M3), int8 (W8A16) or int8-w8a8, quantized at load")
       ->capture_default_str();
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, kKvCacheDtypeHelp)->capture_default_str();
   app.add_option("--seed", f.seed, "seed of dummy weights")->capture_default_str();
   app.add_flag("--no-cuda-graphs,--enforce-eager", f.no_cuda_graphs, "decode op by op");
 }
@@ -97,6 +99,7 @@ Result<int> execute_generate(const GenerateFlags& f) {
   ec.capture_logits = !f.dump_logits.empty();
   ec.use_graphs = !f.no_cuda_graphs;
   ec.quantization = f.quantization;
+  ec.kv_cache_dtype = f.kv_cache_dtype;
   IB_TRY(ec.validate());  // before the backend starts
   IB_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(model, f.model, f.device, f.dtype,
                                                            f.load_format, f.seed, ec));

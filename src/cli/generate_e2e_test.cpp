@@ -3,8 +3,11 @@
 // device index that does not exist.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,16 +19,21 @@ namespace {
 namespace fs = std::filesystem;
 using testing::E2e;
 
-// The logits rows of a .npy that `generate --dump-logits` wrote: (steps, vocab) f32.
-std::vector<std::vector<float>> npy_rows(const std::string& bytes, size_t vocab) {
+// The rows of a (steps, vocab) float32 .npy as `generate --dump-logits` writes it.
+std::vector<std::vector<float>> npy_rows(const std::string& bytes, size_t steps, size_t vocab) {
+  EXPECT_GT(bytes.size(), 10u);
+  EXPECT_EQ(bytes.substr(0, 6), "\x93NUMPY");
   const size_t header = static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8;
-  const size_t rows = (bytes.size() - 10 - header) / (vocab * sizeof(float));
-  std::vector<std::vector<float>> out(rows, std::vector<float>(vocab));
-  for (size_t r = 0; r < rows; ++r) {
-    std::memcpy(out[r].data(), bytes.data() + 10 + header + r * vocab * sizeof(float),
+  EXPECT_EQ((10 + header) % 64, 0u);
+  EXPECT_NE(bytes.find("'shape': (" + std::to_string(steps) + ", " + std::to_string(vocab) + ")"),
+            std::string::npos);
+  EXPECT_EQ(bytes.size(), 10 + header + steps * vocab * sizeof(float));
+  std::vector<std::vector<float>> rows(steps, std::vector<float>(vocab));
+  for (size_t step = 0; step < steps && bytes.size() >= 10 + header + steps * vocab * 4; ++step) {
+    std::memcpy(rows[step].data(), bytes.data() + 10 + header + step * vocab * sizeof(float),
                 vocab * sizeof(float));
   }
-  return out;
+  return rows;
 }
 
 TEST_F(E2e, GenerateWritesTokensAndLogits) {
@@ -40,17 +48,10 @@ TEST_F(E2e, GenerateWritesTokensAndLogits) {
   EXPECT_EQ(j.at("prompt_token_ids"), (std::vector<int32_t>{1, 15, 300, 7}));
   EXPECT_EQ(j.at("dtype"), "fp32");
 
-  const std::string bytes = read_file(npy).value();
-  ASSERT_GT(bytes.size(), 10u);
-  EXPECT_EQ(bytes.substr(0, 6), "\x93NUMPY");
-  const size_t header = static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8;
-  EXPECT_EQ((10 + header) % 64, 0u);
-  EXPECT_NE(bytes.find("'shape': (5, 32000)"), std::string::npos);
-  const size_t vocab = 32000;
-  ASSERT_EQ(bytes.size(), 10 + header + 5 * vocab * sizeof(float));
-  const auto rows = npy_rows(bytes, vocab);
+  const auto rows = npy_rows(read_file(npy).value(), 5, 32000);
   for (size_t step = 0; step < 5; ++step) {
-    const auto best = std::max_element(rows[step].begin(), rows[step].end()) - rows[step].begin();
+    const std::vector<float>& row = rows[step];
+    const auto best = std::max_element(row.begin(), row.end()) - row.begin();
     EXPECT_EQ(best, tokens[step]) << "step " << step;  // greedy: the argmax of its logits
   }
 }
@@ -64,6 +65,44 @@ TEST_F(E2e, GenerateRefusesBadInputWithExitCode2) {
       run({"generate", "--model", "tiny-15m", "--device", "cuda:99", "--prompt-token-ids", "1"}),
       2);
   EXPECT_NE(err().find("99"), std::string::npos) << err();
+}
+
+// --kv-cache-dtype fp8 on the CPU (E4M3 K and V, scales 1.0 for dummy weights): generate runs,
+// and its logits stay close to the fp32 cache's (relative L2 below 0.1 at every step before the
+// greedy tokens part; they do differ: the cache is E4M3). A bad value exits 2 naming the values.
+TEST_F(E2e, GenerateWithAnFp8KvCacheStaysCloseToAuto) {
+  const size_t steps = 6, vocab = 32000;
+  std::vector<std::vector<float>> logits[2];
+  std::vector<int32_t> tokens[2];
+  for (int fp8 = 0; fp8 < 2; ++fp8) {
+    const auto npy = root_ / (fp8 ? "fp8.npy" : "auto.npy");
+    ASSERT_EQ(run({"generate", "--model", "tiny-15m", "--prompt-token-ids", "1,15,300,7,42,9",
+                   "--max-tokens", std::to_string(steps), "--kv-cache-dtype", fp8 ? "fp8" : "auto",
+                   "--dump-logits", npy.string()}),
+              0)
+        << err();
+    tokens[fp8] = nlohmann::json::parse(out()).at("token_ids").get<std::vector<int32_t>>();
+    logits[fp8] = npy_rows(read_file(npy).value(), steps, vocab);
+  }
+  double largest = 0;
+  for (size_t step = 0; step < steps; ++step) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < vocab; ++i) {
+      const double d = double{logits[1][step][i]} - logits[0][step][i];
+      num += d * d;
+      den += double{logits[0][step][i]} * logits[0][step][i];
+    }
+    largest = std::max(largest, std::sqrt(num / den));
+    EXPECT_LT(std::sqrt(num / den), 0.1) << "step " << step;
+    if (tokens[0][step] != tokens[1][step]) break;  // later steps see different contexts
+  }
+  EXPECT_GT(largest, 0.0) << "the fp8 cache changed nothing";
+
+  EXPECT_EQ(run({"generate", "--model", "tiny-15m", "--prompt-token-ids", "1", "--kv-cache-dtype",
+                 "fp4"}),
+            2);
+  EXPECT_NE(err().find("--kv-cache-dtype fp4"), std::string::npos) << err();
+  EXPECT_NE(err().find("auto (the model dtype), fp8 or fp8_e4m3"), std::string::npos) << err();
 }
 
 // `inferbench eval`: the model against itself agrees exactly (teacher-forced prefill and decode
@@ -178,7 +217,7 @@ TEST_F(EvalText, PerplexityIsExpOfTheMeanNllOfTheSecondHalfOfEachChunk) {
                      "--max-tokens", "1", "--dump-logits", npy.string()}),
                 0)
           << err();
-      const auto row = npy_rows(read_file(npy).value(), 320).at(0);
+      const auto row = npy_rows(read_file(npy).value(), 1, 320).at(0);
       double max = -INFINITY, sum = 0;
       for (float v : row) max = std::max(max, double{v});
       for (float v : row) sum += std::exp(double{v} - max);

@@ -331,6 +331,10 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
       // vLLM's key; null without quantization, as vLLM records its default.
       {"quantization",
        f.quantization == "none" ? nlohmann::json(nullptr) : nlohmann::json(f.quantization)},
+      // vLLM's key and values; null for auto (the model dtype), so that results from before the
+      // flag compare as the same workload.
+      {"kv_cache_dtype",
+       f.kv_cache_dtype == "auto" ? nlohmann::json(nullptr) : nlohmann::json(f.kv_cache_dtype)},
       {"max_num_batched_tokens", f.max_num_batched_tokens},
       {"max_model_len", f.max_model_len > 0 ? nlohmann::json(f.max_model_len) : nullptr},
       {"block_size", f.block_size},

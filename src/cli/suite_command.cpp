@@ -18,14 +18,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The `inferbench eval` of an entry with eval_args: its run's model, device, dtype, weights, seed
-// and quantization, then the entry's eval flags.
+// The `inferbench eval` of an entry with eval_args: its run's model, device, dtype, weights, seed,
+// quantization and KV-cache dtype, then the entry's eval flags.
 Result<EvalFlags> entry_eval_flags(const SuiteEntry& e) {
   IB_ASSIGN_OR_RETURN(const RunFlags run, parse_run_args(e.args));
-  std::vector<std::string> args = {
-      "--model",        run.model,       "--device",      run.device, "--dtype",
-      run.dtype,        "--load-format", run.load_format, "--seed",   std::to_string(run.seed),
-      "--quantization", run.quantization};
+  std::vector<std::string> args = {"--model",          run.model,
+                                   "--device",         run.device,
+                                   "--dtype",          run.dtype,
+                                   "--load-format",    run.load_format,
+                                   "--seed",           std::to_string(run.seed),
+                                   "--quantization",   run.quantization,
+                                   "--kv-cache-dtype", run.kv_cache_dtype};
   args.insert(args.end(), e.eval_args->begin(), e.eval_args->end());
   CLI::App app{"eval"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -127,7 +130,7 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
         for (const auto& a : e.args) line += " " + a;
         line += " --result-dir " + (dir / e.name).string();
         if (e.eval_args) {
-          line += "; then inferbench eval (the run's model, device, dtype, quantization)";
+          line += "; then inferbench eval (the run's model, device, dtype, quantization, KV cache)";
           for (const auto& a : *e.eval_args) line += " " + a;
           line += " --output-json " + (dir / e.name / kEvalJson).string();
         }

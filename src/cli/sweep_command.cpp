@@ -59,6 +59,7 @@ RunFlags base_flags(const SweepFlags& s) {
   f.load_format = s.load_format;
   f.memory_limit = s.memory_limit;
   f.kv_cache_growth = s.kv_cache_growth;
+  f.kv_cache_dtype = s.kv_cache_dtype;
   f.seed = s.seed;
   f.disable_telemetry = s.disable_telemetry;
   f.disable_tqdm = true;
@@ -91,6 +92,7 @@ void add_sweep_flags(CLI::App& app, SweepFlags& f) {
   app.add_option("--memory-limit", f.memory_limit, "tracked-allocator cap, e.g. 24GiB");
   app.add_option("--kv-cache-growth", f.kv_cache_growth, "preallocated or on-demand")
       ->capture_default_str();
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, kKvCacheDtypeHelp)->capture_default_str();
   app.add_option("--max-duration", f.max_duration, "refuse a grid estimated longer (90s, 30m, 2h)")
       ->capture_default_str();
   app.add_option("--result-dir", f.result_dir, "the sweep's directory")->required();

@@ -28,6 +28,7 @@ struct SweepFlags {
   std::string load_format = "auto";
   std::string memory_limit;
   std::string kv_cache_growth = "preallocated";
+  std::string kv_cache_dtype = "auto";
   std::string max_duration = "30m";
   std::string result_dir;
   bool resume = false;

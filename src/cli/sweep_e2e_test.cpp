@@ -129,6 +129,19 @@ TEST_F(SweepE2e, FindOomThresholdMatchesKvArithmetic) {
     EXPECT_EQ(c["max_input_len"].get<int64_t>(), room_blocks / 2 * block - steps + 1)
         << mode["kv_cache_growth"];
   }
+  // --kv-cache-dtype fp8 under the same limit: a quarter of fp32's block bytes, so more than
+  // twice the batch fits (the thresholds to set beside bf16's on a GPU).
+  ASSERT_EQ(
+      run({"sweep", "--find-oom", "--model", "tiny-15m", "--input-lens", std::to_string(input),
+           "--oom-steps", std::to_string(steps), "--oom-max-batch", "16", "--kv-cache-dtype", "fp8",
+           "--memory-limit", std::to_string(limit), "--result-dir", (root_ / "fp8").string()}),
+      0)
+      << err();
+  for (const auto& mode : read_json(root_ / "fp8" / "oom.json")["modes"]) {
+    const json& b = mode["batch_search"][0];
+    EXPECT_EQ(b["kv_block_bytes"].get<int64_t>(), block_bytes / 4) << mode["kv_cache_growth"];
+    EXPECT_GT(b["max_batch"].get<int64_t>(), 2 * expected) << mode["kv_cache_growth"];
+  }
   // Every probe was also kept on disk as it finished, one JSON line each, in search order.
   size_t recorded = 0;
   for (const auto& mode : oom["modes"]) {

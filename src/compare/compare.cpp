@@ -36,10 +36,10 @@ constexpr MetricDef kRunMetrics[] = {
 };
 
 const char* const kWorkloadKeys[] = {
-    "model",        "backend",         "num_prompts",   "input_len",  "output_len",  "load_mode",
-    "batch_size",   "max_concurrency", "request_rate",  "burstiness", "dtype",       "device",
-    "dataset_name", "dataset_path",    "max_model_len", "ignore_eos", "temperature", "top_p",
-    "top_k",        "load_format",     "quantization"};
+    "model",        "backend",         "num_prompts",   "input_len",     "output_len",  "load_mode",
+    "batch_size",   "max_concurrency", "request_rate",  "burstiness",    "dtype",       "device",
+    "dataset_name", "dataset_path",    "max_model_len", "ignore_eos",    "temperature", "top_p",
+    "top_k",        "load_format",     "quantization",  "kv_cache_dtype"};
 
 std::vector<double> per_run(const json& result, const std::string& key) {
   std::vector<double> out;

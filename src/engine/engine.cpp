@@ -345,13 +345,23 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
   in.model = &model;
   in.config = &config;
   in.device = backend.device_info();
-  in.kv_dtype = backend.activation_dtype();
+  detail::KvCacheFormat format;
+  IB_ASSIGN_OR_RETURN(format.dtype,
+                      kv_cache_dtype_for(config.kv_cache_dtype, backend.activation_dtype()));
+  if (format.dtype == DType::kF8E4M3) {  // the checkpoint's scales (1.0 where it has none)
+    for (const LayerWeights& l : runner->weights().layers) {
+      format.k_scales.push_back(l.k_scale);
+      format.v_scales.push_back(l.v_scale);
+    }
+  }
+  in.kv_dtype = format.dtype;
   in.engine_allocated_bytes = backend.memory().snapshot().allocated_bytes;
   in.memory_limit_bytes = backend.memory().limit_bytes();
   in.on_demand = config.kv_growth == KvGrowth::kOnDemand;
   IB_ASSIGN_OR_RETURN(const detail::KvPoolPlan plan, detail::plan_kv_pool(in));
-  IB_ASSIGN_OR_RETURN(detail::KvCache kv, detail::allocate_kv_cache(model, plan.initial_blocks,
-                                                                    config.block_size, backend));
+  IB_ASSIGN_OR_RETURN(
+      detail::KvCache kv,
+      detail::allocate_kv_cache(model, plan.initial_blocks, config.block_size, format, backend));
   runner->attach_kv_cache(std::move(kv));
   if (config.use_graphs && !in.on_demand) {
     IB_TRY(runner->capture_decode_graphs(

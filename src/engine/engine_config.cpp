@@ -22,6 +22,14 @@ Result<WeightFormat> quantization_weight_format(std::string_view quantization) {
                     "int8 activations), all quantized at load");
 }
 
+Result<DType> kv_cache_dtype_for(std::string_view kv_cache_dtype, DType act) {
+  if (kv_cache_dtype == "auto") return act;
+  if (kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3") return DType::kF8E4M3;
+  return user_error("--kv-cache-dtype " + std::string(kv_cache_dtype) +
+                    ": not a KV-cache dtype the engine runs; use auto (the model dtype), fp8 or "
+                    "fp8_e4m3 (E4M3 with per-layer k/v scales)");
+}
+
 Status EngineConfig::validate() const {
   auto positive = [](int64_t v, const char* name) -> Status {
     if (v > 0) return Ok{};
@@ -46,6 +54,7 @@ Status EngineConfig::validate() const {
     return user_error("--gpu-memory-utilization " + shown.str() + " must be in (0, 1]");
   }
   if (auto format = quantization_weight_format(quantization); !format.ok()) return format.error();
+  if (auto kv = kv_cache_dtype_for(kv_cache_dtype, DType::kF32); !kv.ok()) return kv.error();
   return Ok{};
 }
 

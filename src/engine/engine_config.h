@@ -32,6 +32,12 @@ const char* kv_growth_name(KvGrowth g);
 // error listing the supported values.
 Result<WeightFormat> quantization_weight_format(std::string_view quantization);
 
+// --kv-cache-dtype, as vLLM names it: "auto" (the activation dtype act) or "fp8" / "fp8_e4m3"
+// (E4M3 with one scale per layer for K and one for V, backend/ops.h KvCacheLayer; the scales are
+// the checkpoint's k_scale / v_scale where it has them, else 1.0). The cache's dtype, or a user
+// error listing the accepted values.
+Result<DType> kv_cache_dtype_for(std::string_view kv_cache_dtype, DType act);
+
 // Every engine setting, in one place. The CLI's run, serve, sweep and suite, and `generate`, fill
 // it from their flags (the flag of each field is named beside it) and call validate() before
 // any file is written or weight loaded; create_engine() checks it once more as its contract.
@@ -58,6 +64,8 @@ struct EngineConfig {
   // (quantization_weight_format); whether the backend runs it is checked when the weights load,
   // before any is allocated (load_weights).
   std::string quantization = "none";
+  // --kv-cache-dtype auto|fp8|fp8_e4m3: the KV cache's element type (kv_cache_dtype_for).
+  std::string kv_cache_dtype = "auto";
 
   // The one check of these settings: a user error naming the flag and the range, or Ok.
   Status validate() const;

@@ -39,7 +39,7 @@ TEST(CudaKvGrowth, EveryPathKeepsTheOldBlocksAndTheBackendUsable) {
   auto gpu = f32_cuda_backend();
   MemoryTracker& memory = gpu->memory();
   const int64_t baseline = memory.snapshot().allocated_bytes;
-  auto kv0 = detail::allocate_kv_cache(m, 4, bs, *gpu);
+  auto kv0 = detail::allocate_kv_cache(m, 4, bs, detail::KvCacheFormat{DType::kF32, {}, {}}, *gpu);
   ASSERT_TRUE(kv0.ok()) << kv0.error().message;
   detail::KvCache kv = std::move(kv0).value();
   detail::HostStaging staging;

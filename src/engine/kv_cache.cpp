@@ -103,10 +103,14 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in) {
 }
 
 Result<KvCache> allocate_kv_cache(const ModelConfig& m, int num_blocks, int block_size,
-                                  Backend& backend) {
-  const DType dt = backend.activation_dtype();
+                                  const KvCacheFormat& format, Backend& backend) {
+  const DType dt = format.dtype;
+  const auto scale = [&](const std::vector<float>& scales, int layer) {
+    return scales.empty() ? 1.0f : scales.at(static_cast<size_t>(layer));
+  };
   const int64_t per_layer = int64_t{num_blocks} * m.num_kv_heads * block_size * m.head_dim;
   KvCache kv;
+  kv.format = format;
   IB_ASSIGN_OR_RETURN(
       kv.storage, backend.alloc(static_cast<size_t>(2 * m.num_layers * per_layer) * dtype_size(dt),
                                 MemoryTag::kKvCache));
@@ -118,6 +122,8 @@ Result<KvCache> allocate_kv_cache(const ModelConfig& m, int num_blocks, int bloc
     layer.v = kv.storage.view(dt, {num_blocks, m.num_kv_heads, block_size, m.head_dim},
                               base + half_bytes);
     layer.block_size = block_size;
+    layer.k_scale = scale(format.k_scales, l);
+    layer.v_scale = scale(format.v_scales, l);
     kv.layers.push_back(layer);
   }
   return kv;
@@ -157,7 +163,8 @@ Result<std::byte*> HostStaging::reserve(size_t min_bytes, size_t want_bytes) {
 Result<KvGrowthPath> grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_num_blocks,
                                    int block_size, Backend& backend, HostStaging& staging) {
   IB_TRY(backend.device_status());  // a faulted device copies nothing; leave the pool alone
-  const DType dt = backend.activation_dtype();
+  const KvCacheFormat format = kv.format;
+  const DType dt = format.dtype;
   const size_t elem_bytes = dtype_size(dt);
   const int old_blocks = kv.layers.empty() ? 0 : static_cast<int>(kv.layers[0].k.dim(0));
   IB_ASSERT(new_num_blocks >= old_blocks, "grow_kv_cache: cannot shrink");
@@ -177,7 +184,7 @@ Result<KvGrowthPath> grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_nu
   // 2. Old and new fit together: device to device. Per layer, K then V: the old blocks are the
   // leading rows of each half, (old_half) contiguous elements = (old_blocks, heads, bs, d).
   if (memory.fits(static_cast<int64_t>(new_bytes))) {
-    auto grown = allocate_kv_cache(m, new_num_blocks, block_size, backend);
+    auto grown = allocate_kv_cache(m, new_num_blocks, block_size, format, backend);
     if (grown.ok()) {
       for (size_t l = 0; l < kv.layers.size() && old_half > 0; ++l) {
         const KvCacheLayer& from = kv.layers[l];
@@ -207,14 +214,14 @@ Result<KvGrowthPath> grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_nu
   IB_TRY(backend.device_status());
   kv = KvCache{};  // frees the old storage
   auto restore = [&](const Error& e) -> Error {
-    auto back = allocate_kv_cache(m, old_blocks, block_size, backend);
+    auto back = allocate_kv_cache(m, old_blocks, block_size, format, backend);
     IB_ASSERT(back.ok(), "grow_kv_cache: cannot re-allocate the KV cache it just freed");
     kv = std::move(back).value();
     if (old_elems > 0) backend.copy_from_host(kv.storage.view(dt, {old_elems}), host, dt);
     backend.synchronize();
     return e;
   };
-  auto grown = allocate_kv_cache(m, new_num_blocks, block_size, backend);
+  auto grown = allocate_kv_cache(m, new_num_blocks, block_size, format, backend);
   if (!grown.ok()) return restore(grown.error());
   kv = std::move(grown).value();
   for (int64_t h = 0; h < 2 * m.num_layers && old_half > 0; ++h) {

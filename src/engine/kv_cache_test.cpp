@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <vector>
 
@@ -99,7 +101,8 @@ struct Pool {
 
 Pool make_pool(Backend& backend, int blocks) {
   Pool p;
-  auto kv = allocate_kv_cache(p.model, blocks, kBlockSize, backend);
+  auto kv =
+      allocate_kv_cache(p.model, blocks, kBlockSize, KvCacheFormat{DType::kF32, {}, {}}, backend);
   IB_ASSERT(kv.ok(), "allocate_kv_cache failed in a test");
   p.kv = std::move(kv).value();
   fill_pattern(p.kv, backend);
@@ -204,6 +207,75 @@ TEST(KvCacheGrowth, DeviceRefusingTheNewPoolRestoresTheOld) {
   EXPECT_EQ(after.peak_allocated_bytes, before.allocated_bytes);  // never two pools
   p.kv = KvCache{};
   EXPECT_EQ(device.memory().snapshot().allocated_bytes, 0);
+}
+
+// An E4M3 pool (--kv-cache-dtype fp8) grows by both paths keeping its bytes and its per-layer
+// scales.
+TEST(KvCacheGrowth, AnFp8PoolKeepsItsBytesAndScales) {
+  CpuBackend backend(1);
+  const ModelConfig m = testing::tiny_config();
+  KvCacheFormat format{DType::kF8E4M3, {}, {}};
+  for (int l = 0; l < m.num_layers; ++l) {
+    format.k_scales.push_back(0.5f + static_cast<float>(l));
+    format.v_scales.push_back(0.25f * static_cast<float>(l + 1));
+  }
+  auto allocated = allocate_kv_cache(m, 3, kBlockSize, format, backend);
+  ASSERT_TRUE(allocated.ok()) << allocated.error().message;
+  KvCache kv = std::move(allocated).value();
+  HostStaging staging;
+  std::vector<std::vector<uint8_t>> bytes;  // per layer and half: (3 blocks) of E4M3
+  for (const KvCacheLayer& layer : kv.layers) {
+    for (const Tensor& t : {layer.k, layer.v}) {
+      ASSERT_EQ(t.dtype, DType::kF8E4M3);
+      std::vector<uint8_t> b(static_cast<size_t>(t.numel()));
+      for (size_t i = 0; i < b.size(); ++i)
+        b[i] = static_cast<uint8_t>((i * 7 + bytes.size()) % 126);
+      backend.copy_from_host(t, b.data(), DType::kF8E4M3);
+      bytes.push_back(std::move(b));
+    }
+  }
+  const int64_t block_bytes = int64_t{kBlockSize} * m.kv_bytes_per_token(DType::kF8E4M3);
+  EXPECT_EQ(static_cast<int64_t>(kv.storage.bytes()) % block_bytes, 0);
+  auto path = grow_kv_cache(kv, m, 5, kBlockSize, backend, staging);  // device to device
+  ASSERT_TRUE(path.ok()) << path.error().message;
+  backend.memory().set_limit_bytes(backend.memory().snapshot().allocated_bytes + 2 * block_bytes);
+  path = grow_kv_cache(kv, m, 6, kBlockSize, backend, staging);  // only the new fits: staged
+  ASSERT_TRUE(path.ok()) << path.error().message;
+  EXPECT_EQ(*path, KvGrowthPath::kHostStaged);
+  for (size_t l = 0; l < kv.layers.size(); ++l) {
+    const KvCacheLayer& layer = kv.layers[l];
+    EXPECT_EQ(layer.k.dim(0), 6);
+    EXPECT_EQ(layer.k_scale, format.k_scales[l]);
+    EXPECT_EQ(layer.v_scale, format.v_scales[l]);
+    for (int half = 0; half < 2; ++half) {
+      const Tensor& t = half == 0 ? layer.k : layer.v;
+      std::vector<uint8_t> now(static_cast<size_t>(t.numel()));
+      backend.copy_to_host(t, now.data());
+      const std::vector<uint8_t>& old = bytes[2 * l + static_cast<size_t>(half)];
+      ASSERT_TRUE(std::equal(old.begin(), old.end(), now.begin())) << "layer " << l;
+    }
+  }
+}
+
+// The pool is sized in the cache's bytes: an E4M3 cache holds twice the blocks of a bf16 one
+// from the same device memory.
+TEST(KvPoolPlan, AnFp8CacheHoldsTwiceTheTokensOfBf16) {
+  const ModelConfig m = testing::tiny_config();
+  EngineConfig config;
+  config.block_size = kBlockSize;
+  KvPoolInputs in;
+  in.model = &m;
+  in.config = &config;
+  in.device.kind = "cuda";
+  in.device.total_bytes = int64_t{1} << 30;
+  in.device.free_bytes = in.device.total_bytes;
+  in.kv_dtype = DType::kBF16;
+  auto bf16 = plan_kv_pool(in);
+  in.kv_dtype = DType::kF8E4M3;
+  auto fp8 = plan_kv_pool(in);
+  ASSERT_TRUE(bf16.ok() && fp8.ok());
+  EXPECT_EQ(fp8->block_bytes * 2, bf16->block_bytes);
+  EXPECT_NEAR(static_cast<double>(fp8->num_blocks) / bf16->num_blocks, 2.0, 1e-3);
 }
 
 }  // namespace

@@ -136,7 +136,7 @@ Status ModelRunner::read_prompt_logits(std::span<const RunnerSeq> batch, RunnerO
 
 StepTraffic ModelRunner::traffic(std::span<const RunnerSeq> batch) const {
   const auto e = static_cast<int64_t>(dtype_size(backend_.activation_dtype()));
-  const int64_t kv_per_token = model_.kv_bytes_per_token(backend_.activation_dtype());
+  const int64_t kv_per_token = model_.kv_bytes_per_token(kv_.format.dtype);
   StepTraffic t;
   int64_t tokens = 0;
   bool samples = false;

@@ -36,6 +36,10 @@ struct LayerWeights {
   Tensor ffn_norm;      // (D)
   WeightRef w_gate_up;  // (2F, D): rows gate, then up
   WeightRef w_down;     // (D, F)
+  // The checkpoint's KV-cache scales (self_attn.k_scale / v_scale, as vLLM's FP8 checkpoints
+  // hold them), used by an fp8 KV cache (backend/ops.h KvCacheLayer); 1.0 where it has none.
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
   // The bytes every tensor of the layer occupies as stored (scales included).
   int64_t bytes() const;
 };

@@ -212,5 +212,40 @@ TEST(QuantizedCheckpoint, IsRefusedWithoutTheFlagOrWithBadScalesNamingTheFix) {
       << wrong_codes;
 }
 
+// A scalar f32 tensor, as vLLM's FP8 checkpoints store self_attn.k_scale / v_scale.
+SafetensorsWriteTensor scalar_tensor(const std::string& name, float v) {
+  std::string bytes(4, '\0');
+  std::memcpy(bytes.data(), &v, 4);
+  return {name, DType::kF32, {}, bytes};
+}
+
+// The KV-cache scales (--kv-cache-dtype fp8) load where the checkpoint has them, under vLLM's
+// names or compressed-tensors' output_scale, are 1.0 elsewhere, and a bad one is refused.
+TEST(KvCacheScales, LoadFromTheCheckpointOrDefaultToOne) {
+  CpuBackend backend(2);
+  Fixture f = make_fixture(backend);
+  auto tensors = f.dense;
+  tensors.push_back(scalar_tensor("model.layers.0.self_attn.k_scale", 0.125f));
+  tensors.push_back(scalar_tensor("model.layers.0.self_attn.v_scale", 0.5f));
+  tensors.push_back(scalar_tensor("model.layers.1.self_attn.v_proj.output_scale", 2.0f));
+  testing::TempDir dir;
+  ASSERT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(), tensors).ok());
+  const WeightOptions options{LoadFormat::kSafetensors, dir.path().string(), 0};
+  auto w = load_weights(f.c, options, backend);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  EXPECT_EQ(w->layers[0].k_scale, 0.125f);
+  EXPECT_EQ(w->layers[0].v_scale, 0.5f);
+  EXPECT_EQ(w->layers[1].k_scale, 1.0f);
+  EXPECT_EQ(w->layers[1].v_scale, 2.0f);
+
+  tensors.push_back(scalar_tensor("model.layers.1.self_attn.k_scale", -1.0f));
+  testing::TempDir bad;
+  ASSERT_TRUE(write_safetensors((bad.path() / "model.safetensors").string(), tensors).ok());
+  auto refused = load_weights(f.c, {LoadFormat::kSafetensors, bad.path().string(), 0}, backend);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("model.layers.1.self_attn.k_scale"), std::string::npos)
+      << refused.error().message;
+}
+
 }  // namespace
 }  // namespace ib

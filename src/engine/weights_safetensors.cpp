@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/arch/architecture.h"
@@ -49,6 +50,22 @@ std::string scale_name(const std::string& weight_name) {
   return weight_name + "_scale";
 }
 
+// The KV-cache scales a checkpoint may hold per layer, K's then V's: vLLM's FP8 checkpoints'
+// self_attn.k_scale, and compressed-tensors' self_attn.k_proj.output_scale.
+constexpr const char* kKvScaleSuffixes[2][2] = {
+    {".self_attn.k_scale", ".self_attn.k_proj.output_scale"},
+    {".self_attn.v_scale", ".self_attn.v_proj.output_scale"}};
+
+bool is_kv_scale_name(std::string_view name) {
+  if (!name.starts_with("model.layers.")) return false;
+  for (const auto& half : kKvScaleSuffixes) {
+    for (const char* suffix : half) {
+      if (name.ends_with(suffix)) return true;
+    }
+  }
+  return false;
+}
+
 // Missing and unexpected tensor names against the schema (with a quantized checkpoint's weight
 // scales), as one error naming both, the architecture and what each layer must hold.
 Status check_layout(const ModelConfig& c, const WeightSchema& schema,
@@ -68,7 +85,9 @@ Status check_layout(const ModelConfig& c, const WeightSchema& schema,
     }
   }
   for (const std::string& name : ckpt.names()) {
-    if (!expected.contains(name) && !schema.ignores(name)) unexpected.push_back(name);
+    if (!expected.contains(name) && !schema.ignores(name) && !is_kv_scale_name(name)) {
+      unexpected.push_back(name);
+    }
   }
   if (missing.empty() && unexpected.empty()) return Ok{};
   std::string msg = "safetensors: " + where(ckpt) + " does not hold a " + schema.architecture +
@@ -174,6 +193,29 @@ Status add_quantized_source(const ModelConfig& c, const SafetensorsCheckpoint& c
   return Ok{};
 }
 
+// Each layer's KV-cache scales (LayerWeights::k_scale, v_scale) where the checkpoint has them:
+// one positive finite float each; 1.0 otherwise.
+Status load_kv_scales(const SafetensorsCheckpoint& ckpt, ModelWeights& w) {
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    for (int half = 0; half < 2; ++half) {
+      for (const char* suffix : kKvScaleSuffixes[half]) {
+        const std::string name = "model.layers." + std::to_string(l) + suffix;
+        if (!ckpt.contains(name)) continue;
+        IB_ASSIGN_OR_RETURN(HostTensorRef ref, ckpt.get(name));
+        const float v = ref.numel() == 1 ? element_as_f32(ref, 0) : NAN;
+        if (!(v > 0.0f) || !std::isfinite(v)) {
+          return user_error("safetensors: '" + name + "' must hold one positive finite float " +
+                            "(the KV-cache scale); it has shape " + shape_string(ref.shape) +
+                            " and dtype " + std::string(dtype_name(ref.dtype)));
+        }
+        (half == 0 ? w.layers[l].k_scale : w.layers[l].v_scale) = v;
+        break;
+      }
+    }
+  }
+  return Ok{};
+}
+
 }  // namespace
 
 Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& backend,
@@ -182,6 +224,7 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
   const WeightSchema schema = arch->weight_schema(c);
   IB_ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::open(path));
   IB_TRY(check_layout(c, schema, *ckpt));
+  IB_TRY(load_kv_scales(*ckpt, w));
   // Shapes first, so a mismatch leaves no weight half-written.
   std::vector<WeightCopies> copies;
   for (const SchemaEntry& e : schema.entries) {

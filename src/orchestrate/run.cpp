@@ -63,6 +63,12 @@ std::vector<std::string> footnotes(const BenchmarkReport& r, const RunPlan& plan
                               engine["device"]["name"].get<std::string>(),
                               engine["dtype"].get<std::string>(), r.weights));
   }
+  if (engine.contains("engine") && engine["engine"].contains("kv_tokens")) {
+    const json& e = engine["engine"];
+    out.push_back(fmt::format("KV cache: {} tokens ({} blocks of {}) in {}.",
+                              e["kv_tokens"].get<int64_t>(), e["num_kv_blocks"].get<int64_t>(),
+                              e["block_size"].get<int64_t>(), e.value("kv_dtype", "?")));
+  }
   if (engine.contains("performance")) {
     for (auto& line : performance_lines(engine["performance"])) out.push_back(std::move(line));
   }

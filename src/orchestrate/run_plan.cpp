@@ -25,7 +25,8 @@ int64_t workload_kv_bytes(const std::vector<RequestSpec>& requests, const Runner
     max_context = std::max<int64_t>(max_context, q.input_len + q.output_len);
   }
   const int64_t blocks = (max_context + engine.block_size - 1) / engine.block_size + 1;
-  return in_flight * blocks * engine.block_size * model.kv_bytes_per_token(dtype);
+  const Result<DType> kv = kv_cache_dtype_for(engine.kv_cache_dtype, dtype);  // --kv-cache-dtype
+  return in_flight * blocks * engine.block_size * model.kv_bytes_per_token(kv.ok() ? *kv : dtype);
 }
 
 std::string describe_load(const RunnerOptions& r) {

@@ -122,6 +122,10 @@ LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
   if (config.contains("quantization") && config["quantization"].is_string()) {
     r.precision = config["quantization"].get<std::string>();  // e.g. fp8 (--quantization)
   }
+  if (config.contains("kv_cache_dtype") && config["kv_cache_dtype"].is_string() &&
+      config["kv_cache_dtype"].get<std::string>() != "auto") {
+    r.precision += ", KV " + config["kv_cache_dtype"].get<std::string>();  // e.g. "bf16, KV fp8"
+  }
   r.output_tok_s = number_at(result, json::json_pointer("/output_throughput"));
   r.ttft_median_ms = number_at(result, json::json_pointer("/median_ttft_ms"));
   r.ttft_p99_ms = number_at(result, json::json_pointer("/p99_ttft_ms"));

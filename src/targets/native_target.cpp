@@ -58,7 +58,11 @@ json describe_fixed(const Engine& engine, Backend& backend, const NativeTargetOp
         {"memory_limit_bytes",
          o.backend.memory_limit_bytes ? json(*o.backend.memory_limit_bytes) : json(nullptr)},
         {"kv_growth", kv_growth_name(e.kv_growth)},
-        {"quantization", e.quantization}}},
+        {"quantization", e.quantization},
+        {"kv_cache_dtype", e.kv_cache_dtype},
+        // What the cache stores (auto resolved; the config was validated).
+        {"kv_dtype",
+         dtype_name(kv_cache_dtype_for(e.kv_cache_dtype, backend.activation_dtype()).value())}}},
       {"sampling",
        {{"temperature", o.sampling.temperature},
         {"top_k", o.sampling.top_k},
@@ -75,6 +79,7 @@ json describe(const json& fixed, const EngineStats& s, const EngineProfile& p) {
   e["num_kv_blocks"] = s.kv_blocks_total;
   e["kv_block_bytes"] = s.kv_block_bytes;
   e["kv_pool_bytes"] = s.kv_block_bytes * s.kv_blocks_total;
+  e["kv_tokens"] = int64_t{s.kv_blocks_total} * e["block_size"].get<int64_t>();
   e["max_model_len"] = s.max_model_len;
   e["kv_blocks_capacity"] = s.kv_blocks_capacity;
   e["kv_growths"] = s.kv_growths;

@@ -1,5 +1,7 @@
-// Rotary embedding with the KV-cache write, and paged attention, in fp32.
+// Rotary embedding with the KV-cache write, and paged attention, in fp32 over an fp32 or an
+// fp8_e4m3 cache (ops.h, KvCacheLayer).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -17,6 +19,43 @@ int64_t cache_offset(int64_t block, int64_t head, int64_t offset, const KvCacheL
   return ((block * num_kv_heads + head) * kv.block_size + offset) * head_dim;
 }
 
+// One cache half (K or V) as the kernels read and write it: fp32, or fp8_e4m3 with its scale
+// (ops.h, KvCacheLayer). An fp8 row is decoded through a 256-entry table of stored * scale.
+class CacheRows {
+ public:
+  CacheRows(const Tensor& cache, float scale) : cache_(cache), scale_(scale) {
+    IB_ASSERT(cache.dtype == DType::kF32 || cache.dtype == DType::kF8E4M3,
+              "KV cache must be fp32 or fp8_e4m3 on the CPU");
+    if (fp8()) {
+      for (int b = 0; b < 256; ++b) {
+        decoded_[static_cast<size_t>(b)] = f8e4m3_bits_to_f32(static_cast<uint8_t>(b)) * scale;
+      }
+    }
+  }
+  bool fp8() const { return cache_.dtype == DType::kF8E4M3; }
+  // Writes n values at element offset: e4m3(x / scale) for fp8.
+  void store(int64_t offset, const float* x, int64_t n) const {
+    if (!fp8()) {
+      std::memcpy(cache_.as<float>() + offset, x, static_cast<size_t>(n) * sizeof(float));
+      return;
+    }
+    uint8_t* dst = cache_.as<uint8_t>() + offset;
+    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f8e4m3_bits(x[i] / scale_);
+  }
+  // The n values at element offset in fp32: the cache itself, or decoded into scratch (n).
+  const float* load(int64_t offset, int64_t n, float* scratch) const {
+    if (!fp8()) return cache_.as<const float>() + offset;
+    const uint8_t* src = cache_.as<const uint8_t>() + offset;
+    for (int64_t i = 0; i < n; ++i) scratch[i] = decoded_[src[i]];
+    return scratch;
+  }
+
+ private:
+  Tensor cache_;
+  float scale_;
+  std::array<float, 256> decoded_{};  // stored byte -> float(stored) * scale
+};
+
 }  // namespace
 
 void rope_and_cache_f32(ThreadPool& pool, float* qkv, const int32_t* positions,
@@ -28,8 +67,8 @@ void rope_and_cache_f32(ThreadPool& pool, float* qkv, const int32_t* positions,
   const int64_t hkv = shape.num_kv_heads;
   const int64_t row = (hq + 2 * hkv) * hd;
   const int64_t num_blocks = kv.k.dim(0);
-  auto* k_cache = kv.k.as<float>();
-  auto* v_cache = kv.v.as<float>();
+  const CacheRows k_cache(kv.k, kv.k_scale);
+  const CacheRows v_cache(kv.v, kv.v_scale);
   pool.parallel_for(num_tokens, 4, [&](int64_t begin, int64_t end) {
     std::vector<float> cos_v(static_cast<size_t>(half));  // (head_dim / 2)
     std::vector<float> sin_v(static_cast<size_t>(half));  // (head_dim / 2)
@@ -60,9 +99,8 @@ void rope_and_cache_f32(ThreadPool& pool, float* qkv, const int32_t* positions,
       IB_ASSERT(block < num_blocks, "rope_and_cache: slot beyond the KV cache");
       for (int64_t h = 0; h < hkv; ++h) {
         const int64_t dst = cache_offset(block, h, offset, kv, hkv, hd);
-        std::memcpy(k_cache + dst, x + (hq + h) * hd, static_cast<size_t>(hd) * sizeof(float));
-        std::memcpy(v_cache + dst, x + (hq + hkv + h) * hd,
-                    static_cast<size_t>(hd) * sizeof(float));
+        k_cache.store(dst, x + (hq + h) * hd, hd);
+        v_cache.store(dst, x + (hq + hkv + h) * hd, hd);
       }
     }
   });
@@ -88,13 +126,14 @@ void paged_attention_f32(ThreadPool& pool, const float* qkv, const KvCacheLayer&
     }
     max_context = std::max<int64_t>(max_context, meta.context_lens[s]);
   }
-  const auto* k_cache = kv.k.as<const float>();
-  const auto* v_cache = kv.v.as<const float>();
+  const CacheRows k_cache(kv.k, kv.k_scale);
+  const CacheRows v_cache(kv.v, kv.v_scale);
 
   // One work item per (query token, kv head): the group of query heads sharing that kv head.
   pool.parallel_for(num_tokens * hkv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(static_cast<size_t>(group * max_context));  // (group, context)
     std::vector<float> acc(static_cast<size_t>(hd));                      // (head_dim)
+    std::vector<float> decoded(static_cast<size_t>(hd));  // (head_dim) an fp8 K or V row, read
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / hkv;
       const int64_t g = item % hkv;
@@ -120,7 +159,7 @@ void paged_attention_f32(ThreadPool& pool, const float* qkv, const KvCacheLayer&
       // scores[h][j] = dot(q_h, k_j) * scale for the group's query heads.
       for_each_run([&](int64_t j0, int64_t offset, int64_t run) {
         for (int64_t r = 0; r < run; ++r) {
-          const float* k = k_cache + offset + r * hd;
+          const float* k = k_cache.load(offset + r * hd, hd, decoded.data());
           for (int64_t h = 0; h < group; ++h) {
             const float* q = qkv + t * row + (g * group + h) * hd;
             scores[static_cast<size_t>(h * max_context + j0 + r)] = dot_f32(q, k, hd) * shape.scale;
@@ -141,7 +180,7 @@ void paged_attention_f32(ThreadPool& pool, const float* qkv, const KvCacheLayer&
         for_each_run([&](int64_t j0, int64_t offset, int64_t run) {
           for (int64_t r = 0; r < run; ++r) {
             const float p = sc[j0 + r] / sum;
-            const float* v = v_cache + offset + r * hd;
+            const float* v = v_cache.load(offset + r * hd, hd, decoded.data());
             for (int64_t d = 0; d < hd; ++d) a[d] += p * v[d];
           }
         });

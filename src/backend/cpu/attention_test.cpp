@@ -78,6 +78,79 @@ struct SeqSpec {
   int query_len;
 };
 
+// A paged batch: sequences whose K/V sit in randomly placed blocks of a cache that holds
+// garbage elsewhere, their contiguous K/V for references, and the metadata.
+struct PagedCase {
+  int64_t total_blocks = 0, max_blocks = 0, num_tokens = 0, row = 0;
+  std::vector<float> k_cache, v_cache;           // (total_blocks, hkv, block_size, hd)
+  std::vector<std::vector<float>> keys, values;  // per sequence (context, hkv, hd)
+  std::vector<int32_t> tables, query_start = {0}, context_lens;
+  std::vector<float> qkv;  // (num_tokens, row)
+};
+
+PagedCase make_case(const AttentionShape& shape, int block_size, const std::vector<SeqSpec>& seqs,
+                    Rng& rng) {
+  PagedCase c;
+  const int64_t hq = shape.num_heads, hkv = shape.num_kv_heads, hd = shape.head_dim;
+  c.row = (hq + 2 * hkv) * hd;
+  const auto num_seqs = static_cast<int64_t>(seqs.size());
+  for (const auto& s : seqs) {
+    const int64_t b = (s.context_len + block_size - 1) / block_size;
+    c.max_blocks = std::max(c.max_blocks, b);
+    c.total_blocks += b;
+    c.num_tokens += s.query_len;
+  }
+  c.total_blocks += 3;  // spare blocks that no sequence uses
+  std::vector<int32_t> pool(static_cast<size_t>(c.total_blocks));
+  std::iota(pool.begin(), pool.end(), 0);
+  for (size_t i = pool.size() - 1; i > 0; --i) {
+    std::swap(pool[i], pool[static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(i)))]);
+  }
+  const int64_t cache_elems = c.total_blocks * hkv * block_size * hd;
+  c.k_cache = random_floats(rng, cache_elems, 50, 60);  // garbage where nothing was written
+  c.v_cache = random_floats(rng, cache_elems, 50, 60);
+  c.tables.assign(static_cast<size_t>(num_seqs * c.max_blocks), -1);
+  size_t next_block = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const auto& spec = seqs[static_cast<size_t>(s)];
+    c.keys.push_back(random_floats(rng, spec.context_len * hkv * hd, -2, 2));
+    c.values.push_back(random_floats(rng, spec.context_len * hkv * hd));
+    for (int64_t p = 0; p < spec.context_len; ++p) {
+      const auto entry = static_cast<size_t>(s * c.max_blocks + p / block_size);
+      if (p % block_size == 0) c.tables[entry] = pool[next_block++];
+      const int64_t block = c.tables[entry];
+      for (int64_t g = 0; g < hkv; ++g) {
+        for (int64_t d = 0; d < hd; ++d) {
+          const auto dst =
+              static_cast<size_t>(((block * hkv + g) * block_size + p % block_size) * hd + d);
+          const auto src = static_cast<size_t>((p * hkv + g) * hd + d);
+          c.k_cache[dst] = c.keys.back()[src];
+          c.v_cache[dst] = c.values.back()[src];
+        }
+      }
+    }
+    c.query_start.push_back(c.query_start.back() + spec.query_len);
+    c.context_lens.push_back(spec.context_len);
+  }
+  c.qkv = random_floats(rng, c.num_tokens * c.row, -2, 2);
+  return c;
+}
+
+// backend.attention of the case's queries over kv (shaped as the case's cache).
+std::vector<float> run_attention(CpuBackend& backend, TensorArena& arena, const PagedCase& c,
+                                 const KvCacheLayer& kv, const AttentionShape& shape) {
+  const auto num_seqs = static_cast<int64_t>(c.context_lens.size());
+  AttentionMetadata meta;
+  meta.num_seqs = static_cast<int>(num_seqs);
+  meta.num_tokens = static_cast<int>(c.num_tokens);
+  meta.query_start = arena.i32({num_seqs + 1}, c.query_start);
+  meta.context_lens = arena.i32({num_seqs}, c.context_lens);
+  meta.block_tables = arena.i32({num_seqs, c.max_blocks}, c.tables);
+  Tensor out = arena.empty(DType::kF32, {c.num_tokens, int64_t{shape.num_heads} * shape.head_dim});
+  backend.attention(arena.f32({c.num_tokens, c.row}, c.qkv), kv, meta, shape, out);
+  return arena.to_host(out);
+}
+
 // Paged attention over randomly placed blocks vs a double reference on contiguous K/V.
 void check_attention(const AttentionShape& shape, int block_size, const std::vector<SeqSpec>& seqs,
                      uint64_t seed) {
@@ -85,66 +158,19 @@ void check_attention(const AttentionShape& shape, int block_size, const std::vec
   TensorArena arena(backend);
   Rng rng(seed);
   const int64_t hq = shape.num_heads, hkv = shape.num_kv_heads, hd = shape.head_dim;
-  const int64_t row = (hq + 2 * hkv) * hd;
+  const PagedCase c = make_case(shape, block_size, seqs, rng);
   const auto num_seqs = static_cast<int64_t>(seqs.size());
-  int64_t max_blocks = 0, total_blocks = 0, num_tokens = 0;
-  for (const auto& s : seqs) {
-    const int64_t b = (s.context_len + block_size - 1) / block_size;
-    max_blocks = std::max(max_blocks, b);
-    total_blocks += b;
-    num_tokens += s.query_len;
-  }
-  total_blocks += 3;  // spare blocks that no sequence uses
-  std::vector<int32_t> pool(static_cast<size_t>(total_blocks));
-  std::iota(pool.begin(), pool.end(), 0);
-  for (size_t i = pool.size() - 1; i > 0; --i) {
-    std::swap(pool[i], pool[static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(i)))]);
-  }
-  const int64_t cache_elems = total_blocks * hkv * block_size * hd;
-  auto k_cache = random_floats(rng, cache_elems, 50, 60);  // garbage where nothing was written
-  auto v_cache = random_floats(rng, cache_elems, 50, 60);
-  std::vector<int32_t> tables(static_cast<size_t>(num_seqs * max_blocks), -1);
-  std::vector<std::vector<float>> keys, values;  // per sequence (context, hkv, hd)
-  std::vector<int32_t> query_start = {0}, context_lens;
-  size_t next_block = 0;
-  for (int64_t s = 0; s < num_seqs; ++s) {
-    const auto& spec = seqs[static_cast<size_t>(s)];
-    keys.push_back(random_floats(rng, spec.context_len * hkv * hd, -2, 2));
-    values.push_back(random_floats(rng, spec.context_len * hkv * hd));
-    for (int64_t p = 0; p < spec.context_len; ++p) {
-      if (p % block_size == 0)
-        tables[static_cast<size_t>(s * max_blocks + p / block_size)] = pool[next_block++];
-      const int64_t block = tables[static_cast<size_t>(s * max_blocks + p / block_size)];
-      for (int64_t g = 0; g < hkv; ++g) {
-        for (int64_t d = 0; d < hd; ++d) {
-          const auto c =
-              static_cast<size_t>(((block * hkv + g) * block_size + p % block_size) * hd + d);
-          const auto src = static_cast<size_t>((p * hkv + g) * hd + d);
-          k_cache[c] = keys.back()[src];
-          v_cache[c] = values.back()[src];
-        }
-      }
-    }
-    query_start.push_back(query_start.back() + spec.query_len);
-    context_lens.push_back(spec.context_len);
-  }
-  const auto qkv_v = random_floats(rng, num_tokens * row, -2, 2);
-  KvCacheLayer kv{arena.f32({total_blocks, hkv, block_size, hd}, k_cache),
-                  arena.f32({total_blocks, hkv, block_size, hd}, v_cache), block_size};
-  AttentionMetadata meta;
-  meta.num_seqs = static_cast<int>(num_seqs);
-  meta.num_tokens = static_cast<int>(num_tokens);
-  meta.query_start = arena.i32({num_seqs + 1}, query_start);
-  meta.context_lens = arena.i32({num_seqs}, context_lens);
-  meta.block_tables = arena.i32({num_seqs, max_blocks}, tables);
-  Tensor out = arena.empty(DType::kF32, {num_tokens, hq * hd});
-  backend.attention(arena.f32({num_tokens, row}, qkv_v), kv, meta, shape, out);
-  const auto got = arena.to_host(out);
+  const int64_t row = c.row;
+  const auto& query_start = c.query_start;
+  const auto& qkv_v = c.qkv;
+  KvCacheLayer kv{arena.f32({c.total_blocks, hkv, block_size, hd}, c.k_cache),
+                  arena.f32({c.total_blocks, hkv, block_size, hd}, c.v_cache), block_size};
+  const auto got = run_attention(backend, arena, c, kv, shape);
 
   for (int64_t s = 0; s < num_seqs; ++s) {
     const auto& spec = seqs[static_cast<size_t>(s)];
-    const auto& ks = keys[static_cast<size_t>(s)];
-    const auto& vs = values[static_cast<size_t>(s)];
+    const auto& ks = c.keys[static_cast<size_t>(s)];
+    const auto& vs = c.values[static_cast<size_t>(s)];
     for (int64_t j = 0; j < spec.query_len; ++j) {
       const int64_t t = query_start[static_cast<size_t>(s)] + j;
       const int64_t pos = spec.context_len - spec.query_len + j;
@@ -210,6 +236,102 @@ TEST(CpuAttention, RandomShapes) {
     }
     check_attention(shape, static_cast<int>(rng.uniform_int(1, 16)), seqs,
                     100 + static_cast<uint64_t>(trial));
+  }
+}
+
+// The spacing of E4M3 values at |y| (2^-9 among the subnormals, below 2^-6).
+double e4m3_step(double y) {
+  const double a = std::fabs(y);
+  if (a < std::ldexp(1.0, -6)) return std::ldexp(1.0, -9);
+  return std::ldexp(1.0, static_cast<int>(std::floor(std::log2(a))) - 3);
+}
+
+TEST(CpuKvCacheFp8, RopeAndCacheStoresE4m3OfValueOverScale) {
+  CpuBackend backend(2);
+  TensorArena arena(backend);
+  Rng rng(31);
+  const AttentionShape shape{4, 2, 16, 0.25f, 0};
+  const int64_t t = 5, hd = 16, half = 8, row = (4 + 2 * 2) * hd, blocks = 3, bs = 4;
+  const float k_scale = 0.037f, v_scale = 2.5f;
+  auto qkv_v = random_floats(rng, t * row, -6, 6);
+  qkv_v[static_cast<size_t>(row + 6 * hd + 3)] = 5000.0f;  // v / v_scale = 2000: saturates
+  qkv_v[static_cast<size_t>(row + 6 * hd + 4)] = 1e-4f;    // v / v_scale a subnormal
+  std::vector<float> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / 16.0f);
+  }
+  const std::vector<int32_t> positions = {0, 3, 17, 100, 5};
+  const std::vector<int32_t> slots = {0, 6, 11, -1, 3};
+  Tensor qkv = arena.f32({t, row}, qkv_v);
+  const std::vector<uint8_t> zeros(static_cast<size_t>(blocks * 2 * bs * hd), 0);
+  KvCacheLayer kv{arena.fp8({blocks, 2, bs, hd}, zeros), arena.fp8({blocks, 2, bs, hd}, zeros),
+                  static_cast<int>(bs), k_scale, v_scale};
+  backend.rope_and_cache(qkv, arena.i32({t}, positions), arena.i32({t}, slots),
+                         arena.f32({half}, inv_freq), kv, shape);
+  const auto out = arena.to_host(qkv);
+  const auto kc = arena.to_host_bytes(kv.k);
+  const auto vc = arena.to_host_bytes(kv.v);
+  int saturated = 0;
+  for (int64_t tok = 0; tok < t; ++tok) {
+    const int32_t slot = slots[static_cast<size_t>(tok)];
+    if (slot < 0) continue;
+    for (int64_t g = 0; g < 2; ++g) {
+      for (int64_t d = 0; d < hd; ++d) {
+        const auto c = static_cast<size_t>(((slot / bs * 2 + g) * bs + slot % bs) * hd + d);
+        for (const bool is_v : {false, true}) {
+          const float x = out[static_cast<size_t>(tok * row + ((is_v ? 6 : 4) + g) * hd + d)];
+          const float scale = is_v ? v_scale : k_scale;
+          const uint8_t stored = is_v ? vc[c] : kc[c];
+          ASSERT_EQ(stored, f32_to_f8e4m3_bits(x / scale)) << "token " << tok << " dim " << d;
+          const double read = double{f8e4m3_bits_to_f32(stored)} * scale;
+          if (std::fabs(x / scale) > kF8E4M3Max) {
+            EXPECT_EQ(read, std::copysign(double{kF8E4M3Max} * scale, x));
+            ++saturated;
+          } else {
+            EXPECT_LE(std::fabs(read - x), 0.5 * e4m3_step(x / scale) * scale * (1 + 1e-6))
+                << "token " << tok << " dim " << d << (is_v ? " v" : " k");
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(saturated, 1);
+}
+
+// An fp8 cache is read as float(stored) * scale: attention over it is, bit for bit, attention
+// over an fp32 cache holding those values (which check_attention compares with double).
+TEST(CpuKvCacheFp8, AttentionEqualsAttentionOverTheDequantizedCache) {
+  const struct {
+    AttentionShape shape;
+    int block_size;
+    std::vector<SeqSpec> seqs;
+  } cases[] = {{{4, 2, 16, 0.25f, 0}, 4, {{9, 9}, {17, 1}, {5, 2}, {32, 7}}},
+               {{8, 1, 8, 0.35f, 0}, 16, {{40, 40}, {3, 1}}},
+               {{4, 2, 8, 0.35f, 5}, 3, {{20, 20}, {13, 1}}}};
+  for (const auto& tc : cases) {
+    CpuBackend backend(2);
+    TensorArena arena(backend);
+    Rng rng(7);
+    const PagedCase c = make_case(tc.shape, tc.block_size, tc.seqs, rng);
+    const float k_scale = 0.02f, v_scale = 0.005f;
+    const auto n = c.k_cache.size();
+    std::vector<uint8_t> kq(n), vq(n);
+    std::vector<float> kd(n), vd(n);
+    for (size_t i = 0; i < n; ++i) {
+      kq[i] = f32_to_f8e4m3_bits(c.k_cache[i] / k_scale);
+      vq[i] = f32_to_f8e4m3_bits(c.v_cache[i] / v_scale);
+      kd[i] = f8e4m3_bits_to_f32(kq[i]) * k_scale;
+      vd[i] = f8e4m3_bits_to_f32(vq[i]) * v_scale;
+    }
+    const int64_t hkv = tc.shape.num_kv_heads, hd = tc.shape.head_dim;
+    const KvCacheLayer fp8{arena.fp8({c.total_blocks, hkv, tc.block_size, hd}, kq),
+                           arena.fp8({c.total_blocks, hkv, tc.block_size, hd}, vq), tc.block_size,
+                           k_scale, v_scale};
+    const KvCacheLayer dequantized{arena.f32({c.total_blocks, hkv, tc.block_size, hd}, kd),
+                                   arena.f32({c.total_blocks, hkv, tc.block_size, hd}, vd),
+                                   tc.block_size};
+    EXPECT_EQ(run_attention(backend, arena, c, fp8, tc.shape),
+              run_attention(backend, arena, c, dequantized, tc.shape));
   }
 }
 

@@ -269,7 +269,9 @@ void CpuBackend::rope_and_cache(Tensor qkv, const Tensor& positions, const Tenso
                                 const Tensor& inv_freq, const KvCacheLayer& kv,
                                 const AttentionShape& shape) {
   check_f32(qkv, "rope_and_cache: qkv must be fp32");
-  check_f32(kv.k, "rope_and_cache: cache must be fp32");
+  IB_ASSERT((kv.k.dtype == DType::kF32 || kv.k.dtype == DType::kF8E4M3) &&
+                kv.v.dtype == kv.k.dtype && kv.k_scale > 0.0f && kv.v_scale > 0.0f,
+            "rope_and_cache: cache must be fp32 or fp8_e4m3 (positive scales)");
   check_f32(inv_freq, "rope_and_cache: inv_freq must be fp32");
   const int64_t t = qkv.rows();
   IB_ASSERT(qkv.row_size() == int64_t{shape.num_heads + 2 * shape.num_kv_heads} * shape.head_dim,

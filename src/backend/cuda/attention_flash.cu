@@ -4,8 +4,11 @@
 // into a two-stage shared-memory ring, S = Q K^T and O += P V run on m16n8k16 MMAs with fp32
 // accumulation, and the softmax is online (running max and sum per row), so no S x S matrix is
 // ever materialised. Causal and sliding-window masks are applied per element; tiles a warp cannot
-// see are skipped.
+// see are skipped. An E4M3 cache (TC = uint8_t) is loaded 16 bytes per thread and converted to T
+// on its way into shared memory (exact: E4M3 values are bf16 and fp16 values), its k_scale folded
+// into the softmax scale and its v_scale into the output.
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/detail/attention_common.cuh"
 #include "backend/cuda/detail/check.h"
@@ -29,7 +32,8 @@ struct FlashParams {
   void* out;
   PagedBatch batch;
   int num_heads, num_kv_heads, group, window;
-  float scale_log2;
+  float scale_log2;  // softmax scale * log2(e) * the cache's k_scale (1 unless E4M3)
+  float v_scale;     // the cache's v_scale (1 unless E4M3)
 };
 
 template <int HD>
@@ -41,8 +45,23 @@ constexpr size_t smem_bytes() {
   return static_cast<size_t>(kBlockQ + 4 * kBlockK) * pitch<HD>() * 2;
 }
 
-// grid (q tiles, Hq, num_seqs); dynamic shared memory smem_bytes<HD>().
-template <typename T, int HD>
+// The 16 E4M3 values of raw as T, into 16-byte aligned shared memory at dst.
+template <typename T>
+__device__ __forceinline__ void store_e4m3_as(T* dst, const uint4& raw) {
+  const auto* b = reinterpret_cast<const uint8_t*>(&raw);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint4 out;
+    T* e = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = from_f32<T>(kv_to_f32(b[h * 8 + i]));
+    *reinterpret_cast<uint4*>(dst + h * 8) = out;
+  }
+}
+
+// grid (q tiles, Hq, num_seqs); dynamic shared memory smem_bytes<HD>(). TC: the cache's element,
+// T or uint8_t (E4M3).
+template <typename T, typename TC, int HD>
 __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
   constexpr int kP = pitch<HD>();
   constexpr int kChunks = HD / 8;  // 16-byte chunks per row
@@ -77,19 +96,36 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
     const bool valid = r < rows_here;
     cp_async16(q_s + r * kP + c, q_src + (valid ? r * qkv_stride : 0) + c, valid);
   }
-  const T* k_cache = static_cast<const T*>(p.k_cache);
-  const T* v_cache = static_cast<const T*>(p.v_cache);
+  const TC* k_cache = static_cast<const TC*>(p.k_cache);
+  const TC* v_cache = static_cast<const TC*>(p.v_cache);
   const auto load_kv = [&](int tile, int buf) {
     T* kd = k_s + buf * kBlockK * kP;
     T* vd = v_s + buf * kBlockK * kP;
-    for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
-      const int r = i / kChunks;
-      const int c = (i % kChunks) * 8;
-      const int key = tile * kBlockK + r;
-      const bool valid = key < kv_end;
-      const int64_t row = valid ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD) : 0;
-      cp_async16(kd + r * kP + c, k_cache + row + c, valid);
-      cp_async16(vd + r * kP + c, v_cache + row + c, valid);
+    if constexpr (std::is_same_v<TC, uint8_t>) {  // 16 E4M3 values per thread, converted
+      constexpr int kChunks8 = HD / 16;
+      for (int i = threadIdx.x; i < kBlockK * kChunks8; i += kThreads) {
+        const int r = i / kChunks8;
+        const int c = (i % kChunks8) * 16;
+        const int key = tile * kBlockK + r;
+        uint4 kr{0, 0, 0, 0}, vr{0, 0, 0, 0};
+        if (key < kv_end) {
+          const int64_t row = cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD);
+          kr = *reinterpret_cast<const uint4*>(k_cache + row + c);
+          vr = *reinterpret_cast<const uint4*>(v_cache + row + c);
+        }
+        store_e4m3_as(kd + r * kP + c, kr);
+        store_e4m3_as(vd + r * kP + c, vr);
+      }
+    } else {
+      for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
+        const int r = i / kChunks;
+        const int c = (i % kChunks) * 8;
+        const int key = tile * kBlockK + r;
+        const bool valid = key < kv_end;
+        const int64_t row = valid ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD) : 0;
+        cp_async16(kd + r * kP + c, k_cache + row + c, valid);
+        cp_async16(vd + r * kP + c, v_cache + row + c, valid);
+      }
     }
   };
   load_kv(tile_begin, 0);
@@ -216,7 +252,7 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const int row = g + ri * 8;
     if (warp * 16 + row >= rows_here) continue;
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float inv = sum > 0.0f ? 1.0f / sum * p.v_scale : 0.0f;
     T* dst = out_base + int64_t{row} * p.num_heads * HD + tq * 2;
 #pragma unroll
     for (int dt = 0; dt < HD / 8; ++dt)
@@ -225,16 +261,16 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
   }
 }
 
-template <typename T, int HD>
+template <typename T, typename TC, int HD>
 void launch_typed(const FlashParams& p, const AttentionMetadata& meta, cudaStream_t stream) {
   constexpr size_t kSmem = smem_bytes<HD>();
   IB_CUDA_CHECK(
-      cudaFuncSetAttribute(flash_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(flash_kernel<T, TC, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kSmem)),
       "attention(flash)");
   const dim3 grid(static_cast<unsigned>((meta.max_query_len + kBlockQ - 1) / kBlockQ),
                   static_cast<unsigned>(p.num_heads), static_cast<unsigned>(meta.num_seqs));
-  flash_kernel<T, HD><<<grid, kThreads, kSmem, stream>>>(p);
+  flash_kernel<T, TC, HD><<<grid, kThreads, kSmem, stream>>>(p);
 }
 
 }  // namespace
@@ -267,25 +303,28 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
   p.num_kv_heads = shape.num_kv_heads;
   p.group = shape.num_heads / shape.num_kv_heads;
   p.window = shape.sliding_window;
-  p.scale_log2 = shape.scale * kLog2e;
-  const auto run = [&](auto tag) {
+  p.scale_log2 = shape.scale * kLog2e * kv.k_scale;
+  p.v_scale = kv.v_scale;
+  const auto run = [&](auto tag, auto cache_tag) {
     using T = decltype(tag);
+    using TC = decltype(cache_tag);
     switch (shape.head_dim) {
       case 64:
-        launch_typed<T, 64>(p, meta, stream);
+        launch_typed<T, TC, 64>(p, meta, stream);
         break;
       case 96:
-        launch_typed<T, 96>(p, meta, stream);
+        launch_typed<T, TC, 96>(p, meta, stream);
         break;
       default:
-        launch_typed<T, 128>(p, meta, stream);
+        launch_typed<T, TC, 128>(p, meta, stream);
         break;
     }
   };
+  const bool fp8 = kv.k.dtype == DType::kF8E4M3;
   if (qkv.dtype == DType::kBF16) {
-    run(bf16{});
+    fp8 ? run(bf16{}, uint8_t{}) : run(bf16{}, bf16{});
   } else {
-    run(f16{});
+    fp8 ? run(f16{}, uint8_t{}) : run(f16{}, f16{});
   }
   IB_CUDA_CHECK_LAUNCH("attention(flash)");
 }

@@ -21,13 +21,15 @@ namespace {
 constexpr int kGroup = 8;
 constexpr bool kPrefetch = false;
 
-template <typename T, int HD, int GC, int kWarps>
+// TC: the cache's element (T, or uint8_t for E4M3).
+template <typename T, typename TC, int HD, int GC, int kWarps>
 void launch_config(const SplitParams& p, int tokens, cudaStream_t stream, bool pdl) {
-  launch_kernel("attention(split_kv)", pdl, split_kv_kernel<T, HD, GC, kWarps, kGroup, kPrefetch>,
+  launch_kernel("attention(split_kv)", pdl,
+                split_kv_kernel<T, HD, GC, kWarps, kGroup, kPrefetch, TC>,
                 split_kv_grid(p, tokens, GC), dim3(kWarps * 32), 0, stream, p);
 }
 
-template <typename T, int HD, int GC>
+template <typename T, typename TC, int HD, int GC>
 void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream, bool pdl) {
   // The choice counts (token, KV head chunk) pairs, not partitions: a captured decode graph has
   // the partitions of its longest context (8,192 tokens), of which a short context uses one, so
@@ -37,9 +39,9 @@ void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t st
   const int64_t blocks = int64_t{grid.x} * grid.y;
   // fp32 is the correctness mode: one configuration keeps its compile time down.
   if (std::is_same_v<T, float> || blocks <= 2 * int64_t{num_sms}) {
-    launch_config<T, HD, GC, 8>(p, tokens, stream, pdl);
+    launch_config<T, TC, HD, GC, 8>(p, tokens, stream, pdl);
   } else if constexpr (!std::is_same_v<T, float>) {
-    launch_config<T, HD, GC, 4>(p, tokens, stream, pdl);
+    launch_config<T, TC, HD, GC, 4>(p, tokens, stream, pdl);
   }
   if (p.num_partitions > 1 && p.counters == nullptr) {
     merge_kernel<T, HD><<<merge_grid(p, tokens), HD, 0, stream>>>(p);
@@ -47,15 +49,28 @@ void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t st
   }
 }
 
-template <typename T, int HD>
+template <typename T, typename TC, int HD>
 void launch_for_group(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream,
                       bool pdl) {
   if (p.group == 1) {
-    launch_split<T, HD, 1>(p, tokens, num_sms, stream, pdl);
+    launch_split<T, TC, HD, 1>(p, tokens, num_sms, stream, pdl);
   } else if (p.group <= 4) {
-    launch_split<T, HD, 4>(p, tokens, num_sms, stream, pdl);
+    launch_split<T, TC, HD, 4>(p, tokens, num_sms, stream, pdl);
   } else {
-    launch_split<T, HD, 8>(p, tokens, num_sms, stream, pdl);
+    launch_split<T, TC, HD, 8>(p, tokens, num_sms, stream, pdl);
+  }
+}
+
+template <typename T, typename TC>
+void launch_for_head_dim(const SplitParams& p, int head_dim, int tokens, int num_sms,
+                         cudaStream_t stream, bool pdl) {
+  switch (head_dim) {
+    case 64:
+      return launch_for_group<T, TC, 64>(p, tokens, num_sms, stream, pdl);
+    case 96:
+      return launch_for_group<T, TC, 96>(p, tokens, num_sms, stream, pdl);
+    default:
+      return launch_for_group<T, TC, 128>(p, tokens, num_sms, stream, pdl);
   }
 }
 
@@ -107,16 +122,10 @@ void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
             "attention: split-KV workspace too small");
   const int tokens = meta.num_tokens;
   IB_DISPATCH_FLOAT(qkv.dtype, T, {
-    switch (shape.head_dim) {
-      case 64:
-        launch_for_group<T, 64>(p, tokens, num_sms, stream, pdl);
-        break;
-      case 96:
-        launch_for_group<T, 96>(p, tokens, num_sms, stream, pdl);
-        break;
-      default:
-        launch_for_group<T, 128>(p, tokens, num_sms, stream, pdl);
-        break;
+    if (kv.k.dtype == DType::kF8E4M3) {
+      launch_for_head_dim<T, uint8_t>(p, shape.head_dim, tokens, num_sms, stream, pdl);
+    } else {
+      launch_for_head_dim<T, T>(p, shape.head_dim, tokens, num_sms, stream, pdl);
     }
   });
 }

@@ -33,9 +33,10 @@ struct Batch {
   Pair query_start, context_lens, block_tables;
   int num_seqs = 0, num_tokens = 0, max_query_len = 0, max_context_len = 0;
   int block_size = 16;
+  float k_scale = 1.0f, v_scale = 1.0f;  // an E4M3 cache's scales
 
-  KvCacheLayer kv_cpu() const { return {k_cache.cpu, v_cache.cpu, block_size}; }
-  KvCacheLayer kv_gpu() const { return {k_cache.gpu, v_cache.gpu, block_size}; }
+  KvCacheLayer kv_cpu() const { return {k_cache.cpu, v_cache.cpu, block_size, k_scale, v_scale}; }
+  KvCacheLayer kv_gpu() const { return {k_cache.gpu, v_cache.gpu, block_size, k_scale, v_scale}; }
   AttentionMetadata meta(bool gpu, int context_hint_slack = 0) const {
     AttentionMetadata m;
     m.num_seqs = num_seqs;
@@ -49,9 +50,10 @@ struct Batch {
   }
 };
 
-// Random q/k/v and a cache whose blocks are handed to the sequences in shuffled order.
+// Random q/k/v and a cache whose blocks are handed to the sequences in shuffled order; with
+// fp8_cache, the cache holds E4M3 bytes (the same on both sides) with k_scale 0.01, v_scale 0.004.
 Batch make_batch(Twin& twin, Rng& rng, const std::vector<SeqSpec>& seqs, const AttentionShape& s,
-                 int block_size) {
+                 int block_size, bool fp8_cache = false) {
   Batch b;
   b.block_size = block_size;
   b.num_seqs = static_cast<int>(seqs.size());
@@ -79,10 +81,19 @@ Batch make_batch(Twin& twin, Rng& rng, const std::vector<SeqSpec>& seqs, const A
   const int64_t row = int64_t{s.num_heads + 2 * s.num_kv_heads} * s.head_dim;
   const int64_t cache = int64_t{total_blocks} * s.num_kv_heads * block_size * s.head_dim;
   b.qkv = twin.floats({b.num_tokens, row}, random_floats(rng, b.num_tokens * row, -2, 2));
-  b.k_cache = twin.floats({total_blocks, s.num_kv_heads, block_size, s.head_dim},
-                          random_floats(rng, cache, -2, 2));
-  b.v_cache = twin.floats({total_blocks, s.num_kv_heads, block_size, s.head_dim},
-                          random_floats(rng, cache));
+  if (fp8_cache) {
+    b.k_scale = 0.01f;
+    b.v_scale = 0.004f;
+    b.k_cache = twin.bytes(DType::kF8E4M3, {total_blocks, s.num_kv_heads, block_size, s.head_dim},
+                           testing::random_e4m3(rng, cache, b.k_scale));
+    b.v_cache = twin.bytes(DType::kF8E4M3, {total_blocks, s.num_kv_heads, block_size, s.head_dim},
+                           testing::random_e4m3(rng, cache, b.v_scale, -1, 1));
+  } else {
+    b.k_cache = twin.floats({total_blocks, s.num_kv_heads, block_size, s.head_dim},
+                            random_floats(rng, cache, -2, 2));
+    b.v_cache = twin.floats({total_blocks, s.num_kv_heads, block_size, s.head_dim},
+                            random_floats(rng, cache));
+  }
   b.query_start = twin.ints({b.num_seqs + 1}, query_start);
   b.context_lens = twin.ints({b.num_seqs}, context_lens);
   b.block_tables = twin.ints({b.num_seqs, max_blocks}, table);
@@ -112,18 +123,18 @@ const std::vector<AttentionShape>& shapes() {
 }
 
 void check_batches(Twin& twin, Rng& rng, const std::vector<std::vector<SeqSpec>>& batches,
-                   int window, int block_size) {
+                   int window, int block_size, bool fp8_cache = false) {
   for (const auto& base : shapes()) {
     AttentionShape s = base;
     s.sliding_window = window;
     for (const auto& seqs : batches) {
-      const Batch b = make_batch(twin, rng, seqs, s, block_size);
+      const Batch b = make_batch(twin, rng, seqs, s, block_size, fp8_cache);
       for (const AttentionPath path :
            {AttentionPath::kAuto, AttentionPath::kSplitKv, AttentionPath::kFlash}) {
         EXPECT_LT(attention_error(twin, b, s, path), tolerance(twin.dtype()))
             << "Hq=" << s.num_heads << " Hkv=" << s.num_kv_heads << " hd=" << s.head_dim
-            << " window=" << window << " seqs=" << seqs.size() << " first ctx "
-            << seqs[0].context_len << " q " << seqs[0].query_len << " path "
+            << " window=" << window << " fp8 cache " << fp8_cache << " seqs=" << seqs.size()
+            << " first ctx " << seqs[0].context_len << " q " << seqs[0].query_len << " path "
             << static_cast<int>(path);
       }
     }
@@ -223,16 +234,23 @@ TEST_P(CudaAttention, OtherBlockSizes) {
   check_batches(twin, rng, {{{150, 20}, {300, 1}}}, 0, 32);
 }
 
-TEST_P(CudaAttention, RopeAndCacheMatchesCpu) {
-  Twin twin(GetParam());
-  Rng rng(17);
+// rope_and_cache on both sides; with fp8_cache the cache is E4M3 (k_scale 0.02, v_scale 0.01)
+// and checked by expect_e4m3_cache_written, otherwise against the CPU's within the tolerance.
+void check_rope_and_cache(Twin& twin, Rng& rng, bool fp8_cache) {
   for (const auto& s : shapes()) {
     const int64_t t = 37, blocks = 6, bs = 16, hd = s.head_dim;
     const int64_t row = int64_t{s.num_heads + 2 * s.num_kv_heads} * hd;
     Pair qkv = twin.floats({t, row}, random_floats(rng, t * row, -2, 2));
     const int64_t cache = blocks * s.num_kv_heads * bs * hd;
-    Pair k = twin.floats({blocks, s.num_kv_heads, bs, hd}, random_floats(rng, cache));
-    Pair v = twin.floats({blocks, s.num_kv_heads, bs, hd}, random_floats(rng, cache));
+    const float k_scale = fp8_cache ? 0.02f : 1.0f, v_scale = fp8_cache ? 0.01f : 1.0f;
+    const std::vector<uint8_t> k_before = testing::random_e4m3(rng, cache, k_scale);
+    const std::vector<uint8_t> v_before = testing::random_e4m3(rng, cache, v_scale);
+    const auto cache_pair = [&](const std::vector<uint8_t>& before) {
+      return fp8_cache ? twin.bytes(DType::kF8E4M3, {blocks, s.num_kv_heads, bs, hd}, before)
+                       : twin.floats({blocks, s.num_kv_heads, bs, hd}, random_floats(rng, cache));
+    };
+    Pair k = cache_pair(k_before);
+    Pair v = cache_pair(v_before);
     std::vector<int32_t> positions(t), slots(blocks * bs);
     for (auto& p : positions) p = static_cast<int32_t>(rng.uniform_int(0, 8191));
     std::iota(slots.begin(), slots.end(), 0);
@@ -247,12 +265,51 @@ TEST_P(CudaAttention, RopeAndCacheMatchesCpu) {
     Pair pos = twin.ints({t}, positions);
     Pair slot = twin.ints({t}, slots);
     Pair freq = twin.floats({hd / 2}, inv_freq, DType::kF32);
-    twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {k.cpu, v.cpu, 16}, s);
-    twin.gpu().rope_and_cache(qkv.gpu, pos.gpu, slot.gpu, freq.gpu, {k.gpu, v.gpu, 16}, s);
-    EXPECT_LT(twin.error(qkv), tolerance(GetParam())) << "qkv hd=" << hd;
-    EXPECT_LT(twin.error(k), tolerance(GetParam())) << "k cache hd=" << hd;
-    EXPECT_EQ(twin.error(v), 0.0) << "v cache hd=" << hd;
+    twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu,
+                              {k.cpu, v.cpu, 16, k_scale, v_scale}, s);
+    twin.gpu().rope_and_cache(qkv.gpu, pos.gpu, slot.gpu, freq.gpu,
+                              {k.gpu, v.gpu, 16, k_scale, v_scale}, s);
+    EXPECT_LT(twin.error(qkv), tolerance(twin.dtype())) << "qkv hd=" << hd;
+    if (fp8_cache) {
+      testing::expect_e4m3_cache_written(twin, k, qkv, k_before, slots, s, 16, false, k_scale);
+      testing::expect_e4m3_cache_written(twin, v, qkv, v_before, slots, s, 16, true, v_scale);
+    } else {
+      EXPECT_LT(twin.error(k), tolerance(twin.dtype())) << "k cache hd=" << hd;
+      EXPECT_EQ(twin.error(v), 0.0) << "v cache hd=" << hd;
+    }
   }
+}
+
+TEST_P(CudaAttention, RopeAndCacheMatchesCpu) {
+  Twin twin(GetParam());
+  Rng rng(17);
+  check_rope_and_cache(twin, rng, false);
+}
+
+// --kv-cache-dtype fp8 (backend/ops.h, KvCacheLayer): the cache written as E4M3 and read by both
+// attention kernels. The values read are exact in every act dtype, so the attention tolerance is
+// the dense one.
+TEST_P(CudaAttention, RopeAndCacheWritesE4m3Cache) {
+  Twin twin(GetParam());
+  Rng rng(20);
+  check_rope_and_cache(twin, rng, true);
+}
+
+TEST_P(CudaAttention, E4m3CacheDecodePrefillMixedAndWindows) {
+  Twin twin(GetParam());
+  Rng rng(21);
+  check_batches(twin, rng, {{{1, 1}, {17, 1}, {513, 1}}, {{15, 15}, {65, 65}}}, 0, 16, true);
+  check_batches(twin, rng, {{{40, 1}, {100, 37}, {700, 129}}}, 0, 16, true);
+  check_batches(twin, rng, {{{300, 300}, {90, 1}}, {{1000, 1}}}, 32, 16, true);
+}
+
+TEST_P(CudaAttention, E4m3CacheLongContextSplitsAlongKeys) {
+  Twin twin(GetParam());
+  Rng rng(22);
+  const AttentionShape s = shape_of(32, 8, 128);
+  const Batch b = make_batch(twin, rng, {{5000, 1}, {3001, 1}}, s, 16, true);
+  EXPECT_LT(attention_error(twin, b, s, AttentionPath::kSplitKv), tolerance(GetParam()));
+  EXPECT_LT(attention_error(twin, b, s, AttentionPath::kSplitKv, 8192), tolerance(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttention,

@@ -59,6 +59,12 @@ void check_same_shape(const Tensor& a, const Tensor& b, const char* context) {
   IB_ASSERT(a.numel() == b.numel() && a.row_size() == b.row_size(), context);
 }
 
+// A KV cache the cache ops take: act, or E4M3 with positive scales (backend/ops.h).
+bool kv_cache_ok(const KvCacheLayer& kv, DType act) {
+  return (kv.k.dtype == act || kv.k.dtype == DType::kF8E4M3) && kv.v.dtype == kv.k.dtype &&
+         kv.k_scale > 0.0f && kv.v_scale > 0.0f;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device, DType dtype,
@@ -512,10 +518,10 @@ void CudaBackend::rope_and_cache(Tensor qkv, const Tensor& positions, const Tens
             "rope_and_cache: positions and slot_mapping must be (T)");
   IB_ASSERT(inv_freq.numel() == shape.head_dim / 2 && inv_freq.dtype == DType::kF32,
             "rope_and_cache: inv_freq must be f32 (head_dim / 2)");
-  IB_ASSERT(kv.k.dtype == qkv.dtype && kv.v.dtype == qkv.dtype && kv.k.rank == 4 &&
-                kv.k.dim(1) == shape.num_kv_heads && kv.k.dim(2) == kv.block_size &&
-                kv.k.dim(3) == shape.head_dim,
-            "rope_and_cache: cache must be (blocks, Hkv, block_size, head_dim) of qkv's dtype");
+  IB_ASSERT(kv_cache_ok(kv, qkv.dtype) && kv.k.rank == 4 && kv.k.dim(1) == shape.num_kv_heads &&
+                kv.k.dim(2) == kv.block_size && kv.k.dim(3) == shape.head_dim,
+            "rope_and_cache: cache must be (blocks, Hkv, block_size, head_dim) of qkv's dtype or "
+            "fp8_e4m3 (positive scales)");
   run_op("rope_and_cache", [&] {
     launch_rope_and_cache(qkv, positions, slot_mapping, inv_freq, kv, shape, stream_, pdl_);
   });
@@ -533,6 +539,7 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
   IB_ASSERT(meta.max_query_len >= 1 && meta.max_context_len >= 1,
             "attention: max_query_len / max_context_len hints must be upper bounds (>= 1)");
   IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96 or 128 on CUDA");
+  IB_ASSERT(kv_cache_ok(kv, qkv.dtype), "attention: the cache must be qkv's dtype or fp8_e4m3");
   run_op("attention", [&] {
     const bool flash = flash_supports(qkv.dtype, shape) &&
                        (attention_path_ == AttentionPath::kFlash ||

@@ -109,9 +109,12 @@ struct RopeCase {
   bool bias;
 };
 
-TEST_P(CudaFused, RmsMatmulRopeCacheMatchesNormMatmulRopeAndCache) {
-  Twin twin(GetParam());
-  Rng rng(15);
+// rms_matmul_rope_cache against rms_norm, matmul and rope_and_cache on the CPU; with fp8_cache
+// the cache is E4M3 (k_scale 0.03, v_scale 0.02; backend/ops.h, KvCacheLayer) and checked by
+// expect_e4m3_cache_written.
+void check_rms_matmul_rope_cache(Twin& twin, Rng& rng, bool fp8_cache) {
+  const double tol = tolerance(twin.dtype());
+  const float k_scale = fp8_cache ? 0.03f : 1.0f, v_scale = fp8_cache ? 0.02f : 1.0f;
   for (const RopeCase& c : {RopeCase{32, 8, 128, 4096, false}, RopeCase{14, 2, 64, 896, true},
                             RopeCase{8, 8, 64, 512, false}, RopeCase{4, 2, 96, 256, true}}) {
     for (const int64_t m : {1, 5, 8}) {
@@ -126,8 +129,15 @@ TEST_P(CudaFused, RmsMatmulRopeCacheMatchesNormMatmulRopeAndCache) {
       Pair w = twin.floats({n, k}, random_floats(rng, n * k, -0.05f, 0.05f));
       Pair b = twin.floats({n}, random_floats(rng, n));
       Pair ones = twin.floats({k}, std::vector<float>(static_cast<size_t>(k), 1.0f));
-      Pair kc = twin.floats({blocks, c.kv_heads, bs, c.head_dim}, random_floats(rng, cache));
-      Pair vc = twin.floats({blocks, c.kv_heads, bs, c.head_dim}, random_floats(rng, cache));
+      const std::vector<uint8_t> k_before = testing::random_e4m3(rng, cache, k_scale);
+      const std::vector<uint8_t> v_before = testing::random_e4m3(rng, cache, v_scale);
+      const auto cache_pair = [&](const std::vector<uint8_t>& before) {
+        return fp8_cache
+                   ? twin.bytes(DType::kF8E4M3, {blocks, c.kv_heads, bs, c.head_dim}, before)
+                   : twin.floats({blocks, c.kv_heads, bs, c.head_dim}, random_floats(rng, cache));
+      };
+      Pair kc = cache_pair(k_before);
+      Pair vc = cache_pair(v_before);
       std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
       for (int64_t i = 0; i < m; ++i) {
         positions[static_cast<size_t>(i)] = static_cast<int32_t>(rng.uniform_int(0, 8191));
@@ -146,18 +156,40 @@ TEST_P(CudaFused, RmsMatmulRopeCacheMatchesNormMatmulRopeAndCache) {
       const Tensor* bias_cpu = c.bias ? &b.cpu : nullptr;
       twin.cpu().rms_norm(h.cpu, ones.cpu, 1e-5f, normed.cpu);
       twin.cpu().matmul(normed.cpu, w.cpu, bias_cpu, qkv.cpu);
-      twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
+      twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu,
+                                {kc.cpu, vc.cpu, 16, k_scale, v_scale}, shape);
       twin.gpu().rms_matmul_rope_cache(h.gpu, nullptr, w.gpu, c.bias ? &b.gpu : nullptr, 1e-5f,
-                                       pos.gpu, slot.gpu, freq.gpu, {kc.gpu, vc.gpu, 16}, shape,
-                                       qkv.gpu);
+                                       pos.gpu, slot.gpu, freq.gpu,
+                                       {kc.gpu, vc.gpu, 16, k_scale, v_scale}, shape, qkv.gpu);
       const std::string where = "heads " + std::to_string(c.heads) + "/" +
                                 std::to_string(c.kv_heads) + " hd " + std::to_string(c.head_dim) +
                                 " m " + std::to_string(m);
-      EXPECT_LT(twin.error(qkv), tolerance(GetParam())) << "qkv, " << where;
-      EXPECT_LT(twin.error(kc), tolerance(GetParam())) << "k cache, " << where;
-      EXPECT_LT(twin.error(vc), tolerance(GetParam())) << "v cache, " << where;
+      EXPECT_LT(twin.error(qkv), tol) << "qkv, " << where;
+      if (fp8_cache) {
+        SCOPED_TRACE(where);
+        testing::expect_e4m3_cache_written(twin, kc, qkv, k_before, slots, shape, 16, false,
+                                           k_scale);
+        testing::expect_e4m3_cache_written(twin, vc, qkv, v_before, slots, shape, 16, true,
+                                           v_scale);
+      } else {
+        EXPECT_LT(twin.error(kc), tol) << "k cache, " << where;
+        EXPECT_LT(twin.error(vc), tol) << "v cache, " << where;
+      }
     }
   }
+}
+
+TEST_P(CudaFused, RmsMatmulRopeCacheMatchesNormMatmulRopeAndCache) {
+  Twin twin(GetParam());
+  Rng rng(15);
+  check_rms_matmul_rope_cache(twin, rng, false);
+}
+
+// --kv-cache-dtype fp8: the fused epilogue writes the E4M3 cache as rope_and_cache does.
+TEST_P(CudaFused, RmsMatmulRopeCacheWritesE4m3Cache) {
+  Twin twin(GetParam());
+  Rng rng(16);
+  check_rms_matmul_rope_cache(twin, rng, true);
 }
 
 TEST_P(CudaFused, ScaleColumnsMultipliesEachColumnByItsGain) {

@@ -167,8 +167,10 @@ void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef
   IB_ASSERT(gemv_rope_cache_supported(x, w, shape), "launch_gemv_rope_cache: unsupported operands");
   IB_ASSERT(is_quantized(w.format) || gain == nullptr,
             "launch_gemv_rope_cache: a dense weight has its gain folded");
-  IB_ASSERT(qkv.dtype == x.dtype && kv.k.dtype == x.dtype && kv.v.dtype == x.dtype,
-            "launch_gemv_rope_cache: qkv and the cache must have x's dtype");
+  const bool cache_fp8 = kv.k.dtype == DType::kF8E4M3;
+  IB_ASSERT(
+      qkv.dtype == x.dtype && (kv.k.dtype == x.dtype || cache_fp8) && kv.v.dtype == kv.k.dtype,
+      "launch_gemv_rope_cache: qkv has x's dtype, the cache x's dtype or fp8_e4m3");
   GemvRopeCache rc;
   rc.positions = positions.as<int32_t>();
   rc.slot_mapping = slot_mapping.as<int32_t>();
@@ -179,6 +181,9 @@ void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef
   rc.num_kv_heads = shape.num_kv_heads;
   rc.head_dim = shape.head_dim;
   rc.block_size = kv.block_size;
+  rc.cache_fp8 = cache_fp8;
+  rc.k_scale = kv.k_scale;
+  rc.v_scale = kv.v_scale;
   dispatch(x, w, [&]<typename T, int kW>() {
     launch_fused_typed<T, kGemvRopeCache, true, kW>(x, w, gain, bias, qkv, eps, stream, pdl, act,
                                                     rc);

@@ -42,14 +42,21 @@ struct KvPoolPlan {
 
 Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in);
 
+// The cache's element type and, for fp8_e4m3, each layer's scales (backend/ops.h, KvCacheLayer).
+struct KvCacheFormat {
+  DType dtype = DType::kF32;
+  std::vector<float> k_scales, v_scales;  // (num_layers), or empty: 1.0
+};
+
 // The pool: per-layer K and V views into one allocation (tag kKvCache).
-// Layout (num_layers, 2, num_blocks, num_kv_heads, block_size, head_dim).
+// Layout (num_layers, 2, num_blocks, num_kv_heads, block_size, head_dim), format.dtype.
 struct KvCache {
   Buffer storage;
   std::vector<KvCacheLayer> layers;
+  KvCacheFormat format;
 };
 Result<KvCache> allocate_kv_cache(const ModelConfig& model, int num_blocks, int block_size,
-                                  Backend& backend);
+                                  const KvCacheFormat& format, Backend& backend);
 
 // Host memory the staged growth path copies the old pool through, kept across growths so its
 // pages are faulted once: a staged growth sizes it to the pool after the growth, which is what
@@ -74,7 +81,8 @@ enum class KvGrowthPath {
   kHostStaged,  // old storage copied to the host and freed before the new one was allocated
 };
 
-// Reallocates kv to new_num_blocks blocks, keeping the contents of the existing blocks, in the
+// Reallocates kv to new_num_blocks blocks (in kv.format), keeping the contents of the existing
+// blocks, in the
 // cheapest way the tracker's cap allows:
 //  1. when the new pool cannot fit under the cap even with the old one freed, it is refused at
 //     once (counted by the tracker, the same error as the allocator's), before any copy;

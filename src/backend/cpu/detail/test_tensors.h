@@ -40,6 +40,19 @@ class TensorArena {
     backend_.copy_from_host(t, values.data(), DType::kI64);
     return t;
   }
+  // fp8_e4m3 bytes as they are (no conversion).
+  Tensor fp8(std::initializer_list<int64_t> shape, const std::vector<uint8_t>& bytes) {
+    Tensor t = empty(DType::kF8E4M3, shape);
+    IB_ASSERT(static_cast<int64_t>(bytes.size()) == t.numel(), "value count != shape");
+    backend_.copy_from_host(t, bytes.data(), DType::kF8E4M3);
+    return t;
+  }
+  std::vector<uint8_t> to_host_bytes(const Tensor& t) {
+    IB_ASSERT(dtype_size(t.dtype) == 1, "to_host_bytes: one-byte dtypes only");
+    std::vector<uint8_t> out(static_cast<size_t>(t.numel()));
+    backend_.copy_to_host(t, out.data());
+    return out;
+  }
   std::vector<float> to_host(const Tensor& t) {
     IB_ASSERT(t.dtype == DType::kF32, "to_host: fp32 only");
     std::vector<float> out(static_cast<size_t>(t.numel()));

@@ -4,8 +4,10 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/assert.h"
 #include "core/dtype.h"
@@ -38,6 +40,26 @@ __device__ __forceinline__ bf16 from_f32<bf16>(float x) {
 template <>
 __device__ __forceinline__ f16 from_f32<f16>(float x) {
   return __float2half_rn(x);
+}
+
+// A KV-cache element (backend/ops.h, KvCacheLayer): the activation type itself, or E4M3 bytes
+// (uint8_t) holding e4m3(x / scale), rounded to nearest even and saturated to +-448 as
+// f32_to_f8e4m3_bits does; read back without the scale, which the kernels fold in.
+template <typename TC, typename T>
+__device__ __forceinline__ TC to_kv_cache(T x, float scale) {
+  if constexpr (std::is_same_v<TC, uint8_t>) {
+    return __nv_cvt_float_to_fp8(to_f32(x) / scale, __NV_SATFINITE, __NV_E4M3);
+  } else {
+    static_assert(std::is_same_v<TC, T>, "a KV cache holds act or E4M3");
+    return x;
+  }
+}
+__device__ __forceinline__ float kv_to_f32(uint8_t x) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
+}
+template <typename T>
+__device__ __forceinline__ float kv_to_f32(T x) {
+  return to_f32(x);
 }
 
 // The two elements of T packed in one 32-bit word (element 0 in the low half), as floats.

@@ -60,6 +60,8 @@ struct GemvRopeCache {
   void* k_cache = nullptr;                // (num_blocks, Hkv, block_size, head_dim)
   void* v_cache = nullptr;
   int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+  bool cache_fp8 = false;  // the cache holds E4M3 with these scales (to_kv_cache), else TOut
+  float k_scale = 1.0f, v_scale = 1.0f;
 };
 
 // The weight formats of the kernel (its kW parameter).
@@ -506,9 +508,16 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
             ((int64_t{slot / rc.block_size} * rc.num_kv_heads + kv_head) * rc.block_size +
              slot % rc.block_size) *
             rc.head_dim;
-        TOut* cache = static_cast<TOut*>(is_v ? rc.v_cache : rc.k_cache);
-        cache[base + da] = oa;
-        cache[base + db] = ob;
+        if (rc.cache_fp8) {
+          const float scale = is_v ? rc.v_scale : rc.k_scale;
+          auto* cache = static_cast<uint8_t*>(is_v ? rc.v_cache : rc.k_cache);
+          cache[base + da] = to_kv_cache<uint8_t>(oa, scale);
+          cache[base + db] = to_kv_cache<uint8_t>(ob, scale);
+        } else {
+          TOut* cache = static_cast<TOut*>(is_v ? rc.v_cache : rc.k_cache);
+          cache[base + da] = oa;
+          cache[base + db] = ob;
+        }
       }
     }
   } else if constexpr (kSwiGlu) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "backend/backend.h"
 #include "backend/cuda/detail/attention_common.cuh"
@@ -32,7 +33,8 @@ struct SplitParams {
   float* partial_ml;  // (T, Hq, P, 2): running max (log2 units) and sum per partition
   PagedBatch batch;
   int num_heads, num_kv_heads, group, window;
-  float scale_log2;
+  float scale_log2;    // softmax scale * log2(e) * the cache's k_scale (1 unless E4M3)
+  float v_scale;       // the cache's v_scale (1 unless E4M3), applied to each block's sums
   int num_partitions;  // blocks along the keys (grid z), sized for the longest context hinted
   // (T, gridDim.y) arrival counters, zero between launches, or nullptr: separate merge kernel.
   unsigned* counters;
@@ -157,12 +159,13 @@ __device__ __forceinline__ void finish_split_block(const SplitParams& p, const Q
 
 // grid (T, Hkv * head_chunks, P); GC query heads per block; HD head_dim; kWarps warps.
 // kGroup: keys per batch of value loads in P·V. kPrefetch: the first value batch is issued
-// with the key loads, and each chunk's block-table read one chunk ahead.
-template <typename T, int HD, int GC, int kWarps, int kGroup, bool kPrefetch>
+// with the key loads, and each chunk's block-table read one chunk ahead. TC: the cache's
+// element, T or E4M3 bytes (uint8_t; its scales are in p.scale_log2 and p.v_scale).
+template <typename T, int HD, int GC, int kWarps, int kGroup, bool kPrefetch, typename TC = T>
 __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kVd = HD / 32;  // head_dim elements per lane in P·V
-  constexpr int kV = kVec16<T>;
+  constexpr int kV = kVec16<TC>;
   __shared__ __align__(16) float q_s[GC][HD];
   __shared__ float p_s[kWarps][32][GC];
   pdl_wait();
@@ -188,11 +191,11 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
     return key < p_end ? cache_row(p.batch, qv.seq, key, kv_head, p.num_kv_heads, HD) : 0;
   };
   if (p.prefetch_kv) {
-    constexpr int kRowBytes = HD * static_cast<int>(sizeof(T));
+    constexpr int kRowBytes = HD * static_cast<int>(sizeof(TC));
     for (int key = first + threadIdx.x; key < p_end; key += kThreads) {
       const int64_t r = cache_row(p.batch, qv.seq, key, kv_head, p.num_kv_heads, HD);
-      const auto* k_row = reinterpret_cast<const char*>(static_cast<const T*>(p.k_cache) + r);
-      const auto* v_row = reinterpret_cast<const char*>(static_cast<const T*>(p.v_cache) + r);
+      const auto* k_row = reinterpret_cast<const char*>(static_cast<const TC*>(p.k_cache) + r);
+      const auto* v_row = reinterpret_cast<const char*>(static_cast<const TC*>(p.v_cache) + r);
 #pragma unroll
       for (int b = 0; b < kRowBytes; b += 128) {
         prefetch_l2(k_row + b);
@@ -209,8 +212,8 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
     q_s[i / HD][i % HD] = i / HD < gc ? to_f32(q[i]) * p.scale_log2 : 0.0f;
   __syncthreads();
 
-  const T* k_cache = static_cast<const T*>(p.k_cache);
-  const T* v_cache = static_cast<const T*>(p.v_cache);
+  const TC* k_cache = static_cast<const TC*>(p.k_cache);
+  const TC* v_cache = static_cast<const TC*>(p.v_cache);
   float m[GC], l[GC], acc[GC][kVd];
 #pragma unroll
   for (int g = 0; g < GC; ++g) {
@@ -239,7 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
         const int64_t vrow = __shfl_sync(0xffffffffu, row, j0 + u);
 #pragma unroll
         for (int i = 0; i < kVd; ++i)
-          vf[u][i] = j0 + u < n ? to_f32(v_cache[vrow + lane * kVd + i]) : 0.0f;
+          vf[u][i] = j0 + u < n ? kv_to_f32(v_cache[vrow + lane * kVd + i]) : 0.0f;
       }
     };
     if constexpr (kPrefetch) load_values(0);
@@ -249,7 +252,7 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
     if (valid) {
       // The key row in batches of 16-byte loads issued before their FMAs.
       constexpr int kChunks = HD / kV;
-      constexpr int kBatch = kChunks % 8 == 0 ? 8 : 4;
+      constexpr int kBatch = kChunks % 8 == 0 ? 8 : (kChunks % 4 == 0 ? 4 : 2);
 #pragma unroll
       for (int c0 = 0; c0 < kChunks; c0 += kBatch) {
         uint4 raw[kBatch];
@@ -258,11 +261,11 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
           raw[b] = *reinterpret_cast<const uint4*>(k_cache + row + (c0 + b) * kV);
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
-          const T* e = reinterpret_cast<const T*>(&raw[b]);
+          const TC* e = reinterpret_cast<const TC*>(&raw[b]);
 #pragma unroll
           for (int g = 0; g < GC; ++g)
 #pragma unroll
-            for (int i = 0; i < kV; ++i) s[g] += q_s[g][(c0 + b) * kV + i] * to_f32(e[i]);
+            for (int i = 0; i < kV; ++i) s[g] += q_s[g][(c0 + b) * kV + i] * kv_to_f32(e[i]);
         }
       }
     }
@@ -295,6 +298,12 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
     __syncwarp();
   }
 
+  if constexpr (!std::is_same_v<TC, T>) {  // E4M3 values: the block's sums times v_scale
+#pragma unroll
+    for (int g = 0; g < GC; ++g)
+#pragma unroll
+      for (int i = 0; i < kVd; ++i) acc[g][i] *= p.v_scale;
+  }
   finish_split_block<T, HD, GC, kWarps>(p, qv, t, head0, gc, part, psize, m, l, acc);
 }
 
@@ -346,7 +355,8 @@ inline SplitParams make_split_params(const Tensor& qkv, const KvCacheLayer& kv,
   p.num_kv_heads = shape.num_kv_heads;
   p.group = shape.num_heads / shape.num_kv_heads;
   p.window = shape.sliding_window;
-  p.scale_log2 = shape.scale * kSplitLog2e;
+  p.scale_log2 = shape.scale * kSplitLog2e * kv.k_scale;
+  p.v_scale = kv.v_scale;
   const int max_ctx = meta.max_context_len > 1 ? meta.max_context_len : 1;
   p.num_partitions = (max_ctx + partition_size - 1) / partition_size;
   if (p.num_partitions > 1 && workspace_bytes > 0) {

@@ -124,6 +124,15 @@ class Twin {
     gpu_->fill_constant(p.gpu, NAN);
     return p;
   }
+  // The same bytes of a one-byte dtype (fp8_e4m3) on both sides.
+  Pair bytes(DType dtype, std::initializer_list<int64_t> shape, const std::vector<uint8_t>& v) {
+    Pair p{make(*cpu_, dtype, shape), make(*gpu_, dtype, shape)};
+    IB_ASSERT(dtype_size(dtype) == 1 && static_cast<int64_t>(v.size()) == p.cpu.numel(),
+              "bytes: a one-byte dtype and one value per element");
+    cpu_->copy_from_host(p.cpu, v.data(), dtype);
+    gpu_->copy_from_host(p.gpu, v.data(), dtype);
+    return p;
+  }
   // Uninitialised tensors of one dtype on both sides (e.g. fp8 weights an op fills).
   Pair empty(DType dtype, std::initializer_list<int64_t> shape) {
     return Pair{make(*cpu_, dtype, shape), make(*gpu_, dtype, shape)};
@@ -184,6 +193,71 @@ class Twin {
   std::unique_ptr<CudaBackend> gpu_;
   std::vector<Buffer> buffers_;  // declared last: freed before the backends
 };
+
+// Random E4M3 bytes of a KV cache with this scale: e4m3(u / scale), u uniform in [lo, hi).
+inline std::vector<uint8_t> random_e4m3(Rng& rng, int64_t n, float scale, float lo = -2.0f,
+                                        float hi = 2.0f) {
+  std::vector<uint8_t> out(static_cast<size_t>(n));
+  for (auto& b : out) {
+    b = f32_to_f8e4m3_bits((lo + (hi - lo) * static_cast<float>(rng.uniform())) / scale);
+  }
+  return out;
+}
+
+// An E4M3 cache read back as backend/ops.h defines it: float(stored) * scale.
+inline std::vector<float> read_e4m3(const std::vector<uint8_t>& bytes, float scale) {
+  std::vector<float> out(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) out[i] = f8e4m3_bits_to_f32(bytes[i]) * scale;
+  return out;
+}
+
+// The stated tolerance (relative L2) between the GPU's and the CPU's E4M3 caches, read back:
+// where act's rounding of a k or v value (bf16, fp16) crossed an E4M3 rounding boundary the two
+// stored values are one E4M3 step apart (at most 12.5 % of the value); exact otherwise.
+inline constexpr double kE4m3CacheTolerance = 5e-2;
+
+// After an op wrote the E4M3 cache `cache` (K when !is_v) from the rows of qkv at `slots`
+// (-1: none), with `before` the bytes it held: every written GPU element is exactly e4m3(x /
+// scale) of the GPU's own qkv value x (the format's definition, bit for bit), every other byte
+// is unchanged, and the GPU cache read back is within kE4m3CacheTolerance of the CPU's.
+inline void expect_e4m3_cache_written(Twin& twin, const Pair& cache, const Pair& qkv,
+                                      const std::vector<uint8_t>& before,
+                                      const std::vector<int32_t>& slots, const AttentionShape& s,
+                                      int block_size, bool is_v, float scale) {
+  const auto gpu = twin.host_ints<uint8_t>(twin.gpu(), cache.gpu);
+  const auto cpu = twin.host_ints<uint8_t>(twin.cpu(), cache.cpu);
+  const std::vector<float> q = twin.gpu_floats(qkv.gpu);
+  const int64_t hd = s.head_dim, hkv = s.num_kv_heads;
+  const int64_t row = int64_t{s.num_heads + 2 * s.num_kv_heads} * hd;
+  std::vector<bool> written(gpu.size(), false);
+  for (size_t t = 0; t < slots.size(); ++t) {
+    const int32_t slot = slots[t];
+    if (slot < 0) continue;
+    for (int64_t g = 0; g < hkv; ++g) {
+      for (int64_t d = 0; d < hd; ++d) {
+        const auto c = static_cast<size_t>(
+            ((slot / block_size * hkv + g) * block_size + slot % block_size) * hd + d);
+        const float x = q[static_cast<size_t>(static_cast<int64_t>(t) * row +
+                                              (s.num_heads + (is_v ? hkv : 0) + g) * hd + d)];
+        written[c] = true;
+        ASSERT_EQ(gpu[c], f32_to_f8e4m3_bits(x / scale))
+            << (is_v ? "v" : "k") << " token " << t << " head " << g << " dim " << d;
+      }
+    }
+  }
+  std::vector<uint8_t> gpu_written, cpu_written;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (!written[i]) {
+      ASSERT_EQ(gpu[i], before[i]) << "an unwritten cache byte changed at " << i;
+      continue;
+    }
+    gpu_written.push_back(gpu[i]);
+    cpu_written.push_back(cpu[i]);
+  }
+  EXPECT_LT(rel_l2(read_e4m3(gpu_written, scale), read_e4m3(cpu_written, scale)),
+            kE4m3CacheTolerance)
+      << (is_v ? "v" : "k") << " cache";
+}
 
 inline std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) {
   return std::string(dtype_name(info.param));
