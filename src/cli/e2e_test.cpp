@@ -120,7 +120,7 @@ TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
       {{"run", "--num-prompts", "many", "--result-dir", dir}, "many"},
       {{"run", "--quantization", "int3", "--result-dir", dir},
        "int3: not a quantization the "
-       "engine runs; use none or fp8"},
+       "engine runs; use none, fp8"},
       {{"run", "--kv-cache-dtype", "int8", "--result-dir", dir},
        "--kv-cache-dtype int8: not a KV-cache dtype the engine runs; use auto (the model dtype), "
        "fp8 or fp8_e4m3"},

@@ -27,20 +27,38 @@ constexpr int64_t kRowsPerTask = 16;
 
 }  // namespace
 
-float quantize_row_fp8(const float* x, int64_t k, uint8_t* q) {
+namespace {
+
+// One row quantized symmetrically to codes of magnitude at most top: inv = top / max |x| (0 for
+// a zero row, which stays (signed) zero), q = code(x * inv); returns the scale max |x| / top (1
+// for a zero row).
+template <typename TQ, typename Code>
+float quantize_row(const float* x, int64_t k, TQ* q, float top, Code code) {
   float amax = 0.0f;
   for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float inv = amax == 0.0f ? 0.0f : kF8E4M3Max / amax;  // a zero row stays (signed) zero
-  for (int64_t i = 0; i < k; ++i) q[i] = f32_to_f8e4m3_bits(x[i] * inv);
-  return amax == 0.0f ? 1.0f : amax / kF8E4M3Max;
+  const float inv = amax == 0.0f ? 0.0f : top / amax;
+  for (int64_t i = 0; i < k; ++i) q[i] = code(x[i], inv);
+  return amax == 0.0f ? 1.0f : amax / top;
+}
+
+template <typename TQ, typename RowFn>
+void quantize_rows(ThreadPool& pool, const float* dense, int64_t n, int64_t k, TQ* data,
+                   float* scales, RowFn row) {
+  pool.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) scales[r] = row(dense + r * k, k, data + r * k);
+  });
+}
+
+}  // namespace
+
+float quantize_row_fp8(const float* x, int64_t k, uint8_t* q) {
+  return quantize_row(x, k, q, kF8E4M3Max,
+                      [](float v, float inv) { return f32_to_f8e4m3_bits(v * inv); });
 }
 
 void quantize_rows_fp8(ThreadPool& pool, const float* dense, int64_t n, int64_t k, uint8_t* data,
                        float* scales) {
-  pool.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      scales[r] = quantize_row_fp8(dense + r * k, k, data + r * k);
-  });
+  quantize_rows(pool, dense, n, k, data, scales, quantize_row_fp8);
 }
 
 int8_t quantize_int8(float v, float inv) {
@@ -49,19 +67,12 @@ int8_t quantize_int8(float v, float inv) {
 }
 
 float quantize_row_int8(const float* x, int64_t k, int8_t* q) {
-  float amax = 0.0f;
-  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float inv = amax == 0.0f ? 0.0f : kInt8Max / amax;
-  for (int64_t i = 0; i < k; ++i) q[i] = quantize_int8(x[i], inv);
-  return amax == 0.0f ? 1.0f : amax / kInt8Max;
+  return quantize_row(x, k, q, kInt8Max, quantize_int8);
 }
 
 void quantize_rows_int8(ThreadPool& pool, const float* dense, int64_t n, int64_t k, int8_t* data,
                         float* scales) {
-  pool.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      scales[r] = quantize_row_int8(dense + r * k, k, data + r * k);
-  });
+  quantize_rows(pool, dense, n, k, data, scales, quantize_row_int8);
 }
 
 void matmul_int8_w8a16(ThreadPool& pool, const float* x, const int8_t* w, const float* w_scales,
