@@ -20,7 +20,9 @@
 
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
+#include "engine/detail/checkpoint_test_support.h"
 #include "engine/detail/engine_cuda_test_support.h"
+#include "engine/detail/quantized_checkpoint_support.h"
 #include "engine/engine.h"
 
 namespace ib {
@@ -172,6 +174,56 @@ INSTANTIATE_TEST_SUITE_P(GraphsAndFormats, CudaEngineQuant,
                              if (ch == '-') ch = '_';
                            return name;
                          });
+
+// Published quantized checkpoints on CUDA: their weights arrive quantized, so quantize_weight never
+// runs and the backend is readied by QuantOps::prepare_weight (before it existed, the CUDA engine
+// stopped at the first matmul of such a checkpoint). The CUDA engine (bf16, decode graphs)
+// against the CPU engine on the same files: the first step's logits within the 0.15 of the test
+// above (bf16 against fp32 activations flip some per-token roundings), every step runs.
+TEST(CudaEngineQuantCheckpoint, PublishedCheckpointsRunOnCudaAsOnTheCpu) {
+  IB_REQUIRE_CUDA();
+  auto gpu = create_backend(BackendOptions{"cuda", DType::kBF16, 0, std::nullopt});
+  ASSERT_TRUE(gpu.ok()) << gpu.error().message;
+  const ModelConfig c = testing::small_cuda_config("small-cuda-quant-ckpt");
+  CpuBackend cpu(2);
+  const testing::HostWeights hw =
+      testing::copy_weights_to_host(c, testing::random_weights(c, cpu, 21), cpu);
+  struct Case {
+    const char* quant_method;
+    const char* format;
+    bool per_channel;
+  };
+  for (const Case& k : {Case{"fp8", "fp8", false}, Case{"compressed-tensors", "int8-w8a8", true},
+                        Case{"compressed-tensors", "int8", false}}) {
+    SCOPED_TRACE(k.format);
+    const WeightFormat format = *quantization_weight_format(k.format);
+    if (!(*gpu)->supports_weight_format(format)) continue;
+    ModelConfig qc = c;
+    qc.quantization.quant_method = k.quant_method;
+    qc.quantization.format = k.format;
+    qc.quantization.per_channel_scales = k.per_channel;
+    testing::TempDir dir;
+    ASSERT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(),
+                                  testing::quantized_checkpoint(
+                                      testing::hf_tensors(c, hw, DType::kBF16), k.per_channel,
+                                      nullptr, format != WeightFormat::kFp8E4M3))
+                    .ok());
+    const WeightOptions files{LoadFormat::kSafetensors, dir.path().string(), 0, format};
+    auto cpu_w = load_weights(qc, files, cpu);
+    auto gpu_w = load_weights(qc, files, **gpu);
+    ASSERT_TRUE(cpu_w.ok() && gpu_w.ok())
+        << (cpu_w.ok() ? gpu_w.error().message : cpu_w.error().message);
+    const Generation want = generate(qc, std::move(*cpu_w), cpu, false);
+    const Generation got = generate(qc, std::move(*gpu_w), **gpu, true);
+    const Status status = (*gpu)->device_status();
+    ASSERT_TRUE(status.ok()) << status.error().message;
+    ASSERT_EQ(got.done.size(), want.done.size());
+    for (const auto& [id, g] : got.done) {
+      EXPECT_EQ(g.tokens.size(), want.done.at(id).tokens.size());
+      EXPECT_LE(rel_l2(g.logits[0], want.done.at(id).logits[0]), 0.15) << "request " << id;
+    }
+  }
+}
 
 // --kv-cache-dtype fp8 (E4M3 K and V, scales 1.0 for dummy weights): the CUDA engine (bf16,
 // rope_and_cache or the fused GEMV epilogue writing the cache, flash and split-KV attention
