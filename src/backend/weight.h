@@ -17,6 +17,13 @@
 //   xq[m][k] = clamp(rne(x[m][k] * inv_m), -127, 127), inv_m = 127 / max_k |x[m][k]| (0 for a
 //   zero row), y[m][n] = (sum_k xq[m][k] * data[n][k]) * s_m * scales[n] (+ bias[n]), the sum
 //   exact in int32.
+// Static activation scales (kInt8W8A8 with input_scale > 0; calibrated, engine/calibration.h):
+//   the activations are quantized with fixed parameters instead of per token. Symmetric:
+//   xq = clamp(rne(x / s), -127, 127), y = (sum_k xq * data) * s * scales[n]. Asymmetric (the
+//   seed's uint8 affine scheme, zero point z in [0, 255]): u = clamp(rne(x / s) + z, 0, 255),
+//   y = (sum_k (u - z) * data) * s * scales[n], summed exactly as sum (u - 128) * data -
+//   (z - 128) * sum data, so that int8 tensor cores take u - 128. The CPU backend runs them; the
+//   CUDA kernels do not yet (issue 13).
 // INT8 weights are quantized like FP8 ones: scales[n] = max_k |w[n][k]| / 127 (1 for a zero
 // row), data[n][k] = clamp(rne(w[n][k] * inv_n), -127, 127), inv_n = 127 / max_k |w[n][k]|
 // (0 for a zero row), in fp32. 4-bit formats (issue 14) add zero points and groups.
@@ -62,6 +69,10 @@ struct WeightRef {
   Tensor scales;       // quantized formats: (N) per channel or (N, K / group_size) per group
   Tensor zeros;        // asymmetric formats: shaped like scales; empty when symmetric
   int group_size = 0;  // K elements sharing a scale; 0: per channel (or dense)
+  // kInt8W8A8's static activation quantization (above); input_scale 0: per token, dynamic.
+  float input_scale = 0.0f;
+  int32_t input_zero_point = 0;  // asymmetric only, in [0, 255]
+  bool input_asymmetric = false;
 
   WeightRef() = default;
   // A dense tensor is a dense weight (implicit, so ops take either).

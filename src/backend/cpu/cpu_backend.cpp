@@ -244,8 +244,10 @@ void CpuBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* 
     cpu::matmul_int8_w8a16(pool_, x.as<const float>(), w.as<const int8_t>(), scales, b,
                            out.as<float>(), m, n, k);
   } else {
+    const cpu::StaticInt8Activations fixed{weight.input_scale, weight.input_zero_point,
+                                           weight.input_asymmetric};
     cpu::matmul_int8_w8a8(pool_, x.as<const float>(), w.as<const int8_t>(), scales, b,
-                          out.as<float>(), m, n, k);
+                          out.as<float>(), m, n, k, &fixed);
   }
 }
 

@@ -98,21 +98,43 @@ void matmul_int8_w8a16(ThreadPool& pool, const float* x, const int8_t* w, const 
 }
 
 void matmul_int8_w8a8(ThreadPool& pool, const float* x, const int8_t* w, const float* w_scales,
-                      const float* bias, float* out, int64_t m, int64_t n, int64_t k) {
+                      const float* bias, float* out, int64_t m, int64_t n, int64_t k,
+                      const StaticInt8Activations* fixed) {
   if (m == 0 || n == 0) return;
+  const bool is_static = fixed != nullptr && fixed->scale > 0.0f;
+  // Codes as the tensor cores take them (asymmetric: u - 128), and the zero point in that range.
   std::vector<int8_t> xq(static_cast<size_t>(m * k));
   std::vector<float> x_scales(static_cast<size_t>(m));
+  const int32_t zero = is_static && fixed->asymmetric ? fixed->zero_point - 128 : 0;
   pool.parallel_for(m, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      x_scales[static_cast<size_t>(r)] = quantize_row_int8(x + r * k, k, xq.data() + r * k);
+    for (int64_t r = begin; r < end; ++r) {
+      int8_t* q = xq.data() + r * k;
+      if (!is_static) {
+        x_scales[static_cast<size_t>(r)] = quantize_row_int8(x + r * k, k, q);
+        continue;
+      }
+      x_scales[static_cast<size_t>(r)] = fixed->scale;
+      for (int64_t i = 0; i < k; ++i) {
+        const float v = std::nearbyint(x[r * k + i] / fixed->scale);
+        q[i] =
+            fixed->asymmetric
+                ? static_cast<int8_t>(
+                      std::clamp(v + static_cast<float>(fixed->zero_point), 0.0f, 255.0f) - 128.0f)
+                : static_cast<int8_t>(std::clamp(v, -kInt8Max, kInt8Max));
+      }
+    }
   });
   pool.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; ++j) {
       const int8_t* wr = w + j * k;
+      int32_t row_sum = 0;  // the zero point's correction: sum_k data[j][k]
+      if (zero != 0)
+        for (int64_t i = 0; i < k; ++i) row_sum += wr[i];
       for (int64_t r = 0; r < m; ++r) {
         const int8_t* xr = xq.data() + r * k;
-        int32_t acc = 0;  // |acc| <= 127 * 127 * k: exact for k < 133,000
+        int64_t acc = 0;  // int32 in the kernels: |acc| <= 128 * 127 * k
         for (int64_t i = 0; i < k; ++i) acc += int32_t{xr[i]} * int32_t{wr[i]};
+        acc -= int64_t{zero} * row_sum;
         float y = static_cast<float>(acc) * x_scales[static_cast<size_t>(r)] * w_scales[j];
         if (bias) y += bias[j];
         out[r * n + j] = y;

@@ -166,5 +166,53 @@ TEST(CpuInt8, MatmulsStayCloseToTheDenseResult) {
   EXPECT_LT(rel[0], rel[1]) << "W8A16 keeps the activations exact";
 }
 
+// Static activation scales (backend/weight.h): the symmetric and the seed's asymmetric scheme
+// against double loops written from the definition, values beyond the range saturating.
+TEST(CpuInt8, StaticActivationScalesMatchTheDefinition) {
+  CpuBackend backend(2);
+  Rng rng(12);
+  TensorArena arena(backend);
+  const int64_t m = 5, n = 33, k = 200;
+  auto xv = random_floats(rng, m * k, -1.0f, 2.0f);
+  xv[7] = 9.0f;  // beyond both ranges below: saturates
+  xv[8] = -9.0f;
+  const Tensor x = arena.f32({m, k}, xv);
+  const auto bv = random_floats(rng, n);
+  const Tensor b = arena.f32({n}, bv);
+  WeightRef w = int8_weight(arena, WeightFormat::kInt8W8A8, n, k);
+  backend.quantize_weight(arena.f32({n, k}, random_floats(rng, n * k)), w);
+  const HostInt8 h = to_host(backend, w);
+  struct Case {
+    float scale;
+    int32_t zero;
+    bool asymmetric;
+  };
+  for (const Case c : {Case{2.0f / 127.0f, 0, false}, Case{3.0f / 255.0f, 85, true}}) {
+    w.input_scale = c.scale;
+    w.input_zero_point = c.zero;
+    w.input_asymmetric = c.asymmetric;
+    Tensor out = arena.empty(DType::kF32, {m, n});
+    backend.matmul(x, w, &b, out);
+    const auto got = arena.to_host(out);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0, magnitude = 0;
+        for (int64_t l = 0; l < k; ++l) {
+          const double v = std::nearbyint(double{xv[static_cast<size_t>(i * k + l)] / c.scale});
+          const double code = c.asymmetric ? std::clamp(v + c.zero, 0.0, 255.0) - c.zero
+                                           : std::clamp(v, -127.0, 127.0);
+          const double p = code * h.data[static_cast<size_t>(j * k + l)];
+          acc += p;
+          magnitude += std::fabs(p);
+        }
+        const double scale = double{c.scale} * h.scales[static_cast<size_t>(j)];
+        const double ref = acc * scale + bv[static_cast<size_t>(j)];
+        EXPECT_NEAR(got[static_cast<size_t>(i * n + j)], ref, 1e-6 * (magnitude * scale + 1.0))
+            << (c.asymmetric ? "asymmetric " : "symmetric ") << i << "," << j;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ib

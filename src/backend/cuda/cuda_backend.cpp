@@ -301,6 +301,8 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
 // W8A8 paths go in chunks of rows that fit the scratch.
 void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Tensor* bias,
                                    Tensor out) {
+  IB_ASSERT(w.input_scale == 0.0f,
+            "static activation scales (calibration) run on the CPU backend only so far");
   const int64_t gemv_rows =
       w.format == WeightFormat::kFp8E4M3 ? fp8_gemv_max_m_ : cuda::gemv_max_m(w.format);
   if (x.rows() <= gemv_rows && gemv_supported(x, w, out)) {
@@ -345,6 +347,8 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
 
 GemvQuantAct CudaBackend::quant_act(const Tensor& x, const WeightRef& w) const {
   if (!is_quantized(w.format)) return {};
+  IB_ASSERT(w.input_scale == 0.0f,
+            "static activation scales (calibration) run on the CPU backend only so far");
   IB_ASSERT(quant_scratch_.data() != nullptr &&
                 x.rows() * x.row_size() * static_cast<int64_t>(dtype_size(dtype_)) <=
                     kQuantScratchBytes - kQuantScaleBytes,

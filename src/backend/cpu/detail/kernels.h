@@ -36,9 +36,17 @@ void quantize_rows_int8(ThreadPool& pool, const float* dense, int64_t n, int64_t
 // out (m, n) = INT8 W8A16 x @ w^T: dot_f32(x[i], decoded w[j]) * w_scales[j] (+ bias[j]).
 void matmul_int8_w8a16(ThreadPool& pool, const float* x, const int8_t* w, const float* w_scales,
                        const float* bias, float* out, int64_t m, int64_t n, int64_t k);
-// out (m, n) = INT8 W8A8: x quantized per row, int32 sums, times both scales (+ bias[j]).
+// out (m, n) = INT8 W8A8: x quantized per row (or with the static parameters of `fixed` when it
+// is non-null and its scale positive: backend/weight.h), int32 sums, times both scales
+// (+ bias[j]).
+struct StaticInt8Activations {
+  float scale = 0.0f;
+  int32_t zero_point = 0;
+  bool asymmetric = false;
+};
 void matmul_int8_w8a8(ThreadPool& pool, const float* x, const int8_t* w, const float* w_scales,
-                      const float* bias, float* out, int64_t m, int64_t n, int64_t k);
+                      const float* bias, float* out, int64_t m, int64_t n, int64_t k,
+                      const StaticInt8Activations* fixed = nullptr);
 
 // See Backend::rope_and_cache. qkv (t, (hq + 2 hkv) * head_dim) fp32; cache layout as KvCacheLayer.
 void rope_and_cache_f32(ThreadPool& pool, float* qkv, const int32_t* positions,
