@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,10 @@ class Backend : public Device, public DenseOps, public AttentionOps, public Quan
   }
   // The fused decode ops, or nullptr where the backend has none (the CPU).
   virtual FusedDecodeOps* fused_decode_ops() { return nullptr; }
+  // Calibration: observer (null to stop) is called with every matmul's input x and weight before
+  // the matmul computes. False where the backend cannot (only the CPU can so far).
+  using MatmulObserver = std::function<void(const Tensor& x, const WeightRef& w)>;
+  virtual bool set_matmul_observer(MatmulObserver /*observer*/) { return false; }
 };
 
 // Options for creating a backend from the command line (backend_factory.h).

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
+
+#include "engine/engine.h"
 
 namespace ib {
 
@@ -97,6 +101,67 @@ StaticActivationQuant static_activation_quant(const ActivationStats& stats,
         static_cast<int32_t>(std::clamp(std::nearbyint(-lo / out.scale), 0.0f, 255.0f));
   }
   return out;
+}
+
+Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                 const CalibrationOptions& options) {
+  if (prompts.empty()) return user_error("calibration needs at least one prompt");
+  if (options.method == CalibrationMethod::kPercentile &&
+      !(options.percentile > 0.5 && options.percentile <= 1.0)) {
+    return user_error("--calibration-percentile must be in (0.5, 1] (e.g. 0.9999)");
+  }
+  ModelWeights& w = engine.weights_for_calibration();
+  std::vector<WeightRef*> targets;
+  for (LayerWeights& l : w.layers) {
+    for (WeightRef* ref : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) {
+      if (ref->format != WeightFormat::kInt8W8A8) {
+        return user_error(
+            "calibration sets static activation scales of int8 W8A8 weights; run with "
+            "--quantization int8-w8a8");
+      }
+      targets.push_back(ref);
+    }
+  }
+  if (engine.has_unfinished()) return user_error("calibration needs an idle engine");
+  Backend& backend = engine.backend();
+  std::map<const void*, ActivationStats> stats;  // by the weight's data
+  std::vector<float> host;
+  const bool observing = backend.set_matmul_observer([&](const Tensor& x, const WeightRef& ref) {
+    if (ref.format != WeightFormat::kInt8W8A8) return;  // lm_head
+    host.resize(static_cast<size_t>(x.numel()));
+    backend.copy_to_host(x, host.data());
+    stats[ref.data.data].observe(host.data(), x.numel());
+  });
+  if (!observing) {
+    return user_error("calibration runs on the CPU backend only so far (" +
+                      backend.device_info().kind + " cannot observe its matmul inputs yet)");
+  }
+  Status run = Ok{};
+  for (size_t i = 0; i < prompts.size() && run.ok(); ++i) {
+    GenerationRequest req;
+    req.id = i;
+    req.prompt_tokens = prompts[i];
+    req.max_tokens = 1;
+    run = engine.add_request(std::move(req));
+    while (run.ok() && engine.has_unfinished()) {
+      auto step = engine.step();
+      if (!step.ok()) run = step.error();
+    }
+  }
+  backend.set_matmul_observer(nullptr);
+  IB_TRY(run);
+  for (WeightRef* ref : targets) {
+    const auto it = stats.find(ref->data.data);
+    if (it == stats.end() || it->second.count() == 0) {
+      return user_error("calibration: a matmul weight saw no input; use more prompts");
+    }
+    const StaticActivationQuant q =
+        static_activation_quant(it->second, options.method, options.percentile, options.scheme);
+    ref->input_scale = q.scale;
+    ref->input_zero_point = q.zero_point;
+    ref->input_asymmetric = options.scheme == ActivationScheme::kAsymmetric;
+  }
+  return Ok{};
 }
 
 }  // namespace ib

@@ -1,14 +1,19 @@
-// Static activation quantization from calibration (issue 13; the first step: the statistics and
-// the parameters, not yet wired to a calibration pass or to the kernels). An observer keeps, per
-// matmul input, the statistics of its values over the calibration prompts; the seed's framework
-// (chapter 2.3) derives one scale (and zero point) per tensor from them.
+// Static activation quantization from calibration (issue 13): an observer keeps, per matmul
+// input, the statistics of its values over the calibration prompts; the seed's framework
+// (chapter 2.3) derives one scale (and zero point) per tensor from them, and calibrate() sets them
+// on an engine's INT8 W8A8 weights (backend/weight.h, static activation scales). The CPU backend
+// observes and runs them; the CUDA kernels do not yet.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <vector>
 
+#include "core/result.h"
+
 namespace ib {
+
+class Engine;
 
 enum class CalibrationMethod { kMinMax, kPercentile };
 enum class ActivationScheme { kSymmetric, kAsymmetric };
@@ -58,5 +63,19 @@ struct StaticActivationQuant {
 StaticActivationQuant static_activation_quant(const ActivationStats& stats,
                                               CalibrationMethod method, double percentile,
                                               ActivationScheme scheme);
+
+struct CalibrationOptions {
+  CalibrationMethod method = CalibrationMethod::kMinMax;
+  double percentile = 0.9999;  // kPercentile
+  ActivationScheme scheme = ActivationScheme::kAsymmetric;
+};
+
+// Runs each prompt through the engine (its prefill and one generated token; the engine must be
+// idle) with the backend observing every matmul input, then sets static activation parameters
+// on each layer's INT8 W8A8 matmul weights from what their inputs held. User errors: no prompts,
+// a model whose matmul weights are not int8-w8a8, a backend that cannot observe (CUDA so far), a
+// weight none of the prompts reached.
+Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                 const CalibrationOptions& options);
 
 }  // namespace ib

@@ -212,6 +212,7 @@ class EngineImpl final : public Engine {
   const EngineConfig& config() const override { return config_; }
   const std::string& weights_description() const override { return runner_->weights().description; }
   Backend& backend() override { return backend_; }
+  ModelWeights& weights_for_calibration() override { return runner_->mutable_weights(); }
 
  private:
   // The rows of a scheduled chunk whose prompt logits are due: {offset in the chunk, count}.

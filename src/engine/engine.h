@@ -147,6 +147,9 @@ class Engine {
   virtual const EngineConfig& config() const = 0;
   virtual const std::string& weights_description() const = 0;
   virtual Backend& backend() = 0;
+  // The model's weights, for calibration (engine/calibration.h) to set static activation scales
+  // on; nothing else changes weights after creation.
+  virtual ModelWeights& weights_for_calibration() = 0;
 };
 
 // Builds an engine: checks the model is supported, loads weights (their matmul weights in the

@@ -217,6 +217,7 @@ void CpuBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* 
   const int64_t n = w.rows();
   IB_ASSERT(w.row_size() == k, "matmul: w (N, K) must match x (M, K)");
   IB_ASSERT(out.rows() == m && out.row_size() == n, "matmul: out must be (M, N)");
+  if (observer_) observer_(x, weight);
   const float* b = nullptr;
   if (bias != nullptr && !bias->empty()) {
     check_f32(*bias, "matmul: bias must be fp32");

@@ -41,6 +41,10 @@ class CpuBackend final : public Backend {
     return true;  // every format: the CPU is their oracle
   }
   void quantize_weight(const Tensor& dense, const WeightRef& out) override;
+  bool set_matmul_observer(MatmulObserver observer) override {
+    observer_ = std::move(observer);
+    return true;
+  }
   void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                       const Tensor& inv_freq, const KvCacheLayer& kv,
                       const AttentionShape& shape) override;
@@ -56,6 +60,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
+  MatmulObserver observer_;
 };
 
 }  // namespace ib

@@ -86,6 +86,7 @@ class ModelRunner {
   StepTraffic traffic(std::span<const RunnerSeq> batch) const;
 
   const ModelWeights& weights() const { return weights_; }
+  ModelWeights& mutable_weights() { return weights_; }  // calibration sets activation scales
   int64_t activation_bytes() const;
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
   int64_t graph_bytes() const;
