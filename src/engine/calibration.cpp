@@ -108,7 +108,7 @@ Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompt
   if (prompts.empty()) return user_error("calibration needs at least one prompt");
   if (options.method == CalibrationMethod::kPercentile &&
       !(options.percentile > 0.5 && options.percentile <= 1.0)) {
-    return user_error("--calibration-percentile must be in (0.5, 1] (e.g. 0.9999)");
+    return user_error("the calibration percentile must be in (0.5, 1] (e.g. 0.9999)");
   }
   ModelWeights& w = engine.weights_for_calibration();
   std::vector<WeightRef*> targets;
