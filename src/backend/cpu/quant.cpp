@@ -75,26 +75,42 @@ void quantize_rows_int8(ThreadPool& pool, const float* dense, int64_t n, int64_t
   quantize_rows(pool, dense, n, k, data, scales, quantize_row_int8);
 }
 
-void matmul_int8_w8a16(ThreadPool& pool, const float* x, const int8_t* w, const float* w_scales,
-                       const float* bias, float* out, int64_t m, int64_t n, int64_t k) {
-  if (m == 0 || n == 0) return;
+namespace {
+
+// out (m, n) = (dot_f32(x[r], decoded w[j]) * x_scales[r] (1 where null) * w_scales[j]) (+ bias)
+// with w's rows decoded (decode(code) -> f32, exact) 16 at a time into a buffer that stays in
+// cache while every x row passes.
+template <typename TW, typename Decode>
+void matmul_decoded(ThreadPool& pool, const float* x, const float* x_scales, const TW* w,
+                    Decode decode, const float* w_scales, const float* bias, float* out, int64_t m,
+                    int64_t n, int64_t k) {
   const int64_t tasks = (n + kRowsPerTask - 1) / kRowsPerTask;
   pool.parallel_for(tasks, 1, [&](int64_t t_begin, int64_t t_end) {
     std::vector<float> rows(static_cast<size_t>(kRowsPerTask * k));
     for (int64_t t = t_begin; t < t_end; ++t) {
       const int64_t n0 = t * kRowsPerTask;
       const int64_t count = std::min(kRowsPerTask, n - n0);
-      for (int64_t i = 0; i < count * k; ++i)
-        rows[static_cast<size_t>(i)] = static_cast<float>(w[n0 * k + i]);
+      for (int64_t i = 0; i < count * k; ++i) rows[static_cast<size_t>(i)] = decode(w[n0 * k + i]);
       for (int64_t r = 0; r < m; ++r) {
+        const float sx = x_scales ? x_scales[r] : 1.0f;
         for (int64_t j = 0; j < count; ++j) {
-          float y = dot_f32(x + r * k, rows.data() + j * k, k) * w_scales[n0 + j];
+          float y = dot_f32(x + r * k, rows.data() + j * k, k) * sx * w_scales[n0 + j];
           if (bias) y += bias[n0 + j];
           out[r * n + n0 + j] = y;
         }
       }
     }
   });
+}
+
+}  // namespace
+
+void matmul_int8_w8a16(ThreadPool& pool, const float* x, const int8_t* w, const float* w_scales,
+                       const float* bias, float* out, int64_t m, int64_t n, int64_t k) {
+  if (m == 0 || n == 0) return;
+  matmul_decoded(
+      pool, x, nullptr, w, [](int8_t c) { return static_cast<float>(c); }, w_scales, bias, out, m,
+      n, k);
 }
 
 void matmul_int8_w8a8(ThreadPool& pool, const float* x, const int8_t* w, const float* w_scales,
@@ -158,24 +174,9 @@ void matmul_fp8(ThreadPool& pool, const float* x, const uint8_t* w, const float*
         xq[static_cast<size_t>(r * k + i)] = table[q[static_cast<size_t>(i)]];
     }
   });
-  const int64_t tasks = (n + kRowsPerTask - 1) / kRowsPerTask;
-  pool.parallel_for(tasks, 1, [&](int64_t t_begin, int64_t t_end) {
-    std::vector<float> rows(static_cast<size_t>(kRowsPerTask * k));
-    for (int64_t t = t_begin; t < t_end; ++t) {
-      const int64_t n0 = t * kRowsPerTask;
-      const int64_t count = std::min(kRowsPerTask, n - n0);
-      for (int64_t i = 0; i < count * k; ++i) rows[static_cast<size_t>(i)] = table[w[n0 * k + i]];
-      for (int64_t r = 0; r < m; ++r) {
-        const float* xr = xq.data() + r * k;
-        for (int64_t j = 0; j < count; ++j) {
-          const float acc = dot_f32(xr, rows.data() + j * k, k);
-          float y = acc * x_scales[static_cast<size_t>(r)] * w_scales[n0 + j];
-          if (bias) y += bias[n0 + j];
-          out[r * n + n0 + j] = y;
-        }
-      }
-    }
-  });
+  matmul_decoded(
+      pool, xq.data(), x_scales.data(), w, [&](uint8_t c) { return table[c]; }, w_scales, bias, out,
+      m, n, k);
 }
 
 }  // namespace ib::cpu

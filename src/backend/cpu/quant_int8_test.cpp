@@ -16,25 +16,13 @@ using testing::random_floats;
 using testing::TensorArena;
 
 WeightRef int8_weight(TensorArena& arena, WeightFormat format, int64_t n, int64_t k) {
-  WeightRef w;
-  w.format = format;
-  w.data = arena.empty(DType::kI8, {n, k});
-  w.scales = arena.empty(DType::kF32, {n});
-  return w;
+  return arena.quantized_weight(format, n, k);
 }
 
-struct HostInt8 {
-  std::vector<int8_t> data;
-  std::vector<float> scales;
-};
+using HostInt8 = testing::HostQuantized<int8_t>;
 
 HostInt8 to_host(Backend& backend, const WeightRef& w) {
-  HostInt8 h;
-  h.data.resize(static_cast<size_t>(w.data.numel()));
-  h.scales.resize(static_cast<size_t>(w.scales.numel()));
-  backend.copy_to_host(w.data, h.data.data());
-  backend.copy_to_host(w.scales, h.scales.data());
-  return h;
+  return testing::quantized_to_host<int8_t>(backend, w);
 }
 
 double row_amax(const std::vector<float>& v, int64_t row, int64_t k) {

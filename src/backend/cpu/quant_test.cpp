@@ -14,26 +14,14 @@ namespace {
 using testing::random_floats;
 using testing::TensorArena;
 
-struct HostFp8 {
-  std::vector<uint8_t> data;
-  std::vector<float> scales;
-};
+using HostFp8 = testing::HostQuantized<uint8_t>;
 
 WeightRef fp8_weight(TensorArena& arena, int64_t n, int64_t k) {
-  WeightRef w;
-  w.format = WeightFormat::kFp8E4M3;
-  w.data = arena.empty(DType::kF8E4M3, {n, k});
-  w.scales = arena.empty(DType::kF32, {n});
-  return w;
+  return arena.quantized_weight(WeightFormat::kFp8E4M3, n, k);
 }
 
 HostFp8 to_host(Backend& backend, const WeightRef& w) {
-  HostFp8 h;
-  h.data.resize(static_cast<size_t>(w.data.numel()));
-  h.scales.resize(static_cast<size_t>(w.scales.numel()));
-  backend.copy_to_host(w.data, h.data.data());
-  backend.copy_to_host(w.scales, h.scales.data());
-  return h;
+  return testing::quantized_to_host<uint8_t>(backend, w);
 }
 
 TEST(CpuFp8, QuantizesEachRowWithinHalfAStep) {

@@ -54,13 +54,17 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
   const int m = static_cast<int>(x.rows());
   const int n = static_cast<int>(w.data.dim(0));
   const int k = static_cast<int>(w.data.dim(1));
-  const void* wp = w.data.data;
+  constexpr bool kDense = kW == kGemvDense;
+  constexpr int kSteps = kDense ? kUnroll : kQuantUnroll;
+  constexpr bool kAdj = kAdjacent && kDense;
+  // W8A16 normalises x before the kernel, so its kernel never applies the norm.
+  constexpr bool kKernelRms = kRms && kW != kGemvInt8;
+  const void* x_in = x.data;
+  GemvQuant operands = quant_operands(w, nullptr);
   if constexpr (kW == kGemvFp8 || kW == kGemvInt8A8) {
     const GemvQuantAct q = quantize_act(x, gain, eps, kRms, act, w.data.dtype, stream, pdl);
-    launch_kernel(op, pdl,
-                  gemv_kernel<T, TOut, NT, kWarps, kQuantUnroll, false, kEpilogue, kRms, kW>,
-                  dim3(blocks), dim3(kWarps * 32), 0, stream, static_cast<const void*>(q.xq.data),
-                  wp, bias, out.as<TOut>(), m, n, k, eps, rc, quant_operands(w, &q));
+    x_in = q.xq.data;
+    operands = quant_operands(w, &q);
   } else if constexpr (kW == kGemvInt8 && kRms) {
     IB_ASSERT(gain != nullptr && act != nullptr && act->xn.dtype == x.dtype &&
                   act->xn.numel() >= x.numel() && aligned16(act->xn.data),
@@ -68,18 +72,11 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
     Tensor xn =
         act->xn.reshaped({act->xn.numel() / x.row_size(), x.row_size()}).slice_rows(0, x.rows());
     launch_rms_norm(nullptr, x, *gain, eps, xn, stream, pdl);
-    launch_kernel(op, pdl,
-                  gemv_kernel<T, TOut, NT, kWarps, kQuantUnroll, false, kEpilogue, false, kW>,
-                  dim3(blocks), dim3(kWarps * 32), 0, stream, static_cast<const void*>(xn.data), wp,
-                  bias, out.as<TOut>(), m, n, k, eps, rc, quant_operands(w, nullptr));
-  } else {
-    constexpr bool kDense = kW == kGemvDense;
-    constexpr int kSteps = kDense ? kUnroll : kQuantUnroll;
-    launch_kernel(op, pdl, gemv_kernel < T, TOut, NT, kWarps, kSteps, kAdjacent && kDense,
-                  kEpilogue, kRms, kW >, dim3(blocks), dim3(kWarps * 32), 0, stream,
-                  static_cast<const void*>(x.data), wp, bias, out.as<TOut>(), m, n, k, eps, rc,
-                  quant_operands(w, nullptr));
+    x_in = xn.data;
   }
+  const auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
+  launch_kernel(op, pdl, kernel, dim3(blocks), dim3(kWarps * 32), 0, stream, x_in, w.data.data,
+                bias, out.as<TOut>(), m, n, k, eps, rc, operands);
 }
 
 template <typename T, typename TOut, int NT, int kW>

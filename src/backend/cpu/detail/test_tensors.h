@@ -59,6 +59,14 @@ class TensorArena {
     backend_.copy_to_host(t, out.data());
     return out;
   }
+  // A quantized weight's (N, K) codes and (N) scales, uninitialised (quantize_weight fills them).
+  WeightRef quantized_weight(WeightFormat format, int64_t n, int64_t k) {
+    WeightRef w;
+    w.format = format;
+    w.data = empty(quantized_data_dtype(format), {n, k});
+    w.scales = empty(DType::kF32, {n});
+    return w;
+  }
   std::vector<int32_t> to_host_i32(const Tensor& t) {
     IB_ASSERT(t.dtype == DType::kI32, "to_host_i32: int32 only");
     std::vector<int32_t> out(static_cast<size_t>(t.numel()));
@@ -70,6 +78,22 @@ class TensorArena {
   Backend& backend_;
   std::vector<Buffer> buffers_;
 };
+
+// A quantized weight as the host sees it: codes (uint8_t for E4M3 bits, int8_t) and scales.
+template <typename TCode>
+struct HostQuantized {
+  std::vector<TCode> data;
+  std::vector<float> scales;
+};
+template <typename TCode>
+HostQuantized<TCode> quantized_to_host(Backend& backend, const WeightRef& w) {
+  HostQuantized<TCode> h;
+  h.data.resize(static_cast<size_t>(w.data.numel()));
+  h.scales.resize(static_cast<size_t>(w.scales.numel()));
+  backend.copy_to_host(w.data, h.data.data());
+  backend.copy_to_host(w.scales, h.scales.data());
+  return h;
+}
 
 // n values uniform in [lo, hi).
 inline std::vector<float> random_floats(Rng& rng, int64_t n, float lo = -1.0f, float hi = 1.0f) {

@@ -129,8 +129,8 @@ __device__ __forceinline__ void gemv_step(float (&acc)[NT][4], const uint4 (&wa)
 }
 
 // c (16x8 f32) += a (16x32 E4M3, row) * b (32x8 E4M3, col).
-__device__ __forceinline__ void mma_16832_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                               uint32_t a3, uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_16832(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                          uint32_t a3, uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};"
@@ -138,24 +138,9 @@ __device__ __forceinline__ void mma_16832_e4m3(float (&c)[4], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// One FP8 warp step: 16 rows x 64 k (the lane's 16 bytes of rows r and r + 8) against NT
-// n-tiles of quantized x (the lane's 16 E4M3 values of token t * 8 + r, four words).
-template <int NT>
-__device__ __forceinline__ void gemv_step_fp8(float (&acc)[NT][4], const uint4& wa, const uint4& wb,
-                                              const uint32_t (&xq)[NT][4]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t a0 = gemv_word(wa, 2 * h), a1 = gemv_word(wb, 2 * h);
-    const uint32_t a2 = gemv_word(wa, 2 * h + 1), a3 = gemv_word(wb, 2 * h + 1);
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-      mma_16832_e4m3(acc[t], a0, a1, a2, a3, xq[t][2 * h], xq[t][2 * h + 1]);
-  }
-}
-
 // c (16x8 s32) += a (16x32 s8, row) * b (32x8 s8, col): the E4M3 MMA's fragment layout.
-__device__ __forceinline__ void mma_16832_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_16832(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                          uint32_t a3, uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};"
@@ -163,17 +148,18 @@ __device__ __forceinline__ void mma_16832_s8(int (&c)[4], uint32_t a0, uint32_t 
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// One INT8 W8A8 warp step, as gemv_step_fp8 with int32 sums.
-template <int NT>
-__device__ __forceinline__ void gemv_step_s8(int (&acc)[NT][4], const uint4& wa, const uint4& wb,
-                                             const uint32_t (&xq)[NT][4]) {
+// One 8-bit warp step: 16 rows x 64 k (the lane's 16 bytes of rows r and r + 8) against NT
+// n-tiles of quantized x (the lane's 16 codes of token t * 8 + r, four words). TAcc float: E4M3
+// codes (FP8); int: int8 codes (INT8 W8A8), summed exactly.
+template <int NT, typename TAcc>
+__device__ __forceinline__ void gemv_step_8bit(TAcc (&acc)[NT][4], const uint4& wa, const uint4& wb,
+                                               const uint32_t (&xq)[NT][4]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint32_t a0 = gemv_word(wa, 2 * h), a1 = gemv_word(wb, 2 * h);
     const uint32_t a2 = gemv_word(wa, 2 * h + 1), a3 = gemv_word(wb, 2 * h + 1);
 #pragma unroll
-    for (int t = 0; t < NT; ++t)
-      mma_16832_s8(acc[t], a0, a1, a2, a3, xq[t][2 * h], xq[t][2 * h + 1]);
+    for (int t = 0; t < NT; ++t) mma_16832(acc[t], a0, a1, a2, a3, xq[t][2 * h], xq[t][2 * h + 1]);
   }
 }
 
@@ -369,9 +355,9 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           if constexpr (kFp8) {
-            gemv_step_fp8<NT>(acc, wa[u][0], wb[u][0], xq[u]);
+            gemv_step_8bit<NT>(acc, wa[u][0], wb[u][0], xq[u]);
           } else {
-            gemv_step_s8<NT>(iacc, wa[u][0], wb[u][0], xq[u]);
+            gemv_step_8bit<NT>(iacc, wa[u][0], wb[u][0], xq[u]);
           }
         }
       } else if constexpr (kW == kGemvInt8) {
@@ -412,9 +398,9 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
         uint32_t xq[NT][4];
         gemv_load_xq<NT>(xq_ptr, int64_t{s2} * kGemvStepK, xq);
         if constexpr (kFp8) {
-          gemv_step_fp8<NT>(acc, wt[0], wu[0], xq);
+          gemv_step_8bit<NT>(acc, wt[0], wu[0], xq);
         } else {
-          gemv_step_s8<NT>(iacc, wt[0], wu[0], xq);
+          gemv_step_8bit<NT>(iacc, wt[0], wu[0], xq);
         }
       } else if constexpr (kW == kGemvInt8) {
         gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
