@@ -26,9 +26,6 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_ATTN_PREFETCH", "cuda", "8", 0, 1 << 20, "",
      "the split-KV attention prefetches its K and V rows into L2 in steps of at most this many "
      "sequences (0: never)"},
-    {"IB_GEMV_SPLIT_K", "cuda", "1", 0, 0, "1|2|4",
-     "the decode GEMV splits the K of a matrix of fewer than 1024 16-row tiles across clusters of "
-     "up to this many blocks (1: never)"},
 };
 
 Status check_value(const KernelSwitchSpec& spec, std::string_view text) {

@@ -287,7 +287,7 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
             "matmul: x and w share the activation dtype; out is that or f32");
   run_op("matmul", [&] {
     if (choose_gemv(x, w, bias, out)) {
-      launch_gemv(x, w, bias, out, stream_, pdl_, nullptr, gemv_split_k_);
+      launch_gemv(x, w, bias, out, stream_, pdl_);
     } else {
       gemm_->run(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
     }
@@ -307,7 +307,7 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
       w.format == WeightFormat::kFp8E4M3 ? fp8_gemv_max_m_ : cuda::gemv_max_m(w.format);
   if (x.rows() <= gemv_rows && gemv_supported(x, w, out)) {
     const GemvQuantAct act = quant_act(x, w);
-    launch_gemv(x, w, bias, out, stream_, pdl_, &act, gemv_split_k_);
+    launch_gemv(x, w, bias, out, stream_, pdl_, &act);
     return;
   }
   IB_ASSERT(quant_scratch_.data() != nullptr,
@@ -434,7 +434,7 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,
   run_op("rms_matmul_rope_cache", [&] {
     const GemvQuantAct act = quant_act(h, weight);
     launch_gemv_rope_cache(h, gain, weight, bias, eps, positions, slot_mapping, inv_freq, kv, shape,
-                           qkv, stream_, pdl_, &act, gemv_split_k_);
+                           qkv, stream_, pdl_, &act);
   });
 }
 
@@ -449,7 +449,7 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const W
   run_op("rms_matmul_swiglu", [&] {
     const GemvQuantAct act = quant_act(h, weight);
     launch_gemv_fused(h, gain, weight, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_,
-                      &act, gemv_split_k_);
+                      &act);
   });
 }
 
@@ -470,7 +470,7 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
     } else {
       const GemvQuantAct act = quant_act(x, weight);
       launch_gemv_fused(x, nullptr, weight, nullptr, residual, GemvFusion::kAccumulate, 0.0f,
-                        stream_, pdl_, &act, gemv_split_k_);
+                        stream_, pdl_, &act);
     }
   });
 }
@@ -496,9 +496,7 @@ bool CudaBackend::choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bi
       gemm_->tune(x, w, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
                   [&](const std::function<void()>& fn) { return time_ms(fn); });
   const float gemv_ms =
-      gemv_ok
-          ? time_ms([&] { launch_gemv(x, w, bias, out, stream_, false, nullptr, gemv_split_k_); })
-          : INFINITY;
+      gemv_ok ? time_ms([&] { launch_gemv(x, w, bias, out, stream_); }) : INFINITY;
   return gemv_choice_[key] = gemv_ms < lt_ms;
 }
 

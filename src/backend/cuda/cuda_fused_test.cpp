@@ -8,7 +8,6 @@
 #include <iterator>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "backend/cuda/detail/kernels.h"
@@ -22,12 +21,9 @@ using testing::random_floats;
 using testing::tolerance;
 using testing::Twin;
 
-// (activation dtype, the GEMV's cluster split: IB_GEMV_SPLIT_K)
-class CudaFused : public ::testing::TestWithParam<std::tuple<DType, int>> {
+class CudaFused : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override { IB_REQUIRE_CUDA(); }
-  DType dtype() const { return std::get<0>(GetParam()); }
-  int split() const { return std::get<1>(GetParam()); }
 };
 
 struct Shape {
@@ -46,7 +42,7 @@ std::vector<float> scaled_rows(Rng& rng, int64_t m, int64_t k) {
 }
 
 TEST_P(CudaFused, ExistsForHalfTypesUpToEightTokens) {
-  Twin twin(dtype(), split());
+  Twin twin(GetParam());
   EXPECT_TRUE(twin.gpu().fused_decode(0));
   EXPECT_TRUE(twin.gpu().fused_decode(8));
   EXPECT_FALSE(twin.gpu().fused_decode(9));
@@ -66,7 +62,7 @@ TEST_P(CudaFused, ExistsForHalfTypesUpToEightTokens) {
 }
 
 TEST_P(CudaFused, RmsMatmulSwiGluMatchesNormMatmulSiluMul) {
-  Twin twin(dtype(), split());
+  Twin twin(GetParam());
   Rng rng(12);
   for (const Shape& s : kShapes) {
     const int64_t f = s.n;  // w is (2F, K)
@@ -80,12 +76,12 @@ TEST_P(CudaFused, RmsMatmulSwiGluMatchesNormMatmulSiluMul) {
     twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
     twin.cpu().silu_mul(gate_up.cpu, out.cpu);
     twin.gpu().rms_matmul_swiglu(h.gpu, nullptr, w.gpu, 1e-6f, out.gpu);
-    EXPECT_LT(twin.error(out), tolerance(dtype())) << "m=" << s.m << " f=" << f << " k=" << s.k;
+    EXPECT_LT(twin.error(out), tolerance(GetParam())) << "m=" << s.m << " f=" << f << " k=" << s.k;
   }
 }
 
 TEST_P(CudaFused, MatmulAddAccumulatesIntoTheResidual) {
-  Twin twin(dtype(), split());
+  Twin twin(GetParam());
   Rng rng(13);
   // Beside the GEMV shapes, two weights above the GEMV's 64 MiB rule: 1 token (the GEMV) and
   // 4 tokens (cuBLASLt with beta = 1 on the residual).
@@ -102,7 +98,7 @@ TEST_P(CudaFused, MatmulAddAccumulatesIntoTheResidual) {
     std::vector<float> want = twin.cpu_floats(prod.cpu);
     for (size_t i = 0; i < want.size(); ++i) want[i] += res0[i];
     twin.gpu().matmul_add(x.gpu, w.gpu, residual.gpu);
-    EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(dtype()))
+    EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(GetParam()))
         << "m=" << s.m << " n=" << s.n << " k=" << s.k;
   }
 }
@@ -184,20 +180,20 @@ void check_rms_matmul_rope_cache(Twin& twin, Rng& rng, bool fp8_cache) {
 }
 
 TEST_P(CudaFused, RmsMatmulRopeCacheMatchesNormMatmulRopeAndCache) {
-  Twin twin(dtype(), split());
+  Twin twin(GetParam());
   Rng rng(15);
   check_rms_matmul_rope_cache(twin, rng, false);
 }
 
 // --kv-cache-dtype fp8: the fused epilogue writes the E4M3 cache as rope_and_cache does.
 TEST_P(CudaFused, RmsMatmulRopeCacheWritesE4m3Cache) {
-  Twin twin(dtype(), split());
+  Twin twin(GetParam());
   Rng rng(16);
   check_rms_matmul_rope_cache(twin, rng, true);
 }
 
 TEST_P(CudaFused, ScaleColumnsMultipliesEachColumnByItsGain) {
-  Twin twin(dtype(), split());
+  Twin twin(GetParam());
   Rng rng(14);
   const int64_t n = 37, k = 256;
   const auto w0 = twin.representable(random_floats(rng, n * k));
@@ -211,17 +207,12 @@ TEST_P(CudaFused, ScaleColumnsMultipliesEachColumnByItsGain) {
   for (int64_t i = 0; i < n * k; ++i) {
     const auto u = static_cast<size_t>(i);
     ASSERT_EQ(cpu[u], w0[u] * g0[static_cast<size_t>(i % k)]);
-    ASSERT_EQ(got[u], testing::round_to(dtype(), cpu[u])) << i;
+    ASSERT_EQ(got[u], testing::round_to(GetParam(), cpu[u])) << i;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HalfTypes, CudaFused,
-                         ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16),
-                                            ::testing::Values(1, 2, 4)),
-                         [](const ::testing::TestParamInfo<std::tuple<DType, int>>& p) {
-                           return std::string(dtype_name(std::get<0>(p.param))) + "_split" +
-                                  std::to_string(std::get<1>(p.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(HalfTypes, CudaFused, ::testing::Values(DType::kBF16, DType::kF16),
+                         testing::dtype_param_name);
 
 }  // namespace
 }  // namespace ib::cuda

@@ -24,14 +24,13 @@ using testing::random_floats;
 using testing::tolerance;
 using testing::Twin;
 
-// (activation dtype, weight format, the GEMV's cluster split: IB_GEMV_SPLIT_K)
-using QuantParam = std::tuple<DType, WeightFormat, int>;
+// (activation dtype, weight format)
+using QuantParam = std::tuple<DType, WeightFormat>;
 
 class CudaQuant : public ::testing::TestWithParam<QuantParam> {
  protected:
   DType dtype() const { return std::get<0>(GetParam()); }
   WeightFormat format() const { return std::get<1>(GetParam()); }
-  int split() const { return std::get<2>(GetParam()); }
   void SetUp() override {
     IB_REQUIRE_CUDA();
     Twin probe(dtype());
@@ -69,7 +68,7 @@ std::vector<float> ragged_rows(Rng& rng, int64_t rows, int64_t k, float amplitud
 }
 
 TEST_P(CudaQuant, QuantizeWeightMatchesTheCpuBitForBit) {
-  Twin twin(dtype(), split());
+  Twin twin(dtype());
   Rng rng(21);
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 4096}, {1024, 256}, {3, 64}}) {
     Pair dense = twin.floats({n, k}, ragged_rows(rng, n, k, 1.0f));
@@ -96,7 +95,7 @@ const Shape kShapes[] = {{1, 6144, 4096}, {3, 1000, 256},   {8, 4096, 4096},   {
                          {32, 1152, 896}, {33, 1024, 4096}, {200, 4096, 1024}, {1, 3, 64}};
 
 TEST_P(CudaQuant, MatmulMatchesTheCpuOracle) {
-  Twin twin(dtype(), split());
+  Twin twin(dtype());
   Rng rng(22);
   for (const Shape& s : kShapes) {
     for (const bool with_bias : {false, true}) {
@@ -116,7 +115,7 @@ TEST_P(CudaQuant, MatmulMatchesTheCpuOracle) {
 }
 
 TEST_P(CudaQuant, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
-  Twin twin(dtype(), split());
+  Twin twin(dtype());
   Rng rng(23);
   const float eps = 1e-5f;
   for (const int64_t m : {1, 4, 8}) {
@@ -196,12 +195,10 @@ INSTANTIATE_TEST_SUITE_P(HalfTypes, CudaQuant,
                          ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16),
                                             ::testing::Values(WeightFormat::kFp8E4M3,
                                                               WeightFormat::kInt8W8A16,
-                                                              WeightFormat::kInt8W8A8),
-                                            ::testing::Values(1, 2)),
+                                                              WeightFormat::kInt8W8A8)),
                          [](const ::testing::TestParamInfo<QuantParam>& p) {
                            std::string name = std::string(dtype_name(std::get<0>(p.param))) + "_" +
-                                              weight_format_name(std::get<1>(p.param)) + "_split" +
-                                              std::to_string(std::get<2>(p.param));
+                                              weight_format_name(std::get<1>(p.param));
                            for (char& c : name)
                              if (c == '-') c = '_';
                            return name;

@@ -21,18 +21,6 @@ constexpr bool kAdjacent = false;
 #define IB_GEMV_QUANT_UNROLL 4
 #endif
 constexpr int kQuantUnroll = IB_GEMV_QUANT_UNROLL;
-// A matrix of fewer row tiles than this leaves SMs short of blocks (Llama-3-8B's qkv, o and down:
-// 384, 256 and 256 tiles on 132 SMs); its K steps may be split across a cluster of blocks.
-constexpr int kSplitMaxTiles = 1024;
-
-// The cluster size for a matrix of `tiles` row tiles and `steps` K steps: max_split (1, 2 or 4,
-// the IB_GEMV_SPLIT_K switch) for a small matrix, halved until every warp of the cluster keeps
-// `unroll` steps in flight.
-unsigned split_for(unsigned tiles, int steps, int max_split, int unroll) {
-  int split = tiles < kSplitMaxTiles ? max_split : 1;
-  while (split > 1 && steps < split * kWarps * unroll) split /= 2;
-  return static_cast<unsigned>(split);
-}
 
 // The quantized operands of a launch: the weight's row scales and x's token scales.
 GemvQuant quant_operands(const WeightRef& w, const GemvQuantAct* act) {
@@ -62,8 +50,7 @@ GemvQuantAct quantize_act(const Tensor& x, const Tensor* gain, float eps, bool r
 template <typename T, typename TOut, int NT, int kEpilogue, bool kRms, int kW>
 void launch_config(const char* op, unsigned blocks, const Tensor& x, const WeightRef& w,
                    const T* bias, Tensor out, float eps, const GemvRopeCache& rc,
-                   const Tensor* gain, const GemvQuantAct* act, cudaStream_t stream, bool pdl,
-                   int max_split) {
+                   const Tensor* gain, const GemvQuantAct* act, cudaStream_t stream, bool pdl) {
   const int m = static_cast<int>(x.rows());
   const int n = static_cast<int>(w.data.dim(0));
   const int k = static_cast<int>(w.data.dim(1));
@@ -88,35 +75,32 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
     x_in = xn.data;
   }
   const auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
-  const unsigned split = split_for(blocks, k / kGemvStepK, max_split, kSteps);
-  launch_kernel_clustered(op, pdl, split, kernel, dim3(blocks * split), dim3(kWarps * 32), 0,
-                          stream, x_in, w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc,
-                          operands);
+  launch_kernel(op, pdl, kernel, dim3(blocks), dim3(kWarps * 32), 0, stream, x_in, w.data.data,
+                bias, out.as<TOut>(), m, n, k, eps, rc, operands);
 }
 
 template <typename T, typename TOut, int NT, int kW>
 void launch_nt(const Tensor& x, const WeightRef& w, const T* bias, Tensor out, cudaStream_t stream,
-               bool pdl, const GemvQuantAct* act, int max_split) {
+               bool pdl, const GemvQuantAct* act) {
   const int n = static_cast<int>(w.data.dim(0));
   const unsigned blocks = static_cast<unsigned>((n + kGemvRows - 1) / kGemvRows);
   launch_config<T, TOut, NT, kGemvStore, false, kW>("matmul(gemv)", blocks, x, w, bias, out, 0.0f,
-                                                    GemvRopeCache{}, nullptr, act, stream, pdl,
-                                                    max_split);
+                                                    GemvRopeCache{}, nullptr, act, stream, pdl);
 }
 
 template <typename T, typename TOut, int kW>
 void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
-                  cudaStream_t stream, bool pdl, const GemvQuantAct* act, int max_split) {
+                  cudaStream_t stream, bool pdl, const GemvQuantAct* act) {
   const T* b = bias ? bias->as<T>() : nullptr;
   const int64_t m = x.rows();
   if constexpr (kW == kGemvFp8 || kW == kGemvInt8A8) {  // up to 8 tokens (gemv_supported)
-    launch_nt<T, TOut, 1, kW>(x, w, b, out, stream, pdl, act, max_split);
+    launch_nt<T, TOut, 1, kW>(x, w, b, out, stream, pdl, act);
   } else if (m <= 8) {
-    launch_nt<T, TOut, 1, kW>(x, w, b, out, stream, pdl, act, max_split);
+    launch_nt<T, TOut, 1, kW>(x, w, b, out, stream, pdl, act);
   } else if (m <= 16) {
-    launch_nt<T, TOut, 2, kW>(x, w, b, out, stream, pdl, act, max_split);
+    launch_nt<T, TOut, 2, kW>(x, w, b, out, stream, pdl, act);
   } else {
-    launch_nt<T, TOut, 4, kW>(x, w, b, out, stream, pdl, act, max_split);
+    launch_nt<T, TOut, 4, kW>(x, w, b, out, stream, pdl, act);
   }
 }
 
@@ -124,27 +108,27 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
 template <typename T, int kEpilogue, bool kRms, int kW>
 void launch_fused_typed(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
                         Tensor out, float eps, cudaStream_t stream, bool pdl,
-                        const GemvQuantAct* act, int max_split, const GemvRopeCache& rc = {}) {
+                        const GemvQuantAct* act, const GemvRopeCache& rc = {}) {
   const int n = static_cast<int>(w.data.dim(0));
   const int rows_per_block = kEpilogue == kGemvSwiGlu ? kGemvRows / 2 : kGemvRows;
   const int features = kEpilogue == kGemvSwiGlu ? n / 2 : n;
   const unsigned blocks = static_cast<unsigned>((features + rows_per_block - 1) / rows_per_block);
   launch_config<T, T, 1, kEpilogue, kRms, kW>("matmul(gemv, fused)", blocks, x, w,
                                               bias ? bias->as<T>() : nullptr, out, eps, rc, gain,
-                                              act, stream, pdl, max_split);
+                                              act, stream, pdl);
 }
 
 template <typename T, int kW>
 void launch_fused(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
                   Tensor out, GemvFusion fusion, float eps, cudaStream_t stream, bool pdl,
-                  const GemvQuantAct* act, int max_split) {
+                  const GemvQuantAct* act) {
   switch (fusion) {
     case GemvFusion::kRmsSwiGlu:
       return launch_fused_typed<T, kGemvSwiGlu, true, kW>(x, w, gain, bias, out, eps, stream, pdl,
-                                                          act, max_split);
+                                                          act);
     case GemvFusion::kAccumulate:
       return launch_fused_typed<T, kGemvAccumulate, false, kW>(x, w, gain, bias, out, eps, stream,
-                                                               pdl, act, max_split);
+                                                               pdl, act);
   }
 }
 
@@ -176,7 +160,7 @@ void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef
                             const Tensor* bias, float eps, const Tensor& positions,
                             const Tensor& slot_mapping, const Tensor& inv_freq,
                             const KvCacheLayer& kv, const AttentionShape& shape, Tensor qkv,
-                            cudaStream_t stream, bool pdl, const GemvQuantAct* act, int max_split) {
+                            cudaStream_t stream, bool pdl, const GemvQuantAct* act) {
   IB_ASSERT(gemv_rope_cache_supported(x, w, shape), "launch_gemv_rope_cache: unsupported operands");
   IB_ASSERT(is_quantized(w.format) || gain == nullptr,
             "launch_gemv_rope_cache: a dense weight has its gain folded");
@@ -199,7 +183,7 @@ void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef
   rc.v_scale = kv.v_scale;
   dispatch(x, w, [&]<typename T, int kW>() {
     launch_fused_typed<T, kGemvRopeCache, true, kW>(x, w, gain, bias, qkv, eps, stream, pdl, act,
-                                                    max_split, rc);
+                                                    rc);
   });
 }
 
@@ -230,7 +214,7 @@ bool gemv_fused_supported(const Tensor& x, const WeightRef& w, GemvFusion fusion
 
 void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
                        Tensor out, GemvFusion fusion, float eps, cudaStream_t stream, bool pdl,
-                       const GemvQuantAct* act, int max_split) {
+                       const GemvQuantAct* act) {
   IB_ASSERT(gemv_fused_supported(x, w, fusion), "launch_gemv_fused: unsupported operands");
   IB_ASSERT(out.dtype == x.dtype, "launch_gemv_fused: out must have x's dtype");
   IB_ASSERT(is_quantized(w.format) || gain == nullptr,
@@ -240,7 +224,7 @@ void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, 
               "launch_gemv_fused: gain (K) of x's dtype");
   if (bias) IB_ASSERT(bias->dtype == x.dtype, "launch_gemv_fused: bias dtype must match x");
   dispatch(x, w, [&]<typename T, int kW>() {
-    launch_fused<T, kW>(x, w, gain, bias, out, fusion, eps, stream, pdl, act, max_split);
+    launch_fused<T, kW>(x, w, gain, bias, out, fusion, eps, stream, pdl, act);
   });
 }
 
@@ -260,15 +244,15 @@ bool gemv_supported(const Tensor& x, const WeightRef& w, const Tensor& out) {
 }
 
 void launch_gemv(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
-                 cudaStream_t stream, bool pdl, const GemvQuantAct* act, int max_split) {
+                 cudaStream_t stream, bool pdl, const GemvQuantAct* act) {
   IB_ASSERT(gemv_supported(x, w, out), "launch_gemv: operands the GEMV kernel cannot run");
   if (bias) IB_ASSERT(bias->dtype == x.dtype, "launch_gemv: bias dtype must match x");
   dispatch(x, w, [&]<typename T, int kW>() {
     if constexpr (kW == kGemvDense) {
       if (out.dtype == DType::kF32)
-        return launch_typed<T, float, kW>(x, w, bias, out, stream, pdl, nullptr, max_split);
+        return launch_typed<T, float, kW>(x, w, bias, out, stream, pdl, nullptr);
     }
-    launch_typed<T, T, kW>(x, w, bias, out, stream, pdl, act, max_split);
+    launch_typed<T, T, kW>(x, w, bias, out, stream, pdl, act);
   });
 }
 

@@ -128,9 +128,6 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   // 256: +2 % at batch 1 and on the seed's batch 8, even on the continuous run, -3 % when every
   // step prefetches (bench/NOTES.md, phase 5; bench/results/h200/no-regression-ab/).
   void set_attention_prefetch_max_seqs(int n) { attention_prefetch_max_seqs_ = n; }
-  // The decode GEMV splits the K steps of a matrix of few row tiles (Llama-3-8B's qkv, o, down)
-  // across clusters of up to this many blocks (1, 2 or 4; 1: never). Default 1 until measured.
-  void set_gemv_split_k(int n) { gemv_split_k_ = n; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
@@ -183,7 +180,6 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   int compute_capability_ = 0;  // major * 10 + minor
   cudaStream_t stream_ = nullptr;
   int attention_prefetch_max_seqs_ = 8;
-  int gemv_split_k_ = 1;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;
   Buffer attention_workspace_;

@@ -34,8 +34,6 @@
 // a fused op is applied to x before the kernel (launch code), so kRms is never set with it.
 #pragma once
 
-#include <cooperative_groups.h>
-
 #include <type_traits>
 
 #include "backend/cuda/detail/device_math.cuh"
@@ -223,11 +221,7 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
 }
 
 // x (M, K), w (N, K), bias (N) or null, out (M, N); K % 64 == 0; M <= 8 * NT.
-// grid: ceil(N / 16) row tiles of kWarps * 32 threads each, times the split: launched in clusters
-// of `split` blocks (1, 2 or 4) along x, the blocks of a cluster share one row tile and split its
-// K steps (block rank b's warp w takes steps b * kWarps + w, + split * kWarps, ...); the cluster's
-// first block sums the others' partial sums through distributed shared memory and runs the
-// epilogue. Without a cluster launch the split is 1. Under programmatic dependent launch the
+// grid: ceil(N / 16) blocks of kWarps * 32 threads. Under programmatic dependent launch the
 // interleaved variant issues its first weight loads before waiting for the previous kernel
 // (weights are constant; x and out are not touched before the wait).
 // kEpilogue = kGemvSwiGlu: n = 2F weight rows, grid ceil(F / 8) blocks, out (M, F).
@@ -255,14 +249,8 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
   constexpr int kWLoads = kQuant ? 1 : 2;             // 16-byte loads per row and step
   const TW* __restrict__ w = static_cast<const TW*>(w_raw);
   __shared__ float partial[kWarps][NT][4][32];  // (warp, n-tile, C register, lane)
-  const auto cluster = cooperative_groups::this_cluster();
-  const int split = static_cast<int>(cluster.num_blocks());
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int tile = static_cast<int>(blockIdx.x) / split;  // the row tile
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int kw = rank * kWarps + warp;  // this warp among the cluster's
-  const int stride = split * kWarps;    // steps between a warp's consecutive steps
   const int r = lane >> 2;
   const int q = lane & 3;
   constexpr bool kSwiGlu = kEpilogue == kGemvSwiGlu;
@@ -270,13 +258,13 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
   // Rows and tokens past the end read row 0 / token 0: their results are never stored.
   int64_t n0, row_a, row_b;
   if constexpr (kSwiGlu) {
-    n0 = int64_t{tile} * (kGemvRows / 2);
+    n0 = int64_t{blockIdx.x} * (kGemvRows / 2);
     row_a = n0 + r < n_out ? n0 + r : 0;
     row_b = n0 + r < n_out ? n_out + n0 + r : 0;
   } else if constexpr (kEpilogue == kGemvRopeCache) {
     const int per_head = rc.head_dim / kGemvRows;
-    const int head = tile / per_head;
-    const int j = tile % per_head;
+    const int head = static_cast<int>(blockIdx.x) / per_head;
+    const int j = static_cast<int>(blockIdx.x) % per_head;
     n0 = int64_t{head} * rc.head_dim;  // the head's first row
     if (head < rc.num_heads + rc.num_kv_heads) {
       row_a = n0 + j * 8 + r;
@@ -286,7 +274,7 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
       row_b = row_a + 8;
     }
   } else {
-    n0 = int64_t{tile} * kGemvRows;
+    n0 = int64_t{blockIdx.x} * kGemvRows;
     row_a = n0 + r < n ? n0 + r : 0;
     row_b = n0 + r + 8 < n ? n0 + r + 8 : 0;
   }
@@ -320,7 +308,7 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     pdl_wait();
     pdl_trigger();
     const int groups = steps / kUnroll;
-    for (int g = kw; g < groups; g += stride) {
+    for (int g = warp; g < groups; g += kWarps) {
       uint4 wa[kUnroll][2], wb[kUnroll][2], xv[kUnroll][NT][2];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
@@ -332,7 +320,7 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
         if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv[u]);
       }
     }
-    for (int s = groups * kUnroll + kw; s < steps; s += stride) {
+    for (int s = groups * kUnroll + warp; s < steps; s += kWarps) {
       uint4 wa[2], wb[2], xv[NT][2];
       gemv_load<T, NT>(wa_ptr, wb_ptr, x_ptr, int64_t{s} * kGemvStepK, wa, wb, xv);
       gemv_step<T, NT>(acc, wa, wb, xv);
@@ -341,13 +329,13 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
   } else {
     // The weights of this warp's first group go out before the wait; each group's loads of the
     // next group's weights go out right after its MMAs.
-    int s = kw;
+    int s = warp;
     uint4 wa[kUnroll][kWLoads], wb[kUnroll][kWLoads];
-    const auto full = [&](int first) { return first + (kUnroll - 1) * stride < steps; };
+    const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
     if (full(s)) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s + u * stride} * kGemvStepK, wa[u],
+        gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kGemvStepK, wa[u],
                                  wb[u]);
     }
     if constexpr (kQuant) {  // the tile's row scales (constant, like the weights)
@@ -358,12 +346,12 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     }
     pdl_wait();
     pdl_trigger();
-    for (; full(s); s += kUnroll * stride) {
+    for (; full(s); s += kUnroll * kWarps) {
       if constexpr (kXq) {
         uint32_t xq[kUnroll][NT][4];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          gemv_load_xq<NT>(xq_ptr, int64_t{s + u * stride} * kGemvStepK, xq[u]);
+          gemv_load_xq<NT>(xq_ptr, int64_t{s + u * kWarps} * kGemvStepK, xq[u]);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           if constexpr (kFp8) {
@@ -376,7 +364,7 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
         uint4 xv[kUnroll][NT][2];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          gemv_load_x<T, NT>(x_ptr, int64_t{s + u * stride} * kGemvStepK, xv[u]);
+          gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           uint4 wad[2], wbd[2];
@@ -388,22 +376,22 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
         uint4 xv[kUnroll][NT][2];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          gemv_load_x<T, NT>(x_ptr, int64_t{s + u * stride} * kGemvStepK, xv[u]);
+          gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
           if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv[u]);
         }
       }
-      const int next = s + kUnroll * stride;
+      const int next = s + kUnroll * kWarps;
       if (full(next)) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{next + u * stride} * kGemvStepK, wa[u],
+          gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kGemvStepK, wa[u],
                                    wb[u]);
       }
     }
-    for (int s2 = s; s2 < steps; s2 += stride) {
+    for (int s2 = s; s2 < steps; s2 += kWarps) {
       uint4 wt[kWLoads], wu[kWLoads], xv[NT][2];
       gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s2} * kGemvStepK, wt, wu);
       if constexpr (kXq) {
@@ -447,27 +435,11 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     }
   }
   __syncthreads();
-  // A split tile: every block's partial sums are written; the first block reads them, the others
-  // wait until it has (their shared memory must outlive its reads) and leave.
-  if (split > 1) {
-    cluster.sync();
-    if (rank != 0) {
-      cluster.sync();
-      return;
-    }
-  }
-  // The shared arrays of the cluster's block b (this block's own for b = 0).
-  const auto of_block = [&](auto& array, int b) {
-    return b == 0 ? &array : cluster.map_shared_rank(&array, b);
-  };
   if constexpr (kRms && !kXq) {
     if (threadIdx.x < NT * 8) {
       float total = 0.0f;
-      for (int b = 0; b < split; ++b) {
-        const auto& sq = *of_block(sq_partial, b);
 #pragma unroll
-        for (int wi = 0; wi < kWarps; ++wi) total += sq[wi][threadIdx.x];
-      }
+      for (int wi = 0; wi < kWarps; ++wi) total += sq_partial[wi][threadIdx.x];
       inv_rms[threadIdx.x] = rsqrtf(total / static_cast<float>(k) + eps);
     }
     __syncthreads();
@@ -479,11 +451,8 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     const int src_lane = (row % 8) * 4 + col / 2;
     const int reg = (row / 8) * 2 + col % 2;
     float sum = 0.0f;
-    for (int b = 0; b < split; ++b) {
-      const auto& p = *of_block(partial, b);
 #pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) sum += p[wi][t][reg][src_lane];
-    }
+    for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][t][reg][src_lane];
     if constexpr (kXq) sum = sum * fp8.x_scales[token] * w_scale[row];
     if constexpr (kW == kGemvInt8) sum *= w_scale[row];
     if constexpr (kRms && !kXq) sum *= inv_rms[token];
@@ -493,8 +462,8 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
   if constexpr (kEpilogue == kGemvRopeCache) {
     // Output o = token * 8 + i: the tile's rows i and i + 8 (a rotated pair, or two v rows).
     const int per_head = rc.head_dim / kGemvRows;
-    const int head = tile / per_head;
-    const int j = tile % per_head;
+    const int head = static_cast<int>(blockIdx.x) / per_head;
+    const int j = static_cast<int>(blockIdx.x) % per_head;
     const bool is_v = head >= rc.num_heads + rc.num_kv_heads;
     for (int o = threadIdx.x; o < NT * 8 * (kGemvRows / 2); o += kWarps * 32) {
       const int token = o / (kGemvRows / 2);
@@ -566,7 +535,6 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
       *dst = from_f32<TOut>(sum);
     }
   }
-  if (split > 1) cluster.sync();  // the other blocks may leave now
 }
 
 }  // namespace ib::cuda

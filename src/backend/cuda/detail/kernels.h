@@ -52,11 +52,8 @@ struct GemvQuantAct {
 int64_t gemv_max_m(WeightFormat format);
 // True when the kernel can run these operands (bf16/f16, K % 64 == 0, 16-byte aligned, M small).
 bool gemv_supported(const Tensor& x, const WeightRef& w, const Tensor& out);
-// max_split (1, 2 or 4): a matrix of few row tiles splits K across clusters of up to this many
-// blocks (detail/gemv_kernel.cuh).
 void launch_gemv(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
-                 cudaStream_t stream, bool pdl = false, const GemvQuantAct* act = nullptr,
-                 int max_split = 1);
+                 cudaStream_t stream, bool pdl = false, const GemvQuantAct* act = nullptr);
 // The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype; gain
 // (K) is the norm's gain for a quantized weight, null for a dense one (folded into w):
 //  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x) * gain) @ w^T (+ bias)
@@ -72,7 +69,7 @@ bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
                            int64_t intermediate_size);
 void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
                        Tensor out, GemvFusion fusion, float eps, cudaStream_t stream,
-                       bool pdl = false, const GemvQuantAct* act = nullptr, int max_split = 1);
+                       bool pdl = false, const GemvQuantAct* act = nullptr);
 // qkv (M, (Hq + 2 Hkv) * hd) = (x / rms(x) * gain) @ w^T (+ bias), then rope_and_cache on it, in
 // one kernel: the q and k heads rotated in fp32 before the one rounding, k and v written into kv.
 bool gemv_rope_cache_supported(const Tensor& x, const WeightRef& w, const AttentionShape& shape);
@@ -81,7 +78,7 @@ void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef
                             const Tensor& slot_mapping, const Tensor& inv_freq,
                             const KvCacheLayer& kv, const AttentionShape& shape, Tensor qkv,
                             cudaStream_t stream, bool pdl = false,
-                            const GemvQuantAct* act = nullptr, int max_split = 1);
+                            const GemvQuantAct* act = nullptr);
 // w (N, K) columns *= gain (K), in w's dtype (rounded once).
 void launch_scale_columns(Tensor w, const Tensor& gain, cudaStream_t stream);
 

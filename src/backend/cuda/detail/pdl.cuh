@@ -26,39 +26,21 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
-// pdl is set and in clusters of cluster_x blocks along x when cluster_x > 1 (grid.x a multiple of
-// it). Launch errors are checked under op.
+// pdl is set. Launch errors are checked under op.
 template <typename... Params, typename... Args>
-void launch_kernel_clustered(const char* op, bool pdl, unsigned cluster_x,
-                             void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                             cudaStream_t stream, Args&&... args) {
+void launch_kernel(const char* op, bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
+                   size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute[2];
-  unsigned n = 0;
-  if (pdl) {
-    attribute[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster_x > 1) {
-    attribute[n].id = cudaLaunchAttributeClusterDimension;
-    attribute[n].val.clusterDim.x = cluster_x;
-    attribute[n].val.clusterDim.y = 1;
-    attribute[n++].val.clusterDim.z = 1;
-  }
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = n;
+  config.numAttrs = pdl ? 1 : 0;
   IB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), op);
-}
-
-template <typename... Params, typename... Args>
-void launch_kernel(const char* op, bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
-                   size_t smem, cudaStream_t stream, Args&&... args) {
-  launch_kernel_clustered(op, pdl, 1, kernel, grid, block, smem, stream,
-                          std::forward<Args>(args)...);
 }
 
 }  // namespace ib::cuda

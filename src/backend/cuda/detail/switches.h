@@ -29,9 +29,6 @@ struct CudaSwitches {
   // IB_ATTN_PREFETCH=N: the split-KV attention prefetches its blocks' K and V rows into L2 in
   // steps of at most N sequences (0: never; default 8).
   std::optional<int64_t> attn_prefetch;
-  // IB_GEMV_SPLIT_K=1|2|4: the decode GEMV splits a small matrix's K across clusters of up to
-  // this many blocks (default 1: never).
-  std::optional<int64_t> gemv_split_k;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
 };

@@ -77,8 +77,7 @@ struct Pair {
 
 class Twin {
  public:
-  // gemv_split_k: the GEMV's cluster split (CudaBackend::set_gemv_split_k).
-  explicit Twin(DType dtype, int gemv_split_k = 1) : dtype_(dtype) {
+  explicit Twin(DType dtype) : dtype_(dtype) {
     auto cpu = create_backend(BackendOptions{"cpu", DType::kF32, 0, std::nullopt});
     IB_ASSERT(cpu.ok(), "CPU backend");
     cpu_ = std::move(cpu).value();
@@ -86,7 +85,6 @@ class Twin {
     IB_ASSERT(gpu.ok(), "CUDA backend");
     gpu_ = std::move(gpu).value();
     gpu_->set_debug_sync(true);
-    gpu_->set_gemv_split_k(gemv_split_k);
   }
   DType dtype() const { return dtype_; }
   Backend& cpu() { return *cpu_; }
