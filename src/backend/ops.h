@@ -137,6 +137,9 @@ class QuantOps {
   // published checkpoint's): the scratch its ops need, which quantize_weight reserves itself.
   // Called once per weight after loading; an allocation failure is returned.
   virtual Status prepare_weight(const WeightRef& /*w*/) { return Ok{}; }
+  // out (N) int32 = sum_k w.data[n][k], of an int8 weight (W8A16 / W8A8): the zero point's
+  // correction of an asymmetric static activation scale (weight.h).
+  virtual void weight_row_sums(const WeightRef& w, Tensor out) = 0;
 };
 
 // The dense decoder's fused decode step (CUDA; bench/NOTES.md, phase 3), used behind the

@@ -22,8 +22,9 @@
 //   xq = clamp(rne(x / s), -127, 127), y = (sum_k xq * data) * s * scales[n]. Asymmetric (the
 //   seed's uint8 affine scheme, zero point z in [0, 255]): u = clamp(rne(x / s) + z, 0, 255),
 //   y = (sum_k (u - z) * data) * s * scales[n], summed exactly as sum (u - 128) * data -
-//   (z - 128) * sum data, so that int8 tensor cores take u - 128. The CPU backend runs them; the
-//   CUDA kernels do not yet (issue 13).
+//   (z - 128) * sum data, so that int8 tensor cores take u - 128; input_row_sums holds each
+//   row's sum_k data[n][k] (QuantOps::weight_row_sums; the CUDA backend reads it, the CPU sums
+//   itself).
 // INT8 weights are quantized like FP8 ones: scales[n] = max_k |w[n][k]| / 127 (1 for a zero
 // row), data[n][k] = clamp(rne(w[n][k] * inv_n), -127, 127), inv_n = 127 / max_k |w[n][k]|
 // (0 for a zero row), in fp32. 4-bit formats (issue 14) add zero points and groups.
@@ -73,6 +74,7 @@ struct WeightRef {
   float input_scale = 0.0f;
   int32_t input_zero_point = 0;  // asymmetric only, in [0, 255]
   bool input_asymmetric = false;
+  Tensor input_row_sums;  // asymmetric static: (N) int32, sum_k data[n][k]
 
   WeightRef() = default;
   // A dense tensor is a dense weight (implicit, so ops take either).
@@ -86,7 +88,9 @@ struct WeightRef {
            scales.dtype == DType::kF32 && scales.numel() == data.dim(0);
   }
   // The bytes the weight occupies as stored: data, scales and zero points.
-  size_t bytes() const { return data.bytes() + scales.bytes() + zeros.bytes(); }
+  size_t bytes() const {
+    return data.bytes() + scales.bytes() + zeros.bytes() + input_row_sums.bytes();
+  }
   // The dense (N, K) tensor; asserts the format is dense (ops of a backend that runs only dense
   // weights read it through this).
   const Tensor& dense() const {

@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "core/dtype.h"
 #include "engine/engine.h"
 
 namespace ib {
@@ -126,10 +127,21 @@ Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompt
   Backend& backend = engine.backend();
   std::map<const void*, ActivationStats> stats;  // by the weight's data
   std::vector<float> host;
+  std::vector<uint16_t> half;  // a bf16 / fp16 input's bits (the CUDA backend's)
   const bool observing = backend.set_matmul_observer([&](const Tensor& x, const WeightRef& ref) {
     if (ref.format != WeightFormat::kInt8W8A8) return;  // lm_head
-    host.resize(static_cast<size_t>(x.numel()));
-    backend.copy_to_host(x, host.data());
+    const auto n = static_cast<size_t>(x.numel());
+    host.resize(n);
+    if (x.dtype == DType::kF32) {
+      backend.copy_to_host(x, host.data());
+    } else {
+      IB_ASSERT(x.dtype == DType::kBF16 || x.dtype == DType::kF16,
+                "calibration: matmul inputs are f32, bf16 or fp16");
+      half.resize(n);
+      backend.copy_to_host(x, half.data());
+      for (size_t i = 0; i < n; ++i)
+        host[i] = x.dtype == DType::kBF16 ? bf16_bits_to_f32(half[i]) : f16_bits_to_f32(half[i]);
+    }
     stats[ref.data.data].observe(host.data(), x.numel());
   });
   if (!observing) {
@@ -160,8 +172,19 @@ Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompt
     ref->input_scale = q.scale;
     ref->input_zero_point = q.zero_point;
     ref->input_asymmetric = options.scheme == ActivationScheme::kAsymmetric;
+    if (ref->input_asymmetric && ref->input_row_sums.empty()) {  // the zero point's correction
+      const int64_t rows = ref->rows();
+      IB_ASSIGN_OR_RETURN(Buffer sums, backend.alloc(static_cast<size_t>(rows) * sizeof(int32_t),
+                                                     MemoryTag::kWeights));
+      ref->input_row_sums = sums.view(DType::kI32, {rows});
+      backend.weight_row_sums(*ref, ref->input_row_sums);
+      w.bytes += static_cast<int64_t>(sums.bytes());
+      w.storage.push_back(std::move(sums));
+    }
   }
-  return Ok{};
+  IB_TRY(backend.device_status());
+  // Decode graphs recorded before calibration hold the dynamic quantization's launches.
+  return engine.record_graphs_again();
 }
 
 }  // namespace ib

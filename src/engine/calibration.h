@@ -1,8 +1,8 @@
 // Static activation quantization from calibration (issue 13): an observer keeps, per matmul
 // input, the statistics of its values over the calibration prompts; the seed's framework
 // (chapter 2.3) derives one scale (and zero point) per tensor from them, and calibrate() sets them
-// on an engine's INT8 W8A8 weights (backend/weight.h, static activation scales). The CPU backend
-// observes and runs them; the CUDA kernels do not yet.
+// on an engine's INT8 W8A8 weights (backend/weight.h, static activation scales). The CPU and CUDA
+// backends observe and run them.
 #pragma once
 
 #include <array>
@@ -72,9 +72,10 @@ struct CalibrationOptions {
 
 // Runs each prompt through the engine (its prefill and one generated token; the engine must be
 // idle) with the backend observing every matmul input, then sets static activation parameters
-// on each layer's INT8 W8A8 matmul weights from what their inputs held. User errors: no prompts,
-// a model whose matmul weights are not int8-w8a8, a backend that cannot observe (CUDA so far), a
-// weight none of the prompts reached.
+// on each layer's INT8 W8A8 matmul weights from what their inputs held (asymmetric: with the
+// weight's row sums, QuantOps::weight_row_sums, added to the model's storage), and records the
+// engine's decode graphs again. User errors: no prompts, a model whose matmul weights are not
+// int8-w8a8, a backend that cannot observe, a weight none of the prompts reached.
 Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
                  const CalibrationOptions& options);
 

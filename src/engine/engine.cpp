@@ -213,6 +213,13 @@ class EngineImpl final : public Engine {
   const std::string& weights_description() const override { return runner_->weights().description; }
   Backend& backend() override { return backend_; }
   ModelWeights& weights_for_calibration() override { return runner_->mutable_weights(); }
+  Status record_graphs_again() override {
+    if (has_unfinished()) return user_error("recording graphs needs an idle engine");
+    if (runner_->num_graphs() == 0) return Ok{};
+    return runner_->capture_decode_graphs(
+        detail::GraphOptions{config_.max_graph_batch, config_.max_graph_context},
+        config_.max_model_len);
+  }
 
  private:
   // The rows of a scheduled chunk whose prompt logits are due: {offset in the chunk, count}.

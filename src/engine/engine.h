@@ -150,6 +150,9 @@ class Engine {
   // The model's weights, for calibration (engine/calibration.h) to set static activation scales
   // on; nothing else changes weights after creation.
   virtual ModelWeights& weights_for_calibration() = 0;
+  // Records the decode graphs again (where the engine has them), after calibration changed how
+  // the weights' matmuls run; the engine must be idle.
+  virtual Status record_graphs_again() = 0;
 };
 
 // Builds an engine: checks the model is supported, loads weights (their matmul weights in the

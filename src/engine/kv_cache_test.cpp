@@ -57,6 +57,7 @@ class SmallDevice final : public Backend {
   void quantize_weight(const Tensor& dense, const WeightRef& out) override {
     cpu_.quantize_weight(dense, out);
   }
+  void weight_row_sums(const WeightRef& w, Tensor out) override { cpu_.weight_row_sums(w, out); }
   void rope_and_cache(Tensor qkv, const Tensor& pos, const Tensor& slots, const Tensor& inv_freq,
                       const KvCacheLayer& kv, const AttentionShape& shape) override {
     cpu_.rope_and_cache(qkv, pos, slots, inv_freq, kv, shape);

@@ -268,6 +268,22 @@ void CpuBackend::quantize_weight(const Tensor& dense, const WeightRef& out) {
   }
 }
 
+void CpuBackend::weight_row_sums(const WeightRef& w, Tensor out) {
+  IB_ASSERT(w.quantized_layout_ok() && w.data.dtype == DType::kI8 && out.dtype == DType::kI32 &&
+                out.numel() == w.data.rows(),
+            "weight_row_sums: an int8 weight (N, K) and out (N) int32");
+  const int64_t k = w.data.row_size();
+  const int8_t* data = w.data.as<const int8_t>();
+  int32_t* sums = out.as<int32_t>();
+  pool_.parallel_for(w.data.rows(), 64, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      int32_t sum = 0;
+      for (int64_t i = 0; i < k; ++i) sum += data[n * k + i];
+      sums[n] = sum;
+    }
+  });
+}
+
 void CpuBackend::rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                                 const Tensor& inv_freq, const KvCacheLayer& kv,
                                 const AttentionShape& shape) {

@@ -41,6 +41,7 @@ class CpuBackend final : public Backend {
     return true;  // every format: the CPU is their oracle
   }
   void quantize_weight(const Tensor& dense, const WeightRef& out) override;
+  void weight_row_sums(const WeightRef& w, Tensor out) override;
   bool set_matmul_observer(MatmulObserver observer) override {
     observer_ = std::move(observer);
     return true;

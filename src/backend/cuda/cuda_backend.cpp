@@ -280,6 +280,7 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
   if (is_quantized(weight.format)) {
     IB_ASSERT(supports_weight_format(weight.format) && x.dtype == dtype_ && out.dtype == dtype_,
               "matmul: a quantized weight takes x and out in the bf16/fp16 activation dtype");
+    if (observer_) observer_(x, weight);  // calibration: outside run_op, it copies to the host
     run_op("matmul(quantized)", [&] { matmul_quantized(x, weight, bias, out); });
     return;
   }
@@ -301,8 +302,6 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
 // W8A8 paths go in chunks of rows that fit the scratch.
 void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Tensor* bias,
                                    Tensor out) {
-  IB_ASSERT(w.input_scale == 0.0f,
-            "static activation scales (calibration) run on the CPU backend only so far");
   const int64_t gemv_rows =
       w.format == WeightFormat::kFp8E4M3 ? fp8_gemv_max_m_ : cuda::gemv_max_m(w.format);
   if (x.rows() <= gemv_rows && gemv_supported(x, w, out)) {
@@ -333,22 +332,24 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
     const int64_t rows = std::min(chunk, x.rows() - r0);
     Tensor xq = quant_scratch_.view(w.data.dtype, {rows, k}, static_cast<size_t>(kQuantScaleBytes));
     Tensor x_scales = quant_scratch_.view(DType::kF32, {rows});
-    launch_quantize_rows(x.slice_rows(r0, rows), xq, x_scales, stream_);
+    const StaticActQuant fixed = static_act_quant(w);
+    launch_quantize_rows(x.slice_rows(r0, rows), xq, x_scales, stream_, fixed);
     if (w.format == WeightFormat::kFp8E4M3) {
       gemm_->run_fp8(xq, x_scales, w.data, w.scales, bias, out.slice_rows(r0, rows),
                      gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
     } else {
       Tensor acc = int32_scratch_.view(DType::kI32, {rows, n});
       gemm_->run_int8(xq, w.data, acc, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
-      launch_dequantize_int32(acc, x_scales, w.scales, bias, out.slice_rows(r0, rows), stream_);
+      const bool zero = fixed.asymmetric && fixed.zero_point != 128;
+      launch_dequantize_int32(acc, x_scales, w.scales, bias, out.slice_rows(r0, rows), stream_,
+                              zero ? fixed.zero_point - 128 : 0,
+                              zero ? &w.input_row_sums : nullptr);
     }
   }
 }
 
 GemvQuantAct CudaBackend::quant_act(const Tensor& x, const WeightRef& w) const {
   if (!is_quantized(w.format)) return {};
-  IB_ASSERT(w.input_scale == 0.0f,
-            "static activation scales (calibration) run on the CPU backend only so far");
   IB_ASSERT(quant_scratch_.data() != nullptr &&
                 x.rows() * x.row_size() * static_cast<int64_t>(dtype_size(dtype_)) <=
                     kQuantScratchBytes - kQuantScaleBytes,
@@ -416,7 +417,12 @@ bool CudaBackend::fused_decode_fits(const AttentionShape& shape, int64_t hidden_
 
 bool CudaBackend::fused_decode(int64_t num_tokens) const {
   const bool half = dtype_ == DType::kBF16 || dtype_ == DType::kF16;
-  return fused_ && half && num_tokens >= 0 && num_tokens <= kGemvFusedMaxM;
+  // While observing (calibration), every matmul input passes through matmul().
+  return fused_ && !observer_ && half && num_tokens >= 0 && num_tokens <= kGemvFusedMaxM;
+}
+
+void CudaBackend::weight_row_sums(const WeightRef& w, Tensor out) {
+  run_op("weight_row_sums", [&] { launch_weight_row_sums(w, out, stream_); });
 }
 
 void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,

@@ -185,6 +185,86 @@ TEST_P(CudaQuant, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
   }
 }
 
+// INT8 W8A8 with static activation scales (calibration; weight.h): symmetric, and asymmetric
+// with a zero point, whose correction reads the weight's row sums. Scales small enough that
+// some activations clip. The GEMV (1, 8 tokens), the int32 GEMM (33, 200) and the fused ops.
+TEST_P(CudaQuant, StaticActivationScalesMatchTheCpuOracle) {
+  if (format() != WeightFormat::kInt8W8A8) GTEST_SKIP() << "static scales are int8 W8A8's";
+  Twin twin(dtype());
+  Rng rng(24);
+  struct Static {
+    float scale;
+    int32_t zero_point;
+    bool asymmetric;
+  };
+  for (const Static st :
+       {Static{0.08f, 0, false}, Static{0.05f, 140, true}, Static{0.03f, 128, true}}) {
+    const auto calibrated = [&](QuantPair w, int64_t n) {
+      for (WeightRef* ref : {&w.cpu, &w.gpu}) {
+        ref->input_scale = st.scale;
+        ref->input_zero_point = st.zero_point;
+        ref->input_asymmetric = st.asymmetric;
+      }
+      if (st.asymmetric) {
+        const Pair sums = twin.empty(DType::kI32, {n});
+        w.gpu.input_row_sums = sums.gpu;
+        twin.gpu().weight_row_sums(w.gpu, sums.gpu);
+        twin.cpu().weight_row_sums(w.cpu, sums.cpu);
+        std::vector<int32_t> cpu_sums(static_cast<size_t>(n)), gpu_sums(cpu_sums.size());
+        twin.cpu().copy_to_host(sums.cpu, cpu_sums.data());
+        twin.gpu().copy_to_host(sums.gpu, gpu_sums.data());
+        EXPECT_EQ(cpu_sums, gpu_sums);
+      }
+      return w;
+    };
+    const std::string what = "scale " + std::to_string(st.scale) + " zero point " +
+                             std::to_string(st.zero_point) + (st.asymmetric ? " asym" : " sym");
+    for (const int64_t m : {1, 8, 33, 200}) {
+      const int64_t n = 1024, k = 4096;
+      Pair x = twin.floats({m, k}, ragged_rows(rng, m, k, 1.0f));
+      Pair dense = twin.floats({n, k}, ragged_rows(rng, n, k, 0.05f));
+      Pair b = twin.floats({n}, random_floats(rng, n));
+      const QuantPair w = calibrated(quantize(twin, dense, n, k, format()), n);
+      Pair out = twin.output({m, n});
+      twin.cpu().matmul(x.cpu, w.cpu, &b.cpu, out.cpu);
+      twin.gpu().matmul(x.gpu, w.gpu, &b.gpu, out.gpu);
+      ASSERT_TRUE(twin.gpu().device_status().ok()) << what;
+      EXPECT_LT(twin.error(out), tolerance(dtype())) << what << " m=" << m;
+    }
+    for (const int64_t m : {1, 8}) {
+      const float eps = 1e-5f;
+      const int64_t k = 4096, f = 256;
+      Pair h = twin.floats({m, k}, ragged_rows(rng, m, k, 1.0f));
+      Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+      Pair w_dense = twin.floats({2 * f, k}, random_floats(rng, 2 * f * k, -0.05f, 0.05f));
+      const QuantPair w = calibrated(quantize(twin, w_dense, 2 * f, k, format()), 2 * f);
+      Pair normed = twin.output({m, k});
+      Pair gate_up = twin.output({m, 2 * f});
+      Pair act = twin.output({m, f});
+      twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
+      twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
+      twin.cpu().silu_mul(gate_up.cpu, act.cpu);
+      twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, w.gpu, eps, act.gpu);
+      EXPECT_LT(twin.error(act), tolerance(dtype())) << what << " swiglu m=" << m;
+
+      const int64_t n = 4096, kd = 1024;
+      const auto res0 = random_floats(rng, m * n);
+      Pair x = twin.floats({m, kd}, ragged_rows(rng, m, kd, 1.0f));
+      Pair wd = twin.floats({n, kd}, random_floats(rng, n * kd, -0.05f, 0.05f));
+      const QuantPair w2 = calibrated(quantize(twin, wd, n, kd, format()), n);
+      Pair residual = twin.floats({m, n}, res0);
+      Pair prod = twin.output({m, n});
+      twin.cpu().matmul(x.cpu, w2.cpu, nullptr, prod.cpu);
+      std::vector<float> want = twin.cpu_floats(prod.cpu);
+      const auto res_rounded = twin.representable(res0);
+      for (size_t i = 0; i < want.size(); ++i) want[i] += res_rounded[i];
+      twin.gpu().matmul_add(x.gpu, w2.gpu, residual.gpu);
+      EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(dtype()))
+          << what << " matmul_add m=" << m;
+    }
+  }
+}
+
 TEST_P(CudaQuant, IsRefusedWithoutAHalfActivationType) {
   Twin twin(DType::kF32);
   EXPECT_FALSE(twin.gpu().supports_weight_format(format()));

@@ -27,13 +27,22 @@ GemvQuant quant_operands(const WeightRef& w, const GemvQuantAct* act) {
   GemvQuant q;
   if (is_quantized(w.format)) q.w_scales = w.scales.as<float>();
   q.x_scales = act ? act->scales.as<float>() : nullptr;
+  const StaticActQuant fixed = static_act_quant(w);
+  if (fixed.asymmetric && fixed.zero_point != 128) {
+    IB_ASSERT(w.input_row_sums.dtype == DType::kI32 && w.input_row_sums.numel() == w.rows(),
+              "quantized GEMV: an asymmetric static activation scale needs the weight's row sums");
+    q.row_sums = w.input_row_sums.as<int32_t>();
+    q.zero = fixed.zero_point - 128;
+  }
   return q;
 }
 
 // W8A8 (FP8, INT8): x (times the gain, normalised where rms) quantized per token into act's
 // first M rows, the GEMV's input.
 GemvQuantAct quantize_act(const Tensor& x, const Tensor* gain, float eps, bool rms,
-                          const GemvQuantAct* act, DType code, cudaStream_t stream, bool pdl) {
+                          const GemvQuantAct* act, const WeightRef& w, cudaStream_t stream,
+                          bool pdl) {
+  const DType code = w.data.dtype;
   IB_ASSERT(act != nullptr && act->xq.dtype == code && act->xq.row_size() == x.row_size() &&
                 act->xq.rows() >= x.rows() && act->scales.numel() >= x.rows() &&
                 aligned16(act->xq.data),
@@ -41,7 +50,7 @@ GemvQuantAct quantize_act(const Tensor& x, const Tensor* gain, float eps, bool r
   GemvQuantAct q;
   q.xq = act->xq.slice_rows(0, x.rows());
   q.scales = act->scales.reshaped({act->scales.numel(), 1}).slice_rows(0, x.rows());
-  launch_quantize_rms_rows(x, gain, eps, rms, q.xq, q.scales, stream, pdl);
+  launch_quantize_rms_rows(x, gain, eps, rms, q.xq, q.scales, stream, pdl, static_act_quant(w));
   return q;
 }
 
@@ -62,7 +71,7 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
   const void* x_in = x.data;
   GemvQuant operands = quant_operands(w, nullptr);
   if constexpr (kW == kGemvFp8 || kW == kGemvInt8A8) {
-    const GemvQuantAct q = quantize_act(x, gain, eps, kRms, act, w.data.dtype, stream, pdl);
+    const GemvQuantAct q = quantize_act(x, gain, eps, kRms, act, w, stream, pdl);
     x_in = q.xq.data;
     operands = quant_operands(w, &q);
   } else if constexpr (kW == kGemvInt8 && kRms) {

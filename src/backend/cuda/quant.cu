@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
@@ -35,13 +36,25 @@ struct QuantCode<int8_t> {
   }
 };
 
+// INT8 with a static scale (weight.h): symmetric clamp(rne(v / s), -127, 127); asymmetric
+// clamp(rne(v / s) + z, 0, 255) - 128. IEEE division, as the CPU oracle divides.
+__device__ __forceinline__ int8_t static_code(float v, const StaticActQuant& f) {
+  const float c = rintf(__fdiv_rn(v, f.scale));
+  return static_cast<int8_t>(
+      f.asymmetric ? fminf(fmaxf(c + static_cast<float>(f.zero_point), 0.0f), 255.0f) - 128.0f
+                   : fminf(fmaxf(c, -kInt8Max), kInt8Max));
+}
+
 // One block per row: the row's max magnitude, then every element converted. kRms: the row is
 // h of rms_norm(h) * gain: q = code(h * gain * kMax / max |h * gain|) and the scale
 // max |h * gain| / kMax / rms(h), which is the quantization of rms_norm(h) * gain up to rounding.
+// A static scale (fixed.scale > 0, int8 only): q = static_code(h * gain / rms(h)), the scale
+// fixed.scale.
 template <typename T, typename TQ, bool kRms>
 __global__ void __launch_bounds__(kThreads)
     quantize_rows_kernel(const T* __restrict__ src, const T* __restrict__ gain, float eps,
-                         TQ* __restrict__ dst, float* __restrict__ scales, int64_t k) {
+                         TQ* __restrict__ dst, float* __restrict__ scales, int64_t k,
+                         StaticActQuant fixed) {
   __shared__ float scratch[32];
   const T* row = src + blockIdx.x * k;
   TQ* q = dst + blockIdx.x * k;
@@ -50,6 +63,20 @@ __global__ void __launch_bounds__(kThreads)
   const auto value = [&](int64_t i) {
     return gain ? to_f32(row[i]) * to_f32(gain[i]) : to_f32(row[i]);
   };
+  if constexpr (std::is_same_v<TQ, int8_t>) {
+    if (fixed.scale > 0.0f) {
+      float inv_rms = 1.0f;
+      if constexpr (kRms) {
+        float ss = 0.0f;
+        for (int64_t i = threadIdx.x; i < k; i += kThreads) ss += to_f32(row[i]) * to_f32(row[i]);
+        inv_rms = rsqrtf(block_sum(ss, scratch) / static_cast<float>(k) + eps);
+      }
+      for (int64_t i = threadIdx.x; i < k; i += kThreads)
+        q[i] = static_code(value(i) * inv_rms, fixed);
+      if (threadIdx.x == 0) scales[blockIdx.x] = fixed.scale;
+      return;
+    }
+  }
   float amax = 0.0f, ss = 0.0f;
   for (int64_t i = threadIdx.x; i < k; i += kThreads) {
     amax = fmaxf(amax, fabsf(value(i)));
@@ -69,12 +96,12 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, typename TQ>
 void launch_typed(const Tensor& src, const Tensor* gain, float eps, bool rms, Tensor dst,
-                  Tensor scales, cudaStream_t stream, bool pdl) {
+                  Tensor scales, cudaStream_t stream, bool pdl, StaticActQuant fixed) {
   const T* g = gain ? gain->as<const T>() : nullptr;
   const auto kernel = rms ? quantize_rows_kernel<T, TQ, true> : quantize_rows_kernel<T, TQ, false>;
   launch_kernel("quantize_rows", pdl, kernel, dim3(static_cast<unsigned>(src.rows())),
                 dim3(kThreads), 0, stream, src.as<const T>(), g, eps, dst.as<TQ>(),
-                scales.as<float>(), src.row_size());
+                scales.as<float>(), src.row_size(), fixed);
 }
 
 template <typename T>
@@ -92,14 +119,34 @@ __global__ void dequantize_int32_kernel(const int32_t* __restrict__ acc,
                                         const float* __restrict__ x_scales,
                                         const float* __restrict__ w_scales,
                                         const T* __restrict__ bias, T* __restrict__ out, int64_t m,
-                                        int64_t n) {
+                                        int64_t n, int32_t zero,
+                                        const int32_t* __restrict__ row_sums) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < m * n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t col = i % n;
-    float y = static_cast<float>(acc[i]) * x_scales[i / n] * w_scales[col];
+    const int32_t sum = row_sums ? acc[i] - zero * row_sums[col] : acc[i];
+    float y = static_cast<float>(sum) * x_scales[i / n] * w_scales[col];
     if (bias) y += to_f32(bias[col]);
     out[i] = from_f32<T>(y);
   }
+}
+
+// One warp per row: out[n] = sum_k data[n][k] (4 codes per __dp4a).
+__global__ void weight_row_sums_kernel(const int8_t* __restrict__ data, int32_t* __restrict__ out,
+                                       int64_t n, int64_t k) {
+  const int64_t row = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
+  if (row >= n) return;
+  const int lane = threadIdx.x % 32;
+  const int8_t* r = data + row * k;
+  int sum = 0;
+  if (k % 4 == 0 && reinterpret_cast<uintptr_t>(data) % 4 == 0) {
+    const int* words = reinterpret_cast<const int*>(r);
+    for (int64_t i = lane; i < k / 4; i += 32) sum = __dp4a(words[i], 0x01010101, sum);
+  } else {
+    for (int64_t i = lane; i < k; i += 32) sum += r[i];
+  }
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) out[row] = sum;
 }
 
 unsigned grid_of(int64_t elements) {
@@ -123,26 +170,57 @@ void launch_dequantize_int8(const WeightRef& w, Tensor dst, cudaStream_t stream)
 }
 
 void launch_dequantize_int32(const Tensor& acc, const Tensor& x_scales, const Tensor& w_scales,
-                             const Tensor* bias, Tensor out, cudaStream_t stream) {
+                             const Tensor* bias, Tensor out, cudaStream_t stream, int32_t zero,
+                             const Tensor* row_sums) {
   const int64_t m = out.rows(), n = out.row_size();
   IB_ASSERT(acc.dtype == DType::kI32 && acc.numel() == m * n && x_scales.numel() >= m &&
                 w_scales.numel() == n && (bias == nullptr || bias->dtype == out.dtype),
             "dequantize_int32: acc (M, N) int32, x_scales (M), w_scales (N), bias of out's dtype");
+  IB_ASSERT(zero == 0 ||
+                (row_sums != nullptr && row_sums->dtype == DType::kI32 && row_sums->numel() == n),
+            "dequantize_int32: a zero point needs the weight's row sums (N) int32");
   if (m * n == 0) return;
   IB_DISPATCH_FLOAT(out.dtype, T, {
     dequantize_int32_kernel<T><<<grid_of(m * n), kThreads, 0, stream>>>(
         acc.as<const int32_t>(), x_scales.as<const float>(), w_scales.as<const float>(),
-        bias ? bias->as<const T>() : nullptr, out.as<T>(), m, n);
+        bias ? bias->as<const T>() : nullptr, out.as<T>(), m, n, zero,
+        zero != 0 ? row_sums->as<const int32_t>() : nullptr);
   });
   IB_CUDA_CHECK_LAUNCH("dequantize_int32");
 }
 
-void launch_quantize_rows(const Tensor& src, Tensor dst, Tensor scales, cudaStream_t stream) {
-  launch_quantize_rms_rows(src, nullptr, 0.0f, false, dst, scales, stream, false);
+StaticActQuant static_act_quant(const WeightRef& w) {
+  StaticActQuant f;
+  if (w.format != WeightFormat::kInt8W8A8 || w.input_scale <= 0.0f) return f;
+  f.scale = w.input_scale;
+  f.zero_point = w.input_asymmetric ? w.input_zero_point : 0;
+  f.asymmetric = w.input_asymmetric;
+  return f;
+}
+
+void launch_weight_row_sums(const WeightRef& w, Tensor out, cudaStream_t stream) {
+  IB_ASSERT(w.quantized_layout_ok() && w.data.dtype == DType::kI8 && out.dtype == DType::kI32 &&
+                out.numel() == w.data.rows(),
+            "weight_row_sums: an int8 weight (N, K) and out (N) int32");
+  const int64_t n = w.data.rows();
+  if (n == 0) return;
+  constexpr int64_t kRowsPerBlock = kThreads / 32;
+  weight_row_sums_kernel<<<static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock), kThreads,
+                           0, stream>>>(w.data.as<const int8_t>(), out.as<int32_t>(), n,
+                                        w.data.row_size());
+  IB_CUDA_CHECK_LAUNCH("weight_row_sums");
+}
+
+void launch_quantize_rows(const Tensor& src, Tensor dst, Tensor scales, cudaStream_t stream,
+                          StaticActQuant fixed) {
+  launch_quantize_rms_rows(src, nullptr, 0.0f, false, dst, scales, stream, false, fixed);
 }
 
 void launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, bool rms,
-                              Tensor dst, Tensor scales, cudaStream_t stream, bool pdl) {
+                              Tensor dst, Tensor scales, cudaStream_t stream, bool pdl,
+                              StaticActQuant fixed) {
+  IB_ASSERT(fixed.scale == 0.0f || dst.dtype == DType::kI8,
+            "quantize_rows: static activation scales are int8's");
   IB_ASSERT((dst.dtype == DType::kF8E4M3 || dst.dtype == DType::kI8) &&
                 scales.dtype == DType::kF32 && dst.numel() == src.numel() &&
                 scales.numel() == src.rows(),
@@ -154,9 +232,9 @@ void launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, 
   if (src.rows() == 0) return;
   IB_DISPATCH_FLOAT(src.dtype, T, {
     if (dst.dtype == DType::kI8) {
-      launch_typed<T, int8_t>(src, gain, eps, rms, dst, scales, stream, pdl);
+      launch_typed<T, int8_t>(src, gain, eps, rms, dst, scales, stream, pdl, fixed);
     } else {
-      launch_typed<T, uint8_t>(src, gain, eps, rms, dst, scales, stream, pdl);
+      launch_typed<T, uint8_t>(src, gain, eps, rms, dst, scales, stream, pdl, fixed);
     }
   });
 }

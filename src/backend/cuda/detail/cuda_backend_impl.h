@@ -58,6 +58,13 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) override;
   bool supports_weight_format(WeightFormat format) const override;
   void quantize_weight(const Tensor& dense, const WeightRef& out) override;
+  void weight_row_sums(const WeightRef& w, Tensor out) override;
+  // Calibration: the observer sees each quantized matmul's input (on the device; it copies what
+  // it keeps), and the fused decode ops are off meanwhile so that every input passes matmul().
+  bool set_matmul_observer(MatmulObserver observer) override {
+    observer_ = std::move(observer);
+    return true;
+  }
   Status prepare_weight(const WeightRef& w) override { return reserve_quant_scratch(w); }
   void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                       const Tensor& inv_freq, const KvCacheLayer& kv,
@@ -180,6 +187,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   int compute_capability_ = 0;  // major * 10 + minor
   cudaStream_t stream_ = nullptr;
   int attention_prefetch_max_seqs_ = 8;
+  MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;
   Buffer attention_workspace_;

@@ -76,6 +76,10 @@ enum GemvWeight : int {
 struct GemvQuant {
   const float* w_scales = nullptr;  // (N) per output row
   const float* x_scales = nullptr;  // (M) per token, 1 / rms(x) included where kRms (W8A8 only)
+  // INT8 W8A8 with an asymmetric static activation scale (weight.h): x's codes are u - 128, and
+  // the sum is corrected by - zero * row_sums[n], zero = z - 128 (0: no correction).
+  const int32_t* row_sums = nullptr;  // (N)
+  int zero = 0;
 };
 
 // kFp8: the lane's 16 bytes of already quantized x per n-tile at element offset kk.
@@ -304,6 +308,7 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
 
   const int steps = k / kGemvStepK;
   __shared__ float w_scale[kQuant ? kGemvRows : 1];
+  __shared__ int w_row_sum[kW == kGemvInt8A8 ? kGemvRows : 1];
   if constexpr (kAdjacent) {
     pdl_wait();
     pdl_trigger();
@@ -342,6 +347,10 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
       if (warp == 0 && q == 0) {
         w_scale[r] = fp8.w_scales[row_a];
         w_scale[r + 8] = fp8.w_scales[row_b];
+        if constexpr (kW == kGemvInt8A8) {
+          w_row_sum[r] = fp8.zero != 0 ? fp8.row_sums[row_a] : 0;
+          w_row_sum[r + 8] = fp8.zero != 0 ? fp8.row_sums[row_b] : 0;
+        }
       }
     }
     pdl_wait();
@@ -420,7 +429,7 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
   for (int t = 0; t < NT; ++t)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      partial[warp][t][i][lane] = kW == kGemvInt8A8 ? static_cast<float>(iacc[t][i]) : acc[t][i];
+      partial[warp][t][i][lane] = kW == kGemvInt8A8 ? __int_as_float(iacc[t][i]) : acc[t][i];
   // kRms: lanes (r, q = 0..3) summed the squares of token t * 8 + r over this warp's steps (the
   // FP8 variant already reduced them across lanes in its x pass).
   __shared__ float inv_rms[kRms ? NT * 8 : 1];
@@ -451,8 +460,15 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     const int src_lane = (row % 8) * 4 + col / 2;
     const int reg = (row / 8) * 2 + col % 2;
     float sum = 0.0f;
+    if constexpr (kW == kGemvInt8A8) {  // int32 bit patterns, summed exactly
+      int isum = 0;
 #pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][t][reg][src_lane];
+      for (int wi = 0; wi < kWarps; ++wi) isum += __float_as_int(partial[wi][t][reg][src_lane]);
+      sum = static_cast<float>(isum - fp8.zero * w_row_sum[row]);
+    } else {
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][t][reg][src_lane];
+    }
     if constexpr (kXq) sum = sum * fp8.x_scales[token] * w_scale[row];
     if constexpr (kW == kGemvInt8) sum *= w_scale[row];
     if constexpr (kRms && !kXq) sum *= inv_rms[token];

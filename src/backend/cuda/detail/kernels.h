@@ -85,17 +85,32 @@ void launch_scale_columns(Tensor w, const Tensor& gain, cudaStream_t stream);
 // ---- quant.cu ----
 // Each row of src (N, K) (f32/bf16/f16) quantized as backend/weight.h defines it, to dst's
 // dtype: fp8_e4m3 or int8 (N, K), scales f32 (N). Weights at load, and activations per token.
-void launch_quantize_rows(const Tensor& src, Tensor dst, Tensor scales, cudaStream_t stream);
+// fixed: INT8 W8A8's static activation quantization (weight.h; scale 0: dynamic per row).
+struct StaticActQuant {
+  float scale = 0.0f;
+  int32_t zero_point = 0;  // asymmetric: codes u - 128 with u = clamp(rne(x / s) + z, 0, 255)
+  bool asymmetric = false;
+};
+// The static parameters of w (dynamic where w has none).
+StaticActQuant static_act_quant(const WeightRef& w);
+void launch_quantize_rows(const Tensor& src, Tensor dst, Tensor scales, cudaStream_t stream,
+                          StaticActQuant fixed = {});
 // The same of src * gain (gain (K) or null); with rms, src is the h of rms_norm(h) and each row's
-// scale also carries 1 / rms(h): dst * scale = the quantized rms_norm(h) * gain.
+// scale also carries 1 / rms(h): dst * scale = the quantized rms_norm(h) * gain (static: the
+// codes of rms_norm(h) * gain with the fixed scale, written as each row's scale).
 void launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, bool rms,
-                              Tensor dst, Tensor scales, cudaStream_t stream, bool pdl = false);
+                              Tensor dst, Tensor scales, cudaStream_t stream, bool pdl = false,
+                              StaticActQuant fixed = {});
+// out (N) int32 = sum_k data[n][k] of an int8 weight.
+void launch_weight_row_sums(const WeightRef& w, Tensor out, cudaStream_t stream);
 // INT8 W8A16 at large M: dst (N, K) (bf16/f16) = data (N, K) int8 * scales[n], rounded once.
 void launch_dequantize_int8(const WeightRef& w, Tensor dst, cudaStream_t stream);
-// INT8 W8A8 after cuBLASLt's int32 GEMM: out (M, N) = acc (M, N) int32 * x_scales[m] *
-// w_scales[n] (+ bias[n]), out bf16/f16.
+// INT8 W8A8 after cuBLASLt's int32 GEMM: out (M, N) = (acc (M, N) int32 - zero * row_sums[n]) *
+// x_scales[m] * w_scales[n] (+ bias[n]), out bf16/f16; zero = z - 128 of an asymmetric static
+// activation scale (row_sums (N) int32), else 0 (row_sums null).
 void launch_dequantize_int32(const Tensor& acc, const Tensor& x_scales, const Tensor& w_scales,
-                             const Tensor* bias, Tensor out, cudaStream_t stream);
+                             const Tensor* bias, Tensor out, cudaStream_t stream, int32_t zero = 0,
+                             const Tensor* row_sums = nullptr);
 
 // ---- rope_cache.cu ----
 void launch_rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
