@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/calibration_flags.h"
 #include "cli/run_options.h"
 #include "core/plugin_registry.h"
 #include "model/config.h"
@@ -51,7 +52,9 @@ Result<int> execute_generate(const GenerateFlags& flags);
 // `inferbench eval`: a quantization's accuracy loss against the unquantized model, per token
 // (KL divergence, top-1 agreement), teacher-forced on the reference's tokens, and with --text the
 // perplexity of both on a text file in the model's own tokenizer (eval_command.cpp).
-struct EvalFlags {
+// --calibration and its settings apply to the candidate, calibrated on --dataset-path's first
+// prompts (as `run` calibrates on its dataset's) before it sees any context.
+struct EvalFlags : CalibrationFlags {
   std::string model;
   std::string quantization = "fp8";  // the candidate
   std::string reference = "none";
@@ -60,6 +63,7 @@ struct EvalFlags {
   int ctx_size = 512;                             // tokens per chunk (llama.cpp's --ctx-size)
   int chunks = -1;                                // at most this many chunks; -1: all
   std::string kv_cache_dtype = "auto";            // the candidate's KV cache
+  std::string dataset_path;                       // JSONL prompts --calibration draws from
   std::string reference_kv_cache_dtype = "auto";  // the reference's
   int num_prompts = 8;
   int input_len = 32;

@@ -125,16 +125,7 @@ TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
        "--kv-cache-dtype int8: not a KV-cache dtype the engine runs; use auto (the model dtype), "
        "fp8 or fp8_e4m3"},
   };
-  for (const auto& c : cases) {
-    const int code = run(c.args);
-    const std::string e = err();
-    EXPECT_EQ(code, 2) << c.args[1] << " " << c.args[2] << ": " << e;
-    EXPECT_EQ(e.rfind("inferbench: error: ", 0), 0u) << e;
-    EXPECT_NE(e.find(c.expect), std::string::npos) << e;
-    EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 1) << e;
-    EXPECT_FALSE(fs::exists(dir)) << e;
-    EXPECT_TRUE(out().empty());
-  }
+  for (const auto& c : cases) expect_refused(c.args, c.expect, dir);
   EXPECT_EQ(fs::directory_iterator(taken)->path().filename(), "mine.txt");
 }
 

@@ -22,6 +22,7 @@
 #include "cli/local_engine.h"
 #include "core/dtype.h"
 #include "core/rng.h"
+#include "engine/calibration.h"
 #include "engine/engine.h"
 #include "model/presets.h"
 
@@ -52,10 +53,15 @@ Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
                        const std::string& quantization, const std::string& dtype,
                        const std::string& kv_cache_dtype,
                        const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
-                       const detail::TextChunks* text) {
+                       const detail::TextChunks* text,
+                       const std::optional<detail::EvalCalibration>& calibration = std::nullopt) {
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
   int total = static_cast<int>(longest) + max_tokens;
+  if (calibration) {  // each calibration prompt generates one token
+    for (const auto& p : calibration->prompts)
+      total = std::max(total, static_cast<int>(p.size()) + 1);
+  }
   size_t requests = prompts.size();
   if (text != nullptr) {
     total = std::max(total, text->ctx_size + 1);
@@ -72,6 +78,9 @@ Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
   IB_TRY(ec.validate());
   IB_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(model, f.model, f.device, dtype,
                                                            f.load_format, f.seed, ec));
+  if (calibration) {
+    IB_TRY(calibrate(*local.engine, calibration->prompts, calibration->options));
+  }
   Run run;
   run.tokens.resize(prompts.size());
   run.logits.resize(prompts.size());
@@ -158,6 +167,10 @@ void add_eval_flags(CLI::App& app, EvalFlags& f) {
   app.add_option("--reference-kv-cache-dtype", f.reference_kv_cache_dtype,
                  "the reference's KV cache: auto, fp8")
       ->capture_default_str();
+  add_calibration_flags(app, f);
+  app.add_option("--dataset-path", f.dataset_path,
+                 "--calibration: the JSONL dataset (as run's) whose first prompts calibrate the "
+                 "candidate");
   app.add_option("--num-prompts", f.num_prompts, "prompts (random token ids from --seed)")
       ->capture_default_str();
   app.add_option("--input-len", f.input_len, "tokens per prompt")->capture_default_str();
@@ -203,6 +216,8 @@ Result<int> execute_eval(const EvalFlags& f) {
                                     f.output_json, parent.string()));
     }
   }
+  IB_ASSIGN_OR_RETURN(const std::optional<detail::EvalCalibration> calibration,
+                      detail::eval_calibration(f, model));
   std::optional<detail::TextChunks> text;
   if (!f.text.empty()) {
     IB_ASSIGN_OR_RETURN(text, detail::load_text_chunks(f, model));
@@ -216,7 +231,11 @@ Result<int> execute_eval(const EvalFlags& f) {
       p.push_back(static_cast<int32_t>(rng.uniform_int(1, model.vocab_size - 1)));
   }
   const std::string reference = variant_name(f.reference, f.reference_kv_cache_dtype);
-  const std::string candidate = variant_name(f.quantization, f.kv_cache_dtype);
+  std::string candidate = variant_name(f.quantization, f.kv_cache_dtype);
+  if (calibration) {  // "int8-w8a8, static minmax asymmetric", as the leaderboard writes it
+    candidate += fmt::format(", static {} {}", calibration_method_name(calibration->options.method),
+                             activation_scheme_name(calibration->options.scheme));
+  }
   std::cerr << fmt::format("eval: reference ({}, {}) generating {} x {} tokens{}\n", reference,
                            ref_dtype, f.num_prompts, f.output_len,
                            text ? fmt::format(", scoring {} chunks", text->chunks.size()) : "");
@@ -232,10 +251,14 @@ Result<int> execute_eval(const EvalFlags& f) {
       contexts.push_back(std::move(c));
     }
   }
-  std::cerr << fmt::format("eval: candidate ({}, {}) on {} teacher-forced contexts\n", candidate,
-                           f.dtype, contexts.size());
-  IB_ASSIGN_OR_RETURN(const Run cand, run_engine(f, model, f.quantization, f.dtype,
-                                                 f.kv_cache_dtype, contexts, 1, chunks));
+  std::cerr << fmt::format("eval: candidate ({}, {}) on {} teacher-forced contexts{}\n", candidate,
+                           f.dtype, contexts.size(),
+                           calibration ? fmt::format(", calibrated first on {} prompts of {}",
+                                                     calibration->prompts.size(), f.dataset_path)
+                                       : "");
+  IB_ASSIGN_OR_RETURN(const Run cand,
+                      run_engine(f, model, f.quantization, f.dtype, f.kv_cache_dtype, contexts, 1,
+                                 chunks, calibration));
   std::vector<double> kl;
   int agree = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -255,6 +278,7 @@ Result<int> execute_eval(const EvalFlags& f) {
                    {"dtype", f.dtype},
                    {"reference_kv_cache_dtype", f.reference_kv_cache_dtype},
                    {"candidate_kv_cache_dtype", f.kv_cache_dtype},
+                   {"candidate_calibration", detail::calibration_json(calibration, f)},
                    {"device", f.device},
                    {"tokens", kl.size()},
                    {"kl_mean", mean},

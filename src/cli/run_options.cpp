@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -226,6 +227,14 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   IB_TRY(check_run_flags(f));
   IB_ASSIGN_OR_RETURN(const EngineConfig engine, run_engine_config(f));
+  IB_ASSIGN_OR_RETURN(const std::optional<ResolvedCalibration> calibration,
+                      resolve_calibration(f, f.quantization));
+  if (calibration && http) {
+    return user_error(fmt::format(
+        "--calibration sets the embedded engine's activation scales; --backend {} runs none "
+        "here: drop --calibration",
+        f.backend));
+  }
   if (f.max_model_len > p.model.max_position_embeddings) {
     return user_error(
         fmt::format("--max-model-len {} exceeds what {} supports ({}); lower it or drop the flag",
@@ -300,6 +309,10 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   n.sampling.top_k = f.top_k;
   n.sampling.seed = f.seed;
   n.ignore_eos = !f.no_ignore_eos;
+  if (calibration) {  // its prompts are drawn from the dataset by plan_run
+    n.calibration = NativeCalibration{calibration->options, {}};
+    p.calibration_prompts = calibration->prompts;
+  }
   if (http) IB_TRY(resolve_http_target(f, n, p.target.openai));
 
   IB_ASSIGN_OR_RETURN(const double cv_threshold, parse_fraction(f.cv_threshold, "--cv-threshold"));
@@ -354,6 +367,7 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
       {"ignore_eos", n.ignore_eos},
   };
   p.config["cv_threshold"] = cv_threshold;
+  add_calibration_config(p.config, calibration);  // beside "quantization"
   if (http) {
     p.config["base_url"] = f.base_url;
     p.config["endpoint"] =

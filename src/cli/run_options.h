@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/calibration_flags.h"
 #include "cli/engine_flags.h"
 #include "core/plugin_registry.h"
 #include "orchestrate/orchestrate.h"
@@ -15,7 +16,7 @@
 namespace ib {
 
 // Raw flag values, as typed.
-struct RunFlags : EngineFlags {
+struct RunFlags : EngineFlags, CalibrationFlags {
   // Benchmark (vLLM names where they exist).
   std::string model = "tiny-15m";
   std::string backend = "native";

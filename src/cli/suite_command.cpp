@@ -19,7 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // The `inferbench eval` of an entry with eval_args: its run's model, device, dtype, weights, seed,
-// quantization and KV-cache dtype, then the entry's eval flags.
+// quantization, KV-cache dtype and calibration (on the run's dataset), then the entry's eval
+// flags.
 Result<EvalFlags> entry_eval_flags(const SuiteEntry& e) {
   IB_ASSIGN_OR_RETURN(const RunFlags run, parse_run_args(e.args));
   std::vector<std::string> args = {"--model",          run.model,
@@ -29,6 +30,11 @@ Result<EvalFlags> entry_eval_flags(const SuiteEntry& e) {
                                    "--seed",           std::to_string(run.seed),
                                    "--quantization",   run.quantization,
                                    "--kv-cache-dtype", run.kv_cache_dtype};
+  const std::vector<std::string> calibration = calibration_args(run);
+  if (!calibration.empty()) {
+    args.insert(args.end(), calibration.begin(), calibration.end());
+    args.insert(args.end(), {"--dataset-path", run.dataset_path});
+  }
   args.insert(args.end(), e.eval_args->begin(), e.eval_args->end());
   CLI::App app{"eval"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -130,7 +136,9 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
         for (const auto& a : e.args) line += " " + a;
         line += " --result-dir " + (dir / e.name).string();
         if (e.eval_args) {
-          line += "; then inferbench eval (the run's model, device, dtype, quantization, KV cache)";
+          line +=
+              "; then inferbench eval (the run's model, device, dtype, quantization, KV cache, "
+              "calibration)";
           for (const auto& a : *e.eval_args) line += " " + a;
           line += " --output-json " + (dir / e.name / kEvalJson).string();
         }

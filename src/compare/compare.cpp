@@ -40,6 +40,9 @@ const char* const kWorkloadKeys[] = {
     "batch_size",   "max_concurrency", "request_rate",  "burstiness",    "dtype",       "device",
     "dataset_name", "dataset_path",    "max_model_len", "ignore_eos",    "temperature", "top_p",
     "top_k",        "load_format",     "quantization",  "kv_cache_dtype"};
+// --calibration's settings are part of the workload too (null in results from before the flag).
+const char* const kCalibrationKeys[] = {"calibration", "calibration_scheme",
+                                        "calibration_percentile", "calibration_prompts"};
 
 std::vector<double> per_run(const json& result, const std::string& key) {
   std::vector<double> out;
@@ -122,11 +125,13 @@ std::vector<std::string> workload_differences(const json& a, const json& b) {
   const json& ca = a.value("config", json::object());
   const json& cb = b.value("config", json::object());
   std::vector<std::string> out;
-  for (const char* key : kWorkloadKeys) {
+  const auto differ = [&](const char* key) {
     const json va = ca.contains(key) ? ca[key] : json(nullptr);
     const json vb = cb.contains(key) ? cb[key] : json(nullptr);
     if (va != vb) out.push_back(fmt::format("{}: {} vs {}", key, va.dump(), vb.dump()));
-  }
+  };
+  for (const char* key : kWorkloadKeys) differ(key);
+  for (const char* key : kCalibrationKeys) differ(key);
   return out;
 }
 

@@ -104,6 +104,14 @@ StaticActivationQuant static_activation_quant(const ActivationStats& stats,
   return out;
 }
 
+const char* calibration_method_name(CalibrationMethod m) {
+  return m == CalibrationMethod::kMinMax ? "minmax" : "percentile";
+}
+
+const char* activation_scheme_name(ActivationScheme s) {
+  return s == ActivationScheme::kSymmetric ? "symmetric" : "asymmetric";
+}
+
 Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
                  const CalibrationOptions& options) {
   if (prompts.empty()) return user_error("calibration needs at least one prompt");
@@ -161,6 +169,7 @@ Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompt
     }
   }
   backend.set_matmul_observer(nullptr);
+  engine.reset_profile();  // the observed steps are not the benchmark's
   IB_TRY(run);
   for (WeightRef* ref : targets) {
     const auto it = stats.find(ref->data.data);

@@ -17,6 +17,8 @@ class Engine;
 
 enum class CalibrationMethod { kMinMax, kPercentile };
 enum class ActivationScheme { kSymmetric, kAsymmetric };
+const char* calibration_method_name(CalibrationMethod m);  // "minmax", "percentile"
+const char* activation_scheme_name(ActivationScheme s);    // "symmetric", "asymmetric"
 
 // Min, max and a histogram of the observed values: magnitudes on a log scale per sign, from 2^-40
 // to 2^40 with kBinsPerOctave bins per octave (each bin's edges 2^(1/64), 1.1 %, apart; smaller
@@ -73,9 +75,10 @@ struct CalibrationOptions {
 // Runs each prompt through the engine (its prefill and one generated token; the engine must be
 // idle) with the backend observing every matmul input, then sets static activation parameters
 // on each layer's INT8 W8A8 matmul weights from what their inputs held (asymmetric: with the
-// weight's row sums, QuantOps::weight_row_sums, added to the model's storage), and records the
-// engine's decode graphs again. User errors: no prompts, a model whose matmul weights are not
-// int8-w8a8, a backend that cannot observe, a weight none of the prompts reached.
+// weight's row sums, QuantOps::weight_row_sums, added to the model's storage), records the
+// engine's decode graphs again, and resets its step profile (Engine::reset_profile), so a
+// benchmark after it profiles its own steps. User errors: no prompts, a model whose matmul
+// weights are not int8-w8a8, a backend that cannot observe, a weight none of the prompts reached.
 Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
                  const CalibrationOptions& options);
 

@@ -208,6 +208,8 @@ class EngineImpl final : public Engine {
     return p;
   }
 
+  void reset_profile() override { profiler_ = detail::StepProfiler{}; }
+
   const ModelConfig& model_config() const override { return model_; }
   const EngineConfig& config() const override { return config_; }
   const std::string& weights_description() const override { return runner_->weights().description; }

@@ -143,6 +143,9 @@ class Engine {
 
   virtual EngineStats stats() const = 0;
   virtual EngineProfile profile() const = 0;
+  // Forgets the steps profile() sums (not stats()): steps run before, calibration's
+  // (engine/calibration.h), are not the benchmark's. Call while idle.
+  virtual void reset_profile() = 0;
   virtual const ModelConfig& model_config() const = 0;
   virtual const EngineConfig& config() const = 0;
   virtual const std::string& weights_description() const = 0;

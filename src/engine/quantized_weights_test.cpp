@@ -364,6 +364,21 @@ TEST(Int8Calibration, IsRefusedNamingTheFix) {
   EXPECT_NE(pct.error().message.find("calibration percentile"), std::string::npos);
 }
 
+TEST(Int8Calibration, LeavesNoStepsInTheProfile) {
+  // A benchmark calibrates before its warm-ups: the observed steps must not count as its own.
+  const ModelConfig c = tiny_config();
+  CpuBackend backend(1);
+  EngineConfig config;
+  config.quantization = "int8-w8a8";
+  auto engine = create_engine_with_weights(
+      c, testing::random_weights(c, backend, 7, WeightFormat::kInt8W8A8), config, backend);
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE(calibrate(**engine, {{1, 2, 3}, {4, 5, 6, 7}}, {}).ok());
+  const EngineProfile p = (*engine)->profile();
+  EXPECT_EQ(p.prefill.steps + p.decode.steps, 0);
+  EXPECT_GE((*engine)->stats().steps, 2);  // stats() still counts them
+}
+
 TEST(Fp8Engine, CreateEngineLoadsTheConfiguredQuantization) {
   const ModelConfig c = tiny_config();
   CpuBackend backend(2);

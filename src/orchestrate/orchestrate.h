@@ -50,6 +50,9 @@ struct RunConfig {
   bool overwrite = false;  // reuse a non-empty result_dir
   int memory_sample_interval_ms = 100;
   bool telemetry = true;  // sampler, step markers, allocation trace
+  // With target.native.calibration set (--calibration): how many of the dataset's first prompts
+  // calibrate; plan_run draws them (workload/workload.h, dataset_prompts) into it.
+  int calibration_prompts = 0;
   // The resolved flags echoed into result.json; plan_run sets the keys it derives (batch_size,
   // num_prompts, lengths, warm-ups, load description, KV bytes, max_num_seqs, result_dir).
   nlohmann::json config;

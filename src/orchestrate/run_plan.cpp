@@ -2,6 +2,7 @@
 // result.json's config.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -15,7 +16,8 @@ namespace {
 // longest context, plus a block of slack each. Without --kv-cache-memory the pool is sized to
 // this (capped by the engine's 2 GiB default) instead of allocating gigabytes a run never touches.
 int64_t workload_kv_bytes(const std::vector<RequestSpec>& requests, const RunnerOptions& r,
-                          const EngineConfig& engine, const ModelConfig& model, DType dtype) {
+                          const EngineConfig& engine, const ModelConfig& model, DType dtype,
+                          const std::optional<NativeCalibration>& calibration) {
   int64_t in_flight = r.mode == LoadMode::kStatic ? r.batch_size
                       : r.max_concurrency > 0     ? r.max_concurrency
                                                   : static_cast<int64_t>(requests.size());
@@ -24,9 +26,30 @@ int64_t workload_kv_bytes(const std::vector<RequestSpec>& requests, const Runner
   for (const auto& q : requests) {
     max_context = std::max<int64_t>(max_context, q.input_len + q.output_len);
   }
+  if (calibration) {  // one prompt at a time, each with one generated token
+    for (const auto& p : calibration->prompts) {
+      max_context = std::max<int64_t>(max_context, static_cast<int64_t>(p.size()) + 1);
+    }
+  }
   const int64_t blocks = (max_context + engine.block_size - 1) / engine.block_size + 1;
   const Result<DType> kv = kv_cache_dtype_for(engine.kv_cache_dtype, dtype);  // --kv-cache-dtype
   return in_flight * blocks * engine.block_size * model.kv_bytes_per_token(kv.ok() ? *kv : dtype);
+}
+
+// The calibration prompts (--calibration), each fitting the context with its generated token.
+Status draw_calibration_prompts(RunPlan& p, const Tokenizer& tokenizer) {
+  std::optional<NativeCalibration>& c = p.target.native.calibration;
+  if (!c) return Ok{};
+  IB_ASSIGN_OR_RETURN(c->prompts, dataset_prompts(p.workload, tokenizer, p.calibration_prompts));
+  for (size_t i = 0; i < c->prompts.size(); ++i) {
+    if (static_cast<int64_t>(c->prompts[i].size()) + 1 > p.max_model_len) {
+      return user_error(fmt::format(
+          "calibration prompt {} of {} has {} tokens, beyond {}'s context of {} with the token "
+          "it generates; lower --calibration-prompts or raise --max-model-len",
+          i + 1, p.workload.dataset_path, c->prompts[i].size(), p.model.name, p.max_model_len));
+    }
+  }
+  return Ok{};
 }
 
 std::string describe_load(const RunnerOptions& r) {
@@ -57,6 +80,7 @@ Result<RunPlan> plan_run(const RunConfig& config, const PluginRegistry& registry
   const auto tokenizer = make_byte_tokenizer();
   IB_ASSIGN_OR_RETURN(p.requests, make_requests(p.workload, *tokenizer));
   IB_TRY(check_context_fits(p.requests, p.max_model_len, p.model.name));
+  IB_TRY(draw_calibration_prompts(p, *tokenizer));
 
   RunnerOptions& r = p.runner;
   const int batch =
@@ -70,8 +94,9 @@ Result<RunPlan> plan_run(const RunConfig& config, const PluginRegistry& registry
   engine.cpu_kv_cache_bytes =
       p.kv_cache_bytes
           ? *p.kv_cache_bytes
-          : std::min(engine.cpu_kv_cache_bytes, workload_kv_bytes(p.requests, r, engine, p.model,
-                                                                  p.target.native.backend.dtype));
+          : std::min(engine.cpu_kv_cache_bytes,
+                     workload_kv_bytes(p.requests, r, engine, p.model,
+                                       p.target.native.backend.dtype, p.target.native.calibration));
 
   nlohmann::json& c = p.config;
   c["batch_size"] = r.batch_size;

@@ -122,6 +122,16 @@ LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
   if (config.contains("quantization") && config["quantization"].is_string()) {
     r.precision = config["quantization"].get<std::string>();  // e.g. fp8 (--quantization)
   }
+  if (config.contains("calibration") && config["calibration"].is_string()) {
+    // "int8-w8a8, static minmax asymmetric" (--calibration, --calibration-scheme)
+    r.precision += ", static " + config["calibration"].get<std::string>();
+    if (config.contains("calibration_percentile") && config["calibration_percentile"].is_number()) {
+      r.precision += fmt::format(" {}", config["calibration_percentile"].get<double>());
+    }
+    if (config.contains("calibration_scheme") && config["calibration_scheme"].is_string()) {
+      r.precision += " " + config["calibration_scheme"].get<std::string>();
+    }
+  }
   if (config.contains("kv_cache_dtype") && config["kv_cache_dtype"].is_string() &&
       config["kv_cache_dtype"].get<std::string>() != "auto") {
     r.precision += ", KV " + config["kv_cache_dtype"].get<std::string>();  // e.g. "bf16, KV fp8"

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "engine/async_engine.h"
 #include "targets/detail/profile_json.h"
 
@@ -11,8 +12,22 @@ namespace {
 
 using nlohmann::json;
 
+// The calibration the engine ran (--calibration), or null: its settings and its time (not in any
+// measured number: it ran before the first request).
+json calibration_json(const NativeTargetOptions& o, double seconds) {
+  if (!o.calibration) return nullptr;
+  const CalibrationOptions& c = o.calibration->options;
+  return json{{"method", calibration_method_name(c.method)},
+              {"scheme", activation_scheme_name(c.scheme)},
+              {"percentile",
+               c.method == CalibrationMethod::kPercentile ? json(c.percentile) : json(nullptr)},
+              {"prompts", o.calibration->prompts.size()},
+              {"seconds", seconds}};
+}
+
 // What never changes while the engine lives: model, device, dtype, weights, engine settings.
-json describe_fixed(const Engine& engine, Backend& backend, const NativeTargetOptions& o) {
+json describe_fixed(const Engine& engine, Backend& backend, const NativeTargetOptions& o,
+                    double calibration_s) {
   const ModelConfig& m = engine.model_config();
   const EngineConfig& e = engine.config();
   const DeviceInfo d = backend.device_info();
@@ -59,6 +74,7 @@ json describe_fixed(const Engine& engine, Backend& backend, const NativeTargetOp
          o.backend.memory_limit_bytes ? json(*o.backend.memory_limit_bytes) : json(nullptr)},
         {"kv_growth", kv_growth_name(e.kv_growth)},
         {"quantization", e.quantization},
+        {"calibration", calibration_json(o, calibration_s)},
         {"kv_cache_dtype", e.kv_cache_dtype},
         // What the cache stores (auto resolved; the config was validated).
         {"kv_dtype",
@@ -180,11 +196,17 @@ class NativeTarget : public Target {
       if (options_.trace_allocations) instance.backend->memory().set_tracing(true);
       IB_ASSIGN_OR_RETURN(instance.engine, create_engine(options_.model, options_.weights,
                                                          options_.engine, *instance.backend));
+      if (options_.calibration) {
+        const int64_t start_ns = now_ns();
+        IB_TRY(calibrate(*instance.engine, options_.calibration->prompts,
+                         options_.calibration->options));
+        calibration_s_ = static_cast<double>(now_ns() - start_ns) * 1e-9;
+      }
       return instance;
     };
     // Before start() returns, on the engine thread: what never changes while the engine lives.
     o.hooks.on_ready = [this](Engine& engine) {
-      fixed_ = describe_fixed(engine, engine.backend(), options_);
+      fixed_ = describe_fixed(engine, engine.backend(), options_, calibration_s_);
     };
     if (options_.on_step) {
       o.hooks.on_step = [this](Engine&, const StepStats& s) { options_.on_step(s); };
@@ -231,6 +253,7 @@ class NativeTarget : public Target {
 
   NativeTargetOptions options_;
   TargetCallbacks cb_;
+  double calibration_s_ = 0;  // written on the engine thread before on_ready
   json fixed_;  // written once on the engine thread before setup() returns; null if it failed
   AsyncEngine engine_;  // last: its thread uses the members above
 };

@@ -6,9 +6,11 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/calibration.h"
 #include "engine/engine.h"
 #include "engine/model_weights.h"
 #include "model/config.h"
@@ -16,13 +18,21 @@
 
 namespace ib {
 
+// Static activation scales (--calibration): calibrate() runs the prompts on the engine once its
+// weights have loaded, inside setup(), so before any request (warm-ups included) is sent.
+struct NativeCalibration {
+  CalibrationOptions options;
+  std::vector<std::vector<int32_t>> prompts;  // token ids, each (prompt_len)
+};
+
 struct NativeTargetOptions {
   ModelConfig model;
   WeightOptions weights;
   EngineConfig engine;
   BackendOptions backend;
-  SamplingParams sampling;  // request r samples with seed sampling.seed + r.id
-  bool ignore_eos = true;   // benchmarks generate exactly output_len tokens
+  SamplingParams sampling;                       // request r samples with seed sampling.seed + r.id
+  bool ignore_eos = true;                        // benchmarks generate exactly output_len tokens
+  std::optional<NativeCalibration> calibration;  // nullopt: dynamic (per-token) activation scales
 
   // Telemetry hooks (optional), called on the engine thread: every step's stats as it ends;
   // with trace_allocations, the tracked allocator's alloc/free trace (from before the weights

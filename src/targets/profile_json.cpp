@@ -44,7 +44,7 @@ json profile_json(const EngineProfile& p) {
        "samples, the embedding rows used) + KV read (each sequence's visible context) + KV "
        "written; achieved = bytes / step wall time; device time from events around the forward "
        "pass; host overhead = (wall - device) / wall; sums over every step since the engine "
-       "started (warm-up included)"},
+       "started (warm-up included; calibration's steps, which come before, are not)"},
       {"copy_ceiling_bytes_per_s", p.copy_ceiling_bytes_per_s},
       {"reference_copy_bytes_per_s", kReferenceCopyBytesPerS},
       {"graphs", {{"count", p.num_graphs}, {"buckets", p.graph_buckets}, {"bytes", p.graph_bytes}}},

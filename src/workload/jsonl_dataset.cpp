@@ -75,10 +75,9 @@ Result<Line> parse_line(const std::string& text, const std::string& where, int v
   return line;
 }
 
-}  // namespace
-
-Result<std::vector<RequestSpec>> load_jsonl_requests(const WorkloadOptions& options,
-                                                     const Tokenizer& tokenizer) {
+// Every line of the dataset, parsed and tokenized, in file order.
+Result<std::vector<Line>> read_jsonl_lines(const WorkloadOptions& options,
+                                           const Tokenizer& tokenizer) {
   IB_TRY(validate_workload_options(options));
   std::ifstream in(options.dataset_path);
   if (!in) {
@@ -103,6 +102,14 @@ Result<std::vector<RequestSpec>> load_jsonl_requests(const WorkloadOptions& opti
                     "{{\"prompt\": \"text\"}}",
                     options.dataset_path));
   }
+  return lines;
+}
+
+}  // namespace
+
+Result<std::vector<RequestSpec>> load_jsonl_requests(const WorkloadOptions& options,
+                                                     const Tokenizer& tokenizer) {
+  IB_ASSIGN_OR_RETURN(const std::vector<Line> lines, read_jsonl_lines(options, tokenizer));
   Rng output_len_rng(options.seed * 4 + 2);
   std::vector<RequestSpec> out(static_cast<size_t>(options.num_prompts));
   for (size_t i = 0; i < out.size(); ++i) {
@@ -115,6 +122,25 @@ Result<std::vector<RequestSpec>> load_jsonl_requests(const WorkloadOptions& opti
     const int drawn = sample_length(options.output_len, output_len_rng);
     r.output_len = line.output_len > 0 ? line.output_len : drawn;
   }
+  return out;
+}
+
+Result<std::vector<std::vector<int32_t>>> dataset_prompts(const WorkloadOptions& options,
+                                                          const Tokenizer& tokenizer, int count) {
+  if (options.dataset_name != "jsonl") {
+    return user_error(fmt::format(
+        "--dataset-name {} has no prompts of its own (its prompts are random token ids); "
+        "calibration needs real prompts: use --dataset-name jsonl --dataset-path FILE",
+        options.dataset_name));
+  }
+  IB_ASSIGN_OR_RETURN(const std::vector<Line> lines, read_jsonl_lines(options, tokenizer));
+  if (count < 1 || static_cast<size_t>(count) > lines.size()) {
+    return user_error(fmt::format(
+        "--calibration-prompts {}: dataset {} holds {} prompts; use 1 to {} or a larger dataset",
+        count, options.dataset_path, lines.size(), lines.size()));
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < count; ++i) out.push_back(lines[static_cast<size_t>(i)].tokens);
   return out;
 }
 

@@ -46,6 +46,13 @@ Result<std::vector<RequestSpec>> make_random_requests(const WorkloadOptions& opt
 Result<std::vector<RequestSpec>> load_jsonl_requests(const WorkloadOptions& options,
                                                      const Tokenizer& tokenizer);
 
+// The first `count` prompts of the options' dataset, tokenized as load_jsonl_requests tokenizes
+// them: the prompts a run of at least `count` requests sends first (calibration's prompts,
+// engine/calibration.h). User errors: a dataset without prompts of its own (random token ids),
+// `count` outside 1 .. the prompts the file holds, and load_jsonl_requests' own.
+Result<std::vector<std::vector<int32_t>>> dataset_prompts(const WorkloadOptions& options,
+                                                          const Tokenizer& tokenizer, int count);
+
 // The user error for the first request whose input + output exceeds max_model_len (naming both
 // numbers), checked before any work starts.
 Status check_context_fits(const std::vector<RequestSpec>& requests, int max_model_len,

@@ -201,5 +201,46 @@ TEST(JsonlDataset, MissingOrEmptyFileIsAUserError) {
   EXPECT_NE(r.error().message.find("--dataset-path"), std::string::npos);
 }
 
+TEST(DatasetPrompts, AreTheFirstPromptsOfTheFileTokenizedAsTheRequests) {
+  TempFile f(
+      "{\"prompt\": \"hi!\"}\n"
+      "\n"
+      "{\"prompt_token_ids\": [5, 6, 7, 8], \"output_len\": 3}\n"
+      "{\"prompt\": \"third\"}\n");
+  auto o = options();
+  o.dataset_name = "jsonl";
+  o.dataset_path = f.path();
+  o.num_prompts = 1;  // the file, not the run's count, bounds them
+  ByteTokenizer tok;
+  auto prompts = dataset_prompts(o, tok, 2);
+  ASSERT_TRUE(prompts.ok()) << prompts.error().message;
+  o.num_prompts = 3;
+  auto reqs = load_jsonl_requests(o, tok);
+  ASSERT_TRUE(reqs.ok());
+  ASSERT_EQ(prompts->size(), 2u);
+  EXPECT_EQ((*prompts)[0], (*reqs)[0].prompt_tokens);
+  EXPECT_EQ((*prompts)[1], (*reqs)[1].prompt_tokens);
+  EXPECT_TRUE(dataset_prompts(o, tok, 3).ok());
+}
+
+TEST(DatasetPrompts, AreRefusedWithoutADatasetOrBeyondIt) {
+  TempFile f("{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n");
+  ByteTokenizer tok;
+  auto o = options();  // random token ids: no prompts of its own
+  auto none = dataset_prompts(o, tok, 2);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().kind, ErrorKind::kUser);
+  EXPECT_NE(none.error().message.find("--dataset-name jsonl --dataset-path"), std::string::npos)
+      << none.error().message;
+  o.dataset_name = "jsonl";
+  o.dataset_path = f.path();
+  for (int count : {0, 3}) {
+    auto r = dataset_prompts(o, tok, count);
+    ASSERT_FALSE(r.ok()) << count;
+    EXPECT_NE(r.error().message.find("holds 2 prompts; use 1 to 2"), std::string::npos)
+        << r.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace ib

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -76,6 +77,20 @@ class E2e : public ::testing::Test {
   }
   std::string out() const { return read_file(root_ / "stdout.txt").value(); }
   std::string err() const { return read_file(root_ / "stderr.txt").value(); }
+  // A bad input: exit 2, one stderr line "inferbench: error: ..." holding `expect`, nothing on
+  // stdout, and `never` (the result the command was given) not created.
+  void expect_refused(const std::vector<std::string>& args, const std::string& expect,
+                      const fs::path& never) {
+    const int code = run(args);
+    const std::string e = err();
+    const std::string what = args.size() > 2 ? args[1] + " " + args[2] : "";
+    EXPECT_EQ(code, 2) << what << ": " << e;
+    EXPECT_EQ(e.rfind("inferbench: error: ", 0), 0u) << e;
+    EXPECT_NE(e.find(expect), std::string::npos) << e;
+    EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 1) << e;
+    EXPECT_FALSE(fs::exists(never)) << e;
+    EXPECT_TRUE(out().empty());
+  }
 
   fs::path root_;
 };

@@ -4,11 +4,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "engine/calibration.h"
 #include "engine/engine.h"
 
 namespace ib::detail {
@@ -54,5 +58,23 @@ struct Perplexity {
 // Every chunk as one request (its prompt logits from first_scored on, one output token), at most
 // max_live at once; the NLL of each scored token under the engine's model.
 Result<Perplexity> score_text(Engine& engine, const TextChunks& text, int max_live);
+
+// The candidate's static activation scales (--calibration) and the prompts they come from
+// (eval_calibration.cpp).
+struct EvalCalibration {
+  CalibrationOptions options;
+  std::vector<std::vector<int32_t>> prompts;  // --dataset-path's first, tokenized as `run` does
+};
+
+// --dataset-path's first --calibration-prompts prompts, each fitting the model's context with
+// the token it generates; nullopt without --calibration. User errors (resolve_calibration's, no
+// --dataset-path, a dataset too small) come before any engine loads.
+Result<std::optional<EvalCalibration>> eval_calibration(const EvalFlags& flags,
+                                                        const ModelConfig& model);
+
+// The candidate's calibration in --output-json (method, scheme, percentile, prompts, dataset), or
+// null.
+nlohmann::json calibration_json(const std::optional<EvalCalibration>& calibration,
+                                const EvalFlags& flags);
 
 }  // namespace ib::detail
