@@ -60,9 +60,9 @@ else
   if [ "${IB_PROFILE:-1}" = 1 ]; then
     prof dynamic
     prof minmax_asym --calibration minmax
-    prof minmax_sym --calibration minmax --calibration-scheme symmetric
+    [ "${IB_PROFILE_SYM:-0}" = 1 ] && prof minmax_sym --calibration minmax --calibration-scheme symmetric
   fi
-  timeout -s INT "${IB_SUITE_S:-540}" "$B/bin/inferbench" suite bench/quant-matrix.yaml \
+  timeout -s INT $(( ${IB_DEADLINE_S:-580} - ($(date +%s) - T0) )) "$B/bin/inferbench" suite bench/quant-matrix.yaml \
     --result-dir "$O/qm" --override runs=1 > "$O/suite.log" 2>&1
   echo "suite rc=$? $(el)"; tail -5 "$O/suite.log"
   cp "$O/qm/leaderboard.md" "$O/qm/leaderboard.csv" "$O/" 2>/dev/null; cat "$O/leaderboard.md"
