@@ -7,6 +7,8 @@
 # bench/quant-matrix-prompts.jsonl, and fp8 / int8 at batch 1 with IB_PDL=1. Part b (~6 minutes; builds first if the machine is fresh):
 # bench/quant-matrix.yaml with one run per row and its eval columns.
 # Usage (from the repository root): OUT=dir IB_PART=a|b bash bench/gpu/calib.sh
+# Part a's environment: IB_QUANTS (fp8.sh's, "fp8 int8 int8-w8a8"), IB_SKIP_BF16, IB_TEST_FILTER,
+# IB_PDL_QUANTS ("fp8 int8"; empty: no PDL runs).
 # Writes (a) tests.log, runs.log, runs.json, calib.log, all.tgz; (b) leaderboard.md,
 # leaderboard.csv, suite.log, qm.tgz.
 set -u; T0=$(date +%s)
@@ -16,8 +18,9 @@ el() { echo "+$(( $(date +%s) - T0 )) s"; }
 if [ "${IB_PART:-a}" = a ]; then
   W=$O/work; mkdir -p "$W"
   OUT=$W IB_TARGETS="inferbench backend_cuda_test engine_cuda_test" IB_RUNS="b1 seed" \
-    IB_QUANTS="fp8 int8 int8-w8a8" IB_SKIP_OPS=1 IB_DEADLINE_S=430 \
-    IB_TEST_FILTER='*CudaQuant*:*CudaFused*:*CudaEngine*' bash bench/gpu/fp8.sh > "$W/fp8.log" 2>&1
+    IB_QUANTS="${IB_QUANTS:-fp8 int8 int8-w8a8}" IB_SKIP_OPS=1 IB_DEADLINE_S=430 \
+    IB_TEST_FILTER="${IB_TEST_FILTER:-*CudaQuant*:*CudaFused*:*CudaEngine*}" bash bench/gpu/fp8.sh \
+    > "$W/fp8.log" 2>&1
   echo "fp8.sh rc=$? $(el)"; grep -E "rc=|FAILED|PASSED|Failure" "$W/fp8.log" | head -30
   cp "$W/tests.log" "$W/runs.log" "$W/runs.json" "$O/" 2>/dev/null
   calib() { local name=$1; shift
@@ -30,7 +33,7 @@ if [ "${IB_PART:-a}" = a ]; then
   calib seed_int8_w8a8_minmax --batch-size 8 --num-prompts 200 --runs 1
   # Programmatic dependent launch for the 8-bit formats' extra small kernels (quantize / norm):
   # batch 1 with IB_PDL=1, against fp8.sh's runs above.
-  for q in fp8 int8; do
+  for q in ${IB_PDL_QUANTS-fp8 int8}; do
     IB_PDL=1 timeout -s INT 120 "$B/bin/inferbench" run --device cuda --dtype bf16 \
       --load-format dummy --model llama-3-8b --quantization $q --disable-tqdm --batch-size 1 \
       --input-len 32 --output-len 128 --num-prompts 4 --runs 3 --result-dir "$W/b1_${q}_pdl" \

@@ -18,9 +18,10 @@
 //   zero row), y[m][n] = (sum_k xq[m][k] * data[n][k]) * s_m * scales[n] (+ bias[n]), the sum
 //   exact in int32.
 // Static activation scales (kInt8W8A8 with input_scale > 0; calibrated, engine/calibration.h):
-//   the activations are quantized with fixed parameters instead of per token. Symmetric:
-//   xq = clamp(rne(x / s), -127, 127), y = (sum_k xq * data) * s * scales[n]. Asymmetric (the
-//   seed's uint8 affine scheme, zero point z in [0, 255]): u = clamp(rne(x / s) + z, 0, 255),
+//   the activations are quantized with fixed parameters instead of per token (inv = 1 / s in
+//   fp32). Symmetric: xq = clamp(rne(x * inv), -127, 127), y = (sum_k xq * data) * s * scales[n].
+//   Asymmetric (the seed's uint8 affine scheme, zero point z in [0, 255]):
+//   u = clamp(rne(x * inv) + z, 0, 255),
 //   y = (sum_k (u - z) * data) * s * scales[n], summed exactly as sum (u - 128) * data -
 //   (z - 128) * sum data, so that int8 tensor cores take u - 128; input_row_sums holds each
 //   row's sum_k data[n][k] (QuantOps::weight_row_sums; the CUDA backend reads it, the CPU sums

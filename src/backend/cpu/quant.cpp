@@ -122,6 +122,7 @@ void matmul_int8_w8a8(ThreadPool& pool, const float* x, const int8_t* w, const f
   std::vector<int8_t> xq(static_cast<size_t>(m * k));
   std::vector<float> x_scales(static_cast<size_t>(m));
   const int32_t zero = is_static && fixed->asymmetric ? fixed->zero_point - 128 : 0;
+  const float inv = is_static ? 1.0f / fixed->scale : 0.0f;  // x * inv, as the CUDA kernels
   pool.parallel_for(m, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       int8_t* q = xq.data() + r * k;
@@ -131,7 +132,7 @@ void matmul_int8_w8a8(ThreadPool& pool, const float* x, const int8_t* w, const f
       }
       x_scales[static_cast<size_t>(r)] = fixed->scale;
       for (int64_t i = 0; i < k; ++i) {
-        const float v = std::nearbyint(x[r * k + i] / fixed->scale);
+        const float v = std::nearbyint(x[r * k + i] * inv);
         q[i] =
             fixed->asymmetric
                 ? static_cast<int8_t>(

@@ -179,6 +179,7 @@ TEST(CpuInt8, StaticActivationScalesMatchTheDefinition) {
     w.input_scale = c.scale;
     w.input_zero_point = c.zero;
     w.input_asymmetric = c.asymmetric;
+    const float inv = 1.0f / c.scale;  // weight.h: x * (1 / s) in fp32
     Tensor out = arena.empty(DType::kF32, {m, n});
     backend.matmul(x, w, &b, out);
     const auto got = arena.to_host(out);
@@ -186,7 +187,7 @@ TEST(CpuInt8, StaticActivationScalesMatchTheDefinition) {
       for (int64_t j = 0; j < n; ++j) {
         double acc = 0, magnitude = 0;
         for (int64_t l = 0; l < k; ++l) {
-          const double v = std::nearbyint(double{xv[static_cast<size_t>(i * k + l)] / c.scale});
+          const double v = std::nearbyint(double{xv[static_cast<size_t>(i * k + l)] * inv});
           const double code = c.asymmetric ? std::clamp(v + c.zero, 0.0, 255.0) - c.zero
                                            : std::clamp(v, -127.0, 127.0);
           const double p = code * h.data[static_cast<size_t>(j * k + l)];

@@ -36,10 +36,10 @@ struct QuantCode<int8_t> {
   }
 };
 
-// INT8 with a static scale (weight.h): symmetric clamp(rne(v / s), -127, 127); asymmetric
-// clamp(rne(v / s) + z, 0, 255) - 128. IEEE division, as the CPU oracle divides.
-__device__ __forceinline__ int8_t static_code(float v, const StaticActQuant& f) {
-  const float c = rintf(__fdiv_rn(v, f.scale));
+// INT8 with a static scale (weight.h): symmetric clamp(rne(v * inv), -127, 127); asymmetric
+// clamp(rne(v * inv) + z, 0, 255) - 128, inv = 1 / s in fp32 (as the CPU oracle computes it).
+__device__ __forceinline__ int8_t static_code(float v, float inv, const StaticActQuant& f) {
+  const float c = rintf(v * inv);
   return static_cast<int8_t>(
       f.asymmetric ? fminf(fmaxf(c + static_cast<float>(f.zero_point), 0.0f), 255.0f) - 128.0f
                    : fminf(fmaxf(c, -kInt8Max), kInt8Max));
@@ -71,8 +71,9 @@ __global__ void __launch_bounds__(kThreads)
         for (int64_t i = threadIdx.x; i < k; i += kThreads) ss += to_f32(row[i]) * to_f32(row[i]);
         inv_rms = rsqrtf(block_sum(ss, scratch) / static_cast<float>(k) + eps);
       }
+      const float inv = 1.0f / fixed.scale;
       for (int64_t i = threadIdx.x; i < k; i += kThreads)
-        q[i] = static_code(value(i) * inv_rms, fixed);
+        q[i] = static_code(value(i) * inv_rms, inv, fixed);
       if (threadIdx.x == 0) scales[blockIdx.x] = fixed.scale;
       return;
     }
@@ -94,10 +95,109 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
 }
 
+// quantize_rows_kernel for rows of 2-byte elements with k % 8 == 0 and k <= kThreads * 8 *
+// kMaxVecs (Llama-3-8B's 4,096 and 14,336): each thread loads its 16-byte vectors of the row (and
+// of gain) once, all before the first reduction, keeps them in registers, and writes its codes
+// 8 bytes at a time; the same values, scales and codes as quantize_rows_kernel. (The loop kernel
+// took 3.5-3.7 us per decode token and, with a static scale, 7.8-8.5 us: bench/NOTES.md.)
+constexpr int kMaxVecs = 8;
+template <typename T, typename TQ, bool kRms>
+__global__ void __launch_bounds__(kThreads)
+    quantize_rows_vec_kernel(const T* __restrict__ src, const T* __restrict__ gain, float eps,
+                             TQ* __restrict__ dst, float* __restrict__ scales, int64_t k,
+                             StaticActQuant fixed) {
+  static_assert(sizeof(T) == 2, "8 elements per 16-byte vector");
+  __shared__ float scratch[32];
+  const int nvec = static_cast<int>(k / 8);
+  const uint4* row = reinterpret_cast<const uint4*>(src + blockIdx.x * k);
+  const uint4* g = reinterpret_cast<const uint4*>(gain);
+  uint2* q = reinterpret_cast<uint2*>(dst + blockIdx.x * k);
+  pdl_wait();
+  pdl_trigger();
+  uint4 xv[kMaxVecs], gv[kMaxVecs];
+#pragma unroll
+  for (int j = 0; j < kMaxVecs; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+    if (i < nvec) {
+      xv[j] = row[i];
+      if (gain) gv[j] = __ldg(g + i);
+    }
+  }
+  // Element e (0..7) of vector j: x * gain, and x itself for the sum of squares.
+  const auto pair = [&](const uint4& v, int w) {
+    return unpack2_f32<T>(w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w);
+  };
+  float amax = 0.0f, ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxVecs; ++j) {
+    if (static_cast<int>(threadIdx.x) + j * kThreads >= nvec) continue;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float2 h = pair(xv[j], w);
+      const float2 gg = gain ? pair(gv[j], w) : make_float2(1.0f, 1.0f);
+      if constexpr (kRms) ss += h.x * h.x + h.y * h.y;
+      amax = fmaxf(amax, fmaxf(fabsf(gain ? h.x * gg.x : h.x), fabsf(gain ? h.y * gg.y : h.y)));
+    }
+  }
+  constexpr float kMax = QuantCode<TQ>::kMax;
+  bool is_static = false;
+  if constexpr (std::is_same_v<TQ, int8_t>) is_static = fixed.scale > 0.0f;
+  // Dynamic: code(v * mul). Static: static_code(v * inv_rms, mul), as quantize_rows_kernel.
+  float mul, scale, inv_rms = 1.0f;
+  if (is_static) {
+    if constexpr (kRms) inv_rms = rsqrtf(block_sum(ss, scratch) / static_cast<float>(k) + eps);
+    mul = 1.0f / fixed.scale;
+    scale = fixed.scale;
+  } else {
+    amax = block_max(amax, scratch);
+    mul = amax == 0.0f ? 0.0f : kMax / amax;
+    scale = amax == 0.0f ? 1.0f : amax / kMax;
+    if constexpr (kRms) scale *= rsqrtf(block_sum(ss, scratch) / static_cast<float>(k) + eps);
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxVecs; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+    if (i >= nvec) continue;
+    uint32_t word[2] = {0u, 0u};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float2 h = pair(xv[j], w);
+      const float2 gg = gain ? pair(gv[j], w) : make_float2(1.0f, 1.0f);
+      const float v[2] = {gain ? h.x * gg.x : h.x, gain ? h.y * gg.y : h.y};
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        TQ code;
+        if constexpr (std::is_same_v<TQ, int8_t>) {
+          code =
+              is_static ? static_code(v[e] * inv_rms, mul, fixed) : QuantCode<TQ>::of(v[e] * mul);
+        } else {
+          code = QuantCode<TQ>::of(v[e] * mul);
+        }
+        const int byte = 2 * w + e;
+        word[byte / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(code)) << (8 * (byte % 4));
+      }
+    }
+    q[i] = make_uint2(word[0], word[1]);
+  }
+  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+}
+
 template <typename T, typename TQ>
 void launch_typed(const Tensor& src, const Tensor* gain, float eps, bool rms, Tensor dst,
                   Tensor scales, cudaStream_t stream, bool pdl, StaticActQuant fixed) {
   const T* g = gain ? gain->as<const T>() : nullptr;
+  const int64_t k = src.row_size();
+  if constexpr (sizeof(T) == 2) {
+    if (k % 8 == 0 && k <= int64_t{kThreads} * 8 * kMaxVecs && aligned16(src.data) &&
+        reinterpret_cast<uintptr_t>(dst.data) % 8 == 0 && (g == nullptr || aligned16(g))) {
+      const auto kernel =
+          rms ? quantize_rows_vec_kernel<T, TQ, true> : quantize_rows_vec_kernel<T, TQ, false>;
+      launch_kernel("quantize_rows", pdl, kernel, dim3(static_cast<unsigned>(src.rows())),
+                    dim3(kThreads), 0, stream, src.as<const T>(), g, eps, dst.as<TQ>(),
+                    scales.as<float>(), k, fixed);
+      return;
+    }
+  }
   const auto kernel = rms ? quantize_rows_kernel<T, TQ, true> : quantize_rows_kernel<T, TQ, false>;
   launch_kernel("quantize_rows", pdl, kernel, dim3(static_cast<unsigned>(src.rows())),
                 dim3(kThreads), 0, stream, src.as<const T>(), g, eps, dst.as<TQ>(),
