@@ -114,7 +114,27 @@ FORMATS = {
             "weights": {"num_bits": 8, "type": "int", "strategy": "tensor",
                         "symmetric": True, "dynamic": False}}},
         "ignore": ["lm_head"]}, "int8"),
+    # Static per-tensor input scales (X.input_scale): vLLM's fp8 "static" scheme, and
+    # llm-compressor's static W8A8 int8 (symmetric, strategy "tensor").
+    "fp8-tensor-static": (False, {"quant_method": "fp8", "activation_scheme": "static"}, "fp8"),
+    "int8-w8a8-static": (True, {
+        "quant_method": "compressed-tensors", "format": "int-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "int", "strategy": "channel",
+                        "symmetric": True, "dynamic": False},
+            "input_activations": {"num_bits": 8, "type": "int", "strategy": "tensor",
+                                  "dynamic": False, "symmetric": True}}},
+        "ignore": ["lm_head"]}, "int8-w8a8"),
 }
+# The input_scale written for a static checkpoint: |x| up to 8 maps to the code range, times a
+# factor per projection so that q/k/v and gate/up differ (the engine and the reference take the
+# largest of a fused weight's, as vLLM does).
+STATIC_RANGE = 8.0
+STATIC_FACTOR = {"q_proj": 1.0, "k_proj": 1.5, "v_proj": 0.75, "o_proj": 1.0,
+                 "gate_proj": 1.25, "up_proj": 0.8, "down_proj": 2.0}
+FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 # Max rel L2 against the reference: half-precision runs a fixed bound, fp32 runs
 # max(TOLERANCE["fp32"], FLOOR_FACTOR x the reference's own CUDA-vs-CPU distance).
 TOLERANCE = {"fp32": 1e-2, "bf16": 0.15, "fp16": 0.15}
@@ -174,15 +194,45 @@ def write_quantized(dense_tensors, dense_dir, out_dir, per_channel, quantization
     config["quantization_config"] = quantization_config
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
+    static = is_static(quantization_config)
     tensors = {}
     for name, t in dense_tensors.items():
         if is_quantized(name):
             codes, scale = quantize_weight(t, per_channel, quantization)
             tensors[name] = codes
             tensors[name + "_scale"] = scale
+            if static:
+                top = E4M3_MAX if quantization == "fp8" else INT8_MAX
+                proj = name[:-len(".weight")].rsplit(".", 1)[1]
+                tensors[name[:-len(".weight")] + ".input_scale"] = torch.tensor(
+                    STATIC_RANGE * STATIC_FACTOR[proj] / top, dtype=torch.float32)
         else:
             tensors[name] = t
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+
+
+def is_static(quantization_config):
+    if quantization_config.get("activation_scheme") == "static":
+        return True
+    groups = quantization_config.get("config_groups", {}).values()
+    return any(not g.get("input_activations", {}).get("dynamic", True) for g in groups)
+
+
+def input_scales(ckpt_dir):
+    """{module name: the static input scale it runs with}: the file's X.input_scale, the largest
+    of a fused weight's sources (q/k/v, gate/up) for each of them; {} without input_scale."""
+    raw = {}
+    for path in sorted(glob.glob(os.path.join(ckpt_dir, "*.safetensors"))):
+        with safe_open(path, framework="pt", device="cpu") as f:
+            for name in f.keys():
+                if name.endswith(".input_scale"):
+                    raw[name[:-len(".input_scale")]] = float(f.get_tensor(name))
+    out = {}
+    for module, scale in raw.items():
+        prefix, proj = module.rsplit(".", 1)
+        group = next((g for g in FUSED if proj in g), (proj,))
+        out[module] = max(raw[prefix + "." + p] for p in group)
+    return out
 
 
 def dequantized_weights(ckpt_dir):
@@ -202,13 +252,18 @@ def dequantized_weights(ckpt_dir):
     return out
 
 
-def quantize_activations(x, quantization):
+def quantize_activations(x, quantization, static_scale=None):
     """W8A8's per-token dynamic quantization of x (src/backend/weight.h), dequantized: E4M3
-    (fp8) or symmetric int8 rounded half to even (int8-w8a8)."""
+    (fp8) or symmetric int8 rounded half to even (int8-w8a8); with static_scale, every token
+    with that scale: x * (1 / s) in fp32, saturating."""
     top = E4M3_MAX if quantization == "fp8" else INT8_MAX
-    amax = x.abs().amax(dim=-1, keepdim=True)
-    s = torch.where(amax > 0, amax / top, torch.ones_like(amax))
-    inv = torch.where(amax > 0, top / amax, torch.zeros_like(amax))
+    if static_scale is not None:
+        s = torch.tensor(static_scale, dtype=torch.float32, device=x.device)
+        inv = torch.tensor(1.0, dtype=torch.float32, device=x.device) / s
+    else:
+        amax = x.abs().amax(dim=-1, keepdim=True)
+        s = torch.where(amax > 0, amax / top, torch.ones_like(amax))
+        inv = torch.where(amax > 0, top / amax, torch.zeros_like(amax))
     if quantization == "fp8":
         xq = (x * inv).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).float()
     else:
@@ -228,18 +283,22 @@ class Reference:
                         if isinstance(m, torch.nn.Linear) and is_quantized(n + ".weight")}
         self.dense = {n: m.weight.detach().clone() for n, m in self.linears.items()}
         self.quantize_inputs = None  # None, "fp8" or "int8-w8a8"
+        self.static_scales = {}  # module name: static input scale (static checkpoints)
+        self.names = {m: n for n, m in self.linears.items()}
         for m in self.linears.values():
             m.register_forward_pre_hook(self._hook)
 
     def _hook(self, module, args):
         if not self.quantize_inputs:
             return None
-        return (quantize_activations(args[0], self.quantize_inputs),) + tuple(args[1:])
+        static = self.static_scales.get(self.names[module])
+        return (quantize_activations(args[0], self.quantize_inputs, static),) + tuple(args[1:])
 
     @torch.no_grad()
-    def set_weights(self, weights, quantization=None):
+    def set_weights(self, weights, quantization=None, static_scales=None):
         """weights: dequantized_weights(...) of a checkpoint for --quantization `quantization`,
-        or None (dense, no quantization)."""
+        or None (dense, no quantization); static_scales: input_scales(...) of a static one."""
+        self.static_scales = static_scales or {}
         if weights is not None and set(weights) != set(self.linears):
             raise RuntimeError(f"the FP8 file's matmul weights {sorted(weights)[:3]}... do not "
                                f"match the model's {sorted(self.linears)[:3]}...")
@@ -299,7 +358,9 @@ def save_json(args, rows, refusals, failures):
                        reference="from_pretrained(dense bf16 files, dtype=float32), eager, TF32 "
                                  "off; weights = codes * weight_scale from the quantized file, "
                                  "inputs quantized per token to E4M3 (fp8) or int8 "
-                                 "(int8-w8a8), dynamically; int8 (W8A16): inputs unquantized",
+                                 "(int8-w8a8), dynamically, or with the file's input_scale "
+                                 "(the largest of a fused weight's sources) in the *-static "
+                                 "checkpoints; int8 (W8A16): inputs unquantized",
                        kl="KL(reference || candidate), nats, mean over generated steps",
                        rows=rows, refusals=refusals, failures=failures), f, indent=2)
     os.replace(path + ".tmp", path)
@@ -365,7 +426,8 @@ def main():
                                     f"{r['message'][-200:]}")
                 print(f"{name} without --quantization {quant}: exit {r['exit_code']}", flush=True)
                 weights = dequantized_weights(ckpt)
-                ref_cpu.set_weights(weights, quant)
+                statics = input_scales(ckpt)
+                ref_cpu.set_weights(weights, quant, statics)
                 for length in lengths:
                     prompt = prompts[length]
                     floor = None  # the reference on CUDA against itself on the CPU
@@ -381,7 +443,7 @@ def main():
                                                    f"{proc.stderr.strip()[-600:]}")
                             tokens = json.loads(proc.stdout.strip().splitlines()[-1])["token_ids"]
                             logits = np.load(os.path.join(tmp, "logits.npy"))
-                            ref.set_weights(weights, quant)
+                            ref.set_weights(weights, quant, statics)
                             fp8_ref = ref.step_logits(prompt, tokens)
                             ref.set_weights(None)
                             dense_ref = ref.step_logits(prompt, tokens)

@@ -17,7 +17,11 @@
 //   xq[m][k] = clamp(rne(x[m][k] * inv_m), -127, 127), inv_m = 127 / max_k |x[m][k]| (0 for a
 //   zero row), y[m][n] = (sum_k xq[m][k] * data[n][k]) * s_m * scales[n] (+ bias[n]), the sum
 //   exact in int32.
-// Static activation scales (kInt8W8A8 with input_scale > 0; calibrated, engine/calibration.h):
+// Static FP8 activation scales (kFp8E4M3 with input_scale > 0, a checkpoint's X.input_scale, vLLM's
+//   activation_scheme "static"): xq = e4m3(x * inv) saturated, inv = 1 / s in fp32,
+//   y = (sum_k xq * data) * s * scales[n].
+// Static activation scales (kInt8W8A8 with input_scale > 0; calibrated, engine/calibration.h, or
+// a checkpoint's X.input_scale, symmetric):
 //   the activations are quantized with fixed parameters instead of per token (inv = 1 / s in
 //   fp32). Symmetric: xq = clamp(rne(x * inv), -127, 127), y = (sum_k xq * data) * s * scales[n].
 //   Asymmetric (the seed's uint8 affine scheme, zero point z in [0, 255]):
@@ -71,7 +75,8 @@ struct WeightRef {
   Tensor scales;       // quantized formats: (N) per channel or (N, K / group_size) per group
   Tensor zeros;        // asymmetric formats: shaped like scales; empty when symmetric
   int group_size = 0;  // K elements sharing a scale; 0: per channel (or dense)
-  // kInt8W8A8's static activation quantization (above); input_scale 0: per token, dynamic.
+  // kInt8W8A8's and kFp8E4M3's static activation quantization (above); input_scale 0: per
+  // token, dynamic.
   float input_scale = 0.0f;
   int32_t input_zero_point = 0;  // asymmetric only, in [0, 255]
   bool input_asymmetric = false;

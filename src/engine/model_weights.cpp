@@ -110,14 +110,19 @@ std::string unsupported_quantization(WeightFormat format, const Backend& backend
   return msg;
 }
 
-std::string quantization_description(WeightFormat format) {
+// static_activations: a checkpoint's input_scale per matmul instead of per-token scales.
+std::string quantization_description(WeightFormat format, bool static_activations) {
+  const std::string acts = static_activations
+                               ? "static per-tensor activations (the checkpoint's input_scale)"
+                               : "per-token dynamic activations";
   switch (format) {
     case WeightFormat::kFp8E4M3:
-      return "fp8 (W8A8 E4M3, per-channel weights, per-token dynamic activations)";
+      return "fp8 (W8A8 E4M3, per-channel weights, " + acts + ")";
     case WeightFormat::kInt8W8A16:
       return "int8 (W8A16, per-channel symmetric int8 weights)";
     case WeightFormat::kInt8W8A8:
-      return "int8-w8a8 (per-channel symmetric int8 weights, per-token dynamic int8 activations)";
+      return "int8-w8a8 (per-channel symmetric int8 weights, " +
+             (static_activations ? acts : "per-token dynamic int8 activations") + ")";
     case WeightFormat::kDense:
       break;
   }
@@ -279,7 +284,8 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
     IB_TRY(detail::load_safetensors(config, options.path, backend, staging, w));
   }
   if (options.quantization != WeightFormat::kDense) {
-    w.description += ", " + quantization_description(options.quantization);
+    w.description += ", " + quantization_description(options.quantization,
+                                                     prequantized && cq.static_activations);
   }
   if (prequantized) {  // quantize_weight, which readies the backend, did not run
     for (const LayerWeights& l : w.layers) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,74 @@ SafetensorsWriteTensor scalar_tensor(const std::string& name, float v) {
   std::string bytes(4, '\0');
   std::memcpy(bytes.data(), &v, 4);
   return {name, DType::kF32, {}, bytes};
+}
+
+// Static activation scales (vLLM's fp8 "static", compressed-tensors' static per-tensor input
+// activations): each *_proj has an input_scale; a fused weight takes the largest of its sources'
+// (q/k/v, gate/up share their input), as vLLM does; a missing or malformed one is refused.
+TEST(QuantizedCheckpoint, LoadsStaticInputScalesTheLargestPerFusedWeight) {
+  for (const char* format : {"fp8", "int8-w8a8"}) {
+    SCOPED_TRACE(format);
+    CpuBackend backend(2);
+    Fixture f = make_fixture(backend);
+    const bool int8 = std::string(format) != "fp8";
+    f.c.quantization.quant_method = int8 ? "compressed-tensors" : "fp8";
+    f.c.quantization.format = format;
+    f.c.quantization.static_activations = true;
+    auto tensors = quantized_checkpoint(f.dense, false, nullptr, int8);
+    std::map<std::string, float> input_scales;  // by the projection's name
+    int index = 0;
+    for (const auto& t : f.dense) {
+      const std::string suffix = "_proj.weight";
+      if (!t.name.ends_with(suffix)) continue;
+      const std::string base = t.name.substr(0, t.name.size() - std::string(".weight").size());
+      input_scales[base] = 0.01f * static_cast<float>(1 + (index++ * 7) % 11);
+      tensors.push_back(scalar_tensor(base + ".input_scale", input_scales[base]));
+    }
+    const WeightFormat wf = *quantization_weight_format(format);
+    const auto load = [&](const std::vector<SafetensorsWriteTensor>& ts) {
+      testing::TempDir dir;
+      EXPECT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(), ts).ok());
+      return load_weights(f.c, {LoadFormat::kSafetensors, dir.path().string(), 0, wf}, backend);
+    };
+    auto w = load(tensors);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    for (size_t l = 0; l < w->layers.size(); ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      const auto s = [&](const char* name) { return input_scales.at(p + name); };
+      const LayerWeights& lw = w->layers[l];
+      EXPECT_EQ(lw.wqkv.input_scale,
+                std::max({s("self_attn.q_proj"), s("self_attn.k_proj"), s("self_attn.v_proj")}));
+      EXPECT_EQ(lw.wo.input_scale, s("self_attn.o_proj"));
+      EXPECT_EQ(lw.w_gate_up.input_scale, std::max(s("mlp.gate_proj"), s("mlp.up_proj")));
+      EXPECT_EQ(lw.w_down.input_scale, s("mlp.down_proj"));
+      EXPECT_FALSE(lw.w_down.input_asymmetric);
+    }
+    EXPECT_NE(w->description.find("static per-tensor activations"), std::string::npos)
+        << w->description;
+
+    auto bad = tensors;
+    for (auto& t : bad)
+      if (t.name == "model.layers.1.mlp.up_proj.input_scale") {
+        t.shape = {2};
+        t.bytes.resize(8);
+      }
+    auto refused = load(bad);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find("'model.layers.1.mlp.up_proj.input_scale' must hold "
+                                           "one positive finite float"),
+              std::string::npos)
+        << refused.error().message;
+    auto missing = tensors;
+    std::erase_if(missing, [](const SafetensorsWriteTensor& t) {
+      return t.name == "model.layers.0.self_attn.o_proj.input_scale";
+    });
+    auto gone = load(missing);
+    ASSERT_FALSE(gone.ok());
+    EXPECT_NE(gone.error().message.find("'model.layers.0.self_attn.o_proj.input_scale' is missing"),
+              std::string::npos)
+        << gone.error().message;
+  }
 }
 
 // The KV-cache scales (--kv-cache-dtype fp8) load where the checkpoint has them, under vLLM's

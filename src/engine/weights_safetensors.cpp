@@ -4,7 +4,10 @@
 // quantized matmul weight's rows go to the staging scratch, quantized once the weight is whole).
 // A quantized checkpoint (config.quantization.quantized()) holds each matmul source X.weight in
 // F8_E4M3 (FP8) or I8 (INT8) beside X.weight_scale (one per tensor, or one per row): the bytes
-// are copied as they are and the scales repeated per row, with no requantization.
+// are copied as they are and the scales repeated per row, with no requantization. With static
+// activations each source also has X.input_scale (one float); a fused weight (qkv, gate/up) takes
+// the largest of its sources', as vLLM does, since its sources share their input.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -50,6 +53,14 @@ std::string scale_name(const std::string& weight_name) {
   return weight_name + "_scale";
 }
 
+// "model.layers.0.mlp.down_proj.weight" -> "model.layers.0.mlp.down_proj.input_scale".
+std::string input_scale_name(const std::string& weight_name) {
+  const std::string suffix = ".weight";
+  const bool has = weight_name.ends_with(suffix);
+  return (has ? weight_name.substr(0, weight_name.size() - suffix.size()) : weight_name) +
+         ".input_scale";
+}
+
 // The KV-cache scales a checkpoint may hold per layer, K's then V's: vLLM's FP8 checkpoints'
 // self_attn.k_scale, and compressed-tensors' self_attn.k_proj.output_scale.
 constexpr const char* kKvScaleSuffixes[2][2] = {
@@ -77,6 +88,7 @@ Status check_layout(const ModelConfig& c, const WeightSchema& schema,
       std::vector<std::string> names = {s.name};
       if (c.quantization.quantized() && is_matmul_role(e.role)) {
         names.push_back(scale_name(s.name));
+        if (c.quantization.static_activations) names.push_back(input_scale_name(s.name));
       }
       for (const std::string& name : names) {
         expected.insert(name);
@@ -108,9 +120,9 @@ Status check_layout(const ModelConfig& c, const WeightSchema& schema,
 }
 
 // The matmul weight a layer role names, or null (whole-model weights, norms and biases).
-const WeightRef* matmul_weight(const ModelWeights& w, WeightRole role, int layer) {
+WeightRef* matmul_weight(ModelWeights& w, WeightRole role, int layer) {
   if (layer < 0) return nullptr;
-  const LayerWeights& l = w.layers.at(static_cast<size_t>(layer));
+  LayerWeights& l = w.layers.at(static_cast<size_t>(layer));
   switch (role) {
     case WeightRole::kQkv:
       return &l.wqkv;
@@ -132,9 +144,10 @@ const WeightRef* matmul_weight(const ModelWeights& w, WeightRole role, int layer
 struct WeightCopies {
   std::vector<std::pair<HostTensorRef, Tensor>> parts;
   Tensor dense;
-  const WeightRef* matmul = nullptr;  // set: staging.finish(dense, *matmul) after the parts
-  bool prequantized = false;          // a quantized checkpoint's matmul weight: no staging
+  WeightRef* matmul = nullptr;  // set: staging.finish(dense, *matmul) after the parts
+  bool prequantized = false;    // a quantized checkpoint's matmul weight: no staging
   std::vector<float> row_scales;
+  float input_scale = 0.0f;  // static activations: the largest of the sources' input_scale
 };
 
 float element_as_f32(const HostTensorRef& t, int64_t i) {
@@ -188,6 +201,18 @@ Status add_quantized_source(const ModelConfig& c, const SafetensorsCheckpoint& c
                         "finite number; the checkpoint is damaged");
     }
     entry.row_scales[static_cast<size_t>(s.row_offset + r)] = v;
+  }
+  if (c.quantization.static_activations) {
+    const std::string iname = input_scale_name(s.name);
+    IB_ASSIGN_OR_RETURN(HostTensorRef input, ckpt.get(iname));
+    const float v = input.numel() == 1 ? element_as_f32(input, 0) : NAN;
+    if (!(v > 0.0f) || !std::isfinite(v)) {
+      return user_error("safetensors: '" + iname + "' must hold one positive finite float (the " +
+                        "static activation scale of config.json's quantization_config); it has " +
+                        "shape " + shape_string(input.shape) + " and dtype " +
+                        std::string(dtype_name(input.dtype)));
+    }
+    entry.input_scale = std::max(entry.input_scale, v);
   }
   entry.parts.emplace_back(ref, entry.matmul->data.slice_rows(s.row_offset, rows));
   return Ok{};
@@ -271,6 +296,7 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
     for (const auto& [ref, dst] : entry.parts) backend.copy_from_host(dst, ref.data, ref.dtype);
     if (entry.prequantized) {
       backend.copy_from_host(entry.matmul->scales, entry.row_scales.data(), DType::kF32);
+      entry.matmul->input_scale = entry.input_scale;  // 0 (dynamic) without static activations
     } else if (entry.matmul) {
       staging.finish(entry.dense, *entry.matmul);
     }

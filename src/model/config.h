@@ -49,6 +49,9 @@ struct CheckpointQuantization {
   // (I8, W8A16) or "int8-w8a8" (I8, per-token int8 activations); each with a weight_scale.
   std::string format;
   bool per_channel_scales = false;  // weight_scale (N) / (N, 1), else one per tensor
+  // Static activation scales: each matmul source X.weight has X.input_scale, one float (fp8,
+  // int8-w8a8; symmetric); false: activations quantized per token at run time.
+  bool static_activations = false;
   bool quantized() const { return !format.empty(); }
 };
 

@@ -384,6 +384,20 @@ TEST(HfConfig, QuantizationConfigOfFp8CheckpointsAndRefusals) {
   ASSERT_TRUE(w8a8.ok()) << w8a8.error().message;
   EXPECT_EQ(w8a8->quantization.format, "int8-w8a8");
   EXPECT_TRUE(w8a8->quantization.per_channel_scales);
+  EXPECT_FALSE(w8a8->quantization.static_activations);
+  // Static per-tensor input scales (llm-compressor's W8A8 static; vLLM's fp8 "static").
+  auto w8a8_static = parse_hf_config(int8_config("int-quantized", R"(, "input_activations":
+      {"num_bits": 8, "type": "int", "strategy": "tensor", "dynamic": false, "symmetric": true})"),
+                                     "m");
+  ASSERT_TRUE(w8a8_static.ok()) << w8a8_static.error().message;
+  EXPECT_EQ(w8a8_static->quantization.format, "int8-w8a8");
+  EXPECT_TRUE(w8a8_static->quantization.static_activations);
+  auto fp8_static = parse_hf_config(with_q(R"({"quant_method": "fp8", "activation_scheme":
+      "static"})"),
+                                    "m");
+  ASSERT_TRUE(fp8_static.ok()) << fp8_static.error().message;
+  EXPECT_EQ(fp8_static->quantization.format, "fp8");
+  EXPECT_TRUE(fp8_static->quantization.static_activations);
   auto w8a16 = parse_hf_config(int8_config("naive-quantized", ""), "m");
   ASSERT_TRUE(w8a16.ok()) << w8a16.error().message;
   EXPECT_EQ(w8a16->quantization.format, "int8");
@@ -396,15 +410,20 @@ TEST(HfConfig, QuantizationConfigOfFp8CheckpointsAndRefusals) {
     EXPECT_NE(c.error().message.find("supported: \"fp8\""), std::string::npos) << c.error().message;
   };
   refused(R"({"quant_method": "awq", "bits": 4})", "\"awq\"");
-  refused(R"({"quant_method": "fp8", "activation_scheme": "static"})", "\"static\"");
+  refused(R"({"quant_method": "fp8", "activation_scheme": "per-group"})", "\"per-group\"");
   refused(R"({"quant_method": "fp8", "weight_block_size": [128, 128]})", "weight_block_size");
   refused(R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights":
       {"num_bits": 4, "type": "int", "strategy": "group"}}}})",
           "4-bit int");
   refused(R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights":
       {"num_bits": 8, "type": "float", "strategy": "tensor"}, "input_activations":
-      {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false}}}})",
-          "static input activations");
+      {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": false}}}})",
+          "static input activations with strategy \"token\"");
+  refused(R"({"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups":
+      {"g": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
+      "input_activations": {"num_bits": 8, "type": "int", "strategy": "tensor", "dynamic": false,
+      "symmetric": false}}}})",
+          "a zero point (asymmetric)");
   // W8A16 int8 as compressed-tensors usually publishes it: packed into int32.
   refused(R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups":
       {"g": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}})",

@@ -1,6 +1,6 @@
 // config.json's quantization_config: the pre-quantized checkpoint formats the engine loads (FP8
-// W8A8 and INT8 W8A8 / W8A16 with dynamic activation scales), and a user error naming anything
-// else.
+// W8A8 and INT8 W8A8 / W8A16, with dynamic activation scales or a static per-tensor input_scale),
+// and a user error naming anything else.
 #include "model/detail/quantization_config.h"
 
 #include <string>
@@ -9,21 +9,21 @@ namespace ib::detail {
 namespace {
 
 const char* const kSupported =
-    "supported: \"fp8\" (dynamic activation scheme) and \"compressed-tensors\" with 8-bit float "
-    "weights and dynamic activations, or 8-bit symmetric int weights (format int-quantized or "
-    "naive-quantized) with dynamic per-token int8 activations or none; or use the unquantized "
+    "supported: \"fp8\" (dynamic or static activation scheme) and \"compressed-tensors\" with "
+    "8-bit float weights and dynamic or static per-tensor symmetric activations, or 8-bit "
+    "symmetric int weights (format int-quantized or naive-quantized) with int8 activations "
+    "(dynamic per token, or static per tensor and symmetric) or none; or use the unquantized "
     "checkpoint with --quantization fp8, int8 or int8-w8a8";
 
 // quant_method "fp8": E4M3 weights, one scale per tensor (weight_scale), activations quantized at
 // run time (activation_scheme "dynamic"), or by a calibrated input_scale ("static").
 Status read_fp8(const JsonFields& q, CheckpointQuantization& out) {
   IB_ASSIGN_OR_RETURN(const std::string scheme, q.optional_string("activation_scheme", "dynamic"));
-  if (scheme != "dynamic") {
+  if (scheme != "dynamic" && scheme != "static") {
     return q.error("quantization_config \"activation_scheme\": \"" + scheme +
-                   "\" (calibrated input_scale per layer) is not supported yet; the engine "
-                   "quantizes activations per token at run time; " +
-                   kSupported);
+                   "\" is not a scheme the engine runs; " + kSupported);
   }
+  out.static_activations = scheme == "static";
   if (q.has("weight_block_size")) {
     return q.error(
         "quantization_config \"weight_block_size\": block-wise FP8 weights are not "
@@ -67,12 +67,19 @@ Status read_compressed_tensors(const JsonFields& q, CheckpointQuantization& out)
     IB_ASSIGN_OR_RETURN(auto a, g.optional_object("input_activations"));
     if (a) {
       IB_ASSIGN_OR_RETURN(const bool dynamic, a->optional_bool("dynamic", false));
-      if (!dynamic) {
-        return g.error(
-            "static input activations (calibrated input_scale) are not supported "
-            "yet; " +
-            std::string(kSupported));
+      IB_ASSIGN_OR_RETURN(const std::string a_strategy, a->optional_string("strategy", ""));
+      IB_ASSIGN_OR_RETURN(const bool a_symmetric, a->optional_bool("symmetric", true));
+      if (!dynamic && (a_strategy != "tensor" || !a_symmetric)) {
+        return g.error("static input activations with strategy \"" + a_strategy + "\"" +
+                       (a_symmetric ? "" : " and a zero point (asymmetric)") +
+                       " are not supported: static input_scale runs per tensor and symmetric; " +
+                       std::string(kSupported));
       }
+      if (!first && !dynamic != out.static_activations) {
+        return g.error("config groups mix static and dynamic input activations; " +
+                       std::string(kSupported));
+      }
+      out.static_activations = !dynamic;
       IB_ASSIGN_OR_RETURN(const int a_bits, a->optional_int("num_bits", 0));
       IB_ASSIGN_OR_RETURN(const std::string a_type, a->optional_string("type", ""));
       if (a_bits != 8 || a_type != type) {

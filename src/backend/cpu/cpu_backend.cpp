@@ -240,7 +240,7 @@ void CpuBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* 
   const float* scales = weight.scales.as<const float>();
   if (weight.format == WeightFormat::kFp8E4M3) {
     cpu::matmul_fp8(pool_, x.as<const float>(), w.as<const uint8_t>(), scales, b, out.as<float>(),
-                    m, n, k);
+                    m, n, k, weight.input_scale);
   } else if (weight.format == WeightFormat::kInt8W8A16) {
     cpu::matmul_int8_w8a16(pool_, x.as<const float>(), w.as<const int8_t>(), scales, b,
                            out.as<float>(), m, n, k);

@@ -161,7 +161,7 @@ void matmul_int8_w8a8(ThreadPool& pool, const float* x, const int8_t* w, const f
 }
 
 void matmul_fp8(ThreadPool& pool, const float* x, const uint8_t* w, const float* w_scales,
-                const float* bias, float* out, int64_t m, int64_t n, int64_t k) {
+                const float* bias, float* out, int64_t m, int64_t n, int64_t k, float input_scale) {
   if (m == 0 || n == 0) return;
   const auto& table = fp8_table();
   // The activations, quantized per token and decoded.
@@ -169,8 +169,15 @@ void matmul_fp8(ThreadPool& pool, const float* x, const uint8_t* w, const float*
   std::vector<float> x_scales(static_cast<size_t>(m));
   pool.parallel_for(m, 1, [&](int64_t begin, int64_t end) {
     std::vector<uint8_t> q(static_cast<size_t>(k));
+    const float inv = input_scale > 0.0f ? 1.0f / input_scale : 0.0f;
     for (int64_t r = begin; r < end; ++r) {
-      x_scales[static_cast<size_t>(r)] = quantize_row_fp8(x + r * k, k, q.data());
+      if (input_scale > 0.0f) {  // static: one scale for every token
+        for (int64_t i = 0; i < k; ++i)
+          q[static_cast<size_t>(i)] = f32_to_f8e4m3_bits(x[r * k + i] * inv);
+        x_scales[static_cast<size_t>(r)] = input_scale;
+      } else {
+        x_scales[static_cast<size_t>(r)] = quantize_row_fp8(x + r * k, k, q.data());
+      }
       for (int64_t i = 0; i < k; ++i)
         xq[static_cast<size_t>(r * k + i)] = table[q[static_cast<size_t>(i)]];
     }

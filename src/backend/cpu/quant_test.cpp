@@ -131,5 +131,42 @@ TEST(CpuFp8, MatmulStaysCloseToTheDenseResult) {
   EXPECT_LT(rel, 0.05);
 }
 
+// A static input scale (a checkpoint's input_scale, backend/weight.h): every token quantized with
+// the same scale, e4m3(x * (1 / s)) saturating at +-448, against a double loop.
+TEST(CpuFp8, StaticInputScaleMatchesTheFormatsDefinition) {
+  CpuBackend backend(2);
+  Rng rng(15);
+  TensorArena arena(backend);
+  const int64_t m = 6, n = 29, k = 130;
+  auto xv = random_floats(rng, m * k, -3.0f, 3.0f);
+  xv[3] = 40.0f;  // beyond 448 * s below: saturates
+  const auto wv = random_floats(rng, n * k);
+  const Tensor x = arena.f32({m, k}, xv);
+  WeightRef w = fp8_weight(arena, n, k);
+  backend.quantize_weight(arena.f32({n, k}, wv), w);
+  const HostFp8 h = to_host(backend, w);
+  w.input_scale = 0.05f;
+  const float inv = 1.0f / w.input_scale;
+  Tensor out = arena.empty(DType::kF32, {m, n});
+  backend.matmul(x, w, nullptr, out);
+  const auto got = arena.to_host(out);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0, magnitude = 0;
+      for (int64_t l = 0; l < k; ++l) {
+        const double xq =
+            f8e4m3_bits_to_f32(f32_to_f8e4m3_bits(xv[static_cast<size_t>(i * k + l)] * inv));
+        const double p = xq * f8e4m3_bits_to_f32(h.data[static_cast<size_t>(j * k + l)]);
+        acc += p;
+        magnitude += std::fabs(p);
+      }
+      const double scale = double{w.input_scale} * h.scales[static_cast<size_t>(j)];
+      EXPECT_NEAR(got[static_cast<size_t>(i * n + j)], acc * scale, 1e-5 * (magnitude * scale + 1))
+          << i << "," << j;
+    }
+  }
+  EXPECT_EQ(f32_to_f8e4m3_bits(40.0f * inv), 0x7e) << "the test's saturating value";
+}
+
 }  // namespace
 }  // namespace ib

@@ -185,11 +185,12 @@ TEST_P(CudaQuant, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
   }
 }
 
-// INT8 W8A8 with static activation scales (calibration; weight.h): symmetric, and asymmetric
-// with a zero point, whose correction reads the weight's row sums. Scales small enough that
-// some activations clip. The GEMV (1, 8 tokens), the int32 GEMM (33, 200) and the fused ops.
+// Static activation scales (weight.h): INT8 W8A8 (calibration, or a checkpoint's input_scale)
+// symmetric, and asymmetric with a zero point, whose correction reads the weight's row sums; FP8
+// (a checkpoint's input_scale) symmetric. Scales small enough that some activations clip. The
+// GEMV (1, 8 tokens), the int32 / E4M3 GEMM (33, 200) and the fused ops.
 TEST_P(CudaQuant, StaticActivationScalesMatchTheCpuOracle) {
-  if (format() != WeightFormat::kInt8W8A8) GTEST_SKIP() << "static scales are int8 W8A8's";
+  if (!quantizes_activations(format())) GTEST_SKIP() << "W8A16 quantizes no activations";
   Twin twin(dtype());
   Rng rng(24);
   struct Static {
@@ -199,6 +200,7 @@ TEST_P(CudaQuant, StaticActivationScalesMatchTheCpuOracle) {
   };
   for (const Static st :
        {Static{0.08f, 0, false}, Static{0.05f, 140, true}, Static{0.03f, 128, true}}) {
+    if (st.asymmetric && format() != WeightFormat::kInt8W8A8) continue;  // int8's zero points
     const auto calibrated = [&](QuantPair w, int64_t n) {
       for (WeightRef* ref : {&w.cpu, &w.gpu}) {
         ref->input_scale = st.scale;

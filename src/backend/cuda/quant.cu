@@ -45,11 +45,20 @@ __device__ __forceinline__ int8_t static_code(float v, float inv, const StaticAc
                    : fminf(fmaxf(c, -kInt8Max), kInt8Max));
 }
 
+// A code with a static scale: INT8 as above, E4M3 e4m3(v * inv) saturated (symmetric only).
+template <typename TQ>
+__device__ __forceinline__ TQ static_code_of(float v, float inv, const StaticActQuant& f) {
+  if constexpr (std::is_same_v<TQ, int8_t>) {
+    return static_code(v, inv, f);
+  } else {
+    return QuantCode<TQ>::of(v * inv);
+  }
+}
+
 // One block per row: the row's max magnitude, then every element converted. kRms: the row is
 // h of rms_norm(h) * gain: q = code(h * gain * kMax / max |h * gain|) and the scale
 // max |h * gain| / kMax / rms(h), which is the quantization of rms_norm(h) * gain up to rounding.
-// A static scale (fixed.scale > 0, int8 only): q = static_code(h * gain / rms(h)), the scale
-// fixed.scale.
+// A static scale (fixed.scale > 0): q = static_code_of(h * gain / rms(h)), the scale fixed.scale.
 template <typename T, typename TQ, bool kRms>
 __global__ void __launch_bounds__(kThreads)
     quantize_rows_kernel(const T* __restrict__ src, const T* __restrict__ gain, float eps,
@@ -63,20 +72,18 @@ __global__ void __launch_bounds__(kThreads)
   const auto value = [&](int64_t i) {
     return gain ? to_f32(row[i]) * to_f32(gain[i]) : to_f32(row[i]);
   };
-  if constexpr (std::is_same_v<TQ, int8_t>) {
-    if (fixed.scale > 0.0f) {
-      float inv_rms = 1.0f;
-      if constexpr (kRms) {
-        float ss = 0.0f;
-        for (int64_t i = threadIdx.x; i < k; i += kThreads) ss += to_f32(row[i]) * to_f32(row[i]);
-        inv_rms = rsqrtf(block_sum(ss, scratch) / static_cast<float>(k) + eps);
-      }
-      const float inv = 1.0f / fixed.scale;
-      for (int64_t i = threadIdx.x; i < k; i += kThreads)
-        q[i] = static_code(value(i) * inv_rms, inv, fixed);
-      if (threadIdx.x == 0) scales[blockIdx.x] = fixed.scale;
-      return;
+  if (fixed.scale > 0.0f) {
+    float inv_rms = 1.0f;
+    if constexpr (kRms) {
+      float ss = 0.0f;
+      for (int64_t i = threadIdx.x; i < k; i += kThreads) ss += to_f32(row[i]) * to_f32(row[i]);
+      inv_rms = rsqrtf(block_sum(ss, scratch) / static_cast<float>(k) + eps);
     }
+    const float inv = 1.0f / fixed.scale;
+    for (int64_t i = threadIdx.x; i < k; i += kThreads)
+      q[i] = static_code_of<TQ>(value(i) * inv_rms, inv, fixed);
+    if (threadIdx.x == 0) scales[blockIdx.x] = fixed.scale;
+    return;
   }
   float amax = 0.0f, ss = 0.0f;
   for (int64_t i = threadIdx.x; i < k; i += kThreads) {
@@ -140,8 +147,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   constexpr float kMax = QuantCode<TQ>::kMax;
-  bool is_static = false;
-  if constexpr (std::is_same_v<TQ, int8_t>) is_static = fixed.scale > 0.0f;
+  const bool is_static = fixed.scale > 0.0f;
   // Dynamic: code(v * mul). Static: static_code(v * inv_rms, mul), as quantize_rows_kernel.
   float mul, scale, inv_rms = 1.0f;
   if (is_static) {
@@ -166,13 +172,8 @@ __global__ void __launch_bounds__(kThreads)
       const float v[2] = {gain ? h.x * gg.x : h.x, gain ? h.y * gg.y : h.y};
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        TQ code;
-        if constexpr (std::is_same_v<TQ, int8_t>) {
-          code =
-              is_static ? static_code(v[e] * inv_rms, mul, fixed) : QuantCode<TQ>::of(v[e] * mul);
-        } else {
-          code = QuantCode<TQ>::of(v[e] * mul);
-        }
+        const TQ code = is_static ? static_code_of<TQ>(v[e] * inv_rms, mul, fixed)
+                                  : QuantCode<TQ>::of(v[e] * mul);
         const int byte = 2 * w + e;
         word[byte / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(code)) << (8 * (byte % 4));
       }
@@ -291,7 +292,7 @@ void launch_dequantize_int32(const Tensor& acc, const Tensor& x_scales, const Te
 
 StaticActQuant static_act_quant(const WeightRef& w) {
   StaticActQuant f;
-  if (w.format != WeightFormat::kInt8W8A8 || w.input_scale <= 0.0f) return f;
+  if (!quantizes_activations(w.format) || w.input_scale <= 0.0f) return f;
   f.scale = w.input_scale;
   f.zero_point = w.input_asymmetric ? w.input_zero_point : 0;
   f.asymmetric = w.input_asymmetric;
@@ -319,8 +320,8 @@ void launch_quantize_rows(const Tensor& src, Tensor dst, Tensor scales, cudaStre
 void launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, bool rms,
                               Tensor dst, Tensor scales, cudaStream_t stream, bool pdl,
                               StaticActQuant fixed) {
-  IB_ASSERT(fixed.scale == 0.0f || dst.dtype == DType::kI8,
-            "quantize_rows: static activation scales are int8's");
+  IB_ASSERT(!fixed.asymmetric || dst.dtype == DType::kI8,
+            "quantize_rows: an asymmetric static activation scale is int8's");
   IB_ASSERT((dst.dtype == DType::kF8E4M3 || dst.dtype == DType::kI8) &&
                 scales.dtype == DType::kF32 && dst.numel() == src.numel() &&
                 scales.numel() == src.rows(),

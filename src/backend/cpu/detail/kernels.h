@@ -20,10 +20,12 @@ float quantize_row_fp8(const float* x, int64_t k, uint8_t* q);
 // Every row of dense (n, k) quantized so: data (n, k), scales (n).
 void quantize_rows_fp8(ThreadPool& pool, const float* dense, int64_t n, int64_t k, uint8_t* data,
                        float* scales);
-// out (m, n) = W8A8 FP8 x @ w^T as backend/weight.h defines it: x (m, k) quantized per row,
-// w (n, k) E4M3 with scales (n); each sum is dot_f32 of the decoded values.
+// out (m, n) = W8A8 FP8 x @ w^T as backend/weight.h defines it: x (m, k) quantized per row, or
+// with the static scale input_scale when it is positive (e4m3(x * (1 / s)), a checkpoint's
+// input_scale), w (n, k) E4M3 with scales (n); each sum is dot_f32 of the decoded values.
 void matmul_fp8(ThreadPool& pool, const float* x, const uint8_t* w, const float* w_scales,
-                const float* bias, float* out, int64_t m, int64_t n, int64_t k);
+                const float* bias, float* out, int64_t m, int64_t n, int64_t k,
+                float input_scale = 0.0f);
 
 // INT8, per-channel / per-token symmetric (backend/weight.h): q = clamp(rne(x * (127 /
 // max|x|)), -127, 127) (0 for a zero row); returns the row's scale max|x| / 127 (1 for a zero

@@ -85,7 +85,7 @@ void launch_scale_columns(Tensor w, const Tensor& gain, cudaStream_t stream);
 // ---- quant.cu ----
 // Each row of src (N, K) (f32/bf16/f16) quantized as backend/weight.h defines it, to dst's
 // dtype: fp8_e4m3 or int8 (N, K), scales f32 (N). Weights at load, and activations per token.
-// fixed: INT8 W8A8's static activation quantization (weight.h; scale 0: dynamic per row).
+// fixed: a static activation scale (weight.h; INT8 W8A8 and FP8; scale 0: dynamic per row).
 struct StaticActQuant {
   float scale = 0.0f;
   int32_t zero_point = 0;  // asymmetric: codes u - 128 with u = clamp(rne(x / s) + z, 0, 255)
