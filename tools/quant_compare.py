@@ -81,52 +81,37 @@ LLAMA3_8B = dict(  # meta-llama/Meta-Llama-3-8B (as tools/hf_compare.py's "llama
     num_key_value_heads=8, rope_theta=500000.0, rms_norm_eps=1e-5,
     max_position_embeddings=8192, bos_token_id=128000, eos_token_id=128001,
     tie_word_embeddings=False)
+def compressed_tensors(packing, weight_type, weight_strategy, activations=None):
+    """A compressed-tensors quantization_config with one group of 8-bit symmetric weights and,
+    where given, 8-bit input activations (dict(strategy=..., dynamic=...))."""
+    group = {"targets": ["Linear"],
+             "weights": {"num_bits": 8, "type": weight_type, "strategy": weight_strategy,
+                         "symmetric": True, "dynamic": False}}
+    if activations is not None:
+        group["input_activations"] = dict(num_bits=8, type=weight_type, symmetric=True,
+                                          **activations)
+    return {"quant_method": "compressed-tensors", "format": packing,
+            "quantization_status": "compressed", "config_groups": {"group_0": group},
+            "ignore": ["lm_head"]}
+
+
+PER_TOKEN = dict(strategy="token", dynamic=True)
+STATIC_TENSOR = dict(strategy="tensor", dynamic=False)
 FORMATS = {
     # directory name: (per-channel scales, config.json quantization_config, --quantization)
     "fp8-tensor": (False, {"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),
-    "fp8-channel": (True, {
-        "quant_method": "compressed-tensors", "format": "float-quantized",
-        "quantization_status": "compressed",
-        "config_groups": {"group_0": {
-            "targets": ["Linear"],
-            "weights": {"num_bits": 8, "type": "float", "strategy": "channel",
-                        "symmetric": True, "dynamic": False},
-            "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
-                                  "dynamic": True, "symmetric": True}}},
-        "ignore": ["lm_head"]}, "fp8"),
+    "fp8-channel": (True, compressed_tensors("float-quantized", "float", "channel", PER_TOKEN),
+                    "fp8"),
     # compressed-tensors INT8 as llm-compressor's W8A8 scheme writes it (I8 weights).
-    "int8-w8a8-channel": (True, {
-        "quant_method": "compressed-tensors", "format": "int-quantized",
-        "quantization_status": "compressed",
-        "config_groups": {"group_0": {
-            "targets": ["Linear"],
-            "weights": {"num_bits": 8, "type": "int", "strategy": "channel",
-                        "symmetric": True, "dynamic": False},
-            "input_activations": {"num_bits": 8, "type": "int", "strategy": "token",
-                                  "dynamic": True, "symmetric": True}}},
-        "ignore": ["lm_head"]}, "int8-w8a8"),
+    "int8-w8a8-channel": (True, compressed_tensors("int-quantized", "int", "channel", PER_TOKEN),
+                          "int8-w8a8"),
     # Weight-only INT8 (W8A16) stored unpacked (naive-quantized).
-    "int8-w8a16-tensor": (False, {
-        "quant_method": "compressed-tensors", "format": "naive-quantized",
-        "quantization_status": "compressed",
-        "config_groups": {"group_0": {
-            "targets": ["Linear"],
-            "weights": {"num_bits": 8, "type": "int", "strategy": "tensor",
-                        "symmetric": True, "dynamic": False}}},
-        "ignore": ["lm_head"]}, "int8"),
+    "int8-w8a16-tensor": (False, compressed_tensors("naive-quantized", "int", "tensor"), "int8"),
     # Static per-tensor input scales (X.input_scale): vLLM's fp8 "static" scheme, and
     # llm-compressor's static W8A8 int8 (symmetric, strategy "tensor").
     "fp8-tensor-static": (False, {"quant_method": "fp8", "activation_scheme": "static"}, "fp8"),
-    "int8-w8a8-static": (True, {
-        "quant_method": "compressed-tensors", "format": "int-quantized",
-        "quantization_status": "compressed",
-        "config_groups": {"group_0": {
-            "targets": ["Linear"],
-            "weights": {"num_bits": 8, "type": "int", "strategy": "channel",
-                        "symmetric": True, "dynamic": False},
-            "input_activations": {"num_bits": 8, "type": "int", "strategy": "tensor",
-                                  "dynamic": False, "symmetric": True}}},
-        "ignore": ["lm_head"]}, "int8-w8a8"),
+    "int8-w8a8-static": (True, compressed_tensors("int-quantized", "int", "channel",
+                                                  STATIC_TENSOR), "int8-w8a8"),
 }
 # The input_scale written for a static checkpoint: |x| up to 8 maps to the code range, times a
 # factor per projection so that q/k/v and gate/up differ (the engine and the reference take the

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -22,6 +23,21 @@ WeightRef fp8_weight(TensorArena& arena, int64_t n, int64_t k) {
 
 HostFp8 to_host(Backend& backend, const WeightRef& w) {
   return testing::quantized_to_host<uint8_t>(backend, w);
+}
+
+// The FP8 W8A8 definition's sum for out[i][j] in doubles: sum_l e4m3(x[i][l] * inv) * w[j][l]
+// (codes decoded), and the sum of the terms' magnitudes (for a tolerance).
+std::pair<double, double> fp8_dot(const std::vector<float>& xv, const HostFp8& h, int64_t i,
+                                  int64_t j, int64_t k, float inv) {
+  double acc = 0, magnitude = 0;
+  for (int64_t l = 0; l < k; ++l) {
+    const double xq =
+        f8e4m3_bits_to_f32(f32_to_f8e4m3_bits(xv[static_cast<size_t>(i * k + l)] * inv));
+    const double p = xq * f8e4m3_bits_to_f32(h.data[static_cast<size_t>(j * k + l)]);
+    acc += p;
+    magnitude += std::fabs(p);
+  }
+  return {acc, magnitude};
 }
 
 TEST(CpuFp8, QuantizesEachRowWithinHalfAStep) {
@@ -85,14 +101,7 @@ TEST(CpuFp8, MatmulMatchesTheFormatsDefinition) {
       const float inv = amax == 0 ? 0.0f : 448.0f / static_cast<float>(amax);
       const double sx = amax == 0 ? 1.0 : double{static_cast<float>(amax) / 448.0f};
       for (int64_t j = 0; j < n; ++j) {
-        double acc = 0, magnitude = 0;
-        for (int64_t l = 0; l < k; ++l) {
-          const double xq =
-              f8e4m3_bits_to_f32(f32_to_f8e4m3_bits(xv[static_cast<size_t>(i * k + l)] * inv));
-          const double p = xq * f8e4m3_bits_to_f32(h.data[static_cast<size_t>(j * k + l)]);
-          acc += p;
-          magnitude += std::fabs(p);
-        }
+        const auto [acc, magnitude] = fp8_dot(xv, h, i, j, k, inv);
         const double scale = sx * h.scales[static_cast<size_t>(j)];
         const double ref = acc * scale + (with_bias ? bv[static_cast<size_t>(j)] : 0.0);
         const double tol = 1e-5 * (magnitude * scale + 1.0);
@@ -152,14 +161,7 @@ TEST(CpuFp8, StaticInputScaleMatchesTheFormatsDefinition) {
   const auto got = arena.to_host(out);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
-      double acc = 0, magnitude = 0;
-      for (int64_t l = 0; l < k; ++l) {
-        const double xq =
-            f8e4m3_bits_to_f32(f32_to_f8e4m3_bits(xv[static_cast<size_t>(i * k + l)] * inv));
-        const double p = xq * f8e4m3_bits_to_f32(h.data[static_cast<size_t>(j * k + l)]);
-        acc += p;
-        magnitude += std::fabs(p);
-      }
+      const auto [acc, magnitude] = fp8_dot(xv, h, i, j, k, inv);
       const double scale = double{w.input_scale} * h.scales[static_cast<size_t>(j)];
       EXPECT_NEAR(got[static_cast<size_t>(i * n + j)], acc * scale, 1e-5 * (magnitude * scale + 1))
           << i << "," << j;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -114,41 +115,60 @@ TEST_P(CudaQuant, MatmulMatchesTheCpuOracle) {
   }
 }
 
+// Readies a freshly quantized weight of `rows` rows for a test (as it is, or with static scales).
+using Prepare = std::function<QuantPair(QuantPair, int64_t rows)>;
+const Prepare as_quantized = [](QuantPair w, int64_t) { return w; };
+
+// rms_matmul_swiglu with the norm's gain unfolded (Llama-3-8B's K, a small F) against rms_norm,
+// matmul and silu_mul on the CPU.
+void expect_swiglu(Twin& twin, Rng& rng, WeightFormat format, int64_t m, const Prepare& prepare,
+                   const std::string& what) {
+  const float eps = 1e-5f;
+  const int64_t k = 4096, f = 256;
+  Pair h = twin.floats({m, k}, ragged_rows(rng, m, k, 1.0f));
+  Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+  Pair w_dense = twin.floats({2 * f, k}, random_floats(rng, 2 * f * k, -0.05f, 0.05f));
+  const QuantPair w = prepare(quantize(twin, w_dense, 2 * f, k, format), 2 * f);
+  Pair normed = twin.output({m, k});
+  Pair gate_up = twin.output({m, 2 * f});
+  Pair act = twin.output({m, f});
+  twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
+  twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
+  twin.cpu().silu_mul(gate_up.cpu, act.cpu);
+  twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, w.gpu, eps, act.gpu);
+  EXPECT_LT(twin.error(act), tolerance(twin.dtype())) << what << " swiglu m=" << m;
+}
+
+// matmul_add (residual += x @ w^T) against the CPU's matmul and a host add.
+void expect_matmul_add(Twin& twin, Rng& rng, WeightFormat format, int64_t m, const Prepare& prepare,
+                       const std::string& what) {
+  const int64_t n = 4096, kd = 1024;
+  const auto res0 = random_floats(rng, m * n);
+  Pair x = twin.floats({m, kd}, ragged_rows(rng, m, kd, 1.0f));
+  Pair wd = twin.floats({n, kd}, random_floats(rng, n * kd, -0.05f, 0.05f));
+  const QuantPair w = prepare(quantize(twin, wd, n, kd, format), n);
+  Pair residual = twin.floats({m, n}, res0);
+  Pair prod = twin.output({m, n});
+  twin.cpu().matmul(x.cpu, w.cpu, nullptr, prod.cpu);
+  std::vector<float> want = twin.cpu_floats(prod.cpu);
+  const auto res_rounded = twin.representable(res0);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += res_rounded[i];
+  twin.gpu().matmul_add(x.gpu, w.gpu, residual.gpu);
+  EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(twin.dtype()))
+      << what << " matmul_add m=" << m;
+}
+
 TEST_P(CudaQuant, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
   Twin twin(dtype());
   Rng rng(23);
   const float eps = 1e-5f;
   for (const int64_t m : {1, 4, 8}) {
-    // SwiGLU: Llama-3-8B's K with a small F.
-    const int64_t k = 4096, f = 256;
+    expect_swiglu(twin, rng, format(), m, as_quantized, "");
+    expect_matmul_add(twin, rng, format(), m, as_quantized, "");
+    const int64_t k = 4096;
     Pair h = twin.floats({m, k}, ragged_rows(rng, m, k, 1.0f));
     Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
-    Pair w_dense = twin.floats({2 * f, k}, random_floats(rng, 2 * f * k, -0.05f, 0.05f));
-    const QuantPair w = quantize(twin, w_dense, 2 * f, k, format());
     Pair normed = twin.output({m, k});
-    Pair gate_up = twin.output({m, 2 * f});
-    Pair act = twin.output({m, f});
-    twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
-    twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
-    twin.cpu().silu_mul(gate_up.cpu, act.cpu);
-    twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, w.gpu, eps, act.gpu);
-    EXPECT_LT(twin.error(act), tolerance(dtype())) << "swiglu m=" << m;
-
-    // The residual add: residual += x @ w^T.
-    const int64_t n = 4096, kd = 1024;
-    const auto res0 = random_floats(rng, m * n);
-    Pair x = twin.floats({m, kd}, ragged_rows(rng, m, kd, 1.0f));
-    Pair wd = twin.floats({n, kd}, random_floats(rng, n * kd, -0.05f, 0.05f));
-    const QuantPair w2 = quantize(twin, wd, n, kd, format());
-    Pair residual = twin.floats({m, n}, res0);
-    Pair prod = twin.output({m, n});
-    twin.cpu().matmul(x.cpu, w2.cpu, nullptr, prod.cpu);
-    std::vector<float> want = twin.cpu_floats(prod.cpu);
-    const auto res_rounded = twin.representable(res0);
-    for (size_t i = 0; i < want.size(); ++i) want[i] += res_rounded[i];
-    twin.gpu().matmul_add(x.gpu, w2.gpu, residual.gpu);
-    EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(dtype()))
-        << "matmul_add m=" << m;
 
     // qkv with RoPE and the cache write: Llama-3's heads, with a bias.
     AttentionShape shape;
@@ -234,35 +254,8 @@ TEST_P(CudaQuant, StaticActivationScalesMatchTheCpuOracle) {
       EXPECT_LT(twin.error(out), tolerance(dtype())) << what << " m=" << m;
     }
     for (const int64_t m : {1, 8}) {
-      const float eps = 1e-5f;
-      const int64_t k = 4096, f = 256;
-      Pair h = twin.floats({m, k}, ragged_rows(rng, m, k, 1.0f));
-      Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
-      Pair w_dense = twin.floats({2 * f, k}, random_floats(rng, 2 * f * k, -0.05f, 0.05f));
-      const QuantPair w = calibrated(quantize(twin, w_dense, 2 * f, k, format()), 2 * f);
-      Pair normed = twin.output({m, k});
-      Pair gate_up = twin.output({m, 2 * f});
-      Pair act = twin.output({m, f});
-      twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
-      twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
-      twin.cpu().silu_mul(gate_up.cpu, act.cpu);
-      twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, w.gpu, eps, act.gpu);
-      EXPECT_LT(twin.error(act), tolerance(dtype())) << what << " swiglu m=" << m;
-
-      const int64_t n = 4096, kd = 1024;
-      const auto res0 = random_floats(rng, m * n);
-      Pair x = twin.floats({m, kd}, ragged_rows(rng, m, kd, 1.0f));
-      Pair wd = twin.floats({n, kd}, random_floats(rng, n * kd, -0.05f, 0.05f));
-      const QuantPair w2 = calibrated(quantize(twin, wd, n, kd, format()), n);
-      Pair residual = twin.floats({m, n}, res0);
-      Pair prod = twin.output({m, n});
-      twin.cpu().matmul(x.cpu, w2.cpu, nullptr, prod.cpu);
-      std::vector<float> want = twin.cpu_floats(prod.cpu);
-      const auto res_rounded = twin.representable(res0);
-      for (size_t i = 0; i < want.size(); ++i) want[i] += res_rounded[i];
-      twin.gpu().matmul_add(x.gpu, w2.gpu, residual.gpu);
-      EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(dtype()))
-          << what << " matmul_add m=" << m;
+      expect_swiglu(twin, rng, format(), m, calibrated, what);
+      expect_matmul_add(twin, rng, format(), m, calibrated, what);
     }
   }
 }
