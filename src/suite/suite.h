@@ -18,7 +18,8 @@
 //       eval: true                   # optional (also in defaults): after the run, `inferbench
 //                                    # eval` on the entry's model, dtype and quantization; or a
 //                                    # map of eval flags: {text: FILE, reference_dtype: bf16}
-// Flag keys are `run` flag names with '_' or '-'; true adds a bare flag, false omits it.
+// Flag keys are `run` flag names with '_' or '-'; true adds a bare flag, false omits it. A
+// relative dataset_path (or eval text) is relative to the suite file's directory.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +58,8 @@ struct SuiteSpec {
 
 // Parses and expands a suite file's text. User errors name the entry and the key.
 Result<SuiteSpec> parse_suite_yaml(const std::string& text, const std::string& source_name);
+// A file's relative dataset_path and eval text are relative to the file's directory, so that a
+// suite runs from any working directory.
 Result<SuiteSpec> load_suite_file(const std::filesystem::path& path);
 
 // --model-list a,b: keeps the entries whose model is listed (order of the file). A listed model

@@ -311,12 +311,28 @@ Result<SuiteSpec> parse_suite_yaml(const std::string& text, const std::string& s
   return spec;
 }
 
+// The file flags of args (--dataset-path, --text) given as relative paths, made relative to dir.
+void resolve_file_flags(std::vector<std::string>& args, const std::filesystem::path& dir) {
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if ((args[i] == "--dataset-path" || args[i] == "--text") &&
+        std::filesystem::path(args[i + 1]).is_relative()) {
+      args[i + 1] = (dir / args[i + 1]).lexically_normal().string();
+    }
+  }
+}
+
 Result<SuiteSpec> load_suite_file(const std::filesystem::path& path) {
   auto text = read_file(path);
   if (!text.ok()) {
     return user_error(fmt::format("suite file {} cannot be read; check the path", path.string()));
   }
-  return parse_suite_yaml(*text, path.string());
+  IB_ASSIGN_OR_RETURN(SuiteSpec spec, parse_suite_yaml(*text, path.string()));
+  const std::filesystem::path dir = path.parent_path();
+  for (SuiteEntry& e : spec.entries) {
+    resolve_file_flags(e.args, dir);
+    if (e.eval_args) resolve_file_flags(*e.eval_args, dir);
+  }
+  return spec;
 }
 
 Status apply_override(std::vector<SuiteEntry>& entries, const std::string& key_value) {

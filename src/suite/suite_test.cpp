@@ -156,6 +156,28 @@ TEST(SuiteSpec, OverrideReplacesAFlagInEveryEntry) {
   EXPECT_FALSE(apply_override(entries, "result_dir=/tmp/x").ok());
 }
 
+// A suite file's relative dataset_path and eval text are relative to the file, absolute ones stay.
+TEST(SuiteSpec, RelativeFilePathsAreRelativeToTheSuiteFile) {
+  const auto dir = std::filesystem::temp_directory_path() / "ib_suite_paths_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "sub");
+  const auto file = dir / "sub" / "s.yaml";
+  ASSERT_TRUE(write_file_atomic(file, R"(
+entries:
+  - {name: rel, model: m, dataset_path: p.jsonl, eval: {text: ../t.txt, dataset_path: p.jsonl}}
+  - {name: abs, model: m, dataset_path: /data/p.jsonl}
+)")
+                  .ok());
+  const auto spec = load_suite_file(file);
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  const std::string sub = (dir / "sub").string();
+  EXPECT_EQ(spec->entries[0].args, (Args{"--dataset-path", sub + "/p.jsonl", "--model", "m"}));
+  EXPECT_EQ(spec->entries[0].eval_args,
+            (Args{"--text", (dir / "t.txt").string(), "--dataset-path", sub + "/p.jsonl"}));
+  EXPECT_EQ(spec->entries[1].args, (Args{"--dataset-path", "/data/p.jsonl", "--model", "m"}));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(SuiteState, RoundTripsAndSkipsOnlyEntriesFinishedWithTheSameArgs) {
   const auto dir = std::filesystem::temp_directory_path() / "ib_suite_state_test";
   std::filesystem::remove_all(dir);
