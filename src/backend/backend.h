@@ -31,7 +31,7 @@ class Backend : public Device, public DenseOps, public AttentionOps, public Quan
   // The fused decode ops, or nullptr where the backend has none (the CPU).
   virtual FusedDecodeOps* fused_decode_ops() { return nullptr; }
   // Calibration: observer (null to stop) is called with every matmul's input x and weight before
-  // the matmul computes. False where the backend cannot (only the CPU can so far).
+  // the matmul computes. False where the backend cannot (the CPU and CUDA backends can).
   using MatmulObserver = std::function<void(const Tensor& x, const WeightRef& w)>;
   virtual bool set_matmul_observer(MatmulObserver /*observer*/) { return false; }
 };

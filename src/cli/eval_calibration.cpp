@@ -26,14 +26,7 @@ Result<std::optional<EvalCalibration>> eval_calibration(const EvalFlags& f,
   w.vocab_size = model.vocab_size;
   EvalCalibration c{resolved->options, {}};
   IB_ASSIGN_OR_RETURN(c.prompts, dataset_prompts(w, *make_byte_tokenizer(), resolved->prompts));
-  for (const auto& p : c.prompts) {
-    if (static_cast<int64_t>(p.size()) + 1 > model.max_position_embeddings) {
-      return user_error(fmt::format(
-          "--dataset-path {}: a calibration prompt of {} tokens does not fit {}'s context of {} "
-          "with the token it generates; lower --calibration-prompts or shorten the prompt",
-          f.dataset_path, p.size(), model.name, model.max_position_embeddings));
-    }
-  }
+  IB_TRY(check_prompts_fit(c.prompts, model.max_position_embeddings, model.name, f.dataset_path));
   return std::optional<EvalCalibration>{std::move(c)};
 }
 

@@ -153,8 +153,9 @@ Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompt
     stats[ref.data.data].observe(host.data(), x.numel());
   });
   if (!observing) {
-    return user_error("calibration runs on the CPU backend only so far (" +
-                      backend.device_info().kind + " cannot observe its matmul inputs yet)");
+    return user_error("calibration: the " + backend.device_info().kind +
+                      " backend cannot observe its matmul inputs; calibrate on --device cpu or "
+                      "cuda");
   }
   Status run = Ok{};
   for (size_t i = 0; i < prompts.size() && run.ok(); ++i) {

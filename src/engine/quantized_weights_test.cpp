@@ -339,44 +339,42 @@ TEST(Int8Calibration, StaticActivationScalesRunCloseToTheDenseModel) {
   }
 }
 
-TEST(Int8Calibration, IsRefusedNamingTheFix) {
+// The tiny model's engine on random weights quantized to `format` (--quantization `name`).
+std::unique_ptr<Engine> tiny_quantized_engine(CpuBackend& backend, WeightFormat format) {
   const ModelConfig c = tiny_config();
-  CpuBackend backend(1);
   EngineConfig config;
-  config.quantization = "fp8";
-  auto fp8 = create_engine_with_weights(
-      c, testing::random_weights(c, backend, 7, WeightFormat::kFp8E4M3), config, backend);
-  ASSERT_TRUE(fp8.ok());
+  config.quantization = weight_format_name(format);
+  auto engine = create_engine_with_weights(c, testing::random_weights(c, backend, 7, format),
+                                           config, backend);
+  IB_ASSERT(engine.ok(), "the tiny quantized engine");
+  return std::move(*engine);
+}
+
+TEST(Int8Calibration, IsRefusedNamingTheFix) {
+  CpuBackend backend(1);
+  auto fp8 = tiny_quantized_engine(backend, WeightFormat::kFp8E4M3);
   const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}};
-  const Status wrong = calibrate(**fp8, prompts, {});
+  const Status wrong = calibrate(*fp8, prompts, {});
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.error().message.find("--quantization int8-w8a8"), std::string::npos);
-  config.quantization = "int8-w8a8";
-  auto int8 = create_engine_with_weights(
-      c, testing::random_weights(c, backend, 7, WeightFormat::kInt8W8A8), config, backend);
-  ASSERT_TRUE(int8.ok());
-  EXPECT_FALSE(calibrate(**int8, {}, {}).ok());
+  auto int8 = tiny_quantized_engine(backend, WeightFormat::kInt8W8A8);
+  EXPECT_FALSE(calibrate(*int8, {}, {}).ok());
   CalibrationOptions bad;
   bad.method = CalibrationMethod::kPercentile;
   bad.percentile = 0.2;
-  const Status pct = calibrate(**int8, prompts, bad);
+  const Status pct = calibrate(*int8, prompts, bad);
   ASSERT_FALSE(pct.ok());
   EXPECT_NE(pct.error().message.find("calibration percentile"), std::string::npos);
 }
 
 TEST(Int8Calibration, LeavesNoStepsInTheProfile) {
   // A benchmark calibrates before its warm-ups: the observed steps must not count as its own.
-  const ModelConfig c = tiny_config();
   CpuBackend backend(1);
-  EngineConfig config;
-  config.quantization = "int8-w8a8";
-  auto engine = create_engine_with_weights(
-      c, testing::random_weights(c, backend, 7, WeightFormat::kInt8W8A8), config, backend);
-  ASSERT_TRUE(engine.ok());
-  ASSERT_TRUE(calibrate(**engine, {{1, 2, 3}, {4, 5, 6, 7}}, {}).ok());
-  const EngineProfile p = (*engine)->profile();
+  auto engine = tiny_quantized_engine(backend, WeightFormat::kInt8W8A8);
+  ASSERT_TRUE(calibrate(*engine, {{1, 2, 3}, {4, 5, 6, 7}}, {}).ok());
+  const EngineProfile p = engine->profile();
   EXPECT_EQ(p.prefill.steps + p.decode.steps, 0);
-  EXPECT_GE((*engine)->stats().steps, 2);  // stats() still counts them
+  EXPECT_GE(engine->stats().steps, 2);  // stats() still counts them
 }
 
 TEST(Fp8Engine, CreateEngineLoadsTheConfiguredQuantization) {

@@ -41,15 +41,7 @@ Status draw_calibration_prompts(RunPlan& p, const Tokenizer& tokenizer) {
   std::optional<NativeCalibration>& c = p.target.native.calibration;
   if (!c) return Ok{};
   IB_ASSIGN_OR_RETURN(c->prompts, dataset_prompts(p.workload, tokenizer, p.calibration_prompts));
-  for (size_t i = 0; i < c->prompts.size(); ++i) {
-    if (static_cast<int64_t>(c->prompts[i].size()) + 1 > p.max_model_len) {
-      return user_error(fmt::format(
-          "calibration prompt {} of {} has {} tokens, beyond {}'s context of {} with the token "
-          "it generates; lower --calibration-prompts or raise --max-model-len",
-          i + 1, p.workload.dataset_path, c->prompts[i].size(), p.model.name, p.max_model_len));
-    }
-  }
-  return Ok{};
+  return check_prompts_fit(c->prompts, p.max_model_len, p.model.name, p.workload.dataset_path);
 }
 
 std::string describe_load(const RunnerOptions& r) {

@@ -45,6 +45,19 @@ Result<std::vector<RequestSpec>> make_random_requests(const WorkloadOptions& opt
   return out;
 }
 
+Status check_prompts_fit(const std::vector<std::vector<int32_t>>& prompts, int64_t max_model_len,
+                         const std::string& model_name, const std::string& dataset_path) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (static_cast<int64_t>(prompts[i].size()) + 1 > max_model_len) {
+      return user_error(fmt::format(
+          "calibration prompt {} of {} has {} tokens, beyond {}'s context of {} with the token it "
+          "generates; lower --calibration-prompts or shorten the prompt",
+          i + 1, dataset_path, prompts[i].size(), model_name, max_model_len));
+    }
+  }
+  return Ok{};
+}
+
 Status check_context_fits(const std::vector<RequestSpec>& requests, int max_model_len,
                           const std::string& model_name) {
   for (const auto& r : requests) {

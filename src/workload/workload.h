@@ -53,6 +53,11 @@ Result<std::vector<RequestSpec>> load_jsonl_requests(const WorkloadOptions& opti
 Result<std::vector<std::vector<int32_t>>> dataset_prompts(const WorkloadOptions& options,
                                                           const Tokenizer& tokenizer, int count);
 
+// The user error for the first calibration prompt (dataset_prompts) that with the token it
+// generates exceeds max_model_len.
+Status check_prompts_fit(const std::vector<std::vector<int32_t>>& prompts, int64_t max_model_len,
+                         const std::string& model_name, const std::string& dataset_path);
+
 // The user error for the first request whose input + output exceeds max_model_len (naming both
 // numbers), checked before any work starts.
 Status check_context_fits(const std::vector<RequestSpec>& requests, int max_model_len,

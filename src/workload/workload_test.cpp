@@ -123,6 +123,20 @@ TEST(ContextCheck, NamesBothNumbers) {
   EXPECT_NE(s.error().message.find("allows 23"), std::string::npos) << s.error().message;
 }
 
+// A calibration prompt and the token it generates fit the context, or the first that does not
+// is named.
+TEST(ContextCheck, CalibrationPromptsFitWithTheirGeneratedToken) {
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2}, {1, 2, 3, 4}};
+  EXPECT_TRUE(check_prompts_fit(prompts, 5, "m", "p.jsonl").ok());
+  const Status s = check_prompts_fit(prompts, 4, "tiny", "p.jsonl");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().kind, ErrorKind::kUser);
+  EXPECT_NE(s.error().message.find("calibration prompt 2 of p.jsonl has 4 tokens, beyond tiny's "
+                                   "context of 4"),
+            std::string::npos)
+      << s.error().message;
+}
+
 TEST(JsonlDataset, ReadsTextAndTokenIdsWithOutputLengths) {
   TempFile f(
       "{\"prompt\": \"hi!\"}\n"

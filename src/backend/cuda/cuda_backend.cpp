@@ -328,11 +328,11 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
     chunk = std::min<int64_t>(chunk, static_cast<int64_t>(int32_scratch_.bytes()) / (4 * n));
   }
   IB_ASSERT(chunk >= 1, "matmul(quantized): the scratch holds no row");
+  const StaticActQuant fixed = static_act_quant(w);
   for (int64_t r0 = 0; r0 < x.rows(); r0 += chunk) {
     const int64_t rows = std::min(chunk, x.rows() - r0);
     Tensor xq = quant_scratch_.view(w.data.dtype, {rows, k}, static_cast<size_t>(kQuantScaleBytes));
     Tensor x_scales = quant_scratch_.view(DType::kF32, {rows});
-    const StaticActQuant fixed = static_act_quant(w);
     launch_quantize_rows(x.slice_rows(r0, rows), xq, x_scales, stream_, fixed);
     if (w.format == WeightFormat::kFp8E4M3) {
       gemm_->run_fp8(xq, x_scales, w.data, w.scales, bias, out.slice_rows(r0, rows),
@@ -340,10 +340,8 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
     } else {
       Tensor acc = int32_scratch_.view(DType::kI32, {rows, n});
       gemm_->run_int8(xq, w.data, acc, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
-      const bool zero = fixed.asymmetric && fixed.zero_point != 128;
       launch_dequantize_int32(acc, x_scales, w.scales, bias, out.slice_rows(r0, rows), stream_,
-                              zero ? fixed.zero_point - 128 : 0,
-                              zero ? &w.input_row_sums : nullptr);
+                              fixed.zero(), fixed.zero() != 0 ? &w.input_row_sums : nullptr);
     }
   }
 }

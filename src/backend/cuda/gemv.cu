@@ -27,12 +27,11 @@ GemvQuant quant_operands(const WeightRef& w, const GemvQuantAct* act) {
   GemvQuant q;
   if (is_quantized(w.format)) q.w_scales = w.scales.as<float>();
   q.x_scales = act ? act->scales.as<float>() : nullptr;
-  const StaticActQuant fixed = static_act_quant(w);
-  if (fixed.asymmetric && fixed.zero_point != 128) {
+  q.zero = static_act_quant(w).zero();
+  if (q.zero != 0) {
     IB_ASSERT(w.input_row_sums.dtype == DType::kI32 && w.input_row_sums.numel() == w.rows(),
               "quantized GEMV: an asymmetric static activation scale needs the weight's row sums");
     q.row_sums = w.input_row_sums.as<int32_t>();
-    q.zero = fixed.zero_point - 128;
   }
   return q;
 }

@@ -36,20 +36,16 @@ struct QuantCode<int8_t> {
   }
 };
 
-// INT8 with a static scale (weight.h): symmetric clamp(rne(v * inv), -127, 127); asymmetric
-// clamp(rne(v * inv) + z, 0, 255) - 128, inv = 1 / s in fp32 (as the CPU oracle computes it).
-__device__ __forceinline__ int8_t static_code(float v, float inv, const StaticActQuant& f) {
-  const float c = rintf(v * inv);
-  return static_cast<int8_t>(
-      f.asymmetric ? fminf(fmaxf(c + static_cast<float>(f.zero_point), 0.0f), 255.0f) - 128.0f
-                   : fminf(fmaxf(c, -kInt8Max), kInt8Max));
-}
-
-// A code with a static scale: INT8 as above, E4M3 e4m3(v * inv) saturated (symmetric only).
+// A code with a static scale (weight.h), inv = 1 / s in fp32 (as the CPU oracle computes it):
+// INT8 symmetric clamp(rne(v * inv), -127, 127), asymmetric clamp(rne(v * inv) + z, 0, 255) -
+// 128; E4M3 e4m3(v * inv) saturated (symmetric only).
 template <typename TQ>
 __device__ __forceinline__ TQ static_code_of(float v, float inv, const StaticActQuant& f) {
   if constexpr (std::is_same_v<TQ, int8_t>) {
-    return static_code(v, inv, f);
+    const float c = rintf(v * inv);
+    return static_cast<int8_t>(
+        f.asymmetric ? fminf(fmaxf(c + static_cast<float>(f.zero_point), 0.0f), 255.0f) - 128.0f
+                     : fminf(fmaxf(c, -kInt8Max), kInt8Max));
   } else {
     return QuantCode<TQ>::of(v * inv);
   }
@@ -106,7 +102,7 @@ __global__ void __launch_bounds__(kThreads)
 // kMaxVecs (Llama-3-8B's 4,096 and 14,336): each thread loads its 16-byte vectors of the row (and
 // of gain) once, all before the first reduction, keeps them in registers, and writes its codes
 // 8 bytes at a time; the same values, scales and codes as quantize_rows_kernel. (The loop kernel
-// took 3.5-3.7 us per decode token and, with a static scale, 7.8-8.5 us: bench/NOTES.md.)
+// took 3.5-3.7 us per decode call and, with a static scale, 7.8-8.5 us: bench/NOTES.md.)
 constexpr int kMaxVecs = 8;
 template <typename T, typename TQ, bool kRms>
 __global__ void __launch_bounds__(kThreads)
@@ -130,9 +126,15 @@ __global__ void __launch_bounds__(kThreads)
       if (gain) gv[j] = __ldg(g + i);
     }
   }
-  // Element e (0..7) of vector j: x * gain, and x itself for the sum of squares.
+  // Word w (elements 2w, 2w + 1) of vector j: x itself (for the sum of squares), and x * gain.
   const auto pair = [&](const uint4& v, int w) {
     return unpack2_f32<T>(w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w);
+  };
+  const auto scaled = [&](int j, int w) {
+    const float2 h = pair(xv[j], w);
+    if (!gain) return h;
+    const float2 gg = pair(gv[j], w);
+    return make_float2(h.x * gg.x, h.y * gg.y);
   };
   float amax = 0.0f, ss = 0.0f;
 #pragma unroll
@@ -140,15 +142,17 @@ __global__ void __launch_bounds__(kThreads)
     if (static_cast<int>(threadIdx.x) + j * kThreads >= nvec) continue;
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const float2 h = pair(xv[j], w);
-      const float2 gg = gain ? pair(gv[j], w) : make_float2(1.0f, 1.0f);
-      if constexpr (kRms) ss += h.x * h.x + h.y * h.y;
-      amax = fmaxf(amax, fmaxf(fabsf(gain ? h.x * gg.x : h.x), fabsf(gain ? h.y * gg.y : h.y)));
+      if constexpr (kRms) {
+        const float2 h = pair(xv[j], w);
+        ss += h.x * h.x + h.y * h.y;
+      }
+      const float2 v = scaled(j, w);
+      amax = fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y)));
     }
   }
   constexpr float kMax = QuantCode<TQ>::kMax;
   const bool is_static = fixed.scale > 0.0f;
-  // Dynamic: code(v * mul). Static: static_code(v * inv_rms, mul), as quantize_rows_kernel.
+  // Dynamic: code(v * mul). Static: static_code_of(v * inv_rms, mul), as quantize_rows_kernel.
   float mul, scale, inv_rms = 1.0f;
   if (is_static) {
     if constexpr (kRms) inv_rms = rsqrtf(block_sum(ss, scratch) / static_cast<float>(k) + eps);
@@ -167,9 +171,8 @@ __global__ void __launch_bounds__(kThreads)
     uint32_t word[2] = {0u, 0u};
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const float2 h = pair(xv[j], w);
-      const float2 gg = gain ? pair(gv[j], w) : make_float2(1.0f, 1.0f);
-      const float v[2] = {gain ? h.x * gg.x : h.x, gain ? h.y * gg.y : h.y};
+      const float2 s2 = scaled(j, w);
+      const float v[2] = {s2.x, s2.y};
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const TQ code = is_static ? static_code_of<TQ>(v[e] * inv_rms, mul, fixed)

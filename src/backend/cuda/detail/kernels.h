@@ -88,8 +88,10 @@ void launch_scale_columns(Tensor w, const Tensor& gain, cudaStream_t stream);
 // fixed: a static activation scale (weight.h; INT8 W8A8 and FP8; scale 0: dynamic per row).
 struct StaticActQuant {
   float scale = 0.0f;
-  int32_t zero_point = 0;  // asymmetric: codes u - 128 with u = clamp(rne(x / s) + z, 0, 255)
+  int32_t zero_point = 0;  // asymmetric: codes u - 128 with u = clamp(rne(x * (1 / s)) + z, 0, 255)
   bool asymmetric = false;
+  // The sums' correction factor z - 128 (0: none), against the weight's row sums.
+  int32_t zero() const { return asymmetric ? zero_point - 128 : 0; }
 };
 // The static parameters of w (dynamic where w has none).
 StaticActQuant static_act_quant(const WeightRef& w);
