@@ -32,7 +32,32 @@
 //   itself).
 // INT8 weights are quantized like FP8 ones: scales[n] = max_k |w[n][k]| / 127 (1 for a zero
 // row), data[n][k] = clamp(rne(w[n][k] * inv_n), -127, 127), inv_n = 127 / max_k |w[n][k]|
-// (0 for a zero row), in fp32. 4-bit formats (issue 14) add zero points and groups.
+// (0 for a zero row), in fp32.
+//
+// 4-bit formats (issue 14). Published checkpoints (AWQ, GPTQ, compressed-tensors W4A16,
+// bitsandbytes NF4) are repacked at load into these layouts; the packing of each published
+// layout lives with its loader (engine/int4_layouts.h). Activations stay in the activation dtype
+// (W4A16), sums in fp32.
+// - kInt4W4A16 (--quantization awq, gptq): data (N, K / 2) u8, two 4-bit codes per byte, code
+//   of k = 2j in the low nibble of byte j, k = 2j + 1 in the high one; codes q in [0, 15].
+//   group_size G (K % G == 0, G % 16 == 0); scales (N, K / G) f16 (as AWQ and GPTQ publish them);
+//   zeros (N, K / G) u8, the zero point z in [0, 15] (symmetric formats store 8, GPTQ's sym).
+//   w[n][k] = (q[n][k] - z[n][k / G]) * s[n][k / G], in fp32.
+//   input_perm (K) i32, or empty: act-order (GPTQ desc_act), the weight's column k multiplies
+//   input feature input_perm[k]: y[m][n] = sum_k x[m][input_perm[k]] * w[n][k] (+ bias[n]); the
+//   loader sorts the columns by g_idx so that groups are contiguous.
+//   Quantized at load (dummy weights, a dense checkpoint): per group of 128, round to nearest
+//   even, in fp32, s rounded to f16 first and q computed with the rounded s. awq (AutoAWQ's
+//   zero-point RTN): s = max(max - min, 1e-5) / 15, z = clamp(rne(-min / s), 0, 15),
+//   q = clamp(rne(w / s) + z, 0, 15). gptq (symmetric): s = max |w| / 7.5 (1 for a zero group),
+//   z = 8, q = clamp(rne(w / s) + 8, 0, 15).
+// - kNf4 (--quantization nf4, bitsandbytes' 4-bit NormalFloat): data (N, K / 2) u8, two codes per
+//   byte, k = 2j in the HIGH nibble of byte j (bitsandbytes' order), k = 2j + 1 in the low one;
+//   blocks of group_size = 64 consecutive k (K % 64 == 0); scales (N, K / 64) f32, each block's
+//   absmax (a checkpoint's double-quantized absmax already expanded: code2[qabsmax] * absmax2 +
+//   offset, in fp32); zeros empty. w[n][k] = kNf4Levels[q[n][k]] * scales[n][k / 64] in fp32.
+//   Quantized at load: absmax = max |w| over the block (1 for a zero block), q = the level
+//   nearest w / absmax (ties to the lower code).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +66,25 @@
 
 namespace ib {
 
-enum class WeightFormat { kDense, kFp8E4M3, kInt8W8A16, kInt8W8A8 };
+enum class WeightFormat { kDense, kFp8E4M3, kInt8W8A16, kInt8W8A8, kInt4W4A16, kNf4 };
+
+// bitsandbytes' NF4 levels (the quantiles of N(0, 1) normalised to [-1, 1]), code 0..15.
+inline constexpr float kNf4Levels[16] = {-1.0f,
+                                         -0.6961928009986877f,
+                                         -0.5250730514526367f,
+                                         -0.39491748809814453f,
+                                         -0.28444138169288635f,
+                                         -0.18477343022823334f,
+                                         -0.09105003625154495f,
+                                         0.0f,
+                                         0.07958029955625534f,
+                                         0.16093020141124725f,
+                                         0.24611230194568634f,
+                                         0.33791524171829224f,
+                                         0.44070982933044434f,
+                                         0.5626170039176941f,
+                                         0.7229568362236023f,
+                                         1.0f};
 // The --quantization value of each format ("dense" for none).
 inline const char* weight_format_name(WeightFormat format) {
   switch (format) {
@@ -53,16 +96,30 @@ inline const char* weight_format_name(WeightFormat format) {
       return "int8";
     case WeightFormat::kInt8W8A8:
       return "int8-w8a8";
+    case WeightFormat::kInt4W4A16:
+      return "w4a16";
+    case WeightFormat::kNf4:
+      return "nf4";
   }
   return "?";
 }
-// The element type of a quantized format's data (kDense: none, the activation dtype).
-inline DType quantized_data_dtype(WeightFormat format) {
-  return format == WeightFormat::kFp8E4M3 ? DType::kF8E4M3 : DType::kI8;
-}
-// Whether a format's data is 1-byte quantized with f32 per-row scales (every format but dense).
+// Whether a format's data is quantized (every format but dense).
 inline bool is_quantized(WeightFormat format) {
   return format != WeightFormat::kDense;
+}
+// Whether a format is 8-bit: (N, K) one byte per weight with f32 per-row scales.
+inline bool is_8bit(WeightFormat format) {
+  return format == WeightFormat::kFp8E4M3 || format == WeightFormat::kInt8W8A16 ||
+         format == WeightFormat::kInt8W8A8;
+}
+// Whether a format is 4-bit: (N, K / 2) u8, two codes per byte, grouped scales.
+inline bool is_4bit(WeightFormat format) {
+  return format == WeightFormat::kInt4W4A16 || format == WeightFormat::kNf4;
+}
+// The element type of a quantized format's data (kDense: none, the activation dtype).
+inline DType quantized_data_dtype(WeightFormat format) {
+  if (is_4bit(format)) return DType::kU8;
+  return format == WeightFormat::kFp8E4M3 ? DType::kF8E4M3 : DType::kI8;
 }
 // Whether the format quantizes activations per token before the matmul (W8A8).
 inline bool quantizes_activations(WeightFormat format) {
@@ -81,6 +138,7 @@ struct WeightRef {
   int32_t input_zero_point = 0;  // asymmetric only, in [0, 255]
   bool input_asymmetric = false;
   Tensor input_row_sums;  // asymmetric static: (N) int32, sum_k data[n][k]
+  Tensor input_perm;      // kInt4W4A16 act-order: (K) int32, empty otherwise
 
   WeightRef() = default;
   // A dense tensor is a dense weight (implicit, so ops take either).
@@ -88,14 +146,29 @@ struct WeightRef {
 
   bool empty() const { return data.empty(); }
   int64_t rows() const { return data.dim(0); }  // N (output features)
-  // Whether data and scales have the format's layout: (N, K) of quantized_data_dtype, f32 (N).
+  // K (input features): data's columns, twice them for the 4-bit formats.
+  int64_t cols() const { return is_4bit(format) ? 2 * data.dim(1) : data.dim(1); }
+  // Whether data and scales have the format's layout: 8-bit (N, K) of quantized_data_dtype and
+  // f32 (N); 4-bit as described above.
   bool quantized_layout_ok() const {
-    return is_quantized(format) && data.rank == 2 && data.dtype == quantized_data_dtype(format) &&
-           scales.dtype == DType::kF32 && scales.numel() == data.dim(0);
+    if (!is_quantized(format) || data.rank != 2 || data.dtype != quantized_data_dtype(format))
+      return false;
+    if (is_8bit(format)) return scales.dtype == DType::kF32 && scales.numel() == data.dim(0);
+    const int64_t k = cols();
+    if (group_size <= 0 || k % group_size != 0 || scales.rank != 2 || scales.dim(0) != rows() ||
+        scales.dim(1) != k / group_size)
+      return false;
+    if (!input_perm.empty() && (input_perm.dtype != DType::kI32 || input_perm.numel() != k))
+      return false;
+    if (format == WeightFormat::kNf4)
+      return scales.dtype == DType::kF32 && zeros.empty() && input_perm.empty();
+    return scales.dtype == DType::kF16 && zeros.dtype == DType::kU8 && zeros.rank == 2 &&
+           zeros.dim(0) == scales.dim(0) && zeros.dim(1) == scales.dim(1);
   }
   // The bytes the weight occupies as stored: data, scales and zero points.
   size_t bytes() const {
-    return data.bytes() + scales.bytes() + zeros.bytes() + input_row_sums.bytes();
+    return data.bytes() + scales.bytes() + zeros.bytes() + input_row_sums.bytes() +
+           input_perm.bytes();
   }
   // The dense (N, K) tensor; asserts the format is dense (ops of a backend that runs only dense
   // weights read it through this).

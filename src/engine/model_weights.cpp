@@ -123,6 +123,8 @@ std::string quantization_description(WeightFormat format, bool static_activation
     case WeightFormat::kInt8W8A8:
       return "int8-w8a8 (per-channel symmetric int8 weights, " +
              (static_activations ? acts : "per-token dynamic int8 activations") + ")";
+    case WeightFormat::kInt4W4A16:
+    case WeightFormat::kNf4:  // issue 14
     case WeightFormat::kDense:
       break;
   }

@@ -233,6 +233,9 @@ void CpuBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* 
     case WeightFormat::kInt8W8A16:
     case WeightFormat::kInt8W8A8:
       break;
+    case WeightFormat::kInt4W4A16:
+    case WeightFormat::kNf4:
+      IB_ASSERT(false, "matmul: the CPU backend does not run 4-bit weights yet");
   }
   IB_ASSERT(weight.quantized_layout_ok(),
             "matmul: a quantized weight is data (N, K) of its format's dtype (fp8_e4m3 or int8) "

@@ -37,8 +37,8 @@ class CpuBackend final : public Backend {
   void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                     Tensor out) override;
   void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) override;
-  bool supports_weight_format(WeightFormat /*format*/) const override {
-    return true;  // every format: the CPU is their oracle
+  bool supports_weight_format(WeightFormat format) const override {
+    return !is_4bit(format);  // the 8-bit formats: the CPU is their oracle (4-bit: issue 14)
   }
   void quantize_weight(const Tensor& dense, const WeightRef& out) override;
   void weight_row_sums(const WeightRef& w, Tensor out) override;

@@ -374,6 +374,9 @@ bool CudaBackend::supports_weight_format(WeightFormat format) const {
     case WeightFormat::kInt8W8A16:  // m16n8k16 / m16n8k32 s8 MMAs from Ampere (8.0)
     case WeightFormat::kInt8W8A8:
       return compute_capability_ >= 80 && half;
+    case WeightFormat::kInt4W4A16:  // issue 14
+    case WeightFormat::kNf4:
+      return false;
   }
   return false;
 }

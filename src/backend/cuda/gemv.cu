@@ -25,7 +25,7 @@ constexpr int kQuantUnroll = IB_GEMV_QUANT_UNROLL;
 // The quantized operands of a launch: the weight's row scales and x's token scales.
 GemvQuant quant_operands(const WeightRef& w, const GemvQuantAct* act) {
   GemvQuant q;
-  if (is_quantized(w.format)) q.w_scales = w.scales.as<float>();
+  if (is_8bit(w.format)) q.w_scales = w.scales.as<float>();
   q.x_scales = act ? act->scales.as<float>() : nullptr;
   q.zero = static_act_quant(w).zero();
   if (q.zero != 0) {
@@ -153,7 +153,11 @@ void dispatch(const Tensor& x, const WeightRef& w, F&& f) {
         return f.template operator()<T, kGemvInt8>();
       case WeightFormat::kInt8W8A8:
         return f.template operator()<T, kGemvInt8A8>();
+      case WeightFormat::kInt4W4A16:  // not supported (supports_weight_format)
+      case WeightFormat::kNf4:
+        break;
     }
+    IB_ASSERT(false, "gemv: a weight format without a kernel");
   };
   if (x.dtype == DType::kBF16) {
     for_type.template operator()<bf16>();
