@@ -260,6 +260,7 @@ int main(int argc, char** argv) {
   if (want("gemm_decode")) bench::bench_gemm_decode(ctx);
   if (want("gemm_prefill")) bench::bench_gemm_prefill(ctx);
   if (want("gemm_fp8")) bench::bench_gemm_fp8(ctx);
+  if (want("gemm_int4")) bench::bench_gemm_int4(ctx);
   if (want("attention")) bench::bench_attention(ctx);
   if (want("small_ops")) bench::bench_small_ops(ctx);
   if (want("sampling")) bench::bench_sampling(ctx);

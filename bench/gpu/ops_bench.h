@@ -33,7 +33,8 @@ void warm_up(BenchContext& ctx);
 double measure_copy_ceiling(BenchContext& ctx);
 void bench_gemm_decode(BenchContext& ctx);
 void bench_gemm_prefill(BenchContext& ctx);
-void bench_gemm_fp8(BenchContext& ctx);  // ops_bench_fp8.cpp
+void bench_gemm_fp8(BenchContext& ctx);   // ops_bench_fp8.cpp
+void bench_gemm_int4(BenchContext& ctx);  // ops_bench_int4.cpp
 void bench_attention(BenchContext& ctx);
 void bench_small_ops(BenchContext& ctx);
 void bench_sampling(BenchContext& ctx);

@@ -55,6 +55,12 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
 namespace cuda {
 namespace {
 
+// Whether a kInt4W4A16 weight quantized at load is symmetric (gptq) or asymmetric (awq).
+// Placeholder until the CPU oracle's convention lands (issue 14): asymmetric.
+bool int4_symmetric(const WeightRef& /*w*/) {
+  return false;
+}
+
 void check_same_shape(const Tensor& a, const Tensor& b, const char* context) {
   IB_ASSERT(a.numel() == b.numel() && a.row_size() == b.row_size(), context);
 }
@@ -272,7 +278,7 @@ void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w
 
 void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* bias, Tensor out) {
   const Tensor& w = weight.data;
-  IB_ASSERT(x.row_size() == w.row_size() && w.rank == 2,
+  IB_ASSERT(x.row_size() == weight.cols() && w.rank == 2,
             "matmul: x (M, K) and w (N, K) must share K");
   IB_ASSERT(out.rows() == x.rows() && out.row_size() == w.dim(0),
             "matmul: out must be (M, N) for x (M, K) and w (N, K)");
@@ -311,13 +317,9 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
   }
   IB_ASSERT(quant_scratch_.data() != nullptr,
             "matmul(quantized): no scratch (quantize_weight allocates it)");
-  if (w.format == WeightFormat::kInt8W8A16) {
-    IB_ASSERT(static_cast<int64_t>(dequant_scratch_.bytes()) >=
-                  w.data.numel() * static_cast<int64_t>(dtype_size(dtype_)),
-              "matmul(int8): the dequantization scratch is smaller than the weight");
-    const Tensor dense = dequant_scratch_.view(dtype_, {w.data.dim(0), w.data.dim(1)});
-    launch_dequantize_int8(w, dense, stream_);
-    gemm_->run(x, dense, bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+  if (!quantizes_activations(w.format)) {  // W8A16, W4A16, NF4
+    gemm_->run(x, dequantized(w), bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(),
+               stream_);
     return;
   }
   const int64_t k = x.row_size();
@@ -344,6 +346,40 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
                               fixed.zero(), fixed.zero() != 0 ? &w.input_row_sums : nullptr);
     }
   }
+}
+
+Tensor CudaBackend::dequantized(const WeightRef& w) {
+  IB_ASSERT(static_cast<int64_t>(dequant_scratch_.bytes()) >=
+                w.rows() * w.cols() * static_cast<int64_t>(dtype_size(dtype_)),
+            "matmul(quantized): the dequantization scratch is smaller than the weight");
+  const Tensor dense = dequant_scratch_.view(dtype_, {w.rows(), w.cols()});
+  if (is_4bit(w.format)) {
+    launch_dequantize_4bit(w, dense, stream_);
+  } else {
+    launch_dequantize_int8(w, dense, stream_);
+  }
+  return dense;
+}
+
+// The fused ops' unfused form for weights the fused GEMV does not take (NF4, act-order W4A16):
+// rms_norm(h) * gain into the scratch after x's region, then the matmul.
+Tensor CudaBackend::normed_for_fallback(const Tensor& h, const Tensor* gain, float eps) {
+  IB_ASSERT(gain != nullptr, "fused op fallback: a quantized weight keeps its norm gain");
+  IB_ASSERT(quant_scratch_.data() != nullptr &&
+                h.numel() * static_cast<int64_t>(dtype_size(dtype_)) <= int64_t{1} << 20,
+            "fused op fallback: no scratch, or more rows than it holds");
+  Tensor xn =
+      quant_scratch_.view(dtype_, {h.rows(), h.row_size()}, static_cast<size_t>(kQuantScaleBytes));
+  launch_rms_norm(nullptr, h, *gain, eps, xn, stream_, pdl_);
+  return xn;
+}
+
+// A (rows, cols) scratch after the normalised x of normed_for_fallback.
+Tensor CudaBackend::fallback_scratch(int64_t rows, int64_t cols) {
+  const int64_t offset = kQuantScaleBytes + (int64_t{1} << 20);
+  IB_ASSERT(offset + rows * cols * static_cast<int64_t>(dtype_size(dtype_)) <= kQuantScratchBytes,
+            "fused op fallback: the scratch is too small");
+  return quant_scratch_.view(dtype_, {rows, cols}, static_cast<size_t>(offset));
 }
 
 GemvQuantAct CudaBackend::quant_act(const Tensor& x, const WeightRef& w) const {
@@ -374,9 +410,9 @@ bool CudaBackend::supports_weight_format(WeightFormat format) const {
     case WeightFormat::kInt8W8A16:  // m16n8k16 / m16n8k32 s8 MMAs from Ampere (8.0)
     case WeightFormat::kInt8W8A8:
       return compute_capability_ >= 80 && half;
-    case WeightFormat::kInt4W4A16:  // issue 14
+    case WeightFormat::kInt4W4A16:  // bf16 / f16 MMAs, x unquantized (W4A16)
     case WeightFormat::kNf4:
-      return false;
+      return compute_capability_ >= 80 && half;
   }
   return false;
 }
@@ -389,8 +425,9 @@ Status CudaBackend::reserve_quant_scratch(const WeightRef& w) {
     return Ok{};
   };
   IB_TRY(reserve(quant_scratch_, kQuantScratchBytes));
-  if (w.format == WeightFormat::kInt8W8A16) {
-    IB_TRY(reserve(dequant_scratch_, w.data.numel() * static_cast<int64_t>(dtype_size(dtype_))));
+  if (w.format == WeightFormat::kInt8W8A16 || is_4bit(w.format)) {
+    IB_TRY(
+        reserve(dequant_scratch_, w.rows() * w.cols() * static_cast<int64_t>(dtype_size(dtype_))));
   }
   if (w.format == WeightFormat::kInt8W8A8) IB_TRY(reserve(int32_scratch_, kQuantScratchBytes));
   return Ok{};
@@ -400,12 +437,17 @@ void CudaBackend::quantize_weight(const Tensor& dense, const WeightRef& out) {
   IB_ASSERT(supports_weight_format(out.format) && is_quantized(out.format),
             "quantize_weight: fp8 needs compute capability 8.9+, int8 8.0+, and bf16/fp16 "
             "activations");
-  IB_ASSERT(dense.rank == 2 && out.quantized_layout_ok() && out.data.rows() == dense.rows() &&
-                out.data.row_size() == dense.row_size(),
-            "quantize_weight: out must be a quantized format's data (N, K) and scales f32 (N) "
-            "for dense (N, K)");
+  IB_ASSERT(dense.rank == 2 && out.quantized_layout_ok() && out.rows() == dense.rows() &&
+                out.cols() == dense.row_size(),
+            "quantize_weight: out must be a quantized format's layout (backend/weight.h) for "
+            "dense (N, K)");
   if (Status st = reserve_quant_scratch(out); !st.ok()) {
     record_failure("quantize_weight: " + st.error().message);
+    return;
+  }
+  if (is_4bit(out.format)) {
+    run_op("quantize_weight",
+           [&] { launch_quantize_4bit(dense, out, int4_symmetric(out), stream_); });
     return;
   }
   run_op("quantize_weight", [&] { launch_quantize_rows(dense, out.data, out.scales, stream_); });
@@ -432,13 +474,18 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,
                                         const Tensor& inv_freq, const KvCacheLayer& kv,
                                         const AttentionShape& shape, Tensor qkv) {
   const Tensor& w = weight.data;
-  IB_ASSERT(h.row_size() == w.row_size() && qkv.rows() == h.rows() && qkv.row_size() == w.dim(0),
+  IB_ASSERT(h.row_size() == weight.cols() && qkv.rows() == h.rows() && qkv.row_size() == w.dim(0),
             "rms_matmul_rope_cache: h (M, K), w (N, K), qkv (M, N)");
   IB_ASSERT(positions.numel() == h.rows() && slot_mapping.numel() == h.rows() &&
                 inv_freq.numel() == shape.head_dim / 2 && inv_freq.dtype == DType::kF32,
             "rms_matmul_rope_cache: positions, slot_mapping (M), inv_freq f32 (head_dim / 2)");
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "rms_matmul_rope_cache: bias must be (N)");
   run_op("rms_matmul_rope_cache", [&] {
+    if (!gemv_rope_cache_supported(h, weight, shape)) {
+      matmul_quantized(normed_for_fallback(h, gain, eps), weight, bias, qkv);
+      launch_rope_and_cache(qkv, positions, slot_mapping, inv_freq, kv, shape, stream_, pdl_);
+      return;
+    }
     const GemvQuantAct act = quant_act(h, weight);
     launch_gemv_rope_cache(h, gain, weight, bias, eps, positions, slot_mapping, inv_freq, kv, shape,
                            qkv, stream_, pdl_, &act);
@@ -449,11 +496,17 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const W
                                     float eps, Tensor out) {
   const Tensor& w = weight.data;
   IB_ASSERT(
-      h.row_size() == w.row_size() && out.rows() == h.rows() && 2 * out.row_size() == w.dim(0),
+      h.row_size() == weight.cols() && out.rows() == h.rows() && 2 * out.row_size() == w.dim(0),
       "rms_matmul_swiglu: h (M, K), w (2F, K), out (M, F)");
   // (cuBLASLt into fp32 scratch plus a norm/SwiGLU kernel measured slower at 1-8 rows:
   // bench/NOTES.md, phase 5.)
   run_op("rms_matmul_swiglu", [&] {
+    if (!gemv_fused_supported(h, weight, GemvFusion::kRmsSwiGlu)) {
+      const Tensor gate_up = fallback_scratch(h.rows(), w.dim(0));
+      matmul_quantized(normed_for_fallback(h, gain, eps), weight, nullptr, gate_up);
+      launch_silu_mul(gate_up, out, stream_, pdl_);
+      return;
+    }
     const GemvQuantAct act = quant_act(h, weight);
     launch_gemv_fused(h, gain, weight, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_,
                       &act);
@@ -462,7 +515,7 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const W
 
 void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor residual) {
   const Tensor& w = weight.data;
-  IB_ASSERT(x.row_size() == w.row_size() && residual.rows() == x.rows() &&
+  IB_ASSERT(x.row_size() == weight.cols() && residual.rows() == x.rows() &&
                 residual.row_size() == w.dim(0),
             "matmul_add: x (M, K), w (N, K), residual (M, N)");
   run_op("matmul_add", [&] {
@@ -474,6 +527,9 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
         static_cast<int64_t>(w.bytes()) > gemv_max_weight_bytes_) {
       gemm_->run(x, w, nullptr, residual, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
                  1.0f);
+    } else if (!gemv_fused_supported(x, weight, GemvFusion::kAccumulate)) {
+      gemm_->run(x, dequantized(weight), nullptr, residual, gemm_workspace_.data(),
+                 gemm_workspace_.bytes(), stream_, 1.0f);
     } else {
       const GemvQuantAct act = quant_act(x, weight);
       launch_gemv_fused(x, nullptr, weight, nullptr, residual, GemvFusion::kAccumulate, 0.0f,

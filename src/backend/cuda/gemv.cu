@@ -21,11 +21,23 @@ constexpr bool kAdjacent = false;
 #define IB_GEMV_QUANT_UNROLL 4
 #endif
 constexpr int kQuantUnroll = IB_GEMV_QUANT_UNROLL;
+// W4A16 holds 32 x values per lane and step (four 16-byte loads per n-tile): 2 steps in flight
+// keep it within the registers of 2 blocks per SM (the 8-bit formats' 16 bytes per row and step).
+#ifndef IB_GEMV_INT4_UNROLL
+#define IB_GEMV_INT4_UNROLL 2
+#endif
+constexpr int kInt4Unroll = IB_GEMV_INT4_UNROLL;
 
 // The quantized operands of a launch: the weight's row scales and x's token scales.
 GemvQuant quant_operands(const WeightRef& w, const GemvQuantAct* act) {
   GemvQuant q;
   if (is_8bit(w.format)) q.w_scales = w.scales.as<float>();
+  if (w.format == WeightFormat::kInt4W4A16) {
+    q.g_scales = static_cast<const uint16_t*>(w.scales.data);
+    q.g_zeros = w.zeros.as<uint8_t>();
+    q.groups = static_cast<int>(w.scales.dim(1));
+    q.steps_per_group = w.group_size / kGemvInt4StepK;
+  }
   q.x_scales = act ? act->scales.as<float>() : nullptr;
   q.zero = static_act_quant(w).zero();
   if (q.zero != 0) {
@@ -61,22 +73,23 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
                    const Tensor* gain, const GemvQuantAct* act, cudaStream_t stream, bool pdl) {
   const int m = static_cast<int>(x.rows());
   const int n = static_cast<int>(w.data.dim(0));
-  const int k = static_cast<int>(w.data.dim(1));
+  const int k = static_cast<int>(w.cols());
   constexpr bool kDense = kW == kGemvDense;
-  constexpr int kSteps = kDense ? kUnroll : kQuantUnroll;
+  constexpr bool kXNormed = kW == kGemvInt8 || kW == kGemvInt4;  // x normalised before the kernel
+  constexpr int kSteps = kDense ? kUnroll : (kW == kGemvInt4 ? kInt4Unroll : kQuantUnroll);
   constexpr bool kAdj = kAdjacent && kDense;
-  // W8A16 normalises x before the kernel, so its kernel never applies the norm.
-  constexpr bool kKernelRms = kRms && kW != kGemvInt8;
+  // W8A16 and W4A16 normalise x before the kernel, so their kernel never applies the norm.
+  constexpr bool kKernelRms = kRms && !kXNormed;
   const void* x_in = x.data;
   GemvQuant operands = quant_operands(w, nullptr);
   if constexpr (kW == kGemvFp8 || kW == kGemvInt8A8) {
     const GemvQuantAct q = quantize_act(x, gain, eps, kRms, act, w, stream, pdl);
     x_in = q.xq.data;
     operands = quant_operands(w, &q);
-  } else if constexpr (kW == kGemvInt8 && kRms) {
+  } else if constexpr (kXNormed && kRms) {
     IB_ASSERT(gain != nullptr && act != nullptr && act->xn.dtype == x.dtype &&
                   act->xn.numel() >= x.numel() && aligned16(act->xn.data),
-              "W8A16 GEMV: a norm gain and a normalised-x scratch of (M, K) expected");
+              "W8A16 / W4A16 GEMV: a norm gain and a normalised-x scratch of (M, K) expected");
     Tensor xn =
         act->xn.reshaped({act->xn.numel() / x.row_size(), x.row_size()}).slice_rows(0, x.rows());
     launch_rms_norm(nullptr, x, *gain, eps, xn, stream, pdl);
@@ -105,7 +118,7 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
     launch_nt<T, TOut, 1, kW>(x, w, b, out, stream, pdl, act);
   } else if (m <= 8) {
     launch_nt<T, TOut, 1, kW>(x, w, b, out, stream, pdl, act);
-  } else if (m <= 16) {
+  } else if (kW == kGemvInt4 || m <= 16) {  // W4A16: up to 16 tokens (gemv_max_m)
     launch_nt<T, TOut, 2, kW>(x, w, b, out, stream, pdl, act);
   } else {
     launch_nt<T, TOut, 4, kW>(x, w, b, out, stream, pdl, act);
@@ -153,8 +166,9 @@ void dispatch(const Tensor& x, const WeightRef& w, F&& f) {
         return f.template operator()<T, kGemvInt8>();
       case WeightFormat::kInt8W8A8:
         return f.template operator()<T, kGemvInt8A8>();
-      case WeightFormat::kInt4W4A16:  // not supported (supports_weight_format)
-      case WeightFormat::kNf4:
+      case WeightFormat::kInt4W4A16:
+        return f.template operator()<T, kGemvInt4>();
+      case WeightFormat::kNf4:  // no GEMV (gemv_weight_ok)
         break;
     }
     IB_ASSERT(false, "gemv: a weight format without a kernel");
@@ -211,8 +225,20 @@ bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
          q % kGemvStepK == 0 && shape.head_dim % kGemvRows == 0;
 }
 
-// The weight's storage matches x (dense) or is a quantized format's bytes with f32 row scales.
+// The K step of w's kernel variant.
+int64_t step_k(const WeightRef& w) {
+  return w.format == WeightFormat::kInt4W4A16 ? kGemvInt4StepK : kGemvStepK;
+}
+
+// The weight's storage matches x (dense) or is a quantized format's bytes with f32 row scales,
+// or W4A16 codes whose groups hold whole 128-k steps, without an input permutation (act-order
+// and NF4 take the dequantizing path: the CUDA backend's matmul).
 bool gemv_weight_ok(const Tensor& x, const WeightRef& w) {
+  if (w.format == WeightFormat::kInt4W4A16) {
+    return w.quantized_layout_ok() && w.group_size % kGemvInt4StepK == 0 && w.input_perm.empty() &&
+           w.cols() % kGemvInt4StepK == 0;
+  }
+  if (w.format == WeightFormat::kNf4) return false;
   if (is_quantized(w.format)) return w.quantized_layout_ok();
   return w.data.dtype == x.dtype;
 }
@@ -221,7 +247,8 @@ bool gemv_fused_supported(const Tensor& x, const WeightRef& w, GemvFusion fusion
   const bool half_type = x.dtype == DType::kBF16 || x.dtype == DType::kF16;
   const bool rows_ok = fusion != GemvFusion::kRmsSwiGlu || w.data.dim(0) % 2 == 0;
   return half_type && gemv_weight_ok(x, w) && x.rows() >= 1 && x.rows() <= kGemvFusedMaxM &&
-         w.data.dim(1) % kGemvStepK == 0 && aligned16(x.data) && aligned16(w.data.data) && rows_ok;
+         w.cols() % step_k(w) == 0 && x.row_size() == w.cols() && aligned16(x.data) &&
+         aligned16(w.data.data) && rows_ok;
 }
 
 void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
@@ -241,7 +268,9 @@ void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, 
 }
 
 int64_t gemv_max_m(WeightFormat format) {
-  // W8A8 takes up to 8 tokens (one n-tile; cuBLASLt's E4M3 GEMM wins from 16, bench/NOTES.md).
+  // W8A8 takes up to 8 tokens (one n-tile; cuBLASLt's E4M3 GEMM wins from 16, bench/NOTES.md);
+  // W4A16 up to 16 (two n-tiles: its x registers).
+  if (format == WeightFormat::kInt4W4A16) return 16;
   return quantizes_activations(format) ? kGemvFusedMaxM : kGemvMaxM;
 }
 
@@ -251,8 +280,8 @@ bool gemv_supported(const Tensor& x, const WeightRef& w, const Tensor& out) {
   // dense).
   const bool out_ok = out.dtype == x.dtype || (!is_quantized(w.format) && out.dtype == DType::kF32);
   return half_type && gemv_weight_ok(x, w) && out_ok && x.rows() >= 1 &&
-         x.rows() <= gemv_max_m(w.format) && w.data.dim(1) % kGemvStepK == 0 && aligned16(x.data) &&
-         aligned16(w.data.data);
+         x.rows() <= gemv_max_m(w.format) && w.cols() % step_k(w) == 0 &&
+         x.row_size() == w.cols() && aligned16(x.data) && aligned16(w.data.data);
 }
 
 void launch_gemv(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,

@@ -174,6 +174,10 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   Status reserve_quant_scratch(const WeightRef& w);
   // Views of the scratch for x's quantized rows and scales (the decode GEMV's input).
   GemvQuantAct quant_act(const Tensor& x, const WeightRef& w) const;  // empty for a dense w
+  // w (W8A16, 4-bit) dequantized into dequant_scratch_, in x's column order.
+  Tensor dequantized(const WeightRef& w);
+  Tensor normed_for_fallback(const Tensor& h, const Tensor* gain, float eps);
+  Tensor fallback_scratch(int64_t rows, int64_t cols);
   // Whether the tensor-core GEMV runs this matmul (else cuBLASLt); tunes on first use.
   bool choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
   // ms per call of fn, over a few calls after two warm-ups (synchronizes).
@@ -194,7 +198,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   Buffer staging_;
   Buffer attention_counters_;
   Buffer quant_scratch_;
-  Buffer dequant_scratch_;  // W8A16 above the GEMV's rows: the weight in the activation dtype
+  Buffer dequant_scratch_;  // W8A16 / 4-bit above the GEMV's rows: the weight in the act dtype
   Buffer int32_scratch_;    // INT8 W8A8 above the GEMV's rows: cuBLASLt's int32 sums
   int gemv_max_m_ = 8;
   int fp8_gemv_max_m_ = 8;

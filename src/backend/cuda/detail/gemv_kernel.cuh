@@ -32,11 +32,14 @@
 // activation-dtype values (exactly: every int8 is a bf16/f16) and fed with x, unquantized, to the
 // dense variant's m16n8k16 MMAs; the row's scale multiplies the sum on the way out. The norm of
 // a fused op is applied to x before the kernel (launch code), so kRms is never set with it.
+// INT4 W4A16 (kGemvInt4, AWQ / GPTQ repacked): 128 k per step, a lane's 16 bytes per row are 32
+// codes; gemv_int4.cuh. Like W8A16, x unquantized and normalised before the kernel.
 #pragma once
 
 #include <type_traits>
 
 #include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/gemv_int4.cuh"
 #include "backend/cuda/detail/mma.cuh"
 #include "backend/cuda/detail/pdl.cuh"
 
@@ -70,6 +73,7 @@ enum GemvWeight : int {
   kGemvFp8 = 1,     // E4M3 w, E4M3 x (already quantized)
   kGemvInt8 = 2,    // int8 w, x in its dtype (W8A16)
   kGemvInt8A8 = 3,  // int8 w, int8 x (already quantized)
+  kGemvInt4 = 4,    // 4-bit codes with f16 group scales and u8 zero points, x in its dtype
 };
 
 // What the quantized variants read besides x and w.
@@ -80,6 +84,10 @@ struct GemvQuant {
   // the sum is corrected by - zero * row_sums[n], zero = z - 128 (0: no correction).
   const int32_t* row_sums = nullptr;  // (N)
   int zero = 0;
+  // kGemvInt4: scales (N, groups) f16 bits, zeros (N, groups) u8, group_size / 128 steps each.
+  const uint16_t* g_scales = nullptr;
+  const uint8_t* g_zeros = nullptr;
+  int groups = 0, steps_per_group = 0;
 };
 
 // kFp8: the lane's 16 bytes of already quantized x per n-tile at element offset kk.
@@ -239,15 +247,18 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
 // kW = kGemvInt8: w int8 with fp8.w_scales, x as for dense weights; kRms false.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
           int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense>
-__global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
+__global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : (kW == kGemvInt4 ? 2 : 3))
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
                 GemvRopeCache rc, GemvQuant fp8 = {}) {
   constexpr bool kQuant = kW != kGemvDense;                  // 1-byte weights, row scales
   constexpr bool kXq = kW == kGemvFp8 || kW == kGemvInt8A8;  // x already quantized
   constexpr bool kFp8 = kW == kGemvFp8;
+  constexpr bool kInt4 = kW == kGemvInt4;
+  constexpr bool kRowScales = kQuant && !kInt4;  // one f32 scale per row, applied on the way out
   static_assert(!kQuant || !kAdjacent, "the quantized variants stream interleaved steps");
-  static_assert(!(kRms && kW == kGemvInt8), "W8A16 takes x normalised before the kernel");
+  static_assert(!(kRms && (kW == kGemvInt8 || kInt4)),
+                "W8A16 / W4A16 take x normalised before the kernel");
   const T* __restrict__ x = static_cast<const T*>(x_raw);
   using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
   constexpr int kWLoads = kQuant ? 1 : 2;             // 16-byte loads per row and step
@@ -282,13 +293,14 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     row_a = n0 + r < n ? n0 + r : 0;
     row_b = n0 + r + 8 < n ? n0 + r + 8 : 0;
   }
-  const TW* wa_ptr = w + row_a * k + q * 16;
-  const TW* wb_ptr = w + row_b * k + q * 16;
+  const int64_t w_row = kInt4 ? k / 2 : k;  // elements (bytes) per weight row
+  const TW* wa_ptr = w + row_a * w_row + q * 16;
+  const TW* wb_ptr = w + row_b * w_row + q * 16;
   const T* x_ptr[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const int tok = t * 8 + r;
-    x_ptr[t] = x + int64_t{tok < m ? tok : 0} * k + q * 16;
+    x_ptr[t] = x + int64_t{tok < m ? tok : 0} * k + q * (kInt4 ? 32 : 16);
   }
   [[maybe_unused]] const uint8_t* xq_ptr[NT];
 #pragma unroll
@@ -306,7 +318,7 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     iacc[t][0] = iacc[t][1] = iacc[t][2] = iacc[t][3] = 0;
   }
 
-  const int steps = k / kGemvStepK;
+  const int steps = k / (kInt4 ? kGemvInt4StepK : kGemvStepK);
   __shared__ float w_scale[kQuant ? kGemvRows : 1];
   __shared__ int w_row_sum[kW == kGemvInt8A8 ? kGemvRows : 1];
   if constexpr (kAdjacent) {
@@ -336,14 +348,21 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     // next group's weights go out right after its MMAs.
     int s = warp;
     uint4 wa[kUnroll][kWLoads], wb[kUnroll][kWLoads];
+    [[maybe_unused]] Int4Group grp[kUnroll];  // kInt4: each step's group parameters
+    const auto group_of = [&](int step) {
+      return load_int4_group<T>(fp8.g_scales, fp8.g_zeros, fp8.groups, fp8.steps_per_group, row_a,
+                                row_b, step);
+    };
     const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
     if (full(s)) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
+      for (int u = 0; u < kUnroll; ++u) {
         gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kGemvStepK, wa[u],
                                  wb[u]);
+        if constexpr (kInt4) grp[u] = group_of(s + u * kWarps);
+      }
     }
-    if constexpr (kQuant) {  // the tile's row scales (constant, like the weights)
+    if constexpr (kRowScales) {  // the tile's row scales (constant, like the weights)
       if (warp == 0 && q == 0) {
         w_scale[r] = fp8.w_scales[row_a];
         w_scale[r + 8] = fp8.w_scales[row_b];
@@ -369,6 +388,14 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
             gemv_step_8bit<NT>(iacc, wa[u][0], wb[u][0], xq[u]);
           }
         }
+      } else if constexpr (kInt4) {
+        uint4 xv[kUnroll][NT][4];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          gemv_load_x_int4<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvInt4StepK, xv[u]);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          gemv_step_int4<T, NT>(acc, wa[u][0], wb[u][0], xv[u], grp[u]);
       } else if constexpr (kW == kGemvInt8) {
         uint4 xv[kUnroll][NT][2];
 #pragma unroll
@@ -395,9 +422,11 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
       const int next = s + kUnroll * kWarps;
       if (full(next)) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
+        for (int u = 0; u < kUnroll; ++u) {
           gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kGemvStepK, wa[u],
                                    wb[u]);
+          if constexpr (kInt4) grp[u] = group_of(next + u * kWarps);
+        }
       }
     }
     for (int s2 = s; s2 < steps; s2 += kWarps) {
@@ -411,6 +440,10 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
         } else {
           gemv_step_8bit<NT>(iacc, wt[0], wu[0], xq);
         }
+      } else if constexpr (kInt4) {
+        uint4 xv4[NT][4];
+        gemv_load_x_int4<T, NT>(x_ptr, int64_t{s2} * kGemvInt4StepK, xv4);
+        gemv_step_int4<T, NT>(acc, wt[0], wu[0], xv4, group_of(s2));
       } else if constexpr (kW == kGemvInt8) {
         gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
         uint4 wtd[2], wud[2];

@@ -107,6 +107,12 @@ void launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, 
 void launch_weight_row_sums(const WeightRef& w, Tensor out, cudaStream_t stream);
 // INT8 W8A16 at large M: dst (N, K) (bf16/f16) = data (N, K) int8 * scales[n], rounded once.
 void launch_dequantize_int8(const WeightRef& w, Tensor dst, cudaStream_t stream);
+// ---- quant_int4.cu (backend/weight.h's 4-bit formats) ----
+// dst (N, K) bf16/fp16 = the 4-bit weight dequantized, in x's column order (act-order undone).
+void launch_dequantize_4bit(const WeightRef& w, Tensor dst, cudaStream_t stream);
+// out (kInt4W4A16: awq asymmetric or gptq symmetric; kNf4) = dense (N, K) quantized at load.
+void launch_quantize_4bit(const Tensor& dense, const WeightRef& out, bool symmetric,
+                          cudaStream_t stream);
 // INT8 W8A8 after cuBLASLt's int32 GEMM: out (M, N) = (acc (M, N) int32 - zero * row_sums[n]) *
 // x_scales[m] * w_scales[n] (+ bias[n]), out bf16/f16; zero = z - 128 of an asymmetric static
 // activation scale (row_sums (N) int32), else 0 (row_sums null).

@@ -1,0 +1,332 @@
+// Differential tests of the 4-bit formats on CUDA (backend/weight.h: kInt4W4A16, kNf4) against
+// their definition: the reference side holds the weight dequantized on the host, exactly as
+// weight.h defines it, as a dense fp32 weight of the CPU backend, so every CPU op is the oracle
+// unchanged. Covered: matmul through the W4A16 GEMV (1-16 tokens, groups of 128 or one per row),
+// the dequantizing path (more tokens, groups of 64, act-order, NF4), the fused decode ops (the
+// GEMV's and the unfused fallback's), and the load-time quantization bit for bit. Tolerance:
+// the dtype's (testing::tolerance): the GPU rounds x (and, on the dequantizing path, each
+// weight) to bf16/fp16 once.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/test_support.h"
+#include "core/dtype.h"
+
+namespace ib::cuda {
+namespace {
+
+using testing::Pair;
+using testing::random_floats;
+using testing::tolerance;
+using testing::Twin;
+
+// A 4-bit variant under test: format, group size (0: one group per row), act-order.
+struct Variant {
+  WeightFormat format;
+  int group;
+  bool act_order;
+  std::string name() const {
+    return std::string(weight_format_name(format)) + "_g" + std::to_string(group) +
+           (act_order ? "_actorder" : "");
+  }
+};
+
+// gpu: the 4-bit weight; cpu: its dequantized values, dense fp32 (x's column order).
+struct Weight4 {
+  WeightRef gpu, cpu;
+};
+
+int64_t u32_below(Rng& rng, int64_t n) {
+  return static_cast<int64_t>(rng.uniform() * static_cast<double>(n)) % n;
+}
+
+Weight4 make_weight(Twin& twin, Rng& rng, int64_t n, int64_t k, const Variant& v) {
+  const int group = v.group == 0 ? static_cast<int>(k) : v.group;
+  const int64_t groups = k / group;
+  const bool nf4 = v.format == WeightFormat::kNf4;
+  std::vector<uint8_t> codes(static_cast<size_t>(n * k / 2));
+  for (auto& c : codes) c = static_cast<uint8_t>(u32_below(rng, 256));
+  std::vector<uint16_t> scale_bits(static_cast<size_t>(n * groups));
+  std::vector<float> scales(scale_bits.size());
+  std::vector<uint8_t> zeros(scale_bits.size());
+  for (size_t i = 0; i < scales.size(); ++i) {
+    const float s = 0.002f + 0.01f * static_cast<float>(rng.uniform());
+    scale_bits[i] = f32_to_f16_bits(s);
+    scales[i] = nf4 ? s * 8.0f : f16_bits_to_f32(scale_bits[i]);  // NF4: f32 absmax
+    zeros[i] = static_cast<uint8_t>(u32_below(rng, 16));
+  }
+  std::vector<int32_t> perm(static_cast<size_t>(k));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (v.act_order) {
+    for (int64_t i = k - 1; i > 0; --i)
+      std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(u32_below(rng, i + 1))]);
+  }
+  std::vector<float> dense(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      const uint8_t byte = codes[static_cast<size_t>(r * (k / 2) + c / 2)];
+      const bool high = (c % 2 == 1) != nf4;  // NF4: k = 2j in the high nibble
+      const int q = high ? byte >> 4 : byte & 0xF;
+      const size_t g = static_cast<size_t>(r * groups + c / group);
+      const float w = nf4 ? kNf4Levels[q] * scales[g]
+                          : static_cast<float>(q - static_cast<int>(zeros[g])) * scales[g];
+      dense[static_cast<size_t>(r * k + perm[static_cast<size_t>(c)])] = w;
+    }
+  }
+  Weight4 w;
+  w.cpu = WeightRef(twin.floats({n, k}, dense, DType::kF32).cpu);
+  w.gpu.format = v.format;
+  w.gpu.group_size = group;
+  w.gpu.data = twin.bytes(DType::kU8, {n, k / 2}, codes).gpu;
+  if (nf4) {
+    w.gpu.scales = twin.floats({n, groups}, scales, DType::kF32).gpu;
+  } else {
+    w.gpu.scales = twin.empty(DType::kF16, {n, groups}).gpu;
+    twin.gpu().copy_from_host(w.gpu.scales, scale_bits.data(), DType::kF16);
+    w.gpu.zeros = twin.bytes(DType::kU8, {n, groups}, zeros).gpu;
+  }
+  if (v.act_order) w.gpu.input_perm = twin.ints({k}, perm).gpu;
+  EXPECT_TRUE(w.gpu.quantized_layout_ok()) << v.name();
+  const Status prepared = twin.gpu().prepare_weight(w.gpu);
+  EXPECT_TRUE(prepared.ok()) << v.name();
+  return w;
+}
+
+using Param = std::tuple<DType, Variant>;
+
+class CudaQuant4 : public ::testing::TestWithParam<Param> {
+ protected:
+  DType dtype() const { return std::get<0>(GetParam()); }
+  const Variant& variant() const { return std::get<1>(GetParam()); }
+  void SetUp() override {
+    IB_REQUIRE_CUDA();
+    Twin probe(dtype());
+    if (!probe.gpu().supports_weight_format(variant().format))
+      GTEST_SKIP() << "this GPU lacks the bf16/fp16 MMAs of " << variant().name();
+  }
+};
+
+struct Shape {
+  int64_t m, n, k;
+};
+// 1-16 tokens take the W4A16 GEMV where the groups allow it, more the dequantizing path; N not a
+// multiple of 16 on the small K.
+const Shape kShapes[] = {{1, 6144, 4096}, {3, 1000, 256},   {8, 4096, 4096}, {16, 512, 1024},
+                         {17, 384, 512},  {64, 1024, 4096}, {1, 3, 256}};
+
+TEST_P(CudaQuant4, MatmulMatchesTheDefinition) {
+  Twin twin(dtype());
+  Rng rng(41);
+  for (const Shape& s : kShapes) {
+    for (const bool with_bias : {false, true}) {
+      Pair x = twin.floats({s.m, s.k}, random_floats(rng, s.m * s.k, -2.0f, 2.0f));
+      Pair b = twin.floats({s.n}, random_floats(rng, s.n));
+      const Weight4 w = make_weight(twin, rng, s.n, s.k, variant());
+      Pair out = twin.output({s.m, s.n});
+      twin.cpu().matmul(x.cpu, w.cpu, with_bias ? &b.cpu : nullptr, out.cpu);
+      twin.gpu().matmul(x.gpu, w.gpu, with_bias ? &b.gpu : nullptr, out.gpu);
+      const Status status = twin.gpu().device_status();
+      ASSERT_TRUE(status.ok()) << "m=" << s.m << ": " << status.error().message;
+      EXPECT_LT(twin.error(out), tolerance(dtype()))
+          << variant().name() << " m=" << s.m << " n=" << s.n << " k=" << s.k
+          << " bias=" << with_bias;
+    }
+  }
+}
+
+TEST_P(CudaQuant4, FusedOpsMatchTheUnfusedCpuOps) {
+  Twin twin(dtype());
+  Rng rng(42);
+  const float eps = 1e-5f;
+  const int64_t k = 4096, f = 512;
+  for (const int64_t m : {1, 5, 8}) {
+    Pair h = twin.floats({m, k}, random_floats(rng, m * k, -1.5f, 1.5f));
+    Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+    Pair normed = twin.output({m, k});
+    twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
+
+    // rms_matmul_swiglu
+    const Weight4 wgu = make_weight(twin, rng, 2 * f, k, variant());
+    Pair gate_up = twin.output({m, 2 * f});
+    Pair act = twin.output({m, f});
+    twin.cpu().matmul(normed.cpu, wgu.cpu, nullptr, gate_up.cpu);
+    twin.cpu().silu_mul(gate_up.cpu, act.cpu);
+    twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, wgu.gpu, eps, act.gpu);
+    EXPECT_LT(twin.error(act), tolerance(dtype())) << variant().name() << " swiglu m=" << m;
+
+    // matmul_add: residual += x @ w^T
+    const int64_t n = 1024;
+    const auto res0 = random_floats(rng, m * n);
+    const Weight4 wo = make_weight(twin, rng, n, k, variant());
+    Pair residual = twin.floats({m, n}, res0);
+    Pair prod = twin.output({m, n});
+    twin.cpu().matmul(h.cpu, wo.cpu, nullptr, prod.cpu);
+    std::vector<float> want = twin.cpu_floats(prod.cpu);
+    const auto res_rounded = twin.representable(res0);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += res_rounded[i];
+    twin.gpu().matmul_add(h.gpu, wo.gpu, residual.gpu);
+    EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(dtype()))
+        << variant().name() << " matmul_add m=" << m;
+
+    // rms_matmul_rope_cache: 4 q heads, 2 kv heads of 128, a bias.
+    AttentionShape shape;
+    shape.num_heads = 4;
+    shape.num_kv_heads = 2;
+    shape.head_dim = 128;
+    shape.scale = 1.0f / std::sqrt(128.0f);
+    const int64_t nq = (4 + 2 * 2) * 128, blocks = 2, bs = 16;
+    const int64_t cache = blocks * 2 * bs * 128;
+    const Weight4 wq = make_weight(twin, rng, nq, k, variant());
+    Pair bias = twin.floats({nq}, random_floats(rng, nq));
+    Pair kc = twin.floats({blocks, 2, bs, 128}, random_floats(rng, cache));
+    Pair vc = twin.floats({blocks, 2, bs, 128}, random_floats(rng, cache));
+    std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      positions[static_cast<size_t>(i)] = static_cast<int32_t>(50 + 11 * i);
+      slots[static_cast<size_t>(i)] = static_cast<int32_t>(2 * i + 1);
+    }
+    std::vector<float> inv_freq(64);
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
+    Pair pos = twin.ints({m}, positions);
+    Pair slot = twin.ints({m}, slots);
+    Pair freq = twin.floats({64}, inv_freq, DType::kF32);
+    Pair qkv = twin.output({m, nq});
+    twin.cpu().matmul(normed.cpu, wq.cpu, &bias.cpu, qkv.cpu);
+    twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
+    twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq.gpu, &bias.gpu, eps, pos.gpu, slot.gpu,
+                                     freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu);
+    EXPECT_LT(twin.error(qkv), tolerance(dtype())) << variant().name() << " qkv m=" << m;
+    EXPECT_LT(twin.error(kc), tolerance(dtype())) << variant().name() << " k cache m=" << m;
+    EXPECT_LT(twin.error(vc), tolerance(dtype())) << variant().name() << " v cache m=" << m;
+    const Status status = twin.gpu().device_status();
+    ASSERT_TRUE(status.ok()) << status.error().message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, CudaQuant4,
+    ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16),
+                       ::testing::Values(Variant{WeightFormat::kInt4W4A16, 128, false},
+                                         Variant{WeightFormat::kInt4W4A16, 0, false},
+                                         Variant{WeightFormat::kInt4W4A16, 64, false},
+                                         Variant{WeightFormat::kInt4W4A16, 128, true},
+                                         Variant{WeightFormat::kNf4, 64, false})),
+    [](const ::testing::TestParamInfo<Param>& p) {
+      return std::string(dtype_name(std::get<0>(p.param))) + "_" + std::get<1>(p.param).name();
+    });
+
+// The load-time quantization (weight.h) on the host, as the GPU's oracle.
+struct Quantized4 {
+  std::vector<uint8_t> codes, zeros;
+  std::vector<uint16_t> scale_bits;  // kInt4W4A16
+  std::vector<float> absmax;         // kNf4
+};
+
+Quantized4 quantize_on_host(const std::vector<float>& w, int64_t n, int64_t k, int group,
+                            WeightFormat format, bool symmetric) {
+  Quantized4 out;
+  const int64_t groups = k / group;
+  out.codes.assign(static_cast<size_t>(n * k / 2), 0);
+  const auto put = [&](int64_t r, int64_t c, int q, bool high_first) {
+    uint8_t& byte = out.codes[static_cast<size_t>(r * (k / 2) + c / 2)];
+    const bool high = (c % 2 == 1) != high_first;
+    byte = static_cast<uint8_t>(byte | (high ? q << 4 : q));
+  };
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* v = &w[static_cast<size_t>(r * k + g * group)];
+      float lo = v[0], hi = v[0], amax = 0.0f;
+      for (int i = 0; i < group; ++i) {
+        lo = std::min(lo, v[i]);
+        hi = std::max(hi, v[i]);
+        amax = std::max(amax, std::fabs(v[i]));
+      }
+      if (format == WeightFormat::kNf4) {
+        const float a = amax > 0.0f ? amax : 1.0f;
+        out.absmax.push_back(a);
+        for (int i = 0; i < group; ++i) {
+          int best = 0;
+          for (int c = 1; c < 16; ++c)
+            if (std::fabs(v[i] / a - kNf4Levels[c]) < std::fabs(v[i] / a - kNf4Levels[best]))
+              best = c;
+          put(r, g * group + i, best, true);
+        }
+        continue;
+      }
+      float s = symmetric ? (amax > 0.0f ? amax / 7.5f : 1.0f) : std::max(hi - lo, 1e-5f) / 15.0f;
+      out.scale_bits.push_back(f32_to_f16_bits(s));
+      s = f16_bits_to_f32(out.scale_bits.back());
+      const int z =
+          symmetric ? 8 : static_cast<int>(std::clamp(std::nearbyint(-lo / s), 0.0f, 15.0f));
+      out.zeros.push_back(static_cast<uint8_t>(z));
+      for (int i = 0; i < group; ++i) {
+        const float q = std::clamp(std::nearbyint(v[i] / s) + static_cast<float>(z), 0.0f, 15.0f);
+        put(r, g * group + i, static_cast<int>(q), false);
+      }
+    }
+  }
+  return out;
+}
+
+class CudaQuant4Load : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override { IB_REQUIRE_CUDA(); }
+};
+
+TEST_P(CudaQuant4Load, QuantizationMatchesTheDefinitionBitForBit) {
+  Twin twin(GetParam());
+  Rng rng(43);
+  const int64_t n = 300, k = 1024;
+  std::vector<float> values = random_floats(rng, n * k, -0.1f, 0.1f);
+  for (int64_t c = 0; c < k; ++c) values[static_cast<size_t>(5 * k + c)] = 0.0f;  // a zero row
+  values = twin.representable(values);  // what the GPU's dense weight holds
+  const Pair dense = twin.floats({n, k}, values);
+  struct Case {
+    WeightFormat format;
+    int group;
+    bool symmetric;
+  };
+  for (const Case& c :
+       {Case{WeightFormat::kInt4W4A16, 128, false}, Case{WeightFormat::kInt4W4A16, 128, true},
+        Case{WeightFormat::kInt4W4A16, 64, false}, Case{WeightFormat::kNf4, 64, false}}) {
+    const int64_t groups = k / c.group;
+    const bool nf4 = c.format == WeightFormat::kNf4;
+    WeightRef w;
+    w.format = c.format;
+    w.group_size = c.group;
+    w.data = twin.empty(DType::kU8, {n, k / 2}).gpu;
+    w.scales = twin.empty(nf4 ? DType::kF32 : DType::kF16, {n, groups}).gpu;
+    if (!nf4) w.zeros = twin.empty(DType::kU8, {n, groups}).gpu;
+    launch_quantize_4bit(dense.gpu, w, c.symmetric, nullptr);
+    const Quantized4 want = quantize_on_host(values, n, k, c.group, c.format, c.symmetric);
+    const std::string what = std::string(weight_format_name(c.format)) + " g" +
+                             std::to_string(c.group) + (c.symmetric ? " sym" : " asym");
+    EXPECT_EQ(twin.host_ints<uint8_t>(twin.gpu(), w.data), want.codes) << what;
+    if (nf4) {
+      std::vector<float> absmax(static_cast<size_t>(n * groups));
+      twin.gpu().copy_to_host(w.scales, absmax.data());
+      EXPECT_EQ(absmax, want.absmax) << what;
+    } else {
+      std::vector<uint16_t> bits(static_cast<size_t>(n * groups));
+      twin.gpu().copy_to_host(w.scales, bits.data());
+      EXPECT_EQ(bits, want.scale_bits) << what;
+      EXPECT_EQ(twin.host_ints<uint8_t>(twin.gpu(), w.zeros), want.zeros) << what;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaQuant4Load, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const ::testing::TestParamInfo<DType>& p) {
+                           return std::string(dtype_name(p.param));
+                         });
+
+}  // namespace
+}  // namespace ib::cuda
