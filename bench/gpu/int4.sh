@@ -6,7 +6,7 @@
 # input-scale checkpoint formats (issue 13). Part b: Llama-3-8B dummy weights with
 # --quantization awq / gptq / nf4 at batch 1 and on the seed protocol (through fp8.sh).
 # Usage (from the repository root): OUT=dir IB_PART=a|b bash bench/gpu/int4.sh
-# Environment: IB_TEST_FILTER, IB_QUANTS (part b, "awq gptq nf4"), IB_RUNS (part b, "b1 seed").
+# Environment: IB_TEST_FILTER, IB_SKIP_QC=1 (part a without quant_compare), IB_QUANTS (part b, "awq gptq nf4"), IB_RUNS (part b, "b1 seed").
 # Writes (a) build.log, tests.log, backend_cuda_test.json, engine_cuda_test.json, ops.log,
 # ops.json, qc.log; (b) runs.log, runs.json, runs.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -18,7 +18,7 @@ if [ "${IB_PART:-a}" = a ]; then
     IB_TEST_FILTER="${IB_TEST_FILTER:-*CudaQuant4*:*CudaQuant.*:*CudaEngineQuant*:*CudaEngineCalibration*}" \
     bash bench/gpu/fp8.sh > "$O/fp8.log" 2>&1
   echo "fp8.sh rc=$? $(el)"; grep -E "rc=|FAILED|PASSED|Failure|per layer|BUILD" "$O/fp8.log" | head -40
-  timeout 150 python3 tools/quant_compare.py --inferbench "$B/bin/inferbench" \
+  [ "${IB_SKIP_QC:-0}" = 1 ] || timeout 150 python3 tools/quant_compare.py --inferbench "$B/bin/inferbench" \
     --formats fp8-tensor-static,int8-w8a8-static > "$O/qc.log" 2>&1
   echo "quant_compare rc=$? $(el)"; tail -15 "$O/qc.log"
   rm -rf "$O/runs"

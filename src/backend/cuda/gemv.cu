@@ -21,10 +21,11 @@ constexpr bool kAdjacent = false;
 #define IB_GEMV_QUANT_UNROLL 4
 #endif
 constexpr int kQuantUnroll = IB_GEMV_QUANT_UNROLL;
-// W4A16 holds 32 x values per lane and step (four 16-byte loads per n-tile): 2 steps in flight
-// keep it within the registers of 2 blocks per SM (the 8-bit formats' 16 bytes per row and step).
+// W4A16 loads 16 bytes per row and step like the 8-bit formats, so as many steps in flight (its
+// x, 32 values per lane and step, is loaded step by step to stay within 2 blocks' registers per
+// SM). bench/NOTES.md, W4A16: 2 steps streamed at 1.3-1.9 TB/s.
 #ifndef IB_GEMV_INT4_UNROLL
-#define IB_GEMV_INT4_UNROLL 2
+#define IB_GEMV_INT4_UNROLL 4
 #endif
 constexpr int kInt4Unroll = IB_GEMV_INT4_UNROLL;
 

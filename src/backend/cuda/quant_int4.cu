@@ -30,35 +30,51 @@ __device__ __forceinline__ float rne(float v) {
   return rintf(v);  // round half to even (the default rounding mode)
 }
 
-// The code of row n's element k (two codes per byte; NF4 puts k = 2j in the high nibble).
-__device__ __forceinline__ int code_at(const uint8_t* data, int64_t n, int64_t k, int64_t k_total,
-                                       bool high_first) {
-  const uint8_t byte = data[n * (k_total / 2) + k / 2];
-  const bool high = ((k & 1) != 0) != high_first;
-  return high ? byte >> 4 : byte & 0xF;
-}
-
 // dst (N, K) in the weight's original column order: act-order columns go back to input_perm[k].
+// A thread takes 4 bytes (8 codes of one group: group sizes are multiples of 16) and, without a
+// permutation, writes its 8 values in one 16-byte store.
 template <typename T>
-__global__ void dequantize_4bit_kernel(const uint8_t* __restrict__ data,
+__global__ void dequantize_4bit_kernel(const uint32_t* __restrict__ data,
                                        const void* __restrict__ scales,
                                        const uint8_t* __restrict__ zeros,
                                        const int32_t* __restrict__ perm, T* __restrict__ dst,
                                        int64_t n, int64_t k, int group, bool nf4, Nf4Table levels) {
+  const int64_t words = n * k / 8;
   const int64_t groups = k / group;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * k;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < words;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / k, col = i % k;
+    const int64_t row = (8 * i) / k, col = (8 * i) % k;
     const int64_t g = row * groups + col / group;
-    const int q = code_at(data, row, col, k, nf4);
-    float v;
+    const uint32_t word = __ldg(data + i);
+    float s = 0.0f;
+    int z = 0;
     if (nf4) {
-      v = levels.v[q] * static_cast<const float*>(scales)[g];
+      s = static_cast<const float*>(scales)[g];
     } else {
-      const float s = __half2float(static_cast<const __half*>(scales)[g]);
-      v = static_cast<float>(q - static_cast<int>(zeros[g])) * s;
+      s = __half2float(static_cast<const __half*>(scales)[g]);
+      z = zeros[g];
     }
-    dst[row * k + (perm ? perm[col] : col)] = from_f32<T>(v);
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      // Byte j / 2; NF4 puts the even k in the high nibble, the others in the low one.
+      const uint32_t byte = (word >> (8 * (j / 2))) & 0xFFu;
+      const bool high = ((j & 1) != 0) != nf4;
+      const int q = static_cast<int>(high ? byte >> 4 : byte & 0xFu);
+      v[j] = nf4 ? levels.v[q] * s : static_cast<float>(q - z) * s;
+    }
+    T* out = dst + row * k;
+    if (perm == nullptr) {
+      uint4 packed;
+      packed.x = pack2_from_f32<T>(v[0], v[1]);
+      packed.y = pack2_from_f32<T>(v[2], v[3]);
+      packed.z = pack2_from_f32<T>(v[4], v[5]);
+      packed.w = pack2_from_f32<T>(v[6], v[7]);
+      *reinterpret_cast<uint4*>(out + col) = packed;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out[perm[col + j]] = from_f32<T>(v[j]);
+    }
   }
 }
 
@@ -165,13 +181,19 @@ void launch_dequantize_4bit(const WeightRef& w, Tensor dst, cudaStream_t stream)
   if (n * k == 0) return;
   const bool nf4 = w.format == WeightFormat::kNf4;
   const int32_t* perm = w.input_perm.empty() ? nullptr : w.input_perm.as<const int32_t>();
-  IB_DISPATCH_FLOAT(dst.dtype, T, {
-    dequantize_4bit_kernel<T>
-        <<<static_cast<unsigned>(std::min<int64_t>((n * k + kThreads - 1) / kThreads, 65535)),
-           kThreads, 0, stream>>>(w.data.as<const uint8_t>(), w.scales.data,
-                                  nf4 ? nullptr : w.zeros.as<const uint8_t>(), perm, dst.as<T>(), n,
-                                  k, w.group_size, nf4, nf4_table());
-  });
+  IB_ASSERT(aligned16(dst.data) && k % 16 == 0 && w.group_size % 16 == 0,
+            "dequantize_4bit: a 16-byte aligned dst, K and the group size multiples of 16");
+  const auto launch = [&]<typename T>() {
+    dequantize_4bit_kernel<T><<<grid_of(n * k / 8), kThreads, 0, stream>>>(
+        static_cast<const uint32_t*>(w.data.data), w.scales.data,
+        nf4 ? nullptr : w.zeros.as<const uint8_t>(), perm, dst.as<T>(), n, k, w.group_size, nf4,
+        nf4_table());
+  };
+  if (dst.dtype == DType::kBF16) {
+    launch.template operator()<bf16>();
+  } else {
+    launch.template operator()<f16>();
+  }
   IB_CUDA_CHECK_LAUNCH("dequantize_4bit");
 }
 

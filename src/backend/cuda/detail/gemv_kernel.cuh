@@ -389,13 +389,14 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : (kW == kGe
           }
         }
       } else if constexpr (kInt4) {
-        uint4 xv[kUnroll][NT][4];
+        // x (32 values per lane and step, from L1/L2) is loaded step by step: all steps' x at
+        // once would hold 16 registers per step and n-tile.
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          gemv_load_x_int4<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvInt4StepK, xv[u]);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          gemv_step_int4<T, NT>(acc, wa[u][0], wb[u][0], xv[u], grp[u]);
+        for (int u = 0; u < kUnroll; ++u) {
+          uint4 xv[NT][4];
+          gemv_load_x_int4<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvInt4StepK, xv);
+          gemv_step_int4<T, NT>(acc, wa[u][0], wb[u][0], xv, grp[u]);
+        }
       } else if constexpr (kW == kGemvInt8) {
         uint4 xv[kUnroll][NT][2];
 #pragma unroll
