@@ -21,11 +21,11 @@ constexpr bool kAdjacent = false;
 #define IB_GEMV_QUANT_UNROLL 4
 #endif
 constexpr int kQuantUnroll = IB_GEMV_QUANT_UNROLL;
-// W4A16 loads 16 bytes per row and step like the 8-bit formats, so as many steps in flight (its
-// x, 32 values per lane and step, is loaded step by step to stay within 2 blocks' registers per
-// SM). bench/NOTES.md, W4A16: 2 steps streamed at 1.3-1.9 TB/s.
+// W4A16: 2 steps in flight (its x, 32 values per lane and step, loaded step by step) and 3
+// blocks per SM. bench/NOTES.md, W4A16: 2 steps at 2 blocks per SM streamed 1.3-1.9 TB/s, 4 steps
+// no faster.
 #ifndef IB_GEMV_INT4_UNROLL
-#define IB_GEMV_INT4_UNROLL 4
+#define IB_GEMV_INT4_UNROLL 2
 #endif
 constexpr int kInt4Unroll = IB_GEMV_INT4_UNROLL;
 
@@ -228,7 +228,7 @@ bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
 
 // The K step of w's kernel variant.
 int64_t step_k(const WeightRef& w) {
-  return w.format == WeightFormat::kInt4W4A16 ? kGemvInt4StepK : kGemvStepK;
+  return w.format == WeightFormat::kInt4W4A16 ? kGemvInt4StepK * kGemvInt4Sub : kGemvStepK;
 }
 
 // The weight's storage matches x (dense) or is a quantized format's bytes with f32 row scales,
@@ -236,8 +236,7 @@ int64_t step_k(const WeightRef& w) {
 // and NF4 take the dequantizing path: the CUDA backend's matmul).
 bool gemv_weight_ok(const Tensor& x, const WeightRef& w) {
   if (w.format == WeightFormat::kInt4W4A16) {
-    return w.quantized_layout_ok() && w.group_size % kGemvInt4StepK == 0 && w.input_perm.empty() &&
-           w.cols() % kGemvInt4StepK == 0;
+    return w.quantized_layout_ok() && w.group_size % kGemvInt4StepK == 0 && w.input_perm.empty();
   }
   if (w.format == WeightFormat::kNf4) return false;
   if (is_quantized(w.format)) return w.quantized_layout_ok();

@@ -1,6 +1,7 @@
-// The W4A16 step of the decode GEMV (gemv_kernel.cuh, kW = kGemvInt4; backend/weight.h's
-// kInt4W4A16): a warp step covers 128 k, so a lane's one 16-byte load per row holds its 32 codes
-// (k = q * 32 .. q * 32 + 31 of the step), the same bytes per load as the 8-bit formats.
+// The W4A16 sub-step of the decode GEMV (gemv_kernel.cuh, kW = kGemvInt4; backend/weight.h's
+// kInt4W4A16): a sub-step covers 128 k, so a lane's one 16-byte load per row holds its 32 codes
+// (k = q * 32 .. q * 32 + 31 of the sub-step), the same bytes per load as the 8-bit formats; a
+// warp step is kGemvInt4Sub adjacent sub-steps.
 //
 // Each 32-bit word of codes (8 consecutive k, k = 2j in the low nibble of byte j) becomes four
 // pairs (k_i, k_i+4), i = 0..3, of (q - z) in x's 16-bit type, exactly: (word >> 4i) & 0x000F000F
@@ -21,7 +22,13 @@
 
 namespace ib::cuda {
 
-inline constexpr int kGemvInt4StepK = 128;  // k per 4-bit warp step (64 bytes per row)
+inline constexpr int kGemvInt4StepK = 128;  // k per 4-bit sub-step (64 bytes per row)
+// Sub-steps per warp step, adjacent in k: 2 reads 128 contiguous bytes per row and step, as the
+// bf16 GEMV does (bench/NOTES.md, W4A16).
+#ifndef IB_GEMV_INT4_SUB
+#define IB_GEMV_INT4_SUB 2
+#endif
+inline constexpr int kGemvInt4Sub = IB_GEMV_INT4_SUB;
 
 // The 16-bit pattern of 128.0 (bf16) or 1024.0 (f16), whose ulp is 1.
 template <typename T>

@@ -202,13 +202,15 @@ __device__ __forceinline__ void gemv_widen_int8(const uint4& q, uint4 (&wd)[2]) 
 
 // Weight loads of one warp step at element offset kk: w rows r and r + 8 (16-bit elements: two
 // 16-byte loads per row; E4M3 bytes: one).
-template <typename TW, int kLoads>
+// kStride: TW elements between a step's loads (16 bytes of 16-bit elements; W4A16: the next
+// 128-k sub-step's 64 bytes).
+template <typename TW, int kLoads, int kStride = 8>
 __device__ __forceinline__ void gemv_load_w(const TW* wa_ptr, const TW* wb_ptr, int64_t kk,
                                             uint4 (&wa)[kLoads], uint4 (&wb)[kLoads]) {
 #pragma unroll
   for (int i = 0; i < kLoads; ++i) {
-    wa[i] = load_stream16(wa_ptr + kk + i * 8);
-    wb[i] = load_stream16(wb_ptr + kk + i * 8);
+    wa[i] = load_stream16(wa_ptr + kk + i * kStride);
+    wb[i] = load_stream16(wb_ptr + kk + i * kStride);
   }
 }
 
@@ -247,7 +249,7 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
 // kW = kGemvInt8: w int8 with fp8.w_scales, x as for dense weights; kRms false.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
           int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense>
-__global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : (kW == kGemvInt4 ? 2 : 3))
+__global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
                 GemvRopeCache rc, GemvQuant fp8 = {}) {
@@ -261,7 +263,11 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : (kW == kGe
                 "W8A16 / W4A16 take x normalised before the kernel");
   const T* __restrict__ x = static_cast<const T*>(x_raw);
   using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
-  constexpr int kWLoads = kQuant ? 1 : 2;             // 16-byte loads per row and step
+  // W4A16: a step is kGemvInt4Sub adjacent 128-k sub-steps (64 bytes per row each).
+  constexpr int kSub = kInt4 ? kGemvInt4Sub : 1;
+  constexpr int kWLoads = kInt4 ? kSub : (kQuant ? 1 : 2);  // 16-byte loads per row and step
+  constexpr int kStepW = kInt4 ? 64 * kSub : kGemvStepK;    // TW elements per row and step
+  constexpr int kLoadStride = kInt4 ? 64 : 8;               // TW elements between them
   const TW* __restrict__ w = static_cast<const TW*>(w_raw);
   __shared__ float partial[kWarps][NT][4][32];  // (warp, n-tile, C register, lane)
   const int warp = threadIdx.x >> 5;
@@ -318,7 +324,7 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : (kW == kGe
     iacc[t][0] = iacc[t][1] = iacc[t][2] = iacc[t][3] = 0;
   }
 
-  const int steps = k / (kInt4 ? kGemvInt4StepK : kGemvStepK);
+  const int steps = k / (kInt4 ? kGemvInt4StepK * kSub : kGemvStepK);
   __shared__ float w_scale[kQuant ? kGemvRows : 1];
   __shared__ int w_row_sum[kW == kGemvInt8A8 ? kGemvRows : 1];
   if constexpr (kAdjacent) {
@@ -348,18 +354,31 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : (kW == kGe
     // next group's weights go out right after its MMAs.
     int s = warp;
     uint4 wa[kUnroll][kWLoads], wb[kUnroll][kWLoads];
-    [[maybe_unused]] Int4Group grp[kUnroll];  // kInt4: each step's group parameters
-    const auto group_of = [&](int step) {
-      return load_int4_group<T>(fp8.g_scales, fp8.g_zeros, fp8.groups, fp8.steps_per_group, row_a,
-                                row_b, step);
+    [[maybe_unused]] Int4Group grp[kUnroll][kSub];  // kInt4: each sub-step's group parameters
+    const auto load_groups = [&](int step, Int4Group(&g)[kSub]) {
+#pragma unroll
+      for (int h = 0; h < kSub; ++h)
+        g[h] = load_int4_group<T>(fp8.g_scales, fp8.g_zeros, fp8.groups, fp8.steps_per_group, row_a,
+                                  row_b, step * kSub + h);
+    };
+    // W4A16: the step's sub-steps, each with its x (loaded here, step by step: all steps' x at
+    // once would hold 16 registers per sub-step and n-tile).
+    const auto int4_step = [&](int step, const uint4(&ws)[kWLoads], const uint4(&wt)[kWLoads],
+                               const Int4Group(&g)[kSub]) {
+#pragma unroll
+      for (int h = 0; h < kSub; ++h) {
+        uint4 xv[NT][4];
+        gemv_load_x_int4<T, NT>(x_ptr, int64_t{step * kSub + h} * kGemvInt4StepK, xv);
+        gemv_step_int4<T, NT>(acc, ws[h], wt[h], xv, g[h]);
+      }
     };
     const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
     if (full(s)) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kGemvStepK, wa[u],
-                                 wb[u]);
-        if constexpr (kInt4) grp[u] = group_of(s + u * kWarps);
+        gemv_load_w<TW, kWLoads, kLoadStride>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kStepW,
+                                              wa[u], wb[u]);
+        if constexpr (kInt4) load_groups(s + u * kWarps, grp[u]);
       }
     }
     if constexpr (kRowScales) {  // the tile's row scales (constant, like the weights)
@@ -389,14 +408,8 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : (kW == kGe
           }
         }
       } else if constexpr (kInt4) {
-        // x (32 values per lane and step, from L1/L2) is loaded step by step: all steps' x at
-        // once would hold 16 registers per step and n-tile.
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          uint4 xv[NT][4];
-          gemv_load_x_int4<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvInt4StepK, xv);
-          gemv_step_int4<T, NT>(acc, wa[u][0], wb[u][0], xv, grp[u]);
-        }
+        for (int u = 0; u < kUnroll; ++u) int4_step(s + u * kWarps, wa[u], wb[u], grp[u]);
       } else if constexpr (kW == kGemvInt8) {
         uint4 xv[kUnroll][NT][2];
 #pragma unroll
@@ -424,15 +437,15 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : (kW == kGe
       if (full(next)) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-          gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kGemvStepK, wa[u],
-                                   wb[u]);
-          if constexpr (kInt4) grp[u] = group_of(next + u * kWarps);
+          gemv_load_w<TW, kWLoads, kLoadStride>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kStepW,
+                                                wa[u], wb[u]);
+          if constexpr (kInt4) load_groups(next + u * kWarps, grp[u]);
         }
       }
     }
     for (int s2 = s; s2 < steps; s2 += kWarps) {
       uint4 wt[kWLoads], wu[kWLoads], xv[NT][2];
-      gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s2} * kGemvStepK, wt, wu);
+      gemv_load_w<TW, kWLoads, kLoadStride>(wa_ptr, wb_ptr, int64_t{s2} * kStepW, wt, wu);
       if constexpr (kXq) {
         uint32_t xq[NT][4];
         gemv_load_xq<NT>(xq_ptr, int64_t{s2} * kGemvStepK, xq);
@@ -442,9 +455,9 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : (kW == kGe
           gemv_step_8bit<NT>(iacc, wt[0], wu[0], xq);
         }
       } else if constexpr (kInt4) {
-        uint4 xv4[NT][4];
-        gemv_load_x_int4<T, NT>(x_ptr, int64_t{s2} * kGemvInt4StepK, xv4);
-        gemv_step_int4<T, NT>(acc, wt[0], wu[0], xv4, group_of(s2));
+        Int4Group g[kSub];
+        load_groups(s2, g);
+        int4_step(s2, wt, wu, g);
       } else if constexpr (kW == kGemvInt8) {
         gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
         uint4 wtd[2], wud[2];
