@@ -23,10 +23,10 @@
 namespace ib::cuda {
 
 inline constexpr int kGemvInt4StepK = 128;  // k per 4-bit sub-step (64 bytes per row)
-// Sub-steps per warp step, adjacent in k: 2 reads 128 contiguous bytes per row and step, as the
-// bf16 GEMV does (bench/NOTES.md, W4A16).
+// Sub-steps per warp step, adjacent in k (2: 128 contiguous bytes per row and step, as the bf16
+// GEMV reads; measured no faster than 1, bench/NOTES.md, W4A16 run3).
 #ifndef IB_GEMV_INT4_SUB
-#define IB_GEMV_INT4_SUB 2
+#define IB_GEMV_INT4_SUB 1
 #endif
 inline constexpr int kGemvInt4Sub = IB_GEMV_INT4_SUB;
 
