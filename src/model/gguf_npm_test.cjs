@@ -1,4 +1,4 @@
-// The GGUF reader and writer against an independent parser: gguf_npm_fixture writes a file with
+// The GGUF reader and writer against an independent parser: gguf_fixture writes a file with
 // the project's writer and prints what it wrote (and where the project's reader found each
 // tensor); @huggingface/gguf parses the file, and every key, type, value, tensor name, shape,
 // ggml type and offset must agree. Usage: node gguf_npm_test.cjs FIXTURE_BINARY OUT.gguf

@@ -1,14 +1,20 @@
-// Writes a GGUF file with every metadata value type and every supported tensor type through the
-// project's writer, and prints as JSON what was written and where the project's reader found the
-// tensors; gguf_npm_test.cjs parses the file with @huggingface/gguf and compares.
-// Usage: gguf_npm_fixture OUT.gguf   (exit 2 on a usage error, 1 when writing fails)
+// GGUF files from the project's writer, for checks outside the unit tests.
+//   gguf_fixture OUT.gguf       every metadata value type and every supported tensor type; prints
+//                               as JSON what was written and where the project's reader found the
+//                               tensors (gguf_npm_test.cjs compares that with @huggingface/gguf)
+//   gguf_fixture --corpus DIR   the seed corpus of fuzz/gguf_fuzz.cpp: valid files (a tiny llama
+//                               model with its tokenizer) and corrupt variants of them
+// Exit 2 on a usage error, 1 when writing fails.
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/fs.h"
 #include "model/gguf.h"
 
 namespace ib {
@@ -84,16 +90,70 @@ json value_json(const GgufValue& v) {
   return *v.as_string();
 }
 
+// A tiny llama model: the config keys, a gpt2 tokenizer and one layer of Q8_0 / Q4_K weights.
+Result<std::string> tiny_llama() {
+  const auto u32 = [](uint64_t v) { return GgufValue::of_uint(V::kU32, v); };
+  const std::vector<GgufMetadata> meta = {
+      {"general.architecture", GgufValue::of_string("llama")},
+      {"llama.context_length", u32(64)},
+      {"llama.embedding_length", u32(256)},
+      {"llama.block_count", u32(1)},
+      {"llama.feed_forward_length", u32(512)},
+      {"llama.attention.head_count", u32(4)},
+      {"llama.attention.head_count_kv", u32(2)},
+      {"llama.rope.freq_base", GgufValue::of_float(V::kF32, 10000.0)},
+      {"llama.attention.layer_norm_rms_epsilon", GgufValue::of_float(V::kF32, 1e-5)},
+      {"tokenizer.ggml.model", GgufValue::of_string("gpt2")},
+      {"tokenizer.ggml.pre", GgufValue::of_string("llama-bpe")},
+      {"tokenizer.ggml.tokens", GgufValue::of_strings({"h", "i", "hi", "<|end|>"})},
+      {"tokenizer.ggml.token_type",
+       GgufValue::of_array(V::kI32,
+                           {GgufValue::of_int(V::kI32, 1), GgufValue::of_int(V::kI32, 1),
+                            GgufValue::of_int(V::kI32, 1), GgufValue::of_int(V::kI32, 3)})},
+      {"tokenizer.ggml.merges", GgufValue::of_strings({"h i"})},
+      {"tokenizer.ggml.eos_token_id", u32(3)},
+  };
+  std::vector<float> values(256 * 4);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 9) * 0.5f - 2.0f;
+  IB_ASSIGN_OR_RETURN(std::string q8, quantize_ggml(GgmlType::kQ8_0, values));
+  IB_ASSIGN_OR_RETURN(std::string q4k, quantize_ggml(GgmlType::kQ4_K, values));
+  return serialize_gguf(meta, {{"token_embd.weight", GgmlType::kQ8_0, {256, 4}, q8},
+                               {"blk.0.attn_q.weight", GgmlType::kQ4_K, {256, 4}, q4k}});
+}
+
+Status write_corpus(const std::filesystem::path& dir) {
+  IB_ASSIGN_OR_RETURN(const std::string llama, tiny_llama());
+  IB_ASSIGN_OR_RETURN(const auto written, tensors());
+  IB_ASSIGN_OR_RETURN(const std::string all_types, serialize_gguf(metadata(), written));
+  std::filesystem::create_directories(dir);
+  auto patched = [](std::string bytes, size_t at, uint32_t v) {
+    std::memcpy(bytes.data() + at, &v, 4);
+    return bytes;
+  };
+  const size_t type_at = llama.find("token_embd.weight") + 17 + 4 + 16;  // after name, n_dims, dims
+  const std::pair<const char*, std::string> seeds[] = {
+      {"tiny_llama.gguf", llama},
+      {"all_types.gguf", all_types},
+      {"truncated_header.gguf", llama.substr(0, 100)},
+      {"truncated_data.gguf", llama.substr(0, llama.size() - 40)},
+      {"version2.gguf", patched(llama, 4, 2)},
+      {"unknown_tensor_type.gguf", patched(llama, type_at, 3)},
+      {"huge_metadata_count.gguf", patched(llama, 20, 0x40000000)},
+  };
+  for (const auto& [name, bytes] : seeds) IB_TRY(write_file_atomic(dir / name, bytes));
+  return Ok{};
+}
+
 int run(const std::string& path) {
   const auto written = tensors();
   Status s = written.ok() ? write_gguf(path, metadata(), *written) : Status(written.error());
   if (!s.ok()) {
-    std::fprintf(stderr, "gguf_npm_fixture: %s\n", s.error().message.c_str());
+    std::fprintf(stderr, "gguf_fixture: %s\n", s.error().message.c_str());
     return 1;
   }
   const auto mapped = GgufModelFile::open(path);
   if (!mapped.ok()) {
-    std::fprintf(stderr, "gguf_npm_fixture: %s\n", mapped.error().message.c_str());
+    std::fprintf(stderr, "gguf_fixture: %s\n", mapped.error().message.c_str());
     return 1;
   }
   const GgufFile& file = (*mapped)->file();
@@ -123,8 +183,13 @@ int run(const std::string& path) {
 }  // namespace ib
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: gguf_npm_fixture OUT.gguf\n");
+  if (argc == 3 && std::strcmp(argv[1], "--corpus") == 0) {
+    const ib::Status s = ib::write_corpus(argv[2]);
+    if (!s.ok()) std::fprintf(stderr, "gguf_fixture: %s\n", s.error().message.c_str());
+    return s.ok() ? 0 : 1;
+  }
+  if (argc != 2 || argv[1][0] == '-') {
+    std::fprintf(stderr, "usage: gguf_fixture OUT.gguf | gguf_fixture --corpus DIR\n");
     return 2;
   }
   return ib::run(argv[1]);
