@@ -79,73 +79,62 @@ void quantize_affine(const float* x, int levels, uint8_t* block, std::array<uint
   }
 }
 
-}  // namespace
-
-void dequantize_q4_k(const uint8_t* block, float* out) {
+// Q4_K / Q5_K: x = d * sc * code - dmin * m in each 32-element sub-block j; the code's low four
+// bits are nibble j % 2 of qs[32 * (j / 2) + l] and, for Q5_K (qh not null), its fifth bit is
+// bit j of qh[l].
+void dequantize_affine(const uint8_t* block, const uint8_t* qh, const uint8_t* qs, float* out) {
   const float d = load_f16(block);
   const float dmin = load_f16(block + 2);
-  const uint8_t* scales = block + 4;
-  const uint8_t* qs = block + 16;
-  for (int j = 0; j < 8; ++j) {  // sub-block j: 32 elements, nibble j % 2 of qs[32 * (j / 2) ..]
+  for (int j = 0; j < 8; ++j) {
     int sc = 0;
     int m = 0;
-    unpack_scale_min(scales, j, sc, m);
-    const float step = d * static_cast<float>(sc);
-    const float offset = dmin * static_cast<float>(m);
-    const uint8_t* q = qs + 32 * (j / 2);
-    const int shift = 4 * (j % 2);
-    for (int l = 0; l < 32; ++l)
-      out[32 * j + l] = step * static_cast<float>((q[l] >> shift) & 0xF) - offset;
-  }
-}
-
-void quantize_q4_k(const float* x, uint8_t* block) {
-  std::array<uint8_t, kSuper> q{};
-  quantize_affine(x, 15, block, q);
-  uint8_t* qs = block + 16;
-  for (int c = 0; c < 4; ++c) {
-    for (int l = 0; l < 32; ++l) {
-      qs[32 * c + l] = static_cast<uint8_t>(q[static_cast<size_t>(64 * c + l)] |
-                                            (q[static_cast<size_t>(64 * c + 32 + l)] << 4));
-    }
-  }
-}
-
-void dequantize_q5_k(const uint8_t* block, float* out) {
-  const float d = load_f16(block);
-  const float dmin = load_f16(block + 2);
-  const uint8_t* scales = block + 4;
-  const uint8_t* qh = block + 16;
-  const uint8_t* qs = block + 48;
-  for (int j = 0; j < 8; ++j) {  // as Q4_K, plus bit j of qh[l] as the fifth bit
-    int sc = 0;
-    int m = 0;
-    unpack_scale_min(scales, j, sc, m);
+    unpack_scale_min(block + 4, j, sc, m);
     const float step = d * static_cast<float>(sc);
     const float offset = dmin * static_cast<float>(m);
     const uint8_t* q = qs + 32 * (j / 2);
     const int shift = 4 * (j % 2);
     for (int l = 0; l < 32; ++l) {
-      const int code = ((q[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4);
+      int code = (q[l] >> shift) & 0xF;
+      if (qh != nullptr) code |= ((qh[l] >> j) & 1) << 4;
       out[32 * j + l] = step * static_cast<float>(code) - offset;
     }
   }
 }
 
-void quantize_q5_k(const float* x, uint8_t* block) {
-  std::array<uint8_t, kSuper> q{};
-  quantize_affine(x, 31, block, q);
-  uint8_t* qh = block + 16;
-  uint8_t* qs = block + 48;
-  std::fill(qh, qh + 32, uint8_t{0});
+// The inverse of dequantize_affine's code layout.
+void pack_affine(const std::array<uint8_t, kSuper>& q, uint8_t* qh, uint8_t* qs) {
+  std::fill(qs, qs + 128, uint8_t{0});
+  if (qh != nullptr) std::fill(qh, qh + 32, uint8_t{0});
   for (int j = 0; j < 8; ++j) {
     for (int l = 0; l < 32; ++l) {
       const uint8_t code = q[static_cast<size_t>(32 * j + l)];
-      qs[32 * (j / 2) + l] =
-          static_cast<uint8_t>(qs[32 * (j / 2) + l] | ((code & 0xF) << (4 * (j % 2))));
-      qh[l] = static_cast<uint8_t>(qh[l] | ((code >> 4) << j));
+      uint8_t& low = qs[32 * (j / 2) + l];
+      low = static_cast<uint8_t>(low | ((code & 0xF) << (4 * (j % 2))));
+      if (qh != nullptr) qh[l] = static_cast<uint8_t>(qh[l] | ((code >> 4) << j));
     }
   }
+}
+
+}  // namespace
+
+void dequantize_q4_k(const uint8_t* block, float* out) {
+  dequantize_affine(block, nullptr, block + 16, out);
+}
+
+void quantize_q4_k(const float* x, uint8_t* block) {
+  std::array<uint8_t, kSuper> q{};
+  quantize_affine(x, 15, block, q);
+  pack_affine(q, nullptr, block + 16);
+}
+
+void dequantize_q5_k(const uint8_t* block, float* out) {
+  dequantize_affine(block, block + 16, block + 48, out);
+}
+
+void quantize_q5_k(const float* x, uint8_t* block) {
+  std::array<uint8_t, kSuper> q{};
+  quantize_affine(x, 31, block, q);
+  pack_affine(q, block + 16, block + 48);
 }
 
 // Q6_K: element 128 * n + 32 * k + l (half n, quarter k, l < 32) has its low four bits in
