@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/result.h"
 #include "model/gguf_file.h"
@@ -33,5 +34,9 @@ Status dequantize_ggml(GgmlType type, std::string_view bytes, std::span<float> o
 // sub-block's (K-quants: d * sc) quantization step. User error unless x is a whole number of
 // blocks of finite values within the f16 range (|x| <= 65504).
 Result<std::string> quantize_ggml(GgmlType type, std::span<const float> x);
+
+// The named tensor of a mapped file, dequantized to f32 (numel elements, ne[0] fastest). User
+// error naming the tensor and the file when it is absent.
+Result<std::vector<float>> read_gguf_tensor_f32(const GgufModelFile& file, std::string_view name);
 
 }  // namespace ib

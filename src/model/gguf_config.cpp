@@ -106,7 +106,7 @@ Status read_rope(const GgufFile& file, const Keys& keys, const std::string& a, M
     }
   }
   IB_ASSIGN_OR_RETURN(c.rope_theta, keys.number(a + ".rope.freq_base", 10000.0));
-  if (file.find(a + ".rope.dimension_count") != nullptr) {
+  if (file.find(a + ".rope.dimension_count") != nullptr && c.head_dim > 0) {
     IB_ASSIGN_OR_RETURN(const int rotated, keys.count(a + ".rope.dimension_count"));
     c.partial_rotary_factor = static_cast<double>(rotated) / c.head_dim;
   }

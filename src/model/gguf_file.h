@@ -137,9 +137,13 @@ class GgufModelFile {
   virtual ~GgufModelFile() = default;
   static Result<std::unique_ptr<GgufModelFile>> open(const std::string& path);
   virtual const GgufFile& file() const = 0;
+  virtual const std::string& path() const = 0;
   // The tensor's size_bytes bytes; the tensor must be one of file().tensors.
   virtual std::string_view tensor_bytes(const GgufTensorInfo& tensor) const = 0;
 };
+
+// True when path is a regular file that starts with the GGUF magic (a --model given as a file).
+bool is_gguf_file(const std::string& path);
 
 // A tensor to write: bytes in type's block layout (gguf_blocks.h quantizes floats into it).
 struct GgufWriteTensor {

@@ -167,6 +167,16 @@ TEST(GgufFile, WritesAtomicallyAndMapsTensorBytes) {
   for (size_t i = 0; i < written.size(); ++i) {
     EXPECT_EQ((*mapped)->tensor_bytes((*mapped)->file().tensors[i]), written[i].bytes);
   }
+  const auto q8 = read_gguf_tensor_f32(**mapped, "blk.0.attn_q.weight");
+  ASSERT_TRUE(q8.ok()) << q8.error().message;
+  std::vector<float> expected(64);
+  ASSERT_TRUE(dequantize_ggml(GgmlType::kQ8_0, written[1].bytes, expected).ok());
+  EXPECT_EQ(*q8, expected);
+  const auto absent = read_gguf_tensor_f32(**mapped, "nope");
+  ASSERT_FALSE(absent.ok());
+  EXPECT_NE(absent.error().message.find("m.gguf: no tensor 'nope'"), std::string::npos);
+  EXPECT_TRUE(is_gguf_file(path));
+  EXPECT_FALSE(is_gguf_file((dir / "none.gguf").string()));
   const auto missing = GgufModelFile::open((dir / "none.gguf").string());
   EXPECT_FALSE(missing.ok());
   fs::remove_all(dir);

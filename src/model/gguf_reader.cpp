@@ -1,6 +1,7 @@
 // GGUF parsing (gguf_file.h): a bounds-checked cursor over the file's bytes; every count is
 // checked against the bytes left before anything is allocated for it.
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <set>
 
@@ -312,6 +313,7 @@ class MappedGguf final : public GgufModelFile {
   MappedGguf(detail::MappedFile mapped, GgufFile file)
       : mapped_(std::move(mapped)), file_(std::move(file)) {}
   const GgufFile& file() const override { return file_; }
+  const std::string& path() const override { return mapped_.path(); }
   std::string_view tensor_bytes(const GgufTensorInfo& tensor) const override {
     return mapped_.bytes().substr(file_.data_offset + tensor.offset, tensor.size_bytes);
   }
@@ -332,6 +334,12 @@ Result<std::unique_ptr<GgufModelFile>> GgufModelFile::open(const std::string& pa
   IB_ASSIGN_OR_RETURN(GgufFile file, parse_gguf(mapped.bytes(), path));
   return std::unique_ptr<GgufModelFile>(
       std::make_unique<MappedGguf>(std::move(mapped), std::move(file)));
+}
+
+bool is_gguf_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
 }  // namespace ib
