@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/result.h"
 #include "model/config.h"
@@ -46,5 +47,16 @@ int64_t hf_row_of_gguf_rope_row(int64_t gguf_row, int64_t head_dim);
 // "default" becomes the project's BPE tokenizer. User errors name what is refused: another model
 // ("llama" SentencePiece, ...) or pre-tokenizer, missing or mistyped keys.
 Result<std::unique_ptr<Tokenizer>> gguf_tokenizer(const GgufFile& file, const std::string& origin);
+
+// The inverse of gguf_model_config: a config as GGUF metadata (llama and mistral as llama, qwen2,
+// phi3). User errors name what GGUF cannot say: another family, llama3 RoPE scaling.
+Result<std::vector<GgufMetadata>> gguf_metadata_of(const ModelConfig& config);
+
+// A GGUF file of config with seeded weights in llama.cpp's names and layouts: the embedding,
+// lm_head (unless tied) and every projection matrix in matmul_type, norms (ones) and biases in
+// F32. Written atomically. User error when a matrix's rows (ne[0]: hidden, q_dim or the FFN size)
+// are not whole blocks of matmul_type, naming the tensor.
+Status write_dummy_gguf(const std::string& path, const ModelConfig& config, GgmlType matmul_type,
+                        uint64_t seed);
 
 }  // namespace ib
