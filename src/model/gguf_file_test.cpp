@@ -260,6 +260,17 @@ TEST(GgufFile, RefusesCountsSizesAndOffsetsBeyondTheFile) {
   EXPECT_NE(error_of(bytes).find("5 dimensions"), std::string::npos);
 }
 
+TEST(GgufFile, BoundsTheMetadataArraysItHolds) {
+  // A u8 array whose count (and bytes) exceed the parser's limit on array elements in all: every
+  // byte is a valid value, so only the limit stops it growing with the file.
+  constexpr uint64_t kCount = (uint64_t{1} << 23) + 1;
+  std::vector<GgufValue> bytes(kCount, GgufValue::of_uint(V::kU8, 7));
+  const std::string big =
+      serialize_gguf({{"big", GgufValue::of_array(V::kU8, std::move(bytes))}}, {}).value();
+  const std::string e = error_of(big);
+  EXPECT_NE(e.find("more than 8388608 elements"), std::string::npos) << e;
+}
+
 TEST(GgufFile, WriterRefusesWhatItCannotWrite) {
   EXPECT_FALSE(serialize_gguf({{"x", GgufValue::of_uint(V::kU8, 256)}}, {}).ok());
   EXPECT_FALSE(serialize_gguf({{"x", GgufValue::of_int(V::kU32, 1)}}, {}).ok());

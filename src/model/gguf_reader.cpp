@@ -1,5 +1,6 @@
 // GGUF parsing (gguf_file.h): a bounds-checked cursor over the file's bytes; every count is
 // checked against the bytes left before anything is allocated for it.
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -17,6 +18,11 @@ constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
 constexpr int kMaxArrayDepth = 4;        // arrays of arrays; no published file nests at all
 constexpr uint64_t kMinTensorInfo = 24;  // empty name (8) + n_dims (4) + type (4) + offset (8)
 constexpr uint64_t kMinMetadata = 13;    // empty key (8) + type (4) + one byte of value
+// Metadata array elements in all: a published vocabulary's tokens, merges, types and scores come
+// to about a million; a corrupt count must not make the parser hold 48 bytes per byte of file.
+constexpr uint64_t kMaxArrayElements = uint64_t{1} << 23;
+// Counts read from the file reserve at most this many entries up front; the rest grow as parsed.
+constexpr uint64_t kMaxReserve = uint64_t{1} << 16;
 
 uint64_t scalar_bytes(GgufValueType t) {
   switch (t) {
@@ -97,6 +103,7 @@ class Parser {
   std::string_view bytes_;
   const std::string& name_;
   uint64_t pos_ = 0;
+  uint64_t array_elements_ = 0;
 };
 
 Result<GgufValue> Parser::read_value(GgufValueType type, const std::string& key, int depth) {
@@ -161,7 +168,12 @@ Result<GgufValue> Parser::read_array(const std::string& key, int depth) {
   const auto element_type = static_cast<GgufValueType>(type_id);
   IB_ASSIGN_OR_RETURN(const uint64_t n, read_count(what + "'s length", scalar_bytes(element_type)));
   std::vector<GgufValue> items;
-  items.reserve(n);
+  array_elements_ += n;  // n <= the file size, so no overflow
+  if (array_elements_ > kMaxArrayElements) {
+    return corrupt(fmt::format("metadata arrays hold more than {} elements in all ({} has {})",
+                               kMaxArrayElements, what, n));
+  }
+  items.reserve(std::min(n, kMaxReserve));
   for (uint64_t i = 0; i < n; ++i) {
     IB_ASSIGN_OR_RETURN(GgufValue v, read_value(element_type, key, depth));
     items.push_back(std::move(v));
@@ -171,7 +183,7 @@ Result<GgufValue> Parser::read_array(const std::string& key, int depth) {
 
 Status Parser::read_metadata(uint64_t count, GgufFile& file) {
   std::set<std::string, std::less<>> seen;
-  file.metadata.reserve(count);
+  file.metadata.reserve(std::min(count, kMaxReserve));
   for (uint64_t i = 0; i < count; ++i) {
     IB_ASSIGN_OR_RETURN(std::string key, read_string(fmt::format("metadata key {}", i)));
     IB_ASSIGN_OR_RETURN(const uint32_t type_id, read<uint32_t>("a metadata value type"));
@@ -288,7 +300,7 @@ Result<GgufFile> Parser::parse() {
     file.alignment = static_cast<uint64_t>(*n);
   }
   std::set<std::string, std::less<>> names;
-  file.tensors.reserve(n_tensors);
+  file.tensors.reserve(std::min(n_tensors, kMaxReserve));
   for (uint64_t i = 0; i < n_tensors; ++i) {
     IB_ASSIGN_OR_RETURN(GgufTensorInfo t, read_tensor_info(i));
     if (!names.insert(t.name).second) {
