@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "model/gguf.h"
 
@@ -269,6 +270,40 @@ TEST(GgufFile, BoundsTheMetadataArraysItHolds) {
       serialize_gguf({{"big", GgufValue::of_array(V::kU8, std::move(bytes))}}, {}).value();
   const std::string e = error_of(big);
   EXPECT_NE(e.find("more than 8388608 elements"), std::string::npos) << e;
+}
+
+TEST(GgufFile, RefusesMalformedValues) {
+  // Arrays nested five deep (the parser allows four).
+  GgufValue v = GgufValue::of_strings({"x"});
+  for (int i = 0; i < 4; ++i) v = GgufValue::of_array(V::kArray, {v});
+  std::string e = error_of(serialize_gguf({{"deep", v}}, {}).value());
+  EXPECT_NE(e.find("nests arrays more than 4 deep"), std::string::npos) << e;
+  // A bool byte other than 0 or 1.
+  std::string bytes = serialize_gguf({{"flag", GgufValue::of_bool(true)}}, {}).value();
+  bytes[after(bytes, "flag") + 4] = 2;
+  e = error_of(bytes);
+  EXPECT_NE(e.find("bool stored as 2"), std::string::npos) << e;
+  // general.alignment of another type, or not a power of two.
+  // (written under another key, which the writer does not check, then renamed).
+  bytes = serialize_gguf({{"general.alignmenT", GgufValue::of_uint(V::kU64, 64)}}, {}).value();
+  bytes[after(bytes, "general.alignmenT") - 1] = 't';
+  e = error_of(bytes);
+  EXPECT_NE(e.find("general.alignment must be a uint32 power of two"), std::string::npos) << e;
+  bytes = serialize_gguf({{"general.alignment", GgufValue::of_uint(V::kU32, 64)}}, {}).value();
+  poke<uint32_t>(bytes, after(bytes, "general.alignment") + 4, 48);
+  EXPECT_NE(error_of(bytes).find("power of two"), std::string::npos);
+}
+
+TEST(GgufFile, RecognisesGgufFilesByTheirMagic) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("ib_gguf_magic_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  ASSERT_TRUE(write_gguf((dir / "a.bin").string(), {}, {}).ok());
+  std::ofstream((dir / "b.gguf").string()) << "GGU";
+  EXPECT_TRUE(is_gguf_file((dir / "a.bin").string()));    // the magic, not the name
+  EXPECT_FALSE(is_gguf_file((dir / "b.gguf").string()));  // too short for the magic
+  EXPECT_FALSE(is_gguf_file(dir.string()));               // a directory
+  fs::remove_all(dir);
 }
 
 TEST(GgufFile, WriterRefusesWhatItCannotWrite) {
