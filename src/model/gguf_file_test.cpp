@@ -283,8 +283,8 @@ TEST(GgufFile, RefusesMalformedValues) {
   bytes[after(bytes, "flag") + 4] = 2;
   e = error_of(bytes);
   EXPECT_NE(e.find("bool stored as 2"), std::string::npos) << e;
-  // general.alignment of another type, or not a power of two.
-  // (written under another key, which the writer does not check, then renamed).
+  // general.alignment as a uint64 (written under another key, which the writer does not check,
+  // then renamed), and as a uint32 that is not a power of two.
   bytes = serialize_gguf({{"general.alignmenT", GgufValue::of_uint(V::kU64, 64)}}, {}).value();
   bytes[after(bytes, "general.alignmenT") - 1] = 't';
   e = error_of(bytes);
