@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/detail/bpe_from_json.h"
 #include "model/detail/pretokenize.h"
 
 namespace ib {
@@ -298,6 +299,11 @@ Result<std::unique_ptr<Tokenizer>> parse_bpe_tokenizer(std::string_view tokenize
                                                        const std::string& origin) {
   const json doc = json::parse(tokenizer_json.begin(), tokenizer_json.end(), nullptr, false);
   if (doc.is_discarded()) return user_error(fmt::format("{}: not valid JSON", origin));
+  return detail::bpe_tokenizer_from_json(doc, origin);
+}
+
+Result<std::unique_ptr<Tokenizer>> detail::bpe_tokenizer_from_json(const nlohmann::json& doc,
+                                                                   const std::string& origin) {
   auto tokenizer = std::make_unique<BpeTokenizer>();
   try {
     IB_TRY(tokenizer->load(doc, origin));

@@ -194,13 +194,9 @@ class Matcher {
 }  // namespace
 
 std::optional<SplitPattern> split_pattern_of(std::string_view regex) {
-  static constexpr std::string_view kLlama3 =
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-  static constexpr std::string_view kQwen2 =
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   if (regex == kGpt2Regex) return SplitPattern::kGpt2;
-  if (regex == kLlama3) return SplitPattern::kLlama3;
-  if (regex == kQwen2) return SplitPattern::kQwen2;
+  if (regex == kLlama3Regex) return SplitPattern::kLlama3;
+  if (regex == kQwen2Regex) return SplitPattern::kQwen2;
   return std::nullopt;
 }
 

@@ -22,6 +22,10 @@ enum class SplitPattern {
 std::optional<SplitPattern> split_pattern_of(std::string_view regex);
 inline constexpr std::string_view kGpt2Regex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // Splits UTF-8 text into pieces (byte ranges of text) as the regex's find_iter would; bytes that
 // are not valid UTF-8 count as one "other" character each.

@@ -1,0 +1,17 @@
+// The byte-level BPE tokenizer from an already parsed tokenizer.json document (private to
+// model/): parse_bpe_tokenizer's second half, also fed by the GGUF tokenizer (gguf_tokenizer.cpp).
+#pragma once
+
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "core/result.h"
+#include "model/tokenizer.h"
+
+namespace ib::detail {
+
+Result<std::unique_ptr<Tokenizer>> bpe_tokenizer_from_json(const nlohmann::json& doc,
+                                                           const std::string& origin);
+
+}  // namespace ib::detail

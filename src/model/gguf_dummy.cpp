@@ -1,0 +1,147 @@
+// A ModelConfig as GGUF metadata, and dummy GGUF files with seeded weights (gguf_model.h).
+#include <fmt/format.h>
+
+#include "core/rng.h"
+#include "model/gguf_blocks.h"
+#include "model/gguf_model.h"
+
+namespace ib {
+namespace {
+
+using V = GgufValueType;
+
+Result<std::string> gguf_architecture(const ModelConfig& c) {
+  if (c.family == "llama" || c.family == "mistral") return std::string("llama");
+  if (c.family == "qwen2" || c.family == "phi3") return c.family;
+  return user_error(
+      fmt::format("model '{}' is a {} model; GGUF files are written for llama, "
+                  "mistral, qwen2 and phi3",
+                  c.name, c.family));
+}
+
+GgufMetadata u32(std::string key, int v) {
+  return {std::move(key), GgufValue::of_uint(V::kU32, static_cast<uint64_t>(v))};
+}
+GgufMetadata f32(std::string key, double v) {
+  return {std::move(key), GgufValue::of_float(V::kF32, v)};
+}
+
+struct DummyTensor {
+  std::string name;
+  std::vector<int64_t> dims;  // ne[0] first
+  bool matrix = true;         // in matmul_type; else F32 (norms: ones, biases)
+  bool norm = false;
+};
+
+// llama.cpp's tensors of a dense decoder; GGUF dims are {in, out}.
+std::vector<DummyTensor> dummy_tensors(const ModelConfig& c, const std::string& arch) {
+  const int64_t d = c.hidden_size;
+  const int64_t q = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t f = c.intermediate_size;
+  std::vector<DummyTensor> t = {{"token_embd.weight", {d, c.vocab_size}}};
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    t.push_back({p + "attn_norm.weight", {d}, false, true});
+    if (arch == "phi3") {
+      t.push_back({p + "attn_qkv.weight", {d, q + 2 * kv}});
+    } else {
+      t.push_back({p + "attn_q.weight", {d, q}});
+      t.push_back({p + "attn_k.weight", {d, kv}});
+      t.push_back({p + "attn_v.weight", {d, kv}});
+    }
+    if (c.attention_bias) {
+      t.push_back({p + "attn_q.bias", {q}, false});
+      t.push_back({p + "attn_k.bias", {kv}, false});
+      t.push_back({p + "attn_v.bias", {kv}, false});
+    }
+    t.push_back({p + "attn_output.weight", {q, d}});
+    t.push_back({p + "ffn_norm.weight", {d}, false, true});
+    if (arch == "phi3") {
+      t.push_back({p + "ffn_up.weight", {d, 2 * f}});  // gate and up fused
+    } else {
+      t.push_back({p + "ffn_gate.weight", {d, f}});
+      t.push_back({p + "ffn_up.weight", {d, f}});
+    }
+    t.push_back({p + "ffn_down.weight", {f, d}});
+  }
+  t.push_back({"output_norm.weight", {d}, false, true});
+  if (!c.tie_word_embeddings) t.push_back({"output.weight", {d, c.vocab_size}});
+  return t;
+}
+
+}  // namespace
+
+Result<std::vector<GgufMetadata>> gguf_metadata_of(const ModelConfig& c) {
+  IB_ASSIGN_OR_RETURN(const std::string a, gguf_architecture(c));
+  if (c.rope_scaling.type != "none" && c.rope_scaling.type != "linear" &&
+      c.rope_scaling.type != "yarn") {
+    return user_error(
+        fmt::format("model '{}' has {} RoPE scaling, which GGUF metadata cannot "
+                    "hold (llama.cpp stores it as a rope_freqs tensor)",
+                    c.name, c.rope_scaling.type));
+  }
+  std::vector<GgufMetadata> m = {
+      {"general.architecture", GgufValue::of_string(a)},
+      {"general.name", GgufValue::of_string(c.name)},
+      u32(a + ".context_length", c.max_position_embeddings),
+      u32(a + ".embedding_length", c.hidden_size),
+      u32(a + ".block_count", c.num_layers),
+      u32(a + ".feed_forward_length", c.intermediate_size),
+      u32(a + ".attention.head_count", c.num_heads),
+      u32(a + ".attention.head_count_kv", c.num_kv_heads),
+      u32(a + ".attention.key_length", c.head_dim),
+      u32(a + ".attention.value_length", c.head_dim),
+      f32(a + ".rope.freq_base", c.rope_theta),
+      u32(a + ".rope.dimension_count",
+          static_cast<int>(c.head_dim * c.partial_rotary_factor + 0.5)),
+      f32(a + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps),
+      u32(a + ".vocab_size", c.vocab_size),
+  };
+  if (c.sliding_window > 0) m.push_back(u32(a + ".attention.sliding_window", c.sliding_window));
+  if (c.rope_scaling.type != "none") {
+    m.push_back({a + ".rope.scaling.type", GgufValue::of_string(c.rope_scaling.type)});
+    m.push_back(f32(a + ".rope.scaling.factor", c.rope_scaling.factor));
+    if (c.rope_scaling.original_max_position_embeddings > 0) {
+      m.push_back(u32(a + ".rope.scaling.original_context_length",
+                      c.rope_scaling.original_max_position_embeddings));
+    }
+  }
+  if (c.bos_token_id >= 0) m.push_back(u32("tokenizer.ggml.bos_token_id", c.bos_token_id));
+  if (!c.eos_token_ids.empty()) {
+    m.push_back(u32("tokenizer.ggml.eos_token_id", c.eos_token_ids.front()));
+  }
+  return m;
+}
+
+Status write_dummy_gguf(const std::string& path, const ModelConfig& config, GgmlType matmul_type,
+                        uint64_t seed) {
+  IB_ASSIGN_OR_RETURN(const std::vector<GgufMetadata> metadata, gguf_metadata_of(config));
+  IB_ASSIGN_OR_RETURN(const std::string arch, gguf_architecture(config));
+  const int64_t block = ggml_type_info(matmul_type).block_elems;
+  std::vector<GgufWriteTensor> tensors;
+  uint64_t stream = 0;
+  for (DummyTensor& t : dummy_tensors(config, arch)) {
+    if (t.matrix && t.dims[0] % block != 0) {
+      return user_error(fmt::format(
+          "cannot write {} as {}: its rows have {} elements, not whole {}-element blocks; "
+          "choose another type",
+          t.name, ggml_type_info(matmul_type).name, t.dims[0], block));
+    }
+    int64_t n = 1;
+    for (const int64_t dim : t.dims) n *= dim;
+    std::vector<float> values(static_cast<size_t>(n), 1.0f);
+    if (!t.norm) {
+      for (size_t i = 0; i < values.size(); ++i) {  // uniform in [-0.05, 0.05)
+        values[i] = (counter_uniform(seed, stream, i) - 0.5f) * 0.1f;
+      }
+    }
+    ++stream;
+    const GgmlType type = t.matrix ? matmul_type : GgmlType::kF32;
+    IB_ASSIGN_OR_RETURN(std::string bytes, quantize_ggml(type, values));
+    tensors.push_back({std::move(t.name), type, std::move(t.dims), std::move(bytes)});
+  }
+  return write_gguf(path, metadata, tensors);
+}
+
+}  // namespace ib

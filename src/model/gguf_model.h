@@ -1,0 +1,62 @@
+// A GGUF file as an inferbench model (part of the gguf.h front door): its metadata as a
+// ModelConfig, its tensor names as the HF names and engine roles the weight schemas use, and its
+// tokenizer. Architectures: llama, qwen2, phi3.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "model/config.h"
+#include "model/gguf_file.h"
+#include "model/tokenizer.h"
+
+namespace ib {
+
+// general.architecture and the <arch>.* keys (context_length, embedding_length, block_count,
+// feed_forward_length, attention.head_count[_kv], attention.key_length, rope.freq_base,
+// rope.dimension_count, attention.layer_norm_rms_epsilon, attention.sliding_window), the vocab
+// size from tokenizer.ggml.tokens (else <arch>.vocab_size, else token_embd.weight), bos / eos ids,
+// tied embeddings when output.weight is absent, q/k/v biases when blk.0.attn_q.bias is present.
+// User errors name the file and the key: an unknown architecture (naming the supported ones), a
+// missing or mistyped key, RoPE frequency-factor tensors (Llama-3.1 / Phi-3 128k scaling).
+Result<ModelConfig> gguf_model_config(const GgufFile& file, const std::string& name);
+
+// Where a GGUF tensor goes: the HF name the engine's weight schema reads, the engine's role
+// (weight_role_name: "embed", "qkv", "gate_up", ...) and the layer (-1: whole-model).
+// GGUF dims are HF's shape reversed ({in, out} for an HF (out, in) matrix).
+struct GgufTensorMapping {
+  std::string hf_name;
+  std::string_view role;
+  int layer = -1;
+  // llama's attn_q / attn_k: llama.cpp's converter reorders each head's rows for its interleaved
+  // RoPE; HF row hf_row_of_gguf_rope_row(r, head_dim) is GGUF row r.
+  bool rope_permuted = false;
+};
+// token_embd, output_norm, output and blk.N.{attn_norm, attn_q, attn_k, attn_v (weight and bias),
+// attn_qkv (phi3), attn_output, ffn_norm, ffn_gate, ffn_up (phi3: gate and up fused), ffn_down}.
+// User error naming the tensor for any other name.
+Result<GgufTensorMapping> map_gguf_tensor(std::string_view gguf_name,
+                                          std::string_view architecture);
+int64_t hf_row_of_gguf_rope_row(int64_t gguf_row, int64_t head_dim);
+
+// tokenizer.ggml.*: model "gpt2" (byte-level BPE: tokens, merges, token_type; control tokens are
+// special, user-defined ones added) with pre "llama-bpe" / "llama3", "qwen2", "gpt-2" or
+// "default" becomes the project's BPE tokenizer. User errors name what is refused: another model
+// ("llama" SentencePiece, ...) or pre-tokenizer, missing or mistyped keys.
+Result<std::unique_ptr<Tokenizer>> gguf_tokenizer(const GgufFile& file, const std::string& origin);
+
+// The inverse of gguf_model_config: a config as GGUF metadata (llama and mistral as llama, qwen2,
+// phi3). User errors name what GGUF cannot say: another family, llama3 RoPE scaling.
+Result<std::vector<GgufMetadata>> gguf_metadata_of(const ModelConfig& config);
+
+// A GGUF file of config with seeded weights in llama.cpp's names and layouts: the embedding,
+// lm_head (unless tied) and every projection matrix in matmul_type, norms (ones) and biases in
+// F32. Written atomically. User error when a matrix's rows (ne[0]: hidden, q_dim or the FFN size)
+// are not whole blocks of matmul_type, naming the tensor.
+Status write_dummy_gguf(const std::string& path, const ModelConfig& config, GgmlType matmul_type,
+                        uint64_t seed);
+
+}  // namespace ib
