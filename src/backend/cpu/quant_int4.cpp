@@ -4,14 +4,11 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/detail/dot.h"
+#include "backend/cpu/detail/decoded_matmul.h"
 #include "backend/cpu/detail/kernels.h"
 
 namespace ib::cpu {
 namespace {
-
-// w rows dequantized per task, as the 8-bit matmuls (quant.cpp).
-constexpr int64_t kRowsPerTask = 16;
 
 uint8_t code_at(const uint8_t* row, int64_t k, bool high_first) {
   const uint8_t byte = row[k / 2];
@@ -117,22 +114,12 @@ void matmul_4bit(ThreadPool& pool, const float* x, const WeightRef& w, const flo
       for (int64_t i = 0; i < k; ++i) permuted[static_cast<size_t>(r * k + i)] = x[r * k + perm[i]];
     x = permuted.data();
   }
-  const int64_t tasks = (n + kRowsPerTask - 1) / kRowsPerTask;
-  pool.parallel_for(tasks, 1, [&](int64_t t_begin, int64_t t_end) {
-    std::vector<float> rows(static_cast<size_t>(kRowsPerTask * k));
-    for (int64_t t = t_begin; t < t_end; ++t) {
-      const int64_t n0 = t * kRowsPerTask;
-      const int64_t count = std::min(kRowsPerTask, n - n0);
-      for (int64_t j = 0; j < count; ++j) dequantize_4bit_row(w, n0 + j, rows.data() + j * k);
-      for (int64_t r = 0; r < m; ++r) {
-        for (int64_t j = 0; j < count; ++j) {
-          float y = dot_f32(x + r * k, rows.data() + j * k, k);
-          if (bias) y += bias[n0 + j];
-          out[r * n + n0 + j] = y;
-        }
-      }
-    }
-  });
+  matmul_decoded_rows(
+      pool, x, nullptr,
+      [&](int64_t n0, int64_t count, float* rows) {
+        for (int64_t j = 0; j < count; ++j) dequantize_4bit_row(w, n0 + j, rows + j * k);
+      },
+      [](int64_t) { return 1.0f; }, bias, out, m, n, k);
 }
 
 void quantize_4bit(ThreadPool& pool, const float* dense, const WeightRef& out) {
