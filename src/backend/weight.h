@@ -50,7 +50,12 @@
 //   even, in fp32, s rounded to f16 first and q computed with the rounded s. awq (AutoAWQ's
 //   zero-point RTN): s = max(max - min, 1e-5) / 15, z = clamp(rne(-min / s), 0, 15),
 //   q = clamp(rne(w / s) + z, 0, 15). gptq (symmetric): s = max |w| / 7.5 (1 for a zero group),
-//   z = 8, q = clamp(rne(w / s) + 8, 0, 15).
+//   z = 8, q = clamp(rne(w / s) + 8, 0, 15); a group whose s rounds to f16 zero (max |w| below
+//   7.5 * 2^-24) stores q = z, w = 0.
+//   QuantOps::quantize_weight reads the method and the group from the WeightRef it fills:
+//   asymmetric true is awq, false gptq (the matmul ignores it: it reads zeros), and group_size
+//   (the allocator sets 128 for dummy weights and dense checkpoints; a published checkpoint's
+//   own group, or K for per-channel scales, when it arrives already quantized).
 // - kNf4 (--quantization nf4, bitsandbytes' 4-bit NormalFloat): data (N, K / 2) u8, two codes per
 //   byte, k = 2j in the HIGH nibble of byte j (bitsandbytes' order), k = 2j + 1 in the low one;
 //   blocks of group_size = 64 consecutive k (K % 64 == 0); scales (N, K / 64) f32, each block's
@@ -139,6 +144,9 @@ struct WeightRef {
   bool input_asymmetric = false;
   Tensor input_row_sums;  // asymmetric static: (N) int32, sum_k data[n][k]
   Tensor input_perm;      // kInt4W4A16 act-order: (K) int32, empty otherwise
+  // kInt4W4A16's load-time quantization (above): true awq (zero-point RTN), false gptq
+  // (symmetric, z = 8). Read by quantize_weight only.
+  bool asymmetric = false;
 
   WeightRef() = default;
   // A dense tensor is a dense weight (implicit, so ops take either).

@@ -90,8 +90,8 @@ struct PlotFlags {
 };
 Result<int> execute_plot(const PlotFlags& flags);
 
-// `inferbench models`: name, family, parameters, GiB in fp32, bf16 and fp8 (as --quantization fp8
-// allocates it) and int4 (estimated), KV KiB/token, max context, and "yes" or the features the
+// `inferbench models`: name, family, parameters, GiB in fp32, bf16, and as --quantization fp8,
+// awq / gptq and nf4 allocate them, KV KiB/token, max context, and "yes" or the features the
 // engine cannot run yet.
 std::string models_table(const std::vector<ModelConfig>& models);
 

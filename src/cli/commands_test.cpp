@@ -31,6 +31,11 @@ TEST(ModelsTable, ListsEveryPresetWithSizesAndSupport) {
   // layers of 218.1 M matmul weights at 1 B and 43008 fp32 row scales, bf16 norms = 8.46 GiB.
   EXPECT_NE(table.find("| GiB fp8 / int8 |"), std::string::npos);
   EXPECT_NE(llama.find("| 8.46 |"), std::string::npos) << llama;
+  // awq / gptq: the same layers at half a byte, f16 scales and u8 zero points per 128 (5.11 MB a
+  // layer): 5.36 GiB; nf4: an f32 absmax per 64 instead (13.6 MB a layer): 5.61 GiB.
+  EXPECT_NE(llama.find("| 5.36 | 5.61 |"), std::string::npos) << llama;
+  // tiny-15m's hidden size 288 is no multiple of 128 or 64: no 4-bit allocation.
+  EXPECT_NE(row_of(table, "tiny-15m").find("| - | - |"), std::string::npos);
   EXPECT_NE(llama.find("| yes |"), std::string::npos) << llama;
   const std::string gemma = row_of(table, "gemma-2-9b");
   EXPECT_NE(gemma.find("| no: "), std::string::npos) << gemma;

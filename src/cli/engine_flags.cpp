@@ -21,8 +21,11 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();
   app.add_option("--quantization", f.quantization,
                  "none; fp8: W8A8 E4M3; int8: W8A16 int8 weights; int8-w8a8: int8 weights and "
-                 "activations. Matmul weights are quantized at load (per-channel scales, "
-                 "per-token dynamic activation scales); embeddings, lm_head and norms stay dense")
+                 "activations (per-channel scales, per-token dynamic activation scales); awq / "
+                 "gptq: 4-bit weights in groups of 128, with zero points / symmetric; nf4 (or "
+                 "bitsandbytes): 4-bit NormalFloat in blocks of 64. Matmul weights are quantized "
+                 "at load (or read from a checkpoint so quantized); embeddings, lm_head and norms "
+                 "stay dense")
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype, kKvCacheDtypeHelp)->capture_default_str();
 }

@@ -155,10 +155,11 @@ Status write_json(const std::string& path, const nlohmann::json& j) {
 void add_eval_flags(CLI::App& app, EvalFlags& f) {
   app.add_option("--model", f.model, "preset name or a directory with config.json (+ safetensors)")
       ->required();
-  app.add_option("--quantization", f.quantization, "the candidate: none, fp8, int8 or int8-w8a8")
+  app.add_option("--quantization", f.quantization,
+                 "the candidate: none, fp8, int8, int8-w8a8, awq, gptq or nf4")
       ->capture_default_str();
   app.add_option("--reference-quantization", f.reference,
-                 "the reference: none, fp8, int8 or int8-w8a8")
+                 "the reference: none, fp8, int8, int8-w8a8, awq, gptq or nf4")
       ->capture_default_str();
   app.add_option("--reference-dtype", f.reference_dtype,
                  "the reference's dtype (default: --dtype), e.g. bf16 against an fp16 candidate");

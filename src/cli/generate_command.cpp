@@ -79,7 +79,8 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
   app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
       ->capture_default_str();
   app.add_option("--quantization", f.quantization,
-                 "none, fp8 (W8A8 E4M3), int8 (W8A16) or int8-w8a8, quantized at load")
+                 "none, fp8 (W8A8 E4M3), int8 (W8A16), int8-w8a8, awq, gptq or nf4, quantized at "
+                 "load")
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype, kKvCacheDtypeHelp)->capture_default_str();
   app.add_option("--seed", f.seed, "seed of dummy weights")->capture_default_str();

@@ -21,27 +21,37 @@ double gib(double bytes) {
 
 std::string models_table(const std::vector<ModelConfig>& models) {
   std::string out =
-      "| name | family | params | GiB fp32 | GiB bf16 | GiB fp8 / int8 | GiB int4 (est.) "
-      "| KV KiB/token bf16 | max ctx | runs |\n"
-      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
+      "| name | family | params | GiB fp32 | GiB bf16 | GiB fp8 / int8 | GiB awq / gptq "
+      "| GiB nf4 | KV KiB/token bf16 | max ctx | runs |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
   for (const auto& m : models) {
     const double params = static_cast<double>(m.parameter_count());
-    // fp8 / int8: what --quantization fp8, int8 and int8-w8a8 allocate, the same bytes (matmul
-    // weights 1 byte per element plus fp32 per-channel scales; embeddings, lm_head, norms and
-    // biases bf16). int4: half a byte per
-    // parameter, no scales, until issue 14's formats exist.
-    // A model the engine cannot run (mixture-of-experts, ...) has no allocation to report.
+    // What --quantization allocates (planned_weight_bytes): fp8 / int8 (fp8, int8 and int8-w8a8
+    // allocate the same bytes: matmul weights 1 byte per element plus fp32 per-channel scales),
+    // awq / gptq (half a byte per element, f16 scales and u8 zero points per group of 128) and
+    // nf4 (half a byte, an f32 absmax per block of 64); embeddings, lm_head, norms and biases
+    // bf16. A model the engine cannot run (mixture-of-experts, ...), or whose sizes the groups
+    // do not tile, has no allocation to report.
     const auto unsupported = m.unsupported_features();
-    const std::string fp8 =
-        unsupported.empty() ? fmt::format("{:.2f}", gib(static_cast<double>(planned_weight_bytes(
-                                                        m, DType::kBF16, WeightFormat::kFp8E4M3))))
-                            : std::string("-");
-    out += fmt::format(
-        "| {} | {} | {} | {:.2f} | {:.2f} | {} | {:.2f} | {:g} | {} | {} |\n", m.name, m.family,
-        params_text(m.parameter_count()), gib(params * 4), gib(params * 2), fp8, gib(params / 2),
-        static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0, m.max_position_embeddings,
-        unsupported.empty() ? std::string("yes")
-                            : fmt::format("no: {}", fmt::join(unsupported, ", ")));
+    auto gib_of = [&](WeightFormat format) {
+      if (!unsupported.empty()) return std::string("-");
+      if (is_4bit(format)) {
+        const int64_t group = load_time_layout(format, false).group_size;
+        if (m.hidden_size % group != 0 || m.intermediate_size % group != 0 ||
+            (int64_t{m.num_heads} * m.head_dim) % group != 0)
+          return std::string("-");
+      }
+      return fmt::format("{:.2f}",
+                         gib(static_cast<double>(planned_weight_bytes(m, DType::kBF16, format))));
+    };
+    out += fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {} | {} | {} | {:g} | {} | {} |\n",
+                       m.name, m.family, params_text(m.parameter_count()), gib(params * 4),
+                       gib(params * 2), gib_of(WeightFormat::kFp8E4M3),
+                       gib_of(WeightFormat::kInt4W4A16), gib_of(WeightFormat::kNf4),
+                       static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
+                       m.max_position_embeddings,
+                       unsupported.empty() ? std::string("yes")
+                                           : fmt::format("no: {}", fmt::join(unsupported, ", ")));
   }
   return out;
 }

@@ -333,6 +333,7 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   IB_TRY(backend.supports_attention(shape));
   WeightOptions options = weights;
   IB_ASSIGN_OR_RETURN(options.quantization, quantization_weight_format(config.quantization));
+  options.asymmetric = quantization_is_asymmetric(config.quantization);
   IB_ASSIGN_OR_RETURN(ModelWeights w, load_weights(model, options, backend));
   return create_engine_with_weights(model, std::move(w), config, backend);
 }

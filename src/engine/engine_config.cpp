@@ -16,10 +16,24 @@ Result<WeightFormat> quantization_weight_format(std::string_view quantization) {
     if (quantization == weight_format_name(f)) return f;
   }
   if (quantization == "none") return WeightFormat::kDense;
+  if (quantization == "awq" || quantization == "gptq") return WeightFormat::kInt4W4A16;
+  if (quantization == "nf4" || quantization == "bitsandbytes") return WeightFormat::kNf4;
   return user_error("--quantization " + std::string(quantization) +
                     ": not a quantization the engine runs; use none, fp8 (W8A8 E4M3), int8 "
-                    "(W8A16, per-channel int8 weights) or int8-w8a8 (int8 weights and per-token "
-                    "int8 activations), all quantized at load");
+                    "(W8A16, per-channel int8 weights), int8-w8a8 (int8 weights and per-token "
+                    "int8 activations), awq (4-bit weights with zero points, groups of 128), "
+                    "gptq (symmetric 4-bit weights, groups of 128) or nf4 (bitsandbytes' 4-bit "
+                    "NormalFloat, blocks of 64; also named bitsandbytes), all quantized at load "
+                    "or read from a checkpoint quantized so");
+}
+
+bool quantization_is_asymmetric(std::string_view quantization) {
+  return quantization == "awq";
+}
+
+std::string quantization_name(WeightFormat format, bool asymmetric) {
+  if (format == WeightFormat::kInt4W4A16) return asymmetric ? "awq" : "gptq";
+  return weight_format_name(format);
 }
 
 Result<DType> kv_cache_dtype_for(std::string_view kv_cache_dtype, DType act) {

@@ -28,9 +28,16 @@ const char* kv_growth_name(KvGrowth g);
 // (W8A8 E4M3: the four per-layer matmul weights quantized at load, per output channel, with
 // per-token dynamic activation scales), "int8" (W8A16: int8 weights per output channel,
 // activations unquantized) or "int8-w8a8" (int8 weights and per-token dynamic int8
-// activations); backend/weight.h defines each. The format of the quantized weights, or a user
-// error listing the supported values.
+// activations), "awq" / "gptq" (kInt4W4A16: 4-bit weights in groups of 128, quantized at load
+// with zero points (awq) or symmetrically (gptq), or a checkpoint's) or "nf4" (kNf4, also
+// "bitsandbytes" as vLLM names it); backend/weight.h defines each. The format of the quantized
+// weights, or a user error listing the supported values.
 Result<WeightFormat> quantization_weight_format(std::string_view quantization);
+// Whether --quantization quantizes 4-bit weights at load with zero points (awq), not
+// symmetrically (WeightRef::asymmetric).
+bool quantization_is_asymmetric(std::string_view quantization);
+// The --quantization that names format (kInt4W4A16: awq when asymmetric, else gptq).
+std::string quantization_name(WeightFormat format, bool asymmetric);
 
 // --kv-cache-dtype, as vLLM names it: "auto" (the activation dtype act) or "fp8" / "fp8_e4m3"
 // (E4M3 with one scale per layer for K and one for V, backend/ops.h KvCacheLayer; the scales are
@@ -60,7 +67,7 @@ struct EngineConfig {
   int max_graph_context = 8192;                  // --max-graph-context
   KvGrowth kv_growth = KvGrowth::kPreallocated;  // --kv-cache-growth preallocated|on-demand
   int kv_growth_min_blocks = 0;  // (no flag) kOnDemand: initial size and smallest chunk (0: auto)
-  // --quantization none|fp8|int8|int8-w8a8: the matmul weights' format
+  // --quantization none|fp8|int8|int8-w8a8|awq|gptq|nf4: the matmul weights' format
   // (quantization_weight_format); whether the backend runs it is checked when the weights load,
   // before any is allocated (load_weights).
   std::string quantization = "none";

@@ -8,6 +8,7 @@
 
 #include "engine/arch/architecture.h"
 #include "engine/detail/weight_storage.h"
+#include "engine/engine_config.h"
 #include "model/safetensors.h"
 
 namespace ib {
@@ -91,17 +92,19 @@ void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend,
 }
 
 // Why the backend cannot hold matmul weights in format, and the fix.
-std::string unsupported_quantization(WeightFormat format, const Backend& backend) {
+std::string unsupported_quantization(WeightFormat format, const std::string& name,
+                                     const Backend& backend) {
   const DeviceInfo dev = backend.device_info();
-  std::string msg = std::string("--quantization ") + weight_format_name(format) + ": the " +
-                    dev.kind + " backend (" + dev.name + ", " +
-                    std::string(dtype_name(backend.activation_dtype())) + ") does not run " +
-                    weight_format_name(format) + " weights";
+  std::string msg = "--quantization " + name + ": the " + dev.kind + " backend (" + dev.name +
+                    ", " + std::string(dtype_name(backend.activation_dtype())) + ") does not run " +
+                    name + " weights";
   if (format == WeightFormat::kFp8E4M3) {
     msg +=
         "; the CUDA backend runs them with --dtype bf16 or fp16 on GPUs with FP8 tensor cores "
         "(compute capability 8.9+: Ada, Hopper or newer), the CPU backend always; use such a "
         "--dtype or device, or drop --quantization";
+  } else if (is_4bit(format)) {
+    msg += "; the CPU backend runs them; use --device cpu, or drop --quantization";
   } else if (is_quantized(format)) {
     msg +=
         "; the CUDA backend runs them with --dtype bf16 or fp16 (compute capability 8.0+), the "
@@ -111,11 +114,14 @@ std::string unsupported_quantization(WeightFormat format, const Backend& backend
 }
 
 // static_activations: a checkpoint's input_scale per matmul instead of per-token scales.
-std::string quantization_description(WeightFormat format, bool static_activations) {
+std::string quantization_description(const MatmulLayout& layout, bool static_activations) {
   const std::string acts = static_activations
                                ? "static per-tensor activations (the checkpoint's input_scale)"
                                : "per-token dynamic activations";
-  switch (format) {
+  const std::string groups = layout.group_size > 0
+                                 ? "groups of " + std::to_string(layout.group_size)
+                                 : std::string("one group per row");
+  switch (layout.format) {
     case WeightFormat::kFp8E4M3:
       return "fp8 (W8A8 E4M3, per-channel weights, " + acts + ")";
     case WeightFormat::kInt8W8A16:
@@ -124,11 +130,50 @@ std::string quantization_description(WeightFormat format, bool static_activation
       return "int8-w8a8 (per-channel symmetric int8 weights, " +
              (static_activations ? acts : "per-token dynamic int8 activations") + ")";
     case WeightFormat::kInt4W4A16:
-    case WeightFormat::kNf4:  // issue 14
+      return layout.name + " (W4A16, " +
+             (layout.asymmetric ? "4-bit weights with zero points, "
+                                : "symmetric 4-bit weights, ") +
+             groups + (layout.act_order ? ", act-order" : "") + ")";
+    case WeightFormat::kNf4:
+      return "nf4 (4-bit NormalFloat, blocks of " + std::to_string(layout.group_size) + ")";
     case WeightFormat::kDense:
       break;
   }
-  return weight_format_name(format);
+  return weight_format_name(layout.format);
+}
+
+// A 4-bit layout's groups must tile every matmul weight's K (weight.h: K % G == 0, G % 16 == 0).
+Status check_groups(const ModelConfig& c, const MatmulLayout& layout) {
+  if (!is_4bit(layout.format)) return Ok{};
+  const std::string& name = layout.name;
+  for (const auto& [n, k] : matmul_shapes(c)) {
+    const int64_t g = layout.group_size > 0 ? layout.group_size : k;
+    if (k % g == 0 && g % 16 == 0) continue;
+    return user_error("--quantization " + name + ": model '" + c.name + "' has a matmul weight " +
+                      "of " + std::to_string(k) + " input features, which groups of " +
+                      std::to_string(g) + " do not tile (4-bit weights need K a multiple of the " +
+                      "group size, and the group a multiple of 16); use a model whose hidden " +
+                      "and intermediate sizes are multiples of " + std::to_string(g) +
+                      ", or --quantization int8 or fp8");
+  }
+  return Ok{};
+}
+
+// A checkpoint format name of the 4-bit formats.
+bool is_4bit_name(const std::string& name) {
+  return name == "awq" || name == "gptq" || name == "nf4";
+}
+
+// The layout a quantized checkpoint's matmul weights arrive in (config.json's
+// quantization_config).
+MatmulLayout checkpoint_layout(WeightFormat format, const CheckpointQuantization& cq) {
+  MatmulLayout layout;
+  layout.format = format;
+  layout.name = cq.format;
+  layout.group_size = cq.group_size;
+  layout.asymmetric = cq.zero_points;
+  layout.act_order = cq.act_order;
+  return layout;
 }
 
 }  // namespace
@@ -144,12 +189,15 @@ uint64_t dummy_weight_stream(int layer, DummyTensor tensor) {
 
 namespace detail {
 
-Result<ModelWeights> allocate_weights(const ModelConfig& c, WeightFormat format, Backend& backend) {
+Result<ModelWeights> allocate_weights(const ModelConfig& c, const MatmulLayout& layout,
+                                      Backend& backend) {
+  const WeightFormat format = layout.format;
   const DType dt = backend.activation_dtype();
   const int64_t d = c.hidden_size;
   const int64_t v = c.vocab_size;
+  IB_TRY(check_groups(c, layout));
 
-  const int64_t plan_bytes = planned_weight_bytes(c, dt, format);
+  const int64_t plan_bytes = planned_weight_bytes(c, dt, layout);
   const int64_t scratch_bytes = staging_bytes(c, dt, format);
   const int64_t need = plan_bytes + scratch_bytes;
   const DeviceInfo dev = backend.device_info();
@@ -158,8 +206,8 @@ Result<ModelWeights> allocate_weights(const ModelConfig& c, WeightFormat format,
   std::string what = "model '" + c.name + "' needs " + gib(plan_bytes) + " of weights in " +
                      std::string(dtype_name(dt));
   if (format != WeightFormat::kDense) {
-    what += " with " + std::string(weight_format_name(format)) + " matmul weights, and " +
-            gib(scratch_bytes) + " of scratch while quantizing them,";
+    what += " with " + layout.name + " matmul weights, and " + gib(scratch_bytes) +
+            " of scratch while quantizing them,";
   }
   if (dev.free_bytes > 0 && need > dev.free_bytes) {
     return user_error(what + " but " + dev.kind + " has only " + gib(dev.free_bytes) +
@@ -191,8 +239,24 @@ Result<ModelWeights> allocate_weights(const ModelConfig& c, WeightFormat format,
       return r;
     }
     r.format = format;
-    IB_ASSIGN_OR_RETURN(r.data, alloc(quantized_data_dtype(format), {n, k}));
-    IB_ASSIGN_OR_RETURN(r.scales, alloc(DType::kF32, {n}));
+    if (!is_4bit(format)) {
+      IB_ASSIGN_OR_RETURN(r.data, alloc(quantized_data_dtype(format), {n, k}));
+      IB_ASSIGN_OR_RETURN(r.scales, alloc(DType::kF32, {n}));
+      return r;
+    }
+    r.group_size = layout.group_size > 0 ? layout.group_size : static_cast<int>(k);
+    r.asymmetric = layout.asymmetric;
+    const int64_t groups = k / r.group_size;
+    IB_ASSIGN_OR_RETURN(r.data, alloc(DType::kU8, {n, k / 2}));
+    if (format == WeightFormat::kNf4) {
+      IB_ASSIGN_OR_RETURN(r.scales, alloc(DType::kF32, {n, groups}));
+      return r;
+    }
+    IB_ASSIGN_OR_RETURN(r.scales, alloc(DType::kF16, {n, groups}));
+    IB_ASSIGN_OR_RETURN(r.zeros, alloc(DType::kU8, {n, groups}));
+    if (layout.act_order) {
+      IB_ASSIGN_OR_RETURN(r.input_perm, alloc(DType::kI32, {k}));
+    }
     return r;
   };
   IB_ASSIGN_OR_RETURN(w.embed, alloc(dt, {v, d}));
@@ -232,7 +296,7 @@ Result<DenseStaging> DenseStaging::create(const ModelConfig& c, WeightFormat for
 
 Tensor DenseStaging::dense_for(const WeightRef& weight) const {
   if (weight.format == WeightFormat::kDense) return weight.data;
-  const int64_t n = weight.data.dim(0), k = weight.data.dim(1);
+  const int64_t n = weight.rows(), k = weight.cols();
   IB_ASSERT(
       static_cast<size_t>(n * k) * dtype_size(backend_->activation_dtype()) <= scratch_.bytes(),
       "DenseStaging: the scratch is smaller than a quantized weight");
@@ -261,20 +325,24 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
                       "--load-format dummy");
   }
   const CheckpointQuantization& cq = config.quantization;
-  if (format == LoadFormat::kSafetensors && cq.quantized() &&
-      weight_format_name(options.quantization) != cq.format) {
-    return user_error("'" + options.path + "' holds " +
-                      (cq.format == "fp8" ? "an FP8" : "an INT8 (" + cq.format + ")") +
+  const std::string name = quantization_name(options.quantization, options.asymmetric);
+  if (format == LoadFormat::kSafetensors && cq.quantized() && name != cq.format) {
+    const std::string held = cq.format == "fp8"        ? "an FP8"
+                             : is_4bit_name(cq.format) ? "a 4-bit (" + cq.format + ")"
+                                                       : "an INT8 (" + cq.format + ")";
+    return user_error("'" + options.path + "' holds " + held +
                       " checkpoint (quantization_config quant_method \"" + cq.quant_method +
                       "\"); run it with --quantization " + cq.format);
   }
   if (!backend.supports_weight_format(options.quantization)) {
-    return user_error(unsupported_quantization(options.quantization, backend));
+    return user_error(unsupported_quantization(options.quantization, name, backend));
   }
-  IB_ASSIGN_OR_RETURN(ModelWeights w,
-                      detail::allocate_weights(config, options.quantization, backend));
   // A quantized checkpoint's matmul weights arrive quantized: no dense staging.
   const bool prequantized = format == LoadFormat::kSafetensors && cq.quantized();
+  const MatmulLayout layout = prequantized
+                                  ? checkpoint_layout(options.quantization, cq)
+                                  : load_time_layout(options.quantization, options.asymmetric);
+  IB_ASSIGN_OR_RETURN(ModelWeights w, detail::allocate_weights(config, layout, backend));
   IB_ASSIGN_OR_RETURN(
       detail::DenseStaging staging,
       detail::DenseStaging::create(
@@ -286,8 +354,7 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
     IB_TRY(detail::load_safetensors(config, options.path, backend, staging, w));
   }
   if (options.quantization != WeightFormat::kDense) {
-    w.description += ", " + quantization_description(options.quantization,
-                                                     prequantized && cq.static_activations);
+    w.description += ", " + quantization_description(layout, prequantized && cq.static_activations);
   }
   if (prequantized) {  // quantize_weight, which readies the backend, did not run
     for (const LayerWeights& l : w.layers) {
@@ -300,7 +367,22 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   return w;
 }
 
+MatmulLayout load_time_layout(WeightFormat format, bool asymmetric) {
+  MatmulLayout layout;
+  layout.format = format;
+  layout.name = quantization_name(format, asymmetric);
+  layout.asymmetric = asymmetric;
+  if (format == WeightFormat::kInt4W4A16) layout.group_size = 128;
+  if (format == WeightFormat::kNf4) layout.group_size = 64;
+  return layout;
+}
+
 int64_t planned_weight_bytes(const ModelConfig& c, DType dt, WeightFormat format) {
+  return planned_weight_bytes(c, dt, load_time_layout(format, false));
+}
+
+int64_t planned_weight_bytes(const ModelConfig& c, DType dt, const MatmulLayout& layout) {
+  const WeightFormat format = layout.format;
   int64_t bytes = 0;
   auto add = [&](int64_t numel, DType dtype) {
     bytes += (numel * static_cast<int64_t>(dtype_size(dtype)) + 255) / 256 * 256;
@@ -318,6 +400,16 @@ int64_t planned_weight_bytes(const ModelConfig& c, DType dt, WeightFormat format
     for (const auto& [n, k] : matmul_shapes(c)) {
       if (format == WeightFormat::kDense) {
         add(n * k, dt);
+      } else if (is_4bit(format)) {
+        const int64_t groups = layout.group_size > 0 ? k / layout.group_size : 1;
+        add(n * k / 2, DType::kU8);  // data: two codes per byte
+        if (format == WeightFormat::kNf4) {
+          add(n * groups, DType::kF32);  // absmax
+        } else {
+          add(n * groups, DType::kF16);  // scales
+          add(n * groups, DType::kU8);   // zero points
+          if (layout.act_order) add(k, DType::kI32);
+        }
       } else {
         add(n * k, quantized_data_dtype(format));  // data
         add(n, DType::kF32);                       // per-channel scales

@@ -22,7 +22,23 @@ struct WeightOptions {
   // lm_head, norms and biases stay dense, as vLLM's --quantization fp8 keeps them. create_engine
   // sets it from EngineConfig::quantization.
   WeightFormat quantization = WeightFormat::kDense;
+  // kInt4W4A16 quantized at load: awq's zero points (true) or gptq's symmetric codes
+  // (quantization_is_asymmetric(EngineConfig::quantization)); a checkpoint's are as published.
+  bool asymmetric = false;
 };
+
+// How each layer's matmul weights are stored (backend/weight.h): the format and, for the 4-bit
+// ones, the group size (0: one group per row, G = K, a per-channel checkpoint's), the load-time
+// method (WeightRef::asymmetric) and whether they hold an act-order input_perm (GPTQ desc_act).
+struct MatmulLayout {
+  WeightFormat format = WeightFormat::kDense;
+  std::string name = "none";  // the --quantization that names it ("awq", "gptq", "nf4", "fp8", ...)
+  int group_size = 0;
+  bool asymmetric = false;  // kInt4W4A16: zero points (awq at load, or a checkpoint's)
+  bool act_order = false;
+};
+// The layout weights quantized at load take: groups of 128 (kInt4W4A16) or 64 (kNf4).
+MatmulLayout load_time_layout(WeightFormat format, bool asymmetric);
 
 // Shapes (D = hidden, F = intermediate, Q = num_heads * head_dim, KV = num_kv_heads * head_dim).
 // The matmul weights are WeightRefs (backend/weight.h): their format, packed data and scales;
@@ -74,6 +90,9 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
 
 // The bytes load_weights allocates for config's weights at activation dtype act with matmul
 // weights in format (each tensor rounded up to 256 bytes), without the transient scratch.
+int64_t planned_weight_bytes(const ModelConfig& config, DType act, const MatmulLayout& layout);
+// The same for weights quantized at load into format (load_time_layout; 4-bit: gptq's bytes,
+// which are awq's).
 int64_t planned_weight_bytes(const ModelConfig& config, DType act, WeightFormat format);
 
 // The rotary inverse frequencies (head_dim / 2), including Llama-3 and linear rope scaling, as HF

@@ -204,20 +204,15 @@ struct LogitComparison {
 std::map<uint64_t, testing::Completion> generate(const ModelConfig& c, ModelWeights w,
                                                  const std::string& quantization, Backend& backend,
                                                  const CalibrationOptions* calibration = nullptr) {
-  EngineConfig config;
-  config.block_size = 4;
-  config.capture_logits = true;
-  config.quantization = quantization;
-  auto engine = create_engine_with_weights(c, std::move(w), config, backend);
-  IB_ASSERT(engine.ok(), "create_engine_with_weights failed");
+  auto engine = testing::logits_engine(c, std::move(w), quantization, backend);
   if (calibration) {  // 16 prompts other than the measured ones
     Rng calib_rng(99);
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 16; ++i)
       prompts.push_back(testing::random_prompt(calib_rng, 32, c.vocab_size));
-    const Status st = calibrate(**engine, prompts, *calibration);
+    const Status st = calibrate(*engine, prompts, *calibration);
     EXPECT_TRUE(st.ok()) << st.error().message;
-    for (const LayerWeights& l : (*engine)->weights_for_calibration().layers) {
+    for (const LayerWeights& l : engine->weights_for_calibration().layers) {
       EXPECT_GT(l.wqkv.input_scale, 0.0f);
       EXPECT_GT(l.w_down.input_scale, 0.0f);
       EXPECT_EQ(l.w_down.input_asymmetric, calibration->scheme == ActivationScheme::kAsymmetric);
@@ -227,9 +222,9 @@ std::map<uint64_t, testing::Completion> generate(const ModelConfig& c, ModelWeig
   for (uint64_t id = 1; id <= 24; ++id) {
     const int len = static_cast<int>(rng.uniform_int(2, 40));
     const auto prompt = testing::random_prompt(rng, len, c.vocab_size);
-    EXPECT_TRUE((*engine)->add_request(testing::greedy_request(id, prompt, 8)).ok());
+    EXPECT_TRUE(engine->add_request(testing::greedy_request(id, prompt, 8)).ok());
   }
-  return testing::run_to_completion(**engine);
+  return testing::run_to_completion(*engine);
 }
 
 // The quantized model's logits against the dense fp32 model's on the same random weights.

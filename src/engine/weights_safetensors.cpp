@@ -7,6 +7,9 @@
 // are copied as they are and the scales repeated per row, with no requantization. With static
 // activations each source also has X.input_scale (one float); a fused weight (qkv, gate/up) takes
 // the largest of its sources', as vLLM does, since its sources share their input.
+// A 4-bit checkpoint (config.quantization.packing: AWQ, GPTQ, compressed-tensors W4A16,
+// bitsandbytes NF4) holds each source as its format's packed tensors instead (int4_layouts.h):
+// they are unpacked on the host into backend/weight.h's layout, rows concatenated per weight.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,16 +20,11 @@
 
 #include "engine/arch/architecture.h"
 #include "engine/detail/weight_storage.h"
+#include "engine/int4_layouts.h"
 #include "model/safetensors.h"
 
 namespace ib::detail {
 namespace {
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // "a, b, c and 12 more"
 std::string name_list(const std::vector<std::string>& names, size_t show = 6) {
@@ -83,10 +81,15 @@ Status check_layout(const ModelConfig& c, const WeightSchema& schema,
                     const SafetensorsCheckpoint& ckpt) {
   std::vector<std::string> missing, unexpected;
   std::set<std::string> expected;
+  const bool four_bit = !c.quantization.packing.empty();
   for (const SchemaEntry& e : schema.entries) {
     for (const TensorSource& s : e.sources) {
       std::vector<std::string> names = {s.name};
-      if (c.quantization.quantized() && is_matmul_role(e.role)) {
+      if (four_bit && is_matmul_role(e.role)) {
+        const Int4TensorNames packed = int4_tensor_names(c.quantization, s.name);
+        names = packed.required;
+        expected.insert(packed.optional.begin(), packed.optional.end());
+      } else if (c.quantization.quantized() && is_matmul_role(e.role)) {
         names.push_back(scale_name(s.name));
         if (c.quantization.static_activations) names.push_back(input_scale_name(s.name));
       }
@@ -148,7 +151,57 @@ struct WeightCopies {
   bool prequantized = false;    // a quantized checkpoint's matmul weight: no staging
   std::vector<float> row_scales;
   float input_scale = 0.0f;  // static activations: the largest of the sources' input_scale
+  Host4bitWeight packed;     // a 4-bit checkpoint's weight, unpacked: its sources' rows
 };
+
+// A 4-bit checkpoint's source, unpacked (engine/int4_layouts.h) into its rows of entry.packed;
+// the sources of a fused weight must share one act-order permutation.
+Status add_4bit_source(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
+                       const TensorSource& s, WeightCopies& entry) {
+  const WeightRef& w = *entry.matmul;
+  const int64_t k = w.cols(), g = w.group_size, rows = s.shape[0];
+  if (s.shape.size() != 2 || s.shape[1] != k) {
+    return user_error("safetensors: schema source '" + s.name + "' is not (N, " +
+                      std::to_string(k) + ")");
+  }
+  IB_ASSIGN_OR_RETURN(Host4bitWeight part, unpack_4bit(c.quantization, ckpt, s.name, rows, k, g));
+  Host4bitWeight& all = entry.packed;
+  if (all.data.empty()) {
+    all.data.resize(static_cast<size_t>(w.data.numel()));
+    (w.format == WeightFormat::kNf4 ? all.absmax.resize(static_cast<size_t>(w.scales.numel()))
+                                    : all.scales.resize(static_cast<size_t>(w.scales.numel())));
+    all.zeros.resize(static_cast<size_t>(w.zeros.numel()));
+    all.input_perm = part.input_perm;
+  }
+  if (part.input_perm != all.input_perm) {
+    return user_error("safetensors: '" + s.name + "' has another act-order permutation (g_idx) " +
+                      "than the weights it is fused with; the engine runs one per fused matmul");
+  }
+  const auto place = [&](const auto& from, auto& to, int64_t per_row) {
+    std::copy(from.begin(), from.end(), to.begin() + s.row_offset * per_row);
+  };
+  place(part.data, all.data, k / 2);
+  place(part.scales, all.scales, k / g);
+  place(part.absmax, all.absmax, k / g);
+  place(part.zeros, all.zeros, k / g);
+  return Ok{};
+}
+
+// Copies a 4-bit weight's unpacked host tensors into it.
+void copy_4bit(Backend& backend, const Host4bitWeight& packed, const WeightRef& w) {
+  backend.copy_from_host(w.data, packed.data.data(), DType::kU8);
+  if (w.format == WeightFormat::kNf4) {
+    backend.copy_from_host(w.scales, packed.absmax.data(), DType::kF32);
+    return;
+  }
+  backend.copy_from_host(w.scales, packed.scales.data(), DType::kF16);
+  backend.copy_from_host(w.zeros, packed.zeros.data(), DType::kU8);
+  if (!w.input_perm.empty()) {
+    IB_ASSERT(packed.input_perm.size() == static_cast<size_t>(w.input_perm.numel()),
+              "an act-order weight without its permutation");
+    backend.copy_from_host(w.input_perm, packed.input_perm.data(), DType::kI32);
+  }
+}
 
 float element_as_f32(const HostTensorRef& t, int64_t i) {
   switch (t.dtype) {
@@ -265,6 +318,10 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
     Tensor dst = entry.dense;
     if (dst.rank == 1) dst = dst.reshaped({dst.numel(), 1});  // rows = elements, to slice
     for (const TensorSource& s : e.sources) {
+      if (entry.prequantized && is_4bit(entry.matmul->format)) {
+        IB_TRY(add_4bit_source(c, *ckpt, s, entry));
+        continue;
+      }
       IB_ASSIGN_OR_RETURN(HostTensorRef ref, ckpt->get(s.name));
       if (ref.shape != s.shape) {
         return user_error("safetensors: tensor '" + s.name + "' has shape " +
@@ -276,7 +333,7 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
         IB_TRY(add_quantized_source(c, *ckpt, s, ref, entry));
         continue;
       }
-      if (ref.dtype == DType::kF8E4M3 || ref.dtype == DType::kI8) {
+      if (ref.dtype != DType::kF32 && ref.dtype != DType::kBF16 && ref.dtype != DType::kF16) {
         return user_error("safetensors: tensor '" + s.name + "' is " +
                           std::string(dtype_name(ref.dtype)) + " but config.json has no " +
                           "quantization_config for it; the files and config.json disagree");
@@ -294,7 +351,9 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
   }
   for (const WeightCopies& entry : copies) {
     for (const auto& [ref, dst] : entry.parts) backend.copy_from_host(dst, ref.data, ref.dtype);
-    if (entry.prequantized) {
+    if (entry.prequantized && is_4bit(entry.matmul->format)) {
+      copy_4bit(backend, entry.packed, *entry.matmul);
+    } else if (entry.prequantized) {
       backend.copy_from_host(entry.matmul->scales, entry.row_scales.data(), DType::kF32);
       entry.matmul->input_scale = entry.input_scale;  // 0 (dynamic) without static activations
     } else if (entry.matmul) {

@@ -52,6 +52,14 @@ struct CheckpointQuantization {
   // Static activation scales: each matmul source X.weight has X.input_scale, one float (fp8,
   // int8-w8a8; symmetric); false: activations quantized per token at run time.
   bool static_activations = false;
+  // 4-bit checkpoints (format "awq", "gptq" or "nf4"; engine/int4_layouts.h unpacks them).
+  // packing: "awq" (AutoAWQ GEMM), "gptq", "compressed-tensors" (pack-quantized) or
+  // "bitsandbytes".
+  std::string packing;
+  int group_size = 0;            // K elements per scale; 0: one per row (G = K); nf4: blocksize
+  bool zero_points = false;      // published zero points (awq, gptq sym false, weight_zero_point)
+  bool act_order = false;        // gptq desc_act: g_idx sorted into an input_perm
+  bool zeros_minus_one = false;  // gptq checkpoint_format "gptq": qzeros store z - 1
   bool quantized() const { return !format.empty(); }
 };
 

@@ -402,6 +402,39 @@ TEST(HfConfig, QuantizationConfigOfFp8CheckpointsAndRefusals) {
   ASSERT_TRUE(w8a16.ok()) << w8a16.error().message;
   EXPECT_EQ(w8a16->quantization.format, "int8");
 
+  const auto accepted = [&](const std::string& q) {
+    auto c = parse_hf_config(with_q(q), "m");
+    EXPECT_TRUE(c.ok()) << q << ": " << c.error().message;
+    return c.ok() ? c->quantization : CheckpointQuantization{};
+  };
+  const auto awq = accepted(R"({"quant_method": "awq", "bits": 4, "group_size": 64, "version":
+      "gemm", "zero_point": true})");
+  EXPECT_EQ(awq.format, "awq");
+  EXPECT_EQ(awq.packing, "awq");
+  EXPECT_EQ(awq.group_size, 64);
+  EXPECT_TRUE(awq.zero_points);
+  const auto gptq = accepted(R"({"quant_method": "gptq", "bits": 4, "group_size": -1, "desc_act":
+      true, "sym": true})");
+  EXPECT_EQ(gptq.format, "gptq");
+  EXPECT_EQ(gptq.group_size, 0);  // one group per row
+  EXPECT_TRUE(gptq.act_order);
+  EXPECT_FALSE(gptq.zero_points);
+  EXPECT_TRUE(gptq.zeros_minus_one);  // checkpoint_format "gptq" (v1) by default
+  const auto gptq_v2 = accepted(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym":
+      false, "checkpoint_format": "gptq_v2"})");
+  EXPECT_TRUE(gptq_v2.zero_points);
+  EXPECT_FALSE(gptq_v2.zeros_minus_one);
+  const auto nf4 = accepted(R"({"quant_method": "bitsandbytes", "load_in_4bit": true,
+      "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": true})");
+  EXPECT_EQ(nf4.format, "nf4");
+  EXPECT_EQ(nf4.group_size, 64);
+  const auto w4a16 = accepted(R"({"quant_method": "compressed-tensors", "format":
+      "pack-quantized", "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int",
+      "strategy": "group", "group_size": 128, "symmetric": false}}}})");
+  EXPECT_EQ(w4a16.format, "awq");  // zero points: awq's scheme
+  EXPECT_EQ(w4a16.packing, "compressed-tensors");
+  EXPECT_EQ(w4a16.group_size, 128);
+
   const auto refused = [&](const std::string& q, const std::string& names) {
     auto c = parse_hf_config(with_q(q), "m");
     ASSERT_FALSE(c.ok()) << q;
@@ -409,12 +442,21 @@ TEST(HfConfig, QuantizationConfigOfFp8CheckpointsAndRefusals) {
     EXPECT_NE(c.error().message.find(names), std::string::npos) << c.error().message;
     EXPECT_NE(c.error().message.find("supported: \"fp8\""), std::string::npos) << c.error().message;
   };
-  refused(R"({"quant_method": "awq", "bits": 4})", "\"awq\"");
+  refused(R"({"quant_method": "awq", "bits": 4, "version": "gemv"})", "\"gemv\"");
+  refused(R"({"quant_method": "awq", "bits": 3})", "bits 3");
+  refused(R"({"quant_method": "gptq", "bits": 8})", "bits 8");
+  refused(R"({"quant_method": "gptq", "bits": 4, "group_size": 100})", "100");
+  refused(R"({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"})", "\"marlin\"");
+  refused(R"({"quant_method": "bitsandbytes", "load_in_4bit": true, "bnb_4bit_quant_type":
+      "fp4"})",
+          "\"fp4\"");
+  refused(R"({"quant_method": "bitsandbytes", "load_in_8bit": true})", "8-bit");
+  refused(R"({"quant_method": "hqq"})", "\"hqq\"");
   refused(R"({"quant_method": "fp8", "activation_scheme": "per-group"})", "\"per-group\"");
   refused(R"({"quant_method": "fp8", "weight_block_size": [128, 128]})", "weight_block_size");
   refused(R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights":
       {"num_bits": 4, "type": "int", "strategy": "group"}}}})",
-          "4-bit int");
+          "4-bit int");  // stored unpacked (no "pack-quantized" format)
   refused(R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights":
       {"num_bits": 8, "type": "float", "strategy": "tensor"}, "input_activations":
       {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": false}}}})",
@@ -427,7 +469,7 @@ TEST(HfConfig, QuantizationConfigOfFp8CheckpointsAndRefusals) {
   // W8A16 int8 as compressed-tensors usually publishes it: packed into int32.
   refused(R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups":
       {"g": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}})",
-          "pack-quantized");
+          "pack-quantized weights of 8-bit int");
   refused(R"({"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups":
       {"g": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric":
       false}}}})",

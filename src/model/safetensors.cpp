@@ -26,6 +26,9 @@ std::optional<DType> parse_st_dtype(const std::string& s) {
   if (s == "F16") return DType::kF16;
   if (s == "F8_E4M3") return DType::kF8E4M3;  // FP8 checkpoints' weights
   if (s == "I8") return DType::kI8;           // INT8 checkpoints' weights
+  if (s == "I32") return DType::kI32;         // 4-bit checkpoints' packed codes, g_idx
+  if (s == "U8") return DType::kU8;           // bitsandbytes' packed codes and quant_state
+  if (s == "I64") return DType::kI64;         // compressed-tensors' weight_shape
   return std::nullopt;
 }
 
@@ -51,15 +54,15 @@ const char* st_dtype_name(DType t) {
       return "F8_E4M3";
     case DType::kI8:
       return "I8";
+    case DType::kI32:
+      return "I32";
+    case DType::kU8:
+      return "U8";
+    case DType::kI64:
+      return "I64";
     default:
       return nullptr;
   }
-}
-
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 // A non-negative integer JSON value, or nullopt.
@@ -84,8 +87,9 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const Json& v, uin
   if (!dtype) {
     if (is_known_st_dtype(dtype_s)) {
       return user_error(where + " has dtype " + dtype_s +
-                        ", which inferbench cannot load (BF16, F16, F32, and F8_E4M3 / I8 in "
-                        "FP8 / INT8 checkpoints); use an unquantized checkpoint");
+                        ", which inferbench cannot load (BF16, F16, F32, F8_E4M3 / I8 in FP8 / "
+                        "INT8 checkpoints, I32 / U8 / I64 in 4-bit ones); use an unquantized "
+                        "checkpoint");
     }
     return user_error(where + " has unknown dtype \"" + dtype_s.substr(0, 32) + "\"");
   }
@@ -125,7 +129,7 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const Json& v, uin
   const uint64_t elem = dtype_size(e.dtype);
   if (numel > std::numeric_limits<uint64_t>::max() / elem || numel * elem != e.end - e.begin) {
     return user_error(where + ": data_offsets span " + std::to_string(e.end - e.begin) +
-                      " bytes but shape " + shape_str(e.shape) + " of " + dtype_s + " needs " +
+                      " bytes but shape " + shape_string(e.shape) + " of " + dtype_s + " needs " +
                       (numel > std::numeric_limits<uint64_t>::max() / elem
                            ? std::string("more than 2^64")
                            : std::to_string(numel * elem)));
@@ -194,6 +198,12 @@ Result<SafetensorsFile> parse_safetensors_file(std::string_view file_bytes,
   return SafetensorsFile{std::move(header).value(), 8 + header_bytes};
 }
 
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 int64_t HostTensorRef::numel() const {
   int64_t n = 1;
   for (const int64_t d : shape) n *= d;
@@ -211,7 +221,7 @@ Status write_safetensors(const std::string& path,
     const char* dtype = st_dtype_name(t.dtype);
     if (dtype == nullptr) {
       return user_error("cannot write tensor '" + t.name + "' as " +
-                        std::string(dtype_name(t.dtype)) + ": only fp32, bf16 and fp16");
+                        std::string(dtype_name(t.dtype)) + ": not a safetensors dtype");
     }
     if (t.name == "__metadata__" || !seen.insert(t.name).second) {
       return user_error("cannot write tensor '" + t.name + "': reserved or duplicate name");
@@ -223,7 +233,7 @@ Status write_safetensors(const std::string& path,
     }
     if (numel * dtype_size(t.dtype) != t.bytes.size()) {
       return user_error("tensor '" + t.name + "': " + std::to_string(t.bytes.size()) +
-                        " bytes given for shape " + shape_str(t.shape) + " of " + dtype);
+                        " bytes given for shape " + shape_string(t.shape) + " of " + dtype);
     }
     header[t.name] = {
         {"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};

@@ -46,6 +46,9 @@ Result<SafetensorsFile> parse_safetensors_file(std::string_view file_bytes,
 // A tensor inside a mapped file: a host pointer valid while the checkpoint lives. Files written by
 // write_safetensors (and by the HF library) start the data section 8-byte aligned; a pointer into
 // an arbitrary file may be unaligned, so readers copy elements with memcpy.
+// "[4096, 128]"
+std::string shape_string(const std::vector<int64_t>& shape);
+
 struct HostTensorRef {
   const void* data = nullptr;
   DType dtype = DType::kF32;
@@ -70,7 +73,7 @@ class SafetensorsCheckpoint {
 // True if path is a directory holding safetensors weights (or is a .safetensors file).
 bool has_safetensors(const std::string& path);
 
-// Writes tensors (f32/bf16/f16 data given as raw bytes) as one safetensors file; used by tests
+// Writes tensors (any DType, data given as raw bytes) as one safetensors file; used by tests
 // and to export dummy weights. Written atomically (temporary sibling, then rename); the header is
 // padded with spaces so the data section starts 8-byte aligned. Tensors are laid out in order.
 struct SafetensorsWriteTensor {

@@ -277,8 +277,6 @@ TEST(Safetensors, WriterRejectsBadInput) {
   const std::string path = (dir.path() / "w.safetensors").string();
   expect_contains(write_safetensors(path, {{"a", DType::kF32, {3}, "xx"}}).error().message,
                   "2 bytes given for shape [3] of F32");
-  expect_contains(write_safetensors(path, {{"a", DType::kI32, {1}, "xxxx"}}).error().message,
-                  "only fp32, bf16 and fp16");
   expect_contains(
       write_safetensors(path, {{"a", DType::kF32, {0}, ""}, {"a", DType::kF32, {0}, ""}})
           .error()

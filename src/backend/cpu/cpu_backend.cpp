@@ -215,7 +215,7 @@ void CpuBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* 
   const int64_t m = x.rows();
   const int64_t k = x.row_size();
   const int64_t n = w.rows();
-  IB_ASSERT(w.row_size() == k, "matmul: w (N, K) must match x (M, K)");
+  IB_ASSERT(weight.cols() == k, "matmul: w (N, K) must match x (M, K)");
   IB_ASSERT(out.rows() == m && out.row_size() == n, "matmul: out must be (M, N)");
   if (observer_) observer_(x, weight);
   const float* b = nullptr;
@@ -235,7 +235,9 @@ void CpuBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* 
       break;
     case WeightFormat::kInt4W4A16:
     case WeightFormat::kNf4:
-      IB_ASSERT(false, "matmul: the CPU backend does not run 4-bit weights yet");
+      IB_ASSERT(weight.quantized_layout_ok(), "matmul: a 4-bit weight's layout (weight.h)");
+      cpu::matmul_4bit(pool_, x.as<const float>(), weight, b, out.as<float>(), m);
+      return;
   }
   IB_ASSERT(weight.quantized_layout_ok(),
             "matmul: a quantized weight is data (N, K) of its format's dtype (fp8_e4m3 or int8) "
@@ -259,10 +261,11 @@ void CpuBackend::quantize_weight(const Tensor& dense, const WeightRef& out) {
   check_f32(dense, "quantize_weight: dense must be fp32");
   const int64_t n = dense.rows();
   const int64_t k = dense.row_size();
-  IB_ASSERT(out.quantized_layout_ok() && out.data.rows() == n && out.data.row_size() == k,
-            "quantize_weight: out must be a quantized format's data (N, K) and scales f32 (N) "
-            "for dense (N, K)");
-  if (out.format == WeightFormat::kFp8E4M3) {
+  IB_ASSERT(out.quantized_layout_ok() && out.rows() == n && out.cols() == k,
+            "quantize_weight: out must be a quantized format's layout (weight.h) for dense (N, K)");
+  if (is_4bit(out.format)) {
+    cpu::quantize_4bit(pool_, dense.as<const float>(), out);
+  } else if (out.format == WeightFormat::kFp8E4M3) {
     cpu::quantize_rows_fp8(pool_, dense.as<const float>(), n, k, out.data.as<uint8_t>(),
                            out.scales.as<float>());
   } else {

@@ -1,4 +1,4 @@
-// CpuBackend: the fp32 reference implementation of Backend (dense and FP8 weights,
+// CpuBackend: the fp32 reference implementation of Backend (dense, 8-bit and 4-bit weights,
 // backend/weight.h; no fused decode ops), multi-threaded through a ThreadPool. Every op runs
 // synchronously on the calling thread plus the pool's workers. Weights and activations are fp32
 // (activation_dtype() == kF32); the factory refuses bf16/fp16 for the CPU. Numerics (the contract
@@ -37,8 +37,8 @@ class CpuBackend final : public Backend {
   void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                     Tensor out) override;
   void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) override;
-  bool supports_weight_format(WeightFormat format) const override {
-    return !is_4bit(format);  // the 8-bit formats: the CPU is their oracle (4-bit: issue 14)
+  bool supports_weight_format(WeightFormat /*format*/) const override {
+    return true;  // every format: the CPU is their oracle
   }
   void quantize_weight(const Tensor& dense, const WeightRef& out) override;
   void weight_row_sums(const WeightRef& w, Tensor out) override;

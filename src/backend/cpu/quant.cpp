@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/detail/decoded_matmul.h"
 #include "backend/cpu/detail/dot.h"
 #include "backend/cpu/detail/kernels.h"
 
@@ -21,9 +22,6 @@ const std::array<float, 256>& fp8_table() {
   }();
   return table;
 }
-
-// w rows decoded per task: 16 rows of K floats stay in L1/L2 while every x row passes.
-constexpr int64_t kRowsPerTask = 16;
 
 }  // namespace
 
@@ -77,30 +75,18 @@ void quantize_rows_int8(ThreadPool& pool, const float* dense, int64_t n, int64_t
 
 namespace {
 
-// out (m, n) = (dot_f32(x[r], decoded w[j]) * x_scales[r] (1 where null) * w_scales[j]) (+ bias)
-// with w's rows decoded (decode(code) -> f32, exact) 16 at a time into a buffer that stays in
-// cache while every x row passes.
+// matmul_decoded_rows with w's codes decoded one by one (decode(code) -> f32, exact) and the
+// per-row scales w_scales.
 template <typename TW, typename Decode>
 void matmul_decoded(ThreadPool& pool, const float* x, const float* x_scales, const TW* w,
                     Decode decode, const float* w_scales, const float* bias, float* out, int64_t m,
                     int64_t n, int64_t k) {
-  const int64_t tasks = (n + kRowsPerTask - 1) / kRowsPerTask;
-  pool.parallel_for(tasks, 1, [&](int64_t t_begin, int64_t t_end) {
-    std::vector<float> rows(static_cast<size_t>(kRowsPerTask * k));
-    for (int64_t t = t_begin; t < t_end; ++t) {
-      const int64_t n0 = t * kRowsPerTask;
-      const int64_t count = std::min(kRowsPerTask, n - n0);
-      for (int64_t i = 0; i < count * k; ++i) rows[static_cast<size_t>(i)] = decode(w[n0 * k + i]);
-      for (int64_t r = 0; r < m; ++r) {
-        const float sx = x_scales ? x_scales[r] : 1.0f;
-        for (int64_t j = 0; j < count; ++j) {
-          float y = dot_f32(x + r * k, rows.data() + j * k, k) * sx * w_scales[n0 + j];
-          if (bias) y += bias[n0 + j];
-          out[r * n + n0 + j] = y;
-        }
-      }
-    }
-  });
+  matmul_decoded_rows(
+      pool, x, x_scales,
+      [&](int64_t n0, int64_t count, float* rows) {
+        for (int64_t i = 0; i < count * k; ++i) rows[i] = decode(w[n0 * k + i]);
+      },
+      [&](int64_t j) { return w_scales[j]; }, bias, out, m, n, k);
 }
 
 }  // namespace

@@ -55,12 +55,6 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
 namespace cuda {
 namespace {
 
-// Whether a kInt4W4A16 weight quantized at load is symmetric (gptq) or asymmetric (awq).
-// Placeholder until the CPU oracle's convention lands (issue 14): asymmetric.
-bool int4_symmetric(const WeightRef& /*w*/) {
-  return false;
-}
-
 void check_same_shape(const Tensor& a, const Tensor& b, const char* context) {
   IB_ASSERT(a.numel() == b.numel() && a.row_size() == b.row_size(), context);
 }
@@ -446,8 +440,7 @@ void CudaBackend::quantize_weight(const Tensor& dense, const WeightRef& out) {
     return;
   }
   if (is_4bit(out.format)) {
-    run_op("quantize_weight",
-           [&] { launch_quantize_4bit(dense, out, int4_symmetric(out), stream_); });
+    run_op("quantize_weight", [&] { launch_quantize_4bit(dense, out, !out.asymmetric, stream_); });
     return;
   }
   run_op("quantize_weight", [&] { launch_quantize_rows(dense, out.data, out.scales, stream_); });

@@ -262,6 +262,7 @@ Quantized4 quantize_on_host(const std::vector<float>& w, int64_t n, int64_t k, i
         continue;
       }
       float s = symmetric ? (amax > 0.0f ? amax / 7.5f : 1.0f) : std::max(hi - lo, 1e-5f) / 15.0f;
+      // (No group here has a scale that rounds to f16 zero.)
       out.scale_bits.push_back(f32_to_f16_bits(s));
       s = f16_bits_to_f32(out.scale_bits.back());
       const int z =
@@ -305,20 +306,32 @@ TEST_P(CudaQuant4Load, QuantizationMatchesTheDefinitionBitForBit) {
     w.data = twin.empty(DType::kU8, {n, k / 2}).gpu;
     w.scales = twin.empty(nf4 ? DType::kF32 : DType::kF16, {n, groups}).gpu;
     if (!nf4) w.zeros = twin.empty(DType::kU8, {n, groups}).gpu;
-    launch_quantize_4bit(dense.gpu, w, c.symmetric, nullptr);
+    w.asymmetric = !c.symmetric;
+    WeightRef cpu = w;  // the CPU backend's quantize_weight, the oracle of the engine's path
+    cpu.data = twin.empty(DType::kU8, {n, k / 2}).cpu;
+    cpu.scales = twin.empty(nf4 ? DType::kF32 : DType::kF16, {n, groups}).cpu;
+    if (!nf4) cpu.zeros = twin.empty(DType::kU8, {n, groups}).cpu;
+    twin.cpu().quantize_weight(dense.cpu, cpu);
+    twin.gpu().quantize_weight(dense.gpu, w);
     const Quantized4 want = quantize_on_host(values, n, k, c.group, c.format, c.symmetric);
     const std::string what = std::string(weight_format_name(c.format)) + " g" +
                              std::to_string(c.group) + (c.symmetric ? " sym" : " asym");
     EXPECT_EQ(twin.host_ints<uint8_t>(twin.gpu(), w.data), want.codes) << what;
+    EXPECT_EQ(twin.host_ints<uint8_t>(twin.cpu(), cpu.data), want.codes) << what << " (CPU)";
     if (nf4) {
       std::vector<float> absmax(static_cast<size_t>(n * groups));
       twin.gpu().copy_to_host(w.scales, absmax.data());
       EXPECT_EQ(absmax, want.absmax) << what;
+      twin.cpu().copy_to_host(cpu.scales, absmax.data());
+      EXPECT_EQ(absmax, want.absmax) << what << " (CPU)";
     } else {
       std::vector<uint16_t> bits(static_cast<size_t>(n * groups));
       twin.gpu().copy_to_host(w.scales, bits.data());
       EXPECT_EQ(bits, want.scale_bits) << what;
       EXPECT_EQ(twin.host_ints<uint8_t>(twin.gpu(), w.zeros), want.zeros) << what;
+      twin.cpu().copy_to_host(cpu.scales, bits.data());
+      EXPECT_EQ(bits, want.scale_bits) << what << " (CPU)";
+      EXPECT_EQ(twin.host_ints<uint8_t>(twin.cpu(), cpu.zeros), want.zeros) << what << " (CPU)";
     }
   }
 }

@@ -121,7 +121,10 @@ __global__ void quantize_int4_kernel(const T* __restrict__ src, uint8_t* __restr
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float v = to_f32(w[2 * j + h]);
-      q[h] = static_cast<int>(fminf(fmaxf(rne(v / s) + static_cast<float>(z), 0.0f), 15.0f));
+      // A scale that rounds to f16 zero stores the zero point (w = 0), as weight.h says.
+      q[h] = s == 0.0f
+                 ? z
+                 : static_cast<int>(fminf(fmaxf(rne(v / s) + static_cast<float>(z), 0.0f), 15.0f));
     }
     out[j] = static_cast<uint8_t>(q[0] | (q[1] << 4));
   }

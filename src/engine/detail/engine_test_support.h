@@ -35,13 +35,16 @@ inline ModelConfig tiny_config() {
 }
 
 // Dummy weights with the norms replaced by random values around 1, so that every weight matters;
-// the matmul weights in quantization's format (the same model, quantized).
+// the matmul weights in quantization's format (the same model, quantized; 4-bit int: awq's
+// zero points when asymmetric, else gptq's symmetric codes).
 inline ModelWeights random_weights(const ModelConfig& c, Backend& backend, uint64_t seed,
-                                   WeightFormat quantization = WeightFormat::kDense) {
+                                   WeightFormat quantization = WeightFormat::kDense,
+                                   bool asymmetric = false) {
   WeightOptions opts;
   opts.format = LoadFormat::kDummy;
   opts.seed = seed;
   opts.quantization = quantization;
+  opts.asymmetric = asymmetric;
   auto w = load_weights(c, opts, backend);
   IB_ASSERT(w.ok(), "load_weights failed in a test");
   Rng rng(seed + 17);
@@ -74,6 +77,19 @@ inline EngineUnderTest make_engine(const ModelConfig& c, const EngineConfig& con
   IB_ASSERT(engine.ok(), engine.ok() ? "" : engine.error().message.c_str());
   e.engine = std::move(engine).value();
   return e;
+}
+
+// An engine over w that keeps every sampled row's logits (blocks of 4 tokens), its matmul weights
+// in the format of quantization (EngineConfig::quantization).
+inline std::unique_ptr<Engine> logits_engine(const ModelConfig& c, ModelWeights w,
+                                             const std::string& quantization, Backend& backend) {
+  EngineConfig config;
+  config.block_size = 4;
+  config.capture_logits = true;
+  config.quantization = quantization;
+  auto engine = create_engine_with_weights(c, std::move(w), config, backend);
+  IB_ASSERT(engine.ok(), "create_engine_with_weights failed");
+  return std::move(engine).value();
 }
 
 struct Completion {

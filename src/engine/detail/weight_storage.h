@@ -9,10 +9,11 @@
 namespace ib::detail {
 
 // Allocates every weight tensor of config, uninitialised: dense ones at
-// backend.activation_dtype(), each layer's matmul weights in format (fp8: data (N, K) and scales
-// (N)), after checking the total, with the staging scratch quantized weights need, against the
-// backend's free memory and memory limit.
-Result<ModelWeights> allocate_weights(const ModelConfig& config, WeightFormat format,
+// backend.activation_dtype(), each layer's matmul weights in layout (8-bit: data (N, K) and
+// scales (N); 4-bit: backend/weight.h's tensors with the layout's group, WeightRef::asymmetric
+// set), after checking that 4-bit groups tile every K and the total, with the staging scratch
+// quantized weights need, against the backend's free memory and memory limit.
+Result<ModelWeights> allocate_weights(const ModelConfig& config, const MatmulLayout& layout,
                                       Backend& backend);
 
 // Where a loader writes a matmul weight's dense values (N, K) in the activation dtype: the

@@ -50,6 +50,17 @@ void matmul_int8_w8a8(ThreadPool& pool, const float* x, const int8_t* w, const f
                       const float* bias, float* out, int64_t m, int64_t n, int64_t k,
                       const StaticInt8Activations* fixed = nullptr);
 
+// 4-bit weights (kInt4W4A16, kNf4; backend/weight.h), w's layout already checked.
+// Row n of w dequantized into out (K floats), in w's column order (before input_perm).
+void dequantize_4bit_row(const WeightRef& w, int64_t n, float* out);
+// out (m, n) = x (m, k) @ w^T: each out[i][j] is dot_f32(x[i] permuted by w.input_perm, the
+// dequantized row j) (+ bias[j]).
+void matmul_4bit(ThreadPool& pool, const float* x, const WeightRef& w, const float* bias,
+                 float* out, int64_t m);
+// dense (n, k) quantized into out's tensors with weight.h's load-time RTN: kNf4, or kInt4W4A16
+// with out.asymmetric choosing awq's zero points or gptq's symmetric z = 8.
+void quantize_4bit(ThreadPool& pool, const float* dense, const WeightRef& out);
+
 // See Backend::rope_and_cache. qkv (t, (hq + 2 hkv) * head_dim) fp32; cache layout as KvCacheLayer.
 void rope_and_cache_f32(ThreadPool& pool, float* qkv, const int32_t* positions,
                         const int32_t* slot_mapping, const float* inv_freq, int64_t num_tokens,

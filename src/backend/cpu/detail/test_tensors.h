@@ -67,6 +67,20 @@ class TensorArena {
     w.scales = empty(DType::kF32, {n});
     return w;
   }
+  // A 4-bit weight (kInt4W4A16 or kNf4, backend/weight.h) of (N, K) in groups of group_size,
+  // uninitialised: data (N, K / 2) u8, scales (N, K / G) (f16 or f32), zeros (N, K / G) u8.
+  WeightRef four_bit_weight(WeightFormat format, int64_t n, int64_t k, int group_size,
+                            bool asymmetric = false) {
+    WeightRef w;
+    w.format = format;
+    w.group_size = group_size;
+    w.asymmetric = asymmetric;
+    w.data = empty(DType::kU8, {n, k / 2});
+    const int64_t groups = k / group_size;
+    w.scales = empty(format == WeightFormat::kNf4 ? DType::kF32 : DType::kF16, {n, groups});
+    if (format == WeightFormat::kInt4W4A16) w.zeros = empty(DType::kU8, {n, groups});
+    return w;
+  }
   std::vector<int32_t> to_host_i32(const Tensor& t) {
     IB_ASSERT(t.dtype == DType::kI32, "to_host_i32: int32 only");
     std::vector<int32_t> out(static_cast<size_t>(t.numel()));
