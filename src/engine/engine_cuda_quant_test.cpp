@@ -14,6 +14,7 @@
 // Label gpu.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -40,9 +41,44 @@ double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// An empty weight of format's layout (backend/weight.h; 4-bit: the load-time layout, awq's zero
+// points where asymmetric) for an (n, k) matrix, its buffers kept in w.
+WeightRef allocate_quantized(CpuBackend& cpu, ModelWeights& w, WeightFormat format, bool asymmetric,
+                             int64_t n, int64_t k) {
+  const auto make = [&](DType dtype, std::initializer_list<int64_t> shape) {
+    int64_t numel = 1;
+    for (const int64_t d : shape) numel *= d;
+    auto buf = cpu.alloc(static_cast<size_t>(numel) * dtype_size(dtype), MemoryTag::kWeights);
+    IB_ASSERT(buf.ok(), "CPU quantized weights");
+    const Tensor t = buf->view(dtype, shape);
+    w.storage.push_back(std::move(*buf));
+    return t;
+  };
+  WeightRef q;
+  q.format = format;
+  if (!is_4bit(format)) {
+    q.data = make(quantized_data_dtype(format), {n, k});
+    q.scales = make(DType::kF32, {n});
+    return q;
+  }
+  const MatmulLayout layout = load_time_layout(format, asymmetric);
+  q.group_size = layout.group_size;
+  q.asymmetric = layout.asymmetric;
+  const int64_t groups = k / q.group_size;
+  q.data = make(DType::kU8, {n, k / 2});
+  if (format == WeightFormat::kNf4) {
+    q.scales = make(DType::kF32, {n, groups});
+  } else {
+    q.scales = make(DType::kF16, {n, groups});
+    q.zeros = make(DType::kU8, {n, groups});
+  }
+  return q;
+}
+
 // The CPU's dummy weights rounded to bf16 (what the GPU's fill_uniform stores), with the four
 // matmul weights of each layer then quantized to `format` by the CPU backend (kDense: none).
-ModelWeights cpu_bf16_weights(const ModelConfig& c, CpuBackend& cpu, WeightFormat format) {
+ModelWeights cpu_bf16_weights(const ModelConfig& c, CpuBackend& cpu, WeightFormat format,
+                              bool asymmetric = false) {
   auto dense = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, cpu);
   IB_ASSERT(dense.ok(), "CPU dummy weights");
   ModelWeights w = std::move(*dense);
@@ -62,16 +98,8 @@ ModelWeights cpu_bf16_weights(const ModelConfig& c, CpuBackend& cpu, WeightForma
       round_all(ref->data);
       if (format == WeightFormat::kDense) continue;
       const int64_t n = ref->data.dim(0), k = ref->data.dim(1);
-      auto data = cpu.alloc(static_cast<size_t>(n * k), MemoryTag::kWeights);
-      auto scales = cpu.alloc(static_cast<size_t>(n) * 4, MemoryTag::kWeights);
-      IB_ASSERT(data.ok() && scales.ok(), "CPU quantized weights");
-      WeightRef q;
-      q.format = format;
-      q.data = data->view(quantized_data_dtype(format), {n, k});
-      q.scales = scales->view(DType::kF32, {n});
+      const WeightRef q = allocate_quantized(cpu, w, format, asymmetric, n, k);
       cpu.quantize_weight(ref->data, q);
-      w.storage.push_back(std::move(*data));
-      w.storage.push_back(std::move(*scales));
       *ref = q;
     }
   }
@@ -109,13 +137,20 @@ Generation generate(const ModelConfig& c, ModelWeights w, Backend& backend, bool
   return run;
 }
 
+// A weight format and, for kInt4W4A16, its load-time method (awq: zero points; gptq).
+struct QuantCase {
+  WeightFormat format;
+  bool asymmetric;
+};
+
 // (decode graphs, weight format)
-class CudaEngineQuant : public ::testing::TestWithParam<std::tuple<bool, WeightFormat>> {};
+class CudaEngineQuant : public ::testing::TestWithParam<std::tuple<bool, QuantCase>> {};
 
 TEST_P(CudaEngineQuant, MatchesTheCpuEngineOnTheSameQuantizedWeights) {
   IB_REQUIRE_CUDA();
   const bool graphs = std::get<0>(GetParam());
-  const WeightFormat format = std::get<1>(GetParam());
+  const WeightFormat format = std::get<1>(GetParam()).format;
+  const bool asymmetric = std::get<1>(GetParam()).asymmetric;
   ModelConfig c = testing::small_cuda_config("small-cuda-quant");
   BackendOptions bo;
   bo.device = "cuda";
@@ -127,11 +162,12 @@ TEST_P(CudaEngineQuant, MatchesTheCpuEngineOnTheSameQuantizedWeights) {
   WeightOptions quantized;
   quantized.format = LoadFormat::kDummy;
   quantized.quantization = format;
+  quantized.asymmetric = asymmetric;
   auto gpu_w = load_weights(c, quantized, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
   EXPECT_EQ(gpu_w->layers[0].w_down.format, format);
   CpuBackend cpu(2);
-  const Generation want = generate(c, cpu_bf16_weights(c, cpu, format), cpu, false);
+  const Generation want = generate(c, cpu_bf16_weights(c, cpu, format, asymmetric), cpu, false);
   const Generation got = generate(c, std::move(*gpu_w), **gpu, graphs);
   ASSERT_EQ(got.done.size(), want.done.size());
   double worst = 0, first_vs_cpu = 0;
@@ -166,19 +202,22 @@ TEST_P(CudaEngineQuant, MatchesTheCpuEngineOnTheSameQuantizedWeights) {
   EXPECT_LE(worst, 0.15);
 }
 
-INSTANTIATE_TEST_SUITE_P(GraphsAndFormats, CudaEngineQuant,
-                         ::testing::Combine(::testing::Values(false, true),
-                                            ::testing::Values(WeightFormat::kFp8E4M3,
-                                                              WeightFormat::kInt8W8A16,
-                                                              WeightFormat::kInt8W8A8)),
-                         [](const ::testing::TestParamInfo<std::tuple<bool, WeightFormat>>& p) {
-                           std::string name =
-                               std::string(std::get<0>(p.param) ? "graphs_" : "eager_") +
-                               weight_format_name(std::get<1>(p.param));
-                           for (char& ch : name)
-                             if (ch == '-') ch = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    GraphsAndFormats, CudaEngineQuant,
+    ::testing::Combine(::testing::Values(false, true),
+                       ::testing::Values(QuantCase{WeightFormat::kFp8E4M3, false},
+                                         QuantCase{WeightFormat::kInt8W8A16, false},
+                                         QuantCase{WeightFormat::kInt8W8A8, false},
+                                         QuantCase{WeightFormat::kInt4W4A16, true},   // awq
+                                         QuantCase{WeightFormat::kInt4W4A16, false},  // gptq
+                                         QuantCase{WeightFormat::kNf4, false})),
+    [](const ::testing::TestParamInfo<std::tuple<bool, QuantCase>>& p) {
+      const QuantCase& q = std::get<1>(p.param);
+      std::string name = std::get<0>(p.param) ? "graphs_" : "eager_";
+      for (const char ch : std::string(weight_format_name(q.format)))
+        name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+      return name + (q.asymmetric ? "_awq" : "");
+    });
 
 // Calibration on the CUDA engine (int8-w8a8 with static activation scales): the CUDA backend
 // observes each matmul's bf16 input and the engine records its decode graphs again with the static
