@@ -193,7 +193,7 @@ TEST_P(CudaEngineQuant, MatchesTheCpuEngineOnTheSameQuantizedWeights) {
     same_first += g.tokens[0] == dense.done.at(id).tokens[0];
   }
   RecordProperty("max_rel_l2", std::to_string(worst));
-  RecordProperty("first_step_vs_cpu_fp8", std::to_string(first_vs_cpu));
+  RecordProperty("first_step_vs_cpu", std::to_string(first_vs_cpu));
   RecordProperty("first_step_vs_bf16_dense", std::to_string(first_vs_dense));
   RecordProperty("first_token_agreement_with_bf16", std::to_string(same_first));
   EXPECT_GE(compared, 12) << "too few comparable steps";
