@@ -6,7 +6,7 @@
 # input-scale checkpoint formats (issue 13). Part b (~8 minutes): see below.
 # Usage (from the repository root): OUT=dir IB_PART=a|b bash bench/gpu/int4.sh
 # Environment: IB_TEST_FILTER, IB_SKIP_QC=1 (part a without quant_compare), IB_AB_SUB=1 (below),
-# IB_QUANTS (part b's batch-1 runs besides nf4's, "awq gptq").
+# IB_QUANTS (part b's batch-1 runs, "awq gptq nf4"), IB_SEED_QUANTS (its seed-protocol runs, "awq").
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test.json and (a) ops.json, ops_sub1.json,
 # qc.log, (b) pack_check.log, profile_awq_b1.txt, runs.log, runs.json; the rest in extra.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -51,9 +51,8 @@ else
     echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
   B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
   SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
-  for q in ${IB_QUANTS:-awq gptq}; do run "b1_$q" 90 --quantization "$q" "${B1[@]}"; done
-  run b1_nf4 60 --quantization nf4 --batch-size 1 --input-len 32 --output-len 32 --num-prompts 1 --runs 1
-  run seed_awq 120 --quantization awq "${SEED[@]}"
+  for q in ${IB_QUANTS:-awq gptq nf4}; do run "b1_$q" 90 --quantization "$q" "${B1[@]}"; done
+  for q in ${IB_SEED_QUANTS:-awq}; do run "seed_$q" 120 --quantization "$q" "${SEED[@]}"; done
   P=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")
   IB_KERNEL_PROFILE=$O/profile_awq_b1.txt LD_PRELOAD=$P timeout -s INT 60 "$B/bin/inferbench" run \
     --device cuda --dtype bf16 --load-format dummy --model llama-3-8b --quantization awq \

@@ -355,7 +355,8 @@ Tensor CudaBackend::dequantized(const WeightRef& w) {
   return dense;
 }
 
-// The fused ops' unfused form for weights the fused GEMV does not take (NF4, act-order W4A16):
+// The fused ops' unfused form for weights the fused GEMV does not take (act-order W4A16, groups
+// under 128):
 // rms_norm(h) * gain into the scratch after x's region, then the matmul.
 Tensor CudaBackend::normed_for_fallback(const Tensor& h, const Tensor* gain, float eps) {
   IB_ASSERT(gain != nullptr, "fused op fallback: a quantized weight keeps its norm gain");

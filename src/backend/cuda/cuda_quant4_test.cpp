@@ -1,11 +1,11 @@
 // Differential tests of the 4-bit formats on CUDA (backend/weight.h: kInt4W4A16, kNf4) against
 // their definition: the reference side holds the weight dequantized on the host, exactly as
 // weight.h defines it, as a dense fp32 weight of the CPU backend, so every CPU op is the oracle
-// unchanged. Covered: matmul through the W4A16 GEMV (1-16 tokens, groups of 128 or one per row),
-// the dequantizing path (more tokens, groups of 64, act-order, NF4), the fused decode ops (the
-// GEMV's and the unfused fallback's), and the load-time quantization bit for bit. Tolerance:
-// the dtype's (testing::tolerance): the GPU rounds x (and, on the dequantizing path, each
-// weight) to bf16/fp16 once.
+// unchanged. Covered: matmul through the 4-bit GEMV (1-16 tokens; W4A16 with groups of 128 or
+// one per row, NF4), the dequantizing path (more tokens, groups of 64, act-order), the fused
+// decode ops (the GEMV's and the unfused fallback's), and the load-time quantization bit for bit.
+// Tolerance: the dtype's (testing::tolerance): the GPU rounds x (and NF4's GEMV and the
+// dequantizing path each weight) to bf16/fp16 once.
 #include <gtest/gtest.h>
 
 #include <algorithm>

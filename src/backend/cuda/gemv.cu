@@ -33,6 +33,10 @@ constexpr int kInt4Unroll = IB_GEMV_INT4_UNROLL;
 GemvQuant quant_operands(const WeightRef& w, const GemvQuantAct* act) {
   GemvQuant q;
   if (is_8bit(w.format)) q.w_scales = w.scales.as<float>();
+  if (w.format == WeightFormat::kNf4) {
+    q.g_absmax = w.scales.as<float>();
+    q.groups = static_cast<int>(w.scales.dim(1));
+  }
   if (w.format == WeightFormat::kInt4W4A16) {
     q.g_scales = static_cast<const uint16_t*>(w.scales.data);
     q.g_zeros = w.zeros.as<uint8_t>();
@@ -76,10 +80,12 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
   const int n = static_cast<int>(w.data.dim(0));
   const int k = static_cast<int>(w.cols());
   constexpr bool kDense = kW == kGemvDense;
-  constexpr bool kXNormed = kW == kGemvInt8 || kW == kGemvInt4;  // x normalised before the kernel
-  constexpr int kSteps = kDense ? kUnroll : (kW == kGemvInt4 ? kInt4Unroll : kQuantUnroll);
+  constexpr bool k4bit = kW == kGemvInt4 || kW == kGemvNf4;
+  // W8A16 normalises x before the kernel; the 4-bit kernels apply the norm themselves (the gain
+  // per element, 1 / rms on the way out), as the dense kernel does with its folded gain.
+  constexpr bool kXNormed = kW == kGemvInt8;
+  constexpr int kSteps = kDense ? kUnroll : (k4bit ? kInt4Unroll : kQuantUnroll);
   constexpr bool kAdj = kAdjacent && kDense;
-  // W8A16 and W4A16 normalise x before the kernel, so their kernel never applies the norm.
   constexpr bool kKernelRms = kRms && !kXNormed;
   const void* x_in = x.data;
   GemvQuant operands = quant_operands(w, nullptr);
@@ -90,11 +96,16 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
   } else if constexpr (kXNormed && kRms) {
     IB_ASSERT(gain != nullptr && act != nullptr && act->xn.dtype == x.dtype &&
                   act->xn.numel() >= x.numel() && aligned16(act->xn.data),
-              "W8A16 / W4A16 GEMV: a norm gain and a normalised-x scratch of (M, K) expected");
+              "W8A16 GEMV: a norm gain and a normalised-x scratch of (M, K) expected");
     Tensor xn =
         act->xn.reshaped({act->xn.numel() / x.row_size(), x.row_size()}).slice_rows(0, x.rows());
     launch_rms_norm(nullptr, x, *gain, eps, xn, stream, pdl);
     x_in = xn.data;
+  }
+  if constexpr (k4bit && kRms) {
+    IB_ASSERT(gain != nullptr && gain->dtype == x.dtype && gain->numel() == x.row_size(),
+              "4-bit GEMV: the norm's gain (K) of x's dtype");
+    operands.gain = gain->data;
   }
   const auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
   launch_kernel(op, pdl, kernel, dim3(blocks), dim3(kWarps * 32), 0, stream, x_in, w.data.data,
@@ -119,7 +130,7 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
     launch_nt<T, TOut, 1, kW>(x, w, b, out, stream, pdl, act);
   } else if (m <= 8) {
     launch_nt<T, TOut, 1, kW>(x, w, b, out, stream, pdl, act);
-  } else if (kW == kGemvInt4 || m <= 16) {  // W4A16: up to 16 tokens (gemv_max_m)
+  } else if (kW == kGemvInt4 || kW == kGemvNf4 || m <= 16) {  // 4-bit: up to 16 (gemv_max_m)
     launch_nt<T, TOut, 2, kW>(x, w, b, out, stream, pdl, act);
   } else {
     launch_nt<T, TOut, 4, kW>(x, w, b, out, stream, pdl, act);
@@ -169,8 +180,8 @@ void dispatch(const Tensor& x, const WeightRef& w, F&& f) {
         return f.template operator()<T, kGemvInt8A8>();
       case WeightFormat::kInt4W4A16:
         return f.template operator()<T, kGemvInt4>();
-      case WeightFormat::kNf4:  // no GEMV (gemv_weight_ok)
-        break;
+      case WeightFormat::kNf4:
+        return f.template operator()<T, kGemvNf4>();
     }
     IB_ASSERT(false, "gemv: a weight format without a kernel");
   };
@@ -228,17 +239,18 @@ bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
 
 // The K step of w's kernel variant.
 int64_t step_k(const WeightRef& w) {
-  return w.format == WeightFormat::kInt4W4A16 ? kGemvInt4StepK * kGemvInt4Sub : kGemvStepK;
+  return is_4bit(w.format) ? kGemvInt4StepK * kGemvInt4Sub : kGemvStepK;
 }
 
-// The weight's storage matches x (dense) or is a quantized format's bytes with f32 row scales,
-// or W4A16 codes whose groups hold whole 128-k steps, without an input permutation (act-order
-// and NF4 take the dequantizing path: the CUDA backend's matmul).
+// The weight's storage matches x (dense) or is a quantized format's bytes with f32 row scales;
+// W4A16 codes whose groups hold whole 128-k steps without an input permutation, or NF4 in
+// blocks of 64 (act-order and smaller groups take the dequantizing path: the CUDA backend's
+// matmul, and its fused ops' fallback).
 bool gemv_weight_ok(const Tensor& x, const WeightRef& w) {
   if (w.format == WeightFormat::kInt4W4A16) {
     return w.quantized_layout_ok() && w.group_size % kGemvInt4StepK == 0 && w.input_perm.empty();
   }
-  if (w.format == WeightFormat::kNf4) return false;
+  if (w.format == WeightFormat::kNf4) return w.quantized_layout_ok() && w.group_size == 64;
   if (is_quantized(w.format)) return w.quantized_layout_ok();
   return w.data.dtype == x.dtype;
 }
@@ -270,7 +282,7 @@ void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, 
 int64_t gemv_max_m(WeightFormat format) {
   // W8A8 takes up to 8 tokens (one n-tile; cuBLASLt's E4M3 GEMM wins from 16, bench/NOTES.md);
   // W4A16 up to 16 (two n-tiles: its x registers).
-  if (format == WeightFormat::kInt4W4A16) return 16;
+  if (is_4bit(format)) return 16;
   return quantizes_activations(format) ? kGemvFusedMaxM : kGemvMaxM;
 }
 

@@ -18,6 +18,7 @@
 
 #include <type_traits>
 
+#include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/mma.cuh"
 
 namespace ib::cuda {
@@ -89,6 +90,23 @@ __device__ __forceinline__ void gemv_load_x_int4(const T* const (&x_ptr)[NT], in
       xv[t][i] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk + 8 * i));
 }
 
+// The fused norm (kRms) of the 4-bit GEMV: ss += the squares of h's 8 values, and the values
+// times the norm's gain, rounded to T (the kernel multiplies its sums by 1 / rms on the way out).
+template <typename T>
+__device__ __forceinline__ uint4 int4_norm_x(const uint4& h, const uint4& gain, float& ss) {
+  const uint32_t hw[4] = {h.x, h.y, h.z, h.w};
+  const uint32_t gw[4] = {gain.x, gain.y, gain.z, gain.w};
+  uint32_t out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = unpack2_f32<T>(hw[i]);
+    const float2 g = unpack2_f32<T>(gw[i]);
+    ss += v.x * v.x + v.y * v.y;
+    out[i] = pack2_from_f32<T>(v.x * g.x, v.y * g.y);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
 // A 4-bit step's group parameters for rows r (a) and r + 8 (b).
 struct Int4Group {
   float scale_a, scale_b;
@@ -140,6 +158,64 @@ __device__ __forceinline__ Int4Group load_int4_group(const uint16_t* scales, con
   p.zero_a = int4_zero_pair<T>(__ldg(zeros + row_a * groups + g));
   p.zero_b = int4_zero_pair<T>(__ldg(zeros + row_b * groups + g));
   return p;
+}
+
+// ---- NF4 (kGemvNf4; backend/weight.h's kNf4): the same loads and sub-steps as W4A16. A byte's two
+// codes (the even k in the high nibble) become the pair (level[hi], level[lo]) * absmax in fp32,
+// rounded to x's type (the lane's 32 codes lie in one 64-block), and meet x's words as they are.
+
+// bitsandbytes' NF4 levels (backend/weight.h kNf4Levels).
+static __constant__ float kNf4LevelsDevice[16] = {-1.0f,
+                                                  -0.6961928009986877f,
+                                                  -0.5250730514526367f,
+                                                  -0.39491748809814453f,
+                                                  -0.28444138169288635f,
+                                                  -0.18477343022823334f,
+                                                  -0.09105003625154495f,
+                                                  0.0f,
+                                                  0.07958029955625534f,
+                                                  0.16093020141124725f,
+                                                  0.24611230194568634f,
+                                                  0.33791524171829224f,
+                                                  0.44070982933044434f,
+                                                  0.5626170039176941f,
+                                                  0.7229568362236023f,
+                                                  1.0f};
+
+// The absmax of 64-block b for rows row_a / row_b (as Int4Group's scales; zeros unused).
+__device__ __forceinline__ Int4Group load_nf4_absmax(const float* absmax, int blocks, int64_t row_a,
+                                                     int64_t row_b, int b) {
+  Int4Group p;
+  p.scale_a = __ldg(absmax + row_a * blocks + b);
+  p.scale_b = __ldg(absmax + row_b * blocks + b);
+  p.zero_a = p.zero_b = 0;
+  return p;
+}
+
+// One NF4 sub-step: 16 rows x 128 k against NT n-tiles; acc += sum w x.
+template <typename T, int NT>
+__device__ __forceinline__ void gemv_step_nf4(float (&acc)[NT][4], const uint4& wa, const uint4& wb,
+                                              const uint4 (&xv)[NT][4], const Int4Group& g,
+                                              const float2* lut) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t word_a = j == 0 ? wa.x : j == 1 ? wa.y : j == 2 ? wa.z : wa.w;
+    const uint32_t word_b = j == 0 ? wb.x : j == 1 ? wb.y : j == 2 ? wb.z : wb.w;
+    uint32_t pa[4], pb[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // byte i: k = 2i (high nibble), 2i + 1
+      const float2 la = lut[(word_a >> (8 * i)) & 0xFFu];
+      const float2 lb = lut[(word_b >> (8 * i)) & 0xFFu];
+      pa[i] = pack2_from_f32<T>(la.x * g.scale_a, la.y * g.scale_a);
+      pb[i] = pack2_from_f32<T>(lb.x * g.scale_b, lb.y * g.scale_b);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const uint4& x = xv[t][j];
+      mma_16816<T>(acc[t], pa[0], pb[0], pa[1], pb[1], x.x, x.y);
+      mma_16816<T>(acc[t], pa[2], pb[2], pa[3], pb[3], x.z, x.w);
+    }
+  }
 }
 
 }  // namespace ib::cuda

@@ -32,8 +32,9 @@
 // activation-dtype values (exactly: every int8 is a bf16/f16) and fed with x, unquantized, to the
 // dense variant's m16n8k16 MMAs; the row's scale multiplies the sum on the way out. The norm of
 // a fused op is applied to x before the kernel (launch code), so kRms is never set with it.
-// INT4 W4A16 (kGemvInt4, AWQ / GPTQ repacked): 128 k per step, a lane's 16 bytes per row are 32
-// codes; gemv_int4.cuh. Like W8A16, x unquantized and normalised before the kernel.
+// INT4 W4A16 (kGemvInt4, AWQ / GPTQ repacked) and NF4 (kGemvNf4): 128 k per step, a lane's 16
+// bytes per row are 32 codes; gemv_int4.cuh. x unquantized; with kRms the kernel multiplies x by
+// the norm's gain (fp8.gain) as it loads it and sums its squares, like the dense variant.
 #pragma once
 
 #include <type_traits>
@@ -74,6 +75,7 @@ enum GemvWeight : int {
   kGemvInt8 = 2,    // int8 w, x in its dtype (W8A16)
   kGemvInt8A8 = 3,  // int8 w, int8 x (already quantized)
   kGemvInt4 = 4,    // 4-bit codes with f16 group scales and u8 zero points, x in its dtype
+  kGemvNf4 = 5,     // NF4 codes with an f32 absmax per 64, x in its dtype
 };
 
 // What the quantized variants read besides x and w.
@@ -88,6 +90,8 @@ struct GemvQuant {
   const uint16_t* g_scales = nullptr;
   const uint8_t* g_zeros = nullptr;
   int groups = 0, steps_per_group = 0;
+  const float* g_absmax = nullptr;  // kGemvNf4: (N, K / 64) f32
+  const void* gain = nullptr;       // 4-bit with kRms: the norm's gain (K), x's dtype
 };
 
 // kFp8: the lane's 16 bytes of already quantized x per n-tile at element offset kk.
@@ -256,11 +260,11 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
   constexpr bool kQuant = kW != kGemvDense;                  // 1-byte weights, row scales
   constexpr bool kXq = kW == kGemvFp8 || kW == kGemvInt8A8;  // x already quantized
   constexpr bool kFp8 = kW == kGemvFp8;
-  constexpr bool kInt4 = kW == kGemvInt4;
-  constexpr bool kRowScales = kQuant && !kInt4;  // one f32 scale per row, applied on the way out
+  constexpr bool kNf4 = kW == kGemvNf4;
+  constexpr bool kInt4 = kW == kGemvInt4 || kNf4;  // 4-bit: the W4A16 step structure
+  constexpr bool kRowScales = kQuant && !kInt4;    // one f32 scale per row, applied on the way out
   static_assert(!kQuant || !kAdjacent, "the quantized variants stream interleaved steps");
-  static_assert(!(kRms && (kW == kGemvInt8 || kInt4)),
-                "W8A16 / W4A16 take x normalised before the kernel");
+  static_assert(!(kRms && kW == kGemvInt8), "W8A16 takes x normalised before the kernel");
   const T* __restrict__ x = static_cast<const T*>(x_raw);
   using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
   // W4A16: a step is kGemvInt4Sub adjacent 128-k sub-steps (64 bytes per row each).
@@ -325,6 +329,13 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
   }
 
   const int steps = k / (kInt4 ? kGemvInt4StepK * kSub : kGemvStepK);
+  // kNf4: each byte value's two levels (high nibble: the even k), filled before the main loop.
+  __shared__ float2 nf4_lut[kNf4 ? 256 : 1];
+  if constexpr (kNf4) {
+    for (int i = threadIdx.x; i < 256; i += kWarps * 32)
+      nf4_lut[i] = make_float2(kNf4LevelsDevice[i >> 4], kNf4LevelsDevice[i & 15]);
+    __syncthreads();
+  }
   __shared__ float w_scale[kQuant ? kGemvRows : 1];
   __shared__ int w_row_sum[kW == kGemvInt8A8 ? kGemvRows : 1];
   if constexpr (kAdjacent) {
@@ -357,9 +368,15 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     [[maybe_unused]] Int4Group grp[kUnroll][kSub];  // kInt4: each sub-step's group parameters
     const auto load_groups = [&](int step, Int4Group(&g)[kSub]) {
 #pragma unroll
-      for (int h = 0; h < kSub; ++h)
-        g[h] = load_int4_group<T>(fp8.g_scales, fp8.g_zeros, fp8.groups, fp8.steps_per_group, row_a,
-                                  row_b, step * kSub + h);
+      for (int h = 0; h < kSub; ++h) {
+        if constexpr (kNf4) {  // the lane's 32 codes lie in 64-block 2 * sub-step + q / 2
+          g[h] = load_nf4_absmax(fp8.g_absmax, fp8.groups, row_a, row_b,
+                                 (step * kSub + h) * 2 + q / 2);
+        } else {
+          g[h] = load_int4_group<T>(fp8.g_scales, fp8.g_zeros, fp8.groups, fp8.steps_per_group,
+                                    row_a, row_b, step * kSub + h);
+        }
+      }
     };
     // W4A16: the step's sub-steps, each with its x (loaded here, step by step: all steps' x at
     // once would hold 16 registers per sub-step and n-tile).
@@ -369,7 +386,21 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
       for (int h = 0; h < kSub; ++h) {
         uint4 xv[NT][4];
         gemv_load_x_int4<T, NT>(x_ptr, int64_t{step * kSub + h} * kGemvInt4StepK, xv);
-        gemv_step_int4<T, NT>(acc, ws[h], wt[h], xv, g[h]);
+        if constexpr (kRms) {  // h * gain, and h's squares for 1 / rms
+          const T* gain =
+              static_cast<const T*>(fp8.gain) + int64_t{step * kSub + h} * kGemvInt4StepK + q * 32;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint4 g = __ldg(reinterpret_cast<const uint4*>(gain + 8 * i));
+#pragma unroll
+            for (int t = 0; t < NT; ++t) xv[t][i] = int4_norm_x<T>(xv[t][i], g, ss[t]);
+          }
+        }
+        if constexpr (kNf4) {
+          gemv_step_nf4<T, NT>(acc, ws[h], wt[h], xv, g[h], nf4_lut);
+        } else {
+          gemv_step_int4<T, NT>(acc, ws[h], wt[h], xv, g[h]);
+        }
       }
     };
     const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
