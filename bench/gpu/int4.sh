@@ -6,7 +6,8 @@
 # input-scale checkpoint formats (issue 13). Part b (~8 minutes): see below.
 # Usage (from the repository root): OUT=dir IB_PART=a|b bash bench/gpu/int4.sh
 # Environment: IB_TEST_FILTER, IB_SKIP_QC=1 (part a without quant_compare), IB_AB_SUB=1 (below),
-# IB_QUANTS (part b's batch-1 runs, "awq gptq nf4"), IB_SEED_QUANTS (its seed-protocol runs, "awq").
+# IB_QUANTS (part b's batch-1 runs, "awq gptq nf4"), IB_SEED_QUANTS (its seed-protocol runs, "awq"),
+# IB_SKIP_PACK=1, IB_SKIP_PROFILE=1 (part b without the packing check or the profile).
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test.json and (a) ops.json, ops_sub1.json,
 # qc.log, (b) pack_check.log, profile_awq_b1.txt, runs.log, runs.json; the rest in extra.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -41,9 +42,9 @@ else
     IB_TEST_FILTER="${IB_TEST_FILTER:-*CudaQuant4*:*CudaEngineQuant*}" bash bench/gpu/fp8.sh \
     > "$O/fp8.log" 2>&1
   echo "fp8.sh rc=$? $(el)"; grep -E "rc=|FAILED|PASSED|Failure|BUILD" "$O/fp8.log" | head -30
-  timeout 120 python3 tools/int4_pack_check.py --inferbench "$B/bin/inferbench" --out /tmp/pack \
+  [ "${IB_SKIP_PACK:-0}" = 1 ] || timeout 120 python3 tools/int4_pack_check.py --inferbench "$B/bin/inferbench" --out /tmp/pack \
     > "$O/pack_check.log" 2>&1
-  echo "pack_check rc=$? $(el)"; tail -12 "$O/pack_check.log"
+  echo "pack_check rc=$? $(el)"; tail -12 "$O/pack_check.log" 2>/dev/null
   R=$O/runs; mkdir -p "$R"
   run() { local name=$1 cap=$2; shift 2
     timeout -s INT "$cap" "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
@@ -54,11 +55,11 @@ else
   for q in ${IB_QUANTS:-awq gptq nf4}; do run "b1_$q" 90 --quantization "$q" "${B1[@]}"; done
   for q in ${IB_SEED_QUANTS:-awq}; do run "seed_$q" 120 --quantization "$q" "${SEED[@]}"; done
   P=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")
-  IB_KERNEL_PROFILE=$O/profile_awq_b1.txt LD_PRELOAD=$P timeout -s INT 60 "$B/bin/inferbench" run \
+  [ "${IB_SKIP_PROFILE:-0}" = 1 ] || IB_KERNEL_PROFILE=$O/profile_awq_b1.txt LD_PRELOAD=$P timeout -s INT 60 "$B/bin/inferbench" run \
     --device cuda --dtype bf16 --load-format dummy --model llama-3-8b --quantization awq \
     --disable-tqdm --batch-size 1 --input-len 32 --output-len 128 --num-prompts 2 --runs 1 \
     --result-dir /tmp/prof-awq --overwrite > "$R/prof_awq.log" 2>&1
-  echo "profile rc=$? $(el)"; sed -n 1,14p "$O/profile_awq_b1.txt" | cut -c1-150
+  echo "profile rc=$? $(el)"; sed -n 1,14p "$O/profile_awq_b1.txt" 2>/dev/null | cut -c1-150
   python3 - "$R" > "$O/runs.json" <<'PY'
 import json, os, sys
 out = {}

@@ -81,9 +81,9 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
   const int k = static_cast<int>(w.cols());
   constexpr bool kDense = kW == kGemvDense;
   constexpr bool k4bit = kW == kGemvInt4 || kW == kGemvNf4;
-  // W8A16 normalises x before the kernel; the 4-bit kernels apply the norm themselves (the gain
-  // per element, 1 / rms on the way out), as the dense kernel does with its folded gain.
-  constexpr bool kXNormed = kW == kGemvInt8;
+  // W8A16 and the 4-bit formats normalise x before the kernel (a norm kernel): applied in the
+  // 4-bit kernel it cost more than the norm kernel (bench/NOTES.md, 4-bit run5).
+  constexpr bool kXNormed = kW == kGemvInt8 || k4bit;
   constexpr int kSteps = kDense ? kUnroll : (k4bit ? kInt4Unroll : kQuantUnroll);
   constexpr bool kAdj = kAdjacent && kDense;
   constexpr bool kKernelRms = kRms && !kXNormed;
@@ -96,16 +96,11 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
   } else if constexpr (kXNormed && kRms) {
     IB_ASSERT(gain != nullptr && act != nullptr && act->xn.dtype == x.dtype &&
                   act->xn.numel() >= x.numel() && aligned16(act->xn.data),
-              "W8A16 GEMV: a norm gain and a normalised-x scratch of (M, K) expected");
+              "W8A16 / 4-bit GEMV: a norm gain and a normalised-x scratch of (M, K) expected");
     Tensor xn =
         act->xn.reshaped({act->xn.numel() / x.row_size(), x.row_size()}).slice_rows(0, x.rows());
     launch_rms_norm(nullptr, x, *gain, eps, xn, stream, pdl);
     x_in = xn.data;
-  }
-  if constexpr (k4bit && kRms) {
-    IB_ASSERT(gain != nullptr && gain->dtype == x.dtype && gain->numel() == x.row_size(),
-              "4-bit GEMV: the norm's gain (K) of x's dtype");
-    operands.gain = gain->data;
   }
   const auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
   launch_kernel(op, pdl, kernel, dim3(blocks), dim3(kWarps * 32), 0, stream, x_in, w.data.data,

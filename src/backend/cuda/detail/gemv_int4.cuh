@@ -90,23 +90,6 @@ __device__ __forceinline__ void gemv_load_x_int4(const T* const (&x_ptr)[NT], in
       xv[t][i] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk + 8 * i));
 }
 
-// The fused norm (kRms) of the 4-bit GEMV: ss += the squares of h's 8 values, and the values
-// times the norm's gain, rounded to T (the kernel multiplies its sums by 1 / rms on the way out).
-template <typename T>
-__device__ __forceinline__ uint4 int4_norm_x(const uint4& h, const uint4& gain, float& ss) {
-  const uint32_t hw[4] = {h.x, h.y, h.z, h.w};
-  const uint32_t gw[4] = {gain.x, gain.y, gain.z, gain.w};
-  uint32_t out[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = unpack2_f32<T>(hw[i]);
-    const float2 g = unpack2_f32<T>(gw[i]);
-    ss += v.x * v.x + v.y * v.y;
-    out[i] = pack2_from_f32<T>(v.x * g.x, v.y * g.y);
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
-}
-
 // A 4-bit step's group parameters for rows r (a) and r + 8 (b).
 struct Int4Group {
   float scale_a, scale_b;

@@ -33,8 +33,8 @@
 // dense variant's m16n8k16 MMAs; the row's scale multiplies the sum on the way out. The norm of
 // a fused op is applied to x before the kernel (launch code), so kRms is never set with it.
 // INT4 W4A16 (kGemvInt4, AWQ / GPTQ repacked) and NF4 (kGemvNf4): 128 k per step, a lane's 16
-// bytes per row are 32 codes; gemv_int4.cuh. x unquantized; with kRms the kernel multiplies x by
-// the norm's gain (fp8.gain) as it loads it and sums its squares, like the dense variant.
+// bytes per row are 32 codes; gemv_int4.cuh. Like W8A16, x unquantized and normalised before the
+// kernel (applying the norm in the kernel measured slower: bench/NOTES.md, 4-bit run5).
 #pragma once
 
 #include <type_traits>
@@ -91,7 +91,6 @@ struct GemvQuant {
   const uint8_t* g_zeros = nullptr;
   int groups = 0, steps_per_group = 0;
   const float* g_absmax = nullptr;  // kGemvNf4: (N, K / 64) f32
-  const void* gain = nullptr;       // 4-bit with kRms: the norm's gain (K), x's dtype
 };
 
 // kFp8: the lane's 16 bytes of already quantized x per n-tile at element offset kk.
@@ -264,7 +263,8 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
   constexpr bool kInt4 = kW == kGemvInt4 || kNf4;  // 4-bit: the W4A16 step structure
   constexpr bool kRowScales = kQuant && !kInt4;    // one f32 scale per row, applied on the way out
   static_assert(!kQuant || !kAdjacent, "the quantized variants stream interleaved steps");
-  static_assert(!(kRms && kW == kGemvInt8), "W8A16 takes x normalised before the kernel");
+  static_assert(!(kRms && (kW == kGemvInt8 || kInt4)),
+                "W8A16 and the 4-bit formats take x normalised before the kernel");
   const T* __restrict__ x = static_cast<const T*>(x_raw);
   using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
   // W4A16: a step is kGemvInt4Sub adjacent 128-k sub-steps (64 bytes per row each).
@@ -386,16 +386,6 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
       for (int h = 0; h < kSub; ++h) {
         uint4 xv[NT][4];
         gemv_load_x_int4<T, NT>(x_ptr, int64_t{step * kSub + h} * kGemvInt4StepK, xv);
-        if constexpr (kRms) {  // h * gain, and h's squares for 1 / rms
-          const T* gain =
-              static_cast<const T*>(fp8.gain) + int64_t{step * kSub + h} * kGemvInt4StepK + q * 32;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint4 g = __ldg(reinterpret_cast<const uint4*>(gain + 8 * i));
-#pragma unroll
-            for (int t = 0; t < NT; ++t) xv[t][i] = int4_norm_x<T>(xv[t][i], g, ss[t]);
-          }
-        }
         if constexpr (kNf4) {
           gemv_step_nf4<T, NT>(acc, ws[h], wt[h], xv, g[h], nf4_lut);
         } else {
