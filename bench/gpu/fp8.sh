@@ -66,17 +66,7 @@ for r in ${IB_RUNS:-b1 seed cont}; do
     esac
   fi
 done
-python3 - "$R" > "$O/runs.json" <<'PY'
-import json, os, sys
-out = {}
-for name in sorted(os.listdir(sys.argv[1])):
-    p = os.path.join(sys.argv[1], name, "result.json")
-    if os.path.exists(p):
-        r = json.load(open(p))
-        out[name] = {k: r.get(k) for k in ("output_throughput", "median_tpot_ms", "median_ttft_ms",
-                     "quantization", "kernel_switches", "memory") if k in r}
-print(json.dumps(out, indent=1))
-PY
+python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
 rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
 tar czf "$O/runs.tgz" -C "$O" runs && rm -rf "$R"
 echo "done $(el)"

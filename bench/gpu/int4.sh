@@ -60,17 +60,7 @@ else
     --disable-tqdm --batch-size 1 --input-len 32 --output-len 128 --num-prompts 2 --runs 1 \
     --result-dir /tmp/prof-awq --overwrite > "$R/prof_awq.log" 2>&1
   echo "profile rc=$? $(el)"; sed -n 1,14p "$O/profile_awq_b1.txt" 2>/dev/null | cut -c1-150
-  python3 - "$R" > "$O/runs.json" <<'PY'
-import json, os, sys
-out = {}
-for name in sorted(os.listdir(sys.argv[1])):
-    p = os.path.join(sys.argv[1], name, "result.json")
-    if os.path.exists(p):
-        r = json.load(open(p))
-        out[name] = {k: r.get(k) for k in ("output_throughput", "median_tpot_ms", "median_ttft_ms",
-                     "quantization", "kernel_switches", "memory") if k in r}
-print(json.dumps(out, indent=1))
-PY
+  python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
   rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
 fi
 # At most 8 files come back: the rest in extra.tgz.

@@ -17,12 +17,16 @@
 
 namespace ib::bench {
 
-Tensor BenchContext::random(DType dtype, std::initializer_list<int64_t> shape, float scale) {
+Tensor BenchContext::allocate(DType dtype, std::initializer_list<int64_t> shape) {
   Tensor probe(nullptr, dtype, shape);
   auto buf = backend.alloc(probe.bytes(), MemoryTag::kOther);
   IB_ASSERT(buf.ok(), "bench allocation failed");
   buffers.push_back(std::move(buf).value());
-  Tensor t = buffers.back().view(dtype, shape);
+  return buffers.back().view(dtype, shape);
+}
+
+Tensor BenchContext::random(DType dtype, std::initializer_list<int64_t> shape, float scale) {
+  Tensor t = allocate(dtype, shape);
   backend.fill_uniform(t, 42, buffers.size(), scale);
   return t;
 }

@@ -23,11 +23,24 @@ struct BenchContext {
   // Best per-op times (us) by batch, for the step estimates: times[M]["qkv"] etc.
   std::map<int64_t, std::map<std::string, double>> times;
 
+  // An uninitialised tensor (freed with the section).
+  Tensor allocate(DType dtype, std::initializer_list<int64_t> shape);
   Tensor random(DType dtype, std::initializer_list<int64_t> shape, float scale = 1.0f);
   Tensor zeros_i32(std::initializer_list<int64_t> shape);
   Tensor upload_i32(std::initializer_list<int64_t> shape, const std::vector<int32_t>& values);
   void release() { buffers.clear(); }
 };
+
+// A layer's four matmuls (N, K).
+struct LayerLinear {
+  const char* name;
+  int64_t n, k;
+};
+inline constexpr LayerLinear kLayerLinears[] = {
+    {"qkv", (kHeads + 2 * kKvHeads) * kHeadDim, kHidden},
+    {"o", kHidden, kHeads* kHeadDim},
+    {"gate_up", 2 * kFfn, kHidden},
+    {"down", kHidden, kFfn}};
 
 void warm_up(BenchContext& ctx);
 double measure_copy_ceiling(BenchContext& ctx);

@@ -9,29 +9,10 @@
 #include "ops_bench.h"
 
 namespace ib::bench {
-namespace {
-
-Tensor allocate(BenchContext& ctx, DType dtype, std::initializer_list<int64_t> shape) {
-  Tensor probe(nullptr, dtype, shape);
-  auto buf = ctx.backend.alloc(probe.bytes(), MemoryTag::kOther);
-  IB_ASSERT(buf.ok(), "bench allocation failed");
-  ctx.buffers.push_back(std::move(buf).value());
-  return ctx.buffers.back().view(dtype, shape);
-}
-
-}  // namespace
 
 void bench_gemm_fp8(BenchContext& ctx) {
-  struct Linear {
-    const char* name;
-    int64_t n, k;
-  };
-  const Linear linears[] = {{"qkv", (kHeads + 2 * kKvHeads) * kHeadDim, kHidden},
-                            {"o", kHidden, kHeads * kHeadDim},
-                            {"gate_up", 2 * kFfn, kHidden},
-                            {"down", kHidden, kFfn}};
   std::map<int64_t, double> layer_us;
-  for (const Linear& lin : linears) {
+  for (const LayerLinear& lin : kLayerLinears) {
     const double w_bytes = static_cast<double>(lin.n * lin.k + lin.n * 4);
     const int copies = static_cast<int>(std::max(1.0, std::ceil(512e6 / w_bytes)));
     std::vector<WeightRef> w;
@@ -39,8 +20,8 @@ void bench_gemm_fp8(BenchContext& ctx) {
       const Tensor dense = ctx.random(DType::kBF16, {lin.n, lin.k}, 1.0f / std::sqrt(float(lin.k)));
       WeightRef q;
       q.format = WeightFormat::kFp8E4M3;
-      q.data = allocate(ctx, DType::kF8E4M3, {lin.n, lin.k});
-      q.scales = allocate(ctx, DType::kF32, {lin.n});
+      q.data = ctx.allocate(DType::kF8E4M3, {lin.n, lin.k});
+      q.scales = ctx.allocate(DType::kF32, {lin.n});
       ctx.backend.quantize_weight(dense, q);
       w.push_back(q);
     }

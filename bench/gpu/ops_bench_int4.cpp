@@ -9,30 +9,11 @@
 #include "ops_bench.h"
 
 namespace ib::bench {
-namespace {
-
-Tensor allocate(BenchContext& ctx, DType dtype, std::initializer_list<int64_t> shape) {
-  Tensor probe(nullptr, dtype, shape);
-  auto buf = ctx.backend.alloc(probe.bytes(), MemoryTag::kOther);
-  IB_ASSERT(buf.ok(), "bench allocation failed");
-  ctx.buffers.push_back(std::move(buf).value());
-  return ctx.buffers.back().view(dtype, shape);
-}
-
-}  // namespace
 
 void bench_gemm_int4(BenchContext& ctx) {
-  struct Linear {
-    const char* name;
-    int64_t n, k;
-  };
-  const Linear linears[] = {{"qkv", (kHeads + 2 * kKvHeads) * kHeadDim, kHidden},
-                            {"o", kHidden, kHeads * kHeadDim},
-                            {"gate_up", 2 * kFfn, kHidden},
-                            {"down", kHidden, kFfn}};
   constexpr int64_t kGroup = 128;
   std::map<int64_t, double> layer_us;
-  for (const Linear& lin : linears) {
+  for (const LayerLinear& lin : kLayerLinears) {
     const int64_t groups = lin.k / kGroup;
     const double w_bytes = static_cast<double>(lin.n * lin.k / 2 + lin.n * groups * 3);
     const int copies = static_cast<int>(std::max(1.0, std::ceil(512e6 / w_bytes)));
@@ -42,9 +23,9 @@ void bench_gemm_int4(BenchContext& ctx) {
       WeightRef q;
       q.format = WeightFormat::kInt4W4A16;
       q.group_size = static_cast<int>(kGroup);
-      q.data = allocate(ctx, DType::kU8, {lin.n, lin.k / 2});
-      q.scales = allocate(ctx, DType::kF16, {lin.n, groups});
-      q.zeros = allocate(ctx, DType::kU8, {lin.n, groups});
+      q.data = ctx.allocate(DType::kU8, {lin.n, lin.k / 2});
+      q.scales = ctx.allocate(DType::kF16, {lin.n, groups});
+      q.zeros = ctx.allocate(DType::kU8, {lin.n, groups});
       ctx.backend.quantize_weight(dense, q);
       w.push_back(q);
     }

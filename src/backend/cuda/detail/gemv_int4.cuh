@@ -20,6 +20,7 @@
 
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/mma.cuh"
+#include "backend/weight.h"
 
 namespace ib::cuda {
 
@@ -147,23 +148,11 @@ __device__ __forceinline__ Int4Group load_int4_group(const uint16_t* scales, con
 // codes (the even k in the high nibble) become the pair (level[hi], level[lo]) * absmax in fp32,
 // rounded to x's type (the lane's 32 codes lie in one 64-block), and meet x's words as they are.
 
-// bitsandbytes' NF4 levels (backend/weight.h kNf4Levels).
-static __constant__ float kNf4LevelsDevice[16] = {-1.0f,
-                                                  -0.6961928009986877f,
-                                                  -0.5250730514526367f,
-                                                  -0.39491748809814453f,
-                                                  -0.28444138169288635f,
-                                                  -0.18477343022823334f,
-                                                  -0.09105003625154495f,
-                                                  0.0f,
-                                                  0.07958029955625534f,
-                                                  0.16093020141124725f,
-                                                  0.24611230194568634f,
-                                                  0.33791524171829224f,
-                                                  0.44070982933044434f,
-                                                  0.5626170039176941f,
-                                                  0.7229568362236023f,
-                                                  1.0f};
+// bitsandbytes' NF4 levels (backend/weight.h), in constant memory for the kernels.
+static __constant__ float kNf4LevelsDevice[16] = {
+    kNf4Levels[0],  kNf4Levels[1],  kNf4Levels[2],  kNf4Levels[3], kNf4Levels[4],  kNf4Levels[5],
+    kNf4Levels[6],  kNf4Levels[7],  kNf4Levels[8],  kNf4Levels[9], kNf4Levels[10], kNf4Levels[11],
+    kNf4Levels[12], kNf4Levels[13], kNf4Levels[14], kNf4Levels[15]};
 
 // The absmax of 64-block b for rows row_a / row_b (as Int4Group's scales; zeros unused).
 __device__ __forceinline__ Int4Group load_nf4_absmax(const float* absmax, int blocks, int64_t row_a,
