@@ -20,21 +20,12 @@ std::string gib(int64_t bytes) {
   return buf;
 }
 
-// The shapes of one layer's four matmul weights, (N, K) each: wqkv, wo, w_gate_up, w_down.
-std::array<std::array<int64_t, 2>, 4> matmul_shapes(const ModelConfig& c) {
-  const int64_t d = c.hidden_size;
-  const int64_t q = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
-  const int64_t f = c.intermediate_size;
-  return {{{q + 2 * kv, d}, {d, q}, {2 * f, d}, {d, f}}};
-}
-
 // The staging scratch of quantized matmul weights (detail::DenseStaging): the largest one,
 // dense in the activation dtype; none when the weights are dense.
 int64_t staging_bytes(const ModelConfig& c, DType act, WeightFormat format) {
   if (format == WeightFormat::kDense) return 0;
   int64_t most = 0;
-  for (const auto& [n, k] : matmul_shapes(c)) most = std::max(most, n * k);
+  for (const auto& [n, k] : detail::matmul_shapes(c)) most = std::max(most, n * k);
   return most * static_cast<int64_t>(dtype_size(act));
 }
 
@@ -103,77 +94,12 @@ std::string unsupported_quantization(WeightFormat format, const std::string& nam
         "; the CUDA backend runs them with --dtype bf16 or fp16 on GPUs with FP8 tensor cores "
         "(compute capability 8.9+: Ada, Hopper or newer), the CPU backend always; use such a "
         "--dtype or device, or drop --quantization";
-  } else if (is_4bit(format)) {
-    msg += "; the CPU backend runs them; use --device cpu, or drop --quantization";
   } else if (is_quantized(format)) {
     msg +=
         "; the CUDA backend runs them with --dtype bf16 or fp16 (compute capability 8.0+), the "
         "CPU backend always; use such a --dtype or device, or drop --quantization";
   }
   return msg;
-}
-
-// static_activations: a checkpoint's input_scale per matmul instead of per-token scales.
-std::string quantization_description(const MatmulLayout& layout, bool static_activations) {
-  const std::string acts = static_activations
-                               ? "static per-tensor activations (the checkpoint's input_scale)"
-                               : "per-token dynamic activations";
-  const std::string groups = layout.group_size > 0
-                                 ? "groups of " + std::to_string(layout.group_size)
-                                 : std::string("one group per row");
-  switch (layout.format) {
-    case WeightFormat::kFp8E4M3:
-      return "fp8 (W8A8 E4M3, per-channel weights, " + acts + ")";
-    case WeightFormat::kInt8W8A16:
-      return "int8 (W8A16, per-channel symmetric int8 weights)";
-    case WeightFormat::kInt8W8A8:
-      return "int8-w8a8 (per-channel symmetric int8 weights, " +
-             (static_activations ? acts : "per-token dynamic int8 activations") + ")";
-    case WeightFormat::kInt4W4A16:
-      return layout.name + " (W4A16, " +
-             (layout.asymmetric ? "4-bit weights with zero points, "
-                                : "symmetric 4-bit weights, ") +
-             groups + (layout.act_order ? ", act-order" : "") + ")";
-    case WeightFormat::kNf4:
-      return "nf4 (4-bit NormalFloat, blocks of " + std::to_string(layout.group_size) + ")";
-    case WeightFormat::kDense:
-      break;
-  }
-  return weight_format_name(layout.format);
-}
-
-// A 4-bit layout's groups must tile every matmul weight's K (weight.h: K % G == 0, G % 16 == 0).
-Status check_groups(const ModelConfig& c, const MatmulLayout& layout) {
-  if (!is_4bit(layout.format)) return Ok{};
-  const std::string& name = layout.name;
-  for (const auto& [n, k] : matmul_shapes(c)) {
-    const int64_t g = layout.group_size > 0 ? layout.group_size : k;
-    if (k % g == 0 && g % 16 == 0) continue;
-    return user_error("--quantization " + name + ": model '" + c.name + "' has a matmul weight " +
-                      "of " + std::to_string(k) + " input features, which groups of " +
-                      std::to_string(g) + " do not tile (4-bit weights need K a multiple of the " +
-                      "group size, and the group a multiple of 16); use a model whose hidden " +
-                      "and intermediate sizes are multiples of " + std::to_string(g) +
-                      ", or --quantization int8 or fp8");
-  }
-  return Ok{};
-}
-
-// A checkpoint format name of the 4-bit formats.
-bool is_4bit_name(const std::string& name) {
-  return name == "awq" || name == "gptq" || name == "nf4";
-}
-
-// The layout a quantized checkpoint's matmul weights arrive in (config.json's
-// quantization_config).
-MatmulLayout checkpoint_layout(WeightFormat format, const CheckpointQuantization& cq) {
-  MatmulLayout layout;
-  layout.format = format;
-  layout.name = cq.format;
-  layout.group_size = cq.group_size;
-  layout.asymmetric = cq.zero_points;
-  layout.act_order = cq.act_order;
-  return layout;
 }
 
 }  // namespace
@@ -327,9 +253,9 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   const CheckpointQuantization& cq = config.quantization;
   const std::string name = quantization_name(options.quantization, options.asymmetric);
   if (format == LoadFormat::kSafetensors && cq.quantized() && name != cq.format) {
-    const std::string held = cq.format == "fp8"        ? "an FP8"
-                             : is_4bit_name(cq.format) ? "a 4-bit (" + cq.format + ")"
-                                                       : "an INT8 (" + cq.format + ")";
+    const std::string held = cq.format == "fp8"                ? "an FP8"
+                             : detail::is_4bit_name(cq.format) ? "a 4-bit (" + cq.format + ")"
+                                                               : "an INT8 (" + cq.format + ")";
     return user_error("'" + options.path + "' holds " + held +
                       " checkpoint (quantization_config quant_method \"" + cq.quant_method +
                       "\"); run it with --quantization " + cq.format);
@@ -340,7 +266,7 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   // A quantized checkpoint's matmul weights arrive quantized: no dense staging.
   const bool prequantized = format == LoadFormat::kSafetensors && cq.quantized();
   const MatmulLayout layout = prequantized
-                                  ? checkpoint_layout(options.quantization, cq)
+                                  ? detail::checkpoint_layout(options.quantization, cq)
                                   : load_time_layout(options.quantization, options.asymmetric);
   IB_ASSIGN_OR_RETURN(ModelWeights w, detail::allocate_weights(config, layout, backend));
   IB_ASSIGN_OR_RETURN(
@@ -354,7 +280,8 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
     IB_TRY(detail::load_safetensors(config, options.path, backend, staging, w));
   }
   if (options.quantization != WeightFormat::kDense) {
-    w.description += ", " + quantization_description(layout, prequantized && cq.static_activations);
+    w.description +=
+        ", " + detail::quantization_description(layout, prequantized && cq.static_activations);
   }
   if (prequantized) {  // quantize_weight, which readies the backend, did not run
     for (const LayerWeights& l : w.layers) {
@@ -365,58 +292,6 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   }
   backend.synchronize();  // before the staging's scratch is freed
   return w;
-}
-
-MatmulLayout load_time_layout(WeightFormat format, bool asymmetric) {
-  MatmulLayout layout;
-  layout.format = format;
-  layout.name = quantization_name(format, asymmetric);
-  layout.asymmetric = asymmetric;
-  if (format == WeightFormat::kInt4W4A16) layout.group_size = 128;
-  if (format == WeightFormat::kNf4) layout.group_size = 64;
-  return layout;
-}
-
-int64_t planned_weight_bytes(const ModelConfig& c, DType dt, WeightFormat format) {
-  return planned_weight_bytes(c, dt, load_time_layout(format, false));
-}
-
-int64_t planned_weight_bytes(const ModelConfig& c, DType dt, const MatmulLayout& layout) {
-  const WeightFormat format = layout.format;
-  int64_t bytes = 0;
-  auto add = [&](int64_t numel, DType dtype) {
-    bytes += (numel * static_cast<int64_t>(dtype_size(dtype)) + 255) / 256 * 256;
-  };
-  const int64_t d = c.hidden_size;
-  const int64_t qkv = (int64_t{c.num_heads} + 2 * int64_t{c.num_kv_heads}) * c.head_dim;
-  const int64_t v = c.vocab_size;
-  add(v * d, dt);
-  add(d, dt);
-  if (!c.tie_word_embeddings) add(v * d, dt);
-  for (int l = 0; l < c.num_layers; ++l) {
-    add(d, dt);  // attn_norm
-    add(d, dt);  // ffn_norm
-    if (c.attention_bias) add(qkv, dt);
-    for (const auto& [n, k] : matmul_shapes(c)) {
-      if (format == WeightFormat::kDense) {
-        add(n * k, dt);
-      } else if (is_4bit(format)) {
-        const int64_t groups = layout.group_size > 0 ? k / layout.group_size : 1;
-        add(n * k / 2, DType::kU8);  // data: two codes per byte
-        if (format == WeightFormat::kNf4) {
-          add(n * groups, DType::kF32);  // absmax
-        } else {
-          add(n * groups, DType::kF16);  // scales
-          add(n * groups, DType::kU8);   // zero points
-          if (layout.act_order) add(k, DType::kI32);
-        }
-      } else {
-        add(n * k, quantized_data_dtype(format));  // data
-        add(n, DType::kF32);                       // per-channel scales
-      }
-    }
-  }
-  return bytes;
 }
 
 }  // namespace ib

@@ -2,11 +2,27 @@
 // weights, and the safetensors loader, shared by load_weights() (model_weights.cpp).
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
 
 #include "engine/model_weights.h"
 
 namespace ib::detail {
+
+// The shapes of one layer's four matmul weights, (N, K) each: wqkv, wo, w_gate_up, w_down.
+std::array<std::array<int64_t, 2>, 4> matmul_shapes(const ModelConfig& c);
+// Whether layout's 4-bit groups tile every matmul weight's K (backend/weight.h: K % G == 0,
+// G % 16 == 0): a user error naming the model, K and the fix otherwise.
+Status check_groups(const ModelConfig& c, const MatmulLayout& layout);
+// Whether a checkpoint's format (CheckpointQuantization::format) is 4-bit.
+bool is_4bit_name(const std::string& name);
+// The layout a quantized checkpoint's matmul weights arrive in (config.json's
+// quantization_config), run as format.
+MatmulLayout checkpoint_layout(WeightFormat format, const CheckpointQuantization& cq);
+// e.g. "awq (W4A16, 4-bit weights with zero points, groups of 128)"; static_activations: a
+// checkpoint's input_scale per matmul instead of per-token scales.
+std::string quantization_description(const MatmulLayout& layout, bool static_activations);
 
 // Allocates every weight tensor of config, uninitialised: dense ones at
 // backend.activation_dtype(), each layer's matmul weights in layout (8-bit: data (N, K) and
