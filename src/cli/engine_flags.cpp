@@ -1,12 +1,13 @@
 #include "cli/engine_flags.h"
 
+#include <string>
+
 #include "cli/run_options.h"
 
 namespace ib {
 
 void add_engine_flags(CLI::App& app, EngineFlags& f) {
-  app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
-      ->capture_default_str();
+  app.add_option("--load-format", f.load_format, kLoadFormatHelp)->capture_default_str();
   app.add_option("--max-num-seqs", f.max_num_seqs, "engine: sequences per step")
       ->capture_default_str();
   app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "engine: tokens per step")
@@ -25,7 +26,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "gptq: 4-bit weights in groups of 128, with zero points / symmetric; nf4 (or "
                  "bitsandbytes): 4-bit NormalFloat in blocks of 64. Matmul weights are quantized "
                  "at load (or read from a checkpoint so quantized); embeddings, lm_head and norms "
-                 "stay dense")
+                 "stay dense; " +
+                     std::string(kGgufQuantizationHelp))
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype, kKvCacheDtypeHelp)->capture_default_str();
 }

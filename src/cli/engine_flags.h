@@ -21,7 +21,7 @@ struct EngineFlags {
   double gpu_memory_utilization = 0.9;
   std::string kv_cache_memory;          // CPU KV budget, e.g. 2GiB; empty: the default
   int num_threads = 0;                  // CPU threads (0: all)
-  std::string quantization = "none";    // none, fp8, int8 or int8-w8a8 (vLLM's --quantization)
+  std::string quantization = "none";    // none, fp8, int8, ..., gguf (vLLM's --quantization)
   std::string kv_cache_dtype = "auto";  // auto, fp8 or fp8_e4m3 (vLLM's --kv-cache-dtype)
 };
 
@@ -29,6 +29,15 @@ struct EngineFlags {
 inline constexpr const char* kKvCacheDtypeHelp =
     "auto (the model dtype), or fp8 / fp8_e4m3: K and V stored in E4M3 with one scale per layer "
     "each (the checkpoint's k_scale / v_scale, else 1.0), about twice the tokens of bf16";
+
+// --load-format's help, shared by every command that takes the flag.
+inline constexpr const char* kLoadFormatHelp =
+    "auto (gguf for a GGUF --model, safetensors when the model directory has them, else dummy), "
+    "dummy, safetensors or gguf";
+// What --quantization gguf means, in every command's --quantization help.
+inline constexpr const char* kGgufQuantizationHelp =
+    "gguf: a .gguf --model's weights as stored; the K-quant kernels are not there yet, so for now "
+    "each tensor is dequantized at load and runs dense in the activation dtype";
 
 void add_engine_flags(CLI::App& app, EngineFlags& flags);
 

@@ -19,6 +19,7 @@
 
 #include "cli/commands.h"
 #include "cli/detail/eval.h"
+#include "cli/engine_flags.h"
 #include "cli/local_engine.h"
 #include "core/dtype.h"
 #include "core/rng.h"
@@ -153,7 +154,8 @@ Status write_json(const std::string& path, const nlohmann::json& j) {
 }  // namespace
 
 void add_eval_flags(CLI::App& app, EvalFlags& f) {
-  app.add_option("--model", f.model, "preset name or a directory with config.json (+ safetensors)")
+  app.add_option("--model", f.model,
+                 "preset name, a directory with config.json (+ safetensors) or a .gguf file")
       ->required();
   app.add_option("--quantization", f.quantization,
                  "the candidate: none, fp8, int8, int8-w8a8, awq, gptq or nf4")
@@ -187,8 +189,7 @@ void add_eval_flags(CLI::App& app, EvalFlags& f) {
   app.add_option("--device", f.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--dtype", f.dtype, "auto (fp32 on cpu, bf16 on cuda), fp32, bf16, fp16")
       ->capture_default_str();
-  app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
-      ->capture_default_str();
+  app.add_option("--load-format", f.load_format, kLoadFormatHelp)->capture_default_str();
   app.add_option("--seed", f.seed, "seed of the prompts and of dummy weights")
       ->capture_default_str();
   app.add_option("--output-json", f.output_json, "also write the numbers here (JSON)");

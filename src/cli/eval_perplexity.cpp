@@ -53,10 +53,11 @@ Result<TextChunks> load_text_chunks(const EvalFlags& f, const ModelConfig& model
   if (!fs::is_regular_file(f.text, ec)) {
     return user_error(flag + ": no such file; give the path of a text file to score");
   }
-  if (!fs::is_directory(f.model, ec) || !fs::exists(fs::path(f.model) / "tokenizer.json", ec)) {
+  if (!has_own_tokenizer(f.model)) {
     return user_error(fmt::format(
-        "{}: perplexity needs the model's own tokenizer, and {} has no tokenizer.json; give "
-        "--model a checkpoint directory that holds its tokenizer.json",
+        "{}: perplexity needs the model's own tokenizer, and {} has no tokenizer.json (nor "
+        "is it a GGUF file with tokenizer.ggml.* keys); give --model a checkpoint directory "
+        "that holds its tokenizer.json, or a GGUF file with its tokenizer",
         flag, f.model));
   }
   const int context = model.max_position_embeddings;

@@ -13,6 +13,7 @@
 #include "cli/engine_flags.h"
 #include "cli/local_engine.h"
 #include "engine/engine.h"
+#include "model/gguf.h"
 #include "model/presets.h"
 
 namespace ib {
@@ -67,7 +68,8 @@ Status write_npy(const std::string& path, const std::vector<std::vector<float>>&
 }  // namespace
 
 void add_generate_flags(CLI::App& app, GenerateFlags& f) {
-  app.add_option("--model", f.model, "preset name or a directory with config.json (+ safetensors)")
+  app.add_option("--model", f.model,
+                 "preset name, a directory with config.json (+ safetensors) or a .gguf file")
       ->required();
   app.add_option("--prompt-token-ids", f.prompt_token_ids, "comma-separated token ids")->required();
   app.add_option("--max-tokens", f.max_tokens, "tokens to generate (greedy)")
@@ -76,11 +78,11 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
   app.add_option("--device", f.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--dtype", f.dtype, "auto (fp32 on cpu, bf16 on cuda), fp32, bf16, fp16")
       ->capture_default_str();
-  app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
-      ->capture_default_str();
+  app.add_option("--load-format", f.load_format, kLoadFormatHelp)->capture_default_str();
   app.add_option("--quantization", f.quantization,
                  "none, fp8 (W8A8 E4M3), int8 (W8A16), int8-w8a8, awq, gptq or nf4, quantized at "
-                 "load")
+                 "load; " +
+                     std::string(kGgufQuantizationHelp))
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype, kKvCacheDtypeHelp)->capture_default_str();
   app.add_option("--seed", f.seed, "seed of dummy weights")->capture_default_str();
@@ -90,6 +92,7 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
 Result<int> execute_generate(const GenerateFlags& f) {
   IB_ASSIGN_OR_RETURN(const ModelConfig model, resolve_model(f.model));
   IB_TRY(model.check_supported());
+  IB_TRY(check_gguf_quantization(f.quantization, f.model, is_gguf_file(f.model)));
   IB_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt, parse_token_ids(f.prompt_token_ids));
   if (f.max_tokens <= 0) return user_error("--max-tokens must be positive");
   const int total = static_cast<int>(prompt.size()) + f.max_tokens;

@@ -4,7 +4,8 @@
 namespace ib {
 
 void add_run_flags(CLI::App& app, RunFlags& f) {
-  app.add_option("--model", f.model, "preset name, HF repo id, or a directory with config.json")
+  app.add_option("--model", f.model,
+                 "preset name, HF repo id, a directory with config.json, or a .gguf file")
       ->capture_default_str();
   app.add_option("--backend", f.backend, "target plugin (`inferbench plugins`)")
       ->capture_default_str();

@@ -14,6 +14,7 @@
 
 #include "cli/plugins.h"
 #include "compare/compare.h"
+#include "model/gguf.h"
 #include "model/presets.h"
 #include "report/result_dir.h"
 #include "telemetry/sampler.h"
@@ -186,7 +187,8 @@ Result<LoadFormat> parse_load_format(const std::string& text) {
   if (text == "auto") return LoadFormat::kAuto;
   if (text == "dummy") return LoadFormat::kDummy;
   if (text == "safetensors") return LoadFormat::kSafetensors;
-  return user_error(fmt::format("--load-format {}: use auto, dummy or safetensors", text));
+  if (text == "gguf") return LoadFormat::kGguf;
+  return user_error(fmt::format("--load-format {}: use auto, dummy, safetensors or gguf", text));
 }
 
 Result<int64_t> parse_bytes(const std::string& text, const std::string& flag) {
@@ -223,6 +225,7 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
     return model.error();
   }
   if (!http) IB_TRY(p.model.check_supported());
+  if (!http) IB_TRY(check_gguf_quantization(f.quantization, f.model, is_gguf_file(f.model)));
   IB_TRY(check_device(f.device));
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   IB_TRY(check_run_flags(f));

@@ -74,8 +74,8 @@ std::function<std::optional<double>()> nvml_energy() {
 
 void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--model", f.model,
-                 "preset name, HF repo id, a directory with config.json (and tokenizer.json), or "
-                 "null (streams tokens without computing)")
+                 "preset name, HF repo id, a directory with config.json (and tokenizer.json), a "
+                 ".gguf file, or null (streams tokens without computing)")
       ->capture_default_str();
   app.add_option("--served-model-name", f.served_model_name,
                  "the name clients send as \"model\" (default: the model's)");

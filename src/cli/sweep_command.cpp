@@ -72,7 +72,7 @@ RunFlags base_flags(const SweepFlags& s) {
 }  // namespace
 
 void add_sweep_flags(CLI::App& app, SweepFlags& f) {
-  app.add_option("--model", f.model, "preset name, HF repo id, or a directory")
+  app.add_option("--model", f.model, "preset name, HF repo id, a directory or a .gguf file")
       ->capture_default_str();
   app.add_option("--batch-sizes", f.batch_sizes, "grid rows")->capture_default_str();
   app.add_option("--input-lens", f.input_lens, "grid columns (prompt tokens)")
@@ -87,8 +87,7 @@ void add_sweep_flags(CLI::App& app, SweepFlags& f) {
   app.add_option("--num-warmups", f.num_warmups, "warm-up requests per cell (default: a batch)");
   app.add_option("--device", f.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--dtype", f.dtype, "auto, fp32, bf16, fp16")->capture_default_str();
-  app.add_option("--load-format", f.load_format, "auto, dummy or safetensors")
-      ->capture_default_str();
+  app.add_option("--load-format", f.load_format, kLoadFormatHelp)->capture_default_str();
   app.add_option("--memory-limit", f.memory_limit, "tracked-allocator cap, e.g. 24GiB");
   app.add_option("--kv-cache-growth", f.kv_cache_growth, "preallocated or on-demand")
       ->capture_default_str();

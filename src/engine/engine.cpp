@@ -334,6 +334,7 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   WeightOptions options = weights;
   IB_ASSIGN_OR_RETURN(options.quantization, quantization_weight_format(config.quantization));
   options.asymmetric = quantization_is_asymmetric(config.quantization);
+  options.gguf_as_stored = config.quantization == "gguf";
   IB_ASSIGN_OR_RETURN(ModelWeights w, load_weights(model, options, backend));
   return create_engine_with_weights(model, std::move(w), config, backend);
 }

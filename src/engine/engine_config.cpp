@@ -15,7 +15,7 @@ Result<WeightFormat> quantization_weight_format(std::string_view quantization) {
        {WeightFormat::kFp8E4M3, WeightFormat::kInt8W8A16, WeightFormat::kInt8W8A8}) {
     if (quantization == weight_format_name(f)) return f;
   }
-  if (quantization == "none") return WeightFormat::kDense;
+  if (quantization == "none" || quantization == "gguf") return WeightFormat::kDense;
   if (quantization == "awq" || quantization == "gptq") return WeightFormat::kInt4W4A16;
   if (quantization == "nf4" || quantization == "bitsandbytes") return WeightFormat::kNf4;
   return user_error("--quantization " + std::string(quantization) +
@@ -24,7 +24,17 @@ Result<WeightFormat> quantization_weight_format(std::string_view quantization) {
                     "int8 activations), awq (4-bit weights with zero points, groups of 128), "
                     "gptq (symmetric 4-bit weights, groups of 128) or nf4 (bitsandbytes' 4-bit "
                     "NormalFloat, blocks of 64; also named bitsandbytes), all quantized at load "
-                    "or read from a checkpoint quantized so");
+                    "or read from a checkpoint quantized so, or gguf (a GGUF file's weights as "
+                    "stored)");
+}
+
+Status check_gguf_quantization(std::string_view quantization, const std::string& model,
+                               bool weights_from_gguf) {
+  if (quantization != "gguf" || weights_from_gguf) return Ok{};
+  return user_error("--quantization gguf runs the weights of a GGUF file as stored, and '" + model +
+                    "' gives none (it is not a GGUF file, or --load-format is neither auto nor "
+                    "gguf); give --model FILE.gguf, or use another --quantization (none, fp8, "
+                    "int8, int8-w8a8, awq, gptq or nf4) with this model");
 }
 
 bool quantization_is_asymmetric(std::string_view quantization) {

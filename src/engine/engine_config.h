@@ -30,9 +30,15 @@ const char* kv_growth_name(KvGrowth g);
 // activations unquantized) or "int8-w8a8" (int8 weights and per-token dynamic int8
 // activations), "awq" / "gptq" (kInt4W4A16: 4-bit weights in groups of 128, quantized at load
 // with zero points (awq) or symmetrically (gptq), or a checkpoint's) or "nf4" (kNf4, also
-// "bitsandbytes" as vLLM names it); backend/weight.h defines each. The format of the quantized
-// weights, or a user error listing the supported values.
+// "bitsandbytes" as vLLM names it), or "gguf" (a GGUF file's weights as stored: kDense for now,
+// each tensor dequantized at load into the activation dtype, until the K-quant kernels land);
+// backend/weight.h defines each. The format of the quantized weights, or a user error listing
+// the supported values.
 Result<WeightFormat> quantization_weight_format(std::string_view quantization);
+// --quantization gguf needs weights from a GGUF file (weights_from_gguf): a user error naming
+// model and the fix when they are not; Ok for every other quantization.
+Status check_gguf_quantization(std::string_view quantization, const std::string& model,
+                               bool weights_from_gguf);
 // Whether --quantization quantizes 4-bit weights at load with zero points (awq), not
 // symmetrically (WeightRef::asymmetric).
 bool quantization_is_asymmetric(std::string_view quantization);
@@ -67,7 +73,7 @@ struct EngineConfig {
   int max_graph_context = 8192;                  // --max-graph-context
   KvGrowth kv_growth = KvGrowth::kPreallocated;  // --kv-cache-growth preallocated|on-demand
   int kv_growth_min_blocks = 0;  // (no flag) kOnDemand: initial size and smallest chunk (0: auto)
-  // --quantization none|fp8|int8|int8-w8a8|awq|gptq|nf4: the matmul weights' format
+  // --quantization none|fp8|int8|int8-w8a8|awq|gptq|nf4|gguf: the matmul weights' format
   // (quantization_weight_format); whether the backend runs it is checked when the weights load,
   // before any is allocated (load_weights).
   std::string quantization = "none";

@@ -9,6 +9,7 @@
 #include "engine/arch/architecture.h"
 #include "engine/detail/weight_storage.h"
 #include "engine/engine_config.h"
+#include "model/gguf.h"
 #include "model/safetensors.h"
 
 namespace ib {
@@ -242,14 +243,21 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   IB_TRY(find_architecture(config));
   LoadFormat format = options.format;
   if (format == LoadFormat::kAuto) {
-    format = !options.path.empty() && has_safetensors(options.path) ? LoadFormat::kSafetensors
-                                                                    : LoadFormat::kDummy;
+    format = is_gguf_file(options.path)                               ? LoadFormat::kGguf
+             : !options.path.empty() && has_safetensors(options.path) ? LoadFormat::kSafetensors
+                                                                      : LoadFormat::kDummy;
   }
   if (format == LoadFormat::kSafetensors && !has_safetensors(options.path)) {
     return user_error("no safetensors weights at '" + options.path +
                       "'; pass a directory with model.safetensors (or an index) or use "
                       "--load-format dummy");
   }
+  if (format == LoadFormat::kGguf && !is_gguf_file(options.path)) {
+    return user_error("--load-format gguf: '" + options.path +
+                      "' is not a GGUF file; pass --model FILE.gguf or another --load-format");
+  }
+  IB_TRY(check_gguf_quantization(options.gguf_as_stored ? "gguf" : "", options.path,
+                                 format == LoadFormat::kGguf));
   const CheckpointQuantization& cq = config.quantization;
   const std::string name = quantization_name(options.quantization, options.asymmetric);
   if (format == LoadFormat::kSafetensors && cq.quantized() && name != cq.format) {
@@ -276,6 +284,8 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   if (format == LoadFormat::kDummy) {
     fill_dummy(config, options.seed, backend, staging, w);
     w.description = "dummy (seed " + std::to_string(options.seed) + ")";
+  } else if (format == LoadFormat::kGguf) {
+    IB_TRY(detail::load_gguf(config, options.path, backend, staging, w));
   } else {
     IB_TRY(detail::load_safetensors(config, options.path, backend, staging, w));
   }

@@ -1,6 +1,6 @@
 // ModelWeights (engine-owned): a Llama-family model's weights in backend memory, fused for the
-// forward pass (q/k/v into one matrix, gate/up into one), loaded from dummy values or safetensors
-// files.
+// forward pass (q/k/v into one matrix, gate/up into one), loaded from dummy values, safetensors
+// files or a GGUF file.
 #pragma once
 
 #include <cstdint>
@@ -12,12 +12,13 @@
 
 namespace ib {
 
-enum class LoadFormat { kAuto, kDummy, kSafetensors };
+enum class LoadFormat { kAuto, kDummy, kSafetensors, kGguf };
 
 struct WeightOptions {
-  LoadFormat format = LoadFormat::kAuto;  // auto: safetensors when path has them, else dummy
-  std::string path;                       // model directory (config.json + *.safetensors)
-  uint64_t seed = 0;                      // dummy weights
+  // auto: gguf when path is a GGUF file, safetensors when path has them, else dummy
+  LoadFormat format = LoadFormat::kAuto;
+  std::string path;   // model directory (config.json + *.safetensors) or a .gguf file
+  uint64_t seed = 0;  // dummy weights
   // The format of each layer's four matmul weights (wqkv, wo, w_gate_up, w_down); the embedding,
   // lm_head, norms and biases stay dense, as vLLM's --quantization fp8 keeps them. create_engine
   // sets it from EngineConfig::quantization.
@@ -25,6 +26,9 @@ struct WeightOptions {
   // kInt4W4A16 quantized at load: awq's zero points (true) or gptq's symmetric codes
   // (quantization_is_asymmetric(EngineConfig::quantization)); a checkpoint's are as published.
   bool asymmetric = false;
+  // --quantization gguf: the GGUF file's weights as stored (for now dequantized at load into the
+  // activation dtype: quantization is kDense); a user error unless they come from a GGUF file.
+  bool gguf_as_stored = false;
 };
 
 // How each layer's matmul weights are stored (backend/weight.h): the format and, for the 4-bit
@@ -78,6 +82,9 @@ struct ModelWeights {
 // backend (Backend::fill_uniform with a fixed stream id per tensor: dummy_weight_stream()).
 // Safetensors: HF names (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ...),
 // q/k/v and gate/up fused at load, bf16/f16/f32 converted to the backend dtype.
+// GGUF: llama.cpp's names mapped to the HF ones (gguf_model.h), every tensor (F32, F16, BF16,
+// Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) dequantized on the host, then loaded as a dense safetensors
+// checkpoint would be; llama's q/k rows are put back in HF order.
 // Quantized matmul weights: their dense values (the same dummy streams and scales, or the
 // checkpoint's tensors) are written into one scratch buffer sized for the largest matmul weight,
 // then quantized into the weight (Backend::quantize_weight); the scratch is freed before return,

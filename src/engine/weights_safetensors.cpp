@@ -10,6 +10,8 @@
 // A 4-bit checkpoint (config.quantization.packing: AWQ, GPTQ, compressed-tensors W4A16,
 // bitsandbytes NF4) holds each source as its format's packed tensors instead (int4_layouts.h):
 // they are unpacked on the host into backend/weight.h's layout, rows concatenated per weight.
+// load_checkpoint reads any SafetensorsCheckpoint: the GGUF loader (weights_gguf.cpp) gives it a
+// GGUF file's tensors, dequantized, under their HF names.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -78,7 +80,7 @@ bool is_kv_scale_name(std::string_view name) {
 // Missing and unexpected tensor names against the schema (with a quantized checkpoint's weight
 // scales), as one error naming both, the architecture and what each layer must hold.
 Status check_layout(const ModelConfig& c, const WeightSchema& schema,
-                    const SafetensorsCheckpoint& ckpt) {
+                    const SafetensorsCheckpoint& ckpt, const CheckpointKind& kind) {
   std::vector<std::string> missing, unexpected;
   std::set<std::string> expected;
   const bool four_bit = !c.quantization.packing.empty();
@@ -105,9 +107,9 @@ Status check_layout(const ModelConfig& c, const WeightSchema& schema,
     }
   }
   if (missing.empty() && unexpected.empty()) return Ok{};
-  std::string msg = "safetensors: " + where(ckpt) + " does not hold a " + schema.architecture +
-                    " checkpoint for model '" + c.name + "' (family " + c.family + ", " +
-                    std::to_string(c.num_layers) + " layers):";
+  std::string msg = std::string(kind.format) + ": " + where(ckpt) + " does not hold a " +
+                    schema.architecture + " checkpoint for model '" + c.name + "' (family " +
+                    c.family + ", " + std::to_string(c.num_layers) + " layers):";
   if (!missing.empty()) {
     msg += " tensor" + std::string(missing.size() == 1 ? " " : "s ") + name_list(missing) +
            (missing.size() == 1 ? " is" : " are") + " missing;";
@@ -116,9 +118,7 @@ Status check_layout(const ModelConfig& c, const WeightSchema& schema,
     msg += " unexpected tensor" + std::string(unexpected.size() == 1 ? " " : "s ") +
            name_list(unexpected) + ";";
   }
-  msg += " the schema expects " + schema.expected_names() +
-         ". Check that config.json (\"architectures\", \"num_hidden_layers\", "
-         "\"tie_word_embeddings\") describes these weights";
+  msg += " the schema expects " + schema.expected_names() + ". " + std::string(kind.config_hint);
   return user_error(msg);
 }
 
@@ -296,13 +296,13 @@ Status load_kv_scales(const SafetensorsCheckpoint& ckpt, ModelWeights& w) {
 
 }  // namespace
 
-Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& backend,
-                        DenseStaging& staging, ModelWeights& w) {
+Status load_checkpoint(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
+                       const CheckpointKind& kind, Backend& backend, DenseStaging& staging,
+                       ModelWeights& w) {
   IB_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(c));
   const WeightSchema schema = arch->weight_schema(c);
-  IB_ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::open(path));
-  IB_TRY(check_layout(c, schema, *ckpt));
-  IB_TRY(load_kv_scales(*ckpt, w));
+  IB_TRY(check_layout(c, schema, ckpt, kind));
+  IB_TRY(load_kv_scales(ckpt, w));
   // Shapes first, so a mismatch leaves no weight half-written.
   std::vector<WeightCopies> copies;
   for (const SchemaEntry& e : schema.entries) {
@@ -319,18 +319,18 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
     if (dst.rank == 1) dst = dst.reshaped({dst.numel(), 1});  // rows = elements, to slice
     for (const TensorSource& s : e.sources) {
       if (entry.prequantized && is_4bit(entry.matmul->format)) {
-        IB_TRY(add_4bit_source(c, *ckpt, s, entry));
+        IB_TRY(add_4bit_source(c, ckpt, s, entry));
         continue;
       }
-      IB_ASSIGN_OR_RETURN(HostTensorRef ref, ckpt->get(s.name));
+      IB_ASSIGN_OR_RETURN(HostTensorRef ref, ckpt.get(s.name));
       if (ref.shape != s.shape) {
-        return user_error("safetensors: tensor '" + s.name + "' has shape " +
+        return user_error(std::string(kind.format) + ": tensor '" + s.name + "' has shape " +
                           shape_string(ref.shape) + " but model '" + c.name + "' (" +
-                          schema.architecture + ") expects " + shape_string(s.shape) +
-                          "; the config.json does not match these weights");
+                          schema.architecture + ") expects " + shape_string(s.shape) + "; " +
+                          std::string(kind.config) + " does not match these weights");
       }
       if (entry.prequantized) {
-        IB_TRY(add_quantized_source(c, *ckpt, s, ref, entry));
+        IB_TRY(add_quantized_source(c, ckpt, s, ref, entry));
         continue;
       }
       if (ref.dtype != DType::kF32 && ref.dtype != DType::kBF16 && ref.dtype != DType::kF16) {
@@ -360,6 +360,16 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
       staging.finish(entry.dense, *entry.matmul);
     }
   }
+  return Ok{};
+}
+
+Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& backend,
+                        DenseStaging& staging, ModelWeights& w) {
+  IB_ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::open(path));
+  const CheckpointKind kind{"safetensors", "the config.json",
+                            "Check that config.json (\"architectures\", \"num_hidden_layers\", "
+                            "\"tie_word_embeddings\") describes these weights"};
+  IB_TRY(load_checkpoint(c, *ckpt, kind, backend, staging, w));
   w.description = "safetensors: " + path + " (" + std::to_string(ckpt->files().size()) +
                   (ckpt->files().size() == 1 ? " file)" : " files)");
   return Ok{};

@@ -14,6 +14,7 @@
 
 #include "model/detail/bpe_from_json.h"
 #include "model/detail/pretokenize.h"
+#include "model/gguf_model.h"
 
 namespace ib {
 namespace {
@@ -321,7 +322,15 @@ Result<std::unique_ptr<Tokenizer>> load_bpe_tokenizer(const std::filesystem::pat
   return parse_bpe_tokenizer(buffer.str(), file.string());
 }
 
+bool has_own_tokenizer(const std::string& model) {
+  if (names_gguf_file(model)) return gguf_has_tokenizer(model);
+  std::error_code ec;
+  return !model.empty() &&
+         std::filesystem::is_regular_file(std::filesystem::path(model) / "tokenizer.json", ec);
+}
+
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model) {
+  if (names_gguf_file(model)) return load_gguf_tokenizer(model);
   std::error_code ec;
   const std::filesystem::path file = std::filesystem::path(model) / "tokenizer.json";
   if (!model.empty() && std::filesystem::is_regular_file(file, ec)) {

@@ -48,6 +48,20 @@ int64_t hf_row_of_gguf_rope_row(int64_t gguf_row, int64_t head_dim);
 // ("llama" SentencePiece, ...) or pre-tokenizer, missing or mistyped keys.
 Result<std::unique_ptr<Tokenizer>> gguf_tokenizer(const GgufFile& file, const std::string& origin);
 
+// --model as a GGUF file: true for a file with the GGUF magic (is_gguf_file) or any path ending
+// in ".gguf", so a missing or damaged one gets the reader's error rather than "unknown preset".
+bool names_gguf_file(const std::string& model);
+// --model FILE.gguf: gguf_model_config (named by the path), once the engine is known to read the
+// whole file: its header parses (tensor types included), every tensor name maps
+// (map_gguf_tensor) and its tokenizer, when it has one (tokenizer.ggml.model), is one
+// gguf_tokenizer builds. User errors name the file and what is refused.
+Result<ModelConfig> load_gguf_config(const std::string& path);
+// Whether path is a readable GGUF file with a tokenizer (tokenizer.ggml.model).
+bool gguf_has_tokenizer(const std::string& path);
+// The tokenizer of a GGUF file: gguf_tokenizer when it has tokenizer.ggml.model, else the byte
+// fallback (as for a model directory without tokenizer.json).
+Result<std::unique_ptr<Tokenizer>> load_gguf_tokenizer(const std::string& path);
+
 // The inverse of gguf_model_config: a config as GGUF metadata (llama and mistral as llama, qwen2,
 // phi3). User errors name what GGUF cannot say: another family, llama3 RoPE scaling.
 Result<std::vector<GgufMetadata>> gguf_metadata_of(const ModelConfig& config);

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "model/detail/preset_table.h"
+#include "model/gguf_model.h"
 #include "model/hf_config.h"
 
 namespace ib {
@@ -100,9 +101,10 @@ Result<ModelConfig> find_preset(const std::string& name) {
 Result<ModelConfig> resolve_model(const std::string& model) {
   if (model.empty()) {
     return user_error(
-        "--model is empty; give a preset name (`inferbench models` lists them) or a "
-        "Hugging Face model directory");
+        "--model is empty; give a preset name (`inferbench models` lists them), a "
+        "Hugging Face model directory or a .gguf file");
   }
+  if (names_gguf_file(model)) return load_gguf_config(model);
   std::error_code ec;
   const fs::path path(model);
   if (fs::is_directory(path, ec)) {
@@ -121,8 +123,8 @@ Result<ModelConfig> resolve_model(const std::string& model) {
   const auto table = detail::preset_table();
   return user_error("unknown model '" + model + "': no preset or HF repo id of that name" +
                     did_you_mean(close_names(table, lower(model))) +
-                    " and no directory with config.json at that path; `inferbench models` lists "
-                    "the presets");
+                    " and no directory with config.json or GGUF file at that path; `inferbench "
+                    "models` lists the presets");
 }
 
 }  // namespace ib

@@ -15,7 +15,8 @@ std::vector<ModelConfig> all_presets();
 // "meta-llama/Meta-Llama-3-8B"). The error lists close matches.
 Result<ModelConfig> find_preset(const std::string& name);
 
-// Resolves --model: a preset name, or a directory with an HF config.json.
+// Resolves --model: a preset name, a directory with an HF config.json, or a GGUF file
+// (load_gguf_config).
 Result<ModelConfig> resolve_model(const std::string& model);
 
 }  // namespace ib

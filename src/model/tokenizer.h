@@ -31,7 +31,10 @@ constexpr int32_t kByteTokenOffset = 3;
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
 // The tokenizer of --model: byte-level BPE from <dir>/tokenizer.json when model is a directory
-// that has one, else the byte fallback. User errors: an unreadable or unsupported tokenizer.json.
+// that has one, or from a GGUF file's tokenizer.ggml.* keys (load_gguf_tokenizer), else the byte
+// fallback. User errors: an unreadable or unsupported tokenizer.json or GGUF tokenizer.
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model);
+// Whether load_tokenizer(model) reads the model's own tokenizer rather than the byte fallback.
+bool has_own_tokenizer(const std::string& model);
 
 }  // namespace ib

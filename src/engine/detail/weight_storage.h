@@ -1,12 +1,14 @@
 // Internal to engine/: allocation of a model's weight tensors, the staging of quantized matmul
-// weights, and the safetensors loader, shared by load_weights() (model_weights.cpp).
+// weights, and the safetensors and GGUF loaders, shared by load_weights() (model_weights.cpp).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "engine/model_weights.h"
+#include "model/safetensors.h"
 
 namespace ib::detail {
 
@@ -52,9 +54,28 @@ class DenseStaging {
   Buffer scratch_;
 };
 
-// Fills allocated weights from an HF safetensors checkpoint (file or directory); quantized
-// matmul weights go through staging.
+// How load_checkpoint's errors name what it reads: the format ("safetensors"), where the config
+// came from ("the config.json") and the sentence that says what to check when they disagree.
+struct CheckpointKind {
+  std::string_view format;
+  std::string_view config;
+  std::string_view config_hint;
+};
+
+// Fills allocated weights from tensors under HF names (weights_safetensors.cpp): every tensor the
+// architecture's schema names is checked (present, shape) before any is copied, q/k/v and
+// gate/up fused, dense tensors converted to the backend dtype, quantized matmul weights staged.
+Status load_checkpoint(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                       const CheckpointKind& kind, Backend& backend, DenseStaging& staging,
+                       ModelWeights& weights);
+
+// load_checkpoint on an HF safetensors checkpoint (file or directory).
 Status load_safetensors(const ModelConfig& config, const std::string& path, Backend& backend,
                         DenseStaging& staging, ModelWeights& weights);
+
+// load_checkpoint on a GGUF file (weights_gguf.cpp): each tensor dequantized to f32 on the host
+// (read_gguf_tensor_f32), renamed to its HF name, llama's q/k rows put back in HF order.
+Status load_gguf(const ModelConfig& config, const std::string& path, Backend& backend,
+                 DenseStaging& staging, ModelWeights& weights);
 
 }  // namespace ib::detail

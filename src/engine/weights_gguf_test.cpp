@@ -1,0 +1,255 @@
+// GGUF weights on the CPU: small llama, qwen2 and phi3 files in a mix of ggml types
+// (gguf_test_support.h). The loaded weights are read_gguf_tensor_f32's values at their engine
+// places (llama's q/k rows back in HF order, undone here independently of the loader); a
+// generation's logits equal those of the same values loaded from a safetensors checkpoint, dense
+// and quantized at load; --quantization gguf needs a GGUF file.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/detail/checkpoint_test_support.h"
+#include "engine/detail/engine_test_support.h"
+#include "model/detail/gguf_test_support.h"
+#include "model/presets.h"
+
+namespace ib {
+namespace {
+
+using testing::HostWeights;
+using testing::TempDir;
+using testing::test_gguf_config;
+
+std::vector<float> rows(const std::vector<float>& v, int64_t first, int64_t count, int64_t cols) {
+  return {v.begin() + first * cols, v.begin() + (first + count) * cols};
+}
+
+// llama.cpp's converter stores each head's HF rows (half i, index j) at row 2 j + i of the head;
+// this puts them back.
+std::vector<float> hf_order(const std::vector<float>& gguf, int64_t cols, int64_t head_dim) {
+  std::vector<float> hf(gguf.size());
+  const int64_t heads = static_cast<int64_t>(gguf.size()) / cols / head_dim;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < 2; ++i) {
+      for (int64_t j = 0; j < head_dim / 2; ++j) {
+        const int64_t from = h * head_dim + 2 * j + i, to = h * head_dim + i * head_dim / 2 + j;
+        std::copy_n(gguf.begin() + from * cols, cols, hf.begin() + to * cols);
+      }
+    }
+  }
+  return hf;
+}
+
+// The file's values, dequantized, in HostWeights' HF layout.
+HostWeights expected_weights(const ModelConfig& c, const std::string& path) {
+  auto file = GgufModelFile::open(path);
+  IB_ASSERT(file.ok(), "the test file opens");
+  auto get = [&](const std::string& name) {
+    auto v = read_gguf_tensor_f32(**file, name);
+    IB_ASSERT(v.ok(), "the test file holds the tensor");
+    return std::move(v).value();
+  };
+  const int64_t d = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim, f = c.intermediate_size;
+  const bool llama = c.family == "llama";
+  HostWeights w;
+  w.embed = get("token_embd.weight");
+  w.final_norm = get("output_norm.weight");
+  w.lm_head = c.tie_word_embeddings ? w.embed : get("output.weight");
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    testing::HostLayer& h = w.layers.emplace_back();
+    h.attn_norm = get(p + "attn_norm.weight");
+    h.ffn_norm = get(p + "ffn_norm.weight");
+    h.o = get(p + "attn_output.weight");
+    h.down = get(p + "ffn_down.weight");
+    if (c.family == "phi3") {
+      const auto qkv = get(p + "attn_qkv.weight"), gate_up = get(p + "ffn_up.weight");
+      h.q = rows(qkv, 0, q, d);
+      h.k = rows(qkv, q, kv, d);
+      h.v = rows(qkv, q + kv, kv, d);
+      h.gate = rows(gate_up, 0, f, d);
+      h.up = rows(gate_up, f, f, d);
+      continue;
+    }
+    h.q = llama ? hf_order(get(p + "attn_q.weight"), d, c.head_dim) : get(p + "attn_q.weight");
+    h.k = llama ? hf_order(get(p + "attn_k.weight"), d, c.head_dim) : get(p + "attn_k.weight");
+    h.v = get(p + "attn_v.weight");
+    h.gate = get(p + "ffn_gate.weight");
+    h.up = get(p + "ffn_up.weight");
+    if (c.attention_bias) {
+      h.q_bias = get(p + "attn_q.bias");
+      h.k_bias = get(p + "attn_k.bias");
+      h.v_bias = get(p + "attn_v.bias");
+    }
+  }
+  return w;
+}
+
+void expect_same(const HostWeights& got, const HostWeights& want) {
+  EXPECT_EQ(got.embed, want.embed);
+  EXPECT_EQ(got.final_norm, want.final_norm);
+  EXPECT_EQ(got.lm_head, want.lm_head);
+  ASSERT_EQ(got.layers.size(), want.layers.size());
+  for (size_t l = 0; l < got.layers.size(); ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    const testing::HostLayer &g = got.layers[l], &e = want.layers[l];
+    for (const auto& [name, a, b] : {std::tuple{"attn_norm", &g.attn_norm, &e.attn_norm},
+                                     {"q", &g.q, &e.q},
+                                     {"k", &g.k, &e.k},
+                                     {"v", &g.v, &e.v},
+                                     {"q_bias", &g.q_bias, &e.q_bias},
+                                     {"k_bias", &g.k_bias, &e.k_bias},
+                                     {"v_bias", &g.v_bias, &e.v_bias},
+                                     {"o", &g.o, &e.o},
+                                     {"ffn_norm", &g.ffn_norm, &e.ffn_norm},
+                                     {"gate", &g.gate, &e.gate},
+                                     {"up", &g.up, &e.up},
+                                     {"down", &g.down, &e.down}}) {
+      EXPECT_EQ(*a, *b) << name;
+    }
+  }
+}
+
+struct GgufModel {
+  TempDir dir;
+  std::string path;
+  ModelConfig config;  // as --model FILE.gguf resolves it
+};
+
+std::unique_ptr<GgufModel> write_model(const ModelConfig& c) {
+  auto m = std::make_unique<GgufModel>();
+  m->path = (m->dir.path() / "model.gguf").string();
+  const Status written = testing::write_test_gguf(m->path, c, 7);
+  IB_ASSERT(written.ok(), "write_test_gguf");
+  auto resolved = resolve_model(m->path);
+  IB_ASSERT(resolved.ok(), "the test file resolves");
+  m->config = std::move(resolved).value();
+  return m;
+}
+
+TEST(GgufWeights, AreTheFilesValuesAtTheirEnginePlaces) {
+  for (const ModelConfig& c :
+       {test_gguf_config("llama"), test_gguf_config("qwen2"), test_gguf_config("phi3")}) {
+    SCOPED_TRACE(c.family);
+    const auto m = write_model(c);
+    EXPECT_EQ(m->config.tie_word_embeddings, c.tie_word_embeddings);
+    EXPECT_EQ(m->config.attention_bias, c.attention_bias);
+    CpuBackend backend(2);
+    auto w = load_weights(m->config, {LoadFormat::kAuto, m->path, 0}, backend);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    EXPECT_NE(w->description.find("gguf: " + m->path + " ("), std::string::npos) << w->description;
+    EXPECT_NE(w->description.find("dequantized to fp32 at load"), std::string::npos);
+    const HostWeights want = expected_weights(c, m->path);
+    expect_same(testing::copy_weights_to_host(m->config, *w, backend), want);
+    if (c.tie_word_embeddings) {
+      EXPECT_EQ(w->lm_head.data.data, w->embed.data);
+    }
+  }
+}
+
+TEST(GgufWeights, TheTestFilesHoldEveryTypeAndPermutedRows) {
+  const auto m = write_model(test_gguf_config("llama"));
+  auto file = GgufModelFile::open(m->path);
+  ASSERT_TRUE(file.ok());
+  std::set<std::string> types;
+  for (const GgufTensorInfo& t : (*file)->file().tensors) {
+    types.insert(std::string(ggml_type_info(t.type).name));
+  }
+  EXPECT_EQ(types,
+            (std::set<std::string>{"BF16", "F16", "F32", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q8_0"}));
+  // The un-permutation is not the identity: the file's q rows are not in HF order.
+  const auto q = read_gguf_tensor_f32(**file, "blk.0.attn_q.weight");
+  ASSERT_TRUE(q.ok());
+  EXPECT_NE(*q, hf_order(*q, 256, 64));
+}
+
+// Every sampled row's logits of two greedy requests on weights w, their matmul weights in
+// quantization's format.
+std::vector<std::vector<float>> logits_of(const ModelConfig& c, ModelWeights w,
+                                          const std::string& quantization, Backend& backend) {
+  auto engine = testing::logits_engine(c, std::move(w), quantization, backend);
+  EXPECT_TRUE(engine->add_request(testing::greedy_request(1, {0, 17, 99, 3, 42, 8}, 4)).ok());
+  EXPECT_TRUE(engine->add_request(testing::greedy_request(2, {61, 2}, 3)).ok());
+  std::vector<std::vector<float>> out;
+  for (auto& [id, done] : testing::run_to_completion(*engine)) {
+    out.insert(out.end(), done.logits.begin(), done.logits.end());
+  }
+  return out;
+}
+
+TEST(GgufWeights, SameLogitsAsTheSameValuesFromSafetensors) {
+  for (const ModelConfig& c :
+       {test_gguf_config("llama"), test_gguf_config("qwen2"), test_gguf_config("phi3")}) {
+    for (const char* quantization : {"none", "int8"}) {
+      SCOPED_TRACE(c.family + " " + quantization);
+      const auto m = write_model(c);
+      const auto layout = c.family == "phi3" ? testing::CheckpointLayout::kPhi3Fused
+                                             : testing::CheckpointLayout::kSplit;
+      ASSERT_TRUE(write_safetensors((m->dir.path() / "model.safetensors").string(),
+                                    testing::hf_tensors(m->config, expected_weights(c, m->path),
+                                                        DType::kF32, layout))
+                      .ok());
+      CpuBackend backend(2);
+      WeightOptions options{LoadFormat::kGguf, m->path, 0};
+      options.quantization = quantization_weight_format(quantization).value();
+      auto from_gguf = load_weights(m->config, options, backend);
+      ASSERT_TRUE(from_gguf.ok()) << from_gguf.error().message;
+      options.format = LoadFormat::kSafetensors;
+      options.path = m->dir.path().string();
+      auto from_safetensors = load_weights(m->config, options, backend);
+      ASSERT_TRUE(from_safetensors.ok()) << from_safetensors.error().message;
+      const auto a = logits_of(m->config, std::move(from_gguf).value(), quantization, backend);
+      const auto b =
+          logits_of(m->config, std::move(from_safetensors).value(), quantization, backend);
+      ASSERT_EQ(a.size(), 7u);
+      EXPECT_EQ(a, b);  // bit for bit: the same fp32 values, the same engine
+    }
+  }
+}
+
+TEST(GgufWeights, GenerationFollowsTheDoublePrecisionReference) {
+  const auto m = write_model(test_gguf_config("llama"));
+  CpuBackend backend(2);
+  auto w = load_weights(m->config, {LoadFormat::kGguf, m->path, 0}, backend);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  const std::vector<int32_t> prompt = {0, 17, 99, 3, 42, 8};
+  const auto want = testing::reference_logits(
+      m->config, expected_weights(test_gguf_config("llama"), m->path), prompt);
+  auto engine = testing::logits_engine(m->config, std::move(w).value(), "none", backend);
+  ASSERT_TRUE(engine->add_request(testing::greedy_request(1, prompt, 1)).ok());
+  const auto done = testing::run_to_completion(*engine);
+  const std::vector<float>& got = done.at(1).logits.at(0);  // after the last prompt token
+  ASSERT_EQ(got.size(), want.back().size());
+  double scale = 0;
+  for (const double x : want.back()) scale = std::max(scale, std::abs(x));
+  ASSERT_GT(scale, 0.1);  // logits of a size that the tolerance below means something against
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want.back()[i], 1e-4 * scale) << i;
+}
+
+TEST(GgufWeights, GgufQuantizationNeedsAGgufFile) {
+  const auto m = write_model(test_gguf_config("qwen2"));
+  CpuBackend backend(2);
+  WeightOptions options{LoadFormat::kDummy, m->path, 0};
+  options.gguf_as_stored = true;
+  auto dummy = load_weights(m->config, options, backend);
+  ASSERT_FALSE(dummy.ok());
+  EXPECT_NE(dummy.error().message.find("--quantization gguf"), std::string::npos);
+  options.format = LoadFormat::kAuto;
+  auto stored = load_weights(m->config, options, backend);
+  ASSERT_TRUE(stored.ok()) << stored.error().message;
+  EXPECT_EQ(stored->layers[0].wqkv.format, WeightFormat::kDense);
+  options.format = LoadFormat::kGguf;
+  options.path = m->dir.path().string();
+  auto not_gguf = load_weights(m->config, options, backend);
+  ASSERT_FALSE(not_gguf.ok());
+  EXPECT_NE(not_gguf.error().message.find("is not a GGUF file"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ib
