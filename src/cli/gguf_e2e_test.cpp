@@ -30,18 +30,14 @@ class Gguf : public E2e {
   }
   // The file with its metadata key changed to value, as bad.gguf.
   std::string with_metadata(const std::string& key, GgufValue value) {
-    auto file = GgufModelFile::open(model_);
-    EXPECT_TRUE(file.ok());
-    std::vector<GgufMetadata> metadata = (*file)->file().metadata;
-    for (GgufMetadata& m : metadata) {
-      if (m.key == key) m.value = std::move(value);
-    }
-    std::vector<GgufWriteTensor> tensors;
-    for (const GgufTensorInfo& t : (*file)->file().tensors) {
-      tensors.push_back({t.name, t.type, t.dims, std::string((*file)->tensor_bytes(t))});
-    }
     const std::string bad = (root_ / "bad.gguf").string();
-    EXPECT_TRUE(write_gguf(bad, metadata, tensors).ok());
+    const Status copied = testing::copy_gguf(model_, bad, [&](auto& metadata, auto&) -> Status {
+      for (GgufMetadata& m : metadata) {
+        if (m.key == key) m.value = value;
+      }
+      return Ok{};
+    });
+    EXPECT_TRUE(copied.ok());
     return bad;
   }
   std::string model_;

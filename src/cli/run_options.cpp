@@ -6,7 +6,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <optional>
 
 #include <fmt/format.h>
@@ -295,8 +294,7 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   NativeTargetOptions& n = p.target.native;
   n.model = p.model;
   IB_ASSIGN_OR_RETURN(n.weights.format, parse_load_format(f.load_format));
-  std::error_code ec;
-  if (std::filesystem::is_directory(f.model, ec)) n.weights.path = f.model;
+  n.weights.path = model_weights_path(f.model);
   n.weights.seed = f.seed;
   n.engine = engine;
   if (!f.kv_cache_memory.empty()) p.kv_cache_bytes = engine.cpu_kv_cache_bytes;

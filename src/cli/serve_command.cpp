@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -29,8 +28,7 @@ Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f) {
   EngineGeneratorOptions o;
   o.model = model;
   IB_ASSIGN_OR_RETURN(o.weights.format, parse_load_format(f.load_format));
-  std::error_code ec;
-  if (std::filesystem::is_directory(f.model, ec)) o.weights.path = f.model;
+  o.weights.path = model_weights_path(f.model);
   o.weights.seed = f.seed;
   IB_ASSIGN_OR_RETURN(o.engine, engine_config_from(f));
   IB_TRY(o.engine.validate());  // before any weight loads

@@ -232,6 +232,25 @@ TEST(GgufWeights, GenerationFollowsTheDoublePrecisionReference) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want.back()[i], 1e-4 * scale) << i;
 }
 
+TEST(GgufWeights, AMissingTensorIsNamed) {
+  const auto m = write_model(test_gguf_config("llama"));
+  const std::string cut = (m->dir.path() / "cut.gguf").string();
+  ASSERT_TRUE(testing::copy_gguf(m->path, cut, [](auto&, auto& tensors) -> Status {
+                std::erase_if(tensors,
+                              [](const auto& t) { return t.name == "blk.1.ffn_down.weight"; });
+                return Ok{};
+              }).ok());
+  CpuBackend backend(2);
+  auto w = load_weights(m->config, {LoadFormat::kAuto, cut, 0}, backend);
+  ASSERT_FALSE(w.ok());
+  const std::string e = w.error().message;
+  EXPECT_NE(e.find("GGUF: " + cut + " does not hold a LlamaForCausalLM checkpoint"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("'model.layers.1.mlp.down_proj.weight' is missing"), std::string::npos) << e;
+  EXPECT_NE(e.find("The GGUF metadata"), std::string::npos) << e;
+}
+
 TEST(GgufWeights, GgufQuantizationNeedsAGgufFile) {
   const auto m = write_model(test_gguf_config("qwen2"));
   CpuBackend backend(2);

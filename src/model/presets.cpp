@@ -98,6 +98,11 @@ Result<ModelConfig> find_preset(const std::string& name) {
                     "; `inferbench models` lists the presets");
 }
 
+std::string model_weights_path(const std::string& model) {
+  std::error_code ec;
+  return fs::is_directory(model, ec) || is_gguf_file(model) ? model : std::string();
+}
+
 Result<ModelConfig> resolve_model(const std::string& model) {
   if (model.empty()) {
     return user_error(

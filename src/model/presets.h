@@ -18,5 +18,8 @@ Result<ModelConfig> find_preset(const std::string& name);
 // Resolves --model: a preset name, a directory with an HF config.json, or a GGUF file
 // (load_gguf_config).
 Result<ModelConfig> resolve_model(const std::string& model);
+// Where the weights of --model are (WeightOptions::path): model itself when it is a directory or
+// a GGUF file, else "" (a preset: dummy weights).
+std::string model_weights_path(const std::string& model);
 
 }  // namespace ib

@@ -71,7 +71,7 @@ inline GgmlType test_gguf_type(const GgufTensorInfo& t) {
 
 // A GPT-2-style byte-level BPE of vocab tokens: <s> (id 0) and </s> (id 1) as control tokens,
 // the printable ASCII bytes, Ġ (the space byte), a few merges ("hello", " world"), then unused
-// filler tokens up to vocab (at least 120).
+// filler tokens up to vocab (at least 106).
 inline std::vector<GgufMetadata> test_gguf_tokenizer(int vocab) {
   std::vector<std::string> tokens = {"<s>", "</s>"};
   for (char ch = '!'; ch <= '~'; ++ch) tokens.emplace_back(1, ch);
@@ -97,28 +97,39 @@ inline std::vector<GgufMetadata> test_gguf_tokenizer(int vocab) {
   };
 }
 
-// write_dummy_gguf(config, seed) with every tensor re-stored as test_gguf_type says (the values
-// quantized from the dummy ones), and, when with_tokenizer, test_gguf_tokenizer(vocab_size)
-// (config.vocab_size must then be at least 120, and bos / eos 0 and 1).
-inline Status write_test_gguf(const std::string& path, const ModelConfig& config, uint64_t seed,
-                              bool with_tokenizer = true) {
-  IB_TRY(write_dummy_gguf(path, config, GgmlType::kF32, seed));
+// Copies the GGUF file from to to (the same path is fine), its metadata and tensors passed
+// through edit(metadata, tensors), which returns a Status, on the way.
+template <typename Edit>
+Status copy_gguf(const std::string& from, const std::string& to, Edit edit) {
   std::vector<GgufMetadata> metadata;
   std::vector<GgufWriteTensor> tensors;
   {
-    IB_ASSIGN_OR_RETURN(const auto dummy, GgufModelFile::open(path));
-    metadata = dummy->file().metadata;
-    for (const GgufTensorInfo& t : dummy->file().tensors) {
-      IB_ASSIGN_OR_RETURN(const std::vector<float> values, read_gguf_tensor_f32(*dummy, t.name));
-      const GgmlType type = test_gguf_type(t);
-      IB_ASSIGN_OR_RETURN(std::string bytes, quantize_ggml(type, values));
-      tensors.push_back({t.name, type, t.dims, std::move(bytes)});
+    IB_ASSIGN_OR_RETURN(const auto file, GgufModelFile::open(from));
+    metadata = file->file().metadata;
+    for (const GgufTensorInfo& t : file->file().tensors) {
+      tensors.push_back({t.name, t.type, t.dims, std::string(file->tensor_bytes(t))});
     }
   }
-  if (with_tokenizer) {
+  IB_TRY(edit(metadata, tensors));
+  return write_gguf(to, metadata, tensors);
+}
+
+// write_dummy_gguf(config, seed) with every tensor re-stored as test_gguf_type says (the values
+// quantized from the dummy ones) and test_gguf_tokenizer(vocab_size) (config.vocab_size must be
+// at least 106, bos / eos 0 and 1).
+inline Status write_test_gguf(const std::string& path, const ModelConfig& config, uint64_t seed) {
+  IB_TRY(write_dummy_gguf(path, config, GgmlType::kF32, seed));
+  return copy_gguf(path, path, [&](auto& metadata, auto& tensors) -> Status {
+    for (GgufWriteTensor& t : tensors) {
+      GgufTensorInfo info{t.name, t.type, t.dims};
+      std::vector<float> values(static_cast<size_t>(info.numel()));
+      IB_TRY(dequantize_ggml(t.type, t.bytes, values));
+      t.type = test_gguf_type(info);
+      IB_ASSIGN_OR_RETURN(t.bytes, quantize_ggml(t.type, values));
+    }
     for (GgufMetadata& m : test_gguf_tokenizer(config.vocab_size)) metadata.push_back(m);
-  }
-  return write_gguf(path, metadata, tensors);
+    return Ok{};
+  });
 }
 
 }  // namespace ib::testing
