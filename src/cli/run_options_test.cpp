@@ -166,7 +166,9 @@ TEST_F(RunOptionsTest, BadInputIsAOneLineUserErrorNamingTheProblem) {
       {[](RunFlags& f) { f.gpu_memory_utilization = 1.5; }, "--gpu-memory-utilization"},
       {[](RunFlags& f) { f.kv_cache_memory = "lots"; }, "--kv-cache-memory"},
       {[](RunFlags& f) { f.batching = "dynamic"; }, "--batching"},
-      {[](RunFlags& f) { f.load_format = "gguf"; }, "--load-format"},
+      {[](RunFlags& f) { f.load_format = "pickle"; },
+       "--load-format pickle: use auto, dummy, safetensors or gguf"},
+      {[](RunFlags& f) { f.quantization = "gguf"; }, "give --model FILE.gguf"},
       {[](RunFlags& f) { f.backend = "vllm"; }, "--backend"},
       {[](RunFlags& f) { f.memory_sample_interval_ms = 0; }, "--memory-sample-interval"},
   };
