@@ -5,10 +5,10 @@
 # benchmark's W4A16 section (Llama-3-8B shapes), and tools/quant_compare.py on the two static
 # input-scale checkpoint formats (issue 13). Part b (~8 minutes): see below.
 # Usage (from the repository root): OUT=dir IB_PART=a|b bash bench/gpu/int4.sh
-# Environment: IB_TEST_FILTER, IB_SKIP_QC=1 (part a without quant_compare), IB_AB_SUB=1 (below),
+# Environment: IB_TEST_FILTER, IB_SKIP_QC=1 (part a without quant_compare),
 # IB_QUANTS (part b's batch-1 runs, "awq gptq nf4"), IB_SEED_QUANTS (its seed-protocol runs, "awq"),
 # IB_SKIP_PACK=1, IB_SKIP_PROFILE=1 (part b without the packing check or the profile).
-# Writes tests.log, backend_cuda_test.json, engine_cuda_test.json and (a) ops.json, ops_sub1.json,
+# Writes tests.log, backend_cuda_test.json, engine_cuda_test.json and (a) ops.json,
 # qc.log, (b) pack_check.log, profile_awq_b1.txt, runs.log, runs.json; the rest in extra.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
@@ -19,15 +19,6 @@ if [ "${IB_PART:-a}" = a ]; then
     IB_TEST_FILTER="${IB_TEST_FILTER:-*CudaQuant4*:*CudaQuant.*:*CudaEngineQuant*:*CudaEngineCalibration*}" \
     bash bench/gpu/fp8.sh > "$O/fp8.log" 2>&1
   echo "fp8.sh rc=$? $(el)"; grep -E "rc=|FAILED|PASSED|Failure|per layer|BUILD" "$O/fp8.log" | head -40
-  # IB_AB_SUB=1: the op benchmark again with one 128-k sub-step per W4A16 warp step
-  # (IB_GEMV_INT4_SUB=1) into ops_sub1.json, against the default's ops.json.
-  if [ "${IB_AB_SUB:-0}" = 1 ]; then
-    { cmake -S . -B "$B-sub1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF -DCMAKE_CUDA_FLAGS=-DIB_GEMV_INT4_SUB=1 &&
-      cmake --build "$B-sub1" -j 16 --target ib_ops_bench; } > "$O/build_sub1.log" 2>&1 &&
-      IB_OPS_SECTIONS=gemm_int4 "$B-sub1/bench/gpu/ib_ops_bench" "$O/ops_sub1.json" > "$O/ops_sub1.log" 2>&1
-    echo "sub1 rc=$? $(el)"; grep -E "per layer|FAILED" "$O/ops_sub1.log" "$O/build_sub1.log" | head
-  fi
   [ "${IB_SKIP_QC:-0}" = 1 ] || timeout 150 python3 tools/quant_compare.py --inferbench "$B/bin/inferbench" \
     --formats fp8-tensor-static,int8-w8a8-static > "$O/qc.log" 2>&1
   echo "quant_compare rc=$? $(el)"; tail -15 "$O/qc.log"
@@ -64,5 +55,5 @@ else
   rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
 fi
 # At most 8 files come back: the rest in extra.tgz.
-( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|engine_cuda_test.json|ops.json|ops_sub1.json|qc.log|runs.json|runs.log|pack_check.log|profile_awq_b1.txt)$'   | xargs -r tar czf extra.tgz --remove-files )
+( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|engine_cuda_test.json|ops.json|qc.log|runs.json|runs.log|pack_check.log|profile_awq_b1.txt)$'   | xargs -r tar czf extra.tgz --remove-files )
 echo "done $(el)"

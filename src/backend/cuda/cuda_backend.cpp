@@ -361,7 +361,7 @@ Tensor CudaBackend::dequantized(const WeightRef& w) {
 Tensor CudaBackend::normed_for_fallback(const Tensor& h, const Tensor* gain, float eps) {
   IB_ASSERT(gain != nullptr, "fused op fallback: a quantized weight keeps its norm gain");
   IB_ASSERT(quant_scratch_.data() != nullptr &&
-                h.numel() * static_cast<int64_t>(dtype_size(dtype_)) <= int64_t{1} << 20,
+                h.numel() * static_cast<int64_t>(dtype_size(dtype_)) <= kFallbackXnBytes,
             "fused op fallback: no scratch, or more rows than it holds");
   Tensor xn =
       quant_scratch_.view(dtype_, {h.rows(), h.row_size()}, static_cast<size_t>(kQuantScaleBytes));
@@ -371,7 +371,7 @@ Tensor CudaBackend::normed_for_fallback(const Tensor& h, const Tensor* gain, flo
 
 // A (rows, cols) scratch after the normalised x of normed_for_fallback.
 Tensor CudaBackend::fallback_scratch(int64_t rows, int64_t cols) {
-  const int64_t offset = kQuantScaleBytes + (int64_t{1} << 20);
+  const int64_t offset = kQuantScaleBytes + kFallbackXnBytes;
   IB_ASSERT(offset + rows * cols * static_cast<int64_t>(dtype_size(dtype_)) <= kQuantScratchBytes,
             "fused op fallback: the scratch is too small");
   return quant_scratch_.view(dtype_, {rows, cols}, static_cast<size_t>(offset));

@@ -234,7 +234,7 @@ bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
 
 // The K step of w's kernel variant.
 int64_t step_k(const WeightRef& w) {
-  return is_4bit(w.format) ? kGemvInt4StepK * kGemvInt4Sub : kGemvStepK;
+  return is_4bit(w.format) ? kGemvInt4StepK : kGemvStepK;
 }
 
 // The weight's storage matches x (dense) or is a quantized format's bytes with f32 row scales;

@@ -96,11 +96,9 @@ __global__ void quantize_int4_kernel(const T* __restrict__ src, uint8_t* __restr
     hi = fmaxf(hi, v);
     amax = fmaxf(amax, fabsf(v));
   }
-  for (int off = 16; off > 0; off >>= 1) {
-    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
-    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, off));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  }
+  lo = -warp_max(-lo);
+  hi = warp_max(hi);
+  amax = warp_max(amax);
   float s;
   int z;
   if (symmetric) {
@@ -157,8 +155,7 @@ __global__ void quantize_nf4_kernel(const T* __restrict__ src, uint8_t* __restri
   const T* w = src + row * k + g * group;
   float amax = 0.0f;
   for (int i = lane; i < group; i += 32) amax = fmaxf(amax, fabsf(to_f32(w[i])));
-  for (int off = 16; off > 0; off >>= 1)
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  amax = warp_max(amax);
   const float absmax = amax > 0.0f ? amax : 1.0f;
   if (lane == 0) absmax_out[row * groups + g] = absmax;
   uint8_t* out = data + row * (k / 2) + g * (group / 2);

@@ -37,6 +37,9 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   // the first quantized weight: the row scales first, then the rows.
   static constexpr int64_t kQuantScratchBytes = int64_t{64} << 20;
   static constexpr int64_t kQuantScaleBytes = int64_t{256} << 10;
+  // The fused ops' fallback (normed_for_fallback): the normalised x after the scales, then its
+  // matmul's output (fallback_scratch).
+  static constexpr int64_t kFallbackXnBytes = int64_t{1} << 20;
 
   static Result<std::unique_ptr<CudaBackend>> create(int device, DType dtype,
                                                      std::optional<int64_t> memory_limit_bytes);

@@ -1,7 +1,8 @@
-// The W4A16 sub-step of the decode GEMV (gemv_kernel.cuh, kW = kGemvInt4; backend/weight.h's
-// kInt4W4A16): a sub-step covers 128 k, so a lane's one 16-byte load per row holds its 32 codes
-// (k = q * 32 .. q * 32 + 31 of the sub-step), the same bytes per load as the 8-bit formats; a
-// warp step is kGemvInt4Sub adjacent sub-steps.
+// The W4A16 step of the decode GEMV (gemv_kernel.cuh, kW = kGemvInt4; backend/weight.h's
+// kInt4W4A16): a warp step covers 128 k, so a lane's one 16-byte load per row holds its 32 codes
+// (k = q * 32 .. q * 32 + 31 of the step), the same bytes per load as the 8-bit formats. (Two
+// adjacent steps per load group, 128 contiguous bytes per row, measured no faster: bench/NOTES.md,
+// W4A16 run3.)
 //
 // Each 32-bit word of codes (8 consecutive k, k = 2j in the low nibble of byte j) becomes four
 // pairs (k_i, k_i+4), i = 0..3, of (q - z) in x's 16-bit type, exactly: (word >> 4i) & 0x000F000F
@@ -24,13 +25,7 @@
 
 namespace ib::cuda {
 
-inline constexpr int kGemvInt4StepK = 128;  // k per 4-bit sub-step (64 bytes per row)
-// Sub-steps per warp step, adjacent in k (2: 128 contiguous bytes per row and step, as the bf16
-// GEMV reads; measured no faster than 1, bench/NOTES.md, W4A16 run3).
-#ifndef IB_GEMV_INT4_SUB
-#define IB_GEMV_INT4_SUB 1
-#endif
-inline constexpr int kGemvInt4Sub = IB_GEMV_INT4_SUB;
+inline constexpr int kGemvInt4StepK = 128;  // k per 4-bit warp step (64 bytes per row)
 
 // The 16-bit pattern of 128.0 (bf16) or 1024.0 (f16), whose ulp is 1.
 template <typename T>
@@ -144,7 +139,7 @@ __device__ __forceinline__ Int4Group load_int4_group(const uint16_t* scales, con
   return p;
 }
 
-// ---- NF4 (kGemvNf4; backend/weight.h's kNf4): the same loads and sub-steps as W4A16. A byte's two
+// ---- NF4 (kGemvNf4; backend/weight.h's kNf4): the same loads and steps as W4A16. A byte's two
 // codes (the even k in the high nibble) become the pair (level[hi], level[lo]) * absmax in fp32,
 // rounded to x's type (the lane's 32 codes lie in one 64-block), and meet x's words as they are.
 
@@ -164,7 +159,7 @@ __device__ __forceinline__ Int4Group load_nf4_absmax(const float* absmax, int bl
   return p;
 }
 
-// One NF4 sub-step: 16 rows x 128 k against NT n-tiles; acc += sum w x.
+// One NF4 step: 16 rows x 128 k against NT n-tiles; acc += sum w x.
 template <typename T, int NT>
 __device__ __forceinline__ void gemv_step_nf4(float (&acc)[NT][4], const uint4& wa, const uint4& wb,
                                               const uint4 (&xv)[NT][4], const Int4Group& g,

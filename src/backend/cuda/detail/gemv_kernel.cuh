@@ -205,15 +205,13 @@ __device__ __forceinline__ void gemv_widen_int8(const uint4& q, uint4 (&wd)[2]) 
 
 // Weight loads of one warp step at element offset kk: w rows r and r + 8 (16-bit elements: two
 // 16-byte loads per row; E4M3 bytes: one).
-// kStride: TW elements between a step's loads (16 bytes of 16-bit elements; W4A16: the next
-// 128-k sub-step's 64 bytes).
-template <typename TW, int kLoads, int kStride = 8>
+template <typename TW, int kLoads>
 __device__ __forceinline__ void gemv_load_w(const TW* wa_ptr, const TW* wb_ptr, int64_t kk,
                                             uint4 (&wa)[kLoads], uint4 (&wb)[kLoads]) {
 #pragma unroll
   for (int i = 0; i < kLoads; ++i) {
-    wa[i] = load_stream16(wa_ptr + kk + i * kStride);
-    wb[i] = load_stream16(wb_ptr + kk + i * kStride);
+    wa[i] = load_stream16(wa_ptr + kk + i * 8);
+    wb[i] = load_stream16(wb_ptr + kk + i * 8);
   }
 }
 
@@ -267,11 +265,9 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
                 "W8A16 and the 4-bit formats take x normalised before the kernel");
   const T* __restrict__ x = static_cast<const T*>(x_raw);
   using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
-  // W4A16: a step is kGemvInt4Sub adjacent 128-k sub-steps (64 bytes per row each).
-  constexpr int kSub = kInt4 ? kGemvInt4Sub : 1;
-  constexpr int kWLoads = kInt4 ? kSub : (kQuant ? 1 : 2);  // 16-byte loads per row and step
-  constexpr int kStepW = kInt4 ? 64 * kSub : kGemvStepK;    // TW elements per row and step
-  constexpr int kLoadStride = kInt4 ? 64 : 8;               // TW elements between them
+  // 16-byte loads per row and step. Every quantized format reads kGemvStepK bytes of a row per
+  // step: 64 k of an 8-bit format, 128 k (kGemvInt4StepK) of a 4-bit one.
+  constexpr int kWLoads = kQuant ? 1 : 2;
   const TW* __restrict__ w = static_cast<const TW*>(w_raw);
   __shared__ float partial[kWarps][NT][4][32];  // (warp, n-tile, C register, lane)
   const int warp = threadIdx.x >> 5;
@@ -328,7 +324,7 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     iacc[t][0] = iacc[t][1] = iacc[t][2] = iacc[t][3] = 0;
   }
 
-  const int steps = k / (kInt4 ? kGemvInt4StepK * kSub : kGemvStepK);
+  const int steps = k / (kInt4 ? kGemvInt4StepK : kGemvStepK);
   // kNf4: each byte value's two levels (high nibble: the even k), filled before the main loop.
   __shared__ float2 nf4_lut[kNf4 ? 256 : 1];
   if constexpr (kNf4) {
@@ -365,41 +361,33 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
     // next group's weights go out right after its MMAs.
     int s = warp;
     uint4 wa[kUnroll][kWLoads], wb[kUnroll][kWLoads];
-    [[maybe_unused]] Int4Group grp[kUnroll][kSub];  // kInt4: each sub-step's group parameters
-    const auto load_groups = [&](int step, Int4Group(&g)[kSub]) {
-#pragma unroll
-      for (int h = 0; h < kSub; ++h) {
-        if constexpr (kNf4) {  // the lane's 32 codes lie in 64-block 2 * sub-step + q / 2
-          g[h] = load_nf4_absmax(fp8.g_absmax, fp8.groups, row_a, row_b,
-                                 (step * kSub + h) * 2 + q / 2);
-        } else {
-          g[h] = load_int4_group<T>(fp8.g_scales, fp8.g_zeros, fp8.groups, fp8.steps_per_group,
-                                    row_a, row_b, step * kSub + h);
-        }
+    [[maybe_unused]] Int4Group grp[kUnroll];  // kInt4: each step's group parameters
+    const auto load_group = [&](int step) {
+      if constexpr (kNf4) {  // the lane's 32 codes lie in 64-block 2 * step + q / 2
+        return load_nf4_absmax(fp8.g_absmax, fp8.groups, row_a, row_b, step * 2 + q / 2);
+      } else {
+        return load_int4_group<T>(fp8.g_scales, fp8.g_zeros, fp8.groups, fp8.steps_per_group, row_a,
+                                  row_b, step);
       }
     };
-    // W4A16: the step's sub-steps, each with its x (loaded here, step by step: all steps' x at
-    // once would hold 16 registers per sub-step and n-tile).
-    const auto int4_step = [&](int step, const uint4(&ws)[kWLoads], const uint4(&wt)[kWLoads],
-                               const Int4Group(&g)[kSub]) {
-#pragma unroll
-      for (int h = 0; h < kSub; ++h) {
-        uint4 xv[NT][4];
-        gemv_load_x_int4<T, NT>(x_ptr, int64_t{step * kSub + h} * kGemvInt4StepK, xv);
-        if constexpr (kNf4) {
-          gemv_step_nf4<T, NT>(acc, ws[h], wt[h], xv, g[h], nf4_lut);
-        } else {
-          gemv_step_int4<T, NT>(acc, ws[h], wt[h], xv, g[h]);
-        }
+    // A 4-bit step with its x (loaded here, step by step: all steps' x at once would hold 16
+    // registers per step and n-tile).
+    const auto int4_step = [&](int step, const uint4& ws, const uint4& wt, const Int4Group& g) {
+      uint4 xv[NT][4];
+      gemv_load_x_int4<T, NT>(x_ptr, int64_t{step} * kGemvInt4StepK, xv);
+      if constexpr (kNf4) {
+        gemv_step_nf4<T, NT>(acc, ws, wt, xv, g, nf4_lut);
+      } else {
+        gemv_step_int4<T, NT>(acc, ws, wt, xv, g);
       }
     };
     const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
     if (full(s)) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        gemv_load_w<TW, kWLoads, kLoadStride>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kStepW,
-                                              wa[u], wb[u]);
-        if constexpr (kInt4) load_groups(s + u * kWarps, grp[u]);
+        gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kGemvStepK, wa[u],
+                                 wb[u]);
+        if constexpr (kInt4) grp[u] = load_group(s + u * kWarps);
       }
     }
     if constexpr (kRowScales) {  // the tile's row scales (constant, like the weights)
@@ -430,7 +418,7 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
         }
       } else if constexpr (kInt4) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) int4_step(s + u * kWarps, wa[u], wb[u], grp[u]);
+        for (int u = 0; u < kUnroll; ++u) int4_step(s + u * kWarps, wa[u][0], wb[u][0], grp[u]);
       } else if constexpr (kW == kGemvInt8) {
         uint4 xv[kUnroll][NT][2];
 #pragma unroll
@@ -458,15 +446,15 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
       if (full(next)) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-          gemv_load_w<TW, kWLoads, kLoadStride>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kStepW,
-                                                wa[u], wb[u]);
-          if constexpr (kInt4) load_groups(next + u * kWarps, grp[u]);
+          gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kGemvStepK, wa[u],
+                                   wb[u]);
+          if constexpr (kInt4) grp[u] = load_group(next + u * kWarps);
         }
       }
     }
     for (int s2 = s; s2 < steps; s2 += kWarps) {
       uint4 wt[kWLoads], wu[kWLoads], xv[NT][2];
-      gemv_load_w<TW, kWLoads, kLoadStride>(wa_ptr, wb_ptr, int64_t{s2} * kStepW, wt, wu);
+      gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s2} * kGemvStepK, wt, wu);
       if constexpr (kXq) {
         uint32_t xq[NT][4];
         gemv_load_xq<NT>(xq_ptr, int64_t{s2} * kGemvStepK, xq);
@@ -476,9 +464,7 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
           gemv_step_8bit<NT>(iacc, wt[0], wu[0], xq);
         }
       } else if constexpr (kInt4) {
-        Int4Group g[kSub];
-        load_groups(s2, g);
-        int4_step(s2, wt, wu, g);
+        int4_step(s2, wt[0], wu[0], load_group(s2));
       } else if constexpr (kW == kGemvInt8) {
         gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
         uint4 wtd[2], wud[2];
