@@ -1,8 +1,15 @@
 // The W4A16 matmuls (backend/weight.h kInt4W4A16, groups of 128) at Llama-3-8B's per-layer
 // shapes: the W4A16 GEMV (M <= 16) and above it the dequantize-then-cuBLASLt path, timed over
 // graph replays as the bf16 and FP8 sections are, so the rows compare directly.
+// IB_OPS_INT4_M: the token counts to time (comma-separated; default 1,2,4,8,16,64,2048).
+// IB_OPS_PERSIST: the GEMV's persistent-grid settings to time (IB_GEMV_PERSIST values,
+// comma-separated; default: the backend's setting only); each row's kernel name carries it.
+// IB_OPS_LINEARS: the layer's linears to time (comma-separated names; default all).
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string_view>
 
 #include "backend/cuda/detail/kernels.h"
 #include "bench_kernels.h"
@@ -10,10 +17,39 @@
 
 namespace ib::bench {
 
+namespace {
+
+std::vector<int64_t> env_list(const char* name, std::vector<int64_t> fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == 0) return fallback;
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoll(item));
+  return out;
+}
+
+// Whether name is one of list's comma-separated items.
+bool listed(std::string_view list, std::string_view name) {
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    if (list.substr(0, comma) == name) return true;
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+  }
+  return false;
+}
+
+}  // namespace
+
 void bench_gemm_int4(BenchContext& ctx) {
   constexpr int64_t kGroup = 128;
-  std::map<int64_t, double> layer_us;
+  const std::vector<int64_t> ms = env_list("IB_OPS_INT4_M", {1, 2, 4, 8, 16, 64, 2048});
+  const std::vector<int64_t> persists =
+      env_list("IB_OPS_PERSIST", {cuda::gemv_persist_blocks_per_sm()});
+  const int saved_persist = cuda::gemv_persist_blocks_per_sm();
+  std::map<std::string, double> layer_us;
+  const char* only = std::getenv("IB_OPS_LINEARS");
   for (const LayerLinear& lin : kLayerLinears) {
+    if (only != nullptr && !listed(only, lin.name)) continue;
     const int64_t groups = lin.k / kGroup;
     const double w_bytes = static_cast<double>(lin.n * lin.k / 2 + lin.n * groups * 3);
     const int copies = static_cast<int>(std::max(1.0, std::ceil(512e6 / w_bytes)));
@@ -29,30 +65,38 @@ void bench_gemm_int4(BenchContext& ctx) {
       ctx.backend.quantize_weight(dense, q);
       w.push_back(q);
     }
-    for (const int64_t m : {1, 2, 4, 8, 16, 64, 2048}) {
-      Tensor x = ctx.random(DType::kBF16, {m, lin.k});
-      Tensor out = ctx.random(DType::kBF16, {m, lin.n});
-      const double bytes = w_bytes + static_cast<double>(m * lin.k * 2 + m * lin.n * 2);
-      const double fl = 2.0 * static_cast<double>(m * lin.n * lin.k);
-      const std::string shape =
-          std::to_string(m) + "x" + std::to_string(lin.n) + "x" + std::to_string(lin.k);
-      const double us =
-          ctx.timer.per_call_ms(
-              [&](int i) {
-                ctx.backend.matmul(x, w[static_cast<size_t>(i % copies)], nullptr, out);
-              },
-              std::max(2 * copies, 8)) *
-          1e3;
-      layer_us[m] += us;
-      ctx.report.add(
-          {"int4", lin.name, shape,
-           m <= cuda::gemv_max_m(WeightFormat::kInt4W4A16) ? "gemv_w4a16" : "dequant+cublasLt", us,
-           bytes, fl});
-    }
+    for (const int64_t persist : persists)
+      for (const int64_t m : ms) {
+        cuda::set_gemv_persist_blocks_per_sm(static_cast<int>(persist));
+        const bool gemv = m <= cuda::gemv_max_m(WeightFormat::kInt4W4A16);
+        if (!gemv && persist != persists.front()) continue;  // the same dequantizing path
+        char kernel[64];
+        std::snprintf(kernel, sizeof kernel, gemv ? "gemv_w4a16 persist=%ld" : "dequant+cublasLt",
+                      static_cast<long>(persist));
+        Tensor x = ctx.random(DType::kBF16, {m, lin.k});
+        Tensor out = ctx.random(DType::kBF16, {m, lin.n});
+        const double bytes = w_bytes + static_cast<double>(m * lin.k * 2 + m * lin.n * 2);
+        const double fl = 2.0 * static_cast<double>(m * lin.n * lin.k);
+        const std::string shape =
+            std::to_string(m) + "x" + std::to_string(lin.n) + "x" + std::to_string(lin.k);
+        const double us =
+            ctx.timer.per_call_ms(
+                [&](int i) {
+                  ctx.backend.matmul(x, w[static_cast<size_t>(i % copies)], nullptr, out);
+                },
+                std::max(2 * copies, 8)) *
+            1e3;
+        char key[64];
+        std::snprintf(key, sizeof key, gemv ? "m%ld_persist%ld" : "m%ld", static_cast<long>(m),
+                      static_cast<long>(persist));
+        layer_us[key] += us;
+        ctx.report.add({"int4", lin.name, shape, kernel, us, bytes, fl});
+      }
   }
-  for (const auto& [m, us] : layer_us) {
-    std::printf("w4a16 linears per layer, M = %ld: %.1f us\n", static_cast<long>(m), us);
-    ctx.report.extra()["int4_layer_linears_us_m" + std::to_string(m)] = us;
+  cuda::set_gemv_persist_blocks_per_sm(saved_persist);
+  for (const auto& [key, us] : layer_us) {
+    std::printf("w4a16 linears per layer, %s: %.1f us\n", key.c_str(), us);
+    ctx.report.extra()["int4_layer_linears_us_" + key] = us;
   }
   ctx.release();
 }

@@ -26,6 +26,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_ATTN_PREFETCH", "cuda", "8", 0, 1 << 20, "",
      "the split-KV attention prefetches its K and V rows into L2 in steps of at most this many "
      "sequences (0: never)"},
+    {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
+     "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
+     "prefetching each block's next row tile (0: one block per tile)"},
 };
 
 Status check_value(const KernelSwitchSpec& spec, std::string_view text) {

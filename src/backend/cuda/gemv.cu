@@ -1,6 +1,8 @@
 // The decode GEMM (detail/gemv_kernel.cuh) at the configuration chosen by bench/gpu measurements
 // on the H200: see bench/NOTES.md.
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/gemv_kernel.cuh"
@@ -29,6 +31,30 @@ constexpr int kQuantUnroll = IB_GEMV_QUANT_UNROLL;
 #endif
 constexpr int kInt4Unroll = IB_GEMV_INT4_UNROLL;
 
+// IB_GEMV_PERSIST (backend/kernel_switches.h): blocks per SM of a persistent grid for the
+// quantized formats' GEMVs, which then loop over row tiles, each block loading its next tile's
+// first weights during the current tile's epilogue; 0: one block per row tile.
+std::atomic<int> g_persist_blocks_per_sm{0};
+
+int sm_count() {
+  static const int count = [] {
+    int device = 0, value = 0;
+    IB_CUDA_CHECK(cudaGetDevice(&device), "gemv: cudaGetDevice");
+    IB_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device),
+                  "gemv: the SM count");
+    return value;
+  }();
+  return count;
+}
+
+// The grid of a launch over `tiles` row tiles.
+template <int kW>
+unsigned grid_blocks(unsigned tiles) {
+  const int per_sm = g_persist_blocks_per_sm.load(std::memory_order_relaxed);
+  if (kW == kGemvDense || per_sm == 0) return tiles;
+  return std::min(tiles, static_cast<unsigned>(per_sm * sm_count()));
+}
+
 // The quantized operands of a launch: the weight's row scales and x's token scales.
 GemvQuant quant_operands(const WeightRef& w, const GemvQuantAct* act) {
   GemvQuant q;
@@ -42,6 +68,8 @@ GemvQuant quant_operands(const WeightRef& w, const GemvQuantAct* act) {
     q.g_zeros = w.zeros.as<uint8_t>();
     q.groups = static_cast<int>(w.scales.dim(1));
     q.steps_per_group = w.group_size / kGemvInt4StepK;
+    if (q.steps_per_group > 0 && (q.steps_per_group & (q.steps_per_group - 1)) == 0)
+      q.steps_shift = __builtin_ctz(static_cast<unsigned>(q.steps_per_group));
   }
   q.x_scales = act ? act->scales.as<float>() : nullptr;
   q.zero = static_act_quant(w).zero();
@@ -70,12 +98,13 @@ GemvQuantAct quantize_act(const Tensor& x, const Tensor* gain, float eps, bool r
   return q;
 }
 
-// One GEMV launch of `blocks` blocks. W8A8 weights read x quantized by quantize_act first; W8A16
-// weights of a fused op read rms_norm(x) * gain written by the norm kernel first.
+// One GEMV launch over the weight's row tiles (gemv_tile_count). W8A8 weights read x quantized by
+// quantize_act first; W8A16 weights of a fused op read rms_norm(x) * gain written by the norm
+// kernel first.
 template <typename T, typename TOut, int NT, int kEpilogue, bool kRms, int kW>
-void launch_config(const char* op, unsigned blocks, const Tensor& x, const WeightRef& w,
-                   const T* bias, Tensor out, float eps, const GemvRopeCache& rc,
-                   const Tensor* gain, const GemvQuantAct* act, cudaStream_t stream, bool pdl) {
+void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T* bias, Tensor out,
+                   float eps, const GemvRopeCache& rc, const Tensor* gain, const GemvQuantAct* act,
+                   cudaStream_t stream, bool pdl) {
   const int m = static_cast<int>(x.rows());
   const int n = static_cast<int>(w.data.dim(0));
   const int k = static_cast<int>(w.cols());
@@ -103,16 +132,15 @@ void launch_config(const char* op, unsigned blocks, const Tensor& x, const Weigh
     x_in = xn.data;
   }
   const auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
-  launch_kernel(op, pdl, kernel, dim3(blocks), dim3(kWarps * 32), 0, stream, x_in, w.data.data,
-                bias, out.as<TOut>(), m, n, k, eps, rc, operands);
+  const auto tiles = static_cast<unsigned>(gemv_tile_count(kEpilogue, n));
+  launch_kernel(op, pdl, kernel, dim3(grid_blocks<kW>(tiles)), dim3(kWarps * 32), 0, stream, x_in,
+                w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands);
 }
 
 template <typename T, typename TOut, int NT, int kW>
 void launch_nt(const Tensor& x, const WeightRef& w, const T* bias, Tensor out, cudaStream_t stream,
                bool pdl, const GemvQuantAct* act) {
-  const int n = static_cast<int>(w.data.dim(0));
-  const unsigned blocks = static_cast<unsigned>((n + kGemvRows - 1) / kGemvRows);
-  launch_config<T, TOut, NT, kGemvStore, false, kW>("matmul(gemv)", blocks, x, w, bias, out, 0.0f,
+  launch_config<T, TOut, NT, kGemvStore, false, kW>("matmul(gemv)", x, w, bias, out, 0.0f,
                                                     GemvRopeCache{}, nullptr, act, stream, pdl);
 }
 
@@ -125,7 +153,9 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
     launch_nt<T, TOut, 1, kW>(x, w, b, out, stream, pdl, act);
   } else if (m <= 8) {
     launch_nt<T, TOut, 1, kW>(x, w, b, out, stream, pdl, act);
-  } else if (kW == kGemvInt4 || kW == kGemvNf4 || m <= 16) {  // 4-bit: up to 16 (gemv_max_m)
+  } else if constexpr (kW == kGemvInt4 || kW == kGemvNf4) {  // up to 16 (gemv_max_m)
+    launch_nt<T, TOut, 2, kW>(x, w, b, out, stream, pdl, act);
+  } else if (m <= 16) {
     launch_nt<T, TOut, 2, kW>(x, w, b, out, stream, pdl, act);
   } else {
     launch_nt<T, TOut, 4, kW>(x, w, b, out, stream, pdl, act);
@@ -137,11 +167,7 @@ template <typename T, int kEpilogue, bool kRms, int kW>
 void launch_fused_typed(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
                         Tensor out, float eps, cudaStream_t stream, bool pdl,
                         const GemvQuantAct* act, const GemvRopeCache& rc = {}) {
-  const int n = static_cast<int>(w.data.dim(0));
-  const int rows_per_block = kEpilogue == kGemvSwiGlu ? kGemvRows / 2 : kGemvRows;
-  const int features = kEpilogue == kGemvSwiGlu ? n / 2 : n;
-  const unsigned blocks = static_cast<unsigned>((features + rows_per_block - 1) / rows_per_block);
-  launch_config<T, T, 1, kEpilogue, kRms, kW>("matmul(gemv, fused)", blocks, x, w,
+  launch_config<T, T, 1, kEpilogue, kRms, kW>("matmul(gemv, fused)", x, w,
                                               bias ? bias->as<T>() : nullptr, out, eps, rc, gain,
                                               act, stream, pdl);
 }
@@ -188,6 +214,14 @@ void dispatch(const Tensor& x, const WeightRef& w, F&& f) {
 }
 
 }  // namespace
+
+void set_gemv_persist_blocks_per_sm(int blocks) {
+  g_persist_blocks_per_sm.store(blocks, std::memory_order_relaxed);
+}
+
+int gemv_persist_blocks_per_sm() {
+  return g_persist_blocks_per_sm.load(std::memory_order_relaxed);
+}
 
 void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef& w,
                             const Tensor* bias, float eps, const Tensor& positions,
@@ -242,10 +276,15 @@ int64_t step_k(const WeightRef& w) {
 // blocks of 64 (act-order and smaller groups take the dequantizing path: the CUDA backend's
 // matmul, and its fused ops' fallback).
 bool gemv_weight_ok(const Tensor& x, const WeightRef& w) {
+  // (The 4-bit kernels index the group parameters with 32-bit offsets.)
+  const bool offsets_fit = w.scales.numel() <= INT32_MAX;
   if (w.format == WeightFormat::kInt4W4A16) {
-    return w.quantized_layout_ok() && w.group_size % kGemvInt4StepK == 0 && w.input_perm.empty();
+    return w.quantized_layout_ok() && w.group_size % kGemvInt4StepK == 0 && w.input_perm.empty() &&
+           offsets_fit;
   }
-  if (w.format == WeightFormat::kNf4) return w.quantized_layout_ok() && w.group_size == 64;
+  if (w.format == WeightFormat::kNf4) {
+    return w.quantized_layout_ok() && w.group_size == 64 && offsets_fit;
+  }
   if (is_quantized(w.format)) return w.quantized_layout_ok();
   return w.data.dtype == x.dtype;
 }

@@ -5,13 +5,16 @@
 // W4A16 run3.)
 //
 // Each 32-bit word of codes (8 consecutive k, k = 2j in the low nibble of byte j) becomes four
-// pairs (k_i, k_i+4), i = 0..3, of (q - z) in x's 16-bit type, exactly: (word >> 4i) & 0x000F000F
-// puts nibbles i and i + 4 into the low mantissa bits of the two halves of 128.0 (bf16 0x4300) or
-// 1024.0 (f16 0x6400), whose ulp is 1, and one packed subtraction of 128 + z (1024 + z) leaves
-// q - z. x's eight values of the same k are paired alike with two byte permutes per pair of
-// pairs, so a lane's k order is the same for the weights and x, which is all the MMA needs.
-// A step lies inside one group (group sizes are multiples of 128), so its MMAs sum into a
-// temporary and the group's scale (f16, exact in fp32) multiplies the sum once per step.
+// pairs (k_i, k_i+4), i = 0..3, of magic + q in x's 16-bit type, exactly: (word >> 4i) &
+// 0x000F000F puts nibbles i and i + 4 into the low mantissa bits of the two halves of 128.0 (bf16
+// 0x4300) or 1024.0 (f16 0x6400), whose ulp is 1. x's eight values of the same k are paired
+// alike with two byte permutes per pair of pairs, so a lane's k order is the same for the weights
+// and x, which is all the MMA needs. The zero point never meets a code: the step's MMAs sum
+// (magic + q) x, two more MMAs per 32 k with a ones matrix sum x over the same k, and
+// (magic + z) times that sum comes off once per step, where the group's scale (f16, exact in
+// fp32) multiplies the difference (a step lies inside one group: group sizes are multiples of
+// 128). (Subtracting magic + z from every pair instead cost a packed subtraction per pair:
+// bench/NOTES.md, W4A16 run7.)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,38 +36,19 @@ __device__ __forceinline__ uint32_t int4_magic() {
   return std::is_same_v<T, __nv_bfloat16> ? 0x4300u : 0x6400u;
 }
 
-// Both halves of magic + z: what a code's magic value minus z's leaves q - z.
+// The value of int4_magic: a code q becomes the exact value magic + q.
 template <typename T>
-__device__ __forceinline__ uint32_t int4_zero_pair(uint32_t z) {
-  const uint32_t h = int4_magic<T>() | z;
-  return h | (h << 16);
+__device__ __forceinline__ float int4_magic_value() {
+  return std::is_same_v<T, __nv_bfloat16> ? 128.0f : 1024.0f;
 }
 
-__device__ __forceinline__ uint32_t sub2_bits_bf16(uint32_t a, uint32_t b) {
-  const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a),
-                                   *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-
-__device__ __forceinline__ uint32_t sub2_bits_f16(uint32_t a, uint32_t b) {
-  const __half2 r =
-      __hsub2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-
-// One word of 8 codes as the pairs (k_i - z, k_i+4 - z), i = 0..3.
+// One word of 8 codes as the pairs (magic + q of k_i, magic + q of k_i+4), i = 0..3: one shift
+// and one LOP3 each, no arithmetic (the zero point comes off after the MMAs).
 template <typename T>
-__device__ __forceinline__ void int4_pairs(uint32_t word, uint32_t zero_pair, uint32_t (&p)[4]) {
+__device__ __forceinline__ void int4_pairs(uint32_t word, uint32_t (&p)[4]) {
   const uint32_t magic = int4_magic<T>() | (int4_magic<T>() << 16);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t v = ((word >> (4 * i)) & 0x000F000Fu) | magic;
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      p[i] = sub2_bits_bf16(v, zero_pair);
-    } else {
-      p[i] = sub2_bits_f16(v, zero_pair);
-    }
-  }
+  for (int i = 0; i < 4; ++i) p[i] = ((word >> (4 * i)) & 0x000F000Fu) | magic;
 }
 
 // Eight x values (one 16-byte load, x_0..x_7) as the pairs (x_i, x_i+4), i = 0..3.
@@ -86,56 +70,75 @@ __device__ __forceinline__ void gemv_load_x_int4(const T* const (&x_ptr)[NT], in
       xv[t][i] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk + 8 * i));
 }
 
-// A 4-bit step's group parameters for rows r (a) and r + 8 (b).
+// A 4-bit step's group parameters for rows r (a) and r + 8 (b): scale and magic + zero point
+// (W4A16), or the absmax and 0 (NF4).
 struct Int4Group {
   float scale_a, scale_b;
-  uint32_t zero_a, zero_b;  // int4_zero_pair
+  float zero_a, zero_b;
 };
 
 // One 4-bit warp step: 16 rows x 128 k against NT n-tiles; acc += scale * sum (q - z) x.
+// The MMAs sum (magic + q) x, exactly representable products, and MMAs of a ones matrix sum x
+// over the same k (the same for every row); (magic + z) times the latter comes off once per step.
 template <typename T, int NT>
 __device__ __forceinline__ void gemv_step_int4(float (&acc)[NT][4], const uint4& wa,
                                                const uint4& wb, const uint4 (&xv)[NT][4],
                                                const Int4Group& g) {
-  float part[NT][4];
+  const uint32_t one = std::is_same_v<T, __nv_bfloat16> ? 0x3F803F80u : 0x3C003C00u;
+  float part[NT][4], xsum[NT][4];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) part[t][i] = xsum[t][i] = 0.0f;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const uint32_t word_a = j == 0 ? wa.x : j == 1 ? wa.y : j == 2 ? wa.z : wa.w;
     const uint32_t word_b = j == 0 ? wb.x : j == 1 ? wb.y : j == 2 ? wb.z : wb.w;
     uint32_t pa[4], pb[4];
-    int4_pairs<T>(word_a, g.zero_a, pa);
-    int4_pairs<T>(word_b, g.zero_b, pb);
+    int4_pairs<T>(word_a, pa);
+    int4_pairs<T>(word_b, pb);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       uint32_t px[4];
       int4_x_pairs(xv[t][j], px);
       mma_16816<T>(part[t], pa[0], pb[0], pa[1], pb[1], px[0], px[1]);
       mma_16816<T>(part[t], pa[2], pb[2], pa[3], pb[3], px[2], px[3]);
+      mma_16816<T>(xsum[t], one, one, one, one, px[0], px[1]);
+      mma_16816<T>(xsum[t], one, one, one, one, px[2], px[3]);
     }
   }
 #pragma unroll
   for (int t = 0; t < NT; ++t) {  // C rows: registers 0, 1 row r; 2, 3 row r + 8
-    acc[t][0] += part[t][0] * g.scale_a;
-    acc[t][1] += part[t][1] * g.scale_a;
-    acc[t][2] += part[t][2] * g.scale_b;
-    acc[t][3] += part[t][3] * g.scale_b;
+    acc[t][0] += (part[t][0] - g.zero_a * xsum[t][0]) * g.scale_a;
+    acc[t][1] += (part[t][1] - g.zero_a * xsum[t][1]) * g.scale_a;
+    acc[t][2] += (part[t][2] - g.zero_b * xsum[t][2]) * g.scale_b;
+    acc[t][3] += (part[t][3] - g.zero_b * xsum[t][3]) * g.scale_b;
   }
 }
 
-// The group parameters of 4-bit step s for weight rows row_a / row_b: scales (N, groups) f16
-// bits, zeros (N, groups) u8, steps_per_group = group_size / 128.
+// Where the group parameters of a tile's rows start in their (N, groups) arrays: row_a * groups
+// and row_b * groups (offsets, so that the arrays' pointers stay kernel parameters).
+struct Int4GroupRows {
+  int32_t a, b;
+};
+
+// The group of 4-bit step s: s >> shift when the steps per group are a power of two (shift
+// >= 0), else s / steps_per_group.
+__device__ __forceinline__ int int4_group_of(int s, int shift, int steps_per_group) {
+  return shift >= 0 ? s >> shift : s / steps_per_group;
+}
+
+// The group parameters of 4-bit step s: scales (N, groups) f16 bits, zeros (N, groups) u8.
 template <typename T>
 __device__ __forceinline__ Int4Group load_int4_group(const uint16_t* scales, const uint8_t* zeros,
-                                                     int groups, int steps_per_group, int64_t row_a,
-                                                     int64_t row_b, int s) {
-  const int g = s / steps_per_group;
+                                                     const Int4GroupRows& rows, int shift,
+                                                     int steps_per_group, int s) {
+  const int g = int4_group_of(s, shift, steps_per_group);
   Int4Group p;
-  p.scale_a = __half2float(__ushort_as_half(__ldg(scales + row_a * groups + g)));
-  p.scale_b = __half2float(__ushort_as_half(__ldg(scales + row_b * groups + g)));
-  p.zero_a = int4_zero_pair<T>(__ldg(zeros + row_a * groups + g));
-  p.zero_b = int4_zero_pair<T>(__ldg(zeros + row_b * groups + g));
+  p.scale_a = __half2float(__ushort_as_half(__ldg(scales + rows.a + g)));
+  p.scale_b = __half2float(__ushort_as_half(__ldg(scales + rows.b + g)));
+  p.zero_a = int4_magic_value<T>() + static_cast<float>(__ldg(zeros + rows.a + g));
+  p.zero_b = int4_magic_value<T>() + static_cast<float>(__ldg(zeros + rows.b + g));
   return p;
 }
 
@@ -149,13 +152,13 @@ static __constant__ float kNf4LevelsDevice[16] = {
     kNf4Levels[6],  kNf4Levels[7],  kNf4Levels[8],  kNf4Levels[9], kNf4Levels[10], kNf4Levels[11],
     kNf4Levels[12], kNf4Levels[13], kNf4Levels[14], kNf4Levels[15]};
 
-// The absmax of 64-block b for rows row_a / row_b (as Int4Group's scales; zeros unused).
-__device__ __forceinline__ Int4Group load_nf4_absmax(const float* absmax, int blocks, int64_t row_a,
-                                                     int64_t row_b, int b) {
+// The absmax of 64-block b (N, blocks) f32 (as Int4Group's scales; zeros unused).
+__device__ __forceinline__ Int4Group load_nf4_absmax(const float* absmax, const Int4GroupRows& rows,
+                                                     int b) {
   Int4Group p;
-  p.scale_a = __ldg(absmax + row_a * blocks + b);
-  p.scale_b = __ldg(absmax + row_b * blocks + b);
-  p.zero_a = p.zero_b = 0;
+  p.scale_a = __ldg(absmax + rows.a + b);
+  p.scale_b = __ldg(absmax + rows.b + b);
+  p.zero_a = p.zero_b = 0.0f;
   return p;
 }
 

@@ -1,7 +1,9 @@
 // The decode GEMM kernel template: out (M, N) = x (M, K) @ w (N, K)^T for small M, bound by
 // streaming w once.
 //
-// Each block owns 16 output features (rows of w) and splits K across its warps. A warp step
+// Each block owns 16 output features (rows of w), a row tile, and splits K across its warps. A
+// launch of fewer blocks than tiles (IB_GEMV_PERSIST, the quantized formats) loops over tiles,
+// each block loading its next tile's first weights before the current tile's reduction. A warp step
 // covers 64 k: lane (r = lane / 4, q = lane % 4) loads 16 contiguous elements of w rows r and
 // r + 8 and of x row r (two 16-byte loads each) and feeds them to four m16n8k16 tensor-core MMAs
 // with w as the A operand (16 rows) and x^T as B (8 tokens per n-tile). The k order inside an
@@ -86,10 +88,11 @@ struct GemvQuant {
   // the sum is corrected by - zero * row_sums[n], zero = z - 128 (0: no correction).
   const int32_t* row_sums = nullptr;  // (N)
   int zero = 0;
-  // kGemvInt4: scales (N, groups) f16 bits, zeros (N, groups) u8, group_size / 128 steps each.
+  // kGemvInt4: scales (N, groups) f16 bits, zeros (N, groups) u8, group_size / 128 steps each
+  // (log2 of that in steps_shift when it is a power of two, else -1).
   const uint16_t* g_scales = nullptr;
   const uint8_t* g_zeros = nullptr;
-  int groups = 0, steps_per_group = 0;
+  int groups = 0, steps_per_group = 0, steps_shift = -1;
   const float* g_absmax = nullptr;  // kGemvNf4: (N, K / 64) f32
 };
 
@@ -235,278 +238,25 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
   gemv_load_x<T, NT>(x_ptr, kk, xv);
 }
 
-// x (M, K), w (N, K), bias (N) or null, out (M, N); K % 64 == 0; M <= 8 * NT.
-// grid: ceil(N / 16) blocks of kWarps * 32 threads. Under programmatic dependent launch the
-// interleaved variant issues its first weight loads before waiting for the previous kernel
-// (weights are constant; x and out are not touched before the wait).
-// kEpilogue = kGemvSwiGlu: n = 2F weight rows, grid ceil(F / 8) blocks, out (M, F).
-// kEpilogue = kGemvRopeCache: n = (Hq + 2 Hkv) * head_dim, grid n / 16 blocks, head_dim / 16 per
-// head; a q or k head's block owns the 8 rotate-half pairs (i, i + head_dim / 2) for i in
-// [8 j, 8 j + 8), so each pair meets in one block; a v head's block owns 16 consecutive rows.
-// kRms: eps is the norm's epsilon (unused otherwise).
-// kW = kGemvFp8 / kGemvInt8A8: w points at E4M3 / int8 bytes, fp8.w_scales at the row scales;
-// x_raw at x already quantized (bytes (M, K), fp8.x_scales per token, the norm and its gain
-// applied by the quantize kernel), so kRms only says the scales carry 1 / rms.
-// kW = kGemvInt8: w int8 with fp8.w_scales, x as for dense weights; kRms false.
-template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
-          int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense>
-__global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
-    gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
-                const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
-                GemvRopeCache rc, GemvQuant fp8 = {}) {
-  constexpr bool kQuant = kW != kGemvDense;                  // 1-byte weights, row scales
-  constexpr bool kXq = kW == kGemvFp8 || kW == kGemvInt8A8;  // x already quantized
-  constexpr bool kFp8 = kW == kGemvFp8;
-  constexpr bool kNf4 = kW == kGemvNf4;
-  constexpr bool kInt4 = kW == kGemvInt4 || kNf4;  // 4-bit: the W4A16 step structure
-  constexpr bool kRowScales = kQuant && !kInt4;    // one f32 scale per row, applied on the way out
-  static_assert(!kQuant || !kAdjacent, "the quantized variants stream interleaved steps");
-  static_assert(!(kRms && (kW == kGemvInt8 || kInt4)),
-                "W8A16 and the 4-bit formats take x normalised before the kernel");
-  const T* __restrict__ x = static_cast<const T*>(x_raw);
-  using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
-  // 16-byte loads per row and step. Every quantized format reads kGemvStepK bytes of a row per
-  // step: 64 k of an 8-bit format, 128 k (kGemvInt4StepK) of a 4-bit one.
-  constexpr int kWLoads = kQuant ? 1 : 2;
-  const TW* __restrict__ w = static_cast<const TW*>(w_raw);
-  __shared__ float partial[kWarps][NT][4][32];  // (warp, n-tile, C register, lane)
-  const int warp = threadIdx.x >> 5;
-  const int lane = threadIdx.x & 31;
-  const int r = lane >> 2;
-  const int q = lane & 3;
+// The row tiles of a launch (one block each, or fewer persistent blocks looping over them):
+// 16 weight rows each, 8 features of a SwiGLU pair (n = 2F rows).
+__host__ __device__ inline int gemv_tile_count(int epilogue, int n) {
+  return epilogue == kGemvSwiGlu ? (n / 2 + kGemvRows / 2 - 1) / (kGemvRows / 2)
+                                 : (n + kGemvRows - 1) / kGemvRows;
+}
+
+// The block's results for row tile `tile` (rows from n0) from the warps' partial sums: the
+// epilogue of gemv_kernel (kRms: inv_rms per token; the quantized formats' row scales).
+template <typename T, typename TOut, int NT, int kWarps, int kEpilogue, bool kRms, int kW>
+__device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT][4][32],
+                                              const float* w_scale, const int* w_row_sum,
+                                              const float* inv_rms, int tile, int64_t n0,
+                                              const T* __restrict__ bias, TOut* __restrict__ out,
+                                              int m, int n, const GemvRopeCache& rc,
+                                              const GemvQuant& fp8) {
+  constexpr bool kXq = kW == kGemvFp8 || kW == kGemvInt8A8;
   constexpr bool kSwiGlu = kEpilogue == kGemvSwiGlu;
-  const int n_out = kSwiGlu ? n / 2 : n;  // output features
-  // Rows and tokens past the end read row 0 / token 0: their results are never stored.
-  int64_t n0, row_a, row_b;
-  if constexpr (kSwiGlu) {
-    n0 = int64_t{blockIdx.x} * (kGemvRows / 2);
-    row_a = n0 + r < n_out ? n0 + r : 0;
-    row_b = n0 + r < n_out ? n_out + n0 + r : 0;
-  } else if constexpr (kEpilogue == kGemvRopeCache) {
-    const int per_head = rc.head_dim / kGemvRows;
-    const int head = static_cast<int>(blockIdx.x) / per_head;
-    const int j = static_cast<int>(blockIdx.x) % per_head;
-    n0 = int64_t{head} * rc.head_dim;  // the head's first row
-    if (head < rc.num_heads + rc.num_kv_heads) {
-      row_a = n0 + j * 8 + r;
-      row_b = row_a + rc.head_dim / 2;
-    } else {
-      row_a = n0 + j * kGemvRows + r;
-      row_b = row_a + 8;
-    }
-  } else {
-    n0 = int64_t{blockIdx.x} * kGemvRows;
-    row_a = n0 + r < n ? n0 + r : 0;
-    row_b = n0 + r + 8 < n ? n0 + r + 8 : 0;
-  }
-  const int64_t w_row = kInt4 ? k / 2 : k;  // elements (bytes) per weight row
-  const TW* wa_ptr = w + row_a * w_row + q * 16;
-  const TW* wb_ptr = w + row_b * w_row + q * 16;
-  const T* x_ptr[NT];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const int tok = t * 8 + r;
-    x_ptr[t] = x + int64_t{tok < m ? tok : 0} * k + q * (kInt4 ? 32 : 16);
-  }
-  [[maybe_unused]] const uint8_t* xq_ptr[NT];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const int tok = t * 8 + r;
-    xq_ptr[t] = static_cast<const uint8_t*>(x_raw) + int64_t{tok < m ? tok : 0} * k + q * 16;
-  }
-
-  float acc[NT][4];
-  float ss[NT];
-  int iacc[NT][4];  // kGemvInt8A8's exact sums
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = ss[t] = 0.0f;
-    iacc[t][0] = iacc[t][1] = iacc[t][2] = iacc[t][3] = 0;
-  }
-
-  const int steps = k / (kInt4 ? kGemvInt4StepK : kGemvStepK);
-  // kNf4: each byte value's two levels (high nibble: the even k), filled before the main loop.
-  __shared__ float2 nf4_lut[kNf4 ? 256 : 1];
-  if constexpr (kNf4) {
-    for (int i = threadIdx.x; i < 256; i += kWarps * 32)
-      nf4_lut[i] = make_float2(kNf4LevelsDevice[i >> 4], kNf4LevelsDevice[i & 15]);
-    __syncthreads();
-  }
-  __shared__ float w_scale[kQuant ? kGemvRows : 1];
-  __shared__ int w_row_sum[kW == kGemvInt8A8 ? kGemvRows : 1];
-  if constexpr (kAdjacent) {
-    pdl_wait();
-    pdl_trigger();
-    const int groups = steps / kUnroll;
-    for (int g = warp; g < groups; g += kWarps) {
-      uint4 wa[kUnroll][2], wb[kUnroll][2], xv[kUnroll][NT][2];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        gemv_load<T, NT>(wa_ptr, wb_ptr, x_ptr, int64_t{g * kUnroll + u} * kGemvStepK, wa[u], wb[u],
-                         xv[u]);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
-        if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv[u]);
-      }
-    }
-    for (int s = groups * kUnroll + warp; s < steps; s += kWarps) {
-      uint4 wa[2], wb[2], xv[NT][2];
-      gemv_load<T, NT>(wa_ptr, wb_ptr, x_ptr, int64_t{s} * kGemvStepK, wa, wb, xv);
-      gemv_step<T, NT>(acc, wa, wb, xv);
-      if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
-    }
-  } else {
-    // The weights of this warp's first group go out before the wait; each group's loads of the
-    // next group's weights go out right after its MMAs.
-    int s = warp;
-    uint4 wa[kUnroll][kWLoads], wb[kUnroll][kWLoads];
-    [[maybe_unused]] Int4Group grp[kUnroll];  // kInt4: each step's group parameters
-    const auto load_group = [&](int step) {
-      if constexpr (kNf4) {  // the lane's 32 codes lie in 64-block 2 * step + q / 2
-        return load_nf4_absmax(fp8.g_absmax, fp8.groups, row_a, row_b, step * 2 + q / 2);
-      } else {
-        return load_int4_group<T>(fp8.g_scales, fp8.g_zeros, fp8.groups, fp8.steps_per_group, row_a,
-                                  row_b, step);
-      }
-    };
-    // A 4-bit step with its x (loaded here, step by step: all steps' x at once would hold 16
-    // registers per step and n-tile).
-    const auto int4_step = [&](int step, const uint4& ws, const uint4& wt, const Int4Group& g) {
-      uint4 xv[NT][4];
-      gemv_load_x_int4<T, NT>(x_ptr, int64_t{step} * kGemvInt4StepK, xv);
-      if constexpr (kNf4) {
-        gemv_step_nf4<T, NT>(acc, ws, wt, xv, g, nf4_lut);
-      } else {
-        gemv_step_int4<T, NT>(acc, ws, wt, xv, g);
-      }
-    };
-    const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
-    if (full(s)) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s + u * kWarps} * kGemvStepK, wa[u],
-                                 wb[u]);
-        if constexpr (kInt4) grp[u] = load_group(s + u * kWarps);
-      }
-    }
-    if constexpr (kRowScales) {  // the tile's row scales (constant, like the weights)
-      if (warp == 0 && q == 0) {
-        w_scale[r] = fp8.w_scales[row_a];
-        w_scale[r + 8] = fp8.w_scales[row_b];
-        if constexpr (kW == kGemvInt8A8) {
-          w_row_sum[r] = fp8.zero != 0 ? fp8.row_sums[row_a] : 0;
-          w_row_sum[r + 8] = fp8.zero != 0 ? fp8.row_sums[row_b] : 0;
-        }
-      }
-    }
-    pdl_wait();
-    pdl_trigger();
-    for (; full(s); s += kUnroll * kWarps) {
-      if constexpr (kXq) {
-        uint32_t xq[kUnroll][NT][4];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          gemv_load_xq<NT>(xq_ptr, int64_t{s + u * kWarps} * kGemvStepK, xq[u]);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          if constexpr (kFp8) {
-            gemv_step_8bit<NT>(acc, wa[u][0], wb[u][0], xq[u]);
-          } else {
-            gemv_step_8bit<NT>(iacc, wa[u][0], wb[u][0], xq[u]);
-          }
-        }
-      } else if constexpr (kInt4) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) int4_step(s + u * kWarps, wa[u][0], wb[u][0], grp[u]);
-      } else if constexpr (kW == kGemvInt8) {
-        uint4 xv[kUnroll][NT][2];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          uint4 wad[2], wbd[2];
-          gemv_widen_int8<T>(wa[u][0], wad);
-          gemv_widen_int8<T>(wb[u][0], wbd);
-          gemv_step<T, NT>(acc, wad, wbd, xv[u]);
-        }
-      } else {
-        uint4 xv[kUnroll][NT][2];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
-          if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv[u]);
-        }
-      }
-      const int next = s + kUnroll * kWarps;
-      if (full(next)) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kGemvStepK, wa[u],
-                                   wb[u]);
-          if constexpr (kInt4) grp[u] = load_group(next + u * kWarps);
-        }
-      }
-    }
-    for (int s2 = s; s2 < steps; s2 += kWarps) {
-      uint4 wt[kWLoads], wu[kWLoads], xv[NT][2];
-      gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s2} * kGemvStepK, wt, wu);
-      if constexpr (kXq) {
-        uint32_t xq[NT][4];
-        gemv_load_xq<NT>(xq_ptr, int64_t{s2} * kGemvStepK, xq);
-        if constexpr (kFp8) {
-          gemv_step_8bit<NT>(acc, wt[0], wu[0], xq);
-        } else {
-          gemv_step_8bit<NT>(iacc, wt[0], wu[0], xq);
-        }
-      } else if constexpr (kInt4) {
-        int4_step(s2, wt[0], wu[0], load_group(s2));
-      } else if constexpr (kW == kGemvInt8) {
-        gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
-        uint4 wtd[2], wud[2];
-        gemv_widen_int8<T>(wt[0], wtd);
-        gemv_widen_int8<T>(wu[0], wud);
-        gemv_step<T, NT>(acc, wtd, wud, xv);
-      } else {
-        gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
-        gemv_step<T, NT>(acc, wt, wu, xv);
-        if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
-      }
-    }
-  }
-
-#pragma unroll
-  for (int t = 0; t < NT; ++t)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      partial[warp][t][i][lane] = kW == kGemvInt8A8 ? __int_as_float(iacc[t][i]) : acc[t][i];
-  // kRms: lanes (r, q = 0..3) summed the squares of token t * 8 + r over this warp's steps (the
-  // FP8 variant already reduced them across lanes in its x pass).
-  __shared__ float inv_rms[kRms ? NT * 8 : 1];
-  __shared__ float sq_partial[kRms ? kWarps : 1][kRms ? NT * 8 : 1];
-  if constexpr (kRms && !kXq) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      float v = ss[t];
-      v += __shfl_xor_sync(0xffffffffu, v, 1);
-      v += __shfl_xor_sync(0xffffffffu, v, 2);
-      if (q == 0) sq_partial[warp][t * 8 + r] = v;
-    }
-  }
-  __syncthreads();
-  if constexpr (kRms && !kXq) {
-    if (threadIdx.x < NT * 8) {
-      float total = 0.0f;
-#pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) total += sq_partial[wi][threadIdx.x];
-      inv_rms[threadIdx.x] = rsqrtf(total / static_cast<float>(k) + eps);
-    }
-    __syncthreads();
-  }
+  [[maybe_unused]] const int n_out = kSwiGlu ? n / 2 : n;
   // The block's result for (token, row of the 16-row tile).
   const auto result = [&](int token, int row) {
     const int t = token / 8;
@@ -532,8 +282,8 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
   if constexpr (kEpilogue == kGemvRopeCache) {
     // Output o = token * 8 + i: the tile's rows i and i + 8 (a rotated pair, or two v rows).
     const int per_head = rc.head_dim / kGemvRows;
-    const int head = static_cast<int>(blockIdx.x) / per_head;
-    const int j = static_cast<int>(blockIdx.x) % per_head;
+    const int head = tile / per_head;
+    const int j = tile % per_head;
     const bool is_v = head >= rc.num_heads + rc.num_kv_heads;
     for (int o = threadIdx.x; o < NT * 8 * (kGemvRows / 2); o += kWarps * 32) {
       const int token = o / (kGemvRows / 2);
@@ -604,6 +354,315 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
       if constexpr (kEpilogue == kGemvAccumulate) sum += to_f32(*dst);
       *dst = from_f32<TOut>(sum);
     }
+  }
+}
+
+// x (M, K), w (N, K), bias (N) or null, out (M, N); K % 64 == 0; M <= 8 * NT.
+// grid: ceil(N / 16) blocks of kWarps * 32 threads. Under programmatic dependent launch the
+// interleaved variant issues its first weight loads before waiting for the previous kernel
+// (weights are constant; x and out are not touched before the wait).
+// kEpilogue = kGemvSwiGlu: n = 2F weight rows, grid ceil(F / 8) blocks, out (M, F).
+// kEpilogue = kGemvRopeCache: n = (Hq + 2 Hkv) * head_dim, grid n / 16 blocks, head_dim / 16 per
+// head; a q or k head's block owns the 8 rotate-half pairs (i, i + head_dim / 2) for i in
+// [8 j, 8 j + 8), so each pair meets in one block; a v head's block owns 16 consecutive rows.
+// kRms: eps is the norm's epsilon (unused otherwise).
+// kW = kGemvFp8 / kGemvInt8A8: w points at E4M3 / int8 bytes, fp8.w_scales at the row scales;
+// x_raw at x already quantized (bytes (M, K), fp8.x_scales per token, the norm and its gain
+// applied by the quantize kernel), so kRms only says the scales carry 1 / rms.
+// kW = kGemvInt8: w int8 with fp8.w_scales, x as for dense weights; kRms false.
+template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
+          int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense>
+__global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
+    gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
+                const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
+                GemvRopeCache rc, GemvQuant fp8 = {}) {
+  constexpr bool kQuant = kW != kGemvDense;                  // 1-byte weights, row scales
+  constexpr bool kXq = kW == kGemvFp8 || kW == kGemvInt8A8;  // x already quantized
+  constexpr bool kFp8 = kW == kGemvFp8;
+  constexpr bool kNf4 = kW == kGemvNf4;
+  constexpr bool kInt4 = kW == kGemvInt4 || kNf4;  // 4-bit: the W4A16 step structure
+  constexpr bool kRowScales = kQuant && !kInt4;    // one f32 scale per row, applied on the way out
+  static_assert(!kQuant || !kAdjacent, "the quantized variants stream interleaved steps");
+  static_assert(!(kRms && (kW == kGemvInt8 || kInt4)),
+                "W8A16 and the 4-bit formats take x normalised before the kernel");
+  const T* __restrict__ x = static_cast<const T*>(x_raw);
+  using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
+  // 16-byte loads per row and step. Every quantized format reads kGemvStepK bytes of a row per
+  // step: 64 k of an 8-bit format, 128 k (kGemvInt4StepK) of a 4-bit one.
+  constexpr int kWLoads = kQuant ? 1 : 2;
+  const TW* __restrict__ w = static_cast<const TW*>(w_raw);
+  __shared__ float partial[kWarps][NT][4][32];  // (warp, n-tile, C register, lane)
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int r = lane >> 2;
+  const int q = lane & 3;
+  constexpr bool kSwiGlu = kEpilogue == kGemvSwiGlu;
+  const int n_out = kSwiGlu ? n / 2 : n;  // output features
+  const int tiles = gemv_tile_count(kEpilogue, n);
+  // The weight rows of row tile `tile` (one block's 16 rows, or a persistent block's current
+  // tile). Rows and tokens past the end read row 0 / token 0: their results are never stored.
+  struct TileRows {
+    int64_t n0, row_a, row_b;
+  };
+  const auto tile_rows = [&](int tile) {
+    TileRows t;
+    if constexpr (kSwiGlu) {
+      t.n0 = int64_t{tile} * (kGemvRows / 2);
+      t.row_a = t.n0 + r < n_out ? t.n0 + r : 0;
+      t.row_b = t.n0 + r < n_out ? n_out + t.n0 + r : 0;
+    } else if constexpr (kEpilogue == kGemvRopeCache) {
+      const int per_head = rc.head_dim / kGemvRows;
+      const int head = tile / per_head;
+      const int j = tile % per_head;
+      t.n0 = int64_t{head} * rc.head_dim;  // the head's first row
+      if (head < rc.num_heads + rc.num_kv_heads) {
+        t.row_a = t.n0 + j * 8 + r;
+        t.row_b = t.row_a + rc.head_dim / 2;
+      } else {
+        t.row_a = t.n0 + j * kGemvRows + r;
+        t.row_b = t.row_a + 8;
+      }
+    } else {
+      t.n0 = int64_t{tile} * kGemvRows;
+      t.row_a = t.n0 + r < n ? t.n0 + r : 0;
+      t.row_b = t.n0 + r + 8 < n ? t.n0 + r + 8 : 0;
+    }
+    return t;
+  };
+  const int64_t w_row = kInt4 ? k / 2 : k;  // elements (bytes) per weight row
+  const T* x_ptr[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int tok = t * 8 + r;
+    x_ptr[t] = x + int64_t{tok < m ? tok : 0} * k + q * (kInt4 ? 32 : 16);
+  }
+  [[maybe_unused]] const uint8_t* xq_ptr[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int tok = t * 8 + r;
+    xq_ptr[t] = static_cast<const uint8_t*>(x_raw) + int64_t{tok < m ? tok : 0} * k + q * 16;
+  }
+
+  const int steps = k / (kInt4 ? kGemvInt4StepK : kGemvStepK);
+  // kNf4: each byte value's two levels (high nibble: the even k), filled before the main loop.
+  __shared__ float2 nf4_lut[kNf4 ? 256 : 1];
+  if constexpr (kNf4) {
+    for (int i = threadIdx.x; i < 256; i += kWarps * 32)
+      nf4_lut[i] = make_float2(kNf4LevelsDevice[i >> 4], kNf4LevelsDevice[i & 15]);
+    __syncthreads();
+  }
+  __shared__ float w_scale[kQuant ? kGemvRows : 1];
+  __shared__ int w_row_sum[kW == kGemvInt8A8 ? kGemvRows : 1];
+  __shared__ float inv_rms[kRms ? NT * 8 : 1];
+  __shared__ float sq_partial[kRms ? kWarps : 1][kRms ? NT * 8 : 1];
+  // The interleaved variants' weights in flight. A persistent block (fewer blocks than tiles)
+  // loads its next tile's first group once the current tile's steps are done, so those loads
+  // are in flight through the reduction and the epilogue (`preloaded`).
+  [[maybe_unused]] uint4 wa[kUnroll][kWLoads], wb[kUnroll][kWLoads];
+  [[maybe_unused]] Int4Group grp[kUnroll];  // kInt4: each step's group parameters
+  bool preloaded = false;
+  const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
+  // The group parameters' rows of a tile (kInt4).
+  const auto group_rows = [&](int64_t ra, int64_t rb) {
+    return Int4GroupRows{static_cast<int32_t>(ra * fp8.groups),
+                         static_cast<int32_t>(rb * fp8.groups)};
+  };
+  const auto load_group = [&](int step, const Int4GroupRows& g) {
+    if constexpr (kNf4) {  // the lane's 32 codes lie in 64-block 2 * step + q / 2
+      return load_nf4_absmax(fp8.g_absmax, g, step * 2 + q / 2);
+    } else {
+      return load_int4_group<T>(fp8.g_scales, fp8.g_zeros, g, fp8.steps_shift, fp8.steps_per_group,
+                                step);
+    }
+  };
+  // The first group of loads (steps warp, warp + kWarps, ...) of the tile with rows tr.
+  const auto load_first = [&](const TileRows& tr) {
+    const TW* pa = w + tr.row_a * w_row + q * 16;
+    const TW* pb = w + tr.row_b * w_row + q * 16;
+    [[maybe_unused]] const Int4GroupRows gr = group_rows(tr.row_a, tr.row_b);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      gemv_load_w<TW, kWLoads>(pa, pb, int64_t{warp + u * kWarps} * kGemvStepK, wa[u], wb[u]);
+      if constexpr (kInt4) grp[u] = load_group(warp + u * kWarps, gr);
+    }
+  };
+
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const TileRows tr = tile_rows(tile);
+    const int64_t n0 = tr.n0, row_a = tr.row_a, row_b = tr.row_b;
+    const TW* wa_ptr = w + row_a * w_row + q * 16;
+    const TW* wb_ptr = w + row_b * w_row + q * 16;
+    [[maybe_unused]] const Int4GroupRows grows = group_rows(row_a, row_b);
+
+    float acc[NT][4];
+    float ss[NT];
+    int iacc[NT][4];  // kGemvInt8A8's exact sums
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = ss[t] = 0.0f;
+      iacc[t][0] = iacc[t][1] = iacc[t][2] = iacc[t][3] = 0;
+    }
+
+    if constexpr (kAdjacent) {
+      pdl_wait();
+      pdl_trigger();
+      const int groups = steps / kUnroll;
+      for (int g = warp; g < groups; g += kWarps) {
+        uint4 ga[kUnroll][2], gb[kUnroll][2], xv[kUnroll][NT][2];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          gemv_load<T, NT>(wa_ptr, wb_ptr, x_ptr, int64_t{g * kUnroll + u} * kGemvStepK, ga[u],
+                           gb[u], xv[u]);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          gemv_step<T, NT>(acc, ga[u], gb[u], xv[u]);
+          if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv[u]);
+        }
+      }
+      for (int s = groups * kUnroll + warp; s < steps; s += kWarps) {
+        uint4 ga[2], gb[2], xv[NT][2];
+        gemv_load<T, NT>(wa_ptr, wb_ptr, x_ptr, int64_t{s} * kGemvStepK, ga, gb, xv);
+        gemv_step<T, NT>(acc, ga, gb, xv);
+        if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
+      }
+    } else {
+      // The weights of this warp's first group go out before the wait (or were loaded during the
+      // previous tile's epilogue); each group's loads of the next group's weights go out right
+      // after its MMAs.
+      int s = warp;
+      // A 4-bit step with its x (loaded here, step by step: all steps' x at once would hold 16
+      // registers per step and n-tile).
+      const auto int4_step = [&](int step, const uint4& ws, const uint4& wt, const Int4Group& g) {
+        uint4 xv[NT][4];
+        gemv_load_x_int4<T, NT>(x_ptr, int64_t{step} * kGemvInt4StepK, xv);
+        if constexpr (kNf4) {
+          gemv_step_nf4<T, NT>(acc, ws, wt, xv, g, nf4_lut);
+        } else {
+          gemv_step_int4<T, NT>(acc, ws, wt, xv, g);
+        }
+      };
+      if (!preloaded && full(s)) load_first(tr);
+      if constexpr (kRowScales) {  // the tile's row scales (constant, like the weights)
+        if (warp == 0 && q == 0) {
+          w_scale[r] = fp8.w_scales[row_a];
+          w_scale[r + 8] = fp8.w_scales[row_b];
+          if constexpr (kW == kGemvInt8A8) {
+            w_row_sum[r] = fp8.zero != 0 ? fp8.row_sums[row_a] : 0;
+            w_row_sum[r + 8] = fp8.zero != 0 ? fp8.row_sums[row_b] : 0;
+          }
+        }
+      }
+      pdl_wait();
+      pdl_trigger();
+      for (; full(s); s += kUnroll * kWarps) {
+        if constexpr (kXq) {
+          uint32_t xq[kUnroll][NT][4];
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u)
+            gemv_load_xq<NT>(xq_ptr, int64_t{s + u * kWarps} * kGemvStepK, xq[u]);
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            if constexpr (kFp8) {
+              gemv_step_8bit<NT>(acc, wa[u][0], wb[u][0], xq[u]);
+            } else {
+              gemv_step_8bit<NT>(iacc, wa[u][0], wb[u][0], xq[u]);
+            }
+          }
+        } else if constexpr (kInt4) {
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) int4_step(s + u * kWarps, wa[u][0], wb[u][0], grp[u]);
+        } else if constexpr (kW == kGemvInt8) {
+          uint4 xv[kUnroll][NT][2];
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u)
+            gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            uint4 wad[2], wbd[2];
+            gemv_widen_int8<T>(wa[u][0], wad);
+            gemv_widen_int8<T>(wb[u][0], wbd);
+            gemv_step<T, NT>(acc, wad, wbd, xv[u]);
+          }
+        } else {
+          uint4 xv[kUnroll][NT][2];
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u)
+            gemv_load_x<T, NT>(x_ptr, int64_t{s + u * kWarps} * kGemvStepK, xv[u]);
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            gemv_step<T, NT>(acc, wa[u], wb[u], xv[u]);
+            if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv[u]);
+          }
+        }
+        const int next = s + kUnroll * kWarps;
+        if (full(next)) {
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{next + u * kWarps} * kGemvStepK, wa[u],
+                                     wb[u]);
+            if constexpr (kInt4) grp[u] = load_group(next + u * kWarps, grows);
+          }
+        }
+      }
+      for (int s2 = s; s2 < steps; s2 += kWarps) {
+        uint4 wt[kWLoads], wu[kWLoads], xv[NT][2];
+        gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s2} * kGemvStepK, wt, wu);
+        if constexpr (kXq) {
+          uint32_t xq[NT][4];
+          gemv_load_xq<NT>(xq_ptr, int64_t{s2} * kGemvStepK, xq);
+          if constexpr (kFp8) {
+            gemv_step_8bit<NT>(acc, wt[0], wu[0], xq);
+          } else {
+            gemv_step_8bit<NT>(iacc, wt[0], wu[0], xq);
+          }
+        } else if constexpr (kInt4) {
+          int4_step(s2, wt[0], wu[0], load_group(s2, grows));
+        } else if constexpr (kW == kGemvInt8) {
+          gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
+          uint4 wtd[2], wud[2];
+          gemv_widen_int8<T>(wt[0], wtd);
+          gemv_widen_int8<T>(wu[0], wud);
+          gemv_step<T, NT>(acc, wtd, wud, xv);
+        } else {
+          gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
+          gemv_step<T, NT>(acc, wt, wu, xv);
+          if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
+        }
+      }
+      preloaded = tile + static_cast<int>(gridDim.x) < tiles && full(warp);
+      if (preloaded) load_first(tile_rows(tile + static_cast<int>(gridDim.x)));
+    }
+
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        partial[warp][t][i][lane] = kW == kGemvInt8A8 ? __int_as_float(iacc[t][i]) : acc[t][i];
+    // kRms: lanes (r, q = 0..3) summed the squares of token t * 8 + r over this warp's steps
+    // (the FP8 variant already reduced them across lanes in its x pass).
+    if constexpr (kRms && !kXq) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        float v = ss[t];
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        if (q == 0) sq_partial[warp][t * 8 + r] = v;
+      }
+    }
+    __syncthreads();
+    if constexpr (kRms && !kXq) {
+      if (threadIdx.x < NT * 8) {
+        float total = 0.0f;
+#pragma unroll
+        for (int wi = 0; wi < kWarps; ++wi) total += sq_partial[wi][threadIdx.x];
+        inv_rms[threadIdx.x] = rsqrtf(total / static_cast<float>(k) + eps);
+      }
+      __syncthreads();
+    }
+    gemv_epilogue<T, TOut, NT, kWarps, kEpilogue, kRms, kW>(partial, w_scale, w_row_sum, inv_rms,
+                                                            tile, n0, bias, out, m, n, rc, fp8);
+    // The next tile rewrites the shared partial sums and scales.
+    if (tile + static_cast<int>(gridDim.x) < tiles) __syncthreads();
   }
 }
 

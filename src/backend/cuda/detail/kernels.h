@@ -54,6 +54,11 @@ int64_t gemv_max_m(WeightFormat format);
 bool gemv_supported(const Tensor& x, const WeightRef& w, const Tensor& out);
 void launch_gemv(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
                  cudaStream_t stream, bool pdl = false, const GemvQuantAct* act = nullptr);
+// IB_GEMV_PERSIST: the quantized formats' GEMVs (plain and fused) run a persistent grid of this
+// many blocks per SM looping over their row tiles (0: one block per tile). Process-wide: set by
+// the backend from its switches before it launches anything.
+void set_gemv_persist_blocks_per_sm(int blocks);
+int gemv_persist_blocks_per_sm();
 // The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype; gain
 // (K) is the norm's gain for a quantized weight, null for a dense one (folded into w):
 //  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x) * gain) @ w^T (+ bias)

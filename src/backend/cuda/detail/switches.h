@@ -29,6 +29,9 @@ struct CudaSwitches {
   // IB_ATTN_PREFETCH=N: the split-KV attention prefetches its blocks' K and V rows into L2 in
   // steps of at most N sequences (0: never; default 8).
   std::optional<int64_t> attn_prefetch;
+  // IB_GEMV_PERSIST=N: the quantized formats' GEMVs on a persistent grid of N blocks per SM
+  // (0: one block per row tile).
+  std::optional<int64_t> gemv_persist;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
 };

@@ -1,0 +1,169 @@
+// The quantized formats' GEMVs on a persistent grid (IB_GEMV_PERSIST: fewer blocks than row tiles,
+// each block looping over tiles and loading its next tile's first weights during the current
+// tile's epilogue) against the same kernels at one block per tile. Each tile's arithmetic is the
+// same in both, so the outputs must be equal bit for bit; the one-block-per-tile results are
+// checked against the CPU oracle by cuda_quant_test and cuda_quant4_test. Shapes have several
+// tiles per block at 1 and 2 blocks per SM (an H200 has 132 SMs), and a partial last tile.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/test_support.h"
+
+namespace ib::cuda {
+namespace {
+
+using testing::Pair;
+using testing::random_floats;
+using testing::Twin;
+
+struct Format {
+  WeightFormat format;
+  const char* name;
+};
+
+// Resets the process-wide setting whatever a test does.
+class PersistGuard {
+ public:
+  PersistGuard() : saved_(gemv_persist_blocks_per_sm()) {}
+  ~PersistGuard() { set_gemv_persist_blocks_per_sm(saved_); }
+
+ private:
+  int saved_;
+};
+
+class CudaGemvPersist : public ::testing::TestWithParam<Format> {
+ protected:
+  WeightFormat format() const { return GetParam().format; }
+  void SetUp() override {
+    IB_REQUIRE_CUDA();
+    Twin probe(DType::kBF16);
+    if (!probe.gpu().supports_weight_format(format()))
+      GTEST_SKIP() << "this GPU lacks the tensor cores of " << GetParam().name;
+  }
+};
+
+// dense (N, K) quantized on the GPU in format's layout (groups of 128 / blocks of 64).
+WeightRef quantize(Twin& twin, Rng& rng, int64_t n, int64_t k, WeightFormat format) {
+  const Pair dense = twin.floats({n, k}, random_floats(rng, n * k, -0.05f, 0.05f));
+  WeightRef w;
+  w.format = format;
+  if (is_4bit(format)) {
+    const bool nf4 = format == WeightFormat::kNf4;
+    w.group_size = nf4 ? 64 : 128;
+    w.asymmetric = !nf4;
+    w.data = twin.empty(DType::kU8, {n, k / 2}).gpu;
+    w.scales = twin.empty(nf4 ? DType::kF32 : DType::kF16, {n, k / w.group_size}).gpu;
+    if (!nf4) w.zeros = twin.empty(DType::kU8, {n, k / w.group_size}).gpu;
+  } else {
+    w.data = twin.empty(quantized_data_dtype(format), {n, k}).gpu;
+    w.scales = twin.empty(DType::kF32, {n}).gpu;
+  }
+  twin.gpu().quantize_weight(dense.gpu, w);
+  return w;
+}
+
+// The GPU floats of out after run() at each persistent setting must equal those at 0.
+template <typename F>
+void expect_same_at_every_setting(Twin& twin, const Pair& out, const std::string& what, F run) {
+  PersistGuard guard;
+  set_gemv_persist_blocks_per_sm(0);
+  run();
+  const std::vector<float> want = twin.gpu_floats(out.gpu);
+  for (const int per_sm : {1, 2}) {
+    set_gemv_persist_blocks_per_sm(per_sm);
+    run();
+    const Status status = twin.gpu().device_status();
+    ASSERT_TRUE(status.ok()) << what << ": " << status.error().message;
+    const std::vector<float> got = twin.gpu_floats(out.gpu);
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i] ? 1 : 0;
+    EXPECT_EQ(differ, 0u) << what << " at " << per_sm << " blocks per SM";
+  }
+}
+
+TEST_P(CudaGemvPersist, MatmulEqualsOneBlockPerTile) {
+  Twin twin(DType::kBF16);
+  Rng rng(7);
+  const int64_t max_m = gemv_max_m(format());
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 6144, 4096},
+                                {8, 4100, 1024},
+                                {max_m, 5000, 512}}) {
+    const Pair x = twin.floats({m, k}, random_floats(rng, m * k, -2.0f, 2.0f));
+    const Pair b = twin.floats({n}, random_floats(rng, n));
+    const WeightRef w = quantize(twin, rng, n, k, format());
+    const Pair out = twin.output({m, n});
+    expect_same_at_every_setting(twin, out, "matmul m=" + std::to_string(m),
+                                 [&] { twin.gpu().matmul(x.gpu, w, &b.gpu, out.gpu); });
+  }
+}
+
+TEST_P(CudaGemvPersist, FusedOpsEqualOneBlockPerTile) {
+  Twin twin(DType::kBF16);
+  Rng rng(8);
+  const float eps = 1e-5f;
+  const int64_t k = 2048;
+  for (const int64_t m : {1, 6}) {
+    const Pair h = twin.floats({m, k}, random_floats(rng, m * k, -1.5f, 1.5f));
+    const Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+
+    const int64_t f = 2312;  // 289 SwiGLU tiles of 8 features, the last one partial
+    const WeightRef wgu = quantize(twin, rng, 2 * f, k, format());
+    const Pair act = twin.output({m, f});
+    expect_same_at_every_setting(twin, act, "swiglu m=" + std::to_string(m), [&] {
+      twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, wgu, eps, act.gpu);
+    });
+
+    const int64_t n = 4096;
+    const std::vector<float> res0 = random_floats(rng, m * n);
+    const WeightRef wo = quantize(twin, rng, n, k, format());
+    const Pair residual = twin.floats({m, n}, res0);
+    expect_same_at_every_setting(twin, residual, "matmul_add m=" + std::to_string(m), [&] {
+      twin.gpu().copy_from_host(residual.gpu, twin.representable(res0).data(), DType::kF32);
+      twin.gpu().matmul_add(h.gpu, wo, residual.gpu);
+    });
+
+    AttentionShape shape;  // Llama-3-8B's heads: 384 tiles
+    shape.num_heads = 32;
+    shape.num_kv_heads = 8;
+    shape.head_dim = 128;
+    shape.scale = 1.0f / std::sqrt(128.0f);
+    const int64_t nq = (32 + 2 * 8) * 128, blocks = 2, bs = 16;
+    const WeightRef wq = quantize(twin, rng, nq, k, format());
+    const Pair bias = twin.floats({nq}, random_floats(rng, nq));
+    const Pair kc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
+    const Pair vc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
+    std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      positions[static_cast<size_t>(i)] = static_cast<int32_t>(30 + 7 * i);
+      slots[static_cast<size_t>(i)] = static_cast<int32_t>(3 * i + 2);
+    }
+    std::vector<float> inv_freq(64);
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
+    const Pair pos = twin.ints({m}, positions);
+    const Pair slot = twin.ints({m}, slots);
+    const Pair freq = twin.floats({64}, inv_freq, DType::kF32);
+    const Pair qkv = twin.output({m, nq});
+    const auto rope = [&] {
+      twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq, &bias.gpu, eps, pos.gpu, slot.gpu,
+                                       freq.gpu, {kc.gpu, vc.gpu, bs}, shape, qkv.gpu);
+    };
+    expect_same_at_every_setting(twin, qkv, "qkv m=" + std::to_string(m), rope);
+    expect_same_at_every_setting(twin, kc, "k cache m=" + std::to_string(m), rope);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaGemvPersist,
+                         ::testing::Values(Format{WeightFormat::kFp8E4M3, "fp8"},
+                                           Format{WeightFormat::kInt8W8A16, "int8_w8a16"},
+                                           Format{WeightFormat::kInt8W8A8, "int8_w8a8"},
+                                           Format{WeightFormat::kInt4W4A16, "awq"},
+                                           Format{WeightFormat::kNf4, "nf4"}),
+                         [](const ::testing::TestParamInfo<Format>& p) { return p.param.name; });
+
+}  // namespace
+}  // namespace ib::cuda
