@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/detail/suite_support.h"
 #include "cli/progress_line.h"
 #include "cli/suite_commands.h"
 #include "orchestrate/orchestrate.h"
@@ -48,6 +49,8 @@ Result<EvalFlags> entry_eval_flags(const SuiteEntry& e) {
   }
   return flags;
 }
+
+}  // namespace
 
 // The suite's eval step: the entry's eval, its JSON at `json`.
 Status run_entry_eval(const SuiteEntry& e, const fs::path& json) {
@@ -99,8 +102,6 @@ Result<std::vector<SuiteEntryPlan>> validate_entries(const std::vector<SuiteEntr
   return out;
 }
 
-}  // namespace
-
 void add_suite_flags(CLI::App& app, SuiteFlags& f) {
   app.add_option("file", f.file, "suite file (YAML): defaults + entries")->required();
   app.add_option("--model-list", f.model_list, "only the entries of these models: a,b");
@@ -115,6 +116,30 @@ void add_suite_flags(CLI::App& app, SuiteFlags& f) {
                "machine: nothing is validated or run); entries not finished show as not run");
   app.add_flag("--resume", f.resume,
                "continue the suite in --result-dir (the default when it holds a suite state)");
+  app.add_flag("--retry-failed", f.retry_failed,
+               "run the entries recorded as failed again (a resumed or resubmitted suite skips "
+               "them otherwise)");
+  app.add_option("--executor", f.executor,
+                 "where the entries run: local (here, one after another) or slurm (one Slurm job "
+                 "array, a task per entry; then --collect)")
+      ->check(CLI::IsMember({"local", "slurm"}));
+  app.add_option("--slurm-partition", f.slurm_partition, "sbatch --partition of the array");
+  app.add_option("--slurm-gres", f.slurm_gres,
+                 "sbatch --gres of each task (default gpu:1 for cuda entries, none for cpu ones; "
+                 "none: no gres)");
+  app.add_option("--slurm-time-limit", f.slurm_time_limit_min,
+                 "minutes per task (default: twice the entry's last run + 10, else 60)")
+      ->check(CLI::Range(1, 525600));
+  app.add_option("--slurm-arg", f.slurm_args,
+                 "an extra sbatch option for the array, e.g. --slurm-arg=--account=lab "
+                 "(repeatable)");
+  app.add_option("--array-task", f.array_task,
+                 "run only entry N (0-based), its state into DIR/<entry>/entry-state.json: what "
+                 "each task of --executor slurm's array runs")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--collect", f.collect,
+               "merge the entries' states (a Slurm array's tasks, and Slurm's word on tasks that "
+               "left none) into --result-dir's suite state and write the leaderboard");
 }
 
 Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registry,
@@ -124,6 +149,19 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
   for (const auto& o : flags.overrides) IB_TRY(apply_override(entries, o));
   const fs::path dir =
       flags.result_dir.empty() ? fs::path("results") / spec.name : fs::path(flags.result_dir);
+  const int modes = (flags.dry_run ? 1 : 0) + (flags.report_only ? 1 : 0) +
+                    (flags.collect ? 1 : 0) + (flags.array_task >= 0 ? 1 : 0) +
+                    (flags.executor == "slurm" ? 1 : 0);
+  if (modes > 1) {
+    return user_error(
+        "suite: --dry-run, --report-only, --collect, --array-task and --executor slurm are "
+        "separate steps; give one of them");
+  }
+  if (flags.collect) return collect_suite(spec, entries, dir);
+  if (flags.array_task >= 0) {
+    return run_suite_array_task(flags, spec, entries, dir, registry, stop);
+  }
+  if (flags.executor == "slurm") return submit_suite_slurm(flags, spec, entries, dir, registry);
   if (flags.dry_run) {
     IB_ASSIGN_OR_RETURN(const auto checked, validate_entries(entries, dir, registry));
     for (size_t i = 0; i < checked.size(); ++i) {
@@ -160,9 +198,10 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
   IB_ASSIGN_OR_RETURN(SuiteState state, open_suite_state(dir, spec.name, flags.resume));
   IB_ASSIGN_OR_RETURN(auto planned, validate_entries(entries, dir, registry));
   ProgressLine line(::isatty(STDERR_FILENO) == 1);
-  IB_ASSIGN_OR_RETURN(const Outcome outcome,
-                      execute_suite(SuitePlan{spec.name, dir, std::move(planned), run_entry_eval},
-                                    std::move(state), registry, stop, progress_callbacks(line)));
+  SuitePlan plan{spec.name, dir, std::move(planned), run_entry_eval};
+  plan.retry_failed = flags.retry_failed;
+  IB_ASSIGN_OR_RETURN(const Outcome outcome, execute_suite(plan, std::move(state), registry, stop,
+                                                           progress_callbacks(line)));
   return exit_code(outcome);
 }
 

@@ -27,6 +27,15 @@ struct SuiteFlags {
   bool dry_run = false;      // validate and print each entry's `run` arguments; run nothing
   bool report_only = false;  // rebuild the leaderboard from DIR's state and results; run nothing
   std::vector<std::string> overrides;  // --override num_prompts=16: after every entry's flags
+  bool retry_failed = false;           // entries recorded as failed run again
+  // --executor slurm: one job array per resource request (cli/detail/suite_support.h).
+  std::string executor = "local";
+  std::string slurm_partition;
+  std::string slurm_gres;        // "" (gpu:1 for cuda entries), "none" or a --gres value
+  int slurm_time_limit_min = 0;  // 0: from the entries' earlier runs, else 60
+  std::vector<std::string> slurm_args;
+  int array_task = -1;   // >= 0: run this entry alone (a Slurm array task)
+  bool collect = false;  // merge the tasks' states, write the leaderboard
 };
 void add_suite_flags(CLI::App& app, SuiteFlags& flags);
 Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registry,

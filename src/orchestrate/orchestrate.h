@@ -133,6 +133,8 @@ struct SuitePlan {
   // the path given (DIR/<entry>/eval.json); cli/ provides it (eval lives there). A failure marks
   // the entry failed.
   std::function<Status(const SuiteEntry&, const std::filesystem::path&)> run_eval;
+  // --retry-failed: entries recorded as failed (with the same flags) run again.
+  bool retry_failed = false;
 };
 
 // The state to continue from: dir's state file, a fresh one, or a user error (--resume without
@@ -145,6 +147,11 @@ Result<SuiteState> open_suite_state(const std::filesystem::path& dir, const std:
 Result<Outcome> execute_suite(const SuitePlan& suite, SuiteState state,
                               const PluginRegistry& registry, const std::atomic<bool>& stop,
                               const RunProgress& progress = {});
+// Runs entry i of the suite (its run, then its eval) into DIR/<entry>/ and returns its state
+// ("ok", "failed" with the error, or "interrupted"); an entry that cannot run here is "failed"
+// with "not run: ...". Used by execute_suite and by a Slurm array task (one entry).
+EntryState run_suite_entry(const SuitePlan& suite, size_t i, const PluginRegistry& registry,
+                           const std::atomic<bool>& stop, const RunProgress& progress = {});
 // leaderboard.md/.csv/.html and heatmap.svg/.html in dir from the entries' results; the Markdown
 // on stdout.
 Status write_suite_report(const std::filesystem::path& dir, const std::string& name,

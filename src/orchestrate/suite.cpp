@@ -95,6 +95,48 @@ Status write_suite_report(const fs::path& dir, const std::string& name,
   return Ok{};
 }
 
+EntryState run_suite_entry(const SuitePlan& suite, size_t i, const PluginRegistry& registry,
+                           const std::atomic<bool>& stop, const RunProgress& progress) {
+  const SuiteEntry& e = suite.entries[i].entry;
+  const size_t n = suite.entries.size();
+  const fs::path& dir = suite.dir;
+  EntryState s;
+  s.args = e.args;
+  s.eval_args = e.eval_args;
+  if (!suite.entries[i].plan) {
+    s.status = "failed";
+    s.error = "not run: " + suite.entries[i].invalid;
+    std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: %s\n", i + 1, n, e.name.c_str(),
+                 s.error.c_str());
+    return s;
+  }
+  std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: running\n", i + 1, n, e.name.c_str());
+  const int64_t start_ns = now_ns();
+  std::error_code ec;
+  fs::remove(dir / e.name / kEvalJson, ec);  // never an earlier eval's numbers beside this run
+  auto code = execute_run(*suite.entries[i].plan, registry, stop, progress);
+  if (code.ok() && *code == Outcome::kOk && !stop.load() && e.eval_args && suite.run_eval) {
+    std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: eval\n", i + 1, n, e.name.c_str());
+    if (Status evaluated = suite.run_eval(e, dir / e.name / kEvalJson); !evaluated.ok()) {
+      code = Error{evaluated.error().kind, "eval: " + evaluated.error().message};
+    }
+  }
+  s.wall_s = static_cast<double>(now_ns() - start_ns) / 1e9;
+  if (!code.ok()) {
+    s.status = "failed";
+    s.error = code.error().message;
+    std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s failed: %s\n", i + 1, n,
+                 e.name.c_str(), s.error.c_str());
+  } else if (*code == Outcome::kInterrupted || stop.load()) {
+    s.status = "interrupted";
+  } else {
+    s.status = "ok";
+    std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: done in %.1f s\n", i + 1, n,
+                 e.name.c_str(), s.wall_s);
+  }
+  return s;
+}
+
 Result<Outcome> execute_suite(const SuitePlan& suite, SuiteState state,
                               const PluginRegistry& registry, const std::atomic<bool>& stop,
                               const RunProgress& progress) {
@@ -112,50 +154,16 @@ Result<Outcome> execute_suite(const SuitePlan& suite, SuiteState state,
   bool interrupted = false;
   for (size_t i = 0; i < n && !interrupted; ++i) {
     const SuiteEntry& e = planned[i].entry;
-    if (state.done(e)) {
+    if (state.done(e, suite.retry_failed)) {
       const EntryState* s = state.find(e.name);
       std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: %s earlier, skipped\n", i + 1, n,
                    e.name.c_str(), s->status.c_str());
       failed += s->status == "failed" && !e.allow_failure ? 1 : 0;
       continue;
     }
-    EntryState s;
-    s.args = e.args;
-    s.eval_args = e.eval_args;
-    if (!planned[i].plan) {
-      s.status = "failed";
-      s.error = "not run: " + planned[i].invalid;
-      std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: %s\n", i + 1, n, e.name.c_str(),
-                   s.error.c_str());
-      state.record(e.name, std::move(s));
-      IB_TRY(state.save(dir));
-      continue;
-    }
-    std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: running\n", i + 1, n, e.name.c_str());
-    const int64_t start_ns = now_ns();
-    fs::remove(dir / e.name / kEvalJson, ec);  // never an earlier eval's numbers beside this run
-    auto code = execute_run(*planned[i].plan, registry, stop, progress);
-    if (code.ok() && *code == Outcome::kOk && !stop.load() && e.eval_args && suite.run_eval) {
-      std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: eval\n", i + 1, n, e.name.c_str());
-      if (Status evaluated = suite.run_eval(e, dir / e.name / kEvalJson); !evaluated.ok()) {
-        code = Error{evaluated.error().kind, "eval: " + evaluated.error().message};
-      }
-    }
-    s.wall_s = static_cast<double>(now_ns() - start_ns) / 1e9;
-    if (!code.ok()) {
-      s.status = "failed";
-      s.error = code.error().message;
-      failed += e.allow_failure ? 0 : 1;
-      std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s failed: %s\n", i + 1, n,
-                   e.name.c_str(), s.error.c_str());
-    } else if (*code == Outcome::kInterrupted || stop.load()) {
-      s.status = "interrupted";
-      interrupted = true;
-    } else {
-      s.status = "ok";
-      std::fprintf(stderr, "inferbench: suite entry %zu/%zu %s: done in %.1f s\n", i + 1, n,
-                   e.name.c_str(), s.wall_s);
-    }
+    EntryState s = run_suite_entry(suite, i, registry, stop, progress);
+    if (s.status == "failed") failed += e.allow_failure ? 0 : 1;
+    interrupted = s.status == "interrupted";
     state.record(e.name, std::move(s));
     IB_TRY(state.save(dir));
   }

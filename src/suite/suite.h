@@ -76,6 +76,9 @@ Status apply_override(std::vector<SuiteEntry>& entries, const std::string& key_v
 inline constexpr const char* kSuiteStateJson = "suite-state.json";
 // An entry's `inferbench eval` numbers (SuiteEntry::eval_args), beside its result.json.
 inline constexpr const char* kEvalJson = "eval.json";
+// The state of one entry run on its own (a Slurm array task), beside its result.json, so that
+// tasks running at once never write one shared file; `suite --collect` merges them.
+inline constexpr const char* kEntryStateJson = "entry-state.json";
 
 struct EntryState {
   std::string status;  // "ok", "failed", "interrupted"
@@ -93,8 +96,9 @@ class SuiteState {
   static Result<SuiteState> load(const std::filesystem::path& dir);
   Status save(const std::filesystem::path& dir) const;
 
-  // Finished with the same arguments (ok or failed): a resumed suite skips it.
-  bool done(const SuiteEntry& entry) const;
+  // Finished with the same arguments (ok, or failed unless retry_failed): a resumed suite skips
+  // it.
+  bool done(const SuiteEntry& entry, bool retry_failed = false) const;
   const EntryState* find(const std::string& name) const;
   void record(const std::string& name, EntryState state);
   const std::string& suite_name() const { return suite_name_; }
@@ -103,6 +107,13 @@ class SuiteState {
   std::string suite_name_;
   std::vector<std::pair<std::string, EntryState>> entries_;  // in completion order
 };
+
+// DIR/<name>/entry-state.json: written atomically; nullopt when there is none, a user error when
+// it is not an entry state of that name.
+Status save_entry_state(const std::filesystem::path& dir, const std::string& name,
+                        const EntryState& state);
+Result<std::optional<EntryState>> load_entry_state(const std::filesystem::path& dir,
+                                                   const std::string& name);
 
 // One leaderboard row, from an entry's state and its result.json (null when it has none).
 struct LeaderboardRow {

@@ -208,6 +208,42 @@ TEST(SuiteState, RoundTripsAndSkipsOnlyEntriesFinishedWithTheSameArgs) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(SuiteState, RetryFailedRerunsOnlyFailedEntries) {
+  SuiteEntry a{"a", "m", "", "", {"--model", "m"}};
+  SuiteEntry b{"b", "m", "", "", {"--model", "m", "--runs", "1"}};
+  SuiteState state("demo");
+  state.record("a", {"ok", "", a.args, 1.5});
+  state.record("b", {"failed", "no dataset", b.args, 0.5});
+  EXPECT_TRUE(state.done(a, true));
+  EXPECT_FALSE(state.done(b, true));
+  EXPECT_TRUE(state.done(b, false));
+}
+
+TEST(SuiteState, EntryStatesRoundTripBesideTheResult) {
+  const auto dir = std::filesystem::temp_directory_path() / "ib_entry_state_test";
+  std::filesystem::remove_all(dir);
+  const auto none = load_entry_state(dir, "a");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  ASSERT_TRUE(save_entry_state(dir, "a", {"failed", "boom", {"--model", "m"}, 2.5}).ok());
+  const auto got = load_entry_state(dir, "a");
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->status, "failed");
+  EXPECT_EQ((*got)->error, "boom");
+  EXPECT_EQ((*got)->args, (Args{"--model", "m"}));
+  EXPECT_DOUBLE_EQ((*got)->wall_s, 2.5);
+  // Another entry's file, or no entry state at all, is refused naming the file.
+  std::filesystem::create_directories(dir / "b");
+  std::filesystem::copy_file(dir / "a" / kEntryStateJson, dir / "b" / kEntryStateJson);
+  const auto wrong = load_entry_state(dir, "b");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.error().message.find("entry-state.json"), std::string::npos);
+  ASSERT_TRUE(write_file_atomic(dir / "a" / kEntryStateJson, "[1, 2]").ok());
+  EXPECT_FALSE(load_entry_state(dir, "a").ok());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
   const SuiteEntry slow{"slow", "m-slow", "", "", {}};
   const SuiteEntry fast{"fast", "m-fast", "bf16", "", {}};

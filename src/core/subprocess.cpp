@@ -1,0 +1,83 @@
+// run_command and on_path (subprocess.h) on POSIX: fork, execvp, a pipe for the output.
+#include "core/subprocess.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string_view>
+
+namespace ib {
+
+Result<CommandOutput> run_command(const std::vector<std::string>& argv) {
+  if (argv.empty()) return runtime_error("run_command: no program given");
+  int out[2];
+  int status_pipe[2];  // carries errno when execvp fails; closed on exec
+  if (::pipe(out) != 0 || ::pipe2(status_pipe, O_CLOEXEC) != 0) {
+    return runtime_error("cannot run " + argv[0] + ": pipe: " + std::strerror(errno));
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    return runtime_error("cannot run " + argv[0] + ": fork: " + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::close(out[0]);
+    ::close(status_pipe[0]);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(out[1], STDERR_FILENO);
+    ::close(out[1]);
+    ::execvp(args[0], args.data());
+    const int err = errno;
+    (void)!::write(status_pipe[1], &err, sizeof err);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(status_pipe[1]);
+  CommandOutput result;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(out[0], buffer, sizeof buffer);
+    if (n > 0) {
+      result.output.append(buffer, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(out[0]);
+  int exec_errno = 0;
+  const ssize_t got = ::read(status_pipe[0], &exec_errno, sizeof exec_errno);
+  ::close(status_pipe[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (got == static_cast<ssize_t>(sizeof exec_errno)) {
+    return runtime_error("cannot run " + argv[0] + ": " + std::strerror(exec_errno));
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+bool on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return false;
+  std::string_view rest = path;
+  while (true) {
+    const size_t colon = rest.find(':');
+    const std::string dir(rest.substr(0, colon));
+    const std::filesystem::path candidate = std::filesystem::path(dir.empty() ? "." : dir) / name;
+    if (::access(candidate.c_str(), X_OK) == 0 && !std::filesystem::is_directory(candidate)) {
+      return true;
+    }
+    if (colon == std::string_view::npos) return false;
+    rest = rest.substr(colon + 1);
+  }
+}
+
+}  // namespace ib

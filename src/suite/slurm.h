@@ -1,0 +1,56 @@
+// A suite as one Slurm job array (`inferbench suite FILE --executor slurm`): the batch script,
+// and the parsing of what sbatch and scontrol print. Pure text in and out; cli/ runs the commands.
+// Each array task runs `inferbench suite FILE --array-task $SLURM_ARRAY_TASK_ID` (one entry,
+// its state in DIR/<entry>/entry-state.json); `--collect` merges the tasks' states.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+
+namespace ib {
+
+// Where a suite's Slurm files go inside its result directory: DIR/slurm/ holds the batch
+// scripts, jobs.json (each submission: job id, entry indices, script) and logs/<job>_<task>.out.
+inline constexpr const char* kSlurmDir = "slurm";
+inline constexpr const char* kSlurmJobsJson = "jobs.json";
+
+struct SlurmArray {
+  std::string job_name;            // --job-name
+  std::vector<int> indices;        // the entries' indices in the suite, the array's task ids
+  std::string partition;           // --partition ("" leaves Slurm's default)
+  std::string gres;                // --gres, e.g. "gpu:1" ("" none)
+  int time_limit_min = 60;         // --time, minutes per task
+  int cpus_per_task = 0;           // --cpus-per-task (0: Slurm's default)
+  std::vector<std::string> extra;  // further sbatch options, each "--name=value" or "--flag"
+  std::string log_dir;             // absolute; logs are log_dir/%A_%a.out
+  std::string workdir;             // absolute; the task's working directory (--chdir)
+  // The task's command; the script appends the task id ("$SLURM_ARRAY_TASK_ID").
+  std::vector<std::string> command;
+};
+
+// Indices as Slurm's --array list: sorted, runs collapsed, e.g. {0, 1, 2, 5, 7, 8} -> "0-2,5,7-8".
+std::string slurm_array_spec(std::vector<int> indices);
+// A word quoted for the POSIX shell when it needs quoting.
+std::string shell_quote(const std::string& word);
+// The sbatch script: #SBATCH lines, then the command with the task id.
+std::string slurm_batch_script(const SlurmArray& array);
+// The job id `sbatch --parsable` printed ("123" or "123;cluster"); a runtime error quoting the
+// output otherwise.
+Result<std::string> parse_sbatch_job_id(const std::string& output);
+
+// A task's state as `scontrol show job -o JOBID` reports it (one line per task).
+struct SlurmTaskState {
+  std::string state;      // JobState: PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, ...
+  std::string exit_code;  // ExitCode, "code:signal"
+  std::string reason;     // Reason
+};
+// Keyed by ArrayTaskId; lines of other jobs and pending ranges ("ArrayTaskId=3-5") are expanded
+// or skipped as Slurm writes them.
+std::map<int, SlurmTaskState> parse_scontrol_tasks(const std::string& text);
+// PENDING, RUNNING, CONFIGURING, COMPLETING, SUSPENDED, REQUEUED...: the task may still finish.
+bool slurm_state_active(const std::string& state);
+
+}  // namespace ib
