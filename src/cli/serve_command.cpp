@@ -84,6 +84,12 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
       ->capture_default_str();
   app.add_option("--port", f.port, "TCP port (0: any free port)")->capture_default_str();
   app.add_option("--api-key", f.api_key, "require \"Authorization: Bearer KEY\" on /v1/*");
+  app.add_option("--metrics-names", f.metrics_names,
+                 "inferbench, or vllm: /metrics also under vLLM's names and labels "
+                 "(vllm:num_requests_running, vllm:time_to_first_token_seconds, ...) for "
+                 "dashboards built for vLLM")
+      ->check(CLI::IsMember({"inferbench", "vllm"}))
+      ->capture_default_str();
   app.add_option("--token-rate", f.token_rate,
                  "null model: tokens per second per request (0: as fast as possible)")
       ->capture_default_str();
@@ -112,6 +118,7 @@ Result<int> execute_serve(const ServeFlags& f) {
   o.port = static_cast<uint16_t>(f.port);
   o.api_key = f.api_key;
   o.served_model_name = f.served_model_name;
+  o.vllm_metric_names = f.metrics_names == "vllm";
   o.max_body_bytes = static_cast<size_t>(body_bytes);
   o.seed = f.seed;
   o.handle_signals = true;

@@ -20,7 +20,8 @@ struct ServeFlags : EngineFlags {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
-  double token_rate = 0;  // null model: tokens/s per request (0: unpaced)
+  std::string metrics_names = "inferbench";  // "vllm": /metrics also under vLLM's names
+  double token_rate = 0;                     // null model: tokens/s per request (0: unpaced)
   uint64_t seed = 0;
   std::string max_body_size = "16MiB";
 };

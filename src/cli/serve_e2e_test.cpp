@@ -1,11 +1,15 @@
 // End to end: `inferbench serve` as a process, benchmarked by `inferbench run --backend openai`
 // as another; SIGTERM drains an in-flight stream; a real Prometheus server (Debian package)
-// scrapes /metrics and its query API returns our series.
+// scrapes /metrics and its query API returns our series, and every panel of the shipped Grafana
+// dashboard (dashboards/inferbench.json) returns data.
 #include <signal.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <regex>
 #include <thread>
 
@@ -194,6 +198,107 @@ TEST_F(ServeE2e, PrometheusScrapesOurSeries) {
   ASSERT_EQ(decode_tokens, 15) << answer.dump() << text_of(root_ / "prom.err");
   EXPECT_EQ(answer["data"]["result"][0]["metric"]["job"], "e2e");
   EXPECT_EQ(answer["data"]["result"][0]["metric"]["model_name"], "null");
+}
+
+std::string url_encode(const std::string& text) {
+  std::string out;
+  for (const unsigned char c : text) {
+    if (std::isalnum(c) != 0 || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// dashboards/inferbench.json: every panel's every query, with the dashboard's variables as an
+// import with all models selected sets them, returns data from a real Prometheus (Debian's) that
+// scrapes a real `inferbench serve` (tiny-15m on the CPU, device energy from the fake NVML) under
+// load.
+TEST_F(ServeE2e, DashboardPanelsAllReturnDataFromPrometheus) {
+  if (::system("command -v prometheus >/dev/null 2>&1") != 0) {
+    if (std::getenv("CI") != nullptr)
+      FAIL() << "prometheus is not installed (scripts/install-deps)";
+    GTEST_SKIP() << "prometheus is not installed; scripts/install-deps installs it";
+  }
+  const char* src = std::getenv("INFERBENCH_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  const json dashboard =
+      json::parse(read_file(fs::path(src) / "dashboards" / "inferbench.json").value());
+  std::vector<std::pair<std::string, std::string>> queries;  // (panel title, expr)
+  for (const auto& panel : dashboard["panels"]) {
+    for (const auto& target : panel["targets"]) {
+      std::string expr = target["expr"].get<std::string>();
+      for (const auto& [var, value] : {std::pair<std::string, std::string>{"$model_name", ".*"},
+                                       {"$__rate_interval", "30s"}}) {
+        for (size_t at = expr.find(var); at != std::string::npos; at = expr.find(var, at)) {
+          expr.replace(at, var.size(), value);
+        }
+      }
+      queries.emplace_back(panel["title"].get<std::string>(), expr);
+    }
+  }
+  ASSERT_GE(queries.size(), 15u);
+
+  ::setenv("INFERBENCH_NVML_LIBRARY", IB_FAKE_NVML_PATH, 1);
+  const uint16_t port = start_server({"--model", "tiny-15m", "--kv-cache-memory", "64MiB",
+                                      "--num-threads", "1", "--metrics-names", "vllm"});
+  ::unsetenv("INFERBENCH_NVML_LIBRARY");
+  ASSERT_NE(port, 0);
+  std::atomic<bool> stop{false};
+  std::thread load([&] {
+    while (!stop.load()) {
+      http_call(port, "POST", "/v1/completions", R"({"prompt": "abcdefgh", "max_tokens": 8})");
+    }
+  });
+  const uint16_t prom_port = free_port();
+  std::ofstream(root_ / "prometheus.yml")
+      << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: dashboard\n"
+         "    static_configs:\n      - targets: ['127.0.0.1:"
+      << port << "']\n";
+  const pid_t prom =
+      spawn_program({"prometheus", "--config.file=" + (root_ / "prometheus.yml").string(),
+                     "--storage.tsdb.path=" + (root_ / "tsdb").string(),
+                     "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+                    root_ / "prom.out", root_ / "prom.err");
+  // Each query until it returns a series (rates need two scrapes with traffic between them).
+  std::vector<std::string> empty;
+  for (const auto& [title, expr] : queries) {
+    json answer;
+    bool data = false;
+    for (int i = 0; i < 400 && !data; ++i) {  // up to 40 s for the first, far less for the rest
+      HttpReply r;
+      try {
+        r = http_call(prom_port, "GET", "/api/v1/query?query=" + url_encode(expr));
+      } catch (const std::exception&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;  // not listening yet
+      }
+      answer = json::parse(r.body, nullptr, false);
+      data = r.status == 200 && answer.is_object() && answer["status"] == "success" &&
+             !answer["data"]["result"].empty() && answer["data"]["result"][0]["value"][1] != "NaN";
+      if (!data) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!data) empty.push_back(title + ": " + expr + " -> " + answer.dump());
+  }
+  stop = true;
+  load.join();
+  ::kill(prom, SIGTERM);
+  wait_exit(prom);
+  EXPECT_TRUE(empty.empty()) << "queries without data:\n"
+                             <<
+      [&] {
+        std::string all;
+        for (const auto& e : empty) all += e + "\n";
+        return all;
+      }() << text_of(root_ / "prom.err");
+  // vLLM's names are there too (--metrics-names vllm), for dashboards built for vLLM.
+  EXPECT_GE(prometheus_value(http_call(port, "GET", "/metrics").body,
+                             "vllm:generation_tokens_total{model_name=\"tiny-15m\"}"),
+            1);
 }
 
 }  // namespace

@@ -31,6 +31,9 @@ struct ServerOptions {
   bool handle_signals = false;        // SIGINT/SIGTERM: first drains, second aborts and exits
   // Device energy in joules since some fixed point, where the device reports it.
   std::function<std::optional<double>()> energy_joules;
+  // /metrics also under vLLM's names and labels (vllm:num_requests_running, ...), so that
+  // dashboards built for vLLM read inferbench (serve --metrics-names vllm).
+  bool vllm_metric_names = false;
 };
 
 class Server {

@@ -259,5 +259,52 @@ TEST(Server, PrometheusText) {
             std::string::npos);
 }
 
+// --metrics-names vllm: vLLM's core set under its names and model_name label, from the same
+// measurements as inferbench's names (which stay).
+TEST(Server, PrometheusTextUnderVllmNames) {
+  ServerOptions options;
+  options.vllm_metric_names = true;
+  RunningServer server(make_null_generator(0), options);
+  for (int i = 0; i < 3; ++i) {
+    http_call(server.port(), "POST", "/v1/completions", R"({"prompt": "abc", "max_tokens": 4})");
+  }
+  const std::string m = http_call(server.port(), "GET", "/metrics").body;
+  using testing::prometheus_value;
+  const auto v = [&](const std::string& series) {
+    return prometheus_value(m, series + "{model_name=\"null\"}");
+  };
+  EXPECT_EQ(v("vllm:prompt_tokens_total"), 9);
+  EXPECT_EQ(v("vllm:generation_tokens_total"), 12);
+  EXPECT_EQ(v("vllm:num_requests_running"), 0);
+  EXPECT_EQ(v("vllm:num_requests_waiting"), 0);
+  EXPECT_GE(v("vllm:gpu_cache_usage_perc"), 0);
+  EXPECT_LE(v("vllm:gpu_cache_usage_perc"), 1);
+  EXPECT_EQ(v("vllm:time_to_first_token_seconds_count"), 3);
+  EXPECT_EQ(v("vllm:time_per_output_token_seconds_count"), 9);
+  EXPECT_EQ(v("vllm:inter_token_latency_seconds_count"), 9);
+  EXPECT_EQ(v("vllm:e2e_request_latency_seconds_count"), 3);
+  EXPECT_EQ(v("vllm:request_decode_time_seconds_count"), 3);
+  EXPECT_EQ(v("vllm:request_prompt_tokens_sum"), 9);
+  EXPECT_EQ(v("vllm:request_generation_tokens_sum"), 12);
+  EXPECT_EQ(prometheus_value(m,
+                             "vllm:request_generation_tokens_bucket{model_name=\"null\","
+                             "le=\"2\"}"),
+            0);
+  EXPECT_EQ(prometheus_value(m,
+                             "vllm:request_generation_tokens_bucket{model_name=\"null\","
+                             "le=\"5\"}"),
+            3);
+  EXPECT_EQ(prometheus_value(m,
+                             "vllm:request_success_total{model_name=\"null\","
+                             "finished_reason=\"length\"}"),
+            3);
+  EXPECT_NE(m.find("# TYPE vllm:time_to_first_token_seconds histogram"), std::string::npos);
+  EXPECT_EQ(prometheus_value(m, "inferbench_tokens_total{model_name=\"null\",phase=\"decode\"}"),
+            12);
+  // Without the option, none of vLLM's names.
+  RunningServer plain(make_null_generator(0));
+  EXPECT_EQ(http_call(plain.port(), "GET", "/metrics").body.find("vllm:"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ib

@@ -98,6 +98,7 @@ void Session::on_event(const GenEvent& e) {
   if (gen_.generated == 0) {
     m.ttft_s.observe(ns_to_s(e.time_ns - gen_.arrival_ns));
     m.prompt_tokens += static_cast<uint64_t>(gen_.prompt_len);
+    gen_.first_token_ns = e.time_ns;
   } else {
     m.itl_s.observe(ns_to_s(e.time_ns - gen_.last_token_ns));
   }
@@ -146,6 +147,9 @@ void Session::finish_generation(const char* reason) {
   ServerMetrics& m = core_.metrics;
   ++m.finished[reason];
   m.e2e_s.observe(ns_to_s(now_ns() - gen_.arrival_ns));
+  m.request_prompt_tokens.observe(gen_.prompt_len);
+  m.request_generation_tokens.observe(gen_.generated);
+  if (gen_.generated > 0) m.decode_s.observe(ns_to_s(gen_.last_token_ns - gen_.first_token_ns));
   const Usage usage{gen_.prompt_len, gen_.generated};
   const std::string_view rest = std::string_view(gen_.text).substr(gen_.emitted);
   if (gen_.stream) {

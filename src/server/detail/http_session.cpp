@@ -128,7 +128,8 @@ void Session::handle(const Request& req) {
   }
   if (path == "/metrics") {
     if (!get) return not_allowed("GET");
-    MetricsContext context{core_.served.name, core_.generator.stats(), std::nullopt};
+    MetricsContext context{core_.served.name, core_.generator.stats(), std::nullopt,
+                           core_.options.vllm_metric_names};
     if (core_.options.energy_joules) context.energy_joules = core_.options.energy_joules();
     return respond(http_response(200, "text/plain; version=0.0.4",
                                  render_prometheus(core_.metrics, context), keep_alive_),

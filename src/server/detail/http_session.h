@@ -48,6 +48,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string text;    // everything generated so far (bytes)
     size_t emitted = 0;  // bytes of text already sent
     int64_t arrival_ns = 0;
+    int64_t first_token_ns = 0;
     int64_t last_token_ns = 0;
     bool finished = false;
   };

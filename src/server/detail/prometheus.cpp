@@ -58,6 +58,16 @@ class Writer {
 
 }  // namespace
 
+std::vector<double> one_two_five(double max) {
+  std::vector<double> out;
+  for (double decade = 1; decade <= max; decade *= 10) {
+    for (const double m : {1.0, 2.0, 5.0}) {
+      if (m * decade <= max) out.push_back(m * decade);
+    }
+  }
+  return out;
+}
+
 Histogram::Histogram(std::vector<double> upper_bounds)
     : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
 
@@ -74,7 +84,57 @@ ServerMetrics::ServerMetrics()
       itl_s({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
              0.075,  0.1,   0.15,   0.2,   0.3,  0.4,   0.5,  0.75,  1.0,  2.5}),
       e2e_s({0.01, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,  5.0,
-             10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0}) {}
+             10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0}),
+      decode_s(e2e_s.bounds()),
+      request_prompt_tokens(one_two_five(1e6)),
+      request_generation_tokens(one_two_five(1e6)) {}
+
+namespace {
+
+// vLLM's core set under its names and its model_name label (its production metrics as documented
+// for v0 and v1), from the same measurements as inferbench's own.
+void render_vllm_names(Writer& w, const ServerMetrics& m, const MetricsContext& c) {
+  const GeneratorStats& g = c.generator;
+  w.one("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+        g.running);
+  w.one("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+        g.waiting);
+  w.one("vllm:num_requests_swapped", "gauge",
+        "Number of requests swapped to CPU (inferbench never swaps: 0).", 0);
+  const double usage = g.kv_blocks_total > 0 ? static_cast<double>(g.kv_blocks_used) /
+                                                   static_cast<double>(g.kv_blocks_total)
+                                             : 0.0;
+  w.one("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage.",
+        usage);
+  w.one("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage);
+  w.one("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+        static_cast<double>(m.prompt_tokens));
+  w.one("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+        static_cast<double>(m.generation_tokens));
+  w.header("vllm:request_success_total", "counter", "Count of successfully processed requests.");
+  for (const char* reason : {"stop", "length", "abort"}) {
+    const auto it = m.finished.find(reason);
+    w.sample("vllm:request_success_total",
+             static_cast<double>(it == m.finished.end() ? 0 : it->second),
+             fmt::format("finished_reason=\"{}\"", reason));
+  }
+  w.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+              m.ttft_s);
+  w.histogram("vllm:time_per_output_token_seconds",
+              "Histogram of time per output token in seconds.", m.itl_s);
+  w.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+              m.itl_s);
+  w.histogram("vllm:e2e_request_latency_seconds",
+              "Histogram of end to end request latency in seconds.", m.e2e_s);
+  w.histogram("vllm:request_decode_time_seconds",
+              "Histogram of time spent in DECODE phase for request.", m.decode_s);
+  w.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+              m.request_prompt_tokens);
+  w.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
+              m.request_generation_tokens);
+}
+
+}  // namespace
 
 std::string render_prometheus(const ServerMetrics& m, const MetricsContext& c) {
   Writer w(c.model_name);
@@ -122,6 +182,7 @@ std::string render_prometheus(const ServerMetrics& m, const MetricsContext& c) {
     w.one("inferbench_energy_joules_total", "counter", "Device energy since the server started.",
           *c.energy_joules);
   }
+  if (c.vllm_names) render_vllm_names(w, m, c);
   return w.take();
 }
 

@@ -28,13 +28,19 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+// 1, 2, 5, 10, 20, 50, ... up to max: vLLM's buckets for token counts.
+std::vector<double> one_two_five(double max);
+
 struct ServerMetrics {
   ServerMetrics();
-  Histogram ttft_s;                // request received -> first token produced
-  Histogram itl_s;                 // between consecutive tokens of a request
-  Histogram e2e_s;                 // request received -> finished
-  uint64_t prompt_tokens = 0;      // prefill phase, counted when a request's first token comes
-  uint64_t generation_tokens = 0;  // decode phase
+  Histogram ttft_s;                     // request received -> first token produced
+  Histogram itl_s;                      // between consecutive tokens of a request
+  Histogram e2e_s;                      // request received -> finished
+  Histogram decode_s;                   // a finished request's first token -> its last
+  Histogram request_prompt_tokens;      // per finished request
+  Histogram request_generation_tokens;  // per finished request
+  uint64_t prompt_tokens = 0;           // prefill phase, counted when a request's first token comes
+  uint64_t generation_tokens = 0;       // decode phase
   std::map<std::string, uint64_t> finished;  // by finish reason: length, stop, abort, error
   std::map<int, uint64_t> responses;         // HTTP responses by status code
   int open_streams = 0;                      // generation responses not yet complete
@@ -44,6 +50,7 @@ struct MetricsContext {
   std::string model_name;
   GeneratorStats generator;
   std::optional<double> energy_joules;  // only where the device reports it
+  bool vllm_names = false;              // also vLLM's names (ServerOptions::vllm_metric_names)
 };
 
 std::string render_prometheus(const ServerMetrics& metrics, const MetricsContext& context);
