@@ -78,6 +78,20 @@ class ServeE2e : public E2e {
     EXPECT_NE(port, 0) << text_of(err);
     return port;
   }
+  // A Prometheus (Debian's) scraping 127.0.0.1:target every second as job `job`: its pid and
+  // the port of its query API.
+  std::pair<pid_t, uint16_t> start_prometheus(uint16_t target, const std::string& job) {
+    const uint16_t prom_port = free_port();
+    std::ofstream(root_ / "prometheus.yml")
+        << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: " << job
+        << "\n    static_configs:\n      - targets: ['127.0.0.1:" << target << "']\n";
+    const pid_t pid =
+        spawn_program({"prometheus", "--config.file=" + (root_ / "prometheus.yml").string(),
+                       "--storage.tsdb.path=" + (root_ / "tsdb").string(),
+                       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+                      root_ / "prom.out", root_ / "prom.err");
+    return {pid, prom_port};
+  }
   void TearDown() override {
     if (server_ > 0) {
       ::kill(server_, SIGKILL);
@@ -166,16 +180,7 @@ TEST_F(ServeE2e, PrometheusScrapesOurSeries) {
         http_call(port, "POST", "/v1/completions", R"({"prompt": "abcd", "max_tokens": 5})").status,
         200);
   }
-  const uint16_t prom_port = free_port();
-  std::ofstream(root_ / "prometheus.yml")
-      << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: e2e\n"
-         "    static_configs:\n      - targets: ['127.0.0.1:"
-      << port << "']\n";
-  const pid_t prom =
-      spawn_program({"prometheus", "--config.file=" + (root_ / "prometheus.yml").string(),
-                     "--storage.tsdb.path=" + (root_ / "tsdb").string(),
-                     "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
-                    root_ / "prom.out", root_ / "prom.err");
+  const auto [prom, prom_port] = start_prometheus(port, "e2e");
   double decode_tokens = -1;
   json answer;
   for (int i = 0; i < 300 && decode_tokens < 0; ++i) {  // up to 30 s
@@ -254,16 +259,7 @@ TEST_F(ServeE2e, DashboardPanelsAllReturnDataFromPrometheus) {
       http_call(port, "POST", "/v1/completions", R"({"prompt": "abcdefgh", "max_tokens": 8})");
     }
   });
-  const uint16_t prom_port = free_port();
-  std::ofstream(root_ / "prometheus.yml")
-      << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: dashboard\n"
-         "    static_configs:\n      - targets: ['127.0.0.1:"
-      << port << "']\n";
-  const pid_t prom =
-      spawn_program({"prometheus", "--config.file=" + (root_ / "prometheus.yml").string(),
-                     "--storage.tsdb.path=" + (root_ / "tsdb").string(),
-                     "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
-                    root_ / "prom.out", root_ / "prom.err");
+  const auto [prom, prom_port] = start_prometheus(port, "dashboard");
   // Each query until it returns a series (rates need two scrapes with traffic between them).
   std::vector<std::string> empty;
   for (const auto& [title, expr] : queries) {
