@@ -38,7 +38,7 @@ PORT=$(( 20000 + RANDOM % 20000 ))
 HOST=$(hostname)
 cat > "$W/slurm.conf" <<EOF
 ClusterName=ibe2e
-SlurmctldHost=$HOST
+SlurmctldHost=$HOST(127.0.0.1)
 AuthType=auth/munge
 AuthInfo=socket=$W/munge/sock
 CredType=cred/munge
@@ -60,7 +60,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
-NodeName=$HOST CPUs=$(nproc) State=UNKNOWN
+NodeName=$HOST NodeAddr=127.0.0.1 NodeHostname=$HOST CPUs=$(nproc) State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
 export SLURM_CONF=$W/slurm.conf
