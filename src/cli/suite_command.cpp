@@ -120,9 +120,19 @@ void add_suite_flags(CLI::App& app, SuiteFlags& f) {
                "run the entries recorded as failed again (a resumed or resubmitted suite skips "
                "them otherwise)");
   app.add_option("--executor", f.executor,
-                 "where the entries run: local (here, one after another) or slurm (one Slurm job "
-                 "array, a task per entry; then --collect)")
-      ->check(CLI::IsMember({"local", "slurm"}));
+                 "where the entries run: local (here, one after another), slurm (one Slurm job "
+                 "array, a task per entry; then --collect) or k8s (Indexed Job manifests for "
+                 "kubectl apply; then --collect)")
+      ->check(CLI::IsMember({"local", "slurm", "k8s"}));
+  app.add_option("--k8s-image", f.k8s_image,
+                 "--executor k8s: the container image (inferbench on its PATH)");
+  app.add_option("--k8s-namespace", f.k8s_namespace, "--executor k8s: the Jobs' namespace")
+      ->capture_default_str();
+  app.add_option("--k8s-pvc", f.k8s_pvc,
+                 "--executor k8s: the PersistentVolumeClaim mounted at --result-dir");
+  app.add_option("--k8s-gpu-resource", f.k8s_gpu_resource,
+                 "--executor k8s: the resource a cuda entry's pod asks one of")
+      ->capture_default_str();
   app.add_option("--slurm-partition", f.slurm_partition, "sbatch --partition of the array");
   app.add_option("--slurm-gres", f.slurm_gres,
                  "sbatch --gres of each task (default gpu:1 for cuda entries, none for cpu ones; "
@@ -151,10 +161,10 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
       flags.result_dir.empty() ? fs::path("results") / spec.name : fs::path(flags.result_dir);
   const int modes = (flags.dry_run ? 1 : 0) + (flags.report_only ? 1 : 0) +
                     (flags.collect ? 1 : 0) + (flags.array_task >= 0 ? 1 : 0) +
-                    (flags.executor == "slurm" ? 1 : 0);
+                    (flags.executor != "local" ? 1 : 0);
   if (modes > 1) {
     return user_error(
-        "suite: --dry-run, --report-only, --collect, --array-task and --executor slurm are "
+        "suite: --dry-run, --report-only, --collect, --array-task and --executor slurm|k8s are "
         "separate steps; give one of them");
   }
   if (flags.collect) return collect_suite(spec, entries, dir);
@@ -162,6 +172,7 @@ Result<int> execute_suite(const SuiteFlags& flags, const PluginRegistry& registr
     return run_suite_array_task(flags, spec, entries, dir, registry, stop);
   }
   if (flags.executor == "slurm") return submit_suite_slurm(flags, spec, entries, dir, registry);
+  if (flags.executor == "k8s") return write_suite_k8s(flags, spec, entries, dir, registry);
   if (flags.dry_run) {
     IB_ASSIGN_OR_RETURN(const auto checked, validate_entries(entries, dir, registry));
     for (size_t i = 0; i < checked.size(); ++i) {

@@ -34,6 +34,11 @@ struct SuiteFlags {
   std::string slurm_gres;        // "" (gpu:1 for cuda entries), "none" or a --gres value
   int slurm_time_limit_min = 0;  // 0: from the entries' earlier runs, else 60
   std::vector<std::string> slurm_args;
+  // --executor k8s: Indexed Jobs for kubectl apply.
+  std::string k8s_image;
+  std::string k8s_namespace = "default";
+  std::string k8s_pvc;
+  std::string k8s_gpu_resource = "nvidia.com/gpu";
   int array_task = -1;   // >= 0: run this entry alone (a Slurm array task)
   bool collect = false;  // merge the tasks' states, write the leaderboard
 };

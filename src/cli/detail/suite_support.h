@@ -29,6 +29,10 @@ Result<SuiteState> merged_suite_state(const std::filesystem::path& dir, const st
 Result<int> submit_suite_slurm(const SuiteFlags& flags, const SuiteSpec& spec,
                                const std::vector<SuiteEntry>& entries,
                                const std::filesystem::path& dir, const PluginRegistry& registry);
+// --executor k8s: writes the entries not finished as Kubernetes Indexed Jobs (suite_k8s.cpp).
+Result<int> write_suite_k8s(const SuiteFlags& flags, const SuiteSpec& spec,
+                            const std::vector<SuiteEntry>& entries,
+                            const std::filesystem::path& dir, const PluginRegistry& registry);
 // --array-task I: runs entry I alone, its state into DIR/<entry>/entry-state.json.
 Result<int> run_suite_array_task(const SuiteFlags& flags, const SuiteSpec& spec,
                                  const std::vector<SuiteEntry>& entries,

@@ -1,0 +1,85 @@
+// `inferbench suite --executor k8s` (cli/detail/suite_support.h): the unfinished entries as
+// Kubernetes Indexed Jobs (suite/k8s.h), written for `kubectl apply`, not applied.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <map>
+
+#include "cli/commands.h"
+#include "cli/detail/suite_support.h"
+#include "cli/run_options.h"
+#include "core/fs.h"
+#include "suite/k8s.h"
+
+namespace ib {
+
+namespace fs = std::filesystem;
+
+Result<int> write_suite_k8s(const SuiteFlags& flags, const SuiteSpec& spec,
+                            const std::vector<SuiteEntry>& entries, const fs::path& dir,
+                            const PluginRegistry& registry) {
+  if (flags.k8s_image.empty() || flags.k8s_pvc.empty()) {
+    return user_error(
+        "--executor k8s needs --k8s-image (a container image with inferbench on its PATH) and "
+        "--k8s-pvc (a PersistentVolumeClaim the pods mount at --result-dir, where the results "
+        "and the states go)");
+  }
+  IB_ASSIGN_OR_RETURN(const auto planned, validate_entries(entries, dir, registry));
+  IB_ASSIGN_OR_RETURN(const std::string suite_text, read_file(flags.file));
+  std::error_code ec;
+  if (!fs::exists(dir / kSuiteStateJson, ec)) {
+    IB_ASSIGN_OR_RETURN(const SuiteState fresh, open_suite_state(dir, spec.name, false));
+    fs::create_directories(dir, ec);
+    IB_TRY(fresh.save(dir));
+  }
+  IB_ASSIGN_OR_RETURN(const SuiteState state, merged_suite_state(dir, spec.name, entries));
+  std::map<int, std::vector<int>> by_gpus;  // GPUs per pod -> entry indices
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const SuiteEntry& e = planned[i].entry;
+    if (state.done(e, flags.retry_failed)) continue;
+    const auto run = parse_run_args(e.args);
+    by_gpus[run.ok() && run->device == "cuda" ? 1 : 0].push_back(static_cast<int>(i));
+    fs::remove(dir / e.name / kEntryStateJson, ec);  // never an earlier run's state
+  }
+  if (by_gpus.empty()) {
+    std::cout << fmt::format(
+        "every entry of {} has finished; `inferbench suite {} --result-dir {} "
+        "--collect` writes the leaderboard\n",
+        spec.name, flags.file, dir.string());
+    return kExitOk;
+  }
+  const fs::path out = dir / "k8s";
+  fs::create_directories(out, ec);
+  if (ec) return runtime_error(fmt::format("cannot create {}: {}", out.string(), ec.message()));
+  const std::string base = k8s_name("inferbench-" + spec.name);
+  const std::string config_map = base + "-suite";
+  IB_TRY(write_file_atomic(out / "configmap.yaml",
+                           k8s_config_map_yaml(config_map, flags.k8s_namespace, suite_text)));
+  std::vector<std::string> extra;
+  if (!flags.model_list.empty()) extra.insert(extra.end(), {"--model-list", flags.model_list});
+  for (const auto& o : flags.overrides) extra.insert(extra.end(), {"--override", o});
+  for (const auto& [gpus, indices] : by_gpus) {
+    K8sJob job;
+    job.name = k8s_name(base + (gpus > 0 ? "-gpu" : "-cpu"));
+    job.namespace_name = flags.k8s_namespace;
+    job.image = flags.k8s_image;
+    job.config_map = config_map;
+    job.claim = flags.k8s_pvc;
+    job.result_dir = fs::absolute(dir).string();
+    job.indices = indices;
+    job.gpu_resource = gpus > 0 ? flags.k8s_gpu_resource : "";
+    job.gpus = gpus;
+    job.extra = extra;
+    const fs::path file = out / fmt::format("job-{}.yaml", gpus > 0 ? "gpu" : "cpu");
+    IB_TRY(write_file_atomic(file, k8s_job_yaml(job)));
+    std::cout << fmt::format("wrote {}: Indexed Job {} of {} entr{}\n", file.string(), job.name,
+                             indices.size(), indices.size() == 1 ? "y" : "ies");
+  }
+  std::cout << fmt::format(
+      "next: kubectl apply -f {0}/ ; when the Jobs complete: inferbench suite {1} --result-dir "
+      "{2} --collect (with {2} on the claim {3})\n",
+      out.string(), flags.file, dir.string(), flags.k8s_pvc);
+  return kExitOk;
+}
+
+}  // namespace ib
