@@ -52,8 +52,10 @@ std::string models_table(const std::vector<ModelConfig>& models) {
                        gib_of(WeightFormat::kInt4W4A16), gib_of(WeightFormat::kNf4),
                        static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
                        m.max_position_embeddings,
-                       unsupported.empty() ? std::string("yes")
-                                           : fmt::format("no: {}", fmt::join(unsupported, ", ")));
+                       !unsupported.empty() ? fmt::format("no: {}", fmt::join(unsupported, ", "))
+                       : m.moe.num_experts > 0
+                           ? std::string("yes, on the CPU (CUDA has no mixture-of-experts ops yet)")
+                           : std::string("yes"));
   }
   return out;
 }

@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
+#include <tuple>
 
+#include "engine/arch/architecture.h"
 #include "engine/detail/checkpoint_test_support.h"
 #include "engine/detail/engine_test_support.h"
 #include "engine/detail/weight_storage.h"
@@ -67,6 +70,41 @@ void expect_matches_reference(const ModelConfig& c, ModelWeights w, Backend& bac
   for (int l = 0; l < c.num_layers; ++l) {
     const auto first = s.expert_tokens.begin() + l * c.moe.num_experts;
     EXPECT_EQ(std::accumulate(first, first + c.moe.num_experts, int64_t{0}), 2 * computed);
+  }
+}
+
+TEST(MixtralSchema, FillsEachLogicalWeightExactlyOnce) {
+  const ModelConfig c = tiny_mixtral();
+  auto arch = find_architecture(c);
+  ASSERT_TRUE(arch.ok()) << arch.error().message;
+  EXPECT_EQ((*arch)->name(), "mixtral");
+  CpuBackend backend(1);
+  auto w = load_weights(c, {LoadFormat::kDummy, "", 0}, backend);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  // Per (role, layer, expert): the sources' row ranges, which must tile the weight's rows.
+  std::map<std::tuple<WeightRole, int, int>, std::vector<std::pair<int64_t, int64_t>>> rows;
+  for (const SchemaEntry& e : (*arch)->weight_schema(c).entries) {
+    for (const TensorSource& s : e.sources) {
+      rows[{e.role, e.layer, e.expert}].emplace_back(s.row_offset, s.shape[0]);
+      const Tensor t = weight_for(*w, e.role, e.layer, e.expert);
+      ASSERT_EQ(s.shape.size(), static_cast<size_t>(t.rank)) << s.name;
+      if (t.rank == 2) {
+        EXPECT_EQ(s.shape[1], t.shape[1]) << s.name;
+      }
+    }
+  }
+  // embed, final norm, lm_head; per layer 2 norms, qkv, o, router and 2 per expert.
+  EXPECT_EQ(rows.size(), 3u + 2u * (5u + 2u * 4u));
+  for (auto& [key, ranges] : rows) {
+    std::sort(ranges.begin(), ranges.end());
+    int64_t at = 0;
+    for (const auto& [offset, count] : ranges) {
+      EXPECT_EQ(offset, at);
+      at = offset + count;
+    }
+    const auto [role, layer, expert] = key;
+    EXPECT_EQ(at, weight_for(*w, role, layer, expert).shape[0])
+        << weight_role_name(role) << " layer " << layer << " expert " << expert;
   }
 }
 

@@ -170,6 +170,11 @@ Status ModelConfig::validate() const {
   IB_TRY(non_negative(mla.qk_nope_head_dim, "qk_nope_head_dim"));
   IB_TRY(non_negative(mla.qk_rope_head_dim, "qk_rope_head_dim"));
   IB_TRY(non_negative(mla.v_head_dim, "v_head_dim"));
+  if (moe.num_experts > 0 && moe.experts_per_token < 1) {
+    return user_error("model '" + name + "': a mixture-of-experts model needs " +
+                      "num_experts_per_tok of at least 1 (got " +
+                      std::to_string(moe.experts_per_token) + ")");
+  }
   if (moe.experts_per_token > moe.num_experts) {
     return user_error("model '" + name + "': num_experts_per_tok (" +
                       std::to_string(moe.experts_per_token) + ") exceeds the number of experts (" +

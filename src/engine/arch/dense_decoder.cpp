@@ -39,6 +39,24 @@ void add_layer_norms(const ModelConfig& c, int layer, WeightSchema& schema) {
       {WeightRole::kFfnNorm, layer, {{p + "post_attention_layernorm.weight", {d}}}});
 }
 
+void add_split_attention(const ModelConfig& c, int layer, WeightSchema& schema) {
+  const DenseDims n = dense_dims(c);
+  const std::string p = layer_prefix(layer) + "self_attn.";
+  schema.entries.push_back({WeightRole::kQkv,
+                            layer,
+                            {{p + "q_proj.weight", {n.q, n.d}, 0},
+                             {p + "k_proj.weight", {n.kv, n.d}, n.q},
+                             {p + "v_proj.weight", {n.kv, n.d}, n.q + n.kv}}});
+  if (c.attention_bias) {
+    schema.entries.push_back({WeightRole::kQkvBias,
+                              layer,
+                              {{p + "q_proj.bias", {n.q}, 0},
+                               {p + "k_proj.bias", {n.kv}, n.q},
+                               {p + "v_proj.bias", {n.kv}, n.q + n.kv}}});
+  }
+  schema.entries.push_back({WeightRole::kO, layer, {{p + "o_proj.weight", {n.d, n.q}, 0}}});
+}
+
 void attention_sublayer(Backend& backend, const LayerWeights& w, const KvCacheLayer& kv,
                         const StepInputs& in, const StepBuffers& b) {
   const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;

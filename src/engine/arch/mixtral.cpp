@@ -19,15 +19,9 @@ class Mixtral final : public Architecture {
     s.architecture = "MixtralForCausalLM";
     add_model_weights(c, s);
     for (int l = 0; l < c.num_layers; ++l) {
-      const std::string p = layer_prefix(l) + "self_attn.";
       const std::string m = layer_prefix(l) + "block_sparse_moe.";
       add_layer_norms(c, l, s);
-      s.entries.push_back({WeightRole::kQkv,
-                           l,
-                           {{p + "q_proj.weight", {n.q, n.d}, 0},
-                            {p + "k_proj.weight", {n.kv, n.d}, n.q},
-                            {p + "v_proj.weight", {n.kv, n.d}, n.q + n.kv}}});
-      s.entries.push_back({WeightRole::kO, l, {{p + "o_proj.weight", {n.d, n.q}, 0}}});
+      add_split_attention(c, l, s);
       s.entries.push_back(
           {WeightRole::kRouter, l, {{m + "gate.weight", {c.moe.num_experts, n.d}, 0}}});
       for (int e = 0; e < c.moe.num_experts; ++e) {
