@@ -20,9 +20,11 @@ nlohmann::json routing_json(const EngineStats& s) {
     const int64_t sum = std::accumulate(row.begin(), row.end(), int64_t{0});
     routed += sum;
     const double mean = static_cast<double>(sum) / static_cast<double>(e);
-    imbalance.push_back(mean > 0
-                            ? static_cast<double>(*std::max_element(row.begin(), row.end())) / mean
-                            : nlohmann::json(nullptr));
+    if (mean > 0) {
+      imbalance.push_back(static_cast<double>(*std::max_element(row.begin(), row.end())) / mean);
+    } else {
+      imbalance.push_back(nullptr);  // no tokens routed in this layer
+    }
   }
   return nlohmann::json{
       {"num_layers", layers},
