@@ -4,12 +4,32 @@
 #include <string>
 
 #include "engine/detail/weight_storage.h"
+#include "engine/moe_support.h"
 
 namespace ib {
 
 uint64_t dummy_expert_stream(int layer, int expert, DummyExpertPart part) {
   return 1'000'000 + 4 * (1024 * static_cast<uint64_t>(layer) + static_cast<uint64_t>(expert)) +
          static_cast<uint64_t>(part);
+}
+
+namespace {
+
+std::string moe_model(const ModelConfig& c) {
+  return "model '" + c.name + "' is a mixture-of-experts model (" +
+         std::to_string(c.moe.num_experts) + " experts, top-" +
+         std::to_string(c.moe.experts_per_token) + ")";
+}
+
+}  // namespace
+
+Status check_moe_quantization(const ModelConfig& c, WeightFormat quantization) {
+  if (c.moe.num_experts == 0) return Ok{};
+  if (quantization != WeightFormat::kDense || c.quantization.quantized()) {
+    return user_error(moe_model(c) + ": its experts run with dense weights only for now; drop " +
+                      "--quantization or use a dense checkpoint");
+  }
+  return Ok{};
 }
 
 namespace detail {
@@ -61,20 +81,13 @@ int64_t moe_layer_bytes(const ModelConfig& c, DType dtype) {
 
 Status check_moe_runs(const ModelConfig& c, WeightFormat quantization, Backend& backend) {
   if (c.moe.num_experts == 0) return Ok{};
-  const std::string what = "model '" + c.name + "' is a mixture-of-experts model (" +
-                           std::to_string(c.moe.num_experts) + " experts, top-" +
-                           std::to_string(c.moe.experts_per_token) + ")";
   if (backend.moe_ops() == nullptr) {
     const DeviceInfo dev = backend.device_info();
-    return user_error(what + " but the " + dev.kind + " backend (" + dev.name +
+    return user_error(moe_model(c) + " but the " + dev.kind + " backend (" + dev.name +
                       ") has no mixture-of-experts ops yet (router softmax/top-k, expert "
                       "permute and grouped GEMMs); run it with --device cpu");
   }
-  if (quantization != WeightFormat::kDense || c.quantization.quantized()) {
-    return user_error(what + ": its experts run with dense weights only for now; drop " +
-                      "--quantization or use a dense checkpoint");
-  }
-  return Ok{};
+  return check_moe_quantization(c, quantization);
 }
 
 }  // namespace detail
