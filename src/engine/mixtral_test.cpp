@@ -178,6 +178,29 @@ TEST(MixtralDummy, RoutingIsSpreadNeitherUniformNorCollapsed) {
   }
 }
 
+TEST(MixtralTraffic, AStepCountsOnlyTheExpertsItsTokensCanPick) {
+  ModelConfig c = tiny_mixtral();
+  c.moe.num_experts = 8;
+  CpuBackend backend(1);
+  auto w = load_weights(c, {LoadFormat::kDummy, "", 0}, backend);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  int64_t layers = 0;
+  for (const LayerWeights& l : w->layers) layers += l.bytes();
+  const auto one_expert = static_cast<int64_t>(w->layers[0].expert_gate_up[0].bytes() +
+                                               w->layers[0].expert_down[0].bytes());
+  const auto head = static_cast<int64_t>(w->lm_head.bytes() + w->final_norm.bytes());
+  EngineConfig config;
+  config.block_size = 4;
+  auto engine = create_engine_with_weights(c, std::move(w).value(), config, backend);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  ASSERT_TRUE((*engine)->add_request(testing::greedy_request(1, {5}, 2)).ok());
+  auto step = (*engine)->step();  // one token: two experts per layer
+  ASSERT_TRUE(step.ok());
+  const int64_t kv = c.kv_bytes_per_token(DType::kF32);
+  const int64_t skipped = (8 - 2) * one_expert * c.num_layers;
+  EXPECT_EQ(step->stats.bytes_moved, layers - skipped + c.hidden_size * 4 + head + 2 * kv);
+}
+
 TEST(MixtralConfig, PresetsRunAndRouterKeysAreRead) {
   for (const char* name : {"mixtral-8x7b", "mixtral-8x22b"}) {
     auto c = find_preset(name);
