@@ -1,7 +1,7 @@
 // Test support (engine tests only): temporary directories and HF-named safetensors tensors of a
 // model's host weights, in the split layout (Llama, Mistral, Qwen2; Mixtral's experts where the
-// layers hold them) or Phi-3's fused one, written
-// here from transformers' module names, independently of the engine's schemas.
+// layers hold them) or Phi-3's fused one, written here from transformers' module names,
+// independently of the engine's schemas.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -90,6 +90,10 @@ inline std::vector<SafetensorsWriteTensor> hf_tensors(
         add(p + "self_attn.k_proj.bias", {kv}, l.k_bias);
         add(p + "self_attn.v_proj.bias", {kv}, l.v_bias);
       }
+      if (l.router.empty()) {
+        add(p + "mlp.gate_proj.weight", {f, d}, l.gate);
+        add(p + "mlp.up_proj.weight", {f, d}, l.up);
+      }
     }
     add(p + "self_attn.o_proj.weight", {d, q}, l.o);
     if (!l.router.empty()) {  // MixtralSparseMoeBlock: gate (the router), experts.J.w1/w2/w3
@@ -102,10 +106,6 @@ inline std::vector<SafetensorsWriteTensor> hf_tensors(
         add(x + "w3.weight", {fe, d}, l.expert_up[e]);
       }
       continue;
-    }
-    if (layout == CheckpointLayout::kSplit) {
-      add(p + "mlp.gate_proj.weight", {f, d}, l.gate);
-      add(p + "mlp.up_proj.weight", {f, d}, l.up);
     }
     add(p + "mlp.down_proj.weight", {d, f}, l.down);
   }
