@@ -36,21 +36,24 @@ ModelConfig tiny_mixtral() {
   return c;
 }
 
+// Dummy weights (the documented router spread) of c.
+ModelWeights dummy_weights(const ModelConfig& c, Backend& backend) {
+  auto w = load_weights(c, {LoadFormat::kDummy, "", 0}, backend);
+  IB_ASSERT(w.ok(), "load_weights failed in a test");
+  return std::move(w).value();
+}
+
 // Greedy generation of random prompts; every sampled row against the reference.
 void expect_matches_reference(const ModelConfig& c, ModelWeights w, Backend& backend,
                               const testing::HostWeights& host) {
-  EngineConfig config;
-  config.block_size = 4;
-  config.capture_logits = true;
-  auto engine = create_engine_with_weights(c, std::move(w), config, backend);
-  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  auto engine = testing::logits_engine(c, std::move(w), "none", backend);
   Rng rng(3);
   std::map<uint64_t, std::vector<int32_t>> prompts;
   for (uint64_t i = 0; i < 4; ++i) {
     prompts[i] = testing::random_prompt(rng, 1 + 5 * static_cast<int>(i), c.vocab_size);
-    ASSERT_TRUE((*engine)->add_request(testing::greedy_request(i, prompts[i], 5)).ok());
+    ASSERT_TRUE(engine->add_request(testing::greedy_request(i, prompts[i], 5)).ok());
   }
-  for (const auto& [id, done] : testing::run_to_completion(**engine)) {
+  for (const auto& [id, done] : testing::run_to_completion(*engine)) {
     std::vector<int32_t> all = prompts[id];
     all.insert(all.end(), done.tokens.begin(), done.tokens.end());
     const auto ref = testing::reference_logits(c, host, all);
@@ -63,7 +66,7 @@ void expect_matches_reference(const ModelConfig& c, ModelWeights w, Backend& bac
     }
   }
   // Every token computed (prompt and output) picked two experts in each layer.
-  const EngineStats s = (*engine)->stats();
+  const EngineStats s = engine->stats();
   ASSERT_EQ(s.expert_tokens.size(), static_cast<size_t>(c.num_layers * c.moe.num_experts));
   int64_t computed = 0;
   for (const auto& [id, p] : prompts) computed += static_cast<int64_t>(p.size()) + 5 - 1;
@@ -150,21 +153,14 @@ TEST(MixtralDummy, RoutingIsSpreadNeitherUniformNorCollapsed) {
   ModelConfig c = tiny_mixtral();
   c.moe.num_experts = 8;
   CpuBackend backend(2);
-  auto w = load_weights(c, {LoadFormat::kDummy, "", 0}, backend);
-  ASSERT_TRUE(w.ok()) << w.error().message;
-  EngineConfig config;
-  config.block_size = 4;
-  auto engine = create_engine_with_weights(c, std::move(w).value(), config, backend);
-  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  auto engine = testing::logits_engine(c, dummy_weights(c, backend), "none", backend);
   Rng rng(8);
   for (uint64_t i = 0; i < 8; ++i) {
-    ASSERT_TRUE((*engine)
-                    ->add_request(testing::greedy_request(
-                        i, testing::random_prompt(rng, 40, c.vocab_size), 8))
-                    .ok());
+    const auto prompt = testing::random_prompt(rng, 40, c.vocab_size);
+    ASSERT_TRUE(engine->add_request(testing::greedy_request(i, prompt, 8)).ok());
   }
-  testing::run_to_completion(**engine);
-  const EngineStats s = (*engine)->stats();
+  testing::run_to_completion(*engine);
+  const EngineStats s = engine->stats();
   for (int l = 0; l < c.num_layers; ++l) {
     const auto first = s.expert_tokens.begin() + l * c.moe.num_experts;
     const std::vector<int64_t> row(first, first + c.moe.num_experts);
@@ -182,19 +178,15 @@ TEST(MixtralTraffic, AStepCountsOnlyTheExpertsItsTokensCanPick) {
   ModelConfig c = tiny_mixtral();
   c.moe.num_experts = 8;
   CpuBackend backend(1);
-  auto w = load_weights(c, {LoadFormat::kDummy, "", 0}, backend);
-  ASSERT_TRUE(w.ok()) << w.error().message;
+  ModelWeights w = dummy_weights(c, backend);
   int64_t layers = 0;
-  for (const LayerWeights& l : w->layers) layers += l.bytes();
-  const auto one_expert = static_cast<int64_t>(w->layers[0].expert_gate_up[0].bytes() +
-                                               w->layers[0].expert_down[0].bytes());
-  const auto head = static_cast<int64_t>(w->lm_head.bytes() + w->final_norm.bytes());
-  EngineConfig config;
-  config.block_size = 4;
-  auto engine = create_engine_with_weights(c, std::move(w).value(), config, backend);
-  ASSERT_TRUE(engine.ok()) << engine.error().message;
-  ASSERT_TRUE((*engine)->add_request(testing::greedy_request(1, {5}, 2)).ok());
-  auto step = (*engine)->step();  // one token: two experts per layer
+  for (const LayerWeights& l : w.layers) layers += l.bytes();
+  const auto one_expert = static_cast<int64_t>(w.layers[0].expert_gate_up[0].bytes() +
+                                               w.layers[0].expert_down[0].bytes());
+  const auto head = static_cast<int64_t>(w.lm_head.bytes() + w.final_norm.bytes());
+  auto engine = testing::logits_engine(c, std::move(w), "none", backend);
+  ASSERT_TRUE(engine->add_request(testing::greedy_request(1, {5}, 2)).ok());
+  auto step = engine->step();  // one token: two experts per layer
   ASSERT_TRUE(step.ok());
   const int64_t kv = c.kv_bytes_per_token(DType::kF32);
   const int64_t skipped = (8 - 2) * one_expert * c.num_layers;
