@@ -14,9 +14,15 @@ prompt + generated tokens), and every generated step is compared by relative L2 
   - fp32 (CPU and CUDA): <= 1e-4 at every step;
   - bf16 (CUDA): <= 1e-2 at every step.
 Prompts of 24, 512, 2,048 and 4,096 tokens; Mistral also one longer than its 4,096 window, and
-Phi-3-mini's 2,047 window is passed by the 4,096 prompt. Prints a Markdown table and writes JSON.
+Phi-3-mini's 2,047 window is passed by the 4,096 prompt. Mixtral (MixtralForCausalLM at
+Mixtral-8x7B's sizes, and "mixtral-tiny" at toy sizes) runs with the same tolerances: its router
+(softmax in fp32, top-2, renormalised) must pick the same experts at every position; a backend
+without MoE ops refuses it, listed as not run. Prints a Markdown table and writes JSON.
 
 Usage (GPU machine): tools/hf_compare.py --inferbench build/bin/inferbench --out DIR
+Mixtral only, CPU and CUDA fp32:
+  tools/hf_compare.py --families mixtral-tiny,mixtral --runs cpu:fp32,cuda:fp32,cuda:bf16 \
+      --json-name hf_compare_mixtral.json --out DIR
 """
 import argparse
 import json
@@ -64,8 +70,27 @@ FAMILIES = {
         max_position_embeddings=8192, original_max_position_embeddings=4096,
         sliding_window=2047, bos_token_id=1, eos_token_id=32000, pad_token_id=32000,
         tie_word_embeddings=False), None, (24, 512, 2048, 4096)),
+    "mixtral": ("MixtralConfig", dict(  # mistralai/Mixtral-8x7B-v0.1: 8 experts, top-2
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+        num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+        rope_theta=1000000.0, rms_norm_eps=1e-5, max_position_embeddings=32768,
+        sliding_window=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False),
+        None, (24, 512, 2048, 4096)),
+    "mixtral-tiny": ("MixtralConfig", dict(  # Mixtral's structure at toy sizes, for quick CPU rows
+        vocab_size=32000, hidden_size=256, intermediate_size=512, num_attention_heads=8,
+        num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2,
+        rope_theta=1000000.0, rms_norm_eps=1e-5, max_position_embeddings=32768,
+        sliding_window=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False),
+        None, (24, 512, 2048, 4096)),
 }
+# Mixture-of-experts families: a backend that has no MoE ops yet refuses them (exit 2, naming
+# what is missing); such a row is listed as not run, with the refusal, rather than failed.
+MOE_FAMILIES = {"mixtral", "mixtral-tiny"}
 TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
+
+
+class Refused(RuntimeError):
+    """inferbench refused the run as a user error (exit 2)."""
 
 
 def save_random_model(name, layers, seed, directory):
@@ -76,6 +101,57 @@ def save_random_model(name, layers, seed, directory):
     model.to(torch.bfloat16).save_pretrained(directory)  # safetensors
     del model
     torch.cuda.empty_cache()
+    if name in MOE_FAMILIES:
+        published_mixtral_layout(directory)
+
+
+def published_mixtral_layout(directory):
+    """Mixtral's experts as the published checkpoints hold them, which inferbench reads:
+    block_sparse_moe.gate.weight (E, D) and block_sparse_moe.experts.J.w1 / w3 (F, D), w2 (D, F).
+    transformers 5 names the block `mlp` and, saved with save_original_format=False, fuses the
+    experts into mlp.experts.gate_up_proj (E, 2F, D; each expert's rows gate (w1), then up (w3),
+    as MixtralExperts chunks its output) and mlp.experts.down_proj (E, D, F); such files are
+    rewritten here (and the shard index with them). Files already in the published layout are
+    left alone. transformers loads either layout, so the reference is unaffected."""
+    import glob
+    import re
+    from safetensors.torch import load_file, save_file
+    layer_mlp = re.compile(r"^(model\.layers\.\d+\.)mlp\.(.+)$")
+    weight_map = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
+        tensors = load_file(path)
+        if any(layer_mlp.match(n) for n in tensors):
+            out = {}
+            for n, t in tensors.items():
+                m = layer_mlp.match(n)
+                if not m:
+                    out[n] = t
+                    continue
+                block, rest = m.group(1) + "block_sparse_moe.", m.group(2)
+                if rest == "gate.weight":
+                    out[block + "gate.weight"] = t
+                elif rest == "experts.gate_up_proj":
+                    experts, two_f, _ = t.shape
+                    f = two_f // 2
+                    for e in range(experts):
+                        out[f"{block}experts.{e}.w1.weight"] = t[e, :f].contiguous()
+                        out[f"{block}experts.{e}.w3.weight"] = t[e, f:].contiguous()
+                elif rest == "experts.down_proj":
+                    for e in range(t.shape[0]):
+                        out[f"{block}experts.{e}.w2.weight"] = t[e].contiguous()
+                else:
+                    raise RuntimeError(f"unexpected Mixtral tensor {n} {tuple(t.shape)}")
+            save_file(out, path, metadata={"format": "pt"})
+            tensors = out
+        for n in tensors:
+            weight_map[n] = os.path.basename(path)
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            meta = json.load(f)
+        meta["weight_map"] = dict(sorted(weight_map.items()))
+        with open(index, "w") as f:
+            json.dump(meta, f, indent=2)
 
 
 def load_reference(directory):
@@ -92,6 +168,8 @@ def run_inferbench(binary, directory, device, dtype, prompt, steps, out_npy):
            "--max-tokens", str(steps), "--dump-logits", out_npy]
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode == 2:
+        raise Refused(proc.stderr.strip()[-400:])
     if proc.returncode != 0:
         raise RuntimeError(f"inferbench failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -133,7 +211,9 @@ def main():
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--families", default=",".join(f for f in FAMILIES if f not in MOE_FAMILIES),
+                    help="comma-separated; the default leaves out the mixture-of-experts ones "
+                         f"({', '.join(sorted(MOE_FAMILIES))}), which are asked for by name")
     ap.add_argument("--runs", default="cuda:fp32,cuda:bf16,cpu:fp32",
                     help="backend:dtype pairs to compare")
     ap.add_argument("--cpu-max-len", type=int, default=4096,
@@ -172,9 +252,17 @@ def main():
                         if args.deadline_s and time.time() - t_start > args.deadline_s:
                             rows.append(dict(row, skipped="deadline"))
                             continue
-                        tokens, logits, secs = run_inferbench(
-                            args.inferbench, d, device, dtype, prompt, args.steps,
-                            os.path.join(tmp, f"{device}-{dtype}.npy"))
+                        try:
+                            tokens, logits, secs = run_inferbench(
+                                args.inferbench, d, device, dtype, prompt, args.steps,
+                                os.path.join(tmp, f"{device}-{dtype}.npy"))
+                        except Refused as e:
+                            if name not in MOE_FAMILIES:
+                                raise
+                            rows.append(dict(row, skipped=f"refused: {e}"))
+                            save_json(args, rows)
+                            print(f"{name} {device} {dtype} {length}: refused: {e}", flush=True)
+                            continue
                         # inferbench's greedy tokens can differ between runs (bf16); the
                         # reference follows each run's own tokens.
                         if ref is None or ref[0] != tokens:

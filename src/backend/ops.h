@@ -2,7 +2,8 @@
 // (initialisation, embedding, norms, matmuls, activations, sampling), AttentionOps (RoPE with the
 // KV write, paged attention), QuantOps (quantizing weights at load) and the optional
 // FusedDecodeOps (the dense decoder's fused decode step, reached through
-// Backend::fused_decode_ops()). Mixture-of-experts op sets join as further interfaces.
+// Backend::fused_decode_ops()) and MoeOps (mixture-of-experts routing and expert MLPs, reached
+// through Backend::moe_ops()).
 //
 // Contract: tensors passed to ops live in the backend's memory (Device::alloc); shapes are
 // checked with IB_ASSERT. "act" below means the backend's activation dtype: fp32 on the CPU, the
@@ -11,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "backend/tensor.h"
 #include "backend/weight.h"
@@ -169,6 +171,30 @@ class FusedDecodeOps {
                                  Tensor out) = 0;
   // residual (M, N) += x (M, K) @ w (N, K)^T, fp32 accumulation, rounded once.
   virtual void matmul_add(const Tensor& x, const WeightRef& w, Tensor residual) = 0;
+};
+
+// A sparse mixture-of-experts MLP (Mixtral), used behind the architecture seam
+// (engine/arch/mixtral.cpp), as transformers' MixtralSparseMoeBlock computes it. Optional: a
+// backend without it returns nullptr from Backend::moe_ops(), and the engine refuses an MoE model
+// on it before loading weights.
+class MoeOps {
+ public:
+  virtual ~MoeOps() = default;
+  // Per token t: p = softmax(router_logits[t]) in fp32 (max subtracted, sum of exp in fp32), the
+  // k = expert_ids.dim(1) largest p in descending order (ties: the lower expert id first) into
+  // expert_ids[t] (int32) and their p into expert_weights[t] (f32), divided by their sum when
+  // renormalize (Mixtral's top-k renormalisation). router_logits f32 (T, E); expert_ids,
+  // expert_weights (T, k). expert_tokens int64 (E) += the tokens routed to each expert (each
+  // token counts once per expert it picks): the engine's routing telemetry.
+  virtual void moe_route(const Tensor& router_logits, bool renormalize, Tensor expert_ids,
+                         Tensor expert_weights, Tensor expert_tokens) = 0;
+  // out (T, D) act = sum over j of expert_weights[t][j] * down[e](silu(g) * u), with
+  // [g | u] = x[t] @ gate_up[e]^T and e = expert_ids[t][j]; x (T, D) act, gate_up[e] (2F, D)
+  // rows gate (HF w1) then up (w3), down[e] (D, F) (w2). Each expert's output is scaled in fp32
+  // and the experts are added in ascending id order (transformers' index_add_ loop).
+  virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                           std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
+                           Tensor out) = 0;
 };
 
 }  // namespace ib

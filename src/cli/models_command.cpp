@@ -30,11 +30,13 @@ std::string models_table(const std::vector<ModelConfig>& models) {
     // allocate the same bytes: matmul weights 1 byte per element plus fp32 per-channel scales),
     // awq / gptq (half a byte per element, f16 scales and u8 zero points per group of 128) and
     // nf4 (half a byte, an f32 absmax per block of 64); embeddings, lm_head, norms and biases
-    // bf16. A model the engine cannot run (mixture-of-experts, ...), or whose sizes the groups
-    // do not tile, has no allocation to report.
+    // bf16. A model the engine cannot run (MLA, soft-capping, ...), a mixture-of-experts model
+    // with quantized weights (its experts run dense), or one whose sizes the groups do not tile,
+    // has no allocation to report.
     const auto unsupported = m.unsupported_features();
     auto gib_of = [&](WeightFormat format) {
       if (!unsupported.empty()) return std::string("-");
+      if (m.moe.num_experts > 0) return std::string("-");  // experts run dense only
       if (is_4bit(format)) {
         const int64_t group = load_time_layout(format, false).group_size;
         if (m.hidden_size % group != 0 || m.intermediate_size % group != 0 ||
@@ -50,8 +52,10 @@ std::string models_table(const std::vector<ModelConfig>& models) {
                        gib_of(WeightFormat::kInt4W4A16), gib_of(WeightFormat::kNf4),
                        static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
                        m.max_position_embeddings,
-                       unsupported.empty() ? std::string("yes")
-                                           : fmt::format("no: {}", fmt::join(unsupported, ", ")));
+                       !unsupported.empty() ? fmt::format("no: {}", fmt::join(unsupported, ", "))
+                       : m.moe.num_experts > 0
+                           ? std::string("yes, on the CPU (CUDA has no mixture-of-experts ops yet)")
+                           : std::string("yes"));
   }
   return out;
 }

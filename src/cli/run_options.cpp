@@ -13,6 +13,7 @@
 
 #include "cli/plugins.h"
 #include "compare/compare.h"
+#include "engine/moe_support.h"
 #include "model/gguf.h"
 #include "model/presets.h"
 #include "report/result_dir.h"
@@ -229,6 +230,10 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   IB_TRY(check_run_flags(f));
   IB_ASSIGN_OR_RETURN(const EngineConfig engine, run_engine_config(f));
+  if (!http) {
+    IB_ASSIGN_OR_RETURN(const WeightFormat format, quantization_weight_format(engine.quantization));
+    IB_TRY(check_moe_quantization(p.model, format));
+  }
   IB_ASSIGN_OR_RETURN(const std::optional<ResolvedCalibration> calibration,
                       resolve_calibration(f, f.quantization));
   if (calibration && http) {

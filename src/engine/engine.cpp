@@ -196,6 +196,9 @@ class EngineImpl final : public Engine {
     s.weight_bytes = runner_->weights().bytes;
     s.max_model_len = config_.max_model_len;
     s.memory = backend_.memory().snapshot();
+    s.expert_tokens = runner_->expert_tokens();
+    s.num_experts = model_.moe.num_experts;
+    s.experts_per_token = model_.moe.experts_per_token;
     return s;
   }
 

@@ -125,6 +125,12 @@ struct EngineStats {
   int64_t weight_bytes = 0;
   int max_model_len = 0;
   MemorySnapshot memory;  // the backend's tracked allocator
+  // Mixture-of-experts models: tokens routed to each expert of each layer since the engine was
+  // created, (layers, num_experts) row-major (each token counted once per expert it picks);
+  // empty for dense models.
+  std::vector<int64_t> expert_tokens;
+  int num_experts = 0;
+  int experts_per_token = 0;
 };
 
 class Engine {

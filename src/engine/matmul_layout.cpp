@@ -11,7 +11,8 @@ std::array<std::array<int64_t, 2>, 4> matmul_shapes(const ModelConfig& c) {
   const int64_t d = c.hidden_size;
   const int64_t q = int64_t{c.num_heads} * c.head_dim;
   const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
-  const int64_t f = c.intermediate_size;
+  // A mixture-of-experts layer's experts each have one gate_up and one down of these shapes.
+  const int64_t f = c.moe.num_experts > 0 ? c.moe.expert_intermediate_size : c.intermediate_size;
   return {{{q + 2 * kv, d}, {d, q}, {2 * f, d}, {d, f}}};
 }
 
@@ -105,7 +106,13 @@ int64_t planned_weight_bytes(const ModelConfig& c, DType dt, const MatmulLayout&
     add(d, dt);  // attn_norm
     add(d, dt);  // ffn_norm
     if (c.attention_bias) add(qkv, dt);
-    for (const auto& [n, k] : detail::matmul_shapes(c)) {
+    const auto shapes = detail::matmul_shapes(c);
+    if (c.moe.num_experts > 0) {  // dense experts (detail::check_moe_runs)
+      bytes += detail::moe_layer_bytes(c, dt);
+      for (size_t i = 0; i < 2; ++i) add(shapes[i][0] * shapes[i][1], dt);
+      continue;
+    }
+    for (const auto& [n, k] : shapes) {
       if (format == WeightFormat::kDense) {
         add(n * k, dt);
       } else if (is_4bit(format)) {

@@ -2,6 +2,8 @@
 // sample -> lm_head -> fp32 logits -> sample.
 #include "engine/detail/model_runner.h"
 
+#include "engine/detail/weight_storage.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -64,11 +66,12 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
                                                          const RunnerLimits& limits,
                                                          Backend& backend) {
   IB_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(model));
+  IB_TRY(check_moe_runs(model, WeightFormat::kDense, backend));
   std::unique_ptr<ModelRunner> runner(
       new ModelRunner(model, *arch, std::move(weights), limits, backend));
   IB_TRY(runner->allocate());
   FusedDecodeOps* fused = backend.fused_decode_ops();
-  if (fused &&
+  if (fused && model.moe.num_experts == 0 &&
       fused->fused_decode_fits(runner->attn_shape_, model.hidden_size, model.intermediate_size)) {
     // Dense weights take their gains folded in; quantized ones keep them (folding would
     // quantize twice) and the fused ops apply them.
@@ -132,6 +135,7 @@ Status ModelRunner::allocate() {
       backend_.fill_constant(b->view(DType::kF32, {static_cast<int64_t>(b->bytes() / 4)}), 0.0f);
     }
   }
+  if (model_.moe.num_experts > 0) IB_TRY(allocate_moe());
   for (const LayerWeights& l : weights_.layers) layer_weight_bytes_ += l.bytes();
   inv_freq_ = inv_freq_buf_.view(DType::kF32, {model_.head_dim / 2});
   const std::vector<float> inv_freq = rope_inv_freq(model_);
@@ -139,11 +143,34 @@ Status ModelRunner::allocate() {
   return Ok{};
 }
 
+Status ModelRunner::allocate_moe() {
+  const int64_t t = limits_.max_num_batched_tokens;
+  const int64_t e = model_.moe.num_experts, k = model_.moe.experts_per_token;
+  const int64_t layers = model_.num_layers;
+  // Word offsets: counters (int64, first for alignment), logits, ids, weights.
+  const int64_t logits_at = 2 * layers * e, ids_at = logits_at + t * e, weights_at = ids_at + t * k;
+  IB_ASSIGN_OR_RETURN(moe_buf_, backend_.alloc(static_cast<size_t>(weights_at + t * k) * 4,
+                                               MemoryTag::kActivations));
+  expert_tokens_ = moe_buf_.view(DType::kI64, {layers, e});
+  router_logits_ = moe_buf_.view(DType::kF32, {t, e}, static_cast<size_t>(logits_at) * 4);
+  expert_ids_ = moe_buf_.view(DType::kI32, {t, k}, static_cast<size_t>(ids_at) * 4);
+  expert_weights_ = moe_buf_.view(DType::kF32, {t, k}, static_cast<size_t>(weights_at) * 4);
+  backend_.fill_constant(moe_buf_.view(DType::kF32, {2 * layers * e}), 0.0f);  // counters = 0
+  return Ok{};
+}
+
+std::vector<int64_t> ModelRunner::expert_tokens() const {
+  if (expert_tokens_.empty()) return {};
+  std::vector<int64_t> counts(static_cast<size_t>(expert_tokens_.numel()));
+  backend_.copy_to_host(expert_tokens_, counts.data());
+  return counts;
+}
+
 int64_t ModelRunner::activation_bytes() const {
   int64_t total = 0;
   for (const Buffer* b :
        {&residual_buf_, &hidden_buf_, &tmp_buf_, &qkv_buf_, &attn_buf_, &gate_up_buf_, &act_buf_,
-        &rows_buf_, &logits_buf_, &meta_buf_, &inv_freq_buf_}) {
+        &rows_buf_, &logits_buf_, &meta_buf_, &inv_freq_buf_, &moe_buf_}) {
     total += static_cast<int64_t>(b->bytes());
   }
   return total;
@@ -283,7 +310,15 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   in.rms_eps = eps;
   in.fused = fused;
   in.gains_folded = gains_folded_;
-  arch_.forward_layers(backend_, weights_, in, {residual, hidden, tmp, qkv, attn, gate_up, act});
+  StepBuffers buffers{residual, hidden, tmp, qkv, attn, gate_up, act, {}, {}, {}};
+  if (!expert_tokens_.empty()) {
+    in.moe = backend_.moe_ops();
+    in.expert_tokens = expert_tokens_;
+    buffers.router_logits = router_logits_.slice_rows(0, t);    // (T, E) f32
+    buffers.expert_ids = expert_ids_.slice_rows(0, t);          // (T, k) int32
+    buffers.expert_weights = expert_weights_.slice_rows(0, t);  // (T, k) f32
+  }
+  arch_.forward_layers(backend_, weights_, in, buffers);
   if (r == 0) return;
   // The final norm (unfused: with the last residual add), only on the rows that sample.
   const size_t rows_bytes = static_cast<size_t>(r * d) * dtype_size(dt);

@@ -149,6 +149,17 @@ StepTraffic ModelRunner::traffic(std::span<const RunnerSeq> batch) const {
   }
   t.kv_write_bytes = tokens * kv_per_token;
   t.weight_bytes = layer_weight_bytes_ + tokens * model_.hidden_size * e;
+  if (model_.moe.num_experts > 0) {
+    // Of each layer's experts a step reads those its tokens picked: at most min(E, tokens x k)
+    // (an upper bound; the distinct experts picked are not known before the step runs).
+    const int64_t experts = model_.moe.num_experts;
+    const int64_t read = std::min<int64_t>(experts, tokens * model_.moe.experts_per_token);
+    for (const LayerWeights& l : weights_.layers) {
+      const auto one_expert =
+          static_cast<int64_t>(l.expert_gate_up[0].bytes() + l.expert_down[0].bytes());
+      t.weight_bytes -= (experts - read) * one_expert;
+    }
+  }
   if (samples) {
     t.weight_bytes += static_cast<int64_t>(weights_.lm_head.bytes() + weights_.final_norm.bytes());
   }

@@ -77,6 +77,10 @@ void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend,
       backend.fill_uniform(b.slice_rows(q + kv, kv), seed, stream(DummyTensor::kVBias), 0.1f);
     }
     fill_dummy_matmul(backend, staging, lw.wo, seed, l, q, {{d, DummyTensor::kO}});
+    if (c.moe.num_experts > 0) {
+      detail::fill_dummy_moe_layer(c, seed, l, backend, lw);
+      continue;
+    }
     fill_dummy_matmul(backend, staging, lw.w_gate_up, seed, l, d,
                       {{f, DummyTensor::kGate}, {f, DummyTensor::kUp}});
     fill_dummy_matmul(backend, staging, lw.w_down, seed, l, f, {{d, DummyTensor::kDown}});
@@ -106,8 +110,12 @@ std::string unsupported_quantization(WeightFormat format, const std::string& nam
 }  // namespace
 
 int64_t LayerWeights::bytes() const {
-  return static_cast<int64_t>(attn_norm.bytes() + wqkv.bytes() + bqkv.bytes() + wo.bytes() +
-                              ffn_norm.bytes() + w_gate_up.bytes() + w_down.bytes());
+  auto total =
+      static_cast<int64_t>(attn_norm.bytes() + wqkv.bytes() + bqkv.bytes() + wo.bytes() +
+                           ffn_norm.bytes() + w_gate_up.bytes() + w_down.bytes() + router.bytes());
+  for (const WeightRef& w : expert_gate_up) total += static_cast<int64_t>(w.bytes());
+  for (const WeightRef& w : expert_down) total += static_cast<int64_t>(w.bytes());
+  return total;
 }
 
 uint64_t dummy_weight_stream(int layer, DummyTensor tensor) {
@@ -203,6 +211,12 @@ Result<ModelWeights> allocate_weights(const ModelConfig& c, const MatmulLayout& 
     }
     IB_ASSIGN_OR_RETURN(lw.wo, alloc_matmul(shapes[1]));
     IB_ASSIGN_OR_RETURN(lw.ffn_norm, alloc(dt, {d}));
+    if (c.moe.num_experts > 0) {
+      IB_TRY(allocate_moe_layer(
+          c, [&](std::initializer_list<int64_t> shape) { return alloc(dt, shape); }, lw));
+      w.layers.push_back(lw);
+      continue;
+    }
     IB_ASSIGN_OR_RETURN(lw.w_gate_up, alloc_matmul(shapes[2]));
     IB_ASSIGN_OR_RETURN(lw.w_down, alloc_matmul(shapes[3]));
     w.layers.push_back(lw);
@@ -268,6 +282,7 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
                       " checkpoint (quantization_config quant_method \"" + cq.quant_method +
                       "\"); run it with --quantization " + cq.format);
   }
+  IB_TRY(detail::check_moe_runs(config, options.quantization, backend));
   if (!backend.supports_weight_format(options.quantization)) {
     return user_error(unsupported_quantization(options.quantization, name, backend));
   }

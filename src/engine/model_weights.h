@@ -56,6 +56,11 @@ struct LayerWeights {
   Tensor ffn_norm;      // (D)
   WeightRef w_gate_up;  // (2F, D): rows gate, then up
   WeightRef w_down;     // (D, F)
+  // A mixture-of-experts layer (Mixtral; w_gate_up and w_down then empty): the router and each
+  // expert's SwiGLU MLP, dense in the activation dtype (quantized experts are not run yet).
+  WeightRef router;                       // (E, D) HF block_sparse_moe.gate
+  std::vector<WeightRef> expert_gate_up;  // E x (2F, D): rows w1 (gate), then w3 (up)
+  std::vector<WeightRef> expert_down;     // E x (D, F): w2
   // The checkpoint's KV-cache scales (self_attn.k_scale / v_scale, as vLLM's FP8 checkpoints
   // hold them), used by an fp8 KV cache (backend/ops.h KvCacheLayer); 1.0 where it has none.
   float k_scale = 1.0f;
@@ -80,6 +85,11 @@ struct ModelWeights {
 // Dummy weights: uniform(-a, a) with a = sqrt(3 / fan_in) for matrices (unit-variance outputs),
 // uniform(-1, 1) embeddings, norms 1.0, biases uniform(-0.1, 0.1); seeded and identical on every
 // backend (Backend::fill_uniform with a fixed stream id per tensor: dummy_weight_stream()).
+// MoE routers: expert e's row is uniform(-a, a) times kDummyRouterSpread[e % 8], a fixed spread
+// from 0.5 to 2: over normalised hidden states the logits of a wider row vary more, so it wins
+// the top-k more often. Routing is then neither uniform (every expert alike) nor collapsed (one
+// expert taking every token): each expert keeps a share, the widest several times the narrowest
+// (MoeDummy tests in mixtral_test.cpp measure it).
 // Safetensors: HF names (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ...),
 // q/k/v and gate/up fused at load, bf16/f16/f32 converted to the backend dtype.
 // GGUF: llama.cpp's names mapped to the HF ones (gguf_model.h), every tensor (F32, F16, BF16,
@@ -113,5 +123,10 @@ enum class DummyTensor { kQ, kK, kV, kO, kGate, kUp, kDown, kQBias, kKBias, kVBi
 uint64_t dummy_weight_stream(int layer, DummyTensor tensor);
 inline constexpr uint64_t kDummyEmbedStream = 1;
 inline constexpr uint64_t kDummyLmHeadStream = 2;
+// MoE layers: the router (part 0) and expert e's gate (1), up (2) and down (3):
+// 1,000,000 + 4 (1024 L + e) + part (the router is e = 0's part 0).
+enum class DummyExpertPart { kRouter, kGate, kUp, kDown };
+uint64_t dummy_expert_stream(int layer, int expert, DummyExpertPart part);
+inline constexpr float kDummyRouterSpread[8] = {0.5f, 2.0f, 0.75f, 1.5f, 1.0f, 1.75f, 0.6f, 1.25f};
 
 }  // namespace ib

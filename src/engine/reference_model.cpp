@@ -79,6 +79,39 @@ void rotate(double* head, int head_dim, int pos, const Vec& freq) {
   }
 }
 
+// down(silu(gate h) * up h).
+Vec swiglu(const std::vector<float>& gate_w, const std::vector<float>& up_w,
+           const std::vector<float>& down_w, const Vec& h) {
+  const Vec gate = linear(gate_w, h, {});
+  const Vec up = linear(up_w, h, {});
+  Vec act(gate.size());
+  for (size_t i = 0; i < gate.size(); ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+  return linear(down_w, act, {});
+}
+
+// Mixtral's sparse MLP: softmax over the router's logits, the top-k experts (ties: lower id),
+// their probabilities renormalised, the weighted sum of their SwiGLU outputs.
+Vec moe_mlp(const ModelConfig& c, const HostLayer& l, const Vec& h) {
+  const Vec logits = linear(l.router, h, {});
+  const double mx = *std::max_element(logits.begin(), logits.end());
+  Vec p(logits.size());
+  double sum = 0;
+  for (size_t e = 0; e < p.size(); ++e) sum += (p[e] = std::exp(logits[e] - mx));
+  std::vector<size_t> order(p.size());
+  for (size_t e = 0; e < order.size(); ++e) order[e] = e;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
+  const auto k = static_cast<size_t>(c.moe.experts_per_token);
+  double kept = 0;
+  for (size_t j = 0; j < k; ++j) kept += p[order[j]] / sum;
+  Vec out(h.size(), 0.0);
+  for (size_t j = 0; j < k; ++j) {
+    const size_t e = order[j];
+    const Vec y = swiglu(l.expert_gate[e], l.expert_up[e], l.expert_down[e], h);
+    for (size_t i = 0; i < out.size(); ++i) out[i] += p[e] / sum / kept * y[i];
+  }
+  return out;
+}
+
 }  // namespace
 
 HostWeights copy_weights_to_host(const ModelConfig& c, const ModelWeights& w, Backend& backend) {
@@ -103,6 +136,13 @@ HostWeights copy_weights_to_host(const ModelConfig& c, const ModelWeights& w, Ba
     l.gate = to_host(backend, lw.w_gate_up.data, 0, f);
     l.up = to_host(backend, lw.w_gate_up.data, f, f);
     l.down = to_host(backend, lw.w_down.data, 0, c.hidden_size);
+    const int64_t fe = c.moe.expert_intermediate_size;
+    l.router = to_host(backend, lw.router.data, 0, c.moe.num_experts);
+    for (size_t e = 0; e < lw.expert_gate_up.size(); ++e) {
+      l.expert_gate.push_back(to_host(backend, lw.expert_gate_up[e].data, 0, fe));
+      l.expert_up.push_back(to_host(backend, lw.expert_gate_up[e].data, fe, fe));
+      l.expert_down.push_back(to_host(backend, lw.expert_down[e].data, 0, c.hidden_size));
+    }
     h.layers.push_back(std::move(l));
   }
   return h;
@@ -155,11 +195,7 @@ std::vector<std::vector<double>> reference_logits(const ModelConfig& c, const Ho
       const Vec o = linear(l.o, attn, {});
       for (size_t i = 0; i < d; ++i) x[t][i] += o[i];
       const Vec h = rms_norm(x[t], l.ffn_norm, c.rms_norm_eps);
-      const Vec gate = linear(l.gate, h, {});
-      const Vec up = linear(l.up, h, {});
-      Vec act(gate.size());
-      for (size_t i = 0; i < gate.size(); ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-      const Vec down = linear(l.down, act, {});
+      const Vec down = l.router.empty() ? swiglu(l.gate, l.up, l.down, h) : moe_mlp(c, l, h);
       for (size_t i = 0; i < d; ++i) x[t][i] += down[i];
     }
   }

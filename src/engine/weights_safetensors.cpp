@@ -312,8 +312,8 @@ Status load_checkpoint(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
     if (entry.prequantized) {
       entry.row_scales.assign(static_cast<size_t>(entry.matmul->data.dim(0)), 0.0f);
     } else {
-      entry.dense =
-          entry.matmul ? staging.dense_for(*entry.matmul) : weight_for(w, e.role, e.layer);
+      entry.dense = entry.matmul ? staging.dense_for(*entry.matmul)
+                                 : weight_for(w, e.role, e.layer, e.expert);
     }
     Tensor dst = entry.dense;
     if (dst.rank == 1) dst = dst.reshaped({dst.numel(), 1});  // rows = elements, to slice

@@ -91,9 +91,22 @@ int64_t ModelConfig::kv_bytes_per_token(DType dtype) const {
 
 std::vector<std::string> ModelConfig::unsupported_features() const {
   std::vector<std::string> f;
-  if (moe.num_experts > 0) {
+  // Mixtral's routed experts run (engine/arch/mixtral.cpp); shared experts and dense first
+  // layers (DeepSeek-V2) do not yet, nor routers other than softmax + greedy top-k.
+  if (moe.num_experts > 0 &&
+      (family != "mixtral" || moe.num_shared_experts > 0 || moe.first_dense_layers > 0)) {
     f.push_back("mixture-of-experts (" + std::to_string(moe.num_experts) + " experts, top-" +
-                std::to_string(moe.experts_per_token) + ")");
+                std::to_string(moe.experts_per_token) +
+                (moe.num_shared_experts > 0
+                     ? ", " + std::to_string(moe.num_shared_experts) + " shared"
+                     : std::string()) +
+                ")");
+  }
+  if (moe.num_experts > 0 && moe.scoring_func != "softmax") {
+    f.push_back("router scoring_func '" + moe.scoring_func + "' (the engine runs 'softmax')");
+  }
+  if (moe.num_experts > 0 && moe.topk_method != "greedy") {
+    f.push_back("router topk_method '" + moe.topk_method + "' (the engine runs 'greedy')");
   }
   if (mla.kv_lora_rank > 0) f.emplace_back("multi-head latent attention (MLA)");
   if (attn_logit_softcapping > 0 || final_logit_softcapping > 0) {
@@ -157,6 +170,11 @@ Status ModelConfig::validate() const {
   IB_TRY(non_negative(mla.qk_nope_head_dim, "qk_nope_head_dim"));
   IB_TRY(non_negative(mla.qk_rope_head_dim, "qk_rope_head_dim"));
   IB_TRY(non_negative(mla.v_head_dim, "v_head_dim"));
+  if (moe.num_experts > 0 && moe.experts_per_token < 1) {
+    return user_error("model '" + name + "': a mixture-of-experts model needs " +
+                      "num_experts_per_tok of at least 1 (got " +
+                      std::to_string(moe.experts_per_token) + ")");
+  }
   if (moe.experts_per_token > moe.num_experts) {
     return user_error("model '" + name + "': num_experts_per_tok (" +
                       std::to_string(moe.experts_per_token) + ") exceeds the number of experts (" +

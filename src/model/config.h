@@ -26,6 +26,11 @@ struct MoeConfig {
   int expert_intermediate_size = 0;  // per expert (Mixtral: = intermediate_size)
   int num_shared_experts = 0;        // DeepSeek
   int first_dense_layers = 0;        // DeepSeek: first_k_dense_replace
+  // The router: how expert scores are computed and picked. The engine runs "softmax" scores with
+  // "greedy" top-k (Mixtral's); DeepSeek-V2's "group_limited_greedy" and other names are refused.
+  std::string scoring_func = "softmax";
+  std::string topk_method = "greedy";
+  bool norm_topk_prob = true;  // the top-k weights renormalised to sum 1 (Mixtral: always)
 };
 
 // Multi-head latent attention (DeepSeek-V2). kv_lora_rank == 0: ordinary attention.
@@ -92,7 +97,7 @@ struct ModelConfig {
   DType torch_dtype = DType::kBF16;     // dtype of the published weights
   CheckpointQuantization quantization;  // a pre-quantized checkpoint's format
 
-  // Features the engine does not run yet (Gemma-2, Mixtral, DeepSeek-V2).
+  // Features the engine does not run yet (Gemma-2, DeepSeek-V2).
   double attn_logit_softcapping = 0;        // Gemma-2
   double final_logit_softcapping = 0;       // Gemma-2
   double query_pre_attn_scalar = 0;         // Gemma-2

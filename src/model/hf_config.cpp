@@ -126,12 +126,19 @@ Status read_family_features(const JsonFields& f, const FamilyInfo& family, Model
     IB_ASSIGN_OR_RETURN(c.moe.num_experts, f.optional_int("num_local_experts", 8));
     IB_ASSIGN_OR_RETURN(c.moe.experts_per_token, f.optional_int("num_experts_per_tok", 2));
     c.moe.expert_intermediate_size = c.intermediate_size;
+    // MixtralConfig has no router keys (softmax, greedy top-k, renormalised); a file that names
+    // others means another router, refused (unsupported_features) with the name it gives.
+    IB_ASSIGN_OR_RETURN(c.moe.scoring_func, f.optional_string("scoring_func", "softmax"));
+    IB_ASSIGN_OR_RETURN(c.moe.topk_method, f.optional_string("topk_method", "greedy"));
   } else if (type == "deepseek_v2") {
     IB_ASSIGN_OR_RETURN(c.moe.num_experts, f.optional_int("n_routed_experts", 0));
     IB_ASSIGN_OR_RETURN(c.moe.experts_per_token, f.optional_int("num_experts_per_tok", 0));
     IB_ASSIGN_OR_RETURN(c.moe.expert_intermediate_size, f.optional_int("moe_intermediate_size", 0));
     IB_ASSIGN_OR_RETURN(c.moe.num_shared_experts, f.optional_int("n_shared_experts", 0));
     IB_ASSIGN_OR_RETURN(c.moe.first_dense_layers, f.optional_int("first_k_dense_replace", 0));
+    IB_ASSIGN_OR_RETURN(c.moe.scoring_func, f.optional_string("scoring_func", "softmax"));
+    IB_ASSIGN_OR_RETURN(c.moe.topk_method, f.optional_string("topk_method", "greedy"));
+    IB_ASSIGN_OR_RETURN(c.moe.norm_topk_prob, f.optional_bool("norm_topk_prob", false));
     IB_ASSIGN_OR_RETURN(c.mla.kv_lora_rank, f.optional_int("kv_lora_rank", 512));
     IB_ASSIGN_OR_RETURN(c.mla.q_lora_rank, f.optional_int("q_lora_rank", 0));
     IB_ASSIGN_OR_RETURN(c.mla.qk_nope_head_dim, f.optional_int("qk_nope_head_dim", 128));

@@ -284,6 +284,8 @@ TEST(HfConfig, BadInputNamesFieldAndFile) {
                "more than 10^15 parameters");
   expect_error(with(kMixtral8x7B, R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)"),
                "num_experts_per_tok (9) exceeds the number of experts (8)");
+  expect_error(with(kMixtral8x7B, R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 0)"),
+               "needs num_experts_per_tok of at least 1 (got 0)");
   expect_error(with(kDeepseekV2Lite, R"("n_shared_experts": 2)", R"("n_shared_experts": -2)"),
                "n_shared_experts must not be negative");
 }

@@ -138,8 +138,9 @@ TEST(Presets, UnsupportedFeaturesAreReported) {
     for (const auto& f : preset(name).unsupported_features()) all += f + "; ";
     return all;
   };
-  for (const char* runnable : {"tiny-15m", "tiny-110m", "llama-2-7b", "llama-3-8b", "llama-3.2-1b",
-                               "qwen2-0.5b", "mistral-7b", "phi-3-mini-4k", "yi-34b"}) {
+  for (const char* runnable :
+       {"tiny-15m", "tiny-110m", "llama-2-7b", "llama-3-8b", "llama-3.2-1b", "qwen2-0.5b",
+        "mistral-7b", "phi-3-mini-4k", "yi-34b", "mixtral-8x7b", "mixtral-8x22b"}) {
     EXPECT_EQ(features(runnable), "") << runnable;
     EXPECT_TRUE(preset(runnable).check_supported().ok()) << runnable;
   }
@@ -149,12 +150,11 @@ TEST(Presets, UnsupportedFeaturesAreReported) {
   EXPECT_NE(gemma.find("alternating local/global attention"), std::string::npos);
   EXPECT_NE(gemma.find("activation 'gelu_pytorch_tanh'"), std::string::npos);
   EXPECT_NE(features("gemma-2-27b").find("query_pre_attn_scalar"), std::string::npos);
-  EXPECT_NE(features("mixtral-8x7b").find("mixture-of-experts (8 experts, top-2)"),
-            std::string::npos);
   const std::string ds = features("deepseek-v2-lite");
+  EXPECT_NE(ds.find("mixture-of-experts (64 experts, top-6, 2 shared)"), std::string::npos) << ds;
   EXPECT_NE(ds.find("multi-head latent attention"), std::string::npos) << ds;
   EXPECT_NE(ds.find("rope scaling 'yarn'"), std::string::npos) << ds;
-  const Status refused = preset("mixtral-8x22b").check_supported();
+  const Status refused = preset("deepseek-v2-lite").check_supported();
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("inferbench models"), std::string::npos);
 }

@@ -8,9 +8,11 @@
 
 #include "backend/kernel_switches.h"
 #include "core/clock.h"
+#include "core/fs.h"
 #include "orchestrate/detail/run_telemetry.h"
 #include "orchestrate/orchestrate.h"
 #include "report/report.h"
+#include "report/routing_report.h"
 #include "telemetry/telemetry.h"
 
 namespace ib {
@@ -212,6 +214,13 @@ Result<Outcome> execute_run(const RunPlan& plan, const PluginRegistry& registry,
   telemetry.finish(sampler, *records, report);
   report.footnotes = footnotes(report, plan);
   const auto memory_files = telemetry.write_outputs(plan.result_dir, report);
+  // A mixture-of-experts engine's routing, as a picture beside result.json's engine.routing.
+  if (const std::string svg = expert_load_svg(report.engine.value("routing", json()),
+                                              "Expert load: " + plan.model.name);
+      !svg.empty()) {
+    IB_TRY(write_file_atomic(plan.result_dir / kExpertLoadSvg, svg));
+    std::fprintf(stderr, "inferbench: expert routing: %s\n", kExpertLoadSvg);
+  }
   for (auto& s : sinks) IB_TRY(s->finish(report));
   if (!memory_files.ok()) {
     std::fprintf(stderr, "inferbench: memory outputs not written: %s\n",

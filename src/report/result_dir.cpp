@@ -45,7 +45,7 @@ Status create_result_dir(const fs::path& dir, bool overwrite) {
   }
   if (overwrite) {
     for (const char* name : {kResultJson, kRequestsJsonl, kSummaryCsv, "memory.csv",
-                             "allocations.csv", "heatmap.svg", "report.html"}) {
+                             "allocations.csv", "heatmap.svg", "report.html", "expert_load.svg"}) {
       fs::remove(dir / name, ec);
       if (ec) {
         return runtime_error(

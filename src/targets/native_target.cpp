@@ -6,6 +6,7 @@
 #include "core/clock.h"
 #include "engine/async_engine.h"
 #include "targets/detail/profile_json.h"
+#include "targets/detail/routing_json.h"
 
 namespace ib {
 namespace {
@@ -111,6 +112,7 @@ json describe(const json& fixed, const EngineStats& s, const EngineProfile& p) {
                   {"peak_allocated_bytes", s.memory.peak_allocated_bytes},
                   {"refused_allocations", s.memory.num_refused}};
   j["performance"] = profile_json(p);
+  if (!s.expert_tokens.empty()) j["routing"] = routing_json(s);
   return j;
 }
 

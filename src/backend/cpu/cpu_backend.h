@@ -1,10 +1,10 @@
 // CpuBackend: the fp32 reference implementation of Backend (dense, 8-bit and 4-bit weights,
-// backend/weight.h; no fused decode ops), multi-threaded through a ThreadPool. Every op runs
-// synchronously on the calling thread plus the pool's workers. Weights and activations are fp32
-// (activation_dtype() == kF32); the factory refuses bf16/fp16 for the CPU. Numerics (the contract
-// CUDA kernels are compared against): dot products as cpu::dot_f32 (detail/dot.h); RMSNorm sums
-// squares the same way and scales by 1 / sqrt(mean + eps); attention is a two-pass softmax in fp32;
-// sampling accumulates probabilities in double.
+// backend/weight.h; the mixture-of-experts ops; no fused decode ops), multi-threaded through a
+// ThreadPool. Every op runs synchronously on the calling thread plus the pool's workers. Weights
+// and activations are fp32 (activation_dtype() == kF32); the factory refuses bf16/fp16 for the CPU.
+// Numerics (the contract CUDA kernels are compared against): dot products as cpu::dot_f32
+// (detail/dot.h); RMSNorm sums squares the same way and scales by 1 / sqrt(mean + eps); attention
+// is a two-pass softmax in fp32; sampling accumulates probabilities in double.
 #pragma once
 
 #include <memory>
@@ -14,7 +14,7 @@
 
 namespace ib {
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public MoeOps {
  public:
   // num_threads <= 0: one per hardware thread.
   explicit CpuBackend(int num_threads);
@@ -54,6 +54,13 @@ class CpuBackend final : public Backend {
   void silu_mul(const Tensor& gate_up, Tensor out) override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
+
+  MoeOps* moe_ops() override { return this; }
+  void moe_route(const Tensor& router_logits, bool renormalize, Tensor expert_ids,
+                 Tensor expert_weights, Tensor expert_tokens) override;  // cpu/moe.cpp
+  void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                   std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
+                   Tensor out) override;
 
  protected:
   Result<void*> raw_alloc(size_t bytes) override;

@@ -27,7 +27,10 @@ enum class WeightRole {
   kO,
   kFfnNorm,
   kGateUp,
-  kDown
+  kDown,
+  kRouter,        // MoE: (E, D)
+  kExpertGateUp,  // MoE: one expert's (2F, D), rows gate (w1) then up (w3)
+  kExpertDown     // MoE: one expert's (D, F) (w2)
 };
 std::string_view weight_role_name(WeightRole role);  // e.g. "qkv"
 
@@ -44,6 +47,7 @@ struct SchemaEntry {
   WeightRole role = WeightRole::kEmbed;
   int layer = -1;  // -1: a whole-model weight
   std::vector<TensorSource> sources;
+  int expert = -1;  // kExpertGateUp, kExpertDown: which expert
 };
 
 // Every tensor a checkpoint of the architecture must hold, where each one goes, and the names it
@@ -69,6 +73,10 @@ struct StepBuffers {
   Tensor attn;      // (T, Q)
   Tensor gate_up;   // (T, 2F)
   Tensor act;       // (T, F)
+  // Mixture-of-experts models only (empty otherwise); k = experts per token, E experts.
+  Tensor router_logits;   // f32 (T, E)
+  Tensor expert_ids;      // int32 (T, k)
+  Tensor expert_weights;  // f32 (T, k)
 };
 
 // One step's metadata (device views) and the model's per-layer KV cache.
@@ -86,6 +94,10 @@ struct StepInputs {
   // Whether the norm gains were folded into the dense matmuls after them
   // (ModelRunner::fold_norm_gains); quantized weights keep theirs, and the fused ops take them.
   bool gains_folded = true;
+  // Mixture-of-experts models: the backend's MoE ops and the routing telemetry, int64
+  // (layers, E), each layer's row counting the tokens routed to each expert (MoeOps::moe_route).
+  MoeOps* moe = nullptr;
+  Tensor expert_tokens;
 };
 
 class Architecture {
@@ -102,7 +114,8 @@ class Architecture {
 // The architecture of config.family, or a user error naming the families the engine runs.
 Result<const Architecture*> find_architecture(const ModelConfig& config);
 
-// The logical weight a schema entry fills (its dense tensor: the loader reads dense checkpoints).
-Tensor weight_for(ModelWeights& weights, WeightRole role, int layer);
+// The logical weight a schema entry fills (its dense tensor: the loader reads dense checkpoints);
+// expert: which expert, for kExpertGateUp and kExpertDown.
+Tensor weight_for(ModelWeights& weights, WeightRole role, int layer, int expert = -1);
 
 }  // namespace ib

@@ -39,6 +39,33 @@ void add_layer_norms(const ModelConfig& c, int layer, WeightSchema& schema) {
       {WeightRole::kFfnNorm, layer, {{p + "post_attention_layernorm.weight", {d}}}});
 }
 
+void add_split_attention(const ModelConfig& c, int layer, WeightSchema& schema) {
+  const DenseDims n = dense_dims(c);
+  const std::string p = layer_prefix(layer) + "self_attn.";
+  schema.entries.push_back({WeightRole::kQkv,
+                            layer,
+                            {{p + "q_proj.weight", {n.q, n.d}, 0},
+                             {p + "k_proj.weight", {n.kv, n.d}, n.q},
+                             {p + "v_proj.weight", {n.kv, n.d}, n.q + n.kv}}});
+  if (c.attention_bias) {
+    schema.entries.push_back({WeightRole::kQkvBias,
+                              layer,
+                              {{p + "q_proj.bias", {n.q}, 0},
+                               {p + "k_proj.bias", {n.kv}, n.q},
+                               {p + "v_proj.bias", {n.kv}, n.q + n.kv}}});
+  }
+  schema.entries.push_back({WeightRole::kO, layer, {{p + "o_proj.weight", {n.d, n.q}, 0}}});
+}
+
+void attention_sublayer(Backend& backend, const LayerWeights& w, const KvCacheLayer& kv,
+                        const StepInputs& in, const StepBuffers& b) {
+  const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;
+  backend.matmul(b.hidden, w.wqkv, bqkv, b.qkv);
+  backend.rope_and_cache(b.qkv, in.positions, in.slot_mapping, in.inv_freq, kv, *in.shape);
+  backend.attention(b.qkv, kv, *in.attention, *in.shape, b.attn);
+  backend.matmul(b.attn, w.wo, nullptr, b.tmp);
+}
+
 void dense_forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
                           const StepBuffers& b) {
   const auto& layers = weights.layers;
@@ -59,10 +86,7 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
       in.fused->matmul_add(b.act, w.w_down, b.residual);
       continue;
     }
-    backend.matmul(b.hidden, w.wqkv, bqkv, b.qkv);
-    backend.rope_and_cache(b.qkv, in.positions, in.slot_mapping, in.inv_freq, kv, shape);
-    backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
-    backend.matmul(b.attn, w.wo, nullptr, b.tmp);
+    attention_sublayer(backend, w, kv, in, b);
     backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, in.rms_eps, b.hidden);
     backend.matmul(b.hidden, w.w_gate_up, nullptr, b.gate_up);
     backend.silu_mul(b.gate_up, b.act);

@@ -20,22 +20,9 @@ class SplitProjectionDecoder final : public Architecture {
     s.architecture = std::string(hf_class_);
     add_model_weights(c, s);
     for (int l = 0; l < c.num_layers; ++l) {
-      const std::string p = layer_prefix(l) + "self_attn.";
       const std::string m = layer_prefix(l) + "mlp.";
       add_layer_norms(c, l, s);
-      s.entries.push_back({WeightRole::kQkv,
-                           l,
-                           {{p + "q_proj.weight", {n.q, n.d}, 0},
-                            {p + "k_proj.weight", {n.kv, n.d}, n.q},
-                            {p + "v_proj.weight", {n.kv, n.d}, n.q + n.kv}}});
-      if (c.attention_bias) {
-        s.entries.push_back({WeightRole::kQkvBias,
-                             l,
-                             {{p + "q_proj.bias", {n.q}, 0},
-                              {p + "k_proj.bias", {n.kv}, n.q},
-                              {p + "v_proj.bias", {n.kv}, n.q + n.kv}}});
-      }
-      s.entries.push_back({WeightRole::kO, l, {{p + "o_proj.weight", {n.d, n.q}, 0}}});
+      add_split_attention(c, l, s);
       s.entries.push_back(
           {WeightRole::kGateUp,
            l,

@@ -6,9 +6,9 @@
 namespace ib {
 
 Result<const Architecture*> find_architecture(const ModelConfig& config) {
-  const std::array<const Architecture*, 4> families = {
+  const std::array<const Architecture*, 5> families = {
       &arch::llama_architecture(), &arch::mistral_architecture(), &arch::qwen2_architecture(),
-      &arch::phi3_architecture()};
+      &arch::phi3_architecture(), &arch::mixtral_architecture()};
   std::string names;
   for (const Architecture* a : families) {
     if (a->name() == config.family) return a;
@@ -40,11 +40,17 @@ std::string_view weight_role_name(WeightRole role) {
       return "gate_up";
     case WeightRole::kDown:
       return "down";
+    case WeightRole::kRouter:
+      return "router";
+    case WeightRole::kExpertGateUp:
+      return "expert_gate_up";
+    case WeightRole::kExpertDown:
+      return "expert_down";
   }
   return "?";
 }
 
-Tensor weight_for(ModelWeights& w, WeightRole role, int layer) {
+Tensor weight_for(ModelWeights& w, WeightRole role, int layer, int expert) {
   IB_ASSERT((layer >= 0) == (role != WeightRole::kEmbed && role != WeightRole::kFinalNorm &&
                              role != WeightRole::kLmHead),
             "weight_for: layer given for a whole-model weight or missing for a layer weight");
@@ -68,6 +74,12 @@ Tensor weight_for(ModelWeights& w, WeightRole role, int layer) {
       return l.w_gate_up.dense();
     case WeightRole::kDown:
       return l.w_down.dense();
+    case WeightRole::kRouter:
+      return l.router.dense();
+    case WeightRole::kExpertGateUp:
+      return l.expert_gate_up.at(static_cast<size_t>(expert)).dense();
+    case WeightRole::kExpertDown:
+      return l.expert_down.at(static_cast<size_t>(expert)).dense();
     default:
       break;
   }

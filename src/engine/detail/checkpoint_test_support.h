@@ -1,6 +1,7 @@
 // Test support (engine tests only): temporary directories and HF-named safetensors tensors of a
-// model's host weights, in the split layout (Llama, Mistral, Qwen2) or Phi-3's fused one, written
-// here from transformers' module names, independently of the engine's schemas.
+// model's host weights, in the split layout (Llama, Mistral, Qwen2; Mixtral's experts where the
+// layers hold them) or Phi-3's fused one, written here from transformers' module names,
+// independently of the engine's schemas.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -89,10 +90,23 @@ inline std::vector<SafetensorsWriteTensor> hf_tensors(
         add(p + "self_attn.k_proj.bias", {kv}, l.k_bias);
         add(p + "self_attn.v_proj.bias", {kv}, l.v_bias);
       }
-      add(p + "mlp.gate_proj.weight", {f, d}, l.gate);
-      add(p + "mlp.up_proj.weight", {f, d}, l.up);
+      if (l.router.empty()) {
+        add(p + "mlp.gate_proj.weight", {f, d}, l.gate);
+        add(p + "mlp.up_proj.weight", {f, d}, l.up);
+      }
     }
     add(p + "self_attn.o_proj.weight", {d, q}, l.o);
+    if (!l.router.empty()) {  // MixtralSparseMoeBlock: gate (the router), experts.J.w1/w2/w3
+      const int64_t fe = c.moe.expert_intermediate_size;
+      add(p + "block_sparse_moe.gate.weight", {c.moe.num_experts, d}, l.router);
+      for (size_t e = 0; e < l.expert_gate.size(); ++e) {
+        const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        add(x + "w1.weight", {fe, d}, l.expert_gate[e]);
+        add(x + "w2.weight", {d, fe}, l.expert_down[e]);
+        add(x + "w3.weight", {fe, d}, l.expert_up[e]);
+      }
+      continue;
+    }
     add(p + "mlp.down_proj.weight", {d, f}, l.down);
   }
   return out;

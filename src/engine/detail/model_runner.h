@@ -88,6 +88,10 @@ class ModelRunner {
   const ModelWeights& weights() const { return weights_; }
   ModelWeights& mutable_weights() { return weights_; }  // calibration sets activation scales
   int64_t activation_bytes() const;
+  // Routing telemetry of a mixture-of-experts model: the tokens routed to each expert of each
+  // layer since the runner was created, (layers, E) row-major; empty for a dense model. Reads
+  // the backend's counters (a device-to-host copy).
+  std::vector<int64_t> expert_tokens() const;
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
   int64_t graph_bytes() const;
   std::vector<int> graph_buckets() const;
@@ -96,6 +100,7 @@ class ModelRunner {
   ModelRunner(const ModelConfig& model, const Architecture& arch, ModelWeights weights,
               const RunnerLimits& limits, Backend& backend);
   Status allocate();
+  Status allocate_moe();  // the MoE buffers below
   // When the backend has fused decode ops for the model (fused_decode_fits) and every matmul
   // weight is dense.
   void fold_norm_gains();
@@ -126,6 +131,10 @@ class ModelRunner {
   Buffer residual_buf_, hidden_buf_, tmp_buf_, qkv_buf_, attn_buf_, gate_up_buf_, act_buf_;
   Buffer rows_buf_, logits_buf_, inv_freq_buf_, meta_buf_;
   Tensor inv_freq_;  // f32 (head_dim / 2)
+  // Mixture-of-experts models: router logits f32 (T, E), expert ids int32 (T, k), weights f32
+  // (T, k) and the routing counters int64 (layers, E), in one buffer; empty otherwise.
+  Buffer moe_buf_;
+  Tensor router_logits_, expert_ids_, expert_weights_, expert_tokens_;
 
   // Step metadata: host staging (4-byte words) and the views of this step into meta_buf_.
   std::vector<int32_t> staging_;

@@ -1,6 +1,7 @@
 // Test support (compiled into engine tests only): a naive single-sequence Llama forward pass in
-// double precision over contiguous K/V, written independently of the engine and the backend ops,
-// to check the paged, batched engine against.
+// double precision over contiguous K/V (with Mixtral's routed experts where the layers hold them),
+// written independently of the engine and the backend ops, to check the paged, batched engine
+// against.
 #pragma once
 
 #include <vector>
@@ -12,6 +13,10 @@ namespace ib::testing {
 // Host copies of the engine's weights, unfused as HF stores them.
 struct HostLayer {
   std::vector<float> attn_norm, q, k, v, q_bias, k_bias, v_bias, o, ffn_norm, gate, up, down;
+  // Mixture-of-experts layers (gate, up, down empty): router (E, D), per expert w1 (gate),
+  // w3 (up), w2 (down).
+  std::vector<float> router;
+  std::vector<std::vector<float>> expert_gate, expert_up, expert_down;
 };
 struct HostWeights {
   std::vector<float> embed, final_norm, lm_head;

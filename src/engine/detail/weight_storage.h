@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -33,6 +35,19 @@ std::string quantization_description(const MatmulLayout& layout, bool static_act
 // quantized weights need, against the backend's free memory and memory limit.
 Result<ModelWeights> allocate_weights(const ModelConfig& config, const MatmulLayout& layout,
                                       Backend& backend);
+
+// A mixture-of-experts layer's weights (moe_weights.cpp): allocated (dense, through alloc, which
+// allocates a tensor of the activation dtype and the given shape) and, for dummy weights, filled
+// as model_weights.h describes. The layer's w_gate_up and w_down stay empty.
+using AllocTensor = std::function<Result<Tensor>(std::initializer_list<int64_t>)>;
+Status allocate_moe_layer(const ModelConfig& config, const AllocTensor& alloc, LayerWeights& layer);
+void fill_dummy_moe_layer(const ModelConfig& config, uint64_t seed, int layer_index,
+                          Backend& backend, LayerWeights& layer);
+// The bytes of one MoE layer's router and experts at dtype, each tensor rounded up to 256 bytes.
+int64_t moe_layer_bytes(const ModelConfig& config, DType dtype);
+// A user error when the backend cannot run config's experts (no MoeOps: CUDA for now) or the
+// weights would be quantized (the experts run dense only); Ok for dense models.
+Status check_moe_runs(const ModelConfig& config, WeightFormat quantization, Backend& backend);
 
 // Where a loader writes a matmul weight's dense values (N, K) in the activation dtype: the
 // weight's own data when it is dense, else one scratch buffer (tag kWorkspace) sized for the

@@ -87,4 +87,10 @@ struct SampleParams {
 };
 int32_t sample_row(const float* logits, int64_t vocab, const SampleParams& params);
 
+// One token's mixture-of-experts routing (MoeOps::moe_route): logits (num_experts) f32 ->
+// ids (top_k) and weights (top_k), softmax in fp32, top-k descending (ties: lower id first),
+// renormalised to sum 1 when renormalize.
+void route_token(const float* logits, int num_experts, int top_k, bool renormalize, int32_t* ids,
+                 float* weights);
+
 }  // namespace ib::cpu

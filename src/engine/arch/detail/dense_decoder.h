@@ -24,6 +24,15 @@ void add_model_weights(const ModelConfig& config, WeightSchema& schema);
 // The two RMSNorm gains of a layer (input_layernorm, post_attention_layernorm).
 void add_layer_norms(const ModelConfig& config, int layer, WeightSchema& schema);
 
+// HF's split attention projections (self_attn.q_proj, k_proj, v_proj stacked into qkv, with
+// their biases when attention_bias; o_proj), as Llama, Mistral, Qwen2 and Mixtral save them.
+void add_split_attention(const ModelConfig& config, int layer, WeightSchema& schema);
+
+// The unfused attention half of a layer: b.hidden (normed) -> qkv (+ bias) -> rope and the KV
+// write -> attention -> o projection into b.tmp.
+void attention_sublayer(Backend& backend, const LayerWeights& w, const KvCacheLayer& kv,
+                        const StepInputs& in, const StepBuffers& b);
+
 // Every layer of the dense decoder, unfused (prefill, mixed steps) or fused (decode).
 void dense_forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
                           const StepBuffers& b);

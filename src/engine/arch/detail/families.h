@@ -9,5 +9,6 @@ const Architecture& llama_architecture();    // llama.cpp
 const Architecture& mistral_architecture();  // llama.cpp
 const Architecture& qwen2_architecture();    // llama.cpp
 const Architecture& phi3_architecture();     // phi3.cpp
+const Architecture& mixtral_architecture();  // mixtral.cpp
 
 }  // namespace ib::arch

@@ -1,0 +1,71 @@
+// End-to-end: a tiny MixtralForCausalLM directory (config.json, dummy weights) benchmarks on the
+// CPU; result.json records the routing (engine.routing) and expert_load.svg draws it; a router
+// the engine cannot run and quantized experts exit 2 naming them.
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/detail/e2e_support.h"
+
+namespace ib {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::E2e;
+
+fs::path tiny_mixtral(const fs::path& dir, const std::string& extra = "") {
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json")
+      << R"({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+  "vocab_size": 320, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+  "num_local_experts": 8, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02,
+  "rope_theta": 1000000.0, "sliding_window": null, "torch_dtype": "float32")"
+      << extra << "}\n";
+  return dir;
+}
+
+TEST_F(E2e, MixtralRunRecordsTheRoutingAndDrawsIt) {
+  const fs::path model = tiny_mixtral(root_ / "tiny-mixtral");
+  const fs::path dir = root_ / "result";
+  ASSERT_EQ(run({"run", "--model", model.string(), "--load-format", "dummy", "--num-prompts", "4",
+                 "--input-len", "16", "--output-len", "8", "--batch-size", "2", "--runs", "1",
+                 "--result-dir", dir.string(), "--num-threads", "2"}),
+            0)
+      << err();
+  const json r = json::parse(read_file(dir / "result.json").value());
+  const json& routing = r["engine"]["routing"];
+  ASSERT_TRUE(routing.is_object()) << r["engine"].dump();
+  EXPECT_EQ(routing["num_layers"], 2);
+  EXPECT_EQ(routing["num_experts"], 8);
+  EXPECT_EQ(routing["experts_per_token"], 2);
+  ASSERT_EQ(routing["tokens_per_layer_expert"].size(), 2u);
+  int64_t layer0 = 0;
+  for (const auto& n : routing["tokens_per_layer_expert"][0]) layer0 += n.get<int64_t>();
+  EXPECT_EQ(routing["tokens_routed"].get<int64_t>(), 2 * layer0);
+  EXPECT_GT(layer0, 0);
+  EXPECT_EQ(layer0 % 2, 0);  // two experts per token
+  for (const auto& v : routing["load_imbalance_max_over_mean"]) {
+    EXPECT_GE(v.get<double>(), 1.0);
+    EXPECT_LT(v.get<double>(), 4.0);  // not collapsed: 4 would be one pair taking every token
+  }
+  const std::string svg = read_file(dir / "expert_load.svg").value();
+  EXPECT_NE(svg.find("layer 1 expert 7:"), std::string::npos);
+  EXPECT_NE(err().find("expert_load.svg"), std::string::npos) << err();
+}
+
+TEST_F(E2e, MixtralRefusalsExitTwoNamingWhat) {
+  const std::string dir = (root_ / "never").string();
+  const fs::path sigmoid = tiny_mixtral(root_ / "sigmoid", R"(, "scoring_func": "sigmoid")");
+  expect_refused(
+      {"run", "--model", sigmoid.string(), "--load-format", "dummy", "--result-dir", dir},
+      "router scoring_func 'sigmoid'", dir);
+  const fs::path plain = tiny_mixtral(root_ / "plain");
+  expect_refused({"run", "--model", plain.string(), "--load-format", "dummy", "--quantization",
+                  "int8", "--result-dir", dir},
+                 "dense weights only", dir);
+}
+
+}  // namespace
+}  // namespace ib

@@ -1,0 +1,70 @@
+// Mixtral (8x7B, 8x22B): Mistral's attention (split q/k/v projections, GQA, RoPE) with a sparse
+// mixture-of-experts MLP, HF's block_sparse_moe: the router gate (E, D) and experts J with w1
+// (gate), w3 (up) and w2 (down), as MixtralSparseMoeBlock computes it (backend MoeOps: softmax in
+// fp32, top-k, renormalised, weighted sum of w2(silu(w1 x) * w3 x)).
+#include "engine/arch/detail/dense_decoder.h"
+#include "engine/arch/detail/families.h"
+
+namespace ib::arch {
+namespace {
+
+class Mixtral final : public Architecture {
+ public:
+  std::string_view name() const override { return "mixtral"; }
+
+  WeightSchema weight_schema(const ModelConfig& c) const override {
+    const DenseDims n = dense_dims(c);
+    const int64_t f = c.moe.expert_intermediate_size;
+    WeightSchema s;
+    s.architecture = "MixtralForCausalLM";
+    add_model_weights(c, s);
+    for (int l = 0; l < c.num_layers; ++l) {
+      const std::string m = layer_prefix(l) + "block_sparse_moe.";
+      add_layer_norms(c, l, s);
+      add_split_attention(c, l, s);
+      s.entries.push_back(
+          {WeightRole::kRouter, l, {{m + "gate.weight", {c.moe.num_experts, n.d}, 0}}});
+      for (int e = 0; e < c.moe.num_experts; ++e) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        s.entries.push_back({WeightRole::kExpertGateUp,
+                             l,
+                             {{x + "w1.weight", {f, n.d}, 0}, {x + "w3.weight", {f, n.d}, f}},
+                             e});
+        s.entries.push_back({WeightRole::kExpertDown, l, {{x + "w2.weight", {n.d, f}, 0}}, e});
+      }
+    }
+    return s;
+  }
+
+  // Unfused on every step (the backend's fused decode ops are the dense MLP's).
+  void forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
+                      const StepBuffers& b) const override {
+    IB_ASSERT(in.moe != nullptr && in.fused == nullptr,
+              "mixtral: needs the backend's MoE ops and runs unfused");
+    const auto& layers = weights.layers;
+    const int64_t e = static_cast<int64_t>(layers[0].expert_gate_up.size());
+    backend.rms_norm(b.residual, layers[0].attn_norm, in.rms_eps, b.hidden);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const LayerWeights& w = layers[l];
+      attention_sublayer(backend, w, in.kv[l], in, b);
+      backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, in.rms_eps, b.hidden);
+      backend.matmul(b.hidden, w.router, nullptr, b.router_logits);
+      const Tensor counts = in.expert_tokens.slice_rows(static_cast<int64_t>(l), 1).reshaped({e});
+      in.moe->moe_route(b.router_logits, /*renormalize=*/true, b.expert_ids, b.expert_weights,
+                        counts);
+      in.moe->moe_experts(b.hidden, b.expert_ids, b.expert_weights, w.expert_gate_up, w.expert_down,
+                          b.tmp);
+      if (l + 1 < layers.size())
+        backend.add_rms_norm(b.residual, b.tmp, layers[l + 1].attn_norm, in.rms_eps, b.hidden);
+    }
+  }
+};
+
+}  // namespace
+
+const Architecture& mixtral_architecture() {
+  static const Mixtral arch;
+  return arch;
+}
+
+}  // namespace ib::arch

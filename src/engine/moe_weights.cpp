@@ -1,0 +1,94 @@
+// Mixture-of-experts layers' weights: allocation, dummy values with a routing spread, their bytes,
+// and the refusals of what the engine cannot run with them yet.
+#include <cmath>
+#include <string>
+
+#include "engine/detail/weight_storage.h"
+#include "engine/moe_support.h"
+
+namespace ib {
+
+uint64_t dummy_expert_stream(int layer, int expert, DummyExpertPart part) {
+  return 1'000'000 + 4 * (1024 * static_cast<uint64_t>(layer) + static_cast<uint64_t>(expert)) +
+         static_cast<uint64_t>(part);
+}
+
+namespace {
+
+std::string moe_model(const ModelConfig& c) {
+  return "model '" + c.name + "' is a mixture-of-experts model (" +
+         std::to_string(c.moe.num_experts) + " experts, top-" +
+         std::to_string(c.moe.experts_per_token) + ")";
+}
+
+}  // namespace
+
+Status check_moe_quantization(const ModelConfig& c, WeightFormat quantization) {
+  if (c.moe.num_experts == 0) return Ok{};
+  if (quantization != WeightFormat::kDense || c.quantization.quantized()) {
+    return user_error(moe_model(c) + ": its experts run with dense weights only for now; drop " +
+                      "--quantization or use a dense checkpoint");
+  }
+  return Ok{};
+}
+
+namespace detail {
+namespace {
+
+float matrix_scale(int64_t fan_in) {
+  return static_cast<float>(std::sqrt(3.0 / static_cast<double>(fan_in)));
+}
+
+}  // namespace
+
+Status allocate_moe_layer(const ModelConfig& c, const AllocTensor& alloc, LayerWeights& layer) {
+  const int64_t d = c.hidden_size, f = c.moe.expert_intermediate_size, e = c.moe.num_experts;
+  IB_ASSIGN_OR_RETURN(layer.router.data, alloc({e, d}));
+  for (int64_t i = 0; i < e; ++i) {
+    WeightRef gate_up, down;
+    IB_ASSIGN_OR_RETURN(gate_up.data, alloc({2 * f, d}));
+    IB_ASSIGN_OR_RETURN(down.data, alloc({d, f}));
+    layer.expert_gate_up.push_back(gate_up);
+    layer.expert_down.push_back(down);
+  }
+  return Ok{};
+}
+
+void fill_dummy_moe_layer(const ModelConfig& c, uint64_t seed, int l, Backend& backend,
+                          LayerWeights& layer) {
+  const int64_t d = c.hidden_size, f = c.moe.expert_intermediate_size;
+  for (int e = 0; e < c.moe.num_experts; ++e) {
+    const float spread = kDummyRouterSpread[static_cast<size_t>(e) % std::size(kDummyRouterSpread)];
+    backend.fill_uniform(layer.router.data.slice_rows(e, 1), seed,
+                         dummy_expert_stream(l, e, DummyExpertPart::kRouter),
+                         matrix_scale(d) * spread);
+    const Tensor gate_up = layer.expert_gate_up[static_cast<size_t>(e)].data;
+    backend.fill_uniform(gate_up.slice_rows(0, f), seed,
+                         dummy_expert_stream(l, e, DummyExpertPart::kGate), matrix_scale(d));
+    backend.fill_uniform(gate_up.slice_rows(f, f), seed,
+                         dummy_expert_stream(l, e, DummyExpertPart::kUp), matrix_scale(d));
+    backend.fill_uniform(layer.expert_down[static_cast<size_t>(e)].data, seed,
+                         dummy_expert_stream(l, e, DummyExpertPart::kDown), matrix_scale(f));
+  }
+}
+
+int64_t moe_layer_bytes(const ModelConfig& c, DType dtype) {
+  const auto size = static_cast<int64_t>(dtype_size(dtype));
+  auto rounded = [&](int64_t numel) { return (numel * size + 255) / 256 * 256; };
+  const int64_t d = c.hidden_size, f = c.moe.expert_intermediate_size, e = c.moe.num_experts;
+  return rounded(e * d) + e * (rounded(2 * f * d) + rounded(d * f));
+}
+
+Status check_moe_runs(const ModelConfig& c, WeightFormat quantization, Backend& backend) {
+  if (c.moe.num_experts == 0) return Ok{};
+  if (backend.moe_ops() == nullptr) {
+    const DeviceInfo dev = backend.device_info();
+    return user_error(moe_model(c) + " but the " + dev.kind + " backend (" + dev.name +
+                      ") has no mixture-of-experts ops yet (router softmax/top-k, expert "
+                      "permute and grouped GEMMs); run it with --device cpu");
+  }
+  return check_moe_quantization(c, quantization);
+}
+
+}  // namespace detail
+}  // namespace ib
