@@ -1,12 +1,12 @@
 // The tokenizer of a GGUF file (gguf_model.h): tokenizer.ggml.* rebuilt as the tokenizer.json
-// document the project's byte-level BPE reads (bpe_tokenizer.h), so both formats share one
+// document the project's BPE tokenizer reads (bpe_tokenizer.h), so both formats share one
 // implementation.
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
 #include "model/detail/bpe_from_json.h"
-#include "model/detail/pretokenize.h"
+#include "model/detail/split_regexes.h"
 #include "model/gguf_model.h"
 
 namespace ib {
@@ -112,7 +112,7 @@ Result<std::unique_ptr<Tokenizer>> gguf_tokenizer(const GgufFile& file, const st
                       {"ignore_merges", ignore_merges}}},
                     {"pre_tokenizer", std::move(pre)},
                     {"added_tokens", std::move(added)}};
-  return detail::bpe_tokenizer_from_json(doc, origin);
+  return detail::bpe_tokenizer_from_json(doc, origin, json());
 }
 
 }  // namespace ib
