@@ -88,12 +88,7 @@ class BpeTokenizer final : public Tokenizer {
           (tokens_[static_cast<size_t>(id)].empty() && added_ids_.count(id) == 0)) {
         flush();
         out += kReplacementChar;
-      } else if (special_.count(id) != 0) {
-        continue;
-      } else if (added_ids_.count(id) != 0) {
-        flush();
-        out += tokens_[static_cast<size_t>(id)];
-      } else {
+      } else if (special_.count(id) == 0) {
         pending.push_back(tokens_[static_cast<size_t>(id)]);
       }
     }

@@ -1,4 +1,4 @@
-// A compiled Unicode regular expression (PCRE2, UTF-8 with Unicode properties), for the Split
+// A compiled Unicode regular expression (ICU regex, matched over UTF-8), for the Split
 // pre-tokenizer and Replace normalizer patterns of tokenizer.json files. Immutable after
 // compile(); find_all may be called from any thread (each call has its own match data).
 #pragma once
