@@ -76,11 +76,21 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   std::string decode(const std::vector<int32_t>& ids) const override {
+    return decode_text(ids, false);
+  }
+  std::string decode_continuation(const std::vector<int32_t>& ids) const override {
+    return decode_text(ids, true);
+  }
+
+  Status load(const json& doc, const json& config);
+
+ private:
+  std::string decode_text(const std::vector<int32_t>& ids, bool continuation) const {
     std::string out;
     std::vector<std::string> pending;  // model tokens waiting for the decoder
     auto flush = [&] {
       if (pending.empty()) return;
-      out += detail::decode_tokens(decoder_, std::move(pending));
+      out += detail::decode_tokens(decoder_, std::move(pending), continuation || !out.empty());
       pending.clear();
     };
     for (const int32_t id : ids) {
@@ -96,9 +106,6 @@ class BpeTokenizer final : public Tokenizer {
     return out;
   }
 
-  Status load(const json& doc, const json& config);
-
- private:
   void encode_section(std::string_view text, bool first_section, std::vector<int32_t>& ids) const {
     if (text.empty()) return;
     const std::string normalized = detail::normalize(normalizer_, std::string(text));

@@ -64,6 +64,9 @@ TEST(SentencePieceBpe, DecodeStripsTheAddedSpaceAndJoinsBytes) {
     EXPECT_EQ(t->decode(t->encode(text)), text);
   }
   EXPECT_EQ(t->decode({1, 18, 2}), "hello");
+  // A stream's next tokens keep their space: "hello" then " world", token by token.
+  EXPECT_EQ(t->decode_continuation({23}), " world");
+  EXPECT_EQ(t->decode({18}) + t->decode_continuation({23}), "hello world");
 }
 
 TEST(SentencePieceBpe, TokenizerConfigDecidesBosAndEos) {

@@ -19,6 +19,11 @@ class Tokenizer {
   virtual std::string name() const = 0;
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  // The text of ids that continue earlier text (a stream's next tokens): as decode, but without
+  // the strip of a leading space that SentencePiece-style decoders apply at the start of a text.
+  virtual std::string decode_continuation(const std::vector<int32_t>& ids) const {
+    return decode(ids);
+  }
 };
 
 // The byte-level fallback ("byte"): encode maps byte b to id b + 3 (no bos/eos added); decode maps

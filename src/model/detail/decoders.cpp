@@ -84,7 +84,7 @@ std::string replace_all(const Pattern& pattern, const std::string& text, const s
   return out;
 }
 
-void apply(const DecoderStep& step, std::vector<std::string>& tokens) {
+void apply(const DecoderStep& step, std::vector<std::string>& tokens, bool continuation) {
   switch (step.kind) {
     case DecoderStep::Kind::kByteLevel:
       for (std::string& t : tokens) t = byte_level_bytes(t);
@@ -101,7 +101,9 @@ void apply(const DecoderStep& step, std::vector<std::string>& tokens) {
       break;
     }
     case DecoderStep::Kind::kStrip:
-      for (std::string& t : tokens) t = strip(t, step.content, step.start, step.stop);
+      for (std::string& t : tokens) {
+        t = strip(t, step.content, continuation ? 0 : step.start, step.stop);
+      }
       break;
     case DecoderStep::Kind::kReplace:
       for (std::string& t : tokens) t = replace_all(step.pattern, t, step.content);
@@ -111,7 +113,8 @@ void apply(const DecoderStep& step, std::vector<std::string>& tokens) {
       space.literal = step.content;
       for (size_t i = 0; i < tokens.size(); ++i) {
         std::string t = replace_all(space, tokens[i], " ");
-        if (i == 0 && step.strip_first_space && !t.empty() && t.front() == ' ') t.erase(0, 1);
+        if (i == 0 && !continuation && step.strip_first_space && !t.empty() && t.front() == ' ')
+          t.erase(0, 1);
         tokens[i] = std::move(t);
       }
       break;
@@ -168,8 +171,9 @@ Result<Decoder> parse_decoder(const json& node) {
   return decoder;
 }
 
-std::string decode_tokens(const Decoder& decoder, std::vector<std::string> tokens) {
-  for (const DecoderStep& step : decoder) apply(step, tokens);
+std::string decode_tokens(const Decoder& decoder, std::vector<std::string> tokens,
+                          bool continuation) {
+  for (const DecoderStep& step : decoder) apply(step, tokens, continuation);
   std::string out;
   for (const std::string& t : tokens) out += t;
   return out;

@@ -80,7 +80,10 @@ using Decoder = std::vector<DecoderStep>;
 
 Result<Decoder> parse_decoder(const nlohmann::json& node);
 // Model tokens (vocabulary strings) to text; with no decoder the tokens are concatenated.
-std::string decode_tokens(const Decoder& decoder, std::vector<std::string> tokens);
+// continuation: the tokens follow earlier text, so Strip's start and Metaspace's first-token
+// space removal do not apply.
+std::string decode_tokens(const Decoder& decoder, std::vector<std::string> tokens,
+                          bool continuation = false);
 
 // GPT-2's byte-to-unicode map: printable bytes stand for themselves, the other 68 bytes take the
 // code points 256, 257, ... in byte order, so every byte is a visible character.
