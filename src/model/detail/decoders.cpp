@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/assert.h"
 #include "model/detail/tokenizer_steps.h"
 
 namespace ib::detail {
@@ -193,21 +194,13 @@ const std::array<char32_t, 256>& byte_to_codepoint() {
 }
 
 void append_utf8(std::string& out, char32_t cp) {
+  IB_ASSERT(cp < 0x800, "append_utf8 covers the byte map's code points (below U+0800)");
   if (cp < 0x80) {
     out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    return;
   }
+  out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+  out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
 }
 
 }  // namespace ib::detail

@@ -88,6 +88,7 @@ std::string decode_tokens(const Decoder& decoder, std::vector<std::string> token
 // GPT-2's byte-to-unicode map: printable bytes stand for themselves, the other 68 bytes take the
 // code points 256, 257, ... in byte order, so every byte is a visible character.
 const std::array<char32_t, 256>& byte_to_codepoint();
+// cp below U+0800 (the byte map's range) as UTF-8.
 void append_utf8(std::string& out, char32_t cp);
 
 }  // namespace ib::detail
