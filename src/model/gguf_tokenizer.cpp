@@ -33,7 +33,7 @@ Result<const GgufArray*> typed_array(const GgufFile& file, const std::string& or
                                                     a->element_type != GgufValueType::kArray);
   if (!typed) {
     return refuse(origin, fmt::format("GGUF metadata '{}' must be an array of {}", key,
-                                      strings ? "strings" : "integers"));
+                                      strings ? "strings" : "numbers"));
   }
   return a;
 }
