@@ -265,14 +265,29 @@ std::string tokenizer_error(const GgufFile& f) {
 // byte tokens for 中, <unk>/<s>/</s> and a user-defined token.
 GgufFile tiny_spm(bool add_bos) {
   GgufFile f;
-  const std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "<0xE4>", "<0xB8>", "<0xAD>",
-                                           "\xE2\x96\x81", "h", "e", "l", "o",
-                                           "\xE2\x96\x81h", "el", "\xE2\x96\x81hel", "lo",
-                                           "\xE2\x96\x81hello", "<|user|>", "ll", "hell"};
+  const std::vector<std::string> tokens = {"<unk>",
+                                           "<s>",
+                                           "</s>",
+                                           "<0xE4>",
+                                           "<0xB8>",
+                                           "<0xAD>",
+                                           "\xE2\x96\x81",
+                                           "h",
+                                           "e",
+                                           "l",
+                                           "o",
+                                           "\xE2\x96\x81h",
+                                           "el",
+                                           "\xE2\x96\x81hel",
+                                           "lo",
+                                           "\xE2\x96\x81hello",
+                                           "<|user|>",
+                                           "ll",
+                                           "hell"};
   const std::vector<int64_t> type_ids = {2, 3, 3, 6, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 1};
   // ▁h > el > ▁hel > lo > ▁hello; "ll" and "hell" score lowest, so hell+o never wins.
-  const std::vector<double> score_values = {0, 0, 0, 0, 0, 0, -1, -2, -3, -4, -5, -6,
-                                            -7, -8, -9, -10, 0, -50, -60};
+  const std::vector<double> score_values = {0,  0,  0,  0,  0,  0,   -1, -2,  -3, -4,
+                                            -5, -6, -7, -8, -9, -10, 0,  -50, -60};
   std::vector<GgufValue> types;
   std::vector<GgufValue> scores;
   for (size_t i = 0; i < tokens.size(); ++i) {
