@@ -73,18 +73,6 @@ std::string strip(const std::string& token, const std::string& ch, size_t start,
   return token.substr(begin, end - begin);
 }
 
-std::string replace_all(const Pattern& pattern, const std::string& text, const std::string& with) {
-  std::string out;
-  size_t at = 0;
-  for (const auto& [begin, end] : pattern.find_all(text)) {
-    out.append(text, at, begin - at);
-    out.append(with);
-    at = end;
-  }
-  out.append(text, at, std::string::npos);
-  return out;
-}
-
 void apply(const DecoderStep& step, std::vector<std::string>& tokens, bool continuation) {
   switch (step.kind) {
     case DecoderStep::Kind::kByteLevel:
@@ -107,13 +95,13 @@ void apply(const DecoderStep& step, std::vector<std::string>& tokens, bool conti
       }
       break;
     case DecoderStep::Kind::kReplace:
-      for (std::string& t : tokens) t = replace_all(step.pattern, t, step.content);
+      for (std::string& t : tokens) t = step.pattern.replace_all(t, step.content);
       break;
     case DecoderStep::Kind::kMetaspace: {
       Pattern space;
       space.literal = step.content;
       for (size_t i = 0; i < tokens.size(); ++i) {
-        std::string t = replace_all(space, tokens[i], " ");
+        std::string t = space.replace_all(tokens[i], " ");
         if (i == 0 && !continuation && step.strip_first_space && !t.empty() && t.front() == ' ')
           t.erase(0, 1);
         tokens[i] = std::move(t);

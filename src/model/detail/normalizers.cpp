@@ -56,18 +56,6 @@ std::string icu_normalize(NormalizerStep::Kind kind, const std::string& text) {
   return result;
 }
 
-std::string replace_all(const Pattern& pattern, std::string_view text, std::string_view with) {
-  std::string out;
-  size_t at = 0;
-  for (const auto& [begin, end] : pattern.find_all(text)) {
-    out.append(text.substr(at, begin - at));
-    out.append(with);
-    at = end;
-  }
-  out.append(text.substr(at));
-  return out;
-}
-
 }  // namespace
 
 Result<Pattern> parse_pattern(const json& node, std::string_view component) {
@@ -85,6 +73,18 @@ Result<Pattern> parse_pattern(const json& node, std::string_view component) {
   }
   return user_error(
       fmt::format("{}: pattern is neither {{\"String\": ...}} nor {{\"Regex\": ...}}", component));
+}
+
+std::string Pattern::replace_all(std::string_view text, std::string_view with) const {
+  std::string out;
+  size_t at = 0;
+  for (const auto& [begin, end] : find_all(text)) {
+    out.append(text.substr(at, begin - at));
+    out.append(with);
+    at = end;
+  }
+  out.append(text.substr(at));
+  return out;
 }
 
 std::vector<std::pair<size_t, size_t>> Pattern::find_all(std::string_view text) const {
@@ -142,7 +142,7 @@ std::string normalize(const Normalizer& normalizer, std::string text) {
         if (!text.empty()) text.insert(0, step.text);
         break;
       case NormalizerStep::Kind::kReplace:
-        text = replace_all(step.pattern, text, step.text);
+        text = step.pattern.replace_all(text, step.text);
         break;
       default:
         text = icu_normalize(step.kind, text);

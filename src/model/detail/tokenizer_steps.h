@@ -24,6 +24,8 @@ struct Pattern {
   std::string literal;
   std::optional<Regex> regex;
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
+  // text with every match replaced by with.
+  std::string replace_all(std::string_view text, std::string_view with) const;
 };
 // component names the owner in errors ("normalizer Replace").
 Result<Pattern> parse_pattern(const nlohmann::json& node, std::string_view component);
