@@ -8,6 +8,11 @@
 #include <fmt/format.h>
 
 namespace ib::detail {
+namespace {
+
+constexpr int32_t kMatchTimeLimit = 1000;  // ICU's steps, about a millisecond each
+
+}  // namespace
 
 struct Regex::Code {
   std::unique_ptr<icu::RegexPattern> pattern;
@@ -40,6 +45,9 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
     return matches;
   }
   matcher->reset(input);
+  // A pathological pattern (nested quantifiers) gives up after about a second per match rather
+  // than hanging; the matches found so far stand.
+  matcher->setTimeLimit(kMatchTimeLimit, status);
   while (matcher->find(status) && U_SUCCESS(status)) {
     const int64_t begin = matcher->start64(status);
     const int64_t end = matcher->end64(status);
