@@ -49,6 +49,18 @@ struct GenerateFlags {
 void add_generate_flags(CLI::App& app, GenerateFlags& flags);
 Result<int> execute_generate(const GenerateFlags& flags);
 
+// `inferbench tokenize`: the ids (and count) of a text in a model's own tokenizer
+// (tokenize_command.cpp). User errors: no tokenizer at --model, an unreadable --file.
+struct TokenizeFlags {
+  std::string model;  // a model directory, a tokenizer.json file or a .gguf file
+  std::string text;
+  std::string file;    // read instead of text
+  bool lines = false;  // each line on its own, one JSON object per line
+  bool json = false;
+};
+void add_tokenize_flags(CLI::App& app, TokenizeFlags& flags);
+Result<int> execute_tokenize(const TokenizeFlags& flags);
+
 // `inferbench eval`: a quantization's accuracy loss against the unquantized model, per token
 // (KL divergence, top-1 agreement), teacher-forced on the reference's tokens, and with --text the
 // perplexity of both on a text file in the model's own tokenizer (eval_command.cpp).

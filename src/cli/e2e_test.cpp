@@ -295,5 +295,34 @@ TEST_F(E2e, ModelsEnvAndPluginsCommands) {
   EXPECT_EQ(run({}), 2);  // a subcommand is required
 }
 
+TEST_F(E2e, TokenizePrintsIdsAndCountAndRefusesUnsupportedFiles) {
+  // A two-merge SentencePiece-style file: ▁ prepended, spaces as ▁, BOS from the template.
+  std::ofstream(root_ / "tokenizer.json") << R"({
+    "added_tokens": [{"id": 0, "content": "<s>", "special": true}],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+    "post_processor": {"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}},
+    "decoder": {"type": "Metaspace", "replacement": "▁"},
+    "model": {"type": "BPE", "vocab": {"<s>": 0, "▁": 1, "a": 2, "b": 3, "▁a": 4, "▁ab": 5},
+              "merges": ["▁ a", "▁a b"]}})";
+  ASSERT_EQ(run({"tokenize", "--model", root_.string(), "--text", "ab ab"}), 0) << err();
+  EXPECT_EQ(out(), "ids: 0 5 5\ncount: 3\n");
+  std::ofstream(root_ / "lines.txt") << "ab\na b\n";
+  ASSERT_EQ(run({"tokenize", "--model", (root_ / "tokenizer.json").string(), "--file",
+                 (root_ / "lines.txt").string(), "--lines"}),
+            0)
+      << err();
+  EXPECT_EQ(out(),
+            "{\"count\":2,\"decoded\":\"ab\",\"ids\":[0,5]}\n"
+            "{\"count\":4,\"decoded\":\"a b\",\"ids\":[0,4,1,3]}\n");
+  std::ofstream(root_ / "tokenizer.json") << R"({"model": {"type": "WordPiece", "vocab": {}}})";
+  expect_refused({"tokenize", "--model", root_.string(), "--text", "x"},
+                 "model type 'WordPiece' is not supported; inferbench reads BPE", root_ / "none");
+  expect_refused({"tokenize", "--model", (root_ / "none").string(), "--text", "x"},
+                 "not a directory with tokenizer.json", root_ / "none");
+}
+
 }  // namespace
 }  // namespace ib

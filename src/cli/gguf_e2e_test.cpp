@@ -102,8 +102,8 @@ TEST_F(Gguf, WhatItCannotRunExitsTwoNamingIt) {
   };
   refuse(with_metadata("general.architecture", GgufValue::of_string("mamba")),
          "GGUF metadata 'general.architecture' is 'mamba', which inferbench cannot run");
-  refuse(with_metadata("tokenizer.ggml.model", GgufValue::of_string("llama")),
-         "tokenizer.ggml.model 'llama' is not supported");
+  refuse(with_metadata("tokenizer.ggml.model", GgufValue::of_string("t5")),
+         "tokenizer.ggml.model 't5' is not supported");
 
   // blk.0.attn_v.weight's type (after its name, n_dims and two dims) from Q4_0 to Q4_1.
   std::string bytes = read_file(model_).value();

@@ -118,6 +118,10 @@ int main(int argc, char** argv) {
       "eval",
       "a quantization's accuracy loss: KL divergence and top-1 against the unquantized model");
   ib::add_eval_flags(*eval, eval_flags);
+  ib::TokenizeFlags tokenize_flags;
+  CLI::App* tokenize =
+      app.add_subcommand("tokenize", "a text's token ids and count in a model's own tokenizer");
+  ib::add_tokenize_flags(*tokenize, tokenize_flags);
   CLI::App* models = app.add_subcommand("models", "list architecture presets");
   CLI::App* env = app.add_subcommand("env", "print the environment fingerprint");
   bool env_json = false;
@@ -167,6 +171,10 @@ int main(int argc, char** argv) {
     auto code = ib::execute_eval(eval_flags);
     if (!code.ok()) return fail(code.error());
     return *code;
+  }
+  if (tokenize->parsed()) {
+    auto code = ib::execute_tokenize(tokenize_flags);
+    return code.ok() ? *code : fail(code.error());
   }
   if (models->parsed()) {
     std::cout << ib::models_table(ib::all_presets());

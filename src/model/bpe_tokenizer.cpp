@@ -1,19 +1,21 @@
-// Byte-level BPE tokenizer from a Hugging Face tokenizer.json (bpe_tokenizer.h).
+// BPE tokenizers from a Hugging Face tokenizer.json (bpe_tokenizer.h): the added-token split,
+// then normalizer, pre-tokenizer and model per section, then the post-processor's special tokens.
 #include "model/bpe_tokenizer.h"
 
 #include <algorithm>
-#include <array>
 #include <fstream>
-#include <limits>
+#include <set>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "model/detail/bpe_from_json.h"
-#include "model/detail/pretokenize.h"
+#include "model/detail/bpe_model.h"
+#include "model/detail/tokenizer_steps.h"
 #include "model/gguf_model.h"
 
 namespace ib {
@@ -22,304 +24,288 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-// GPT-2's byte-to-unicode map: printable bytes stand for themselves, the other 68 bytes take the
-// code points 256, 257, ... in byte order, so every byte is a visible character.
-std::array<char32_t, 256> byte_to_codepoint() {
-  std::array<char32_t, 256> map{};
-  char32_t next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-    map[static_cast<size_t>(b)] = printable ? static_cast<char32_t>(b) : next++;
-  }
-  return map;
-}
+constexpr int64_t kMaxId = int64_t{1} << 24;
 
 struct Added {
-  std::string content;
   int32_t id = 0;
+  bool lstrip = false;  // eats the whitespace before it
+  bool rstrip = false;  // eats the whitespace after it
 };
+
+// The ids a post-processor puts around one sequence.
+struct Template {
+  std::vector<int32_t> prefix;
+  std::vector<int32_t> suffix;
+};
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 class BpeTokenizer final : public Tokenizer {
  public:
+  explicit BpeTokenizer(detail::BpeModel model) : model_(std::move(model)) {}
+
   std::string name() const override { return "bpe"; }
 
   std::vector<int32_t> encode(std::string_view text) const override {
-    std::vector<int32_t> ids;
+    std::vector<int32_t> ids = template_.prefix;
     size_t start = 0;
     size_t i = 0;
     while (i < text.size()) {
-      const Added* hit = nullptr;
-      if (added_first_[static_cast<unsigned char>(text[i])]) {
-        for (const Added& a : added_) {  // longest first
-          if (text.compare(i, a.content.size(), a.content) == 0) {
-            hit = &a;
-            break;
-          }
-        }
-      }
+      const auto [hit, length] = added_at(text, i);
       if (hit == nullptr) {
         ++i;
         continue;
       }
-      encode_segment(text.substr(start, i - start), ids);
+      size_t end = i;
+      if (hit->lstrip) {
+        while (end > start && is_space(text[end - 1])) --end;
+      }
+      encode_section(text.substr(start, end - start), start == 0, ids);
       ids.push_back(hit->id);
-      i += hit->content.size();
+      i += length;
+      if (hit->rstrip) {
+        while (i < text.size() && is_space(text[i])) ++i;
+      }
       start = i;
     }
-    encode_segment(text.substr(start), ids);
+    encode_section(text.substr(start), start == 0, ids);
+    ids.insert(ids.end(), template_.suffix.begin(), template_.suffix.end());
     return ids;
   }
 
   std::string decode(const std::vector<int32_t>& ids) const override {
+    return decode_text(ids, false);
+  }
+  std::string decode_continuation(const std::vector<int32_t>& ids) const override {
+    return decode_text(ids, true);
+  }
+
+  Status load(const json& doc, const json& config);
+
+ private:
+  std::string decode_text(const std::vector<int32_t>& ids, bool continuation) const {
     std::string out;
+    std::vector<std::string> pending;  // model tokens waiting for the decoder
+    auto flush = [&] {
+      if (pending.empty()) return;
+      out += detail::decode_tokens(decoder_, std::move(pending), continuation || !out.empty());
+      pending.clear();
+    };
     for (const int32_t id : ids) {
-      if (id < 0 || static_cast<size_t>(id) >= tokens_.size() || tokens_[id].empty()) {
+      if (id < 0 || static_cast<size_t>(id) >= tokens_.size() ||
+          (tokens_[static_cast<size_t>(id)].empty() && added_ids_.count(id) == 0)) {
+        flush();
         out += kReplacementChar;
-        continue;
+      } else if (special_.count(id) == 0) {
+        pending.push_back(tokens_[static_cast<size_t>(id)]);
       }
-      if (special_[static_cast<size_t>(id)]) continue;
-      append_token_bytes(out, tokens_[static_cast<size_t>(id)]);
     }
+    flush();
     return out;
   }
 
-  Status load(const json& doc, const std::string& origin);
-
- private:
-  void encode_segment(std::string_view text, std::vector<int32_t>& ids) const {
+  void encode_section(std::string_view text, bool first_section, std::vector<int32_t>& ids) const {
     if (text.empty()) return;
-    std::string prefixed;
-    if (add_prefix_space_ && text.front() != ' ') {
-      prefixed.reserve(text.size() + 1);
-      prefixed.push_back(' ');
-      prefixed.append(text);
-      text = prefixed;
-    }
-    for (std::string_view piece : detail::split_pieces(text, pattern_)) encode_piece(piece, ids);
-  }
-
-  void encode_piece(std::string_view piece, std::vector<int32_t>& ids) const {
-    std::vector<std::string> symbols;
-    symbols.reserve(piece.size());
-    std::string whole;
-    for (const char ch : piece) {
-      std::string s;
-      append_utf8(s, byte_map_[static_cast<unsigned char>(ch)]);
-      whole += s;
-      symbols.push_back(std::move(s));
-    }
-    if (ignore_merges_) {
-      if (auto it = vocab_.find(whole); it != vocab_.end()) return ids.push_back(it->second);
-    }
-    while (symbols.size() > 1) {
-      int best = std::numeric_limits<int>::max();
-      std::string best_left;
-      std::string best_right;
-      for (size_t k = 0; k + 1 < symbols.size(); ++k) {
-        auto it = ranks_.find(symbols[k] + ' ' + symbols[k + 1]);
-        if (it != ranks_.end() && it->second < best) {
-          best = it->second;
-          best_left = symbols[k];
-          best_right = symbols[k + 1];
-        }
-      }
-      if (best == std::numeric_limits<int>::max()) break;
-      std::vector<std::string> merged;
-      merged.reserve(symbols.size());
-      for (size_t k = 0; k < symbols.size(); ++k) {
-        if (k + 1 < symbols.size() && symbols[k] == best_left && symbols[k + 1] == best_right) {
-          merged.push_back(symbols[k] + symbols[k + 1]);
-          ++k;
-        } else {
-          merged.push_back(std::move(symbols[k]));
-        }
-      }
-      symbols.swap(merged);
-    }
-    for (const std::string& s : symbols) {
-      if (auto it = vocab_.find(s); it != vocab_.end()) {
-        ids.push_back(it->second);
-      } else if (unk_id_ >= 0) {
-        ids.push_back(unk_id_);
-      }
+    const std::string normalized = detail::normalize(normalizer_, std::string(text));
+    for (const std::string& piece : detail::pre_tokenize(pre_, normalized, first_section)) {
+      model_.encode(piece, ids);
     }
   }
 
-  // A vocabulary string back to bytes through the inverse byte map; a token with a character
-  // outside the map (an added token) is its own UTF-8 bytes.
-  void append_token_bytes(std::string& out, const std::string& token) const {
-    std::string bytes;
-    size_t i = 0;
-    while (i < token.size()) {
-      const auto c = static_cast<unsigned char>(token[i]);
-      char32_t cp = c;
-      size_t len = 1;
-      if (c >= 0xC0 && c < 0xE0 && i + 1 < token.size()) {
-        cp = ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(token[i + 1]) & 0x3Fu);
-        len = 2;
+  // The longest added token at text[i], if any.
+  std::pair<const Added*, size_t> added_at(std::string_view text, size_t i) const {
+    if (!added_first_[static_cast<unsigned char>(text[i])]) return {nullptr, 0};
+    for (const size_t length : added_lengths_) {  // longest first
+      if (length > text.size() - i) continue;
+      if (auto it = added_.find(std::string(text.substr(i, length))); it != added_.end()) {
+        return {&it->second, length};
       }
-      const int b = cp < inverse_.size() ? inverse_[cp] : -1;
-      if (b < 0) {
-        out += token;
-        return;
-      }
-      bytes.push_back(static_cast<char>(b));
-      i += len;
     }
-    out += bytes;
+    return {nullptr, 0};
   }
 
-  std::unordered_map<std::string, int32_t> vocab_;
-  std::vector<std::string> tokens_;             // by id
-  std::vector<bool> special_;                   // by id: skipped by decode
-  std::unordered_map<std::string, int> ranks_;  // "left right" -> merge rank
-  std::vector<Added> added_;                    // longest content first
-  std::array<bool, 256> added_first_{};         // first bytes of added tokens
-  std::array<char32_t, 256> byte_map_ = byte_to_codepoint();
-  std::vector<int> inverse_;  // code point -> byte, -1 when none
-  detail::SplitPattern pattern_ = detail::SplitPattern::kGpt2;
-  bool add_prefix_space_ = false;
-  bool ignore_merges_ = false;
-  int32_t unk_id_ = -1;
+  Status load_added(const json& doc);
+  Status load_template(const json& doc, const json& config);
+
+  detail::BpeModel model_;
+  detail::Normalizer normalizer_;
+  detail::PreTokenizer pre_;
+  detail::Decoder decoder_;
+  Template template_;
+  std::unordered_map<std::string, Added> added_;    // content -> token
+  std::set<size_t, std::greater<>> added_lengths_;  // distinct content lengths, longest first
+  std::array<bool, 256> added_first_{};             // first bytes of added tokens
+  std::unordered_set<int32_t> added_ids_;           // decoded as their content
+  std::unordered_set<int32_t> special_;             // skipped by decode
+  std::vector<std::string> tokens_;                 // by id
 };
 
-Status BpeTokenizer::load(const json& doc, const std::string& origin) {
-  auto bad = [&](const std::string& what) {
-    return user_error(
-        fmt::format("{}: {}; only byte-level BPE tokenizer.json files (GPT-2, "
-                    "Llama-3, Qwen2) are supported",
-                    origin, what));
-  };
-  if (!doc.is_object() || !doc.contains("model") || !doc["model"].is_object()) {
-    return bad("no \"model\" object");
-  }
-  const json& model = doc["model"];
-  if (model.value("type", "BPE") != "BPE") return bad("model type is not BPE");
-  if (!model.contains("vocab") || !model["vocab"].is_object()) return bad("no model.vocab");
-  if (!model.contains("merges") || !model["merges"].is_array()) return bad("no model.merges");
-
-  // Pre-tokenizer: ByteLevel (GPT-2 regex) or Sequence[Split(regex), ByteLevel(no regex)].
-  const json pre = doc.value("pre_tokenizer", json());
-  std::vector<json> steps;
-  if (pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers")) {
-    for (const json& s : pre["pretokenizers"]) steps.push_back(s);
-  } else if (pre.is_object()) {
-    steps.push_back(pre);
-  }
-  bool byte_level = false;
-  std::optional<detail::SplitPattern> pattern;
-  for (const json& s : steps) {
-    const std::string type = s.is_object() ? s.value("type", "") : "";
-    if (type == "ByteLevel") {
-      byte_level = true;
-      add_prefix_space_ = s.value("add_prefix_space", false);
-      if (s.value("use_regex", true)) pattern = detail::SplitPattern::kGpt2;
-    } else if (type == "Split") {
-      const json p = s.value("pattern", json::object());
-      const std::string regex = p.is_object() ? p.value("Regex", "") : "";
-      pattern = detail::split_pattern_of(regex);
-      if (!pattern) return bad(fmt::format("pre-tokenizer regex '{}' is not a known one", regex));
-    } else {
-      return bad(fmt::format("pre-tokenizer '{}'", type));
-    }
-  }
-  if (!byte_level) return bad("the pre-tokenizer is not ByteLevel");
-  pattern_ = pattern.value_or(detail::SplitPattern::kGpt2);
-  ignore_merges_ = model.value("ignore_merges", false);
-
-  for (const auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 24)) {
-      return bad(fmt::format("vocab entry '{}' has no valid id", token));
-    }
-    vocab_[token] = id.get<int32_t>();
-  }
-  const json& merges = model["merges"];
-  for (size_t r = 0; r < merges.size(); ++r) {
-    const json& m = merges[r];
-    std::string key;
-    if (m.is_string()) {
-      key = m.get<std::string>();
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      key = m[0].get<std::string>() + ' ' + m[1].get<std::string>();
-    } else {
-      return bad(fmt::format("merge {} is neither \"a b\" nor [a, b]", r));
-    }
-    ranks_.emplace(std::move(key), static_cast<int>(r));
-  }
-  std::vector<std::pair<std::string, int32_t>> specials;
+Status BpeTokenizer::load_added(const json& doc) {
   for (const json& a : doc.value("added_tokens", json::array())) {
     if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
         !a.contains("content") || !a["content"].is_string() ||
         a["content"].get<std::string>().empty()) {
-      return bad("an added token without id or content");
+      return user_error("an added token without id or content");
     }
-    const int32_t id = a["id"].get<int32_t>();
-    if (id < 0 || id > (1 << 24)) return bad("an added token id out of range");
-    added_.push_back(Added{a["content"].get<std::string>(), id});
-    vocab_[added_.back().content] = id;
-    if (a.value("special", false)) specials.emplace_back(added_.back().content, id);
+    const int64_t id = a["id"].get<int64_t>();
+    if (id < 0 || id > kMaxId) return user_error("an added token id out of range");
+    const std::string content = a["content"].get<std::string>();
+    added_[content] =
+        Added{static_cast<int32_t>(id), a.value("lstrip", false), a.value("rstrip", false)};
+    added_lengths_.insert(content.size());
+    added_first_[static_cast<unsigned char>(content[0])] = true;
+    added_ids_.insert(static_cast<int32_t>(id));
+    if (a.value("special", false)) special_.insert(static_cast<int32_t>(id));
   }
-  std::stable_sort(added_.begin(), added_.end(), [](const Added& x, const Added& y) {
-    return x.content.size() > y.content.size();
-  });
-  for (const Added& a : added_) added_first_[static_cast<unsigned char>(a.content[0])] = true;
+  return Ok{};
+}
+
+// The content of a tokenizer_config.json token field: "text", {"content": "text"} or null.
+std::string token_content(const json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key)) return {};
+  const json& v = config[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+    return v["content"].get<std::string>();
+  }
+  return {};
+}
+
+Status BpeTokenizer::load_template(const json& doc, const json& config) {
+  const json post = doc.value("post_processor", json());
+  std::vector<json> steps;
+  if (post.is_object() && post.value("type", "") == "Sequence") {
+    for (const json& s : post.value("processors", json::array())) steps.push_back(s);
+  } else if (!post.is_null()) {
+    steps.push_back(post);
+  }
+  for (const json& step : steps) {
+    const std::string type = step.is_object() ? step.value("type", "") : "";
+    if (type == "ByteLevel") continue;  // offsets only
+    if (type != "TemplateProcessing") {
+      return user_error(fmt::format(
+          "post-processor '{}' is not supported; inferbench reads TemplateProcessing, ByteLevel, "
+          "Sequence",
+          type.substr(0, 64)));
+    }
+    const json specials = step.value("special_tokens", json::object());
+    bool after_sequence = false;
+    for (const json& item : step.value("single", json::array())) {
+      if (item.contains("Sequence")) {
+        after_sequence = true;
+        continue;
+      }
+      const std::string name = item.value("SpecialToken", json::object()).value("id", "");
+      if (!specials.contains(name) || !specials[name].contains("ids")) {
+        return user_error(
+            fmt::format("post-processor TemplateProcessing: special token '{}' "
+                        "has no ids",
+                        name.substr(0, 64)));
+      }
+      for (const json& id : specials[name]["ids"]) {
+        (after_sequence ? template_.suffix : template_.prefix).push_back(id.get<int32_t>());
+      }
+    }
+  }
+  // tokenizer_config.json's add_bos_token / add_eos_token, when stated, decide (as transformers'
+  // Llama and Gemma tokenizers rebuild their post-processor from them).
+  auto id_of = [&](const char* key) -> std::optional<int32_t> {
+    const std::string content = token_content(config, key);
+    if (content.empty()) return std::nullopt;
+    if (auto it = added_.find(content); it != added_.end()) return it->second.id;
+    if (auto it = model_.vocab().find(content); it != model_.vocab().end()) return it->second;
+    return std::nullopt;
+  };
+  if (config.is_object() && config.contains("add_bos_token") &&
+      config["add_bos_token"].is_boolean()) {
+    template_.prefix.clear();
+    const auto bos = id_of("bos_token");
+    if (config["add_bos_token"].get<bool>() && bos) template_.prefix.push_back(*bos);
+  }
+  if (config.is_object() && config.contains("add_eos_token") &&
+      config["add_eos_token"].is_boolean()) {
+    template_.suffix.clear();
+    const auto eos = id_of("eos_token");
+    if (config["add_eos_token"].get<bool>() && eos) template_.suffix.push_back(*eos);
+  }
+  return Ok{};
+}
+
+Status BpeTokenizer::load(const json& doc, const json& config) {
+  IB_ASSIGN_OR_RETURN(normalizer_, detail::parse_normalizer(doc.value("normalizer", json())));
+  IB_ASSIGN_OR_RETURN(pre_, detail::parse_pre_tokenizer(doc.value("pre_tokenizer", json())));
+  IB_ASSIGN_OR_RETURN(decoder_, detail::parse_decoder(doc.value("decoder", json())));
+  IB_TRY(load_added(doc));
+  IB_TRY(load_template(doc, config));
 
   int32_t max_id = -1;
-  for (const auto& [token, id] : vocab_) max_id = std::max(max_id, id);
+  for (const auto& [token, id] : model_.vocab()) max_id = std::max(max_id, id);
+  for (const auto& [token, added] : added_) max_id = std::max(max_id, added.id);
   tokens_.assign(static_cast<size_t>(max_id + 1), std::string());
-  special_.assign(static_cast<size_t>(max_id + 1), false);
-  for (const auto& [token, id] : vocab_) tokens_[static_cast<size_t>(id)] = token;
-  for (const auto& [token, id] : specials) special_[static_cast<size_t>(id)] = true;
-  if (model.contains("unk_token") && model["unk_token"].is_string()) {
-    if (auto it = vocab_.find(model["unk_token"].get<std::string>()); it != vocab_.end()) {
-      unk_id_ = it->second;
-    }
-  }
-  inverse_.assign(512, -1);
-  for (int b = 0; b < 256; ++b) inverse_[byte_map_[static_cast<size_t>(b)]] = b;
+  for (const auto& [token, id] : model_.vocab()) tokens_[static_cast<size_t>(id)] = token;
+  for (const auto& [token, added] : added_) tokens_[static_cast<size_t>(added.id)] = token;
   return Ok{};
 }
 
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> parse_bpe_tokenizer(std::string_view tokenizer_json,
-                                                       const std::string& origin) {
+                                                       const std::string& origin,
+                                                       std::string_view tokenizer_config_json) {
   const json doc = json::parse(tokenizer_json.begin(), tokenizer_json.end(), nullptr, false);
   if (doc.is_discarded()) return user_error(fmt::format("{}: not valid JSON", origin));
-  return detail::bpe_tokenizer_from_json(doc, origin);
+  json config;
+  if (!tokenizer_config_json.empty()) {
+    config =
+        json::parse(tokenizer_config_json.begin(), tokenizer_config_json.end(), nullptr, false);
+    if (config.is_discarded() || !config.is_object()) {
+      return user_error(fmt::format("{}: tokenizer_config.json is not a JSON object", origin));
+    }
+  }
+  return detail::bpe_tokenizer_from_json(doc, origin, config);
 }
 
 Result<std::unique_ptr<Tokenizer>> detail::bpe_tokenizer_from_json(const nlohmann::json& doc,
-                                                                   const std::string& origin) {
-  auto tokenizer = std::make_unique<BpeTokenizer>();
+                                                                   const std::string& origin,
+                                                                   const nlohmann::json& config) {
+  auto prefixed = [&](const Error& e) {
+    return user_error(fmt::format("{}: {}", origin, e.message));
+  };
   try {
-    IB_TRY(tokenizer->load(doc, origin));
+    if (!doc.is_object()) return user_error(fmt::format("{}: not a JSON object", origin));
+    auto model = detail::BpeModel::parse(doc.value("model", json()));
+    if (!model.ok()) return prefixed(model.error());
+    auto tokenizer = std::make_unique<BpeTokenizer>(std::move(model).value());
+    if (Status s = tokenizer->load(doc, config); !s.ok()) return prefixed(s.error());
+    return std::unique_ptr<Tokenizer>(std::move(tokenizer));
   } catch (const json::exception& e) {  // a field of an unexpected type
     return user_error(fmt::format("{}: unexpected structure ({})", origin, e.what()));
   }
-  return std::unique_ptr<Tokenizer>(std::move(tokenizer));
 }
 
-Result<std::unique_ptr<Tokenizer>> load_bpe_tokenizer(const std::filesystem::path& file) {
+namespace {
+
+Result<std::string> read_file(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return user_error(fmt::format("cannot read {}", file.string()));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return parse_bpe_tokenizer(buffer.str(), file.string());
+  return buffer.str();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> load_bpe_tokenizer(const std::filesystem::path& file) {
+  IB_ASSIGN_OR_RETURN(const std::string text, read_file(file));
+  std::string config;
+  std::error_code ec;
+  const std::filesystem::path config_file = file.parent_path() / "tokenizer_config.json";
+  if (std::filesystem::is_regular_file(config_file, ec)) {
+    IB_ASSIGN_OR_RETURN(config, read_file(config_file));
+  }
+  return parse_bpe_tokenizer(text, file.string(), config);
 }
 
 bool has_own_tokenizer(const std::string& model) {

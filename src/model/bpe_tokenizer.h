@@ -1,8 +1,11 @@
-// Byte-level BPE from a Hugging Face tokenizer.json (GPT-2, Llama-3, Qwen2 style): added and
-// special tokens split out first, the pre-tokenizer's split regex, the GPT-2 byte-to-unicode
-// map, merges applied by rank (lowest first), and "ignore_merges" (a piece found whole in the
-// vocabulary is one token). decode() skips special tokens and returns raw bytes (a token may end
-// inside a UTF-8 character). Normalizers and post-processors (BOS insertion) are not applied.
+// BPE tokenizers from a Hugging Face tokenizer.json: byte-level ones (GPT-2, Llama-3, Qwen2,
+// DeepSeek-V3) and SentencePiece-style ones (Llama-2, Mistral, Phi-3, Gemma: Metaspace or a
+// Prepend+Replace normalizer, byte fallback). Added tokens are split out first (longest match;
+// special ones are never split), then each section is normalized, pre-tokenized and merged by
+// the BPE model; the post-processor's TemplateProcessing adds BOS/EOS, unless tokenizer_config.json
+// states add_bos_token / add_eos_token, which then decide. decode() skips special tokens and
+// returns raw bytes (a token may end inside a UTF-8 character). Supported components are listed
+// in detail/tokenizer_steps.h; any other is a user error naming it.
 #pragma once
 
 #include <filesystem>
@@ -15,10 +18,12 @@
 
 namespace ib {
 
-// User errors: not JSON, not a byte-level BPE model, a pre-tokenizer regex other than the
-// GPT-2 / Llama-3 / Qwen2 ones. origin names the file in messages.
+// User errors: not JSON, an unsupported model, normalizer, pre-tokenizer, post-processor or
+// decoder. tokenizer_config_json may be empty (no tokenizer_config.json). origin names the file.
 Result<std::unique_ptr<Tokenizer>> parse_bpe_tokenizer(std::string_view tokenizer_json,
-                                                       const std::string& origin);
+                                                       const std::string& origin,
+                                                       std::string_view tokenizer_config_json = {});
+// Reads file and, when there, tokenizer_config.json beside it.
 Result<std::unique_ptr<Tokenizer>> load_bpe_tokenizer(const std::filesystem::path& file);
 
 }  // namespace ib

@@ -5,7 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/detail/pretokenize.h"
+#include "model/detail/regex.h"
+#include "model/detail/split_regexes.h"
 
 namespace ib {
 namespace {
@@ -68,11 +69,19 @@ TEST(BpeTokenizer, RejectsWhatItCannotRun) {
   EXPECT_FALSE(parse_bpe_tokenizer("{", "t").ok());
   EXPECT_FALSE(parse_bpe_tokenizer(R"({"model": {"type": "Unigram", "vocab": []}})", "t").ok());
   auto odd = parse_bpe_tokenizer(
-      R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\w+"}},
+      R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(\\w+"}},
           "model": {"type": "BPE", "vocab": {}, "merges": []}})",
       "t");
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.error().message.find("regex"), std::string::npos) << odd.error().message;
+  auto bert = parse_bpe_tokenizer(
+      R"({"pre_tokenizer": {"type": "BertPreTokenizer"},
+          "model": {"type": "BPE", "vocab": {}, "merges": []}})",
+      "t");
+  ASSERT_FALSE(bert.ok());
+  EXPECT_NE(bert.error().message.find("pre-tokenizer 'BertPreTokenizer' is not supported"),
+            std::string::npos)
+      << bert.error().message;
   EXPECT_FALSE(parse_bpe_tokenizer(R"({"model": {"vocab": {"a": "x"}, "merges": []},
       "pre_tokenizer": {"type": "ByteLevel"}})",
                                    "t")
@@ -94,36 +103,41 @@ TEST(BpeTokenizer, LoadTokenizerPicksTokenizerJsonOrTheByteFallback) {
   std::filesystem::remove_all(dir);
 }
 
-std::vector<std::string> pieces(std::string_view text, detail::SplitPattern p) {
+std::vector<std::string> pieces(std::string_view text, std::string_view regex) {
+  auto compiled = detail::Regex::compile(regex);
+  EXPECT_TRUE(compiled.ok());
   std::vector<std::string> out;
-  for (auto s : detail::split_pieces(text, p)) out.emplace_back(s);
+  size_t at = 0;
+  for (const auto& [begin, end] : compiled->find_all(text)) {
+    if (begin > at) out.emplace_back(text.substr(at, begin - at));
+    out.emplace_back(text.substr(begin, end - begin));
+    at = end;
+  }
+  if (at < text.size()) out.emplace_back(text.substr(at));
   return out;
 }
 
-TEST(PreTokenize, Gpt2Regex) {
+TEST(SplitRegex, Gpt2) {
   using V = std::vector<std::string>;
-  EXPECT_EQ(pieces("Hello, world!! 12345 it's\n\n  x", detail::SplitPattern::kGpt2),
+  EXPECT_EQ(pieces("Hello, world!! 12345 it's\n\n  x", detail::kGpt2Regex),
             (V{"Hello", ",", " world", "!!", " 12345", " it", "'s", "\n\n ", " x"}));
-  EXPECT_EQ(pieces("na\xC3\xAFve \xE6\x97\xA5\xE6\x9C\xAC  ", detail::SplitPattern::kGpt2),
+  EXPECT_EQ(pieces("na\xC3\xAFve \xE6\x97\xA5\xE6\x9C\xAC  ", detail::kGpt2Regex),
             (V{"na\xC3\xAFve", " \xE6\x97\xA5\xE6\x9C\xAC", "  "}));
-  EXPECT_EQ(pieces("IT'S", detail::SplitPattern::kGpt2), (V{"IT", "'", "S"}));  // case-sensitive
+  EXPECT_EQ(pieces("IT'S", detail::kGpt2Regex), (V{"IT", "'", "S"}));  // case-sensitive
 }
 
-TEST(PreTokenize, Llama3AndQwen2Regexes) {
+TEST(SplitRegex, Llama3AndQwen2) {
   using V = std::vector<std::string>;
-  EXPECT_EQ(pieces("Hello, world!! 12345 it's\n\n  x", detail::SplitPattern::kLlama3),
+  EXPECT_EQ(pieces("Hello, world!! 12345 it's\n\n  x", detail::kLlama3Regex),
             (V{"Hello", ",", " world", "!!", " ", "123", "45", " it", "'s", "\n\n", " ", " x"}));
-  EXPECT_EQ(pieces("IT'S a.\n b", detail::SplitPattern::kLlama3),
-            (V{"IT", "'S", " a", ".\n", " b"}));
-  EXPECT_EQ(pieces("x 2024", detail::SplitPattern::kQwen2), (V{"x", " ", "2", "0", "2", "4"}));
-  EXPECT_EQ(detail::split_pattern_of(detail::kGpt2Regex), detail::SplitPattern::kGpt2);
-  EXPECT_FALSE(detail::split_pattern_of("\\w+").has_value());
+  EXPECT_EQ(pieces("IT'S a.\n b", detail::kLlama3Regex), (V{"IT", "'S", " a", ".\n", " b"}));
+  EXPECT_EQ(pieces("x 2024", detail::kQwen2Regex), (V{"x", " ", "2", "0", "2", "4"}));
 }
 
-TEST(PreTokenize, PiecesCoverInvalidUtf8) {
+TEST(SplitRegex, PiecesCoverInvalidUtf8) {
   const std::string text = "a\xFF\xC3 b";
   std::string joined;
-  for (auto p : detail::split_pieces(text, detail::SplitPattern::kLlama3)) joined += p;
+  for (const auto& p : pieces(text, detail::kLlama3Regex)) joined += p;
   EXPECT_EQ(joined, text);
 }
 

@@ -44,8 +44,9 @@ int64_t hf_row_of_gguf_rope_row(int64_t gguf_row, int64_t head_dim);
 
 // tokenizer.ggml.*: model "gpt2" (byte-level BPE: tokens, merges, token_type; control tokens are
 // special, user-defined ones added) with pre "llama-bpe" / "llama3", "qwen2", "gpt-2" or
-// "default" becomes the project's BPE tokenizer. User errors name what is refused: another model
-// ("llama" SentencePiece, ...) or pre-tokenizer, missing or mistyped keys.
+// "default", or model "llama" (SentencePiece BPE: tokens, scores, token_type, BOS/EOS ids and
+// add_bos/eos_token; Llama-2, Mistral, Phi-3) becomes the project's BPE tokenizer. User errors
+// name what is refused: another model or pre-tokenizer, missing or mistyped keys.
 Result<std::unique_ptr<Tokenizer>> gguf_tokenizer(const GgufFile& file, const std::string& origin);
 
 // --model as a GGUF file: true for a file with the GGUF magic (is_gguf_file) or any path ending

@@ -261,11 +261,73 @@ std::string tokenizer_error(const GgufFile& f) {
   return t.ok() ? std::string() : t.error().message;
 }
 
+// A SentencePiece "llama" tokenizer: ▁-prefixed pieces whose scores order the merges, <0xNN>
+// byte tokens for 中, <unk>/<s>/</s> and a user-defined token.
+GgufFile tiny_spm(bool add_bos) {
+  GgufFile f;
+  const std::vector<std::string> tokens = {"<unk>",
+                                           "<s>",
+                                           "</s>",
+                                           "<0xE4>",
+                                           "<0xB8>",
+                                           "<0xAD>",
+                                           "\xE2\x96\x81",
+                                           "h",
+                                           "e",
+                                           "l",
+                                           "o",
+                                           "\xE2\x96\x81h",
+                                           "el",
+                                           "\xE2\x96\x81hel",
+                                           "lo",
+                                           "\xE2\x96\x81hello",
+                                           "<|user|>",
+                                           "ll",
+                                           "hell"};
+  const std::vector<int64_t> type_ids = {2, 3, 3, 6, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 1};
+  // ▁h > el > ▁hel > lo > ▁hello; "ll" and "hell" score lowest, so hell+o never wins.
+  const std::vector<double> score_values = {0,  0,  0,  0,  0,  0,   -1, -2,  -3, -4,
+                                            -5, -6, -7, -8, -9, -10, 0,  -50, -60};
+  std::vector<GgufValue> types;
+  std::vector<GgufValue> scores;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    types.push_back(GgufValue::of_int(V::kI32, type_ids[i]));
+    scores.push_back(GgufValue::of_float(V::kF32, score_values[i]));
+  }
+  f.metadata = {
+      {"tokenizer.ggml.model", GgufValue::of_string("llama")},
+      {"tokenizer.ggml.tokens", GgufValue::of_strings(tokens)},
+      {"tokenizer.ggml.token_type", GgufValue::of_array(V::kI32, types)},
+      {"tokenizer.ggml.scores", GgufValue::of_array(V::kF32, scores)},
+      {"tokenizer.ggml.bos_token_id", GgufValue::of_uint(V::kU32, 1)},
+      {"tokenizer.ggml.eos_token_id", GgufValue::of_uint(V::kU32, 2)},
+      {"tokenizer.ggml.add_bos_token", GgufValue::of_bool(add_bos)},
+  };
+  return f;
+}
+
+TEST(GgufTokenizer, LlamaSentencePieceFromTokensScoresAndTypes) {
+  const auto t = gguf_tokenizer(tiny_spm(true), "m.gguf");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ((*t)->encode("hello"), (Ids{1, 15}));
+  EXPECT_EQ((*t)->encode("hello \xE4\xB8\xAD"), (Ids{1, 15, 6, 3, 4, 5}));  // byte fallback
+  EXPECT_EQ((*t)->encode("<|user|>hello"), (Ids{1, 16, 15}));
+  EXPECT_EQ((*t)->decode((*t)->encode("hello \xE4\xB8\xAD")), "hello \xE4\xB8\xAD");
+  const auto no_bos = gguf_tokenizer(tiny_spm(false), "m.gguf");
+  ASSERT_TRUE(no_bos.ok()) << no_bos.error().message;
+  EXPECT_EQ((*no_bos)->encode("hello"), (Ids{15}));
+  GgufFile f = tiny_spm(true);
+  f.metadata.erase(f.metadata.begin() + 3);  // tokenizer.ggml.scores
+  const auto missing = gguf_tokenizer(f, "m.gguf");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("tokenizer.ggml.scores"), std::string::npos);
+}
+
 TEST(GgufTokenizer, RefusesWhatItCannotRunNamingIt) {
   GgufFile f = tiny_bpe("gpt-2");
-  f.metadata[0].value = GgufValue::of_string("llama");
+  f.metadata[0].value = GgufValue::of_string("bert");
   std::string e = tokenizer_error(f);
-  EXPECT_NE(e.find("'llama'"), std::string::npos) << e;
+  EXPECT_NE(e.find("'bert'"), std::string::npos) << e;
   e = tokenizer_error(tiny_bpe("smaug-bpe"));
   EXPECT_NE(e.find("'smaug-bpe'"), std::string::npos) << e;
   f = tiny_bpe("gpt-2");

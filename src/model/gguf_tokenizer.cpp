@@ -1,12 +1,13 @@
 // The tokenizer of a GGUF file (gguf_model.h): tokenizer.ggml.* rebuilt as the tokenizer.json
-// document the project's byte-level BPE reads (bpe_tokenizer.h), so both formats share one
-// implementation.
+// document the project's BPE tokenizer reads (bpe_tokenizer.h), so both formats share one
+// implementation; "gpt2" here, "llama" in gguf_llama_tokenizer.cpp.
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
 #include "model/detail/bpe_from_json.h"
-#include "model/detail/pretokenize.h"
+#include "model/detail/gguf_llama_tokenizer.h"
+#include "model/detail/split_regexes.h"
 #include "model/gguf_model.h"
 
 namespace ib {
@@ -32,7 +33,7 @@ Result<const GgufArray*> typed_array(const GgufFile& file, const std::string& or
                                                     a->element_type != GgufValueType::kArray);
   if (!typed) {
     return refuse(origin, fmt::format("GGUF metadata '{}' must be an array of {}", key,
-                                      strings ? "strings" : "integers"));
+                                      strings ? "strings" : "numbers"));
   }
   return a;
 }
@@ -73,15 +74,15 @@ Result<std::unique_ptr<Tokenizer>> gguf_tokenizer(const GgufFile& file, const st
   if (model == nullptr || model->as_string() == nullptr) {
     return refuse(origin, "GGUF metadata 'tokenizer.ggml.model' is missing or not a string");
   }
-  if (*model->as_string() != "gpt2") {
+  const std::string& kind = *model->as_string();
+  if (kind != "gpt2" && kind != "llama") {
     return refuse(origin, fmt::format("tokenizer.ggml.model '{}' is not supported; inferbench "
-                                      "reads 'gpt2' (byte-level BPE: Llama-3, Qwen2)",
-                                      model->as_string()->substr(0, 64)));
+                                      "reads 'gpt2' (byte-level BPE: Llama-3, Qwen2) and 'llama' "
+                                      "(SentencePiece BPE: Llama-2, Mistral, Phi-3)",
+                                      kind.substr(0, 64)));
   }
   IB_ASSIGN_OR_RETURN(const GgufArray* tokens,
                       typed_array(file, origin, "tokenizer.ggml.tokens", true));
-  IB_ASSIGN_OR_RETURN(const GgufArray* merges,
-                      typed_array(file, origin, "tokenizer.ggml.merges", true));
   const GgufArray* types = nullptr;
   if (file.find("tokenizer.ggml.token_type") != nullptr) {
     IB_ASSIGN_OR_RETURN(types, typed_array(file, origin, "tokenizer.ggml.token_type", false));
@@ -90,6 +91,18 @@ Result<std::unique_ptr<Tokenizer>> gguf_tokenizer(const GgufFile& file, const st
                                         types->items.size(), tokens->items.size()));
     }
   }
+  if (kind == "llama") {
+    IB_ASSIGN_OR_RETURN(const GgufArray* scores,
+                        typed_array(file, origin, "tokenizer.ggml.scores", false));
+    if (scores->items.size() != tokens->items.size()) {
+      return refuse(origin, fmt::format("tokenizer.ggml.scores has {} entries for {} tokens",
+                                        scores->items.size(), tokens->items.size()));
+    }
+    return detail::bpe_tokenizer_from_json(
+        detail::llama_tokenizer_document(file, *tokens, types, *scores), origin, json());
+  }
+  IB_ASSIGN_OR_RETURN(const GgufArray* merges,
+                      typed_array(file, origin, "tokenizer.ggml.merges", true));
   bool ignore_merges = false;
   IB_ASSIGN_OR_RETURN(json pre, pre_tokenizer(file, origin, ignore_merges));
 
@@ -111,8 +124,9 @@ Result<std::unique_ptr<Tokenizer>> gguf_tokenizer(const GgufFile& file, const st
                       {"merges", std::move(merge_list)},
                       {"ignore_merges", ignore_merges}}},
                     {"pre_tokenizer", std::move(pre)},
+                    {"decoder", {{"type", "ByteLevel"}}},
                     {"added_tokens", std::move(added)}};
-  return detail::bpe_tokenizer_from_json(doc, origin);
+  return detail::bpe_tokenizer_from_json(doc, origin, json());
 }
 
 }  // namespace ib

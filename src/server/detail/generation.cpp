@@ -105,7 +105,7 @@ void Session::on_event(const GenEvent& e) {
   gen_.last_token_ns = e.time_ns;
   ++gen_.generated;
   ++m.generation_tokens;
-  gen_.text += core_.tokenizer.decode({e.token});
+  gen_.text += core_.tokenizer.decode_continuation({e.token});  // follows the prompt
 
   const char* reason = reason_name(e.finish);
   if (!gen_.stop.empty()) {
