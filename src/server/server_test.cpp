@@ -306,5 +306,35 @@ TEST(Server, PrometheusTextUnderVllmNames) {
   EXPECT_EQ(http_call(plain.port(), "GET", "/metrics").body.find("vllm:"), std::string::npos);
 }
 
+// vLLM's /tokenize and /detokenize: the tokenizer as the generation endpoints apply it.
+TEST(Server, TokenizeAndDetokenizeAsVllm) {
+  RunningServer server(make_null_generator(0));
+  const auto t = http_call(server.port(), "POST", "/tokenize", R"({"prompt": "abc"})");
+  ASSERT_EQ(t.status, 200) << t.body;
+  const auto doc = nlohmann::json::parse(t.body);
+  EXPECT_EQ(doc["count"], 3);
+  EXPECT_EQ(doc["tokens"], nlohmann::json::parse("[100, 101, 102]"));  // byte b -> id b + 3
+  EXPECT_GT(doc["max_model_len"].get<int>(), 0);
+  // Chat messages are counted as /v1/chat/completions renders them.
+  const auto chat =
+      nlohmann::json::parse(http_call(server.port(), "POST", "/tokenize",
+                                      R"({"messages": [{"role": "user", "content": "hi"}]})")
+                                .body);
+  EXPECT_EQ(chat["count"], std::string("<|user|>\nhi\n<|assistant|>\n").size());
+  const auto d = http_call(server.port(), "POST", "/detokenize", R"({"tokens": [100, 101, 102]})");
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(nlohmann::json::parse(d.body)["prompt"], "abc");
+  // Another model: 404 model_not_found, as vLLM; bad ids and bodies: 400; GET: 405.
+  const auto other =
+      http_call(server.port(), "POST", "/tokenize", R"({"model": "x", "prompt": "a"})");
+  EXPECT_EQ(other.status, 404);
+  EXPECT_NE(other.body.find("model_not_found"), std::string::npos);
+  EXPECT_EQ(http_call(server.port(), "POST", "/detokenize", R"({"tokens": [-1]})").status, 400);
+  EXPECT_EQ(http_call(server.port(), "POST", "/detokenize", R"({"tokens": "abc"})").status, 400);
+  EXPECT_EQ(http_call(server.port(), "POST", "/tokenize", R"({})").status, 400);
+  EXPECT_EQ(http_call(server.port(), "POST", "/tokenize", "not json").status, 400);
+  EXPECT_EQ(http_call(server.port(), "GET", "/tokenize").status, 405);
+}
+
 }  // namespace
 }  // namespace ib

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/clock.h"
+#include "server/detail/tokenize_endpoints.h"
 
 namespace ib::detail {
 namespace {
@@ -142,6 +143,17 @@ void Session::handle(const Request& req) {
                                              core_.served.max_model_len),
                                  keep_alive_),
                    200, keep_alive_);
+  }
+  if (path == "/tokenize" || path == "/detokenize") {
+    if (!post) return not_allowed("POST");
+    auto reply = path == "/tokenize" ? tokenize_body(req.body(), core_.tokenizer, core_.served)
+                                     : detokenize_body(req.body(), core_.tokenizer, core_.served);
+    if (auto* e = std::get_if<ApiError>(&reply)) {
+      return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
+    }
+    return respond(
+        http_response(200, "application/json", std::get<std::string>(reply), keep_alive_), 200,
+        keep_alive_);
   }
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
     if (!post) return not_allowed("POST");
