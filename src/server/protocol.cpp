@@ -9,17 +9,22 @@
 #include <nlohmann/json.hpp>
 
 namespace ib {
-namespace {
 
-using nlohmann::json;
-
-ApiError bad(std::string param, std::string message, std::string code = "invalid_value") {
+ApiError bad_field(std::string param, std::string message, std::string code) {
   ApiError e;
   e.status = 400;
   e.param = std::move(param);
   e.message = std::move(message);
   e.code = std::move(code);
   return e;
+}
+
+namespace {
+
+using nlohmann::json;
+
+ApiError bad(std::string param, std::string message, std::string code = "invalid_value") {
+  return bad_field(std::move(param), std::move(message), std::move(code));
 }
 
 const char* type_name(const json& v) {

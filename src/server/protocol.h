@@ -75,6 +75,9 @@ std::variant<int, ApiError> check_against_model(const GenerationCall& call, int 
 // interpreted): "<|role|>\ncontent\n" per message, then "<|assistant|>\n".
 std::string render_chat(const std::vector<ChatMessage>& messages);
 
+// A 400 naming the offending field (param), with a machine-readable code.
+ApiError bad_field(std::string param, std::string message, std::string code = "invalid_value");
+
 // The JSON body of an error.
 std::string error_body(const ApiError& error);
 

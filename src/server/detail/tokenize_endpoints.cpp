@@ -13,12 +13,7 @@ namespace {
 using nlohmann::json;
 
 ApiError bad(std::string param, std::string message, std::string code = "invalid_type") {
-  ApiError e;
-  e.status = 400;
-  e.param = std::move(param);
-  e.message = std::move(message);
-  e.code = std::move(code);
-  return e;
+  return bad_field(std::move(param), std::move(message), std::move(code));
 }
 
 std::optional<ApiError> wrong_model(const std::string& asked, const ServedModel& model) {
