@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/detail/cuda_backend_impl.h"
@@ -41,6 +42,9 @@ inline constexpr LayerLinear kLayerLinears[] = {
     {"o", kHidden, kHeads* kHeadDim},
     {"gate_up", 2 * kFfn, kHidden},
     {"down", kHidden, kFfn}};
+
+// Whether name is one of list's comma-separated items (the IB_OPS_* selections).
+bool listed(std::string_view list, std::string_view name);
 
 void warm_up(BenchContext& ctx);
 double measure_copy_ceiling(BenchContext& ctx);

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
-#include <string_view>
 
 #include "backend/cuda/detail/kernels.h"
 #include "bench_kernels.h"
@@ -28,16 +27,6 @@ std::vector<int64_t> env_list(const char* name, std::vector<int64_t> fallback) {
   return out;
 }
 
-// Whether name is one of list's comma-separated items.
-bool listed(std::string_view list, std::string_view name) {
-  while (!list.empty()) {
-    const size_t comma = list.find(',');
-    if (list.substr(0, comma) == name) return true;
-    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
-  }
-  return false;
-}
-
 }  // namespace
 
 void bench_gemm_int4(BenchContext& ctx) {
@@ -49,7 +38,7 @@ void bench_gemm_int4(BenchContext& ctx) {
   std::map<std::string, double> layer_us;
   const char* only = std::getenv("IB_OPS_LINEARS");
   for (const LayerLinear& lin : kLayerLinears) {
-    if (only != nullptr && !listed(only, lin.name)) continue;
+    if (only != nullptr && *only != 0 && !listed(only, lin.name)) continue;
     const int64_t groups = lin.k / kGroup;
     const double w_bytes = static_cast<double>(lin.n * lin.k / 2 + lin.n * groups * 3);
     const int copies = static_cast<int>(std::max(1.0, std::ceil(512e6 / w_bytes)));

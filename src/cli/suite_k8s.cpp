@@ -26,12 +26,8 @@ Result<int> write_suite_k8s(const SuiteFlags& flags, const SuiteSpec& spec,
   }
   IB_ASSIGN_OR_RETURN(const auto planned, validate_entries(entries, dir, registry));
   IB_ASSIGN_OR_RETURN(const std::string suite_text, read_file(flags.file));
+  IB_TRY(start_suite_state(dir, spec.name));
   std::error_code ec;
-  if (!fs::exists(dir / kSuiteStateJson, ec)) {
-    IB_ASSIGN_OR_RETURN(const SuiteState fresh, open_suite_state(dir, spec.name, false));
-    fs::create_directories(dir, ec);
-    IB_TRY(fresh.save(dir));
-  }
   IB_ASSIGN_OR_RETURN(const SuiteState state, merged_suite_state(dir, spec.name, entries));
   std::map<int, std::vector<int>> by_gpus;  // GPUs per pod -> entry indices
   for (size_t i = 0; i < planned.size(); ++i) {

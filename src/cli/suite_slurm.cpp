@@ -127,6 +127,16 @@ Result<SuiteState> merged_suite_state(const fs::path& dir, const std::string& na
   return state;
 }
 
+Status start_suite_state(const fs::path& dir, const std::string& name) {
+  std::error_code ec;
+  if (fs::exists(dir / kSuiteStateJson, ec) || fs::exists(dir / kSlurmDir / kSlurmJobsJson, ec)) {
+    return Ok{};
+  }
+  IB_ASSIGN_OR_RETURN(const SuiteState fresh, open_suite_state(dir, name, false));
+  fs::create_directories(dir, ec);
+  return fresh.save(dir);
+}
+
 Result<int> submit_suite_slurm(const SuiteFlags& flags, const SuiteSpec& spec,
                                const std::vector<SuiteEntry>& entries, const fs::path& dir,
                                const PluginRegistry& registry) {
@@ -137,14 +147,8 @@ Result<int> submit_suite_slurm(const SuiteFlags& flags, const SuiteSpec& spec,
         "the suite here without --executor");
   }
   IB_ASSIGN_OR_RETURN(const auto planned, validate_entries(entries, dir, registry));
+  IB_TRY(start_suite_state(dir, spec.name));
   std::error_code ec;
-  const bool known =
-      fs::exists(dir / kSuiteStateJson, ec) || fs::exists(dir / kSlurmDir / kSlurmJobsJson, ec);
-  if (!known) {
-    IB_ASSIGN_OR_RETURN(const SuiteState fresh, open_suite_state(dir, spec.name, false));
-    fs::create_directories(dir, ec);
-    IB_TRY(fresh.save(dir));
-  }
   fs::create_directories(dir / kSlurmDir / "logs", ec);
   if (ec) {
     return runtime_error(

@@ -78,7 +78,6 @@ std::string slurm_batch_script(const SlurmArray& a) {
   option("time", std::to_string(a.time_limit_min));
   option("nodes", "1");
   option("ntasks", "1");
-  if (a.cpus_per_task > 0) option("cpus-per-task", std::to_string(a.cpus_per_task));
   if (!a.partition.empty()) option("partition", shell_quote(a.partition));
   if (!a.gres.empty()) option("gres", shell_quote(a.gres));
   for (const auto& e : a.extra) s += fmt::format("#SBATCH {}\n", e);

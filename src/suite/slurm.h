@@ -23,7 +23,6 @@ struct SlurmArray {
   std::string partition;           // --partition ("" leaves Slurm's default)
   std::string gres;                // --gres, e.g. "gpu:1" ("" none)
   int time_limit_min = 60;         // --time, minutes per task
-  int cpus_per_task = 0;           // --cpus-per-task (0: Slurm's default)
   std::vector<std::string> extra;  // further sbatch options, each "--name=value" or "--flag"
   std::string log_dir;             // absolute; logs are log_dir/%A_%a.out
   std::string workdir;             // absolute; the task's working directory (--chdir)

@@ -25,6 +25,10 @@ Status run_entry_eval(const SuiteEntry& e, const std::filesystem::path& json);
 Result<SuiteState> merged_suite_state(const std::filesystem::path& dir, const std::string& name,
                                       const std::vector<SuiteEntry>& entries);
 
+// Before an executor writes into DIR: a fresh suite state there unless it holds one (or a Slurm
+// submission); a non-empty directory without either is refused as the local run refuses it.
+Status start_suite_state(const std::filesystem::path& dir, const std::string& name);
+
 // --executor slurm: submits the entries not finished as Slurm job arrays (suite_slurm.cpp).
 Result<int> submit_suite_slurm(const SuiteFlags& flags, const SuiteSpec& spec,
                                const std::vector<SuiteEntry>& entries,
