@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The seed's headline rows that run on one H200 (bench/seed-top5.yaml), one run each unless
+# IB_RUNS says otherwise, with the binary of an earlier script's build (IB_BIN) or a fresh build.
+# Usage (repository root): OUT=dir [IB_BIN=path/to/inferbench] [IB_MODELS=llama-3-70b] bash bench/gpu/seed_top5.sh
+# Writes leaderboard.md, leaderboard.csv, suite.log and st5.tgz (every entry's result.json).
+set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
+cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
+if [ -f .deps/icu.tar.xz ] && [ ! -d .deps/icu/usr/lib ]; then
+  tar xJf .deps/icu.tar.xz -C .deps && mv .deps/icu/usr/lib/x86_64-linux-gnu/* .deps/icu/usr/lib/
+fi
+[ -d .deps/icu/usr/lib ] && export LD_LIBRARY_PATH=$PWD/.deps/icu/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+BIN=${IB_BIN:-}
+if [ -z "$BIN" ]; then
+  source bench/gpu/build_inferbench.sh && BUILD=build/h200 &&
+    build_inferbench "$O/build.log" || { tail -20 "$O/build.log"; exit 1; }
+  BIN=$BUILD/bin/inferbench
+fi
+S=$O/st5; ONLY=()
+[ -n "${IB_MODELS:-}" ] && ONLY=(--model-list "$IB_MODELS")
+timeout -s INT "${IB_TIMEOUT_S:-500}" "$BIN" suite bench/seed-top5.yaml --result-dir "$S" \
+  --override "runs=${IB_RUNS:-1}" "${ONLY[@]}" > "$O/suite.log" 2>&1
+echo "suite rc=$? $(el)"
+cp "$S/leaderboard.md" "$S/leaderboard.csv" "$O/" 2>/dev/null
+grep -E "^\| [0-9]" "$O/leaderboard.md" 2>/dev/null
+find "$S" \( -name requests.jsonl -o -name allocations.csv -o -name memory.csv \) -delete
+tar czf "$O/st5.tgz" -C "$O" st5 && rm -rf "$S"
+echo "done $(el)"
