@@ -20,6 +20,10 @@ Mixtral-8x7B's sizes, and "mixtral-tiny" at toy sizes) runs with the same tolera
 without MoE ops refuses it, listed as not run. Prints a Markdown table and writes JSON.
 
 Usage (GPU machine): tools/hf_compare.py --inferbench build/bin/inferbench --out DIR
+Gemma-2 (Gemma2ForCausalLM at Gemma-2-9B's sizes with a 5,000-token prompt past its 4,096
+window, and "gemma2-tiny" with a 64-token window) runs with the same tolerances:
+  tools/hf_compare.py --families gemma2-tiny,gemma2 --runs cpu:fp32 \
+      --json-name hf_compare_gemma2.json --out DIR
 Mixtral only, CPU and CUDA fp32:
   tools/hf_compare.py --families mixtral-tiny,mixtral --runs cpu:fp32,cuda:fp32,cuda:bf16 \
       --json-name hf_compare_mixtral.json --out DIR
@@ -82,10 +86,29 @@ FAMILIES = {
         rope_theta=1000000.0, rms_norm_eps=1e-5, max_position_embeddings=32768,
         sliding_window=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False),
         None, (24, 512, 2048, 4096)),
+    "gemma2": ("Gemma2Config", dict(  # google/gemma-2-9b: soft-capping, sandwich norms, GeGLU,
+        # even layers local (window 4,096), odd layers global; tied embeddings
+        vocab_size=256000, hidden_size=3584, intermediate_size=14336, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=256, query_pre_attn_scalar=256, rope_theta=10000.0,
+        rms_norm_eps=1e-6, max_position_embeddings=8192, sliding_window=4096,
+        attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+        hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0,
+        tie_word_embeddings=True), None, (24, 512, 2048, 4096, 5000)),
+    "gemma2-tiny": ("Gemma2Config", dict(  # Gemma-2's structure at toy sizes: a 64-token window
+        # (every prompt past 64 crosses it), query_pre_attn_scalar unlike head_dim
+        vocab_size=32000, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, query_pre_attn_scalar=48, rope_theta=10000.0,
+        rms_norm_eps=1e-6, max_position_embeddings=8192, sliding_window=64,
+        attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+        hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0,
+        tie_word_embeddings=True), None, (24, 512, 2048, 4096)),
 }
 # Mixture-of-experts families: a backend that has no MoE ops yet refuses them (exit 2, naming
 # what is missing); such a row is listed as not run, with the refusal, rather than failed.
 MOE_FAMILIES = {"mixtral", "mixtral-tiny"}
+# Gemma-2: the CUDA attention kernels have no logit soft-capping yet and refuse it the same way.
+GEMMA_FAMILIES = {"gemma2", "gemma2-tiny"}
+REFUSABLE_FAMILIES = MOE_FAMILIES | GEMMA_FAMILIES
 TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
 
 
@@ -98,6 +121,12 @@ def save_random_model(name, layers, seed, directory):
     cls_name, kwargs, rope, _ = FAMILIES[name]
     config = make_config(cls_name, dict(kwargs, num_hidden_layers=layers), rope)
     model = random_model(config, seed, device="cuda")
+    if name in GEMMA_FAMILIES:
+        # Gemma multiplies the embeddings by sqrt(hidden) and ties them to the lm_head: drawn
+        # N(0, 1 / hidden) the residual starts at unit scale and the logits stay well inside the
+        # final soft-cap (30), where tanh still separates them (N(0, 1) would saturate it).
+        with torch.no_grad():
+            model.model.embed_tokens.weight.mul_(config.hidden_size ** -0.5)
     model.to(torch.bfloat16).save_pretrained(directory)  # safetensors
     del model
     torch.cuda.empty_cache()
@@ -211,9 +240,11 @@ def main():
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--families", default=",".join(f for f in FAMILIES if f not in MOE_FAMILIES),
-                    help="comma-separated; the default leaves out the mixture-of-experts ones "
-                         f"({', '.join(sorted(MOE_FAMILIES))}), which are asked for by name")
+    ap.add_argument("--families",
+                    default=",".join(f for f in FAMILIES if f not in REFUSABLE_FAMILIES),
+                    help="comma-separated; the default leaves out the mixture-of-experts and "
+                         f"Gemma-2 ones ({', '.join(sorted(REFUSABLE_FAMILIES))}), which are "
+                         "asked for by name")
     ap.add_argument("--runs", default="cuda:fp32,cuda:bf16,cpu:fp32",
                     help="backend:dtype pairs to compare")
     ap.add_argument("--cpu-max-len", type=int, default=4096,
@@ -257,7 +288,7 @@ def main():
                                 args.inferbench, d, device, dtype, prompt, args.steps,
                                 os.path.join(tmp, f"{device}-{dtype}.npy"))
                         except Refused as e:
-                            if name not in MOE_FAMILIES:
+                            if name not in REFUSABLE_FAMILIES:
                                 raise
                             rows.append(dict(row, skipped=f"refused: {e}"))
                             save_json(args, rows)

@@ -41,6 +41,9 @@ struct AttentionShape {
   int head_dim = 0;
   float scale = 0;         // softmax scale, usually 1/sqrt(head_dim)
   int sliding_window = 0;  // 0: full causal attention; w > 0: key positions > q_pos - w only
+  // > 0: each score (q k^T * scale) becomes cap * tanh(score / cap) before the mask and the
+  // softmax (Gemma-2's attn_logit_softcapping); 0: none.
+  float logit_softcap = 0;
 };
 
 // The batch the attention op sees. Sequences are packed: sequence i owns query tokens
@@ -101,6 +104,14 @@ class DenseOps {
   virtual void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) = 0;
   // out (T, F) = silu(gate_up[:, :F]) * gate_up[:, F:]; gate_up (T, 2F).
   virtual void silu_mul(const Tensor& gate_up, Tensor out) = 0;
+  // out (T, F) = gelu_tanh(gate_up[:, :F]) * gate_up[:, F:] (GeGLU with PyTorch's tanh
+  // approximation, gelu(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))); gate_up (T, 2F).
+  virtual void gelu_tanh_mul(const Tensor& gate_up, Tensor out) = 0;
+  // x = x * mul + add in place, computed in fp32 and rounded once to x's dtype (Gemma's scaled
+  // embeddings and its (1 + w) norm gains).
+  virtual void affine(Tensor x, float mul, float add) = 0;
+  // x = cap * tanh(x / cap) in place, in fp32, rounded once (Gemma-2's final logit soft-capping).
+  virtual void softcap(Tensor x, float cap) = 0;
   // out (R, D) = x[row_ids[r]]; row_ids int32 (R).
   virtual void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) = 0;
   // out_tokens int32 (R) from logits f32 (R, V), as SamplingMetadata describes.
@@ -117,7 +128,7 @@ class AttentionOps {
   virtual void rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                               const Tensor& inv_freq, const KvCacheLayer& kv,
                               const AttentionShape& shape) = 0;
-  // out (T, Hq * head_dim) = softmax(q k^T * scale + causal/sliding mask) v over the paged
+  // out (T, Hq * head_dim) = softmax(softcap(q k^T * scale) + causal/sliding mask) v over the paged
   // cache, for every query token of qkv (only its q part is read); an fp8 cache is read as
   // KvCacheLayer defines it.
   virtual void attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,

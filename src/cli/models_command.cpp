@@ -55,6 +55,9 @@ std::string models_table(const std::vector<ModelConfig>& models) {
                        !unsupported.empty() ? fmt::format("no: {}", fmt::join(unsupported, ", "))
                        : m.moe.num_experts > 0
                            ? std::string("yes, on the CPU (CUDA has no mixture-of-experts ops yet)")
+                       : m.attn_logit_softcapping > 0
+                           ? std::string("yes, on the CPU (the CUDA attention kernels have no "
+                                         "logit soft-capping yet)")
                            : std::string("yes"));
   }
   return out;

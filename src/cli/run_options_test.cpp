@@ -112,7 +112,7 @@ TEST_F(RunOptionsTest, BadInputIsAOneLineUserErrorNamingTheProblem) {
   };
   const std::vector<Case> cases = {
       {[](RunFlags& f) { f.model = "llama-9000"; }, "llama-9000"},
-      {[](RunFlags& f) { f.model = "gemma-2-9b"; }, "gemma"},
+      {[](RunFlags& f) { f.model = "deepseek-v2-lite"; }, "deepseek"},
       {[](RunFlags& f) {
          f.input_len = 1000;
          f.output_len = 100;

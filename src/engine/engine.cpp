@@ -329,11 +329,7 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   IB_TRY(model.validate());
   IB_TRY(model.check_supported());
   IB_TRY(config.validate());
-  AttentionShape shape;
-  shape.num_heads = model.num_heads;
-  shape.num_kv_heads = model.num_kv_heads;
-  shape.head_dim = model.head_dim;
-  IB_TRY(backend.supports_attention(shape));
+  IB_TRY(backend.supports_attention(attention_shape(model)));
   WeightOptions options = weights;
   IB_ASSIGN_OR_RETURN(options.quantization, quantization_weight_format(config.quantization));
   options.asymmetric = quantization_is_asymmetric(config.quantization);

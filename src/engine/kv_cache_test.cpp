@@ -67,6 +67,11 @@ class SmallDevice final : public Backend {
     cpu_.attention(qkv, kv, meta, shape, out);
   }
   void silu_mul(const Tensor& gate_up, Tensor out) override { cpu_.silu_mul(gate_up, out); }
+  void gelu_tanh_mul(const Tensor& gate_up, Tensor out) override {
+    cpu_.gelu_tanh_mul(gate_up, out);
+  }
+  void affine(Tensor x, float mul, float add) override { cpu_.affine(x, mul, add); }
+  void softcap(Tensor x, float cap) override { cpu_.softcap(x, cap); }
   void gather_rows(const Tensor& x, const Tensor& ids, Tensor out) override {
     cpu_.gather_rows(x, ids, out);
   }

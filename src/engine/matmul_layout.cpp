@@ -105,6 +105,10 @@ int64_t planned_weight_bytes(const ModelConfig& c, DType dt, const MatmulLayout&
   for (int l = 0; l < c.num_layers; ++l) {
     add(d, dt);  // attn_norm
     add(d, dt);  // ffn_norm
+    if (c.sandwich_norms) {
+      add(d, dt);  // post_attn_norm
+      add(d, dt);  // post_ffn_norm
+    }
     if (c.attention_bias) add(qkv, dt);
     const auto shapes = detail::matmul_shapes(c);
     if (c.moe.num_experts > 0) {  // dense experts (detail::check_moe_runs)

@@ -54,11 +54,7 @@ int32_t float_bits(float f) {
 ModelRunner::ModelRunner(const ModelConfig& model, const Architecture& arch, ModelWeights weights,
                          const RunnerLimits& limits, Backend& backend)
     : model_(model), arch_(arch), weights_(std::move(weights)), limits_(limits), backend_(backend) {
-  attn_shape_.num_heads = model.num_heads;
-  attn_shape_.num_kv_heads = model.num_kv_heads;
-  attn_shape_.head_dim = model.head_dim;
-  attn_shape_.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(model.head_dim)));
-  attn_shape_.sliding_window = model.sliding_window;
+  attn_shape_ = attention_shape(model);
 }
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& model,
@@ -70,8 +66,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
   std::unique_ptr<ModelRunner> runner(
       new ModelRunner(model, *arch, std::move(weights), limits, backend));
   IB_TRY(runner->allocate());
+  arch->prepare_weights(backend, runner->weights_);
   FusedDecodeOps* fused = backend.fused_decode_ops();
-  if (fused && model.moe.num_experts == 0 &&
+  if (fused && model.moe.num_experts == 0 && arch->runs_fused_decode() &&
       fused->fused_decode_fits(runner->attn_shape_, model.hidden_size, model.intermediate_size)) {
     // Dense weights take their gains folded in; quantized ones keep them (folding would
     // quantize twice) and the fused ops apply them.
@@ -341,6 +338,9 @@ void ModelRunner::lm_head_rows(Tensor residual_rows, const Tensor* sublayer_rows
     backend_.add_rms_norm(residual_rows, *sublayer_rows, weights_.final_norm, eps, norm_rows);
   }
   backend_.matmul(norm_rows, weights_.lm_head, nullptr, logits);
+  if (model_.final_logit_softcapping > 0) {
+    backend_.softcap(logits, static_cast<float>(model_.final_logit_softcapping));
+  }
 }
 
 }  // namespace ib::detail

@@ -143,9 +143,16 @@ StepTraffic ModelRunner::traffic(std::span<const RunnerSeq> batch) const {
   for (const RunnerSeq& seq : batch) {
     tokens += seq.num_tokens;
     samples = samples || seq.sample;
-    int64_t context = seq.start_pos + seq.num_tokens;
-    if (model_.sliding_window > 0) context = std::min<int64_t>(context, model_.sliding_window);
-    t.kv_read_bytes += context * kv_per_token;
+    const int64_t context = seq.start_pos + seq.num_tokens;
+    const int64_t windowed =
+        model_.sliding_window > 0 ? std::min<int64_t>(context, model_.sliding_window) : context;
+    if (model_.alternating_sliding_window) {  // even layers local, odd layers global
+      const int64_t local = (model_.num_layers + 1) / 2;
+      t.kv_read_bytes += (local * windowed + (model_.num_layers - local) * context) * kv_per_token /
+                         model_.num_layers;
+    } else {
+      t.kv_read_bytes += windowed * kv_per_token;
+    }
   }
   t.kv_write_bytes = tokens * kv_per_token;
   t.weight_bytes = layer_weight_bytes_ + tokens * model_.hidden_size * e;

@@ -67,6 +67,8 @@ void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend,
     LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     backend.fill_constant(lw.attn_norm, 1.0f);
     backend.fill_constant(lw.ffn_norm, 1.0f);
+    if (!lw.post_attn_norm.empty()) backend.fill_constant(lw.post_attn_norm, 1.0f);
+    if (!lw.post_ffn_norm.empty()) backend.fill_constant(lw.post_ffn_norm, 1.0f);
     fill_dummy_matmul(backend, staging, lw.wqkv, seed, l, d,
                       {{q, DummyTensor::kQ}, {kv, DummyTensor::kK}, {kv, DummyTensor::kV}});
     if (!lw.bqkv.empty()) {
@@ -112,7 +114,8 @@ std::string unsupported_quantization(WeightFormat format, const std::string& nam
 int64_t LayerWeights::bytes() const {
   auto total =
       static_cast<int64_t>(attn_norm.bytes() + wqkv.bytes() + bqkv.bytes() + wo.bytes() +
-                           ffn_norm.bytes() + w_gate_up.bytes() + w_down.bytes() + router.bytes());
+                           ffn_norm.bytes() + post_attn_norm.bytes() + post_ffn_norm.bytes() +
+                           w_gate_up.bytes() + w_down.bytes() + router.bytes());
   for (const WeightRef& w : expert_gate_up) total += static_cast<int64_t>(w.bytes());
   for (const WeightRef& w : expert_down) total += static_cast<int64_t>(w.bytes());
   return total;
@@ -211,6 +214,10 @@ Result<ModelWeights> allocate_weights(const ModelConfig& c, const MatmulLayout& 
     }
     IB_ASSIGN_OR_RETURN(lw.wo, alloc_matmul(shapes[1]));
     IB_ASSIGN_OR_RETURN(lw.ffn_norm, alloc(dt, {d}));
+    if (c.sandwich_norms) {
+      IB_ASSIGN_OR_RETURN(lw.post_attn_norm, alloc(dt, {d}));
+      IB_ASSIGN_OR_RETURN(lw.post_ffn_norm, alloc(dt, {d}));
+    }
     if (c.moe.num_experts > 0) {
       IB_TRY(allocate_moe_layer(
           c, [&](std::initializer_list<int64_t> shape) { return alloc(dt, shape); }, lw));

@@ -32,13 +32,28 @@ Vec linear(const std::vector<float>& w, const Vec& x, const std::vector<float>& 
   return out;
 }
 
-Vec rms_norm(const Vec& x, const std::vector<float>& w, double eps) {
+// x / rms(x) * (gain_offset + w): gain_offset 1 for Gemma's (1 + w) gains, else 0.
+Vec rms_norm(const Vec& x, const std::vector<float>& w, double eps, double gain_offset = 0) {
   double ss = 0;
   for (double v : x) ss += v * v;
   const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
   Vec out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] * inv * w[i];
+  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] * inv * (gain_offset + w[i]);
   return out;
+}
+
+// down(gelu_tanh(gate h) * up h), Gemma-2's MLP.
+Vec geglu(const std::vector<float>& gate_w, const std::vector<float>& up_w,
+          const std::vector<float>& down_w, const Vec& h) {
+  const Vec gate = linear(gate_w, h, {});
+  const Vec up = linear(up_w, h, {});
+  Vec act(gate.size());
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double x = gate[i];
+    act[i] = 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x))) * up[i];
+  }
+  return linear(down_w, act, {});
 }
 
 // Inverse frequencies in double, HF's formulas (default, llama3, linear).
@@ -133,6 +148,8 @@ HostWeights copy_weights_to_host(const ModelConfig& c, const ModelWeights& w, Ba
     l.v_bias = to_host(backend, lw.bqkv, q + kv, kv);
     l.o = to_host(backend, lw.wo.data, 0, c.hidden_size);
     l.ffn_norm = to_host(backend, lw.ffn_norm, 0, c.hidden_size);
+    l.post_attn_norm = to_host(backend, lw.post_attn_norm, 0, c.hidden_size);
+    l.post_ffn_norm = to_host(backend, lw.post_ffn_norm, 0, c.hidden_size);
     l.gate = to_host(backend, lw.w_gate_up.data, 0, f);
     l.up = to_host(backend, lw.w_gate_up.data, f, f);
     l.down = to_host(backend, lw.w_down.data, 0, c.hidden_size);
@@ -155,14 +172,25 @@ std::vector<std::vector<double>> reference_logits(const ModelConfig& c, const Ho
   const auto hd = static_cast<size_t>(c.head_dim);
   const int group = c.num_heads / c.num_kv_heads;
   const Vec freq = inv_freq(c);
+  const bool gemma = c.family == "gemma2";
+  const double g1 = gemma ? 1.0 : 0.0;  // the gains' offset
+  const double embed_scale = gemma ? std::sqrt(static_cast<double>(d)) : 1.0;
+  const double scale =
+      1.0 / std::sqrt(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(hd));
+  const double cap = c.attn_logit_softcapping;
   std::vector<Vec> x(n, Vec(d));  // residual stream, (n, D)
   for (size_t t = 0; t < n; ++t) {
-    for (size_t i = 0; i < d; ++i) x[t][i] = w.embed[static_cast<size_t>(tokens[t]) * d + i];
+    for (size_t i = 0; i < d; ++i)
+      x[t][i] = w.embed[static_cast<size_t>(tokens[t]) * d + i] * embed_scale;
   }
-  for (const HostLayer& l : w.layers) {
+  for (size_t layer = 0; layer < w.layers.size(); ++layer) {
+    const HostLayer& l = w.layers[layer];
+    // Gemma-2: odd layers attend globally.
+    const size_t window =
+        c.alternating_sliding_window && layer % 2 == 1 ? 0 : static_cast<size_t>(c.sliding_window);
     std::vector<Vec> q(n), k(n), v(n);
     for (size_t t = 0; t < n; ++t) {
-      const Vec h = rms_norm(x[t], l.attn_norm, c.rms_norm_eps);
+      const Vec h = rms_norm(x[t], l.attn_norm, c.rms_norm_eps, g1);
       q[t] = linear(l.q, h, l.q_bias);
       k[t] = linear(l.k, h, l.k_bias);
       v[t] = linear(l.v, h, l.v_bias);
@@ -173,16 +201,15 @@ std::vector<std::vector<double>> reference_logits(const ModelConfig& c, const Ho
     }
     for (size_t t = 0; t < n; ++t) {
       Vec attn(static_cast<size_t>(c.num_heads) * hd, 0.0);
-      const size_t first = c.sliding_window > 0 && t + 1 > static_cast<size_t>(c.sliding_window)
-                               ? t + 1 - static_cast<size_t>(c.sliding_window)
-                               : 0;
+      const size_t first = window > 0 && t + 1 > window ? t + 1 - window : 0;
       for (int head = 0; head < c.num_heads; ++head) {
         const size_t g = static_cast<size_t>(head / group);
         Vec scores;
         for (size_t p = first; p <= t; ++p) {
           double dot = 0;
           for (size_t i = 0; i < hd; ++i) dot += q[t][head * hd + i] * k[p][g * hd + i];
-          scores.push_back(dot / std::sqrt(static_cast<double>(hd)));
+          const double s = dot * scale;
+          scores.push_back(cap > 0 ? cap * std::tanh(s / cap) : s);
         }
         const double mx = *std::max_element(scores.begin(), scores.end());
         double sum = 0;
@@ -192,16 +219,26 @@ std::vector<std::vector<double>> reference_logits(const ModelConfig& c, const Ho
             attn[head * hd + i] += scores[p - first] / sum * v[p][g * hd + i];
         }
       }
-      const Vec o = linear(l.o, attn, {});
+      Vec o = linear(l.o, attn, {});
+      if (gemma) o = rms_norm(o, l.post_attn_norm, c.rms_norm_eps, g1);
       for (size_t i = 0; i < d; ++i) x[t][i] += o[i];
-      const Vec h = rms_norm(x[t], l.ffn_norm, c.rms_norm_eps);
-      const Vec down = l.router.empty() ? swiglu(l.gate, l.up, l.down, h) : moe_mlp(c, l, h);
+      const Vec h = rms_norm(x[t], l.ffn_norm, c.rms_norm_eps, g1);
+      Vec down = gemma              ? geglu(l.gate, l.up, l.down, h)
+                 : l.router.empty() ? swiglu(l.gate, l.up, l.down, h)
+                                    : moe_mlp(c, l, h);
+      if (gemma) down = rms_norm(down, l.post_ffn_norm, c.rms_norm_eps, g1);
       for (size_t i = 0; i < d; ++i) x[t][i] += down[i];
     }
   }
   std::vector<Vec> logits;
-  for (size_t t = 0; t < n; ++t)
-    logits.push_back(linear(w.lm_head, rms_norm(x[t], w.final_norm, c.rms_norm_eps), {}));
+  const double final_cap = c.final_logit_softcapping;
+  for (size_t t = 0; t < n; ++t) {
+    Vec row = linear(w.lm_head, rms_norm(x[t], w.final_norm, c.rms_norm_eps, g1), {});
+    if (final_cap > 0) {
+      for (double& z : row) z = final_cap * std::tanh(z / final_cap);
+    }
+    logits.push_back(std::move(row));
+  }
   return logits;
 }
 

@@ -109,16 +109,25 @@ std::vector<std::string> ModelConfig::unsupported_features() const {
     f.push_back("router topk_method '" + moe.topk_method + "' (the engine runs 'greedy')");
   }
   if (mla.kv_lora_rank > 0) f.emplace_back("multi-head latent attention (MLA)");
-  if (attn_logit_softcapping > 0 || final_logit_softcapping > 0) {
+  // Gemma-2's soft-capping, sandwich norms, scaled embeddings, alternating local/global layers
+  // and query_pre_attn_scalar run in its own architecture (engine/arch/gemma2.cpp) only.
+  const bool gemma2 = family == "gemma2";
+  if (!gemma2 && (attn_logit_softcapping > 0 || final_logit_softcapping > 0)) {
     f.emplace_back("logit soft-capping");
   }
-  if (sandwich_norms) f.emplace_back("post-attention and post-feed-forward norms");
-  if (scale_embeddings) f.emplace_back("scaled embeddings");
-  if (alternating_sliding_window) f.emplace_back("alternating local/global attention layers");
-  if (query_pre_attn_scalar > 0 && static_cast<int>(query_pre_attn_scalar) != head_dim) {
+  if (!gemma2 && sandwich_norms) f.emplace_back("post-attention and post-feed-forward norms");
+  if (!gemma2 && scale_embeddings) f.emplace_back("scaled embeddings");
+  if (!gemma2 && alternating_sliding_window) {
+    f.emplace_back("alternating local/global attention layers");
+  }
+  if (!gemma2 && query_pre_attn_scalar > 0 && static_cast<int>(query_pre_attn_scalar) != head_dim) {
     f.emplace_back("query_pre_attn_scalar");
   }
-  if (hidden_act != "silu") f.push_back("activation '" + hidden_act + "'");
+  const std::string runs_act = gemma2 ? "gelu_pytorch_tanh" : "silu";
+  if (hidden_act != runs_act) {
+    f.push_back("activation '" + hidden_act + "' (the engine runs '" + runs_act + "' for " +
+                family + ")");
+  }
   if (mlp_bias) f.emplace_back("MLP biases (mlp_bias)");
   if (partial_rotary_factor != 1.0) {
     f.push_back("partial rotary embeddings (partial_rotary_factor " +

@@ -122,6 +122,18 @@ Status read_family_features(const JsonFields& f, const FamilyInfo& family, Model
     c.sandwich_norms = true;
     c.scale_embeddings = true;
     c.alternating_sliding_window = c.sliding_window > 0;
+    // transformers 4.53+ writes the pattern out: even layers "sliding_attention", odd layers
+    // "full_attention" (Gemma2Config's default); another pattern is not what the engine runs.
+    if (const auto it = f.json().find("layer_types"); it != f.json().end() && it->is_array()) {
+      for (size_t i = 0; i < it->size(); ++i) {
+        const std::string want = i % 2 == 0 ? "sliding_attention" : "full_attention";
+        if (!(*it)[i].is_string() || (*it)[i].get<std::string>() != want) {
+          return f.error("\"layer_types\"[" + std::to_string(i) + "] is not \"" + want +
+                         "\": the engine runs Gemma-2's alternating pattern only (even layers "
+                         "sliding_attention, odd layers full_attention)");
+        }
+      }
+    }
   } else if (type == "mixtral") {
     IB_ASSIGN_OR_RETURN(c.moe.num_experts, f.optional_int("num_local_experts", 8));
     IB_ASSIGN_OR_RETURN(c.moe.experts_per_token, f.optional_int("num_experts_per_tok", 2));

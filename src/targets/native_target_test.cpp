@@ -183,10 +183,10 @@ TEST(NativeTarget, RequestTheEngineRefusesFailsAlone) {
 }
 
 TEST(NativeTarget, UnsupportedModelFailsSetupWithAUserError) {
-  auto gemma = find_preset("gemma-2-9b");
-  ASSERT_TRUE(gemma.ok()) << gemma.error().message;
+  auto deepseek = find_preset("deepseek-v2-lite");
+  ASSERT_TRUE(deepseek.ok()) << deepseek.error().message;
   Recorder rec;
-  auto target = make_native_target(options(*gemma));
+  auto target = make_native_target(options(*deepseek));
   const Status st = target->setup(rec.callbacks());
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.error().kind, ErrorKind::kUser);

@@ -162,7 +162,11 @@ void paged_attention_f32(ThreadPool& pool, const float* qkv, const KvCacheLayer&
           const float* k = k_cache.load(offset + r * hd, hd, decoded.data());
           for (int64_t h = 0; h < group; ++h) {
             const float* q = qkv + t * row + (g * group + h) * hd;
-            scores[static_cast<size_t>(h * max_context + j0 + r)] = dot_f32(q, k, hd) * shape.scale;
+            float score = dot_f32(q, k, hd) * shape.scale;
+            if (shape.logit_softcap > 0) {
+              score = shape.logit_softcap * std::tanh(score / shape.logit_softcap);
+            }
+            scores[static_cast<size_t>(h * max_context + j0 + r)] = score;
           }
         }
       });

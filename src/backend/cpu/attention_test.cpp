@@ -185,7 +185,10 @@ void check_attention(const AttentionShape& shape, int block_size, const std::vec
             dot += double{qkv_v[static_cast<size_t>(t * row + h * hd + d)]} *
                    ks[static_cast<size_t>((p * hkv + g) * hd + d)];
           }
-          sc.push_back(dot * shape.scale);
+          double score = dot * shape.scale;
+          if (shape.logit_softcap > 0)
+            score = shape.logit_softcap * std::tanh(score / shape.logit_softcap);
+          sc.push_back(score);
         }
         const double mx = *std::max_element(sc.begin(), sc.end());
         double sum = 0;
@@ -217,6 +220,16 @@ TEST(CpuAttention, MultiHeadAndMultiQueryGroupings) {
 TEST(CpuAttention, SlidingWindowLimitsKeys) {
   check_attention({4, 2, 8, 0.35f, 5}, 4, {{20, 20}, {13, 1}, {9, 3}, {4, 4}}, 4);
   check_attention({2, 1, 6, 0.4f, 1}, 3, {{7, 7}}, 5);  // window 1: each token sees itself only
+}
+
+// Gemma-2's soft-capped scores (cap * tanh(score / cap)), with a scale large enough that the
+// cap bites (raw scores of several caps), alone and with a sliding window.
+TEST(CpuAttention, LogitSoftcapBoundsTheScores) {
+  AttentionShape capped{4, 2, 16, 2.0f, 0};
+  capped.logit_softcap = 1.5f;
+  check_attention(capped, 4, {{9, 9}, {17, 1}, {5, 2}}, 6);
+  capped.sliding_window = 4;
+  check_attention(capped, 4, {{12, 12}, {10, 1}}, 7);
 }
 
 TEST(CpuAttention, RandomShapes) {

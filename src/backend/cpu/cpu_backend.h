@@ -52,6 +52,9 @@ class CpuBackend final : public Backend, public MoeOps {
   void attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
                  const AttentionShape& shape, Tensor out) override;
   void silu_mul(const Tensor& gate_up, Tensor out) override;
+  void gelu_tanh_mul(const Tensor& gate_up, Tensor out) override;  // cpu/elementwise.cpp
+  void affine(Tensor x, float mul, float add) override;
+  void softcap(Tensor x, float cap) override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
 

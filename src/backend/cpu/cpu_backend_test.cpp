@@ -107,6 +107,39 @@ TEST(CpuBackend, EmbeddingGatherAndSiluMul) {
   }
 }
 
+// GeGLU against PyTorch's tanh gelu in double; the affine map and the tanh soft-cap in place.
+TEST(CpuBackend, GeluTanhMulAffineAndSoftcap) {
+  CpuBackend backend(2);
+  TensorArena arena(backend);
+  Rng rng(5);
+  const int64_t t = 3, f = 41;
+  const auto gu = random_floats(rng, t * 2 * f, -6, 6);
+  Tensor act = arena.empty(DType::kF32, {t, f});
+  backend.gelu_tanh_mul(arena.f32({t, 2 * f}, gu), act);
+  const auto a = arena.to_host(act);
+  const double k = std::sqrt(2.0 / M_PI);
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t i = 0; i < f; ++i) {
+      const double x = gu[static_cast<size_t>(r * 2 * f + i)];
+      const double up = gu[static_cast<size_t>(r * 2 * f + f + i)];
+      const double ref = 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x))) * up;
+      EXPECT_NEAR(a[static_cast<size_t>(r * f + i)], ref, 2e-6 * (1 + std::fabs(ref)));
+    }
+  }
+  const auto xv = random_floats(rng, 64, -100, 100);
+  Tensor x = arena.f32({8, 8}, xv);
+  backend.affine(x, 0.5f, 1.0f);
+  const auto ax = arena.to_host(x);
+  for (size_t i = 0; i < xv.size(); ++i) EXPECT_FLOAT_EQ(ax[i], xv[i] * 0.5f + 1.0f);
+  backend.softcap(x, 30.0f);
+  const auto cx = arena.to_host(x);
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double ref = 30.0 * std::tanh((xv[i] * 0.5 + 1.0) / 30.0);
+    EXPECT_NEAR(cx[i], ref, 1e-5);
+    EXPECT_LT(std::fabs(cx[i]), 30.0f);
+  }
+}
+
 TEST(CpuBackend, FillUniformFollowsTheCounterFormula) {
   CpuBackend backend(2);
   TensorArena arena(backend);

@@ -145,6 +145,11 @@ void CudaBackend::record_failure(const std::string& message) {
 }
 
 Status CudaBackend::supports_attention(const AttentionShape& shape) const {
+  if (shape.logit_softcap > 0) {
+    return user_error(
+        "attention logit soft-capping (Gemma-2's attn_logit_softcapping) is not in the CUDA "
+        "attention kernels yet; run this model with --device cpu");
+  }
   if (split_kv_supports(shape)) return Ok{};
   return user_error("head_dim " + std::to_string(shape.head_dim) +
                     " is not supported by the CUDA attention kernels (64, 96 or 128); run this "
@@ -617,6 +622,22 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
                                 stream_, pdl_, meta.num_seqs <= attention_prefetch_max_seqs_);
     }
   });
+}
+
+void CudaBackend::gelu_tanh_mul(const Tensor& gate_up, Tensor out) {
+  IB_ASSERT(gate_up.dtype == out.dtype && gate_up.row_size() == 2 * out.row_size() &&
+                gate_up.rows() == out.rows(),
+            "gelu_tanh_mul: gate_up must be (T, 2F) for out (T, F)");
+  run_op("gelu_tanh_mul", [&] { launch_gelu_tanh_mul(gate_up, out, stream_); });
+}
+
+void CudaBackend::affine(Tensor x, float mul, float add) {
+  run_op("affine", [&] { launch_affine_softcap(x, mul, add, 0.0f, stream_); });
+}
+
+void CudaBackend::softcap(Tensor x, float cap) {
+  IB_ASSERT(cap > 0, "softcap: the cap must be positive");
+  run_op("softcap", [&] { launch_affine_softcap(x, 1.0f, 0.0f, cap, stream_); });
 }
 
 void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out) {

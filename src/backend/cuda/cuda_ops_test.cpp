@@ -131,6 +131,27 @@ TEST_P(CudaOps, SiluMul) {
   }
 }
 
+// Gemma-2's elementwise ops against the CPU oracle: GeGLU (tanh gelu), the affine map (scaled
+// embeddings, (1 + w) gains) and the tanh soft-cap (final logits).
+TEST_P(CudaOps, GeluTanhMulAffineAndSoftcap) {
+  Twin twin(GetParam());
+  Rng rng(18);
+  for (const auto& [t, f] : std::vector<std::pair<int64_t, int64_t>>{{1, 14336}, {7, 13}}) {
+    Pair gu = twin.floats({t, 2 * f}, random_floats(rng, t * 2 * f, -6, 6));
+    Pair out = twin.output({t, f});
+    twin.cpu().gelu_tanh_mul(gu.cpu, out.cpu);
+    twin.gpu().gelu_tanh_mul(gu.gpu, out.gpu);
+    EXPECT_LT(twin.error(out), tolerance(GetParam())) << "t=" << t << " f=" << f;
+  }
+  Pair x = twin.floats({5, 301}, random_floats(rng, 5 * 301, -80, 80));
+  twin.cpu().affine(x.cpu, 0.25f, 1.0f);
+  twin.gpu().affine(x.gpu, 0.25f, 1.0f);
+  EXPECT_LT(twin.error(x), tolerance(GetParam())) << "affine";
+  twin.cpu().softcap(x.cpu, 3.0f);
+  twin.gpu().softcap(x.gpu, 3.0f);
+  EXPECT_LT(twin.error(x), tolerance(GetParam())) << "softcap";
+}
+
 struct GemmCase {
   int64_t m, n, k;
   bool bias;

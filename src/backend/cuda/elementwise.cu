@@ -1,5 +1,6 @@
 // Elementwise kernels: seeded uniform fill (bit-identical to the CPU before rounding), constant
-// fill, dtype conversion, SwiGLU, row gather (embedding, last-token selection) and bias add.
+// fill, dtype conversion, SwiGLU, GeGLU (tanh gelu), affine and tanh soft-cap maps, row gather
+// (embedding, last-token selection) and bias add.
 #include <algorithm>
 
 #include "backend/cuda/detail/check.h"
@@ -80,6 +81,30 @@ __global__ void silu_mul_scalar_kernel(const T* gate_up, T* out, int64_t tokens,
     const int64_t t = i / f;
     const int64_t c = i % f;
     out[i] = from_f32<T>(silu(to_f32(gate_up[t * 2 * f + c])) * to_f32(gate_up[t * 2 * f + f + c]));
+  }
+}
+
+// GeGLU with PyTorch's tanh gelu: gate_up (T, 2F) -> out (T, F).
+template <typename T>
+__global__ void gelu_tanh_mul_kernel(const T* gate_up, T* out, int64_t tokens, int64_t f) {
+  const int64_t total = tokens * f;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * kThreads) {
+    const int64_t t = i / f;
+    const int64_t c = i % f;
+    const float x = to_f32(gate_up[t * 2 * f + c]);
+    const float g = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    out[i] = from_f32<T>(g * to_f32(gate_up[t * 2 * f + f + c]));
+  }
+}
+
+// x = x * mul + add (cap == 0), or x = cap * tanh(x / cap) (cap > 0), in place.
+template <typename T>
+__global__ void affine_softcap_kernel(T* x, int64_t n, float mul, float add, float cap) {
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * kThreads) {
+    const float v = to_f32(x[i]);
+    x[i] = from_f32<T>(cap > 0.0f ? cap * tanhf(v / cap) : v * mul + add);
   }
 }
 
@@ -177,6 +202,26 @@ void launch_silu_mul(const Tensor& gate_up, Tensor out, cudaStream_t stream, boo
                     stream, gate_up.as<T>(), out.as<T>(), tokens, f);
     }
   });
+}
+
+void launch_gelu_tanh_mul(const Tensor& gate_up, Tensor out, cudaStream_t stream) {
+  const int64_t tokens = out.rows();
+  const int64_t f = out.row_size();
+  if (tokens == 0) return;
+  IB_DISPATCH_FLOAT(out.dtype, T,
+                    gelu_tanh_mul_kernel<T>
+                    <<<grid_for(tokens * f, kThreads), kThreads, 0, stream>>>(
+                        gate_up.as<T>(), out.as<T>(), tokens, f));
+  IB_CUDA_CHECK_LAUNCH("gelu_tanh_mul");
+}
+
+void launch_affine_softcap(Tensor x, float mul, float add, float cap, cudaStream_t stream) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  IB_DISPATCH_FLOAT(x.dtype, T,
+                    affine_softcap_kernel<T>
+                    <<<grid_for(n, kThreads), kThreads, 0, stream>>>(x.as<T>(), n, mul, add, cap));
+  IB_CUDA_CHECK_LAUNCH(cap > 0.0f ? "softcap" : "affine");
 }
 
 void launch_gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out, cudaStream_t stream,

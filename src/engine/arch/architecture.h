@@ -26,6 +26,8 @@ enum class WeightRole {
   kQkvBias,
   kO,
   kFfnNorm,
+  kPostAttnNorm,  // Gemma-2's sandwich norms: on the attention output before the residual add
+  kPostFfnNorm,   // and on the MLP output before the residual add
   kGateUp,
   kDown,
   kRouter,        // MoE: (E, D)
@@ -109,7 +111,18 @@ class Architecture {
   // inputs.fused, else residual + tmp (the runner's final norm adds them on the sampled rows).
   virtual void forward_layers(Backend& backend, const ModelWeights& weights,
                               const StepInputs& inputs, const StepBuffers& buffers) const = 0;
+  // Once, after the weights load and before anything reads them: a family whose checkpoints
+  // store something other than what the ops take rewrites it here (Gemma's norms hold w of a
+  // (1 + w) gain).
+  virtual void prepare_weights(Backend& /*backend*/, ModelWeights& /*weights*/) const {}
+  // Whether decode steps may take the backend's fused ops (the dense SwiGLU decoder's).
+  virtual bool runs_fused_decode() const { return true; }
 };
+
+// The attention shape of config's layers: heads, head_dim, the softmax scale (1 / sqrt(head_dim),
+// or query_pre_attn_scalar^-0.5 where the config has one), the sliding window (a family with
+// alternating local and global layers sets it per layer) and the logit soft-cap.
+AttentionShape attention_shape(const ModelConfig& config);
 
 // The architecture of config.family, or a user error naming the families the engine runs.
 Result<const Architecture*> find_architecture(const ModelConfig& config);

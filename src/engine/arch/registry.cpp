@@ -1,14 +1,15 @@
 // The families the engine runs (find_architecture) and the schema helpers every family shares.
 #include <array>
+#include <cmath>
 
 #include "engine/arch/detail/families.h"
 
 namespace ib {
 
 Result<const Architecture*> find_architecture(const ModelConfig& config) {
-  const std::array<const Architecture*, 5> families = {
+  const std::array<const Architecture*, 6> families = {
       &arch::llama_architecture(), &arch::mistral_architecture(), &arch::qwen2_architecture(),
-      &arch::phi3_architecture(), &arch::mixtral_architecture()};
+      &arch::phi3_architecture(),  &arch::mixtral_architecture(), &arch::gemma2_architecture()};
   std::string names;
   for (const Architecture* a : families) {
     if (a->name() == config.family) return a;
@@ -16,6 +17,18 @@ Result<const Architecture*> find_architecture(const ModelConfig& config) {
   }
   return user_error("model '" + config.name + "': the engine has no architecture for family '" +
                     config.family + "' (" + config.hf_architecture + "); it runs " + names);
+}
+
+AttentionShape attention_shape(const ModelConfig& c) {
+  AttentionShape s;
+  s.num_heads = c.num_heads;
+  s.num_kv_heads = c.num_kv_heads;
+  s.head_dim = c.head_dim;
+  const double scalar = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : c.head_dim;
+  s.scale = static_cast<float>(1.0 / std::sqrt(scalar));
+  s.sliding_window = c.sliding_window;
+  s.logit_softcap = static_cast<float>(c.attn_logit_softcapping);
+  return s;
 }
 
 std::string_view weight_role_name(WeightRole role) {
@@ -36,6 +49,10 @@ std::string_view weight_role_name(WeightRole role) {
       return "o";
     case WeightRole::kFfnNorm:
       return "ffn_norm";
+    case WeightRole::kPostAttnNorm:
+      return "post_attn_norm";
+    case WeightRole::kPostFfnNorm:
+      return "post_ffn_norm";
     case WeightRole::kGateUp:
       return "gate_up";
     case WeightRole::kDown:
@@ -70,6 +87,10 @@ Tensor weight_for(ModelWeights& w, WeightRole role, int layer, int expert) {
       return l.wo.dense();
     case WeightRole::kFfnNorm:
       return l.ffn_norm;
+    case WeightRole::kPostAttnNorm:
+      return l.post_attn_norm;
+    case WeightRole::kPostFfnNorm:
+      return l.post_ffn_norm;
     case WeightRole::kGateUp:
       return l.w_gate_up.dense();
     case WeightRole::kDown:

@@ -1,5 +1,7 @@
 // Test support (compiled into engine tests only): a naive single-sequence Llama forward pass in
-// double precision over contiguous K/V (with Mixtral's routed experts where the layers hold them),
+// double precision over contiguous K/V (with Mixtral's routed experts where the layers hold them,
+// and Gemma-2's scaled embeddings, (1 + w) gains, sandwich norms, GeGLU, soft-capping and
+// alternating local/global layers for family "gemma2"),
 // written independently of the engine and the backend ops, to check the paged, batched engine
 // against.
 #pragma once
@@ -13,6 +15,7 @@ namespace ib::testing {
 // Host copies of the engine's weights, unfused as HF stores them.
 struct HostLayer {
   std::vector<float> attn_norm, q, k, v, q_bias, k_bias, v_bias, o, ffn_norm, gate, up, down;
+  std::vector<float> post_attn_norm, post_ffn_norm;  // Gemma-2 only
   // Mixture-of-experts layers (gate, up, down empty): router (E, D), per expert w1 (gate),
   // w3 (up), w2 (down).
   std::vector<float> router;

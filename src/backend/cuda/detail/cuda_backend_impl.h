@@ -75,6 +75,9 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   void attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
                  const AttentionShape& shape, Tensor out) override;
   void silu_mul(const Tensor& gate_up, Tensor out) override;
+  void gelu_tanh_mul(const Tensor& gate_up, Tensor out) override;
+  void affine(Tensor x, float mul, float add) override;
+  void softcap(Tensor x, float cap) override;
   bool fused_decode_fits(const AttentionShape& shape, int64_t hidden_size,
                          int64_t intermediate_size) const override;
   bool fused_decode(int64_t num_tokens) const override;

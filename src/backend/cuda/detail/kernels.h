@@ -22,6 +22,10 @@ void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype
 // pdl: launched with programmatic dependent launch (detail/pdl.cuh), on the decode path's
 // kernels; every such kernel waits for its predecessor before touching activations.
 void launch_silu_mul(const Tensor& gate_up, Tensor out, cudaStream_t stream, bool pdl = false);
+// out (T, F) = gelu_tanh(gate_up[:, :F]) * gate_up[:, F:] (ops.h DenseOps::gelu_tanh_mul).
+void launch_gelu_tanh_mul(const Tensor& gate_up, Tensor out, cudaStream_t stream);
+// In place, in fp32, rounded once: x = cap * tanh(x / cap) when cap > 0, else x * mul + add.
+void launch_affine_softcap(Tensor x, float mul, float add, float cap, cudaStream_t stream);
 // out (R, D) = x[row_ids[r]] for any element type; rows with an id outside x become zeros.
 void launch_gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out, cudaStream_t stream,
                         bool pdl = false);

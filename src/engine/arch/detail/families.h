@@ -10,5 +10,6 @@ const Architecture& mistral_architecture();  // llama.cpp
 const Architecture& qwen2_architecture();    // llama.cpp
 const Architecture& phi3_architecture();     // phi3.cpp
 const Architecture& mixtral_architecture();  // mixtral.cpp
+const Architecture& gemma2_architecture();   // gemma2.cpp
 
 }  // namespace ib::arch
