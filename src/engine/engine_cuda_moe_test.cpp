@@ -158,7 +158,9 @@ TEST_P(CudaEngineMoeTest, MixtralMatchesTheCpuEngineAndTheReference) {
   // rows are routed and counted too), and every computed token counted k times per layer.
   const EngineStats gs = (*gpu_engine)->stats(), cs = (*cpu_engine)->stats();
   ASSERT_EQ(gs.expert_tokens.size(), static_cast<size_t>(c.num_layers * c.moe.num_experts));
-  if (k.dtype == DType::kF32 && !k.graphs) EXPECT_EQ(gs.expert_tokens, cs.expert_tokens);
+  if (k.dtype == DType::kF32 && !k.graphs) {
+    EXPECT_EQ(gs.expert_tokens, cs.expert_tokens);
+  }
 
   const EngineProfile prof = (*gpu_engine)->profile();
   EXPECT_GT(prof.decode.steps, 0);
@@ -174,9 +176,9 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CudaEngineMoeTest,
                          ::testing::Values(MoeCase{DType::kF32, true}, MoeCase{DType::kF32, false},
                                            MoeCase{DType::kBF16, true},
                                            MoeCase{DType::kBF16, false}),
-                         [](const ::testing::TestParamInfo<MoeCase>& info) {
-                           return std::string(dtype_name(info.param.dtype)) +
-                                  (info.param.graphs ? "_graphs" : "_eager");
+                         [](const ::testing::TestParamInfo<MoeCase>& param_info) {
+                           return std::string(dtype_name(param_info.param.dtype)) +
+                                  (param_info.param.graphs ? "_graphs" : "_eager");
                          });
 
 // A single request decodes in the batch-1 graph, which pads nothing: its routing counts after

@@ -42,7 +42,7 @@ TEST(CudaMoeRoute, MatchesTheCpuOpExactly) {
     Pair ids = twin.output_i32({t, k});
     Pair weights = twin.output({t, k}, DType::kF32);
     Pair counts = twin.ints<int64_t>({e}, std::vector<int64_t>(static_cast<size_t>(e), 7));
-    twin.cpu().moe_route(logits.cpu, rc.renormalize, ids.cpu, weights.cpu, counts.cpu);
+    twin.cpu().moe_ops()->moe_route(logits.cpu, rc.renormalize, ids.cpu, weights.cpu, counts.cpu);
     twin.gpu().moe_route(logits.gpu, rc.renormalize, ids.gpu, weights.gpu, counts.gpu);
     const std::string where =
         "T=" + std::to_string(t) + " E=" + std::to_string(e) + " k=" + std::to_string(k);
@@ -97,7 +97,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   Pair ids = twin.ints<int32_t>({t, k}, idv);
   Pair weights = twin.floats({t, k}, wv, DType::kF32);
   Pair out = twin.output({t, d});
-  twin.cpu().moe_experts(x.cpu, ids.cpu, weights.cpu, gu_cpu, dn_cpu, out.cpu);
+  twin.cpu().moe_ops()->moe_experts(x.cpu, ids.cpu, weights.cpu, gu_cpu, dn_cpu, out.cpu);
   if (graph) {
     twin.gpu().set_debug_sync(false);
     ASSERT_TRUE(twin.gpu().begin_capture().ok());
