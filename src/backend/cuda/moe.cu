@@ -17,7 +17,7 @@ constexpr int kWarps = kThreads / 32;
 // Pairs of one token chunk (shared memory holds their indices: 8 KiB).
 constexpr int kMaxChunkPairs = 2048;
 // Pairs a warp multiplies against one pass over its weight rows.
-constexpr int kTokensPerPass = 4;
+constexpr int kTokensPerPass = 8;
 
 __device__ __forceinline__ float silu(float g) {
   return g / (1.0f + expf(-g));
