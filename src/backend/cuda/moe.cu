@@ -104,8 +104,10 @@ __device__ int collect_pairs(const int32_t* ids, int pairs, int e, int* list, in
   return *count;
 }
 
-// rows (n) of W (N, K) times the rows x_row(p) of the listed pairs: one warp per weight row, rows
-// rows_per_warp apart (gate and up: two rows). acc[r][b] for row r, pair list[base + b].
+// One warp: the R weight rows w[r] (K elements each; gate_up: the gate and the up row of one
+// feature) times the x rows of pairs list[base, base + nb) (pair p reads x row
+// p / tokens_per_pair), each weight vector loaded once for all nb pairs. acc[r][b]: the dot
+// product of w[r] with pair list[base + b], summed over the warp (every lane holds it).
 template <typename T, int V, int R>
 __device__ __forceinline__ void dot_rows(const T* const (&w)[R], const T* x, int64_t x_stride,
                                          const int* list, int base, int nb, int64_t k_dim,
