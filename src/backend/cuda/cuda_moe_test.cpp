@@ -9,7 +9,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/moe_kernels.h"
 #include "backend/cuda/detail/test_support.h"
 
 namespace ib::cuda {

@@ -7,7 +7,7 @@
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
-#include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/moe_kernels.h"
 
 namespace ib::cuda {
 namespace {

@@ -3,6 +3,7 @@
 // between ops), so neither op allocates, synchronizes or reads expert ids on the host: both run
 // inside the decode CUDA graphs.
 #include "backend/cuda/detail/cuda_backend_impl.h"
+#include "backend/cuda/detail/moe_kernels.h"
 
 namespace ib::cuda {
 
