@@ -30,7 +30,7 @@ class Backend : public Device, public DenseOps, public AttentionOps, public Quan
   }
   // The fused decode ops, or nullptr where the backend has none (the CPU).
   virtual FusedDecodeOps* fused_decode_ops() { return nullptr; }
-  // The mixture-of-experts ops, or nullptr where the backend has none yet (CUDA).
+  // The mixture-of-experts ops (the CPU's and CUDA's), or nullptr where a backend has none.
   virtual MoeOps* moe_ops() { return nullptr; }
   // Calibration: observer (null to stop) is called with every matmul's input x and weight before
   // the matmul computes. False where the backend cannot (the CPU and CUDA backends can).

@@ -44,14 +44,12 @@ TEST(ModelsTable, ListsEveryPresetWithSizesAndSupport) {
       << gemma;
   const std::string deepseek = row_of(table, "deepseek-v2-lite");
   EXPECT_NE(deepseek.find("| no: "), std::string::npos) << deepseek;
-  // Mixtral runs (on the CPU) with dense experts only: no fp8 or 4-bit allocation. Its bf16
-  // weights: 46.70 B parameters at 2 bytes = 86.99 GiB.
+  // Mixtral runs (on the CPU and CUDA) with dense experts only: no fp8 or 4-bit allocation. Its
+  // bf16 weights: 46.70 B parameters at 2 bytes = 86.99 GiB.
   const std::string mixtral = row_of(table, "mixtral-8x7b");
   EXPECT_NE(mixtral.find("| 46.70B |"), std::string::npos) << mixtral;
   EXPECT_NE(mixtral.find("| - | - | - |"), std::string::npos) << mixtral;
-  EXPECT_NE(mixtral.find("| yes, on the CPU (CUDA has no mixture-of-experts ops yet) |"),
-            std::string::npos)
-      << mixtral;
+  EXPECT_NE(mixtral.find("| yes |"), std::string::npos) << mixtral;
   // A model the engine cannot run has no allocation either.
   EXPECT_NE(row_of(table, "deepseek-v2-lite").find("| - | - | - |"), std::string::npos);
   EXPECT_NE(row_of(table, "tiny-15m").find("M |"), std::string::npos);

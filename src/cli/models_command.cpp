@@ -53,8 +53,6 @@ std::string models_table(const std::vector<ModelConfig>& models) {
                        static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
                        m.max_position_embeddings,
                        !unsupported.empty() ? fmt::format("no: {}", fmt::join(unsupported, ", "))
-                       : m.moe.num_experts > 0
-                           ? std::string("yes, on the CPU (CUDA has no mixture-of-experts ops yet)")
                        : m.attn_logit_softcapping > 0
                            ? std::string("yes, on the CPU (the CUDA attention kernels have no "
                                          "logit soft-capping yet)")

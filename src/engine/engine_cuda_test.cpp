@@ -2,9 +2,10 @@
 // same weights (bf16-rounded for bf16): fp32 logits within 1e-4 relative L2 per row and equal
 // greedy tokens; bf16 logits within 2e-2 of the reference on bf16 weights, teacher-forced on the
 // tokens the CUDA engine chose. Decode graphs and op-by-op decoding are both checked, with QKV
-// bias (Qwen2) and a sliding window (Mistral / Phi-3). Also: the step profile, a model too large
-// for the device refused before allocating, and bad device indices. Label gpu: skipped visibly
-// without a CUDA device.
+// bias (Qwen2), a sliding window (Mistral / Phi-3) and Mixtral's experts (bf16 within 5e-2: a
+// routing decision may flip where two experts nearly tie). Also: the step profile, a model too
+// large for the device refused before allocating, and bad device indices. Label gpu: skipped
+// visibly without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,43 +21,15 @@
 namespace ib {
 namespace {
 
-// The shared small CUDA model, with QKV bias (Qwen2) or a sliding window (Mistral / Phi-3).
-ModelConfig small_config(bool qkv_bias, int sliding_window) {
-  ModelConfig c = testing::small_cuda_config("small-cuda-test");
+// The shared small CUDA model, with QKV bias (Qwen2) or a sliding window (Mistral / Phi-3), or
+// as a Mixtral.
+ModelConfig small_config(bool qkv_bias, int sliding_window, bool moe) {
+  ModelConfig c = moe ? testing::small_cuda_mixtral("small-cuda-mixtral")
+                      : testing::small_cuda_config("small-cuda-test");
   c.attention_bias = qkv_bias;
   c.sliding_window = sliding_window;
   if (qkv_bias) c.family = "qwen2";
   return c;
-}
-
-std::vector<Tensor> all_tensors(const ModelConfig& c, const ModelWeights& w) {
-  std::vector<Tensor> out = {w.embed, w.final_norm};
-  if (!c.tie_word_embeddings) out.push_back(w.lm_head.data);
-  for (const LayerWeights& l : w.layers) {
-    for (const Tensor& t : {l.attn_norm, l.wqkv.data, l.bqkv, l.wo.data, l.ffn_norm,
-                            l.w_gate_up.data, l.w_down.data}) {
-      if (!t.empty()) out.push_back(t);
-    }
-  }
-  return out;
-}
-
-// The CPU weights, rounded in place to dtype, then the same values uploaded to the CUDA weights.
-void share_weights(const ModelConfig& c, ModelWeights& cpu_w, CpuBackend& cpu, ModelWeights& gpu_w,
-                   Backend& gpu, DType dtype) {
-  const std::vector<Tensor> from = all_tensors(c, cpu_w);
-  const std::vector<Tensor> to = all_tensors(c, gpu_w);
-  ASSERT_EQ(from.size(), to.size());
-  for (size_t i = 0; i < from.size(); ++i) {
-    std::vector<float> v(static_cast<size_t>(from[i].numel()));
-    cpu.copy_to_host(from[i], v.data());
-    if (dtype == DType::kBF16) {
-      for (float& x : v) x = round_to_bf16(x);
-    }
-    cpu.copy_from_host(from[i], v.data(), DType::kF32);
-    gpu.copy_from_host(to[i], v.data(), DType::kF32);
-  }
-  gpu.synchronize();
 }
 
 double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
@@ -74,6 +47,7 @@ struct Case {
   bool graphs;
   bool qkv_bias;
   int sliding_window;
+  bool moe = false;  // Mixtral: 8 experts, top-2 (the CUDA MoE ops)
 };
 
 class CudaEngineTest : public ::testing::TestWithParam<Case> {};
@@ -81,7 +55,7 @@ class CudaEngineTest : public ::testing::TestWithParam<Case> {};
 TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   IB_REQUIRE_CUDA();
   const Case k = GetParam();
-  const ModelConfig c = small_config(k.qkv_bias, k.sliding_window);
+  const ModelConfig c = small_config(k.qkv_bias, k.sliding_window, k.moe);
   CpuBackend cpu(2);
   ModelWeights cpu_w = testing::random_weights(c, cpu, 7);
   BackendOptions bo;
@@ -91,7 +65,7 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
   auto gpu_w = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
-  share_weights(c, cpu_w, cpu, *gpu_w, **gpu, k.dtype);
+  testing::share_weights(c, cpu_w, cpu, *gpu_w, **gpu, k.dtype);
   const testing::HostWeights host = testing::copy_weights_to_host(c, cpu_w, cpu);
 
   EngineConfig config;
@@ -137,9 +111,14 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
       }
     }
   }
-  const double tol = k.dtype == DType::kF32 ? 1e-4 : 2e-2;
+  // bf16 Mixtral: a routing decision may flip where two experts nearly tie (issue 15).
+  const double tol = k.dtype == DType::kF32 ? 1e-4 : k.moe ? 5e-2 : 2e-2;
   EXPECT_LE(worst_ref, tol);
   EXPECT_LE(worst_cpu, 1e-4);
+  if (k.moe && k.dtype == DType::kF32 && !k.graphs) {
+    // Routing telemetry: the CPU's counts (graph buckets route and count their padded rows too).
+    EXPECT_EQ((*gpu_engine)->stats().expert_tokens, (*cpu_engine)->stats().expert_tokens);
+  }
   RecordProperty("max_rel_l2", std::to_string(std::max(worst_ref, worst_cpu)));
 
   const EngineProfile prof = (*gpu_engine)->profile();
@@ -162,11 +141,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{DType::kF32, true, false, 0}, Case{DType::kF32, false, false, 0},
                       Case{DType::kF32, true, true, 0}, Case{DType::kF32, true, false, 24},
                       Case{DType::kBF16, true, false, 0}, Case{DType::kBF16, false, true, 0},
-                      Case{DType::kBF16, true, false, 24}),
+                      Case{DType::kBF16, true, false, 24}, Case{DType::kF32, true, false, 0, true},
+                      Case{DType::kF32, false, false, 0, true},
+                      Case{DType::kBF16, true, false, 0, true},
+                      Case{DType::kBF16, false, false, 0, true}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       const Case& k = param_info.param;
       return std::string(dtype_name(k.dtype)) + (k.graphs ? "_graphs" : "_eager") +
-             (k.qkv_bias ? "_bias" : "") + (k.sliding_window ? "_window" : "");
+             (k.qkv_bias ? "_bias" : "") + (k.sliding_window ? "_window" : "") +
+             (k.moe ? "_mixtral" : "");
     });
 
 TEST(CudaEngineSetup, RefusesWeightsLargerThanTheDeviceBeforeAllocating) {

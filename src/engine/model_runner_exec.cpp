@@ -29,6 +29,8 @@ Status ModelRunner::capture_decode_graphs(const GraphOptions& options, int max_m
   graph_max_context_ = std::max(1, std::min(options.max_context, max_model_len));
   graph_width_ = (graph_max_context_ + limits_.block_size - 1) / limits_.block_size;
   const std::vector<int> sizes = bucket_sizes(cap);
+  // The warm-up passes route tokens too: the routing counts are put back as they were after.
+  const std::vector<int64_t> expert_tokens_before = expert_tokens();
   // Largest first, as vLLM does; each bucket runs once eagerly (kernels loaded, GEMM plans
   // chosen, nothing allocated during capture) before it is recorded.
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
@@ -41,6 +43,8 @@ Status ModelRunner::capture_decode_graphs(const GraphOptions& options, int max_m
     forward(b, b);
     IB_ASSIGN_OR_RETURN(graphs_[b], backend_.end_capture());
   }
+  if (!expert_tokens_before.empty())
+    backend_.copy_from_host(expert_tokens_, expert_tokens_before.data(), DType::kI64);
   return backend_.device_status();
 }
 

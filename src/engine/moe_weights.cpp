@@ -84,8 +84,8 @@ Status check_moe_runs(const ModelConfig& c, WeightFormat quantization, Backend& 
   if (backend.moe_ops() == nullptr) {
     const DeviceInfo dev = backend.device_info();
     return user_error(moe_model(c) + " but the " + dev.kind + " backend (" + dev.name +
-                      ") has no mixture-of-experts ops yet (router softmax/top-k, expert "
-                      "permute and grouped GEMMs); run it with --device cpu");
+                      ") has no mixture-of-experts ops (router softmax/top-k, expert MLPs); "
+                      "run it with --device cpu or cuda");
   }
   return check_moe_quantization(c, quantization);
 }

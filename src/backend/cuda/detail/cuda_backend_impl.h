@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -27,7 +28,7 @@ namespace ib::cuda {
 
 enum class AttentionPath { kAuto, kSplitKv, kFlash };
 
-class CudaBackend final : public Backend, public FusedDecodeOps {
+class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps {
  public:
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
@@ -90,6 +91,12 @@ class CudaBackend final : public Backend, public FusedDecodeOps {
   void rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const WeightRef& w, float eps,
                          Tensor out) override;
   void matmul_add(const Tensor& x, const WeightRef& w, Tensor residual) override;
+  MoeOps* moe_ops() override { return this; }
+  void moe_route(const Tensor& router_logits, bool renormalize, Tensor expert_ids,
+                 Tensor expert_weights, Tensor expert_tokens) override;  // moe_ops.cpp
+  void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                   std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
+                   Tensor out) override;
   void scale_columns(const WeightRef& w, const Tensor& gain) override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;

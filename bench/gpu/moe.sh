@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One visit to the GPU machine for the CUDA mixture-of-experts ops (issue 15): build; the gpu
+# tests of the MoE ops against the CPU ops (CudaMoe*) and of a small Mixtral engine against the
+# CPU engine and the reference (CudaEngineTest's *_mixtral cases: graphs and eager, fp32 and bf16;
+# CudaEngineMoe: routing counts with graphs); then
+# tools/hf_compare.py on Mixtral (toy sizes and Mixtral-8x7B's sizes) against transformers on CUDA
+# in fp32 and bf16; then `inferbench run` on Mixtral-8x7B dummy weights in bf16 at batch 1.
+# Usage (from the repository root, ~7 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/moe.sh
+# Environment: IB_BUILD_DIR (/tmp/ib-moe), IB_SKIP_TESTS=1, IB_SKIP_PARITY=1.
+# Writes tests.log, backend_cuda_test.json, engine_cuda_test.json, parity.log,
+# hf_compare_mixtral_cuda.json, runs.log, runs.json; the rest (build.log, run directories) in
+# extra.tgz.
+set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
+cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
+# The machine has no libicu: Debian's packages, unpacked (bench/gpu/icu-deps.sh).
+if [ -f .deps/icu.tar.xz ]; then
+  tar xJf .deps/icu.tar.xz -C .deps && mv .deps/icu/usr/lib/x86_64-linux-gnu/* .deps/icu/usr/lib/
+  export LD_LIBRARY_PATH=$PWD/.deps/icu/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+B=${IB_BUILD_DIR:-/tmp/ib-moe}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
+if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
+         -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF &&
+       cmake --build "$B" -j 16 --target inferbench backend_cuda_test engine_cuda_test; } \
+     > "$O/build.log" 2>&1; then
+  tail -30 "$O/build.log"; echo "BUILD FAILED"; exit 1
+fi
+echo "built $(el)"
+if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
+  timeout 120 "$B/src/backend/cuda/backend_cuda_test" --gtest_filter='*CudaMoe*' \
+    --gtest_output="json:$O/backend_cuda_test.json" > "$O/tests.log" 2>&1
+  echo "backend_cuda_test rc=$? $(el)"
+  timeout 150 "$B/src/engine/engine_cuda_test" --gtest_filter='*_mixtral*:*CudaEngineMoe*' \
+    --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
+  echo "engine_cuda_test rc=$? $(el)"
+  grep -E "^\[  FAILED  \]|Failure|Expected|Which is|PASSED|FAILED TEST" "$O/tests.log" | head -30
+fi
+if [ "${IB_SKIP_PARITY:-0}" != 1 ]; then
+  export PYTHONUNBUFFERED=1
+  timeout 170 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
+    --families mixtral-tiny,mixtral --runs cuda:fp32,cuda:bf16 \
+    --json-name hf_compare_mixtral_cuda.json --out "$O/parity" 2>&1 | grep -v Warning > "$O/parity.log"
+  echo "hf_compare rc=${PIPESTATUS[0]} $(el)"; tail -25 "$O/parity.log"
+  [ -f "$O/parity/hf_compare_mixtral_cuda.json" ] && mv "$O/parity/hf_compare_mixtral_cuda.json" "$O/"
+fi
+R=$O/runs; mkdir -p "$R"
+run() { local name=$1; shift
+  timeout -s INT 170 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
+    --disable-tqdm --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
+  echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|rror" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
+run b1_mixtral-8x7b --model mixtral-8x7b --batch-size 1 --input-len 32 --output-len 128 \
+  --num-prompts 4 --runs 3
+python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
+rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
+# At most 8 files come back: the rest in extra.tgz.
+( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|engine_cuda_test.json|parity.log|hf_compare_mixtral_cuda.json|runs.log|runs.json)$' |
+  xargs -r tar czf extra.tgz --remove-files )
+echo "done $(el)"

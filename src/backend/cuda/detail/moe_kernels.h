@@ -1,0 +1,35 @@
+// Host-side launchers of moe.cu, the mixture-of-experts kernels (backend/ops.h, MoeOps). Like
+// kernels.h's: they enqueue on `stream`, never synchronize and never allocate (graph-safe).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace ib::cuda {
+
+inline constexpr int kMoeMaxExperts = 256;
+inline constexpr int kMoeMaxTopK = 8;
+// One device pointer per expert's weight (dense, x's dtype), passed to the kernels by value (a
+// 2 KiB kernel parameter): a captured graph holds the pointers, nothing is uploaded per step.
+struct MoeExpertPtrs {
+  const void* ptr[kMoeMaxExperts] = {};
+};
+// ids (T, k) int32, weights (T, k) f32 from logits (T, E) f32; counts (E) int64 += picks.
+void launch_moe_route(const Tensor& logits, bool renormalize, Tensor ids, Tensor weights,
+                      Tensor counts, cudaStream_t stream);
+// Tokens per chunk of moe_experts: at most the device-side pair list's size, and what fits the
+// workspace (each pair's activation row and fp32 output row); 0 when not even one token fits.
+int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType dtype,
+                         size_t workspace_bytes);
+// out (T, D) = the experts' weighted SwiGLU MLPs (backend/ops.h); gate_up[e] (2F, D), down[e]
+// (D, F) of x's dtype; workspace: scratch of workspace_bytes, free between ops.
+void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                        const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
+                        int64_t f, void* workspace, size_t workspace_bytes, Tensor out,
+                        cudaStream_t stream);
+
+}  // namespace ib::cuda

@@ -1,0 +1,292 @@
+// Mixture-of-experts kernels (backend/ops.h, MoeOps): the router's softmax and top-k, one thread
+// per token, as the CPU op computes it; then the experts over token chunks, grouped by expert on
+// the device (each block finds the pairs routed to its expert, so only the selected experts'
+// weights are read, each row once per group of kTokensPerPass pairs), and a combine that adds the
+// experts of each token in ascending id order. Expert ids never leave the device.
+#include <algorithm>
+
+#include "backend/cuda/detail/check.h"
+#include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/moe_kernels.h"
+
+namespace ib::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// Pairs of one token chunk (shared memory holds their indices: 8 KiB).
+constexpr int kMaxChunkPairs = 2048;
+// Pairs a warp multiplies against one pass over its weight rows.
+constexpr int kTokensPerPass = 8;
+
+__device__ __forceinline__ float silu(float g) {
+  return g / (1.0f + expf(-g));
+}
+
+// ---- routing ----
+
+// p of expert i, computed the same way wherever it is needed (so that comparisons are exact).
+__device__ __forceinline__ float route_p(const float* l, int i, float max_logit, float sum) {
+  return expf(l[i] - max_logit) / sum;
+}
+
+// One thread per token. Expert j + 1 is the largest p strictly after expert j in the order
+// (p descending, id ascending): the CPU's partial_sort order, ties to the lower id.
+__global__ void moe_route_kernel(const float* logits, int64_t tokens, int e, int k,
+                                 bool renormalize, int32_t* ids, float* weights,
+                                 unsigned long long* counts) {
+  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (t >= tokens) return;
+  const float* l = logits + t * e;
+  float max_logit = l[0];
+  for (int i = 1; i < e; ++i) max_logit = fmaxf(max_logit, l[i]);
+  float sum = 0.0f;
+  for (int i = 0; i < e; ++i) sum += expf(l[i] - max_logit);
+  float p[kMoeMaxTopK];
+  int32_t id[kMoeMaxTopK];
+  float prev_p = INFINITY, kept = 0.0f;
+  int prev_id = -1;
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    float best_p = -1.0f;
+    for (int i = 0; i < e; ++i) {
+      const float pi = route_p(l, i, max_logit, sum);
+      const bool after = pi < prev_p || (pi == prev_p && i > prev_id);
+      if (after && pi > best_p) {
+        best = i;
+        best_p = pi;
+      }
+    }
+    if (best < 0) best = (prev_id + 1) % e;  // NaN logits: any id in range
+    id[j] = best;
+    p[j] = best_p;
+    kept += best_p;
+    prev_p = best_p;
+    prev_id = best;
+  }
+  for (int j = 0; j < k; ++j) {
+    ids[t * k + j] = id[j];
+    weights[t * k + j] = renormalize ? p[j] / kept : p[j];
+    atomicAdd(counts + id[j], 1ull);
+  }
+}
+
+// ---- experts ----
+
+// V elements of T from p as floats: one 16-byte load (weights: streamed past L1) or one element.
+template <typename T, int V, bool kStream>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
+  if constexpr (V == 1) {
+    out[0] = to_f32(*p);
+  } else {
+    static_assert(V == kVec16<T>, "a vector is 16 bytes");
+    uint4 raw;
+    if constexpr (kStream) {
+      raw = load_stream16(p);
+    } else {
+      raw = *reinterpret_cast<const uint4*>(p);
+    }
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = to_f32(e[i]);
+  }
+}
+
+// The chunk's pairs routed to expert `e`, into list (shared); returns their count. Order is
+// irrelevant: each pair's results land in its own row.
+__device__ int collect_pairs(const int32_t* ids, int pairs, int e, int* list, int* count) {
+  if (threadIdx.x == 0) *count = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    if (ids[p] == e) list[atomicAdd(count, 1)] = p;
+  }
+  __syncthreads();
+  return *count;
+}
+
+// One warp: the R weight rows w[r] (K elements each; gate_up: the gate and the up row of one
+// feature) times the x rows of pairs list[base, base + nb) (pair p reads x row
+// p / tokens_per_pair), each weight vector loaded once for all nb pairs. acc[r][b]: the dot
+// product of w[r] with pair list[base + b], summed over the warp (every lane holds it).
+template <typename T, int V, int R>
+__device__ __forceinline__ void dot_rows(const T* const (&w)[R], const T* x, int64_t x_stride,
+                                         const int* list, int base, int nb, int64_t k_dim,
+                                         int tokens_per_pair, float (&acc)[R][kTokensPerPass]) {
+  const int lane = threadIdx.x & 31;
+  const T* xr[kTokensPerPass];
+#pragma unroll
+  for (int b = 0; b < kTokensPerPass; ++b) {
+    const int p = list[base + (b < nb ? b : 0)];
+    xr[b] = x + int64_t{p / tokens_per_pair} * x_stride;
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r][b] = 0.0f;
+  }
+#pragma unroll 4
+  for (int64_t c = int64_t{lane} * V; c < k_dim; c += 32 * V) {
+    float wv[R][V];
+#pragma unroll
+    for (int r = 0; r < R; ++r) load_vec<T, V, true>(w[r] + c, wv[r]);
+#pragma unroll
+    for (int b = 0; b < kTokensPerPass; ++b) {
+      if (b >= nb) break;
+      float xv[V];
+      load_vec<T, V, false>(xr[b] + c, xv);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc[r][b] += wv[r][i] * xv[i];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int b = 0; b < kTokensPerPass; ++b) acc[r][b] = warp_sum(acc[r][b]);
+  }
+}
+
+// act (P, F) = silu(g) * u, [g | u] = x[token(p)] @ gate_up[e]^T, g and u rounded to T first (as
+// the unfused matmul then silu_mul). Grid (F / kWarps, E).
+template <typename T, int V>
+__global__ void moe_gate_up_kernel(const T* x, int64_t d, const int32_t* ids, int pairs, int k,
+                                   MoeExpertPtrs gate_up, int64_t f, T* act) {
+  __shared__ int list[kMaxChunkPairs];
+  __shared__ int count;
+  const int e = static_cast<int>(blockIdx.y);
+  const int n_pairs = collect_pairs(ids, pairs, e, list, &count);
+  const int64_t n = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  if (n_pairs == 0 || n >= f) return;
+  const T* w = static_cast<const T*>(gate_up.ptr[e]);
+  const T* rows[2] = {w + n * d, w + (f + n) * d};
+  for (int base = 0; base < n_pairs; base += kTokensPerPass) {
+    const int nb = min(kTokensPerPass, n_pairs - base);
+    float acc[2][kTokensPerPass];
+    dot_rows<T, V, 2>(rows, x, d, list, base, nb, d, k, acc);
+    if ((threadIdx.x & 31) == 0) {
+      for (int b = 0; b < nb; ++b) {
+        const float g = to_f32(from_f32<T>(acc[0][b])), u = to_f32(from_f32<T>(acc[1][b]));
+        act[int64_t{list[base + b]} * f + n] = from_f32<T>(silu(g) * u);
+      }
+    }
+  }
+}
+
+// y (P, D) f32 = act[p] @ down[e]^T, rounded to T (the unfused matmul's output). Grid
+// (D / kWarps, E).
+template <typename T, int V>
+__global__ void moe_down_kernel(const T* act, int64_t f, const int32_t* ids, int pairs,
+                                MoeExpertPtrs down, int64_t d, float* y) {
+  __shared__ int list[kMaxChunkPairs];
+  __shared__ int count;
+  const int e = static_cast<int>(blockIdx.y);
+  const int n_pairs = collect_pairs(ids, pairs, e, list, &count);
+  const int64_t n = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  if (n_pairs == 0 || n >= d) return;
+  const T* rows[1] = {static_cast<const T*>(down.ptr[e]) + n * f};
+  for (int base = 0; base < n_pairs; base += kTokensPerPass) {
+    const int nb = min(kTokensPerPass, n_pairs - base);
+    float acc[1][kTokensPerPass];
+    dot_rows<T, V, 1>(rows, act, f, list, base, nb, f, 1, acc);
+    if ((threadIdx.x & 31) == 0) {
+      for (int b = 0; b < nb; ++b)
+        y[int64_t{list[base + b]} * d + n] = to_f32(from_f32<T>(acc[0][b]));
+    }
+  }
+}
+
+// out (Tc, D) = sum over the token's k experts in ascending id order of weight * y, in fp32,
+// rounded once. One thread per element.
+template <typename T>
+__global__ void moe_combine_kernel(const float* y, const int32_t* ids, const float* weights,
+                                   int64_t tokens, int k, int64_t d, T* out) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= tokens * d) return;
+  const int64_t t = i / d, c = i % d;
+  const int32_t* id = ids + t * k;
+  float acc = 0.0f;
+  int last = -1;
+  for (int j = 0; j < k; ++j) {
+    int pick = -1;  // the slot with the smallest id above `last`
+    for (int s = 0; s < k; ++s) {
+      if (id[s] > last && (pick < 0 || id[s] < id[pick])) pick = s;
+    }
+    if (pick < 0) break;
+    last = id[pick];
+    acc += y[(t * k + pick) * d + c] * weights[t * k + pick];
+  }
+  out[i] = from_f32<T>(acc);
+}
+
+int blocks_for(int64_t n, int per_block) {
+  return static_cast<int>((n + per_block - 1) / per_block);
+}
+
+}  // namespace
+
+void launch_moe_route(const Tensor& logits, bool renormalize, Tensor ids, Tensor weights,
+                      Tensor counts, cudaStream_t stream) {
+  const int64_t t = logits.rows();
+  if (t == 0) return;
+  const auto e = static_cast<int>(logits.row_size());
+  const auto k = static_cast<int>(ids.row_size());
+  IB_ASSERT(k >= 1 && k <= kMoeMaxTopK, "moe_route: top-k above kMoeMaxTopK");
+  moe_route_kernel<<<blocks_for(t, 128), 128, 0, stream>>>(
+      logits.as<const float>(), t, e, k, renormalize, ids.as<int32_t>(), weights.as<float>(),
+      counts.as<unsigned long long>());
+  IB_CUDA_CHECK_LAUNCH("moe_route");
+}
+
+int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType dtype,
+                         size_t workspace_bytes) {
+  // Per pair: its act row (F of the dtype) and its y row (D f32); 256 bytes for the alignment.
+  const auto per_pair = static_cast<int64_t>(dtype_size(dtype)) * f + 4 * d;
+  const int64_t by_bytes = (static_cast<int64_t>(workspace_bytes) - 256) / (k * per_pair);
+  return std::max<int64_t>(0, std::min({tokens, kMaxChunkPairs / k, by_bytes}));
+}
+
+void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                        const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
+                        int64_t f, void* workspace, size_t workspace_bytes, Tensor out,
+                        cudaStream_t stream) {
+  const int64_t t = x.rows(), d = x.row_size(), k = ids.row_size();
+  if (t == 0) return;
+  const int64_t chunk = moe_chunk_tokens(t, k, d, f, x.dtype, workspace_bytes);
+  IB_ASSERT(chunk >= 1, "moe_experts: the workspace holds no token's expert activations");
+  // Workspace: act (chunk * k, F) of T, then y (chunk * k, D) f32, 256-byte aligned.
+  const size_t act_bytes =
+      (static_cast<size_t>(chunk * k * f) * dtype_size(x.dtype) + 255) / 256 * 256;
+  auto* y = reinterpret_cast<float*>(static_cast<char*>(workspace) + act_bytes);
+  IB_DISPATCH_FLOAT(x.dtype, T, {
+    constexpr int kV = kVec16<T>;
+    bool vec = d % kV == 0 && f % kV == 0 && aligned16(x.data);
+    for (int i = 0; i < num_experts; ++i)
+      vec = vec && aligned16(gate_up.ptr[i]) && aligned16(down.ptr[i]);
+    T* act = static_cast<T*>(workspace);
+    for (int64_t t0 = 0; t0 < t; t0 += chunk) {
+      const int64_t tc = std::min(chunk, t - t0);
+      const auto pairs = static_cast<int>(tc * k);
+      const T* xc = x.as<const T>() + t0 * d;
+      const int32_t* idc = ids.as<const int32_t>() + t0 * k;
+      const dim3 gate_grid(static_cast<unsigned>(blocks_for(f, kWarps)),
+                           static_cast<unsigned>(num_experts));
+      const dim3 down_grid(static_cast<unsigned>(blocks_for(d, kWarps)),
+                           static_cast<unsigned>(num_experts));
+      if (vec) {
+        moe_gate_up_kernel<T, kV><<<gate_grid, kThreads, 0, stream>>>(
+            xc, d, idc, pairs, static_cast<int>(k), gate_up, f, act);
+        moe_down_kernel<T, kV><<<down_grid, kThreads, 0, stream>>>(act, f, idc, pairs, down, d, y);
+      } else {
+        moe_gate_up_kernel<T, 1><<<gate_grid, kThreads, 0, stream>>>(
+            xc, d, idc, pairs, static_cast<int>(k), gate_up, f, act);
+        moe_down_kernel<T, 1><<<down_grid, kThreads, 0, stream>>>(act, f, idc, pairs, down, d, y);
+      }
+      IB_CUDA_CHECK_LAUNCH("moe_experts");
+      moe_combine_kernel<T><<<blocks_for(tc * d, kThreads), kThreads, 0, stream>>>(
+          y, idc, weights.as<const float>() + t0 * k, tc, static_cast<int>(k), d,
+          out.as<T>() + t0 * d);
+      IB_CUDA_CHECK_LAUNCH("moe_experts combine");
+    }
+  });
+}
+
+}  // namespace ib::cuda

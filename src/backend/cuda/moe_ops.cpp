@@ -1,0 +1,58 @@
+// CudaBackend's MoeOps (backend/ops.h): shape checks, then the moe.cu launchers. The experts'
+// pointers travel as a kernel parameter and their scratch is the attention workspace (free
+// between ops), so neither op allocates, synchronizes or reads expert ids on the host: both run
+// inside the decode CUDA graphs.
+#include "backend/cuda/detail/cuda_backend_impl.h"
+#include "backend/cuda/detail/moe_kernels.h"
+
+namespace ib::cuda {
+
+void CudaBackend::moe_route(const Tensor& router_logits, bool renormalize, Tensor expert_ids,
+                            Tensor expert_weights, Tensor expert_tokens) {
+  const int64_t t = router_logits.rows(), e = router_logits.row_size(), k = expert_ids.row_size();
+  IB_ASSERT(router_logits.dtype == DType::kF32 && expert_ids.dtype == DType::kI32 &&
+                expert_weights.dtype == DType::kF32 && expert_tokens.dtype == DType::kI64,
+            "moe_route: logits f32, ids int32, weights f32, counts int64");
+  IB_ASSERT(expert_ids.rows() == t && expert_weights.rows() == t &&
+                expert_weights.row_size() == k && k >= 1 && k <= e && k <= kMoeMaxTopK &&
+                expert_tokens.numel() == e,
+            "moe_route: logits (T, E), ids and weights (T, k), k <= E and <= 8, counts (E)");
+  run_op("moe_route", [&] {
+    launch_moe_route(router_logits, renormalize, expert_ids, expert_weights, expert_tokens,
+                     stream_);
+  });
+}
+
+void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
+                              const Tensor& expert_weights, std::span<const WeightRef> gate_up,
+                              std::span<const WeightRef> down, Tensor out) {
+  const int64_t t = x.rows(), d = x.row_size(), k = expert_ids.row_size();
+  const auto e = static_cast<int64_t>(gate_up.size());
+  IB_ASSERT(x.dtype == dtype_ && out.dtype == dtype_, "moe_experts: x and out in act");
+  IB_ASSERT(e > 0 && e <= kMoeMaxExperts && down.size() == gate_up.size() && out.rows() == t &&
+                out.row_size() == d && expert_ids.dtype == DType::kI32 &&
+                expert_weights.dtype == DType::kF32 && expert_ids.rows() == t &&
+                expert_weights.rows() == t && expert_weights.row_size() == k && k >= 1,
+            "moe_experts: x, out (T, D); ids int32, weights f32 (T, k); 1-256 experts");
+  const int64_t f = gate_up[0].rows() / 2;
+  MoeExpertPtrs gate_up_ptrs, down_ptrs;
+  for (size_t i = 0; i < gate_up.size(); ++i) {
+    const WeightRef &gu = gate_up[i], &dn = down[i];
+    // Quantized experts are refused before loading (check_moe_quantization).
+    IB_ASSERT(gu.format == WeightFormat::kDense && dn.format == WeightFormat::kDense &&
+                  gu.data.dtype == dtype_ && dn.data.dtype == dtype_,
+              "moe_experts: dense experts in act");
+    IB_ASSERT(gu.rows() == 2 * f && gu.cols() == d && dn.rows() == d && dn.cols() == f,
+              "moe_experts: expert gate_up (2F, D), down (D, F)");
+    gate_up_ptrs.ptr[i] = gu.data.data;
+    down_ptrs.ptr[i] = dn.data.data;
+  }
+  IB_ASSERT(moe_chunk_tokens(1, k, d, f, dtype_, attention_workspace_.bytes()) >= 1,
+            "moe_experts: one token's expert activations exceed the workspace");
+  run_op("moe_experts", [&] {
+    launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs, static_cast<int>(e),
+                       f, attention_workspace_.data(), attention_workspace_.bytes(), out, stream_);
+  });
+}
+
+}  // namespace ib::cuda
