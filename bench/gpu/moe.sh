@@ -5,6 +5,7 @@
 # CudaEngineMoe: routing counts with graphs); then
 # tools/hf_compare.py on Mixtral (toy sizes and Mixtral-8x7B's sizes) against transformers on CUDA
 # in fp32 and bf16; then `inferbench run` on Mixtral-8x7B dummy weights in bf16 at batch 1.
+# With IB_GEMMA=1, also tools/hf_compare.py on Gemma-2 (CPU backend, fp32) against transformers.
 # Usage (from the repository root, ~7 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/moe.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-moe), IB_SKIP_TESTS=1, IB_SKIP_PARITY=1.
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test.json, parity.log,
@@ -27,7 +28,7 @@ if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=
 fi
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
-  timeout 120 "$B/src/backend/cuda/backend_cuda_test" --gtest_filter='*CudaMoe*' \
+  timeout 120 "$B/src/backend/cuda/backend_cuda_test" --gtest_filter='*CudaMoe*:*GeluTanhMulAffineAndSoftcap*' \
     --gtest_output="json:$O/backend_cuda_test.json" > "$O/tests.log" 2>&1
   echo "backend_cuda_test rc=$? $(el)"
   timeout 150 "$B/src/engine/engine_cuda_test" --gtest_filter='*_mixtral*:*CudaEngineMoe*' \
@@ -51,8 +52,17 @@ run() { local name=$1; shift
 run b1_mixtral-8x7b --model mixtral-8x7b --batch-size 1 --input-len 32 --output-len 128 \
   --num-prompts 4 --runs 3
 python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
+# Gemma-2 (engine/arch/gemma2.cpp) on the CPU backend against transformers, with IB_GEMMA=1: the
+# toy sizes (a 64-token window) and Gemma-2-9B's sizes with a 5,000-token prompt past its window.
+if [ "${IB_GEMMA:-0}" = 1 ]; then
+  timeout "${IB_GEMMA_TIMEOUT_S:-150}" python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
+    --families gemma2-tiny,gemma2 --runs cpu:fp32 --cpu-max-len 5000 \
+    --json-name hf_compare_gemma2.json --out "$O/parity" 2>&1 | grep -v Warning > "$O/parity_gemma2.log"
+  echo "hf_compare gemma2 rc=${PIPESTATUS[0]} $(el)"; tail -14 "$O/parity_gemma2.log"
+  [ -f "$O/parity/hf_compare_gemma2.json" ] && mv "$O/parity/hf_compare_gemma2.json" "$O/"
+fi
 rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
 # At most 8 files come back: the rest in extra.tgz.
-( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|engine_cuda_test.json|parity.log|hf_compare_mixtral_cuda.json|runs.log|runs.json)$' |
+( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|engine_cuda_test.json|parity.log|hf_compare_mixtral_cuda.json|hf_compare_gemma2.json|runs.log)$' |
   xargs -r tar czf extra.tgz --remove-files )
 echo "done $(el)"
