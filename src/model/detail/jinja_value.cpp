@@ -1,0 +1,319 @@
+// Values of the Jinja subset: truthiness, printing (str and repr as Python), equality, JSON.
+#include "model/detail/jinja_value.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace ib::detail::jinja {
+namespace {
+
+using K = Value::Kind;
+
+// repr(float) as Python prints it: shortest round trip, always with a '.' or an exponent.
+std::string float_repr(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  std::string s = fmt::format("{}", d);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string quote_python(const std::string& s) {
+  const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, q);
+  for (char c : s) {
+    if (c == q || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else {
+      out += c;
+    }
+  }
+  out += q;
+  return out;
+}
+
+void append_json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+}  // namespace
+
+const Value* Value::find(const std::string& key) const {
+  if (!dict) return nullptr;
+  for (const auto& [k, v] : *dict) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+Value Args::get(size_t i, const std::string& name, Value fallback) const {
+  if (i < positional.size()) return positional[i];
+  for (const auto& [k, v] : keyword) {
+    if (k == name) return v;
+  }
+  return fallback;
+}
+
+const char* kind_name(K k) {
+  switch (k) {
+    case K::kUndefined:
+      return "undefined";
+    case K::kNone:
+      return "none";
+    case K::kBool:
+      return "boolean";
+    case K::kInt:
+      return "integer";
+    case K::kFloat:
+      return "float";
+    case K::kString:
+      return "string";
+    case K::kList:
+      return "list";
+    case K::kDict:
+      return "dict";
+    case K::kCallable:
+      return "function";
+  }
+  return "?";
+}
+
+bool truthy(const Value& v) {
+  switch (v.kind) {
+    case K::kUndefined:
+    case K::kNone:
+      return false;
+    case K::kBool:
+      return v.boolean;
+    case K::kInt:
+      return v.integer != 0;
+    case K::kFloat:
+      return v.real != 0;
+    case K::kString:
+      return !v.str.empty();
+    case K::kList:
+      return !v.list->empty();
+    case K::kDict:
+      return v.is_namespace || !v.dict->empty();
+    case K::kCallable:
+      return true;
+  }
+  return false;
+}
+
+std::string to_str(const Value& v) {
+  switch (v.kind) {
+    case K::kUndefined:
+      return "";
+    case K::kString:
+      return v.str;
+    default:
+      return repr(v);
+  }
+}
+
+std::string repr(const Value& v) {
+  switch (v.kind) {
+    case K::kUndefined:
+      return "";
+    case K::kNone:
+      return "None";
+    case K::kBool:
+      return v.boolean ? "True" : "False";
+    case K::kInt:
+      return std::to_string(v.integer);
+    case K::kFloat:
+      return float_repr(v.real);
+    case K::kString:
+      return quote_python(v.str);
+    case K::kList: {
+      std::string out = "[";
+      for (size_t i = 0; i < v.list->size(); ++i) {
+        if (i > 0) out += ", ";
+        out += repr((*v.list)[i]);
+      }
+      out += ']';
+      return out;
+    }
+    case K::kDict: {
+      std::string out = v.is_namespace ? "<Namespace {" : "{";
+      bool first = true;
+      for (const auto& [k, item] : *v.dict) {
+        if (!first) out += ", ";
+        first = false;
+        out += quote_python(k) + ": " + repr(item);
+      }
+      out += v.is_namespace ? "}>" : "}";
+      return out;
+    }
+    case K::kCallable:
+      return "<function>";
+  }
+  return "";
+}
+
+bool equal(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is(K::kInt) && b.is(K::kInt)) return a.integer == b.integer;
+    return a.as_double() == b.as_double();
+  }
+  // Python: True == 1; kept apart here, as no template compares them.
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case K::kUndefined:
+    case K::kNone:
+      return true;
+    case K::kBool:
+      return a.boolean == b.boolean;
+    case K::kString:
+      return a.str == b.str;
+    case K::kList:
+      if (a.list->size() != b.list->size()) return false;
+      for (size_t i = 0; i < a.list->size(); ++i) {
+        if (!equal((*a.list)[i], (*b.list)[i])) return false;
+      }
+      return true;
+    case K::kDict:
+      if (a.dict->size() != b.dict->size()) return false;
+      for (const auto& [k, item] : *a.dict) {
+        const Value* other = b.find(k);
+        if (!other || !equal(item, *other)) return false;
+      }
+      return true;
+    default:
+      return a.callable == b.callable;
+  }
+}
+
+std::string to_json(const Value& v, int indent, int depth) {
+  const std::string item_sep = indent > 0 ? "," : ", ";
+  std::string pad;
+  std::string child_pad;
+  if (indent > 0) {
+    pad.push_back('\n');
+    pad.append(static_cast<size_t>(indent * depth), ' ');
+    child_pad = pad;
+    child_pad.append(static_cast<size_t>(indent), ' ');
+  }
+  switch (v.kind) {
+    case K::kUndefined:
+    case K::kNone:
+      return "null";
+    case K::kBool:
+      return v.boolean ? "true" : "false";
+    case K::kInt:
+      return std::to_string(v.integer);
+    case K::kFloat:
+      return std::isfinite(v.real) ? float_repr(v.real)
+                                   : (std::isnan(v.real) ? "NaN"
+                                      : v.real > 0       ? "Infinity"
+                                                         : "-Infinity");
+    case K::kString: {
+      std::string out;
+      append_json_string(out, v.str);
+      return out;
+    }
+    case K::kList: {
+      if (v.list->empty()) return "[]";
+      std::string out = "[";
+      for (size_t i = 0; i < v.list->size(); ++i) {
+        if (i > 0) out += item_sep;
+        out += child_pad + to_json((*v.list)[i], indent, depth + 1);
+      }
+      out += pad;
+      out += ']';
+      return out;
+    }
+    case K::kDict: {
+      if (v.dict->empty()) return "{}";
+      std::string out = "{";
+      bool first = true;
+      for (const auto& [k, item] : *v.dict) {
+        if (!first) out += item_sep;
+        first = false;
+        out += child_pad;
+        append_json_string(out, k);
+        out += ": " + to_json(item, indent, depth + 1);
+      }
+      out += pad;
+      out += '}';
+      return out;
+    }
+    case K::kCallable:
+      return "null";
+  }
+  return "null";
+}
+
+Value from_json(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value::of(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Value::of(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value::of(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value::of(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      List l;
+      l.reserve(j.size());
+      for (const auto& item : j) l.push_back(from_json(item));
+      return Value::of(std::move(l));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Dict d;
+      d.reserve(j.size());
+      for (const auto& [k, item] : j.items()) d.emplace_back(k, from_json(item));
+      return Value::of(std::move(d));
+    }
+    default:
+      return Value::none();
+  }
+}
+
+}  // namespace ib::detail::jinja
