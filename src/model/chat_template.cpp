@@ -139,8 +139,12 @@ Result<std::optional<ChatFormat>> ChatFormat::load(const std::string& model,
 }
 
 Result<std::string> ChatFormat::render(const nlohmann::ordered_json& messages,
-                                       bool add_generation_prompt) const {
+                                       bool add_generation_prompt,
+                                       const nlohmann::ordered_json* extra_variables) const {
   nlohmann::ordered_json variables = *variables_;
+  if (extra_variables && extra_variables->is_object()) {
+    for (const auto& [k, v] : extra_variables->items()) variables[k] = v;
+  }
   variables["messages"] = messages;
   variables["add_generation_prompt"] = add_generation_prompt;
   return template_.render(variables);

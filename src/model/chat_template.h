@@ -59,8 +59,10 @@ class ChatFormat {
                          nlohmann::ordered_json variables);
 
   // messages: an array of {"role", "content", ...} objects, passed to the template as is.
-  Result<std::string> render(const nlohmann::ordered_json& messages,
-                             bool add_generation_prompt) const;
+  // extra_variables: more variables (tools, enable_thinking: vLLM's chat_template_kwargs), an
+  // object or nullptr.
+  Result<std::string> render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                             const nlohmann::ordered_json* extra_variables = nullptr) const;
   // Where the template came from, for logs: "tokenizer_config.json", "FILE".
   const std::string& origin() const { return origin_; }
 

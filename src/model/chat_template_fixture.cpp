@@ -1,0 +1,44 @@
+// Renders conversations with a model directory's chat template, for chat_template_npm_test.
+// Usage: chat_template_fixture MODEL_DIR CASES_JSON
+//   CASES_JSON: [{"messages": [...], "add_generation_prompt": bool, "variables": {...}}, ...]
+// Prints one JSON line per case: {"text": "..."} or {"error": "..."}.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "model/chat_template.h"
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: chat_template_fixture MODEL_DIR CASES_JSON\n";
+    return 2;
+  }
+  auto format = ib::ChatFormat::load(argv[1], "");
+  if (!format.ok() || !format->has_value()) {
+    std::cerr << (format.ok() ? "no chat template" : format.error().message) << "\n";
+    return 1;
+  }
+  std::ifstream in(argv[2]);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto cases = nlohmann::ordered_json::parse(text.str(), nullptr, false);
+  if (!cases.is_array()) {
+    std::cerr << argv[2] << ": not a JSON array\n";
+    return 1;
+  }
+  for (const auto& c : cases) {
+    const nlohmann::ordered_json variables = c.value("variables", nlohmann::ordered_json::object());
+    auto out =
+        (*format)->render(c.at("messages"), c.value("add_generation_prompt", false), &variables);
+    nlohmann::ordered_json line;
+    if (out.ok()) {
+      line["text"] = *out;
+    } else {
+      line["error"] = out.error().message;
+    }
+    std::cout << line.dump() << "\n";
+  }
+  return 0;
+}
