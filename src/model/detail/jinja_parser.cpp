@@ -14,6 +14,9 @@ using TK = Token::Kind;
 using EK = Expr::Kind;
 using SK = Stmt::Kind;
 
+// Deeper nesting of blocks or expressions is refused (the parser recurses once per level).
+constexpr int kMaxNesting = 200;
+
 // Jinja statements outside the subset: named in the error rather than "unknown".
 constexpr std::array<std::string_view, 14> kUnsupportedStatements = {
     "include", "extends", "block",      "call", "filter",     "with",  "raw",
@@ -98,7 +101,17 @@ class Parser {
     }
   }
 
+  // Counts one level of nesting for the lifetime of a parse function's frame.
+  struct Nest {
+    explicit Nest(Parser& p, SourcePos pos) : parser(p) {
+      if (++parser.depth_ > kMaxNesting) fail(pos, "blocks or expressions nested too deeply");
+    }
+    ~Nest() { --parser.depth_; }
+    Parser& parser;
+  };
+
   std::unique_ptr<Stmt> parse_statement(SourcePos pos) {
+    const Nest nest(*this, pos);
     const Token& name = next();
     const std::string& s = name.text;
     if (s == "if") return parse_if(pos);
@@ -124,6 +137,7 @@ class Parser {
   }
 
   std::unique_ptr<Stmt> parse_if(SourcePos pos) {
+    const Nest nest(*this, pos);
     auto st = stmt(SK::kIf, pos);
     st->expr = parse_expr();
     expect(TK::kStmtClose, "'%}'");
@@ -288,6 +302,7 @@ class Parser {
     return e;
   }
   ExprPtr parse_unary() {
+    const Nest nest(*this, peek().pos);
     if (is_op("-") || is_op("+")) {
       auto u = expr(EK::kUnary, peek().pos);
       u->name = next().text;
@@ -530,6 +545,7 @@ class Parser {
 
   std::vector<Token> t_;
   size_t k_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

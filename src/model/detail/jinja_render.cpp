@@ -18,6 +18,8 @@ using SK = Stmt::Kind;
 // Rendered output past this size is refused (a loop over range() cannot fill memory).
 constexpr size_t kMaxOutputBytes = 64u << 20;
 constexpr int kMaxCallDepth = 64;
+// Statements and expressions evaluated per render, past which a template is taken to loop away.
+constexpr int64_t kMaxSteps = 20'000'000;
 
 struct Scope {
   Dict vars;
@@ -68,6 +70,7 @@ class Renderer {
   }
 
   Flow exec(const Stmt& s, Scope& scope, std::string& out) {
+    step(s.pos);
     switch (s.kind) {
       case SK::kText:
         out += s.text;
@@ -200,7 +203,12 @@ class Renderer {
     return v.integer;
   }
 
+  void step(SourcePos pos) {
+    if (++steps_ > kMaxSteps) render_error(pos, "the template runs past 20 million steps");
+  }
+
   Value eval(const Expr& e, Scope& scope) {
+    step(e.pos);
     switch (e.kind) {
       case EK::kLiteral:
         return e.value;
@@ -370,6 +378,7 @@ class Renderer {
 
   Scope root_;
   int depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace

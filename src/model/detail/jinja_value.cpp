@@ -153,7 +153,30 @@ std::string to_str(const Value& v) {
   }
 }
 
+namespace {
+
+// A namespace may hold itself (`set ns.x = ns`): printing and comparing stop at this depth.
+constexpr int kMaxValueDepth = 100;
+
+void check_depth(int depth) {
+  if (depth > kMaxValueDepth) {
+    throw TemplateError(TemplateError::Kind::kRender, {}, "a value nested over 100 levels deep");
+  }
+}
+
+std::string repr_at(const Value& v, int depth);
+bool equal_at(const Value& a, const Value& b, int depth);
+
+}  // namespace
+
 std::string repr(const Value& v) {
+  return repr_at(v, 0);
+}
+
+namespace {
+
+std::string repr_at(const Value& v, int depth) {
+  check_depth(depth);
   switch (v.kind) {
     case K::kUndefined:
       return "";
@@ -171,7 +194,7 @@ std::string repr(const Value& v) {
       std::string out = "[";
       for (size_t i = 0; i < v.list->size(); ++i) {
         if (i > 0) out += ", ";
-        out += repr((*v.list)[i]);
+        out += repr_at((*v.list)[i], depth + 1);
       }
       out += ']';
       return out;
@@ -182,7 +205,7 @@ std::string repr(const Value& v) {
       for (const auto& [k, item] : *v.dict) {
         if (!first) out += ", ";
         first = false;
-        out += quote_python(k) + ": " + repr(item);
+        out += quote_python(k) + ": " + repr_at(item, depth + 1);
       }
       out += v.is_namespace ? "}>" : "}";
       return out;
@@ -193,7 +216,8 @@ std::string repr(const Value& v) {
   return "";
 }
 
-bool equal(const Value& a, const Value& b) {
+bool equal_at(const Value& a, const Value& b, int depth) {
+  check_depth(depth);
   if (a.is_number() && b.is_number()) {
     if (a.is(K::kInt) && b.is(K::kInt)) return a.integer == b.integer;
     return a.as_double() == b.as_double();
@@ -211,14 +235,14 @@ bool equal(const Value& a, const Value& b) {
     case K::kList:
       if (a.list->size() != b.list->size()) return false;
       for (size_t i = 0; i < a.list->size(); ++i) {
-        if (!equal((*a.list)[i], (*b.list)[i])) return false;
+        if (!equal_at((*a.list)[i], (*b.list)[i], depth + 1)) return false;
       }
       return true;
     case K::kDict:
       if (a.dict->size() != b.dict->size()) return false;
       for (const auto& [k, item] : *a.dict) {
         const Value* other = b.find(k);
-        if (!other || !equal(item, *other)) return false;
+        if (!other || !equal_at(item, *other, depth + 1)) return false;
       }
       return true;
     default:
@@ -226,7 +250,14 @@ bool equal(const Value& a, const Value& b) {
   }
 }
 
+}  // namespace
+
+bool equal(const Value& a, const Value& b) {
+  return equal_at(a, b, 0);
+}
+
 std::string to_json(const Value& v, int indent, int depth) {
+  check_depth(depth);
   const std::string item_sep = indent > 0 ? "," : ", ";
   std::string pad;
   std::string child_pad;
