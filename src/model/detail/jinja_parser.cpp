@@ -18,9 +18,9 @@ using SK = Stmt::Kind;
 constexpr int kMaxNesting = 200;
 
 // Jinja statements outside the subset: named in the error rather than "unknown".
-constexpr std::array<std::string_view, 14> kUnsupportedStatements = {
-    "include", "extends", "block",      "call", "filter",     "with",  "raw",
-    "import",  "from",    "autoescape", "do",   "generation", "trans", "pluralization"};
+constexpr std::array<std::string_view, 13> kUnsupportedStatements = {
+    "include", "extends", "block",      "call", "filter", "with",         "raw",
+    "import",  "from",    "autoescape", "do",   "trans",  "pluralization"};
 
 // Names that end an expression rather than start an argument (`x is defined and y`).
 bool is_keyword(const std::string& s) {
@@ -118,6 +118,7 @@ class Parser {
     if (s == "for") return parse_for(pos);
     if (s == "set") return parse_set(pos);
     if (s == "macro") return parse_macro(pos);
+    if (s == "generation") return parse_generation(pos);
     if (s == "break" || s == "continue") {
       auto st = stmt(s == "break" ? SK::kBreak : SK::kContinue, pos);
       expect(TK::kStmtClose, "'%}'");
@@ -198,6 +199,19 @@ class Parser {
     expect(TK::kStmtClose, "'%}' or '='");
     std::string which;
     st->body = parse_body({"endset"}, &which);
+    expect(TK::kStmtClose, "'%}'");
+    return st;
+  }
+
+  // {% generation %}...{% endgeneration %} (transformers' assistant-mask marker): its body is
+  // rendered as if the tags were not there.
+  std::unique_ptr<Stmt> parse_generation(SourcePos pos) {
+    auto st = stmt(SK::kIf, pos);
+    st->expr = expr(EK::kLiteral, pos);
+    st->expr->value = Value::of(true);
+    expect(TK::kStmtClose, "'%}'");
+    std::string which;
+    st->body = parse_body({"endgeneration"}, &which);
     expect(TK::kStmtClose, "'%}'");
     return st;
   }
