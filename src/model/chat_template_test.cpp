@@ -93,6 +93,8 @@ TEST(ChatTemplate, FiltersAndTests) {
   EXPECT_EQ(render("{{ {'a': [1, 'é', none, true, 1.5]}|tojson }}"),
             "{\"a\": [1, \"é\", null, true, 1.5]}");
   EXPECT_EQ(render("{{ {'a': 1}|tojson(indent=2) }}"), "{\n  \"a\": 1\n}");
+  EXPECT_EQ(render("{{ s|tojson }}", {{"s", "q\"b\\\n\x01\xff"}}),
+            "\"q\\\"b\\\\\\n\\u0001\xEF\xBF\xBD\"");
   EXPECT_EQ(render("{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='c')|join(',') }}",
                    {{"ms",
                      {{{"role", "user"}, {"c", "1"}},

@@ -165,12 +165,12 @@ Value apply_filter(const std::string& name, const Value& v, Args& a) {
   if (name == "select" || name == "reject") return select(v, a, false, name == "select");
   if (name == "selectattr" || name == "rejectattr") return select(v, a, true, name == "selectattr");
   if (name == "map") {
-    const Value attr = a.get(99, "attribute");
+    const Value attr = a.keyword_or("attribute");
     List out;
     for (const Value& item : iterate(v, a.pos)) {
       if (attr.is(K::kString)) {
         const Value got = item.is(K::kDict) ? member(item, attr.str, a.pos) : Value{};
-        out.push_back(got.is(K::kUndefined) ? a.get(99, "default") : got);
+        out.push_back(got.is(K::kUndefined) ? a.keyword_or("default") : got);
       } else {
         if (a.positional.empty() || !a.positional[0].is(K::kString)) {
           render_error(a.pos, "map() takes a filter name or attribute=");

@@ -41,40 +41,10 @@ std::string quote_python(const std::string& s) {
   return out;
 }
 
+// A JSON string literal as Python's json.dumps(ensure_ascii=False) writes it (invalid UTF-8,
+// which a Python str cannot hold, becomes U+FFFD).
 void append_json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
+  out += nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -89,6 +59,13 @@ const Value* Value::find(const std::string& key) const {
 
 Value Args::get(size_t i, const std::string& name, Value fallback) const {
   if (i < positional.size()) return positional[i];
+  for (const auto& [k, v] : keyword) {
+    if (k == name) return v;
+  }
+  return fallback;
+}
+
+Value Args::keyword_or(const std::string& name, Value fallback) const {
   for (const auto& [k, v] : keyword) {
     if (k == name) return v;
   }

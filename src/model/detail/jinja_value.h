@@ -104,6 +104,8 @@ struct Args {
   SourcePos pos;
   // The i-th positional or the keyword `name`, else fallback.
   Value get(size_t i, const std::string& name, Value fallback = Value{}) const;
+  // The keyword argument `name` only, else fallback.
+  Value keyword_or(const std::string& name, Value fallback = Value{}) const;
 };
 
 const char* kind_name(Value::Kind k);
