@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/run_options.h"
 #include "core/clock.h"
+#include "model/chat_template.h"
 #include "model/presets.h"
 #include "model/tokenizer.h"
 #include "server/server.h"
@@ -98,6 +99,10 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   add_engine_flags(app, f);
   app.add_option("--max-body-size", f.max_body_size, "larger request bodies get 413")
       ->capture_default_str();
+  app.add_option("--chat-template", f.chat_template,
+                 "a Jinja chat template file for /v1/chat/completions, overriding the model's "
+                 "(tokenizer_config.json's chat_template or chat_template.jinja); without either, "
+                 "chat messages use the fixed \"<|role|>\\ncontent\\n\" format");
 }
 
 Result<int> execute_serve(const ServeFlags& f) {
@@ -110,6 +115,8 @@ Result<int> execute_serve(const ServeFlags& f) {
   if (!(f.token_rate >= 0)) return user_error("--token-rate must be >= 0");
   IB_ASSIGN_OR_RETURN(const int64_t body_bytes, parse_bytes(f.max_body_size, "--max-body-size"));
   IB_ASSIGN_OR_RETURN(auto tokenizer, load_tokenizer(f.model == "null" ? "" : f.model));
+  IB_ASSIGN_OR_RETURN(auto chat_format,
+                      ChatFormat::load(f.model == "null" ? "" : f.model, f.chat_template));
   IB_ASSIGN_OR_RETURN(auto generator, make_generator(f));
   const int64_t open_files = raise_open_file_limit();
 
@@ -125,14 +132,18 @@ Result<int> execute_serve(const ServeFlags& f) {
   if (f.device != "cpu" || std::getenv("INFERBENCH_NVML_LIBRARY") != nullptr) {  // a fake NVML
     o.energy_joules = nvml_energy();
   }
+  const std::string chat_origin = chat_format
+                                      ? "chat template from " + chat_format->origin()
+                                      : std::string("no chat template: the fixed <|role|> format");
+  if (chat_format) o.chat_format = std::make_shared<const ChatFormat>(std::move(*chat_format));
   const std::string tokenizer_name = tokenizer->name();
   auto server = make_server(std::move(o), std::move(generator), std::move(tokenizer));
   std::fprintf(stderr, "inferbench: loading %s on %s\n", f.model.c_str(), f.device.c_str());
   IB_TRY(server->start());
   std::fprintf(stderr,
-               "inferbench: serving %s (tokenizer %s, open-file limit %lld) on http://%s:%u; "
-               "SIGINT/SIGTERM drains\n",
-               server->describe().c_str(), tokenizer_name.c_str(),
+               "inferbench: serving %s (tokenizer %s, %s, open-file limit %lld) on "
+               "http://%s:%u; SIGINT/SIGTERM drains\n",
+               server->describe().c_str(), tokenizer_name.c_str(), chat_origin.c_str(),
                static_cast<long long>(open_files), f.host.c_str(), server->port());
   std::fflush(stderr);
   server->run();

@@ -24,6 +24,7 @@ struct ServeFlags : EngineFlags {
   double token_rate = 0;                     // null model: tokens/s per request (0: unpaced)
   uint64_t seed = 0;
   std::string max_body_size = "16MiB";
+  std::string chat_template;  // a Jinja file overriding the model's chat template (vLLM's flag)
 };
 
 void add_serve_flags(CLI::App& app, ServeFlags& flags);

@@ -49,7 +49,25 @@ class BpeTokenizer final : public Tokenizer {
   std::string name() const override { return "bpe"; }
 
   std::vector<int32_t> encode(std::string_view text) const override {
-    std::vector<int32_t> ids = template_.prefix;
+    return encode_text(text, true);
+  }
+  std::vector<int32_t> encode_without_specials(std::string_view text) const override {
+    return encode_text(text, false);
+  }
+
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    return decode_text(ids, false);
+  }
+  std::string decode_continuation(const std::vector<int32_t>& ids) const override {
+    return decode_text(ids, true);
+  }
+
+  Status load(const json& doc, const json& config);
+
+ private:
+  std::vector<int32_t> encode_text(std::string_view text, bool add_specials) const {
+    std::vector<int32_t> ids;
+    if (add_specials) ids = template_.prefix;
     size_t start = 0;
     size_t i = 0;
     while (i < text.size()) {
@@ -71,20 +89,10 @@ class BpeTokenizer final : public Tokenizer {
       start = i;
     }
     encode_section(text.substr(start), start == 0, ids);
-    ids.insert(ids.end(), template_.suffix.begin(), template_.suffix.end());
+    if (add_specials) ids.insert(ids.end(), template_.suffix.begin(), template_.suffix.end());
     return ids;
   }
 
-  std::string decode(const std::vector<int32_t>& ids) const override {
-    return decode_text(ids, false);
-  }
-  std::string decode_continuation(const std::vector<int32_t>& ids) const override {
-    return decode_text(ids, true);
-  }
-
-  Status load(const json& doc, const json& config);
-
- private:
   std::string decode_text(const std::vector<int32_t>& ids, bool continuation) const {
     std::string out;
     std::vector<std::string> pending;  // model tokens waiting for the decoder

@@ -18,6 +18,11 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
   virtual std::string name() const = 0;
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // As encode, without the BOS/EOS the tokenizer adds around a text (transformers'
+  // add_special_tokens=False): for text a chat template rendered, which writes its own.
+  virtual std::vector<int32_t> encode_without_specials(std::string_view text) const {
+    return encode(text);
+  }
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   // The text of ids that continue earlier text (a stream's next tokens): as decode, but without
   // the strip of a leading space that SentencePiece-style decoders apply at the start of a text.

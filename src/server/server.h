@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/result.h"
+#include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "server/generator.h"  // IWYU pragma: export
 #include "server/protocol.h"   // IWYU pragma: export
@@ -34,6 +35,9 @@ struct ServerOptions {
   // /metrics also under vLLM's names and labels (vllm:num_requests_running, ...), so that
   // dashboards built for vLLM read inferbench (serve --metrics-names vllm).
   bool vllm_metric_names = false;
+  // The model's chat template for /v1/chat/completions and /tokenize {messages}; null:
+  // render_chat's fixed format (models without a template).
+  std::shared_ptr<const ChatFormat> chat_format;
 };
 
 class Server {

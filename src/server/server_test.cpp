@@ -336,5 +336,49 @@ TEST(Server, TokenizeAndDetokenizeAsVllm) {
   EXPECT_EQ(http_call(server.port(), "GET", "/tokenize").status, 405);
 }
 
+TEST(Server, ChatUsesTheModelsTemplateAndRejectionsAre400) {
+  // Gemma-2's published template: no system role, roles must alternate.
+  auto t = ChatTemplate::parse(
+      "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+      "{{ raise_exception('System role not supported') }}{% endif %}"
+      "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+      "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+      "{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}"
+      "{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\\n' + "
+      "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+      "{{'<start_of_turn>model\\n'}}{% endif %}");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ServerOptions options;
+  options.chat_format = std::make_shared<const ChatFormat>(
+      ChatFormat::from(std::move(t).value(), "test", {{"bos_token", "<bos>"}}));
+  RunningServer server(make_null_generator(0), std::move(options));
+  const std::string rendered = "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n";
+  // The null model echoes its prompt: the reply starts with the rendered template.
+  const auto r = http_call(server.port(), "POST", "/v1/chat/completions",
+                           R"({"messages": [{"role": "user", "content": " Hi "}],
+                               "max_tokens": 200})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<int>(rendered.size()));
+  EXPECT_EQ(j["choices"][0]["message"]["content"].get<std::string>().substr(0, rendered.size()),
+            rendered);
+  const auto count = json::parse(http_call(server.port(), "POST", "/tokenize",
+                                           R"({"messages": [{"role": "user", "content": "Hi"}]})")
+                                     .body);
+  EXPECT_EQ(count["count"], rendered.size());
+  // A system message, which the template rejects: an OpenAI-style 400 with its message.
+  for (const char* path : {"/v1/chat/completions", "/tokenize"}) {
+    const auto bad = http_call(server.port(), "POST", path,
+                               R"({"messages": [{"role": "system", "content": "Be brief."},
+                                                {"role": "user", "content": "Hi"}]})");
+    EXPECT_EQ(bad.status, 400) << path;
+    const json e = json::parse(bad.body)["error"];
+    EXPECT_EQ(e["param"], "messages");
+    EXPECT_EQ(e["type"], "invalid_request_error");
+    EXPECT_NE(e["message"].get<std::string>().find("System role not supported"), std::string::npos)
+        << e;
+  }
+}
+
 }  // namespace
 }  // namespace ib

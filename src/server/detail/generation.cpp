@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/clock.h"
+#include "server/detail/chat_prompt.h"
 #include "server/detail/http_session.h"
 
 namespace ib::detail {
@@ -35,7 +36,11 @@ void Session::start_generation(ApiKind kind, const Request& req) {
   GenerationCall& call = std::get<GenerationCall>(parsed);
   std::vector<int32_t> tokens;
   if (kind == ApiKind::kChat) {
-    tokens = core_.tokenizer.encode(render_chat(call.messages));
+    auto chat = chat_prompt_tokens(call.messages, core_.options.chat_format.get(), core_.tokenizer);
+    if (auto* e = std::get_if<ApiError>(&chat)) {
+      return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
+    }
+    tokens = std::move(std::get<std::vector<int32_t>>(chat));
   } else if (!call.prompt_tokens.empty()) {
     tokens = call.prompt_tokens;
   } else {

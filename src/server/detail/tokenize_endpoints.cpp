@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/detail/chat_prompt.h"
+
 namespace ib::detail {
 namespace {
 
@@ -30,7 +32,8 @@ std::optional<ApiError> wrong_model(const std::string& asked, const ServedModel&
 }  // namespace
 
 std::variant<std::string, ApiError> tokenize_body(std::string_view body, const Tokenizer& tokenizer,
-                                                  const ServedModel& model) {
+                                                  const ServedModel& model,
+                                                  const ChatFormat* chat_format) {
   const json doc = json::parse(body, nullptr, false);
   if (!doc.is_object()) return bad("", "the body must be a JSON object");
   const ApiKind kind = doc.contains("messages") ? ApiKind::kChat : ApiKind::kCompletions;
@@ -43,7 +46,9 @@ std::variant<std::string, ApiError> tokenize_body(std::string_view body, const T
   if (auto e = wrong_model(call.model, model)) return *e;
   std::vector<int32_t> tokens;
   if (kind == ApiKind::kChat) {
-    tokens = tokenizer.encode(render_chat(call.messages));
+    auto chat = chat_prompt_tokens(call.messages, chat_format, tokenizer);
+    if (auto* e = std::get_if<ApiError>(&chat)) return *e;
+    tokens = std::move(std::get<std::vector<int32_t>>(chat));
   } else if (!call.prompt_tokens.empty()) {
     tokens = call.prompt_tokens;
   } else {

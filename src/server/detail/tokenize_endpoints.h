@@ -7,6 +7,7 @@
 #include <string_view>
 #include <variant>
 
+#include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "server/protocol.h"
 
@@ -14,8 +15,10 @@ namespace ib::detail {
 
 // {"model"?, "prompt": text | token ids} or {"model"?, "messages": [...]} (rendered as
 // /v1/chat/completions renders them) -> {"count", "max_model_len", "tokens", "token_strs": null}.
+// chat_format: the model's chat template, or null (chat_prompt.h).
 std::variant<std::string, ApiError> tokenize_body(std::string_view body, const Tokenizer& tokenizer,
-                                                  const ServedModel& model);
+                                                  const ServedModel& model,
+                                                  const ChatFormat* chat_format);
 // {"model"?, "tokens": [ids]} -> {"prompt": text}. Ids outside the vocabulary are a 400.
 std::variant<std::string, ApiError> detokenize_body(std::string_view body,
                                                     const Tokenizer& tokenizer,
