@@ -55,6 +55,7 @@ void Session::start_generation(ApiKind kind, const Request& req) {
   g.sampling.top_k = std::max(call.top_k, 0);
   g.sampling.seed = call.seed ? *call.seed : core_.options.seed + g.id;
   g.ignore_eos = call.ignore_eos;
+  if (core_.served.is_adapter(call.model)) g.lora_name = call.model;
   gen_ = Generation{};
   gen_.id = g.id;
   gen_.kind = kind;
