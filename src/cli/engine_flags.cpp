@@ -36,8 +36,9 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                "in one batch");
   app.add_option("--lora-modules", f.lora_modules,
                  "PEFT adapters to load at startup, name=path ... (the directory PEFT's "
-                 "save_pretrained wrote)")
-      ->expected(1, -1);
+                 "save_pretrained wrote; also comma-separated, as suite files give them)")
+      ->expected(1, -1)
+      ->delimiter(',');
   app.add_option("--max-loras", f.max_loras,
                  "adapters loaded at once (each holds a device slot); loading another is refused "
                  "until one is unloaded")
