@@ -80,7 +80,7 @@ std::vector<float> to_f32(const HostTensorRef& t) {
   return out;
 }
 
-Status refuse(const std::string& dir, const std::string& what) {
+Error refuse(const std::string& dir, const std::string& what) {
   return user_error("LoRA adapter " + dir + ": " + what);
 }
 
@@ -160,22 +160,31 @@ Result<LoraAdapter> load_lora_adapter(const std::string& dir, const ModelConfig&
   const nlohmann::json alpha = cfg.value("lora_alpha", nlohmann::json(8));
   if (!alpha.is_number()) return refuse(dir, "lora_alpha must be a number");
   adapter.alpha = alpha.get<double>();
-  adapter.use_rslora = cfg.value("use_rslora", false);
+  adapter.use_rslora =
+      cfg.contains("use_rslora") && cfg["use_rslora"].is_boolean() && cfg["use_rslora"].get<bool>();
   adapter.scale = static_cast<float>(
       adapter.use_rslora ? adapter.alpha / std::sqrt(static_cast<double>(adapter.rank))
                          : adapter.alpha / adapter.rank);
   if (cfg.contains("base_model_name_or_path") && cfg["base_model_name_or_path"].is_string()) {
     adapter.base_model = cfg["base_model_name_or_path"].get<std::string>();
   }
-  if (const std::string bias = cfg.value("bias", std::string("none")); bias != "none") {
+  const std::string bias =
+      cfg.contains("bias") && cfg["bias"].is_string() ? cfg["bias"].get<std::string>() : "none";
+  if (bias != "none") {
     return refuse(dir, "bias \"" + bias +
                            "\": adapters that train biases are not served (their biases would "
                            "replace the base model's); retrain with bias=\"none\"");
   }
-  if (cfg.value("use_dora", false)) {
+  if (cfg.contains("lora_bias") && cfg["lora_bias"].is_boolean() && cfg["lora_bias"].get<bool>()) {
+    return refuse(dir,
+                  "lora_bias: adapters with a bias on lora_B are not served; retrain with "
+                  "lora_bias=False");
+  }
+  if (cfg.contains("use_dora") && cfg["use_dora"].is_boolean() && cfg["use_dora"].get<bool>()) {
     return refuse(dir, "use_dora: DoRA adapters are not served; use a plain LoRA adapter");
   }
-  if (cfg.value("fan_in_fan_out", false)) {
+  if (cfg.contains("fan_in_fan_out") && cfg["fan_in_fan_out"].is_boolean() &&
+      cfg["fan_in_fan_out"].get<bool>()) {
     return refuse(dir, "fan_in_fan_out: transposed (Conv1D) adapters are not served");
   }
   for (const char* key : {"rank_pattern", "alpha_pattern"}) {

@@ -117,7 +117,7 @@ TEST(Protocol, RejectsBadInputNamingTheField) {
 }
 
 TEST(Protocol, ChecksAgainstTheModel) {
-  const ServedModel m{"tiny", 100, 1000};
+  const ServedModel m{"tiny", 100, 1000, {}};
   GenerationCall call;
   call.max_tokens = 10;
   EXPECT_EQ(std::get<int>(check_against_model(call, 90, {}, m)), 10);
