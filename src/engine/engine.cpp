@@ -422,6 +422,7 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   shape.num_kv_heads = model.num_kv_heads;
   shape.head_dim = model.head_dim;
   IB_TRY(backend.supports_attention(shape));
+  if (config.enable_lora) IB_TRY(detail::ModelRunner::check_lora_runs(model, backend));
   WeightOptions options = weights;
   IB_ASSIGN_OR_RETURN(options.quantization, quantization_weight_format(config.quantization));
   options.asymmetric = quantization_is_asymmetric(config.quantization);

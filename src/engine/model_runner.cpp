@@ -64,23 +64,26 @@ ModelRunner::ModelRunner(const ModelConfig& model, const Architecture& arch, Mod
   attn_shape_.sliding_window = model.sliding_window;
 }
 
+Status ModelRunner::check_lora_runs(const ModelConfig& model, Backend& backend) {
+  if (backend.lora_ops() == nullptr) {
+    return user_error("--enable-lora: the " + backend.device_info().kind +
+                      " backend has no LoRA kernels yet; run LoRA on --device cpu, or fold a "
+                      "single adapter into the weights with --merge-lora");
+  }
+  if (model.moe.num_experts > 0) {
+    return user_error("--enable-lora: LoRA on mixture-of-experts models (" + model.name +
+                      ") is not supported; use a dense model");
+  }
+  return Ok{};
+}
+
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& model,
                                                          ModelWeights weights,
                                                          const RunnerLimits& limits,
                                                          Backend& backend) {
   IB_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(model));
   IB_TRY(check_moe_runs(model, WeightFormat::kDense, backend));
-  if (limits.lora_slots > 0) {
-    if (backend.lora_ops() == nullptr) {
-      return user_error("--enable-lora: the " + backend.device_info().kind +
-                        " backend has no LoRA kernels yet; run LoRA on --device cpu, or fold a "
-                        "single adapter into the weights with --merge-lora");
-    }
-    if (model.moe.num_experts > 0) {
-      return user_error("--enable-lora: LoRA on mixture-of-experts models (" + model.name +
-                        ") is not supported; use a dense model");
-    }
-  }
+  if (limits.lora_slots > 0) IB_TRY(check_lora_runs(model, backend));
   std::unique_ptr<ModelRunner> runner(
       new ModelRunner(model, *arch, std::move(weights), limits, backend));
   IB_TRY(runner->allocate());

@@ -80,6 +80,9 @@ class ModelRunner {
   // sized from the memory left after these.
   static Result<std::unique_ptr<ModelRunner>> create(const ModelConfig& model, ModelWeights weights,
                                                      const RunnerLimits& limits, Backend& backend);
+  // Whether the backend runs LoRA adapters on this model (LoraOps, a dense model): a user error
+  // naming the fix otherwise; checked before any weight is loaded.
+  static Status check_lora_runs(const ModelConfig& model, Backend& backend);
   void attach_kv_cache(KvCache kv) { kv_ = std::move(kv); }
   KvCache& kv_cache() { return kv_; }  // on-demand growth reallocates it (no graphs then)
   // Captures the decode graphs (after attach_kv_cache); max_model_len is the resolved limit.
