@@ -25,17 +25,15 @@ CPU rows only (HF on the CPU too; toy sizes run in seconds):
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import torch
 import transformers
 
 from hf_compare import FAMILIES as HF_FAMILIES
-from hf_compare import TOLERANCE
+from hf_compare import TOLERANCE, Refused, compare, run_inferbench
 from hf_models import ieee_fp32, make_config, random_model
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -51,10 +49,6 @@ FAMILIES = {
         num_key_value_heads=2, rope_theta=1000000.0, rms_norm_eps=1e-6,
         max_position_embeddings=8192, use_sliding_window=False, tie_word_embeddings=False), None),
 }
-
-
-class Refused(RuntimeError):
-    """inferbench refused the run as a user error (exit 2)."""
 
 
 def save_base(name, layers, seed, directory, device):
@@ -98,30 +92,12 @@ def hf_step_logits(model, prompt, tokens, device):
     return model(input_ids=ids).logits[0, -len(tokens):].float().cpu().numpy()
 
 
-def run_inferbench(binary, base_dir, adapter_dir, rank, mode, device, dtype, prompt, steps,
-                   out_npy):
-    cmd = [binary, "generate", "--model", base_dir, "--device", device, "--dtype", dtype,
-           "--load-format", "safetensors", "--prompt-token-ids", ",".join(map(str, prompt)),
-           "--max-tokens", str(steps), "--dump-logits", out_npy,
-           "--lora-modules", f"a={adapter_dir}", "--max-lora-rank", str(rank)]
+def run_lora(binary, base_dir, adapter_dir, rank, mode, device, dtype, prompt, steps, out_npy):
+    """`inferbench generate` with the adapter unmerged, or merged (--merge-lora)."""
+    extra = ["--lora-modules", f"a={adapter_dir}", "--max-lora-rank", str(rank)]
     if mode == "merged":
-        cmd.append("--merge-lora")
-    t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode == 2:
-        raise Refused(proc.stderr.strip()[-400:])
-    if proc.returncode != 0:
-        raise RuntimeError(f"inferbench failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result["token_ids"], np.load(out_npy), time.time() - t0
-
-
-def compare(ref, tokens, logits):
-    rel = np.linalg.norm(logits - ref, axis=1) / np.linalg.norm(ref, axis=1)
-    first_mismatch = next((i for i, (a, b) in enumerate(zip(ref.argmax(axis=1), tokens))
-                           if a != b), None)
-    return dict(max_rel_l2=float(rel.max()), mean_rel_l2=float(rel.mean()),
-                greedy_equal_steps=len(tokens) if first_mismatch is None else first_mismatch)
+        extra.append("--merge-lora")
+    return run_inferbench(binary, base_dir, device, dtype, prompt, steps, out_npy, extra)
 
 
 def save_json(args, rows):
@@ -177,7 +153,7 @@ def main():
                                 row = dict(family=name, rank=rank, mode=mode, backend=device,
                                            dtype=dtype, prompt_len=length, layers=args.layers)
                                 try:
-                                    tokens, logits, secs = run_inferbench(
+                                    tokens, logits, secs = run_lora(
                                         args.inferbench, base_dir, adapter_dir, rank, mode,
                                         device, dtype, prompt, args.steps,
                                         os.path.join(tmp, "logits.npy"))

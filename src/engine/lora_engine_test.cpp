@@ -230,6 +230,75 @@ TEST(LoraEngine, MergeLoraRefusesQuantizedWeights) {
       << engine.error().message;
 }
 
+// w (N, K) as the backend computes with it: out (K, N) = I (K, K) @ w^T, transposed here. Exact
+// for weights whose matmul leaves the activations unquantized (NF4 is W4A16).
+std::vector<float> decoded(Backend& backend, const WeightRef& w, int64_t row, int64_t rows) {
+  const int64_t k = w.cols(), n = w.rows();
+  auto x_buf = backend.alloc(static_cast<size_t>(k * k * 4), MemoryTag::kOther);
+  auto out_buf = backend.alloc(static_cast<size_t>(k * n * 4), MemoryTag::kOther);
+  IB_ASSERT(x_buf.ok() && out_buf.ok(), "test allocation failed");
+  std::vector<float> identity(static_cast<size_t>(k * k), 0.0f);
+  for (int64_t i = 0; i < k; ++i) identity[static_cast<size_t>(i * k + i)] = 1.0f;
+  const Tensor x = x_buf->view(DType::kF32, {k, k});
+  const Tensor out = out_buf->view(DType::kF32, {k, n});
+  backend.copy_from_host(x, identity.data(), DType::kF32);
+  backend.matmul(x, w, nullptr, out);
+  const std::vector<float> t = testing::host(backend, out);  // (K, N)
+  std::vector<float> w_rows(static_cast<size_t>(rows * k));  // (rows, K)
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      w_rows[static_cast<size_t>(r * k + c)] = t[static_cast<size_t>(c * n + row + r)];
+    }
+  }
+  return w_rows;
+}
+
+// QLoRA: an NF4 base serving an adapter gives the reference's logits over the NF4 weights as the
+// backend decodes them, with W + scale * B A merged in this test.
+TEST(LoraEngine, Nf4BaseWithAdapterMatchesDecodedWeightsPlusAdapter) {
+  TempDir tmp;
+  const ModelConfig c = testing::tiny_config();
+  CpuBackend backend(2);
+  ModelWeights w = testing::random_weights(c, backend, 9, WeightFormat::kNf4);
+  testing::HostWeights host;
+  host.embed = testing::host(backend, w.embed);
+  host.final_norm = testing::host(backend, w.final_norm);
+  host.lm_head = testing::host(backend, w.lm_head.data);
+  const int64_t q = int64_t{c.num_heads} * c.head_dim, kv = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t f = c.intermediate_size, d = c.hidden_size;
+  for (const LayerWeights& l : w.layers) {
+    ASSERT_EQ(l.wqkv.format, WeightFormat::kNf4);
+    testing::HostLayer h;
+    h.attn_norm = testing::host(backend, l.attn_norm);
+    h.ffn_norm = testing::host(backend, l.ffn_norm);
+    h.q = decoded(backend, l.wqkv, 0, q);
+    h.k = decoded(backend, l.wqkv, q, kv);
+    h.v = decoded(backend, l.wqkv, q + kv, kv);
+    h.o = decoded(backend, l.wo, 0, d);
+    h.gate = decoded(backend, l.w_gate_up, 0, f);
+    h.up = decoded(backend, l.w_gate_up, f, f);
+    h.down = decoded(backend, l.w_down, 0, d);
+    host.layers.push_back(std::move(h));
+  }
+  EngineConfig config = lora_config();
+  config.quantization = "nf4";
+  auto engine = create_engine_with_weights(c, std::move(w), config, backend);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  const auto p = random_adapter(c, 8, 16, testing::all_targets(), 21);
+  ASSERT_TRUE((*engine)->add_lora("q", load(tmp, "q", c, p)).ok());
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65, 35};
+  ASSERT_TRUE((*engine)->add_request(request(1, prompt, "q")).ok());
+  const auto done = testing::run_to_completion(**engine);
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), done.at(1).tokens.begin(), done.at(1).tokens.end());
+  const auto ref = testing::reference_logits(c, merged(c, host, p), all);
+  for (size_t i = 0; i < done.at(1).tokens.size(); ++i) {
+    for (size_t v = 0; v < ref[prompt.size() - 1 + i].size(); ++v) {
+      ASSERT_NEAR(done.at(1).logits[i][v], ref[prompt.size() - 1 + i][v], 1e-4) << "output " << i;
+    }
+  }
+}
+
 TEST(LoraEngine, ConfigValidation) {
   EngineConfig config = lora_config(4, 8);
   config.max_cpu_loras = 2;
