@@ -28,9 +28,9 @@ class ServerLora : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     model_ = testing::tiny_engine().model;
     for (const char* name : {"a", "b", "c"}) {
-      testing::write_peft_adapter(dir_ / name, model_,
-                                  testing::random_adapter(model_, 8, 16, testing::all_targets(),
-                                                          name[0], 0.3f));
+      testing::write_peft_adapter(
+          dir_ / name, model_,
+          testing::random_adapter(model_, 8, 16, testing::all_targets(), name[0], 0.3f));
     }
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -51,15 +51,15 @@ class ServerLora : public ::testing::Test {
 };
 
 std::string completion(uint16_t port, const std::string& model, int* status = nullptr) {
-  const auto r = http_call(port, "POST", "/v1/completions",
-                           json{{"model", model},
-                                {"prompt", "Hello there"},
-                                {"max_tokens", 8},
-                                {"temperature", 0}}
-                               .dump());
+  const auto r = http_call(
+      port, "POST", "/v1/completions",
+      json{{"model", model}, {"prompt", "Hello there"}, {"max_tokens", 8}, {"temperature", 0}}
+          .dump());
   if (status != nullptr) *status = r.status;
   if (r.status != 200) return r.body;
-  return json::parse(r.body)["choices"][0]["text"];
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["model"], model);  // echoed as asked, as vLLM does
+  return j["choices"][0]["text"];
 }
 
 TEST_F(ServerLora, ModelFieldSelectsTheAdapter) {
@@ -114,8 +114,7 @@ TEST_F(ServerLora, LoadAndUnloadAtRunTime) {
   const auto bad = load("d", path("nothing-here"));
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.body.find("not a directory"), std::string::npos) << bad.body;
-  EXPECT_EQ(http_call(port, "POST", "/v1/load_lora_adapter", R"({"lora_name": "x"})").status,
-            400);
+  EXPECT_EQ(http_call(port, "POST", "/v1/load_lora_adapter", R"({"lora_name": "x"})").status, 400);
   EXPECT_EQ(http_call(port, "GET", "/v1/load_lora_adapter").status, 405);
   // Unload frees the slot; the name is then unknown.
   ASSERT_EQ(unload("b").status, 200);
