@@ -26,8 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string prompt =
         kind == ib::ApiKind::kChat ? ib::render_chat(call.messages) : call.prompt_text;
     const int len = static_cast<int>(prompt.size() + call.prompt_tokens.size());
-    const auto checked =
-        ib::check_against_model(call, len, call.prompt_tokens, ib::ServedModel{"m", 4096, 32000});
+    const auto checked = ib::check_against_model(call, len, call.prompt_tokens,
+                                                 ib::ServedModel{"m", 4096, 32000, {}});
     if (const auto* n = std::get_if<int>(&checked)) {
       IB_ASSERT(*n > 0 && len + *n <= 4096, "a checked call that does not fit the context");
     }

@@ -191,10 +191,10 @@ def load_reference(directory):
     return model, getattr(rotary, "rope_type", "?")
 
 
-def run_inferbench(binary, directory, device, dtype, prompt, steps, out_npy):
+def run_inferbench(binary, directory, device, dtype, prompt, steps, out_npy, extra=()):
     cmd = [binary, "generate", "--model", directory, "--device", device, "--dtype", dtype,
            "--load-format", "safetensors", "--prompt-token-ids", ",".join(map(str, prompt)),
-           "--max-tokens", str(steps), "--dump-logits", out_npy]
+           "--max-tokens", str(steps), "--dump-logits", out_npy, *extra]
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode == 2:

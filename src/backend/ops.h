@@ -2,8 +2,9 @@
 // (initialisation, embedding, norms, matmuls, activations, sampling), AttentionOps (RoPE with the
 // KV write, paged attention), QuantOps (quantizing weights at load) and the optional
 // FusedDecodeOps (the dense decoder's fused decode step, reached through
-// Backend::fused_decode_ops()) and MoeOps (mixture-of-experts routing and expert MLPs, reached
-// through Backend::moe_ops()).
+// Backend::fused_decode_ops()), MoeOps (mixture-of-experts routing and expert MLPs, reached
+// through Backend::moe_ops()) and LoraOps (LoRA adapters' low-rank updates, reached through
+// Backend::lora_ops()).
 //
 // Contract: tensors passed to ops live in the backend's memory (Device::alloc); shapes are
 // checked with IB_ASSERT. "act" below means the backend's activation dtype: fp32 on the CPU, the
@@ -206,6 +207,24 @@ class MoeOps {
   virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                            std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                            Tensor out) = 0;
+};
+
+// LoRA adapters' low-rank updates over a batch whose tokens use different adapters, or none
+// (S-LoRA / Punica's gathered matmuls, BGMV: one op per projection, whatever the mix), used
+// behind the architecture seam (engine/arch/dense_decoder.cpp) after each projection's matmul.
+// Optional: a backend without it returns nullptr from Backend::lora_ops(), and the engine refuses
+// LoRA on it before loading weights.
+class LoraOps {
+ public:
+  virtual ~LoraOps() = default;
+  // For every token t whose adapter slot s = slot_ids[t] is >= 0 (-1: the base model only):
+  //   u[r] = sum_k a[s][r][k] * x[t][k]                 (shrink, fp32)
+  //   out[t][row_offset + n] += scales[s] * sum_r b[s][n][r] * u[r]   (expand, fp32; one rounding)
+  // x (T, K) act; a (S, R, K) act: slot s's A (rank, K) in its first rank rows, zeros after;
+  // b (S, N, R) act: slot s's B (N, rank) in its first rank columns, zeros after (R: the largest
+  // rank, --max-lora-rank); scales f32 (S); slot_ids int32 (T); out (T, >= row_offset + N) act.
+  virtual void lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a, const Tensor& b,
+                          const Tensor& scales, int64_t row_offset, Tensor out) = 0;
 };
 
 }  // namespace ib

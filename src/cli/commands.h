@@ -45,6 +45,12 @@ struct GenerateFlags {
   std::string kv_cache_dtype = "auto";
   uint64_t seed = 0;
   bool no_cuda_graphs = false;
+  // LoRA: adapters to load (name=path), the one the request uses (default: the first), the
+  // slots' rank, or the one adapter folded into the weights instead.
+  std::vector<std::string> lora_modules;
+  std::string lora_name;
+  int max_lora_rank = 64;
+  bool merge_lora = false;
 };
 void add_generate_flags(CLI::App& app, GenerateFlags& flags);
 Result<int> execute_generate(const GenerateFlags& flags);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cli/run_options.h"
+#include "engine/lora.h"
 
 namespace ib {
 
@@ -30,6 +31,36 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                      std::string(kGgufQuantizationHelp))
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype, kKvCacheDtypeHelp)->capture_default_str();
+  app.add_flag("--enable-lora", f.enable_lora,
+               "serve LoRA adapters unmerged (CPU for now): requests pick one by name, any mix "
+               "in one batch");
+  app.add_option("--lora-modules", f.lora_modules,
+                 "PEFT adapters to load at startup, name=path ... (the directory PEFT's "
+                 "save_pretrained wrote; also comma-separated, as suite files give them)")
+      ->expected(1, -1)
+      ->delimiter(',');
+  app.add_option("--max-loras", f.max_loras,
+                 "adapters loaded at once (each holds a device slot); loading another is refused "
+                 "until one is unloaded")
+      ->capture_default_str();
+  app.add_option("--max-lora-rank", f.max_lora_rank,
+                 "largest adapter rank accepted (the slots' width)")
+      ->capture_default_str();
+  app.add_option("--max-cpu-loras", f.max_cpu_loras,
+                 "vLLM's host cache of adapters; here every loaded adapter holds a device slot, "
+                 "so it is only checked to be >= --max-loras (default: --max-loras)");
+  app.add_flag("--merge-lora", f.merge_lora,
+               "fold the one --lora-modules adapter into the dense weights at load (W += "
+               "scale B A) instead of serving it unmerged");
+}
+
+std::vector<std::string> lora_module_names(const EngineFlags& f) {
+  std::vector<std::string> names;
+  if (f.merge_lora) return names;
+  for (const std::string& item : f.lora_modules) {
+    if (auto m = parse_lora_module(item); m.ok()) names.push_back(m->name);
+  }
+  return names;
 }
 
 Result<EngineConfig> engine_config_from(const EngineFlags& f) {
@@ -41,6 +72,12 @@ Result<EngineConfig> engine_config_from(const EngineFlags& f) {
   c.gpu_memory_utilization = f.gpu_memory_utilization;
   c.quantization = f.quantization;
   c.kv_cache_dtype = f.kv_cache_dtype;
+  c.enable_lora = f.enable_lora;
+  c.lora_modules = f.lora_modules;
+  c.max_loras = f.max_loras;
+  c.max_lora_rank = f.max_lora_rank;
+  c.max_cpu_loras = f.max_cpu_loras;
+  c.merge_lora = f.merge_lora;
   if (!f.kv_cache_memory.empty()) {
     IB_ASSIGN_OR_RETURN(c.cpu_kv_cache_bytes, parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
   }

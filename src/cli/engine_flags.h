@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -23,7 +24,18 @@ struct EngineFlags {
   int num_threads = 0;                  // CPU threads (0: all)
   std::string quantization = "none";    // none, fp8, int8, ..., gguf (vLLM's --quantization)
   std::string kv_cache_dtype = "auto";  // auto, fp8 or fp8_e4m3 (vLLM's --kv-cache-dtype)
+  // LoRA (vLLM's names; EngineConfig says what each does).
+  bool enable_lora = false;
+  std::vector<std::string> lora_modules;  // name=path ...
+  int max_loras = 1;
+  int max_lora_rank = 16;
+  int max_cpu_loras = 0;
+  bool merge_lora = false;
 };
+
+// The adapter names of --lora-modules (name=path items), in order; empty when none are given or
+// --merge-lora folds the one adapter into the weights.
+std::vector<std::string> lora_module_names(const EngineFlags& flags);
 
 // --kv-cache-dtype's help, shared by every command that takes the flag.
 inline constexpr const char* kKvCacheDtypeHelp =

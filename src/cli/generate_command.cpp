@@ -87,6 +87,15 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype, kKvCacheDtypeHelp)->capture_default_str();
   app.add_option("--seed", f.seed, "seed of dummy weights")->capture_default_str();
   app.add_flag("--no-cuda-graphs,--enforce-eager", f.no_cuda_graphs, "decode op by op");
+  app.add_option("--lora-modules", f.lora_modules,
+                 "PEFT LoRA adapters, name=path ...; served unmerged (LoRA on) unless --merge-lora")
+      ->expected(1, -1);
+  app.add_option("--lora-name", f.lora_name,
+                 "the adapter the request uses (default: the first of --lora-modules)");
+  app.add_option("--max-lora-rank", f.max_lora_rank, "largest adapter rank accepted")
+      ->capture_default_str();
+  app.add_flag("--merge-lora", f.merge_lora,
+               "fold the one --lora-modules adapter into the weights at load");
 }
 
 Result<int> execute_generate(const GenerateFlags& f) {
@@ -104,7 +113,17 @@ Result<int> execute_generate(const GenerateFlags& f) {
   ec.use_graphs = !f.no_cuda_graphs;
   ec.quantization = f.quantization;
   ec.kv_cache_dtype = f.kv_cache_dtype;
+  ec.lora_modules = f.lora_modules;
+  ec.merge_lora = f.merge_lora;
+  ec.enable_lora = !f.lora_modules.empty() && !f.merge_lora;
+  ec.max_loras = std::max<int>(1, static_cast<int>(f.lora_modules.size()));
+  ec.max_lora_rank = f.max_lora_rank;
   IB_TRY(ec.validate());  // before the backend starts
+  std::string lora_name = f.lora_name;
+  if (lora_name.empty() && ec.enable_lora) {
+    IB_ASSIGN_OR_RETURN(const LoraModuleSpec first, parse_lora_module(f.lora_modules.front()));
+    lora_name = first.name;
+  }
   IB_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(model, f.model, f.device, f.dtype,
                                                            f.load_format, f.seed, ec));
   Engine* engine = local.engine.get();
@@ -113,6 +132,7 @@ Result<int> execute_generate(const GenerateFlags& f) {
   GenerationRequest req;
   req.prompt_tokens = prompt;
   req.max_tokens = f.max_tokens;
+  req.lora_name = lora_name;
   IB_TRY(engine->add_request(req));
   std::vector<int32_t> tokens;
   std::vector<std::vector<float>> logits;
@@ -131,6 +151,7 @@ Result<int> execute_generate(const GenerateFlags& f) {
                    {"weights", engine->weights_description()},
                    {"prompt_token_ids", prompt},
                    {"token_ids", tokens},
+                   {"lora_name", lora_name},
                    {"graph_steps", p.decode.graph_steps}};
   std::cout << j.dump() << "\n";
   return kExitOk;

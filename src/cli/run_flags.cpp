@@ -103,6 +103,11 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                  "openai backends: seconds before a request fails (no retries)")
       ->capture_default_str();
   app.add_flag("--insecure", f.insecure, "openai backends: do not verify TLS certificates");
+  app.add_option("--lora-assignment", f.lora_assignment,
+                 "which --lora-modules adapter each request asks for: random (vLLM bench's "
+                 "uniform choice per request), round-robin, or zipf:S (adapter k with "
+                 "probability ~ 1/k^S)")
+      ->capture_default_str();
 }
 
 }  // namespace ib

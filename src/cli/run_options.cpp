@@ -18,6 +18,7 @@
 #include "model/presets.h"
 #include "report/result_dir.h"
 #include "telemetry/sampler.h"
+#include "workload/lora_assignment.h"
 
 namespace ib {
 namespace {
@@ -68,6 +69,8 @@ Result<LoadMode> resolve_load_mode(const RunFlags& f, bool finite_rate) {
   return user_error(fmt::format("--load-mode {}: use auto, static, closed or open", f.load_mode));
 }
 
+bool is_http_backend(const std::string& backend);
+
 // The run's engine settings: the shared engine flags plus run's own (batching, graphs, KV growth),
 // validated once (EngineConfig::validate names each flag).
 Result<EngineConfig> run_engine_config(const RunFlags& f) {
@@ -85,6 +88,10 @@ Result<EngineConfig> run_engine_config(const RunFlags& f) {
         fmt::format("--kv-cache-growth {}: use preallocated or on-demand", f.kv_cache_growth));
   }
   c.kv_growth = f.kv_cache_growth == "on-demand" ? KvGrowth::kOnDemand : KvGrowth::kPreallocated;
+  if (is_http_backend(f.backend)) {  // the server holds the adapters; --lora-modules names them
+    c.enable_lora = c.merge_lora = false;
+    c.lora_modules.clear();
+  }
   IB_TRY(c.validate());
   return c;
 }
@@ -248,6 +255,16 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
                     f.max_model_len, p.model.name, p.model.max_position_embeddings));
   }
   p.max_model_len = f.max_model_len > 0 ? f.max_model_len : p.model.max_position_embeddings;
+  // LoRA: the adapters requests ask for, by name (an HTTP server's: name or name=path items).
+  if (auto a = parse_lora_assignment(f.lora_assignment); !a.ok()) return a.error();
+  p.lora_assignment = f.lora_assignment;
+  if (http) {
+    for (const std::string& item : f.lora_modules) {
+      p.lora_names.push_back(item.substr(0, item.find('=')));
+    }
+  } else {
+    p.lora_names = lora_module_names(f);
+  }
 
   // Workload.
   const std::string workload_name = workload_plugin_name(f.dataset_name);
@@ -373,6 +390,11 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
       {"ignore_eos", n.ignore_eos},
   };
   p.config["cv_threshold"] = cv_threshold;
+  if (f.enable_lora || f.merge_lora || !f.lora_modules.empty()) {
+    p.config["lora"] = {{"enable_lora", f.enable_lora},     {"lora_modules", f.lora_modules},
+                        {"max_loras", f.max_loras},         {"max_lora_rank", f.max_lora_rank},
+                        {"max_cpu_loras", f.max_cpu_loras}, {"merge_lora", f.merge_lora}};
+  }
   add_calibration_config(p.config, calibration);  // beside "quantization"
   if (http) {
     p.config["base_url"] = f.base_url;

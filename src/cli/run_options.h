@@ -66,6 +66,8 @@ struct RunFlags : EngineFlags, CalibrationFlags {
   std::string extra_body;
   double request_timeout_s = 3600;
   bool insecure = false;
+  // LoRA benchmarking: how each request picks one of the --lora-modules adapters.
+  std::string lora_assignment = "random";
 };
 
 void add_run_flags(CLI::App& app, RunFlags& flags);

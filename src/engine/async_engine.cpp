@@ -145,22 +145,27 @@ void AsyncEngine::loop() {
   for (;;) {
     size_t cancel_first = 0;
     bool cancel_live = false;
+    std::vector<Call> calls;
     {
       std::unique_lock lock(mu_);
       wake_.wait(lock, [&] {
         return stop_ || !arrivals_.empty() || !cancels_.empty() || cancel_live_ ||
-               (engine.has_unfinished() && !broken_);
+               !calls_.empty() || (engine.has_unfinished() && !broken_);
       });
       if (stop_) {
         running_ = false;
         arrivals.swap(arrivals_);
+        calls.swap(calls_);
+        for (Call& c : calls) c.done.set_value(user_error("the engine was shut down"));
         break;
       }
       arrivals.swap(arrivals_);
+      calls.swap(calls_);
       cancels.swap(cancels_);
       cancel_first = std::exchange(cancel_first_, 0);
       cancel_live = std::exchange(cancel_live_, false);
     }
+    for (Call& c : calls) c.done.set_value(c.fn(engine));
     if (cancel_live) {
       // Before the arrivals: those beyond cancel_first came after the cancel_all().
       for (auto& [id, live] : live_) {
@@ -192,6 +197,18 @@ void AsyncEngine::loop() {
                                  "the engine was shut down", t, 0, 0});
   }
   fail_live(RequestEndKind::kShutdown, "the engine was shut down");
+}
+
+Status AsyncEngine::call(std::function<Status(Engine&)> fn) {
+  std::future<Status> result;
+  {
+    std::lock_guard lock(mu_);
+    if (!running_ || stop_) return user_error("the engine is not running");
+    calls_.push_back(Call{std::move(fn), {}});
+    result = calls_.back().done.get_future();
+  }
+  wake_.notify_all();
+  return result.get();
 }
 
 void AsyncEngine::admit(std::vector<Submission>& arrivals, size_t cancel_first,

@@ -122,6 +122,11 @@ class AsyncEngine {
   // The same, at most `timeout`; false when requests were still in flight.
   bool wait_idle_for(std::chrono::nanoseconds timeout);
 
+  // Runs fn on the engine thread between two passes (no step in progress) and returns its
+  // result; for what must touch the engine itself (loading a LoRA adapter into its slots).
+  // Blocks until it ran; an error when the engine is not running or shuts down first. Not from
+  // a callback or a hook (deadlock).
+  Status call(std::function<Status(Engine&)> fn);
   // Ends the engine thread: requests still queued or running get on_finish with kShutdown, then
   // the engine and the backend are destroyed. Idempotent; not from a callback.
   void shutdown();
@@ -160,13 +165,18 @@ class AsyncEngine {
   std::condition_variable idle_;      // wait_idle() waits on it
   std::vector<Submission> arrivals_;  // guarded by mu_
   std::vector<uint64_t> cancels_;     // guarded by mu_
-  size_t cancel_first_ = 0;           // cancel_all(): the first arrivals_ to cancel; guarded by mu_
-  bool cancel_live_ = false;          // cancel_all(): cancel everything running; guarded by mu_
-  bool stop_ = false;                 // guarded by mu_
-  bool running_ = false;              // guarded by mu_
-  int in_flight_ = 0;                 // submitted, on_finish not yet returned; guarded by mu_
-  EngineStats stats_;                 // guarded by mu_
-  EngineProfile profile_;             // guarded by mu_
+  struct Call {
+    std::function<Status(Engine&)> fn;
+    std::promise<Status> done;
+  };
+  std::vector<Call> calls_;   // call(): run at the start of the next pass; guarded by mu_
+  size_t cancel_first_ = 0;   // cancel_all(): the first arrivals_ to cancel; guarded by mu_
+  bool cancel_live_ = false;  // cancel_all(): cancel everything running; guarded by mu_
+  bool stop_ = false;         // guarded by mu_
+  bool running_ = false;      // guarded by mu_
+  int in_flight_ = 0;         // submitted, on_finish not yet returned; guarded by mu_
+  EngineStats stats_;         // guarded by mu_
+  EngineProfile profile_;     // guarded by mu_
 
   // Engine thread only.
   EngineInstance instance_;

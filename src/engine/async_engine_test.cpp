@@ -363,6 +363,28 @@ TEST(AsyncEngine, AFactoryErrorFailsStartAndSubmitIsRefused) {
   engine.shutdown();
 }
 
+// call() runs on the engine's thread, between passes, and returns what the function returned;
+// after shutdown it is refused.
+TEST(AsyncEngine, CallRunsOnTheEngineThread) {
+  std::thread::id engine_thread;
+  AsyncEngineOptions o = options(tiny_factory());
+  o.hooks.on_ready = [&](Engine&) { engine_thread = std::this_thread::get_id(); };
+  AsyncEngine engine(std::move(o));
+  ASSERT_TRUE(engine.start().ok());
+  std::thread::id ran_on;
+  const Status ok = engine.call([&](Engine& e) {
+    ran_on = std::this_thread::get_id();
+    return e.has_unfinished() ? user_error("busy") : Status(Ok{});
+  });
+  EXPECT_TRUE(ok.ok());
+  EXPECT_EQ(ran_on, engine_thread);
+  const Status refused = engine.call([](Engine& e) { return e.remove_lora("none"); });
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("is not loaded"), std::string::npos);
+  engine.shutdown();
+  EXPECT_FALSE(engine.call([](Engine&) -> Status { return Ok{}; }).ok());
+}
+
 TEST(AsyncEngine, OutOfMemoryFailsTheRequestsInFlightWhenAsked) {
   EngineConfig config;
   config.block_size = 4;

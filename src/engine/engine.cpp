@@ -3,7 +3,9 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <map>
 #include <span>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -34,6 +36,9 @@ const char* finish_reason_name(FinishReason r) {
 namespace {
 
 using detail::Sequence;
+
+// --merge-lora is bounded by memory only, not by the slots' --max-lora-rank.
+constexpr int kMaxMergedRank = 1 << 16;
 
 class EngineImpl final : public Engine {
  public:
@@ -95,17 +100,84 @@ class EngineImpl final : public Engine {
     if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
       return user_error(who + "top_p must be in (0, 1] (got " + std::to_string(s.top_p) + ")");
     }
+    int lora_slot = -1;
+    if (!request.lora_name.empty()) {
+      const auto it = lora_slots_.find(request.lora_name);
+      if (it == lora_slots_.end()) {
+        return user_error(who + "unknown LoRA adapter '" + request.lora_name + "'" +
+                          (config_.enable_lora ? "; load it first (--lora-modules or "
+                                                 "/v1/load_lora_adapter)"
+                                               : "; LoRA is off (--enable-lora)"));
+      }
+      lora_slot = it->second;
+    }
     if (!live_ids_.insert(request.id).second) {
       return user_error(who + "id is already in use by a live request; ids must be unique");
     }
-    scheduler_.add(std::make_unique<Sequence>(request, model_.eos_token_ids));
+    auto seq = std::make_unique<Sequence>(request, model_.eos_token_ids);
+    seq->lora_slot = lora_slot;
+    if (lora_slot >= 0) ++lora_users_[static_cast<size_t>(lora_slot)];
+    lora_of_request_[request.id] = lora_slot;
+    scheduler_.add(std::move(seq));
     return Ok{};
   }
+
+  Status add_lora(const std::string& name, const LoraAdapter& adapter) override {
+    if (!config_.enable_lora) {
+      return user_error("LoRA adapter '" + name + "': LoRA is off; start with --enable-lora");
+    }
+    if (name.empty()) return user_error("a LoRA adapter needs a name");
+    if (lora_slots_.count(name) > 0) {
+      return user_error("LoRA adapter '" + name + "' is already loaded; unload it first or " +
+                        "choose another name");
+    }
+    if (adapter.rank > config_.max_lora_rank) {
+      return user_error("LoRA adapter '" + name + "': rank " + std::to_string(adapter.rank) +
+                        " exceeds --max-lora-rank " + std::to_string(config_.max_lora_rank));
+    }
+    int slot = -1;
+    for (size_t i = 0; i < lora_slot_used_.size(); ++i) {
+      if (!lora_slot_used_[i]) {
+        slot = static_cast<int>(i);
+        break;
+      }
+    }
+    if (slot < 0) {
+      return user_error("LoRA adapter '" + name + "': all --max-loras " +
+                        std::to_string(config_.max_loras) +
+                        " slots are in use; unload an adapter first, or raise --max-loras");
+    }
+    runner_->set_lora_slot(slot, &adapter);
+    lora_slot_used_[static_cast<size_t>(slot)] = true;
+    lora_slots_[name] = slot;
+    lora_order_.push_back(name);
+    return backend_.device_status();
+  }
+
+  Status remove_lora(const std::string& name) override {
+    const auto it = lora_slots_.find(name);
+    if (it == lora_slots_.end()) {
+      return user_error("LoRA adapter '" + name + "' is not loaded");
+    }
+    const auto slot = static_cast<size_t>(it->second);
+    if (lora_users_[slot] > 0) {
+      return user_error("LoRA adapter '" + name + "' is in use by " +
+                        std::to_string(lora_users_[slot]) +
+                        " request(s); unload it when they have finished");
+    }
+    runner_->set_lora_slot(it->second, nullptr);
+    lora_slot_used_[slot] = false;
+    lora_slots_.erase(it);
+    lora_order_.erase(std::find(lora_order_.begin(), lora_order_.end(), name));
+    return backend_.device_status();
+  }
+
+  std::vector<std::string> lora_names() const override { return lora_order_; }
 
   void abort_request(uint64_t id) override {
     std::unique_ptr<Sequence> seq = scheduler_.remove(id);
     if (!seq) return;
-    live_ids_.erase(id);
+    forget(id);
     TokenEvent e;
     e.request_id = id;
     e.token = -1;
@@ -127,7 +199,7 @@ class EngineImpl final : public Engine {
       const auto [logits_offset, logits_rows] = prompt_logit_rows(seq, s.num_tokens);
       batch.push_back({seq.tokens.data() + seq.num_computed, s.num_tokens, seq.num_computed,
                        &seq.block_table, s.sample, seq.sampling, seq.num_output(), logits_offset,
-                       logits_rows});
+                       logits_rows, seq.lora_slot});
     }
     detail::RunnerOutput result;
     if (!batch.empty()) {
@@ -159,7 +231,7 @@ class EngineImpl final : public Engine {
       out.events.push_back(std::move(e));
       ++row;
     }
-    for (const auto& seq : finished) live_ids_.erase(seq->id);
+    for (const auto& seq : finished) forget(seq->id);
 
     preemptions_ += sched.num_preempted;
     out.stats.num_seqs = static_cast<int>(sched.seqs.size());
@@ -227,6 +299,15 @@ class EngineImpl final : public Engine {
   }
 
  private:
+  // A request has ended: its id is free again and its adapter has one user less.
+  void forget(uint64_t id) {
+    live_ids_.erase(id);
+    const auto it = lora_of_request_.find(id);
+    if (it == lora_of_request_.end()) return;
+    if (it->second >= 0) --lora_users_[static_cast<size_t>(it->second)];
+    lora_of_request_.erase(it);
+  }
+
   // The rows of a scheduled chunk whose prompt logits are due: {offset in the chunk, count}.
   static std::pair<int, int> prompt_logit_rows(const Sequence& seq, int num_tokens) {
     if (seq.prompt_logits_next < 0) return {0, 0};
@@ -319,6 +400,13 @@ class EngineImpl final : public Engine {
   int64_t kv_growth_ns_ = 0;
   detail::HostStaging staging_;  // reused by staged growths (see grow_kv_cache)
   detail::StepProfiler profiler_;
+  // LoRA: adapter name -> device slot, in load order; per slot whether it is held and by how
+  // many live requests; each live request's slot (-1: base).
+  std::map<std::string, int> lora_slots_;
+  std::vector<std::string> lora_order_;
+  std::vector<bool> lora_slot_used_ = std::vector<bool>(static_cast<size_t>(config_.max_loras));
+  std::vector<int> lora_users_ = std::vector<int>(static_cast<size_t>(config_.max_loras));
+  std::unordered_map<uint64_t, int> lora_of_request_;
 };
 
 }  // namespace
@@ -330,6 +418,7 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   IB_TRY(model.check_supported());
   IB_TRY(config.validate());
   IB_TRY(backend.supports_attention(attention_shape(model)));
+  if (config.enable_lora) IB_TRY(detail::ModelRunner::check_lora_runs(model, backend));
   WeightOptions options = weights;
   IB_ASSIGN_OR_RETURN(options.quantization, quantization_weight_format(config.quantization));
   options.asymmetric = quantization_is_asymmetric(config.quantization);
@@ -345,10 +434,24 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
   IB_TRY(model.validate());
   IB_TRY(model.check_supported());
   IB_TRY(config.validate());
+  std::vector<std::pair<std::string, LoraAdapter>> adapters;  // --lora-modules, read first
+  for (const std::string& item : config.lora_modules) {
+    IB_ASSIGN_OR_RETURN(const LoraModuleSpec spec, parse_lora_module(item));
+    IB_ASSIGN_OR_RETURN(
+        LoraAdapter adapter,
+        load_lora_adapter(spec.path, model,
+                          config.merge_lora ? kMaxMergedRank : config.max_lora_rank));
+    adapters.emplace_back(spec.name, std::move(adapter));
+  }
+  if (config.merge_lora) IB_TRY(merge_lora(model, adapters.at(0).second, weights, backend));
   const int requested_len =
       config.max_model_len > 0 ? config.max_model_len : model.max_position_embeddings;
   detail::RunnerLimits limits{config.max_num_batched_tokens, config.max_num_seqs, requested_len,
                               config.block_size};
+  if (config.enable_lora) {
+    limits.lora_slots = config.max_loras;
+    limits.lora_rank = config.max_lora_rank;
+  }
   IB_ASSIGN_OR_RETURN(auto runner,
                       detail::ModelRunner::create(model, std::move(weights), limits, backend));
 
@@ -384,7 +487,12 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
   resolved.max_model_len = plan.max_model_len;
   resolved.num_kv_blocks = plan.num_blocks;
   if (in.on_demand) resolved.use_graphs = false;
-  return std::unique_ptr<Engine>(new EngineImpl(model, resolved, backend, std::move(runner), plan));
+  auto engine =
+      std::unique_ptr<Engine>(new EngineImpl(model, resolved, backend, std::move(runner), plan));
+  if (!config.merge_lora) {
+    for (const auto& [name, adapter] : adapters) IB_TRY(engine->add_lora(name, adapter));
+  }
+  return engine;
 }
 
 }  // namespace ib

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine_config.h"
+#include "engine/lora.h"
 #include "engine/model_weights.h"
 #include "model/config.h"
 
@@ -35,6 +36,8 @@ struct GenerationRequest {
   // >= 0: also return the logits after every prompt token from this position on (vLLM's
   // prompt_logprobs idea; perplexity), in StepOutput::prompt_logits; -1: none.
   int prompt_logits_from = -1;
+  // The LoRA adapter to apply (a name given to Engine::add_lora); empty: the base model.
+  std::string lora_name;
 };
 
 enum class FinishReason { kNone, kLength, kStop, kAborted };
@@ -162,6 +165,15 @@ class Engine {
   // Records the decode graphs again (where the engine has them), after calibration changed how
   // the weights' matmuls run; the engine must be idle.
   virtual Status record_graphs_again() = 0;
+
+  // LoRA adapters (EngineConfig::enable_lora), served unmerged: each loaded adapter holds one of
+  // the max_loras device slots until removed, and a batch mixes adapters freely. add_lora:
+  // user errors when LoRA is off, the name is taken, every slot is held (the message names
+  // --max-loras), or the rank exceeds max_lora_rank. remove_lora: user errors for an unknown name
+  // or one that live requests still use. Call between steps (the engine's thread).
+  virtual Status add_lora(const std::string& name, const LoraAdapter& adapter) = 0;
+  virtual Status remove_lora(const std::string& name) = 0;
+  virtual std::vector<std::string> lora_names() const = 0;  // in load order
 };
 
 // Builds an engine: checks the model is supported, loads weights (their matmul weights in the

@@ -1,6 +1,8 @@
 // EngineConfig::validate: the one check of the engine's settings, naming each one's flag.
 #include "engine/engine_config.h"
 
+#include "engine/lora.h"
+
 #include <sstream>
 #include <string>
 
@@ -79,6 +81,39 @@ Status EngineConfig::validate() const {
   }
   if (auto format = quantization_weight_format(quantization); !format.ok()) return format.error();
   if (auto kv = kv_cache_dtype_for(kv_cache_dtype, DType::kF32); !kv.ok()) return kv.error();
+  for (const std::string& item : lora_modules) {
+    if (auto m = parse_lora_module(item); !m.ok()) return m.error();
+  }
+  if (merge_lora && lora_modules.size() != 1) {
+    return user_error(
+        "--merge-lora folds one adapter into the weights; give exactly one "
+        "--lora-modules name=path (got " +
+        std::to_string(lora_modules.size()) + ")");
+  }
+  if (merge_lora && enable_lora) {
+    return user_error(
+        "--merge-lora and --enable-lora exclude each other: the first folds the "
+        "adapter into the weights, the second serves adapters unmerged; drop one");
+  }
+  if (!lora_modules.empty() && !merge_lora && !enable_lora) {
+    return user_error(
+        "--lora-modules needs --enable-lora (serve adapters unmerged) or "
+        "--merge-lora (fold the one adapter into the weights)");
+  }
+  if (enable_lora && static_cast<int64_t>(lora_modules.size()) > max_loras) {
+    return user_error("--lora-modules gives " + std::to_string(lora_modules.size()) +
+                      " adapters but --max-loras is " + std::to_string(max_loras) +
+                      "; raise --max-loras to at least " + std::to_string(lora_modules.size()));
+  }
+  if (enable_lora) {
+    IB_TRY(positive(max_loras, "--max-loras"));
+    IB_TRY(positive(max_lora_rank, "--max-lora-rank"));
+    if (max_cpu_loras != 0 && max_cpu_loras < max_loras) {
+      return user_error("--max-cpu-loras " + std::to_string(max_cpu_loras) +
+                        " must be at least --max-loras " + std::to_string(max_loras) +
+                        " (as vLLM requires); raise it or leave it out");
+    }
+  }
   return Ok{};
 }
 

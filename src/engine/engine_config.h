@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backend/weight.h"
 #include "core/result.h"
@@ -79,6 +80,20 @@ struct EngineConfig {
   std::string quantization = "none";
   // --kv-cache-dtype auto|fp8|fp8_e4m3: the KV cache's element type (kv_cache_dtype_for).
   std::string kv_cache_dtype = "auto";
+  // LoRA, with vLLM's flags: --enable-lora; --max-loras: adapters loaded at once (each holds a
+  // device slot of max_lora_rank); --max-lora-rank: the largest rank accepted (the slots' width);
+  // --max-cpu-loras: vLLM's host cache of adapters; every adapter loaded here holds a device
+  // slot, so it only has to be >= max_loras, as vLLM requires (0: max_loras).
+  bool enable_lora = false;
+  int max_loras = 1;
+  int max_lora_rank = 16;
+  int max_cpu_loras = 0;
+  // --lora-modules name=path ...: PEFT adapters loaded at startup (engine/lora.h), each served
+  // under its name (GenerationRequest::lora_name); needs enable_lora, and at most max_loras.
+  std::vector<std::string> lora_modules;
+  // --merge-lora: fold the one --lora-modules adapter into the dense weights at load instead
+  // (requests then need no adapter name; the base model is gone).
+  bool merge_lora = false;
 
   // The one check of these settings: a user error naming the flag and the range, or Ok.
   Status validate() const;

@@ -3,6 +3,7 @@
 #include "engine/detail/model_runner.h"
 
 #include "engine/detail/weight_storage.h"
+#include "engine/lora.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +17,7 @@ struct MetaLayout {
   int64_t seed = 0;  // int64 (R): first, so it is 8-byte aligned
   int64_t token_ids = 0, positions = 0, slot_mapping = 0, query_start = 0, context_lens = 0;
   int64_t block_tables = 0, sample_rows = 0, top_k = 0, step = 0, temperature = 0, top_p = 0;
+  int64_t lora_slots = 0;
   int64_t words = 0;
 };
 
@@ -39,6 +41,7 @@ MetaLayout layout_for(int64_t t, int64_t s, int64_t width, int64_t r) {
   m.step = take(r);
   m.temperature = take(r);
   m.top_p = take(r);
+  m.lora_slots = take(t);
   m.words = at;
   return m;
 }
@@ -57,18 +60,38 @@ ModelRunner::ModelRunner(const ModelConfig& model, const Architecture& arch, Mod
   attn_shape_ = attention_shape(model);
 }
 
+Status ModelRunner::check_lora_runs(const ModelConfig& model, Backend& backend) {
+  if (backend.lora_ops() == nullptr) {
+    return user_error("--enable-lora: the " + backend.device_info().kind +
+                      " backend has no LoRA kernels yet; run LoRA on --device cpu, or fold a "
+                      "single adapter into the weights with --merge-lora");
+  }
+  if (model.moe.num_experts > 0) {
+    return user_error("--enable-lora: LoRA on mixture-of-experts models (" + model.name +
+                      ") is not supported; use a dense model");
+  }
+  if (model.family == "gemma2") {  // engine/arch/gemma2.cpp applies no adapter to its MLP yet
+    return user_error("--enable-lora: LoRA on Gemma-2 (" + model.name +
+                      ") is not supported yet; use --merge-lora to fold one adapter into the "
+                      "weights, or a Llama, Mistral, Qwen2 or Phi-3 model");
+  }
+  return Ok{};
+}
+
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& model,
                                                          ModelWeights weights,
                                                          const RunnerLimits& limits,
                                                          Backend& backend) {
   IB_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(model));
   IB_TRY(check_moe_runs(model, WeightFormat::kDense, backend));
+  if (limits.lora_slots > 0) IB_TRY(check_lora_runs(model, backend));
   std::unique_ptr<ModelRunner> runner(
       new ModelRunner(model, *arch, std::move(weights), limits, backend));
   IB_TRY(runner->allocate());
   arch->prepare_weights(backend, runner->weights_);
   FusedDecodeOps* fused = backend.fused_decode_ops();
-  if (fused && model.moe.num_experts == 0 && arch->runs_fused_decode() &&
+  // LoRA runs on the unfused ops (its products follow each projection's own matmul).
+  if (fused && model.moe.num_experts == 0 && arch->runs_fused_decode() && limits.lora_slots == 0 &&
       fused->fused_decode_fits(runner->attn_shape_, model.hidden_size, model.intermediate_size)) {
     // Dense weights take their gains folded in; quantized ones keep them (folding would
     // quantize twice) and the fused ops apply them.
@@ -133,6 +156,7 @@ Status ModelRunner::allocate() {
     }
   }
   if (model_.moe.num_experts > 0) IB_TRY(allocate_moe());
+  if (limits_.lora_slots > 0) IB_TRY(allocate_lora());
   for (const LayerWeights& l : weights_.layers) layer_weight_bytes_ += l.bytes();
   inv_freq_ = inv_freq_buf_.view(DType::kF32, {model_.head_dim / 2});
   const std::vector<float> inv_freq = rope_inv_freq(model_);
@@ -156,6 +180,61 @@ Status ModelRunner::allocate_moe() {
   return Ok{};
 }
 
+Status ModelRunner::allocate_lora() {
+  const DType dt = backend_.activation_dtype();
+  const auto e = static_cast<int64_t>(dtype_size(dt));
+  const int64_t s = limits_.lora_slots, r = limits_.lora_rank;
+  // Scales first (f32, S words), then each layer's stacks, each 256-byte aligned.
+  auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  int64_t total = aligned(s * 4);
+  for (int t = 0; t < kNumLoraTargets; ++t) {
+    const LoraTargetShape shape = lora_target_shape(model_, static_cast<LoraTarget>(t));
+    total += model_.num_layers * (aligned(s * r * shape.in * e) + aligned(s * shape.out * r * e));
+  }
+  IB_ASSIGN_OR_RETURN(lora_buf_, backend_.alloc(static_cast<size_t>(total), MemoryTag::kWeights));
+  lora_scales_ = lora_buf_.view(DType::kF32, {s});
+  size_t at = static_cast<size_t>(aligned(s * 4));
+  lora_layers_.resize(static_cast<size_t>(model_.num_layers));
+  for (LoraLayerStacks& layer : lora_layers_) {
+    for (size_t t = 0; t < kNumLoraTargets; ++t) {
+      const LoraTargetShape shape = lora_target_shape(model_, static_cast<LoraTarget>(t));
+      layer.a[t] = lora_buf_.view(dt, {s, r, shape.in}, at);  // (S, R, in)
+      at += static_cast<size_t>(aligned(s * r * shape.in * e));
+      layer.b[t] = lora_buf_.view(dt, {s, shape.out, r}, at);  // (S, out, R)
+      at += static_cast<size_t>(aligned(s * shape.out * r * e));
+      backend_.fill_constant(layer.a[t], 0.0f);
+      backend_.fill_constant(layer.b[t], 0.0f);
+    }
+  }
+  backend_.fill_constant(lora_scales_, 0.0f);
+  return Ok{};
+}
+
+void ModelRunner::set_lora_slot(int slot, const LoraAdapter* adapter) {
+  IB_ASSERT(slot >= 0 && slot < limits_.lora_slots, "set_lora_slot: no such slot");
+  const int64_t r = limits_.lora_rank;
+  for (size_t l = 0; l < lora_layers_.size(); ++l) {
+    for (size_t t = 0; t < kNumLoraTargets; ++t) {
+      const LoraTargetShape shape = lora_target_shape(model_, static_cast<LoraTarget>(t));
+      std::vector<float> a(static_cast<size_t>(r * shape.in), 0.0f);   // (R, in)
+      std::vector<float> b(static_cast<size_t>(shape.out * r), 0.0f);  // (out, R)
+      const LoraMatrices* m = adapter ? &adapter->layers[l][t] : nullptr;
+      if (m && !m->empty()) {
+        const int64_t rank = adapter->rank;
+        IB_ASSERT(rank <= r, "set_lora_slot: rank above the slots' width");
+        std::copy(m->a.begin(), m->a.end(), a.begin());  // the first rank rows
+        for (int64_t n = 0; n < shape.out; ++n) {
+          std::copy_n(m->b.begin() + n * rank, rank, b.begin() + n * r);
+        }
+      }
+      backend_.copy_from_host(lora_layers_[l].a[t].slice_rows(slot, 1), a.data(), DType::kF32);
+      backend_.copy_from_host(lora_layers_[l].b[t].slice_rows(slot, 1), b.data(), DType::kF32);
+    }
+  }
+  const float scale = adapter ? adapter->scale : 0.0f;
+  backend_.copy_from_host(lora_scales_.slice_rows(slot, 1), &scale, DType::kF32);
+}
+
 std::vector<int64_t> ModelRunner::expert_tokens() const {
   if (expert_tokens_.empty()) return {};
   std::vector<int64_t> counts(static_cast<size_t>(expert_tokens_.numel()));
@@ -167,7 +246,7 @@ int64_t ModelRunner::activation_bytes() const {
   int64_t total = 0;
   for (const Buffer* b :
        {&residual_buf_, &hidden_buf_, &tmp_buf_, &qkv_buf_, &attn_buf_, &gate_up_buf_, &act_buf_,
-        &rows_buf_, &logits_buf_, &meta_buf_, &inv_freq_buf_, &moe_buf_}) {
+        &rows_buf_, &logits_buf_, &meta_buf_, &inv_freq_buf_, &moe_buf_, &lora_buf_}) {
     total += static_cast<int64_t>(b->bytes());
   }
   return total;
@@ -197,6 +276,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
   };
   int64_t token = 0, row = 0;
   at(m.query_start, 0) = 0;
+  step_uses_lora_ = false;
   for (int64_t i = n; i < s; ++i) {  // bucket padding: no cache write, no keys, greedy
     at(m.token_ids, i) = 0;
     at(m.positions, i) = 0;
@@ -208,6 +288,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
     at(m.step, i) = 0;
     at(m.temperature, i) = float_bits(0.0f);
     at(m.top_p, i) = float_bits(1.0f);
+    at(m.lora_slots, i) = -1;
   }
   for (int64_t i = 0; i < n; ++i) {
     const RunnerSeq& seq = batch[static_cast<size_t>(i)];
@@ -218,6 +299,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
     for (int64_t j = 0; j < seq.num_tokens; ++j, ++token) {
       const int64_t pos = seq.start_pos + j;
       at(m.token_ids, token) = seq.tokens[j];
+      at(m.lora_slots, token) = seq.lora_slot;
       at(m.positions, token) = static_cast<int32_t>(pos);
       at(m.slot_mapping, token) = static_cast<int32_t>(
           table[static_cast<size_t>(pos / limits_.block_size)] * limits_.block_size +
@@ -225,6 +307,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
     }
     at(m.query_start, i + 1) = static_cast<int32_t>(token);
     at(m.context_lens, i) = static_cast<int32_t>(context);
+    step_uses_lora_ = step_uses_lora_ || seq.lora_slot >= 0;
     for (size_t b = 0; b < table.size() && static_cast<int64_t>(b) < width; ++b) {
       at(m.block_tables, i * width + static_cast<int64_t>(b)) = table[b];
     }
@@ -274,6 +357,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
   sampling_meta_.seed = meta_buf_.view(DType::kI64, {r}, static_cast<size_t>(m.seed) * 4);
   sampling_meta_.step = i32(m.step, {r});
   out_tokens_ = i32(out_tokens_offset_, {r});
+  lora_slot_ids_ = i32(m.lora_slots, {t});
   return static_cast<int>(r);
 }
 
@@ -314,6 +398,12 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
     buffers.router_logits = router_logits_.slice_rows(0, t);    // (T, E) f32
     buffers.expert_ids = expert_ids_.slice_rows(0, t);          // (T, k) int32
     buffers.expert_weights = expert_weights_.slice_rows(0, t);  // (T, k) f32
+  }
+  if (step_uses_lora_) {
+    in.lora = backend_.lora_ops();
+    in.lora_slot_ids = lora_slot_ids_;
+    in.lora_scales = lora_scales_;
+    in.lora_layers = lora_layers_;
   }
   arch_.forward_layers(backend_, weights_, in, buffers);
   if (r == 0) return;

@@ -53,6 +53,10 @@ struct RunConfig {
   // With target.native.calibration set (--calibration): how many of the dataset's first prompts
   // calibrate; plan_run draws them (workload/workload.h, dataset_prompts) into it.
   int calibration_prompts = 0;
+  // LoRA benchmarking: the adapters requests ask for (the --lora-modules names; empty: none,
+  // every request the base model) and how each request picks one (--lora-assignment).
+  std::vector<std::string> lora_names;
+  std::string lora_assignment = "random";
   // The resolved flags echoed into result.json; plan_run sets the keys it derives (batch_size,
   // num_prompts, lengths, warm-ups, load description, KV bytes, max_num_seqs, result_dir).
   nlohmann::json config;

@@ -8,6 +8,7 @@
 
 #include "model/tokenizer.h"
 #include "orchestrate/orchestrate.h"
+#include "workload/lora_assignment.h"
 
 namespace ib {
 namespace {
@@ -72,6 +73,12 @@ Result<RunPlan> plan_run(const RunConfig& config, const PluginRegistry& registry
   const auto tokenizer = make_byte_tokenizer();
   IB_ASSIGN_OR_RETURN(p.requests, make_requests(p.workload, *tokenizer));
   IB_TRY(check_context_fits(p.requests, p.max_model_len, p.model.name));
+  if (!p.lora_names.empty()) {
+    IB_ASSIGN_OR_RETURN(const LoraAssignment assignment, parse_lora_assignment(p.lora_assignment));
+    const std::vector<std::string> names = assign_lora_adapters(
+        static_cast<int>(p.requests.size()), p.lora_names, assignment, p.workload.seed);
+    for (size_t i = 0; i < p.requests.size(); ++i) p.requests[i].lora_name = names[i];
+  }
   IB_TRY(draw_calibration_prompts(p, *tokenizer));
 
   RunnerOptions& r = p.runner;
@@ -102,6 +109,10 @@ Result<RunPlan> plan_run(const RunConfig& config, const PluginRegistry& registry
   c["kv_cache_memory_bytes"] = engine.cpu_kv_cache_bytes;
   c["result_dir"] = p.result_dir.string();
   c["overwrite"] = p.overwrite;
+  if (!p.lora_names.empty()) {
+    c["lora_adapters"] = p.lora_names;
+    c["lora_assignment"] = p.lora_assignment;
+  }
   return p;
 }
 

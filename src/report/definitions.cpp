@@ -1,4 +1,6 @@
 // The metric definitions of docs/metrics.md, echoed into every result.json.
+#include <algorithm>
+
 #include "report/report.h"
 
 namespace ib {
@@ -38,6 +40,41 @@ nlohmann::json metric_definitions() {
   };
 }
 
+namespace {
+
+// BenchmarkReport::per_adapter: each adapter's requests of every completed run, as a run of
+// their own, aggregated across runs.
+void add_adapter_results(BenchmarkReport& report, const BenchmarkRecords& records) {
+  std::vector<std::string> adapters;  // in order of first appearance
+  for (const auto& run : records.runs) {
+    for (const RequestRecord& r : run) {
+      const std::string name = r.lora_name.empty() ? "base" : r.lora_name;
+      if (std::find(adapters.begin(), adapters.end(), name) == adapters.end()) {
+        adapters.push_back(name);
+      }
+    }
+  }
+  if (adapters.size() == 1 && adapters[0] == "base") return;  // no LoRA in this benchmark
+  for (const std::string& adapter : adapters) {
+    BenchmarkReport::AdapterMetrics m;
+    m.adapter = adapter;
+    std::vector<std::vector<MetricValue>> flat;
+    for (const auto& run : records.runs) {
+      std::vector<RequestRecord> mine;
+      for (const RequestRecord& r : run) {
+        if ((r.lora_name.empty() ? "base" : r.lora_name) == adapter) mine.push_back(r);
+      }
+      m.requests += static_cast<int64_t>(mine.size());
+      flat.push_back(flatten_metrics(compute_run_metrics(mine, report.metrics_options),
+                                     report.metrics_options.percentiles));
+    }
+    m.aggregate = aggregate_runs(flat);
+    report.per_adapter.push_back(std::move(m));
+  }
+}
+
+}  // namespace
+
 void add_results(BenchmarkReport& report, const BenchmarkRecords& records) {
   report.interrupted = records.interrupted;
   const auto& percentiles = report.metrics_options.percentiles;
@@ -49,6 +86,7 @@ void add_results(BenchmarkReport& report, const BenchmarkRecords& records) {
     report.partial_run = compute_run_metrics(records.partial_run, report.metrics_options);
   }
   report.aggregate = aggregate_runs(report.runs_flat);
+  add_adapter_results(report, records);
 }
 
 }  // namespace ib

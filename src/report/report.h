@@ -46,6 +46,15 @@ struct BenchmarkReport {
   std::vector<std::vector<MetricValue>> runs_flat;
   std::optional<RunMetrics> partial_run;   // the interrupted run, over what finished
   std::vector<AggregateMetric> aggregate;  // across completed runs
+  // LoRA benchmarks (requests that asked for adapters): the same metrics over each adapter's
+  // requests ("base" for those that asked for none), aggregated across runs; empty otherwise.
+  // Throughputs are over the span of that adapter's own requests.
+  struct AdapterMetrics {
+    std::string adapter;
+    int64_t requests = 0;  // over the completed runs
+    std::vector<AggregateMetric> aggregate;
+  };
+  std::vector<AdapterMetrics> per_adapter;
 
   // Our sections, filled by the caller.
   nlohmann::json config = nlohmann::json::object();

@@ -103,6 +103,16 @@ nlohmann::ordered_json result_json(const BenchmarkReport& r) {
   j["energy"] = json(r.energy);
   j["engine"] = json(r.engine);
   j["weights"] = r.weights;
+  if (!r.per_adapter.empty()) {
+    json adapters = json::object();
+    for (const auto& a : r.per_adapter) {
+      json m{{"requests", a.requests}};
+      for (const auto& metric : a.aggregate)
+        m[metric.key] = number(metric.key, metric.spread.median);
+      adapters[a.adapter] = std::move(m);
+    }
+    j["lora_adapters"] = std::move(adapters);
+  }
   return j;
 }
 
@@ -133,6 +143,7 @@ std::string request_json_line(const RequestRecord& rec, int64_t origin_ns) {
       {"client_queue_time_ms", static_cast<double>(rec.queue_ns()) / 1e6},
       {"token_times_ns", std::move(times)},
   };
+  if (!rec.lora_name.empty()) j["lora_adapter"] = rec.lora_name;
   return j.dump();
 }
 

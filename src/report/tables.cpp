@@ -84,6 +84,32 @@ std::string summary_csv(const BenchmarkReport& r) {
   return out;
 }
 
+namespace {
+
+// LoRA benchmarks: one row per adapter (BenchmarkReport::per_adapter), medians over the runs.
+std::string adapter_table(const BenchmarkReport& r) {
+  if (r.per_adapter.empty()) return "";
+  auto median = [](const std::vector<AggregateMetric>& metrics, const std::string& key) {
+    for (const auto& m : metrics) {
+      if (m.key == key) return fmt::format("{:.2f}", m.spread.median);
+    }
+    return std::string("-");
+  };
+  std::string out =
+      "\n| LoRA adapter | requests | output tok/s | TTFT median ms | TPOT median ms | "
+      "E2EL median ms |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
+  for (const auto& a : r.per_adapter) {
+    out += fmt::format("| {} | {} | {} | {} | {} | {} |\n", a.adapter, a.requests,
+                       median(a.aggregate, "output_throughput"),
+                       median(a.aggregate, "median_ttft_ms"),
+                       median(a.aggregate, "median_tpot_ms"),
+                       median(a.aggregate, "median_e2el_ms"));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string markdown_summary(const BenchmarkReport& r) {
   std::vector<AggregateMetric> rows = r.aggregate;
   std::string status = fmt::format("{} run{}", r.runs.size(), r.runs.size() == 1 ? "" : "s");
@@ -123,6 +149,7 @@ std::string markdown_summary(const BenchmarkReport& r) {
     const std::string warning = stability_warning(visible);
     if (!warning.empty()) out += "\n" + warning + "\n";
   }
+  out += adapter_table(r);
   for (const auto& line : r.footnotes) out.append("\n").append(line).append("\n");
   return out;
 }

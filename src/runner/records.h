@@ -24,6 +24,7 @@ struct RequestRecord {
   bool ok = false;
   std::string finish_reason;  // "length", "stop", "aborted", "error"
   std::string error;          // empty when ok
+  std::string lora_name;      // the LoRA adapter it asked for; empty: the base model
 
   int64_t ttft_ns() const { return t_first_ns - t_send_ns; }
   int64_t e2el_ns() const { return t_end_ns - t_send_ns; }

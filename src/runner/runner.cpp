@@ -39,6 +39,7 @@ RequestRecord new_record(const RequestSpec& spec, uint64_t id, int run, int64_t 
   r.t_sched_ns = t_sched_ns;
   r.n_in = spec.input_len;
   r.n_out_requested = spec.output_len;
+  r.lora_name = spec.lora_name;
   return r;
 }
 

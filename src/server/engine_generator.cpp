@@ -49,6 +49,31 @@ class EngineGenerator final : public Generator {
 
   void stop() override { engine_.shutdown(); }
 
+  std::vector<std::pair<std::string, std::string>> initial_loras() const override {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (options_.engine.merge_lora) return out;
+    for (const std::string& item : options_.engine.lora_modules) {
+      if (auto m = parse_lora_module(item); m.ok()) out.emplace_back(m->name, m->path);
+    }
+    return out;
+  }
+
+  Status load_lora(const std::string& name, const std::string& path) override {
+    if (!options_.engine.enable_lora) {
+      return user_error("LoRA adapter '" + name + "': LoRA is off; start the server with " +
+                        "--enable-lora");
+    }
+    // Read and checked here (the caller's thread); only the copy into a slot runs on the
+    // engine's thread, between two steps.
+    IB_ASSIGN_OR_RETURN(const LoraAdapter adapter,
+                        load_lora_adapter(path, options_.model, options_.engine.max_lora_rank));
+    return engine_.call([&](Engine& engine) { return engine.add_lora(name, adapter); });
+  }
+
+  Status unload_lora(const std::string& name) override {
+    return engine_.call([&](Engine& engine) { return engine.remove_lora(name); });
+  }
+
   const ModelConfig& model() const override { return options_.model; }
   int max_model_len() const override { return max_model_len_; }
   std::string describe() const override { return description_; }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -56,6 +57,17 @@ class Generator {
   virtual const ModelConfig& model() const = 0;
   virtual int max_model_len() const = 0;
   virtual std::string describe() const = 0;
+  // LoRA adapters (the engine generator with --enable-lora): those loaded at start (name, path,
+  // in order); load one now from a PEFT directory (blocks until the engine took it; its rank,
+  // shapes and the --max-loras limit are checked); unload one no request uses. User errors say
+  // what is wrong and the fix. The default generator has none.
+  virtual std::vector<std::pair<std::string, std::string>> initial_loras() const { return {}; }
+  virtual Status load_lora(const std::string& name, const std::string& /*path*/) {
+    return user_error("LoRA adapter '" + name + "': this server runs no LoRA adapters");
+  }
+  virtual Status unload_lora(const std::string& name) {
+    return user_error("LoRA adapter '" + name + "': this server runs no LoRA adapters");
+  }
 };
 
 struct EngineGeneratorOptions {

@@ -286,16 +286,30 @@ std::variant<GenerationCall, ApiError> parse_generation_call(std::string_view bo
   return call;
 }
 
+bool ServedModel::is_adapter(const std::string& asked) const {
+  return std::any_of(lora_adapters.begin(), lora_adapters.end(),
+                     [&](const ServedLora& l) { return l.name == asked; });
+}
+
+bool ServedModel::serves(const std::string& asked) const {
+  return asked.empty() || asked == name || is_adapter(asked);
+}
+
+ApiError model_not_found(const std::string& asked, const ServedModel& model) {
+  std::string served = "'" + model.name + "'";
+  for (const ServedLora& l : model.lora_adapters) served += ", '" + l.name + "' (LoRA)";
+  ApiError e = bad(
+      "model", fmt::format("the model '{}' does not exist; this server serves {}", asked, served),
+      "model_not_found");
+  e.status = 404;
+  e.type = "NotFoundError";
+  return e;
+}
+
 std::variant<int, ApiError> check_against_model(const GenerationCall& call, int prompt_len,
                                                 const std::vector<int32_t>& prompt_tokens,
                                                 const ServedModel& model) {
-  if (!call.model.empty() && call.model != model.name) {
-    ApiError e = bad("model",
-                     fmt::format("the model '{}' does not exist; this server serves '{}'",
-                                 call.model, model.name),
-                     "model_not_found");
-    return e;
-  }
+  if (!model.serves(call.model)) return model_not_found(call.model, model);
   for (const int32_t id : prompt_tokens) {
     if (id >= model.vocab_size) {
       return bad("prompt", fmt::format("token id {} is outside the vocabulary (size {})", id,

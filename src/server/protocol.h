@@ -59,13 +59,26 @@ std::variant<GenerationCall, ApiError> parse_generation_call(std::string_view bo
                                                              const ParseLimits& limits = {});
 
 // What the server knows about its model, to check a call against it.
+struct ServedLora {
+  std::string name;
+  std::string path;
+};
 struct ServedModel {
   std::string name;
   int max_model_len = 0;
   int vocab_size = 0;
+  std::vector<ServedLora> lora_adapters;  // loaded LoRA adapters, served under their names
+  // Whether name is the base model or a loaded adapter (an empty name is the base model).
+  bool serves(const std::string& asked) const;
+  bool is_adapter(const std::string& asked) const;
 };
 
-// Checks a tokenized call against the model: model name, token ids inside the vocabulary, an
+// The 404 model_not_found (vLLM's NotFoundError) for a model or adapter the server does not
+// serve, listing what it serves.
+ApiError model_not_found(const std::string& asked, const ServedModel& model);
+
+// Checks a tokenized call against the model: model name (the base model or a loaded LoRA adapter;
+// another: model_not_found), token ids inside the vocabulary, an
 // empty prompt, max_tokens against the context. Returns the max_tokens to generate.
 std::variant<int, ApiError> check_against_model(const GenerationCall& call, int prompt_len,
                                                 const std::vector<int32_t>& prompt_tokens,

@@ -117,7 +117,7 @@ TEST(Protocol, RejectsBadInputNamingTheField) {
 }
 
 TEST(Protocol, ChecksAgainstTheModel) {
-  const ServedModel m{"tiny", 100, 1000};
+  const ServedModel m{"tiny", 100, 1000, {}};
   GenerationCall call;
   call.max_tokens = 10;
   EXPECT_EQ(std::get<int>(check_against_model(call, 90, {}, m)), 10);
@@ -132,7 +132,14 @@ TEST(Protocol, ChecksAgainstTheModel) {
   call.model = "other";
   const ApiError e = std::get<ApiError>(check_against_model(call, 10, {}, m));
   EXPECT_EQ(e.code, "model_not_found");
-  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.status, 404);  // as vLLM
+  // A loaded LoRA adapter is served under its name.
+  ServedModel with_lora = m;
+  with_lora.lora_adapters.push_back({"other", "/adapters/other"});
+  EXPECT_EQ(std::get<int>(check_against_model(call, 10, {}, with_lora)), 90);
+  call.model = "third";
+  const ApiError listed = std::get<ApiError>(check_against_model(call, 10, {}, with_lora));
+  EXPECT_NE(listed.message.find("'tiny', 'other' (LoRA)"), std::string::npos) << listed.message;
 }
 
 TEST(Protocol, ErrorBodyIsOpenAiShaped) {

@@ -42,6 +42,9 @@ class ServerImpl final : public Server {
         options_.served_model_name.empty() ? generator_->model().name : options_.served_model_name;
     served.max_model_len = generator_->max_model_len();
     served.vocab_size = generator_->model().vocab_size;
+    for (const auto& [name, path] : generator_->initial_loras()) {
+      served.lora_adapters.push_back({name, path});
+    }
     core_ = std::make_unique<detail::ServerCore>(io_, options_, *generator_, *tokenizer_, served);
     core_->created_unix_s = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch())

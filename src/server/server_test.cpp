@@ -109,7 +109,7 @@ TEST_F(EngineServer, BadInputTable) {
       {"POST", "/v1/completions", "{not json", 400, ""},
       {"POST", "/v1/completions", R"({"prompt": 1})", 400, "prompt"},
       {"POST", "/v1/completions", R"({"max_tokens": 2})", 400, "prompt"},
-      {"POST", "/v1/completions", R"({"prompt": "x", "model": "gpt-4"})", 400, "model"},
+      {"POST", "/v1/completions", R"({"prompt": "x", "model": "gpt-4"})", 404, "model"},
       {"POST", "/v1/completions", too_long, 400, "max_tokens"},
       {"POST", "/v1/completions", R"({"prompt": "x", "temperature": -1})", 400, "temperature"},
       {"POST", "/v1/completions", R"({"prompt": "x", "top_p": -0.5})", 400, "top_p"},

@@ -162,6 +162,7 @@ class NativeTarget : public Target {
       s.request.sampling = options_.sampling;
       s.request.sampling.seed = options_.sampling.seed + r.id;
       s.request.ignore_eos = options_.ignore_eos;
+      s.request.lora_name = r.lora_name;
       s.callbacks.on_token = [this](const TokenEvent& ev) {
         cb_.on_tokens(ev.request_id, 1, ev.time_ns);
       };

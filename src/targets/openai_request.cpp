@@ -128,7 +128,7 @@ Result<std::string> openai_request_body(const OpenAITargetOptions& o, Dialect di
                                         const RequestSpec& r) {
   const DialectFields f = fields_of(dialect);
   json body = json::object();
-  body["model"] = o.model;
+  body["model"] = r.lora_name.empty() ? o.model : r.lora_name;  // vLLM: an adapter by name
   std::string text = r.prompt_text;
   if (text.empty() && !(f.token_ids && !o.chat)) text = synthetic_text(r.prompt_tokens);
   if (o.chat) {

@@ -122,7 +122,7 @@ TEST(OpenAiTarget, FailedRequestsAreRecordedAndTheRunGoesOn) {
   ASSERT_EQ(out.records.size(), 6u);
   for (const RequestRecord& r : out.records) {
     EXPECT_FALSE(r.ok);
-    EXPECT_EQ(r.error.rfind("HTTP 400: ", 0), 0u) << r.error;
+    EXPECT_EQ(r.error.rfind("HTTP 404: ", 0), 0u) << r.error;
     EXPECT_NE(r.error.find("model_not_found"), std::string::npos) << r.error;
   }
 }

@@ -22,6 +22,9 @@ struct RequestSpec {
   std::string prompt_text;             // text (text datasets); used when prompt_tokens is empty
   int input_len = 0;                   // prompt length in tokens
   int output_len = 0;                  // requested output tokens
+  // The LoRA adapter the request asks for (--lora-assignment over --lora-modules): the engine's
+  // adapter name (native), or the request's "model" (openai); empty: the base model.
+  std::string lora_name;
 };
 
 struct RequestOutcome {

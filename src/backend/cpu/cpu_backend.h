@@ -1,8 +1,8 @@
 // CpuBackend: the fp32 reference implementation of Backend (dense, 8-bit and 4-bit weights,
-// backend/weight.h; the mixture-of-experts ops; no fused decode ops), multi-threaded through a
-// ThreadPool. Every op runs synchronously on the calling thread plus the pool's workers. Weights
-// and activations are fp32 (activation_dtype() == kF32); the factory refuses bf16/fp16 for the CPU.
-// Numerics (the contract CUDA kernels are compared against): dot products as cpu::dot_f32
+// backend/weight.h; the mixture-of-experts and LoRA ops; no fused decode ops), multi-threaded
+// through a ThreadPool. Every op runs synchronously on the calling thread plus the pool's workers.
+// Weights and activations are fp32 (activation_dtype() == kF32); the factory refuses bf16/fp16 for
+// the CPU. Numerics (the contract CUDA kernels are compared against): dot products as cpu::dot_f32
 // (detail/dot.h); RMSNorm sums squares the same way and scales by 1 / sqrt(mean + eps); attention
 // is a two-pass softmax in fp32; sampling accumulates probabilities in double.
 #pragma once
@@ -14,7 +14,7 @@
 
 namespace ib {
 
-class CpuBackend final : public Backend, public MoeOps {
+class CpuBackend final : public Backend, public MoeOps, public LoraOps {
  public:
   // num_threads <= 0: one per hardware thread.
   explicit CpuBackend(int num_threads);
@@ -64,6 +64,10 @@ class CpuBackend final : public Backend, public MoeOps {
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                    Tensor out) override;
+
+  LoraOps* lora_ops() override { return this; }
+  void lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a, const Tensor& b,
+                  const Tensor& scales, int64_t row_offset, Tensor out) override;  // cpu/lora.cpp
 
  protected:
   Result<void*> raw_alloc(size_t bytes) override;

@@ -4,6 +4,7 @@
 // that file, one line in registry.cpp, and its tests.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -81,6 +82,14 @@ struct StepBuffers {
   Tensor expert_weights;  // f32 (T, k)
 };
 
+// The LoRA slots' device stacks of one layer, per target (engine/lora.h LoraTarget order): A
+// (S, R, in) and B (S, N, R), S = --max-loras slots of rank R = --max-lora-rank, zero-padded
+// (LoraOps::lora_apply); a target no loaded adapter uses may still be allocated (all zeros).
+struct LoraLayerStacks {
+  std::array<Tensor, 7> a;
+  std::array<Tensor, 7> b;
+};
+
 // One step's metadata (device views) and the model's per-layer KV cache.
 struct StepInputs {
   Tensor positions;     // int32 (T)
@@ -100,6 +109,12 @@ struct StepInputs {
   // (layers, E), each layer's row counting the tokens routed to each expert (MoeOps::moe_route).
   MoeOps* moe = nullptr;
   Tensor expert_tokens;
+  // Steps where a token uses a LoRA adapter: the backend's LoRA ops, each token's slot (int32
+  // (T), -1: none), the slots' scales (f32 (S)) and stacks (one per layer); lora null otherwise.
+  LoraOps* lora = nullptr;
+  Tensor lora_slot_ids;
+  Tensor lora_scales;
+  std::span<const LoraLayerStacks> lora_layers;
 };
 
 class Architecture {

@@ -1,7 +1,9 @@
 // The pre-norm dense decoder's block helpers (see detail/dense_decoder.h): per layer
-// [qkv matmul (+bias), rope_and_cache, attention, o matmul, add_rms_norm, gate_up matmul,
+// [qkv matmul (+bias) (+ LoRA), rope_and_cache, attention, o matmul, add_rms_norm, gate_up matmul,
 // silu_mul, down matmul, add_rms_norm of the next layer], or five fused ops on decode steps.
 #include "engine/arch/detail/dense_decoder.h"
+
+#include "engine/lora.h"
 
 namespace ib::arch {
 
@@ -57,13 +59,36 @@ void add_split_attention(const ModelConfig& c, int layer, WeightSchema& schema) 
   schema.entries.push_back({WeightRole::kO, layer, {{p + "o_proj.weight", {n.d, n.q}, 0}}});
 }
 
+namespace {
+
+// The LoRA updates of layer's targets [first, last] (engine/lora.h LoraTarget order), from x
+// into their row ranges of out, when the step has adapters (in.lora).
+void lora_updates(const StepInputs& in, size_t layer, LoraTarget first, LoraTarget last,
+                  const Tensor& x, Tensor out) {
+  if (in.lora == nullptr) return;
+  const LoraLayerStacks& stacks = in.lora_layers[layer];
+  for (int t = static_cast<int>(first); t <= static_cast<int>(last); ++t) {
+    const auto i = static_cast<size_t>(t);
+    // The row offset of target t in its fused output: after the targets before it.
+    int64_t offset = 0;
+    for (int p = static_cast<int>(first); p < t; ++p) {
+      offset += stacks.b[static_cast<size_t>(p)].dim(1);
+    }
+    in.lora->lora_apply(x, in.lora_slot_ids, stacks.a[i], stacks.b[i], in.lora_scales, offset, out);
+  }
+}
+
+}  // namespace
+
 void attention_sublayer(Backend& backend, const LayerWeights& w, const KvCacheLayer& kv,
-                        const StepInputs& in, const StepBuffers& b) {
+                        const StepInputs& in, const StepBuffers& b, size_t layer) {
   const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;
   backend.matmul(b.hidden, w.wqkv, bqkv, b.qkv);
+  lora_updates(in, layer, LoraTarget::kQ, LoraTarget::kV, b.hidden, b.qkv);
   backend.rope_and_cache(b.qkv, in.positions, in.slot_mapping, in.inv_freq, kv, *in.shape);
   backend.attention(b.qkv, kv, *in.attention, *in.shape, b.attn);
   backend.matmul(b.attn, w.wo, nullptr, b.tmp);
+  lora_updates(in, layer, LoraTarget::kO, LoraTarget::kO, b.attn, b.tmp);
 }
 
 void dense_forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
@@ -86,11 +111,13 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
       in.fused->matmul_add(b.act, w.w_down, b.residual);
       continue;
     }
-    attention_sublayer(backend, w, kv, in, b);
+    attention_sublayer(backend, w, kv, in, b, l);
     backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, in.rms_eps, b.hidden);
     backend.matmul(b.hidden, w.w_gate_up, nullptr, b.gate_up);
+    lora_updates(in, l, LoraTarget::kGate, LoraTarget::kUp, b.hidden, b.gate_up);
     backend.silu_mul(b.gate_up, b.act);
     backend.matmul(b.act, w.w_down, nullptr, b.tmp);
+    lora_updates(in, l, LoraTarget::kDown, LoraTarget::kDown, b.act, b.tmp);
     if (l + 1 < layers.size())
       backend.add_rms_norm(b.residual, b.tmp, layers[l + 1].attn_norm, in.rms_eps, b.hidden);
   }

@@ -82,7 +82,7 @@ class Gemma2 final : public Architecture {
       const LayerWeights& w = layers[l];
       StepInputs layer_in = in;
       layer_in.shape = l % 2 == 0 ? &local : &global;
-      attention_sublayer(backend, w, in.kv[l], layer_in, b);
+      attention_sublayer(backend, w, in.kv[l], layer_in, b, l);
       backend.rms_norm(b.tmp, w.post_attn_norm, eps, b.tmp);
       backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, eps, b.hidden);
       backend.matmul(b.hidden, w.w_gate_up, nullptr, b.gate_up);

@@ -46,7 +46,7 @@ class Mixtral final : public Architecture {
     backend.rms_norm(b.residual, layers[0].attn_norm, in.rms_eps, b.hidden);
     for (size_t l = 0; l < layers.size(); ++l) {
       const LayerWeights& w = layers[l];
-      attention_sublayer(backend, w, in.kv[l], in, b);
+      attention_sublayer(backend, w, in.kv[l], in, b, l);
       backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, in.rms_eps, b.hidden);
       backend.matmul(b.hidden, w.router, nullptr, b.router_logits);
       const Tensor counts = in.expert_tokens.slice_rows(static_cast<int64_t>(l), 1).reshaped({e});

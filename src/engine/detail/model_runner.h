@@ -38,6 +38,7 @@ struct RunnerSeq {
   // share (prompt logits); such a batch runs eager.
   int logits_offset = 0;
   int logits_rows = 0;
+  int lora_slot = -1;  // LoRA adapter slot of every token of this share; -1: the base model
 };
 
 struct RunnerLimits {
@@ -45,6 +46,8 @@ struct RunnerLimits {
   int max_num_seqs = 0;            // S: sequences per step
   int max_model_len = 0;           // bounds the block table width
   int block_size = 16;
+  int lora_slots = 0;  // S: LoRA adapter slots (0: LoRA off)
+  int lora_rank = 0;   // R: their width
 };
 
 struct RunnerOutput {
@@ -77,6 +80,9 @@ class ModelRunner {
   // sized from the memory left after these.
   static Result<std::unique_ptr<ModelRunner>> create(const ModelConfig& model, ModelWeights weights,
                                                      const RunnerLimits& limits, Backend& backend);
+  // Whether the backend runs LoRA adapters on this model (LoraOps, a dense model): a user error
+  // naming the fix otherwise; checked before any weight is loaded.
+  static Status check_lora_runs(const ModelConfig& model, Backend& backend);
   void attach_kv_cache(KvCache kv) { kv_ = std::move(kv); }
   KvCache& kv_cache() { return kv_; }  // on-demand growth reallocates it (no graphs then)
   // Captures the decode graphs (after attach_kv_cache); max_model_len is the resolved limit.
@@ -92,6 +98,10 @@ class ModelRunner {
   // layer since the runner was created, (layers, E) row-major; empty for a dense model. Reads
   // the backend's counters (a device-to-host copy).
   std::vector<int64_t> expert_tokens() const;
+  // Writes adapter into LoRA slot (zero-padded to the slots' rank; targets it lacks zeroed), or
+  // clears the slot (adapter null). Requires LoRA slots (RunnerLimits::lora_slots).
+  void set_lora_slot(int slot, const LoraAdapter* adapter);
+  int64_t lora_bytes() const { return static_cast<int64_t>(lora_buf_.bytes()); }
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
   int64_t graph_bytes() const;
   std::vector<int> graph_buckets() const;
@@ -100,7 +110,8 @@ class ModelRunner {
   ModelRunner(const ModelConfig& model, const Architecture& arch, ModelWeights weights,
               const RunnerLimits& limits, Backend& backend);
   Status allocate();
-  Status allocate_moe();  // the MoE buffers below
+  Status allocate_moe();   // the MoE buffers below
+  Status allocate_lora();  // the LoRA stacks below
   // When the backend has fused decode ops for the model (fused_decode_fits) and every matmul
   // weight is dense.
   void fold_norm_gains();
@@ -135,6 +146,13 @@ class ModelRunner {
   // (T, k) and the routing counters int64 (layers, E), in one buffer; empty otherwise.
   Buffer moe_buf_;
   Tensor router_logits_, expert_ids_, expert_weights_, expert_tokens_;
+  // LoRA (RunnerLimits::lora_slots > 0): per layer and target the slots' A and B stacks, and the
+  // slots' scales f32 (S), in one buffer; this step's slot ids (int32 (T), in meta_buf_), and
+  // whether any token of it uses an adapter.
+  Buffer lora_buf_;
+  std::vector<LoraLayerStacks> lora_layers_;
+  Tensor lora_scales_, lora_slot_ids_;
+  bool step_uses_lora_ = false;
 
   // Step metadata: host staging (4-byte words) and the views of this step into meta_buf_.
   std::vector<int32_t> staging_;

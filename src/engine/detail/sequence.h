@@ -25,6 +25,7 @@ struct Sequence {
   // delivered row, so a recompute does not repeat them); -1: none.
   int prompt_logits_next = -1;
   FinishReason finish = FinishReason::kNone;
+  int lora_slot = -1;  // the LoRA adapter's device slot; -1: the base model
 
   Sequence(const GenerationRequest& request, const std::vector<int>& eos_token_ids);
 

@@ -60,9 +60,11 @@ void Session::start_generation(ApiKind kind, const Request& req) {
   g.sampling.top_k = std::max(call.top_k, 0);
   g.sampling.seed = call.seed ? *call.seed : core_.options.seed + g.id;
   g.ignore_eos = call.ignore_eos;
+  if (core_.served.is_adapter(call.model)) g.lora_name = call.model;
   gen_ = Generation{};
   gen_.id = g.id;
   gen_.kind = kind;
+  gen_.model = g.lora_name.empty() ? core_.served.name : g.lora_name;
   gen_.stream = call.stream;
   gen_.include_usage = call.include_usage;
   gen_.continuous_usage = call.continuous_usage;
@@ -77,7 +79,7 @@ void Session::start_generation(ApiKind kind, const Request& req) {
   ++core_.metrics.open_streams;
   if (gen_.stream) {
     core_.count_response(200);
-    gen_.format.emplace(kind, g.id, core_.created_unix_s, core_.served.name);
+    gen_.format.emplace(kind, g.id, core_.created_unix_s, gen_.model);
     pending_ += sse_response_head();
     if (kind == ApiKind::kChat) {
       std::string event;
@@ -169,8 +171,8 @@ void Session::finish_generation(const char* reason) {
   } else {
     core_.count_response(200);
     pending_ += http_response(200, "application/json",
-                              completion_body(gen_.kind, gen_.id, core_.created_unix_s,
-                                              core_.served.name, gen_.text, reason, usage),
+                              completion_body(gen_.kind, gen_.id, core_.created_unix_s, gen_.model,
+                                              gen_.text, reason, usage),
                               keep_alive_);
   }
   gen_.emitted = gen_.text.size();

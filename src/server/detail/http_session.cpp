@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/clock.h"
+#include "server/detail/lora_endpoints.h"
 #include "server/detail/tokenize_endpoints.h"
 
 namespace ib::detail {
@@ -139,10 +140,19 @@ void Session::handle(const Request& req) {
   if (path == "/v1/models") {
     if (!get) return not_allowed("GET");
     return respond(http_response(200, "application/json",
-                                 models_body(core_.served.name, core_.created_unix_s,
-                                             core_.served.max_model_len),
-                                 keep_alive_),
+                                 models_body(core_.served, core_.created_unix_s), keep_alive_),
                    200, keep_alive_);
+  }
+  if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter") {
+    if (!post) return not_allowed("POST");
+    auto reply = path == "/v1/load_lora_adapter"
+                     ? load_lora_body(req.body(), core_.generator, core_.served)
+                     : unload_lora_body(req.body(), core_.generator, core_.served);
+    if (auto* e = std::get_if<ApiError>(&reply)) {
+      return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
+    }
+    return respond(http_response(200, "text/plain", std::get<std::string>(reply), keep_alive_), 200,
+                   keep_alive_);
   }
   if (path == "/tokenize" || path == "/detokenize") {
     if (!post) return not_allowed("POST");

@@ -37,6 +37,7 @@ class Session : public std::enable_shared_from_this<Session> {
   struct Generation {
     uint64_t id = 0;
     ApiKind kind = ApiKind::kCompletions;
+    std::string model;  // echoed in responses: the served model, or the LoRA adapter asked for
     bool stream = false;
     bool include_usage = false;
     bool continuous_usage = false;

@@ -156,15 +156,24 @@ std::string completion_body(ApiKind kind, uint64_t id, int64_t created_unix_s,
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string models_body(const std::string& model, int64_t created_unix_s, int max_model_len) {
-  const json body = {
-      {"object", "list"},
-      {"data", json::array({{{"id", model},
-                             {"object", "model"},
-                             {"created", created_unix_s},
-                             {"owned_by", "inferbench"},
-                             {"max_model_len", max_model_len}}})},
-  };
+std::string models_body(const ServedModel& model, int64_t created_unix_s) {
+  json data = json::array({{{"id", model.name},
+                            {"object", "model"},
+                            {"created", created_unix_s},
+                            {"owned_by", "inferbench"},
+                            {"root", model.name},
+                            {"parent", nullptr},
+                            {"max_model_len", model.max_model_len}}});
+  for (const ServedLora& l : model.lora_adapters) {  // as vLLM lists them: root is the path
+    data.push_back({{"id", l.name},
+                    {"object", "model"},
+                    {"created", created_unix_s},
+                    {"owned_by", "inferbench"},
+                    {"root", l.path},
+                    {"parent", model.name},
+                    {"max_model_len", model.max_model_len}});
+  }
+  const json body = {{"object", "list"}, {"data", std::move(data)}};
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -53,6 +53,6 @@ class StreamFormatter {
 std::string completion_body(ApiKind kind, uint64_t id, int64_t created_unix_s,
                             const std::string& model, std::string_view text,
                             const char* finish_reason, const Usage& usage);
-std::string models_body(const std::string& model, int64_t created_unix_s, int max_model_len);
+std::string models_body(const ServedModel& model, int64_t created_unix_s);
 
 }  // namespace ib::detail

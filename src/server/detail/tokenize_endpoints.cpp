@@ -19,14 +19,8 @@ ApiError bad(std::string param, std::string message, std::string code = "invalid
 }
 
 std::optional<ApiError> wrong_model(const std::string& asked, const ServedModel& model) {
-  if (asked.empty() || asked == model.name) return std::nullopt;
-  ApiError e =
-      bad("model",
-          fmt::format("the model '{}' does not exist; this server serves '{}'", asked, model.name),
-          "model_not_found");
-  e.status = 404;
-  e.type = "NotFoundError";
-  return e;
+  if (model.serves(asked)) return std::nullopt;
+  return model_not_found(asked, model);
 }
 
 }  // namespace

@@ -29,9 +29,10 @@ void add_layer_norms(const ModelConfig& config, int layer, WeightSchema& schema)
 void add_split_attention(const ModelConfig& config, int layer, WeightSchema& schema);
 
 // The unfused attention half of a layer: b.hidden (normed) -> qkv (+ bias) -> rope and the KV
-// write -> attention -> o projection into b.tmp.
+// write -> attention -> o projection into b.tmp; with the LoRA updates of q, k, v and o when the
+// step has adapters (in.lora; layer indexes in.lora_layers).
 void attention_sublayer(Backend& backend, const LayerWeights& w, const KvCacheLayer& kv,
-                        const StepInputs& in, const StepBuffers& b);
+                        const StepInputs& in, const StepBuffers& b, size_t layer);
 
 // Every layer of the dense decoder, unfused (prefill, mixed steps) or fused (decode).
 void dense_forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
