@@ -106,7 +106,7 @@ TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
   };
   const std::vector<Case> cases = {
       {{"run", "--model", "no-such-model", "--result-dir", dir}, "no-such-model"},
-      {{"run", "--model", "gemma-2-9b", "--result-dir", dir}, "gemma"},
+      {{"run", "--model", "deepseek-v2-lite", "--result-dir", dir}, "deepseek"},
       {{"run", "--input-len", "1000", "--output-len", "100", "--result-dir", dir}, "1024"},
       {{"run", "--num-prompts", "0", "--result-dir", dir}, "--num-prompts"},
       {{"run", "--output-len", "-5", "--result-dir", dir}, "--output-len"},
