@@ -49,17 +49,17 @@ MatmulLayout load_time_layout(WeightFormat format, bool asymmetric);
 // dense in the activation dtype, or quantized (WeightOptions::quantization). Norms, biases and
 // the embedding table stay dense tensors.
 struct LayerWeights {
-  Tensor attn_norm;     // (D)
-  WeightRef wqkv;       // (Q + 2 KV, D): rows q, then k, then v (HF q_proj/k_proj/v_proj)
-  Tensor bqkv;          // (Q + 2 KV) or empty when the model has no attention bias
-  WeightRef wo;         // (D, Q)
-  Tensor ffn_norm;      // (D)
+  Tensor attn_norm;  // (D)
+  WeightRef wqkv;    // (Q + 2 KV, D): rows q, then k, then v (HF q_proj/k_proj/v_proj)
+  Tensor bqkv;       // (Q + 2 KV) or empty when the model has no attention bias
+  WeightRef wo;      // (D, Q)
+  Tensor ffn_norm;   // (D)
   // Gemma-2's sandwich norms (ModelConfig::sandwich_norms; empty otherwise): on the attention
   // output and on the MLP output, each before its residual add (its pre-MLP norm is ffn_norm).
   Tensor post_attn_norm;  // (D)
   Tensor post_ffn_norm;   // (D)
-  WeightRef w_gate_up;  // (2F, D): rows gate, then up
-  WeightRef w_down;     // (D, F)
+  WeightRef w_gate_up;    // (2F, D): rows gate, then up
+  WeightRef w_down;       // (D, F)
   // A mixture-of-experts layer (Mixtral; w_gate_up and w_down then empty): the router and each
   // expert's SwiGLU MLP, dense in the activation dtype (quantized experts are not run yet).
   WeightRef router;                       // (E, D) HF block_sparse_moe.gate

@@ -99,11 +99,10 @@ std::string adapter_table(const BenchmarkReport& r) {
       "\n| LoRA adapter | requests | output tok/s | TTFT median ms | TPOT median ms | "
       "E2EL median ms |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
   for (const auto& a : r.per_adapter) {
-    out += fmt::format("| {} | {} | {} | {} | {} | {} |\n", a.adapter, a.requests,
-                       median(a.aggregate, "output_throughput"),
-                       median(a.aggregate, "median_ttft_ms"),
-                       median(a.aggregate, "median_tpot_ms"),
-                       median(a.aggregate, "median_e2el_ms"));
+    out +=
+        fmt::format("| {} | {} | {} | {} | {} | {} |\n", a.adapter, a.requests,
+                    median(a.aggregate, "output_throughput"), median(a.aggregate, "median_ttft_ms"),
+                    median(a.aggregate, "median_tpot_ms"), median(a.aggregate, "median_e2el_ms"));
   }
   return out;
 }
