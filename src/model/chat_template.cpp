@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/detail/jinja_ast.h"
+#include "model/gguf_file.h"
+#include "model/gguf_model.h"
 
 namespace ib {
 namespace {
@@ -84,6 +86,49 @@ ChatFormat ChatFormat::from(ChatTemplate chat_template, std::string origin,
   return f;
 }
 
+namespace {
+
+// llama.cpp's GGUF keys: tokenizer.chat_template, and the BOS/EOS texts from
+// tokenizer.ggml.{bos,eos}_token_id over tokenizer.ggml.tokens (the variables transformers'
+// tokenizer_config.json would give). template_file, when not empty, replaces the file's template.
+Result<std::optional<ChatFormat>> load_gguf_chat_format(const std::string& path,
+                                                        const std::string& template_file) {
+  IB_ASSIGN_OR_RETURN(const auto mapped, GgufModelFile::open(path));
+  const GgufFile& file = mapped->file();
+  std::string source;
+  std::string origin = template_file;
+  if (!template_file.empty()) {
+    IB_ASSIGN_OR_RETURN(source, read_text(template_file));
+  } else {
+    const GgufValue* value = file.find("tokenizer.chat_template");
+    if (value == nullptr) return std::optional<ChatFormat>();
+    origin = path + " (tokenizer.chat_template)";
+    const std::string* text = value->as_string();
+    if (text == nullptr) {
+      return user_error(
+          fmt::format("{}: not a string but {}", origin, gguf_value_type_name(value->type)));
+    }
+    source = *text;
+  }
+  auto parsed = ChatTemplate::parse(source);
+  if (!parsed.ok()) return user_error(origin + ": " + parsed.error().message);
+  nlohmann::ordered_json variables = nlohmann::ordered_json::object();
+  const GgufValue* tokens = file.find("tokenizer.ggml.tokens");
+  const GgufArray* texts = tokens ? tokens->as_array() : nullptr;
+  for (const char* name : {"bos", "eos"}) {
+    const GgufValue* id = file.find(fmt::format("tokenizer.ggml.{}_token_id", name));
+    const std::optional<int64_t> i = id ? id->as_int() : std::nullopt;
+    if (!i || texts == nullptr || *i < 0 || *i >= static_cast<int64_t>(texts->items.size()))
+      continue;
+    if (const std::string* text = texts->items[static_cast<size_t>(*i)].as_string())
+      variables[fmt::format("{}_token", name)] = *text;
+  }
+  return std::optional<ChatFormat>(
+      ChatFormat::from(std::move(parsed).value(), origin, std::move(variables)));
+}
+
+}  // namespace
+
 Result<std::optional<ChatFormat>> ChatFormat::load(const std::string& model,
                                                    const std::string& template_file) {
   std::error_code ec;
@@ -100,6 +145,9 @@ Result<std::optional<ChatFormat>> ChatFormat::load(const std::string& model,
   }
   std::string source;
   std::string origin;
+  if (!model.empty() && !is_dir && names_gguf_file(model)) {
+    return load_gguf_chat_format(model, template_file);
+  }
   if (!template_file.empty()) {
     IB_ASSIGN_OR_RETURN(source, read_text(template_file));
     origin = template_file;

@@ -50,10 +50,11 @@ class ChatFormat {
  public:
   // The template of --chat-template FILE when template_file is not empty, else the model
   // directory's chat_template.jinja, else tokenizer_config.json's "chat_template" (a string, or
-  // a list of {name, template} of which "default" is taken). std::nullopt when there is none
-  // (a preset, a GGUF file, a directory without one). The string-valued special tokens of
-  // tokenizer_config.json (bos_token, eos_token, ...) become variables. User errors: an
-  // unreadable file or a template that does not parse.
+  // a list of {name, template} of which "default" is taken). For a GGUF file (--model
+  // FILE.gguf): its tokenizer.chat_template, with bos_token / eos_token from the file's token
+  // ids. std::nullopt when there is none (a preset, a directory or GGUF file without one). The
+  // string-valued special tokens of tokenizer_config.json (bos_token, eos_token, ...) become
+  // variables. User errors: an unreadable file or a template that does not parse.
   static Result<std::optional<ChatFormat>> load(const std::string& model,
                                                 const std::string& template_file);
   static ChatFormat from(ChatTemplate chat_template, std::string origin,

@@ -1,7 +1,14 @@
 #include "model/chat_template.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "model/gguf_file.h"
 
 namespace ib {
 namespace {
@@ -191,6 +198,65 @@ TEST(ChatFormat, NoTemplateIsNotAnError) {
   auto missing = ChatFormat::load("", "/nonexistent/template.jinja");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message.find("cannot read chat template file"), std::string::npos);
+}
+
+// Writes a GGUF file (no tensors) with metadata to a fresh temporary path.
+std::string write_gguf(const std::string& name, const std::vector<GgufMetadata>& metadata) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".gguf"))
+          .string();
+  std::ofstream(path, std::ios::binary) << serialize_gguf(metadata, {}).value();
+  return path;
+}
+
+TEST(ChatFormat, GgufFileTemplateWithItsBosAndEosTokens) {
+  using V = GgufValueType;
+  const std::string path = write_gguf(
+      "chat_template_gguf",
+      {{"general.architecture", GgufValue::of_string("llama")},
+       {"tokenizer.ggml.tokens", GgufValue::of_strings({"<unk>", "<s>", "</s>", "a"})},
+       {"tokenizer.ggml.bos_token_id", GgufValue::of_uint(V::kU32, 1)},
+       {"tokenizer.ggml.eos_token_id", GgufValue::of_uint(V::kU32, 2)},
+       {"tokenizer.chat_template",
+        GgufValue::of_string("{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                             "{{ eos_token }}{% endfor %}")}});
+  auto f = ChatFormat::load(path, "");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  ASSERT_TRUE(f->has_value());
+  EXPECT_NE((*f)->origin().find("tokenizer.chat_template"), std::string::npos);
+  const ordered_json messages = {{{"role", "user"}, {"content", "hi"}}};
+  EXPECT_EQ(*(*f)->render(messages, true), "<s><user>hi</s>");
+
+  // --chat-template FILE replaces the file's template; the file's tokens stay variables.
+  const std::string jinja = path + ".jinja";
+  std::ofstream(jinja) << "[{{ eos_token }}]";
+  auto overridden = ChatFormat::load(path, jinja);
+  ASSERT_TRUE(overridden.ok()) << overridden.error().message;
+  EXPECT_EQ(*(*overridden)->render(messages, true), "[</s>]");
+  std::filesystem::remove(jinja);
+  std::filesystem::remove(path);
+}
+
+TEST(ChatFormat, GgufFileWithoutTemplateOrWithABadOne) {
+  const std::string none =
+      write_gguf("chat_template_none", {{"general.architecture", GgufValue::of_string("llama")}});
+  auto f = ChatFormat::load(none, "");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_FALSE(f->has_value());
+  const std::string bad = write_gguf(
+      "chat_template_bad", {{"tokenizer.chat_template", GgufValue::of_string("{% if x %}")}});
+  auto broken = ChatFormat::load(bad, "");
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.error().message.find("tokenizer.chat_template"), std::string::npos)
+      << broken.error().message;
+  const std::string typed =
+      write_gguf("chat_template_typed",
+                 {{"tokenizer.chat_template", GgufValue::of_uint(GgufValueType::kU32, 7)}});
+  auto mistyped = ChatFormat::load(typed, "");
+  ASSERT_FALSE(mistyped.ok());
+  EXPECT_NE(mistyped.error().message.find("not a string"), std::string::npos)
+      << mistyped.error().message;
+  for (const auto& p : {none, bad, typed}) std::filesystem::remove(p);
 }
 
 }  // namespace
