@@ -3,14 +3,17 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <thread>
 
 #include <fmt/format.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include "server/detail/http_session.h"
 
@@ -30,6 +33,9 @@ class ServerImpl final : public Server {
 
   ~ServerImpl() override {
     generator_->stop();  // no event is posted to io_ after this
+    // A prompt being tokenized finishes; queued ones are dropped with their connections.
+    encode_pool_.stop();
+    encode_pool_.join();
     if (core_) core_->live.clear();
   }
 
@@ -50,6 +56,7 @@ class ServerImpl final : public Server {
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count();
     core_->on_generation_done = [this] { check_drained(); };
+    core_->encode_pool = &encode_pool_;
 
     boost::system::error_code ec;
     const auto address = net::ip::make_address(options_.host, ec);
@@ -157,6 +164,11 @@ class ServerImpl final : public Server {
   ServerOptions options_;
   std::unique_ptr<Generator> generator_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  // Prompt rendering and tokenization (ServerCore::encode_pool): a quarter of the cores, 2 to 4,
+  // leaving the rest to the engine (the CPU backend's threads) and the I/O thread; two at least,
+  // so one very long prompt does not hold up the others.
+  net::thread_pool encode_pool_{
+      std::clamp<size_t>(std::thread::hardware_concurrency() / 4, size_t{2}, size_t{4})};
   net::io_context io_{1};
   tcp::acceptor acceptor_{io_};
   net::steady_timer retry_{io_};

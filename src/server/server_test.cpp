@@ -2,6 +2,9 @@
 // not, the bad-input table, a disconnect that frees KV blocks, drain, Prometheus text.
 #include "server/server.h"
 
+#include <future>
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -217,6 +220,73 @@ TEST(Server, DisconnectAbortsTheRequestAndFreesItsKvBlocks) {
                                      1),
             1);
   EXPECT_EQ(testing::wait_for_metric(server.port(), "inferbench_http_streams_open", 0), 0);
+}
+
+// The byte tokenizer, except that encoding a text containing "<gate>" says so (entered) and
+// then waits for the gate (a prompt that takes long to tokenize).
+class GatedTokenizer final : public Tokenizer {
+ public:
+  GatedTokenizer(std::shared_future<void> gate, std::promise<void>* entered)
+      : gate_(std::move(gate)), entered_(entered) {}
+  std::string name() const override { return "gated"; }
+  std::vector<int32_t> encode(std::string_view text) const override {
+    if (text.find("<gate>") != std::string_view::npos) {
+      entered_->set_value();
+      gate_.wait();
+    }
+    return bytes_->encode(text);
+  }
+  std::string decode(const std::vector<int32_t>& ids) const override { return bytes_->decode(ids); }
+
+ private:
+  std::shared_future<void> gate_;
+  std::promise<void>* entered_;
+  std::unique_ptr<Tokenizer> bytes_ = make_byte_tokenizer();
+};
+
+TEST(Server, PromptsAreTokenizedOffTheIoThread) {
+  std::promise<void> gate, entered;
+  RunningServer server(make_null_generator(0), {},
+                       std::make_unique<GatedTokenizer>(gate.get_future().share(), &entered));
+  std::future<testing::HttpReply> slow = std::async(std::launch::async, [&] {
+    return http_call(server.port(), "POST", "/v1/completions",
+                     R"({"prompt": "<gate>slow", "max_tokens": 3})");
+  });
+  entered.get_future().wait();  // the slow prompt is being tokenized
+  // While it is, other connections are served: text and chat prompts and /metrics.
+  const auto fast = http_call(server.port(), "POST", "/v1/completions",
+                              R"({"prompt": "quick", "max_tokens": 5})");
+  EXPECT_EQ(fast.status, 200) << fast.body;
+  EXPECT_EQ(json::parse(fast.body)["choices"][0]["text"], "quick");
+  EXPECT_EQ(slow.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  EXPECT_EQ(testing::prometheus_value(http_call(server.port(), "GET", "/metrics").body,
+                                      "inferbench_http_streams_open"),
+            1);  // the tokenizing request counts as open: a drain waits for it
+  gate.set_value();
+  const auto r = slow.get();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], "<ga");
+  EXPECT_EQ(testing::wait_for_metric(server.port(), "inferbench_http_streams_open", 0), 0);
+}
+
+TEST(Server, DrainWaitsForAPromptStillBeingTokenized) {
+  std::promise<void> gate, entered;
+  RunningServer server(make_null_generator(0), {},
+                       std::make_unique<GatedTokenizer>(gate.get_future().share(), &entered));
+  std::future<testing::HttpReply> slow = std::async(std::launch::async, [&] {
+    return http_call(server.port(), "POST", "/v1/completions",
+                     R"({"prompt": "<gate>", "max_tokens": 40, "stream": true})");
+  });
+  entered.get_future().wait();
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate.set_value();
+  });
+  server.drain_and_join();  // returns only once the accepted request has been answered in full
+  opener.join();
+  const auto r = slow.get();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(sse_events(r.body).size(), 41u);  // 40 tokens and [DONE]
 }
 
 TEST(Server, DrainFinishesInFlightStreamsThenStops) {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+
 #include "core/clock.h"
 #include "server/detail/chat_prompt.h"
 #include "server/detail/http_session.h"
@@ -10,12 +13,26 @@
 namespace ib::detail {
 namespace {
 
+namespace net = boost::asio;
+
 // A client that does not read its stream: past this much unsent output the request is aborted
 // (its KV blocks freed) instead of buffering without bound.
 constexpr size_t kMaxUnsentBytes = 16u << 20;
 
 const char* reason_name(FinishReason r) {
   return r == FinishReason::kStop ? "stop" : r == FinishReason::kLength ? "length" : nullptr;
+}
+
+// The call's prompt as token ids: a chat call's messages rendered with the model's template, a
+// text prompt encoded, token ids as they are. Thread-safe (reads the immutable tokenizer and
+// options only).
+std::variant<std::vector<int32_t>, ApiError> prompt_tokens(const GenerationCall& call,
+                                                           const ServerCore& core) {
+  if (call.kind == ApiKind::kChat) {
+    return chat_prompt_tokens(call.messages, core.options.chat_format.get(), core.tokenizer);
+  }
+  if (!call.prompt_tokens.empty()) return call.prompt_tokens;
+  return core.tokenizer.encode(call.prompt_text);
 }
 
 }  // namespace
@@ -34,22 +51,46 @@ void Session::start_generation(ApiKind kind, const Request& req) {
     return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
   }
   GenerationCall& call = std::get<GenerationCall>(parsed);
-  std::vector<int32_t> tokens;
-  if (kind == ApiKind::kChat) {
-    auto chat = chat_prompt_tokens(call.messages, core_.options.chat_format.get(), core_.tokenizer);
-    if (auto* e = std::get_if<ApiError>(&chat)) {
-      return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
-    }
-    tokens = std::move(std::get<std::vector<int32_t>>(chat));
-  } else if (!call.prompt_tokens.empty()) {
-    tokens = call.prompt_tokens;
-  } else {
-    tokens = core_.tokenizer.encode(call.prompt_text);
+  call.kind = kind;
+  // From here the response is open: a drain waits for it (admit_generation closes it on error).
+  ++core_.metrics.open_streams;
+  state_ = State::kEncoding;
+  if (core_.encode_pool == nullptr || (kind != ApiKind::kChat && !call.prompt_tokens.empty())) {
+    auto tokens = prompt_tokens(call, core_);
+    return admit_generation(std::move(call), std::move(tokens), arrival_ns);
   }
+  // Rendering and tokenizing a long prompt takes milliseconds: never on the I/O thread, which
+  // streams every other connection's tokens.
+  // The work guard keeps the I/O loop running meanwhile (it may have nothing else to wait for:
+  // a drain closes the acceptor).
+  net::post(*core_.encode_pool, [self = shared_from_this(), call = std::move(call), arrival_ns,
+                                 work = net::make_work_guard(core_.io)]() mutable {
+    auto tokens = prompt_tokens(call, self->core_);
+    net::post(self->core_.io,
+              [self, call = std::move(call), tokens = std::move(tokens), arrival_ns]() mutable {
+                self->admit_generation(std::move(call), std::move(tokens), arrival_ns);
+              });
+  });
+}
+
+void Session::admit_generation(GenerationCall call,
+                               std::variant<std::vector<int32_t>, ApiError> encoded,
+                               int64_t arrival_ns) {
+  const ApiKind kind = call.kind;
+  auto refuse = [&](const ApiError& e) {
+    --core_.metrics.open_streams;
+    if (state_ != State::kClosed) respond(error_response(e, keep_alive_), e.status, keep_alive_);
+    if (core_.on_generation_done) core_.on_generation_done();
+  };
+  if (auto* e = std::get_if<ApiError>(&encoded)) return refuse(*e);
+  std::vector<int32_t> tokens = std::move(std::get<std::vector<int32_t>>(encoded));
   auto checked =
       check_against_model(call, static_cast<int>(tokens.size()), call.prompt_tokens, core_.served);
-  if (auto* e = std::get_if<ApiError>(&checked)) {
-    return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
+  if (auto* e = std::get_if<ApiError>(&checked)) return refuse(*e);
+  if (state_ == State::kClosed) {  // the server stopped while the prompt was being tokenized
+    --core_.metrics.open_streams;
+    if (core_.on_generation_done) core_.on_generation_done();
+    return;
   }
 
   GenerationRequest g;
@@ -76,7 +117,6 @@ void Session::start_generation(ApiKind kind, const Request& req) {
 
   state_ = State::kGenerating;
   core_.live[g.id] = shared_from_this();
-  ++core_.metrics.open_streams;
   if (gen_.stream) {
     core_.count_response(200);
     gen_.format.emplace(kind, g.id, core_.created_unix_s, gen_.model);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -32,7 +33,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   using Request = boost::beast::http::request<boost::beast::http::string_body>;
-  enum class State { kReading, kResponding, kGenerating, kAwaitingNext, kClosed };
+  // kEncoding: the prompt is being rendered and tokenized on the encode pool.
+  enum class State { kReading, kResponding, kEncoding, kGenerating, kAwaitingNext, kClosed };
 
   struct Generation {
     uint64_t id = 0;
@@ -59,6 +61,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_body(boost::beast::error_code ec);
   void handle(const Request& request);
   void start_generation(ApiKind kind, const Request& request);
+  // On the I/O thread once the prompt is tokenized (or refused): the call goes to the generator.
+  void admit_generation(GenerationCall call, std::variant<std::vector<int32_t>, ApiError> tokens,
+                        int64_t arrival_ns);
   // A simple (non-generation) response; the connection continues unless keep_alive is false.
   void respond(std::string response, int status, bool keep_alive);
   void fail_generation(const ApiError& error);

@@ -1,5 +1,6 @@
 // State shared by the server and its connections. Everything here is touched on the I/O thread
-// only (the generator's events are posted to it), so nothing is locked.
+// only (the generator's events and the encode pool's results are posted to it), so nothing is
+// locked; the encode pool reads only the immutable tokenizer and options.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <unordered_map>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include "server/detail/prometheus.h"
 #include "server/server.h"
@@ -30,6 +32,9 @@ struct ServerCore {
   const ServerOptions& options;
   Generator& generator;
   const Tokenizer& tokenizer;
+  // Where prompts are rendered and tokenized, off the I/O thread (the tokenizer and the chat
+  // template are immutable, so any thread may use them); nullptr: on the I/O thread.
+  boost::asio::thread_pool* encode_pool = nullptr;
   ServedModel served;
   int64_t created_unix_s = 0;
   ServerMetrics metrics;

@@ -36,11 +36,12 @@ inline EngineGeneratorOptions tiny_engine(int64_t kv_bytes = 32 << 20) {
 
 class RunningServer {
  public:
-  RunningServer(std::unique_ptr<Generator> generator, ServerOptions options = {}) {
+  RunningServer(std::unique_ptr<Generator> generator, ServerOptions options = {},
+                std::unique_ptr<Tokenizer> tokenizer = make_byte_tokenizer()) {
     options.host = "127.0.0.1";
     options.port = 0;
     raise_open_file_limit();
-    server_ = make_server(std::move(options), std::move(generator), make_byte_tokenizer());
+    server_ = make_server(std::move(options), std::move(generator), std::move(tokenizer));
     const Status st = server_->start();
     EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
     port_ = server_->port();
