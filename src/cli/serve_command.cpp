@@ -99,6 +99,10 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   add_engine_flags(app, f);
   app.add_option("--max-body-size", f.max_body_size, "larger request bodies get 413")
       ->capture_default_str();
+  app.add_option("--tokenizer", f.tokenizer,
+                 "with --model null: the tokenizer (and chat template) of a model directory with "
+                 "tokenizer.json, or of a .gguf file, so the null model serves real token counts "
+                 "(default: the byte fallback)");
   app.add_option("--chat-template", f.chat_template,
                  "a Jinja chat template file for /v1/chat/completions, overriding the model's "
                  "(tokenizer_config.json's chat_template or chat_template.jinja); without either, "
@@ -114,9 +118,17 @@ Result<int> execute_serve(const ServeFlags& f) {
   }
   if (!(f.token_rate >= 0)) return user_error("--token-rate must be >= 0");
   IB_ASSIGN_OR_RETURN(const int64_t body_bytes, parse_bytes(f.max_body_size, "--max-body-size"));
-  IB_ASSIGN_OR_RETURN(auto tokenizer, load_tokenizer(f.model == "null" ? "" : f.model));
-  IB_ASSIGN_OR_RETURN(auto chat_format,
-                      ChatFormat::load(f.model == "null" ? "" : f.model, f.chat_template));
+  if (!f.tokenizer.empty() && f.model != "null") {
+    return user_error("--tokenizer applies to --model null only; a model serves its own tokenizer");
+  }
+  if (!f.tokenizer.empty() && !has_own_tokenizer(f.tokenizer)) {
+    return user_error(fmt::format(
+        "--tokenizer {}: not a directory with tokenizer.json nor a GGUF file with a tokenizer",
+        f.tokenizer));
+  }
+  const std::string source = f.model == "null" ? f.tokenizer : f.model;
+  IB_ASSIGN_OR_RETURN(auto tokenizer, load_tokenizer(source));
+  IB_ASSIGN_OR_RETURN(auto chat_format, ChatFormat::load(source, f.chat_template));
   IB_ASSIGN_OR_RETURN(auto generator, make_generator(f));
   const int64_t open_files = raise_open_file_limit();
 

@@ -25,6 +25,7 @@ struct ServeFlags : EngineFlags {
   uint64_t seed = 0;
   std::string max_body_size = "16MiB";
   std::string chat_template;  // a Jinja file overriding the model's chat template (vLLM's flag)
+  std::string tokenizer;      // --model null: a tokenizer directory or .gguf file (vLLM's flag)
 };
 
 void add_serve_flags(CLI::App& app, ServeFlags& flags);

@@ -149,6 +149,35 @@ TEST_F(ServeE2e, RunBackendOpenAiBenchmarksServeAndSigtermDrains) {
   server_ = -1;
 }
 
+TEST_F(ServeE2e, NullModelServesTheTokenizerOfTokenizerFlag) {
+  // A two-merge SentencePiece-style tokenizer.json: "ab ab" is <s> ▁ab ▁ab.
+  const fs::path dir = root_ / "tok";
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << R"({
+    "added_tokens": [{"id": 0, "content": "<s>", "special": true}],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+    "post_processor": {"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}},
+    "decoder": {"type": "Metaspace", "replacement": "▁"},
+    "model": {"type": "BPE", "vocab": {"<s>": 0, "▁": 1, "a": 2, "b": 3, "▁a": 4, "▁ab": 5},
+              "merges": ["▁ a", "▁a b"]}})";
+  expect_refused({"serve", "--model", "tiny-15m", "--tokenizer", dir.string()},
+                 "--tokenizer applies to --model null only", root_ / "none");
+  expect_refused({"serve", "--model", "null", "--tokenizer", (root_ / "missing").string()},
+                 "not a directory with tokenizer.json", root_ / "none");
+  const uint16_t port = start_server({"--model", "null", "--tokenizer", dir.string()});
+  ASSERT_NE(port, 0);
+  const auto r = http_call(port, "POST", "/tokenize", R"({"prompt": "ab ab"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["tokens"], json::array({0, 5, 5})) << r.body;
+  const auto c =
+      http_call(port, "POST", "/v1/completions", R"({"prompt": "ab ab", "max_tokens": 2})");
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(json::parse(c.body)["usage"]["prompt_tokens"], 3) << c.body;
+}
+
 TEST_F(ServeE2e, MetricsCarryDeviceEnergyWhereNvmlHasIt) {
   ::setenv("INFERBENCH_NVML_LIBRARY", IB_FAKE_NVML_PATH, 1);  // two GPUs, +1 J per reading each
   const uint16_t port = start_server({"--model", "null"});
