@@ -94,6 +94,14 @@ FAMILIES = {
         attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
         hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0,
         tie_word_embeddings=True), None, (24, 512, 2048, 4096, 5000)),
+    "gemma2-27b": ("Gemma2Config", dict(  # google/gemma-2-27b: head_dim 128 (CUDA runs it),
+        # query_pre_attn_scalar = hidden / heads = 144, not head_dim
+        vocab_size=256000, hidden_size=4608, intermediate_size=36864, num_attention_heads=32,
+        num_key_value_heads=16, head_dim=128, query_pre_attn_scalar=144, rope_theta=10000.0,
+        rms_norm_eps=1e-6, max_position_embeddings=8192, sliding_window=4096,
+        attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+        hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0,
+        tie_word_embeddings=True), None, (24, 512, 2048, 4096, 5000)),
     "gemma2-tiny": ("Gemma2Config", dict(  # Gemma-2's structure at toy sizes: a 64-token window
         # (every prompt past 64 crosses it), query_pre_attn_scalar unlike head_dim
         vocab_size=32000, hidden_size=256, intermediate_size=512, num_attention_heads=4,
@@ -106,8 +114,9 @@ FAMILIES = {
 # Mixture-of-experts families: a backend that has no MoE ops yet refuses them (exit 2, naming
 # what is missing); such a row is listed as not run, with the refusal, rather than failed.
 MOE_FAMILIES = {"mixtral", "mixtral-tiny"}
-# Gemma-2: the CUDA attention kernels have no logit soft-capping yet and refuse it the same way.
-GEMMA_FAMILIES = {"gemma2", "gemma2-tiny"}
+# Gemma-2: the CUDA attention kernels take head_dim 64, 96 and 128; the 9B shapes' 256 is refused
+# the same way.
+GEMMA_FAMILIES = {"gemma2", "gemma2-27b", "gemma2-tiny"}
 REFUSABLE_FAMILIES = MOE_FAMILIES | GEMMA_FAMILIES
 TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
 
@@ -191,6 +200,14 @@ def load_reference(directory):
     return model, getattr(rotary, "rope_type", "?")
 
 
+def load_hf_lowp(directory, dtype):
+    """The saved files loaded by transformers itself in bf16/fp16 (from the files, never a cast
+    live model): the "hf:bf16" baseline, what HF's own low-precision run loses to its fp32 one."""
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        directory, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype],
+        attn_implementation="eager").to("cuda").eval()
+
+
 def run_inferbench(binary, directory, device, dtype, prompt, steps, out_npy, extra=()):
     cmd = [binary, "generate", "--model", directory, "--device", device, "--dtype", dtype,
            "--load-format", "safetensors", "--prompt-token-ids", ",".join(map(str, prompt)),
@@ -246,7 +263,9 @@ def main():
                          f"Gemma-2 ones ({', '.join(sorted(REFUSABLE_FAMILIES))}), which are "
                          "asked for by name")
     ap.add_argument("--runs", default="cuda:fp32,cuda:bf16,cpu:fp32",
-                    help="backend:dtype pairs to compare")
+                    help="backend:dtype pairs to compare; hf:bf16 (or hf:fp16), after an "
+                         "inferbench run, adds transformers' own bf16 model teacher-forced on "
+                         "that run's tokens as a baseline row (not judged)")
     ap.add_argument("--cpu-max-len", type=int, default=4096,
                     help="longest prompt the CPU backend runs (rows above it are listed as such)")
     ap.add_argument("--models-dir", default="",
@@ -269,6 +288,7 @@ def main():
                 if not os.path.exists(os.path.join(d, "config.json")):
                     save_random_model(name, args.layers, args.seed, d)
                 model, rope_type = load_reference(d)
+                lowp = {}  # hf:bf16 baselines' models, loaded when first asked for
                 vocab = model.config.vocab_size
                 rng = np.random.default_rng(args.seed)
                 for length in lengths:
@@ -282,6 +302,23 @@ def main():
                             continue
                         if args.deadline_s and time.time() - t_start > args.deadline_s:
                             rows.append(dict(row, skipped="deadline"))
+                            continue
+                        if device == "hf":
+                            if ref is None:
+                                rows.append(dict(row, skipped="an hf row follows an inferbench row"))
+                                continue
+                            if dtype not in lowp:
+                                lowp[dtype] = load_hf_lowp(d, dtype)
+                            t0 = time.time()
+                            logits = hf_step_logits(lowp[dtype], prompt, ref[0])
+                            r = dict(row, steps=len(ref[0]), seconds=round(time.time() - t0, 2),
+                                     **compare(ref[1], ref[0], logits))
+                            r["tolerance"] = TOLERANCE[dtype]
+                            r["passed"] = None  # a baseline: what transformers' bf16 loses
+                            rows.append(r)
+                            save_json(args, rows)
+                            print(f"{name} hf {dtype} {length}: max rel L2 "
+                                  f"{r['max_rel_l2']:.2e} (baseline)", flush=True)
                             continue
                         try:
                             tokens, logits, secs = run_inferbench(
@@ -307,7 +344,7 @@ def main():
                         save_json(args, rows)
                         print(f"{name} {device} {dtype} {length}: max rel L2 "
                               f"{r['max_rel_l2']:.2e} ({secs:.1f} s)", flush=True)
-                del model
+                del model, lowp
                 torch.cuda.empty_cache()
             except Exception as e:  # report and go on with the next family
                 ok = False
@@ -330,7 +367,7 @@ def main():
             print(f"| {r['family']} | {r['backend']} | {r['dtype']} | {r['prompt_len']} "
                   f"| {r['max_rel_l2']:.2e} | {r['mean_rel_l2']:.2e} "
                   f"| {r['greedy_equal_steps']}/{r['steps']} | {r['tolerance']:.0e} "
-                  f"| {'pass' if r['passed'] else 'FAIL'} |")
+                  f"| {'baseline' if r['passed'] is None else 'pass' if r['passed'] else 'FAIL'} |")
     return 0 if ok else 1
 
 

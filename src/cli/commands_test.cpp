@@ -38,10 +38,13 @@ TEST(ModelsTable, ListsEveryPresetWithSizesAndSupport) {
   EXPECT_NE(row_of(table, "tiny-15m").find("| - | - |"), std::string::npos);
   EXPECT_NE(llama.find("| yes |"), std::string::npos) << llama;
   const std::string gemma = row_of(table, "gemma-2-9b");
-  EXPECT_NE(gemma.find("| yes, on the CPU (the CUDA attention kernels have no logit soft-capping "
-                       "yet) |"),
+  EXPECT_NE(gemma.find("| yes, on the CPU (head_dim 256: the CUDA attention kernels take 64, 96 "
+                       "or 128) |"),
             std::string::npos)
       << gemma;
+  // Gemma-2-27B's head_dim is 128: its soft-capped attention runs on CUDA too.
+  EXPECT_NE(row_of(table, "gemma-2-27b").find("| yes |"), std::string::npos)
+      << row_of(table, "gemma-2-27b");
   const std::string deepseek = row_of(table, "deepseek-v2-lite");
   EXPECT_NE(deepseek.find("| no: "), std::string::npos) << deepseek;
   // Mixtral runs (on the CPU and CUDA) with dense experts only: no fp8 or 4-bit allocation. Its

@@ -53,9 +53,10 @@ std::string models_table(const std::vector<ModelConfig>& models) {
                        static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
                        m.max_position_embeddings,
                        !unsupported.empty() ? fmt::format("no: {}", fmt::join(unsupported, ", "))
-                       : m.attn_logit_softcapping > 0
-                           ? std::string("yes, on the CPU (the CUDA attention kernels have no "
-                                         "logit soft-capping yet)")
+                       : m.head_dim != 64 && m.head_dim != 96 && m.head_dim != 128
+                           ? fmt::format("yes, on the CPU (head_dim {}: the CUDA attention "
+                                         "kernels take 64, 96 or 128)",
+                                         m.head_dim)
                            : std::string("yes"));
   }
   return out;

@@ -32,8 +32,9 @@ struct FlashParams {
   void* out;
   PagedBatch batch;
   int num_heads, num_kv_heads, group, window;
-  float scale_log2;  // softmax scale * log2(e) * the cache's k_scale (1 unless E4M3)
-  float v_scale;     // the cache's v_scale (1 unless E4M3)
+  float scale_log2;    // softmax scale * log2(e) * the cache's k_scale (1 unless E4M3)
+  float v_scale;       // the cache's v_scale (1 unless E4M3)
+  float softcap_log2;  // the logit soft-cap * log2(e) (softcap_log2()), 0: none
 };
 
 template <int HD>
@@ -193,7 +194,8 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
           for (int e = 0; e < 2; ++e) {
             const int key = key0 + nt * 8 + tq * 2 + e;
             const bool ok = !need_mask || (key <= qpos && (p.window <= 0 || key > qpos - p.window));
-            const float v = ok ? s[nt][ri * 2 + e] * p.scale_log2 : -INFINITY;
+            const float v =
+                ok ? softcap_log2(s[nt][ri * 2 + e] * p.scale_log2, p.softcap_log2) : -INFINITY;
             s[nt][ri * 2 + e] = v;
             mx = fmaxf(mx, v);
           }
@@ -305,6 +307,7 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
   p.window = shape.sliding_window;
   p.scale_log2 = shape.scale * kLog2e * kv.k_scale;
   p.v_scale = kv.v_scale;
+  p.softcap_log2 = shape.logit_softcap * kLog2e;
   const auto run = [&](auto tag, auto cache_tag) {
     using T = decltype(tag);
     using TC = decltype(cache_tag);

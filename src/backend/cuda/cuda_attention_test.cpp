@@ -123,19 +123,20 @@ const std::vector<AttentionShape>& shapes() {
 }
 
 void check_batches(Twin& twin, Rng& rng, const std::vector<std::vector<SeqSpec>>& batches,
-                   int window, int block_size, bool fp8_cache = false) {
+                   int window, int block_size, bool fp8_cache = false, float softcap = 0) {
   for (const auto& base : shapes()) {
     AttentionShape s = base;
     s.sliding_window = window;
+    s.logit_softcap = softcap;
     for (const auto& seqs : batches) {
       const Batch b = make_batch(twin, rng, seqs, s, block_size, fp8_cache);
       for (const AttentionPath path :
            {AttentionPath::kAuto, AttentionPath::kSplitKv, AttentionPath::kFlash}) {
         EXPECT_LT(attention_error(twin, b, s, path), tolerance(twin.dtype()))
             << "Hq=" << s.num_heads << " Hkv=" << s.num_kv_heads << " hd=" << s.head_dim
-            << " window=" << window << " fp8 cache " << fp8_cache << " seqs=" << seqs.size()
-            << " first ctx " << seqs[0].context_len << " q " << seqs[0].query_len << " path "
-            << static_cast<int>(path);
+            << " window=" << window << " softcap=" << softcap << " fp8 cache " << fp8_cache
+            << " seqs=" << seqs.size() << " first ctx " << seqs[0].context_len << " q "
+            << seqs[0].query_len << " path " << static_cast<int>(path);
       }
     }
   }
@@ -225,6 +226,36 @@ TEST_P(CudaAttention, SlidingWindow) {
   Rng rng(15);
   check_batches(twin, rng, {{{300, 300}, {90, 1}}, {{700, 129}, {1000, 1}}}, 32, 16);
   check_batches(twin, rng, {{{260, 200}, {513, 1}}}, 100, 16);
+}
+
+// Gemma-2's attn_logit_softcapping, with and without its local layers' window. A cap of 1.5
+// bends scores of unit scale well into tanh's curve, so ignoring it fails (checked below).
+TEST_P(CudaAttention, LogitSoftcap) {
+  Twin twin(GetParam());
+  Rng rng(21);
+  const std::vector<std::vector<SeqSpec>> batches = {{{300, 300}, {90, 1}},
+                                                     {{700, 129}, {1000, 1}, {16, 16}}};
+  check_batches(twin, rng, batches, 0, 16, false, 1.5f);
+  check_batches(twin, rng, batches, 64, 16, false, 1.5f);
+  check_batches(twin, rng, {{{200, 1}, {513, 1}}}, 0, 16, true, 1.5f);  // E4M3 cache
+  // The cap changes the result by far more than the tolerance: the check above can fail.
+  const AttentionShape capped = [] {
+    AttentionShape s = shape_of(16, 4, 128);
+    s.logit_softcap = 1.5f;
+    return s;
+  }();
+  const Batch b = make_batch(twin, rng, {{300, 300}, {90, 1}}, capped, 16, false);
+  Pair with = twin.output({b.num_tokens, int64_t{capped.num_heads} * capped.head_dim});
+  Pair without = twin.output({b.num_tokens, int64_t{capped.num_heads} * capped.head_dim});
+  AttentionShape plain = capped;
+  plain.logit_softcap = 0;
+  twin.cpu().attention(b.qkv.cpu, b.kv_cpu(), b.meta(false), capped, with.cpu);
+  twin.cpu().attention(b.qkv.cpu, b.kv_cpu(), b.meta(false), plain, without.cpu);
+  twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true), capped, with.gpu);
+  twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true), plain, without.gpu);
+  EXPECT_LT(twin.error(with), tolerance(GetParam()));
+  EXPECT_GT(testing::rel_l2(twin.cpu_floats(with.cpu), twin.cpu_floats(without.cpu)),
+            10 * tolerance(GetParam()));
 }
 
 TEST_P(CudaAttention, OtherBlockSizes) {

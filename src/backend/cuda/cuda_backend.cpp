@@ -145,11 +145,6 @@ void CudaBackend::record_failure(const std::string& message) {
 }
 
 Status CudaBackend::supports_attention(const AttentionShape& shape) const {
-  if (shape.logit_softcap > 0) {
-    return user_error(
-        "attention logit soft-capping (Gemma-2's attn_logit_softcapping) is not in the CUDA "
-        "attention kernels yet; run this model with --device cpu");
-  }
   if (split_kv_supports(shape)) return Ok{};
   return user_error("head_dim " + std::to_string(shape.head_dim) +
                     " is not supported by the CUDA attention kernels (64, 96 or 128); run this "

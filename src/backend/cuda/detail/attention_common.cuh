@@ -38,4 +38,11 @@ __device__ __forceinline__ int64_t cache_row(const PagedBatch& b, int seq, int p
   return ((block * num_kv_heads + kv_head) * b.block_size + pos % b.block_size) * int64_t{head_dim};
 }
 
+// Gemma-2's logit soft-capping on a score in log2 units (score * scale * log2 e): cap *
+// tanh(score / cap) in the same units, with cap_log2 = cap * log2 e (AttentionShape's
+// logit_softcap); cap_log2 <= 0: the score as it is.
+__device__ __forceinline__ float softcap_log2(float s, float cap_log2) {
+  return cap_log2 > 0.0f ? cap_log2 * tanhf(s / cap_log2) : s;
+}
+
 }  // namespace ib::cuda

@@ -35,6 +35,7 @@ struct SplitParams {
   int num_heads, num_kv_heads, group, window;
   float scale_log2;    // softmax scale * log2(e) * the cache's k_scale (1 unless E4M3)
   float v_scale;       // the cache's v_scale (1 unless E4M3), applied to each block's sums
+  float softcap_log2;  // the logit soft-cap * log2(e) (softcap_log2()), 0: none
   int num_partitions;  // blocks along the keys (grid z), sized for the longest context hinted
   // (T, gridDim.y) arrival counters, zero between launches, or nullptr: separate merge kernel.
   unsigned* counters;
@@ -271,7 +272,7 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
     }
 #pragma unroll
     for (int g = 0; g < GC; ++g) {
-      const float sg = valid ? s[g] : -INFINITY;
+      const float sg = valid ? softcap_log2(s[g], p.softcap_log2) : -INFINITY;
       const float m_new = fmaxf(m[g], warp_max(sg));
       const float ref = m_new == -INFINITY ? 0.0f : m_new;
       const float alpha = exp2f(m[g] - ref);
@@ -357,6 +358,7 @@ inline SplitParams make_split_params(const Tensor& qkv, const KvCacheLayer& kv,
   p.window = shape.sliding_window;
   p.scale_log2 = shape.scale * kSplitLog2e * kv.k_scale;
   p.v_scale = kv.v_scale;
+  p.softcap_log2 = shape.logit_softcap * kSplitLog2e;
   const int max_ctx = meta.max_context_len > 1 ? meta.max_context_len : 1;
   p.num_partitions = (max_ctx + partition_size - 1) / partition_size;
   if (p.num_partitions > 1 && workspace_bytes > 0) {
