@@ -296,17 +296,7 @@ TEST_F(E2e, ModelsEnvAndPluginsCommands) {
 }
 
 TEST_F(E2e, TokenizePrintsIdsAndCountAndRefusesUnsupportedFiles) {
-  // A two-merge SentencePiece-style file: ▁ prepended, spaces as ▁, BOS from the template.
-  std::ofstream(root_ / "tokenizer.json") << R"({
-    "added_tokens": [{"id": 0, "content": "<s>", "special": true}],
-    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
-        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
-    "post_processor": {"type": "TemplateProcessing",
-        "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
-        "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}},
-    "decoder": {"type": "Metaspace", "replacement": "▁"},
-    "model": {"type": "BPE", "vocab": {"<s>": 0, "▁": 1, "a": 2, "b": 3, "▁a": 4, "▁ab": 5},
-              "merges": ["▁ a", "▁a b"]}})";
+  testing::write_two_merge_tokenizer(root_ / "tokenizer.json");
   ASSERT_EQ(run({"tokenize", "--model", root_.string(), "--text", "ab ab"}), 0) << err();
   EXPECT_EQ(out(), "ids: 0 5 5\ncount: 3\n");
   std::ofstream(root_ / "lines.txt") << "ab\na b\n";

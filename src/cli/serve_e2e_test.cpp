@@ -150,19 +150,9 @@ TEST_F(ServeE2e, RunBackendOpenAiBenchmarksServeAndSigtermDrains) {
 }
 
 TEST_F(ServeE2e, NullModelServesTheTokenizerOfTokenizerFlag) {
-  // A two-merge SentencePiece-style tokenizer.json: "ab ab" is <s> ▁ab ▁ab.
   const fs::path dir = root_ / "tok";
   fs::create_directories(dir);
-  std::ofstream(dir / "tokenizer.json") << R"({
-    "added_tokens": [{"id": 0, "content": "<s>", "special": true}],
-    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
-        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
-    "post_processor": {"type": "TemplateProcessing",
-        "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
-        "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}},
-    "decoder": {"type": "Metaspace", "replacement": "▁"},
-    "model": {"type": "BPE", "vocab": {"<s>": 0, "▁": 1, "a": 2, "b": 3, "▁a": 4, "▁ab": 5},
-              "merges": ["▁ a", "▁a b"]}})";
+  write_two_merge_tokenizer(dir / "tokenizer.json");  // "ab ab" is <s> ▁ab ▁ab
   expect_refused({"serve", "--model", "tiny-15m", "--tokenizer", dir.string()},
                  "--tokenizer applies to --model null only", root_ / "none");
   expect_refused({"serve", "--model", "null", "--tokenizer", (root_ / "missing").string()},

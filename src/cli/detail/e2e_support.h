@@ -110,4 +110,19 @@ inline fs::path tiny_checkpoint_with_tokenizer(const fs::path& dir) {
   return dir;
 }
 
+// A two-merge SentencePiece-style tokenizer.json at path: ▁ prepended, spaces as ▁, BOS (id 0)
+// from the template; "ab ab" encodes to 0 5 5.
+inline void write_two_merge_tokenizer(const fs::path& path) {
+  std::ofstream(path) << R"({
+    "added_tokens": [{"id": 0, "content": "<s>", "special": true}],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+    "post_processor": {"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}},
+    "decoder": {"type": "Metaspace", "replacement": "▁"},
+    "model": {"type": "BPE", "vocab": {"<s>": 0, "▁": 1, "a": 2, "b": 3, "▁a": 4, "▁ab": 5},
+              "merges": ["▁ a", "▁a b"]}})";
+}
+
 }  // namespace ib::testing
