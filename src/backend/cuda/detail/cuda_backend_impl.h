@@ -28,7 +28,7 @@ namespace ib::cuda {
 
 enum class AttentionPath { kAuto, kSplitKv, kFlash };
 
-class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps {
+class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, public LoraOps {
  public:
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
@@ -97,6 +97,12 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps {
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                    Tensor out) override;
+  LoraOps* lora_ops() override { return this; }
+  void lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a, const Tensor& b,
+                  const Tensor& scales, int64_t row_offset, Tensor out) override;  // lora_ops.cpp
+  void lora_apply_group(const Tensor& x, const Tensor& slot_ids,
+                        std::span<const LoraTargetStacks> targets, const Tensor& scales,
+                        Tensor out) override;
   void scale_columns(const WeightRef& w, const Tensor& gain) override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
