@@ -8,7 +8,8 @@
 #  3. the targets on Llama-3-8B dummy weights, bf16, seed protocol (static batches of 8, input
 #     32 / output 128, 200 prompts): the base, one rank-16 adapter on every linear layer, 16
 #     such adapters assigned at random, the adapter merged; and at batch 32 (320 prompts) the
-#     base against the 16 adapters round-robin, so every batch holds all 16;
+#     base against the 16 adapters round-robin, so every batch holds all 16; the 1- and
+#     16-adapter runs again with IB_LORA_FUSED=1 (one launch per group);
 #  4. tools/hf_compare_lora.py against HF transformers + peft (Llama-3 and Qwen2 shapes, r = 8
 #     and 64, cpu:fp32, cuda:fp32, cuda:bf16; at most 150 s);
 #  5. the seed's table 4.4 (bench/seed-4.4.yaml: Llama-2-7B bf16, + LoRA r8, NF4 + LoRA, merged);
@@ -90,6 +91,11 @@ if phase PERF 150; then
   run b32_base "${B32[@]}"
   run b32_lora16_r16_rr "${B32[@]}" --enable-lora --max-loras 16 --max-lora-rank 16 \
     --lora-modules $(mods 16 16) --lora-assignment round-robin
+  # The A/B: each group's shrink and expand in one launch (IB_LORA_FUSED=1).
+  IB_LORA_FUSED=1 run seed_lora1_r16_fused "${SEED[@]}" --enable-lora --max-loras 1 \
+    --max-lora-rank 16 --lora-modules $(mods 16 1)
+  IB_LORA_FUSED=1 run seed_lora16_r16_random_fused "${SEED[@]}" --enable-lora --max-loras 16 \
+    --max-lora-rank 16 --lora-modules $(mods 16 16) --lora-assignment random
 fi
 
 if phase PARITY 90; then

@@ -4,10 +4,12 @@
 // logits (fp32 within 1e-4 relative L2 per row and the same greedy tokens; bf16 within 2e-2
 // while the tokens agree) and the logits it gets alone on the CUDA engine (fp32 1e-4, bf16 2e-2:
 // the base matmuls' kernels depend on the batch size), and every adapter moves its request's
-// logits well beyond those tolerances. Label gpu: skipped visibly without a CUDA device.
+// logits well beyond those tolerances; with the LoRA kernels in two launches per group and in one
+// (IB_LORA_FUSED=1). Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
@@ -46,6 +48,7 @@ double worst_row_error(const testing::Completion& got, const testing::Completion
 struct Case {
   DType dtype;
   bool graphs;
+  bool fused = false;  // IB_LORA_FUSED=1
 };
 
 class CudaEngineLora : public ::testing::TestWithParam<Case> {};
@@ -59,9 +62,12 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = k.dtype;
+  if (k.fused) ::setenv("IB_LORA_FUSED", "1", 1);
   auto gpu = create_backend(bo);
+  ::unsetenv("IB_LORA_FUSED");
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
   ASSERT_NE((*gpu)->lora_ops(), nullptr);
+  ASSERT_EQ((*gpu)->kernel_switches().at("IB_LORA_FUSED").value, k.fused ? "1" : "0");
   auto gpu_w = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
   testing::share_weights(c, cpu_w, cpu, *gpu_w, **gpu, k.dtype);
@@ -152,10 +158,13 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineLora,
                          ::testing::Values(Case{DType::kF32, true}, Case{DType::kF32, false},
-                                           Case{DType::kBF16, true}, Case{DType::kBF16, false}),
+                                           Case{DType::kBF16, true}, Case{DType::kBF16, false},
+                                           Case{DType::kF32, true, true},
+                                           Case{DType::kBF16, true, true}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(dtype_name(info.param.dtype)) +
-                                  (info.param.graphs ? "_graphs" : "_eager");
+                                  (info.param.graphs ? "_graphs" : "_eager") +
+                                  (info.param.fused ? "_fused" : "");
                          });
 
 }  // namespace

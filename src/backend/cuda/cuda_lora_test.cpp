@@ -2,7 +2,8 @@
 // of a batch including -1 (the base model), ranks 8, 12 (the scalar expand on bf16 and fp16) and
 // 64, K of 100 (the scalar shrink on bf16 and fp16) to 512, single targets at a row offset and
 // groups of two and three, 1 to 300 tokens (the one-token and the tiled shrink), fp32, bf16 and
-// fp16, eagerly and replayed from a CUDA graph. Stated tolerance: the update each token receives
+// fp16, eagerly and replayed from a CUDA graph, in two launches and in one (IB_LORA_FUSED).
+// Stated tolerance: the update each token receives
 // (out after minus out before) within the dtype's relative L2 of detail/test_support.h (fp32
 // 2e-5, bf16 1e-2, fp16 3e-3); the rows of base tokens and the columns outside the targets
 // exactly as they were.
@@ -86,8 +87,11 @@ void expect_lora_matches(Twin& twin, const LoraCase& c, uint64_t seed) {
     for (int64_t j = 0; j < g.n; ++j) in_target[static_cast<size_t>(g.row_offset + j)] = true;
   }
 
-  for (const bool graph : {false, true}) {
-    const std::string where = describe(c) + (graph ? " (graph)" : " (eager)");
+  for (const int mode : {0, 1, 2, 3}) {  // eager, graph; two launches, one (fused)
+    const bool graph = (mode & 1) != 0, fused = (mode & 2) != 0;
+    const std::string where =
+        describe(c) + (graph ? " (graph" : " (eager") + (fused ? ", fused)" : ")");
+    twin.gpu().set_lora_fused(fused);
     twin.gpu().copy_from_host(out.gpu, out0.data(), DType::kF32);
     if (graph) {
       twin.gpu().set_debug_sync(false);
@@ -121,6 +125,31 @@ void expect_lora_matches(Twin& twin, const LoraCase& c, uint64_t seed) {
     EXPECT_LT(err, tolerance(twin.dtype())) << where;
     ::testing::Test::RecordProperty("max_rel_l2_update", std::to_string(err));
   }
+  twin.gpu().set_lora_fused(false);
+}
+
+void expect_base_rows_untouched(Twin& twin) {
+  Rng rng(5);
+  const int64_t t = 9, s = 2, r = 8, k = 64, n = 48;
+  Pair x = twin.floats({t, k}, random_floats(rng, t * k));
+  Pair a = twin.floats({s, r, k}, random_floats(rng, s * r * k));
+  Pair b = twin.floats({s, n, r}, random_floats(rng, s * n * r));
+  Pair scales = twin.floats({s}, {1.0f, 2.0f}, DType::kF32);
+  Pair ids = twin.ints<int32_t>({t}, std::vector<int32_t>(static_cast<size_t>(t), -1));
+  const std::vector<float> out0 = twin.representable(random_floats(rng, t * n));
+  Pair out = twin.floats({t, n}, out0);
+  twin.gpu().lora_apply(x.gpu, ids.gpu, a.gpu, b.gpu, scales.gpu, 0, out.gpu);
+  EXPECT_EQ(twin.gpu_floats(out.gpu), out0);
+  twin.gpu().set_debug_sync(false);
+  ASSERT_TRUE(twin.gpu().begin_capture().ok());
+  twin.gpu().lora_apply(x.gpu, ids.gpu, a.gpu, b.gpu, scales.gpu, 0, out.gpu);
+  auto g = twin.gpu().end_capture();
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  (*g)->replay();
+  twin.gpu().synchronize();
+  twin.gpu().set_debug_sync(true);
+  ASSERT_TRUE(twin.gpu().device_status().ok());
+  EXPECT_EQ(twin.gpu_floats(out.gpu), out0);
 }
 
 class CudaLora : public ::testing::TestWithParam<DType> {};
@@ -161,30 +190,17 @@ TEST_P(CudaLora, GroupsMatchTheCpuOp) {
   }
 }
 
-// A batch of base tokens only (slot -1 everywhere), eagerly and in a graph: nothing changes.
+// A batch of base tokens only (slot -1 everywhere), eagerly and in a graph, in one launch and
+// in two: nothing changes.
 TEST_P(CudaLora, BaseTokensOnlyLeaveTheOutputAlone) {
   IB_REQUIRE_CUDA();
   Twin twin(GetParam());
-  Rng rng(5);
-  const int64_t t = 9, s = 2, r = 8, k = 64, n = 48;
-  Pair x = twin.floats({t, k}, random_floats(rng, t * k));
-  Pair a = twin.floats({s, r, k}, random_floats(rng, s * r * k));
-  Pair b = twin.floats({s, n, r}, random_floats(rng, s * n * r));
-  Pair scales = twin.floats({s}, {1.0f, 2.0f}, DType::kF32);
-  Pair ids = twin.ints<int32_t>({t}, std::vector<int32_t>(static_cast<size_t>(t), -1));
-  const std::vector<float> out0 = twin.representable(random_floats(rng, t * n));
-  Pair out = twin.floats({t, n}, out0);
-  twin.gpu().lora_apply(x.gpu, ids.gpu, a.gpu, b.gpu, scales.gpu, 0, out.gpu);
-  EXPECT_EQ(twin.gpu_floats(out.gpu), out0);
-  twin.gpu().set_debug_sync(false);
-  ASSERT_TRUE(twin.gpu().begin_capture().ok());
-  twin.gpu().lora_apply(x.gpu, ids.gpu, a.gpu, b.gpu, scales.gpu, 0, out.gpu);
-  auto g = twin.gpu().end_capture();
-  ASSERT_TRUE(g.ok()) << g.error().message;
-  (*g)->replay();
-  twin.gpu().synchronize();
-  ASSERT_TRUE(twin.gpu().device_status().ok());
-  EXPECT_EQ(twin.gpu_floats(out.gpu), out0);
+  for (const bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused" : "two launches");
+    twin.gpu().set_lora_fused(fused);
+    expect_base_rows_untouched(twin);
+    if (HasFatalFailure()) return;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaLora,

@@ -1,9 +1,9 @@
 // LoRA kernels (backend/ops.h, LoraOps), BGMV style as Punica and S-LoRA gather them: a shrink
 // (each token's x times its slot's A rows, every target of the group, fp32 into the workspace)
 // and an expand (each output column times the token's slot's B row, scaled and added to the
-// projection's output, one rounding). Two launches per group, whatever the mix of adapters;
-// slot ids never leave the device and tokens of slot -1 cost no loads, so both run inside the
-// decode CUDA graphs.
+// projection's output, one rounding). Two launches per group, whatever the mix of adapters, or
+// one (IB_LORA_FUSED=1: the expand's blocks wait in the kernel for the shrink's); slot ids never
+// leave the device and tokens of slot -1 cost no loads, so they run inside the decode CUDA graphs.
 #include <algorithm>
 
 #include "backend/cuda/detail/check.h"
@@ -44,21 +44,22 @@ __device__ __forceinline__ void load_f32(const T* p, float (&out)[V]) {
   }
 }
 
-// Grid (token tiles of TT, blocks of kShrinkRows rows of the group's G x R): block (i, j) computes
-// rows [j * kShrinkRows, +kShrinkRows) (target g = row / R, rank row r = row % R) for the tile's
-// tokens, u[t][row] = a_g[slot(t)][r] . x[t] in fp32; its threads split K (few dependent loads
-// each: a decode step's shrink is latency-bound) and the warps' sums meet in shared memory.
-// Rows of a token of slot -1 (or beyond the stacks) are left unwritten: the expand skips it.
+// Block (tile, row_block) of the shrink's grid (token tiles of TT, blocks of kShrinkRows rows of
+// the group's G x R) computes rows [row_block * kShrinkRows, +kShrinkRows) (target g = row / R,
+// rank row r = row % R) for the tile's tokens, u[t][row] = a_g[slot(t)][r] . x[t] in fp32; its
+// threads split K (few dependent loads each: a decode step's shrink is latency-bound) and the
+// warps' sums meet in shared memory. Rows of a token of slot -1 (or beyond the stacks) are left
+// unwritten: the expand skips it.
 template <typename T, int V, int TT>
-__global__ void __launch_bounds__(kShrinkThreads)
-    lora_shrink_kernel(const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids,
-                       int64_t tokens, LoraGroupPtrs group, int rank, int num_slots,
-                       float* __restrict__ u) {
+__device__ __forceinline__ void shrink_block(const T* __restrict__ x, int64_t k,
+                                             const int32_t* __restrict__ slot_ids, int64_t tokens,
+                                             const LoraGroupPtrs& group, int rank, int num_slots,
+                                             float* u, unsigned tile, unsigned row_block) {
   __shared__ float partial[kShrinkWarps][kShrinkRows * TT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group_rank = group.count * rank;
-  const int row0 = static_cast<int>(blockIdx.y) * kShrinkRows;
-  const int64_t t0 = int64_t{blockIdx.x} * TT;
+  const int row0 = static_cast<int>(row_block) * kShrinkRows;
+  const int64_t t0 = int64_t{tile} * TT;
   const int64_t slot_stride = int64_t{rank} * k;  // elements between two slots' A
   const T* a_row[kShrinkRows];  // slot 0's A row of each of the block's rows; null past the end
 #pragma unroll
@@ -127,15 +128,43 @@ __global__ void __launch_bounds__(kShrinkThreads)
   }
 }
 
-// Grid (column blocks of the targets' concatenated N, token tiles of kExpandTokens): thread n
-// adds to its column of target g, for each of the tile's tokens of a slot s,
-// scales[s] * b_g[s][n] . u_g[t] (fp32) to out[t][row_offset_g + n], rounded once.
-template <typename T, int V>
-__global__ void __launch_bounds__(kExpandThreads)
-    lora_expand_kernel(const float* __restrict__ u, const int32_t* __restrict__ slot_ids,
-                       int64_t tokens, LoraGroupPtrs group, int rank, int num_slots,
-                       const float* __restrict__ scales, T* __restrict__ out, int64_t out_stride) {
-  int64_t n = int64_t{blockIdx.x} * kExpandThreads + threadIdx.x;
+template <typename T, int V, int TT>
+__global__ void __launch_bounds__(kShrinkThreads)
+    lora_shrink_kernel(const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids,
+                       int64_t tokens, LoraGroupPtrs group, int rank, int num_slots, float* u) {
+  shrink_block<T, V, TT>(x, k, slot_ids, tokens, group, rank, num_slots, u, blockIdx.x, blockIdx.y);
+}
+
+// u[i] for the expand: through L2 when the shrink ran in the same launch (IB_LORA_FUSED: another
+// block wrote it, and L1 is not coherent), else an ordinary load.
+template <bool kFused>
+__device__ __forceinline__ float4 load_u4(const float* p) {
+  if constexpr (kFused) {
+    return __ldcg(reinterpret_cast<const float4*>(p));
+  } else {
+    return *reinterpret_cast<const float4*>(p);
+  }
+}
+template <bool kFused>
+__device__ __forceinline__ float load_u(const float* p) {
+  if constexpr (kFused) {
+    return __ldcg(p);
+  } else {
+    return *p;
+  }
+}
+
+// Block (col_block, tile) of the expand's grid (column blocks of the targets' concatenated N,
+// token tiles of kExpandTokens): thread n adds to its column of target g, for each of the tile's
+// tokens of a slot s, scales[s] * b_g[s][n] . u_g[t] (fp32) to out[t][row_offset_g + n], rounded
+// once.
+template <typename T, int V, bool kFused>
+__device__ __forceinline__ void expand_block(const float* u, const int32_t* __restrict__ slot_ids,
+                                             int64_t tokens, const LoraGroupPtrs& group, int rank,
+                                             int num_slots, const float* __restrict__ scales,
+                                             T* __restrict__ out, int64_t out_stride,
+                                             unsigned col_block, unsigned tile) {
+  int64_t n = int64_t{col_block} * kExpandThreads + threadIdx.x;
   int g = 0;
   if (group.count > 1 && n >= group.n[0]) {
     n -= group.n[0];
@@ -150,7 +179,7 @@ __global__ void __launch_bounds__(kExpandThreads)
   const T* b = static_cast<const T*>(pick(group.b, g));
   const int group_rank = group.count * rank;
   T* col = out + pick(group.row_offset, g) + n;
-  const int64_t t0 = int64_t{blockIdx.y} * kExpandTokens;
+  const int64_t t0 = int64_t{tile} * kExpandTokens;
   const int64_t t_end = t0 + kExpandTokens < tokens ? t0 + kExpandTokens : tokens;
   for (int64_t t = t0; t < t_end; ++t) {
     const int s = slot_ids[t];
@@ -164,12 +193,12 @@ __global__ void __launch_bounds__(kExpandThreads)
       if constexpr (V % 4 == 0) {
 #pragma unroll
         for (int q = 0; q < V; q += 4) {
-          const float4 uv = *reinterpret_cast<const float4*>(ut + r + q);
+          const float4 uv = load_u4<kFused>(ut + r + q);
           acc += bv[q] * uv.x + bv[q + 1] * uv.y + bv[q + 2] * uv.z + bv[q + 3] * uv.w;
         }
       } else {
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc += bv[v] * ut[r + v];
+        for (int v = 0; v < V; ++v) acc += bv[v] * load_u<kFused>(ut + r + v);
       }
     }
     T* o = col + t * out_stride;
@@ -177,8 +206,65 @@ __global__ void __launch_bounds__(kExpandThreads)
   }
 }
 
+template <typename T, int V>
+__global__ void __launch_bounds__(kExpandThreads)
+    lora_expand_kernel(const float* u, const int32_t* __restrict__ slot_ids, int64_t tokens,
+                       LoraGroupPtrs group, int rank, int num_slots,
+                       const float* __restrict__ scales, T* __restrict__ out, int64_t out_stride) {
+  expand_block<T, V, false>(u, slot_ids, tokens, group, rank, num_slots, scales, out, out_stride,
+                            blockIdx.x, blockIdx.y);
+}
+
+// IB_LORA_FUSED=1: the shrink and the expand in one launch (one kernel boundary less per group).
+// Each block draws a ticket (counters[0]) in the order blocks start: the first
+// shrink_tiles x shrink_row_blocks tickets run the shrink's blocks and count themselves done
+// (counters[1], after a fence that publishes their rows of u), the rest run the expand's blocks
+// once every shrink block is done. A block holding an expand ticket started after every shrink
+// ticket was drawn, by blocks already running that wait on nothing, so the wait always ends.
+// The last block to finish (counters[2]) sets the three counters back to 0 for the next launch.
+template <typename T, int V, int TT>
+__global__ void __launch_bounds__(kShrinkThreads)
+    lora_fused_kernel(const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids,
+                      int64_t tokens, LoraGroupPtrs group, int rank, int num_slots, float* u,
+                      const float* __restrict__ scales, T* __restrict__ out, int64_t out_stride,
+                      unsigned shrink_tiles, unsigned shrink_row_blocks, unsigned expand_col_blocks,
+                      unsigned* counters) {
+  static_assert(kShrinkThreads == kExpandThreads, "one block size for both halves");
+  __shared__ unsigned ticket;
+  if (threadIdx.x == 0) ticket = atomicAdd(counters, 1u);
+  __syncthreads();
+  const unsigned b = ticket;
+  const unsigned num_shrink = shrink_tiles * shrink_row_blocks;
+  if (b < num_shrink) {
+    shrink_block<T, V, TT>(x, k, slot_ids, tokens, group, rank, num_slots, u, b % shrink_tiles,
+                           b / shrink_tiles);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd(counters + 1, 1u);
+  } else {
+    if (threadIdx.x == 0) {
+      while (*static_cast<volatile unsigned*>(counters + 1) < num_shrink) __nanosleep(64);
+      __threadfence();
+    }
+    __syncthreads();
+    const unsigned e = b - num_shrink;
+    expand_block<T, V, true>(u, slot_ids, tokens, group, rank, num_slots, scales, out, out_stride,
+                             e % expand_col_blocks, e / expand_col_blocks);
+  }
+  if (threadIdx.x == 0 && atomicAdd(counters + 2, 1u) == gridDim.x - 1) {
+    counters[0] = 0;
+    counters[1] = 0;
+    counters[2] = 0;
+  }
+}
+
 unsigned blocks_for(int64_t n, int64_t per_block) {
   return static_cast<unsigned>((n + per_block - 1) / per_block);
+}
+
+// The shrink's token tile: one token per block up to kShrinkSmallBatch tokens, kShrinkTile above.
+int shrink_tile(int64_t tokens) {
+  return tokens <= kShrinkSmallBatch ? 1 : kShrinkTile;
 }
 
 template <typename T, int V>
@@ -186,7 +272,7 @@ void launch_shrink(const T* x, int64_t k, const int32_t* slot_ids, int64_t token
                    const LoraGroupPtrs& group, int rank, int num_slots, float* u,
                    cudaStream_t stream) {
   const unsigned rows = blocks_for(int64_t{group.count} * rank, kShrinkRows);
-  if (tokens <= kShrinkSmallBatch) {
+  if (shrink_tile(tokens) == 1) {
     lora_shrink_kernel<T, V, 1><<<dim3(blocks_for(tokens, 1), rows), kShrinkThreads, 0, stream>>>(
         x, k, slot_ids, tokens, group, rank, num_slots, u);
   } else {
@@ -205,7 +291,8 @@ int64_t lora_chunk_tokens(int64_t group_rank, size_t workspace_bytes) {
 
 void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& group,
                        int64_t rank, int64_t num_slots, const Tensor& scales, void* workspace,
-                       size_t workspace_bytes, Tensor out, cudaStream_t stream) {
+                       size_t workspace_bytes, unsigned* fused_counters, Tensor out,
+                       cudaStream_t stream) {
   const int64_t t = x.rows(), k = x.row_size();
   if (t == 0) return;
   int64_t n_total = 0;
@@ -224,19 +311,37 @@ void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupP
       shrink_vec = shrink_vec && aligned16(group.a[g]);
       expand_vec = expand_vec && aligned16(group.b[g]);
     }
+    const unsigned row_blocks = blocks_for(int64_t{group.count} * rank, kShrinkRows);
+    const unsigned col_blocks = blocks_for(n_total, kExpandThreads);
     for (int64_t t0 = 0; t0 < t; t0 += chunk) {
       const int64_t tc = std::min(chunk, t - t0);
       const T* xc = x.as<const T>() + t0 * k;
       const int32_t* ids = slot_ids.as<const int32_t>() + t0;
+      T* oc = out.as<T>() + t0 * out_stride;
+      const float* sc = scales.as<const float>();
+      if (fused_counters != nullptr && shrink_vec && expand_vec) {
+        const int tile = shrink_tile(tc);
+        const unsigned tiles = blocks_for(tc, tile);
+        const unsigned blocks = tiles * row_blocks + col_blocks * blocks_for(tc, kExpandTokens);
+        if (tile == 1) {
+          lora_fused_kernel<T, kV, 1><<<blocks, kShrinkThreads, 0, stream>>>(
+              xc, k, ids, tc, group, r, s, u, sc, oc, out_stride, tiles, row_blocks, col_blocks,
+              fused_counters);
+        } else {
+          lora_fused_kernel<T, kV, kShrinkTile><<<blocks, kShrinkThreads, 0, stream>>>(
+              xc, k, ids, tc, group, r, s, u, sc, oc, out_stride, tiles, row_blocks, col_blocks,
+              fused_counters);
+        }
+        IB_CUDA_CHECK_LAUNCH("lora_apply (fused)");
+        continue;
+      }
       if (shrink_vec) {
         launch_shrink<T, kV>(xc, k, ids, tc, group, r, s, u, stream);
       } else {
         launch_shrink<T, 1>(xc, k, ids, tc, group, r, s, u, stream);
       }
       IB_CUDA_CHECK_LAUNCH("lora_apply shrink");
-      const dim3 grid(blocks_for(n_total, kExpandThreads), blocks_for(tc, kExpandTokens));
-      T* oc = out.as<T>() + t0 * out_stride;
-      const float* sc = scales.as<const float>();
+      const dim3 grid(col_blocks, blocks_for(tc, kExpandTokens));
       if (expand_vec) {
         lora_expand_kernel<T, kV>
             <<<grid, kExpandThreads, 0, stream>>>(u, ids, tc, group, r, s, sc, oc, out_stride);

@@ -52,8 +52,9 @@ void CudaBackend::lora_apply_group(const Tensor& x, const Tensor& slot_ids,
   IB_ASSERT(lora_chunk_tokens(group.count * r, attention_workspace_.bytes()) >= 1,
             "lora_apply: one token's shrunk rows (3 x rank fp32) exceed the workspace");
   run_op("lora_apply", [&] {
+    unsigned* counters = lora_fused_ ? static_cast<unsigned*>(lora_counters_.data()) : nullptr;
     launch_lora_apply(x, slot_ids, group, r, s, scales, attention_workspace_.data(),
-                      attention_workspace_.bytes(), out, stream_);
+                      attention_workspace_.bytes(), counters, out, stream_);
   });
 }
 

@@ -148,6 +148,8 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   void set_pdl(bool on) { pdl_ = on; }
   // The fused decode ops (IB_FUSED=0 turns them off, for an A/B against the unfused ops).
   void set_fused(bool on) { fused_ = on; }
+  // Each LoRA group's shrink and expand in one launch (IB_LORA_FUSED=1) instead of two.
+  void set_lora_fused(bool on) { lora_fused_ = on; }
   bool pdl() const { return pdl_; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
   // steps of at most this many sequences (0: never). Default 8, measured best of 1, 8, 32 and
@@ -216,6 +218,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   Buffer attention_workspace_;
   Buffer staging_;
   Buffer attention_counters_;
+  Buffer lora_counters_;  // IB_LORA_FUSED's block tickets (lora.cu), zero between launches
   Buffer quant_scratch_;
   Buffer dequant_scratch_;  // W8A16 / 4-bit above the GEMV's rows: the weight in the act dtype
   Buffer int32_scratch_;    // INT8 W8A8 above the GEMV's rows: cuBLASLt's int32 sums
@@ -233,6 +236,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   bool tuning_ = true;
   bool pdl_ = false;
   bool fused_ = true;
+  bool lora_fused_ = false;
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.

@@ -29,9 +29,14 @@ int64_t lora_chunk_tokens(int64_t group_rank, size_t workspace_bytes);
 // u = a_g[s] x[t] of every target g (fp32, into the workspace), then the expand
 // out[t][row_offset_g + n] += scales[s] * b_g[s][n] . u_g, rounded once; tokens of slot -1 (or
 // beyond the stacks) are left alone. rank: R, the stacks' width; out (T, >= every target's end).
-// Two launches per chunk of lora_chunk_tokens tokens (one for a decode step).
+// Two launches per chunk of lora_chunk_tokens tokens (one chunk for a decode step), or one
+// where fused_counters is not null (IB_LORA_FUSED=1; three unsigned counters, zero before the
+// launch and left zero after it) and the vectorized kernels apply (K and R multiples of 16
+// bytes' elements, 16-byte aligned stacks).
+inline constexpr size_t kLoraFusedCounterBytes = 3 * sizeof(unsigned);
 void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& group,
                        int64_t rank, int64_t num_slots, const Tensor& scales, void* workspace,
-                       size_t workspace_bytes, Tensor out, cudaStream_t stream);
+                       size_t workspace_bytes, unsigned* fused_counters, Tensor out,
+                       cudaStream_t stream);
 
 }  // namespace ib::cuda
