@@ -4,8 +4,8 @@
 // logits (fp32 within 1e-4 relative L2 per row and the same greedy tokens; bf16 within 2e-2
 // while the tokens agree) and the logits it gets alone on the CUDA engine (fp32 1e-4, bf16 2e-2:
 // the base matmuls' kernels depend on the batch size), and every adapter moves its request's
-// logits well beyond those tolerances; with the LoRA kernels in two launches per group and in one
-// (IB_LORA_FUSED=1). Label gpu: skipped visibly without a CUDA device.
+// first logits beyond those tolerances (fp32: 5x); with the LoRA kernels in two launches per group
+// and in one (IB_LORA_FUSED=1). Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,15 +22,7 @@
 namespace ib {
 namespace {
 
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
-    den += double{want[i]} * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::rel_l2;
 
 // The largest per-row relative L2 between two completions' logits over the steps whose tokens
 // (and so contexts) agree; at least the first step.
@@ -92,7 +84,9 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
       {}, testing::all_targets(), {"q_proj", "v_proj"}, {"gate_proj", "up_proj", "down_proj"}};
   const std::vector<int> ranks = {0, 16, 4, 8};
   for (size_t i = 1; i < names.size(); ++i) {
-    const auto p = testing::random_adapter(c, ranks[i], 2.0 * ranks[i], targets[i], 60 + i);
+    // Amplitude 0.5 (the default 0.2 moves the logits less): every adapter well beyond the bf16
+    // tolerance.
+    const auto p = testing::random_adapter(c, ranks[i], 2.0 * ranks[i], targets[i], 60 + i, 0.5f);
     testing::write_peft_adapter(tmp.path() / names[i], c, p);
     auto adapter = load_lora_adapter((tmp.path() / names[i]).string(), c, 16);
     ASSERT_TRUE(adapter.ok()) << adapter.error().message;
@@ -142,8 +136,10 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
     if (i == 0) continue;
     ASSERT_TRUE((*gpu_engine)->add_request(request(20 + i, i, "")).ok());
     const auto base = testing::run_to_completion(**gpu_engine);
-    EXPECT_GT(rel_l2(base.at(20 + i).logits.at(0), a.logits.at(0)), 10 * tol)
-        << "adapter " << names[i] << " should move the logits";
+    const double moved = rel_l2(base.at(20 + i).logits.at(0), a.logits.at(0));
+    EXPECT_GT(moved, (k.dtype == DType::kF32 ? 5 : 1) * tol)
+        << "adapter " << names[i] << " should move the logits beyond the tolerance";
+    RecordProperty("moved_" + names[i], std::to_string(moved));
   }
   RecordProperty("max_rel_l2", std::to_string(worst));
 
