@@ -11,7 +11,8 @@
 #     base against the 16 adapters round-robin, so every batch holds all 16; the 1- and
 #     16-adapter runs again with IB_LORA_FUSED=1 (one launch per group);
 #  4. tools/hf_compare_lora.py against HF transformers + peft (Llama-3 and Qwen2 shapes, r = 8
-#     and 64, cpu:fp32, cuda:fp32, cuda:bf16; at most 150 s);
+#     and 64, prompts of 24 and 512, served unmerged, cpu:fp32, cuda:fp32, cuda:bf16; at most
+#     IB_PARITY_S, 150 s: the JSON keeps the rows that finished);
 #  5. the seed's table 4.4 (bench/seed-4.4.yaml: Llama-2-7B bf16, + LoRA r8, NF4 + LoRA, merged);
 #  6. the latency of loading an adapter at run time (`serve`, POST /v1/load_lora_adapter);
 #  7. a rank sweep (8, 64, 128; one adapter, seed protocol).
@@ -20,7 +21,7 @@
 # IB_BUILD_DIR is kept): OUT=dir2 IB_SKIP_TESTS=1 IB_SKIP_PERF=1 bash bench/gpu/lora.sh
 # Environment: IB_BUILD_DIR (build/h200-lora), IB_RUNS (runs per configuration, 1), IB_BUDGET_S,
 # IB_SKIP_TESTS=1, IB_SKIP_PARITY=1, IB_SKIP_PERF=1, IB_SKIP_SUITE=1, IB_SKIP_LOAD=1,
-# IB_SKIP_SWEEP=1.
+# IB_SKIP_SWEEP=1, IB_PARITY_S (150), IB_PARITY_MODES (unmerged; "unmerged,merged" for both).
 # Writes summary.md (bench/gpu/lora_summary.py: overheads, table 4.4, load latency), tests.log,
 # parity.log, runs.log and lora.tgz (test JSON, parity JSON, result.json files, logs, build.log).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -67,8 +68,11 @@ make_l3() {  # rank seed
       --num-kv-heads 8 --layers 32 --rank "$1" --seed "$2" --numpy --out "$A/l3-r$1-$2" > /dev/null
 }
 R=$O/runs; mkdir -p "$R"
-run() { local name=$1; shift
-  timeout -s INT "${RUN_TIMEOUT:-150}" "$BIN" run --device cuda --dtype bf16 --load-format dummy \
+# run NAME FLAGS...: one `inferbench run` into $R/NAME, within the time left (skipped under 40 s).
+run() { local name=$1 lim=$(( $(left) - 10 )); shift
+  [ "$lim" -gt "${RUN_TIMEOUT:-150}" ] && lim=${RUN_TIMEOUT:-150}
+  [ "$lim" -lt 30 ] && { echo "$name: skipped ($(left) s left)" | tee -a "$O/runs.log"; return; }
+  timeout -s INT "$lim" "$BIN" run --device cuda --dtype bf16 --load-format dummy \
     --disable-tqdm --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
   echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|rror" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
 L3=(--model llama-3-8b --load-mode static --input-len 32 --output-len 128 --runs "$RUNS" --seed 0
@@ -88,22 +92,23 @@ if phase PERF 150; then
   run seed_lora16_r16_random "${SEED[@]}" --enable-lora --max-loras 16 --max-lora-rank 16 \
     --lora-modules $(mods 16 16) --lora-assignment random
   run seed_merged_r16 "${SEED[@]}" --merge-lora --lora-modules $(mods 16 1)
-  run b32_base "${B32[@]}"
-  run b32_lora16_r16_rr "${B32[@]}" --enable-lora --max-loras 16 --max-lora-rank 16 \
-    --lora-modules $(mods 16 16) --lora-assignment round-robin
   # The A/B: each group's shrink and expand in one launch (IB_LORA_FUSED=1).
   IB_LORA_FUSED=1 run seed_lora1_r16_fused "${SEED[@]}" --enable-lora --max-loras 1 \
     --max-lora-rank 16 --lora-modules $(mods 16 1)
   IB_LORA_FUSED=1 run seed_lora16_r16_random_fused "${SEED[@]}" --enable-lora --max-loras 16 \
     --max-lora-rank 16 --lora-modules $(mods 16 16) --lora-assignment random
+  run b32_base "${B32[@]}"
+  run b32_lora16_r16_rr "${B32[@]}" --enable-lora --max-loras 16 --max-lora-rank 16 \
+    --lora-modules $(mods 16 16) --lora-assignment round-robin
 fi
 
 if phase PARITY 90; then
   export PYTHONUNBUFFERED=1
-  timeout $(( $(left) - 150 > 150 ? 150 : ( $(left) - 150 > 80 ? $(left) - 150 : 80 ) )) \
+  PS=${IB_PARITY_S:-150}
+  timeout $(( $(left) - 150 > PS ? PS : ( $(left) - 150 > 80 ? $(left) - 150 : 80 ) )) \
     python3 tools/hf_compare_lora.py --inferbench "$BIN" --families llama-3,qwen2 --ranks 8,64 \
-    --runs cpu:fp32,cuda:fp32,cuda:bf16 --modes unmerged,merged --prompt-lens 24,512 --steps 8 \
-    --out "$X/parity" 2>&1 | grep -v Warning > "$O/parity.log"
+    --runs cpu:fp32,cuda:fp32,cuda:bf16 --modes "${IB_PARITY_MODES:-unmerged}" \
+    --prompt-lens 24,512 --steps 8 --out "$X/parity" 2>&1 | grep -v Warning > "$O/parity.log"
   echo "hf_compare_lora rc=${PIPESTATUS[0]} $(el)" | tee -a "$O/runs.log"; tail -60 "$O/parity.log"
 fi
 

@@ -139,7 +139,7 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
     const double moved = rel_l2(base.at(20 + i).logits.at(0), a.logits.at(0));
     EXPECT_GT(moved, (k.dtype == DType::kF32 ? 5 : 1) * tol)
         << "adapter " << names[i] << " should move the logits beyond the tolerance";
-    RecordProperty("moved_" + names[i], std::to_string(moved));
+    RecordProperty(std::string("moved_").append(names[i]), std::to_string(moved));
   }
   RecordProperty("max_rel_l2", std::to_string(worst));
 

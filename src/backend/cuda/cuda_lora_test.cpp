@@ -9,6 +9,7 @@
 // exactly as they were.
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,12 +33,10 @@ struct LoraCase {
 };
 
 std::string describe(const LoraCase& c) {
-  std::string s = "T=" + std::to_string(c.tokens) + " S=" + std::to_string(c.slots) +
-                  " R=" + std::to_string(c.rank) + " K=" + std::to_string(c.k) + " targets";
-  for (const Target& t : c.targets) {
-    s += " " + std::to_string(t.n) + "@" + std::to_string(t.row_offset);
-  }
-  return s;
+  std::ostringstream s;
+  s << "T=" << c.tokens << " S=" << c.slots << " R=" << c.rank << " K=" << c.k << " targets";
+  for (const Target& t : c.targets) s << " " << t.n << "@" << t.row_offset;
+  return s.str();
 }
 
 // Random stacks, scales, slot ids (every slot and -1 present where the batch is large enough)
