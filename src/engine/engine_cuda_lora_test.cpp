@@ -118,7 +118,9 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
   double worst = 0;
   for (uint64_t i = 0; i < names.size(); ++i) {
     const testing::Completion &g = gpu_mixed.at(i), &cpu_c = cpu_mixed.at(i);
-    if (k.dtype == DType::kF32) EXPECT_EQ(g.tokens, cpu_c.tokens) << "request " << i;
+    if (k.dtype == DType::kF32) {
+      EXPECT_EQ(g.tokens, cpu_c.tokens) << "request " << i;
+    }
     const double e = worst_row_error(g, cpu_c);
     EXPECT_LE(e, tol) << "request " << i << " (" << names[i] << ") against the CPU engine";
     worst = std::max(worst, e);
@@ -129,7 +131,9 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
     ASSERT_TRUE((*gpu_engine)->add_request(request(10 + i, i, names[i])).ok());
     const auto alone = testing::run_to_completion(**gpu_engine);
     const testing::Completion& a = alone.at(10 + i);
-    if (k.dtype == DType::kF32) EXPECT_EQ(a.tokens, gpu_mixed.at(i).tokens) << "request " << i;
+    if (k.dtype == DType::kF32) {
+      EXPECT_EQ(a.tokens, gpu_mixed.at(i).tokens) << "request " << i;
+    }
     const double e = worst_row_error(a, gpu_mixed.at(i));
     EXPECT_LE(e, tol) << "request " << i << " (" << names[i] << ") alone against the batch";
     worst = std::max(worst, e);
@@ -152,16 +156,17 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
   gpu_engine->reset();
 }
 
+std::string case_name(const ::testing::TestParamInfo<Case>& param) {
+  return std::string(dtype_name(param.param.dtype)) + (param.param.graphs ? "_graphs" : "_eager") +
+         (param.param.fused ? "_fused" : "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineLora,
                          ::testing::Values(Case{DType::kF32, true}, Case{DType::kF32, false},
                                            Case{DType::kBF16, true}, Case{DType::kBF16, false},
                                            Case{DType::kF32, true, true},
                                            Case{DType::kBF16, true, true}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::string(dtype_name(info.param.dtype)) +
-                                  (info.param.graphs ? "_graphs" : "_eager") +
-                                  (info.param.fused ? "_fused" : "");
-                         });
+                         case_name);
 
 }  // namespace
 }  // namespace ib

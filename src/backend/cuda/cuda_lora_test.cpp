@@ -9,6 +9,7 @@
 // exactly as they were.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,6 +32,19 @@ struct LoraCase {
   int64_t tokens, slots, rank, k, width;  // width: out's row size
   std::vector<Target> targets;            // one lora_apply_group (one target: lora_apply)
 };
+
+// ops() captured into a CUDA graph, replayed once and waited for (debug sync off meanwhile, as
+// capture requires); a failed capture is a test failure.
+void replay_in_graph(Twin& twin, const std::function<void()>& ops) {
+  twin.gpu().set_debug_sync(false);
+  ASSERT_TRUE(twin.gpu().begin_capture().ok());
+  ops();
+  auto g = twin.gpu().end_capture();
+  twin.gpu().set_debug_sync(true);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  (*g)->replay();
+  twin.gpu().synchronize();
+}
 
 std::string describe(const LoraCase& c) {
   std::ostringstream s;
@@ -93,14 +107,8 @@ void expect_lora_matches(Twin& twin, const LoraCase& c, uint64_t seed) {
     twin.gpu().set_lora_fused(fused);
     twin.gpu().copy_from_host(out.gpu, out0.data(), DType::kF32);
     if (graph) {
-      twin.gpu().set_debug_sync(false);
-      ASSERT_TRUE(twin.gpu().begin_capture().ok());
-      run_gpu();
-      auto g = twin.gpu().end_capture();
-      ASSERT_TRUE(g.ok()) << g.error().message;
-      (*g)->replay();
-      twin.gpu().synchronize();
-      twin.gpu().set_debug_sync(true);
+      replay_in_graph(twin, run_gpu);
+      if (::testing::Test::HasFatalFailure()) return;
     } else {
       run_gpu();
     }
@@ -137,16 +145,13 @@ void expect_base_rows_untouched(Twin& twin) {
   Pair ids = twin.ints<int32_t>({t}, std::vector<int32_t>(static_cast<size_t>(t), -1));
   const std::vector<float> out0 = twin.representable(random_floats(rng, t * n));
   Pair out = twin.floats({t, n}, out0);
-  twin.gpu().lora_apply(x.gpu, ids.gpu, a.gpu, b.gpu, scales.gpu, 0, out.gpu);
+  const auto apply = [&] {
+    twin.gpu().lora_apply(x.gpu, ids.gpu, a.gpu, b.gpu, scales.gpu, 0, out.gpu);
+  };
+  apply();
   EXPECT_EQ(twin.gpu_floats(out.gpu), out0);
-  twin.gpu().set_debug_sync(false);
-  ASSERT_TRUE(twin.gpu().begin_capture().ok());
-  twin.gpu().lora_apply(x.gpu, ids.gpu, a.gpu, b.gpu, scales.gpu, 0, out.gpu);
-  auto g = twin.gpu().end_capture();
-  ASSERT_TRUE(g.ok()) << g.error().message;
-  (*g)->replay();
-  twin.gpu().synchronize();
-  twin.gpu().set_debug_sync(true);
+  replay_in_graph(twin, apply);
+  if (::testing::Test::HasFatalFailure()) return;
   ASSERT_TRUE(twin.gpu().device_status().ok());
   EXPECT_EQ(twin.gpu_floats(out.gpu), out0);
 }
