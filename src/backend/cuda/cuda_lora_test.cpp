@@ -69,8 +69,11 @@ void expect_lora_matches(Twin& twin, const LoraCase& c, uint64_t seed) {
   Pair scales = twin.floats({s}, random_floats(rng, s, 0.5f, 2.0f), DType::kF32);
   std::vector<int32_t> ids(static_cast<size_t>(t));
   for (int64_t i = 0; i < t; ++i) {
-    ids[static_cast<size_t>(i)] = i < s + 1 ? static_cast<int32_t>(i % (s + 1)) - 1
-                                            : static_cast<int32_t>(rng.uniform_int(-1, s - 1));
+    // Tokens 0 .. S-1: every slot once (token 0 of a one-token batch uses an adapter); token S:
+    // the base model; the rest at random.
+    ids[static_cast<size_t>(i)] = i < s    ? static_cast<int32_t>(i)
+                                  : i == s ? -1
+                                           : static_cast<int32_t>(rng.uniform_int(-1, s - 1));
   }
   Pair slot_ids = twin.ints<int32_t>({t}, ids);
   const std::vector<float> out0 = twin.representable(random_floats(rng, t * w, -0.1f, 0.1f));
