@@ -14,8 +14,8 @@ adapter with PeftModel.from_pretrained, unmerged. `inferbench generate --lora-mo
 the same files greedily (--dump-logits) per backend and dtype, serving the adapter unmerged
 (mode "unmerged") or folded into the weights (mode "merged", --merge-lora). HF's logits are
 teacher-forced on inferbench's tokens and every generated step is compared by relative L2 error:
-fp32 <= 1e-4, bf16 <= 1e-2 (tools/hf_compare.py's tolerances). A backend that refuses LoRA
-(exit 2: the CUDA backend has no LoRA kernels yet) is listed as not run, with its message.
+fp32 <= 1e-4, bf16 <= 1e-2 (tools/hf_compare.py's tolerances). A run that inferbench refuses
+(exit 2) is listed as not run, with its message.
 
 Usage (GPU machine):
   tools/hf_compare_lora.py --inferbench build/h200/bin/inferbench --out DIR

@@ -11,6 +11,9 @@ that visibly changes the model, for examples and benchmarks (peft would leave B 
   tools/make_lora.py --config MODEL_DIR/config.json --rank 8 --out adapters/sql
   tools/make_lora.py --hidden-size 288 --intermediate-size 768 --num-heads 6 --num-kv-heads 6 \\
       --layers 6 --rank 8 --out adapters/sql
+
+--numpy draws the same distributions with numpy's generator (a different stream: other values
+for the same seed) in seconds where the standard library takes minutes for an 8B model's adapter.
 """
 import argparse
 import json
@@ -28,19 +31,22 @@ def shapes(d, f, q, kv):
 
 
 def write_safetensors(path, tensors):
-    """tensors: [(name, shape, list of floats)] as F32, 8-byte aligned data section."""
+    """tensors: [(name, shape, list of floats or their little-endian f32 bytes)] as F32, 8-byte
+    aligned data section."""
     header, offset = {}, 0
     for name, shape, values in tensors:
+        size = len(values) if isinstance(values, bytes) else 4 * len(values)
         header[name] = {"dtype": "F32", "shape": list(shape),
-                        "data_offsets": [offset, offset + 4 * len(values)]}
-        offset += 4 * len(values)
+                        "data_offsets": [offset, offset + size]}
+        offset += size
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * ((8 - len(text) % 8) % 8)
     with open(path + ".tmp", "wb") as out:
         out.write(struct.pack("<Q", len(text)))
         out.write(text)
         for _, _, values in tensors:
-            out.write(struct.pack(f"<{len(values)}f", *values))
+            out.write(values if isinstance(values, bytes) else
+                      struct.pack(f"<{len(values)}f", *values))
     os.replace(path + ".tmp", path)
 
 
@@ -61,6 +67,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--base-model", default="", help="recorded as base_model_name_or_path")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--numpy", action="store_true", help="draw with numpy (fast; other values)")
     args = ap.parse_args()
     if args.config:
         with open(args.config) as f:
@@ -78,6 +85,15 @@ def main():
     alpha = args.alpha or 2.0 * r
     scale = alpha / (r ** 0.5 if args.use_rslora else r)
     rng = random.Random(args.seed)
+    if args.numpy:
+        import numpy as np
+        gen = np.random.default_rng(args.seed)
+
+        def uniform(bound, n):  # float32 bytes, packed as write_safetensors would
+            return gen.uniform(-bound, bound, n).astype("<f4").tobytes()
+    else:
+        def uniform(bound, n):
+            return [rng.uniform(-bound, bound) for _ in range(n)]
     targets = args.targets.split(",")
     tensors = []
     for layer in range(layers):
@@ -86,10 +102,8 @@ def main():
             a, b = (3.0 / n_in) ** 0.5, args.update_std * 3 ** 0.5 / (scale * r ** 0.5)
             module = ("self_attn." if t in TARGETS[:4] else "mlp.") + t
             name = f"base_model.model.model.layers.{layer}.{module}"
-            tensors.append((name + ".lora_A.weight", (r, n_in),
-                            [rng.uniform(-a, a) for _ in range(r * n_in)]))
-            tensors.append((name + ".lora_B.weight", (n_out, r),
-                            [rng.uniform(-b, b) for _ in range(n_out * r)]))
+            tensors.append((name + ".lora_A.weight", (r, n_in), uniform(a, r * n_in)))
+            tensors.append((name + ".lora_B.weight", (n_out, r), uniform(b, n_out * r)))
     os.makedirs(args.out, exist_ok=True)
     write_safetensors(os.path.join(args.out, "adapter_model.safetensors"), tensors)
     with open(os.path.join(args.out, "adapter_config.json"), "w") as f:

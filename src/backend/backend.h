@@ -32,7 +32,7 @@ class Backend : public Device, public DenseOps, public AttentionOps, public Quan
   virtual FusedDecodeOps* fused_decode_ops() { return nullptr; }
   // The mixture-of-experts ops (the CPU's and CUDA's), or nullptr where a backend has none.
   virtual MoeOps* moe_ops() { return nullptr; }
-  // The LoRA ops, or nullptr where the backend has none yet (CUDA).
+  // The LoRA ops (the CPU's and CUDA's), or nullptr where a backend has none.
   virtual LoraOps* lora_ops() { return nullptr; }
   // Calibration: observer (null to stop) is called with every matmul's input x and weight before
   // the matmul computes. False where the backend cannot (the CPU and CUDA backends can).

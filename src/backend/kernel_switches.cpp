@@ -29,6 +29,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
      "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
      "prefetching each block's next row tile (0: one block per tile)"},
+    {"IB_LORA_FUSED", "cuda", "0", 0, 1, "",
+     "1: each LoRA update's shrink and expand in one launch (the expand's blocks wait in the "
+     "kernel for the shrink's) instead of two"},
 };
 
 Status check_value(const KernelSwitchSpec& spec, std::string_view text) {

@@ -31,15 +31,7 @@
 namespace ib {
 namespace {
 
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
-    den += double{want[i]} * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::rel_l2;
 
 // An empty weight of format's layout (backend/weight.h; 4-bit: the load-time layout, awq's zero
 // points where asymmetric) for an (n, k) matrix, its buffers kept in w.

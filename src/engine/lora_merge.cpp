@@ -1,6 +1,8 @@
 // --merge-lora: an adapter folded into the dense matmul weights, W += scale * B A, computed on
 // the host in fp32 from the weights as stored and written back once (rounded to their dtype).
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "engine/lora.h"
 
@@ -64,15 +66,19 @@ Status merge_lora(const ModelConfig& config, const LoraAdapter& adapter, ModelWe
       std::vector<float> dense = weight_to_f32(backend, w.data);  // (rows, K)
       const int64_t k = w.cols();
       IB_ASSERT(k == s.in, "merge_lora: the adapter was checked against another shape");
+      // delta[c] = sum over j (ascending) of B[n][j] A[j][c] in fp32, then one add per element;
+      // the loop over c innermost walks A's rows contiguously (an 8B model's adapter in
+      // seconds, not minutes).
+      std::vector<float> delta(static_cast<size_t>(k));
       for (int64_t n = 0; n < s.out; ++n) {
         float* row = dense.data() + (s.row_offset + n) * k;
-        for (int64_t c = 0; c < k; ++c) {
-          float delta = 0.0f;
-          for (int64_t j = 0; j < r; ++j) {
-            delta += m.b[static_cast<size_t>(n * r + j)] * m.a[static_cast<size_t>(j * k + c)];
-          }
-          row[c] += adapter.scale * delta;
+        std::fill(delta.begin(), delta.end(), 0.0f);
+        for (int64_t j = 0; j < r; ++j) {
+          const float bj = m.b[static_cast<size_t>(n * r + j)];
+          const float* aj = m.a.data() + j * k;
+          for (int64_t c = 0; c < k; ++c) delta[static_cast<size_t>(c)] += bj * aj[c];
         }
+        for (int64_t c = 0; c < k; ++c) row[c] += adapter.scale * delta[static_cast<size_t>(c)];
       }
       backend.copy_from_host(w.data, dense.data(), DType::kF32);
     }

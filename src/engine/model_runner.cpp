@@ -63,7 +63,7 @@ ModelRunner::ModelRunner(const ModelConfig& model, const Architecture& arch, Mod
 Status ModelRunner::check_lora_runs(const ModelConfig& model, Backend& backend) {
   if (backend.lora_ops() == nullptr) {
     return user_error("--enable-lora: the " + backend.device_info().kind +
-                      " backend has no LoRA kernels yet; run LoRA on --device cpu, or fold a "
+                      " backend has no LoRA kernels; run LoRA on --device cpu or cuda, or fold a "
                       "single adapter into the weights with --merge-lora");
   }
   if (model.moe.num_experts > 0) {

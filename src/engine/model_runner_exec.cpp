@@ -36,6 +36,9 @@ Status ModelRunner::capture_decode_graphs(const GraphOptions& options, int max_m
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
     const int b = *it;
     upload_metadata({}, b);
+    // With LoRA slots every graph holds the adapters' ops: a replayed step may mix adapters and
+    // the base model (slot -1: the padded rows and base requests, which the ops leave alone).
+    step_uses_lora_ = limits_.lora_slots > 0;
     forward(b, b);
     backend_.synchronize();
     IB_TRY(backend_.device_status());

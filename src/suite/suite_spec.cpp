@@ -311,12 +311,31 @@ Result<SuiteSpec> parse_suite_yaml(const std::string& text, const std::string& s
   return spec;
 }
 
-// The file flags of args (--dataset-path, --text) given as relative paths, made relative to dir.
+// The file flags of args (--dataset-path, --text, and the paths of --lora-modules'
+// comma-separated name=path items) given as relative paths, made relative to dir.
 void resolve_file_flags(std::vector<std::string>& args, const std::filesystem::path& dir) {
   for (size_t i = 0; i + 1 < args.size(); ++i) {
     if ((args[i] == "--dataset-path" || args[i] == "--text") &&
         std::filesystem::path(args[i + 1]).is_relative()) {
       args[i + 1] = (dir / args[i + 1]).lexically_normal().string();
+    }
+    for (size_t j = i + 1;
+         args[i] == "--lora-modules" && j < args.size() && args[j].rfind("--", 0) != 0; ++j) {
+      std::string resolved;
+      size_t begin = 0;
+      while (begin <= args[j].size()) {
+        const size_t end = std::min(args[j].find(',', begin), args[j].size());
+        const std::string item = args[j].substr(begin, end - begin);
+        const size_t eq = item.find('=');
+        std::string path = eq == std::string::npos ? "" : item.substr(eq + 1);
+        if (!path.empty() && std::filesystem::path(path).is_relative()) {
+          path = (dir / path).lexically_normal().string();
+        }
+        resolved += (begin == 0 ? "" : ",") +
+                    (eq == std::string::npos ? item : item.substr(0, eq + 1) + path);
+        begin = end + 1;
+      }
+      args[j] = resolved;
     }
   }
 }

@@ -156,7 +156,8 @@ TEST(SuiteSpec, OverrideReplacesAFlagInEveryEntry) {
   EXPECT_FALSE(apply_override(entries, "result_dir=/tmp/x").ok());
 }
 
-// A suite file's relative dataset_path and eval text are relative to the file, absolute ones stay.
+// A suite file's relative dataset_path, eval text and lora_modules paths are relative to the
+// file, absolute ones stay.
 TEST(SuiteSpec, RelativeFilePathsAreRelativeToTheSuiteFile) {
   const auto dir = std::filesystem::temp_directory_path() / "ib_suite_paths_test";
   std::filesystem::remove_all(dir);
@@ -166,6 +167,7 @@ TEST(SuiteSpec, RelativeFilePathsAreRelativeToTheSuiteFile) {
 entries:
   - {name: rel, model: m, dataset_path: p.jsonl, eval: {text: ../t.txt, dataset_path: p.jsonl}}
   - {name: abs, model: m, dataset_path: /data/p.jsonl}
+  - {name: lora, model: m, lora_modules: "a=ad/a,b=/abs/b"}
 )")
                   .ok());
   const auto spec = load_suite_file(file);
@@ -175,6 +177,9 @@ entries:
   EXPECT_EQ(spec->entries[0].eval_args,
             (Args{"--text", (dir / "t.txt").string(), "--dataset-path", sub + "/p.jsonl"}));
   EXPECT_EQ(spec->entries[1].args, (Args{"--dataset-path", "/data/p.jsonl", "--model", "m"}));
+  // --lora-modules' name=path items: each relative path too.
+  EXPECT_EQ(spec->entries[2].args,
+            (Args{"--lora-modules", "a=" + sub + "/ad/a,b=/abs/b", "--model", "m"}));
   std::filesystem::remove_all(dir);
 }
 

@@ -12,6 +12,7 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/cuda_backend_impl.h"
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/lora_kernels.h"
 #include "backend/cuda/detail/switches.h"
 
 namespace ib {
@@ -103,10 +104,13 @@ Status CudaBackend::init() {
   IB_ASSIGN_OR_RETURN(attention_workspace_, alloc(kAttentionWorkspaceBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(staging_, alloc(kStagingBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(attention_counters_, alloc(kAttentionCounterBytes, MemoryTag::kWorkspace));
+  IB_ASSIGN_OR_RETURN(lora_counters_, alloc(kLoraFusedCounterBytes, MemoryTag::kWorkspace));
   run_op("init", [&] {
     IB_CUDA_CHECK(
         cudaMemsetAsync(attention_counters_.data(), 0, attention_counters_.bytes(), stream_),
         "init");
+    IB_CUDA_CHECK(cudaMemsetAsync(lora_counters_.data(), 0, lora_counters_.bytes(), stream_),
+                  "init");
   });
   IB_TRY(measure_copy_ceiling());
   return device_status();
@@ -119,6 +123,7 @@ CudaBackend::~CudaBackend() {
   attention_workspace_.reset();
   staging_.reset();
   attention_counters_.reset();
+  lora_counters_.reset();
   quant_scratch_.reset();
   dequant_scratch_.reset();
   int32_scratch_.reset();

@@ -3,6 +3,9 @@
 // silu_mul, down matmul, add_rms_norm of the next layer], or five fused ops on decode steps.
 #include "engine/arch/detail/dense_decoder.h"
 
+#include <array>
+#include <span>
+
 #include "engine/lora.h"
 
 namespace ib::arch {
@@ -62,20 +65,21 @@ void add_split_attention(const ModelConfig& c, int layer, WeightSchema& schema) 
 namespace {
 
 // The LoRA updates of layer's targets [first, last] (engine/lora.h LoraTarget order), from x
-// into their row ranges of out, when the step has adapters (in.lora).
+// into their row ranges of out, when the step has adapters (in.lora): one grouped op (the
+// targets share x and out).
 void lora_updates(const StepInputs& in, size_t layer, LoraTarget first, LoraTarget last,
                   const Tensor& x, Tensor out) {
   if (in.lora == nullptr) return;
   const LoraLayerStacks& stacks = in.lora_layers[layer];
-  for (int t = static_cast<int>(first); t <= static_cast<int>(last); ++t) {
+  std::array<LoraTargetStacks, LoraOps::kMaxLoraGroup> group;
+  size_t n = 0;
+  int64_t offset = 0;  // the row offset of a target in its fused output: after those before it
+  for (int t = static_cast<int>(first); t <= static_cast<int>(last); ++t, ++n) {
     const auto i = static_cast<size_t>(t);
-    // The row offset of target t in its fused output: after the targets before it.
-    int64_t offset = 0;
-    for (int p = static_cast<int>(first); p < t; ++p) {
-      offset += stacks.b[static_cast<size_t>(p)].dim(1);
-    }
-    in.lora->lora_apply(x, in.lora_slot_ids, stacks.a[i], stacks.b[i], in.lora_scales, offset, out);
+    group.at(n) = LoraTargetStacks{stacks.a[i], stacks.b[i], offset};
+    offset += stacks.b[i].dim(1);
   }
+  in.lora->lora_apply_group(x, in.lora_slot_ids, std::span(group.data(), n), in.lora_scales, out);
 }
 
 }  // namespace

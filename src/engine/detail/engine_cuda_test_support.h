@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -19,6 +21,17 @@
   } while (0)
 
 namespace ib::testing {
+
+// Relative L2 error ||got - want|| / ||want|| of two logit rows; infinity where got holds a NaN.
+inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+    den += double{want[i]} * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
 
 // 2 layers, hidden 256, 4 heads of 64, 2 KV heads, FFN 512, vocab 512.
 inline ModelConfig small_cuda_config(const char* name) {

@@ -28,7 +28,7 @@ namespace ib::cuda {
 
 enum class AttentionPath { kAuto, kSplitKv, kFlash };
 
-class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps {
+class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, public LoraOps {
  public:
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
@@ -97,6 +97,12 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps {
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                    Tensor out) override;
+  LoraOps* lora_ops() override { return this; }
+  void lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a, const Tensor& b,
+                  const Tensor& scales, int64_t row_offset, Tensor out) override;  // lora_ops.cpp
+  void lora_apply_group(const Tensor& x, const Tensor& slot_ids,
+                        std::span<const LoraTargetStacks> targets, const Tensor& scales,
+                        Tensor out) override;
   void scale_columns(const WeightRef& w, const Tensor& gain) override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
@@ -142,6 +148,8 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps {
   void set_pdl(bool on) { pdl_ = on; }
   // The fused decode ops (IB_FUSED=0 turns them off, for an A/B against the unfused ops).
   void set_fused(bool on) { fused_ = on; }
+  // Each LoRA group's shrink and expand in one launch (IB_LORA_FUSED=1) instead of two.
+  void set_lora_fused(bool on) { lora_fused_ = on; }
   bool pdl() const { return pdl_; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
   // steps of at most this many sequences (0: never). Default 8, measured best of 1, 8, 32 and
@@ -210,6 +218,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps {
   Buffer attention_workspace_;
   Buffer staging_;
   Buffer attention_counters_;
+  Buffer lora_counters_;  // IB_LORA_FUSED's block tickets (lora.cu), zero between launches
   Buffer quant_scratch_;
   Buffer dequant_scratch_;  // W8A16 / 4-bit above the GEMV's rows: the weight in the act dtype
   Buffer int32_scratch_;    // INT8 W8A8 above the GEMV's rows: cuBLASLt's int32 sums
@@ -227,6 +236,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps {
   bool tuning_ = true;
   bool pdl_ = false;
   bool fused_ = true;
+  bool lora_fused_ = false;
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.

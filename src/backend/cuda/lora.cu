@@ -1,0 +1,357 @@
+// LoRA kernels (backend/ops.h, LoraOps), BGMV style as Punica and S-LoRA gather them: a shrink
+// (each token's x times its slot's A rows, every target of the group, fp32 into the workspace)
+// and an expand (each output column times the token's slot's B row, scaled and added to the
+// projection's output, one rounding). Two launches per group, whatever the mix of adapters, or
+// one (IB_LORA_FUSED=1: the expand's blocks wait in the kernel for the shrink's); slot ids never
+// leave the device and tokens of slot -1 cost no loads, so they run inside the decode CUDA graphs.
+#include <algorithm>
+
+#include "backend/cuda/detail/check.h"
+#include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/lora_kernels.h"
+
+namespace ib::cuda {
+namespace {
+
+constexpr int kShrinkThreads = 256;  // a shrink block's warps split K between them
+constexpr int kShrinkWarps = kShrinkThreads / 32;
+constexpr int kShrinkRows = 4;       // rows of the group's G x R a shrink block computes
+constexpr int kExpandThreads = 256;  // output columns of an expand block, one a thread
+constexpr int kExpandTokens = 8;     // tokens an expand block adds into its columns
+// Up to this many tokens the shrink takes one token per block (decode: more blocks in flight);
+// above it a tile of kShrinkTile tokens, so the A elements a thread loads serve the tile's
+// tokens of one slot (prefill).
+constexpr int64_t kShrinkSmallBatch = 16;
+constexpr int kShrinkTile = 8;
+// Tokens per chunk at most (grid limits: 65,535 expand blocks along y).
+constexpr int64_t kMaxChunkTokens = int64_t{1} << 16;
+
+// v[g] of a kernel parameter's array, by selects: an indexed load would copy the whole
+// parameter struct to local memory first.
+static_assert(LoraOps::kMaxLoraGroup == 3, "pick() selects among three targets");
+template <typename V>
+__device__ __forceinline__ V pick(const V (&v)[LoraOps::kMaxLoraGroup], int g) {
+  return g == 0 ? v[0] : g == 1 ? v[1] : v[2];
+}
+
+// V elements of T from p as floats: one 16-byte load (V = kVec16<T>) or one element.
+template <typename T, int V>
+__device__ __forceinline__ void load_f32(const T* p, float (&out)[V]) {
+  if constexpr (V == 1) {
+    out[0] = to_f32(*p);
+  } else {
+    load16_f32<T>(p, out);
+  }
+}
+
+// Block (tile, row_block) of the shrink's grid (token tiles of TT, blocks of kShrinkRows rows of
+// the group's G x R) computes rows [row_block * kShrinkRows, +kShrinkRows) (target g = row / R,
+// rank row r = row % R) for the tile's tokens, u[t][row] = a_g[slot(t)][r] . x[t] in fp32; its
+// threads split K (few dependent loads each: a decode step's shrink is latency-bound) and the
+// warps' sums meet in shared memory. Rows of a token of slot -1 (or beyond the stacks) are left
+// unwritten: the expand skips it.
+template <typename T, int V, int TT>
+__device__ __forceinline__ void shrink_block(const T* __restrict__ x, int64_t k,
+                                             const int32_t* __restrict__ slot_ids, int64_t tokens,
+                                             const LoraGroupPtrs& group, int rank, int num_slots,
+                                             float* u, unsigned tile, unsigned row_block) {
+  __shared__ float partial[kShrinkWarps][kShrinkRows * TT];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int group_rank = group.count * rank;
+  const int row0 = static_cast<int>(row_block) * kShrinkRows;
+  const int64_t t0 = int64_t{tile} * TT;
+  const int64_t slot_stride = int64_t{rank} * k;  // elements between two slots' A
+  const T* a_row[kShrinkRows];  // slot 0's A row of each of the block's rows; null past the end
+#pragma unroll
+  for (int j = 0; j < kShrinkRows; ++j) {
+    const int row = row0 + j;
+    const int g = row / rank;
+    a_row[j] =
+        row < group_rank ? static_cast<const T*>(pick(group.a, g)) + (row % rank) * k : nullptr;
+  }
+  int slot[TT];
+  const T* xr[TT];
+#pragma unroll
+  for (int i = 0; i < TT; ++i) {
+    const int64_t t = t0 + i;
+    const int s = t < tokens ? slot_ids[t] : -1;
+    slot[i] = s < num_slots ? s : -1;
+    xr[i] = x + (t < tokens ? t : t0) * k;
+  }
+  float acc[kShrinkRows][TT];
+#pragma unroll
+  for (int j = 0; j < kShrinkRows; ++j) {
+#pragma unroll
+    for (int i = 0; i < TT; ++i) acc[j][i] = 0.0f;
+  }
+  for (int64_t c = int64_t{threadIdx.x} * V; c < k; c += int64_t{kShrinkThreads} * V) {
+    float av[kShrinkRows][V] = {};
+    int cur = -1;  // the slot whose A elements av holds (uniform across the block)
+#pragma unroll
+    for (int i = 0; i < TT; ++i) {
+      if (slot[i] < 0) continue;
+      if (slot[i] != cur) {
+        cur = slot[i];
+#pragma unroll
+        for (int j = 0; j < kShrinkRows; ++j) {
+          if (a_row[j] != nullptr) load_f32<T, V>(a_row[j] + cur * slot_stride + c, av[j]);
+        }
+      }
+      float xv[V];
+      load_f32<T, V>(xr[i] + c, xv);
+#pragma unroll
+      for (int j = 0; j < kShrinkRows; ++j) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[j][i] += av[j][v] * xv[v];
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kShrinkRows; ++j) {
+#pragma unroll
+    for (int i = 0; i < TT; ++i) {
+      const float sum = warp_sum(acc[j][i]);
+      if (lane == 0) partial[warp][j * TT + i] = sum;
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kShrinkRows * TT; e += kShrinkThreads) {
+    const int j = e / TT, i = e % TT;
+    const int64_t t = t0 + i;
+    if (row0 + j >= group_rank || t >= tokens) continue;
+    const int s = slot_ids[t];
+    if (s < 0 || s >= num_slots) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kShrinkWarps; ++w) sum += partial[w][e];
+    u[t * group_rank + row0 + j] = sum;
+  }
+}
+
+template <typename T, int V, int TT>
+__global__ void __launch_bounds__(kShrinkThreads)
+    lora_shrink_kernel(const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids,
+                       int64_t tokens, LoraGroupPtrs group, int rank, int num_slots, float* u) {
+  shrink_block<T, V, TT>(x, k, slot_ids, tokens, group, rank, num_slots, u, blockIdx.x, blockIdx.y);
+}
+
+// u[i] for the expand: through L2 when the shrink ran in the same launch (IB_LORA_FUSED: another
+// block wrote it, and L1 is not coherent), else an ordinary load.
+template <bool kFused>
+__device__ __forceinline__ float4 load_u4(const float* p) {
+  if constexpr (kFused) {
+    return __ldcg(reinterpret_cast<const float4*>(p));
+  } else {
+    return *reinterpret_cast<const float4*>(p);
+  }
+}
+template <bool kFused>
+__device__ __forceinline__ float load_u(const float* p) {
+  if constexpr (kFused) {
+    return __ldcg(p);
+  } else {
+    return *p;
+  }
+}
+
+// Block (col_block, tile) of the expand's grid (column blocks of the targets' concatenated N,
+// token tiles of kExpandTokens): thread n adds to its column of target g, for each of the tile's
+// tokens of a slot s, scales[s] * b_g[s][n] . u_g[t] (fp32) to out[t][row_offset_g + n], rounded
+// once.
+template <typename T, int V, bool kFused>
+__device__ __forceinline__ void expand_block(const float* u, const int32_t* __restrict__ slot_ids,
+                                             int64_t tokens, const LoraGroupPtrs& group, int rank,
+                                             int num_slots, const float* __restrict__ scales,
+                                             T* __restrict__ out, int64_t out_stride,
+                                             unsigned col_block, unsigned tile) {
+  int64_t n = int64_t{col_block} * kExpandThreads + threadIdx.x;
+  int g = 0;
+  if (group.count > 1 && n >= group.n[0]) {
+    n -= group.n[0];
+    g = 1;
+    if (group.count > 2 && n >= group.n[1]) {
+      n -= group.n[1];
+      g = 2;
+    }
+  }
+  const int64_t n_g = pick(group.n, g);
+  if (n >= n_g) return;
+  const T* b = static_cast<const T*>(pick(group.b, g));
+  const int group_rank = group.count * rank;
+  T* col = out + pick(group.row_offset, g) + n;
+  const int64_t t0 = int64_t{tile} * kExpandTokens;
+  const int64_t t_end = t0 + kExpandTokens < tokens ? t0 + kExpandTokens : tokens;
+  for (int64_t t = t0; t < t_end; ++t) {
+    const int s = slot_ids[t];
+    if (s < 0 || s >= num_slots) continue;
+    const T* br = b + (int64_t{s} * n_g + n) * rank;
+    const float* ut = u + t * group_rank + g * rank;
+    float acc = 0.0f;
+    for (int r = 0; r < rank; r += V) {
+      float bv[V];
+      load_f32<T, V>(br + r, bv);
+      if constexpr (V % 4 == 0) {
+#pragma unroll
+        for (int q = 0; q < V; q += 4) {
+          const float4 uv = load_u4<kFused>(ut + r + q);
+          acc += bv[q] * uv.x + bv[q + 1] * uv.y + bv[q + 2] * uv.z + bv[q + 3] * uv.w;
+        }
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc += bv[v] * load_u<kFused>(ut + r + v);
+      }
+    }
+    T* o = col + t * out_stride;
+    *o = from_f32<T>(to_f32(*o) + scales[s] * acc);
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kExpandThreads)
+    lora_expand_kernel(const float* u, const int32_t* __restrict__ slot_ids, int64_t tokens,
+                       LoraGroupPtrs group, int rank, int num_slots,
+                       const float* __restrict__ scales, T* __restrict__ out, int64_t out_stride) {
+  expand_block<T, V, false>(u, slot_ids, tokens, group, rank, num_slots, scales, out, out_stride,
+                            blockIdx.x, blockIdx.y);
+}
+
+// IB_LORA_FUSED=1: the shrink and the expand in one launch (one kernel boundary less per group).
+// Each block draws a ticket (counters[0]) in the order blocks start: the first
+// shrink_tiles x shrink_row_blocks tickets run the shrink's blocks and count themselves done
+// (counters[1], after a fence that publishes their rows of u), the rest run the expand's blocks
+// once every shrink block is done. A block holding an expand ticket started after every shrink
+// ticket was drawn, by blocks already running that wait on nothing, so the wait always ends.
+// The last block to finish (counters[2]) sets the three counters back to 0 for the next launch.
+template <typename T, int V, int TT>
+__global__ void __launch_bounds__(kShrinkThreads)
+    lora_fused_kernel(const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids,
+                      int64_t tokens, LoraGroupPtrs group, int rank, int num_slots, float* u,
+                      const float* __restrict__ scales, T* __restrict__ out, int64_t out_stride,
+                      unsigned shrink_tiles, unsigned shrink_row_blocks, unsigned expand_col_blocks,
+                      unsigned* counters) {
+  static_assert(kShrinkThreads == kExpandThreads, "one block size for both halves");
+  __shared__ unsigned ticket;
+  if (threadIdx.x == 0) ticket = atomicAdd(counters, 1u);
+  __syncthreads();
+  const unsigned b = ticket;
+  const unsigned num_shrink = shrink_tiles * shrink_row_blocks;
+  if (b < num_shrink) {
+    shrink_block<T, V, TT>(x, k, slot_ids, tokens, group, rank, num_slots, u, b % shrink_tiles,
+                           b / shrink_tiles);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd(counters + 1, 1u);
+  } else {
+    if (threadIdx.x == 0) {
+      while (*static_cast<volatile unsigned*>(counters + 1) < num_shrink) __nanosleep(64);
+      __threadfence();
+    }
+    __syncthreads();
+    const unsigned e = b - num_shrink;
+    expand_block<T, V, true>(u, slot_ids, tokens, group, rank, num_slots, scales, out, out_stride,
+                             e % expand_col_blocks, e / expand_col_blocks);
+  }
+  if (threadIdx.x == 0 && atomicAdd(counters + 2, 1u) == gridDim.x - 1) {
+    counters[0] = 0;
+    counters[1] = 0;
+    counters[2] = 0;
+  }
+}
+
+unsigned blocks_for(int64_t n, int64_t per_block) {
+  return static_cast<unsigned>((n + per_block - 1) / per_block);
+}
+
+// The shrink's token tile: one token per block up to kShrinkSmallBatch tokens, kShrinkTile above.
+int shrink_tile(int64_t tokens) {
+  return tokens <= kShrinkSmallBatch ? 1 : kShrinkTile;
+}
+
+template <typename T, int V>
+void launch_shrink(const T* x, int64_t k, const int32_t* slot_ids, int64_t tokens,
+                   const LoraGroupPtrs& group, int rank, int num_slots, float* u,
+                   cudaStream_t stream) {
+  const unsigned rows = blocks_for(int64_t{group.count} * rank, kShrinkRows);
+  if (shrink_tile(tokens) == 1) {
+    lora_shrink_kernel<T, V, 1><<<dim3(blocks_for(tokens, 1), rows), kShrinkThreads, 0, stream>>>(
+        x, k, slot_ids, tokens, group, rank, num_slots, u);
+  } else {
+    lora_shrink_kernel<T, V, kShrinkTile>
+        <<<dim3(blocks_for(tokens, kShrinkTile), rows), kShrinkThreads, 0, stream>>>(
+            x, k, slot_ids, tokens, group, rank, num_slots, u);
+  }
+}
+
+}  // namespace
+
+int64_t lora_chunk_tokens(int64_t group_rank, size_t workspace_bytes) {
+  const int64_t per_token = std::max<int64_t>(group_rank, 1) * static_cast<int64_t>(sizeof(float));
+  return std::min(static_cast<int64_t>(workspace_bytes) / per_token, kMaxChunkTokens);
+}
+
+void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& group,
+                       int64_t rank, int64_t num_slots, const Tensor& scales, void* workspace,
+                       size_t workspace_bytes, unsigned* fused_counters, Tensor out,
+                       cudaStream_t stream) {
+  const int64_t t = x.rows(), k = x.row_size();
+  if (t == 0) return;
+  int64_t n_total = 0;
+  for (int g = 0; g < group.count; ++g) n_total += group.n[g];
+  const int64_t chunk = lora_chunk_tokens(group.count * rank, workspace_bytes);
+  IB_ASSERT(chunk >= 1, "lora_apply: the workspace holds no token's shrunk rows");
+  auto* u = static_cast<float*>(workspace);
+  const auto r = static_cast<int>(rank);
+  const auto s = static_cast<int>(num_slots);
+  const int64_t out_stride = out.row_size();
+  IB_DISPATCH_FLOAT(x.dtype, T, {
+    constexpr int kV = kVec16<T>;
+    bool shrink_vec = k % kV == 0 && aligned16(x.data);
+    bool expand_vec = rank % kV == 0 && aligned16(workspace);
+    for (int g = 0; g < group.count; ++g) {
+      shrink_vec = shrink_vec && aligned16(group.a[g]);
+      expand_vec = expand_vec && aligned16(group.b[g]);
+    }
+    const unsigned row_blocks = blocks_for(int64_t{group.count} * rank, kShrinkRows);
+    const unsigned col_blocks = blocks_for(n_total, kExpandThreads);
+    for (int64_t t0 = 0; t0 < t; t0 += chunk) {
+      const int64_t tc = std::min(chunk, t - t0);
+      const T* xc = x.as<const T>() + t0 * k;
+      const int32_t* ids = slot_ids.as<const int32_t>() + t0;
+      T* oc = out.as<T>() + t0 * out_stride;
+      const float* sc = scales.as<const float>();
+      if (fused_counters != nullptr && shrink_vec && expand_vec) {
+        const int tile = shrink_tile(tc);
+        const unsigned tiles = blocks_for(tc, tile);
+        const unsigned blocks = tiles * row_blocks + col_blocks * blocks_for(tc, kExpandTokens);
+        if (tile == 1) {
+          lora_fused_kernel<T, kV, 1><<<blocks, kShrinkThreads, 0, stream>>>(
+              xc, k, ids, tc, group, r, s, u, sc, oc, out_stride, tiles, row_blocks, col_blocks,
+              fused_counters);
+        } else {
+          lora_fused_kernel<T, kV, kShrinkTile><<<blocks, kShrinkThreads, 0, stream>>>(
+              xc, k, ids, tc, group, r, s, u, sc, oc, out_stride, tiles, row_blocks, col_blocks,
+              fused_counters);
+        }
+        IB_CUDA_CHECK_LAUNCH("lora_apply (fused)");
+        continue;
+      }
+      if (shrink_vec) {
+        launch_shrink<T, kV>(xc, k, ids, tc, group, r, s, u, stream);
+      } else {
+        launch_shrink<T, 1>(xc, k, ids, tc, group, r, s, u, stream);
+      }
+      IB_CUDA_CHECK_LAUNCH("lora_apply shrink");
+      const dim3 grid(col_blocks, blocks_for(tc, kExpandTokens));
+      if (expand_vec) {
+        lora_expand_kernel<T, kV>
+            <<<grid, kExpandThreads, 0, stream>>>(u, ids, tc, group, r, s, sc, oc, out_stride);
+      } else {
+        lora_expand_kernel<T, 1>
+            <<<grid, kExpandThreads, 0, stream>>>(u, ids, tc, group, r, s, sc, oc, out_stride);
+      }
+      IB_CUDA_CHECK_LAUNCH("lora_apply expand");
+    }
+  });
+}
+
+}  // namespace ib::cuda
