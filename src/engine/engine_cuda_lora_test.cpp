@@ -114,7 +114,11 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
   const auto cpu_mixed = testing::run_to_completion(**cpu_engine);
   const auto gpu_mixed = testing::run_to_completion(**gpu_engine);
   ASSERT_EQ(gpu_mixed.size(), names.size());
-  const double tol = k.dtype == DType::kF32 ? 1e-4 : 2e-2;
+  // bf16: the CUDA engine rounds activations and the adapters' A and B to bf16, the CPU engine
+  // keeps them in fp32; the H200 measured up to 4.0e-2 on the adapter rows (bench/results/h200/
+  // lora/), so 5e-2 as for the MoE engine tests. The op's own bf16 check (CudaLora*) is 1e-2 and
+  // tools/hf_compare_lora.py holds the engine to 1e-2 against transformers + peft.
+  const double tol = k.dtype == DType::kF32 ? 1e-4 : 5e-2;
   double worst = 0;
   for (uint64_t i = 0; i < names.size(); ++i) {
     const testing::Completion &g = gpu_mixed.at(i), &cpu_c = cpu_mixed.at(i);
