@@ -158,13 +158,22 @@ TEST(Presets, UnsupportedFeaturesAreReported) {
   EXPECT_NE(g.find("activation 'gelu_pytorch_tanh' (the engine runs 'silu' for llama)"),
             std::string::npos)
       << g;
-  const std::string ds = features("deepseek-v2-lite");
-  EXPECT_NE(ds.find("mixture-of-experts (64 experts, top-6, 2 shared)"), std::string::npos) << ds;
-  EXPECT_NE(ds.find("multi-head latent attention"), std::string::npos) << ds;
-  EXPECT_NE(ds.find("rope scaling 'yarn'"), std::string::npos) << ds;
-  const Status refused = preset("deepseek-v2-lite").check_supported();
+  // DeepSeek-V2 runs (engine/arch/deepseek2.cpp); a router it does not know is refused by name.
+  EXPECT_EQ(features("deepseek-v2-lite"), "");
+  ModelConfig other_router = preset("deepseek-v2-lite");
+  other_router.moe.scoring_func = "sigmoid";
+  other_router.moe.topk_method = "noaux_tc";
+  const Status refused = other_router.check_supported();
   ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("scoring_func 'sigmoid'"), std::string::npos);
+  EXPECT_NE(refused.error().message.find("topk_method 'noaux_tc'"), std::string::npos);
   EXPECT_NE(refused.error().message.find("inferbench models"), std::string::npos);
+  ModelConfig grouped = preset("deepseek-v2-lite");
+  grouped.moe.topk_method = "group_limited_greedy";
+  EXPECT_TRUE(grouped.check_supported().ok());
+  ModelConfig mixtral_grouped = preset("mixtral-8x7b");
+  mixtral_grouped.moe.topk_method = "group_limited_greedy";
+  EXPECT_FALSE(mixtral_grouped.check_supported().ok());
 }
 
 TEST(Presets, ResolveModelPresetOrDirectory) {

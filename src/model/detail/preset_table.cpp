@@ -196,7 +196,17 @@ std::vector<PresetEntry> moe_presets() {
   ds.mla = {512, 0, 128, 64, 128};
   ds.head_dim = ds.mla.qk_nope_head_dim + ds.mla.qk_rope_head_dim;  // query/key head size
   ds.rms_norm_eps = 1e-6;
-  ds.rope_scaling = {"yarn", 40.0, 1.0, 4.0, 4096};
+  ds.rope_scaling.type = "yarn";
+  ds.rope_scaling.factor = 40.0;
+  ds.rope_scaling.original_max_position_embeddings = 4096;
+  ds.rope_scaling.mscale = 0.707;
+  ds.rope_scaling.mscale_all_dim = 0.707;
+  ds.moe.scoring_func = "softmax";
+  ds.moe.topk_method = "greedy";
+  ds.moe.norm_topk_prob = false;
+  ds.moe.routed_scaling_factor = 1.0;
+  ds.moe.num_groups = 1;
+  ds.moe.topk_groups = 1;
   ds.bos_token_id = 100000;
   ds.eos_token_ids = {100001};
   return {{x7, {}}, {x22, {}}, {ds, {}}};

@@ -11,5 +11,6 @@ const Architecture& qwen2_architecture();    // llama.cpp
 const Architecture& phi3_architecture();     // phi3.cpp
 const Architecture& mixtral_architecture();  // mixtral.cpp
 const Architecture& gemma2_architecture();   // gemma2.cpp
+const Architecture& deepseek2_architecture();  // deepseek2.cpp
 
 }  // namespace ib::arch
