@@ -3,8 +3,8 @@
 // KV write, paged attention), QuantOps (quantizing weights at load) and the optional
 // FusedDecodeOps (the dense decoder's fused decode step, reached through
 // Backend::fused_decode_ops()), MoeOps (mixture-of-experts routing and expert MLPs, reached
-// through Backend::moe_ops()), MlaOps (multi-head latent attention, Backend::mla_ops()) and LoraOps (LoRA adapters' low-rank updates, reached through
-// Backend::lora_ops()).
+// through Backend::moe_ops()), MlaOps (multi-head latent attention, Backend::mla_ops()) and LoraOps
+// (LoRA adapters' low-rank updates, reached through Backend::lora_ops()).
 //
 // Contract: tensors passed to ops live in the backend's memory (Device::alloc); shapes are
 // checked with IB_ASSERT. "act" below means the backend's activation dtype: fp32 on the CPU, the
@@ -241,7 +241,7 @@ struct MlaShape {
   int qk_nope_head_dim = 0;
   int qk_rope_head_dim = 0;
   int v_head_dim = 0;
-  float scale = 0;         // softmax scale ((N + P)^-0.5)
+  float scale = 0;          // softmax scale ((N + P)^-0.5)
   float rope_scale = 1.0f;  // YaRN's attention factor: cos and sin multiplied by it
 };
 

@@ -53,6 +53,9 @@ std::string models_table(const std::vector<ModelConfig>& models) {
                        static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
                        m.max_position_embeddings,
                        !unsupported.empty() ? fmt::format("no: {}", fmt::join(unsupported, ", "))
+                       : m.mla.kv_lora_rank > 0
+                           ? std::string("yes, on the CPU (multi-head latent attention has no "
+                                         "CUDA kernels yet)")
                        : m.attn_logit_softcapping > 0
                            ? std::string("yes, on the CPU (the CUDA attention kernels have no "
                                          "logit soft-capping yet)")

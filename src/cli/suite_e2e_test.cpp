@@ -167,7 +167,8 @@ entries:
            num_threads: 2, num_warmups: 1, disable_telemetry: true}
 entries:
   - model: tiny-15m
-  - {model: )" + sigmoid.string() + R"(, name: ds-sigmoid, allow_failure: true}
+  - {model: )" + sigmoid.string() +
+                     R"(, name: ds-sigmoid, allow_failure: true}
 )");
   ASSERT_EQ(run({"suite", lenient.string(), "--result-dir", dir.string()}), 0) << err();
   const std::string md = read_file(dir / "leaderboard.md").value();

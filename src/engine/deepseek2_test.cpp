@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <numbers>
 #include <numeric>
+#include <tuple>
 
 #include "engine/arch/architecture.h"
 #include "engine/detail/checkpoint_test_support.h"
@@ -51,7 +53,7 @@ std::string config_json(const Shape& s, const std::string& scoring = "softmax",
          std::string(s.v2 ? "2.5" : "1.0") + R"(, "topk_method": ")" + method +
          R"(", "n_group": )" + std::string(s.v2 ? "4" : "1") + R"(, "topk_group": )" +
          std::string(s.v2 ? "2" : "1") + R"(, "scoring_func": ")" + scoring + R"(",
-  "norm_topk_prob": false, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
+  "norm_topk_prob": false, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
   "hidden_act": "silu", "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2})";
 }
 
@@ -71,7 +73,8 @@ Tensors random_tensors(const ModelConfig& c, uint64_t seed) {
     std::vector<float>& v = t[name];
     v.resize(static_cast<size_t>(rows * cols));
     for (float& x : v) {
-      x = static_cast<float>(scale * (2 * rng.uniform() - 1) / std::sqrt(static_cast<double>(cols)));
+      x = static_cast<float>(scale * (2 * rng.uniform() - 1) /
+                             std::sqrt(static_cast<double>(cols)));
     }
   };
   auto norm = [&](const std::string& name, int64_t n) {
@@ -150,6 +153,9 @@ void write_checkpoint(const TempDir& dir, const ModelConfig& c, const Tensors& t
 }
 
 // ---- the double-precision reference (DeepseekV2ForCausalLM's forward, eager) ----
+
+// q_a_layernorm and kv_a_layernorm: DeepseekV2RMSNorm(rank), its default eps.
+constexpr double kLatentNormEps = 1e-6;
 
 Vec linear(const std::vector<float>& w, const Vec& x) {  // w (N, K) row-major
   const size_t k = x.size(), n = w.size() / k;
@@ -254,7 +260,8 @@ std::vector<Vec> reference_logits(const ModelConfig& c, const Tensors& t,
                                   const std::vector<int32_t>& tokens) {
   const MlaConfig& m = c.mla;
   const size_t n_tok = tokens.size(), d = static_cast<size_t>(c.hidden_size);
-  const size_t heads = static_cast<size_t>(c.num_heads), nope = static_cast<size_t>(m.qk_nope_head_dim);
+  const size_t heads = static_cast<size_t>(c.num_heads),
+               nope = static_cast<size_t>(m.qk_nope_head_dim);
   const size_t rp = static_cast<size_t>(m.qk_rope_head_dim), vd = static_cast<size_t>(m.v_head_dim);
   const size_t r = static_cast<size_t>(m.kv_lora_rank);
   const Vec inv_freq = yarn_inv_freq(c);
@@ -272,14 +279,13 @@ std::vector<Vec> reference_logits(const ModelConfig& c, const Tensors& t,
     std::vector<Vec> q(n_tok), k(n_tok), v(n_tok);  // per token, heads x (N + P) / V
     for (size_t i = 0; i < n_tok; ++i) {
       const Vec x = rms_norm(h[i], t.at(p + "input_layernorm.weight"), c.rms_norm_eps);
-      q[i] = m.q_lora_rank > 0
-                 ? linear(t.at(a + "q_b_proj.weight"),
-                          rms_norm(linear(t.at(a + "q_a_proj.weight"), x),
-                                   t.at(a + "q_a_layernorm.weight"), c.rms_norm_eps))
-                 : linear(t.at(a + "q_proj.weight"), x);
+      q[i] = m.q_lora_rank > 0 ? linear(t.at(a + "q_b_proj.weight"),
+                                        rms_norm(linear(t.at(a + "q_a_proj.weight"), x),
+                                                 t.at(a + "q_a_layernorm.weight"), kLatentNormEps))
+                               : linear(t.at(a + "q_proj.weight"), x);
       const Vec kv_a = linear(t.at(a + "kv_a_proj_with_mqa.weight"), x);
       const Vec latent = rms_norm(Vec(kv_a.begin(), kv_a.begin() + static_cast<std::ptrdiff_t>(r)),
-                                  t.at(a + "kv_a_layernorm.weight"), c.rms_norm_eps);
+                                  t.at(a + "kv_a_layernorm.weight"), kLatentNormEps);
       Vec k_pe(kv_a.begin() + static_cast<std::ptrdiff_t>(r), kv_a.end());
       rope(k_pe.data(), inv_freq, static_cast<double>(i), factor);
       const Vec kv = linear(t.at(a + "kv_b_proj.weight"), latent);  // heads x (N + V)
@@ -313,7 +319,8 @@ std::vector<Vec> reference_logits(const ModelConfig& c, const Tensors& t,
       const Vec o = linear(t.at(a + "o_proj.weight"), attn);
       for (size_t x = 0; x < d; ++x) h[i][x] += o[x];
       const Vec y = rms_norm(h[i], t.at(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
-      const Vec f = l < c.moe.first_dense_layers ? swiglu(t, p + "mlp.", y) : moe(c, t, p + "mlp.", y);
+      const Vec f =
+          l < c.moe.first_dense_layers ? swiglu(t, p + "mlp.", y) : moe(c, t, p + "mlp.", y);
       for (size_t x = 0; x < d; ++x) h[i][x] += f[x];
     }
   }
@@ -332,8 +339,8 @@ std::unique_ptr<Engine> checkpoint_engine(const ModelConfig& c, const TempDir& d
   EngineConfig config;
   config.block_size = block_size;
   config.capture_logits = true;
-  auto engine = create_engine(c, {LoadFormat::kSafetensors, dir.path().string(), 0}, config,
-                              backend);
+  auto engine =
+      create_engine(c, {LoadFormat::kSafetensors, dir.path().string(), 0}, config, backend);
   IB_ASSERT(engine.ok(), engine.ok() ? "" : engine.error().message.c_str());
   return std::move(engine).value();
 }
@@ -375,9 +382,13 @@ void expect_matches_reference(const Shape& shape) {
   std::printf("worst relative L2 error of the logits: %.3g\n", worst);
 }
 
-TEST(DeepseekV2Engine, LiteShapeMatchesTheReference) { expect_matches_reference(Shape{false}); }
+TEST(DeepseekV2Engine, LiteShapeMatchesTheReference) {
+  expect_matches_reference(Shape{false});
+}
 
-TEST(DeepseekV2Engine, V2ShapeMatchesTheReference) { expect_matches_reference(Shape{true}); }
+TEST(DeepseekV2Engine, V2ShapeMatchesTheReference) {
+  expect_matches_reference(Shape{true});
+}
 
 // A request decoding its 5th token and a request prefilling the same 4 tokens more see the same
 // logits: the latent cache and the absorbed attention agree with the prefill.
@@ -420,7 +431,9 @@ TEST(DeepseekV2Kv, TheCacheHoldsTheLatentAndTheRopeKey) {
   EXPECT_EQ(kv->layers[1].k.dim(2), 4);
   EXPECT_EQ(kv->layers[1].k.dim(3), 32 + 8);
   EXPECT_TRUE(kv->layers[1].v.empty());
-  EXPECT_EQ(kv->storage.bytes(), Backend::alloc_bytes(3 * 5 * 4 * 40 * 4));
+  // One latent per token and layer, no V half.
+  EXPECT_GE(kv->storage.bytes(), size_t{3 * 5 * 4 * 40 * 4});
+  EXPECT_LT(kv->storage.bytes(), size_t{2 * 3 * 5 * 4 * 40 * 4});
 }
 
 TEST(DeepseekV2Routing, GroupLimitedTopKScaledWithoutRenormalisation) {
@@ -517,7 +530,8 @@ TEST(DeepseekV2Engine, DummyWeightsRunAndRouteEveryExpert) {
   Rng rng(5);
   for (uint64_t i = 0; i < 3; ++i) {
     ASSERT_TRUE(
-        (*engine)->add_request(testing::greedy_request(i, testing::random_prompt(rng, 12, 101), 4))
+        (*engine)
+            ->add_request(testing::greedy_request(i, testing::random_prompt(rng, 12, 101), 4))
             .ok());
   }
   const auto done = testing::run_to_completion(**engine);

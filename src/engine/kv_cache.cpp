@@ -115,10 +115,10 @@ Result<KvCache> allocate_kv_cache(const ModelConfig& m, int num_blocks, int bloc
   const int64_t per_layer = int64_t{num_blocks} * entry.heads * block_size * entry.width;
   KvCache kv;
   kv.format = format;
-  IB_ASSIGN_OR_RETURN(kv.storage,
-                      backend.alloc(static_cast<size_t>(halves * m.num_layers * per_layer) *
-                                        dtype_size(dt),
-                                    MemoryTag::kKvCache));
+  IB_ASSIGN_OR_RETURN(
+      kv.storage,
+      backend.alloc(static_cast<size_t>(halves * m.num_layers * per_layer) * dtype_size(dt),
+                    MemoryTag::kKvCache));
   const size_t half_bytes = static_cast<size_t>(per_layer) * dtype_size(dt);
   for (int l = 0; l < m.num_layers; ++l) {
     const size_t base = static_cast<size_t>(halves) * static_cast<size_t>(l) * half_bytes;

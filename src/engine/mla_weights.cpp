@@ -49,10 +49,6 @@ int64_t shared_intermediate(const ModelConfig& c) {
 
 }  // namespace
 
-bool is_dense_mlp_layer(const ModelConfig& config, int layer) {
-  return dense_mlp_layer(config, layer);
-}
-
 Status allocate_mla_layer(const ModelConfig& c, int layer, const AllocTensor& alloc,
                           LayerWeights& lw) {
   const MlaMatrices x = mla_matrices(c);
@@ -117,9 +113,8 @@ int64_t mla_layer_bytes(const ModelConfig& c, int layer, DType dtype) {
   const auto size = static_cast<int64_t>(dtype_size(dtype));
   auto rounded = [&](int64_t numel) { return (numel * size + 255) / 256 * 256; };
   const MlaMatrices x = mla_matrices(c);
-  int64_t bytes = rounded(x.q_rows * x.q_cols) + rounded(x.kv_a_rows * x.d) +
-                  rounded(x.kv_b_cols) + rounded(x.kv_b_rows * x.kv_b_cols) +
-                  rounded(x.o_rows * x.o_cols);
+  int64_t bytes = rounded(x.q_rows * x.q_cols) + rounded(x.kv_a_rows * x.d) + rounded(x.kv_b_cols) +
+                  rounded(x.kv_b_rows * x.kv_b_cols) + rounded(x.o_rows * x.o_cols);
   if (x.q_a_rows > 0) bytes += rounded(x.q_a_rows * x.d) + rounded(x.q_a_rows);
   if (dense_mlp_layer(c, layer)) {
     const int64_t f = c.intermediate_size;

@@ -116,12 +116,11 @@ std::string unsupported_quantization(WeightFormat format, const std::string& nam
 }  // namespace
 
 int64_t LayerWeights::bytes() const {
-  auto total =
-      static_cast<int64_t>(attn_norm.bytes() + wqkv.bytes() + bqkv.bytes() + wo.bytes() +
-                           ffn_norm.bytes() + post_attn_norm.bytes() + post_ffn_norm.bytes() +
-                           w_gate_up.bytes() + w_down.bytes() + router.bytes() + q_a.bytes() +
-                           q_a_norm.bytes() + kv_a.bytes() + kv_a_norm.bytes() + kv_b.bytes() +
-                           shared_gate_up.bytes() + shared_down.bytes());
+  auto total = static_cast<int64_t>(
+      attn_norm.bytes() + wqkv.bytes() + bqkv.bytes() + wo.bytes() + ffn_norm.bytes() +
+      post_attn_norm.bytes() + post_ffn_norm.bytes() + w_gate_up.bytes() + w_down.bytes() +
+      router.bytes() + q_a.bytes() + q_a_norm.bytes() + kv_a.bytes() + kv_a_norm.bytes() +
+      kv_b.bytes() + shared_gate_up.bytes() + shared_down.bytes());
   for (const WeightRef& w : expert_gate_up) total += static_cast<int64_t>(w.bytes());
   for (const WeightRef& w : expert_down) total += static_cast<int64_t>(w.bytes());
   return total;

@@ -41,7 +41,7 @@ struct MoeConfig {
   // refused before loading.
   std::string scoring_func = "softmax";
   std::string topk_method = "greedy";
-  bool norm_topk_prob = true;         // the top-k weights renormalised to sum 1 (Mixtral: always)
+  bool norm_topk_prob = true;          // the top-k weights renormalised to sum 1 (Mixtral: always)
   double routed_scaling_factor = 1.0;  // DeepSeek: the routed experts' weights scaled by it
   int num_groups = 0;                  // DeepSeek: n_group (group_limited_greedy)
   int topk_groups = 0;                 // DeepSeek: topk_group

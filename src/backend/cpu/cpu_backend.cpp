@@ -185,7 +185,7 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tens
   pool_.parallel_for(x.rows(), rows_per_chunk(d), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       cpu::rms_norm_row(x.as<const float>() + r * d, weight.as<const float>(), eps, d,
-                   out.as<float>() + r * d);
+                        out.as<float>() + r * d);
     }
   });
 }

@@ -146,9 +146,8 @@ void CpuBackend::mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_no
             "mla_rope_and_cache: fp32 tensors and cache on the CPU");
   IB_ASSERT(p % 2 == 0 && q.row_size() == int64_t{shape.num_heads} * (shape.qk_nope_head_dim + p) &&
                 latent.rows() == t && latent.row_size() == r + p && kv_norm.numel() == r &&
-                inv_freq.numel() == p / 2 && positions.numel() >= t &&
-                slot_mapping.numel() >= t && kv.k.rank == 4 && kv.k.dim(1) == 1 &&
-                kv.k.dim(3) == r + p,
+                inv_freq.numel() == p / 2 && positions.numel() >= t && slot_mapping.numel() >= t &&
+                kv.k.rank == 4 && kv.k.dim(1) == 1 && kv.k.dim(3) == r + p,
             "mla_rope_and_cache: q (T, H (N + P)), latent (T, R + P), kv_norm (R), inv_freq "
             "(P / 2), cache (blocks, 1, block_size, R + P)");
   cpu::mla_rope_and_cache_f32(pool_, q.as<float>(), latent.as<float>(), kv_norm.as<const float>(),

@@ -13,8 +13,8 @@
 namespace ib {
 namespace cpu {
 
-void route_token_grouped(const float* logits, int num_experts, int top_k,
-                         const MoeRouting& routing, int32_t* ids, float* weights) {
+void route_token_grouped(const float* logits, int num_experts, int top_k, const MoeRouting& routing,
+                         int32_t* ids, float* weights) {
   const auto e = static_cast<size_t>(num_experts);
   std::vector<float> p(logits, logits + e);
   const float max_logit = *std::max_element(p.begin(), p.end());
@@ -33,8 +33,9 @@ void route_token_grouped(const float* logits, int num_experts, int top_k,
     std::vector<size_t> order(groups);
     std::iota(order.begin(), order.end(), size_t{0});
     const auto kept_groups = static_cast<std::ptrdiff_t>(routing.topk_groups);
-    std::partial_sort(order.begin(), order.begin() + kept_groups, order.end(),
-                      [&](size_t a, size_t b) { return best[a] > best[b] || (best[a] == best[b] && a < b); });
+    std::partial_sort(
+        order.begin(), order.begin() + kept_groups, order.end(),
+        [&](size_t a, size_t b) { return best[a] > best[b] || (best[a] == best[b] && a < b); });
     std::vector<bool> kept(groups, false);
     for (std::ptrdiff_t i = 0; i < kept_groups; ++i) kept[order[static_cast<size_t>(i)]] = true;
     for (size_t x = 0; x < e; ++x) {
@@ -77,8 +78,7 @@ void CpuBackend::moe_route(const Tensor& router_logits, bool renormalize, Tensor
 }
 
 void CpuBackend::moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing,
-                                   Tensor expert_ids, Tensor expert_weights,
-                                   Tensor expert_tokens) {
+                                   Tensor expert_ids, Tensor expert_weights, Tensor expert_tokens) {
   const int64_t t = router_logits.rows();
   const int64_t e = router_logits.row_size();
   const int64_t k = expert_ids.row_size();
@@ -88,10 +88,9 @@ void CpuBackend::moe_route_grouped(const Tensor& router_logits, const MoeRouting
   IB_ASSERT(expert_ids.rows() == t && expert_weights.rows() == t &&
                 expert_weights.row_size() == k && k >= 1 && k <= e && expert_tokens.numel() == e,
             "moe_route: logits (T, E), ids and weights (T, k), k <= E, counts (E)");
-  IB_ASSERT(routing.num_groups <= 1 ||
-                (e % routing.num_groups == 0 && routing.topk_groups >= 1 &&
-                 routing.topk_groups <= routing.num_groups &&
-                 routing.topk_groups * (e / routing.num_groups) >= k),
+  IB_ASSERT(routing.num_groups <= 1 || (e % routing.num_groups == 0 && routing.topk_groups >= 1 &&
+                                        routing.topk_groups <= routing.num_groups &&
+                                        routing.topk_groups * (e / routing.num_groups) >= k),
             "moe_route_grouped: groups must divide E and the groups kept hold k experts");
   auto* counts = expert_tokens.as<int64_t>();
   for (int64_t i = 0; i < t; ++i) {

@@ -35,13 +35,13 @@ enum class WeightRole {
   kExpertGateUp,  // MoE: one expert's (2F, D), rows gate (w1) then up (w3)
   kExpertDown,    // MoE: one expert's (D, F) (w2)
   // DeepSeek-V2 (multi-head latent attention; its query projection is kQkv, its o_proj kO):
-  kQA,             // (Rq, D) q_a_proj (V2; V2-Lite has none)
-  kQANorm,         // (Rq) q_a_layernorm
-  kKvA,            // (R + P, D) kv_a_proj_with_mqa
-  kKvANorm,        // (R) kv_a_layernorm
-  kKvB,            // (H (N + V), R) kv_b_proj
-  kSharedGateUp,   // (2 Fs, D) shared_experts gate_proj then up_proj
-  kSharedDown      // (D, Fs) shared_experts down_proj
+  kQA,            // (Rq, D) q_a_proj (V2; V2-Lite has none)
+  kQANorm,        // (Rq) q_a_layernorm
+  kKvA,           // (R + P, D) kv_a_proj_with_mqa
+  kKvANorm,       // (R) kv_a_layernorm
+  kKvB,           // (H (N + V), R) kv_b_proj
+  kSharedGateUp,  // (2 Fs, D) shared_experts gate_proj then up_proj
+  kSharedDown     // (D, Fs) shared_experts down_proj
 };
 std::string_view weight_role_name(WeightRole role);  // e.g. "qkv"
 

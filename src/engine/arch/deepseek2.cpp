@@ -19,6 +19,10 @@
 namespace ib::arch {
 namespace {
 
+// q_a_layernorm and kv_a_layernorm are DeepseekV2RMSNorm(rank) at its default eps, whatever the
+// config's rms_norm_eps.
+constexpr float kLatentNormEps = 1e-6f;
+
 // A view of rows x cols activations at byte offset `at` of buffer (device memory).
 Tensor carve(const Tensor& buffer, size_t& at, int64_t rows, int64_t cols) {
   const Tensor t(static_cast<char*>(buffer.data) + at, buffer.dtype, {rows, cols});
@@ -116,8 +120,8 @@ class DeepseekV2 final : public Architecture {
     const float eps = in.rms_eps;
     const int64_t t = b.residual.rows(), d = b.residual.row_size();
     size_t at = 0;
-    const Tensor q = carve(b.qkv, at, t, int64_t{shape.num_heads} * (shape.qk_nope_head_dim +
-                                                                     shape.qk_rope_head_dim));
+    const Tensor q = carve(
+        b.qkv, at, t, int64_t{shape.num_heads} * (shape.qk_nope_head_dim + shape.qk_rope_head_dim));
     const Tensor latent = carve(b.qkv, at, t, int64_t{shape.kv_lora_rank} + shape.qk_rope_head_dim);
     const Tensor scratch = carve(b.qkv, at, t, d);
     const int64_t q_rank = layers[0].q_a.empty() ? 0 : layers[0].q_a.rows();
@@ -129,14 +133,14 @@ class DeepseekV2 final : public Architecture {
       // attention over the cached latents; o_proj.
       if (q_rank > 0) {
         backend.matmul(b.hidden, w.q_a, nullptr, q_a);
-        backend.rms_norm(q_a, w.q_a_norm, eps, q_a);
+        backend.rms_norm(q_a, w.q_a_norm, kLatentNormEps, q_a);
         backend.matmul(q_a, w.wqkv, nullptr, q);
       } else {
         backend.matmul(b.hidden, w.wqkv, nullptr, q);
       }
       backend.matmul(b.hidden, w.kv_a, nullptr, latent);
-      in.mla->mla_rope_and_cache(q, latent, w.kv_a_norm, eps, in.positions, in.slot_mapping,
-                                 in.inv_freq, in.kv[l], shape);
+      in.mla->mla_rope_and_cache(q, latent, w.kv_a_norm, kLatentNormEps, in.positions,
+                                 in.slot_mapping, in.inv_freq, in.kv[l], shape);
       in.mla->mla_attention(q, w.kv_b, in.kv[l], *in.attention, shape, b.attn);
       backend.matmul(b.attn, w.wo, nullptr, b.tmp);
       backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, eps, b.hidden);
@@ -172,13 +176,12 @@ class DeepseekV2 final : public Architecture {
     IB_ASSERT(in.moe != nullptr, "deepseek2: an MoE layer needs the backend's MoE ops");
     const int64_t e = static_cast<int64_t>(w.expert_gate_up.size());
     backend.matmul(b.hidden, w.router, nullptr, b.router_logits);
-    const Tensor counts =
-        in.expert_tokens.slice_rows(static_cast<int64_t>(layer), 1).reshaped({e});
+    const Tensor counts = in.expert_tokens.slice_rows(static_cast<int64_t>(layer), 1).reshaped({e});
     in.moe->moe_route_grouped(b.router_logits, in.moe_routing, b.expert_ids, b.expert_weights,
                               counts);
     if (w.shared_down.empty()) {
-      in.moe->moe_experts(b.hidden, b.expert_ids, b.expert_weights, w.expert_gate_up,
-                          w.expert_down, b.tmp);
+      in.moe->moe_experts(b.hidden, b.expert_ids, b.expert_weights, w.expert_gate_up, w.expert_down,
+                          b.tmp);
       return;
     }
     const int64_t fs = w.shared_down.cols();

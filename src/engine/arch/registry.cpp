@@ -8,8 +8,8 @@ namespace ib {
 
 Result<const Architecture*> find_architecture(const ModelConfig& config) {
   const std::array<const Architecture*, 7> families = {
-      &arch::llama_architecture(),   &arch::mistral_architecture(), &arch::qwen2_architecture(),
-      &arch::phi3_architecture(),    &arch::mixtral_architecture(), &arch::gemma2_architecture(),
+      &arch::llama_architecture(),    &arch::mistral_architecture(), &arch::qwen2_architecture(),
+      &arch::phi3_architecture(),     &arch::mixtral_architecture(), &arch::gemma2_architecture(),
       &arch::deepseek2_architecture()};
   std::string names;
   for (const Architecture* a : families) {

@@ -49,7 +49,6 @@ int64_t moe_layer_bytes(const ModelConfig& config, DType dtype);
 // attention's (wqkv holding the query projection, q_a and its norm, kv_a and its norm, kv_b, wo)
 // and its MLP: dense (w_gate_up, w_down) in the first first_k_dense_replace layers, else the
 // router, the routed experts (allocate_moe_layer) and the shared experts. All dense.
-bool is_dense_mlp_layer(const ModelConfig& config, int layer);
 Status allocate_mla_layer(const ModelConfig& config, int layer, const AllocTensor& alloc,
                           LayerWeights& weights);
 void fill_dummy_mla_layer(const ModelConfig& config, uint64_t seed, int layer, Backend& backend,

@@ -94,8 +94,8 @@ void route_token(const float* logits, int num_experts, int top_k, bool renormali
                  float* weights);
 // The same with DeepSeek's options (MoeOps::moe_route_grouped): the group limit before the top-k,
 // the scale after the renormalisation.
-void route_token_grouped(const float* logits, int num_experts, int top_k,
-                         const MoeRouting& routing, int32_t* ids, float* weights);
+void route_token_grouped(const float* logits, int num_experts, int top_k, const MoeRouting& routing,
+                         int32_t* ids, float* weights);
 
 // out = x * (1 / sqrt(mean(x^2) + eps)) * weight for one row of d elements (DenseOps::rms_norm).
 void rms_norm_row(const float* x, const float* weight, float eps, int64_t d, float* out);
