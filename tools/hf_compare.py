@@ -174,44 +174,18 @@ def save_random_model(name, layers, seed, directory):
         published_mixtral_layout(directory)
 
 
-def published_mixtral_layout(directory):
-    """Mixtral's experts as the published checkpoints hold them, which inferbench reads:
-    block_sparse_moe.gate.weight (E, D) and block_sparse_moe.experts.J.w1 / w3 (F, D), w2 (D, F).
-    transformers 5 names the block `mlp` and, saved with save_original_format=False, fuses the
-    experts into mlp.experts.gate_up_proj (E, 2F, D; each expert's rows gate (w1), then up (w3),
-    as MixtralExperts chunks its output) and mlp.experts.down_proj (E, D, F); such files are
-    rewritten here (and the shard index with them). Files already in the published layout are
-    left alone. transformers loads either layout, so the reference is unaffected."""
+def rewrite_checkpoint(directory, wants, convert):
+    """Rewrites each safetensors file of directory holding a tensor whose name wants(name) is
+    true: every tensor goes through convert(name, tensor), which returns the (name, tensor) pairs
+    to save instead; the shard index follows. Other files are left alone."""
     import glob
-    import re
     from safetensors.torch import load_file, save_file
-    layer_mlp = re.compile(r"^(model\.layers\.\d+\.)mlp\.(.+)$")
     weight_map = {}
     for path in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
         tensors = load_file(path)
-        if any(layer_mlp.match(n) for n in tensors):
-            out = {}
-            for n, t in tensors.items():
-                m = layer_mlp.match(n)
-                if not m:
-                    out[n] = t
-                    continue
-                block, rest = m.group(1) + "block_sparse_moe.", m.group(2)
-                if rest == "gate.weight":
-                    out[block + "gate.weight"] = t
-                elif rest == "experts.gate_up_proj":
-                    experts, two_f, _ = t.shape
-                    f = two_f // 2
-                    for e in range(experts):
-                        out[f"{block}experts.{e}.w1.weight"] = t[e, :f].contiguous()
-                        out[f"{block}experts.{e}.w3.weight"] = t[e, f:].contiguous()
-                elif rest == "experts.down_proj":
-                    for e in range(t.shape[0]):
-                        out[f"{block}experts.{e}.w2.weight"] = t[e].contiguous()
-                else:
-                    raise RuntimeError(f"unexpected Mixtral tensor {n} {tuple(t.shape)}")
-            save_file(out, path, metadata={"format": "pt"})
-            tensors = out
+        if any(wants(n) for n in tensors):
+            tensors = dict(pair for n, t in tensors.items() for pair in convert(n, t))
+            save_file(tensors, path, metadata={"format": "pt"})
         for n in tensors:
             weight_map[n] = os.path.basename(path)
     index = os.path.join(directory, "model.safetensors.index.json")
@@ -221,6 +195,47 @@ def published_mixtral_layout(directory):
         meta["weight_map"] = dict(sorted(weight_map.items()))
         with open(index, "w") as f:
             json.dump(meta, f, indent=2)
+
+
+def split_experts(gate_up_or_down, stacked, names):
+    """A fused expert tensor (E, 2F, D) gate then up, or (E, D, F), as each expert's tensors under
+    names(e) = (gate, up, down)."""
+    if gate_up_or_down == "gate_up":
+        f = stacked.shape[1] // 2
+        for e in range(stacked.shape[0]):
+            yield names(e)[0], stacked[e, :f].contiguous()
+            yield names(e)[1], stacked[e, f:].contiguous()
+    else:
+        for e in range(stacked.shape[0]):
+            yield names(e)[2], stacked[e].contiguous()
+
+
+def published_mixtral_layout(directory):
+    """Mixtral's experts as the published checkpoints hold them, which inferbench reads:
+    block_sparse_moe.gate.weight (E, D) and block_sparse_moe.experts.J.w1 / w3 (F, D), w2 (D, F).
+    transformers 5 names the block `mlp` and, saved with save_original_format=False, fuses the
+    experts into mlp.experts.gate_up_proj (E, 2F, D; each expert's rows gate (w1), then up (w3),
+    as MixtralExperts chunks its output) and mlp.experts.down_proj (E, D, F); such files are
+    rewritten here (and the shard index with them). Files already in the published layout are
+    left alone. transformers loads either layout, so the reference is unaffected."""
+    import re
+    layer_mlp = re.compile(r"^(model\.layers\.\d+\.)mlp\.(.+)$")
+
+    def convert(n, t):
+        m = layer_mlp.match(n)
+        if not m:
+            yield n, t
+            return
+        block, rest = m.group(1) + "block_sparse_moe.", m.group(2)
+        names = lambda e: tuple(f"{block}experts.{e}.{w}.weight" for w in ("w1", "w3", "w2"))
+        if rest == "gate.weight":
+            yield block + "gate.weight", t
+        elif rest in ("experts.gate_up_proj", "experts.down_proj"):
+            yield from split_experts(rest[len("experts."):-len("_proj")], t, names)
+        else:
+            raise RuntimeError(f"unexpected Mixtral tensor {n} {tuple(t.shape)}")
+
+    rewrite_checkpoint(directory, lambda n: layer_mlp.match(n) is not None, convert)
 
 
 def published_deepseek_layout(directory):
@@ -230,38 +245,18 @@ def published_deepseek_layout(directory):
     rows gate, then up, as DeepseekV2Experts chunks its output) and mlp.experts.down_proj
     (E, D, F); such files are rewritten here (and the shard index with them). Files already in
     the published layout are left alone; transformers loads either."""
-    import glob
     import re
-    from safetensors.torch import load_file, save_file
-    fused = re.compile(r"^(model\.layers\.\d+\.mlp\.experts\.)(gate_up_proj|down_proj)$")
-    weight_map = {}
-    for path in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
-        tensors = load_file(path)
-        if any(fused.match(n) for n in tensors):
-            out = {}
-            for n, t in tensors.items():
-                m = fused.match(n)
-                if not m:
-                    out[n] = t
-                elif m.group(2) == "gate_up_proj":
-                    f = t.shape[1] // 2
-                    for e in range(t.shape[0]):
-                        out[f"{m.group(1)}{e}.gate_proj.weight"] = t[e, :f].contiguous()
-                        out[f"{m.group(1)}{e}.up_proj.weight"] = t[e, f:].contiguous()
-                else:
-                    for e in range(t.shape[0]):
-                        out[f"{m.group(1)}{e}.down_proj.weight"] = t[e].contiguous()
-            save_file(out, path, metadata={"format": "pt"})
-            tensors = out
-        for n in tensors:
-            weight_map[n] = os.path.basename(path)
-    index = os.path.join(directory, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            meta = json.load(f)
-        meta["weight_map"] = dict(sorted(weight_map.items()))
-        with open(index, "w") as f:
-            json.dump(meta, f, indent=2)
+    fused = re.compile(r"^(model\.layers\.\d+\.mlp\.experts\.)(gate_up|down)_proj$")
+
+    def convert(n, t):
+        m = fused.match(n)
+        if not m:
+            yield n, t
+            return
+        names = lambda e: tuple(f"{m.group(1)}{e}.{w}_proj.weight" for w in ("gate", "up", "down"))
+        yield from split_experts(m.group(2), t, names)
+
+    rewrite_checkpoint(directory, lambda n: fused.match(n) is not None, convert)
 
 
 def load_reference(directory):

@@ -27,14 +27,33 @@ fs::path tiny_mixtral(const fs::path& dir, const std::string& extra = "") {
   return dir;
 }
 
+// A short benchmark of model (dummy weights) into dir.
+std::vector<std::string> run_args(const fs::path& model, const fs::path& dir) {
+  return {"run",
+          "--model",
+          model.string(),
+          "--load-format",
+          "dummy",
+          "--num-prompts",
+          "4",
+          "--input-len",
+          "16",
+          "--output-len",
+          "8",
+          "--batch-size",
+          "2",
+          "--runs",
+          "1",
+          "--result-dir",
+          dir.string(),
+          "--num-threads",
+          "2"};
+}
+
 TEST_F(E2e, MixtralRunRecordsTheRoutingAndDrawsIt) {
   const fs::path model = tiny_mixtral(root_ / "tiny-mixtral");
   const fs::path dir = root_ / "result";
-  ASSERT_EQ(run({"run", "--model", model.string(), "--load-format", "dummy", "--num-prompts", "4",
-                 "--input-len", "16", "--output-len", "8", "--batch-size", "2", "--runs", "1",
-                 "--result-dir", dir.string(), "--num-threads", "2"}),
-            0)
-      << err();
+  ASSERT_EQ(run(run_args(model, dir)), 0) << err();
   const json r = json::parse(read_file(dir / "result.json").value());
   const json& routing = r["engine"]["routing"];
   ASSERT_TRUE(routing.is_object()) << r["engine"].dump();
@@ -73,11 +92,7 @@ TEST_F(E2e, MixtralRefusalsExitTwoNamingWhat) {
 TEST_F(E2e, DeepseekV2RunRecordsTheLatentCacheAndTheRouting) {
   const fs::path model = testing::tiny_deepseek_v2_dir(root_ / "tiny-deepseek-v2", "softmax");
   const fs::path dir = root_ / "result";
-  ASSERT_EQ(run({"run", "--model", model.string(), "--load-format", "dummy", "--num-prompts", "4",
-                 "--input-len", "16", "--output-len", "8", "--batch-size", "2", "--runs", "1",
-                 "--result-dir", dir.string(), "--num-threads", "2"}),
-            0)
-      << err();
+  ASSERT_EQ(run(run_args(model, dir)), 0) << err();
   const json r = json::parse(read_file(dir / "result.json").value());
   const json& e = r["engine"];
   EXPECT_EQ(e["kv_layout"], "mla-latent");
