@@ -145,10 +145,13 @@ class DeepseekV2 final : public Architecture {
       backend.matmul(b.attn, w.wo, nullptr, b.tmp);
       backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, eps, b.hidden);
       // The MLP into b.tmp.
-      if (w.expert_gate_up.empty()) {
-        backend.matmul(b.hidden, w.w_gate_up, nullptr, b.gate_up);
-        backend.silu_mul(b.gate_up, b.act);
-        backend.matmul(b.act, w.w_down, nullptr, b.tmp);
+      if (w.expert_gate_up.empty()) {  // dense: intermediate_size, in the front of the buffers
+        const int64_t f = w.w_down.cols();
+        const Tensor gate_up(b.gate_up.data, b.gate_up.dtype, {t, 2 * f});
+        const Tensor act(b.act.data, b.act.dtype, {t, f});
+        backend.matmul(b.hidden, w.w_gate_up, nullptr, gate_up);
+        backend.silu_mul(gate_up, act);
+        backend.matmul(act, w.w_down, nullptr, b.tmp);
       } else {
         moe(backend, w, in, b, l, scratch);
       }
