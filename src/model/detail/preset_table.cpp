@@ -207,9 +207,26 @@ std::vector<PresetEntry> moe_presets() {
   ds.moe.routed_scaling_factor = 1.0;
   ds.moe.num_groups = 1;
   ds.moe.topk_groups = 1;
+  // DeepSeek-V2: q LoRA (1536), 160 routed experts top-6 from the 3 best of 8 groups, scaled 16x.
+  ModelConfig v2 = ds;
+  v2.name = "deepseek-v2";
+  v2.hf_repo_id = "deepseek-ai/DeepSeek-V2";
+  v2.hidden_size = 5120;
+  v2.intermediate_size = 12288;
+  v2.num_layers = 60;
+  v2.num_heads = 128;
+  v2.num_kv_heads = 128;
+  v2.moe = ds.moe;
+  v2.moe.num_experts = 160;
+  v2.moe.expert_intermediate_size = 1536;
+  v2.moe.topk_method = "group_limited_greedy";
+  v2.moe.routed_scaling_factor = 16.0;
+  v2.moe.num_groups = 8;
+  v2.moe.topk_groups = 3;
+  v2.mla.q_lora_rank = 1536;
   ds.bos_token_id = 100000;
   ds.eos_token_ids = {100001};
-  return {{x7, {}}, {x22, {}}, {ds, {}}};
+  return {{x7, {}}, {x22, {}}, {ds, {}}, {v2, {}}};
 }
 
 }  // namespace
