@@ -174,10 +174,8 @@ entries:
   const std::string md = read_file(dir / "leaderboard.md").value();
   EXPECT_NE(md.find("| 1 | tiny-15m |"), std::string::npos) << md;
   EXPECT_NE(md.find("| - | ds-sigmoid |"), std::string::npos) << md;
-  EXPECT_NE(md.find("failed: not run: model '" + sigmoid.string() +
-                    "' (deepseek_v2) needs router scoring_func 'sigmoid'"),
-            std::string::npos)
-      << md;
+  EXPECT_NE(md.find("failed: not run: model '"), std::string::npos) << md;
+  EXPECT_NE(md.find("(deepseek_v2) needs router scoring_func 'sigmoid'"), std::string::npos) << md;
 }
 
 TEST_F(E2e, RunFromRerunsTheRecordedConfiguration) {
