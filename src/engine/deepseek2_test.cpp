@@ -5,7 +5,8 @@
 // (prefill and decode) against a double-precision reference written here from the modeling
 // code's formulas (materialised K and V per head, interleaved rope, softmax-top-k routing, shared
 // experts); decode equals prefill; the KV cache holds kv_lora_rank + qk_rope_head_dim values per
-// token and layer; bad routers, missing experts and an fp8 KV cache are refused.
+// token and layer, and keeps them when it grows; DeepSeek's routing options on a hand example;
+// bad routers, missing experts and an fp8 KV cache are refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -434,6 +435,31 @@ TEST(DeepseekV2Kv, TheCacheHoldsTheLatentAndTheRopeKey) {
   // One latent per token and layer, no V half.
   EXPECT_GE(kv->storage.bytes(), size_t{3 * 5 * 4 * 40 * 4});
   EXPECT_LT(kv->storage.bytes(), size_t{2 * 3 * 5 * 4 * 40 * 4});
+}
+
+// Growing the pool keeps every layer's latents (one half per layer, no V).
+TEST(DeepseekV2Kv, GrowingThePoolKeepsTheLatents) {
+  TempDir dir;
+  const ModelConfig c = load_config(dir, config_json(Shape{false}));
+  CpuBackend backend(1);
+  auto kv = detail::allocate_kv_cache(c, 3, 4, {}, backend);
+  ASSERT_TRUE(kv.ok()) << kv.error().message;
+  const int64_t per_layer = 3 * 4 * 40;
+  for (size_t l = 0; l < kv->layers.size(); ++l) {
+    float* k = kv->layers[l].k.as<float>();
+    for (int64_t i = 0; i < per_layer; ++i) k[i] = static_cast<float>(1000 * l + i);
+  }
+  detail::HostStaging staging;
+  auto grown = detail::grow_kv_cache(*kv, c, 5, 4, backend, staging);
+  ASSERT_TRUE(grown.ok()) << grown.error().message;
+  ASSERT_EQ(kv->layers[0].k.dim(0), 5);
+  for (size_t l = 0; l < kv->layers.size(); ++l) {
+    EXPECT_TRUE(kv->layers[l].v.empty());
+    const float* k = kv->layers[l].k.as<const float>();
+    for (int64_t i = 0; i < per_layer; ++i) {
+      ASSERT_EQ(k[i], static_cast<float>(1000 * l + i)) << "layer " << l << " value " << i;
+    }
+  }
 }
 
 TEST(DeepseekV2Routing, GroupLimitedTopKScaledWithoutRenormalisation) {
