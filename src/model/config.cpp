@@ -214,7 +214,9 @@ Status ModelConfig::validate() const {
                       ") is not a multiple of num_key_value_heads (" +
                       std::to_string(num_kv_heads) + ")");
   }
-  if (moe.topk_method == "group_limited_greedy" &&
+  // DeepSeek-V2's group-limited routing (another family naming it is refused by
+  // unsupported_features, with the name).
+  if (family == "deepseek_v2" && moe.topk_method == "group_limited_greedy" &&
       (moe.num_groups < 1 || moe.topk_groups < 1 || moe.topk_groups > moe.num_groups ||
        moe.num_experts % moe.num_groups != 0 ||
        int64_t{moe.topk_groups} * (moe.num_experts / moe.num_groups) < moe.experts_per_token)) {
