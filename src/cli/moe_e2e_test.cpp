@@ -29,25 +29,11 @@ fs::path tiny_mixtral(const fs::path& dir, const std::string& extra = "") {
 
 // A short benchmark of model (dummy weights) into dir.
 std::vector<std::string> run_args(const fs::path& model, const fs::path& dir) {
-  return {"run",
-          "--model",
-          model.string(),
-          "--load-format",
-          "dummy",
-          "--num-prompts",
-          "4",
-          "--input-len",
-          "16",
-          "--output-len",
-          "8",
-          "--batch-size",
-          "2",
-          "--runs",
-          "1",
-          "--result-dir",
-          dir.string(),
-          "--num-threads",
-          "2"};
+  // clang-format off
+  return {"run", "--model", model.string(), "--load-format", "dummy", "--num-prompts", "4",
+          "--input-len", "16", "--output-len", "8", "--batch-size", "2", "--runs", "1",
+          "--result-dir", dir.string(), "--num-threads", "2"};
+  // clang-format on
 }
 
 TEST_F(E2e, MixtralRunRecordsTheRoutingAndDrawsIt) {
