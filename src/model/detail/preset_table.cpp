@@ -207,6 +207,8 @@ std::vector<PresetEntry> moe_presets() {
   ds.moe.routed_scaling_factor = 1.0;
   ds.moe.num_groups = 1;
   ds.moe.topk_groups = 1;
+  ds.bos_token_id = 100000;
+  ds.eos_token_ids = {100001};
   // DeepSeek-V2: q LoRA (1536), 160 routed experts top-6 from the 3 best of 8 groups, scaled 16x.
   ModelConfig v2 = ds;
   v2.name = "deepseek-v2";
@@ -224,8 +226,6 @@ std::vector<PresetEntry> moe_presets() {
   v2.moe.num_groups = 8;
   v2.moe.topk_groups = 3;
   v2.mla.q_lora_rank = 1536;
-  ds.bos_token_id = 100000;
-  ds.eos_token_ids = {100001};
   return {{x7, {}}, {x22, {}}, {ds, {}}, {v2, {}}};
 }
 
