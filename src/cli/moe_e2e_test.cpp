@@ -80,7 +80,7 @@ TEST_F(E2e, DeepseekV2RunRecordsTheLatentCacheAndTheRouting) {
   const fs::path dir = root_ / "result";
   ASSERT_EQ(run(run_args(model, dir)), 0) << err();
   const json r = json::parse(read_file(dir / "result.json").value());
-  const json& e = r["engine"];
+  const json& e = r["engine"]["engine"];
   EXPECT_EQ(e["kv_layout"], "mla-latent");
   // 2 layers x (kv_lora_rank 32 + qk_rope_head_dim 8) fp32 values, against K (16 + 8) and V (12)
   // of 4 heads.
@@ -88,8 +88,8 @@ TEST_F(E2e, DeepseekV2RunRecordsTheLatentCacheAndTheRouting) {
   EXPECT_EQ(e["kv_bytes_per_token_gqa"], 2 * 4 * (24 + 12) * 4);
   EXPECT_EQ(e["kv_block_bytes"].get<int64_t>(),
             e["block_size"].get<int64_t>() * e["kv_bytes_per_token"].get<int64_t>());
-  const json& routing = e["routing"];
-  ASSERT_TRUE(routing.is_object()) << e.dump();
+  const json& routing = r["engine"]["routing"];
+  ASSERT_TRUE(routing.is_object()) << r["engine"].dump();
   EXPECT_EQ(routing["num_experts"], 8);
   EXPECT_EQ(routing["experts_per_token"], 3);
   int64_t layer0 = 0, layer1 = 0;
