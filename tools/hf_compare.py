@@ -24,6 +24,11 @@ Gemma-2 (Gemma2ForCausalLM at Gemma-2-9B's sizes with a 5,000-token prompt past 
 window, and "gemma2-tiny" with a 64-token window) runs with the same tolerances:
   tools/hf_compare.py --families gemma2-tiny,gemma2 --runs cpu:fp32 \
       --json-name hf_compare_gemma2.json --out DIR
+DeepSeek-V2 (DeepseekV2ForCausalLM: "deepseek-v2-lite" at DeepSeek-V2-Lite's sizes, 2 layers = the
+dense first layer and one MoE layer; "deepseek-v2-tiny" with V2's q LoRA and group-limited
+routing at toy sizes), CPU fp32 (CUDA refuses it, listed as not run):
+  tools/hf_compare.py --families deepseek-v2-tiny,deepseek-v2-lite --runs cpu:fp32,cuda:fp32 \
+      --json-name hf_compare_deepseek_v2.json --out DIR
 Mixtral only, CPU and CUDA fp32:
   tools/hf_compare.py --families mixtral-tiny,mixtral --runs cpu:fp32,cuda:fp32,cuda:bf16 \
       --json-name hf_compare_mixtral.json --out DIR
@@ -110,10 +115,36 @@ FAMILIES = {
         attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
         hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0,
         tie_word_embeddings=True), None, (24, 512, 2048, 4096)),
+    "deepseek-v2-lite": ("DeepseekV2Config", dict(  # deepseek-ai/DeepSeek-V2-Lite: MLA without q
+        # LoRA (kv_lora_rank 512, rope 64, nope 128, v 128), YaRN x40, first layer dense, 64
+        # routed experts top-6 (greedy, no renormalisation) + 2 shared
+        vocab_size=102400, hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408,
+        num_attention_heads=16, num_key_value_heads=16, n_routed_experts=64, n_shared_experts=2,
+        num_experts_per_tok=6, first_k_dense_replace=1, kv_lora_rank=512, q_lora_rank=None,
+        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, topk_method="greedy",
+        n_group=1, topk_group=1, routed_scaling_factor=1.0, norm_topk_prob=False,
+        rope_theta=10000.0, rms_norm_eps=1e-6, max_position_embeddings=163840,
+        bos_token_id=100000, eos_token_id=100001, tie_word_embeddings=False),
+        dict(rope_type="yarn", factor=40.0, original_max_position_embeddings=4096, mscale=0.707,
+             mscale_all_dim=0.707, beta_fast=32, beta_slow=1), (24, 512, 2048, 4096)),
+    "deepseek-v2-tiny": ("DeepseekV2Config", dict(  # DeepSeek-V2's structure at toy sizes: q LoRA,
+        # group-limited routing (4 groups, 2 kept), routed_scaling_factor, and a YaRN attention
+        # factor that is not 1 (mscale 1.0 against mscale_all_dim 0.5)
+        vocab_size=32000, hidden_size=256, intermediate_size=512, moe_intermediate_size=64,
+        num_attention_heads=8, num_key_value_heads=8, n_routed_experts=16, n_shared_experts=2,
+        num_experts_per_tok=4, first_k_dense_replace=1, kv_lora_rank=64, q_lora_rank=96,
+        qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+        topk_method="group_limited_greedy", n_group=4, topk_group=2, routed_scaling_factor=2.0,
+        norm_topk_prob=False, rope_theta=10000.0, rms_norm_eps=1e-6,
+        max_position_embeddings=8192, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False),
+        dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=2048, mscale=1.0,
+             mscale_all_dim=0.5, beta_fast=32, beta_slow=1), (24, 512, 2048, 4096)),
 }
 # Mixture-of-experts families: a backend that has no MoE ops yet refuses them (exit 2, naming
 # what is missing); such a row is listed as not run, with the refusal, rather than failed.
-MOE_FAMILIES = {"mixtral", "mixtral-tiny"}
+# DeepSeek-V2 (multi-head latent attention) runs on the CPU backend only for now: CUDA refuses it.
+DEEPSEEK_FAMILIES = {"deepseek-v2-lite", "deepseek-v2-tiny"}
+MOE_FAMILIES = {"mixtral", "mixtral-tiny"} | DEEPSEEK_FAMILIES
 # Gemma-2: the CUDA attention kernels take head_dim 64, 96 and 128; the 9B shapes' 256 is refused
 # the same way.
 GEMMA_FAMILIES = {"gemma2", "gemma2-27b", "gemma2-tiny"}
@@ -130,6 +161,13 @@ def save_random_model(name, layers, seed, directory):
     cls_name, kwargs, rope, _ = FAMILIES[name]
     config = make_config(cls_name, dict(kwargs, num_hidden_layers=layers), rope)
     model = random_model(config, seed, device="cuda")
+    if name in DEEPSEEK_FAMILIES:
+        # transformers 5 holds the routed experts fused in 3-D parameters (E, 2F, D) and
+        # (E, D, F), which random_model leaves at U(-0.1, 0.1): drawn like every matrix instead.
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if p.dim() == 3:
+                    p.normal_(0.0, 1.0 / p.shape[2] ** 0.5)
     if name in GEMMA_FAMILIES:
         # Gemma multiplies the embeddings by sqrt(hidden) and ties them to the lm_head: drawn
         # N(0, 1 / hidden) the residual starts at unit scale and the logits stay well inside the
@@ -139,8 +177,46 @@ def save_random_model(name, layers, seed, directory):
     model.to(torch.bfloat16).save_pretrained(directory)  # safetensors
     del model
     torch.cuda.empty_cache()
-    if name in MOE_FAMILIES:
+    if name in DEEPSEEK_FAMILIES:
+        published_deepseek_layout(directory)
+    elif name in MOE_FAMILIES:
         published_mixtral_layout(directory)
+
+
+def rewrite_checkpoint(directory, wants, convert):
+    """Rewrites each safetensors file of directory holding a tensor whose name wants(name) is
+    true: every tensor goes through convert(name, tensor), which returns the (name, tensor) pairs
+    to save instead; the shard index follows. Other files are left alone."""
+    import glob
+    from safetensors.torch import load_file, save_file
+    weight_map = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
+        tensors = load_file(path)
+        if any(wants(n) for n in tensors):
+            tensors = dict(pair for n, t in tensors.items() for pair in convert(n, t))
+            save_file(tensors, path, metadata={"format": "pt"})
+        for n in tensors:
+            weight_map[n] = os.path.basename(path)
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            meta = json.load(f)
+        meta["weight_map"] = dict(sorted(weight_map.items()))
+        with open(index, "w") as f:
+            json.dump(meta, f, indent=2)
+
+
+def split_experts(gate_up_or_down, stacked, names):
+    """A fused expert tensor (E, 2F, D) gate then up, or (E, D, F), as each expert's tensors under
+    names(e) = (gate, up, down)."""
+    if gate_up_or_down == "gate_up":
+        f = stacked.shape[1] // 2
+        for e in range(stacked.shape[0]):
+            yield names(e)[0], stacked[e, :f].contiguous()
+            yield names(e)[1], stacked[e, f:].contiguous()
+    else:
+        for e in range(stacked.shape[0]):
+            yield names(e)[2], stacked[e].contiguous()
 
 
 def published_mixtral_layout(directory):
@@ -151,45 +227,45 @@ def published_mixtral_layout(directory):
     as MixtralExperts chunks its output) and mlp.experts.down_proj (E, D, F); such files are
     rewritten here (and the shard index with them). Files already in the published layout are
     left alone. transformers loads either layout, so the reference is unaffected."""
-    import glob
     import re
-    from safetensors.torch import load_file, save_file
     layer_mlp = re.compile(r"^(model\.layers\.\d+\.)mlp\.(.+)$")
-    weight_map = {}
-    for path in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
-        tensors = load_file(path)
-        if any(layer_mlp.match(n) for n in tensors):
-            out = {}
-            for n, t in tensors.items():
-                m = layer_mlp.match(n)
-                if not m:
-                    out[n] = t
-                    continue
-                block, rest = m.group(1) + "block_sparse_moe.", m.group(2)
-                if rest == "gate.weight":
-                    out[block + "gate.weight"] = t
-                elif rest == "experts.gate_up_proj":
-                    experts, two_f, _ = t.shape
-                    f = two_f // 2
-                    for e in range(experts):
-                        out[f"{block}experts.{e}.w1.weight"] = t[e, :f].contiguous()
-                        out[f"{block}experts.{e}.w3.weight"] = t[e, f:].contiguous()
-                elif rest == "experts.down_proj":
-                    for e in range(t.shape[0]):
-                        out[f"{block}experts.{e}.w2.weight"] = t[e].contiguous()
-                else:
-                    raise RuntimeError(f"unexpected Mixtral tensor {n} {tuple(t.shape)}")
-            save_file(out, path, metadata={"format": "pt"})
-            tensors = out
-        for n in tensors:
-            weight_map[n] = os.path.basename(path)
-    index = os.path.join(directory, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            meta = json.load(f)
-        meta["weight_map"] = dict(sorted(weight_map.items()))
-        with open(index, "w") as f:
-            json.dump(meta, f, indent=2)
+
+    def convert(n, t):
+        m = layer_mlp.match(n)
+        if not m:
+            yield n, t
+            return
+        block, rest = m.group(1) + "block_sparse_moe.", m.group(2)
+        names = lambda e: tuple(f"{block}experts.{e}.{w}.weight" for w in ("w1", "w3", "w2"))
+        if rest == "gate.weight":
+            yield block + "gate.weight", t
+        elif rest in ("experts.gate_up_proj", "experts.down_proj"):
+            yield from split_experts(rest[len("experts."):-len("_proj")], t, names)
+        else:
+            raise RuntimeError(f"unexpected Mixtral tensor {n} {tuple(t.shape)}")
+
+    rewrite_checkpoint(directory, lambda n: layer_mlp.match(n) is not None, convert)
+
+
+def published_deepseek_layout(directory):
+    """DeepSeek-V2's experts as the published checkpoints hold them, which inferbench reads:
+    mlp.experts.J.gate_proj / up_proj (F, D) and down_proj (D, F). transformers 5, saved with
+    save_original_format=False, fuses them into mlp.experts.gate_up_proj (E, 2F, D; each expert's
+    rows gate, then up, as DeepseekV2Experts chunks its output) and mlp.experts.down_proj
+    (E, D, F); such files are rewritten here (and the shard index with them). Files already in
+    the published layout are left alone; transformers loads either."""
+    import re
+    fused = re.compile(r"^(model\.layers\.\d+\.mlp\.experts\.)(gate_up|down)_proj$")
+
+    def convert(n, t):
+        m = fused.match(n)
+        if not m:
+            yield n, t
+            return
+        names = lambda e: tuple(f"{m.group(1)}{e}.{w}_proj.weight" for w in ("gate", "up", "down"))
+        yield from split_experts(m.group(2), t, names)
+
+    rewrite_checkpoint(directory, lambda n: fused.match(n) is not None, convert)
 
 
 def load_reference(directory):

@@ -5,7 +5,8 @@
 # CudaEngineMoe: routing counts with graphs); then
 # tools/hf_compare.py on Mixtral (toy sizes and Mixtral-8x7B's sizes) against transformers on CUDA
 # in fp32 and bf16; then `inferbench run` on Mixtral-8x7B dummy weights in bf16 at batch 1.
-# With IB_GEMMA=1, also tools/hf_compare.py on Gemma-2 (CPU backend, fp32) against transformers.
+# With IB_GEMMA=1, also tools/hf_compare.py on Gemma-2 (CPU backend, fp32) against transformers;
+# with IB_DEEPSEEK=1, on DeepSeek-V2 the same way.
 # Usage (from the repository root, ~7 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/moe.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-moe), IB_SKIP_TESTS=1, IB_SKIP_PARITY=1.
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test.json, parity.log,
@@ -60,6 +61,17 @@ if [ "${IB_GEMMA:-0}" = 1 ]; then
     --json-name hf_compare_gemma2.json --out "$O/parity" 2>&1 | grep -v Warning > "$O/parity_gemma2.log"
   echo "hf_compare gemma2 rc=${PIPESTATUS[0]} $(el)"; tail -14 "$O/parity_gemma2.log"
   [ -f "$O/parity/hf_compare_gemma2.json" ] && mv "$O/parity/hf_compare_gemma2.json" "$O/"
+fi
+# DeepSeek-V2 (engine/arch/deepseek2.cpp) on the CPU backend against transformers, with
+# IB_DEEPSEEK=1: "deepseek-v2-tiny" (V2's q LoRA and group-limited routing at toy sizes) and
+# DeepSeek-V2-Lite's sizes (2 layers: the dense first layer and one MoE layer); CUDA refuses it
+# (listed as not run).
+if [ "${IB_DEEPSEEK:-0}" = 1 ]; then
+  timeout "${IB_DEEPSEEK_TIMEOUT_S:-240}" python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
+    --families deepseek-v2-tiny,deepseek-v2-lite --runs cpu:fp32,cuda:fp32 \
+    --json-name hf_compare_deepseek_v2.json --out "$O/parity" 2>&1 | grep -v Warning > "$O/parity_deepseek_v2.log"
+  echo "hf_compare deepseek_v2 rc=${PIPESTATUS[0]} $(el)"; tail -16 "$O/parity_deepseek_v2.log"
+  # its JSON and log come back in extra.tgz (at most 8 files come back)
 fi
 rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
 # At most 8 files come back: the rest in extra.tgz.

@@ -32,6 +32,8 @@ class Backend : public Device, public DenseOps, public AttentionOps, public Quan
   virtual FusedDecodeOps* fused_decode_ops() { return nullptr; }
   // The mixture-of-experts ops (the CPU's and CUDA's), or nullptr where a backend has none.
   virtual MoeOps* moe_ops() { return nullptr; }
+  // Multi-head latent attention (DeepSeek-V2); null on a backend without it.
+  virtual MlaOps* mla_ops() { return nullptr; }
   // The LoRA ops (the CPU's and CUDA's), or nullptr where a backend has none.
   virtual LoraOps* lora_ops() { return nullptr; }
   // Calibration: observer (null to stop) is called with every matmul's input x and weight before

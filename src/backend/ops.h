@@ -3,8 +3,8 @@
 // KV write, paged attention), QuantOps (quantizing weights at load) and the optional
 // FusedDecodeOps (the dense decoder's fused decode step, reached through
 // Backend::fused_decode_ops()), MoeOps (mixture-of-experts routing and expert MLPs, reached
-// through Backend::moe_ops()) and LoraOps (LoRA adapters' low-rank updates, reached through
-// Backend::lora_ops()).
+// through Backend::moe_ops()), MlaOps (multi-head latent attention, Backend::mla_ops()) and LoraOps
+// (LoRA adapters' low-rank updates, reached through Backend::lora_ops()).
 //
 // Contract: tensors passed to ops live in the backend's memory (Device::alloc); shapes are
 // checked with IB_ASSERT. "act" below means the backend's activation dtype: fp32 on the CPU, the
@@ -17,6 +17,7 @@
 
 #include "backend/tensor.h"
 #include "backend/weight.h"
+#include "core/assert.h"
 #include "core/result.h"
 
 namespace ib {
@@ -185,6 +186,17 @@ class FusedDecodeOps {
   virtual void matmul_add(const Tensor& x, const WeightRef& w, Tensor residual) = 0;
 };
 
+// DeepSeek's router options beyond Mixtral's (MoeOps::moe_route_grouped).
+struct MoeRouting {
+  bool renormalize = true;  // the top-k weights divided by their sum
+  // group_limited_greedy: the E experts in num_groups groups of E / num_groups consecutive ids;
+  // only the topk_groups groups whose largest p is highest (ties: the lower group) compete, the
+  // others' p taken as 0 (transformers' masked_fill). num_groups <= 1: every expert competes.
+  int num_groups = 1;
+  int topk_groups = 1;
+  float scale = 1.0f;  // routed_scaling_factor: each weight multiplied by it, last, in fp32
+};
+
 // A sparse mixture-of-experts MLP (Mixtral), used behind the architecture seam
 // (engine/arch/mixtral.cpp), as transformers' MixtralSparseMoeBlock computes it. Optional: a
 // backend without it returns nullptr from Backend::moe_ops(), and the engine refuses an MoE model
@@ -207,6 +219,59 @@ class MoeOps {
   virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                            std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                            Tensor out) = 0;
+  // moe_route with DeepSeek's options (MoeRouting): softmax, the group limit, the top-k (ties:
+  // the lower id), the renormalisation, then the scale. A backend that has only moe_route runs
+  // the options moe_route covers (one group, scale 1); routes_grouped() says whether it runs
+  // every option (checked before a model needing them loads).
+  virtual bool routes_grouped() const { return false; }
+  virtual void moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing,
+                                 Tensor expert_ids, Tensor expert_weights, Tensor expert_tokens) {
+    IB_ASSERT(routing.num_groups <= 1 && routing.scale == 1.0f,
+              "moe_route_grouped: this backend routes without groups or scaling only");
+    moe_route(router_logits, routing.renormalize, expert_ids, expert_weights, expert_tokens);
+  }
+};
+
+// The shape of multi-head latent attention (DeepSeek-V2): H heads, the latent of R =
+// kv_lora_rank values, query/key heads of N = qk_nope_head_dim + P = qk_rope_head_dim values,
+// value heads of V = v_head_dim.
+struct MlaShape {
+  int num_heads = 0;
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+  float scale = 0;          // softmax scale ((N + P)^-0.5)
+  float rope_scale = 1.0f;  // YaRN's attention factor: cos and sin multiplied by it
+};
+
+// Multi-head latent attention over a cache of latents (DeepSeek-V2), used behind the
+// architecture seam (engine/arch/deepseek2.cpp). The cache (KvCacheLayer) holds per token one
+// entry of R + P values: the normalised latent c (kv_a_layernorm of the first R outputs of
+// kv_a_proj_with_mqa) and the rotated shared rope key k_pe; kv.k is (num_blocks, 1, block_size,
+// R + P), kv.v empty; act only (no fp8 cache). Optional: a backend without it returns nullptr
+// from Backend::mla_ops(), and the engine refuses an MLA model on it before loading weights.
+class MlaOps {
+ public:
+  virtual ~MlaOps() = default;
+  // q (T, H (N + P)): each head's [q_nope | q_pe]; latent (T, R + P): [c | k_pe] as
+  // kv_a_proj_with_mqa gives them. In place: c = rms_norm(c) * kv_norm (eps, as DenseOps), and q_pe
+  // and k_pe rotated in DeepSeek's interleaved layout: each pair (x[2i], x[2i+1]) is the complex
+  // number x[2i] + i x[2i+1] multiplied by rope_scale * (cos a + i sin a), a = float(pos) *
+  // inv_freq[i] (inv_freq (P / 2)), in fp32; then [c | k_pe] written to the cache at
+  // slot_mapping (-1 skips the token).
+  virtual void mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_norm, float eps,
+                                  const Tensor& positions, const Tensor& slot_mapping,
+                                  const Tensor& inv_freq, const KvCacheLayer& kv,
+                                  const MlaShape& shape) = 0;
+  // out (T, H V): attention with the absorbed up-projections. kv_b (H (N + V), R) is
+  // kv_b_proj: head h's rows [h (N + V), h (N + V) + N) are W_UK[h] (N, R), the next V rows
+  // W_UV[h] (V, R). Per query token and head: q_lat = W_UK[h]^T q_nope (R), scores
+  // s_j = scale * (q_lat . c_j + q_pe . k_pe_j) over the causal context (AttentionMetadata),
+  // o = sum_j softmax(s)_j c_j (R), out[h] = W_UV[h] o: the same as attention with
+  // k = [W_UK c | k_pe] and v = W_UV c per head, without materialising them. fp32 throughout.
+  virtual void mla_attention(const Tensor& q, const WeightRef& kv_b, const KvCacheLayer& kv,
+                             const AttentionMetadata& meta, const MlaShape& shape, Tensor out) = 0;
 };
 
 // One target of a grouped LoRA update (LoraOps::lora_apply_group): its slots' stacks as

@@ -45,15 +45,20 @@ TEST(ModelsTable, ListsEveryPresetWithSizesAndSupport) {
   // Gemma-2-27B's head_dim is 128: its soft-capped attention runs on CUDA too.
   EXPECT_NE(row_of(table, "gemma-2-27b").find("| yes |"), std::string::npos)
       << row_of(table, "gemma-2-27b");
+  // DeepSeek-V2-Lite runs on the CPU; its KV cache holds 27 x 576 bf16 values a token (30.38 KiB).
   const std::string deepseek = row_of(table, "deepseek-v2-lite");
-  EXPECT_NE(deepseek.find("| no: "), std::string::npos) << deepseek;
+  EXPECT_NE(deepseek.find("| yes, on the CPU (multi-head latent attention has no CUDA kernels "
+                          "yet) |"),
+            std::string::npos)
+      << deepseek;
+  EXPECT_NE(deepseek.find("| 30.375 |"), std::string::npos) << deepseek;
   // Mixtral runs (on the CPU and CUDA) with dense experts only: no fp8 or 4-bit allocation. Its
   // bf16 weights: 46.70 B parameters at 2 bytes = 86.99 GiB.
   const std::string mixtral = row_of(table, "mixtral-8x7b");
   EXPECT_NE(mixtral.find("| 46.70B |"), std::string::npos) << mixtral;
   EXPECT_NE(mixtral.find("| - | - | - |"), std::string::npos) << mixtral;
   EXPECT_NE(mixtral.find("| yes |"), std::string::npos) << mixtral;
-  // A model the engine cannot run has no allocation either.
+  // Nor DeepSeek-V2-Lite's (its experts run dense too).
   EXPECT_NE(row_of(table, "deepseek-v2-lite").find("| - | - | - |"), std::string::npos);
   EXPECT_NE(row_of(table, "tiny-15m").find("M |"), std::string::npos);
 }

@@ -106,7 +106,9 @@ TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
   };
   const std::vector<Case> cases = {
       {{"run", "--model", "no-such-model", "--result-dir", dir}, "no-such-model"},
-      {{"run", "--model", "deepseek-v2-lite", "--result-dir", dir}, "deepseek"},
+      {{"run", "--model", testing::tiny_deepseek_v2_dir(root_ / "sigmoid", "sigmoid").string(),
+        "--load-format", "dummy", "--result-dir", dir},
+       "scoring_func 'sigmoid'"},
       {{"run", "--input-len", "1000", "--output-len", "100", "--result-dir", dir}, "1024"},
       {{"run", "--num-prompts", "0", "--result-dir", dir}, "--num-prompts"},
       {{"run", "--output-len", "-5", "--result-dir", dir}, "--output-len"},

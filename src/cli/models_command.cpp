@@ -53,6 +53,9 @@ std::string models_table(const std::vector<ModelConfig>& models) {
                        static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
                        m.max_position_embeddings,
                        !unsupported.empty() ? fmt::format("no: {}", fmt::join(unsupported, ", "))
+                       : m.mla.kv_lora_rank > 0
+                           ? std::string("yes, on the CPU (multi-head latent attention has no "
+                                         "CUDA kernels yet)")
                        : m.head_dim != 64 && m.head_dim != 96 && m.head_dim != 128
                            ? fmt::format("yes, on the CPU (head_dim {}: the CUDA attention "
                                          "kernels take 64, 96 or 128)",

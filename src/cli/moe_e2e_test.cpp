@@ -1,6 +1,7 @@
 // End-to-end: a tiny MixtralForCausalLM directory (config.json, dummy weights) benchmarks on the
 // CPU; result.json records the routing (engine.routing) and expert_load.svg draws it; a router
-// the engine cannot run and quantized experts exit 2 naming them.
+// the engine cannot run and quantized experts exit 2 naming them. A tiny DeepseekV2ForCausalLM
+// the same way, with its latent KV cache's bytes per token.
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -26,14 +27,19 @@ fs::path tiny_mixtral(const fs::path& dir, const std::string& extra = "") {
   return dir;
 }
 
+// A short benchmark of model (dummy weights) into dir.
+std::vector<std::string> run_args(const fs::path& model, const fs::path& dir) {
+  // clang-format off
+  return {"run", "--model", model.string(), "--load-format", "dummy", "--num-prompts", "4",
+          "--input-len", "16", "--output-len", "8", "--batch-size", "2", "--runs", "1",
+          "--result-dir", dir.string(), "--num-threads", "2"};
+  // clang-format on
+}
+
 TEST_F(E2e, MixtralRunRecordsTheRoutingAndDrawsIt) {
   const fs::path model = tiny_mixtral(root_ / "tiny-mixtral");
   const fs::path dir = root_ / "result";
-  ASSERT_EQ(run({"run", "--model", model.string(), "--load-format", "dummy", "--num-prompts", "4",
-                 "--input-len", "16", "--output-len", "8", "--batch-size", "2", "--runs", "1",
-                 "--result-dir", dir.string(), "--num-threads", "2"}),
-            0)
-      << err();
+  ASSERT_EQ(run(run_args(model, dir)), 0) << err();
   const json r = json::parse(read_file(dir / "result.json").value());
   const json& routing = r["engine"]["routing"];
   ASSERT_TRUE(routing.is_object()) << r["engine"].dump();
@@ -65,6 +71,42 @@ TEST_F(E2e, MixtralRefusalsExitTwoNamingWhat) {
   expect_refused({"run", "--model", plain.string(), "--load-format", "dummy", "--quantization",
                   "int8", "--result-dir", dir},
                  "dense weights only", dir);
+}
+
+// DeepSeek-V2's structure at toy sizes (e2e_support.h): the run completes; result.json records
+// the latent KV cache beside what ordinary attention would take, and the routing (layer 0 dense).
+TEST_F(E2e, DeepseekV2RunRecordsTheLatentCacheAndTheRouting) {
+  const fs::path model = testing::tiny_deepseek_v2_dir(root_ / "tiny-deepseek-v2", "softmax");
+  const fs::path dir = root_ / "result";
+  ASSERT_EQ(run(run_args(model, dir)), 0) << err();
+  const json r = json::parse(read_file(dir / "result.json").value());
+  const json& e = r["engine"]["engine"];
+  EXPECT_EQ(e["kv_layout"], "mla-latent");
+  // 2 layers x (kv_lora_rank 32 + qk_rope_head_dim 8) fp32 values, against K (16 + 8) and V (12)
+  // of 4 heads.
+  EXPECT_EQ(e["kv_bytes_per_token"], 2 * (32 + 8) * 4);
+  EXPECT_EQ(e["kv_bytes_per_token_gqa"], 2 * 4 * (24 + 12) * 4);
+  EXPECT_EQ(e["kv_block_bytes"].get<int64_t>(),
+            e["block_size"].get<int64_t>() * e["kv_bytes_per_token"].get<int64_t>());
+  const json& routing = r["engine"]["routing"];
+  ASSERT_TRUE(routing.is_object()) << r["engine"].dump();
+  EXPECT_EQ(routing["num_experts"], 8);
+  EXPECT_EQ(routing["experts_per_token"], 3);
+  int64_t layer0 = 0, layer1 = 0;
+  for (const auto& n : routing["tokens_per_layer_expert"][0]) layer0 += n.get<int64_t>();
+  for (const auto& n : routing["tokens_per_layer_expert"][1]) layer1 += n.get<int64_t>();
+  EXPECT_EQ(layer0, 0);  // first_k_dense_replace 1: a dense MLP
+  EXPECT_GT(layer1, 0);
+  EXPECT_EQ(layer1 % 3, 0);  // three experts per token
+  EXPECT_TRUE(routing["load_imbalance_max_over_mean"][0].is_null());
+}
+
+TEST_F(E2e, DeepseekV2UnknownRouterExitsTwoNamingIt) {
+  const std::string dir = (root_ / "never").string();
+  const fs::path sigmoid = testing::tiny_deepseek_v2_dir(root_ / "sigmoid", "sigmoid");
+  expect_refused(
+      {"run", "--model", sigmoid.string(), "--load-format", "dummy", "--result-dir", dir},
+      "router scoring_func 'sigmoid'", dir);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli/detail/e2e_support.h"
 #include "cli/plugins.h"
 
 namespace ib {
@@ -112,7 +113,10 @@ TEST_F(RunOptionsTest, BadInputIsAOneLineUserErrorNamingTheProblem) {
   };
   const std::vector<Case> cases = {
       {[](RunFlags& f) { f.model = "llama-9000"; }, "llama-9000"},
-      {[](RunFlags& f) { f.model = "deepseek-v2-lite"; }, "deepseek"},
+      {[&](RunFlags& f) {
+         f.model = testing::tiny_deepseek_v2_dir(root_ / "sigmoid", "sigmoid").string();
+       },
+       "scoring_func 'sigmoid'"},
       {[](RunFlags& f) {
          f.input_len = 1000;
          f.output_len = 100;

@@ -409,6 +409,18 @@ class EngineImpl final : public Engine {
   std::unordered_map<uint64_t, int> lora_of_request_;
 };
 
+// A multi-head latent attention cache holds act values only (backend/ops.h, MlaOps).
+Status check_latent_cache_dtype(const ModelConfig& model, const EngineConfig& config,
+                                Backend& backend) {
+  if (model.mla.kv_lora_rank == 0) return Ok{};
+  IB_ASSIGN_OR_RETURN(const DType dtype,
+                      kv_cache_dtype_for(config.kv_cache_dtype, backend.activation_dtype()));
+  if (dtype == backend.activation_dtype()) return Ok{};
+  return user_error("--kv-cache-dtype " + config.kv_cache_dtype + ": model '" + model.name +
+                    "' caches multi-head latents in the activation dtype only; drop "
+                    "--kv-cache-dtype");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
@@ -417,7 +429,10 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   IB_TRY(model.validate());
   IB_TRY(model.check_supported());
   IB_TRY(config.validate());
-  IB_TRY(backend.supports_attention(attention_shape(model)));
+  IB_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(model));
+  IB_TRY(arch->check_backend(model, backend));  // before the weights load
+  if (model.mla.kv_lora_rank == 0) IB_TRY(backend.supports_attention(attention_shape(model)));
+  IB_TRY(check_latent_cache_dtype(model, config, backend));
   if (config.enable_lora) IB_TRY(detail::ModelRunner::check_lora_runs(model, backend));
   WeightOptions options = weights;
   IB_ASSIGN_OR_RETURN(options.quantization, quantization_weight_format(config.quantization));
@@ -468,6 +483,7 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
       format.v_scales.push_back(l.v_scale);
     }
   }
+  IB_TRY(check_latent_cache_dtype(model, config, backend));
   in.kv_dtype = format.dtype;
   in.engine_allocated_bytes = backend.memory().snapshot().allocated_bytes;
   in.memory_limit_bytes = backend.memory().limit_bytes();

@@ -108,19 +108,26 @@ Result<KvCache> allocate_kv_cache(const ModelConfig& m, int num_blocks, int bloc
   const auto scale = [&](const std::vector<float>& scales, int layer) {
     return scales.empty() ? 1.0f : scales.at(static_cast<size_t>(layer));
   };
-  const int64_t per_layer = int64_t{num_blocks} * m.num_kv_heads * block_size * m.head_dim;
+  // The architecture's entry per token and layer (ModelConfig::kv_entry): K and V of heads x
+  // width values, or one latent (MLA) in K with V empty.
+  const KvEntryShape entry = m.kv_entry();
+  const int halves = entry.separate_v ? 2 : 1;
+  const int64_t per_layer = int64_t{num_blocks} * entry.heads * block_size * entry.width;
   KvCache kv;
   kv.format = format;
   IB_ASSIGN_OR_RETURN(
-      kv.storage, backend.alloc(static_cast<size_t>(2 * m.num_layers * per_layer) * dtype_size(dt),
-                                MemoryTag::kKvCache));
+      kv.storage,
+      backend.alloc(static_cast<size_t>(halves * m.num_layers * per_layer) * dtype_size(dt),
+                    MemoryTag::kKvCache));
   const size_t half_bytes = static_cast<size_t>(per_layer) * dtype_size(dt);
   for (int l = 0; l < m.num_layers; ++l) {
-    const size_t base = 2 * static_cast<size_t>(l) * half_bytes;
+    const size_t base = static_cast<size_t>(halves) * static_cast<size_t>(l) * half_bytes;
     KvCacheLayer layer;
-    layer.k = kv.storage.view(dt, {num_blocks, m.num_kv_heads, block_size, m.head_dim}, base);
-    layer.v = kv.storage.view(dt, {num_blocks, m.num_kv_heads, block_size, m.head_dim},
-                              base + half_bytes);
+    layer.k = kv.storage.view(dt, {num_blocks, entry.heads, block_size, entry.width}, base);
+    if (entry.separate_v) {
+      layer.v = kv.storage.view(dt, {num_blocks, entry.heads, block_size, entry.width},
+                                base + half_bytes);
+    }
     layer.block_size = block_size;
     layer.k_scale = scale(format.k_scales, l);
     layer.v_scale = scale(format.v_scales, l);
@@ -168,11 +175,14 @@ Result<KvGrowthPath> grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_nu
   const size_t elem_bytes = dtype_size(dt);
   const int old_blocks = kv.layers.empty() ? 0 : static_cast<int>(kv.layers[0].k.dim(0));
   IB_ASSERT(new_num_blocks >= old_blocks, "grow_kv_cache: cannot shrink");
-  // Elements of one layer's K (or V) half, old and new.
-  const int64_t old_half = int64_t{old_blocks} * m.num_kv_heads * block_size * m.head_dim;
-  const int64_t new_half = int64_t{new_num_blocks} * m.num_kv_heads * block_size * m.head_dim;
+  // Elements of one layer's K (or V) half, old and new; halves: K and V, or the MLA latent alone.
+  const KvEntryShape entry = m.kv_entry();
+  const int64_t halves = entry.separate_v ? 2 : 1;
+  const int64_t entry_values = int64_t{entry.heads} * entry.width;
+  const int64_t old_half = int64_t{old_blocks} * block_size * entry_values;
+  const int64_t new_half = int64_t{new_num_blocks} * block_size * entry_values;
   const size_t new_bytes =
-      Backend::alloc_bytes(static_cast<size_t>(2 * m.num_layers * new_half) * elem_bytes);
+      Backend::alloc_bytes(static_cast<size_t>(halves * m.num_layers * new_half) * elem_bytes);
   const auto old_bytes = static_cast<int64_t>(kv.storage.bytes());
 
   // 1. Refused even with the old pool freed: refuse before copying anything.
@@ -191,8 +201,10 @@ Result<KvGrowthPath> grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_nu
         const KvCacheLayer& to = grown->layers[l];
         backend.copy_on_device(Tensor(to.k.data, dt, {old_half}),
                                Tensor(from.k.data, dt, {old_half}));
-        backend.copy_on_device(Tensor(to.v.data, dt, {old_half}),
-                               Tensor(from.v.data, dt, {old_half}));
+        if (entry.separate_v) {
+          backend.copy_on_device(Tensor(to.v.data, dt, {old_half}),
+                                 Tensor(from.v.data, dt, {old_half}));
+        }
       }
       backend.synchronize();  // the copies have read the old storage before it is freed
       IB_TRY(backend.device_status());
@@ -204,7 +216,7 @@ Result<KvGrowthPath> grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_nu
   }
 
   // 3. Through host staging: the old storage is freed before the new one is allocated.
-  const int64_t old_elems = 2 * m.num_layers * old_half;
+  const int64_t old_elems = halves * m.num_layers * old_half;
   const auto old_used_bytes = static_cast<size_t>(old_elems) * elem_bytes;
   std::byte* host = nullptr;
   if (old_elems > 0) {
@@ -224,7 +236,7 @@ Result<KvGrowthPath> grow_kv_cache(KvCache& kv, const ModelConfig& m, int new_nu
   auto grown = allocate_kv_cache(m, new_num_blocks, block_size, format, backend);
   if (!grown.ok()) return restore(grown.error());
   kv = std::move(grown).value();
-  for (int64_t h = 0; h < 2 * m.num_layers && old_half > 0; ++h) {
+  for (int64_t h = 0; h < halves * m.num_layers && old_half > 0; ++h) {
     const auto dst = static_cast<size_t>(h * new_half) * elem_bytes;
     const auto src = static_cast<size_t>(h * old_half) * elem_bytes;
     backend.copy_from_host(kv.storage.view(dt, {old_half}, dst), host + src, dt);

@@ -109,6 +109,10 @@ int64_t planned_weight_bytes(const ModelConfig& c, DType dt, const MatmulLayout&
       add(d, dt);  // post_attn_norm
       add(d, dt);  // post_ffn_norm
     }
+    if (c.mla.kv_lora_rank > 0) {  // DeepSeek-V2: dense (detail::check_moe_runs)
+      bytes += detail::mla_layer_bytes(c, l, dt);
+      continue;
+    }
     if (c.attention_bias) add(qkv, dt);
     const auto shapes = detail::matmul_shapes(c);
     if (c.moe.num_experts > 0) {  // dense experts (detail::check_moe_runs)

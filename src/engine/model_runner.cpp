@@ -58,6 +58,16 @@ ModelRunner::ModelRunner(const ModelConfig& model, const Architecture& arch, Mod
                          const RunnerLimits& limits, Backend& backend)
     : model_(model), arch_(arch), weights_(std::move(weights)), limits_(limits), backend_(backend) {
   attn_shape_ = attention_shape(model);
+  const int64_t q = int64_t{model.num_heads} * model.head_dim;
+  qkv_width_ = arch.qkv_buffer_width(model);
+  attn_width_ = q;
+  ffn_width_ = model.intermediate_size;
+  if (model.mla.kv_lora_rank > 0) {
+    mla_shape_ = mla_shape(model);
+    attn_width_ = int64_t{model.num_heads} * model.mla.v_head_dim;
+    ffn_width_ = std::max<int64_t>(
+        ffn_width_, int64_t{model.moe.expert_intermediate_size} * model.moe.num_shared_experts);
+  }
 }
 
 Status ModelRunner::check_lora_runs(const ModelConfig& model, Backend& backend) {
@@ -84,6 +94,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
                                                          Backend& backend) {
   IB_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(model));
   IB_TRY(check_moe_runs(model, WeightFormat::kDense, backend));
+  IB_TRY(arch->check_backend(model, backend));
   if (limits.lora_slots > 0) IB_TRY(check_lora_runs(model, backend));
   std::unique_ptr<ModelRunner> runner(
       new ModelRunner(model, *arch, std::move(weights), limits, backend));
@@ -127,9 +138,7 @@ Status ModelRunner::allocate() {
   const int64_t s = limits_.max_num_seqs;
   const int64_t r = std::min(s, t);
   const int64_t d = model_.hidden_size;
-  const int64_t q = int64_t{model_.num_heads} * model_.head_dim;
-  const int64_t kv = int64_t{model_.num_kv_heads} * model_.head_dim;
-  const int64_t f = model_.intermediate_size;
+  const int64_t f = ffn_width_;
   auto alloc = [&](Buffer& buf, int64_t bytes) -> Status {
     IB_ASSIGN_OR_RETURN(buf, backend_.alloc(static_cast<size_t>(bytes), MemoryTag::kActivations));
     return Ok{};
@@ -137,8 +146,8 @@ Status ModelRunner::allocate() {
   IB_TRY(alloc(residual_buf_, t * d * e));        // (T, D)
   IB_TRY(alloc(hidden_buf_, t * d * e));          // (T, D)
   IB_TRY(alloc(tmp_buf_, t * d * e));             // (T, D): o and down projections
-  IB_TRY(alloc(qkv_buf_, t * (q + 2 * kv) * e));  // (T, Q + 2 KV)
-  IB_TRY(alloc(attn_buf_, t * q * e));            // (T, Q)
+  IB_TRY(alloc(qkv_buf_, t * qkv_width_ * e));    // (T, Q + 2 KV)
+  IB_TRY(alloc(attn_buf_, t * attn_width_ * e));  // (T, Q)
   IB_TRY(alloc(gate_up_buf_, t * 2 * f * e));     // (T, 2F)
   IB_TRY(alloc(act_buf_, t * f * e));             // (T, F)
   IB_TRY(alloc(rows_buf_, 3 * r * d * e));        // 3 x (R, D): residual, down output, normed rows
@@ -146,7 +155,9 @@ Status ModelRunner::allocate() {
   const int64_t width = (limits_.max_model_len + limits_.block_size - 1) / limits_.block_size;
   out_tokens_offset_ = static_cast<int>(layout_for(t, s, width, r).words);
   IB_TRY(alloc(meta_buf_, (out_tokens_offset_ + r) * 4));  // + out tokens (R)
-  IB_TRY(alloc(inv_freq_buf_, model_.head_dim / 2 * 4));
+  const std::vector<float> inv_freq = rope_inv_freq(model_);
+  const auto rope_pairs = static_cast<int64_t>(inv_freq.size());
+  IB_TRY(alloc(inv_freq_buf_, rope_pairs * 4));
   // Defined contents where decode graphs run: the rows a kernel skips (bucket padding) stay
   // finite. (The CPU backend leaves its untouched pages unmapped, as before.)
   if (backend_.supports_graphs()) {
@@ -158,8 +169,7 @@ Status ModelRunner::allocate() {
   if (model_.moe.num_experts > 0) IB_TRY(allocate_moe());
   if (limits_.lora_slots > 0) IB_TRY(allocate_lora());
   for (const LayerWeights& l : weights_.layers) layer_weight_bytes_ += l.bytes();
-  inv_freq_ = inv_freq_buf_.view(DType::kF32, {model_.head_dim / 2});
-  const std::vector<float> inv_freq = rope_inv_freq(model_);
+  inv_freq_ = inv_freq_buf_.view(DType::kF32, {rope_pairs});
   backend_.copy_from_host(inv_freq_, inv_freq.data(), DType::kF32);
   return Ok{};
 }
@@ -366,15 +376,13 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   const int64_t t = num_tokens;
   const int64_t r = num_rows;
   const int64_t d = model_.hidden_size;
-  const int64_t q = int64_t{model_.num_heads} * model_.head_dim;
-  const int64_t kv = int64_t{model_.num_kv_heads} * model_.head_dim;
-  const int64_t f = model_.intermediate_size;
+  const int64_t f = ffn_width_;
   const auto eps = static_cast<float>(model_.rms_norm_eps);
   Tensor residual = residual_buf_.view(dt, {t, d});    // (T, D)
   Tensor hidden = hidden_buf_.view(dt, {t, d});        // (T, D)
   Tensor tmp = tmp_buf_.view(dt, {t, d});              // (T, D)
-  Tensor qkv = qkv_buf_.view(dt, {t, q + 2 * kv});     // (T, Q + 2 KV)
-  Tensor attn = attn_buf_.view(dt, {t, q});            // (T, Q)
+  Tensor qkv = qkv_buf_.view(dt, {t, qkv_width_});     // (T, Q + 2 KV)
+  Tensor attn = attn_buf_.view(dt, {t, attn_width_});  // (T, Q)
   Tensor gate_up = gate_up_buf_.view(dt, {t, 2 * f});  // (T, 2F)
   Tensor act = act_buf_.view(dt, {t, f});              // (T, F)
 
@@ -392,9 +400,19 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   in.fused = fused;
   in.gains_folded = gains_folded_;
   StepBuffers buffers{residual, hidden, tmp, qkv, attn, gate_up, act, {}, {}, {}};
+  if (model_.mla.kv_lora_rank > 0) {
+    in.mla = backend_.mla_ops();
+    in.mla_shape = &mla_shape_;
+  }
   if (!expert_tokens_.empty()) {
     in.moe = backend_.moe_ops();
     in.expert_tokens = expert_tokens_;
+    in.moe_routing.renormalize = model_.moe.norm_topk_prob;
+    if (model_.moe.topk_method == "group_limited_greedy") {
+      in.moe_routing.num_groups = model_.moe.num_groups;
+      in.moe_routing.topk_groups = model_.moe.topk_groups;
+    }
+    in.moe_routing.scale = static_cast<float>(model_.moe.routed_scaling_factor);
     buffers.router_logits = router_logits_.slice_rows(0, t);    // (T, E) f32
     buffers.expert_ids = expert_ids_.slice_rows(0, t);          // (T, k) int32
     buffers.expert_weights = expert_weights_.slice_rows(0, t);  // (T, k) f32

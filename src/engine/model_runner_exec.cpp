@@ -169,6 +169,7 @@ StepTraffic ModelRunner::traffic(std::span<const RunnerSeq> batch) const {
     const int64_t experts = model_.moe.num_experts;
     const int64_t read = std::min<int64_t>(experts, tokens * model_.moe.experts_per_token);
     for (const LayerWeights& l : weights_.layers) {
+      if (l.expert_gate_up.empty()) continue;  // a dense layer (DeepSeek's first layers)
       const auto one_expert =
           static_cast<int64_t>(l.expert_gate_up[0].bytes() + l.expert_down[0].bytes());
       t.weight_bytes -= (experts - read) * one_expert;

@@ -69,6 +69,10 @@ void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend,
     backend.fill_constant(lw.ffn_norm, 1.0f);
     if (!lw.post_attn_norm.empty()) backend.fill_constant(lw.post_attn_norm, 1.0f);
     if (!lw.post_ffn_norm.empty()) backend.fill_constant(lw.post_ffn_norm, 1.0f);
+    if (c.mla.kv_lora_rank > 0) {
+      detail::fill_dummy_mla_layer(c, seed, l, backend, lw);
+      continue;
+    }
     fill_dummy_matmul(backend, staging, lw.wqkv, seed, l, d,
                       {{q, DummyTensor::kQ}, {kv, DummyTensor::kK}, {kv, DummyTensor::kV}});
     if (!lw.bqkv.empty()) {
@@ -112,10 +116,11 @@ std::string unsupported_quantization(WeightFormat format, const std::string& nam
 }  // namespace
 
 int64_t LayerWeights::bytes() const {
-  auto total =
-      static_cast<int64_t>(attn_norm.bytes() + wqkv.bytes() + bqkv.bytes() + wo.bytes() +
-                           ffn_norm.bytes() + post_attn_norm.bytes() + post_ffn_norm.bytes() +
-                           w_gate_up.bytes() + w_down.bytes() + router.bytes());
+  auto total = static_cast<int64_t>(
+      attn_norm.bytes() + wqkv.bytes() + bqkv.bytes() + wo.bytes() + ffn_norm.bytes() +
+      post_attn_norm.bytes() + post_ffn_norm.bytes() + w_gate_up.bytes() + w_down.bytes() +
+      router.bytes() + q_a.bytes() + q_a_norm.bytes() + kv_a.bytes() + kv_a_norm.bytes() +
+      kv_b.bytes() + shared_gate_up.bytes() + shared_down.bytes());
   for (const WeightRef& w : expert_gate_up) total += static_cast<int64_t>(w.bytes());
   for (const WeightRef& w : expert_down) total += static_cast<int64_t>(w.bytes());
   return total;
@@ -208,6 +213,13 @@ Result<ModelWeights> allocate_weights(const ModelConfig& c, const MatmulLayout& 
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights lw;
     IB_ASSIGN_OR_RETURN(lw.attn_norm, alloc(dt, {d}));
+    if (c.mla.kv_lora_rank > 0) {  // DeepSeek-V2: dense weights (detail::check_moe_runs)
+      IB_ASSIGN_OR_RETURN(lw.ffn_norm, alloc(dt, {d}));
+      IB_TRY(allocate_mla_layer(
+          c, l, [&](std::initializer_list<int64_t> shape) { return alloc(dt, shape); }, lw));
+      w.layers.push_back(lw);
+      continue;
+    }
     IB_ASSIGN_OR_RETURN(lw.wqkv, alloc_matmul(shapes[0]));
     if (c.attention_bias) {
       IB_ASSIGN_OR_RETURN(lw.bqkv, alloc(dt, {shapes[0][0]}));

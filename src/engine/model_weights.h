@@ -65,6 +65,16 @@ struct LayerWeights {
   WeightRef router;                       // (E, D) HF block_sparse_moe.gate
   std::vector<WeightRef> expert_gate_up;  // E x (2F, D): rows w1 (gate), then w3 (up)
   std::vector<WeightRef> expert_down;     // E x (D, F): w2
+  // DeepSeek-V2's multi-head latent attention (ModelConfig::mla; empty otherwise; wqkv then holds
+  // the query projection (H (N + P), D), or (H (N + P), Rq) after q_a when q_lora_rank > 0; wo is
+  // (D, H V)), and its shared experts (MoE layers). Dense, in the activation dtype.
+  WeightRef q_a;             // (Rq, D) q_a_proj
+  Tensor q_a_norm;           // (Rq) q_a_layernorm
+  WeightRef kv_a;            // (R + P, D) kv_a_proj_with_mqa
+  Tensor kv_a_norm;          // (R) kv_a_layernorm
+  WeightRef kv_b;            // (H (N + V), R) kv_b_proj
+  WeightRef shared_gate_up;  // (2 Fs, D): shared_experts gate_proj, then up_proj
+  WeightRef shared_down;     // (D, Fs)
   // The checkpoint's KV-cache scales (self_attn.k_scale / v_scale, as vLLM's FP8 checkpoints
   // hold them), used by an fp8 KV cache (backend/ops.h KvCacheLayer); 1.0 where it has none.
   float k_scale = 1.0f;
@@ -132,5 +142,14 @@ inline constexpr uint64_t kDummyLmHeadStream = 2;
 enum class DummyExpertPart { kRouter, kGate, kUp, kDown };
 uint64_t dummy_expert_stream(int layer, int expert, DummyExpertPart part);
 inline constexpr float kDummyRouterSpread[8] = {0.5f, 2.0f, 0.75f, 1.5f, 1.0f, 1.75f, 0.6f, 1.25f};
+// Multi-head latent attention layers (DeepSeek-V2): 2,000,000 + 16 L + part; the query
+// projection (kQ) and o_proj (kO) keep their dummy_weight_stream.
+enum class DummyMlaPart { kQA, kKvA, kKvB, kSharedGate, kSharedUp, kSharedDown };
+uint64_t dummy_mla_stream(int layer, DummyMlaPart part);
+
+// YaRN's attention factor (transformers' _compute_yarn_parameters: attention_factor, else
+// get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are set, else
+// get_mscale(factor)), which multiplies cos and sin; 1 for other rope types.
+float rope_attention_factor(const ModelConfig& config);
 
 }  // namespace ib

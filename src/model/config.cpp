@@ -67,12 +67,9 @@ T count_parameters(const ModelConfig& c, bool decode_streamed) {
 
 template <typename T>
 T kv_elements_per_token(const ModelConfig& c) {
-  if (c.mla.kv_lora_rank > 0) {
-    return static_cast<T>(c.num_layers) *
-           (static_cast<T>(c.mla.kv_lora_rank) + static_cast<T>(c.mla.qk_rope_head_dim));
-  }
-  return 2 * static_cast<T>(c.num_layers) * static_cast<T>(c.num_kv_heads) *
-         static_cast<T>(c.head_dim);
+  const KvEntryShape e = c.kv_entry();
+  return static_cast<T>(c.num_layers) * static_cast<T>(e.heads) * static_cast<T>(e.width) *
+         static_cast<T>(e.separate_v ? 2 : 1);
 }
 
 }  // namespace
@@ -85,30 +82,44 @@ int64_t ModelConfig::decode_streamed_parameter_count() const {
   return count_parameters<int64_t>(*this, true);
 }
 
+KvEntryShape ModelConfig::kv_entry() const {
+  if (mla.kv_lora_rank > 0) return {1, mla.kv_lora_rank + mla.qk_rope_head_dim, false};
+  return {num_kv_heads, head_dim, true};
+}
+
+int64_t ModelConfig::gqa_kv_bytes_per_token(DType dtype) const {
+  if (mla.kv_lora_rank == 0) return kv_bytes_per_token(dtype);
+  return int64_t{num_layers} * num_kv_heads * (head_dim + mla.v_head_dim) *
+         static_cast<int64_t>(dtype_size(dtype));
+}
+
 int64_t ModelConfig::kv_bytes_per_token(DType dtype) const {
   return kv_elements_per_token<int64_t>(*this) * static_cast<int64_t>(dtype_size(dtype));
 }
 
 std::vector<std::string> ModelConfig::unsupported_features() const {
   std::vector<std::string> f;
-  // Mixtral's routed experts run (engine/arch/mixtral.cpp); shared experts and dense first
-  // layers (DeepSeek-V2) do not yet, nor routers other than softmax + greedy top-k.
-  if (moe.num_experts > 0 &&
-      (family != "mixtral" || moe.num_shared_experts > 0 || moe.first_dense_layers > 0)) {
+  // Mixtral's routed experts run (engine/arch/mixtral.cpp), and DeepSeek-V2's with its shared
+  // experts, dense first layers and multi-head latent attention (engine/arch/deepseek2.cpp).
+  const bool deepseek = family == "deepseek_v2";
+  if (moe.num_experts > 0 && !deepseek && family != "mixtral") {
     f.push_back("mixture-of-experts (" + std::to_string(moe.num_experts) + " experts, top-" +
-                std::to_string(moe.experts_per_token) +
-                (moe.num_shared_experts > 0
-                     ? ", " + std::to_string(moe.num_shared_experts) + " shared"
-                     : std::string()) +
-                ")");
+                std::to_string(moe.experts_per_token) + ")");
+  }
+  if (!deepseek && (moe.num_shared_experts > 0 || moe.first_dense_layers > 0)) {
+    f.emplace_back("shared experts or dense first layers");
   }
   if (moe.num_experts > 0 && moe.scoring_func != "softmax") {
     f.push_back("router scoring_func '" + moe.scoring_func + "' (the engine runs 'softmax')");
   }
-  if (moe.num_experts > 0 && moe.topk_method != "greedy") {
-    f.push_back("router topk_method '" + moe.topk_method + "' (the engine runs 'greedy')");
+  const bool grouped = deepseek && moe.topk_method == "group_limited_greedy";
+  if (moe.num_experts > 0 && moe.topk_method != "greedy" && !grouped) {
+    f.push_back("router topk_method '" + moe.topk_method + "' (the engine runs 'greedy'" +
+                (deepseek ? std::string(" and 'group_limited_greedy'") : std::string()) + ")");
   }
-  if (mla.kv_lora_rank > 0) f.emplace_back("multi-head latent attention (MLA)");
+  if (mla.kv_lora_rank > 0 && !deepseek) f.emplace_back("multi-head latent attention (MLA)");
+  if (deepseek && mla.kv_lora_rank == 0) f.emplace_back("DeepSeek-V2 without kv_lora_rank");
+  if (deepseek && attention_bias) f.emplace_back("attention biases (attention_bias)");
   // Gemma-2's soft-capping, sandwich norms, scaled embeddings, alternating local/global layers
   // and query_pre_attn_scalar run in its own architecture (engine/arch/gemma2.cpp) only.
   const bool gemma2 = family == "gemma2";
@@ -133,8 +144,9 @@ std::vector<std::string> ModelConfig::unsupported_features() const {
     f.push_back("partial rotary embeddings (partial_rotary_factor " +
                 std::to_string(partial_rotary_factor) + ")");
   }
+  const bool yarn = deepseek && rope_scaling.type == "yarn";  // engine/rope.cpp
   if (rope_scaling.type != "none" && rope_scaling.type != "llama3" &&
-      rope_scaling.type != "linear") {
+      rope_scaling.type != "linear" && !yarn) {
     f.push_back("rope scaling '" + rope_scaling.type + "'");
   }
   return f;
@@ -201,6 +213,25 @@ Status ModelConfig::validate() const {
     return user_error("model '" + name + "': num_attention_heads (" + std::to_string(num_heads) +
                       ") is not a multiple of num_key_value_heads (" +
                       std::to_string(num_kv_heads) + ")");
+  }
+  // DeepSeek-V2's group-limited routing (another family naming it is refused by
+  // unsupported_features, with the name).
+  if (family == "deepseek_v2" && moe.topk_method == "group_limited_greedy" &&
+      (moe.num_groups < 1 || moe.topk_groups < 1 || moe.topk_groups > moe.num_groups ||
+       moe.num_experts % moe.num_groups != 0 ||
+       int64_t{moe.topk_groups} * (moe.num_experts / moe.num_groups) < moe.experts_per_token)) {
+    return user_error("model '" + name + "': topk_method group_limited_greedy needs n_group (" +
+                      std::to_string(moe.num_groups) + ") dividing n_routed_experts (" +
+                      std::to_string(moe.num_experts) + ") and topk_group (" +
+                      std::to_string(moe.topk_groups) +
+                      ") between 1 and n_group, its groups holding at least "
+                      "num_experts_per_tok experts");
+  }
+  if (mla.kv_lora_rank > 0 && (mla.qk_rope_head_dim % 2 != 0 || mla.qk_rope_head_dim <= 0 ||
+                               mla.qk_nope_head_dim <= 0 || mla.v_head_dim <= 0)) {
+    return user_error("model '" + name +
+                      "': multi-head latent attention needs positive qk_nope_head_dim and "
+                      "v_head_dim and an even qk_rope_head_dim");
   }
   if (mla.kv_lora_rank == 0 && head_dim % 2 != 0) {
     return user_error("model '" + name + "': head_dim must be even for rotary embeddings");

@@ -16,7 +16,16 @@ struct RopeScaling {
   double factor = 1.0;
   double low_freq_factor = 1.0;              // llama3
   double high_freq_factor = 4.0;             // llama3
-  int original_max_position_embeddings = 0;  // llama3
+  int original_max_position_embeddings = 0;  // llama3, yarn
+  // yarn (transformers' _compute_yarn_parameters): the attention factor multiplying cos and sin
+  // (0: derived, get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are
+  // set, else get_mscale(factor)); the correction range's rotations; floor/ceil of its bounds.
+  double attention_factor = 0;
+  double mscale = 0;
+  double mscale_all_dim = 0;
+  double beta_fast = 32;
+  double beta_slow = 1;
+  bool truncate = true;
 };
 
 // Mixture-of-experts (Mixtral, DeepSeek-V2). num_experts == 0: dense.
@@ -27,19 +36,35 @@ struct MoeConfig {
   int num_shared_experts = 0;        // DeepSeek
   int first_dense_layers = 0;        // DeepSeek: first_k_dense_replace
   // The router: how expert scores are computed and picked. The engine runs "softmax" scores with
-  // "greedy" top-k (Mixtral's); DeepSeek-V2's "group_limited_greedy" and other names are refused.
+  // "greedy" top-k (Mixtral, DeepSeek-V2-Lite) and, for DeepSeek-V2, "group_limited_greedy" (the
+  // top-k among the topk_group groups of n_group whose best score is highest); other names are
+  // refused before loading.
   std::string scoring_func = "softmax";
   std::string topk_method = "greedy";
-  bool norm_topk_prob = true;  // the top-k weights renormalised to sum 1 (Mixtral: always)
+  bool norm_topk_prob = true;          // the top-k weights renormalised to sum 1 (Mixtral: always)
+  double routed_scaling_factor = 1.0;  // DeepSeek: the routed experts' weights scaled by it
+  int num_groups = 0;                  // DeepSeek: n_group (group_limited_greedy)
+  int topk_groups = 0;                 // DeepSeek: topk_group
 };
 
-// Multi-head latent attention (DeepSeek-V2). kv_lora_rank == 0: ordinary attention.
+// Multi-head latent attention (DeepSeek-V2). kv_lora_rank == 0: ordinary attention. The KV cache
+// then holds one entry of kv_lora_rank + qk_rope_head_dim values per token and layer (the
+// compressed latent and the rope part of the key), ModelConfig::kv_entry.
 struct MlaConfig {
   int kv_lora_rank = 0;
   int q_lora_rank = 0;  // 0: no q compression
   int qk_nope_head_dim = 0;
   int qk_rope_head_dim = 0;
   int v_head_dim = 0;
+};
+
+// One token's KV-cache entry in one layer: K of heads x width values and, when separate_v, V of
+// as many (GQA); MLA caches one latent of width values (heads 1, no separate V).
+struct KvEntryShape {
+  int heads = 0;
+  int width = 0;
+  bool separate_v = true;
+  int64_t values() const { return int64_t{heads} * width * (separate_v ? 2 : 1); }
 };
 
 // A checkpoint published already quantized (config.json's quantization_config). The engine loads
@@ -113,8 +138,15 @@ struct ModelConfig {
   int64_t weight_bytes(DType dtype) const {
     return parameter_count() * static_cast<int64_t>(dtype_size(dtype));
   }
+  // The KV cache's per-layer entry of one token (GQA: K and V of num_kv_heads x head_dim; MLA:
+  // one latent of kv_lora_rank + qk_rope_head_dim).
+  KvEntryShape kv_entry() const;
   // KV-cache bytes per token at dtype (all layers, K and V).
   int64_t kv_bytes_per_token(DType dtype) const;
+  // What ordinary attention's cache (GQA/MHA: K and V of num_kv_heads heads, K of head_dim and V
+  // of v_head_dim values each) would take per token at dtype, for comparison with an MLA cache;
+  // kv_bytes_per_token for other models.
+  int64_t gqa_kv_bytes_per_token(DType dtype) const;
   // Parameters a decode step must stream (all layers + lm_head + one embedding row; for MoE,
   // only the active experts).
   int64_t decode_streamed_parameter_count() const;

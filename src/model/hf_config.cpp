@@ -106,6 +106,17 @@ Status read_rope(const JsonFields& f, ModelConfig& c) {
   IB_ASSIGN_OR_RETURN(r.high_freq_factor, scaling->optional_number("high_freq_factor", 4.0));
   IB_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
                       scaling->optional_int("original_max_position_embeddings", 0));
+  IB_ASSIGN_OR_RETURN(r.attention_factor, scaling->optional_number("attention_factor", 0));
+  IB_ASSIGN_OR_RETURN(r.mscale, scaling->optional_number("mscale", 0));
+  IB_ASSIGN_OR_RETURN(r.mscale_all_dim, scaling->optional_number("mscale_all_dim", 0));
+  IB_ASSIGN_OR_RETURN(r.beta_fast, scaling->optional_number("beta_fast", 32));
+  IB_ASSIGN_OR_RETURN(r.beta_slow, scaling->optional_number("beta_slow", 1));
+  IB_ASSIGN_OR_RETURN(r.truncate, scaling->optional_bool("truncate", true));
+  if (r.type == "yarn" && r.original_max_position_embeddings <= 0) {
+    // transformers' default: the model's own context
+    IB_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
+                        f.optional_int("max_position_embeddings", 0));
+  }
   if (r.type == "llama3" && r.original_max_position_embeddings <= 0) {
     return scaling->error("llama3 rope scaling needs \"original_max_position_embeddings\"");
   }
@@ -151,6 +162,10 @@ Status read_family_features(const JsonFields& f, const FamilyInfo& family, Model
     IB_ASSIGN_OR_RETURN(c.moe.scoring_func, f.optional_string("scoring_func", "softmax"));
     IB_ASSIGN_OR_RETURN(c.moe.topk_method, f.optional_string("topk_method", "greedy"));
     IB_ASSIGN_OR_RETURN(c.moe.norm_topk_prob, f.optional_bool("norm_topk_prob", false));
+    IB_ASSIGN_OR_RETURN(c.moe.routed_scaling_factor,
+                        f.optional_number("routed_scaling_factor", 1.0));
+    IB_ASSIGN_OR_RETURN(c.moe.num_groups, f.optional_int("n_group", 0));
+    IB_ASSIGN_OR_RETURN(c.moe.topk_groups, f.optional_int("topk_group", 0));
     IB_ASSIGN_OR_RETURN(c.mla.kv_lora_rank, f.optional_int("kv_lora_rank", 512));
     IB_ASSIGN_OR_RETURN(c.mla.q_lora_rank, f.optional_int("q_lora_rank", 0));
     IB_ASSIGN_OR_RETURN(c.mla.qk_nope_head_dim, f.optional_int("qk_nope_head_dim", 128));

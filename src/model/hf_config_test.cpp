@@ -158,6 +158,16 @@ void expect_same_architecture(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.mla.qk_nope_head_dim, b.mla.qk_nope_head_dim);
   EXPECT_EQ(a.mla.qk_rope_head_dim, b.mla.qk_rope_head_dim);
   EXPECT_EQ(a.mla.v_head_dim, b.mla.v_head_dim);
+  EXPECT_EQ(a.moe.scoring_func, b.moe.scoring_func);
+  EXPECT_EQ(a.moe.topk_method, b.moe.topk_method);
+  EXPECT_EQ(a.moe.norm_topk_prob, b.moe.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(a.moe.routed_scaling_factor, b.moe.routed_scaling_factor);
+  EXPECT_EQ(a.moe.num_groups, b.moe.num_groups);
+  EXPECT_EQ(a.moe.topk_groups, b.moe.topk_groups);
+  EXPECT_DOUBLE_EQ(a.rope_scaling.mscale, b.rope_scaling.mscale);
+  EXPECT_DOUBLE_EQ(a.rope_scaling.mscale_all_dim, b.rope_scaling.mscale_all_dim);
+  EXPECT_DOUBLE_EQ(a.rope_scaling.beta_fast, b.rope_scaling.beta_fast);
+  EXPECT_DOUBLE_EQ(a.rope_scaling.beta_slow, b.rope_scaling.beta_slow);
   EXPECT_EQ(a.parameter_count(), b.parameter_count());
 }
 

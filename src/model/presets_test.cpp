@@ -33,6 +33,7 @@ TEST(Presets, ParameterCountsMatchPublishedTotals) {
       {"mistral-7b-v0.1", 7.24e9}, {"mixtral-8x7b", 46.7e9},     {"mixtral-8x22b", 141e9},
       {"phi-3-mini-4k", 3.82e9},   {"phi-3-medium-4k", 14.0e9},  {"gemma-2-9b", 9.24e9},
       {"gemma-2-27b", 27.2e9},     {"deepseek-v2-lite", 15.7e9}, {"yi-34b", 34.4e9},
+      {"deepseek-v2", 236e9},
   };
   for (const auto& [name, total] : published) {
     const auto params = static_cast<double>(preset(name).parameter_count());
@@ -87,7 +88,7 @@ TEST(Presets, PublishedFieldsSpotChecks) {
 
 TEST(Presets, TableIsConsistent) {
   const auto all = all_presets();
-  ASSERT_EQ(all.size(), 20u);
+  ASSERT_EQ(all.size(), 21u);
   EXPECT_EQ(all[0].name, "tiny-15m");  // tiny ones first
   EXPECT_EQ(all[1].name, "tiny-110m");
   std::set<std::string> names;
@@ -158,13 +159,21 @@ TEST(Presets, UnsupportedFeaturesAreReported) {
   EXPECT_NE(g.find("activation 'gelu_pytorch_tanh' (the engine runs 'silu' for llama)"),
             std::string::npos)
       << g;
-  const std::string ds = features("deepseek-v2-lite");
-  EXPECT_NE(ds.find("mixture-of-experts (64 experts, top-6, 2 shared)"), std::string::npos) << ds;
-  EXPECT_NE(ds.find("multi-head latent attention"), std::string::npos) << ds;
-  EXPECT_NE(ds.find("rope scaling 'yarn'"), std::string::npos) << ds;
-  const Status refused = preset("deepseek-v2-lite").check_supported();
+  // DeepSeek-V2 runs (engine/arch/deepseek2.cpp); a router it does not know is refused by name.
+  EXPECT_EQ(features("deepseek-v2-lite"), "");
+  ModelConfig other_router = preset("deepseek-v2-lite");
+  other_router.moe.scoring_func = "sigmoid";
+  other_router.moe.topk_method = "noaux_tc";
+  const Status refused = other_router.check_supported();
   ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("scoring_func 'sigmoid'"), std::string::npos);
+  EXPECT_NE(refused.error().message.find("topk_method 'noaux_tc'"), std::string::npos);
   EXPECT_NE(refused.error().message.find("inferbench models"), std::string::npos);
+  EXPECT_EQ(features("deepseek-v2"), "");  // group_limited_greedy, routed_scaling_factor 16
+  EXPECT_EQ(preset("deepseek-v2").moe.topk_method, "group_limited_greedy");
+  ModelConfig mixtral_grouped = preset("mixtral-8x7b");
+  mixtral_grouped.moe.topk_method = "group_limited_greedy";
+  EXPECT_FALSE(mixtral_grouped.check_supported().ok());
 }
 
 TEST(Presets, ResolveModelPresetOrDirectory) {

@@ -32,6 +32,8 @@ json describe_fixed(const Engine& engine, Backend& backend, const NativeTargetOp
   const ModelConfig& m = engine.model_config();
   const EngineConfig& e = engine.config();
   const DeviceInfo d = backend.device_info();
+  // What the cache stores (auto resolved; the config was validated).
+  const DType kv_dtype = kv_cache_dtype_for(e.kv_cache_dtype, backend.activation_dtype()).value();
   return json{
       {"target", "native"},
       {"model",
@@ -77,9 +79,12 @@ json describe_fixed(const Engine& engine, Backend& backend, const NativeTargetOp
         {"quantization", e.quantization},
         {"calibration", calibration_json(o, calibration_s)},
         {"kv_cache_dtype", e.kv_cache_dtype},
-        // What the cache stores (auto resolved; the config was validated).
-        {"kv_dtype",
-         dtype_name(kv_cache_dtype_for(e.kv_cache_dtype, backend.activation_dtype()).value())}}},
+        {"kv_dtype", dtype_name(kv_dtype)},
+        // Per token, all layers: what the cache holds (MLA: the latent and the rope key), and
+        // what ordinary attention's K and V of every KV head would take, for comparison.
+        {"kv_layout", m.mla.kv_lora_rank > 0 ? "mla-latent" : "gqa"},
+        {"kv_bytes_per_token", m.kv_bytes_per_token(kv_dtype)},
+        {"kv_bytes_per_token_gqa", m.gqa_kv_bytes_per_token(kv_dtype)}}},
       {"sampling",
        {{"temperature", o.sampling.temperature},
         {"top_k", o.sampling.top_k},

@@ -65,14 +65,13 @@ int64_t rows_per_chunk(int64_t row_size) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_size));
 }
 
-// out = x * (1 / sqrt(mean(x^2) + eps)) * weight for one row of d elements.
-void rms_norm_row(const float* x, const float* weight, float eps, int64_t d, float* out) {
+}  // namespace
+
+void cpu::rms_norm_row(const float* x, const float* weight, float eps, int64_t d, float* out) {
   const float mean_square = cpu::dot_f32(x, x, d) / static_cast<float>(d);
   const float inv_rms = 1.0f / std::sqrt(mean_square + eps);
   for (int64_t i = 0; i < d; ++i) out[i] = (x[i] * inv_rms) * weight[i];
 }
-
-}  // namespace
 
 CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
 
@@ -185,8 +184,8 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tens
             "rms_norm: shapes x (T, D), weight (D), out (T, D)");
   pool_.parallel_for(x.rows(), rows_per_chunk(d), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      rms_norm_row(x.as<const float>() + r * d, weight.as<const float>(), eps, d,
-                   out.as<float>() + r * d);
+      cpu::rms_norm_row(x.as<const float>() + r * d, weight.as<const float>(), eps, d,
+                        out.as<float>() + r * d);
     }
   });
 }
@@ -203,7 +202,7 @@ void CpuBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& we
       float* res = residual.as<float>() + r * d;
       const float* xr = x.as<const float>() + r * d;
       for (int64_t i = 0; i < d; ++i) res[i] += xr[i];
-      rms_norm_row(res, weight.as<const float>(), eps, d, out.as<float>() + r * d);
+      cpu::rms_norm_row(res, weight.as<const float>(), eps, d, out.as<float>() + r * d);
     }
   });
 }

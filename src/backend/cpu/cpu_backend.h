@@ -1,10 +1,11 @@
 // CpuBackend: the fp32 reference implementation of Backend (dense, 8-bit and 4-bit weights,
-// backend/weight.h; the mixture-of-experts and LoRA ops; no fused decode ops), multi-threaded
-// through a ThreadPool. Every op runs synchronously on the calling thread plus the pool's workers.
-// Weights and activations are fp32 (activation_dtype() == kF32); the factory refuses bf16/fp16 for
-// the CPU. Numerics (the contract CUDA kernels are compared against): dot products as cpu::dot_f32
-// (detail/dot.h); RMSNorm sums squares the same way and scales by 1 / sqrt(mean + eps); attention
-// is a two-pass softmax in fp32; sampling accumulates probabilities in double.
+// backend/weight.h; the mixture-of-experts, multi-head latent attention and LoRA ops; no fused
+// decode ops), multi-threaded through a ThreadPool. Every op runs synchronously on the calling
+// thread plus the pool's workers. Weights and activations are fp32 (activation_dtype() == kF32);
+// the factory refuses bf16/fp16 for the CPU. Numerics (the contract CUDA kernels are compared
+// against): dot products as cpu::dot_f32 (detail/dot.h); RMSNorm sums squares the same way and
+// scales by 1 / sqrt(mean + eps); attention is a two-pass softmax in fp32; sampling accumulates
+// probabilities in double.
 #pragma once
 
 #include <memory>
@@ -14,7 +15,7 @@
 
 namespace ib {
 
-class CpuBackend final : public Backend, public MoeOps, public LoraOps {
+class CpuBackend final : public Backend, public MoeOps, public MlaOps, public LoraOps {
  public:
   // num_threads <= 0: one per hardware thread.
   explicit CpuBackend(int num_threads);
@@ -64,6 +65,17 @@ class CpuBackend final : public Backend, public MoeOps, public LoraOps {
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                    Tensor out) override;
+  bool routes_grouped() const override { return true; }
+  void moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing, Tensor expert_ids,
+                         Tensor expert_weights, Tensor expert_tokens) override;
+
+  MlaOps* mla_ops() override { return this; }  // cpu/mla.cpp
+  void mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_norm, float eps,
+                          const Tensor& positions, const Tensor& slot_mapping,
+                          const Tensor& inv_freq, const KvCacheLayer& kv,
+                          const MlaShape& shape) override;
+  void mla_attention(const Tensor& q, const WeightRef& kv_b, const KvCacheLayer& kv,
+                     const AttentionMetadata& meta, const MlaShape& shape, Tensor out) override;
 
   LoraOps* lora_ops() override { return this; }
   void lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a, const Tensor& b,

@@ -13,34 +13,72 @@
 namespace ib {
 namespace cpu {
 
-void route_token(const float* logits, int num_experts, int top_k, bool renormalize, int32_t* ids,
-                 float* weights) {
+void route_token_grouped(const float* logits, int num_experts, int top_k, const MoeRouting& routing,
+                         int32_t* ids, float* weights) {
   const auto e = static_cast<size_t>(num_experts);
   std::vector<float> p(logits, logits + e);
   const float max_logit = *std::max_element(p.begin(), p.end());
   float sum = 0.0f;
   for (float& v : p) sum += (v = std::exp(v - max_logit));
   for (float& v : p) v /= sum;
+  std::vector<float> competing = p;  // p, or 0 outside the groups kept
+  if (routing.num_groups > 1) {
+    const auto groups = static_cast<size_t>(routing.num_groups);
+    const size_t per_group = e / groups;
+    std::vector<float> best(groups);
+    for (size_t g = 0; g < groups; ++g) {
+      best[g] = *std::max_element(p.begin() + static_cast<std::ptrdiff_t>(g * per_group),
+                                  p.begin() + static_cast<std::ptrdiff_t>((g + 1) * per_group));
+    }
+    std::vector<size_t> order(groups);
+    std::iota(order.begin(), order.end(), size_t{0});
+    const auto kept_groups = static_cast<std::ptrdiff_t>(routing.topk_groups);
+    std::partial_sort(
+        order.begin(), order.begin() + kept_groups, order.end(),
+        [&](size_t a, size_t b) { return best[a] > best[b] || (best[a] == best[b] && a < b); });
+    std::vector<bool> kept(groups, false);
+    for (std::ptrdiff_t i = 0; i < kept_groups; ++i) kept[order[static_cast<size_t>(i)]] = true;
+    for (size_t x = 0; x < e; ++x) {
+      if (!kept[x / per_group]) competing[x] = 0.0f;
+    }
+  }
   std::vector<int32_t> order(e);
   std::iota(order.begin(), order.end(), 0);
-  // Descending probability, the lower id first on ties; only the first top_k are ordered.
+  // Descending score, the lower id first on ties; only the first top_k are ordered.
   std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t b) {
-    const float pa = p[static_cast<size_t>(a)], pb = p[static_cast<size_t>(b)];
+    const float pa = competing[static_cast<size_t>(a)], pb = competing[static_cast<size_t>(b)];
     return pa > pb || (pa == pb && a < b);
   });
   float kept = 0.0f;
-  for (int j = 0; j < top_k; ++j) kept += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
+  for (int j = 0; j < top_k; ++j) {
+    kept += competing[static_cast<size_t>(order[static_cast<size_t>(j)])];
+  }
   for (int j = 0; j < top_k; ++j) {
     const int32_t id = order[static_cast<size_t>(j)];
+    const float w = competing[static_cast<size_t>(id)];
     ids[j] = id;
-    weights[j] = renormalize ? p[static_cast<size_t>(id)] / kept : p[static_cast<size_t>(id)];
+    weights[j] = (routing.renormalize ? w / kept : w) * routing.scale;
   }
+}
+
+void route_token(const float* logits, int num_experts, int top_k, bool renormalize, int32_t* ids,
+                 float* weights) {
+  MoeRouting routing;
+  routing.renormalize = renormalize;
+  route_token_grouped(logits, num_experts, top_k, routing, ids, weights);
 }
 
 }  // namespace cpu
 
 void CpuBackend::moe_route(const Tensor& router_logits, bool renormalize, Tensor expert_ids,
                            Tensor expert_weights, Tensor expert_tokens) {
+  MoeRouting routing;
+  routing.renormalize = renormalize;
+  moe_route_grouped(router_logits, routing, expert_ids, expert_weights, expert_tokens);
+}
+
+void CpuBackend::moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing,
+                                   Tensor expert_ids, Tensor expert_weights, Tensor expert_tokens) {
   const int64_t t = router_logits.rows();
   const int64_t e = router_logits.row_size();
   const int64_t k = expert_ids.row_size();
@@ -50,11 +88,15 @@ void CpuBackend::moe_route(const Tensor& router_logits, bool renormalize, Tensor
   IB_ASSERT(expert_ids.rows() == t && expert_weights.rows() == t &&
                 expert_weights.row_size() == k && k >= 1 && k <= e && expert_tokens.numel() == e,
             "moe_route: logits (T, E), ids and weights (T, k), k <= E, counts (E)");
+  IB_ASSERT(routing.num_groups <= 1 || (e % routing.num_groups == 0 && routing.topk_groups >= 1 &&
+                                        routing.topk_groups <= routing.num_groups &&
+                                        routing.topk_groups * (e / routing.num_groups) >= k),
+            "moe_route_grouped: groups must divide E and the groups kept hold k experts");
   auto* counts = expert_tokens.as<int64_t>();
   for (int64_t i = 0; i < t; ++i) {
     int32_t* ids = expert_ids.as<int32_t>() + i * k;
-    cpu::route_token(router_logits.as<const float>() + i * e, static_cast<int>(e),
-                     static_cast<int>(k), renormalize, ids, expert_weights.as<float>() + i * k);
+    cpu::route_token_grouped(router_logits.as<const float>() + i * e, static_cast<int>(e),
+                             static_cast<int>(k), routing, ids, expert_weights.as<float>() + i * k);
     for (int64_t j = 0; j < k; ++j) ++counts[ids[j]];
   }
 }

@@ -125,4 +125,26 @@ inline void write_two_merge_tokenizer(const fs::path& path) {
               "merges": ["▁ a", "▁a b"]}})";
 }
 
+// A model directory holding only config.json: DeepSeek-V2's structure (multi-head latent
+// attention, YaRN rope, dense first layer, 8 routed experts top-3 and 2 shared) at toy sizes,
+// with the router's scoring_func (the engine runs "softmax": another is refused before loading).
+// Run with --load-format dummy.
+inline fs::path tiny_deepseek_v2_dir(const fs::path& dir, const std::string& scoring_func) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["DeepseekV2ForCausalLM"],
+  "model_type": "deepseek_v2", "vocab_size": 32000, "hidden_size": 64, "intermediate_size": 96,
+  "moe_intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 4, "n_routed_experts": 8, "n_shared_experts": 2,
+  "num_experts_per_tok": 3, "first_k_dense_replace": 1, "kv_lora_rank": 32, "q_lora_rank": null,
+  "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
+  "max_position_embeddings": 1024, "rope_theta": 10000.0,
+  "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
+                   "mscale": 0.707, "mscale_all_dim": 0.707},
+  "routed_scaling_factor": 1.0, "topk_method": "greedy", "n_group": 1, "topk_group": 1,
+  "scoring_func": ")" << scoring_func << R"(", "norm_topk_prob": false, "rms_norm_eps": 1e-6,
+  "tie_word_embeddings": false, "hidden_act": "silu", "torch_dtype": "bfloat16",
+  "bos_token_id": 1, "eos_token_id": 2})";
+  return dir;
+}
+
 }  // namespace ib::testing

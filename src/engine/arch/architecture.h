@@ -33,7 +33,15 @@ enum class WeightRole {
   kDown,
   kRouter,        // MoE: (E, D)
   kExpertGateUp,  // MoE: one expert's (2F, D), rows gate (w1) then up (w3)
-  kExpertDown     // MoE: one expert's (D, F) (w2)
+  kExpertDown,    // MoE: one expert's (D, F) (w2)
+  // DeepSeek-V2 (multi-head latent attention; its query projection is kQkv, its o_proj kO):
+  kQA,            // (Rq, D) q_a_proj (V2; V2-Lite has none)
+  kQANorm,        // (Rq) q_a_layernorm
+  kKvA,           // (R + P, D) kv_a_proj_with_mqa
+  kKvANorm,       // (R) kv_a_layernorm
+  kKvB,           // (H (N + V), R) kv_b_proj
+  kSharedGateUp,  // (2 Fs, D) shared_experts gate_proj then up_proj
+  kSharedDown     // (D, Fs) shared_experts down_proj
 };
 std::string_view weight_role_name(WeightRole role);  // e.g. "qkv"
 
@@ -105,10 +113,16 @@ struct StepInputs {
   // Whether the norm gains were folded into the dense matmuls after them
   // (ModelRunner::fold_norm_gains); quantized weights keep theirs, and the fused ops take them.
   bool gains_folded = true;
+  // Multi-head latent attention models (DeepSeek-V2): the backend's MLA ops and the shape.
+  MlaOps* mla = nullptr;
+  const MlaShape* mla_shape = nullptr;
   // Mixture-of-experts models: the backend's MoE ops and the routing telemetry, int64
   // (layers, E), each layer's row counting the tokens routed to each expert (MoeOps::moe_route).
   MoeOps* moe = nullptr;
   Tensor expert_tokens;
+  // The router's options beyond Mixtral's (DeepSeek-V2: norm_topk_prob, group_limited_greedy's
+  // groups, routed_scaling_factor), from the config.
+  MoeRouting moe_routing;
   // Steps where a token uses a LoRA adapter: the backend's LoRA ops, each token's slot (int32
   // (T), -1: none), the slots' scales (f32 (S)) and stacks (one per layer); lora null otherwise.
   LoraOps* lora = nullptr;
@@ -132,12 +146,26 @@ class Architecture {
   virtual void prepare_weights(Backend& /*backend*/, ModelWeights& /*weights*/) const {}
   // Whether decode steps may take the backend's fused ops (the dense SwiGLU decoder's).
   virtual bool runs_fused_decode() const { return true; }
+  // The width of StepBuffers::qkv per token: what the attention half of a layer keeps there
+  // (Q + 2 KV for the dense decoder's fused qkv).
+  virtual int64_t qkv_buffer_width(const ModelConfig& config) const {
+    return (int64_t{config.num_heads} + 2 * int64_t{config.num_kv_heads}) * config.head_dim;
+  }
+  // Whether the backend runs what the architecture needs beyond the dense ops (checked before
+  // any weight loads): a user error naming what is missing and the fix.
+  virtual Status check_backend(const ModelConfig& /*config*/, Backend& /*backend*/) const {
+    return Ok{};
+  }
 };
 
 // The attention shape of config's layers: heads, head_dim, the softmax scale (1 / sqrt(head_dim),
 // or query_pre_attn_scalar^-0.5 where the config has one), the sliding window (a family with
 // alternating local and global layers sets it per layer) and the logit soft-cap.
 AttentionShape attention_shape(const ModelConfig& config);
+// The multi-head latent attention shape of an MLA config (DeepSeek-V2): softmax scale
+// (qk_nope_head_dim + qk_rope_head_dim)^-0.5, as transformers' DeepseekV2Attention (its YaRN
+// mscale enters through rope_scale, the attention factor on cos and sin: rope_attention_factor).
+MlaShape mla_shape(const ModelConfig& config);
 
 // The architecture of config.family, or a user error naming the families the engine runs.
 Result<const Architecture*> find_architecture(const ModelConfig& config);

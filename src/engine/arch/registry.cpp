@@ -7,9 +7,10 @@
 namespace ib {
 
 Result<const Architecture*> find_architecture(const ModelConfig& config) {
-  const std::array<const Architecture*, 6> families = {
-      &arch::llama_architecture(), &arch::mistral_architecture(), &arch::qwen2_architecture(),
-      &arch::phi3_architecture(),  &arch::mixtral_architecture(), &arch::gemma2_architecture()};
+  const std::array<const Architecture*, 7> families = {
+      &arch::llama_architecture(),    &arch::mistral_architecture(), &arch::qwen2_architecture(),
+      &arch::phi3_architecture(),     &arch::mixtral_architecture(), &arch::gemma2_architecture(),
+      &arch::deepseek2_architecture()};
   std::string names;
   for (const Architecture* a : families) {
     if (a->name() == config.family) return a;
@@ -28,6 +29,18 @@ AttentionShape attention_shape(const ModelConfig& c) {
   s.scale = static_cast<float>(1.0 / std::sqrt(scalar));
   s.sliding_window = c.sliding_window;
   s.logit_softcap = static_cast<float>(c.attn_logit_softcapping);
+  return s;
+}
+
+MlaShape mla_shape(const ModelConfig& c) {
+  MlaShape s;
+  s.num_heads = c.num_heads;
+  s.kv_lora_rank = c.mla.kv_lora_rank;
+  s.qk_nope_head_dim = c.mla.qk_nope_head_dim;
+  s.qk_rope_head_dim = c.mla.qk_rope_head_dim;
+  s.v_head_dim = c.mla.v_head_dim;
+  s.scale = static_cast<float>(1.0 / std::sqrt(c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim));
+  s.rope_scale = rope_attention_factor(c);
   return s;
 }
 
@@ -63,6 +76,20 @@ std::string_view weight_role_name(WeightRole role) {
       return "expert_gate_up";
     case WeightRole::kExpertDown:
       return "expert_down";
+    case WeightRole::kQA:
+      return "q_a";
+    case WeightRole::kQANorm:
+      return "q_a_norm";
+    case WeightRole::kKvA:
+      return "kv_a";
+    case WeightRole::kKvANorm:
+      return "kv_a_norm";
+    case WeightRole::kKvB:
+      return "kv_b";
+    case WeightRole::kSharedGateUp:
+      return "shared_gate_up";
+    case WeightRole::kSharedDown:
+      return "shared_down";
   }
   return "?";
 }
@@ -101,6 +128,20 @@ Tensor weight_for(ModelWeights& w, WeightRole role, int layer, int expert) {
       return l.expert_gate_up.at(static_cast<size_t>(expert)).dense();
     case WeightRole::kExpertDown:
       return l.expert_down.at(static_cast<size_t>(expert)).dense();
+    case WeightRole::kQA:
+      return l.q_a.dense();
+    case WeightRole::kQANorm:
+      return l.q_a_norm;
+    case WeightRole::kKvA:
+      return l.kv_a.dense();
+    case WeightRole::kKvANorm:
+      return l.kv_a_norm;
+    case WeightRole::kKvB:
+      return l.kv_b.dense();
+    case WeightRole::kSharedGateUp:
+      return l.shared_gate_up.dense();
+    case WeightRole::kSharedDown:
+      return l.shared_down.dense();
     default:
       break;
   }

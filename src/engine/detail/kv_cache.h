@@ -48,8 +48,10 @@ struct KvCacheFormat {
   std::vector<float> k_scales, v_scales;  // (num_layers), or empty: 1.0
 };
 
-// The pool: per-layer K and V views into one allocation (tag kKvCache).
-// Layout (num_layers, 2, num_blocks, num_kv_heads, block_size, head_dim), format.dtype.
+// The pool: per-layer K and V views into one allocation (tag kKvCache), in the model's entry
+// shape (ModelConfig::kv_entry). Layout (num_layers, 2, num_blocks, num_kv_heads, block_size,
+// head_dim), format.dtype; under MLA (num_layers, num_blocks, 1, block_size, kv_lora_rank +
+// qk_rope_head_dim) in K, V empty.
 struct KvCache {
   Buffer storage;
   std::vector<KvCacheLayer> layers;

@@ -137,6 +137,10 @@ class ModelRunner {
   Backend& backend_;
   KvCache kv_;
   AttentionShape attn_shape_;
+  MlaShape mla_shape_;  // multi-head latent attention models only
+  // Per-token widths of the qkv, attn and gate_up (2 x ffn) buffers: the dense decoder's Q + 2 KV,
+  // Q and F, or what the architecture keeps there (MLA: the query, the latent, V heads).
+  int64_t qkv_width_ = 0, attn_width_ = 0, ffn_width_ = 0;
 
   // Activations, allocated at T rows (R = min(S, T) rows for the sampled ones).
   Buffer residual_buf_, hidden_buf_, tmp_buf_, qkv_buf_, attn_buf_, gate_up_buf_, act_buf_;

@@ -45,6 +45,17 @@ void fill_dummy_moe_layer(const ModelConfig& config, uint64_t seed, int layer_in
                           Backend& backend, LayerWeights& layer);
 // The bytes of one MoE layer's router and experts at dtype, each tensor rounded up to 256 bytes.
 int64_t moe_layer_bytes(const ModelConfig& config, DType dtype);
+// A DeepSeek-V2 layer's weights besides its two norms (mla_weights.cpp): the multi-head latent
+// attention's (wqkv holding the query projection, q_a and its norm, kv_a and its norm, kv_b, wo)
+// and its MLP: dense (w_gate_up, w_down) in the first first_k_dense_replace layers, else the
+// router, the routed experts (allocate_moe_layer) and the shared experts. All dense.
+Status allocate_mla_layer(const ModelConfig& config, int layer, const AllocTensor& alloc,
+                          LayerWeights& weights);
+void fill_dummy_mla_layer(const ModelConfig& config, uint64_t seed, int layer, Backend& backend,
+                          LayerWeights& weights);
+// Its bytes at dtype (without the two norms), each tensor rounded up to 256 bytes.
+int64_t mla_layer_bytes(const ModelConfig& config, int layer, DType dtype);
+
 // A user error when the backend cannot run config's experts (no MoeOps: CUDA for now) or the
 // weights would be quantized (the experts run dense only); Ok for dense models.
 Status check_moe_runs(const ModelConfig& config, WeightFormat quantization, Backend& backend);

@@ -196,10 +196,37 @@ std::vector<PresetEntry> moe_presets() {
   ds.mla = {512, 0, 128, 64, 128};
   ds.head_dim = ds.mla.qk_nope_head_dim + ds.mla.qk_rope_head_dim;  // query/key head size
   ds.rms_norm_eps = 1e-6;
-  ds.rope_scaling = {"yarn", 40.0, 1.0, 4.0, 4096};
+  ds.rope_scaling.type = "yarn";
+  ds.rope_scaling.factor = 40.0;
+  ds.rope_scaling.original_max_position_embeddings = 4096;
+  ds.rope_scaling.mscale = 0.707;
+  ds.rope_scaling.mscale_all_dim = 0.707;
+  ds.moe.scoring_func = "softmax";
+  ds.moe.topk_method = "greedy";
+  ds.moe.norm_topk_prob = false;
+  ds.moe.routed_scaling_factor = 1.0;
+  ds.moe.num_groups = 1;
+  ds.moe.topk_groups = 1;
   ds.bos_token_id = 100000;
   ds.eos_token_ids = {100001};
-  return {{x7, {}}, {x22, {}}, {ds, {}}};
+  // DeepSeek-V2: q LoRA (1536), 160 routed experts top-6 from the 3 best of 8 groups, scaled 16x.
+  ModelConfig v2 = ds;
+  v2.name = "deepseek-v2";
+  v2.hf_repo_id = "deepseek-ai/DeepSeek-V2";
+  v2.hidden_size = 5120;
+  v2.intermediate_size = 12288;
+  v2.num_layers = 60;
+  v2.num_heads = 128;
+  v2.num_kv_heads = 128;
+  v2.moe = ds.moe;
+  v2.moe.num_experts = 160;
+  v2.moe.expert_intermediate_size = 1536;
+  v2.moe.topk_method = "group_limited_greedy";
+  v2.moe.routed_scaling_factor = 16.0;
+  v2.moe.num_groups = 8;
+  v2.moe.topk_groups = 3;
+  v2.mla.q_lora_rank = 1536;
+  return {{x7, {}}, {x22, {}}, {ds, {}}, {v2, {}}};
 }
 
 }  // namespace

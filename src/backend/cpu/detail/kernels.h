@@ -92,5 +92,20 @@ int32_t sample_row(const float* logits, int64_t vocab, const SampleParams& param
 // renormalised to sum 1 when renormalize.
 void route_token(const float* logits, int num_experts, int top_k, bool renormalize, int32_t* ids,
                  float* weights);
+// The same with DeepSeek's options (MoeOps::moe_route_grouped): the group limit before the top-k,
+// the scale after the renormalisation.
+void route_token_grouped(const float* logits, int num_experts, int top_k, const MoeRouting& routing,
+                         int32_t* ids, float* weights);
+
+// out = x * (1 / sqrt(mean(x^2) + eps)) * weight for one row of d elements (DenseOps::rms_norm).
+void rms_norm_row(const float* x, const float* weight, float eps, int64_t d, float* out);
+
+// MlaOps (cpu/mla.cpp), on host pointers.
+void mla_rope_and_cache_f32(ThreadPool& pool, float* q, float* latent, const float* kv_norm,
+                            float eps, const int32_t* positions, const int32_t* slot_mapping,
+                            const float* inv_freq, int64_t num_tokens, const KvCacheLayer& kv,
+                            const MlaShape& shape);
+void mla_attention_f32(ThreadPool& pool, const float* q, const float* kv_b, const KvCacheLayer& kv,
+                       const AttentionHostMeta& meta, const MlaShape& shape, float* out);
 
 }  // namespace ib::cpu
