@@ -26,11 +26,11 @@ B=/tmp/ib-vlm
 echo "built $(el)"
 python3 -c "import transformers, torch, torchvision, PIL; print('transformers', transformers.__version__, \
 'torch', torch.__version__, 'torchvision', torchvision.__version__, 'pillow', PIL.__version__)"
-timeout 300 python3 tools/compare_pixel_values.py --tool $B/src/vision/vision_preprocess \
+timeout 300 python3 tools/compare_pixel_values.py --tool $B/bench/vision/vision_preprocess \
   --config src/vision/testdata/llava_preprocessor_config.json --out "$O" --tol 1e-5 2>&1 |
   grep -v Warning | tee "$O/pixel_values.log"
 echo "pixel values rc=${PIPESTATUS[0]} $(el)"
-timeout 300 python3 tools/compare_llava_vision.py --tool $B/src/vision/vision_encode --out "$O" 2>&1 |
+timeout 300 python3 tools/compare_llava_vision.py --tool $B/bench/vision/vision_encode --out "$O" 2>&1 |
   grep -v Warning | tee "$O/llava_vision.log"
 echo "llava-tiny rc=${PIPESTATUS[0]} $(el)"
 rm -rf "$O/llava-tiny" "$O/images" "$O"/*.f32
