@@ -21,6 +21,7 @@ for dep in icu img; do
 done
 B=/tmp/ib-vlm
 (cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=OFF -DINFERBENCH_TESTS=OFF \
+  -DINFERBENCH_VISION=ON \
   -DINFERBENCH_WERROR=OFF && cmake --build $B -j16 --target vision_preprocess vision_encode) > "$O/build.log" 2>&1 ||
   { tail -30 "$O/build.log"; exit 1; }
 echo "built $(el)"
