@@ -1,6 +1,7 @@
 // data: and file:// image URLs, chat content parts and the per-prompt image limit.
 #include "vision/image_input.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
