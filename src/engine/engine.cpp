@@ -543,6 +543,11 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   IB_TRY(config.validate());
   IB_TRY(backend.supports_attention(attention_shape(model)));
   if (config.enable_lora) IB_TRY(detail::ModelRunner::check_lora_runs(model, backend));
+  if (model.hf_architecture == "LlavaForConditionalGeneration" && backend.vision_ops() == nullptr) {
+    return user_error("model '" + model.name + "' is a vision-language model (LLaVA) and the " +
+                      backend.device_info().kind +
+                      " backend has no vision ops yet; run it with --device cpu");
+  }
   WeightOptions options = weights;
   IB_ASSIGN_OR_RETURN(options.quantization, quantization_weight_format(config.quantization));
   options.asymmetric = quantization_is_asymmetric(config.quantization);

@@ -27,13 +27,6 @@ Status LlavaVisionEncoder::encode(std::span<const float> pixel_values, int64_t n
   return backend_.device_status();
 }
 
-Status check_vision_ops(Backend& backend, const std::string& model) {
-  if (backend.vision_ops() != nullptr) return Ok{};
-  return user_error("model '" + model + "' is a vision-language model (LLaVA) and the " +
-                    backend.device_info().kind +
-                    " backend has no vision ops yet; run it with --device cpu");
-}
-
 Result<LlavaModelFiles> read_llava_files(const std::string& dir) {
   LlavaModelFiles files;
   IB_ASSIGN_OR_RETURN(const std::string config_text, read_file(dir + "/config.json"));

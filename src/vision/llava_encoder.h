@@ -39,9 +39,6 @@ class LlavaVisionEncoder final : public VisionEncoder {
   LlavaVisionWeights weights_;
 };
 
-// Refuses a backend without vision ops (the CUDA backend has none yet), naming it.
-Status check_vision_ops(Backend& backend, const std::string& model);
-
 struct LlavaModelFiles {
   LlavaConfig config;
   ClipPreprocessConfig preprocess;
@@ -50,7 +47,8 @@ struct LlavaModelFiles {
 // tower's image size.
 Result<LlavaModelFiles> read_llava_files(const std::string& dir);
 
-// The encoder from a checkpoint directory's vision tensors (check_vision_ops first).
+// The encoder from a checkpoint directory's vision tensors, on a backend with vision ops
+// (create_engine refuses a LLaVA model on one without).
 Result<std::unique_ptr<LlavaVisionEncoder>> load_llava_encoder(const std::string& dir,
                                                                const LlavaConfig& config,
                                                                Backend& backend);

@@ -74,6 +74,7 @@ TinyLlava write_tiny_llava(const std::string& name, bool legacy) {
   m.dir = std::filesystem::temp_directory_path() / name;
   std::filesystem::create_directories(m.dir);
   std::ofstream(m.dir / "config.json") << kConfig;
+  std::ofstream(m.dir / "preprocessor_config.json") << R"({"size": 28, "crop_size": 28})";
   m.llava = llava_test::tiny_config(kConfig);
   m.vision = llava_test::host_weights(m.llava, 31);
   m.vision.erase("model.language_model.norm.weight");  // llava_test's stand-in
@@ -160,8 +161,9 @@ LoadedLlava load(const TinyLlava& m, int chunk, bool with_encoder = true) {
   IB_ASSERT(engine.ok(), engine.ok() ? "" : engine.error().message.c_str());
   out.engine = std::move(engine).value();
   if (with_encoder) {
-    IB_ASSERT(check_vision_ops(*out.backend, out.model.name).ok(), "the CPU has vision ops");
-    auto encoder = load_llava_encoder(m.dir.string(), m.llava, *out.backend);
+    auto files = read_llava_files(m.dir.string());
+    IB_ASSERT(files.ok(), files.ok() ? "" : files.error().message.c_str());
+    auto encoder = load_llava_encoder(m.dir.string(), files->config, *out.backend);
     IB_ASSERT(encoder.ok(), encoder.ok() ? "" : encoder.error().message.c_str());
     IB_ASSERT(out.engine->set_vision_encoder(std::move(encoder).value()).ok(), "set encoder");
   }
@@ -357,6 +359,13 @@ TEST(LlavaEngine, RefusesImagesItCannotPlace) {
   r.prompt_tokens.insert(r.prompt_tokens.end(), 16, kImageToken);
   refused(r, "image tokens but its 1 image(s) take 16");
   EXPECT_TRUE(l.engine->add_request(request_of(1, p)).ok());
+
+  // A preprocessor whose crop is not the tower's image size is another checkpoint's.
+  std::ofstream(m.dir / "preprocessor_config.json") << R"({"size": 32, "crop_size": 32})";
+  auto files = read_llava_files(m.dir.string());
+  ASSERT_FALSE(files.ok());
+  EXPECT_NE(files.error().message.find("not the vision tower's image_size 28"), std::string::npos)
+      << files.error().message;
   std::filesystem::remove_all(m.dir);
 }
 
