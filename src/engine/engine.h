@@ -177,7 +177,8 @@ class Engine {
   // Queues a request. User errors: empty prompt, max_tokens <= 0, prompt + max_tokens beyond
   // max_model_len or beyond what the KV pool can ever hold, token ids outside the vocabulary,
   // prompt_logits_from outside [-1, prompt length), images without a vision encoder, of the wrong
-  // size, out of order or not on image_token_id placeholders (and placeholders without one).
+  // size, out of order or not on image_token_id placeholders (and, with images, placeholders
+  // left without one; a text-only request may hold the image token id).
   virtual Status add_request(GenerationRequest request) = 0;
   // Finishes a request early (kAborted event on the next step) and frees its KV blocks.
   virtual void abort_request(uint64_t id) = 0;

@@ -359,6 +359,10 @@ TEST(LlavaEngine, RefusesImagesItCannotPlace) {
   r.prompt_tokens.insert(r.prompt_tokens.end(), 16, kImageToken);
   refused(r, "image tokens but its 1 image(s) take 16");
   EXPECT_TRUE(l.engine->add_request(request_of(1, p)).ok());
+  // Text only: the image token id is an ordinary token then (random prompts draw it).
+  r = request_of(2, p);
+  r.images.clear();
+  EXPECT_TRUE(l.engine->add_request(r).ok());
 
   // A preprocessor whose crop is not the tower's image size is another checkpoint's.
   std::ofstream(m.dir / "preprocessor_config.json") << R"({"size": 32, "crop_size": 32})";
