@@ -141,7 +141,7 @@ struct LoadedLlava {
 };
 
 // Loads the checkpoint as the CLI does; chunk: --max-num-batched-tokens.
-LoadedLlava load(const TinyLlava& m, int chunk, bool with_encoder = true) {
+LoadedLlava load(const TinyLlava& m, int chunk, bool with_encoder = true, int kv_blocks = 0) {
   LoadedLlava out;
   std::ifstream in(m.dir / "config.json");
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -155,8 +155,9 @@ LoadedLlava load(const TinyLlava& m, int chunk, bool with_encoder = true) {
   config.capture_logits = true;
   config.max_num_batched_tokens = chunk;
   config.max_num_seqs = 4;
-  config.max_model_len = 128;
+  config.max_model_len = kv_blocks > 0 ? kv_blocks * 16 : 128;
   config.cpu_kv_cache_bytes = 8 << 20;
+  config.num_kv_blocks = kv_blocks;
   auto engine = create_engine(out.model, weights, config, *out.backend);
   IB_ASSERT(engine.ok(), engine.ok() ? "" : engine.error().message.c_str());
   out.engine = std::move(engine).value();
@@ -217,6 +218,7 @@ struct FirstToken {
   std::vector<float> logits;
   int visual_tokens = 0;
   int64_t encode_ns = 0;
+  std::vector<int32_t> tokens;  // every generated token
 };
 
 std::map<uint64_t, FirstToken> run(Engine& engine, int* images_encoded = nullptr) {
@@ -227,7 +229,8 @@ std::map<uint64_t, FirstToken> run(Engine& engine, int* images_encoded = nullptr
     IB_ASSERT(out.ok(), out.ok() ? "" : out.error().message.c_str());
     if (images_encoded != nullptr) *images_encoded += out->stats.num_images_encoded;
     for (TokenEvent& e : out->events) {
-      if (e.output_index == 0) first[e.request_id] = {e.logits, e.visual_tokens, e.encode_ns};
+      if (e.output_index == 0) first[e.request_id] = {e.logits, e.visual_tokens, e.encode_ns, {}};
+      first[e.request_id].tokens.push_back(e.token);
     }
   }
   return first;
@@ -281,6 +284,43 @@ TEST(LlavaEngine, FirstLogitsMatchTheDoubleReferenceOfTheWholeModel) {
     }
     std::filesystem::remove_all(m.dir);
   }
+}
+
+// A pool too small for both requests at once: one is preempted and recomputed; its images are
+// not encoded again and its first logits are still the reference's.
+TEST(LlavaEngine, APreemptedRequestKeepsItsImagesEmbeddings) {
+  const TinyLlava m = write_tiny_llava("ib_llava_engine_preempt", false);
+  const Prompt a = make_prompt(m.llava, 2, 11);
+  const Prompt b = make_prompt(m.llava, 2, 12);
+  auto start = [&](Engine& engine) {
+    for (const auto& [id, prompt] : std::map<uint64_t, const Prompt*>{{1, &a}, {2, &b}}) {
+      GenerationRequest r = request_of(id, *prompt);
+      r.max_tokens = 20;  // 60 tokens each: the first's decode needs the blocks the second holds
+      ASSERT_TRUE(engine.add_request(std::move(r)).ok());
+    }
+  };
+  LoadedLlava roomy = load(m, 8);
+  start(*roomy.engine);
+  const auto unpreempted = run(*roomy.engine);
+  EXPECT_EQ(roomy.engine->stats().preemptions, 0);
+  LoadedLlava l = load(m, 8, true, /*kv_blocks=*/4);
+  start(*l.engine);
+  int encoded = 0;
+  const auto first = run(*l.engine, &encoded);
+  EXPECT_GT(l.engine->stats().preemptions, 0);
+  EXPECT_EQ(encoded, 4);
+  for (const uint64_t id : {1, 2}) {
+    ASSERT_EQ(first.at(id).tokens.size(), 20u);
+    EXPECT_EQ(first.at(id).tokens, unpreempted.at(id).tokens) << "request " << id;
+  }
+  for (const auto& [id, prompt] : std::map<uint64_t, const Prompt*>{{1, &a}, {2, &b}}) {
+    const std::vector<double> want = reference_first_logits(m, l.model, *prompt);
+    double largest = 0;
+    for (double x : want) largest = std::max(largest, std::abs(x));
+    EXPECT_LE(max_abs_diff(first.at(id).logits, want), 1e-4 * std::max(1.0, largest))
+        << "request " << id;
+  }
+  std::filesystem::remove_all(m.dir);
 }
 
 TEST(LlavaEngine, OneChunkEqualsManyChunks) {
