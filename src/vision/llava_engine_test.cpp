@@ -339,7 +339,7 @@ TEST(LlavaEngine, OneChunkEqualsManyChunks) {
   std::filesystem::remove_all(m.dir);
 }
 
-TEST(LlavaEngine, Llava15ConfigIsALlamaWithLlamaConfigDefaults) {
+TEST(LlavaEngine, TheLlava15ConfigIsALlava) {
   const char* root = std::getenv("INFERBENCH_SOURCE_DIR");
   std::ifstream in(std::filesystem::path(root != nullptr ? root : ".") /
                    "src/vision/testdata/llava-1.5-7b-config.json");
@@ -347,17 +347,11 @@ TEST(LlavaEngine, Llava15ConfigIsALlamaWithLlamaConfigDefaults) {
   ASSERT_FALSE(json.empty()) << "run from the source tree or set INFERBENCH_SOURCE_DIR";
   auto c = parse_hf_config(json, "llava-1.5-7b");
   ASSERT_TRUE(c.ok()) << c.error().message;
-  EXPECT_EQ(c->family, "llama");
-  EXPECT_EQ(c->hf_architecture, "LlavaForConditionalGeneration");
+  // The published file's text_config leaves the sizes to LlamaConfig's defaults (hf_config_test
+  // checks them): a Llama-7B.
   EXPECT_TRUE(is_llava(*c));
-  EXPECT_EQ(c->hidden_size, 4096);
-  EXPECT_EQ(c->intermediate_size, 11008);
   EXPECT_EQ(c->num_layers, 32);
-  EXPECT_EQ(c->num_heads, 32);
-  EXPECT_EQ(c->num_kv_heads, 32);
   EXPECT_EQ(c->vocab_size, 32064);
-  EXPECT_EQ(c->max_position_embeddings, 4096);
-  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-5);
   EXPECT_FALSE(c->tie_word_embeddings);
 }
 
