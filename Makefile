@@ -23,7 +23,8 @@ deps:
 	scripts/install-deps $(if $(filter ON,$(BROWSER)),--with-browser,)
 
 configure: deps
-	cmake --preset $(PRESET) -DINFERBENCH_WERROR=ON -DINFERBENCH_BROWSER_TESTS=$(BROWSER)
+	cmake --preset $(PRESET) -DINFERBENCH_WERROR=ON -DINFERBENCH_BROWSER_TESTS=$(BROWSER) \
+	  -DINFERBENCH_VISION=ON
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)

@@ -1,7 +1,7 @@
 // Backend: the front door of backend/ — a Device (device.h: memory through one tracked
 // allocator, transfers, graphs, timing) with the op sets a forward pass needs (ops.h: DenseOps,
-// AttentionOps, QuantOps, and the optional FusedDecodeOps, MoeOps and LoraOps). The CPU backend
-// (cpu/) is the reference every other backend is tested against.
+// AttentionOps, QuantOps, and the optional FusedDecodeOps, MoeOps, LoraOps and VisionOps). The CPU
+// backend (cpu/) is the reference every other backend is tested against.
 //
 // Contract: ops are enqueued in call order on the device's single stream (the CPU backend runs
 // them synchronously); results are visible on the host only after synchronize() or
@@ -36,6 +36,8 @@ class Backend : public Device, public DenseOps, public AttentionOps, public Quan
   virtual MlaOps* mla_ops() { return nullptr; }
   // The LoRA ops (the CPU's and CUDA's), or nullptr where a backend has none.
   virtual LoraOps* lora_ops() { return nullptr; }
+  // A vision encoder's ops (the CPU's), or nullptr where the backend has none yet (CUDA).
+  virtual VisionOps* vision_ops() { return nullptr; }
   // Calibration: observer (null to stop) is called with every matmul's input x and weight before
   // the matmul computes. False where the backend cannot (the CPU and CUDA backends can).
   using MatmulObserver = std::function<void(const Tensor& x, const WeightRef& w)>;

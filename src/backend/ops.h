@@ -3,8 +3,9 @@
 // KV write, paged attention), QuantOps (quantizing weights at load) and the optional
 // FusedDecodeOps (the dense decoder's fused decode step, reached through
 // Backend::fused_decode_ops()), MoeOps (mixture-of-experts routing and expert MLPs, reached
-// through Backend::moe_ops()), MlaOps (multi-head latent attention, Backend::mla_ops()) and LoraOps
-// (LoRA adapters' low-rank updates, reached through Backend::lora_ops()).
+// through Backend::moe_ops()), MlaOps (multi-head latent attention, Backend::mla_ops()), LoraOps
+// (LoRA adapters' low-rank updates, reached through Backend::lora_ops()) and VisionOps (a ViT
+// vision encoder's blocks, reached through Backend::vision_ops()).
 //
 // Contract: tensors passed to ops live in the backend's memory (Device::alloc); shapes are
 // checked with IB_ASSERT. "act" below means the backend's activation dtype: fp32 on the CPU, the
@@ -310,6 +311,34 @@ class LoraOps {
       lora_apply(x, slot_ids, t.a, t.b, scales, t.row_offset, out);
     }
   }
+};
+
+// A vision encoder's blocks that a decoder does not have (CLIP's ViT and LLaVA's projector, used
+// by vision/clip_vision_tower.cpp): LayerNorm with a bias, residual adds, CLIP's and the
+// projector's activations and bidirectional attention over whole images. Optional: a backend
+// without them returns nullptr from Backend::vision_ops(), and an image model is refused on it
+// before any weight is loaded. All in act with fp32 arithmetic.
+enum class VisionActivation {
+  kQuickGelu,  // x * sigmoid(1.702 x) (CLIP's hidden_act "quick_gelu")
+  kGeluErf     // 0.5 x (1 + erf(x / sqrt(2))) ("gelu", LLaVA's projector_hidden_act)
+};
+
+class VisionOps {
+ public:
+  virtual ~VisionOps() = default;
+  // out (T, D) = (x - mean) / sqrt(var + eps) * weight + bias per row; mean and the biased
+  // variance in two passes over the row. x (T, D); weight, bias (D).
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                          Tensor out) = 0;
+  // x += y elementwise, rounded once; x and y the same shape.
+  virtual void add(Tensor x, const Tensor& y) = 0;
+  // x = act(x) in place.
+  virtual void activation(Tensor x, VisionActivation act) = 0;
+  // Unmasked attention within each sequence of seq_len consecutive rows (one image's tokens):
+  // qkv (B * S, 3 * H * hd) rows [q | k | v], head h's at h * hd in each; out (B * S, H * hd)
+  // = softmax(q k^T * scale) v per head, the softmax in two passes in fp32.
+  virtual void bidirectional_attention(const Tensor& qkv, int64_t seq_len, int num_heads,
+                                       float scale, Tensor out) = 0;
 };
 
 }  // namespace ib

@@ -100,6 +100,7 @@ class EngineImpl final : public Engine {
     if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
       return user_error(who + "top_p must be in (0, 1] (got " + std::to_string(s.top_p) + ")");
     }
+    IB_TRY(check_images(request, who));
     int lora_slot = -1;
     if (!request.lora_name.empty()) {
       const auto it = lora_slots_.find(request.lora_name);
@@ -116,6 +117,8 @@ class EngineImpl final : public Engine {
     }
     auto seq = std::make_unique<Sequence>(request, model_.eos_token_ids);
     seq->lora_slot = lora_slot;
+    seq->images = std::move(request.images);
+    seq->image_embeds.resize(seq->images.size());
     if (lora_slot >= 0) ++lora_users_[static_cast<size_t>(lora_slot)];
     lora_of_request_[request.id] = lora_slot;
     scheduler_.add(std::move(seq));
@@ -174,6 +177,14 @@ class EngineImpl final : public Engine {
 
   std::vector<std::string> lora_names() const override { return lora_order_; }
 
+  Status set_vision_encoder(std::unique_ptr<VisionEncoder> encoder) override {
+    if (vision_ != nullptr) return user_error("the engine already has a vision encoder");
+    if (has_unfinished()) return user_error("set the vision encoder before the first request");
+    vision_ = std::move(encoder);
+    return Ok{};
+  }
+  const VisionEncoder* vision_encoder() const override { return vision_.get(); }
+
   void abort_request(uint64_t id) override {
     std::unique_ptr<Sequence> seq = scheduler_.remove(id);
     if (!seq) return;
@@ -193,13 +204,14 @@ class EngineImpl final : public Engine {
     const detail::SchedulerOutput sched = scheduler_.schedule();
     out.stats.oom = step_oom_;
     if (sched.num_preempted > 0 && first_preemption_step_ < 0) first_preemption_step_ = steps_;
+    IB_TRY(encode_images(sched, out.stats));
     std::vector<detail::RunnerSeq> batch;
     for (const detail::ScheduledSeq& s : sched.seqs) {
       const Sequence& seq = *s.seq;
       const auto [logits_offset, logits_rows] = prompt_logit_rows(seq, s.num_tokens);
       batch.push_back({seq.tokens.data() + seq.num_computed, s.num_tokens, seq.num_computed,
                        &seq.block_table, s.sample, seq.sampling, seq.num_output(), logits_offset,
-                       logits_rows, seq.lora_slot});
+                       logits_rows, seq.lora_slot, input_embeds(seq, s.num_tokens)});
     }
     detail::RunnerOutput result;
     if (!batch.empty()) {
@@ -228,6 +240,10 @@ class EngineImpl final : public Engine {
       e.time_ns = token_time_ns;
       e.finish = s.seq->finish;
       if (config_.capture_logits) e.logits = std::move(result.logits[row]);
+      if (e.output_index == 0 && vision_ != nullptr) {
+        e.visual_tokens = static_cast<int>(s.seq->images.size() * vision_->tokens_per_image());
+        e.encode_ns = s.seq->encode_ns;
+      }
       out.events.push_back(std::move(e));
       ++row;
     }
@@ -306,6 +322,113 @@ class EngineImpl final : public Engine {
     if (it == lora_of_request_.end()) return;
     if (it->second >= 0) --lora_users_[static_cast<size_t>(it->second)];
     lora_of_request_.erase(it);
+  }
+
+  // A request's images: an encoder to take them, each of its size, in order on placeholders that
+  // fit the prompt, and no placeholder without an image.
+  Status check_images(const GenerationRequest& request, const std::string& who) const {
+    if (request.images.empty()) return Ok{};
+    if (vision_ == nullptr) {
+      return user_error(who + "the model '" + model_.name +
+                        "' takes no images (it has no vision tower); send text only");
+    }
+    const int64_t n = vision_->tokens_per_image();
+    const int32_t id = vision_->image_token_id();
+    const auto len = static_cast<int64_t>(request.prompt_tokens.size());
+    int64_t next_free = 0;
+    for (size_t i = 0; i < request.images.size(); ++i) {
+      const ImageInput& image = request.images[i];
+      const std::string name = who + "image " + std::to_string(i) + ": ";
+      if (static_cast<int64_t>(image.pixel_values.size()) != vision_->pixel_values_per_image()) {
+        return user_error(name + std::to_string(image.pixel_values.size()) +
+                          " pixel values; the vision encoder takes " +
+                          std::to_string(vision_->pixel_values_per_image()));
+      }
+      if (image.start_pos < next_free || image.start_pos + n > len) {
+        return user_error(name + "visual tokens at [" + std::to_string(image.start_pos) + ", " +
+                          std::to_string(image.start_pos + n) +
+                          ") overlap the previous image's or leave the prompt of " +
+                          std::to_string(len) + " tokens");
+      }
+      for (int64_t p = image.start_pos; p < image.start_pos + n; ++p) {
+        if (request.prompt_tokens[static_cast<size_t>(p)] != id) {
+          return user_error(name + "prompt position " + std::to_string(p) +
+                            " is not the image token " + std::to_string(id) +
+                            "; expand each placeholder to " + std::to_string(n) + " image tokens");
+        }
+      }
+      next_free = image.start_pos + n;
+    }
+    const auto placeholders =
+        std::count(request.prompt_tokens.begin(), request.prompt_tokens.end(), id);
+    if (placeholders != static_cast<int64_t>(request.images.size()) * n) {
+      return user_error(who + "the prompt holds " + std::to_string(placeholders) +
+                        " image tokens but its " + std::to_string(request.images.size()) +
+                        " image(s) take " +
+                        std::to_string(static_cast<int64_t>(request.images.size()) * n));
+    }
+    return Ok{};
+  }
+
+  // Runs the vision encoder once over every image that this step's chunks reach and that has no
+  // embeddings yet (a preempted sequence keeps its own); its pixel values are freed after.
+  Status encode_images(const detail::SchedulerOutput& sched, StepStats& stats) {
+    if (vision_ == nullptr) return Ok{};
+    std::vector<std::pair<Sequence*, size_t>> todo;
+    for (const detail::ScheduledSeq& s : sched.seqs) {
+      Sequence& seq = *s.seq;
+      for (size_t i = 0; i < seq.images.size(); ++i) {
+        const int begin = seq.images[i].start_pos;
+        if (seq.image_embeds[i].empty() && begin < seq.num_computed + s.num_tokens &&
+            begin + vision_->tokens_per_image() > seq.num_computed) {
+          todo.emplace_back(&seq, i);
+        }
+      }
+    }
+    if (todo.empty()) return Ok{};
+    const auto per_image = static_cast<size_t>(vision_->pixel_values_per_image());
+    std::vector<float> pixels(todo.size() * per_image);
+    for (size_t k = 0; k < todo.size(); ++k) {
+      const std::vector<float>& p = todo[k].first->images[todo[k].second].pixel_values;
+      std::copy(p.begin(), p.end(), pixels.begin() + static_cast<std::ptrdiff_t>(k * per_image));
+    }
+    const int64_t start = now_ns();
+    std::vector<float> embeds;
+    IB_TRY(vision_->encode(pixels, static_cast<int64_t>(todo.size()), embeds));
+    const int64_t elapsed = now_ns() - start;
+    const size_t rows = embeds.size() / todo.size();
+    IB_ASSERT(rows == static_cast<size_t>(vision_->tokens_per_image() * model_.hidden_size),
+              "VisionEncoder::encode: output of the wrong size");
+    Sequence* last = nullptr;
+    for (size_t k = 0; k < todo.size(); ++k) {
+      auto [seq, i] = todo[k];
+      const auto from = embeds.begin() + static_cast<std::ptrdiff_t>(k * rows);
+      seq->image_embeds[i].assign(from, from + static_cast<std::ptrdiff_t>(rows));
+      std::vector<float>().swap(seq->images[i].pixel_values);
+      if (seq != last) seq->encode_ns += elapsed;
+      last = seq;
+    }
+    stats.num_images_encoded = static_cast<int>(todo.size());
+    stats.encode_ns = elapsed;
+    return Ok{};
+  }
+
+  // The rows of a scheduled chunk that take visual embeddings instead of the image token's.
+  std::vector<detail::InputEmbeds> input_embeds(const Sequence& seq, int num_tokens) const {
+    std::vector<detail::InputEmbeds> out;
+    const int from = seq.num_computed;
+    const int to = seq.num_computed + num_tokens;
+    for (size_t i = 0; i < seq.images.size(); ++i) {
+      const auto n = static_cast<int>(vision_->tokens_per_image());
+      const int begin = std::max(from, seq.images[i].start_pos);
+      const int end = std::min(to, seq.images[i].start_pos + n);
+      if (begin >= end) continue;
+      const float* data =
+          seq.image_embeds[i].data() +
+          static_cast<int64_t>(begin - seq.images[i].start_pos) * model_.hidden_size;
+      out.push_back({begin - from, end - begin, data});
+    }
+    return out;
   }
 
   // The rows of a scheduled chunk whose prompt logits are due: {offset in the chunk, count}.
@@ -389,6 +512,7 @@ class EngineImpl final : public Engine {
   detail::Scheduler scheduler_;
   std::unordered_set<uint64_t> live_ids_;
   std::vector<TokenEvent> pending_aborts_;
+  std::unique_ptr<VisionEncoder> vision_;
   int64_t steps_ = 0;
   int64_t preemptions_ = 0;
   int64_t first_preemption_step_ = -1;
@@ -434,6 +558,11 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   if (model.mla.kv_lora_rank == 0) IB_TRY(backend.supports_attention(attention_shape(model)));
   IB_TRY(check_latent_cache_dtype(model, config, backend));
   if (config.enable_lora) IB_TRY(detail::ModelRunner::check_lora_runs(model, backend));
+  if (model.hf_architecture == "LlavaForConditionalGeneration" && backend.vision_ops() == nullptr) {
+    return user_error("model '" + model.name + "' is a vision-language model (LLaVA) and the " +
+                      backend.device_info().kind +
+                      " backend has no vision ops yet; run it with --device cpu");
+  }
   WeightOptions options = weights;
   IB_ASSIGN_OR_RETURN(options.quantization, quantization_weight_format(config.quantization));
   options.asymmetric = quantization_is_asymmetric(config.quantization);

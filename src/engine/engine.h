@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,30 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// One image of a request to a vision-language model (Engine::set_vision_encoder): its
+// preprocessed pixel values and where its visual tokens sit in the prompt. The prompt holds the
+// encoder's image_token_id at positions [start_pos, start_pos + tokens_per_image); at prefill
+// their input embeddings are replaced by the encoder's outputs for this image.
+struct ImageInput {
+  int start_pos = 0;
+  std::vector<float> pixel_values;  // VisionEncoder::pixel_values_per_image() values
+};
+
+// The vision side of a vision-language model (a vision tower and projector): turns images'
+// pixel values into their visual tokens' input embeddings. The engine runs it at prefill, once
+// per image, over all the images a step reaches at once, on the engine's thread.
+class VisionEncoder {
+ public:
+  virtual ~VisionEncoder() = default;
+  virtual int64_t tokens_per_image() const = 0;
+  virtual int64_t pixel_values_per_image() const = 0;
+  virtual int32_t image_token_id() const = 0;
+  // pixel_values (num_images, pixel_values_per_image) -> out (num_images * tokens_per_image,
+  // the language model's hidden size) f32, image after image.
+  virtual Status encode(std::span<const float> pixel_values, int64_t num_images,
+                        std::vector<float>& out) = 0;
+};
+
 struct GenerationRequest {
   uint64_t id = 0;                     // caller-chosen, unique among live requests
   std::vector<int32_t> prompt_tokens;  // non-empty
@@ -38,6 +63,8 @@ struct GenerationRequest {
   int prompt_logits_from = -1;
   // The LoRA adapter to apply (a name given to Engine::add_lora); empty: the base model.
   std::string lora_name;
+  // Images (a vision-language model only), in prompt order, their visual tokens not overlapping.
+  std::vector<ImageInput> images;
 };
 
 enum class FinishReason { kNone, kLength, kStop, kAborted };
@@ -50,13 +77,20 @@ struct TokenEvent {
   int64_t time_ns = 0;   // when the token became available (after sampling), on the one clock
   FinishReason finish = FinishReason::kNone;  // kNone while the request continues
   std::vector<float> logits;                  // only with EngineConfig::capture_logits
+  // On a request's first token (output_index 0): its visual tokens (images x tokens_per_image)
+  // and the time its images spent in the vision encoder (each encoder batch's wall time counts
+  // in full for every request that had an image in it); 0 without images.
+  int visual_tokens = 0;
+  int64_t encode_ns = 0;
 };
 
 struct StepStats {
   int num_seqs = 0;
   int num_prefill_tokens = 0;
   int num_decode_tokens = 0;
-  int num_preempted = 0;  // sequences preempted (recompute) during scheduling
+  int num_images_encoded = 0;  // images through the vision encoder in this step
+  int64_t encode_ns = 0;       // the encoder's wall time in this step (part of duration_ns)
+  int num_preempted = 0;       // sequences preempted (recompute) during scheduling
   int64_t start_ns = 0;
   int64_t duration_ns = 0;
   int64_t bytes_moved = 0;  // weights streamed + KV read + KV written (the step's floor)
@@ -142,7 +176,9 @@ class Engine {
 
   // Queues a request. User errors: empty prompt, max_tokens <= 0, prompt + max_tokens beyond
   // max_model_len or beyond what the KV pool can ever hold, token ids outside the vocabulary,
-  // prompt_logits_from outside [-1, prompt length).
+  // prompt_logits_from outside [-1, prompt length), images without a vision encoder, of the wrong
+  // size, out of order or not on image_token_id placeholders (and, with images, placeholders
+  // left without one; a text-only request may hold the image token id).
   virtual Status add_request(GenerationRequest request) = 0;
   // Finishes a request early (kAborted event on the next step) and frees its KV blocks.
   virtual void abort_request(uint64_t id) = 0;
@@ -174,6 +210,11 @@ class Engine {
   virtual Status add_lora(const std::string& name, const LoraAdapter& adapter) = 0;
   virtual Status remove_lora(const std::string& name) = 0;
   virtual std::vector<std::string> lora_names() const = 0;  // in load order
+
+  // Vision-language models: the encoder of the requests' images (its hidden size the model's),
+  // set once before the first request; null until then (a request with images is a user error).
+  virtual Status set_vision_encoder(std::unique_ptr<VisionEncoder> encoder) = 0;
+  virtual const VisionEncoder* vision_encoder() const = 0;
 };
 
 // Builds an engine: checks the model is supported, loads weights (their matmul weights in the

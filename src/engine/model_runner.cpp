@@ -371,7 +371,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
   return static_cast<int>(r);
 }
 
-void ModelRunner::forward(int num_tokens, int num_rows) {
+void ModelRunner::forward(int num_tokens, int num_rows, std::span<const RunnerSeq> batch) {
   const DType dt = backend_.activation_dtype();
   const int64_t t = num_tokens;
   const int64_t r = num_rows;
@@ -389,6 +389,15 @@ void ModelRunner::forward(int num_tokens, int num_rows) {
   // Fused: a decode step the backend fuses (the gains folded into dense weights, or passed).
   FusedDecodeOps* fused = fused_ops_ && fused_ops_->fused_decode(t) ? fused_ops_ : nullptr;
   backend_.embedding(token_ids_, weights_.embed, residual);
+  int64_t first = 0;  // the share's first row in the step
+  for (const RunnerSeq& seq : batch) {
+    for (const InputEmbeds& e : seq.input_embeds) {
+      IB_ASSERT(e.offset >= 0 && e.rows > 0 && e.offset + e.rows <= seq.num_tokens,
+                "ModelRunner: input embeddings outside their share");
+      backend_.copy_from_host(residual.slice_rows(first + e.offset, e.rows), e.data, DType::kF32);
+    }
+    first += seq.num_tokens;
+  }
   StepInputs in;
   in.positions = positions_;
   in.slot_mapping = slot_mapping_;

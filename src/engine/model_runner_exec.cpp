@@ -55,7 +55,8 @@ int ModelRunner::graph_bucket_for(std::span<const RunnerSeq> batch) const {
   if (graphs_.empty() || batch.empty()) return 0;
   for (const RunnerSeq& seq : batch) {
     if (seq.num_tokens != 1 || !seq.sample || seq.sampling.temperature > 0.0f ||
-        seq.start_pos + 1 > graph_max_context_ || seq.logits_rows > 0) {
+        seq.start_pos + 1 > graph_max_context_ || seq.logits_rows > 0 ||
+        !seq.input_embeds.empty()) {
       return 0;
     }
   }
@@ -77,7 +78,7 @@ Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool
   } else {
     rows = upload_metadata(batch);
     backend_.timer_start();
-    forward(attn_meta_.num_tokens, rows);
+    forward(attn_meta_.num_tokens, rows, batch);
     backend_.timer_stop();
   }
   IB_ASSIGN_OR_RETURN(RunnerOutput out, read_results(rows, capture_logits));

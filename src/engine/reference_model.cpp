@@ -167,6 +167,12 @@ HostWeights copy_weights_to_host(const ModelConfig& c, const ModelWeights& w, Ba
 
 std::vector<std::vector<double>> reference_logits(const ModelConfig& c, const HostWeights& w,
                                                   const std::vector<int32_t>& tokens) {
+  return reference_logits(c, w, tokens, {});
+}
+
+std::vector<std::vector<double>> reference_logits(
+    const ModelConfig& c, const HostWeights& w, const std::vector<int32_t>& tokens,
+    const std::vector<std::vector<double>>& input_embeds) {
   const size_t n = tokens.size();
   const auto d = static_cast<size_t>(c.hidden_size);
   const auto hd = static_cast<size_t>(c.head_dim);
@@ -182,6 +188,7 @@ std::vector<std::vector<double>> reference_logits(const ModelConfig& c, const Ho
   for (size_t t = 0; t < n; ++t) {
     for (size_t i = 0; i < d; ++i)
       x[t][i] = w.embed[static_cast<size_t>(tokens[t]) * d + i] * embed_scale;
+    if (t < input_embeds.size() && !input_embeds[t].empty()) x[t] = input_embeds[t];
   }
   for (size_t layer = 0; layer < w.layers.size(); ++layer) {
     const HostLayer& l = w.layers[layer];

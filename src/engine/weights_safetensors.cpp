@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/arch/architecture.h"
+#include "engine/detail/language_model_view.h"
 #include "engine/detail/weight_storage.h"
 #include "engine/int4_layouts.h"
 #include "model/safetensors.h"
@@ -366,6 +367,9 @@ Status load_checkpoint(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
 Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& backend,
                         DenseStaging& staging, ModelWeights& w) {
   IB_ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::open(path));
+  if (c.hf_architecture == "LlavaForConditionalGeneration") {
+    ckpt = language_model_view(std::move(ckpt));
+  }
   const CheckpointKind kind{"safetensors", "the config.json",
                             "Check that config.json (\"architectures\", \"num_hidden_layers\", "
                             "\"tie_word_embeddings\") describes these weights"};

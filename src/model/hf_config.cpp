@@ -216,6 +216,36 @@ Result<ModelConfig> read_config(const JsonFields& f, const std::string& name) {
   return c;
 }
 
+// LlavaForConditionalGeneration: its language model is text_config, a Llama whose absent fields
+// take LlamaConfig's defaults (llava-hf's files give only what differs from them).
+Result<ModelConfig> read_llava_text_config(const Json& root, const std::string& where,
+                                           const std::string& name) {
+  const auto text = root.find("text_config");
+  if (text == root.end() || !text->is_object()) {
+    return user_error(where +
+                      ": a LlavaForConditionalGeneration config needs a \"text_config\" "
+                      "object (the language model's)");
+  }
+  Json merged = {{"architectures", Json::array({"LlamaForCausalLM"})},
+                 {"model_type", "llama"},
+                 {"vocab_size", 32000},
+                 {"hidden_size", 4096},
+                 {"intermediate_size", 11008},
+                 {"num_hidden_layers", 32},
+                 {"num_attention_heads", 32},
+                 {"max_position_embeddings", 2048},
+                 {"rms_norm_eps", 1e-6}};
+  for (const auto& [key, value] : text->items()) merged[key] = value;
+  if (merged["model_type"] != "llama") {
+    return user_error(where + ": text_config.model_type " + merged["model_type"].dump() +
+                      " is not supported in a LLaVA checkpoint; inferbench runs Llama ones");
+  }
+  merged["architectures"] = Json::array({"LlamaForCausalLM"});
+  IB_ASSIGN_OR_RETURN(ModelConfig c, read_config(JsonFields(merged, where + " text_config"), name));
+  c.hf_architecture = "LlavaForConditionalGeneration";
+  return c;
+}
+
 }  // namespace
 
 Result<ModelConfig> parse_hf_config(std::string_view json, const std::string& name) {
@@ -224,6 +254,11 @@ Result<ModelConfig> parse_hf_config(std::string_view json, const std::string& na
   if (root.is_discarded()) return user_error(where + " is not valid JSON; re-download it");
   if (!root.is_object()) return user_error(where + " is not a JSON object");
   try {
+    const auto arch = root.find("architectures");
+    if (arch != root.end() && arch->is_array() && !arch->empty() &&
+        (*arch)[0] == "LlavaForConditionalGeneration") {
+      return read_llava_text_config(root, where, name);
+    }
     return read_config(JsonFields(root, where), name);
   } catch (const Json::exception& e) {  // defensive: every access above is type-checked
     return user_error(where + ": " + e.what());

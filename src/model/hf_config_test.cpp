@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/fs.h"
 #include "model/presets.h"
@@ -490,6 +493,37 @@ TEST(HfConfig, QuantizationConfigOfFp8CheckpointsAndRefusals) {
       {"g": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
       "input_activations": {"num_bits": 8, "type": "float", "dynamic": true}}}})",
           "8-bit float with int weights");
+}
+
+// LLaVA's language model is its text_config, a Llama whose absent fields are LlamaConfig's
+// defaults (llava-hf's files give only what differs).
+TEST(HfConfig, LlavaTextConfigIsALlamaWithLlamaConfigDefaults) {
+  auto c = parse_hf_config(R"({"architectures": ["LlavaForConditionalGeneration"],
+      "text_config": {"model_type": "llama", "max_position_embeddings": 4096,
+                      "rms_norm_eps": 1e-05, "vocab_size": 32064},
+      "vision_config": {"hidden_size": 1024}})",
+                           "llava");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->family, "llama");
+  EXPECT_EQ(c->hf_architecture, "LlavaForConditionalGeneration");
+  EXPECT_EQ(c->hidden_size, 4096);
+  EXPECT_EQ(c->intermediate_size, 11008);
+  EXPECT_EQ(c->num_layers, 32);
+  EXPECT_EQ(c->num_kv_heads, 32);
+  EXPECT_EQ(c->vocab_size, 32064);
+  EXPECT_EQ(c->max_position_embeddings, 4096);
+  for (const auto& [bad, words] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"architectures": ["LlavaForConditionalGeneration"]})", "\"text_config\""},
+           {R"({"architectures": ["LlavaForConditionalGeneration"],
+                "text_config": {"model_type": "mistral"}})",
+            "\"mistral\" is not supported"},
+           {R"({"architectures": ["LlavaForConditionalGeneration"],
+                "text_config": {"hidden_size": "big"}})",
+            "text_config"}}) {
+    auto refused = parse_hf_config(bad, "x");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.error().message.find(words), std::string::npos) << refused.error().message;
+  }
 }
 
 }  // namespace

@@ -155,12 +155,20 @@ std::optional<ApiError> read_content(const json& c, const std::string& param, st
     return std::nullopt;
   }
   if (!c.is_array()) return wrong_type(param, "a string or an array of text parts", c);
-  for (const json& part : c) {
+  for (size_t i = 0; i < c.size(); ++i) {
+    const json& part = c[i];
     if (!part.is_object()) return wrong_type(param, "an array of text parts", part);
     auto type = part.find("type");
     auto text = part.find("text");
+    const std::string part_param = fmt::format("{}[{}]", param, i);
+    if (type != part.end() && type->is_string() && type->get<std::string>() == "image_url") {
+      return bad(part_param,
+                 "the served model has no vision tower, so it cannot take image_url parts; "
+                 "send text parts only",
+                 "unsupported");
+    }
     if (type == part.end() || !type->is_string() || type->get<std::string>() != "text") {
-      return bad(param, "only content parts of type \"text\" are supported", "unsupported");
+      return bad(part_param, "only content parts of type \"text\" are supported", "unsupported");
     }
     if (text == part.end() || !text->is_string()) {
       return wrong_type(param + ".text", "a string", text == part.end() ? json() : *text);

@@ -105,7 +105,10 @@ TEST(Protocol, RejectsBadInputNamingTheField) {
       {R"({"messages": [{"role": "user", "content": 7}]})", ApiKind::kChat, "messages[0].content",
        "invalid_type"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", ApiKind::kChat,
-       "messages[0].content", "unsupported"},
+       "messages[0].content[0]", "unsupported"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+          {"type": "input_audio"}]}]})",
+       ApiKind::kChat, "messages[0].content[1]", "unsupported"},
   };
   for (const Case& c : cases) {
     const ApiError e = parse_err(c.body, c.kind);
@@ -114,6 +117,16 @@ TEST(Protocol, RejectsBadInputNamingTheField) {
     EXPECT_EQ(e.code, c.code) << c.body << ": " << e.message;
     EXPECT_FALSE(e.message.empty());
   }
+}
+
+TEST(Protocol, AnImageToAModelWithoutAVisionTowerIsNamed) {
+  const ApiError e = parse_err(R"({"messages": [{"role": "user", "content": [
+      {"type": "text", "text": "what is it?"},
+      {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]})",
+                               ApiKind::kChat);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "messages[0].content[1]");
+  EXPECT_NE(e.message.find("no vision tower"), std::string::npos) << e.message;
 }
 
 TEST(Protocol, ChecksAgainstTheModel) {

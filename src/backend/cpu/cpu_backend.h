@@ -1,10 +1,10 @@
 // CpuBackend: the fp32 reference implementation of Backend (dense, 8-bit and 4-bit weights,
-// backend/weight.h; the mixture-of-experts, multi-head latent attention and LoRA ops; no fused
-// decode ops), multi-threaded through a ThreadPool. Every op runs synchronously on the calling
-// thread plus the pool's workers. Weights and activations are fp32 (activation_dtype() == kF32);
-// the factory refuses bf16/fp16 for the CPU. Numerics (the contract CUDA kernels are compared
-// against): dot products as cpu::dot_f32 (detail/dot.h); RMSNorm sums squares the same way and
-// scales by 1 / sqrt(mean + eps); attention is a two-pass softmax in fp32; sampling accumulates
+// backend/weight.h; the mixture-of-experts, multi-head latent attention, LoRA and vision ops; no
+// fused decode ops), multi-threaded through a ThreadPool. Every op runs synchronously on the
+// calling thread plus the pool's workers. Weights and activations are fp32 (activation_dtype() ==
+// kF32); the factory refuses bf16/fp16 for the CPU. Numerics (the contract CUDA kernels are
+// compared against): dot products as cpu::dot_f32 (detail/dot.h); RMSNorm sums squares the same way
+// and scales by 1 / sqrt(mean + eps); attention is a two-pass softmax in fp32; sampling accumulates
 // probabilities in double.
 #pragma once
 
@@ -15,7 +15,11 @@
 
 namespace ib {
 
-class CpuBackend final : public Backend, public MoeOps, public MlaOps, public LoraOps {
+class CpuBackend final : public Backend,
+                         public MoeOps,
+                         public MlaOps,
+                         public LoraOps,
+                         public VisionOps {
  public:
   // num_threads <= 0: one per hardware thread.
   explicit CpuBackend(int num_threads);
@@ -80,6 +84,14 @@ class CpuBackend final : public Backend, public MoeOps, public MlaOps, public Lo
   LoraOps* lora_ops() override { return this; }
   void lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a, const Tensor& b,
                   const Tensor& scales, int64_t row_offset, Tensor out) override;  // cpu/lora.cpp
+
+  VisionOps* vision_ops() override { return this; }  // cpu/vision.cpp
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                  Tensor out) override;
+  void add(Tensor x, const Tensor& y) override;
+  void activation(Tensor x, VisionActivation act) override;
+  void bidirectional_attention(const Tensor& qkv, int64_t seq_len, int num_heads, float scale,
+                               Tensor out) override;
 
  protected:
   Result<void*> raw_alloc(size_t bytes) override;

@@ -25,6 +25,14 @@
 
 namespace ib::detail {
 
+// Rows of a share whose input embeddings are given (a vision encoder's outputs) instead of
+// looked up: rows [offset, offset + rows) of the share take data (rows, D) f32.
+struct InputEmbeds {
+  int offset = 0;
+  int rows = 0;
+  const float* data = nullptr;
+};
+
 // One sequence's share of a step: num_tokens tokens at positions start_pos, start_pos + 1, ...
 struct RunnerSeq {
   const int32_t* tokens = nullptr;
@@ -39,6 +47,7 @@ struct RunnerSeq {
   int logits_offset = 0;
   int logits_rows = 0;
   int lora_slot = -1;  // LoRA adapter slot of every token of this share; -1: the base model
+  std::vector<InputEmbeds> input_embeds;  // such a batch runs eager
 };
 
 struct RunnerLimits {
@@ -118,7 +127,8 @@ class ModelRunner {
   // Fills the host staging words and uploads them; sets the views below. Returns rows to sample.
   // pad_to > 0: the fixed layout of decode bucket pad_to (padding rows, graph_width_ wide tables).
   int upload_metadata(std::span<const RunnerSeq> batch, int pad_to = 0);
-  void forward(int num_tokens, int num_rows);
+  // batch: its input_embeds replace the looked-up embeddings (empty for graph capture).
+  void forward(int num_tokens, int num_rows, std::span<const RunnerSeq> batch = {});
   // The bucket that replays this batch, or 0 when it must run eager.
   int graph_bucket_for(std::span<const RunnerSeq> batch) const;
   Result<RunnerOutput> read_results(int rows, bool capture_logits);

@@ -32,5 +32,10 @@ HostWeights copy_weights_to_host(const ModelConfig& config, const ModelWeights& 
 // Logits (num_tokens, vocab) after every position of tokens, causal attention from position 0.
 std::vector<std::vector<double>> reference_logits(const ModelConfig& config, const HostWeights& w,
                                                   const std::vector<int32_t>& tokens);
+// The same with position t's embedding replaced by input_embeds[t] where that row is non-empty
+// (a vision encoder's output, (D) each).
+std::vector<std::vector<double>> reference_logits(
+    const ModelConfig& config, const HostWeights& w, const std::vector<int32_t>& tokens,
+    const std::vector<std::vector<double>>& input_embeds);
 
 }  // namespace ib::testing

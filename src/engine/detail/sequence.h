@@ -26,6 +26,11 @@ struct Sequence {
   int prompt_logits_next = -1;
   FinishReason finish = FinishReason::kNone;
   int lora_slot = -1;  // the LoRA adapter's device slot; -1: the base model
+  // Images (GenerationRequest::images, moved in by the engine) and, once the encoder has run on
+  // them, their visual tokens' embeddings (tokens_per_image, D) f32, kept across preemption.
+  std::vector<ImageInput> images;
+  std::vector<std::vector<float>> image_embeds;  // per image; empty until encoded
+  int64_t encode_ns = 0;                         // wall time of the encoder batches it was in
 
   Sequence(const GenerationRequest& request, const std::vector<int>& eos_token_ids);
 

@@ -1,0 +1,65 @@
+// The language model of a LLaVA checkpoint under a causal LM's tensor names.
+#include "engine/detail/language_model_view.h"
+
+#include <map>
+#include <string_view>
+#include <utility>
+
+namespace ib::detail {
+namespace {
+
+// Checkpoint prefix -> the causal LM's, both layouts.
+constexpr std::pair<std::string_view, std::string_view> kPrefixes[] = {
+    {"model.language_model.", "model."},
+    {"lm_head.", "lm_head."},
+    {"language_model.model.", "model."},
+    {"language_model.lm_head.", "lm_head."},
+};
+
+class LanguageModelView final : public SafetensorsCheckpoint {
+ public:
+  explicit LanguageModelView(std::unique_ptr<SafetensorsCheckpoint> inner)
+      : inner_(std::move(inner)) {
+    for (const std::string& name : inner_->names()) {
+      std::string view = language_model_name(name);
+      if (!view.empty()) to_inner_.emplace(std::move(view), name);
+    }
+  }
+  bool contains(const std::string& name) const override { return to_inner_.contains(name); }
+  Result<HostTensorRef> get(const std::string& name) const override {
+    const auto it = to_inner_.find(name);
+    if (it == to_inner_.end()) {
+      return user_error("the LLaVA checkpoint has no language model tensor '" + name + "'");
+    }
+    return inner_->get(it->second);
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    out.reserve(to_inner_.size());
+    for (const auto& [view, inner] : to_inner_) out.push_back(view);
+    return out;
+  }
+  std::vector<std::string> files() const override { return inner_->files(); }
+
+ private:
+  std::unique_ptr<SafetensorsCheckpoint> inner_;
+  std::map<std::string, std::string> to_inner_;  // view name -> checkpoint name
+};
+
+}  // namespace
+
+std::string language_model_name(const std::string& checkpoint_name) {
+  for (const auto& [from, to] : kPrefixes) {
+    if (checkpoint_name.starts_with(from)) {
+      return std::string(to) + checkpoint_name.substr(from.size());
+    }
+  }
+  return "";
+}
+
+std::unique_ptr<SafetensorsCheckpoint> language_model_view(
+    std::unique_ptr<SafetensorsCheckpoint> checkpoint) {
+  return std::make_unique<LanguageModelView>(std::move(checkpoint));
+}
+
+}  // namespace ib::detail

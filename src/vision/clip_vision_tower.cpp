@@ -1,0 +1,316 @@
+// The CLIP vision tower and LLaVA's projector: weights (schema, loading, seeded) and the forward.
+#include "vision/clip_vision_tower.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+namespace ib {
+
+namespace {
+
+// The prefixes of a layout.
+struct Prefixes {
+  std::string tower_root;  // "model.vision_tower."
+  std::string tower;       // "model.vision_tower.vision_model."
+  std::string projector;   // "model.multi_modal_projector."
+};
+
+Prefixes prefixes(LlavaTensorLayout layout) {
+  const std::string root = layout == LlavaTensorLayout::kTransformers5 ? "model." : "";
+  return {root + "vision_tower.", root + "vision_tower.vision_model.",
+          root + "multi_modal_projector."};
+}
+
+// A tensor to fill: its checkpoint name, the stored shape, and its destination rows.
+struct Slot {
+  std::string name;
+  std::vector<int64_t> shape;
+  Tensor dst;
+  bool gain = false;  // a LayerNorm weight (seeded around 1)
+};
+
+// Allocates the weights' tensors one buffer each, and lists the slots that fill them.
+class WeightBuilder {
+ public:
+  WeightBuilder(Backend& backend, LlavaVisionWeights& weights)
+      : backend_(backend), weights_(weights) {}
+
+  // A tensor of shape dims filled from `name` stored as `stored` (dims when empty); a fused
+  // weight's parts come from several names (add_part).
+  Result<Tensor> add(const std::string& name, std::vector<int64_t> dims,
+                     std::vector<int64_t> stored = {}, bool gain = false) {
+    Tensor probe;
+    probe.dtype = backend_.activation_dtype();
+    probe.rank = static_cast<int>(dims.size());
+    for (size_t i = 0; i < dims.size(); ++i) probe.shape[i] = dims[i];
+    auto buffer = backend_.alloc(probe.bytes(), MemoryTag::kWeights);
+    if (!buffer.ok()) return buffer.error();
+    probe.data = buffer->data();
+    weights_.bytes += static_cast<int64_t>(buffer->bytes());
+    weights_.storage.push_back(std::move(*buffer));
+    if (!name.empty()) slots_.push_back(Slot{name, stored.empty() ? dims : stored, probe, gain});
+    return probe;
+  }
+  void add_part(const std::string& name, std::vector<int64_t> shape, Tensor dst) {
+    slots_.push_back(Slot{name, std::move(shape), dst, false});
+  }
+  const std::vector<Slot>& slots() const { return slots_; }
+
+ private:
+  Backend& backend_;
+  LlavaVisionWeights& weights_;
+  std::vector<Slot> slots_;
+};
+
+// Allocates every weight and lists where each checkpoint tensor goes.
+Result<std::vector<Slot>> build(Backend& backend, const LlavaConfig& config,
+                                LlavaTensorLayout layout, LlavaVisionWeights& w) {
+  const Prefixes names = prefixes(layout);
+  const ClipVisionConfig& v = config.vision;
+  const int64_t d = v.hidden_size, f = v.intermediate_size, p = v.patch_size_px;
+  const int64_t dt = config.text_hidden_size, positions = v.patches_per_image() + 1;
+  const std::string e = names.tower + "embeddings.";
+  WeightBuilder b(backend, w);
+  Status status = Ok{};
+  auto take = [&](Result<Tensor> r, Tensor& into) {
+    if (!r.ok() && status.ok()) status = r.error();
+    if (r.ok()) into = *r;
+  };
+  take(b.add(e + "patch_embedding.weight", {d, 3 * p * p}, {d, 3, p, p}), w.patch);
+  take(b.add(e + "class_embedding", {d}), w.class_embedding);
+  take(b.add(e + "position_embedding.weight", {positions, d}), w.position);
+  take(b.add(names.tower + "pre_layrnorm.weight", {d}, {}, true), w.pre_ln_weight);
+  take(b.add(names.tower + "pre_layrnorm.bias", {d}), w.pre_ln_bias);
+  w.layers.resize(static_cast<size_t>(config.layers_to_run()));
+  for (size_t i = 0; i < w.layers.size() && status.ok(); ++i) {
+    const std::string l = names.tower + "encoder.layers." + std::to_string(i) + ".";
+    ClipEncoderLayer& layer = w.layers[i];
+    take(b.add(l + "layer_norm1.weight", {d}, {}, true), layer.ln1_weight);
+    take(b.add(l + "layer_norm1.bias", {d}), layer.ln1_bias);
+    take(b.add("", {3 * d, d}), layer.qkv);
+    take(b.add("", {3 * d}), layer.qkv_bias);
+    if (!status.ok()) break;
+    const char* parts[] = {"q_proj", "k_proj", "v_proj"};
+    for (int64_t j = 0; j < 3; ++j) {
+      const std::string a = l + "self_attn." + parts[j];
+      b.add_part(a + ".weight", {d, d}, layer.qkv.slice_rows(j * d, d));
+      b.add_part(a + ".bias", {d}, layer.qkv_bias.slice_rows(j * d, d));
+    }
+    take(b.add(l + "self_attn.out_proj.weight", {d, d}), layer.o);
+    take(b.add(l + "self_attn.out_proj.bias", {d}), layer.o_bias);
+    take(b.add(l + "layer_norm2.weight", {d}, {}, true), layer.ln2_weight);
+    take(b.add(l + "layer_norm2.bias", {d}), layer.ln2_bias);
+    take(b.add(l + "mlp.fc1.weight", {f, d}), layer.fc1);
+    take(b.add(l + "mlp.fc1.bias", {f}), layer.fc1_bias);
+    take(b.add(l + "mlp.fc2.weight", {d, f}), layer.fc2);
+    take(b.add(l + "mlp.fc2.bias", {d}), layer.fc2_bias);
+  }
+  const std::string& pr = names.projector;
+  take(b.add(pr + "linear_1.weight", {dt, d}), w.proj1);
+  take(b.add(pr + "linear_2.weight", {dt, dt}), w.proj2);
+  if (config.projector_bias) {
+    take(b.add(pr + "linear_1.bias", {dt}), w.proj1_bias);
+    take(b.add(pr + "linear_2.bias", {dt}), w.proj2_bias);
+  }
+  if (!status.ok()) return status.error();
+  return b.slots();
+}
+
+// Whether a name under the vision prefixes is one the path may ignore: the post_layernorm and
+// the layers after the feature layer.
+bool ignorable(const std::string& name, const LlavaConfig& config, const Prefixes& names) {
+  const std::string& tower = names.tower;
+  if (name.rfind(tower + "post_layernorm.", 0) == 0) return true;
+  const std::string layers = tower + "encoder.layers.";
+  if (name.rfind(layers, 0) != 0) return false;
+  const int layer = std::atoi(name.c_str() + layers.size());
+  return layer >= config.layers_to_run() && layer < config.vision.num_hidden_layers;
+}
+
+bool under_vision_prefix(const std::string& name, const Prefixes& names) {
+  return name.rfind(names.tower_root, 0) == 0 || name.rfind(names.projector, 0) == 0;
+}
+
+}  // namespace
+
+std::vector<VisionTensorName> llava_vision_schema(const LlavaConfig& config,
+                                                  LlavaTensorLayout layout) {
+  const Prefixes pre = prefixes(layout);
+  std::vector<VisionTensorName> names;
+  const ClipVisionConfig& v = config.vision;
+  const int64_t d = v.hidden_size, f = v.intermediate_size, p = v.patch_size_px;
+  const int64_t dt = config.text_hidden_size;
+  const std::string e = pre.tower + "embeddings.";
+  names.push_back({e + "patch_embedding.weight", {d, 3, p, p}});
+  names.push_back({e + "class_embedding", {d}});
+  names.push_back({e + "position_embedding.weight", {v.patches_per_image() + 1, d}});
+  names.push_back({pre.tower + "pre_layrnorm.weight", {d}});
+  names.push_back({pre.tower + "pre_layrnorm.bias", {d}});
+  for (int i = 0; i < config.layers_to_run(); ++i) {
+    const std::string l = pre.tower + "encoder.layers." + std::to_string(i) + ".";
+    for (const char* n : {"layer_norm1", "layer_norm2"}) {
+      names.push_back({l + n + ".weight", {d}});
+      names.push_back({l + n + ".bias", {d}});
+    }
+    for (const char* n : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+      names.push_back({l + "self_attn." + n + ".weight", {d, d}});
+      names.push_back({l + "self_attn." + n + ".bias", {d}});
+    }
+    names.push_back({l + "mlp.fc1.weight", {f, d}});
+    names.push_back({l + "mlp.fc1.bias", {f}});
+    names.push_back({l + "mlp.fc2.weight", {d, f}});
+    names.push_back({l + "mlp.fc2.bias", {d}});
+  }
+  names.push_back({pre.projector + "linear_1.weight", {dt, d}});
+  names.push_back({pre.projector + "linear_2.weight", {dt, dt}});
+  if (config.projector_bias) {
+    names.push_back({pre.projector + "linear_1.bias", {dt}});
+    names.push_back({pre.projector + "linear_2.bias", {dt}});
+  }
+  return names;
+}
+
+Result<LlavaVisionWeights> load_llava_vision_weights(Backend& backend,
+                                                     const SafetensorsCheckpoint& checkpoint,
+                                                     const LlavaConfig& config) {
+  LlavaTensorLayout layout = LlavaTensorLayout::kTransformers5;
+  const std::string probe = "embeddings.class_embedding";
+  if (!checkpoint.contains(prefixes(layout).tower + probe)) {
+    layout = LlavaTensorLayout::kLegacy;
+    if (!checkpoint.contains(prefixes(layout).tower + probe)) {
+      return user_error("the checkpoint has neither " +
+                        prefixes(LlavaTensorLayout::kTransformers5).tower + probe + " nor " +
+                        prefixes(layout).tower + probe +
+                        ": no LLaVA CLIP vision tower (is it a LlavaForConditionalGeneration "
+                        "checkpoint?)");
+    }
+  }
+  const Prefixes names = prefixes(layout);
+  std::set<std::string> known;
+  for (const auto& n : llava_vision_schema(config, layout)) known.insert(n.name);
+  for (const std::string& name : checkpoint.names()) {
+    if (under_vision_prefix(name, names) && known.count(name) == 0 &&
+        !ignorable(name, config, names)) {
+      return user_error("the checkpoint holds " + name +
+                        ", which a LLaVA CLIP vision tower does not have; is config.json the "
+                        "checkpoint's own?");
+    }
+  }
+  LlavaVisionWeights weights;
+  auto slots = build(backend, config, layout, weights);
+  if (!slots.ok()) return slots.error();
+  for (const Slot& slot : *slots) {
+    if (!checkpoint.contains(slot.name)) {
+      return user_error("the checkpoint has no " + slot.name + " " + shape_string(slot.shape) +
+                        ", which the LLaVA vision tower reads; a LlavaForConditionalGeneration "
+                        "checkpoint saved by transformers 5 names it so");
+    }
+    auto ref = checkpoint.get(slot.name);
+    if (!ref.ok()) return ref.error();
+    if (ref->shape != slot.shape) {
+      return user_error(slot.name + " is " + shape_string(ref->shape) + " in the checkpoint, " +
+                        shape_string(slot.shape) + " by config.json's vision_config");
+    }
+    backend.copy_from_host(slot.dst, ref->data, ref->dtype);
+  }
+  return weights;
+}
+
+Result<LlavaVisionWeights> random_llava_vision_weights(Backend& backend, const LlavaConfig& config,
+                                                       uint64_t seed, float scale) {
+  LlavaVisionWeights weights;
+  auto slots = build(backend, config, LlavaTensorLayout::kTransformers5, weights);
+  if (!slots.ok()) return slots.error();
+  uint64_t stream = 0;
+  for (const Slot& slot : *slots) {
+    backend.fill_uniform(slot.dst, seed, stream++, slot.gain ? 0.1f : scale);
+    if (slot.gain) backend.affine(slot.dst, 1.0f, 1.0f);
+  }
+  return weights;
+}
+
+Status encode_llava_images(Backend& backend, const LlavaVisionWeights& w, const LlavaConfig& config,
+                           std::span<const float> pixel_values, int64_t num_images, Tensor out) {
+  VisionOps* ops = backend.vision_ops();
+  IB_ASSERT(ops != nullptr, "encode_llava_images on a backend without vision ops");
+  const ClipVisionConfig& v = config.vision;
+  const int64_t d = v.hidden_size, f = v.intermediate_size, p = v.patch_size_px;
+  const int64_t s = v.image_size_px, grid = s / p, patches = grid * grid, seq = patches + 1;
+  const int64_t t = num_images * seq, dt = config.text_hidden_size;
+  const int64_t per_image = config.tokens_per_image();
+  IB_ASSERT(static_cast<int64_t>(pixel_values.size()) == num_images * 3 * s * s,
+            "pixel_values must be (N, 3, image_size, image_size)");
+  IB_ASSERT(out.rows() == num_images * per_image && out.row_size() == dt,
+            "out must be (N * tokens_per_image, text hidden size)");
+  // The patches unfolded on the host, each row (c, ky, kx) as the convolution weight's columns.
+  std::vector<float> unfolded(static_cast<size_t>(num_images * patches * 3 * p * p));
+  for (int64_t n = 0; n < num_images; ++n) {
+    for (int64_t c = 0; c < 3; ++c) {
+      for (int64_t y = 0; y < s; ++y) {
+        for (int64_t x = 0; x < s; ++x) {
+          const int64_t row = n * patches + (y / p) * grid + x / p;
+          const int64_t col = (c * p + y % p) * p + x % p;
+          unfolded[static_cast<size_t>(row * 3 * p * p + col)] =
+              pixel_values[static_cast<size_t>(((n * 3 + c) * s + y) * s + x)];
+        }
+      }
+    }
+  }
+  const DType act = backend.activation_dtype();
+  std::vector<Buffer> scratch;
+  auto alloc = [&](std::initializer_list<int64_t> dims) -> Result<Tensor> {
+    Tensor probe(nullptr, act, dims);
+    auto buffer = backend.alloc(probe.bytes(), MemoryTag::kActivations);
+    if (!buffer.ok()) return buffer.error();
+    scratch.push_back(std::move(*buffer));
+    return scratch.back().view(act, dims);
+  };
+  auto patches_in = alloc({num_images * patches, 3 * p * p});  // (N P, 3 p p)
+  auto h = alloc({t, d});              // (N (P + 1), D): the residual stream
+  auto x = alloc({t, d});              // (N (P + 1), D): normed input, attention output
+  auto tmp = alloc({t, d});            // (N (P + 1), D): out_proj and fc2 outputs
+  auto qkv = alloc({t, 3 * d});        // (N (P + 1), 3D)
+  auto mlp = alloc({t, f});            // (N (P + 1), F)
+  auto proj = alloc({per_image, dt});  // (tokens per image, Dt)
+  for (const auto* r : {&patches_in, &h, &x, &tmp, &qkv, &mlp, &proj}) {
+    if (!r->ok()) return r->error();
+  }
+  backend.copy_from_host(*patches_in, unfolded.data(), DType::kF32);
+  // Embeddings: [class; patches @ W^T] + positions, per image.
+  for (int64_t n = 0; n < num_images; ++n) {
+    Tensor image = h->slice_rows(n * seq, seq);
+    backend.matmul(patches_in->slice_rows(n * patches, patches), w.patch, nullptr,
+                   image.slice_rows(1, patches));
+    backend.copy_on_device(image.slice_rows(0, 1), w.class_embedding.reshaped({1, d}));
+    ops->add(image, w.position);
+  }
+  const auto eps = static_cast<float>(v.layer_norm_eps);
+  ops->layer_norm(*h, w.pre_ln_weight, w.pre_ln_bias, eps, *x);
+  backend.copy_on_device(*h, *x);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(v.head_dim()));
+  for (const ClipEncoderLayer& layer : w.layers) {
+    ops->layer_norm(*h, layer.ln1_weight, layer.ln1_bias, eps, *x);
+    backend.matmul(*x, layer.qkv, &layer.qkv_bias, *qkv);
+    ops->bidirectional_attention(*qkv, seq, v.num_attention_heads, scale, *x);
+    backend.matmul(*x, layer.o, &layer.o_bias, *tmp);
+    ops->add(*h, *tmp);
+    ops->layer_norm(*h, layer.ln2_weight, layer.ln2_bias, eps, *x);
+    backend.matmul(*x, layer.fc1, &layer.fc1_bias, *mlp);
+    ops->activation(*mlp, VisionActivation::kQuickGelu);
+    backend.matmul(*mlp, layer.fc2, &layer.fc2_bias, *tmp);
+    ops->add(*h, *tmp);
+  }
+  // The projector over each image's selected tokens.
+  const int64_t first = config.drop_class_token ? 1 : 0;
+  for (int64_t n = 0; n < num_images; ++n) {
+    const Tensor selected = h->slice_rows(n * seq + first, per_image);
+    backend.matmul(selected, w.proj1, w.proj1_bias.empty() ? nullptr : &w.proj1_bias, *proj);
+    ops->activation(*proj, VisionActivation::kGeluErf);
+    backend.matmul(*proj, w.proj2, w.proj2_bias.empty() ? nullptr : &w.proj2_bias,
+                   out.slice_rows(n * per_image, per_image));
+  }
+  return Ok{};
+}
+
+}  // namespace ib
