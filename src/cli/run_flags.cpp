@@ -62,6 +62,7 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
       ->capture_default_str();
   add_engine_flags(app, f);
   add_calibration_flags(app, f);
+  add_trace_flags(app, f);
   app.add_option("--batching", f.batching, "engine scheduler: continuous or static")
       ->capture_default_str();
   app.add_flag("--no-cuda-graphs,--enforce-eager", f.no_cuda_graphs,

@@ -236,6 +236,14 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   IB_TRY(check_device(f.device));
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   IB_TRY(check_run_flags(f));
+  IB_ASSIGN_OR_RETURN(TraceOptions trace, trace_options_from(f, "inferbench run"));
+  if (!trace.endpoint.empty() && !http) {
+    return user_error(fmt::format(
+        "--otlp-endpoint with --backend {}: run traces the client side of --backend openai or "
+        "openai-chat (a span and a traceparent header per request); to trace the engine, run "
+        "inferbench serve --otlp-endpoint URL and benchmark it with --backend openai",
+        f.backend));
+  }
   IB_ASSIGN_OR_RETURN(const EngineConfig engine, run_engine_config(f));
   if (!http) {
     IB_ASSIGN_OR_RETURN(const WeightFormat format, quantization_weight_format(engine.quantization));
@@ -337,6 +345,7 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
     p.calibration_prompts = calibration->prompts;
   }
   if (http) IB_TRY(resolve_http_target(f, n, p.target.openai));
+  p.target.openai.trace = std::move(trace);
 
   IB_ASSIGN_OR_RETURN(const double cv_threshold, parse_fraction(f.cv_threshold, "--cv-threshold"));
   IB_ASSIGN_OR_RETURN(p.result_dir, plan_result_dir(f.result_dir, p.model.name, f.overwrite));
@@ -407,6 +416,11 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
         f.extra_body.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.extra_body);
     p.config["request_timeout_s"] = f.request_timeout_s;
     p.config["insecure"] = f.insecure;
+  }
+  if (!f.otlp_endpoint.empty()) {
+    p.config["otlp_endpoint"] = f.otlp_endpoint;
+    p.config["trace_sample_ratio"] = f.trace_sample_ratio;
+    if (f.trace_slow_ms >= 0) p.config["trace_slow_ms"] = f.trace_slow_ms;
   }
   return p;
 }

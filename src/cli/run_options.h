@@ -10,13 +10,14 @@
 
 #include "cli/calibration_flags.h"
 #include "cli/engine_flags.h"
+#include "cli/trace_flags.h"
 #include "core/plugin_registry.h"
 #include "orchestrate/orchestrate.h"
 
 namespace ib {
 
 // Raw flag values, as typed.
-struct RunFlags : EngineFlags, CalibrationFlags {
+struct RunFlags : EngineFlags, CalibrationFlags, TraceFlags {
   // Benchmark (vLLM names where they exist).
   std::string model = "tiny-15m";
   std::string backend = "native";

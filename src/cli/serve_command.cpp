@@ -97,6 +97,7 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--seed", f.seed, "dummy weights; sampling seed of requests that give none")
       ->capture_default_str();
   add_engine_flags(app, f);
+  add_trace_flags(app, f);
   app.add_option("--max-body-size", f.max_body_size, "larger request bodies get 413")
       ->capture_default_str();
   app.add_option("--chat-template", f.chat_template,
@@ -114,6 +115,7 @@ Result<int> execute_serve(const ServeFlags& f) {
   }
   if (!(f.token_rate >= 0)) return user_error("--token-rate must be >= 0");
   IB_ASSIGN_OR_RETURN(const int64_t body_bytes, parse_bytes(f.max_body_size, "--max-body-size"));
+  IB_ASSIGN_OR_RETURN(TraceOptions trace, trace_options_from(f, "inferbench serve"));
   IB_ASSIGN_OR_RETURN(auto tokenizer, load_tokenizer(f.model == "null" ? "" : f.model));
   IB_ASSIGN_OR_RETURN(auto chat_format,
                       ChatFormat::load(f.model == "null" ? "" : f.model, f.chat_template));
@@ -129,6 +131,7 @@ Result<int> execute_serve(const ServeFlags& f) {
   o.max_body_bytes = static_cast<size_t>(body_bytes);
   o.seed = f.seed;
   o.handle_signals = true;
+  o.trace = std::move(trace);
   if (f.device != "cpu" || std::getenv("INFERBENCH_NVML_LIBRARY") != nullptr) {  // a fake NVML
     o.energy_joules = nvml_energy();
   }

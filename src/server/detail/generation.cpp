@@ -14,6 +14,12 @@ namespace {
 // (its KV blocks freed) instead of buffering without bound.
 constexpr size_t kMaxUnsentBytes = 16u << 20;
 
+// The caller's W3C trace context, when it sent a valid one.
+std::optional<TraceContext> traceparent_of(const auto& request) {
+  const auto header = request["traceparent"];
+  return parse_traceparent(std::string_view(header.data(), header.size()));
+}
+
 const char* reason_name(FinishReason r) {
   return r == FinishReason::kStop ? "stop" : r == FinishReason::kLength ? "length" : nullptr;
 }
@@ -27,10 +33,12 @@ void Session::start_generation(ApiKind kind, const Request& req) {
     e.status = 503;
     e.type = "service_unavailable";
     e.message = "the server is shutting down and accepts no new requests";
+    trace_refused(kind, req, arrival_ns, e);
     return respond(error_response(e, false), 503, false);
   }
   auto parsed = parse_generation_call(req.body(), kind);
   if (auto* e = std::get_if<ApiError>(&parsed)) {
+    trace_refused(kind, req, arrival_ns, *e);
     return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
   }
   GenerationCall& call = std::get<GenerationCall>(parsed);
@@ -38,6 +46,7 @@ void Session::start_generation(ApiKind kind, const Request& req) {
   if (kind == ApiKind::kChat) {
     auto chat = chat_prompt_tokens(call.messages, core_.options.chat_format.get(), core_.tokenizer);
     if (auto* e = std::get_if<ApiError>(&chat)) {
+      trace_refused(kind, req, arrival_ns, *e);
       return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
     }
     tokens = std::move(std::get<std::vector<int32_t>>(chat));
@@ -49,6 +58,7 @@ void Session::start_generation(ApiKind kind, const Request& req) {
   auto checked =
       check_against_model(call, static_cast<int>(tokens.size()), call.prompt_tokens, core_.served);
   if (auto* e = std::get_if<ApiError>(&checked)) {
+    trace_refused(kind, req, arrival_ns, *e);
     return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
   }
 
@@ -72,6 +82,19 @@ void Session::start_generation(ApiKind kind, const Request& req) {
   for (const auto& s : gen_.stop) gen_.max_stop_len = std::max(gen_.max_stop_len, s.size());
   gen_.prompt_len = static_cast<int>(tokens.size());
   gen_.arrival_ns = arrival_ns;
+  if (core_.tracer != nullptr) {
+    RequestTiming& t = gen_.timing;
+    t.parent = traceparent_of(req);
+    t.operation = kind == ApiKind::kChat ? "chat" : "text_completion";
+    t.served_model = core_.served.name;
+    t.requested_model = gen_.model;
+    t.adapter = g.lora_name;
+    t.request_id = g.id;
+    t.max_tokens = g.max_tokens;
+    t.prompt_tokens = gen_.prompt_len;
+    t.arrival_ns = arrival_ns;
+    t.submitted = true;
+  }
   g.prompt_tokens = std::move(tokens);
 
   state_ = State::kGenerating;
@@ -106,13 +129,23 @@ void Session::on_event(const GenEvent& e) {
     m.ttft_s.observe(ns_to_s(e.time_ns - gen_.arrival_ns));
     m.prompt_tokens += static_cast<uint64_t>(gen_.prompt_len);
     gen_.first_token_ns = e.time_ns;
+    gen_.timing.step_start_ns = e.step_start_ns;
   } else {
     m.itl_s.observe(ns_to_s(e.time_ns - gen_.last_token_ns));
   }
   gen_.last_token_ns = e.time_ns;
   ++gen_.generated;
   ++m.generation_tokens;
-  gen_.text += core_.tokenizer.decode_continuation({e.token});  // follows the prompt
+  if (core_.tracer != nullptr) {
+    const int64_t start = now_ns();
+    gen_.text += core_.tokenizer.decode_continuation({e.token});  // follows the prompt
+    RequestTiming& t = gen_.timing;
+    if (t.detokenize_first_ns == 0) t.detokenize_first_ns = start;
+    t.detokenize_last_ns = now_ns();
+    t.detokenize_busy_ns += t.detokenize_last_ns - start;
+  } else {
+    gen_.text += core_.tokenizer.decode_continuation({e.token});
+  }
 
   const char* reason = reason_name(e.finish);
   if (!gen_.stop.empty()) {
@@ -176,6 +209,7 @@ void Session::finish_generation(const char* reason) {
                               keep_alive_);
   }
   gen_.emitted = gen_.text.size();
+  trace_generation(reason, {}, 200);
   flush();
 }
 
@@ -194,7 +228,37 @@ void Session::fail_generation(const ApiError& error) {
     core_.count_response(error.status);
     pending_ += error_response(error, keep_alive_);
   }
+  trace_generation("error", error.message, gen_.stream ? 200 : error.status);
   flush();
+}
+
+void Session::trace_generation(const char* finish_reason, std::string error, int http_status) {
+  if (core_.tracer == nullptr) return;
+  RequestTiming& t = gen_.timing;
+  t.output_tokens = gen_.generated;
+  t.first_token_ns = gen_.first_token_ns;
+  t.last_token_ns = gen_.last_token_ns;
+  t.finish_reason = finish_reason;
+  t.error = std::move(error);
+  t.http_status = http_status;
+  t.end_ns = now_ns();
+  trace_request(*core_.tracer, t);
+}
+
+void Session::trace_refused(ApiKind kind, const Request& req, int64_t arrival_ns,
+                            const ApiError& error) {
+  if (core_.tracer == nullptr) return;
+  RequestTiming t;
+  t.parent = traceparent_of(req);
+  t.operation = kind == ApiKind::kChat ? "chat" : "text_completion";
+  t.served_model = core_.served.name;
+  t.requested_model = core_.served.name;
+  t.arrival_ns = arrival_ns;
+  t.finish_reason = "error";
+  t.error = error.message;
+  t.http_status = error.status;
+  t.end_ns = now_ns();
+  trace_request(*core_.tracer, t);
 }
 
 }  // namespace ib::detail

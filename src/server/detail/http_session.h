@@ -16,6 +16,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "server/detail/request_trace.h"
 #include "server/detail/responses.h"
 #include "server/detail/server_core.h"
 
@@ -52,6 +53,7 @@ class Session : public std::enable_shared_from_this<Session> {
     int64_t first_token_ns = 0;
     int64_t last_token_ns = 0;
     bool finished = false;
+    RequestTiming timing;  // for the request's spans, when the server traces
   };
 
   void read_request();
@@ -68,6 +70,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void watch_disconnect();
   void on_watch(boost::beast::error_code ec, size_t bytes);
   void abort_generation(const char* why);
+  // Hands a finished, failed or aborted generation's spans to the tracer (if any).
+  void trace_generation(const char* finish_reason, std::string error, int http_status);
+  // A generation request refused before it reached the generator (503, 400, 404): its span.
+  void trace_refused(ApiKind kind, const Request& request, int64_t arrival_ns,
+                     const ApiError& error);
   void flush();
   void on_write(boost::beast::error_code ec);
   void after_response();
