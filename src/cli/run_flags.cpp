@@ -104,6 +104,14 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                  "openai backends: seconds before a request fails (no retries)")
       ->capture_default_str();
   app.add_flag("--insecure", f.insecure, "openai backends: do not verify TLS certificates");
+  app.add_option("--num-clients", f.num_clients,
+                 "openai backends: split the run over N client processes on this host (each "
+                 "measures its own latencies and overhead; --max-concurrency and --request-rate "
+                 "are divided so the totals are what is asked; per-request records are merged)")
+      ->capture_default_str();
+  // Internal: what the parent of a --num-clients run gives each client.
+  app.add_option("--client-slice", f.client_slice)->group("");
+  app.add_option("--clock-origin-ns", f.clock_origin_ns)->group("");
   app.add_option("--lora-assignment", f.lora_assignment,
                  "which --lora-modules adapter each request asks for: random (vLLM bench's "
                  "uniform choice per request), round-robin, or zipf:S (adapter k with "

@@ -6,12 +6,15 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "cli/plugins.h"
+#include "cli/suite_commands.h"
 #include "compare/compare.h"
 #include "engine/moe_support.h"
 #include "model/gguf.h"
@@ -155,6 +158,55 @@ Status resolve_http_target(const RunFlags& f, const NativeTargetOptions& n,
   return Ok{};
 }
 
+// --num-clients (the parent) and --client-slice / --clock-origin-ns (each client).
+Status resolve_clients(const RunFlags& f, bool http, RunConfig& p) {
+  if (f.num_clients < 1)
+    return user_error(fmt::format("--num-clients {}: must be >= 1", f.num_clients));
+  p.num_clients = f.num_clients;
+  if (!f.client_slice.empty()) {
+    int index = -1;
+    int count = 0;
+    char slash = 0;
+    std::istringstream in(f.client_slice);
+    in >> index >> slash >> count;
+    if (!in || !in.eof() || slash != '/' || count < 1 || index < 0 || index >= count) {
+      return user_error(fmt::format("--client-slice {}: not I/N with 0 <= I < N", f.client_slice));
+    }
+    p.client_index = index;
+    p.client_count = count;
+    if (f.clock_origin_ns > 0) p.clock_origin_ns = f.clock_origin_ns;
+  }
+  if (f.num_clients == 1) return Ok{};
+  const std::string why = fmt::format("--num-clients {}", f.num_clients);
+  if (!http) {
+    return user_error(why +
+                      ": distributed load generation drives an HTTP server; use --backend "
+                      "openai or openai-chat (the native engine lives in one process)");
+  }
+  if (!f.client_slice.empty()) return user_error(why + ": a client of such a run is one process");
+  if (f.max_concurrency == 0 && f.request_rate == "inf") {
+    return user_error(why +
+                      ": give --max-concurrency C (C >= N, split between the clients) or "
+                      "--request-rate R (R / N each); static batches cannot be split "
+                      "across processes without synchronizing them");
+  }
+  if (f.load_mode == "static") return user_error(why + ": --load-mode static cannot be split");
+  if (f.max_concurrency > 0 && f.max_concurrency < f.num_clients) {
+    return user_error(
+        fmt::format("{}: --max-concurrency {} gives a client no request in flight; "
+                    "use at most {} clients",
+                    why, f.max_concurrency, f.max_concurrency));
+  }
+  if (f.num_prompts < f.num_clients) {
+    return user_error(
+        fmt::format("{}: --num-prompts {} leaves a client without a request", why, f.num_prompts));
+  }
+  if (!f.lora_modules.empty()) {
+    return user_error(why + ": not with --lora-modules yet");
+  }
+  return Ok{};
+}
+
 }  // namespace
 
 Status check_device(const std::string& device) {
@@ -244,6 +296,7 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
         "inferbench serve --otlp-endpoint URL and benchmark it with --backend openai",
         f.backend));
   }
+  IB_TRY(resolve_clients(f, http, p));
   IB_ASSIGN_OR_RETURN(const EngineConfig engine, run_engine_config(f));
   if (!http) {
     IB_ASSIGN_OR_RETURN(const WeightFormat format, quantization_weight_format(engine.quantization));
@@ -427,7 +480,20 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
 
 Result<RunPlan> resolve_run(const RunFlags& flags, const PluginRegistry& registry) {
   IB_ASSIGN_OR_RETURN(const RunConfig config, resolve_run_config(flags, registry));
-  return plan_run(config, registry);
+  IB_ASSIGN_OR_RETURN(RunPlan plan, plan_run(config, registry));
+  if (plan.num_clients > 1) {
+    // Each client reruns the resolved flags (as `run --from` would) plus its slice.
+    nlohmann::json shared = plan.config;
+    shared.erase("num_clients");
+    shared["disable_tqdm"] = true;  // their stderr goes to a log
+    IB_ASSIGN_OR_RETURN(const std::vector<std::string> args, args_from_config(shared));
+    std::error_code ec;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return runtime_error("--num-clients: cannot find this program (/proc/self/exe)");
+    plan.client_argv = {self.string(), "run"};
+    plan.client_argv.insert(plan.client_argv.end(), args.begin(), args.end());
+  }
+  return plan;
 }
 
 }  // namespace ib

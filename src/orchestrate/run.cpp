@@ -140,6 +140,7 @@ Result<std::vector<std::unique_ptr<ReportSink>>> make_report_sinks(const PluginR
 
 Result<Outcome> execute_run(const RunPlan& plan, const PluginRegistry& registry,
                             const std::atomic<bool>& stop, const RunProgress& progress) {
+  if (plan.num_clients > 1) return execute_distributed_run(plan, registry, stop);
   IB_ASSIGN_OR_RETURN(const auto order, registry.load_order());
   IB_ASSIGN_OR_RETURN(const auto make_target, registry.factory<TargetFactory>(plan.backend));
   // Telemetry starts before the model loads, so the peak includes loading.

@@ -47,7 +47,9 @@ Status draw_calibration_prompts(RunPlan& p, const Tokenizer& tokenizer) {
 }
 
 // n split over count parts as evenly as possible: part index's size (they sum to n).
-int share_of(int n, int index, int count) { return n / count + (index < n % count ? 1 : 0); }
+int share_of(int n, int index, int count) {
+  return n / count + (index < n % count ? 1 : 0);
+}
 
 // One client of a --num-clients run: every client_count-th request of the whole workload from
 // client_index on (the whole workload is the same in every client: its seed), a share of the
