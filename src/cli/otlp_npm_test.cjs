@@ -117,9 +117,10 @@ function get(port, urlPath) {
     }).on('error', reject);
   });
 }
-function metric(text, name) {
-  const line = text.split('\n').find((l) => l.startsWith(name + ' ') || l.startsWith(name + '{'));
-  assert.ok(line, `/metrics has ${name}`);
+// A sample of /metrics: the line of `name` whose labels include `label`.
+function metric(text, name, label = '') {
+  const line = text.split('\n').find((l) => l.startsWith(name + '{') && l.includes(label));
+  assert.ok(line, `/metrics has ${name}{${label}}`);
   return Number(line.split(' ').pop());
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -226,8 +227,8 @@ async function ratioIsAgreedByTraceId(endpoint) {
   await waitFor('the kept server spans',
                 () => byService(received, 'inferbench serve').length >= 5 * kept);
   const metrics = await get(server.port, '/metrics');
-  assert.equal(metric(metrics, 'inferbench_trace_requests_total{decision="kept"}'), kept);
-  assert.equal(metric(metrics, 'inferbench_trace_requests_total{decision="sampled_out"}'), n - kept);
+  assert.equal(metric(metrics, 'inferbench_trace_requests_total', 'decision="kept"'), kept);
+  assert.equal(metric(metrics, 'inferbench_trace_requests_total', 'decision="sampled_out"'), n - kept);
   await stopServer(server);
   const spans = take();
   const clientTraces = byService(spans, 'inferbench run').map((s) => s.traceId).sort();
@@ -287,7 +288,7 @@ async function unreachableCollectorCountsDrops() {
   assert.match(result.engine.traces.last_error, /connect/);
   await waitFor('the server\'s drop counter', async () => {
     const m = await get(server.port, '/metrics');
-    return metric(m, 'inferbench_trace_spans_dropped_total{reason="export_failed"}') === 5 * n;
+    return metric(m, 'inferbench_trace_spans_dropped_total', 'reason="export_failed"') === 5 * n;
   });
   const m = await get(server.port, '/metrics');
   assert.equal(metric(m, 'inferbench_trace_spans_exported_total'), 0);

@@ -101,6 +101,9 @@ class Tracer {
   // the queue lacks room for all of them, dropped and counted. Never blocks on I/O.
   virtual void finish_request(std::vector<Span> spans, bool failed, int64_t duration_ns) = 0;
   virtual TraceStats stats() const = 0;
+  // Waits until every span queued before the call was exported or dropped (at most about two
+  // export timeouts), so that stats() then accounts for them.
+  virtual void flush() = 0;
   // Exports what is queued (within the export timeout), then stops. Idempotent.
   virtual void shutdown() = 0;
 };

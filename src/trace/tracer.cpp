@@ -202,6 +202,15 @@ class TracerImpl final : public Tracer {
     return stats_;
   }
 
+  void flush() override {
+    std::unique_lock lock(mu_);
+    flushing_ = true;
+    wake_.notify_one();
+    const auto limit = std::chrono::duration<double>(2 * options_.export_timeout_s + 0.5);
+    exported_.wait_for(lock, limit, [&] { return queue_.empty() && !exporting_; });
+    flushing_ = false;
+  }
+
   void shutdown() override {
     {
       std::lock_guard lock(mu_);
@@ -226,31 +235,41 @@ class TracerImpl final : public Tracer {
   void export_loop() {
     std::unique_lock lock(mu_);
     for (;;) {
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (!stopping_) {
-        wake_.wait_for(lock, kBatchWait, [&] { return stopping_ || queue_.size() >= kBatchSpans; });
+      wake_.wait(lock, [&] { return stopping_ || flushing_ || !queue_.empty(); });
+      if (!stopping_ && !flushing_) {
+        wake_.wait_for(lock, kBatchWait,
+                       [&] { return stopping_ || flushing_ || queue_.size() >= kBatchSpans; });
       }
-      if (queue_.empty()) return;  // stopping, and everything went out
+      if (queue_.empty()) {
+        exported_.notify_all();
+        if (stopping_) return;  // everything went out
+        wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        continue;
+      }
       if (stopping_ && now_ns() > flush_deadline_ns_) {
         stats_.spans_dropped_export_failed += queue_.size();
         stats_.last_error = "the final flush ran out of time";
         queue_.clear();
+        exported_.notify_all();
         return;
       }
       const size_t n = std::min(queue_.size(), kBatchSpans);
       std::vector<Span> batch(std::make_move_iterator(queue_.begin()),
                               std::make_move_iterator(queue_.begin() + static_cast<long>(n)));
       queue_.erase(queue_.begin(), queue_.begin() + static_cast<long>(n));
+      exporting_ = true;
       lock.unlock();
       const Status sent = post_batch(endpoint_, encode_otlp_traces(batch, options_.service_name),
                                      options_.export_timeout_s);
       lock.lock();
+      exporting_ = false;
       if (sent.ok()) {
         stats_.spans_exported += n;
       } else {
         stats_.spans_dropped_export_failed += n;
         stats_.last_error = sent.error().message;
       }
+      exported_.notify_all();
     }
   }
 
@@ -261,12 +280,15 @@ class TracerImpl final : public Tracer {
   const int64_t unix_offset_ns_;
 
   mutable std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<Span> queue_;         // guarded by mu_
-  TraceStats stats_;               // guarded by mu_
-  bool stopping_ = false;          // guarded by mu_
-  int64_t flush_deadline_ns_ = 0;  // guarded by mu_
-  std::thread thread_;             // last: its loop uses the members above
+  std::condition_variable wake_;      // the exporter waits on it
+  std::condition_variable exported_;  // flush() waits on it
+  std::deque<Span> queue_;            // guarded by mu_
+  bool exporting_ = false;            // a batch is being sent; guarded by mu_
+  bool flushing_ = false;             // guarded by mu_
+  TraceStats stats_;                  // guarded by mu_
+  bool stopping_ = false;             // guarded by mu_
+  int64_t flush_deadline_ns_ = 0;     // guarded by mu_
+  std::thread thread_;                // last: its loop uses the members above
 };
 
 }  // namespace
