@@ -13,6 +13,28 @@
 #include <string_view>
 
 namespace ib {
+namespace {
+
+std::vector<char*> c_args(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  return args;
+}
+
+// In a forked child: runs args with stdout and stderr on output_fd; when that fails, its errno
+// goes to status_fd and the child exits 127.
+[[noreturn]] void exec_child(const std::vector<char*>& args, int output_fd, int status_fd) {
+  ::dup2(output_fd, STDOUT_FILENO);
+  ::dup2(output_fd, STDERR_FILENO);
+  if (output_fd > STDERR_FILENO) ::close(output_fd);
+  ::execvp(args[0], args.data());
+  const int err = errno;
+  (void)!::write(status_fd, &err, sizeof err);
+  ::_exit(127);
+}
+
+}  // namespace
 
 Result<CommandOutput> run_command(const std::vector<std::string>& argv) {
   if (argv.empty()) return runtime_error("run_command: no program given");
@@ -21,9 +43,7 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv) {
   if (::pipe(out) != 0 || ::pipe2(status_pipe, O_CLOEXEC) != 0) {
     return runtime_error("cannot run " + argv[0] + ": pipe: " + std::strerror(errno));
   }
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+  const std::vector<char*> args = c_args(argv);
   const pid_t pid = ::fork();
   if (pid < 0) {
     return runtime_error("cannot run " + argv[0] + ": fork: " + std::strerror(errno));
@@ -31,13 +51,7 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv) {
   if (pid == 0) {
     ::close(out[0]);
     ::close(status_pipe[0]);
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(out[1], STDERR_FILENO);
-    ::close(out[1]);
-    ::execvp(args[0], args.data());
-    const int err = errno;
-    (void)!::write(status_pipe[1], &err, sizeof err);
-    ::_exit(127);
+    exec_child(args, out[1], status_pipe[1]);
   }
   ::close(out[1]);
   ::close(status_pipe[1]);
@@ -77,9 +91,7 @@ Result<int> start_process(const std::vector<std::string>& argv, const std::strin
     ::close(log);
     return runtime_error("cannot run " + argv[0] + ": pipe: " + std::strerror(errno));
   }
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+  const std::vector<char*> args = c_args(argv);
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(log);
@@ -90,12 +102,7 @@ Result<int> start_process(const std::vector<std::string>& argv, const std::strin
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the parent's watcher thread blocks them
     ::close(status_pipe[0]);
-    ::dup2(log, STDOUT_FILENO);
-    ::dup2(log, STDERR_FILENO);
-    ::execvp(args[0], args.data());
-    const int err = errno;
-    (void)!::write(status_pipe[1], &err, sizeof err);
-    ::_exit(127);
+    exec_child(args, log, status_pipe[1]);
   }
   ::close(log);
   ::close(status_pipe[1]);
@@ -117,7 +124,9 @@ int wait_process(int pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-void signal_process(int pid, int signal_number) { ::kill(pid, signal_number); }
+void signal_process(int pid, int signal_number) {
+  ::kill(pid, signal_number);
+}
 
 bool on_path(const std::string& name) {
   const char* path = std::getenv("PATH");

@@ -8,6 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <thread>
+
+#include <atomic>
+
 #include "core/clock.h"
 #include "trace/trace.h"
 
@@ -34,9 +39,13 @@ class LocalPort {
       fd_ = -1;
     }
   }
-  ~LocalPort() {
+  ~LocalPort() { close(); }
+  void close() {
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
     if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
   }
+  int fd() const { return fd_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
  private:
@@ -56,6 +65,61 @@ std::vector<Span> request_spans(Tracer& tracer, int n) {
   }
   return spans;
 }
+
+// A collector of one connection at a time: each request's head and body are kept, and answered
+// 200 with an empty body.
+class TinyCollector {
+ public:
+  TinyCollector() : port_(true) {
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~TinyCollector() {
+    stop_ = true;
+    port_.close();
+    thread_.join();
+  }
+  std::string url() const { return port_.url(); }
+  std::vector<std::pair<std::string, std::string>> requests() {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      const int fd = ::accept(port_.fd(), nullptr, nullptr);
+      if (fd < 0) return;
+      std::string data;
+      char buf[4096];
+      size_t head_end = std::string::npos;
+      size_t length = 0;
+      for (;;) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n <= 0) break;
+        data.append(buf, static_cast<size_t>(n));
+        if (head_end == std::string::npos &&
+            (head_end = data.find("\r\n\r\n")) != std::string::npos) {
+          const size_t at = data.find("Content-Length: ");
+          length = at < head_end ? std::stoul(data.substr(at + 16)) : 0;
+        }
+        if (head_end != std::string::npos && data.size() >= head_end + 4 + length) break;
+      }
+      if (head_end != std::string::npos) {
+        std::lock_guard lock(mu_);
+        requests_.emplace_back(data.substr(0, head_end), data.substr(head_end + 4));
+      }
+      const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+      (void)!::write(fd, ok.data(), ok.size());
+      ::close(fd);
+    }
+  }
+
+  LocalPort port_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::pair<std::string, std::string>> requests_;  // (head, body); guarded by mu_
+};
 
 TEST(TraceContext, RoundTripsAndRejectsMalformedHeaders) {
   const std::string h = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -124,6 +188,26 @@ TEST(Tracer, KeepsFailedAndSlowRequestsAndARatioOfTheRestByTraceId) {
   const TraceId id = (*none)->new_trace().trace_id;
   EXPECT_FALSE((*none)->keep(id, false, int64_t{1} << 50));
   EXPECT_TRUE((*none)->keep(id, true, 0));
+}
+
+TEST(Tracer, ExportsBatchesAsProtobufPostsAndFlushAccountsForThem) {
+  TinyCollector collector;
+  TraceOptions o;
+  o.endpoint = collector.url();  // no path: OTLP's /v1/traces
+  auto tracer = make_tracer(o);
+  ASSERT_TRUE(tracer.ok());
+  for (int i = 0; i < 3; ++i) (*tracer)->finish_request(request_spans(**tracer, 2), false, 0);
+  (*tracer)->flush();
+  const TraceStats s = (*tracer)->stats();
+  EXPECT_EQ(s.spans_exported, 6u) << s.last_error;
+  EXPECT_EQ(s.spans_dropped(), 0u);
+  const auto requests = collector.requests();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests[0].first.rfind("POST /v1/traces HTTP/1.1", 0), 0u) << requests[0].first;
+  EXPECT_NE(requests[0].first.find("Content-Type: application/x-protobuf"), std::string::npos);
+  EXPECT_EQ(requests[0].second[0], '\x0a');  // ExportTraceServiceRequest.resource_spans (1, LEN)
+  // The same bytes as the encoder's (the spans' ids are in them).
+  EXPECT_NE(requests[0].second.find("inferbench"), std::string::npos);
 }
 
 TEST(Tracer, AnUnreachableEndpointDropsAndCountsTheSpans) {
