@@ -85,6 +85,7 @@ Result<Outcome> execute_distributed_run(const RunPlan& plan, const PluginRegistr
   IB_TRY(create_result_dir(plan.result_dir, plan.overwrite));
   const fs::path clients_dir = plan.result_dir / "clients";
   std::error_code ec;
+  if (plan.overwrite) fs::remove_all(clients_dir, ec);  // a previous run's clients
   fs::create_directories(clients_dir, ec);
   if (ec)
     return runtime_error(fmt::format("cannot create {}: {}", clients_dir.string(), ec.message()));
@@ -138,7 +139,7 @@ Result<Outcome> execute_distributed_run(const RunPlan& plan, const PluginRegistr
                                        kResultJson, c.log.string(), log_tail(c.log)));
     }
     interrupted = interrupted || result.value("interrupted", false);
-    complete_runs = std::min(complete_runs, result.value("runs", json::array()).size());
+    complete_runs = std::min(complete_runs, result.value("num_runs", size_t{0}));
     json engine = result.value("engine", json::object());
     engine["client_index"] = i;
     engine["result_dir"] = c.dir.string();
