@@ -296,6 +296,7 @@ class OpenAITarget final : public Target {
     }
     json traces = nullptr;
     if (tracer_) {
+      tracer_->flush();  // the spans of requests already done: exported or dropped
       const TraceStats s = tracer_->stats();
       traces = {{"otlp_endpoint", options_.trace.endpoint},
                 {"sample_ratio", options_.trace.sample_ratio},
