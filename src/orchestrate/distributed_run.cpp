@@ -55,7 +55,8 @@ void wait_all(std::vector<Client>& clients, const std::atomic<bool>& stop) {
   forward.join();
 }
 
-// A client's records, its ids and prompt indexes made global (client i of n: id * n + i).
+// A client's records, their ids made unique (client i of n: id * n + i); prompt_index already
+// is the request's index in the whole workload (the slice keeps each request's id).
 Result<std::vector<RequestRecord>> client_records(const Client& c, int index, int count,
                                                   int64_t origin_ns) {
   std::ifstream in(c.dir / kRequestsJsonl);
@@ -70,7 +71,6 @@ Result<std::vector<RequestRecord>> client_records(const Client& c, int index, in
     if (line.empty()) continue;
     IB_ASSIGN_OR_RETURN(RequestRecord r, parse_request_json_line(line, origin_ns));
     r.id = r.id * static_cast<uint64_t>(count) + static_cast<uint64_t>(index);
-    r.prompt_index = r.prompt_index * static_cast<uint64_t>(count) + static_cast<uint64_t>(index);
     out.push_back(std::move(r));
   }
   return out;
