@@ -109,9 +109,12 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                  "measures its own latencies and overhead; --max-concurrency and --request-rate "
                  "are divided so the totals are what is asked; per-request records are merged)")
       ->capture_default_str();
-  // Internal: what the parent of a --num-clients run gives each client.
-  app.add_option("--client-slice", f.client_slice)->group("");
-  app.add_option("--clock-origin-ns", f.clock_origin_ns)->group("");
+  // What the parent of a --num-clients run gives each client (listed, for `run --help` to be
+  // complete; not for users).
+  app.add_option("--client-slice", f.client_slice,
+                 "internal to --num-clients: this client's share I/N of the workload");
+  app.add_option("--clock-origin-ns", f.clock_origin_ns,
+                 "internal to --num-clients: the benchmark's time zero on the monotonic clock");
   app.add_option("--lora-assignment", f.lora_assignment,
                  "which --lora-modules adapter each request asks for: random (vLLM bench's "
                  "uniform choice per request), round-robin, or zipf:S (adapter k with "
