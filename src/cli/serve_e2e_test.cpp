@@ -184,9 +184,26 @@ TEST_F(ServeE2e, NumClientsSplitTheLoadAndTheirRecordsMerge) {
   ASSERT_NE(port, 0);
   const std::string url = "http://127.0.0.1:" + std::to_string(port);
   const fs::path closed = root_ / "closed";
-  ASSERT_EQ(run({"run", "--backend", "openai", "--base-url", url, "--model", "null",
-                 "--num-clients", "3", "--max-concurrency", "7", "--num-prompts", "30",
-                 "--input-len", "8", "--output-len", "4", "--runs", "2", "--result-dir",
+  ASSERT_EQ(run({"run",
+                 "--backend",
+                 "openai",
+                 "--base-url",
+                 url,
+                 "--model",
+                 "null",
+                 "--num-clients",
+                 "3",
+                 "--max-concurrency",
+                 "7",
+                 "--num-prompts",
+                 "30",
+                 "--input-len",
+                 "8",
+                 "--output-len",
+                 "4",
+                 "--runs",
+                 "2",
+                 "--result-dir",
                  closed.string()}),
             0)
       << err();
@@ -234,15 +251,16 @@ TEST_F(ServeE2e, NumClientsSplitTheLoadAndTheirRecordsMerge) {
 
   // Open loop: 40 req/s over 2 clients is 20 req/s each, and 40 arrivals span about a second.
   const fs::path open = root_ / "open";
-  ASSERT_EQ(run({"run", "--backend", "openai", "--base-url", url, "--model", "null",
-                 "--num-clients", "2", "--request-rate", "40", "--num-prompts", "40",
-                 "--input-len", "8", "--output-len", "2", "--runs", "1", "--num-warmups", "0",
-                 "--seed", "3", "--result-dir", open.string()}),
+  ASSERT_EQ(run({"run",        "--backend",     "openai", "--base-url",     url,  "--model",
+                 "null",       "--num-clients", "2",      "--request-rate", "40", "--num-prompts",
+                 "40",         "--input-len",   "8",      "--output-len",   "2",  "--runs",
+                 "1",          "--num-warmups", "0",      "--seed",         "3",  "--result-dir",
+                 open.string()}),
             0)
       << err();
   for (int i = 0; i < 2; ++i) {
-    const json c = json::parse(
-        text_of(open / "clients" / ("client-" + std::to_string(i)) / "result.json"));
+    const json c =
+        json::parse(text_of(open / "clients" / ("client-" + std::to_string(i)) / "result.json"));
     EXPECT_DOUBLE_EQ(c["request_rate"].get<double>(), 20.0) << i;
   }
   const std::vector<json> arrivals = measured_lines(open);
@@ -257,10 +275,10 @@ TEST_F(ServeE2e, NumClientsSplitTheLoadAndTheirRecordsMerge) {
   EXPECT_LT(span_s, 1.6);
 
   // Bad input names the fix, before anything runs.
-  EXPECT_EQ(run({"run", "--backend", "openai", "--base-url", url, "--model", "null",
-                 "--num-clients", "3", "--num-prompts", "30", "--result-dir",
-                 (root_ / "static").string()}),
-            2);
+  EXPECT_EQ(
+      run({"run", "--backend", "openai", "--base-url", url, "--model", "null", "--num-clients", "3",
+           "--num-prompts", "30", "--result-dir", (root_ / "static").string()}),
+      2);
   EXPECT_NE(err().find("--max-concurrency"), std::string::npos) << err();
   EXPECT_EQ(run({"run", "--num-clients", "2", "--max-concurrency", "4", "--result-dir",
                  (root_ / "native").string()}),
