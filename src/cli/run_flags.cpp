@@ -62,6 +62,7 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
       ->capture_default_str();
   add_engine_flags(app, f);
   add_calibration_flags(app, f);
+  add_trace_flags(app, f);
   app.add_option("--batching", f.batching, "engine scheduler: continuous or static")
       ->capture_default_str();
   app.add_flag("--no-cuda-graphs,--enforce-eager", f.no_cuda_graphs,
@@ -103,6 +104,17 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                  "openai backends: seconds before a request fails (no retries)")
       ->capture_default_str();
   app.add_flag("--insecure", f.insecure, "openai backends: do not verify TLS certificates");
+  app.add_option("--num-clients", f.num_clients,
+                 "openai backends: split the run over N client processes on this host (each "
+                 "measures its own latencies and overhead; --max-concurrency and --request-rate "
+                 "are divided so the totals are what is asked; per-request records are merged)")
+      ->capture_default_str();
+  // What the parent of a --num-clients run gives each client (listed, for `run --help` to be
+  // complete; not for users).
+  app.add_option("--client-slice", f.client_slice,
+                 "internal to --num-clients: this client's share I/N of the workload");
+  app.add_option("--clock-origin-ns", f.clock_origin_ns,
+                 "internal to --num-clients: the benchmark's time zero on the monotonic clock");
   app.add_option("--lora-assignment", f.lora_assignment,
                  "which --lora-modules adapter each request asks for: random (vLLM bench's "
                  "uniform choice per request), round-robin, or zipf:S (adapter k with "

@@ -6,12 +6,15 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "cli/plugins.h"
+#include "cli/suite_commands.h"
 #include "compare/compare.h"
 #include "engine/moe_support.h"
 #include "model/gguf.h"
@@ -155,6 +158,55 @@ Status resolve_http_target(const RunFlags& f, const NativeTargetOptions& n,
   return Ok{};
 }
 
+// --num-clients (the parent) and --client-slice / --clock-origin-ns (each client).
+Status resolve_clients(const RunFlags& f, bool http, RunConfig& p) {
+  if (f.num_clients < 1)
+    return user_error(fmt::format("--num-clients {}: must be >= 1", f.num_clients));
+  p.num_clients = f.num_clients;
+  if (!f.client_slice.empty()) {
+    int index = -1;
+    int count = 0;
+    char slash = 0;
+    std::istringstream in(f.client_slice);
+    in >> index >> slash >> count;
+    if (!in || !in.eof() || slash != '/' || count < 1 || index < 0 || index >= count) {
+      return user_error(fmt::format("--client-slice {}: not I/N with 0 <= I < N", f.client_slice));
+    }
+    p.client_index = index;
+    p.client_count = count;
+    if (f.clock_origin_ns > 0) p.clock_origin_ns = f.clock_origin_ns;
+  }
+  if (f.num_clients == 1) return Ok{};
+  const std::string why = fmt::format("--num-clients {}", f.num_clients);
+  if (!http) {
+    return user_error(why +
+                      ": distributed load generation drives an HTTP server; use --backend "
+                      "openai or openai-chat (the native engine lives in one process)");
+  }
+  if (!f.client_slice.empty()) return user_error(why + ": a client of such a run is one process");
+  if (f.max_concurrency == 0 && f.request_rate == "inf") {
+    return user_error(why +
+                      ": give --max-concurrency C (C >= N, split between the clients) or "
+                      "--request-rate R (R / N each); static batches cannot be split "
+                      "across processes without synchronizing them");
+  }
+  if (f.load_mode == "static") return user_error(why + ": --load-mode static cannot be split");
+  if (f.max_concurrency > 0 && f.max_concurrency < f.num_clients) {
+    return user_error(
+        fmt::format("{}: --max-concurrency {} gives a client no request in flight; "
+                    "use at most {} clients",
+                    why, f.max_concurrency, f.max_concurrency));
+  }
+  if (f.num_prompts < f.num_clients) {
+    return user_error(
+        fmt::format("{}: --num-prompts {} leaves a client without a request", why, f.num_prompts));
+  }
+  if (!f.lora_modules.empty()) {
+    return user_error(why + ": not with --lora-modules yet");
+  }
+  return Ok{};
+}
+
 }  // namespace
 
 Status check_device(const std::string& device) {
@@ -236,6 +288,15 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   IB_TRY(check_device(f.device));
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   IB_TRY(check_run_flags(f));
+  IB_ASSIGN_OR_RETURN(TraceOptions trace, trace_options_from(f, "inferbench run"));
+  if (!trace.endpoint.empty() && !http) {
+    return user_error(fmt::format(
+        "--otlp-endpoint with --backend {}: run traces the client side of --backend openai or "
+        "openai-chat (a span and a traceparent header per request); to trace the engine, run "
+        "inferbench serve --otlp-endpoint URL and benchmark it with --backend openai",
+        f.backend));
+  }
+  IB_TRY(resolve_clients(f, http, p));
   IB_ASSIGN_OR_RETURN(const EngineConfig engine, run_engine_config(f));
   if (!http) {
     IB_ASSIGN_OR_RETURN(const WeightFormat format, quantization_weight_format(engine.quantization));
@@ -337,6 +398,7 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
     p.calibration_prompts = calibration->prompts;
   }
   if (http) IB_TRY(resolve_http_target(f, n, p.target.openai));
+  p.target.openai.trace = std::move(trace);
 
   IB_ASSIGN_OR_RETURN(const double cv_threshold, parse_fraction(f.cv_threshold, "--cv-threshold"));
   IB_ASSIGN_OR_RETURN(p.result_dir, plan_result_dir(f.result_dir, p.model.name, f.overwrite));
@@ -408,12 +470,30 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
     p.config["request_timeout_s"] = f.request_timeout_s;
     p.config["insecure"] = f.insecure;
   }
+  if (!f.otlp_endpoint.empty()) {
+    p.config["otlp_endpoint"] = f.otlp_endpoint;
+    p.config["trace_sample_ratio"] = f.trace_sample_ratio;
+    if (f.trace_slow_ms >= 0) p.config["trace_slow_ms"] = f.trace_slow_ms;
+  }
   return p;
 }
 
 Result<RunPlan> resolve_run(const RunFlags& flags, const PluginRegistry& registry) {
   IB_ASSIGN_OR_RETURN(const RunConfig config, resolve_run_config(flags, registry));
-  return plan_run(config, registry);
+  IB_ASSIGN_OR_RETURN(RunPlan plan, plan_run(config, registry));
+  if (plan.num_clients > 1) {
+    // Each client reruns the resolved flags (as `run --from` would) plus its slice.
+    nlohmann::json shared = plan.config;
+    shared.erase("num_clients");
+    shared["disable_tqdm"] = true;  // their stderr goes to a log
+    IB_ASSIGN_OR_RETURN(const std::vector<std::string> args, args_from_config(shared));
+    std::error_code ec;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return runtime_error("--num-clients: cannot find this program (/proc/self/exe)");
+    plan.client_argv = {self.string(), "run"};
+    plan.client_argv.insert(plan.client_argv.end(), args.begin(), args.end());
+  }
+  return plan;
 }
 
 }  // namespace ib

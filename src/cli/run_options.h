@@ -10,13 +10,14 @@
 
 #include "cli/calibration_flags.h"
 #include "cli/engine_flags.h"
+#include "cli/trace_flags.h"
 #include "core/plugin_registry.h"
 #include "orchestrate/orchestrate.h"
 
 namespace ib {
 
 // Raw flag values, as typed.
-struct RunFlags : EngineFlags, CalibrationFlags {
+struct RunFlags : EngineFlags, CalibrationFlags, TraceFlags {
   // Benchmark (vLLM names where they exist).
   std::string model = "tiny-15m";
   std::string backend = "native";
@@ -68,6 +69,11 @@ struct RunFlags : EngineFlags, CalibrationFlags {
   bool insecure = false;
   // LoRA benchmarking: how each request picks one of the --lora-modules adapters.
   std::string lora_assignment = "random";
+  // Distributed load generation (--backend openai): the run split over this many client
+  // processes. Set by the parent for each client: its slice "I/N" and the shared clock origin.
+  int num_clients = 1;
+  std::string client_slice;
+  int64_t clock_origin_ns = 0;
 };
 
 void add_run_flags(CLI::App& app, RunFlags& flags);

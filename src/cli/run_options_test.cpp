@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -187,6 +188,102 @@ TEST_F(RunOptionsTest, BadInputIsAOneLineUserErrorNamingTheProblem) {
     EXPECT_EQ(plan.error().message.find('\n'), std::string::npos) << plan.error().message;
     EXPECT_FALSE(fs::exists(root_ / "out")) << "case " << i;
   }
+}
+
+TEST_F(RunOptionsTest, TracingFlagsAreCheckedAndReachTheHttpTarget) {
+  RunFlags f = flags();
+  f.backend = "openai";
+  f.otlp_endpoint = "http://127.0.0.1:4318";
+  f.trace_sample_ratio = 0.25;
+  f.trace_slow_ms = 500;
+  auto plan = resolve_run(f, registry_);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  EXPECT_EQ(plan->target.openai.trace.endpoint, "http://127.0.0.1:4318");
+  EXPECT_EQ(plan->target.openai.trace.sample_ratio, 0.25);
+  EXPECT_EQ(plan->target.openai.trace.slow_ms, 500);
+  EXPECT_EQ(plan->config["otlp_endpoint"], "http://127.0.0.1:4318");
+
+  auto error_of = [&](RunFlags g) {
+    auto r = resolve_run(g, registry_);
+    EXPECT_FALSE(r.ok());
+    return r.ok() ? std::string() : r.error().message;
+  };
+  RunFlags native = flags();
+  native.otlp_endpoint = "http://127.0.0.1:4318";
+  EXPECT_NE(error_of(native).find("inferbench serve --otlp-endpoint"), std::string::npos);
+  RunFlags ratio = f;
+  ratio.trace_sample_ratio = 2;
+  EXPECT_NE(error_of(ratio).find("--trace-sample-ratio"), std::string::npos);
+  RunFlags no_endpoint = flags();
+  no_endpoint.backend = "openai";
+  no_endpoint.trace_sample_ratio = 0.5;
+  EXPECT_NE(error_of(no_endpoint).find("need --otlp-endpoint"), std::string::npos);
+}
+
+TEST_F(RunOptionsTest, NumClientsSplitTheWorkloadTheConcurrencyAndTheRate) {
+  RunFlags f = flags();
+  f.backend = "openai";
+  f.num_prompts = 30;
+  f.max_concurrency = 7;
+  f.num_clients = 3;
+  auto parent = resolve_run(f, registry_);
+  ASSERT_TRUE(parent.ok()) << parent.error().message;
+  EXPECT_EQ(parent->num_clients, 3);
+  EXPECT_EQ(parent->config["num_clients"], 3);
+  ASSERT_GE(parent->client_argv.size(), 2u);
+  EXPECT_EQ(parent->client_argv[1], "run");
+  // The clients rerun the resolved flags, not the parent's --num-clients.
+  const auto& argv = parent->client_argv;
+  EXPECT_EQ(std::find(argv.begin(), argv.end(), "--num-clients"), argv.end());
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--max-concurrency"), argv.end());
+
+  int concurrency = 0;
+  std::vector<uint64_t> first_tokens;
+  for (int i = 0; i < 3; ++i) {
+    RunFlags c = f;
+    c.num_clients = 1;
+    c.client_slice = std::to_string(i) + "/3";
+    auto client = resolve_run(c, registry_);
+    ASSERT_TRUE(client.ok()) << client.error().message;
+    EXPECT_EQ(client->requests.size(), 10u);
+    // Client i holds requests i, i + 3, ... of the whole workload.
+    EXPECT_EQ(client->requests[1].prompt_tokens,
+              parent->requests[static_cast<size_t>(i) + 3].prompt_tokens);
+    concurrency += client->runner.max_concurrency;
+    EXPECT_NE(client->runner.seed, parent->runner.seed);
+  }
+  EXPECT_EQ(concurrency, 7);
+
+  RunFlags open = f;
+  open.max_concurrency = 0;
+  open.request_rate = "12";
+  open.num_clients = 1;
+  open.client_slice = "1/4";
+  auto client = resolve_run(open, registry_);
+  ASSERT_TRUE(client.ok()) << client.error().message;
+  EXPECT_DOUBLE_EQ(client->runner.request_rate, 3.0);
+
+  auto error_of = [&](RunFlags g) {
+    auto r = resolve_run(g, registry_);
+    EXPECT_FALSE(r.ok());
+    return r.ok() ? std::string() : r.error().message;
+  };
+  RunFlags native = f;
+  native.backend = "native";
+  EXPECT_NE(error_of(native).find("--backend openai"), std::string::npos);
+  RunFlags static_load = f;
+  static_load.max_concurrency = 0;
+  EXPECT_NE(error_of(static_load).find("--max-concurrency"), std::string::npos);
+  RunFlags too_few = f;
+  too_few.max_concurrency = 2;
+  EXPECT_NE(error_of(too_few).find("at most 2 clients"), std::string::npos);
+  RunFlags bad_slice = f;
+  bad_slice.num_clients = 1;
+  bad_slice.client_slice = "3/3";
+  EXPECT_NE(error_of(bad_slice).find("--client-slice"), std::string::npos);
+  RunFlags zero = f;
+  zero.num_clients = 0;
+  EXPECT_NE(error_of(zero).find(">= 1"), std::string::npos);
 }
 
 TEST_F(RunOptionsTest, CudaWithoutTheBackendIsAUserError) {

@@ -97,6 +97,7 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--seed", f.seed, "dummy weights; sampling seed of requests that give none")
       ->capture_default_str();
   add_engine_flags(app, f);
+  add_trace_flags(app, f);
   app.add_option("--max-body-size", f.max_body_size, "larger request bodies get 413")
       ->capture_default_str();
   app.add_option("--tokenizer", f.tokenizer,
@@ -118,6 +119,7 @@ Result<int> execute_serve(const ServeFlags& f) {
   }
   if (!(f.token_rate >= 0)) return user_error("--token-rate must be >= 0");
   IB_ASSIGN_OR_RETURN(const int64_t body_bytes, parse_bytes(f.max_body_size, "--max-body-size"));
+  IB_ASSIGN_OR_RETURN(TraceOptions trace, trace_options_from(f, "inferbench serve"));
   if (!f.tokenizer.empty() && f.model != "null") {
     return user_error("--tokenizer applies to --model null only; a model serves its own tokenizer");
   }
@@ -141,6 +143,7 @@ Result<int> execute_serve(const ServeFlags& f) {
   o.max_body_bytes = static_cast<size_t>(body_bytes);
   o.seed = f.seed;
   o.handle_signals = true;
+  o.trace = std::move(trace);
   if (f.device != "cpu" || std::getenv("INFERBENCH_NVML_LIBRARY") != nullptr) {  // a fake NVML
     o.energy_joules = nvml_energy();
   }

@@ -8,11 +8,12 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/engine_flags.h"
+#include "cli/trace_flags.h"
 #include "core/result.h"
 
 namespace ib {
 
-struct ServeFlags : EngineFlags {
+struct ServeFlags : EngineFlags, TraceFlags {
   std::string model = "tiny-15m";  // preset, directory, or "null"
   std::string served_model_name;
   std::string device = "cpu";

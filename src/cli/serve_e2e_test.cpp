@@ -10,7 +10,10 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -166,6 +169,140 @@ TEST_F(ServeE2e, NullModelServesTheTokenizerOfTokenizerFlag) {
       http_call(port, "POST", "/v1/completions", R"({"prompt": "ab ab", "max_tokens": 2})");
   ASSERT_EQ(c.status, 200) << c.body;
   EXPECT_EQ(json::parse(c.body)["usage"]["prompt_tokens"], 3) << c.body;
+}
+
+// The measured records of a result directory's requests.jsonl.
+std::vector<json> measured_lines(const fs::path& dir) {
+  std::vector<json> out;
+  std::istringstream in(text_of(dir / "requests.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    json j = json::parse(line);
+    if (!j["warmup"].get<bool>()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// The most requests in flight at once: sends and ends as +1 / -1 events (an end before a send
+// at the same instant).
+int peak_in_flight(const std::vector<json>& lines) {
+  std::vector<std::pair<int64_t, int>> events;
+  for (const json& j : lines) {
+    events.emplace_back(j["t_send_ns"].get<int64_t>(), 1);
+    events.emplace_back(j["t_end_ns"].get<int64_t>(), -1);
+  }
+  std::sort(events.begin(), events.end());
+  int now = 0, peak = 0;
+  for (const auto& [t, d] : events) peak = std::max(peak, now += d);
+  return peak;
+}
+
+TEST_F(ServeE2e, NumClientsSplitTheLoadAndTheirRecordsMerge) {
+  // The null model at 100 tokens/s: each request of 4 tokens takes about 40 ms.
+  const uint16_t port = start_server({"--model", "null", "--token-rate", "100"});
+  ASSERT_NE(port, 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  const fs::path closed = root_ / "closed";
+  ASSERT_EQ(run({"run",
+                 "--backend",
+                 "openai",
+                 "--base-url",
+                 url,
+                 "--model",
+                 "null",
+                 "--num-clients",
+                 "3",
+                 "--max-concurrency",
+                 "7",
+                 "--num-prompts",
+                 "30",
+                 "--input-len",
+                 "8",
+                 "--output-len",
+                 "4",
+                 "--runs",
+                 "2",
+                 "--result-dir",
+                 closed.string()}),
+            0)
+      << err();
+  const json result = json::parse(text_of(closed / "result.json"));
+  EXPECT_EQ(result["completed"], 30);
+  EXPECT_EQ(result["total_output_tokens"], 120);
+  EXPECT_EQ(result["runs"].size(), 2u);
+  EXPECT_EQ(result["max_concurrency"], 7);
+  EXPECT_EQ(result["config"]["num_clients"], 3);
+  ASSERT_EQ(result["engine"]["clients"].size(), 3u);
+  // Each client ran its share (7 = 3 + 2 + 2 in flight; 10 prompts each) and measured itself.
+  int concurrency = 0;
+  for (int i = 0; i < 3; ++i) {
+    const fs::path dir = closed / "clients" / ("client-" + std::to_string(i));
+    const json c = json::parse(text_of(dir / "result.json"));
+    EXPECT_EQ(c["num_prompts"], 10) << i;
+    EXPECT_EQ(c["completed"], 10) << i;
+    concurrency += c["max_concurrency"].get<int>();
+    EXPECT_TRUE(result["engine"]["clients"][i]["client"].contains("event_loop_lag_ms")) << i;
+  }
+  EXPECT_EQ(concurrency, 7);
+  // The merge holds every client's records, not their averages: 2 runs x 30 requests, each
+  // prompt of the workload once per run, ids unique, on one clock.
+  const std::vector<json> lines = measured_lines(closed);
+  ASSERT_EQ(lines.size(), 60u);
+  std::set<uint64_t> ids;
+  std::map<int, std::set<uint64_t>> prompts;
+  for (const json& j : lines) {
+    ids.insert(j["id"].get<uint64_t>());
+    prompts[j["run"].get<int>()].insert(j["prompt_index"].get<uint64_t>());
+    EXPECT_GE(j["t_send_ns"].get<int64_t>(), 0);
+  }
+  EXPECT_EQ(ids.size(), 60u);
+  for (int run = 0; run < 2; ++run) {
+    EXPECT_EQ(prompts[run].size(), 30u);
+    EXPECT_EQ(*prompts[run].rbegin(), 29u);
+  }
+  // The totals are what was asked: never more than 7 in flight across the three processes.
+  std::vector<json> run0;
+  for (const json& j : lines) {
+    if (j["run"] == 0) run0.push_back(j);
+  }
+  EXPECT_LE(peak_in_flight(run0), 7);
+  EXPECT_GE(peak_in_flight(run0), 5);
+
+  // Open loop: 40 req/s over 2 clients is 20 req/s each, and 40 arrivals span about a second.
+  const fs::path open = root_ / "open";
+  ASSERT_EQ(run({"run",        "--backend",     "openai", "--base-url",     url,  "--model",
+                 "null",       "--num-clients", "2",      "--request-rate", "40", "--num-prompts",
+                 "40",         "--input-len",   "8",      "--output-len",   "2",  "--runs",
+                 "1",          "--num-warmups", "0",      "--seed",         "3",  "--result-dir",
+                 open.string()}),
+            0)
+      << err();
+  for (int i = 0; i < 2; ++i) {
+    const json c =
+        json::parse(text_of(open / "clients" / ("client-" + std::to_string(i)) / "result.json"));
+    EXPECT_DOUBLE_EQ(c["request_rate"].get<double>(), 20.0) << i;
+  }
+  const std::vector<json> arrivals = measured_lines(open);
+  ASSERT_EQ(arrivals.size(), 40u);
+  int64_t first = INT64_MAX, last = 0;
+  for (const json& j : arrivals) {
+    first = std::min(first, j["t_sched_ns"].get<int64_t>());
+    last = std::max(last, j["t_sched_ns"].get<int64_t>());
+  }
+  const double span_s = static_cast<double>(last - first) / 1e9;
+  EXPECT_GT(span_s, 0.5);  // 39 gaps at 40 req/s: 0.975 s on average
+  EXPECT_LT(span_s, 1.6);
+
+  // Bad input names the fix, before anything runs.
+  EXPECT_EQ(
+      run({"run", "--backend", "openai", "--base-url", url, "--model", "null", "--num-clients", "3",
+           "--num-prompts", "30", "--result-dir", (root_ / "static").string()}),
+      2);
+  EXPECT_NE(err().find("--max-concurrency"), std::string::npos) << err();
+  EXPECT_EQ(run({"run", "--num-clients", "2", "--max-concurrency", "4", "--result-dir",
+                 (root_ / "native").string()}),
+            2);
+  EXPECT_NE(err().find("--backend openai"), std::string::npos) << err();
 }
 
 TEST_F(ServeE2e, MetricsCarryDeviceEnergyWhereNvmlHasIt) {

@@ -2,6 +2,7 @@
 #include "core/subprocess.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,28 @@
 #include <string_view>
 
 namespace ib {
+namespace {
+
+std::vector<char*> c_args(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  return args;
+}
+
+// In a forked child: runs args with stdout and stderr on output_fd; when that fails, its errno
+// goes to status_fd and the child exits 127.
+[[noreturn]] void exec_child(const std::vector<char*>& args, int output_fd, int status_fd) {
+  ::dup2(output_fd, STDOUT_FILENO);
+  ::dup2(output_fd, STDERR_FILENO);
+  if (output_fd > STDERR_FILENO) ::close(output_fd);
+  ::execvp(args[0], args.data());
+  const int err = errno;
+  (void)!::write(status_fd, &err, sizeof err);
+  ::_exit(127);
+}
+
+}  // namespace
 
 Result<CommandOutput> run_command(const std::vector<std::string>& argv) {
   if (argv.empty()) return runtime_error("run_command: no program given");
@@ -20,9 +43,7 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv) {
   if (::pipe(out) != 0 || ::pipe2(status_pipe, O_CLOEXEC) != 0) {
     return runtime_error("cannot run " + argv[0] + ": pipe: " + std::strerror(errno));
   }
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+  const std::vector<char*> args = c_args(argv);
   const pid_t pid = ::fork();
   if (pid < 0) {
     return runtime_error("cannot run " + argv[0] + ": fork: " + std::strerror(errno));
@@ -30,13 +51,7 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv) {
   if (pid == 0) {
     ::close(out[0]);
     ::close(status_pipe[0]);
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(out[1], STDERR_FILENO);
-    ::close(out[1]);
-    ::execvp(args[0], args.data());
-    const int err = errno;
-    (void)!::write(status_pipe[1], &err, sizeof err);
-    ::_exit(127);
+    exec_child(args, out[1], status_pipe[1]);
   }
   ::close(out[1]);
   ::close(status_pipe[1]);
@@ -62,6 +77,55 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv) {
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+Result<int> start_process(const std::vector<std::string>& argv, const std::string& log_path) {
+  if (argv.empty()) return runtime_error("start_process: no program given");
+  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0) {
+    return runtime_error("cannot run " + argv[0] + ": cannot open its log " + log_path + ": " +
+                         std::strerror(errno));
+  }
+  int status_pipe[2];  // carries errno when execvp fails; closed on exec
+  if (::pipe2(status_pipe, O_CLOEXEC) != 0) {
+    ::close(log);
+    return runtime_error("cannot run " + argv[0] + ": pipe: " + std::strerror(errno));
+  }
+  const std::vector<char*> args = c_args(argv);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(log);
+    return runtime_error("cannot run " + argv[0] + ": fork: " + std::strerror(errno));
+  }
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the parent's watcher thread blocks them
+    ::close(status_pipe[0]);
+    exec_child(args, log, status_pipe[1]);
+  }
+  ::close(log);
+  ::close(status_pipe[1]);
+  int exec_errno = 0;
+  const ssize_t got = ::read(status_pipe[0], &exec_errno, sizeof exec_errno);
+  ::close(status_pipe[0]);
+  if (got == static_cast<ssize_t>(sizeof exec_errno)) {
+    wait_process(pid);
+    return runtime_error("cannot run " + argv[0] + ": " + std::strerror(exec_errno));
+  }
+  return static_cast<int>(pid);
+}
+
+int wait_process(int pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return 127;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void signal_process(int pid, int signal_number) {
+  ::kill(pid, signal_number);
 }
 
 bool on_path(const std::string& name) {

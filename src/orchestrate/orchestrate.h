@@ -57,6 +57,17 @@ struct RunConfig {
   // every request the base model) and how each request picks one (--lora-assignment).
   std::vector<std::string> lora_names;
   std::string lora_assignment = "random";
+  // --num-clients N > 1 (HTTP targets): the run is split over N client processes, each running
+  // client_argv (this binary, "run" and the resolved flags) plus its slice, the shared clock
+  // origin and its own result directory; their request records are merged into this result.
+  int num_clients = 1;
+  std::vector<std::string> client_argv;
+  // In one of those clients: its share of the workload (every client_count-th request from
+  // client_index), of the concurrency, the rate and the warm-ups; and the benchmark's time zero
+  // on the one clock (shared by the processes of one host).
+  int client_index = 0;
+  int client_count = 1;
+  std::optional<int64_t> clock_origin_ns;
   // The resolved flags echoed into result.json; plan_run sets the keys it derives (batch_size,
   // num_prompts, lengths, warm-ups, load description, KV bytes, max_num_seqs, result_dir).
   nlohmann::json config;
@@ -81,6 +92,13 @@ struct RunProgress {
 // target is loaded) and prints the table on stdout.
 Result<Outcome> execute_run(const RunPlan& plan, const PluginRegistry& registry,
                             const std::atomic<bool>& stop, const RunProgress& progress = {});
+
+// `inferbench run --num-clients N`: N client processes (plan.client_argv) against one endpoint,
+// each measuring its own latencies and overhead (their result directories under
+// result_dir/clients/); their per-request records are merged into one result in result_dir.
+// A client that fails is an error naming its log.
+Result<Outcome> execute_distributed_run(const RunPlan& plan, const PluginRegistry& registry,
+                                        const std::atomic<bool>& stop);
 
 // `inferbench sweep`: batch sizes x input lengths, one result directory per cell under
 // dir/cells/, grid.csv / grid.json / heatmaps / report.html in dir.

@@ -9,6 +9,7 @@
 #include "backend/kernel_switches.h"
 #include "core/clock.h"
 #include "core/fs.h"
+#include "orchestrate/detail/run_report.h"
 #include "orchestrate/detail/run_telemetry.h"
 #include "orchestrate/orchestrate.h"
 #include "report/report.h"
@@ -105,6 +106,8 @@ void print_calibrated(const Target& target) {
                c.value("seconds", 0.0));
 }
 
+}  // namespace
+
 BenchmarkReport report_header(const RunPlan& plan) {
   BenchmarkReport r;
   r.date = utc_timestamp_compact();
@@ -124,14 +127,25 @@ BenchmarkReport report_header(const RunPlan& plan) {
   return r;
 }
 
-}  // namespace
+Result<std::vector<std::unique_ptr<ReportSink>>> make_report_sinks(const PluginRegistry& registry) {
+  IB_ASSIGN_OR_RETURN(const auto order, registry.load_order());
+  std::vector<std::unique_ptr<ReportSink>> sinks;
+  for (const auto& name : order) {
+    if (registry.find(name)->kind != PluginKind::kReportSink) continue;
+    IB_ASSIGN_OR_RETURN(const auto make, registry.factory<ReportSinkFactory>(name));
+    sinks.push_back(make());
+  }
+  return sinks;
+}
 
 Result<Outcome> execute_run(const RunPlan& plan, const PluginRegistry& registry,
                             const std::atomic<bool>& stop, const RunProgress& progress) {
+  if (plan.num_clients > 1) return execute_distributed_run(plan, registry, stop);
   IB_ASSIGN_OR_RETURN(const auto order, registry.load_order());
   IB_ASSIGN_OR_RETURN(const auto make_target, registry.factory<TargetFactory>(plan.backend));
   // Telemetry starts before the model loads, so the peak includes loading.
-  const int64_t origin_ns = now_ns();
+  // A client of a --num-clients run shares the benchmark's origin, so its records merge as is.
+  const int64_t origin_ns = plan.clock_origin_ns.value_or(now_ns());
   RunTelemetry telemetry(plan, origin_ns);
   IB_ASSIGN_OR_RETURN(std::unique_ptr<Target> target,
                       make_target(telemetry.instrument(plan.target)));
@@ -139,17 +153,13 @@ Result<Outcome> execute_run(const RunPlan& plan, const PluginRegistry& registry,
   CollectorContext context;
   context.target_memory = [t = target.get()] { return t->memory(); };
   std::vector<std::unique_ptr<Collector>> collectors;
-  std::vector<std::unique_ptr<ReportSink>> sinks;
   for (const auto& name : order) {
-    const PluginInfo* info = registry.find(name);
-    if (info->kind == PluginKind::kCollector && telemetry.enabled()) {
+    if (registry.find(name)->kind == PluginKind::kCollector && telemetry.enabled()) {
       IB_ASSIGN_OR_RETURN(const auto make, registry.factory<CollectorFactory>(name));
       collectors.push_back(make(context));
-    } else if (info->kind == PluginKind::kReportSink) {
-      IB_ASSIGN_OR_RETURN(const auto make, registry.factory<ReportSinkFactory>(name));
-      sinks.push_back(make());
     }
   }
+  IB_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ReportSink>> sinks, make_report_sinks(registry));
 
   Sampler sampler(std::move(collectors), plan.memory_sample_interval_ms);
   if (telemetry.enabled()) IB_TRY(sampler.start(origin_ns));

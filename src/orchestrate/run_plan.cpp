@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/rng.h"
 #include "model/tokenizer.h"
 #include "orchestrate/orchestrate.h"
 #include "workload/lora_assignment.h"
@@ -45,6 +46,31 @@ Status draw_calibration_prompts(RunPlan& p, const Tokenizer& tokenizer) {
   return check_prompts_fit(c->prompts, p.max_model_len, p.model.name, p.workload.dataset_path);
 }
 
+// n split over count parts as evenly as possible: part index's size (they sum to n).
+int share_of(int n, int index, int count) {
+  return n / count + (index < n % count ? 1 : 0);
+}
+
+// One client of a --num-clients run: every client_count-th request of the whole workload from
+// client_index on (the whole workload is the same in every client: its seed), a share of the
+// concurrency and the warm-ups (the shares sum to what was asked), the rate divided (the sum of
+// independent Poisson arrivals is Poisson at the summed rate), and its own arrival seed.
+void take_client_share(RunPlan& p) {
+  const int index = p.client_index;
+  const int count = p.client_count;
+  std::vector<RequestSpec> mine;
+  for (size_t j = static_cast<size_t>(index); j < p.requests.size(); j += count) {
+    mine.push_back(std::move(p.requests[j]));
+  }
+  p.requests = std::move(mine);
+  p.workload.num_prompts = static_cast<int>(p.requests.size());
+  RunnerOptions& r = p.runner;
+  if (r.max_concurrency > 0) r.max_concurrency = share_of(r.max_concurrency, index, count);
+  if (std::isfinite(r.request_rate)) r.request_rate /= count;
+  if (r.num_warmups > 0) r.num_warmups = share_of(r.num_warmups, index, count);
+  r.seed = counter_hash(r.seed, 0x636c69656e74, static_cast<uint64_t>(index));  // "client"
+}
+
 std::string describe_load(const RunnerOptions& r) {
   switch (r.mode) {
     case LoadMode::kStatic:
@@ -80,6 +106,7 @@ Result<RunPlan> plan_run(const RunConfig& config, const PluginRegistry& registry
     for (size_t i = 0; i < p.requests.size(); ++i) p.requests[i].lora_name = names[i];
   }
   IB_TRY(draw_calibration_prompts(p, *tokenizer));
+  if (p.client_count > 1) take_client_share(p);
 
   RunnerOptions& r = p.runner;
   const int batch =
@@ -109,6 +136,7 @@ Result<RunPlan> plan_run(const RunConfig& config, const PluginRegistry& registry
   c["kv_cache_memory_bytes"] = engine.cpu_kv_cache_bytes;
   c["result_dir"] = p.result_dir.string();
   c["overwrite"] = p.overwrite;
+  if (p.num_clients > 1) c["num_clients"] = p.num_clients;
   if (!p.lora_names.empty()) {
     c["lora_adapters"] = p.lora_names;
     c["lora_assignment"] = p.lora_assignment;

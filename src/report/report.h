@@ -80,6 +80,9 @@ std::string summary_csv(const BenchmarkReport& report);
 std::string markdown_summary(const BenchmarkReport& report);
 // One requests.jsonl line (no newline); times relative to origin_ns.
 std::string request_json_line(const RequestRecord& record, int64_t origin_ns);
+// The record a requests.jsonl line holds, its times moved back onto the clock by origin_ns (the
+// inverse of request_json_line). A malformed line is a runtime error naming the bad field.
+Result<RequestRecord> parse_request_json_line(const std::string& line, int64_t origin_ns);
 
 struct SinkContext {
   std::filesystem::path result_dir;

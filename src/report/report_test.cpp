@@ -202,6 +202,44 @@ TEST(Report, RequestLineIsRelativeToTheOrigin) {
   EXPECT_EQ(j["warmup"], false);
 }
 
+TEST(Report, RequestLineParsesBackToTheRecord) {
+  RequestRecord r = record(2, 10, {15, 17, 20}, 4);
+  r.id = 9;
+  r.prompt_index = 3;
+  r.t_sched_ns = 8 * kMs;
+  r.chunks = 2;
+  r.lora_name = "sql";
+  RequestRecord failed;  // no token came
+  failed.t_send_ns = 12 * kMs;
+  failed.t_end_ns = 13 * kMs;
+  failed.n_in = 4;
+  failed.n_out_requested = 4;
+  failed.finish_reason = "error";
+  failed.error = "HTTP 400: bad top_p";
+  for (const RequestRecord& original : {r, failed}) {
+    auto back = parse_request_json_line(request_json_line(original, 3 * kMs), 3 * kMs);
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->run, original.run);
+    EXPECT_EQ(back->id, original.id);
+    EXPECT_EQ(back->prompt_index, original.prompt_index);
+    EXPECT_EQ(back->t_sched_ns, original.t_sched_ns);
+    EXPECT_EQ(back->t_send_ns, original.t_send_ns);
+    EXPECT_EQ(back->t_first_ns, original.t_first_ns);
+    EXPECT_EQ(back->t_end_ns, original.t_end_ns);
+    EXPECT_EQ(back->token_times_ns, original.token_times_ns);
+    EXPECT_EQ(back->n_in, original.n_in);
+    EXPECT_EQ(back->n_out, original.n_out);
+    EXPECT_EQ(back->n_out_requested, original.n_out_requested);
+    EXPECT_EQ(back->chunks, original.chunks);
+    EXPECT_EQ(back->ok, original.ok);
+    EXPECT_EQ(back->finish_reason, original.finish_reason);
+    EXPECT_EQ(back->error, original.error);
+    EXPECT_EQ(back->lora_name, original.lora_name);
+  }
+  EXPECT_FALSE(parse_request_json_line("{\"run\": 0}", 0).ok());
+  EXPECT_FALSE(parse_request_json_line("not json", 0).ok());
+}
+
 class ResultDirTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -147,4 +147,32 @@ std::string request_json_line(const RequestRecord& rec, int64_t origin_ns) {
   return j.dump();
 }
 
+Result<RequestRecord> parse_request_json_line(const std::string& line, int64_t origin_ns) {
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object()) return runtime_error("a requests.jsonl line is not a JSON object");
+  RequestRecord r;
+  try {
+    r.run = j.at("run").get<int>();
+    r.id = j.at("id").get<uint64_t>();
+    r.prompt_index = j.at("prompt_index").get<uint64_t>();
+    r.ok = j.at("ok").get<bool>();
+    r.finish_reason = j.at("finish_reason").get<std::string>();
+    if (!j.at("error").is_null()) r.error = j.at("error").get<std::string>();
+    r.n_in = j.at("n_in").get<int>();
+    r.n_out_requested = j.at("n_out_requested").get<int>();
+    r.n_out = j.at("n_out").get<int>();
+    r.chunks = j.at("chunks").get<int>();
+    r.t_sched_ns = j.at("t_sched_ns").get<int64_t>() + origin_ns;
+    r.t_send_ns = j.at("t_send_ns").get<int64_t>() + origin_ns;
+    if (!j.at("t_first_ns").is_null()) r.t_first_ns = j.at("t_first_ns").get<int64_t>() + origin_ns;
+    r.t_end_ns = j.at("t_end_ns").get<int64_t>() + origin_ns;
+    for (const auto& t : j.at("token_times_ns"))
+      r.token_times_ns.push_back(t.get<int64_t>() + origin_ns);
+    if (j.contains("lora_adapter")) r.lora_name = j["lora_adapter"].get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    return runtime_error(std::string("a malformed requests.jsonl line: ") + e.what());
+  }
+  return r;
+}
+
 }  // namespace ib

@@ -16,7 +16,12 @@ class EngineGenerator final : public Generator {
   explicit EngineGenerator(EngineGeneratorOptions options)
       : options_(std::move(options)), engine_(engine_options()) {
     callbacks_.on_token = [this](const TokenEvent& ev) {
-      events_.push_back(GenEvent{ev.request_id, ev.token, ev.time_ns, ev.finish, {}});
+      events_.push_back(GenEvent{ev.request_id,
+                                 ev.token,
+                                 ev.time_ns,
+                                 ev.finish,
+                                 {},
+                                 ev.output_index == 0 ? step_start_ns_ : 0});
     };
     callbacks_.on_finish = [this](uint64_t id, const RequestEnd& end) { on_finish(id, end); };
   }
@@ -97,6 +102,8 @@ class EngineGenerator final : public Generator {
                       engine.backend().device_info().name, engine.weights_description(),
                       s.kv_blocks_total, engine.config().block_size, s.max_model_len);
     };
+    // Before the step's token events: their first tokens' prefill began at this step's start.
+    o.hooks.on_step = [this](Engine&, const StepStats& step) { step_start_ns_ = step.start_ns; };
     o.hooks.after_pass = [this](Engine&) {
       if (events_.empty()) return;
       sink_(std::move(events_));
@@ -113,12 +120,12 @@ class EngineGenerator final : public Generator {
       case RequestEndKind::kShutdown:
         return;
       case RequestEndKind::kCancelled:
-        events_.push_back(GenEvent{id, -1, end.time_ns, FinishReason::kAborted, {}});
+        events_.push_back(GenEvent{id, -1, end.time_ns, FinishReason::kAborted, {}, 0});
         return;
       case RequestEndKind::kRejected:
       case RequestEndKind::kFailed:
       case RequestEndKind::kUnavailable:
-        events_.push_back(GenEvent{id, -1, end.time_ns, FinishReason::kAborted, end.error});
+        events_.push_back(GenEvent{id, -1, end.time_ns, FinishReason::kAborted, end.error, 0});
         return;
     }
   }
@@ -129,6 +136,7 @@ class EngineGenerator final : public Generator {
   int max_model_len_ = 0;         // written before start() returns
   std::string description_;       // written before start() returns
   std::vector<GenEvent> events_;  // engine thread: this pass's events, for the sink
+  int64_t step_start_ns_ = 0;     // engine thread: the last step's start
   AsyncEngine engine_;            // last: its thread uses the members above
 };
 

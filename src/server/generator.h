@@ -28,6 +28,9 @@ struct GenEvent {
   int64_t time_ns = 0;
   FinishReason finish = FinishReason::kNone;  // kNone while the request continues
   std::string error;                          // non-empty: the request failed (not started)
+  // The first token's only: when the engine step that produced it began (its prefill; a prompt
+  // prefilled in chunks over several steps: the last chunk's). 0 otherwise.
+  int64_t step_start_ns = 0;
 };
 
 struct GeneratorStats {

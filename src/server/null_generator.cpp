@@ -75,6 +75,7 @@ class NullGenerator final : public Generator {
   struct Stream {
     GenerationRequest request;
     int emitted = 0;
+    int64_t taken_ns = 0;  // when the generator took it: the "prefill" of the first token
   };
   using Due = std::pair<int64_t, uint64_t>;  // (time_ns, id)
 
@@ -88,7 +89,7 @@ class NullGenerator final : public Generator {
       const int64_t t = now_ns();
       for (auto& r : incoming) {
         const uint64_t id = r.id;
-        live_[id] = Stream{std::move(r), 0};
+        live_[id] = Stream{std::move(r), 0, t};
         due_.push({t + interval_ns_, id});  // like a model: the first token after one interval
       }
       incoming.clear();
@@ -116,7 +117,7 @@ class NullGenerator final : public Generator {
       const FinishReason finish = eos    ? FinishReason::kStop
                                   : last ? FinishReason::kLength
                                          : FinishReason::kNone;
-      events.push_back(GenEvent{id, token, now_ns(), finish, {}});
+      events.push_back(GenEvent{id, token, now_ns(), finish, {}, s.emitted == 1 ? s.taken_ns : 0});
       if (last) {
         live_.erase(it);
       } else {

@@ -57,6 +57,10 @@ class ServerImpl final : public Server {
                                 .count();
     core_->on_generation_done = [this] { check_drained(); };
     core_->encode_pool = &encode_pool_;
+    if (!options_.trace.endpoint.empty()) {
+      IB_ASSIGN_OR_RETURN(tracer_, make_tracer(options_.trace));
+      core_->tracer = tracer_.get();
+    }
 
     boost::system::error_code ec;
     const auto address = net::ip::make_address(options_.host, ec);
@@ -89,6 +93,7 @@ class ServerImpl final : public Server {
     for (auto& [id, session] : core_->live) session->close();
     core_->live.clear();
     generator_->stop();
+    if (tracer_) tracer_->shutdown();  // the last spans, within the export timeout
   }
 
   void request_drain() override {
@@ -175,6 +180,7 @@ class ServerImpl final : public Server {
   std::optional<net::signal_set> signals_;
   int signal_count_ = 0;
   uint16_t port_ = 0;
+  std::unique_ptr<Tracer> tracer_;            // --otlp-endpoint; outlives the sessions
   std::unique_ptr<detail::ServerCore> core_;  // destroyed first: sessions reference io_
 };
 

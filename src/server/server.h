@@ -18,6 +18,7 @@
 #include "model/tokenizer.h"
 #include "server/generator.h"  // IWYU pragma: export
 #include "server/protocol.h"   // IWYU pragma: export
+#include "trace/trace.h"
 
 namespace ib {
 
@@ -38,6 +39,9 @@ struct ServerOptions {
   // The model's chat template for /v1/chat/completions and /tokenize {messages}; null:
   // render_chat's fixed format (models without a template).
   std::shared_ptr<const ChatFormat> chat_format;
+  // --otlp-endpoint: each generation request's spans (a child of the caller's traceparent), and
+  // the trace counters in /metrics. An empty endpoint: no tracing.
+  TraceOptions trace;
 };
 
 class Server {

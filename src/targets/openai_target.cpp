@@ -9,6 +9,7 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <boost/asio/executor_work_guard.hpp>
@@ -62,6 +63,9 @@ class OpenAITarget final : public Target {
 
   Status setup(TargetCallbacks callbacks) override {
     cb_ = std::move(callbacks);
+    if (!options_.trace.endpoint.empty()) {
+      IB_ASSIGN_OR_RETURN(tracer_, make_tracer(options_.trace));
+    }
     boost::system::error_code ec;
     net::ip::tcp::resolver resolver(io_);
     auto endpoints = resolver.resolve(url_.host, url_.port, ec);
@@ -90,21 +94,29 @@ class OpenAITarget final : public Target {
     job.id = r.id;
     job.input_len = r.input_len;
     job.output_len = r.output_len;
+    std::optional<Traced> traced;
+    if (tracer_) {
+      traced = Traced{tracer_->new_trace(), 0, r.output_len,
+                      r.lora_name.empty() ? options_.model : r.lora_name};
+    }
     job.request = fmt::format(
         "POST {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: inferbench\r\nContent-Type: "
-        "application/json\r\nAccept: text/event-stream\r\n{}Content-Length: {}\r\n"
+        "application/json\r\nAccept: text/event-stream\r\n{}{}Content-Length: {}\r\n"
         "Connection: keep-alive\r\n\r\n{}",
         url_.path_prefix, options_.endpoint, host_header_,
         options_.api_key.empty() ? "" : "Authorization: Bearer " + options_.api_key + "\r\n",
-        body.size(), body);
+        traced ? "traceparent: " + format_traceparent(traced->context) + "\r\n" : "", body.size(),
+        body);
     {
       std::lock_guard lock(mu_);
       if (!thread_.joinable()) return runtime_error("the openai target is not set up");
       ++live_;
     }
     job.submit_ns = now_ns();
-    net::post(io_, [this, j = std::move(job)]() mutable {
+    if (traced) traced->submit_ns = job.submit_ns;
+    net::post(io_, [this, j = std::move(job), t = std::move(traced)]() mutable {
       if (active_since_ns_ == 0) active_since_ns_ = now_ns();
+      if (t) traced_.emplace(j.id, std::move(*t));
       ++in_loop_;
       client_->start(std::move(j));
     });
@@ -124,6 +136,7 @@ class OpenAITarget final : public Target {
     if (!thread_.joinable()) return;
     cancel_all();
     drain();
+    if (tracer_) tracer_->shutdown();  // the last spans, within the export timeout
     final_description_ = describe();
     // A tick that already fired is queued and not cancellable: the flag stops it re-arming, or
     // the loop would never run out of work and the join below would wait forever.
@@ -139,7 +152,52 @@ class OpenAITarget final : public Target {
   std::string describe_json() const override { return describe().dump(); }
 
  private:
+  // A request's context, kept on the loop thread until its span is made.
+  struct Traced {
+    TraceContext context;
+    int64_t submit_ns = 0;
+    int max_tokens = 0;
+    std::string model;  // "model" as sent (a LoRA adapter's name)
+  };
+
+  // The request's CLIENT span: submit() to its end, the root of the trace the server continues.
+  void trace_done(const detail::ClientCompletion& c) {
+    auto it = traced_.find(c.id);
+    if (it == traced_.end()) return;
+    const Traced t = std::move(it->second);
+    traced_.erase(it);
+    const RequestOutcome& o = c.outcome;
+    const int64_t end_ns = o.time_ns > 0 ? o.time_ns : now_ns();
+    const std::string operation = options_.chat ? "chat" : "text_completion";
+    Span s;
+    s.trace_id = t.context.trace_id;
+    s.span_id = t.context.span_id;
+    s.name = operation + " " + t.model;
+    s.kind = SpanKind::kClient;
+    s.start_unix_ns = tracer_->unix_ns(t.submit_ns);
+    s.end_unix_ns = tracer_->unix_ns(end_ns);
+    s.error = !o.ok;
+    s.status_message = o.error.substr(0, 512);
+    auto& a = s.attributes;
+    a.push_back({"gen_ai.operation.name", operation});
+    a.push_back({"gen_ai.request.model", t.model});
+    a.push_back({"gen_ai.request.max_tokens", int64_t{t.max_tokens}});
+    a.push_back({"gen_ai.usage.input_tokens", int64_t{o.prompt_tokens}});
+    a.push_back({"gen_ai.usage.output_tokens", int64_t{o.output_tokens}});
+    a.push_back({"gen_ai.response.finish_reasons", std::vector<std::string>{o.finish_reason}});
+    if (!c.chunks.empty()) {
+      a.push_back(
+          {"gen_ai.latency.time_to_first_token", ns_to_s(c.chunks.front().first - t.submit_ns)});
+    }
+    a.push_back({"gen_ai.latency.e2e", ns_to_s(end_ns - t.submit_ns)});
+    a.push_back({"server.address", url_.host});
+    a.push_back({"server.port", int64_t{std::stoi(url_.port)}});
+    if (!o.ok) a.push_back({"error.type", o.finish_reason});
+    tracer_->finish_request({std::move(s)}, !o.ok, end_ns - t.submit_ns);
+  }
+
   void on_done(detail::ClientCompletion& c) {
+    if (tracer_) trace_done(c);
     for (const auto& [t, n] : c.chunks) cb_.on_tokens(c.id, n, t);
     if (options_.on_text) options_.on_text(c.id, c.text);
     cb_.on_done(c.id, c.outcome);
@@ -236,6 +294,20 @@ class OpenAITarget final : public Target {
       });
       std::tie(client, tokens) = f.get();
     }
+    json traces = nullptr;
+    if (tracer_) {
+      tracer_->flush();  // the spans of requests already done: exported or dropped
+      const TraceStats s = tracer_->stats();
+      traces = {{"otlp_endpoint", options_.trace.endpoint},
+                {"sample_ratio", options_.trace.sample_ratio},
+                {"slow_ms", options_.trace.slow_ms >= 0 ? json(options_.trace.slow_ms) : json()},
+                {"requests_kept", s.requests_kept},
+                {"requests_sampled_out", s.requests_sampled_out},
+                {"spans_exported", s.spans_exported},
+                {"spans_dropped_queue_full", s.spans_dropped_queue_full},
+                {"spans_dropped_export_failed", s.spans_dropped_export_failed},
+                {"last_error", s.last_error.empty() ? json() : json(s.last_error)}};
+    }
     return json{
         {"target", name()},
         {"base_url", fmt::format("{}://{}:{}{}", url_.tls ? "https" : "http", url_.host, url_.port,
@@ -247,6 +319,7 @@ class OpenAITarget final : public Target {
         {"extra_body", options_.extra_body},
         {"client", client},
         {"token_counts", tokens},
+        {"traces", traces},
     };
   }
 
@@ -261,6 +334,7 @@ class OpenAITarget final : public Target {
   net::executor_work_guard<net::io_context::executor_type> work_ = net::make_work_guard(io_);
   std::optional<net::ssl::context> ssl_;
   std::unique_ptr<detail::Client> client_;
+  std::unique_ptr<Tracer> tracer_;  // --otlp-endpoint; thread-safe
   std::thread thread_;
   net::steady_timer tick_timer_{io_};
 
@@ -280,6 +354,7 @@ class OpenAITarget final : public Target {
   int64_t active_since_ns_ = 0;
   int64_t active_ns_ = 0;
   std::vector<int64_t> lag_ns_;
+  std::unordered_map<uint64_t, Traced> traced_;  // requests in flight, when tracing
 };
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "core/result.h"
 #include "engine/engine.h"
 #include "targets/target.h"
+#include "trace/trace.h"
 
 namespace ib {
 
@@ -49,6 +50,9 @@ struct OpenAITargetOptions {
   SamplingParams sampling;  // temperature, top_p, top_k; seed + request id when sampling
   bool ignore_eos = true;   // sent where the dialect has it
   bool verify_tls = true;
+  // --otlp-endpoint: a CLIENT span per request, exported over OTLP, whose context goes to the
+  // server in a W3C traceparent header (a server that traces continues the trace). Empty: off.
+  TraceOptions trace;
   // Tests: the generated text of each request, before its on_done.
   std::function<void(uint64_t id, const std::string& text)> on_text;
 };

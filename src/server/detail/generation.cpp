@@ -19,6 +19,12 @@ namespace net = boost::asio;
 // (its KV blocks freed) instead of buffering without bound.
 constexpr size_t kMaxUnsentBytes = 16u << 20;
 
+// The caller's W3C trace context, when it sent a valid one.
+std::optional<TraceContext> traceparent_of(const auto& request) {
+  const auto header = request["traceparent"];
+  return parse_traceparent(std::string_view(header.data(), header.size()));
+}
+
 const char* reason_name(FinishReason r) {
   return r == FinishReason::kStop ? "stop" : r == FinishReason::kLength ? "length" : nullptr;
 }
@@ -44,40 +50,45 @@ void Session::start_generation(ApiKind kind, const Request& req) {
     e.status = 503;
     e.type = "service_unavailable";
     e.message = "the server is shutting down and accepts no new requests";
+    trace_refused(kind, traceparent_of(req), arrival_ns, e);
     return respond(error_response(e, false), 503, false);
   }
   auto parsed = parse_generation_call(req.body(), kind);
   if (auto* e = std::get_if<ApiError>(&parsed)) {
+    trace_refused(kind, traceparent_of(req), arrival_ns, *e);
     return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
   }
   GenerationCall& call = std::get<GenerationCall>(parsed);
   call.kind = kind;
+  std::optional<TraceContext> parent = traceparent_of(req);
   // From here the response is open: a drain waits for it (admit_generation closes it on error).
   ++core_.metrics.open_streams;
   state_ = State::kEncoding;
   if (core_.encode_pool == nullptr || (kind != ApiKind::kChat && !call.prompt_tokens.empty())) {
     auto tokens = prompt_tokens(call, core_);
-    return admit_generation(std::move(call), std::move(tokens), arrival_ns);
+    return admit_generation(std::move(call), std::move(parent), std::move(tokens), arrival_ns);
   }
   // Rendering and tokenizing a long prompt takes milliseconds: never on the I/O thread, which
   // streams every other connection's tokens.
   // The work guard keeps the I/O loop running meanwhile (it may have nothing else to wait for:
   // a drain closes the acceptor).
-  net::post(*core_.encode_pool, [self = shared_from_this(), call = std::move(call), arrival_ns,
+  net::post(*core_.encode_pool, [self = shared_from_this(), call = std::move(call),
+                                 parent = std::move(parent), arrival_ns,
                                  work = net::make_work_guard(core_.io)]() mutable {
     auto tokens = prompt_tokens(call, self->core_);
-    net::post(self->core_.io,
-              [self, call = std::move(call), tokens = std::move(tokens), arrival_ns]() mutable {
-                self->admit_generation(std::move(call), std::move(tokens), arrival_ns);
-              });
+    net::post(self->core_.io, [self, call = std::move(call), parent = std::move(parent),
+                               tokens = std::move(tokens), arrival_ns]() mutable {
+      self->admit_generation(std::move(call), std::move(parent), std::move(tokens), arrival_ns);
+    });
   });
 }
 
-void Session::admit_generation(GenerationCall call,
+void Session::admit_generation(GenerationCall call, std::optional<TraceContext> parent,
                                std::variant<std::vector<int32_t>, ApiError> encoded,
                                int64_t arrival_ns) {
   const ApiKind kind = call.kind;
   auto refuse = [&](const ApiError& e) {
+    trace_refused(kind, parent, arrival_ns, e);
     --core_.metrics.open_streams;
     if (state_ != State::kClosed) respond(error_response(e, keep_alive_), e.status, keep_alive_);
     if (core_.on_generation_done) core_.on_generation_done();
@@ -113,6 +124,19 @@ void Session::admit_generation(GenerationCall call,
   for (const auto& s : gen_.stop) gen_.max_stop_len = std::max(gen_.max_stop_len, s.size());
   gen_.prompt_len = static_cast<int>(tokens.size());
   gen_.arrival_ns = arrival_ns;
+  if (core_.tracer != nullptr) {
+    RequestTiming& t = gen_.timing;
+    t.parent = parent;
+    t.operation = kind == ApiKind::kChat ? "chat" : "text_completion";
+    t.served_model = core_.served.name;
+    t.requested_model = gen_.model;
+    t.adapter = g.lora_name;
+    t.request_id = g.id;
+    t.max_tokens = g.max_tokens;
+    t.prompt_tokens = gen_.prompt_len;
+    t.arrival_ns = arrival_ns;
+    t.submitted = true;
+  }
   g.prompt_tokens = std::move(tokens);
 
   state_ = State::kGenerating;
@@ -146,13 +170,23 @@ void Session::on_event(const GenEvent& e) {
     m.ttft_s.observe(ns_to_s(e.time_ns - gen_.arrival_ns));
     m.prompt_tokens += static_cast<uint64_t>(gen_.prompt_len);
     gen_.first_token_ns = e.time_ns;
+    gen_.timing.step_start_ns = e.step_start_ns;
   } else {
     m.itl_s.observe(ns_to_s(e.time_ns - gen_.last_token_ns));
   }
   gen_.last_token_ns = e.time_ns;
   ++gen_.generated;
   ++m.generation_tokens;
-  gen_.text += core_.tokenizer.decode_continuation({e.token});  // follows the prompt
+  if (core_.tracer != nullptr) {
+    const int64_t start = now_ns();
+    gen_.text += core_.tokenizer.decode_continuation({e.token});  // follows the prompt
+    RequestTiming& t = gen_.timing;
+    if (t.detokenize_first_ns == 0) t.detokenize_first_ns = start;
+    t.detokenize_last_ns = now_ns();
+    t.detokenize_busy_ns += t.detokenize_last_ns - start;
+  } else {
+    gen_.text += core_.tokenizer.decode_continuation({e.token});
+  }
 
   const char* reason = reason_name(e.finish);
   if (!gen_.stop.empty()) {
@@ -216,6 +250,7 @@ void Session::finish_generation(const char* reason) {
                               keep_alive_);
   }
   gen_.emitted = gen_.text.size();
+  trace_generation(reason, {}, 200);
   flush();
 }
 
@@ -234,7 +269,37 @@ void Session::fail_generation(const ApiError& error) {
     core_.count_response(error.status);
     pending_ += error_response(error, keep_alive_);
   }
+  trace_generation("error", error.message, gen_.stream ? 200 : error.status);
   flush();
+}
+
+void Session::trace_generation(const char* finish_reason, std::string error, int http_status) {
+  if (core_.tracer == nullptr) return;
+  RequestTiming& t = gen_.timing;
+  t.output_tokens = gen_.generated;
+  t.first_token_ns = gen_.first_token_ns;
+  t.last_token_ns = gen_.last_token_ns;
+  t.finish_reason = finish_reason;
+  t.error = std::move(error);
+  t.http_status = http_status;
+  t.end_ns = now_ns();
+  trace_request(*core_.tracer, t);
+}
+
+void Session::trace_refused(ApiKind kind, const std::optional<TraceContext>& parent,
+                            int64_t arrival_ns, const ApiError& error) {
+  if (core_.tracer == nullptr) return;
+  RequestTiming t;
+  t.parent = parent;
+  t.operation = kind == ApiKind::kChat ? "chat" : "text_completion";
+  t.served_model = core_.served.name;
+  t.requested_model = core_.served.name;
+  t.arrival_ns = arrival_ns;
+  t.finish_reason = "error";
+  t.error = error.message;
+  t.http_status = error.status;
+  t.end_ns = now_ns();
+  trace_request(*core_.tracer, t);
 }
 
 }  // namespace ib::detail

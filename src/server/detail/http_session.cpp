@@ -131,8 +131,9 @@ void Session::handle(const Request& req) {
   if (path == "/metrics") {
     if (!get) return not_allowed("GET");
     MetricsContext context{core_.served.name, core_.generator.stats(), std::nullopt,
-                           core_.options.vllm_metric_names};
+                           core_.options.vllm_metric_names, std::nullopt};
     if (core_.options.energy_joules) context.energy_joules = core_.options.energy_joules();
+    if (core_.tracer != nullptr) context.traces = core_.tracer->stats();
     return respond(http_response(200, "text/plain; version=0.0.4",
                                  render_prometheus(core_.metrics, context), keep_alive_),
                    200, keep_alive_);
@@ -242,9 +243,10 @@ void Session::on_watch(beast::error_code ec, size_t bytes) {
   if (state_ == State::kAwaitingNext) read_request();
 }
 
-void Session::abort_generation(const char* /*why*/) {
+void Session::abort_generation(const char* why) {
   if (state_ == State::kGenerating && !gen_.finished) {
     core_.generator.abort(gen_.id);
+    trace_generation("abort", fmt::format("aborted: {}", why), gen_.stream ? 200 : 0);
     ++core_.metrics.finished["abort"];
     --core_.metrics.open_streams;
     gen_.finished = true;

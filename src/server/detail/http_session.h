@@ -17,6 +17,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "server/detail/request_trace.h"
 #include "server/detail/responses.h"
 #include "server/detail/server_core.h"
 
@@ -54,6 +55,7 @@ class Session : public std::enable_shared_from_this<Session> {
     int64_t first_token_ns = 0;
     int64_t last_token_ns = 0;
     bool finished = false;
+    RequestTiming timing;  // for the request's spans, when the server traces
   };
 
   void read_request();
@@ -62,8 +64,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void handle(const Request& request);
   void start_generation(ApiKind kind, const Request& request);
   // On the I/O thread once the prompt is tokenized (or refused): the call goes to the generator.
-  void admit_generation(GenerationCall call, std::variant<std::vector<int32_t>, ApiError> tokens,
-                        int64_t arrival_ns);
+  void admit_generation(GenerationCall call, std::optional<TraceContext> parent,
+                        std::variant<std::vector<int32_t>, ApiError> tokens, int64_t arrival_ns);
   // A simple (non-generation) response; the connection continues unless keep_alive is false.
   void respond(std::string response, int status, bool keep_alive);
   void fail_generation(const ApiError& error);
@@ -73,6 +75,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void watch_disconnect();
   void on_watch(boost::beast::error_code ec, size_t bytes);
   void abort_generation(const char* why);
+  // Hands a finished, failed or aborted generation's spans to the tracer (if any).
+  void trace_generation(const char* finish_reason, std::string error, int http_status);
+  // A generation request refused before it reached the generator (503, 400, 404): its span.
+  // A span for a request refused before the generator took it (parent: the caller's trace).
+  void trace_refused(ApiKind kind, const std::optional<TraceContext>& parent, int64_t arrival_ns,
+                     const ApiError& error);
   void flush();
   void on_write(boost::beast::error_code ec);
   void after_response();

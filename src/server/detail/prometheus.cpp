@@ -182,6 +182,25 @@ std::string render_prometheus(const ServerMetrics& m, const MetricsContext& c) {
     w.one("inferbench_energy_joules_total", "counter", "Device energy since the server started.",
           *c.energy_joules);
   }
+  if (c.traces) {
+    const TraceStats& t = *c.traces;
+    w.header("inferbench_trace_requests_total", "counter",
+             "Requests whose spans were kept or sampled out (--trace-sample-ratio, "
+             "--trace-slow-ms; failures are always kept).");
+    w.sample("inferbench_trace_requests_total", static_cast<double>(t.requests_kept),
+             "decision=\"kept\"");
+    w.sample("inferbench_trace_requests_total", static_cast<double>(t.requests_sampled_out),
+             "decision=\"sampled_out\"");
+    w.one("inferbench_trace_spans_exported_total", "counter", "Spans the OTLP collector accepted.",
+          static_cast<double>(t.spans_exported));
+    w.header("inferbench_trace_spans_dropped_total", "counter",
+             "Kept spans never exported, by reason (queue_full: the export queue had no room; "
+             "export_failed: the collector was unreachable, slow or refused them).");
+    w.sample("inferbench_trace_spans_dropped_total",
+             static_cast<double>(t.spans_dropped_queue_full), "reason=\"queue_full\"");
+    w.sample("inferbench_trace_spans_dropped_total",
+             static_cast<double>(t.spans_dropped_export_failed), "reason=\"export_failed\"");
+  }
   if (c.vllm_names) render_vllm_names(w, m, c);
   return w.take();
 }

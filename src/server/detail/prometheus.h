@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "server/generator.h"
+#include "trace/trace.h"
 
 namespace ib::detail {
 
@@ -51,6 +52,7 @@ struct MetricsContext {
   GeneratorStats generator;
   std::optional<double> energy_joules;  // only where the device reports it
   bool vllm_names = false;              // also vLLM's names (ServerOptions::vllm_metric_names)
+  std::optional<TraceStats> traces;     // only when the server exports spans
 };
 
 std::string render_prometheus(const ServerMetrics& metrics, const MetricsContext& context);

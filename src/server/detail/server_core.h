@@ -14,6 +14,7 @@
 
 #include "server/detail/prometheus.h"
 #include "server/server.h"
+#include "trace/trace.h"
 
 namespace ib::detail {
 
@@ -43,6 +44,7 @@ struct ServerCore {
   uint64_t next_id = 1;
   bool draining = false;
   std::function<void()> on_generation_done;  // after each generation response completes
+  Tracer* tracer = nullptr;                  // --otlp-endpoint: request spans; null: off
 
   void count_response(int status) { ++metrics.responses[status]; }
 };
