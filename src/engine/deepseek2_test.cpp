@@ -205,9 +205,13 @@ Vec yarn_inv_freq(const ModelConfig& c) {
   return inv;
 }
 
+double yarn_mscale(const RopeScaling& s, double m) {
+  return 0.1 * m * std::log(s.factor) + 1;
+}
+
+// On cos and sin (transformers' _compute_yarn_parameters).
 double yarn_attention_factor(const RopeScaling& s) {
-  auto mscale = [&](double m) { return 0.1 * m * std::log(s.factor) + 1; };
-  return mscale(s.mscale) / mscale(s.mscale_all_dim);
+  return yarn_mscale(s, s.mscale) / yarn_mscale(s, s.mscale_all_dim);
 }
 
 // Interleaved pairs as complex numbers, times factor * e^(i pos inv_freq).
@@ -267,7 +271,9 @@ std::vector<Vec> reference_logits(const ModelConfig& c, const Tensors& t,
   const size_t r = static_cast<size_t>(m.kv_lora_rank);
   const Vec inv_freq = yarn_inv_freq(c);
   const double factor = yarn_attention_factor(c.rope_scaling);
-  const double scale = 1 / std::sqrt(static_cast<double>(nope + rp));
+  // DeepseekV2Attention's softmax scale takes get_mscale(factor, mscale_all_dim)^2 under YaRN.
+  const double mscale = yarn_mscale(c.rope_scaling, c.rope_scaling.mscale_all_dim);
+  const double scale = mscale * mscale / std::sqrt(static_cast<double>(nope + rp));
   std::vector<Vec> h(n_tok);
   for (size_t i = 0; i < n_tok; ++i) {
     const auto& e = t.at("model.embed_tokens.weight");

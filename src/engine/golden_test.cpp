@@ -2,7 +2,8 @@
 // the GPU machine (testdata/golden/<model>: config.json, model.safetensors, golden.json with HF's
 // greedy tokens and fp32 logits over a 1,000-token prompt) are loaded as a user would load them
 // and run greedily on the CPU backend in fp32; tokens must equal HF's and every step's logits be
-// within a relative L2 error of 1e-4 (the fp32 tolerance of tools/hf_compare.py).
+// within a relative L2 error of 1e-4 (the fp32 tolerance of tools/hf_compare.py). DeepSeek-V2
+// (deepseek-v2-tiny, made by tools/capture_hf_golden.py) has its own test below.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -67,6 +68,53 @@ TEST_P(Golden, CpuEngineMatchesHfTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(HfTransformers, Golden,
                          ::testing::Values("llama3-tied", "qwen2-bias", "phi3-window"));
+
+// DeepSeek-V2 (deepseek-v2-tiny: multi-head latent attention with q LoRA, YaRN with mscale and
+// mscale_all_dim, a dense layer then a MoE layer with group-limited routing, shared experts and
+// routed_scaling_factor 2, the published per-expert layout). tools/capture_hf_golden.py (variant
+// moe2) made it on the GPU machine with transformers 5.17.0: golden.json keeps HF's fp32 logits at
+// the last positions of a 24-token prompt; each is the first step's logits of the prompt up to it.
+TEST(GoldenDeepseekV2, CpuEngineMatchesHfTransformers) {
+  const std::string dir = golden_dir("deepseek-v2-tiny");
+  std::ifstream in(dir + "/golden.json");
+  ASSERT_TRUE(in) << "missing " << dir << "/golden.json (made by tools/capture_hf_golden.py)";
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const auto prompt = golden.at("prompt_token_ids").get<std::vector<int32_t>>();
+  const auto positions = golden.at("positions").get<std::vector<size_t>>();
+  const auto want_logits = golden.at("logits").get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(positions.size(), want_logits.size());
+  ASSERT_FALSE(positions.empty());
+
+  auto config = load_hf_config(dir);
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  CpuBackend backend(2);
+  auto weights = load_weights(*config, {LoadFormat::kSafetensors, dir, 0}, backend);
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  EngineConfig ec;
+  ec.capture_logits = true;
+  auto engine = create_engine_with_weights(*config, std::move(weights).value(), ec, backend);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  for (size_t k = 0; k < positions.size(); ++k) {
+    ASSERT_LT(positions[k], prompt.size());
+    const std::vector<int32_t> prefix(
+        prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(positions[k] + 1));
+    ASSERT_TRUE((*engine)->add_request(testing::greedy_request(k + 1, prefix, 1)).ok());
+  }
+  const auto done = testing::run_to_completion(**engine);
+  for (size_t k = 0; k < positions.size(); ++k) {
+    const testing::Completion& got = done.at(k + 1);
+    ASSERT_EQ(got.logits.size(), 1u);
+    const auto& want = want_logits[k];
+    const auto& have = got.logits[0];
+    ASSERT_EQ(have.size(), want.size());
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      err += (have[i] - want[i]) * (have[i] - want[i]);
+      norm += want[i] * want[i];
+    }
+    EXPECT_LE(std::sqrt(err / norm), 1e-4) << "position " << positions[k];
+  }
+}
 
 }  // namespace
 }  // namespace ib

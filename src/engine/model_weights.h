@@ -151,5 +151,11 @@ uint64_t dummy_mla_stream(int layer, DummyMlaPart part);
 // get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are set, else
 // get_mscale(factor)), which multiplies cos and sin; 1 for other rope types.
 float rope_attention_factor(const ModelConfig& config);
+// What transformers' DeepseekV2Attention multiplies its softmax scale by under rope scaling:
+// get_mscale(factor, mscale_all_dim)^2 when mscale_all_dim is set, else 1. With the attention
+// factor on cos and sin, the rope part of a score is scaled by get_mscale(factor, mscale)^2 and the
+// rest by get_mscale(factor, mscale_all_dim)^2 (transformers 5.17's fp32 logits of tiny YaRN
+// checkpoints: tools/capture_hf_golden.py, engine_golden_test).
+double mla_softmax_mscale(const ModelConfig& config);
 
 }  // namespace ib

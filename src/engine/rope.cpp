@@ -101,6 +101,13 @@ float rope_attention_factor(const ModelConfig& config) {
   return static_cast<float>(yarn_mscale(s.factor, 1.0));
 }
 
+double mla_softmax_mscale(const ModelConfig& config) {
+  const RopeScaling& s = config.rope_scaling;
+  if (s.type == "none" || s.mscale_all_dim == 0) return 1.0;
+  const double m = yarn_mscale(s.factor, s.mscale_all_dim);
+  return m * m;
+}
+
 std::vector<float> rope_inv_freq(const ModelConfig& config) {
   std::vector<float> inv_freq = default_inv_freq(config);
   const RopeScaling& s = config.rope_scaling;

@@ -162,9 +162,10 @@ class Architecture {
 // or query_pre_attn_scalar^-0.5 where the config has one), the sliding window (a family with
 // alternating local and global layers sets it per layer) and the logit soft-cap.
 AttentionShape attention_shape(const ModelConfig& config);
-// The multi-head latent attention shape of an MLA config (DeepSeek-V2): softmax scale
-// (qk_nope_head_dim + qk_rope_head_dim)^-0.5, as transformers' DeepseekV2Attention (its YaRN
-// mscale enters through rope_scale, the attention factor on cos and sin: rope_attention_factor).
+// The multi-head latent attention shape of an MLA config (DeepSeek-V2), as transformers'
+// DeepseekV2Attention: softmax scale (qk_nope_head_dim + qk_rope_head_dim)^-0.5 times
+// get_mscale(factor, mscale_all_dim)^2 under YaRN (mla_softmax_mscale), and rope_scale, the
+// attention factor on cos and sin (rope_attention_factor).
 MlaShape mla_shape(const ModelConfig& config);
 
 // The architecture of config.family, or a user error naming the families the engine runs.

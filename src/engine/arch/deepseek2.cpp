@@ -4,9 +4,10 @@
 //   one rope key (P) shared by every head; the latent goes through kv_a_layernorm and kv_b_proj
 //   makes each head's k_nope (N) and v (V); the rope parts rotate in DeepSeek's interleaved layout
 //   (pairs as complex numbers), cos and sin times YaRN's attention factor; softmax scale
-//   (N + P)^-0.5. The KV cache holds the normed latent and the rotated rope key per token (R + P
-//   values per layer: 576 for V2-Lite, against 2 x 16 heads x 192 for its keys and values), and
-//   attention runs with the absorbed up-projections on every step (backend MlaOps);
+//   (N + P)^-0.5, times get_mscale(factor, mscale_all_dim)^2 under YaRN. The KV cache holds the
+//   normed latent and the rotated rope key per token (R + P values per layer: 576 for V2-Lite,
+//   against 2 x 16 heads x 192 for its keys and values), and attention runs with the absorbed
+//   up-projections on every step (backend MlaOps);
 // - the first first_k_dense_replace layers with a dense SwiGLU MLP, the others a mixture of
 //   experts: router softmax in fp32 over all experts, top-k (greedy, or group-limited greedy),
 //   renormalised only with norm_topk_prob, times routed_scaling_factor (MoeOps::

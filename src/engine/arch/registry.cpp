@@ -39,7 +39,8 @@ MlaShape mla_shape(const ModelConfig& c) {
   s.qk_nope_head_dim = c.mla.qk_nope_head_dim;
   s.qk_rope_head_dim = c.mla.qk_rope_head_dim;
   s.v_head_dim = c.mla.v_head_dim;
-  s.scale = static_cast<float>(1.0 / std::sqrt(c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim));
+  s.scale = static_cast<float>(1.0 / std::sqrt(c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim) *
+                               mla_softmax_mscale(c));
   s.rope_scale = rope_attention_factor(c);
   return s;
 }
