@@ -24,6 +24,26 @@ std::string golden_dir(const std::string& model) {
   return std::string(src ? src : ".") + "/src/engine/testdata/golden/" + model;
 }
 
+// The checkpoint in dir loaded as a user would load it, on backend in fp32, capturing logits.
+Result<std::unique_ptr<Engine>> load_engine(const std::string& dir, CpuBackend& backend) {
+  IB_ASSIGN_OR_RETURN(const ModelConfig config, load_hf_config(dir));
+  IB_ASSIGN_OR_RETURN(auto weights,
+                      load_weights(config, {LoadFormat::kSafetensors, dir, 0}, backend));
+  EngineConfig ec;
+  ec.capture_logits = true;
+  return create_engine_with_weights(config, std::move(weights), ec, backend);
+}
+
+// Relative L2 error of have against want.
+double rel_l2(const std::vector<float>& have, const std::vector<double>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (have[i] - want[i]) * (have[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(err / norm);
+}
+
 class Golden : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Golden, CpuEngineMatchesHfTransformers) {
@@ -36,14 +56,8 @@ TEST_P(Golden, CpuEngineMatchesHfTransformers) {
   const auto want_logits = golden.at("logits").get<std::vector<std::vector<double>>>();
   ASSERT_EQ(prompt.size(), 1000u);
 
-  auto config = load_hf_config(dir);
-  ASSERT_TRUE(config.ok()) << config.error().message;
   CpuBackend backend(2);
-  auto weights = load_weights(*config, {LoadFormat::kSafetensors, dir, 0}, backend);
-  ASSERT_TRUE(weights.ok()) << weights.error().message;
-  EngineConfig ec;
-  ec.capture_logits = true;
-  auto engine = create_engine_with_weights(*config, std::move(weights).value(), ec, backend);
+  auto engine = load_engine(dir, backend);
   ASSERT_TRUE(engine.ok()) << engine.error().message;
   ASSERT_TRUE(
       (*engine)
@@ -57,12 +71,7 @@ TEST_P(Golden, CpuEngineMatchesHfTransformers) {
     const auto& want = want_logits[step];
     const auto& have = got.logits[step];
     ASSERT_EQ(have.size(), want.size());
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      err += (have[i] - want[i]) * (have[i] - want[i]);
-      norm += want[i] * want[i];
-    }
-    EXPECT_LE(std::sqrt(err / norm), 1e-4) << GetParam() << " step " << step;
+    EXPECT_LE(rel_l2(have, want), 1e-4) << GetParam() << " step " << step;
   }
 }
 
@@ -85,14 +94,8 @@ TEST(GoldenDeepseekV2, CpuEngineMatchesHfTransformers) {
   ASSERT_EQ(positions.size(), want_logits.size());
   ASSERT_FALSE(positions.empty());
 
-  auto config = load_hf_config(dir);
-  ASSERT_TRUE(config.ok()) << config.error().message;
   CpuBackend backend(2);
-  auto weights = load_weights(*config, {LoadFormat::kSafetensors, dir, 0}, backend);
-  ASSERT_TRUE(weights.ok()) << weights.error().message;
-  EngineConfig ec;
-  ec.capture_logits = true;
-  auto engine = create_engine_with_weights(*config, std::move(weights).value(), ec, backend);
+  auto engine = load_engine(dir, backend);
   ASSERT_TRUE(engine.ok()) << engine.error().message;
   for (size_t k = 0; k < positions.size(); ++k) {
     ASSERT_LT(positions[k], prompt.size());
@@ -107,12 +110,7 @@ TEST(GoldenDeepseekV2, CpuEngineMatchesHfTransformers) {
     const auto& want = want_logits[k];
     const auto& have = got.logits[0];
     ASSERT_EQ(have.size(), want.size());
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      err += (have[i] - want[i]) * (have[i] - want[i]);
-      norm += want[i] * want[i];
-    }
-    EXPECT_LE(std::sqrt(err / norm), 1e-4) << "position " << positions[k];
+    EXPECT_LE(rel_l2(have, want), 1e-4) << "position " << positions[k];
   }
 }
 
