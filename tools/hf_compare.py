@@ -326,6 +326,30 @@ def save_json(args, rows):
     os.replace(path + ".tmp", path)
 
 
+def print_table(rows, keys, mean=True):
+    """rows as a Markdown table: the columns `keys` ("prompt_len" headed "prompt"), then max (and
+    mean) rel L2, greedy agreement, tolerance and the verdict; errors and skipped rows say so."""
+    heads = [("prompt" if k == "prompt_len" else k) for k in keys]
+    heads += ["max rel L2"] + (["mean rel L2"] if mean else []) + ["greedy = HF", "tolerance",
+                                                                   "result"]
+    print("| " + " | ".join(heads) + " |")
+    print("| " + " | ".join("---" if h in ("family", "backend", "dtype", "mode", "result")
+                            else "---:" for h in heads) + " |")
+    blanks = len(heads) - len(keys) - 1
+    for r in rows:
+        if "error" in r:
+            cells = [r["family"]] + ["-"] * (len(heads) - 2) + [f"ERROR: {r['error'][:200]}"]
+        elif "skipped" in r:
+            cells = [str(r[k]) for k in keys] + ["-"] * blanks
+            cells.append(f"not run ({r['skipped'][:200]})")
+        else:
+            cells = [str(r[k]) for k in keys] + [f"{r['max_rel_l2']:.2e}"]
+            cells += [f"{r['mean_rel_l2']:.2e}"] if mean else []
+            verdict = "baseline" if r["passed"] is None else "pass" if r["passed"] else "FAIL"
+            cells += [f"{r['greedy_equal_steps']}/{r['steps']}", f"{r['tolerance']:.0e}", verdict]
+        print("| " + " | ".join(cells) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--inferbench", default="build/bin/inferbench")
@@ -430,20 +454,7 @@ def main():
     print(f"\nhf_compare (transformers {transformers.__version__}, torch {torch.__version__}; "
           f"reference reloaded from the saved files in fp32, TF32 off; {args.layers} layers, "
           f"{args.steps} greedy steps, relative L2 of every step's logits)")
-    print("| family | backend | dtype | prompt | max rel L2 | mean rel L2 | greedy = HF | "
-          "tolerance | result |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
-    for r in rows:
-        if "error" in r:
-            print(f"| {r['family']} | - | - | - | - | - | - | - | ERROR: {r['error'][:200]} |")
-        elif "skipped" in r:
-            print(f"| {r['family']} | {r['backend']} | {r['dtype']} | {r['prompt_len']} | - | - "
-                  f"| - | - | not run ({r['skipped']}) |")
-        else:
-            print(f"| {r['family']} | {r['backend']} | {r['dtype']} | {r['prompt_len']} "
-                  f"| {r['max_rel_l2']:.2e} | {r['mean_rel_l2']:.2e} "
-                  f"| {r['greedy_equal_steps']}/{r['steps']} | {r['tolerance']:.0e} "
-                  f"| {'baseline' if r['passed'] is None else 'pass' if r['passed'] else 'FAIL'} |")
+    print_table(rows, ["family", "backend", "dtype", "prompt_len"])
     return 0 if ok else 1
 
 

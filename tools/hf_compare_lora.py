@@ -33,7 +33,7 @@ import torch
 import transformers
 
 from hf_compare import FAMILIES as HF_FAMILIES
-from hf_compare import TOLERANCE, Refused, compare, run_inferbench
+from hf_compare import TOLERANCE, Refused, compare, print_table, run_inferbench
 from hf_models import ieee_fp32, make_config, random_model
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -184,20 +184,7 @@ def main():
     print(f"\nhf_compare_lora (transformers {transformers.__version__}, torch "
           f"{torch.__version__}; {args.layers} layers, {args.steps} greedy steps, relative L2 "
           f"of every step's logits against HF + peft in fp32)")
-    print("| family | rank | mode | backend | dtype | prompt | max rel L2 | greedy = HF | "
-          "tolerance | result |")
-    print("| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
-    for r in rows:
-        if "error" in r:
-            print(f"| {r['family']} | - | - | - | - | - | - | - | - | ERROR: {r['error'][:200]} |")
-        elif "skipped" in r:
-            print(f"| {r['family']} | {r['rank']} | {r['mode']} | {r['backend']} | {r['dtype']} "
-                  f"| {r['prompt_len']} | - | - | - | not run ({r['skipped'][:200]}) |")
-        else:
-            print(f"| {r['family']} | {r['rank']} | {r['mode']} | {r['backend']} | {r['dtype']} "
-                  f"| {r['prompt_len']} | {r['max_rel_l2']:.2e} "
-                  f"| {r['greedy_equal_steps']}/{r['steps']} | {r['tolerance']:.0e} "
-                  f"| {'pass' if r['passed'] else 'FAIL'} |")
+    print_table(rows, ["family", "rank", "mode", "backend", "dtype", "prompt_len"], mean=False)
     return 0 if ok else 1
 
 

@@ -1,4 +1,4 @@
-# Sourced by the bench/gpu scripts (from the repository root): build_inferbench LOG builds the
+# Sourced by the bench/gpu scripts (from the repository root). build_inferbench LOG builds the
 # inferbench binary with the h200 preset into $BUILD (build/h200) with $JOBS (16) jobs, its
 # output in LOG; on failure it prints LOG's tail and "BUILD FAILED" and returns 1.
 build_inferbench() {
@@ -7,5 +7,30 @@ build_inferbench() {
     tail -40 "$1"
     echo "BUILD FAILED"
     return 1
+  fi
+}
+
+# build_gpu_tests DIR LOG TARGET...: a Release CUDA build for sm_90a with tests into DIR (the gpu
+# test binaries and inferbench), its output in LOG; on failure as build_inferbench.
+build_gpu_tests() {
+  local dir=$1 log=$2
+  shift 2
+  if ! { cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
+           -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF &&
+         cmake --build "$dir" -j "${JOBS:-16}" --target "$@"; } >"$log" 2>&1; then
+    tail -30 "$log"
+    echo "BUILD FAILED"
+    return 1
+  fi
+}
+
+# use_icu: the GPU machine has no libicu. Debian's packages (bench/gpu/icu-deps.sh, carried as
+# .deps/icu.tar.xz) are unpacked once and put on LD_LIBRARY_PATH.
+use_icu() {
+  if [ -f .deps/icu.tar.xz ] && [ ! -d .deps/icu/usr/lib ]; then
+    tar xJf .deps/icu.tar.xz -C .deps && mv .deps/icu/usr/lib/x86_64-linux-gnu/* .deps/icu/usr/lib/
+  fi
+  if [ -d .deps/icu/usr/lib ]; then
+    export LD_LIBRARY_PATH=$PWD/.deps/icu/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   fi
 }

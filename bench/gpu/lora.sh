@@ -27,10 +27,7 @@
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 # The machine has no libicu: Debian's packages, unpacked (bench/gpu/icu-deps.sh).
-if [ -f .deps/icu.tar.xz ] && [ ! -d .deps/icu/usr/lib ]; then
-  tar xJf .deps/icu.tar.xz -C .deps && mv .deps/icu/usr/lib/x86_64-linux-gnu/* .deps/icu/usr/lib/
-fi
-[ -d .deps/icu/usr/lib ] && export LD_LIBRARY_PATH=$PWD/.deps/icu/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source bench/gpu/build_inferbench.sh && use_icu
 DEADLINE=$(( T0 + ${IB_BUDGET_S:-530} ))
 left() { echo $(( DEADLINE - $(date +%s) )); }
 # phase NAME SECONDS: true when the phase is wanted and SECONDS are left (else says why not).
@@ -42,12 +39,7 @@ phase() {
 }
 B=${IB_BUILD_DIR:-build/h200-lora}; RUNS=${IB_RUNS:-1}; X=$O/extra; mkdir -p "$X"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$X/env.txt" 2>&1
-if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
-         -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF &&
-       cmake --build "$B" -j 16 --target inferbench backend_cuda_test engine_cuda_test; } \
-     > "$X/build.log" 2>&1; then
-  tail -30 "$X/build.log"; echo "BUILD FAILED"; exit 1
-fi
+build_gpu_tests "$B" "$X/build.log" inferbench backend_cuda_test engine_cuda_test || exit 1
 echo "built $(el)"; BIN=$B/bin/inferbench
 
 if phase TESTS 60; then

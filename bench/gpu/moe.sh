@@ -14,19 +14,10 @@
 # extra.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
-# The machine has no libicu: Debian's packages, unpacked (bench/gpu/icu-deps.sh).
-if [ -f .deps/icu.tar.xz ]; then
-  tar xJf .deps/icu.tar.xz -C .deps && mv .deps/icu/usr/lib/x86_64-linux-gnu/* .deps/icu/usr/lib/
-  export LD_LIBRARY_PATH=$PWD/.deps/icu/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+source bench/gpu/build_inferbench.sh && use_icu
 B=${IB_BUILD_DIR:-/tmp/ib-moe}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
-if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
-         -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF &&
-       cmake --build "$B" -j 16 --target inferbench backend_cuda_test engine_cuda_test; } \
-     > "$O/build.log" 2>&1; then
-  tail -30 "$O/build.log"; echo "BUILD FAILED"; exit 1
-fi
+build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test || exit 1
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   timeout 120 "$B/src/backend/cuda/backend_cuda_test" --gtest_filter='*CudaMoe*:*GeluTanhMulAffineAndSoftcap*' \

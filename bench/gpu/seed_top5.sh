@@ -5,13 +5,10 @@
 # Writes leaderboard.md, leaderboard.csv, suite.log and st5.tgz (every entry's result.json).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
-if [ -f .deps/icu.tar.xz ] && [ ! -d .deps/icu/usr/lib ]; then
-  tar xJf .deps/icu.tar.xz -C .deps && mv .deps/icu/usr/lib/x86_64-linux-gnu/* .deps/icu/usr/lib/
-fi
-[ -d .deps/icu/usr/lib ] && export LD_LIBRARY_PATH=$PWD/.deps/icu/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source bench/gpu/build_inferbench.sh && use_icu
 BIN=${IB_BIN:-}
 if [ -z "$BIN" ]; then
-  source bench/gpu/build_inferbench.sh && BUILD=build/h200 &&
+  BUILD=build/h200 &&
     build_inferbench "$O/build.log" || { tail -20 "$O/build.log"; exit 1; }
   BIN=$BUILD/bin/inferbench
 fi
