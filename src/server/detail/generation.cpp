@@ -87,22 +87,22 @@ void Session::admit_generation(GenerationCall call, std::optional<TraceContext> 
                                std::variant<std::vector<int32_t>, ApiError> encoded,
                                int64_t arrival_ns) {
   const ApiKind kind = call.kind;
-  auto refuse = [&](const ApiError& e) {
-    trace_refused(kind, parent, arrival_ns, e);
+  // The response start_generation opened ends here unless the generator takes the call:
+  // refused (error), or the server stopped while the prompt was being tokenized (nullptr).
+  auto end_unadmitted = [&](const ApiError* e) {
+    if (e) trace_refused(kind, parent, arrival_ns, *e);
     --core_.metrics.open_streams;
-    if (state_ != State::kClosed) respond(error_response(e, keep_alive_), e.status, keep_alive_);
+    if (e && state_ != State::kClosed) {
+      respond(error_response(*e, keep_alive_), e->status, keep_alive_);
+    }
     if (core_.on_generation_done) core_.on_generation_done();
   };
-  if (auto* e = std::get_if<ApiError>(&encoded)) return refuse(*e);
+  if (auto* e = std::get_if<ApiError>(&encoded)) return end_unadmitted(e);
   std::vector<int32_t> tokens = std::move(std::get<std::vector<int32_t>>(encoded));
   auto checked =
       check_against_model(call, static_cast<int>(tokens.size()), call.prompt_tokens, core_.served);
-  if (auto* e = std::get_if<ApiError>(&checked)) return refuse(*e);
-  if (state_ == State::kClosed) {  // the server stopped while the prompt was being tokenized
-    --core_.metrics.open_streams;
-    if (core_.on_generation_done) core_.on_generation_done();
-    return;
-  }
+  if (auto* e = std::get_if<ApiError>(&checked)) return end_unadmitted(e);
+  if (state_ == State::kClosed) return end_unadmitted(nullptr);
 
   GenerationRequest g;
   g.id = core_.next_id++;
