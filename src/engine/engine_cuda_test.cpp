@@ -3,12 +3,15 @@
 // greedy tokens; bf16 logits within 2e-2 of the reference on bf16 weights, teacher-forced on the
 // tokens the CUDA engine chose. Decode graphs and op-by-op decoding are both checked, with QKV
 // bias (Qwen2), a sliding window (Mistral / Phi-3) and Mixtral's experts (bf16 within 5e-2: a
-// routing decision may flip where two experts nearly tie). Also: the step profile, a model too
+// routing decision may flip where two experts nearly tie), and under programmatic dependent
+// launch (IB_PDL 1 and 2). Also: the step profile, a model too
 // large for the device refused before allocating, and bad device indices. Label gpu: skipped
 // visibly without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
@@ -48,6 +51,23 @@ struct Case {
   bool qkv_bias;
   int sliding_window;
   bool moe = false;  // Mixtral: 8 experts, top-2 (the CUDA MoE ops)
+  int pdl = 0;       // IB_PDL: programmatic dependent launch (a race would change the logits)
+};
+
+// The backend reads its kernel switches from the environment when it is created.
+class ScopedPdl {
+ public:
+  explicit ScopedPdl(int mode) : set_(mode != 0) {
+    if (set_) setenv("IB_PDL", std::to_string(mode).c_str(), 1);
+  }
+  ~ScopedPdl() {
+    if (set_) unsetenv("IB_PDL");
+  }
+  ScopedPdl(const ScopedPdl&) = delete;
+  ScopedPdl& operator=(const ScopedPdl&) = delete;
+
+ private:
+  bool set_;
 };
 
 class CudaEngineTest : public ::testing::TestWithParam<Case> {};
@@ -61,7 +81,10 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = k.dtype;
-  auto gpu = create_backend(bo);
+  auto gpu = [&] {
+    const ScopedPdl pdl(k.pdl);
+    return create_backend(bo);
+  }();
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
   auto gpu_w = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
@@ -138,18 +161,20 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Dtypes, CudaEngineTest,
-    ::testing::Values(Case{DType::kF32, true, false, 0}, Case{DType::kF32, false, false, 0},
-                      Case{DType::kF32, true, true, 0}, Case{DType::kF32, true, false, 24},
-                      Case{DType::kBF16, true, false, 0}, Case{DType::kBF16, false, true, 0},
-                      Case{DType::kBF16, true, false, 24}, Case{DType::kF32, true, false, 0, true},
-                      Case{DType::kF32, false, false, 0, true},
-                      Case{DType::kBF16, true, false, 0, true},
-                      Case{DType::kBF16, false, false, 0, true}),
+    ::testing::Values(
+        Case{DType::kF32, true, false, 0}, Case{DType::kF32, false, false, 0},
+        Case{DType::kF32, true, true, 0}, Case{DType::kF32, true, false, 24},
+        Case{DType::kBF16, true, false, 0}, Case{DType::kBF16, false, true, 0},
+        Case{DType::kBF16, true, false, 24}, Case{DType::kF32, true, false, 0, true},
+        Case{DType::kF32, false, false, 0, true}, Case{DType::kBF16, true, false, 0, true},
+        Case{DType::kBF16, false, false, 0, true}, Case{DType::kF32, true, false, 24, false, 1},
+        Case{DType::kF32, true, false, 24, false, 2}, Case{DType::kBF16, true, true, 0, false, 2},
+        Case{DType::kF32, false, false, 0, true, 2}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       const Case& k = param_info.param;
       return std::string(dtype_name(k.dtype)) + (k.graphs ? "_graphs" : "_eager") +
              (k.qkv_bias ? "_bias" : "") + (k.sliding_window ? "_window" : "") +
-             (k.moe ? "_mixtral" : "");
+             (k.moe ? "_mixtral" : "") + (k.pdl ? "_pdl" + std::to_string(k.pdl) : "");
     });
 
 TEST(CudaEngineSetup, RefusesWeightsLargerThanTheDeviceBeforeAllocating) {

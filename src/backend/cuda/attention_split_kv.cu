@@ -106,12 +106,14 @@ void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const AttentionShape& shape,
                                int partition_size, void* workspace, size_t workspace_bytes,
                                unsigned* counters, size_t num_counters, int num_sms, Tensor out,
-                               cudaStream_t stream, bool pdl, bool prefetch_kv) {
+                               cudaStream_t stream, bool pdl, bool prefetch_kv,
+                               bool pdl_trigger_early) {
   IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96 or 128 on CUDA");
   IB_ASSERT(partition_size > 0, "attention: partition size must be positive");
   if (meta.num_tokens == 0) return;
   SplitParams p = make_split_params(qkv, kv, meta, shape, partition_size, workspace,
                                     workspace_bytes, out, nullptr, prefetch_kv);
+  p.trigger_early = pdl_trigger_early ? 1 : 0;
   // The merge runs inside the kernel when every (token, KV head chunk) has a counter.
   const int group = shape.num_heads / shape.num_kv_heads;
   const int gc = group == 1 ? 1 : (group <= 4 ? 4 : 8);

@@ -31,7 +31,7 @@ Result<CudaSwitches> read_cuda_switches() {
 
 void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.debug_sync) backend.set_debug_sync(*s.debug_sync == 1);
-  if (s.pdl) backend.set_pdl(*s.pdl == 1);
+  if (s.pdl) backend.set_pdl(static_cast<int>(*s.pdl));
   if (s.fused) backend.set_fused(*s.fused == 1);
   if (s.add_cublaslt) backend.set_add_with_cublaslt(*s.add_cublaslt == 1);
   if (s.attn_prefetch) backend.set_attention_prefetch_max_seqs(static_cast<int>(*s.attn_prefetch));
@@ -51,7 +51,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
   const std::string tuning = tuning_ ? "1" : gemv_max_weight_bytes_ == INT64_MAX ? "gemv" : "0";
   KernelSwitches out{
       {"IB_CUDA_DEBUG_SYNC", {flag(debug_sync_)}},
-      {"IB_PDL", {flag(pdl_)}},
+      {"IB_PDL", {std::to_string(pdl_mode())}},
       {"IB_FUSED", {flag(fused_)}},
       {"IB_ADD_CUBLASLT", {flag(add_with_cublaslt_)}},
       {"IB_MATMUL_TUNING", {tuning}},

@@ -143,9 +143,16 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   // first call (outside graph capture) and keep the fastest for their shape; 0 turns it off.
   static constexpr int kTuneMaxM = 16;
   void set_tuning(bool on) { tuning_ = on; }
-  // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's). Off by
-  // default: on the H200 it made batch-8 decode steps 2% slower (bench/NOTES.md, cuda2 run 2).
-  void set_pdl(bool on) { pdl_ = on; }
+  // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's), IB_PDL:
+  // 0 off; 1 every kernel lets the next one launch as it starts; 2 the same except the split-KV
+  // attention, whose successor (the o GEMV, whose weight loads would compete with the
+  // attention's dependent loads) launches at its end. Off by default: mode 1 made decode steps
+  // 0.6-2.8 % slower on the H200 (bench/NOTES.md, cuda2 run 2 and phase 3).
+  void set_pdl(int mode) {
+    pdl_ = mode != 0;
+    pdl_attention_trigger_early_ = mode == 1;
+  }
+  int pdl_mode() const { return !pdl_ ? 0 : pdl_attention_trigger_early_ ? 1 : 2; }
   // The fused decode ops (IB_FUSED=0 turns them off, for an A/B against the unfused ops).
   void set_fused(bool on) { fused_ = on; }
   // Each LoRA group's shrink and expand in one launch (IB_LORA_FUSED=1) instead of two.
@@ -235,6 +242,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   double copy_ceiling_bytes_per_s_ = 0.0;
   bool tuning_ = true;
   bool pdl_ = false;
+  bool pdl_attention_trigger_early_ = true;
   bool fused_ = true;
   bool lora_fused_ = false;
   std::set<std::string> switches_from_env_;

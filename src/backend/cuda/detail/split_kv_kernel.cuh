@@ -42,6 +42,9 @@ struct SplitParams {
   // Nonzero: each block first sends every K and V row of its keys toward L2 (prefetch_l2), so
   // the dependent loads of its chunks wait on L2 instead of HBM (bench/NOTES.md, phase 5).
   int prefetch_kv;
+  // Under programmatic dependent launch (detail/pdl.cuh), nonzero: the next kernel may launch as
+  // soon as this one starts (its weight loads then overlap these blocks); 0: at this one's exit.
+  int trigger_early;
 };
 
 // Number of keys query token t sees, its first visible key, and its sequence.
@@ -169,9 +172,11 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
   constexpr int kV = kVec16<TC>;
   __shared__ __align__(16) float q_s[GC][HD];
   __shared__ float p_s[kWarps][32][GC];
-  pdl_wait();
-  pdl_trigger();
 
+  // Before pdl_wait() (programmatic dependent launch: the kernel before this one, which writes q
+  // and this step's K/V rows, may still run) only the step's metadata is read, copied to the
+  // device before the step's first kernel, and the cache rows are prefetched: a hint into L2,
+  // the point of coherence, so a row the previous kernel writes is read fresh after the wait.
   const int t = blockIdx.x;
   const int chunks_per_kv = (p.group + GC - 1) / GC;
   const int kv_head = blockIdx.y / chunks_per_kv;
@@ -181,7 +186,6 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
   const QueryView qv = query_view(p, t);
   const int psize = partition_size_for(p, qv.kv_len);
   const int p_begin = part * psize;
-  if (p_begin >= qv.kv_len) return;  // this partition is past the query's keys (uniform)
   const int p_end = min(qv.kv_len, p_begin + psize);
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -206,6 +210,9 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
       prefetch_l2(v_row + kRowBytes - 1);
     }
   }
+  pdl_wait();
+  if (p.trigger_early) pdl_trigger();
+  if (p_begin >= qv.kv_len) return;  // this partition is past the query's keys (uniform)
   int64_t next_row = kPrefetch ? row_of(first + warp * 32 + lane) : 0;
   const int64_t qkv_stride = int64_t{p.num_heads + 2 * p.num_kv_heads} * HD;
   const T* q = static_cast<const T*>(p.qkv) + t * qkv_stride + int64_t{head0} * HD;
@@ -341,6 +348,7 @@ inline SplitParams make_split_params(const Tensor& qkv, const KvCacheLayer& kv,
                                      bool prefetch_kv = false) {
   SplitParams p{};
   p.counters = counters;
+  p.trigger_early = 1;
   p.prefetch_kv = prefetch_kv ? 1 : 0;
   p.qkv = qkv.data;
   p.k_cache = kv.k.data;
