@@ -21,7 +21,7 @@ echo "built $(el)"
   --output-on-failure) > "$O/ctest.log" 2>&1
 echo "ctest rc=$? $(el)"
 grep -E "tests passed|Failed|FAILED|\*\*\*" "$O/ctest.log" | head -20
-timeout 200 $B/bin/engine_cuda_test --gtest_filter='*pdl*:*Lora*' 2>&1 | grep -E "^\[ +(OK|FAILED) " \
+timeout 200 $B/src/engine/engine_cuda_test --gtest_filter='*pdl*:*Lora*' 2>&1 | grep -E "^\[ +(OK|FAILED) " \
   > "$O/gtest_pdl_lora.log"; grep -c OK "$O/gtest_pdl_lora.log"; grep FAILED "$O/gtest_pdl_lora.log"
 R=$O/runs; mkdir -p $R
 DEADLINE=${IB_DEADLINE_S:-540}

@@ -17,9 +17,9 @@ namespace {
 constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_CUDA_DEBUG_SYNC", "cuda", "0", 0, 1, "",
      "1: wait for every op, so an asynchronous fault names the op"},
-    {"IB_PDL", "cuda", "0", 0, 2, "",
-     "1: programmatic dependent launch; 2: the same, the attention's successor launched at its "
-     "end"},
+    {"IB_PDL", "cuda", "2", 0, 2, "",
+     "0: no programmatic dependent launch; 1: every decode kernel lets the next launch as it "
+     "starts; 2: the same, except the attention's successor, launched at its end"},
     {"IB_FUSED", "cuda", "1", 0, 1, "",
      "0: the decode step without the fused norm/SwiGLU/residual GEMVs"},
     {"IB_ADD_CUBLASLT", "cuda", "1", 0, 1, "", "0: matmul_add always on the fused GEMV"},

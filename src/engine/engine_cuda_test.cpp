@@ -3,8 +3,8 @@
 // greedy tokens; bf16 logits within 2e-2 of the reference on bf16 weights, teacher-forced on the
 // tokens the CUDA engine chose. Decode graphs and op-by-op decoding are both checked, with QKV
 // bias (Qwen2), a sliding window (Mistral / Phi-3) and Mixtral's experts (bf16 within 5e-2: a
-// routing decision may flip where two experts nearly tie), and under programmatic dependent
-// launch (IB_PDL 1 and 2). Also: the step profile, a model too
+// routing decision may flip where two experts nearly tie), under each programmatic dependent
+// launch mode (IB_PDL 0, 1 and the default 2). Also: the step profile, a model too
 // large for the device refused before allocating, and bad device indices. Label gpu: skipped
 // visibly without a CUDA device.
 #include <gtest/gtest.h>
@@ -51,13 +51,13 @@ struct Case {
   bool qkv_bias;
   int sliding_window;
   bool moe = false;  // Mixtral: 8 experts, top-2 (the CUDA MoE ops)
-  int pdl = 0;       // IB_PDL: programmatic dependent launch (a race would change the logits)
+  int pdl = -1;      // IB_PDL (programmatic dependent launch: a race changes the logits); -1: unset
 };
 
 // The backend reads its kernel switches from the environment when it is created.
 class ScopedPdl {
  public:
-  explicit ScopedPdl(int mode) : set_(mode != 0) {
+  explicit ScopedPdl(int mode) : set_(mode >= 0) {
     if (set_) setenv("IB_PDL", std::to_string(mode).c_str(), 1);
   }
   ~ScopedPdl() {
@@ -167,14 +167,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kBF16, true, false, 0}, Case{DType::kBF16, false, true, 0},
         Case{DType::kBF16, true, false, 24}, Case{DType::kF32, true, false, 0, true},
         Case{DType::kF32, false, false, 0, true}, Case{DType::kBF16, true, false, 0, true},
-        Case{DType::kBF16, false, false, 0, true}, Case{DType::kF32, true, false, 24, false, 1},
-        Case{DType::kF32, true, false, 24, false, 2}, Case{DType::kBF16, true, true, 0, false, 2},
-        Case{DType::kF32, false, false, 0, true, 2}),
+        Case{DType::kBF16, false, false, 0, true}, Case{DType::kF32, true, false, 24, false, 0},
+        Case{DType::kF32, true, false, 24, false, 1}, Case{DType::kBF16, true, true, 0, false, 0},
+        Case{DType::kF32, false, false, 0, true, 0}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       const Case& k = param_info.param;
       return std::string(dtype_name(k.dtype)) + (k.graphs ? "_graphs" : "_eager") +
              (k.qkv_bias ? "_bias" : "") + (k.sliding_window ? "_window" : "") +
-             (k.moe ? "_mixtral" : "") + (k.pdl ? "_pdl" + std::to_string(k.pdl) : "");
+             (k.moe ? "_mixtral" : "") + (k.pdl >= 0 ? "_pdl" + std::to_string(k.pdl) : "");
     });
 
 TEST(CudaEngineSetup, RefusesWeightsLargerThanTheDeviceBeforeAllocating) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/backend_factory.h"
+#include "backend/cuda/detail/lora_kernels.h"
 #include "backend/cuda/detail/test_support.h"
 
 namespace ib::cuda {
@@ -54,7 +55,8 @@ TEST_F(CudaBackendTest, AllocationsAreTrackedAndOomIsAnError) {
   EXPECT_EQ(workspace,
             static_cast<int64_t>(CudaBackend::kGemmWorkspaceBytes +
                                  CudaBackend::kAttentionWorkspaceBytes +
-                                 CudaBackend::kStagingBytes + CudaBackend::kAttentionCounterBytes));
+                                 CudaBackend::kStagingBytes + CudaBackend::kAttentionCounterBytes +
+                                 CudaBackend::alloc_bytes(cuda::kLoraFusedCounterBytes)));
   {
     auto buf = b.alloc(1000, MemoryTag::kKvCache);
     ASSERT_TRUE(buf.ok());

@@ -144,10 +144,11 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   static constexpr int kTuneMaxM = 16;
   void set_tuning(bool on) { tuning_ = on; }
   // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's), IB_PDL:
-  // 0 off; 1 every kernel lets the next one launch as it starts; 2 the same except the split-KV
-  // attention, whose successor (the o GEMV, whose weight loads would compete with the
-  // attention's dependent loads) launches at its end. Off by default: mode 1 made decode steps
-  // 0.6-2.8 % slower on the H200 (bench/NOTES.md, cuda2 run 2 and phase 3).
+  // 0 off; 1 every kernel lets the next one launch as it starts; 2 (the default) the same
+  // except the split-KV attention, whose successor (the o GEMV, whose weight loads would compete
+  // with the attention's dependent loads) launches at its end. Measured on the H200 against 0:
+  // Llama-3-8B bf16 batch 1 +4.3 %, the seed protocol +2.3 %, fp8 batch 1 +6.6 %, awq -0.6 %
+  // (bench/NOTES.md, "PDL, third try"; bench/results/h200/pdl/).
   void set_pdl(int mode) {
     pdl_ = mode != 0;
     pdl_attention_trigger_early_ = mode == 1;
@@ -241,8 +242,8 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   bool timer_recorded_ = false;
   double copy_ceiling_bytes_per_s_ = 0.0;
   bool tuning_ = true;
-  bool pdl_ = false;
-  bool pdl_attention_trigger_early_ = true;
+  bool pdl_ = true;
+  bool pdl_attention_trigger_early_ = false;
   bool fused_ = true;
   bool lora_fused_ = false;
   std::set<std::string> switches_from_env_;

@@ -17,7 +17,7 @@ namespace ib::cuda {
 struct CudaSwitches {
   // IB_CUDA_DEBUG_SYNC=1: wait for every op, so an asynchronous fault names the op.
   std::optional<int64_t> debug_sync;
-  // IB_PDL=1|2: programmatic dependent launch (CudaBackend::set_pdl has the modes).
+  // IB_PDL=0|1|2: programmatic dependent launch (CudaBackend::set_pdl has the modes).
   std::optional<int64_t> pdl;
   // IB_FUSED=0: the decode step without the fused norm/SwiGLU/residual GEMVs.
   std::optional<int64_t> fused;
