@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints, as JSON, the result.json keys that matter of every run directory under DIR (the
 bench/gpu scripts' runs.json): output throughput, median TPOT and TTFT, quantization, kernel
-switches, memory.
+switches, memory, and the engine's copy ceiling and decode fraction of it.
 
 Usage: bench/gpu/runs_json.py DIR > runs.json
 """
@@ -21,6 +21,12 @@ def main():
             with open(path) as f:
                 result = json.load(f)
             out[name] = {k: result.get(k) for k in KEYS if k in result}
+            perf = (result.get("engine") or {}).get("performance") or {}
+            if perf:  # the machine's copy ceiling, so runs on different machines compare
+                out[name]["copy_ceiling_bytes_per_s"] = perf.get("copy_ceiling_bytes_per_s")
+                decode = perf.get("decode") or {}
+                out[name]["decode_fraction_of_copy_ceiling"] = decode.get(
+                    "fraction_of_copy_ceiling")
     print(json.dumps(out, indent=1))
 
 

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "backend/cuda_attention_sizes.h"
 #include "cli/commands.h"
 #include "engine/model_weights.h"
 
@@ -56,10 +57,10 @@ std::string models_table(const std::vector<ModelConfig>& models) {
                        : m.mla.kv_lora_rank > 0
                            ? std::string("yes, on the CPU (multi-head latent attention has no "
                                          "CUDA kernels yet)")
-                       : m.head_dim != 64 && m.head_dim != 96 && m.head_dim != 128
+                       : !cuda_attention_supports_head_dim(m.head_dim)
                            ? fmt::format("yes, on the CPU (head_dim {}: the CUDA attention "
-                                         "kernels take 64, 96 or 128)",
-                                         m.head_dim)
+                                         "kernels take {})",
+                                         m.head_dim, kCudaAttentionHeadDimsText)
                            : std::string("yes"));
   }
   return out;

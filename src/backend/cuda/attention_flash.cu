@@ -15,6 +15,7 @@
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/mma.cuh"
+#include "backend/cuda_attention_sizes.h"
 
 namespace ib::cuda {
 namespace {
@@ -279,7 +280,7 @@ void launch_typed(const FlashParams& p, const AttentionMetadata& meta, cudaStrea
 
 bool flash_supports(DType dtype, const AttentionShape& shape) {
   return (dtype == DType::kBF16 || dtype == DType::kF16) &&
-         (shape.head_dim == 64 || shape.head_dim == 96 || shape.head_dim == 128);
+         cuda_attention_supports_head_dim(shape.head_dim);
 }
 
 void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,

@@ -10,6 +10,7 @@
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/pdl.cuh"
 #include "backend/cuda/detail/split_kv_kernel.cuh"
+#include "backend/cuda_attention_sizes.h"
 
 namespace ib::cuda {
 namespace {
@@ -77,7 +78,7 @@ void launch_for_head_dim(const SplitParams& p, int head_dim, int tokens, int num
 }  // namespace
 
 bool split_kv_supports(const AttentionShape& shape) {
-  return shape.head_dim == 64 || shape.head_dim == 96 || shape.head_dim == 128;
+  return cuda_attention_supports_head_dim(shape.head_dim);
 }
 
 size_t split_kv_workspace_bytes(int num_tokens, const AttentionShape& shape, int num_splits) {

@@ -14,6 +14,7 @@
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/lora_kernels.h"
 #include "backend/cuda/detail/switches.h"
+#include "backend/cuda_attention_sizes.h"
 
 namespace ib {
 
@@ -152,8 +153,8 @@ void CudaBackend::record_failure(const std::string& message) {
 Status CudaBackend::supports_attention(const AttentionShape& shape) const {
   if (split_kv_supports(shape)) return Ok{};
   return user_error("head_dim " + std::to_string(shape.head_dim) +
-                    " is not supported by the CUDA attention kernels (64, 96 or 128); run this "
-                    "model with --device cpu");
+                    " is not supported by the CUDA attention kernels (" +
+                    kCudaAttentionHeadDimsText + "); run this model with --device cpu");
 }
 
 Status CudaBackend::device_status() const {
