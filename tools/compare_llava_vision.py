@@ -16,6 +16,7 @@ Usage: tools/compare_llava_vision.py --tool build/.../vision_encode --out DIR
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -91,6 +92,8 @@ def main():
     with safe_open(os.path.join(model_dir, "model.safetensors"), "pt") as f:
         saved = sorted(f.keys())
     vision_names = [n for n in saved if "vision_tower" in n or "multi_modal_projector" in n]
+    # Every saved name with its layer numbers as N: the layout transformers writes, for the record.
+    name_patterns = sorted({re.sub(r"\.\d+\.", ".N.", n) for n in saved})
     print("saved vision tensors like:", vision_names[:2], "...", len(vision_names))
     ref = load_fp32(model_dir)
     captured = []
@@ -136,7 +139,7 @@ def main():
               f"max |diff| {feature_diff:.3g} of max {scale:.3g}, rel L2 {rel_l2:.3g} "
               f"{'ok' if passed else 'MISMATCH'}")
     summary = dict(transformers=transformers.__version__, torch=torch.__version__,
-                   saved_vision_names=vision_names, passed=ok and bool(rows), rows=rows)
+                   saved_vision_names=vision_names, saved_name_patterns=name_patterns, passed=ok and bool(rows), rows=rows)
     json.dump(summary, open(os.path.join(args.out, "llava_vision.json"), "w"), indent=1)
     print("llava-tiny vision path:", "matches transformers" if summary["passed"] else "MISMATCH")
     return 0 if summary["passed"] else 1

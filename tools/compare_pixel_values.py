@@ -13,6 +13,7 @@ Usage: tools/compare_pixel_values.py --tool build/.../vision_preprocess --config
        --out DIR [--tol 1e-5]
 """
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -63,6 +64,33 @@ def processors(config):
     return found
 
 
+def best_shift(got, want):
+    """On a mismatch: the (dy, dx) of at most one pixel that brings ours closest to theirs over
+    the overlap, and the max |diff| there (a crop offset rounded the other way shows as a shift
+    with a diff of 0)."""
+    best = None
+    h, w = want.shape[1:]
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            a = got[:, max(dy, 0):h + min(dy, 0), max(dx, 0):w + min(dx, 0)]
+            b = want[:, max(-dy, 0):h + min(-dy, 0), max(-dx, 0):w + min(-dx, 0)]
+            d = float(np.abs(a - b).max())
+            if best is None or d < best[2]:
+                best = (dy, dx, d)
+    return dict(dy=best[0], dx=best[1], max_abs_diff=best[2])
+
+
+def crop_sources(procs):
+    """The center_crop each processor runs, for the record (which rounding it uses)."""
+    out = {}
+    for backend, proc, cls_name in procs:
+        try:
+            out[cls_name] = inspect.getsource(type(proc).center_crop)[:2000]
+        except Exception as e:  # noqa: BLE001 (a record, not a check)
+            out[cls_name] = f"unavailable: {e}"
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True)
@@ -89,17 +117,23 @@ def main():
             subprocess.run([args.tool, path, args.config, backend, raw], check=True,
                            stdout=subprocess.DEVNULL)
             got = np.fromfile(raw, dtype="<f4")
+            shift = None
             if got.size != want.size:
                 diff = float("inf")
             else:
-                diff = float(np.abs(got.reshape(want.shape) - want).max())
+                got = got.reshape(want.shape)
+                diff = float(np.abs(got - want).max())
+                if diff > args.tol:
+                    shift = best_shift(got, want)
             passed = diff <= args.tol
             ok &= passed
             rows.append(dict(image=os.path.basename(path), backend=backend, processor=cls_name,
-                             shape=list(want.shape), max_abs_diff=diff, passed=passed))
+                             shape=list(want.shape), max_abs_diff=diff, passed=passed,
+                             best_shift=shift))
             print(f"{os.path.basename(path):24s} {cls_name:24s} ({backend:11s}) "
                   f"max |diff| {diff:.3g} {'ok' if passed else 'MISMATCH'}")
-    summary = dict(transformers=transformers.__version__, tol=args.tol, passed=ok, rows=rows)
+    summary = dict(transformers=transformers.__version__, tol=args.tol, passed=ok, rows=rows,
+                   center_crop_sources=crop_sources(procs))
     try:
         import torch, torchvision  # noqa: E401
         summary.update(torch=torch.__version__, torchvision=torchvision.__version__)

@@ -14,13 +14,12 @@ namespace {
 
 constexpr int kBicubic = 3;  // PIL.Image.Resampling.BICUBIC
 
-Image center_crop(const Image& in, int64_t height_px, int64_t width_px, ImageBackend backend) {
+Image center_crop(const Image& in, int64_t height_px, int64_t width_px) {
   IB_ASSERT(height_px <= in.height_px && width_px <= in.width_px, "crop larger than the image");
-  auto margin = [backend](int64_t extra) {
-    if (backend == ImageBackend::kPil) return extra / 2;  // (orig - crop) // 2
-    // torchvision: int(round(extra / 2.0)), Python's round: half to even.
-    return static_cast<int64_t>(std::nearbyint(static_cast<double>(extra) / 2.0));
-  };
+  // (orig - crop) // 2 in both backends: transformers 5.17's torchvision path matched it on the
+  // H200 where rounding half to even (torchvision's own center_crop) was a pixel off
+  // (bench/results/h200/vlm/: the 1,003 x 336 and 1,024 x 683 images).
+  auto margin = [](int64_t extra) { return extra / 2; };
   const int64_t top = margin(in.height_px - height_px);
   const int64_t left = margin(in.width_px - width_px);
   Image out{width_px, height_px, {}};
@@ -163,7 +162,7 @@ std::vector<float> preprocess_clip(const Image& image, const ClipPreprocessConfi
   if (config.do_center_crop) {
     IB_ASSERT(config.crop_height_px <= work.height_px && config.crop_width_px <= work.width_px,
               "crop larger than the image (refused at parse when resizing)");
-    work = center_crop(work, config.crop_height_px, config.crop_width_px, backend);
+    work = center_crop(work, config.crop_height_px, config.crop_width_px);
   }
   const int64_t plane = work.width_px * work.height_px;
   std::vector<float> out(static_cast<size_t>(3 * plane));  // (3, H, W)

@@ -15,7 +15,7 @@ namespace ib {
 
 // Which transformers backend to reproduce. transformers 5 picks torchvision when it is installed
 // (CLIPImageProcessor); CLIPImageProcessorPil is PIL's. They differ in the resize's fixed point
-// and in the crop's rounding of an odd margin (torchvision rounds half to even, PIL floors).
+// and in the order of the rescale and the normalisation; both floor an odd crop margin.
 enum class ImageBackend { kTorchvision, kPil };
 Result<ImageBackend> parse_image_backend(std::string_view name);  // "torchvision" or "pil"
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 namespace ib {
@@ -17,8 +18,12 @@ struct Prefixes {
 };
 
 Prefixes prefixes(LlavaTensorLayout layout) {
-  const std::string root = layout == LlavaTensorLayout::kTransformers5 ? "model." : "";
-  return {root + "vision_tower.", root + "vision_tower.vision_model.",
+  const bool model =
+      layout == LlavaTensorLayout::kTransformers5 || layout == LlavaTensorLayout::kModules517;
+  const bool vision_model =
+      layout == LlavaTensorLayout::kTransformers5 || layout == LlavaTensorLayout::kLegacy;
+  const std::string root = model ? "model." : "";
+  return {root + "vision_tower.", root + "vision_tower." + (vision_model ? "vision_model." : ""),
           root + "multi_modal_projector."};
 }
 
@@ -174,18 +179,23 @@ std::vector<VisionTensorName> llava_vision_schema(const LlavaConfig& config,
 Result<LlavaVisionWeights> load_llava_vision_weights(Backend& backend,
                                                      const SafetensorsCheckpoint& checkpoint,
                                                      const LlavaConfig& config) {
-  LlavaTensorLayout layout = LlavaTensorLayout::kTransformers5;
   const std::string probe = "embeddings.class_embedding";
-  if (!checkpoint.contains(prefixes(layout).tower + probe)) {
-    layout = LlavaTensorLayout::kLegacy;
-    if (!checkpoint.contains(prefixes(layout).tower + probe)) {
-      return user_error("the checkpoint has neither " +
-                        prefixes(LlavaTensorLayout::kTransformers5).tower + probe + " nor " +
-                        prefixes(layout).tower + probe +
-                        ": no LLaVA CLIP vision tower (is it a LlavaForConditionalGeneration "
-                        "checkpoint?)");
+  std::optional<LlavaTensorLayout> found;
+  std::string probed;
+  for (const LlavaTensorLayout candidate : kLlavaTensorLayouts) {
+    const std::string name = prefixes(candidate).tower + probe;
+    if (checkpoint.contains(name)) {
+      found = candidate;
+      break;
     }
+    probed += (probed.empty() ? "" : ", ") + name;
   }
+  if (!found) {
+    return user_error("the checkpoint has none of " + probed +
+                      ": no LLaVA CLIP vision tower (is it a LlavaForConditionalGeneration "
+                      "checkpoint?)");
+  }
+  const LlavaTensorLayout layout = *found;
   const Prefixes names = prefixes(layout);
   std::set<std::string> known;
   for (const auto& n : llava_vision_schema(config, layout)) known.insert(n.name);

@@ -43,10 +43,15 @@ struct LlavaVisionWeights {
 };
 
 // Where a checkpoint keeps the vision path: transformers 5's LlavaForConditionalGeneration
-// (model.vision_tower.vision_model., model.multi_modal_projector.) or the layout the llava-hf
+// (model.vision_tower.vision_model., model.multi_modal_projector.); the layout the llava-hf
 // checkpoints were converted to and transformers still reads (vision_tower.vision_model.,
-// multi_modal_projector.).
-enum class LlavaTensorLayout { kTransformers5, kLegacy };
+// multi_modal_projector.); and the two without CLIP's vision_model level, as transformers 5.17's
+// save_pretrained writes a LLaVA (vision_tower.embeddings..., multi_modal_projector.; seen on
+// the H200, bench/results/h200/vlm/) and as its modules name them (model.vision_tower.).
+enum class LlavaTensorLayout { kTransformers5, kLegacy, kSaved517, kModules517 };
+inline constexpr LlavaTensorLayout kLlavaTensorLayouts[] = {
+    LlavaTensorLayout::kTransformers5, LlavaTensorLayout::kLegacy, LlavaTensorLayout::kSaved517,
+    LlavaTensorLayout::kModules517};
 
 // One checkpoint tensor the vision path reads: its name and the shape it must have.
 struct VisionTensorName {

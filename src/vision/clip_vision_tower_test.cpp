@@ -83,26 +83,32 @@ TEST(ClipVisionTower, MatchesTheDoubleReferenceFromATransformersNamedCheckpoint)
   }
 }
 
-TEST(ClipVisionTower, TheLegacyLayoutLoadsTheSameWeights) {
+// Every tensor layout (clip_vision_tower.h) loads the same weights: the llava-hf checkpoints'
+// names, and transformers 5.17's without CLIP's vision_model level.
+TEST(ClipVisionTower, EveryLayoutLoadsTheSameWeights) {
   const LlavaConfig config = tiny_config();
-  const HostWeights host = host_weights(config, 4);
-  HostWeights legacy;  // the llava-hf checkpoints' names: no "model." before the vision parts
-  for (const auto& [name, values] : host) {
-    const bool vision = name.rfind("model.vision_tower.", 0) == 0 ||
-                        name.rfind("model.multi_modal_projector.", 0) == 0;
-    legacy[vision ? name.substr(6) : name] = values;
-  }
+  const HostWeights host = host_weights(config, 4);  // transformers 5's names
+  const struct {
+    const char* tower;
+    const char* projector;
+  } layouts[] = {{"model.vision_tower.vision_model.", "model.multi_modal_projector."},
+                 {"vision_tower.vision_model.", "multi_modal_projector."},
+                 {"vision_tower.", "multi_modal_projector."},
+                 {"model.vision_tower.", "model.multi_modal_projector."}};
+  const std::string tower = "model.vision_tower.vision_model.";
+  const std::string projector = "model.multi_modal_projector.";
   CpuBackend backend(2);
   const auto pixels = random_pixels(1, config, 8);
   std::vector<std::vector<float>> outputs;
-  for (const HostWeights* weights : std::array<const HostWeights*, 2>{&host, &legacy}) {
+  for (const auto& layout : layouts) {
     std::vector<SafetensorsWriteTensor> tensors;
-    for (const auto& [name, values] : *weights) {
+    for (const auto& [name, values] : host) {
       std::string bytes(values.size() * sizeof(float), '\0');
       std::memcpy(bytes.data(), values.data(), bytes.size());
-      const std::string v5 =
-          weights == &legacy && name.rfind("model.", 0) != 0 ? "model." + name : name;
-      tensors.push_back({name, DType::kF32, shape_of(v5, config), std::move(bytes)});
+      std::string renamed = name;
+      if (name.rfind(tower, 0) == 0) renamed = layout.tower + name.substr(tower.size());
+      if (name.rfind(projector, 0) == 0) renamed = layout.projector + name.substr(projector.size());
+      tensors.push_back({renamed, DType::kF32, shape_of(name, config), std::move(bytes)});
     }
     const auto path =
         (std::filesystem::temp_directory_path() / "ib_llava_layout.safetensors").string();
@@ -110,11 +116,11 @@ TEST(ClipVisionTower, TheLegacyLayoutLoadsTheSameWeights) {
     auto checkpoint = SafetensorsCheckpoint::open(path);
     ASSERT_TRUE(checkpoint.ok()) << checkpoint.error().message;
     auto loaded = load_llava_vision_weights(backend, **checkpoint, config);
-    ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+    ASSERT_TRUE(loaded.ok()) << layout.tower << ": " << loaded.error().message;
     outputs.push_back(encode(backend, *loaded, config, pixels, 1));
     std::filesystem::remove(path);
   }
-  EXPECT_EQ(outputs[0], outputs[1]);
+  for (size_t i = 1; i < outputs.size(); ++i) EXPECT_EQ(outputs[0], outputs[i]) << layouts[i].tower;
 }
 
 TEST(ClipVisionTower, BatchedImagesEqualOneAtATime) {
@@ -160,7 +166,7 @@ TEST(ClipVisionTower, TheLoaderNamesWhatIsMissingForeignOrMisshapen) {
             std::string::npos);
   EXPECT_NE(load_with([](HostWeights& w) {
               w.erase("model.vision_tower.vision_model.embeddings.class_embedding");
-            }).find("has neither"),
+            }).find("has none of"),
             std::string::npos);
   EXPECT_EQ(load_with([](HostWeights&) {}), "(loaded)");
   // A config.json that is not the checkpoint's: the first tensor whose shape differs is named.
