@@ -519,9 +519,11 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
                 residual.row_size() == w.dim(0),
             "matmul_add: x (M, K), w (N, K), residual (M, N)");
   run_op("matmul_add", [&] {
-    // From 2 tokens on, a weight above the GEMV's size rule (Llama-3-8B's down projection) goes
-    // to cuBLASLt with beta = 1: at 8 tokens 31.7 µs against the GEMV's 36.1 (bench/NOTES.md,
-    // phase 4); at 1 token they are even and the GEMV stays.
+    // With IB_ADD_CUBLASLT=1, from 2 tokens on, a weight above the GEMV's size rule (Llama-3-8B's
+    // down projection) goes to cuBLASLt with beta = 1: at 8 tokens 31.7 µs against the GEMV's
+    // 36.1 alone (bench/NOTES.md, phase 4), but under programmatic dependent launch, in which
+    // cuBLASLt's kernels take no part, the GEMV's step is 1.2 % faster on the seed protocol
+    // (bench/results/h200/pdl/default), so the GEMV is the default.
     // (FP8 weights always take the GEMV here.)
     if (add_with_cublaslt_ && weight.format == WeightFormat::kDense && x.rows() >= 2 &&
         static_cast<int64_t>(w.bytes()) > gemv_max_weight_bytes_) {

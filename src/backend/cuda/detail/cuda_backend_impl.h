@@ -234,7 +234,7 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   int fp8_gemv_max_m_ = 8;
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
   AttentionPath attention_path_ = AttentionPath::kAuto;
-  bool add_with_cublaslt_ = true;
+  bool add_with_cublaslt_ = false;
   bool debug_sync_ = false;
   bool capturing_ = false;
   std::string error_;  // the first device error; empty while all is well

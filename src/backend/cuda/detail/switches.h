@@ -21,7 +21,7 @@ struct CudaSwitches {
   std::optional<int64_t> pdl;
   // IB_FUSED=0: the decode step without the fused norm/SwiGLU/residual GEMVs.
   std::optional<int64_t> fused;
-  // IB_ADD_CUBLASLT=0: matmul_add always on the fused GEMV.
+  // IB_ADD_CUBLASLT=1: matmul_add of 2-8 rows on cuBLASLt for large weights (the down projection).
   std::optional<int64_t> add_cublaslt;
   // IB_MATMUL_TUNING=0: the static GEMV / cuBLASLt rule; =gemv: the GEMV for every matmul of at
   // most 8 rows, whatever the weight size; =1: tuning (the default).
