@@ -13,6 +13,7 @@
 # Writes build.log, ab.log, ab.json (every run's result.json keys that matter), runs.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../../../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p $O
+source .ab/new/bench/gpu/build_inferbench.sh
 DEADLINE=${IB_DEADLINE_S:-540}
 for t in base new; do
   (cmake -S .ab/$t -B /tmp/ab-$t -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
@@ -22,13 +23,8 @@ for t in base new; do
 done
 R=$O/runs; mkdir -p $R
 NEW_ENV=(${IB_AB_NEW_ENV:-IB_ATTN_PREFETCH=0})
-# run TREE NAME [VAR=value ...] FLAGS...: one inferbench run of a tree, skipped near the deadline.
-run() { local tree=$1 name=$2; shift 2; local envs=(); while [[ $1 == *=* ]]; do envs+=("$1"); shift; done
-  if (( $(date +%s) - T0 > DEADLINE - 40 )); then echo "$name skipped (deadline)"; return; fi
-  env "${envs[@]}" timeout 100 /tmp/ab-$tree/bin/inferbench run --device cuda --dtype bf16 \
-    --load-format dummy --disable-tqdm --model llama-3-8b --result-dir $R/$name --overwrite "$@" \
-    > $R/$name.log 2>&1
-  echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median" $R/$name.log | tr -s ' ' | tr '\n' ' ')"; }
+# run TREE NAME [VAR=value ...] FLAGS...: one inferbench run of a tree (run_llama).
+run() { BIN=/tmp/ab-$1/bin/inferbench run_llama "${@:2}"; }
 B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
 CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16 --runs 1)

@@ -25,21 +25,14 @@ timeout 200 $B/src/engine/engine_cuda_test --gtest_filter='*pdl*:*Lora*' 2>&1 | 
   > "$O/gtest_pdl_lora.log"; grep -c OK "$O/gtest_pdl_lora.log"; grep FAILED "$O/gtest_pdl_lora.log"
 R=$O/runs; mkdir -p $R
 DEADLINE=${IB_DEADLINE_S:-540}
-# run NAME [VAR=value ...] FLAGS...: one inferbench run, skipped when under 45 s remain.
-run() { local name=$1; shift; local envs=(); while [[ $1 == *=* ]]; do envs+=("$1"); shift; done
-  if (( $(date +%s) - T0 > DEADLINE - 45 )); then echo "$name skipped (deadline)"; return; fi
-  env "${envs[@]}" timeout 100 $B/bin/inferbench run --device cuda --dtype bf16 \
-    --load-format dummy --disable-tqdm --model llama-3-8b --result-dir $R/$name --overwrite "$@" \
-    > $R/$name.log 2>&1
-  echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median" $R/$name.log | tr -s ' ' | tr '\n' ' ')"; }
 B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
-for m in 0 1 2; do run b1_pdl$m IB_PDL=$m "${B1[@]}"; done
-for m in 0 2 1; do run seed_pdl$m IB_PDL=$m "${SEED[@]}"; done
-run b1_pdl2_again IB_PDL=2 "${B1[@]}"; run b1_pdl0_again IB_PDL=0 "${B1[@]}"
-run seed_pdl2_again IB_PDL=2 "${SEED[@]}"; run seed_pdl0_again IB_PDL=0 "${SEED[@]}"
+for m in 0 1 2; do run_llama b1_pdl$m IB_PDL=$m "${B1[@]}"; done
+for m in 0 2 1; do run_llama seed_pdl$m IB_PDL=$m "${SEED[@]}"; done
+run_llama b1_pdl2_again IB_PDL=2 "${B1[@]}"; run_llama b1_pdl0_again IB_PDL=0 "${B1[@]}"
+run_llama seed_pdl2_again IB_PDL=2 "${SEED[@]}"; run_llama seed_pdl0_again IB_PDL=0 "${SEED[@]}"
 for q in fp8 awq; do  # the quantized GEMVs load their first weights before the wait too
-  for m in 0 2; do run b1_${q}_pdl$m IB_PDL=$m --quantization $q "${B1[@]}"; done
+  for m in 0 2; do run_llama b1_${q}_pdl$m IB_PDL=$m --quantization $q "${B1[@]}"; done
 done
 P=$(readlink -f $B/bench/gpu/libib_kernel_profile.so)
 for m in 0 2; do

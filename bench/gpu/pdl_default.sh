@@ -21,22 +21,15 @@ echo "ctest rc=$? $(el)"
 grep -E "tests passed|Failed|FAILED|\*\*\*" "$O/ctest.log" | head -20
 R=/tmp/pdl-runs; rm -rf $R; mkdir -p $R
 DEADLINE=${IB_DEADLINE_S:-540}
-# run NAME [VAR=value ...] FLAGS...: one inferbench run, skipped when under 45 s remain.
-run() { local name=$1; shift; local envs=(); while [[ $1 == *=* ]]; do envs+=("$1"); shift; done
-  if (( $(date +%s) - T0 > DEADLINE - 45 )); then echo "$name skipped (deadline)"; return; fi
-  env "${envs[@]}" timeout 100 $B/bin/inferbench run --device cuda --dtype bf16 \
-    --load-format dummy --disable-tqdm --model llama-3-8b --result-dir $R/$name --overwrite "$@" \
-    > $R/$name.log 2>&1
-  echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median" $R/$name.log | tr -s ' ' | tr '\n' ' ')"; }
 B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
 CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16 --runs 1)
 {
-  run b1_default "${B1[@]}"; run seed_default "${SEED[@]}"
-  run seed_add_gemv IB_ADD_CUBLASLT=0 "${SEED[@]}"
-  run cont_pdl0 IB_PDL=0 "${CONT[@]}"; run cont_default "${CONT[@]}"
-  run cont_prefetch256 IB_ATTN_PREFETCH=256 "${CONT[@]}"
-  run seed_default_again "${SEED[@]}"; run seed_add_gemv_again IB_ADD_CUBLASLT=0 "${SEED[@]}"
+  run_llama b1_default "${B1[@]}"; run_llama seed_default "${SEED[@]}"
+  run_llama seed_add_gemv IB_ADD_CUBLASLT=0 "${SEED[@]}"
+  run_llama cont_pdl0 IB_PDL=0 "${CONT[@]}"; run_llama cont_default "${CONT[@]}"
+  run_llama cont_prefetch256 IB_ATTN_PREFETCH=256 "${CONT[@]}"
+  run_llama seed_default_again "${SEED[@]}"; run_llama seed_add_gemv_again IB_ADD_CUBLASLT=0 "${SEED[@]}"
 } 2>&1 | tee "$O/runs.log"
 python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
 echo "done $(el)"
