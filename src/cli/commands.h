@@ -105,6 +105,7 @@ struct PlotFlags {
   std::vector<std::string> dirs;
   std::string out;
   int frames = 120;
+  bool expert_load = false;  // one MoE run's layer x expert heatmap instead (.svg)
 };
 Result<int> execute_plot(const PlotFlags& flags);
 

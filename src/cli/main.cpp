@@ -131,6 +131,9 @@ int main(int argc, char** argv) {
   CLI::App* plot = app.add_subcommand("plot", "cross-run memory heatmap from result directories");
   plot->add_option("dirs", plot_flags.dirs, "result directories")->required();
   plot->add_option("--out", plot_flags.out, "output file: .svg or .html")->required();
+  plot->add_flag("--expert-load", plot_flags.expert_load,
+                 "one mixture-of-experts run's layer x expert load heatmap (.svg) from its "
+                 "result.json, instead of the memory heatmap");
   plot->add_option("--frames", plot_flags.frames, "time frames of the heatmap")
       ->capture_default_str();
 

@@ -1,8 +1,10 @@
 // End-to-end: a tiny MixtralForCausalLM directory (config.json, dummy weights) benchmarks on the
 // CPU; result.json records the routing (engine.routing) and expert_load.svg draws it; a router
-// the engine cannot run and quantized experts exit 2 naming them. A tiny DeepseekV2ForCausalLM
+// the engine cannot run and quantized experts exit 2 naming them; `plot --expert-load` redraws the
+// heatmap from result.json. A tiny DeepseekV2ForCausalLM
 // the same way, with its latent KV cache's bytes per token.
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +61,33 @@ TEST_F(E2e, MixtralRunRecordsTheRoutingAndDrawsIt) {
   const std::string svg = read_file(dir / "expert_load.svg").value();
   EXPECT_NE(svg.find("layer 1 expert 7:"), std::string::npos);
   EXPECT_NE(err().find("expert_load.svg"), std::string::npos) << err();
+
+  // `plot --expert-load` draws the same heatmap again from result.json alone (results copied
+  // back from elsewhere): the same cells and counts, under the result's model_id as title.
+  const fs::path again = root_ / "copied" / "expert_load.svg";
+  ASSERT_EQ(run({"plot", dir.string(), "--expert-load", "--out", again.string()}), 0) << err();
+  const auto without_titles = [](std::string text) {
+    std::string out, line;
+    std::istringstream in(text);
+    while (std::getline(in, line)) {
+      if (line.find("Expert load: ") == std::string::npos) out += line + "\n";
+    }
+    return out;
+  };
+  const std::string redrawn = read_file(again).value();
+  EXPECT_NE(redrawn.find("Expert load: "), std::string::npos);
+  EXPECT_EQ(without_titles(redrawn), without_titles(svg));
+  // Bad input: an .html output, two runs, a run without routing counts.
+  EXPECT_EQ(run({"plot", dir.string(), "--expert-load", "--out", (root_ / "e.html").string()}), 2);
+  EXPECT_NE(err().find("is an .svg"), std::string::npos) << err();
+  EXPECT_EQ(run({"plot", dir.string(), dir.string(), "--expert-load", "--out", again.string()}), 2);
+  EXPECT_NE(err().find("draws one run"), std::string::npos) << err();
+  json dense = r;
+  dense["engine"].erase("routing");
+  fs::create_directories(root_ / "dense");
+  std::ofstream(root_ / "dense" / "result.json") << dense.dump();
+  EXPECT_EQ(run({"plot", (root_ / "dense").string(), "--expert-load", "--out", again.string()}), 2);
+  EXPECT_NE(err().find("not a mixture-of-experts run"), std::string::npos) << err();
 }
 
 TEST_F(E2e, MixtralRefusalsExitTwoNamingWhat) {

@@ -1,5 +1,5 @@
 // `inferbench plot DIR... --out FILE`: checks the output and --frames, then draws the cross-run
-// memory heatmap (orchestrate/).
+// memory heatmap (orchestrate/); with --expert-load, one MoE run's layer x expert heatmap.
 #include <unistd.h>
 
 #include <filesystem>
@@ -45,6 +45,18 @@ Status check_output(const std::string& out) {
 Result<int> execute_plot(const PlotFlags& flags) {
   IB_ASSIGN_OR_RETURN(const std::string kind, output_kind(flags.out));
   IB_TRY(check_output(flags.out));
+  if (flags.expert_load) {
+    if (kind != "svg") {
+      return user_error(
+          fmt::format("--expert-load --out {}: the expert-load heatmap is an .svg", flags.out));
+    }
+    if (flags.dirs.size() != 1) {
+      return user_error(fmt::format("--expert-load draws one run; {} result directories were given",
+                                    flags.dirs.size()));
+    }
+    IB_TRY(write_expert_load(flags.dirs.front(), flags.out));
+    return kExitOk;
+  }
   if (flags.frames < 2 || flags.frames > 2000) {
     return user_error(fmt::format("--frames {} must be in [2, 2000]", flags.frames));
   }

@@ -1,5 +1,5 @@
 // The cross-run memory heatmap of many result directories, as SVG or as a self-contained HTML
-// report (by the extension of the output file).
+// report (by the extension of the output file), and a run's expert-load heatmap drawn again.
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -7,6 +7,7 @@
 #include "core/fs.h"
 #include "orchestrate/orchestrate.h"
 #include "report/report.h"
+#include "report/routing_report.h"
 
 namespace ib {
 namespace {
@@ -101,6 +102,32 @@ Status write_memory_heatmap(const std::vector<std::string>& dirs, const std::str
   }
   std::fprintf(stderr, "inferbench: wrote %s (%zu rows)\n", out.c_str(), heatmap.rows.size());
   return Ok{};
+}
+
+Status write_expert_load(const std::string& dir, const std::string& out) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return user_error(fmt::format("{} is not a directory; pass a result directory", dir));
+  }
+  auto text = read_file(fs::path(dir) / kResultJson);
+  if (!text.ok()) {
+    return user_error(
+        fmt::format("{} has no readable {}; pass a result directory", dir, kResultJson));
+  }
+  const json result = json::parse(*text, nullptr, false);
+  const json routing =
+      result.is_object() ? result.value("engine", json::object()).value("routing", json()) : json();
+  const std::string model = result.is_object() ? result.value("model_id", dir) : dir;
+  const std::string svg = expert_load_svg(routing, "Expert load: " + model);
+  if (svg.empty()) {
+    return user_error(
+        fmt::format("{}'s {} has no routing counts (engine.routing): not a mixture-of-experts run",
+                    dir, kResultJson));
+  }
+  if (const auto parent = fs::path(out).parent_path(); !parent.empty()) {
+    fs::create_directories(parent, ec);
+  }
+  return write_file_atomic(out, svg);
 }
 
 }  // namespace ib

@@ -184,4 +184,8 @@ Status write_suite_report(const std::filesystem::path& dir, const std::string& n
 Status write_memory_heatmap(const std::vector<std::string>& dirs, const std::string& out,
                             int frames);
 
+// A mixture-of-experts run's layer x expert load heatmap (expert_load.svg) drawn again from its
+// result directory's result.json (engine.routing) into `out` (.svg, checked by the caller).
+Status write_expert_load(const std::string& dir, const std::string& out);
+
 }  // namespace ib
