@@ -190,7 +190,7 @@ TEST_F(RunOptionsTest, BadInputIsAOneLineUserErrorNamingTheProblem) {
   }
 }
 
-TEST_F(RunOptionsTest, TracingFlagsAreCheckedAndReachTheHttpTarget) {
+TEST_F(RunOptionsTest, TracingFlagsAreCheckedAndReachTheTarget) {
   RunFlags f = flags();
   f.backend = "openai";
   f.otlp_endpoint = "http://127.0.0.1:4318";
@@ -208,9 +208,17 @@ TEST_F(RunOptionsTest, TracingFlagsAreCheckedAndReachTheHttpTarget) {
     EXPECT_FALSE(r.ok());
     return r.ok() ? std::string() : r.error().message;
   };
+  // The native backend traces the engine's requests itself; the HTTP client stays off.
   RunFlags native = flags();
   native.otlp_endpoint = "http://127.0.0.1:4318";
-  EXPECT_NE(error_of(native).find("inferbench serve --otlp-endpoint"), std::string::npos);
+  native.trace_slow_ms = 20;
+  auto native_plan = resolve_run(native, registry_);
+  ASSERT_TRUE(native_plan.ok()) << native_plan.error().message;
+  EXPECT_EQ(native_plan->target.native.trace.endpoint, "http://127.0.0.1:4318");
+  EXPECT_EQ(native_plan->target.native.trace.slow_ms, 20);
+  EXPECT_EQ(native_plan->target.native.trace.service_name, "inferbench run");
+  EXPECT_TRUE(native_plan->target.openai.trace.endpoint.empty());
+  EXPECT_TRUE(plan->target.native.trace.endpoint.empty());
   RunFlags ratio = f;
   ratio.trace_sample_ratio = 2;
   EXPECT_NE(error_of(ratio).find("--trace-sample-ratio"), std::string::npos);

@@ -17,9 +17,9 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
-#include "server/detail/request_trace.h"
 #include "server/detail/responses.h"
 #include "server/detail/server_core.h"
+#include "trace/trace.h"
 
 namespace ib::detail {
 
