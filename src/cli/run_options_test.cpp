@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "cli/detail/e2e_support.h"
 #include "cli/plugins.h"
+#include "cli/suite_commands.h"
+#include "core/subprocess.h"
 
 namespace ib {
 namespace {
@@ -292,6 +295,73 @@ TEST_F(RunOptionsTest, NumClientsSplitTheWorkloadTheConcurrencyAndTheRate) {
   RunFlags zero = f;
   zero.num_clients = 0;
   EXPECT_NE(error_of(zero).find(">= 1"), std::string::npos);
+}
+
+TEST_F(RunOptionsTest, SlurmClientLauncherIsCheckedAndKeptFromTheClients) {
+  RunFlags f = flags();
+  f.backend = "openai";
+  f.num_prompts = 12;
+  f.max_concurrency = 4;
+  f.num_clients = 2;
+  f.client_launcher = "slurm";
+  f.slurm_partition = "cpu";
+  f.slurm_args = {"--nodes=2", "--account=lab"};
+  auto error_of = [&](RunFlags g) {
+    auto r = resolve_run(g, registry_);
+    EXPECT_FALSE(r.ok());
+    if (r.ok()) return std::string();
+    EXPECT_EQ(r.error().kind, ErrorKind::kUser);
+    return r.error().message;
+  };
+  // No srun on PATH: the install hint, before anything is planned.
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  ::setenv("PATH", root_.c_str(), 1);
+  const std::string no_srun = error_of(f);
+  ::setenv("PATH", path.c_str(), 1);
+  EXPECT_NE(no_srun.find("srun is not on PATH"), std::string::npos) << no_srun;
+  EXPECT_NE(no_srun.find("apt install slurm-client"), std::string::npos) << no_srun;
+
+  RunFlags one = f;
+  one.num_clients = 1;
+  EXPECT_NE(error_of(one).find("--num-clients N >= 2"), std::string::npos);
+  RunFlags bare_arg = f;
+  bare_arg.slurm_args = {"nodes=2"};
+  EXPECT_NE(error_of(bare_arg).find("--slurm-arg=--nodes=2"), std::string::npos);
+  RunFlags no_launcher = f;
+  no_launcher.client_launcher = "local";
+  EXPECT_NE(error_of(no_launcher).find("--client-launcher slurm"), std::string::npos);
+
+  if (!on_path("srun")) GTEST_SKIP() << "srun is not installed here";
+  auto parent = resolve_run(f, registry_);
+  ASSERT_TRUE(parent.ok()) << parent.error().message;
+  ASSERT_TRUE(parent->slurm_clients.has_value());
+  EXPECT_EQ(parent->slurm_clients->partition, "cpu");
+  EXPECT_EQ(parent->slurm_clients->extra, (std::vector<std::string>{"--nodes=2", "--account=lab"}));
+  EXPECT_EQ(parent->config["client_launcher"], "slurm");
+  EXPECT_EQ(parent->config["slurm_arg"].size(), 2u);
+  // The clients get the run's flags, not the launcher's (each is one process already).
+  for (const char* flag :
+       {"--num-clients", "--client-launcher", "--slurm-partition", "--slurm-arg"}) {
+    EXPECT_EQ(std::find(parent->client_argv.begin(), parent->client_argv.end(), flag),
+              parent->client_argv.end())
+        << flag;
+  }
+  // `run --from` gives the launcher back, one --slurm-arg per option.
+  auto args = args_from_config(parent->config);
+  ASSERT_TRUE(args.ok()) << args.error().message;
+  EXPECT_EQ(std::count(args->begin(), args->end(), "--slurm-arg"), 2);
+  // A client on another host takes the parent's origin on the wall clock.
+  RunFlags client = f;
+  client.num_clients = 1;
+  client.client_launcher = "local";
+  client.slurm_partition.clear();
+  client.slurm_args.clear();
+  client.client_slice = "1/2";
+  client.clock_origin_unix_ns = 1'700'000'000'000'000'000;
+  auto c = resolve_run(client, registry_);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->clock_origin_unix_ns, 1'700'000'000'000'000'000);
+  EXPECT_FALSE(c->clock_origin_ns.has_value());
 }
 
 TEST_F(RunOptionsTest, CudaWithoutTheBackendIsAUserError) {

@@ -71,10 +71,27 @@ Result<int> write_suite_k8s(const SuiteFlags& flags, const SuiteSpec& spec,
     std::cout << fmt::format("wrote {}: Indexed Job {} of {} entr{}\n", file.string(), job.name,
                              indices.size(), indices.size() == 1 ? "y" : "ies");
   }
+  // The collect step: a Job of its own, in a folder of its own so that applying DIR/k8s/ does
+  // not start it before the entries' Jobs have finished (Kubernetes orders no Jobs).
+  K8sJob collect;
+  collect.name = k8s_name(base + "-collect");
+  collect.namespace_name = flags.k8s_namespace;
+  collect.image = flags.k8s_image;
+  collect.config_map = config_map;
+  collect.claim = flags.k8s_pvc;
+  collect.result_dir = fs::absolute(dir).string();
+  collect.extra = extra;
+  collect.collect = true;
+  fs::create_directories(out / "collect", ec);
+  if (ec)
+    return runtime_error(fmt::format("cannot create {}/collect: {}", out.string(), ec.message()));
+  IB_TRY(write_file_atomic(out / "collect" / "job-collect.yaml", k8s_job_yaml(collect)));
   std::cout << fmt::format(
-      "next: kubectl apply -f {0}/ ; when the Jobs complete: inferbench suite {1} --result-dir "
-      "{2} --collect (with {2} on the claim {3})\n",
-      out.string(), flags.file, dir.string(), flags.k8s_pvc);
+      "next: kubectl apply -f {0}/ ; when those Jobs have finished (kubectl get jobs -n {4} -l "
+      "app.kubernetes.io/name=inferbench): kubectl apply -f {0}/collect/ (Job {5} writes the "
+      "leaderboard into {2} on the claim {3}), or inferbench suite {1} --result-dir {2} "
+      "--collect where the claim is mounted\n",
+      out.string(), flags.file, dir.string(), flags.k8s_pvc, flags.k8s_namespace, collect.name);
   return kExitOk;
 }
 

@@ -51,5 +51,30 @@ TEST(K8s, JobRunsEachCompletionIndexsEntryWithItsGpus) {
   EXPECT_EQ(cm["data"]["suite.yaml"].as<std::string>(), "name: s\nentries: []\n");
 }
 
+TEST(K8s, CollectJobIsOnePodMergingOnTheClaim) {
+  K8sJob j;
+  j.name = "inferbench-s-collect";
+  j.namespace_name = "bench";
+  j.image = "reg/ib:1";
+  j.config_map = "inferbench-s-suite";
+  j.claim = "results";
+  j.result_dir = "/shared/r";
+  j.extra = {"--override", "runs=1"};
+  j.collect = true;
+  const YAML::Node job = YAML::Load(k8s_job_yaml(j));
+  EXPECT_FALSE(job["spec"]["completionMode"]);
+  EXPECT_FALSE(job["spec"]["backoffLimitPerIndex"]);
+  EXPECT_EQ(job["spec"]["backoffLimit"].as<int>(), 0);
+  const YAML::Node c = job["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_FALSE(c["resources"]);
+  const std::string script = c["args"][0].as<std::string>();
+  EXPECT_EQ(script,
+            "set -eu\nexec inferbench suite /suite/suite.yaml --result-dir /shared/r --override "
+            "runs=1 --collect\n");
+  EXPECT_EQ(c["volumeMounts"][1]["mountPath"].as<std::string>(), "/shared/r");
+  EXPECT_EQ(job["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"].as<std::string>(),
+            "inferbench-s-suite");
+}
+
 }  // namespace
 }  // namespace ib
