@@ -40,6 +40,25 @@ class RunOptionsTest : public ::testing::Test {
     return f;
   }
 
+  // A run split over `clients` processes against an HTTP server.
+  RunFlags client_flags(int num_prompts, int max_concurrency, int clients) const {
+    RunFlags f = flags();
+    f.backend = "openai";
+    f.num_prompts = num_prompts;
+    f.max_concurrency = max_concurrency;
+    f.num_clients = clients;
+    return f;
+  }
+
+  // The user error resolving `f` gives ("" and a failed expectation when it resolves).
+  std::string error_of(const RunFlags& f) const {
+    auto r = resolve_run(f, registry_);
+    EXPECT_FALSE(r.ok());
+    if (r.ok()) return std::string();
+    EXPECT_EQ(r.error().kind, ErrorKind::kUser) << r.error().message;
+    return r.error().message;
+  }
+
   PluginRegistry registry_;
   fs::path root_;
 };
@@ -206,11 +225,6 @@ TEST_F(RunOptionsTest, TracingFlagsAreCheckedAndReachTheTarget) {
   EXPECT_EQ(plan->target.openai.trace.slow_ms, 500);
   EXPECT_EQ(plan->config["otlp_endpoint"], "http://127.0.0.1:4318");
 
-  auto error_of = [&](RunFlags g) {
-    auto r = resolve_run(g, registry_);
-    EXPECT_FALSE(r.ok());
-    return r.ok() ? std::string() : r.error().message;
-  };
   // The native backend traces the engine's requests itself; the HTTP client stays off.
   RunFlags native = flags();
   native.otlp_endpoint = "http://127.0.0.1:4318";
@@ -232,11 +246,7 @@ TEST_F(RunOptionsTest, TracingFlagsAreCheckedAndReachTheTarget) {
 }
 
 TEST_F(RunOptionsTest, NumClientsSplitTheWorkloadTheConcurrencyAndTheRate) {
-  RunFlags f = flags();
-  f.backend = "openai";
-  f.num_prompts = 30;
-  f.max_concurrency = 7;
-  f.num_clients = 3;
+  RunFlags f = client_flags(30, 7, 3);
   auto parent = resolve_run(f, registry_);
   ASSERT_TRUE(parent.ok()) << parent.error().message;
   EXPECT_EQ(parent->num_clients, 3);
@@ -274,11 +284,6 @@ TEST_F(RunOptionsTest, NumClientsSplitTheWorkloadTheConcurrencyAndTheRate) {
   ASSERT_TRUE(client.ok()) << client.error().message;
   EXPECT_DOUBLE_EQ(client->runner.request_rate, 3.0);
 
-  auto error_of = [&](RunFlags g) {
-    auto r = resolve_run(g, registry_);
-    EXPECT_FALSE(r.ok());
-    return r.ok() ? std::string() : r.error().message;
-  };
   RunFlags native = f;
   native.backend = "native";
   EXPECT_NE(error_of(native).find("--backend openai"), std::string::npos);
@@ -298,21 +303,10 @@ TEST_F(RunOptionsTest, NumClientsSplitTheWorkloadTheConcurrencyAndTheRate) {
 }
 
 TEST_F(RunOptionsTest, SlurmClientLauncherIsCheckedAndKeptFromTheClients) {
-  RunFlags f = flags();
-  f.backend = "openai";
-  f.num_prompts = 12;
-  f.max_concurrency = 4;
-  f.num_clients = 2;
+  RunFlags f = client_flags(12, 4, 2);
   f.client_launcher = "slurm";
   f.slurm_partition = "cpu";
   f.slurm_args = {"--nodes=2", "--account=lab"};
-  auto error_of = [&](RunFlags g) {
-    auto r = resolve_run(g, registry_);
-    EXPECT_FALSE(r.ok());
-    if (r.ok()) return std::string();
-    EXPECT_EQ(r.error().kind, ErrorKind::kUser);
-    return r.error().message;
-  };
   // No srun on PATH: the install hint, before anything is planned.
   const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
   ::setenv("PATH", root_.c_str(), 1);

@@ -47,7 +47,7 @@ grep -q "srun failed" "$W/refused.out" || fail "refused: $(cat "$W/refused.out")
 grep -qi "partition" "$W/refused.out" || fail "refused: no Slurm message: $(cat "$W/refused.out")"
 
 # The clients as Slurm tasks, then the same run with local clients.
-"$IB" "${RUN[@]}" --client-launcher slurm --slurm-arg=--cpus-per-task=1 \
+"$IB" "${RUN[@]}" --client-launcher slurm --slurm-arg=--overcommit \
   --result-dir "$W/slurm" > "$W/slurm.out" 2>&1 || fail "slurm clients: $(cat "$W/slurm.out")"
 "$IB" "${RUN[@]}" --result-dir "$W/local" > "$W/local.out" 2>&1 ||
   fail "local clients: $(cat "$W/local.out")"

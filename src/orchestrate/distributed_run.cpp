@@ -90,7 +90,7 @@ Result<Launch> start_slurm_clients(const RunPlan& plan, const fs::path& clients_
       "exec \"$0\" \"$@\" --client-slice \"$SLURM_PROCID/{}\" --result-dir "
       "{}/client-\"$SLURM_PROCID\"",
       n, shell_quote(clients_dir.string()));
-  for (std::string a : {std::string("/bin/sh"), std::string("-c"), task}) argv.push_back(a);
+  argv.insert(argv.end(), {"/bin/sh", "-c", task});
   argv.insert(argv.end(), plan.client_argv.begin(), plan.client_argv.end());
   argv.push_back("--clock-origin-unix-ns");
   argv.push_back(std::to_string(origin_unix_ns));
