@@ -55,7 +55,8 @@ class Session : public std::enable_shared_from_this<Session> {
     int64_t first_token_ns = 0;
     int64_t last_token_ns = 0;
     bool finished = false;
-    RequestTiming timing;  // for the request's spans, when the server traces
+    RequestTiming
+        timing;  // the request's spans (when tracing); its step start and max_tokens always
   };
 
   void read_request();
