@@ -80,20 +80,18 @@ Result<Launch> start_local_clients(const RunPlan& plan, std::vector<Client>& cli
 // the tasks, which stop as on SIGINT.
 Result<Launch> start_slurm_clients(const RunPlan& plan, const fs::path& clients_dir, int n,
                                    int64_t origin_unix_ns) {
-  const RunConfig::SlurmClients& slurm = *plan.slurm_clients;
-  std::vector<std::string> argv = {"srun", fmt::format("--ntasks={}", n),
-                                   "--job-name=inferbench-clients", "--kill-on-bad-exit=0",
-                                   "--output=" + (clients_dir / "client-%t.log").string()};
-  if (!slurm.partition.empty()) argv.push_back("--partition=" + slurm.partition);
-  argv.insert(argv.end(), slurm.extra.begin(), slurm.extra.end());
-  const std::string task = fmt::format(
-      "exec \"$0\" \"$@\" --client-slice \"$SLURM_PROCID/{}\" --result-dir "
-      "{}/client-\"$SLURM_PROCID\"",
-      n, shell_quote(clients_dir.string()));
-  argv.insert(argv.end(), {"/bin/sh", "-c", task});
-  argv.insert(argv.end(), plan.client_argv.begin(), plan.client_argv.end());
-  argv.push_back("--clock-origin-unix-ns");
-  argv.push_back(std::to_string(origin_unix_ns));
+  SlurmStep step;
+  step.job_name = "inferbench-clients";
+  step.ntasks = n;
+  step.output = (clients_dir / "client-%t.log").string();
+  step.partition = plan.slurm_clients->partition;
+  step.extra = plan.slurm_clients->extra;
+  step.command = plan.client_argv;
+  step.command.insert(step.command.end(),
+                      {"--clock-origin-unix-ns", std::to_string(origin_unix_ns)});
+  step.task_args = {"--client-slice", fmt::format("{}/{}", kSlurmTaskRank, n), "--result-dir",
+                    (clients_dir / fmt::format("client-{}", kSlurmTaskRank)).string()};
+  const std::vector<std::string> argv = srun_argv(step);
   Launch launch;
   launch.stop_signal = SIGTERM;
   launch.srun_log = clients_dir / "srun.log";
