@@ -66,7 +66,7 @@ struct RunConfig {
   // `srun --ntasks N` step, with these srun options.
   struct SlurmClients {
     std::string partition;           // --partition ("" leaves Slurm's default)
-    std::vector<std::string> extra;  // further srun options, each "--name=value" or "--flag"
+    std::vector<std::string> extra;  // further srun options, as given (e.g. --nodes=2)
   };
   std::optional<SlurmClients> slurm_clients;
   // In one of those clients: its share of the workload (every client_count-th request from
