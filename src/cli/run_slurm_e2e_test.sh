@@ -3,8 +3,9 @@
 # single-node Slurm (slurm_test_cluster.sh): the clients run as the 3 tasks of one srun step
 # against one `inferbench serve`; each measures itself, the concurrency and the rate are split so
 # the totals are what was asked, and the merged per-request records match the same run with
-# local clients in count, ids and keys. Also: no srun on PATH (exit 2, nothing written), and a
-# step Slurm refuses (srun's message passed through, exit 1).
+# local clients in count, ids and keys; a Ctrl-C reaches the tasks through srun and each keeps
+# what it measured. Also: no srun on PATH (exit 2, nothing written), and a step Slurm refuses
+# (srun's message passed through, exit 1).
 # Environment (ctest sets it): INFERBENCH_BINARY. Exit 77 (skipped) without Slurm or root.
 set -euo pipefail
 IB=${INFERBENCH_BINARY:?set INFERBENCH_BINARY to the inferbench binary}
@@ -86,4 +87,36 @@ assert sorted(shares) == [1, 2, 2], shares
 assert min(j["t_send_ns"] for j in s_lines) >= 0
 EOF
 for i in 0 1 2; do [ -s "$W/slurm/clients/client-$i.log" ] || fail "no log of task $i"; done
+
+# Ctrl-C: srun passes the stop on to the tasks (as SIGUSR1), which keep what they measured, and
+# the merged result is marked interrupted (exit 130). Requests of 400 tokens take 2 s here.
+"$IB" run --backend openai --base-url "http://127.0.0.1:$PORT" --model null --num-clients 2 \
+  --max-concurrency 2 --num-prompts 40 --input-len 8 --output-len 400 --runs 1 --num-warmups 0 \
+  --disable-tqdm --client-launcher slurm --slurm-arg=--overcommit --result-dir "$W/stopped" \
+  > "$W/stopped.out" 2>&1 &
+RUN_PID=$!
+for _ in $(seq 300); do
+  grep -qs "x 20 requests" "$W/stopped/clients/client-0.log" &&
+    grep -qs "x 20 requests" "$W/stopped/clients/client-1.log" && break
+  sleep 0.1
+done
+sleep 3
+kill -INT "$RUN_PID"
+set +e
+wait "$RUN_PID"
+rc=$?
+set -e
+[ $rc = 130 ] || fail "interrupted run: exit $rc, expected 130: $(cat "$W/stopped.out")"
+python3 - "$W/stopped" <<'EOF' || fail "the interrupted run kept nothing: $(cat "$W/stopped.out")"
+import json, sys
+r = json.load(open(sys.argv[1] + "/result.json"))
+assert r["interrupted"] is True, r.get("interrupted")
+for i in range(2):
+    d = f"{sys.argv[1]}/clients/client-{i}"
+    assert json.load(open(d + "/result.json"))["interrupted"] is True, i
+    lines = [l for l in open(d + "/requests.jsonl") if l.strip()]
+    assert 0 < len(lines) < 20, (i, len(lines))  # what it had in flight or finished, not all
+merged = [l for l in open(sys.argv[1] + "/requests.jsonl") if l.strip()]
+assert len(merged) >= 2, len(merged)
+EOF
 echo "PASS: 3 client tasks under Slurm, 24 x 2 requests merged"

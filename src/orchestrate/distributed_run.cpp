@@ -76,8 +76,8 @@ Result<Launch> start_local_clients(const RunPlan& plan, std::vector<Client>& cli
 
 // The clients as the N tasks of one srun step: task I (SLURM_PROCID) runs client I with the
 // same arguments as start_local_clients gives it, its log clients/client-I.log (srun's %t), and
-// the origin on the wall clock (its host's monotonic clock is its own). srun forwards SIGTERM to
-// the tasks, which stop as on SIGINT.
+// the origin on the wall clock (its host's monotonic clock is its own). A stop reaches the tasks
+// through srun as SIGUSR1 (suite/slurm.h), on which they stop as on SIGINT.
 Result<Launch> start_slurm_clients(const RunPlan& plan, const fs::path& clients_dir, int n,
                                    int64_t origin_unix_ns) {
   SlurmStep step;
@@ -93,7 +93,7 @@ Result<Launch> start_slurm_clients(const RunPlan& plan, const fs::path& clients_
                     (clients_dir / fmt::format("client-{}", kSlurmTaskRank)).string()};
   const std::vector<std::string> argv = srun_argv(step);
   Launch launch;
-  launch.stop_signal = SIGTERM;
+  launch.stop_signal = kSlurmStepStopSignal;  // srun passes it on (SIGTERM: it kills the tasks)
   launch.srun_log = clients_dir / "srun.log";
   IB_ASSIGN_OR_RETURN(const int pid, start_process(argv, launch.srun_log.string()));
   launch.pids.push_back(pid);

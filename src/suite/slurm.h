@@ -6,6 +6,7 @@
 // its state in DIR/<entry>/entry-state.json); `--collect` merges the tasks' states.
 #pragma once
 
+#include <csignal>
 #include <map>
 #include <string>
 #include <vector>
@@ -56,6 +57,9 @@ struct SlurmStep {
 };
 // The srun argv: one task failing kills no other (--kill-on-bad-exit=0); each task runs
 // /bin/sh -c 'exec "$0" "$@" TASK_ARGS' COMMAND..., so COMMAND's words reach it untouched.
+// Stopping: SIGINT or SIGTERM to srun cancels the step (its tasks are killed); srun passes
+// kSlurmStepStopSignal on to the tasks' processes, and inferbench stops on it as on SIGINT.
+inline constexpr int kSlurmStepStopSignal = SIGUSR1;
 std::vector<std::string> srun_argv(const SlurmStep& step);
 
 // A task's state as `scontrol show job -o JOBID` reports it (one line per task).
