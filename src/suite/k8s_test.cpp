@@ -14,14 +14,20 @@ TEST(K8s, NamesAreDnsLabels) {
   EXPECT_EQ(k8s_name(std::string(100, 'a')).size(), 63u);
 }
 
-TEST(K8s, JobRunsEachCompletionIndexsEntryWithItsGpus) {
+// A Job of suite "s" in namespace bench, its results on the claim "results" at /shared/r.
+K8sJob job_named(const std::string& name) {
   K8sJob j;
-  j.name = "inferbench-s-gpu";
+  j.name = name;
   j.namespace_name = "bench";
   j.image = "reg/ib:1";
   j.config_map = "inferbench-s-suite";
   j.claim = "results";
   j.result_dir = "/shared/r";
+  return j;
+}
+
+TEST(K8s, JobRunsEachCompletionIndexsEntryWithItsGpus) {
+  K8sJob j = job_named("inferbench-s-gpu");
   j.indices = {0, 2, 5};
   j.gpu_resource = "nvidia.com/gpu";
   j.gpus = 1;
@@ -52,13 +58,7 @@ TEST(K8s, JobRunsEachCompletionIndexsEntryWithItsGpus) {
 }
 
 TEST(K8s, CollectJobIsOnePodMergingOnTheClaim) {
-  K8sJob j;
-  j.name = "inferbench-s-collect";
-  j.namespace_name = "bench";
-  j.image = "reg/ib:1";
-  j.config_map = "inferbench-s-suite";
-  j.claim = "results";
-  j.result_dir = "/shared/r";
+  K8sJob j = job_named("inferbench-s-collect");
   j.extra = {"--override", "runs=1"};
   j.collect = true;
   const YAML::Node job = YAML::Load(k8s_job_yaml(j));
