@@ -12,6 +12,7 @@ InterruptWatcher::InterruptWatcher() {
   sigemptyset(&set_);
   sigaddset(&set_, SIGINT);
   sigaddset(&set_, SIGTERM);
+  sigaddset(&set_, SIGUSR1);  // what srun passes on to its tasks; Slurm's --signal warning
   pthread_sigmask(SIG_BLOCK, &set_, &previous_);
   thread_ = std::thread([this] { watch(); });
 }

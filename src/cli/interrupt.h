@@ -1,7 +1,8 @@
-// Ctrl-C handling without a signal handler or global state: SIGINT and SIGTERM are blocked in
-// the constructing thread (and so in every thread it creates later) and a watcher thread takes
-// them with sigtimedwait(). The first sets the flag the runner polls; a second one exits at once
-// with 130.
+// Ctrl-C handling without a signal handler or global state: SIGINT, SIGTERM and SIGUSR1 (what
+// srun passes on to the tasks of a step, and what `sbatch --signal=USR1@SECONDS` sends before a
+// time limit) are blocked in the constructing thread (and so in every thread it creates later)
+// and a watcher thread takes them with sigtimedwait(). The first sets the flag the runner polls;
+// a second one exits at once with 130.
 //
 // Construct it before any other thread exists (engine, sampler, thread pool).
 #pragma once

@@ -5,7 +5,8 @@
 // through the traceparent header, queue/prefill/decode/detokenize under it), the attributes, one
 // trace across both processes, the sampling rules (ratio by trace id, agreed by client and
 // server; failed and slow requests always), and that an unreachable collector drops and counts
-// spans while the run completes.
+// spans while the run completes. `inferbench run --backend native` exports the engine's request
+// spans through the same code as serve: checked the same way, and against the run's own records.
 // Usage: node otlp_npm_test.cjs INFERBENCH
 'use strict';
 const assert = require('node:assert/strict');
@@ -20,7 +21,7 @@ const otlp = require(
     path.join(npm, '@opentelemetry/otlp-transformer/build/src/generated/root.js'));
 
 const Request = otlp.opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest;
-const kServer = 2, kClient = 3, kStatusError = 2;
+const kInternal = 1, kServer = 2, kClient = 3, kStatusError = 2;
 const inferbench = process.argv[2];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'otlp-npm-'));
 
@@ -215,6 +216,75 @@ async function spanTreeAcrossClientAndServer(endpoint) {
   return n;
 }
 
+// The embedded engine (run --backend native): per request an INTERNAL request span, the root of
+// its own trace, with queue, prefill and decode children (no text is made, so no detokenize), the
+// same attributes as serve's, and TTFT as the run itself measured it.
+async function nativeRunSpans(endpoint) {
+  const n = 4;
+  const dir = path.join(tmp, 'native');
+  await promisify(execFile)(inferbench, [
+    'run', '--model', 'tiny-15m', '--num-prompts', String(n), '--batch-size', '2',
+    '--input-len', '8', '--output-len', '4', '--runs', '1', '--num-warmups', '0',
+    '--num-threads', '1', '--disable-tqdm', '--otlp-endpoint', endpoint, '--result-dir', dir,
+  ]);
+  const result = JSON.parse(fs.readFileSync(path.join(dir, 'result.json'), 'utf8'));
+  const records = fs.readFileSync(path.join(dir, 'requests.jsonl'), 'utf8')
+                      .split('\n').filter((l) => l).map((l) => JSON.parse(l));
+  assert.equal(result.completed, n);
+  assert.deepEqual(
+      {kept: result.engine.traces.requests_kept, exported: result.engine.traces.spans_exported,
+       dropped: result.engine.traces.spans_dropped_export_failed +
+           result.engine.traces.spans_dropped_queue_full},
+      {kept: n, exported: 4 * n, dropped: 0});
+  const spans = take();
+  assert.equal(spans.length, 4 * n, 'four spans per request');
+  const requests = spans.filter((s) => s.parentSpanId === '');
+  assert.equal(requests.length, n, 'one root span per request');
+  assert.equal(new Set(requests.map((s) => s.traceId)).size, n, 'one trace per request');
+  for (const request of requests) {
+    assert.equal(request.service, 'inferbench run');
+    assert.equal(request.kind, kInternal, 'the engine in the process: INTERNAL');
+    assert.equal(request.name, 'text_completion tiny-15m');
+    const a = request.attributes;
+    assert.equal(a['gen_ai.operation.name'], 'text_completion');
+    assert.equal(a['gen_ai.request.model'], 'tiny-15m');
+    assert.equal(a['gen_ai.response.model'], 'tiny-15m');
+    assert.equal(a['gen_ai.usage.input_tokens'], 8);
+    assert.equal(a['gen_ai.usage.output_tokens'], 4);
+    assert.equal(a['gen_ai.request.max_tokens'], 4);
+    assert.deepEqual(a['gen_ai.response.finish_reasons'], ['length']);
+    assert.ok(!('http.response.status_code' in a), 'no HTTP inside the process');
+    assert.ok(!('inferbench.lora_adapter' in a), 'no adapter asked for');
+    assert.equal(request.status.code || 0, 0);
+
+    const children = spans.filter((s) => s.parentSpanId === request.spanId);
+    assert.deepEqual(children.map((s) => s.name).sort(), ['decode', 'prefill', 'queue']);
+    const child = Object.fromEntries(children.map((s) => [s.name, s]));
+    for (const s of children) {
+      assert.equal(s.kind, kInternal, `${s.name} is INTERNAL`);
+      assert.equal(s.traceId, request.traceId);
+      assert.ok(s.start >= request.start && s.end <= request.end && s.start <= s.end,
+                `${s.name} lies within the request span`);
+    }
+    assert.equal(child.queue.start, request.start, 'the queue starts at submission');
+    assert.equal(child.queue.end, child.prefill.start, 'prefill follows the queue');
+    assert.equal(child.prefill.end, child.decode.start, 'decode follows the first token');
+    assert.equal(child.decode.end, request.end, 'the request ends with its last token');
+    assert.equal(child.prefill.attributes['gen_ai.usage.input_tokens'], 8);
+    assert.equal(child.decode.attributes['gen_ai.usage.output_tokens'], 4);
+    const ttftS = a['gen_ai.latency.time_to_first_token'];
+    const spanTtftNs = child.prefill.end - request.start;
+    assert.ok(Math.abs(Number(spanTtftNs) - ttftS * 1e9) < 1000, 'TTFT is the prefill\'s end');
+    // The run's own record of the request: its TTFT (from the runner's send) holds the span's.
+    const record = records.find((r) => String(r.id) === a['gen_ai.request.id']);
+    assert.ok(record, `a record with id ${a['gen_ai.request.id']}`);
+    assert.equal(record.n_out, 4);
+    assert.ok(ttftS * 1e3 <= record.ttft_ms + 0.01 && record.ttft_ms - ttftS * 1e3 < 5,
+              `span TTFT ${ttftS * 1e3} ms against the record's ${record.ttft_ms} ms`);
+  }
+  return n;
+}
+
 async function ratioIsAgreedByTraceId(endpoint) {
   const n = 40;
   const sampling = ['--otlp-endpoint', endpoint, '--trace-sample-ratio', '0.5'];
@@ -300,6 +370,8 @@ async function main() {
   const endpoint = `http://127.0.0.1:${collector.address().port}`;
   const n = await spanTreeAcrossClientAndServer(endpoint);
   console.log(`span tree: ${n} requests, one trace each across run and serve`);
+  const native = await nativeRunSpans(endpoint);
+  console.log(`run --backend native: ${native} requests, queue/prefill/decode under each`);
   await ratioIsAgreedByTraceId(endpoint);
   console.log('ratio 0.5: client and server kept the same traces');
   await failedAndSlowRequestsAreAlwaysKept(endpoint);

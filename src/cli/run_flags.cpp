@@ -105,16 +105,30 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
       ->capture_default_str();
   app.add_flag("--insecure", f.insecure, "openai backends: do not verify TLS certificates");
   app.add_option("--num-clients", f.num_clients,
-                 "openai backends: split the run over N client processes on this host (each "
-                 "measures its own latencies and overhead; --max-concurrency and --request-rate "
-                 "are divided so the totals are what is asked; per-request records are merged)")
+                 "openai backends: split the run over N client processes (each measures its own "
+                 "latencies and overhead; --max-concurrency and --request-rate are divided so "
+                 "the totals are what is asked; per-request records are merged)")
       ->capture_default_str();
+  app.add_option("--client-launcher", f.client_launcher,
+                 "how --num-clients starts its clients: local (processes on this host) or slurm "
+                 "(Slurm tasks of one `srun --ntasks N` step, in the current allocation or a new "
+                 "one; the result directory must be on a path every node shares)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"local", "slurm"}));
+  app.add_option("--slurm-partition", f.slurm_partition,
+                 "--client-launcher slurm: srun --partition of the clients' step");
+  app.add_option("--slurm-arg", f.slurm_args,
+                 "--client-launcher slurm: an extra srun option, e.g. --slurm-arg=--nodes=2 "
+                 "(repeatable)");
   // What the parent of a --num-clients run gives each client (listed, for `run --help` to be
   // complete; not for users).
   app.add_option("--client-slice", f.client_slice,
                  "internal to --num-clients: this client's share I/N of the workload");
   app.add_option("--clock-origin-ns", f.clock_origin_ns,
                  "internal to --num-clients: the benchmark's time zero on the monotonic clock");
+  app.add_option("--clock-origin-unix-ns", f.clock_origin_unix_ns,
+                 "internal to --client-launcher slurm: the benchmark's time zero on the wall "
+                 "clock (clients on other hosts)");
   app.add_option("--lora-assignment", f.lora_assignment,
                  "which --lora-modules adapter each request asks for: random (vLLM bench's "
                  "uniform choice per request), round-robin, or zipf:S (adapter k with "

@@ -53,6 +53,12 @@ Result<std::vector<std::string>> args_from_config(const json& config) {
   for (const auto& [key, v] : config.items()) {
     if (key == "result_dir" || key == "overwrite" || key == "load_description") continue;
     if (v.is_null()) continue;
+    // A repeatable flag, recorded as its list: the flag once per item.
+    if (key == "slurm_arg" && v.is_array() &&
+        std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); })) {
+      for (const json& e : v) add(flag_of(key), e);
+      continue;
+    }
     if (v.is_object() || v.is_array()) {
       return user_error(fmt::format("config.{} is not a single value", key));
     }

@@ -16,6 +16,7 @@
 #include "cli/plugins.h"
 #include "cli/suite_commands.h"
 #include "compare/compare.h"
+#include "core/subprocess.h"
 #include "engine/moe_support.h"
 #include "model/gguf.h"
 #include "model/presets.h"
@@ -175,6 +176,36 @@ Status resolve_clients(const RunFlags& f, bool http, RunConfig& p) {
     p.client_index = index;
     p.client_count = count;
     if (f.clock_origin_ns > 0) p.clock_origin_ns = f.clock_origin_ns;
+    if (f.clock_origin_unix_ns > 0) p.clock_origin_unix_ns = f.clock_origin_unix_ns;
+  }
+  const bool slurm = f.client_launcher == "slurm";
+  if (!slurm && (!f.slurm_partition.empty() || !f.slurm_args.empty())) {
+    return user_error(
+        "--slurm-partition and --slurm-arg set up the clients' srun step: add "
+        "--client-launcher slurm (and --num-clients N)");
+  }
+  if (slurm) {
+    if (f.num_clients < 2) {
+      return user_error(fmt::format(
+          "--client-launcher slurm: give --num-clients N >= 2 (got {}); to run one client on a "
+          "Slurm node, start inferbench run inside srun yourself",
+          f.num_clients));
+    }
+    for (const std::string& a : f.slurm_args) {
+      if (a.rfind("-", 0) != 0) {
+        return user_error(fmt::format(
+            "--slurm-arg {}: not an srun option; write it with its dashes and value in one "
+            "word, e.g. --slurm-arg=--nodes=2",
+            a));
+      }
+    }
+    if (!on_path("srun")) {
+      return user_error(
+          "--client-launcher slurm: srun is not on PATH; install Slurm's client commands "
+          "(Debian/Ubuntu: apt install slurm-client) on a machine that reaches the cluster's "
+          "controller, or use --client-launcher local");
+    }
+    p.slurm_clients = RunConfig::SlurmClients{f.slurm_partition, f.slurm_args};
   }
   if (f.num_clients == 1) return Ok{};
   const std::string why = fmt::format("--num-clients {}", f.num_clients);
@@ -289,13 +320,6 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   IB_TRY(check_run_flags(f));
   IB_ASSIGN_OR_RETURN(TraceOptions trace, trace_options_from(f, "inferbench run"));
-  if (!trace.endpoint.empty() && !http) {
-    return user_error(fmt::format(
-        "--otlp-endpoint with --backend {}: run traces the client side of --backend openai or "
-        "openai-chat (a span and a traceparent header per request); to trace the engine, run "
-        "inferbench serve --otlp-endpoint URL and benchmark it with --backend openai",
-        f.backend));
-  }
   IB_TRY(resolve_clients(f, http, p));
   IB_ASSIGN_OR_RETURN(const EngineConfig engine, run_engine_config(f));
   if (!http) {
@@ -398,7 +422,11 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
     p.calibration_prompts = calibration->prompts;
   }
   if (http) IB_TRY(resolve_http_target(f, n, p.target.openai));
-  p.target.openai.trace = std::move(trace);
+  if (http) {
+    p.target.openai.trace = std::move(trace);
+  } else {
+    n.trace = std::move(trace);
+  }
 
   IB_ASSIGN_OR_RETURN(const double cv_threshold, parse_fraction(f.cv_threshold, "--cv-threshold"));
   IB_ASSIGN_OR_RETURN(p.result_dir, plan_result_dir(f.result_dir, p.model.name, f.overwrite));
@@ -484,7 +512,9 @@ Result<RunPlan> resolve_run(const RunFlags& flags, const PluginRegistry& registr
   if (plan.num_clients > 1) {
     // Each client reruns the resolved flags (as `run --from` would) plus its slice.
     nlohmann::json shared = plan.config;
-    shared.erase("num_clients");
+    for (const char* key : {"num_clients", "client_launcher", "slurm_partition", "slurm_arg"}) {
+      shared.erase(key);
+    }
     shared["disable_tqdm"] = true;  // their stderr goes to a log
     IB_ASSIGN_OR_RETURN(const std::vector<std::string> args, args_from_config(shared));
     std::error_code ec;

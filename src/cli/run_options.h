@@ -72,8 +72,12 @@ struct RunFlags : EngineFlags, CalibrationFlags, TraceFlags {
   // Distributed load generation (--backend openai): the run split over this many client
   // processes. Set by the parent for each client: its slice "I/N" and the shared clock origin.
   int num_clients = 1;
+  std::string client_launcher = "local";  // or slurm (srun --ntasks N)
+  std::string slurm_partition;
+  std::vector<std::string> slurm_args;
   std::string client_slice;
   int64_t clock_origin_ns = 0;
+  int64_t clock_origin_unix_ns = 0;  // Slurm tasks, on hosts whose monotonic clocks differ
 };
 
 void add_run_flags(CLI::App& app, RunFlags& flags);

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "cli/detail/e2e_support.h"
 #include "cli/plugins.h"
+#include "cli/suite_commands.h"
+#include "core/subprocess.h"
 
 namespace ib {
 namespace {
@@ -35,6 +38,25 @@ class RunOptionsTest : public ::testing::Test {
     f.output_len = 8;
     f.result_dir = (root_ / "out").string();
     return f;
+  }
+
+  // A run split over `clients` processes against an HTTP server.
+  RunFlags client_flags(int num_prompts, int max_concurrency, int clients) const {
+    RunFlags f = flags();
+    f.backend = "openai";
+    f.num_prompts = num_prompts;
+    f.max_concurrency = max_concurrency;
+    f.num_clients = clients;
+    return f;
+  }
+
+  // The user error resolving `f` gives ("" and a failed expectation when it resolves).
+  std::string error_of(const RunFlags& f) const {
+    auto r = resolve_run(f, registry_);
+    EXPECT_FALSE(r.ok());
+    if (r.ok()) return std::string();
+    EXPECT_EQ(r.error().kind, ErrorKind::kUser) << r.error().message;
+    return r.error().message;
   }
 
   PluginRegistry registry_;
@@ -190,7 +212,7 @@ TEST_F(RunOptionsTest, BadInputIsAOneLineUserErrorNamingTheProblem) {
   }
 }
 
-TEST_F(RunOptionsTest, TracingFlagsAreCheckedAndReachTheHttpTarget) {
+TEST_F(RunOptionsTest, TracingFlagsAreCheckedAndReachTheTarget) {
   RunFlags f = flags();
   f.backend = "openai";
   f.otlp_endpoint = "http://127.0.0.1:4318";
@@ -203,14 +225,17 @@ TEST_F(RunOptionsTest, TracingFlagsAreCheckedAndReachTheHttpTarget) {
   EXPECT_EQ(plan->target.openai.trace.slow_ms, 500);
   EXPECT_EQ(plan->config["otlp_endpoint"], "http://127.0.0.1:4318");
 
-  auto error_of = [&](RunFlags g) {
-    auto r = resolve_run(g, registry_);
-    EXPECT_FALSE(r.ok());
-    return r.ok() ? std::string() : r.error().message;
-  };
+  // The native backend traces the engine's requests itself; the HTTP client stays off.
   RunFlags native = flags();
   native.otlp_endpoint = "http://127.0.0.1:4318";
-  EXPECT_NE(error_of(native).find("inferbench serve --otlp-endpoint"), std::string::npos);
+  native.trace_slow_ms = 20;
+  auto native_plan = resolve_run(native, registry_);
+  ASSERT_TRUE(native_plan.ok()) << native_plan.error().message;
+  EXPECT_EQ(native_plan->target.native.trace.endpoint, "http://127.0.0.1:4318");
+  EXPECT_EQ(native_plan->target.native.trace.slow_ms, 20);
+  EXPECT_EQ(native_plan->target.native.trace.service_name, "inferbench run");
+  EXPECT_TRUE(native_plan->target.openai.trace.endpoint.empty());
+  EXPECT_TRUE(plan->target.native.trace.endpoint.empty());
   RunFlags ratio = f;
   ratio.trace_sample_ratio = 2;
   EXPECT_NE(error_of(ratio).find("--trace-sample-ratio"), std::string::npos);
@@ -221,11 +246,7 @@ TEST_F(RunOptionsTest, TracingFlagsAreCheckedAndReachTheHttpTarget) {
 }
 
 TEST_F(RunOptionsTest, NumClientsSplitTheWorkloadTheConcurrencyAndTheRate) {
-  RunFlags f = flags();
-  f.backend = "openai";
-  f.num_prompts = 30;
-  f.max_concurrency = 7;
-  f.num_clients = 3;
+  RunFlags f = client_flags(30, 7, 3);
   auto parent = resolve_run(f, registry_);
   ASSERT_TRUE(parent.ok()) << parent.error().message;
   EXPECT_EQ(parent->num_clients, 3);
@@ -263,11 +284,6 @@ TEST_F(RunOptionsTest, NumClientsSplitTheWorkloadTheConcurrencyAndTheRate) {
   ASSERT_TRUE(client.ok()) << client.error().message;
   EXPECT_DOUBLE_EQ(client->runner.request_rate, 3.0);
 
-  auto error_of = [&](RunFlags g) {
-    auto r = resolve_run(g, registry_);
-    EXPECT_FALSE(r.ok());
-    return r.ok() ? std::string() : r.error().message;
-  };
   RunFlags native = f;
   native.backend = "native";
   EXPECT_NE(error_of(native).find("--backend openai"), std::string::npos);
@@ -284,6 +300,62 @@ TEST_F(RunOptionsTest, NumClientsSplitTheWorkloadTheConcurrencyAndTheRate) {
   RunFlags zero = f;
   zero.num_clients = 0;
   EXPECT_NE(error_of(zero).find(">= 1"), std::string::npos);
+}
+
+TEST_F(RunOptionsTest, SlurmClientLauncherIsCheckedAndKeptFromTheClients) {
+  RunFlags f = client_flags(12, 4, 2);
+  f.client_launcher = "slurm";
+  f.slurm_partition = "cpu";
+  f.slurm_args = {"--nodes=2", "--account=lab"};
+  // No srun on PATH: the install hint, before anything is planned.
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  ::setenv("PATH", root_.c_str(), 1);
+  const std::string no_srun = error_of(f);
+  ::setenv("PATH", path.c_str(), 1);
+  EXPECT_NE(no_srun.find("srun is not on PATH"), std::string::npos) << no_srun;
+  EXPECT_NE(no_srun.find("apt install slurm-client"), std::string::npos) << no_srun;
+
+  RunFlags one = f;
+  one.num_clients = 1;
+  EXPECT_NE(error_of(one).find("--num-clients N >= 2"), std::string::npos);
+  RunFlags bare_arg = f;
+  bare_arg.slurm_args = {"nodes=2"};
+  EXPECT_NE(error_of(bare_arg).find("--slurm-arg=--nodes=2"), std::string::npos);
+  RunFlags no_launcher = f;
+  no_launcher.client_launcher = "local";
+  EXPECT_NE(error_of(no_launcher).find("--client-launcher slurm"), std::string::npos);
+
+  if (!on_path("srun")) GTEST_SKIP() << "srun is not installed here";
+  auto parent = resolve_run(f, registry_);
+  ASSERT_TRUE(parent.ok()) << parent.error().message;
+  ASSERT_TRUE(parent->slurm_clients.has_value());
+  EXPECT_EQ(parent->slurm_clients->partition, "cpu");
+  EXPECT_EQ(parent->slurm_clients->extra, (std::vector<std::string>{"--nodes=2", "--account=lab"}));
+  EXPECT_EQ(parent->config["client_launcher"], "slurm");
+  EXPECT_EQ(parent->config["slurm_arg"].size(), 2u);
+  // The clients get the run's flags, not the launcher's (each is one process already).
+  for (const char* flag :
+       {"--num-clients", "--client-launcher", "--slurm-partition", "--slurm-arg"}) {
+    EXPECT_EQ(std::find(parent->client_argv.begin(), parent->client_argv.end(), flag),
+              parent->client_argv.end())
+        << flag;
+  }
+  // `run --from` gives the launcher back, one --slurm-arg per option.
+  auto args = args_from_config(parent->config);
+  ASSERT_TRUE(args.ok()) << args.error().message;
+  EXPECT_EQ(std::count(args->begin(), args->end(), "--slurm-arg"), 2);
+  // A client on another host takes the parent's origin on the wall clock.
+  RunFlags client = f;
+  client.num_clients = 1;
+  client.client_launcher = "local";
+  client.slurm_partition.clear();
+  client.slurm_args.clear();
+  client.client_slice = "1/2";
+  client.clock_origin_unix_ns = 1'700'000'000'000'000'000;
+  auto c = resolve_run(client, registry_);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->clock_origin_unix_ns, 1'700'000'000'000'000'000);
+  EXPECT_FALSE(c->clock_origin_ns.has_value());
 }
 
 TEST_F(RunOptionsTest, CudaWithoutTheBackendIsAUserError) {

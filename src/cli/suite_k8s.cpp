@@ -54,27 +54,40 @@ Result<int> write_suite_k8s(const SuiteFlags& flags, const SuiteSpec& spec,
   std::vector<std::string> extra;
   if (!flags.model_list.empty()) extra.insert(extra.end(), {"--model-list", flags.model_list});
   for (const auto& o : flags.overrides) extra.insert(extra.end(), {"--override", o});
+  // What every Job shares: namespace, image, the suite's ConfigMap, the claim and its mount.
+  K8sJob common;
+  common.namespace_name = flags.k8s_namespace;
+  common.image = flags.k8s_image;
+  common.config_map = config_map;
+  common.claim = flags.k8s_pvc;
+  common.result_dir = fs::absolute(dir).string();
+  common.extra = extra;
   for (const auto& [gpus, indices] : by_gpus) {
-    K8sJob job;
+    K8sJob job = common;
     job.name = k8s_name(base + (gpus > 0 ? "-gpu" : "-cpu"));
-    job.namespace_name = flags.k8s_namespace;
-    job.image = flags.k8s_image;
-    job.config_map = config_map;
-    job.claim = flags.k8s_pvc;
-    job.result_dir = fs::absolute(dir).string();
     job.indices = indices;
     job.gpu_resource = gpus > 0 ? flags.k8s_gpu_resource : "";
     job.gpus = gpus;
-    job.extra = extra;
     const fs::path file = out / fmt::format("job-{}.yaml", gpus > 0 ? "gpu" : "cpu");
     IB_TRY(write_file_atomic(file, k8s_job_yaml(job)));
     std::cout << fmt::format("wrote {}: Indexed Job {} of {} entr{}\n", file.string(), job.name,
                              indices.size(), indices.size() == 1 ? "y" : "ies");
   }
+  // The collect step: a Job of its own, in a folder of its own so that applying DIR/k8s/ does
+  // not start it before the entries' Jobs have finished (Kubernetes orders no Jobs).
+  K8sJob collect = common;
+  collect.name = k8s_name(base + "-collect");
+  collect.collect = true;
+  fs::create_directories(out / "collect", ec);
+  if (ec)
+    return runtime_error(fmt::format("cannot create {}/collect: {}", out.string(), ec.message()));
+  IB_TRY(write_file_atomic(out / "collect" / "job-collect.yaml", k8s_job_yaml(collect)));
   std::cout << fmt::format(
-      "next: kubectl apply -f {0}/ ; when the Jobs complete: inferbench suite {1} --result-dir "
-      "{2} --collect (with {2} on the claim {3})\n",
-      out.string(), flags.file, dir.string(), flags.k8s_pvc);
+      "next: kubectl apply -f {0}/ ; when those Jobs have finished (kubectl get jobs -n {4} -l "
+      "app.kubernetes.io/name=inferbench): kubectl apply -f {0}/collect/ (Job {5} writes the "
+      "leaderboard into {2} on the claim {3}), or inferbench suite {1} --result-dir {2} "
+      "--collect where the claim is mounted\n",
+      out.string(), flags.file, dir.string(), flags.k8s_pvc, flags.k8s_namespace, collect.name);
   return kExitOk;
 }
 

@@ -3,7 +3,8 @@
 # kubectl (a client-side dry run against a stub API server that serves only discovery, since no
 # cluster is at hand), a cuda entry's pod asks for a GPU, and each Job's completion index runs its
 # entry: the pod's own script, run here with JOB_COMPLETION_INDEX set, writes the entry's result
-# and state, which --collect merges into the leaderboard. Missing --k8s-image / --k8s-pvc: exit 2.
+# and state, which the collect Job's pod (its script, run here) merges into the leaderboard.
+# Missing --k8s-image / --k8s-pvc: exit 2.
 # Environment (ctest sets them): INFERBENCH_BINARY. Exit 77 (skipped) without kubectl.
 set -euo pipefail
 IB=${INFERBENCH_BINARY:?set INFERBENCH_BINARY to the inferbench binary}
@@ -72,8 +73,10 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 kubectl --server="http://127.0.0.1:$PORT" --cache-dir="$W/kcache" apply --dry-run=client \
-  --validate=false -f "$R/k8s/" -o name > "$W/kubectl.out" 2>&1 || fail "kubectl: $(cat "$W/kubectl.out")"
-for want in configmap/inferbench-k8s-e2e-suite job.batch/inferbench-k8s-e2e-cpu job.batch/inferbench-k8s-e2e-gpu; do
+  --validate=false -f "$R/k8s/" -f "$R/k8s/collect/" -o name > "$W/kubectl.out" 2>&1 ||
+  fail "kubectl: $(cat "$W/kubectl.out")"
+for want in configmap/inferbench-k8s-e2e-suite job.batch/inferbench-k8s-e2e-cpu \
+    job.batch/inferbench-k8s-e2e-gpu job.batch/inferbench-k8s-e2e-collect; do
   grep -qx "$want" "$W/kubectl.out" || fail "kubectl did not read $want: $(cat "$W/kubectl.out")"
 done
 python3 - "$R/k8s" <<'EOF' || fail "manifest contents"
@@ -92,22 +95,28 @@ assert "name: k8s-e2e" in cm["data"]["suite.yaml"]
 EOF
 
 # The CPU Job's two pods, as the cluster would run them: its script with the suite file where the
-# ConfigMap puts it (here: the file itself) and inferbench on PATH.
+# ConfigMap puts it (here: the file itself) and inferbench on PATH; then the collect Job's pod.
 mkdir -p "$W/bin"; ln -s "$IB" "$W/bin/inferbench"
-python3 - "$R/k8s/job-cpu.yaml" "$W/suite.yaml" > "$W/pod.sh" <<'EOF'
+pod_script() {
+  python3 - "$1" "$W/suite.yaml" <<'EOF'
 import sys, yaml
 job = yaml.safe_load(open(sys.argv[1]))
 print(job["spec"]["template"]["spec"]["containers"][0]["args"][0].replace("/suite/suite.yaml", sys.argv[2]))
 EOF
+}
+pod_script "$R/k8s/job-cpu.yaml" > "$W/pod.sh"
 for i in 0 1; do
   JOB_COMPLETION_INDEX=$i PATH="$W/bin:$PATH" sh "$W/pod.sh" > "$W/pod$i.out" 2>&1 ||
     fail "pod $i: $(cat "$W/pod$i.out")"
 done
+grep -q "kubectl apply -f $R/k8s/collect/" "$W/write.out" || fail "no collect step: $(cat "$W/write.out")"
+pod_script "$R/k8s/collect/job-collect.yaml" > "$W/collect.sh"
 set +e
-"$IB" suite "$W/suite.yaml" --result-dir "$R" --collect > "$W/collect.out" 2>&1
+PATH="$W/bin:$PATH" sh "$W/collect.sh" > "$W/collect.out" 2>&1
 rc=$?
 set -e
-[ $rc = 0 ] || fail "collect: exit $rc: $(cat "$W/collect.out")"
+[ $rc = 0 ] || fail "collect pod: exit $rc: $(cat "$W/collect.out")"
+[ -s "$R/leaderboard.md" ] || fail "the collect pod wrote no leaderboard"
 python3 - "$R" <<'EOF' || fail "states: $(cat "$R/suite-state.json")"
 import json, sys
 s = {e["name"]: e["status"] for e in json.load(open(sys.argv[1] + "/suite-state.json"))["entries"]}

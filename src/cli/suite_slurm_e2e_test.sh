@@ -7,67 +7,11 @@
 # and its log. The merged leaderboard has the same entries and metric keys as the same suite run
 # locally. Also: no sbatch on PATH, and a submission Slurm rejects.
 # Environment (ctest sets them): INFERBENCH_BINARY. Exit 77 (skipped) without the Slurm daemons
-# or without root (they run as root here).
+# or without root (slurm_test_cluster.sh).
 set -euo pipefail
 IB=${INFERBENCH_BINARY:?set INFERBENCH_BINARY to the inferbench binary}
-for b in munged slurmctld slurmd sbatch squeue scontrol; do
-  command -v "$b" >/dev/null || { echo "SKIP: $b is missing (scripts/install-deps installs Slurm)"; exit 77; }
-done
-[ "$(id -u)" = 0 ] || { echo "SKIP: the test's Slurm daemons run as root"; exit 77; }
-
-W=$(mktemp -d /tmp/ib-slurm-e2e.XXXXXX)
-cleanup() {
-  [ -n "${IB_KEEP:-}" ] && return 0
-  [ -f "$W/slurmd.pid" ] && kill "$(cat "$W/slurmd.pid")" 2>/dev/null || true
-  [ -f "$W/slurmctld.pid" ] && kill "$(cat "$W/slurmctld.pid")" 2>/dev/null || true
-  munged -s --socket="$W/munge/sock" >/dev/null 2>&1 || true
-  sleep 1
-  rm -rf "$W"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$W"/log/*.log; do echo "== $f"; tail -20 "$f"; done; exit 1; }
-
-# ---- a private single-node Slurm
-mkdir -p "$W/munge" "$W/state" "$W/spool" "$W/log"
-chmod 700 "$W/munge"
-head -c 1024 /dev/urandom > "$W/munge/munge.key"
-chmod 400 "$W/munge/munge.key"
-munged -f --key-file="$W/munge/munge.key" --socket="$W/munge/sock" --pid-file="$W/munge/pid" \
-  --log-file="$W/log/munged.log" --seed-file="$W/munge/seed"
-PORT=$(( 20000 + RANDOM % 20000 ))
-HOST=$(hostname)
-cat > "$W/slurm.conf" <<EOF
-ClusterName=ibe2e
-SlurmctldHost=$HOST(127.0.0.1)
-AuthType=auth/munge
-AuthInfo=socket=$W/munge/sock
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-SlurmctldPort=$PORT
-SlurmdPort=$(( PORT + 1 ))
-StateSaveLocation=$W/state
-SlurmdSpoolDir=$W/spool
-SlurmctldPidFile=$W/slurmctld.pid
-SlurmdPidFile=$W/slurmd.pid
-SlurmctldLogFile=$W/log/slurmctld.log
-SlurmdLogFile=$W/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-MpiDefault=none
-NodeName=$HOST NodeAddr=127.0.0.1 NodeHostname=$HOST CPUs=$(nproc) State=UNKNOWN
-PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-EOF
-export SLURM_CONF=$W/slurm.conf
-slurmctld -c -f "$SLURM_CONF"
-slurmd -f "$SLURM_CONF"
-for _ in $(seq 60); do sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed)' && break; sleep 1; done
-sinfo -h -o %T | grep -qE '^(idle|mixed)' || fail "the Slurm node never became idle"
+# ---- a private single-node Slurm in $W (exits 77 without Slurm or root)
+source "$(dirname "$0")/slurm_test_cluster.sh"
 
 # ---- the suite: three tiny CPU entries, c reading a dataset file that is not there yet
 cat > "$W/suite.yaml" <<'EOF'

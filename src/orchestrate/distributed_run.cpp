@@ -1,6 +1,7 @@
 // `inferbench run --num-clients N` (orchestrate.h): N client processes, each a whole
-// `inferbench run` over its slice of the workload, started together on one clock origin; their
-// requests.jsonl records merged, request by request, into one result.
+// `inferbench run` over its slice of the workload, started together on one clock origin (here,
+// or as the tasks of one srun step); their requests.jsonl records merged, request by request,
+// into one result.
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -16,6 +17,7 @@
 #include "core/subprocess.h"
 #include "orchestrate/detail/run_report.h"
 #include "report/result_dir.h"
+#include "suite/slurm.h"
 
 namespace ib {
 namespace {
@@ -26,7 +28,6 @@ using nlohmann::json;
 struct Client {
   fs::path dir;
   fs::path log;
-  int pid = 0;
   int exit_code = 0;
 };
 
@@ -37,22 +38,86 @@ std::string log_tail(const fs::path& log) {
   return s.substr(s.size() > 600 ? s.size() - 600 : 0);
 }
 
-// Waits for every client; the first stop request is passed on to them (SIGINT: each keeps what
-// it measured and exits 130).
-void wait_all(std::vector<Client>& clients, const std::atomic<bool>& stop) {
+// The started clients: their processes (one per client here; one srun for all of them under
+// Slurm) and the signal that stops them keeping what they measured.
+struct Launch {
+  std::vector<int> pids;
+  int stop_signal = SIGINT;
+  fs::path srun_log;  // Slurm: srun's own messages (a refused step says why here)
+};
+
+void stop_started(const Launch& launch) {
+  for (int pid : launch.pids) signal_process(pid, launch.stop_signal);
+  for (int pid : launch.pids) wait_process(pid);
+}
+
+// Client i here: the shared arguments, its slice, the monotonic origin and its directory.
+Result<Launch> start_local_clients(const RunPlan& plan, std::vector<Client>& clients,
+                                   int64_t origin_ns) {
+  const int n = static_cast<int>(clients.size());
+  Launch launch;
+  for (int i = 0; i < n; ++i) {
+    Client& c = clients[static_cast<size_t>(i)];
+    std::vector<std::string> argv = plan.client_argv;
+    for (std::string a : {std::string("--client-slice"), fmt::format("{}/{}", i, n),
+                          std::string("--clock-origin-ns"), std::to_string(origin_ns),
+                          std::string("--result-dir"), c.dir.string()}) {
+      argv.push_back(std::move(a));
+    }
+    auto pid = start_process(argv, c.log.string());
+    if (!pid.ok()) {
+      stop_started(launch);
+      return pid.error();
+    }
+    launch.pids.push_back(*pid);
+  }
+  return launch;
+}
+
+// The clients as the N tasks of one srun step: task I (SLURM_PROCID) runs client I with the
+// same arguments as start_local_clients gives it, its log clients/client-I.log (srun's %t), and
+// the origin on the wall clock (its host's monotonic clock is its own). A stop reaches the tasks
+// through srun as SIGUSR1 (suite/slurm.h), on which they stop as on SIGINT.
+Result<Launch> start_slurm_clients(const RunPlan& plan, const fs::path& clients_dir, int n,
+                                   int64_t origin_unix_ns) {
+  SlurmStep step;
+  step.job_name = "inferbench-clients";
+  step.ntasks = n;
+  step.output = (clients_dir / "client-%t.log").string();
+  step.partition = plan.slurm_clients->partition;
+  step.extra = plan.slurm_clients->extra;
+  step.command = plan.client_argv;
+  step.command.insert(step.command.end(),
+                      {"--clock-origin-unix-ns", std::to_string(origin_unix_ns)});
+  step.task_args = {"--client-slice", fmt::format("{}/{}", kSlurmTaskRank, n), "--result-dir",
+                    (clients_dir / fmt::format("client-{}", kSlurmTaskRank)).string()};
+  const std::vector<std::string> argv = srun_argv(step);
+  Launch launch;
+  launch.stop_signal = kSlurmStepStopSignal;  // srun passes it on (SIGTERM: it kills the tasks)
+  launch.srun_log = clients_dir / "srun.log";
+  IB_ASSIGN_OR_RETURN(const int pid, start_process(argv, launch.srun_log.string()));
+  launch.pids.push_back(pid);
+  return launch;
+}
+
+// Waits for every process; the first stop request is passed on to them (each client keeps what
+// it measured and exits 130). Their exit statuses, in order.
+std::vector<int> wait_all(const Launch& launch, const std::atomic<bool>& stop) {
   std::atomic<bool> done{false};
   std::thread forward([&] {
     while (!done.load()) {
       if (stop.load()) {
-        for (const Client& c : clients) signal_process(c.pid, SIGINT);
+        for (int pid : launch.pids) signal_process(pid, launch.stop_signal);
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
-  for (Client& c : clients) c.exit_code = wait_process(c.pid);
+  std::vector<int> codes;
+  for (int pid : launch.pids) codes.push_back(wait_process(pid));
   done = true;
   forward.join();
+  return codes;
 }
 
 // A client's records, their ids made unique (client i of n: id * n + i); prompt_index already
@@ -78,44 +143,60 @@ Result<std::vector<RequestRecord>> client_records(const Client& c, int index, in
 
 }  // namespace
 
+int64_t unix_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t client_clock_origin_ns(const RunConfig& config) {
+  if (config.clock_origin_ns) return *config.clock_origin_ns;
+  if (config.clock_origin_unix_ns) return now_ns() - (unix_now_ns() - *config.clock_origin_unix_ns);
+  return now_ns();
+}
+
 Result<Outcome> execute_distributed_run(const RunPlan& plan, const PluginRegistry& registry,
                                         const std::atomic<bool>& stop) {
   const int n = plan.num_clients;
   IB_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ReportSink>> sinks, make_report_sinks(registry));
   IB_TRY(create_result_dir(plan.result_dir, plan.overwrite));
-  const fs::path clients_dir = plan.result_dir / "clients";
   std::error_code ec;
+  // Absolute: Slurm tasks may start in another directory (or on another host, sharing the path).
+  const fs::path clients_dir = fs::absolute(plan.result_dir, ec) / "clients";
   if (plan.overwrite) fs::remove_all(clients_dir, ec);  // a previous run's clients
   fs::create_directories(clients_dir, ec);
   if (ec)
     return runtime_error(fmt::format("cannot create {}: {}", clients_dir.string(), ec.message()));
 
-  // Time zero for every client: their records land on one clock (CLOCK_MONOTONIC is per host).
+  // Time zero for every client: their records land on one clock (CLOCK_MONOTONIC is per host;
+  // Slurm tasks get the origin on the wall clock).
   const int64_t origin_ns = now_ns();
+  const int64_t origin_unix_ns = unix_now_ns();
   std::vector<Client> clients(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     Client& c = clients[static_cast<size_t>(i)];
     c.dir = clients_dir / fmt::format("client-{}", i);
     c.log = clients_dir / fmt::format("client-{}.log", i);
-    std::vector<std::string> argv = plan.client_argv;
-    for (std::string a : {std::string("--client-slice"), fmt::format("{}/{}", i, n),
-                          std::string("--clock-origin-ns"), std::to_string(origin_ns),
-                          std::string("--result-dir"), c.dir.string()}) {
-      argv.push_back(std::move(a));
-    }
-    auto pid = start_process(argv, c.log.string());
-    if (!pid.ok()) {
-      for (int j = 0; j < i; ++j) signal_process(clients[static_cast<size_t>(j)].pid, SIGINT);
-      for (int j = 0; j < i; ++j) wait_process(clients[static_cast<size_t>(j)].pid);
-      return pid.error();
-    }
-    c.pid = *pid;
   }
+  IB_ASSIGN_OR_RETURN(const Launch launch,
+                      plan.slurm_clients ? start_slurm_clients(plan, clients_dir, n, origin_unix_ns)
+                                         : start_local_clients(plan, clients, origin_ns));
   std::fprintf(stderr,
-               "inferbench: %d client processes, %s split between them; their logs and results "
-               "in %s\n",
-               n, plan.load_description.c_str(), clients_dir.string().c_str());
-  wait_all(clients, stop);
+               "inferbench: %d client %s, %s split between them; their logs and results in %s\n", n,
+               plan.slurm_clients ? "tasks (srun)" : "processes", plan.load_description.c_str(),
+               clients_dir.string().c_str());
+  const std::vector<int> codes = wait_all(launch, stop);
+  for (int i = 0; i < n; ++i) {
+    clients[static_cast<size_t>(i)].exit_code =
+        codes[plan.slurm_clients ? 0 : static_cast<size_t>(i)];
+  }
+  // A step Slurm refused (or srun that failed) started no client: srun's message says why.
+  std::error_code exists_ec;
+  if (plan.slurm_clients && codes[0] != 0 &&
+      !fs::exists(clients[0].dir / kRequestsJsonl, exists_ec)) {
+    return runtime_error(fmt::format("srun failed (exit {}); its messages ({}): {}", codes[0],
+                                     launch.srun_log.string(), log_tail(launch.srun_log)));
+  }
 
   // Merge: run k of the result is run k of every client; what any client did not complete
   // (an interrupt) is the partial run.
@@ -171,6 +252,7 @@ Result<Outcome> execute_distributed_run(const RunPlan& plan, const PluginRegistr
   }
   report.engine = {{"target", plan.backend},
                    {"num_clients", n},
+                   {"client_launcher", plan.slurm_clients ? "slurm" : "local"},
                    {"client_bound", client_bound},
                    {"clients", client_reports}};
   report.kernel_switches = kernel_switches_json(unapplied_kernel_switches());

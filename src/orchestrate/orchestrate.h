@@ -62,12 +62,20 @@ struct RunConfig {
   // origin and its own result directory; their request records are merged into this result.
   int num_clients = 1;
   std::vector<std::string> client_argv;
+  // How the clients start: processes of this host, or (slurm) the tasks of one
+  // `srun --ntasks N` step, with these srun options.
+  struct SlurmClients {
+    std::string partition;           // --partition ("" leaves Slurm's default)
+    std::vector<std::string> extra;  // further srun options, as given (e.g. --nodes=2)
+  };
+  std::optional<SlurmClients> slurm_clients;
   // In one of those clients: its share of the workload (every client_count-th request from
   // client_index), of the concurrency, the rate and the warm-ups; and the benchmark's time zero
   // on the one clock (shared by the processes of one host).
   int client_index = 0;
   int client_count = 1;
   std::optional<int64_t> clock_origin_ns;
+  std::optional<int64_t> clock_origin_unix_ns;  // Slurm tasks: the same origin on the wall clock
   // The resolved flags echoed into result.json; plan_run sets the keys it derives (batch_size,
   // num_prompts, lengths, warm-ups, load description, KV bytes, max_num_seqs, result_dir).
   nlohmann::json config;
@@ -94,9 +102,10 @@ Result<Outcome> execute_run(const RunPlan& plan, const PluginRegistry& registry,
                             const std::atomic<bool>& stop, const RunProgress& progress = {});
 
 // `inferbench run --num-clients N`: N client processes (plan.client_argv) against one endpoint,
-// each measuring its own latencies and overhead (their result directories under
-// result_dir/clients/); their per-request records are merged into one result in result_dir.
-// A client that fails is an error naming its log.
+// started here or as the tasks of one srun step (plan.slurm_clients), each measuring its own
+// latencies and overhead (their result directories and logs under result_dir/clients/); their
+// per-request records are merged into one result in result_dir. A client that fails is an error
+// naming its log; a step Slurm refuses, an error with srun's message.
 Result<Outcome> execute_distributed_run(const RunPlan& plan, const PluginRegistry& registry,
                                         const std::atomic<bool>& stop);
 

@@ -145,7 +145,7 @@ Result<Outcome> execute_run(const RunPlan& plan, const PluginRegistry& registry,
   IB_ASSIGN_OR_RETURN(const auto make_target, registry.factory<TargetFactory>(plan.backend));
   // Telemetry starts before the model loads, so the peak includes loading.
   // A client of a --num-clients run shares the benchmark's origin, so its records merge as is.
-  const int64_t origin_ns = plan.clock_origin_ns.value_or(now_ns());
+  const int64_t origin_ns = client_clock_origin_ns(plan);
   RunTelemetry telemetry(plan, origin_ns);
   IB_ASSIGN_OR_RETURN(std::unique_ptr<Target> target,
                       make_target(telemetry.instrument(plan.target)));

@@ -137,6 +137,11 @@ Result<RunPlan> plan_run(const RunConfig& config, const PluginRegistry& registry
   c["result_dir"] = p.result_dir.string();
   c["overwrite"] = p.overwrite;
   if (p.num_clients > 1) c["num_clients"] = p.num_clients;
+  if (p.slurm_clients) {
+    c["client_launcher"] = "slurm";
+    if (!p.slurm_clients->partition.empty()) c["slurm_partition"] = p.slurm_clients->partition;
+    if (!p.slurm_clients->extra.empty()) c["slurm_arg"] = p.slurm_clients->extra;
+  }
   if (!p.lora_names.empty()) {
     c["lora_adapters"] = p.lora_names;
     c["lora_assignment"] = p.lora_assignment;

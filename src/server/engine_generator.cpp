@@ -49,6 +49,7 @@ class EngineGenerator final : public Generator {
     g.device_peak_allocated_bytes = s.memory.peak_allocated_bytes;
     g.weights_bytes = s.weight_bytes;
     g.kv_pool_bytes = s.kv_block_bytes * s.kv_blocks_total;
+    g.preemptions = s.preemptions;
     return g;
   }
 

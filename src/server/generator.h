@@ -42,6 +42,7 @@ struct GeneratorStats {
   int64_t device_peak_allocated_bytes = 0;
   int64_t weights_bytes = 0;
   int64_t kv_pool_bytes = 0;
+  int64_t preemptions = 0;  // requests the engine's scheduler evicted to free KV blocks, so far
 };
 
 class Generator {

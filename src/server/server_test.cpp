@@ -356,6 +356,18 @@ TEST(Server, PrometheusTextUnderVllmNames) {
   EXPECT_EQ(v("vllm:request_decode_time_seconds_count"), 3);
   EXPECT_EQ(v("vllm:request_prompt_tokens_sum"), 9);
   EXPECT_EQ(v("vllm:request_generation_tokens_sum"), 12);
+  EXPECT_EQ(v("vllm:request_max_num_generation_tokens_sum"), 12);
+  EXPECT_EQ(v("vllm:request_params_max_tokens_sum"), 12);
+  EXPECT_EQ(v("vllm:num_preemptions_total"), 0);
+  // The phases add up: waiting + prefill is TTFT, prefill + decode the time running.
+  for (const char* phase : {"queue", "prefill", "inference"}) {
+    EXPECT_EQ(v(std::string("vllm:request_") + phase + "_time_seconds_count"), 3) << phase;
+  }
+  EXPECT_NEAR(v("vllm:request_queue_time_seconds_sum") + v("vllm:request_prefill_time_seconds_sum"),
+              v("vllm:time_to_first_token_seconds_sum"), 1e-6);
+  EXPECT_NEAR(
+      v("vllm:request_inference_time_seconds_sum"),
+      v("vllm:request_prefill_time_seconds_sum") + v("vllm:request_decode_time_seconds_sum"), 1e-6);
   EXPECT_EQ(prometheus_value(m,
                              "vllm:request_generation_tokens_bucket{model_name=\"null\","
                              "le=\"2\"}"),

@@ -40,14 +40,18 @@ std::string k8s_config_map_yaml(const std::string& name, const std::string& name
 }
 
 std::string k8s_job_yaml(const K8sJob& j) {
-  // The pod's command: completion index I runs entry indices[I].
-  std::string script = "set -eu\nset --";
-  for (const int i : j.indices) script.append(" ").append(std::to_string(i));
-  script.append("\nshift \"$JOB_COMPLETION_INDEX\"\nexec inferbench suite /suite/suite.yaml");
+  // The pod's command: completion index I runs entry indices[I]; the collect pod merges them.
+  std::string script = "set -eu\n";
+  if (!j.collect) {
+    script.append("set --");
+    for (const int i : j.indices) script.append(" ").append(std::to_string(i));
+    script.append("\nshift \"$JOB_COMPLETION_INDEX\"\n");
+  }
+  script.append("exec inferbench suite /suite/suite.yaml");
   script.append(" --result-dir ").append(shell_quote(j.result_dir));
   for (const auto& e : j.extra) script.append(" ").append(shell_quote(e));
-  script.append(" --array-task \"$1\"\n");
-  const int n = static_cast<int>(j.indices.size());
+  script.append(j.collect ? " --collect\n" : " --array-task \"$1\"\n");
+  const int n = j.collect ? 1 : static_cast<int>(j.indices.size());
   YAML::Emitter y;
   y << YAML::BeginMap;
   y << YAML::Key << "apiVersion" << YAML::Value << "batch/v1";
@@ -59,12 +63,17 @@ std::string k8s_job_yaml(const K8sJob& j) {
     << "app.kubernetes.io/name" << YAML::Value << "inferbench" << YAML::EndMap;
   y << YAML::EndMap;
   y << YAML::Key << "spec" << YAML::Value << YAML::BeginMap;
-  y << YAML::Key << "completionMode" << YAML::Value << "Indexed";
-  y << YAML::Key << "completions" << YAML::Value << n;
-  y << YAML::Key << "parallelism" << YAML::Value << n;
-  // Each index fails on its own, never retried (Kubernetes 1.29+; older clusters drop the field
-  // and retry a failed pod up to the default backoffLimit): one entry's failure stops no other.
-  y << YAML::Key << "backoffLimitPerIndex" << YAML::Value << 0;
+  if (j.collect) {
+    y << YAML::Key << "backoffLimit" << YAML::Value << 0;  // a failed entry fails it: no retry
+  } else {
+    y << YAML::Key << "completionMode" << YAML::Value << "Indexed";
+    y << YAML::Key << "completions" << YAML::Value << n;
+    y << YAML::Key << "parallelism" << YAML::Value << n;
+    // Each index fails on its own, never retried (Kubernetes 1.29+; older clusters drop the
+    // field and retry a failed pod up to the default backoffLimit): one entry's failure stops
+    // no other.
+    y << YAML::Key << "backoffLimitPerIndex" << YAML::Value << 0;
+  }
   y << YAML::Key << "template" << YAML::Value << YAML::BeginMap;
   y << YAML::Key << "spec" << YAML::Value << YAML::BeginMap;
   y << YAML::Key << "restartPolicy" << YAML::Value << "Never";

@@ -1,7 +1,8 @@
 // A suite as Kubernetes Indexed Jobs (`inferbench suite FILE --executor k8s`): the manifests, as
 // text. Each Job's completion index picks one suite entry; its pod runs `inferbench suite
 // /suite/suite.yaml --array-task I` with the result directory on a shared volume (a
-// PersistentVolumeClaim), so `--collect` merges the entries' states as for Slurm.
+// PersistentVolumeClaim), so `--collect` (a Job of its own, or run anywhere the claim is mounted)
+// merges the entries' states as for Slurm.
 #pragma once
 
 #include <string>
@@ -21,6 +22,9 @@ struct K8sJob {
   int gpus = 0;                    // per pod
   int active_deadline_s = 0;       // per pod (0: none)
   std::vector<std::string> extra;  // further `inferbench suite` flags (--override ...)
+  // The collect step instead: one pod (no indices, no GPU) running `inferbench suite
+  // /suite/suite.yaml --collect` on the claim once the entries' Jobs have finished.
+  bool collect = false;
 };
 
 // A DNS-1123 label from text: lower case, [a-z0-9-], at most 63 characters, never empty.
@@ -28,7 +32,7 @@ std::string k8s_name(const std::string& text);
 // The ConfigMap holding the suite file (data key suite.yaml).
 std::string k8s_config_map_yaml(const std::string& name, const std::string& namespace_name,
                                 const std::string& suite_text);
-// The Indexed Job of `job`.
+// The Indexed Job of `job`, or its collect Job.
 std::string k8s_job_yaml(const K8sJob& job);
 
 }  // namespace ib

@@ -14,14 +14,20 @@ TEST(K8s, NamesAreDnsLabels) {
   EXPECT_EQ(k8s_name(std::string(100, 'a')).size(), 63u);
 }
 
-TEST(K8s, JobRunsEachCompletionIndexsEntryWithItsGpus) {
+// A Job of suite "s" in namespace bench, its results on the claim "results" at /shared/r.
+K8sJob job_named(const std::string& name) {
   K8sJob j;
-  j.name = "inferbench-s-gpu";
+  j.name = name;
   j.namespace_name = "bench";
   j.image = "reg/ib:1";
   j.config_map = "inferbench-s-suite";
   j.claim = "results";
   j.result_dir = "/shared/r";
+  return j;
+}
+
+TEST(K8s, JobRunsEachCompletionIndexsEntryWithItsGpus) {
+  K8sJob j = job_named("inferbench-s-gpu");
   j.indices = {0, 2, 5};
   j.gpu_resource = "nvidia.com/gpu";
   j.gpus = 1;
@@ -49,6 +55,25 @@ TEST(K8s, JobRunsEachCompletionIndexsEntryWithItsGpus) {
       YAML::Load(k8s_job_yaml(j))["spec"]["template"]["spec"]["containers"][0]["resources"]);
   const YAML::Node cm = YAML::Load(k8s_config_map_yaml("m", "bench", "name: s\nentries: []\n"));
   EXPECT_EQ(cm["data"]["suite.yaml"].as<std::string>(), "name: s\nentries: []\n");
+}
+
+TEST(K8s, CollectJobIsOnePodMergingOnTheClaim) {
+  K8sJob j = job_named("inferbench-s-collect");
+  j.extra = {"--override", "runs=1"};
+  j.collect = true;
+  const YAML::Node job = YAML::Load(k8s_job_yaml(j));
+  EXPECT_FALSE(job["spec"]["completionMode"]);
+  EXPECT_FALSE(job["spec"]["backoffLimitPerIndex"]);
+  EXPECT_EQ(job["spec"]["backoffLimit"].as<int>(), 0);
+  const YAML::Node c = job["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_FALSE(c["resources"]);
+  const std::string script = c["args"][0].as<std::string>();
+  EXPECT_EQ(script,
+            "set -eu\nexec inferbench suite /suite/suite.yaml --result-dir /shared/r --override "
+            "runs=1 --collect\n");
+  EXPECT_EQ(c["volumeMounts"][1]["mountPath"].as<std::string>(), "/shared/r");
+  EXPECT_EQ(job["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"].as<std::string>(),
+            "inferbench-s-suite");
 }
 
 }  // namespace

@@ -87,6 +87,30 @@ std::string slurm_batch_script(const SlurmArray& a) {
   return s;
 }
 
+std::vector<std::string> srun_argv(const SlurmStep& step) {
+  std::vector<std::string> argv = {"srun", fmt::format("--ntasks={}", step.ntasks),
+                                   "--job-name=" + step.job_name, "--kill-on-bad-exit=0"};
+  if (!step.output.empty()) argv.push_back("--output=" + step.output);
+  if (!step.partition.empty()) argv.push_back("--partition=" + step.partition);
+  argv.insert(argv.end(), step.extra.begin(), step.extra.end());
+  std::string script = "exec \"$0\" \"$@\"";
+  const std::string_view rank = kSlurmTaskRank;
+  for (const std::string& arg : step.task_args) {
+    script += ' ';
+    for (size_t from = 0;;) {
+      const size_t at = arg.find(rank, from);
+      const std::string part = arg.substr(from, at == std::string::npos ? at : at - from);
+      if (!part.empty()) script += shell_quote(part);
+      if (at == std::string::npos) break;
+      script += "\"$SLURM_PROCID\"";
+      from = at + rank.size();
+    }
+  }
+  argv.insert(argv.end(), {"/bin/sh", "-c", script});
+  argv.insert(argv.end(), step.command.begin(), step.command.end());
+  return argv;
+}
+
 Result<std::string> parse_sbatch_job_id(const std::string& output) {
   std::string line = output;
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' '))

@@ -1,9 +1,12 @@
 // A suite as one Slurm job array (`inferbench suite FILE --executor slurm`): the batch script,
-// and the parsing of what sbatch and scontrol print. Pure text in and out; cli/ runs the commands.
+// and the parsing of what sbatch and scontrol print; and the srun command line of a run's client
+// tasks (`inferbench run --client-launcher slurm`). Pure text in and out; cli/ and orchestrate/
+// run the commands.
 // Each array task runs `inferbench suite FILE --array-task $SLURM_ARRAY_TASK_ID` (one entry,
 // its state in DIR/<entry>/entry-state.json); `--collect` merges the tasks' states.
 #pragma once
 
+#include <csignal>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,6 +42,25 @@ std::string slurm_batch_script(const SlurmArray& array);
 // The job id `sbatch --parsable` printed ("123" or "123;cluster"); a runtime error quoting the
 // output otherwise.
 Result<std::string> parse_sbatch_job_id(const std::string& output);
+
+// N tasks of one program as one job step (`srun --ntasks=N`): each task runs `command` followed
+// by `task_args`, in which kSlurmTaskRank stands for the task's rank (0..N-1, $SLURM_PROCID).
+inline constexpr const char* kSlurmTaskRank = "{task}";
+struct SlurmStep {
+  std::string job_name;                // --job-name
+  int ntasks = 1;                      // --ntasks
+  std::string output;                  // --output: srun's pattern, %t the task's rank
+  std::string partition;               // --partition ("" leaves Slurm's default)
+  std::vector<std::string> extra;      // further srun options, each "--name=value" or "--flag"
+  std::vector<std::string> command;    // every task's program and arguments
+  std::vector<std::string> task_args;  // then these, per task (kSlurmTaskRank replaced)
+};
+// The srun argv: one task failing kills no other (--kill-on-bad-exit=0); each task runs
+// /bin/sh -c 'exec "$0" "$@" TASK_ARGS' COMMAND..., so COMMAND's words reach it untouched.
+// Stopping: SIGINT or SIGTERM to srun cancels the step (its tasks are killed); srun passes
+// kSlurmStepStopSignal on to the tasks' processes, and inferbench stops on it as on SIGINT.
+inline constexpr int kSlurmStepStopSignal = SIGUSR1;
+std::vector<std::string> srun_argv(const SlurmStep& step);
 
 // A task's state as `scontrol show job -o JOBID` reports it (one line per task).
 struct SlurmTaskState {

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "core/subprocess.h"
+
 namespace ib {
 namespace {
 
@@ -19,6 +23,32 @@ TEST(Slurm, ShellQuoteLeavesPlainWordsAndQuotesTheRest) {
   EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
   EXPECT_EQ(shell_quote(""), "''");
   EXPECT_EQ(shell_quote("$HOME"), "'$HOME'");
+}
+
+TEST(Slurm, StepRunsTheCommandWithEachTasksRankInItsArguments) {
+  SlurmStep step;
+  step.job_name = "inferbench-clients";
+  step.ntasks = 3;
+  step.output = "/r d/clients/client-%t.log";
+  step.partition = "cpu";
+  step.extra = {"--nodes=2"};
+  step.command = {"printf", "%s\\n", "a b", "it's"};
+  step.task_args = {"--client-slice", std::string(kSlurmTaskRank) + "/3", "--result-dir",
+                    "/r d/client-" + std::string(kSlurmTaskRank)};
+  const std::vector<std::string> argv = srun_argv(step);
+  const auto sh = std::find(argv.begin(), argv.end(), "/bin/sh");
+  ASSERT_NE(sh, argv.end());
+  EXPECT_EQ(std::vector<std::string>(argv.begin(), sh),
+            (std::vector<std::string>{"srun", "--ntasks=3", "--job-name=inferbench-clients",
+                                      "--kill-on-bad-exit=0", "--output=/r d/clients/client-%t.log",
+                                      "--partition=cpu", "--nodes=2"}));
+  // What task 2 runs, by the shell srun starts: the command's words as given, then its own.
+  std::vector<std::string> task = {"env", "SLURM_PROCID=2"};
+  task.insert(task.end(), sh, argv.end());
+  const auto ran = run_command(task);
+  ASSERT_TRUE(ran.ok()) << ran.error().message;
+  EXPECT_EQ(ran->exit_code, 0) << ran->output;
+  EXPECT_EQ(ran->output, "a b\nit's\n--client-slice\n2/3\n--result-dir\n/r d/client-2\n");
 }
 
 TEST(Slurm, BatchScriptHasTheArrayItsOptionsAndTheTaskCommand) {

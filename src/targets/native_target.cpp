@@ -7,6 +7,7 @@
 #include "engine/async_engine.h"
 #include "targets/detail/profile_json.h"
 #include "targets/detail/routing_json.h"
+#include "targets/detail/trace_json.h"
 
 namespace ib {
 namespace {
@@ -147,6 +148,9 @@ class NativeTarget : public Target {
 
   Status setup(TargetCallbacks callbacks) override {
     cb_ = std::move(callbacks);
+    if (!options_.trace.endpoint.empty()) {
+      IB_ASSIGN_OR_RETURN(tracer_, make_tracer(options_.trace));
+    }
     return engine_.start();
   }
 
@@ -168,10 +172,20 @@ class NativeTarget : public Target {
       s.request.sampling.seed = options_.sampling.seed + r.id;
       s.request.ignore_eos = options_.ignore_eos;
       s.request.lora_name = r.lora_name;
-      s.callbacks.on_token = [this](const TokenEvent& ev) {
+      std::shared_ptr<RequestTiming> timing = tracer_ ? start_timing(r) : nullptr;
+      s.callbacks.on_token = [this, timing](const TokenEvent& ev) {
+        if (timing) {
+          if (ev.output_index == 0) {
+            timing->step_start_ns = step_start_ns_;
+            timing->first_token_ns = ev.time_ns;
+          }
+          timing->last_token_ns = ev.time_ns;
+        }
         cb_.on_tokens(ev.request_id, 1, ev.time_ns);
       };
-      s.callbacks.on_finish = [this](uint64_t id, const RequestEnd& end) { finish(id, end); };
+      s.callbacks.on_finish = [this, timing](uint64_t id, const RequestEnd& end) {
+        finish(id, end, timing.get());
+      };
       batch.push_back(std::move(s));
     }
     if (!engine_.submit(std::move(batch)).ok()) {
@@ -182,11 +196,16 @@ class NativeTarget : public Target {
 
   void drain() override { engine_.wait_idle(); }
   void cancel_all() override { engine_.cancel_all(); }
-  void teardown() override { engine_.shutdown(); }
+  void teardown() override {
+    engine_.shutdown();
+    if (tracer_) tracer_->shutdown();  // the last spans, within the export timeout
+  }
 
   std::string describe_json() const override {
     if (fixed_.is_null()) return "";
-    return describe(fixed_, engine_.stats(), engine_.profile()).dump();
+    json j = describe(fixed_, engine_.stats(), engine_.profile());
+    j["traces"] = tracer_ ? traces_json(options_.trace, *tracer_) : json();
+    return j.dump();
   }
 
   std::optional<TargetMemory> memory() const override {
@@ -216,8 +235,12 @@ class NativeTarget : public Target {
     o.hooks.on_ready = [this](Engine& engine) {
       fixed_ = describe_fixed(engine, engine.backend(), options_, calibration_s_);
     };
-    if (options_.on_step) {
-      o.hooks.on_step = [this](Engine&, const StepStats& s) { options_.on_step(s); };
+    if (options_.on_step || !options_.trace.endpoint.empty()) {
+      // Before the step's token events: their first tokens' prefill began at this step's start.
+      o.hooks.on_step = [this](Engine&, const StepStats& s) {
+        step_start_ns_ = s.start_ns;
+        if (options_.on_step) options_.on_step(s);
+      };
     }
     if (options_.on_allocation_trace) {
       o.hooks.on_engine_destroyed = [this](Backend& backend) {
@@ -227,8 +250,25 @@ class NativeTarget : public Target {
     return o;
   }
 
+  // A traced request's facts, as submit_batch() hands it to the engine; from then on only the
+  // engine thread touches it.
+  std::shared_ptr<RequestTiming> start_timing(const RequestSpec& r) const {
+    auto t = std::make_shared<RequestTiming>();
+    t->kind = SpanKind::kInternal;  // the engine in this process, no remote caller
+    t->operation = "text_completion";
+    t->served_model = options_.model.name;
+    t->requested_model = r.lora_name.empty() ? options_.model.name : r.lora_name;
+    t->adapter = r.lora_name;
+    t->request_id = r.id;
+    t->max_tokens = r.output_len;
+    t->prompt_tokens = static_cast<int>(r.prompt_tokens.size());
+    t->arrival_ns = now_ns();
+    t->submitted = true;
+    return t;
+  }
+
   // Engine thread.
-  void finish(uint64_t id, const RequestEnd& end) {
+  void finish(uint64_t id, const RequestEnd& end, RequestTiming* timing) {
     RequestOutcome o;
     o.ok = end.kind == RequestEndKind::kFinished;
     o.time_ns = end.time_ns;
@@ -256,6 +296,13 @@ class NativeTarget : public Target {
         o.error = "the target was torn down";
         break;
     }
+    if (timing) {
+      timing->output_tokens = end.output_tokens;
+      timing->finish_reason = o.finish_reason;
+      timing->error = o.error;
+      timing->end_ns = end.time_ns > 0 ? end.time_ns : now_ns();
+      trace_request(*tracer_, *timing);
+    }
     cb_.on_done(id, o);
   }
 
@@ -263,7 +310,9 @@ class NativeTarget : public Target {
   TargetCallbacks cb_;
   double calibration_s_ = 0;  // written on the engine thread before on_ready
   json fixed_;  // written once on the engine thread before setup() returns; null if it failed
-  AsyncEngine engine_;  // last: its thread uses the members above
+  std::unique_ptr<Tracer> tracer_;  // --otlp-endpoint; thread-safe; set before the engine starts
+  int64_t step_start_ns_ = 0;       // engine thread: the last step's start (when tracing)
+  AsyncEngine engine_;              // last: its thread uses the members above
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "engine/model_weights.h"
 #include "model/config.h"
 #include "targets/target.h"
+#include "trace/trace.h"
 
 namespace ib {
 
@@ -33,6 +34,10 @@ struct NativeTargetOptions {
   SamplingParams sampling;                       // request r samples with seed sampling.seed + r.id
   bool ignore_eos = true;                        // benchmarks generate exactly output_len tokens
   std::optional<NativeCalibration> calibration;  // nullopt: dynamic (per-token) activation scales
+  // --otlp-endpoint: each request's spans (an INTERNAL request span with queue, prefill and
+  // decode children; trace.h's RequestTiming), exported over OTLP from the engine thread
+  // without blocking it. No detokenize span: a benchmark counts tokens and makes no text.
+  TraceOptions trace;
 
   // Telemetry hooks (optional), called on the engine thread: every step's stats as it ends;
   // with trace_allocations, the tracked allocator's alloc/free trace (from before the weights

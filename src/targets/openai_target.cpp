@@ -20,6 +20,7 @@
 #include "core/clock.h"
 #include "core/stats.h"
 #include "targets/detail/openai_client.h"
+#include "targets/detail/trace_json.h"
 
 namespace ib {
 namespace {
@@ -294,20 +295,7 @@ class OpenAITarget final : public Target {
       });
       std::tie(client, tokens) = f.get();
     }
-    json traces = nullptr;
-    if (tracer_) {
-      tracer_->flush();  // the spans of requests already done: exported or dropped
-      const TraceStats s = tracer_->stats();
-      traces = {{"otlp_endpoint", options_.trace.endpoint},
-                {"sample_ratio", options_.trace.sample_ratio},
-                {"slow_ms", options_.trace.slow_ms >= 0 ? json(options_.trace.slow_ms) : json()},
-                {"requests_kept", s.requests_kept},
-                {"requests_sampled_out", s.requests_sampled_out},
-                {"spans_exported", s.spans_exported},
-                {"spans_dropped_queue_full", s.spans_dropped_queue_full},
-                {"spans_dropped_export_failed", s.spans_dropped_export_failed},
-                {"last_error", s.last_error.empty() ? json() : json(s.last_error)}};
-    }
+    const json traces = tracer_ ? traces_json(options_.trace, *tracer_) : json();
     return json{
         {"target", name()},
         {"base_url", fmt::format("{}://{}:{}{}", url_.tls ? "https" : "http", url_.host, url_.port,

@@ -108,6 +108,43 @@ class Tracer {
   virtual void shutdown() = 0;
 };
 
+// One generation request's facts and times, from which trace_request() builds its spans: the
+// request span (a child of the caller's traceparent when there is one) and its queue, prefill,
+// decode and detokenize children, with OpenTelemetry's gen_ai attributes and vLLM's
+// gen_ai.latency.* names. `inferbench serve` fills one per HTTP request, `inferbench run
+// --backend native` one per engine request. Times on the one monotonic clock; 0 where the
+// request never got there.
+struct RequestTiming {
+  std::optional<TraceContext> parent;  // the caller's traceparent
+  SpanKind kind = SpanKind::kServer;   // serve: SERVER; the engine inside run: INTERNAL
+  std::string operation;               // gen_ai.operation.name: "text_completion" or "chat"
+  std::string served_model;            // gen_ai.response.model
+  std::string requested_model;         // gen_ai.request.model (a LoRA adapter's name)
+  std::string adapter;                 // the LoRA adapter applied; empty: the base model
+  uint64_t request_id = 0;
+  int max_tokens = 0;
+  int prompt_tokens = 0;
+  int output_tokens = 0;
+  int64_t arrival_ns = 0;
+  int64_t step_start_ns = 0;  // the first token's step began (prefill)
+  int64_t first_token_ns = 0;
+  int64_t last_token_ns = 0;
+  // Turning tokens into text; all 0 where none is made (run's engine counts tokens only): then
+  // the request has no detokenize span.
+  int64_t detokenize_first_ns = 0;  // the first token's text began
+  int64_t detokenize_last_ns = 0;   // the last token's text was done
+  int64_t detokenize_busy_ns = 0;   // summed time in the detokenizer
+  int64_t end_ns = 0;               // serve: the response's last bytes were queued
+  std::string finish_reason;        // "length", "stop", "abort", "error"
+  std::string error;                // non-empty: the request failed (status ERROR)
+  int http_status = 0;              // what the client was sent; 0: no HTTP (or it went away)
+  bool submitted = false;           // the engine took it (else: refused while parsing or checking)
+};
+
+// Builds the request's spans and hands them to the tracer, which samples them at this, their
+// end. Call once per request, from any thread.
+void trace_request(Tracer& tracer, const RequestTiming& timing);
+
 // Starts the exporter thread. The endpoint is not contacted until spans are queued, so an
 // unreachable collector is never an error here (its spans are dropped and counted).
 Result<std::unique_ptr<Tracer>> make_tracer(TraceOptions options);

@@ -124,6 +124,7 @@ void Session::admit_generation(GenerationCall call, std::optional<TraceContext> 
   for (const auto& s : gen_.stop) gen_.max_stop_len = std::max(gen_.max_stop_len, s.size());
   gen_.prompt_len = static_cast<int>(tokens.size());
   gen_.arrival_ns = arrival_ns;
+  gen_.timing.max_tokens = g.max_tokens;  // for /metrics too
   if (core_.tracer != nullptr) {
     RequestTiming& t = gen_.timing;
     t.parent = parent;
@@ -132,7 +133,6 @@ void Session::admit_generation(GenerationCall call, std::optional<TraceContext> 
     t.requested_model = gen_.model;
     t.adapter = g.lora_name;
     t.request_id = g.id;
-    t.max_tokens = g.max_tokens;
     t.prompt_tokens = gen_.prompt_len;
     t.arrival_ns = arrival_ns;
     t.submitted = true;
@@ -230,7 +230,16 @@ void Session::finish_generation(const char* reason) {
   m.e2e_s.observe(ns_to_s(now_ns() - gen_.arrival_ns));
   m.request_prompt_tokens.observe(gen_.prompt_len);
   m.request_generation_tokens.observe(gen_.generated);
-  if (gen_.generated > 0) m.decode_s.observe(ns_to_s(gen_.last_token_ns - gen_.first_token_ns));
+  m.request_max_tokens.observe(gen_.timing.max_tokens);
+  if (gen_.generated > 0) {
+    // The first token's step began its prefill (a generator that does not say: at arrival).
+    const int64_t step_ns =
+        gen_.timing.step_start_ns > 0 ? gen_.timing.step_start_ns : gen_.arrival_ns;
+    m.queue_s.observe(ns_to_s(step_ns - gen_.arrival_ns));
+    m.prefill_s.observe(ns_to_s(gen_.first_token_ns - step_ns));
+    m.inference_s.observe(ns_to_s(gen_.last_token_ns - step_ns));
+    m.decode_s.observe(ns_to_s(gen_.last_token_ns - gen_.first_token_ns));
+  }
   const Usage usage{gen_.prompt_len, gen_.generated};
   const std::string_view rest = std::string_view(gen_.text).substr(gen_.emitted);
   if (gen_.stream) {

@@ -17,9 +17,9 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
-#include "server/detail/request_trace.h"
 #include "server/detail/responses.h"
 #include "server/detail/server_core.h"
+#include "trace/trace.h"
 
 namespace ib::detail {
 
@@ -55,7 +55,8 @@ class Session : public std::enable_shared_from_this<Session> {
     int64_t first_token_ns = 0;
     int64_t last_token_ns = 0;
     bool finished = false;
-    RequestTiming timing;  // for the request's spans, when the server traces
+    RequestTiming
+        timing;  // the request's spans (when tracing); its step start and max_tokens always
   };
 
   void read_request();

@@ -86,6 +86,10 @@ ServerMetrics::ServerMetrics()
       e2e_s({0.01, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,  5.0,
              10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0}),
       decode_s(e2e_s.bounds()),
+      queue_s(e2e_s.bounds()),
+      prefill_s(e2e_s.bounds()),
+      inference_s(e2e_s.bounds()),
+      request_max_tokens(one_two_five(1e6)),
       request_prompt_tokens(one_two_five(1e6)),
       request_generation_tokens(one_two_five(1e6)) {}
 
@@ -128,10 +132,24 @@ void render_vllm_names(Writer& w, const ServerMetrics& m, const MetricsContext& 
               "Histogram of end to end request latency in seconds.", m.e2e_s);
   w.histogram("vllm:request_decode_time_seconds",
               "Histogram of time spent in DECODE phase for request.", m.decode_s);
+  w.histogram("vllm:request_queue_time_seconds",
+              "Histogram of time spent in WAITING phase for request.", m.queue_s);
+  w.histogram("vllm:request_prefill_time_seconds",
+              "Histogram of time spent in PREFILL phase for request.", m.prefill_s);
+  w.histogram("vllm:request_inference_time_seconds",
+              "Histogram of time spent in RUNNING phase for request.", m.inference_s);
   w.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
               m.request_prompt_tokens);
   w.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
               m.request_generation_tokens);
+  // One sequence per request (n = 1): its generation tokens are the request's maximum.
+  w.histogram("vllm:request_max_num_generation_tokens",
+              "Histogram of maximum number of requested generation tokens.",
+              m.request_generation_tokens);
+  w.histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+              m.request_max_tokens);
+  w.one("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
+        static_cast<double>(g.preemptions));
 }
 
 }  // namespace

@@ -38,6 +38,10 @@ struct ServerMetrics {
   Histogram itl_s;                      // between consecutive tokens of a request
   Histogram e2e_s;                      // request received -> finished
   Histogram decode_s;                   // a finished request's first token -> its last
+  Histogram queue_s;                    // arrival -> the start of its first token's step
+  Histogram prefill_s;                  // that step's start -> the first token
+  Histogram inference_s;                // that step's start -> the last token (prefill + decode)
+  Histogram request_max_tokens;         // per finished request: the max_tokens it asked for
   Histogram request_prompt_tokens;      // per finished request
   Histogram request_generation_tokens;  // per finished request
   uint64_t prompt_tokens = 0;           // prefill phase, counted when a request's first token comes

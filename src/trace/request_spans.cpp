@@ -1,12 +1,13 @@
-// The server's request spans (request_trace.h).
-#include "server/detail/request_trace.h"
+// A generation request's spans (trace.h: RequestTiming), for serve's HTTP requests and run's
+// engine requests alike.
+#include "trace/trace.h"
 
 #include <utility>
 #include <vector>
 
 #include "core/clock.h"
 
-namespace ib::detail {
+namespace ib {
 namespace {
 
 double seconds(int64_t from_ns, int64_t to_ns) {
@@ -22,7 +23,7 @@ void trace_request(Tracer& tracer, const RequestTiming& t) {
   request.span_id = tracer.new_span_id();
   if (t.parent) request.parent_span_id = t.parent->span_id;
   request.name = t.operation + " " + t.requested_model;  // gen_ai: "{operation} {model}"
-  request.kind = SpanKind::kServer;
+  request.kind = t.kind;
   request.start_unix_ns = tracer.unix_ns(t.arrival_ns);
   request.end_unix_ns = tracer.unix_ns(t.end_ns);
   request.error = !t.error.empty();
@@ -68,8 +69,10 @@ void trace_request(Tracer& tracer, const RequestTiming& t) {
         .attributes.push_back({"gen_ai.usage.input_tokens", int64_t{t.prompt_tokens}});
     child("decode", t.first_token_ns, t.last_token_ns)
         .attributes.push_back({"gen_ai.usage.output_tokens", int64_t{t.output_tokens}});
-    child("detokenize", t.detokenize_first_ns, t.detokenize_last_ns)
-        .attributes.push_back({"inferbench.detokenize_busy_ns", t.detokenize_busy_ns});
+    if (t.detokenize_last_ns > 0) {
+      child("detokenize", t.detokenize_first_ns, t.detokenize_last_ns)
+          .attributes.push_back({"inferbench.detokenize_busy_ns", t.detokenize_busy_ns});
+    }
   } else if (t.submitted) {
     child("queue", t.arrival_ns, t.end_ns);  // submitted, ended before its first token
   }
@@ -77,4 +80,4 @@ void trace_request(Tracer& tracer, const RequestTiming& t) {
   tracer.finish_request(std::move(spans), !t.error.empty(), t.end_ns - t.arrival_ns);
 }
 
-}  // namespace ib::detail
+}  // namespace ib
