@@ -133,17 +133,24 @@ Result<ContentPart> PromptImageReader::read_part(const nlohmann::json& part,
   if (it == part.end() || !it->is_object() || !it->contains("url") || !(*it)["url"].is_string()) {
     return part_error(where, type, "needs \"image_url\": {\"url\": \"data:image/png;base64,...\"}");
   }
+  auto image = read_image_url((*it)["url"].get_ref<const std::string&>(), where);
+  if (!image.ok()) return image.error();
+  return ContentPart{ContentPart::Kind::kImage, {}, std::move(*image)};
+}
+
+Result<Image> PromptImageReader::read_image_url(std::string_view url, const std::string& where) {
+  constexpr std::string_view kType = "image_url";
   if (images_ >= policy_.max_images_per_prompt) {
-    return part_error(where, type,
+    return part_error(where, kType,
                       "the prompt holds more than " +
                           std::to_string(policy_.max_images_per_prompt) +
                           " image(s), the limit; send fewer or raise --limit-mm-per-prompt "
                           "'{\"image\": N}'");
   }
-  auto image = load_image_url((*it)["url"].get_ref<const std::string&>(), policy_);
-  if (!image.ok()) return part_error(where, type, image.error().message);
+  auto image = load_image_url(url, policy_);
+  if (!image.ok()) return part_error(where, kType, image.error().message);
   ++images_;
-  return ContentPart{ContentPart::Kind::kImage, {}, std::move(*image)};
+  return image;
 }
 
 Result<int> parse_limit_mm_per_prompt(std::string_view text) {

@@ -48,6 +48,8 @@ class PromptImageReader {
   // ("messages[1].content").
   Result<std::vector<ContentPart>> read_content(const nlohmann::json& content,
                                                 std::string_view where);
+  // One image_url part's URL, counted against the limit; where names the part in errors.
+  Result<Image> read_image_url(std::string_view url, const std::string& where);
   int images() const { return images_; }
 
  private:
