@@ -7,9 +7,12 @@
 #include <fmt/format.h>
 
 #ifdef INFERBENCH_HAVE_VISION
+#include "core/fs.h"
+#include "core/rng.h"
 #include "vision/image_input.h"
 #include "vision/image_tokens.h"
 #include "vision/llava_encoder.h"
+#include "workload/workload.h"
 #endif
 
 namespace ib {
@@ -59,6 +62,52 @@ class LlavaImagePrompter final : public ImagePrompter {
   ImageInputPolicy policy_;
 };
 
+// A request's image as RGB: its file decoded, or random bytes of its size from its seed.
+Result<Image> request_image(const RequestImage& spec, const ImageLimits& limits) {
+  if (spec.path.empty()) {
+    Image image;
+    image.width_px = spec.width_px;
+    image.height_px = spec.height_px;
+    image.rgb.resize(static_cast<size_t>(spec.width_px * spec.height_px * 3));  // (H, W, 3)
+    Rng rng(spec.seed);
+    for (uint8_t& v : image.rgb) v = static_cast<uint8_t>(rng.next_u64() >> 56);
+    return image;
+  }
+  IB_ASSIGN_OR_RETURN(const std::string bytes, read_file(spec.path));
+  auto image =
+      decode_image(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), limits);
+  if (!image.ok()) return user_error("image " + spec.path + ": " + image.error().message);
+  return image;
+}
+
+// LLaVA's run preparation: per request, its images' pixel values, then tokens_per_image image
+// tokens per image followed by the prompt's tokens.
+Status prepare_llava_requests(const LlavaModelFiles& files, std::vector<RequestSpec>& requests) {
+  const int64_t per_image = files.config.tokens_per_image();
+  const auto image_token = static_cast<int32_t>(files.config.image_token_id);
+  for (RequestSpec& r : requests) {
+    if (r.images.empty()) continue;
+    auto prepared = std::make_shared<std::vector<PreparedImage>>();
+    std::vector<int32_t> tokens;
+    for (const RequestImage& spec : r.images) {
+      auto image = request_image(spec, ImageLimits{});
+      if (!image.ok()) {
+        return user_error(fmt::format("request {}: {}", r.id, image.error().message));
+      }
+      PreparedImage p;
+      p.start_pos = static_cast<int>(tokens.size());
+      p.pixel_values = preprocess_clip(*image, files.preprocess, ImageBackend::kTorchvision);
+      prepared->push_back(std::move(p));
+      tokens.insert(tokens.end(), static_cast<size_t>(per_image), image_token);
+    }
+    tokens.insert(tokens.end(), r.prompt_tokens.begin(), r.prompt_tokens.end());
+    r.prompt_tokens = std::move(tokens);
+    r.input_len = static_cast<int>(r.prompt_tokens.size());
+    r.prepared_images = std::move(prepared);
+  }
+  return Ok{};
+}
+
 #endif
 
 }  // namespace
@@ -73,13 +122,26 @@ Result<ModelVision> model_vision(const ModelConfig& model, const std::string& pa
           "(LLaVA); model '{}' takes text only",
           model.name));
     }
-    return ModelVision{};
+    ModelVision none;
+    none.prepare_requests = [name = model.name](std::vector<RequestSpec>& requests) -> Status {
+      for (const RequestSpec& r : requests) {
+        if (!r.images.empty()) {
+          return user_error(fmt::format(
+              "request {} holds images and model '{}' takes text only (it has no vision "
+              "tower); run image workloads on a vision-language model (LLaVA)",
+              r.id, name));
+        }
+      }
+      return Ok{};
+    };
+    return none;
   }
 #ifdef INFERBENCH_HAVE_VISION
   ImageInputPolicy policy;
   if (!flags.limit_mm_per_prompt.empty()) {
-    IB_ASSIGN_OR_RETURN(policy.max_images_per_prompt,
-                        parse_limit_mm_per_prompt(flags.limit_mm_per_prompt));
+    IB_ASSIGN_OR_RETURN(
+        policy.max_images_per_prompt,
+        parse_limit_mm_per_prompt(flags.limit_mm_per_prompt, "--limit-mm-per-prompt"));
   }
   policy.allowed_local_media_path = flags.allowed_local_media_path;
   if (!policy.allowed_local_media_path.empty() &&
@@ -99,6 +161,9 @@ Result<ModelVision> model_vision(const ModelConfig& model, const std::string& pa
   vision.encoder = [path, config](Backend& backend) -> Result<std::unique_ptr<VisionEncoder>> {
     IB_ASSIGN_OR_RETURN(auto encoder, load_llava_encoder(path, config, backend));
     return std::unique_ptr<VisionEncoder>(std::move(encoder));
+  };
+  vision.prepare_requests = [files](std::vector<RequestSpec>& requests) {
+    return prepare_llava_requests(files, requests);
   };
   vision.prompter = std::make_shared<LlavaImagePrompter>(std::move(files), std::move(policy));
   return vision;

@@ -33,6 +33,9 @@ struct NativeTargetOptions {
   SamplingParams sampling;                       // request r samples with seed sampling.seed + r.id
   bool ignore_eos = true;                        // benchmarks generate exactly output_len tokens
   std::optional<NativeCalibration> calibration;  // nullopt: dynamic (per-token) activation scales
+  // A vision-language model's encoder, made on the engine's backend once the engine is (null: a
+  // text-only model, whose requests must hold no images).
+  std::function<Result<std::unique_ptr<VisionEncoder>>(Backend&)> vision_encoder;
 
   // Telemetry hooks (optional), called on the engine thread: every step's stats as it ends;
   // with trace_allocations, the tracked allocator's alloc/free trace (from before the weights

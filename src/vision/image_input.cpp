@@ -15,7 +15,6 @@ namespace {
 
 constexpr std::string_view kDataPrefix = "data:";
 constexpr std::string_view kFilePrefix = "file://";
-constexpr int kMaxImagesPerPrompt = 1000;
 
 Error over_byte_cap(int64_t bytes, const ImageInputPolicy& policy) {
   return user_error("the image is " + std::to_string(bytes) + " bytes, over the cap of " +
@@ -151,40 +150,6 @@ Result<Image> PromptImageReader::read_image_url(std::string_view url, const std:
   if (!image.ok()) return part_error(where, kType, image.error().message);
   ++images_;
   return image;
-}
-
-Result<int> parse_limit_mm_per_prompt(std::string_view text) {
-  const std::string usage = "; use --limit-mm-per-prompt '{\"image\": N}' (or image=N)";
-  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    const size_t eq = text.find('=');
-    if (eq == std::string_view::npos) {
-      return user_error("--limit-mm-per-prompt \"" + std::string(text) + "\" is not JSON" + usage);
-    }
-    const std::string value(text.substr(eq + 1));
-    char* end = nullptr;
-    const long n = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0') {
-      return user_error("--limit-mm-per-prompt \"" + std::string(text) + "\": \"" + value +
-                        "\" is not an integer" + usage);
-    }
-    parsed = nlohmann::json::object({{std::string(text.substr(0, eq)), n}});
-  }
-  if (!parsed.is_object()) return user_error("--limit-mm-per-prompt must be an object" + usage);
-  int images = 1;
-  for (const auto& [modality, value] : parsed.items()) {
-    if (modality != "image") {
-      return user_error("--limit-mm-per-prompt: modality \"" + modality +
-                        "\" is not supported (images only)" + usage);
-    }
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
-        value.get<int64_t>() > kMaxImagesPerPrompt) {
-      return user_error("--limit-mm-per-prompt: \"image\" must be an integer in 0.." +
-                        std::to_string(kMaxImagesPerPrompt) + usage);
-    }
-    images = value.get<int>();
-  }
-  return images;
 }
 
 }  // namespace ib

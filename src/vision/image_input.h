@@ -17,7 +17,7 @@
 namespace ib {
 
 struct ImageInputPolicy {
-  int max_images_per_prompt = 1;           // vLLM's --limit-mm-per-prompt '{"image": N}'
+  int max_images_per_prompt = 1;  // vLLM's --limit-mm-per-prompt (workload/workload.h parses it)
   int64_t max_encoded_bytes = 20LL << 20;  // one image's file bytes, checked before decoding
   ImageLimits limits;                      // pixels, checked from the header
   // vLLM's --allowed-local-media-path: file:// URLs must resolve under this directory; empty:
@@ -58,9 +58,5 @@ class PromptImageReader {
   ImageInputPolicy policy_;
   int images_ = 0;
 };
-
-// vLLM's --limit-mm-per-prompt value, as JSON ('{"image": 2}') or key=value ('image=2'): the
-// number of images a prompt may hold (0..1000); other modalities are refused by name.
-Result<int> parse_limit_mm_per_prompt(std::string_view text);
 
 }  // namespace ib
