@@ -101,11 +101,17 @@ TEST_F(VlmServeE2e, ImagePartsBecomeVisualTokensAndBadOnesAreNamed) {
   ASSERT_EQ(counted.status, 200) << counted.body;
   EXPECT_EQ(json::parse(counted.body)["count"], text_tokens + kVisualTokens);
 
-  // The pixels reach the model: another image changes the greedy completion, the same pixels
-  // from a file:// URL give the same one.
-  const auto other = call(chat({image_part(png_url(200))}));
-  ASSERT_EQ(other.status, 200) << other.body;
-  EXPECT_NE(completion(other), completion(one));
+  // The pixels reach the model: a black and a white image change the greedy completion, the same
+  // pixels from a file:// URL give the same one.
+  auto solid_url = [](uint8_t v) {
+    return test::data_url("image/png",
+                          test::encode_png(std::vector<uint8_t>(28 * 28 * 3, v), 28, 28, 3));
+  };
+  const auto on_black = call(chat({image_part(solid_url(0))}, 16));
+  const auto on_white = call(chat({image_part(solid_url(255))}, 16));
+  ASSERT_EQ(on_black.status, 200) << on_black.body;
+  ASSERT_EQ(on_white.status, 200) << on_white.body;
+  EXPECT_NE(completion(on_black), completion(on_white));
   const auto from_file = call(chat({image_part("file://" + (media / "a.png").string())}));
   ASSERT_EQ(from_file.status, 200) << from_file.body;
   EXPECT_EQ(completion(from_file), completion(one));
