@@ -81,7 +81,9 @@ Result<Image> request_image(const RequestImage& spec, const ImageLimits& limits)
 }
 
 // LLaVA's run preparation: per request, its images' pixel values, then tokens_per_image image
-// tokens per image followed by the prompt's tokens.
+// tokens per image followed by the prompt's tokens. A prompt token that is the image token (a
+// random prompt draws any id) becomes a neighbouring id: the engine reads every image token of a
+// request with images as a visual one.
 Status prepare_llava_requests(const LlavaModelFiles& files, std::vector<RequestSpec>& requests) {
   const int64_t per_image = files.config.tokens_per_image();
   const auto image_token = static_cast<int32_t>(files.config.image_token_id);
@@ -100,7 +102,8 @@ Status prepare_llava_requests(const LlavaModelFiles& files, std::vector<RequestS
       prepared->push_back(std::move(p));
       tokens.insert(tokens.end(), static_cast<size_t>(per_image), image_token);
     }
-    tokens.insert(tokens.end(), r.prompt_tokens.begin(), r.prompt_tokens.end());
+    for (const int32_t t : r.prompt_tokens)
+      tokens.push_back(t != image_token ? t : t > 0 ? t - 1 : t + 1);
     r.prompt_tokens = std::move(tokens);
     r.input_len = static_cast<int>(r.prompt_tokens.size());
     r.prepared_images = std::move(prepared);

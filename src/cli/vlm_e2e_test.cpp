@@ -187,7 +187,7 @@ TEST_F(VlmServeE2e, RunRandomMmReportsVisualTokensEncoderTimeTheTtftSplitAndKvBy
                  "--num-prompts",
                  "4",
                  "--input-len",
-                 "8",
+                 "64",
                  "--output-len",
                  "4",
                  "--batch-size",
@@ -203,14 +203,16 @@ TEST_F(VlmServeE2e, RunRandomMmReportsVisualTokensEncoderTimeTheTtftSplitAndKvBy
             0)
       << err();
   const json result = json::parse(text_of(out / "result.json"));
+  // A random text token that is the image token (298) does not count as a visual one.
   EXPECT_EQ(result["completed"], 4);
+  EXPECT_EQ(result["failed"], 0);
   EXPECT_EQ(result["total_visual_tokens"], 4 * 2 * kVisualTokens);
   EXPECT_EQ(result["mean_visual_tokens"], 2 * kVisualTokens);
-  EXPECT_EQ(result["total_input_tokens"], 4 * (8 + 2 * kVisualTokens));
+  EXPECT_EQ(result["total_input_tokens"], 4 * (64 + 2 * kVisualTokens));
   EXPECT_GT(result["mean_encode_ms"].get<double>(), 0);
   EXPECT_GE(result["mean_ttft_queue_ms"].get<double>(), 0);
   EXPECT_GT(result["mean_ttft_prefill_ms"].get<double>(), 0);
-  EXPECT_EQ(result["mean_kv_bytes"], kKvBytesPerToken * (8 + 2 * kVisualTokens + 4));
+  EXPECT_EQ(result["mean_kv_bytes"], kKvBytesPerToken * (64 + 2 * kVisualTokens + 4));
   EXPECT_EQ(result["mean_visual_kv_bytes"], kKvBytesPerToken * 2 * kVisualTokens);
   const std::vector<json> lines = measured(out);
   ASSERT_EQ(lines.size(), 4u);
