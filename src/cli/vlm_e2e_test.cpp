@@ -57,6 +57,13 @@ class VlmServeE2e : public ServeE2e {
     if (!fs::exists(dir)) llava_test::write_tiny_llava(dir, kConfig, /*legacy=*/false);
     return dir;
   }
+  // `run` on the tiny LLaVA, one run, its results in out.
+  int run_llava(std::vector<std::string> args, const fs::path& out) {
+    args.insert(args.begin(), {"run", "--model", llava_dir().string()});
+    args.insert(args.end(), {"--runs", "1", "--kv-cache-memory", "8MiB", "--num-threads", "1",
+                             "--result-dir", out.string()});
+    return run(std::move(args));
+  }
   // A 400 whose error names param and says expect.
   static void expect_400(const HttpReply& r, const std::string& param, const std::string& expect) {
     ASSERT_EQ(r.status, 400) << r.body;
@@ -175,31 +182,10 @@ constexpr int64_t kKvBytesPerToken = 2 * 2 * 2 * 16 * 4;
 
 TEST_F(VlmServeE2e, RunRandomMmReportsVisualTokensEncoderTimeTheTtftSplitAndKvBytes) {
   const fs::path out = root_ / "mm";
-  ASSERT_EQ(run({"run",
-                 "--model",
-                 llava_dir().string(),
-                 "--dataset-name",
-                 "random-mm",
-                 "--random-mm-base-items-per-request",
-                 "2",
-                 "--random-mm-bucket-config",
-                 "{(30, 40, 1): 1}",
-                 "--num-prompts",
-                 "4",
-                 "--input-len",
-                 "64",
-                 "--output-len",
-                 "4",
-                 "--batch-size",
-                 "2",
-                 "--runs",
-                 "1",
-                 "--kv-cache-memory",
-                 "8MiB",
-                 "--num-threads",
-                 "1",
-                 "--result-dir",
-                 out.string()}),
+  ASSERT_EQ(run_llava({"--dataset-name", "random-mm", "--random-mm-base-items-per-request", "2",
+                       "--random-mm-bucket-config", "{(30, 40, 1): 1}", "--num-prompts", "4",
+                       "--input-len", "64", "--output-len", "4", "--batch-size", "2"},
+                      out),
             0)
       << err();
   const json result = json::parse(text_of(out / "result.json"));
@@ -240,29 +226,10 @@ TEST_F(VlmServeE2e, RunJsonlLinesWithImageFiles) {
 {"prompt": "no image here"}
 )";
   const fs::path out = root_ / "jsonl";
-  ASSERT_EQ(run({"run",
-                 "--model",
-                 llava_dir().string(),
-                 "--dataset-name",
-                 "jsonl",
-                 "--dataset-path",
-                 (root_ / "data.jsonl").string(),
-                 "--num-prompts",
-                 "3",
-                 "--output-len",
-                 "3",
-                 "--batch-size",
-                 "3",
-                 "--num-warmups",
-                 "0",
-                 "--runs",
-                 "1",
-                 "--kv-cache-memory",
-                 "8MiB",
-                 "--num-threads",
-                 "1",
-                 "--result-dir",
-                 out.string()}),
+  ASSERT_EQ(run_llava({"--dataset-name", "jsonl", "--dataset-path", (root_ / "data.jsonl").string(),
+                       "--num-prompts", "3", "--output-len", "3", "--batch-size", "3",
+                       "--num-warmups", "0"},
+                      out),
             0)
       << err();
   const std::vector<json> lines = measured(out);
