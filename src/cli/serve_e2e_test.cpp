@@ -92,18 +92,6 @@ TEST_F(ServeE2e, NullModelServesTheTokenizerOfTokenizerFlag) {
   EXPECT_EQ(json::parse(c.body)["usage"]["prompt_tokens"], 3) << c.body;
 }
 
-// The measured records of a result directory's requests.jsonl.
-std::vector<json> measured_lines(const fs::path& dir) {
-  std::vector<json> out;
-  std::istringstream in(text_of(dir / "requests.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    json j = json::parse(line);
-    if (!j["warmup"].get<bool>()) out.push_back(std::move(j));
-  }
-  return out;
-}
-
 // The most requests in flight at once: sends and ends as +1 / -1 events (an end before a send
 // at the same instant).
 int peak_in_flight(const std::vector<json>& lines) {

@@ -165,18 +165,6 @@ TEST_F(VlmServeE2e, BadMultimodalFlagsExit2) {
                  "takes text only", root_ / "none");
 }
 
-// The measured (not warm-up) lines of a result directory's requests.jsonl.
-std::vector<json> measured(const fs::path& dir) {
-  std::vector<json> out;
-  std::istringstream in(text_of(dir / "requests.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    json j = json::parse(line);
-    if (!j["warmup"].get<bool>()) out.push_back(std::move(j));
-  }
-  return out;
-}
-
 // The tiny model's KV cache bytes per token: 2 layers x (K, V) x 2 KV heads x 16 dims x fp32.
 constexpr int64_t kKvBytesPerToken = 2 * 2 * 2 * 16 * 4;
 
@@ -200,7 +188,7 @@ TEST_F(VlmServeE2e, RunRandomMmReportsVisualTokensEncoderTimeTheTtftSplitAndKvBy
   EXPECT_GT(result["mean_ttft_prefill_ms"].get<double>(), 0);
   EXPECT_EQ(result["mean_kv_bytes"], kKvBytesPerToken * (64 + 2 * kVisualTokens + 4));
   EXPECT_EQ(result["mean_visual_kv_bytes"], kKvBytesPerToken * 2 * kVisualTokens);
-  const std::vector<json> lines = measured(out);
+  const std::vector<json> lines = measured_lines(out);
   ASSERT_EQ(lines.size(), 4u);
   for (const json& j : lines) {
     EXPECT_EQ(j["visual_tokens"], 2 * kVisualTokens) << j;
@@ -232,7 +220,7 @@ TEST_F(VlmServeE2e, RunJsonlLinesWithImageFiles) {
                       out),
             0)
       << err();
-  const std::vector<json> lines = measured(out);
+  const std::vector<json> lines = measured_lines(out);
   ASSERT_EQ(lines.size(), 3u);
   std::map<int, json> by_prompt;
   for (const json& j : lines) by_prompt[j["prompt_index"].get<int>()] = j;

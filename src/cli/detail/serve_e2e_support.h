@@ -7,12 +7,14 @@
 #include <chrono>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
 
 #include "cli/detail/e2e_support.h"
 
@@ -60,6 +62,18 @@ inline uint16_t free_port() {
   net::io_context io;
   net::ip::tcp::acceptor a(io, {net::ip::make_address("127.0.0.1"), 0});
   return a.local_endpoint().port();
+}
+
+// The measured (not warm-up) records of a result directory's requests.jsonl.
+inline std::vector<nlohmann::json> measured_lines(const fs::path& dir) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(text_of(dir / "requests.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (!j["warmup"].get<bool>()) out.push_back(std::move(j));
+  }
+  return out;
 }
 
 class ServeE2e : public E2e {
