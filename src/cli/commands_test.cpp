@@ -73,7 +73,7 @@ TEST(Plugins, BuiltinsLoadInDependencyOrder) {
   EXPECT_EQ(r.names_of(PluginKind::kCollector),
             (std::vector<std::string>{"rss", "engine-pools", "nvml"}));
   EXPECT_EQ(r.names_of(PluginKind::kWorkload),
-            (std::vector<std::string>{"random-dataset", "jsonl-dataset"}));
+            (std::vector<std::string>{"random-dataset", "random-mm-dataset", "jsonl-dataset"}));
   auto order = r.load_order();
   ASSERT_TRUE(order.ok());
   auto pos = [&](const std::string& n) { return std::find(order->begin(), order->end(), n); };

@@ -37,6 +37,11 @@ Status register_builtin_plugins(PluginRegistry& r) {
                WorkloadFactory([](const WorkloadOptions& o, const Tokenizer&) {
                  return make_random_requests(o);
                })));
+  IB_TRY(r.add(info("random-mm-dataset", PluginKind::kWorkload, {},
+                    "random token prompts with random images (vision-language models)"),
+               WorkloadFactory([](const WorkloadOptions& o, const Tokenizer&) {
+                 return make_random_mm_requests(o);
+               })));
   IB_TRY(r.add(
       info("jsonl-dataset", PluginKind::kWorkload, {}, "prompts from a JSONL file (text or ids)"),
       WorkloadFactory(load_jsonl_requests)));

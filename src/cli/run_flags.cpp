@@ -31,10 +31,25 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_flag("--overwrite", f.overwrite, "reuse a non-empty --result-dir");
   app.add_option("--num-warmups", f.num_warmups,
                  "warm-up requests, excluded from statistics (default: one batch)");
-  app.add_option("--dataset-name", f.dataset_name, "random or jsonl")->capture_default_str();
+  app.add_option("--dataset-name", f.dataset_name,
+                 "random, random-mm (random prompts with random images) or jsonl")
+      ->capture_default_str();
   app.add_option("--dataset-path", f.dataset_path,
                  "jsonl: lines {\"prompt\": ..} or {\"prompt_token_ids\": [..]}, "
-                 "optional \"output_len\"");
+                 "optional \"output_len\", \"image\": FILE or \"images\": [FILE, ..]");
+  app.add_option("--random-mm-base-items-per-request", f.random_mm_base_items_per_request,
+                 "random-mm: images per request")
+      ->capture_default_str();
+  app.add_option("--random-mm-num-mm-items-range-ratio", f.random_mm_num_mm_items_range_ratio,
+                 "random-mm: image counts uniform in base * (1 -+ ratio), ratio in [0, 1]")
+      ->capture_default_str();
+  app.add_option("--random-mm-limit-mm-per-prompt", f.random_mm_limit_mm_per_prompt,
+                 "random-mm: the most images a request holds, '{\"image\": N}' or image=N")
+      ->capture_default_str();
+  app.add_option("--random-mm-bucket-config", f.random_mm_bucket_config,
+                 "random-mm: image sizes and their probabilities, "
+                 "'{(height, width, 1): p, ...}' as vLLM writes it")
+      ->capture_default_str();
   app.add_flag("--disable-tqdm", f.disable_tqdm, "no live progress line on stderr");
   app.add_option("--batch-size", f.batch_size, "static load mode: requests per batch")
       ->capture_default_str();

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cli/model_vision.h"
 #include "cli/plugins.h"
 #include "cli/suite_commands.h"
 #include "compare/compare.h"
@@ -238,6 +239,27 @@ Status resolve_clients(const RunFlags& f, bool http, RunConfig& p) {
   return Ok{};
 }
 
+// --random-mm-*: given only with --dataset-name random-mm (their defaults are vLLM's).
+Status random_mm_flags(const RunFlags& f, RandomMmOptions& mm) {
+  const RunFlags defaults;
+  const bool any =
+      f.random_mm_base_items_per_request != defaults.random_mm_base_items_per_request ||
+      f.random_mm_num_mm_items_range_ratio != defaults.random_mm_num_mm_items_range_ratio ||
+      f.random_mm_limit_mm_per_prompt != defaults.random_mm_limit_mm_per_prompt ||
+      f.random_mm_bucket_config != defaults.random_mm_bucket_config;
+  if (f.dataset_name != "random-mm") {
+    if (any) return user_error("--random-mm-* flags apply to --dataset-name random-mm only");
+    return Ok{};
+  }
+  mm.base_items_per_request = f.random_mm_base_items_per_request;
+  mm.num_mm_items_range_ratio = f.random_mm_num_mm_items_range_ratio;
+  IB_ASSIGN_OR_RETURN(mm.limit_images,
+                      parse_limit_mm_per_prompt(f.random_mm_limit_mm_per_prompt,
+                                                "--random-mm-limit-mm-per-prompt"));
+  IB_ASSIGN_OR_RETURN(mm.buckets, parse_mm_bucket_config(f.random_mm_bucket_config));
+  return Ok{};
+}
+
 }  // namespace
 
 Status check_device(const std::string& device) {
@@ -372,6 +394,7 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   IB_ASSIGN_OR_RETURN(w.input_len, length_flag(f.input_len_dist, f.input_len, "--input-len-dist"));
   IB_ASSIGN_OR_RETURN(w.output_len,
                       length_flag(f.output_len_dist, f.output_len, "--output-len-dist"));
+  IB_TRY(random_mm_flags(f, w.random_mm));
 
   // Load mode, warm-up, runs.
   IB_ASSIGN_OR_RETURN(const double rate, parse_rate(f.request_rate));
@@ -420,6 +443,11 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   if (calibration) {  // its prompts are drawn from the dataset by plan_run
     n.calibration = NativeCalibration{calibration->options, {}};
     p.calibration_prompts = calibration->prompts;
+  }
+  if (!http) {
+    IB_ASSIGN_OR_RETURN(const ModelVision vision, model_vision(p.model, n.weights.path, {}));
+    n.vision_encoder = vision.encoder;
+    p.prepare_images = vision.prepare_requests;
   }
   if (http) IB_TRY(resolve_http_target(f, n, p.target.openai));
   if (http) {

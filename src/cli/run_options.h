@@ -34,6 +34,11 @@ struct RunFlags : EngineFlags, CalibrationFlags, TraceFlags {
   int num_warmups = -1;  // -1: one batch (the default)
   std::string dataset_name = "random";
   std::string dataset_path;
+  // --dataset-name random-mm (vLLM's flags): images per request, their spread, cap and sizes.
+  int random_mm_base_items_per_request = 1;
+  double random_mm_num_mm_items_range_ratio = 0;
+  std::string random_mm_limit_mm_per_prompt = R"({"image": 255, "video": 0})";
+  std::string random_mm_bucket_config = "{(256, 256, 1): 0.5, (720, 1280, 1): 0.5}";
   bool disable_tqdm = false;
   // The seed's protocol.
   int batch_size = 8;

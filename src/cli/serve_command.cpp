@@ -19,8 +19,16 @@
 namespace ib {
 namespace {
 
-Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f) {
-  if (f.model == "null") return make_null_generator(f.token_rate);
+// vision: set to the model's vision side (none for a text-only model).
+Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f, ModelVision& vision) {
+  if (f.model == "null") {
+    if (!f.limit_mm_per_prompt.empty() || !f.allowed_local_media_path.empty()) {
+      return user_error(
+          "--limit-mm-per-prompt and --allowed-local-media-path need a "
+          "vision-language model; --model null takes text only");
+    }
+    return make_null_generator(f.token_rate);
+  }
   IB_ASSIGN_OR_RETURN(ModelConfig model, resolve_model(f.model));
   IB_TRY(model.check_supported());
   IB_TRY(check_device(f.device));
@@ -31,6 +39,8 @@ Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f) {
   IB_ASSIGN_OR_RETURN(o.weights.format, parse_load_format(f.load_format));
   o.weights.path = model_weights_path(f.model);
   o.weights.seed = f.seed;
+  IB_ASSIGN_OR_RETURN(vision, model_vision(model, o.weights.path, f));
+  o.vision_encoder = vision.encoder;
   IB_ASSIGN_OR_RETURN(o.engine, engine_config_from(f));
   IB_TRY(o.engine.validate());  // before any weight loads
   o.backend.device = f.device;
@@ -98,6 +108,12 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
       ->capture_default_str();
   add_engine_flags(app, f);
   add_trace_flags(app, f);
+  app.add_option("--limit-mm-per-prompt", f.limit_mm_per_prompt,
+                 "vision-language models: the images one prompt may hold, as JSON "
+                 "'{\"image\": N}' or image=N (default 1; more are a 400 naming the part)");
+  app.add_option("--allowed-local-media-path", f.allowed_local_media_path,
+                 "vision-language models: image_url parts may be file:// URLs under this "
+                 "directory (default: data: URLs only)");
   app.add_option("--max-body-size", f.max_body_size, "larger request bodies get 413")
       ->capture_default_str();
   app.add_option("--tokenizer", f.tokenizer,
@@ -131,7 +147,8 @@ Result<int> execute_serve(const ServeFlags& f) {
   const std::string source = f.model == "null" ? f.tokenizer : f.model;
   IB_ASSIGN_OR_RETURN(auto tokenizer, load_tokenizer(source));
   IB_ASSIGN_OR_RETURN(auto chat_format, ChatFormat::load(source, f.chat_template));
-  IB_ASSIGN_OR_RETURN(auto generator, make_generator(f));
+  ModelVision vision;
+  IB_ASSIGN_OR_RETURN(auto generator, make_generator(f, vision));
   const int64_t open_files = raise_open_file_limit();
 
   ServerOptions o;
@@ -144,6 +161,7 @@ Result<int> execute_serve(const ServeFlags& f) {
   o.seed = f.seed;
   o.handle_signals = true;
   o.trace = std::move(trace);
+  o.images = std::move(vision.prompter);
   if (f.device != "cpu" || std::getenv("INFERBENCH_NVML_LIBRARY") != nullptr) {  // a fake NVML
     o.energy_joules = nvml_energy();
   }

@@ -8,12 +8,13 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/engine_flags.h"
+#include "cli/model_vision.h"
 #include "cli/trace_flags.h"
 #include "core/result.h"
 
 namespace ib {
 
-struct ServeFlags : EngineFlags, TraceFlags {
+struct ServeFlags : EngineFlags, TraceFlags, ImageFlags {
   std::string model = "tiny-15m";  // preset, directory, or "null"
   std::string served_model_name;
   std::string device = "cpu";

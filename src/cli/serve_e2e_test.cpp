@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/detail/e2e_support.h"
+#include "cli/detail/serve_e2e_support.h"
 #include "server/detail/test_support.h"
 
 namespace ib::testing {
@@ -26,85 +26,6 @@ namespace {
 
 using nlohmann::json;
 namespace net = boost::asio;
-
-std::string text_of(const fs::path& p) {
-  auto r = read_file(p);
-  return r.ok() ? *r : std::string();
-}
-
-// Waits for the "serving ... on http://HOST:PORT" line and returns the port (0 on timeout).
-uint16_t wait_for_port(const fs::path& err_file, int timeout_ms = 60000) {
-  const std::regex line(R"(on http://127\.0\.0\.1:(\d+))");
-  for (int waited = 0; waited < timeout_ms; waited += 20) {
-    std::smatch m;
-    const std::string err = text_of(err_file);
-    if (std::regex_search(err, m, line)) return static_cast<uint16_t>(std::stoi(m[1]));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return 0;
-}
-
-// Any program, stdout and stderr into files.
-pid_t spawn_program(const std::vector<std::string>& args, const fs::path& out,
-                    const fs::path& err) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(o, STDOUT_FILENO);
-    ::dup2(e, STDERR_FILENO);
-    std::vector<std::string> copy = args;
-    std::vector<char*> argv;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    std::_Exit(127);
-  }
-  return pid;
-}
-
-uint16_t free_port() {
-  net::io_context io;
-  net::ip::tcp::acceptor a(io, {net::ip::make_address("127.0.0.1"), 0});
-  return a.local_endpoint().port();
-}
-
-class ServeE2e : public E2e {
- protected:
-  // Starts `inferbench serve` with args on a free port; returns its port.
-  uint16_t start_server(std::vector<std::string> args) {
-    args.insert(args.begin(), {"serve", "--port", "0"});
-    const std::string n = std::to_string(++servers_started_);
-    const fs::path err = root_ / ("serve" + n + ".err");
-    server_ = spawn(args, root_ / ("serve" + n + ".out"), err);
-    const uint16_t port = wait_for_port(err);
-    EXPECT_NE(port, 0) << text_of(err);
-    return port;
-  }
-  // A Prometheus (Debian's) scraping 127.0.0.1:target every second as job `job`: its pid and
-  // the port of its query API.
-  std::pair<pid_t, uint16_t> start_prometheus(uint16_t target, const std::string& job) {
-    const uint16_t prom_port = free_port();
-    std::ofstream(root_ / "prometheus.yml")
-        << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: " << job
-        << "\n    static_configs:\n      - targets: ['127.0.0.1:" << target << "']\n";
-    const pid_t pid =
-        spawn_program({"prometheus", "--config.file=" + (root_ / "prometheus.yml").string(),
-                       "--storage.tsdb.path=" + (root_ / "tsdb").string(),
-                       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
-                      root_ / "prom.out", root_ / "prom.err");
-    return {pid, prom_port};
-  }
-  void TearDown() override {
-    if (server_ > 0) {
-      ::kill(server_, SIGKILL);
-      wait_exit(server_);
-    }
-    E2e::TearDown();
-  }
-  pid_t server_ = -1;
-  int servers_started_ = 0;
-};
 
 TEST_F(ServeE2e, RunBackendOpenAiBenchmarksServeAndSigtermDrains) {
   const uint16_t port =
@@ -169,18 +90,6 @@ TEST_F(ServeE2e, NullModelServesTheTokenizerOfTokenizerFlag) {
       http_call(port, "POST", "/v1/completions", R"({"prompt": "ab ab", "max_tokens": 2})");
   ASSERT_EQ(c.status, 200) << c.body;
   EXPECT_EQ(json::parse(c.body)["usage"]["prompt_tokens"], 3) << c.body;
-}
-
-// The measured records of a result directory's requests.jsonl.
-std::vector<json> measured_lines(const fs::path& dir) {
-  std::vector<json> out;
-  std::istringstream in(text_of(dir / "requests.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    json j = json::parse(line);
-    if (!j["warmup"].get<bool>()) out.push_back(std::move(j));
-  }
-  return out;
 }
 
 // The most requests in flight at once: sends and ends as +1 / -1 events (an end before a send

@@ -207,6 +207,7 @@ class EngineImpl final : public Engine {
     IB_TRY(encode_images(sched, out.stats));
     std::vector<detail::RunnerSeq> batch;
     for (const detail::ScheduledSeq& s : sched.seqs) {
+      if (s.seq->first_scheduled_ns == 0) s.seq->first_scheduled_ns = out.stats.start_ns;
       const Sequence& seq = *s.seq;
       const auto [logits_offset, logits_rows] = prompt_logit_rows(seq, s.num_tokens);
       batch.push_back({seq.tokens.data() + seq.num_computed, s.num_tokens, seq.num_computed,
@@ -240,6 +241,7 @@ class EngineImpl final : public Engine {
       e.time_ns = token_time_ns;
       e.finish = s.seq->finish;
       if (config_.capture_logits) e.logits = std::move(result.logits[row]);
+      if (e.output_index == 0) e.first_scheduled_ns = s.seq->first_scheduled_ns;
       if (e.output_index == 0 && vision_ != nullptr) {
         e.visual_tokens = static_cast<int>(s.seq->images.size() * vision_->tokens_per_image());
         e.encode_ns = s.seq->encode_ns;

@@ -82,6 +82,9 @@ struct TokenEvent {
   // in full for every request that had an image in it); 0 without images.
   int visual_tokens = 0;
   int64_t encode_ns = 0;
+  // On a request's first token: when the first step that computed part of its prompt began (its
+  // time in the engine's queue ends there; a preempted request keeps its first).
+  int64_t first_scheduled_ns = 0;
 };
 
 struct StepStats {

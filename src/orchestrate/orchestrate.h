@@ -43,7 +43,10 @@ struct RunConfig {
   int max_model_len = 0;                           // the context every request must fit
   std::string workload_plugin = "random-dataset";  // the dataset's plugin in the registry
   WorkloadOptions workload;                        // vocab_size is the model's
-  RunnerOptions runner;                            // num_warmups < 0: one batch
+  // The model's preparation of requests with images (cli/model_vision.h), run on the built
+  // workload before its context check; null: requests with images are refused.
+  std::function<Status(std::vector<RequestSpec>&)> prepare_images;
+  RunnerOptions runner;  // num_warmups < 0: one batch
   MetricsOptions metrics;
   std::vector<std::string> percentile_metrics;
   std::filesystem::path result_dir;

@@ -89,6 +89,27 @@ std::string describe_load(const RunnerOptions& r) {
   return "?";
 }
 
+// Requests with images: prepared for the model (native) before the context check counts their
+// visual tokens; the metrics then summarise them. An HTTP target does not send images yet.
+Status prepare_request_images(RunPlan& p) {
+  const bool images = std::any_of(p.requests.begin(), p.requests.end(),
+                                  [](const RequestSpec& r) { return !r.images.empty(); });
+  if (!images) return Ok{};
+  if (p.backend != "native") {
+    return user_error(fmt::format(
+        "--backend {} sends no images yet; run workloads with images (--dataset-name random-mm, "
+        "JSONL \"image\"/\"images\") on --backend native",
+        p.backend));
+  }
+  if (!p.prepare_images) {
+    return user_error("the workload holds images and model '" + p.model.name +
+                      "' has no vision tower; use a vision-language model (LLaVA)");
+  }
+  IB_TRY(p.prepare_images(p.requests));
+  p.metrics.vision = true;
+  return Ok{};
+}
+
 }  // namespace
 
 Result<RunPlan> plan_run(const RunConfig& config, const PluginRegistry& registry) {
@@ -98,6 +119,7 @@ Result<RunPlan> plan_run(const RunConfig& config, const PluginRegistry& registry
                       registry.factory<WorkloadFactory>(config.workload_plugin));
   const auto tokenizer = make_byte_tokenizer();
   IB_ASSIGN_OR_RETURN(p.requests, make_requests(p.workload, *tokenizer));
+  IB_TRY(prepare_request_images(p));
   IB_TRY(check_context_fits(p.requests, p.max_model_len, p.model.name));
   if (!p.lora_names.empty()) {
     IB_ASSIGN_OR_RETURN(const LoraAssignment assignment, parse_lora_assignment(p.lora_assignment));

@@ -36,6 +36,16 @@ nlohmann::json metric_definitions() {
       {"across_runs",
        "top-level values are the median over completed runs; spread gives "
        "median, min, max and, for 5 or more runs, a bootstrap 95% CI"},
+      {"visual_tokens",
+       "a vision-language request's prompt tokens that are images' (the engine's count)"},
+      {"encode",
+       "a request's images' wall time in the vision encoder (each encoder batch counts "
+       "in full for every request with an image in it)"},
+      {"ttft_queue", "t_scheduled - t_send: until the engine's first step on the request began"},
+      {"ttft_prefill", "t_first - t_scheduled - encode: the prefill's share of TTFT"},
+      {"kv_bytes",
+       "KV cache bytes of a request's tokens (prompt and output) at its end; visual_kv_bytes: "
+       "of its visual tokens"},
       {"peak_rss", "max over samples of the process's resident set, and the kernel's VmHWM"},
   };
 }

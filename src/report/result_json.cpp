@@ -12,7 +12,7 @@ using json = nlohmann::ordered_json;
 
 bool is_count(const std::string& key) {
   return key == "completed" || key == "failed" || key == "total_input_tokens" ||
-         key == "total_output_tokens";
+         key == "total_output_tokens" || key == "total_visual_tokens";
 }
 
 json number(const std::string& key, double v) {
@@ -35,7 +35,7 @@ std::string latency_metric_of(const std::string& key) {
 bool top_level(const std::string& key, const std::vector<std::string>& selected) {
   const std::string metric = latency_metric_of(key);
   if (metric.empty()) return true;
-  for (const char* base : {"ttft", "tpot", "itl", "e2el"}) {
+  for (const char* base : {"ttft", "tpot", "itl", "e2el", "encode", "ttft_queue", "ttft_prefill"}) {
     if (metric == base) return true;
   }
   return std::find(selected.begin(), selected.end(), metric) != selected.end();
@@ -144,6 +144,15 @@ std::string request_json_line(const RequestRecord& rec, int64_t origin_ns) {
       {"token_times_ns", std::move(times)},
   };
   if (!rec.lora_name.empty()) j["lora_adapter"] = rec.lora_name;
+  if (rec.visual_tokens > 0) {
+    j["visual_tokens"] = rec.visual_tokens;
+    j["encode_ms"] = static_cast<double>(rec.encode_ns) / 1e6;
+    const bool split = has_first && rec.t_scheduled_ns != 0;
+    j["t_scheduled_ns"] = rec.t_scheduled_ns != 0 ? json(rec.t_scheduled_ns - origin_ns) : json();
+    j["ttft_queue_ms"] = split ? json(static_cast<double>(rec.ttft_queue_ns()) / 1e6) : json();
+    j["ttft_prefill_ms"] = split ? json(static_cast<double>(rec.ttft_prefill_ns()) / 1e6) : json();
+    j["kv_bytes"] = rec.kv_bytes;
+  }
   return j.dump();
 }
 
@@ -169,6 +178,14 @@ Result<RequestRecord> parse_request_json_line(const std::string& line, int64_t o
     for (const auto& t : j.at("token_times_ns"))
       r.token_times_ns.push_back(t.get<int64_t>() + origin_ns);
     if (j.contains("lora_adapter")) r.lora_name = j["lora_adapter"].get<std::string>();
+    if (j.contains("visual_tokens")) {
+      r.visual_tokens = j["visual_tokens"].get<int>();
+      r.encode_ns = std::llround(j.at("encode_ms").get<double>() * 1e6);
+      if (!j.at("t_scheduled_ns").is_null()) {
+        r.t_scheduled_ns = j["t_scheduled_ns"].get<int64_t>() + origin_ns;
+      }
+      r.kv_bytes = j.at("kv_bytes").get<int64_t>();
+    }
   } catch (const nlohmann::json::exception& e) {
     return runtime_error(std::string("a malformed requests.jsonl line: ") + e.what());
   }

@@ -29,10 +29,12 @@ std::string md_value(const AggregateMetric& a, double v) {
 }
 
 // Rows of the stdout table: every run-level scalar, and mean / median / percentiles of the
-// latency metrics chosen with --percentile-metrics (std stays in result.json and summary.csv).
-bool shown(const AggregateMetric& a, const std::vector<std::string>& selected) {
+// latency metrics chosen with --percentile-metrics and of the vision ones (runs with images only)
+// (std stays in result.json and summary.csv).
+bool shown(const AggregateMetric& a, std::vector<std::string> selected) {
   if (a.unit != "ms") return true;
   if (a.key.rfind("std_", 0) == 0) return false;
+  selected.insert(selected.end(), {"encode", "ttft_queue", "ttft_prefill"});
   for (const auto& m : selected) {
     const std::string suffix = "_" + m + "_ms";
     if (a.key.size() > suffix.size() &&

@@ -51,6 +51,50 @@ std::optional<double> to_double(std::string_view s) {
   return v;
 }
 
+VisionRunMetrics vision_metrics(std::span<const RequestRecord> records,
+                                std::span<const double> percentiles) {
+  VisionRunMetrics v;
+  std::vector<double> encode, queue, prefill;
+  double kv_bytes = 0, visual_kv_bytes = 0;
+  int completed = 0;
+  for (const RequestRecord& r : records) {
+    if (!r.ok) continue;
+    ++completed;
+    v.total_visual_tokens += r.visual_tokens;
+    encode.push_back(ns_ms(r.encode_ns));
+    if (r.t_scheduled_ns != 0) {
+      queue.push_back(ns_ms(r.ttft_queue_ns()));
+      prefill.push_back(ns_ms(r.ttft_prefill_ns()));
+    }
+    kv_bytes += static_cast<double>(r.kv_bytes);
+    const int tokens = r.n_in + r.n_out;
+    if (tokens > 0) {
+      visual_kv_bytes += static_cast<double>(r.kv_bytes) * r.visual_tokens / tokens;
+    }
+  }
+  if (completed > 0) {
+    v.mean_visual_tokens = static_cast<double>(v.total_visual_tokens) / completed;
+    v.mean_kv_bytes = kv_bytes / completed;
+    v.mean_visual_kv_bytes = visual_kv_bytes / completed;
+  }
+  v.encode = stats_of(std::move(encode), percentiles);
+  v.ttft_queue = stats_of(std::move(queue), percentiles);
+  v.ttft_prefill = stats_of(std::move(prefill), percentiles);
+  return v;
+}
+
+// mean, median, std and the percentiles of one latency, as "{stat}_{name}_ms".
+void add_latency(std::vector<MetricValue>& out, const std::string& name, const std::string& label,
+                 const LatencyStats& s, std::span<const double> percentiles) {
+  out.push_back({"mean_" + name + "_ms", label + " mean", "ms", s.mean_ms});
+  out.push_back({"median_" + name + "_ms", label + " median", "ms", s.median_ms});
+  out.push_back({"std_" + name + "_ms", label + " std", "ms", s.std_ms});
+  for (size_t p = 0; p < percentiles.size() && p < s.percentiles_ms.size(); ++p) {
+    const std::string pk = percentile_key(percentiles[p]);
+    out.push_back({pk + "_" + name + "_ms", label + " " + pk, "ms", s.percentiles_ms[p]});
+  }
+}
+
 }  // namespace
 
 RunMetrics compute_run_metrics(std::span<const RequestRecord> records,
@@ -103,6 +147,7 @@ RunMetrics compute_run_metrics(std::span<const RequestRecord> records,
   }
   const double mean_tpot = m[LatencyMetric::kTpot].mean_ms;
   m.per_sequence_decode_tok_s = mean_tpot > 0 ? 1000.0 / mean_tpot : 0.0;
+  if (options.vision) m.vision = vision_metrics(records, options.percentiles);
   return m;
 }
 
@@ -130,14 +175,19 @@ std::vector<MetricValue> flatten_metrics(const RunMetrics& m, std::span<const do
   for (size_t i = 0; i < kNumLatencyMetrics; ++i) {
     const std::string name(kLatencyMetricNames[i]);
     const std::string label(kLatencyLabels[i]);
-    const LatencyStats& s = m.latency[i];
-    out.push_back({"mean_" + name + "_ms", label + " mean", "ms", s.mean_ms});
-    out.push_back({"median_" + name + "_ms", label + " median", "ms", s.median_ms});
-    out.push_back({"std_" + name + "_ms", label + " std", "ms", s.std_ms});
-    for (size_t p = 0; p < percentiles.size() && p < s.percentiles_ms.size(); ++p) {
-      const std::string pk = percentile_key(percentiles[p]);
-      out.push_back({pk + "_" + name + "_ms", label + " " + pk, "ms", s.percentiles_ms[p]});
-    }
+    add_latency(out, name, label, m.latency[i], percentiles);
+  }
+  if (m.vision) {
+    const VisionRunMetrics& v = *m.vision;
+    out.push_back(
+        {"total_visual_tokens", "Visual tokens", "", static_cast<double>(v.total_visual_tokens)});
+    out.push_back({"mean_visual_tokens", "Visual tokens per request", "", v.mean_visual_tokens});
+    add_latency(out, "encode", "Vision encoder", v.encode, percentiles);
+    add_latency(out, "ttft_queue", "TTFT queue", v.ttft_queue, percentiles);
+    add_latency(out, "ttft_prefill", "TTFT prefill", v.ttft_prefill, percentiles);
+    out.push_back({"mean_kv_bytes", "KV bytes per request", "B", v.mean_kv_bytes});
+    out.push_back(
+        {"mean_visual_kv_bytes", "Visual KV bytes per request", "B", v.mean_visual_kv_bytes});
   }
   return out;
 }

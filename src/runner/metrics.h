@@ -32,6 +32,7 @@ struct GoodputSlo {
 struct MetricsOptions {
   std::vector<double> percentiles = {99.0};  // --metric-percentiles
   std::optional<GoodputSlo> goodput;
+  bool vision = false;  // the workload holds images: RunMetrics::vision is computed
 };
 
 struct LatencyStats {
@@ -40,6 +41,19 @@ struct LatencyStats {
   double median_ms = 0;
   double std_ms = 0;                   // population
   std::vector<double> percentiles_ms;  // one per MetricsOptions::percentiles
+};
+
+// Vision-language requests (docs/metrics.md), over completed requests: their visual tokens and
+// KV bytes, and their TTFT split into the engine's queue, the vision encoder and the prefill
+// (requests whose target reported when the engine scheduled them).
+struct VisionRunMetrics {
+  int64_t total_visual_tokens = 0;
+  double mean_visual_tokens = 0;
+  LatencyStats encode;              // encode_ns
+  LatencyStats ttft_queue;          // t_scheduled - t_send
+  LatencyStats ttft_prefill;        // t_first - t_scheduled - encode
+  double mean_kv_bytes = 0;         // the KV cache bytes of a request's tokens
+  double mean_visual_kv_bytes = 0;  // of its visual tokens
 };
 
 struct RunMetrics {
@@ -54,6 +68,7 @@ struct RunMetrics {
   std::optional<double> request_goodput;  // only with --goodput
   double per_sequence_decode_tok_s = 0;   // 1000 / mean TPOT
   std::array<LatencyStats, kNumLatencyMetrics> latency;
+  std::optional<VisionRunMetrics> vision;  // with MetricsOptions::vision
 
   const LatencyStats& operator[](LatencyMetric m) const { return latency[static_cast<size_t>(m)]; }
 };

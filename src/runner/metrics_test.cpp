@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
 
 namespace ib {
 namespace {
@@ -102,6 +104,50 @@ TEST(RunMetrics, EmptyRunIsAllZero) {
   EXPECT_EQ(m.duration_s, 0);
   EXPECT_EQ(m.output_throughput, 0);
   EXPECT_EQ(stat(m, LatencyMetric::kTtft).count, 0u);
+}
+
+// Vision requests: the fixture's two completed requests with images, worked out by hand; the
+// failed one and a request whose engine did not report its scheduling are left out of the split.
+TEST(RunMetrics, VisionSplitsTtftAndCountsVisualTokensAndKvBytes) {
+  auto rs = fixture();
+  rs[0].visual_tokens = 8;  // TTFT 10 = queue 3 + encode 2 + prefill 5
+  rs[0].t_scheduled_ns = 4 * kMs;
+  rs[0].encode_ns = 2 * kMs;
+  rs[0].kv_bytes = 1400;     // 14 tokens (10 in, 4 out): visual 8 x 100
+  rs[1].visual_tokens = 16;  // TTFT 5 = queue 1 + encode 1 + prefill 3
+  rs[1].t_scheduled_ns = 1 * kMs;
+  rs[1].encode_ns = 1 * kMs;
+  rs[1].kv_bytes = 4400;     // 22 tokens (20 in, 2 out): visual 16 x 200
+  rs[2].visual_tokens = 99;  // failed: not counted
+  // rs[3]: no images, no scheduling time (t_scheduled_ns 0): counted, but not in the split.
+  rs[3].kv_bytes = 600;
+  MetricsOptions opt;
+  opt.percentiles = {50};
+  const RunMetrics text_only = compute_run_metrics(rs, opt);
+  EXPECT_FALSE(text_only.vision.has_value());
+  opt.vision = true;
+  const RunMetrics m = compute_run_metrics(rs, opt);
+  ASSERT_TRUE(m.vision.has_value());
+  const VisionRunMetrics& v = *m.vision;
+  EXPECT_EQ(v.total_visual_tokens, 24);
+  EXPECT_DOUBLE_EQ(v.mean_visual_tokens, 8.0);
+  EXPECT_EQ(v.encode.count, 3u);
+  EXPECT_DOUBLE_EQ(v.encode.mean_ms, 1.0);
+  EXPECT_EQ(v.ttft_queue.count, 2u);
+  EXPECT_DOUBLE_EQ(v.ttft_queue.mean_ms, 2.0);
+  EXPECT_DOUBLE_EQ(v.ttft_prefill.mean_ms, 4.0);
+  EXPECT_DOUBLE_EQ(v.mean_kv_bytes, (1400.0 + 4400 + 600) / 3);
+  EXPECT_DOUBLE_EQ(v.mean_visual_kv_bytes, (800.0 + 3200) / 3);
+  std::map<std::string, double> flat;
+  for (const MetricValue& x : flatten_metrics(m, opt.percentiles)) flat[x.key] = x.value;
+  EXPECT_EQ(flat.at("total_visual_tokens"), 24);
+  EXPECT_DOUBLE_EQ(flat.at("median_ttft_queue_ms"), 2.0);
+  EXPECT_DOUBLE_EQ(flat.at("p50_ttft_prefill_ms"), 4.0);
+  EXPECT_DOUBLE_EQ(flat.at("mean_encode_ms"), 1.0);
+  EXPECT_DOUBLE_EQ(flat.at("mean_visual_kv_bytes"), (800.0 + 3200) / 3);
+  for (const MetricValue& x : flatten_metrics(text_only, opt.percentiles)) {
+    EXPECT_EQ(x.key.find("visual"), std::string::npos) << x.key;
+  }
 }
 
 TEST(AddChunk, SpreadsMultiTokenChunksOverTheGap) {

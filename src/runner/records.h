@@ -25,10 +25,21 @@ struct RequestRecord {
   std::string finish_reason;  // "length", "stop", "aborted", "error"
   std::string error;          // empty when ok
   std::string lora_name;      // the LoRA adapter it asked for; empty: the base model
+  // Vision-language models on the native target (docs/metrics.md): the prompt's visual tokens,
+  // its images' time in the vision encoder, when the engine first scheduled its prefill (0:
+  // unknown), and the KV cache bytes of its tokens. TTFT splits into queue (t_send to
+  // t_scheduled), encode, and prefill (the rest).
+  int visual_tokens = 0;
+  int64_t encode_ns = 0;
+  int64_t t_scheduled_ns = 0;
+  int64_t kv_bytes = 0;
 
   int64_t ttft_ns() const { return t_first_ns - t_send_ns; }
   int64_t e2el_ns() const { return t_end_ns - t_send_ns; }
   int64_t queue_ns() const { return t_send_ns - t_sched_ns; }
+  // The TTFT split, where the engine reported t_scheduled_ns (and a first token came).
+  int64_t ttft_queue_ns() const { return t_scheduled_ns - t_send_ns; }
+  int64_t ttft_prefill_ns() const { return t_first_ns - t_scheduled_ns - encode_ns; }
   // (t_end - t_first) / (n_out - 1) in ms; 0 when n_out <= 1 (vLLM's goodput convention).
   double tpot_ms() const;
 };

@@ -109,6 +109,10 @@ void Runner::on_done(uint64_t id, const RequestOutcome& outcome) {
     r.n_out = outcome.output_tokens > 0 ? outcome.output_tokens : received;
     r.t_end_ns = received > 0 ? r.token_times_ns.back() : outcome.time_ns;
     r.finish_reason = outcome.finish_reason;
+    r.visual_tokens = outcome.visual_tokens;
+    r.encode_ns = outcome.encode_ns;
+    r.t_scheduled_ns = outcome.first_scheduled_ns;
+    r.kv_bytes = outcome.kv_bytes;
     r.ok = outcome.ok && received > 0;
     if (!outcome.ok) {
       r.error = outcome.error.empty() ? "the target reported a failure" : outcome.error;

@@ -92,6 +92,10 @@ class EngineGenerator final : public Generator {
       IB_ASSIGN_OR_RETURN(instance.backend, create_backend(options_.backend));
       IB_ASSIGN_OR_RETURN(instance.engine, create_engine(options_.model, options_.weights,
                                                          options_.engine, *instance.backend));
+      if (options_.vision_encoder) {
+        IB_ASSIGN_OR_RETURN(auto encoder, options_.vision_encoder(*instance.backend));
+        IB_TRY(instance.engine->set_vision_encoder(std::move(encoder)));
+      }
       return instance;
     };
     // Before start() returns, on the engine thread.

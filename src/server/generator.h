@@ -79,6 +79,9 @@ struct EngineGeneratorOptions {
   WeightOptions weights;
   EngineConfig engine;
   BackendOptions backend;
+  // A vision-language model's encoder, made on the engine's backend once the engine is (null: a
+  // text-only model).
+  std::function<Result<std::unique_ptr<VisionEncoder>>(Backend&)> vision_encoder;
 };
 std::unique_ptr<Generator> make_engine_generator(EngineGeneratorOptions options);
 

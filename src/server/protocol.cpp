@@ -148,32 +148,42 @@ std::optional<ApiError> read_prompt(const json& body, const ParseLimits& limits,
   return read_token_ids(p, "prompt", limits.max_prompt_tokens, call.prompt_tokens);
 }
 
-std::optional<ApiError> read_content(const json& c, const std::string& param, std::string& out) {
+std::optional<ApiError> read_content(const json& c, const std::string& param, ChatMessage& out) {
   if (c.is_null()) return std::nullopt;
   if (c.is_string()) {
-    out = c.get<std::string>();
+    out.content = c.get<std::string>();
     return std::nullopt;
   }
-  if (!c.is_array()) return wrong_type(param, "a string or an array of text parts", c);
+  if (!c.is_array()) return wrong_type(param, "a string or an array of content parts", c);
   for (size_t i = 0; i < c.size(); ++i) {
     const json& part = c[i];
-    if (!part.is_object()) return wrong_type(param, "an array of text parts", part);
+    if (!part.is_object()) return wrong_type(param, "an array of content parts", part);
     auto type = part.find("type");
-    auto text = part.find("text");
     const std::string part_param = fmt::format("{}[{}]", param, i);
     if (type != part.end() && type->is_string() && type->get<std::string>() == "image_url") {
-      return bad(part_param,
-                 "the served model has no vision tower, so it cannot take image_url parts; "
-                 "send text parts only",
-                 "unsupported");
+      auto image = part.find("image_url");
+      const json* url = image != part.end() && image->is_object() && image->contains("url")
+                            ? &(*image)["url"]
+                            : nullptr;
+      if (url == nullptr || !url->is_string()) {
+        return bad(part_param + ".image_url.url",
+                   "an image_url part needs \"image_url\": {\"url\": "
+                   "\"data:image/png;base64,...\"}",
+                   url == nullptr ? "missing_required_parameter" : "invalid_type");
+      }
+      out.images.push_back(ChatImage{part_param, url->get<std::string>()});
+      out.content += kImagePlaceholder;
+      continue;
     }
     if (type == part.end() || !type->is_string() || type->get<std::string>() != "text") {
-      return bad(part_param, "only content parts of type \"text\" are supported", "unsupported");
+      return bad(part_param, "only content parts of type \"text\" and \"image_url\" are supported",
+                 "unsupported");
     }
+    auto text = part.find("text");
     if (text == part.end() || !text->is_string()) {
       return wrong_type(param + ".text", "a string", text == part.end() ? json() : *text);
     }
-    out += text->get<std::string>();
+    out.content += text->get<std::string>();
   }
   return std::nullopt;
 }
@@ -208,7 +218,7 @@ std::optional<ApiError> read_messages(const json& body, const ParseLimits& limit
     }
     auto content = m.find("content");
     if (content != m.end()) {
-      if (auto e = read_content(*content, param + ".content", msg.content)) return e;
+      if (auto e = read_content(*content, param + ".content", msg)) return e;
     }
     call.messages.push_back(std::move(msg));
   }

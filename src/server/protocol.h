@@ -23,9 +23,20 @@ struct ApiError {
 
 enum class ApiKind { kCompletions, kChat };
 
+// An image_url content part, loaded later by the served model's ImagePrompter (server.h).
+struct ChatImage {
+  std::string param;  // the part, for errors: "messages[0].content[1]"
+  std::string url;    // image_url.url: a data: URL, or file:// where the server allows it
+};
+
+// The text that stands for an image part in ChatMessage::content (LLaVA's "<image>"): the rendered
+// prompt holds one per image, where the model's visual tokens go.
+inline constexpr std::string_view kImagePlaceholder = "<image>";
+
 struct ChatMessage {
   std::string role;
-  std::string content;
+  std::string content;            // text parts joined; kImagePlaceholder for each image part
+  std::vector<ChatImage> images;  // the image_url parts, in order
 };
 
 // A validated generation request, before tokenization.

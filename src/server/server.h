@@ -16,8 +16,9 @@
 #include "core/result.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
-#include "server/generator.h"  // IWYU pragma: export
-#include "server/protocol.h"   // IWYU pragma: export
+#include "server/generator.h"       // IWYU pragma: export
+#include "server/image_prompter.h"  // IWYU pragma: export
+#include "server/protocol.h"        // IWYU pragma: export
 #include "trace/trace.h"
 
 namespace ib {
@@ -39,6 +40,9 @@ struct ServerOptions {
   // The model's chat template for /v1/chat/completions and /tokenize {messages}; null:
   // render_chat's fixed format (models without a template).
   std::shared_ptr<const ChatFormat> chat_format;
+  // The model's images (a vision-language model's image_url parts); null: image parts are a 400
+  // ("the served model has no vision tower").
+  std::shared_ptr<const ImagePrompter> images;
   // --otlp-endpoint: each generation request's spans (a child of the caller's traceparent), and
   // the trace counters in /metrics. An empty endpoint: no tracing.
   TraceOptions trace;

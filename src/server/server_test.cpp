@@ -96,7 +96,8 @@ TEST_F(EngineServer, ChatStreamedAndWhole) {
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(j["usage"]["completion_tokens"], 4);
-  EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<int>(render_chat({{"user", "Hi"}}).size()));
+  EXPECT_EQ(j["usage"]["prompt_tokens"],
+            static_cast<int>(render_chat({{"user", "Hi", {}}}).size()));
 }
 
 TEST_F(EngineServer, BadInputTable) {

@@ -1,6 +1,9 @@
 #include "targets/native_target.h"
 #include "backend/backend_factory.h"
 
+#include <string>
+#include <unordered_map>
+
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
@@ -164,6 +167,11 @@ class NativeTarget : public Target {
       if (r.prompt_tokens.empty()) {
         return user_error("the native target needs token ids; the workload gave none");
       }
+      if (!r.images.empty() && r.prepared_images == nullptr) {
+        return user_error("request " + std::to_string(r.id) +
+                          " holds images that were not prepared for the model; the native "
+                          "target runs images on vision-language models only");
+      }
       Submission s;
       s.request.id = r.id;
       s.request.prompt_tokens = r.prompt_tokens;
@@ -172,8 +180,16 @@ class NativeTarget : public Target {
       s.request.sampling.seed = options_.sampling.seed + r.id;
       s.request.ignore_eos = options_.ignore_eos;
       s.request.lora_name = r.lora_name;
+      if (r.prepared_images != nullptr) {
+        for (const PreparedImage& image : *r.prepared_images) {
+          s.request.images.push_back(ImageInput{image.start_pos, image.pixel_values});
+        }
+      }
       std::shared_ptr<RequestTiming> timing = tracer_ ? start_timing(r) : nullptr;
       s.callbacks.on_token = [this, timing](const TokenEvent& ev) {
+        if (ev.output_index == 0) {
+          first_[ev.request_id] = FirstToken{ev.visual_tokens, ev.encode_ns, ev.first_scheduled_ns};
+        }
         if (timing) {
           if (ev.output_index == 0) {
             timing->step_start_ns = step_start_ns_;
@@ -223,6 +239,10 @@ class NativeTarget : public Target {
       if (options_.trace_allocations) instance.backend->memory().set_tracing(true);
       IB_ASSIGN_OR_RETURN(instance.engine, create_engine(options_.model, options_.weights,
                                                          options_.engine, *instance.backend));
+      if (options_.vision_encoder) {
+        IB_ASSIGN_OR_RETURN(auto encoder, options_.vision_encoder(*instance.backend));
+        IB_TRY(instance.engine->set_vision_encoder(std::move(encoder)));
+      }
       if (options_.calibration) {
         const int64_t start_ns = now_ns();
         IB_TRY(calibrate(*instance.engine, options_.calibration->prompts,
@@ -234,6 +254,7 @@ class NativeTarget : public Target {
     // Before start() returns, on the engine thread: what never changes while the engine lives.
     o.hooks.on_ready = [this](Engine& engine) {
       fixed_ = describe_fixed(engine, engine.backend(), options_, calibration_s_);
+      kv_bytes_per_token_ = engine.stats().kv_block_bytes / engine.config().block_size;
     };
     if (options_.on_step || !options_.trace.endpoint.empty()) {
       // Before the step's token events: their first tokens' prefill began at this step's start.
@@ -274,6 +295,13 @@ class NativeTarget : public Target {
     o.time_ns = end.time_ns;
     o.prompt_tokens = end.prompt_tokens;
     o.output_tokens = end.output_tokens;
+    o.kv_bytes = kv_bytes_per_token_ * (end.prompt_tokens + end.output_tokens);
+    if (auto it = first_.find(id); it != first_.end()) {
+      o.visual_tokens = it->second.visual_tokens;
+      o.encode_ns = it->second.encode_ns;
+      o.first_scheduled_ns = it->second.first_scheduled_ns;
+      first_.erase(it);
+    }
     switch (end.kind) {
       case RequestEndKind::kFinished:
         o.finish_reason = finish_reason_name(end.finish);
@@ -306,9 +334,18 @@ class NativeTarget : public Target {
     cb_.on_done(id, o);
   }
 
+  // What a request's first token told (engine thread), until its end.
+  struct FirstToken {
+    int visual_tokens = 0;
+    int64_t encode_ns = 0;
+    int64_t first_scheduled_ns = 0;
+  };
+
   NativeTargetOptions options_;
   TargetCallbacks cb_;
-  double calibration_s_ = 0;  // written on the engine thread before on_ready
+  std::unordered_map<uint64_t, FirstToken> first_;  // engine thread
+  int64_t kv_bytes_per_token_ = 0;                  // written before setup() returns
+  double calibration_s_ = 0;                        // written on the engine thread before on_ready
   json fixed_;  // written once on the engine thread before setup() returns; null if it failed
   std::unique_ptr<Tracer> tracer_;  // --otlp-endpoint; thread-safe; set before the engine starts
   int64_t step_start_ns_ = 0;       // engine thread: the last step's start (when tracing)

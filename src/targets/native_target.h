@@ -38,6 +38,9 @@ struct NativeTargetOptions {
   // decode children; trace.h's RequestTiming), exported over OTLP from the engine thread
   // without blocking it. No detokenize span: a benchmark counts tokens and makes no text.
   TraceOptions trace;
+  // A vision-language model's encoder, made on the engine's backend once the engine is (null: a
+  // text-only model, whose requests must hold no images).
+  std::function<Result<std::unique_ptr<VisionEncoder>>(Backend&)> vision_encoder;
 
   // Telemetry hooks (optional), called on the engine thread: every step's stats as it ends;
   // with trace_allocations, the tracked allocator's alloc/free trace (from before the weights

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,22 @@
 #include "core/result.h"
 
 namespace ib {
+
+// One image of a request to a vision-language model: a PNG or JPEG file, or (path empty) a random
+// RGB image of width_px x height_px drawn from seed (--dataset-name random-mm).
+struct RequestImage {
+  std::string path;
+  int64_t width_px = 0;
+  int64_t height_px = 0;
+  uint64_t seed = 0;
+};
+
+// An image preprocessed for the model before the run (the engine's ImageInput): its pixel values
+// and the position of its first visual token in the request's prompt_tokens.
+struct PreparedImage {
+  int start_pos = 0;
+  std::vector<float> pixel_values;
+};
 
 struct RequestSpec {
   uint64_t id = 0;
@@ -25,6 +42,11 @@ struct RequestSpec {
   // The LoRA adapter the request asks for (--lora-assignment over --lora-modules): the engine's
   // adapter name (native), or the request's "model" (openai); empty: the base model.
   std::string lora_name;
+  // Images, in prompt order, their visual tokens before the prompt's (vision-language models).
+  std::vector<RequestImage> images;
+  // The images preprocessed by the model's vision side before the run, their visual tokens
+  // already in prompt_tokens (native target; cli/model_vision.h); shared by a run's copies.
+  std::shared_ptr<const std::vector<PreparedImage>> prepared_images;
 };
 
 struct RequestOutcome {
@@ -34,6 +56,13 @@ struct RequestOutcome {
   int output_tokens = 0;
   std::string finish_reason;  // "length", "stop", "aborted", "error"
   int64_t time_ns = 0;
+  // Native target, from the engine: the prompt's visual tokens, its images' time in the vision
+  // encoder, when the engine first scheduled its prefill (0: unknown), and the KV cache bytes of
+  // its tokens (prompt and output) at the end.
+  int visual_tokens = 0;
+  int64_t encode_ns = 0;
+  int64_t first_scheduled_ns = 0;
+  int64_t kv_bytes = 0;
 };
 
 struct TargetCallbacks {

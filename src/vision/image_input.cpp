@@ -15,7 +15,6 @@ namespace {
 
 constexpr std::string_view kDataPrefix = "data:";
 constexpr std::string_view kFilePrefix = "file://";
-constexpr int kMaxImagesPerPrompt = 1000;
 
 Error over_byte_cap(int64_t bytes, const ImageInputPolicy& policy) {
   return user_error("the image is " + std::to_string(bytes) + " bytes, over the cap of " +
@@ -133,51 +132,24 @@ Result<ContentPart> PromptImageReader::read_part(const nlohmann::json& part,
   if (it == part.end() || !it->is_object() || !it->contains("url") || !(*it)["url"].is_string()) {
     return part_error(where, type, "needs \"image_url\": {\"url\": \"data:image/png;base64,...\"}");
   }
+  auto image = read_image_url((*it)["url"].get_ref<const std::string&>(), where);
+  if (!image.ok()) return image.error();
+  return ContentPart{ContentPart::Kind::kImage, {}, std::move(*image)};
+}
+
+Result<Image> PromptImageReader::read_image_url(std::string_view url, const std::string& where) {
+  constexpr std::string_view kType = "image_url";
   if (images_ >= policy_.max_images_per_prompt) {
-    return part_error(where, type,
+    return part_error(where, kType,
                       "the prompt holds more than " +
                           std::to_string(policy_.max_images_per_prompt) +
                           " image(s), the limit; send fewer or raise --limit-mm-per-prompt "
                           "'{\"image\": N}'");
   }
-  auto image = load_image_url((*it)["url"].get_ref<const std::string&>(), policy_);
-  if (!image.ok()) return part_error(where, type, image.error().message);
+  auto image = load_image_url(url, policy_);
+  if (!image.ok()) return part_error(where, kType, image.error().message);
   ++images_;
-  return ContentPart{ContentPart::Kind::kImage, {}, std::move(*image)};
-}
-
-Result<int> parse_limit_mm_per_prompt(std::string_view text) {
-  const std::string usage = "; use --limit-mm-per-prompt '{\"image\": N}' (or image=N)";
-  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    const size_t eq = text.find('=');
-    if (eq == std::string_view::npos) {
-      return user_error("--limit-mm-per-prompt \"" + std::string(text) + "\" is not JSON" + usage);
-    }
-    const std::string value(text.substr(eq + 1));
-    char* end = nullptr;
-    const long n = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0') {
-      return user_error("--limit-mm-per-prompt \"" + std::string(text) + "\": \"" + value +
-                        "\" is not an integer" + usage);
-    }
-    parsed = nlohmann::json::object({{std::string(text.substr(0, eq)), n}});
-  }
-  if (!parsed.is_object()) return user_error("--limit-mm-per-prompt must be an object" + usage);
-  int images = 1;
-  for (const auto& [modality, value] : parsed.items()) {
-    if (modality != "image") {
-      return user_error("--limit-mm-per-prompt: modality \"" + modality +
-                        "\" is not supported (images only)" + usage);
-    }
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
-        value.get<int64_t>() > kMaxImagesPerPrompt) {
-      return user_error("--limit-mm-per-prompt: \"image\" must be an integer in 0.." +
-                        std::to_string(kMaxImagesPerPrompt) + usage);
-    }
-    images = value.get<int>();
-  }
-  return images;
+  return image;
 }
 
 }  // namespace ib

@@ -17,7 +17,7 @@
 namespace ib {
 
 struct ImageInputPolicy {
-  int max_images_per_prompt = 1;           // vLLM's --limit-mm-per-prompt '{"image": N}'
+  int max_images_per_prompt = 1;  // vLLM's --limit-mm-per-prompt (workload/workload.h parses it)
   int64_t max_encoded_bytes = 20LL << 20;  // one image's file bytes, checked before decoding
   ImageLimits limits;                      // pixels, checked from the header
   // vLLM's --allowed-local-media-path: file:// URLs must resolve under this directory; empty:
@@ -48,6 +48,8 @@ class PromptImageReader {
   // ("messages[1].content").
   Result<std::vector<ContentPart>> read_content(const nlohmann::json& content,
                                                 std::string_view where);
+  // One image_url part's URL, counted against the limit; where names the part in errors.
+  Result<Image> read_image_url(std::string_view url, const std::string& where);
   int images() const { return images_; }
 
  private:
@@ -56,9 +58,5 @@ class PromptImageReader {
   ImageInputPolicy policy_;
   int images_ = 0;
 };
-
-// vLLM's --limit-mm-per-prompt value, as JSON ('{"image": 2}') or key=value ('image=2'): the
-// number of images a prompt may hold (0..1000); other modalities are refused by name.
-Result<int> parse_limit_mm_per_prompt(std::string_view text);
 
 }  // namespace ib

@@ -152,16 +152,5 @@ TEST(PromptImageReader, BadPartsAreNamed) {
   EXPECT_EQ(reader.images(), 0);
 }
 
-TEST(LimitMmPerPrompt, ReadsVllmsTwoSpellings) {
-  EXPECT_EQ(*parse_limit_mm_per_prompt(R"({"image": 3})"), 3);
-  EXPECT_EQ(*parse_limit_mm_per_prompt("image=0"), 0);
-  for (const char* bad : {R"({"video": 1})", "image=-1", "image=x", "five", R"({"image": 1.5})",
-                          "[1]", "image=1001"}) {
-    auto r = parse_limit_mm_per_prompt(bad);
-    ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_NE(r.error().message.find("--limit-mm-per-prompt"), std::string::npos);
-  }
-}
-
 }  // namespace
 }  // namespace ib

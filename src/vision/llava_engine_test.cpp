@@ -25,114 +25,21 @@
 #include "engine/detail/reference_model.h"
 #include "engine/engine.h"
 #include "model/hf_config.h"
-#include "model/safetensors.h"
+#include "vision/llava_checkpoint_test_support.h"
 #include "vision/llava_encoder.h"
 #include "vision/llava_test_support.h"
 
 namespace ib {
 namespace {
 
+using llava_test::TinyLlava;
+using llava_test::write_tiny_llava;
+
 // The tiny vision tower of llava_test_support with a tiny Llama (hidden 64, 2 layers, 4 heads,
 // 2 KV heads, FFN 128, vocabulary 101) whose image token is 7.
-constexpr const char* kConfig = R"({
-  "architectures": ["LlavaForConditionalGeneration"], "image_token_index": 7,
-  "projector_hidden_act": "gelu",
-  "text_config": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                  "vocab_size": 101, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
-                  "eos_token_id": 100},
-  "vision_config": {"hidden_size": 32, "image_size": 28, "intermediate_size": 48,
-                    "model_type": "clip_vision_model", "num_attention_heads": 4,
-                    "num_hidden_layers": 3, "patch_size": 7},
-  "vision_feature_layer": -2, "vision_feature_select_strategy": "default"})";
+const std::string kConfig = llava_test::tiny_llava_config(/*vocab_size=*/101, /*image_token_id=*/7);
 
 constexpr int32_t kImageToken = 7;
-
-struct TinyLlava {
-  std::filesystem::path dir;
-  LlavaConfig llava;
-  llava_test::HostWeights vision;  // transformers 5 names
-  testing::HostWeights text;       // the language model, for the reference
-};
-
-std::vector<float> seeded(Rng& rng, int64_t n, float center, float scale) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = center + scale * static_cast<float>(rng.uniform() * 2 - 1);
-  return v;
-}
-
-std::string bytes_of(const std::vector<float>& v) {
-  std::string b(v.size() * sizeof(float), '\0');
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
-// Writes config.json and model.safetensors; legacy: llava-hf's names (language_model.model.,
-// language_model.lm_head., vision_tower., multi_modal_projector.).
-TinyLlava write_tiny_llava(const std::string& name, bool legacy) {
-  TinyLlava m;
-  m.dir = std::filesystem::temp_directory_path() / name;
-  std::filesystem::create_directories(m.dir);
-  std::ofstream(m.dir / "config.json") << kConfig;
-  std::ofstream(m.dir / "preprocessor_config.json") << R"({"size": 28, "crop_size": 28})";
-  m.llava = llava_test::tiny_config(kConfig);
-  m.vision = llava_test::host_weights(m.llava, 31);
-  m.vision.erase("model.language_model.norm.weight");  // llava_test's stand-in
-
-  std::vector<SafetensorsWriteTensor> tensors;
-  auto add = [&](std::string n, std::vector<int64_t> shape, const std::vector<float>& v) {
-    if (legacy) {
-      for (const auto& [from, to] : std::map<std::string, std::string>{
-               {"model.language_model.", "language_model.model."},
-               {"lm_head.", "language_model.lm_head."},
-               {"model.vision_tower.", "vision_tower."},
-               {"model.multi_modal_projector.", "multi_modal_projector."}}) {
-        if (n.starts_with(from)) {
-          n = to + n.substr(from.size());
-          break;
-        }
-      }
-    }
-    tensors.push_back({n, DType::kF32, std::move(shape), bytes_of(v)});
-  };
-  for (const auto& [n, v] : m.vision) add(n, llava_test::shape_of(n, m.llava), v);
-
-  Rng rng(77);
-  const int64_t d = 64, kv = 32, f = 128, vocab = 101;
-  const std::string lm = "model.language_model.";
-  m.text.embed = seeded(rng, vocab * d, 0, 0.5f);
-  add(lm + "embed_tokens.weight", {vocab, d}, m.text.embed);
-  for (int l = 0; l < 2; ++l) {
-    const std::string p = lm + "layers." + std::to_string(l) + ".";
-    testing::HostLayer h;
-    h.attn_norm = seeded(rng, d, 1, 0.2f);
-    h.q = seeded(rng, d * d, 0, 0.15f);
-    h.k = seeded(rng, kv * d, 0, 0.15f);
-    h.v = seeded(rng, kv * d, 0, 0.15f);
-    h.o = seeded(rng, d * d, 0, 0.15f);
-    h.ffn_norm = seeded(rng, d, 1, 0.2f);
-    h.gate = seeded(rng, f * d, 0, 0.15f);
-    h.up = seeded(rng, f * d, 0, 0.15f);
-    h.down = seeded(rng, d * f, 0, 0.1f);
-    add(p + "input_layernorm.weight", {d}, h.attn_norm);
-    add(p + "self_attn.q_proj.weight", {d, d}, h.q);
-    add(p + "self_attn.k_proj.weight", {kv, d}, h.k);
-    add(p + "self_attn.v_proj.weight", {kv, d}, h.v);
-    add(p + "self_attn.o_proj.weight", {d, d}, h.o);
-    add(p + "post_attention_layernorm.weight", {d}, h.ffn_norm);
-    add(p + "mlp.gate_proj.weight", {f, d}, h.gate);
-    add(p + "mlp.up_proj.weight", {f, d}, h.up);
-    add(p + "mlp.down_proj.weight", {d, f}, h.down);
-    m.text.layers.push_back(std::move(h));
-  }
-  m.text.final_norm = seeded(rng, d, 1, 0.2f);
-  add(lm + "norm.weight", {d}, m.text.final_norm);
-  m.text.lm_head = seeded(rng, vocab * d, 0, 0.5f);
-  add("lm_head.weight", {vocab, d}, m.text.lm_head);
-  IB_ASSERT(write_safetensors((m.dir / "model.safetensors").string(), tensors).ok(),
-            "cannot write the tiny LLaVA");
-  return m;
-}
 
 struct LoadedLlava {
   std::unique_ptr<CpuBackend> backend = std::make_unique<CpuBackend>(2);
@@ -255,7 +162,9 @@ TEST(LlavaEngine, FirstLogitsMatchTheDoubleReferenceOfTheWholeModel) {
   for (const bool legacy : {false, true}) {
     SCOPED_TRACE(legacy ? "llava-hf names" : "transformers 5 names");
     const TinyLlava m =
-        write_tiny_llava(legacy ? "ib_llava_engine_legacy" : "ib_llava_engine", legacy);
+        write_tiny_llava(std::filesystem::temp_directory_path() /
+                             (legacy ? "ib_llava_engine_legacy" : "ib_llava_engine"),
+                         kConfig, legacy);
     // 8 tokens a step: prefill chunks cover parts of an image, and two requests share steps.
     LoadedLlava l = load(m, 8);
     EXPECT_EQ(l.model.hf_architecture, "LlavaForConditionalGeneration");
@@ -289,7 +198,8 @@ TEST(LlavaEngine, FirstLogitsMatchTheDoubleReferenceOfTheWholeModel) {
 // A pool too small for both requests at once: one is preempted and recomputed; its images are
 // not encoded again and its first logits are still the reference's.
 TEST(LlavaEngine, APreemptedRequestKeepsItsImagesEmbeddings) {
-  const TinyLlava m = write_tiny_llava("ib_llava_engine_preempt", false);
+  const TinyLlava m = write_tiny_llava(
+      std::filesystem::temp_directory_path() / "ib_llava_engine_preempt", kConfig, false);
   const Prompt a = make_prompt(m.llava, 2, 11);
   const Prompt b = make_prompt(m.llava, 2, 12);
   auto start = [&](Engine& engine) {
@@ -324,7 +234,8 @@ TEST(LlavaEngine, APreemptedRequestKeepsItsImagesEmbeddings) {
 }
 
 TEST(LlavaEngine, OneChunkEqualsManyChunks) {
-  const TinyLlava m = write_tiny_llava("ib_llava_engine_chunks", false);
+  const TinyLlava m = write_tiny_llava(
+      std::filesystem::temp_directory_path() / "ib_llava_engine_chunks", kConfig, false);
   const Prompt p = make_prompt(m.llava, 2, 9);
   std::vector<std::vector<float>> logits;
   for (const int chunk : {64, 5}) {
@@ -356,7 +267,8 @@ TEST(LlavaEngine, TheLlava15ConfigIsALlava) {
 }
 
 TEST(LlavaEngine, RefusesImagesItCannotPlace) {
-  const TinyLlava m = write_tiny_llava("ib_llava_engine_refusals", false);
+  const TinyLlava m = write_tiny_llava(
+      std::filesystem::temp_directory_path() / "ib_llava_engine_refusals", kConfig, false);
   const Prompt p = make_prompt(m.llava, 1, 5);
   {
     LoadedLlava text_only = load(m, 64, /*with_encoder=*/false);

@@ -1,4 +1,5 @@
-// JSONL datasets: one request per line, text or token ids, optional output length.
+// JSONL datasets: one request per line, text or token ids, optional output length and images.
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -14,11 +15,44 @@ using nlohmann::json;
 struct Line {
   std::vector<int32_t> tokens;  // (input_len)
   std::string text;
-  int output_len = 0;  // 0: from --output-len
+  int output_len = 0;               // 0: from --output-len
+  std::vector<std::string> images;  // image files
 };
 
+// "image": "file" or "images": ["file", ...]; relative paths from dir, each a regular file.
+Status read_images(const json& j, const std::string& where, const std::filesystem::path& dir,
+                   std::vector<std::string>& out) {
+  if (j.contains("image") && j.contains("images")) {
+    return user_error(fmt::format("{}: give \"image\" or \"images\", not both", where));
+  }
+  const bool one = j.contains("image");
+  const json& field = one ? j["image"] : j["images"];
+  const char* name = one ? "image" : "images";
+  const json list = one ? json::array({field}) : field;
+  if (!list.is_array() || (!one && list.empty())) {
+    return user_error(fmt::format("{}: \"images\" must be a non-empty array of file paths", where));
+  }
+  for (const json& p : list) {
+    if (!p.is_string() || p.get<std::string>().empty()) {
+      return user_error(
+          fmt::format("{}: \"{}\" must hold file paths (strings), got {}", where, name, p.dump()));
+    }
+    std::filesystem::path path(p.get<std::string>());
+    if (path.is_relative()) path = dir / path;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) {
+      return user_error(
+          fmt::format("{}: image {} is not a file (relative paths are read from "
+                      "the dataset's directory)",
+                      where, path.string()));
+    }
+    out.push_back(path.string());
+  }
+  return Ok{};
+}
+
 Result<Line> parse_line(const std::string& text, const std::string& where, int vocab_size,
-                        const Tokenizer& tokenizer) {
+                        const Tokenizer& tokenizer, const std::filesystem::path& dir) {
   json j;
   try {
     j = json::parse(text);
@@ -72,6 +106,9 @@ Result<Line> parse_line(const std::string& text, const std::string& where, int v
     }
     line.output_len = n.get<int>();
   }
+  if (j.contains("image") || j.contains("images")) {
+    IB_TRY(read_images(j, where, dir, line.images));
+  }
   return line;
 }
 
@@ -86,11 +123,12 @@ Result<std::vector<Line>> read_jsonl_lines(const WorkloadOptions& options,
   }
   std::vector<Line> lines;
   std::string text;
+  const std::filesystem::path dir = std::filesystem::path(options.dataset_path).parent_path();
   for (int line_no = 1; std::getline(in, text); ++line_no) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     IB_ASSIGN_OR_RETURN(Line line,
                         parse_line(text, fmt::format("{}:{}", options.dataset_path, line_no),
-                                   options.vocab_size, tokenizer));
+                                   options.vocab_size, tokenizer, dir));
     lines.push_back(std::move(line));
   }
   if (in.bad()) {
@@ -121,6 +159,7 @@ Result<std::vector<RequestSpec>> load_jsonl_requests(const WorkloadOptions& opti
     r.input_len = static_cast<int>(line.tokens.size());
     const int drawn = sample_length(options.output_len, output_len_rng);
     r.output_len = line.output_len > 0 ? line.output_len : drawn;
+    for (const std::string& path : line.images) r.images.push_back(RequestImage{path, 0, 0, 0});
   }
   return out;
 }

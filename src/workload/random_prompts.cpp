@@ -8,7 +8,7 @@ Status validate_workload_options(const WorkloadOptions& options) {
   if (options.num_prompts <= 0) {
     return user_error(fmt::format("--num-prompts must be positive (got {})", options.num_prompts));
   }
-  if (options.dataset_name == "random") {
+  if (options.dataset_name == "random" || options.dataset_name == "random-mm") {
     IB_TRY(options.input_len.validate(
         options.input_len.kind == LengthDist::Kind::kFixed ? "--input-len" : "--input-len-dist"));
   }

@@ -31,6 +31,7 @@ struct Sequence {
   std::vector<ImageInput> images;
   std::vector<std::vector<float>> image_embeds;  // per image; empty until encoded
   int64_t encode_ns = 0;                         // wall time of the encoder batches it was in
+  int64_t first_scheduled_ns = 0;  // start of the first step that computed part of it; 0: none
 
   Sequence(const GenerationRequest& request, const std::vector<int>& eos_token_ids);
 

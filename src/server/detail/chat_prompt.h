@@ -7,6 +7,7 @@
 
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
+#include "server/image_prompter.h"
 #include "server/protocol.h"
 
 namespace ib::detail {
@@ -16,7 +17,12 @@ namespace ib::detail {
 // vLLM do), when format is not null; else render_chat's fixed format, tokenized as a text prompt.
 // A template that rejects the messages (raise_exception) or fails on them gives a 400 on
 // "messages" with the template's message.
-std::variant<std::vector<int32_t>, ApiError> chat_prompt_tokens(
-    const std::vector<ChatMessage>& messages, const ChatFormat* format, const Tokenizer& tokenizer);
+// Image parts: the rendered text is tokenized around each kImagePlaceholder, which becomes the
+// model's image token, then images places the images (their visual tokens). Without images (a
+// model with no vision tower) an image part is a 400 naming it.
+std::variant<PromptWithImages, ApiError> chat_prompt(const std::vector<ChatMessage>& messages,
+                                                     const ChatFormat* format,
+                                                     const Tokenizer& tokenizer,
+                                                     const ImagePrompter* images);
 
 }  // namespace ib::detail

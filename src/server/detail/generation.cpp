@@ -29,16 +29,17 @@ const char* reason_name(FinishReason r) {
   return r == FinishReason::kStop ? "stop" : r == FinishReason::kLength ? "length" : nullptr;
 }
 
-// The call's prompt as token ids: a chat call's messages rendered with the model's template, a
-// text prompt encoded, token ids as they are. Thread-safe (reads the immutable tokenizer and
-// options only).
-std::variant<std::vector<int32_t>, ApiError> prompt_tokens(const GenerationCall& call,
-                                                           const ServerCore& core) {
+// The call's prompt as token ids: a chat call's messages rendered with the model's template
+// (and its images placed), a text prompt encoded, token ids as they are. Thread-safe (reads the
+// immutable tokenizer and options only; the image prompter is thread-safe).
+std::variant<PromptWithImages, ApiError> prompt_tokens(const GenerationCall& call,
+                                                       const ServerCore& core) {
   if (call.kind == ApiKind::kChat) {
-    return chat_prompt_tokens(call.messages, core.options.chat_format.get(), core.tokenizer);
+    return chat_prompt(call.messages, core.options.chat_format.get(), core.tokenizer,
+                       core.options.images.get());
   }
-  if (!call.prompt_tokens.empty()) return call.prompt_tokens;
-  return core.tokenizer.encode(call.prompt_text);
+  if (!call.prompt_tokens.empty()) return PromptWithImages{call.prompt_tokens, {}};
+  return PromptWithImages{core.tokenizer.encode(call.prompt_text), {}};
 }
 
 }  // namespace
@@ -84,7 +85,7 @@ void Session::start_generation(ApiKind kind, const Request& req) {
 }
 
 void Session::admit_generation(GenerationCall call, std::optional<TraceContext> parent,
-                               std::variant<std::vector<int32_t>, ApiError> encoded,
+                               std::variant<PromptWithImages, ApiError> encoded,
                                int64_t arrival_ns) {
   const ApiKind kind = call.kind;
   // The response start_generation opened ends here unless the generator takes the call:
@@ -98,7 +99,8 @@ void Session::admit_generation(GenerationCall call, std::optional<TraceContext> 
     if (core_.on_generation_done) core_.on_generation_done();
   };
   if (auto* e = std::get_if<ApiError>(&encoded)) return end_unadmitted(e);
-  std::vector<int32_t> tokens = std::move(std::get<std::vector<int32_t>>(encoded));
+  PromptWithImages prompt = std::move(std::get<PromptWithImages>(encoded));
+  std::vector<int32_t>& tokens = prompt.token_ids;
   auto checked =
       check_against_model(call, static_cast<int>(tokens.size()), call.prompt_tokens, core_.served);
   if (auto* e = std::get_if<ApiError>(&checked)) return end_unadmitted(e);
@@ -138,6 +140,7 @@ void Session::admit_generation(GenerationCall call, std::optional<TraceContext> 
     t.submitted = true;
   }
   g.prompt_tokens = std::move(tokens);
+  g.images = std::move(prompt.images);
 
   state_ = State::kGenerating;
   core_.live[g.id] = shared_from_this();

@@ -157,9 +157,10 @@ void Session::handle(const Request& req) {
   }
   if (path == "/tokenize" || path == "/detokenize") {
     if (!post) return not_allowed("POST");
-    auto reply = path == "/tokenize" ? tokenize_body(req.body(), core_.tokenizer, core_.served,
-                                                     core_.options.chat_format.get())
-                                     : detokenize_body(req.body(), core_.tokenizer, core_.served);
+    auto reply = path == "/tokenize"
+                     ? tokenize_body(req.body(), core_.tokenizer, core_.served,
+                                     core_.options.chat_format.get(), core_.options.images.get())
+                     : detokenize_body(req.body(), core_.tokenizer, core_.served);
     if (auto* e = std::get_if<ApiError>(&reply)) {
       return respond(error_response(*e, keep_alive_), e->status, keep_alive_);
     }

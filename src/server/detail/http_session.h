@@ -66,7 +66,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void start_generation(ApiKind kind, const Request& request);
   // On the I/O thread once the prompt is tokenized (or refused): the call goes to the generator.
   void admit_generation(GenerationCall call, std::optional<TraceContext> parent,
-                        std::variant<std::vector<int32_t>, ApiError> tokens, int64_t arrival_ns);
+                        std::variant<PromptWithImages, ApiError> prompt, int64_t arrival_ns);
   // A simple (non-generation) response; the connection continues unless keep_alive is false.
   void respond(std::string response, int status, bool keep_alive);
   void fail_generation(const ApiError& error);

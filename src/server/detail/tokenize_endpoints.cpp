@@ -27,7 +27,8 @@ std::optional<ApiError> wrong_model(const std::string& asked, const ServedModel&
 
 std::variant<std::string, ApiError> tokenize_body(std::string_view body, const Tokenizer& tokenizer,
                                                   const ServedModel& model,
-                                                  const ChatFormat* chat_format) {
+                                                  const ChatFormat* chat_format,
+                                                  const ImagePrompter* images) {
   const json doc = json::parse(body, nullptr, false);
   if (!doc.is_object()) return bad("", "the body must be a JSON object");
   const ApiKind kind = doc.contains("messages") ? ApiKind::kChat : ApiKind::kCompletions;
@@ -40,9 +41,9 @@ std::variant<std::string, ApiError> tokenize_body(std::string_view body, const T
   if (auto e = wrong_model(call.model, model)) return *e;
   std::vector<int32_t> tokens;
   if (kind == ApiKind::kChat) {
-    auto chat = chat_prompt_tokens(call.messages, chat_format, tokenizer);
+    auto chat = chat_prompt(call.messages, chat_format, tokenizer, images);
     if (auto* e = std::get_if<ApiError>(&chat)) return *e;
-    tokens = std::move(std::get<std::vector<int32_t>>(chat));
+    tokens = std::move(std::get<PromptWithImages>(chat).token_ids);
   } else if (!call.prompt_tokens.empty()) {
     tokens = call.prompt_tokens;
   } else {
