@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "vision/detail/vision_weights.h"
+
 namespace ib {
 
 namespace {
@@ -22,56 +24,17 @@ Prefixes prefixes(LlavaTensorLayout layout) {
           root + "multi_modal_projector."};
 }
 
-// A tensor to fill: its checkpoint name, the stored shape, and its destination rows.
-struct Slot {
-  std::string name;
-  std::vector<int64_t> shape;
-  Tensor dst;
-  bool gain = false;  // a LayerNorm weight (seeded around 1)
-};
-
-// Allocates the weights' tensors one buffer each, and lists the slots that fill them.
-class WeightBuilder {
- public:
-  WeightBuilder(Backend& backend, LlavaVisionWeights& weights)
-      : backend_(backend), weights_(weights) {}
-
-  // A tensor of shape dims filled from `name` stored as `stored` (dims when empty); a fused
-  // weight's parts come from several names (add_part).
-  Result<Tensor> add(const std::string& name, std::vector<int64_t> dims,
-                     std::vector<int64_t> stored = {}, bool gain = false) {
-    Tensor probe;
-    probe.dtype = backend_.activation_dtype();
-    probe.rank = static_cast<int>(dims.size());
-    for (size_t i = 0; i < dims.size(); ++i) probe.shape[i] = dims[i];
-    auto buffer = backend_.alloc(probe.bytes(), MemoryTag::kWeights);
-    if (!buffer.ok()) return buffer.error();
-    probe.data = buffer->data();
-    weights_.bytes += static_cast<int64_t>(buffer->bytes());
-    weights_.storage.push_back(std::move(*buffer));
-    if (!name.empty()) slots_.push_back(Slot{name, stored.empty() ? dims : stored, probe, gain});
-    return probe;
-  }
-  void add_part(const std::string& name, std::vector<int64_t> shape, Tensor dst) {
-    slots_.push_back(Slot{name, std::move(shape), dst, false});
-  }
-  const std::vector<Slot>& slots() const { return slots_; }
-
- private:
-  Backend& backend_;
-  LlavaVisionWeights& weights_;
-  std::vector<Slot> slots_;
-};
+using detail::WeightSlot;
 
 // Allocates every weight and lists where each checkpoint tensor goes.
-Result<std::vector<Slot>> build(Backend& backend, const LlavaConfig& config,
-                                LlavaTensorLayout layout, LlavaVisionWeights& w) {
+Result<std::vector<WeightSlot>> build(Backend& backend, const LlavaConfig& config,
+                                      LlavaTensorLayout layout, LlavaVisionWeights& w) {
   const Prefixes names = prefixes(layout);
   const ClipVisionConfig& v = config.vision;
   const int64_t d = v.hidden_size, f = v.intermediate_size, p = v.patch_size_px;
   const int64_t dt = config.text_hidden_size, positions = v.patches_per_image() + 1;
   const std::string e = names.tower + "embeddings.";
-  WeightBuilder b(backend, w);
+  detail::VisionWeightBuilder b(backend, w.storage, w.bytes);
   Status status = Ok{};
   auto take = [&](Result<Tensor> r, Tensor& into) {
     if (!r.ok() && status.ok()) status = r.error();
@@ -200,20 +163,8 @@ Result<LlavaVisionWeights> load_llava_vision_weights(Backend& backend,
   LlavaVisionWeights weights;
   auto slots = build(backend, config, layout, weights);
   if (!slots.ok()) return slots.error();
-  for (const Slot& slot : *slots) {
-    if (!checkpoint.contains(slot.name)) {
-      return user_error("the checkpoint has no " + slot.name + " " + shape_string(slot.shape) +
-                        ", which the LLaVA vision tower reads; a LlavaForConditionalGeneration "
-                        "checkpoint saved by transformers 5 names it so");
-    }
-    auto ref = checkpoint.get(slot.name);
-    if (!ref.ok()) return ref.error();
-    if (ref->shape != slot.shape) {
-      return user_error(slot.name + " is " + shape_string(ref->shape) + " in the checkpoint, " +
-                        shape_string(slot.shape) + " by config.json's vision_config");
-    }
-    backend.copy_from_host(slot.dst, ref->data, ref->dtype);
-  }
+  IB_TRY(detail::load_slots(backend, checkpoint, *slots, "the LLaVA vision tower",
+                            "a LlavaForConditionalGeneration checkpoint saved by transformers 5"));
   return weights;
 }
 
@@ -222,11 +173,7 @@ Result<LlavaVisionWeights> random_llava_vision_weights(Backend& backend, const L
   LlavaVisionWeights weights;
   auto slots = build(backend, config, LlavaTensorLayout::kTransformers5, weights);
   if (!slots.ok()) return slots.error();
-  uint64_t stream = 0;
-  for (const Slot& slot : *slots) {
-    backend.fill_uniform(slot.dst, seed, stream++, slot.gain ? 0.1f : scale);
-    if (slot.gain) backend.affine(slot.dst, 1.0f, 1.0f);
-  }
+  detail::seed_slots(backend, *slots, seed, scale);
   return weights;
 }
 
