@@ -267,8 +267,9 @@ TEST(Qwen2VlVisionTower, MatchesTheDoubleReferenceOverImagesOfTwoSizes) {
   const std::vector<std::array<int64_t, 3>> grids = {{1, 6, 10}, {1, 4, 2}, {2, 2, 2}};
   Rng rng(9);
   std::vector<float> pixels = seeded(rng, (60 + 8 + 8) * c.vision.patch_values(), 0, 2.0f);
-  Buffer buffer = *backend.alloc(static_cast<size_t>(19 * 64 * 4), MemoryTag::kActivations);
-  const Tensor out = buffer.view(DType::kF32, {19, 64});
+  auto buffer = backend.alloc(static_cast<size_t>(19 * 64 * 4), MemoryTag::kActivations);
+  ASSERT_TRUE(buffer.ok());
+  const Tensor out = buffer->view(DType::kF32, {19, 64});
   ASSERT_TRUE(encode_qwen2vl_images(backend, *weights, c, pixels, grids, out).ok());
   std::vector<float> got(19 * 64);
   backend.copy_to_host(out, got.data());

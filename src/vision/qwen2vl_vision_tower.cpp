@@ -216,13 +216,13 @@ Status encode_qwen2vl_images(Backend& backend, const Qwen2VlVisionWeights& w,
     scratch.push_back(std::move(*buffer));
     return scratch.back().view(act, dims);
   };
-  IB_ASSIGN_OR_RETURN(const Tensor patches, alloc({n, k}));  // (N, K)
-  IB_ASSIGN_OR_RETURN(const Tensor h, alloc({n, d}));        // (N, D): the residual stream
-  IB_ASSIGN_OR_RETURN(const Tensor x, alloc({n, d}));        // (N, D): normed input, attention out
-  IB_ASSIGN_OR_RETURN(const Tensor tmp, alloc({n, d}));      // (N, D): proj and fc2 outputs
-  IB_ASSIGN_OR_RETURN(const Tensor qkv, alloc({n, 3 * d}));  // (N, 3D)
-  IB_ASSIGN_OR_RETURN(const Tensor mlp, alloc({n, f}));      // (N, F)
-  IB_ASSIGN_OR_RETURN(const Tensor merged, alloc({n / v.merge_units(), md}));  // (N / M, M D)
+  IB_ASSIGN_OR_RETURN(const Tensor patches, (alloc({n, k})));  // (N, K)
+  IB_ASSIGN_OR_RETURN(const Tensor h, (alloc({n, d})));        // (N, D): the residual stream
+  IB_ASSIGN_OR_RETURN(const Tensor x, (alloc({n, d})));    // (N, D): normed input, attention out
+  IB_ASSIGN_OR_RETURN(const Tensor tmp, (alloc({n, d})));  // (N, D): proj and fc2 outputs
+  IB_ASSIGN_OR_RETURN(const Tensor qkv, (alloc({n, 3 * d})));                    // (N, 3D)
+  IB_ASSIGN_OR_RETURN(const Tensor mlp, (alloc({n, f})));                        // (N, F)
+  IB_ASSIGN_OR_RETURN(const Tensor merged, (alloc({n / v.merge_units(), md})));  // (N / M, M D)
   backend.copy_from_host(patches, pixel_values.data(), DType::kF32);
   backend.matmul(patches, w.patch, nullptr, h);
   std::vector<float> host_qkv(static_cast<size_t>(n * 3 * d));
