@@ -8,7 +8,6 @@
 // JSON line (grid, tokens, prompt length). tools/compare_qwen2vl.py compares both with
 // transformers. Exit 2 on a user error.
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,19 +15,13 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/fs.h"
 #include "model/hf_config.h"
+#include "tool_io.h"
 #include "vision/qwen2vl_encoder.h"
 
 namespace {
 
 int fail(const ib::Error& error) {
-  std::fprintf(stderr, "qwen2vl_logits: %s\n", error.message.c_str());
-  return error.kind == ib::ErrorKind::kUser ? 2 : 1;
-}
-
-bool write_floats(const std::string& path, const float* data, size_t count) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * 4));
-  return static_cast<bool>(out);
+  return ib::vision_tool::fail("qwen2vl_logits", error);
 }
 
 ib::Result<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -64,15 +57,14 @@ int main(int argc, char** argv) {
   if (!backend_kind.ok()) return fail(backend_kind.error());
   auto ids = parse_ids(argv[4]);
   if (!ids.ok()) return fail(ids.error());
-  auto bytes = ib::read_file(argv[2]);
-  if (!bytes.ok()) return fail(bytes.error());
-  auto image = ib::decode_image(
-      std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()), {});
-  if (!image.ok()) return fail(ib::user_error(std::string(argv[2]) + ": " + image.error().message));
+  auto image = ib::vision_tool::read_image(argv[2]);
+  if (!image.ok()) return fail(image.error());
   auto pixels = ib::preprocess_qwen2vl(*image, files->preprocess, *backend_kind);
   if (!pixels.ok()) return fail(pixels.error());
-  if (!write_floats(prefix + ".pixels.f32", pixels->values.data(), pixels->values.size())) {
-    return fail(ib::runtime_error("cannot write " + prefix + ".pixels.f32"));
+  if (auto s = ib::vision_tool::write_floats(prefix + ".pixels.f32", pixels->values.data(),
+                                             pixels->values.size());
+      !s.ok()) {
+    return fail(s.error());
   }
   const auto grid = pixels->grid_thw;
   const int64_t tokens = pixels->tokens(files->config.vision.spatial_merge_size);
@@ -119,8 +111,9 @@ int main(int argc, char** argv) {
     return fail(ib::runtime_error("the engine returned " + std::to_string(logits.size()) +
                                   " prompt logits for " + std::to_string(len) + " positions"));
   }
-  if (!write_floats(prefix + ".logits.f32", logits.data(), logits.size())) {
-    return fail(ib::runtime_error("cannot write " + prefix + ".logits.f32"));
+  if (auto s = ib::vision_tool::write_floats(prefix + ".logits.f32", logits.data(), logits.size());
+      !s.ok()) {
+    return fail(s.error());
   }
   std::printf(
       "{\"grid\": [%lld, %lld, %lld], \"visual_tokens\": %lld, \"prompt_len\": %zu, "
