@@ -68,6 +68,7 @@ class LanguageModelView final : public SafetensorsCheckpoint {
 std::string language_model_name(const std::string& checkpoint_name, ViewLayout layout) {
   for (const auto& [from, to] : rules(layout)) {
     if (checkpoint_name.starts_with(from)) {
+      if (to.empty()) return "";  // not the language model's
       return std::string(to) + checkpoint_name.substr(from.size());
     }
   }
