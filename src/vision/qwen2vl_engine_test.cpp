@@ -340,6 +340,45 @@ TEST(Qwen2VlEngine, TextOnlyRequestsTakeSequentialPositions) {
   std::filesystem::remove_all(m.dir);
 }
 
+// The language model's config in the published files' layout (text fields at the top level,
+// rope_scaling "mrope") and in transformers 5's (text_config with rope_parameters).
+TEST(Qwen2VlEngine, ReadsBothConfigLayouts) {
+  auto flat = parse_hf_config(R"({
+    "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
+    "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+    "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
+    "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+    "vision_config": {"depth": 32, "embed_dim": 1280, "hidden_size": 1536, "num_heads": 16}})",
+                              "qwen2-vl-2b");
+  ASSERT_TRUE(flat.ok()) << flat.error().message;
+  EXPECT_TRUE(is_qwen2vl(*flat));
+  EXPECT_EQ(flat->family, "qwen2_vl");
+  EXPECT_EQ(flat->hidden_size, 1536);
+  EXPECT_EQ(flat->num_layers, 28);
+  EXPECT_EQ(flat->head_dim, 128);
+  EXPECT_TRUE(flat->attention_bias);
+  EXPECT_TRUE(flat->tie_word_embeddings);
+  EXPECT_EQ(flat->rope_theta, 1e6);
+  EXPECT_EQ(flat->rope_scaling.type, "none");
+  EXPECT_EQ(flat->mrope_section, (std::vector<int>{16, 24, 24}));
+  EXPECT_TRUE(flat->check_supported().ok());
+  auto v5 = parse_hf_config(R"({
+    "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
+    "text_config": {"model_type": "qwen2_vl_text", "hidden_size": 64, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 128,
+                    "rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3],
+                                        "rope_theta": 5000.0}},
+    "vision_config": {"hidden_size": 64}})",
+                            "tiny-v5");
+  ASSERT_TRUE(v5.ok()) << v5.error().message;
+  EXPECT_EQ(v5->intermediate_size, 29568);  // Qwen2VLTextConfig's default
+  EXPECT_EQ(v5->rope_theta, 5000.0);
+  EXPECT_EQ(v5->rms_norm_eps, 1e-5);
+  EXPECT_EQ(v5->mrope_section, (std::vector<int>{2, 3, 3}));
+}
+
 TEST(Qwen2VlEngine, BadInputGetsClearErrors) {
   {
     const TinyQwen2Vl m =
