@@ -28,6 +28,9 @@ import torch
 import transformers
 from PIL import Image
 
+from compare_pixel_values import processors  # tools/: this script's folder
+from hf_models import ieee_fp32, load_fp32, randomize
+
 IMAGE_TOKEN, VIDEO_TOKEN, VISION_START, VISION_END = 300, 301, 302, 303
 VOCAB = 320
 PREPROCESSOR = {
@@ -64,7 +67,7 @@ def tiny_config():
     """transformers 5 (and late 4.x) take text_config; earlier 4.x read the text fields flat."""
     try:
         config = transformers.Qwen2VLConfig(text_config=dict(TEXT), vision_config=dict(VISION),
-                                            **TOKENS)
+                                            tie_word_embeddings=False, **TOKENS)
         if getattr(config, "text_config", None) is None or \
                 config.text_config.hidden_size != TEXT["hidden_size"]:
             raise TypeError("text_config not taken")
@@ -74,54 +77,6 @@ def tiny_config():
         raise SystemExit(f"transformers {transformers.__version__} built the tiny config without "
                          f"mrope_section [2, 3, 3] (got {mrope_section(config)})")
     return config
-
-
-def randomize(model, seed):
-    """Weights larger than HF's init so that every layer matters (tools/hf_models.py's rule)."""
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if ("norm" in name or "ln_q" in name) and name.endswith("weight"):
-                p.uniform_(0.8, 1.2)
-            elif p.dim() >= 2:
-                std = 1.0 if "embed_tokens" in name else p[0].numel() ** -0.5
-                p.normal_(0.0, std)
-            else:
-                p.uniform_(-0.1, 0.1)
-
-
-def load_fp32(path):
-    cls = transformers.Qwen2VLForConditionalGeneration
-    kwargs = dict(attn_implementation="eager")
-    try:
-        return cls.from_pretrained(path, dtype=torch.float32, **kwargs).eval()
-    except TypeError:
-        return cls.from_pretrained(path, torch_dtype=torch.float32, **kwargs).eval()
-
-
-def processors():
-    """(backend name for qwen2vl_logits, processor, class name) for each Qwen2-VL image
-    processor class this transformers has and can build."""
-    found = []
-    config = {k: v for k, v in PREPROCESSOR.items() if k != "image_processor_type"}
-    for cls_name in ["Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast",
-                     "Qwen2VLImageProcessorPil"]:
-        cls = getattr(transformers, cls_name, None)
-        if cls is None:
-            continue
-        try:
-            proc = cls(**config)
-        except Exception as e:  # an unavailable backend (no torchvision)
-            print(f"{cls_name}: not usable here ({e})")
-            continue
-        backend = getattr(proc, "backend", None)
-        if backend is None:  # transformers 4: the Fast class is torchvision's, the other PIL's
-            backend = "torchvision" if cls_name.endswith("Fast") else "pil"
-        backend = "pil" if "pil" in str(backend).lower() else "torchvision"
-        if any(b == backend for b, _, _ in found):
-            continue  # an alias of a class already listed
-        found.append((backend, proc, cls_name))
-    return found
 
 
 def main():
@@ -135,9 +90,7 @@ def main():
     if not os.access(args.tool, os.X_OK):
         print(f"--tool {args.tool} is not an executable; build the qwen2vl_logits target")
         return 2
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    ieee_fp32()
     model_dir = os.path.join(args.out, "qwen2vl-tiny")
     os.makedirs(model_dir, exist_ok=True)
     torch.manual_seed(args.seed)
@@ -153,10 +106,15 @@ def main():
             with safe_open(os.path.join(model_dir, name), "pt") as f:
                 saved += list(f.keys())
     saved.sort()
+    if "lm_head.weight" not in saved:  # inferbench would read the model as untied
+        raise SystemExit("transformers saved no lm_head.weight for an untied tiny model: "
+                         f"{saved[:4]}...")
     vision_names = [n for n in saved if "visual" in n]
     print("saved tensors like:", vision_names[:2], [n for n in saved if "layers.0." in n][:2],
           f"({len(saved)} in all)")
-    ref = load_fp32(model_dir)  # from the saved files, as inferbench reads them
+    # From the saved files, as inferbench reads them; eager attention: plain softmax in fp32.
+    ref = load_fp32(transformers.Qwen2VLForConditionalGeneration, model_dir,
+                    attn_implementation="eager")
     rng = np.random.default_rng(args.seed)
     image_path = os.path.join(args.out, "qwen2vl_tiny_input.png")
     base = np.linspace(0, 255, 150)[None, :, None] * 0.5 + rng.integers(0, 128, (100, 150, 3))
@@ -164,7 +122,12 @@ def main():
     image = Image.open(image_path).convert("RGB")
     before, after = [5, 17, 42], [9, 77, 11, 200]
     rows, ok = [], True
-    for backend, proc, cls_name in processors():
+    config = {k: v for k, v in PREPROCESSOR.items() if k != "image_processor_type"}
+    seen = set()
+    for backend, proc, cls_name in processors(config, family="Qwen2VL"):
+        if backend in seen:  # an alias of a class already compared
+            continue
+        seen.add(backend)
         out = proc(images=image, return_tensors="pt")
         pixel_values = out["pixel_values"].float()
         grid = out["image_grid_thw"]

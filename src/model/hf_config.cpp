@@ -269,6 +269,9 @@ Result<ModelConfig> read_qwen2vl_text_config(const Json& root, const std::string
   for (const auto& [key, value] : fields.items()) {
     if (key != "vision_config" && key != "text_config") merged[key] = value;
   }
+  if (!fields.contains("tie_word_embeddings") && root.contains("tie_word_embeddings")) {
+    merged["tie_word_embeddings"] = root["tie_word_embeddings"];  // kept at the top level
+  }
   merged["architectures"] = Json::array({"Qwen2ForCausalLM"});
   merged["model_type"] = "qwen2";
   const std::string text_where = where + (text != root.end() ? " text_config" : "");

@@ -35,48 +35,43 @@ Result<std::vector<WeightSlot>> build(Backend& backend, const LlavaConfig& confi
   const int64_t dt = config.text_hidden_size, positions = v.patches_per_image() + 1;
   const std::string e = names.tower + "embeddings.";
   detail::VisionWeightBuilder b(backend, w.storage, w.bytes);
-  Status status = Ok{};
-  auto take = [&](Result<Tensor> r, Tensor& into) {
-    if (!r.ok() && status.ok()) status = r.error();
-    if (r.ok()) into = *r;
-  };
-  take(b.add(e + "patch_embedding.weight", {d, 3 * p * p}, {d, 3, p, p}), w.patch);
-  take(b.add(e + "class_embedding", {d}), w.class_embedding);
-  take(b.add(e + "position_embedding.weight", {positions, d}), w.position);
-  take(b.add(names.tower + "pre_layrnorm.weight", {d}, {}, true), w.pre_ln_weight);
-  take(b.add(names.tower + "pre_layrnorm.bias", {d}), w.pre_ln_bias);
+  b.add_into(w.patch, e + "patch_embedding.weight", {d, 3 * p * p}, {d, 3, p, p});
+  b.add_into(w.class_embedding, e + "class_embedding", {d});
+  b.add_into(w.position, e + "position_embedding.weight", {positions, d});
+  b.add_into(w.pre_ln_weight, names.tower + "pre_layrnorm.weight", {d}, {}, true);
+  b.add_into(w.pre_ln_bias, names.tower + "pre_layrnorm.bias", {d});
   w.layers.resize(static_cast<size_t>(config.layers_to_run()));
-  for (size_t i = 0; i < w.layers.size() && status.ok(); ++i) {
+  for (size_t i = 0; i < w.layers.size() && b.status().ok(); ++i) {
     const std::string l = names.tower + "encoder.layers." + std::to_string(i) + ".";
     ClipEncoderLayer& layer = w.layers[i];
-    take(b.add(l + "layer_norm1.weight", {d}, {}, true), layer.ln1_weight);
-    take(b.add(l + "layer_norm1.bias", {d}), layer.ln1_bias);
-    take(b.add("", {3 * d, d}), layer.qkv);
-    take(b.add("", {3 * d}), layer.qkv_bias);
-    if (!status.ok()) break;
+    b.add_into(layer.ln1_weight, l + "layer_norm1.weight", {d}, {}, true);
+    b.add_into(layer.ln1_bias, l + "layer_norm1.bias", {d});
+    b.add_into(layer.qkv, "", {3 * d, d});
+    b.add_into(layer.qkv_bias, "", {3 * d});
+    if (!b.status().ok()) break;
     const char* parts[] = {"q_proj", "k_proj", "v_proj"};
     for (int64_t j = 0; j < 3; ++j) {
       const std::string a = l + "self_attn." + parts[j];
       b.add_part(a + ".weight", {d, d}, layer.qkv.slice_rows(j * d, d));
       b.add_part(a + ".bias", {d}, layer.qkv_bias.slice_rows(j * d, d));
     }
-    take(b.add(l + "self_attn.out_proj.weight", {d, d}), layer.o);
-    take(b.add(l + "self_attn.out_proj.bias", {d}), layer.o_bias);
-    take(b.add(l + "layer_norm2.weight", {d}, {}, true), layer.ln2_weight);
-    take(b.add(l + "layer_norm2.bias", {d}), layer.ln2_bias);
-    take(b.add(l + "mlp.fc1.weight", {f, d}), layer.fc1);
-    take(b.add(l + "mlp.fc1.bias", {f}), layer.fc1_bias);
-    take(b.add(l + "mlp.fc2.weight", {d, f}), layer.fc2);
-    take(b.add(l + "mlp.fc2.bias", {d}), layer.fc2_bias);
+    b.add_into(layer.o, l + "self_attn.out_proj.weight", {d, d});
+    b.add_into(layer.o_bias, l + "self_attn.out_proj.bias", {d});
+    b.add_into(layer.ln2_weight, l + "layer_norm2.weight", {d}, {}, true);
+    b.add_into(layer.ln2_bias, l + "layer_norm2.bias", {d});
+    b.add_into(layer.fc1, l + "mlp.fc1.weight", {f, d});
+    b.add_into(layer.fc1_bias, l + "mlp.fc1.bias", {f});
+    b.add_into(layer.fc2, l + "mlp.fc2.weight", {d, f});
+    b.add_into(layer.fc2_bias, l + "mlp.fc2.bias", {d});
   }
   const std::string& pr = names.projector;
-  take(b.add(pr + "linear_1.weight", {dt, d}), w.proj1);
-  take(b.add(pr + "linear_2.weight", {dt, dt}), w.proj2);
+  b.add_into(w.proj1, pr + "linear_1.weight", {dt, d});
+  b.add_into(w.proj2, pr + "linear_2.weight", {dt, dt});
   if (config.projector_bias) {
-    take(b.add(pr + "linear_1.bias", {dt}), w.proj1_bias);
-    take(b.add(pr + "linear_2.bias", {dt}), w.proj2_bias);
+    b.add_into(w.proj1_bias, pr + "linear_1.bias", {dt});
+    b.add_into(w.proj2_bias, pr + "linear_2.bias", {dt});
   }
-  if (!status.ok()) return status.error();
+  if (!b.status().ok()) return b.status().error();
   return b.slots();
 }
 

@@ -28,6 +28,7 @@
 #include "model/safetensors.h"
 #include "vision/llava_encoder.h"
 #include "vision/llava_test_support.h"
+#include "vision/vlm_test_support.h"
 
 namespace ib {
 namespace {
@@ -55,17 +56,8 @@ struct TinyLlava {
   testing::HostWeights text;       // the language model, for the reference
 };
 
-std::vector<float> seeded(Rng& rng, int64_t n, float center, float scale) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = center + scale * static_cast<float>(rng.uniform() * 2 - 1);
-  return v;
-}
-
-std::string bytes_of(const std::vector<float>& v) {
-  std::string b(v.size() * sizeof(float), '\0');
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
+using vlm_test::bytes_of;
+using vlm_test::max_abs_diff;
 
 // Writes config.json and model.safetensors; legacy: llava-hf's names (language_model.model.,
 // language_model.lm_head., vision_tower., multi_modal_projector.).
@@ -97,38 +89,7 @@ TinyLlava write_tiny_llava(const std::string& name, bool legacy) {
   };
   for (const auto& [n, v] : m.vision) add(n, llava_test::shape_of(n, m.llava), v);
 
-  Rng rng(77);
-  const int64_t d = 64, kv = 32, f = 128, vocab = 101;
-  const std::string lm = "model.language_model.";
-  m.text.embed = seeded(rng, vocab * d, 0, 0.5f);
-  add(lm + "embed_tokens.weight", {vocab, d}, m.text.embed);
-  for (int l = 0; l < 2; ++l) {
-    const std::string p = lm + "layers." + std::to_string(l) + ".";
-    testing::HostLayer h;
-    h.attn_norm = seeded(rng, d, 1, 0.2f);
-    h.q = seeded(rng, d * d, 0, 0.15f);
-    h.k = seeded(rng, kv * d, 0, 0.15f);
-    h.v = seeded(rng, kv * d, 0, 0.15f);
-    h.o = seeded(rng, d * d, 0, 0.15f);
-    h.ffn_norm = seeded(rng, d, 1, 0.2f);
-    h.gate = seeded(rng, f * d, 0, 0.15f);
-    h.up = seeded(rng, f * d, 0, 0.15f);
-    h.down = seeded(rng, d * f, 0, 0.1f);
-    add(p + "input_layernorm.weight", {d}, h.attn_norm);
-    add(p + "self_attn.q_proj.weight", {d, d}, h.q);
-    add(p + "self_attn.k_proj.weight", {kv, d}, h.k);
-    add(p + "self_attn.v_proj.weight", {kv, d}, h.v);
-    add(p + "self_attn.o_proj.weight", {d, d}, h.o);
-    add(p + "post_attention_layernorm.weight", {d}, h.ffn_norm);
-    add(p + "mlp.gate_proj.weight", {f, d}, h.gate);
-    add(p + "mlp.up_proj.weight", {f, d}, h.up);
-    add(p + "mlp.down_proj.weight", {d, f}, h.down);
-    m.text.layers.push_back(std::move(h));
-  }
-  m.text.final_norm = seeded(rng, d, 1, 0.2f);
-  add(lm + "norm.weight", {d}, m.text.final_norm);
-  m.text.lm_head = seeded(rng, vocab * d, 0, 0.5f);
-  add("lm_head.weight", {vocab, d}, m.text.lm_head);
+  m.text = vlm_test::tiny_text_model(vlm_test::TinyText{}, 77, add);
   IB_ASSERT(write_safetensors((m.dir / "model.safetensors").string(), tensors).ok(),
             "cannot write the tiny LLaVA");
   return m;
@@ -234,12 +195,6 @@ std::map<uint64_t, FirstToken> run(Engine& engine, int* images_encoded = nullptr
     }
   }
   return first;
-}
-
-double max_abs_diff(const std::vector<float>& got, const std::vector<double>& want) {
-  double worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-  return worst;
 }
 
 GenerationRequest request_of(uint64_t id, const Prompt& p) {

@@ -27,38 +27,33 @@ Result<std::vector<WeightSlot>> build(Backend& backend, const Qwen2VlConfig& con
   const int64_t dt = config.text_hidden_size;
   const std::string pre = prefix(layout);
   detail::VisionWeightBuilder b(backend, w.storage, w.bytes);
-  Status status = Ok{};
-  auto take = [&](Result<Tensor> r, Tensor& into) {
-    if (!r.ok() && status.ok()) status = r.error();
-    if (r.ok()) into = *r;
-  };
   const int64_t p = v.patch_size_px, tp = v.temporal_patch_size;
-  take(b.add(pre + "patch_embed.proj.weight", {d, v.patch_values()}, {d, 3, tp, p, p}), w.patch);
+  b.add_into(w.patch, pre + "patch_embed.proj.weight", {d, v.patch_values()}, {d, 3, tp, p, p});
   w.blocks.resize(static_cast<size_t>(v.depth));
-  for (size_t i = 0; i < w.blocks.size() && status.ok(); ++i) {
+  for (size_t i = 0; i < w.blocks.size() && b.status().ok(); ++i) {
     const std::string l = pre + "blocks." + std::to_string(i) + ".";
     Qwen2VlBlock& blk = w.blocks[i];
-    take(b.add(l + "norm1.weight", {d}, {}, true), blk.norm1_weight);
-    take(b.add(l + "norm1.bias", {d}), blk.norm1_bias);
-    take(b.add(l + "attn.qkv.weight", {3 * d, d}), blk.qkv);
-    take(b.add(l + "attn.qkv.bias", {3 * d}), blk.qkv_bias);
-    take(b.add(l + "attn.proj.weight", {d, d}), blk.proj);
-    take(b.add(l + "attn.proj.bias", {d}), blk.proj_bias);
-    take(b.add(l + "norm2.weight", {d}, {}, true), blk.norm2_weight);
-    take(b.add(l + "norm2.bias", {d}), blk.norm2_bias);
-    take(b.add(l + "mlp.fc1.weight", {f, d}), blk.fc1);
-    take(b.add(l + "mlp.fc1.bias", {f}), blk.fc1_bias);
-    take(b.add(l + "mlp.fc2.weight", {d, f}), blk.fc2);
-    take(b.add(l + "mlp.fc2.bias", {d}), blk.fc2_bias);
+    b.add_into(blk.norm1_weight, l + "norm1.weight", {d}, {}, true);
+    b.add_into(blk.norm1_bias, l + "norm1.bias", {d});
+    b.add_into(blk.qkv, l + "attn.qkv.weight", {3 * d, d});
+    b.add_into(blk.qkv_bias, l + "attn.qkv.bias", {3 * d});
+    b.add_into(blk.proj, l + "attn.proj.weight", {d, d});
+    b.add_into(blk.proj_bias, l + "attn.proj.bias", {d});
+    b.add_into(blk.norm2_weight, l + "norm2.weight", {d}, {}, true);
+    b.add_into(blk.norm2_bias, l + "norm2.bias", {d});
+    b.add_into(blk.fc1, l + "mlp.fc1.weight", {f, d});
+    b.add_into(blk.fc1_bias, l + "mlp.fc1.bias", {f});
+    b.add_into(blk.fc2, l + "mlp.fc2.weight", {d, f});
+    b.add_into(blk.fc2_bias, l + "mlp.fc2.bias", {d});
   }
   const std::string m = pre + "merger.";
-  take(b.add(m + "ln_q.weight", {d}, {}, true), w.ln_q_weight);
-  take(b.add(m + "ln_q.bias", {d}), w.ln_q_bias);
-  take(b.add(m + "mlp.0.weight", {md, md}), w.mlp0);
-  take(b.add(m + "mlp.0.bias", {md}), w.mlp0_bias);
-  take(b.add(m + "mlp.2.weight", {dt, md}), w.mlp2);
-  take(b.add(m + "mlp.2.bias", {dt}), w.mlp2_bias);
-  if (!status.ok()) return status.error();
+  b.add_into(w.ln_q_weight, m + "ln_q.weight", {d}, {}, true);
+  b.add_into(w.ln_q_bias, m + "ln_q.bias", {d});
+  b.add_into(w.mlp0, m + "mlp.0.weight", {md, md});
+  b.add_into(w.mlp0_bias, m + "mlp.0.bias", {md});
+  b.add_into(w.mlp2, m + "mlp.2.weight", {dt, md});
+  b.add_into(w.mlp2_bias, m + "mlp.2.bias", {dt});
+  if (!b.status().ok()) return b.status().error();
   return b.slots();
 }
 

@@ -31,16 +31,25 @@ class VisionWeightBuilder {
   // name is empty: a fused weight whose parts come from add_part).
   Result<Tensor> add(const std::string& name, std::vector<int64_t> dims,
                      std::vector<int64_t> stored = {}, bool gain = false);
+  // add() into `into`, its failure kept for status() (the first one): a schema reads as a list.
+  void add_into(Tensor& into, const std::string& name, std::vector<int64_t> dims,
+                std::vector<int64_t> stored = {}, bool gain = false) {
+    auto r = add(name, std::move(dims), std::move(stored), gain);
+    if (r.ok()) into = *r;
+    if (!r.ok() && status_.ok()) status_ = r.error();
+  }
   void add_part(const std::string& name, std::vector<int64_t> shape, Tensor dst) {
     slots_.push_back(WeightSlot{name, std::move(shape), dst, false});
   }
   const std::vector<WeightSlot>& slots() const { return slots_; }
+  const Status& status() const { return status_; }
 
  private:
   Backend& backend_;
   std::vector<Buffer>& storage_;
   int64_t& bytes_;
   std::vector<WeightSlot> slots_;
+  Status status_ = Ok{};
 };
 
 // Copies every slot from the checkpoint, which must hold it with its shape. Errors name the
