@@ -387,6 +387,11 @@ class EngineImpl final : public Engine {
   Result<int> check_mrope_positions(const GenerationRequest& request,
                                     const std::string& who) const {
     const std::vector<int32_t>& p = request.mrope_positions;
+    if (p.empty() && !request.images.empty() && !model_.mrope_section.empty()) {
+      return user_error(who + "images for model '" + model_.name +
+                        "' need its M-RoPE positions (3, prompt length); a Qwen2-VL request "
+                        "gets them from prepare_qwen2vl_request");
+    }
     if (p.empty()) return 0;
     if (model_.mrope_section.empty()) {
       return user_error(who + "3-D (M-RoPE) positions for model '" + model_.name +

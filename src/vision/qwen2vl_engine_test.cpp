@@ -392,6 +392,9 @@ TEST(Qwen2VlEngine, BadInputGetsClearErrors) {
   r = good;
   r.mrope_positions.pop_back();
   refused(r, "M-RoPE positions for a prompt");
+  r = good;
+  r.mrope_positions.clear();
+  refused(r, "need its M-RoPE positions");
   std::filesystem::remove_all(m.dir);
 }
 

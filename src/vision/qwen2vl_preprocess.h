@@ -19,8 +19,9 @@ namespace ib {
 
 // (height, width) as transformers' smart_resize: each side rounded to the nearest multiple of
 // factor (half to even, as Python's round); when the area passes max_pixels both scaled by
-// sqrt(h w / max_pixels) and floored to multiples (at least factor), when under min_pixels
-// scaled up and ceiled. User errors: a side under factor, an aspect ratio over 200.
+// sqrt(h w / max_pixels) and floored to multiples, when under min_pixels scaled up and ceiled.
+// A side floored to 0 (an extreme aspect ratio) is kept at factor, where transformers would fail
+// later. User errors: a side under factor, an aspect ratio over 200.
 Result<std::array<int64_t, 2>> qwen2vl_smart_resize(int64_t height_px, int64_t width_px,
                                                     int64_t factor_px, int64_t min_pixels,
                                                     int64_t max_pixels);
