@@ -18,6 +18,7 @@ qwen2vl.json; exit 1 on a mismatch or when nothing could be compared.
 Usage: tools/compare_qwen2vl.py --tool build/.../qwen2vl_logits --out DIR
 """
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -134,9 +135,13 @@ def main():
         tokens = int(grid.prod().item()) // 4
         input_ids = torch.tensor([before + [VISION_START] + [IMAGE_TOKEN] * tokens +
                                   [VISION_END] + after])
+        inputs = dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                      pixel_values=pixel_values, image_grid_thw=grid)
+        if "mm_token_type_ids" in inspect.signature(ref.forward).parameters:
+            # transformers 5's processors mark the image tokens (1) for get_rope_index
+            inputs["mm_token_type_ids"] = (input_ids == IMAGE_TOKEN).int()
         with torch.no_grad():
-            want = ref(input_ids=input_ids, pixel_values=pixel_values,
-                       image_grid_thw=grid).logits[0].float().numpy()
+            want = ref(**inputs).logits[0].float().numpy()
         prefix = os.path.join(args.out, f"qwen2vl_{backend}")
         prompt = ",".join(str(t) for t in before + [VISION_START, IMAGE_TOKEN, VISION_END] + after)
         run = subprocess.run([args.tool, model_dir, image_path, backend, prompt, prefix],
