@@ -406,11 +406,6 @@ class EngineImpl final : public Engine {
       return user_error(who + "a negative M-RoPE position");
     }
     const int64_t max_pos = *std::max_element(p.begin(), p.end());
-    if (max_pos + 1 + request.max_tokens > config_.max_model_len) {
-      return user_error(who + "M-RoPE positions up to " + std::to_string(max_pos) +
-                        " leave no room for max_tokens within max_model_len " +
-                        std::to_string(config_.max_model_len));
-    }
     return static_cast<int>(max_pos + 1 - static_cast<int64_t>(len));
   }
 

@@ -208,7 +208,9 @@ class Engine {
   // max_model_len or beyond what the KV pool can ever hold, token ids outside the vocabulary,
   // prompt_logits_from outside [-1, prompt length), images without a vision encoder, of the wrong
   // size, out of order or not on image_token_id placeholders (and, with images, placeholders
-  // left without one; a text-only request may hold the image token id).
+  // left without one; a text-only request may hold the image token id); mrope_positions not
+  // (3, prompt length), negative, for a model without mrope_section, or missing where images go
+  // to a model with one.
   virtual Status add_request(GenerationRequest request) = 0;
   // Finishes a request early (kAborted event on the next step) and frees its KV blocks.
   virtual void abort_request(uint64_t id) = 0;
