@@ -91,8 +91,9 @@ struct Loaded {
   Qwen2VlPreprocessConfig preprocess;
 };
 
-// Loads the checkpoint as the CLI does; chunk: --max-num-batched-tokens.
-Result<Loaded> load(const TinyQwen2Vl& m, int chunk) {
+// Loads the checkpoint as the CLI does; chunk: --max-num-batched-tokens; kv_blocks: a pool of
+// that many 16-token blocks (0: sized from the memory given).
+Result<Loaded> load(const TinyQwen2Vl& m, int chunk, int kv_blocks = 0) {
   Loaded out;
   std::ifstream in(m.dir / "config.json");
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -104,8 +105,9 @@ Result<Loaded> load(const TinyQwen2Vl& m, int chunk) {
   config.capture_logits = true;
   config.max_num_batched_tokens = chunk;
   config.max_num_seqs = 4;
-  config.max_model_len = 256;
+  config.max_model_len = kv_blocks > 0 ? kv_blocks * 16 : 256;
   config.cpu_kv_cache_bytes = 8 << 20;
+  config.num_kv_blocks = kv_blocks;
   IB_ASSIGN_OR_RETURN(out.engine, create_engine(out.model, weights, config, *out.backend));
   IB_ASSIGN_OR_RETURN(const Qwen2VlModelFiles files, read_qwen2vl_files(m.dir.string()));
   out.preprocess = files.preprocess;
@@ -270,6 +272,29 @@ TEST(Qwen2VlEngine, LogitsMatchTheDoubleReferenceOfTheWholeModel) {
     }
     std::filesystem::remove_all(m.dir);
   }
+}
+
+// A pool too small for both requests: one is preempted and recomputes its prompt and generated
+// tokens (those at index + max + 1 - length); the tokens are the unpreempted run's.
+TEST(Qwen2VlEngine, APreemptedRequestRecomputesItsPositions) {
+  const TinyQwen2Vl m = write_tiny("ib_qwen2vl_preempt", false);
+  std::vector<std::map<uint64_t, Tokens>> runs;
+  for (const int blocks : {0, 5}) {
+    auto l = load(m, 8, blocks);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    for (const int id : {1, 2}) {
+      GenerationRequest r = make_request(m, l->preprocess, static_cast<uint64_t>(id), id);
+      r.max_tokens = 20;  // 42 and 51 tokens: 7 blocks at the end, 5 in the pool
+      ASSERT_TRUE(l->engine->add_request(std::move(r)).ok());
+    }
+    runs.push_back(run(*l->engine));
+    EXPECT_EQ(l->engine->stats().preemptions > 0, blocks > 0);
+  }
+  for (const uint64_t id : {1, 2}) {
+    ASSERT_EQ(runs[1].at(id).tokens.size(), 20u);
+    EXPECT_EQ(runs[1].at(id).tokens, runs[0].at(id).tokens) << "request " << id;
+  }
+  std::filesystem::remove_all(m.dir);
 }
 
 TEST(Qwen2VlEngine, TextOnlyRequestsTakeSequentialPositions) {
