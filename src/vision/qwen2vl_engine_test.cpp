@@ -95,20 +95,8 @@ struct Loaded {
 // that many 16-token blocks (0: sized from the memory given).
 Result<Loaded> load(const TinyQwen2Vl& m, int chunk, int kv_blocks = 0) {
   Loaded out;
-  std::ifstream in(m.dir / "config.json");
-  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  IB_ASSIGN_OR_RETURN(out.model, parse_hf_config(json, m.dir.string()));
-  WeightOptions weights;
-  weights.format = LoadFormat::kSafetensors;
-  weights.path = m.dir.string();
-  EngineConfig config;
-  config.capture_logits = true;
-  config.max_num_batched_tokens = chunk;
-  config.max_num_seqs = 4;
-  config.max_model_len = kv_blocks > 0 ? kv_blocks * 16 : 256;
-  config.cpu_kv_cache_bytes = 8 << 20;
-  config.num_kv_blocks = kv_blocks;
-  IB_ASSIGN_OR_RETURN(out.engine, create_engine(out.model, weights, config, *out.backend));
+  IB_ASSIGN_OR_RETURN(out.engine, vlm_test::load_engine(m.dir.string(), *out.backend, chunk,
+                                                        kv_blocks, 256, out.model));
   IB_ASSIGN_OR_RETURN(const Qwen2VlModelFiles files, read_qwen2vl_files(m.dir.string()));
   out.preprocess = files.preprocess;
   IB_ASSIGN_OR_RETURN(auto encoder,

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/fs.h"
+#include "model/hf_config.h"
+
 namespace ib::vlm_test {
 
 std::vector<float> seeded(Rng& rng, int64_t n, float center, float scale) {
@@ -68,6 +71,23 @@ testing::HostWeights tiny_text_model(const TinyText& n, uint64_t seed, const Add
   text.lm_head = seeded(rng, n.vocab * d, 0, 0.5f);
   add("lm_head.weight", {n.vocab, d}, text.lm_head);
   return text;
+}
+
+Result<std::unique_ptr<Engine>> load_engine(const std::string& dir, Backend& backend, int chunk,
+                                            int kv_blocks, int max_len, ModelConfig& model) {
+  IB_ASSIGN_OR_RETURN(const std::string json, read_file(dir + "/config.json"));
+  IB_ASSIGN_OR_RETURN(model, parse_hf_config(json, dir));
+  WeightOptions weights;
+  weights.format = LoadFormat::kSafetensors;
+  weights.path = dir;
+  EngineConfig config;
+  config.capture_logits = true;
+  config.max_num_batched_tokens = chunk;
+  config.max_num_seqs = 4;
+  config.max_model_len = kv_blocks > 0 ? kv_blocks * 16 : max_len;
+  config.cpu_kv_cache_bytes = 8 << 20;
+  config.num_kv_blocks = kv_blocks;
+  return create_engine(model, weights, config, backend);
 }
 
 }  // namespace ib::vlm_test

@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
 #include "engine/detail/reference_model.h"
+#include "engine/engine.h"
 
 namespace ib::vlm_test {
 
@@ -30,5 +32,11 @@ struct TinyText {
 using AddTensor =
     std::function<void(const std::string&, std::vector<int64_t>, const std::vector<float>&)>;
 testing::HostWeights tiny_text_model(const TinyText& dims, uint64_t seed, const AddTensor& add);
+
+// The engine of a checkpoint directory as the CLI builds it: config.json through
+// parse_hf_config (into model), the safetensors weights, logits captured, chunk tokens a step,
+// 4 sequences, a pool of kv_blocks 16-token blocks (0: from 8 MiB, max_model_len max_len).
+Result<std::unique_ptr<Engine>> load_engine(const std::string& dir, Backend& backend, int chunk,
+                                            int kv_blocks, int max_len, ModelConfig& model);
 
 }  // namespace ib::vlm_test
