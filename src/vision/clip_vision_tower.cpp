@@ -132,18 +132,16 @@ std::vector<VisionTensorName> llava_vision_schema(const LlavaConfig& config,
 Result<LlavaVisionWeights> load_llava_vision_weights(Backend& backend,
                                                      const SafetensorsCheckpoint& checkpoint,
                                                      const LlavaConfig& config) {
-  LlavaTensorLayout layout = LlavaTensorLayout::kTransformers5;
   const std::string probe = "embeddings.class_embedding";
-  if (!checkpoint.contains(prefixes(layout).tower + probe)) {
-    layout = LlavaTensorLayout::kLegacy;
-    if (!checkpoint.contains(prefixes(layout).tower + probe)) {
-      return user_error("the checkpoint has neither " +
-                        prefixes(LlavaTensorLayout::kTransformers5).tower + probe + " nor " +
-                        prefixes(layout).tower + probe +
-                        ": no LLaVA CLIP vision tower (is it a LlavaForConditionalGeneration "
-                        "checkpoint?)");
-    }
-  }
+  IB_ASSIGN_OR_RETURN(
+      const bool legacy,
+      detail::older_layout(checkpoint,
+                           {prefixes(LlavaTensorLayout::kTransformers5).tower + probe,
+                            prefixes(LlavaTensorLayout::kLegacy).tower + probe},
+                           "no LLaVA CLIP vision tower (is it a LlavaForConditionalGeneration "
+                           "checkpoint?)"));
+  const LlavaTensorLayout layout =
+      legacy ? LlavaTensorLayout::kLegacy : LlavaTensorLayout::kTransformers5;
   const Prefixes names = prefixes(layout);
   std::set<std::string> known;
   for (const auto& n : llava_vision_schema(config, layout)) known.insert(n.name);

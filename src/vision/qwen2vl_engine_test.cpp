@@ -355,6 +355,17 @@ TEST(Qwen2VlEngine, BadInputGetsClearErrors) {
     std::filesystem::remove_all(m.dir);
   }
   {
+    const TinyQwen2Vl m =
+        write_tiny("ib_qwen2vl_no_tower", false, "model.visual.patch_embed.proj.weight");
+    auto l = load(m, 64);
+    ASSERT_FALSE(l.ok());
+    EXPECT_NE(l.error().message.find("neither model.visual.patch_embed.proj.weight nor "
+                                     "visual.patch_embed.proj.weight: no Qwen2-VL vision tower"),
+              std::string::npos)
+        << l.error().message;
+    std::filesystem::remove_all(m.dir);
+  }
+  {
     const TinyQwen2Vl m = write_tiny("ib_qwen2vl_extra", true, "", "visual.blocks.2.norm1.bias");
     auto l = load(m, 64);
     ASSERT_FALSE(l.ok());

@@ -127,18 +127,16 @@ std::vector<VisionTensorName> qwen2vl_vision_schema(const Qwen2VlConfig& config,
 Result<Qwen2VlVisionWeights> load_qwen2vl_vision_weights(Backend& backend,
                                                          const SafetensorsCheckpoint& checkpoint,
                                                          const Qwen2VlConfig& config) {
-  Qwen2VlTensorLayout layout = Qwen2VlTensorLayout::kTransformers5;
   const std::string probe = "patch_embed.proj.weight";
-  if (!checkpoint.contains(prefix(layout) + probe)) {
-    layout = Qwen2VlTensorLayout::kPublished;
-    if (!checkpoint.contains(prefix(layout) + probe)) {
-      return user_error("the checkpoint has neither " +
-                        prefix(Qwen2VlTensorLayout::kTransformers5) + probe + " nor " +
-                        prefix(layout) + probe +
-                        ": no Qwen2-VL vision tower (is it a Qwen2VLForConditionalGeneration "
-                        "checkpoint?)");
-    }
-  }
+  IB_ASSIGN_OR_RETURN(
+      const bool published,
+      detail::older_layout(checkpoint,
+                           {prefix(Qwen2VlTensorLayout::kTransformers5) + probe,
+                            prefix(Qwen2VlTensorLayout::kPublished) + probe},
+                           "no Qwen2-VL vision tower (is it a Qwen2VLForConditionalGeneration "
+                           "checkpoint?)"));
+  const Qwen2VlTensorLayout layout =
+      published ? Qwen2VlTensorLayout::kPublished : Qwen2VlTensorLayout::kTransformers5;
   const std::string pre = prefix(layout);
   std::set<std::string> known;
   for (const auto& n : qwen2vl_vision_schema(config, layout)) known.insert(n.name);

@@ -39,6 +39,14 @@ Status load_slots(Backend& backend, const SafetensorsCheckpoint& checkpoint,
   return Ok{};
 }
 
+Result<bool> older_layout(const SafetensorsCheckpoint& checkpoint,
+                          const std::array<std::string, 2>& names, std::string_view what) {
+  if (checkpoint.contains(names[0])) return false;
+  if (checkpoint.contains(names[1])) return true;
+  return user_error("the checkpoint has neither " + names[0] + " nor " + names[1] + ": " +
+                    std::string(what));
+}
+
 void seed_slots(Backend& backend, const std::vector<WeightSlot>& slots, uint64_t seed,
                 float scale) {
   uint64_t stream = 0;

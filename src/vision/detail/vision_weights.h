@@ -3,6 +3,7 @@
 // seeded. clip_vision_tower.cpp and qwen2vl_vision_tower.cpp build their schemas with it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -58,6 +59,12 @@ class VisionWeightBuilder {
 Status load_slots(Backend& backend, const SafetensorsCheckpoint& checkpoint,
                   const std::vector<WeightSlot>& slots, std::string_view reader,
                   std::string_view saver);
+
+// Which of two layouts a checkpoint is in: false when it holds names[0] (transformers 5's),
+// true when only names[1] (an older layout's); a user error naming both when it holds neither,
+// ending with what: "no LLaVA CLIP vision tower (is it a ... checkpoint?)".
+Result<bool> older_layout(const SafetensorsCheckpoint& checkpoint,
+                          const std::array<std::string, 2>& names, std::string_view what);
 
 // Seeds every slot uniform in [-scale, scale], LayerNorm gains in [0.9, 1.1] (tests).
 void seed_slots(Backend& backend, const std::vector<WeightSlot>& slots, uint64_t seed, float scale);
