@@ -26,6 +26,7 @@ import transformers
 from PIL import Image
 
 from compare_pixel_values import processors  # tools/: this script's folder
+from hf_models import load_fp32, randomize
 
 IMAGE_TOKEN = 300
 PREPROCESSOR = {
@@ -52,28 +53,6 @@ def tiny_config():
     return config
 
 
-def randomize(model, seed):
-    """Weights larger than HF's init so that every layer matters (tools/hf_models.py's rule)."""
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name and name.endswith("weight"):
-                p.uniform_(0.8, 1.2)
-            elif p.dim() >= 2:
-                std = 1.0 if "embed_tokens" in name else p[0].numel() ** -0.5
-                p.normal_(0.0, std)
-            else:
-                p.uniform_(-0.1, 0.1)
-
-
-def load_fp32(path):
-    cls = transformers.LlavaForConditionalGeneration
-    try:
-        return cls.from_pretrained(path, dtype=torch.float32).eval()
-    except TypeError:
-        return cls.from_pretrained(path, torch_dtype=torch.float32).eval()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True)
@@ -95,7 +74,7 @@ def main():
     # Every saved name with its layer numbers as N: the layout transformers writes, for the record.
     name_patterns = sorted({re.sub(r"\.\d+\.", ".N.", n) for n in saved})
     print("saved vision tensors like:", vision_names[:2], "...", len(vision_names))
-    ref = load_fp32(model_dir)
+    ref = load_fp32(transformers.LlavaForConditionalGeneration, model_dir)
     captured = []
     projector = getattr(getattr(ref, "model", ref), "multi_modal_projector", None)
     if projector is None:

@@ -41,13 +41,15 @@ def test_images(out_dir):
     return paths
 
 
-def processors(config):
-    """(backend name for vision_preprocess, processor, transformers class name) for each one
-    this transformers has."""
+def processors(config, family="CLIP"):
+    """(backend name for vision_preprocess, processor, transformers class name) for each of
+    family's image processor classes (CLIPImageProcessor, ...Fast, ...Pil) this transformers
+    has."""
     import transformers
 
     found = []
-    for cls_name in ["CLIPImageProcessor", "CLIPImageProcessorFast", "CLIPImageProcessorPil"]:
+    for cls_name in [f"{family}ImageProcessor", f"{family}ImageProcessorFast",
+                     f"{family}ImageProcessorPil"]:
         cls = getattr(transformers, cls_name, None)
         if cls is None:
             continue

@@ -35,6 +35,29 @@ def random_model(config, seed, device="cpu"):
     return model
 
 
+def randomize(model, seed):
+    """model's parameters redrawn with the seeded weights described above (a vision-language
+    model's LayerNorm gains too: names with "norm" or "ln_q")."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ("norm" in name or "ln_q" in name) and name.endswith("weight"):
+                p.uniform_(0.8, 1.2)
+            elif p.dim() >= 2:
+                std = 1.0 if "embed_tokens" in name else p[0].numel() ** -0.5
+                p.normal_(0.0, std)
+            else:
+                p.uniform_(-0.1, 0.1)
+
+
+def load_fp32(cls, path, **kwargs):
+    """cls.from_pretrained(path) in fp32 for inference (transformers 5's dtype, 4's torch_dtype)."""
+    try:
+        return cls.from_pretrained(path, dtype=torch.float32, **kwargs).eval()
+    except TypeError:
+        return cls.from_pretrained(path, torch_dtype=torch.float32, **kwargs).eval()
+
+
 def ieee_fp32():
     """No TF32 anywhere: plain fp32 matmuls for the reference."""
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -10,20 +10,14 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/fs.h"
+#include "tool_io.h"
 #include "vision/clip_preprocess.h"
 #include "vision/clip_vision_tower.h"
 
 namespace {
 
 int fail(const ib::Error& error) {
-  std::fprintf(stderr, "vision_encode: %s\n", error.message.c_str());
-  return error.kind == ib::ErrorKind::kUser ? 2 : 1;
-}
-
-bool write_floats(const std::string& path, const float* data, size_t count) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * 4));
-  return static_cast<bool>(out);
+  return ib::vision_tool::fail("vision_encode", error);
 }
 
 }  // namespace
@@ -49,11 +43,8 @@ int main(int argc, char** argv) {
   }
   auto backend_kind = ib::parse_image_backend(argv[3]);
   if (!backend_kind.ok()) return fail(backend_kind.error());
-  auto bytes = ib::read_file(argv[2]);
-  if (!bytes.ok()) return fail(bytes.error());
-  auto image = ib::decode_image(
-      std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()), {});
-  if (!image.ok()) return fail(ib::user_error(std::string(argv[2]) + ": " + image.error().message));
+  auto image = ib::vision_tool::read_image(argv[2]);
+  if (!image.ok()) return fail(image.error());
   const auto pixels = ib::preprocess_clip(*image, *pre, *backend_kind);
   auto checkpoint = ib::SafetensorsCheckpoint::open(dir);
   if (!checkpoint.ok()) return fail(checkpoint.error());
@@ -72,10 +63,12 @@ int main(int argc, char** argv) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::vector<float> host(static_cast<size_t>(rows * dt));
   backend.copy_to_host(features, host.data());
-  if (!write_floats(prefix + ".pixels.f32", pixels.data(), pixels.size()) ||
-      !write_floats(prefix + ".features.f32", host.data(), host.size())) {
-    return fail(ib::runtime_error("cannot write " + prefix + ".*.f32"));
-  }
+  const ib::Status written =
+      ib::vision_tool::write_floats(prefix + ".pixels.f32", pixels.data(), pixels.size());
+  if (!written.ok()) return fail(written.error());
+  const ib::Status features_written =
+      ib::vision_tool::write_floats(prefix + ".features.f32", host.data(), host.size());
+  if (!features_written.ok()) return fail(features_written.error());
   std::printf("%s: %lld visual tokens x %lld, encoder %.1f ms on the CPU\n", argv[2],
               static_cast<long long>(rows), static_cast<long long>(dt), encode_ms);
   return 0;

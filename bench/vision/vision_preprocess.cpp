@@ -3,20 +3,15 @@
 // for BACKEND (torchvision or pil); bench/gpu/vlm.sh compares them with transformers'. Exit 2 on
 // a user error.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 
-#include "core/fs.h"
+#include "tool_io.h"
 #include "vision/clip_preprocess.h"
-#include "vision/image.h"
 
 namespace {
 
 int fail(const ib::Error& error) {
-  std::fprintf(stderr, "vision_preprocess: %s\n", error.message.c_str());
-  return error.kind == ib::ErrorKind::kUser ? 2 : 1;
+  return ib::vision_tool::fail("vision_preprocess", error);
 }
 
 }  // namespace
@@ -27,23 +22,17 @@ int main(int argc, char** argv) {
                  "usage: vision_preprocess IMAGE PREPROCESSOR_CONFIG torchvision|pil OUT.f32\n");
     return 2;
   }
-  auto bytes = ib::read_file(argv[1]);
-  if (!bytes.ok()) return fail(bytes.error());
   auto config_text = ib::read_file(argv[2]);
   if (!config_text.ok()) return fail(config_text.error());
   auto config = ib::parse_clip_preprocess_config(*config_text, argv[2]);
   if (!config.ok()) return fail(config.error());
   auto backend = ib::parse_image_backend(argv[3]);
   if (!backend.ok()) return fail(backend.error());
-  const std::span<const uint8_t> data(reinterpret_cast<const uint8_t*>(bytes->data()),
-                                      bytes->size());
-  auto image = ib::decode_image(data, ib::ImageLimits{});
-  if (!image.ok()) return fail(ib::user_error(std::string(argv[1]) + ": " + image.error().message));
+  auto image = ib::vision_tool::read_image(argv[1]);
+  if (!image.ok()) return fail(image.error());
   const auto values = ib::preprocess_clip(*image, *config, *backend);
-  std::ofstream out(argv[4], std::ios::binary);
-  out.write(reinterpret_cast<const char*>(values.data()),
-            static_cast<std::streamsize>(values.size() * sizeof(float)));
-  if (!out) return fail(ib::runtime_error(std::string("cannot write ") + argv[4]));
+  const ib::Status written = ib::vision_tool::write_floats(argv[4], values.data(), values.size());
+  if (!written.ok()) return fail(written.error());
   std::printf("%s: %lldx%lld -> (3, %lld, %lld) %s\n", argv[1],
               static_cast<long long>(image->width_px), static_cast<long long>(image->height_px),
               static_cast<long long>(config->do_center_crop ? config->crop_height_px : 0),

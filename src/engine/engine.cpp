@@ -100,7 +100,8 @@ class EngineImpl final : public Engine {
     if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
       return user_error(who + "top_p must be in (0, 1] (got " + std::to_string(s.top_p) + ")");
     }
-    IB_TRY(check_images(request, who));
+    IB_ASSIGN_OR_RETURN(std::vector<int64_t> image_tokens, check_images(request, who));
+    IB_ASSIGN_OR_RETURN(const int mrope_delta, check_mrope_positions(request, who));
     int lora_slot = -1;
     if (!request.lora_name.empty()) {
       const auto it = lora_slots_.find(request.lora_name);
@@ -119,6 +120,9 @@ class EngineImpl final : public Engine {
     seq->lora_slot = lora_slot;
     seq->images = std::move(request.images);
     seq->image_embeds.resize(seq->images.size());
+    seq->image_tokens = std::move(image_tokens);
+    seq->mrope_positions = std::move(request.mrope_positions);
+    seq->mrope_delta = mrope_delta;
     if (lora_slot >= 0) ++lora_users_[static_cast<size_t>(lora_slot)];
     lora_of_request_[request.id] = lora_slot;
     scheduler_.add(std::move(seq));
@@ -212,7 +216,8 @@ class EngineImpl final : public Engine {
       const auto [logits_offset, logits_rows] = prompt_logit_rows(seq, s.num_tokens);
       batch.push_back({seq.tokens.data() + seq.num_computed, s.num_tokens, seq.num_computed,
                        &seq.block_table, s.sample, seq.sampling, seq.num_output(), logits_offset,
-                       logits_rows, seq.lora_slot, input_embeds(seq, s.num_tokens)});
+                       logits_rows, seq.lora_slot, input_embeds(seq, s.num_tokens),
+                       seq.mrope_positions, seq.mrope_delta});
     }
     detail::RunnerOutput result;
     if (!batch.empty()) {
@@ -243,7 +248,9 @@ class EngineImpl final : public Engine {
       if (config_.capture_logits) e.logits = std::move(result.logits[row]);
       if (e.output_index == 0) e.first_scheduled_ns = s.seq->first_scheduled_ns;
       if (e.output_index == 0 && vision_ != nullptr) {
-        e.visual_tokens = static_cast<int>(s.seq->images.size() * vision_->tokens_per_image());
+        int64_t visual = 0;
+        for (int64_t n : s.seq->image_tokens) visual += n;
+        e.visual_tokens = static_cast<int>(visual);
         e.encode_ns = s.seq->encode_ns;
       }
       out.events.push_back(std::move(e));
@@ -327,24 +334,28 @@ class EngineImpl final : public Engine {
   }
 
   // A request's images: an encoder to take them, each of its size, in order on placeholders that
-  // fit the prompt, and no placeholder without an image.
-  Status check_images(const GenerationRequest& request, const std::string& who) const {
-    if (request.images.empty()) return Ok{};
+  // fit the prompt, and no placeholder without an image. Returns each image's visual tokens.
+  Result<std::vector<int64_t>> check_images(const GenerationRequest& request,
+                                            const std::string& who) const {
+    std::vector<int64_t> tokens;
+    if (request.images.empty()) return tokens;
     if (vision_ == nullptr) {
       return user_error(who + "the model '" + model_.name +
                         "' takes no images (it has no vision tower); send text only");
     }
-    const int64_t n = vision_->tokens_per_image();
     const int32_t id = vision_->image_token_id();
     const auto len = static_cast<int64_t>(request.prompt_tokens.size());
-    int64_t next_free = 0;
+    int64_t next_free = 0, total = 0;
     for (size_t i = 0; i < request.images.size(); ++i) {
       const ImageInput& image = request.images[i];
       const std::string name = who + "image " + std::to_string(i) + ": ";
-      if (static_cast<int64_t>(image.pixel_values.size()) != vision_->pixel_values_per_image()) {
+      auto count = vision_->image_tokens(image);
+      if (!count.ok()) return user_error(name + count.error().message);
+      const int64_t n = *count;
+      if (static_cast<int64_t>(image.pixel_values.size()) != vision_->pixel_values(image)) {
         return user_error(name + std::to_string(image.pixel_values.size()) +
                           " pixel values; the vision encoder takes " +
-                          std::to_string(vision_->pixel_values_per_image()));
+                          std::to_string(vision_->pixel_values(image)));
       }
       if (image.start_pos < next_free || image.start_pos + n > len) {
         return user_error(name + "visual tokens at [" + std::to_string(image.start_pos) + ", " +
@@ -360,16 +371,44 @@ class EngineImpl final : public Engine {
         }
       }
       next_free = image.start_pos + n;
+      total += n;
+      tokens.push_back(n);
     }
     const auto placeholders =
         std::count(request.prompt_tokens.begin(), request.prompt_tokens.end(), id);
-    if (placeholders != static_cast<int64_t>(request.images.size()) * n) {
+    if (placeholders != total) {
       return user_error(who + "the prompt holds " + std::to_string(placeholders) +
                         " image tokens but its " + std::to_string(request.images.size()) +
-                        " image(s) take " +
-                        std::to_string(static_cast<int64_t>(request.images.size()) * n));
+                        " image(s) take " + std::to_string(total));
     }
-    return Ok{};
+    return tokens;
+  }
+
+  // A request's 3-D positions: only for a multimodal-RoPE model, three per prompt token, none
+  // negative. Returns what the positions after the prompt add to their index (max + 1 - P).
+  Result<int> check_mrope_positions(const GenerationRequest& request,
+                                    const std::string& who) const {
+    const std::vector<int32_t>& p = request.mrope_positions;
+    if (p.empty() && !request.images.empty() && !model_.mrope_section.empty()) {
+      return user_error(who + "images for model '" + model_.name +
+                        "' need its M-RoPE positions (3, prompt length); a Qwen2-VL request "
+                        "gets them from prepare_qwen2vl_request");
+    }
+    if (p.empty()) return 0;
+    if (model_.mrope_section.empty()) {
+      return user_error(who + "3-D (M-RoPE) positions for model '" + model_.name +
+                        "', which has no mrope_section; send none");
+    }
+    const size_t len = request.prompt_tokens.size();
+    if (p.size() != 3 * len) {
+      return user_error(who + std::to_string(p.size()) + " M-RoPE positions for a prompt of " +
+                        std::to_string(len) + " tokens; give (3, prompt length)");
+    }
+    if (*std::min_element(p.begin(), p.end()) < 0) {
+      return user_error(who + "a negative M-RoPE position");
+    }
+    const int64_t max_pos = *std::max_element(p.begin(), p.end());
+    return static_cast<int>(max_pos + 1 - static_cast<int64_t>(len));
   }
 
   // Runs the vision encoder once over every image that this step's chunks reach and that has no
@@ -377,35 +416,33 @@ class EngineImpl final : public Engine {
   Status encode_images(const detail::SchedulerOutput& sched, StepStats& stats) {
     if (vision_ == nullptr) return Ok{};
     std::vector<std::pair<Sequence*, size_t>> todo;
+    std::vector<const ImageInput*> images;
     for (const detail::ScheduledSeq& s : sched.seqs) {
       Sequence& seq = *s.seq;
       for (size_t i = 0; i < seq.images.size(); ++i) {
         const int begin = seq.images[i].start_pos;
         if (seq.image_embeds[i].empty() && begin < seq.num_computed + s.num_tokens &&
-            begin + vision_->tokens_per_image() > seq.num_computed) {
+            begin + seq.image_tokens[i] > seq.num_computed) {
           todo.emplace_back(&seq, i);
+          images.push_back(&seq.images[i]);
         }
       }
     }
     if (todo.empty()) return Ok{};
-    const auto per_image = static_cast<size_t>(vision_->pixel_values_per_image());
-    std::vector<float> pixels(todo.size() * per_image);
-    for (size_t k = 0; k < todo.size(); ++k) {
-      const std::vector<float>& p = todo[k].first->images[todo[k].second].pixel_values;
-      std::copy(p.begin(), p.end(), pixels.begin() + static_cast<std::ptrdiff_t>(k * per_image));
-    }
     const int64_t start = now_ns();
     std::vector<float> embeds;
-    IB_TRY(vision_->encode(pixels, static_cast<int64_t>(todo.size()), embeds));
+    IB_TRY(vision_->encode_images(images, embeds));
     const int64_t elapsed = now_ns() - start;
-    const size_t rows = embeds.size() / todo.size();
-    IB_ASSERT(rows == static_cast<size_t>(vision_->tokens_per_image() * model_.hidden_size),
-              "VisionEncoder::encode: output of the wrong size");
+    size_t rows = 0;
+    for (const auto& [seq, i] : todo) rows += static_cast<size_t>(seq->image_tokens[i]);
+    IB_ASSERT(embeds.size() == rows * static_cast<size_t>(model_.hidden_size),
+              "VisionEncoder::encode_images: output of the wrong size");
     Sequence* last = nullptr;
-    for (size_t k = 0; k < todo.size(); ++k) {
-      auto [seq, i] = todo[k];
-      const auto from = embeds.begin() + static_cast<std::ptrdiff_t>(k * rows);
-      seq->image_embeds[i].assign(from, from + static_cast<std::ptrdiff_t>(rows));
+    auto from = embeds.begin();
+    for (const auto& [seq, i] : todo) {
+      const auto n = static_cast<std::ptrdiff_t>(seq->image_tokens[i] * model_.hidden_size);
+      seq->image_embeds[i].assign(from, from + n);
+      from += n;
       std::vector<float>().swap(seq->images[i].pixel_values);
       if (seq != last) seq->encode_ns += elapsed;
       last = seq;
@@ -421,7 +458,7 @@ class EngineImpl final : public Engine {
     const int from = seq.num_computed;
     const int to = seq.num_computed + num_tokens;
     for (size_t i = 0; i < seq.images.size(); ++i) {
-      const auto n = static_cast<int>(vision_->tokens_per_image());
+      const auto n = static_cast<int>(seq.image_tokens[i]);
       const int begin = std::max(from, seq.images[i].start_pos);
       const int end = std::min(to, seq.images[i].start_pos + n);
       if (begin >= end) continue;
@@ -560,9 +597,11 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   if (model.mla.kv_lora_rank == 0) IB_TRY(backend.supports_attention(attention_shape(model)));
   IB_TRY(check_latent_cache_dtype(model, config, backend));
   if (config.enable_lora) IB_TRY(detail::ModelRunner::check_lora_runs(model, backend));
-  if (model.hf_architecture == "LlavaForConditionalGeneration" && backend.vision_ops() == nullptr) {
-    return user_error("model '" + model.name + "' is a vision-language model (LLaVA) and the " +
-                      backend.device_info().kind +
+  const bool vlm = model.hf_architecture == "LlavaForConditionalGeneration" ||
+                   model.hf_architecture == "Qwen2VLForConditionalGeneration";
+  if (vlm && backend.vision_ops() == nullptr) {
+    return user_error("model '" + model.name + "' is a vision-language model (" +
+                      model.hf_architecture + ") and the " + backend.device_info().kind +
                       " backend has no vision ops yet; run it with --device cpu");
   }
   WeightOptions options = weights;

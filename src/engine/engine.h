@@ -6,6 +6,7 @@
 // internally synchronised. Targets that need concurrency wrap it in their own thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -33,7 +34,10 @@ struct SamplingParams {
 // their input embeddings are replaced by the encoder's outputs for this image.
 struct ImageInput {
   int start_pos = 0;
-  std::vector<float> pixel_values;  // VisionEncoder::pixel_values_per_image() values
+  std::vector<float> pixel_values;  // VisionEncoder::pixel_values(*this) values
+  // A dynamic-resolution encoder's (Qwen2-VL's) patch grid (t, h, w) of this image; empty for a
+  // fixed-size encoder (LLaVA's).
+  std::vector<int64_t> grid_thw;
 };
 
 // The vision side of a vision-language model (a vision tower and projector): turns images'
@@ -42,6 +46,8 @@ struct ImageInput {
 class VisionEncoder {
  public:
   virtual ~VisionEncoder() = default;
+  // A fixed-size encoder's counts per image; a dynamic-resolution one's depend on the image
+  // (image_tokens, pixel_values below) and these return 0.
   virtual int64_t tokens_per_image() const = 0;
   virtual int64_t pixel_values_per_image() const = 0;
   virtual int32_t image_token_id() const = 0;
@@ -49,6 +55,26 @@ class VisionEncoder {
   // the language model's hidden size) f32, image after image.
   virtual Status encode(std::span<const float> pixel_values, int64_t num_images,
                         std::vector<float>& out) = 0;
+
+  // Per image (what the engine calls): the visual tokens and pixel values an image takes, and
+  // the encoding of several images, out (sum of their tokens, hidden size) image after image.
+  // A fixed-size encoder's are the counts above and encode; a dynamic-resolution encoder
+  // overrides all three (a user error for a grid it cannot take).
+  virtual Result<int64_t> image_tokens(const ImageInput& /*image*/) const {
+    return tokens_per_image();
+  }
+  virtual int64_t pixel_values(const ImageInput& /*image*/) const {
+    return pixel_values_per_image();
+  }
+  virtual Status encode_images(std::span<const ImageInput* const> images, std::vector<float>& out) {
+    const auto per_image = static_cast<size_t>(pixel_values_per_image());
+    std::vector<float> pixels(images.size() * per_image);
+    for (size_t k = 0; k < images.size(); ++k) {
+      std::copy(images[k]->pixel_values.begin(), images[k]->pixel_values.end(),
+                pixels.begin() + static_cast<std::ptrdiff_t>(k * per_image));
+    }
+    return encode(pixels, static_cast<int64_t>(images.size()), out);
+  }
 };
 
 struct GenerationRequest {
@@ -65,6 +91,10 @@ struct GenerationRequest {
   std::string lora_name;
   // Images (a vision-language model only), in prompt order, their visual tokens not overlapping.
   std::vector<ImageInput> images;
+  // Multimodal-RoPE models (ModelConfig::mrope_section): the prompt's 3-D positions, (3,
+  // prompt length) row-major (temporal, height, width; Qwen2-VL's get_rope_index). Tokens after
+  // the prompt continue from their maximum + 1. Empty: position = index in all three rows.
+  std::vector<int32_t> mrope_positions;
 };
 
 enum class FinishReason { kNone, kLength, kStop, kAborted };
@@ -181,7 +211,9 @@ class Engine {
   // max_model_len or beyond what the KV pool can ever hold, token ids outside the vocabulary,
   // prompt_logits_from outside [-1, prompt length), images without a vision encoder, of the wrong
   // size, out of order or not on image_token_id placeholders (and, with images, placeholders
-  // left without one; a text-only request may hold the image token id).
+  // left without one; a text-only request may hold the image token id); mrope_positions not
+  // (3, prompt length), negative, for a model without mrope_section, or missing where images go
+  // to a model with one.
   virtual Status add_request(GenerationRequest request) = 0;
   // Finishes a request early (kAborted event on the next step) and frees its KV blocks.
   virtual void abort_request(uint64_t id) = 0;

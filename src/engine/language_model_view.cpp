@@ -2,26 +2,42 @@
 #include "engine/detail/language_model_view.h"
 
 #include <map>
+#include <span>
 #include <string_view>
 #include <utility>
 
 namespace ib::detail {
 namespace {
 
-// Checkpoint prefix -> the causal LM's, both layouts.
-constexpr std::pair<std::string_view, std::string_view> kPrefixes[] = {
+// Checkpoint prefix -> the causal LM's ("": not the language model's), the first match wins.
+using PrefixRule = std::pair<std::string_view, std::string_view>;
+// LLaVA, both layouts.
+constexpr PrefixRule kLlavaPrefixes[] = {
     {"model.language_model.", "model."},
     {"lm_head.", "lm_head."},
     {"language_model.model.", "model."},
     {"language_model.lm_head.", "lm_head."},
 };
+// Qwen2-VL: transformers 5's (model.language_model., model.visual.) and the published files'
+// (model., visual.).
+constexpr PrefixRule kQwen2VlPrefixes[] = {
+    {"model.language_model.", "model."},
+    {"lm_head.", "lm_head."},
+    {"model.visual.", ""},
+    {"model.", "model."},
+};
+
+std::span<const PrefixRule> rules(ViewLayout layout) {
+  if (layout == ViewLayout::kQwen2Vl) return kQwen2VlPrefixes;
+  return kLlavaPrefixes;
+}
 
 class LanguageModelView final : public SafetensorsCheckpoint {
  public:
-  explicit LanguageModelView(std::unique_ptr<SafetensorsCheckpoint> inner)
+  LanguageModelView(std::unique_ptr<SafetensorsCheckpoint> inner, ViewLayout layout)
       : inner_(std::move(inner)) {
     for (const std::string& name : inner_->names()) {
-      std::string view = language_model_name(name);
+      std::string view = language_model_name(name, layout);
       if (!view.empty()) to_inner_.emplace(std::move(view), name);
     }
   }
@@ -29,7 +45,8 @@ class LanguageModelView final : public SafetensorsCheckpoint {
   Result<HostTensorRef> get(const std::string& name) const override {
     const auto it = to_inner_.find(name);
     if (it == to_inner_.end()) {
-      return user_error("the LLaVA checkpoint has no language model tensor '" + name + "'");
+      return user_error("the vision-language checkpoint has no language model tensor '" + name +
+                        "'");
     }
     return inner_->get(it->second);
   }
@@ -48,9 +65,10 @@ class LanguageModelView final : public SafetensorsCheckpoint {
 
 }  // namespace
 
-std::string language_model_name(const std::string& checkpoint_name) {
-  for (const auto& [from, to] : kPrefixes) {
+std::string language_model_name(const std::string& checkpoint_name, ViewLayout layout) {
+  for (const auto& [from, to] : rules(layout)) {
     if (checkpoint_name.starts_with(from)) {
+      if (to.empty()) return "";  // not the language model's
       return std::string(to) + checkpoint_name.substr(from.size());
     }
   }
@@ -58,8 +76,8 @@ std::string language_model_name(const std::string& checkpoint_name) {
 }
 
 std::unique_ptr<SafetensorsCheckpoint> language_model_view(
-    std::unique_ptr<SafetensorsCheckpoint> checkpoint) {
-  return std::make_unique<LanguageModelView>(std::move(checkpoint));
+    std::unique_ptr<SafetensorsCheckpoint> checkpoint, ViewLayout layout) {
+  return std::make_unique<LanguageModelView>(std::move(checkpoint), layout);
 }
 
 }  // namespace ib::detail

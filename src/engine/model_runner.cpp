@@ -18,10 +18,11 @@ struct MetaLayout {
   int64_t token_ids = 0, positions = 0, slot_mapping = 0, query_start = 0, context_lens = 0;
   int64_t block_tables = 0, sample_rows = 0, top_k = 0, step = 0, temperature = 0, top_p = 0;
   int64_t lora_slots = 0;
+  int64_t mrope = 0;  // (3, T) multimodal-RoPE models only
   int64_t words = 0;
 };
 
-MetaLayout layout_for(int64_t t, int64_t s, int64_t width, int64_t r) {
+MetaLayout layout_for(int64_t t, int64_t s, int64_t width, int64_t r, bool mrope) {
   MetaLayout m;
   int64_t at = 0;
   auto take = [&](int64_t words) {
@@ -42,8 +43,22 @@ MetaLayout layout_for(int64_t t, int64_t s, int64_t width, int64_t r) {
   m.temperature = take(r);
   m.top_p = take(r);
   m.lora_slots = take(t);
+  m.mrope = take(mrope ? 3 * t : 0);
   m.words = at;
   return m;
+}
+
+// A token's 3-D position at index pos of its sequence, into rows (row k at k * stride) and
+// positions (row 0): the prompt's from seq.mrope_positions, later ones (and every one of a
+// sequence without them) pos + delta in all three.
+void mrope_positions(const RunnerSeq& seq, int64_t pos, int32_t* rows, int64_t stride,
+                     int32_t* positions) {
+  const auto prompt = static_cast<int64_t>(seq.mrope_positions.size() / 3);
+  for (int64_t k = 0; k < 3; ++k) {
+    rows[k * stride] = pos < prompt ? seq.mrope_positions[static_cast<size_t>(k * prompt + pos)]
+                                    : static_cast<int32_t>(pos + seq.mrope_delta);
+  }
+  *positions = rows[0];
 }
 
 int32_t float_bits(float f) {
@@ -153,11 +168,12 @@ Status ModelRunner::allocate() {
   IB_TRY(alloc(rows_buf_, 3 * r * d * e));        // 3 x (R, D): residual, down output, normed rows
   IB_TRY(alloc(logits_buf_, r * model_.vocab_size * 4));  // (R, V) f32
   const int64_t width = (limits_.max_model_len + limits_.block_size - 1) / limits_.block_size;
-  out_tokens_offset_ = static_cast<int>(layout_for(t, s, width, r).words);
+  out_tokens_offset_ =
+      static_cast<int>(layout_for(t, s, width, r, !model_.mrope_section.empty()).words);
   IB_TRY(alloc(meta_buf_, (out_tokens_offset_ + r) * 4));  // + out tokens (R)
   const std::vector<float> inv_freq = rope_inv_freq(model_);
   const auto rope_pairs = static_cast<int64_t>(inv_freq.size());
-  IB_TRY(alloc(inv_freq_buf_, rope_pairs * 4));
+  IB_TRY(alloc(inv_freq_buf_, rope_pairs * 4 * (model_.mrope_section.empty() ? 1 : 4)));
   // Defined contents where decode graphs run: the rows a kernel skips (bucket padding) stay
   // finite. (The CPU backend leaves its untouched pages unmapped, as before.)
   if (backend_.supports_graphs()) {
@@ -171,6 +187,20 @@ Status ModelRunner::allocate() {
   for (const LayerWeights& l : weights_.layers) layer_weight_bytes_ += l.bytes();
   inv_freq_ = inv_freq_buf_.view(DType::kF32, {rope_pairs});
   backend_.copy_from_host(inv_freq_, inv_freq.data(), DType::kF32);
+  if (!model_.mrope_section.empty()) {
+    // Row k: inv_freq on section k's pairs, 0 elsewhere (a zero angle rotates nothing).
+    std::vector<float> masked(static_cast<size_t>(3 * rope_pairs), 0.0f);
+    int64_t pair = 0;
+    for (size_t k = 0; k < 3; ++k) {
+      for (int i = 0; i < model_.mrope_section[k] && pair < rope_pairs; ++i, ++pair) {
+        masked[k * static_cast<size_t>(rope_pairs) + static_cast<size_t>(pair)] =
+            inv_freq[static_cast<size_t>(pair)];
+      }
+    }
+    mrope_inv_freq_ =
+        inv_freq_buf_.view(DType::kF32, {3, rope_pairs}, static_cast<size_t>(rope_pairs) * 4);
+    backend_.copy_from_host(mrope_inv_freq_, masked.data(), DType::kF32);
+  }
   return Ok{};
 }
 
@@ -279,7 +309,8 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
   }
   IB_ASSERT(t <= limits_.max_num_batched_tokens && s <= limits_.max_num_seqs,
             "ModelRunner: batch beyond the engine limits");
-  const MetaLayout m = layout_for(t, s, width, r);
+  const bool mrope = !model_.mrope_section.empty();
+  const MetaLayout m = layout_for(t, s, width, r, mrope);
   staging_.assign(static_cast<size_t>(m.words), -1);
   auto at = [&](int64_t offset, int64_t i) -> int32_t& {
     return staging_[static_cast<size_t>(offset + i)];
@@ -299,6 +330,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
     at(m.temperature, i) = float_bits(0.0f);
     at(m.top_p, i) = float_bits(1.0f);
     at(m.lora_slots, i) = -1;
+    if (mrope) at(m.mrope, i) = at(m.mrope, t + i) = at(m.mrope, 2 * t + i) = 0;
   }
   for (int64_t i = 0; i < n; ++i) {
     const RunnerSeq& seq = batch[static_cast<size_t>(i)];
@@ -311,6 +343,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
       at(m.token_ids, token) = seq.tokens[j];
       at(m.lora_slots, token) = seq.lora_slot;
       at(m.positions, token) = static_cast<int32_t>(pos);
+      if (mrope) mrope_positions(seq, pos, &at(m.mrope, token), t, &at(m.positions, token));
       at(m.slot_mapping, token) = static_cast<int32_t>(
           table[static_cast<size_t>(pos / limits_.block_size)] * limits_.block_size +
           pos % limits_.block_size);
@@ -338,6 +371,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
   };
   token_ids_ = i32(m.token_ids, {t});
   positions_ = i32(m.positions, {t});
+  mrope_positions_ = mrope ? i32(m.mrope, {3, t}) : Tensor{};
   slot_mapping_ = i32(m.slot_mapping, {t});
   attn_meta_.num_seqs = static_cast<int>(s);
   attn_meta_.num_tokens = static_cast<int>(t);
@@ -402,6 +436,8 @@ void ModelRunner::forward(int num_tokens, int num_rows, std::span<const RunnerSe
   in.positions = positions_;
   in.slot_mapping = slot_mapping_;
   in.inv_freq = inv_freq_;
+  in.mrope_positions = mrope_positions_;
+  in.mrope_inv_freq = mrope_inv_freq_;
   in.attention = &attn_meta_;
   in.shape = &attn_shape_;
   in.kv = kv_.layers;

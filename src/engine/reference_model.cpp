@@ -84,10 +84,11 @@ Vec inv_freq(const ModelConfig& c) {
   return f;
 }
 
-void rotate(double* head, int head_dim, int pos, const Vec& freq) {
+// pos: each rotary pair's position (head_dim / 2).
+void rotate(double* head, int head_dim, const std::vector<int>& pos, const Vec& freq) {
   const int half = head_dim / 2;
   for (int i = 0; i < half; ++i) {
-    const double a = pos * freq[static_cast<size_t>(i)];
+    const double a = pos[static_cast<size_t>(i)] * freq[static_cast<size_t>(i)];
     const double x1 = head[i], x2 = head[i + half];
     head[i] = x1 * std::cos(a) - x2 * std::sin(a);
     head[i + half] = x2 * std::cos(a) + x1 * std::sin(a);
@@ -173,7 +174,24 @@ std::vector<std::vector<double>> reference_logits(const ModelConfig& c, const Ho
 std::vector<std::vector<double>> reference_logits(
     const ModelConfig& c, const HostWeights& w, const std::vector<int32_t>& tokens,
     const std::vector<std::vector<double>>& input_embeds) {
+  return reference_logits(c, w, tokens, input_embeds, {});
+}
+
+std::vector<std::vector<double>> reference_logits(
+    const ModelConfig& c, const HostWeights& w, const std::vector<int32_t>& tokens,
+    const std::vector<std::vector<double>>& input_embeds,
+    const std::vector<int32_t>& mrope_positions) {
   const size_t n = tokens.size();
+  // Each token's position per rotary pair: its index, or (M-RoPE, as transformers'
+  // apply_multimodal_rotary_pos_emb) row k of mrope_positions on section k's pairs.
+  std::vector<std::vector<int>> pair_pos(n, std::vector<int>(static_cast<size_t>(c.head_dim / 2)));
+  for (size_t t = 0; t < n; ++t) {
+    size_t pair = 0;
+    for (size_t k = 0; k < 3 && !mrope_positions.empty(); ++k) {
+      for (int j = 0; j < c.mrope_section[k]; ++j) pair_pos[t][pair++] = mrope_positions[k * n + t];
+    }
+    for (; pair < pair_pos[t].size(); ++pair) pair_pos[t][pair] = static_cast<int>(t);
+  }
   const auto d = static_cast<size_t>(c.hidden_size);
   const auto hd = static_cast<size_t>(c.head_dim);
   const int group = c.num_heads / c.num_kv_heads;
@@ -202,9 +220,9 @@ std::vector<std::vector<double>> reference_logits(
       k[t] = linear(l.k, h, l.k_bias);
       v[t] = linear(l.v, h, l.v_bias);
       for (int head = 0; head < c.num_heads; ++head)
-        rotate(&q[t][head * hd], c.head_dim, static_cast<int>(t), freq);
+        rotate(&q[t][head * hd], c.head_dim, pair_pos[t], freq);
       for (int head = 0; head < c.num_kv_heads; ++head)
-        rotate(&k[t][head * hd], c.head_dim, static_cast<int>(t), freq);
+        rotate(&k[t][head * hd], c.head_dim, pair_pos[t], freq);
     }
     for (size_t t = 0; t < n; ++t) {
       Vec attn(static_cast<size_t>(c.num_heads) * hd, 0.0);

@@ -369,6 +369,8 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
   IB_ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::open(path));
   if (c.hf_architecture == "LlavaForConditionalGeneration") {
     ckpt = language_model_view(std::move(ckpt));
+  } else if (c.hf_architecture == "Qwen2VLForConditionalGeneration") {
+    ckpt = language_model_view(std::move(ckpt), ViewLayout::kQwen2Vl);
   }
   const CheckpointKind kind{"safetensors", "the config.json",
                             "Check that config.json (\"architectures\", \"num_hidden_layers\", "

@@ -110,6 +110,10 @@ struct ModelConfig {
 
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // Multimodal RoPE (Qwen2-VL's rope_scaling.mrope_section): the head_dim / 2 rotary pairs split
+  // into temporal, height and width sections, each rotated by its own row of a token's 3-D
+  // position (GenerationRequest::mrope_positions). Empty: one position per token.
+  std::vector<int> mrope_section;
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2)

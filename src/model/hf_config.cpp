@@ -99,7 +99,8 @@ Status read_rope(const JsonFields& f, ModelConfig& c) {
   IB_ASSIGN_OR_RETURN(std::string type, scaling->optional_string("type", "default"));
   IB_ASSIGN_OR_RETURN(type, scaling->optional_string("rope_type", type));
   if (type == "su") type = "longrope";  // early Phi-3 128k name
-  c.rope_scaling.type = type == "default" ? "none" : type;
+  // Qwen2-VL's "mrope" is default RoPE split into sections (mrope_section, read by its reader).
+  c.rope_scaling.type = type == "default" || type == "mrope" ? "none" : type;
   RopeScaling& r = c.rope_scaling;
   IB_ASSIGN_OR_RETURN(r.factor, scaling->optional_number("factor", 1.0));
   IB_ASSIGN_OR_RETURN(r.low_freq_factor, scaling->optional_number("low_freq_factor", 1.0));
@@ -246,6 +247,64 @@ Result<ModelConfig> read_llava_text_config(const Json& root, const std::string& 
   return c;
 }
 
+// Qwen2VLForConditionalGeneration: its language model is a Qwen2 with multimodal RoPE, in
+// text_config (transformers 5) or at the top level (the published files; Qwen2VLConfig reads
+// them so for backward compatibility), absent fields taking Qwen2VLTextConfig's defaults.
+Result<ModelConfig> read_qwen2vl_text_config(const Json& root, const std::string& where,
+                                             const std::string& name) {
+  Json merged = {{"vocab_size", 152064},
+                 {"hidden_size", 8192},
+                 {"intermediate_size", 29568},
+                 {"num_hidden_layers", 80},
+                 {"num_attention_heads", 64},
+                 {"num_key_value_heads", 8},
+                 {"max_position_embeddings", 32768},
+                 {"rms_norm_eps", 1e-5},
+                 {"rope_theta", 1000000.0}};
+  const auto text = root.find("text_config");
+  if (text != root.end() && !text->is_object()) {
+    return user_error(where + ": \"text_config\" must be an object (the language model's)");
+  }
+  const Json& fields = text != root.end() ? *text : root;
+  for (const auto& [key, value] : fields.items()) {
+    if (key != "vision_config" && key != "text_config") merged[key] = value;
+  }
+  if (!fields.contains("tie_word_embeddings") && root.contains("tie_word_embeddings")) {
+    merged["tie_word_embeddings"] = root["tie_word_embeddings"];  // kept at the top level
+  }
+  merged["architectures"] = Json::array({"Qwen2ForCausalLM"});
+  merged["model_type"] = "qwen2";
+  const std::string text_where = where + (text != root.end() ? " text_config" : "");
+  IB_ASSIGN_OR_RETURN(ModelConfig c, read_config(JsonFields(merged, text_where), name));
+  c.family = "qwen2_vl";
+  c.hf_architecture = "Qwen2VLForConditionalGeneration";
+  const Json* rope = nullptr;
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (rope == nullptr && merged.contains(key) && merged[key].is_object()) rope = &merged[key];
+  }
+  const Json* section =
+      rope != nullptr && rope->contains("mrope_section") ? &(*rope)["mrope_section"] : nullptr;
+  if (section == nullptr) {
+    return user_error(text_where +
+                      ": rope_scaling has no \"mrope_section\"; a Qwen2-VL config gives its "
+                      "temporal, height and width sections (e.g. [16, 24, 24])");
+  }
+  int sum = 0;
+  if (section->is_array() && section->size() == 3) {
+    for (const auto& v : *section) {
+      if (!v.is_number_integer() || v.get<int>() < 0) break;
+      c.mrope_section.push_back(v.get<int>());
+      sum += v.get<int>();
+    }
+  }
+  if (c.mrope_section.size() != 3 || sum != c.head_dim / 2) {
+    return user_error(text_where + ": mrope_section " + section->dump() +
+                      " must be three non-negative integers summing to head_dim / 2 = " +
+                      std::to_string(c.head_dim / 2));
+  }
+  return c;
+}
+
 }  // namespace
 
 Result<ModelConfig> parse_hf_config(std::string_view json, const std::string& name) {
@@ -258,6 +317,10 @@ Result<ModelConfig> parse_hf_config(std::string_view json, const std::string& na
     if (arch != root.end() && arch->is_array() && !arch->empty() &&
         (*arch)[0] == "LlavaForConditionalGeneration") {
       return read_llava_text_config(root, where, name);
+    }
+    if (arch != root.end() && arch->is_array() && !arch->empty() &&
+        (*arch)[0] == "Qwen2VLForConditionalGeneration") {
+      return read_qwen2vl_text_config(root, where, name);
     }
     return read_config(JsonFields(root, where), name);
   } catch (const Json::exception& e) {  // defensive: every access above is type-checked

@@ -7,8 +7,11 @@
 #include <string>
 
 #include "vision/detail/bicubic_resize.h"
+#include "vision/detail/config_fields.h"
 
 namespace ib {
+
+using detail::flag;
 
 namespace {
 
@@ -36,24 +39,6 @@ Result<int64_t> size_field(const nlohmann::json& j, const char* key, const std::
     return user_error(where + ": \"" + key + "\" must be an integer in 1..8192");
   }
   return j.get<int64_t>();
-}
-
-Result<std::array<double, 3>> triple(const nlohmann::json& root, const char* key,
-                                     std::array<double, 3> fallback, const std::string& where) {
-  if (!root.contains(key)) return fallback;
-  const auto& j = root[key];
-  if (!j.is_array() || j.size() != 3 || !j[0].is_number() || !j[1].is_number() ||
-      !j[2].is_number()) {
-    return user_error(where + ": \"" + key + "\" must be three numbers (R, G, B)");
-  }
-  return std::array<double, 3>{j[0].get<double>(), j[1].get<double>(), j[2].get<double>()};
-}
-
-Result<bool> flag(const nlohmann::json& root, const char* key, bool fallback,
-                  const std::string& where) {
-  if (!root.contains(key) || root[key].is_null()) return fallback;
-  if (!root[key].is_boolean()) return user_error(where + ": \"" + key + "\" must be true or false");
-  return root[key].get<bool>();
 }
 
 }  // namespace
@@ -89,15 +74,11 @@ Result<ClipPreprocessConfig> parse_clip_preprocess_config(std::string_view json,
   }
   auto do_resize = flag(root, "do_resize", true, where);
   auto do_crop = flag(root, "do_center_crop", true, where);
-  auto do_rescale = flag(root, "do_rescale", true, where);
-  auto do_normalize = flag(root, "do_normalize", true, where);
-  for (const auto* f : {&do_resize, &do_crop, &do_rescale, &do_normalize}) {
+  for (const auto* f : {&do_resize, &do_crop}) {
     if (!f->ok()) return f->error();
   }
   config.do_resize = *do_resize;
   config.do_center_crop = *do_crop;
-  config.do_rescale = *do_rescale;
-  config.do_normalize = *do_normalize;
   if (root.contains("size")) {
     const auto& size = root["size"];
     const nlohmann::json* edge = size.is_object() && size.contains("shortest_edge")
@@ -132,21 +113,7 @@ Result<ClipPreprocessConfig> parse_clip_preprocess_config(std::string_view json,
                       ": the crop is larger than size.shortest_edge (padding is not "
                       "supported)");
   }
-  if (root.contains("rescale_factor")) {
-    if (!root["rescale_factor"].is_number() || root["rescale_factor"].get<double>() <= 0) {
-      return user_error(where + ": \"rescale_factor\" must be a positive number");
-    }
-    config.rescale_factor = root["rescale_factor"].get<double>();
-  }
-  auto mean = triple(root, "image_mean", config.image_mean, where);
-  auto std_dev = triple(root, "image_std", config.image_std, where);
-  if (!mean.ok()) return mean.error();
-  if (!std_dev.ok()) return std_dev.error();
-  config.image_mean = *mean;
-  config.image_std = *std_dev;
-  for (double s : config.image_std) {
-    if (!(s > 0)) return user_error(where + ": \"image_std\" must be positive");
-  }
+  IB_TRY(detail::read_normalization(root, where, config));
   return config;
 }
 

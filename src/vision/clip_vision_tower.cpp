@@ -6,6 +6,8 @@
 #include <optional>
 #include <set>
 
+#include "vision/detail/vision_weights.h"
+
 namespace ib {
 
 namespace {
@@ -27,98 +29,54 @@ Prefixes prefixes(LlavaTensorLayout layout) {
           root + "multi_modal_projector."};
 }
 
-// A tensor to fill: its checkpoint name, the stored shape, and its destination rows.
-struct Slot {
-  std::string name;
-  std::vector<int64_t> shape;
-  Tensor dst;
-  bool gain = false;  // a LayerNorm weight (seeded around 1)
-};
-
-// Allocates the weights' tensors one buffer each, and lists the slots that fill them.
-class WeightBuilder {
- public:
-  WeightBuilder(Backend& backend, LlavaVisionWeights& weights)
-      : backend_(backend), weights_(weights) {}
-
-  // A tensor of shape dims filled from `name` stored as `stored` (dims when empty); a fused
-  // weight's parts come from several names (add_part).
-  Result<Tensor> add(const std::string& name, std::vector<int64_t> dims,
-                     std::vector<int64_t> stored = {}, bool gain = false) {
-    Tensor probe;
-    probe.dtype = backend_.activation_dtype();
-    probe.rank = static_cast<int>(dims.size());
-    for (size_t i = 0; i < dims.size(); ++i) probe.shape[i] = dims[i];
-    auto buffer = backend_.alloc(probe.bytes(), MemoryTag::kWeights);
-    if (!buffer.ok()) return buffer.error();
-    probe.data = buffer->data();
-    weights_.bytes += static_cast<int64_t>(buffer->bytes());
-    weights_.storage.push_back(std::move(*buffer));
-    if (!name.empty()) slots_.push_back(Slot{name, stored.empty() ? dims : stored, probe, gain});
-    return probe;
-  }
-  void add_part(const std::string& name, std::vector<int64_t> shape, Tensor dst) {
-    slots_.push_back(Slot{name, std::move(shape), dst, false});
-  }
-  const std::vector<Slot>& slots() const { return slots_; }
-
- private:
-  Backend& backend_;
-  LlavaVisionWeights& weights_;
-  std::vector<Slot> slots_;
-};
+using detail::WeightSlot;
 
 // Allocates every weight and lists where each checkpoint tensor goes.
-Result<std::vector<Slot>> build(Backend& backend, const LlavaConfig& config,
-                                LlavaTensorLayout layout, LlavaVisionWeights& w) {
+Result<std::vector<WeightSlot>> build(Backend& backend, const LlavaConfig& config,
+                                      LlavaTensorLayout layout, LlavaVisionWeights& w) {
   const Prefixes names = prefixes(layout);
   const ClipVisionConfig& v = config.vision;
   const int64_t d = v.hidden_size, f = v.intermediate_size, p = v.patch_size_px;
   const int64_t dt = config.text_hidden_size, positions = v.patches_per_image() + 1;
   const std::string e = names.tower + "embeddings.";
-  WeightBuilder b(backend, w);
-  Status status = Ok{};
-  auto take = [&](Result<Tensor> r, Tensor& into) {
-    if (!r.ok() && status.ok()) status = r.error();
-    if (r.ok()) into = *r;
-  };
-  take(b.add(e + "patch_embedding.weight", {d, 3 * p * p}, {d, 3, p, p}), w.patch);
-  take(b.add(e + "class_embedding", {d}), w.class_embedding);
-  take(b.add(e + "position_embedding.weight", {positions, d}), w.position);
-  take(b.add(names.tower + "pre_layrnorm.weight", {d}, {}, true), w.pre_ln_weight);
-  take(b.add(names.tower + "pre_layrnorm.bias", {d}), w.pre_ln_bias);
+  detail::VisionWeightBuilder b(backend, w.storage, w.bytes);
+  b.add_into(w.patch, e + "patch_embedding.weight", {d, 3 * p * p}, {d, 3, p, p});
+  b.add_into(w.class_embedding, e + "class_embedding", {d});
+  b.add_into(w.position, e + "position_embedding.weight", {positions, d});
+  b.add_into(w.pre_ln_weight, names.tower + "pre_layrnorm.weight", {d}, {}, true);
+  b.add_into(w.pre_ln_bias, names.tower + "pre_layrnorm.bias", {d});
   w.layers.resize(static_cast<size_t>(config.layers_to_run()));
-  for (size_t i = 0; i < w.layers.size() && status.ok(); ++i) {
+  for (size_t i = 0; i < w.layers.size() && b.status().ok(); ++i) {
     const std::string l = names.tower + "encoder.layers." + std::to_string(i) + ".";
     ClipEncoderLayer& layer = w.layers[i];
-    take(b.add(l + "layer_norm1.weight", {d}, {}, true), layer.ln1_weight);
-    take(b.add(l + "layer_norm1.bias", {d}), layer.ln1_bias);
-    take(b.add("", {3 * d, d}), layer.qkv);
-    take(b.add("", {3 * d}), layer.qkv_bias);
-    if (!status.ok()) break;
+    b.add_into(layer.ln1_weight, l + "layer_norm1.weight", {d}, {}, true);
+    b.add_into(layer.ln1_bias, l + "layer_norm1.bias", {d});
+    b.add_into(layer.qkv, "", {3 * d, d});
+    b.add_into(layer.qkv_bias, "", {3 * d});
+    if (!b.status().ok()) break;
     const char* parts[] = {"q_proj", "k_proj", "v_proj"};
     for (int64_t j = 0; j < 3; ++j) {
       const std::string a = l + "self_attn." + parts[j];
       b.add_part(a + ".weight", {d, d}, layer.qkv.slice_rows(j * d, d));
       b.add_part(a + ".bias", {d}, layer.qkv_bias.slice_rows(j * d, d));
     }
-    take(b.add(l + "self_attn.out_proj.weight", {d, d}), layer.o);
-    take(b.add(l + "self_attn.out_proj.bias", {d}), layer.o_bias);
-    take(b.add(l + "layer_norm2.weight", {d}, {}, true), layer.ln2_weight);
-    take(b.add(l + "layer_norm2.bias", {d}), layer.ln2_bias);
-    take(b.add(l + "mlp.fc1.weight", {f, d}), layer.fc1);
-    take(b.add(l + "mlp.fc1.bias", {f}), layer.fc1_bias);
-    take(b.add(l + "mlp.fc2.weight", {d, f}), layer.fc2);
-    take(b.add(l + "mlp.fc2.bias", {d}), layer.fc2_bias);
+    b.add_into(layer.o, l + "self_attn.out_proj.weight", {d, d});
+    b.add_into(layer.o_bias, l + "self_attn.out_proj.bias", {d});
+    b.add_into(layer.ln2_weight, l + "layer_norm2.weight", {d}, {}, true);
+    b.add_into(layer.ln2_bias, l + "layer_norm2.bias", {d});
+    b.add_into(layer.fc1, l + "mlp.fc1.weight", {f, d});
+    b.add_into(layer.fc1_bias, l + "mlp.fc1.bias", {f});
+    b.add_into(layer.fc2, l + "mlp.fc2.weight", {d, f});
+    b.add_into(layer.fc2_bias, l + "mlp.fc2.bias", {d});
   }
   const std::string& pr = names.projector;
-  take(b.add(pr + "linear_1.weight", {dt, d}), w.proj1);
-  take(b.add(pr + "linear_2.weight", {dt, dt}), w.proj2);
+  b.add_into(w.proj1, pr + "linear_1.weight", {dt, d});
+  b.add_into(w.proj2, pr + "linear_2.weight", {dt, dt});
   if (config.projector_bias) {
-    take(b.add(pr + "linear_1.bias", {dt}), w.proj1_bias);
-    take(b.add(pr + "linear_2.bias", {dt}), w.proj2_bias);
+    b.add_into(w.proj1_bias, pr + "linear_1.bias", {dt});
+    b.add_into(w.proj2_bias, pr + "linear_2.bias", {dt});
   }
-  if (!status.ok()) return status.error();
+  if (!b.status().ok()) return b.status().error();
   return b.slots();
 }
 
@@ -210,20 +168,8 @@ Result<LlavaVisionWeights> load_llava_vision_weights(Backend& backend,
   LlavaVisionWeights weights;
   auto slots = build(backend, config, layout, weights);
   if (!slots.ok()) return slots.error();
-  for (const Slot& slot : *slots) {
-    if (!checkpoint.contains(slot.name)) {
-      return user_error("the checkpoint has no " + slot.name + " " + shape_string(slot.shape) +
-                        ", which the LLaVA vision tower reads; a LlavaForConditionalGeneration "
-                        "checkpoint saved by transformers 5 names it so");
-    }
-    auto ref = checkpoint.get(slot.name);
-    if (!ref.ok()) return ref.error();
-    if (ref->shape != slot.shape) {
-      return user_error(slot.name + " is " + shape_string(ref->shape) + " in the checkpoint, " +
-                        shape_string(slot.shape) + " by config.json's vision_config");
-    }
-    backend.copy_from_host(slot.dst, ref->data, ref->dtype);
-  }
+  IB_TRY(detail::load_slots(backend, checkpoint, *slots, "the LLaVA vision tower",
+                            "a LlavaForConditionalGeneration checkpoint saved by transformers 5"));
   return weights;
 }
 
@@ -232,11 +178,7 @@ Result<LlavaVisionWeights> random_llava_vision_weights(Backend& backend, const L
   LlavaVisionWeights weights;
   auto slots = build(backend, config, LlavaTensorLayout::kTransformers5, weights);
   if (!slots.ok()) return slots.error();
-  uint64_t stream = 0;
-  for (const Slot& slot : *slots) {
-    backend.fill_uniform(slot.dst, seed, stream++, slot.gain ? 0.1f : scale);
-    if (slot.gain) backend.affine(slot.dst, 1.0f, 1.0f);
-  }
+  detail::seed_slots(backend, *slots, seed, scale);
   return weights;
 }
 

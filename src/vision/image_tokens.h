@@ -20,5 +20,10 @@ struct ExpandedPrompt {
 Result<ExpandedPrompt> expand_image_tokens(std::span<const int32_t> token_ids,
                                            int32_t image_token_id, int64_t tokens_per_image,
                                            int64_t num_images);
+// The same with each image's own count (a dynamic-resolution model's: Qwen2-VL's
+// Qwen2VLProcessor repeats <|image_pad|> grid_t grid_h grid_w / merge^2 times).
+Result<ExpandedPrompt> expand_image_tokens(std::span<const int32_t> token_ids,
+                                           int32_t image_token_id,
+                                           std::span<const int64_t> tokens_per_image);
 
 }  // namespace ib

@@ -1,32 +1,17 @@
 // A tiny LLaVA checkpoint on disk (llava_checkpoint_test_support.h).
 #include "vision/llava_checkpoint_test_support.h"
 
-#include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
+#include "vision/vlm_test_support.h"
 
 namespace ib::llava_test {
-namespace {
-
-std::vector<float> seeded(Rng& rng, int64_t n, float center, float scale) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = center + scale * static_cast<float>(rng.uniform() * 2 - 1);
-  return v;
-}
-
-std::string bytes_of(const std::vector<float>& v) {
-  std::string b(v.size() * sizeof(float), '\0');
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
-}  // namespace
+using vlm_test::bytes_of;
 
 std::string tiny_llava_config(int vocab_size, int image_token_id) {
   return R"({"architectures": ["LlavaForConditionalGeneration"], "image_token_index": )" +
@@ -76,41 +61,16 @@ TinyLlava write_tiny_llava(const std::filesystem::path& dir, std::string_view co
   };
   for (const auto& [n, v] : m.vision) add(n, shape_of(n, m.llava), v);
 
-  Rng rng(77);
   const ModelConfig& c = *text_config;
-  const int64_t d = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim, f = c.intermediate_size;
-  const int64_t vocab = c.vocab_size;
-  const std::string lm = "model.language_model.";
-  m.text.embed = seeded(rng, vocab * d, 0, 0.5f);
-  add(lm + "embed_tokens.weight", {vocab, d}, m.text.embed);
-  for (int l = 0; l < c.num_layers; ++l) {
-    const std::string p = lm + "layers." + std::to_string(l) + ".";
-    testing::HostLayer h;
-    h.attn_norm = seeded(rng, d, 1, 0.2f);
-    h.q = seeded(rng, q * d, 0, 0.15f);
-    h.k = seeded(rng, kv * d, 0, 0.15f);
-    h.v = seeded(rng, kv * d, 0, 0.15f);
-    h.o = seeded(rng, d * q, 0, 0.15f);
-    h.ffn_norm = seeded(rng, d, 1, 0.2f);
-    h.gate = seeded(rng, f * d, 0, 0.15f);
-    h.up = seeded(rng, f * d, 0, 0.15f);
-    h.down = seeded(rng, d * f, 0, 0.1f);
-    add(p + "input_layernorm.weight", {d}, h.attn_norm);
-    add(p + "self_attn.q_proj.weight", {q, d}, h.q);
-    add(p + "self_attn.k_proj.weight", {kv, d}, h.k);
-    add(p + "self_attn.v_proj.weight", {kv, d}, h.v);
-    add(p + "self_attn.o_proj.weight", {d, q}, h.o);
-    add(p + "post_attention_layernorm.weight", {d}, h.ffn_norm);
-    add(p + "mlp.gate_proj.weight", {f, d}, h.gate);
-    add(p + "mlp.up_proj.weight", {f, d}, h.up);
-    add(p + "mlp.down_proj.weight", {d, f}, h.down);
-    m.text.layers.push_back(std::move(h));
-  }
-  m.text.final_norm = seeded(rng, d, 1, 0.2f);
-  add(lm + "norm.weight", {d}, m.text.final_norm);
-  m.text.lm_head = seeded(rng, vocab * d, 0, 0.5f);
-  add("lm_head.weight", {vocab, d}, m.text.lm_head);
+  IB_ASSERT(int64_t{c.num_heads} * c.head_dim == c.hidden_size,
+            "the tiny LLaVA's text model has q width = hidden size");
+  vlm_test::TinyText dims;
+  dims.d = c.hidden_size;
+  dims.kv_width = int64_t{c.num_kv_heads} * c.head_dim;
+  dims.f = c.intermediate_size;
+  dims.vocab = c.vocab_size;
+  dims.layers = c.num_layers;
+  m.text = vlm_test::tiny_text_model(dims, 77, add);
   IB_ASSERT(write_safetensors((m.dir / "model.safetensors").string(), tensors).ok(),
             "cannot write the tiny LLaVA");
   return m;

@@ -3,33 +3,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "vision/detail/config_fields.h"
+
 namespace ib {
 
-namespace {
-
-// An integer field in [lo, hi], or fallback when absent.
-Result<int64_t> int_field(const nlohmann::json& obj, const char* key, int64_t fallback, int64_t lo,
-                          int64_t hi, const std::string& where) {
-  if (!obj.contains(key) || obj[key].is_null()) return fallback;
-  const auto& v = obj[key];
-  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
-    return user_error(where + ": \"" + key + "\" must be an integer in " + std::to_string(lo) +
-                      ".." + std::to_string(hi));
-  }
-  return v.get<int64_t>();
-}
-
-Status string_must_be(const nlohmann::json& obj, const char* key, std::string_view want,
-                      const std::string& where) {
-  if (!obj.contains(key) || obj[key].is_null()) return Ok{};
-  if (!obj[key].is_string() || obj[key].get<std::string>() != want) {
-    return user_error(where + ": " + key + " " + obj[key].dump() + " is not supported (\"" +
-                      std::string(want) + "\" only)");
-  }
-  return Ok{};
-}
-
-}  // namespace
+using detail::int_field;
+using detail::string_must_be;
 
 Result<LlavaConfig> parse_llava_config(std::string_view json, std::string_view origin) {
   const std::string where(origin);

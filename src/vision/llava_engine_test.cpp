@@ -28,6 +28,7 @@
 #include "vision/llava_checkpoint_test_support.h"
 #include "vision/llava_encoder.h"
 #include "vision/llava_test_support.h"
+#include "vision/vlm_test_support.h"
 
 namespace ib {
 namespace {
@@ -50,22 +51,8 @@ struct LoadedLlava {
 // Loads the checkpoint as the CLI does; chunk: --max-num-batched-tokens.
 LoadedLlava load(const TinyLlava& m, int chunk, bool with_encoder = true, int kv_blocks = 0) {
   LoadedLlava out;
-  std::ifstream in(m.dir / "config.json");
-  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto model = parse_hf_config(json, m.dir.string());
-  IB_ASSERT(model.ok(), model.ok() ? "" : model.error().message.c_str());
-  out.model = *model;
-  WeightOptions weights;
-  weights.format = LoadFormat::kSafetensors;
-  weights.path = m.dir.string();
-  EngineConfig config;
-  config.capture_logits = true;
-  config.max_num_batched_tokens = chunk;
-  config.max_num_seqs = 4;
-  config.max_model_len = kv_blocks > 0 ? kv_blocks * 16 : 128;
-  config.cpu_kv_cache_bytes = 8 << 20;
-  config.num_kv_blocks = kv_blocks;
-  auto engine = create_engine(out.model, weights, config, *out.backend);
+  auto engine =
+      vlm_test::load_engine(m.dir.string(), *out.backend, chunk, kv_blocks, 128, out.model);
   IB_ASSERT(engine.ok(), engine.ok() ? "" : engine.error().message.c_str());
   out.engine = std::move(engine).value();
   if (with_encoder) {
@@ -141,12 +128,6 @@ std::map<uint64_t, FirstToken> run(Engine& engine, int* images_encoded = nullptr
     }
   }
   return first;
-}
-
-double max_abs_diff(const std::vector<float>& got, const std::vector<double>& want) {
-  double worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-  return worst;
 }
 
 GenerationRequest request_of(uint64_t id, const Prompt& p) {

@@ -103,6 +103,11 @@ struct StepInputs {
   Tensor positions;     // int32 (T)
   Tensor slot_mapping;  // int32 (T)
   Tensor inv_freq;      // f32 (head_dim / 2)
+  // Multimodal-RoPE models only (ModelConfig::mrope_section; empty otherwise): each token's 3-D
+  // position, int32 (3, T), and inv_freq masked to each section's pairs, f32 (3, head_dim / 2).
+  // positions then holds row 0, which equals the others on decode steps.
+  Tensor mrope_positions;
+  Tensor mrope_inv_freq;
   const AttentionMetadata* attention = nullptr;
   const AttentionShape* shape = nullptr;
   std::span<const KvCacheLayer> kv;  // one per layer

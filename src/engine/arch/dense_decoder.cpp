@@ -89,7 +89,18 @@ void attention_sublayer(Backend& backend, const LayerWeights& w, const KvCacheLa
   const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;
   backend.matmul(b.hidden, w.wqkv, bqkv, b.qkv);
   lora_updates(in, layer, LoraTarget::kQ, LoraTarget::kV, b.hidden, b.qkv);
-  backend.rope_and_cache(b.qkv, in.positions, in.slot_mapping, in.inv_freq, kv, *in.shape);
+  if (in.mrope_positions.empty()) {
+    backend.rope_and_cache(b.qkv, in.positions, in.slot_mapping, in.inv_freq, kv, *in.shape);
+  } else {
+    // M-RoPE: one pass per section, each rotating its pairs by its own position row (the other
+    // pairs' angles are 0, an exact identity); the last pass writes the final keys to the cache.
+    const int64_t t = in.mrope_positions.dim(1);
+    for (int64_t k = 0; k < 3; ++k) {
+      backend.rope_and_cache(
+          b.qkv, in.mrope_positions.slice_rows(k, 1).reshaped({t}), in.slot_mapping,
+          in.mrope_inv_freq.slice_rows(k, 1).reshaped({in.mrope_inv_freq.dim(1)}), kv, *in.shape);
+    }
+  }
   backend.attention(b.qkv, kv, *in.attention, *in.shape, b.attn);
   backend.matmul(b.attn, w.wo, nullptr, b.tmp);
   lora_updates(in, layer, LoraTarget::kO, LoraTarget::kO, b.attn, b.tmp);

@@ -7,10 +7,10 @@
 namespace ib {
 
 Result<const Architecture*> find_architecture(const ModelConfig& config) {
-  const std::array<const Architecture*, 7> families = {
-      &arch::llama_architecture(),    &arch::mistral_architecture(), &arch::qwen2_architecture(),
-      &arch::phi3_architecture(),     &arch::mixtral_architecture(), &arch::gemma2_architecture(),
-      &arch::deepseek2_architecture()};
+  const std::array<const Architecture*, 8> families = {
+      &arch::llama_architecture(),     &arch::mistral_architecture(), &arch::qwen2_architecture(),
+      &arch::phi3_architecture(),      &arch::mixtral_architecture(), &arch::gemma2_architecture(),
+      &arch::deepseek2_architecture(), &arch::qwen2vl_architecture()};
   std::string names;
   for (const Architecture* a : families) {
     if (a->name() == config.family) return a;

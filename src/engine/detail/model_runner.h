@@ -48,6 +48,11 @@ struct RunnerSeq {
   int logits_rows = 0;
   int lora_slot = -1;  // LoRA adapter slot of every token of this share; -1: the base model
   std::vector<InputEmbeds> input_embeds;  // such a batch runs eager
+  // Multimodal-RoPE models: the prompt's 3-D positions (3, P) (GenerationRequest::
+  // mrope_positions; empty: sequential) and what the positions after the prompt add to their
+  // index (max + 1 - P).
+  std::span<const int32_t> mrope_positions;
+  int mrope_delta = 0;
 };
 
 struct RunnerLimits {
@@ -155,7 +160,8 @@ class ModelRunner {
   // Activations, allocated at T rows (R = min(S, T) rows for the sampled ones).
   Buffer residual_buf_, hidden_buf_, tmp_buf_, qkv_buf_, attn_buf_, gate_up_buf_, act_buf_;
   Buffer rows_buf_, logits_buf_, inv_freq_buf_, meta_buf_;
-  Tensor inv_freq_;  // f32 (head_dim / 2)
+  Tensor inv_freq_;        // f32 (head_dim / 2)
+  Tensor mrope_inv_freq_;  // f32 (3, head_dim / 2): multimodal-RoPE models only
   // Mixture-of-experts models: router logits f32 (T, E), expert ids int32 (T, k), weights f32
   // (T, k) and the routing counters int64 (layers, E), in one buffer; empty otherwise.
   Buffer moe_buf_;
@@ -183,6 +189,7 @@ class ModelRunner {
   FusedDecodeOps* fused_ops_ = nullptr;
   bool gains_folded_ = false;
   Tensor token_ids_, positions_, slot_mapping_, sample_rows_, out_tokens_;
+  Tensor mrope_positions_;  // int32 (3, T): multimodal-RoPE models only
   AttentionMetadata attn_meta_;
   SamplingMetadata sampling_meta_;
 };

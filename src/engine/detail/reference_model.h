@@ -37,5 +37,11 @@ std::vector<std::vector<double>> reference_logits(const ModelConfig& config, con
 std::vector<std::vector<double>> reference_logits(
     const ModelConfig& config, const HostWeights& w, const std::vector<int32_t>& tokens,
     const std::vector<std::vector<double>>& input_embeds);
+// The same with multimodal RoPE (config.mrope_section): mrope_positions (3, num_tokens) row-major,
+// each token's temporal, height and width positions; empty: sequential.
+std::vector<std::vector<double>> reference_logits(
+    const ModelConfig& config, const HostWeights& w, const std::vector<int32_t>& tokens,
+    const std::vector<std::vector<double>>& input_embeds,
+    const std::vector<int32_t>& mrope_positions);
 
 }  // namespace ib::testing

@@ -30,8 +30,13 @@ struct Sequence {
   // them, their visual tokens' embeddings (tokens_per_image, D) f32, kept across preemption.
   std::vector<ImageInput> images;
   std::vector<std::vector<float>> image_embeds;  // per image; empty until encoded
+  std::vector<int64_t> image_tokens;             // per image: its visual tokens
   int64_t encode_ns = 0;                         // wall time of the encoder batches it was in
   int64_t first_scheduled_ns = 0;  // start of the first step that computed part of it; 0: none
+  // Multimodal-RoPE models: the prompt's 3-D positions (3, num_prompt_tokens) (empty:
+  // sequential) and what later positions add to their index.
+  std::vector<int32_t> mrope_positions;
+  int mrope_delta = 0;
 
   Sequence(const GenerationRequest& request, const std::vector<int>& eos_token_ids);
 

@@ -12,5 +12,6 @@ const Architecture& phi3_architecture();       // phi3.cpp
 const Architecture& mixtral_architecture();    // mixtral.cpp
 const Architecture& gemma2_architecture();     // gemma2.cpp
 const Architecture& deepseek2_architecture();  // deepseek2.cpp
+const Architecture& qwen2vl_architecture();    // qwen2vl.cpp
 
 }  // namespace ib::arch
