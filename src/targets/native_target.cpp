@@ -182,7 +182,7 @@ class NativeTarget : public Target {
       s.request.lora_name = r.lora_name;
       if (r.prepared_images != nullptr) {
         for (const PreparedImage& image : *r.prepared_images) {
-          s.request.images.push_back(ImageInput{image.start_pos, image.pixel_values});
+          s.request.images.push_back(ImageInput{image.start_pos, image.pixel_values, {}});
         }
       }
       std::shared_ptr<RequestTiming> timing = tracer_ ? start_timing(r) : nullptr;

@@ -35,6 +35,7 @@ namespace {
 
 using llava_test::TinyLlava;
 using llava_test::write_tiny_llava;
+using vlm_test::max_abs_diff;
 
 // The tiny vision tower of llava_test_support with a tiny Llama (hidden 64, 2 layers, 4 heads,
 // 2 KV heads, FFN 128, vocabulary 101) whose image token is 7.
