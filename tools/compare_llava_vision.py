@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -26,7 +25,7 @@ import transformers
 from PIL import Image
 
 from compare_pixel_values import processors  # tools/: this script's folder
-from hf_models import load_fp32, randomize
+from hf_models import load_fp32, randomize, run_tool
 
 IMAGE_TOKEN = 300
 PREPROCESSOR = {
@@ -95,12 +94,10 @@ def main():
             ref(input_ids=input_ids, pixel_values=pixel_values)
         want = captured[-1].reshape(-1, captured[-1].shape[-1]).numpy()
         prefix = os.path.join(args.out, f"ours_{backend}")
-        run = subprocess.run([args.tool, model_dir, image_path, backend, prefix],
-                             capture_output=True, text=True)
-        if run.returncode != 0:
-            print(run.stdout, run.stderr)
+        run = run_tool([args.tool, model_dir, image_path, backend, prefix], rows,
+                       backend=backend, processor=cls_name)
+        if run is None:
             ok = False
-            rows.append(dict(backend=backend, processor=cls_name, error=run.stderr.strip()))
             continue
         print(run.stdout.strip())
         pixels = np.fromfile(prefix + ".pixels.f32", dtype="<f4")

@@ -21,7 +21,6 @@ import argparse
 import inspect
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -30,7 +29,7 @@ import transformers
 from PIL import Image
 
 from compare_pixel_values import processors  # tools/: this script's folder
-from hf_models import ieee_fp32, load_fp32, randomize
+from hf_models import ieee_fp32, load_fp32, randomize, run_tool
 
 IMAGE_TOKEN, VIDEO_TOKEN, VISION_START, VISION_END = 300, 301, 302, 303
 VOCAB = 320
@@ -144,12 +143,10 @@ def main():
             want = ref(**inputs).logits[0].float().numpy()
         prefix = os.path.join(args.out, f"qwen2vl_{backend}")
         prompt = ",".join(str(t) for t in before + [VISION_START, IMAGE_TOKEN, VISION_END] + after)
-        run = subprocess.run([args.tool, model_dir, image_path, backend, prompt, prefix],
-                             capture_output=True, text=True)
-        if run.returncode != 0:
-            print(run.stdout, run.stderr)
+        run = run_tool([args.tool, model_dir, image_path, backend, prompt, prefix], rows,
+                       backend=backend, processor=cls_name)
+        if run is None:
             ok = False
-            rows.append(dict(backend=backend, processor=cls_name, error=run.stderr.strip()))
             continue
         info = json.loads(run.stdout.strip().splitlines()[-1])
         ours_grid = info["grid"]

@@ -4,6 +4,8 @@ and torch set to IEEE fp32 for references.
 Weights are drawn larger than HF's 0.02 init (matrices ~ N(0, 1/fan_in), embeddings N(0, 1),
 norm gains U(0.8, 1.2), biases U(-0.1, 0.1)) so that logits spread and greedy ties are improbable.
 """
+import subprocess
+
 import torch
 import transformers
 
@@ -67,3 +69,14 @@ def ieee_fp32():
     for backend in (getattr(torch.backends.cuda, "matmul", None), torch.backends.cudnn):
         if backend is not None and hasattr(backend, "fp32_precision"):
             backend.fp32_precision = "ieee"
+
+
+def run_tool(argv, rows, **row):
+    """Runs one of inferbench's bench tools. On failure prints its output, appends row with the
+    tool's error to rows and returns None; otherwise the CompletedProcess."""
+    run = subprocess.run(argv, capture_output=True, text=True)
+    if run.returncode != 0:
+        print(run.stdout, run.stderr)
+        rows.append(dict(row, error=run.stderr.strip()))
+        return None
+    return run

@@ -209,15 +209,8 @@ Status encode_llava_images(Backend& backend, const LlavaVisionWeights& w, const 
       }
     }
   }
-  const DType act = backend.activation_dtype();
-  std::vector<Buffer> scratch;
-  auto alloc = [&](std::initializer_list<int64_t> dims) -> Result<Tensor> {
-    Tensor probe(nullptr, act, dims);
-    auto buffer = backend.alloc(probe.bytes(), MemoryTag::kActivations);
-    if (!buffer.ok()) return buffer.error();
-    scratch.push_back(std::move(*buffer));
-    return scratch.back().view(act, dims);
-  };
+  detail::ScratchTensors scratch(backend);
+  auto alloc = [&](std::initializer_list<int64_t> dims) { return scratch.alloc(dims); };
   auto patches_in = alloc({num_images * patches, 3 * p * p});  // (N P, 3 p p)
   auto h = alloc({t, d});              // (N (P + 1), D): the residual stream
   auto x = alloc({t, d});              // (N (P + 1), D): normed input, attention output

@@ -200,15 +200,8 @@ Status encode_qwen2vl_images(Backend& backend, const Qwen2VlVisionWeights& w,
             "pixel_values must be (sum of t h w, 3 T p p)");
   IB_ASSERT(out.rows() == n / v.merge_units() && out.row_size() == config.text_hidden_size,
             "out must be (visual tokens, text hidden size)");
-  const DType act = backend.activation_dtype();
-  std::vector<Buffer> scratch;
-  auto alloc = [&](std::initializer_list<int64_t> dims) -> Result<Tensor> {
-    Tensor probe(nullptr, act, dims);
-    auto buffer = backend.alloc(probe.bytes(), MemoryTag::kActivations);
-    if (!buffer.ok()) return buffer.error();
-    scratch.push_back(std::move(*buffer));
-    return scratch.back().view(act, dims);
-  };
+  detail::ScratchTensors scratch(backend);
+  auto alloc = [&](std::initializer_list<int64_t> dims) { return scratch.alloc(dims); };
   IB_ASSIGN_OR_RETURN(const Tensor patches, (alloc({n, k})));  // (N, K)
   IB_ASSIGN_OR_RETURN(const Tensor h, (alloc({n, d})));        // (N, D): the residual stream
   IB_ASSIGN_OR_RETURN(const Tensor x, (alloc({n, d})));    // (N, D): normed input, attention out

@@ -27,24 +27,30 @@ inline std::string binary() {
   return b ? b : "inferbench";
 }
 
-// Starts the binary with args, stdout and stderr into files; returns the pid.
-inline pid_t spawn(const std::vector<std::string>& args, const fs::path& out, const fs::path& err) {
+// Any program (args[0], searched on PATH), stdout and stderr into files; returns the pid.
+inline pid_t spawn_program(const std::vector<std::string>& args, const fs::path& out,
+                           const fs::path& err) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(o, STDOUT_FILENO);
     ::dup2(e, STDERR_FILENO);
-    std::vector<char*> argv;
-    std::string bin = binary();
-    argv.push_back(bin.data());
     std::vector<std::string> copy = args;
+    std::vector<char*> argv;
     for (auto& a : copy) argv.push_back(a.data());
     argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
+    ::execvp(argv[0], argv.data());
     std::_Exit(127);
   }
   return pid;
+}
+
+// Starts the binary with args, stdout and stderr into files; returns the pid.
+inline pid_t spawn(const std::vector<std::string>& args, const fs::path& out, const fs::path& err) {
+  std::vector<std::string> all{binary()};
+  all.insert(all.end(), args.begin(), args.end());
+  return spawn_program(all, out, err);
 }
 
 inline int wait_exit(pid_t pid) {

@@ -39,25 +39,6 @@ inline uint16_t wait_for_port(const fs::path& err_file, int timeout_ms = 60000) 
   return 0;
 }
 
-// Any program, stdout and stderr into files.
-inline pid_t spawn_program(const std::vector<std::string>& args, const fs::path& out,
-                           const fs::path& err) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(o, STDOUT_FILENO);
-    ::dup2(e, STDERR_FILENO);
-    std::vector<std::string> copy = args;
-    std::vector<char*> argv;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    std::_Exit(127);
-  }
-  return pid;
-}
-
 inline uint16_t free_port() {
   net::io_context io;
   net::ip::tcp::acceptor a(io, {net::ip::make_address("127.0.0.1"), 0});
