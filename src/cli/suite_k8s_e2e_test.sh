@@ -40,9 +40,10 @@ grep -q -- "--k8s-image" "$W/missing.out" || fail "no --k8s-image: $(cat "$W/mis
 
 # kubectl decodes the manifests into typed objects (client-side dry run); discovery comes from a
 # stub that knows ConfigMaps and Jobs.
-PORT=$(( 30000 + RANDOM % 20000 ))
-python3 - "$PORT" > "$W/stub.log" 2>&1 <<'EOF' &
-import json, sys
+# The stub binds a port the kernel picks (a random one collided under a parallel ctest) and
+# writes it to $W/port once it listens.
+python3 - "$W/port" > "$W/stub.log" 2>&1 <<'EOF' &
+import json, os, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 docs = {
   "/api": {"kind": "APIVersions", "versions": ["v1"],
@@ -65,13 +66,19 @@ class H(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(json.dumps(doc or {"kind": "Status", "code": 404}).encode())
     def log_message(self, *args): pass
-HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+server = HTTPServer(("127.0.0.1", 0), H)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+server.serve_forever()
 EOF
 STUB=$!
-for _ in $(seq 50); do
-  python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $PORT), 0.2)" 2>/dev/null && break
+for _ in $(seq 150); do
+  [ -s "$W/port" ] && break
   sleep 0.1
 done
+[ -s "$W/port" ] || fail "the API stub did not start: $(cat "$W/stub.log")"
+PORT=$(cat "$W/port")
 kubectl --server="http://127.0.0.1:$PORT" --cache-dir="$W/kcache" apply --dry-run=client \
   --validate=false -f "$R/k8s/" -f "$R/k8s/collect/" -o name > "$W/kubectl.out" 2>&1 ||
   fail "kubectl: $(cat "$W/kubectl.out")"
