@@ -54,9 +54,7 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = k.dtype;
-  if (k.fused) ::setenv("IB_LORA_FUSED", "1", 1);
-  auto gpu = create_backend(bo);
-  ::unsetenv("IB_LORA_FUSED");
+  auto gpu = testing::create_backend_with_switch(bo, "IB_LORA_FUSED", k.fused ? "1" : "");
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
   ASSERT_NE((*gpu)->lora_ops(), nullptr);
   ASSERT_EQ((*gpu)->kernel_switches().at("IB_LORA_FUSED").value, k.fused ? "1" : "0");

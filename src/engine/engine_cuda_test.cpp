@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 #include "backend/backend_factory.h"
@@ -54,22 +53,6 @@ struct Case {
   int pdl = -1;      // IB_PDL (programmatic dependent launch: a race changes the logits); -1: unset
 };
 
-// The backend reads its kernel switches from the environment when it is created.
-class ScopedPdl {
- public:
-  explicit ScopedPdl(int mode) : set_(mode >= 0) {
-    if (set_) setenv("IB_PDL", std::to_string(mode).c_str(), 1);
-  }
-  ~ScopedPdl() {
-    if (set_) unsetenv("IB_PDL");
-  }
-  ScopedPdl(const ScopedPdl&) = delete;
-  ScopedPdl& operator=(const ScopedPdl&) = delete;
-
- private:
-  bool set_;
-};
-
 class CudaEngineTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
@@ -81,10 +64,8 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = k.dtype;
-  auto gpu = [&] {
-    const ScopedPdl pdl(k.pdl);
-    return create_backend(bo);
-  }();
+  auto gpu =
+      testing::create_backend_with_switch(bo, "IB_PDL", k.pdl >= 0 ? std::to_string(k.pdl) : "");
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
   auto gpu_w = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;

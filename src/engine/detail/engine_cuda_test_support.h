@@ -8,8 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
@@ -21,6 +25,17 @@
   } while (0)
 
 namespace ib::testing {
+
+// A backend created with the kernel switch `name` set to `value` in the environment (the backend
+// reads its switches once, when it is created); an empty value leaves the environment alone.
+inline Result<std::unique_ptr<Backend>> create_backend_with_switch(const BackendOptions& options,
+                                                                   const char* name,
+                                                                   const std::string& value) {
+  if (!value.empty()) ::setenv(name, value.c_str(), 1);
+  auto backend = create_backend(options);
+  if (!value.empty()) ::unsetenv(name);
+  return backend;
+}
 
 // Relative L2 error ||got - want|| / ||want|| of two logit rows; infinity where got holds a NaN.
 inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {

@@ -158,7 +158,6 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   void set_fused(bool on) { fused_ = on; }
   // Each LoRA group's shrink and expand in one launch (IB_LORA_FUSED=1) instead of two.
   void set_lora_fused(bool on) { lora_fused_ = on; }
-  bool pdl() const { return pdl_; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
   // steps of at most this many sequences (0: never). Default 8, measured best of 1, 8, 32 and
   // 256: +2 % at batch 1 and on the seed's batch 8, even on the continuous run, -3 % when every
