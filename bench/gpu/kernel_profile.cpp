@@ -4,7 +4,12 @@
 // mean microseconds, share of GPU busy time; and the busy time against the span from the first
 // kernel's start to the last one's end (the rest: gaps between kernels).
 // Optional $IB_KERNEL_PROFILE_FROM_NS skips kernels that start before that many ns after the
-// first one (load, warm-up).
+// first one (load, warm-up). Under programmatic dependent launch kernels overlap, so a kernel's
+// own time says little; each row also gives its "advance": how far the kernel moves the end of
+// all GPU work started before it (end minus the later of its start and that frontier, or 0), and
+// the idle gap before it (its start minus the frontier, or 0). Advances plus gaps sum to the span.
+// Optional $IB_KERNEL_TIMELINE=path also writes the last $IB_KERNEL_TIMELINE_COUNT (2,000)
+// kernels as CSV: start and end in ns from the first counted kernel, advance, gap, name.
 //
 //   IB_KERNEL_PROFILE=prof.txt LD_PRELOAD=build/bench/gpu/libib_kernel_profile.so inferbench run
 //   ...
@@ -103,10 +108,15 @@ void report() {
   if (const char* skip = std::getenv("IB_KERNEL_PROFILE_FROM_NS"))
     from += std::strtoull(skip, nullptr, 10);
   struct Total {
-    uint64_t calls = 0, ns = 0;
+    uint64_t calls = 0, ns = 0, advance_ns = 0, gap_ns = 0;
   };
   std::map<std::string, Total> totals;
   uint64_t busy = 0, first = UINT64_MAX, last = 0, covered_to = 0;
+  struct Step {
+    const KernelSpan* span;
+    uint64_t advance_ns, gap_ns;
+  };
+  std::vector<Step> steps;
   for (const KernelSpan& s : spans) {
     if (s.start_ns < from) continue;
     Total& t = totals[s.name];
@@ -114,10 +124,17 @@ void report() {
     t.ns += s.end_ns - s.start_ns;
     first = std::min(first, s.start_ns);
     last = std::max(last, s.end_ns);
-    // Busy time: the union of the kernels' intervals.
-    const uint64_t begin = std::max(s.start_ns, covered_to);
-    if (s.end_ns > begin) busy += s.end_ns - begin;
-    covered_to = std::max(covered_to, s.end_ns);
+    // Busy time: the union of the kernels' intervals; each kernel's advance of it and the gap
+    // before it (none before the first counted kernel).
+    const uint64_t frontier = covered_to == 0 ? s.start_ns : covered_to;
+    const uint64_t begin = std::max(s.start_ns, frontier);
+    const uint64_t advance = s.end_ns > begin ? s.end_ns - begin : 0;
+    const uint64_t gap = s.start_ns > frontier ? s.start_ns - frontier : 0;
+    busy += advance;
+    t.advance_ns += advance;
+    t.gap_ns += gap;
+    steps.push_back({&s, advance, gap});
+    covered_to = std::max(frontier, s.end_ns);
   }
   std::vector<std::pair<std::string, Total>> rows(totals.begin(), totals.end());
   std::sort(rows.begin(), rows.end(),
@@ -131,14 +148,32 @@ void report() {
                "kernel profile: %zu kernels, span %.3f ms, GPU busy %.3f ms (%.1f %%), "
                "sum of kernel times %.3f ms\n",
                counted, ms(span), ms(busy), 100.0 * ms(busy) / ms(span), ms(kernel_ns));
-  std::fprintf(out, "%10s %12s %10s %7s  %s\n", "calls", "total ms", "mean us", "share", "kernel");
+  std::fprintf(out, "%10s %12s %10s %7s %11s %9s  %s\n", "calls", "total ms", "mean us", "share",
+               "advance us", "gap us", "kernel");
   for (const auto& [name, t] : rows) {
-    std::fprintf(out, "%10llu %12.3f %10.2f %6.1f%%  %s\n",
-                 static_cast<unsigned long long>(t.calls), ms(t.ns),
-                 ms(t.ns) * 1e3 / static_cast<double>(t.calls), 100.0 * ms(t.ns) / ms(kernel_ns),
-                 name.c_str());
+    const double calls = static_cast<double>(t.calls);
+    std::fprintf(out, "%10llu %12.3f %10.2f %6.1f%% %11.2f %9.2f  %s\n",
+                 static_cast<unsigned long long>(t.calls), ms(t.ns), ms(t.ns) * 1e3 / calls,
+                 100.0 * ms(t.ns) / ms(kernel_ns), ms(t.advance_ns) * 1e3 / calls,
+                 ms(t.gap_ns) * 1e3 / calls, name.c_str());
   }
   if (out != stderr) std::fclose(out);
+  if (const char* timeline = std::getenv("IB_KERNEL_TIMELINE")) {
+    const char* count_text = std::getenv("IB_KERNEL_TIMELINE_COUNT");
+    const size_t count = count_text != nullptr ? std::strtoull(count_text, nullptr, 10) : 2000;
+    if (FILE* csv = std::fopen(timeline, "w")) {
+      std::fprintf(csv, "start_ns,end_ns,advance_ns,gap_ns,kernel\n");
+      for (size_t i = steps.size() > count ? steps.size() - count : 0; i < steps.size(); ++i) {
+        const Step& st = steps[i];
+        std::fprintf(csv, "%llu,%llu,%llu,%llu,\"%s\"\n",
+                     static_cast<unsigned long long>(st.span->start_ns - first),
+                     static_cast<unsigned long long>(st.span->end_ns - first),
+                     static_cast<unsigned long long>(st.advance_ns),
+                     static_cast<unsigned long long>(st.gap_ns), st.span->name.c_str());
+      }
+      std::fclose(csv);
+    }
+  }
 }
 
 // The report must run while the CUDA context still exists: registered with atexit when the

@@ -17,9 +17,10 @@ namespace {
 constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_CUDA_DEBUG_SYNC", "cuda", "0", 0, 1, "",
      "1: wait for every op, so an asynchronous fault names the op"},
-    {"IB_PDL", "cuda", "2", 0, 2, "",
+    {"IB_PDL", "cuda", "2", 0, 3, "",
      "0: no programmatic dependent launch; 1: every decode kernel lets the next launch as it "
-     "starts; 2: the same, except the attention's successor, launched at its end"},
+     "starts; 2: the same, except the attention's successor, launched at its end; 3: as 1, and "
+     "the o projection's GEMV prefetches its weights into L2 during the attention"},
     {"IB_FUSED", "cuda", "1", 0, 1, "",
      "0: the decode step without the fused norm/SwiGLU/residual GEMVs"},
     {"IB_ADD_CUBLASLT", "cuda", "0", 0, 1, "",

@@ -4,7 +4,7 @@
 // tokens the CUDA engine chose. Decode graphs and op-by-op decoding are both checked, with QKV
 // bias (Qwen2), a sliding window (Mistral / Phi-3) and Mixtral's experts (bf16 within 5e-2: a
 // routing decision may flip where two experts nearly tie), under each programmatic dependent
-// launch mode (IB_PDL 0, 1 and the default 2). Also: the step profile, a model too
+// launch mode (IB_PDL 0, 1, 3 and the default 2). Also: the step profile, a model too
 // large for the device refused before allocating, and bad device indices. Label gpu: skipped
 // visibly without a CUDA device.
 #include <gtest/gtest.h>
@@ -150,7 +150,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kF32, false, false, 0, true}, Case{DType::kBF16, true, false, 0, true},
         Case{DType::kBF16, false, false, 0, true}, Case{DType::kF32, true, false, 24, false, 0},
         Case{DType::kF32, true, false, 24, false, 1}, Case{DType::kBF16, true, true, 0, false, 0},
-        Case{DType::kF32, false, false, 0, true, 0}),
+        Case{DType::kF32, false, false, 0, true, 0}, Case{DType::kF32, true, false, 24, false, 3},
+        Case{DType::kBF16, true, false, 0, false, 3}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       const Case& k = param_info.param;
       return std::string(dtype_name(k.dtype)) + (k.graphs ? "_graphs" : "_eager") +

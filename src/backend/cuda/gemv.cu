@@ -104,7 +104,7 @@ GemvQuantAct quantize_act(const Tensor& x, const Tensor* gain, float eps, bool r
 template <typename T, typename TOut, int NT, int kEpilogue, bool kRms, int kW>
 void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T* bias, Tensor out,
                    float eps, const GemvRopeCache& rc, const Tensor* gain, const GemvQuantAct* act,
-                   cudaStream_t stream, bool pdl) {
+                   cudaStream_t stream, bool pdl, bool l2_prefetch_tile = false) {
   const int m = static_cast<int>(x.rows());
   const int n = static_cast<int>(w.data.dim(0));
   const int k = static_cast<int>(w.cols());
@@ -134,7 +134,8 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
   const auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
   const auto tiles = static_cast<unsigned>(gemv_tile_count(kEpilogue, n));
   launch_kernel(op, pdl, kernel, dim3(grid_blocks<kW>(tiles)), dim3(kWarps * 32), 0, stream, x_in,
-                w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands);
+                w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands,
+                pdl && l2_prefetch_tile ? 1 : 0);
 }
 
 template <typename T, typename TOut, int NT, int kW>
@@ -166,23 +167,24 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
 template <typename T, int kEpilogue, bool kRms, int kW>
 void launch_fused_typed(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
                         Tensor out, float eps, cudaStream_t stream, bool pdl,
-                        const GemvQuantAct* act, const GemvRopeCache& rc = {}) {
+                        const GemvQuantAct* act, const GemvRopeCache& rc = {},
+                        bool l2_prefetch_tile = false) {
   launch_config<T, T, 1, kEpilogue, kRms, kW>("matmul(gemv, fused)", x, w,
                                               bias ? bias->as<T>() : nullptr, out, eps, rc, gain,
-                                              act, stream, pdl);
+                                              act, stream, pdl, l2_prefetch_tile);
 }
 
 template <typename T, int kW>
 void launch_fused(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
                   Tensor out, GemvFusion fusion, float eps, cudaStream_t stream, bool pdl,
-                  const GemvQuantAct* act) {
+                  const GemvQuantAct* act, bool l2_prefetch_tile) {
   switch (fusion) {
     case GemvFusion::kRmsSwiGlu:
       return launch_fused_typed<T, kGemvSwiGlu, true, kW>(x, w, gain, bias, out, eps, stream, pdl,
-                                                          act);
+                                                          act, {}, l2_prefetch_tile);
     case GemvFusion::kAccumulate:
       return launch_fused_typed<T, kGemvAccumulate, false, kW>(x, w, gain, bias, out, eps, stream,
-                                                               pdl, act);
+                                                               pdl, act, {}, l2_prefetch_tile);
   }
 }
 
@@ -299,7 +301,7 @@ bool gemv_fused_supported(const Tensor& x, const WeightRef& w, GemvFusion fusion
 
 void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
                        Tensor out, GemvFusion fusion, float eps, cudaStream_t stream, bool pdl,
-                       const GemvQuantAct* act) {
+                       const GemvQuantAct* act, bool l2_prefetch_tile) {
   IB_ASSERT(gemv_fused_supported(x, w, fusion), "launch_gemv_fused: unsupported operands");
   IB_ASSERT(out.dtype == x.dtype, "launch_gemv_fused: out must have x's dtype");
   IB_ASSERT(is_quantized(w.format) || gain == nullptr,
@@ -309,7 +311,7 @@ void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, 
               "launch_gemv_fused: gain (K) of x's dtype");
   if (bias) IB_ASSERT(bias->dtype == x.dtype, "launch_gemv_fused: bias dtype must match x");
   dispatch(x, w, [&]<typename T, int kW>() {
-    launch_fused<T, kW>(x, w, gain, bias, out, fusion, eps, stream, pdl, act);
+    launch_fused<T, kW>(x, w, gain, bias, out, fusion, eps, stream, pdl, act, l2_prefetch_tile);
   });
 }
 

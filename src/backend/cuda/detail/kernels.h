@@ -76,9 +76,13 @@ bool gemv_fused_supported(const Tensor& x, const WeightRef& w, GemvFusion fusion
 // its 16-row tile for RoPE).
 bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
                            int64_t intermediate_size);
+// l2_prefetch_tile (with pdl): each block first sends its whole row tile of w toward L2, before
+// its wait, so a GEMV launched early beside a kernel that leaves the memory bus idle (the decode
+// attention, IB_PDL=3) streams its weights meanwhile.
 void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
                        Tensor out, GemvFusion fusion, float eps, cudaStream_t stream,
-                       bool pdl = false, const GemvQuantAct* act = nullptr);
+                       bool pdl = false, const GemvQuantAct* act = nullptr,
+                       bool l2_prefetch_tile = false);
 // qkv (M, (Hq + 2 Hkv) * hd) = (x / rms(x) * gain) @ w^T (+ bias), then rope_and_cache on it, in
 // one kernel: the q and k heads rotated in fp32 before the one rounding, k and v written into kv.
 bool gemv_rope_cache_supported(const Tensor& x, const WeightRef& w, const AttentionShape& shape);
