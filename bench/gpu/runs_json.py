@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Prints, as JSON, the result.json keys that matter of every run directory under DIR (the
 bench/gpu scripts' runs.json): output throughput, median TPOT and TTFT, quantization, kernel
-switches, memory, and the engine's copy ceiling and decode fraction of it.
+switches, memory, the engine's copy ceiling and decode fraction of it, and the decode steps'
+median wall and device times and host phases.
 
 Usage: bench/gpu/runs_json.py DIR > runs.json
 """
@@ -27,6 +28,9 @@ def main():
                 decode = perf.get("decode") or {}
                 out[name]["decode_fraction_of_copy_ceiling"] = decode.get(
                     "fraction_of_copy_ceiling")
+                out[name]["decode_median_step_ms"] = decode.get("median_step_ms")
+                out[name]["decode_median_device_ms"] = decode.get("median_device_ms")
+                out[name]["decode_host_phases_us"] = decode.get("median_host_phases_us")
     print(json.dumps(out, indent=1))
 
 

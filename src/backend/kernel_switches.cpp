@@ -17,10 +17,9 @@ namespace {
 constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_CUDA_DEBUG_SYNC", "cuda", "0", 0, 1, "",
      "1: wait for every op, so an asynchronous fault names the op"},
-    {"IB_PDL", "cuda", "2", 0, 3, "",
+    {"IB_PDL", "cuda", "2", 0, 2, "",
      "0: no programmatic dependent launch; 1: every decode kernel lets the next launch as it "
-     "starts; 2: the same, except the attention's successor, launched at its end; 3: as 1, and "
-     "the o projection's GEMV prefetches its weights into L2 during the attention"},
+     "starts; 2: the same, except the attention's successor, launched at its end"},
     {"IB_FUSED", "cuda", "1", 0, 1, "",
      "0: the decode step without the fused norm/SwiGLU/residual GEMVs"},
     {"IB_ADD_CUBLASLT", "cuda", "0", 0, 1, "",
@@ -33,6 +32,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
      "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
      "prefetching each block's next row tile (0: one block per tile)"},
+    {"IB_GEMV_DENSE_BLOCKS", "cuda", "0", 0, 0, "0|3",
+     "3: the dense decode GEMVs' registers capped so that 3 blocks fit on an SM (0: the "
+     "compiler's choice, 2)"},
     {"IB_LORA_FUSED", "cuda", "0", 0, 1, "",
      "1: each LoRA update's shrink and expand in one launch (the expand's blocks wait in the "
      "kernel for the shrink's) instead of two"},

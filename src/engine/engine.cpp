@@ -221,7 +221,10 @@ class EngineImpl final : public Engine {
     }
     detail::RunnerOutput result;
     if (!batch.empty()) {
+      out.stats.run_start_ns = now_ns();
       IB_ASSIGN_OR_RETURN(result, runner_->execute(batch, config_.capture_logits));
+      out.stats.launched_ns = result.launched_ns;
+      out.stats.synced_ns = result.synced_ns;
       ++steps_;
       out.stats.bytes_moved = runner_->traffic(batch).total();
       out.stats.device_ns = result.device_ns.value_or(-1);

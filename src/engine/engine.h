@@ -128,8 +128,12 @@ struct StepStats {
   int64_t duration_ns = 0;
   int64_t bytes_moved = 0;  // weights streamed + KV read + KV written (the step's floor)
   int64_t device_ns = -1;   // device time of the forward pass; -1 when not measured
-  bool graph = false;       // a decode graph was replayed
-  bool oom = false;         // kOnDemand: a KV growth was refused in this step
+  // Host clock (now_ns) when the batch was built (scheduling done), when the device work was
+  // enqueued (a graph's replay or the ops launched) and when its results were on the host; 0 for
+  // a step that ran nothing.
+  int64_t run_start_ns = 0, launched_ns = 0, synced_ns = 0;
+  bool graph = false;  // a decode graph was replayed
+  bool oom = false;    // kOnDemand: a KV growth was refused in this step
 };
 
 // Where the time of a class of steps went, accumulated since the engine started.
@@ -145,6 +149,12 @@ struct StepClassProfile {
   double median_device_ns = 0;      // median device time (timed steps)
   double median_host_fraction = 0;  // median over timed steps of (wall - device) / wall
   double p95_step_ns = 0;           // 95th percentile step duration (jitter = p95 - median)
+  // Medians of a step's host phases (StepStats' clocks), ns: scheduling and building the batch,
+  // enqueueing the device work (metadata upload, graph launch), waiting for its results,
+  // finishing (token bookkeeping), and the time from the previous step's end to this one's start
+  // (the engine loop: events delivered, arrivals admitted); steps that followed a step only.
+  double median_schedule_ns = 0, median_launch_ns = 0, median_wait_ns = 0, median_finish_ns = 0,
+         median_between_steps_ns = 0;
 };
 
 struct EngineProfile {

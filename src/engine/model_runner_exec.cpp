@@ -2,6 +2,7 @@
 // graph capture, and the bytes a step must move.
 #include <algorithm>
 
+#include "core/clock.h"
 #include "engine/detail/model_runner.h"
 
 namespace ib::detail {
@@ -81,7 +82,9 @@ Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool
     forward(attn_meta_.num_tokens, rows, batch);
     backend_.timer_stop();
   }
+  const int64_t launched_ns = now_ns();
   IB_ASSIGN_OR_RETURN(RunnerOutput out, read_results(rows, capture_logits));
+  out.launched_ns = launched_ns;
   if (std::any_of(batch.begin(), batch.end(),
                   [](const RunnerSeq& q) { return q.logits_rows > 0; })) {
     IB_TRY(read_prompt_logits(batch, out));
@@ -89,6 +92,7 @@ Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool
   out.graph = bucket > 0;
   if (rows == 0) backend_.synchronize();
   out.device_ns = backend_.timer_elapsed_ns();
+  out.synced_ns = now_ns();
   IB_TRY(backend_.device_status());
   return out;
 }

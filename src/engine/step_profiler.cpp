@@ -9,6 +9,17 @@ namespace ib::detail {
 void StepProfiler::add(const StepStats& s) {
   if (s.num_prefill_tokens == 0 && s.num_decode_tokens == 0) return;
   Samples& c = s.num_prefill_tokens > 0 ? prefill_ : decode_;
+  const int64_t end_ns = s.start_ns + s.duration_ns;
+  if (s.run_start_ns > 0 && s.launched_ns >= s.run_start_ns && s.synced_ns >= s.launched_ns &&
+      end_ns >= s.synced_ns && s.run_start_ns >= s.start_ns) {
+    c.schedule_ns.push_back(s.run_start_ns - s.start_ns);
+    c.launch_ns.push_back(s.launched_ns - s.run_start_ns);
+    c.wait_ns.push_back(s.synced_ns - s.launched_ns);
+    c.finish_ns.push_back(end_ns - s.synced_ns);
+  }
+  if (last_end_ns_ > 0 && s.start_ns >= last_end_ns_)
+    c.between_ns.push_back(s.start_ns - last_end_ns_);
+  last_end_ns_ = end_ns;
   c.sums.steps += 1;
   c.sums.tokens += s.num_prefill_tokens + s.num_decode_tokens;
   c.sums.bytes += s.bytes_moved;
@@ -39,6 +50,11 @@ StepClassProfile StepProfiler::finish(const Samples& s) {
   }
   p.median_device_ns = med(s.device_ns);
   p.median_host_fraction = med(s.host_fraction);
+  p.median_schedule_ns = med(s.schedule_ns);
+  p.median_launch_ns = med(s.launch_ns);
+  p.median_wait_ns = med(s.wait_ns);
+  p.median_finish_ns = med(s.finish_ns);
+  p.median_between_steps_ns = med(s.between_ns);
   return p;
 }
 

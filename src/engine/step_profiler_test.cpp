@@ -1,6 +1,7 @@
 // The step profile: steps classified as decode or prefill, sums and medians, host overhead from
-// the device time; and on the CPU engine, each step's bytes_moved equals the traffic a step must
-// cause (weights streamed, KV read over the visible context, KV written).
+// the device time, the host phases and the gap between steps; and on the CPU engine, each step's
+// bytes_moved equals the traffic a step must cause (weights streamed, KV read over the visible
+// context, KV written).
 #include "engine/detail/step_profiler.h"
 
 #include <gtest/gtest.h>
@@ -45,6 +46,34 @@ TEST(StepProfiler, ClassifiesStepsAndTakesMedians) {
   EXPECT_DOUBLE_EQ(e.prefill.median_host_fraction, 0.0);
 }
 
+// A decode step at start_ns whose batch was built after schedule_ns, enqueued after launch_ns,
+// back on the host after wait_ns, and which ended finish_ns later.
+StepStats timed_step(int64_t start_ns, int64_t schedule_ns, int64_t launch_ns, int64_t wait_ns,
+                     int64_t finish_ns) {
+  StepStats s = step(0, 1, schedule_ns + launch_ns + wait_ns + finish_ns, -1);
+  s.start_ns = start_ns;
+  s.run_start_ns = start_ns + schedule_ns;
+  s.launched_ns = s.run_start_ns + launch_ns;
+  s.synced_ns = s.launched_ns + wait_ns;
+  return s;
+}
+
+TEST(StepProfiler, HostPhasesAndTheGapBetweenSteps) {
+  detail::StepProfiler p;
+  p.add(timed_step(1000, 10, 20, 300, 5));   // ends at 1335
+  p.add(timed_step(1400, 30, 40, 100, 15));  // 65 after; ends at 1585
+  p.add(timed_step(1600, 20, 30, 200, 25));  // 15 after; ends at 1875
+  StepStats untimed = step(0, 1, 50, -1);    // no phase clocks (a step that ran nothing)
+  untimed.start_ns = 1950;                   // 75 after the third (which ends at 1875)
+  p.add(untimed);
+  const StepClassProfile d = p.summary().decode;
+  EXPECT_DOUBLE_EQ(d.median_schedule_ns, 20);
+  EXPECT_DOUBLE_EQ(d.median_launch_ns, 30);
+  EXPECT_DOUBLE_EQ(d.median_wait_ns, 200);
+  EXPECT_DOUBLE_EQ(d.median_finish_ns, 15);
+  EXPECT_DOUBLE_EQ(d.median_between_steps_ns, 65);  // of 65, 15 and 75
+}
+
 TEST(StepProfiler, EngineStepsCarryTheirTraffic) {
   const ModelConfig c = testing::tiny_config();
   EngineConfig config;
@@ -69,6 +98,12 @@ TEST(StepProfiler, EngineStepsCarryTheirTraffic) {
     EXPECT_EQ(out->stats.bytes_moved, want);
     EXPECT_EQ(out->stats.device_ns, -1);  // the CPU backend has no device timer
     EXPECT_FALSE(out->stats.graph);
+    const StepStats& st = out->stats;  // the phase clocks in order, within the step
+    EXPECT_LE(st.start_ns, st.run_start_ns);
+    EXPECT_LE(st.run_start_ns, st.launched_ns);
+    EXPECT_LE(st.launched_ns, st.synced_ns);
+    EXPECT_LE(st.synced_ns, st.start_ns + st.duration_ns);
+    EXPECT_GT(st.run_start_ns, 0);
   }
   const EngineProfile p = e.engine->profile();
   EXPECT_EQ(p.prefill.steps, 1);

@@ -28,6 +28,12 @@ json class_json(const StepClassProfile& c, double ceiling) {
       {"p95_step_ms", c.p95_step_ns * 1e-6},
       {"median_device_ms", c.median_device_ns * 1e-6},
       {"median_host_overhead_fraction", c.median_host_fraction},
+      {"median_host_phases_us",
+       {{"schedule", c.median_schedule_ns * 1e-3},
+        {"launch", c.median_launch_ns * 1e-3},
+        {"wait", c.median_wait_ns * 1e-3},
+        {"finish", c.median_finish_ns * 1e-3},
+        {"between_steps", c.median_between_steps_ns * 1e-3}}},
       {"achieved_bytes_per_s", achieved},
       {"achieved_device_bytes_per_s", ratio(device_bytes, device_s)},
       {"fraction_of_copy_ceiling", ratio(achieved, ceiling)},
@@ -44,7 +50,11 @@ json profile_json(const EngineProfile& p) {
        "samples, the embedding rows used) + KV read (each sequence's visible context) + KV "
        "written; achieved = bytes / step wall time; device time from events around the forward "
        "pass; host overhead = (wall - device) / wall; sums over every step since the engine "
-       "started (warm-up included; calibration's steps, which come before, are not)"},
+       "started (warm-up included; calibration's steps, which come before, are not); host phases "
+       "(medians, us): schedule = scheduling and building the batch, launch = enqueueing the "
+       "device work (metadata upload, graph launch), wait = until the results are on the host, "
+       "finish = token bookkeeping, between_steps = the engine loop from one step's end to the "
+       "next one's start (events delivered, arrivals admitted)"},
       {"copy_ceiling_bytes_per_s", p.copy_ceiling_bytes_per_s},
       {"reference_copy_bytes_per_s", kReferenceCopyBytesPerS},
       {"graphs", {{"count", p.num_graphs}, {"buckets", p.graph_buckets}, {"bytes", p.graph_bytes}}},

@@ -20,6 +20,8 @@ TEST(ProfileJson, BandwidthAndCeilingShares) {
   p.decode.device_ns = 9'000'000;
   p.decode.timed_steps = 10;
   p.decode.median_host_fraction = 0.04;
+  p.decode.median_launch_ns = 25'000;
+  p.decode.median_between_steps_ns = 150'000;
   p.prefill.steps = 2;
   p.prefill.bytes = 1'000'000'000;
   p.prefill.wall_ns = 2'000'000;
@@ -33,6 +35,8 @@ TEST(ProfileJson, BandwidthAndCeilingShares) {
   EXPECT_NEAR(d.at("fraction_of_reference_copy").get<double>(), 3e12 / 4.16e12, 1e-12);
   EXPECT_DOUBLE_EQ(d.at("tokens_per_s").get<double>(), 8000.0);
   EXPECT_DOUBLE_EQ(d.at("median_host_overhead_fraction").get<double>(), 0.04);
+  EXPECT_DOUBLE_EQ(d.at("median_host_phases_us").at("launch").get<double>(), 25.0);
+  EXPECT_DOUBLE_EQ(d.at("median_host_phases_us").at("between_steps").get<double>(), 150.0);
   EXPECT_DOUBLE_EQ(j.at("prefill").at("achieved_device_bytes_per_s").get<double>(), 0.0);
   EXPECT_EQ(j.at("graphs").at("buckets"), (std::vector<int>{1, 2, 4}));
   EXPECT_EQ(j.at("graphs").at("bytes").get<int64_t>(), 6 << 20);

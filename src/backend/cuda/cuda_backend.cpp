@@ -535,7 +535,7 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
     } else {
       const GemvQuantAct act = quant_act(x, weight);
       launch_gemv_fused(x, nullptr, weight, nullptr, residual, GemvFusion::kAccumulate, 0.0f,
-                        stream_, pdl_, &act, l2_prefetch_this_op_);
+                        stream_, pdl_, &act);
     }
   });
 }
@@ -623,7 +623,6 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
           attention_workspace_.bytes(), static_cast<unsigned*>(attention_counters_.data()),
           attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_, pdl_,
           meta.num_seqs <= attention_prefetch_max_seqs_, pdl_attention_trigger_early_);
-      l2_prefetch_next_op_ = pdl_ && pdl_l2_prefetch_after_attention_;
     }
   });
 }

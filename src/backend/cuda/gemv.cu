@@ -36,6 +36,11 @@ constexpr int kInt4Unroll = IB_GEMV_INT4_UNROLL;
 // first weights during the current tile's epilogue; 0: one block per row tile.
 std::atomic<int> g_persist_blocks_per_sm{0};
 
+// IB_GEMV_DENSE_BLOCKS (backend/kernel_switches.h): 3 caps the dense GEMVs' registers so that 3
+// blocks fit on an SM (qkv's 384 row tiles then run in one wave of the H200's 132 SMs instead
+// of 1.45); 0: the compiler's choice (2 blocks per SM).
+std::atomic<int> g_dense_min_blocks{0};
+
 int sm_count() {
   static const int count = [] {
     int device = 0, value = 0;
@@ -104,7 +109,7 @@ GemvQuantAct quantize_act(const Tensor& x, const Tensor* gain, float eps, bool r
 template <typename T, typename TOut, int NT, int kEpilogue, bool kRms, int kW>
 void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T* bias, Tensor out,
                    float eps, const GemvRopeCache& rc, const Tensor* gain, const GemvQuantAct* act,
-                   cudaStream_t stream, bool pdl, bool l2_prefetch_tile = false) {
+                   cudaStream_t stream, bool pdl) {
   const int m = static_cast<int>(x.rows());
   const int n = static_cast<int>(w.data.dim(0));
   const int k = static_cast<int>(w.cols());
@@ -131,11 +136,14 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
     launch_rms_norm(nullptr, x, *gain, eps, xn, stream, pdl);
     x_in = xn.data;
   }
-  const auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
+  auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
+  if constexpr (kDense) {
+    if (g_dense_min_blocks.load(std::memory_order_relaxed) == 3)
+      kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
+  }
   const auto tiles = static_cast<unsigned>(gemv_tile_count(kEpilogue, n));
   launch_kernel(op, pdl, kernel, dim3(grid_blocks<kW>(tiles)), dim3(kWarps * 32), 0, stream, x_in,
-                w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands,
-                pdl && l2_prefetch_tile ? 1 : 0);
+                w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands);
 }
 
 template <typename T, typename TOut, int NT, int kW>
@@ -167,24 +175,23 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
 template <typename T, int kEpilogue, bool kRms, int kW>
 void launch_fused_typed(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
                         Tensor out, float eps, cudaStream_t stream, bool pdl,
-                        const GemvQuantAct* act, const GemvRopeCache& rc = {},
-                        bool l2_prefetch_tile = false) {
+                        const GemvQuantAct* act, const GemvRopeCache& rc = {}) {
   launch_config<T, T, 1, kEpilogue, kRms, kW>("matmul(gemv, fused)", x, w,
                                               bias ? bias->as<T>() : nullptr, out, eps, rc, gain,
-                                              act, stream, pdl, l2_prefetch_tile);
+                                              act, stream, pdl);
 }
 
 template <typename T, int kW>
 void launch_fused(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
                   Tensor out, GemvFusion fusion, float eps, cudaStream_t stream, bool pdl,
-                  const GemvQuantAct* act, bool l2_prefetch_tile) {
+                  const GemvQuantAct* act) {
   switch (fusion) {
     case GemvFusion::kRmsSwiGlu:
       return launch_fused_typed<T, kGemvSwiGlu, true, kW>(x, w, gain, bias, out, eps, stream, pdl,
-                                                          act, {}, l2_prefetch_tile);
+                                                          act);
     case GemvFusion::kAccumulate:
       return launch_fused_typed<T, kGemvAccumulate, false, kW>(x, w, gain, bias, out, eps, stream,
-                                                               pdl, act, {}, l2_prefetch_tile);
+                                                               pdl, act);
   }
 }
 
@@ -223,6 +230,14 @@ void set_gemv_persist_blocks_per_sm(int blocks) {
 
 int gemv_persist_blocks_per_sm() {
   return g_persist_blocks_per_sm.load(std::memory_order_relaxed);
+}
+
+void set_gemv_dense_min_blocks(int blocks) {
+  g_dense_min_blocks.store(blocks, std::memory_order_relaxed);
+}
+
+int gemv_dense_min_blocks() {
+  return g_dense_min_blocks.load(std::memory_order_relaxed);
 }
 
 void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef& w,
@@ -301,7 +316,7 @@ bool gemv_fused_supported(const Tensor& x, const WeightRef& w, GemvFusion fusion
 
 void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
                        Tensor out, GemvFusion fusion, float eps, cudaStream_t stream, bool pdl,
-                       const GemvQuantAct* act, bool l2_prefetch_tile) {
+                       const GemvQuantAct* act) {
   IB_ASSERT(gemv_fused_supported(x, w, fusion), "launch_gemv_fused: unsupported operands");
   IB_ASSERT(out.dtype == x.dtype, "launch_gemv_fused: out must have x's dtype");
   IB_ASSERT(is_quantized(w.format) || gain == nullptr,
@@ -311,7 +326,7 @@ void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, 
               "launch_gemv_fused: gain (K) of x's dtype");
   if (bias) IB_ASSERT(bias->dtype == x.dtype, "launch_gemv_fused: bias dtype must match x");
   dispatch(x, w, [&]<typename T, int kW>() {
-    launch_fused<T, kW>(x, w, gain, bias, out, fusion, eps, stream, pdl, act, l2_prefetch_tile);
+    launch_fused<T, kW>(x, w, gain, bias, out, fusion, eps, stream, pdl, act);
   });
 }
 

@@ -71,6 +71,8 @@ struct RunnerOutput {
   std::vector<std::vector<float>> prompt_logits;
   std::optional<int64_t> device_ns;  // device time of the forward pass, when measurable
   bool graph = false;                // replayed a decode graph
+  int64_t launched_ns = 0;           // host clock once the device work was enqueued
+  int64_t synced_ns = 0;             // host clock once the results were on the host
 };
 
 // Bytes a step must move through device memory at least: every weight it streams (all layers,

@@ -19,9 +19,12 @@ class StepProfiler {
     std::vector<int64_t> wall_ns;       // every step
     std::vector<int64_t> device_ns;     // timed steps
     std::vector<double> host_fraction;  // timed steps
+    // StepClassProfile's host phases, per step that ran a batch (between: after a step).
+    std::vector<int64_t> schedule_ns, launch_ns, wait_ns, finish_ns, between_ns;
   };
   static StepClassProfile finish(const Samples& s);
   Samples decode_, prefill_;
+  int64_t last_end_ns_ = 0;  // the previous step's end (host clock); 0 before the first
 };
 
 }  // namespace ib::detail

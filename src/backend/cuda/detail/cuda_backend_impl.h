@@ -148,19 +148,12 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   // except the split-KV attention, whose successor (the o GEMV, whose weight loads would compete
   // with the attention's dependent loads) launches at its end. Measured on the H200 against 0:
   // Llama-3-8B bf16 batch 1 +4.3 %, the seed protocol +2.3 %, fp8 batch 1 +6.6 %, awq -0.6 %
-  // (bench/NOTES.md, "PDL, third try"; bench/results/h200/pdl/). 3: as 1, and the op after the
-  // split-KV attention (the o projection's GEMV) sends its weights toward L2 before its wait,
-  // while the attention leaves the memory bus nearly idle (bench/NOTES.md, "IB_PDL=3").
+  // (bench/NOTES.md, "PDL, third try"; bench/results/h200/pdl/).
   void set_pdl(int mode) {
     pdl_ = mode != 0;
-    pdl_attention_trigger_early_ = mode == 1 || mode == 3;
-    pdl_l2_prefetch_after_attention_ = mode == 3;
+    pdl_attention_trigger_early_ = mode == 1;
   }
-  int pdl_mode() const {
-    if (!pdl_) return 0;
-    if (pdl_l2_prefetch_after_attention_) return 3;
-    return pdl_attention_trigger_early_ ? 1 : 2;
-  }
+  int pdl_mode() const { return !pdl_ ? 0 : pdl_attention_trigger_early_ ? 1 : 2; }
   // The fused decode ops (IB_FUSED=0 turns them off, for an A/B against the unfused ops).
   void set_fused(bool on) { fused_ = on; }
   // Each LoRA group's shrink and expand in one launch (IB_LORA_FUSED=1) instead of two.
@@ -194,8 +187,6 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   template <typename F>
   void run_op(const char* op, F&& body) {
     if (!error_.empty()) return;
-    // Set by the op before (the attention under IB_PDL=3) for this one only.
-    l2_prefetch_this_op_ = std::exchange(l2_prefetch_next_op_, false);
     try {
       bind();
       std::forward<F>(body)();
@@ -252,9 +243,6 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   bool tuning_ = true;
   bool pdl_ = true;
   bool pdl_attention_trigger_early_ = false;
-  bool pdl_l2_prefetch_after_attention_ = false;
-  bool l2_prefetch_next_op_ = false;  // the next op's GEMV prefetches its tiles (IB_PDL=3)
-  bool l2_prefetch_this_op_ = false;
   bool fused_ = true;
   bool lora_fused_ = false;
   std::set<std::string> switches_from_env_;

@@ -358,8 +358,6 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
 }
 
 // x (M, K), w (N, K), bias (N) or null, out (M, N); K % 64 == 0; M <= 8 * NT.
-// l2_prefetch_tile (launched under PDL): each block first prefetches its first row tile into L2
-// (launch_gemv_fused's comment says why).
 // grid: ceil(N / 16) blocks of kWarps * 32 threads. Under programmatic dependent launch the
 // interleaved variant issues its first weight loads before waiting for the previous kernel
 // (weights are constant; x and out are not touched before the wait).
@@ -372,12 +370,15 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
 // x_raw at x already quantized (bytes (M, K), fp8.x_scales per token, the norm and its gain
 // applied by the quantize kernel), so kRms only says the scales carry 1 / rms.
 // kW = kGemvInt8: w int8 with fp8.w_scales, x as for dense weights; kRms false.
+// kMinBlocks: the blocks per SM the registers must allow (__launch_bounds__); 1 leaves the
+// dense variants' register use to the compiler (92-118 registers: 2 blocks of 8 warps per SM).
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
-          int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense>
-__global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
+          int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense,
+          int kMinBlocks = kW == kGemvDense ? 1 : 3>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
-                GemvRopeCache rc, GemvQuant fp8 = {}, int l2_prefetch_tile = 0) {
+                GemvRopeCache rc, GemvQuant fp8 = {}) {
   constexpr bool kQuant = kW != kGemvDense;                  // 1-byte weights, row scales
   constexpr bool kXq = kW == kGemvFp8 || kW == kGemvInt8A8;  // x already quantized
   constexpr bool kFp8 = kW == kGemvFp8;
@@ -544,17 +545,6 @@ __global__ void __launch_bounds__(kWarps * 32, kW == kGemvDense ? 1 : 3)
         }
       };
       if (!preloaded && full(s)) load_first(tr);
-      // l2_prefetch_tile: the block's whole first row tile toward L2 before the wait. The 32
-      // threads of row pair (r, r + 8) take every 32nd 128-byte line of the two rows.
-      if (l2_prefetch_tile && tile == static_cast<int>(blockIdx.x)) {
-        const auto* pa = reinterpret_cast<const char*>(w + row_a * w_row);
-        const auto* pb = reinterpret_cast<const char*>(w + row_b * w_row);
-        const int64_t row_bytes = w_row * static_cast<int64_t>(sizeof(TW));
-        for (int64_t b = int64_t{warp * 4 + q} * 128; b < row_bytes; b += 32 * 128) {
-          prefetch_l2(pa + b);
-          prefetch_l2(pb + b);
-        }
-      }
       if constexpr (kRowScales) {  // the tile's row scales (constant, like the weights)
         if (warp == 0 && q == 0) {
           w_scale[r] = fp8.w_scales[row_a];

@@ -63,6 +63,10 @@ void launch_gemv(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor
 // the backend from its switches before it launches anything.
 void set_gemv_persist_blocks_per_sm(int blocks);
 int gemv_persist_blocks_per_sm();
+// IB_GEMV_DENSE_BLOCKS: 3 runs the dense GEMVs' variants whose registers allow 3 blocks per SM,
+// 0 the compiler's choice. Process-wide, like the above.
+void set_gemv_dense_min_blocks(int blocks);
+int gemv_dense_min_blocks();
 // The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype; gain
 // (K) is the norm's gain for a quantized weight, null for a dense one (folded into w):
 //  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x) * gain) @ w^T (+ bias)
@@ -76,13 +80,9 @@ bool gemv_fused_supported(const Tensor& x, const WeightRef& w, GemvFusion fusion
 // its 16-row tile for RoPE).
 bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
                            int64_t intermediate_size);
-// l2_prefetch_tile (with pdl): each block first sends its whole row tile of w toward L2, before
-// its wait, so a GEMV launched early beside a kernel that leaves the memory bus idle (the decode
-// attention, IB_PDL=3) streams its weights meanwhile.
 void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
                        Tensor out, GemvFusion fusion, float eps, cudaStream_t stream,
-                       bool pdl = false, const GemvQuantAct* act = nullptr,
-                       bool l2_prefetch_tile = false);
+                       bool pdl = false, const GemvQuantAct* act = nullptr);
 // qkv (M, (Hq + 2 Hkv) * hd) = (x / rms(x) * gain) @ w^T (+ bias), then rope_and_cache on it, in
 // one kernel: the q and k heads rotated in fp32 before the one rounding, k and v written into kv.
 bool gemv_rope_cache_supported(const Tensor& x, const WeightRef& w, const AttentionShape& shape);

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Per decode step, where the time goes, from a kernel timeline (kernel_profile.cpp's
+IB_KERNEL_TIMELINE CSV) of a Llama-family run on the fused decode path.
+
+Each kernel is named by its role: the fused GEMVs by their epilogue (qkv: RoPE and cache; gateup:
+SwiGLU; o / down: the residual add after the attention / after gate-up), attn (split-KV), lt
+(cuBLASLt, the lm_head), the rest by kernel name. A decode step runs from one embedding gather to
+the next (two gathers per step: the embedding and the sampled rows). For each role the script
+prints calls per step, the mean advance of the GPU's busy frontier per call (what the kernel adds
+to the step, overlap under programmatic dependent launch removed) and the mean idle gap before
+it; the gap before the embedding gather is the time between steps when the GPU has no work.
+
+Usage: bench/gpu/timeline_summary.py TIMELINE.csv [...]
+"""
+import collections
+import csv
+import re
+import sys
+
+ROLES = {"0": "store", "1": "acc", "2": "gateup", "3": "qkv"}
+
+
+def role(name):
+    m = re.search(r"gemv_kernel<[^>]*?, (\d), (true|false), (\d)>", name)
+    if m:
+        return ROLES[m.group(1)]
+    if "split_kv" in name:
+        return "attn"
+    if name.startswith("nvjet") or "cublas" in name.lower():
+        return "lt"
+    return name.split("::")[-1].split("(")[0][:40]
+
+
+def summarize(path):
+    rows = list(csv.DictReader(open(path)))
+    kernels = []
+    for r in rows:
+        k = role(r["kernel"])
+        if k == "acc":
+            k = "o" if kernels and kernels[-1][0] == "attn" else "down"
+        kernels.append((k, int(r["start_ns"]), int(r["advance_ns"]), int(r["gap_ns"])))
+    gathers = [i for i, k in enumerate(kernels) if k[0].startswith("gather_rows")]
+    starts = gathers[::2] if len(gathers) > 1 and gathers[1] - gathers[0] > 8 else gathers
+    # A step starts at the gather after the widest gap (the embedding's); align to it.
+    if len(gathers) >= 2 and kernels[gathers[1]][3] > kernels[gathers[0]][3]:
+        starts = gathers[1::2]
+    totals = collections.defaultdict(lambda: [0, 0, 0])
+    periods, steps = [], 0
+    for a, b in zip(starts, starts[1:]):
+        steps += 1
+        periods.append(kernels[b][1] - kernels[a][1])
+        for k, _, adv, gap in kernels[a:b]:
+            t = totals[k]
+            t[0] += 1
+            t[1] += adv
+            t[2] += gap
+    if steps == 0:
+        print(f"{path}: no whole decode step")
+        return
+    periods.sort()
+    print(f"{path}: {steps} steps, median period {periods[len(periods) // 2] / 1e3:.1f} us")
+    print(f"  {'kernel':34s} {'calls':>6s} {'advance us':>11s} {'gap us':>8s} "
+          f"{'per step us':>12s}")
+    for k, (calls, adv, gap) in sorted(totals.items(), key=lambda x: -(x[1][1] + x[1][2])):
+        print(f"  {k:34s} {calls / steps:6.1f} {adv / calls / 1e3:11.2f} {gap / calls / 1e3:8.2f} "
+              f"{(adv + gap) / steps / 1e3:12.1f}")
+
+
+if __name__ == "__main__":
+    for p in sys.argv[1:]:
+        summarize(p)
