@@ -21,7 +21,7 @@ ROLES = {"0": "store", "1": "acc", "2": "gateup", "3": "qkv"}
 
 
 def role(name):
-    m = re.search(r"gemv_kernel<[^>]*?, (\d), (true|false), (\d)>", name)
+    m = re.search(r"gemv_kernel<[^>]*?, (\d), (true|false), (\d)(?:, \d)?>", name)
     if m:
         return ROLES[m.group(1)]
     if "split_kv" in name:

@@ -32,9 +32,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
      "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
      "prefetching each block's next row tile (0: one block per tile)"},
-    {"IB_GEMV_DENSE_BLOCKS", "cuda", "0", 0, 0, "0|3",
-     "3: the dense decode GEMVs' registers capped so that 3 blocks fit on an SM (0: the "
-     "compiler's choice, 2)"},
+    {"IB_GEMV_SWIGLU_BLOCKS", "cuda", "3", 0, 0, "0|3",
+     "3: the dense gate/up GEMV's registers capped so that 3 blocks fit on an SM; 0: the "
+     "compiler's choice (2)"},
     {"IB_LORA_FUSED", "cuda", "0", 0, 1, "",
      "1: each LoRA update's shrink and expand in one launch (the expand's blocks wait in the "
      "kernel for the shrink's) instead of two"},

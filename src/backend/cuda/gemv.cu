@@ -36,10 +36,12 @@ constexpr int kInt4Unroll = IB_GEMV_INT4_UNROLL;
 // first weights during the current tile's epilogue; 0: one block per row tile.
 std::atomic<int> g_persist_blocks_per_sm{0};
 
-// IB_GEMV_DENSE_BLOCKS (backend/kernel_switches.h): 3 caps the dense GEMVs' registers so that 3
-// blocks fit on an SM (qkv's 384 row tiles then run in one wave of the H200's 132 SMs instead
-// of 1.45); 0: the compiler's choice (2 blocks per SM).
-std::atomic<int> g_dense_min_blocks{0};
+// IB_GEMV_SWIGLU_BLOCKS (backend/kernel_switches.h): 3 (the default) caps the dense gate/up
+// GEMV's registers at 80 so that 3 blocks of 8 warps fit on an SM; 0 leaves them to the compiler
+// (92: 2 blocks). On the H200 at batch 1 the gate/up step went from 62.6 to 58.2 µs per layer;
+// the other dense GEMVs and the attention after qkv lost at 3 blocks (bench/NOTES.md, "Three
+// blocks per SM").
+std::atomic<int> g_swiglu_min_blocks{3};
 
 int sm_count() {
   static const int count = [] {
@@ -137,8 +139,8 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
     x_in = xn.data;
   }
   auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
-  if constexpr (kDense) {
-    if (g_dense_min_blocks.load(std::memory_order_relaxed) == 3)
+  if constexpr (kDense && kEpilogue == kGemvSwiGlu) {
+    if (g_swiglu_min_blocks.load(std::memory_order_relaxed) == 3)
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
   }
   const auto tiles = static_cast<unsigned>(gemv_tile_count(kEpilogue, n));
@@ -232,12 +234,12 @@ int gemv_persist_blocks_per_sm() {
   return g_persist_blocks_per_sm.load(std::memory_order_relaxed);
 }
 
-void set_gemv_dense_min_blocks(int blocks) {
-  g_dense_min_blocks.store(blocks, std::memory_order_relaxed);
+void set_gemv_swiglu_min_blocks(int blocks) {
+  g_swiglu_min_blocks.store(blocks, std::memory_order_relaxed);
 }
 
-int gemv_dense_min_blocks() {
-  return g_dense_min_blocks.load(std::memory_order_relaxed);
+int gemv_swiglu_min_blocks() {
+  return g_swiglu_min_blocks.load(std::memory_order_relaxed);
 }
 
 void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef& w,

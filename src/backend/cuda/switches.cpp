@@ -23,7 +23,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.add_cublaslt = integer("IB_ADD_CUBLASLT");
   s.attn_prefetch = integer("IB_ATTN_PREFETCH");
   s.gemv_persist = integer("IB_GEMV_PERSIST");
-  s.gemv_dense_blocks = integer("IB_GEMV_DENSE_BLOCKS");
+  s.gemv_swiglu_blocks = integer("IB_GEMV_SWIGLU_BLOCKS");
   s.lora_fused = integer("IB_LORA_FUSED");
   if (const auto it = env.find("IB_MATMUL_TUNING"); it != env.end()) s.matmul_tuning = it->second;
   for (const auto& [name, value] : env) s.from_env.insert(name);
@@ -38,7 +38,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.attn_prefetch) backend.set_attention_prefetch_max_seqs(static_cast<int>(*s.attn_prefetch));
   if (s.gemv_persist) set_gemv_persist_blocks_per_sm(static_cast<int>(*s.gemv_persist));
   // Process-wide: every backend sets it, so one created without the variable runs the default.
-  set_gemv_dense_min_blocks(static_cast<int>(s.gemv_dense_blocks.value_or(0)));
+  set_gemv_swiglu_min_blocks(static_cast<int>(s.gemv_swiglu_blocks.value_or(3)));
   if (s.lora_fused) backend.set_lora_fused(*s.lora_fused == 1);
   if (s.matmul_tuning == "0") backend.set_tuning(false);
   if (s.matmul_tuning == "gemv") {
@@ -60,7 +60,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_MATMUL_TUNING", {tuning}},
       {"IB_ATTN_PREFETCH", {std::to_string(attention_prefetch_max_seqs_)}},
       {"IB_GEMV_PERSIST", {std::to_string(gemv_persist_blocks_per_sm())}},
-      {"IB_GEMV_DENSE_BLOCKS", {std::to_string(gemv_dense_min_blocks())}},
+      {"IB_GEMV_SWIGLU_BLOCKS", {std::to_string(gemv_swiglu_min_blocks())}},
       {"IB_LORA_FUSED", {flag(lora_fused_)}},
   };
   for (auto& [name, setting] : out) setting.from_env = switches_from_env_.count(name) == 1;

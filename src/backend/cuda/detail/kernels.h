@@ -63,10 +63,10 @@ void launch_gemv(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor
 // the backend from its switches before it launches anything.
 void set_gemv_persist_blocks_per_sm(int blocks);
 int gemv_persist_blocks_per_sm();
-// IB_GEMV_DENSE_BLOCKS: 3 runs the dense GEMVs' variants whose registers allow 3 blocks per SM,
-// 0 the compiler's choice. Process-wide, like the above.
-void set_gemv_dense_min_blocks(int blocks);
-int gemv_dense_min_blocks();
+// IB_GEMV_SWIGLU_BLOCKS: 3 runs the dense gate/up GEMV's variant whose registers allow 3 blocks
+// per SM, 0 the compiler's choice. Process-wide, like the above.
+void set_gemv_swiglu_min_blocks(int blocks);
+int gemv_swiglu_min_blocks();
 // The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype; gain
 // (K) is the norm's gain for a quantized weight, null for a dense one (folded into w):
 //  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x) * gain) @ w^T (+ bias)
