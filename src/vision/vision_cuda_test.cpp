@@ -79,14 +79,14 @@ std::vector<float> features(Backend& backend, int64_t rows, int64_t dt,
   return host;
 }
 
-LlavaConfig llava_config(int64_t hidden, int heads, int64_t image_px) {
+LlavaConfig llava_config(int64_t hidden, int heads, int64_t image_px, int64_t patch_px) {
   LlavaConfig c;
   c.vision.hidden_size = hidden;
   c.vision.intermediate_size = 2 * hidden;
   c.vision.num_hidden_layers = 3;  // 2 run (feature layer -2)
   c.vision.num_attention_heads = heads;
   c.vision.image_size_px = image_px;
-  c.vision.patch_size_px = 7;
+  c.vision.patch_size_px = patch_px;
   c.text_hidden_size = 96;
   return c;
 }
@@ -114,8 +114,9 @@ class VisionCuda : public ::testing::TestWithParam<DType> {
 };
 
 TEST_P(VisionCuda, LlavaTowerMatchesCpu) {
-  // hd 8 over 17 tokens (28 px), hd 64 over 65 tokens (56 px), 3 images in one batch.
-  for (const LlavaConfig& config : {llava_config(32, 4, 28), llava_config(128, 2, 56)}) {
+  // The tiny preset's tower (hd 8, 17 tokens, patches of 3 x 7 x 7 = 147 values: an odd matmul
+  // K), and hd 64 over 65 tokens (patches of 8 px), 3 images in one batch.
+  for (const LlavaConfig& config : {llava_config(32, 4, 28, 7), llava_config(128, 2, 64, 8)}) {
     const int64_t images = 3, s = config.vision.image_size_px;
     const std::vector<float> pixels = random_values(3, images * 3 * s * s, 2.0f);
     const int64_t rows = images * config.tokens_per_image(), dt = config.text_hidden_size;
