@@ -1,6 +1,7 @@
 // Differential tests of the CUDA vision ops against the CPU ops (backend/ops.h, VisionOps), in
 // fp32, bf16 and fp16: LayerNorm (CLIP-L's and Qwen2-VL's widths, rows far from zero mean), the
-// residual add, quick_gelu and erf gelu, the per-row rotary embedding, and bidirectional
+// residual add, quick_gelu and erf gelu (the 16-byte and the scalar path), the per-row rotary
+// embedding, and bidirectional
 // attention at CLIP ViT-L/14-336's shape (577 tokens x 16 heads x 64, 2 images: the tensor-core
 // kernel and its partial last tiles), Qwen2-VL's head_dim 80 over frames of 16, 100 and 1,000
 // tokens, and the fallback (head_dim 8 and 32, every dtype). Stated tolerance: relative L2 within
@@ -55,21 +56,24 @@ TEST_P(CudaVision, LayerNormMatchesCpu) {
 TEST_P(CudaVision, AddAndActivationsMatchCpu) {
   Twin twin(GetParam());
   Rng rng(2);
-  const int64_t t = 33, d = 4097;  // not a multiple of any vector width
-  for (const VisionActivation act : {VisionActivation::kQuickGelu, VisionActivation::kGeluErf}) {
-    Pair x = twin.floats({t, d}, random_floats(rng, t * d, -6.0f, 6.0f));
-    twin.cpu().vision_ops()->activation(x.cpu, act);
-    twin.gpu().activation(x.gpu, act);
+  // 33 x 4096: the 16-byte path; 33 x 4097: an element count no vector width divides.
+  for (const int64_t d : {4096, 4097}) {
+    const int64_t t = 33;
+    for (const VisionActivation act : {VisionActivation::kQuickGelu, VisionActivation::kGeluErf}) {
+      Pair x = twin.floats({t, d}, random_floats(rng, t * d, -6.0f, 6.0f));
+      twin.cpu().vision_ops()->activation(x.cpu, act);
+      twin.gpu().activation(x.gpu, act);
+      ASSERT_TRUE(twin.gpu().device_status().ok());
+      EXPECT_LT(twin.error(x), tolerance(GetParam()))
+          << (act == VisionActivation::kQuickGelu ? "quick_gelu" : "gelu") << " D=" << d;
+    }
+    Pair x = twin.floats({t, d}, random_floats(rng, t * d));
+    Pair y = twin.floats({t, d}, random_floats(rng, t * d));
+    twin.cpu().vision_ops()->add(x.cpu, y.cpu);
+    twin.gpu().add(x.gpu, y.gpu);
     ASSERT_TRUE(twin.gpu().device_status().ok());
-    EXPECT_LT(twin.error(x), tolerance(GetParam()))
-        << (act == VisionActivation::kQuickGelu ? "quick_gelu" : "gelu");
+    EXPECT_LT(twin.error(x), tolerance(GetParam())) << "add D=" << d;
   }
-  Pair x = twin.floats({t, d}, random_floats(rng, t * d));
-  Pair y = twin.floats({t, d}, random_floats(rng, t * d));
-  twin.cpu().vision_ops()->add(x.cpu, y.cpu);
-  twin.gpu().add(x.gpu, y.gpu);
-  ASSERT_TRUE(twin.gpu().device_status().ok());
-  EXPECT_LT(twin.error(x), tolerance(GetParam())) << "add";
 }
 
 TEST_P(CudaVision, RotaryRowsMatchesCpu) {
