@@ -3,8 +3,8 @@
 #  1. the gpu tests: each CUDA vision op against the CPU op (backend_cuda_test's CudaVision only:
 #     LayerNorm, add, activations, rotary_rows, bidirectional attention at CLIP-L's and
 #     Qwen2-VL's shapes, fp32/bf16/fp16), both towers end to end against the CPU
-#     (vision_cuda_test), and a tiny LLaVA's first logits through the engine against the CPU
-#     engine's (llava_engine_cuda_test);
+#     (vision_cuda_test), and a tiny LLaVA's and a tiny Qwen2-VL's logits through the engine
+#     against the CPU engine's (llava_engine_cuda_test, qwen2vl_engine_cuda_test);
 #  2. the CLIP ViT-L/14-336 tower and projector over 8 images in one batch, bf16, seeded weights
 #     of LLaVA-1.5's shapes (ib_vision_bench; the target: <= 10 ms, about 280 TFLOP/s), and the
 #     same at 1 image;
@@ -27,13 +27,14 @@ fi
 [ -d .deps/img/usr/lib ] && export LD_LIBRARY_PATH=$PWD/.deps/img/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 B=/tmp/ib-vision-cuda
 build_gpu_tests $B "$O/build.log" backend_cuda_test vision_cuda_test llava_engine_cuda_test \
-  ib_vision_bench inferbench || exit 1
+  qwen2vl_engine_cuda_test ib_vision_bench inferbench || exit 1
 grep -q "vision (images) ON" "$O/build.log" || { echo "vision is off (libpng/libjpeg missing)"; exit 1; }
 echo "built $(el)"
 {
   $B/src/backend/cuda/backend_cuda_test --gtest_filter='*CudaVision*'
   echo "CudaVision rc=$? $(el)"
-  (cd $B && timeout 300 ctest -R "vision_cuda_test|llava_engine_cuda_test" --output-on-failure)
+  (cd $B && timeout 300 ctest -R "^(vision_cuda_test|llava_engine_cuda_test|qwen2vl_engine_cuda_test)$" \
+    --output-on-failure)
   echo "ctest rc=$? $(el)"
 } > "$O/ctest.log" 2>&1
 grep -E "rc=" "$O/ctest.log"
