@@ -31,7 +31,7 @@ build_gpu_tests $B "$O/build.log" backend_cuda_test vision_cuda_test llava_engin
 grep -q "vision (images) ON" "$O/build.log" || { echo "vision is off (libpng/libjpeg missing)"; exit 1; }
 echo "built $(el)"
 {
-  $B/src/backend/cuda/backend_cuda_test --gtest_filter='*CudaVision*'
+  timeout 300 $B/src/backend/cuda/backend_cuda_test --gtest_filter='*CudaVision*'
   echo "CudaVision rc=$? $(el)"
   (cd $B && timeout 300 ctest -R "^(vision_cuda_test|llava_engine_cuda_test|qwen2vl_engine_cuda_test)$" \
     --output-on-failure)
