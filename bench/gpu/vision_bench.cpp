@@ -3,8 +3,9 @@
 // config.json's shapes (LLaVA-1.5's by default) on the CUDA backend, over random pixels. Reports
 // the median over the repeats of the whole encode_llava_images call (host unfold and upload,
 // scratch allocation, every kernel, waited for) as wall time and as device time (CUDA events
-// around the call), the FLOPs of its matmuls and attention and the TFLOP/s they make, and the
-// bidirectional attention op alone at the tower's shape. With --write-checkpoint DIR it instead
+// around the call), the FLOPs of its matmuls and attention and the TFLOP/s they make, the
+// bidirectional attention op alone at the tower's shape, and two host costs inside the call (its
+// scratch's allocation and release, the pixel rows' upload). With --write-checkpoint DIR it instead
 // writes DIR/model.safetensors holding the vision tower and projector of the config's shapes with
 // seeded bf16 values (transformers 5's names) and DIR/config.json, for a run on dummy language
 // model weights (`inferbench run --model DIR --load-format dummy`; the preprocessor_config.json
@@ -174,6 +175,42 @@ int run(const Options& o) {
   }
   if (!b.device_status().ok()) return 1;
 
+  // The host-side costs inside the call: its scratch's allocation and release (the sizes
+  // encode_llava_images allocates), and the upload of the unfolded pixel rows (f32 -> act).
+  const int64_t p = c.vision.patch_size_px, t = o.images * seq, f = c.vision.intermediate_size;
+  const int64_t act_bytes = static_cast<int64_t>(dtype_size(*dtype));
+  const std::vector<int64_t> scratch_elems = {o.images * c.vision.patches_per_image() * 3 * p * p,
+                                              t * d,
+                                              t * d,
+                                              t * d,
+                                              t * 3 * d,
+                                              t * f,
+                                              c.tokens_per_image() * dt};
+  std::vector<float> rows_host(static_cast<size_t>(scratch_elems[0]), 0.5f);
+  std::vector<double> alloc_ms, upload_ms;
+  for (int r = -1; r < o.reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      std::vector<Buffer> buffers;
+      for (const int64_t n : scratch_elems) {
+        auto buf = b.alloc(static_cast<size_t>(n * act_bytes), MemoryTag::kActivations);
+        if (!buf.ok()) return 1;
+        buffers.push_back(std::move(buf).value());
+      }
+      const auto t1 = std::chrono::steady_clock::now();
+      b.copy_from_host(buffers[0].view(*dtype, {scratch_elems[0]}), rows_host.data(), DType::kF32);
+      b.synchronize();
+      const auto t2 = std::chrono::steady_clock::now();
+      if (r >= 0) upload_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+      buffers.clear();
+      const auto t3 = std::chrono::steady_clock::now();
+      if (r >= 0) {
+        alloc_ms.push_back(
+            std::chrono::duration<double, std::milli>((t1 - t0) + (t3 - t2)).count());
+      }
+    }
+  }
+  const double scratch_ms = median(alloc_ms), pixels_ms = median(upload_ms);
   const double flops = tower_flops(c, o.images);
   const double attention_flops = 4.0 * static_cast<double>(seq * seq * d * o.images);
   const double wall = median(wall_ms), device = median(device_ms), att_ms = median(attention_ms);
@@ -189,6 +226,10 @@ int run(const Options& o) {
       static_cast<long long>(o.images), static_cast<long long>(seq), heads,
       static_cast<long long>(c.vision.head_dim()), att_ms * 1e3, attention_flops / (att_ms * 1e9),
       att_ms * c.layers_to_run(), c.layers_to_run());
+  std::printf(
+      "host costs inside the call: scratch allocation and release %.3f ms, pixel rows "
+      "upload (f32 -> %s) %.3f ms\n",
+      scratch_ms, o.dtype.c_str(), pixels_ms);
   if (!o.json.empty()) {
     const nlohmann::json j = {{"config", o.config},
                               {"images", o.images},
@@ -204,6 +245,8 @@ int run(const Options& o) {
                               {"tower_tflop_per_s_device", flops / (device * 1e9)},
                               {"attention_us_per_layer_median", att_ms * 1e3},
                               {"attention_tflop_per_s", attention_flops / (att_ms * 1e9)},
+                              {"scratch_alloc_release_ms_median", scratch_ms},
+                              {"pixel_upload_ms_median", pixels_ms},
                               {"device", b.device_info().name}};
     std::ofstream(o.json) << j.dump(2) << "\n";
   }
