@@ -11,7 +11,7 @@
 #  3. LLaVA-1.5-7B at batch 1 with one 336 x 336 image, bf16: the vision tower and projector from a
 #     seeded checkpoint of the real shapes (ib_vision_bench --write-checkpoint), the language
 #     model on dummy weights; TTFT and its split (the target: TTFT <= 25 ms).
-# Usage (~10 minutes; carry .deps/icu.tar.xz and .deps/img.tar.xz where the machine lacks ICU,
+# Usage (~8 minutes of the machine, most of it the build; carry .deps/icu.tar.xz and .deps/img.tar.xz where the machine lacks ICU,
 # libpng or libjpeg: bench/gpu/icu-deps.sh, bench/gpu/image-deps.sh):
 #   OUT=dir bash bench/gpu/vision_cuda.sh
 # Writes build.log, ctest.log, clip8.json, clip1.json, bench.log, llava7b.log and
