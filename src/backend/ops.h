@@ -315,7 +315,8 @@ class LoraOps {
 
 // A vision encoder's blocks that a decoder does not have (CLIP's ViT and LLaVA's projector, used
 // by vision/clip_vision_tower.cpp): LayerNorm with a bias, residual adds, CLIP's and the
-// projector's activations and bidirectional attention over whole images. Optional: a backend
+// projector's activations, bidirectional attention over whole images and a rotary embedding
+// with per-row angles (Qwen2-VL's 2-D one, vision/qwen2vl_vision_tower.cpp). Optional: a backend
 // without them returns nullptr from Backend::vision_ops(), and an image model is refused on it
 // before any weight is loaded. All in act with fp32 arithmetic.
 enum class VisionActivation {
@@ -339,6 +340,11 @@ class VisionOps {
   // = softmax(q k^T * scale) v per head, the softmax in two passes in fp32.
   virtual void bidirectional_attention(const Tensor& qkv, int64_t seq_len, int num_heads,
                                        float scale, Tensor out) = 0;
+  // Rotate-half rotary embedding on the q and k heads of qkv (T, 3 H hd) in place, each row by
+  // its own angles: cos, sin f32 (T, hd / 2). Pair i of a head (elements i and i + hd / 2) becomes
+  // (x1 c - x2 s, x2 c + x1 s) with c = cos[t][i], s = sin[t][i], in fp32, rounded once; v is
+  // left alone.
+  virtual void rotary_rows(Tensor qkv, const Tensor& cos, const Tensor& sin, int num_heads) = 0;
 };
 
 }  // namespace ib

@@ -318,6 +318,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
   int64_t token = 0, row = 0;
   at(m.query_start, 0) = 0;
   step_uses_lora_ = false;
+  step_mrope_flat_ = true;
   for (int64_t i = n; i < s; ++i) {  // bucket padding: no cache write, no keys, greedy
     at(m.token_ids, i) = 0;
     at(m.positions, i) = 0;
@@ -343,7 +344,11 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
       at(m.token_ids, token) = seq.tokens[j];
       at(m.lora_slots, token) = seq.lora_slot;
       at(m.positions, token) = static_cast<int32_t>(pos);
-      if (mrope) mrope_positions(seq, pos, &at(m.mrope, token), t, &at(m.positions, token));
+      if (mrope) {
+        mrope_positions(seq, pos, &at(m.mrope, token), t, &at(m.positions, token));
+        step_mrope_flat_ = step_mrope_flat_ && at(m.mrope, token) == at(m.mrope, t + token) &&
+                           at(m.mrope, token) == at(m.mrope, 2 * t + token);
+      }
       at(m.slot_mapping, token) = static_cast<int32_t>(
           table[static_cast<size_t>(pos / limits_.block_size)] * limits_.block_size +
           pos % limits_.block_size);
@@ -421,7 +426,8 @@ void ModelRunner::forward(int num_tokens, int num_rows, std::span<const RunnerSe
   Tensor act = act_buf_.view(dt, {t, f});              // (T, F)
 
   // Fused: a decode step the backend fuses (the gains folded into dense weights, or passed).
-  FusedDecodeOps* fused = fused_ops_ && fused_ops_->fused_decode(t) ? fused_ops_ : nullptr;
+  FusedDecodeOps* fused =
+      fused_ops_ && step_mrope_flat_ && fused_ops_->fused_decode(t) ? fused_ops_ : nullptr;
   backend_.embedding(token_ids_, weights_.embed, residual);
   int64_t first = 0;  // the share's first row in the step
   for (const RunnerSeq& seq : batch) {

@@ -1,6 +1,7 @@
 // The CLIP vision tower and LLaVA's projector: weights (schema, loading, seeded) and the forward.
 #include "vision/clip_vision_tower.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -195,16 +196,18 @@ Status encode_llava_images(Backend& backend, const LlavaVisionWeights& w, const 
             "pixel_values must be (N, 3, image_size, image_size)");
   IB_ASSERT(out.rows() == num_images * per_image && out.row_size() == dt,
             "out must be (N * tokens_per_image, text hidden size)");
-  // The patches unfolded on the host, each row (c, ky, kx) as the convolution weight's columns.
+  // The patches unfolded on the host, each row (c, ky, kx) as the convolution weight's columns:
+  // every pixel row's p values under one patch are contiguous on both sides, copied as a run.
   std::vector<float> unfolded(static_cast<size_t>(num_images * patches * 3 * p * p));
   for (int64_t n = 0; n < num_images; ++n) {
     for (int64_t c = 0; c < 3; ++c) {
       for (int64_t y = 0; y < s; ++y) {
-        for (int64_t x = 0; x < s; ++x) {
-          const int64_t row = n * patches + (y / p) * grid + x / p;
-          const int64_t col = (c * p + y % p) * p + x % p;
-          unfolded[static_cast<size_t>(row * 3 * p * p + col)] =
-              pixel_values[static_cast<size_t>(((n * 3 + c) * s + y) * s + x)];
+        const float* src = pixel_values.data() + ((n * 3 + c) * s + y) * s;
+        const int64_t first_row = n * patches + (y / p) * grid, col = (c * p + y % p) * p;
+        for (int64_t gx = 0; gx < grid; ++gx) {
+          std::copy_n(
+              src + gx * p, p,
+              unfolded.begin() + static_cast<std::ptrdiff_t>((first_row + gx) * 3 * p * p + col));
         }
       }
     }

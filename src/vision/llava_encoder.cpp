@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/fs.h"
+#include "vision/detail/vision_weights.h"
 
 namespace ib {
 
@@ -13,17 +14,15 @@ bool is_llava(const ModelConfig& model) {
 
 Status LlavaVisionEncoder::encode(std::span<const float> pixel_values, int64_t num_images,
                                   std::vector<float>& out) {
-  if (backend_.activation_dtype() != DType::kF32) {
-    return user_error("the LLaVA vision path runs with f32 activations only (the CPU backend's)");
-  }
   const int64_t rows = num_images * tokens_per_image();
   const int64_t dt = config_.text_hidden_size;
-  IB_ASSIGN_OR_RETURN(Buffer buffer, backend_.alloc(static_cast<size_t>(rows * dt) * sizeof(float),
-                                                    MemoryTag::kActivations));
-  const Tensor features = buffer.view(DType::kF32, {rows, dt});
+  const DType act = backend_.activation_dtype();
+  IB_ASSIGN_OR_RETURN(
+      Buffer buffer,
+      backend_.alloc(static_cast<size_t>(rows * dt) * dtype_size(act), MemoryTag::kActivations));
+  const Tensor features = buffer.view(act, {rows, dt});  // (visual tokens, Dt)
   IB_TRY(encode_llava_images(backend_, weights_, config_, pixel_values, num_images, features));
-  out.resize(static_cast<size_t>(rows * dt));
-  backend_.copy_to_host(features, out.data());
+  detail::features_to_host(backend_, features, out);
   return backend_.device_status();
 }
 

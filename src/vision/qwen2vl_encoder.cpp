@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/fs.h"
+#include "vision/detail/vision_weights.h"
 #include "vision/image_tokens.h"
 #include "vision/qwen2vl_positions.h"
 
@@ -38,11 +39,6 @@ int64_t Qwen2VlVisionEncoder::pixel_values(const ImageInput& image) const {
 
 Status Qwen2VlVisionEncoder::encode_images(std::span<const ImageInput* const> images,
                                            std::vector<float>& out) {
-  if (backend_.activation_dtype() != DType::kF32) {
-    return user_error(
-        "the Qwen2-VL vision tower runs with f32 activations only (the CPU "
-        "backend's)");
-  }
   std::vector<std::array<int64_t, 3>> grids;
   std::vector<float> pixels;
   int64_t rows = 0;
@@ -55,12 +51,13 @@ Status Qwen2VlVisionEncoder::encode_images(std::span<const ImageInput* const> im
     rows += tokens;
   }
   const int64_t dt = config_.text_hidden_size;
-  IB_ASSIGN_OR_RETURN(Buffer buffer, backend_.alloc(static_cast<size_t>(rows * dt) * sizeof(float),
-                                                    MemoryTag::kActivations));
-  const Tensor features = buffer.view(DType::kF32, {rows, dt});
+  const DType act = backend_.activation_dtype();
+  IB_ASSIGN_OR_RETURN(
+      Buffer buffer,
+      backend_.alloc(static_cast<size_t>(rows * dt) * dtype_size(act), MemoryTag::kActivations));
+  const Tensor features = buffer.view(act, {rows, dt});  // (visual tokens, Dt)
   IB_TRY(encode_qwen2vl_images(backend_, weights_, config_, pixels, grids, features));
-  out.resize(static_cast<size_t>(rows * dt));
-  backend_.copy_to_host(features, out.data());
+  detail::features_to_host(backend_, features, out);
   return backend_.device_status();
 }
 

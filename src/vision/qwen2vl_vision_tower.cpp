@@ -57,35 +57,27 @@ Result<std::vector<WeightSlot>> build(Backend& backend, const Qwen2VlConfig& con
   return b.slots();
 }
 
-// The 2-D rotary embedding of rot_pos_emb / apply_rotary_pos_emb_vision on q and k of qkv rows
-// (T, 3D) host, in fp32 as transformers computes it: inv_freq over head_dim / 2, pair i of the
-// first quarter turned by h * inv_freq[i], of the second by w * inv_freq[i - head_dim / 4],
-// rotate-half over head_dim.
-void rotate_2d(float* qkv, std::span<const std::array<int64_t, 2>> coords, int64_t d,
-               int num_heads) {
-  const int64_t hd = d / num_heads, half = hd / 2, quarter = hd / 4;
+// The angles of the 2-D rotary embedding of rot_pos_emb / apply_rotary_pos_emb_vision, in fp32
+// as transformers computes them: inv_freq over head_dim / 2, pair i of the first quarter turned by
+// h * inv_freq[i], of the second by w * inv_freq[i - head_dim / 4]. cos_v, sin_v: (N, hd / 2)
+// host, one row per patch; VisionOps::rotary_rows applies them (rotate-half over head_dim).
+void rotary_2d_angles(std::span<const std::array<int64_t, 2>> coords, int64_t hd,
+                      std::vector<float>& cos_v, std::vector<float>& sin_v) {
+  const int64_t half = hd / 2, quarter = hd / 4;
   std::vector<float> inv_freq(static_cast<size_t>(quarter));
   for (int64_t j = 0; j < quarter; ++j) {
     const float exponent = static_cast<float>(2 * j) / static_cast<float>(half);
     inv_freq[static_cast<size_t>(j)] = 1.0f / std::pow(static_cast<float>(kRotaryTheta), exponent);
   }
-  std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
+  cos_v.resize(coords.size() * static_cast<size_t>(half));
+  sin_v.resize(coords.size() * static_cast<size_t>(half));
   for (size_t r = 0; r < coords.size(); ++r) {
     for (int64_t i = 0; i < half; ++i) {
       const float pos = static_cast<float>(i < quarter ? coords[r][0] : coords[r][1]);
       const float angle = pos * inv_freq[static_cast<size_t>(i % quarter)];
-      cos_v[static_cast<size_t>(i)] = std::cos(angle);
-      sin_v[static_cast<size_t>(i)] = std::sin(angle);
-    }
-    float* row = qkv + static_cast<int64_t>(r) * 3 * d;
-    for (int64_t h = 0; h < 2 * num_heads; ++h) {  // q heads, then k heads
-      float* head = row + h * hd;
-      for (int64_t i = 0; i < half; ++i) {
-        const float x1 = head[i], x2 = head[i + half];
-        const float c = cos_v[static_cast<size_t>(i)], s = sin_v[static_cast<size_t>(i)];
-        head[i] = x1 * c - x2 * s;
-        head[i + half] = x2 * c + x1 * s;
-      }
+      const size_t at = r * static_cast<size_t>(half) + static_cast<size_t>(i);
+      cos_v[at] = std::cos(angle);
+      sin_v[at] = std::sin(angle);
     }
   }
 }
@@ -209,16 +201,23 @@ Status encode_qwen2vl_images(Backend& backend, const Qwen2VlVisionWeights& w,
   IB_ASSIGN_OR_RETURN(const Tensor qkv, (alloc({n, 3 * d})));                    // (N, 3D)
   IB_ASSIGN_OR_RETURN(const Tensor mlp, (alloc({n, f})));                        // (N, F)
   IB_ASSIGN_OR_RETURN(const Tensor merged, (alloc({n / v.merge_units(), md})));  // (N / M, M D)
+  // The rotary angles, once for every block: f32 (N, hd / 2) each.
+  const int64_t half = v.head_dim() / 2;
+  std::vector<float> host_cos, host_sin;
+  rotary_2d_angles(coords, v.head_dim(), host_cos, host_sin);
+  IB_ASSIGN_OR_RETURN(
+      Buffer angles, backend.alloc(static_cast<size_t>(2 * n * half) * 4, MemoryTag::kActivations));
+  const Tensor cos_t = angles.view(DType::kF32, {n, half});
+  const Tensor sin_t = angles.view(DType::kF32, {n, half}, static_cast<size_t>(n * half) * 4);
+  backend.copy_from_host(cos_t, host_cos.data(), DType::kF32);
+  backend.copy_from_host(sin_t, host_sin.data(), DType::kF32);
   backend.copy_from_host(patches, pixel_values.data(), DType::kF32);
   backend.matmul(patches, w.patch, nullptr, h);
-  std::vector<float> host_qkv(static_cast<size_t>(n * 3 * d));
   const float scale = 1.0f / std::sqrt(static_cast<float>(v.head_dim()));
   for (const Qwen2VlBlock& blk : w.blocks) {
     ops->layer_norm(h, blk.norm1_weight, blk.norm1_bias, kLayerNormEps, x);
     backend.matmul(x, blk.qkv, &blk.qkv_bias, qkv);
-    backend.copy_to_host(qkv, host_qkv.data());
-    rotate_2d(host_qkv.data(), coords, d, v.num_heads);
-    backend.copy_from_host(qkv, host_qkv.data(), DType::kF32);
+    ops->rotary_rows(qkv, cos_t, sin_t, v.num_heads);
     int64_t first = 0;
     for (const auto& g : grids) {  // attention within each frame of each image
       const int64_t frame = g[1] * g[2];

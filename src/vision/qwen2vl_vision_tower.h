@@ -4,8 +4,9 @@
 // attention within each image's frame, quick_gelu MLP), then the PatchMerger (LayerNorm, each
 // 2 x 2 window's four rows concatenated, Linear, GELU (erf), Linear) into the language model's
 // hidden size. Images of different sizes are batched: every matmul runs over all their rows.
-// The rotary embedding runs on the host (VisionOps has no rotary op yet). One thread drives the
-// backend (the engine's); the weights live as long as the object.
+// The rotary angles are computed on the host once per call and applied on the backend
+// (VisionOps::rotary_rows). One thread drives the backend (the engine's); the weights live as
+// long as the object.
 #pragma once
 
 #include <array>

@@ -1,5 +1,6 @@
 // The CPU backend's vision ops (VisionOps): LayerNorm, residual adds, quick_gelu and erf gelu,
-// and unmasked attention within each image's tokens, in fp32 (dot products as cpu::dot_f32).
+// unmasked attention within each image's tokens (dot products as cpu::dot_f32) and the per-row
+// rotary embedding, in fp32.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -89,6 +90,32 @@ void CpuBackend::bidirectional_attention(const Tensor& qkv, int64_t seq_len, int
         const float p = scores[static_cast<size_t>(j)] / total;
         const float* v = qkv.as<const float>() + (first + j) * stride + 2 * width + h * hd;
         for (int64_t i = 0; i < hd; ++i) o[i] += p * v[i];
+      }
+    }
+  });
+}
+
+void CpuBackend::rotary_rows(Tensor qkv, const Tensor& cos, const Tensor& sin, int num_heads) {
+  const int64_t t = qkv.rows();
+  IB_ASSERT(qkv.dtype == DType::kF32 && cos.dtype == DType::kF32 && sin.dtype == DType::kF32,
+            "rotary_rows: fp32 on the CPU");
+  IB_ASSERT(num_heads > 0 && qkv.row_size() % (3 * num_heads) == 0, "rotary_rows: qkv (T, 3 H hd)");
+  const int64_t hd = qkv.row_size() / (3 * num_heads), half = hd / 2;
+  IB_ASSERT(hd % 2 == 0 && cos.rows() == t && cos.row_size() == half && sin.rows() == t &&
+                sin.row_size() == half,
+            "rotary_rows: cos, sin (T, hd / 2)");
+  pool_.parallel_for(t, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* c = cos.as<const float>() + r * half;
+      const float* s = sin.as<const float>() + r * half;
+      float* row = qkv.as<float>() + r * qkv.row_size();
+      for (int64_t h = 0; h < 2 * num_heads; ++h) {  // q heads, then k heads
+        float* head = row + h * hd;
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = head[i], x2 = head[i + half];
+          head[i] = x1 * c[i] - x2 * s[i];
+          head[i + half] = x2 * c[i] + x1 * s[i];
+        }
       }
     }
   });

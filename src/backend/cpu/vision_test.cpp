@@ -1,5 +1,6 @@
 // The vision ops against naive references in double: LayerNorm, the two activations, residual
-// adds, and unmasked attention that stays within each image's tokens.
+// adds, unmasked attention that stays within each image's tokens, and the per-row rotary
+// embedding (q and k heads turned, v untouched).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -88,6 +89,39 @@ TEST(CpuVision, BidirectionalAttentionStaysWithinEachImage) {
           want += p[static_cast<size_t>(j)] / total * at(first + j, 2 * width + head * hd + i);
         ASSERT_NEAR(got[static_cast<size_t>(row * width + head * hd + i)], want, 1e-5);
       }
+    }
+  }
+}
+
+TEST(CpuVision, RotaryRowsTurnsQAndKByEachRowsAngles) {
+  CpuBackend backend(2);
+  TensorArena arena(backend);
+  Rng rng(5);
+  const int64_t t = 6, h = 3, hd = 8, half = hd / 2, width = h * hd;
+  const auto qkv = random_floats(rng, t * 3 * width);
+  std::vector<float> cos_v(static_cast<size_t>(t * half)), sin_v(cos_v.size());
+  for (size_t i = 0; i < cos_v.size(); ++i) {
+    const double angle = 0.37 * static_cast<double>(i) - 1.0;  // a distinct angle per (row, pair)
+    cos_v[i] = static_cast<float>(std::cos(angle));
+    sin_v[i] = static_cast<float>(std::sin(angle));
+  }
+  Tensor x = arena.f32({t, 3 * width}, qkv);
+  backend.rotary_rows(x, arena.f32({t, half}, cos_v), arena.f32({t, half}, sin_v),
+                      static_cast<int>(h));
+  const auto got = arena.to_host(x);
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t col = 0; col < 3 * width; ++col) {
+      const auto at = static_cast<size_t>(r * 3 * width + col);
+      double want = qkv[at];  // v stays
+      if (col < 2 * width) {
+        const int64_t i = col % hd, pair = i % half;
+        const auto a = static_cast<size_t>(r * 3 * width + col - i + pair);
+        const double x1 = qkv[a], x2 = qkv[a + static_cast<size_t>(half)];
+        const double c = cos_v[static_cast<size_t>(r * half + pair)];
+        const double s = sin_v[static_cast<size_t>(r * half + pair)];
+        want = i < half ? x1 * c - x2 * s : x2 * c + x1 * s;
+      }
+      ASSERT_NEAR(got[at], want, 1e-6) << r << " " << col;
     }
   }
 }

@@ -175,6 +175,10 @@ class ModelRunner {
   std::vector<LoraLayerStacks> lora_layers_;
   Tensor lora_scales_, lora_slot_ids_;
   bool step_uses_lora_ = false;
+  // Whether every token of the step has its three M-RoPE positions equal (always, without
+  // M-RoPE): the fused decode ops rotate by `positions` alone, so a step holding image tokens
+  // runs unfused.
+  bool step_mrope_flat_ = true;
 
   // Step metadata: host staging (4-byte words) and the views of this step into meta_buf_.
   std::vector<int32_t> staging_;

@@ -56,4 +56,20 @@ void seed_slots(Backend& backend, const std::vector<WeightSlot>& slots, uint64_t
   }
 }
 
+void features_to_host(Backend& backend, const Tensor& features, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(features.numel()));
+  if (features.dtype == DType::kF32) {
+    backend.copy_to_host(features, out.data());
+    return;
+  }
+  IB_ASSERT(features.dtype == DType::kBF16 || features.dtype == DType::kF16,
+            "features_to_host: f32, bf16 or f16 features");
+  std::vector<uint16_t> bits(out.size());
+  backend.copy_to_host(features, bits.data());
+  const bool bf16 = features.dtype == DType::kBF16;
+  for (size_t i = 0; i < bits.size(); ++i) {
+    out[i] = bf16 ? bf16_bits_to_f32(bits[i]) : f16_bits_to_f32(bits[i]);
+  }
+}
+
 }  // namespace ib::detail

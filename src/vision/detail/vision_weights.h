@@ -90,4 +90,8 @@ Result<bool> older_layout(const SafetensorsCheckpoint& checkpoint,
 // Seeds every slot uniform in [-scale, scale], LayerNorm gains in [0.9, 1.1] (tests).
 void seed_slots(Backend& backend, const std::vector<WeightSlot>& slots, uint64_t seed, float scale);
 
+// An encoder's output: features (rows, Dt) in act (f32, bf16 or f16) on the backend, into out as
+// host floats (resized to its element count).
+void features_to_host(Backend& backend, const Tensor& features, std::vector<float>& out);
+
 }  // namespace ib::detail

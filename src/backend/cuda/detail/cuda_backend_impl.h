@@ -28,7 +28,11 @@ namespace ib::cuda {
 
 enum class AttentionPath { kAuto, kSplitKv, kFlash };
 
-class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, public LoraOps {
+class CudaBackend final : public Backend,
+                          public FusedDecodeOps,
+                          public MoeOps,
+                          public LoraOps,
+                          public VisionOps {
  public:
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
@@ -103,6 +107,14 @@ class CudaBackend final : public Backend, public FusedDecodeOps, public MoeOps, 
   void lora_apply_group(const Tensor& x, const Tensor& slot_ids,
                         std::span<const LoraTargetStacks> targets, const Tensor& scales,
                         Tensor out) override;
+  VisionOps* vision_ops() override { return this; }
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                  Tensor out) override;  // vision_ops.cpp
+  void add(Tensor x, const Tensor& y) override;
+  void activation(Tensor x, VisionActivation act) override;
+  void bidirectional_attention(const Tensor& qkv, int64_t seq_len, int num_heads, float scale,
+                               Tensor out) override;
+  void rotary_rows(Tensor qkv, const Tensor& cos, const Tensor& sin, int num_heads) override;
   void scale_columns(const WeightRef& w, const Tensor& gain) override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;
