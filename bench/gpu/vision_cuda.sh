@@ -26,10 +26,11 @@ if [ -f .deps/img.tar.xz ] && [ ! -d .deps/img/usr/lib ]; then
 fi
 [ -d .deps/img/usr/lib ] && export LD_LIBRARY_PATH=$PWD/.deps/img/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 B=/tmp/ib-vision-cuda
+# The tests first, so that their results come back even when the machine's time runs out later.
 build_gpu_tests $B "$O/build.log" backend_cuda_test vision_cuda_test llava_engine_cuda_test \
-  qwen2vl_engine_cuda_test ib_vision_bench inferbench || exit 1
+  qwen2vl_engine_cuda_test || exit 1
 grep -q "vision (images) ON" "$O/build.log" || { echo "vision is off (libpng/libjpeg missing)"; exit 1; }
-echo "built $(el)"
+echo "built the tests $(el)"
 {
   timeout 300 $B/src/backend/cuda/backend_cuda_test --gtest_filter='*CudaVision*'
   echo "CudaVision rc=$? $(el)"
@@ -39,6 +40,9 @@ echo "built $(el)"
 } > "$O/ctest.log" 2>&1
 grep -E "rc=" "$O/ctest.log"
 grep -E "tests passed|Failed|FAILED|\*\*\*" "$O/ctest.log" | head -20
+cmake --build $B -j "${JOBS:-16}" --target ib_vision_bench inferbench >> "$O/build.log" 2>&1 ||
+  { echo "BUILD FAILED (bench)"; exit 1; }
+echo "built the bench $(el)"
 {
   timeout 120 $B/bench/gpu/ib_vision_bench --images 8 --dtype bf16 --reps 20 --json "$O/clip8.json"
   echo "clip8 rc=$? $(el)"
