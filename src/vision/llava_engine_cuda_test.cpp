@@ -23,6 +23,7 @@
 #include "vision/llava_checkpoint_test_support.h"
 #include "vision/llava_encoder.h"
 #include "vision/llava_test_support.h"
+#include "vision/vision_cuda_test_support.h"
 #include "vision/vlm_test_support.h"
 
 namespace ib {
@@ -42,27 +43,8 @@ std::string config_with_head_dim_64() {
   return json;
 }
 
-double tolerance(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 1e-4;
-    case DType::kF16:
-      return 1e-2;
-    default:
-      return 3e-2;
-  }
-}
-
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  IB_ASSERT(got.size() == want.size(), "rel_l2: sizes differ");
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
-    den += double{want[i]} * want[i];
-  }
-  return std::sqrt(num / den);
-}
+using vision_cuda_test::rel_l2;
+using vision_cuda_test::tolerance;
 
 struct Prompt {
   std::vector<int32_t> tokens;

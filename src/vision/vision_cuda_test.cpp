@@ -22,6 +22,7 @@
 #include "vision/clip_vision_tower.h"
 #include "vision/detail/vision_weights.h"
 #include "vision/qwen2vl_vision_tower.h"
+#include "vision/vision_cuda_test_support.h"
 
 namespace ib {
 namespace {
@@ -29,27 +30,8 @@ namespace {
 constexpr float kWeightScale = 0.08f;
 constexpr uint64_t kWeightSeed = 17;
 
-double tolerance(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 1e-4;
-    case DType::kF16:
-      return 1e-2;
-    default:
-      return 3e-2;
-  }
-}
-
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  IB_ASSERT(got.size() == want.size(), "rel_l2: sizes differ");
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
-    den += double{want[i]} * want[i];
-  }
-  return std::sqrt(num / den);
-}
+using vision_cuda_test::rel_l2;
+using vision_cuda_test::tolerance;
 
 std::vector<float> random_values(uint64_t seed, int64_t n, float scale) {
   Rng rng(seed);
