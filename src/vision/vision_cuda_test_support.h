@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "core/dtype.h"
 #include "core/assert.h"
+#include "core/dtype.h"
 
 namespace ib::vision_cuda_test {
 
