@@ -1,11 +1,14 @@
 // A tiny LLaVA checkpoint on disk (llava_checkpoint_test_support.h).
 #include "vision/llava_checkpoint_test_support.h"
 
+#include <cstddef>
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/rng.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
 #include "vision/vlm_test_support.h"
@@ -74,6 +77,28 @@ TinyLlava write_tiny_llava(const std::filesystem::path& dir, std::string_view co
   IB_ASSERT(write_safetensors((m.dir / "model.safetensors").string(), tensors).ok(),
             "cannot write the tiny LLaVA");
   return m;
+}
+
+Prompt make_prompt(const LlavaConfig& llava, int images, uint64_t seed, uint64_t pixel_seed,
+                   int32_t image_token) {
+  Prompt p;
+  Rng rng(seed);
+  auto text = [&](int n) {
+    for (int i = 0; i < n; ++i) p.tokens.push_back(static_cast<int32_t>(10 + rng.next_u64() % 90));
+  };
+  text(3);
+  const std::vector<float> pixels = random_pixels(images, llava, pixel_seed);
+  const auto per = pixels.size() / static_cast<size_t>(images);
+  for (int i = 0; i < images; ++i) {
+    ImageInput image;
+    image.start_pos = static_cast<int>(p.tokens.size());
+    image.pixel_values.assign(pixels.begin() + static_cast<std::ptrdiff_t>(i * per),
+                              pixels.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
+    p.images.push_back(std::move(image));
+    p.tokens.insert(p.tokens.end(), static_cast<size_t>(llava.tokens_per_image()), image_token);
+    text(2 + i);
+  }
+  return p;
 }
 
 }  // namespace ib::llava_test

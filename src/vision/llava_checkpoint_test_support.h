@@ -3,11 +3,14 @@
 // transformers' names, and the host copies of those weights for double-precision references.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/detail/reference_model.h"
+#include "engine/engine.h"
 #include "vision/llava_test_support.h"
 
 namespace ib::llava_test {
@@ -29,5 +32,16 @@ std::string tiny_llava_config(int vocab_size, int image_token_id);
 // language_model.lm_head., vision_tower., multi_modal_projector.).
 TinyLlava write_tiny_llava(const std::filesystem::path& dir, std::string_view config_json,
                            bool legacy);
+
+// A prompt with images: its token ids (image_token where the visual tokens go) and its images.
+struct Prompt {
+  std::vector<int32_t> tokens;
+  std::vector<ImageInput> images;
+};
+
+// Text (ids from seed), then per image its visual tokens and more text; the images' pixels seeded
+// from pixel_seed (random_pixels).
+Prompt make_prompt(const LlavaConfig& llava, int images, uint64_t seed, uint64_t pixel_seed,
+                   int32_t image_token);
 
 }  // namespace ib::llava_test

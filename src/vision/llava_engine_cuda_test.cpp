@@ -46,31 +46,11 @@ std::string config_with_head_dim_64() {
 using vision_cuda_test::rel_l2;
 using vision_cuda_test::tolerance;
 
-struct Prompt {
-  std::vector<int32_t> tokens;
-  std::vector<ImageInput> images;
-};
+using llava_test::Prompt;
 
 // Text, then per image its visual tokens and more text; pixels seeded from pixel_seed.
 Prompt make_prompt(const LlavaConfig& llava, int images, uint64_t seed, uint64_t pixel_seed) {
-  Prompt p;
-  Rng rng(seed);
-  auto text = [&](int n) {
-    for (int i = 0; i < n; ++i) p.tokens.push_back(static_cast<int32_t>(10 + rng.next_u64() % 90));
-  };
-  text(3);
-  const std::vector<float> pixels = llava_test::random_pixels(images, llava, pixel_seed);
-  const auto per = pixels.size() / static_cast<size_t>(images);
-  for (int i = 0; i < images; ++i) {
-    ImageInput image;
-    image.start_pos = static_cast<int>(p.tokens.size());
-    image.pixel_values.assign(pixels.begin() + static_cast<std::ptrdiff_t>(i * per),
-                              pixels.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
-    p.images.push_back(std::move(image));
-    p.tokens.insert(p.tokens.end(), static_cast<size_t>(llava.tokens_per_image()), kImageToken);
-    text(2 + i);
-  }
-  return p;
+  return llava_test::make_prompt(llava, images, seed, pixel_seed, kImageToken);
 }
 
 // The first generated token's logits of each prompt (request ids 1, 2, ...) on a backend.

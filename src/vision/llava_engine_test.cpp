@@ -66,31 +66,11 @@ LoadedLlava load(const TinyLlava& m, int chunk, bool with_encoder = true, int kv
   return out;
 }
 
-struct Prompt {
-  std::vector<int32_t> tokens;
-  std::vector<ImageInput> images;
-};
+using llava_test::Prompt;
 
-// text, then per image its 16 image tokens and more text.
+// Text, then per image its 16 image tokens and more text (pixels seeded from seed + 1).
 Prompt make_prompt(const LlavaConfig& llava, int images, uint64_t seed) {
-  Prompt p;
-  Rng rng(seed);
-  auto text = [&](int n) {
-    for (int i = 0; i < n; ++i) p.tokens.push_back(static_cast<int32_t>(10 + rng.next_u64() % 90));
-  };
-  text(3);
-  const std::vector<float> pixels = llava_test::random_pixels(images, llava, seed + 1);
-  const auto per = static_cast<size_t>(pixels.size() / static_cast<size_t>(images));
-  for (int i = 0; i < images; ++i) {
-    ImageInput image;
-    image.start_pos = static_cast<int>(p.tokens.size());
-    image.pixel_values.assign(pixels.begin() + static_cast<std::ptrdiff_t>(i * per),
-                              pixels.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
-    p.images.push_back(std::move(image));
-    p.tokens.insert(p.tokens.end(), static_cast<size_t>(llava.tokens_per_image()), kImageToken);
-    text(2 + i);
-  }
-  return p;
+  return llava_test::make_prompt(llava, images, seed, seed + 1, kImageToken);
 }
 
 // The whole model in double: the reference's logits after the prompt's last token, with or
