@@ -40,10 +40,9 @@ def summarize(path):
             k = "o" if kernels and kernels[-1][0] == "attn" else "down"
         kernels.append((k, int(r["start_ns"]), int(r["advance_ns"]), int(r["gap_ns"])))
     gathers = [i for i, k in enumerate(kernels) if k[0].startswith("gather_rows")]
-    starts = gathers[::2] if len(gathers) > 1 and gathers[1] - gathers[0] > 8 else gathers
-    # A step starts at the gather after the widest gap (the embedding's); align to it.
-    if len(gathers) >= 2 and kernels[gathers[1]][3] > kernels[gathers[0]][3]:
-        starts = gathers[1::2]
+    # Two gathers a step; the step starts at the embedding's, the one after the wider gap.
+    first = 1 if len(gathers) >= 2 and kernels[gathers[1]][3] > kernels[gathers[0]][3] else 0
+    starts = gathers[first::2]
     totals = collections.defaultdict(lambda: [0, 0, 0])
     periods, steps = [], 0
     for a, b in zip(starts, starts[1:]):
