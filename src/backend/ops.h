@@ -345,6 +345,11 @@ class VisionOps {
   // (x1 c - x2 s, x2 c + x1 s) with c = cos[t][i], s = sin[t][i], in fp32, rounded once; v is
   // left alone.
   virtual void rotary_rows(Tensor qkv, const Tensor& cos, const Tensor& sin, int num_heads) = 0;
+  // A patch convolution's input as matmul rows (im2col with stride = kernel = patch): pixels
+  // (N 3 S, S), N images of 3 channels of S x S, S a multiple of patch p; out (N (S/p)^2, 3 p p),
+  // the row of the patch at grid (gy, gx) of image n at n (S/p)^2 + gy S/p + gx, its column
+  // (c p + ky) p + kx holding pixel (c, gy p + ky, gx p + kx). Both in act; a copy, no rounding.
+  virtual void unfold_patches(const Tensor& pixels, int64_t patch, Tensor out) = 0;
 };
 
 }  // namespace ib

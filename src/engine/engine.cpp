@@ -433,18 +433,24 @@ class EngineImpl final : public Engine {
     }
     if (todo.empty()) return Ok{};
     const int64_t start = now_ns();
-    std::vector<float> embeds;
-    IB_TRY(vision_->encode_images(images, embeds));
+    int64_t rows = 0;
+    for (const auto& [seq, i] : todo) rows += seq->image_tokens[i];
+    const DType act = backend_.activation_dtype();
+    const int64_t d = model_.hidden_size;
+    IB_ASSIGN_OR_RETURN(
+        Buffer buffer,
+        backend_.alloc(static_cast<size_t>(rows * d) * dtype_size(act), MemoryTag::kActivations));
+    auto storage = std::make_shared<const Buffer>(std::move(buffer));
+    const Tensor all = storage->view(act, {rows, d});  // (visual tokens, D)
+    IB_TRY(vision_->encode_images(images, all));
+    backend_.synchronize();  // the encoder's time is until the device has finished it
+    IB_TRY(backend_.device_status());
     const int64_t elapsed = now_ns() - start;
-    size_t rows = 0;
-    for (const auto& [seq, i] : todo) rows += static_cast<size_t>(seq->image_tokens[i]);
-    IB_ASSERT(embeds.size() == rows * static_cast<size_t>(model_.hidden_size),
-              "VisionEncoder::encode_images: output of the wrong size");
     Sequence* last = nullptr;
-    auto from = embeds.begin();
+    int64_t from = 0;
     for (const auto& [seq, i] : todo) {
-      const auto n = static_cast<std::ptrdiff_t>(seq->image_tokens[i] * model_.hidden_size);
-      seq->image_embeds[i].assign(from, from + n);
+      const int64_t n = seq->image_tokens[i];
+      seq->image_embeds[i] = {storage, all.slice_rows(from, n)};
       from += n;
       std::vector<float>().swap(seq->images[i].pixel_values);
       if (seq != last) seq->encode_ns += elapsed;
@@ -465,9 +471,8 @@ class EngineImpl final : public Engine {
       const int begin = std::max(from, seq.images[i].start_pos);
       const int end = std::min(to, seq.images[i].start_pos + n);
       if (begin >= end) continue;
-      const float* data =
-          seq.image_embeds[i].data() +
-          static_cast<int64_t>(begin - seq.images[i].start_pos) * model_.hidden_size;
+      const Tensor data =
+          seq.image_embeds[i].rows.slice_rows(begin - seq.images[i].start_pos, end - begin);
       out.push_back({begin - from, end - begin, data});
     }
     return out;

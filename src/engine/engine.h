@@ -51,30 +51,21 @@ class VisionEncoder {
   virtual int64_t tokens_per_image() const = 0;
   virtual int64_t pixel_values_per_image() const = 0;
   virtual int32_t image_token_id() const = 0;
-  // pixel_values (num_images, pixel_values_per_image) -> out (num_images * tokens_per_image,
-  // the language model's hidden size) f32, image after image.
-  virtual Status encode(std::span<const float> pixel_values, int64_t num_images,
-                        std::vector<float>& out) = 0;
 
-  // Per image (what the engine calls): the visual tokens and pixel values an image takes, and
-  // the encoding of several images, out (sum of their tokens, hidden size) image after image.
-  // A fixed-size encoder's are the counts above and encode; a dynamic-resolution encoder
-  // overrides all three (a user error for a grid it cannot take).
+  // Per image: the visual tokens and pixel values an image takes. A fixed-size encoder's are the
+  // counts above; a dynamic-resolution encoder overrides both (a user error for a grid it cannot
+  // take).
   virtual Result<int64_t> image_tokens(const ImageInput& /*image*/) const {
     return tokens_per_image();
   }
   virtual int64_t pixel_values(const ImageInput& /*image*/) const {
     return pixel_values_per_image();
   }
-  virtual Status encode_images(std::span<const ImageInput* const> images, std::vector<float>& out) {
-    const auto per_image = static_cast<size_t>(pixel_values_per_image());
-    std::vector<float> pixels(images.size() * per_image);
-    for (size_t k = 0; k < images.size(); ++k) {
-      std::copy(images[k]->pixel_values.begin(), images[k]->pixel_values.end(),
-                pixels.begin() + static_cast<std::ptrdiff_t>(k * per_image));
-    }
-    return encode(pixels, static_cast<int64_t>(images.size()), out);
-  }
+  // What the engine calls: the images' visual-token embeddings into out (the sum of their
+  // tokens, the language model's hidden size), image after image, in the activation dtype of the
+  // backend the encoder was loaded on, which is the engine's. Enqueued on the backend (the engine
+  // waits for it); the embeddings never pass through the host.
+  virtual Status encode_images(std::span<const ImageInput* const> images, Tensor out) = 0;
 };
 
 struct GenerationRequest {

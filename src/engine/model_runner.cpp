@@ -432,9 +432,10 @@ void ModelRunner::forward(int num_tokens, int num_rows, std::span<const RunnerSe
   int64_t first = 0;  // the share's first row in the step
   for (const RunnerSeq& seq : batch) {
     for (const InputEmbeds& e : seq.input_embeds) {
-      IB_ASSERT(e.offset >= 0 && e.rows > 0 && e.offset + e.rows <= seq.num_tokens,
-                "ModelRunner: input embeddings outside their share");
-      backend_.copy_from_host(residual.slice_rows(first + e.offset, e.rows), e.data, DType::kF32);
+      IB_ASSERT(e.offset >= 0 && e.rows > 0 && e.offset + e.rows <= seq.num_tokens &&
+                    e.data.rows() == e.rows && e.data.row_size() == d && e.data.dtype == dt,
+                "ModelRunner: input embeddings outside their share, or not (rows, D) in act");
+      backend_.copy_on_device(residual.slice_rows(first + e.offset, e.rows), e.data);
     }
     first += seq.num_tokens;
   }

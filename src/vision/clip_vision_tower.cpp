@@ -183,36 +183,21 @@ Result<LlavaVisionWeights> random_llava_vision_weights(Backend& backend, const L
   return weights;
 }
 
-Status encode_llava_images(Backend& backend, const LlavaVisionWeights& w, const LlavaConfig& config,
-                           std::span<const float> pixel_values, int64_t num_images, Tensor out) {
+Status encode_llava_pixels(Backend& backend, const LlavaVisionWeights& w, const LlavaConfig& config,
+                           const Tensor& pixels, Tensor out, VisionScratch& scratch) {
   VisionOps* ops = backend.vision_ops();
-  IB_ASSERT(ops != nullptr, "encode_llava_images on a backend without vision ops");
+  IB_ASSERT(ops != nullptr, "encode_llava_pixels on a backend without vision ops");
   const ClipVisionConfig& v = config.vision;
   const int64_t d = v.hidden_size, f = v.intermediate_size, p = v.patch_size_px;
   const int64_t s = v.image_size_px, grid = s / p, patches = grid * grid, seq = patches + 1;
+  IB_ASSERT(pixels.row_size() == s && pixels.rows() % (3 * s) == 0,
+            "pixels must be (N 3 image_size, image_size)");
+  const int64_t num_images = pixels.rows() / (3 * s);
   const int64_t t = num_images * seq, dt = config.text_hidden_size;
   const int64_t per_image = config.tokens_per_image();
-  IB_ASSERT(static_cast<int64_t>(pixel_values.size()) == num_images * 3 * s * s,
-            "pixel_values must be (N, 3, image_size, image_size)");
   IB_ASSERT(out.rows() == num_images * per_image && out.row_size() == dt,
             "out must be (N * tokens_per_image, text hidden size)");
-  // The patches unfolded on the host, each row (c, ky, kx) as the convolution weight's columns:
-  // every pixel row's p values under one patch are contiguous on both sides, copied as a run.
-  std::vector<float> unfolded(static_cast<size_t>(num_images * patches * 3 * p * p));
-  for (int64_t n = 0; n < num_images; ++n) {
-    for (int64_t c = 0; c < 3; ++c) {
-      for (int64_t y = 0; y < s; ++y) {
-        const float* src = pixel_values.data() + ((n * 3 + c) * s + y) * s;
-        const int64_t first_row = n * patches + (y / p) * grid, col = (c * p + y % p) * p;
-        for (int64_t gx = 0; gx < grid; ++gx) {
-          std::copy_n(
-              src + gx * p, p,
-              unfolded.begin() + static_cast<std::ptrdiff_t>((first_row + gx) * 3 * p * p + col));
-        }
-      }
-    }
-  }
-  detail::ScratchTensors scratch(backend);
+  scratch.begin();
   auto alloc = [&](std::initializer_list<int64_t> dims) { return scratch.alloc(dims); };
   auto patches_in = alloc({num_images * patches, 3 * p * p});  // (N P, 3 p p)
   auto h = alloc({t, d});              // (N (P + 1), D): the residual stream
@@ -224,7 +209,7 @@ Status encode_llava_images(Backend& backend, const LlavaVisionWeights& w, const 
   for (const auto* r : {&patches_in, &h, &x, &tmp, &qkv, &mlp, &proj}) {
     if (!r->ok()) return r->error();
   }
-  backend.copy_from_host(*patches_in, unfolded.data(), DType::kF32);
+  ops->unfold_patches(pixels, p, *patches_in);
   // Embeddings: [class; patches @ W^T] + positions, per image.
   for (int64_t n = 0; n < num_images; ++n) {
     Tensor image = h->slice_rows(n * seq, seq);
@@ -258,6 +243,20 @@ Status encode_llava_images(Backend& backend, const LlavaVisionWeights& w, const 
     backend.matmul(*proj, w.proj2, w.proj2_bias.empty() ? nullptr : &w.proj2_bias,
                    out.slice_rows(n * per_image, per_image));
   }
+  return Ok{};
+}
+
+Status encode_llava_images(Backend& backend, const LlavaVisionWeights& w, const LlavaConfig& config,
+                           std::span<const float> pixel_values, int64_t num_images, Tensor out,
+                           VisionScratch* scratch) {
+  const int64_t s = config.vision.image_size_px;
+  IB_ASSERT(static_cast<int64_t>(pixel_values.size()) == num_images * 3 * s * s,
+            "pixel_values must be (N, 3, image_size, image_size)");
+  VisionScratch own(backend);
+  VisionScratch& use = scratch != nullptr ? *scratch : own;
+  IB_ASSIGN_OR_RETURN(const Tensor pixels, use.input({num_images * 3 * s, s}));
+  backend.copy_from_host(pixels, pixel_values.data(), DType::kF32);
+  IB_TRY(encode_llava_pixels(backend, w, config, pixels, out, use));
   return Ok{};
 }
 

@@ -16,6 +16,7 @@
 #include "core/result.h"
 #include "model/safetensors.h"
 #include "vision/llava_config.h"
+#include "vision/vision_scratch.h"
 
 namespace ib {
 
@@ -75,12 +76,19 @@ Result<LlavaVisionWeights> load_llava_vision_weights(Backend& backend,
 Result<LlavaVisionWeights> random_llava_vision_weights(Backend& backend, const LlavaConfig& config,
                                                        uint64_t seed, float scale);
 
-// Encodes num_images preprocessed images: pixel_values host (N, 3, S, S), S = image_size;
-// out (N * tokens_per_image, Dt) in act on the backend. Scratch is allocated per call
-// (MemoryTag::kActivations); an allocation failure is returned. The backend must have
-// vision_ops() (checked by the caller before loading: IB_ASSERT here).
+// Encodes num_images preprocessed images already on the backend: pixels (N 3 S, S) in act
+// (N images (3, S, S), S = image_size); out (N * tokens_per_image, Dt) in act. The patches are
+// unfolded on the device (VisionOps::unfold_patches). Enqueued, not waited for. Scratch from
+// `scratch` (begun here); an allocation failure is returned. The backend must have vision_ops()
+// (checked by the caller before loading: IB_ASSERT here).
+Status encode_llava_pixels(Backend& backend, const LlavaVisionWeights& weights,
+                           const LlavaConfig& config, const Tensor& pixels, Tensor out,
+                           VisionScratch& scratch);
+
+// The same from host pixel values (N, 3, S, S) f32, uploaded (converted to act on the device)
+// into scratch first; without a scratch, one is made for the call and freed after it.
 Status encode_llava_images(Backend& backend, const LlavaVisionWeights& weights,
                            const LlavaConfig& config, std::span<const float> pixel_values,
-                           int64_t num_images, Tensor out);
+                           int64_t num_images, Tensor out, VisionScratch* scratch = nullptr);
 
 }  // namespace ib

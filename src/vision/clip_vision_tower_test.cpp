@@ -35,12 +35,12 @@ using llava_test::write_checkpoint;
 
 std::vector<float> encode(CpuBackend& backend, const LlavaVisionWeights& weights,
                           const LlavaConfig& config, const std::vector<float>& pixels,
-                          int64_t images) {
+                          int64_t images, VisionScratch* scratch = nullptr) {
   const int64_t rows = images * config.tokens_per_image(), dt = config.text_hidden_size;
   auto buffer = backend.alloc(static_cast<size_t>(rows * dt) * sizeof(float), MemoryTag::kOther);
   IB_ASSERT(buffer.ok(), "test allocation");
   const Tensor out = buffer->view(DType::kF32, {rows, dt});
-  const Status status = encode_llava_images(backend, weights, config, pixels, images, out);
+  const Status status = encode_llava_images(backend, weights, config, pixels, images, out, scratch);
   IB_ASSERT(status.ok(), "encode failed");
   std::vector<float> host(static_cast<size_t>(rows * dt));
   backend.copy_to_host(out, host.data());
@@ -137,6 +137,29 @@ TEST(ClipVisionTower, BatchedImagesEqualOneAtATime) {
     const auto rows = static_cast<std::ptrdiff_t>(alone.size());
     EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batched.begin() + n * rows)) << n;
   }
+}
+
+// A scratch kept between calls (the engine's encoder keeps one) grows to the larger batch and is
+// reused by smaller ones without changing a value: 1 image, then 3, then 1 and 3 again.
+TEST(ClipVisionTower, AKeptScratchGivesTheSameFeatures) {
+  const LlavaConfig config = tiny_config();
+  CpuBackend backend(2);
+  auto weights = random_llava_vision_weights(backend, config, 9, 0.2f);
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  const int64_t per = 3 * config.vision.image_size_px * config.vision.image_size_px;
+  const auto three = random_pixels(3, config, 6);
+  const std::vector<float> one(three.begin() + per, three.begin() + 2 * per);
+  const auto want_three = encode(backend, *weights, config, three, 3);
+  const auto want_one = encode(backend, *weights, config, one, 1);
+  VisionScratch scratch(backend);
+  EXPECT_EQ(encode(backend, *weights, config, one, 1, &scratch), want_one);
+  const int64_t small_bytes = scratch.bytes();
+  EXPECT_EQ(encode(backend, *weights, config, three, 3, &scratch), want_three);
+  const int64_t large_bytes = scratch.bytes();
+  EXPECT_GT(large_bytes, small_bytes);
+  EXPECT_EQ(encode(backend, *weights, config, one, 1, &scratch), want_one);
+  EXPECT_EQ(encode(backend, *weights, config, three, 3, &scratch), want_three);
+  EXPECT_EQ(scratch.bytes(), large_bytes);  // grown once, then reused
 }
 
 TEST(ClipVisionTower, TheLoaderNamesWhatIsMissingForeignOrMisshapen) {

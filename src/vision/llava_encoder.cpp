@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "core/fs.h"
-#include "vision/detail/vision_weights.h"
 
 namespace ib {
 
@@ -12,17 +11,17 @@ bool is_llava(const ModelConfig& model) {
   return model.hf_architecture == "LlavaForConditionalGeneration";
 }
 
-Status LlavaVisionEncoder::encode(std::span<const float> pixel_values, int64_t num_images,
-                                  std::vector<float>& out) {
-  const int64_t rows = num_images * tokens_per_image();
-  const int64_t dt = config_.text_hidden_size;
-  const DType act = backend_.activation_dtype();
-  IB_ASSIGN_OR_RETURN(
-      Buffer buffer,
-      backend_.alloc(static_cast<size_t>(rows * dt) * dtype_size(act), MemoryTag::kActivations));
-  const Tensor features = buffer.view(act, {rows, dt});  // (visual tokens, Dt)
-  IB_TRY(encode_llava_images(backend_, weights_, config_, pixel_values, num_images, features));
-  detail::features_to_host(backend_, features, out);
+Status LlavaVisionEncoder::encode_images(std::span<const ImageInput* const> images, Tensor out) {
+  const int64_t s = config_.vision.image_size_px, n = static_cast<int64_t>(images.size());
+  IB_ASSIGN_OR_RETURN(const Tensor pixels, scratch_.input({n * 3 * s, s}));  // (N 3 S, S)
+  for (int64_t k = 0; k < n; ++k) {
+    const ImageInput& image = *images[static_cast<size_t>(k)];
+    IB_ASSERT(static_cast<int64_t>(image.pixel_values.size()) == 3 * s * s,
+              "LlavaVisionEncoder: pixel values of the wrong size (the engine checks them)");
+    backend_.copy_from_host(pixels.slice_rows(k * 3 * s, 3 * s), image.pixel_values.data(),
+                            DType::kF32);
+  }
+  IB_TRY(encode_llava_pixels(backend_, weights_, config_, pixels, out, scratch_));
   return backend_.device_status();
 }
 

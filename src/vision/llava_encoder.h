@@ -22,14 +22,14 @@ bool is_llava(const ModelConfig& model);
 class LlavaVisionEncoder final : public VisionEncoder {
  public:
   LlavaVisionEncoder(Backend& backend, LlavaConfig config, LlavaVisionWeights weights)
-      : backend_(backend), config_(config), weights_(std::move(weights)) {}
+      : backend_(backend), config_(config), weights_(std::move(weights)), scratch_(backend) {}
   int64_t tokens_per_image() const override { return config_.tokens_per_image(); }
   int64_t pixel_values_per_image() const override {
     return 3 * config_.vision.image_size_px * config_.vision.image_size_px;
   }
   int32_t image_token_id() const override { return static_cast<int32_t>(config_.image_token_id); }
-  Status encode(std::span<const float> pixel_values, int64_t num_images,
-                std::vector<float>& out) override;
+  // Each image's pixels uploaded into the tower's input, then the tower on the device.
+  Status encode_images(std::span<const ImageInput* const> images, Tensor out) override;
   const LlavaConfig& config() const { return config_; }
   int64_t weight_bytes() const { return weights_.bytes; }
 
@@ -37,6 +37,7 @@ class LlavaVisionEncoder final : public VisionEncoder {
   Backend& backend_;
   LlavaConfig config_;
   LlavaVisionWeights weights_;
+  VisionScratch scratch_;  // kept between batches, grown to the largest
 };
 
 struct LlavaModelFiles {

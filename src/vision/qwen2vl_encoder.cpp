@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "core/fs.h"
-#include "vision/detail/vision_weights.h"
 #include "vision/image_tokens.h"
 #include "vision/qwen2vl_positions.h"
 
@@ -12,13 +11,6 @@ namespace ib {
 
 bool is_qwen2vl(const ModelConfig& model) {
   return model.hf_architecture == "Qwen2VLForConditionalGeneration";
-}
-
-Status Qwen2VlVisionEncoder::encode(std::span<const float> /*pixel_values*/, int64_t /*num_images*/,
-                                    std::vector<float>& /*out*/) {
-  return user_error(
-      "Qwen2-VL's images have their own sizes; encode them with their grids "
-      "(encode_images)");
 }
 
 Result<int64_t> Qwen2VlVisionEncoder::image_tokens(const ImageInput& image) const {
@@ -37,8 +29,7 @@ int64_t Qwen2VlVisionEncoder::pixel_values(const ImageInput& image) const {
   return g[0] * g[1] * g[2] * config_.vision.patch_values();
 }
 
-Status Qwen2VlVisionEncoder::encode_images(std::span<const ImageInput* const> images,
-                                           std::vector<float>& out) {
+Status Qwen2VlVisionEncoder::encode_images(std::span<const ImageInput* const> images, Tensor out) {
   std::vector<std::array<int64_t, 3>> grids;
   std::vector<float> pixels;
   int64_t rows = 0;
@@ -50,14 +41,9 @@ Status Qwen2VlVisionEncoder::encode_images(std::span<const ImageInput* const> im
     pixels.insert(pixels.end(), image->pixel_values.begin(), image->pixel_values.end());
     rows += tokens;
   }
-  const int64_t dt = config_.text_hidden_size;
-  const DType act = backend_.activation_dtype();
-  IB_ASSIGN_OR_RETURN(
-      Buffer buffer,
-      backend_.alloc(static_cast<size_t>(rows * dt) * dtype_size(act), MemoryTag::kActivations));
-  const Tensor features = buffer.view(act, {rows, dt});  // (visual tokens, Dt)
-  IB_TRY(encode_qwen2vl_images(backend_, weights_, config_, pixels, grids, features));
-  detail::features_to_host(backend_, features, out);
+  IB_ASSERT(out.rows() == rows && out.row_size() == config_.text_hidden_size,
+            "Qwen2VlVisionEncoder: out must be (visual tokens, text hidden size)");
+  IB_TRY(encode_qwen2vl_images(backend_, weights_, config_, pixels, grids, out, &scratch_));
   return backend_.device_status();
 }
 

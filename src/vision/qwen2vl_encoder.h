@@ -23,18 +23,16 @@ bool is_qwen2vl(const ModelConfig& model);
 class Qwen2VlVisionEncoder final : public VisionEncoder {
  public:
   Qwen2VlVisionEncoder(Backend& backend, Qwen2VlConfig config, Qwen2VlVisionWeights weights)
-      : backend_(backend), config_(config), weights_(std::move(weights)) {}
-  // Dynamic resolution: no fixed counts (0), and the fixed-size encode is refused.
+      : backend_(backend), config_(config), weights_(std::move(weights)), scratch_(backend) {}
+  // Dynamic resolution: no fixed counts (0).
   int64_t tokens_per_image() const override { return 0; }
   int64_t pixel_values_per_image() const override { return 0; }
   int32_t image_token_id() const override { return static_cast<int32_t>(config_.image_token_id); }
-  Status encode(std::span<const float> pixel_values, int64_t num_images,
-                std::vector<float>& out) override;
   // grid_thw / merge^2 tokens; the grid must be (t, h, w) positive with h and w multiples of the
   // merge size.
   Result<int64_t> image_tokens(const ImageInput& image) const override;
   int64_t pixel_values(const ImageInput& image) const override;
-  Status encode_images(std::span<const ImageInput* const> images, std::vector<float>& out) override;
+  Status encode_images(std::span<const ImageInput* const> images, Tensor out) override;
   const Qwen2VlConfig& config() const { return config_; }
   int64_t weight_bytes() const { return weights_.bytes; }
 
@@ -42,6 +40,7 @@ class Qwen2VlVisionEncoder final : public VisionEncoder {
   Backend& backend_;
   Qwen2VlConfig config_;
   Qwen2VlVisionWeights weights_;
+  VisionScratch scratch_;  // kept between batches, grown to the largest
 };
 
 struct Qwen2VlModelFiles {

@@ -175,7 +175,8 @@ std::vector<std::array<int64_t, 2>> qwen2vl_patch_coordinates(const std::array<i
 
 Status encode_qwen2vl_images(Backend& backend, const Qwen2VlVisionWeights& w,
                              const Qwen2VlConfig& config, std::span<const float> pixel_values,
-                             std::span<const std::array<int64_t, 3>> grids, Tensor out) {
+                             std::span<const std::array<int64_t, 3>> grids, Tensor out,
+                             VisionScratch* scratch) {
   VisionOps* ops = backend.vision_ops();
   IB_ASSERT(ops != nullptr, "encode_qwen2vl_images on a backend without vision ops");
   const Qwen2VlVisionConfig& v = config.vision;
@@ -192,10 +193,12 @@ Status encode_qwen2vl_images(Backend& backend, const Qwen2VlVisionWeights& w,
             "pixel_values must be (sum of t h w, 3 T p p)");
   IB_ASSERT(out.rows() == n / v.merge_units() && out.row_size() == config.text_hidden_size,
             "out must be (visual tokens, text hidden size)");
-  detail::ScratchTensors scratch(backend);
-  auto alloc = [&](std::initializer_list<int64_t> dims) { return scratch.alloc(dims); };
-  IB_ASSIGN_OR_RETURN(const Tensor patches, (alloc({n, k})));  // (N, K)
-  IB_ASSIGN_OR_RETURN(const Tensor h, (alloc({n, d})));        // (N, D): the residual stream
+  VisionScratch own(backend);
+  VisionScratch& use = scratch != nullptr ? *scratch : own;
+  use.begin();
+  auto alloc = [&](std::initializer_list<int64_t> dims) { return use.alloc(dims); };
+  IB_ASSIGN_OR_RETURN(const Tensor patches, use.input({n, k}));  // (N, K)
+  IB_ASSIGN_OR_RETURN(const Tensor h, (alloc({n, d})));          // (N, D): the residual stream
   IB_ASSIGN_OR_RETURN(const Tensor x, (alloc({n, d})));    // (N, D): normed input, attention out
   IB_ASSIGN_OR_RETURN(const Tensor tmp, (alloc({n, d})));  // (N, D): proj and fc2 outputs
   IB_ASSIGN_OR_RETURN(const Tensor qkv, (alloc({n, 3 * d})));                    // (N, 3D)
@@ -205,10 +208,8 @@ Status encode_qwen2vl_images(Backend& backend, const Qwen2VlVisionWeights& w,
   const int64_t half = v.head_dim() / 2;
   std::vector<float> host_cos, host_sin;
   rotary_2d_angles(coords, v.head_dim(), host_cos, host_sin);
-  IB_ASSIGN_OR_RETURN(
-      Buffer angles, backend.alloc(static_cast<size_t>(2 * n * half) * 4, MemoryTag::kActivations));
-  const Tensor cos_t = angles.view(DType::kF32, {n, half});
-  const Tensor sin_t = angles.view(DType::kF32, {n, half}, static_cast<size_t>(n * half) * 4);
+  IB_ASSIGN_OR_RETURN(const Tensor cos_t, use.alloc({n, half}, DType::kF32));
+  IB_ASSIGN_OR_RETURN(const Tensor sin_t, use.alloc({n, half}, DType::kF32));
   backend.copy_from_host(cos_t, host_cos.data(), DType::kF32);
   backend.copy_from_host(sin_t, host_sin.data(), DType::kF32);
   backend.copy_from_host(patches, pixel_values.data(), DType::kF32);

@@ -20,6 +20,7 @@
 #include "model/safetensors.h"
 #include "vision/clip_vision_tower.h"
 #include "vision/qwen2vl_config.h"
+#include "vision/vision_scratch.h"
 
 namespace ib {
 
@@ -72,10 +73,12 @@ std::vector<std::array<int64_t, 2>> qwen2vl_patch_coordinates(const std::array<i
 
 // Encodes images: pixel_values host, each image's (t h w, K) rows one after the other, grids
 // their (t, h, w) (h and w multiples of the merge size); out (sum of t h w / M, Dt) in act on the
-// backend. Scratch is allocated per call (MemoryTag::kActivations); an allocation failure is
-// returned. The backend must have vision_ops() (checked by the caller: IB_ASSERT here).
+// backend, enqueued (not waited for). Scratch (the uploaded patches among it) from `scratch`,
+// kept there for the next call; without one, made for the call and freed after it. An allocation
+// failure is returned. The backend must have vision_ops() (checked by the caller: IB_ASSERT).
 Status encode_qwen2vl_images(Backend& backend, const Qwen2VlVisionWeights& weights,
                              const Qwen2VlConfig& config, std::span<const float> pixel_values,
-                             std::span<const std::array<int64_t, 3>> grids, Tensor out);
+                             std::span<const std::array<int64_t, 3>> grids, Tensor out,
+                             VisionScratch* scratch = nullptr);
 
 }  // namespace ib

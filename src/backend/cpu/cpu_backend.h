@@ -93,6 +93,7 @@ class CpuBackend final : public Backend,
   void bidirectional_attention(const Tensor& qkv, int64_t seq_len, int num_heads, float scale,
                                Tensor out) override;
   void rotary_rows(Tensor qkv, const Tensor& cos, const Tensor& sin, int num_heads) override;
+  void unfold_patches(const Tensor& pixels, int64_t patch, Tensor out) override;
 
  protected:
   Result<void*> raw_alloc(size_t bytes) override;

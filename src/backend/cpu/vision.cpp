@@ -121,4 +121,25 @@ void CpuBackend::rotary_rows(Tensor qkv, const Tensor& cos, const Tensor& sin, i
   });
 }
 
+void CpuBackend::unfold_patches(const Tensor& pixels, int64_t patch, Tensor out) {
+  const int64_t s = pixels.row_size(), p = patch;
+  IB_ASSERT(pixels.dtype == DType::kF32 && out.dtype == DType::kF32,
+            "unfold_patches: fp32 on the CPU");
+  IB_ASSERT(p > 0 && s % p == 0 && pixels.rows() % (3 * s) == 0,
+            "unfold_patches: pixels (N 3 S, S), S a multiple of the patch");
+  const int64_t n = pixels.rows() / (3 * s), grid = s / p;
+  IB_ASSERT(out.rows() == n * grid * grid && out.row_size() == 3 * p * p,
+            "unfold_patches: out (N (S/p)^2, 3 p p)");
+  // Every pixel row's p values under one patch are contiguous on both sides: copied as a run.
+  pool_.parallel_for(n * 3 * s, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {  // r = (image, channel, y)
+      const int64_t image = r / (3 * s), c = r / s % 3, y = r % s;
+      const float* src = pixels.as<const float>() + r * s;
+      float* dst =
+          out.as<float>() + ((image * grid + y / p) * grid) * 3 * p * p + (c * p + y % p) * p;
+      for (int64_t gx = 0; gx < grid; ++gx) std::copy_n(src + gx * p, p, dst + gx * 3 * p * p);
+    }
+  });
+}
+
 }  // namespace ib

@@ -1,6 +1,7 @@
 // The vision ops against naive references in double: LayerNorm, the two activations, residual
 // adds, unmasked attention that stays within each image's tokens, and the per-row rotary
-// embedding (q and k heads turned, v untouched).
+// embedding (q and k heads turned, v untouched), and the patch unfolding against the
+// convolution's indexing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -122,6 +123,34 @@ TEST(CpuVision, RotaryRowsTurnsQAndKByEachRowsAngles) {
         want = i < half ? x1 * c - x2 * s : x2 * c + x1 * s;
       }
       ASSERT_NEAR(got[at], want, 1e-6) << r << " " << col;
+    }
+  }
+}
+
+// Each output element is the pixel the convolution's weight column (c, ky, kx) meets at its patch.
+TEST(CpuVision, UnfoldPatchesPutsEachPatchInARow) {
+  CpuBackend backend(2);
+  TensorArena arena(backend);
+  const int64_t n = 2, s = 6, p = 3, grid = s / p;
+  std::vector<float> pixels(static_cast<size_t>(n * 3 * s * s));
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i);
+  Tensor out = arena.empty(DType::kF32, {n * grid * grid, 3 * p * p});
+  backend.unfold_patches(arena.f32({n * 3 * s, s}, pixels), p, out);
+  const auto got = arena.to_host(out);
+  for (int64_t img = 0; img < n; ++img) {
+    for (int64_t gy = 0; gy < grid; ++gy) {
+      for (int64_t gx = 0; gx < grid; ++gx) {
+        for (int64_t c = 0; c < 3; ++c) {
+          for (int64_t ky = 0; ky < p; ++ky) {
+            for (int64_t kx = 0; kx < p; ++kx) {
+              const int64_t row = (img * grid + gy) * grid + gx, col = (c * p + ky) * p + kx;
+              const int64_t pixel = ((img * 3 + c) * s + gy * p + ky) * s + gx * p + kx;
+              ASSERT_EQ(got[static_cast<size_t>(row * 3 * p * p + col)], static_cast<float>(pixel))
+                  << row << " " << col;
+            }
+          }
+        }
+      }
     }
   }
 }

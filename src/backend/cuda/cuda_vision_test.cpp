@@ -1,12 +1,12 @@
 // Differential tests of the CUDA vision ops against the CPU ops (backend/ops.h, VisionOps), in
 // fp32, bf16 and fp16: LayerNorm (CLIP-L's and Qwen2-VL's widths, rows far from zero mean), the
 // residual add, quick_gelu and erf gelu (the 16-byte and the scalar path), the per-row rotary
-// embedding, and bidirectional attention at CLIP ViT-L/14-336's shape (577 tokens x 16 heads x
-// 64, 2 images: the tensor-core kernel and its partial last tiles), Qwen2-VL's head_dim 80 over
-// frames of 16, 100 and 1,000 tokens, and the fallback (head_dim 8, 32 and 96, every dtype).
-// Stated tolerance: relative L2 within detail/test_support.h's per dtype (fp32 2e-5, bf16 1e-2,
-// fp16 3e-3); fp32 attention within 1e-5. Every output is poisoned with NaN first, so an
-// unwritten element fails.
+// embedding, the patch unfolding (exact), and bidirectional attention at CLIP ViT-L/14-336's shape
+// (577 tokens x 16 heads x 64, 2 images: the tensor-core kernel and its partial last tiles),
+// Qwen2-VL's head_dim 80 over frames of 16, 100 and 1,000 tokens, and the fallback (head_dim 8, 32
+// and 96, every dtype). Stated tolerance: relative L2 within detail/test_support.h's per dtype
+// (fp32 2e-5, bf16 1e-2, fp16 3e-3); fp32 attention within 1e-5. Every output is poisoned with NaN
+// first, so an unwritten element fails.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,6 +73,21 @@ TEST_P(CudaVision, AddAndActivationsMatchCpu) {
     twin.gpu().add(x.gpu, y.gpu);
     ASSERT_TRUE(twin.gpu().device_status().ok());
     EXPECT_LT(twin.error(x), tolerance(GetParam())) << "add D=" << d;
+  }
+}
+
+// CLIP-L/14-336's shape (2 images of 336 x 336, patches of 14) and one of 3 x 3 patches of 2.
+TEST_P(CudaVision, UnfoldPatchesMatchesCpu) {
+  Twin twin(GetParam());
+  Rng rng(5);
+  for (const auto [s, p] : {std::pair<int64_t, int64_t>{336, 14}, {6, 2}}) {
+    const int64_t n = 2, grid = s / p;
+    Pair pixels = twin.floats({n * 3 * s, s}, random_floats(rng, n * 3 * s * s, -2.0f, 2.0f));
+    Pair out = twin.output({n * grid * grid, 3 * p * p});
+    twin.cpu().vision_ops()->unfold_patches(pixels.cpu, p, out.cpu);
+    twin.gpu().unfold_patches(pixels.gpu, p, out.gpu);
+    ASSERT_TRUE(twin.gpu().device_status().ok()) << twin.gpu().device_status().error().message;
+    EXPECT_EQ(twin.error(out), 0.0) << "S=" << s << " p=" << p;  // a copy: exact
   }
 }
 

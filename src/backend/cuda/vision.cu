@@ -102,6 +102,23 @@ __global__ void rotary_rows_kernel(T* qkv, const float* cos, const float* sin, i
   h[j + half] = from_f32<T>(x2 * c + x1 * s);
 }
 
+// One thread per pixel: pixel (image, c, y, x) of pixels (N 3 S, S) to its place in the patch
+// rows (N (S/p)^2, 3 p p); consecutive threads read consecutive pixels.
+template <typename T>
+__global__ void unfold_patches_kernel(const T* pixels, int64_t total, int s, int p, T* out) {
+  const int grid = s / p;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int x = static_cast<int>(i % s);
+    const int64_t r = i / s;  // (image, c, y)
+    const int y = static_cast<int>(r % s);
+    const int c = static_cast<int>(r / s % 3);
+    const int64_t image = r / (3 * int64_t{s});
+    const int64_t row = (image * grid + y / p) * grid + x / p;
+    out[row * 3 * p * p + (c * p + y % p) * p + x % p] = pixels[i];
+  }
+}
+
 unsigned element_blocks(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kElementThreads - 1) / kElementThreads,
                                                    int64_t{1}, int64_t{1} << 16));
@@ -169,6 +186,16 @@ void launch_rotary_rows(Tensor qkv, const Tensor& cos, const Tensor& sin, int nu
         qkv.as<T>(), cos.as<const float>(), sin.as<const float>(), num_heads, head_dim);
   });
   IB_CUDA_CHECK_LAUNCH("rotary_rows");
+}
+
+void launch_unfold_patches(const Tensor& pixels, int64_t patch, Tensor out, cudaStream_t stream) {
+  const int64_t n = pixels.numel();
+  const auto s = static_cast<int>(pixels.row_size());
+  IB_DISPATCH_FLOAT(pixels.dtype, T, {
+    unfold_patches_kernel<T><<<element_blocks(n), kElementThreads, 0, stream>>>(
+        pixels.as<const T>(), n, s, static_cast<int>(patch), out.as<T>());
+  });
+  IB_CUDA_CHECK_LAUNCH("unfold_patches");
 }
 
 }  // namespace ib::cuda

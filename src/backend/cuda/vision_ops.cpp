@@ -59,4 +59,16 @@ void CudaBackend::rotary_rows(Tensor qkv, const Tensor& cos, const Tensor& sin, 
   run_op("rotary_rows", [&] { launch_rotary_rows(qkv, cos, sin, num_heads, stream_); });
 }
 
+void CudaBackend::unfold_patches(const Tensor& pixels, int64_t patch, Tensor out) {
+  const int64_t s = pixels.row_size(), p = patch;
+  IB_ASSERT(pixels.dtype == dtype_ && out.dtype == dtype_, "unfold_patches: act tensors");
+  IB_ASSERT(p > 0 && s % p == 0 && pixels.rows() % (3 * s) == 0,
+            "unfold_patches: pixels (N 3 S, S), S a multiple of the patch");
+  const int64_t n = pixels.rows() / (3 * s), grid = s / p;
+  IB_ASSERT(out.rows() == n * grid * grid && out.row_size() == 3 * p * p,
+            "unfold_patches: out (N (S/p)^2, 3 p p)");
+  if (n == 0) return;
+  run_op("unfold_patches", [&] { launch_unfold_patches(pixels, patch, out, stream_); });
+}
+
 }  // namespace ib::cuda

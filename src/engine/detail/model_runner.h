@@ -26,11 +26,11 @@
 namespace ib::detail {
 
 // Rows of a share whose input embeddings are given (a vision encoder's outputs) instead of
-// looked up: rows [offset, offset + rows) of the share take data (rows, D) f32.
+// looked up: rows [offset, offset + rows) of the share take data (rows, D) in act on the device.
 struct InputEmbeds {
   int offset = 0;
   int rows = 0;
-  const float* data = nullptr;
+  Tensor data;
 };
 
 // One sequence's share of a step: num_tokens tokens at positions start_pos, start_pos + 1, ...

@@ -1,12 +1,10 @@
 // Private to vision/: a vision tower's weights as slots (a checkpoint name, its stored shape and
 // the backend tensor it fills), allocated one buffer each, then filled from a checkpoint or
-// seeded. clip_vision_tower.cpp and qwen2vl_vision_tower.cpp build their schemas with it, and
-// take their forwards' scratch from ScratchTensors.
+// seeded. clip_vision_tower.cpp and qwen2vl_vision_tower.cpp build their schemas with it.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,25 +14,6 @@
 #include "model/safetensors.h"
 
 namespace ib::detail {
-
-// A forward's activation scratch: tensors of the backend's activation dtype, each in a buffer of
-// its own, freed with the arena.
-class ScratchTensors {
- public:
-  explicit ScratchTensors(Backend& backend) : backend_(backend) {}
-  Result<Tensor> alloc(std::initializer_list<int64_t> dims) {
-    const DType act = backend_.activation_dtype();
-    Tensor probe(nullptr, act, dims);
-    auto buffer = backend_.alloc(probe.bytes(), MemoryTag::kActivations);
-    if (!buffer.ok()) return buffer.error();
-    buffers_.push_back(std::move(*buffer));
-    return buffers_.back().view(act, dims);
-  }
-
- private:
-  Backend& backend_;
-  std::vector<Buffer> buffers_;
-};
 
 struct WeightSlot {
   std::string name;            // the checkpoint's

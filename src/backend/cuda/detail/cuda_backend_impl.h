@@ -115,6 +115,7 @@ class CudaBackend final : public Backend,
   void bidirectional_attention(const Tensor& qkv, int64_t seq_len, int num_heads, float scale,
                                Tensor out) override;
   void rotary_rows(Tensor qkv, const Tensor& cos, const Tensor& sin, int num_heads) override;
+  void unfold_patches(const Tensor& pixels, int64_t patch, Tensor out) override;
   void scale_columns(const WeightRef& w, const Tensor& gain) override;
   void gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) override;
   void sample(const Tensor& logits, const SamplingMetadata& meta, Tensor out_tokens) override;

@@ -28,6 +28,9 @@ void launch_vision_activation(Tensor x, VisionActivation act, cudaStream_t strea
 // (T, hd / 2) (VisionOps::rotary_rows).
 void launch_rotary_rows(Tensor qkv, const Tensor& cos, const Tensor& sin, int num_heads,
                         cudaStream_t stream);
+// pixels (N 3 S, S) -> out (N (S/p)^2, 3 p p), the patches as matmul rows
+// (VisionOps::unfold_patches).
+void launch_unfold_patches(const Tensor& pixels, int64_t patch, Tensor out, cudaStream_t stream);
 
 // ---- attention_vision.cu ----
 // out (B S, H hd) = softmax(q k^T * scale) v within each run of seq_len rows of qkv (B S, 3 H hd)
