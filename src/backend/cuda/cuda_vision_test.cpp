@@ -80,7 +80,7 @@ TEST_P(CudaVision, AddAndActivationsMatchCpu) {
 TEST_P(CudaVision, UnfoldPatchesMatchesCpu) {
   Twin twin(GetParam());
   Rng rng(5);
-  for (const auto [s, p] : {std::pair<int64_t, int64_t>{336, 14}, {6, 2}}) {
+  for (const auto& [s, p] : {std::pair<int64_t, int64_t>{336, 14}, {6, 2}}) {
     const int64_t n = 2, grid = s / p;
     Pair pixels = twin.floats({n * 3 * s, s}, random_floats(rng, n * 3 * s * s, -2.0f, 2.0f));
     Pair out = twin.output({n * grid * grid, 3 * p * p});
