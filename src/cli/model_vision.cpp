@@ -1,68 +1,63 @@
-// A model's vision side for serve (model_vision.h): LLaVA's preprocessing and visual tokens.
+// A model's vision side for serve and run (model_vision.h): which family, vLLM's image flags,
+// and what the families share (a request's image loaded or drawn). The families' sides are in
+// model_vision_llava.cpp and model_vision_qwen2vl.cpp.
 #include "cli/model_vision.h"
 
+#include <algorithm>
+#include <array>
 #include <filesystem>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
 
 #ifdef INFERBENCH_HAVE_VISION
+#include "cli/detail/model_vision_parts.h"
 #include "core/fs.h"
 #include "core/rng.h"
-#include "vision/image_input.h"
-#include "vision/image_tokens.h"
-#include "vision/llava_encoder.h"
 #include "workload/workload.h"
 #endif
 
 namespace ib {
 namespace {
 
+// The vision-language architectures (config.json's) that take images, and their names in errors.
+constexpr std::array<std::string_view, 2> kVisionArchitectures = {
+    "LlavaForConditionalGeneration", "Qwen2VLForConditionalGeneration"};
+constexpr std::string_view kVisionFamilies = "LLaVA or Qwen2-VL";
+
 bool any_flag(const ImageFlags& flags) {
   return !flags.limit_mm_per_prompt.empty() || !flags.allowed_local_media_path.empty();
 }
 
+// A text-only model: image flags are refused, and so are workloads with images, by name.
+Result<ModelVision> text_only(const ModelConfig& model, const ImageFlags& flags) {
+  if (any_flag(flags)) {
+    return user_error(fmt::format(
+        "--limit-mm-per-prompt and --allowed-local-media-path apply to vision-language models "
+        "({}); model '{}' takes text only",
+        kVisionFamilies, model.name));
+  }
+  ModelVision none;
+  none.prepare_requests = [name = model.name](std::vector<RequestSpec>& requests) -> Status {
+    for (const RequestSpec& r : requests) {
+      if (!r.images.empty()) {
+        return user_error(fmt::format(
+            "request {} holds images and model '{}' takes text only (it has no vision tower); "
+            "run image workloads on a vision-language model ({})",
+            r.id, name, kVisionFamilies));
+      }
+    }
+    return Ok{};
+  };
+  return none;
+}
+
+}  // namespace
+
 #ifdef INFERBENCH_HAVE_VISION
+namespace detail {
 
-// LLaVA: each image CLIP-preprocessed as its preprocessor_config.json says (transformers'
-// torchvision backend), its image token expanded to tokens_per_image visual tokens.
-class LlavaImagePrompter final : public ImagePrompter {
- public:
-  LlavaImagePrompter(LlavaModelFiles files, ImageInputPolicy policy)
-      : files_(std::move(files)), policy_(std::move(policy)) {}
-
-  int32_t image_token_id() const override {
-    return static_cast<int32_t>(files_.config.image_token_id);
-  }
-
-  std::variant<PromptWithImages, ApiError> place(
-      const std::vector<int32_t>& token_ids, const std::vector<ChatImage>& parts) const override {
-    PromptImageReader reader(policy_);
-    PromptWithImages out;
-    for (const ChatImage& part : parts) {
-      auto image = reader.read_image_url(part.url, part.param);
-      if (!image.ok()) return bad_field(part.param, image.error().message);
-      ImageInput input;
-      input.pixel_values = preprocess_clip(*image, files_.preprocess, ImageBackend::kTorchvision);
-      out.images.push_back(std::move(input));
-    }
-    auto expanded =
-        expand_image_tokens(token_ids, image_token_id(), files_.config.tokens_per_image(),
-                            static_cast<int64_t>(parts.size()));
-    if (!expanded.ok()) return bad_field("messages", expanded.error().message);
-    for (size_t i = 0; i < out.images.size(); ++i) {
-      out.images[i].start_pos = static_cast<int>(expanded->image_start[i]);
-    }
-    out.token_ids = std::move(expanded->token_ids);
-    return out;
-  }
-
- private:
-  LlavaModelFiles files_;
-  ImageInputPolicy policy_;
-};
-
-// A request's image as RGB: its file decoded, or random bytes of its size from its seed.
 Result<Image> request_image(const RequestImage& spec, const ImageLimits& limits) {
   if (spec.path.empty()) {
     Image image;
@@ -80,65 +75,32 @@ Result<Image> request_image(const RequestImage& spec, const ImageLimits& limits)
   return image;
 }
 
-// LLaVA's run preparation: per request, its images' pixel values, then tokens_per_image image
-// tokens per image followed by the prompt's tokens. A prompt token that is the image token (a
-// random prompt draws any id) becomes a neighbouring id: the engine reads every image token of a
-// request with images as a visual one.
-Status prepare_llava_requests(const LlavaModelFiles& files, std::vector<RequestSpec>& requests) {
-  const int64_t per_image = files.config.tokens_per_image();
-  const auto image_token = static_cast<int32_t>(files.config.image_token_id);
-  for (RequestSpec& r : requests) {
-    if (r.images.empty()) continue;
-    auto prepared = std::make_shared<std::vector<PreparedImage>>();
-    std::vector<int32_t> tokens;
-    for (const RequestImage& spec : r.images) {
-      auto image = request_image(spec, ImageLimits{});
-      if (!image.ok()) {
-        return user_error(fmt::format("request {}: {}", r.id, image.error().message));
-      }
-      PreparedImage p;
-      p.start_pos = static_cast<int>(tokens.size());
-      p.pixel_values = preprocess_clip(*image, files.preprocess, ImageBackend::kTorchvision);
-      prepared->push_back(std::move(p));
-      tokens.insert(tokens.end(), static_cast<size_t>(per_image), image_token);
-    }
-    for (const int32_t t : r.prompt_tokens)
-      tokens.push_back(t != image_token ? t : t > 0 ? t - 1 : t + 1);
-    r.prompt_tokens = std::move(tokens);
-    r.input_len = static_cast<int>(r.prompt_tokens.size());
-    r.prepared_images = std::move(prepared);
-  }
-  return Ok{};
+std::string describe_image(const RequestImage& spec) {
+  if (!spec.path.empty()) return "image " + spec.path;
+  return fmt::format("a random {} x {} px image (--random-mm-bucket-config)", spec.width_px,
+                     spec.height_px);
 }
 
-#endif
+int32_t unreserved_token(int32_t token, std::span<const int32_t> reserved) {
+  auto taken = [&](int32_t id) {
+    return std::find(reserved.begin(), reserved.end(), id) != reserved.end();
+  };
+  for (int32_t id = token; id >= 0; --id) {
+    if (!taken(id)) return id;
+  }
+  int32_t id = token + 1;
+  while (taken(id)) ++id;
+  return id;
+}
 
-}  // namespace
+}  // namespace detail
+#endif
 
 Result<ModelVision> model_vision(const ModelConfig& model, const std::string& path,
                                  const ImageFlags& flags) {
-  const bool vision_model = model.hf_architecture == "LlavaForConditionalGeneration";
-  if (!vision_model) {
-    if (any_flag(flags)) {
-      return user_error(fmt::format(
-          "--limit-mm-per-prompt and --allowed-local-media-path apply to vision-language models "
-          "(LLaVA); model '{}' takes text only",
-          model.name));
-    }
-    ModelVision none;
-    none.prepare_requests = [name = model.name](std::vector<RequestSpec>& requests) -> Status {
-      for (const RequestSpec& r : requests) {
-        if (!r.images.empty()) {
-          return user_error(fmt::format(
-              "request {} holds images and model '{}' takes text only (it has no vision "
-              "tower); run image workloads on a vision-language model (LLaVA)",
-              r.id, name));
-        }
-      }
-      return Ok{};
-    };
-    return none;
-  }
+  const auto* arch =
+      std::find(kVisionArchitectures.begin(), kVisionArchitectures.end(), model.hf_architecture);
+  if (arch == kVisionArchitectures.end()) return text_only(model, flags);
 #ifdef INFERBENCH_HAVE_VISION
   ImageInputPolicy policy;
   if (!flags.limit_mm_per_prompt.empty()) {
@@ -158,25 +120,16 @@ Result<ModelVision> model_vision(const ModelConfig& model, const std::string& pa
         "vision tower's weights are read from it)",
         model.name));
   }
-  IB_ASSIGN_OR_RETURN(LlavaModelFiles files, read_llava_files(path));
-  ModelVision vision;
-  const LlavaConfig config = files.config;
-  vision.encoder = [path, config](Backend& backend) -> Result<std::unique_ptr<VisionEncoder>> {
-    IB_ASSIGN_OR_RETURN(auto encoder, load_llava_encoder(path, config, backend));
-    return std::unique_ptr<VisionEncoder>(std::move(encoder));
-  };
-  vision.prepare_requests = [files](std::vector<RequestSpec>& requests) {
-    return prepare_llava_requests(files, requests);
-  };
-  vision.prompter = std::make_shared<LlavaImagePrompter>(std::move(files), std::move(policy));
-  return vision;
+  if (*arch == "LlavaForConditionalGeneration")
+    return detail::llava_vision(path, std::move(policy));
+  return detail::qwen2vl_vision(path, std::move(policy));
 #else
   static_cast<void>(path);
   return user_error(fmt::format(
-      "model '{}' is a vision-language model (LLaVA) and this inferbench was built without "
-      "image support; rebuild with -DINFERBENCH_VISION=ON (libpng and libjpeg-turbo: "
+      "model '{}' is a vision-language model ({}) and this inferbench was built without image "
+      "support; rebuild with -DINFERBENCH_VISION=ON (libpng and libjpeg-turbo: "
       "scripts/install-deps)",
-      model.name));
+      model.name, *arch));
 #endif
 }
 

@@ -1,5 +1,5 @@
 // A model's vision side for serve and run: the engine's VisionEncoder, the server's ImagePrompter
-// and run's image preparation of a vision-language checkpoint directory (LLaVA today), from
+// and run's image preparation of a vision-language checkpoint directory (LLaVA, Qwen2-VL), from
 // vLLM's multimodal flags. Built only with image support (INFERBENCH_VISION); without it a
 // vision-language model is refused.
 #pragma once
@@ -27,7 +27,8 @@ struct ModelVision {
   std::function<Result<std::unique_ptr<VisionEncoder>>(Backend&)> encoder;
   // run: each request's images (RequestSpec::images) loaded from their files or drawn at random,
   // preprocessed into RequestSpec::prepared_images, their visual tokens placed before the
-  // prompt's tokens (input_len counts them). User errors name the request and the file.
+  // prompt's tokens (input_len counts them; Qwen2-VL's between <|vision_start|> and
+  // <|vision_end|>, with RequestSpec::mrope_positions). User errors name the request and the file.
   std::function<Status(std::vector<RequestSpec>&)> prepare_requests;
 };
 

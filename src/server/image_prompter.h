@@ -1,6 +1,7 @@
 // The served model's images (a vision-language model): a chat call's image_url parts loaded,
 // preprocessed and placed in its prompt as the model's visual tokens. Implemented beside the
-// model's vision encoder (cli/model_vision.h for LLaVA); a server without one refuses images.
+// model's vision encoder (cli/model_vision.h: LLaVA, Qwen2-VL); a server without one refuses
+// images.
 // Threading: place() is called from several encode-pool threads at once.
 #pragma once
 
@@ -16,6 +17,9 @@ namespace ib {
 struct PromptWithImages {
   std::vector<int32_t> token_ids;  // each image's token expanded to its visual tokens
   std::vector<ImageInput> images;  // in prompt order
+  // A multimodal-RoPE model's (Qwen2-VL's) positions of token_ids, (3, token_ids.size())
+  // row-major; empty: the engine's default (position = index).
+  std::vector<int32_t> mrope_positions;
 };
 
 class ImagePrompter {

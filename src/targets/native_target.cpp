@@ -182,9 +182,11 @@ class NativeTarget : public Target {
       s.request.lora_name = r.lora_name;
       if (r.prepared_images != nullptr) {
         for (const PreparedImage& image : *r.prepared_images) {
-          s.request.images.push_back(ImageInput{image.start_pos, image.pixel_values, {}});
+          s.request.images.push_back(
+              ImageInput{image.start_pos, image.pixel_values, image.grid_thw});
         }
       }
+      if (r.mrope_positions != nullptr) s.request.mrope_positions = *r.mrope_positions;
       std::shared_ptr<RequestTiming> timing = tracer_ ? start_timing(r) : nullptr;
       s.callbacks.on_token = [this, timing](const TokenEvent& ev) {
         if (ev.output_index == 0) {

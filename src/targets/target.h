@@ -26,11 +26,13 @@ struct RequestImage {
   uint64_t seed = 0;
 };
 
-// An image preprocessed for the model before the run (the engine's ImageInput): its pixel values
-// and the position of its first visual token in the request's prompt_tokens.
+// An image preprocessed for the model before the run (the engine's ImageInput): its pixel values,
+// the position of its first visual token in the request's prompt_tokens and, for a
+// dynamic-resolution model (Qwen2-VL), its patch grid (t, h, w).
 struct PreparedImage {
   int start_pos = 0;
   std::vector<float> pixel_values;
+  std::vector<int64_t> grid_thw;  // empty: a fixed-size model's image (LLaVA)
 };
 
 struct RequestSpec {
@@ -47,6 +49,9 @@ struct RequestSpec {
   // The images preprocessed by the model's vision side before the run, their visual tokens
   // already in prompt_tokens (native target; cli/model_vision.h); shared by a run's copies.
   std::shared_ptr<const std::vector<PreparedImage>> prepared_images;
+  // A multimodal-RoPE model's (Qwen2-VL's) prompt positions, (3, prompt length) row-major, set
+  // with prepared_images; null: the engine's default (position = index).
+  std::shared_ptr<const std::vector<int32_t>> mrope_positions;
 };
 
 struct RequestOutcome {

@@ -56,8 +56,10 @@ std::variant<PromptWithImages, ApiError> chat_prompt(const std::vector<ChatMessa
     text = std::move(*rendered);
   }
   if (parts.empty()) {
-    return PromptWithImages{
-        format == nullptr ? tokenizer.encode(text) : tokenizer.encode_without_specials(text), {}};
+    PromptWithImages out;
+    out.token_ids =
+        format == nullptr ? tokenizer.encode(text) : tokenizer.encode_without_specials(text);
+    return out;
   }
   size_t placeholders = 0;
   const std::vector<int32_t> tokens = tokens_around_placeholders(

@@ -38,8 +38,8 @@ std::variant<PromptWithImages, ApiError> prompt_tokens(const GenerationCall& cal
     return chat_prompt(call.messages, core.options.chat_format.get(), core.tokenizer,
                        core.options.images.get());
   }
-  if (!call.prompt_tokens.empty()) return PromptWithImages{call.prompt_tokens, {}};
-  return PromptWithImages{core.tokenizer.encode(call.prompt_text), {}};
+  if (!call.prompt_tokens.empty()) return PromptWithImages{call.prompt_tokens, {}, {}};
+  return PromptWithImages{core.tokenizer.encode(call.prompt_text), {}, {}};
 }
 
 }  // namespace
@@ -141,6 +141,7 @@ void Session::admit_generation(GenerationCall call, std::optional<TraceContext> 
   }
   g.prompt_tokens = std::move(tokens);
   g.images = std::move(prompt.images);
+  g.mrope_positions = std::move(prompt.mrope_positions);
 
   state_ = State::kGenerating;
   core_.live[g.id] = shared_from_this();
