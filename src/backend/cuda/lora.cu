@@ -84,6 +84,8 @@ __device__ __forceinline__ void shrink_block(const T* __restrict__ x, int64_t k,
 #pragma unroll
     for (int i = 0; i < TT; ++i) acc[j][i] = 0.0f;
   }
+  // At decode (TT = 1) four chunks' loads go out together (K = 14,336 is 7 chunks at bf16).
+#pragma unroll(TT == 1 ? 4 : 1)
   for (int64_t c = int64_t{threadIdx.x} * V; c < k; c += int64_t{kShrinkThreads} * V) {
     float av[kShrinkRows][V] = {};
     int cur = -1;  // the slot whose A elements av holds (uniform across the block)
@@ -138,14 +140,6 @@ __global__ void __launch_bounds__(kShrinkThreads)
 // u[i] for the expand: through L2 when the shrink ran in the same launch (IB_LORA_FUSED: another
 // block wrote it, and L1 is not coherent), else an ordinary load.
 template <bool kFused>
-__device__ __forceinline__ float4 load_u4(const float* p) {
-  if constexpr (kFused) {
-    return __ldcg(reinterpret_cast<const float4*>(p));
-  } else {
-    return *reinterpret_cast<const float4*>(p);
-  }
-}
-template <bool kFused>
 __device__ __forceinline__ float load_u(const float* p) {
   if constexpr (kFused) {
     return __ldcg(p);
@@ -154,16 +148,37 @@ __device__ __forceinline__ float load_u(const float* p) {
   }
 }
 
+// The expand's dynamic shared memory: the tile's rows of u (kExpandTokens x G R floats).
+size_t expand_smem_bytes(int group_rank) {
+  return static_cast<size_t>(kExpandTokens) * static_cast<size_t>(group_rank) * sizeof(float);
+}
+
 // Block (col_block, tile) of the expand's grid (column blocks of the targets' concatenated N,
 // token tiles of kExpandTokens): thread n adds to its column of target g, for each of the tile's
 // tokens of a slot s, scales[s] * b_g[s][n] . u_g[t] (fp32) to out[t][row_offset_g + n], rounded
-// once.
+// once. A decode step's expand is latency-bound (measured: ~8 us a launch when each token's slot,
+// B row, u and output were loaded one token after another), so the block first stages the tile's
+// slots and rows of u in shared memory (u_s: expand_smem_bytes), then every thread loads B's row
+// once per run of tokens of one slot and its tile's old outputs all at once.
 template <typename T, int V, bool kFused>
 __device__ __forceinline__ void expand_block(const float* u, const int32_t* __restrict__ slot_ids,
                                              int64_t tokens, const LoraGroupPtrs& group, int rank,
                                              int num_slots, const float* __restrict__ scales,
                                              T* __restrict__ out, int64_t out_stride,
-                                             unsigned col_block, unsigned tile) {
+                                             unsigned col_block, unsigned tile, float* u_s) {
+  __shared__ int slot_s[kExpandTokens];
+  const int group_rank = group.count * rank;
+  const int64_t t0 = int64_t{tile} * kExpandTokens;
+  const int nt = static_cast<int>(tokens - t0 < kExpandTokens ? tokens - t0 : kExpandTokens);
+  if (threadIdx.x < kExpandTokens) {
+    const int s = static_cast<int>(threadIdx.x) < nt ? slot_ids[t0 + threadIdx.x] : -1;
+    slot_s[threadIdx.x] = s < num_slots ? s : -1;
+  }
+  // Rows of base tokens were never written: staged anyway (unused), one coalesced sweep.
+  for (int e = threadIdx.x; e < nt * group_rank; e += kExpandThreads) {
+    u_s[e] = load_u<kFused>(u + t0 * group_rank + e);
+  }
+  __syncthreads();
   int64_t n = int64_t{col_block} * kExpandThreads + threadIdx.x;
   int g = 0;
   if (group.count > 1 && n >= group.n[0]) {
@@ -177,32 +192,38 @@ __device__ __forceinline__ void expand_block(const float* u, const int32_t* __re
   const int64_t n_g = pick(group.n, g);
   if (n >= n_g) return;
   const T* b = static_cast<const T*>(pick(group.b, g));
-  const int group_rank = group.count * rank;
   T* col = out + pick(group.row_offset, g) + n;
-  const int64_t t0 = int64_t{tile} * kExpandTokens;
-  const int64_t t_end = t0 + kExpandTokens < tokens ? t0 + kExpandTokens : tokens;
-  for (int64_t t = t0; t < t_end; ++t) {
-    const int s = slot_ids[t];
-    if (s < 0 || s >= num_slots) continue;
-    const T* br = b + (int64_t{s} * n_g + n) * rank;
-    const float* ut = u + t * group_rank + g * rank;
-    float acc = 0.0f;
-    for (int r = 0; r < rank; r += V) {
-      float bv[V];
-      load_f32<T, V>(br + r, bv);
-      if constexpr (V % 4 == 0) {
+  float acc[kExpandTokens];
 #pragma unroll
-        for (int q = 0; q < V; q += 4) {
-          const float4 uv = load_u4<kFused>(ut + r + q);
-          acc += bv[q] * uv.x + bv[q + 1] * uv.y + bv[q + 2] * uv.z + bv[q + 3] * uv.w;
-        }
-      } else {
+  for (int i = 0; i < kExpandTokens; ++i) acc[i] = 0.0f;
+#pragma unroll 4
+  for (int r = 0; r < rank; r += V) {
+    float bv[V];
+    int cur = -1;  // the slot whose B elements bv holds
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc += bv[v] * load_u<kFused>(ut + r + v);
+    for (int i = 0; i < kExpandTokens; ++i) {
+      const int s = slot_s[i];
+      if (s < 0) continue;
+      if (s != cur) {
+        cur = s;
+        load_f32<T, V>(b + (int64_t{s} * n_g + n) * rank + r, bv);
       }
+      const float* ut = u_s + i * group_rank + g * rank + r;
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[i] += bv[v] * ut[v];
     }
-    T* o = col + t * out_stride;
-    *o = from_f32<T>(to_f32(*o) + scales[s] * acc);
+  }
+  // The old outputs and the scales first (independent loads), then the stores.
+  float old[kExpandTokens], scale[kExpandTokens];
+#pragma unroll
+  for (int i = 0; i < kExpandTokens; ++i) {
+    const int s = slot_s[i];
+    old[i] = s >= 0 ? to_f32(col[(t0 + i) * out_stride]) : 0.0f;
+    scale[i] = s >= 0 ? scales[s] : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < kExpandTokens; ++i) {
+    if (slot_s[i] >= 0) col[(t0 + i) * out_stride] = from_f32<T>(old[i] + scale[i] * acc[i]);
   }
 }
 
@@ -211,8 +232,9 @@ __global__ void __launch_bounds__(kExpandThreads)
     lora_expand_kernel(const float* u, const int32_t* __restrict__ slot_ids, int64_t tokens,
                        LoraGroupPtrs group, int rank, int num_slots,
                        const float* __restrict__ scales, T* __restrict__ out, int64_t out_stride) {
+  extern __shared__ float expand_u_s[];
   expand_block<T, V, false>(u, slot_ids, tokens, group, rank, num_slots, scales, out, out_stride,
-                            blockIdx.x, blockIdx.y);
+                            blockIdx.x, blockIdx.y, expand_u_s);
 }
 
 // IB_LORA_FUSED=1: the shrink and the expand in one launch (one kernel boundary less per group).
@@ -248,13 +270,25 @@ __global__ void __launch_bounds__(kShrinkThreads)
     }
     __syncthreads();
     const unsigned e = b - num_shrink;
+    extern __shared__ float fused_u_s[];
     expand_block<T, V, true>(u, slot_ids, tokens, group, rank, num_slots, scales, out, out_stride,
-                             e % expand_col_blocks, e / expand_col_blocks);
+                             e % expand_col_blocks, e / expand_col_blocks, fused_u_s);
   }
   if (threadIdx.x == 0 && atomicAdd(counters + 2, 1u) == gridDim.x - 1) {
     counters[0] = 0;
     counters[1] = 0;
     counters[2] = 0;
+  }
+}
+
+// Past the default 48 KB of dynamic shared memory only at ranks above 170 in a group of three:
+// opted in per kernel.
+template <typename Kernel>
+void allow_expand_smem(Kernel* kernel, size_t smem) {
+  if (smem > 48 * 1024) {
+    IB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)),
+                  "lora_apply");
   }
 }
 
@@ -312,6 +346,7 @@ void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupP
       expand_vec = expand_vec && aligned16(group.b[g]);
     }
     const unsigned row_blocks = blocks_for(int64_t{group.count} * rank, kShrinkRows);
+    const size_t smem = expand_smem_bytes(group.count * r);
     const unsigned col_blocks = blocks_for(n_total, kExpandThreads);
     for (int64_t t0 = 0; t0 < t; t0 += chunk) {
       const int64_t tc = std::min(chunk, t - t0);
@@ -324,11 +359,13 @@ void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupP
         const unsigned tiles = blocks_for(tc, tile);
         const unsigned blocks = tiles * row_blocks + col_blocks * blocks_for(tc, kExpandTokens);
         if (tile == 1) {
-          lora_fused_kernel<T, kV, 1><<<blocks, kShrinkThreads, 0, stream>>>(
+          allow_expand_smem(lora_fused_kernel<T, kV, 1>, smem);
+          lora_fused_kernel<T, kV, 1><<<blocks, kShrinkThreads, smem, stream>>>(
               xc, k, ids, tc, group, r, s, u, sc, oc, out_stride, tiles, row_blocks, col_blocks,
               fused_counters);
         } else {
-          lora_fused_kernel<T, kV, kShrinkTile><<<blocks, kShrinkThreads, 0, stream>>>(
+          allow_expand_smem(lora_fused_kernel<T, kV, kShrinkTile>, smem);
+          lora_fused_kernel<T, kV, kShrinkTile><<<blocks, kShrinkThreads, smem, stream>>>(
               xc, k, ids, tc, group, r, s, u, sc, oc, out_stride, tiles, row_blocks, col_blocks,
               fused_counters);
         }
@@ -343,11 +380,13 @@ void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupP
       IB_CUDA_CHECK_LAUNCH("lora_apply shrink");
       const dim3 grid(col_blocks, blocks_for(tc, kExpandTokens));
       if (expand_vec) {
+        allow_expand_smem(lora_expand_kernel<T, kV>, smem);
         lora_expand_kernel<T, kV>
-            <<<grid, kExpandThreads, 0, stream>>>(u, ids, tc, group, r, s, sc, oc, out_stride);
+            <<<grid, kExpandThreads, smem, stream>>>(u, ids, tc, group, r, s, sc, oc, out_stride);
       } else {
+        allow_expand_smem(lora_expand_kernel<T, 1>, smem);
         lora_expand_kernel<T, 1>
-            <<<grid, kExpandThreads, 0, stream>>>(u, ids, tc, group, r, s, sc, oc, out_stride);
+            <<<grid, kExpandThreads, smem, stream>>>(u, ids, tc, group, r, s, sc, oc, out_stride);
       }
       IB_CUDA_CHECK_LAUNCH("lora_apply expand");
     }
