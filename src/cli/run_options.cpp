@@ -22,6 +22,7 @@
 #include "model/gguf.h"
 #include "model/presets.h"
 #include "report/result_dir.h"
+#include "targets/chat_images.h"
 #include "telemetry/sampler.h"
 #include "workload/lora_assignment.h"
 
@@ -451,6 +452,8 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   }
   if (http) IB_TRY(resolve_http_target(f, n, p.target.openai));
   if (http) {
+    // Images go as chat image_url parts, built before the run; completions refuse them.
+    p.prepare_images = http_image_preparation(p.target.openai);
     p.target.openai.trace = std::move(trace);
   } else {
     n.trace = std::move(trace);

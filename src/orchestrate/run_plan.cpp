@@ -90,23 +90,18 @@ std::string describe_load(const RunnerOptions& r) {
 }
 
 // Requests with images: prepared for the model (native) before the context check counts their
-// visual tokens; the metrics then summarise them. An HTTP target does not send images yet.
+// visual tokens, the metrics then summarising them; or for an HTTP target, their chat image_url
+// parts built (cli/run_options.cpp), the server's visual tokens in its usage only.
 Status prepare_request_images(RunPlan& p) {
   const bool images = std::any_of(p.requests.begin(), p.requests.end(),
                                   [](const RequestSpec& r) { return !r.images.empty(); });
   if (!images) return Ok{};
-  if (p.backend != "native") {
-    return user_error(fmt::format(
-        "--backend {} sends no images yet; run workloads with images (--dataset-name random-mm, "
-        "JSONL \"image\"/\"images\") on --backend native",
-        p.backend));
-  }
   if (!p.prepare_images) {
     return user_error("the workload holds images and model '" + p.model.name +
                       "' has no vision tower; use a vision-language model (LLaVA)");
   }
   IB_TRY(p.prepare_images(p.requests));
-  p.metrics.vision = true;
+  p.metrics.vision = p.backend == "native";
   return Ok{};
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "targets/chat_images.h"
 #include "targets/openai_target.h"
 
 namespace ib {
@@ -131,7 +132,22 @@ Result<std::string> openai_request_body(const OpenAITargetOptions& o, Dialect di
   body["model"] = r.lora_name.empty() ? o.model : r.lora_name;  // vLLM: an adapter by name
   std::string text = r.prompt_text;
   if (text.empty() && !(f.token_ids && !o.chat)) text = synthetic_text(r.prompt_tokens);
-  if (o.chat) {
+  // With images, the messages are spliced in as text after the rest is dumped: their data: URLs
+  // (megabytes of base64) are copied, not scanned again for JSON escapes on the submit path.
+  std::string messages_with_images;
+  if (!r.images.empty() && !o.chat) {
+    return user_error(fmt::format(
+        "request {} holds images and --backend openai sends completions (text only); use "
+        "--backend openai-chat",
+        r.id));
+  }
+  if (!r.images.empty()) {
+    if (o.image_urls == nullptr) {
+      return runtime_error(fmt::format(
+          "request {}: its images were not prepared before the run (chat_images.h)", r.id));
+    }
+    IB_ASSIGN_OR_RETURN(messages_with_images, chat_messages_with_images(text, r, *o.image_urls));
+  } else if (o.chat) {
     body["messages"] = json::array({{{"role", "user"}, {"content", text}}});
   } else if (r.prompt_text.empty() && f.token_ids) {
     body["prompt"] = r.prompt_tokens;
@@ -154,7 +170,16 @@ Result<std::string> openai_request_body(const OpenAITargetOptions& o, Dialect di
     }
     body.update(extra);
   }
-  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string dumped = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  // --extra-body's "messages" replaces the request's, as for a text request.
+  if (messages_with_images.empty() || body.contains("messages")) return dumped;
+  std::string out;
+  out.reserve(messages_with_images.size() + dumped.size() + 16);
+  out += R"({"messages":)";
+  out += messages_with_images;
+  out += ',';
+  out.append(dumped, 1);  // dumped is an object holding at least "model"
+  return out;
 }
 
 }  // namespace ib

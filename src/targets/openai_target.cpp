@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -19,6 +20,7 @@
 
 #include "core/clock.h"
 #include "core/stats.h"
+#include "targets/chat_images.h"
 #include "targets/detail/openai_client.h"
 #include "targets/detail/trace_json.h"
 
@@ -93,7 +95,7 @@ class OpenAITarget final : public Target {
     IB_ASSIGN_OR_RETURN(const std::string body, openai_request_body(options_, dialect_, r));
     detail::ClientJob job;
     job.id = r.id;
-    job.input_len = r.input_len;
+    job.input_len = r.images.empty() ? r.input_len : 0;  // usage adds the server's visual tokens
     job.output_len = r.output_len;
     std::optional<Traced> traced;
     if (tracer_) {
@@ -112,6 +114,10 @@ class OpenAITarget final : public Target {
       std::lock_guard lock(mu_);
       if (!thread_.joinable()) return runtime_error("the openai target is not set up");
       ++live_;
+    }
+    if (!r.images.empty()) {
+      ++requests_with_images_;
+      image_parts_sent_ += static_cast<int64_t>(r.images.size());
     }
     job.submit_ns = now_ns();
     if (traced) traced->submit_ns = job.submit_ns;
@@ -296,7 +302,7 @@ class OpenAITarget final : public Target {
       std::tie(client, tokens) = f.get();
     }
     const json traces = tracer_ ? traces_json(options_.trace, *tracer_) : json();
-    return json{
+    json d{
         {"target", name()},
         {"base_url", fmt::format("{}://{}:{}{}", url_.tls ? "https" : "http", url_.host, url_.port,
                                  url_.path_prefix)},
@@ -309,6 +315,14 @@ class OpenAITarget final : public Target {
         {"token_counts", tokens},
         {"traces", traces},
     };
+    // Chat with images: what was sent, warm-ups included (the server's visual tokens are in its
+    // usage only).
+    if (options_.image_urls && requests_with_images_.load() > 0) {
+      json& images = d["images"] = options_.image_urls->describe();
+      images["requests_with_images"] = requests_with_images_.load();
+      images["image_parts_sent"] = image_parts_sent_.load();
+    }
+    return d;
   }
 
   OpenAITargetOptions options_;
@@ -329,6 +343,9 @@ class OpenAITarget final : public Target {
   std::mutex mu_;
   std::condition_variable idle_;
   int live_ = 0;  // submitted, not done; guarded by mu_
+  // Submitted requests with images and their image_url parts (submit()'s thread writes).
+  std::atomic<int64_t> requests_with_images_{0};
+  std::atomic<int64_t> image_parts_sent_{0};
 
   // Loop thread only.
   detail::ClientStats stats_;

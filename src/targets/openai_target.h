@@ -22,6 +22,8 @@
 
 namespace ib {
 
+class ChatImageUrls;  // chat_images.h
+
 // Which request fields a server understands (docs in README "Dialects").
 enum class Dialect { kVllm, kSglang, kTgi, kLlamaCpp, kOllama, kOpenAI };
 const char* dialect_name(Dialect d);
@@ -53,11 +55,16 @@ struct OpenAITargetOptions {
   // --otlp-endpoint: a CLIENT span per request, exported over OTLP, whose context goes to the
   // server in a W3C traceparent header (a server that traces continues the trace). Empty: off.
   TraceOptions trace;
+  // Chat: the image_url parts of the requests' images, built before the run (chat_images.h);
+  // null: a request with images is refused. Completions never send images.
+  std::shared_ptr<const ChatImageUrls> image_urls;
   // Tests: the generated text of each request, before its on_done.
   std::function<void(uint64_t id, const std::string& text)> on_text;
 };
 
-// The JSON body of one request in a dialect (exposed for tests and documentation).
+// The JSON body of one request in a dialect (exposed for tests and documentation). A chat request
+// with images carries them as image_url parts after its text (chat_images.h); a completions
+// request with images is a user error naming --backend openai-chat.
 Result<std::string> openai_request_body(const OpenAITargetOptions& options, Dialect dialect,
                                         const RequestSpec& request);
 

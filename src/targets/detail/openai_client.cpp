@@ -304,7 +304,9 @@ class ClientImpl final : public Client {
       if (ex.usage_completion) {
         ++stats_.with_usage;
         if (*ex.usage_completion != ex.job.output_len) ++stats_.output_mismatch;
-        if (ex.usage_prompt && *ex.usage_prompt != ex.job.input_len) ++stats_.input_mismatch;
+        if (ex.usage_prompt && ex.job.input_len > 0 && *ex.usage_prompt != ex.job.input_len) {
+          ++stats_.input_mismatch;
+        }
       } else {
         ++stats_.without_usage;
       }

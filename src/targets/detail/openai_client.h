@@ -22,7 +22,9 @@ struct ClientJob {
   uint64_t id = 0;
   std::string request;  // the serialized HTTP request
   int64_t submit_ns = 0;
-  int input_len = 0;  // requested, to report mismatches against usage
+  // Requested, to report mismatches against usage; 0: not known to the client (a request with
+  // images, whose usage counts the server's visual tokens).
+  int input_len = 0;
   int output_len = 0;
 };
 
