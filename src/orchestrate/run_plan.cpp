@@ -98,7 +98,7 @@ Status prepare_request_images(RunPlan& p) {
   if (!images) return Ok{};
   if (!p.prepare_images) {
     return user_error("the workload holds images and model '" + p.model.name +
-                      "' has no vision tower; use a vision-language model (LLaVA)");
+                      "' has no vision tower; use a vision-language model (LLaVA or Qwen2-VL)");
   }
   IB_TRY(p.prepare_images(p.requests));
   p.metrics.vision = p.backend == "native";
