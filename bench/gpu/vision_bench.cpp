@@ -93,7 +93,11 @@ int write_checkpoint(const std::vector<VisionTensorName>& schema, const std::str
     std::fprintf(stderr, "%s\n", st.error().message.c_str());
     return 1;
   }
-  std::ofstream(dir + "/config.json") << config_text;
+  // config.json as given (left alone where it already is that text: the repository's model
+  // directories hold it, bench/models/).
+  const auto existing = read_file(dir + "/config.json");
+  if (!existing.ok() || *existing != config_text)
+    std::ofstream(dir + "/config.json") << config_text;
   std::printf("wrote %zu vision tensors and config.json into %s\n", tensors.size(), dir.c_str());
   return 0;
 }

@@ -2,7 +2,7 @@
 # The seed's table 3.3 on the H200 (issue 17): bench/seed-3.3.yaml (LLaVA-1.5-7B at 336 px,
 # Qwen2-VL-7B at 672 and 1,344 px, each with a text-only twin; batch 1, bf16), after writing the
 # two seeded vision checkpoints it needs (ib_vision_bench --write-checkpoint, the real shapes;
-# the language models run on dummy weights), then bench/gpu/vlm_summary.py over the results.
+# the language models run on dummy weights; bench/models/*/model.safetensors, not in git), then bench/gpu/vlm_summary.py over the results.
 # Usage (repository root; carry .deps/icu.tar.xz and .deps/img.tar.xz where the machine lacks
 # ICU, libpng or libjpeg): OUT=dir bash bench/gpu/vlm_suite.sh
 # Environment: B (build directory, /tmp/ib-vision-cuda: bench/gpu/vision_cuda.sh's, reused when
@@ -20,13 +20,11 @@ fi
 B=${B:-/tmp/ib-vision-cuda}
 build_gpu_tests $B "$O/suite-build.log" inferbench ib_vision_bench || exit 1
 echo "built $(el)"
-mkdir -p bench/models
-$B/bench/gpu/ib_vision_bench --config src/vision/testdata/llava-1.5-7b-config.json \
-  --write-checkpoint bench/models/llava-1.5-7b &&
-  cp src/vision/testdata/llava_preprocessor_config.json bench/models/llava-1.5-7b/preprocessor_config.json
-$B/bench/gpu/ib_vision_bench --config src/vision/testdata/qwen2-vl-7b-config.json \
-  --write-checkpoint bench/models/qwen2-vl-7b &&
-  cp src/vision/testdata/qwen2vl_preprocessor_config.json bench/models/qwen2-vl-7b/preprocessor_config.json
+# The model directories hold config.json and preprocessor_config.json (in git); the vision
+# tensors are written beside them.
+for m in llava-1.5-7b qwen2-vl-7b; do
+  $B/bench/gpu/ib_vision_bench --config bench/models/$m/config.json --write-checkpoint bench/models/$m
+done
 echo "checkpoints $(el)"
 S=$O/seed-3.3; OV=()
 for o in ${IB_OVERRIDES:-}; do OV+=(--override "$o"); done

@@ -312,12 +312,20 @@ Result<SuiteSpec> parse_suite_yaml(const std::string& text, const std::string& s
 }
 
 // The file flags of args (--dataset-path, --text, and the paths of --lora-modules'
-// comma-separated name=path items) given as relative paths, made relative to dir.
+// comma-separated name=path items) given as relative paths, made relative to dir; and --model
+// where it names a directory relative to dir (a checkpoint beside the suite file; a preset's or
+// an HF repo id's name is left as it is).
 void resolve_file_flags(std::vector<std::string>& args, const std::filesystem::path& dir) {
   for (size_t i = 0; i + 1 < args.size(); ++i) {
     if ((args[i] == "--dataset-path" || args[i] == "--text") &&
         std::filesystem::path(args[i + 1]).is_relative()) {
       args[i + 1] = (dir / args[i + 1]).lexically_normal().string();
+    }
+    if (args[i] == "--model" && std::filesystem::path(args[i + 1]).is_relative()) {
+      std::error_code ec;
+      const std::filesystem::path beside = dir / args[i + 1];
+      if (std::filesystem::is_directory(beside, ec))
+        args[i + 1] = beside.lexically_normal().string();
     }
     for (size_t j = i + 1;
          args[i] == "--lora-modules" && j < args.size() && args[j].rfind("--", 0) != 0; ++j) {

@@ -168,8 +168,10 @@ entries:
   - {name: rel, model: m, dataset_path: p.jsonl, eval: {text: ../t.txt, dataset_path: p.jsonl}}
   - {name: abs, model: m, dataset_path: /data/p.jsonl}
   - {name: lora, model: m, lora_modules: "a=ad/a,b=/abs/b"}
+  - {name: ckpt, model: ckpt}
 )")
                   .ok());
+  std::filesystem::create_directories(dir / "sub" / "ckpt");  // a checkpoint beside the file
   const auto spec = load_suite_file(file);
   ASSERT_TRUE(spec.ok()) << spec.error().message;
   const std::string sub = (dir / "sub").string();
@@ -180,6 +182,8 @@ entries:
   // --lora-modules' name=path items: each relative path too.
   EXPECT_EQ(spec->entries[2].args,
             (Args{"--lora-modules", "a=" + sub + "/ad/a,b=/abs/b", "--model", "m"}));
+  // --model: a directory beside the suite file is resolved; a name that is none (m) stays.
+  EXPECT_EQ(spec->entries[3].args, (Args{"--model", sub + "/ckpt"}));
   std::filesystem::remove_all(dir);
 }
 
