@@ -38,6 +38,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_LORA_FUSED", "cuda", "0", 0, 1, "",
      "1: each LoRA update's shrink and expand in one launch (the expand's blocks wait in the "
      "kernel for the shrink's) instead of two"},
+    {"IB_LORA_PDL", "cuda", "1", 0, 1, "",
+     "1: the LoRA shrink and expand take part in programmatic dependent launch where IB_PDL is "
+     "on (the shrink prefetches its A rows before it waits); 0: launched plainly"},
 };
 
 Status check_value(const KernelSwitchSpec& spec, std::string_view text) {

@@ -9,6 +9,7 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/lora_kernels.h"
+#include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
 namespace {
@@ -42,6 +43,11 @@ __device__ __forceinline__ void load_f32(const T* p, float (&out)[V]) {
   } else {
     load16_f32<T>(p, out);
   }
+}
+
+// p's cache line into L2 (a hint: no register waits for it).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 // Block (tile, row_block) of the shrink's grid (token tiles of TT, blocks of kShrinkRows rows of
@@ -78,6 +84,19 @@ __device__ __forceinline__ void shrink_block(const T* __restrict__ x, int64_t k,
     slot[i] = s < num_slots ? s : -1;
     xr[i] = x + (t < tokens ? t : t0) * k;
   }
+  // Under programmatic dependent launch (detail/pdl.cuh) the block starts while the kernel that
+  // writes x finishes: the first token's A rows (weights) go to L2 meanwhile; slot ids were
+  // uploaded before the step's first kernel. x and u only after pdl_wait().
+  if (slot[0] >= 0) {
+    for (int64_t c = int64_t{threadIdx.x} * V; c < k; c += int64_t{kShrinkThreads} * V) {
+#pragma unroll
+      for (int j = 0; j < kShrinkRows; ++j) {
+        if (a_row[j] != nullptr) prefetch_l2(a_row[j] + slot[0] * slot_stride + c);
+      }
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
   float acc[kShrinkRows][TT];
 #pragma unroll
   for (int j = 0; j < kShrinkRows; ++j) {
@@ -174,6 +193,9 @@ __device__ __forceinline__ void expand_block(const float* u, const int32_t* __re
     const int s = static_cast<int>(threadIdx.x) < nt ? slot_ids[t0 + threadIdx.x] : -1;
     slot_s[threadIdx.x] = s < num_slots ? s : -1;
   }
+  // Under programmatic dependent launch u (the shrink's) is read only after pdl_wait().
+  pdl_wait();
+  pdl_trigger();
   // Rows of base tokens were never written: staged anyway (unused), one coalesced sweep.
   for (int e = threadIdx.x; e < nt * group_rank; e += kExpandThreads) {
     u_s[e] = load_u<kFused>(u + t0 * group_rank + e);
@@ -304,15 +326,16 @@ int shrink_tile(int64_t tokens) {
 template <typename T, int V>
 void launch_shrink(const T* x, int64_t k, const int32_t* slot_ids, int64_t tokens,
                    const LoraGroupPtrs& group, int rank, int num_slots, float* u,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, bool pdl) {
   const unsigned rows = blocks_for(int64_t{group.count} * rank, kShrinkRows);
   if (shrink_tile(tokens) == 1) {
-    lora_shrink_kernel<T, V, 1><<<dim3(blocks_for(tokens, 1), rows), kShrinkThreads, 0, stream>>>(
-        x, k, slot_ids, tokens, group, rank, num_slots, u);
+    launch_kernel("lora_apply shrink", pdl, lora_shrink_kernel<T, V, 1>,
+                  dim3(blocks_for(tokens, 1), rows), dim3(kShrinkThreads), 0, stream, x, k,
+                  slot_ids, tokens, group, rank, num_slots, u);
   } else {
-    lora_shrink_kernel<T, V, kShrinkTile>
-        <<<dim3(blocks_for(tokens, kShrinkTile), rows), kShrinkThreads, 0, stream>>>(
-            x, k, slot_ids, tokens, group, rank, num_slots, u);
+    launch_kernel("lora_apply shrink", pdl, lora_shrink_kernel<T, V, kShrinkTile>,
+                  dim3(blocks_for(tokens, kShrinkTile), rows), dim3(kShrinkThreads), 0, stream, x,
+                  k, slot_ids, tokens, group, rank, num_slots, u);
   }
 }
 
@@ -326,7 +349,7 @@ int64_t lora_chunk_tokens(int64_t group_rank, size_t workspace_bytes) {
 void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& group,
                        int64_t rank, int64_t num_slots, const Tensor& scales, void* workspace,
                        size_t workspace_bytes, unsigned* fused_counters, Tensor out,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, bool pdl) {
   const int64_t t = x.rows(), k = x.row_size();
   if (t == 0) return;
   int64_t n_total = 0;
@@ -373,22 +396,23 @@ void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupP
         continue;
       }
       if (shrink_vec) {
-        launch_shrink<T, kV>(xc, k, ids, tc, group, r, s, u, stream);
+        launch_shrink<T, kV>(xc, k, ids, tc, group, r, s, u, stream, pdl);
       } else {
-        launch_shrink<T, 1>(xc, k, ids, tc, group, r, s, u, stream);
+        launch_shrink<T, 1>(xc, k, ids, tc, group, r, s, u, stream, pdl);
       }
-      IB_CUDA_CHECK_LAUNCH("lora_apply shrink");
       const dim3 grid(col_blocks, blocks_for(tc, kExpandTokens));
+      const float* uc = u;
       if (expand_vec) {
         allow_expand_smem(lora_expand_kernel<T, kV>, smem);
-        lora_expand_kernel<T, kV>
-            <<<grid, kExpandThreads, smem, stream>>>(u, ids, tc, group, r, s, sc, oc, out_stride);
+        launch_kernel("lora_apply expand", pdl, lora_expand_kernel<T, kV>, grid,
+                      dim3(kExpandThreads), smem, stream, uc, ids, tc, group, r, s, sc, oc,
+                      out_stride);
       } else {
         allow_expand_smem(lora_expand_kernel<T, 1>, smem);
-        lora_expand_kernel<T, 1>
-            <<<grid, kExpandThreads, smem, stream>>>(u, ids, tc, group, r, s, sc, oc, out_stride);
+        launch_kernel("lora_apply expand", pdl, lora_expand_kernel<T, 1>, grid,
+                      dim3(kExpandThreads), smem, stream, uc, ids, tc, group, r, s, sc, oc,
+                      out_stride);
       }
-      IB_CUDA_CHECK_LAUNCH("lora_apply expand");
     }
   });
 }

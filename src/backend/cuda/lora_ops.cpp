@@ -54,7 +54,7 @@ void CudaBackend::lora_apply_group(const Tensor& x, const Tensor& slot_ids,
   run_op("lora_apply", [&] {
     unsigned* counters = lora_fused_ ? static_cast<unsigned*>(lora_counters_.data()) : nullptr;
     launch_lora_apply(x, slot_ids, group, r, s, scales, attention_workspace_.data(),
-                      attention_workspace_.bytes(), counters, out, stream_);
+                      attention_workspace_.bytes(), counters, out, stream_, pdl_ && lora_pdl_);
   });
 }
 

@@ -171,6 +171,9 @@ class CudaBackend final : public Backend,
   void set_fused(bool on) { fused_ = on; }
   // Each LoRA group's shrink and expand in one launch (IB_LORA_FUSED=1) instead of two.
   void set_lora_fused(bool on) { lora_fused_ = on; }
+  // The LoRA shrink and expand under programmatic dependent launch when IB_PDL is on
+  // (IB_LORA_PDL, default 1; bench/NOTES.md "LoRA decode: a kernel timeline").
+  void set_lora_pdl(bool on) { lora_pdl_ = on; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
   // steps of at most this many sequences (0: never). Default 8, measured best of 1, 8, 32 and
   // 256: +2 % at batch 1 and on the seed's batch 8, even on the continuous run, -3 % when every
@@ -258,6 +261,7 @@ class CudaBackend final : public Backend,
   bool pdl_attention_trigger_early_ = false;
   bool fused_ = true;
   bool lora_fused_ = false;
+  bool lora_pdl_ = true;
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.

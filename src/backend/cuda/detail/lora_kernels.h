@@ -32,11 +32,13 @@ int64_t lora_chunk_tokens(int64_t group_rank, size_t workspace_bytes);
 // Two launches per chunk of lora_chunk_tokens tokens (one chunk for a decode step), or one
 // where fused_counters is not null (IB_LORA_FUSED=1; three unsigned counters, zero before the
 // launch and left zero after it) and the vectorized kernels apply (K and R multiples of 16
-// bytes' elements, 16-byte aligned stacks).
+// bytes' elements, 16-byte aligned stacks). With pdl the two launches take part in programmatic
+// dependent launch as the decode kernels do (the shrink loads its A rows into L2 before it waits
+// for x); the single launch does not.
 inline constexpr size_t kLoraFusedCounterBytes = 3 * sizeof(unsigned);
 void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& group,
                        int64_t rank, int64_t num_slots, const Tensor& scales, void* workspace,
                        size_t workspace_bytes, unsigned* fused_counters, Tensor out,
-                       cudaStream_t stream);
+                       cudaStream_t stream, bool pdl = false);
 
 }  // namespace ib::cuda

@@ -36,6 +36,8 @@ struct CudaSwitches {
   std::optional<int64_t> gemv_swiglu_blocks;
   // IB_LORA_FUSED=1: each LoRA group's shrink and expand in one launch.
   std::optional<int64_t> lora_fused;
+  // IB_LORA_PDL=0: the LoRA kernels launched without programmatic dependent launch.
+  std::optional<int64_t> lora_pdl;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
 };
