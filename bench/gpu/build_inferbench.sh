@@ -50,3 +50,15 @@ run_llama() {
   echo "$name rc=$? +$(( $(date +%s) - T0 )) s $(grep -E "Output token throughput|TPOT median" \
     "$R/$name.log" | tr -s ' ' | tr '\n' ' ')"
 }
+
+# use_img: the GPU machine lacks libpng / libjpeg: Debian's packages (bench/gpu/image-deps.sh,
+# carried as .deps/img.tar.xz) are unpacked once and put on LD_LIBRARY_PATH.
+use_img() {
+  if [ -f .deps/img.tar.xz ] && [ ! -d .deps/img/usr/lib ]; then
+    tar xJf .deps/img.tar.xz -C .deps
+    [ -d .deps/img/usr/lib/x86_64-linux-gnu ] && mv .deps/img/usr/lib/x86_64-linux-gnu/* .deps/img/usr/lib/
+  fi
+  if [ -d .deps/img/usr/lib ]; then
+    export LD_LIBRARY_PATH=$PWD/.deps/img/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+}

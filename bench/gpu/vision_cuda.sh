@@ -20,11 +20,7 @@ set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh
 use_icu
-if [ -f .deps/img.tar.xz ] && [ ! -d .deps/img/usr/lib ]; then
-  tar xJf .deps/img.tar.xz -C .deps
-  [ -d .deps/img/usr/lib/x86_64-linux-gnu ] && mv .deps/img/usr/lib/x86_64-linux-gnu/* .deps/img/usr/lib/
-fi
-[ -d .deps/img/usr/lib ] && export LD_LIBRARY_PATH=$PWD/.deps/img/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+use_img
 B=/tmp/ib-vision-cuda
 # The tests first, so that their results come back even when the machine's time runs out later.
 build_gpu_tests $B "$O/build.log" backend_cuda_test vision_cuda_test llava_engine_cuda_test \
