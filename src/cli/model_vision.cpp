@@ -14,7 +14,6 @@
 #ifdef INFERBENCH_HAVE_VISION
 #include "cli/detail/model_vision_parts.h"
 #include "core/fs.h"
-#include "core/rng.h"
 #include "workload/workload.h"
 #endif
 
@@ -59,15 +58,7 @@ Result<ModelVision> text_only(const ModelConfig& model, const ImageFlags& flags)
 namespace detail {
 
 Result<Image> request_image(const RequestImage& spec, const ImageLimits& limits) {
-  if (spec.path.empty()) {
-    Image image;
-    image.width_px = spec.width_px;
-    image.height_px = spec.height_px;
-    image.rgb.resize(static_cast<size_t>(spec.width_px * spec.height_px * 3));  // (H, W, 3)
-    Rng rng(spec.seed);
-    for (uint8_t& v : image.rgb) v = static_cast<uint8_t>(rng.next_u64() >> 56);
-    return image;
-  }
+  if (spec.path.empty()) return random_rgb_image(spec.width_px, spec.height_px, spec.seed);
   IB_ASSIGN_OR_RETURN(const std::string bytes, read_file(spec.path));
   auto image =
       decode_image(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), limits);

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
-#include "cli/detail/serve_e2e_support.h"
+#include "cli/detail/vlm_e2e_support.h"
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "server/detail/test_support.h"
@@ -138,7 +138,7 @@ std::vector<int32_t> engine_tokens(const fs::path& dir, std::vector<int32_t> pro
   return out;
 }
 
-class Qwen2VlE2e : public ServeE2e {
+class Qwen2VlE2e : public VlmE2e {
  protected:
   fs::path model_dir() {
     const fs::path dir = root_ / "qwen2vl";
@@ -147,17 +147,7 @@ class Qwen2VlE2e : public ServeE2e {
   }
   // `run` on the tiny Qwen2-VL, one run, its results in out.
   int run_qwen2vl(std::vector<std::string> args, const fs::path& out) {
-    args.insert(args.begin(), {"run", "--model", model_dir().string()});
-    args.insert(args.end(), {"--runs", "1", "--kv-cache-memory", "8MiB", "--num-threads", "1",
-                             "--result-dir", out.string()});
-    return run(std::move(args));
-  }
-  // A 400 whose error names param and says expect.
-  static void expect_400(const HttpReply& r, const std::string& param, const std::string& expect) {
-    ASSERT_EQ(r.status, 400) << r.body;
-    const json e = json::parse(r.body)["error"];
-    EXPECT_EQ(e["param"], param) << r.body;
-    EXPECT_NE(e["message"].get<std::string>().find(expect), std::string::npos) << r.body;
+    return run_vlm(model_dir(), std::move(args), out);
   }
 };
 

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/detail/serve_e2e_support.h"
+#include "cli/detail/vlm_e2e_support.h"
 #include "server/detail/test_support.h"
 #include "vision/llava_checkpoint_test_support.h"
 #include "vision/vision_test_support.h"
@@ -50,7 +50,7 @@ std::string chat(const std::vector<json>& parts, int max_tokens = 6) {
       .dump();
 }
 
-class VlmServeE2e : public ServeE2e {
+class VlmServeE2e : public VlmE2e {
  protected:
   fs::path llava_dir() {
     const fs::path dir = root_ / "llava";
@@ -59,17 +59,7 @@ class VlmServeE2e : public ServeE2e {
   }
   // `run` on the tiny LLaVA, one run, its results in out.
   int run_llava(std::vector<std::string> args, const fs::path& out) {
-    args.insert(args.begin(), {"run", "--model", llava_dir().string()});
-    args.insert(args.end(), {"--runs", "1", "--kv-cache-memory", "8MiB", "--num-threads", "1",
-                             "--result-dir", out.string()});
-    return run(std::move(args));
-  }
-  // A 400 whose error names param and says expect.
-  static void expect_400(const HttpReply& r, const std::string& param, const std::string& expect) {
-    ASSERT_EQ(r.status, 400) << r.body;
-    const json e = json::parse(r.body)["error"];
-    EXPECT_EQ(e["param"], param) << r.body;
-    EXPECT_NE(e["message"].get<std::string>().find(expect), std::string::npos) << r.body;
+    return run_vlm(llava_dir(), std::move(args), out);
   }
 };
 

@@ -11,7 +11,6 @@
 
 #ifdef INFERBENCH_HAVE_VISION
 #include "core/fs.h"
-#include "core/rng.h"
 #include "vision/detail/image_encode.h"
 #include "vision/image.h"
 #endif
@@ -30,18 +29,6 @@ std::string image_key(const RequestImage& image) {
 
 #ifdef INFERBENCH_HAVE_VISION
 
-// A random-mm image's pixels, one byte per sample from its seed: the native target's draw
-// (cli/model_vision.cpp), so that both targets benchmark the same images.
-Image random_image(const RequestImage& spec) {
-  Image image;
-  image.width_px = spec.width_px;
-  image.height_px = spec.height_px;
-  image.rgb.resize(static_cast<size_t>(spec.width_px * spec.height_px * 3));  // (H, W, 3)
-  Rng rng(spec.seed);
-  for (uint8_t& v : image.rgb) v = static_cast<uint8_t>(rng.next_u64() >> 56);
-  return image;
-}
-
 // vLLM's benchmark sends its random images as JPEG (lossy); PNG sends the very pixels the native
 // target's vision tower sees, so an HTTP server and the engine in-process get the same input.
 Result<std::string> data_url(const RequestImage& spec) {
@@ -50,7 +37,8 @@ Result<std::string> data_url(const RequestImage& spec) {
   std::span<const uint8_t> bytes;
   std::string_view media_type = image_format_name(ImageFormat::kPng);
   if (spec.path.empty()) {
-    IB_ASSIGN_OR_RETURN(png, detail::encode_png(random_image(spec)));
+    IB_ASSIGN_OR_RETURN(
+        png, detail::encode_png(random_rgb_image(spec.width_px, spec.height_px, spec.seed)));
     bytes = png;
   } else {
     IB_ASSIGN_OR_RETURN(file, read_file(spec.path));

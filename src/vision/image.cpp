@@ -5,6 +5,7 @@
 #include <array>
 #include <string>
 
+#include "core/rng.h"
 #include "vision/detail/decoders.h"
 
 namespace ib {
@@ -78,4 +79,14 @@ Error too_many_pixels(int64_t width_px, int64_t height_px, const ImageLimits& li
 }
 
 }  // namespace detail
+Image random_rgb_image(int64_t width_px, int64_t height_px, uint64_t seed) {
+  Image image;
+  image.width_px = width_px;
+  image.height_px = height_px;
+  image.rgb.resize(static_cast<size_t>(width_px * height_px * 3));  // (H, W, 3)
+  Rng rng(seed);
+  for (uint8_t& v : image.rgb) v = static_cast<uint8_t>(rng.next_u64() >> 56);
+  return image;
+}
+
 }  // namespace ib

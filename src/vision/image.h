@@ -37,4 +37,9 @@ struct ImageLimits {
 // user errors naming the problem ("PNG: CRC error", "image/gif is not supported").
 Result<Image> decode_image(std::span<const uint8_t> bytes, const ImageLimits& limits);
 
+// A random image (random-mm's): one byte per sample, the top byte of each of seed's draws in
+// (y, x, channel) order. Every target draws it so (the native one, and the chat target that sends
+// it as PNG), so that they benchmark the same pixels.
+Image random_rgb_image(int64_t width_px, int64_t height_px, uint64_t seed);
+
 }  // namespace ib

@@ -2,6 +2,8 @@
 // loss, and corrupt, truncated, oversized or unsupported bytes refused with a message.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 
 #include "vision/image.h"
@@ -140,6 +142,20 @@ TEST(ImageDecode, OtherFormatsAreRefusedByName) {
   auto empty = decode_image(std::vector<uint8_t>{}, {});
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.error().message.find("empty"), std::string::npos);
+}
+
+// random-mm's draw: its size, the same pixels for the same seed (every target draws it), other
+// pixels for another seed, and bytes spread over the whole range.
+TEST(RandomImage, TheSeedFixesThePixels) {
+  const Image a = random_rgb_image(5, 3, 7), b = random_rgb_image(5, 3, 7);
+  EXPECT_EQ(a.width_px, 5);
+  EXPECT_EQ(a.height_px, 3);
+  ASSERT_EQ(a.rgb.size(), 45u);
+  EXPECT_EQ(a.rgb, b.rgb);
+  EXPECT_NE(a.rgb, random_rgb_image(5, 3, 8).rgb);
+  const Image big = random_rgb_image(64, 64, 1);
+  EXPECT_LT(*std::min_element(big.rgb.begin(), big.rgb.end()), 16);
+  EXPECT_GT(*std::max_element(big.rgb.begin(), big.rgb.end()), 239);
 }
 
 }  // namespace
