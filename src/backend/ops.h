@@ -164,6 +164,8 @@ class QuantOps {
 // rms_norm(h) * g @ w^T = rms_norm(h) @ (w * g)^T, and gain null; a quantized weight keeps the
 // gain (folding would quantize twice), passed as gain. The CPU backend, which has none of these
 // ops, is their oracle through the unfused ops.
+struct FusedLora;
+
 class FusedDecodeOps {
  public:
   virtual ~FusedDecodeOps() = default;
@@ -172,19 +174,27 @@ class FusedDecodeOps {
   virtual bool fused_decode_fits(const AttentionShape& shape, int64_t hidden_size,
                                  int64_t intermediate_size) const = 0;
   virtual bool fused_decode(int64_t num_tokens) const = 0;
+  // Whether the ops take a LoRA update (their `lora` argument); false: the engine runs steps with
+  // adapters on the unfused ops and LoraOps.
+  virtual bool fused_lora() const { return false; }
+  // Each op's `lora` (null: none) adds LoraOps::lora_apply_group's update of the op's matmul
+  // input to its matmul output, before the op's rotation, SwiGLU or residual add. For the two
+  // rms ops that input is rms_norm(h) * gain, so an A whose gain was folded into its columns
+  // (as the weights' are) goes with gain null.
   // qkv = (rms_norm(h) * gain) @ w^T (+ bias (N)), h (M, K) un-normalised, gain (K) act or null
   // (folded), then rope_and_cache(qkv, ...) as AttentionOps describes, in one op.
   virtual void rms_matmul_rope_cache(const Tensor& h, const Tensor* gain, const WeightRef& w,
                                      const Tensor* bias, float eps, const Tensor& positions,
                                      const Tensor& slot_mapping, const Tensor& inv_freq,
                                      const KvCacheLayer& kv, const AttentionShape& shape,
-                                     Tensor qkv) = 0;
+                                     Tensor qkv, const FusedLora* lora = nullptr) = 0;
   // out (M, F) = silu(g) * u where [g | u] = (rms_norm(h) * gain) @ w^T; w (2F, K); gain as
   // above.
   virtual void rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const WeightRef& w, float eps,
-                                 Tensor out) = 0;
+                                 Tensor out, const FusedLora* lora = nullptr) = 0;
   // residual (M, N) += x (M, K) @ w (N, K)^T, fp32 accumulation, rounded once.
-  virtual void matmul_add(const Tensor& x, const WeightRef& w, Tensor residual) = 0;
+  virtual void matmul_add(const Tensor& x, const WeightRef& w, Tensor residual,
+                          const FusedLora* lora = nullptr) = 0;
 };
 
 // DeepSeek's router options beyond Mixtral's (MoeOps::moe_route_grouped).
@@ -281,6 +291,14 @@ struct LoraTargetStacks {
   Tensor a;  // (S, R, K) act
   Tensor b;  // (S, N, R) act
   int64_t row_offset = 0;
+};
+
+// The LoRA update a fused decode op adds to its matmul's output (FusedDecodeOps): the operands of
+// LoraOps::lora_apply_group but x and out, which are the op's.
+struct FusedLora {
+  Tensor slot_ids;                            // (M) int32, -1: the base model only
+  Tensor scales;                              // (S) f32
+  std::span<const LoraTargetStacks> targets;  // 1 to LoraOps::kMaxLoraGroup
 };
 
 // LoRA adapters' low-rank updates over a batch whose tokens use different adapters, or none

@@ -5,7 +5,9 @@
 // while the tokens agree) and the logits it gets alone on the CUDA engine (fp32 1e-4, bf16 2e-2:
 // the base matmuls' kernels depend on the batch size), and every adapter moves its request's
 // first logits beyond those tolerances (fp32: 5x); with the LoRA kernels in two launches per group
-// and in one (IB_LORA_FUSED=1). Label gpu: skipped visibly without a CUDA device.
+// and in one (IB_LORA_FUSED=1); bf16 decode steps with the updates in the fused decode GEMVs (the
+// default; the adapters' A then take the folded norm gains) and on the unfused ops
+// (IB_LORA_IN_GEMV=0). Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,7 +42,8 @@ double worst_row_error(const testing::Completion& got, const testing::Completion
 struct Case {
   DType dtype;
   bool graphs;
-  bool fused = false;  // IB_LORA_FUSED=1
+  const char* switch_name = "";  // a kernel switch set for the case ("": the defaults)
+  const char* switch_value = "";
 };
 
 class CudaEngineLora : public ::testing::TestWithParam<Case> {};
@@ -54,10 +57,13 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = k.dtype;
-  auto gpu = testing::create_backend_with_switch(bo, "IB_LORA_FUSED", k.fused ? "1" : "");
+  const std::string sw = *k.switch_name ? k.switch_name : "IB_LORA_FUSED";
+  auto gpu = testing::create_backend_with_switch(bo, sw.c_str(), k.switch_value);
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
   ASSERT_NE((*gpu)->lora_ops(), nullptr);
-  ASSERT_EQ((*gpu)->kernel_switches().at("IB_LORA_FUSED").value, k.fused ? "1" : "0");
+  if (*k.switch_name) {
+    ASSERT_EQ((*gpu)->kernel_switches().at(sw).value, k.switch_value);
+  }
   auto gpu_w = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
   testing::share_weights(c, cpu_w, cpu, *gpu_w, **gpu, k.dtype);
@@ -159,15 +165,20 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& param) {
-  return std::string(dtype_name(param.param.dtype)) + (param.param.graphs ? "_graphs" : "_eager") +
-         (param.param.fused ? "_fused" : "");
+  std::string name =
+      std::string(dtype_name(param.param.dtype)) + (param.param.graphs ? "_graphs" : "_eager");
+  if (*param.param.switch_name) {
+    name += std::string("_") + param.param.switch_name + param.param.switch_value;
+  }
+  return name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineLora,
                          ::testing::Values(Case{DType::kF32, true}, Case{DType::kF32, false},
                                            Case{DType::kBF16, true}, Case{DType::kBF16, false},
-                                           Case{DType::kF32, true, true},
-                                           Case{DType::kBF16, true, true}),
+                                           Case{DType::kF32, true, "IB_LORA_FUSED", "1"},
+                                           Case{DType::kBF16, true, "IB_LORA_FUSED", "1"},
+                                           Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "0"}),
                          case_name);
 
 }  // namespace

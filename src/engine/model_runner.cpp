@@ -116,8 +116,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
   IB_TRY(runner->allocate());
   arch->prepare_weights(backend, runner->weights_);
   FusedDecodeOps* fused = backend.fused_decode_ops();
-  // LoRA runs on the unfused ops (its products follow each projection's own matmul).
-  if (fused && model.moe.num_experts == 0 && arch->runs_fused_decode() && limits.lora_slots == 0 &&
+  // With LoRA slots only where the fused ops take the updates (else the unfused ops and LoraOps).
+  const bool lora_ok = limits.lora_slots == 0 || (fused && fused->fused_lora());
+  if (fused && model.moe.num_experts == 0 && arch->runs_fused_decode() && lora_ok &&
       fused->fused_decode_fits(runner->attn_shape_, model.hidden_size, model.intermediate_size)) {
     // Dense weights take their gains folded in; quantized ones keep them (folding would
     // quantize twice) and the fused ops apply them.
@@ -135,9 +136,16 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
 
 // rms_norm(h) * g @ w^T = rms_norm(h) @ (w * g)^T: each layer's two norm gains move into the
 // columns of the matmul after them and become ones, so the weights still describe the same
-// model for the unfused ops (prefill) and the fused decode GEMVs need no gain.
+// model for the unfused ops (prefill) and the fused decode GEMVs need no gain. With LoRA slots
+// the gains are kept (lora_gains_): each adapter's A of q/k/v and gate/up takes them in its
+// columns too when it is loaded (set_lora_slot).
 void ModelRunner::fold_norm_gains() {
-  for (LayerWeights& l : weights_.layers) {
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    LayerWeights& l = weights_.layers[i];
+    if (!lora_gains_.empty()) {
+      backend_.copy_on_device(lora_gains_[i][0], l.attn_norm);
+      backend_.copy_on_device(lora_gains_[i][1], l.ffn_norm);
+    }
     backend_.scale_columns(l.wqkv, l.attn_norm);
     backend_.fill_constant(l.attn_norm, 1.0f);
     backend_.scale_columns(l.w_gate_up, l.ffn_norm);
@@ -226,7 +234,9 @@ Status ModelRunner::allocate_lora() {
   const int64_t s = limits_.lora_slots, r = limits_.lora_rank;
   // Scales first (f32, S words), then each layer's stacks, each 256-byte aligned.
   auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
-  int64_t total = aligned(s * 4);
+  // Then each layer's two norm gains (fold_norm_gains: kept for the adapters' A).
+  const int64_t d = model_.hidden_size;
+  int64_t total = aligned(s * 4) + model_.num_layers * 2 * aligned(d * e);
   for (int t = 0; t < kNumLoraTargets; ++t) {
     const LoraTargetShape shape = lora_target_shape(model_, static_cast<LoraTarget>(t));
     total += model_.num_layers * (aligned(s * r * shape.in * e) + aligned(s * shape.out * r * e));
@@ -234,6 +244,13 @@ Status ModelRunner::allocate_lora() {
   IB_ASSIGN_OR_RETURN(lora_buf_, backend_.alloc(static_cast<size_t>(total), MemoryTag::kWeights));
   lora_scales_ = lora_buf_.view(DType::kF32, {s});
   size_t at = static_cast<size_t>(aligned(s * 4));
+  lora_gains_.resize(static_cast<size_t>(model_.num_layers));
+  for (auto& gains : lora_gains_) {
+    for (Tensor& g : gains) {
+      g = lora_buf_.view(dt, {d}, at);
+      at += static_cast<size_t>(aligned(d * e));
+    }
+  }
   lora_layers_.resize(static_cast<size_t>(model_.num_layers));
   for (LoraLayerStacks& layer : lora_layers_) {
     for (size_t t = 0; t < kNumLoraTargets; ++t) {
@@ -267,8 +284,17 @@ void ModelRunner::set_lora_slot(int slot, const LoraAdapter* adapter) {
           std::copy_n(m->b.begin() + n * rank, rank, b.begin() + n * r);
         }
       }
-      backend_.copy_from_host(lora_layers_[l].a[t].slice_rows(slot, 1), a.data(), DType::kF32);
+      const Tensor a_slot = lora_layers_[l].a[t].slice_rows(slot, 1);  // (1, R, in)
+      backend_.copy_from_host(a_slot, a.data(), DType::kF32);
       backend_.copy_from_host(lora_layers_[l].b[t].slice_rows(slot, 1), b.data(), DType::kF32);
+      // Folded gains (fold_norm_gains): the norm before q/k/v (gains 0) or gate/up (1) folded
+      // into A's columns as into the base weight's.
+      const auto target = static_cast<LoraTarget>(t);
+      const bool after_norm = target != LoraTarget::kO && target != LoraTarget::kDown;
+      if (gains_folded_ && after_norm) {
+        const size_t norm = target == LoraTarget::kGate || target == LoraTarget::kUp ? 1 : 0;
+        backend_.scale_columns(a_slot.reshaped({r, shape.in}), lora_gains_[l][norm]);
+      }
     }
   }
   const float scale = adapter ? adapter->scale : 0.0f;

@@ -472,7 +472,8 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,
                                         const WeightRef& weight, const Tensor* bias, float eps,
                                         const Tensor& positions, const Tensor& slot_mapping,
                                         const Tensor& inv_freq, const KvCacheLayer& kv,
-                                        const AttentionShape& shape, Tensor qkv) {
+                                        const AttentionShape& shape, Tensor qkv,
+                                        const FusedLora* lora) {
   const Tensor& w = weight.data;
   IB_ASSERT(h.row_size() == weight.cols() && qkv.rows() == h.rows() && qkv.row_size() == w.dim(0),
             "rms_matmul_rope_cache: h (M, K), w (N, K), qkv (M, N)");
@@ -481,19 +482,22 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,
             "rms_matmul_rope_cache: positions, slot_mapping (M), inv_freq f32 (head_dim / 2)");
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "rms_matmul_rope_cache: bias must be (N)");
   run_op("rms_matmul_rope_cache", [&] {
+    const LoraShrinkNorm norm{gain, eps};
+    const GemvLora l = lora ? fused_lora_shrink(h, &norm, *lora, qkv.row_size()) : GemvLora{};
     if (!gemv_rope_cache_supported(h, weight, shape)) {
       matmul_quantized(normed_for_fallback(h, gain, eps), weight, bias, qkv);
+      if (lora) fused_lora_expand(l, *lora, qkv);
       launch_rope_and_cache(qkv, positions, slot_mapping, inv_freq, kv, shape, stream_, pdl_);
       return;
     }
     const GemvQuantAct act = quant_act(h, weight);
     launch_gemv_rope_cache(h, gain, weight, bias, eps, positions, slot_mapping, inv_freq, kv, shape,
-                           qkv, stream_, pdl_, &act);
+                           qkv, stream_, pdl_, &act, lora ? &l : nullptr);
   });
 }
 
 void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const WeightRef& weight,
-                                    float eps, Tensor out) {
+                                    float eps, Tensor out, const FusedLora* lora) {
   const Tensor& w = weight.data;
   IB_ASSERT(
       h.row_size() == weight.cols() && out.rows() == h.rows() && 2 * out.row_size() == w.dim(0),
@@ -501,24 +505,29 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const W
   // (cuBLASLt into fp32 scratch plus a norm/SwiGLU kernel measured slower at 1-8 rows:
   // bench/NOTES.md, phase 5.)
   run_op("rms_matmul_swiglu", [&] {
+    const LoraShrinkNorm norm{gain, eps};
+    const GemvLora l = lora ? fused_lora_shrink(h, &norm, *lora, w.dim(0)) : GemvLora{};
     if (!gemv_fused_supported(h, weight, GemvFusion::kRmsSwiGlu)) {
       const Tensor gate_up = fallback_scratch(h.rows(), w.dim(0));
       matmul_quantized(normed_for_fallback(h, gain, eps), weight, nullptr, gate_up);
+      if (lora) fused_lora_expand(l, *lora, gate_up);
       launch_silu_mul(gate_up, out, stream_, pdl_);
       return;
     }
     const GemvQuantAct act = quant_act(h, weight);
     launch_gemv_fused(h, gain, weight, nullptr, out, GemvFusion::kRmsSwiGlu, eps, stream_, pdl_,
-                      &act);
+                      &act, lora ? &l : nullptr);
   });
 }
 
-void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor residual) {
+void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor residual,
+                             const FusedLora* lora) {
   const Tensor& w = weight.data;
   IB_ASSERT(x.row_size() == weight.cols() && residual.rows() == x.rows() &&
                 residual.row_size() == w.dim(0),
             "matmul_add: x (M, K), w (N, K), residual (M, N)");
   run_op("matmul_add", [&] {
+    const GemvLora l = lora ? fused_lora_shrink(x, nullptr, *lora, w.dim(0)) : GemvLora{};
     // With IB_ADD_CUBLASLT=1, from 2 tokens on, a weight above the GEMV's size rule (Llama-3-8B's
     // down projection) goes to cuBLASLt with beta = 1: at 8 tokens 31.7 µs against the GEMV's
     // 36.1 alone (bench/NOTES.md, phase 4), but under programmatic dependent launch, in which
@@ -529,13 +538,15 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
         static_cast<int64_t>(w.bytes()) > gemv_max_weight_bytes_) {
       gemm_->run(x, w, nullptr, residual, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
                  1.0f);
+      if (lora) fused_lora_expand(l, *lora, residual);
     } else if (!gemv_fused_supported(x, weight, GemvFusion::kAccumulate)) {
       gemm_->run(x, dequantized(weight), nullptr, residual, gemm_workspace_.data(),
                  gemm_workspace_.bytes(), stream_, 1.0f);
+      if (lora) fused_lora_expand(l, *lora, residual);
     } else {
       const GemvQuantAct act = quant_act(x, weight);
       launch_gemv_fused(x, nullptr, weight, nullptr, residual, GemvFusion::kAccumulate, 0.0f,
-                        stream_, pdl_, &act);
+                        stream_, pdl_, &act, lora ? &l : nullptr);
     }
   });
 }

@@ -111,7 +111,7 @@ GemvQuantAct quantize_act(const Tensor& x, const Tensor* gain, float eps, bool r
 template <typename T, typename TOut, int NT, int kEpilogue, bool kRms, int kW>
 void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T* bias, Tensor out,
                    float eps, const GemvRopeCache& rc, const Tensor* gain, const GemvQuantAct* act,
-                   cudaStream_t stream, bool pdl) {
+                   cudaStream_t stream, bool pdl, const GemvLora& lora = {}) {
   const int m = static_cast<int>(x.rows());
   const int n = static_cast<int>(w.data.dim(0));
   const int k = static_cast<int>(w.cols());
@@ -145,7 +145,7 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
   }
   const auto tiles = static_cast<unsigned>(gemv_tile_count(kEpilogue, n));
   launch_kernel(op, pdl, kernel, dim3(grid_blocks<kW>(tiles)), dim3(kWarps * 32), 0, stream, x_in,
-                w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands);
+                w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands, lora);
 }
 
 template <typename T, typename TOut, int NT, int kW>
@@ -177,23 +177,24 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
 template <typename T, int kEpilogue, bool kRms, int kW>
 void launch_fused_typed(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
                         Tensor out, float eps, cudaStream_t stream, bool pdl,
-                        const GemvQuantAct* act, const GemvRopeCache& rc = {}) {
+                        const GemvQuantAct* act, const GemvLora* lora,
+                        const GemvRopeCache& rc = {}) {
   launch_config<T, T, 1, kEpilogue, kRms, kW>("matmul(gemv, fused)", x, w,
                                               bias ? bias->as<T>() : nullptr, out, eps, rc, gain,
-                                              act, stream, pdl);
+                                              act, stream, pdl, lora ? *lora : GemvLora{});
 }
 
 template <typename T, int kW>
 void launch_fused(const Tensor& x, const WeightRef& w, const Tensor* gain, const Tensor* bias,
                   Tensor out, GemvFusion fusion, float eps, cudaStream_t stream, bool pdl,
-                  const GemvQuantAct* act) {
+                  const GemvQuantAct* act, const GemvLora* lora) {
   switch (fusion) {
     case GemvFusion::kRmsSwiGlu:
       return launch_fused_typed<T, kGemvSwiGlu, true, kW>(x, w, gain, bias, out, eps, stream, pdl,
-                                                          act);
+                                                          act, lora);
     case GemvFusion::kAccumulate:
       return launch_fused_typed<T, kGemvAccumulate, false, kW>(x, w, gain, bias, out, eps, stream,
-                                                               pdl, act);
+                                                               pdl, act, lora);
   }
 }
 
@@ -246,7 +247,8 @@ void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef
                             const Tensor* bias, float eps, const Tensor& positions,
                             const Tensor& slot_mapping, const Tensor& inv_freq,
                             const KvCacheLayer& kv, const AttentionShape& shape, Tensor qkv,
-                            cudaStream_t stream, bool pdl, const GemvQuantAct* act) {
+                            cudaStream_t stream, bool pdl, const GemvQuantAct* act,
+                            const GemvLora* lora) {
   IB_ASSERT(gemv_rope_cache_supported(x, w, shape), "launch_gemv_rope_cache: unsupported operands");
   IB_ASSERT(is_quantized(w.format) || gain == nullptr,
             "launch_gemv_rope_cache: a dense weight has its gain folded");
@@ -269,7 +271,7 @@ void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef
   rc.v_scale = kv.v_scale;
   dispatch(x, w, [&]<typename T, int kW>() {
     launch_fused_typed<T, kGemvRopeCache, true, kW>(x, w, gain, bias, qkv, eps, stream, pdl, act,
-                                                    rc);
+                                                    lora, rc);
   });
 }
 
@@ -318,7 +320,7 @@ bool gemv_fused_supported(const Tensor& x, const WeightRef& w, GemvFusion fusion
 
 void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
                        Tensor out, GemvFusion fusion, float eps, cudaStream_t stream, bool pdl,
-                       const GemvQuantAct* act) {
+                       const GemvQuantAct* act, const GemvLora* lora) {
   IB_ASSERT(gemv_fused_supported(x, w, fusion), "launch_gemv_fused: unsupported operands");
   IB_ASSERT(out.dtype == x.dtype, "launch_gemv_fused: out must have x's dtype");
   IB_ASSERT(is_quantized(w.format) || gain == nullptr,
@@ -328,7 +330,7 @@ void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, 
               "launch_gemv_fused: gain (K) of x's dtype");
   if (bias) IB_ASSERT(bias->dtype == x.dtype, "launch_gemv_fused: bias dtype must match x");
   dispatch(x, w, [&]<typename T, int kW>() {
-    launch_fused<T, kW>(x, w, gain, bias, out, fusion, eps, stream, pdl, act);
+    launch_fused<T, kW>(x, w, gain, bias, out, fusion, eps, stream, pdl, act, lora);
   });
 }
 

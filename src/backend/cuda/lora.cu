@@ -55,13 +55,20 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // rank row r = row % R) for the tile's tokens, u[t][row] = a_g[slot(t)][r] . x[t] in fp32; its
 // threads split K (few dependent loads each: a decode step's shrink is latency-bound) and the
 // warps' sums meet in shared memory. Rows of a token of slot -1 (or beyond the stacks) are left
-// unwritten: the expand skips it.
-template <typename T, int V, int TT>
+// unwritten: the expand skips it. kNorm (one token a tile): x[t] stands for rms_norm(x[t]) * gain
+// (gain null: ones), the fused decode GEMVs' input: the block sums the token's squares as it
+// goes and scales its sums by 1 / rms at the end.
+template <typename T, int V, int TT, bool kNorm = false>
 __device__ __forceinline__ void shrink_block(const T* __restrict__ x, int64_t k,
                                              const int32_t* __restrict__ slot_ids, int64_t tokens,
                                              const LoraGroupPtrs& group, int rank, int num_slots,
-                                             float* u, unsigned tile, unsigned row_block) {
+                                             float* u, unsigned tile, unsigned row_block,
+                                             const T* __restrict__ gain = nullptr,
+                                             float eps = 0.0f) {
+  static_assert(!kNorm || TT == 1, "the norm's shrink takes one token a block");
   __shared__ float partial[kShrinkWarps][kShrinkRows * TT];
+  __shared__ float ss_partial[kNorm ? kShrinkWarps : 1];
+  [[maybe_unused]] float ss = 0.0f;  // kNorm: this thread's share of the token's squares
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group_rank = group.count * rank;
   const int row0 = static_cast<int>(row_block) * kShrinkRows;
@@ -120,6 +127,20 @@ __device__ __forceinline__ void shrink_block(const T* __restrict__ x, int64_t k,
       }
       float xv[V];
       load_f32<T, V>(xr[i] + c, xv);
+      if constexpr (kNorm) {
+        float gv[V];
+        if (gain != nullptr) {
+          load_f32<T, V>(gain + c, gv);
+        } else {
+#pragma unroll
+          for (int v = 0; v < V; ++v) gv[v] = 1.0f;
+        }
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          ss += xv[v] * xv[v];
+          xv[v] *= gv[v];
+        }
+      }
 #pragma unroll
       for (int j = 0; j < kShrinkRows; ++j) {
 #pragma unroll
@@ -135,6 +156,10 @@ __device__ __forceinline__ void shrink_block(const T* __restrict__ x, int64_t k,
       if (lane == 0) partial[warp][j * TT + i] = sum;
     }
   }
+  if constexpr (kNorm) {
+    const float sum = warp_sum(ss);
+    if (lane == 0) ss_partial[warp] = sum;
+  }
   __syncthreads();
   for (int e = threadIdx.x; e < kShrinkRows * TT; e += kShrinkThreads) {
     const int j = e / TT, i = e % TT;
@@ -145,15 +170,23 @@ __device__ __forceinline__ void shrink_block(const T* __restrict__ x, int64_t k,
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kShrinkWarps; ++w) sum += partial[w][e];
+    if constexpr (kNorm) {
+      float total = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kShrinkWarps; ++w) total += ss_partial[w];
+      sum *= rsqrtf(total / static_cast<float>(k) + eps);
+    }
     u[t * group_rank + row0 + j] = sum;
   }
 }
 
-template <typename T, int V, int TT>
+template <typename T, int V, int TT, bool kNorm = false>
 __global__ void __launch_bounds__(kShrinkThreads)
     lora_shrink_kernel(const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids,
-                       int64_t tokens, LoraGroupPtrs group, int rank, int num_slots, float* u) {
-  shrink_block<T, V, TT>(x, k, slot_ids, tokens, group, rank, num_slots, u, blockIdx.x, blockIdx.y);
+                       int64_t tokens, LoraGroupPtrs group, int rank, int num_slots, float* u,
+                       const T* __restrict__ gain, float eps) {
+  shrink_block<T, V, TT, kNorm>(x, k, slot_ids, tokens, group, rank, num_slots, u, blockIdx.x,
+                                blockIdx.y, gain, eps);
 }
 
 // u[i] for the expand: through L2 when the shrink ran in the same launch (IB_LORA_FUSED: another
@@ -326,16 +359,57 @@ int shrink_tile(int64_t tokens) {
 template <typename T, int V>
 void launch_shrink(const T* x, int64_t k, const int32_t* slot_ids, int64_t tokens,
                    const LoraGroupPtrs& group, int rank, int num_slots, float* u,
-                   cudaStream_t stream, bool pdl) {
+                   cudaStream_t stream, bool pdl, const LoraShrinkNorm* norm = nullptr) {
   const unsigned rows = blocks_for(int64_t{group.count} * rank, kShrinkRows);
-  if (shrink_tile(tokens) == 1) {
+  if (norm != nullptr) {
+    const T* gain = norm->gain != nullptr ? norm->gain->as<const T>() : nullptr;
+    launch_kernel("lora shrink (norm)", pdl, lora_shrink_kernel<T, V, 1, true>,
+                  dim3(blocks_for(tokens, 1), rows), dim3(kShrinkThreads), 0, stream, x, k,
+                  slot_ids, tokens, group, rank, num_slots, u, gain, norm->eps);
+  } else if (shrink_tile(tokens) == 1) {
     launch_kernel("lora_apply shrink", pdl, lora_shrink_kernel<T, V, 1>,
                   dim3(blocks_for(tokens, 1), rows), dim3(kShrinkThreads), 0, stream, x, k,
-                  slot_ids, tokens, group, rank, num_slots, u);
+                  slot_ids, tokens, group, rank, num_slots, u, nullptr, 0.0f);
   } else {
     launch_kernel("lora_apply shrink", pdl, lora_shrink_kernel<T, V, kShrinkTile>,
                   dim3(blocks_for(tokens, kShrinkTile), rows), dim3(kShrinkThreads), 0, stream, x,
-                  k, slot_ids, tokens, group, rank, num_slots, u);
+                  k, slot_ids, tokens, group, rank, num_slots, u, nullptr, 0.0f);
+  }
+}
+
+// Whether the 16-byte kernels apply: K and R multiples of a vector, every pointer aligned.
+template <typename T>
+bool shrink_vectorized(const Tensor& x, const LoraGroupPtrs& group, const T* gain) {
+  bool ok =
+      x.row_size() % kVec16<T> == 0 && aligned16(x.data) && (gain == nullptr || aligned16(gain));
+  for (int g = 0; g < group.count; ++g) ok = ok && aligned16(group.a[g]);
+  return ok;
+}
+
+template <typename T>
+bool expand_vectorized(int64_t rank, const LoraGroupPtrs& group, const void* u) {
+  bool ok = rank % kVec16<T> == 0 && aligned16(u);
+  for (int g = 0; g < group.count; ++g) ok = ok && aligned16(group.b[g]);
+  return ok;
+}
+
+template <typename T>
+void launch_expand(const float* u, const int32_t* ids, int64_t tokens, const LoraGroupPtrs& group,
+                   int rank, int num_slots, const float* scales, T* out, int64_t out_stride,
+                   cudaStream_t stream, bool pdl) {
+  int64_t n_total = 0;
+  for (int g = 0; g < group.count; ++g) n_total += group.n[g];
+  const size_t smem = expand_smem_bytes(group.count * rank);
+  const dim3 grid(blocks_for(n_total, kExpandThreads), blocks_for(tokens, kExpandTokens));
+  if (expand_vectorized<T>(rank, group, u)) {
+    allow_expand_smem(lora_expand_kernel<T, kVec16<T>>, smem);
+    launch_kernel("lora_apply expand", pdl, lora_expand_kernel<T, kVec16<T>>, grid,
+                  dim3(kExpandThreads), smem, stream, u, ids, tokens, group, rank, num_slots,
+                  scales, out, out_stride);
+  } else {
+    allow_expand_smem(lora_expand_kernel<T, 1>, smem);
+    launch_kernel("lora_apply expand", pdl, lora_expand_kernel<T, 1>, grid, dim3(kExpandThreads),
+                  smem, stream, u, ids, tokens, group, rank, num_slots, scales, out, out_stride);
   }
 }
 
@@ -344,6 +418,36 @@ void launch_shrink(const T* x, int64_t k, const int32_t* slot_ids, int64_t token
 int64_t lora_chunk_tokens(int64_t group_rank, size_t workspace_bytes) {
   const int64_t per_token = std::max<int64_t>(group_rank, 1) * static_cast<int64_t>(sizeof(float));
   return std::min(static_cast<int64_t>(workspace_bytes) / per_token, kMaxChunkTokens);
+}
+
+void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tensor& slot_ids,
+                        const LoraGroupPtrs& group, int64_t rank, int64_t num_slots, float* u,
+                        cudaStream_t stream, bool pdl) {
+  const int64_t t = x.rows(), k = x.row_size();
+  if (t == 0) return;
+  IB_DISPATCH_FLOAT(x.dtype, T, {
+    const T* gain = norm != nullptr && norm->gain != nullptr ? norm->gain->as<const T>() : nullptr;
+    const auto r = static_cast<int>(rank);
+    const auto s = static_cast<int>(num_slots);
+    const int32_t* ids = slot_ids.as<const int32_t>();
+    if (shrink_vectorized<T>(x, group, gain)) {
+      launch_shrink<T, kVec16<T>>(x.as<const T>(), k, ids, t, group, r, s, u, stream, pdl, norm);
+    } else {
+      launch_shrink<T, 1>(x.as<const T>(), k, ids, t, group, r, s, u, stream, pdl, norm);
+    }
+  });
+}
+
+void launch_lora_expand(const float* u, const Tensor& slot_ids, const LoraGroupPtrs& group,
+                        int64_t rank, int64_t num_slots, const Tensor& scales, Tensor out,
+                        cudaStream_t stream, bool pdl) {
+  const int64_t t = out.rows();
+  if (t == 0) return;
+  IB_DISPATCH_FLOAT(out.dtype, T, {
+    launch_expand<T>(u, slot_ids.as<const int32_t>(), t, group, static_cast<int>(rank),
+                     static_cast<int>(num_slots), scales.as<const float>(), out.as<T>(),
+                     out.row_size(), stream, pdl);
+  });
 }
 
 void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& group,
@@ -362,12 +466,8 @@ void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupP
   const int64_t out_stride = out.row_size();
   IB_DISPATCH_FLOAT(x.dtype, T, {
     constexpr int kV = kVec16<T>;
-    bool shrink_vec = k % kV == 0 && aligned16(x.data);
-    bool expand_vec = rank % kV == 0 && aligned16(workspace);
-    for (int g = 0; g < group.count; ++g) {
-      shrink_vec = shrink_vec && aligned16(group.a[g]);
-      expand_vec = expand_vec && aligned16(group.b[g]);
-    }
+    const bool shrink_vec = shrink_vectorized<T>(x, group, nullptr);
+    const bool expand_vec = expand_vectorized<T>(rank, group, workspace);
     const unsigned row_blocks = blocks_for(int64_t{group.count} * rank, kShrinkRows);
     const size_t smem = expand_smem_bytes(group.count * r);
     const unsigned col_blocks = blocks_for(n_total, kExpandThreads);
@@ -400,19 +500,7 @@ void launch_lora_apply(const Tensor& x, const Tensor& slot_ids, const LoraGroupP
       } else {
         launch_shrink<T, 1>(xc, k, ids, tc, group, r, s, u, stream, pdl);
       }
-      const dim3 grid(col_blocks, blocks_for(tc, kExpandTokens));
-      const float* uc = u;
-      if (expand_vec) {
-        allow_expand_smem(lora_expand_kernel<T, kV>, smem);
-        launch_kernel("lora_apply expand", pdl, lora_expand_kernel<T, kV>, grid,
-                      dim3(kExpandThreads), smem, stream, uc, ids, tc, group, r, s, sc, oc,
-                      out_stride);
-      } else {
-        allow_expand_smem(lora_expand_kernel<T, 1>, smem);
-        launch_kernel("lora_apply expand", pdl, lora_expand_kernel<T, 1>, grid,
-                      dim3(kExpandThreads), smem, stream, uc, ids, tc, group, r, s, sc, oc,
-                      out_stride);
-      }
+      launch_expand<T>(u, ids, tc, group, r, s, sc, oc, out_stride, stream, pdl);
     }
   });
 }

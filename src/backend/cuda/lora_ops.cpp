@@ -1,41 +1,41 @@
-// CudaBackend's LoraOps (backend/ops.h): shape checks, then lora.cu's launcher. The stacks'
-// pointers travel as a kernel parameter and the shrunk rows live in the attention workspace
-// (free between ops), so the op neither allocates, synchronizes nor reads slot ids on the host:
-// it runs inside the decode CUDA graphs.
+// CudaBackend's LoraOps (backend/ops.h) and the fused decode ops' LoRA updates: shape checks,
+// then lora.cu's launchers. The stacks' pointers travel as a kernel parameter and the shrunk rows
+// live in the attention workspace (free between ops), so the ops neither allocate, synchronize
+// nor read slot ids on the host: they run inside the decode CUDA graphs.
 #include "backend/cuda/detail/cuda_backend_impl.h"
 #include "backend/cuda/detail/lora_kernels.h"
 
 namespace ib::cuda {
+namespace {
 
-void CudaBackend::lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a,
-                             const Tensor& b, const Tensor& scales, int64_t row_offset,
-                             Tensor out) {
-  const LoraTargetStacks target{a, b, row_offset};
-  lora_apply_group(x, slot_ids, std::span(&target, 1), scales, out);
-}
+// A group's pointers, its shapes checked: x (T, K) and out (T, out_cols) in act, the targets'
+// stacks alike and their row ranges disjoint inside out.
+struct CheckedGroup {
+  LoraGroupPtrs ptrs;
+  int64_t rank = 0, slots = 0;
+};
 
-void CudaBackend::lora_apply_group(const Tensor& x, const Tensor& slot_ids,
-                                   std::span<const LoraTargetStacks> targets, const Tensor& scales,
-                                   Tensor out) {
-  IB_ASSERT(!targets.empty() && targets.size() <= kMaxLoraGroup,
+CheckedGroup checked_group(DType act, const Tensor& x, const Tensor& slot_ids,
+                           std::span<const LoraTargetStacks> targets, const Tensor& scales,
+                           int64_t out_rows, int64_t out_cols) {
+  IB_ASSERT(!targets.empty() && targets.size() <= LoraOps::kMaxLoraGroup,
             "lora_apply: 1 to 3 targets per group");
-  IB_ASSERT(x.dtype == dtype_ && out.dtype == dtype_ && scales.dtype == DType::kF32 &&
-                slot_ids.dtype == DType::kI32,
+  IB_ASSERT(x.dtype == act && scales.dtype == DType::kF32 && slot_ids.dtype == DType::kI32,
             "lora_apply: x, out in act; scales f32; slot_ids int32");
   const int64_t t = x.rows(), k = x.row_size();
   IB_ASSERT(targets[0].a.rank == 3, "lora_apply: a (S, R, K)");
   const int64_t s = targets[0].a.dim(0), r = targets[0].a.dim(1);
-  IB_ASSERT(s >= 1 && r >= 1 && scales.numel() == s && slot_ids.numel() == t && out.rows() == t,
+  IB_ASSERT(s >= 1 && r >= 1 && scales.numel() == s && slot_ids.numel() == t && out_rows == t,
             "lora_apply: scales (S), slot_ids (T), out (T, ...)");
-  LoraGroupPtrs group;
+  CheckedGroup out{{}, r, s};
+  LoraGroupPtrs& group = out.ptrs;
   for (size_t i = 0; i < targets.size(); ++i) {
     const LoraTargetStacks& g = targets[i];
     const int64_t n = g.b.rank == 3 ? g.b.dim(1) : 0;
-    IB_ASSERT(g.a.rank == 3 && g.b.rank == 3 && g.a.dtype == dtype_ && g.b.dtype == dtype_,
+    IB_ASSERT(g.a.rank == 3 && g.b.rank == 3 && g.a.dtype == act && g.b.dtype == act,
               "lora_apply: a (S, R, K), b (S, N, R) in act");
     IB_ASSERT(g.a.dim(0) == s && g.a.dim(1) == r && g.a.dim(2) == k && g.b.dim(0) == s &&
-                  g.b.dim(2) == r && n >= 1 && g.row_offset >= 0 &&
-                  g.row_offset + n <= out.row_size(),
+                  g.b.dim(2) == r && n >= 1 && g.row_offset >= 0 && g.row_offset + n <= out_cols,
               "lora_apply: shapes x (T, K), a (S, R, K), b (S, N, R) alike across the group, "
               "out (T, >= row_offset + N)");
     for (size_t j = 0; j < i; ++j) {  // disjoint row ranges: each element is added to once
@@ -49,13 +49,58 @@ void CudaBackend::lora_apply_group(const Tensor& x, const Tensor& slot_ids,
     group.row_offset[i] = g.row_offset;
   }
   group.count = static_cast<int>(targets.size());
-  IB_ASSERT(lora_chunk_tokens(group.count * r, attention_workspace_.bytes()) >= 1,
+  return out;
+}
+
+}  // namespace
+
+void CudaBackend::lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a,
+                             const Tensor& b, const Tensor& scales, int64_t row_offset,
+                             Tensor out) {
+  const LoraTargetStacks target{a, b, row_offset};
+  lora_apply_group(x, slot_ids, std::span(&target, 1), scales, out);
+}
+
+void CudaBackend::lora_apply_group(const Tensor& x, const Tensor& slot_ids,
+                                   std::span<const LoraTargetStacks> targets, const Tensor& scales,
+                                   Tensor out) {
+  IB_ASSERT(out.dtype == dtype_, "lora_apply: x, out in act; scales f32; slot_ids int32");
+  const CheckedGroup g =
+      checked_group(dtype_, x, slot_ids, targets, scales, out.rows(), out.row_size());
+  IB_ASSERT(lora_chunk_tokens(g.ptrs.count * g.rank, attention_workspace_.bytes()) >= 1,
             "lora_apply: one token's shrunk rows (3 x rank fp32) exceed the workspace");
   run_op("lora_apply", [&] {
     unsigned* counters = lora_fused_ ? static_cast<unsigned*>(lora_counters_.data()) : nullptr;
-    launch_lora_apply(x, slot_ids, group, r, s, scales, attention_workspace_.data(),
+    launch_lora_apply(x, slot_ids, g.ptrs, g.rank, g.slots, scales, attention_workspace_.data(),
                       attention_workspace_.bytes(), counters, out, stream_, pdl_ && lora_pdl_);
   });
+}
+
+GemvLora CudaBackend::fused_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm,
+                                        const FusedLora& lora, int64_t out_row_size) {
+  const CheckedGroup g =
+      checked_group(dtype_, x, lora.slot_ids, lora.targets, lora.scales, x.rows(), out_row_size);
+  IB_ASSERT(lora_chunk_tokens(g.ptrs.count * g.rank, attention_workspace_.bytes()) >= x.rows(),
+            "fused LoRA: the step's shrunk rows exceed the workspace");
+  if (norm != nullptr && norm->gain != nullptr) {
+    IB_ASSERT(norm->gain->dtype == dtype_ && norm->gain->numel() == x.row_size(),
+              "fused LoRA: gain (K) in act");
+  }
+  GemvLora l;
+  l.group = g.ptrs;
+  l.slot_ids = lora.slot_ids.as<int32_t>();
+  l.scales = lora.scales.as<float>();
+  l.u = static_cast<const float*>(attention_workspace_.data());
+  l.rank = static_cast<int>(g.rank);
+  l.num_slots = static_cast<int>(g.slots);
+  launch_lora_shrink(x, norm, lora.slot_ids, g.ptrs, g.rank, g.slots,
+                     static_cast<float*>(attention_workspace_.data()), stream_, pdl_ && lora_pdl_);
+  return l;
+}
+
+void CudaBackend::fused_lora_expand(const GemvLora& l, const FusedLora& lora, Tensor out) {
+  launch_lora_expand(l.u, lora.slot_ids, l.group, l.rank, l.num_slots, lora.scales, out, stream_,
+                     pdl_ && lora_pdl_);
 }
 
 }  // namespace ib::cuda

@@ -26,6 +26,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.gemv_swiglu_blocks = integer("IB_GEMV_SWIGLU_BLOCKS");
   s.lora_fused = integer("IB_LORA_FUSED");
   s.lora_pdl = integer("IB_LORA_PDL");
+  s.lora_in_gemv = integer("IB_LORA_IN_GEMV");
   if (const auto it = env.find("IB_MATMUL_TUNING"); it != env.end()) s.matmul_tuning = it->second;
   for (const auto& [name, value] : env) s.from_env.insert(name);
   return s;
@@ -42,6 +43,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_gemv_swiglu_min_blocks(static_cast<int>(s.gemv_swiglu_blocks.value_or(3)));
   if (s.lora_fused) backend.set_lora_fused(*s.lora_fused == 1);
   if (s.lora_pdl) backend.set_lora_pdl(*s.lora_pdl == 1);
+  if (s.lora_in_gemv) backend.set_lora_in_gemv(*s.lora_in_gemv == 1);
   if (s.matmul_tuning == "0") backend.set_tuning(false);
   if (s.matmul_tuning == "gemv") {
     backend.set_gemv_max_m(8);
@@ -65,6 +67,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_GEMV_SWIGLU_BLOCKS", {std::to_string(gemv_swiglu_min_blocks())}},
       {"IB_LORA_FUSED", {flag(lora_fused_)}},
       {"IB_LORA_PDL", {flag(lora_pdl_)}},
+      {"IB_LORA_IN_GEMV", {flag(lora_in_gemv_)}},
   };
   for (auto& [name, setting] : out) setting.from_env = switches_from_env_.count(name) == 1;
   check_kernel_switch_report(out, "cuda");

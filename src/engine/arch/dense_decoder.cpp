@@ -64,23 +64,52 @@ void add_split_attention(const ModelConfig& c, int layer, WeightSchema& schema) 
 
 namespace {
 
-// The LoRA updates of layer's targets [first, last] (engine/lora.h LoraTarget order), from x
-// into their row ranges of out, when the step has adapters (in.lora): one grouped op (the
-// targets share x and out).
+// The LoRA targets [first, last] (engine/lora.h LoraTarget order) of a layer as one group (they
+// share x and out), each at its row offset in the fused output: after those before it.
+struct LoraGroup {
+  std::array<LoraTargetStacks, LoraOps::kMaxLoraGroup> targets;
+  size_t count = 0;
+  std::span<const LoraTargetStacks> span() const { return {targets.data(), count}; }
+};
+
+LoraGroup lora_group(const StepInputs& in, size_t layer, LoraTarget first, LoraTarget last) {
+  const LoraLayerStacks& stacks = in.lora_layers[layer];
+  LoraGroup group;
+  int64_t offset = 0;
+  for (int t = static_cast<int>(first); t <= static_cast<int>(last); ++t, ++group.count) {
+    const auto i = static_cast<size_t>(t);
+    group.targets.at(group.count) = LoraTargetStacks{stacks.a[i], stacks.b[i], offset};
+    offset += stacks.b[i].dim(1);
+  }
+  return group;
+}
+
+// The LoRA updates of layer's targets [first, last] from x into their row ranges of out, when
+// the step has adapters (in.lora): one grouped op.
 void lora_updates(const StepInputs& in, size_t layer, LoraTarget first, LoraTarget last,
                   const Tensor& x, Tensor out) {
   if (in.lora == nullptr) return;
-  const LoraLayerStacks& stacks = in.lora_layers[layer];
-  std::array<LoraTargetStacks, LoraOps::kMaxLoraGroup> group;
-  size_t n = 0;
-  int64_t offset = 0;  // the row offset of a target in its fused output: after those before it
-  for (int t = static_cast<int>(first); t <= static_cast<int>(last); ++t, ++n) {
-    const auto i = static_cast<size_t>(t);
-    group.at(n) = LoraTargetStacks{stacks.a[i], stacks.b[i], offset};
-    offset += stacks.b[i].dim(1);
-  }
-  in.lora->lora_apply_group(x, in.lora_slot_ids, std::span(group.data(), n), in.lora_scales, out);
+  const LoraGroup group = lora_group(in, layer, first, last);
+  in.lora->lora_apply_group(x, in.lora_slot_ids, group.span(), in.lora_scales, out);
 }
+
+// The same updates as a fused decode op's argument (get(): null when the step has no adapters).
+// Not copyable: lora's span points into group.
+class FusedLoraArg {
+ public:
+  FusedLoraArg(const StepInputs& in, size_t layer, LoraTarget first, LoraTarget last) {
+    if (in.lora == nullptr) return;
+    group_ = lora_group(in, layer, first, last);
+    lora_ = FusedLora{in.lora_slot_ids, in.lora_scales, group_.span()};
+  }
+  FusedLoraArg(const FusedLoraArg&) = delete;
+  FusedLoraArg& operator=(const FusedLoraArg&) = delete;
+  const FusedLora* get() const { return group_.count > 0 ? &lora_ : nullptr; }
+
+ private:
+  LoraGroup group_;
+  FusedLora lora_;
+};
 
 }  // namespace
 
@@ -116,14 +145,21 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
     const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;
     const KvCacheLayer& kv = in.kv[l];
     if (in.fused) {
+      // LoRA (in.lora): each update rides in its op (its A, like w, has the gain folded in).
       const Tensor* attn_gain = in.gains_folded ? nullptr : &w.attn_norm;
       const Tensor* ffn_gain = in.gains_folded ? nullptr : &w.ffn_norm;
+      const FusedLoraArg qkv_lora(in, l, LoraTarget::kQ, LoraTarget::kV);
       in.fused->rms_matmul_rope_cache(b.residual, attn_gain, w.wqkv, bqkv, in.rms_eps, in.positions,
-                                      in.slot_mapping, in.inv_freq, kv, shape, b.qkv);
+                                      in.slot_mapping, in.inv_freq, kv, shape, b.qkv,
+                                      qkv_lora.get());
       backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
-      in.fused->matmul_add(b.attn, w.wo, b.residual);
-      in.fused->rms_matmul_swiglu(b.residual, ffn_gain, w.w_gate_up, in.rms_eps, b.act);
-      in.fused->matmul_add(b.act, w.w_down, b.residual);
+      const FusedLoraArg o_lora(in, l, LoraTarget::kO, LoraTarget::kO);
+      in.fused->matmul_add(b.attn, w.wo, b.residual, o_lora.get());
+      const FusedLoraArg gate_up_lora(in, l, LoraTarget::kGate, LoraTarget::kUp);
+      in.fused->rms_matmul_swiglu(b.residual, ffn_gain, w.w_gate_up, in.rms_eps, b.act,
+                                  gate_up_lora.get());
+      const FusedLoraArg down_lora(in, l, LoraTarget::kDown, LoraTarget::kDown);
+      in.fused->matmul_add(b.act, w.w_down, b.residual, down_lora.get());
       continue;
     }
     attention_sublayer(backend, w, kv, in, b, l);

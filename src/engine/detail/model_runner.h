@@ -13,6 +13,7 @@
 // other batch runs op by op ("eager").
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -173,6 +174,9 @@ class ModelRunner {
   // whether any token of it uses an adapter.
   Buffer lora_buf_;
   std::vector<LoraLayerStacks> lora_layers_;
+  // Per layer the norm gains before q/k/v and gate/up as loaded (act (D) each, in lora_buf_),
+  // for the adapters' A when fold_norm_gains folded the weights' (empty without LoRA slots).
+  std::vector<std::array<Tensor, 2>> lora_gains_;
   Tensor lora_scales_, lora_slot_ids_;
   bool step_uses_lora_ = false;
   // Whether every token of the step has its three M-RoPE positions equal (always, without

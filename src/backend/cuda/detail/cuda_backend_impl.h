@@ -23,6 +23,7 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/gemm_lt.h"
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/lora_kernels.h"
 
 namespace ib::cuda {
 
@@ -87,14 +88,16 @@ class CudaBackend final : public Backend,
                          int64_t intermediate_size) const override;
   bool fused_decode(int64_t num_tokens) const override;
   FusedDecodeOps* fused_decode_ops() override { return this; }
+  bool fused_lora() const override { return lora_in_gemv_; }
   void rms_matmul_rope_cache(const Tensor& h, const Tensor* gain, const WeightRef& w,
                              const Tensor* bias, float eps, const Tensor& positions,
                              const Tensor& slot_mapping, const Tensor& inv_freq,
-                             const KvCacheLayer& kv, const AttentionShape& shape,
-                             Tensor qkv) override;
+                             const KvCacheLayer& kv, const AttentionShape& shape, Tensor qkv,
+                             const FusedLora* lora = nullptr) override;
   void rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const WeightRef& w, float eps,
-                         Tensor out) override;
-  void matmul_add(const Tensor& x, const WeightRef& w, Tensor residual) override;
+                         Tensor out, const FusedLora* lora = nullptr) override;
+  void matmul_add(const Tensor& x, const WeightRef& w, Tensor residual,
+                  const FusedLora* lora = nullptr) override;
   MoeOps* moe_ops() override { return this; }
   void moe_route(const Tensor& router_logits, bool renormalize, Tensor expert_ids,
                  Tensor expert_weights, Tensor expert_tokens) override;  // moe_ops.cpp
@@ -174,6 +177,9 @@ class CudaBackend final : public Backend,
   // The LoRA shrink and expand under programmatic dependent launch when IB_PDL is on
   // (IB_LORA_PDL, default 1; bench/NOTES.md "LoRA decode: a kernel timeline").
   void set_lora_pdl(bool on) { lora_pdl_ = on; }
+  // Decode steps with adapters on the fused decode ops, each LoRA update's expand in the GEMV's
+  // epilogue after a shrink (IB_LORA_IN_GEMV, default 1); 0: on the unfused ops and LoraOps.
+  void set_lora_in_gemv(bool on) { lora_in_gemv_ = on; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
   // steps of at most this many sequences (0: never). Default 8, measured best of 1, 8, 32 and
   // 256: +2 % at batch 1 and on the seed's batch 8, even on the continuous run, -3 % when every
@@ -221,6 +227,13 @@ class CudaBackend final : public Backend,
   // w (W8A16, 4-bit) dequantized into dequant_scratch_, in x's column order.
   Tensor dequantized(const WeightRef& w);
   Tensor normed_for_fallback(const Tensor& h, const Tensor* gain, float eps);
+  // A fused decode op's LoRA update (FusedLora): its shrink launched (of x, or with norm of
+  // rms_norm(x) * gain) into the attention workspace, and the GEMV epilogue's operands for an
+  // output of out_row_size columns (lora_ops.cpp).
+  GemvLora fused_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const FusedLora& lora,
+                             int64_t out_row_size);
+  // That update's expand into out (T, out_row_size), for the fused ops' unfused fallbacks.
+  void fused_lora_expand(const GemvLora& l, const FusedLora& lora, Tensor out);
   Tensor fallback_scratch(int64_t rows, int64_t cols);
   // Whether the tensor-core GEMV runs this matmul (else cuBLASLt); tunes on first use.
   bool choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
@@ -262,6 +275,7 @@ class CudaBackend final : public Backend,
   bool fused_ = true;
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
+  bool lora_in_gemv_ = true;
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.

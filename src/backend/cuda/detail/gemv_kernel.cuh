@@ -43,6 +43,7 @@
 
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/gemv_int4.cuh"
+#include "backend/cuda/detail/lora_kernels.h"
 #include "backend/cuda/detail/mma.cuh"
 #include "backend/cuda/detail/pdl.cuh"
 
@@ -95,6 +96,45 @@ struct GemvQuant {
   int groups = 0, steps_per_group = 0, steps_shift = -1;
   const float* g_absmax = nullptr;  // kGemvNf4: (N, K / 64) f32
 };
+
+// v[g] of a kernel parameter's array by selects (an indexed load would copy the parameter struct
+// to local memory first).
+template <typename V>
+__device__ __forceinline__ V gemv_lora_pick(const V (&v)[LoraOps::kMaxLoraGroup], int g) {
+  return g == 0 ? v[0] : g == 1 ? v[1] : v[2];
+}
+
+// The LoRA term of (token, output row) (GemvLora, lora_kernels.h), fp32: 0 for a base token or a
+// row no target covers.
+template <typename T>
+__device__ __forceinline__ float gemv_lora_term(const GemvLora& l, int token, int64_t row) {
+  const int s = l.slot_ids[token];
+  if (s < 0 || s >= l.num_slots) return 0.0f;
+  const LoraGroupPtrs& grp = l.group;
+  int g = -1;
+#pragma unroll
+  for (int i = 0; i < LoraOps::kMaxLoraGroup; ++i) {
+    if (i < grp.count && row >= grp.row_offset[i] && row < grp.row_offset[i] + grp.n[i]) g = i;
+  }
+  if (g < 0) return 0.0f;
+  const int64_t n = row - gemv_lora_pick(grp.row_offset, g);
+  const T* b = static_cast<const T*>(gemv_lora_pick(grp.b, g)) +
+               (int64_t{s} * gemv_lora_pick(grp.n, g) + n) * l.rank;
+  const float* u = l.u + (int64_t{token} * grp.count + g) * l.rank;
+  float sum = 0.0f;
+  constexpr int kV = kVec16<T>;
+  int r = 0;
+  if (l.rank % kV == 0 && aligned16(b)) {
+    for (; r < l.rank; r += kV) {
+      float bv[kV];
+      load16_f32<T>(b + r, bv);
+#pragma unroll
+      for (int v = 0; v < kV; ++v) sum += bv[v] * __ldg(u + r + v);
+    }
+  }
+  for (; r < l.rank; ++r) sum += to_f32(b[r]) * __ldg(u + r);
+  return __ldg(l.scales + s) * sum;
+}
 
 // kFp8: the lane's 16 bytes of already quantized x per n-tile at element offset kk.
 template <int NT>
@@ -253,10 +293,18 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
                                               const float* inv_rms, int tile, int64_t n0,
                                               const T* __restrict__ bias, TOut* __restrict__ out,
                                               int m, int n, const GemvRopeCache& rc,
-                                              const GemvQuant& fp8) {
+                                              const GemvQuant& fp8, const GemvLora& lora) {
   constexpr bool kXq = kW == kGemvFp8 || kW == kGemvInt8A8;
   constexpr bool kSwiGlu = kEpilogue == kGemvSwiGlu;
   [[maybe_unused]] const int n_out = kSwiGlu ? n / 2 : n;
+  // The fused epilogues' LoRA term (none on the plain store).
+  const auto lora_term = [&](int token, int64_t row) {
+    if constexpr (kEpilogue == kGemvStore) {
+      return 0.0f;
+    } else {
+      return lora.slot_ids != nullptr ? gemv_lora_term<T>(lora, token, row) : 0.0f;
+    }
+  };
   // The block's result for (token, row of the 16-row tile).
   const auto result = [&](int token, int row) {
     const int t = token / 8;
@@ -297,6 +345,8 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
         a += to_f32(bias[n0 + da]);
         b += to_f32(bias[n0 + db]);
       }
+      a += lora_term(token, n0 + da);
+      b += lora_term(token, n0 + db);
       if (!is_v) {
         float sn, cs;
         sincosf(static_cast<float>(rc.positions[token]) * rc.inv_freq[da], &sn, &cs);
@@ -339,6 +389,8 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
         g += to_f32(bias[feature]);
         u += to_f32(bias[n_out + feature]);
       }
+      g += lora_term(token, feature);
+      u += lora_term(token, n_out + feature);
       out[int64_t{token} * n_out + feature] = from_f32<TOut>(g / (1.0f + expf(-g)) * u);
     }
   } else {
@@ -350,6 +402,7 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
       if (token >= m || feature >= n) continue;
       float sum = result(token, row);
       if (bias) sum += to_f32(bias[feature]);
+      sum += lora_term(token, feature);
       TOut* dst = out + int64_t{token} * n + feature;
       if constexpr (kEpilogue == kGemvAccumulate) sum += to_f32(*dst);
       *dst = from_f32<TOut>(sum);
@@ -366,6 +419,7 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
 // head; a q or k head's block owns the 8 rotate-half pairs (i, i + head_dim / 2) for i in
 // [8 j, 8 j + 8), so each pair meets in one block; a v head's block owns 16 consecutive rows.
 // kRms: eps is the norm's epsilon (unused otherwise).
+// lora: the LoRA update the fused epilogues add (GemvLora; slot_ids null: none).
 // kW = kGemvFp8 / kGemvInt8A8: w points at E4M3 / int8 bytes, fp8.w_scales at the row scales;
 // x_raw at x already quantized (bytes (M, K), fp8.x_scales per token, the norm and its gain
 // applied by the quantize kernel), so kRms only says the scales carry 1 / rms.
@@ -378,7 +432,7 @@ template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdja
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
-                GemvRopeCache rc, GemvQuant fp8 = {}) {
+                GemvRopeCache rc, GemvQuant fp8 = {}, GemvLora lora = {}) {
   constexpr bool kQuant = kW != kGemvDense;                  // 1-byte weights, row scales
   constexpr bool kXq = kW == kGemvFp8 || kW == kGemvInt8A8;  // x already quantized
   constexpr bool kFp8 = kW == kGemvFp8;
@@ -662,8 +716,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
       __syncthreads();
     }
-    gemv_epilogue<T, TOut, NT, kWarps, kEpilogue, kRms, kW>(partial, w_scale, w_row_sum, inv_rms,
-                                                            tile, n0, bias, out, m, n, rc, fp8);
+    gemv_epilogue<T, TOut, NT, kWarps, kEpilogue, kRms, kW>(
+        partial, w_scale, w_row_sum, inv_rms, tile, n0, bias, out, m, n, rc, fp8, lora);
     // The next tile rewrites the shared partial sums and scales.
     if (tile + static_cast<int>(gridDim.x) < tiles) __syncthreads();
   }

@@ -71,7 +71,10 @@ int gemv_swiglu_min_blocks();
 // (K) is the norm's gain for a quantized weight, null for a dense one (folded into w):
 //  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x) * gain) @ w^T (+ bias)
 //  kAccumulate: out (M, N) += x @ w^T (+ bias)              [the residual add; gain null]
+// lora (lora_kernels.h GemvLora, null: none) adds a LoRA update to the matmul's result in the
+// epilogue, before the SwiGLU, the residual add or the rotation.
 inline constexpr int kGemvFusedMaxM = 8;
+struct GemvLora;
 enum class GemvFusion { kRmsSwiGlu, kAccumulate };
 // Operands any fused GEMV takes (kRmsSwiGlu also needs an even number of rows).
 bool gemv_fused_supported(const Tensor& x, const WeightRef& w, GemvFusion fusion);
@@ -82,7 +85,8 @@ bool gemv_fused_shapes_fit(const AttentionShape& shape, int64_t hidden_size,
                            int64_t intermediate_size);
 void launch_gemv_fused(const Tensor& x, const Tensor* gain, const WeightRef& w, const Tensor* bias,
                        Tensor out, GemvFusion fusion, float eps, cudaStream_t stream,
-                       bool pdl = false, const GemvQuantAct* act = nullptr);
+                       bool pdl = false, const GemvQuantAct* act = nullptr,
+                       const GemvLora* lora = nullptr);
 // qkv (M, (Hq + 2 Hkv) * hd) = (x / rms(x) * gain) @ w^T (+ bias), then rope_and_cache on it, in
 // one kernel: the q and k heads rotated in fp32 before the one rounding, k and v written into kv.
 bool gemv_rope_cache_supported(const Tensor& x, const WeightRef& w, const AttentionShape& shape);
@@ -91,7 +95,7 @@ void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef
                             const Tensor& slot_mapping, const Tensor& inv_freq,
                             const KvCacheLayer& kv, const AttentionShape& shape, Tensor qkv,
                             cudaStream_t stream, bool pdl = false,
-                            const GemvQuantAct* act = nullptr);
+                            const GemvQuantAct* act = nullptr, const GemvLora* lora = nullptr);
 // w (N, K) columns *= gain (K), in w's dtype (rounded once).
 void launch_scale_columns(Tensor w, const Tensor& gain, cudaStream_t stream);
 

@@ -21,6 +21,36 @@ struct LoraGroupPtrs {
   int count = 0;
 };
 
+// The LoRA update a fused decode GEMV adds in its epilogue (detail/gemv_kernel.cuh; FusedLora,
+// backend/ops.h): for output row row_offset[g] + n of target g and a token t of slot s in
+// [0, num_slots), scales[s] * b_g[s][n] . u[t][g * rank, + rank), before the epilogue's rotation,
+// SwiGLU or residual add. u (T, count * rank) fp32 is launch_lora_shrink's, launched just before
+// the GEMV. slot_ids null: no update.
+struct GemvLora {
+  LoraGroupPtrs group;  // the targets' B stacks, rows and first rows (the A stacks: the shrink's)
+  const int32_t* slot_ids = nullptr;
+  const float* scales = nullptr;
+  const float* u = nullptr;
+  int rank = 0, num_slots = 0;
+};
+
+// The shrink alone: u (T, G R) fp32 (the workspace's first T G R floats) = a_g[s] . xn[t] for
+// every target g and each token t of slot s = slot_ids[t] in [0, num_slots) (other tokens' rows
+// are left unwritten), where xn = x, or with norm, rms_norm(x) * gain (gain null: ones; eps the
+// norm's). T at most lora_chunk_tokens. With pdl as launch_lora_apply's shrink.
+struct LoraShrinkNorm {
+  const Tensor* gain = nullptr;
+  float eps = 0.0f;
+};
+void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tensor& slot_ids,
+                        const LoraGroupPtrs& group, int64_t rank, int64_t num_slots, float* u,
+                        cudaStream_t stream, bool pdl);
+// The expand alone, from launch_lora_shrink's u: out[t][row_offset_g + n] += scales[s] *
+// b_g[s][n] . u_g[t], rounded once; tokens of slot -1 left alone.
+void launch_lora_expand(const float* u, const Tensor& slot_ids, const LoraGroupPtrs& group,
+                        int64_t rank, int64_t num_slots, const Tensor& scales, Tensor out,
+                        cudaStream_t stream, bool pdl);
+
 // Tokens per launch pair of lora_apply: what the workspace's fp32 shrunk rows (tokens x G x R)
 // hold; 0 when not even one token fits.
 int64_t lora_chunk_tokens(int64_t group_rank, size_t workspace_bytes);

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# An A/B of one LoRA kernel switch (issue 16) on the GPU machine: the gpu tests of the LoRA ops
+# and the fused decode ops with LoRA (backend_cuda_test CudaLora*, CudaFusedLora*, CudaFused*;
+# engine_cuda_test CudaEngineLora*: all with the defaults, the engine test also with
+# IB_LORA_FUSED=1 and IB_LORA_IN_GEMV=0), then Llama-3-8B bf16 on dummy weights at the seed
+# protocol (static batches of 8, input 32 / output 128, 200 prompts), interleaved: the base, one
+# random rank-16 adapter with the switch at 0 and 1, 16 adapters at random with 1 and 0, the base
+# again; then a kernel timeline of the 1-adapter run with the defaults (bench/gpu/timeline_summary.py).
+# Usage (~6 minutes of the machine; carry .deps/icu.tar.xz):
+#   OUT=dir IB_AB=IB_LORA_IN_GEMV bash bench/gpu/lora_ab.sh     (IB_AB's default)
+# Environment: IB_AB (the switch, 0 / 1), IB_DEADLINE_S (520): runs that would end past it are
+# skipped; B (the build directory, /tmp/ib-lora-ab).
+# Writes build.log, tests.log, runs.log and lora_ab.tgz (result.json files, logs, timeline).
+set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
+cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
+source bench/gpu/build_inferbench.sh
+use_icu
+AB=${IB_AB:-IB_LORA_IN_GEMV}
+B=${B:-/tmp/ib-lora-ab}
+build_gpu_tests $B "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
+  ib_kernel_profile || exit 1
+echo "built $(el)"
+{ timeout 150 $B/src/backend/cuda/backend_cuda_test \
+    --gtest_filter='*CudaLora*:*CudaFusedLora*:*CudaFused.*'
+  echo "backend_cuda_test rc=$?"
+  timeout 150 $B/src/engine/engine_cuda_test --gtest_filter='*CudaEngineLora*'
+  echo "engine_cuda_test rc=$?"; } > "$O/tests.log" 2>&1
+grep -E "rc=|PASSED|FAILED|Failure" "$O/tests.log" | head -20
+echo "tests $(el)"
+A=bench/adapters; mkdir -p $A
+for i in $(seq 0 15); do
+  [ -f $A/l3-r16-$i/adapter_model.safetensors ] ||
+    python3 tools/make_lora.py --hidden-size 4096 --intermediate-size 14336 --num-heads 32 \
+      --num-kv-heads 8 --layers 32 --rank 16 --seed $i --numpy --out $A/l3-r16-$i > /dev/null &
+done
+wait
+mods() { for i in $(seq 0 $(( $1 - 1 ))); do printf 'a%d=%s ' "$i" "$A/l3-r16-$i"; done; }
+echo "adapters $(el)"
+R=/tmp/lora-ab-runs; rm -rf $R; mkdir -p $R
+DEADLINE=${IB_DEADLINE_S:-520}
+SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 --load-mode static
+      --max-model-len 4096 --seed 0)
+{
+  echo "A/B of $AB"
+  run_llama seed_base "${SEED[@]}"
+  for v in 0 1; do
+    run_llama seed_lora1_$v $AB=$v "${SEED[@]}" --enable-lora --max-loras 1 --max-lora-rank 16 \
+      --lora-modules $(mods 1)
+  done
+  for v in 1 0; do
+    run_llama seed_lora16_$v $AB=$v "${SEED[@]}" --enable-lora --max-loras 16 --max-lora-rank 16 \
+      --lora-modules $(mods 16) --lora-assignment random
+  done
+  run_llama seed_base2 "${SEED[@]}"
+} 2>&1 | tee "$O/runs.log"
+if (( $(date +%s) - T0 < DEADLINE - 30 )); then
+  P=$(readlink -f $B/bench/gpu/libib_kernel_profile.so)
+  IB_KERNEL_PROFILE=$R/profile_lora1.txt IB_KERNEL_TIMELINE=$R/timeline_lora1.csv \
+    IB_KERNEL_TIMELINE_COUNT=6000 LD_PRELOAD=$P timeout 60 $B/bin/inferbench run --device cuda \
+    --dtype bf16 --load-format dummy --disable-tqdm --model llama-3-8b --batch-size 8 \
+    --input-len 32 --output-len 128 --num-prompts 8 --runs 1 --result-dir $R/prof --overwrite \
+    --enable-lora --max-lora-rank 16 --lora-modules "a0=$A/l3-r16-0" > $R/prof.log 2>&1
+  python3 bench/gpu/timeline_summary.py $R/timeline_lora1.csv | tee -a "$O/runs.log"
+fi
+find $R -name '*.jsonl' -delete
+tar czf "$O/lora_ab.tgz" -C $R .
+echo "done $(el)"

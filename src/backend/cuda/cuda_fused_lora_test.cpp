@@ -1,0 +1,245 @@
+// Differential tests of the fused decode ops with a LoRA update (FusedDecodeOps' `lora`,
+// backend/ops.h) against the unfused CPU ops they replace: rms_norm, matmul (+ bias),
+// LoraOps::lora_apply_group on the matmul's output, then rope_and_cache, silu_mul or the residual
+// add. Batches mix three adapter slots and the base model (-1); ranks 16 (the 16-byte epilogue)
+// and 12 (its scalar loop); dense weights with the gain folded (null) and an INT8 W8A16 weight
+// keeping its gain (the shrink applies it); a K the GEMV does not take (the op's unfused
+// fallback, the expand as its own launch); eagerly and replayed from a CUDA graph. bf16 and fp16,
+// the dtype's tolerance of detail/test_support.h.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/detail/test_support.h"
+
+namespace ib::cuda {
+namespace {
+
+using testing::Pair;
+using testing::random_floats;
+using testing::tolerance;
+using testing::Twin;
+
+class CudaFusedLora : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override { IB_REQUIRE_CUDA(); }
+};
+
+// S slots' random A (S, R, K) and B (S, N, R) of each target (N, row offset), the slots' scales
+// and the tokens' slot ids (slots 0, 1, 2 and -1 in turn).
+struct Adapters {
+  std::vector<Pair> a, b;
+  Pair scales, slot_ids;
+  std::vector<LoraTargetStacks> cpu_targets, gpu_targets;
+  FusedLora cpu() const { return {slot_ids.cpu, scales.cpu, cpu_targets}; }
+  FusedLora gpu() const { return {slot_ids.gpu, scales.gpu, gpu_targets}; }
+};
+
+Adapters make_adapters(Twin& twin, Rng& rng, int64_t m, int64_t k, int64_t rank,
+                       const std::vector<std::pair<int64_t, int64_t>>& targets) {
+  const int64_t s = 3;
+  Adapters out;
+  const auto ak = static_cast<float>(1.7 / std::sqrt(static_cast<double>(k)));
+  const auto br = static_cast<float>(1.7 / std::sqrt(static_cast<double>(rank)));
+  for (const auto& [n, offset] : targets) {
+    out.a.push_back(twin.floats({s, rank, k}, random_floats(rng, s * rank * k, -ak, ak)));
+    out.b.push_back(twin.floats({s, n, rank}, random_floats(rng, s * n * rank, -br, br)));
+    out.cpu_targets.push_back({out.a.back().cpu, out.b.back().cpu, offset});
+    out.gpu_targets.push_back({out.a.back().gpu, out.b.back().gpu, offset});
+  }
+  out.scales = twin.floats({s}, random_floats(rng, s, 0.5f, 2.0f), DType::kF32);
+  std::vector<int32_t> ids(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i % 4) - 1;
+  if (m == 1) ids[0] = 1;  // a one-token batch uses an adapter
+  out.slot_ids = twin.ints<int32_t>({m}, ids);
+  return out;
+}
+
+// The reference update: the CPU's LoraOps on the matmul's output.
+void cpu_lora_apply(Twin& twin, const Tensor& x, const Adapters& ad, Tensor out) {
+  const FusedLora l = ad.cpu();
+  twin.cpu().lora_ops()->lora_apply_group(x, l.slot_ids, l.targets, l.scales, out);
+}
+
+// The GPU ops run eagerly, then again from a CUDA graph after `reset` restored their outputs;
+// `check` runs after each.
+void eager_and_graph(Twin& twin, const std::function<void()>& reset,
+                     const std::function<void()>& gpu_ops,
+                     const std::function<void(const char*)>& check) {
+  reset();
+  gpu_ops();
+  check("eager");
+  reset();
+  twin.gpu().synchronize();
+  twin.gpu().set_debug_sync(false);
+  ASSERT_TRUE(twin.gpu().begin_capture().ok());
+  gpu_ops();
+  auto g = twin.gpu().end_capture();
+  twin.gpu().set_debug_sync(true);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  (*g)->replay();
+  twin.gpu().synchronize();
+  check("graph");
+}
+
+TEST_P(CudaFusedLora, RmsMatmulSwiGluAddsTheUpdateBeforeSwiGlu) {
+  Twin twin(GetParam());
+  Rng rng(61);
+  struct Case {
+    int64_t m, f, k, rank;
+  };
+  for (const Case& c : {Case{1, 1000, 512, 16}, Case{5, 72, 128, 12}, Case{8, 1152, 896, 16}}) {
+    Pair h = twin.floats({c.m, c.k}, random_floats(rng, c.m * c.k, -2.0f, 2.0f));
+    Pair w = twin.floats({2 * c.f, c.k}, random_floats(rng, 2 * c.f * c.k, -0.1f, 0.1f));
+    Pair ones = twin.floats({c.k}, std::vector<float>(static_cast<size_t>(c.k), 1.0f));
+    const Adapters ad = make_adapters(twin, rng, c.m, c.k, c.rank, {{c.f, 0}, {c.f, c.f}});
+    Pair normed = twin.output({c.m, c.k});
+    Pair gate_up = twin.output({c.m, 2 * c.f});
+    Pair out = twin.output({c.m, c.f});
+    twin.cpu().rms_norm(h.cpu, ones.cpu, 1e-6f, normed.cpu);
+    twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
+    cpu_lora_apply(twin, normed.cpu, ad, gate_up.cpu);
+    twin.cpu().silu_mul(gate_up.cpu, out.cpu);
+    const FusedLora gpu_lora = ad.gpu();
+    eager_and_graph(
+        twin, [] {},
+        [&] { twin.gpu().rms_matmul_swiglu(h.gpu, nullptr, w.gpu, 1e-6f, out.gpu, &gpu_lora); },
+        [&](const char* how) {
+          ASSERT_TRUE(twin.gpu().device_status().ok());
+          EXPECT_LT(twin.error(out), tolerance(GetParam()))
+              << how << " m=" << c.m << " f=" << c.f << " k=" << c.k << " r=" << c.rank;
+        });
+  }
+}
+
+// INT8 W8A16 keeps its norm gain: the shrink multiplies x by it, as the GEMV's input is.
+TEST_P(CudaFusedLora, RmsMatmulSwiGluAppliesTheGainToTheShrink) {
+  Twin twin(GetParam());
+  Rng rng(62);
+  const int64_t m = 6, f = 256, k = 1024, rank = 16;
+  const float eps = 1e-5f;
+  Pair h = twin.floats({m, k}, random_floats(rng, m * k, -2.0f, 2.0f));
+  Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+  Pair dense = twin.floats({2 * f, k}, random_floats(rng, 2 * f * k, -0.05f, 0.05f));
+  const WeightFormat format = WeightFormat::kInt8W8A16;
+  const Pair data = twin.empty(quantized_data_dtype(format), {2 * f, k});
+  const Pair scales = twin.empty(DType::kF32, {2 * f});
+  WeightRef w_cpu, w_gpu;
+  w_cpu.format = w_gpu.format = format;
+  w_cpu.data = data.cpu;
+  w_gpu.data = data.gpu;
+  w_cpu.scales = scales.cpu;
+  w_gpu.scales = scales.gpu;
+  twin.cpu().quantize_weight(dense.cpu, w_cpu);
+  twin.gpu().quantize_weight(dense.gpu, w_gpu);
+  const Adapters ad = make_adapters(twin, rng, m, k, rank, {{f, 0}, {f, f}});
+  Pair normed = twin.output({m, k});
+  Pair gate_up = twin.output({m, 2 * f});
+  Pair out = twin.output({m, f});
+  twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
+  twin.cpu().matmul(normed.cpu, w_cpu, nullptr, gate_up.cpu);
+  cpu_lora_apply(twin, normed.cpu, ad, gate_up.cpu);
+  twin.cpu().silu_mul(gate_up.cpu, out.cpu);
+  const FusedLora gpu_lora = ad.gpu();
+  twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, w_gpu, eps, out.gpu, &gpu_lora);
+  ASSERT_TRUE(twin.gpu().device_status().ok());
+  EXPECT_LT(twin.error(out), tolerance(GetParam()));
+}
+
+TEST_P(CudaFusedLora, MatmulAddAddsTheUpdateToTheResidual) {
+  Twin twin(GetParam());
+  Rng rng(63);
+  struct Case {
+    int64_t m, n, k, rank;
+  };
+  // K = 100: no GEMV (K % 64), so the op's fallback (a GEMM with beta = 1, then the expand).
+  for (const Case& c : {Case{1, 4096, 4096, 16}, Case{8, 1000, 512, 12}, Case{3, 200, 100, 16}}) {
+    const auto res0 = twin.representable(random_floats(rng, c.m * c.n, -2.0f, 2.0f));
+    Pair x = twin.floats({c.m, c.k}, random_floats(rng, c.m * c.k));
+    Pair w = twin.floats({c.n, c.k}, random_floats(rng, c.n * c.k, -0.05f, 0.05f));
+    const Adapters ad = make_adapters(twin, rng, c.m, c.k, c.rank, {{c.n, 0}});
+    Pair residual = twin.floats({c.m, c.n}, res0);
+    Pair prod = twin.output({c.m, c.n});
+    twin.cpu().matmul(x.cpu, w.cpu, nullptr, prod.cpu);
+    cpu_lora_apply(twin, x.cpu, ad, prod.cpu);
+    std::vector<float> want = twin.cpu_floats(prod.cpu);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += res0[i];
+    const FusedLora gpu_lora = ad.gpu();
+    eager_and_graph(
+        twin, [&] { twin.gpu().copy_from_host(residual.gpu, res0.data(), DType::kF32); },
+        [&] { twin.gpu().matmul_add(x.gpu, w.gpu, residual.gpu, &gpu_lora); },
+        [&](const char* how) {
+          ASSERT_TRUE(twin.gpu().device_status().ok());
+          EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(GetParam()))
+              << how << " m=" << c.m << " n=" << c.n << " k=" << c.k << " r=" << c.rank;
+        });
+  }
+}
+
+// q, k and v as three targets of one group: each head's rows rotated after the update, k and v
+// written to the cache with it.
+TEST_P(CudaFusedLora, RmsMatmulRopeCacheAddsTheUpdateBeforeTheRotation) {
+  Twin twin(GetParam());
+  Rng rng(64);
+  const double tol = tolerance(GetParam());
+  AttentionShape shape;
+  shape.num_heads = 8;
+  shape.num_kv_heads = 2;
+  shape.head_dim = 64;
+  const int64_t q = 8 * 64, kv = 2 * 64, n = q + 2 * kv, k = 512, rank = 16;
+  const int64_t blocks = 4, bs = 16, cache = blocks * 2 * bs * 64;
+  for (const int64_t m : {1, 7}) {
+    Pair h = twin.floats({m, k}, random_floats(rng, m * k, -2.0f, 2.0f));
+    Pair w = twin.floats({n, k}, random_floats(rng, n * k, -0.05f, 0.05f));
+    Pair bias = twin.floats({n}, random_floats(rng, n));
+    Pair ones = twin.floats({k}, std::vector<float>(static_cast<size_t>(k), 1.0f));
+    const Adapters ad = make_adapters(twin, rng, m, k, rank, {{q, 0}, {kv, q}, {kv, q + kv}});
+    const std::vector<float> k0 = random_floats(rng, cache), v0 = random_floats(rng, cache);
+    Pair kc = twin.floats({blocks, 2, bs, 64}, k0);
+    Pair vc = twin.floats({blocks, 2, bs, 64}, v0);
+    std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      positions[static_cast<size_t>(i)] = static_cast<int32_t>(rng.uniform_int(0, 4095));
+      slots[static_cast<size_t>(i)] = static_cast<int32_t>(5 * i + 2);
+    }
+    std::vector<float> inv_freq(32);
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / 64.0));
+    Pair pos = twin.ints({m}, positions);
+    Pair slot = twin.ints({m}, slots);
+    Pair freq = twin.floats({32}, inv_freq, DType::kF32);
+    Pair normed = twin.output({m, k});
+    Pair qkv = twin.output({m, n});
+    twin.cpu().rms_norm(h.cpu, ones.cpu, 1e-5f, normed.cpu);
+    twin.cpu().matmul(normed.cpu, w.cpu, &bias.cpu, qkv.cpu);
+    cpu_lora_apply(twin, normed.cpu, ad, qkv.cpu);
+    twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
+    const FusedLora gpu_lora = ad.gpu();
+    eager_and_graph(
+        twin,
+        [&] {
+          twin.gpu().copy_from_host(kc.gpu, k0.data(), DType::kF32);
+          twin.gpu().copy_from_host(vc.gpu, v0.data(), DType::kF32);
+        },
+        [&] {
+          twin.gpu().rms_matmul_rope_cache(h.gpu, nullptr, w.gpu, &bias.gpu, 1e-5f, pos.gpu,
+                                           slot.gpu, freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu,
+                                           &gpu_lora);
+        },
+        [&](const char* how) {
+          ASSERT_TRUE(twin.gpu().device_status().ok());
+          EXPECT_LT(twin.error(qkv), tol) << how << " qkv m=" << m;
+          EXPECT_LT(twin.error(kc), tol) << how << " k cache m=" << m;
+          EXPECT_LT(twin.error(vc), tol) << how << " v cache m=" << m;
+        });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HalfTypes, CudaFusedLora, ::testing::Values(DType::kBF16, DType::kF16),
+                         testing::dtype_param_name);
+
+}  // namespace
+}  // namespace ib::cuda
