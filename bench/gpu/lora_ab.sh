@@ -2,28 +2,35 @@
 # An A/B of one LoRA kernel switch (issue 16) on the GPU machine: the gpu tests of the LoRA ops
 # and the fused decode ops with LoRA (backend_cuda_test CudaLora*, CudaFusedLora*, CudaFused*;
 # engine_cuda_test CudaEngineLora*: all with the defaults, the engine test also with
-# IB_LORA_FUSED=1 and IB_LORA_IN_GEMV=0), then Llama-3-8B bf16 on dummy weights at the seed
-# protocol (static batches of 8, input 32 / output 128, 200 prompts), interleaved: the base, one
-# random rank-16 adapter with the switch at 0 and 1, 16 adapters at random with 1 and 0, the base
-# again; then a kernel timeline of the 1-adapter run with the defaults (bench/gpu/timeline_summary.py).
-# Usage (~6 minutes of the machine; carry .deps/icu.tar.xz):
-#   OUT=dir IB_AB=IB_LORA_IN_GEMV bash bench/gpu/lora_ab.sh     (IB_AB's default)
-# Environment: IB_AB (the switch, 0 / 1), IB_DEADLINE_S (520): runs that would end past it are
-# skipped; B (the build directory, /tmp/ib-lora-ab).
-# Writes build.log, tests.log, runs.log and lora_ab.tgz (result.json files, logs, timeline).
+# IB_LORA_FUSED=1 and IB_LORA_IN_GEMV=0; their JSON reports), with IB_PARITY=1
+# tools/hf_compare_lora.py against transformers + peft in cuda:bf16 (Llama-3 and Qwen2 shapes,
+# r 8 and 64, prompts of 24 and 512), then Llama-3-8B bf16 on dummy weights at the seed protocol
+# (static batches of 8, input 32 / output 128, 200 prompts), interleaved: the base, one random
+# rank-16 adapter at each of the switch's values, 16 adapters at random at each (reversed), the
+# base again; then a kernel timeline of the 1-adapter run with the defaults
+# (bench/gpu/timeline_summary.py).
+# Usage (~6-8 minutes of the machine; carry .deps/icu.tar.xz):
+#   OUT=dir IB_AB=IB_LORA_IN_GEMV IB_AB_VALUES="0 1 2" bash bench/gpu/lora_ab.sh   (the defaults)
+# Environment: IB_AB (the switch), IB_AB_VALUES, IB_PARITY (0), IB_DEADLINE_S (520): runs that
+# would end past it are skipped; B (the build directory, /tmp/ib-lora-ab).
+# Writes build.log, tests.log, runs.log, parity.log and lora_ab.tgz (result.json files, logs,
+# test and parity JSON, timeline).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh
 use_icu
 AB=${IB_AB:-IB_LORA_IN_GEMV}
+VALUES=(${IB_AB_VALUES:-0 1 2})
 B=${B:-/tmp/ib-lora-ab}
 build_gpu_tests $B "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
   ib_kernel_profile || exit 1
 echo "built $(el)"
+R=/tmp/lora-ab-runs; rm -rf $R; mkdir -p $R
 { timeout 150 $B/src/backend/cuda/backend_cuda_test \
-    --gtest_filter='*CudaLora*:*CudaFusedLora*:*CudaFused.*'
+    --gtest_filter='*CudaLora*:*CudaFusedLora*:*CudaFused.*' --gtest_output=json:$R/backend_test.json
   echo "backend_cuda_test rc=$?"
-  timeout 150 $B/src/engine/engine_cuda_test --gtest_filter='*CudaEngineLora*'
+  timeout 150 $B/src/engine/engine_cuda_test --gtest_filter='*CudaEngineLora*' \
+    --gtest_output=json:$R/engine_test.json
   echo "engine_cuda_test rc=$?"; } > "$O/tests.log" 2>&1
 grep -E "rc=|PASSED|FAILED|Failure" "$O/tests.log" | head -20
 echo "tests $(el)"
@@ -36,18 +43,24 @@ done
 wait
 mods() { for i in $(seq 0 $(( $1 - 1 ))); do printf 'a%d=%s ' "$i" "$A/l3-r16-$i"; done; }
 echo "adapters $(el)"
-R=/tmp/lora-ab-runs; rm -rf $R; mkdir -p $R
 DEADLINE=${IB_DEADLINE_S:-520}
+if [ "${IB_PARITY:-0}" = 1 ]; then
+  PYTHONUNBUFFERED=1 timeout 150 python3 tools/hf_compare_lora.py --inferbench $B/bin/inferbench \
+    --families llama-3,qwen2 --ranks 8,64 --runs cuda:bf16 --modes unmerged --prompt-lens 24,512 \
+    --steps 8 --out $R/parity 2>&1 | grep -v Warning > "$O/parity.log"
+  echo "hf_compare_lora rc=${PIPESTATUS[0]} $(el)"; tail -20 "$O/parity.log"
+fi
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 --load-mode static
       --max-model-len 4096 --seed 0)
 {
   echo "A/B of $AB"
   run_llama seed_base "${SEED[@]}"
-  for v in 0 1; do
+  for v in "${VALUES[@]}"; do
     run_llama seed_lora1_$v $AB=$v "${SEED[@]}" --enable-lora --max-loras 1 --max-lora-rank 16 \
       --lora-modules $(mods 1)
   done
-  for v in 1 0; do
+  for ((i = ${#VALUES[@]} - 1; i >= 0; i--)); do
+    v=${VALUES[i]}
     run_llama seed_lora16_$v $AB=$v "${SEED[@]}" --enable-lora --max-loras 16 --max-lora-rank 16 \
       --lora-modules $(mods 16) --lora-assignment random
   done

@@ -174,9 +174,9 @@ class FusedDecodeOps {
   virtual bool fused_decode_fits(const AttentionShape& shape, int64_t hidden_size,
                                  int64_t intermediate_size) const = 0;
   virtual bool fused_decode(int64_t num_tokens) const = 0;
-  // Whether the ops take a LoRA update (their `lora` argument); false: the engine runs steps with
-  // adapters on the unfused ops and LoraOps.
-  virtual bool fused_lora() const { return false; }
+  // Whether the ops take a LoRA update (their `lora` argument) from slots of this rank (R, the
+  // stacks' width); false: the engine runs steps with adapters on the unfused ops and LoraOps.
+  virtual bool fused_lora(int64_t /*rank*/) const { return false; }
   // Each op's `lora` (null: none) adds LoraOps::lora_apply_group's update of the op's matmul
   // input to its matmul output, before the op's rotation, SwiGLU or residual add. For the two
   // rms ops that input is rms_norm(h) * gain, so an A whose gain was folded into its columns

@@ -117,7 +117,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
   arch->prepare_weights(backend, runner->weights_);
   FusedDecodeOps* fused = backend.fused_decode_ops();
   // With LoRA slots only where the fused ops take the updates (else the unfused ops and LoraOps).
-  const bool lora_ok = limits.lora_slots == 0 || (fused && fused->fused_lora());
+  const bool lora_ok = limits.lora_slots == 0 || (fused && fused->fused_lora(limits.lora_rank));
   if (fused && model.moe.num_experts == 0 && arch->runs_fused_decode() && lora_ok &&
       fused->fused_decode_fits(runner->attn_shape_, model.hidden_size, model.intermediate_size)) {
     // Dense weights take their gains folded in; quantized ones keep them (folding would

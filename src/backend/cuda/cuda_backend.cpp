@@ -105,7 +105,7 @@ Status CudaBackend::init() {
   IB_ASSIGN_OR_RETURN(attention_workspace_, alloc(kAttentionWorkspaceBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(staging_, alloc(kStagingBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(attention_counters_, alloc(kAttentionCounterBytes, MemoryTag::kWorkspace));
-  IB_ASSIGN_OR_RETURN(lora_counters_, alloc(kLoraFusedCounterBytes, MemoryTag::kWorkspace));
+  IB_ASSIGN_OR_RETURN(lora_counters_, alloc(kLoraCounterBytes, MemoryTag::kWorkspace));
   run_op("init", [&] {
     IB_CUDA_CHECK(
         cudaMemsetAsync(attention_counters_.data(), 0, attention_counters_.bytes(), stream_),
@@ -482,9 +482,11 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,
             "rms_matmul_rope_cache: positions, slot_mapping (M), inv_freq f32 (head_dim / 2)");
   if (bias) IB_ASSERT(bias->numel() == w.dim(0), "rms_matmul_rope_cache: bias must be (N)");
   run_op("rms_matmul_rope_cache", [&] {
+    const bool gemv = gemv_rope_cache_supported(h, weight, shape);
     const LoraShrinkNorm norm{gain, eps};
-    const GemvLora l = lora ? fused_lora_shrink(h, &norm, *lora, qkv.row_size()) : GemvLora{};
-    if (!gemv_rope_cache_supported(h, weight, shape)) {
+    const GemvLora l =
+        lora ? fused_lora_operands(h, &norm, *lora, qkv.row_size(), gemv) : GemvLora{};
+    if (!gemv) {
       matmul_quantized(normed_for_fallback(h, gain, eps), weight, bias, qkv);
       if (lora) fused_lora_expand(l, *lora, qkv);
       launch_rope_and_cache(qkv, positions, slot_mapping, inv_freq, kv, shape, stream_, pdl_);
@@ -505,9 +507,10 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const W
   // (cuBLASLt into fp32 scratch plus a norm/SwiGLU kernel measured slower at 1-8 rows:
   // bench/NOTES.md, phase 5.)
   run_op("rms_matmul_swiglu", [&] {
+    const bool gemv = gemv_fused_supported(h, weight, GemvFusion::kRmsSwiGlu);
     const LoraShrinkNorm norm{gain, eps};
-    const GemvLora l = lora ? fused_lora_shrink(h, &norm, *lora, w.dim(0)) : GemvLora{};
-    if (!gemv_fused_supported(h, weight, GemvFusion::kRmsSwiGlu)) {
+    const GemvLora l = lora ? fused_lora_operands(h, &norm, *lora, w.dim(0), gemv) : GemvLora{};
+    if (!gemv) {
       const Tensor gate_up = fallback_scratch(h.rows(), w.dim(0));
       matmul_quantized(normed_for_fallback(h, gain, eps), weight, nullptr, gate_up);
       if (lora) fused_lora_expand(l, *lora, gate_up);
@@ -527,19 +530,21 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
                 residual.row_size() == w.dim(0),
             "matmul_add: x (M, K), w (N, K), residual (M, N)");
   run_op("matmul_add", [&] {
-    const GemvLora l = lora ? fused_lora_shrink(x, nullptr, *lora, w.dim(0)) : GemvLora{};
+    const bool cublaslt = add_with_cublaslt_ && weight.format == WeightFormat::kDense &&
+                          x.rows() >= 2 && static_cast<int64_t>(w.bytes()) > gemv_max_weight_bytes_;
+    const bool gemv = !cublaslt && gemv_fused_supported(x, weight, GemvFusion::kAccumulate);
+    const GemvLora l = lora ? fused_lora_operands(x, nullptr, *lora, w.dim(0), gemv) : GemvLora{};
     // With IB_ADD_CUBLASLT=1, from 2 tokens on, a weight above the GEMV's size rule (Llama-3-8B's
     // down projection) goes to cuBLASLt with beta = 1: at 8 tokens 31.7 µs against the GEMV's
     // 36.1 alone (bench/NOTES.md, phase 4), but under programmatic dependent launch, in which
     // cuBLASLt's kernels take no part, the GEMV's step is 1.2 % faster on the seed protocol
     // (bench/results/h200/pdl/default), so the GEMV is the default.
     // (FP8 weights always take the GEMV here.)
-    if (add_with_cublaslt_ && weight.format == WeightFormat::kDense && x.rows() >= 2 &&
-        static_cast<int64_t>(w.bytes()) > gemv_max_weight_bytes_) {
+    if (cublaslt) {
       gemm_->run(x, w, nullptr, residual, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
                  1.0f);
       if (lora) fused_lora_expand(l, *lora, residual);
-    } else if (!gemv_fused_supported(x, weight, GemvFusion::kAccumulate)) {
+    } else if (!gemv) {
       gemm_->run(x, dequantized(weight), nullptr, residual, gemm_workspace_.data(),
                  gemm_workspace_.bytes(), stream_, 1.0f);
       if (lora) fused_lora_expand(l, *lora, residual);

@@ -1,11 +1,11 @@
 // Differential tests of the fused decode ops with a LoRA update (FusedDecodeOps' `lora`,
 // backend/ops.h) against the unfused CPU ops they replace: rms_norm, matmul (+ bias),
 // LoraOps::lora_apply_group on the matmul's output, then rope_and_cache, silu_mul or the residual
-// add. Batches mix three adapter slots and the base model (-1); ranks 16 (the 16-byte epilogue)
-// and 12 (its scalar loop); dense weights with the gain folded (null) and an INT8 W8A16 weight
-// keeping its gain (the shrink applies it); a K the GEMV does not take (the op's unfused
-// fallback, the expand as its own launch); eagerly and replayed from a CUDA graph. bf16 and fp16,
-// the dtype's tolerance of detail/test_support.h.
+// add. Batches mix three adapter slots and the base model (-1); ranks 8, 16 and 64; dense weights
+// with the gain folded (null) and an INT8 W8A16 weight keeping its gain (the shrink applies it);
+// the residual add on cuBLASLt (IB_ADD_CUBLASLT: the op's unfused form, the expand its own
+// launch); the shrink in the GEMV's launch (IB_LORA_IN_GEMV=2) and launched before it (1); eagerly
+// and replayed from a CUDA graph. bf16 and fp16, the dtype's tolerance of detail/test_support.h.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,6 +27,9 @@ class CudaFusedLora : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override { IB_REQUIRE_CUDA(); }
 };
+
+// IB_LORA_IN_GEMV's fused modes: the shrink in the GEMV's launch, and launched before it.
+constexpr int kModes[] = {2, 1};
 
 // S slots' random A (S, R, K) and B (S, N, R) of each target (N, row offset), the slots' scales
 // and the tokens' slot ids (slots 0, 1, 2 and -1 in turn).
@@ -91,7 +94,7 @@ TEST_P(CudaFusedLora, RmsMatmulSwiGluAddsTheUpdateBeforeSwiGlu) {
   struct Case {
     int64_t m, f, k, rank;
   };
-  for (const Case& c : {Case{1, 1000, 512, 16}, Case{5, 72, 128, 12}, Case{8, 1152, 896, 16}}) {
+  for (const Case& c : {Case{1, 1000, 512, 16}, Case{5, 72, 128, 8}, Case{8, 1152, 896, 64}}) {
     Pair h = twin.floats({c.m, c.k}, random_floats(rng, c.m * c.k, -2.0f, 2.0f));
     Pair w = twin.floats({2 * c.f, c.k}, random_floats(rng, 2 * c.f * c.k, -0.1f, 0.1f));
     Pair ones = twin.floats({c.k}, std::vector<float>(static_cast<size_t>(c.k), 1.0f));
@@ -104,14 +107,18 @@ TEST_P(CudaFusedLora, RmsMatmulSwiGluAddsTheUpdateBeforeSwiGlu) {
     cpu_lora_apply(twin, normed.cpu, ad, gate_up.cpu);
     twin.cpu().silu_mul(gate_up.cpu, out.cpu);
     const FusedLora gpu_lora = ad.gpu();
-    eager_and_graph(
-        twin, [] {},
-        [&] { twin.gpu().rms_matmul_swiglu(h.gpu, nullptr, w.gpu, 1e-6f, out.gpu, &gpu_lora); },
-        [&](const char* how) {
-          ASSERT_TRUE(twin.gpu().device_status().ok());
-          EXPECT_LT(twin.error(out), tolerance(GetParam()))
-              << how << " m=" << c.m << " f=" << c.f << " k=" << c.k << " r=" << c.rank;
-        });
+    for (const int mode : kModes) {
+      twin.gpu().set_lora_in_gemv(mode);
+      eager_and_graph(
+          twin, [] {},
+          [&] { twin.gpu().rms_matmul_swiglu(h.gpu, nullptr, w.gpu, 1e-6f, out.gpu, &gpu_lora); },
+          [&](const char* how) {
+            ASSERT_TRUE(twin.gpu().device_status().ok());
+            EXPECT_LT(twin.error(out), tolerance(GetParam()))
+                << how << " mode " << mode << " m=" << c.m << " f=" << c.f << " k=" << c.k
+                << " r=" << c.rank;
+          });
+    }
   }
 }
 
@@ -144,9 +151,12 @@ TEST_P(CudaFusedLora, RmsMatmulSwiGluAppliesTheGainToTheShrink) {
   cpu_lora_apply(twin, normed.cpu, ad, gate_up.cpu);
   twin.cpu().silu_mul(gate_up.cpu, out.cpu);
   const FusedLora gpu_lora = ad.gpu();
-  twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, w_gpu, eps, out.gpu, &gpu_lora);
-  ASSERT_TRUE(twin.gpu().device_status().ok());
-  EXPECT_LT(twin.error(out), tolerance(GetParam()));
+  for (const int mode : kModes) {
+    twin.gpu().set_lora_in_gemv(mode);
+    twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, w_gpu, eps, out.gpu, &gpu_lora);
+    ASSERT_TRUE(twin.gpu().device_status().ok());
+    EXPECT_LT(twin.error(out), tolerance(GetParam())) << "mode " << mode;
+  }
 }
 
 TEST_P(CudaFusedLora, MatmulAddAddsTheUpdateToTheResidual) {
@@ -155,8 +165,10 @@ TEST_P(CudaFusedLora, MatmulAddAddsTheUpdateToTheResidual) {
   struct Case {
     int64_t m, n, k, rank;
   };
-  // K = 100: no GEMV (K % 64), so the op's fallback (a GEMM with beta = 1, then the expand).
-  for (const Case& c : {Case{1, 4096, 4096, 16}, Case{8, 1000, 512, 12}, Case{3, 200, 100, 16}}) {
+  // The last case with IB_ADD_CUBLASLT on: a weight past the GEMV's 64 MiB rule at 4 tokens takes
+  // cuBLASLt with beta = 1, then the expand.
+  for (const Case& c : {Case{1, 4096, 4096, 16}, Case{8, 1000, 512, 8}, Case{4, 4096, 8448, 16}}) {
+    twin.gpu().set_add_with_cublaslt(c.k == 8448);
     const auto res0 = twin.representable(random_floats(rng, c.m * c.n, -2.0f, 2.0f));
     Pair x = twin.floats({c.m, c.k}, random_floats(rng, c.m * c.k));
     Pair w = twin.floats({c.n, c.k}, random_floats(rng, c.n * c.k, -0.05f, 0.05f));
@@ -168,15 +180,20 @@ TEST_P(CudaFusedLora, MatmulAddAddsTheUpdateToTheResidual) {
     std::vector<float> want = twin.cpu_floats(prod.cpu);
     for (size_t i = 0; i < want.size(); ++i) want[i] += res0[i];
     const FusedLora gpu_lora = ad.gpu();
-    eager_and_graph(
-        twin, [&] { twin.gpu().copy_from_host(residual.gpu, res0.data(), DType::kF32); },
-        [&] { twin.gpu().matmul_add(x.gpu, w.gpu, residual.gpu, &gpu_lora); },
-        [&](const char* how) {
-          ASSERT_TRUE(twin.gpu().device_status().ok());
-          EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(GetParam()))
-              << how << " m=" << c.m << " n=" << c.n << " k=" << c.k << " r=" << c.rank;
-        });
+    for (const int mode : kModes) {
+      twin.gpu().set_lora_in_gemv(mode);
+      eager_and_graph(
+          twin, [&] { twin.gpu().copy_from_host(residual.gpu, res0.data(), DType::kF32); },
+          [&] { twin.gpu().matmul_add(x.gpu, w.gpu, residual.gpu, &gpu_lora); },
+          [&](const char* how) {
+            ASSERT_TRUE(twin.gpu().device_status().ok());
+            EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(GetParam()))
+                << how << " mode " << mode << " m=" << c.m << " n=" << c.n << " k=" << c.k
+                << " r=" << c.rank;
+          });
+    }
   }
+  twin.gpu().set_add_with_cublaslt(false);
 }
 
 // q, k and v as three targets of one group: each head's rows rotated after the update, k and v
@@ -218,23 +235,26 @@ TEST_P(CudaFusedLora, RmsMatmulRopeCacheAddsTheUpdateBeforeTheRotation) {
     cpu_lora_apply(twin, normed.cpu, ad, qkv.cpu);
     twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
     const FusedLora gpu_lora = ad.gpu();
-    eager_and_graph(
-        twin,
-        [&] {
-          twin.gpu().copy_from_host(kc.gpu, k0.data(), DType::kF32);
-          twin.gpu().copy_from_host(vc.gpu, v0.data(), DType::kF32);
-        },
-        [&] {
-          twin.gpu().rms_matmul_rope_cache(h.gpu, nullptr, w.gpu, &bias.gpu, 1e-5f, pos.gpu,
-                                           slot.gpu, freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu,
-                                           &gpu_lora);
-        },
-        [&](const char* how) {
-          ASSERT_TRUE(twin.gpu().device_status().ok());
-          EXPECT_LT(twin.error(qkv), tol) << how << " qkv m=" << m;
-          EXPECT_LT(twin.error(kc), tol) << how << " k cache m=" << m;
-          EXPECT_LT(twin.error(vc), tol) << how << " v cache m=" << m;
-        });
+    for (const int mode : kModes) {
+      twin.gpu().set_lora_in_gemv(mode);
+      eager_and_graph(
+          twin,
+          [&] {
+            twin.gpu().copy_from_host(kc.gpu, k0.data(), DType::kF32);
+            twin.gpu().copy_from_host(vc.gpu, v0.data(), DType::kF32);
+          },
+          [&] {
+            twin.gpu().rms_matmul_rope_cache(h.gpu, nullptr, w.gpu, &bias.gpu, 1e-5f, pos.gpu,
+                                             slot.gpu, freq.gpu, {kc.gpu, vc.gpu, 16}, shape,
+                                             qkv.gpu, &gpu_lora);
+          },
+          [&](const char* how) {
+            ASSERT_TRUE(twin.gpu().device_status().ok());
+            EXPECT_LT(twin.error(qkv), tol) << how << " mode " << mode << " qkv m=" << m;
+            EXPECT_LT(twin.error(kc), tol) << how << " k cache m=" << m;
+            EXPECT_LT(twin.error(vc), tol) << how << " v cache m=" << m;
+          });
+    }
   }
 }
 

@@ -144,8 +144,30 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
   }
   const auto tiles = static_cast<unsigned>(gemv_tile_count(kEpilogue, n));
+  if constexpr (NT == 1 && kEpilogue != kGemvStore) {
+    if (lora.slot_ids != nullptr) {
+      // The LoRA variant (GemvLora): its own register budget (2 blocks of 8 warps per SM for the
+      // dense rope / residual GEMVs, 3 for the others, as their base variants run by default),
+      // the staged operands in dynamic shared memory, the shrink's blocks ahead of the tiles.
+      constexpr int kLoraMinBlocks = kDense && kEpilogue != kGemvSwiGlu ? 2 : 3;
+      IB_ASSERT(lora.rank % 8 == 0 && lora.rank <= kGemvLoraMaxRank && m <= 8,
+                "gemv: LoRA ranks are multiples of 8 up to kGemvLoraMaxRank, 8 tokens at most");
+      const size_t smem = gemv_lora_smem_bytes(lora.group.count, lora.rank, sizeof(T));
+      auto lora_kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW,
+                                     kLoraMinBlocks, true>;
+      if (smem > 40 * 1024) {  // with the static part, past the default 48 KB
+        IB_CUDA_CHECK(cudaFuncSetAttribute(lora_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)),
+                      op);
+      }
+      launch_kernel(op, pdl, lora_kernel, dim3(grid_blocks<kW>(tiles) + lora.shrink_blocks),
+                    dim3(kWarps * 32), smem, stream, x_in, w.data.data, bias, out.as<TOut>(), m, n,
+                    k, eps, rc, operands, lora);
+      return;
+    }
+  }
   launch_kernel(op, pdl, kernel, dim3(grid_blocks<kW>(tiles)), dim3(kWarps * 32), 0, stream, x_in,
-                w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands, lora);
+                w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands, GemvLora{});
 }
 
 template <typename T, typename TOut, int NT, int kW>

@@ -9,14 +9,14 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/lora_kernels.h"
+#include "backend/cuda/detail/lora_shrink.cuh"
 #include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
 namespace {
 
-constexpr int kShrinkThreads = 256;  // a shrink block's warps split K between them
-constexpr int kShrinkWarps = kShrinkThreads / 32;
-constexpr int kShrinkRows = 4;       // rows of the group's G x R a shrink block computes
+constexpr int kShrinkThreads = kLoraShrinkThreads;
+constexpr int kShrinkRows = kLoraShrinkRows;
 constexpr int kExpandThreads = 256;  // output columns of an expand block, one a thread
 constexpr int kExpandTokens = 8;     // tokens an expand block adds into its columns
 // Up to this many tokens the shrink takes one token per block (decode: more blocks in flight);
@@ -27,166 +27,13 @@ constexpr int kShrinkTile = 8;
 // Tokens per chunk at most (grid limits: 65,535 expand blocks along y).
 constexpr int64_t kMaxChunkTokens = int64_t{1} << 16;
 
-// v[g] of a kernel parameter's array, by selects: an indexed load would copy the whole
-// parameter struct to local memory first.
-static_assert(LoraOps::kMaxLoraGroup == 3, "pick() selects among three targets");
-template <typename V>
-__device__ __forceinline__ V pick(const V (&v)[LoraOps::kMaxLoraGroup], int g) {
-  return g == 0 ? v[0] : g == 1 ? v[1] : v[2];
-}
-
-// V elements of T from p as floats: one 16-byte load (V = kVec16<T>) or one element.
-template <typename T, int V>
-__device__ __forceinline__ void load_f32(const T* p, float (&out)[V]) {
-  if constexpr (V == 1) {
-    out[0] = to_f32(*p);
-  } else {
-    load16_f32<T>(p, out);
-  }
-}
-
-// p's cache line into L2 (a hint: no register waits for it).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
-// Block (tile, row_block) of the shrink's grid (token tiles of TT, blocks of kShrinkRows rows of
-// the group's G x R) computes rows [row_block * kShrinkRows, +kShrinkRows) (target g = row / R,
-// rank row r = row % R) for the tile's tokens, u[t][row] = a_g[slot(t)][r] . x[t] in fp32; its
-// threads split K (few dependent loads each: a decode step's shrink is latency-bound) and the
-// warps' sums meet in shared memory. Rows of a token of slot -1 (or beyond the stacks) are left
-// unwritten: the expand skips it. kNorm (one token a tile): x[t] stands for rms_norm(x[t]) * gain
-// (gain null: ones), the fused decode GEMVs' input: the block sums the token's squares as it
-// goes and scales its sums by 1 / rms at the end.
-template <typename T, int V, int TT, bool kNorm = false>
-__device__ __forceinline__ void shrink_block(const T* __restrict__ x, int64_t k,
-                                             const int32_t* __restrict__ slot_ids, int64_t tokens,
-                                             const LoraGroupPtrs& group, int rank, int num_slots,
-                                             float* u, unsigned tile, unsigned row_block,
-                                             const T* __restrict__ gain = nullptr,
-                                             float eps = 0.0f) {
-  static_assert(!kNorm || TT == 1, "the norm's shrink takes one token a block");
-  __shared__ float partial[kShrinkWarps][kShrinkRows * TT];
-  __shared__ float ss_partial[kNorm ? kShrinkWarps : 1];
-  [[maybe_unused]] float ss = 0.0f;  // kNorm: this thread's share of the token's squares
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int group_rank = group.count * rank;
-  const int row0 = static_cast<int>(row_block) * kShrinkRows;
-  const int64_t t0 = int64_t{tile} * TT;
-  const int64_t slot_stride = int64_t{rank} * k;  // elements between two slots' A
-  const T* a_row[kShrinkRows];  // slot 0's A row of each of the block's rows; null past the end
-#pragma unroll
-  for (int j = 0; j < kShrinkRows; ++j) {
-    const int row = row0 + j;
-    const int g = row / rank;
-    a_row[j] =
-        row < group_rank ? static_cast<const T*>(pick(group.a, g)) + (row % rank) * k : nullptr;
-  }
-  int slot[TT];
-  const T* xr[TT];
-#pragma unroll
-  for (int i = 0; i < TT; ++i) {
-    const int64_t t = t0 + i;
-    const int s = t < tokens ? slot_ids[t] : -1;
-    slot[i] = s < num_slots ? s : -1;
-    xr[i] = x + (t < tokens ? t : t0) * k;
-  }
-  // Under programmatic dependent launch (detail/pdl.cuh) the block starts while the kernel that
-  // writes x finishes: the first token's A rows (weights) go to L2 meanwhile; slot ids were
-  // uploaded before the step's first kernel. x and u only after pdl_wait().
-  if (slot[0] >= 0) {
-    for (int64_t c = int64_t{threadIdx.x} * V; c < k; c += int64_t{kShrinkThreads} * V) {
-#pragma unroll
-      for (int j = 0; j < kShrinkRows; ++j) {
-        if (a_row[j] != nullptr) prefetch_l2(a_row[j] + slot[0] * slot_stride + c);
-      }
-    }
-  }
-  pdl_wait();
-  pdl_trigger();
-  float acc[kShrinkRows][TT];
-#pragma unroll
-  for (int j = 0; j < kShrinkRows; ++j) {
-#pragma unroll
-    for (int i = 0; i < TT; ++i) acc[j][i] = 0.0f;
-  }
-  // At decode (TT = 1) four chunks' loads go out together (K = 14,336 is 7 chunks at bf16).
-#pragma unroll(TT == 1 ? 4 : 1)
-  for (int64_t c = int64_t{threadIdx.x} * V; c < k; c += int64_t{kShrinkThreads} * V) {
-    float av[kShrinkRows][V] = {};
-    int cur = -1;  // the slot whose A elements av holds (uniform across the block)
-#pragma unroll
-    for (int i = 0; i < TT; ++i) {
-      if (slot[i] < 0) continue;
-      if (slot[i] != cur) {
-        cur = slot[i];
-#pragma unroll
-        for (int j = 0; j < kShrinkRows; ++j) {
-          if (a_row[j] != nullptr) load_f32<T, V>(a_row[j] + cur * slot_stride + c, av[j]);
-        }
-      }
-      float xv[V];
-      load_f32<T, V>(xr[i] + c, xv);
-      if constexpr (kNorm) {
-        float gv[V];
-        if (gain != nullptr) {
-          load_f32<T, V>(gain + c, gv);
-        } else {
-#pragma unroll
-          for (int v = 0; v < V; ++v) gv[v] = 1.0f;
-        }
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          ss += xv[v] * xv[v];
-          xv[v] *= gv[v];
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kShrinkRows; ++j) {
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[j][i] += av[j][v] * xv[v];
-      }
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kShrinkRows; ++j) {
-#pragma unroll
-    for (int i = 0; i < TT; ++i) {
-      const float sum = warp_sum(acc[j][i]);
-      if (lane == 0) partial[warp][j * TT + i] = sum;
-    }
-  }
-  if constexpr (kNorm) {
-    const float sum = warp_sum(ss);
-    if (lane == 0) ss_partial[warp] = sum;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < kShrinkRows * TT; e += kShrinkThreads) {
-    const int j = e / TT, i = e % TT;
-    const int64_t t = t0 + i;
-    if (row0 + j >= group_rank || t >= tokens) continue;
-    const int s = slot_ids[t];
-    if (s < 0 || s >= num_slots) continue;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kShrinkWarps; ++w) sum += partial[w][e];
-    if constexpr (kNorm) {
-      float total = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kShrinkWarps; ++w) total += ss_partial[w];
-      sum *= rsqrtf(total / static_cast<float>(k) + eps);
-    }
-    u[t * group_rank + row0 + j] = sum;
-  }
-}
-
 template <typename T, int V, int TT, bool kNorm = false>
 __global__ void __launch_bounds__(kShrinkThreads)
     lora_shrink_kernel(const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids,
                        int64_t tokens, LoraGroupPtrs group, int rank, int num_slots, float* u,
                        const T* __restrict__ gain, float eps) {
-  shrink_block<T, V, TT, kNorm>(x, k, slot_ids, tokens, group, rank, num_slots, u, blockIdx.x,
-                                blockIdx.y, gain, eps);
+  lora_shrink_block<T, V, TT, kNorm>(x, k, slot_ids, tokens, group, rank, num_slots, u, blockIdx.x,
+                                     blockIdx.y, gain, eps);
 }
 
 // u[i] for the expand: through L2 when the shrink ran in the same launch (IB_LORA_FUSED: another
@@ -244,10 +91,10 @@ __device__ __forceinline__ void expand_block(const float* u, const int32_t* __re
       g = 2;
     }
   }
-  const int64_t n_g = pick(group.n, g);
+  const int64_t n_g = lora_pick(group.n, g);
   if (n >= n_g) return;
-  const T* b = static_cast<const T*>(pick(group.b, g));
-  T* col = out + pick(group.row_offset, g) + n;
+  const T* b = static_cast<const T*>(lora_pick(group.b, g));
+  T* col = out + lora_pick(group.row_offset, g) + n;
   float acc[kExpandTokens];
 #pragma unroll
   for (int i = 0; i < kExpandTokens; ++i) acc[i] = 0.0f;
@@ -261,7 +108,7 @@ __device__ __forceinline__ void expand_block(const float* u, const int32_t* __re
       if (s < 0) continue;
       if (s != cur) {
         cur = s;
-        load_f32<T, V>(b + (int64_t{s} * n_g + n) * rank + r, bv);
+        lora_load_f32<T, V>(b + (int64_t{s} * n_g + n) * rank + r, bv);
       }
       const float* ut = u_s + i * group_rank + g * rank + r;
 #pragma unroll
@@ -313,8 +160,8 @@ __global__ void __launch_bounds__(kShrinkThreads)
   const unsigned b = ticket;
   const unsigned num_shrink = shrink_tiles * shrink_row_blocks;
   if (b < num_shrink) {
-    shrink_block<T, V, TT>(x, k, slot_ids, tokens, group, rank, num_slots, u, b % shrink_tiles,
-                           b / shrink_tiles);
+    lora_shrink_block<T, V, TT>(x, k, slot_ids, tokens, group, rank, num_slots, u, b % shrink_tiles,
+                                b / shrink_tiles);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) atomicAdd(counters + 1, 1u);
@@ -418,6 +265,18 @@ void launch_expand(const float* u, const int32_t* ids, int64_t tokens, const Lor
 int64_t lora_chunk_tokens(int64_t group_rank, size_t workspace_bytes) {
   const int64_t per_token = std::max<int64_t>(group_rank, 1) * static_cast<int64_t>(sizeof(float));
   return std::min(static_cast<int64_t>(workspace_bytes) / per_token, kMaxChunkTokens);
+}
+
+unsigned lora_shrink_blocks(int64_t tokens, int count, int64_t rank) {
+  return static_cast<unsigned>(tokens) * blocks_for(int64_t{count} * rank, kShrinkRows);
+}
+
+bool lora_shrink_in_gemv_ok(const Tensor& x, const Tensor* gain, const LoraGroupPtrs& group) {
+  bool ok = false;
+  IB_DISPATCH_FLOAT(x.dtype, T, {
+    ok = sizeof(T) == 2 && shrink_vectorized<T>(x, group, gain ? gain->as<const T>() : nullptr);
+  });
+  return ok;
 }
 
 void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tensor& slot_ids,

@@ -76,25 +76,40 @@ void CudaBackend::lora_apply_group(const Tensor& x, const Tensor& slot_ids,
   });
 }
 
-GemvLora CudaBackend::fused_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm,
-                                        const FusedLora& lora, int64_t out_row_size) {
+GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm* norm,
+                                          const FusedLora& lora, int64_t out_row_size, bool gemv) {
   const CheckedGroup g =
       checked_group(dtype_, x, lora.slot_ids, lora.targets, lora.scales, x.rows(), out_row_size);
+  IB_ASSERT(fused_lora(g.rank) && x.rows() <= 8,
+            "fused LoRA: ranks a multiple of 8 up to kGemvLoraMaxRank, 8 tokens at most");
   IB_ASSERT(lora_chunk_tokens(g.ptrs.count * g.rank, attention_workspace_.bytes()) >= x.rows(),
             "fused LoRA: the step's shrunk rows exceed the workspace");
-  if (norm != nullptr && norm->gain != nullptr) {
-    IB_ASSERT(norm->gain->dtype == dtype_ && norm->gain->numel() == x.row_size(),
+  const Tensor* gain = norm != nullptr ? norm->gain : nullptr;
+  if (gain != nullptr) {
+    IB_ASSERT(gain->dtype == dtype_ && gain->numel() == x.row_size(),
               "fused LoRA: gain (K) in act");
   }
   GemvLora l;
   l.group = g.ptrs;
   l.slot_ids = lora.slot_ids.as<int32_t>();
   l.scales = lora.scales.as<float>();
-  l.u = static_cast<const float*>(attention_workspace_.data());
+  l.u = static_cast<float*>(attention_workspace_.data());
   l.rank = static_cast<int>(g.rank);
   l.num_slots = static_cast<int>(g.slots);
-  launch_lora_shrink(x, norm, lora.slot_ids, g.ptrs, g.rank, g.slots,
-                     static_cast<float*>(attention_workspace_.data()), stream_, pdl_ && lora_pdl_);
+  if (gemv && lora_in_gemv_ == 2 && lora_shrink_in_gemv_ok(x, gain, g.ptrs)) {
+    // Two GEMVs launched back to back overlap under PDL: counter sets 1 and 2 in turn.
+    const unsigned set = 1 + (lora_gemv_launches_++ % 2);
+    l.shrink_blocks = lora_shrink_blocks(x.rows(), g.ptrs.count, g.rank);
+    l.counters = static_cast<unsigned*>(lora_counters_.data()) + set * 3;
+    l.x = x.data;
+    l.gain = gain != nullptr ? gain->data : nullptr;
+    l.eps = norm != nullptr ? norm->eps : 0.0f;
+    l.k = x.row_size();
+    l.tokens = static_cast<int>(x.rows());
+    return l;
+  }
+  launch_lora_shrink(x, norm, lora.slot_ids, g.ptrs, g.rank, g.slots, l.u, stream_,
+                     pdl_ && lora_pdl_);
   return l;
 }
 

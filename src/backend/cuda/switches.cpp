@@ -43,7 +43,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_gemv_swiglu_min_blocks(static_cast<int>(s.gemv_swiglu_blocks.value_or(3)));
   if (s.lora_fused) backend.set_lora_fused(*s.lora_fused == 1);
   if (s.lora_pdl) backend.set_lora_pdl(*s.lora_pdl == 1);
-  if (s.lora_in_gemv) backend.set_lora_in_gemv(*s.lora_in_gemv == 1);
+  if (s.lora_in_gemv) backend.set_lora_in_gemv(static_cast<int>(*s.lora_in_gemv));
   if (s.matmul_tuning == "0") backend.set_tuning(false);
   if (s.matmul_tuning == "gemv") {
     backend.set_gemv_max_m(8);
@@ -67,7 +67,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_GEMV_SWIGLU_BLOCKS", {std::to_string(gemv_swiglu_min_blocks())}},
       {"IB_LORA_FUSED", {flag(lora_fused_)}},
       {"IB_LORA_PDL", {flag(lora_pdl_)}},
-      {"IB_LORA_IN_GEMV", {flag(lora_in_gemv_)}},
+      {"IB_LORA_IN_GEMV", {std::to_string(lora_in_gemv_)}},
   };
   for (auto& [name, setting] : out) setting.from_env = switches_from_env_.count(name) == 1;
   check_kernel_switch_report(out, "cuda");

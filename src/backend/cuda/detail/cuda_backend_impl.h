@@ -39,6 +39,9 @@ class CudaBackend final : public Backend,
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
   static constexpr size_t kStagingBytes = size_t{16} << 20;
   static constexpr size_t kAttentionCounterBytes = size_t{1} << 20;  // split-KV merge counters
+  // LoRA block tickets, zero between launches, three sets of kLoraFusedCounterBytes: set 0
+  // IB_LORA_FUSED's (lora.cu), sets 1 and 2 the LoRA GEMVs' in turn (GemvLora).
+  static constexpr size_t kLoraCounterBytes = 3 * kLoraFusedCounterBytes;
   // Activations quantized (W8A8) or normalised (W8A16) for the GEMV and cuBLASLt, allocated with
   // the first quantized weight: the row scales first, then the rows.
   static constexpr int64_t kQuantScratchBytes = int64_t{64} << 20;
@@ -88,7 +91,9 @@ class CudaBackend final : public Backend,
                          int64_t intermediate_size) const override;
   bool fused_decode(int64_t num_tokens) const override;
   FusedDecodeOps* fused_decode_ops() override { return this; }
-  bool fused_lora() const override { return lora_in_gemv_; }
+  bool fused_lora(int64_t rank) const override {
+    return lora_in_gemv_ > 0 && rank % 8 == 0 && rank <= kGemvLoraMaxRank;
+  }
   void rms_matmul_rope_cache(const Tensor& h, const Tensor* gain, const WeightRef& w,
                              const Tensor* bias, float eps, const Tensor& positions,
                              const Tensor& slot_mapping, const Tensor& inv_freq,
@@ -178,8 +183,9 @@ class CudaBackend final : public Backend,
   // (IB_LORA_PDL, default 1; bench/NOTES.md "LoRA decode: a kernel timeline").
   void set_lora_pdl(bool on) { lora_pdl_ = on; }
   // Decode steps with adapters on the fused decode ops, each LoRA update's expand in the GEMV's
-  // epilogue after a shrink (IB_LORA_IN_GEMV, default 1); 0: on the unfused ops and LoraOps.
-  void set_lora_in_gemv(bool on) { lora_in_gemv_ = on; }
+  // epilogue (IB_LORA_IN_GEMV): 2 (the default) the shrink's blocks in the GEMV's launch, 1 a
+  // shrink launch before it, 0 the unfused ops and LoraOps.
+  void set_lora_in_gemv(int mode) { lora_in_gemv_ = mode; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
   // steps of at most this many sequences (0: never). Default 8, measured best of 1, 8, 32 and
   // 256: +2 % at batch 1 and on the seed's batch 8, even on the continuous run, -3 % when every
@@ -227,11 +233,12 @@ class CudaBackend final : public Backend,
   // w (W8A16, 4-bit) dequantized into dequant_scratch_, in x's column order.
   Tensor dequantized(const WeightRef& w);
   Tensor normed_for_fallback(const Tensor& h, const Tensor* gain, float eps);
-  // A fused decode op's LoRA update (FusedLora): its shrink launched (of x, or with norm of
-  // rms_norm(x) * gain) into the attention workspace, and the GEMV epilogue's operands for an
-  // output of out_row_size columns (lora_ops.cpp).
-  GemvLora fused_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const FusedLora& lora,
-                             int64_t out_row_size);
+  // A fused decode op's LoRA update (FusedLora) for an output of out_row_size columns: the GEMV
+  // epilogue's operands (GemvLora, u in the attention workspace), the shrink (of x, or with norm
+  // of rms_norm(x) * gain) either among the GEMV's blocks (IB_LORA_IN_GEMV=2, where the op runs
+  // its GEMV and the 16-byte shrink applies) or launched now (lora_ops.cpp).
+  GemvLora fused_lora_operands(const Tensor& x, const LoraShrinkNorm* norm, const FusedLora& lora,
+                               int64_t out_row_size, bool gemv);
   // That update's expand into out (T, out_row_size), for the fused ops' unfused fallbacks.
   void fused_lora_expand(const GemvLora& l, const FusedLora& lora, Tensor out);
   Tensor fallback_scratch(int64_t rows, int64_t cols);
@@ -254,7 +261,7 @@ class CudaBackend final : public Backend,
   Buffer attention_workspace_;
   Buffer staging_;
   Buffer attention_counters_;
-  Buffer lora_counters_;  // IB_LORA_FUSED's block tickets (lora.cu), zero between launches
+  Buffer lora_counters_;  // kLoraCounterBytes
   Buffer quant_scratch_;
   Buffer dequant_scratch_;  // W8A16 / 4-bit above the GEMV's rows: the weight in the act dtype
   Buffer int32_scratch_;    // INT8 W8A8 above the GEMV's rows: cuBLASLt's int32 sums
@@ -275,7 +282,8 @@ class CudaBackend final : public Backend,
   bool fused_ = true;
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
-  bool lora_in_gemv_ = true;
+  int lora_in_gemv_ = 2;
+  unsigned lora_gemv_launches_ = 0;  // alternates the GEMVs' counter sets
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.

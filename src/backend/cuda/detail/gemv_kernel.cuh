@@ -44,6 +44,7 @@
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/gemv_int4.cuh"
 #include "backend/cuda/detail/lora_kernels.h"
+#include "backend/cuda/detail/lora_shrink.cuh"
 #include "backend/cuda/detail/mma.cuh"
 #include "backend/cuda/detail/pdl.cuh"
 
@@ -97,43 +98,114 @@ struct GemvQuant {
   const float* g_absmax = nullptr;  // kGemvNf4: (N, K / 64) f32
 };
 
-// v[g] of a kernel parameter's array by selects (an indexed load would copy the parameter struct
-// to local memory first).
-template <typename V>
-__device__ __forceinline__ V gemv_lora_pick(const V (&v)[LoraOps::kMaxLoraGroup], int g) {
-  return g == 0 ? v[0] : g == 1 ? v[1] : v[2];
+// kLora (GemvLora, lora_kernels.h): a block's LoRA operands in shared memory. The dynamic part
+// (gemv_lora_smem_bytes) holds u (8 tokens x G R fp32) then B (8 tokens x 16 tile rows x R);
+// tile row j is the row result(token, j) of the epilogue computes (j < 8: the lane row r = j's
+// row_a, else r = j - 8's row_b).
+template <typename T>
+struct GemvLoraSmem {
+  float* u;      // (8, G R)
+  T* b;          // (8, 16, R)
+  int* slot;     // (8) the token's slot, -1: none
+  float* scale;  // (8) its scale
+  int* target;   // (16) the tile row's target, -1: none
+};
+
+// The tile's slots, scales, row targets (row_of(j): the tile row's weight row), then each
+// token's slot's B rows by cp.async (waited for in the epilogue). The whole block calls it.
+template <typename T, typename RowOf>
+__device__ __forceinline__ void gemv_lora_stage_b(const GemvLora& l, int m, const RowOf& row_of,
+                                                  const GemvLoraSmem<T>& sm) {
+  const LoraGroupPtrs& grp = l.group;
+  if (threadIdx.x < 8) {
+    const int t = static_cast<int>(threadIdx.x);
+    int s = t < m ? l.slot_ids[t] : -1;
+    if (s >= l.num_slots) s = -1;
+    sm.slot[t] = s;
+    sm.scale[t] = s >= 0 ? l.scales[s] : 0.0f;
+  } else if (threadIdx.x < 8 + kGemvRows) {
+    const int j = static_cast<int>(threadIdx.x) - 8;
+    const int64_t row = row_of(j);
+    int g = -1;
+#pragma unroll
+    for (int i = 0; i < LoraOps::kMaxLoraGroup; ++i) {
+      if (i < grp.count && row >= grp.row_offset[i] && row < grp.row_offset[i] + grp.n[i]) g = i;
+    }
+    sm.target[j] = g;
+  }
+  __syncthreads();
+  constexpr int kPerCopy = 16 / static_cast<int>(sizeof(T));
+  const int copies = l.rank / kPerCopy;  // per row
+  for (int e = static_cast<int>(threadIdx.x); e < 8 * kGemvRows * copies;
+       e += static_cast<int>(blockDim.x)) {
+    const int t = e / (kGemvRows * copies), j = (e / copies) % kGemvRows, c = e % copies;
+    const int s = sm.slot[t], g = sm.target[j];
+    if (s < 0 || g < 0) continue;
+    const int64_t n = row_of(j) - lora_pick(grp.row_offset, g);
+    const T* src = static_cast<const T*>(lora_pick(grp.b, g)) +
+                   (int64_t{s} * lora_pick(grp.n, g) + n) * l.rank + c * kPerCopy;
+    cp_async16(sm.b + (t * kGemvRows + j) * l.rank + c * kPerCopy, src, true);
+  }
+  cp_async_commit();
 }
 
-// The LoRA term of (token, output row) (GemvLora, lora_kernels.h), fp32: 0 for a base token or a
-// row no target covers.
-template <typename T>
-__device__ __forceinline__ float gemv_lora_term(const GemvLora& l, int token, int64_t row) {
-  const int s = l.slot_ids[token];
-  if (s < 0 || s >= l.num_slots) return 0.0f;
-  const LoraGroupPtrs& grp = l.group;
-  int g = -1;
-#pragma unroll
-  for (int i = 0; i < LoraOps::kMaxLoraGroup; ++i) {
-    if (i < grp.count && row >= grp.row_offset[i] && row < grp.row_offset[i] + grp.n[i]) g = i;
-  }
-  if (g < 0) return 0.0f;
-  const int64_t n = row - gemv_lora_pick(grp.row_offset, g);
-  const T* b = static_cast<const T*>(gemv_lora_pick(grp.b, g)) +
-               (int64_t{s} * gemv_lora_pick(grp.n, g) + n) * l.rank;
-  const float* u = l.u + (int64_t{token} * grp.count + g) * l.rank;
-  float sum = 0.0f;
-  constexpr int kV = kVec16<T>;
-  int r = 0;
-  if (l.rank % kV == 0 && aligned16(b)) {
-    for (; r < l.rank; r += kV) {
-      float bv[kV];
-      load16_f32<T>(b + r, bv);
-#pragma unroll
-      for (int v = 0; v < kV; ++v) sum += bv[v] * __ldg(u + r + v);
+// Before the first epilogue: the shrink's blocks of this launch done (thread 0 waits for their
+// count), then the tokens' rows of u into shared memory (through L2: other blocks wrote them).
+__device__ __forceinline__ void gemv_lora_stage_u(const GemvLora& l, int m, float* u_s,
+                                                  const int* slot_s) {
+  if (l.shrink_blocks > 0) {
+    if (threadIdx.x == 0) {
+      while (*static_cast<volatile unsigned*>(l.counters + 1) < l.shrink_blocks) __nanosleep(32);
+      __threadfence();
     }
+    __syncthreads();
   }
-  for (; r < l.rank; ++r) sum += to_f32(b[r]) * __ldg(u + r);
-  return __ldg(l.scales + s) * sum;
+  const int gr = l.group.count * l.rank;
+  for (int e = static_cast<int>(threadIdx.x); e < 8 * gr; e += static_cast<int>(blockDim.x)) {
+    const int t = e / gr;
+    u_s[e] = t < m && slot_s[t] >= 0 ? __ldcg(l.u + int64_t{t} * gr + e % gr) : 0.0f;
+  }
+}
+
+// The LoRA term of (token, tile row j), fp32: 0 for a base token or a row no target covers.
+template <typename T>
+__device__ __forceinline__ float gemv_lora_term(const GemvLora& l, const GemvLoraSmem<T>& sm,
+                                                int token, int j) {
+  const int g = sm.target[j];
+  if (sm.slot[token] < 0 || g < 0) return 0.0f;
+  const T* b = sm.b + (token * kGemvRows + j) * l.rank;
+  const float* u = sm.u + (token * l.group.count + g) * l.rank;
+  constexpr int kV = kVec16<T>;
+  float sum = 0.0f;
+  for (int r = 0; r < l.rank; r += kV) {
+    float bv[kV];
+    load16_f32<T>(b + r, bv);
+#pragma unroll
+    for (int v = 0; v < kV; ++v) sum += bv[v] * u[r + v];
+  }
+  return sm.scale[token] * sum;
+}
+
+// A shrink block of the GEMV's launch (ticket b < shrink_blocks): one token's kLoraShrinkRows rows
+// of u, then counted done.
+template <typename T, bool kNorm>
+__device__ __forceinline__ void gemv_lora_shrink(const GemvLora& l, unsigned b) {
+  const auto tokens = static_cast<unsigned>(l.tokens);
+  lora_shrink_block<T, kVec16<T>, 1, kNorm>(static_cast<const T*>(l.x), l.k, l.slot_ids, l.tokens,
+                                            l.group, l.rank, l.num_slots, l.u, b % tokens,
+                                            b / tokens, static_cast<const T*>(l.gain), l.eps);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(l.counters + 1, 1u);
+}
+
+// Every block of a launch with shrink blocks ends here: the last one resets the counters.
+__device__ __forceinline__ void gemv_lora_block_done(const GemvLora& l) {
+  if (threadIdx.x == 0 && atomicAdd(l.counters + 2, 1u) == gridDim.x - 1) {
+    l.counters[0] = 0;
+    l.counters[1] = 0;
+    l.counters[2] = 0;
+  }
 }
 
 // kFp8: the lane's 16 bytes of already quantized x per n-tile at element offset kk.
@@ -286,23 +358,26 @@ __host__ __device__ inline int gemv_tile_count(int epilogue, int n) {
 }
 
 // The block's results for row tile `tile` (rows from n0) from the warps' partial sums: the
-// epilogue of gemv_kernel (kRms: inv_rms per token; the quantized formats' row scales).
-template <typename T, typename TOut, int NT, int kWarps, int kEpilogue, bool kRms, int kW>
+// epilogue of gemv_kernel (kRms: inv_rms per token; the quantized formats' row scales; kLora: the
+// LoRA term of each result, from the operands staged in lsm).
+template <typename T, typename TOut, int NT, int kWarps, int kEpilogue, bool kRms, int kW,
+          bool kLora>
 __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT][4][32],
                                               const float* w_scale, const int* w_row_sum,
                                               const float* inv_rms, int tile, int64_t n0,
                                               const T* __restrict__ bias, TOut* __restrict__ out,
                                               int m, int n, const GemvRopeCache& rc,
-                                              const GemvQuant& fp8, const GemvLora& lora) {
+                                              const GemvQuant& fp8, const GemvLora& lora,
+                                              const GemvLoraSmem<T>& lsm) {
   constexpr bool kXq = kW == kGemvFp8 || kW == kGemvInt8A8;
   constexpr bool kSwiGlu = kEpilogue == kGemvSwiGlu;
   [[maybe_unused]] const int n_out = kSwiGlu ? n / 2 : n;
-  // The fused epilogues' LoRA term (none on the plain store).
-  const auto lora_term = [&](int token, int64_t row) {
-    if constexpr (kEpilogue == kGemvStore) {
-      return 0.0f;
+  // The LoRA term of (token, tile row j) (result()'s row convention).
+  const auto lora_term = [&](int token, int j) {
+    if constexpr (kLora) {
+      return gemv_lora_term<T>(lora, lsm, token, j);
     } else {
-      return lora.slot_ids != nullptr ? gemv_lora_term<T>(lora, token, row) : 0.0f;
+      return 0.0f;
     }
   };
   // The block's result for (token, row of the 16-row tile).
@@ -345,8 +420,8 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
         a += to_f32(bias[n0 + da]);
         b += to_f32(bias[n0 + db]);
       }
-      a += lora_term(token, n0 + da);
-      b += lora_term(token, n0 + db);
+      a += lora_term(token, i);
+      b += lora_term(token, i + 8);
       if (!is_v) {
         float sn, cs;
         sincosf(static_cast<float>(rc.positions[token]) * rc.inv_freq[da], &sn, &cs);
@@ -389,8 +464,8 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
         g += to_f32(bias[feature]);
         u += to_f32(bias[n_out + feature]);
       }
-      g += lora_term(token, feature);
-      u += lora_term(token, n_out + feature);
+      g += lora_term(token, j);
+      u += lora_term(token, j + 8);
       out[int64_t{token} * n_out + feature] = from_f32<TOut>(g / (1.0f + expf(-g)) * u);
     }
   } else {
@@ -402,7 +477,7 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
       if (token >= m || feature >= n) continue;
       float sum = result(token, row);
       if (bias) sum += to_f32(bias[feature]);
-      sum += lora_term(token, feature);
+      sum += lora_term(token, row);
       TOut* dst = out + int64_t{token} * n + feature;
       if constexpr (kEpilogue == kGemvAccumulate) sum += to_f32(*dst);
       *dst = from_f32<TOut>(sum);
@@ -428,7 +503,7 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
 // dense variants' register use to the compiler (92-118 registers: 2 blocks of 8 warps per SM).
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
           int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense,
-          int kMinBlocks = kW == kGemvDense ? 1 : 3>
+          int kMinBlocks = kW == kGemvDense ? 1 : 3, bool kLora = false>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
@@ -442,6 +517,38 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   static_assert(!kQuant || !kAdjacent, "the quantized variants stream interleaved steps");
   static_assert(!(kRms && (kW == kGemvInt8 || kInt4)),
                 "W8A16 and the 4-bit formats take x normalised before the kernel");
+  static_assert(!kLora || (NT == 1 && kEpilogue != kGemvStore), "LoRA: the fused decode GEMVs");
+  // kLora with the shrink's blocks in this launch: the block's ticket (GemvLora) says whether it
+  // runs one of them or which row tiles it takes.
+  int tile_begin = static_cast<int>(blockIdx.x), tile_step = static_cast<int>(gridDim.x);
+  if constexpr (kLora) {
+    static_assert(kWarps * 32 == kLoraShrinkThreads, "the shrink's blocks are the GEMV's");
+    if (lora.shrink_blocks > 0) {
+      __shared__ unsigned ticket;
+      if (threadIdx.x == 0) ticket = atomicAdd(lora.counters, 1u);
+      __syncthreads();
+      const unsigned b = ticket;
+      if (b < lora.shrink_blocks) {
+        gemv_lora_shrink<T, kEpilogue != kGemvAccumulate>(lora, b);
+        gemv_lora_block_done(lora);
+        return;
+      }
+      tile_begin = static_cast<int>(b - lora.shrink_blocks);
+      tile_step = static_cast<int>(gridDim.x - lora.shrink_blocks);
+    }
+  }
+  [[maybe_unused]] GemvLoraSmem<T> lsm{};
+  if constexpr (kLora) {
+    extern __shared__ __align__(16) unsigned char gemv_lora_smem[];
+    __shared__ int lora_slot[8];
+    __shared__ float lora_scale[8];
+    __shared__ int lora_target[kGemvRows];
+    lsm.u = reinterpret_cast<float*>(gemv_lora_smem);
+    lsm.b = reinterpret_cast<T*>(gemv_lora_smem + sizeof(float) * 8 * lora.group.count * lora.rank);
+    lsm.slot = lora_slot;
+    lsm.scale = lora_scale;
+    lsm.target = lora_target;
+  }
   const T* __restrict__ x = static_cast<const T*>(x_raw);
   using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
   // 16-byte loads per row and step. Every quantized format reads kGemvStepK bytes of a row per
@@ -457,35 +564,37 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int n_out = kSwiGlu ? n / 2 : n;  // output features
   const int tiles = gemv_tile_count(kEpilogue, n);
   // The weight rows of row tile `tile` (one block's 16 rows, or a persistent block's current
-  // tile). Rows and tokens past the end read row 0 / token 0: their results are never stored.
+  // tile) for lane row lr (tile_rows: this lane's). Rows and tokens past the end read row 0 /
+  // token 0: their results are never stored.
   struct TileRows {
     int64_t n0, row_a, row_b;
   };
-  const auto tile_rows = [&](int tile) {
+  const auto tile_rows_of = [&](int tile, int lr) {
     TileRows t;
     if constexpr (kSwiGlu) {
       t.n0 = int64_t{tile} * (kGemvRows / 2);
-      t.row_a = t.n0 + r < n_out ? t.n0 + r : 0;
-      t.row_b = t.n0 + r < n_out ? n_out + t.n0 + r : 0;
+      t.row_a = t.n0 + lr < n_out ? t.n0 + lr : 0;
+      t.row_b = t.n0 + lr < n_out ? n_out + t.n0 + lr : 0;
     } else if constexpr (kEpilogue == kGemvRopeCache) {
       const int per_head = rc.head_dim / kGemvRows;
       const int head = tile / per_head;
       const int j = tile % per_head;
       t.n0 = int64_t{head} * rc.head_dim;  // the head's first row
       if (head < rc.num_heads + rc.num_kv_heads) {
-        t.row_a = t.n0 + j * 8 + r;
+        t.row_a = t.n0 + j * 8 + lr;
         t.row_b = t.row_a + rc.head_dim / 2;
       } else {
-        t.row_a = t.n0 + j * kGemvRows + r;
+        t.row_a = t.n0 + j * kGemvRows + lr;
         t.row_b = t.row_a + 8;
       }
     } else {
       t.n0 = int64_t{tile} * kGemvRows;
-      t.row_a = t.n0 + r < n ? t.n0 + r : 0;
-      t.row_b = t.n0 + r + 8 < n ? t.n0 + r + 8 : 0;
+      t.row_a = t.n0 + lr < n ? t.n0 + lr : 0;
+      t.row_b = t.n0 + lr + 8 < n ? t.n0 + lr + 8 : 0;
     }
     return t;
   };
+  const auto tile_rows = [&](int tile) { return tile_rows_of(tile, r); };
   const int64_t w_row = kInt4 ? k / 2 : k;  // elements (bytes) per weight row
   const T* x_ptr[NT];
 #pragma unroll
@@ -544,8 +653,17 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   };
 
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  for (int tile = tile_begin; tile < tiles; tile += tile_step) {
     const TileRows tr = tile_rows(tile);
+    if constexpr (kLora) {  // constant operands: before the wait for the previous kernel
+      gemv_lora_stage_b<T>(
+          lora, m,
+          [&](int j) {
+            const TileRows t = tile_rows_of(tile, j % 8);
+            return j < 8 ? t.row_a : t.row_b;
+          },
+          lsm);
+    }
     const int64_t n0 = tr.n0, row_a = tr.row_a, row_b = tr.row_b;
     const TW* wa_ptr = w + row_a * w_row + q * 16;
     const TW* wb_ptr = w + row_b * w_row + q * 16;
@@ -686,8 +804,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
         }
       }
-      preloaded = tile + static_cast<int>(gridDim.x) < tiles && full(warp);
-      if (preloaded) load_first(tile_rows(tile + static_cast<int>(gridDim.x)));
+      preloaded = tile + tile_step < tiles && full(warp);
+      if (preloaded) load_first(tile_rows(tile + tile_step));
     }
 
 #pragma unroll
@@ -706,6 +824,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         if (q == 0) sq_partial[warp][t * 8 + r] = v;
       }
     }
+    if constexpr (kLora) {  // u (after the shrink), and this tile's B rows landed
+      if (tile == tile_begin) gemv_lora_stage_u(lora, m, lsm.u, lsm.slot);
+      cp_async_wait<0>();
+    }
     __syncthreads();
     if constexpr (kRms && !kXq) {
       if (threadIdx.x < NT * 8) {
@@ -716,10 +838,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
       __syncthreads();
     }
-    gemv_epilogue<T, TOut, NT, kWarps, kEpilogue, kRms, kW>(
-        partial, w_scale, w_row_sum, inv_rms, tile, n0, bias, out, m, n, rc, fp8, lora);
-    // The next tile rewrites the shared partial sums and scales.
-    if (tile + static_cast<int>(gridDim.x) < tiles) __syncthreads();
+    gemv_epilogue<T, TOut, NT, kWarps, kEpilogue, kRms, kW, kLora>(
+        partial, w_scale, w_row_sum, inv_rms, tile, n0, bias, out, m, n, rc, fp8, lora, lsm);
+    // The next tile rewrites the shared partial sums and scales (and kLora's B rows).
+    if (tile + tile_step < tiles) __syncthreads();
+  }
+  if constexpr (kLora) {
+    if (lora.shrink_blocks > 0) gemv_lora_block_done(lora);
   }
 }
 

@@ -24,15 +24,43 @@ struct LoraGroupPtrs {
 // The LoRA update a fused decode GEMV adds in its epilogue (detail/gemv_kernel.cuh; FusedLora,
 // backend/ops.h): for output row row_offset[g] + n of target g and a token t of slot s in
 // [0, num_slots), scales[s] * b_g[s][n] . u[t][g * rank, + rank), before the epilogue's rotation,
-// SwiGLU or residual add. u (T, count * rank) fp32 is launch_lora_shrink's, launched just before
-// the GEMV. slot_ids null: no update.
+// SwiGLU or residual add. Each block stages its rows of B (cp.async, before it waits for the
+// previous kernel: B and the slot ids are constant during a step) and u in shared memory
+// (gemv_lora_smem_bytes). u (T, count * rank) fp32 comes either from launch_lora_shrink launched
+// just before the GEMV (shrink_blocks 0), or from the GEMV's own launch: its first shrink_blocks
+// blocks (by the order blocks start, a ticket from counters[0]) run lora_shrink_block on x (the
+// op's input as it arrived: un-normalised, unquantized; with norm, rms_norm(x) * gain, gain null
+// meaning ones) and count themselves done (counters[1]); the GEMV's blocks wait for that count
+// only in their epilogue, after streaming their weights. The last block to finish (counters[2])
+// sets the three counters back to zero; two GEMVs launched back to back use different counters.
+// rank a multiple of 8 (one 16-byte copy per 8 elements) and at most kGemvLoraMaxRank.
 struct GemvLora {
-  LoraGroupPtrs group;  // the targets' B stacks, rows and first rows (the A stacks: the shrink's)
+  LoraGroupPtrs group;
   const int32_t* slot_ids = nullptr;
   const float* scales = nullptr;
-  const float* u = nullptr;
+  float* u = nullptr;
   int rank = 0, num_slots = 0;
+  // The shrink's blocks in the GEMV's launch (0: none).
+  unsigned shrink_blocks = 0;
+  unsigned* counters = nullptr;
+  const void* x = nullptr;
+  const void* gain = nullptr;
+  float eps = 0.0f;
+  int64_t k = 0;
+  int tokens = 0;
 };
+inline constexpr int kGemvLoraMaxRank = 128;
+// The dynamic shared memory of a LoRA GEMV block: u (tokens x G R fp32) and B (tokens x 16 rows x
+// R act elements) for up to 8 tokens.
+inline size_t gemv_lora_smem_bytes(int count, int rank, size_t act_bytes) {
+  const auto r = static_cast<size_t>(rank);
+  return 8 * static_cast<size_t>(count) * r * sizeof(float) + 8 * 16 * r * act_bytes;
+}
+// The shrink's blocks of a group over `tokens` tokens (one token and kLoraShrinkRows rows each).
+unsigned lora_shrink_blocks(int64_t tokens, int count, int64_t rank);
+// Whether the shrink's blocks can ride in the GEMV's launch: the 16-byte shrink applies (K a
+// multiple of 8 elements, x, gain and the A stacks 16-byte aligned).
+bool lora_shrink_in_gemv_ok(const Tensor& x, const Tensor* gain, const LoraGroupPtrs& group);
 
 // The shrink alone: u (T, G R) fp32 (the workspace's first T G R floats) = a_g[s] . xn[t] for
 // every target g and each token t of slot s = slot_ids[t] in [0, num_slots) (other tokens' rows
