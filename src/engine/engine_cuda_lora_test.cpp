@@ -1,12 +1,12 @@
 // LoRA adapters on the CUDA engine against the CPU engine, on the same weights and adapters: a
 // batch of three adapters (all targets rank 16, q and v rank 4, the MLP rank 8) and the base
 // model, served together (decode graphs, or op by op), gives each request the CPU engine's
-// logits (fp32 within 1e-4 relative L2 per row and the same greedy tokens; bf16 within 2e-2
-// while the tokens agree) and the logits it gets alone on the CUDA engine (fp32 1e-4, bf16 2e-2:
-// the base matmuls' kernels depend on the batch size), and every adapter moves its request's
-// first logits beyond those tolerances (fp32: 5x); with the LoRA kernels in two launches per group
-// and in one (IB_LORA_FUSED=1); bf16 decode steps with the updates in the fused decode GEMVs (the
-// default; the adapters' A then take the folded norm gains) and on the unfused ops
+// logits (fp32 within 1e-4 relative L2 per row and the same greedy tokens; bf16 within 6e-2
+// while the tokens agree: see tol below) and the logits it gets alone on the CUDA engine (fp32
+// 1e-4, bf16 6e-2: the base matmuls' kernels depend on the batch size), and every adapter moves its
+// request's first logits beyond those tolerances (fp32: 5x); with the LoRA kernels in two launches
+// per group and in one (IB_LORA_FUSED=1); bf16 decode steps with the updates in the fused decode
+// GEMVs (the default; the adapters' A then take the folded norm gains) and on the unfused ops
 // (IB_LORA_IN_GEMV=0). Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -119,10 +119,13 @@ TEST_P(CudaEngineLora, MixedBatchMatchesTheCpuEngineAndEachRequestAlone) {
   const auto gpu_mixed = testing::run_to_completion(**gpu_engine);
   ASSERT_EQ(gpu_mixed.size(), names.size());
   // bf16: the CUDA engine rounds activations and the adapters' A and B to bf16, the CPU engine
-  // keeps them in fp32; the H200 measured up to 4.0e-2 on the adapter rows (bench/results/h200/
-  // lora/), so 5e-2 as for the MoE engine tests. The op's own bf16 check (CudaLora*) is 1e-2 and
-  // tools/hf_compare_lora.py holds the engine to 1e-2 against transformers + peft.
-  const double tol = k.dtype == DType::kF32 ? 1e-4 : 5e-2;
+  // keeps them in fp32; on this tiny random model the H200 measured up to 4.0e-2 on the adapter
+  // rows on the unfused ops (IB_LORA_IN_GEMV=0), and 5.2e-2 on the fused decode path, whose
+  // weights and adapters' A carry the norm gains folded in (one more bf16 rounding of each;
+  // bench/results/h200/lora/in-gemv), so 6e-2. The accuracy bound that matters is elsewhere: the
+  // op checks (CudaLora*, CudaFusedLora*) are 1e-2, and tools/hf_compare_lora.py holds the bf16
+  // engine to 1e-2 against transformers + peft in fp32 (7.6e-3 at the fused path).
+  const double tol = k.dtype == DType::kF32 ? 1e-4 : 6e-2;
   double worst = 0;
   for (uint64_t i = 0; i < names.size(); ++i) {
     const testing::Completion &g = gpu_mixed.at(i), &cpu_c = cpu_mixed.at(i);

@@ -111,35 +111,42 @@ struct GemvLoraSmem {
   int* target;   // (16) the tile row's target, -1: none
 };
 
-// The tile's slots, scales, row targets (row_of(j): the tile row's weight row), then each
-// token's slot's B rows by cp.async (waited for in the epilogue). The whole block calls it.
+// The tile's slots, scales and row targets (row_of(j): the tile row's weight row) into shared
+// memory, and each token's slot's B rows by cp.async (waited for with u before the epilogue, whose
+// barrier publishes it all). No barrier here: a block calls it right after issuing its first
+// weight loads, before it waits for the previous kernel (B and the slot ids are constant during
+// a step).
 template <typename T, typename RowOf>
 __device__ __forceinline__ void gemv_lora_stage_b(const GemvLora& l, int m, const RowOf& row_of,
                                                   const GemvLoraSmem<T>& sm) {
   const LoraGroupPtrs& grp = l.group;
-  if (threadIdx.x < 8) {
-    const int t = static_cast<int>(threadIdx.x);
-    int s = t < m ? l.slot_ids[t] : -1;
-    if (s >= l.num_slots) s = -1;
-    sm.slot[t] = s;
-    sm.scale[t] = s >= 0 ? l.scales[s] : 0.0f;
-  } else if (threadIdx.x < 8 + kGemvRows) {
-    const int j = static_cast<int>(threadIdx.x) - 8;
+  const auto slot_of = [&](int t) {
+    const int s = t < m ? l.slot_ids[t] : -1;
+    return s < l.num_slots ? s : -1;
+  };
+  const auto target_of = [&](int j) {
     const int64_t row = row_of(j);
     int g = -1;
 #pragma unroll
     for (int i = 0; i < LoraOps::kMaxLoraGroup; ++i) {
       if (i < grp.count && row >= grp.row_offset[i] && row < grp.row_offset[i] + grp.n[i]) g = i;
     }
-    sm.target[j] = g;
+    return g;
+  };
+  if (threadIdx.x < 8) {
+    const int t = static_cast<int>(threadIdx.x);
+    const int s = slot_of(t);
+    sm.slot[t] = s;
+    sm.scale[t] = s >= 0 ? l.scales[s] : 0.0f;
+  } else if (threadIdx.x < 8 + kGemvRows) {
+    sm.target[threadIdx.x - 8] = target_of(static_cast<int>(threadIdx.x) - 8);
   }
-  __syncthreads();
   constexpr int kPerCopy = 16 / static_cast<int>(sizeof(T));
   const int copies = l.rank / kPerCopy;  // per row
   for (int e = static_cast<int>(threadIdx.x); e < 8 * kGemvRows * copies;
        e += static_cast<int>(blockDim.x)) {
     const int t = e / (kGemvRows * copies), j = (e / copies) % kGemvRows, c = e % copies;
-    const int s = sm.slot[t], g = sm.target[j];
+    const int s = slot_of(t), g = target_of(j);
     if (s < 0 || g < 0) continue;
     const int64_t n = row_of(j) - lora_pick(grp.row_offset, g);
     const T* src = static_cast<const T*>(lora_pick(grp.b, g)) +
@@ -149,21 +156,27 @@ __device__ __forceinline__ void gemv_lora_stage_b(const GemvLora& l, int m, cons
   cp_async_commit();
 }
 
-// Before the first epilogue: the shrink's blocks of this launch done (thread 0 waits for their
-// count), then the tokens' rows of u into shared memory (through L2: other blocks wrote them).
-__device__ __forceinline__ void gemv_lora_stage_u(const GemvLora& l, int m, float* u_s,
-                                                  const int* slot_s) {
-  if (l.shrink_blocks > 0) {
-    if (threadIdx.x == 0) {
-      while (*static_cast<volatile unsigned*>(l.counters + 1) < l.shrink_blocks) __nanosleep(32);
-      __threadfence();
+// Whether u is complete: always when the shrink was launched before the GEMV, else once this
+// launch's shrink blocks all counted themselves done (then fenced: their rows are visible).
+__device__ __forceinline__ bool gemv_lora_u_ready(const GemvLora& l) {
+  if (l.shrink_blocks == 0) return true;
+  const bool done = *static_cast<volatile unsigned*>(l.counters + 1) >= l.shrink_blocks;
+  if (done) __threadfence();
+  return done;
+}
+
+// u's rows of the 8 tokens (G R fp32 each, contiguous; rows of base tokens and past M are copied
+// too and never read) into u_s by the calling warp, 16 bytes a lane at a time: by cp.async (waited
+// for with the B rows) or by loads through L2 (other blocks of the launch wrote them).
+__device__ __forceinline__ void gemv_lora_copy_u(const GemvLora& l, float* u_s, int lane,
+                                                 bool async) {
+  const int chunks = 8 * l.group.count * l.rank / 4;
+  for (int c = lane; c < chunks; c += 32) {
+    if (async) {
+      cp_async16(u_s + 4 * c, l.u + 4 * c, true);
+    } else {
+      reinterpret_cast<float4*>(u_s)[c] = __ldcg(reinterpret_cast<const float4*>(l.u) + c);
     }
-    __syncthreads();
-  }
-  const int gr = l.group.count * l.rank;
-  for (int e = static_cast<int>(threadIdx.x); e < 8 * gr; e += static_cast<int>(blockDim.x)) {
-    const int t = e / gr;
-    u_s[e] = t < m && slot_s[t] >= 0 ? __ldcg(l.u + int64_t{t} * gr + e % gr) : 0.0f;
   }
 }
 
@@ -653,17 +666,31 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   };
 
+  [[maybe_unused]] bool u_async = false;  // kLora: u copied by cp.async after the wait
   for (int tile = tile_begin; tile < tiles; tile += tile_step) {
     const TileRows tr = tile_rows(tile);
-    if constexpr (kLora) {  // constant operands: before the wait for the previous kernel
-      gemv_lora_stage_b<T>(
-          lora, m,
-          [&](int j) {
-            const TileRows t = tile_rows_of(tile, j % 8);
-            return j < 8 ? t.row_a : t.row_b;
-          },
-          lsm);
-    }
+    // kLora: the tile's B rows (after the first weight loads, before the wait), and on the first
+    // tile u once it is ready (by the last warp, right after the wait; else before the epilogue).
+    const auto lora_stage_b = [&] {
+      if constexpr (kLora) {
+        gemv_lora_stage_b<T>(
+            lora, m,
+            [&](int j) {
+              const TileRows t = tile_rows_of(tile, j % 8);
+              return j < 8 ? t.row_a : t.row_b;
+            },
+            lsm);
+      }
+    };
+    const auto lora_after_wait = [&] {
+      if constexpr (kLora) {
+        if (tile == tile_begin && warp == kWarps - 1) {
+          u_async = gemv_lora_u_ready(lora);
+          if (u_async) gemv_lora_copy_u(lora, lsm.u, lane, true);
+          cp_async_commit();
+        }
+      }
+    };
     const int64_t n0 = tr.n0, row_a = tr.row_a, row_b = tr.row_b;
     const TW* wa_ptr = w + row_a * w_row + q * 16;
     const TW* wb_ptr = w + row_b * w_row + q * 16;
@@ -679,8 +706,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
 
     if constexpr (kAdjacent) {
+      lora_stage_b();
       pdl_wait();
       pdl_trigger();
+      lora_after_wait();
       const int groups = steps / kUnroll;
       for (int g = warp; g < groups; g += kWarps) {
         uint4 ga[kUnroll][2], gb[kUnroll][2], xv[kUnroll][NT][2];
@@ -717,6 +746,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         }
       };
       if (!preloaded && full(s)) load_first(tr);
+      lora_stage_b();
       if constexpr (kRowScales) {  // the tile's row scales (constant, like the weights)
         if (warp == 0 && q == 0) {
           w_scale[r] = fp8.w_scales[row_a];
@@ -729,6 +759,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
       pdl_wait();
       pdl_trigger();
+      lora_after_wait();
       for (; full(s); s += kUnroll * kWarps) {
         if constexpr (kXq) {
           uint32_t xq[kUnroll][NT][4];
@@ -824,8 +855,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         if (q == 0) sq_partial[warp][t * 8 + r] = v;
       }
     }
-    if constexpr (kLora) {  // u (after the shrink), and this tile's B rows landed
-      if (tile == tile_begin) gemv_lora_stage_u(lora, m, lsm.u, lsm.slot);
+    if constexpr (kLora) {  // u (once the shrink is done), and the copies landed
+      if (tile == tile_begin && warp == kWarps - 1 && !u_async) {
+        while (!gemv_lora_u_ready(lora)) __nanosleep(32);
+        gemv_lora_copy_u(lora, lsm.u, lane, false);
+      }
       cp_async_wait<0>();
     }
     __syncthreads();
