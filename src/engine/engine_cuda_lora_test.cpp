@@ -6,7 +6,8 @@
 // 1e-4, bf16 6e-2: the base matmuls' kernels depend on the batch size), and every adapter moves its
 // request's first logits beyond those tolerances (fp32: 5x); with the LoRA kernels in two launches
 // per group and in one (IB_LORA_FUSED=1); bf16 decode steps with the updates in the fused decode
-// GEMVs (the default; the adapters' A then take the folded norm gains) and on the unfused ops
+// GEMVs (the default, a shrink launch before each; IB_LORA_IN_GEMV=2: the shrink in the GEMV's
+// launch; the adapters' A then take the folded norm gains) and on the unfused ops
 // (IB_LORA_IN_GEMV=0). Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -182,7 +183,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineLora,
                                            Case{DType::kBF16, true}, Case{DType::kBF16, false},
                                            Case{DType::kF32, true, "IB_LORA_FUSED", "1"},
                                            Case{DType::kBF16, true, "IB_LORA_FUSED", "1"},
-                                           Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "0"}),
+                                           Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "0"},
+                                           Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "2"}),
                          case_name);
 
 }  // namespace

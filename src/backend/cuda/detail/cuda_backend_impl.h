@@ -183,8 +183,9 @@ class CudaBackend final : public Backend,
   // (IB_LORA_PDL, default 1; bench/NOTES.md "LoRA decode: a kernel timeline").
   void set_lora_pdl(bool on) { lora_pdl_ = on; }
   // Decode steps with adapters on the fused decode ops, each LoRA update's expand in the GEMV's
-  // epilogue (IB_LORA_IN_GEMV): 2 (the default) the shrink's blocks in the GEMV's launch, 1 a
-  // shrink launch before it, 0 the unfused ops and LoraOps.
+  // epilogue (IB_LORA_IN_GEMV): 1 (the default) a shrink launch before the GEMV, 2 the shrink's
+  // blocks in the GEMV's own launch (slower on the H200: bench/NOTES.md, "LoRA in the fused
+  // decode GEMVs"), 0 the unfused ops and LoraOps.
   void set_lora_in_gemv(int mode) { lora_in_gemv_ = mode; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
   // steps of at most this many sequences (0: never). Default 8, measured best of 1, 8, 32 and
@@ -282,7 +283,7 @@ class CudaBackend final : public Backend,
   bool fused_ = true;
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
-  int lora_in_gemv_ = 2;
+  int lora_in_gemv_ = 1;
   unsigned lora_gemv_launches_ = 0;  // alternates the GEMVs' counter sets
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
