@@ -77,14 +77,7 @@ void eager_and_graph(Twin& twin, const std::function<void()>& reset,
   check("eager");
   reset();
   twin.gpu().synchronize();
-  twin.gpu().set_debug_sync(false);
-  ASSERT_TRUE(twin.gpu().begin_capture().ok());
-  gpu_ops();
-  auto g = twin.gpu().end_capture();
-  twin.gpu().set_debug_sync(true);
-  ASSERT_TRUE(g.ok()) << g.error().message;
-  (*g)->replay();
-  twin.gpu().synchronize();
+  testing::replay_in_graph(twin, gpu_ops);
   check("graph");
 }
 

@@ -21,6 +21,7 @@ namespace {
 
 using testing::Pair;
 using testing::random_floats;
+using testing::replay_in_graph;
 using testing::tolerance;
 using testing::Twin;
 
@@ -32,19 +33,6 @@ struct LoraCase {
   int64_t tokens, slots, rank, k, width;  // width: out's row size
   std::vector<Target> targets;            // one lora_apply_group (one target: lora_apply)
 };
-
-// ops() captured into a CUDA graph, replayed once and waited for (debug sync off meanwhile, as
-// capture requires); a failed capture is a test failure.
-void replay_in_graph(Twin& twin, const std::function<void()>& ops) {
-  twin.gpu().set_debug_sync(false);
-  ASSERT_TRUE(twin.gpu().begin_capture().ok());
-  ops();
-  auto g = twin.gpu().end_capture();
-  twin.gpu().set_debug_sync(true);
-  ASSERT_TRUE(g.ok()) << g.error().message;
-  (*g)->replay();
-  twin.gpu().synchronize();
-}
 
 std::string describe(const LoraCase& c) {
   std::ostringstream s;

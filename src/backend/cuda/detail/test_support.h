@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -257,6 +258,19 @@ inline void expect_e4m3_cache_written(Twin& twin, const Pair& cache, const Pair&
   EXPECT_LT(rel_l2(read_e4m3(gpu_written, scale), read_e4m3(cpu_written, scale)),
             kE4m3CacheTolerance)
       << (is_v ? "v" : "k") << " cache";
+}
+
+// ops() captured into a CUDA graph, replayed once and waited for (debug sync off meanwhile, as
+// capture requires); a failed capture is a test failure.
+inline void replay_in_graph(Twin& twin, const std::function<void()>& ops) {
+  twin.gpu().set_debug_sync(false);
+  ASSERT_TRUE(twin.gpu().begin_capture().ok());
+  ops();
+  auto g = twin.gpu().end_capture();
+  twin.gpu().set_debug_sync(true);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  (*g)->replay();
+  twin.gpu().synchronize();
 }
 
 inline std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) {
