@@ -51,6 +51,26 @@ run_llama() {
     "$R/$name.log" | tr -s ' ' | tr '\n' ' ')"
 }
 
+# llama_timeline NAME DIR [VAR=value ...] FLAGS...: a CUPTI kernel timeline (bench/gpu/
+# kernel_profile.cpp, $B's libib_kernel_profile.so) of `inferbench run` on Llama-3-8B bf16 dummy
+# weights at batch 8, input 32, output 128, 8 prompts, with the variables and flags given. Writes
+# DIR/profile_NAME.txt, DIR/timeline_NAME.csv, the result directory DIR/run_NAME and the log
+# DIR/NAME.log; prints the rc and the per-step summary (bench/gpu/timeline_summary.py), both also
+# appended to $O/runs.log.
+llama_timeline() {
+  local name=$1 dir=$2 envs=() lib
+  shift 2
+  while [ $# -gt 0 ] && [[ $1 == *=* ]]; do envs+=("$1"); shift; done
+  lib=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")
+  env ${envs[@]+"${envs[@]}"} IB_KERNEL_PROFILE="$dir/profile_$name.txt" \
+    IB_KERNEL_TIMELINE="$dir/timeline_$name.csv" IB_KERNEL_TIMELINE_COUNT=6000 LD_PRELOAD="$lib" \
+    timeout 90 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
+    --disable-tqdm --model llama-3-8b --batch-size 8 --input-len 32 --output-len 128 \
+    --num-prompts 8 --runs 1 --result-dir "$dir/run_$name" --overwrite "$@" > "$dir/$name.log" 2>&1
+  echo "$name timeline rc=$?" | tee -a "$O/runs.log"
+  python3 bench/gpu/timeline_summary.py "$dir/timeline_$name.csv" | tee -a "$O/runs.log"
+}
+
 # use_img: the GPU machine lacks libpng / libjpeg: Debian's packages (bench/gpu/image-deps.sh,
 # carried as .deps/img.tar.xz) are unpacked once and put on LD_LIBRARY_PATH.
 use_img() {

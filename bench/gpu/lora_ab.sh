@@ -67,13 +67,7 @@ SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 
   run_llama seed_base2 "${SEED[@]}"
 } 2>&1 | tee "$O/runs.log"
 if (( $(date +%s) - T0 < DEADLINE - 30 )); then
-  P=$(readlink -f $B/bench/gpu/libib_kernel_profile.so)
-  IB_KERNEL_PROFILE=$R/profile_lora1.txt IB_KERNEL_TIMELINE=$R/timeline_lora1.csv \
-    IB_KERNEL_TIMELINE_COUNT=6000 LD_PRELOAD=$P timeout 60 $B/bin/inferbench run --device cuda \
-    --dtype bf16 --load-format dummy --disable-tqdm --model llama-3-8b --batch-size 8 \
-    --input-len 32 --output-len 128 --num-prompts 8 --runs 1 --result-dir $R/prof --overwrite \
-    --enable-lora --max-lora-rank 16 --lora-modules "a0=$A/l3-r16-0" > $R/prof.log 2>&1
-  python3 bench/gpu/timeline_summary.py $R/timeline_lora1.csv | tee -a "$O/runs.log"
+  llama_timeline lora1 $R --enable-lora --max-lora-rank 16 --lora-modules "a0=$A/l3-r16-0"
 fi
 find $R -name '*.jsonl' -delete
 tar czf "$O/lora_ab.tgz" -C $R .

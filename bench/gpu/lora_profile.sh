@@ -19,19 +19,8 @@ A=bench/adapters/l3-r16-0
 [ -f $A/adapter_model.safetensors ] ||
   python3 tools/make_lora.py --hidden-size 4096 --intermediate-size 14336 --num-heads 32 \
     --num-kv-heads 8 --layers 32 --rank 16 --seed 0 --numpy --out $A > /dev/null
-P=$(readlink -f $B/bench/gpu/libib_kernel_profile.so)
 PR=/tmp/lora-prof; rm -rf $PR; mkdir -p $PR
-prof() {  # NAME [VAR=value ...] FLAGS...
-  local name=$1 envs=(); shift
-  while [ $# -gt 0 ] && [[ $1 == *=* ]]; do envs+=("$1"); shift; done
-  env ${envs[@]+"${envs[@]}"} IB_KERNEL_PROFILE=$PR/profile_$name.txt IB_KERNEL_TIMELINE=$PR/timeline_$name.csv \
-    IB_KERNEL_TIMELINE_COUNT=6000 LD_PRELOAD=$P timeout 90 $B/bin/inferbench run --device cuda \
-    --dtype bf16 --load-format dummy --disable-tqdm --model llama-3-8b --batch-size 8 \
-    --input-len 32 --output-len 128 --num-prompts 8 --runs 1 --result-dir $PR/run_$name \
-    --overwrite "$@" > $PR/$name.log 2>&1
-  echo "$name rc=$? $(el)" | tee -a "$O/runs.log"
-  python3 bench/gpu/timeline_summary.py $PR/timeline_$name.csv | tee -a "$O/runs.log"
-}
+prof() { llama_timeline "$1" $PR "${@:2}"; }
 prof base
 prof base_unfused IB_FUSED=0
 prof lora_r16 --enable-lora --max-lora-rank 16 --lora-modules "a0=$A"
