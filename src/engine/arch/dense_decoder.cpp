@@ -145,7 +145,7 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
     const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;
     const KvCacheLayer& kv = in.kv[l];
     if (in.fused) {
-      // LoRA (in.lora): each update rides in its op (its A, like w, has the gain folded in).
+      // LoRA (in.lora): each update rides in its op (where w has its gain folded in, so has A).
       const Tensor* attn_gain = in.gains_folded ? nullptr : &w.attn_norm;
       const Tensor* ffn_gain = in.gains_folded ? nullptr : &w.ffn_norm;
       const FusedLoraArg qkv_lora(in, l, LoraTarget::kQ, LoraTarget::kV);
