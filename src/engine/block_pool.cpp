@@ -34,16 +34,21 @@ void BlockPool::grow(int new_num_blocks) {
   for (int b = new_num_blocks - 1; b >= old; --b) free_.push_back(b);
 }
 
-void BlockPool::release(std::vector<int32_t>& table) {
+void BlockPool::release(std::vector<int32_t>& table, size_t first) {
+  release_range(table, first, table.size());
+  table.clear();
+}
+
+void BlockPool::release_range(const std::vector<int32_t>& table, size_t first, size_t last) {
+  IB_ASSERT(first <= last && last <= table.size(), "BlockPool::release_range: bad range");
   // Pushed in reverse so that a table released and re-allocated gets its blocks back in order.
-  for (auto it = table.rbegin(); it != table.rend(); ++it) {
-    const int32_t b = *it;
+  for (size_t i = last; i > first; --i) {
+    const int32_t b = table[i - 1];
     IB_ASSERT(b >= 0 && b < num_blocks() && in_use_[static_cast<size_t>(b)] == 1,
               "BlockPool::release: block not in use (double free?)");
     in_use_[static_cast<size_t>(b)] = 0;
     free_.push_back(b);
   }
-  table.clear();
 }
 
 }  // namespace ib::detail

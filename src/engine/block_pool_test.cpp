@@ -35,6 +35,22 @@ TEST(BlockPool, AllocatesInOrderAndRefusesWithoutSideEffects) {
   EXPECT_EQ(pool.peak_used(), 5);
 }
 
+TEST(BlockPool, ReleasesARangeThenTheRestOfATable) {
+  BlockPool pool(6);
+  std::vector<int32_t> table;
+  ASSERT_TRUE(pool.allocate(5, table));  // 0 1 2 3 4
+  pool.release_range(table, 0, 2);       // a window's blocks: the ids stay in the table
+  EXPECT_EQ(table.size(), 5u);
+  EXPECT_EQ(pool.num_used(), 3);
+  std::vector<int32_t> other;
+  ASSERT_TRUE(pool.allocate(2, other));  // the freed blocks come back first
+  EXPECT_EQ(other, (std::vector<int32_t>{0, 1}));
+  pool.release(table, 2);  // the rest: 2 3 4
+  EXPECT_TRUE(table.empty());
+  EXPECT_EQ(pool.num_used(), 2);
+  EXPECT_DEATH(pool.release_range(other, 1, 3), "bad range");
+}
+
 TEST(BlockPool, DoubleFreeAborts) {
   BlockPool pool(2);
   std::vector<int32_t> a;

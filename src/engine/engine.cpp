@@ -52,10 +52,12 @@ class EngineImpl final : public Engine {
         capacity_blocks_(plan.num_blocks),
         min_growth_blocks_(std::max(1, plan.initial_blocks)),
         pool_(plan.initial_blocks),
-        scheduler_(detail::SchedulerConfig{config.block_size, config.max_num_seqs,
-                                           config.max_num_batched_tokens, config.batching,
-                                           config.static_batch_size},
-                   pool_) {
+        scheduler_(
+            detail::SchedulerConfig{config.block_size, config.max_num_seqs,
+                                    config.max_num_batched_tokens, config.batching,
+                                    config.static_batch_size,
+                                    model.alternating_sliding_window ? 0 : model.sliding_window},
+            pool_) {
     if (config.kv_growth == KvGrowth::kOnDemand) {
       scheduler_.set_grow([this](int missing) { return grow_pool(missing); });
     }

@@ -120,6 +120,32 @@ TEST(EngineVsReference, SlidingWindow) {
   check_against_reference(s, 6);
 }
 
+// Every layer windowed: the blocks behind each sequence's window go back to the pool after each
+// step and other sequences reuse them, the logits still the reference's; the peak is lower than
+// the same traffic without a window, and with a pool too small for it without freeing, recompute
+// preemption releases only the blocks still held.
+TEST(EngineVsReference, SlidingWindowFreesTheBlocksBehindTheWindow) {
+  Scenario s;
+  s.model.sliding_window = 5;
+  s.engine.block_size = 2;
+  s.engine.max_num_batched_tokens = 9;
+  s.prompt_lengths = {3, 17, 30, 12};
+  s.max_tokens = 12;
+  EngineStats windowed;
+  check_against_reference(s, 9, &windowed);
+  Scenario full = s;
+  full.model.sliding_window = 0;
+  EngineStats unwindowed;
+  check_against_reference(full, 9, &unwindowed);
+  EXPECT_LT(windowed.kv_blocks_peak, unwindowed.kv_blocks_peak);
+  // A pool of 21 blocks: the longest request's 41 cached tokens (admission still counts a
+  // request's whole length), not the four together: freed blocks are reused under pressure.
+  s.engine.num_kv_blocks = 21;
+  EngineStats tight;
+  check_against_reference(s, 10, &tight);
+  EXPECT_LE(tight.kv_blocks_peak, 21);
+}
+
 // 48 tokens of KV for 4 sequences of up to 24: forces recompute preemption.
 Scenario preempting() {
   Scenario s;

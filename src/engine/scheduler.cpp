@@ -23,11 +23,28 @@ std::unique_ptr<Sequence> Scheduler::remove(uint64_t id) {
     if (it == queue.end()) return nullptr;
     std::unique_ptr<Sequence> seq = std::move(*it);
     queue.erase(it);
-    pool_.release(seq->block_table);
+    release_all(*seq);
     return seq;
   };
   if (auto seq = take(running_)) return seq;
   return take(waiting_);
+}
+
+void Scheduler::release_all(Sequence& seq) {
+  pool_.release(seq.block_table, static_cast<size_t>(seq.num_window_freed));
+  seq.num_window_freed = 0;
+}
+
+void Scheduler::release_behind_window(Sequence& seq) {
+  if (config_.sliding_window <= 0) return;
+  // The next query sits at position num_computed and reads keys from num_computed - W + 1 on.
+  const int first_read = seq.num_computed - config_.sliding_window + 1;
+  const int behind = std::min(first_read > 0 ? first_read / config_.block_size : 0,
+                              static_cast<int>(seq.block_table.size()));
+  if (behind <= seq.num_window_freed) return;
+  pool_.release_range(seq.block_table, static_cast<size_t>(seq.num_window_freed),
+                      static_cast<size_t>(behind));
+  seq.num_window_freed = behind;
 }
 
 bool Scheduler::reserve(Sequence& seq, int n) {
@@ -39,7 +56,7 @@ bool Scheduler::reserve(Sequence& seq, int n) {
 void Scheduler::preempt_last_running() {
   std::unique_ptr<Sequence> victim = std::move(running_.back());
   running_.pop_back();
-  pool_.release(victim->block_table);
+  release_all(*victim);
   victim->num_computed = 0;
   ++victim->num_preemptions;
   waiting_.push_front(std::move(victim));
@@ -109,10 +126,11 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::update(const SchedulerOutput& 
   std::vector<std::unique_ptr<Sequence>> finished;
   for (auto it = running_.begin(); it != running_.end();) {
     if ((*it)->finish == FinishReason::kNone) {
+      release_behind_window(**it);
       ++it;
       continue;
     }
-    pool_.release((*it)->block_table);
+    release_all(**it);
     finished.push_back(std::move(*it));
     it = running_.erase(it);
   }

@@ -126,6 +126,40 @@ TEST(Scheduler, StaticBatchingChunksPrefillUnderTheBudget) {
   EXPECT_EQ(h.run(), (Table{"A3* B1", "A1* B3", "B1*", "C1*"}));
 }
 
+// A window of 5 on every layer, blocks of 2: after each step the blocks wholly before position
+// num_computed - 4 go back to the pool; finishing or preemption returns only the rest.
+TEST(Scheduler, SlidingWindowReturnsTheBlocksBehindTheWindow) {
+  SchedulerConfig config{2, 8, 8, BatchingMode::kContinuous, 8};
+  config.sliding_window = 5;
+  Harness h(config, 20);
+  h.add(0, 8, 6);
+  EXPECT_EQ(h.step(), "A8*");  // 8 computed: positions 4.. read next; blocks 0, 1 go
+  EXPECT_EQ(h.pool.num_used(), 2);
+  EXPECT_EQ(h.step(), "A1*");  // 9 computed: position 5 on; block 2 (4, 5) still read
+  EXPECT_EQ(h.pool.num_used(), 3);
+  EXPECT_EQ(h.step(), "A1*");  // 10: from 6 on, block 2 goes; 5 blocks allocated, 3 freed
+  EXPECT_EQ(h.pool.num_used(), 2);
+  h.run();
+  EXPECT_EQ(h.pool.num_used(), 0);  // the rest returned once, no double free
+}
+
+// B frees its first block after its first chunk, then cannot grow beside A and preempts itself:
+// only the blocks it still holds go back (a double free would abort).
+TEST(Scheduler, SlidingWindowPreemptionReturnsOnlyTheBlocksStillHeld) {
+  SchedulerConfig config{2, 8, 6, BatchingMode::kContinuous, 8};
+  config.sliding_window = 3;
+  Harness h(config, 5);
+  h.add(0, 2, 10);
+  h.add(1, 12, 2);
+  EXPECT_EQ(h.step(), "A2* B4");
+  EXPECT_EQ(h.pool.num_used(), 2);  // B's block 0 went behind its window
+  EXPECT_EQ(h.step(), "A1* P");
+  EXPECT_EQ(h.pool.num_used(), 2);  // A's two blocks
+  h.run();
+  EXPECT_FALSE(h.scheduler.has_unfinished());
+  EXPECT_EQ(h.pool.num_used(), 0);
+}
+
 TEST(Scheduler, RemoveFreesBlocksOfWaitingAndRunningSequences) {
   Harness h({4, 8, 8, BatchingMode::kContinuous, 8}, 10);
   h.add(0, 8, 4);

@@ -3,6 +3,7 @@
 // allocation order is deterministic (the first blocks handed out are 0, 1, 2, ...).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -21,8 +22,12 @@ class BlockPool {
   bool allocate(int n, std::vector<int32_t>& table);
   // Adds blocks [num_blocks, new_num_blocks) to the pool (on-demand KV growth).
   void grow(int new_num_blocks);
-  // Returns every block of table to the pool and clears it. A block freed twice aborts.
-  void release(std::vector<int32_t>& table);
+  // Returns the blocks of table from index first on to the pool (those before it were returned
+  // by release_range) and clears it. A block freed twice aborts.
+  void release(std::vector<int32_t>& table, size_t first = 0);
+  // Returns table[first, last) to the pool and leaves the table as it is: a sliding window's
+  // blocks behind every future query, whose ids stay in place. A block freed twice aborts.
+  void release_range(const std::vector<int32_t>& table, size_t first, size_t last);
 
  private:
   std::vector<int32_t> free_;    // stack of free block ids

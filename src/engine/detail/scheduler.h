@@ -9,6 +9,9 @@
 //     while budget, max_num_seqs and free blocks allow; a prompt longer than the remaining budget
 //     is chunked. Static mode: up to static_batch_size waiting sequences join, all at once, only
 //     when nothing is running; they then proceed as running sequences.
+// With a sliding window on every layer (sliding_window > 0), after each step the blocks of a
+// running sequence that lie wholly before the window of its next query (position num_computed)
+// go back to the pool: no later step reads them (a preempted sequence recomputes from 0).
 // A scheduled sequence samples a token when its chunk reaches the end of its known tokens.
 #pragma once
 
@@ -28,6 +31,7 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 8192;
   BatchingMode batching = BatchingMode::kContinuous;
   int static_batch_size = 8;
+  int sliding_window = 0;  // every layer's window in tokens; 0: none (or not on every layer)
 };
 
 struct ScheduledSeq {
@@ -71,6 +75,11 @@ class Scheduler {
   // Allocates blocks so seq can hold n more tokens; false when the pool is short.
   bool reserve(Sequence& seq, int n);
   void preempt_last_running();
+  // Returns all of seq's blocks still held (those behind the window already went) and clears
+  // its table.
+  void release_all(Sequence& seq);
+  // The sliding window's freeing (see the top of this file).
+  void release_behind_window(Sequence& seq);
 
   SchedulerConfig config_;
   BlockPool& pool_;

@@ -29,6 +29,10 @@ struct Sequence {
   std::vector<int32_t> stop_tokens;  // request's stop ids, plus EOS unless ignore_eos
   int num_computed = 0;              // tokens whose K/V is in the cache
   std::vector<int32_t> block_table;  // KV blocks, in position order
+  // Sliding window on every layer (SchedulerConfig::sliding_window): the leading table entries
+  // already returned to the pool, their blocks wholly behind every future query's window (the ids
+  // stay as placeholders: the attention never reads before a query's window).
+  int num_window_freed = 0;
   int num_preemptions = 0;
   // The next prompt position whose logits are delivered (prompt_logits_from, then past each
   // delivered row, so a recompute does not repeat them); -1: none.
