@@ -78,8 +78,9 @@ class EngineImpl final : public Engine {
                         " tokens exceeds max_model_len " + std::to_string(config_.max_model_len) +
                         "; shorten the prompt or the output, or raise --max-model-len");
     }
-    // The last generated token is never fed back, so the cache must hold total - 1 tokens.
-    if (scheduler_.blocks_for(static_cast<int>(total - 1)) > capacity_blocks_) {
+    // The last generated token is never fed back, so the cache must hold total - 1 tokens (with a
+    // sliding window on every layer, only those a window and a chunk span at once).
+    if (scheduler_.max_blocks_held(total - 1) > capacity_blocks_) {
       return user_error(
           who + "needs " + std::to_string(total - 1) + " tokens of KV cache but the pool holds " +
           std::to_string(int64_t{capacity_blocks_} * config_.block_size) +

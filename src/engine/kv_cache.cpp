@@ -12,6 +12,8 @@
 #include <sys/mman.h>
 #endif
 
+#include "engine/detail/scheduler.h"
+
 namespace ib::detail {
 namespace {
 
@@ -86,7 +88,12 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in) {
     plan.initial_blocks = std::min(plan.num_blocks, chunk);
   }
   const int64_t capacity_tokens = blocks * c.block_size;
-  if (capacity_tokens < max_len) {
+  // A sequence of max_len tokens holds at most this many at once (a sliding window on every
+  // layer frees the blocks behind it: Scheduler).
+  const int window = m.alternating_sliding_window ? 0 : m.sliding_window;
+  const int64_t held_tokens =
+      max_blocks_held(max_len, c.block_size, window, c.max_num_batched_tokens) * c.block_size;
+  if (capacity_tokens < held_tokens) {
     if (c.max_model_len > 0) {
       return user_error("the KV cache holds " + std::to_string(capacity_tokens) + " tokens (" +
                         std::to_string(blocks) + " blocks, from " + source +

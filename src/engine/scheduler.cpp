@@ -30,6 +30,14 @@ std::unique_ptr<Sequence> Scheduler::remove(uint64_t id) {
   return take(waiting_);
 }
 
+int64_t max_blocks_held(int64_t num_tokens, int block_size, int sliding_window,
+                        int max_num_batched_tokens) {
+  const auto blocks = [&](int64_t tokens) { return (tokens + block_size - 1) / block_size; };
+  if (sliding_window <= 0) return blocks(num_tokens);
+  return std::min(blocks(num_tokens),
+                  blocks(int64_t{sliding_window} - 1 + max_num_batched_tokens) + 1);
+}
+
 void Scheduler::release_all(Sequence& seq) {
   pool_.release(seq.block_table, static_cast<size_t>(seq.num_window_freed));
   seq.num_window_freed = 0;

@@ -160,6 +160,16 @@ TEST(Scheduler, SlidingWindowPreemptionReturnsOnlyTheBlocksStillHeld) {
   EXPECT_EQ(h.pool.num_used(), 0);
 }
 
+TEST(Scheduler, MaxBlocksHeldIsTheWindowAndAChunkWithAWindow) {
+  SchedulerConfig config{2, 8, 6, BatchingMode::kContinuous, 8};
+  BlockPool pool(4);
+  EXPECT_EQ(Scheduler(config, pool).max_blocks_held(41), 21);
+  config.sliding_window = 5;
+  const Scheduler windowed(config, pool);
+  EXPECT_EQ(windowed.max_blocks_held(41), 6);  // ceil((4 + 6) / 2) + 1
+  EXPECT_EQ(windowed.max_blocks_held(7), 4);   // short: all of it
+}
+
 TEST(Scheduler, RemoveFreesBlocksOfWaitingAndRunningSequences) {
   Harness h({4, 8, 8, BatchingMode::kContinuous, 8}, 10);
   h.add(0, 8, 4);

@@ -34,6 +34,13 @@ struct SchedulerConfig {
   int sliding_window = 0;  // every layer's window in tokens; 0: none (or not on every layer)
 };
 
+// The most KV blocks a sequence of num_tokens cached tokens holds at once: all of them, or with a
+// sliding window of W > 0 tokens on every layer those from its next query's window start to the
+// end of a largest chunk (W - 1 + max_num_batched_tokens positions, plus one block for the
+// alignment of the two ends), which the scheduler's freeing keeps it to.
+int64_t max_blocks_held(int64_t num_tokens, int block_size, int sliding_window,
+                        int max_num_batched_tokens);
+
 struct ScheduledSeq {
   Sequence* seq = nullptr;
   int num_tokens = 0;   // tokens computed this step, from seq->num_computed on
@@ -69,6 +76,11 @@ class Scheduler {
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
   int blocks_for(int num_tokens) const {
     return (num_tokens + config_.block_size - 1) / config_.block_size;
+  }
+  // detail::max_blocks_held under this configuration.
+  int64_t max_blocks_held(int64_t num_tokens) const {
+    return detail::max_blocks_held(num_tokens, config_.block_size, config_.sliding_window,
+                                   config_.max_num_batched_tokens);
   }
 
  private:
