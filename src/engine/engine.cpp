@@ -55,8 +55,7 @@ class EngineImpl final : public Engine {
         scheduler_(
             detail::SchedulerConfig{config.block_size, config.max_num_seqs,
                                     config.max_num_batched_tokens, config.batching,
-                                    config.static_batch_size,
-                                    model.alternating_sliding_window ? 0 : model.sliding_window},
+                                    config.static_batch_size, detail::every_layer_window(model)},
             pool_) {
     if (config.kv_growth == KvGrowth::kOnDemand) {
       scheduler_.set_grow([this](int missing) { return grow_pool(missing); });

@@ -90,9 +90,9 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolInputs& in) {
   const int64_t capacity_tokens = blocks * c.block_size;
   // A sequence of max_len tokens holds at most this many at once (a sliding window on every
   // layer frees the blocks behind it: Scheduler).
-  const int window = m.alternating_sliding_window ? 0 : m.sliding_window;
   const int64_t held_tokens =
-      max_blocks_held(max_len, c.block_size, window, c.max_num_batched_tokens) * c.block_size;
+      max_blocks_held(max_len, c.block_size, every_layer_window(m), c.max_num_batched_tokens) *
+      c.block_size;
   if (capacity_tokens < held_tokens) {
     if (c.max_model_len > 0) {
       return user_error("the KV cache holds " + std::to_string(capacity_tokens) + " tokens (" +

@@ -34,6 +34,11 @@ struct SchedulerConfig {
   int sliding_window = 0;  // every layer's window in tokens; 0: none (or not on every layer)
 };
 
+// The sliding window every layer of the model has (Gemma-2's alternate with global layers: 0).
+inline int every_layer_window(const ModelConfig& m) {
+  return m.alternating_sliding_window ? 0 : m.sliding_window;
+}
+
 // The most KV blocks a sequence of num_tokens cached tokens holds at once: all of them, or with a
 // sliding window of W > 0 tokens on every layer those from its next query's window start to the
 // end of a largest chunk (W - 1 + max_num_batched_tokens positions, plus one block for the
