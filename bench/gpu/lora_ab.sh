@@ -12,7 +12,8 @@
 # Usage (~6-8 minutes of the machine; carry .deps/icu.tar.xz):
 #   OUT=dir IB_AB=IB_LORA_IN_GEMV IB_AB_VALUES="0 1 2" bash bench/gpu/lora_ab.sh   (the defaults)
 # Environment: IB_AB (the switch), IB_AB_VALUES, IB_PARITY (0), IB_DEADLINE_S (520): runs that
-# would end past it are skipped; B (the build directory, /tmp/ib-lora-ab).
+# would end past it are skipped; IB_TIMELINE_ENV (VAR=value ... for the timeline run, e.g.
+# IB_LORA_IN_GEMV=3); B (the build directory, /tmp/ib-lora-ab).
 # Writes build.log, tests.log, runs.log, parity.log and lora_ab.tgz (result.json files, logs,
 # test and parity JSON, timeline).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -67,7 +68,8 @@ SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 
   run_llama seed_base2 "${SEED[@]}"
 } 2>&1 | tee "$O/runs.log"
 if (( $(date +%s) - T0 < DEADLINE - 30 )); then
-  llama_timeline lora1 $R --enable-lora --max-lora-rank 16 --lora-modules "a0=$A/l3-r16-0"
+  llama_timeline lora1 $R ${IB_TIMELINE_ENV:-} --enable-lora --max-lora-rank 16 \
+    --lora-modules "a0=$A/l3-r16-0"
 fi
 find $R -name '*.jsonl' -delete
 tar czf "$O/lora_ab.tgz" -C $R .

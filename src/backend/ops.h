@@ -299,6 +299,12 @@ struct FusedLora {
   Tensor slot_ids;                            // (M) int32, -1: the base model only
   Tensor scales;                              // (S) f32
   std::span<const LoraTargetStacks> targets;  // 1 to LoraOps::kMaxLoraGroup
+  // Optional: the targets of the fused op that reads this op's output next (same slots and
+  // width R; A over this op's output features), when the caller knows it. A backend may then
+  // take that op's shrink from this op's output as it stores it (CUDA, IB_LORA_IN_GEMV=3), and
+  // the next op finds it done; the results are the same either way. Where the next op is one of
+  // the rms ops, its A must have the norm's gain folded in (that op's gain null).
+  std::span<const LoraTargetStacks> next;
 };
 
 // LoRA adapters' low-rank updates over a batch whose tokens use different adapters, or none

@@ -106,6 +106,7 @@ Status CudaBackend::init() {
   IB_ASSIGN_OR_RETURN(staging_, alloc(kStagingBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(attention_counters_, alloc(kAttentionCounterBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(lora_counters_, alloc(kLoraCounterBytes, MemoryTag::kWorkspace));
+  IB_ASSIGN_OR_RETURN(lora_chain_, alloc(kLoraChainBytes, MemoryTag::kWorkspace));
   run_op("init", [&] {
     IB_CUDA_CHECK(
         cudaMemsetAsync(attention_counters_.data(), 0, attention_counters_.bytes(), stream_),
@@ -125,6 +126,7 @@ CudaBackend::~CudaBackend() {
   staging_.reset();
   attention_counters_.reset();
   lora_counters_.reset();
+  lora_chain_.reset();
   quant_scratch_.reset();
   dequant_scratch_.reset();
   int32_scratch_.reset();
@@ -485,7 +487,8 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,
     const bool gemv = gemv_rope_cache_supported(h, weight, shape);
     const LoraShrinkNorm norm{gain, eps};
     const GemvLora l =
-        lora ? fused_lora_operands(h, &norm, *lora, qkv.row_size(), gemv) : GemvLora{};
+        lora ? fused_lora_operands(h, &norm, *lora, qkv.row_size(), gemv, weight, nullptr)
+             : GemvLora{};
     if (!gemv) {
       matmul_quantized(normed_for_fallback(h, gain, eps), weight, bias, qkv);
       if (lora) fused_lora_expand(l, *lora, qkv);
@@ -509,7 +512,8 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const W
   run_op("rms_matmul_swiglu", [&] {
     const bool gemv = gemv_fused_supported(h, weight, GemvFusion::kRmsSwiGlu);
     const LoraShrinkNorm norm{gain, eps};
-    const GemvLora l = lora ? fused_lora_operands(h, &norm, *lora, w.dim(0), gemv) : GemvLora{};
+    const GemvLora l =
+        lora ? fused_lora_operands(h, &norm, *lora, w.dim(0), gemv, weight, &out) : GemvLora{};
     if (!gemv) {
       const Tensor gate_up = fallback_scratch(h.rows(), w.dim(0));
       matmul_quantized(normed_for_fallback(h, gain, eps), weight, nullptr, gate_up);
@@ -533,7 +537,9 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
     const bool cublaslt = add_with_cublaslt_ && weight.format == WeightFormat::kDense &&
                           x.rows() >= 2 && static_cast<int64_t>(w.bytes()) > gemv_max_weight_bytes_;
     const bool gemv = !cublaslt && gemv_fused_supported(x, weight, GemvFusion::kAccumulate);
-    const GemvLora l = lora ? fused_lora_operands(x, nullptr, *lora, w.dim(0), gemv) : GemvLora{};
+    const GemvLora l =
+        lora ? fused_lora_operands(x, nullptr, *lora, w.dim(0), gemv, weight, &residual)
+             : GemvLora{};
     // With IB_ADD_CUBLASLT=1, from 2 tokens on, a weight above the GEMV's size rule (Llama-3-8B's
     // down projection) goes to cuBLASLt with beta = 1: at 8 tokens 31.7 µs against the GEMV's
     // 36.1 alone (bench/NOTES.md, phase 4), but under programmatic dependent launch, in which

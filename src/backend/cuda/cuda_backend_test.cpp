@@ -56,7 +56,8 @@ TEST_F(CudaBackendTest, AllocationsAreTrackedAndOomIsAnError) {
             static_cast<int64_t>(CudaBackend::kGemmWorkspaceBytes +
                                  CudaBackend::kAttentionWorkspaceBytes +
                                  CudaBackend::kStagingBytes + CudaBackend::kAttentionCounterBytes +
-                                 CudaBackend::alloc_bytes(CudaBackend::kLoraCounterBytes)));
+                                 CudaBackend::alloc_bytes(CudaBackend::kLoraCounterBytes) +
+                                 CudaBackend::alloc_bytes(CudaBackend::kLoraChainBytes)));
   {
     auto buf = b.alloc(1000, MemoryTag::kKvCache);
     ASSERT_TRUE(buf.ok());

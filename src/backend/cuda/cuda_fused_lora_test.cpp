@@ -4,7 +4,8 @@
 // add. Batches mix three adapter slots and the base model (-1); ranks 8, 16 and 64; dense weights
 // with the gain folded (null) and an INT8 W8A16 weight keeping its gain (the shrink applies it);
 // the residual add on cuBLASLt (IB_ADD_CUBLASLT: the op's unfused form, the expand its own
-// launch); the shrink in the GEMV's launch (IB_LORA_IN_GEMV=2) and launched before it (1); eagerly
+// launch); the shrink in the GEMV's launch (IB_LORA_IN_GEMV=2), launched before it (1), and
+// chained (3: each GEMV accumulating the next op's shrink, over a decode layer's ops); eagerly
 // and replayed from a CUDA graph. bf16 and fp16, the dtype's tolerance of detail/test_support.h.
 #include <gtest/gtest.h>
 
@@ -28,8 +29,9 @@ class CudaFusedLora : public ::testing::TestWithParam<DType> {
   void SetUp() override { IB_REQUIRE_CUDA(); }
 };
 
-// IB_LORA_IN_GEMV's fused modes: the shrink in the GEMV's launch, and launched before it.
-constexpr int kModes[] = {2, 1};
+// IB_LORA_IN_GEMV's fused modes: the shrink in the GEMV's launch, launched before it, and
+// chained (3: launched before it as in 1 where, as here, no op names this one as its next).
+constexpr int kModes[] = {2, 1, 3};
 
 // S slots' random A (S, R, K) and B (S, N, R) of each target (N, row offset), the slots' scales
 // and the tokens' slot ids (slots 0, 1, 2 and -1 in turn).
@@ -37,8 +39,8 @@ struct Adapters {
   std::vector<Pair> a, b;
   Pair scales, slot_ids;
   std::vector<LoraTargetStacks> cpu_targets, gpu_targets;
-  FusedLora cpu() const { return {slot_ids.cpu, scales.cpu, cpu_targets}; }
-  FusedLora gpu() const { return {slot_ids.gpu, scales.gpu, gpu_targets}; }
+  FusedLora cpu() const { return {slot_ids.cpu, scales.cpu, cpu_targets, {}}; }
+  FusedLora gpu() const { return {slot_ids.gpu, scales.gpu, gpu_targets, {}}; }
 };
 
 Adapters make_adapters(Twin& twin, Rng& rng, int64_t m, int64_t k, int64_t rank,
@@ -248,6 +250,111 @@ TEST_P(CudaFusedLora, RmsMatmulRopeCacheAddsTheUpdateBeforeTheRotation) {
             EXPECT_LT(twin.error(vc), tol) << how << " v cache m=" << m;
           });
     }
+  }
+}
+
+// Chained shrinks (IB_LORA_IN_GEMV=3): a decode layer's ops from o on, each naming the targets
+// of the op after it (FusedLora::next): o's residual add (then gate/up's shrink rides in it), the
+// gate/up SwiGLU (then down's), down's residual add (then the next layer's q/k/v's), and q/k/v.
+// Against the CPU's unfused ops (matmul, lora_apply_group, add_rms_norm, silu_mul,
+// rope_and_cache) and against the same ops with every shrink launched (1): one shrink launch (o's)
+// instead of four, the same residual, SwiGLU output, q/k/v and cache; eagerly and from a graph.
+TEST_P(CudaFusedLora, ChainedShrinksGiveTheLaunchedShrinksResults) {
+  Twin twin(GetParam());
+  Rng rng(65);
+  const double tol = tolerance(GetParam());
+  const float eps = 1e-5f;
+  AttentionShape shape;
+  shape.num_heads = 8;
+  shape.num_kv_heads = 2;
+  shape.head_dim = 64;
+  const int64_t m = 7, d = 512, f = 384, rank = 16, kv = 2 * 64, n_qkv = d + 2 * kv;
+  const int64_t blocks = 4, bs = 16, cache = blocks * 2 * bs * 64;
+  Pair attn = twin.floats({m, d}, random_floats(rng, m * d, -2.0f, 2.0f));
+  Pair wo = twin.floats({d, d}, random_floats(rng, d * d, -0.05f, 0.05f));
+  Pair wgu = twin.floats({2 * f, d}, random_floats(rng, 2 * f * d, -0.1f, 0.1f));
+  Pair wd = twin.floats({d, f}, random_floats(rng, d * f, -0.05f, 0.05f));
+  Pair wqkv = twin.floats({n_qkv, d}, random_floats(rng, n_qkv * d, -0.05f, 0.05f));
+  Pair ones = twin.floats({d}, std::vector<float>(static_cast<size_t>(d), 1.0f));
+  const Adapters o_ad = make_adapters(twin, rng, m, d, rank, {{d, 0}});
+  const Adapters gu_ad = make_adapters(twin, rng, m, d, rank, {{f, 0}, {f, f}});
+  const Adapters down_ad = make_adapters(twin, rng, m, f, rank, {{d, 0}});
+  const Adapters qkv_ad = make_adapters(twin, rng, m, d, rank, {{d, 0}, {kv, d}, {kv, d + kv}});
+  const auto res0 = twin.representable(random_floats(rng, m * d, -2.0f, 2.0f));
+  const std::vector<float> k0 = random_floats(rng, cache), v0 = random_floats(rng, cache);
+  std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    positions[static_cast<size_t>(i)] = static_cast<int32_t>(rng.uniform_int(0, 4095));
+    slots[static_cast<size_t>(i)] = static_cast<int32_t>(5 * i + 2);
+  }
+  std::vector<float> inv_freq(32);
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / 64.0));
+  Pair pos = twin.ints({m}, positions);
+  Pair slot = twin.ints({m}, slots);
+  Pair freq = twin.floats({32}, inv_freq, DType::kF32);
+  Pair residual = twin.floats({m, d}, res0);
+  Pair kc = twin.floats({blocks, 2, bs, 64}, k0);
+  Pair vc = twin.floats({blocks, 2, bs, 64}, v0);
+  Pair act = twin.output({m, f});
+  Pair qkv = twin.output({m, n_qkv});
+
+  // The CPU's unfused layer.
+  Pair tmp = twin.output({m, d});
+  Pair hidden = twin.output({m, d});
+  Pair gate_up = twin.output({m, 2 * f});
+  Backend& cpu = twin.cpu();
+  cpu.matmul(attn.cpu, wo.cpu, nullptr, tmp.cpu);
+  cpu_lora_apply(twin, attn.cpu, o_ad, tmp.cpu);
+  cpu.add_rms_norm(residual.cpu, tmp.cpu, ones.cpu, eps, hidden.cpu);
+  cpu.matmul(hidden.cpu, wgu.cpu, nullptr, gate_up.cpu);
+  cpu_lora_apply(twin, hidden.cpu, gu_ad, gate_up.cpu);
+  cpu.silu_mul(gate_up.cpu, act.cpu);
+  cpu.matmul(act.cpu, wd.cpu, nullptr, tmp.cpu);
+  cpu_lora_apply(twin, act.cpu, down_ad, tmp.cpu);
+  cpu.add_rms_norm(residual.cpu, tmp.cpu, ones.cpu, eps, hidden.cpu);
+  cpu.matmul(hidden.cpu, wqkv.cpu, nullptr, qkv.cpu);
+  cpu_lora_apply(twin, hidden.cpu, qkv_ad, qkv.cpu);
+  cpu.rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
+
+  FusedLora o_l = o_ad.gpu(), gu_l = gu_ad.gpu(), down_l = down_ad.gpu();
+  const FusedLora qkv_l = qkv_ad.gpu();
+  o_l.next = gu_l.targets;
+  gu_l.next = down_l.targets;
+  down_l.next = qkv_l.targets;
+  const auto reset = [&] {
+    twin.gpu().copy_from_host(residual.gpu, res0.data(), DType::kF32);
+    twin.gpu().copy_from_host(kc.gpu, k0.data(), DType::kF32);
+    twin.gpu().copy_from_host(vc.gpu, v0.data(), DType::kF32);
+  };
+  const auto layer = [&] {
+    CudaBackend& gpu = twin.gpu();
+    gpu.matmul_add(attn.gpu, wo.gpu, residual.gpu, &o_l);
+    gpu.rms_matmul_swiglu(residual.gpu, nullptr, wgu.gpu, eps, act.gpu, &gu_l);
+    gpu.matmul_add(act.gpu, wd.gpu, residual.gpu, &down_l);
+    gpu.rms_matmul_rope_cache(residual.gpu, nullptr, wqkv.gpu, nullptr, eps, pos.gpu, slot.gpu,
+                              freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu, &qkv_l);
+  };
+  std::vector<float> launched_qkv;  // mode 1's
+  for (const int mode : {1, 3}) {
+    twin.gpu().set_lora_in_gemv(mode);
+    const int64_t shrinks = twin.gpu().lora_shrink_launches();
+    eager_and_graph(twin, reset, layer, [&](const char* how) {
+      ASSERT_TRUE(twin.gpu().device_status().ok());
+      EXPECT_LT(twin.error(residual), tol) << how << " mode " << mode << " residual";
+      EXPECT_LT(twin.error(act), tol) << how << " mode " << mode << " SwiGLU output";
+      EXPECT_LT(twin.error(qkv), tol) << how << " mode " << mode << " qkv";
+      EXPECT_LT(twin.error(kc), tol) << how << " mode " << mode << " k cache";
+      EXPECT_LT(twin.error(vc), tol) << how << " mode " << mode << " v cache";
+      if (mode == 1) {
+        launched_qkv = twin.gpu_floats(qkv.gpu);
+      } else {  // the same sums in another order: far inside the dtype's tolerance
+        EXPECT_LT(testing::rel_l2(twin.gpu_floats(qkv.gpu), launched_qkv), tol / 4)
+            << how << " chained against launched shrinks";
+      }
+    });
+    // The eager pass and the capture each launch o's shrink, and with mode 1 the other three.
+    EXPECT_EQ(twin.gpu().lora_shrink_launches() - shrinks, mode == 1 ? 8 : 2) << "mode " << mode;
   }
 }
 

@@ -25,6 +25,7 @@ class CudaGraph final : public DeviceGraph {
   CudaGraph& operator=(const CudaGraph&) = delete;
 
   void replay() override {
+    backend_.reset_lora_chains();  // the host no longer knows what the accumulators hold
     backend_.run_op("graph replay", [&] {
       IB_CUDA_CHECK(cudaGraphLaunch(exec_, backend_.stream_), "graph replay");
     });
@@ -47,12 +48,14 @@ Status CudaBackend::begin_capture() {
   });
   IB_TRY(device_status());
   capturing_ = true;
+  reset_lora_chains();  // the graph must zero the chained shrinks' accumulators it uses
   return Ok{};
 }
 
 Result<std::unique_ptr<DeviceGraph>> CudaBackend::end_capture() {
   if (!capturing_) return runtime_error("end_capture without begin_capture");
   capturing_ = false;
+  reset_lora_chains();
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   int64_t bytes = 0;

@@ -152,9 +152,26 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
       constexpr int kLoraMinBlocks = kDense && kEpilogue != kGemvSwiGlu ? 2 : 3;
       IB_ASSERT(lora.rank % 8 == 0 && lora.rank <= kGemvLoraMaxRank && m <= 8,
                 "gemv: LoRA ranks are multiples of 8 up to kGemvLoraMaxRank, 8 tokens at most");
+      // A chained shrink reads whole 16-byte runs of A over a tile's output features; an
+      // un-normalised u needs the kernel's own 1 / rms.
+      const int n_out = kEpilogue == kGemvSwiGlu ? n / 2 : n;
+      IB_ASSERT(lora.next_u == nullptr || (kDense && kEpilogue != kGemvRopeCache &&
+                                           n_out % kGemvRows == 0 && lora.next.count >= 1),
+                "gemv: a chained LoRA shrink needs a dense weight, the SwiGLU or residual "
+                "epilogue and whole tiles");
+      IB_ASSERT(!lora.u_rms || (kKernelRms && kDense),
+                "gemv: an un-normalised LoRA u needs the dense kernel's own norm");
       const size_t smem = gemv_lora_smem_bytes(lora.group.count, lora.rank, sizeof(T));
       auto lora_kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW,
                                      kLoraMinBlocks, true>;
+      // The chained-shrink variant (GemvLora::next_u) is its own instantiation: its epilogue
+      // needs registers the other LoRA GEMVs should not pay for (ptxas: spills at 80).
+      if constexpr (kDense && kEpilogue != kGemvRopeCache) {
+        if (lora.next_u != nullptr) {
+          lora_kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW,
+                                    kLoraMinBlocks, true, true>;
+        }
+      }
       if (smem > 40 * 1024) {  // with the static part, past the default 48 KB
         IB_CUDA_CHECK(cudaFuncSetAttribute(lora_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)),

@@ -2,6 +2,8 @@
 // then lora.cu's launchers. The stacks' pointers travel as a kernel parameter and the shrunk rows
 // live in the attention workspace (free between ops), so the ops neither allocate, synchronize
 // nor read slot ids on the host: they run inside the decode CUDA graphs.
+#include <cstdint>
+
 #include "backend/cuda/detail/cuda_backend_impl.h"
 #include "backend/cuda/detail/lora_kernels.h"
 
@@ -77,7 +79,8 @@ void CudaBackend::lora_apply_group(const Tensor& x, const Tensor& slot_ids,
 }
 
 GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm* norm,
-                                          const FusedLora& lora, int64_t out_row_size, bool gemv) {
+                                          const FusedLora& lora, int64_t out_row_size, bool gemv,
+                                          const WeightRef& w, const Tensor* out) {
   const CheckedGroup g =
       checked_group(dtype_, x, lora.slot_ids, lora.targets, lora.scales, x.rows(), out_row_size);
   IB_ASSERT(fused_lora(g.rank) && x.rows() <= 8,
@@ -96,7 +99,11 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
   l.u = static_cast<float*>(attention_workspace_.data());
   l.rank = static_cast<int>(g.rank);
   l.num_slots = static_cast<int>(g.slots);
-  if (gemv && lora_in_gemv_ == 2 && lora_shrink_in_gemv_ok(x, gain, g.ptrs)) {
+  const int chained = take_lora_chain(x, lora, g.rank, norm, w, gemv);
+  if (chained >= 0) {  // the op before this one accumulated the shrink: un-normalised
+    l.u = lora_chain_u(chained);
+    l.u_rms = norm != nullptr;
+  } else if (gemv && lora_in_gemv_ == 2 && lora_shrink_in_gemv_ok(x, gain, g.ptrs)) {
     // Two GEMVs launched back to back overlap under PDL: counter sets 1 and 2 in turn.
     const unsigned set = 1 + (lora_gemv_launches_++ % 2);
     l.shrink_blocks = lora_shrink_blocks(x.rows(), g.ptrs.count, g.rank);
@@ -107,10 +114,73 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
     l.k = x.row_size();
     l.tokens = static_cast<int>(x.rows());
     return l;
+  } else {
+    // With chained shrinks this launch also zeroes their accumulators: none is pending (spent
+    // above), and every op that read one ran before it.
+    const bool zero = lora_in_gemv_ == 3;
+    launch_lora_shrink(x, norm, lora.slot_ids, g.ptrs, g.rank, g.slots, l.u, stream_,
+                       pdl_ && lora_pdl_, zero ? lora_chain_u(0) : nullptr,
+                       zero ? kLoraChains * static_cast<int64_t>(kGemvLoraChainFloats) : 0);
+    ++lora_shrink_launches_;
+    if (zero) {
+      for (LoraChain& c : lora_chains_) c.zeroed = true;
+    }
   }
-  launch_lora_shrink(x, norm, lora.slot_ids, g.ptrs, g.rank, g.slots, l.u, stream_,
-                     pdl_ && lora_pdl_);
+  if (gemv && lora_in_gemv_ == 3 && out != nullptr && !lora.next.empty() &&
+      w.format == WeightFormat::kDense) {
+    chain_lora_shrink(l, lora, *out);
+  }
   return l;
+}
+
+float* CudaBackend::lora_chain_u(int i) const {
+  return static_cast<float*>(lora_chain_.data()) + static_cast<size_t>(i) * kGemvLoraChainFloats;
+}
+
+int CudaBackend::take_lora_chain(const Tensor& x, const FusedLora& lora, int64_t rank,
+                                 const LoraShrinkNorm* norm, const WeightRef& w, bool gemv) {
+  // An rms op scales an un-normalised u by the 1 / rms its dense GEMV computes; the chain's A
+  // has no gain but a folded one.
+  const bool rms_ok =
+      norm == nullptr || (norm->gain == nullptr && w.format == WeightFormat::kDense);
+  int found = -1;
+  for (size_t i = 0; i < lora_chains_.size(); ++i) {
+    LoraChain& c = lora_chains_[i];
+    if (!c.pending) continue;
+    bool same = gemv && rms_ok && c.x == x.data && c.rows == x.rows() && c.rank == rank &&
+                c.count == lora.targets.size();
+    for (size_t t = 0; same && t < c.count; ++t) same = c.a[t] == lora.targets[t].a.data;
+    c.pending = false;  // taken, or dropped: its op's shrink is launched instead
+    c.zeroed = false;
+    if (same) found = static_cast<int>(i);
+  }
+  return found;
+}
+
+void CudaBackend::chain_lora_shrink(GemvLora& l, const FusedLora& lora, const Tensor& out) {
+  const std::span<const LoraTargetStacks> next = lora.next;
+  const int64_t f = out.row_size();
+  // The next op's A stacks over out's features, with this op's slots and rank; whole tiles of
+  // 16 features and 16-byte rows (gemv_lora_chain's loads).
+  bool ok = next.size() <= LoraOps::kMaxLoraGroup && f % 16 == 0 && out.rows() <= 8;
+  for (const LoraTargetStacks& t : next) {
+    ok = ok && t.a.rank == 3 && t.a.dtype == dtype_ && t.a.dim(0) == l.num_slots &&
+         t.a.dim(1) == l.rank && t.a.dim(2) == f && reinterpret_cast<uintptr_t>(t.a.data) % 16 == 0;
+  }
+  if (!ok) return;
+  for (size_t i = 0; i < lora_chains_.size(); ++i) {
+    LoraChain& c = lora_chains_[i];
+    if (c.pending || !c.zeroed) continue;
+    c = LoraChain{true, false, out.data, out.rows(), l.rank, {}, next.size()};
+    l.next = LoraGroupPtrs{};
+    for (size_t t = 0; t < next.size(); ++t) {
+      c.a[t] = next[t].a.data;
+      l.next.a[t] = next[t].a.data;
+    }
+    l.next.count = static_cast<int>(next.size());
+    l.next_u = lora_chain_u(static_cast<int>(i));
+    return;
+  }
 }
 
 void CudaBackend::fused_lora_expand(const GemvLora& l, const FusedLora& lora, Tensor out) {

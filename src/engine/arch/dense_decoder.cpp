@@ -4,6 +4,7 @@
 #include "engine/arch/detail/dense_decoder.h"
 
 #include <array>
+#include <optional>
 #include <span>
 
 #include "engine/lora.h"
@@ -93,21 +94,33 @@ void lora_updates(const StepInputs& in, size_t layer, LoraTarget first, LoraTarg
   in.lora->lora_apply_group(x, in.lora_slot_ids, group.span(), in.lora_scales, out);
 }
 
-// The same updates as a fused decode op's argument (get(): null when the step has no adapters).
-// Not copyable: lora's span points into group.
+// A layer's LoRA targets [first, last].
+struct LoraTargets {
+  size_t layer;
+  LoraTarget first, last;
+};
+
+// The same updates as a fused decode op's argument (get(): null when the step has no adapters),
+// with the targets of the fused op that reads this op's output next where there is one (next:
+// its shrink may ride in this op, FusedLora::next). Not copyable: lora's spans point into the
+// groups.
 class FusedLoraArg {
  public:
-  FusedLoraArg(const StepInputs& in, size_t layer, LoraTarget first, LoraTarget last) {
+  FusedLoraArg(const StepInputs& in, LoraTargets t, std::optional<LoraTargets> next = {}) {
     if (in.lora == nullptr) return;
-    group_ = lora_group(in, layer, first, last);
-    lora_ = FusedLora{in.lora_slot_ids, in.lora_scales, group_.span()};
+    group_ = lora_group(in, t.layer, t.first, t.last);
+    lora_ = FusedLora{in.lora_slot_ids, in.lora_scales, group_.span(), {}};
+    if (next) {
+      next_ = lora_group(in, next->layer, next->first, next->last);
+      lora_.next = next_.span();
+    }
   }
   FusedLoraArg(const FusedLoraArg&) = delete;
   FusedLoraArg& operator=(const FusedLoraArg&) = delete;
   const FusedLora* get() const { return group_.count > 0 ? &lora_ : nullptr; }
 
  private:
-  LoraGroup group_;
+  LoraGroup group_, next_;
   FusedLora lora_;
 };
 
@@ -148,17 +161,27 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
       // LoRA (in.lora): each update rides in its op (where w has its gain folded in, so has A).
       const Tensor* attn_gain = in.gains_folded ? nullptr : &w.attn_norm;
       const Tensor* ffn_gain = in.gains_folded ? nullptr : &w.ffn_norm;
-      const FusedLoraArg qkv_lora(in, l, LoraTarget::kQ, LoraTarget::kV);
+      // Each op names the targets of the op that reads its output next (o -> gate/up -> down ->
+      // the next layer's q/k/v), whose A must then carry the folded gain of its norm.
+      const LoraTargets qkv_t{l, LoraTarget::kQ, LoraTarget::kV};
+      const LoraTargets gate_up_t{l, LoraTarget::kGate, LoraTarget::kUp};
+      const LoraTargets down_t{l, LoraTarget::kDown, LoraTarget::kDown};
+      std::optional<LoraTargets> after_o, after_down;
+      if (in.gains_folded) after_o = gate_up_t;
+      if (in.gains_folded && l + 1 < layers.size()) {
+        after_down = LoraTargets{l + 1, LoraTarget::kQ, LoraTarget::kV};
+      }
+      const FusedLoraArg qkv_lora(in, qkv_t);
       in.fused->rms_matmul_rope_cache(b.residual, attn_gain, w.wqkv, bqkv, in.rms_eps, in.positions,
                                       in.slot_mapping, in.inv_freq, kv, shape, b.qkv,
                                       qkv_lora.get());
       backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
-      const FusedLoraArg o_lora(in, l, LoraTarget::kO, LoraTarget::kO);
+      const FusedLoraArg o_lora(in, {l, LoraTarget::kO, LoraTarget::kO}, after_o);
       in.fused->matmul_add(b.attn, w.wo, b.residual, o_lora.get());
-      const FusedLoraArg gate_up_lora(in, l, LoraTarget::kGate, LoraTarget::kUp);
+      const FusedLoraArg gate_up_lora(in, gate_up_t, down_t);
       in.fused->rms_matmul_swiglu(b.residual, ffn_gain, w.w_gate_up, in.rms_eps, b.act,
                                   gate_up_lora.get());
-      const FusedLoraArg down_lora(in, l, LoraTarget::kDown, LoraTarget::kDown);
+      const FusedLoraArg down_lora(in, down_t, after_down);
       in.fused->matmul_add(b.act, w.w_down, b.residual, down_lora.get());
       continue;
     }

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -42,6 +43,10 @@ class CudaBackend final : public Backend,
   // LoRA block tickets, zero between launches, three sets of kLoraFusedCounterBytes: set 0
   // IB_LORA_FUSED's (lora.cu), sets 1 and 2 the LoRA GEMVs' in turn (GemvLora).
   static constexpr size_t kLoraCounterBytes = 3 * kLoraFusedCounterBytes;
+  // The chained LoRA shrinks' accumulators (IB_LORA_IN_GEMV=3, GemvLora::next_u): three, as a
+  // decode layer has three chained shrinks in flight at most (o -> gate/up -> down -> next q/k/v).
+  static constexpr int kLoraChains = 3;
+  static constexpr size_t kLoraChainBytes = kLoraChains * kGemvLoraChainFloats * sizeof(float);
   // Activations quantized (W8A8) or normalised (W8A16) for the GEMV and cuBLASLt, allocated with
   // the first quantized weight: the row scales first, then the rows.
   static constexpr int64_t kQuantScratchBytes = int64_t{64} << 20;
@@ -185,8 +190,16 @@ class CudaBackend final : public Backend,
   // Decode steps with adapters on the fused decode ops, each LoRA update's expand in the GEMV's
   // epilogue (IB_LORA_IN_GEMV): 1 (the default) a shrink launch before the GEMV, 2 the shrink's
   // blocks in the GEMV's own launch (slower on the H200: bench/NOTES.md, "LoRA in the fused
-  // decode GEMVs"), 0 the unfused ops and LoraOps.
-  void set_lora_in_gemv(int mode) { lora_in_gemv_ = mode; }
+  // decode GEMVs"), 3 as 1, but where an op's FusedLora names the next op's targets (`next`), its
+  // GEMV accumulates that op's shrink from the outputs it stores (chained shrinks: one shrink
+  // launch a decode layer, o's, which also zeroes the accumulators), 0 the unfused ops and
+  // LoraOps.
+  void set_lora_in_gemv(int mode) {
+    lora_in_gemv_ = mode;
+    reset_lora_chains();
+  }
+  // The shrinks launched by the fused ops with LoRA so far (tests: chained shrinks launch none).
+  int64_t lora_shrink_launches() const { return lora_shrink_launches_; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
   // steps of at most this many sequences (0: never). Default 8, measured best of 1, 8, 32 and
   // 256: +2 % at batch 1 and on the seed's batch 8, even on the continuous run, -3 % when every
@@ -238,8 +251,31 @@ class CudaBackend final : public Backend,
   // epilogue's operands (GemvLora, u in the attention workspace), the shrink (of x, or with norm
   // of rms_norm(x) * gain) either among the GEMV's blocks (IB_LORA_IN_GEMV=2, where the op runs
   // its GEMV and the 16-byte shrink applies) or launched now (lora_ops.cpp).
+  // With IB_LORA_IN_GEMV=3 the op's shrink may be a chain the op before it left (take_lora_chain)
+  // and, where out is the op's output (null: the q/k/v op, whose output no op shrinks) and
+  // lora.next is set, the op's GEMV chains the next op's shrink (chain_lora_shrink).
   GemvLora fused_lora_operands(const Tensor& x, const LoraShrinkNorm* norm, const FusedLora& lora,
-                               int64_t out_row_size, bool gemv);
+                               int64_t out_row_size, bool gemv, const WeightRef& w,
+                               const Tensor* out);
+  // The chained shrinks' host-side state, mirroring the accumulators' on the device: pending (a
+  // GEMV accumulates the shrink of the op reading x), zeroed (a launched shrink zeroed it since
+  // its last use). Reset where the host cannot follow the device: a capture's start and end, a
+  // graph replay, a mode change.
+  struct LoraChain {
+    bool pending = false, zeroed = false;
+    const void* x = nullptr;  // the op output the chain shrinks (the next op's input)
+    int64_t rows = 0, rank = 0;
+    std::array<const void*, LoraOps::kMaxLoraGroup> a{};  // the next op's targets' A stacks
+    size_t count = 0;
+  };
+  void reset_lora_chains() { lora_chains_ = {}; }
+  float* lora_chain_u(int i) const;
+  // The pending chain whose shrink is this op's (x, its targets' A, its rank; an rms op needs a
+  // dense weight, whose GEMV applies 1 / rms itself, and a folded gain), or -1; every pending
+  // chain is spent either way.
+  int take_lora_chain(const Tensor& x, const FusedLora& lora, int64_t rank,
+                      const LoraShrinkNorm* norm, const WeightRef& w, bool gemv);
+  void chain_lora_shrink(GemvLora& l, const FusedLora& lora, const Tensor& out);
   // That update's expand into out (T, out_row_size), for the fused ops' unfused fallbacks.
   void fused_lora_expand(const GemvLora& l, const FusedLora& lora, Tensor out);
   Tensor fallback_scratch(int64_t rows, int64_t cols);
@@ -263,6 +299,7 @@ class CudaBackend final : public Backend,
   Buffer staging_;
   Buffer attention_counters_;
   Buffer lora_counters_;  // kLoraCounterBytes
+  Buffer lora_chain_;     // kLoraChainBytes
   Buffer quant_scratch_;
   Buffer dequant_scratch_;  // W8A16 / 4-bit above the GEMV's rows: the weight in the act dtype
   Buffer int32_scratch_;    // INT8 W8A8 above the GEMV's rows: cuBLASLt's int32 sums
@@ -285,6 +322,8 @@ class CudaBackend final : public Backend,
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;
   unsigned lora_gemv_launches_ = 0;  // alternates the GEMVs' counter sets
+  std::array<LoraChain, kLoraChains> lora_chains_{};
+  int64_t lora_shrink_launches_ = 0;
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.

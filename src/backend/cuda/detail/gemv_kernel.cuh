@@ -109,6 +109,7 @@ struct GemvLoraSmem {
   int* slot;     // (8) the token's slot, -1: none
   float* scale;  // (8) its scale
   int* target;   // (16) the tile row's target, -1: none
+  float* chain;  // (8, 16) the tile's outputs as stored, for a chained shrink (GemvLora::next_u)
 };
 
 // The tile's slots, scales and row targets (row_of(j): the tile row's weight row) into shared
@@ -154,6 +155,45 @@ __device__ __forceinline__ void gemv_lora_stage_b(const GemvLora& l, int m, cons
     cp_async16(sm.b + (t * kGemvRows + j) * l.rank + c * kPerCopy, src, true);
   }
   cp_async_commit();
+}
+
+// A chained shrink's A rows (GemvLora::next) over the tile's output features [f0, f0 + 16 or 8)
+// into L2 for each token's slot, before the block waits (A is constant during a step).
+template <typename T>
+__device__ __forceinline__ void gemv_lora_prefetch_next(const GemvLora& l, int m, int64_t f0,
+                                                        int n_out) {
+  const int gr = l.next.count * l.rank;
+  for (int p = static_cast<int>(threadIdx.x); p < m * gr; p += static_cast<int>(blockDim.x)) {
+    const int s = l.slot_ids[p / gr], row = p % gr;
+    if (s < 0 || s >= l.num_slots) continue;
+    const T* a = static_cast<const T*>(lora_pick(l.next.a, row / l.rank));
+    prefetch_l2(a + (int64_t{s} * l.rank + row % l.rank) * n_out + f0);
+  }
+}
+
+// The chained shrink's share of the tile (kF output features from f0, stored in sm.chain): one
+// (token, row of the next group's G R) a thread, fp32 atomics into next_u (GemvLora).
+template <typename T, int kF>
+__device__ __forceinline__ void gemv_lora_chain(const GemvLora& l, const GemvLoraSmem<T>& sm,
+                                                int64_t f0, int n_out) {
+  static_assert(kF % kVec16<T> == 0, "whole 16-byte loads of A");
+  const int gr = l.next.count * l.rank;
+  for (int p = static_cast<int>(threadIdx.x); p < 8 * gr; p += static_cast<int>(blockDim.x)) {
+    const int t = p / gr, row = p % gr;
+    const int s = sm.slot[t];
+    if (s < 0) continue;
+    const T* a = static_cast<const T*>(lora_pick(l.next.a, row / l.rank)) +
+                 (int64_t{s} * l.rank + row % l.rank) * n_out + f0;
+    float sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kF; c += kVec16<T>) {
+      float av[kVec16<T>];
+      load16_f32<T>(a + c, av);
+#pragma unroll
+      for (int v = 0; v < kVec16<T>; ++v) sum += av[v] * sm.chain[t * kGemvRows + c + v];
+    }
+    atomicAdd(l.next_u + t * gr + row, sum);
+  }
 }
 
 // Whether u is complete: always when the shrink was launched before the GEMV, else once this
@@ -374,7 +414,7 @@ __host__ __device__ inline int gemv_tile_count(int epilogue, int n) {
 // epilogue of gemv_kernel (kRms: inv_rms per token; the quantized formats' row scales; kLora: the
 // LoRA term of each result, from the operands staged in lsm).
 template <typename T, typename TOut, int NT, int kWarps, int kEpilogue, bool kRms, int kW,
-          bool kLora>
+          bool kLora, bool kChain>
 __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT][4][32],
                                               const float* w_scale, const int* w_row_sum,
                                               const float* inv_rms, int tile, int64_t n0,
@@ -388,10 +428,18 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
   // The LoRA term of (token, tile row j) (result()'s row convention).
   const auto lora_term = [&](int token, int j) {
     if constexpr (kLora) {
-      return gemv_lora_term<T>(lora, lsm, token, j);
+      const float v = gemv_lora_term<T>(lora, lsm, token, j);
+      if constexpr (kRms && !kXq) {
+        if (lora.u_rms) return v * inv_rms[token];
+      }
+      return v;
     } else {
       return 0.0f;
     }
+  };
+  // A chained shrink's input: the output (token, tile feature f) as stored.
+  [[maybe_unused]] const auto keep_for_chain = [&](int token, int f, TOut stored) {
+    if constexpr (kChain) lsm.chain[token * kGemvRows + f] = to_f32(stored);
   };
   // The block's result for (token, row of the 16-row tile).
   const auto result = [&](int token, int row) {
@@ -479,7 +527,9 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
       }
       g += lora_term(token, j);
       u += lora_term(token, j + 8);
-      out[int64_t{token} * n_out + feature] = from_f32<TOut>(g / (1.0f + expf(-g)) * u);
+      const TOut stored = from_f32<TOut>(g / (1.0f + expf(-g)) * u);
+      out[int64_t{token} * n_out + feature] = stored;
+      keep_for_chain(token, j, stored);
     }
   } else {
     // Output o = token * 16 + row: consecutive threads write consecutive features of one token.
@@ -493,7 +543,9 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
       sum += lora_term(token, row);
       TOut* dst = out + int64_t{token} * n + feature;
       if constexpr (kEpilogue == kGemvAccumulate) sum += to_f32(*dst);
-      *dst = from_f32<TOut>(sum);
+      const TOut stored = from_f32<TOut>(sum);
+      *dst = stored;
+      keep_for_chain(token, row, stored);
     }
   }
 }
@@ -516,7 +568,7 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
 // dense variants' register use to the compiler (92-118 registers: 2 blocks of 8 warps per SM).
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
           int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense,
-          int kMinBlocks = kW == kGemvDense ? 1 : 3, bool kLora = false>
+          int kMinBlocks = kW == kGemvDense ? 1 : 3, bool kLora = false, bool kChain = false>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
@@ -531,6 +583,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   static_assert(!(kRms && (kW == kGemvInt8 || kInt4)),
                 "W8A16 and the 4-bit formats take x normalised before the kernel");
   static_assert(!kLora || (NT == 1 && kEpilogue != kGemvStore), "LoRA: the fused decode GEMVs");
+  static_assert(!kChain || (kLora && kEpilogue != kGemvRopeCache),
+                "chained shrinks: the LoRA GEMVs whose output another op reads (SwiGLU, residual)");
   // kLora with the shrink's blocks in this launch: the block's ticket (GemvLora) says whether it
   // runs one of them or which row tiles it takes.
   int tile_begin = static_cast<int>(blockIdx.x), tile_step = static_cast<int>(gridDim.x);
@@ -556,11 +610,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     __shared__ int lora_slot[8];
     __shared__ float lora_scale[8];
     __shared__ int lora_target[kGemvRows];
+    __shared__ float lora_chain[8 * kGemvRows];
     lsm.u = reinterpret_cast<float*>(gemv_lora_smem);
     lsm.b = reinterpret_cast<T*>(gemv_lora_smem + sizeof(float) * 8 * lora.group.count * lora.rank);
     lsm.slot = lora_slot;
     lsm.scale = lora_scale;
     lsm.target = lora_target;
+    lsm.chain = lora_chain;
   }
   const T* __restrict__ x = static_cast<const T*>(x_raw);
   using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
@@ -680,6 +736,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
               return j < 8 ? t.row_a : t.row_b;
             },
             lsm);
+        if constexpr (kChain) gemv_lora_prefetch_next<T>(lora, m, tr.n0, n_out);
       }
     };
     const auto lora_after_wait = [&] {
@@ -872,8 +929,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
       __syncthreads();
     }
-    gemv_epilogue<T, TOut, NT, kWarps, kEpilogue, kRms, kW, kLora>(
+    gemv_epilogue<T, TOut, NT, kWarps, kEpilogue, kRms, kW, kLora, kChain>(
         partial, w_scale, w_row_sum, inv_rms, tile, n0, bias, out, m, n, rc, fp8, lora, lsm);
+    if constexpr (kChain) {  // the next op's shrink from the outputs just stored
+      __syncthreads();
+      gemv_lora_chain<T, kSwiGlu ? kGemvRows / 2 : kGemvRows>(lora, lsm, n0, n_out);
+    }
     // The next tile rewrites the shared partial sums and scales (and kLora's B rows).
     if (tile + tile_step < tiles) __syncthreads();
   }

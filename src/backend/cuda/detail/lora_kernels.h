@@ -48,8 +48,20 @@ struct GemvLora {
   float eps = 0.0f;
   int64_t k = 0;
   int tokens = 0;
+  // u holds a_g[s] . x un-normalised (a chained shrink's, below): an rms op's epilogue scales
+  // its LoRA term by the 1 / rms it computes for the token.
+  bool u_rms = false;
+  // A chained shrink (IB_LORA_IN_GEMV=3; next_u null: none): the shrink of the fused op that
+  // reads this GEMV's output next, accumulated by this GEMV's blocks from the outputs they store
+  // (as rounded): next_u[t][g R + r] += sum over the block's output features f of
+  // next.a[g][slot(t)][r][f] * out[t][f], fp32 atomics into rows zeroed before the launch. The
+  // a stacks (S, R, F) span this op's F output features (next.b, n and row_offset unused).
+  LoraGroupPtrs next;
+  float* next_u = nullptr;
 };
 inline constexpr int kGemvLoraMaxRank = 128;
+// One chained-shrink accumulator (GemvLora::next_u): 8 tokens of kMaxLoraGroup targets' rows.
+inline constexpr size_t kGemvLoraChainFloats = 8 * LoraOps::kMaxLoraGroup * kGemvLoraMaxRank;
 // The dynamic shared memory of a LoRA GEMV block: u (tokens x G R fp32) and B (tokens x 16 rows x
 // R act elements) for up to 8 tokens.
 inline size_t gemv_lora_smem_bytes(int count, int rank, size_t act_bytes) {
@@ -70,9 +82,12 @@ struct LoraShrinkNorm {
   const Tensor* gain = nullptr;
   float eps = 0.0f;
 };
+// zero (null: none): zero_floats floats the launch sets to zero after it waited for the previous
+// kernel (the chained shrinks' accumulators, GemvLora::next_u).
 void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tensor& slot_ids,
                         const LoraGroupPtrs& group, int64_t rank, int64_t num_slots, float* u,
-                        cudaStream_t stream, bool pdl);
+                        cudaStream_t stream, bool pdl, float* zero = nullptr,
+                        int64_t zero_floats = 0);
 // The expand alone, from launch_lora_shrink's u: out[t][row_offset_g + n] += scales[s] *
 // b_g[s][n] . u_g[t], rounded once; tokens of slot -1 left alone.
 void launch_lora_expand(const float* u, const Tensor& slot_ids, const LoraGroupPtrs& group,
