@@ -41,6 +41,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_LORA_PDL", "cuda", "1", 0, 1, "",
      "1: the LoRA shrink and expand take part in programmatic dependent launch where IB_PDL is "
      "on (the shrink prefetches its A rows before it waits); 0: launched plainly"},
+    {"IB_LORA_GEMV_PERSIST", "cuda", "0", 0, 8, "",
+     "the LoRA variants of the fused decode GEMVs run a persistent grid of this many blocks per "
+     "SM, each block loading its next row tile's first weights before the current tile's "
+     "epilogue (the LoRA terms, a chained shrink); 0: one block per row tile"},
     {"IB_LORA_IN_GEMV", "cuda", "1", 0, 3, "",
      "decode steps with LoRA adapters on the fused decode GEMVs, each update's expand in the "
      "GEMV's epilogue and its shrink in a launch before it (1), in the GEMV's own launch (2, "

@@ -258,17 +258,19 @@ TEST_P(CudaFusedLora, RmsMatmulRopeCacheAddsTheUpdateBeforeTheRotation) {
 // gate/up SwiGLU (then down's), down's residual add (then the next layer's q/k/v's), and q/k/v.
 // Against the CPU's unfused ops (matmul, lora_apply_group, add_rms_norm, silu_mul,
 // rope_and_cache) and against the same ops with every shrink launched (1): one shrink launch (o's)
-// instead of four, the same residual, SwiGLU output, q/k/v and cache; eagerly and from a graph.
+// instead of four, the same residual, SwiGLU output, q/k/v and cache; eagerly and from a graph;
+// with a block per row tile and with a persistent grid of one block per SM
+// (IB_LORA_GEMV_PERSIST=1: every GEMV here has more row tiles than the H200 has SMs).
 TEST_P(CudaFusedLora, ChainedShrinksGiveTheLaunchedShrinksResults) {
   Twin twin(GetParam());
   Rng rng(65);
   const double tol = tolerance(GetParam());
   const float eps = 1e-5f;
   AttentionShape shape;
-  shape.num_heads = 8;
+  shape.num_heads = 36;
   shape.num_kv_heads = 2;
   shape.head_dim = 64;
-  const int64_t m = 7, d = 512, f = 384, rank = 16, kv = 2 * 64, n_qkv = d + 2 * kv;
+  const int64_t m = 7, d = 36 * 64, f = 2176, rank = 16, kv = 2 * 64, n_qkv = d + 2 * kv;
   const int64_t blocks = 4, bs = 16, cache = blocks * 2 * bs * 64;
   Pair attn = twin.floats({m, d}, random_floats(rng, m * d, -2.0f, 2.0f));
   Pair wo = twin.floats({d, d}, random_floats(rng, d * d, -0.05f, 0.05f));
@@ -335,27 +337,33 @@ TEST_P(CudaFusedLora, ChainedShrinksGiveTheLaunchedShrinksResults) {
     gpu.rms_matmul_rope_cache(residual.gpu, nullptr, wqkv.gpu, nullptr, eps, pos.gpu, slot.gpu,
                               freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu, &qkv_l);
   };
-  std::vector<float> launched_qkv;  // mode 1's
-  for (const int mode : {1, 3}) {
-    twin.gpu().set_lora_in_gemv(mode);
-    const int64_t shrinks = twin.gpu().lora_shrink_launches();
-    eager_and_graph(twin, reset, layer, [&](const char* how) {
-      ASSERT_TRUE(twin.gpu().device_status().ok());
-      EXPECT_LT(twin.error(residual), tol) << how << " mode " << mode << " residual";
-      EXPECT_LT(twin.error(act), tol) << how << " mode " << mode << " SwiGLU output";
-      EXPECT_LT(twin.error(qkv), tol) << how << " mode " << mode << " qkv";
-      EXPECT_LT(twin.error(kc), tol) << how << " mode " << mode << " k cache";
-      EXPECT_LT(twin.error(vc), tol) << how << " mode " << mode << " v cache";
-      if (mode == 1) {
-        launched_qkv = twin.gpu_floats(qkv.gpu);
-      } else {  // the same sums in another order: far inside the dtype's tolerance
-        EXPECT_LT(testing::rel_l2(twin.gpu_floats(qkv.gpu), launched_qkv), tol / 4)
-            << how << " chained against launched shrinks";
-      }
-    });
-    // The eager pass and the capture each launch o's shrink, and with mode 1 the other three.
-    EXPECT_EQ(twin.gpu().lora_shrink_launches() - shrinks, mode == 1 ? 8 : 2) << "mode " << mode;
+  std::vector<float> launched_qkv;  // mode 1's with a block per tile
+  for (const int persist : {0, 1}) {
+    twin.gpu().set_lora_gemv_persist(persist);
+    for (const int mode : {1, 3}) {
+      twin.gpu().set_lora_in_gemv(mode);
+      const int64_t shrinks = twin.gpu().lora_shrink_launches();
+      eager_and_graph(twin, reset, layer, [&](const char* how) {
+        ASSERT_TRUE(twin.gpu().device_status().ok());
+        const std::string at = std::string(how) + " mode " + std::to_string(mode) + " persist " +
+                               std::to_string(persist);
+        EXPECT_LT(twin.error(residual), tol) << at << " residual";
+        EXPECT_LT(twin.error(act), tol) << at << " SwiGLU output";
+        EXPECT_LT(twin.error(qkv), tol) << at << " qkv";
+        EXPECT_LT(twin.error(kc), tol) << at << " k cache";
+        EXPECT_LT(twin.error(vc), tol) << at << " v cache";
+        if (launched_qkv.empty()) {
+          launched_qkv = twin.gpu_floats(qkv.gpu);
+        } else {  // the same sums in another order: far inside the dtype's tolerance
+          EXPECT_LT(testing::rel_l2(twin.gpu_floats(qkv.gpu), launched_qkv), tol / 4)
+              << at << " against launched shrinks";
+        }
+      });
+      // The eager pass and the capture each launch o's shrink, and with mode 1 the other three.
+      EXPECT_EQ(twin.gpu().lora_shrink_launches() - shrinks, mode == 1 ? 8 : 2) << "mode " << mode;
+    }
   }
+  twin.gpu().set_lora_gemv_persist(0);
 }
 
 INSTANTIATE_TEST_SUITE_P(HalfTypes, CudaFusedLora, ::testing::Values(DType::kBF16, DType::kF16),

@@ -177,9 +177,11 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
                                            static_cast<int>(smem)),
                       op);
       }
-      launch_kernel(op, pdl, lora_kernel, dim3(grid_blocks<kW>(tiles) + lora.shrink_blocks),
-                    dim3(kWarps * 32), smem, stream, x_in, w.data.data, bias, out.as<TOut>(), m, n,
-                    k, eps, rc, operands, lora);
+      unsigned blocks = grid_blocks<kW>(tiles);
+      if (lora.max_blocks > 0) blocks = std::min(blocks, lora.max_blocks);
+      launch_kernel(op, pdl, lora_kernel, dim3(blocks + lora.shrink_blocks), dim3(kWarps * 32),
+                    smem, stream, x_in, w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc,
+                    operands, lora);
       return;
     }
   }

@@ -2,6 +2,7 @@
 // then lora.cu's launchers. The stacks' pointers travel as a kernel parameter and the shrunk rows
 // live in the attention workspace (free between ops), so the ops neither allocate, synchronize
 // nor read slot ids on the host: they run inside the decode CUDA graphs.
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/detail/cuda_backend_impl.h"
@@ -99,6 +100,7 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
   l.u = static_cast<float*>(attention_workspace_.data());
   l.rank = static_cast<int>(g.rank);
   l.num_slots = static_cast<int>(g.slots);
+  l.max_blocks = static_cast<unsigned>(std::max(lora_gemv_persist_, 0) * num_sms_);
   const int chained = take_lora_chain(x, lora, g.rank, norm, w, gemv);
   if (chained >= 0) {  // the op before this one accumulated the shrink: un-normalised
     l.u = lora_chain_u(chained);

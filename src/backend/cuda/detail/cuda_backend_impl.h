@@ -198,6 +198,10 @@ class CudaBackend final : public Backend,
     lora_in_gemv_ = mode;
     reset_lora_chains();
   }
+  // The LoRA GEMVs' grid (IB_LORA_GEMV_PERSIST): this many blocks per SM, each looping over row
+  // tiles and loading the next tile's first weights before the current tile's epilogue; 0: a
+  // block per tile.
+  void set_lora_gemv_persist(int blocks_per_sm) { lora_gemv_persist_ = blocks_per_sm; }
   // The shrinks launched by the fused ops with LoRA so far (tests: chained shrinks launch none).
   int64_t lora_shrink_launches() const { return lora_shrink_launches_; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
@@ -324,6 +328,7 @@ class CudaBackend final : public Backend,
   unsigned lora_gemv_launches_ = 0;  // alternates the GEMVs' counter sets
   std::array<LoraChain, kLoraChains> lora_chains_{};
   int64_t lora_shrink_launches_ = 0;
+  int lora_gemv_persist_ = 0;
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.

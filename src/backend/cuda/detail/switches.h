@@ -42,6 +42,8 @@ struct CudaSwitches {
   // ones with a shrink launch (1, the default), the shrink in the GEMV's launch (2) or chained
   // shrinks (3: the GEMV before an op accumulates its shrink).
   std::optional<int64_t> lora_in_gemv;
+  // IB_LORA_GEMV_PERSIST: blocks per SM of the LoRA GEMVs' persistent grid (0: a block a tile).
+  std::optional<int64_t> lora_gemv_persist;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
 };
