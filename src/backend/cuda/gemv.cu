@@ -172,6 +172,16 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
                                     kLoraMinBlocks, true, true>;
         }
       }
+      // IB_LORA_SWIGLU_BLOCKS=2: the dense gate/up variants with 128 registers (2 blocks per SM).
+      if constexpr (kDense && kEpilogue == kGemvSwiGlu) {
+        if (lora.swiglu_blocks == 2) {
+          lora_kernel = lora.next_u != nullptr
+                            ? gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms,
+                                          kW, 2, true, true>
+                            : gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms,
+                                          kW, 2, true>;
+        }
+      }
       if (smem > 40 * 1024) {  // with the static part, past the default 48 KB
         IB_CUDA_CHECK(cudaFuncSetAttribute(lora_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)),

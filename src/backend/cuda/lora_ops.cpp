@@ -101,6 +101,7 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
   l.rank = static_cast<int>(g.rank);
   l.num_slots = static_cast<int>(g.slots);
   l.max_blocks = static_cast<unsigned>(std::max(lora_gemv_persist_, 0) * num_sms_);
+  l.swiglu_blocks = lora_swiglu_blocks_;
   const int chained = take_lora_chain(x, lora, g.rank, norm, w, gemv);
   if (chained >= 0) {  // the op before this one accumulated the shrink: un-normalised
     l.u = lora_chain_u(chained);

@@ -202,6 +202,9 @@ class CudaBackend final : public Backend,
   // tiles and loading the next tile's first weights before the current tile's epilogue; 0: a
   // block per tile.
   void set_lora_gemv_persist(int blocks_per_sm) { lora_gemv_persist_ = blocks_per_sm; }
+  // The dense gate/up LoRA GEMV's register cap (IB_LORA_SWIGLU_BLOCKS): 3 blocks per SM (80
+  // registers) or 2 (128).
+  void set_lora_swiglu_blocks(int blocks) { lora_swiglu_blocks_ = blocks; }
   // The shrinks launched by the fused ops with LoRA so far (tests: chained shrinks launch none).
   int64_t lora_shrink_launches() const { return lora_shrink_launches_; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
@@ -329,6 +332,7 @@ class CudaBackend final : public Backend,
   std::array<LoraChain, kLoraChains> lora_chains_{};
   int64_t lora_shrink_launches_ = 0;
   int lora_gemv_persist_ = 0;
+  int lora_swiglu_blocks_ = 3;
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.

@@ -44,6 +44,8 @@ struct CudaSwitches {
   std::optional<int64_t> lora_in_gemv;
   // IB_LORA_GEMV_PERSIST: blocks per SM of the LoRA GEMVs' persistent grid (0: a block a tile).
   std::optional<int64_t> lora_gemv_persist;
+  // IB_LORA_SWIGLU_BLOCKS=2|3: the dense gate/up LoRA GEMV's register cap.
+  std::optional<int64_t> lora_swiglu_blocks;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
 };

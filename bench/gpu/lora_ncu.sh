@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Nsight Compute on the fused decode gate/up GEMV (issue 16): the base kernel and its LoRA variant
+# (one rank-16 adapter on every linear layer; the LoRA switches as the environment sets them),
+# Llama-3-8B bf16 dummy weights, static batch of 8 (the seed protocol's), one launch each after
+# two decode steps. Sections: speed of light, memory, warp states, occupancy, launch, scheduler.
+# Usage (~2 minutes with the build; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/lora_ncu.sh
+# Environment: B (the build directory, /tmp/ib-lora-ab). Writes build.log, ncu_base.txt,
+# ncu_lora.txt and their summary in ncu.log.
+set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
+cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
+source bench/gpu/build_inferbench.sh
+use_icu
+B=${B:-/tmp/ib-lora-ab}
+build_gpu_tests $B "$O/build.log" inferbench || exit 1
+echo "built $(el)"
+A=bench/adapters/l3-r16-0
+[ -f $A/adapter_model.safetensors ] ||
+  python3 tools/make_lora.py --hidden-size 4096 --intermediate-size 14336 --num-heads 32 \
+    --num-kv-heads 8 --layers 32 --rank 16 --seed 0 --numpy --out $A > /dev/null
+prof() {
+  local name=$1 regex=$2
+  shift 2
+  timeout 200 ncu --clock-control none --kernel-name-base demangled -k "regex:$regex" \
+    --launch-skip 64 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
+    "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
+    --model llama-3-8b --batch-size 8 --input-len 32 --output-len 16 --num-prompts 8 --runs 1 \
+    --result-dir "/tmp/ncu-$name" --overwrite "$@" > "$O/ncu_$name.txt" 2>&1
+  echo "$name rc=$? $(el)"
+  grep -E "gemv_kernel|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Shared Memory Configuration|Dynamic Shared|Issued Warp|No Eligible|Warp Cycles Per Issued" \
+    "$O/ncu_$name.txt" | cut -c1-150
+}
+{
+  prof base '2, true, 0, 3, false, false>'
+  prof lora '2, true, 0, [23], true' --enable-lora --max-lora-rank 16 --lora-modules "a0=$A"
+} 2>&1 | tee "$O/ncu.log"
+echo "done $(el)"
