@@ -31,7 +31,8 @@ prof() {
     "$O/ncu_$name.txt" | cut -c1-150
 }
 {
-  prof base '2, true, 0, 3, false, false>'
-  prof lora '2, true, 0, [23], true' --enable-lora --max-lora-rank 16 --lora-modules "a0=$A"
+  prof base '\(int\)2, \(bool\)1, \(int\)0, \(int\)3, \(bool\)0, \(bool\)0>'
+  prof lora '\(int\)2, \(bool\)1, \(int\)0, \(int\)[23], \(bool\)1' --enable-lora \
+    --max-lora-rank 16 --lora-modules "a0=$A"
 } 2>&1 | tee "$O/ncu.log"
 echo "done $(el)"

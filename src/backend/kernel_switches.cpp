@@ -48,7 +48,7 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_LORA_SWIGLU_BLOCKS", "cuda", "3", 0, 0, "2|3",
      "the blocks per SM the registers of the dense gate/up GEMV's LoRA variants allow: 3 (80 "
      "registers, as the base variant's default) or 2 (128)"},
-    {"IB_LORA_IN_GEMV", "cuda", "1", 0, 3, "",
+    {"IB_LORA_IN_GEMV", "cuda", "3", 0, 3, "",
      "decode steps with LoRA adapters on the fused decode GEMVs, each update's expand in the "
      "GEMV's epilogue and its shrink in a launch before it (1), in the GEMV's own launch (2, "
      "measured slower), or accumulated by the GEMV before it from the outputs it stores "

@@ -327,7 +327,7 @@ class CudaBackend final : public Backend,
   bool fused_ = true;
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
-  int lora_in_gemv_ = 1;
+  int lora_in_gemv_ = 3;
   unsigned lora_gemv_launches_ = 0;  // alternates the GEMVs' counter sets
   std::array<LoraChain, kLoraChains> lora_chains_{};
   int64_t lora_shrink_launches_ = 0;
