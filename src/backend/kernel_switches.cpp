@@ -50,9 +50,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "registers, as the base variant's default) or 2 (128)"},
     {"IB_LORA_IN_GEMV", "cuda", "3", 0, 3, "",
      "decode steps with LoRA adapters on the fused decode GEMVs, each update's expand in the "
-     "GEMV's epilogue and its shrink in a launch before it (1), in the GEMV's own launch (2, "
-     "measured slower), or accumulated by the GEMV before it from the outputs it stores "
-     "(3: chained, one shrink launch a layer); 0: on the unfused ops, a shrink and an expand "
+     "GEMV's epilogue and its shrink accumulated by the GEMV before it from the outputs it "
+     "stores (3: chained, one shrink launch a layer), in a launch before it (1) or in the GEMV's "
+     "own launch (2; 1 and 2 measured slower); 0: on the unfused ops, a shrink and an expand "
      "launch after each projection's matmul"},
 };
 

@@ -188,12 +188,12 @@ class CudaBackend final : public Backend,
   // (IB_LORA_PDL, default 1; bench/NOTES.md "LoRA decode: a kernel timeline").
   void set_lora_pdl(bool on) { lora_pdl_ = on; }
   // Decode steps with adapters on the fused decode ops, each LoRA update's expand in the GEMV's
-  // epilogue (IB_LORA_IN_GEMV): 1 (the default) a shrink launch before the GEMV, 2 the shrink's
-  // blocks in the GEMV's own launch (slower on the H200: bench/NOTES.md, "LoRA in the fused
-  // decode GEMVs"), 3 as 1, but where an op's FusedLora names the next op's targets (`next`), its
-  // GEMV accumulates that op's shrink from the outputs it stores (chained shrinks: one shrink
-  // launch a decode layer, o's, which also zeroes the accumulators), 0 the unfused ops and
-  // LoraOps.
+  // epilogue (IB_LORA_IN_GEMV): 3 (the default) chained shrinks: where an op's FusedLora names
+  // the next op's targets (`next`), its GEMV accumulates that op's shrink from the outputs it
+  // stores, so a decode layer launches one shrink (o's, which also zeroes the accumulators);
+  // 1 a shrink launch before each GEMV; 2 the shrink's blocks in the GEMV's own launch (1 and 2
+  // measured slower on the H200: bench/NOTES.md, "LoRA in the fused decode GEMVs", "Chained
+  // LoRA shrinks"); 0 the unfused ops and LoraOps.
   void set_lora_in_gemv(int mode) {
     lora_in_gemv_ = mode;
     reset_lora_chains();

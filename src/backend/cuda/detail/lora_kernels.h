@@ -26,8 +26,9 @@ struct LoraGroupPtrs {
 // [0, num_slots), scales[s] * b_g[s][n] . u[t][g * rank, + rank), before the epilogue's rotation,
 // SwiGLU or residual add. Each block stages its rows of B (cp.async, before it waits for the
 // previous kernel: B and the slot ids are constant during a step) and u in shared memory
-// (gemv_lora_smem_bytes). u (T, count * rank) fp32 comes either from launch_lora_shrink launched
-// just before the GEMV (shrink_blocks 0), or from the GEMV's own launch: its first shrink_blocks
+// (gemv_lora_smem_bytes). u (T, count * rank) fp32 comes from launch_lora_shrink launched just
+// before the GEMV (shrink_blocks 0), from the GEMV before it (a chained shrink, next_u below;
+// then un-normalised where u_rms), or from the GEMV's own launch: its first shrink_blocks
 // blocks (by the order blocks start, a ticket from counters[0]) run lora_shrink_block on x (the
 // op's input as it arrived: un-normalised, unquantized; with norm, rms_norm(x) * gain, gain null
 // meaning ones) and count themselves done (counters[1]); the GEMV's blocks wait for that count

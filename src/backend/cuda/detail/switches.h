@@ -39,8 +39,8 @@ struct CudaSwitches {
   // IB_LORA_PDL=0: the LoRA kernels launched without programmatic dependent launch.
   std::optional<int64_t> lora_pdl;
   // IB_LORA_IN_GEMV=0|1|2|3: decode steps with adapters on the unfused ops (0), or the fused
-  // ones with a shrink launch (1, the default), the shrink in the GEMV's launch (2) or chained
-  // shrinks (3: the GEMV before an op accumulates its shrink).
+  // ones with a shrink launch (1), the shrink in the GEMV's launch (2) or chained shrinks (3, the
+  // default: the GEMV before an op accumulates its shrink).
   std::optional<int64_t> lora_in_gemv;
   // IB_LORA_GEMV_PERSIST: blocks per SM of the LoRA GEMVs' persistent grid (0: a block a tile).
   std::optional<int64_t> lora_gemv_persist;
