@@ -69,6 +69,24 @@ void cpu_lora_apply(Twin& twin, const Tensor& x, const Adapters& ad, Tensor out)
   twin.cpu().lora_ops()->lora_apply_group(x, l.slot_ids, l.targets, l.scales, out);
 }
 
+// The rotation's operands for m tokens of head_dim 64: random positions, cache slots 5 i + 2 (a
+// cache of 4 blocks of 16), inv_freq of base 10,000.
+struct RopeOperands {
+  Pair positions, slots, inv_freq;
+};
+RopeOperands rope_operands(Twin& twin, Rng& rng, int64_t m) {
+  std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    positions[static_cast<size_t>(i)] = static_cast<int32_t>(rng.uniform_int(0, 4095));
+    slots[static_cast<size_t>(i)] = static_cast<int32_t>(5 * i + 2);
+  }
+  std::vector<float> inv_freq(32);
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / 64.0));
+  return {twin.ints({m}, positions), twin.ints({m}, slots),
+          twin.floats({32}, inv_freq, DType::kF32)};
+}
+
 // The GPU ops run eagerly, then again from a CUDA graph after `reset` restored their outputs;
 // `check` runs after each.
 void eager_and_graph(Twin& twin, const std::function<void()>& reset,
@@ -212,17 +230,7 @@ TEST_P(CudaFusedLora, RmsMatmulRopeCacheAddsTheUpdateBeforeTheRotation) {
     const std::vector<float> k0 = random_floats(rng, cache), v0 = random_floats(rng, cache);
     Pair kc = twin.floats({blocks, 2, bs, 64}, k0);
     Pair vc = twin.floats({blocks, 2, bs, 64}, v0);
-    std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) {
-      positions[static_cast<size_t>(i)] = static_cast<int32_t>(rng.uniform_int(0, 4095));
-      slots[static_cast<size_t>(i)] = static_cast<int32_t>(5 * i + 2);
-    }
-    std::vector<float> inv_freq(32);
-    for (size_t i = 0; i < inv_freq.size(); ++i)
-      inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / 64.0));
-    Pair pos = twin.ints({m}, positions);
-    Pair slot = twin.ints({m}, slots);
-    Pair freq = twin.floats({32}, inv_freq, DType::kF32);
+    const auto [pos, slot, freq] = rope_operands(twin, rng, m);
     Pair normed = twin.output({m, k});
     Pair qkv = twin.output({m, n});
     twin.cpu().rms_norm(h.cpu, ones.cpu, 1e-5f, normed.cpu);
@@ -284,17 +292,7 @@ TEST_P(CudaFusedLora, ChainedShrinksGiveTheLaunchedShrinksResults) {
   const Adapters qkv_ad = make_adapters(twin, rng, m, d, rank, {{d, 0}, {kv, d}, {kv, d + kv}});
   const auto res0 = twin.representable(random_floats(rng, m * d, -2.0f, 2.0f));
   const std::vector<float> k0 = random_floats(rng, cache), v0 = random_floats(rng, cache);
-  std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
-  for (int64_t i = 0; i < m; ++i) {
-    positions[static_cast<size_t>(i)] = static_cast<int32_t>(rng.uniform_int(0, 4095));
-    slots[static_cast<size_t>(i)] = static_cast<int32_t>(5 * i + 2);
-  }
-  std::vector<float> inv_freq(32);
-  for (size_t i = 0; i < inv_freq.size(); ++i)
-    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / 64.0));
-  Pair pos = twin.ints({m}, positions);
-  Pair slot = twin.ints({m}, slots);
-  Pair freq = twin.floats({32}, inv_freq, DType::kF32);
+  const auto [pos, slot, freq] = rope_operands(twin, rng, m);
   Pair residual = twin.floats({m, d}, res0);
   Pair kc = twin.floats({blocks, 2, bs, 64}, k0);
   Pair vc = twin.floats({blocks, 2, bs, 64}, v0);
