@@ -317,8 +317,10 @@ TEST_P(CudaFusedLora, ChainedShrinksGiveTheLaunchedShrinksResults) {
   cpu_lora_apply(twin, hidden.cpu, qkv_ad, qkv.cpu);
   cpu.rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
 
-  FusedLora o_l = o_ad.gpu(), gu_l = gu_ad.gpu(), down_l = down_ad.gpu();
-  const FusedLora qkv_l = qkv_ad.gpu();
+  // One slot-id tensor for the four ops, as the engine passes its step's (equal values here: a
+  // chain is taken only by an op with the slot ids it was made with).
+  FusedLora o_l = o_ad.gpu(), gu_l = gu_ad.gpu(), down_l = down_ad.gpu(), qkv_l = qkv_ad.gpu();
+  gu_l.slot_ids = down_l.slot_ids = qkv_l.slot_ids = o_l.slot_ids;
   o_l.next = gu_l.targets;
   gu_l.next = down_l.targets;
   down_l.next = qkv_l.targets;

@@ -151,7 +151,7 @@ int CudaBackend::take_lora_chain(const Tensor& x, const FusedLora& lora, int64_t
     LoraChain& c = lora_chains_[i];
     if (!c.pending) continue;
     bool same = gemv && rms_ok && c.x == x.data && c.rows == x.rows() && c.rank == rank &&
-                c.count == lora.targets.size();
+                c.slot_ids == lora.slot_ids.data && c.count == lora.targets.size();
     for (size_t t = 0; same && t < c.count; ++t) same = c.a[t] == lora.targets[t].a.data;
     c.pending = false;  // taken, or dropped: its op's shrink is launched instead
     c.zeroed = false;
@@ -174,7 +174,13 @@ void CudaBackend::chain_lora_shrink(GemvLora& l, const FusedLora& lora, const Te
   for (size_t i = 0; i < lora_chains_.size(); ++i) {
     LoraChain& c = lora_chains_[i];
     if (c.pending || !c.zeroed) continue;
-    c = LoraChain{true, false, out.data, out.rows(), l.rank, {}, next.size()};
+    c = LoraChain{};
+    c.pending = true;
+    c.x = out.data;
+    c.slot_ids = lora.slot_ids.data;
+    c.rows = out.rows();
+    c.rank = l.rank;
+    c.count = next.size();
     l.next = LoraGroupPtrs{};
     for (size_t t = 0; t < next.size(); ++t) {
       c.a[t] = next[t].a.data;

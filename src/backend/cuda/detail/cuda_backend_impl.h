@@ -270,7 +270,8 @@ class CudaBackend final : public Backend,
   // graph replay, a mode change.
   struct LoraChain {
     bool pending = false, zeroed = false;
-    const void* x = nullptr;  // the op output the chain shrinks (the next op's input)
+    const void* x = nullptr;         // the op output the chain shrinks (the next op's input)
+    const void* slot_ids = nullptr;  // the producer's: the tokens' slots the chain used
     int64_t rows = 0, rank = 0;
     std::array<const void*, LoraOps::kMaxLoraGroup> a{};  // the next op's targets' A stacks
     size_t count = 0;
