@@ -314,6 +314,16 @@ def compare(ref, tokens, logits):
                 greedy_equal_steps=len(tokens) if first_mismatch is None else first_mismatch)
 
 
+def describe_error(e):
+    """The exception and the ones it came from (transformers' lazy imports hide the cause)."""
+    parts, seen = [], set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        parts.append(f"{type(e).__name__}: {e}")
+        e = e.__cause__ or e.__context__
+    return " <- ".join(parts)
+
+
 def save_json(args, rows):
     """Rewritten after every row, so a run stopped at its time limit keeps what it measured."""
     os.makedirs(args.out, exist_ok=True)
@@ -448,8 +458,8 @@ def main():
                 torch.cuda.empty_cache()
             except Exception as e:  # report and go on with the next family
                 ok = False
-                rows.append(dict(family=name, error=str(e)[-800:], passed=False))
-                print(f"{name}: ERROR {str(e)[-300:]}", flush=True)
+                rows.append(dict(family=name, error=describe_error(e)[-800:], passed=False))
+                print(f"{name}: ERROR {describe_error(e)[-600:]}", flush=True)
     save_json(args, rows)
     print(f"\nhf_compare (transformers {transformers.__version__}, torch {torch.__version__}; "
           f"reference reloaded from the saved files in fp32, TF32 off; {args.layers} layers, "

@@ -33,7 +33,7 @@ import torch
 import transformers
 
 from hf_compare import FAMILIES as HF_FAMILIES
-from hf_compare import TOLERANCE, Refused, compare, print_table, run_inferbench
+from hf_compare import TOLERANCE, Refused, compare, describe_error, print_table, run_inferbench
 from hf_models import ieee_fp32, make_config, random_model
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -178,8 +178,8 @@ def main():
                     del model
             except Exception as e:  # report and go on with the next family
                 ok = False
-                rows.append(dict(family=name, error=str(e)[-800:], passed=False))
-                print(f"{name}: ERROR {str(e)[-300:]}", flush=True)
+                rows.append(dict(family=name, error=describe_error(e)[-800:], passed=False))
+                print(f"{name}: ERROR {describe_error(e)[-600:]}", flush=True)
     save_json(args, rows)
     print(f"\nhf_compare_lora (transformers {transformers.__version__}, torch "
           f"{torch.__version__}; {args.layers} layers, {args.steps} greedy steps, relative L2 "
