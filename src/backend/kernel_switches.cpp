@@ -41,13 +41,6 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_LORA_PDL", "cuda", "1", 0, 1, "",
      "1: the LoRA shrink and expand take part in programmatic dependent launch where IB_PDL is "
      "on (the shrink prefetches its A rows before it waits); 0: launched plainly"},
-    {"IB_LORA_GEMV_PERSIST", "cuda", "0", 0, 8, "",
-     "the LoRA variants of the fused decode GEMVs run a persistent grid of this many blocks per "
-     "SM, each block loading its next row tile's first weights before the current tile's "
-     "epilogue (the LoRA terms, a chained shrink); 0: one block per row tile"},
-    {"IB_LORA_SWIGLU_BLOCKS", "cuda", "3", 0, 0, "2|3",
-     "the blocks per SM the registers of the dense gate/up GEMV's LoRA variants allow: 3 (80 "
-     "registers, as the base variant's default) or 2 (128)"},
     {"IB_LORA_IN_GEMV", "cuda", "3", 0, 3, "",
      "decode steps with LoRA adapters on the fused decode GEMVs, each update's expand in the "
      "GEMV's epilogue and its shrink accumulated by the GEMV before it from the outputs it "

@@ -266,9 +266,8 @@ TEST_P(CudaFusedLora, RmsMatmulRopeCacheAddsTheUpdateBeforeTheRotation) {
 // gate/up SwiGLU (then down's), down's residual add (then the next layer's q/k/v's), and q/k/v.
 // Against the CPU's unfused ops (matmul, lora_apply_group, add_rms_norm, silu_mul,
 // rope_and_cache) and against the same ops with every shrink launched (1): one shrink launch (o's)
-// instead of four, the same residual, SwiGLU output, q/k/v and cache; eagerly and from a graph;
-// with a block per row tile and with a persistent grid of one block per SM
-// (IB_LORA_GEMV_PERSIST=1: every GEMV here has more row tiles than the H200 has SMs).
+// instead of four, the same residual, SwiGLU output, q/k/v and cache; eagerly and from a graph.
+// Every GEMV here has more row tiles than the H200 has SMs (more than one wave of blocks).
 TEST_P(CudaFusedLora, ChainedShrinksGiveTheLaunchedShrinksResults) {
   Twin twin(GetParam());
   Rng rng(65);
@@ -337,33 +336,28 @@ TEST_P(CudaFusedLora, ChainedShrinksGiveTheLaunchedShrinksResults) {
     gpu.rms_matmul_rope_cache(residual.gpu, nullptr, wqkv.gpu, nullptr, eps, pos.gpu, slot.gpu,
                               freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu, &qkv_l);
   };
-  std::vector<float> launched_qkv;  // mode 1's with a block per tile
-  for (const int persist : {0, 1}) {
-    twin.gpu().set_lora_gemv_persist(persist);
-    for (const int mode : {1, 3}) {
-      twin.gpu().set_lora_in_gemv(mode);
-      const int64_t shrinks = twin.gpu().lora_shrink_launches();
-      eager_and_graph(twin, reset, layer, [&](const char* how) {
-        ASSERT_TRUE(twin.gpu().device_status().ok());
-        const std::string at = std::string(how) + " mode " + std::to_string(mode) + " persist " +
-                               std::to_string(persist);
-        EXPECT_LT(twin.error(residual), tol) << at << " residual";
-        EXPECT_LT(twin.error(act), tol) << at << " SwiGLU output";
-        EXPECT_LT(twin.error(qkv), tol) << at << " qkv";
-        EXPECT_LT(twin.error(kc), tol) << at << " k cache";
-        EXPECT_LT(twin.error(vc), tol) << at << " v cache";
-        if (launched_qkv.empty()) {
-          launched_qkv = twin.gpu_floats(qkv.gpu);
-        } else {  // the same sums in another order: far inside the dtype's tolerance
-          EXPECT_LT(testing::rel_l2(twin.gpu_floats(qkv.gpu), launched_qkv), tol / 4)
-              << at << " against launched shrinks";
-        }
-      });
-      // The eager pass and the capture each launch o's shrink, and with mode 1 the other three.
-      EXPECT_EQ(twin.gpu().lora_shrink_launches() - shrinks, mode == 1 ? 8 : 2) << "mode " << mode;
-    }
+  std::vector<float> launched_qkv;  // mode 1's
+  for (const int mode : {1, 3}) {
+    twin.gpu().set_lora_in_gemv(mode);
+    const int64_t shrinks = twin.gpu().lora_shrink_launches();
+    eager_and_graph(twin, reset, layer, [&](const char* how) {
+      ASSERT_TRUE(twin.gpu().device_status().ok());
+      const std::string at = std::string(how) + " mode " + std::to_string(mode);
+      EXPECT_LT(twin.error(residual), tol) << at << " residual";
+      EXPECT_LT(twin.error(act), tol) << at << " SwiGLU output";
+      EXPECT_LT(twin.error(qkv), tol) << at << " qkv";
+      EXPECT_LT(twin.error(kc), tol) << at << " k cache";
+      EXPECT_LT(twin.error(vc), tol) << at << " v cache";
+      if (launched_qkv.empty()) {
+        launched_qkv = twin.gpu_floats(qkv.gpu);
+      } else {  // the same sums in another order: far inside the dtype's tolerance
+        EXPECT_LT(testing::rel_l2(twin.gpu_floats(qkv.gpu), launched_qkv), tol / 4)
+            << at << " against launched shrinks";
+      }
+    });
+    // The eager pass and the capture each launch o's shrink, and with mode 1 the other three.
+    EXPECT_EQ(twin.gpu().lora_shrink_launches() - shrinks, mode == 1 ? 8 : 2) << "mode " << mode;
   }
-  twin.gpu().set_lora_gemv_persist(0);
 }
 
 INSTANTIATE_TEST_SUITE_P(HalfTypes, CudaFusedLora, ::testing::Values(DType::kBF16, DType::kF16),

@@ -172,26 +172,14 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
                                     kLoraMinBlocks, true, true>;
         }
       }
-      // IB_LORA_SWIGLU_BLOCKS=2: the dense gate/up variants with 128 registers (2 blocks per SM).
-      if constexpr (kDense && kEpilogue == kGemvSwiGlu) {
-        if (lora.swiglu_blocks == 2) {
-          lora_kernel = lora.next_u != nullptr
-                            ? gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms,
-                                          kW, 2, true, true>
-                            : gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms,
-                                          kW, 2, true>;
-        }
-      }
       if (smem > 40 * 1024) {  // with the static part, past the default 48 KB
         IB_CUDA_CHECK(cudaFuncSetAttribute(lora_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)),
                       op);
       }
-      unsigned blocks = grid_blocks<kW>(tiles);
-      if (lora.max_blocks > 0) blocks = std::min(blocks, lora.max_blocks);
-      launch_kernel(op, pdl, lora_kernel, dim3(blocks + lora.shrink_blocks), dim3(kWarps * 32),
-                    smem, stream, x_in, w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc,
-                    operands, lora);
+      launch_kernel(op, pdl, lora_kernel, dim3(grid_blocks<kW>(tiles) + lora.shrink_blocks),
+                    dim3(kWarps * 32), smem, stream, x_in, w.data.data, bias, out.as<TOut>(), m, n,
+                    k, eps, rc, operands, lora);
       return;
     }
   }

@@ -100,8 +100,6 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
   l.u = static_cast<float*>(attention_workspace_.data());
   l.rank = static_cast<int>(g.rank);
   l.num_slots = static_cast<int>(g.slots);
-  l.max_blocks = static_cast<unsigned>(std::max(lora_gemv_persist_, 0) * num_sms_);
-  l.swiglu_blocks = lora_swiglu_blocks_;
   const int chained = take_lora_chain(x, lora, g.rank, norm, w, gemv);
   if (chained >= 0) {  // the op before this one accumulated the shrink: un-normalised
     l.u = lora_chain_u(chained);
@@ -120,7 +118,7 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
   } else {
     // With chained shrinks this launch also zeroes their accumulators: none is pending (spent
     // above), and every op that read one ran before it.
-    const bool zero = lora_in_gemv_ == 3;
+    const bool zero = lora_in_gemv_ == 3 && x.rows() > 0;  // (a launch of no rows does nothing)
     launch_lora_shrink(x, norm, lora.slot_ids, g.ptrs, g.rank, g.slots, l.u, stream_,
                        pdl_ && lora_pdl_, zero ? lora_chain_u(0) : nullptr,
                        zero ? kLoraChains * static_cast<int64_t>(kGemvLoraChainFloats) : 0);

@@ -27,8 +27,6 @@ Result<CudaSwitches> read_cuda_switches() {
   s.lora_fused = integer("IB_LORA_FUSED");
   s.lora_pdl = integer("IB_LORA_PDL");
   s.lora_in_gemv = integer("IB_LORA_IN_GEMV");
-  s.lora_gemv_persist = integer("IB_LORA_GEMV_PERSIST");
-  s.lora_swiglu_blocks = integer("IB_LORA_SWIGLU_BLOCKS");
   if (const auto it = env.find("IB_MATMUL_TUNING"); it != env.end()) s.matmul_tuning = it->second;
   for (const auto& [name, value] : env) s.from_env.insert(name);
   return s;
@@ -46,8 +44,6 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.lora_fused) backend.set_lora_fused(*s.lora_fused == 1);
   if (s.lora_pdl) backend.set_lora_pdl(*s.lora_pdl == 1);
   if (s.lora_in_gemv) backend.set_lora_in_gemv(static_cast<int>(*s.lora_in_gemv));
-  if (s.lora_gemv_persist) backend.set_lora_gemv_persist(static_cast<int>(*s.lora_gemv_persist));
-  if (s.lora_swiglu_blocks) backend.set_lora_swiglu_blocks(static_cast<int>(*s.lora_swiglu_blocks));
   if (s.matmul_tuning == "0") backend.set_tuning(false);
   if (s.matmul_tuning == "gemv") {
     backend.set_gemv_max_m(8);
@@ -72,8 +68,6 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_LORA_FUSED", {flag(lora_fused_)}},
       {"IB_LORA_PDL", {flag(lora_pdl_)}},
       {"IB_LORA_IN_GEMV", {std::to_string(lora_in_gemv_)}},
-      {"IB_LORA_GEMV_PERSIST", {std::to_string(lora_gemv_persist_)}},
-      {"IB_LORA_SWIGLU_BLOCKS", {std::to_string(lora_swiglu_blocks_)}},
   };
   for (auto& [name, setting] : out) setting.from_env = switches_from_env_.count(name) == 1;
   check_kernel_switch_report(out, "cuda");

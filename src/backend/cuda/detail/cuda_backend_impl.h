@@ -198,13 +198,6 @@ class CudaBackend final : public Backend,
     lora_in_gemv_ = mode;
     reset_lora_chains();
   }
-  // The LoRA GEMVs' grid (IB_LORA_GEMV_PERSIST): this many blocks per SM, each looping over row
-  // tiles and loading the next tile's first weights before the current tile's epilogue; 0: a
-  // block per tile.
-  void set_lora_gemv_persist(int blocks_per_sm) { lora_gemv_persist_ = blocks_per_sm; }
-  // The dense gate/up LoRA GEMV's register cap (IB_LORA_SWIGLU_BLOCKS): 3 blocks per SM (80
-  // registers) or 2 (128).
-  void set_lora_swiglu_blocks(int blocks) { lora_swiglu_blocks_ = blocks; }
   // The shrinks launched by the fused ops with LoRA so far (tests: chained shrinks launch none).
   int64_t lora_shrink_launches() const { return lora_shrink_launches_; }
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
@@ -278,9 +271,9 @@ class CudaBackend final : public Backend,
   };
   void reset_lora_chains() { lora_chains_ = {}; }
   float* lora_chain_u(int i) const;
-  // The pending chain whose shrink is this op's (x, its targets' A, its rank; an rms op needs a
-  // dense weight, whose GEMV applies 1 / rms itself, and a folded gain), or -1; every pending
-  // chain is spent either way.
+  // The pending chain whose shrink is this op's (x, its slot ids, its targets' A, its rank; an rms
+  // op needs a dense weight, whose GEMV applies 1 / rms itself, and a folded gain), or -1; every
+  // pending chain is spent either way.
   int take_lora_chain(const Tensor& x, const FusedLora& lora, int64_t rank,
                       const LoraShrinkNorm* norm, const WeightRef& w, bool gemv);
   void chain_lora_shrink(GemvLora& l, const FusedLora& lora, const Tensor& out);
@@ -332,8 +325,6 @@ class CudaBackend final : public Backend,
   unsigned lora_gemv_launches_ = 0;  // alternates the GEMVs' counter sets
   std::array<LoraChain, kLoraChains> lora_chains_{};
   int64_t lora_shrink_launches_ = 0;
-  int lora_gemv_persist_ = 0;
-  int lora_swiglu_blocks_ = 3;
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.

@@ -59,11 +59,6 @@ struct GemvLora {
   // a stacks (S, R, F) span this op's F output features (next.b, n and row_offset unused).
   LoraGroupPtrs next;
   float* next_u = nullptr;
-  // The GEMV's blocks at most (0: one per row tile): a persistent grid, each block looping over
-  // row tiles with its next tile's first weights in flight through the current tile's epilogue.
-  unsigned max_blocks = 0;
-  // Host-side: the blocks per SM the dense gate/up variant's registers allow (3 or 2).
-  int swiglu_blocks = 3;
 };
 inline constexpr int kGemvLoraMaxRank = 128;
 // One chained-shrink accumulator (GemvLora::next_u): 8 tokens of kMaxLoraGroup targets' rows.

@@ -42,10 +42,6 @@ struct CudaSwitches {
   // ones with a shrink launch (1), the shrink in the GEMV's launch (2) or chained shrinks (3, the
   // default: the GEMV before an op accumulates its shrink).
   std::optional<int64_t> lora_in_gemv;
-  // IB_LORA_GEMV_PERSIST: blocks per SM of the LoRA GEMVs' persistent grid (0: a block a tile).
-  std::optional<int64_t> lora_gemv_persist;
-  // IB_LORA_SWIGLU_BLOCKS=2|3: the dense gate/up LoRA GEMV's register cap.
-  std::optional<int64_t> lora_swiglu_blocks;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
 };
