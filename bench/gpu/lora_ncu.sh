@@ -4,8 +4,11 @@
 # Llama-3-8B bf16 dummy weights, static batch of 8 (the seed protocol's), one launch each after
 # two decode steps. Sections: speed of light, memory, warp states, occupancy, launch, scheduler.
 # Usage (~2 minutes with the build; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/lora_ncu.sh
-# Environment: B (the build directory, /tmp/ib-lora-ab). Writes build.log, ncu_base.txt,
-# ncu_lora.txt and their summary in ncu.log.
+# Environment: B (the build directory, /tmp/ib-lora-ab); IB_NCU_SOURCE=1 also collects the source
+# counters and writes each kernel's per-instruction SASS table (sass_NAME.csv.gz: executed
+# instructions and warp stalls per instruction), and IB_SASS_REGEX (a regex over demangled names)
+# dumps those kernels' SASS from the GEMV object (bench/gpu/sass_dump.py, sass.txt.gz).
+# Writes build.log, ncu_base.txt, ncu_lora.txt and their summary in ncu.log.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh
@@ -20,19 +23,31 @@ A=bench/adapters/l3-r16-0
 prof() {
   local name=$1 regex=$2
   shift 2
+  local src=()
+  [ "${IB_NCU_SOURCE:-0}" = 1 ] && src=(--section SourceCounters --export "/tmp/ncu-$name" --force-overwrite)
   timeout 200 ncu --clock-control none --kernel-name-base demangled -k "regex:$regex" \
     --launch-skip 64 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
-    "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
+    "${src[@]}" "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
     --model llama-3-8b --batch-size 8 --input-len 32 --output-len 16 --num-prompts 8 --runs 1 \
     --result-dir "/tmp/ncu-$name" --overwrite "$@" > "$O/ncu_$name.txt" 2>&1
   echo "$name rc=$? $(el)"
   grep -E "gemv_kernel|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Shared Memory Configuration|Dynamic Shared|Issued Warp|No Eligible|Warp Cycles Per Issued" \
     "$O/ncu_$name.txt" | cut -c1-150
+  if [ "${IB_NCU_SOURCE:-0}" = 1 ]; then
+    timeout 60 ncu -i "/tmp/ncu-$name.ncu-rep" --page source --csv --print-source sass 2> \
+      "$O/sass_$name.err" | gzip > "$O/sass_$name.csv.gz"
+    echo "source page $name: $(zcat "$O/sass_$name.csv.gz" | wc -l) lines $(el)"
+  fi
 }
 {
   prof base '\(int\)2, \(bool\)1, \(int\)0, \(int\)3, \(bool\)0, \(bool\)0>'
   prof lora '\(int\)2, \(bool\)1, \(int\)0, \(int\)[23], \(bool\)1' --enable-lora \
     --max-lora-rank 16 --lora-modules "a0=$A"
 } 2>&1 | tee "$O/ncu.log"
+if [ -n "${IB_SASS_REGEX:-}" ]; then
+  python3 bench/gpu/sass_dump.py "$B/src/backend/cuda/CMakeFiles/ib_backend_cuda.dir/gemv.cu.o" \
+    "$IB_SASS_REGEX" | gzip > "$O/sass.txt.gz"
+  echo "sass: $(zcat "$O/sass.txt.gz" | grep -c '^// kernel') kernels $(el)"
+fi
 echo "done $(el)"
