@@ -10,7 +10,7 @@
 # base again; then a kernel timeline of the 1-adapter run with the defaults
 # (bench/gpu/timeline_summary.py).
 # Usage (~6-8 minutes of the machine; carry .deps/icu.tar.xz):
-#   OUT=dir IB_AB=IB_LORA_IN_GEMV IB_AB_VALUES="0 1 2" bash bench/gpu/lora_ab.sh   (the defaults)
+#   OUT=dir IB_AB=IB_LORA_IN_GEMV IB_AB_VALUES="1 3" bash bench/gpu/lora_ab.sh
 # Environment: IB_AB (the switch), IB_AB_VALUES, IB_PARITY (0), IB_DEADLINE_S (520): runs that
 # would end past it are skipped; IB_TIMELINE_ENV (VAR=value ... for the timeline run, e.g.
 # IB_LORA_IN_GEMV=3); B (the build directory, /tmp/ib-lora-ab).
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh
 use_icu
 AB=${IB_AB:-IB_LORA_IN_GEMV}
-VALUES=(${IB_AB_VALUES:-0 1 2})
+VALUES=(${IB_AB_VALUES:-1 3})
 B=${B:-/tmp/ib-lora-ab}
 build_gpu_tests $B "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
   ib_kernel_profile || exit 1

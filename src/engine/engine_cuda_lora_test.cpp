@@ -7,8 +7,8 @@
 // request's first logits beyond those tolerances (fp32: 5x); with the LoRA kernels in two launches
 // per group and in one (IB_LORA_FUSED=1); bf16 decode steps with the updates in the fused decode
 // GEMVs (the default, IB_LORA_IN_GEMV=3: chained, each GEMV accumulating the next op's shrink,
-// eagerly and in graphs; 1: a shrink launch before each; 2: the shrink in the GEMV's launch; the
-// adapters' A then take the folded norm gains) and on the unfused ops (IB_LORA_IN_GEMV=0).
+// eagerly and in graphs; 1: a shrink launch before each; the adapters' A then take the folded
+// norm gains) and on the unfused ops (IB_LORA_IN_GEMV=0).
 // Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -186,7 +186,6 @@ INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineLora,
                                            Case{DType::kBF16, true, "IB_LORA_FUSED", "1"},
                                            Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "0"},
                                            Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "1"},
-                                           Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "2"},
                                            Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "3"},
                                            Case{DType::kBF16, false, "IB_LORA_IN_GEMV", "3"}),
                          case_name);

@@ -4,8 +4,8 @@
 // add. Batches mix three adapter slots and the base model (-1); ranks 8, 16 and 64; dense weights
 // with the gain folded (null) and an INT8 W8A16 weight keeping its gain (the shrink applies it);
 // the residual add on cuBLASLt (IB_ADD_CUBLASLT: the op's unfused form, the expand its own
-// launch); the shrink in the GEMV's launch (IB_LORA_IN_GEMV=2), launched before it (1), and
-// chained (3: each GEMV accumulating the next op's shrink, over a decode layer's ops); eagerly
+// launch); the shrink launched before the GEMV (IB_LORA_IN_GEMV=1) and chained (3: each GEMV
+// accumulating the next op's shrink, over a decode layer's ops); eagerly
 // and replayed from a CUDA graph. bf16 and fp16, the dtype's tolerance of detail/test_support.h.
 #include <gtest/gtest.h>
 
@@ -29,9 +29,9 @@ class CudaFusedLora : public ::testing::TestWithParam<DType> {
   void SetUp() override { IB_REQUIRE_CUDA(); }
 };
 
-// IB_LORA_IN_GEMV's fused modes: the shrink in the GEMV's launch, launched before it, and
-// chained (3: launched before it as in 1 where, as here, no op names this one as its next).
-constexpr int kModes[] = {2, 1, 3};
+// IB_LORA_IN_GEMV's fused modes: the shrink launched before the GEMV, and chained (3: launched
+// before it as in 1 where, as here, no op names this one as its next).
+constexpr int kModes[] = {1, 3};
 
 // S slots' random A (S, R, K) and B (S, N, R) of each target (N, row offset), the slots' scales
 // and the tokens' slot ids (slots 0, 1, 2 and -1 in turn).

@@ -147,8 +147,8 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
   if constexpr (NT == 1 && kEpilogue != kGemvStore) {
     if (lora.slot_ids != nullptr) {
       // The LoRA variant (GemvLora): its own register budget (2 blocks of 8 warps per SM for the
-      // dense rope / residual GEMVs, 3 for the others, as their base variants run by default),
-      // the staged operands in dynamic shared memory, the shrink's blocks ahead of the tiles.
+      // dense rope / residual GEMVs, 3 for the others, as their base variants run by default)
+      // and the staged operands in dynamic shared memory.
       constexpr int kLoraMinBlocks = kDense && kEpilogue != kGemvSwiGlu ? 2 : 3;
       IB_ASSERT(lora.rank % 8 == 0 && lora.rank <= kGemvLoraMaxRank && m <= 8,
                 "gemv: LoRA ranks are multiples of 8 up to kGemvLoraMaxRank, 8 tokens at most");
@@ -177,7 +177,7 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
                                            static_cast<int>(smem)),
                       op);
       }
-      launch_kernel(op, pdl, lora_kernel, dim3(grid_blocks<kW>(tiles) + lora.shrink_blocks),
+      launch_kernel(op, pdl, lora_kernel, dim3(grid_blocks<kW>(tiles)),
                     dim3(kWarps * 32), smem, stream, x_in, w.data.data, bias, out.as<TOut>(), m, n,
                     k, eps, rc, operands, lora);
       return;

@@ -273,18 +273,6 @@ int64_t lora_chunk_tokens(int64_t group_rank, size_t workspace_bytes) {
   return std::min(static_cast<int64_t>(workspace_bytes) / per_token, kMaxChunkTokens);
 }
 
-unsigned lora_shrink_blocks(int64_t tokens, int count, int64_t rank) {
-  return static_cast<unsigned>(tokens) * blocks_for(int64_t{count} * rank, kShrinkRows);
-}
-
-bool lora_shrink_in_gemv_ok(const Tensor& x, const Tensor* gain, const LoraGroupPtrs& group) {
-  bool ok = false;
-  IB_DISPATCH_FLOAT(x.dtype, T, {
-    ok = sizeof(T) == 2 && shrink_vectorized<T>(x, group, gain ? gain->as<const T>() : nullptr);
-  });
-  return ok;
-}
-
 void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tensor& slot_ids,
                         const LoraGroupPtrs& group, int64_t rank, int64_t num_slots, float* u,
                         cudaStream_t stream, bool pdl, float* zero, int64_t zero_floats) {

@@ -104,17 +104,6 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
   if (chained >= 0) {  // the op before this one accumulated the shrink: un-normalised
     l.u = lora_chain_u(chained);
     l.u_rms = norm != nullptr;
-  } else if (gemv && lora_in_gemv_ == 2 && lora_shrink_in_gemv_ok(x, gain, g.ptrs)) {
-    // Two GEMVs launched back to back overlap under PDL: counter sets 1 and 2 in turn.
-    const unsigned set = 1 + (lora_gemv_launches_++ % 2);
-    l.shrink_blocks = lora_shrink_blocks(x.rows(), g.ptrs.count, g.rank);
-    l.counters = static_cast<unsigned*>(lora_counters_.data()) + set * 3;
-    l.x = x.data;
-    l.gain = gain != nullptr ? gain->data : nullptr;
-    l.eps = norm != nullptr ? norm->eps : 0.0f;
-    l.k = x.row_size();
-    l.tokens = static_cast<int>(x.rows());
-    return l;
   } else {
     // With chained shrinks this launch also zeroes their accumulators: none is pending (spent
     // above), and every op that read one ran before it.

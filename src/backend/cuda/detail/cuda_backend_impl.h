@@ -42,7 +42,7 @@ class CudaBackend final : public Backend,
   static constexpr size_t kAttentionCounterBytes = size_t{1} << 20;  // split-KV merge counters
   // LoRA block tickets, zero between launches, three sets of kLoraFusedCounterBytes: set 0
   // IB_LORA_FUSED's (lora.cu), sets 1 and 2 the LoRA GEMVs' in turn (GemvLora).
-  static constexpr size_t kLoraCounterBytes = 3 * kLoraFusedCounterBytes;
+  static constexpr size_t kLoraCounterBytes = kLoraFusedCounterBytes;
   // The chained LoRA shrinks' accumulators (IB_LORA_IN_GEMV=3, GemvLora::next_u): three, as a
   // decode layer has three chained shrinks in flight at most (o -> gate/up -> down -> next q/k/v).
   static constexpr int kLoraChains = 3;
@@ -191,9 +191,9 @@ class CudaBackend final : public Backend,
   // epilogue (IB_LORA_IN_GEMV): 3 (the default) chained shrinks: where an op's FusedLora names
   // the next op's targets (`next`), its GEMV accumulates that op's shrink from the outputs it
   // stores, so a decode layer launches one shrink (o's, which also zeroes the accumulators);
-  // 1 a shrink launch before each GEMV; 2 the shrink's blocks in the GEMV's own launch (1 and 2
-  // measured slower on the H200: bench/NOTES.md, "LoRA in the fused decode GEMVs", "Chained
-  // LoRA shrinks"); 0 the unfused ops and LoraOps.
+  // 1 a shrink launch before each GEMV (measured slower on the H200, but bitwise reproducible:
+  // bench/NOTES.md, "Chained LoRA shrinks"); 0 the unfused ops and LoraOps. (2, the shrink's
+  // blocks in the GEMV's own launch, measured slower and was removed.)
   void set_lora_in_gemv(int mode) {
     lora_in_gemv_ = mode;
     reset_lora_chains();
@@ -249,8 +249,7 @@ class CudaBackend final : public Backend,
   Tensor normed_for_fallback(const Tensor& h, const Tensor* gain, float eps);
   // A fused decode op's LoRA update (FusedLora) for an output of out_row_size columns: the GEMV
   // epilogue's operands (GemvLora, u in the attention workspace), the shrink (of x, or with norm
-  // of rms_norm(x) * gain) either among the GEMV's blocks (IB_LORA_IN_GEMV=2, where the op runs
-  // its GEMV and the 16-byte shrink applies) or launched now (lora_ops.cpp).
+  // of rms_norm(x) * gain) launched now (lora_ops.cpp).
   // With IB_LORA_IN_GEMV=3 the op's shrink may be a chain the op before it left (take_lora_chain)
   // and, where out is the op's output (null: the q/k/v op, whose output no op shrinks) and
   // lora.next is set, the op's GEMV chains the next op's shrink (chain_lora_shrink).
@@ -322,7 +321,6 @@ class CudaBackend final : public Backend,
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 3;
-  unsigned lora_gemv_launches_ = 0;  // alternates the GEMVs' counter sets
   std::array<LoraChain, kLoraChains> lora_chains_{};
   int64_t lora_shrink_launches_ = 0;
   std::set<std::string> switches_from_env_;

@@ -44,7 +44,7 @@
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/gemv_int4.cuh"
 #include "backend/cuda/detail/lora_kernels.h"
-#include "backend/cuda/detail/lora_shrink.cuh"
+#include "backend/cuda/detail/lora_shrink.cuh"  // lora_pick
 #include "backend/cuda/detail/mma.cuh"
 #include "backend/cuda/detail/pdl.cuh"
 
@@ -196,28 +196,13 @@ __device__ __forceinline__ void gemv_lora_chain(const GemvLora& l, const GemvLor
   }
 }
 
-// Whether u is complete: always when the shrink was launched before the GEMV, else once this
-// launch's shrink blocks all counted themselves done (then fenced: their rows are visible).
-__device__ __forceinline__ bool gemv_lora_u_ready(const GemvLora& l) {
-  if (l.shrink_blocks == 0) return true;
-  const bool done = *static_cast<volatile unsigned*>(l.counters + 1) >= l.shrink_blocks;
-  if (done) __threadfence();
-  return done;
-}
-
 // u's rows of the 8 tokens (G R fp32 each, contiguous; rows of base tokens and past M are copied
-// too and never read) into u_s by the calling warp, 16 bytes a lane at a time: by cp.async (waited
-// for with the B rows) or by loads through L2 (other blocks of the launch wrote them).
-__device__ __forceinline__ void gemv_lora_copy_u(const GemvLora& l, float* u_s, int lane,
-                                                 bool async) {
+// too and never read) into u_s by the calling warp, 16 bytes a lane at a time by cp.async
+// (waited for with the B rows). u was written by the kernels before this one (a launched shrink,
+// or the GEMV before it for a chained shrink).
+__device__ __forceinline__ void gemv_lora_copy_u(const GemvLora& l, float* u_s, int lane) {
   const int chunks = 8 * l.group.count * l.rank / 4;
-  for (int c = lane; c < chunks; c += 32) {
-    if (async) {
-      cp_async16(u_s + 4 * c, l.u + 4 * c, true);
-    } else {
-      reinterpret_cast<float4*>(u_s)[c] = __ldcg(reinterpret_cast<const float4*>(l.u) + c);
-    }
-  }
+  for (int c = lane; c < chunks; c += 32) cp_async16(u_s + 4 * c, l.u + 4 * c, true);
 }
 
 // The LoRA term of (token, tile row j), fp32: 0 for a base token or a row no target covers.
@@ -237,28 +222,6 @@ __device__ __forceinline__ float gemv_lora_term(const GemvLora& l, const GemvLor
     for (int v = 0; v < kV; ++v) sum += bv[v] * u[r + v];
   }
   return sm.scale[token] * sum;
-}
-
-// A shrink block of the GEMV's launch (ticket b < shrink_blocks): one token's kLoraShrinkRows rows
-// of u, then counted done.
-template <typename T, bool kNorm>
-__device__ __forceinline__ void gemv_lora_shrink(const GemvLora& l, unsigned b) {
-  const auto tokens = static_cast<unsigned>(l.tokens);
-  lora_shrink_block<T, kVec16<T>, 1, kNorm>(static_cast<const T*>(l.x), l.k, l.slot_ids, l.tokens,
-                                            l.group, l.rank, l.num_slots, l.u, b % tokens,
-                                            b / tokens, static_cast<const T*>(l.gain), l.eps);
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) atomicAdd(l.counters + 1, 1u);
-}
-
-// Every block of a launch with shrink blocks ends here: the last one resets the counters.
-__device__ __forceinline__ void gemv_lora_block_done(const GemvLora& l) {
-  if (threadIdx.x == 0 && atomicAdd(l.counters + 2, 1u) == gridDim.x - 1) {
-    l.counters[0] = 0;
-    l.counters[1] = 0;
-    l.counters[2] = 0;
-  }
 }
 
 // kFp8: the lane's 16 bytes of already quantized x per n-tile at element offset kk.
@@ -585,25 +548,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   static_assert(!kLora || (NT == 1 && kEpilogue != kGemvStore), "LoRA: the fused decode GEMVs");
   static_assert(!kChain || (kLora && kEpilogue != kGemvRopeCache),
                 "chained shrinks: the LoRA GEMVs whose output another op reads (SwiGLU, residual)");
-  // kLora with the shrink's blocks in this launch: the block's ticket (GemvLora) says whether it
-  // runs one of them or which row tiles it takes.
-  int tile_begin = static_cast<int>(blockIdx.x), tile_step = static_cast<int>(gridDim.x);
-  if constexpr (kLora) {
-    static_assert(kWarps * 32 == kLoraShrinkThreads, "the shrink's blocks are the GEMV's");
-    if (lora.shrink_blocks > 0) {
-      __shared__ unsigned ticket;
-      if (threadIdx.x == 0) ticket = atomicAdd(lora.counters, 1u);
-      __syncthreads();
-      const unsigned b = ticket;
-      if (b < lora.shrink_blocks) {
-        gemv_lora_shrink<T, kEpilogue != kGemvAccumulate>(lora, b);
-        gemv_lora_block_done(lora);
-        return;
-      }
-      tile_begin = static_cast<int>(b - lora.shrink_blocks);
-      tile_step = static_cast<int>(gridDim.x - lora.shrink_blocks);
-    }
-  }
+  const int tile_begin = static_cast<int>(blockIdx.x), tile_step = static_cast<int>(gridDim.x);
   [[maybe_unused]] GemvLoraSmem<T> lsm{};
   if constexpr (kLora) {
     extern __shared__ __align__(16) unsigned char gemv_lora_smem[];
@@ -722,11 +667,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   };
 
-  [[maybe_unused]] bool u_async = false;  // kLora: u copied by cp.async after the wait
   for (int tile = tile_begin; tile < tiles; tile += tile_step) {
     const TileRows tr = tile_rows(tile);
     // kLora: the tile's B rows (after the first weight loads, before the wait), and on the first
-    // tile u once it is ready (by the last warp, right after the wait; else before the epilogue).
+    // tile u (by the last warp, right after the wait).
     const auto lora_stage_b = [&] {
       if constexpr (kLora) {
         gemv_lora_stage_b<T>(
@@ -742,8 +686,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const auto lora_after_wait = [&] {
       if constexpr (kLora) {
         if (tile == tile_begin && warp == kWarps - 1) {
-          u_async = gemv_lora_u_ready(lora);
-          if (u_async) gemv_lora_copy_u(lora, lsm.u, lane, true);
+          gemv_lora_copy_u(lora, lsm.u, lane);
           cp_async_commit();
         }
       }
@@ -912,13 +855,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         if (q == 0) sq_partial[warp][t * 8 + r] = v;
       }
     }
-    if constexpr (kLora) {  // u (once the shrink is done), and the copies landed
-      if (tile == tile_begin && warp == kWarps - 1 && !u_async) {
-        while (!gemv_lora_u_ready(lora)) __nanosleep(32);
-        gemv_lora_copy_u(lora, lsm.u, lane, false);
-      }
-      cp_async_wait<0>();
-    }
+    if constexpr (kLora) cp_async_wait<0>();  // u and the B rows landed
     __syncthreads();
     if constexpr (kRms && !kXq) {
       if (threadIdx.x < NT * 8) {
@@ -937,9 +874,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     // The next tile rewrites the shared partial sums and scales (and kLora's B rows).
     if (tile + tile_step < tiles) __syncthreads();
-  }
-  if constexpr (kLora) {
-    if (lora.shrink_blocks > 0) gemv_lora_block_done(lora);
   }
 }
 

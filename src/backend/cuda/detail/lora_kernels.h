@@ -27,13 +27,9 @@ struct LoraGroupPtrs {
 // SwiGLU or residual add. Each block stages its rows of B (cp.async, before it waits for the
 // previous kernel: B and the slot ids are constant during a step) and u in shared memory
 // (gemv_lora_smem_bytes). u (T, count * rank) fp32 comes from launch_lora_shrink launched just
-// before the GEMV (shrink_blocks 0), from the GEMV before it (a chained shrink, next_u below;
-// then un-normalised where u_rms), or from the GEMV's own launch: its first shrink_blocks
-// blocks (by the order blocks start, a ticket from counters[0]) run lora_shrink_block on x (the
-// op's input as it arrived: un-normalised, unquantized; with norm, rms_norm(x) * gain, gain null
-// meaning ones) and count themselves done (counters[1]); the GEMV's blocks wait for that count
-// only in their epilogue, after streaming their weights. The last block to finish (counters[2])
-// sets the three counters back to zero; two GEMVs launched back to back use different counters.
+// before the GEMV, or from the GEMV before it (a chained shrink, next_u below; then
+// un-normalised where u_rms). (The shrink's blocks inside the GEMV's own launch, IB_LORA_IN_GEMV=2,
+// measured slower and were removed: bench/NOTES.md, "LoRA in the fused decode GEMVs".)
 // rank a multiple of 8 (one 16-byte copy per 8 elements) and at most kGemvLoraMaxRank.
 struct GemvLora {
   LoraGroupPtrs group;
@@ -41,14 +37,6 @@ struct GemvLora {
   const float* scales = nullptr;
   float* u = nullptr;
   int rank = 0, num_slots = 0;
-  // The shrink's blocks in the GEMV's launch (0: none).
-  unsigned shrink_blocks = 0;
-  unsigned* counters = nullptr;
-  const void* x = nullptr;
-  const void* gain = nullptr;
-  float eps = 0.0f;
-  int64_t k = 0;
-  int tokens = 0;
   // u holds a_g[s] . x un-normalised (a chained shrink's, below): an rms op's epilogue scales
   // its LoRA term by the 1 / rms it computes for the token.
   bool u_rms = false;
@@ -69,12 +57,6 @@ inline size_t gemv_lora_smem_bytes(int count, int rank, size_t act_bytes) {
   const auto r = static_cast<size_t>(rank);
   return 8 * static_cast<size_t>(count) * r * sizeof(float) + 8 * 16 * r * act_bytes;
 }
-// The shrink's blocks of a group over `tokens` tokens (one token and kLoraShrinkRows rows each).
-unsigned lora_shrink_blocks(int64_t tokens, int count, int64_t rank);
-// Whether the shrink's blocks can ride in the GEMV's launch: the 16-byte shrink applies (K a
-// multiple of 8 elements, x, gain and the A stacks 16-byte aligned).
-bool lora_shrink_in_gemv_ok(const Tensor& x, const Tensor* gain, const LoraGroupPtrs& group);
-
 // The shrink alone: u (T, G R) fp32 (the workspace's first T G R floats) = a_g[s] . xn[t] for
 // every target g and each token t of slot s = slot_ids[t] in [0, num_slots) (other tokens' rows
 // are left unwritten), where xn = x, or with norm, rms_norm(x) * gain (gain null: ones; eps the

@@ -1,6 +1,6 @@
 // The LoRA shrink's block (BGMV style: each token's x times its slot's A rows, every target of a
-// group, fp32 into u), shared by lora.cu's kernels and the fused decode GEMVs, whose launch may
-// hold the shrink's blocks (detail/gemv_kernel.cuh, GemvLora).
+// group, fp32 into u) of lora.cu's kernels, and lora_pick, which the fused decode GEMVs' LoRA
+// epilogue (detail/gemv_kernel.cuh) shares.
 #pragma once
 
 #include "backend/cuda/detail/device_math.cuh"
