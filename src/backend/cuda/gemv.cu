@@ -177,9 +177,9 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
                                            static_cast<int>(smem)),
                       op);
       }
-      launch_kernel(op, pdl, lora_kernel, dim3(grid_blocks<kW>(tiles)),
-                    dim3(kWarps * 32), smem, stream, x_in, w.data.data, bias, out.as<TOut>(), m, n,
-                    k, eps, rc, operands, lora);
+      launch_kernel(op, pdl, lora_kernel, dim3(grid_blocks<kW>(tiles)), dim3(kWarps * 32), smem,
+                    stream, x_in, w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands,
+                    lora);
       return;
     }
   }
