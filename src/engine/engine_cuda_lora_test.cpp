@@ -6,8 +6,8 @@
 // 1e-4, bf16 6e-2: the base matmuls' kernels depend on the batch size), and every adapter moves its
 // request's first logits beyond those tolerances (fp32: 5x); with the LoRA kernels in two launches
 // per group and in one (IB_LORA_FUSED=1); bf16 decode steps with the updates in the fused decode
-// GEMVs (the default, IB_LORA_IN_GEMV=3: chained, each GEMV accumulating the next op's shrink,
-// eagerly and in graphs; 1: a shrink launch before each; the adapters' A then take the folded
+// GEMVs (the default, IB_LORA_IN_GEMV=1: a shrink launch before each; 3: chained, each GEMV
+// accumulating the next op's shrink, eagerly and in graphs; the adapters' A then take the folded
 // norm gains) and on the unfused ops (IB_LORA_IN_GEMV=0).
 // Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>

@@ -188,12 +188,12 @@ class CudaBackend final : public Backend,
   // (IB_LORA_PDL, default 1; bench/NOTES.md "LoRA decode: a kernel timeline").
   void set_lora_pdl(bool on) { lora_pdl_ = on; }
   // Decode steps with adapters on the fused decode ops, each LoRA update's expand in the GEMV's
-  // epilogue (IB_LORA_IN_GEMV): 3 (the default) chained shrinks: where an op's FusedLora names
-  // the next op's targets (`next`), its GEMV accumulates that op's shrink from the outputs it
-  // stores, so a decode layer launches one shrink (o's, which also zeroes the accumulators);
-  // 1 a shrink launch before each GEMV (measured slower on the H200, but bitwise reproducible:
-  // bench/NOTES.md, "Chained LoRA shrinks"); 0 the unfused ops and LoraOps. (2, the shrink's
-  // blocks in the GEMV's own launch, measured slower and was removed.)
+  // epilogue (IB_LORA_IN_GEMV): 1 (the default) a shrink launch before each GEMV (bitwise
+  // reproducible); 3 chained shrinks: where an op's FusedLora names the next op's targets
+  // (`next`), its GEMV accumulates that op's shrink from the outputs it stores, so a decode layer
+  // launches one shrink (o's, which also zeroes the accumulators; measured slower than 1 once
+  // 2 was removed: bench/NOTES.md, "Removing the in-launch shrink"); 0 the unfused ops and
+  // LoraOps. (2, the shrink's blocks in the GEMV's own launch, measured slower and was removed.)
   void set_lora_in_gemv(int mode) {
     lora_in_gemv_ = mode;
     reset_lora_chains();
@@ -320,7 +320,7 @@ class CudaBackend final : public Backend,
   bool fused_ = true;
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
-  int lora_in_gemv_ = 3;
+  int lora_in_gemv_ = 1;
   std::array<LoraChain, kLoraChains> lora_chains_{};
   int64_t lora_shrink_launches_ = 0;
   std::set<std::string> switches_from_env_;
