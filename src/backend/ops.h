@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 
+#include "backend/block_sparse.h"
 #include "backend/tensor.h"
 #include "backend/weight.h"
 #include "core/assert.h"
@@ -47,6 +48,9 @@ struct AttentionShape {
   // > 0: each score (q k^T * scale) becomes cap * tanh(score / cap) before the mask and the
   // softmax (Gemma-2's attn_logit_softcapping); 0: none.
   float logit_softcap = 0;
+  // Enabled: block-sparse attention (backend/block_sparse.h) on top of the causal mask; the
+  // engine never combines it with a sliding window.
+  BlockSparse block_sparse = {};
 };
 
 // The batch the attention op sees. Sequences are packed: sequence i owns query tokens

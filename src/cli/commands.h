@@ -43,6 +43,7 @@ struct GenerateFlags {
   std::string load_format = "auto";
   std::string quantization = "none";
   std::string kv_cache_dtype = "auto";
+  std::string block_sparse_attention;  // local_blocks=L,vert_stride=S[,block_size=B]; "": dense
   uint64_t seed = 0;
   bool no_cuda_graphs = false;
   // LoRA: adapters to load (name=path), the one the request uses (default: the first), the
@@ -81,6 +82,7 @@ struct EvalFlags : CalibrationFlags {
   int ctx_size = 512;                             // tokens per chunk (llama.cpp's --ctx-size)
   int chunks = -1;                                // at most this many chunks; -1: all
   std::string kv_cache_dtype = "auto";            // the candidate's KV cache
+  std::string block_sparse_attention;             // the candidate's pattern; "": dense
   std::string dataset_path;                       // JSONL prompts --calibration draws from
   std::string reference_kv_cache_dtype = "auto";  // the reference's
   int num_prompts = 8;

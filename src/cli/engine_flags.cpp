@@ -31,6 +31,7 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                      std::string(kGgufQuantizationHelp))
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype, kKvCacheDtypeHelp)->capture_default_str();
+  app.add_option("--block-sparse-attention", f.block_sparse_attention, kBlockSparseHelp);
   app.add_flag("--enable-lora", f.enable_lora,
                "serve LoRA adapters unmerged (CPU for now): requests pick one by name, any mix "
                "in one batch");
@@ -78,6 +79,7 @@ Result<EngineConfig> engine_config_from(const EngineFlags& f) {
   c.max_lora_rank = f.max_lora_rank;
   c.max_cpu_loras = f.max_cpu_loras;
   c.merge_lora = f.merge_lora;
+  c.block_sparse_attention = f.block_sparse_attention;
   if (!f.kv_cache_memory.empty()) {
     IB_ASSIGN_OR_RETURN(c.cpu_kv_cache_bytes, parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
   }

@@ -31,6 +31,7 @@ struct EngineFlags {
   int max_lora_rank = 16;
   int max_cpu_loras = 0;
   bool merge_lora = false;
+  std::string block_sparse_attention;  // local_blocks=L,vert_stride=S[,block_size=B]; "": dense
 };
 
 // The adapter names of --lora-modules (name=path items), in order; empty when none are given or
@@ -41,6 +42,13 @@ std::vector<std::string> lora_module_names(const EngineFlags& flags);
 inline constexpr const char* kKvCacheDtypeHelp =
     "auto (the model dtype), or fp8 / fp8_e4m3: K and V stored in E4M3 with one scale per layer "
     "each (the checkpoint's k_scale / v_scale, else 1.0), about twice the tokens of bf16";
+
+// --block-sparse-attention's help, shared by every command that takes the flag.
+inline constexpr const char* kBlockSparseHelp =
+    "local + strided block-sparse attention on every layer, as vLLM's blocksparse params and "
+    "Phi-3-small name it: local_blocks=L,vert_stride=S[,block_size=B] (B 64 by default); a query "
+    "sees the L blocks of B tokens ending at its own and every S-th block before them; default "
+    "dense";
 
 // --load-format's help, shared by every command that takes the flag.
 inline constexpr const char* kLoadFormatHelp =

@@ -52,7 +52,7 @@ struct Run {
 // request's tokens and logits in request order), then scores the text's chunks when given.
 Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
                        const std::string& quantization, const std::string& dtype,
-                       const std::string& kv_cache_dtype,
+                       const std::string& kv_cache_dtype, const std::string& block_sparse,
                        const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
                        const detail::TextChunks* text,
                        const std::optional<detail::EvalCalibration>& calibration = std::nullopt) {
@@ -76,6 +76,7 @@ Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
   ec.use_graphs = !f.no_cuda_graphs;
   ec.quantization = quantization;
   ec.kv_cache_dtype = kv_cache_dtype;
+  ec.block_sparse_attention = block_sparse;
   IB_TRY(ec.validate());
   IB_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(model, f.model, f.device, dtype,
                                                            f.load_format, f.seed, ec));
@@ -106,9 +107,13 @@ Result<Run> run_engine(const EvalFlags& f, const ModelConfig& model,
   return run;
 }
 
-// "fp8", or "none, kv fp8" when the KV cache is not the model dtype.
-std::string variant_name(const std::string& quantization, const std::string& kv_cache_dtype) {
-  return kv_cache_dtype == "auto" ? quantization : quantization + ", kv " + kv_cache_dtype;
+// "fp8", or "none, kv fp8" when the KV cache is not the model dtype, and ", block-sparse
+// local_blocks=16,vert_stride=8" with a block-sparse pattern.
+std::string variant_name(const std::string& quantization, const std::string& kv_cache_dtype,
+                         const std::string& block_sparse = "") {
+  std::string name =
+      kv_cache_dtype == "auto" ? quantization : quantization + ", kv " + kv_cache_dtype;
+  return block_sparse.empty() ? name : name + ", block-sparse " + block_sparse;
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -167,6 +172,9 @@ void add_eval_flags(CLI::App& app, EvalFlags& f) {
                  "the reference's dtype (default: --dtype), e.g. bf16 against an fp16 candidate");
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype, "the candidate's KV cache: auto, fp8")
       ->capture_default_str();
+  app.add_option(
+      "--block-sparse-attention", f.block_sparse_attention,
+      std::string("the candidate's attention (the reference's stays dense): ") + kBlockSparseHelp);
   app.add_option("--reference-kv-cache-dtype", f.reference_kv_cache_dtype,
                  "the reference's KV cache: auto, fp8")
       ->capture_default_str();
@@ -205,6 +213,7 @@ Result<int> execute_eval(const EvalFlags& f) {
   for (const std::string& q : {f.quantization, f.reference}) {  // before either engine loads
     if (auto format = quantization_weight_format(q); !format.ok()) return format.error();
   }
+  if (auto b = parse_block_sparse(f.block_sparse_attention); !b.ok()) return b.error();
   const std::string ref_dtype = f.reference_dtype.empty() ? f.dtype : f.reference_dtype;
   if (ref_dtype != "auto" && !parse_float_dtype(ref_dtype)) {
     return user_error(
@@ -233,7 +242,7 @@ Result<int> execute_eval(const EvalFlags& f) {
       p.push_back(static_cast<int32_t>(rng.uniform_int(1, model.vocab_size - 1)));
   }
   const std::string reference = variant_name(f.reference, f.reference_kv_cache_dtype);
-  std::string candidate = variant_name(f.quantization, f.kv_cache_dtype);
+  std::string candidate = variant_name(f.quantization, f.kv_cache_dtype, f.block_sparse_attention);
   if (calibration) {  // "int8-w8a8, static minmax asymmetric", as the leaderboard writes it
     candidate += fmt::format(", static {} {}", calibration_method_name(calibration->options.method),
                              activation_scheme_name(calibration->options.scheme));
@@ -242,7 +251,7 @@ Result<int> execute_eval(const EvalFlags& f) {
                            ref_dtype, f.num_prompts, f.output_len,
                            text ? fmt::format(", scoring {} chunks", text->chunks.size()) : "");
   IB_ASSIGN_OR_RETURN(const Run ref,
-                      run_engine(f, model, f.reference, ref_dtype, f.reference_kv_cache_dtype,
+                      run_engine(f, model, f.reference, ref_dtype, f.reference_kv_cache_dtype, "",
                                  prompts, f.output_len, chunks));
   // The candidate sees the reference's context at every step.
   std::vector<std::vector<int32_t>> contexts;
@@ -259,8 +268,8 @@ Result<int> execute_eval(const EvalFlags& f) {
                                                      calibration->prompts.size(), f.dataset_path)
                                        : "");
   IB_ASSIGN_OR_RETURN(const Run cand,
-                      run_engine(f, model, f.quantization, f.dtype, f.kv_cache_dtype, contexts, 1,
-                                 chunks, calibration));
+                      run_engine(f, model, f.quantization, f.dtype, f.kv_cache_dtype,
+                                 f.block_sparse_attention, contexts, 1, chunks, calibration));
   std::vector<double> kl;
   int agree = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -280,6 +289,10 @@ Result<int> execute_eval(const EvalFlags& f) {
                    {"dtype", f.dtype},
                    {"reference_kv_cache_dtype", f.reference_kv_cache_dtype},
                    {"candidate_kv_cache_dtype", f.kv_cache_dtype},
+                   {"candidate_block_sparse_attention",
+                    f.block_sparse_attention.empty() ? nlohmann::json(nullptr)
+                                                     : nlohmann::json(f.block_sparse_attention)},
+                   {"input_len", f.input_len},
                    {"candidate_calibration", detail::calibration_json(calibration, f)},
                    {"device", f.device},
                    {"tokens", kl.size()},
@@ -288,11 +301,12 @@ Result<int> execute_eval(const EvalFlags& f) {
                    {"kl_max", *std::max_element(kl.begin(), kl.end())},
                    {"top1_agreement", static_cast<double>(agree) / static_cast<double>(kl.size())}};
   std::cout << fmt::format(
-      "| model | reference | candidate | tokens | KL mean | KL p99 | KL max | top-1 |\n"
-      "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n"
-      "| {} | {} | {} | {} | {:.6f} | {:.6f} | {:.6f} | {:.4f} |\n",
-      model.name, reference, candidate, kl.size(), j["kl_mean"].get<double>(),
-      j["kl_p99"].get<double>(), j["kl_max"].get<double>(), j["top1_agreement"].get<double>());
+      "| model | reference | candidate | context | tokens | KL mean | KL p99 | KL max | top-1 |\n"
+      "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+      "| {} | {} | {} | {}..{} | {} | {:.6f} | {:.6f} | {:.6f} | {:.4f} |\n",
+      model.name, reference, candidate, f.input_len, f.input_len + f.output_len - 1, kl.size(),
+      j["kl_mean"].get<double>(), j["kl_p99"].get<double>(), j["kl_max"].get<double>(),
+      j["top1_agreement"].get<double>());
   if (text) {
     j["perplexity"] = perplexity_json(*text, *ref.perplexity, *cand.perplexity);
     const nlohmann::json& p = j["perplexity"];

@@ -85,6 +85,7 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
                      std::string(kGgufQuantizationHelp))
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype, kKvCacheDtypeHelp)->capture_default_str();
+  app.add_option("--block-sparse-attention", f.block_sparse_attention, kBlockSparseHelp);
   app.add_option("--seed", f.seed, "seed of dummy weights")->capture_default_str();
   app.add_flag("--no-cuda-graphs,--enforce-eager", f.no_cuda_graphs, "decode op by op");
   app.add_option("--lora-modules", f.lora_modules,
@@ -113,6 +114,7 @@ Result<int> execute_generate(const GenerateFlags& f) {
   ec.use_graphs = !f.no_cuda_graphs;
   ec.quantization = f.quantization;
   ec.kv_cache_dtype = f.kv_cache_dtype;
+  ec.block_sparse_attention = f.block_sparse_attention;
   ec.lora_modules = f.lora_modules;
   ec.merge_lora = f.merge_lora;
   ec.enable_lora = !f.lora_modules.empty() && !f.merge_lora;

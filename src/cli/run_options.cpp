@@ -77,6 +77,16 @@ Result<LoadMode> resolve_load_mode(const RunFlags& f, bool finite_rate) {
 
 bool is_http_backend(const std::string& backend);
 
+// --block-sparse-attention in result.json: {block_size, local_blocks, vert_stride}, or null for
+// dense attention (the flag is validated before the config is written).
+nlohmann::json block_sparse_json(const std::string& text) {
+  const Result<BlockSparse> b = parse_block_sparse(text);
+  if (!b.ok() || !b->enabled()) return nullptr;
+  return {{"block_size", b->block_size},
+          {"local_blocks", b->local_blocks},
+          {"vert_stride", b->vert_stride}};
+}
+
 // The run's engine settings: the shared engine flags plus run's own (batching, graphs, KV growth),
 // validated once (EngineConfig::validate names each flag).
 Result<EngineConfig> run_engine_config(const RunFlags& f) {
@@ -94,6 +104,13 @@ Result<EngineConfig> run_engine_config(const RunFlags& f) {
         fmt::format("--kv-cache-growth {}: use preallocated or on-demand", f.kv_cache_growth));
   }
   c.kv_growth = f.kv_cache_growth == "on-demand" ? KvGrowth::kOnDemand : KvGrowth::kPreallocated;
+  if (is_http_backend(f.backend) && !f.block_sparse_attention.empty()) {
+    return user_error(fmt::format(
+        "--block-sparse-attention sets the embedded engine's attention, and --backend {} sends "
+        "the requests to a server; start that server with the flag (inferbench serve "
+        "--block-sparse-attention ...) and drop it here",
+        f.backend));
+  }
   if (is_http_backend(f.backend)) {  // the server holds the adapters; --lora-modules names them
     c.enable_lora = c.merge_lora = false;
     c.lora_modules.clear();
@@ -492,6 +509,8 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
       // flag compare as the same workload.
       {"kv_cache_dtype",
        f.kv_cache_dtype == "auto" ? nlohmann::json(nullptr) : nlohmann::json(f.kv_cache_dtype)},
+      // The pattern ({block_size, local_blocks, vert_stride}), or null for dense attention.
+      {"block_sparse_attention", block_sparse_json(f.block_sparse_attention)},
       {"max_num_batched_tokens", f.max_num_batched_tokens},
       {"max_model_len", f.max_model_len > 0 ? nlohmann::json(f.max_model_len) : nullptr},
       {"block_size", f.block_size},

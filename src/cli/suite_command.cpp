@@ -20,8 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // The `inferbench eval` of an entry with eval_args: its run's model, device, dtype, weights, seed,
-// quantization, KV-cache dtype and calibration (on the run's dataset), then the entry's eval
-// flags.
+// quantization, KV-cache dtype, block-sparse pattern and calibration (on the run's dataset), then
+// the entry's eval flags.
 Result<EvalFlags> entry_eval_flags(const SuiteEntry& e) {
   IB_ASSIGN_OR_RETURN(const RunFlags run, parse_run_args(e.args));
   std::vector<std::string> args = {"--model",          run.model,
@@ -31,6 +31,9 @@ Result<EvalFlags> entry_eval_flags(const SuiteEntry& e) {
                                    "--seed",           std::to_string(run.seed),
                                    "--quantization",   run.quantization,
                                    "--kv-cache-dtype", run.kv_cache_dtype};
+  if (!run.block_sparse_attention.empty()) {
+    args.insert(args.end(), {"--block-sparse-attention", run.block_sparse_attention});
+  }
   const std::vector<std::string> calibration = calibration_args(run);
   if (!calibration.empty()) {
     args.insert(args.end(), calibration.begin(), calibration.end());

@@ -35,11 +35,29 @@ constexpr MetricDef kRunMetrics[] = {
     {"p99_e2el_ms", "E2EL p99", "ms", false},
 };
 
-const char* const kWorkloadKeys[] = {
-    "model",        "backend",         "num_prompts",   "input_len",     "output_len",  "load_mode",
-    "batch_size",   "max_concurrency", "request_rate",  "burstiness",    "dtype",       "device",
-    "dataset_name", "dataset_path",    "max_model_len", "ignore_eos",    "temperature", "top_p",
-    "top_k",        "load_format",     "quantization",  "kv_cache_dtype"};
+const char* const kWorkloadKeys[] = {"model",
+                                     "backend",
+                                     "num_prompts",
+                                     "input_len",
+                                     "output_len",
+                                     "load_mode",
+                                     "batch_size",
+                                     "max_concurrency",
+                                     "request_rate",
+                                     "burstiness",
+                                     "dtype",
+                                     "device",
+                                     "dataset_name",
+                                     "dataset_path",
+                                     "max_model_len",
+                                     "ignore_eos",
+                                     "temperature",
+                                     "top_p",
+                                     "top_k",
+                                     "load_format",
+                                     "quantization",
+                                     "kv_cache_dtype",
+                                     "block_sparse_attention"};
 // --calibration's settings are part of the workload too (null in results from before the flag).
 const char* const kCalibrationKeys[] = {"calibration", "calibration_scheme",
                                         "calibration_percentile", "calibration_prompts"};

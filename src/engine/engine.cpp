@@ -594,6 +594,24 @@ Status check_latent_cache_dtype(const ModelConfig& model, const EngineConfig& co
                     "--kv-cache-dtype");
 }
 
+// --block-sparse-attention runs on the paged attention op of every layer: not on multi-head
+// latent attention, and not together with a sliding window (the two masks are not combined).
+Status check_block_sparse(const ModelConfig& model, const EngineConfig& config) {
+  if (config.block_sparse_attention.empty()) return Ok{};
+  if (model.mla.kv_lora_rank > 0) {
+    return user_error("--block-sparse-attention: model '" + model.name +
+                      "' uses multi-head latent attention, which has no block-sparse form here; "
+                      "drop the flag or use a model with multi-head or grouped-query attention");
+  }
+  if (model.sliding_window > 0) {
+    return user_error("--block-sparse-attention: model '" + model.name + "' has a " +
+                      std::to_string(model.sliding_window) +
+                      "-token sliding window, and the engine does not combine the two masks; "
+                      "drop the flag or use a model without a window (Llama, Qwen2, Phi-3-mini)");
+  }
+  return Ok{};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
@@ -606,6 +624,7 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   IB_TRY(arch->check_backend(model, backend));  // before the weights load
   if (model.mla.kv_lora_rank == 0) IB_TRY(backend.supports_attention(attention_shape(model)));
   IB_TRY(check_latent_cache_dtype(model, config, backend));
+  IB_TRY(check_block_sparse(model, config));
   if (config.enable_lora) IB_TRY(detail::ModelRunner::check_lora_runs(model, backend));
   const bool vlm = model.hf_architecture == "LlavaForConditionalGeneration" ||
                    model.hf_architecture == "Qwen2VLForConditionalGeneration";
@@ -638,11 +657,13 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
                           config.merge_lora ? kMaxMergedRank : config.max_lora_rank));
     adapters.emplace_back(spec.name, std::move(adapter));
   }
+  IB_TRY(check_block_sparse(model, config));
   if (config.merge_lora) IB_TRY(merge_lora(model, adapters.at(0).second, weights, backend));
   const int requested_len =
       config.max_model_len > 0 ? config.max_model_len : model.max_position_embeddings;
   detail::RunnerLimits limits{config.max_num_batched_tokens, config.max_num_seqs, requested_len,
                               config.block_size};
+  IB_ASSIGN_OR_RETURN(limits.block_sparse, parse_block_sparse(config.block_sparse_attention));
   if (config.enable_lora) {
     limits.lora_slots = config.max_loras;
     limits.lora_rank = config.max_lora_rank;

@@ -3,8 +3,12 @@
 
 #include "engine/lora.h"
 
+#include <algorithm>
+#include <charconv>
 #include <sstream>
 #include <string>
+
+#include <fmt/format.h>
 
 namespace ib {
 
@@ -48,6 +52,46 @@ std::string quantization_name(WeightFormat format, bool asymmetric) {
   return weight_format_name(format);
 }
 
+Result<BlockSparse> parse_block_sparse(std::string_view text) {
+  BlockSparse b;
+  if (text.empty()) return b;
+  const std::string form =
+      "give local_blocks=L,vert_stride=S[,block_size=B] with positive "
+      "integers, e.g. local_blocks=16,vert_stride=8 (block_size 64 by default)";
+  const auto fail = [&](const std::string& why) -> Result<BlockSparse> {
+    return user_error(fmt::format("--block-sparse-attention {}: {}; {}", text, why, form));
+  };
+  b.block_size = 64;
+  bool has_local = false, has_stride = false;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string_view item = text.substr(at, comma - at);
+    at = comma + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) return fail(fmt::format("'{}' is not key=value", item));
+    const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
+    int v = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc{} || end != value.data() + value.size() || v <= 0) {
+      return fail(fmt::format("{} '{}' is not a positive integer", key, value));
+    }
+    if (key == "local_blocks") {
+      b.local_blocks = v;
+      has_local = true;
+    } else if (key == "vert_stride") {
+      b.vert_stride = v;
+      has_stride = true;
+    } else if (key == "block_size") {
+      b.block_size = v;
+    } else {
+      return fail(fmt::format("unknown key '{}'", key));
+    }
+  }
+  if (!has_local || !has_stride) return fail("local_blocks and vert_stride are both needed");
+  return b;
+}
+
 Result<DType> kv_cache_dtype_for(std::string_view kv_cache_dtype, DType act) {
   if (kv_cache_dtype == "auto") return act;
   if (kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3") return DType::kF8E4M3;
@@ -81,6 +125,7 @@ Status EngineConfig::validate() const {
   }
   if (auto format = quantization_weight_format(quantization); !format.ok()) return format.error();
   if (auto kv = kv_cache_dtype_for(kv_cache_dtype, DType::kF32); !kv.ok()) return kv.error();
+  if (auto b = parse_block_sparse(block_sparse_attention); !b.ok()) return b.error();
   for (const std::string& item : lora_modules) {
     if (auto m = parse_lora_module(item); !m.ok()) return m.error();
   }

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/block_sparse.h"
 #include "backend/weight.h"
 #include "core/result.h"
 
@@ -52,6 +53,13 @@ std::string quantization_name(WeightFormat format, bool asymmetric);
 // error listing the accepted values.
 Result<DType> kv_cache_dtype_for(std::string_view kv_cache_dtype, DType act);
 
+// --block-sparse-attention: "" (dense attention) or comma-separated key=value items naming the
+// local + strided pattern as vLLM's blocksparse params and Phi-3-small's config name it:
+// local_blocks=L and vert_stride=S (required), block_size=B (default 64), each a positive
+// integer (backend/block_sparse.h defines the pattern). The pattern, or a user error naming the
+// item and the form.
+Result<BlockSparse> parse_block_sparse(std::string_view text);
+
 // Every engine setting, in one place. The CLI's run, serve, sweep and suite, and `generate`, fill
 // it from their flags (the flag of each field is named beside it) and call validate() before
 // any file is written or weight loaded; create_engine() checks it once more as its contract.
@@ -94,6 +102,9 @@ struct EngineConfig {
   // --merge-lora: fold the one --lora-modules adapter into the dense weights at load instead
   // (requests then need no adapter name; the base model is gone).
   bool merge_lora = false;
+  // --block-sparse-attention local_blocks=L,vert_stride=S[,block_size=B]: every layer's
+  // attention keeps the local band and the strided blocks only (parse_block_sparse); "" dense.
+  std::string block_sparse_attention;
 
   // The one check of these settings: a user error naming the flag and the range, or Ok.
   Status validate() const;

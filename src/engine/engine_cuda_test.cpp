@@ -5,9 +5,10 @@
 // bias (Qwen2), a sliding window (Mistral / Phi-3) and Mixtral's experts (bf16 within 5e-2: a
 // routing decision may flip where two experts nearly tie), under each programmatic dependent
 // launch mode (IB_PDL 0, 1 and the default 2) and with the gate/up GEMV at both register caps
-// (IB_GEMV_SWIGLU_BLOCKS 0 and the default 3). Also: the step profile, a model too
-// large for the device refused before allocating, and bad device indices. Label gpu: skipped
-// visibly without a CUDA device.
+// (IB_GEMV_SWIGLU_BLOCKS 0 and the default 3), and with a block-sparse pattern of 16-token blocks
+// (the prompts cross several; against the reference under the same pattern). Also: the step
+// profile, a model too large for the device refused before allocating, and bad device indices.
+// Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,7 +54,10 @@ struct Case {
   bool moe = false;  // Mixtral: 8 experts, top-2 (the CUDA MoE ops)
   int pdl = -1;      // IB_PDL (programmatic dependent launch: a race changes the logits); -1: unset
   int swiglu_blocks = -1;  // IB_GEMV_SWIGLU_BLOCKS (the gate/up GEMV's register cap); -1: unset
+  const char* block_sparse = "";  // --block-sparse-attention; "": dense
 };
+
+constexpr const char* kSparse = "block_size=16,local_blocks=2,vert_stride=3";
 
 class CudaEngineTest : public ::testing::TestWithParam<Case> {};
 
@@ -83,6 +87,8 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   config.max_num_batched_tokens = 64;  // chunks the longest prompt
   config.num_kv_blocks = 64;
   config.use_graphs = k.graphs;
+  config.block_sparse_attention = k.block_sparse;
+  const BlockSparse sparse = parse_block_sparse(k.block_sparse).value();
   auto cpu_engine = create_engine_with_weights(c, std::move(cpu_w), config, cpu);
   ASSERT_TRUE(cpu_engine.ok()) << cpu_engine.error().message;
   auto gpu_engine = create_engine_with_weights(c, std::move(*gpu_w), config, **gpu);
@@ -106,7 +112,7 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   for (const auto& [id, g] : gpu_done) {
     std::vector<int32_t> all = prompts[id];
     all.insert(all.end(), g.tokens.begin(), g.tokens.end());
-    const auto ref = testing::reference_logits(c, host, all);
+    const auto ref = testing::reference_logits(c, host, all, {}, {}, sparse);
     const size_t p = prompts[id].size();
     for (size_t i = 0; i < g.tokens.size(); ++i) {
       worst_ref = std::max(worst_ref, rel_l2(g.logits[i], ref[p - 1 + i]));
@@ -156,13 +162,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kBF16, false, false, 0, true}, Case{DType::kF32, true, false, 24, false, 0},
         Case{DType::kF32, true, false, 24, false, 1}, Case{DType::kBF16, true, true, 0, false, 0},
         Case{DType::kF32, false, false, 0, true, 0},
-        Case{DType::kBF16, true, true, 0, false, -1, 0}),
+        Case{DType::kBF16, true, true, 0, false, -1, 0},
+        Case{DType::kF32, true, false, 0, false, -1, -1, kSparse},
+        Case{DType::kF32, false, false, 0, false, -1, -1, kSparse},
+        Case{DType::kBF16, true, false, 0, false, -1, -1, kSparse}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       const Case& k = param_info.param;
       return std::string(dtype_name(k.dtype)) + (k.graphs ? "_graphs" : "_eager") +
              (k.qkv_bias ? "_bias" : "") + (k.sliding_window ? "_window" : "") +
              (k.moe ? "_mixtral" : "") + (k.pdl >= 0 ? "_pdl" + std::to_string(k.pdl) : "") +
-             (k.swiglu_blocks >= 0 ? "_swiglu" + std::to_string(k.swiglu_blocks) : "");
+             (k.swiglu_blocks >= 0 ? "_swiglu" + std::to_string(k.swiglu_blocks) : "") +
+             (*k.block_sparse != 0 ? "_blocksparse" : "");
     });
 
 TEST(CudaEngineSetup, RefusesWeightsLargerThanTheDeviceBeforeAllocating) {

@@ -137,6 +137,40 @@ TEST(EngineSetup, BadConfigsAreUserErrors) {
   EXPECT_NE(error_of(c).find("raise --kv-cache-memory"), std::string::npos) << error_of(c);
 }
 
+// --block-sparse-attention: the pattern's form is checked with the other settings, and a model
+// whose attention it does not combine with is refused before any weight loads.
+TEST(EngineSetup, BlockSparseAttentionIsParsedAndChecked) {
+  const BlockSparse b = parse_block_sparse("local_blocks=16,vert_stride=8").value();
+  EXPECT_EQ(b.block_size, 64);
+  EXPECT_EQ(b.local_blocks, 16);
+  EXPECT_EQ(b.vert_stride, 8);
+  EXPECT_FALSE(parse_block_sparse("").value().enabled());
+  EXPECT_EQ(parse_block_sparse("vert_stride=2,block_size=32,local_blocks=3").value().block_size,
+            32);
+  for (const char* bad :
+       {"local_blocks=16", "local_blocks=16,vert_stride=0", "local_blocks=4,vert_stride=x",
+        "local_blocks=4,vert_stride=2,stride=3", "16,8", "local_blocks=4,vert_stride=2,",
+        "local_blocks=-1,vert_stride=2"}) {
+    EngineConfig c;
+    c.block_sparse_attention = bad;
+    const Status st = c.validate();
+    ASSERT_FALSE(st.ok()) << bad;
+    EXPECT_EQ(st.error().kind, ErrorKind::kUser);
+    EXPECT_NE(st.error().message.find("--block-sparse-attention"), std::string::npos) << bad;
+    EXPECT_NE(st.error().message.find("local_blocks=L,vert_stride=S"), std::string::npos) << bad;
+  }
+  CpuBackend backend(1);
+  EngineConfig c;
+  c.block_sparse_attention = "local_blocks=2,vert_stride=2";
+  ModelConfig windowed = tiny_config();
+  windowed.sliding_window = 8;
+  auto e = create_engine(windowed, {LoadFormat::kDummy, "", 0}, c, backend);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().kind, ErrorKind::kUser);
+  EXPECT_NE(e.error().message.find("sliding window"), std::string::npos) << e.error().message;
+  EXPECT_TRUE(try_engine(backend, c).ok());
+}
+
 TEST(EngineSetup, RequestsAreValidated) {
   CpuBackend backend(1);
   EngineConfig config;

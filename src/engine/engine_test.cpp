@@ -1,6 +1,6 @@
 // The paged, batched engine's logits against the naive double-precision reference, within 1e-5:
 // several prompt lengths, chunked prefill, block boundaries, QKV bias, tied/untied lm_head,
-// Llama-3 and linear rope scaling, sliding window, recompute preemption.
+// Llama-3 and linear rope scaling, sliding window, block-sparse attention, recompute preemption.
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -48,7 +48,8 @@ void check_against_reference(const Scenario& s, uint64_t seed, EngineStats* stat
     ASSERT_EQ(static_cast<int>(c.tokens.size()), s.max_tokens);
     std::vector<int32_t> all = prompts[id];
     all.insert(all.end(), c.tokens.begin(), c.tokens.end());
-    const auto ref = testing::reference_logits(s.model, e.host, all);
+    const BlockSparse sparse = parse_block_sparse(s.engine.block_sparse_attention).value();
+    const auto ref = testing::reference_logits(s.model, e.host, all, {}, {}, sparse);
     const size_t p = prompts[id].size();
     for (size_t i = 0; i < c.tokens.size(); ++i) {
       const auto& r = ref[p - 1 + i];
@@ -120,6 +121,21 @@ TEST(EngineVsReference, SlidingWindow) {
   s.engine.block_size = 4;
   s.engine.max_num_batched_tokens = 9;
   check_against_reference(s, 6);
+}
+
+// Local + strided block-sparse attention on every layer, in blocks of 4 tokens so that the
+// prompts cross many of them, with chunked prefill (chunks that start mid-block) and decode.
+TEST(EngineVsReference, BlockSparseAttention) {
+  Scenario s;
+  s.engine.block_sparse_attention = "local_blocks=2,vert_stride=3,block_size=4";
+  s.engine.block_size = 4;
+  s.engine.max_num_batched_tokens = 9;
+  s.prompt_lengths = {1, 5, 13, 30, 41};
+  check_against_reference(s, 12);
+  s.engine.block_sparse_attention = "block_size=3,local_blocks=1,vert_stride=4";
+  s.engine.block_size = 16;
+  s.engine.max_num_batched_tokens = 64;
+  check_against_reference(s, 13);
 }
 
 // Every layer windowed: the blocks behind each sequence's window go back to the pool after each

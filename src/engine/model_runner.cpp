@@ -73,6 +73,7 @@ ModelRunner::ModelRunner(const ModelConfig& model, const Architecture& arch, Mod
                          const RunnerLimits& limits, Backend& backend)
     : model_(model), arch_(arch), weights_(std::move(weights)), limits_(limits), backend_(backend) {
   attn_shape_ = attention_shape(model);
+  attn_shape_.block_sparse = limits.block_sparse;
   const int64_t q = int64_t{model.num_heads} * model.head_dim;
   qkv_width_ = arch.qkv_buffer_width(model);
   attn_width_ = q;

@@ -156,8 +156,11 @@ StepTraffic ModelRunner::traffic(std::span<const RunnerSeq> batch) const {
     tokens += seq.num_tokens;
     samples = samples || seq.sample;
     const int64_t context = seq.start_pos + seq.num_tokens;
-    const int64_t windowed =
+    int64_t windowed =
         model_.sliding_window > 0 ? std::min<int64_t>(context, model_.sliding_window) : context;
+    if (limits_.block_sparse.enabled()) {  // the keys the step's last token sees
+      windowed = block_sparse_num_keys(limits_.block_sparse, static_cast<int>(context - 1));
+    }
     if (model_.alternating_sliding_window) {  // even layers local, odd layers global
       const int64_t local = (model_.num_layers + 1) / 2;
       t.kv_read_bytes += (local * windowed + (model_.num_layers - local) * context) * kv_per_token /

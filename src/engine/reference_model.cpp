@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 namespace ib::testing {
@@ -180,7 +181,7 @@ std::vector<std::vector<double>> reference_logits(
 std::vector<std::vector<double>> reference_logits(
     const ModelConfig& c, const HostWeights& w, const std::vector<int32_t>& tokens,
     const std::vector<std::vector<double>>& input_embeds,
-    const std::vector<int32_t>& mrope_positions) {
+    const std::vector<int32_t>& mrope_positions, const BlockSparse& sparse) {
   const size_t n = tokens.size();
   // Each token's position per rotary pair: its index, or (M-RoPE, as transformers'
   // apply_multimodal_rotary_pos_emb) row k of mrope_positions on section k's pairs.
@@ -231,6 +232,14 @@ std::vector<std::vector<double>> reference_logits(
         const size_t g = static_cast<size_t>(head / group);
         Vec scores;
         for (size_t p = first; p <= t; ++p) {
+          if (sparse.block_size > 0) {  // the local band of blocks, or a strided block
+            const auto qb = static_cast<int>(t) / sparse.block_size;
+            const auto kb = static_cast<int>(p) / sparse.block_size;
+            if (qb - kb >= sparse.local_blocks && (kb + 1) % sparse.vert_stride != 0) {
+              scores.push_back(-std::numeric_limits<double>::infinity());
+              continue;
+            }
+          }
           double dot = 0;
           for (size_t i = 0; i < hd; ++i) dot += q[t][head * hd + i] * k[p][g * hd + i];
           const double s = dot * scale;

@@ -136,6 +136,11 @@ LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
       config["kv_cache_dtype"].get<std::string>() != "auto") {
     r.precision += ", KV " + config["kv_cache_dtype"].get<std::string>();  // e.g. "bf16, KV fp8"
   }
+  if (config.contains("block_sparse_attention") && config["block_sparse_attention"].is_object()) {
+    const json& b = config["block_sparse_attention"];  // e.g. "bf16, block-sparse 64/16/8"
+    r.precision += fmt::format(", block-sparse {}/{}/{}", b.value("block_size", 0),
+                               b.value("local_blocks", 0), b.value("vert_stride", 0));
+  }
   r.output_tok_s = number_at(result, json::json_pointer("/output_throughput"));
   r.ttft_median_ms = number_at(result, json::json_pointer("/median_ttft_ms"));
   r.ttft_p99_ms = number_at(result, json::json_pointer("/p99_ttft_ms"));

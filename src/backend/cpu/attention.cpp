@@ -56,6 +56,32 @@ class CacheRows {
   std::array<float, 256> decoded_{};  // stored byte -> float(stored) * scale
 };
 
+// Keys [begin, end) of the cache.
+struct KeyRange {
+  int64_t begin, end;
+};
+
+// The keys a query at pos sees, ascending, into out (returned): the causal range cut to the
+// sliding window, or the block-sparse pattern's strided blocks and local band
+// (backend/block_sparse.h).
+const std::vector<KeyRange>& visible_keys(const AttentionShape& shape, int64_t pos,
+                                          std::vector<KeyRange>& out) {
+  out.clear();
+  const BlockSparse& b = shape.block_sparse;
+  if (!b.enabled()) {
+    const int64_t first =
+        shape.sliding_window > 0 ? std::max<int64_t>(0, pos - shape.sliding_window + 1) : 0;
+    out.push_back({first, pos + 1});
+    return out;
+  }
+  const int64_t local = block_sparse_local_begin(b, static_cast<int>(pos));
+  for (int64_t block = b.vert_stride - 1; block < local; block += b.vert_stride) {
+    out.push_back({block * b.block_size, (block + 1) * b.block_size});
+  }
+  out.push_back({local * b.block_size, pos + 1});
+  return out;
+}
+
 }  // namespace
 
 void rope_and_cache_f32(ThreadPool& pool, float* qkv, const int32_t* positions,
@@ -134,26 +160,32 @@ void paged_attention_f32(ThreadPool& pool, const float* qkv, const KvCacheLayer&
     std::vector<float> scores(static_cast<size_t>(group * max_context));  // (group, context)
     std::vector<float> acc(static_cast<size_t>(hd));                      // (head_dim)
     std::vector<float> decoded(static_cast<size_t>(hd));  // (head_dim) an fp8 K or V row, read
+    std::vector<KeyRange> ranges_buf;                     // the visible keys of one query
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / hkv;
       const int64_t g = item % hkv;
       const int32_t s = seq_of_token[static_cast<size_t>(t)];
       const int64_t q_len = meta.query_start[s + 1] - meta.query_start[s];
       const int64_t pos = meta.context_lens[s] - q_len + (t - meta.query_start[s]);
-      const int64_t first =
-          shape.sliding_window > 0 ? std::max<int64_t>(0, pos - shape.sliding_window + 1) : 0;
-      const int64_t n_keys = pos - first + 1;
+      const std::vector<KeyRange>& ranges = visible_keys(shape, pos, ranges_buf);
+      int64_t n_keys = 0;
+      for (const KeyRange& r : ranges) n_keys += r.end - r.begin;
       const int32_t* table = meta.block_tables + s * meta.max_blocks_per_seq;
-      // Calls fn(j, offset, run) for each run of keys first + j .. first + j + run - 1 that lie
-      // contiguously in one block; offset is the first key's element offset in the cache.
+      // Calls fn(j, offset, run) for each run of visible keys j .. j + run - 1 (counted over the
+      // visible keys only) that lie contiguously in one cache block; offset is the first key's
+      // element offset in the cache.
       auto for_each_run = [&](auto&& fn) {
-        for (int64_t key = first; key <= pos;) {
-          const int32_t block = table[key / kv.block_size];
-          IB_ASSERT(block >= 0 && block < num_blocks, "attention: bad block table entry");
-          const int64_t in_block = key % kv.block_size;
-          const int64_t run = std::min<int64_t>(kv.block_size - in_block, pos + 1 - key);
-          fn(key - first, cache_offset(block, g, in_block, kv, hkv, hd), run);
-          key += run;
+        int64_t j = 0;
+        for (const KeyRange& r : ranges) {
+          for (int64_t key = r.begin; key < r.end;) {
+            const int32_t block = table[key / kv.block_size];
+            IB_ASSERT(block >= 0 && block < num_blocks, "attention: bad block table entry");
+            const int64_t in_block = key % kv.block_size;
+            const int64_t run = std::min<int64_t>(kv.block_size - in_block, r.end - key);
+            fn(j, cache_offset(block, g, in_block, kv, hkv, hd), run);
+            key += run;
+            j += run;
+          }
         }
       };
       // scores[h][j] = dot(q_h, k_j) * scale for the group's query heads.

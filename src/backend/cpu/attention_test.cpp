@@ -176,10 +176,22 @@ void check_attention(const AttentionShape& shape, int block_size, const std::vec
       const int64_t pos = spec.context_len - spec.query_len + j;
       const int64_t first =
           shape.sliding_window > 0 ? std::max<int64_t>(0, pos - shape.sliding_window + 1) : 0;
+      // The block-sparse pattern, spelled out here from its definition (vLLM's local +
+      // vertical-stride layout) rather than through backend/block_sparse.h.
+      const BlockSparse& b = shape.block_sparse;
+      const auto visible = [&](int64_t p) {
+        if (!b.enabled()) return true;
+        const int64_t qb = pos / b.block_size, kb = p / b.block_size;
+        return qb - kb < b.local_blocks || (kb + 1) % b.vert_stride == 0;
+      };
       for (int64_t h = 0; h < hq; ++h) {
         const int64_t g = h / (hq / hkv);
         std::vector<double> sc;
         for (int64_t p = first; p <= pos; ++p) {
+          if (!visible(p)) {
+            sc.push_back(-INFINITY);
+            continue;
+          }
           double dot = 0;
           for (int64_t d = 0; d < hd; ++d) {
             dot += double{qkv_v[static_cast<size_t>(t * row + h * hd + d)]} *
@@ -230,6 +242,21 @@ TEST(CpuAttention, LogitSoftcapBoundsTheScores) {
   check_attention(capped, 4, {{9, 9}, {17, 1}, {5, 2}}, 6);
   capped.sliding_window = 4;
   check_attention(capped, 4, {{12, 12}, {10, 1}}, 7);
+}
+
+// Local + strided block-sparse attention: small blocks so that a few dozen tokens cross many
+// of them; prefill chunks, decode rows and GQA groups in one batch.
+TEST(CpuAttention, BlockSparseSeesTheLocalBandAndTheStridedBlocks) {
+  AttentionShape shape{4, 2, 8, 0.35f, 0};
+  shape.block_sparse = {4, 2, 3};  // blocks of 4 tokens, a band of 2 blocks, every 3rd block
+  check_attention(shape, 4, {{60, 60}, {45, 1}, {37, 5}, {3, 3}}, 8);
+  shape.block_sparse = {3, 1, 2};  // the band is the query's own block; cache blocks of 5
+  check_attention(shape, 5, {{50, 50}, {29, 2}}, 9);
+  shape.block_sparse = {8, 3, 1};  // every block is strided: dense attention
+  check_attention(shape, 4, {{40, 40}, {33, 1}}, 10);
+  shape.logit_softcap = 1.5f;
+  shape.block_sparse = {5, 2, 4};
+  check_attention(shape, 16, {{64, 64}, {41, 3}}, 11);
 }
 
 TEST(CpuAttention, RandomShapes) {

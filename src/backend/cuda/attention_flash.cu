@@ -3,10 +3,11 @@
 // the visible keys in tiles of 64: K and V tiles are gathered from the cache blocks by cp.async
 // into a two-stage shared-memory ring, S = Q K^T and O += P V run on m16n8k16 MMAs with fp32
 // accumulation, and the softmax is online (running max and sum per row), so no S x S matrix is
-// ever materialised. Causal and sliding-window masks are applied per element; tiles a warp cannot
-// see are skipped. An E4M3 cache (TC = uint8_t) is loaded 16 bytes per thread and converted to T
-// on its way into shared memory (exact: E4M3 values are bf16 and fp16 values), its k_scale folded
-// into the softmax scale and its v_scale into the output.
+// ever materialised. Causal, sliding-window and block-sparse masks are applied per element; tiles
+// a warp cannot see are skipped, and under a block-sparse pattern (backend/block_sparse.h) tiles
+// no row of the block sees are not even loaded. An E4M3 cache (TC = uint8_t) is loaded 16 bytes per
+// thread and converted to T on its way into shared memory (exact: E4M3 values are bf16 and fp16
+// values), its k_scale folded into the softmax scale and its v_scale into the output.
 #include <cmath>
 #include <type_traits>
 
@@ -36,7 +37,26 @@ struct FlashParams {
   float scale_log2;    // softmax scale * log2(e) * the cache's k_scale (1 unless E4M3)
   float v_scale;       // the cache's v_scale (1 unless E4M3)
   float softcap_log2;  // the logit soft-cap * log2(e) (softcap_log2()), 0: none
+  BlockSparse sparse;  // enabled: the local + strided pattern on top of the causal mask
 };
+
+// Under a block-sparse pattern, whether a query in block qb (or a later one) may see a key of
+// tile: some block of the tile's keys is strided, or reaches into qb's local band (later queries'
+// bands start later, so a tile outside qb's is outside theirs but for its strided blocks).
+__device__ __forceinline__ bool sparse_tile_seen(const BlockSparse& b, int tile, int qb) {
+  const int kb_lo = tile * kBlockK / b.block_size;
+  const int kb_hi = (tile * kBlockK + kBlockK - 1) / b.block_size;
+  return kb_hi > qb - b.local_blocks || (kb_hi + 1) / b.vert_stride > kb_lo / b.vert_stride;
+}
+
+// The first tile from tile on that a query in block qb0 or later may see (every tile without a
+// pattern); tile_end when none is left.
+__device__ __forceinline__ int next_seen_tile(const FlashParams& p, int tile, int tile_end,
+                                              int qb0) {
+  if (!p.sparse.enabled()) return tile;
+  while (tile < tile_end && !sparse_tile_seen(p.sparse, tile, qb0)) ++tile;
+  return tile;
+}
 
 template <int HD>
 constexpr int pitch() {
@@ -130,7 +150,10 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
       }
     }
   };
-  load_kv(tile_begin, 0);
+  // Block-sparse: the block's earliest query block decides which tiles are loaded at all.
+  const int qb0 = p.sparse.enabled() ? qpos_first / p.sparse.block_size : 0;
+  int tile = next_seen_tile(p, tile_begin, tile_end, qb0);  // the block's own tile is always seen
+  load_kv(tile, 0);
   cp_async_commit();
 
   // This warp's 16 query rows: lane holds rows g = lane / 4 and g + 8.
@@ -145,10 +168,11 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.0f, 0.0f};
 
-  for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
+  for (int it = 0; tile < tile_end; ++it) {
     const int buf = it & 1;
-    if (tile + 1 < tile_end) {
-      load_kv(tile + 1, buf ^ 1);
+    const int next = next_seen_tile(p, tile + 1, tile_end, qb0);
+    if (next < tile_end) {
+      load_kv(next, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -162,8 +186,10 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
     }
     const int key0 = tile * kBlockK;
     // Skip tiles wholly after this warp's last row or wholly before its first row's window.
-    const bool visible = warp_active && key0 <= wpos0 + 15 &&
-                         (p.window <= 0 || key0 + kBlockK - 1 > wpos0 - p.window);
+    const bool visible =
+        warp_active && key0 <= wpos0 + 15 &&
+        (p.window <= 0 || key0 + kBlockK - 1 > wpos0 - p.window) &&
+        (!p.sparse.enabled() || sparse_tile_seen(p.sparse, tile, wpos0 / p.sparse.block_size));
     if (visible) {
       const T* kt = k_s + buf * kBlockK * kP;
       const T* vt = v_s + buf * kBlockK * kP;
@@ -183,8 +209,8 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
       }
       // Mask (only tiles crossing the diagonal or a window edge need it), then the online
       // softmax of rows g (ri = 0) and g + 8 (ri = 1).
-      const bool need_mask =
-          key0 + kBlockK - 1 > wpos0 || (p.window > 0 && key0 <= wpos0 + 15 - p.window);
+      const bool need_mask = key0 + kBlockK - 1 > wpos0 ||
+                             (p.window > 0 && key0 <= wpos0 + 15 - p.window) || p.sparse.enabled();
 #pragma unroll
       for (int ri = 0; ri < 2; ++ri) {
         const int qpos = wpos0 + g + ri * 8;
@@ -194,7 +220,9 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int key = key0 + nt * 8 + tq * 2 + e;
-            const bool ok = !need_mask || (key <= qpos && (p.window <= 0 || key > qpos - p.window));
+            const bool ok =
+                !need_mask || (key <= qpos && (p.window <= 0 || key > qpos - p.window) &&
+                               (!p.sparse.enabled() || block_sparse_keeps(p.sparse, qpos, key)));
             const float v =
                 ok ? softcap_log2(s[nt][ri * 2 + e] * p.scale_log2, p.softcap_log2) : -INFINITY;
             s[nt][ri * 2 + e] = v;
@@ -242,6 +270,7 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
       }
     }
     __syncthreads();  // the next iteration's prefetch overwrites this buffer
+    tile = next;
   }
 
   if (!warp_active) return;
@@ -309,6 +338,7 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
   p.scale_log2 = shape.scale * kLog2e * kv.k_scale;
   p.v_scale = kv.v_scale;
   p.softcap_log2 = shape.logit_softcap * kLog2e;
+  p.sparse = shape.block_sparse;
   const auto run = [&](auto tag, auto cache_tag) {
     using T = decltype(tag);
     using TC = decltype(cache_tag);

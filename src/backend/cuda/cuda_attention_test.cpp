@@ -1,6 +1,7 @@
 // Differential tests of rope_and_cache and paged attention (split-KV decode and flash prefill)
 // against the CPU reference: GQA ratios 1/3/4/7/8, head_dim 64/96/128, block boundaries,
-// contexts long enough to split along the keys, mixed prefill + decode batches, sliding windows.
+// contexts long enough to split along the keys, mixed prefill + decode batches, sliding windows,
+// block-sparse patterns.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -123,11 +124,13 @@ const std::vector<AttentionShape>& shapes() {
 }
 
 void check_batches(Twin& twin, Rng& rng, const std::vector<std::vector<SeqSpec>>& batches,
-                   int window, int block_size, bool fp8_cache = false, float softcap = 0) {
+                   int window, int block_size, bool fp8_cache = false, float softcap = 0,
+                   BlockSparse sparse = {}) {
   for (const auto& base : shapes()) {
     AttentionShape s = base;
     s.sliding_window = window;
     s.logit_softcap = softcap;
+    s.block_sparse = sparse;
     for (const auto& seqs : batches) {
       const Batch b = make_batch(twin, rng, seqs, s, block_size, fp8_cache);
       for (const AttentionPath path :
@@ -135,8 +138,9 @@ void check_batches(Twin& twin, Rng& rng, const std::vector<std::vector<SeqSpec>>
         EXPECT_LT(attention_error(twin, b, s, path), tolerance(twin.dtype()))
             << "Hq=" << s.num_heads << " Hkv=" << s.num_kv_heads << " hd=" << s.head_dim
             << " window=" << window << " softcap=" << softcap << " fp8 cache " << fp8_cache
-            << " seqs=" << seqs.size() << " first ctx " << seqs[0].context_len << " q "
-            << seqs[0].query_len << " path " << static_cast<int>(path);
+            << " sparse " << sparse.block_size << "/" << sparse.local_blocks << "/"
+            << sparse.vert_stride << " seqs=" << seqs.size() << " first ctx " << seqs[0].context_len
+            << " q " << seqs[0].query_len << " path " << static_cast<int>(path);
       }
     }
   }
@@ -254,6 +258,36 @@ TEST_P(CudaAttention, LogitSoftcap) {
   twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true), capped, with.gpu);
   twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true), plain, without.gpu);
   EXPECT_LT(twin.error(with), tolerance(GetParam()));
+  EXPECT_GT(testing::rel_l2(twin.cpu_floats(with.cpu), twin.cpu_floats(without.cpu)),
+            10 * tolerance(GetParam()));
+}
+
+// Local + strided block-sparse attention (backend/block_sparse.h): blocks of 64 (the flash
+// kernel's key tile), of 16 and of 100 (which no tile aligns with); prefill from the first token
+// and in chunks that start mid-block; decodes long enough to split along their visible keys,
+// also under a graph's long-context hint; an E4M3 cache. The pattern changes the result by far
+// more than the tolerance, so the checks can fail.
+TEST_P(CudaAttention, BlockSparse) {
+  Twin twin(GetParam());
+  Rng rng(23);
+  check_batches(
+      twin, rng,
+      {{{700, 700}, {1000, 1}}, {{1500, 129}, {3000, 1}, {64, 64}}, {{5000, 1}, {4097, 1}}}, 0, 16,
+      false, 0, {64, 3, 4});
+  check_batches(twin, rng, {{{600, 600}, {777, 1}}}, 0, 16, false, 0, {16, 2, 5});
+  check_batches(twin, rng, {{{900, 250}, {1200, 1}}}, 0, 16, false, 0, {100, 2, 3});
+  check_batches(twin, rng, {{{700, 129}, {3000, 1}}}, 0, 16, true, 0, {64, 2, 3});
+  AttentionShape sparse = shape_of(32, 8, 128);
+  sparse.block_sparse = {64, 2, 3};
+  const Batch b = make_batch(twin, rng, {{6000, 1}, {2000, 300}}, sparse, 16);
+  EXPECT_LT(attention_error(twin, b, sparse, AttentionPath::kSplitKv, 8192 - b.max_context_len),
+            tolerance(GetParam()));
+  Pair with = twin.output({b.num_tokens, int64_t{sparse.num_heads} * sparse.head_dim});
+  Pair without = twin.output({b.num_tokens, int64_t{sparse.num_heads} * sparse.head_dim});
+  AttentionShape dense = sparse;
+  dense.block_sparse = {};
+  twin.cpu().attention(b.qkv.cpu, b.kv_cpu(), b.meta(false), sparse, with.cpu);
+  twin.cpu().attention(b.qkv.cpu, b.kv_cpu(), b.meta(false), dense, without.cpu);
   EXPECT_GT(testing::rel_l2(twin.cpu_floats(with.cpu), twin.cpu_floats(without.cpu)),
             10 * tolerance(GetParam()));
 }

@@ -61,8 +61,9 @@ struct RunnerLimits {
   int max_num_seqs = 0;            // S: sequences per step
   int max_model_len = 0;           // bounds the block table width
   int block_size = 16;
-  int lora_slots = 0;  // S: LoRA adapter slots (0: LoRA off)
-  int lora_rank = 0;   // R: their width
+  int lora_slots = 0;             // S: LoRA adapter slots (0: LoRA off)
+  int lora_rank = 0;              // R: their width
+  BlockSparse block_sparse = {};  // --block-sparse-attention: every layer's pattern (off: dense)
 };
 
 struct RunnerOutput {

@@ -38,10 +38,12 @@ std::vector<std::vector<double>> reference_logits(
     const ModelConfig& config, const HostWeights& w, const std::vector<int32_t>& tokens,
     const std::vector<std::vector<double>>& input_embeds);
 // The same with multimodal RoPE (config.mrope_section): mrope_positions (3, num_tokens) row-major,
-// each token's temporal, height and width positions; empty: sequential.
+// each token's temporal, height and width positions; empty: sequential. With sparse enabled,
+// every layer's attention keeps the local + strided block-sparse pattern (backend/block_sparse.h,
+// spelled out again here from its definition).
 std::vector<std::vector<double>> reference_logits(
     const ModelConfig& config, const HostWeights& w, const std::vector<int32_t>& tokens,
     const std::vector<std::vector<double>>& input_embeds,
-    const std::vector<int32_t>& mrope_positions);
+    const std::vector<int32_t>& mrope_positions, const BlockSparse& sparse = {});
 
 }  // namespace ib::testing

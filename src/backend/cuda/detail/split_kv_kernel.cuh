@@ -9,7 +9,9 @@
 // contexts or small batches) each block writes its (max, sum, unnormalised out) state; with
 // `counters` the last block of each (token, KV head) to finish merges them in the same launch
 // (a query whose keys fit one partition writes its output directly), otherwise the merge kernel
-// combines them.
+// combines them. Under a block-sparse pattern (backend/block_sparse.h) a query's keys are the
+// pattern's only: key index i of the partitions is the query's i-th visible key
+// (block_sparse_key), so the partitions split the keys it reads, not its whole context.
 #pragma once
 
 #include <cmath>
@@ -45,18 +47,28 @@ struct SplitParams {
   // Under programmatic dependent launch (detail/pdl.cuh), nonzero: the next kernel may launch as
   // soon as this one starts (its weight loads then overlap these blocks); 0: at this one's exit.
   int trigger_early;
+  BlockSparse sparse;  // enabled: the local + strided pattern (never with a window)
 };
 
-// Number of keys query token t sees, its first visible key, and its sequence.
+// Query token t's sequence and position; the end of its key indices and the first it sees
+// (indices are positions, or with a block-sparse pattern the visible keys counted from 0).
 struct QueryView {
-  int seq, kv_len, key_begin;
+  int seq, kv_len, key_begin, pos;
 };
 __device__ __forceinline__ QueryView query_view(const SplitParams& p, int t) {
   const int seq = find_sequence(p.batch, t);
   const int q_len = p.batch.query_start[seq + 1] - p.batch.query_start[seq];
   const int pos = p.batch.context_lens[seq] - q_len + (t - p.batch.query_start[seq]);
+  if (p.sparse.enabled()) return {seq, block_sparse_num_keys(p.sparse, pos), 0, pos};
   const int key_begin = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-  return {seq, pos + 1, key_begin};
+  return {seq, pos + 1, key_begin, pos};
+}
+
+// The cache row of key index key (QueryView) of the query's KV head.
+__device__ __forceinline__ int64_t key_row(const SplitParams& p, const QueryView& qv, int key,
+                                           int kv_head, int head_dim) {
+  const int position = p.sparse.enabled() ? block_sparse_key(p.sparse, qv.pos, key) : key;
+  return cache_row(p.batch, qv.seq, position, kv_head, p.num_kv_heads, head_dim);
 }
 
 // Fewest keys per partition: below this the merge costs more than the split gains.
@@ -192,13 +204,11 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
 
   // The first chunk's cache rows (a block-table read) go out together with the q loads.
   const int first = max(p_begin, qv.key_begin);
-  const auto row_of = [&](int key) {
-    return key < p_end ? cache_row(p.batch, qv.seq, key, kv_head, p.num_kv_heads, HD) : 0;
-  };
+  const auto row_of = [&](int key) { return key < p_end ? key_row(p, qv, key, kv_head, HD) : 0; };
   if (p.prefetch_kv) {
     constexpr int kRowBytes = HD * static_cast<int>(sizeof(TC));
     for (int key = first + threadIdx.x; key < p_end; key += kThreads) {
-      const int64_t r = cache_row(p.batch, qv.seq, key, kv_head, p.num_kv_heads, HD);
+      const int64_t r = key_row(p, qv, key, kv_head, HD);
       const auto* k_row = reinterpret_cast<const char*>(static_cast<const TC*>(p.k_cache) + r);
       const auto* v_row = reinterpret_cast<const char*>(static_cast<const TC*>(p.v_cache) + r);
 #pragma unroll
@@ -367,6 +377,7 @@ inline SplitParams make_split_params(const Tensor& qkv, const KvCacheLayer& kv,
   p.scale_log2 = shape.scale * kSplitLog2e * kv.k_scale;
   p.v_scale = kv.v_scale;
   p.softcap_log2 = shape.logit_softcap * kSplitLog2e;
+  p.sparse = shape.block_sparse;
   const int max_ctx = meta.max_context_len > 1 ? meta.max_context_len : 1;
   p.num_partitions = (max_ctx + partition_size - 1) / partition_size;
   if (p.num_partitions > 1 && workspace_bytes > 0) {
