@@ -126,6 +126,12 @@ TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
       {{"run", "--kv-cache-dtype", "int8", "--result-dir", dir},
        "--kv-cache-dtype int8: not a KV-cache dtype the engine runs; use auto (the model dtype), "
        "fp8 or fp8_e4m3"},
+      {{"run", "--block-sparse-attention", "local_blocks=4", "--result-dir", dir},
+       "--block-sparse-attention local_blocks=4: local_blocks and vert_stride are both needed; "
+       "give local_blocks=L,vert_stride=S[,block_size=B]"},
+      {{"run", "--model", "mistral-7b-v0.1", "--block-sparse-attention",
+        "local_blocks=4,vert_stride=2", "--result-dir", dir},
+       "4096-token sliding window"},
   };
   for (const auto& c : cases) expect_refused(c.args, c.expect, dir);
   EXPECT_EQ(fs::directory_iterator(taken)->path().filename(), "mine.txt");
@@ -273,6 +279,24 @@ TEST_F(E2e, Fp8KvCacheRunsOnTheCpuHoldsMoreTokensAndIsRecorded) {
   // Whole blocks of 16 tokens: floor(budget / (b / 4)) lies in [4 floor(budget / b), + 3].
   EXPECT_GE(tokens[1], 4 * tokens[0]);
   EXPECT_LE(tokens[1], 4 * tokens[0] + 3 * 16);
+}
+
+// --block-sparse-attention on the CPU: the run completes with prompts that cross several blocks,
+// and result.json records the pattern in the run's config and the engine's settings.
+TEST_F(E2e, BlockSparseAttentionRunsOnTheCpuAndIsRecorded) {
+  const fs::path dir = root_ / "sparse";
+  ASSERT_EQ(run({"run", "--model", "tiny-15m", "--block-sparse-attention",
+                 "local_blocks=2,vert_stride=3,block_size=16", "--num-prompts", "4", "--input-len",
+                 "100", "--output-len", "8", "--batch-size", "2", "--runs", "1", "--result-dir",
+                 dir.string(), "--num-threads", "2"}),
+            0)
+      << err();
+  const json r = json::parse(read_file(dir / "result.json").value());
+  EXPECT_EQ(r["completed"], 4);
+  EXPECT_EQ(r["config"]["block_sparse_attention"],
+            json({{"block_size", 16}, {"local_blocks", 2}, {"vert_stride", 3}}));
+  EXPECT_EQ(r["engine"]["engine"]["block_sparse_attention"],
+            "local_blocks=2,vert_stride=3,block_size=16");
 }
 
 TEST_F(E2e, ModelsEnvAndPluginsCommands) {

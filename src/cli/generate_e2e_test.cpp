@@ -128,7 +128,7 @@ TEST_F(E2e, EvalComparesAQuantizationWithTheDenseModel) {
   for (const char* a : {"--quantization", "fp8", "--output-json"}) args.emplace_back(a);
   args.push_back(fp8.string());
   ASSERT_EQ(run(args), 0) << err();
-  EXPECT_NE(out().find("| tiny-15m | none | fp8 | 8 |"), std::string::npos) << out();
+  EXPECT_NE(out().find("| tiny-15m | none | fp8 | 8..11 | 8 |"), std::string::npos) << out();
   const auto q = nlohmann::json::parse(read_file(fp8).value());
   EXPECT_GT(q.at("kl_mean").get<double>(), 0.0);
   EXPECT_GE(q.at("kl_max").get<double>(), q.at("kl_p99").get<double>());
@@ -141,6 +141,30 @@ TEST_F(E2e, EvalComparesAQuantizationWithTheDenseModel) {
   EXPECT_EQ(run({"eval", "--model", "tiny-15m", "--quantization", "int3"}), 2);
   EXPECT_NE(err().find("--quantization int3"), std::string::npos) << err();
   EXPECT_EQ(err().find("eval: reference"), std::string::npos) << "refused before running";
+}
+
+// eval --block-sparse-attention: the candidate's attention under the pattern against the dense
+// reference. A pattern whose band covers the whole context is dense attention (KL 0); a narrow one
+// over 48-token contexts gives a positive KL, and the JSON and the table name the pattern.
+TEST_F(E2e, EvalMeasuresBlockSparseAttentionAgainstDense) {
+  const auto eval = [&](const std::string& pattern, const fs::path& json) {
+    return run({"eval", "--model", "tiny-15m", "--num-prompts", "2", "--input-len", "48",
+                "--output-len", "4", "--quantization", "none", "--block-sparse-attention", pattern,
+                "--output-json", json.string()});
+  };
+  const auto wide = root_ / "wide.json", narrow = root_ / "narrow.json";
+  ASSERT_EQ(eval("local_blocks=8,vert_stride=3,block_size=8", wide), 0) << err();
+  EXPECT_LT(nlohmann::json::parse(read_file(wide).value()).at("kl_max").get<double>(), 1e-9);
+  ASSERT_EQ(eval("local_blocks=1,vert_stride=3,block_size=8", narrow), 0) << err();
+  EXPECT_NE(out().find("| tiny-15m | none | none, block-sparse "
+                       "local_blocks=1,vert_stride=3,block_size=8 | 48..51 | 8 |"),
+            std::string::npos)
+      << out();
+  const auto q = nlohmann::json::parse(read_file(narrow).value());
+  EXPECT_GT(q.at("kl_mean").get<double>(), 0.0);
+  EXPECT_EQ(q.at("candidate_block_sparse_attention"), "local_blocks=1,vert_stride=3,block_size=8");
+  EXPECT_EQ(run({"eval", "--model", "tiny-15m", "--block-sparse-attention", "vert_stride=2"}), 2);
+  EXPECT_NE(err().find("local_blocks and vert_stride are both needed"), std::string::npos) << err();
 }
 
 // eval --text on a checkpoint with its own tokenizer (testing::tiny_checkpoint_with_tokenizer):
