@@ -360,13 +360,19 @@ def print_table(rows, keys, mean=True):
         print("| " + " | ".join(cells) + " |")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_common_args(ap):
+    """The arguments every HF comparison takes: the binary, the output directory, the model's
+    layers, the greedy steps compared and the seed of weights and prompts."""
     ap.add_argument("--inferbench", default="build/bin/inferbench")
     ap.add_argument("--out", default=".")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_common_args(ap)
     ap.add_argument("--families",
                     default=",".join(f for f in FAMILIES if f not in REFUSABLE_FAMILIES),
                     help="comma-separated; the default leaves out the mixture-of-experts and "

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 import transformers
 
-from hf_compare import (TOLERANCE, compare, describe_error, load_reference, print_table,
-                        run_inferbench, save_random_model)
+from hf_compare import (TOLERANCE, add_common_args, compare, describe_error, load_reference,
+                        print_table, run_inferbench, save_random_model)
 from hf_models import ieee_fp32
 
 # (pattern as the flag takes it, prompt lengths): a small band at 300 to 4,096 tokens, and
@@ -78,11 +78,7 @@ def rel_l2(a, b):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--inferbench", default="build/bin/inferbench")
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument("--seed", type=int, default=0)
+    add_common_args(ap)
     ap.add_argument("--runs", default="cuda:fp32,cuda:bf16,cpu:fp32")
     ap.add_argument("--cpu-max-len", type=int, default=4096)
     args = ap.parse_args()

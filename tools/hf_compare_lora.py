@@ -33,7 +33,8 @@ import torch
 import transformers
 
 from hf_compare import FAMILIES as HF_FAMILIES
-from hf_compare import TOLERANCE, Refused, compare, describe_error, print_table, run_inferbench
+from hf_compare import (TOLERANCE, Refused, add_common_args, compare, describe_error, print_table,
+                        run_inferbench)
 from hf_models import ieee_fp32, make_config, random_model
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -116,11 +117,7 @@ def save_json(args, rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--inferbench", default="build/bin/inferbench")
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument("--seed", type=int, default=0)
+    add_common_args(ap)
     ap.add_argument("--families", default="llama-3,qwen2")
     ap.add_argument("--ranks", default="8,64")
     ap.add_argument("--modes", default="unmerged,merged")
