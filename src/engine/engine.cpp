@@ -594,8 +594,8 @@ Status check_latent_cache_dtype(const ModelConfig& model, const EngineConfig& co
                     "--kv-cache-dtype");
 }
 
-// --block-sparse-attention runs on the paged attention op of every layer: not on multi-head
-// latent attention, and not together with a sliding window (the two masks are not combined).
+}  // namespace
+
 Status check_block_sparse(const ModelConfig& model, const EngineConfig& config) {
   if (config.block_sparse_attention.empty()) return Ok{};
   if (model.mla.kv_lora_rank > 0) {
@@ -611,8 +611,6 @@ Status check_block_sparse(const ModelConfig& model, const EngineConfig& config) 
   }
   return Ok{};
 }
-
-}  // namespace
 
 Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
                                               const WeightOptions& weights,

@@ -253,6 +253,11 @@ class Engine {
   virtual const VisionEncoder* vision_encoder() const = 0;
 };
 
+// --block-sparse-attention runs on the paged attention op of every layer: a user error for a
+// model with multi-head latent attention or a sliding window (the masks are not combined); Ok
+// without a pattern. create_engine checks it too; the CLI calls it before anything starts.
+Status check_block_sparse(const ModelConfig& model, const EngineConfig& config);
+
 // Builds an engine: checks the model is supported, loads weights (their matmul weights in the
 // format config.quantization names, which replaces weights.quantization), sizes and allocates
 // the KV pool. Errors: unsupported architecture, a quantization the backend does not run,
