@@ -5,9 +5,9 @@
 
 namespace ib {
 
-inline constexpr int kCudaAttentionHeadDims[] = {64, 96, 128};
-// "64, 96 or 128", for error messages.
-inline constexpr const char* kCudaAttentionHeadDimsText = "64, 96 or 128";
+inline constexpr int kCudaAttentionHeadDims[] = {64, 96, 128, 256};
+// "64, 96, 128 or 256", for error messages.
+inline constexpr const char* kCudaAttentionHeadDimsText = "64, 96, 128 or 256";
 
 constexpr bool cuda_attention_supports_head_dim(int head_dim) {
   for (const int d : kCudaAttentionHeadDims) {

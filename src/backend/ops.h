@@ -140,7 +140,7 @@ class AttentionOps {
   // KvCacheLayer defines it.
   virtual void attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
                          const AttentionShape& shape, Tensor out) = 0;
-  // Whether the attention op runs this shape here (CUDA kernels cover head_dim 64, 96, 128);
+  // Whether the attention op runs this shape here (CUDA kernels cover head_dim 64, 96, 128, 256);
   // a user error naming the limit otherwise, checked before any weight is loaded.
   virtual Status supports_attention(const AttentionShape& /*shape*/) const { return Ok{}; }
 };

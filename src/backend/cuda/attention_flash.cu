@@ -161,7 +161,10 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
   const int tq = lane & 3;
   const int wpos0 = qpos_first + warp * 16;  // position of the warp's row 0
   const bool warp_active = warp * 16 < rows_here;
-  uint32_t qf[HD / 16][4];
+  // The warp's Q fragments stay in registers up to head_dim 128; at 256 (with o's 128 floats a
+  // thread) they are read from shared memory for each tile instead.
+  constexpr bool kQInRegs = HD <= 128;
+  uint32_t qf[kQInRegs ? HD / 16 : 1][4];
   float o[HD / 8][4];
 #pragma unroll
   for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -179,10 +182,12 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (it == 0) {
+    const T* q_warp = q_s + (warp * 16 + (lane & 15)) * kP + (lane >> 4) * 8;
+    if constexpr (kQInRegs) {
+      if (it == 0) {
 #pragma unroll
-      for (int ks = 0; ks < HD / 16; ++ks)
-        ldmatrix_x4(qf[ks], q_s + (warp * 16 + (lane & 15)) * kP + ks * 16 + (lane >> 4) * 8);
+        for (int ks = 0; ks < HD / 16; ++ks) ldmatrix_x4(qf[ks], q_warp + ks * 16);
+      }
     }
     const int key0 = tile * kBlockK;
     // Skip tiles wholly after this warp's last row or wholly before its first row's window.
@@ -198,13 +203,19 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
       for (int i = 0; i < kBlockK / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks) {
+        uint32_t a[4];
+        if constexpr (kQInRegs) {
+          a[0] = qf[ks][0], a[1] = qf[ks][1], a[2] = qf[ks][2], a[3] = qf[ks][3];
+        } else {
+          ldmatrix_x4(a, q_warp + ks * 16);
+        }
 #pragma unroll
         for (int np = 0; np < kBlockK / 16; ++np) {
           uint32_t b[4];
           ldmatrix_x4(b, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kP + ks * 16 +
                              ((lane >> 3) & 1) * 8);
-          mma_16816<T>(s[2 * np], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], b[0], b[1]);
-          mma_16816<T>(s[2 * np + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], b[2], b[3]);
+          mma_16816<T>(s[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
+          mma_16816<T>(s[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
         }
       }
       // Mask (only tiles crossing the diagonal or a window edge need it), then the online
@@ -348,6 +359,9 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
         break;
       case 96:
         launch_typed<T, TC, 96>(p, meta, stream);
+        break;
+      case 256:
+        launch_typed<T, TC, 256>(p, meta, stream);
         break;
       default:
         launch_typed<T, TC, 128>(p, meta, stream);

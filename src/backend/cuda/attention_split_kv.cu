@@ -37,9 +37,13 @@ void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t st
   // counting them picked the 4-warp kernel for batch 8 at context 160 (18.2 µs against 10.6;
   // bench/NOTES.md, phase 4). Eager calls with long contexts lose at most ~10 % (8 x 2048).
   const dim3 grid = split_kv_grid(p, tokens, GC);
-  const int64_t blocks = int64_t{grid.x} * grid.y;
-  // fp32 is the correctness mode: one configuration keeps its compile time down.
-  if (std::is_same_v<T, float> || blocks <= 2 * int64_t{num_sms}) {
+  [[maybe_unused]] const int64_t blocks = int64_t{grid.x} * grid.y;
+  // The 8-warp kernel's static shared memory at head_dim 256 with 8 heads a block (the warps'
+  // merge buffer alone is 64 KiB) is past the 48 KiB limit: that configuration runs 4 warps.
+  if constexpr (HD == 256 && GC == 8) {
+    launch_config<T, TC, HD, GC, 4>(p, tokens, stream, pdl);
+  } else if (std::is_same_v<T, float> || blocks <= 2 * int64_t{num_sms}) {
+    // fp32 is the correctness mode: one configuration keeps its compile time down.
     launch_config<T, TC, HD, GC, 8>(p, tokens, stream, pdl);
   } else if constexpr (!std::is_same_v<T, float>) {
     launch_config<T, TC, HD, GC, 4>(p, tokens, stream, pdl);
@@ -70,6 +74,8 @@ void launch_for_head_dim(const SplitParams& p, int head_dim, int tokens, int num
       return launch_for_group<T, TC, 64>(p, tokens, num_sms, stream, pdl);
     case 96:
       return launch_for_group<T, TC, 96>(p, tokens, num_sms, stream, pdl);
+    case 256:
+      return launch_for_group<T, TC, 256>(p, tokens, num_sms, stream, pdl);
     default:
       return launch_for_group<T, TC, 128>(p, tokens, num_sms, stream, pdl);
   }
@@ -109,7 +115,7 @@ void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                unsigned* counters, size_t num_counters, int num_sms, Tensor out,
                                cudaStream_t stream, bool pdl, bool prefetch_kv,
                                bool pdl_trigger_early) {
-  IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96 or 128 on CUDA");
+  IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96, 128 or 256 on CUDA");
   IB_ASSERT(partition_size > 0, "attention: partition size must be positive");
   if (meta.num_tokens == 0) return;
   SplitParams p = make_split_params(qkv, kv, meta, shape, partition_size, workspace,

@@ -629,7 +629,7 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
             "attention: qkv (T, ...) and out (T, Hq * head_dim) must match the metadata");
   IB_ASSERT(meta.max_query_len >= 1 && meta.max_context_len >= 1,
             "attention: max_query_len / max_context_len hints must be upper bounds (>= 1)");
-  IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96 or 128 on CUDA");
+  IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96, 128 or 256 on CUDA");
   IB_ASSERT(kv_cache_ok(kv, qkv.dtype), "attention: the cache must be qkv's dtype or fp8_e4m3");
   run_op("attention", [&] {
     const bool flash = flash_supports(qkv.dtype, shape) &&
