@@ -8,8 +8,9 @@
 # bandwidth ceiling).
 # Usage (~6 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/gemma2_9b.sh
 # Environment: B (the build directory, build/h200-gemma9b), IB_SKIP_TESTS=1, IB_SKIP_PARITY=1,
-# IB_SKIP_RUNS=1. Writes build.log, tests.log, parity.log, hf_compare_gemma2_9b_cuda.json,
-# runs.log and b1/ (result.json and log).
+# IB_SKIP_RUNS=1, IB_PARITY_RUNS (hf_compare.py --runs; default cuda:fp32,cuda:bf16;
+# cuda:bf16,hf:bf16 adds transformers' own bf16 model as a baseline). Writes build.log,
+# tests.log, parity.log, hf_compare_gemma2_9b_cuda.json, runs.log and b1/ (result.json and log).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
@@ -24,7 +25,7 @@ if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
 fi
 if [ "${IB_SKIP_PARITY:-0}" != 1 ]; then
   PYTHONUNBUFFERED=1 timeout 240 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
-    --families gemma2 --runs cuda:fp32,cuda:bf16 --json-name hf_compare_gemma2_9b_cuda.json \
+    --families gemma2 --runs "${IB_PARITY_RUNS:-cuda:fp32,cuda:bf16}" --json-name hf_compare_gemma2_9b_cuda.json \
     --out "$O" 2>&1 | grep -v Warning > "$O/parity.log"
   echo "hf_compare rc=${PIPESTATUS[0]} $(el)"; sed -n '/^| family/,$p' "$O/parity.log"
 fi
