@@ -72,10 +72,6 @@ def hf_logits(model, ids, steps, mask=None):
     return out.logits[0].float().cpu().numpy()
 
 
-def rel_l2(a, b):
-    return float((np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)).max())
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_common_args(ap)
@@ -112,7 +108,8 @@ def main():
                                                sparse_mask(total, pattern))
                             dense = hf_logits(model, ids, len(tokens))
                             as_mask = hf_logits(model, ids, len(tokens), causal_mask(total))
-                            ref = (tokens, sparse, rel_l2(sparse, dense), rel_l2(as_mask, dense))
+                            ref = (tokens, sparse, compare(dense, tokens, sparse)["max_rel_l2"],
+                                   compare(dense, tokens, as_mask)["max_rel_l2"])
                         r = dict(row, steps=len(tokens), seconds=round(secs, 2),
                                  **compare(ref[1], tokens, logits))
                         r["pattern_effect_rel_l2"] = ref[2]

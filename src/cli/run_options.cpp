@@ -357,11 +357,8 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   }
   if (!http) IB_TRY(p.model.check_supported());
   if (!http) IB_TRY(check_gguf_quantization(f.quantization, f.model, is_gguf_file(f.model)));
-  if (!http) {  // before anything starts: the one line of a user error
-    EngineConfig sparse;
-    sparse.block_sparse_attention = f.block_sparse_attention;
-    IB_TRY(check_block_sparse(p.model, sparse));
-  }
+  // Before anything starts: the one line of a user error.
+  if (!http) IB_TRY(check_block_sparse(p.model, f.block_sparse_attention));
   IB_TRY(check_device(f.device));
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   IB_TRY(check_run_flags(f));

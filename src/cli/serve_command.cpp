@@ -32,8 +32,7 @@ Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f, ModelVisi
   }
   IB_ASSIGN_OR_RETURN(ModelConfig model, resolve_model(f.model));
   IB_TRY(model.check_supported());
-  IB_ASSIGN_OR_RETURN(const EngineConfig engine, engine_config_from(f));
-  IB_TRY(check_block_sparse(model, engine));
+  IB_TRY(check_block_sparse(model, f.block_sparse_attention));
   IB_TRY(check_device(f.device));
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   if (f.num_threads < 0) return user_error("--num-threads must be >= 0 (0: all cores)");

@@ -596,8 +596,8 @@ Status check_latent_cache_dtype(const ModelConfig& model, const EngineConfig& co
 
 }  // namespace
 
-Status check_block_sparse(const ModelConfig& model, const EngineConfig& config) {
-  if (config.block_sparse_attention.empty()) return Ok{};
+Status check_block_sparse(const ModelConfig& model, std::string_view pattern) {
+  if (pattern.empty()) return Ok{};
   if (model.mla.kv_lora_rank > 0) {
     return user_error("--block-sparse-attention: model '" + model.name +
                       "' uses multi-head latent attention, which has no block-sparse form here; "
@@ -622,7 +622,7 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   IB_TRY(arch->check_backend(model, backend));  // before the weights load
   if (model.mla.kv_lora_rank == 0) IB_TRY(backend.supports_attention(attention_shape(model)));
   IB_TRY(check_latent_cache_dtype(model, config, backend));
-  IB_TRY(check_block_sparse(model, config));
+  IB_TRY(check_block_sparse(model, config.block_sparse_attention));
   if (config.enable_lora) IB_TRY(detail::ModelRunner::check_lora_runs(model, backend));
   const bool vlm = model.hf_architecture == "LlavaForConditionalGeneration" ||
                    model.hf_architecture == "Qwen2VLForConditionalGeneration";
@@ -655,7 +655,7 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
                           config.merge_lora ? kMaxMergedRank : config.max_lora_rank));
     adapters.emplace_back(spec.name, std::move(adapter));
   }
-  IB_TRY(check_block_sparse(model, config));
+  IB_TRY(check_block_sparse(model, config.block_sparse_attention));
   if (config.merge_lora) IB_TRY(merge_lora(model, adapters.at(0).second, weights, backend));
   const int requested_len =
       config.max_model_len > 0 ? config.max_model_len : model.max_position_embeddings;

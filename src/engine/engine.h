@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -253,10 +254,11 @@ class Engine {
   virtual const VisionEncoder* vision_encoder() const = 0;
 };
 
-// --block-sparse-attention runs on the paged attention op of every layer: a user error for a
-// model with multi-head latent attention or a sliding window (the masks are not combined); Ok
-// without a pattern. create_engine checks it too; the CLI calls it before anything starts.
-Status check_block_sparse(const ModelConfig& model, const EngineConfig& config);
+// --block-sparse-attention (pattern, EngineConfig::block_sparse_attention) runs on the paged
+// attention op of every layer: a user error for a model with multi-head latent attention or a
+// sliding window (the masks are not combined); Ok without a pattern. create_engine checks it
+// too; the CLI calls it before anything starts.
+Status check_block_sparse(const ModelConfig& model, std::string_view pattern);
 
 // Builds an engine: checks the model is supported, loads weights (their matmul weights in the
 // format config.quantization names, which replaces weights.quantization), sizes and allocates

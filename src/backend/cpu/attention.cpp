@@ -61,25 +61,22 @@ struct KeyRange {
   int64_t begin, end;
 };
 
-// The keys a query at pos sees, ascending, into out (returned): the causal range cut to the
-// sliding window, or the block-sparse pattern's strided blocks and local band
-// (backend/block_sparse.h).
-const std::vector<KeyRange>& visible_keys(const AttentionShape& shape, int64_t pos,
-                                          std::vector<KeyRange>& out) {
+// The keys a query at pos sees, ascending, into out: the causal range cut to the sliding
+// window, or the block-sparse pattern's strided blocks and local band (backend/block_sparse.h).
+void visible_keys(const AttentionShape& shape, int64_t pos, std::vector<KeyRange>& out) {
   out.clear();
   const BlockSparse& b = shape.block_sparse;
   if (!b.enabled()) {
     const int64_t first =
         shape.sliding_window > 0 ? std::max<int64_t>(0, pos - shape.sliding_window + 1) : 0;
     out.push_back({first, pos + 1});
-    return out;
+    return;
   }
   const int64_t local = block_sparse_local_begin(b, static_cast<int>(pos));
   for (int64_t block = b.vert_stride - 1; block < local; block += b.vert_stride) {
     out.push_back({block * b.block_size, (block + 1) * b.block_size});
   }
   out.push_back({local * b.block_size, pos + 1});
-  return out;
 }
 
 }  // namespace
@@ -160,14 +157,14 @@ void paged_attention_f32(ThreadPool& pool, const float* qkv, const KvCacheLayer&
     std::vector<float> scores(static_cast<size_t>(group * max_context));  // (group, context)
     std::vector<float> acc(static_cast<size_t>(hd));                      // (head_dim)
     std::vector<float> decoded(static_cast<size_t>(hd));  // (head_dim) an fp8 K or V row, read
-    std::vector<KeyRange> ranges_buf;                     // the visible keys of one query
+    std::vector<KeyRange> ranges;                         // the visible keys of one query
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / hkv;
       const int64_t g = item % hkv;
       const int32_t s = seq_of_token[static_cast<size_t>(t)];
       const int64_t q_len = meta.query_start[s + 1] - meta.query_start[s];
       const int64_t pos = meta.context_lens[s] - q_len + (t - meta.query_start[s]);
-      const std::vector<KeyRange>& ranges = visible_keys(shape, pos, ranges_buf);
+      visible_keys(shape, pos, ranges);
       int64_t n_keys = 0;
       for (const KeyRange& r : ranges) n_keys += r.end - r.begin;
       const int32_t* table = meta.block_tables + s * meta.max_blocks_per_seq;
