@@ -63,15 +63,28 @@
 //   offset, in fp32); zeros empty. w[n][k] = kNf4Levels[q[n][k]] * scales[n][k / 64] in fp32.
 //   Quantized at load: absmax = max |w| over the block (1 for a zero block), q = the level
 //   nearest w / absmax (ties to the lower code).
+// - kGguf (--quantization gguf: a GGUF file's matmul weights as stored, in llama.cpp's block
+//   formats, core/ggml_blocks.h): data (N, S) u8, row n holds K / block_elems blocks of its row
+//   segment's type, S the longest row's bytes (shorter rows padded). `gguf` lists up to
+//   kGgufMaxSegments segments, rows [begin[i], begin[i + 1]) of one type each (a fused q/k/v whose
+//   sources differ: Q4_K_M's Q6_K v in some layers); types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. scales
+//   and zeros empty. Arrives quantized only (no quantize_weight).
+//   Activations are quantized per 32-element block of each token, as llama.cpp's CUDA kernels do
+//   (q8_1), for every number of tokens: a = max |x| over the block, inv = 127 / a, xq =
+//   clamp(rne(x * inv), -127, 127), d = a / 127 (a zero block: xq = 0, d = 0), x' = xq * d, in
+//   fp32; y[m][n] = sum_k w[n][k] * x'[m][k] (+ bias[n]), w dequantized as ggml_blocks.h
+//   defines, fp32 sums.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/tensor.h"
+#include "core/ggml_blocks.h"
 
 namespace ib {
 
-enum class WeightFormat { kDense, kFp8E4M3, kInt8W8A16, kInt8W8A8, kInt4W4A16, kNf4 };
+enum class WeightFormat { kDense, kFp8E4M3, kInt8W8A16, kInt8W8A8, kInt4W4A16, kNf4, kGguf };
 
 // bitsandbytes' NF4 levels (the quantiles of N(0, 1) normalised to [-1, 1]), code 0..15.
 inline constexpr float kNf4Levels[16] = {-1.0f,
@@ -105,6 +118,8 @@ inline const char* weight_format_name(WeightFormat format) {
       return "w4a16";
     case WeightFormat::kNf4:
       return "nf4";
+    case WeightFormat::kGguf:
+      return "gguf";
   }
   return "?";
 }
@@ -123,12 +138,46 @@ inline bool is_4bit(WeightFormat format) {
 }
 // The element type of a quantized format's data (kDense: none, the activation dtype).
 inline DType quantized_data_dtype(WeightFormat format) {
-  if (is_4bit(format)) return DType::kU8;
+  if (is_4bit(format) || format == WeightFormat::kGguf) return DType::kU8;
   return format == WeightFormat::kFp8E4M3 ? DType::kF8E4M3 : DType::kI8;
 }
 // Whether the format quantizes activations per token before the matmul (W8A8).
 inline bool quantizes_activations(WeightFormat format) {
   return format == WeightFormat::kFp8E4M3 || format == WeightFormat::kInt8W8A8;
+}
+
+// The ggml types a kGguf weight's rows can hold (block-quantized ones: the float types load dense).
+inline bool is_gguf_block_type(GgmlType type) {
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_K ||
+         type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+}
+// The bytes of a row of cols elements in type (cols a whole number of blocks).
+inline int64_t gguf_row_bytes(GgmlType type, int64_t cols) {
+  const GgmlTypeInfo& info = ggml_type_info(type);
+  return cols / info.block_elems * info.block_bytes;
+}
+
+// kGguf's row segments (above).
+inline constexpr int kGgufMaxSegments = 4;
+struct GgufRows {
+  int count = 0;
+  int64_t begin[kGgufMaxSegments] = {};
+  GgmlType type[kGgufMaxSegments] = {};
+  int64_t cols = 0;  // K
+  // The segment of row n.
+  int segment_of(int64_t n) const {
+    int s = 0;
+    while (s + 1 < count && n >= begin[s + 1]) ++s;
+    return s;
+  }
+};
+
+// The bytes of a kGguf weight's rows in data: its longest row's, rounded up to 16.
+inline int64_t gguf_row_stride(const GgufRows& rows) {
+  int64_t longest = 0;
+  for (int s = 0; s < rows.count; ++s)
+    longest = std::max(longest, gguf_row_bytes(rows.type[s], rows.cols));
+  return (longest + 15) / 16 * 16;
 }
 
 struct WeightRef {
@@ -147,6 +196,7 @@ struct WeightRef {
   // kInt4W4A16's load-time quantization (above): true awq (zero-point RTN), false gptq
   // (symmetric, z = 8). Read by quantize_weight only.
   bool asymmetric = false;
+  GgufRows gguf;  // kGguf only
 
   WeightRef() = default;
   // A dense tensor is a dense weight (implicit, so ops take either).
@@ -154,14 +204,18 @@ struct WeightRef {
 
   bool empty() const { return data.empty(); }
   int64_t rows() const { return data.dim(0); }  // N (output features)
-  // K (input features): data's columns, twice them for the 4-bit formats.
-  int64_t cols() const { return is_4bit(format) ? 2 * data.dim(1) : data.dim(1); }
+  // K (input features): data's columns, twice them for the 4-bit formats, gguf.cols for kGguf.
+  int64_t cols() const {
+    if (format == WeightFormat::kGguf) return gguf.cols;
+    return is_4bit(format) ? 2 * data.dim(1) : data.dim(1);
+  }
   // Whether data and scales have the format's layout: 8-bit (N, K) of quantized_data_dtype and
   // f32 (N); 4-bit as described above.
   bool quantized_layout_ok() const {
     if (!is_quantized(format) || data.rank != 2 || data.dtype != quantized_data_dtype(format))
       return false;
     if (is_8bit(format)) return scales.dtype == DType::kF32 && scales.numel() == data.dim(0);
+    if (format == WeightFormat::kGguf) return gguf_layout_ok();
     const int64_t k = cols();
     if (group_size <= 0 || k % group_size != 0 || scales.rank != 2 || scales.dim(0) != rows() ||
         scales.dim(1) != k / group_size)
@@ -172,6 +226,18 @@ struct WeightRef {
       return scales.dtype == DType::kF32 && zeros.empty() && input_perm.empty();
     return scales.dtype == DType::kF16 && zeros.dtype == DType::kU8 && zeros.rank == 2 &&
            zeros.dim(0) == scales.dim(0) && zeros.dim(1) == scales.dim(1);
+  }
+  bool gguf_layout_ok() const {
+    if (gguf.count < 1 || gguf.count > kGgufMaxSegments || gguf.begin[0] != 0 || gguf.cols <= 0)
+      return false;
+    for (int s = 0; s < gguf.count; ++s) {
+      const int64_t end = s + 1 < gguf.count ? gguf.begin[s + 1] : rows();
+      if (!is_gguf_block_type(gguf.type[s]) || end <= gguf.begin[s] ||
+          gguf.cols % ggml_type_info(gguf.type[s]).block_elems != 0 ||
+          gguf_row_bytes(gguf.type[s], gguf.cols) > data.dim(1))
+        return false;
+    }
+    return scales.empty() && zeros.empty();
   }
   // The bytes the weight occupies as stored: data, scales and zero points.
   size_t bytes() const {

@@ -1,7 +1,8 @@
 // A .gguf --model end to end on the CPU: `generate` and `run` load its config, weights and
 // tokenizer (`eval --text` scores a text in that tokenizer); --quantization gguf runs it as stored
-// and is refused for another model; a GGUF with an architecture, tensor type or tokenizer
-// inferbench cannot run exits 2 with the reader's message and writes nothing.
+// (block-typed matmul weights in their blocks) and is refused for another model; a GGUF with an
+// architecture, tensor type or tokenizer inferbench cannot run exits 2 with the reader's message
+// and writes nothing.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -74,6 +75,31 @@ TEST_F(Gguf, RunLoadsTheFileAndRecordsIt) {
   EXPECT_EQ(r["completed"], 4);
   EXPECT_EQ(r["config"]["quantization"], "gguf");
   EXPECT_EQ(r["weights"].get<std::string>().rfind("gguf: " + model_, 0), 0u) << r["weights"];
+}
+
+TEST_F(Gguf, QuantizationGgufKeepsBlockTypedMatmulWeightsInTheirBlocks) {
+  // Every matrix in Q8_0 (gguf_fixture --dummy's writer): --quantization gguf runs them in their
+  // blocks; the test file above, whose attn_output is F16, loads dense throughout.
+  const std::string q8 = (root_ / "q8.gguf").string();
+  auto mix = gguf_type_mix("q8_0");
+  ASSERT_TRUE(mix.ok());
+  ASSERT_TRUE(write_dummy_gguf(q8, testing::test_gguf_config("llama"), *mix, 5).ok());
+  for (const auto& [file, blocks] : {std::pair{q8, true}, std::pair{model_, false}}) {
+    const fs::path dir = root_ / (blocks ? "q8" : "mixed");
+    ASSERT_EQ(run({"run", "--model",        file,  "--device",     "cpu",        "--num-prompts",
+                   "2",   "--input-len",    "8",   "--output-len", "3",          "--batch-size",
+                   "2",   "--runs",         "1",   "--result-dir", dir.string(), "--num-threads",
+                   "2",   "--quantization", "gguf"}),
+              0)
+        << err();
+    const json r = json::parse(read_file(dir / "result.json").value());
+    EXPECT_EQ(r["completed"], 2);
+    const std::string weights = r["weights"];
+    EXPECT_EQ(weights.find("matmul tensors in their ggml blocks") != std::string::npos, blocks)
+        << weights;
+    EXPECT_EQ(weights.find("activations quantized to int8 per 32") != std::string::npos, blocks)
+        << weights;
+  }
 }
 
 // "hello" and " world" are single tokens of the file's tokenizer, " hello" two (Ġ, hello): 11

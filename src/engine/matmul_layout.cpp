@@ -38,6 +38,9 @@ std::string quantization_description(const MatmulLayout& layout, bool static_act
              groups + (layout.act_order ? ", act-order" : "") + ")";
     case WeightFormat::kNf4:
       return "nf4 (4-bit NormalFloat, blocks of " + std::to_string(layout.group_size) + ")";
+    case WeightFormat::kGguf:
+      return "gguf (the file's matmul weights in their ggml blocks, activations quantized to int8 "
+             "per 32 as llama.cpp's CUDA kernels do)";
     case WeightFormat::kDense:
       break;
   }
@@ -120,8 +123,12 @@ int64_t planned_weight_bytes(const ModelConfig& c, DType dt, const MatmulLayout&
       for (size_t i = 0; i < 2; ++i) add(shapes[i][0] * shapes[i][1], dt);
       continue;
     }
-    for (const auto& [n, k] : shapes) {
-      if (format == WeightFormat::kDense) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto [n, k] = shapes[i];
+      if (format == WeightFormat::kGguf) {  // as the file stores them, or dense
+        const GgufRows& rows = layout.gguf.at(static_cast<size_t>(l))[i];
+        rows.count == 0 ? add(n * k, dt) : add(n * gguf_row_stride(rows), DType::kU8);
+      } else if (format == WeightFormat::kDense) {
         add(n * k, dt);
       } else if (is_4bit(format)) {
         const int64_t groups = layout.group_size > 0 ? k / layout.group_size : 1;

@@ -174,11 +174,22 @@ Result<ModelWeights> allocate_weights(const ModelConfig& c, const MatmulLayout& 
     w.storage.push_back(std::move(buf));
     return t;
   };
-  auto alloc_matmul = [&](const std::array<int64_t, 2>& shape) -> Result<WeightRef> {
+  auto alloc_matmul = [&](const std::array<int64_t, 2>& shape, int layer,
+                          int which) -> Result<WeightRef> {
     const auto [n, k] = shape;
     WeightRef r;
-    if (format == WeightFormat::kDense) {
+    const GgufRows* gguf =
+        format == WeightFormat::kGguf
+            ? &layout.gguf.at(static_cast<size_t>(layer))[static_cast<size_t>(which)]
+            : nullptr;
+    if (format == WeightFormat::kDense || (gguf && gguf->count == 0)) {
       IB_ASSIGN_OR_RETURN(r.data, alloc(dt, {n, k}));
+      return r;
+    }
+    if (gguf) {
+      r.format = format;
+      r.gguf = *gguf;
+      IB_ASSIGN_OR_RETURN(r.data, alloc(DType::kU8, {n, gguf_row_stride(*gguf)}));
       return r;
     }
     r.format = format;
@@ -220,11 +231,11 @@ Result<ModelWeights> allocate_weights(const ModelConfig& c, const MatmulLayout& 
       w.layers.push_back(lw);
       continue;
     }
-    IB_ASSIGN_OR_RETURN(lw.wqkv, alloc_matmul(shapes[0]));
+    IB_ASSIGN_OR_RETURN(lw.wqkv, alloc_matmul(shapes[0], l, 0));
     if (c.attention_bias) {
       IB_ASSIGN_OR_RETURN(lw.bqkv, alloc(dt, {shapes[0][0]}));
     }
-    IB_ASSIGN_OR_RETURN(lw.wo, alloc_matmul(shapes[1]));
+    IB_ASSIGN_OR_RETURN(lw.wo, alloc_matmul(shapes[1], l, 1));
     IB_ASSIGN_OR_RETURN(lw.ffn_norm, alloc(dt, {d}));
     if (c.sandwich_norms) {
       IB_ASSIGN_OR_RETURN(lw.post_attn_norm, alloc(dt, {d}));
@@ -236,8 +247,8 @@ Result<ModelWeights> allocate_weights(const ModelConfig& c, const MatmulLayout& 
       w.layers.push_back(lw);
       continue;
     }
-    IB_ASSIGN_OR_RETURN(lw.w_gate_up, alloc_matmul(shapes[2]));
-    IB_ASSIGN_OR_RETURN(lw.w_down, alloc_matmul(shapes[3]));
+    IB_ASSIGN_OR_RETURN(lw.w_gate_up, alloc_matmul(shapes[2], l, 2));
+    IB_ASSIGN_OR_RETURN(lw.w_down, alloc_matmul(shapes[3], l, 3));
     w.layers.push_back(lw);
   }
   return w;
@@ -307,9 +318,27 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   }
   // A quantized checkpoint's matmul weights arrive quantized: no dense staging.
   const bool prequantized = format == LoadFormat::kSafetensors && cq.quantized();
-  const MatmulLayout layout = prequantized
-                                  ? detail::checkpoint_layout(options.quantization, cq)
-                                  : load_time_layout(options.quantization, options.asymmetric);
+  MatmulLayout layout = prequantized ? detail::checkpoint_layout(options.quantization, cq)
+                                     : load_time_layout(options.quantization, options.asymmetric);
+  // --quantization gguf: the matmul weights in their ggml blocks where the backend runs them.
+  // A file with a matmul weight in a float type (an F16 file) loads dense throughout: the
+  // engine runs one kind of matmul weight per model.
+  bool gguf_blocks = format == LoadFormat::kGguf && options.gguf_as_stored &&
+                     options.quantization == WeightFormat::kDense &&
+                     backend.supports_weight_format(WeightFormat::kGguf) &&
+                     config.moe.num_experts == 0 && config.mla.kv_lora_rank == 0;
+  if (gguf_blocks) {
+    IB_ASSIGN_OR_RETURN(layout.gguf, detail::gguf_matmul_rows(config, options.path));
+    for (const auto& layer : layout.gguf) {
+      for (const GgufRows& rows : layer) gguf_blocks = gguf_blocks && rows.count > 0;
+    }
+    if (gguf_blocks) {
+      layout.format = WeightFormat::kGguf;
+      layout.name = "gguf";
+    } else {
+      layout.gguf.clear();
+    }
+  }
   IB_ASSIGN_OR_RETURN(ModelWeights w, detail::allocate_weights(config, layout, backend));
   IB_ASSIGN_OR_RETURN(
       detail::DenseStaging staging,
@@ -323,14 +352,14 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   } else {
     IB_TRY(detail::load_safetensors(config, options.path, backend, staging, w));
   }
-  if (options.quantization != WeightFormat::kDense) {
+  if (layout.format != WeightFormat::kDense) {
     w.description +=
         ", " + detail::quantization_description(layout, prequantized && cq.static_activations);
   }
-  if (prequantized) {  // quantize_weight, which readies the backend, did not run
+  if (prequantized || gguf_blocks) {  // quantize_weight, which readies the backend, did not run
     for (const LayerWeights& l : w.layers) {
       for (const WeightRef* ref : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) {
-        IB_TRY(backend.prepare_weight(*ref));
+        if (is_quantized(ref->format)) IB_TRY(backend.prepare_weight(*ref));
       }
     }
   }

@@ -3,6 +3,7 @@
 // files or a GGUF file.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,8 +27,9 @@ struct WeightOptions {
   // kInt4W4A16 quantized at load: awq's zero points (true) or gptq's symmetric codes
   // (quantization_is_asymmetric(EngineConfig::quantization)); a checkpoint's are as published.
   bool asymmetric = false;
-  // --quantization gguf: the GGUF file's weights as stored (for now dequantized at load into the
-  // activation dtype: quantization is kDense); a user error unless they come from a GGUF file.
+  // --quantization gguf: the GGUF file's matmul weights as stored, in their ggml blocks
+  // (backend/weight.h's kGguf) where the backend runs them, else dequantized at load into the
+  // activation dtype (quantization stays kDense); a user error unless they come from a GGUF file.
   bool gguf_as_stored = false;
 };
 
@@ -40,6 +42,9 @@ struct MatmulLayout {
   int group_size = 0;
   bool asymmetric = false;  // kInt4W4A16: zero points (awq at load, or a checkpoint's)
   bool act_order = false;
+  // kGguf (--quantization gguf): each layer's wqkv, wo, w_gate_up, w_down rows as the file stores
+  // them (detail::gguf_matmul_rows); a weight with count 0 is allocated dense.
+  std::vector<std::array<GgufRows, 4>> gguf;
 };
 // The layout weights quantized at load take: groups of 128 (kInt4W4A16) or 64 (kNf4).
 MatmulLayout load_time_layout(WeightFormat format, bool asymmetric);

@@ -1,17 +1,22 @@
 // GGUF weights (weight_storage.h load_gguf): a GGUF file seen as a SafetensorsCheckpoint under HF
 // names, so the safetensors loader's schema check, q/k/v and gate/up fusion and quantization at
-// load apply unchanged. Every tensor is dequantized to f32 on the host when the file is opened
-// (read_gguf_tensor_f32), so the host holds the whole model in f32 while it loads. Llama's
+// load apply unchanged. Tensors are dequantized to f32 on the host when the file is opened
+// (read_gguf_tensor_f32), except, with --quantization gguf, the matmul weights stored in ggml
+// block types, which stay in their blocks (ggml_rows; backend/weight.h's kGguf). Llama's
 // attn_q / attn_k rows, reordered by llama.cpp's converter for its interleaved RoPE, are put back
-// in HF order (hf_row_of_gguf_rope_row).
+// in HF order (hf_row_of_gguf_rope_row), as floats or as rows of blocks.
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "engine/arch/architecture.h"
 #include "engine/detail/weight_storage.h"
 #include "model/gguf.h"
 
@@ -23,21 +28,35 @@ struct HostF32Tensor {
   std::vector<float> values;
 };
 
-// HF row order of a rope-permuted (rows, cols) matrix stored in GGUF row order.
-std::vector<float> unpermute_rope_rows(const std::vector<float>& gguf, int64_t rows, int64_t cols,
-                                       int64_t head_dim) {
-  std::vector<float> hf(gguf.size());
+// HF row order of a rope-permuted matrix of `rows` rows stored in GGUF row order, each row
+// row_size elements (floats, or bytes of blocks).
+template <typename V>
+V unpermute_rope_rows(const V& gguf, int64_t rows, int64_t row_size, int64_t head_dim) {
+  V hf(gguf.size(), typename V::value_type{});
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t to = hf_row_of_gguf_rope_row(r, head_dim);
-    std::copy_n(gguf.begin() + r * cols, cols, hf.begin() + to * cols);
+    std::copy_n(gguf.begin() + r * row_size, row_size, hf.begin() + to * row_size);
   }
   return hf;
 }
 
+bool is_matmul_role(WeightRole role) {
+  return role == WeightRole::kQkv || role == WeightRole::kO || role == WeightRole::kGateUp ||
+         role == WeightRole::kDown;
+}
+int matmul_index(WeightRole role) {
+  return role == WeightRole::kQkv      ? 0
+         : role == WeightRole::kO      ? 1
+         : role == WeightRole::kGateUp ? 2
+                                       : 3;
+}
+
 class GgufCheckpoint final : public SafetensorsCheckpoint {
  public:
+  // raw: HF names kept in their ggml blocks (ggml_rows), not dequantized.
   static Result<std::unique_ptr<GgufCheckpoint>> open(const GgufModelFile& file,
-                                                      const ModelConfig& c) {
+                                                      const ModelConfig& c,
+                                                      const std::set<std::string>& raw = {}) {
     const GgufValue* arch = file.file().find("general.architecture");
     if (arch == nullptr || arch->as_string() == nullptr) {
       return user_error(file.path() +
@@ -47,26 +66,43 @@ class GgufCheckpoint final : public SafetensorsCheckpoint {
     for (const GgufTensorInfo& info : file.file().tensors) {
       IB_ASSIGN_OR_RETURN(const GgufTensorMapping m,
                           map_gguf_tensor(info.name, *arch->as_string()));
+      std::vector<int64_t> shape(info.dims.rbegin(), info.dims.rend());
+      if (m.rope_permuted && (shape.size() != 2 || shape[0] % c.head_dim != 0)) {
+        return user_error(fmt::format(
+            "{}: GGUF tensor '{}' has shape {}, not whole heads of {} rows; the file does not "
+            "match its own metadata",
+            file.path(), info.name, shape_string(shape), c.head_dim));
+      }
+      ++ckpt->type_counts_[std::string(ggml_type_info(info.type).name)];
+      if (raw.contains(m.hf_name)) {
+        GgmlBlockRows rows{info.type, shape, std::string(file.tensor_bytes(info))};
+        if (m.rope_permuted) {
+          rows.bytes = unpermute_rope_rows(rows.bytes, shape[0],
+                                           gguf_row_bytes(info.type, shape[1]), c.head_dim);
+        }
+        ckpt->blocks_.emplace(m.hf_name, std::move(rows));
+        continue;
+      }
       IB_ASSIGN_OR_RETURN(std::vector<float> values, read_gguf_tensor_f32(file, info.name));
       HostF32Tensor t;
-      t.shape.assign(info.dims.rbegin(), info.dims.rend());
+      t.shape = std::move(shape);
       if (m.rope_permuted) {
-        if (t.shape.size() != 2 || t.shape[0] % c.head_dim != 0) {
-          return user_error(fmt::format(
-              "{}: GGUF tensor '{}' has shape {}, not whole heads of {} rows; the file does not "
-              "match its own metadata",
-              file.path(), info.name, shape_string(t.shape), c.head_dim));
-        }
         values = unpermute_rope_rows(values, t.shape[0], t.shape[1], c.head_dim);
       }
       t.values = std::move(values);
-      ++ckpt->type_counts_[std::string(ggml_type_info(info.type).name)];
       ckpt->tensors_.emplace(m.hf_name, std::move(t));
     }
     return ckpt;
   }
 
-  bool contains(const std::string& name) const override { return tensors_.contains(name); }
+  bool contains(const std::string& name) const override {
+    return tensors_.contains(name) || blocks_.contains(name);
+  }
+  std::optional<GgmlBlockRows> ggml_rows(const std::string& name) const override {
+    const auto it = blocks_.find(name);
+    if (it == blocks_.end()) return std::nullopt;
+    return it->second;
+  }
   Result<HostTensorRef> get(const std::string& name) const override {
     const auto it = tensors_.find(name);
     if (it == tensors_.end()) return user_error(path_ + ": no tensor maps to '" + name + "'");
@@ -75,13 +111,14 @@ class GgufCheckpoint final : public SafetensorsCheckpoint {
   std::vector<std::string> names() const override {
     std::vector<std::string> out;
     for (const auto& [name, tensor] : tensors_) out.push_back(name);
+    for (const auto& [name, rows] : blocks_) out.push_back(name);
     return out;
   }
   std::vector<std::string> files() const override { return {path_}; }
 
   // "12 tensors: 8 Q8_0, 4 F32"
   std::string describe_types() const {
-    std::string out = fmt::format("{} tensors:", tensors_.size());
+    std::string out = fmt::format("{} tensors:", tensors_.size() + blocks_.size());
     for (const auto& [type, count] : type_counts_) {
       out += fmt::format("{} {} {}", out.back() == ':' ? "" : ",", count, type);
     }
@@ -92,21 +129,77 @@ class GgufCheckpoint final : public SafetensorsCheckpoint {
   explicit GgufCheckpoint(std::string path) : path_(std::move(path)) {}
   std::string path_;
   std::map<std::string, HostF32Tensor> tensors_;  // by HF name
+  std::map<std::string, GgmlBlockRows> blocks_;   // by HF name, kept in their blocks
   std::map<std::string, int> type_counts_;        // by ggml type name, as stored
 };
 
 }  // namespace
 
+Result<std::vector<std::array<GgufRows, 4>>> gguf_matmul_rows(const ModelConfig& c,
+                                                              const std::string& path) {
+  IB_ASSIGN_OR_RETURN(const auto file, GgufModelFile::open(path));
+  const GgufValue* arch = file->file().find("general.architecture");
+  if (arch == nullptr || arch->as_string() == nullptr) {
+    return user_error(path + ": GGUF metadata 'general.architecture' is missing or not a string");
+  }
+  std::map<std::string, GgmlType> types;  // by HF name
+  for (const GgufTensorInfo& info : file->file().tensors) {
+    IB_ASSIGN_OR_RETURN(const GgufTensorMapping m, map_gguf_tensor(info.name, *arch->as_string()));
+    types[m.hf_name] = info.type;
+  }
+  IB_ASSIGN_OR_RETURN(const Architecture* a, find_architecture(c));
+  std::vector<std::array<GgufRows, 4>> out(static_cast<size_t>(c.num_layers));
+  for (const SchemaEntry& e : a->weight_schema(c).entries) {
+    if (!is_matmul_role(e.role) || e.layer < 0) continue;
+    GgufRows rows;
+    bool blocks = true;
+    for (const TensorSource& src : e.sources) {
+      const auto it = types.find(src.name);
+      // Absent, or a float type: the weight loads dense (load_checkpoint names what is missing).
+      if (it == types.end() || !is_gguf_block_type(it->second) || src.shape.size() != 2) {
+        blocks = false;
+        break;
+      }
+      rows.cols = src.shape[1];
+      if (rows.count > 0 && rows.type[rows.count - 1] == it->second) continue;
+      if (rows.count == kGgufMaxSegments) {
+        blocks = false;
+        break;
+      }
+      rows.begin[rows.count] = src.row_offset;
+      rows.type[rows.count++] = it->second;
+    }
+    if (blocks) out[static_cast<size_t>(e.layer)][static_cast<size_t>(matmul_index(e.role))] = rows;
+  }
+  return out;
+}
+
 Status load_gguf(const ModelConfig& c, const std::string& path, Backend& backend,
                  DenseStaging& staging, ModelWeights& w) {
   IB_ASSIGN_OR_RETURN(const auto file, GgufModelFile::open(path));
-  IB_ASSIGN_OR_RETURN(const auto ckpt, GgufCheckpoint::open(*file, c));
+  // The matmul weights allocated in their blocks (kGguf) load as stored.
+  std::set<std::string> raw;
+  IB_ASSIGN_OR_RETURN(const Architecture* a, find_architecture(c));
+  for (const SchemaEntry& e : a->weight_schema(c).entries) {
+    if (!is_matmul_role(e.role) || e.layer < 0) continue;
+    const LayerWeights& l = w.layers.at(static_cast<size_t>(e.layer));
+    const WeightRef* refs[4] = {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down};
+    if (refs[matmul_index(e.role)]->format != WeightFormat::kGguf) continue;
+    for (const TensorSource& src : e.sources) raw.insert(src.name);
+  }
+  IB_ASSIGN_OR_RETURN(const auto ckpt, GgufCheckpoint::open(*file, c, raw));
   const CheckpointKind kind{"GGUF", "its GGUF metadata",
                             "The GGUF metadata (<arch>.block_count, .embedding_length, ...) must "
                             "describe the file's tensors; the file is damaged or incomplete"};
   IB_TRY(load_checkpoint(c, *ckpt, kind, backend, staging, w));
-  w.description = fmt::format("gguf: {} ({}), dequantized to {} at load", path,
-                              ckpt->describe_types(), dtype_name(backend.activation_dtype()));
+  w.description =
+      raw.empty()
+          ? fmt::format("gguf: {} ({}), dequantized to {} at load", path, ckpt->describe_types(),
+                        dtype_name(backend.activation_dtype()))
+          : fmt::format(
+                "gguf: {} ({}), {} matmul tensors in their ggml blocks, the others "
+                "dequantized to {} at load",
+                path, ckpt->describe_types(), raw.size(), dtype_name(backend.activation_dtype()));
   return Ok{};
 }
 

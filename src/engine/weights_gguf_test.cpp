@@ -9,7 +9,9 @@
 #include <cmath>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -230,6 +232,110 @@ TEST(GgufWeights, GenerationFollowsTheDoublePrecisionReference) {
   for (const double x : want.back()) scale = std::max(scale, std::abs(x));
   ASSERT_GT(scale, 0.1);  // logits of a size that the tolerance below means something against
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want.back()[i], 1e-4 * scale) << i;
+}
+
+// A test file whose matmul tensors are all in block types (attn_output re-stored as Q8_0, the
+// others as test_gguf_type has them), so that --quantization gguf keeps them in their blocks.
+std::unique_ptr<GgufModel> write_block_model(const ModelConfig& c) {
+  auto m = write_model(c);
+  const Status restored = testing::copy_gguf(m->path, m->path, [](auto&, auto& tensors) -> Status {
+    for (GgufWriteTensor& t : tensors) {
+      if (!t.name.ends_with("attn_output.weight")) continue;
+      GgufTensorInfo info{t.name, t.type, t.dims};
+      std::vector<float> values(static_cast<size_t>(info.numel()));
+      IB_TRY(dequantize_ggml(t.type, t.bytes, values));
+      t.type = GgmlType::kQ8_0;
+      IB_ASSIGN_OR_RETURN(t.bytes, quantize_ggml(t.type, values));
+    }
+    return Ok{};
+  });
+  IB_ASSERT(restored.ok(), "re-storing attn_output");
+  return m;
+}
+
+// A kGguf weight's rows read back and dequantized, row-major (N, K).
+std::vector<float> gguf_values(const WeightRef& w, Backend& backend) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(w.data.numel()));
+  backend.copy_to_host(w.data, bytes.data());
+  const int64_t k = w.cols(), stride = w.data.dim(1);
+  std::vector<float> out(static_cast<size_t>(w.rows() * k));
+  for (int64_t n = 0; n < w.rows(); ++n) {
+    const GgmlType type = w.gguf.type[w.gguf.segment_of(n)];
+    const auto* row = reinterpret_cast<const char*>(bytes.data() + n * stride);
+    const Status st =
+        dequantize_ggml(type, std::string_view(row, static_cast<size_t>(gguf_row_bytes(type, k))),
+                        std::span<float>(out.data() + n * k, static_cast<size_t>(k)));
+    EXPECT_TRUE(st.ok()) << st.error().message;
+  }
+  return out;
+}
+
+std::vector<float> concat(std::initializer_list<const std::vector<float>*> parts) {
+  std::vector<float> out;
+  for (const auto* p : parts) out.insert(out.end(), p->begin(), p->end());
+  return out;
+}
+
+TEST(GgufWeights, QuantizationGgufKeepsTheMatmulWeightsInTheirBlocks) {
+  for (const ModelConfig& c :
+       {test_gguf_config("llama"), test_gguf_config("qwen2"), test_gguf_config("phi3")}) {
+    SCOPED_TRACE(c.family);
+    const auto m = write_block_model(c);
+    CpuBackend backend(2);
+    WeightOptions options{LoadFormat::kAuto, m->path, 0};
+    options.gguf_as_stored = true;
+    auto w = load_weights(m->config, options, backend);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    EXPECT_NE(w->description.find("matmul tensors in their ggml blocks"), std::string::npos)
+        << w->description;
+    const HostWeights want = expected_weights(c, m->path);
+    for (size_t l = 0; l < w->layers.size(); ++l) {
+      SCOPED_TRACE("layer " + std::to_string(l));
+      const LayerWeights& got = w->layers[l];
+      const testing::HostLayer& e = want.layers[l];
+      for (const auto& [name, ref, values] :
+           {std::tuple{"qkv", &got.wqkv, concat({&e.q, &e.k, &e.v})},
+            {"o", &got.wo, e.o},
+            {"gate_up", &got.w_gate_up, concat({&e.gate, &e.up})},
+            {"down", &got.w_down, e.down}}) {
+        ASSERT_EQ(ref->format, WeightFormat::kGguf) << name;
+        EXPECT_TRUE(ref->quantized_layout_ok()) << name;
+        EXPECT_EQ(gguf_values(*ref, backend), values) << name;  // the file's values, bit for bit
+      }
+      if (c.family == "llama") {  // q and k in Q8_0, v in Q4_0: two row segments
+        ASSERT_EQ(got.wqkv.gguf.count, 2);
+        EXPECT_EQ(got.wqkv.gguf.type[1], GgmlType::kQ4_0);
+        EXPECT_EQ(got.wqkv.gguf.begin[1], int64_t{c.num_heads + c.num_kv_heads} * c.head_dim);
+      }
+    }
+  }
+}
+
+TEST(GgufWeights, QuantizationGgufQuantizesActivationsPer32) {
+  // The same values dequantized (none) and in their blocks (gguf, x through its int8 round trip):
+  // close, not equal.
+  const auto m = write_block_model(test_gguf_config("llama"));
+  CpuBackend backend(2);
+  WeightOptions options{LoadFormat::kGguf, m->path, 0};
+  auto dense = load_weights(m->config, options, backend);
+  ASSERT_TRUE(dense.ok()) << dense.error().message;
+  EXPECT_EQ(dense->layers[0].wqkv.format, WeightFormat::kDense);
+  options.gguf_as_stored = true;
+  auto blocks = load_weights(m->config, options, backend);
+  ASSERT_TRUE(blocks.ok()) << blocks.error().message;
+  const auto a = logits_of(m->config, std::move(dense).value(), "none", backend);
+  const auto b = logits_of(m->config, std::move(blocks).value(), "gguf", backend);
+  ASSERT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (size_t j = 0; j < a[i].size(); ++j) {
+      num += (a[i][j] - b[i][j]) * (a[i][j] - b[i][j]);
+      den += a[i][j] * a[i][j];
+    }
+  }
+  const double rel = std::sqrt(num / den);
+  EXPECT_GT(rel, 0.0);
+  EXPECT_LT(rel, 3e-2);
 }
 
 TEST(GgufWeights, AMissingTensorIsNamed) {

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -151,9 +152,34 @@ struct WeightCopies {
   WeightRef* matmul = nullptr;  // set: staging.finish(dense, *matmul) after the parts
   bool prequantized = false;    // a quantized checkpoint's matmul weight: no staging
   std::vector<float> row_scales;
-  float input_scale = 0.0f;  // static activations: the largest of the sources' input_scale
-  Host4bitWeight packed;     // a 4-bit checkpoint's weight, unpacked: its sources' rows
+  float input_scale = 0.0f;        // static activations: the largest of the sources' input_scale
+  Host4bitWeight packed;           // a 4-bit checkpoint's weight, unpacked: its sources' rows
+  std::vector<uint8_t> gguf_rows;  // a kGguf weight: its (N, stride) bytes, sources' blocks
 };
+
+// A GGUF file's source of a kGguf weight: its rows of blocks into entry.gguf_rows at the source's
+// offset, after checking its shape and that its type is the one the weight's rows were allocated
+// for.
+Status add_gguf_source(const SafetensorsCheckpoint& ckpt, const CheckpointKind& kind,
+                       const TensorSource& s, WeightCopies& entry) {
+  const WeightRef& w = *entry.matmul;
+  const std::optional<GgmlBlockRows> rows = ckpt.ggml_rows(s.name);
+  if (!rows || rows->shape != s.shape) {
+    return user_error(std::string(kind.format) + ": tensor '" + s.name + "' is not " +
+                      shape_string(s.shape) + " in ggml blocks; " + std::string(kind.config) +
+                      " does not match these weights");
+  }
+  const GgmlType type = w.gguf.type[w.gguf.segment_of(s.row_offset)];
+  IB_ASSERT(rows->type == type, "a GGUF source in another type than its weight's rows");
+  const int64_t row_bytes = gguf_row_bytes(type, w.cols());
+  const int64_t stride = w.data.dim(1);
+  if (entry.gguf_rows.empty()) entry.gguf_rows.assign(static_cast<size_t>(w.data.numel()), 0);
+  for (int64_t r = 0; r < s.shape[0]; ++r) {
+    std::copy_n(rows->bytes.data() + r * row_bytes, row_bytes,
+                entry.gguf_rows.begin() + (s.row_offset + r) * stride);
+  }
+  return Ok{};
+}
 
 // A 4-bit checkpoint's source, unpacked (engine/int4_layouts.h) into its rows of entry.packed;
 // the sources of a fused weight must share one act-order permutation.
@@ -310,7 +336,9 @@ Status load_checkpoint(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
     WeightCopies& entry = copies.emplace_back();
     entry.matmul = matmul_weight(w, e.role, e.layer);
     entry.prequantized = entry.matmul && c.quantization.quantized();
-    if (entry.prequantized) {
+    if (entry.matmul && entry.matmul->format == WeightFormat::kGguf) {
+      // copied in its blocks (add_gguf_source): no dense staging
+    } else if (entry.prequantized) {
       entry.row_scales.assign(static_cast<size_t>(entry.matmul->data.dim(0)), 0.0f);
     } else {
       entry.dense = entry.matmul ? staging.dense_for(*entry.matmul)
@@ -318,7 +346,12 @@ Status load_checkpoint(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
     }
     Tensor dst = entry.dense;
     if (dst.rank == 1) dst = dst.reshaped({dst.numel(), 1});  // rows = elements, to slice
+    const bool gguf = entry.matmul && entry.matmul->format == WeightFormat::kGguf;
     for (const TensorSource& s : e.sources) {
+      if (gguf) {
+        IB_TRY(add_gguf_source(ckpt, kind, s, entry));
+        continue;
+      }
       if (entry.prequantized && is_4bit(entry.matmul->format)) {
         IB_TRY(add_4bit_source(c, ckpt, s, entry));
         continue;
@@ -352,7 +385,9 @@ Status load_checkpoint(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
   }
   for (const WeightCopies& entry : copies) {
     for (const auto& [ref, dst] : entry.parts) backend.copy_from_host(dst, ref.data, ref.dtype);
-    if (entry.prequantized && is_4bit(entry.matmul->format)) {
+    if (!entry.gguf_rows.empty()) {
+      backend.copy_from_host(entry.matmul->data, entry.gguf_rows.data(), DType::kU8);
+    } else if (entry.prequantized && is_4bit(entry.matmul->format)) {
       copy_4bit(backend, entry.packed, *entry.matmul);
     } else if (entry.prequantized) {
       backend.copy_from_host(entry.matmul->scales, entry.row_scales.data(), DType::kF32);

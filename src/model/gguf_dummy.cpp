@@ -1,7 +1,11 @@
 // A ModelConfig as GGUF metadata, and dummy GGUF files with seeded weights (gguf_model.h).
+#include <algorithm>
+#include <cctype>
+
 #include <fmt/format.h>
 
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "model/gguf_blocks.h"
 #include "model/gguf_model.h"
 
@@ -28,6 +32,7 @@ GgufMetadata f32(std::string key, double v) {
 
 struct DummyTensor {
   std::string name;
+  int layer = -1;
   std::vector<int64_t> dims;  // ne[0] first
   bool matrix = true;         // in matmul_type; else F32 (norms: ones, biases)
   bool norm = false;
@@ -39,34 +44,37 @@ std::vector<DummyTensor> dummy_tensors(const ModelConfig& c, const std::string& 
   const int64_t q = int64_t{c.num_heads} * c.head_dim;
   const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
   const int64_t f = c.intermediate_size;
-  std::vector<DummyTensor> t = {{"token_embd.weight", {d, c.vocab_size}}};
+  std::vector<DummyTensor> t = {{"token_embd.weight", -1, {d, c.vocab_size}}};
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = fmt::format("blk.{}.", l);
-    t.push_back({p + "attn_norm.weight", {d}, false, true});
+    t.push_back({p + "attn_norm.weight", -1, {d}, false, true});
     if (arch == "phi3") {
-      t.push_back({p + "attn_qkv.weight", {d, q + 2 * kv}});
+      t.push_back({p + "attn_qkv.weight", -1, {d, q + 2 * kv}});
     } else {
-      t.push_back({p + "attn_q.weight", {d, q}});
-      t.push_back({p + "attn_k.weight", {d, kv}});
-      t.push_back({p + "attn_v.weight", {d, kv}});
+      t.push_back({p + "attn_q.weight", -1, {d, q}});
+      t.push_back({p + "attn_k.weight", -1, {d, kv}});
+      t.push_back({p + "attn_v.weight", -1, {d, kv}});
     }
     if (c.attention_bias) {
-      t.push_back({p + "attn_q.bias", {q}, false});
-      t.push_back({p + "attn_k.bias", {kv}, false});
-      t.push_back({p + "attn_v.bias", {kv}, false});
+      t.push_back({p + "attn_q.bias", -1, {q}, false});
+      t.push_back({p + "attn_k.bias", -1, {kv}, false});
+      t.push_back({p + "attn_v.bias", -1, {kv}, false});
     }
-    t.push_back({p + "attn_output.weight", {q, d}});
-    t.push_back({p + "ffn_norm.weight", {d}, false, true});
+    t.push_back({p + "attn_output.weight", -1, {q, d}});
+    t.push_back({p + "ffn_norm.weight", -1, {d}, false, true});
     if (arch == "phi3") {
-      t.push_back({p + "ffn_up.weight", {d, 2 * f}});  // gate and up fused
+      t.push_back({p + "ffn_up.weight", -1, {d, 2 * f}});  // gate and up fused
     } else {
-      t.push_back({p + "ffn_gate.weight", {d, f}});
-      t.push_back({p + "ffn_up.weight", {d, f}});
+      t.push_back({p + "ffn_gate.weight", -1, {d, f}});
+      t.push_back({p + "ffn_up.weight", -1, {d, f}});
     }
-    t.push_back({p + "ffn_down.weight", {f, d}});
+    t.push_back({p + "ffn_down.weight", -1, {f, d}});
   }
-  t.push_back({"output_norm.weight", {d}, false, true});
-  if (!c.tie_word_embeddings) t.push_back({"output.weight", {d, c.vocab_size}});
+  for (DummyTensor& x : t) {  // "blk.L.": its layer
+    if (x.name.starts_with("blk.")) x.layer = std::stoi(x.name.substr(4));
+  }
+  t.push_back({"output_norm.weight", -1, {d}, false, true});
+  if (!c.tie_word_embeddings) t.push_back({"output.weight", -1, {d, c.vocab_size}});
   return t;
 }
 
@@ -114,33 +122,78 @@ Result<std::vector<GgufMetadata>> gguf_metadata_of(const ModelConfig& c) {
   return m;
 }
 
+GgmlType GgufTypeMix::type_of(std::string_view tensor, int layer, int num_layers) const {
+  if (!k_m) return base;
+  if (tensor == "output.weight") return GgmlType::kQ6_K;
+  const bool more_bits =
+      layer < num_layers / 8 || layer >= 7 * num_layers / 8 || (layer - num_layers / 8) % 3 == 2;
+  if (more_bits && (tensor.ends_with("attn_v.weight") || tensor.ends_with("ffn_down.weight")))
+    return GgmlType::kQ6_K;
+  return base;
+}
+
+Result<GgufTypeMix> gguf_type_mix(std::string_view name) {
+  const std::string upper = [&] {
+    std::string u(name);
+    for (char& ch : u) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return u;
+  }();
+  if (upper == "Q4_K_M") return GgufTypeMix{GgmlType::kQ4_K, true};
+  if (upper == "Q5_K_M") return GgufTypeMix{GgmlType::kQ5_K, true};
+  if (const auto t = ggml_type_of_name(name)) return GgufTypeMix{*t, false};
+  return user_error(fmt::format(
+      "'{}' is not a GGUF type or mix; use Q4_K_M, Q5_K_M, F32, F16, BF16, Q8_0, Q4_0, Q4_K, "
+      "Q5_K or Q6_K",
+      name));
+}
+
 Status write_dummy_gguf(const std::string& path, const ModelConfig& config, GgmlType matmul_type,
                         uint64_t seed) {
+  return write_dummy_gguf(path, config, GgufTypeMix{matmul_type, false}, seed);
+}
+
+Status write_dummy_gguf(const std::string& path, const ModelConfig& config, const GgufTypeMix& mix,
+                        uint64_t seed, int threads) {
   IB_ASSIGN_OR_RETURN(const std::vector<GgufMetadata> metadata, gguf_metadata_of(config));
   IB_ASSIGN_OR_RETURN(const std::string arch, gguf_architecture(config));
-  const int64_t block = ggml_type_info(matmul_type).block_elems;
-  std::vector<GgufWriteTensor> tensors;
-  uint64_t stream = 0;
-  for (DummyTensor& t : dummy_tensors(config, arch)) {
-    if (t.matrix && t.dims[0] % block != 0) {
+  std::vector<DummyTensor> dummies = dummy_tensors(config, arch);
+  std::vector<GgufWriteTensor> tensors(dummies.size());
+  for (size_t i = 0; i < dummies.size(); ++i) {
+    const DummyTensor& t = dummies[i];
+    const GgmlType type =
+        t.matrix ? mix.type_of(t.name, t.layer, config.num_layers) : GgmlType::kF32;
+    const int64_t block = ggml_type_info(type).block_elems;
+    if (t.dims[0] % block != 0) {
       return user_error(fmt::format(
           "cannot write {} as {}: its rows have {} elements, not whole {}-element blocks; "
           "choose another type",
-          t.name, ggml_type_info(matmul_type).name, t.dims[0], block));
+          t.name, ggml_type_info(type).name, t.dims[0], block));
     }
-    int64_t n = 1;
-    for (const int64_t dim : t.dims) n *= dim;
-    std::vector<float> values(static_cast<size_t>(n), 1.0f);
-    if (!t.norm) {
-      for (size_t i = 0; i < values.size(); ++i) {  // uniform in [-0.05, 0.05)
-        values[i] = (counter_uniform(seed, stream, i) - 0.5f) * 0.1f;
-      }
-    }
-    ++stream;
-    const GgmlType type = t.matrix ? matmul_type : GgmlType::kF32;
-    IB_ASSIGN_OR_RETURN(std::string bytes, quantize_ggml(type, values));
-    tensors.push_back({std::move(t.name), type, std::move(t.dims), std::move(bytes)});
+    tensors[i] = {t.name, type, t.dims, {}};
   }
+  // Each tensor's values from its own stream, so the file does not depend on the thread count.
+  std::vector<Status> status(dummies.size(), Ok{});
+  ThreadPool pool(std::max(1, threads));
+  pool.parallel_for(static_cast<int64_t>(dummies.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const DummyTensor& t = dummies[static_cast<size_t>(i)];
+      int64_t n = 1;
+      for (const int64_t dim : t.dims) n *= dim;
+      std::vector<float> values(static_cast<size_t>(n), 1.0f);
+      if (!t.norm) {
+        for (size_t j = 0; j < values.size(); ++j) {  // uniform in [-0.05, 0.05)
+          values[j] = (counter_uniform(seed, static_cast<uint64_t>(i), j) - 0.5f) * 0.1f;
+        }
+      }
+      auto bytes = quantize_ggml(tensors[static_cast<size_t>(i)].type, values);
+      if (!bytes.ok()) {
+        status[static_cast<size_t>(i)] = bytes.error();
+        continue;
+      }
+      tensors[static_cast<size_t>(i)].bytes = std::move(bytes).value();
+    }
+  });
+  for (const Status& st : status) IB_TRY(st);
   return write_gguf(path, metadata, tensors);
 }
 

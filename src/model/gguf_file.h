@@ -17,37 +17,10 @@
 #include <variant>
 #include <vector>
 
+#include "core/ggml_blocks.h"  // GgmlType
 #include "core/result.h"
 
 namespace ib {
-
-// ggml's tensor type ids, as stored in the file: the types inferbench reads. Other ids are refused
-// with their name (ggml_type_id_name) or, when ggml has none, their number.
-enum class GgmlType : uint32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ8_0 = 8,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kBF16 = 30,
-};
-
-// A type's block: block_elems consecutive elements of a row (ne[0]) stored in block_bytes.
-struct GgmlTypeInfo {
-  GgmlType type;
-  std::string_view name;  // "Q4_K"
-  int64_t block_elems;
-  int64_t block_bytes;
-};
-const GgmlTypeInfo& ggml_type_info(GgmlType type);
-// The supported type of a file's id, or nullopt.
-std::optional<GgmlType> ggml_type_of_id(uint32_t id);
-// ggml's name of any type id ("Q4_1", "IQ2_XXS"), or "" when ggml has none.
-std::string_view ggml_type_id_name(uint32_t id);
-// A supported type from its name ("q4_k", "Q8_0"; case-insensitive).
-std::optional<GgmlType> ggml_type_of_name(std::string_view name);
 
 enum class GgufValueType : uint32_t {
   kU8 = 0,

@@ -4,8 +4,13 @@
 //                               tensors (gguf_npm_test.cjs compares that with @huggingface/gguf)
 //   gguf_fixture --corpus DIR   the seed corpus of fuzz/gguf_fuzz.cpp: valid files (a tiny llama
 //                               model with its tokenizer) and corrupt variants of them
+//   gguf_fixture --dummy MODEL TYPE OUT.gguf [THREADS]
+//                               a preset's (or config.json directory's) shapes with seeded
+//                               weights, the matrices in TYPE (Q4_K_M, Q5_K_M, Q8_0, ...): a GGUF
+//                               file to benchmark --quantization gguf without a download
 // Exit 2 on a usage error, 1 when writing fails.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -16,6 +21,7 @@
 
 #include "core/fs.h"
 #include "model/gguf.h"
+#include "model/presets.h"
 
 namespace ib {
 namespace {
@@ -179,17 +185,35 @@ int run(const std::string& path) {
   return 0;
 }
 
+int dummy(const std::string& model, const std::string& type, const std::string& path, int threads) {
+  auto config = resolve_model(model);
+  auto mix = gguf_type_mix(type);
+  Status s = !config.ok() ? Status(config.error())
+             : !mix.ok()  ? Status(mix.error())
+                          : write_dummy_gguf(path, *config, *mix, 0, threads);
+  if (!s.ok()) {
+    std::fprintf(stderr, "gguf_fixture: %s\n", s.error().message.c_str());
+    return s.error().kind == ErrorKind::kUser ? 2 : 1;
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace ib
 
 int main(int argc, char** argv) {
+  if ((argc == 5 || argc == 6) && std::strcmp(argv[1], "--dummy") == 0) {
+    return ib::dummy(argv[2], argv[3], argv[4], argc == 6 ? std::atoi(argv[5]) : 1);
+  }
   if (argc == 3 && std::strcmp(argv[1], "--corpus") == 0) {
     const ib::Status s = ib::write_corpus(argv[2]);
     if (!s.ok()) std::fprintf(stderr, "gguf_fixture: %s\n", s.error().message.c_str());
     return s.ok() ? 0 : 1;
   }
   if (argc != 2 || argv[1][0] == '-') {
-    std::fprintf(stderr, "usage: gguf_fixture OUT.gguf | gguf_fixture --corpus DIR\n");
+    std::fprintf(stderr,
+                 "usage: gguf_fixture OUT.gguf | gguf_fixture --corpus DIR | gguf_fixture "
+                 "--dummy MODEL TYPE OUT.gguf [THREADS]\n");
     return 2;
   }
   return ib::run(argv[1]);

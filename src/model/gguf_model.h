@@ -74,4 +74,19 @@ Result<std::vector<GgufMetadata>> gguf_metadata_of(const ModelConfig& config);
 Status write_dummy_gguf(const std::string& path, const ModelConfig& config, GgmlType matmul_type,
                         uint64_t seed);
 
+// The ggml type of each matrix of a dummy GGUF file: one type for all, or llama.cpp's K-quant
+// "_M" mixes as its quantizer assigns them (Q4_K_M / Q5_K_M: output.weight, and attn_v and
+// ffn_down in the first and last eighth of the layers and every third layer between, in Q6_K;
+// the other matrices in Q4_K / Q5_K).
+struct GgufTypeMix {
+  GgmlType base = GgmlType::kF32;
+  bool k_m = false;  // the _M mix of base (Q4_K or Q5_K)
+  GgmlType type_of(std::string_view tensor, int layer, int num_layers) const;
+};
+// "Q4_K_M", "Q5_K_M" or a type's name (ggml_type_of_name); user error naming the choices.
+Result<GgufTypeMix> gguf_type_mix(std::string_view name);
+// write_dummy_gguf with each matrix in mix's type; the matrices are quantized on threads threads.
+Status write_dummy_gguf(const std::string& path, const ModelConfig& config, const GgufTypeMix& mix,
+                        uint64_t seed, int threads = 1);
+
 }  // namespace ib

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/ggml_blocks.h"
 #include "core/result.h"
 
 namespace ib {
@@ -57,6 +59,14 @@ struct HostTensorRef {
 };
 
 // One or more mapped safetensors files addressed by HF tensor name.
+// A matrix's rows as stored in a ggml block type (core/ggml_blocks.h): shape (rows, cols) in HF's
+// order, bytes rows * gguf row bytes.
+struct GgmlBlockRows {
+  GgmlType type = GgmlType::kF32;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
 class SafetensorsCheckpoint {
  public:
   virtual ~SafetensorsCheckpoint() = default;
@@ -68,6 +78,11 @@ class SafetensorsCheckpoint {
   virtual Result<HostTensorRef> get(const std::string& name) const = 0;
   virtual std::vector<std::string> names() const = 0;
   virtual std::vector<std::string> files() const = 0;
+  // A tensor a GGUF file stores in one of ggml's block types, rows in HF order; nullopt for
+  // float tensors and for other checkpoints (whose tensors get() returns).
+  virtual std::optional<GgmlBlockRows> ggml_rows(const std::string& /*name*/) const {
+    return std::nullopt;
+  }
 };
 
 // True if path is a directory holding safetensors weights (or is a .safetensors file).

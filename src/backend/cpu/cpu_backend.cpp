@@ -237,6 +237,10 @@ void CpuBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* 
       IB_ASSERT(weight.quantized_layout_ok(), "matmul: a 4-bit weight's layout (weight.h)");
       cpu::matmul_4bit(pool_, x.as<const float>(), weight, b, out.as<float>(), m);
       return;
+    case WeightFormat::kGguf:
+      IB_ASSERT(weight.quantized_layout_ok(), "matmul: a GGUF weight's layout (weight.h)");
+      cpu::matmul_gguf(pool_, x.as<const float>(), weight, b, out.as<float>(), m);
+      return;
   }
   IB_ASSERT(weight.quantized_layout_ok(),
             "matmul: a quantized weight is data (N, K) of its format's dtype (fp8_e4m3 or int8) "
@@ -262,6 +266,7 @@ void CpuBackend::quantize_weight(const Tensor& dense, const WeightRef& out) {
   const int64_t k = dense.row_size();
   IB_ASSERT(out.quantized_layout_ok() && out.rows() == n && out.cols() == k,
             "quantize_weight: out must be a quantized format's layout (weight.h) for dense (N, K)");
+  IB_ASSERT(out.format != WeightFormat::kGguf, "quantize_weight: GGUF weights arrive quantized");
   if (is_4bit(out.format)) {
     cpu::quantize_4bit(pool_, dense.as<const float>(), out);
   } else if (out.format == WeightFormat::kFp8E4M3) {

@@ -310,6 +310,10 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
 // W8A8 paths go in chunks of rows that fit the scratch.
 void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Tensor* bias,
                                    Tensor out) {
+  if (w.format == WeightFormat::kGguf) {
+    matmul_gguf(x, w, bias, out, false);
+    return;
+  }
   const int64_t gemv_rows =
       w.format == WeightFormat::kFp8E4M3 ? fp8_gemv_max_m_ : cuda::gemv_max_m(w.format);
   if (x.rows() <= gemv_rows && gemv_supported(x, w, out)) {
@@ -350,6 +354,29 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
   }
 }
 
+void CudaBackend::matmul_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
+                              bool accumulate) {
+  IB_ASSERT(gguf_operands_ok(x, w) && gguf_scratch_.data() != nullptr,
+            "matmul(gguf): x (M, K) bf16/fp16 and a kGguf weight readied by prepare_weight");
+  if (x.rows() <= 8) {
+    launch_gemv_gguf(x, w, bias, out, accumulate, gguf_scratch_.data(), gguf_scratch_.bytes(),
+                     stream_);
+    return;
+  }
+  const Tensor dense = dequantized(w);
+  const int64_t k = x.row_size();
+  const int64_t chunk =
+      static_cast<int64_t>(gguf_scratch_.bytes()) / (k * static_cast<int64_t>(dtype_size(dtype_)));
+  IB_ASSERT(chunk >= 1, "matmul(gguf): the scratch holds no row");
+  for (int64_t r0 = 0; r0 < x.rows(); r0 += chunk) {
+    const int64_t rows = std::min(chunk, x.rows() - r0);
+    const Tensor xq = gguf_scratch_.view(dtype_, {rows, k});
+    launch_q8_round_trip(x.slice_rows(r0, rows), xq, stream_);
+    gemm_->run(xq, dense, bias, out.slice_rows(r0, rows), gemm_workspace_.data(),
+               gemm_workspace_.bytes(), stream_, accumulate ? 1.0f : 0.0f);
+  }
+}
+
 Tensor CudaBackend::dequantized(const WeightRef& w) {
   IB_ASSERT(static_cast<int64_t>(dequant_scratch_.bytes()) >=
                 w.rows() * w.cols() * static_cast<int64_t>(dtype_size(dtype_)),
@@ -357,6 +384,8 @@ Tensor CudaBackend::dequantized(const WeightRef& w) {
   const Tensor dense = dequant_scratch_.view(dtype_, {w.rows(), w.cols()});
   if (is_4bit(w.format)) {
     launch_dequantize_4bit(w, dense, stream_);
+  } else if (w.format == WeightFormat::kGguf) {
+    launch_dequantize_gguf(w, dense, stream_);
   } else {
     launch_dequantize_int8(w, dense, stream_);
   }
@@ -416,6 +445,8 @@ bool CudaBackend::supports_weight_format(WeightFormat format) const {
     case WeightFormat::kInt4W4A16:  // bf16 / f16 MMAs, x unquantized (W4A16)
     case WeightFormat::kNf4:
       return compute_capability_ >= 80 && half;
+    case WeightFormat::kGguf:  // dp4a from Pascal (6.1)
+      return compute_capability_ >= 61 && half;
   }
   return false;
 }
@@ -428,9 +459,16 @@ Status CudaBackend::reserve_quant_scratch(const WeightRef& w) {
     return Ok{};
   };
   IB_TRY(reserve(quant_scratch_, kQuantScratchBytes));
-  if (w.format == WeightFormat::kInt8W8A16 || is_4bit(w.format)) {
+  if (w.format == WeightFormat::kInt8W8A16 || is_4bit(w.format) ||
+      w.format == WeightFormat::kGguf) {
     IB_TRY(
         reserve(dequant_scratch_, w.rows() * w.cols() * static_cast<int64_t>(dtype_size(dtype_))));
+  }
+  if (w.format == WeightFormat::kGguf) {
+    // The GEMV's 8 tokens, or 16 MiB of prefill rows (at least one).
+    const int64_t row = w.cols() * static_cast<int64_t>(dtype_size(dtype_));
+    IB_TRY(reserve(gguf_scratch_,
+                   std::max({gguf_gemv_scratch_bytes(8, w.cols()), int64_t{16} << 20, row})));
   }
   if (w.format == WeightFormat::kInt8W8A8) IB_TRY(reserve(int32_scratch_, kQuantScratchBytes));
   return Ok{};
@@ -549,6 +587,9 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
     if (cublaslt) {
       gemm_->run(x, w, nullptr, residual, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
                  1.0f);
+      if (lora) fused_lora_expand(l, *lora, residual);
+    } else if (!gemv && weight.format == WeightFormat::kGguf) {
+      matmul_gguf(x, weight, nullptr, residual, true);
       if (lora) fused_lora_expand(l, *lora, residual);
     } else if (!gemv) {
       gemm_->run(x, dequantized(weight), nullptr, residual, gemm_workspace_.data(),

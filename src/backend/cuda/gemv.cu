@@ -254,6 +254,8 @@ void dispatch(const Tensor& x, const WeightRef& w, F&& f) {
         return f.template operator()<T, kGemvInt4>();
       case WeightFormat::kNf4:
         return f.template operator()<T, kGemvNf4>();
+      case WeightFormat::kGguf:  // gguf.cu (gemv_weight_ok refuses it here)
+        break;
     }
     IB_ASSERT(false, "gemv: a weight format without a kernel");
   };
@@ -345,6 +347,7 @@ bool gemv_weight_ok(const Tensor& x, const WeightRef& w) {
   if (w.format == WeightFormat::kNf4) {
     return w.quantized_layout_ok() && w.group_size == 64 && offsets_fit;
   }
+  if (w.format == WeightFormat::kGguf) return false;  // its own kernels (gguf.cu)
   if (is_quantized(w.format)) return w.quantized_layout_ok();
   return w.data.dtype == x.dtype;
 }

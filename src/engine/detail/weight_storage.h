@@ -100,8 +100,13 @@ Status load_safetensors(const ModelConfig& config, const std::string& path, Back
                         DenseStaging& staging, ModelWeights& weights);
 
 // load_checkpoint on a GGUF file (weights_gguf.cpp): each tensor dequantized to f32 on the host
-// (read_gguf_tensor_f32), renamed to its HF name, llama's q/k rows put back in HF order.
+// (read_gguf_tensor_f32), renamed to its HF name, llama's q/k rows put back in HF order; the
+// matmul weights allocated as kGguf (MatmulLayout::gguf) copied in their blocks instead.
 Status load_gguf(const ModelConfig& config, const std::string& path, Backend& backend,
                  DenseStaging& staging, ModelWeights& weights);
+// The row segments of each layer's four matmul weights (wqkv, wo, w_gate_up, w_down) as a GGUF
+// file stores them (MatmulLayout::gguf): count 0 for a weight with a source in a float type.
+Result<std::vector<std::array<GgufRows, 4>>> gguf_matmul_rows(const ModelConfig& config,
+                                                              const std::string& path);
 
 }  // namespace ib::detail

@@ -61,6 +61,15 @@ void matmul_4bit(ThreadPool& pool, const float* x, const WeightRef& w, const flo
 // with out.asymmetric choosing awq's zero points or gptq's symmetric z = 8.
 void quantize_4bit(ThreadPool& pool, const float* dense, const WeightRef& out);
 
+// kGguf (weight.h): x (m, K) replaced by its per-32-element int8 round trip x' (the activation
+// quantization weight.h defines), in place into out_x (m, K).
+void quantize_blocks_q8(const float* x, int64_t m, int64_t k, float* out_x);
+// Row n of a kGguf weight dequantized (core/ggml_blocks.h) into out (K floats).
+void dequantize_gguf_row(const WeightRef& w, int64_t n, float* out);
+// out (m, N) = x' @ w^T (+ bias), w a kGguf weight.
+void matmul_gguf(ThreadPool& pool, const float* x, const WeightRef& w, const float* bias,
+                 float* out, int64_t m);
+
 // See Backend::rope_and_cache. qkv (t, (hq + 2 hkv) * head_dim) fp32; cache layout as KvCacheLayer.
 void rope_and_cache_f32(ThreadPool& pool, float* qkv, const int32_t* positions,
                         const int32_t* slot_mapping, const float* inv_freq, int64_t num_tokens,

@@ -239,6 +239,10 @@ class CudaBackend final : public Backend,
   }
   void record_failure(const std::string& message);
   void matmul_quantized(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out);
+  // A kGguf weight's matmul (weight.h): out = x' @ w^T (+ bias), or += with accumulate; the GEMV
+  // up to 8 tokens, else the weight dequantized for cuBLASLt with x' in chunks of rows.
+  void matmul_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
+                   bool accumulate);
   // quantize_weight's scratch for the weight format: the activations' (any), the dequantized
   // weight's (W8A16, grown to the largest weight) and the int32 sums' (W8A8 INT8).
   Status reserve_quant_scratch(const WeightRef& w);
@@ -303,6 +307,7 @@ class CudaBackend final : public Backend,
   Buffer quant_scratch_;
   Buffer dequant_scratch_;  // W8A16 / 4-bit above the GEMV's rows: the weight in the act dtype
   Buffer int32_scratch_;    // INT8 W8A8 above the GEMV's rows: cuBLASLt's int32 sums
+  Buffer gguf_scratch_;     // kGguf: the GEMV's int8 x and block scales, or prefill's x' rows
   int gemv_max_m_ = 8;
   int fp8_gemv_max_m_ = 8;
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;

@@ -130,6 +130,19 @@ void launch_dequantize_4bit(const WeightRef& w, Tensor dst, cudaStream_t stream)
 // out (kInt4W4A16: awq asymmetric or gptq symmetric; kNf4) = dense (N, K) quantized at load.
 void launch_quantize_4bit(const Tensor& dense, const WeightRef& out, bool symmetric,
                           cudaStream_t stream);
+// ---- gguf.cu (backend/weight.h's kGguf) ----
+// Whether the GGUF kernels take x (M, K) bf16/fp16 with w (K a multiple of 32, aligned rows).
+bool gguf_operands_ok(const Tensor& x, const WeightRef& w);
+// The scratch launch_gemv_gguf needs for tokens x K: the codes and the block scales.
+int64_t gguf_gemv_scratch_bytes(int64_t tokens, int64_t k);
+// out (M <= 8, N) = x' @ w^T (+ bias), or += with accumulate: x quantized per 32 into scratch, a
+// warp per row of w.
+void launch_gemv_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
+                      bool accumulate, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// dst (M, K) = x' (x through its per-32 int8 round trip), x's dtype.
+void launch_q8_round_trip(const Tensor& x, Tensor dst, cudaStream_t stream);
+// dst (N, K) bf16/fp16 = the kGguf weight dequantized.
+void launch_dequantize_gguf(const WeightRef& w, Tensor dst, cudaStream_t stream);
 // INT8 W8A8 after cuBLASLt's int32 GEMM: out (M, N) = (acc (M, N) int32 - zero * row_sums[n]) *
 // x_scales[m] * w_scales[n] (+ bias[n]), out bf16/f16; zero = z - 128 of an asymmetric static
 // activation scale (row_sums (N) int32), else 0 (row_sums null).

@@ -1,5 +1,5 @@
-// One ggml block's codec per type (private to model/): gguf_blocks.cpp (F32, F16, BF16, Q8_0,
-// Q4_0) and gguf_kquants.cpp (Q4_K, Q5_K, Q6_K). Layouts: model/gguf_blocks.h.
+// One ggml block's codec per type (private to core/): ggml_blocks.cpp (F32, F16, BF16, Q8_0,
+// Q4_0) and ggml_kquants.cpp (Q4_K, Q5_K, Q6_K). Layouts: core/ggml_blocks.h.
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,12 @@
-// ggml's K-quants (gguf_blocks.h): Q4_K, Q5_K and Q6_K super-blocks of 256 elements, decoded as
-// ggml's published definitions read, and a round-to-nearest encoder whose 6- and 8-bit sub-block
+// ggml's K-quants (core/ggml_blocks.h): Q4_K, Q5_K and Q6_K super-blocks of 256 elements, decoded
+// as ggml's published definitions read, and a round-to-nearest encoder whose 6- and 8-bit sub-block
 // scales are rounded up, so every element stays within half a step.
 #include <algorithm>
 #include <array>
 #include <cmath>
 
+#include "core/detail/ggml_block_codecs.h"
 #include "core/dtype.h"
-#include "model/detail/gguf_block_codecs.h"
 
 namespace ib::detail {
 namespace {

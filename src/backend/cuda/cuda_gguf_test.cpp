@@ -1,0 +1,227 @@
+// Differential tests of kGguf on CUDA (backend/weight.h: a GGUF file's matmul weights in
+// llama.cpp's block formats) against the CPU backend's kGguf ops on the same bytes, whose rows
+// core/ggml_blocks.h dequantizes (the oracle). Covered: each type alone and a fused weight of
+// mixed types (Q4_K_M's q/k in Q4_K and v in Q6_K), matmul through the GEMV (1-8 tokens) and the
+// dequantizing path (more), with and without a bias; the fused decode ops' fallbacks
+// (rms_matmul_swiglu, matmul_add, rms_matmul_rope_cache). Tolerance: the dtype's; both sides
+// quantize x per 32 identically, the GPU rounds x (and, past 8 tokens, x' and the weight) to
+// bf16/fp16.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/test_support.h"
+#include "core/ggml_blocks.h"
+
+namespace ib::cuda {
+namespace {
+
+using testing::Pair;
+using testing::random_floats;
+using testing::tolerance;
+using testing::Twin;
+
+// A weight's row segments: (rows, type) each.
+struct Segment {
+  int64_t rows;
+  GgmlType type;
+};
+using Segments = std::vector<Segment>;
+
+std::string name_of(const Segments& segments) {
+  std::string out;
+  for (const Segment& s : segments) {
+    out += (out.empty() ? "" : "+") + std::to_string(s.rows) + "x" +
+           std::string(ggml_type_info(s.type).name);
+  }
+  return out;
+}
+
+struct GgufPair {
+  WeightRef cpu, gpu;
+};
+
+// Random rows (a different spread per row) quantized into each segment's type, rows padded to a
+// stride of 16 bytes past the longest.
+GgufPair make_weight(Twin& twin, Rng& rng, int64_t k, const Segments& segments) {
+  int64_t n = 0, longest = 0;
+  for (const Segment& s : segments) {
+    n += s.rows;
+    longest = std::max(longest, gguf_row_bytes(s.type, k));
+  }
+  const int64_t stride = (longest + 15) / 16 * 16;
+  std::vector<uint8_t> bytes(static_cast<size_t>(n * stride), 0xAB);  // padding is never read
+  GgufRows rows;
+  rows.cols = k;
+  int64_t r = 0;
+  for (const Segment& s : segments) {
+    rows.begin[rows.count] = r;
+    rows.type[rows.count++] = s.type;
+    for (int64_t i = 0; i < s.rows; ++i, ++r) {
+      const float spread = 0.02f + 0.1f * static_cast<float>(rng.uniform());
+      const std::vector<float> values = random_floats(rng, k, -spread, spread);
+      auto q = quantize_ggml(s.type, values);
+      EXPECT_TRUE(q.ok());
+      std::copy(q->begin(), q->end(), bytes.begin() + r * stride);
+    }
+  }
+  const Pair data = twin.bytes(DType::kU8, {n, stride}, bytes);
+  GgufPair w;
+  for (auto [ref, t] : {std::pair{&w.cpu, data.cpu}, std::pair{&w.gpu, data.gpu}}) {
+    ref->format = WeightFormat::kGguf;
+    ref->data = t;
+    ref->gguf = rows;
+  }
+  EXPECT_TRUE(w.gpu.quantized_layout_ok()) << name_of(segments);
+  const Status prepared = twin.gpu().prepare_weight(w.gpu);
+  EXPECT_TRUE(prepared.ok()) << name_of(segments);
+  return w;
+}
+
+using Param = std::tuple<DType, Segments>;
+
+class CudaGguf : public ::testing::TestWithParam<Param> {
+ protected:
+  DType dtype() const { return std::get<0>(GetParam()); }
+  const Segments& segments() const { return std::get<1>(GetParam()); }
+  // The same types over other row counts (the first segment takes the rest).
+  Segments resized(int64_t n) const {
+    Segments s = segments();
+    int64_t others = 0;
+    for (size_t i = 1; i < s.size(); ++i) {
+      s[i].rows = std::max<int64_t>(1, n / 8);
+      others += s[i].rows;
+    }
+    s[0].rows = n - others;
+    return s;
+  }
+  void SetUp() override {
+    IB_REQUIRE_CUDA();
+    Twin probe(dtype());
+    if (!probe.gpu().supports_weight_format(WeightFormat::kGguf))
+      GTEST_SKIP() << "this GPU lacks dp4a (compute capability 6.1)";
+  }
+};
+
+struct Shape {
+  int64_t m, n, k;
+};
+// 1-8 tokens take the GEMV, more the dequantizing path; K 3,072 is Phi-3-mini's hidden size.
+const Shape kShapes[] = {{1, 1000, 4096}, {2, 64, 256},    {3, 300, 3072}, {8, 2048, 4096},
+                         {9, 200, 1024},  {64, 512, 4096}, {1, 3, 512}};
+
+TEST_P(CudaGguf, MatmulMatchesTheCpu) {
+  Twin twin(dtype());
+  Rng rng(43);
+  for (const Shape& s : kShapes) {
+    for (const bool with_bias : {false, true}) {
+      Pair x = twin.floats({s.m, s.k}, random_floats(rng, s.m * s.k, -2.0f, 2.0f));
+      Pair b = twin.floats({s.n}, random_floats(rng, s.n));
+      const GgufPair w = make_weight(twin, rng, s.k, resized(s.n));
+      Pair out = twin.output({s.m, s.n});
+      twin.cpu().matmul(x.cpu, w.cpu, with_bias ? &b.cpu : nullptr, out.cpu);
+      twin.gpu().matmul(x.gpu, w.gpu, with_bias ? &b.gpu : nullptr, out.gpu);
+      const Status status = twin.gpu().device_status();
+      ASSERT_TRUE(status.ok()) << "m=" << s.m << ": " << status.error().message;
+      EXPECT_LT(twin.error(out), tolerance(dtype()))
+          << name_of(segments()) << " m=" << s.m << " n=" << s.n << " k=" << s.k
+          << " bias=" << with_bias;
+    }
+  }
+}
+
+TEST_P(CudaGguf, FusedOpsMatchTheCpu) {
+  Twin twin(dtype());
+  Rng rng(44);
+  const float eps = 1e-5f;
+  const int64_t k = 4096, f = 512;
+  for (const int64_t m : {1, 5, 8}) {
+    Pair h = twin.floats({m, k}, random_floats(rng, m * k, -1.5f, 1.5f));
+    Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+    Pair normed = twin.output({m, k});
+    twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
+
+    const GgufPair wgu = make_weight(twin, rng, k, resized(2 * f));
+    Pair gate_up = twin.output({m, 2 * f});
+    Pair act = twin.output({m, f});
+    twin.cpu().matmul(normed.cpu, wgu.cpu, nullptr, gate_up.cpu);
+    twin.cpu().silu_mul(gate_up.cpu, act.cpu);
+    twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, wgu.gpu, eps, act.gpu);
+    EXPECT_LT(twin.error(act), tolerance(dtype())) << name_of(segments()) << " swiglu m=" << m;
+
+    const int64_t n = 1024;
+    const auto res0 = random_floats(rng, m * n);
+    const GgufPair wo = make_weight(twin, rng, k, resized(n));
+    Pair residual = twin.floats({m, n}, res0);
+    Pair prod = twin.output({m, n});
+    twin.cpu().matmul(h.cpu, wo.cpu, nullptr, prod.cpu);
+    std::vector<float> want = twin.cpu_floats(prod.cpu);
+    const auto res_rounded = twin.representable(res0);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += res_rounded[i];
+    twin.gpu().matmul_add(h.gpu, wo.gpu, residual.gpu);
+    EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(dtype()))
+        << name_of(segments()) << " matmul_add m=" << m;
+
+    AttentionShape shape;
+    shape.num_heads = 4;
+    shape.num_kv_heads = 2;
+    shape.head_dim = 128;
+    shape.scale = 1.0f / std::sqrt(128.0f);
+    const int64_t nq = (4 + 2 * 2) * 128, blocks = 2, bs = 16;
+    const int64_t cache = blocks * 2 * bs * 128;
+    const GgufPair wq = make_weight(twin, rng, k, resized(nq));
+    Pair bias = twin.floats({nq}, random_floats(rng, nq));
+    Pair kc = twin.floats({blocks, 2, bs, 128}, random_floats(rng, cache));
+    Pair vc = twin.floats({blocks, 2, bs, 128}, random_floats(rng, cache));
+    std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      positions[static_cast<size_t>(i)] = static_cast<int32_t>(50 + 11 * i);
+      slots[static_cast<size_t>(i)] = static_cast<int32_t>(2 * i + 1);
+    }
+    std::vector<float> inv_freq(64);
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
+    Pair pos = twin.ints({m}, positions);
+    Pair slot = twin.ints({m}, slots);
+    Pair freq = twin.floats({64}, inv_freq, DType::kF32);
+    Pair qkv = twin.output({m, nq});
+    twin.cpu().matmul(normed.cpu, wq.cpu, &bias.cpu, qkv.cpu);
+    twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
+    twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq.gpu, &bias.gpu, eps, pos.gpu, slot.gpu,
+                                     freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu);
+    EXPECT_LT(twin.error(qkv), tolerance(dtype())) << name_of(segments()) << " qkv m=" << m;
+    EXPECT_LT(twin.error(kc), tolerance(dtype())) << name_of(segments()) << " k cache m=" << m;
+    EXPECT_LT(twin.error(vc), tolerance(dtype())) << name_of(segments()) << " v cache m=" << m;
+    const Status status = twin.gpu().device_status();
+    ASSERT_TRUE(status.ok()) << status.error().message;
+  }
+}
+
+// Each type alone (one segment of all rows), and Q4_K_M's fused q/k/v mix.
+const Segments kSegments[] = {
+    {{1, GgmlType::kQ8_0}}, {{1, GgmlType::kQ4_0}},
+    {{1, GgmlType::kQ4_K}}, {{1, GgmlType::kQ5_K}},
+    {{1, GgmlType::kQ6_K}}, {{1, GgmlType::kQ4_K}, {1, GgmlType::kQ4_K}, {1, GgmlType::kQ6_K}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaGguf,
+                         ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16),
+                                            ::testing::ValuesIn(kSegments)),
+                         [](const auto& test) {
+                           std::string name = std::string(dtype_name(std::get<0>(test.param))) +
+                                              "_" + name_of(std::get<1>(test.param));
+                           std::replace_if(
+                               name.begin(), name.end(),
+                               [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); },
+                               '_');
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace ib::cuda

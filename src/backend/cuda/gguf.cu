@@ -1,0 +1,443 @@
+// kGguf on CUDA (backend/weight.h): a GGUF file's matmul weights in llama.cpp's block formats,
+// decoded from core/ggml_blocks.h's layouts (the CPU backend, cpu/quant_gguf.cpp, is the oracle).
+//
+// Activations are quantized per 32-element block (weight.h): each token's block b becomes 32 int8
+// codes and a float2 {d, d * sum of the codes}. A weight block of 32 elements decodes to 32 int8
+// codes c_i (four to a 32-bit word), scales s_lo (elements 0-15) and s_hi (16-31) and an offset
+// o, w_i = s * c_i - o, so the block's part of y is
+//   d * (s_lo * dot(c, xq)[0..15] + s_hi * dot(c, xq)[16..31]) - o * d * sum(xq),
+// each dot four dp4a (exact in int32). Q8_0: c = q, s = d, o = 0. Q4_0: c = q in 0..15, o = 8 d.
+// Q4_K / Q5_K: c = q, s = d * sc, o = dmin * m of the sub-block. Q6_K: c = q - 32 (signed), the
+// two 16-element scales of its sub-blocks, o = 0.
+//
+// Decode (M <= 8 tokens): a warp per weight row, lane l taking the row's 32-element blocks l,
+// l + 32, ...; then a warp reduction per token. Prefill (M > 8): the weight dequantized into the
+// activation dtype for cuBLASLt, x through its int8 round trip (cuda_backend.cpp).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/detail/check.h"
+#include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/kernels.h"
+
+namespace ib::cuda {
+namespace {
+
+constexpr int kBlock = 32;  // elements per activation block and per decoded weight block
+constexpr int kThreads = 128;
+
+// The per-launch view of a kGguf weight: rows, their stride, and the segments' types.
+struct GgufView {
+  const uint8_t* data;
+  int64_t stride;  // bytes per row (data.dim(1))
+  int64_t rows, cols;
+  int count;
+  int64_t begin[kGgufMaxSegments];
+  uint32_t type[kGgufMaxSegments];
+};
+
+GgufView view_of(const WeightRef& w) {
+  GgufView v{};
+  v.data = w.data.as<const uint8_t>();
+  v.stride = w.data.dim(1);
+  v.rows = w.rows();
+  v.cols = w.cols();
+  v.count = w.gguf.count;
+  for (int s = 0; s < kGgufMaxSegments; ++s) {
+    v.begin[s] = w.gguf.begin[s];
+    v.type[s] = static_cast<uint32_t>(w.gguf.type[s]);
+  }
+  return v;
+}
+
+__device__ __forceinline__ uint32_t segment_type(const GgufView& v, int64_t row) {
+  int s = 0;
+  while (s + 1 < v.count && row >= v.begin[s + 1]) ++s;
+  return v.type[s];
+}
+
+__device__ __forceinline__ float load_half(const uint8_t* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));
+}
+
+// Four bytes at a 2-byte aligned address.
+__device__ __forceinline__ uint32_t load_u32_a2(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<uint32_t>(__ldg(h)) | (static_cast<uint32_t>(__ldg(h + 1)) << 16);
+}
+
+// One decoded 32-element weight block (above).
+struct WeightBlock {
+  int32_t c[8];
+  float s_lo, s_hi, o;
+};
+
+// Sub-block j's 6-bit scale and min of a Q4_K / Q5_K header's 12 scale bytes (ggml_blocks.h).
+__device__ __forceinline__ void scale_min_k4(const uint8_t* q, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+template <uint32_t kType>
+__device__ __forceinline__ WeightBlock decode_block(const uint8_t* row, int b) {
+  WeightBlock w;
+  if constexpr (kType == static_cast<uint32_t>(GgmlType::kQ8_0)) {  // 34 bytes: d, q[32]
+    const uint8_t* blk = row + int64_t{b} * 34;
+    const float d = load_half(blk);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w.c[i] = static_cast<int32_t>(load_u32_a2(blk + 2 + 4 * i));
+    w.s_lo = w.s_hi = d;
+    w.o = 0.0f;
+  } else if constexpr (kType == static_cast<uint32_t>(GgmlType::kQ4_0)) {  // 18 bytes: d, qs[16]
+    const uint8_t* blk = row + int64_t{b} * 18;
+    const float d = load_half(blk);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t q = load_u32_a2(blk + 2 + 4 * i);
+      w.c[i] = static_cast<int32_t>(q & 0x0F0F0F0Fu);             // elements 4i .. 4i + 3
+      w.c[4 + i] = static_cast<int32_t>((q >> 4) & 0x0F0F0F0Fu);  // 16 + 4i ..
+    }
+    w.s_lo = w.s_hi = d;
+    w.o = 8.0f * d;
+  } else if constexpr (kType == static_cast<uint32_t>(GgmlType::kQ4_K) ||
+                       kType == static_cast<uint32_t>(GgmlType::kQ5_K)) {
+    constexpr bool k5 = kType == static_cast<uint32_t>(GgmlType::kQ5_K);
+    constexpr int kBytes = k5 ? 176 : 144;
+    constexpr int kQs = k5 ? 48 : 16;  // qs offset (Q5_K: qh[32] at 16)
+    const int j = b & 7;               // sub-block of the super-block
+    const uint8_t* blk = row + int64_t{b >> 3} * kBytes;
+    const uint4 head = __ldg(reinterpret_cast<const uint4*>(blk));  // d, dmin, scales[12]
+    const auto* hb = reinterpret_cast<const uint8_t*>(&head);
+    const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(head.x & 0xFFFFu)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<uint16_t>(head.x >> 16)));
+    int sc, m;
+    scale_min_k4(hb + 4, j, sc, m);
+    // Sub-blocks 2c and 2c + 1 share qs bytes 32c .. 32c + 31: low and high nibbles.
+    const auto* qs = reinterpret_cast<const uint4*>(blk + kQs + 32 * (j >> 1));
+    const uint4 q0 = __ldg(qs), q1 = __ldg(qs + 1);
+    const uint32_t words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w.c[i] = static_cast<int32_t>((words[i] >> shift) & 0x0F0F0F0Fu);
+    if constexpr (k5) {  // the fifth bit of element l of sub-block j: bit j of qh[l]
+      const auto* qh = reinterpret_cast<const uint4*>(blk + 16);
+      const uint4 h0 = __ldg(qh), h1 = __ldg(qh + 1);
+      const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) w.c[i] |= static_cast<int32_t>(((hw[i] >> j) & 0x01010101u) << 4);
+    }
+    w.s_lo = w.s_hi = d * static_cast<float>(sc);
+    w.o = dmin * static_cast<float>(m);
+  } else {  // Q6_K, 210 bytes: ql[128], qh[64], int8 scales[16], d
+    const int s8 = b & 7;
+    const int half = s8 >> 2, sub = s8 & 3;
+    const uint8_t* blk = row + int64_t{b >> 3} * 210;
+    const uint8_t* ql = blk + 64 * half + 32 * (sub & 1);
+    const uint8_t* qh = blk + 128 + 32 * half;
+    const int nib = (sub >> 1) * 4;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t lo = (load_u32_a2(ql + 4 * i) >> nib) & 0x0F0F0F0Fu;
+      const uint32_t hi = ((load_u32_a2(qh + 4 * i) >> (2 * sub)) & 0x03030303u) << 4;
+      w.c[i] = static_cast<int32_t>(__vsub4(lo | hi, 0x20202020u));  // q - 32, per byte
+    }
+    const float d = load_half(blk + 208);
+    const auto* scales = reinterpret_cast<const int8_t*>(blk + 192 + 8 * half + 2 * sub);
+    w.s_lo = d * static_cast<float>(scales[0]);
+    w.s_hi = d * static_cast<float>(scales[1]);
+    w.o = 0.0f;
+  }
+  return w;
+}
+
+// x (M, K) -> codes (M, K) int8 and per block {d, d * sum(codes)} (M, K / 32) float2; with
+// round_trip, dst (M, K) of T = codes * d instead (the prefill path's x'). A thread per block.
+template <typename T, bool kRoundTrip>
+__global__ void quantize_q8_blocks_kernel(const T* __restrict__ x, int8_t* __restrict__ codes,
+                                          float2* __restrict__ scales, T* __restrict__ dst,
+                                          int64_t blocks, int64_t blocks_per_row) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= blocks) return;
+  const T* xb = x + i * kBlock;  // rows are whole blocks: K % 32 == 0
+  float v[kBlock];
+#pragma unroll
+  for (int j = 0; j < kBlock; j += 8) {
+    const uint4 packed = __ldg(reinterpret_cast<const uint4*>(xb + j));
+    const T* e = reinterpret_cast<const T*>(&packed);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) v[j + t] = to_f32(e[t]);
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kBlock; ++j) amax = fmaxf(amax, fabsf(v[j]));
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const float d = amax / 127.0f;
+  int q[kBlock];
+  int sum = 0;
+#pragma unroll
+  for (int j = 0; j < kBlock; ++j) {
+    q[j] = static_cast<int>(fminf(fmaxf(rintf(v[j] * inv), -127.0f), 127.0f));
+    sum += q[j];
+  }
+  if constexpr (kRoundTrip) {
+    T* out = dst + i * kBlock;
+#pragma unroll
+    for (int j = 0; j < kBlock; j += 8) {
+      uint4 packed;
+      packed.x = pack2_from_f32<T>(q[j] * d, q[j + 1] * d);
+      packed.y = pack2_from_f32<T>(q[j + 2] * d, q[j + 3] * d);
+      packed.z = pack2_from_f32<T>(q[j + 4] * d, q[j + 5] * d);
+      packed.w = pack2_from_f32<T>(q[j + 6] * d, q[j + 7] * d);
+      *reinterpret_cast<uint4*>(out + j) = packed;
+    }
+  } else {
+    uint32_t words[8];
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      words[w] = (static_cast<uint32_t>(q[4 * w] & 0xFF)) |
+                 (static_cast<uint32_t>(q[4 * w + 1] & 0xFF) << 8) |
+                 (static_cast<uint32_t>(q[4 * w + 2] & 0xFF) << 16) |
+                 (static_cast<uint32_t>(q[4 * w + 3] & 0xFF) << 24);
+    }
+    auto* out = reinterpret_cast<uint4*>(codes + i * kBlock);
+    out[0] = make_uint4(words[0], words[1], words[2], words[3]);
+    out[1] = make_uint4(words[4], words[5], words[6], words[7]);
+    scales[i] = make_float2(d, d * static_cast<float>(sum));
+  }
+  (void)blocks_per_row;
+}
+
+constexpr int kMaxTokens = 8;
+
+template <uint32_t kType, int kM>
+__device__ __forceinline__ void row_dot(const uint8_t* row, int blocks, const int8_t* codes,
+                                        const float2* scales, int64_t k, int lane,
+                                        float (&acc)[kMaxTokens]) {
+  const int64_t blocks_per_row = k / kBlock;
+#pragma unroll 2
+  for (int b = lane; b < blocks; b += 32) {
+    const WeightBlock w = decode_block<kType>(row, b);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const auto* xq = reinterpret_cast<const uint4*>(codes + m * k + int64_t{b} * kBlock);
+      const uint4 x0 = __ldg(xq), x1 = __ldg(xq + 1);
+      int lo = 0, hi = 0;
+      lo = __dp4a(w.c[0], static_cast<int>(x0.x), lo);
+      lo = __dp4a(w.c[1], static_cast<int>(x0.y), lo);
+      lo = __dp4a(w.c[2], static_cast<int>(x0.z), lo);
+      lo = __dp4a(w.c[3], static_cast<int>(x0.w), lo);
+      hi = __dp4a(w.c[4], static_cast<int>(x1.x), hi);
+      hi = __dp4a(w.c[5], static_cast<int>(x1.y), hi);
+      hi = __dp4a(w.c[6], static_cast<int>(x1.z), hi);
+      hi = __dp4a(w.c[7], static_cast<int>(x1.w), hi);
+      const float2 s = __ldg(scales + m * blocks_per_row + b);
+      acc[m] +=
+          s.x * (w.s_lo * static_cast<float>(lo) + w.s_hi * static_cast<float>(hi)) - w.o * s.y;
+    }
+  }
+}
+
+// out (M, N) (=, or += with accumulate) x' @ w^T (+ bias): a warp per row.
+template <typename T, int kM>
+__global__ void __launch_bounds__(kThreads)
+    gemv_gguf_kernel(GgufView v, const int8_t* __restrict__ codes,
+                     const float2* __restrict__ scales, const T* __restrict__ bias,
+                     T* __restrict__ out, bool accumulate) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
+  if (row >= v.rows) return;
+  const uint8_t* w = v.data + row * v.stride;
+  const int blocks = static_cast<int>(v.cols / kBlock);
+  float acc[kMaxTokens];
+#pragma unroll
+  for (int m = 0; m < kMaxTokens; ++m) acc[m] = 0.0f;
+  switch (segment_type(v, row)) {
+    case static_cast<uint32_t>(GgmlType::kQ8_0):
+      row_dot<static_cast<uint32_t>(GgmlType::kQ8_0), kM>(w, blocks, codes, scales, v.cols, lane,
+                                                          acc);
+      break;
+    case static_cast<uint32_t>(GgmlType::kQ4_0):
+      row_dot<static_cast<uint32_t>(GgmlType::kQ4_0), kM>(w, blocks, codes, scales, v.cols, lane,
+                                                          acc);
+      break;
+    case static_cast<uint32_t>(GgmlType::kQ4_K):
+      row_dot<static_cast<uint32_t>(GgmlType::kQ4_K), kM>(w, blocks, codes, scales, v.cols, lane,
+                                                          acc);
+      break;
+    case static_cast<uint32_t>(GgmlType::kQ5_K):
+      row_dot<static_cast<uint32_t>(GgmlType::kQ5_K), kM>(w, blocks, codes, scales, v.cols, lane,
+                                                          acc);
+      break;
+    default:
+      row_dot<static_cast<uint32_t>(GgmlType::kQ6_K), kM>(w, blocks, codes, scales, v.cols, lane,
+                                                          acc);
+      break;
+  }
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    const float y = warp_sum(acc[m]);
+    if (lane == 0) {
+      float r = y + (bias ? to_f32(bias[row]) : 0.0f);
+      T* o = out + m * v.rows + row;
+      if (accumulate) r += to_f32(*o);
+      *o = from_f32<T>(r);
+    }
+  }
+}
+
+// dst (N, K) of T = the weight dequantized: a thread per 32-element block.
+template <typename T>
+__global__ void dequantize_gguf_kernel(GgufView v, T* __restrict__ dst) {
+  const int64_t blocks_per_row = v.cols / kBlock;
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= v.rows * blocks_per_row) return;
+  const int64_t row = i / blocks_per_row;
+  const int b = static_cast<int>(i % blocks_per_row);
+  const uint8_t* w = v.data + row * v.stride;
+  WeightBlock blk;
+  switch (segment_type(v, row)) {
+    case static_cast<uint32_t>(GgmlType::kQ8_0):
+      blk = decode_block<static_cast<uint32_t>(GgmlType::kQ8_0)>(w, b);
+      break;
+    case static_cast<uint32_t>(GgmlType::kQ4_0):
+      blk = decode_block<static_cast<uint32_t>(GgmlType::kQ4_0)>(w, b);
+      break;
+    case static_cast<uint32_t>(GgmlType::kQ4_K):
+      blk = decode_block<static_cast<uint32_t>(GgmlType::kQ4_K)>(w, b);
+      break;
+    case static_cast<uint32_t>(GgmlType::kQ5_K):
+      blk = decode_block<static_cast<uint32_t>(GgmlType::kQ5_K)>(w, b);
+      break;
+    default:
+      blk = decode_block<static_cast<uint32_t>(GgmlType::kQ6_K)>(w, b);
+      break;
+  }
+  float e[kBlock];
+#pragma unroll
+  for (int i4 = 0; i4 < 8; ++i4) {
+    const float s = i4 < 4 ? blk.s_lo : blk.s_hi;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const auto c = static_cast<int8_t>((static_cast<uint32_t>(blk.c[i4]) >> (8 * t)) & 0xFFu);
+      e[4 * i4 + t] = s * static_cast<float>(c) - blk.o;
+    }
+  }
+  T* out = dst + row * v.cols + int64_t{b} * kBlock;
+#pragma unroll
+  for (int j = 0; j < kBlock; j += 8) {
+    uint4 packed;
+    packed.x = pack2_from_f32<T>(e[j], e[j + 1]);
+    packed.y = pack2_from_f32<T>(e[j + 2], e[j + 3]);
+    packed.z = pack2_from_f32<T>(e[j + 4], e[j + 5]);
+    packed.w = pack2_from_f32<T>(e[j + 6], e[j + 7]);
+    *reinterpret_cast<uint4*>(out + j) = packed;
+  }
+}
+
+unsigned grid_for(int64_t threads, int per_block) {
+  return static_cast<unsigned>((threads + per_block - 1) / per_block);
+}
+
+}  // namespace
+
+bool gguf_operands_ok(const Tensor& x, const WeightRef& w) {
+  return w.format == WeightFormat::kGguf && w.quantized_layout_ok() &&
+         (x.dtype == DType::kBF16 || x.dtype == DType::kF16) && x.row_size() == w.cols() &&
+         w.cols() % kBlock == 0 && aligned16(x.data) && aligned16(w.data.data) &&
+         w.data.dim(1) % 16 == 0;
+}
+
+int64_t gguf_gemv_scratch_bytes(int64_t tokens, int64_t k) {
+  return tokens * k + tokens * (k / kBlock) * static_cast<int64_t>(sizeof(float2)) + 256;
+}
+
+void launch_gemv_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
+                      bool accumulate, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  const int64_t m = x.rows(), k = x.row_size(), n = w.rows();
+  IB_ASSERT(gguf_operands_ok(x, w) && m >= 1 && m <= kMaxTokens && out.dtype == x.dtype &&
+                out.rows() == m && out.row_size() == n,
+            "gemv_gguf: x (M <= 8, K) bf16/fp16, a kGguf weight (N, K), out (M, N) of x's dtype");
+  IB_ASSERT(static_cast<int64_t>(scratch_bytes) >= gguf_gemv_scratch_bytes(m, k),
+            "gemv_gguf: the activation scratch is too small");
+  if (bias) IB_ASSERT(bias->dtype == x.dtype && bias->numel() == n, "gemv_gguf: bias (N) of x's");
+  auto* codes = static_cast<int8_t*>(scratch);
+  auto* scales =
+      reinterpret_cast<float2*>(static_cast<char*>(scratch) + ((m * k + 255) / 256) * 256);
+  const int64_t blocks = m * (k / kBlock);
+  const GgufView v = view_of(w);
+  const auto typed = [&]<typename T>() {
+    quantize_q8_blocks_kernel<T, false><<<grid_for(blocks, 128), 128, 0, stream>>>(
+        x.as<const T>(), codes, scales, nullptr, blocks, k / kBlock);
+    const T* b = bias ? bias->as<const T>() : nullptr;
+    const unsigned grid = grid_for(n, kThreads / 32);
+    const auto launch = [&]<int kM>() {
+      gemv_gguf_kernel<T, kM>
+          <<<grid, kThreads, 0, stream>>>(v, codes, scales, b, out.as<T>(), accumulate);
+    };
+    switch (m) {
+      case 1:
+        launch.template operator()<1>();
+        break;
+      case 2:
+        launch.template operator()<2>();
+        break;
+      case 3:
+        launch.template operator()<3>();
+        break;
+      case 4:
+        launch.template operator()<4>();
+        break;
+      default:
+        launch.template operator()<8>();
+        break;
+    }
+  };
+  if (x.dtype == DType::kBF16) {
+    typed.template operator()<bf16>();
+  } else {
+    typed.template operator()<f16>();
+  }
+  IB_CUDA_CHECK_LAUNCH("gemv_gguf");
+}
+
+void launch_q8_round_trip(const Tensor& x, Tensor dst, cudaStream_t stream) {
+  IB_ASSERT(x.dtype == dst.dtype && x.numel() == dst.numel() && x.row_size() % kBlock == 0 &&
+                aligned16(x.data) && aligned16(dst.data) &&
+                (x.dtype == DType::kBF16 || x.dtype == DType::kF16),
+            "q8_round_trip: x and dst (M, K) bf16/fp16, K a multiple of 32");
+  const int64_t blocks = x.numel() / kBlock;
+  if (blocks == 0) return;
+  if (x.dtype == DType::kBF16) {
+    quantize_q8_blocks_kernel<bf16, true><<<grid_for(blocks, 128), 128, 0, stream>>>(
+        x.as<const bf16>(), nullptr, nullptr, dst.as<bf16>(), blocks, x.row_size() / kBlock);
+  } else {
+    quantize_q8_blocks_kernel<f16, true><<<grid_for(blocks, 128), 128, 0, stream>>>(
+        x.as<const f16>(), nullptr, nullptr, dst.as<f16>(), blocks, x.row_size() / kBlock);
+  }
+  IB_CUDA_CHECK_LAUNCH("q8_round_trip");
+}
+
+void launch_dequantize_gguf(const WeightRef& w, Tensor dst, cudaStream_t stream) {
+  IB_ASSERT(w.format == WeightFormat::kGguf && w.quantized_layout_ok() && dst.rank == 2 &&
+                dst.dim(0) == w.rows() && dst.dim(1) == w.cols() && aligned16(dst.data) &&
+                (dst.dtype == DType::kBF16 || dst.dtype == DType::kF16),
+            "dequantize_gguf: a kGguf weight (N, K) and dst (N, K) bf16/fp16");
+  const int64_t blocks = w.rows() * (w.cols() / kBlock);
+  if (blocks == 0) return;
+  const GgufView v = view_of(w);
+  if (dst.dtype == DType::kBF16) {
+    dequantize_gguf_kernel<bf16><<<grid_for(blocks, 128), 128, 0, stream>>>(v, dst.as<bf16>());
+  } else {
+    dequantize_gguf_kernel<f16><<<grid_for(blocks, 128), 128, 0, stream>>>(v, dst.as<f16>());
+  }
+  IB_CUDA_CHECK_LAUNCH("dequantize_gguf");
+}
+
+}  // namespace ib::cuda
