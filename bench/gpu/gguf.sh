@@ -12,7 +12,8 @@
 # against none on the same file (what the int8 activations cost; the weights are the same).
 # Usage (~8 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/gguf.sh
 # Environment: B (build directory, build/h200-gguf), IB_SKIP_TESTS=1, IB_SKIP_RUNS=1,
-# IB_SKIP_EVAL=1, IB_MODELS (default "llama-3-8b phi-3-mini-4k"). Writes build.log, tests.log,
+# IB_SKIP_EVAL=1, IB_MODELS (default "llama-3-8b phi-3-mini-4k"), IB_DEADLINE (580: a run or eval
+# that could end later is skipped). Writes build.log, tests.log,
 # files.log, runs.log, eval_*.json and per run a directory with result.json and its log.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
@@ -34,12 +35,13 @@ MODELS=${IB_MODELS:-llama-3-8b phi-3-mini-4k}
 F=/tmp/ib-gguf; mkdir -p "$F"
 for m in $MODELS; do
   [ -f "$F/$m-Q4_K_M.gguf" ] && continue
-  /usr/bin/time -f "%e s %M KB" "$B/src/model/gguf_fixture" --dummy "$m" Q4_K_M \
+  timeout 240 /usr/bin/time -f "%e s %M KB" "$B/src/model/gguf_fixture" --dummy "$m" Q4_K_M \
     "$F/$m-Q4_K_M.gguf" 16 >> "$O/files.log" 2>&1
   echo "$m Q4_K_M rc=$? $(ls -l "$F/$m-Q4_K_M.gguf" | awk '{print $5}') bytes $(el)" | tee -a "$O/files.log"
 done
-run() {  # NAME TIMEOUT FLAGS...
+run() {  # NAME TIMEOUT FLAGS...: skipped when it could run past IB_DEADLINE (580) s
   local name=$1 t=$2; shift 2
+  if (( $(date +%s) - T0 + t > ${IB_DEADLINE:-580} )); then echo "$name skipped (deadline)"; return; fi
   timeout -s INT "$t" "$B/bin/inferbench" run --device cuda --dtype bf16 --disable-tqdm \
     --result-dir "$O/$name" --overwrite "$@" > "$O/$name.log" 2>&1
   echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|copy ceiling|rror" \
@@ -47,17 +49,18 @@ run() {  # NAME TIMEOUT FLAGS...
   find "$O/$name" -name '*.jsonl' -delete 2>/dev/null
 }
 if [ "${IB_SKIP_RUNS:-0}" != 1 ]; then
-  for m in $MODELS; do
-    for q in gguf none; do
-      run "b1_${m}_$q" 120 --model "$F/$m-Q4_K_M.gguf" --quantization $q \
+  for q in gguf none; do
+    for m in $MODELS; do
+      run "b1_${m}_$q" 90 --model "$F/$m-Q4_K_M.gguf" --quantization $q \
         --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
-      run "seed_${m}_$q" 150 --model "$F/$m-Q4_K_M.gguf" --quantization $q \
+      run "seed_${m}_$q" 120 --model "$F/$m-Q4_K_M.gguf" --quantization $q \
         --batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1
     done
   done
 fi
 if [ "${IB_SKIP_EVAL:-0}" != 1 ]; then
   for m in $MODELS; do
+    (( $(date +%s) - T0 + 150 > ${IB_DEADLINE:-580} )) && { echo "eval $m skipped (deadline)"; continue; }
     timeout 150 "$B/bin/inferbench" eval --model "$F/$m-Q4_K_M.gguf" --device cuda --dtype bf16 \
       --quantization gguf --num-prompts 4 --input-len 64 --output-len 16 --seed 0 \
       --output-json "$O/eval_$m.json" > "$O/eval_$m.log" 2>&1
