@@ -12,14 +12,17 @@
 # against none on the same file (what the int8 activations cost; the weights are the same).
 # Usage (~8 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/gguf.sh
 # Environment: B (build directory, build/h200-gguf), IB_SKIP_TESTS=1, IB_SKIP_RUNS=1,
-# IB_SKIP_EVAL=1, IB_MODELS (default "llama-3-8b phi-3-mini-4k"), IB_DEADLINE (580: a run or eval
-# that could end later is skipped). Writes build.log, tests.log,
+# IB_SKIP_EVAL=1, IB_SKIP_PROFILE=1 (the CUPTI kernel profile of the first model at batch 1),
+# IB_SKIP_NONE=1 (no seed runs of the dequantized file), IB_B1_NONE=1 (its batch-1 runs too),
+# IB_MODELS (default "llama-3-8b phi-3-mini-4k"), IB_DEADLINE (580: a run or eval that could end
+# later is skipped). Writes profile_*.txt, build.log, tests.log,
 # files.log, runs.log, eval_*.json and per run a directory with result.json and its log.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 B=${B:-$PWD/build/h200-gguf}
-build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test gguf_fixture || exit 1
+build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test gguf_fixture \
+  ib_kernel_profile || exit 1
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   timeout 240 "$B/src/backend/cuda/backend_cuda_test" --gtest_filter='*CudaGguf*:*CudaQuant4*' \
@@ -48,15 +51,36 @@ run() {  # NAME TIMEOUT FLAGS...: skipped when it could run past IB_DEADLINE (58
     "$O/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"
   find "$O/$name" -name '*.jsonl' -delete 2>/dev/null
 }
+profile() {  # NAME MODEL FLAGS...: a CUPTI kernel profile (bench/gpu/kernel_profile.cpp) of a run
+  local name=$1 m=$2; shift 2
+  if (( $(date +%s) - T0 + 60 > ${IB_DEADLINE:-580} )); then echo "$name skipped (deadline)"; return; fi
+  IB_KERNEL_PROFILE="$O/profile_$name.txt" LD_PRELOAD=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so") \
+    timeout 60 "$B/bin/inferbench" run --device cuda --dtype bf16 --disable-tqdm --model "$F/$m-Q4_K_M.gguf" \
+    --result-dir "$O/$name" --overwrite "$@" > "$O/$name.log" 2>&1
+  echo "$name profile rc=$? $(el)" | tee -a "$O/runs.log"; head -25 "$O/profile_$name.txt"
+  find "$O/$name" -name '*.jsonl' -delete 2>/dev/null
+}
 if [ "${IB_SKIP_RUNS:-0}" != 1 ]; then
+  B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
+  SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
+  first=${MODELS%% *}
+  run "b1_${first}_gguf" 90 --model "$F/$first-Q4_K_M.gguf" --quantization gguf "${B1[@]}"
+  [ "${IB_SKIP_PROFILE:-0}" != 1 ] && profile "prof_b1_${first}_gguf" "$first" --quantization gguf \
+    --batch-size 1 --input-len 32 --output-len 64 --num-prompts 2 --runs 1
+  for m in ${MODELS#"$first"}; do
+    run "b1_${m}_gguf" 90 --model "$F/$m-Q4_K_M.gguf" --quantization gguf "${B1[@]}"
+  done
   for q in gguf none; do
     for m in $MODELS; do
-      run "b1_${m}_$q" 90 --model "$F/$m-Q4_K_M.gguf" --quantization $q \
-        --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
-      run "seed_${m}_$q" 120 --model "$F/$m-Q4_K_M.gguf" --quantization $q \
-        --batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1
+      [ "$q" = none ] && [ "${IB_SKIP_NONE:-0}" = 1 ] && continue
+      run "seed_${m}_$q" 120 --model "$F/$m-Q4_K_M.gguf" --quantization $q "${SEED[@]}"
     done
   done
+  if [ "${IB_B1_NONE:-0}" = 1 ]; then
+    for m in $MODELS; do
+      run "b1_${m}_none" 90 --model "$F/$m-Q4_K_M.gguf" --quantization none "${B1[@]}"
+    done
+  fi
 fi
 if [ "${IB_SKIP_EVAL:-0}" != 1 ]; then
   for m in $MODELS; do

@@ -23,7 +23,8 @@
 #include "backend/cuda/detail/kernels.h"
 
 namespace ib::cuda {
-namespace {
+// A named namespace (not an anonymous one) so that profiles name the kernels in full.
+namespace gguf {
 
 constexpr int kBlock = 32;  // elements per activation block and per decoded weight block
 constexpr int kThreads = 128;
@@ -52,10 +53,15 @@ GgufView view_of(const WeightRef& w) {
   return v;
 }
 
+// The type of row's segment; unrolled, so that the parameter's arrays are read with constant
+// indices (a dynamic index would copy the whole view to local memory).
 __device__ __forceinline__ uint32_t segment_type(const GgufView& v, int64_t row) {
-  int s = 0;
-  while (s + 1 < v.count && row >= v.begin[s + 1]) ++s;
-  return v.type[s];
+  uint32_t type = v.type[0];
+#pragma unroll
+  for (int s = 1; s < kGgufMaxSegments; ++s) {
+    if (s < v.count && row >= v.begin[s]) type = v.type[s];
+  }
+  return type;
 }
 
 __device__ __forceinline__ float load_half(const uint8_t* p) {
@@ -74,14 +80,21 @@ struct WeightBlock {
   float s_lo, s_hi, o;
 };
 
-// Sub-block j's 6-bit scale and min of a Q4_K / Q5_K header's 12 scale bytes (ggml_blocks.h).
-__device__ __forceinline__ void scale_min_k4(const uint8_t* q, int j, int& sc, int& m) {
+// Byte i (0..11) of a Q4_K / Q5_K header's scales (header bytes 4..15: words y, z, w), picked by
+// selects and a shift: indexing the header's bytes as an array would put it in local memory.
+__device__ __forceinline__ int scale_byte(const uint4& head, int i) {
+  const uint32_t w = i < 4 ? head.y : i < 8 ? head.z : head.w;
+  return static_cast<int>((w >> (8 * (i & 3))) & 0xFFu);
+}
+
+// Sub-block j's 6-bit scale and min (ggml_blocks.h).
+__device__ __forceinline__ void scale_min_k4(const uint4& head, int j, int& sc, int& m) {
   if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
+    sc = scale_byte(head, j) & 63;
+    m = scale_byte(head, j + 4) & 63;
   } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    sc = (scale_byte(head, j + 4) & 0xF) | ((scale_byte(head, j - 4) >> 6) << 4);
+    m = (scale_byte(head, j + 4) >> 4) | ((scale_byte(head, j) >> 6) << 4);
   }
 }
 
@@ -114,11 +127,10 @@ __device__ __forceinline__ WeightBlock decode_block(const uint8_t* row, int b) {
     const int j = b & 7;               // sub-block of the super-block
     const uint8_t* blk = row + int64_t{b >> 3} * kBytes;
     const uint4 head = __ldg(reinterpret_cast<const uint4*>(blk));  // d, dmin, scales[12]
-    const auto* hb = reinterpret_cast<const uint8_t*>(&head);
     const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(head.x & 0xFFFFu)));
     const float dmin = __half2float(__ushort_as_half(static_cast<uint16_t>(head.x >> 16)));
     int sc, m;
-    scale_min_k4(hb + 4, j, sc, m);
+    scale_min_k4(head, j, sc, m);
     // Sub-blocks 2c and 2c + 1 share qs bytes 32c .. 32c + 31: low and high nibbles.
     const auto* qs = reinterpret_cast<const uint4*>(blk + kQs + 32 * (j >> 1));
     const uint4 q0 = __ldg(qs), q1 = __ldg(qs + 1);
@@ -216,79 +228,114 @@ __global__ void quantize_q8_blocks_kernel(const T* __restrict__ x, int8_t* __res
 
 constexpr int kMaxTokens = 8;
 
-template <uint32_t kType, int kM>
-__device__ __forceinline__ void row_dot(const uint8_t* row, int blocks, const int8_t* codes,
-                                        const float2* scales, int64_t k, int lane,
-                                        float (&acc)[kMaxTokens]) {
+// kR rows' dot products with kM tokens' x: lane l takes blocks l, l + 32, ... of every row, the
+// x codes and scales of a block loaded once for the kR rows.
+template <uint32_t kType, int kM, int kR>
+__device__ __forceinline__ void rows_dot(const uint8_t* const (&rows)[kR], int blocks,
+                                         const int8_t* codes, const float2* scales, int64_t k,
+                                         int lane, float (&acc)[kR][kMaxTokens]) {
   const int64_t blocks_per_row = k / kBlock;
 #pragma unroll 2
   for (int b = lane; b < blocks; b += 32) {
-    const WeightBlock w = decode_block<kType>(row, b);
+    WeightBlock w[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) w[r] = decode_block<kType>(rows[r], b);
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       const auto* xq = reinterpret_cast<const uint4*>(codes + m * k + int64_t{b} * kBlock);
       const uint4 x0 = __ldg(xq), x1 = __ldg(xq + 1);
-      int lo = 0, hi = 0;
-      lo = __dp4a(w.c[0], static_cast<int>(x0.x), lo);
-      lo = __dp4a(w.c[1], static_cast<int>(x0.y), lo);
-      lo = __dp4a(w.c[2], static_cast<int>(x0.z), lo);
-      lo = __dp4a(w.c[3], static_cast<int>(x0.w), lo);
-      hi = __dp4a(w.c[4], static_cast<int>(x1.x), hi);
-      hi = __dp4a(w.c[5], static_cast<int>(x1.y), hi);
-      hi = __dp4a(w.c[6], static_cast<int>(x1.z), hi);
-      hi = __dp4a(w.c[7], static_cast<int>(x1.w), hi);
       const float2 s = __ldg(scales + m * blocks_per_row + b);
-      acc[m] +=
-          s.x * (w.s_lo * static_cast<float>(lo) + w.s_hi * static_cast<float>(hi)) - w.o * s.y;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        int lo = 0, hi = 0;
+        lo = __dp4a(w[r].c[0], static_cast<int>(x0.x), lo);
+        lo = __dp4a(w[r].c[1], static_cast<int>(x0.y), lo);
+        lo = __dp4a(w[r].c[2], static_cast<int>(x0.z), lo);
+        lo = __dp4a(w[r].c[3], static_cast<int>(x0.w), lo);
+        hi = __dp4a(w[r].c[4], static_cast<int>(x1.x), hi);
+        hi = __dp4a(w[r].c[5], static_cast<int>(x1.y), hi);
+        hi = __dp4a(w[r].c[6], static_cast<int>(x1.z), hi);
+        hi = __dp4a(w[r].c[7], static_cast<int>(x1.w), hi);
+        acc[r][m] +=
+            s.x * (w[r].s_lo * static_cast<float>(lo) + w[r].s_hi * static_cast<float>(hi)) -
+            w[r].o * s.y;
+      }
     }
   }
 }
 
-// out (M, N) (=, or += with accumulate) x' @ w^T (+ bias): a warp per row.
+// rows_dot for a run-time type (one of the segment's).
+template <int kM, int kR>
+__device__ __forceinline__ void rows_dot_typed(uint32_t type, const uint8_t* const (&rows)[kR],
+                                               int blocks, const int8_t* codes,
+                                               const float2* scales, int64_t k, int lane,
+                                               float (&acc)[kR][kMaxTokens]) {
+  constexpr auto kQ8_0 = static_cast<uint32_t>(GgmlType::kQ8_0);
+  constexpr auto kQ4_0 = static_cast<uint32_t>(GgmlType::kQ4_0);
+  constexpr auto kQ4_K = static_cast<uint32_t>(GgmlType::kQ4_K);
+  constexpr auto kQ5_K = static_cast<uint32_t>(GgmlType::kQ5_K);
+  constexpr auto kQ6_K = static_cast<uint32_t>(GgmlType::kQ6_K);
+  switch (type) {
+    case kQ8_0:
+      rows_dot<kQ8_0, kM, kR>(rows, blocks, codes, scales, k, lane, acc);
+      break;
+    case kQ4_0:
+      rows_dot<kQ4_0, kM, kR>(rows, blocks, codes, scales, k, lane, acc);
+      break;
+    case kQ4_K:
+      rows_dot<kQ4_K, kM, kR>(rows, blocks, codes, scales, k, lane, acc);
+      break;
+    case kQ5_K:
+      rows_dot<kQ5_K, kM, kR>(rows, blocks, codes, scales, k, lane, acc);
+      break;
+    default:
+      rows_dot<kQ6_K, kM, kR>(rows, blocks, codes, scales, k, lane, acc);
+      break;
+  }
+}
+
+// Row `row`'s results for kM tokens (warp-reduced) into out: =, or += with accumulate, + bias.
+template <typename T, int kM>
+__device__ __forceinline__ void store_row(const float (&acc)[kMaxTokens], int64_t row, int64_t rows,
+                                          int lane, const T* bias, T* out, bool accumulate) {
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    const float y = warp_sum(acc[m]);
+    if (lane == 0) {
+      float r = y + (bias ? to_f32(bias[row]) : 0.0f);
+      T* o = out + m * rows + row;
+      if (accumulate) r += to_f32(*o);
+      *o = from_f32<T>(r);
+    }
+  }
+}
+
+// out (M, N) (=, or += with accumulate) x' @ w^T (+ bias): a warp per two rows, which share the
+// x loads (each alone where the second is past N or in another segment).
 template <typename T, int kM>
 __global__ void __launch_bounds__(kThreads)
     gemv_gguf_kernel(GgufView v, const int8_t* __restrict__ codes,
                      const float2* __restrict__ scales, const T* __restrict__ bias,
                      T* __restrict__ out, bool accumulate) {
   const int lane = threadIdx.x & 31;
-  const int64_t row = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
+  const int64_t row = 2 * (blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32);
   if (row >= v.rows) return;
-  const uint8_t* w = v.data + row * v.stride;
   const int blocks = static_cast<int>(v.cols / kBlock);
-  float acc[kMaxTokens];
-#pragma unroll
-  for (int m = 0; m < kMaxTokens; ++m) acc[m] = 0.0f;
-  switch (segment_type(v, row)) {
-    case static_cast<uint32_t>(GgmlType::kQ8_0):
-      row_dot<static_cast<uint32_t>(GgmlType::kQ8_0), kM>(w, blocks, codes, scales, v.cols, lane,
-                                                          acc);
-      break;
-    case static_cast<uint32_t>(GgmlType::kQ4_0):
-      row_dot<static_cast<uint32_t>(GgmlType::kQ4_0), kM>(w, blocks, codes, scales, v.cols, lane,
-                                                          acc);
-      break;
-    case static_cast<uint32_t>(GgmlType::kQ4_K):
-      row_dot<static_cast<uint32_t>(GgmlType::kQ4_K), kM>(w, blocks, codes, scales, v.cols, lane,
-                                                          acc);
-      break;
-    case static_cast<uint32_t>(GgmlType::kQ5_K):
-      row_dot<static_cast<uint32_t>(GgmlType::kQ5_K), kM>(w, blocks, codes, scales, v.cols, lane,
-                                                          acc);
-      break;
-    default:
-      row_dot<static_cast<uint32_t>(GgmlType::kQ6_K), kM>(w, blocks, codes, scales, v.cols, lane,
-                                                          acc);
-      break;
+  const uint32_t type = segment_type(v, row);
+  const bool pair = row + 1 < v.rows && segment_type(v, row + 1) == type;
+  if (pair) {
+    const uint8_t* const rows[2] = {v.data + row * v.stride, v.data + (row + 1) * v.stride};
+    float acc[2][kMaxTokens] = {};
+    rows_dot_typed<kM, 2>(type, rows, blocks, codes, scales, v.cols, lane, acc);
+    store_row<T, kM>(acc[0], row, v.rows, lane, bias, out, accumulate);
+    store_row<T, kM>(acc[1], row + 1, v.rows, lane, bias, out, accumulate);
+    return;
   }
-#pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    const float y = warp_sum(acc[m]);
-    if (lane == 0) {
-      float r = y + (bias ? to_f32(bias[row]) : 0.0f);
-      T* o = out + m * v.rows + row;
-      if (accumulate) r += to_f32(*o);
-      *o = from_f32<T>(r);
-    }
+  for (int64_t r = row; r < row + 2 && r < v.rows; ++r) {
+    const uint8_t* const rows[1] = {v.data + r * v.stride};
+    float acc[1][kMaxTokens] = {};
+    rows_dot_typed<kM, 1>(segment_type(v, r), rows, blocks, codes, scales, v.cols, lane, acc);
+    store_row<T, kM>(acc[0], r, v.rows, lane, bias, out, accumulate);
   }
 }
 
@@ -345,7 +392,9 @@ unsigned grid_for(int64_t threads, int per_block) {
   return static_cast<unsigned>((threads + per_block - 1) / per_block);
 }
 
-}  // namespace
+}  // namespace gguf
+
+using namespace gguf;  // NOLINT(google-build-using-namespace): this file's kernels
 
 bool gguf_operands_ok(const Tensor& x, const WeightRef& w) {
   return w.format == WeightFormat::kGguf && w.quantized_layout_ok() &&
@@ -376,7 +425,7 @@ void launch_gemv_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, T
     quantize_q8_blocks_kernel<T, false><<<grid_for(blocks, 128), 128, 0, stream>>>(
         x.as<const T>(), codes, scales, nullptr, blocks, k / kBlock);
     const T* b = bias ? bias->as<const T>() : nullptr;
-    const unsigned grid = grid_for(n, kThreads / 32);
+    const unsigned grid = grid_for((n + 1) / 2, kThreads / 32);  // a warp per two rows
     const auto launch = [&]<int kM>() {
       gemv_gguf_kernel<T, kM>
           <<<grid, kThreads, 0, stream>>>(v, codes, scales, b, out.as<T>(), accumulate);
