@@ -37,8 +37,10 @@ using Segments = std::vector<Segment>;
 std::string name_of(const Segments& segments) {
   std::string out;
   for (const Segment& s : segments) {
-    out += (out.empty() ? "" : "+") + std::to_string(s.rows) + "x" +
-           std::string(ggml_type_info(s.type).name);
+    if (!out.empty()) out += '+';
+    out += std::to_string(s.rows);
+    out += 'x';
+    out += ggml_type_info(s.type).name;
   }
   return out;
 }
