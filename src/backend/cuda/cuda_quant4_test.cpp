@@ -146,66 +146,21 @@ TEST_P(CudaQuant4, FusedOpsMatchTheUnfusedCpuOps) {
   Rng rng(42);
   const float eps = 1e-5f;
   const int64_t k = 4096, f = 512;
+  AttentionShape shape;  // 4 q heads, 2 kv heads of 128
+  shape.num_heads = 4;
+  shape.num_kv_heads = 2;
+  shape.head_dim = 128;
   for (const int64_t m : {1, 5, 8}) {
     Pair h = twin.floats({m, k}, random_floats(rng, m * k, -1.5f, 1.5f));
     Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
-    Pair normed = twin.output({m, k});
-    twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
-
-    // rms_matmul_swiglu
-    const Weight4 wgu = make_weight(twin, rng, 2 * f, k, variant());
-    Pair gate_up = twin.output({m, 2 * f});
-    Pair act = twin.output({m, f});
-    twin.cpu().matmul(normed.cpu, wgu.cpu, nullptr, gate_up.cpu);
-    twin.cpu().silu_mul(gate_up.cpu, act.cpu);
-    twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, wgu.gpu, eps, act.gpu);
-    EXPECT_LT(twin.error(act), tolerance(dtype())) << variant().name() << " swiglu m=" << m;
-
-    // matmul_add: residual += x @ w^T
-    const int64_t n = 1024;
-    const auto res0 = random_floats(rng, m * n);
-    const Weight4 wo = make_weight(twin, rng, n, k, variant());
-    Pair residual = twin.floats({m, n}, res0);
-    Pair prod = twin.output({m, n});
-    twin.cpu().matmul(h.cpu, wo.cpu, nullptr, prod.cpu);
-    std::vector<float> want = twin.cpu_floats(prod.cpu);
-    const auto res_rounded = twin.representable(res0);
-    for (size_t i = 0; i < want.size(); ++i) want[i] += res_rounded[i];
-    twin.gpu().matmul_add(h.gpu, wo.gpu, residual.gpu);
-    EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(dtype()))
-        << variant().name() << " matmul_add m=" << m;
-
-    // rms_matmul_rope_cache: 4 q heads, 2 kv heads of 128, a bias.
-    AttentionShape shape;
-    shape.num_heads = 4;
-    shape.num_kv_heads = 2;
-    shape.head_dim = 128;
-    shape.scale = 1.0f / std::sqrt(128.0f);
-    const int64_t nq = (4 + 2 * 2) * 128, blocks = 2, bs = 16;
-    const int64_t cache = blocks * 2 * bs * 128;
-    const Weight4 wq = make_weight(twin, rng, nq, k, variant());
-    Pair bias = twin.floats({nq}, random_floats(rng, nq));
-    Pair kc = twin.floats({blocks, 2, bs, 128}, random_floats(rng, cache));
-    Pair vc = twin.floats({blocks, 2, bs, 128}, random_floats(rng, cache));
-    std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) {
-      positions[static_cast<size_t>(i)] = static_cast<int32_t>(50 + 11 * i);
-      slots[static_cast<size_t>(i)] = static_cast<int32_t>(2 * i + 1);
-    }
-    std::vector<float> inv_freq(64);
-    for (size_t i = 0; i < inv_freq.size(); ++i)
-      inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
-    Pair pos = twin.ints({m}, positions);
-    Pair slot = twin.ints({m}, slots);
-    Pair freq = twin.floats({64}, inv_freq, DType::kF32);
-    Pair qkv = twin.output({m, nq});
-    twin.cpu().matmul(normed.cpu, wq.cpu, &bias.cpu, qkv.cpu);
-    twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
-    twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq.gpu, &bias.gpu, eps, pos.gpu, slot.gpu,
-                                     freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu);
-    EXPECT_LT(twin.error(qkv), tolerance(dtype())) << variant().name() << " qkv m=" << m;
-    EXPECT_LT(twin.error(kc), tolerance(dtype())) << variant().name() << " k cache m=" << m;
-    EXPECT_LT(twin.error(vc), tolerance(dtype())) << variant().name() << " v cache m=" << m;
+    const auto weight = [&](int64_t n) {
+      const Weight4 w = make_weight(twin, rng, n, k, variant());
+      return testing::FusedWeight{w.cpu, w.gpu};
+    };
+    testing::expect_rms_swiglu(twin, h, gain, eps, weight(2 * f), variant().name());
+    testing::expect_matmul_add(twin, rng, h, weight(1024), variant().name());
+    testing::expect_rms_rope_cache(twin, rng, h, gain, eps, weight((4 + 2 * 2) * 128), shape,
+                                   variant().name());
     const Status status = twin.gpu().device_status();
     ASSERT_TRUE(status.ok()) << status.error().message;
   }

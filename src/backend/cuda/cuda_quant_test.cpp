@@ -40,9 +40,7 @@ class CudaQuant : public ::testing::TestWithParam<QuantParam> {
   }
 };
 
-struct QuantPair {
-  WeightRef cpu, gpu;
-};
+using QuantPair = testing::FusedWeight;
 
 // dense (N, K) quantized on each side by its own quantize_weight.
 QuantPair quantize(Twin& twin, const Pair& dense, int64_t n, int64_t k, WeightFormat format) {
@@ -129,33 +127,17 @@ void expect_swiglu(Twin& twin, Rng& rng, WeightFormat format, int64_t m, const P
   Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
   Pair w_dense = twin.floats({2 * f, k}, random_floats(rng, 2 * f * k, -0.05f, 0.05f));
   const QuantPair w = prepare(quantize(twin, w_dense, 2 * f, k, format), 2 * f);
-  Pair normed = twin.output({m, k});
-  Pair gate_up = twin.output({m, 2 * f});
-  Pair act = twin.output({m, f});
-  twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
-  twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
-  twin.cpu().silu_mul(gate_up.cpu, act.cpu);
-  twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, w.gpu, eps, act.gpu);
-  EXPECT_LT(twin.error(act), tolerance(twin.dtype())) << what << " swiglu m=" << m;
+  testing::expect_rms_swiglu(twin, h, gain, eps, w, what);
 }
 
 // matmul_add (residual += x @ w^T) against the CPU's matmul and a host add.
 void expect_matmul_add(Twin& twin, Rng& rng, WeightFormat format, int64_t m, const Prepare& prepare,
                        const std::string& what) {
   const int64_t n = 4096, kd = 1024;
-  const auto res0 = random_floats(rng, m * n);
   Pair x = twin.floats({m, kd}, ragged_rows(rng, m, kd, 1.0f));
   Pair wd = twin.floats({n, kd}, random_floats(rng, n * kd, -0.05f, 0.05f));
   const QuantPair w = prepare(quantize(twin, wd, n, kd, format), n);
-  Pair residual = twin.floats({m, n}, res0);
-  Pair prod = twin.output({m, n});
-  twin.cpu().matmul(x.cpu, w.cpu, nullptr, prod.cpu);
-  std::vector<float> want = twin.cpu_floats(prod.cpu);
-  const auto res_rounded = twin.representable(res0);
-  for (size_t i = 0; i < want.size(); ++i) want[i] += res_rounded[i];
-  twin.gpu().matmul_add(x.gpu, w.gpu, residual.gpu);
-  EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(twin.dtype()))
-      << what << " matmul_add m=" << m;
+  testing::expect_matmul_add(twin, rng, x, w, what);
 }
 
 TEST_P(CudaQuant, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
@@ -168,40 +150,16 @@ TEST_P(CudaQuant, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
     const int64_t k = 4096;
     Pair h = twin.floats({m, k}, ragged_rows(rng, m, k, 1.0f));
     Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
-    Pair normed = twin.output({m, k});
 
     // qkv with RoPE and the cache write: Llama-3's heads, with a bias.
     AttentionShape shape;
     shape.num_heads = 32;
     shape.num_kv_heads = 8;
     shape.head_dim = 128;
-    const int64_t nq = int64_t{32 + 2 * 8} * 128, blocks = 2, bs = 16;
-    const int64_t cache = blocks * 8 * bs * 128;
+    const int64_t nq = int64_t{32 + 2 * 8} * 128;
     Pair wq_dense = twin.floats({nq, k}, random_floats(rng, nq * k, -0.05f, 0.05f));
-    const QuantPair wq = quantize(twin, wq_dense, nq, k, format());
-    Pair bias = twin.floats({nq}, random_floats(rng, nq));
-    Pair kc = twin.floats({blocks, 8, bs, 128}, random_floats(rng, cache));
-    Pair vc = twin.floats({blocks, 8, bs, 128}, random_floats(rng, cache));
-    std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) {
-      positions[static_cast<size_t>(i)] = static_cast<int32_t>(100 + 37 * i);
-      slots[static_cast<size_t>(i)] = static_cast<int32_t>(3 * i + 1);
-    }
-    std::vector<float> inv_freq(64);
-    for (size_t i = 0; i < inv_freq.size(); ++i)
-      inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
-    Pair pos = twin.ints({m}, positions);
-    Pair slot = twin.ints({m}, slots);
-    Pair freq = twin.floats({64}, inv_freq, DType::kF32);
-    Pair qkv = twin.output({m, nq});
-    twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
-    twin.cpu().matmul(normed.cpu, wq.cpu, &bias.cpu, qkv.cpu);
-    twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
-    twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq.gpu, &bias.gpu, eps, pos.gpu, slot.gpu,
-                                     freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu);
-    EXPECT_LT(twin.error(qkv), tolerance(dtype())) << "qkv m=" << m;
-    EXPECT_LT(twin.error(kc), tolerance(dtype())) << "k cache m=" << m;
-    EXPECT_LT(twin.error(vc), tolerance(dtype())) << "v cache m=" << m;
+    testing::expect_rms_rope_cache(twin, rng, h, gain, eps,
+                                   quantize(twin, wq_dense, nq, k, format()), shape, "");
   }
 }
 

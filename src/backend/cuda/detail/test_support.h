@@ -260,6 +260,79 @@ inline void expect_e4m3_cache_written(Twin& twin, const Pair& cache, const Pair&
       << (is_v ? "v" : "k") << " cache";
 }
 
+// The quantized formats' fused decode ops against the CPU's unfused ops, m tokens of h (M, K) with
+// a norm gain: each check takes the weight under test (gpu) and the CPU's reference for it (cpu:
+// the same weight, or its dequantized values), with what names the case in failures.
+struct FusedWeight {
+  WeightRef cpu, gpu;
+};
+
+// rms_matmul_swiglu: silu(gate) * up of rms_norm(h) * gain @ w^T, w (2F, K).
+inline void expect_rms_swiglu(Twin& twin, const Pair& h, const Pair& gain, float eps,
+                              const FusedWeight& w, const std::string& what) {
+  const int64_t m = h.cpu.rows(), f = w.cpu.rows() / 2;
+  Pair normed = twin.output({m, h.cpu.row_size()});
+  twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
+  Pair gate_up = twin.output({m, 2 * f});
+  Pair act = twin.output({m, f});
+  twin.cpu().matmul(normed.cpu, w.cpu, nullptr, gate_up.cpu);
+  twin.cpu().silu_mul(gate_up.cpu, act.cpu);
+  twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, w.gpu, eps, act.gpu);
+  EXPECT_LT(twin.error(act), tolerance(twin.dtype())) << what << " swiglu m=" << m;
+}
+
+// matmul_add: residual (random) += x @ w^T.
+inline void expect_matmul_add(Twin& twin, Rng& rng, const Pair& x, const FusedWeight& w,
+                              const std::string& what) {
+  const int64_t m = x.cpu.rows(), n = w.cpu.rows();
+  const auto res0 = random_floats(rng, m * n);
+  Pair residual = twin.floats({m, n}, res0);
+  Pair prod = twin.output({m, n});
+  twin.cpu().matmul(x.cpu, w.cpu, nullptr, prod.cpu);
+  std::vector<float> want = twin.cpu_floats(prod.cpu);
+  const auto res_rounded = twin.representable(res0);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += res_rounded[i];
+  twin.gpu().matmul_add(x.gpu, w.gpu, residual.gpu);
+  EXPECT_LT(rel_l2(twin.gpu_floats(residual.gpu), want), tolerance(twin.dtype()))
+      << what << " matmul_add m=" << m;
+}
+
+// rms_matmul_rope_cache with a bias: q/k/v of shape's heads of 128 (w rows (Hq + 2 Hkv) 128),
+// Llama-3's RoPE at positions first_position + 37 t, cache slots 3 t + 1 in 2 blocks of 16.
+inline void expect_rms_rope_cache(Twin& twin, Rng& rng, const Pair& h, const Pair& gain, float eps,
+                                  const FusedWeight& w, const AttentionShape& shape,
+                                  const std::string& what) {
+  const int64_t m = h.cpu.rows();
+  const int64_t hd = shape.head_dim, hkv = shape.num_kv_heads;
+  const int64_t nq = int64_t{shape.num_heads + 2 * shape.num_kv_heads} * hd, blocks = 2, bs = 16;
+  const int64_t cache = blocks * hkv * bs * hd;
+  Pair bias = twin.floats({nq}, random_floats(rng, nq));
+  Pair kc = twin.floats({blocks, hkv, bs, hd}, random_floats(rng, cache));
+  Pair vc = twin.floats({blocks, hkv, bs, hd}, random_floats(rng, cache));
+  std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    positions[static_cast<size_t>(i)] = static_cast<int32_t>(100 + 37 * i);
+    slots[static_cast<size_t>(i)] = static_cast<int32_t>(3 * i + 1);
+  }
+  std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = static_cast<float>(
+        std::pow(500000.0, -2.0 * static_cast<double>(i) / static_cast<double>(hd)));
+  Pair pos = twin.ints({m}, positions);
+  Pair slot = twin.ints({m}, slots);
+  Pair freq = twin.floats({hd / 2}, inv_freq, DType::kF32);
+  Pair normed = twin.output({m, h.cpu.row_size()});
+  Pair qkv = twin.output({m, nq});
+  twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
+  twin.cpu().matmul(normed.cpu, w.cpu, &bias.cpu, qkv.cpu);
+  twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
+  twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, w.gpu, &bias.gpu, eps, pos.gpu, slot.gpu,
+                                   freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu);
+  EXPECT_LT(twin.error(qkv), tolerance(twin.dtype())) << what << " qkv m=" << m;
+  EXPECT_LT(twin.error(kc), tolerance(twin.dtype())) << what << " k cache m=" << m;
+  EXPECT_LT(twin.error(vc), tolerance(twin.dtype())) << what << " v cache m=" << m;
+}
+
 // ops() captured into a CUDA graph, replayed once and waited for (debug sync off meanwhile, as
 // capture requires); a failed capture is a test failure.
 inline void replay_in_graph(Twin& twin, const std::function<void()>& ops) {
