@@ -15,17 +15,19 @@
 # IB_SKIP_EVAL=1, IB_SKIP_PROFILE=1 (the CUPTI kernel profile of the first model at batch 1),
 # IB_SKIP_NONE=1 (no seed runs of the dequantized file), IB_B1_NONE=1 (its batch-1 runs too),
 # IB_MODELS (default "llama-3-8b phi-3-mini-4k"), IB_DEADLINE (580: a run or eval that could end
-# later is skipped). Writes profile_*.txt, build.log, tests.log,
+# later is skipped), IB_TEST_FILTER (backend_cuda_test's, *CudaGguf*:*CudaQuant4*), IB_SNAPSHOT
+# (a .tgz path: all of OUT packed after each step, so that a call cut short keeps what ran). Writes profile_*.txt, build.log, tests.log,
 # files.log, runs.log, eval_*.json and per run a directory with result.json and its log.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 B=${B:-$PWD/build/h200-gguf}
+snap() { [ -n "${IB_SNAPSHOT:-}" ] && tar czf "$IB_SNAPSHOT" -C "$O" . 2>/dev/null; return 0; }
 build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test gguf_fixture \
   ib_kernel_profile || exit 1
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
-  timeout 240 "$B/src/backend/cuda/backend_cuda_test" --gtest_filter='*CudaGguf*:*CudaQuant4*' \
+  timeout 240 "$B/src/backend/cuda/backend_cuda_test" --gtest_filter="${IB_TEST_FILTER:-*CudaGguf*:*CudaQuant4*}" \
     > "$O/tests.log" 2>&1
   echo "backend_cuda_test CudaGguf:CudaQuant4 rc=$? $(el)"
   grep -E "^\[  FAILED  \]|Failure|PASSED|FAILED TEST" "$O/tests.log" | head -20
@@ -33,6 +35,7 @@ if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
     --gtest_output=json:"$O/engine_gguf.json" > "$O/engine_tests.log" 2>&1
   echo "engine_cuda_test CudaEngineGguf rc=$? $(el)"
   grep -E "^\[  FAILED  \]|Failure|PASSED|FAILED TEST|rel_l2" "$O/engine_tests.log" | head -20
+  snap
 fi
 MODELS=${IB_MODELS:-llama-3-8b phi-3-mini-4k}
 F=/tmp/ib-gguf; mkdir -p "$F"
@@ -42,6 +45,7 @@ for m in $MODELS; do
     "$F/$m-Q4_K_M.gguf" 16 >> "$O/files.log" 2>&1
   echo "$m Q4_K_M rc=$? $(ls -l "$F/$m-Q4_K_M.gguf" | awk '{print $5}') bytes $(el)" | tee -a "$O/files.log"
 done
+snap
 run() {  # NAME TIMEOUT FLAGS...: skipped when it could run past IB_DEADLINE (580) s
   local name=$1 t=$2; shift 2
   if (( $(date +%s) - T0 + t > ${IB_DEADLINE:-580} )); then echo "$name skipped (deadline)"; return; fi
@@ -50,6 +54,7 @@ run() {  # NAME TIMEOUT FLAGS...: skipped when it could run past IB_DEADLINE (58
   echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|copy ceiling|rror" \
     "$O/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"
   find "$O/$name" -name '*.jsonl' -delete 2>/dev/null
+  snap
 }
 profile() {  # NAME MODEL FLAGS...: a CUPTI kernel profile (bench/gpu/kernel_profile.cpp) of a run
   local name=$1 m=$2; shift 2
@@ -89,6 +94,7 @@ if [ "${IB_SKIP_EVAL:-0}" != 1 ]; then
       --quantization gguf --num-prompts 4 --input-len 64 --output-len 16 --seed 0 \
       --output-json "$O/eval_$m.json" > "$O/eval_$m.log" 2>&1
     echo "eval $m rc=$? $(el)"; grep -A2 "^| model" "$O/eval_$m.log" | tail -1
+    snap
   done | tee -a "$O/runs.log"
 fi
 echo "done $(el)"

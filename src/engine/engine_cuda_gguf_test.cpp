@@ -71,6 +71,7 @@ TEST(CudaEngineGguf, MatchesTheCpuEngineOnTheSameFile) {
     const double q8 = rel_l2(cpu_gguf[r], cpu_dense[r]);
     const double got = rel_l2(gpu_gguf[r], cpu_gguf[r]);
     RecordProperty("request" + std::to_string(r + 1) + "_rel_l2", std::to_string(got));
+    RecordProperty("request" + std::to_string(r + 1) + "_q8_rel_l2", std::to_string(q8));
     EXPECT_GT(q8, 0.0) << "the int8 activations change nothing: not the kGguf path";
     EXPECT_LT(got, 1.5 * q8 + 0.02) << "request " << r + 1 << " (q8 effect " << q8 << ")";
   }

@@ -1,6 +1,7 @@
 // A ModelConfig as GGUF metadata, and dummy GGUF files with seeded weights (gguf_model.h).
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -180,9 +181,17 @@ Status write_dummy_gguf(const std::string& path, const ModelConfig& config, cons
       int64_t n = 1;
       for (const int64_t dim : t.dims) n *= dim;
       std::vector<float> values(static_cast<size_t>(n), 1.0f);
+      // As the engine's dummy weights (model_weights.h): the embedding uniform in [-1, 1), every
+      // other matrix in [-a, a) with a = sqrt(3 / fan_in), so that each layer keeps the scale of
+      // its input and a deep model's logits stay as sensitive as a trained one's (a fixed scale
+      // grows the residual stream layer by layer); biases in [-0.05, 0.05).
+      const float a = !t.matrix ? 0.05f
+                      : t.name == "token_embd.weight"
+                          ? 1.0f
+                          : std::sqrt(3.0f / static_cast<float>(t.dims[0]));
       if (!t.norm) {
-        for (size_t j = 0; j < values.size(); ++j) {  // uniform in [-0.05, 0.05)
-          values[j] = (counter_uniform(seed, static_cast<uint64_t>(i), j) - 0.5f) * 0.1f;
+        for (size_t j = 0; j < values.size(); ++j) {
+          values[j] = (counter_uniform(seed, static_cast<uint64_t>(i), j) - 0.5f) * 2.0f * a;
         }
       }
       auto bytes = quantize_ggml(tensors[static_cast<size_t>(i)].type, values);

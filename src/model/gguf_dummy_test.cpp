@@ -104,7 +104,12 @@ TEST_F(DummyGguf, WeightsAreSeeded) {
   const auto wk = read_gguf_tensor_f32(**a, "blk.0.attn_k.weight").value();
   ASSERT_LT(wk.size(), wa.size());
   EXPECT_FALSE(std::equal(wk.begin(), wk.end(), wa.begin()));  // each tensor its own stream
-  for (const float v : wa) EXPECT_LE(std::abs(v), 0.051f);
+  // Uniform in [-a, a), a = sqrt(3 / fan_in) (fan_in: ne[0], the hidden size), up to Q8_0's step.
+  const float bound = std::sqrt(3.0f / static_cast<float>(c.hidden_size));
+  float most = 0;
+  for (const float v : wa) most = std::max(most, std::abs(v));
+  EXPECT_LE(most, bound * 1.01f);
+  EXPECT_GE(most, bound * 0.9f);
 }
 
 TEST_F(DummyGguf, RefusesWhatGgufCannotHoldNamingIt) {
