@@ -70,8 +70,9 @@ Result<std::vector<GgufMetadata>> gguf_metadata_of(const ModelConfig& config);
 // A GGUF file of config with seeded weights in llama.cpp's names and layouts: the embedding,
 // lm_head (unless tied) and every projection matrix in matmul_type, norms (ones) and biases in
 // F32. Values as the engine's dummy weights scale them (uniform, the embedding in [-1, 1), each
-// other matrix in [-a, a) with a = sqrt(3 / fan_in)), biases in [-0.05, 0.05). Written atomically. User error when a matrix's rows (ne[0]: hidden, q_dim or the FFN size)
-// are not whole blocks of matmul_type, naming the tensor.
+// other matrix in [-a, a) with a = sqrt(3 / fan_in)), biases in [-0.05, 0.05). Written atomically.
+// User error when a matrix's rows (ne[0]: hidden, q_dim or the FFN size) are not whole blocks of
+// matmul_type, naming the tensor.
 Status write_dummy_gguf(const std::string& path, const ModelConfig& config, GgmlType matmul_type,
                         uint64_t seed);
 

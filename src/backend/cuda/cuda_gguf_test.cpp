@@ -141,26 +141,11 @@ TEST_P(CudaGguf, MatmulMatchesTheCpu) {
 TEST_P(CudaGguf, FusedOpsMatchTheCpu) {
   Twin twin(dtype());
   Rng rng(44);
-  const float eps = 1e-5f;
-  const int64_t k = 4096, f = 512;
-  AttentionShape shape;  // 4 q heads, 2 kv heads of 128
-  shape.num_heads = 4;
-  shape.num_kv_heads = 2;
-  shape.head_dim = 128;
-  for (const int64_t m : {1, 5, 8}) {
-    Pair h = twin.floats({m, k}, random_floats(rng, m * k, -1.5f, 1.5f));
-    Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
-    const auto weight = [&](int64_t n) {
-      const GgufPair w = make_weight(twin, rng, k, resized(n));
-      return testing::FusedWeight{w.cpu, w.gpu};
-    };
-    testing::expect_rms_swiglu(twin, h, gain, eps, weight(2 * f), name_of(segments()));
-    testing::expect_matmul_add(twin, rng, h, weight(1024), name_of(segments()));
-    testing::expect_rms_rope_cache(twin, rng, h, gain, eps, weight((4 + 2 * 2) * 128), shape,
-                                   name_of(segments()));
-    const Status status = twin.gpu().device_status();
-    ASSERT_TRUE(status.ok()) << status.error().message;
-  }
+  const auto weight = [&](int64_t n) {
+    const GgufPair w = make_weight(twin, rng, 4096, resized(n));
+    return testing::FusedWeight{w.cpu, w.gpu};
+  };
+  testing::expect_fused_ops(twin, rng, weight, name_of(segments()));
 }
 
 // Each type alone (one segment of all rows), and Q4_K_M's fused q/k/v mix.

@@ -333,6 +333,28 @@ inline void expect_rms_rope_cache(Twin& twin, Rng& rng, const Pair& h, const Pai
   EXPECT_LT(twin.error(vc), tolerance(twin.dtype())) << what << " v cache m=" << m;
 }
 
+// The three checks above for m = 1, 5 and 8 tokens of K = 4096 (random h, gain in [0.2, 2]):
+// F = 512, a residual of 1,024 and 4 q / 2 kv heads of 128, each weight from make(n), n rows of
+// K as a FusedWeight.
+template <typename MakeWeight>
+void expect_fused_ops(Twin& twin, Rng& rng, const MakeWeight& make, const std::string& what) {
+  const float eps = 1e-5f;
+  const int64_t k = 4096, f = 512;
+  AttentionShape shape;
+  shape.num_heads = 4;
+  shape.num_kv_heads = 2;
+  shape.head_dim = 128;
+  for (const int64_t m : {1, 5, 8}) {
+    Pair h = twin.floats({m, k}, random_floats(rng, m * k, -1.5f, 1.5f));
+    Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+    expect_rms_swiglu(twin, h, gain, eps, make(2 * f), what);
+    expect_matmul_add(twin, rng, h, make(1024), what);
+    expect_rms_rope_cache(twin, rng, h, gain, eps, make((4 + 2 * 2) * 128), shape, what);
+    const Status status = twin.gpu().device_status();
+    ASSERT_TRUE(status.ok()) << status.error().message;
+  }
+}
+
 // ops() captured into a CUDA graph, replayed once and waited for (debug sync off meanwhile, as
 // capture requires); a failed capture is a test failure.
 inline void replay_in_graph(Twin& twin, const std::function<void()>& ops) {
