@@ -45,12 +45,11 @@ std::vector<double> round_trip(const std::vector<float>& x) {
   return out;
 }
 
-TEST(CpuGguf, MatmulIsTheDequantizedRowsTimesTheRoundTrippedActivations) {
+// A weight of three rows of each type (a segment each) against the definition, summed in double.
+void expect_matmul_matches(const std::vector<GgmlType>& types, uint64_t seed) {
   const int64_t k = 512, m = 3;
-  const GgmlType types[] = {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kQ4_0,
-                            GgmlType::kQ5_K};
-  const int64_t n = 5 * 3;  // three rows of each type, one segment each
-  Rng rng(5);
+  const auto n = static_cast<int64_t>(3 * types.size());
+  Rng rng(seed);
   GgufRows rows;
   rows.cols = k;
   int64_t longest = 0;
@@ -59,7 +58,7 @@ TEST(CpuGguf, MatmulIsTheDequantizedRowsTimesTheRoundTrippedActivations) {
   std::vector<uint8_t> bytes(static_cast<size_t>(n * stride), 0);
   std::vector<float> dense(static_cast<size_t>(n * k));
   for (int64_t r = 0; r < n; ++r) {
-    const GgmlType t = types[r / 3];
+    const GgmlType t = types[static_cast<size_t>(r / 3)];
     if (r % 3 == 0) {
       rows.begin[rows.count] = r;
       rows.type[rows.count++] = t;
@@ -71,7 +70,7 @@ TEST(CpuGguf, MatmulIsTheDequantizedRowsTimesTheRoundTrippedActivations) {
     std::copy(q->begin(), q->end(), bytes.begin() + r * stride);
     ASSERT_TRUE(dequantize_ggml(t, *q, std::span<float>(dense.data() + r * k, k)).ok());
   }
-  ASSERT_EQ(rows.count, 5);
+  ASSERT_EQ(rows.count, static_cast<int>(types.size()));
   std::vector<float> x(static_cast<size_t>(m * k));
   for (auto& e : x) e = static_cast<float>(rng.uniform() - 0.5) * 4.0f;
 
@@ -101,6 +100,11 @@ TEST(CpuGguf, MatmulIsTheDequantizedRowsTimesTheRoundTrippedActivations) {
       EXPECT_NEAR(got[i * n + j], want, 1e-5 * (1 + std::fabs(want))) << i << " " << j;
     }
   }
+}
+
+TEST(CpuGguf, MatmulIsTheDequantizedRowsTimesTheRoundTrippedActivations) {
+  expect_matmul_matches({GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kQ4_0}, 5);
+  expect_matmul_matches({GgmlType::kQ5_K}, 6);
 }
 
 TEST(CpuGguf, LayoutChecksRefuseWhatTheRowsCannotHold) {
