@@ -8,8 +8,9 @@
 # (gguf_fixture --dummy, 16 threads); then `inferbench run` on each: batch 1 (issue 14's target:
 # Llama-3-8B Q4_K_M >= 450 tok/s) and the seed protocol (static batch 8, in 32 / out 128, 200
 # prompts; Phi-3-mini Q4_K_M is the seed table's fifth row), --quantization gguf and, for the
-# same file dequantized to bf16 at load, --quantization none; and `inferbench eval` of gguf
-# against none on the same file (what the int8 activations cost; the weights are the same).
+# same file dequantized to bf16 at load, --quantization none; and `inferbench eval` of the
+# presets' dummy weights quantized at load in the Q4_K_M mix (--load-format dummy --quantization
+# gguf) against the same weights in bf16 (IB_EVAL_FILES=1 adds gguf against none on the files).
 # Usage (~8 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/gguf.sh
 # Environment: B (build directory, build/h200-gguf), IB_SKIP_TESTS=1, IB_SKIP_RUNS=1,
 # IB_SKIP_EVAL=1, IB_SKIP_PROFILE=1 (the CUPTI kernel profile of the first model at batch 1),
@@ -88,13 +89,20 @@ if [ "${IB_SKIP_RUNS:-0}" != 1 ]; then
   fi
 fi
 if [ "${IB_SKIP_EVAL:-0}" != 1 ]; then
+  # The presets' dummy weights quantized at load in the Q4_K_M mix against the same weights in
+  # bf16 (what Q4_K_M and the int8 activations cost together; the quant matrix's gguf row), then
+  # the files against their own dequantized values (the int8 activations alone).
   for m in $MODELS; do
-    (( $(date +%s) - T0 + 150 > ${IB_DEADLINE:-580} )) && { echo "eval $m skipped (deadline)"; continue; }
-    timeout 150 "$B/bin/inferbench" eval --model "$F/$m-Q4_K_M.gguf" --device cuda --dtype bf16 \
-      --quantization gguf --num-prompts 4 --input-len 64 --output-len 16 --seed 0 \
-      --output-json "$O/eval_$m.json" > "$O/eval_$m.log" 2>&1
-    echo "eval $m rc=$? $(el)"; grep -A2 "^| model" "$O/eval_$m.log" | tail -1
-    snap
+    for src in preset file; do
+      [ "$src" = file ] && [ "${IB_EVAL_FILES:-0}" != 1 ] && continue
+      (( $(date +%s) - T0 + 150 > ${IB_DEADLINE:-580} )) && { echo "eval $m $src skipped (deadline)"; continue; }
+      if [ "$src" = preset ]; then model=(--model "$m" --load-format dummy); else model=(--model "$F/$m-Q4_K_M.gguf"); fi
+      timeout 150 "$B/bin/inferbench" eval "${model[@]}" --device cuda --dtype bf16 \
+        --quantization gguf --num-prompts 4 --input-len 64 --output-len 16 --seed 0 \
+        --output-json "$O/eval_${m}_$src.json" > "$O/eval_${m}_$src.log" 2>&1
+      echo "eval $m $src rc=$? $(el)"; grep -A2 "^| model" "$O/eval_${m}_$src.log" | tail -1
+      snap
+    done
   done | tee -a "$O/runs.log"
 fi
 echo "done $(el)"

@@ -56,8 +56,9 @@ inline constexpr const char* kLoadFormatHelp =
     "dummy, safetensors or gguf";
 // What --quantization gguf means, in every command's --quantization help.
 inline constexpr const char* kGgufQuantizationHelp =
-    "gguf: a .gguf --model's weights as stored; the K-quant kernels are not there yet, so for now "
-    "each tensor is dequantized at load and runs dense in the activation dtype";
+    "gguf: a .gguf --model's matmul weights in their ggml blocks, activations quantized to int8 "
+    "per 32 as llama.cpp's CUDA kernels do (with --load-format dummy: dummy weights in "
+    "llama.cpp's Q4_K_M mix)";
 
 void add_engine_flags(CLI::App& app, EngineFlags& flags);
 

@@ -102,7 +102,8 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
 Result<int> execute_generate(const GenerateFlags& f) {
   IB_ASSIGN_OR_RETURN(const ModelConfig model, resolve_model(f.model));
   IB_TRY(model.check_supported());
-  IB_TRY(check_gguf_quantization(f.quantization, f.model, is_gguf_file(f.model)));
+  IB_TRY(check_gguf_quantization(f.quantization, f.model, is_gguf_file(f.model),
+                                 f.load_format == "dummy"));
   IB_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt, parse_token_ids(f.prompt_token_ids));
   if (f.max_tokens <= 0) return user_error("--max-tokens must be positive");
   const int total = static_cast<int>(prompt.size()) + f.max_tokens;

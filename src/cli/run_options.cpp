@@ -356,7 +356,10 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
     return model.error();
   }
   if (!http) IB_TRY(p.model.check_supported());
-  if (!http) IB_TRY(check_gguf_quantization(f.quantization, f.model, is_gguf_file(f.model)));
+  if (!http) {
+    IB_TRY(check_gguf_quantization(f.quantization, f.model, is_gguf_file(f.model),
+                                   f.load_format == "dummy"));
+  }
   // Before anything starts: the one line of a user error.
   if (!http) IB_TRY(check_block_sparse(p.model, f.block_sparse_attention));
   IB_TRY(check_device(f.device));

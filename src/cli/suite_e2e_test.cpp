@@ -393,7 +393,7 @@ TEST_F(E2e, ShippedSuiteFilesPassADryRun) {
   const fs::path qm = fs::path(src) / "bench" / "quant-matrix.yaml";
   ASSERT_EQ(run({"suite", qm.string(), "--dry-run", "--result-dir", (root_ / "qm").string()}), 0);
   EXPECT_NE(out().find("--quantization fp8"), std::string::npos) << out();
-  for (const char* q : {"awq", "gptq", "nf4"})  // the 4-bit rows (issue 14)
+  for (const char* q : {"awq", "gptq", "nf4", "gguf"})  // the 4-bit rows (issue 14)
     EXPECT_NE(out().find(std::string("--quantization ") + q), std::string::npos) << out();
   EXPECT_NE(out().find("--dtype fp32"), std::string::npos) << out();
 }

@@ -35,12 +35,13 @@ Result<WeightFormat> quantization_weight_format(std::string_view quantization) {
 }
 
 Status check_gguf_quantization(std::string_view quantization, const std::string& model,
-                               bool weights_from_gguf) {
-  if (quantization != "gguf" || weights_from_gguf) return Ok{};
+                               bool weights_from_gguf, bool dummy_weights) {
+  if (quantization != "gguf" || weights_from_gguf || dummy_weights) return Ok{};
   return user_error("--quantization gguf runs the weights of a GGUF file as stored, and '" + model +
                     "' gives none (it is not a GGUF file, or --load-format is neither auto nor "
-                    "gguf); give --model FILE.gguf, or use another --quantization (none, fp8, "
-                    "int8, int8-w8a8, awq, gptq or nf4) with this model");
+                    "gguf); give --model FILE.gguf, --load-format dummy for dummy weights in "
+                    "llama.cpp's Q4_K_M mix, or another --quantization (none, fp8, int8, "
+                    "int8-w8a8, awq, gptq or nf4) with this model");
 }
 
 bool quantization_is_asymmetric(std::string_view quantization) {

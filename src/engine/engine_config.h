@@ -37,10 +37,11 @@ const char* kv_growth_name(KvGrowth g);
 // backend/weight.h defines each. The format of the quantized weights, or a user error listing
 // the supported values.
 Result<WeightFormat> quantization_weight_format(std::string_view quantization);
-// --quantization gguf needs weights from a GGUF file (weights_from_gguf): a user error naming
-// model and the fix when they are not; Ok for every other quantization.
+// --quantization gguf needs weights from a GGUF file (weights_from_gguf) or dummy weights
+// (--load-format dummy: llama.cpp's Q4_K_M mix): a user error naming model and the fix when
+// neither; Ok for every other quantization.
 Status check_gguf_quantization(std::string_view quantization, const std::string& model,
-                               bool weights_from_gguf);
+                               bool weights_from_gguf, bool dummy_weights = false);
 // Whether --quantization quantizes 4-bit weights at load with zero points (awq), not
 // symmetrically (WeightRef::asymmetric).
 bool quantization_is_asymmetric(std::string_view quantization);

@@ -275,7 +275,11 @@ Tensor DenseStaging::dense_for(const WeightRef& weight) const {
 }
 
 void DenseStaging::finish(const Tensor& dense, const WeightRef& weight) {
-  if (weight.format != WeightFormat::kDense) backend_->quantize_weight(dense, weight);
+  if (weight.format == WeightFormat::kGguf) {
+    quantize_gguf_weight(*backend_, dense, weight);
+  } else if (weight.format != WeightFormat::kDense) {
+    backend_->quantize_weight(dense, weight);
+  }
 }
 
 }  // namespace detail
@@ -301,7 +305,7 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
                       "' is not a GGUF file; pass --model FILE.gguf or another --load-format");
   }
   IB_TRY(check_gguf_quantization(options.gguf_as_stored ? "gguf" : "", options.path,
-                                 format == LoadFormat::kGguf));
+                                 format == LoadFormat::kGguf, format == LoadFormat::kDummy));
   const CheckpointQuantization& cq = config.quantization;
   const std::string name = quantization_name(options.quantization, options.asymmetric);
   if (format == LoadFormat::kSafetensors && cq.quantized() && name != cq.format) {
@@ -327,7 +331,13 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
                      options.quantization == WeightFormat::kDense &&
                      backend.supports_weight_format(WeightFormat::kGguf) &&
                      config.moe.num_experts == 0 && config.mla.kv_lora_rank == 0;
-  if (gguf_blocks) {
+  // --quantization gguf on dummy weights: llama.cpp's Q4_K_M mix, quantized at load.
+  const bool gguf_dummy = format == LoadFormat::kDummy && options.gguf_as_stored;
+  if (gguf_dummy) {
+    IB_ASSIGN_OR_RETURN(layout.gguf, detail::dummy_gguf_rows(config, backend));
+    layout.format = WeightFormat::kGguf;
+    layout.name = "gguf";
+  } else if (gguf_blocks) {
     IB_ASSIGN_OR_RETURN(layout.gguf, detail::gguf_matmul_rows(config, options.path));
     for (const auto& layer : layout.gguf) {
       for (const GgufRows& rows : layer) gguf_blocks = gguf_blocks && rows.count > 0;
@@ -340,13 +350,16 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
     }
   }
   IB_ASSIGN_OR_RETURN(ModelWeights w, detail::allocate_weights(config, layout, backend));
-  IB_ASSIGN_OR_RETURN(
-      detail::DenseStaging staging,
-      detail::DenseStaging::create(
-          config, prequantized ? WeightFormat::kDense : options.quantization, backend));
+  IB_ASSIGN_OR_RETURN(detail::DenseStaging staging,
+                      detail::DenseStaging::create(config,
+                                                   prequantized ? WeightFormat::kDense
+                                                   : gguf_dummy ? WeightFormat::kGguf
+                                                                : options.quantization,
+                                                   backend));
   if (format == LoadFormat::kDummy) {
     fill_dummy(config, options.seed, backend, staging, w);
-    w.description = "dummy (seed " + std::to_string(options.seed) + ")";
+    w.description = "dummy (seed " + std::to_string(options.seed) + ")" +
+                    (gguf_dummy ? ", quantized at load in llama.cpp's Q4_K_M mix" : "");
   } else if (format == LoadFormat::kGguf) {
     IB_TRY(detail::load_gguf(config, options.path, backend, staging, w));
   } else {
@@ -356,7 +369,8 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
     w.description +=
         ", " + detail::quantization_description(layout, prequantized && cq.static_activations);
   }
-  if (prequantized || gguf_blocks) {  // quantize_weight, which readies the backend, did not run
+  // quantize_weight, which readies the backend, did not run
+  if (prequantized || gguf_blocks || gguf_dummy) {
     for (const LayerWeights& l : w.layers) {
       for (const WeightRef* ref : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) {
         if (is_quantized(ref->format)) IB_TRY(backend.prepare_weight(*ref));

@@ -11,11 +11,13 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/thread_pool.h"
 #include "engine/arch/architecture.h"
 #include "engine/detail/weight_storage.h"
 #include "model/gguf.h"
@@ -172,6 +174,86 @@ Result<std::vector<std::array<GgufRows, 4>>> gguf_matmul_rows(const ModelConfig&
     if (blocks) out[static_cast<size_t>(e.layer)][static_cast<size_t>(matmul_index(e.role))] = rows;
   }
   return out;
+}
+
+Result<std::vector<std::array<GgufRows, 4>>> dummy_gguf_rows(const ModelConfig& c,
+                                                             const Backend& backend) {
+  const std::string what = "--quantization gguf with --load-format dummy: model '" + c.name + "'";
+  if (c.moe.num_experts > 0 || c.mla.kv_lora_rank > 0) {
+    return user_error(what + " is a " + c.family +
+                      " model, whose experts or latent attention run dense only; drop "
+                      "--quantization gguf");
+  }
+  if (!backend.supports_weight_format(WeightFormat::kGguf)) {
+    return user_error(what + ": the " + backend.device_info().kind + " backend (" +
+                      std::string(dtype_name(backend.activation_dtype())) +
+                      ") does not run GGUF blocks; on CUDA use --dtype bf16 or fp16");
+  }
+  const GgufTypeMix mix{GgmlType::kQ4_K, true};
+  const int64_t q = int64_t{c.num_heads} * c.head_dim, kv = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t f = c.intermediate_size, d = c.hidden_size;
+  std::vector<std::array<GgufRows, 4>> out(static_cast<size_t>(c.num_layers));
+  for (int l = 0; l < c.num_layers; ++l) {
+    // Each weight's sources: rows and llama.cpp's tensor name.
+    const std::vector<std::pair<int64_t, const char*>> sources[4] = {
+        {{q, "attn_q.weight"}, {kv, "attn_k.weight"}, {kv, "attn_v.weight"}},
+        {{d, "attn_output.weight"}},
+        {{f, "ffn_gate.weight"}, {f, "ffn_up.weight"}},
+        {{d, "ffn_down.weight"}}};
+    const int64_t cols[4] = {d, q, d, f};
+    for (int which = 0; which < 4; ++which) {
+      GgufRows& rows = out[static_cast<size_t>(l)][static_cast<size_t>(which)];
+      rows.cols = cols[which];
+      int64_t begin = 0;
+      for (const auto& [n, name] : sources[which]) {
+        const GgmlType type = mix.type_of(fmt::format("blk.{}.{}", l, name), l, c.num_layers);
+        const int64_t block = ggml_type_info(type).block_elems;
+        if (rows.cols % block != 0) {
+          return user_error(fmt::format(
+              "{} has a matmul weight of {} input features, not whole {}-element blocks of {} "
+              "(llama.cpp's Q4_K_M mix); write a GGUF file of another type (gguf_fixture --dummy "
+              "{} Q8_0 OUT.gguf) and pass it as --model, or drop --quantization gguf",
+              what, rows.cols, block, ggml_type_info(type).name, c.name));
+        }
+        if (rows.count == 0 || rows.type[rows.count - 1] != type) {
+          rows.begin[rows.count] = begin;
+          rows.type[rows.count++] = type;
+        }
+        begin += n;
+      }
+    }
+  }
+  return out;
+}
+
+void quantize_gguf_weight(Backend& backend, const Tensor& dense, const WeightRef& w) {
+  IB_ASSERT(w.format == WeightFormat::kGguf && w.quantized_layout_ok() && dense.rank == 2 &&
+                dense.rows() == w.rows() && dense.row_size() == w.cols(),
+            "quantize_gguf_weight: dense (N, K) for a kGguf weight (N, K)");
+  const int64_t n = w.rows(), k = w.cols(), stride = w.data.dim(1);
+  std::vector<float> values(static_cast<size_t>(n * k));
+  if (dense.dtype == DType::kF32) {
+    backend.copy_to_host(dense, values.data());
+  } else {
+    std::vector<uint16_t> bits(values.size());
+    backend.copy_to_host(dense, bits.data());
+    for (size_t i = 0; i < bits.size(); ++i) {
+      values[i] =
+          dense.dtype == DType::kBF16 ? bf16_bits_to_f32(bits[i]) : f16_bits_to_f32(bits[i]);
+    }
+  }
+  std::vector<uint8_t> blocks(static_cast<size_t>(n * stride), 0);
+  ThreadPool pool(0);
+  pool.parallel_for(n, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const GgmlType type = w.gguf.type[w.gguf.segment_of(r)];
+      auto q = quantize_ggml(type,
+                             std::span<const float>(values.data() + r * k, static_cast<size_t>(k)));
+      IB_ASSERT(q.ok(), "quantize_gguf_weight: dummy values quantize");
+      std::copy(q->begin(), q->end(), blocks.begin() + r * stride);
+    }
+  });
+  backend.copy_from_host(w.data, blocks.data(), DType::kU8);
 }
 
 Status load_gguf(const ModelConfig& c, const std::string& path, Backend& backend,

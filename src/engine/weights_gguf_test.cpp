@@ -338,6 +338,62 @@ TEST(GgufWeights, QuantizationGgufQuantizesActivationsPer32) {
   EXPECT_LT(rel, 3e-2);
 }
 
+TEST(GgufWeights, DummyWeightsAreQuantizedAtLoadInTheQ4KMMix) {
+  // The llama test shapes (hidden 256, FFN 512: whole Q4_K blocks), 2 layers: layer 1 is one of
+  // the Q4_K_M mix's "more bits" layers (the last eighth), so its v rows and down are Q6_K.
+  const ModelConfig c = test_gguf_config("llama");
+  CpuBackend backend(2);
+  const WeightOptions dense_options{LoadFormat::kDummy, "", 3};
+  auto dense = load_weights(c, dense_options, backend);
+  ASSERT_TRUE(dense.ok()) << dense.error().message;
+  WeightOptions options = dense_options;
+  options.gguf_as_stored = true;
+  auto w = load_weights(c, options, backend);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  EXPECT_NE(w->description.find("Q4_K_M"), std::string::npos) << w->description;
+  const int64_t qk = int64_t{c.num_heads + c.num_kv_heads} * c.head_dim;
+  for (size_t l = 0; l < w->layers.size(); ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    const LayerWeights &got = w->layers[l], &from = dense->layers[l];
+    const bool more_bits = l == 1;
+    ASSERT_EQ(got.wqkv.gguf.count, more_bits ? 2 : 1);
+    if (more_bits) {
+      EXPECT_EQ(got.wqkv.gguf.begin[1], qk);
+      EXPECT_EQ(got.wqkv.gguf.type[1], GgmlType::kQ6_K);
+    }
+    EXPECT_EQ(got.w_down.gguf.type[0], more_bits ? GgmlType::kQ6_K : GgmlType::kQ4_K);
+    for (const auto& [ref, values] : {std::pair{&got.wqkv, &from.wqkv},
+                                      {&got.wo, &from.wo},
+                                      {&got.w_gate_up, &from.w_gate_up},
+                                      {&got.w_down, &from.w_down}}) {
+      ASSERT_EQ(ref->format, WeightFormat::kGguf);
+      // Each row: the dense dummy row through its type's quantizer and back.
+      std::vector<float> want(static_cast<size_t>(values->data.numel()));
+      backend.copy_to_host(values->data, want.data());
+      const int64_t k = ref->cols();
+      for (int64_t r = 0; r < ref->rows(); ++r) {
+        const GgmlType type = ref->gguf.type[ref->gguf.segment_of(r)];
+        const std::span<float> row(want.data() + r * k, static_cast<size_t>(k));
+        auto q = quantize_ggml(type, row);
+        ASSERT_TRUE(q.ok());
+        ASSERT_TRUE(dequantize_ggml(type, *q, row).ok());
+      }
+      EXPECT_EQ(gguf_values(*ref, backend), want);
+    }
+  }
+}
+
+TEST(GgufWeights, DummyQuantizationGgufRefusesRowsQ4KCannotTile) {
+  CpuBackend backend(2);
+  WeightOptions options{LoadFormat::kDummy, "", 0};
+  options.gguf_as_stored = true;
+  auto w = load_weights(test_gguf_config("qwen2"), options, backend);  // hidden 64
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.error().message.find("not whole 256-element blocks of Q4_K"), std::string::npos)
+      << w.error().message;
+  EXPECT_NE(w.error().message.find("gguf_fixture --dummy"), std::string::npos);
+}
+
 TEST(GgufWeights, AMissingTensorIsNamed) {
   const auto m = write_model(test_gguf_config("llama"));
   const std::string cut = (m->dir.path() / "cut.gguf").string();
@@ -357,15 +413,16 @@ TEST(GgufWeights, AMissingTensorIsNamed) {
   EXPECT_NE(e.find("The GGUF metadata"), std::string::npos) << e;
 }
 
-TEST(GgufWeights, GgufQuantizationNeedsAGgufFile) {
+TEST(GgufWeights, GgufQuantizationNeedsAGgufFileOrDummyWeights) {
   const auto m = write_model(test_gguf_config("qwen2"));
   CpuBackend backend(2);
-  WeightOptions options{LoadFormat::kDummy, m->path, 0};
+  const Status refused = check_gguf_quantization("gguf", "tiny-15m", false, false);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("--load-format dummy"), std::string::npos);
+  EXPECT_TRUE(check_gguf_quantization("gguf", "tiny-15m", false, true).ok());  // dummy weights
+  EXPECT_TRUE(check_gguf_quantization("gguf", m->path, true, false).ok());
+  WeightOptions options{LoadFormat::kAuto, m->path, 0};
   options.gguf_as_stored = true;
-  auto dummy = load_weights(m->config, options, backend);
-  ASSERT_FALSE(dummy.ok());
-  EXPECT_NE(dummy.error().message.find("--quantization gguf"), std::string::npos);
-  options.format = LoadFormat::kAuto;
   auto stored = load_weights(m->config, options, backend);
   ASSERT_TRUE(stored.ok()) << stored.error().message;
   EXPECT_EQ(stored->layers[0].wqkv.format, WeightFormat::kDense);
