@@ -211,9 +211,9 @@ Result<std::vector<std::array<GgufRows, 4>>> dummy_gguf_rows(const ModelConfig& 
         if (rows.cols % block != 0) {
           return user_error(fmt::format(
               "{} has a matmul weight of {} input features, not whole {}-element blocks of {} "
-              "(llama.cpp's Q4_K_M mix); write a GGUF file of another type (gguf_fixture --dummy "
-              "{} Q8_0 OUT.gguf) and pass it as --model, or drop --quantization gguf",
-              what, rows.cols, block, ggml_type_info(type).name, c.name));
+              "(llama.cpp's Q4_K_M mix); pass a GGUF file whose types tile it (Q8_0 and Q4_0 "
+              "take multiples of 32) as --model, or drop --quantization gguf",
+              what, rows.cols, block, ggml_type_info(type).name));
         }
         if (rows.count == 0 || rows.type[rows.count - 1] != type) {
           rows.begin[rows.count] = begin;
