@@ -34,8 +34,11 @@ TEST(ModelsTable, ListsEveryPresetWithSizesAndSupport) {
   // awq / gptq: the same layers at half a byte, f16 scales and u8 zero points per 128 (5.11 MB a
   // layer): 5.36 GiB; nf4: an f32 absmax per 64 instead (13.6 MB a layer): 5.61 GiB.
   EXPECT_NE(llama.find("| 5.36 | 5.61 |"), std::string::npos) << llama;
-  // tiny-15m's hidden size 288 is no multiple of 128 or 64: no 4-bit allocation.
-  EXPECT_NE(row_of(table, "tiny-15m").find("| - | - |"), std::string::npos);
+  // gguf Q4_K_M (the dummy mix): bf16 embed + lm_head 2.10 GB; 16 layers of q/k/v rows padded to
+  // Q6_K v's 3,360 bytes, Q6_K down (144.3 MB a layer) and 16 all in Q4_K (122.7 MB): 5.94 GiB.
+  EXPECT_NE(llama.find("| 5.36 | 5.61 | 5.94 |"), std::string::npos) << llama;
+  // tiny-15m's hidden size 288 is no multiple of 128, 64 or 256: no 4-bit allocation.
+  EXPECT_NE(row_of(table, "tiny-15m").find("| - | - | - |"), std::string::npos);
   EXPECT_NE(llama.find("| yes |"), std::string::npos) << llama;
   // Gemma-2-9B's head_dim 256 and Gemma-2-27B's 128: their soft-capped attention runs on CUDA.
   EXPECT_NE(row_of(table, "gemma-2-9b").find("| yes |"), std::string::npos)
@@ -53,10 +56,10 @@ TEST(ModelsTable, ListsEveryPresetWithSizesAndSupport) {
   // bf16 weights: 46.70 B parameters at 2 bytes = 86.99 GiB.
   const std::string mixtral = row_of(table, "mixtral-8x7b");
   EXPECT_NE(mixtral.find("| 46.70B |"), std::string::npos) << mixtral;
-  EXPECT_NE(mixtral.find("| - | - | - |"), std::string::npos) << mixtral;
+  EXPECT_NE(mixtral.find("| - | - | - | - |"), std::string::npos) << mixtral;
   EXPECT_NE(mixtral.find("| yes |"), std::string::npos) << mixtral;
   // Nor DeepSeek-V2-Lite's (its experts run dense too).
-  EXPECT_NE(row_of(table, "deepseek-v2-lite").find("| - | - | - |"), std::string::npos);
+  EXPECT_NE(row_of(table, "deepseek-v2-lite").find("| - | - | - | - |"), std::string::npos);
   EXPECT_NE(row_of(table, "tiny-15m").find("M |"), std::string::npos);
 }
 

@@ -23,8 +23,8 @@ double gib(double bytes) {
 std::string models_table(const std::vector<ModelConfig>& models) {
   std::string out =
       "| name | family | params | GiB fp32 | GiB bf16 | GiB fp8 / int8 | GiB awq / gptq "
-      "| GiB nf4 | KV KiB/token bf16 | max ctx | runs |\n"
-      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
+      "| GiB nf4 | GiB gguf Q4_K_M | KV KiB/token bf16 | max ctx | runs |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
   for (const auto& m : models) {
     const double params = static_cast<double>(m.parameter_count());
     // What --quantization allocates (planned_weight_bytes): fp8 / int8 (fp8, int8 and int8-w8a8
@@ -47,10 +47,18 @@ std::string models_table(const std::vector<ModelConfig>& models) {
       return fmt::format("{:.2f}",
                          gib(static_cast<double>(planned_weight_bytes(m, DType::kBF16, format))));
     };
-    out += fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {} | {} | {} | {:g} | {} | {} |\n",
+    // gguf: the dummy Q4_K_M mix (--load-format dummy --quantization gguf), as allocated (matmul
+    // rows padded to 16 bytes; embedding and lm_head bf16); "-" where its blocks do not tile.
+    const auto q4_k_m = gguf_q4_k_m_layout(m);
+    const std::string gguf =
+        !unsupported.empty() || !q4_k_m.ok()
+            ? std::string("-")
+            : fmt::format("{:.2f}",
+                          gib(static_cast<double>(planned_weight_bytes(m, DType::kBF16, *q4_k_m))));
+    out += fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {} | {} | {} | {} | {:g} | {} | {} |\n",
                        m.name, m.family, params_text(m.parameter_count()), gib(params * 4),
                        gib(params * 2), gib_of(WeightFormat::kFp8E4M3),
-                       gib_of(WeightFormat::kInt4W4A16), gib_of(WeightFormat::kNf4),
+                       gib_of(WeightFormat::kInt4W4A16), gib_of(WeightFormat::kNf4), gguf,
                        static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
                        m.max_position_embeddings,
                        !unsupported.empty() ? fmt::format("no: {}", fmt::join(unsupported, ", "))

@@ -284,6 +284,14 @@ void DenseStaging::finish(const Tensor& dense, const WeightRef& weight) {
 
 }  // namespace detail
 
+Result<MatmulLayout> gguf_q4_k_m_layout(const ModelConfig& config) {
+  MatmulLayout layout;
+  IB_ASSIGN_OR_RETURN(layout.gguf, detail::dummy_gguf_rows(config));
+  layout.format = WeightFormat::kGguf;
+  layout.name = "gguf";
+  return layout;
+}
+
 Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions& options,
                                   Backend& backend) {
   IB_TRY(config.validate());
@@ -334,9 +342,13 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   // --quantization gguf on dummy weights: llama.cpp's Q4_K_M mix, quantized at load.
   const bool gguf_dummy = format == LoadFormat::kDummy && options.gguf_as_stored;
   if (gguf_dummy) {
-    IB_ASSIGN_OR_RETURN(layout.gguf, detail::dummy_gguf_rows(config, backend));
-    layout.format = WeightFormat::kGguf;
-    layout.name = "gguf";
+    IB_ASSIGN_OR_RETURN(layout, gguf_q4_k_m_layout(config));
+    if (!backend.supports_weight_format(WeightFormat::kGguf)) {
+      return user_error("--quantization gguf with --load-format dummy: the " +
+                        backend.device_info().kind + " backend (" +
+                        std::string(dtype_name(backend.activation_dtype())) +
+                        ") does not run GGUF blocks; on CUDA use --dtype bf16 or fp16");
+    }
   } else if (gguf_blocks) {
     IB_ASSIGN_OR_RETURN(layout.gguf, detail::gguf_matmul_rows(config, options.path));
     for (const auto& layer : layout.gguf) {

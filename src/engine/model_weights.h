@@ -46,6 +46,10 @@ struct MatmulLayout {
   // them (detail::gguf_matmul_rows); a weight with count 0 is allocated dense.
   std::vector<std::array<GgufRows, 4>> gguf;
 };
+// The layout of --load-format dummy --quantization gguf: llama.cpp's Q4_K_M mix over config's
+// matmul weights (engine/weights_gguf.cpp); a user error naming the weight when its rows are not
+// whole blocks, or for mixture-of-experts and MLA models.
+Result<MatmulLayout> gguf_q4_k_m_layout(const ModelConfig& config);
 // The layout weights quantized at load take: groups of 128 (kInt4W4A16) or 64 (kNf4).
 MatmulLayout load_time_layout(WeightFormat format, bool asymmetric);
 

@@ -176,18 +176,12 @@ Result<std::vector<std::array<GgufRows, 4>>> gguf_matmul_rows(const ModelConfig&
   return out;
 }
 
-Result<std::vector<std::array<GgufRows, 4>>> dummy_gguf_rows(const ModelConfig& c,
-                                                             const Backend& backend) {
+Result<std::vector<std::array<GgufRows, 4>>> dummy_gguf_rows(const ModelConfig& c) {
   const std::string what = "--quantization gguf with --load-format dummy: model '" + c.name + "'";
   if (c.moe.num_experts > 0 || c.mla.kv_lora_rank > 0) {
     return user_error(what + " is a " + c.family +
                       " model, whose experts or latent attention run dense only; drop "
                       "--quantization gguf");
-  }
-  if (!backend.supports_weight_format(WeightFormat::kGguf)) {
-    return user_error(what + ": the " + backend.device_info().kind + " backend (" +
-                      std::string(dtype_name(backend.activation_dtype())) +
-                      ") does not run GGUF blocks; on CUDA use --dtype bf16 or fp16");
   }
   const GgufTypeMix mix{GgmlType::kQ4_K, true};
   const int64_t q = int64_t{c.num_heads} * c.head_dim, kv = int64_t{c.num_kv_heads} * c.head_dim;

@@ -110,10 +110,8 @@ Result<std::vector<std::array<GgufRows, 4>>> gguf_matmul_rows(const ModelConfig&
                                                               const std::string& path);
 // The same for dummy weights in llama.cpp's Q4_K_M mix (model/gguf_model.h's GgufTypeMix, with
 // q / k / v, o, gate / up and down named as llama.cpp names them). User errors: a model whose
-// matmul weights are not whole 256-element blocks, mixture-of-experts or MLA models, a backend
-// that does not run kGguf.
-Result<std::vector<std::array<GgufRows, 4>>> dummy_gguf_rows(const ModelConfig& config,
-                                                             const Backend& backend);
+// matmul weights are not whole 256-element blocks, mixture-of-experts or MLA models.
+Result<std::vector<std::array<GgufRows, 4>>> dummy_gguf_rows(const ModelConfig& config);
 // A kGguf weight quantized at load from dense (N, K) in the activation dtype: copied to the host,
 // each row quantized by core/ggml_blocks.h in its segment's type, copied back.
 void quantize_gguf_weight(Backend& backend, const Tensor& dense, const WeightRef& weight);
