@@ -111,31 +111,24 @@ class CudaGguf : public ::testing::TestWithParam<Param> {
   }
 };
 
-struct Shape {
-  int64_t m, n, k;
-};
 // 1-8 tokens take the GEMV, more the dequantizing path; K 3,072 is Phi-3-mini's hidden size.
-const Shape kShapes[] = {{1, 1000, 4096}, {2, 64, 256},    {3, 300, 3072}, {8, 2048, 4096},
-                         {9, 200, 1024},  {64, 512, 4096}, {1, 3, 512}};
-
 TEST_P(CudaGguf, MatmulMatchesTheCpu) {
   Twin twin(dtype());
   Rng rng(43);
-  for (const Shape& s : kShapes) {
-    for (const bool with_bias : {false, true}) {
-      Pair x = twin.floats({s.m, s.k}, random_floats(rng, s.m * s.k, -2.0f, 2.0f));
-      Pair b = twin.floats({s.n}, random_floats(rng, s.n));
-      const GgufPair w = make_weight(twin, rng, s.k, resized(s.n));
-      Pair out = twin.output({s.m, s.n});
-      twin.cpu().matmul(x.cpu, w.cpu, with_bias ? &b.cpu : nullptr, out.cpu);
-      twin.gpu().matmul(x.gpu, w.gpu, with_bias ? &b.gpu : nullptr, out.gpu);
-      const Status status = twin.gpu().device_status();
-      ASSERT_TRUE(status.ok()) << "m=" << s.m << ": " << status.error().message;
-      EXPECT_LT(twin.error(out), tolerance(dtype()))
-          << name_of(segments()) << " m=" << s.m << " n=" << s.n << " k=" << s.k
-          << " bias=" << with_bias;
-    }
-  }
+  testing::expect_matmuls(
+      twin, rng,
+      {{1, 1000, 4096},
+       {2, 64, 256},
+       {3, 300, 3072},
+       {8, 2048, 4096},
+       {9, 200, 1024},
+       {64, 512, 4096},
+       {1, 3, 512}},
+      [&](int64_t n, int64_t k) {
+        const GgufPair w = make_weight(twin, rng, k, resized(n));
+        return testing::FusedWeight{w.cpu, w.gpu};
+      },
+      name_of(segments()));
 }
 
 TEST_P(CudaGguf, FusedOpsMatchTheCpu) {

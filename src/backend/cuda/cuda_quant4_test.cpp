@@ -113,32 +113,25 @@ class CudaQuant4 : public ::testing::TestWithParam<Param> {
   }
 };
 
-struct Shape {
-  int64_t m, n, k;
-};
 // 1-16 tokens take the W4A16 GEMV where the groups allow it, more the dequantizing path; N not a
 // multiple of 16 on the small K.
-const Shape kShapes[] = {{1, 6144, 4096}, {3, 1000, 256},   {8, 4096, 4096}, {16, 512, 1024},
-                         {17, 384, 512},  {64, 1024, 4096}, {1, 3, 256}};
-
 TEST_P(CudaQuant4, MatmulMatchesTheDefinition) {
   Twin twin(dtype());
   Rng rng(41);
-  for (const Shape& s : kShapes) {
-    for (const bool with_bias : {false, true}) {
-      Pair x = twin.floats({s.m, s.k}, random_floats(rng, s.m * s.k, -2.0f, 2.0f));
-      Pair b = twin.floats({s.n}, random_floats(rng, s.n));
-      const Weight4 w = make_weight(twin, rng, s.n, s.k, variant());
-      Pair out = twin.output({s.m, s.n});
-      twin.cpu().matmul(x.cpu, w.cpu, with_bias ? &b.cpu : nullptr, out.cpu);
-      twin.gpu().matmul(x.gpu, w.gpu, with_bias ? &b.gpu : nullptr, out.gpu);
-      const Status status = twin.gpu().device_status();
-      ASSERT_TRUE(status.ok()) << "m=" << s.m << ": " << status.error().message;
-      EXPECT_LT(twin.error(out), tolerance(dtype()))
-          << variant().name() << " m=" << s.m << " n=" << s.n << " k=" << s.k
-          << " bias=" << with_bias;
-    }
-  }
+  testing::expect_matmuls(
+      twin, rng,
+      {{1, 6144, 4096},
+       {3, 1000, 256},
+       {8, 4096, 4096},
+       {16, 512, 1024},
+       {17, 384, 512},
+       {64, 1024, 4096},
+       {1, 3, 256}},
+      [&](int64_t n, int64_t k) {
+        const Weight4 w = make_weight(twin, rng, n, k, variant());
+        return testing::FusedWeight{w.cpu, w.gpu};
+      },
+      variant().name());
 }
 
 TEST_P(CudaQuant4, FusedOpsMatchTheUnfusedCpuOps) {

@@ -260,6 +260,32 @@ inline void expect_e4m3_cache_written(Twin& twin, const Pair& cache, const Pair&
       << (is_v ? "v" : "k") << " cache";
 }
 
+// A matmul's shape: x (m, k), w (n, k).
+struct MatmulShape {
+  int64_t m, n, k;
+};
+
+// matmul of x (uniform in [-2, 2)) with the weight make(n, k) gives (a FusedWeight: the CPU's
+// reference and the weight under test), with and without a bias, for every shape.
+template <typename MakeWeight>
+void expect_matmuls(Twin& twin, Rng& rng, std::initializer_list<MatmulShape> shapes,
+                    const MakeWeight& make, const std::string& what) {
+  for (const MatmulShape& s : shapes) {
+    for (const bool with_bias : {false, true}) {
+      Pair x = twin.floats({s.m, s.k}, random_floats(rng, s.m * s.k, -2.0f, 2.0f));
+      Pair b = twin.floats({s.n}, random_floats(rng, s.n));
+      const auto w = make(s.n, s.k);
+      Pair out = twin.output({s.m, s.n});
+      twin.cpu().matmul(x.cpu, w.cpu, with_bias ? &b.cpu : nullptr, out.cpu);
+      twin.gpu().matmul(x.gpu, w.gpu, with_bias ? &b.gpu : nullptr, out.gpu);
+      const Status status = twin.gpu().device_status();
+      ASSERT_TRUE(status.ok()) << "m=" << s.m << ": " << status.error().message;
+      EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
+          << what << " m=" << s.m << " n=" << s.n << " k=" << s.k << " bias=" << with_bias;
+    }
+  }
+}
+
 // The quantized formats' fused decode ops against the CPU's unfused ops, m tokens of h (M, K) with
 // a norm gain: each check takes the weight under test (gpu) and the CPU's reference for it (cpu:
 // the same weight, or its dequantized values), with what names the case in failures.
