@@ -164,6 +164,15 @@ struct GgufRows {
   int64_t begin[kGgufMaxSegments] = {};
   GgmlType type[kGgufMaxSegments] = {};
   int64_t cols = 0;  // K
+  // Rows from `row` on hold type: a new segment unless the last one has that type. False (and
+  // nothing added) when the segments are full.
+  bool append(int64_t row, GgmlType t) {
+    if (count > 0 && type[count - 1] == t) return true;
+    if (count == kGgufMaxSegments) return false;
+    begin[count] = row;
+    type[count++] = t;
+    return true;
+  }
   // The segment of row n.
   int segment_of(int64_t n) const {
     int s = 0;

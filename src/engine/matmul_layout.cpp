@@ -125,9 +125,8 @@ int64_t planned_weight_bytes(const ModelConfig& c, DType dt, const MatmulLayout&
     }
     for (size_t i = 0; i < shapes.size(); ++i) {
       const auto [n, k] = shapes[i];
-      if (format == WeightFormat::kGguf) {  // as the file stores them, or dense
-        const GgufRows& rows = layout.gguf.at(static_cast<size_t>(l))[i];
-        rows.count == 0 ? add(n * k, dt) : add(n * gguf_row_stride(rows), DType::kU8);
+      if (format == WeightFormat::kGguf) {  // rows of blocks, padded to the stride
+        add(n * gguf_row_stride(layout.gguf.at(static_cast<size_t>(l))[i]), DType::kU8);
       } else if (format == WeightFormat::kDense) {
         add(n * k, dt);
       } else if (is_4bit(format)) {

@@ -178,18 +178,14 @@ Result<ModelWeights> allocate_weights(const ModelConfig& c, const MatmulLayout& 
                           int which) -> Result<WeightRef> {
     const auto [n, k] = shape;
     WeightRef r;
-    const GgufRows* gguf =
-        format == WeightFormat::kGguf
-            ? &layout.gguf.at(static_cast<size_t>(layer))[static_cast<size_t>(which)]
-            : nullptr;
-    if (format == WeightFormat::kDense || (gguf && gguf->count == 0)) {
+    if (format == WeightFormat::kDense) {
       IB_ASSIGN_OR_RETURN(r.data, alloc(dt, {n, k}));
       return r;
     }
-    if (gguf) {
+    if (format == WeightFormat::kGguf) {
       r.format = format;
-      r.gguf = *gguf;
-      IB_ASSIGN_OR_RETURN(r.data, alloc(DType::kU8, {n, gguf_row_stride(*gguf)}));
+      r.gguf = layout.gguf.at(static_cast<size_t>(layer))[static_cast<size_t>(which)];
+      IB_ASSIGN_OR_RETURN(r.data, alloc(DType::kU8, {n, gguf_row_stride(r.gguf)}));
       return r;
     }
     r.format = format;
@@ -276,7 +272,8 @@ Tensor DenseStaging::dense_for(const WeightRef& weight) const {
 
 void DenseStaging::finish(const Tensor& dense, const WeightRef& weight) {
   if (weight.format == WeightFormat::kGguf) {
-    quantize_gguf_weight(*backend_, dense, weight);
+    if (!host_pool_) host_pool_ = std::make_unique<ThreadPool>(0);
+    quantize_gguf_weight(*backend_, *host_pool_, dense, weight);
   } else if (weight.format != WeightFormat::kDense) {
     backend_->quantize_weight(dense, weight);
   }
@@ -284,12 +281,22 @@ void DenseStaging::finish(const Tensor& dense, const WeightRef& weight) {
 
 }  // namespace detail
 
-Result<MatmulLayout> gguf_q4_k_m_layout(const ModelConfig& config) {
+namespace {
+
+// --quantization gguf's layout over these rows.
+MatmulLayout gguf_layout(std::vector<std::array<GgufRows, 4>> rows) {
   MatmulLayout layout;
-  IB_ASSIGN_OR_RETURN(layout.gguf, detail::dummy_gguf_rows(config));
   layout.format = WeightFormat::kGguf;
   layout.name = "gguf";
+  layout.gguf = std::move(rows);
   return layout;
+}
+
+}  // namespace
+
+Result<MatmulLayout> gguf_q4_k_m_layout(const ModelConfig& config) {
+  IB_ASSIGN_OR_RETURN(auto rows, detail::dummy_gguf_rows(config));
+  return gguf_layout(std::move(rows));
 }
 
 Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions& options,
@@ -350,16 +357,11 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
                         ") does not run GGUF blocks; on CUDA use --dtype bf16 or fp16");
     }
   } else if (gguf_blocks) {
-    IB_ASSIGN_OR_RETURN(layout.gguf, detail::gguf_matmul_rows(config, options.path));
-    for (const auto& layer : layout.gguf) {
-      for (const GgufRows& rows : layer) gguf_blocks = gguf_blocks && rows.count > 0;
+    IB_ASSIGN_OR_RETURN(auto rows, detail::gguf_matmul_rows(config, options.path));
+    for (const auto& layer : rows) {
+      for (const GgufRows& weight : layer) gguf_blocks = gguf_blocks && weight.count > 0;
     }
-    if (gguf_blocks) {
-      layout.format = WeightFormat::kGguf;
-      layout.name = "gguf";
-    } else {
-      layout.gguf.clear();
-    }
+    if (gguf_blocks) layout = gguf_layout(std::move(rows));
   }
   IB_ASSIGN_OR_RETURN(ModelWeights w, detail::allocate_weights(config, layout, backend));
   IB_ASSIGN_OR_RETURN(detail::DenseStaging staging,

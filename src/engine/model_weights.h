@@ -43,7 +43,7 @@ struct MatmulLayout {
   bool asymmetric = false;  // kInt4W4A16: zero points (awq at load, or a checkpoint's)
   bool act_order = false;
   // kGguf (--quantization gguf): each layer's wqkv, wo, w_gate_up, w_down rows as the file stores
-  // them (detail::gguf_matmul_rows); a weight with count 0 is allocated dense.
+  // them (detail::gguf_matmul_rows) or the dummy Q4_K_M mix gives them; every weight has rows.
   std::vector<std::array<GgufRows, 4>> gguf;
 };
 // The layout of --load-format dummy --quantization gguf: llama.cpp's Q4_K_M mix over config's

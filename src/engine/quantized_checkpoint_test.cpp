@@ -169,7 +169,7 @@ SafetensorsWriteTensor scalar_tensor(const std::string& name, float v) {
 // Static activation scales (vLLM's fp8 "static", compressed-tensors' static per-tensor input
 // activations): each *_proj has an input_scale; a fused weight takes the largest of its sources'
 // (q/k/v, gate/up share their input), as vLLM does; a missing or malformed one is refused.
-TEST(QuantizedCheckpoint, LoadsStaticInputScalesTheLargestPerFusedWeight) {
+TEST(QuantizedCheckpoint, LoadsStaticInputScalesTheLargestPerWeightPair) {
   for (const char* format : {"fp8", "int8-w8a8"}) {
     SCOPED_TRACE(format);
     CpuBackend backend(2);

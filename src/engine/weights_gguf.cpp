@@ -7,6 +7,7 @@
 // in HF order (hf_row_of_gguf_rope_row), as floats or as rows of blocks.
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,7 +18,6 @@
 
 #include <fmt/format.h>
 
-#include "core/thread_pool.h"
 #include "engine/arch/architecture.h"
 #include "engine/detail/weight_storage.h"
 #include "model/gguf.h"
@@ -42,20 +42,10 @@ V unpermute_rope_rows(const V& gguf, int64_t rows, int64_t row_size, int64_t hea
   return hf;
 }
 
-bool is_matmul_role(WeightRole role) {
-  return role == WeightRole::kQkv || role == WeightRole::kO || role == WeightRole::kGateUp ||
-         role == WeightRole::kDown;
-}
-int matmul_index(WeightRole role) {
-  return role == WeightRole::kQkv      ? 0
-         : role == WeightRole::kO      ? 1
-         : role == WeightRole::kGateUp ? 2
-                                       : 3;
-}
-
 class GgufCheckpoint final : public SafetensorsCheckpoint {
  public:
-  // raw: HF names kept in their ggml blocks (ggml_rows), not dequantized.
+  // raw: HF names kept in their ggml blocks (ggml_rows), not dequantized; their views need file
+  // to outlive the checkpoint.
   static Result<std::unique_ptr<GgufCheckpoint>> open(const GgufModelFile& file,
                                                       const ModelConfig& c,
                                                       const std::set<std::string>& raw = {}) {
@@ -76,11 +66,11 @@ class GgufCheckpoint final : public SafetensorsCheckpoint {
             file.path(), info.name, shape_string(shape), c.head_dim));
       }
       ++ckpt->type_counts_[std::string(ggml_type_info(info.type).name)];
-      if (raw.contains(m.hf_name)) {
-        GgmlBlockRows rows{info.type, shape, std::string(file.tensor_bytes(info))};
+      if (raw.contains(m.hf_name)) {  // a view of the mapped file, or of its rows in HF order
+        GgmlBlockRows rows{info.type, shape, file.tensor_bytes(info)};
         if (m.rope_permuted) {
-          rows.bytes = unpermute_rope_rows(rows.bytes, shape[0],
-                                           gguf_row_bytes(info.type, shape[1]), c.head_dim);
+          rows.bytes = ckpt->permuted_.emplace_back(unpermute_rope_rows(
+              std::string(rows.bytes), shape[0], gguf_row_bytes(info.type, shape[1]), c.head_dim));
         }
         ckpt->blocks_.emplace(m.hf_name, std::move(rows));
         continue;
@@ -132,7 +122,8 @@ class GgufCheckpoint final : public SafetensorsCheckpoint {
   std::string path_;
   std::map<std::string, HostF32Tensor> tensors_;  // by HF name
   std::map<std::string, GgmlBlockRows> blocks_;   // by HF name, kept in their blocks
-  std::map<std::string, int> type_counts_;        // by ggml type name, as stored
+  std::deque<std::string> permuted_;  // llama's q/k block rows in HF order (blocks_ views them)
+  std::map<std::string, int> type_counts_;  // by ggml type name, as stored
 };
 
 }  // namespace
@@ -163,13 +154,10 @@ Result<std::vector<std::array<GgufRows, 4>>> gguf_matmul_rows(const ModelConfig&
         break;
       }
       rows.cols = src.shape[1];
-      if (rows.count > 0 && rows.type[rows.count - 1] == it->second) continue;
-      if (rows.count == kGgufMaxSegments) {
+      if (!rows.append(src.row_offset, it->second)) {
         blocks = false;
         break;
       }
-      rows.begin[rows.count] = src.row_offset;
-      rows.type[rows.count++] = it->second;
     }
     if (blocks) out[static_cast<size_t>(e.layer)][static_cast<size_t>(matmul_index(e.role))] = rows;
   }
@@ -209,10 +197,7 @@ Result<std::vector<std::array<GgufRows, 4>>> dummy_gguf_rows(const ModelConfig& 
               "take multiples of 32) as --model, or drop --quantization gguf",
               what, rows.cols, block, ggml_type_info(type).name));
         }
-        if (rows.count == 0 || rows.type[rows.count - 1] != type) {
-          rows.begin[rows.count] = begin;
-          rows.type[rows.count++] = type;
-        }
+        rows.append(begin, type);  // at most three sources: never full
         begin += n;
       }
     }
@@ -220,7 +205,8 @@ Result<std::vector<std::array<GgufRows, 4>>> dummy_gguf_rows(const ModelConfig& 
   return out;
 }
 
-void quantize_gguf_weight(Backend& backend, const Tensor& dense, const WeightRef& w) {
+void quantize_gguf_weight(Backend& backend, ThreadPool& pool, const Tensor& dense,
+                          const WeightRef& w) {
   IB_ASSERT(w.format == WeightFormat::kGguf && w.quantized_layout_ok() && dense.rank == 2 &&
                 dense.rows() == w.rows() && dense.row_size() == w.cols(),
             "quantize_gguf_weight: dense (N, K) for a kGguf weight (N, K)");
@@ -237,7 +223,6 @@ void quantize_gguf_weight(Backend& backend, const Tensor& dense, const WeightRef
     }
   }
   std::vector<uint8_t> blocks(static_cast<size_t>(n * stride), 0);
-  ThreadPool pool(0);
   pool.parallel_for(n, 64, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const GgmlType type = w.gguf.type[w.gguf.segment_of(r)];
@@ -257,10 +242,8 @@ Status load_gguf(const ModelConfig& c, const std::string& path, Backend& backend
   std::set<std::string> raw;
   IB_ASSIGN_OR_RETURN(const Architecture* a, find_architecture(c));
   for (const SchemaEntry& e : a->weight_schema(c).entries) {
-    if (!is_matmul_role(e.role) || e.layer < 0) continue;
-    const LayerWeights& l = w.layers.at(static_cast<size_t>(e.layer));
-    const WeightRef* refs[4] = {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down};
-    if (refs[matmul_index(e.role)]->format != WeightFormat::kGguf) continue;
+    const WeightRef* matmul = matmul_weight(w, e.role, e.layer);
+    if (matmul == nullptr || matmul->format != WeightFormat::kGguf) continue;
     for (const TensorSource& src : e.sources) raw.insert(src.name);
   }
   IB_ASSIGN_OR_RETURN(const auto ckpt, GgufCheckpoint::open(*file, c, raw));

@@ -28,6 +28,36 @@
 #include "model/safetensors.h"
 
 namespace ib::detail {
+
+bool is_matmul_role(WeightRole role) {
+  return role == WeightRole::kQkv || role == WeightRole::kO || role == WeightRole::kGateUp ||
+         role == WeightRole::kDown;
+}
+
+int matmul_index(WeightRole role) {
+  return role == WeightRole::kQkv      ? 0
+         : role == WeightRole::kO      ? 1
+         : role == WeightRole::kGateUp ? 2
+                                       : 3;
+}
+
+WeightRef* matmul_weight(ModelWeights& w, WeightRole role, int layer) {
+  if (layer < 0) return nullptr;
+  LayerWeights& l = w.layers.at(static_cast<size_t>(layer));
+  switch (role) {
+    case WeightRole::kQkv:
+      return &l.wqkv;
+    case WeightRole::kO:
+      return &l.wo;
+    case WeightRole::kGateUp:
+      return &l.w_gate_up;
+    case WeightRole::kDown:
+      return &l.w_down;
+    default:
+      return nullptr;
+  }
+}
+
 namespace {
 
 // "a, b, c and 12 more"
@@ -43,11 +73,6 @@ std::string name_list(const std::vector<std::string>& names, size_t show = 6) {
 std::string where(const SafetensorsCheckpoint& ckpt) {
   const auto files = ckpt.files();
   return files.size() == 1 ? files[0] : std::to_string(files.size()) + " files";
-}
-
-bool is_matmul_role(WeightRole role) {
-  return role == WeightRole::kQkv || role == WeightRole::kO || role == WeightRole::kGateUp ||
-         role == WeightRole::kDown;
 }
 
 // "model.layers.0.mlp.down_proj.weight" -> "model.layers.0.mlp.down_proj.weight_scale".
@@ -122,24 +147,6 @@ Status check_layout(const ModelConfig& c, const WeightSchema& schema,
   }
   msg += " the schema expects " + schema.expected_names() + ". " + std::string(kind.config_hint);
   return user_error(msg);
-}
-
-// The matmul weight a layer role names, or null (whole-model weights, norms and biases).
-WeightRef* matmul_weight(ModelWeights& w, WeightRole role, int layer) {
-  if (layer < 0) return nullptr;
-  LayerWeights& l = w.layers.at(static_cast<size_t>(layer));
-  switch (role) {
-    case WeightRole::kQkv:
-      return &l.wqkv;
-    case WeightRole::kO:
-      return &l.wo;
-    case WeightRole::kGateUp:
-      return &l.w_gate_up;
-    case WeightRole::kDown:
-      return &l.w_down;
-    default:
-      return nullptr;
-  }
 }
 
 // One logical weight's copies: each checkpoint source to its rows of dense, which is the
@@ -336,17 +343,16 @@ Status load_checkpoint(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
     WeightCopies& entry = copies.emplace_back();
     entry.matmul = matmul_weight(w, e.role, e.layer);
     entry.prequantized = entry.matmul && c.quantization.quantized();
-    if (entry.matmul && entry.matmul->format == WeightFormat::kGguf) {
-      // copied in its blocks (add_gguf_source): no dense staging
-    } else if (entry.prequantized) {
+    // A kGguf weight is copied in its blocks (add_gguf_source): no dense staging.
+    const bool gguf = entry.matmul && entry.matmul->format == WeightFormat::kGguf;
+    if (entry.prequantized && !gguf) {
       entry.row_scales.assign(static_cast<size_t>(entry.matmul->data.dim(0)), 0.0f);
-    } else {
+    } else if (!gguf) {
       entry.dense = entry.matmul ? staging.dense_for(*entry.matmul)
                                  : weight_for(w, e.role, e.layer, e.expert);
     }
     Tensor dst = entry.dense;
     if (dst.rank == 1) dst = dst.reshaped({dst.numel(), 1});  // rows = elements, to slice
-    const bool gguf = entry.matmul && entry.matmul->format == WeightFormat::kGguf;
     for (const TensorSource& s : e.sources) {
       if (gguf) {
         IB_TRY(add_gguf_source(ckpt, kind, s, entry));

@@ -60,11 +60,11 @@ struct HostTensorRef {
 
 // One or more mapped safetensors files addressed by HF tensor name.
 // A matrix's rows as stored in a ggml block type (core/ggml_blocks.h): shape (rows, cols) in HF's
-// order, bytes rows * gguf row bytes.
+// order, bytes rows * gguf row bytes, a view valid while the checkpoint lives.
 struct GgmlBlockRows {
   GgmlType type = GgmlType::kF32;
   std::vector<int64_t> shape;
-  std::string bytes;
+  std::string_view bytes;
 };
 
 class SafetensorsCheckpoint {

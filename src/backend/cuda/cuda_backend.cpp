@@ -358,7 +358,7 @@ void CudaBackend::matmul_gguf(const Tensor& x, const WeightRef& w, const Tensor*
                               bool accumulate) {
   IB_ASSERT(gguf_operands_ok(x, w) && gguf_scratch_.data() != nullptr,
             "matmul(gguf): x (M, K) bf16/fp16 and a kGguf weight readied by prepare_weight");
-  if (x.rows() <= 8) {
+  if (x.rows() <= kGgufGemvMaxM) {
     launch_gemv_gguf(x, w, bias, out, accumulate, gguf_scratch_.data(), gguf_scratch_.bytes(),
                      stream_);
     return;
@@ -465,10 +465,10 @@ Status CudaBackend::reserve_quant_scratch(const WeightRef& w) {
         reserve(dequant_scratch_, w.rows() * w.cols() * static_cast<int64_t>(dtype_size(dtype_))));
   }
   if (w.format == WeightFormat::kGguf) {
-    // The GEMV's 8 tokens, or 16 MiB of prefill rows (at least one).
+    // The GEMV's tokens, or 16 MiB of prefill rows (at least one).
     const int64_t row = w.cols() * static_cast<int64_t>(dtype_size(dtype_));
-    IB_TRY(reserve(gguf_scratch_,
-                   std::max({gguf_gemv_scratch_bytes(8, w.cols()), int64_t{16} << 20, row})));
+    IB_TRY(reserve(gguf_scratch_, std::max({gguf_gemv_scratch_bytes(kGgufGemvMaxM, w.cols()),
+                                            int64_t{16} << 20, row})));
   }
   if (w.format == WeightFormat::kInt8W8A8) IB_TRY(reserve(int32_scratch_, kQuantScratchBytes));
   return Ok{};

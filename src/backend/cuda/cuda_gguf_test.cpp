@@ -126,7 +126,7 @@ TEST_P(CudaGguf, MatmulMatchesTheCpu) {
        {1, 3, 512}},
       [&](int64_t n, int64_t k) {
         const GgufPair w = make_weight(twin, rng, k, resized(n));
-        return testing::FusedWeight{w.cpu, w.gpu};
+        return testing::WeightPair{w.cpu, w.gpu};
       },
       name_of(segments()));
 }
@@ -136,7 +136,7 @@ TEST_P(CudaGguf, FusedOpsMatchTheCpu) {
   Rng rng(44);
   const auto weight = [&](int64_t n) {
     const GgufPair w = make_weight(twin, rng, 4096, resized(n));
-    return testing::FusedWeight{w.cpu, w.gpu};
+    return testing::WeightPair{w.cpu, w.gpu};
   };
   testing::expect_fused_ops(twin, rng, weight, name_of(segments()));
 }

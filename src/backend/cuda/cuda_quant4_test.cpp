@@ -129,7 +129,7 @@ TEST_P(CudaQuant4, MatmulMatchesTheDefinition) {
        {1, 3, 256}},
       [&](int64_t n, int64_t k) {
         const Weight4 w = make_weight(twin, rng, n, k, variant());
-        return testing::FusedWeight{w.cpu, w.gpu};
+        return testing::WeightPair{w.cpu, w.gpu};
       },
       variant().name());
 }
@@ -139,7 +139,7 @@ TEST_P(CudaQuant4, FusedOpsMatchTheUnfusedCpuOps) {
   Rng rng(42);
   const auto weight = [&](int64_t n) {
     const Weight4 w = make_weight(twin, rng, n, 4096, variant());
-    return testing::FusedWeight{w.cpu, w.gpu};
+    return testing::WeightPair{w.cpu, w.gpu};
   };
   testing::expect_fused_ops(twin, rng, weight, variant().name());
 }

@@ -40,7 +40,7 @@ class CudaQuant : public ::testing::TestWithParam<QuantParam> {
   }
 };
 
-using QuantPair = testing::FusedWeight;
+using QuantPair = testing::WeightPair;
 
 // dense (N, K) quantized on each side by its own quantize_weight.
 QuantPair quantize(Twin& twin, const Pair& dense, int64_t n, int64_t k, WeightFormat format) {

@@ -174,40 +174,34 @@ __device__ __forceinline__ WeightBlock decode_block(const uint8_t* row, int b) {
 template <typename T, bool kRoundTrip>
 __global__ void quantize_q8_blocks_kernel(const T* __restrict__ x, int8_t* __restrict__ codes,
                                           float2* __restrict__ scales, T* __restrict__ dst,
-                                          int64_t blocks, int64_t blocks_per_row) {
+                                          int64_t blocks) {
+  constexpr int kVec = kVec16<T>;  // elements a 16-byte access holds
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= blocks) return;
-  const T* xb = x + i * kBlock;  // rows are whole blocks: K % 32 == 0
-  float v[kBlock];
+  float v[kBlock / kVec][kVec];
 #pragma unroll
-  for (int j = 0; j < kBlock; j += 8) {
-    const uint4 packed = __ldg(reinterpret_cast<const uint4*>(xb + j));
-    const T* e = reinterpret_cast<const T*>(&packed);
-#pragma unroll
-    for (int t = 0; t < 8; ++t) v[j + t] = to_f32(e[t]);
-  }
+  for (int j = 0; j < kBlock / kVec; ++j) load16_f32(x + i * kBlock + j * kVec, v[j]);
   float amax = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kBlock; ++j) amax = fmaxf(amax, fabsf(v[j]));
+  for (int j = 0; j < kBlock / kVec; ++j)
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) amax = fmaxf(amax, fabsf(v[j][t]));
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
   const float d = amax / 127.0f;
   int q[kBlock];
   int sum = 0;
 #pragma unroll
   for (int j = 0; j < kBlock; ++j) {
-    q[j] = static_cast<int>(fminf(fmaxf(rintf(v[j] * inv), -127.0f), 127.0f));
+    q[j] = static_cast<int>(fminf(fmaxf(rintf(v[j / kVec][j % kVec] * inv), -127.0f), 127.0f));
     sum += q[j];
   }
   if constexpr (kRoundTrip) {
-    T* out = dst + i * kBlock;
 #pragma unroll
-    for (int j = 0; j < kBlock; j += 8) {
-      uint4 packed;
-      packed.x = pack2_from_f32<T>(q[j] * d, q[j + 1] * d);
-      packed.y = pack2_from_f32<T>(q[j + 2] * d, q[j + 3] * d);
-      packed.z = pack2_from_f32<T>(q[j + 4] * d, q[j + 5] * d);
-      packed.w = pack2_from_f32<T>(q[j + 6] * d, q[j + 7] * d);
-      *reinterpret_cast<uint4*>(out + j) = packed;
+    for (int j = 0; j < kBlock / kVec; ++j) {
+      float back[kVec];
+#pragma unroll
+      for (int t = 0; t < kVec; ++t) back[t] = static_cast<float>(q[j * kVec + t]) * d;
+      store16_f32(dst + i * kBlock + j * kVec, back);
     }
   } else {
     uint32_t words[8];
@@ -223,10 +217,26 @@ __global__ void quantize_q8_blocks_kernel(const T* __restrict__ x, int8_t* __res
     out[1] = make_uint4(words[4], words[5], words[6], words[7]);
     scales[i] = make_float2(d, d * static_cast<float>(sum));
   }
-  (void)blocks_per_row;
 }
 
-constexpr int kMaxTokens = 8;
+// f.template operator()<kType>() for a segment's run-time type.
+template <typename F>
+__device__ __forceinline__ void with_block_type(uint32_t type, F&& f) {
+  switch (type) {
+    case static_cast<uint32_t>(GgmlType::kQ8_0):
+      return f.template operator()<static_cast<uint32_t>(GgmlType::kQ8_0)>();
+    case static_cast<uint32_t>(GgmlType::kQ4_0):
+      return f.template operator()<static_cast<uint32_t>(GgmlType::kQ4_0)>();
+    case static_cast<uint32_t>(GgmlType::kQ4_K):
+      return f.template operator()<static_cast<uint32_t>(GgmlType::kQ4_K)>();
+    case static_cast<uint32_t>(GgmlType::kQ5_K):
+      return f.template operator()<static_cast<uint32_t>(GgmlType::kQ5_K)>();
+    default:
+      return f.template operator()<static_cast<uint32_t>(GgmlType::kQ6_K)>();
+  }
+}
+
+constexpr int kMaxTokens = kGgufGemvMaxM;
 
 // kR rows' dot products with kM tokens' x: lane l takes blocks l, l + 32, ... of every row, the
 // x codes and scales of a block loaded once for the kR rows.
@@ -264,36 +274,6 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&rows)[kR], int b
   }
 }
 
-// rows_dot for a run-time type (one of the segment's).
-template <int kM, int kR>
-__device__ __forceinline__ void rows_dot_typed(uint32_t type, const uint8_t* const (&rows)[kR],
-                                               int blocks, const int8_t* codes,
-                                               const float2* scales, int64_t k, int lane,
-                                               float (&acc)[kR][kMaxTokens]) {
-  constexpr auto kQ8_0 = static_cast<uint32_t>(GgmlType::kQ8_0);
-  constexpr auto kQ4_0 = static_cast<uint32_t>(GgmlType::kQ4_0);
-  constexpr auto kQ4_K = static_cast<uint32_t>(GgmlType::kQ4_K);
-  constexpr auto kQ5_K = static_cast<uint32_t>(GgmlType::kQ5_K);
-  constexpr auto kQ6_K = static_cast<uint32_t>(GgmlType::kQ6_K);
-  switch (type) {
-    case kQ8_0:
-      rows_dot<kQ8_0, kM, kR>(rows, blocks, codes, scales, k, lane, acc);
-      break;
-    case kQ4_0:
-      rows_dot<kQ4_0, kM, kR>(rows, blocks, codes, scales, k, lane, acc);
-      break;
-    case kQ4_K:
-      rows_dot<kQ4_K, kM, kR>(rows, blocks, codes, scales, k, lane, acc);
-      break;
-    case kQ5_K:
-      rows_dot<kQ5_K, kM, kR>(rows, blocks, codes, scales, k, lane, acc);
-      break;
-    default:
-      rows_dot<kQ6_K, kM, kR>(rows, blocks, codes, scales, k, lane, acc);
-      break;
-  }
-}
-
 // Row `row`'s results for kM tokens (warp-reduced) into out: =, or += with accumulate, + bias.
 template <typename T, int kM>
 __device__ __forceinline__ void store_row(const float (&acc)[kMaxTokens], int64_t row, int64_t rows,
@@ -326,7 +306,9 @@ __global__ void __launch_bounds__(kThreads)
   if (pair) {
     const uint8_t* const rows[2] = {v.data + row * v.stride, v.data + (row + 1) * v.stride};
     float acc[2][kMaxTokens] = {};
-    rows_dot_typed<kM, 2>(type, rows, blocks, codes, scales, v.cols, lane, acc);
+    with_block_type(type, [&]<uint32_t kType>() {
+      rows_dot<kType, kM, 2>(rows, blocks, codes, scales, v.cols, lane, acc);
+    });
     store_row<T, kM>(acc[0], row, v.rows, lane, bias, out, accumulate);
     store_row<T, kM>(acc[1], row + 1, v.rows, lane, bias, out, accumulate);
     return;
@@ -334,7 +316,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t r = row; r < row + 2 && r < v.rows; ++r) {
     const uint8_t* const rows[1] = {v.data + r * v.stride};
     float acc[1][kMaxTokens] = {};
-    rows_dot_typed<kM, 1>(segment_type(v, r), rows, blocks, codes, scales, v.cols, lane, acc);
+    with_block_type(segment_type(v, r), [&]<uint32_t kType>() {
+      rows_dot<kType, kM, 1>(rows, blocks, codes, scales, v.cols, lane, acc);
+    });
     store_row<T, kM>(acc[0], r, v.rows, lane, bias, out, accumulate);
   }
 }
@@ -349,42 +333,19 @@ __global__ void dequantize_gguf_kernel(GgufView v, T* __restrict__ dst) {
   const int b = static_cast<int>(i % blocks_per_row);
   const uint8_t* w = v.data + row * v.stride;
   WeightBlock blk;
-  switch (segment_type(v, row)) {
-    case static_cast<uint32_t>(GgmlType::kQ8_0):
-      blk = decode_block<static_cast<uint32_t>(GgmlType::kQ8_0)>(w, b);
-      break;
-    case static_cast<uint32_t>(GgmlType::kQ4_0):
-      blk = decode_block<static_cast<uint32_t>(GgmlType::kQ4_0)>(w, b);
-      break;
-    case static_cast<uint32_t>(GgmlType::kQ4_K):
-      blk = decode_block<static_cast<uint32_t>(GgmlType::kQ4_K)>(w, b);
-      break;
-    case static_cast<uint32_t>(GgmlType::kQ5_K):
-      blk = decode_block<static_cast<uint32_t>(GgmlType::kQ5_K)>(w, b);
-      break;
-    default:
-      blk = decode_block<static_cast<uint32_t>(GgmlType::kQ6_K)>(w, b);
-      break;
-  }
-  float e[kBlock];
+  with_block_type(segment_type(v, row), [&]<uint32_t kType>() { blk = decode_block<kType>(w, b); });
+  constexpr int kVec = kVec16<T>;
 #pragma unroll
-  for (int i4 = 0; i4 < 8; ++i4) {
-    const float s = i4 < 4 ? blk.s_lo : blk.s_hi;
+  for (int j = 0; j < kBlock / kVec; ++j) {
+    float e[kVec];
 #pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const auto c = static_cast<int8_t>((static_cast<uint32_t>(blk.c[i4]) >> (8 * t)) & 0xFFu);
-      e[4 * i4 + t] = s * static_cast<float>(c) - blk.o;
+    for (int t = 0; t < kVec; ++t) {
+      const int i4 = (j * kVec + t) / 4;  // the code's word, 4 codes each
+      const auto c = static_cast<int8_t>(
+          (static_cast<uint32_t>(blk.c[i4]) >> (8 * ((j * kVec + t) % 4))) & 0xFFu);
+      e[t] = (i4 < 4 ? blk.s_lo : blk.s_hi) * static_cast<float>(c) - blk.o;
     }
-  }
-  T* out = dst + row * v.cols + int64_t{b} * kBlock;
-#pragma unroll
-  for (int j = 0; j < kBlock; j += 8) {
-    uint4 packed;
-    packed.x = pack2_from_f32<T>(e[j], e[j + 1]);
-    packed.y = pack2_from_f32<T>(e[j + 2], e[j + 3]);
-    packed.z = pack2_from_f32<T>(e[j + 4], e[j + 5]);
-    packed.w = pack2_from_f32<T>(e[j + 6], e[j + 7]);
-    *reinterpret_cast<uint4*>(out + j) = packed;
+    store16_f32(dst + row * v.cols + int64_t{b} * kBlock + j * kVec, e);
   }
 }
 
@@ -423,7 +384,7 @@ void launch_gemv_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, T
   const GgufView v = view_of(w);
   const auto typed = [&]<typename T>() {
     quantize_q8_blocks_kernel<T, false><<<grid_for(blocks, 128), 128, 0, stream>>>(
-        x.as<const T>(), codes, scales, nullptr, blocks, k / kBlock);
+        x.as<const T>(), codes, scales, nullptr, blocks);
     const T* b = bias ? bias->as<const T>() : nullptr;
     const unsigned grid = grid_for((n + 1) / 2, kThreads / 32);  // a warp per two rows
     const auto launch = [&]<int kM>() {
@@ -465,10 +426,10 @@ void launch_q8_round_trip(const Tensor& x, Tensor dst, cudaStream_t stream) {
   if (blocks == 0) return;
   if (x.dtype == DType::kBF16) {
     quantize_q8_blocks_kernel<bf16, true><<<grid_for(blocks, 128), 128, 0, stream>>>(
-        x.as<const bf16>(), nullptr, nullptr, dst.as<bf16>(), blocks, x.row_size() / kBlock);
+        x.as<const bf16>(), nullptr, nullptr, dst.as<bf16>(), blocks);
   } else {
     quantize_q8_blocks_kernel<f16, true><<<grid_for(blocks, 128), 128, 0, stream>>>(
-        x.as<const f16>(), nullptr, nullptr, dst.as<f16>(), blocks, x.row_size() / kBlock);
+        x.as<const f16>(), nullptr, nullptr, dst.as<f16>(), blocks);
   }
   IB_CUDA_CHECK_LAUNCH("q8_round_trip");
 }

@@ -6,13 +6,23 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include "core/thread_pool.h"
+#include "engine/arch/architecture.h"
 #include "engine/model_weights.h"
 #include "model/safetensors.h"
 
 namespace ib::detail {
+
+// Whether a schema role is one of a layer's four matmul weights (q/k/v, o, gate/up, down).
+bool is_matmul_role(WeightRole role);
+// Its index among them, in matmul_shapes' order (wqkv 0, wo 1, w_gate_up 2, w_down 3).
+int matmul_index(WeightRole role);
+// The matmul weight a layer role names, or null (whole-model weights, norms and biases).
+WeightRef* matmul_weight(ModelWeights& w, WeightRole role, int layer);
 
 // The shapes of one layer's four matmul weights, (N, K) each: wqkv, wo, w_gate_up, w_down.
 std::array<std::array<int64_t, 2>, 4> matmul_shapes(const ModelConfig& c);
@@ -78,6 +88,7 @@ class DenseStaging {
   explicit DenseStaging(Backend& backend) : backend_(&backend) {}
   Backend* backend_;
   Buffer scratch_;
+  std::unique_ptr<ThreadPool> host_pool_;  // kGguf: the host quantization's, made at first use
 };
 
 // How load_checkpoint's errors name what it reads: the format ("safetensors"), where the config
@@ -113,7 +124,8 @@ Result<std::vector<std::array<GgufRows, 4>>> gguf_matmul_rows(const ModelConfig&
 // matmul weights are not whole 256-element blocks, mixture-of-experts or MLA models.
 Result<std::vector<std::array<GgufRows, 4>>> dummy_gguf_rows(const ModelConfig& config);
 // A kGguf weight quantized at load from dense (N, K) in the activation dtype: copied to the host,
-// each row quantized by core/ggml_blocks.h in its segment's type, copied back.
-void quantize_gguf_weight(Backend& backend, const Tensor& dense, const WeightRef& weight);
+// each row quantized by core/ggml_blocks.h in its segment's type on pool, copied back.
+void quantize_gguf_weight(Backend& backend, ThreadPool& pool, const Tensor& dense,
+                          const WeightRef& weight);
 
 }  // namespace ib::detail

@@ -131,6 +131,8 @@ void launch_dequantize_4bit(const WeightRef& w, Tensor dst, cudaStream_t stream)
 void launch_quantize_4bit(const Tensor& dense, const WeightRef& out, bool symmetric,
                           cudaStream_t stream);
 // ---- gguf.cu (backend/weight.h's kGguf) ----
+// The GGUF GEMV's most tokens; more take the dequantizing path (cuBLASLt).
+inline constexpr int kGgufGemvMaxM = 8;
 // Whether the GGUF kernels take x (M, K) bf16/fp16 with w (K a multiple of 32, aligned rows).
 bool gguf_operands_ok(const Tensor& x, const WeightRef& w);
 // The scratch launch_gemv_gguf needs for tokens x K: the codes and the block scales.

@@ -260,13 +260,19 @@ inline void expect_e4m3_cache_written(Twin& twin, const Pair& cache, const Pair&
       << (is_v ? "v" : "k") << " cache";
 }
 
+// A weight under test (gpu) and the CPU's reference for it (cpu: the same weight, or its
+// dequantized values).
+struct WeightPair {
+  WeightRef cpu, gpu;
+};
+
 // A matmul's shape: x (m, k), w (n, k).
 struct MatmulShape {
   int64_t m, n, k;
 };
 
-// matmul of x (uniform in [-2, 2)) with the weight make(n, k) gives (a FusedWeight: the CPU's
-// reference and the weight under test), with and without a bias, for every shape.
+// matmul of x (uniform in [-2, 2)) with the WeightPair make(n, k) gives, with and without a
+// bias, for every shape.
 template <typename MakeWeight>
 void expect_matmuls(Twin& twin, Rng& rng, std::initializer_list<MatmulShape> shapes,
                     const MakeWeight& make, const std::string& what) {
@@ -287,15 +293,11 @@ void expect_matmuls(Twin& twin, Rng& rng, std::initializer_list<MatmulShape> sha
 }
 
 // The quantized formats' fused decode ops against the CPU's unfused ops, m tokens of h (M, K) with
-// a norm gain: each check takes the weight under test (gpu) and the CPU's reference for it (cpu:
-// the same weight, or its dequantized values), with what names the case in failures.
-struct FusedWeight {
-  WeightRef cpu, gpu;
-};
+// a norm gain, with what naming the case in failures.
 
 // rms_matmul_swiglu: silu(gate) * up of rms_norm(h) * gain @ w^T, w (2F, K).
 inline void expect_rms_swiglu(Twin& twin, const Pair& h, const Pair& gain, float eps,
-                              const FusedWeight& w, const std::string& what) {
+                              const WeightPair& w, const std::string& what) {
   const int64_t m = h.cpu.rows(), f = w.cpu.rows() / 2;
   Pair normed = twin.output({m, h.cpu.row_size()});
   twin.cpu().rms_norm(h.cpu, gain.cpu, eps, normed.cpu);
@@ -308,7 +310,7 @@ inline void expect_rms_swiglu(Twin& twin, const Pair& h, const Pair& gain, float
 }
 
 // matmul_add: residual (random) += x @ w^T.
-inline void expect_matmul_add(Twin& twin, Rng& rng, const Pair& x, const FusedWeight& w,
+inline void expect_matmul_add(Twin& twin, Rng& rng, const Pair& x, const WeightPair& w,
                               const std::string& what) {
   const int64_t m = x.cpu.rows(), n = w.cpu.rows();
   const auto res0 = random_floats(rng, m * n);
@@ -326,7 +328,7 @@ inline void expect_matmul_add(Twin& twin, Rng& rng, const Pair& x, const FusedWe
 // rms_matmul_rope_cache with a bias: q/k/v of shape's heads of 128 (w rows (Hq + 2 Hkv) 128),
 // Llama-3's RoPE at positions first_position + 37 t, cache slots 3 t + 1 in 2 blocks of 16.
 inline void expect_rms_rope_cache(Twin& twin, Rng& rng, const Pair& h, const Pair& gain, float eps,
-                                  const FusedWeight& w, const AttentionShape& shape,
+                                  const WeightPair& w, const AttentionShape& shape,
                                   const std::string& what) {
   const int64_t m = h.cpu.rows();
   const int64_t hd = shape.head_dim, hkv = shape.num_kv_heads;
@@ -361,7 +363,7 @@ inline void expect_rms_rope_cache(Twin& twin, Rng& rng, const Pair& h, const Pai
 
 // The three checks above for m = 1, 5 and 8 tokens of K = 4096 (random h, gain in [0.2, 2]):
 // F = 512, a residual of 1,024 and 4 q / 2 kv heads of 128, each weight from make(n), n rows of
-// K as a FusedWeight.
+// K as a WeightPair.
 template <typename MakeWeight>
 void expect_fused_ops(Twin& twin, Rng& rng, const MakeWeight& make, const std::string& what) {
   const float eps = 1e-5f;
