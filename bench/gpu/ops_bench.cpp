@@ -251,6 +251,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   cuda::CudaBackend& backend = **created;
+  // IB_GEMV_RING=0|1 (backend/kernel_switches.h) for every section; the backend made here reads
+  // no switches.
+  if (const char* ring = std::getenv("IB_GEMV_RING"); ring != nullptr && *ring != 0)
+    cuda::set_gemv_ring(std::string(ring) == "1");
   const DeviceInfo info = backend.device_info();
   std::printf("device: %s, %d SMs, %.1f GiB\n", info.name.c_str(), backend.num_sms(),
               static_cast<double>(info.total_bytes) / (1 << 30));

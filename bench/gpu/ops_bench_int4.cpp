@@ -4,6 +4,8 @@
 // IB_OPS_INT4_M: the token counts to time (comma-separated; default 1,2,4,8,16,64,2048).
 // IB_OPS_PERSIST: the GEMV's persistent-grid settings to time (IB_GEMV_PERSIST values,
 // comma-separated; default: the backend's setting only); each row's kernel name carries it.
+// IB_OPS_RING: the GEMV's weight-ring settings to time (IB_GEMV_RING values, comma-separated;
+// default: the process's setting only), likewise in each row's kernel name.
 // IB_OPS_LINEARS: the layer's linears to time (comma-separated names; default all).
 #include <cmath>
 #include <cstdio>
@@ -35,6 +37,8 @@ void bench_gemm_int4(BenchContext& ctx) {
   const std::vector<int64_t> persists =
       env_list("IB_OPS_PERSIST", {cuda::gemv_persist_blocks_per_sm()});
   const int saved_persist = cuda::gemv_persist_blocks_per_sm();
+  const std::vector<int64_t> rings = env_list("IB_OPS_RING", {cuda::gemv_ring() ? 1 : 0});
+  const bool saved_ring = cuda::gemv_ring();
   std::map<std::string, double> layer_us;
   const char* only = std::getenv("IB_OPS_LINEARS");
   for (const LayerLinear& lin : kLayerLinears) {
@@ -54,35 +58,40 @@ void bench_gemm_int4(BenchContext& ctx) {
       ctx.backend.quantize_weight(dense, q);
       w.push_back(q);
     }
-    for (const int64_t persist : persists)
-      for (const int64_t m : ms) {
-        cuda::set_gemv_persist_blocks_per_sm(static_cast<int>(persist));
-        const bool gemv = m <= cuda::gemv_max_m(WeightFormat::kInt4W4A16);
-        if (!gemv && persist != persists.front()) continue;  // the same dequantizing path
-        char kernel[64];
-        std::snprintf(kernel, sizeof kernel, gemv ? "gemv_w4a16 persist=%ld" : "dequant+cublasLt",
-                      static_cast<long>(persist));
-        Tensor x = ctx.random(DType::kBF16, {m, lin.k});
-        Tensor out = ctx.random(DType::kBF16, {m, lin.n});
-        const double bytes = w_bytes + static_cast<double>(m * lin.k * 2 + m * lin.n * 2);
-        const double fl = 2.0 * static_cast<double>(m * lin.n * lin.k);
-        const std::string shape =
-            std::to_string(m) + "x" + std::to_string(lin.n) + "x" + std::to_string(lin.k);
-        const double us =
-            ctx.timer.per_call_ms(
-                [&](int i) {
-                  ctx.backend.matmul(x, w[static_cast<size_t>(i % copies)], nullptr, out);
-                },
-                std::max(2 * copies, 8)) *
-            1e3;
-        char key[64];
-        std::snprintf(key, sizeof key, gemv ? "m%ld_persist%ld" : "m%ld", static_cast<long>(m),
-                      static_cast<long>(persist));
-        layer_us[key] += us;
-        ctx.report.add({"int4", lin.name, shape, kernel, us, bytes, fl});
-      }
+    for (const int64_t ring : rings)
+      for (const int64_t persist : persists)
+        for (const int64_t m : ms) {
+          cuda::set_gemv_persist_blocks_per_sm(static_cast<int>(persist));
+          cuda::set_gemv_ring(ring == 1);
+          const bool gemv = m <= cuda::gemv_max_m(WeightFormat::kInt4W4A16);
+          // the same dequantizing path
+          if (!gemv && (persist != persists.front() || ring != rings.front())) continue;
+          char kernel[64];
+          std::snprintf(kernel, sizeof kernel,
+                        gemv ? "gemv_w4a16 persist=%ld ring=%ld" : "dequant+cublasLt",
+                        static_cast<long>(persist), static_cast<long>(ring));
+          Tensor x = ctx.random(DType::kBF16, {m, lin.k});
+          Tensor out = ctx.random(DType::kBF16, {m, lin.n});
+          const double bytes = w_bytes + static_cast<double>(m * lin.k * 2 + m * lin.n * 2);
+          const double fl = 2.0 * static_cast<double>(m * lin.n * lin.k);
+          const std::string shape =
+              std::to_string(m) + "x" + std::to_string(lin.n) + "x" + std::to_string(lin.k);
+          const double us =
+              ctx.timer.per_call_ms(
+                  [&](int i) {
+                    ctx.backend.matmul(x, w[static_cast<size_t>(i % copies)], nullptr, out);
+                  },
+                  std::max(2 * copies, 8)) *
+              1e3;
+          char key[64];
+          std::snprintf(key, sizeof key, gemv ? "m%ld_persist%ld_ring%ld" : "m%ld",
+                        static_cast<long>(m), static_cast<long>(persist), static_cast<long>(ring));
+          layer_us[key] += us;
+          ctx.report.add({"int4", lin.name, shape, kernel, us, bytes, fl});
+        }
   }
   cuda::set_gemv_persist_blocks_per_sm(saved_persist);
+  cuda::set_gemv_ring(saved_ring);
   for (const auto& [key, us] : layer_us) {
     std::printf("w4a16 linears per layer, %s: %.1f us\n", key.c_str(), us);
     ctx.report.extra()["int4_layer_linears_us_" + key] = us;

@@ -1,7 +1,8 @@
 // The quantized formats' GEMVs on a persistent grid (IB_GEMV_PERSIST: fewer blocks than row tiles,
 // each block looping over tiles and loading its next tile's first weights during the current
-// tile's epilogue) against the same kernels at one block per tile. Each tile's arithmetic is the
-// same in both, so the outputs must be equal bit for bit; the one-block-per-tile results are
+// tile's epilogue) and through the cp.async ring (IB_GEMV_RING) against the same kernels at one
+// block per tile with their weights in registers. Each tile's arithmetic and order of steps is
+// the same in all, so the outputs must be equal bit for bit; the default setting's results are
 // checked against the CPU oracle by cuda_quant_test and cuda_quant4_test. Shapes have several
 // tiles per block at 1 and 2 blocks per SM (an H200 has 132 SMs), and a partial last tile.
 #include <gtest/gtest.h>
@@ -25,14 +26,18 @@ struct Format {
   const char* name;
 };
 
-// Resets the process-wide setting whatever a test does.
+// Resets the process-wide settings whatever a test does.
 class PersistGuard {
  public:
-  PersistGuard() : saved_(gemv_persist_blocks_per_sm()) {}
-  ~PersistGuard() { set_gemv_persist_blocks_per_sm(saved_); }
+  PersistGuard() : saved_(gemv_persist_blocks_per_sm()), ring_(gemv_ring()) {}
+  ~PersistGuard() {
+    set_gemv_persist_blocks_per_sm(saved_);
+    set_gemv_ring(ring_);
+  }
 
  private:
   int saved_;
+  bool ring_;
 };
 
 class CudaGemvPersist : public ::testing::TestWithParam<Format> {
@@ -66,22 +71,29 @@ WeightRef quantize(Twin& twin, Rng& rng, int64_t n, int64_t k, WeightFormat form
   return w;
 }
 
-// The GPU floats of out after run() at each persistent setting must equal those at 0.
+// The GPU floats of out after run() at each persistent and ring setting must equal those at one
+// block per tile without the ring.
 template <typename F>
 void expect_same_at_every_setting(Twin& twin, const Pair& out, const std::string& what, F run) {
   PersistGuard guard;
   set_gemv_persist_blocks_per_sm(0);
+  set_gemv_ring(false);
   run();
   const std::vector<float> want = twin.gpu_floats(out.gpu);
-  for (const int per_sm : {1, 2}) {
-    set_gemv_persist_blocks_per_sm(per_sm);
-    run();
-    const Status status = twin.gpu().device_status();
-    ASSERT_TRUE(status.ok()) << what << ": " << status.error().message;
-    const std::vector<float> got = twin.gpu_floats(out.gpu);
-    size_t differ = 0;
-    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i] ? 1 : 0;
-    EXPECT_EQ(differ, 0u) << what << " at " << per_sm << " blocks per SM";
+  for (const bool ring : {true, false}) {
+    for (const int per_sm : {0, 1, 2}) {
+      if (!ring && per_sm == 0) continue;  // the reference
+      set_gemv_ring(ring);
+      set_gemv_persist_blocks_per_sm(per_sm);
+      run();
+      const Status status = twin.gpu().device_status();
+      ASSERT_TRUE(status.ok()) << what << ": " << status.error().message;
+      const std::vector<float> got = twin.gpu_floats(out.gpu);
+      size_t differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i] ? 1 : 0;
+      EXPECT_EQ(differ, 0u) << what << " at " << per_sm << " blocks per SM, ring "
+                            << (ring ? "on" : "off");
+    }
   }
 }
 

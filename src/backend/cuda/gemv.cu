@@ -36,6 +36,15 @@ constexpr int kInt4Unroll = IB_GEMV_INT4_UNROLL;
 // first weights during the current tile's epilogue; 0: one block per row tile.
 std::atomic<int> g_persist_blocks_per_sm{0};
 
+// IB_GEMV_RING (backend/kernel_switches.h): the quantized formats' GEMVs stream their weights
+// through a ring of kGemvRingSteps steps per warp in shared memory (gemv_kernel's kRing); 0: the
+// register double-group of kQuantUnroll / kInt4Unroll steps. bench/NOTES.md, "The cp.async ring".
+#ifndef IB_GEMV_RING_STEPS
+#define IB_GEMV_RING_STEPS 4
+#endif
+constexpr int kGemvRingSteps = IB_GEMV_RING_STEPS;
+std::atomic<bool> g_gemv_ring{true};
+
 // IB_GEMV_SWIGLU_BLOCKS (backend/kernel_switches.h): 3 (the default) caps the dense gate/up
 // GEMV's registers at 80 so that 3 blocks of 8 warps fit on an SM; 0 leaves them to the compiler
 // (92: 2 blocks). On the H200 at batch 1 the gate/up step went from 62.6 to 58.2 µs per layer;
@@ -142,6 +151,12 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
   if constexpr (kDense && kEpilogue == kGemvSwiGlu) {
     if (g_swiglu_min_blocks.load(std::memory_order_relaxed) == 3)
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
+  }
+  if constexpr (!kDense) {
+    if (g_gemv_ring.load(std::memory_order_relaxed)) {
+      kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, false,
+                           false, kGemvRingSteps>;
+    }
   }
   const auto tiles = static_cast<unsigned>(gemv_tile_count(kEpilogue, n));
   if constexpr (NT == 1 && kEpilogue != kGemvStore) {
@@ -282,6 +297,14 @@ void set_gemv_swiglu_min_blocks(int blocks) {
 
 int gemv_swiglu_min_blocks() {
   return g_swiglu_min_blocks.load(std::memory_order_relaxed);
+}
+
+void set_gemv_ring(bool on) {
+  g_gemv_ring.store(on, std::memory_order_relaxed);
+}
+
+bool gemv_ring() {
+  return g_gemv_ring.load(std::memory_order_relaxed);
 }
 
 void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef& w,

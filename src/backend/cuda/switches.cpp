@@ -24,6 +24,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.attn_prefetch = integer("IB_ATTN_PREFETCH");
   s.gemv_persist = integer("IB_GEMV_PERSIST");
   s.gemv_swiglu_blocks = integer("IB_GEMV_SWIGLU_BLOCKS");
+  s.gemv_ring = integer("IB_GEMV_RING");
   s.lora_fused = integer("IB_LORA_FUSED");
   s.lora_pdl = integer("IB_LORA_PDL");
   s.lora_in_gemv = integer("IB_LORA_IN_GEMV");
@@ -41,6 +42,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.gemv_persist) set_gemv_persist_blocks_per_sm(static_cast<int>(*s.gemv_persist));
   // Process-wide: every backend sets it, so one created without the variable runs the default.
   set_gemv_swiglu_min_blocks(static_cast<int>(s.gemv_swiglu_blocks.value_or(3)));
+  set_gemv_ring(s.gemv_ring.value_or(1) == 1);
   if (s.lora_fused) backend.set_lora_fused(*s.lora_fused == 1);
   if (s.lora_pdl) backend.set_lora_pdl(*s.lora_pdl == 1);
   if (s.lora_in_gemv) backend.set_lora_in_gemv(static_cast<int>(*s.lora_in_gemv));
@@ -65,6 +67,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_ATTN_PREFETCH", {std::to_string(attention_prefetch_max_seqs_)}},
       {"IB_GEMV_PERSIST", {std::to_string(gemv_persist_blocks_per_sm())}},
       {"IB_GEMV_SWIGLU_BLOCKS", {std::to_string(gemv_swiglu_min_blocks())}},
+      {"IB_GEMV_RING", {flag(gemv_ring())}},
       {"IB_LORA_FUSED", {flag(lora_fused_)}},
       {"IB_LORA_PDL", {flag(lora_pdl_)}},
       {"IB_LORA_IN_GEMV", {std::to_string(lora_in_gemv_)}},

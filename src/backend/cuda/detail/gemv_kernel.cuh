@@ -529,9 +529,15 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
 // kW = kGemvInt8: w int8 with fp8.w_scales, x as for dense weights; kRms false.
 // kMinBlocks: the blocks per SM the registers must allow (__launch_bounds__); 1 leaves the
 // dense variants' register use to the compiler (92-118 registers: 2 blocks of 8 warps per SM).
+// kRing (the quantized formats; IB_GEMV_RING): a warp's weight loads go through a ring of kRing
+// steps in shared memory by cp.async (each lane copies and reads back only its own 16 bytes per
+// row and step), so kRing steps stay in flight while the warp computes and hold no registers;
+// 0: the register double-group of kUnroll steps. The steps and their order are the same in both,
+// so are the results, bit for bit.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
           int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense,
-          int kMinBlocks = kW == kGemvDense ? 1 : 3, bool kLora = false, bool kChain = false>
+          int kMinBlocks = kW == kGemvDense ? 1 : 3, bool kLora = false, bool kChain = false,
+          int kRing = 0>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
@@ -543,6 +549,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   constexpr bool kInt4 = kW == kGemvInt4 || kNf4;  // 4-bit: the W4A16 step structure
   constexpr bool kRowScales = kQuant && !kInt4;    // one f32 scale per row, applied on the way out
   static_assert(!kQuant || !kAdjacent, "the quantized variants stream interleaved steps");
+  static_assert(kRing == 0 || kQuant, "the ring serves the quantized formats' one load per row");
   static_assert(!(kRms && (kW == kGemvInt8 || kInt4)),
                 "W8A16 and the 4-bit formats take x normalised before the kernel");
   static_assert(!kLora || (NT == 1 && kEpilogue != kGemvStore), "LoRA: the fused decode GEMVs");
@@ -640,6 +647,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   // are in flight through the reduction and the epilogue (`preloaded`).
   [[maybe_unused]] uint4 wa[kUnroll][kWLoads], wb[kUnroll][kWLoads];
   [[maybe_unused]] Int4Group grp[kUnroll];  // kInt4: each step's group parameters
+  // kRing: (slot, warp, row a / b, lane) 16 bytes each, and each slot's group parameters.
+  __shared__ uint4 ring[kRing > 0 ? kRing : 1][kRing > 0 ? kWarps : 1][2][32];
+  [[maybe_unused]] Int4Group ring_grp[kRing > 0 ? kRing : 1];
   bool preloaded = false;
   const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
   // The group parameters' rows of a tile (kInt4).
@@ -745,7 +755,45 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           gemv_step_int4<T, NT>(acc, ws, wt, xv, g);
         }
       };
-      if (!preloaded && full(s)) load_first(tr);
+      // One quantized step with its x (kRing's steps): the tail loop's arithmetic.
+      [[maybe_unused]] const auto quant_step = [&](int step, const uint4& ws, const uint4& wt,
+                                                   const Int4Group& g) {
+        if constexpr (kXq) {
+          uint32_t xq[NT][4];
+          gemv_load_xq<NT>(xq_ptr, int64_t{step} * kGemvStepK, xq);
+          if constexpr (kFp8) {
+            gemv_step_8bit<NT>(acc, ws, wt, xq);
+          } else {
+            gemv_step_8bit<NT>(iacc, ws, wt, xq);
+          }
+        } else if constexpr (kInt4) {
+          int4_step(step, ws, wt, g);
+        } else if constexpr (kW == kGemvInt8) {
+          uint4 xv[NT][2], wsd[2], wtd[2];
+          gemv_load_x<T, NT>(x_ptr, int64_t{step} * kGemvStepK, xv);
+          gemv_widen_int8<T>(ws, wsd);
+          gemv_widen_int8<T>(wt, wtd);
+          gemv_step<T, NT>(acc, wsd, wtd, xv);
+        }
+      };
+      // kRing: the warp's steps warp + i kWarps, i < ring_steps; step i's copies into slot
+      // i % kRing, one commit group per step (empty past the end, so that the groups count steps).
+      const int ring_steps = steps > warp ? (steps - warp + kWarps - 1) / kWarps : 0;
+      [[maybe_unused]] const auto ring_issue = [&](int i, int slot) {
+        if (i < ring_steps) {
+          const int64_t kk = int64_t{warp + i * kWarps} * kGemvStepK;
+          cp_async16(&ring[slot][warp][0][lane], wa_ptr + kk, true);
+          cp_async16(&ring[slot][warp][1][lane], wb_ptr + kk, true);
+          if constexpr (kInt4) ring_grp[slot] = load_group(warp + i * kWarps, grows);
+        }
+        cp_async_commit();
+      };
+      if constexpr (kRing > 0) {
+#pragma unroll
+        for (int u = 0; u < kRing; ++u) ring_issue(u, u);
+      } else {
+        if (!preloaded && full(s)) load_first(tr);
+      }
       lora_stage_b();
       if constexpr (kRowScales) {  // the tile's row scales (constant, like the weights)
         if (warp == 0 && q == 0) {
@@ -760,7 +808,25 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       pdl_wait();
       pdl_trigger();
       lora_after_wait();
-      for (; full(s); s += kUnroll * kWarps) {
+      if constexpr (kRing > 0) {
+        // Step i waits for its own group (kRing - 1 later ones may be pending), computes, and
+        // refills its slot with step i + kRing (after the MMAs that read it).
+        for (int i0 = 0; i0 < ring_steps; i0 += kRing) {
+#pragma unroll
+          for (int u = 0; u < kRing; ++u) {
+            const int i = i0 + u;
+            if (i < ring_steps) {
+              cp_async_wait<kRing - 1>();
+              const uint4 ws = ring[u][warp][0][lane], wt = ring[u][warp][1][lane];
+              quant_step(warp + i * kWarps, ws, wt, ring_grp[u]);
+              ring_issue(i + kRing, u);
+            }
+          }
+        }
+        cp_async_wait<0>();
+        s = steps;  // no tail
+      }
+      for (; kRing == 0 && full(s); s += kUnroll * kWarps) {
         if constexpr (kXq) {
           uint32_t xq[kUnroll][NT][4];
 #pragma unroll
@@ -835,7 +901,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
         }
       }
-      preloaded = tile + tile_step < tiles && full(warp);
+      preloaded = kRing == 0 && tile + tile_step < tiles && full(warp);
       if (preloaded) load_first(tile_rows(tile + tile_step));
     }
 

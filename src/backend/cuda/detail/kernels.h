@@ -67,6 +67,11 @@ int gemv_persist_blocks_per_sm();
 // per SM, 0 the compiler's choice. Process-wide, like the above.
 void set_gemv_swiglu_min_blocks(int blocks);
 int gemv_swiglu_min_blocks();
+// IB_GEMV_RING: the quantized formats' GEMVs (not their LoRA variants) stream their weights
+// through a cp.async ring in shared memory (true, the default) or registers. Process-wide, like
+// the above.
+void set_gemv_ring(bool on);
+bool gemv_ring();
 // The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype; gain
 // (K) is the norm's gain for a quantized weight, null for a dense one (folded into w):
 //  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x) * gain) @ w^T (+ bias)

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One visit to the GPU machine for the quantized GEMVs' cp.async weight ring (IB_GEMV_RING, issues
+# 13 and 14): build; the gpu tests of the ring and the persistent grid against registers at one
+# block per tile, bit for bit (CudaGemvPersist), of the 4-bit and 8-bit ops against the CPU oracle,
+# the fused LoRA GEMVs and the switch report; the op benchmark's W4A16 section at 1-16 tokens
+# (ring on and off in one process) and its FP8 section at each setting; then `inferbench run` on
+# Llama-3-8B dummy weights at batch 1 for each format in IB_QUANTS with the ring off and on, and
+# awq on the seed protocol with each; Nsight Compute on the W4A16 gate/up GEMV with the ring.
+# Usage (from the repository root, ~9 minutes): OUT=dir bash bench/gpu/ring.sh
+# Environment: IB_BUILD_DIR (/tmp/ib-ring), IB_QUANTS ("awq fp8 nf4"), IB_TEST_FILTER,
+# IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1.
+# Writes tests.log, backend_cuda_test.json, engine_cuda_test.json, ops.log, ncu.txt, runs.log,
+# runs.json; the rest in extra.tgz.
+set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
+cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
+B=${IB_BUILD_DIR:-/tmp/ib-ring}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
+git log --oneline -1 >> "$O/env.txt" 2>&1
+if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
+         -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF &&
+       cmake --build "$B" -j 16 --target inferbench backend_cuda_test engine_cuda_test ib_ops_bench; } \
+     > "$O/build.log" 2>&1; then
+  tail -30 "$O/build.log"; cp "$O/build.log" "$O/tests.log"; echo "BUILD FAILED"; exit 1
+fi
+echo "built $(el)"
+if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
+  timeout 240 "$B/src/backend/cuda/backend_cuda_test" \
+    --gtest_filter="${IB_TEST_FILTER:-*CudaGemvPersist*:*CudaQuant4.*:*CudaQuant.*:*CudaFusedLora*:*ReportsTheKernelSwitches*}" \
+    --gtest_output="json:$O/backend_cuda_test.json" > "$O/tests.log" 2>&1
+  echo "backend_cuda_test rc=$? $(el)"
+  timeout 150 "$B/src/engine/engine_cuda_test" --gtest_filter="${IB_ENGINE_FILTER:-*CudaEngineQuant*}" \
+    --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
+  echo "engine_cuda_test rc=$? $(el)"
+  grep -E "^\[  FAILED  \]|Failure|Expected|Which is|PASSED|FAILED TEST" "$O/tests.log" | head -30
+fi
+OPS=$B/bench/gpu/ib_ops_bench
+IB_OPS_SECTIONS=gemm_int4 IB_OPS_INT4_M=1,2,4,8,16 IB_OPS_RING=0,1 timeout 150 "$OPS" \
+  "$O/ops_int4.json" > "$O/ops.log" 2>&1
+echo "ops int4 rc=$? $(el)"
+for ring in 0 1; do
+  IB_GEMV_RING=$ring IB_OPS_SECTIONS=gemm_fp8 timeout 120 "$OPS" "$O/ops_fp8_r$ring.json" \
+    > "$O/ops_fp8_r$ring.log" 2>&1
+  echo "ops fp8 ring=$ring rc=$? $(el)"
+  sed "s/^/ring=$ring /" "$O/ops_fp8_r$ring.log" | grep -E "per layer" >> "$O/ops.log"
+done
+grep -E "per layer|ceiling" "$O/ops.log"
+R=$O/runs; mkdir -p "$R"
+run() { local name=$1 ring=$2; shift 2
+  IB_GEMV_RING=$ring timeout -s INT 100 "$B/bin/inferbench" run --device cuda --dtype bf16 \
+    --load-format dummy --disable-tqdm --model llama-3-8b --result-dir "$R/$name" --overwrite "$@" \
+    > "$R/$name.log" 2>&1
+  echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|rror" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
+B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
+SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
+for q in ${IB_QUANTS:-awq fp8 nf4}; do
+  for ring in 0 1; do run "b1_${q}_r$ring" "$ring" --quantization "$q" "${B1[@]}"; done
+done
+if [ "${IB_SKIP_SEED:-0}" != 1 ]; then
+  for ring in 0 1; do run "seed_awq_r$ring" "$ring" --quantization awq "${SEED[@]}"; done
+fi
+if [ "${IB_SKIP_NCU:-0}" != 1 ]; then
+  IB_OPS_SECTIONS=gemm_int4 IB_OPS_INT4_M=1 IB_OPS_RING=1 IB_OPS_LINEARS=gate_up timeout 100 \
+    ncu --clock-control none -k regex:gemv_kernel --launch-skip 4 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section Occupancy --section LaunchStats --section SchedulerStats \
+    "$OPS" /tmp/ncu-ops.json > "$O/ncu.txt" 2>&1
+  echo "ncu rc=$? $(el)"
+fi
+python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
+rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
+# At most 8 files come back: the rest in extra.tgz.
+( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|engine_cuda_test.json|ops.log|ncu.txt|runs.log|runs.json)$' |
+  xargs -r tar czf extra.tgz --remove-files )
+echo "done $(el)"
