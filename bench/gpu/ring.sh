@@ -6,13 +6,14 @@
 # (ring on and off in one process) and its FP8 section at each setting; then `inferbench run` on
 # Llama-3-8B dummy weights at batch 1 for each format in IB_QUANTS with the ring off and on, and
 # awq on the seed protocol with each; Nsight Compute on the W4A16 gate/up GEMV with the ring.
-# Usage (from the repository root, ~9 minutes): OUT=dir bash bench/gpu/ring.sh
+# Usage (from the repository root, ~9 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/ring.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-ring), IB_QUANTS ("awq fp8 nf4"), IB_TEST_FILTER,
 # IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1.
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test.json, ops.log, ncu.txt, runs.log,
 # runs.json; the rest in extra.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
+source bench/gpu/build_inferbench.sh && use_icu
 B=${IB_BUILD_DIR:-/tmp/ib-ring}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
 git log --oneline -1 >> "$O/env.txt" 2>&1
