@@ -152,7 +152,7 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
     if (g_swiglu_min_blocks.load(std::memory_order_relaxed) == 3)
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
   }
-  if constexpr (!kDense) {
+  if constexpr (!kDense && NT <= 2) {  // (four n-tiles' partial sums and the ring: over 48 KB)
     if (g_gemv_ring.load(std::memory_order_relaxed)) {
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, false,
                            false, kGemvRingSteps>;

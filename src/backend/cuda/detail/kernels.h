@@ -68,8 +68,8 @@ int gemv_persist_blocks_per_sm();
 void set_gemv_swiglu_min_blocks(int blocks);
 int gemv_swiglu_min_blocks();
 // IB_GEMV_RING: the quantized formats' GEMVs (not their LoRA variants) stream their weights
-// through a cp.async ring in shared memory (true, the default) or registers. Process-wide, like
-// the above.
+// through a cp.async ring in shared memory (true, the default; up to 16 tokens) or registers.
+// Process-wide, like the above.
 void set_gemv_ring(bool on);
 bool gemv_ring();
 // The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype; gain
