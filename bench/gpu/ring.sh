@@ -6,15 +6,19 @@
 # (ring on and off in one process) and its FP8 section at each setting; then `inferbench run` on
 # Llama-3-8B dummy weights at batch 1 for each format in IB_QUANTS with the ring off and on, and
 # awq on the seed protocol with each; Nsight Compute on the W4A16 gate/up GEMV with the ring.
+# With IB_GGUF=1 also the GGUF kernels' fused forms (the norm in the quantize kernel, the SwiGLU in
+# the GEMV, programmatic dependent launch): CudaGguf and CudaEngineGguf, and Llama-3-8B's dummy
+# weights in the Q4_K_M mix at batch 1 with the fused ops (IB_FUSED=1) and without (0).
 # Usage (from the repository root, ~9 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/ring.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-ring), IB_QUANTS ("awq fp8 nf4"), IB_TEST_FILTER,
-# IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1.
+# IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1, IB_SKIP_FP8_OPS=1, IB_GGUF=1.
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test.json, ops.log, ncu.txt, runs.log,
 # runs.json; the rest in extra.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 B=${IB_BUILD_DIR:-/tmp/ib-ring}
+GG=; [ "${IB_GGUF:-0}" = 1 ] && GG=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
 git log --oneline -1 >> "$O/env.txt" 2>&1
 if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
@@ -26,10 +30,10 @@ fi
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   timeout 240 "$B/src/backend/cuda/backend_cuda_test" \
-    --gtest_filter="${IB_TEST_FILTER:-*CudaGemvPersist*:*CudaQuant4.*:*CudaQuant.*:*CudaFusedLora*:*ReportsTheKernelSwitches*}" \
+    --gtest_filter="${IB_TEST_FILTER:-*CudaGemvPersist*:*CudaQuant4.*:*CudaQuant.*:*CudaFusedLora*:*ReportsTheKernelSwitches*}${GG:+:*CudaGguf*}" \
     --gtest_output="json:$O/backend_cuda_test.json" > "$O/tests.log" 2>&1
   echo "backend_cuda_test rc=$? $(el)"
-  timeout 150 "$B/src/engine/engine_cuda_test" --gtest_filter="${IB_ENGINE_FILTER:-*CudaEngineQuant*}" \
+  timeout 150 "$B/src/engine/engine_cuda_test" --gtest_filter="${IB_ENGINE_FILTER:-*CudaEngineQuant*}${GG:+:*CudaEngineGguf*}" \
     --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
   echo "engine_cuda_test rc=$? $(el)"
   grep -E "^\[  FAILED  \]|Failure|Expected|Which is|PASSED|FAILED TEST" "$O/tests.log" | head -30
@@ -39,6 +43,7 @@ IB_OPS_SECTIONS=gemm_int4 IB_OPS_INT4_M=1,2,4,8,16 IB_OPS_RING=0,1 timeout 150 "
   "$O/ops_int4.json" > "$O/ops.log" 2>&1
 echo "ops int4 rc=$? $(el)"
 for ring in 0 1; do
+  [ "${IB_SKIP_FP8_OPS:-0}" = 1 ] && break
   IB_GEMV_RING=$ring IB_OPS_SECTIONS=gemm_fp8 timeout 120 "$OPS" "$O/ops_fp8_r$ring.json" \
     > "$O/ops_fp8_r$ring.log" 2>&1
   echo "ops fp8 ring=$ring rc=$? $(el)"
@@ -56,6 +61,11 @@ SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
 for q in ${IB_QUANTS:-awq fp8 nf4}; do
   for ring in 0 1; do run "b1_${q}_r$ring" "$ring" --quantization "$q" "${B1[@]}"; done
 done
+if [ -n "$GG" ]; then
+  for fused in 1 0; do
+    IB_FUSED=$fused run "b1_gguf_fused$fused" 1 --quantization gguf "${B1[@]}"
+  done
+fi
 if [ "${IB_SKIP_SEED:-0}" != 1 ]; then
   for ring in 0 1; do run "seed_awq_r$ring" "$ring" --quantization awq "${SEED[@]}"; done
 fi

@@ -354,13 +354,22 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
   }
 }
 
+// A kGguf weight's fused op of at most the GGUF GEMV's tokens without adapters takes the GGUF
+// kernels' fused forms (launch_rms_gemv_gguf).
+bool CudaBackend::gguf_fused(const Tensor& h, const Tensor* gain, const WeightRef& w,
+                             const FusedLora* lora) const {
+  return w.format == WeightFormat::kGguf && gain != nullptr && lora == nullptr &&
+         h.rows() <= kGgufGemvMaxM && gguf_operands_ok(h, w) && gguf_scratch_.data() != nullptr &&
+         reinterpret_cast<uintptr_t>(gain->data) % 16 == 0;
+}
+
 void CudaBackend::matmul_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
                               bool accumulate) {
   IB_ASSERT(gguf_operands_ok(x, w) && gguf_scratch_.data() != nullptr,
             "matmul(gguf): x (M, K) bf16/fp16 and a kGguf weight readied by prepare_weight");
   if (x.rows() <= kGgufGemvMaxM) {
     launch_gemv_gguf(x, w, bias, out, accumulate, gguf_scratch_.data(), gguf_scratch_.bytes(),
-                     stream_);
+                     stream_, pdl_);
     return;
   }
   const Tensor dense = dequantized(w);
@@ -527,6 +536,12 @@ void CudaBackend::rms_matmul_rope_cache(const Tensor& h, const Tensor* gain,
     const GemvLora l =
         lora ? fused_lora_operands(h, &norm, *lora, qkv.row_size(), gemv, weight, nullptr)
              : GemvLora{};
+    if (!gemv && gguf_fused(h, gain, weight, lora)) {  // the norm in the quantize kernel
+      launch_rms_gemv_gguf(h, *gain, eps, weight, bias, qkv, false, gguf_scratch_.data(),
+                           gguf_scratch_.bytes(), stream_, pdl_);
+      launch_rope_and_cache(qkv, positions, slot_mapping, inv_freq, kv, shape, stream_, pdl_);
+      return;
+    }
     if (!gemv) {
       matmul_quantized(normed_for_fallback(h, gain, eps), weight, bias, qkv);
       if (lora) fused_lora_expand(l, *lora, qkv);
@@ -552,6 +567,11 @@ void CudaBackend::rms_matmul_swiglu(const Tensor& h, const Tensor* gain, const W
     const LoraShrinkNorm norm{gain, eps};
     const GemvLora l =
         lora ? fused_lora_operands(h, &norm, *lora, w.dim(0), gemv, weight, &out) : GemvLora{};
+    if (!gemv && gguf_fused(h, gain, weight, lora)) {  // the norm and the SwiGLU in its kernels
+      launch_rms_gemv_gguf(h, *gain, eps, weight, nullptr, out, true, gguf_scratch_.data(),
+                           gguf_scratch_.bytes(), stream_, pdl_);
+      return;
+    }
     if (!gemv) {
       const Tensor gate_up = fallback_scratch(h.rows(), w.dim(0));
       matmul_quantized(normed_for_fallback(h, gain, eps), weight, nullptr, gate_up);

@@ -10,9 +10,14 @@
 // Q4_K / Q5_K: c = q, s = d * sc, o = dmin * m of the sub-block. Q6_K: c = q - 32 (signed), the
 // two 16-element scales of its sub-blocks, o = 0.
 //
-// Decode (M <= 8 tokens): a warp per weight row, lane l taking the row's 32-element blocks l,
-// l + 32, ...; then a warp reduction per token. Prefill (M > 8): the weight dequantized into the
-// activation dtype for cuBLASLt, x through its int8 round trip (cuda_backend.cpp).
+// Decode (M <= 8 tokens): a warp per two weight rows, lane l taking the rows' 32-element blocks l,
+// l + 32, ...; then a warp reduction per token. The fused ops' forms: x's norm computed by the
+// kernel that quantizes it (rms_q8_kernel: the normed values rounded to x's dtype first, as the
+// norm kernel stores them), and the SwiGLU in the GEMV's epilogue (a warp per gate row and its
+// up row, both rounded to x's dtype before silu(g) * u, as the unfused ops round them). Every
+// kernel here takes part in programmatic dependent launch; the GEMV asks L2 for the first 4 KB of
+// its rows before it waits. Prefill (M > 8): the weight dequantized into the activation dtype for
+// cuBLASLt, x through its int8 round trip (cuda_backend.cpp).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -21,6 +26,7 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
 // A named namespace (not an anonymous one) so that profiles name the kernels in full.
@@ -169,18 +175,13 @@ __device__ __forceinline__ WeightBlock decode_block(const uint8_t* row, int b) {
   return w;
 }
 
-// x (M, K) -> codes (M, K) int8 and per block {d, d * sum(codes)} (M, K / 32) float2; with
-// round_trip, dst (M, K) of T = codes * d instead (the prefill path's x'). A thread per block.
+// One 32-element block of x (v, as kBlock / kVec 16-byte vectors) quantized as weight.h defines:
+// the codes into codes_out (32 bytes, 16-byte aligned) and {d, d * sum} into scale_out, or with
+// kRoundTrip codes * d into dst (32 elements of T).
 template <typename T, bool kRoundTrip>
-__global__ void quantize_q8_blocks_kernel(const T* __restrict__ x, int8_t* __restrict__ codes,
-                                          float2* __restrict__ scales, T* __restrict__ dst,
-                                          int64_t blocks) {
-  constexpr int kVec = kVec16<T>;  // elements a 16-byte access holds
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= blocks) return;
-  float v[kBlock / kVec][kVec];
-#pragma unroll
-  for (int j = 0; j < kBlock / kVec; ++j) load16_f32(x + i * kBlock + j * kVec, v[j]);
+__device__ __forceinline__ void quantize_block32(const float (&v)[kBlock / kVec16<T>][kVec16<T>],
+                                                 int8_t* codes_out, float2* scale_out, T* dst) {
+  constexpr int kVec = kVec16<T>;
   float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < kBlock / kVec; ++j)
@@ -201,7 +202,7 @@ __global__ void quantize_q8_blocks_kernel(const T* __restrict__ x, int8_t* __res
       float back[kVec];
 #pragma unroll
       for (int t = 0; t < kVec; ++t) back[t] = static_cast<float>(q[j * kVec + t]) * d;
-      store16_f32(dst + i * kBlock + j * kVec, back);
+      store16_f32(dst + j * kVec, back);
     }
   } else {
     uint32_t words[8];
@@ -212,10 +213,67 @@ __global__ void quantize_q8_blocks_kernel(const T* __restrict__ x, int8_t* __res
                  (static_cast<uint32_t>(q[4 * w + 2] & 0xFF) << 16) |
                  (static_cast<uint32_t>(q[4 * w + 3] & 0xFF) << 24);
     }
-    auto* out = reinterpret_cast<uint4*>(codes + i * kBlock);
+    auto* out = reinterpret_cast<uint4*>(codes_out);
     out[0] = make_uint4(words[0], words[1], words[2], words[3]);
     out[1] = make_uint4(words[4], words[5], words[6], words[7]);
-    scales[i] = make_float2(d, d * static_cast<float>(sum));
+    *scale_out = make_float2(d, d * static_cast<float>(sum));
+  }
+}
+
+// x (M, K) -> codes (M, K) int8 and per block {d, d * sum(codes)} (M, K / 32) float2; with
+// round_trip, dst (M, K) of T = codes * d instead (the prefill path's x'). A thread per block.
+template <typename T, bool kRoundTrip>
+__global__ void quantize_q8_blocks_kernel(const T* __restrict__ x, int8_t* __restrict__ codes,
+                                          float2* __restrict__ scales, T* __restrict__ dst,
+                                          int64_t blocks) {
+  constexpr int kVec = kVec16<T>;  // elements a 16-byte access holds
+  pdl_wait();
+  pdl_trigger();
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= blocks) return;
+  float v[kBlock / kVec][kVec];
+#pragma unroll
+  for (int j = 0; j < kBlock / kVec; ++j) load16_f32(x + i * kBlock + j * kVec, v[j]);
+  quantize_block32<T, kRoundTrip>(v, kRoundTrip ? nullptr : codes + i * kBlock,
+                                  kRoundTrip ? nullptr : scales + i,
+                                  kRoundTrip ? dst + i * kBlock : nullptr);
+}
+
+constexpr int kNormThreads = 256;
+
+// The fused ops' input: token row blockIdx.x of h (M, K) normed, x = h / rms(h) * gain rounded
+// to T (as rms_norm_kernel stores it), then quantized per 32 into codes and scales as above.
+template <typename T>
+__global__ void __launch_bounds__(kNormThreads)
+    rms_q8_kernel(const T* __restrict__ h, const T* __restrict__ gain, float eps,
+                  int8_t* __restrict__ codes, float2* __restrict__ scales, int64_t k) {
+  constexpr int kVec = kVec16<T>;
+  __shared__ float scratch[32];
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = blockIdx.x;
+  const T* hr = h + row * k;
+  float sum_sq = 0.0f;
+  for (int64_t c = int64_t{threadIdx.x} * kVec; c < k; c += int64_t{kNormThreads} * kVec) {
+    float v[kVec];
+    load16_f32(hr + c, v);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) sum_sq += v[i] * v[i];
+  }
+  const float total = block_sum(sum_sq, scratch);
+  const float inv_rms = rsqrtf(total / static_cast<float>(k) + eps);
+  const int64_t blocks = k / kBlock;
+  for (int64_t b = threadIdx.x; b < blocks; b += kNormThreads) {
+    float v[kBlock / kVec][kVec];
+#pragma unroll
+    for (int j = 0; j < kBlock / kVec; ++j) {
+      float g[kVec];
+      load16_f32(hr + b * kBlock + j * kVec, v[j]);
+      load16_f32(gain + b * kBlock + j * kVec, g);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) v[j][i] = to_f32(from_f32<T>(v[j][i] * inv_rms * g[i]));
+    }
+    quantize_block32<T, false>(v, codes + row * k + b * kBlock, scales + row * blocks + b, nullptr);
   }
 }
 
@@ -290,36 +348,74 @@ __device__ __forceinline__ void store_row(const float (&acc)[kMaxTokens], int64_
   }
 }
 
-// out (M, N) (=, or += with accumulate) x' @ w^T (+ bias): a warp per two rows, which share the
-// x loads (each alone where the second is past N or in another segment).
+// out (M, F) = silu(g) * u of the warp's gate and up rows' results (g, u: each lane's partial
+// sums), both rounded to T first (the unfused ops store gate_up in T).
 template <typename T, int kM>
+__device__ __forceinline__ void store_swiglu(const float (&g)[kMaxTokens],
+                                             const float (&u)[kMaxTokens], int64_t feature,
+                                             int64_t f, int lane, T* out) {
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    const float gs = warp_sum(g[m]), us = warp_sum(u[m]);
+    if (lane == 0) {
+      const float gr = to_f32(from_f32<T>(gs)), ur = to_f32(from_f32<T>(us));
+      out[m * f + feature] = from_f32<T>(gr / (1.0f + expf(-gr)) * ur);
+    }
+  }
+}
+
+// out (M, N) (=, or += with accumulate) x' @ w^T (+ bias): a warp per two rows, which share the
+// x loads (each alone where the second is past N or in another segment). kSwiGlu: w holds the
+// gate rows then the up rows (2F), the warp's rows are gate row j and up row F + j, and out
+// (M, F) gets silu(gate) * up (no bias).
+template <typename T, int kM, bool kSwiGlu>
 __global__ void __launch_bounds__(kThreads)
     gemv_gguf_kernel(GgufView v, const int8_t* __restrict__ codes,
                      const float2* __restrict__ scales, const T* __restrict__ bias,
                      T* __restrict__ out, bool accumulate) {
   const int lane = threadIdx.x & 31;
-  const int64_t row = 2 * (blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32);
-  if (row >= v.rows) return;
+  const int64_t warp = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
+  const int64_t f = v.rows / 2;  // kSwiGlu's features
+  const int64_t row0 = kSwiGlu ? warp : 2 * warp;
+  const int64_t row1 = kSwiGlu ? f + warp : row0 + 1;
+  const bool valid0 = kSwiGlu ? warp < f : row0 < v.rows;
+  const bool valid1 = valid0 && row1 < v.rows;
+  // The rows' first 4 KB into L2 while the previous kernel finishes (the weights are constant).
+  const int64_t ahead = v.stride < 4096 ? v.stride : 4096;
+  if (lane * 128 < ahead) {
+    if (valid0) prefetch_l2(v.data + row0 * v.stride + lane * 128);
+    if (valid1) prefetch_l2(v.data + row1 * v.stride + lane * 128);
+  }
+  pdl_wait();
+  pdl_trigger();
+  if (!valid0) return;
   const int blocks = static_cast<int>(v.cols / kBlock);
-  const uint32_t type = segment_type(v, row);
-  const bool pair = row + 1 < v.rows && segment_type(v, row + 1) == type;
-  if (pair) {
-    const uint8_t* const rows[2] = {v.data + row * v.stride, v.data + (row + 1) * v.stride};
-    float acc[2][kMaxTokens] = {};
+  const uint32_t type = segment_type(v, row0);
+  float acc[2][kMaxTokens] = {};
+  if (valid1 && segment_type(v, row1) == type) {
+    const uint8_t* const rows[2] = {v.data + row0 * v.stride, v.data + row1 * v.stride};
     with_block_type(type, [&]<uint32_t kType>() {
       rows_dot<kType, kM, 2>(rows, blocks, codes, scales, v.cols, lane, acc);
     });
-    store_row<T, kM>(acc[0], row, v.rows, lane, bias, out, accumulate);
-    store_row<T, kM>(acc[1], row + 1, v.rows, lane, bias, out, accumulate);
-    return;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t r = i == 0 ? row0 : row1;
+      if (i == 1 && !valid1) break;
+      const uint8_t* const rows[1] = {v.data + r * v.stride};
+      float one[1][kMaxTokens] = {};
+      with_block_type(segment_type(v, r), [&]<uint32_t kType>() {
+        rows_dot<kType, kM, 1>(rows, blocks, codes, scales, v.cols, lane, one);
+      });
+#pragma unroll
+      for (int m = 0; m < kMaxTokens; ++m) acc[i][m] = one[0][m];
+    }
   }
-  for (int64_t r = row; r < row + 2 && r < v.rows; ++r) {
-    const uint8_t* const rows[1] = {v.data + r * v.stride};
-    float acc[1][kMaxTokens] = {};
-    with_block_type(segment_type(v, r), [&]<uint32_t kType>() {
-      rows_dot<kType, kM, 1>(rows, blocks, codes, scales, v.cols, lane, acc);
-    });
-    store_row<T, kM>(acc[0], r, v.rows, lane, bias, out, accumulate);
+  if constexpr (kSwiGlu) {
+    store_swiglu<T, kM>(acc[0], acc[1], warp, f, lane, out);
+  } else {
+    store_row<T, kM>(acc[0], row0, v.rows, lane, bias, out, accumulate);
+    if (valid1) store_row<T, kM>(acc[1], row1, v.rows, lane, bias, out, accumulate);
   }
 }
 
@@ -368,46 +464,72 @@ int64_t gguf_gemv_scratch_bytes(int64_t tokens, int64_t k) {
   return tokens * k + tokens * (k / kBlock) * static_cast<int64_t>(sizeof(float2)) + 256;
 }
 
-void launch_gemv_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
-                      bool accumulate, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
-  const int64_t m = x.rows(), k = x.row_size(), n = w.rows();
+namespace gguf {
+
+// The codes (M, K) and block scales (M, K / 32) in the scratch.
+struct Q8Act {
+  int8_t* codes;
+  float2* scales;
+};
+
+Q8Act q8_act(void* scratch, int64_t m, int64_t k) {
+  return {static_cast<int8_t*>(scratch),
+          reinterpret_cast<float2*>(static_cast<char*>(scratch) + ((m * k + 255) / 256) * 256)};
+}
+
+// The GEMV (kSwiGlu: the SwiGLU form) on x already quantized in act, M <= kMaxTokens.
+template <typename T, bool kSwiGlu>
+void launch_gemv_q8(int64_t m, const WeightRef& w, const T* bias, T* out, bool accumulate,
+                    const Q8Act& act, cudaStream_t stream, bool pdl) {
+  const GgufView v = view_of(w);
+  const int64_t warps = kSwiGlu ? v.rows / 2 : (v.rows + 1) / 2;  // two rows each
+  const dim3 grid(grid_for(warps, kThreads / 32));
+  const auto launch = [&]<int kM>() {
+    launch_kernel("gemv_gguf", pdl, gemv_gguf_kernel<T, kM, kSwiGlu>, grid, dim3(kThreads), 0,
+                  stream, v, static_cast<const int8_t*>(act.codes),
+                  static_cast<const float2*>(act.scales), bias, out, accumulate);
+  };
+  switch (m) {
+    case 1:
+      return launch.template operator()<1>();
+    case 2:
+      return launch.template operator()<2>();
+    case 3:
+      return launch.template operator()<3>();
+    case 4:
+      return launch.template operator()<4>();
+    default:
+      return launch.template operator()<8>();
+  }
+}
+
+void check_gemv_operands(const Tensor& x, const WeightRef& w, const Tensor* bias, const Tensor& out,
+                         int64_t n_out, size_t scratch_bytes) {
+  const int64_t m = x.rows(), k = x.row_size();
   IB_ASSERT(gguf_operands_ok(x, w) && m >= 1 && m <= kMaxTokens && out.dtype == x.dtype &&
-                out.rows() == m && out.row_size() == n,
+                out.rows() == m && out.row_size() == n_out,
             "gemv_gguf: x (M <= 8, K) bf16/fp16, a kGguf weight (N, K), out (M, N) of x's dtype");
   IB_ASSERT(static_cast<int64_t>(scratch_bytes) >= gguf_gemv_scratch_bytes(m, k),
             "gemv_gguf: the activation scratch is too small");
-  if (bias) IB_ASSERT(bias->dtype == x.dtype && bias->numel() == n, "gemv_gguf: bias (N) of x's");
-  auto* codes = static_cast<int8_t*>(scratch);
-  auto* scales =
-      reinterpret_cast<float2*>(static_cast<char*>(scratch) + ((m * k + 255) / 256) * 256);
+  if (bias)
+    IB_ASSERT(bias->dtype == x.dtype && bias->numel() == w.rows(), "gemv_gguf: bias (N) of x's");
+}
+
+}  // namespace gguf
+
+void launch_gemv_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
+                      bool accumulate, void* scratch, size_t scratch_bytes, cudaStream_t stream,
+                      bool pdl) {
+  check_gemv_operands(x, w, bias, out, w.rows(), scratch_bytes);
+  const int64_t m = x.rows(), k = x.row_size();
+  const Q8Act act = q8_act(scratch, m, k);
   const int64_t blocks = m * (k / kBlock);
-  const GgufView v = view_of(w);
   const auto typed = [&]<typename T>() {
-    quantize_q8_blocks_kernel<T, false><<<grid_for(blocks, 128), 128, 0, stream>>>(
-        x.as<const T>(), codes, scales, nullptr, blocks);
-    const T* b = bias ? bias->as<const T>() : nullptr;
-    const unsigned grid = grid_for((n + 1) / 2, kThreads / 32);  // a warp per two rows
-    const auto launch = [&]<int kM>() {
-      gemv_gguf_kernel<T, kM>
-          <<<grid, kThreads, 0, stream>>>(v, codes, scales, b, out.as<T>(), accumulate);
-    };
-    switch (m) {
-      case 1:
-        launch.template operator()<1>();
-        break;
-      case 2:
-        launch.template operator()<2>();
-        break;
-      case 3:
-        launch.template operator()<3>();
-        break;
-      case 4:
-        launch.template operator()<4>();
-        break;
-      default:
-        launch.template operator()<8>();
-        break;
-    }
+    launch_kernel("gemv_gguf(quantize)", pdl, quantize_q8_blocks_kernel<T, false>,
+                  dim3(grid_for(blocks, 128)), dim3(128), 0, stream, x.as<const T>(), act.codes,
+                  act.scales, static_cast<T*>(nullptr), blocks);
+    launch_gemv_q8<T, false>(m, w, bias ? bias->as<const T>() : nullptr, out.as<T>(), accumulate,
+                             act, stream, pdl);
   };
   if (x.dtype == DType::kBF16) {
     typed.template operator()<bf16>();
@@ -415,6 +537,34 @@ void launch_gemv_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, T
     typed.template operator()<f16>();
   }
   IB_CUDA_CHECK_LAUNCH("gemv_gguf");
+}
+
+void launch_rms_gemv_gguf(const Tensor& h, const Tensor& gain, float eps, const WeightRef& w,
+                          const Tensor* bias, Tensor out, bool swiglu, void* scratch,
+                          size_t scratch_bytes, cudaStream_t stream, bool pdl) {
+  check_gemv_operands(h, w, bias, out, swiglu ? w.rows() / 2 : w.rows(), scratch_bytes);
+  const int64_t m = h.rows(), k = h.row_size();
+  IB_ASSERT(gain.dtype == h.dtype && gain.numel() == k && aligned16(gain.data) &&
+                (!swiglu || (bias == nullptr && w.rows() % 2 == 0)),
+            "rms_gemv_gguf: a gain (K) of h's dtype; the SwiGLU form without bias, 2F rows");
+  const Q8Act act = q8_act(scratch, m, k);
+  const auto typed = [&]<typename T>() {
+    launch_kernel("gemv_gguf(rms_q8)", pdl, rms_q8_kernel<T>, dim3(static_cast<unsigned>(m)),
+                  dim3(kNormThreads), 0, stream, h.as<const T>(), gain.as<const T>(), eps,
+                  act.codes, act.scales, k);
+    const T* b = bias ? bias->as<const T>() : nullptr;
+    if (swiglu) {
+      launch_gemv_q8<T, true>(m, w, b, out.as<T>(), false, act, stream, pdl);
+    } else {
+      launch_gemv_q8<T, false>(m, w, b, out.as<T>(), false, act, stream, pdl);
+    }
+  };
+  if (h.dtype == DType::kBF16) {
+    typed.template operator()<bf16>();
+  } else {
+    typed.template operator()<f16>();
+  }
+  IB_CUDA_CHECK_LAUNCH("rms_gemv_gguf");
 }
 
 void launch_q8_round_trip(const Tensor& x, Tensor dst, cudaStream_t stream) {

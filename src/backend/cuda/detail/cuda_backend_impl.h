@@ -239,6 +239,9 @@ class CudaBackend final : public Backend,
   }
   void record_failure(const std::string& message);
   void matmul_quantized(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out);
+  // Whether a fused op on a kGguf weight takes launch_rms_gemv_gguf (up to 8 tokens, no adapters).
+  bool gguf_fused(const Tensor& h, const Tensor* gain, const WeightRef& w,
+                  const FusedLora* lora) const;
   // A kGguf weight's matmul (weight.h): out = x' @ w^T (+ bias), or += with accumulate; the GEMV
   // up to 8 tokens, else the weight dequantized for cuBLASLt with x' in chunks of rows.
   void matmul_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,

@@ -143,9 +143,16 @@ bool gguf_operands_ok(const Tensor& x, const WeightRef& w);
 // The scratch launch_gemv_gguf needs for tokens x K: the codes and the block scales.
 int64_t gguf_gemv_scratch_bytes(int64_t tokens, int64_t k);
 // out (M <= 8, N) = x' @ w^T (+ bias), or += with accumulate: x quantized per 32 into scratch, a
-// warp per row of w.
+// warp per two rows of w.
 void launch_gemv_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
-                      bool accumulate, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+                      bool accumulate, void* scratch, size_t scratch_bytes, cudaStream_t stream,
+                      bool pdl = false);
+// The fused ops' GGUF form, M <= 8: x = rms_norm(h) * gain quantized per 32 into scratch by one
+// kernel, then out (M, N) = x' @ w^T (+ bias), or with swiglu (w: 2F rows, gate then up; no
+// bias) out (M, F) = silu(gate) * up in the GEMV's epilogue.
+void launch_rms_gemv_gguf(const Tensor& h, const Tensor& gain, float eps, const WeightRef& w,
+                          const Tensor* bias, Tensor out, bool swiglu, void* scratch,
+                          size_t scratch_bytes, cudaStream_t stream, bool pdl);
 // dst (M, K) = x' (x through its per-32 int8 round trip), x's dtype.
 void launch_q8_round_trip(const Tensor& x, Tensor dst, cudaStream_t stream);
 // dst (N, K) bf16/fp16 = the kGguf weight dequantized.
