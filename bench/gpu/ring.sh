@@ -5,13 +5,14 @@
 # the fused LoRA GEMVs and the switch report; the op benchmark's W4A16 section at 1-16 tokens
 # (ring on and off in one process) and its FP8 section at each setting; then `inferbench run` on
 # Llama-3-8B dummy weights at batch 1 for each format in IB_QUANTS with the ring off and on, and
-# awq on the seed protocol with each; Nsight Compute on the W4A16 gate/up GEMV with the ring.
+# awq on the seed protocol; Nsight Compute on the W4A16 gate/up GEMV with the ring.
 # With IB_GGUF=1 also the GGUF kernels' fused forms (the norm in the quantize kernel, the SwiGLU in
 # the GEMV, programmatic dependent launch): CudaGguf and CudaEngineGguf, and Llama-3-8B's dummy
 # weights in the Q4_K_M mix at batch 1 with the fused ops (IB_FUSED=1) and without (0).
 # Usage (from the repository root, ~9 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/ring.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-ring), IB_QUANTS ("awq fp8 nf4"), IB_TEST_FILTER,
-# IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1, IB_SKIP_FP8_OPS=1, IB_GGUF=1.
+# IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1, IB_SEED_RINGS ("1"),
+# IB_SKIP_FP8_OPS=1, IB_GGUF=1.
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test.json, ops.log, ncu.txt, runs.log,
 # runs.json; the rest in extra.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -67,7 +68,7 @@ if [ -n "$GG" ]; then
   done
 fi
 if [ "${IB_SKIP_SEED:-0}" != 1 ]; then
-  for ring in 0 1; do run "seed_awq_r$ring" "$ring" --quantization awq "${SEED[@]}"; done
+  for ring in ${IB_SEED_RINGS:-1}; do run "seed_awq_r$ring" "$ring" --quantization awq "${SEED[@]}"; done
 fi
 if [ "${IB_SKIP_NCU:-0}" != 1 ]; then
   IB_OPS_SECTIONS=gemm_int4 IB_OPS_INT4_M=1 IB_OPS_RING=1 IB_OPS_LINEARS=gate_up timeout 100 \
