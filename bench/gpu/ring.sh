@@ -8,7 +8,8 @@
 # awq on the seed protocol; Nsight Compute on the W4A16 gate/up GEMV with the ring.
 # With IB_GGUF=1 also the GGUF kernels' fused forms (the norm in the quantize kernel, the SwiGLU in
 # the GEMV, programmatic dependent launch): CudaGguf and CudaEngineGguf, and Llama-3-8B's dummy
-# weights in the Q4_K_M mix at batch 1 with the fused ops (IB_FUSED=1) and without (0).
+# weights in the Q4_K_M mix at batch 1 with the ring and the fused ops, without the ring, and
+# without the fused ops (IB_FUSED=0).
 # Usage (from the repository root, ~9 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/ring.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-ring), IB_QUANTS ("awq fp8 nf4"), IB_TEST_FILTER,
 # IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1, IB_SEED_RINGS ("1"),
@@ -63,9 +64,9 @@ for q in ${IB_QUANTS:-awq fp8 nf4}; do
   for ring in 0 1; do run "b1_${q}_r$ring" "$ring" --quantization "$q" "${B1[@]}"; done
 done
 if [ -n "$GG" ]; then
-  for fused in 1 0; do
-    IB_FUSED=$fused run "b1_gguf_fused$fused" 1 --quantization gguf "${B1[@]}"
-  done
+  run b1_gguf_r1 1 --quantization gguf "${B1[@]}"
+  run b1_gguf_r0 0 --quantization gguf "${B1[@]}"
+  IB_FUSED=0 run b1_gguf_r1_unfused 1 --quantization gguf "${B1[@]}"
 fi
 if [ "${IB_SKIP_SEED:-0}" != 1 ]; then
   for ring in ${IB_SEED_RINGS:-1}; do run "seed_awq_r$ring" "$ring" --quantization awq "${SEED[@]}"; done
