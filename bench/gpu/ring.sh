@@ -23,12 +23,8 @@ B=${IB_BUILD_DIR:-/tmp/ib-ring}
 GG=; [ "${IB_GGUF:-0}" = 1 ] && GG=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
 git log --oneline -1 >> "$O/env.txt" 2>&1
-if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
-         -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF &&
-       cmake --build "$B" -j 16 --target inferbench backend_cuda_test engine_cuda_test ib_ops_bench; } \
-     > "$O/build.log" 2>&1; then
-  tail -30 "$O/build.log"; cp "$O/build.log" "$O/tests.log"; echo "BUILD FAILED"; exit 1
-fi
+build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ib_ops_bench ||
+  { cp "$O/build.log" "$O/tests.log"; exit 1; }
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   timeout 240 "$B/src/backend/cuda/backend_cuda_test" \
