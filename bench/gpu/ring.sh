@@ -8,12 +8,12 @@
 # awq on the seed protocol; Nsight Compute on the W4A16 gate/up GEMV with the ring.
 # With IB_GGUF=1 also the GGUF kernels' fused forms (the norm in the quantize kernel, the SwiGLU in
 # the GEMV, programmatic dependent launch): CudaGguf and CudaEngineGguf, and Llama-3-8B's dummy
-# weights in the Q4_K_M mix at batch 1 with the ring and the fused ops, without the ring, and
-# without the fused ops (IB_FUSED=0).
+# weights in the Q4_K_M mix at batch 1 with the fused ops and without (IB_FUSED=0), and a CUPTI
+# kernel profile of the first.
 # Usage (from the repository root, ~9 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/ring.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-ring), IB_QUANTS ("awq fp8 nf4"), IB_TEST_FILTER,
 # IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1, IB_SEED_RINGS ("1"),
-# IB_SKIP_FP8_OPS=1, IB_GGUF=1.
+# IB_SKIP_FP8_OPS=1, IB_SKIP_OPS=1 (both op benchmark sections), IB_GGUF=1.
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test.json, ops.log, ncu.txt, runs.log,
 # runs.json; the rest in extra.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -23,7 +23,8 @@ B=${IB_BUILD_DIR:-/tmp/ib-ring}
 GG=; [ "${IB_GGUF:-0}" = 1 ] && GG=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
 git log --oneline -1 >> "$O/env.txt" 2>&1
-build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ib_ops_bench ||
+build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ib_ops_bench \
+  ${GG:+ib_kernel_profile} ||
   { cp "$O/build.log" "$O/tests.log"; exit 1; }
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
@@ -37,11 +38,11 @@ if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   grep -E "^\[  FAILED  \]|Failure|Expected|Which is|PASSED|FAILED TEST" "$O/tests.log" | head -30
 fi
 OPS=$B/bench/gpu/ib_ops_bench
-IB_OPS_SECTIONS=gemm_int4 IB_OPS_INT4_M=1,2,4,8,16 IB_OPS_RING=0,1 timeout 150 "$OPS" \
+[ "${IB_SKIP_OPS:-0}" = 1 ] || IB_OPS_SECTIONS=gemm_int4 IB_OPS_INT4_M=1,2,4,8,16 IB_OPS_RING=0,1 timeout 150 "$OPS" \
   "$O/ops_int4.json" > "$O/ops.log" 2>&1
 echo "ops int4 rc=$? $(el)"
 for ring in 0 1; do
-  [ "${IB_SKIP_FP8_OPS:-0}" = 1 ] && break
+  [ "${IB_SKIP_FP8_OPS:-0}" = 1 ] || [ "${IB_SKIP_OPS:-0}" = 1 ] && break
   IB_GEMV_RING=$ring IB_OPS_SECTIONS=gemm_fp8 timeout 120 "$OPS" "$O/ops_fp8_r$ring.json" \
     > "$O/ops_fp8_r$ring.log" 2>&1
   echo "ops fp8 ring=$ring rc=$? $(el)"
@@ -60,9 +61,14 @@ for q in ${IB_QUANTS:-awq fp8 nf4}; do
   for ring in 0 1; do run "b1_${q}_r$ring" "$ring" --quantization "$q" "${B1[@]}"; done
 done
 if [ -n "$GG" ]; then
-  run b1_gguf_r1 1 --quantization gguf "${B1[@]}"
-  run b1_gguf_r0 0 --quantization gguf "${B1[@]}"
-  IB_FUSED=0 run b1_gguf_r1_unfused 1 --quantization gguf "${B1[@]}"
+  run b1_gguf 1 --quantization gguf "${B1[@]}"
+  IB_FUSED=0 run b1_gguf_unfused 1 --quantization gguf "${B1[@]}"
+  # A CUPTI kernel profile (bench/gpu/kernel_profile.cpp) of the fused form at batch 1.
+  IB_KERNEL_PROFILE="$O/profile_gguf_b1.txt" LD_PRELOAD=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so") \
+    timeout 100 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
+    --model llama-3-8b --quantization gguf --batch-size 1 --input-len 32 --output-len 64 \
+    --num-prompts 2 --runs 1 --result-dir "$R/prof_gguf_b1" --overwrite > "$R/prof_gguf_b1.log" 2>&1
+  echo "prof_gguf_b1 rc=$? $(el)"; head -30 "$O/profile_gguf_b1.txt"
 fi
 if [ "${IB_SKIP_SEED:-0}" != 1 ]; then
   for ring in ${IB_SEED_RINGS:-1}; do run "seed_awq_r$ring" "$ring" --quantization awq "${SEED[@]}"; done

@@ -33,8 +33,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
      "prefetching each block's next row tile (0: one block per tile)"},
     {"IB_GEMV_RING", "cuda", "1", 0, 1, "",
-     "1: the quantized formats' decode GEMVs stream their weights through a ring of 4 steps per "
-     "warp in shared memory (cp.async); 0: through registers, 2-4 steps in flight"},
+     "1: the quantized formats' decode GEMVs of 1-4 and 9-16 tokens stream their weights through "
+     "a ring of 4 steps per warp in shared memory (cp.async), the others through registers; 0: "
+     "all through registers, 2-4 steps in flight"},
     {"IB_GEMV_SWIGLU_BLOCKS", "cuda", "3", 0, 0, "0|3",
      "3: the dense gate/up GEMV's registers capped so that 3 blocks fit on an SM; 0: the "
      "compiler's choice (2)"},

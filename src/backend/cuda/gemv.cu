@@ -36,9 +36,11 @@ constexpr int kInt4Unroll = IB_GEMV_INT4_UNROLL;
 // first weights during the current tile's epilogue; 0: one block per row tile.
 std::atomic<int> g_persist_blocks_per_sm{0};
 
-// IB_GEMV_RING (backend/kernel_switches.h): the quantized formats' GEMVs stream their weights
-// through a ring of kGemvRingSteps steps per warp in shared memory (gemv_kernel's kRing); 0: the
-// register double-group of kQuantUnroll / kInt4Unroll steps. bench/NOTES.md, "The cp.async ring".
+// IB_GEMV_RING (backend/kernel_switches.h): the quantized formats' GEMVs of 1-4 and 9-16 tokens
+// stream their weights through a ring of kGemvRingSteps steps per warp in shared memory
+// (gemv_kernel's kRing), the others through registers (kQuantUnroll / kInt4Unroll steps); 0: all
+// through registers. bench/NOTES.md, "The cp.async ring": at 1-4 tokens about even in the op
+// benchmark and +1.5 % at batch 1 (the fused GEMVs), 9-16 -13 % per layer, 8 tokens +7 %.
 #ifndef IB_GEMV_RING_STEPS
 #define IB_GEMV_RING_STEPS 4
 #endif
@@ -152,8 +154,10 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
     if (g_swiglu_min_blocks.load(std::memory_order_relaxed) == 3)
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
   }
-  if constexpr (!kDense && NT <= 2) {  // (four n-tiles' partial sums and the ring: over 48 KB)
-    if (g_gemv_ring.load(std::memory_order_relaxed)) {
+  // The ring where it measured faster (bench/NOTES.md, "The cp.async ring"): 1-4 tokens and two
+  // n-tiles; four n-tiles' partial sums and the ring would exceed 48 KB of shared memory.
+  if constexpr (!kDense && NT <= 2) {
+    if (g_gemv_ring.load(std::memory_order_relaxed) && (m <= 4 || NT == 2)) {
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, false,
                            false, kGemvRingSteps>;
     }

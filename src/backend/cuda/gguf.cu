@@ -26,7 +26,6 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
-#include "backend/cuda/detail/mma.cuh"  // cp.async
 #include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
@@ -71,25 +70,14 @@ __device__ __forceinline__ uint32_t segment_type(const GgufView& v, int64_t row)
   return type;
 }
 
-// A load of weight bytes: read-only global (__ldg), or with kSmem from the ring in shared memory.
-template <bool kSmem, typename V>
-__device__ __forceinline__ V ldw(const V* p) {
-  if constexpr (kSmem) {
-    return *p;
-  } else {
-    return __ldg(p);
-  }
-}
-
 __device__ __forceinline__ float load_half(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));
 }
 
 // Four bytes at a 2-byte aligned address.
-template <bool kSmem>
 __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t* p) {
   const auto* h = reinterpret_cast<const uint16_t*>(p);
-  return static_cast<uint32_t>(ldw<kSmem>(h)) | (static_cast<uint32_t>(ldw<kSmem>(h + 1)) << 16);
+  return static_cast<uint32_t>(__ldg(h)) | (static_cast<uint32_t>(__ldg(h + 1)) << 16);
 }
 
 // One decoded 32-element weight block (above).
@@ -116,15 +104,14 @@ __device__ __forceinline__ void scale_min_k4(const uint4& head, int j, int& sc, 
   }
 }
 
-// Block b of a row (kSmem: of a chunk of the row in the ring).
-template <uint32_t kType, bool kSmem = false>
+template <uint32_t kType>
 __device__ __forceinline__ WeightBlock decode_block(const uint8_t* row, int b) {
   WeightBlock w;
   if constexpr (kType == static_cast<uint32_t>(GgmlType::kQ8_0)) {  // 34 bytes: d, q[32]
     const uint8_t* blk = row + int64_t{b} * 34;
     const float d = load_half(blk);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) w.c[i] = static_cast<int32_t>(load_u32_a2<kSmem>(blk + 2 + 4 * i));
+    for (int i = 0; i < 8; ++i) w.c[i] = static_cast<int32_t>(load_u32_a2(blk + 2 + 4 * i));
     w.s_lo = w.s_hi = d;
     w.o = 0.0f;
   } else if constexpr (kType == static_cast<uint32_t>(GgmlType::kQ4_0)) {  // 18 bytes: d, qs[16]
@@ -132,7 +119,7 @@ __device__ __forceinline__ WeightBlock decode_block(const uint8_t* row, int b) {
     const float d = load_half(blk);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t q = load_u32_a2<kSmem>(blk + 2 + 4 * i);
+      const uint32_t q = load_u32_a2(blk + 2 + 4 * i);
       w.c[i] = static_cast<int32_t>(q & 0x0F0F0F0Fu);             // elements 4i .. 4i + 3
       w.c[4 + i] = static_cast<int32_t>((q >> 4) & 0x0F0F0F0Fu);  // 16 + 4i ..
     }
@@ -145,21 +132,21 @@ __device__ __forceinline__ WeightBlock decode_block(const uint8_t* row, int b) {
     constexpr int kQs = k5 ? 48 : 16;  // qs offset (Q5_K: qh[32] at 16)
     const int j = b & 7;               // sub-block of the super-block
     const uint8_t* blk = row + int64_t{b >> 3} * kBytes;
-    const uint4 head = ldw<kSmem>(reinterpret_cast<const uint4*>(blk));  // d, dmin, scales[12]
+    const uint4 head = __ldg(reinterpret_cast<const uint4*>(blk));  // d, dmin, scales[12]
     const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(head.x & 0xFFFFu)));
     const float dmin = __half2float(__ushort_as_half(static_cast<uint16_t>(head.x >> 16)));
     int sc, m;
     scale_min_k4(head, j, sc, m);
     // Sub-blocks 2c and 2c + 1 share qs bytes 32c .. 32c + 31: low and high nibbles.
     const auto* qs = reinterpret_cast<const uint4*>(blk + kQs + 32 * (j >> 1));
-    const uint4 q0 = ldw<kSmem>(qs), q1 = ldw<kSmem>(qs + 1);
+    const uint4 q0 = __ldg(qs), q1 = __ldg(qs + 1);
     const uint32_t words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
     const int shift = (j & 1) * 4;
 #pragma unroll
     for (int i = 0; i < 8; ++i) w.c[i] = static_cast<int32_t>((words[i] >> shift) & 0x0F0F0F0Fu);
     if constexpr (k5) {  // the fifth bit of element l of sub-block j: bit j of qh[l]
       const auto* qh = reinterpret_cast<const uint4*>(blk + 16);
-      const uint4 h0 = ldw<kSmem>(qh), h1 = ldw<kSmem>(qh + 1);
+      const uint4 h0 = __ldg(qh), h1 = __ldg(qh + 1);
       const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
 #pragma unroll
       for (int i = 0; i < 8; ++i) w.c[i] |= static_cast<int32_t>(((hw[i] >> j) & 0x01010101u) << 4);
@@ -175,8 +162,8 @@ __device__ __forceinline__ WeightBlock decode_block(const uint8_t* row, int b) {
     const int nib = (sub >> 1) * 4;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint32_t lo = (load_u32_a2<kSmem>(ql + 4 * i) >> nib) & 0x0F0F0F0Fu;
-      const uint32_t hi = ((load_u32_a2<kSmem>(qh + 4 * i) >> (2 * sub)) & 0x03030303u) << 4;
+      const uint32_t lo = (load_u32_a2(ql + 4 * i) >> nib) & 0x0F0F0F0Fu;
+      const uint32_t hi = ((load_u32_a2(qh + 4 * i) >> (2 * sub)) & 0x03030303u) << 4;
       w.c[i] = static_cast<int32_t>(__vsub4(lo | hi, 0x20202020u));  // q - 32, per byte
     }
     const float d = load_half(blk + 208);
@@ -309,123 +296,40 @@ __device__ __forceinline__ void with_block_type(uint32_t type, F&& f) {
 
 constexpr int kMaxTokens = kGgufGemvMaxM;
 
-// acc += block b of kR decoded rows . block b of kM tokens' x (its codes and scales loaded once).
-template <int kM, int kR>
-__device__ __forceinline__ void block_dot(const WeightBlock (&w)[kR], const int8_t* codes,
-                                          const float2* scales, int64_t k, int b,
-                                          float (&acc)[kR][kMaxTokens]) {
-  const int64_t blocks_per_row = k / kBlock;
-#pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    const auto* xq = reinterpret_cast<const uint4*>(codes + m * k + int64_t{b} * kBlock);
-    const uint4 x0 = __ldg(xq), x1 = __ldg(xq + 1);
-    const float2 s = __ldg(scales + m * blocks_per_row + b);
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      int lo = 0, hi = 0;
-      lo = __dp4a(w[r].c[0], static_cast<int>(x0.x), lo);
-      lo = __dp4a(w[r].c[1], static_cast<int>(x0.y), lo);
-      lo = __dp4a(w[r].c[2], static_cast<int>(x0.z), lo);
-      lo = __dp4a(w[r].c[3], static_cast<int>(x0.w), lo);
-      hi = __dp4a(w[r].c[4], static_cast<int>(x1.x), hi);
-      hi = __dp4a(w[r].c[5], static_cast<int>(x1.y), hi);
-      hi = __dp4a(w[r].c[6], static_cast<int>(x1.z), hi);
-      hi = __dp4a(w[r].c[7], static_cast<int>(x1.w), hi);
-      acc[r][m] += s.x * (w[r].s_lo * static_cast<float>(lo) + w[r].s_hi * static_cast<float>(hi)) -
-                   w[r].o * s.y;
-    }
-  }
-}
-
 // kR rows' dot products with kM tokens' x: lane l takes blocks l, l + 32, ... of every row, the
 // x codes and scales of a block loaded once for the kR rows.
 template <uint32_t kType, int kM, int kR>
 __device__ __forceinline__ void rows_dot(const uint8_t* const (&rows)[kR], int blocks,
                                          const int8_t* codes, const float2* scales, int64_t k,
                                          int lane, float (&acc)[kR][kMaxTokens]) {
+  const int64_t blocks_per_row = k / kBlock;
 #pragma unroll 2
   for (int b = lane; b < blocks; b += 32) {
     WeightBlock w[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) w[r] = decode_block<kType>(rows[r], b);
-    block_dot<kM, kR>(w, codes, scales, k, b, acc);
-  }
-}
-
-// The ring (IB_GEMV_RING): a warp streams its rows in chunks of 32 blocks (1,024 elements) through
-// kRingStages slots in shared memory by cp.async, kRingStages chunks in flight while it computes.
-// A chunk's bytes start where its first block does (Q6_K's 840-byte chunks: at 8 bytes into a
-// 16-byte unit every other chunk), so a slot row holds the 16-byte units that cover the chunk.
-constexpr int kRingStages = 3;
-constexpr int kRingRowBytes = 1104;  // Q8_0's 1,088-byte chunk and a 16-byte unit more
-
-// The bytes of 32 blocks of kType (a chunk).
-template <uint32_t kType>
-__device__ __forceinline__ constexpr int chunk_bytes() {
-  switch (kType) {
-    case static_cast<uint32_t>(GgmlType::kQ8_0):
-      return 32 * 34;
-    case static_cast<uint32_t>(GgmlType::kQ4_0):
-      return 32 * 18;
-    case static_cast<uint32_t>(GgmlType::kQ4_K):
-      return 4 * 144;
-    case static_cast<uint32_t>(GgmlType::kQ5_K):
-      return 4 * 176;
-    default:
-      return 4 * 210;  // Q6_K
-  }
-}
-
-// rows_dot through the ring: ring holds kRingStages x kR slot rows of kRingRowBytes (16-byte
-// aligned). The first kRingStages chunks' copies were issued by ring_issue before the PDL wait.
-template <uint32_t kType, int kR>
-__device__ __forceinline__ void ring_issue(const uint8_t* const (&rows)[kR], int blocks, int chunk,
-                                           int slot, int lane, uint8_t* ring) {
-  constexpr int kCb = chunk_bytes<kType>();
-  const int chunks = (blocks + 31) / 32;
-  if (chunk < chunks) {
-    const int64_t row_bytes = int64_t{blocks} * kCb / 32;  // blocks: whole super-blocks
-    const int64_t start = int64_t{chunk} * kCb;
-    const int64_t end = start + kCb < row_bytes ? start + kCb : row_bytes;
-    const int64_t a0 = start & ~int64_t{15};
-    const int units = static_cast<int>((((end + 15) & ~int64_t{15}) - a0) / 16);
 #pragma unroll
-    for (int r = 0; r < kR; ++r)
-      for (int u = lane; u < units; u += 32)
-        cp_async16(ring + (slot * kR + r) * kRingRowBytes + u * 16, rows[r] + a0 + u * 16, true);
-  }
-  cp_async_commit();  // one group per chunk, empty past the end
-}
-
-template <uint32_t kType, int kM, int kR>
-__device__ __forceinline__ void rows_dot_ring(const uint8_t* const (&rows)[kR], int blocks,
-                                              const int8_t* codes, const float2* scales, int64_t k,
-                                              int lane, float (&acc)[kR][kMaxTokens],
-                                              uint8_t* ring) {
-  constexpr int kCb = chunk_bytes<kType>();
-  const int chunks = (blocks + 31) / 32;
-  for (int c0 = 0; c0 < chunks; c0 += kRingStages) {
+    for (int m = 0; m < kM; ++m) {
+      const auto* xq = reinterpret_cast<const uint4*>(codes + m * k + int64_t{b} * kBlock);
+      const uint4 x0 = __ldg(xq), x1 = __ldg(xq + 1);
+      const float2 s = __ldg(scales + m * blocks_per_row + b);
 #pragma unroll
-    for (int u = 0; u < kRingStages; ++u) {
-      const int c = c0 + u;
-      if (c < chunks) {
-        cp_async_wait<kRingStages - 1>();
-        __syncwarp();  // the other lanes' copies of the chunk too
-        const int b = c * 32 + lane;
-        if (b < blocks) {
-          const int offset = (c * kCb) & 15;
-          WeightBlock w[kR];
-#pragma unroll
-          for (int r = 0; r < kR; ++r)
-            w[r] = decode_block<kType, true>(ring + (u * kR + r) * kRingRowBytes + offset, lane);
-          block_dot<kM, kR>(w, codes, scales, k, b, acc);
-        }
-        __syncwarp();  // every lane has read the slot before it is refilled
-        ring_issue<kType, kR>(rows, blocks, c + kRingStages, u, lane, ring);
+      for (int r = 0; r < kR; ++r) {
+        int lo = 0, hi = 0;
+        lo = __dp4a(w[r].c[0], static_cast<int>(x0.x), lo);
+        lo = __dp4a(w[r].c[1], static_cast<int>(x0.y), lo);
+        lo = __dp4a(w[r].c[2], static_cast<int>(x0.z), lo);
+        lo = __dp4a(w[r].c[3], static_cast<int>(x0.w), lo);
+        hi = __dp4a(w[r].c[4], static_cast<int>(x1.x), hi);
+        hi = __dp4a(w[r].c[5], static_cast<int>(x1.y), hi);
+        hi = __dp4a(w[r].c[6], static_cast<int>(x1.z), hi);
+        hi = __dp4a(w[r].c[7], static_cast<int>(x1.w), hi);
+        acc[r][m] +=
+            s.x * (w[r].s_lo * static_cast<float>(lo) + w[r].s_hi * static_cast<float>(hi)) -
+            w[r].o * s.y;
       }
     }
   }
-  cp_async_wait<0>();
 }
 
 // Row `row`'s results for kM tokens (warp-reduced) into out: =, or += with accumulate, + bias.
@@ -463,15 +367,12 @@ __device__ __forceinline__ void store_swiglu(const float (&g)[kMaxTokens],
 // out (M, N) (=, or += with accumulate) x' @ w^T (+ bias): a warp per two rows, which share the
 // x loads (each alone where the second is past N or in another segment). kSwiGlu: w holds the
 // gate rows then the up rows (2F), the warp's rows are gate row j and up row F + j, and out
-// (M, F) gets silu(gate) * up (no bias). kRing: the rows through the cp.async ring, its first
-// chunks requested before the PDL wait; else the rows' first 4 KB asked of L2 before it.
-template <typename T, int kM, bool kSwiGlu, bool kRing>
+// (M, F) gets silu(gate) * up (no bias).
+template <typename T, int kM, bool kSwiGlu>
 __global__ void __launch_bounds__(kThreads)
     gemv_gguf_kernel(GgufView v, const int8_t* __restrict__ codes,
                      const float2* __restrict__ scales, const T* __restrict__ bias,
                      T* __restrict__ out, bool accumulate) {
-  __shared__ __align__(16)
-      uint8_t ring_smem[kRing ? kThreads / 32 : 1][kRing ? kRingStages * 2 * kRingRowBytes : 16];
   const int lane = threadIdx.x & 31;
   const int64_t warp = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
   const int64_t f = v.rows / 2;  // kSwiGlu's features
@@ -479,72 +380,37 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row1 = kSwiGlu ? f + warp : row0 + 1;
   const bool valid0 = kSwiGlu ? warp < f : row0 < v.rows;
   const bool valid1 = valid0 && row1 < v.rows;
+  // The rows' first 4 KB into L2 while the previous kernel finishes (the weights are constant).
+  const int64_t ahead = v.stride < 4096 ? v.stride : 4096;
+  if (lane * 128 < ahead) {
+    if (valid0) prefetch_l2(v.data + row0 * v.stride + lane * 128);
+    if (valid1) prefetch_l2(v.data + row1 * v.stride + lane * 128);
+  }
+  pdl_wait();
+  pdl_trigger();
+  if (!valid0) return;
   const int blocks = static_cast<int>(v.cols / kBlock);
-  const uint32_t type = valid0 ? segment_type(v, row0) : 0u;
-  const bool pair = valid1 && segment_type(v, row1) == type;
+  const uint32_t type = segment_type(v, row0);
   float acc[2][kMaxTokens] = {};
-  if constexpr (kRing) {
-    uint8_t* ring = ring_smem[threadIdx.x / 32];
-    if (pair) {
-      with_block_type(type, [&]<uint32_t kType>() {
-        const uint8_t* const rows[2] = {v.data + row0 * v.stride, v.data + row1 * v.stride};
-#pragma unroll
-        for (int c = 0; c < kRingStages; ++c) ring_issue<kType, 2>(rows, blocks, c, c, lane, ring);
-        pdl_wait();
-        pdl_trigger();
-        rows_dot_ring<kType, kM, 2>(rows, blocks, codes, scales, v.cols, lane, acc, ring);
-      });
-    } else {
-      pdl_wait();
-      pdl_trigger();
-      if (!valid0) return;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int64_t r = i == 0 ? row0 : row1;
-        if (i == 1 && !valid1) break;
-        float one[1][kMaxTokens] = {};
-        with_block_type(segment_type(v, r), [&]<uint32_t kType>() {
-          const uint8_t* const rows[1] = {v.data + r * v.stride};
-#pragma unroll
-          for (int c = 0; c < kRingStages; ++c)
-            ring_issue<kType, 1>(rows, blocks, c, c, lane, ring);
-          rows_dot_ring<kType, kM, 1>(rows, blocks, codes, scales, v.cols, lane, one, ring);
-        });
-#pragma unroll
-        for (int m = 0; m < kMaxTokens; ++m) acc[i][m] = one[0][m];
-      }
-    }
+  if (valid1 && segment_type(v, row1) == type) {
+    const uint8_t* const rows[2] = {v.data + row0 * v.stride, v.data + row1 * v.stride};
+    with_block_type(type, [&]<uint32_t kType>() {
+      rows_dot<kType, kM, 2>(rows, blocks, codes, scales, v.cols, lane, acc);
+    });
   } else {
-    // The rows' first 4 KB into L2 while the previous kernel finishes (the weights are constant).
-    const int64_t ahead = v.stride < 4096 ? v.stride : 4096;
-    if (lane * 128 < ahead) {
-      if (valid0) prefetch_l2(v.data + row0 * v.stride + lane * 128);
-      if (valid1) prefetch_l2(v.data + row1 * v.stride + lane * 128);
-    }
-    pdl_wait();
-    pdl_trigger();
-    if (!valid0) return;
-    if (pair) {
-      const uint8_t* const rows[2] = {v.data + row0 * v.stride, v.data + row1 * v.stride};
-      with_block_type(type, [&]<uint32_t kType>() {
-        rows_dot<kType, kM, 2>(rows, blocks, codes, scales, v.cols, lane, acc);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t r = i == 0 ? row0 : row1;
+      if (i == 1 && !valid1) break;
+      const uint8_t* const rows[1] = {v.data + r * v.stride};
+      float one[1][kMaxTokens] = {};
+      with_block_type(segment_type(v, r), [&]<uint32_t kType>() {
+        rows_dot<kType, kM, 1>(rows, blocks, codes, scales, v.cols, lane, one);
       });
-    } else {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int64_t r = i == 0 ? row0 : row1;
-        if (i == 1 && !valid1) break;
-        const uint8_t* const rows[1] = {v.data + r * v.stride};
-        float one[1][kMaxTokens] = {};
-        with_block_type(segment_type(v, r), [&]<uint32_t kType>() {
-          rows_dot<kType, kM, 1>(rows, blocks, codes, scales, v.cols, lane, one);
-        });
-#pragma unroll
-        for (int m = 0; m < kMaxTokens; ++m) acc[i][m] = one[0][m];
-      }
+      for (int m = 0; m < kMaxTokens; ++m) acc[i][m] = one[0][m];
     }
   }
-  if (!valid0) return;
   if constexpr (kSwiGlu) {
     store_swiglu<T, kM>(acc[0], acc[1], warp, f, lane, out);
   } else {
@@ -618,13 +484,10 @@ void launch_gemv_q8(int64_t m, const WeightRef& w, const T* bias, T* out, bool a
   const GgufView v = view_of(w);
   const int64_t warps = kSwiGlu ? v.rows / 2 : (v.rows + 1) / 2;  // two rows each
   const dim3 grid(grid_for(warps, kThreads / 32));
-  const bool ring = gemv_ring();  // IB_GEMV_RING
   const auto launch = [&]<int kM>() {
-    launch_kernel(
-        "gemv_gguf", pdl,
-        ring ? gemv_gguf_kernel<T, kM, kSwiGlu, true> : gemv_gguf_kernel<T, kM, kSwiGlu, false>,
-        grid, dim3(kThreads), 0, stream, v, static_cast<const int8_t*>(act.codes),
-        static_cast<const float2*>(act.scales), bias, out, accumulate);
+    launch_kernel("gemv_gguf", pdl, gemv_gguf_kernel<T, kM, kSwiGlu>, grid, dim3(kThreads), 0,
+                  stream, v, static_cast<const int8_t*>(act.codes),
+                  static_cast<const float2*>(act.scales), bias, out, accumulate);
   };
   switch (m) {
     case 1:

@@ -68,7 +68,7 @@ int gemv_persist_blocks_per_sm();
 void set_gemv_swiglu_min_blocks(int blocks);
 int gemv_swiglu_min_blocks();
 // IB_GEMV_RING: the quantized formats' GEMVs (not their LoRA variants) stream their weights
-// through a cp.async ring in shared memory (true, the default; up to 16 tokens) or registers.
+// through a cp.async ring in shared memory (true, the default; 1-4 and 9-16 tokens) or registers.
 // Process-wide, like the above.
 void set_gemv_ring(bool on);
 bool gemv_ring();

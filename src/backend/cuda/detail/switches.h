@@ -32,7 +32,8 @@ struct CudaSwitches {
   // IB_GEMV_PERSIST=N: the quantized formats' GEMVs on a persistent grid of N blocks per SM
   // (0: one block per row tile).
   std::optional<int64_t> gemv_persist;
-  // IB_GEMV_RING=0|1: the quantized formats' GEMVs through the cp.async ring (1) or registers.
+  // IB_GEMV_RING=0|1: the quantized formats' GEMVs of 1-4 and 9-16 tokens through the cp.async
+  // ring (1) or registers.
   std::optional<int64_t> gemv_ring;
   // IB_GEMV_SWIGLU_BLOCKS: the dense gate/up GEMV's register cap (set_gemv_swiglu_min_blocks).
   std::optional<int64_t> gemv_swiglu_blocks;
