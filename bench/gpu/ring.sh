@@ -22,7 +22,6 @@ source bench/gpu/build_inferbench.sh && use_icu
 B=${IB_BUILD_DIR:-/tmp/ib-ring}
 GG=; [ "${IB_GGUF:-0}" = 1 ] && GG=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
-git log --oneline -1 >> "$O/env.txt" 2>&1
 build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ib_ops_bench \
   ${GG:+ib_kernel_profile} ||
   { cp "$O/build.log" "$O/tests.log"; exit 1; }
