@@ -8,8 +8,9 @@
 # awq on the seed protocol; Nsight Compute on the W4A16 gate/up GEMV with the ring.
 # With IB_GGUF=1 also the GGUF kernels' fused forms (the norm in the quantize kernel, the SwiGLU in
 # the GEMV, programmatic dependent launch): CudaGguf and CudaEngineGguf, and Llama-3-8B's dummy
-# weights in the Q4_K_M mix at batch 1 with the fused ops and without (IB_FUSED=0), and a CUPTI
-# kernel profile of the first.
+# weights in the Q4_K_M mix at batch 1 with the GGUF kernels' wide forms (IB_GGUF_WIDE=1) and
+# without, the unfused ops with IB_GGUF_UNFUSED=1 (IB_FUSED=0), the seed protocol with
+# IB_GGUF_SEED=1, and a CUPTI kernel profile at IB_PROFILE_WIDE (1).
 # Usage (from the repository root, ~9 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/ring.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-ring), IB_QUANTS ("awq fp8 nf4"), IB_TEST_FILTER,
 # IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1, IB_SEED_RINGS ("1"),
@@ -61,9 +62,14 @@ for q in ${IB_QUANTS:-awq fp8 nf4}; do
 done
 if [ -n "$GG" ]; then
   run b1_gguf 1 --quantization gguf "${B1[@]}"
-  IB_FUSED=0 run b1_gguf_unfused 1 --quantization gguf "${B1[@]}"
-  # A CUPTI kernel profile (bench/gpu/kernel_profile.cpp) of the fused form at batch 1.
-  IB_KERNEL_PROFILE="$O/profile_gguf_b1.txt" LD_PRELOAD=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so") \
+  IB_GGUF_WIDE=1 run b1_gguf_wide 1 --quantization gguf "${B1[@]}"
+  [ "${IB_GGUF_UNFUSED:-0}" = 1 ] && IB_FUSED=0 run b1_gguf_unfused 1 --quantization gguf "${B1[@]}"
+  if [ "${IB_GGUF_SEED:-0}" = 1 ]; then
+    run seed_gguf 1 --quantization gguf "${SEED[@]}"
+    IB_GGUF_WIDE=1 run seed_gguf_wide 1 --quantization gguf "${SEED[@]}"
+  fi
+  # A CUPTI kernel profile (bench/gpu/kernel_profile.cpp) at batch 1 (IB_GGUF_WIDE=IB_PROFILE_WIDE).
+  IB_GGUF_WIDE=${IB_PROFILE_WIDE:-1} IB_KERNEL_PROFILE="$O/profile_gguf_b1.txt" LD_PRELOAD=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so") \
     timeout 100 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
     --model llama-3-8b --quantization gguf --batch-size 1 --input-len 32 --output-len 64 \
     --num-prompts 2 --runs 1 --result-dir "$R/prof_gguf_b1" --overwrite > "$R/prof_gguf_b1.log" 2>&1

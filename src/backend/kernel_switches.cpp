@@ -36,6 +36,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "1: the quantized formats' decode GEMVs of 1-4 and 9-16 tokens stream their weights through "
      "a ring of 4 steps per warp in shared memory (cp.async), the others through registers; 0: "
      "all through registers, 2-4 steps in flight"},
+    {"IB_GGUF_WIDE", "cuda", "0", 0, 1, "",
+     "1: the GGUF decode GEMVs of fewer than 8,192 row pairs split K across 4 warps per row pair, "
+     "and the fused ops' norm-and-quantize kernel keeps x in registers; 0: a warp per row pair "
+     "(pending its measurement on the H200)"},
     {"IB_GEMV_SWIGLU_BLOCKS", "cuda", "3", 0, 0, "0|3",
      "3: the dense gate/up GEMV's registers capped so that 3 blocks fit on an SM; 0: the "
      "compiler's choice (2)"},

@@ -2,10 +2,10 @@
 // llama.cpp's block formats) against the CPU backend's kGguf ops on the same bytes, whose rows
 // core/ggml_blocks.h dequantizes (the oracle). Covered: each type alone and a fused weight of
 // mixed types (Q4_K_M's q/k in Q4_K and v in Q6_K), matmul through the GEMV (1-8 tokens) and the
-// dequantizing path (more), with and without a bias; the fused decode ops' fallbacks
-// (rms_matmul_swiglu, matmul_add, rms_matmul_rope_cache). Tolerance: the dtype's; both sides
-// quantize x per 32 identically, the GPU rounds x (and, past 8 tokens, x' and the weight) to
-// bf16/fp16.
+// dequantizing path (more), with and without a bias; the fused decode ops (rms_matmul_swiglu,
+// matmul_add, rms_matmul_rope_cache: up to 8 tokens the GGUF kernels' fused forms), and
+// IB_GGUF_WIDE's forms. Tolerance: the dtype's; both sides quantize x per 32 identically, the GPU
+// rounds x (and, past 8 tokens, x' and the weight) to bf16/fp16.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -139,6 +139,30 @@ TEST_P(CudaGguf, FusedOpsMatchTheCpu) {
     return testing::WeightPair{w.cpu, w.gpu};
   };
   testing::expect_fused_ops(twin, rng, weight, name_of(segments()));
+}
+
+// IB_GGUF_WIDE's forms (K split across a block's warps; the norm-and-quantize kernel with x in
+// registers) against the CPU too; K 3,072 and 256 split unevenly across the four warps.
+TEST_P(CudaGguf, WideFormsMatchTheCpu) {
+  struct Guard {
+    bool saved = gguf_wide();
+    ~Guard() { set_gguf_wide(saved); }
+  } guard;
+  set_gguf_wide(true);
+  Twin twin(dtype());
+  Rng rng(46);
+  testing::expect_matmuls(
+      twin, rng, {{1, 1000, 4096}, {3, 300, 3072}, {8, 2048, 4096}, {2, 64, 256}},
+      [&](int64_t n, int64_t k) {
+        const GgufPair w = make_weight(twin, rng, k, resized(n));
+        return testing::WeightPair{w.cpu, w.gpu};
+      },
+      name_of(segments()) + " wide");
+  const auto weight = [&](int64_t n) {
+    const GgufPair w = make_weight(twin, rng, 4096, resized(n));
+    return testing::WeightPair{w.cpu, w.gpu};
+  };
+  testing::expect_fused_ops(twin, rng, weight, name_of(segments()) + " wide");
 }
 
 // Each type alone (one segment of all rows), and Q4_K_M's fused q/k/v mix.

@@ -22,6 +22,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
@@ -277,6 +278,45 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
+// rms_q8_kernel with a 32-element block per thread (IB_GGUF_WIDE; K <= 32 kNormThreads): the
+// thread's gain loaded before the PDL wait, its x kept in registers between the sum of squares and
+// the quantization (one global read of x instead of two).
+template <typename T>
+__global__ void __launch_bounds__(kNormThreads)
+    rms_q8_wide_kernel(const T* __restrict__ h, const T* __restrict__ gain, float eps,
+                       int8_t* __restrict__ codes, float2* __restrict__ scales, int64_t k) {
+  constexpr int kVec = kVec16<T>;
+  __shared__ float scratch[32];
+  const int64_t blocks = k / kBlock;
+  const int64_t b = threadIdx.x;
+  const bool active = b < blocks;
+  float g[kBlock / kVec][kVec], v[kBlock / kVec][kVec];
+  if (active) {
+#pragma unroll
+    for (int j = 0; j < kBlock / kVec; ++j) load16_f32(gain + b * kBlock + j * kVec, g[j]);
+  }
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = blockIdx.x;
+  float sum_sq = 0.0f;
+  if (active) {
+#pragma unroll
+    for (int j = 0; j < kBlock / kVec; ++j) {
+      load16_f32(h + row * k + b * kBlock + j * kVec, v[j]);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) sum_sq += v[j][i] * v[j][i];
+    }
+  }
+  const float total = block_sum(sum_sq, scratch);
+  const float inv_rms = rsqrtf(total / static_cast<float>(k) + eps);
+  if (!active) return;
+#pragma unroll
+  for (int j = 0; j < kBlock / kVec; ++j)
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[j][i] = to_f32(from_f32<T>(v[j][i] * inv_rms * g[j][i]));
+  quantize_block32<T, false>(v, codes + row * k + b * kBlock, scales + row * blocks + b, nullptr);
+}
+
 // f.template operator()<kType>() for a segment's run-time type.
 template <typename F>
 __device__ __forceinline__ void with_block_type(uint32_t type, F&& f) {
@@ -296,15 +336,16 @@ __device__ __forceinline__ void with_block_type(uint32_t type, F&& f) {
 
 constexpr int kMaxTokens = kGgufGemvMaxM;
 
-// kR rows' dot products with kM tokens' x: lane l takes blocks l, l + 32, ... of every row, the
-// x codes and scales of a block loaded once for the kR rows.
+// kR rows' dot products with kM tokens' x over blocks [begin, end): lane l takes blocks
+// begin + l, begin + l + 32, ... of every row, the x codes and scales of a block loaded once for
+// the kR rows.
 template <uint32_t kType, int kM, int kR>
-__device__ __forceinline__ void rows_dot(const uint8_t* const (&rows)[kR], int blocks,
+__device__ __forceinline__ void rows_dot(const uint8_t* const (&rows)[kR], int begin, int end,
                                          const int8_t* codes, const float2* scales, int64_t k,
                                          int lane, float (&acc)[kR][kMaxTokens]) {
   const int64_t blocks_per_row = k / kBlock;
 #pragma unroll 2
-  for (int b = lane; b < blocks; b += 32) {
+  for (int b = begin + lane; b < end; b += 32) {
     WeightBlock w[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) w[r] = decode_block<kType>(rows[r], b);
@@ -367,14 +408,21 @@ __device__ __forceinline__ void store_swiglu(const float (&g)[kMaxTokens],
 // out (M, N) (=, or += with accumulate) x' @ w^T (+ bias): a warp per two rows, which share the
 // x loads (each alone where the second is past N or in another segment). kSwiGlu: w holds the
 // gate rows then the up rows (2F), the warp's rows are gate row j and up row F + j, and out
-// (M, F) gets silu(gate) * up (no bias).
-template <typename T, int kM, bool kSwiGlu>
+// (M, F) gets silu(gate) * up (no bias). kSplit (IB_GGUF_WIDE; the block's warps, not with
+// kSwiGlu): a block per two rows, its warps taking a quarter of K each, their sums added through
+// shared memory.
+template <typename T, int kM, bool kSwiGlu, int kSplit = 1>
 __global__ void __launch_bounds__(kThreads)
     gemv_gguf_kernel(GgufView v, const int8_t* __restrict__ codes,
                      const float2* __restrict__ scales, const T* __restrict__ bias,
                      T* __restrict__ out, bool accumulate) {
+  static_assert(kSplit == 1 || (kSplit == kThreads / 32 && !kSwiGlu),
+                "K split across all of a block's warps, plain stores only");
+  __shared__ float split_sums[kSplit][2][kMaxTokens];
   const int lane = threadIdx.x & 31;
-  const int64_t warp = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
+  const int part = kSplit > 1 ? static_cast<int>(threadIdx.x / 32) : 0;  // of K
+  const int64_t warp =
+      kSplit > 1 ? int64_t{blockIdx.x} : blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
   const int64_t f = v.rows / 2;  // kSwiGlu's features
   const int64_t row0 = kSwiGlu ? warp : 2 * warp;
   const int64_t row1 = kSwiGlu ? f + warp : row0 + 1;
@@ -388,14 +436,17 @@ __global__ void __launch_bounds__(kThreads)
   }
   pdl_wait();
   pdl_trigger();
-  if (!valid0) return;
+  if (!valid0) return;  // (the whole block where kSplit > 1)
   const int blocks = static_cast<int>(v.cols / kBlock);
+  const int per_part = (blocks + kSplit - 1) / kSplit;
+  const int begin = part * per_part;
+  const int end = begin + per_part < blocks ? begin + per_part : blocks;
   const uint32_t type = segment_type(v, row0);
   float acc[2][kMaxTokens] = {};
   if (valid1 && segment_type(v, row1) == type) {
     const uint8_t* const rows[2] = {v.data + row0 * v.stride, v.data + row1 * v.stride};
     with_block_type(type, [&]<uint32_t kType>() {
-      rows_dot<kType, kM, 2>(rows, blocks, codes, scales, v.cols, lane, acc);
+      rows_dot<kType, kM, 2>(rows, begin, end, codes, scales, v.cols, lane, acc);
     });
   } else {
 #pragma unroll
@@ -405,13 +456,35 @@ __global__ void __launch_bounds__(kThreads)
       const uint8_t* const rows[1] = {v.data + r * v.stride};
       float one[1][kMaxTokens] = {};
       with_block_type(segment_type(v, r), [&]<uint32_t kType>() {
-        rows_dot<kType, kM, 1>(rows, blocks, codes, scales, v.cols, lane, one);
+        rows_dot<kType, kM, 1>(rows, begin, end, codes, scales, v.cols, lane, one);
       });
 #pragma unroll
       for (int m = 0; m < kMaxTokens; ++m) acc[i][m] = one[0][m];
     }
   }
-  if constexpr (kSwiGlu) {
+  if constexpr (kSplit > 1) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        const float sum = warp_sum(acc[i][m]);
+        if (lane == 0) split_sums[part][i][m] = sum;
+      }
+    __syncthreads();
+    if (threadIdx.x < 2 * kM) {
+      const int i = static_cast<int>(threadIdx.x) / kM, m = static_cast<int>(threadIdx.x) % kM;
+      const int64_t row = i == 0 ? row0 : row1;
+      if (i == 0 || valid1) {
+        float r = 0.0f;
+#pragma unroll
+        for (int p = 0; p < kSplit; ++p) r += split_sums[p][i][m];
+        r += bias ? to_f32(bias[row]) : 0.0f;
+        T* o = out + m * v.rows + row;
+        if (accumulate) r += to_f32(*o);
+        *o = from_f32<T>(r);
+      }
+    }
+  } else if constexpr (kSwiGlu) {
     store_swiglu<T, kM>(acc[0], acc[1], warp, f, lane, out);
   } else {
     store_row<T, kM>(acc[0], row0, v.rows, lane, bias, out, accumulate);
@@ -484,7 +557,19 @@ void launch_gemv_q8(int64_t m, const WeightRef& w, const T* bias, T* out, bool a
   const GgufView v = view_of(w);
   const int64_t warps = kSwiGlu ? v.rows / 2 : (v.rows + 1) / 2;  // two rows each
   const dim3 grid(grid_for(warps, kThreads / 32));
+  // IB_GGUF_WIDE: fewer than 8,192 row pairs (qkv, o and down of an 8B model) split K across
+  // a block's warps.
+  const bool split = !kSwiGlu && gguf_wide() && warps < 8192;
   const auto launch = [&]<int kM>() {
+    if constexpr (!kSwiGlu) {
+      if (split) {
+        launch_kernel("gemv_gguf", pdl, gemv_gguf_kernel<T, kM, false, kThreads / 32>,
+                      dim3(static_cast<unsigned>(warps)), dim3(kThreads), 0, stream, v,
+                      static_cast<const int8_t*>(act.codes), static_cast<const float2*>(act.scales),
+                      bias, out, accumulate);
+        return;
+      }
+    }
     launch_kernel("gemv_gguf", pdl, gemv_gguf_kernel<T, kM, kSwiGlu>, grid, dim3(kThreads), 0,
                   stream, v, static_cast<const int8_t*>(act.codes),
                   static_cast<const float2*>(act.scales), bias, out, accumulate);
@@ -516,6 +601,18 @@ void check_gemv_operands(const Tensor& x, const WeightRef& w, const Tensor* bias
 }
 
 }  // namespace gguf
+
+namespace {
+std::atomic<bool> g_gguf_wide{false};  // IB_GGUF_WIDE
+}  // namespace
+
+void set_gguf_wide(bool on) {
+  g_gguf_wide.store(on, std::memory_order_relaxed);
+}
+
+bool gguf_wide() {
+  return g_gguf_wide.load(std::memory_order_relaxed);
+}
 
 void launch_gemv_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
                       bool accumulate, void* scratch, size_t scratch_bytes, cudaStream_t stream,
@@ -549,9 +646,10 @@ void launch_rms_gemv_gguf(const Tensor& h, const Tensor& gain, float eps, const 
             "rms_gemv_gguf: a gain (K) of h's dtype; the SwiGLU form without bias, 2F rows");
   const Q8Act act = q8_act(scratch, m, k);
   const auto typed = [&]<typename T>() {
-    launch_kernel("gemv_gguf(rms_q8)", pdl, rms_q8_kernel<T>, dim3(static_cast<unsigned>(m)),
-                  dim3(kNormThreads), 0, stream, h.as<const T>(), gain.as<const T>(), eps,
-                  act.codes, act.scales, k);
+    const bool wide = gguf_wide() && k <= int64_t{kBlock} * kNormThreads;  // IB_GGUF_WIDE
+    launch_kernel("gemv_gguf(rms_q8)", pdl, wide ? rms_q8_wide_kernel<T> : rms_q8_kernel<T>,
+                  dim3(static_cast<unsigned>(m)), dim3(kNormThreads), 0, stream, h.as<const T>(),
+                  gain.as<const T>(), eps, act.codes, act.scales, k);
     const T* b = bias ? bias->as<const T>() : nullptr;
     if (swiglu) {
       launch_gemv_q8<T, true>(m, w, b, out.as<T>(), false, act, stream, pdl);

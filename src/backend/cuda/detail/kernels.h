@@ -153,6 +153,12 @@ void launch_gemv_gguf(const Tensor& x, const WeightRef& w, const Tensor* bias, T
 void launch_rms_gemv_gguf(const Tensor& h, const Tensor& gain, float eps, const WeightRef& w,
                           const Tensor* bias, Tensor out, bool swiglu, void* scratch,
                           size_t scratch_bytes, cudaStream_t stream, bool pdl);
+// IB_GGUF_WIDE: the GGUF decode GEMVs of fewer than 8,192 row pairs split K across the 4 warps of
+// a block per row pair, and the fused ops' norm-and-quantize kernel keeps a thread's 32 values
+// in registers (true), or the warp-per-row-pair GEMV and the two-pass kernel (false, the default
+// until measured on the H200). Process-wide, like the above.
+void set_gguf_wide(bool on);
+bool gguf_wide();
 // dst (M, K) = x' (x through its per-32 int8 round trip), x's dtype.
 void launch_q8_round_trip(const Tensor& x, Tensor dst, cudaStream_t stream);
 // dst (N, K) bf16/fp16 = the kGguf weight dequantized.
