@@ -48,7 +48,7 @@ for ring in 0 1; do
   echo "ops fp8 ring=$ring rc=$? $(el)"
   sed "s/^/ring=$ring /" "$O/ops_fp8_r$ring.log" | grep -E "per layer" >> "$O/ops.log"
 done
-grep -E "per layer|ceiling" "$O/ops.log"
+[ -f "$O/ops.log" ] && grep -E "per layer|ceiling" "$O/ops.log"
 R=$O/runs; mkdir -p "$R"
 run() { local name=$1 ring=$2; shift 2
   IB_GEMV_RING=$ring timeout -s INT 100 "$B/bin/inferbench" run --device cuda --dtype bf16 \
