@@ -242,8 +242,21 @@ __global__ void quantize_q8_blocks_kernel(const T* __restrict__ x, int8_t* __res
 
 constexpr int kNormThreads = 256;
 
-// The fused ops' input: token row blockIdx.x of h (M, K) normed, x = h / rms(h) * gain rounded
-// to T (as rms_norm_kernel stores it), then quantized per 32 into codes and scales as above.
+// One 32-element block of the fused ops' input: x = h / rms(h) * gain rounded to T (as
+// rms_norm_kernel stores it; v holds h, g the gain), then quantized as above.
+template <typename T>
+__device__ __forceinline__ void quantize_normed_block32(
+    float (&v)[kBlock / kVec16<T>][kVec16<T>], const float (&g)[kBlock / kVec16<T>][kVec16<T>],
+    float inv_rms, int8_t* codes_out, float2* scale_out) {
+#pragma unroll
+  for (int j = 0; j < kBlock / kVec16<T>; ++j)
+#pragma unroll
+    for (int i = 0; i < kVec16<T>; ++i) v[j][i] = to_f32(from_f32<T>(v[j][i] * inv_rms * g[j][i]));
+  quantize_block32<T, false>(v, codes_out, scale_out, nullptr);
+}
+
+// The fused ops' input: token row blockIdx.x of h (M, K) normed and quantized per 32 into codes
+// and scales (quantize_normed_block32), h read once for the sum of squares and again per block.
 template <typename T>
 __global__ void __launch_bounds__(kNormThreads)
     rms_q8_kernel(const T* __restrict__ h, const T* __restrict__ gain, float eps,
@@ -265,16 +278,14 @@ __global__ void __launch_bounds__(kNormThreads)
   const float inv_rms = rsqrtf(total / static_cast<float>(k) + eps);
   const int64_t blocks = k / kBlock;
   for (int64_t b = threadIdx.x; b < blocks; b += kNormThreads) {
-    float v[kBlock / kVec][kVec];
+    float v[kBlock / kVec][kVec], g[kBlock / kVec][kVec];
 #pragma unroll
     for (int j = 0; j < kBlock / kVec; ++j) {
-      float g[kVec];
       load16_f32(hr + b * kBlock + j * kVec, v[j]);
-      load16_f32(gain + b * kBlock + j * kVec, g);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) v[j][i] = to_f32(from_f32<T>(v[j][i] * inv_rms * g[i]));
+      load16_f32(gain + b * kBlock + j * kVec, g[j]);
     }
-    quantize_block32<T, false>(v, codes + row * k + b * kBlock, scales + row * blocks + b, nullptr);
+    quantize_normed_block32<T>(v, g, inv_rms, codes + row * k + b * kBlock,
+                               scales + row * blocks + b);
   }
 }
 
@@ -310,11 +321,8 @@ __global__ void __launch_bounds__(kNormThreads)
   const float total = block_sum(sum_sq, scratch);
   const float inv_rms = rsqrtf(total / static_cast<float>(k) + eps);
   if (!active) return;
-#pragma unroll
-  for (int j = 0; j < kBlock / kVec; ++j)
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) v[j][i] = to_f32(from_f32<T>(v[j][i] * inv_rms * g[j][i]));
-  quantize_block32<T, false>(v, codes + row * k + b * kBlock, scales + row * blocks + b, nullptr);
+  quantize_normed_block32<T>(v, g, inv_rms, codes + row * k + b * kBlock,
+                             scales + row * blocks + b);
 }
 
 // f.template operator()<kType>() for a segment's run-time type.
@@ -373,19 +381,24 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&rows)[kR], int b
   }
 }
 
-// Row `row`'s results for kM tokens (warp-reduced) into out: =, or += with accumulate, + bias.
+// Result y of (token m, row) into out (M, rows): =, or += with accumulate, + bias.
+template <typename T>
+__device__ __forceinline__ void store_result(float y, int m, int64_t row, int64_t rows,
+                                             const T* bias, T* out, bool accumulate) {
+  float r = y + (bias ? to_f32(bias[row]) : 0.0f);
+  T* o = out + m * rows + row;
+  if (accumulate) r += to_f32(*o);
+  *o = from_f32<T>(r);
+}
+
+// Row `row`'s results for kM tokens (warp-reduced) into out (store_result).
 template <typename T, int kM>
 __device__ __forceinline__ void store_row(const float (&acc)[kMaxTokens], int64_t row, int64_t rows,
                                           int lane, const T* bias, T* out, bool accumulate) {
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
     const float y = warp_sum(acc[m]);
-    if (lane == 0) {
-      float r = y + (bias ? to_f32(bias[row]) : 0.0f);
-      T* o = out + m * rows + row;
-      if (accumulate) r += to_f32(*o);
-      *o = from_f32<T>(r);
-    }
+    if (lane == 0) store_result(y, m, row, rows, bias, out, accumulate);
   }
 }
 
@@ -473,15 +486,11 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (threadIdx.x < 2 * kM) {
       const int i = static_cast<int>(threadIdx.x) / kM, m = static_cast<int>(threadIdx.x) % kM;
-      const int64_t row = i == 0 ? row0 : row1;
       if (i == 0 || valid1) {
-        float r = 0.0f;
+        float y = 0.0f;
 #pragma unroll
-        for (int p = 0; p < kSplit; ++p) r += split_sums[p][i][m];
-        r += bias ? to_f32(bias[row]) : 0.0f;
-        T* o = out + m * v.rows + row;
-        if (accumulate) r += to_f32(*o);
-        *o = from_f32<T>(r);
+        for (int p = 0; p < kSplit; ++p) y += split_sums[p][i][m];
+        store_result(y, m, i == 0 ? row0 : row1, v.rows, bias, out, accumulate);
       }
     }
   } else if constexpr (kSwiGlu) {
@@ -561,18 +570,17 @@ void launch_gemv_q8(int64_t m, const WeightRef& w, const T* bias, T* out, bool a
   // a block's warps.
   const bool split = !kSwiGlu && gguf_wide() && warps < 8192;
   const auto launch = [&]<int kM>() {
+    auto kernel = gemv_gguf_kernel<T, kM, kSwiGlu>;
+    dim3 blocks = grid;
     if constexpr (!kSwiGlu) {
-      if (split) {
-        launch_kernel("gemv_gguf", pdl, gemv_gguf_kernel<T, kM, false, kThreads / 32>,
-                      dim3(static_cast<unsigned>(warps)), dim3(kThreads), 0, stream, v,
-                      static_cast<const int8_t*>(act.codes), static_cast<const float2*>(act.scales),
-                      bias, out, accumulate);
-        return;
+      if (split) {  // a block per row pair
+        kernel = gemv_gguf_kernel<T, kM, false, kThreads / 32>;
+        blocks = dim3(static_cast<unsigned>(warps));
       }
     }
-    launch_kernel("gemv_gguf", pdl, gemv_gguf_kernel<T, kM, kSwiGlu>, grid, dim3(kThreads), 0,
-                  stream, v, static_cast<const int8_t*>(act.codes),
-                  static_cast<const float2*>(act.scales), bias, out, accumulate);
+    launch_kernel("gemv_gguf", pdl, kernel, blocks, dim3(kThreads), 0, stream, v,
+                  static_cast<const int8_t*>(act.codes), static_cast<const float2*>(act.scales),
+                  bias, out, accumulate);
   };
   switch (m) {
     case 1:

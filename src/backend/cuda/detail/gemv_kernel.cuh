@@ -755,7 +755,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           gemv_step_int4<T, NT>(acc, ws, wt, xv, g);
         }
       };
-      // One quantized step with its x (kRing's steps): the tail loop's arithmetic.
+      // One quantized step with its x (the ring's steps and the tail's).
       [[maybe_unused]] const auto quant_step = [&](int step, const uint4& ws, const uint4& wt,
                                                    const Int4Group& g) {
         if constexpr (kXq) {
@@ -879,22 +879,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       for (int s2 = s; s2 < steps; s2 += kWarps) {
         uint4 wt[kWLoads], wu[kWLoads], xv[NT][2];
         gemv_load_w<TW, kWLoads>(wa_ptr, wb_ptr, int64_t{s2} * kGemvStepK, wt, wu);
-        if constexpr (kXq) {
-          uint32_t xq[NT][4];
-          gemv_load_xq<NT>(xq_ptr, int64_t{s2} * kGemvStepK, xq);
-          if constexpr (kFp8) {
-            gemv_step_8bit<NT>(acc, wt[0], wu[0], xq);
-          } else {
-            gemv_step_8bit<NT>(iacc, wt[0], wu[0], xq);
-          }
-        } else if constexpr (kInt4) {
-          int4_step(s2, wt[0], wu[0], load_group(s2, grows));
-        } else if constexpr (kW == kGemvInt8) {
-          gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
-          uint4 wtd[2], wud[2];
-          gemv_widen_int8<T>(wt[0], wtd);
-          gemv_widen_int8<T>(wu[0], wud);
-          gemv_step<T, NT>(acc, wtd, wud, xv);
+        if constexpr (kQuant) {
+          Int4Group g{};
+          if constexpr (kInt4) g = load_group(s2, grows);
+          quant_step(s2, wt[0], wu[0], g);
         } else {
           gemv_load_x<T, NT>(x_ptr, int64_t{s2} * kGemvStepK, xv);
           gemv_step<T, NT>(acc, wt, wu, xv);
