@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/switches.h"
 #include "bench_kernels.h"
 
 namespace ib::bench {
@@ -251,10 +252,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   cuda::CudaBackend& backend = **created;
-  // IB_GEMV_RING=0|1 (backend/kernel_switches.h) for every section; the backend made here reads
-  // no switches.
-  if (const char* ring = std::getenv("IB_GEMV_RING"); ring != nullptr && *ring != 0)
-    cuda::set_gemv_ring(std::string(ring) == "1");
+  // The kernel switches the environment sets (IB_GEMV_RING, ...; backend/kernel_switches.h), as
+  // the backend factory applies them.
+  const auto switches = cuda::read_cuda_switches();
+  if (!switches.ok()) {
+    std::fprintf(stderr, "ib_ops_bench: %s\n", switches.error().message.c_str());
+    return 2;
+  }
+  cuda::apply_cuda_switches(*switches, backend);
   const DeviceInfo info = backend.device_info();
   std::printf("device: %s, %d SMs, %.1f GiB\n", info.name.c_str(), backend.num_sms(),
               static_cast<double>(info.total_bytes) / (1 << 30));
