@@ -6,6 +6,8 @@
 // comma-separated; default: the backend's setting only); each row's kernel name carries it.
 // IB_OPS_RING: the GEMV's weight-ring settings to time (IB_GEMV_RING values, comma-separated;
 // default: the process's setting only), likewise in each row's kernel name.
+// IB_OPS_INT4_WARPS: the ring GEMV's warps per block to time (IB_GEMV_INT4_WARPS values,
+// comma-separated; default: the process's setting only); rows and keys of 4 or 2 warps say so.
 // IB_OPS_LINEARS: the layer's linears to time (comma-separated names; default all).
 #include <cmath>
 #include <cstdio>
@@ -39,6 +41,8 @@ void bench_gemm_int4(BenchContext& ctx) {
   const int saved_persist = cuda::gemv_persist_blocks_per_sm();
   const std::vector<int64_t> rings = env_list("IB_OPS_RING", {cuda::gemv_ring() ? 1 : 0});
   const bool saved_ring = cuda::gemv_ring();
+  const std::vector<int64_t> warps_list = env_list("IB_OPS_INT4_WARPS", {cuda::gemv_int4_warps()});
+  const int saved_warps = cuda::gemv_int4_warps();
   std::map<std::string, double> layer_us;
   const char* only = std::getenv("IB_OPS_LINEARS");
   for (const LayerLinear& lin : kLayerLinears) {
@@ -58,40 +62,52 @@ void bench_gemm_int4(BenchContext& ctx) {
       ctx.backend.quantize_weight(dense, q);
       w.push_back(q);
     }
-    for (const int64_t ring : rings)
-      for (const int64_t persist : persists)
-        for (const int64_t m : ms) {
-          cuda::set_gemv_persist_blocks_per_sm(static_cast<int>(persist));
-          cuda::set_gemv_ring(ring == 1);
-          const bool gemv = m <= cuda::gemv_max_m(WeightFormat::kInt4W4A16);
-          // the same dequantizing path
-          if (!gemv && (persist != persists.front() || ring != rings.front())) continue;
-          char kernel[64];
-          std::snprintf(kernel, sizeof kernel,
-                        gemv ? "gemv_w4a16 persist=%ld ring=%ld" : "dequant+cublasLt",
-                        static_cast<long>(persist), static_cast<long>(ring));
-          Tensor x = ctx.random(DType::kBF16, {m, lin.k});
-          Tensor out = ctx.random(DType::kBF16, {m, lin.n});
-          const double bytes = w_bytes + static_cast<double>(m * lin.k * 2 + m * lin.n * 2);
-          const double fl = 2.0 * static_cast<double>(m * lin.n * lin.k);
-          const std::string shape =
-              std::to_string(m) + "x" + std::to_string(lin.n) + "x" + std::to_string(lin.k);
-          const double us =
-              ctx.timer.per_call_ms(
-                  [&](int i) {
-                    ctx.backend.matmul(x, w[static_cast<size_t>(i % copies)], nullptr, out);
-                  },
-                  std::max(2 * copies, 8)) *
-              1e3;
-          char key[64];
-          std::snprintf(key, sizeof key, gemv ? "m%ld_persist%ld_ring%ld" : "m%ld",
-                        static_cast<long>(m), static_cast<long>(persist), static_cast<long>(ring));
-          layer_us[key] += us;
-          ctx.report.add({"int4", lin.name, shape, kernel, us, bytes, fl});
-        }
+    for (const int64_t warps : warps_list)
+      for (const int64_t ring : rings)
+        for (const int64_t persist : persists)
+          for (const int64_t m : ms) {
+            cuda::set_gemv_persist_blocks_per_sm(static_cast<int>(persist));
+            cuda::set_gemv_ring(ring == 1);
+            cuda::set_gemv_int4_warps(static_cast<int>(warps));
+            const bool gemv = m <= cuda::gemv_max_m(WeightFormat::kInt4W4A16);
+            // the same dequantizing path
+            if (!gemv && (persist != persists.front() || ring != rings.front() ||
+                          warps != warps_list.front()))
+              continue;
+            // The warps setting reaches only the ring at 1-4 tokens without a persistent grid.
+            const bool warps_apply = ring == 1 && persist == 0 && m <= 4;
+            if (gemv && !warps_apply && warps != warps_list.front()) continue;
+            char tag[16] = "";
+            if (gemv && warps_apply && warps != 8)
+              std::snprintf(tag, sizeof tag, "_w%ld", static_cast<long>(warps));
+            char kernel[64];
+            std::snprintf(kernel, sizeof kernel,
+                          gemv ? "gemv_w4a16 persist=%ld ring=%ld%s" : "dequant+cublasLt",
+                          static_cast<long>(persist), static_cast<long>(ring), tag);
+            Tensor x = ctx.random(DType::kBF16, {m, lin.k});
+            Tensor out = ctx.random(DType::kBF16, {m, lin.n});
+            const double bytes = w_bytes + static_cast<double>(m * lin.k * 2 + m * lin.n * 2);
+            const double fl = 2.0 * static_cast<double>(m * lin.n * lin.k);
+            const std::string shape =
+                std::to_string(m) + "x" + std::to_string(lin.n) + "x" + std::to_string(lin.k);
+            const double us =
+                ctx.timer.per_call_ms(
+                    [&](int i) {
+                      ctx.backend.matmul(x, w[static_cast<size_t>(i % copies)], nullptr, out);
+                    },
+                    std::max(2 * copies, 8)) *
+                1e3;
+            char key[64];
+            std::snprintf(key, sizeof key, gemv ? "m%ld_persist%ld_ring%ld%s" : "m%ld",
+                          static_cast<long>(m), static_cast<long>(persist), static_cast<long>(ring),
+                          tag);
+            layer_us[key] += us;
+            ctx.report.add({"int4", lin.name, shape, kernel, us, bytes, fl});
+          }
   }
   cuda::set_gemv_persist_blocks_per_sm(saved_persist);
   cuda::set_gemv_ring(saved_ring);
+  cuda::set_gemv_int4_warps(saved_warps);
   for (const auto& [key, us] : layer_us) {
     std::printf("w4a16 linears per layer, %s: %.1f us\n", key.c_str(), us);
     ctx.report.extra()["int4_layer_linears_us_" + key] = us;

@@ -12,6 +12,9 @@
 # without, the unfused ops with IB_GGUF_UNFUSED=1 (IB_FUSED=0), the seed protocol with
 # IB_GGUF_SEED=1, and a CUPTI kernel profile at IB_PROFILE_WIDE (1).
 # Usage (from the repository root, ~9 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/ring.sh
+# IB_AWQ_WARPS="8 4 2" adds awq batch-1 runs at each IB_GEMV_INT4_WARPS; IB_OPS_INT4_WARPS=8,4,2
+# times the op benchmark's W4A16 rows at each (IB_OPS_INT4_M, IB_OPS_RING pick its rows);
+# IB_SASS=1 dumps the W4A16 SwiGLU ring kernels' SASS; IB_SKIP_GGUF_PROFILE=1.
 # Environment: IB_BUILD_DIR (/tmp/ib-ring), IB_QUANTS ("awq fp8 nf4"), IB_TEST_FILTER,
 # IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1, IB_SEED_RINGS ("1"),
 # IB_SKIP_FP8_OPS=1, IB_SKIP_OPS=1 (both op benchmark sections), IB_GGUF=1.
@@ -38,7 +41,8 @@ if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   grep -E "^\[  FAILED  \]|Failure|Expected|Which is|PASSED|FAILED TEST" "$O/tests.log" | head -30
 fi
 OPS=$B/bench/gpu/ib_ops_bench
-[ "${IB_SKIP_OPS:-0}" = 1 ] || IB_OPS_SECTIONS=gemm_int4 IB_OPS_INT4_M=1,2,4,8,16 IB_OPS_RING=0,1 timeout 150 "$OPS" \
+[ "${IB_SKIP_OPS:-0}" = 1 ] || IB_OPS_SECTIONS=gemm_int4 IB_OPS_INT4_M=${IB_OPS_INT4_M:-1,2,4,8,16} \
+  IB_OPS_RING=${IB_OPS_RING:-0,1} IB_OPS_INT4_WARPS=${IB_OPS_INT4_WARPS:-8} timeout 150 "$OPS" \
   "$O/ops_int4.json" > "$O/ops.log" 2>&1
 echo "ops int4 rc=$? $(el)"
 for ring in 0 1; do
@@ -60,6 +64,10 @@ SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
 for q in ${IB_QUANTS:-awq fp8 nf4}; do
   for ring in 0 1; do run "b1_${q}_r$ring" "$ring" --quantization "$q" "${B1[@]}"; done
 done
+# The W4A16 ring GEMVs' warps per block (IB_GEMV_INT4_WARPS) at batch 1.
+for w in ${IB_AWQ_WARPS:-}; do
+  IB_GEMV_INT4_WARPS=$w run "b1_awq_w$w" 1 --quantization awq "${B1[@]}"
+done
 if [ -n "$GG" ]; then
   run b1_gguf 1 --quantization gguf "${B1[@]}"
   IB_GGUF_WIDE=1 run b1_gguf_wide 1 --quantization gguf "${B1[@]}"
@@ -69,11 +77,11 @@ if [ -n "$GG" ]; then
     IB_GGUF_WIDE=1 run seed_gguf_wide 1 --quantization gguf "${SEED[@]}"
   fi
   # A CUPTI kernel profile (bench/gpu/kernel_profile.cpp) at batch 1 (IB_GGUF_WIDE=IB_PROFILE_WIDE).
-  IB_GGUF_WIDE=${IB_PROFILE_WIDE:-1} IB_KERNEL_PROFILE="$O/profile_gguf_b1.txt" LD_PRELOAD=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so") \
+  [ "${IB_SKIP_GGUF_PROFILE:-0}" = 1 ] || IB_GGUF_WIDE=${IB_PROFILE_WIDE:-1} IB_KERNEL_PROFILE="$O/profile_gguf_b1.txt" LD_PRELOAD=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so") \
     timeout 100 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
     --model llama-3-8b --quantization gguf --batch-size 1 --input-len 32 --output-len 64 \
     --num-prompts 2 --runs 1 --result-dir "$R/prof_gguf_b1" --overwrite > "$R/prof_gguf_b1.log" 2>&1
-  echo "prof_gguf_b1 rc=$? $(el)"; head -30 "$O/profile_gguf_b1.txt"
+  echo "prof_gguf_b1 rc=$? $(el)"; [ -f "$O/profile_gguf_b1.txt" ] && head -30 "$O/profile_gguf_b1.txt"
 fi
 if [ "${IB_SKIP_SEED:-0}" != 1 ]; then
   for ring in ${IB_SEED_RINGS:-1}; do run "seed_awq_r$ring" "$ring" --quantization awq "${SEED[@]}"; done
@@ -86,6 +94,11 @@ if [ "${IB_SKIP_NCU:-0}" != 1 ]; then
     "$OPS" /tmp/ncu-ops.json > "$O/ncu.txt" 2>&1
   echo "ncu rc=$? $(el)"
 fi
+# The SASS of the bf16 W4A16 SwiGLU ring GEMVs at 8, 4 and 2 warps per block (instruction counts).
+[ "${IB_SASS:-0}" = 1 ] && python3 bench/gpu/sass_dump.py \
+  "$B/src/backend/cuda/CMakeFiles/ib_backend_cuda.dir/gemv.cu.o" \
+  'gemv_kernel<__nv_bfloat16, __nv_bfloat16, 1, [842], 2, false, 2, false, 4, ' |
+  gzip > "$O/sass_int4_swiglu.txt.gz"
 python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
 rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
 # At most 8 files come back: the rest in extra.tgz.

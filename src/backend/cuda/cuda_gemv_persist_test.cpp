@@ -5,6 +5,8 @@
 // the same in all, so the outputs must be equal bit for bit; the default setting's results are
 // checked against the CPU oracle by cuda_quant_test and cuda_quant4_test. Shapes have several
 // tiles per block at 1 and 2 blocks per SM (an H200 has 132 SMs), and a partial last tile.
+// Also the W4A16 ring with 4 and 2 warps per block (IB_GEMV_INT4_WARPS) against 8: another
+// order of the warps' sums, so within a stated tolerance.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,15 +31,18 @@ struct Format {
 // Resets the process-wide settings whatever a test does.
 class PersistGuard {
  public:
-  PersistGuard() : saved_(gemv_persist_blocks_per_sm()), ring_(gemv_ring()) {}
+  PersistGuard()
+      : saved_(gemv_persist_blocks_per_sm()), ring_(gemv_ring()), warps_(gemv_int4_warps()) {}
   ~PersistGuard() {
     set_gemv_persist_blocks_per_sm(saved_);
     set_gemv_ring(ring_);
+    set_gemv_int4_warps(warps_);
   }
 
  private:
   int saved_;
   bool ring_;
+  int warps_;
 };
 
 class CudaGemvPersist : public ::testing::TestWithParam<Format> {
@@ -167,6 +172,89 @@ TEST_P(CudaGemvPersist, FusedOpsEqualOneBlockPerTile) {
     expect_same_at_every_setting(twin, qkv, "qkv m=" + std::to_string(m), rope);
     expect_same_at_every_setting(twin, kc, "k cache m=" + std::to_string(m), rope);
   }
+}
+
+// The GPU floats of out after run() with 4 and 2 warps per block (IB_GEMV_INT4_WARPS) against 8:
+// the warps split K differently, so the fp32 partial sums are added in another order and an
+// output may round to x's dtype on the other side of a tie. Relative L2 <= 1e-3 (a lost or
+// doubled warp's share of K would be off by tens of percent).
+template <typename F>
+void expect_close_at_each_warps(Twin& twin, const Pair& out, const std::string& what, F run) {
+  PersistGuard guard;
+  set_gemv_persist_blocks_per_sm(0);
+  set_gemv_ring(true);
+  set_gemv_int4_warps(8);
+  run();
+  const std::vector<float> want = twin.gpu_floats(out.gpu);
+  for (const int warps : {4, 2}) {
+    set_gemv_int4_warps(warps);
+    run();
+    const Status status = twin.gpu().device_status();
+    ASSERT_TRUE(status.ok()) << what << ": " << status.error().message;
+    const std::vector<float> got = twin.gpu_floats(out.gpu);
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+      norm += static_cast<double>(want[i]) * want[i];
+    }
+    ASSERT_GT(norm, 0.0) << what;
+    EXPECT_LE(std::sqrt(diff / norm), 1e-3) << what << " at " << warps << " warps per block";
+  }
+}
+
+TEST(CudaGemvInt4Warps, FewerWarpsPerBlockMatchEight) {
+  IB_REQUIRE_CUDA();
+  Twin twin(DType::kBF16);
+  Rng rng(9);
+  const WeightFormat format = WeightFormat::kInt4W4A16;
+  // K = 640: 5 steps, fewer than 8 warps, and a different count per warp at 2 and 4.
+  for (const auto& [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 6144, 4096}, {4, 4100, 1024}, {3, 500, 640}}) {
+    const Pair x = twin.floats({m, k}, random_floats(rng, m * k, -2.0f, 2.0f));
+    const Pair b = twin.floats({n}, random_floats(rng, n));
+    const WeightRef w = quantize(twin, rng, n, k, format);
+    const Pair out = twin.output({m, n});
+    expect_close_at_each_warps(twin, out, "matmul m=" + std::to_string(m),
+                               [&] { twin.gpu().matmul(x.gpu, w, &b.gpu, out.gpu); });
+  }
+  const float eps = 1e-5f;
+  const int64_t m = 2, k = 2048, f = 2312, n = 4096;
+  const Pair h = twin.floats({m, k}, random_floats(rng, m * k, -1.5f, 1.5f));
+  const Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+  const WeightRef wgu = quantize(twin, rng, 2 * f, k, format);
+  const Pair act = twin.output({m, f});
+  expect_close_at_each_warps(twin, act, "swiglu", [&] {
+    twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, wgu, eps, act.gpu);
+  });
+  const std::vector<float> res0 = random_floats(rng, m * n);
+  const WeightRef wo = quantize(twin, rng, n, k, format);
+  const Pair residual = twin.floats({m, n}, res0);
+  expect_close_at_each_warps(twin, residual, "matmul_add", [&] {
+    twin.gpu().copy_from_host(residual.gpu, twin.representable(res0).data(), DType::kF32);
+    twin.gpu().matmul_add(h.gpu, wo, residual.gpu);
+  });
+  AttentionShape shape;
+  shape.num_heads = 32;
+  shape.num_kv_heads = 8;
+  shape.head_dim = 128;
+  shape.scale = 1.0f / std::sqrt(128.0f);
+  const int64_t nq = (32 + 2 * 8) * 128, blocks = 2, bs = 16;
+  const WeightRef wq = quantize(twin, rng, nq, k, format);
+  const Pair kc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
+  const Pair vc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
+  const Pair pos = twin.ints({m}, std::vector<int32_t>{30, 31});
+  const Pair slot = twin.ints({m}, std::vector<int32_t>{2, 5});
+  std::vector<float> inv_freq(64);
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
+  const Pair freq = twin.floats({64}, inv_freq, DType::kF32);
+  const Pair qkv = twin.output({m, nq});
+  const auto rope = [&] {
+    twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq, nullptr, eps, pos.gpu, slot.gpu,
+                                     freq.gpu, {kc.gpu, vc.gpu, bs}, shape, qkv.gpu);
+  };
+  expect_close_at_each_warps(twin, qkv, "qkv", rope);
+  expect_close_at_each_warps(twin, vc, "v cache", rope);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaGemvPersist,

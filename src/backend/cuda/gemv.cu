@@ -47,6 +47,11 @@ std::atomic<int> g_persist_blocks_per_sm{0};
 constexpr int kGemvRingSteps = IB_GEMV_RING_STEPS;
 std::atomic<bool> g_gemv_ring{true};
 
+// IB_GEMV_INT4_WARPS (backend/kernel_switches.h): the warps per block of the W4A16 ring GEMVs at
+// 1-4 tokens (8, 4 or 2); each block's registers are capped as 3 blocks of 8 warps' are, so an SM
+// holds the same 24 warps.
+std::atomic<int> g_int4_warps{8};
+
 // IB_GEMV_SWIGLU_BLOCKS (backend/kernel_switches.h): 3 (the default) caps the dense gate/up
 // GEMV's registers at 80 so that 3 blocks of 8 warps fit on an SM; 0 leaves them to the compiler
 // (92: 2 blocks). On the H200 at batch 1 the gate/up step went from 62.6 to 58.2 µs per layer;
@@ -154,12 +159,24 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
     if (g_swiglu_min_blocks.load(std::memory_order_relaxed) == 3)
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
   }
+  int block_warps = kWarps;
   // The ring where it measured faster (bench/NOTES.md, "The cp.async ring"): 1-4 tokens and two
   // n-tiles; four n-tiles' partial sums and the ring would exceed 48 KB of shared memory.
   if constexpr (!kDense && NT <= 2) {
     if (g_gemv_ring.load(std::memory_order_relaxed) && (m <= 4 || NT == 2)) {
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, false,
                            false, kGemvRingSteps>;
+      // IB_GEMV_INT4_WARPS: W4A16 at 1-4 tokens with fewer warps per block (one block per tile).
+      if constexpr (kW == kGemvInt4 && NT == 1) {
+        const int warps = g_int4_warps.load(std::memory_order_relaxed);
+        if (m <= 4 && g_persist_blocks_per_sm.load(std::memory_order_relaxed) == 0 && warps != 8) {
+          block_warps = warps == 4 ? 4 : 2;
+          kernel = warps == 4 ? gemv_kernel<T, TOut, NT, 4, kSteps, kAdj, kEpilogue, kKernelRms, kW,
+                                            6, false, false, kGemvRingSteps>
+                              : gemv_kernel<T, TOut, NT, 2, kSteps, kAdj, kEpilogue, kKernelRms, kW,
+                                            12, false, false, kGemvRingSteps>;
+        }
+      }
     }
   }
   const auto tiles = static_cast<unsigned>(gemv_tile_count(kEpilogue, n));
@@ -202,8 +219,8 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
       return;
     }
   }
-  launch_kernel(op, pdl, kernel, dim3(grid_blocks<kW>(tiles)), dim3(kWarps * 32), 0, stream, x_in,
-                w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands, GemvLora{});
+  launch_kernel(op, pdl, kernel, dim3(grid_blocks<kW>(tiles)), dim3(block_warps * 32), 0, stream,
+                x_in, w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands, GemvLora{});
 }
 
 template <typename T, typename TOut, int NT, int kW>
@@ -309,6 +326,15 @@ void set_gemv_ring(bool on) {
 
 bool gemv_ring() {
   return g_gemv_ring.load(std::memory_order_relaxed);
+}
+
+void set_gemv_int4_warps(int warps) {
+  IB_ASSERT(warps == 8 || warps == 4 || warps == 2, "set_gemv_int4_warps: 8, 4 or 2");
+  g_int4_warps.store(warps, std::memory_order_relaxed);
+}
+
+int gemv_int4_warps() {
+  return g_int4_warps.load(std::memory_order_relaxed);
 }
 
 void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef& w,

@@ -72,6 +72,11 @@ int gemv_swiglu_min_blocks();
 // Process-wide, like the above.
 void set_gemv_ring(bool on);
 bool gemv_ring();
+// IB_GEMV_INT4_WARPS: the W4A16 GEMVs of 1-4 tokens that run through the ring (one n-tile, one
+// block per row tile) split K across this many warps per block, 8 (the default), 4 or 2: fewer
+// warps stream more steps each. Process-wide, like the above.
+void set_gemv_int4_warps(int warps);
+int gemv_int4_warps();
 // The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype; gain
 // (K) is the norm's gain for a quantized weight, null for a dense one (folded into w):
 //  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x) * gain) @ w^T (+ bias)
