@@ -7,7 +7,7 @@
 // IB_OPS_RING: the GEMV's weight-ring settings to time (IB_GEMV_RING values, comma-separated;
 // default: the process's setting only), likewise in each row's kernel name.
 // IB_OPS_INT4_WARPS: the ring GEMV's warps per block to time (IB_GEMV_INT4_WARPS values,
-// comma-separated; default: the process's setting only); rows and keys of 4 or 2 warps say so.
+// comma-separated; default: the process's setting only); rows and keys of 4, 2 or 0 (auto) say so.
 // IB_OPS_LINEARS: the layer's linears to time (comma-separated names; default all).
 #include <cmath>
 #include <cstdio>
@@ -78,7 +78,8 @@ void bench_gemm_int4(BenchContext& ctx) {
             const bool warps_apply = ring == 1 && persist == 0 && m <= 4;
             if (gemv && !warps_apply && warps != warps_list.front()) continue;
             char tag[16] = "";
-            if (gemv && warps_apply && warps != 8)
+            if (gemv && warps_apply && warps == 0) std::snprintf(tag, sizeof tag, "_wauto");
+            if (gemv && warps_apply && warps != 8 && warps != 0)
               std::snprintf(tag, sizeof tag, "_w%ld", static_cast<long>(warps));
             char kernel[64];
             std::snprintf(kernel, sizeof kernel,

@@ -14,7 +14,8 @@
 # Usage (from the repository root, ~9 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/ring.sh
 # IB_AWQ_WARPS="8 4 2" adds awq batch-1 runs at each IB_GEMV_INT4_WARPS; IB_OPS_INT4_WARPS=8,4,2
 # times the op benchmark's W4A16 rows at each (IB_OPS_INT4_M, IB_OPS_RING pick its rows);
-# IB_SASS=1 dumps the W4A16 SwiGLU ring kernels' SASS; IB_SKIP_GGUF_PROFILE=1.
+# IB_SASS=1 dumps the W4A16 SwiGLU ring kernels' SASS; IB_SKIP_GGUF_PROFILE=1; IB_GGUF_SKIP_WIDE=1;
+# IB_NCU_SOURCE=1 and IB_NCU_WARPS (the Nsight Compute run's options, below).
 # Environment: IB_BUILD_DIR (/tmp/ib-ring), IB_QUANTS ("awq fp8 nf4"), IB_TEST_FILTER,
 # IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1, IB_SEED_RINGS ("1"),
 # IB_SKIP_FP8_OPS=1, IB_SKIP_OPS=1 (both op benchmark sections), IB_GGUF=1.
@@ -70,7 +71,7 @@ for w in ${IB_AWQ_WARPS:-}; do
 done
 if [ -n "$GG" ]; then
   run b1_gguf 1 --quantization gguf "${B1[@]}"
-  IB_GGUF_WIDE=1 run b1_gguf_wide 1 --quantization gguf "${B1[@]}"
+  [ "${IB_GGUF_SKIP_WIDE:-0}" = 1 ] || IB_GGUF_WIDE=1 run b1_gguf_wide 1 --quantization gguf "${B1[@]}"
   [ "${IB_GGUF_UNFUSED:-0}" = 1 ] && IB_FUSED=0 run b1_gguf_unfused 1 --quantization gguf "${B1[@]}"
   if [ "${IB_GGUF_SEED:-0}" = 1 ]; then
     run seed_gguf 1 --quantization gguf "${SEED[@]}"
@@ -87,12 +88,24 @@ if [ "${IB_SKIP_SEED:-0}" != 1 ]; then
   for ring in ${IB_SEED_RINGS:-1}; do run "seed_awq_r$ring" "$ring" --quantization awq "${SEED[@]}"; done
 fi
 if [ "${IB_SKIP_NCU:-0}" != 1 ]; then
-  IB_OPS_SECTIONS=gemm_int4 IB_OPS_INT4_M=1 IB_OPS_RING=1 IB_OPS_LINEARS=gate_up timeout 100 \
+  # IB_NCU_SOURCE=1: also the source counters, the per-instruction SASS table with its warp
+  # stalls (ncu_source.csv.gz) and every collected metric, the stall reasons among them
+  # (ncu_raw.csv.gz). IB_NCU_WARPS: the kernel's IB_GEMV_INT4_WARPS (8).
+  src=(); [ "${IB_NCU_SOURCE:-0}" = 1 ] && src=(--section SourceCounters --export /tmp/ncu-int4 --force-overwrite)
+  IB_GEMV_INT4_WARPS=${IB_NCU_WARPS:-8} IB_OPS_SECTIONS=gemm_int4 IB_OPS_INT4_M=1 IB_OPS_RING=1 \
+    IB_OPS_LINEARS=gate_up timeout 150 \
     ncu --clock-control none -k regex:gemv_kernel --launch-skip 4 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-    --section Occupancy --section LaunchStats --section SchedulerStats \
+    --section Occupancy --section LaunchStats --section SchedulerStats "${src[@]}" \
     "$OPS" /tmp/ncu-ops.json > "$O/ncu.txt" 2>&1
   echo "ncu rc=$? $(el)"
+  if [ "${IB_NCU_SOURCE:-0}" = 1 ]; then
+    timeout 60 ncu -i /tmp/ncu-int4.ncu-rep --page source --csv --print-source sass 2> \
+      "$O/ncu_source.err" | gzip > "$O/ncu_source.csv.gz"
+    timeout 60 ncu -i /tmp/ncu-int4.ncu-rep --page raw --csv 2>> "$O/ncu_source.err" |
+      gzip > "$O/ncu_raw.csv.gz"
+    echo "ncu pages: $(zcat "$O/ncu_source.csv.gz" | wc -l) source lines $(el)"
+  fi
 fi
 # The SASS of the bf16 W4A16 SwiGLU ring GEMVs at 8, 4 and 2 warps per block (instruction counts).
 [ "${IB_SASS:-0}" = 1 ] && python3 bench/gpu/sass_dump.py \

@@ -36,13 +36,13 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "1: the quantized formats' decode GEMVs of 1-4 and 9-16 tokens stream their weights through "
      "a ring of 4 steps per warp in shared memory (cp.async), the others through registers; 0: "
      "all through registers, 2-4 steps in flight"},
-    {"IB_GEMV_INT4_WARPS", "cuda", "8", 0, 0, "8|4|2",
-     "the W4A16 decode GEMVs of 1-4 tokens through the ring: warps per block splitting K (each "
-     "warp then streams 32 / N of a row tile's steps at K = 4,096; pending its measurement)"},
+    {"IB_GEMV_INT4_WARPS", "cuda", "8", 0, 0, "8|4|2|0",
+     "the W4A16 decode GEMVs of 1-4 tokens through the ring: warps per block splitting K (fewer "
+     "warps stream more steps each); 0: 4 for launches of at least 1,024 row tiles (gate/up), "
+     "else 8"},
     {"IB_GGUF_WIDE", "cuda", "0", 0, 1, "",
-     "1: the GGUF decode GEMVs of fewer than 8,192 row pairs split K across 4 warps per row pair, "
-     "and the fused ops' norm-and-quantize kernel keeps x in registers; 0: a warp per row pair "
-     "(pending its measurement on the H200)"},
+     "1: the GGUF decode GEMVs of fewer than 8,192 row pairs split K across 4 warps per row pair; "
+     "0: a warp per row pair (measured faster on the H200)"},
     {"IB_GEMV_SWIGLU_BLOCKS", "cuda", "3", 0, 0, "0|3",
      "3: the dense gate/up GEMV's registers capped so that 3 blocks fit on an SM; 0: the "
      "compiler's choice (2)"},

@@ -3,9 +3,9 @@
 // core/ggml_blocks.h dequantizes (the oracle). Covered: each type alone and a fused weight of
 // mixed types (Q4_K_M's q/k in Q4_K and v in Q6_K), matmul through the GEMV (1-8 tokens) and the
 // dequantizing path (more), with and without a bias; the fused decode ops (rms_matmul_swiglu,
-// matmul_add, rms_matmul_rope_cache: up to 8 tokens the GGUF kernels' fused forms), and
-// IB_GGUF_WIDE's forms. Tolerance: the dtype's; both sides quantize x per 32 identically, the GPU
-// rounds x (and, past 8 tokens, x' and the weight) to bf16/fp16.
+// matmul_add, rms_matmul_rope_cache: up to 8 tokens the GGUF kernels' fused forms, at K = 4,096
+// and past 8,192), and IB_GGUF_WIDE's form. Tolerance: the dtype's; both sides quantize x per 32
+// identically, the GPU rounds x (and, past 8 tokens, x' and the weight) to bf16/fp16.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -141,8 +141,21 @@ TEST_P(CudaGguf, FusedOpsMatchTheCpu) {
   testing::expect_fused_ops(twin, rng, weight, name_of(segments()));
 }
 
-// IB_GGUF_WIDE's forms (K split across a block's warps; the norm-and-quantize kernel with x in
-// registers) against the CPU too; K 3,072 and 256 split unevenly across the four warps.
+// The fused ops past K = 8,192, where the norm-and-quantize kernel loops over its thread's blocks
+// (rms_q8_kernel) instead of keeping one block per thread in registers.
+TEST_P(CudaGguf, FusedOpsOfLongRowsMatchTheCpu) {
+  Twin twin(dtype());
+  Rng rng(47);
+  const int64_t k = 8192 + 512;
+  const auto weight = [&](int64_t n) {
+    const GgufPair w = make_weight(twin, rng, k, resized(n));
+    return testing::WeightPair{w.cpu, w.gpu};
+  };
+  testing::expect_fused_ops(twin, rng, weight, name_of(segments()) + " long rows", k);
+}
+
+// IB_GGUF_WIDE's form (K split across a block's warps) against the CPU too; K 3,072 and 256 split
+// unevenly across the four warps.
 TEST_P(CudaGguf, WideFormsMatchTheCpu) {
   struct Guard {
     bool saved = gguf_wide();

@@ -48,9 +48,17 @@ constexpr int kGemvRingSteps = IB_GEMV_RING_STEPS;
 std::atomic<bool> g_gemv_ring{true};
 
 // IB_GEMV_INT4_WARPS (backend/kernel_switches.h): the warps per block of the W4A16 ring GEMVs at
-// 1-4 tokens (8, 4 or 2); each block's registers are capped as 3 blocks of 8 warps' are, so an SM
-// holds the same 24 warps.
+// 1-4 tokens (8, 4 or 2; 0: by the launch's row tiles, int4_ring_warps); each block's registers
+// are capped as 3 blocks of 8 warps' are, so an SM holds the same 24 warps. On the H200 (bench/
+// NOTES.md, "Warps per block"): 4 warps won on gate/up (1,792 tiles; 29.6 -> 26.8 us at 1 token)
+// and lost on qkv, o and down (384 and 256 tiles: fewer warps in all); 2 lost on every shape.
 std::atomic<int> g_int4_warps{8};
+
+int int4_ring_warps(unsigned tiles) {
+  const int warps = g_int4_warps.load(std::memory_order_relaxed);
+  if (warps != 0) return warps;
+  return tiles >= 1024 ? 4 : 8;
+}
 
 // IB_GEMV_SWIGLU_BLOCKS (backend/kernel_switches.h): 3 (the default) caps the dense gate/up
 // GEMV's registers at 80 so that 3 blocks of 8 warps fit on an SM; 0 leaves them to the compiler
@@ -168,7 +176,7 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
                            false, kGemvRingSteps>;
       // IB_GEMV_INT4_WARPS: W4A16 at 1-4 tokens with fewer warps per block (one block per tile).
       if constexpr (kW == kGemvInt4 && NT == 1) {
-        const int warps = g_int4_warps.load(std::memory_order_relaxed);
+        const int warps = int4_ring_warps(static_cast<unsigned>(gemv_tile_count(kEpilogue, n)));
         if (m <= 4 && g_persist_blocks_per_sm.load(std::memory_order_relaxed) == 0 && warps != 8) {
           block_warps = warps == 4 ? 4 : 2;
           kernel = warps == 4 ? gemv_kernel<T, TOut, NT, 4, kSteps, kAdj, kEpilogue, kKernelRms, kW,
@@ -329,7 +337,8 @@ bool gemv_ring() {
 }
 
 void set_gemv_int4_warps(int warps) {
-  IB_ASSERT(warps == 8 || warps == 4 || warps == 2, "set_gemv_int4_warps: 8, 4 or 2");
+  IB_ASSERT(warps == 8 || warps == 4 || warps == 2 || warps == 0,
+            "set_gemv_int4_warps: 8, 4, 2 or 0 (by the launch's row tiles)");
   g_int4_warps.store(warps, std::memory_order_relaxed);
 }
 

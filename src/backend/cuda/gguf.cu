@@ -256,7 +256,8 @@ __device__ __forceinline__ void quantize_normed_block32(
 }
 
 // The fused ops' input: token row blockIdx.x of h (M, K) normed and quantized per 32 into codes
-// and scales (quantize_normed_block32), h read once for the sum of squares and again per block.
+// and scales (quantize_normed_block32), h read once for the sum of squares and again per block
+// (K past 32 kNormThreads; below, rms_q8_wide_kernel).
 template <typename T>
 __global__ void __launch_bounds__(kNormThreads)
     rms_q8_kernel(const T* __restrict__ h, const T* __restrict__ gain, float eps,
@@ -289,9 +290,9 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
-// rms_q8_kernel with a 32-element block per thread (IB_GGUF_WIDE; K <= 32 kNormThreads): the
-// thread's gain loaded before the PDL wait, its x kept in registers between the sum of squares and
-// the quantization (one global read of x instead of two).
+// rms_q8_kernel with a 32-element block per thread (K <= 32 kNormThreads, the form launched there):
+// the thread's gain loaded before the PDL wait, its x kept in registers between the sum of squares
+// and the quantization (one global read of x instead of two).
 template <typename T>
 __global__ void __launch_bounds__(kNormThreads)
     rms_q8_wide_kernel(const T* __restrict__ h, const T* __restrict__ gain, float eps,
@@ -567,7 +568,7 @@ void launch_gemv_q8(int64_t m, const WeightRef& w, const T* bias, T* out, bool a
   const int64_t warps = kSwiGlu ? v.rows / 2 : (v.rows + 1) / 2;  // two rows each
   const dim3 grid(grid_for(warps, kThreads / 32));
   // IB_GGUF_WIDE: fewer than 8,192 row pairs (qkv, o and down of an 8B model) split K across
-  // a block's warps.
+  // a block's warps (off by default: 12.6 -> 15.5 us per call on the H200, bench/NOTES.md).
   const bool split = !kSwiGlu && gguf_wide() && warps < 8192;
   const auto launch = [&]<int kM>() {
     auto kernel = gemv_gguf_kernel<T, kM, kSwiGlu>;
@@ -654,7 +655,9 @@ void launch_rms_gemv_gguf(const Tensor& h, const Tensor& gain, float eps, const 
             "rms_gemv_gguf: a gain (K) of h's dtype; the SwiGLU form without bias, 2F rows");
   const Q8Act act = q8_act(scratch, m, k);
   const auto typed = [&]<typename T>() {
-    const bool wide = gguf_wide() && k <= int64_t{kBlock} * kNormThreads;  // IB_GGUF_WIDE
+    // A block per thread where K allows (bench/NOTES.md, "IB_GGUF_WIDE: measured": 4.9 -> 3.4 us
+    // per call at K = 4,096), else the looping kernel.
+    const bool wide = k <= int64_t{kBlock} * kNormThreads;
     launch_kernel("gemv_gguf(rms_q8)", pdl, wide ? rms_q8_wide_kernel<T> : rms_q8_kernel<T>,
                   dim3(static_cast<unsigned>(m)), dim3(kNormThreads), 0, stream, h.as<const T>(),
                   gain.as<const T>(), eps, act.codes, act.scales, k);

@@ -74,7 +74,8 @@ void set_gemv_ring(bool on);
 bool gemv_ring();
 // IB_GEMV_INT4_WARPS: the W4A16 GEMVs of 1-4 tokens that run through the ring (one n-tile, one
 // block per row tile) split K across this many warps per block, 8 (the default), 4 or 2: fewer
-// warps stream more steps each. Process-wide, like the above.
+// warps stream more steps each; 0: 4 for launches of at least 1,024 row tiles, else 8.
+// Process-wide, like the above.
 void set_gemv_int4_warps(int warps);
 int gemv_int4_warps();
 // The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype; gain
@@ -159,9 +160,8 @@ void launch_rms_gemv_gguf(const Tensor& h, const Tensor& gain, float eps, const 
                           const Tensor* bias, Tensor out, bool swiglu, void* scratch,
                           size_t scratch_bytes, cudaStream_t stream, bool pdl);
 // IB_GGUF_WIDE: the GGUF decode GEMVs of fewer than 8,192 row pairs split K across the 4 warps of
-// a block per row pair, and the fused ops' norm-and-quantize kernel keeps a thread's 32 values
-// in registers (true), or the warp-per-row-pair GEMV and the two-pass kernel (false, the default
-// until measured on the H200). Process-wide, like the above.
+// a block per row pair (true), or a warp per row pair (false, the default: measured faster on the
+// H200). Process-wide, like the above.
 void set_gguf_wide(bool on);
 bool gguf_wide();
 // dst (M, K) = x' (x through its per-32 int8 round trip), x's dtype.

@@ -35,9 +35,9 @@ struct CudaSwitches {
   // IB_GEMV_RING=0|1: the quantized formats' GEMVs of 1-4 and 9-16 tokens through the cp.async
   // ring (1) or registers.
   std::optional<int64_t> gemv_ring;
-  // IB_GEMV_INT4_WARPS=8|4|2: the W4A16 ring GEMVs' warps per block (set_gemv_int4_warps).
+  // IB_GEMV_INT4_WARPS=8|4|2|0: the W4A16 ring GEMVs' warps per block (set_gemv_int4_warps).
   std::optional<int64_t> gemv_int4_warps;
-  // IB_GGUF_WIDE=0|1: the GGUF decode kernels' wide forms (set_gguf_wide).
+  // IB_GGUF_WIDE=0|1: the GGUF decode GEMVs' K split across warps (set_gguf_wide).
   std::optional<int64_t> gguf_wide;
   // IB_GEMV_SWIGLU_BLOCKS: the dense gate/up GEMV's register cap (set_gemv_swiglu_min_blocks).
   std::optional<int64_t> gemv_swiglu_blocks;

@@ -361,13 +361,14 @@ inline void expect_rms_rope_cache(Twin& twin, Rng& rng, const Pair& h, const Pai
   EXPECT_LT(twin.error(vc), tolerance(twin.dtype())) << what << " v cache m=" << m;
 }
 
-// The three checks above for m = 1, 5 and 8 tokens of K = 4096 (random h, gain in [0.2, 2]):
-// F = 512, a residual of 1,024 and 4 q / 2 kv heads of 128, each weight from make(n), n rows of
-// K as a WeightPair.
+// The three checks above for m = 1, 5 and 8 tokens of K (4096 unless given; random h, gain in
+// [0.2, 2]): F = 512, a residual of 1,024 and 4 q / 2 kv heads of 128, each weight from make(n),
+// n rows of K as a WeightPair.
 template <typename MakeWeight>
-void expect_fused_ops(Twin& twin, Rng& rng, const MakeWeight& make, const std::string& what) {
+void expect_fused_ops(Twin& twin, Rng& rng, const MakeWeight& make, const std::string& what,
+                      int64_t k = 4096) {
   const float eps = 1e-5f;
-  const int64_t k = 4096, f = 512;
+  const int64_t f = 512;
   AttentionShape shape;
   shape.num_heads = 4;
   shape.num_kv_heads = 2;
