@@ -36,10 +36,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "1: the quantized formats' decode GEMVs of 1-4 and 9-16 tokens stream their weights through "
      "a ring of 4 steps per warp in shared memory (cp.async), the others through registers; 0: "
      "all through registers, 2-4 steps in flight"},
-    {"IB_GEMV_INT4_WARPS", "cuda", "8", 0, 0, "8|4|2|0",
+    {"IB_GEMV_INT4_WARPS", "cuda", "0", 0, 0, "0|8|4|2",
      "the W4A16 decode GEMVs of 1-4 tokens through the ring: warps per block splitting K (fewer "
      "warps stream more steps each); 0: 4 for launches of at least 1,024 row tiles (gate/up), "
-     "else 8"},
+     "else 8, measured fastest on the H200"},
     {"IB_GGUF_WIDE", "cuda", "0", 0, 1, "",
      "1: the GGUF decode GEMVs of fewer than 8,192 row pairs split K across 4 warps per row pair; "
      "0: a warp per row pair (measured faster on the H200)"},

@@ -83,6 +83,7 @@ void expect_same_at_every_setting(Twin& twin, const Pair& out, const std::string
   PersistGuard guard;
   set_gemv_persist_blocks_per_sm(0);
   set_gemv_ring(false);
+  set_gemv_int4_warps(8);  // the registers' split of K, whatever the launch's tiles
   run();
   const std::vector<float> want = twin.gpu_floats(out.gpu);
   for (const bool ring : {true, false}) {

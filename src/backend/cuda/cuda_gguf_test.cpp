@@ -4,8 +4,9 @@
 // mixed types (Q4_K_M's q/k in Q4_K and v in Q6_K), matmul through the GEMV (1-8 tokens) and the
 // dequantizing path (more), with and without a bias; the fused decode ops (rms_matmul_swiglu,
 // matmul_add, rms_matmul_rope_cache: up to 8 tokens the GGUF kernels' fused forms, at K = 4,096
-// and past 8,192), and IB_GGUF_WIDE's form. Tolerance: the dtype's; both sides quantize x per 32
-// identically, the GPU rounds x (and, past 8 tokens, x' and the weight) to bf16/fp16.
+// and past 8,192), IB_GGUF_WIDE's form, and that 5-7 tokens leave the rows past them alone.
+// Tolerance: the dtype's; both sides quantize x per 32 identically, the GPU rounds x (and, past 8
+// tokens, x' and the weight) to bf16/fp16.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -139,6 +140,48 @@ TEST_P(CudaGguf, FusedOpsMatchTheCpu) {
     return testing::WeightPair{w.cpu, w.gpu};
   };
   testing::expect_fused_ops(twin, rng, weight, name_of(segments()));
+}
+
+// 5-7 tokens run the 8-token kernels: the rows of out past M must stay as they were (out is a view
+// of the first M rows of an 8-row buffer holding random values), for the plain, accumulating and
+// SwiGLU forms, with IB_GGUF_WIDE off and on.
+TEST_P(CudaGguf, RowsPastTheTokensStayUntouched) {
+  struct Guard {
+    bool saved = gguf_wide();
+    ~Guard() { set_gguf_wide(saved); }
+  } guard;
+  Twin twin(dtype());
+  Rng rng(48);
+  const int64_t k = 1024, n = 256, f = 128;
+  const GgufPair w = make_weight(twin, rng, k, resized(n));
+  const GgufPair wgu = make_weight(twin, rng, k, resized(2 * f));
+  const Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+  for (const bool wide : {false, true}) {
+    set_gguf_wide(wide);
+    for (const int64_t m : {5, 6, 7}) {
+      const Pair x = twin.floats({m, k}, random_floats(rng, m * k, -1.5f, 1.5f));
+      const Pair rows = twin.floats({8, n}, random_floats(rng, 8 * n));
+      const Pair rows_f = twin.floats({8, f}, random_floats(rng, 8 * f));
+      const std::vector<float> before = twin.gpu_floats(rows.gpu);
+      const std::vector<float> before_f = twin.gpu_floats(rows_f.gpu);
+      twin.gpu().matmul(x.gpu, w.gpu, nullptr, rows.gpu.slice_rows(0, m));
+      twin.gpu().matmul_add(x.gpu, w.gpu, rows.gpu.slice_rows(0, m));
+      twin.gpu().rms_matmul_swiglu(x.gpu, &gain.gpu, wgu.gpu, 1e-5f, rows_f.gpu.slice_rows(0, m));
+      const Status status = twin.gpu().device_status();
+      ASSERT_TRUE(status.ok()) << status.error().message;
+      const std::vector<float> after = twin.gpu_floats(rows.gpu);
+      const std::vector<float> after_f = twin.gpu_floats(rows_f.gpu);
+      const auto changed = [&](const std::vector<float>& a, const std::vector<float>& b,
+                               int64_t width) {
+        int64_t count = 0;
+        for (int64_t i = m * width; i < 8 * width; ++i)
+          count += a[static_cast<size_t>(i)] != b[static_cast<size_t>(i)] ? 1 : 0;
+        return count;
+      };
+      EXPECT_EQ(changed(before, after, n), 0) << "matmul / matmul_add m=" << m << " wide " << wide;
+      EXPECT_EQ(changed(before_f, after_f, f), 0) << "swiglu m=" << m << " wide " << wide;
+    }
+  }
 }
 
 // The fused ops past K = 8,192, where the norm-and-quantize kernel loops over its thread's blocks

@@ -50,9 +50,10 @@ std::atomic<bool> g_gemv_ring{true};
 // IB_GEMV_INT4_WARPS (backend/kernel_switches.h): the warps per block of the W4A16 ring GEMVs at
 // 1-4 tokens (8, 4 or 2; 0: by the launch's row tiles, int4_ring_warps); each block's registers
 // are capped as 3 blocks of 8 warps' are, so an SM holds the same 24 warps. On the H200 (bench/
-// NOTES.md, "Warps per block"): 4 warps won on gate/up (1,792 tiles; 29.6 -> 26.8 us at 1 token)
-// and lost on qkv, o and down (384 and 256 tiles: fewer warps in all); 2 lost on every shape.
-std::atomic<int> g_int4_warps{8};
+// NOTES.md, "IB_GGUF_WIDE and warps per block"): 4 warps won on gate/up (1,792 tiles; 29.6 ->
+// 26.8 us at 1 token) and lost on qkv, o and down (384 and 256 tiles: fewer warps in all); 2 lost
+// on every shape. 0 (the default) is that rule: awq batch 1 342 -> 367 tok/s.
+std::atomic<int> g_int4_warps{0};
 
 int int4_ring_warps(unsigned tiles) {
   const int warps = g_int4_warps.load(std::memory_order_relaxed);

@@ -351,7 +351,7 @@ constexpr int kMaxTokens = kGgufGemvMaxM;
 template <uint32_t kType, int kM, int kR>
 __device__ __forceinline__ void rows_dot(const uint8_t* const (&rows)[kR], int begin, int end,
                                          const int8_t* codes, const float2* scales, int64_t k,
-                                         int lane, float (&acc)[kR][kMaxTokens]) {
+                                         int lane, int tokens, float (&acc)[kR][kMaxTokens]) {
   const int64_t blocks_per_row = k / kBlock;
 #pragma unroll 2
   for (int b = begin + lane; b < end; b += 32) {
@@ -360,6 +360,7 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&rows)[kR], int b
     for (int r = 0; r < kR; ++r) w[r] = decode_block<kType>(rows[r], b);
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
+      if (m >= tokens) break;  // kM = 8 serves 5-7 tokens
       const auto* xq = reinterpret_cast<const uint4*>(codes + m * k + int64_t{b} * kBlock);
       const uint4 x0 = __ldg(xq), x1 = __ldg(xq + 1);
       const float2 s = __ldg(scales + m * blocks_per_row + b);
@@ -392,12 +393,14 @@ __device__ __forceinline__ void store_result(float y, int m, int64_t row, int64_
   *o = from_f32<T>(r);
 }
 
-// Row `row`'s results for kM tokens (warp-reduced) into out (store_result).
+// Row `row`'s results for the first `tokens` of kM tokens (warp-reduced) into out (store_result).
 template <typename T, int kM>
 __device__ __forceinline__ void store_row(const float (&acc)[kMaxTokens], int64_t row, int64_t rows,
-                                          int lane, const T* bias, T* out, bool accumulate) {
+                                          int lane, int tokens, const T* bias, T* out,
+                                          bool accumulate) {
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
+    if (m >= tokens) break;
     const float y = warp_sum(acc[m]);
     if (lane == 0) store_result(y, m, row, rows, bias, out, accumulate);
   }
@@ -408,9 +411,10 @@ __device__ __forceinline__ void store_row(const float (&acc)[kMaxTokens], int64_
 template <typename T, int kM>
 __device__ __forceinline__ void store_swiglu(const float (&g)[kMaxTokens],
                                              const float (&u)[kMaxTokens], int64_t feature,
-                                             int64_t f, int lane, T* out) {
+                                             int64_t f, int lane, int tokens, T* out) {
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
+    if (m >= tokens) break;
     const float gs = warp_sum(g[m]), us = warp_sum(u[m]);
     if (lane == 0) {
       const float gr = to_f32(from_f32<T>(gs)), ur = to_f32(from_f32<T>(us));
@@ -424,12 +428,13 @@ __device__ __forceinline__ void store_swiglu(const float (&g)[kMaxTokens],
 // gate rows then the up rows (2F), the warp's rows are gate row j and up row F + j, and out
 // (M, F) gets silu(gate) * up (no bias). kSplit (IB_GGUF_WIDE; the block's warps, not with
 // kSwiGlu): a block per two rows, its warps taking a quarter of K each, their sums added through
-// shared memory.
+// shared memory. tokens: M, at most kM (kM = 8 serves 5-7 tokens: the tokens past M are neither
+// read from the quantized x nor stored).
 template <typename T, int kM, bool kSwiGlu, int kSplit = 1>
 __global__ void __launch_bounds__(kThreads)
     gemv_gguf_kernel(GgufView v, const int8_t* __restrict__ codes,
                      const float2* __restrict__ scales, const T* __restrict__ bias,
-                     T* __restrict__ out, bool accumulate) {
+                     T* __restrict__ out, bool accumulate, int tokens) {
   static_assert(kSplit == 1 || (kSplit == kThreads / 32 && !kSwiGlu),
                 "K split across all of a block's warps, plain stores only");
   __shared__ float split_sums[kSplit][2][kMaxTokens];
@@ -460,7 +465,7 @@ __global__ void __launch_bounds__(kThreads)
   if (valid1 && segment_type(v, row1) == type) {
     const uint8_t* const rows[2] = {v.data + row0 * v.stride, v.data + row1 * v.stride};
     with_block_type(type, [&]<uint32_t kType>() {
-      rows_dot<kType, kM, 2>(rows, begin, end, codes, scales, v.cols, lane, acc);
+      rows_dot<kType, kM, 2>(rows, begin, end, codes, scales, v.cols, lane, tokens, acc);
     });
   } else {
 #pragma unroll
@@ -470,7 +475,7 @@ __global__ void __launch_bounds__(kThreads)
       const uint8_t* const rows[1] = {v.data + r * v.stride};
       float one[1][kMaxTokens] = {};
       with_block_type(segment_type(v, r), [&]<uint32_t kType>() {
-        rows_dot<kType, kM, 1>(rows, begin, end, codes, scales, v.cols, lane, one);
+        rows_dot<kType, kM, 1>(rows, begin, end, codes, scales, v.cols, lane, tokens, one);
       });
 #pragma unroll
       for (int m = 0; m < kMaxTokens; ++m) acc[i][m] = one[0][m];
@@ -487,7 +492,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (threadIdx.x < 2 * kM) {
       const int i = static_cast<int>(threadIdx.x) / kM, m = static_cast<int>(threadIdx.x) % kM;
-      if (i == 0 || valid1) {
+      if ((i == 0 || valid1) && m < tokens) {
         float y = 0.0f;
 #pragma unroll
         for (int p = 0; p < kSplit; ++p) y += split_sums[p][i][m];
@@ -495,10 +500,10 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   } else if constexpr (kSwiGlu) {
-    store_swiglu<T, kM>(acc[0], acc[1], warp, f, lane, out);
+    store_swiglu<T, kM>(acc[0], acc[1], warp, f, lane, tokens, out);
   } else {
-    store_row<T, kM>(acc[0], row0, v.rows, lane, bias, out, accumulate);
-    if (valid1) store_row<T, kM>(acc[1], row1, v.rows, lane, bias, out, accumulate);
+    store_row<T, kM>(acc[0], row0, v.rows, lane, tokens, bias, out, accumulate);
+    if (valid1) store_row<T, kM>(acc[1], row1, v.rows, lane, tokens, bias, out, accumulate);
   }
 }
 
@@ -581,7 +586,7 @@ void launch_gemv_q8(int64_t m, const WeightRef& w, const T* bias, T* out, bool a
     }
     launch_kernel("gemv_gguf", pdl, kernel, blocks, dim3(kThreads), 0, stream, v,
                   static_cast<const int8_t*>(act.codes), static_cast<const float2*>(act.scales),
-                  bias, out, accumulate);
+                  bias, out, accumulate, static_cast<int>(m));
   };
   switch (m) {
     case 1:

@@ -30,25 +30,31 @@ namespace ib::cuda {
 
 inline constexpr int kGemvInt4StepK = 128;  // k per 4-bit warp step (64 bytes per row)
 
-// The 16-bit pattern of 128.0 (bf16) or 1024.0 (f16), whose ulp is 1.
-template <typename T>
-__device__ __forceinline__ uint32_t int4_magic() {
-  return std::is_same_v<T, __nv_bfloat16> ? 0x4300u : 0x6400u;
-}
-
-// The value of int4_magic: a code q becomes the exact value magic + q.
+// The value of the magic 16-bit pattern (128.0 in bf16, 0x4300, or 1024.0 in f16, 0x6400, whose
+// ulp is 1): a code q in its low mantissa bits becomes the exact value magic + q.
 template <typename T>
 __device__ __forceinline__ float int4_magic_value() {
   return std::is_same_v<T, __nv_bfloat16> ? 128.0f : 1024.0f;
+}
+
+// (a & 0x000F000F) | magic in one LOP3: written plainly, the compiler emits an AND and an OR (a
+// LOP3 takes one immediate operand), and the W4A16 GEMV is bound by that pipe (bench/NOTES.md,
+// "Where the W4A16 GEMV's time goes").
+template <uint32_t kMagic>
+__device__ __forceinline__ uint32_t int4_low_nibbles_or(uint32_t a) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(0x000F000Fu), "n"(kMagic));
+  return d;
 }
 
 // One word of 8 codes as the pairs (magic + q of k_i, magic + q of k_i+4), i = 0..3: one shift
 // and one LOP3 each, no arithmetic (the zero point comes off after the MMAs).
 template <typename T>
 __device__ __forceinline__ void int4_pairs(uint32_t word, uint32_t (&p)[4]) {
-  const uint32_t magic = int4_magic<T>() | (int4_magic<T>() << 16);
+  constexpr uint32_t kMagic = std::is_same_v<T, __nv_bfloat16> ? 0x43004300u : 0x64006400u;
+  p[0] = int4_low_nibbles_or<kMagic>(word);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) p[i] = ((word >> (4 * i)) & 0x000F000Fu) | magic;
+  for (int i = 1; i < 4; ++i) p[i] = int4_low_nibbles_or<kMagic>(word >> (4 * i));
 }
 
 // Eight x values (one 16-byte load, x_0..x_7) as the pairs (x_i, x_i+4), i = 0..3.

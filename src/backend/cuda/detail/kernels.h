@@ -73,8 +73,8 @@ int gemv_swiglu_min_blocks();
 void set_gemv_ring(bool on);
 bool gemv_ring();
 // IB_GEMV_INT4_WARPS: the W4A16 GEMVs of 1-4 tokens that run through the ring (one n-tile, one
-// block per row tile) split K across this many warps per block, 8 (the default), 4 or 2: fewer
-// warps stream more steps each; 0: 4 for launches of at least 1,024 row tiles, else 8.
+// block per row tile) split K across this many warps per block, 8, 4 or 2: fewer warps stream
+// more steps each; 0 (the default): 4 for launches of at least 1,024 row tiles, else 8.
 // Process-wide, like the above.
 void set_gemv_int4_warps(int warps);
 int gemv_int4_warps();
