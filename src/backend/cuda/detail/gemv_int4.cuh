@@ -76,11 +76,13 @@ __device__ __forceinline__ void gemv_load_x_int4(const T* const (&x_ptr)[NT], in
       xv[t][i] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk + 8 * i));
 }
 
-// A 4-bit step's group parameters for rows r (a) and r + 8 (b): scale and magic + zero point
-// (W4A16), or the absmax and 0 (NF4).
+// A 4-bit step's group parameters for rows r (a) and r + 8 (b) as loaded: W4A16 the f16 scale
+// bits and the u8 zero points, NF4 the f32 absmax bits (zeros unused). The step converts them
+// where it uses them: converted at the load (kRing steps earlier), the conversion waited there for
+// the load, a DRAM round trip per step (bench/NOTES.md, "The group parameters' conversion").
 struct Int4Group {
-  float scale_a, scale_b;
-  float zero_a, zero_b;
+  uint32_t scale_a, scale_b;
+  uint32_t zero_a, zero_b;
 };
 
 // One 4-bit warp step: 16 rows x 128 k against NT n-tiles; acc += scale * sum (q - z) x.
@@ -113,12 +115,19 @@ __device__ __forceinline__ void gemv_step_int4(float (&acc)[NT][4], const uint4&
       mma_16816<T>(xsum[t], one, one, one, one, px[2], px[3]);
     }
   }
+  // The group's f16 scales (exact in fp32) and magic + zero points.
+  const auto scale_of = [](uint32_t bits) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  };
+  const float scale_a = scale_of(g.scale_a), scale_b = scale_of(g.scale_b);
+  const float zero_a = int4_magic_value<T>() + static_cast<float>(g.zero_a);
+  const float zero_b = int4_magic_value<T>() + static_cast<float>(g.zero_b);
 #pragma unroll
   for (int t = 0; t < NT; ++t) {  // C rows: registers 0, 1 row r; 2, 3 row r + 8
-    acc[t][0] += (part[t][0] - g.zero_a * xsum[t][0]) * g.scale_a;
-    acc[t][1] += (part[t][1] - g.zero_a * xsum[t][1]) * g.scale_a;
-    acc[t][2] += (part[t][2] - g.zero_b * xsum[t][2]) * g.scale_b;
-    acc[t][3] += (part[t][3] - g.zero_b * xsum[t][3]) * g.scale_b;
+    acc[t][0] += (part[t][0] - zero_a * xsum[t][0]) * scale_a;
+    acc[t][1] += (part[t][1] - zero_a * xsum[t][1]) * scale_a;
+    acc[t][2] += (part[t][2] - zero_b * xsum[t][2]) * scale_b;
+    acc[t][3] += (part[t][3] - zero_b * xsum[t][3]) * scale_b;
   }
 }
 
@@ -135,16 +144,15 @@ __device__ __forceinline__ int int4_group_of(int s, int shift, int steps_per_gro
 }
 
 // The group parameters of 4-bit step s: scales (N, groups) f16 bits, zeros (N, groups) u8.
-template <typename T>
 __device__ __forceinline__ Int4Group load_int4_group(const uint16_t* scales, const uint8_t* zeros,
                                                      const Int4GroupRows& rows, int shift,
                                                      int steps_per_group, int s) {
   const int g = int4_group_of(s, shift, steps_per_group);
   Int4Group p;
-  p.scale_a = __half2float(__ushort_as_half(__ldg(scales + rows.a + g)));
-  p.scale_b = __half2float(__ushort_as_half(__ldg(scales + rows.b + g)));
-  p.zero_a = int4_magic_value<T>() + static_cast<float>(__ldg(zeros + rows.a + g));
-  p.zero_b = int4_magic_value<T>() + static_cast<float>(__ldg(zeros + rows.b + g));
+  p.scale_a = __ldg(scales + rows.a + g);
+  p.scale_b = __ldg(scales + rows.b + g);
+  p.zero_a = __ldg(zeros + rows.a + g);
+  p.zero_b = __ldg(zeros + rows.b + g);
   return p;
 }
 
@@ -158,13 +166,13 @@ static __constant__ float kNf4LevelsDevice[16] = {
     kNf4Levels[6],  kNf4Levels[7],  kNf4Levels[8],  kNf4Levels[9], kNf4Levels[10], kNf4Levels[11],
     kNf4Levels[12], kNf4Levels[13], kNf4Levels[14], kNf4Levels[15]};
 
-// The absmax of 64-block b (N, blocks) f32 (as Int4Group's scales; zeros unused).
+// The absmax of 64-block b (N, blocks) f32, its bits as Int4Group's scales (zeros unused).
 __device__ __forceinline__ Int4Group load_nf4_absmax(const float* absmax, const Int4GroupRows& rows,
                                                      int b) {
   Int4Group p;
-  p.scale_a = __ldg(absmax + rows.a + b);
-  p.scale_b = __ldg(absmax + rows.b + b);
-  p.zero_a = p.zero_b = 0.0f;
+  p.scale_a = __float_as_uint(__ldg(absmax + rows.a + b));
+  p.scale_b = __float_as_uint(__ldg(absmax + rows.b + b));
+  p.zero_a = p.zero_b = 0;
   return p;
 }
 
@@ -173,6 +181,7 @@ template <typename T, int NT>
 __device__ __forceinline__ void gemv_step_nf4(float (&acc)[NT][4], const uint4& wa, const uint4& wb,
                                               const uint4 (&xv)[NT][4], const Int4Group& g,
                                               const float2* lut) {
+  const float scale_a = __uint_as_float(g.scale_a), scale_b = __uint_as_float(g.scale_b);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const uint32_t word_a = j == 0 ? wa.x : j == 1 ? wa.y : j == 2 ? wa.z : wa.w;
@@ -182,8 +191,8 @@ __device__ __forceinline__ void gemv_step_nf4(float (&acc)[NT][4], const uint4& 
     for (int i = 0; i < 4; ++i) {  // byte i: k = 2i (high nibble), 2i + 1
       const float2 la = lut[(word_a >> (8 * i)) & 0xFFu];
       const float2 lb = lut[(word_b >> (8 * i)) & 0xFFu];
-      pa[i] = pack2_from_f32<T>(la.x * g.scale_a, la.y * g.scale_a);
-      pb[i] = pack2_from_f32<T>(lb.x * g.scale_b, lb.y * g.scale_b);
+      pa[i] = pack2_from_f32<T>(la.x * scale_a, la.y * scale_a);
+      pb[i] = pack2_from_f32<T>(lb.x * scale_b, lb.y * scale_b);
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {

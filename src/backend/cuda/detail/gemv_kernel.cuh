@@ -661,8 +661,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     if constexpr (kNf4) {  // the lane's 32 codes lie in 64-block 2 * step + q / 2
       return load_nf4_absmax(fp8.g_absmax, g, step * 2 + q / 2);
     } else {
-      return load_int4_group<T>(fp8.g_scales, fp8.g_zeros, g, fp8.steps_shift, fp8.steps_per_group,
-                                step);
+      return load_int4_group(fp8.g_scales, fp8.g_zeros, g, fp8.steps_shift, fp8.steps_per_group,
+                             step);
     }
   };
   // The first group of loads (steps warp, warp + kWarps, ...) of the tile with rows tr.
