@@ -15,7 +15,8 @@
 # IB_AWQ_WARPS="8 4 2" adds awq batch-1 runs at each IB_GEMV_INT4_WARPS; IB_OPS_INT4_WARPS=8,4,2
 # times the op benchmark's W4A16 rows at each (IB_OPS_INT4_M, IB_OPS_RING pick its rows);
 # IB_SASS=1 dumps the W4A16 SwiGLU ring kernels' SASS; IB_SKIP_GGUF_PROFILE=1; IB_GGUF_SKIP_WIDE=1;
-# IB_NCU_SOURCE=1 and IB_NCU_WARPS (the Nsight Compute run's options, below).
+# IB_NCU_SOURCE=1 and IB_NCU_WARPS (the Nsight Compute run's options, below); IB_AB, IB_AB_QUANT,
+# IB_AB_SEED: A/B runs of any environment assignments (below).
 # Environment: IB_BUILD_DIR (/tmp/ib-ring), IB_QUANTS ("awq fp8 nf4"), IB_TEST_FILTER,
 # IB_ENGINE_FILTER, IB_SKIP_TESTS=1, IB_SKIP_NCU=1, IB_SKIP_SEED=1, IB_SEED_RINGS ("1"),
 # IB_SKIP_FP8_OPS=1, IB_SKIP_OPS=1 (both op benchmark sections), IB_GGUF=1.
@@ -64,6 +65,16 @@ B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
 for q in ${IB_QUANTS:-awq fp8 nf4}; do
   for ring in 0 1; do run "b1_${q}_r$ring" "$ring" --quantization "$q" "${B1[@]}"; done
+done
+# IB_AB="VAR=a VAR=b ...": a batch-1 run of IB_AB_QUANT (awq) with each assignment in its
+# environment (b1_awq_VAR_a, ...), and with IB_AB_SEED=1 the seed protocol too.
+for ab in ${IB_AB:-}; do
+  (
+    export "$ab"
+    q=${IB_AB_QUANT:-awq}
+    run "b1_${q}_${ab//=/_}" 1 --quantization "$q" "${B1[@]}"
+    [ "${IB_AB_SEED:-0}" = 1 ] && run "seed_${q}_${ab//=/_}" 1 --quantization "$q" "${SEED[@]}"
+  )
 done
 # The W4A16 ring GEMVs' warps per block (IB_GEMV_INT4_WARPS) at batch 1.
 for w in ${IB_AWQ_WARPS:-}; do

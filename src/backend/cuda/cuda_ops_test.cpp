@@ -118,6 +118,42 @@ TEST_P(CudaOps, RmsNormAndFusedResidualAdd) {
   }
 }
 
+// IB_NORM_REGS's register form against the CPU too, and against the two-pass kernel bit for bit:
+// rows of 1, 2 and 3-4 vectors per thread (4,096, 3,072, 5,120 and 8,192), a row shorter than
+// the block's vectors (64), and rows past 4 vectors per thread (8,200; 100, not a whole vector)
+// that keep the two-pass kernel.
+TEST_P(CudaOps, RmsNormRegisterFormMatchesTheCpu) {
+  struct Guard {
+    bool saved = norm_regs();
+    ~Guard() { set_norm_regs(saved); }
+  } guard;
+  set_norm_regs(true);
+  Twin twin(GetParam());
+  Rng rng(17);
+  for (const auto& [t, d] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 4096}, {3, 5120}, {2, 3072}, {2, 8192}, {17, 64}, {2, 8200}, {5, 100}}) {
+    Pair x = twin.floats({t, d}, random_floats(rng, t * d, -2, 2));
+    Pair w = twin.floats({d}, random_floats(rng, d, 0.5f, 1.5f));
+    Pair out = twin.output({t, d});
+    twin.cpu().rms_norm(x.cpu, w.cpu, 1e-5f, out.cpu);
+    twin.gpu().rms_norm(x.gpu, w.gpu, 1e-5f, out.gpu);
+    EXPECT_LT(twin.error(out), tolerance(GetParam())) << "rms_norm t=" << t << " d=" << d;
+    // The same arithmetic in the same order as the two-pass kernel: equal bit for bit.
+    const std::vector<float> regs = twin.gpu_floats(out.gpu);
+    set_norm_regs(false);
+    twin.gpu().rms_norm(x.gpu, w.gpu, 1e-5f, out.gpu);
+    set_norm_regs(true);
+    EXPECT_EQ(twin.gpu_floats(out.gpu), regs) << "rms_norm t=" << t << " d=" << d;
+
+    Pair res = twin.floats({t, d}, random_floats(rng, t * d, -3, 3));
+    Pair out2 = twin.output({t, d});
+    twin.cpu().add_rms_norm(res.cpu, x.cpu, w.cpu, 1e-6f, out2.cpu);
+    twin.gpu().add_rms_norm(res.gpu, x.gpu, w.gpu, 1e-6f, out2.gpu);
+    EXPECT_LT(twin.error(res), tolerance(GetParam())) << "residual t=" << t << " d=" << d;
+    EXPECT_LT(twin.error(out2), tolerance(GetParam())) << "add_rms_norm t=" << t << " d=" << d;
+  }
+}
+
 TEST_P(CudaOps, SiluMul) {
   Twin twin(GetParam());
   Rng rng(8);

@@ -1,6 +1,13 @@
 // RMSNorm and the fused residual-add + RMSNorm: one block per row, fp32 sums, 16-byte vectors
 // when the row allows. The residual is rounded to its dtype before the norm reads it, so the
 // norm sees exactly the residual that is stored (as HF does in bf16).
+//
+// IB_NORM_REGS (set_norm_regs): rows of up to 4 vectors per thread (8,192 bf16 values) in the
+// register form: each thread's gain vectors loaded before the PDL wait (the gain is constant), its
+// x (and residual sum) kept in registers between the sum of squares and the scaling, so x is read
+// once instead of twice. The same arithmetic in the same order as the two-pass kernel.
+#include <atomic>
+
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
@@ -68,7 +75,60 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The register form (IB_NORM_REGS): d % kVec16<T> == 0, d <= kThreads * kVec16<T> * kPer.
+template <typename T, int kPer>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_regs_kernel(T* residual, const T* x, const T* weight, float eps, T* out, int64_t d) {
+  constexpr int kV = kVec16<T>;
+  __shared__ float scratch[32];
+  float v[kPer][kV], w[kPer][kV];
+  const auto column = [](int i) { return (int64_t{threadIdx.x} + int64_t{i} * kThreads) * kV; };
+#pragma unroll
+  for (int i = 0; i < kPer; ++i)
+    if (column(i) < d) load16_f32(weight + column(i), w[i]);
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * d;
+  T* rr = residual ? residual + row * d : nullptr;
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (column(i) >= d) continue;
+    load16_f32(xr + column(i), v[i]);
+    if (rr) {
+      float r[kV];
+      load16_f32(rr + column(i), r);
+#pragma unroll
+      for (int j = 0; j < kV; ++j) v[i][j] = to_f32(from_f32<T>(r[j] + v[i][j]));
+      store16_f32(rr + column(i), v[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < kV; ++j) sum_sq += v[i][j] * v[i][j];
+  }
+  const float total = block_sum(sum_sq, scratch);
+  const float inv_rms = rsqrtf(total / static_cast<float>(d) + eps);
+  T* outr = out + row * d;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (column(i) >= d) continue;
+#pragma unroll
+    for (int j = 0; j < kV; ++j) v[i][j] = v[i][j] * inv_rms * w[i][j];
+    store16_f32(outr + column(i), v[i]);
+  }
+}
+
+std::atomic<bool> g_norm_regs{false};  // IB_NORM_REGS
+
 }  // namespace
+
+void set_norm_regs(bool on) {
+  g_norm_regs.store(on, std::memory_order_relaxed);
+}
+
+bool norm_regs() {
+  return g_norm_regs.load(std::memory_order_relaxed);
+}
 
 void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
                      cudaStream_t stream, bool pdl) {
@@ -80,9 +140,14 @@ void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, fl
     const bool vector = d % kVec16<T> == 0 && aligned16(x.data) && aligned16(weight.data) &&
                         aligned16(out.data) && (res == nullptr || aligned16(res));
     const char* op = residual ? "add_rms_norm" : "rms_norm";
-    launch_kernel(op, pdl, vector ? rms_norm_kernel<T, true> : rms_norm_kernel<T, false>,
-                  dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream, res, x.as<T>(),
-                  weight.as<T>(), eps, out.as<T>(), d);
+    auto kernel = vector ? rms_norm_kernel<T, true> : rms_norm_kernel<T, false>;
+    const int64_t per = (d + int64_t{kThreads} * kVec16<T> - 1) / (int64_t{kThreads} * kVec16<T>);
+    if (vector && norm_regs() && per <= 4) {
+      kernel = per == 1 ? rms_norm_regs_kernel<T, 1>
+                        : (per == 2 ? rms_norm_regs_kernel<T, 2> : rms_norm_regs_kernel<T, 4>);
+    }
+    launch_kernel(op, pdl, kernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream,
+                  res, x.as<T>(), weight.as<T>(), eps, out.as<T>(), d);
   });
 }
 

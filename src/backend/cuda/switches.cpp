@@ -26,6 +26,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.gemv_swiglu_blocks = integer("IB_GEMV_SWIGLU_BLOCKS");
   s.gemv_ring = integer("IB_GEMV_RING");
   s.gemv_int4_warps = integer("IB_GEMV_INT4_WARPS");
+  s.norm_regs = integer("IB_NORM_REGS");
   s.gguf_wide = integer("IB_GGUF_WIDE");
   s.lora_fused = integer("IB_LORA_FUSED");
   s.lora_pdl = integer("IB_LORA_PDL");
@@ -46,6 +47,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_gemv_swiglu_min_blocks(static_cast<int>(s.gemv_swiglu_blocks.value_or(3)));
   set_gemv_ring(s.gemv_ring.value_or(1) == 1);
   set_gemv_int4_warps(static_cast<int>(s.gemv_int4_warps.value_or(0)));
+  set_norm_regs(s.norm_regs.value_or(0) == 1);
   set_gguf_wide(s.gguf_wide.value_or(0) == 1);
   if (s.lora_fused) backend.set_lora_fused(*s.lora_fused == 1);
   if (s.lora_pdl) backend.set_lora_pdl(*s.lora_pdl == 1);
@@ -73,6 +75,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_GEMV_SWIGLU_BLOCKS", {std::to_string(gemv_swiglu_min_blocks())}},
       {"IB_GEMV_RING", {flag(gemv_ring())}},
       {"IB_GEMV_INT4_WARPS", {std::to_string(gemv_int4_warps())}},
+      {"IB_NORM_REGS", {flag(norm_regs())}},
       {"IB_GGUF_WIDE", {flag(gguf_wide())}},
       {"IB_LORA_FUSED", {flag(lora_fused_)}},
       {"IB_LORA_PDL", {flag(lora_pdl_)}},

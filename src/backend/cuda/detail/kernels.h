@@ -40,6 +40,11 @@ void launch_bias_add(Tensor out, const Tensor& bias, cudaStream_t stream);
 // rms_norm(residual).
 void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
                      cudaStream_t stream, bool pdl = false);
+// IB_NORM_REGS: rows of up to 4 16-byte vectors per thread (8,192 bf16 values) through the
+// register form (x read once, the gain loaded before the PDL wait; true) or the two-pass kernel
+// (false, the default until measured on the H200). Process-wide, like the GEMV's switches.
+void set_norm_regs(bool on);
+bool norm_regs();
 
 // ---- gemv.cu: the memory-bound skinny GEMM for decode (tensor cores, M <= kGemvMaxM) ----
 // w is dense (x's dtype) or quantized (backend/weight.h; out in x's dtype). W8A8 formats (FP8

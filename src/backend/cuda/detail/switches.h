@@ -37,6 +37,8 @@ struct CudaSwitches {
   std::optional<int64_t> gemv_ring;
   // IB_GEMV_INT4_WARPS=8|4|2|0: the W4A16 ring GEMVs' warps per block (set_gemv_int4_warps).
   std::optional<int64_t> gemv_int4_warps;
+  // IB_NORM_REGS=0|1: the RMSNorm kernel's register form (set_norm_regs).
+  std::optional<int64_t> norm_regs;
   // IB_GGUF_WIDE=0|1: the GGUF decode GEMVs' K split across warps (set_gguf_wide).
   std::optional<int64_t> gguf_wide;
   // IB_GEMV_SWIGLU_BLOCKS: the dense gate/up GEMV's register cap (set_gemv_swiglu_min_blocks).
