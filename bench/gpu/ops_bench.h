@@ -43,6 +43,18 @@ inline constexpr LayerLinear kLayerLinears[] = {
     {"gate_up", 2 * kFfn, kHidden},
     {"down", kHidden, kFfn}};
 
+// A quantized decode matmul's report fields for m tokens of lin: its shape "MxNxK", the bytes it
+// moves (the weight's w_bytes, x in and out in bf16) and its flops.
+struct MatmulRow {
+  std::string shape;
+  double bytes, flops;
+};
+inline MatmulRow matmul_row(int64_t m, const LayerLinear& lin, double w_bytes) {
+  return {std::to_string(m) + "x" + std::to_string(lin.n) + "x" + std::to_string(lin.k),
+          w_bytes + static_cast<double>(m * lin.k * 2 + m * lin.n * 2),
+          2.0 * static_cast<double>(m * lin.n * lin.k)};
+}
+
 // Whether name is one of list's comma-separated items (the IB_OPS_* selections).
 bool listed(std::string_view list, std::string_view name);
 

@@ -28,10 +28,7 @@ void bench_gemm_fp8(BenchContext& ctx) {
     for (const int64_t m : {1, 2, 4, 8, 16, 32, 64, 256, 2048}) {
       Tensor x = ctx.random(DType::kBF16, {m, lin.k});
       Tensor out = ctx.random(DType::kBF16, {m, lin.n});
-      const double bytes = w_bytes + static_cast<double>(m * lin.k * 2 + m * lin.n * 2);
-      const double fl = 2.0 * static_cast<double>(m * lin.n * lin.k);
-      const std::string shape =
-          std::to_string(m) + "x" + std::to_string(lin.n) + "x" + std::to_string(lin.k);
+      const auto [shape, bytes, fl] = matmul_row(m, lin, w_bytes);
       const auto time_us = [&](const auto& fn) {
         return ctx.timer.per_call_ms(fn, std::max(2 * copies, 8)) * 1e3;
       };

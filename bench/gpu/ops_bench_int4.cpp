@@ -87,10 +87,7 @@ void bench_gemm_int4(BenchContext& ctx) {
                           static_cast<long>(persist), static_cast<long>(ring), tag);
             Tensor x = ctx.random(DType::kBF16, {m, lin.k});
             Tensor out = ctx.random(DType::kBF16, {m, lin.n});
-            const double bytes = w_bytes + static_cast<double>(m * lin.k * 2 + m * lin.n * 2);
-            const double fl = 2.0 * static_cast<double>(m * lin.n * lin.k);
-            const std::string shape =
-                std::to_string(m) + "x" + std::to_string(lin.n) + "x" + std::to_string(lin.k);
+            const auto [shape, bytes, fl] = matmul_row(m, lin, w_bytes);
             const double us =
                 ctx.timer.per_call_ms(
                     [&](int i) {

@@ -97,24 +97,33 @@ TEST_P(CudaOps, GatherRowsOfF32Logits) {
   EXPECT_EQ(twin.error(out), 0.0);
 }
 
+// rms_norm and add_rms_norm of t rows of d against the CPU; then also(x, w, out) with the GPU's
+// rms_norm output still in out.
+template <typename F>
+void expect_rms_norms(Twin& twin, Rng& rng, int64_t t, int64_t d, F also) {
+  const DType dtype = twin.dtype();
+  Pair x = twin.floats({t, d}, random_floats(rng, t * d, -2, 2));
+  Pair w = twin.floats({d}, random_floats(rng, d, 0.5f, 1.5f));
+  Pair out = twin.output({t, d});
+  twin.cpu().rms_norm(x.cpu, w.cpu, 1e-5f, out.cpu);
+  twin.gpu().rms_norm(x.gpu, w.gpu, 1e-5f, out.gpu);
+  EXPECT_LT(twin.error(out), tolerance(dtype)) << "rms_norm t=" << t << " d=" << d;
+  also(x, w, out);
+
+  Pair res = twin.floats({t, d}, random_floats(rng, t * d, -3, 3));
+  Pair out2 = twin.output({t, d});
+  twin.cpu().add_rms_norm(res.cpu, x.cpu, w.cpu, 1e-6f, out2.cpu);
+  twin.gpu().add_rms_norm(res.gpu, x.gpu, w.gpu, 1e-6f, out2.gpu);
+  EXPECT_LT(twin.error(res), tolerance(dtype)) << "residual t=" << t << " d=" << d;
+  EXPECT_LT(twin.error(out2), tolerance(dtype)) << "add_rms_norm t=" << t << " d=" << d;
+}
+
 TEST_P(CudaOps, RmsNormAndFusedResidualAdd) {
   Twin twin(GetParam());
   Rng rng(7);
   for (const auto& [t, d] : std::vector<std::pair<int64_t, int64_t>>{
            {1, 4096}, {3, 5120}, {17, 64}, {5, 100}, {2, 3072}}) {
-    Pair x = twin.floats({t, d}, random_floats(rng, t * d, -2, 2));
-    Pair w = twin.floats({d}, random_floats(rng, d, 0.5f, 1.5f));
-    Pair out = twin.output({t, d});
-    twin.cpu().rms_norm(x.cpu, w.cpu, 1e-5f, out.cpu);
-    twin.gpu().rms_norm(x.gpu, w.gpu, 1e-5f, out.gpu);
-    EXPECT_LT(twin.error(out), tolerance(GetParam())) << "rms_norm t=" << t << " d=" << d;
-
-    Pair res = twin.floats({t, d}, random_floats(rng, t * d, -3, 3));
-    Pair out2 = twin.output({t, d});
-    twin.cpu().add_rms_norm(res.cpu, x.cpu, w.cpu, 1e-6f, out2.cpu);
-    twin.gpu().add_rms_norm(res.gpu, x.gpu, w.gpu, 1e-6f, out2.gpu);
-    EXPECT_LT(twin.error(res), tolerance(GetParam())) << "residual t=" << t << " d=" << d;
-    EXPECT_LT(twin.error(out2), tolerance(GetParam())) << "add_rms_norm t=" << t << " d=" << d;
+    expect_rms_norms(twin, rng, t, d, [](const Pair&, const Pair&, const Pair&) {});
   }
 }
 
@@ -132,25 +141,14 @@ TEST_P(CudaOps, RmsNormRegisterFormMatchesTheCpu) {
   Rng rng(17);
   for (const auto& [t, d] : std::vector<std::pair<int64_t, int64_t>>{
            {1, 4096}, {3, 5120}, {2, 3072}, {2, 8192}, {17, 64}, {2, 8200}, {5, 100}}) {
-    Pair x = twin.floats({t, d}, random_floats(rng, t * d, -2, 2));
-    Pair w = twin.floats({d}, random_floats(rng, d, 0.5f, 1.5f));
-    Pair out = twin.output({t, d});
-    twin.cpu().rms_norm(x.cpu, w.cpu, 1e-5f, out.cpu);
-    twin.gpu().rms_norm(x.gpu, w.gpu, 1e-5f, out.gpu);
-    EXPECT_LT(twin.error(out), tolerance(GetParam())) << "rms_norm t=" << t << " d=" << d;
-    // The same arithmetic in the same order as the two-pass kernel: equal bit for bit.
-    const std::vector<float> regs = twin.gpu_floats(out.gpu);
-    set_norm_regs(false);
-    twin.gpu().rms_norm(x.gpu, w.gpu, 1e-5f, out.gpu);
-    set_norm_regs(true);
-    EXPECT_EQ(twin.gpu_floats(out.gpu), regs) << "rms_norm t=" << t << " d=" << d;
-
-    Pair res = twin.floats({t, d}, random_floats(rng, t * d, -3, 3));
-    Pair out2 = twin.output({t, d});
-    twin.cpu().add_rms_norm(res.cpu, x.cpu, w.cpu, 1e-6f, out2.cpu);
-    twin.gpu().add_rms_norm(res.gpu, x.gpu, w.gpu, 1e-6f, out2.gpu);
-    EXPECT_LT(twin.error(res), tolerance(GetParam())) << "residual t=" << t << " d=" << d;
-    EXPECT_LT(twin.error(out2), tolerance(GetParam())) << "add_rms_norm t=" << t << " d=" << d;
+    expect_rms_norms(twin, rng, t, d, [&](const Pair& x, const Pair& w, const Pair& out) {
+      // The same arithmetic in the same order as the two-pass kernel: equal bit for bit.
+      const std::vector<float> regs = twin.gpu_floats(out.gpu);
+      set_norm_regs(false);
+      twin.gpu().rms_norm(x.gpu, w.gpu, 1e-5f, out.gpu);
+      set_norm_regs(true);
+      EXPECT_EQ(twin.gpu_floats(out.gpu), regs) << "rms_norm t=" << x.gpu.rows();
+    });
   }
 }
 
