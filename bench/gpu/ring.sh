@@ -66,12 +66,14 @@ SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
 for q in ${IB_QUANTS:-awq fp8 nf4}; do
   for ring in 0 1; do run "b1_${q}_r$ring" "$ring" --quantization "$q" "${B1[@]}"; done
 done
-# IB_AB="VAR=a VAR=b ...": a batch-1 run of IB_AB_QUANT (awq) with each assignment in its
-# environment (b1_awq_VAR_a, ...), and with IB_AB_SEED=1 the seed protocol too.
+# IB_AB="[QUANT:]VAR=a [QUANT:]VAR=b ...": a batch-1 run of QUANT (IB_AB_QUANT, awq; none: bf16)
+# with each assignment in its environment (b1_awq_VAR_a, ...), and with IB_AB_SEED=1 the seed
+# protocol too.
 for ab in ${IB_AB:-}; do
   (
-    export "$ab"
     q=${IB_AB_QUANT:-awq}
+    case $ab in *:*) q=${ab%%:*}; ab=${ab#*:} ;; esac
+    export "$ab"
     run "b1_${q}_${ab//=/_}" 1 --quantization "$q" "${B1[@]}"
     [ "${IB_AB_SEED:-0}" = 1 ] && run "seed_${q}_${ab//=/_}" 1 --quantization "$q" "${SEED[@]}"
   )

@@ -6,7 +6,8 @@
 // checked against the CPU oracle by cuda_quant_test and cuda_quant4_test. Shapes have several
 // tiles per block at 1 and 2 blocks per SM (an H200 has 132 SMs), and a partial last tile.
 // Also the W4A16 ring with 4 and 2 warps per block (IB_GEMV_INT4_WARPS) against 8: another
-// order of the warps' sums, so within a stated tolerance.
+// order of the warps' sums, so within a stated tolerance; and the dense GEMVs' ring
+// (IB_GEMV_DENSE_RING) against registers, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -256,6 +257,82 @@ TEST(CudaGemvInt4Warps, FewerWarpsPerBlockMatchEight) {
   };
   expect_close_at_each_warps(twin, qkv, "qkv", rope);
   expect_close_at_each_warps(twin, vc, "v cache", rope);
+}
+
+// IB_GEMV_DENSE_RING: the dense GEMVs (plain and fused, launched directly: the backend's matmul may
+// take cuBLASLt) through the ring against registers. The same steps in the same order: equal bit
+// for bit. K 640 gives the warps different step counts; 4,100 rows a partial tile.
+TEST(CudaGemvDenseRing, EqualsRegistersBitForBit) {
+  IB_REQUIRE_CUDA();
+  struct Guard {
+    bool saved = gemv_dense_ring();
+    ~Guard() { set_gemv_dense_ring(saved); }
+  } guard;
+  Twin twin(DType::kBF16);
+  Rng rng(10);
+  cudaStream_t stream = twin.gpu().stream();
+  const auto dense = [&](int64_t n, int64_t k) {
+    WeightRef w;
+    w.data = twin.floats({n, k}, random_floats(rng, n * k, -0.05f, 0.05f)).gpu;
+    return w;
+  };
+  const auto expect_same = [&](const Pair& out, const std::string& what, const auto& run) {
+    set_gemv_dense_ring(false);
+    run();
+    const std::vector<float> want = twin.gpu_floats(out.gpu);
+    set_gemv_dense_ring(true);
+    run();
+    const Status status = twin.gpu().device_status();
+    ASSERT_TRUE(status.ok()) << what << ": " << status.error().message;
+    EXPECT_EQ(twin.gpu_floats(out.gpu), want) << what;
+  };
+  for (const auto& [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 6144, 4096}, {8, 4100, 1024}, {3, 500, 640}}) {
+    const Pair x = twin.floats({m, k}, random_floats(rng, m * k, -2.0f, 2.0f));
+    const Pair b = twin.floats({n}, random_floats(rng, n));
+    const WeightRef w = dense(n, k);
+    const Pair out = twin.output({m, n});
+    expect_same(out, "matmul m=" + std::to_string(m),
+                [&] { launch_gemv(x.gpu, w, &b.gpu, out.gpu, stream); });
+  }
+  const float eps = 1e-5f;
+  const int64_t m = 5, k = 2048, f = 2312, n = 4096;
+  const Pair h = twin.floats({m, k}, random_floats(rng, m * k, -1.5f, 1.5f));
+  const WeightRef wgu = dense(2 * f, k);
+  const Pair act = twin.output({m, f});
+  expect_same(act, "swiglu", [&] {
+    launch_gemv_fused(h.gpu, nullptr, wgu, nullptr, act.gpu, GemvFusion::kRmsSwiGlu, eps, stream);
+  });
+  const std::vector<float> res0 = random_floats(rng, m * n);
+  const WeightRef wo = dense(n, k);
+  const Pair residual = twin.floats({m, n}, res0);
+  expect_same(residual, "matmul_add", [&] {
+    twin.gpu().copy_from_host(residual.gpu, twin.representable(res0).data(), DType::kF32);
+    launch_gemv_fused(h.gpu, nullptr, wo, nullptr, residual.gpu, GemvFusion::kAccumulate, eps,
+                      stream);
+  });
+  AttentionShape shape;
+  shape.num_heads = 32;
+  shape.num_kv_heads = 8;
+  shape.head_dim = 128;
+  shape.scale = 1.0f / std::sqrt(128.0f);
+  const int64_t nq = (32 + 2 * 8) * 128, blocks = 2, bs = 16;
+  const WeightRef wq = dense(nq, k);
+  const Pair kc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
+  const Pair vc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
+  const Pair pos = twin.ints({m}, std::vector<int32_t>{30, 31, 32, 33, 34});
+  const Pair slot = twin.ints({m}, std::vector<int32_t>{2, 5, 7, 11, 13});
+  std::vector<float> inv_freq(64);
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
+  const Pair freq = twin.floats({64}, inv_freq, DType::kF32);
+  const Pair qkv = twin.output({m, nq});
+  const auto rope = [&] {
+    launch_gemv_rope_cache(h.gpu, nullptr, wq, nullptr, eps, pos.gpu, slot.gpu, freq.gpu,
+                           {kc.gpu, vc.gpu, bs}, shape, qkv.gpu, stream);
+  };
+  expect_same(qkv, "qkv", rope);
+  expect_same(kc, "k cache", rope);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaGemvPersist,

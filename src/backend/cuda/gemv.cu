@@ -47,6 +47,13 @@ std::atomic<int> g_persist_blocks_per_sm{0};
 constexpr int kGemvRingSteps = IB_GEMV_RING_STEPS;
 std::atomic<bool> g_gemv_ring{true};
 
+// IB_GEMV_DENSE_RING (backend/kernel_switches.h): the dense GEMVs of 1-8 tokens (x's dtype out)
+// stream their weights through a ring of kGemvRingSteps steps per warp in dynamic shared memory
+// (64 KB a block; 3 blocks per SM), not registers. Written for qkv and o at batch 8, which stream
+// at 2.5-2.8 TB/s in 4 dependent rounds of 2 steps per warp (bench/NOTES.md, "Three blocks per
+// SM"); off until measured.
+std::atomic<bool> g_dense_ring{false};
+
 // IB_GEMV_INT4_WARPS (backend/kernel_switches.h): the warps per block of the W4A16 ring GEMVs at
 // 1-4 tokens (8, 4 or 2; 0: by the launch's row tiles, int4_ring_warps); each block's registers
 // are capped as 3 blocks of 8 warps' are, so an SM holds the same 24 warps. On the H200 (bench/
@@ -169,6 +176,23 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
   }
   int block_warps = kWarps;
+  size_t smem = 0;
+  // IB_GEMV_DENSE_RING: the dense ring variant (its 64 KB of shared memory allowed once per
+  // instantiation).
+  if constexpr (kDense && NT == 1 && std::is_same_v<T, TOut>) {
+    if (g_dense_ring.load(std::memory_order_relaxed) && lora.slot_ids == nullptr) {
+      kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, false,
+                           false, kGemvRingSteps>;
+      smem = gemv_ring_smem_bytes(kGemvRingSteps, kWarps);
+      static const bool allowed = [&] {
+        IB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)),
+                      op);
+        return true;
+      }();
+      (void)allowed;
+    }
+  }
   // The ring where it measured faster (bench/NOTES.md, "The cp.async ring"): 1-4 tokens and two
   // n-tiles; four n-tiles' partial sums and the ring would exceed 48 KB of shared memory.
   if constexpr (!kDense && NT <= 2) {
@@ -228,7 +252,7 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
       return;
     }
   }
-  launch_kernel(op, pdl, kernel, dim3(grid_blocks<kW>(tiles)), dim3(block_warps * 32), 0, stream,
+  launch_kernel(op, pdl, kernel, dim3(grid_blocks<kW>(tiles)), dim3(block_warps * 32), smem, stream,
                 x_in, w.data.data, bias, out.as<TOut>(), m, n, k, eps, rc, operands, GemvLora{});
 }
 
@@ -335,6 +359,14 @@ void set_gemv_ring(bool on) {
 
 bool gemv_ring() {
   return g_gemv_ring.load(std::memory_order_relaxed);
+}
+
+void set_gemv_dense_ring(bool on) {
+  g_dense_ring.store(on, std::memory_order_relaxed);
+}
+
+bool gemv_dense_ring() {
+  return g_dense_ring.load(std::memory_order_relaxed);
 }
 
 void set_gemv_int4_warps(int warps) {

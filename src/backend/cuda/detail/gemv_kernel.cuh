@@ -373,6 +373,12 @@ __host__ __device__ inline int gemv_tile_count(int epilogue, int n) {
                                  : (n + kGemvRows - 1) / kGemvRows;
 }
 
+// The dynamic shared memory of a dense ring variant (kRing steps of kWarps warps, two rows of two
+// 16-byte loads per lane).
+__host__ __device__ constexpr size_t gemv_ring_smem_bytes(int ring, int warps) {
+  return static_cast<size_t>(ring) * warps * 2 * 2 * 32 * 16;
+}
+
 // The block's results for row tile `tile` (rows from n0) from the warps' partial sums: the
 // epilogue of gemv_kernel (kRms: inv_rms per token; the quantized formats' row scales; kLora: the
 // LoRA term of each result, from the operands staged in lsm).
@@ -529,11 +535,12 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
 // kW = kGemvInt8: w int8 with fp8.w_scales, x as for dense weights; kRms false.
 // kMinBlocks: the blocks per SM the registers must allow (__launch_bounds__); 1 leaves the
 // dense variants' register use to the compiler (92-118 registers: 2 blocks of 8 warps per SM).
-// kRing (the quantized formats; IB_GEMV_RING): a warp's weight loads go through a ring of kRing
-// steps in shared memory by cp.async (each lane copies and reads back only its own 16 bytes per
-// row and step), so kRing steps stay in flight while the warp computes and hold no registers;
-// 0: the register double-group of kUnroll steps. The steps and their order are the same in both,
-// so are the results, bit for bit.
+// kRing (the quantized formats, IB_GEMV_RING; dense weights, IB_GEMV_DENSE_RING): a warp's weight
+// loads go through a ring of kRing steps in shared memory by cp.async (each lane copies and reads
+// back only its own 16 bytes per row, load and step), so kRing steps stay in flight while the
+// warp computes and hold no registers; 0: the register double-group of kUnroll steps. The steps
+// and their order are the same in both, so are the results, bit for bit. The dense ring (2 loads
+// per row and step) needs gemv_ring_smem_bytes of dynamic shared memory.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
           int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense,
           int kMinBlocks = kW == kGemvDense ? 1 : 3, bool kLora = false, bool kChain = false,
@@ -549,7 +556,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   constexpr bool kInt4 = kW == kGemvInt4 || kNf4;  // 4-bit: the W4A16 step structure
   constexpr bool kRowScales = kQuant && !kInt4;    // one f32 scale per row, applied on the way out
   static_assert(!kQuant || !kAdjacent, "the quantized variants stream interleaved steps");
-  static_assert(kRing == 0 || kQuant, "the ring serves the quantized formats' one load per row");
+  static_assert(kRing == 0 || (!kAdjacent && !kLora), "the ring streams interleaved steps");
   static_assert(!(kRms && (kW == kGemvInt8 || kInt4)),
                 "W8A16 and the 4-bit formats take x normalised before the kernel");
   static_assert(!kLora || (NT == 1 && kEpilogue != kGemvStore), "LoRA: the fused decode GEMVs");
@@ -647,8 +654,20 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   // are in flight through the reduction and the epilogue (`preloaded`).
   [[maybe_unused]] uint4 wa[kUnroll][kWLoads], wb[kUnroll][kWLoads];
   [[maybe_unused]] Int4Group grp[kUnroll];  // kInt4: each step's group parameters
-  // kRing: (slot, warp, row a / b, lane) 16 bytes each, and each slot's group parameters.
-  __shared__ uint4 ring[kRing > 0 ? kRing : 1][kRing > 0 ? kWarps : 1][2][32];
+  // kRing: (slot, warp, row a / b, load, lane) 16 bytes each (kWLoads loads per row and step),
+  // and each slot's group parameters. The quantized formats' ring (32 KB at 4 steps of 8 warps)
+  // is static shared memory; the dense one (64 KB) is the launch's dynamic shared memory
+  // (gemv_ring_smem_bytes).
+  constexpr bool kStaticRing = kRing > 0 && kQuant;
+  __shared__ uint4 ring_static[kStaticRing ? kRing : 1][kStaticRing ? kWarps : 1][2][32];
+  [[maybe_unused]] uint4* ring_base = &ring_static[0][0][0][0];
+  if constexpr (kRing > 0 && !kQuant) {
+    extern __shared__ __align__(16) unsigned char gemv_ring_smem[];
+    ring_base = reinterpret_cast<uint4*>(gemv_ring_smem);
+  }
+  [[maybe_unused]] const auto ring_at = [&](int slot, int row, int load) {
+    return ring_base + (((slot * kWarps + warp) * 2 + row) * kWLoads + load) * 32 + lane;
+  };
   [[maybe_unused]] Int4Group ring_grp[kRing > 0 ? kRing : 1];
   bool preloaded = false;
   const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
@@ -776,14 +795,25 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           gemv_step<T, NT>(acc, wsd, wtd, xv);
         }
       };
+      // One dense step with its x (the ring's; the register path's steps are the same).
+      [[maybe_unused]] const auto dense_step = [&](int step, const uint4(&ws)[2],
+                                                   const uint4(&wt)[2]) {
+        uint4 xv[NT][2];
+        gemv_load_x<T, NT>(x_ptr, int64_t{step} * kGemvStepK, xv);
+        gemv_step<T, NT>(acc, ws, wt, xv);
+        if constexpr (kRms) gemv_sum_squares<T, NT>(ss, xv);
+      };
       // kRing: the warp's steps warp + i kWarps, i < ring_steps; step i's copies into slot
       // i % kRing, one commit group per step (empty past the end, so that the groups count steps).
       const int ring_steps = steps > warp ? (steps - warp + kWarps - 1) / kWarps : 0;
       [[maybe_unused]] const auto ring_issue = [&](int i, int slot) {
         if (i < ring_steps) {
           const int64_t kk = int64_t{warp + i * kWarps} * kGemvStepK;
-          cp_async16(&ring[slot][warp][0][lane], wa_ptr + kk, true);
-          cp_async16(&ring[slot][warp][1][lane], wb_ptr + kk, true);
+#pragma unroll
+          for (int l = 0; l < kWLoads; ++l) {
+            cp_async16(ring_at(slot, 0, l), wa_ptr + kk + l * 8, true);
+            cp_async16(ring_at(slot, 1, l), wb_ptr + kk + l * 8, true);
+          }
           if constexpr (kInt4) ring_grp[slot] = load_group(warp + i * kWarps, grows);
         }
         cp_async_commit();
@@ -817,8 +847,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             const int i = i0 + u;
             if (i < ring_steps) {
               cp_async_wait<kRing - 1>();
-              const uint4 ws = ring[u][warp][0][lane], wt = ring[u][warp][1][lane];
-              quant_step(warp + i * kWarps, ws, wt, ring_grp[u]);
+              if constexpr (kQuant) {
+                const uint4 ws = *ring_at(u, 0, 0), wt = *ring_at(u, 1, 0);
+                quant_step(warp + i * kWarps, ws, wt, ring_grp[u]);
+              } else {
+                const uint4 ws[2] = {*ring_at(u, 0, 0), *ring_at(u, 0, 1)};
+                const uint4 wt[2] = {*ring_at(u, 1, 0), *ring_at(u, 1, 1)};
+                dense_step(warp + i * kWarps, ws, wt);
+              }
               ring_issue(i + kRing, u);
             }
           }

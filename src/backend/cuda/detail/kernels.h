@@ -77,6 +77,11 @@ int gemv_swiglu_min_blocks();
 // Process-wide, like the above.
 void set_gemv_ring(bool on);
 bool gemv_ring();
+// IB_GEMV_DENSE_RING: the dense GEMVs of 1-8 tokens with x's dtype out (not their LoRA variants)
+// stream their weights through a cp.async ring in dynamic shared memory (true) or registers
+// (false, the default until measured on the H200). Process-wide, like the above.
+void set_gemv_dense_ring(bool on);
+bool gemv_dense_ring();
 // IB_GEMV_INT4_WARPS: the W4A16 GEMVs of 1-4 tokens that run through the ring (one n-tile, one
 // block per row tile) split K across this many warps per block, 8, 4 or 2: fewer warps stream
 // more steps each; 0 (the default): 4 for launches of at least 1,024 row tiles, else 8.

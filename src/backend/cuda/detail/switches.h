@@ -35,6 +35,8 @@ struct CudaSwitches {
   // IB_GEMV_RING=0|1: the quantized formats' GEMVs of 1-4 and 9-16 tokens through the cp.async
   // ring (1) or registers.
   std::optional<int64_t> gemv_ring;
+  // IB_GEMV_DENSE_RING=0|1: the dense GEMVs through the ring (set_gemv_dense_ring).
+  std::optional<int64_t> gemv_dense_ring;
   // IB_GEMV_INT4_WARPS=8|4|2|0: the W4A16 ring GEMVs' warps per block (set_gemv_int4_warps).
   std::optional<int64_t> gemv_int4_warps;
   // IB_NORM_REGS=0|1: the RMSNorm kernel's register form (set_norm_regs).
