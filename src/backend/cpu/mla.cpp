@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/detail/dot.h"
 #include "backend/cpu/detail/kernels.h"
+#include "backend/mla_checks.h"
 
 namespace ib {
 namespace cpu {
@@ -140,16 +141,11 @@ void CpuBackend::mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_no
                                     const Tensor& positions, const Tensor& slot_mapping,
                                     const Tensor& inv_freq, const KvCacheLayer& kv,
                                     const MlaShape& shape) {
-  const int64_t t = q.rows(), r = shape.kv_lora_rank, p = shape.qk_rope_head_dim;
+  const int64_t t = q.rows();
   IB_ASSERT(q.dtype == DType::kF32 && latent.dtype == DType::kF32 && kv.k.dtype == DType::kF32 &&
                 kv_norm.dtype == DType::kF32,
             "mla_rope_and_cache: fp32 tensors and cache on the CPU");
-  IB_ASSERT(p % 2 == 0 && q.row_size() == int64_t{shape.num_heads} * (shape.qk_nope_head_dim + p) &&
-                latent.rows() == t && latent.row_size() == r + p && kv_norm.numel() == r &&
-                inv_freq.numel() == p / 2 && positions.numel() >= t && slot_mapping.numel() >= t &&
-                kv.k.rank == 4 && kv.k.dim(1) == 1 && kv.k.dim(3) == r + p,
-            "mla_rope_and_cache: q (T, H (N + P)), latent (T, R + P), kv_norm (R), inv_freq "
-            "(P / 2), cache (blocks, 1, block_size, R + P)");
+  check_mla_rope_and_cache_shapes(q, latent, kv_norm, positions, slot_mapping, inv_freq, kv, shape);
   cpu::mla_rope_and_cache_f32(pool_, q.as<float>(), latent.as<float>(), kv_norm.as<const float>(),
                               eps, positions.as<const int32_t>(), slot_mapping.as<const int32_t>(),
                               inv_freq.as<const float>(), t, kv, shape);
@@ -157,19 +153,10 @@ void CpuBackend::mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_no
 
 void CpuBackend::mla_attention(const Tensor& q, const WeightRef& kv_b, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const MlaShape& shape, Tensor out) {
-  const int64_t h = shape.num_heads, r = shape.kv_lora_rank;
   IB_ASSERT(q.dtype == DType::kF32 && out.dtype == DType::kF32 && kv.k.dtype == DType::kF32 &&
                 kv_b.format == WeightFormat::kDense && kv_b.data.dtype == DType::kF32,
             "mla_attention: fp32 q, out, cache and a dense fp32 kv_b on the CPU");
-  IB_ASSERT(q.row_size() == h * (shape.qk_nope_head_dim + shape.qk_rope_head_dim) &&
-                out.rows() == q.rows() && out.row_size() == h * shape.v_head_dim &&
-                kv_b.rows() == h * (shape.qk_nope_head_dim + shape.v_head_dim) &&
-                kv_b.cols() == r && kv.k.rank == 4 && kv.k.dim(3) == r + shape.qk_rope_head_dim,
-            "mla_attention: q (T, H (N + P)), out (T, H V), kv_b (H (N + V), R), cache entries "
-            "of R + P");
-  IB_ASSERT(meta.query_start.dtype == DType::kI32 && meta.context_lens.dtype == DType::kI32 &&
-                meta.block_tables.dtype == DType::kI32 && meta.block_tables.rank == 2,
-            "mla_attention: metadata must be int32; block_tables (num_seqs, max_blocks)");
+  check_mla_attention_shapes(q, kv_b, kv, meta, shape, out);
   const auto* query_start = meta.query_start.as<const int32_t>();
   IB_ASSERT(query_start[0] == 0 && query_start[meta.num_seqs] == q.rows(),
             "mla_attention: query_start must cover the T tokens of q");

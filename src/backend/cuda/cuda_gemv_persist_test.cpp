@@ -77,6 +77,40 @@ WeightRef quantize(Twin& twin, Rng& rng, int64_t n, int64_t k, WeightFormat form
   return w;
 }
 
+// The RoPE-cache form's operands for m tokens: Llama-3-8B's heads (384 row tiles of qkv), a
+// two-block cache, positions 30 + 7 i at slots 3 i + 2, Llama-3's frequencies.
+struct RopeCase {
+  AttentionShape shape;
+  int64_t nq = (32 + 2 * 8) * 128;
+  int block_size = 16;
+  Pair kc, vc, pos, slot, freq, qkv;
+  KvCacheLayer kv() const { return {kc.gpu, vc.gpu, block_size}; }
+};
+
+RopeCase rope_case(Twin& twin, int64_t m) {
+  RopeCase c;
+  c.shape.num_heads = 32;
+  c.shape.num_kv_heads = 8;
+  c.shape.head_dim = 128;
+  c.shape.scale = 1.0f / std::sqrt(128.0f);
+  const int64_t blocks = 2, bs = c.block_size;
+  c.kc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
+  c.vc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
+  std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    positions[static_cast<size_t>(i)] = static_cast<int32_t>(30 + 7 * i);
+    slots[static_cast<size_t>(i)] = static_cast<int32_t>(3 * i + 2);
+  }
+  std::vector<float> inv_freq(64);
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
+  c.pos = twin.ints({m}, positions);
+  c.slot = twin.ints({m}, slots);
+  c.freq = twin.floats({64}, inv_freq, DType::kF32);
+  c.qkv = twin.output({m, c.nq});
+  return c;
+}
+
 // The GPU floats of out after run() at each persistent and ring setting must equal those at one
 // block per tile without the ring.
 template <typename F>
@@ -145,34 +179,15 @@ TEST_P(CudaGemvPersist, FusedOpsEqualOneBlockPerTile) {
       twin.gpu().matmul_add(h.gpu, wo, residual.gpu);
     });
 
-    AttentionShape shape;  // Llama-3-8B's heads: 384 tiles
-    shape.num_heads = 32;
-    shape.num_kv_heads = 8;
-    shape.head_dim = 128;
-    shape.scale = 1.0f / std::sqrt(128.0f);
-    const int64_t nq = (32 + 2 * 8) * 128, blocks = 2, bs = 16;
-    const WeightRef wq = quantize(twin, rng, nq, k, format());
-    const Pair bias = twin.floats({nq}, random_floats(rng, nq));
-    const Pair kc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
-    const Pair vc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
-    std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) {
-      positions[static_cast<size_t>(i)] = static_cast<int32_t>(30 + 7 * i);
-      slots[static_cast<size_t>(i)] = static_cast<int32_t>(3 * i + 2);
-    }
-    std::vector<float> inv_freq(64);
-    for (size_t i = 0; i < inv_freq.size(); ++i)
-      inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
-    const Pair pos = twin.ints({m}, positions);
-    const Pair slot = twin.ints({m}, slots);
-    const Pair freq = twin.floats({64}, inv_freq, DType::kF32);
-    const Pair qkv = twin.output({m, nq});
+    const RopeCase rc = rope_case(twin, m);
+    const WeightRef wq = quantize(twin, rng, rc.nq, k, format());
+    const Pair bias = twin.floats({rc.nq}, random_floats(rng, rc.nq));
     const auto rope = [&] {
-      twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq, &bias.gpu, eps, pos.gpu, slot.gpu,
-                                       freq.gpu, {kc.gpu, vc.gpu, bs}, shape, qkv.gpu);
+      twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq, &bias.gpu, eps, rc.pos.gpu,
+                                       rc.slot.gpu, rc.freq.gpu, rc.kv(), rc.shape, rc.qkv.gpu);
     };
-    expect_same_at_every_setting(twin, qkv, "qkv m=" + std::to_string(m), rope);
-    expect_same_at_every_setting(twin, kc, "k cache m=" + std::to_string(m), rope);
+    expect_same_at_every_setting(twin, rc.qkv, "qkv m=" + std::to_string(m), rope);
+    expect_same_at_every_setting(twin, rc.kc, "k cache m=" + std::to_string(m), rope);
   }
 }
 
@@ -235,28 +250,14 @@ TEST(CudaGemvInt4Warps, FewerWarpsPerBlockMatchEight) {
     twin.gpu().copy_from_host(residual.gpu, twin.representable(res0).data(), DType::kF32);
     twin.gpu().matmul_add(h.gpu, wo, residual.gpu);
   });
-  AttentionShape shape;
-  shape.num_heads = 32;
-  shape.num_kv_heads = 8;
-  shape.head_dim = 128;
-  shape.scale = 1.0f / std::sqrt(128.0f);
-  const int64_t nq = (32 + 2 * 8) * 128, blocks = 2, bs = 16;
-  const WeightRef wq = quantize(twin, rng, nq, k, format);
-  const Pair kc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
-  const Pair vc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
-  const Pair pos = twin.ints({m}, std::vector<int32_t>{30, 31});
-  const Pair slot = twin.ints({m}, std::vector<int32_t>{2, 5});
-  std::vector<float> inv_freq(64);
-  for (size_t i = 0; i < inv_freq.size(); ++i)
-    inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
-  const Pair freq = twin.floats({64}, inv_freq, DType::kF32);
-  const Pair qkv = twin.output({m, nq});
+  const RopeCase rc = rope_case(twin, m);
+  const WeightRef wq = quantize(twin, rng, rc.nq, k, format);
   const auto rope = [&] {
-    twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq, nullptr, eps, pos.gpu, slot.gpu,
-                                     freq.gpu, {kc.gpu, vc.gpu, bs}, shape, qkv.gpu);
+    twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq, nullptr, eps, rc.pos.gpu, rc.slot.gpu,
+                                     rc.freq.gpu, rc.kv(), rc.shape, rc.qkv.gpu);
   };
-  expect_close_at_each_warps(twin, qkv, "qkv", rope);
-  expect_close_at_each_warps(twin, vc, "v cache", rope);
+  expect_close_at_each_warps(twin, rc.qkv, "qkv", rope);
+  expect_close_at_each_warps(twin, rc.vc, "v cache", rope);
 }
 
 // IB_GEMV_DENSE_RING: the dense GEMVs (plain and fused, launched directly: the backend's matmul may
@@ -311,28 +312,14 @@ TEST(CudaGemvDenseRing, EqualsRegistersBitForBit) {
     launch_gemv_fused(h.gpu, nullptr, wo, nullptr, residual.gpu, GemvFusion::kAccumulate, eps,
                       stream);
   });
-  AttentionShape shape;
-  shape.num_heads = 32;
-  shape.num_kv_heads = 8;
-  shape.head_dim = 128;
-  shape.scale = 1.0f / std::sqrt(128.0f);
-  const int64_t nq = (32 + 2 * 8) * 128, blocks = 2, bs = 16;
-  const WeightRef wq = dense(nq, k);
-  const Pair kc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
-  const Pair vc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
-  const Pair pos = twin.ints({m}, std::vector<int32_t>{30, 31, 32, 33, 34});
-  const Pair slot = twin.ints({m}, std::vector<int32_t>{2, 5, 7, 11, 13});
-  std::vector<float> inv_freq(64);
-  for (size_t i = 0; i < inv_freq.size(); ++i)
-    inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
-  const Pair freq = twin.floats({64}, inv_freq, DType::kF32);
-  const Pair qkv = twin.output({m, nq});
+  const RopeCase rc = rope_case(twin, m);
+  const WeightRef wq = dense(rc.nq, k);
   const auto rope = [&] {
-    launch_gemv_rope_cache(h.gpu, nullptr, wq, nullptr, eps, pos.gpu, slot.gpu, freq.gpu,
-                           {kc.gpu, vc.gpu, bs}, shape, qkv.gpu, stream);
+    launch_gemv_rope_cache(h.gpu, nullptr, wq, nullptr, eps, rc.pos.gpu, rc.slot.gpu, rc.freq.gpu,
+                           rc.kv(), rc.shape, rc.qkv.gpu, stream);
   };
-  expect_same(qkv, "qkv", rope);
-  expect_same(kc, "k cache", rope);
+  expect_same(rc.qkv, "qkv", rope);
+  expect_same(rc.kc, "k cache", rope);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaGemvPersist,

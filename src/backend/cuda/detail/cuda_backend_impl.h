@@ -33,6 +33,7 @@ enum class AttentionPath { kAuto, kSplitKv, kFlash };
 class CudaBackend final : public Backend,
                           public FusedDecodeOps,
                           public MoeOps,
+                          public MlaOps,
                           public LoraOps,
                           public VisionOps {
  public:
@@ -114,6 +115,17 @@ class CudaBackend final : public Backend,
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                    Tensor out) override;
+  // IB_CUDA_MLA=1 (set_mla): offered to the engine (mla_ops.cpp; off until the kernels have run
+  // against the CPU oracle on a GPU).
+  MlaOps* mla_ops() override { return mla_ ? this : nullptr; }
+  void set_mla(bool on) { mla_ = on; }
+  bool mla() const { return mla_; }
+  void mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_norm, float eps,
+                          const Tensor& positions, const Tensor& slot_mapping,
+                          const Tensor& inv_freq, const KvCacheLayer& kv,
+                          const MlaShape& shape) override;  // mla_ops.cpp
+  void mla_attention(const Tensor& q, const WeightRef& kv_b, const KvCacheLayer& kv,
+                     const AttentionMetadata& meta, const MlaShape& shape, Tensor out) override;
   LoraOps* lora_ops() override { return this; }
   void lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a, const Tensor& b,
                   const Tensor& scales, int64_t row_offset, Tensor out) override;  // lora_ops.cpp
@@ -326,6 +338,7 @@ class CudaBackend final : public Backend,
   bool pdl_ = true;
   bool pdl_attention_trigger_early_ = false;
   bool fused_ = true;
+  bool mla_ = false;  // IB_CUDA_MLA
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;

@@ -29,6 +29,8 @@ struct CudaSwitches {
   // IB_ATTN_PREFETCH=N: the split-KV attention prefetches its blocks' K and V rows into L2 in
   // steps of at most N sequences (0: never; default 8).
   std::optional<int64_t> attn_prefetch;
+  // IB_CUDA_MLA=0|1: the MLA kernels offered to the engine (CudaBackend::set_mla).
+  std::optional<int64_t> cuda_mla;
   // IB_GEMV_PERSIST=N: the quantized formats' GEMVs on a persistent grid of N blocks per SM
   // (0: one block per row tile).
   std::optional<int64_t> gemv_persist;

@@ -1,0 +1,30 @@
+// Host-side launchers of mla.cu, multi-head latent attention (backend/ops.h, MlaOps). Like
+// kernels.h's: they enqueue on `stream`, never synchronize and never allocate (graph-safe).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "backend/backend.h"
+
+namespace ib::cuda {
+
+inline constexpr int kMlaMaxLatent = 512;   // R = kv_lora_rank (DeepSeek-V2: 512)
+inline constexpr int kMlaMaxRopeDim = 128;  // P = qk_rope_head_dim (DeepSeek-V2: 64)
+
+// Whether the kernels take the shape (R <= 512, P even and <= 128).
+bool mla_shape_supported(const MlaShape& shape);
+// The attention kernel's dynamic shared memory: q_lat and o, R fp32 each.
+size_t mla_attention_smem_bytes(const MlaShape& shape);
+// MlaOps::mla_rope_and_cache on x's dtype: q, latent and kv_norm in it, the cache too.
+void launch_mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_norm, float eps,
+                               const Tensor& positions, const Tensor& slot_mapping,
+                               const Tensor& inv_freq, const KvCacheLayer& kv,
+                               const MlaShape& shape, cudaStream_t stream, bool pdl);
+// MlaOps::mla_attention; kv_b (H (N + V), R) dense in x's dtype.
+void launch_mla_attention(const Tensor& q, const Tensor& kv_b, const KvCacheLayer& kv,
+                          const AttentionMetadata& meta, const MlaShape& shape, Tensor out,
+                          cudaStream_t stream, bool pdl);
+
+}  // namespace ib::cuda
