@@ -135,6 +135,38 @@ TEST_P(CudaMla, MatchesTheCpuAtDeepSeekV2LiteSizes) {
                      {{37, 1}, {40, 40}, {70, 3}, {1, 1}});
 }
 
+// A decode bucket's padding row (a sequence of one token and no context, as the engine pads its
+// graphs' batches) gets zeros, not 0 / 0; the CPU op is not defined there, so the real rows are
+// compared with it and the padding row with zero.
+TEST_P(CudaMla, PaddingRowsGetZeros) {
+  Twin twin(GetParam());
+  Rng rng(22);
+  const MlaShape shape = shape_of(2, 64, 16, 8, 12);
+  const int r = shape.kv_lora_rank, p = shape.qk_rope_head_dim, bs = 16;
+  const int64_t q_row = 2 * (16 + 8), width = r + p;
+  const Pair q = twin.floats({2, q_row}, random_floats(rng, 2 * q_row, -1, 1));
+  const Pair cache = twin.floats({2, 1, bs, width}, random_floats(rng, 2 * bs * width, -1, 1));
+  const Pair kv_b = twin.floats({2 * (16 + 12), r}, random_floats(rng, 2 * 28 * r, -0.1f, 0.1f));
+  WeightRef w;
+  w.data = kv_b.gpu;
+  const Pair qs = twin.ints({3}, std::vector<int32_t>{0, 1, 2});
+  const Pair cl = twin.ints({2}, std::vector<int32_t>{5, 0});
+  const Pair bt = twin.ints({2, 1}, std::vector<int32_t>{1, -1});
+  AttentionMetadata m;
+  m.num_seqs = 2;
+  m.num_tokens = 2;
+  m.query_start = qs.gpu;
+  m.context_lens = cl.gpu;
+  m.block_tables = bt.gpu;
+  m.max_query_len = 1;
+  m.max_context_len = 5;
+  const Pair out = twin.output({2, 2 * 12});
+  twin.gpu().mla_attention(q.gpu, w, {cache.gpu, Tensor{}, bs}, m, shape, out.gpu);
+  const std::vector<float> got = twin.gpu_floats(out.gpu);
+  for (size_t i = 0; i < 24; ++i) EXPECT_TRUE(std::isfinite(got[i])) << i;
+  for (size_t i = 24; i < 48; ++i) EXPECT_EQ(got[i], 0.0f) << i;
+}
+
 // Sizes that are not multiples of a warp or of the block's threads.
 TEST_P(CudaMla, MatchesTheCpuAtOddSizes) {
   expect_mla_matches(GetParam(), shape_of(2, 96, 48, 10, 40), {{17, 1}, {5, 5}, {33, 2}});

@@ -119,6 +119,11 @@ __global__ void __launch_bounds__(kThreads)
   const int q_len = query_start[seq + 1] - query_start[seq];
   const int pos = context_lens[seq] - q_len + (t - query_start[seq]);
   const int32_t* table = block_tables + int64_t{seq} * max_blocks_per_seq;
+  T* dst = out + (int64_t{t} * s.num_heads + head) * v;
+  if (pos < 0) {  // a decode bucket's padding row (no context): zeros, not 0 / 0
+    for (int i = threadIdx.x; i < v; i += kThreads) dst[i] = from_f32<T>(0.0f);
+    return;
+  }
   const T* q_nope = q + (int64_t{t} * s.num_heads + head) * (n + p);
   for (int i = threadIdx.x; i < p; i += kThreads) q_pe_s[i] = to_f32(q_nope[n + i]);
   // q_lat = W_UK^T q_nope: a thread per latent column.
@@ -183,7 +188,6 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   // out[head] = W_UV o: a warp per output row.
-  T* dst = out + (int64_t{t} * s.num_heads + head) * v;
   for (int i = warp; i < v; i += kWarps) {
     const T* row = w_uv + int64_t{i} * r;
     float acc = 0.0f;
