@@ -57,6 +57,50 @@ TEST(CudaMoeRoute, MatchesTheCpuOpExactly) {
   }
 }
 
+// DeepSeek's options: group-limited routing (V2: 8 groups, 3 kept), routed_scaling_factor, with
+// and without renormalisation; exact ties within and across groups.
+TEST(CudaMoeRoute, GroupedMatchesTheCpuOpExactly) {
+  IB_REQUIRE_CUDA();
+  Twin twin(DType::kF32);
+  Rng rng(23);
+  struct GroupedCase {
+    int64_t tokens, experts, top_k;
+    int groups, kept;
+    float scale;
+    bool renormalize;
+  };
+  for (const GroupedCase gc :
+       {GroupedCase{40, 64, 6, 8, 3, 2.5f, false}, GroupedCase{33, 16, 4, 4, 2, 1.0f, true},
+        GroupedCase{9, 8, 2, 2, 1, 16.0f, true}}) {
+    const int64_t t = gc.tokens, e = gc.experts, k = gc.top_k;
+    auto lv = random_floats(rng, t * e, -4.0f, 4.0f);
+    for (int64_t i = 0; i < t; i += 3) {
+      for (int64_t j = 0; j < e; j += 3) lv[static_cast<size_t>(i * e + j)] = 2.0f;
+    }
+    Pair logits = twin.floats({t, e}, lv, DType::kF32);
+    Pair ids = twin.output_i32({t, k});
+    Pair weights = twin.output({t, k}, DType::kF32);
+    Pair counts = twin.ints<int64_t>({e}, std::vector<int64_t>(static_cast<size_t>(e), 0));
+    MoeRouting routing;
+    routing.renormalize = gc.renormalize;
+    routing.num_groups = gc.groups;
+    routing.topk_groups = gc.kept;
+    routing.scale = gc.scale;
+    twin.cpu().moe_ops()->moe_route_grouped(logits.cpu, routing, ids.cpu, weights.cpu, counts.cpu);
+    twin.gpu().moe_route_grouped(logits.gpu, routing, ids.gpu, weights.gpu, counts.gpu);
+    const std::string where = "E=" + std::to_string(e) + " groups=" + std::to_string(gc.groups);
+    EXPECT_EQ(twin.host_ints<int32_t>(twin.gpu(), ids.gpu),
+              twin.host_ints<int32_t>(twin.cpu(), ids.cpu))
+        << where;
+    EXPECT_EQ(twin.host_ints<int64_t>(twin.gpu(), counts.gpu),
+              twin.host_ints<int64_t>(twin.cpu(), counts.cpu))
+        << where;
+    const auto gw = twin.gpu_floats(weights.gpu), cw = twin.cpu_floats(weights.cpu);
+    for (size_t i = 0; i < gw.size(); ++i)
+      ASSERT_NEAR(gw[i], cw[i], 1e-6 * gc.scale) << where << " at " << i;
+  }
+}
+
 struct ExpertsCase {
   int64_t tokens, experts, top_k, hidden, inter;
 };

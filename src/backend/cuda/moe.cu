@@ -30,10 +30,12 @@ __device__ __forceinline__ float route_p(const float* l, int i, float max_logit,
   return expf(l[i] - max_logit) / sum;
 }
 
-// One thread per token. Expert j + 1 is the largest p strictly after expert j in the order
-// (p descending, id ascending): the CPU's partial_sort order, ties to the lower id.
+// One thread per token. Expert j + 1 is the largest score strictly after expert j in the order
+// (score descending, id ascending): the CPU's partial_sort order, ties to the lower id. The
+// score is p, or 0 outside the groups kept (DeepSeek's group-limited routing, num_groups > 1:
+// the topk_groups groups of the largest p, ties to the lower group, as the CPU op keeps them).
 __global__ void moe_route_kernel(const float* logits, int64_t tokens, int e, int k,
-                                 bool renormalize, int32_t* ids, float* weights,
+                                 MoeRouteParams rp, int32_t* ids, float* weights,
                                  unsigned long long* counts) {
   const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (t >= tokens) return;
@@ -42,6 +44,39 @@ __global__ void moe_route_kernel(const float* logits, int64_t tokens, int e, int
   for (int i = 1; i < e; ++i) max_logit = fmaxf(max_logit, l[i]);
   float sum = 0.0f;
   for (int i = 0; i < e; ++i) sum += expf(l[i] - max_logit);
+  // The groups kept, a bit each.
+  uint64_t kept_groups = ~uint64_t{0};
+  const int per_group = rp.num_groups > 1 ? e / rp.num_groups : e;
+  if (rp.num_groups > 1) {
+    kept_groups = 0;
+    const auto group_best = [&](int g) {
+      float best = -1.0f;
+      for (int i = g * per_group; i < (g + 1) * per_group; ++i)
+        best = fmaxf(best, route_p(l, i, max_logit, sum));
+      return best;
+    };
+    float prev = INFINITY;
+    int prev_g = -1;
+    for (int j = 0; j < rp.topk_groups; ++j) {
+      int pick = -1;
+      float pick_best = -2.0f;
+      for (int g = 0; g < rp.num_groups; ++g) {
+        const float b = group_best(g);
+        const bool after = b < prev || (b == prev && g > prev_g);
+        if (after && b > pick_best) {
+          pick = g;
+          pick_best = b;
+        }
+      }
+      if (pick < 0) pick = (prev_g + 1) % rp.num_groups;  // NaN logits: any group
+      kept_groups |= uint64_t{1} << pick;
+      prev = pick_best;
+      prev_g = pick;
+    }
+  }
+  const auto score = [&](int i) {
+    return (kept_groups >> (i / per_group)) & 1 ? route_p(l, i, max_logit, sum) : 0.0f;
+  };
   float p[kMoeMaxTopK];
   int32_t id[kMoeMaxTopK];
   float prev_p = INFINITY, kept = 0.0f;
@@ -50,7 +85,7 @@ __global__ void moe_route_kernel(const float* logits, int64_t tokens, int e, int
     int best = -1;
     float best_p = -1.0f;
     for (int i = 0; i < e; ++i) {
-      const float pi = route_p(l, i, max_logit, sum);
+      const float pi = score(i);
       const bool after = pi < prev_p || (pi == prev_p && i > prev_id);
       if (after && pi > best_p) {
         best = i;
@@ -66,7 +101,7 @@ __global__ void moe_route_kernel(const float* logits, int64_t tokens, int e, int
   }
   for (int j = 0; j < k; ++j) {
     ids[t * k + j] = id[j];
-    weights[t * k + j] = renormalize ? p[j] / kept : p[j];
+    weights[t * k + j] = (rp.renormalize ? p[j] / kept : p[j]) * rp.scale;
     atomicAdd(counts + id[j], 1ull);
   }
 }
@@ -223,15 +258,16 @@ int blocks_for(int64_t n, int per_block) {
 
 }  // namespace
 
-void launch_moe_route(const Tensor& logits, bool renormalize, Tensor ids, Tensor weights,
-                      Tensor counts, cudaStream_t stream) {
+void launch_moe_route(const Tensor& logits, const MoeRouteParams& routing, Tensor ids,
+                      Tensor weights, Tensor counts, cudaStream_t stream) {
   const int64_t t = logits.rows();
   if (t == 0) return;
   const auto e = static_cast<int>(logits.row_size());
   const auto k = static_cast<int>(ids.row_size());
   IB_ASSERT(k >= 1 && k <= kMoeMaxTopK, "moe_route: top-k above kMoeMaxTopK");
+  IB_ASSERT(routing.num_groups <= kMoeMaxGroups, "moe_route: more groups than kMoeMaxGroups");
   moe_route_kernel<<<blocks_for(t, 128), 128, 0, stream>>>(
-      logits.as<const float>(), t, e, k, renormalize, ids.as<int32_t>(), weights.as<float>(),
+      logits.as<const float>(), t, e, k, routing, ids.as<int32_t>(), weights.as<float>(),
       counts.as<unsigned long long>());
   IB_CUDA_CHECK_LAUNCH("moe_route");
 }

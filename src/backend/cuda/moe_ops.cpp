@@ -9,6 +9,14 @@ namespace ib::cuda {
 
 void CudaBackend::moe_route(const Tensor& router_logits, bool renormalize, Tensor expert_ids,
                             Tensor expert_weights, Tensor expert_tokens) {
+  MoeRouting routing;
+  routing.renormalize = renormalize;
+  moe_route_grouped(router_logits, routing, expert_ids, expert_weights, expert_tokens);
+}
+
+void CudaBackend::moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing,
+                                    Tensor expert_ids, Tensor expert_weights,
+                                    Tensor expert_tokens) {
   const int64_t t = router_logits.rows(), e = router_logits.row_size(), k = expert_ids.row_size();
   IB_ASSERT(router_logits.dtype == DType::kF32 && expert_ids.dtype == DType::kI32 &&
                 expert_weights.dtype == DType::kF32 && expert_tokens.dtype == DType::kI64,
@@ -17,9 +25,19 @@ void CudaBackend::moe_route(const Tensor& router_logits, bool renormalize, Tenso
                 expert_weights.row_size() == k && k >= 1 && k <= e && k <= kMoeMaxTopK &&
                 expert_tokens.numel() == e,
             "moe_route: logits (T, E), ids and weights (T, k), k <= E and <= 8, counts (E)");
+  IB_ASSERT(routing.num_groups <= 1 ||
+                (e % routing.num_groups == 0 && routing.num_groups <= kMoeMaxGroups &&
+                 routing.topk_groups >= 1 && routing.topk_groups <= routing.num_groups &&
+                 routing.topk_groups * (e / routing.num_groups) >= k),
+            "moe_route_grouped: groups (at most 64) must divide E and the groups kept hold k "
+            "experts");
+  MoeRouteParams params;
+  params.renormalize = routing.renormalize;
+  params.num_groups = routing.num_groups;
+  params.topk_groups = routing.topk_groups;
+  params.scale = routing.scale;
   run_op("moe_route", [&] {
-    launch_moe_route(router_logits, renormalize, expert_ids, expert_weights, expert_tokens,
-                     stream_);
+    launch_moe_route(router_logits, params, expert_ids, expert_weights, expert_tokens, stream_);
   });
 }
 

@@ -112,6 +112,9 @@ class CudaBackend final : public Backend,
   MoeOps* moe_ops() override { return this; }
   void moe_route(const Tensor& router_logits, bool renormalize, Tensor expert_ids,
                  Tensor expert_weights, Tensor expert_tokens) override;  // moe_ops.cpp
+  bool routes_grouped() const override { return true; }
+  void moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing, Tensor expert_ids,
+                         Tensor expert_weights, Tensor expert_tokens) override;
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                    Tensor out) override;

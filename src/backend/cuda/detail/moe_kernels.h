@@ -18,9 +18,16 @@ inline constexpr int kMoeMaxTopK = 8;
 struct MoeExpertPtrs {
   const void* ptr[kMoeMaxExperts] = {};
 };
+inline constexpr int kMoeMaxGroups = 64;  // DeepSeek's n_group (8 in V2 and V3)
+// The router's options (ops.h MoeRouting), passed to the kernel by value.
+struct MoeRouteParams {
+  bool renormalize = true;
+  int num_groups = 1, topk_groups = 1;  // group-limited routing where num_groups > 1
+  float scale = 1.0f;
+};
 // ids (T, k) int32, weights (T, k) f32 from logits (T, E) f32; counts (E) int64 += picks.
-void launch_moe_route(const Tensor& logits, bool renormalize, Tensor ids, Tensor weights,
-                      Tensor counts, cudaStream_t stream);
+void launch_moe_route(const Tensor& logits, const MoeRouteParams& routing, Tensor ids,
+                      Tensor weights, Tensor counts, cudaStream_t stream);
 // Tokens per chunk of moe_experts: at most the device-side pair list's size, and what fits the
 // workspace (each pair's activation row and fp32 output row); 0 when not even one token fits.
 int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType dtype,
