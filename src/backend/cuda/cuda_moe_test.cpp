@@ -25,6 +25,39 @@ struct RouteCase {
   bool renormalize;
 };
 
+// Routes t tokens over e experts (random logits, exact ties every third token at every `tie`-th
+// expert) on both sides with `routing` and expects the same ids and counts and weights within
+// 1e-6 times the scale.
+void expect_routes_match(Twin& twin, Rng& rng, int64_t t, int64_t e, int64_t k,
+                         const MoeRouting& routing, int64_t tie) {
+  auto lv = random_floats(rng, t * e, -4.0f, 4.0f);
+  for (int64_t i = 0; i < t; i += 3) {
+    for (int64_t j = 0; j < e; j += tie) lv[static_cast<size_t>(i * e + j)] = 1.5f;
+  }
+  Pair logits = twin.floats({t, e}, lv, DType::kF32);
+  Pair ids = twin.output_i32({t, k});
+  Pair weights = twin.output({t, k}, DType::kF32);
+  Pair counts = twin.ints<int64_t>({e}, std::vector<int64_t>(static_cast<size_t>(e), 7));
+  twin.cpu().moe_ops()->moe_route_grouped(logits.cpu, routing, ids.cpu, weights.cpu, counts.cpu);
+  if (routing.num_groups <= 1 && routing.scale == 1.0f) {  // Mixtral's entry point
+    twin.gpu().moe_route(logits.gpu, routing.renormalize, ids.gpu, weights.gpu, counts.gpu);
+  } else {
+    twin.gpu().moe_route_grouped(logits.gpu, routing, ids.gpu, weights.gpu, counts.gpu);
+  }
+  const std::string where = "T=" + std::to_string(t) + " E=" + std::to_string(e) +
+                            " k=" + std::to_string(k) +
+                            " groups=" + std::to_string(routing.num_groups);
+  EXPECT_EQ(twin.host_ints<int32_t>(twin.gpu(), ids.gpu),
+            twin.host_ints<int32_t>(twin.cpu(), ids.cpu))
+      << where;
+  EXPECT_EQ(twin.host_ints<int64_t>(twin.gpu(), counts.gpu),
+            twin.host_ints<int64_t>(twin.cpu(), counts.cpu))
+      << where;
+  const auto gw = twin.gpu_floats(weights.gpu), cw = twin.cpu_floats(weights.cpu);
+  for (size_t i = 0; i < gw.size(); ++i)
+    ASSERT_NEAR(gw[i], cw[i], 1e-6 * routing.scale) << where << " at " << i;
+}
+
 TEST(CudaMoeRoute, MatchesTheCpuOpExactly) {
   IB_REQUIRE_CUDA();
   Twin twin(DType::kF32);
@@ -32,28 +65,9 @@ TEST(CudaMoeRoute, MatchesTheCpuOpExactly) {
   for (const RouteCase rc :
        {RouteCase{1, 8, 2, true}, RouteCase{64, 8, 2, true}, RouteCase{37, 4, 1, true},
         RouteCase{300, 16, 4, false}, RouteCase{5, 64, 6, true}, RouteCase{64, 8, 8, false}}) {
-    const int64_t t = rc.tokens, e = rc.experts, k = rc.top_k;
-    auto lv = random_floats(rng, t * e, -4.0f, 4.0f);
-    // Exact ties in some tokens: the lower expert id comes first on both sides.
-    for (int64_t i = 0; i < t; i += 3) {
-      for (int64_t j = 0; j < e; j += 2) lv[static_cast<size_t>(i * e + j)] = 1.5f;
-    }
-    Pair logits = twin.floats({t, e}, lv, DType::kF32);
-    Pair ids = twin.output_i32({t, k});
-    Pair weights = twin.output({t, k}, DType::kF32);
-    Pair counts = twin.ints<int64_t>({e}, std::vector<int64_t>(static_cast<size_t>(e), 7));
-    twin.cpu().moe_ops()->moe_route(logits.cpu, rc.renormalize, ids.cpu, weights.cpu, counts.cpu);
-    twin.gpu().moe_route(logits.gpu, rc.renormalize, ids.gpu, weights.gpu, counts.gpu);
-    const std::string where =
-        "T=" + std::to_string(t) + " E=" + std::to_string(e) + " k=" + std::to_string(k);
-    EXPECT_EQ(twin.host_ints<int32_t>(twin.gpu(), ids.gpu),
-              twin.host_ints<int32_t>(twin.cpu(), ids.cpu))
-        << where;
-    EXPECT_EQ(twin.host_ints<int64_t>(twin.gpu(), counts.gpu),
-              twin.host_ints<int64_t>(twin.cpu(), counts.cpu))
-        << where;
-    const auto gw = twin.gpu_floats(weights.gpu), cw = twin.cpu_floats(weights.cpu);
-    for (size_t i = 0; i < gw.size(); ++i) ASSERT_NEAR(gw[i], cw[i], 1e-6) << where << " at " << i;
+    MoeRouting routing;
+    routing.renormalize = rc.renormalize;
+    expect_routes_match(twin, rng, rc.tokens, rc.experts, rc.top_k, routing, 2);
   }
 }
 
@@ -72,32 +86,12 @@ TEST(CudaMoeRoute, GroupedMatchesTheCpuOpExactly) {
   for (const GroupedCase gc :
        {GroupedCase{40, 64, 6, 8, 3, 2.5f, false}, GroupedCase{33, 16, 4, 4, 2, 1.0f, true},
         GroupedCase{9, 8, 2, 2, 1, 16.0f, true}}) {
-    const int64_t t = gc.tokens, e = gc.experts, k = gc.top_k;
-    auto lv = random_floats(rng, t * e, -4.0f, 4.0f);
-    for (int64_t i = 0; i < t; i += 3) {
-      for (int64_t j = 0; j < e; j += 3) lv[static_cast<size_t>(i * e + j)] = 2.0f;
-    }
-    Pair logits = twin.floats({t, e}, lv, DType::kF32);
-    Pair ids = twin.output_i32({t, k});
-    Pair weights = twin.output({t, k}, DType::kF32);
-    Pair counts = twin.ints<int64_t>({e}, std::vector<int64_t>(static_cast<size_t>(e), 0));
     MoeRouting routing;
     routing.renormalize = gc.renormalize;
     routing.num_groups = gc.groups;
     routing.topk_groups = gc.kept;
     routing.scale = gc.scale;
-    twin.cpu().moe_ops()->moe_route_grouped(logits.cpu, routing, ids.cpu, weights.cpu, counts.cpu);
-    twin.gpu().moe_route_grouped(logits.gpu, routing, ids.gpu, weights.gpu, counts.gpu);
-    const std::string where = "E=" + std::to_string(e) + " groups=" + std::to_string(gc.groups);
-    EXPECT_EQ(twin.host_ints<int32_t>(twin.gpu(), ids.gpu),
-              twin.host_ints<int32_t>(twin.cpu(), ids.cpu))
-        << where;
-    EXPECT_EQ(twin.host_ints<int64_t>(twin.gpu(), counts.gpu),
-              twin.host_ints<int64_t>(twin.cpu(), counts.cpu))
-        << where;
-    const auto gw = twin.gpu_floats(weights.gpu), cw = twin.cpu_floats(weights.cpu);
-    for (size_t i = 0; i < gw.size(); ++i)
-      ASSERT_NEAR(gw[i], cw[i], 1e-6 * gc.scale) << where << " at " << i;
+    expect_routes_match(twin, rng, gc.tokens, gc.experts, gc.top_k, routing, 3);
   }
 }
 
