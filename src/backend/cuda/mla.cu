@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ float mla_smem[];
   __shared__ float q_pe_s[kMlaMaxRopeDim];
   __shared__ float scores[kKeysPerRound];
-  __shared__ int keys_s[kKeysPerRound];
+  __shared__ int64_t entries_s[kKeysPerRound];  // the round's keys' cache offsets, -1: none
   const int r = s.kv_lora_rank, p = s.qk_rope_head_dim, n = s.qk_nope_head_dim;
   const int v = s.v_head_dim, width = r + p;
   float* q_lat = mla_smem;    // (R)
@@ -137,25 +137,23 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kCols = kMlaMaxLatent / kThreads;
   float o[kCols] = {};
   float run_max = -INFINITY, run_sum = 0.0f;
-  const auto entry_of = [&](int key) {
-    const int32_t block = table[key / block_size];
-    return cache + (int64_t{block} * block_size + key % block_size) * width;
-  };
   for (int base = 0; base <= pos; base += kKeysPerRound) {
     const int key = base + warp;
     if (key <= pos) {
-      const T* e = entry_of(key);
+      const int64_t entry =
+          (int64_t{table[key / block_size]} * block_size + key % block_size) * width;
+      const T* e = cache + entry;
       float dot = 0.0f;
       for (int j = lane; j < r; j += 32) dot += q_lat[j] * to_f32(e[j]);
       for (int j = lane; j < p; j += 32) dot += q_pe_s[j] * to_f32(e[r + j]);
       dot = warp_sum(dot);
       if (lane == 0) {
         scores[warp] = dot * s.scale;
-        keys_s[warp] = key;
+        entries_s[warp] = entry;
       }
     } else if (lane == 0) {
       scores[warp] = -INFINITY;
-      keys_s[warp] = -1;
+      entries_s[warp] = -1;
     }
     __syncthreads();
     float round_max = -INFINITY;
@@ -168,10 +166,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = 0; c < kCols; ++c) o[c] *= alpha;
 #pragma unroll
     for (int w = 0; w < kKeysPerRound; ++w) {
-      if (keys_s[w] < 0) continue;
+      if (entries_s[w] < 0) continue;
       const float pw = expf(scores[w] - new_max);
       run_sum += pw;
-      const T* e = entry_of(keys_s[w]);
+      const T* e = cache + entries_s[w];
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int j = threadIdx.x + c * kThreads;

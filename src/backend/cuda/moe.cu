@@ -49,19 +49,19 @@ __global__ void moe_route_kernel(const float* logits, int64_t tokens, int e, int
   const int per_group = rp.num_groups > 1 ? e / rp.num_groups : e;
   if (rp.num_groups > 1) {
     kept_groups = 0;
-    const auto group_best = [&](int g) {
-      float best = -1.0f;
+    float group_best[kMoeMaxGroups];
+    for (int g = 0; g < rp.num_groups; ++g) {
+      group_best[g] = -1.0f;
       for (int i = g * per_group; i < (g + 1) * per_group; ++i)
-        best = fmaxf(best, route_p(l, i, max_logit, sum));
-      return best;
-    };
+        group_best[g] = fmaxf(group_best[g], route_p(l, i, max_logit, sum));
+    }
     float prev = INFINITY;
     int prev_g = -1;
     for (int j = 0; j < rp.topk_groups; ++j) {
       int pick = -1;
       float pick_best = -2.0f;
       for (int g = 0; g < rp.num_groups; ++g) {
-        const float b = group_best(g);
+        const float b = group_best[g];
         const bool after = b < prev || (b == prev && g > prev_g);
         if (after && b > pick_best) {
           pick = g;

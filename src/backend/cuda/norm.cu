@@ -18,6 +18,23 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// One 16-byte vector of the row at column c into v: x, or with a residual the sum rounded to T
+// and stored back into it; adds its squares to sum_sq.
+template <typename T>
+__device__ __forceinline__ void load_norm_input(const T* xr, T* rr, int64_t c,
+                                                float (&v)[kVec16<T>], float& sum_sq) {
+  load16_f32(xr + c, v);
+  if (rr) {
+    float r[kVec16<T>];
+    load16_f32(rr + c, r);
+#pragma unroll
+    for (int i = 0; i < kVec16<T>; ++i) v[i] = to_f32(from_f32<T>(r[i] + v[i]));
+    store16_f32(rr + c, v);
+  }
+#pragma unroll
+  for (int i = 0; i < kVec16<T>; ++i) sum_sq += v[i] * v[i];
+}
+
 // x (rows, d); residual (rows, d) or null; weight (d); out (rows, d).
 template <typename T, bool kVector>
 __global__ void __launch_bounds__(kThreads)
@@ -34,16 +51,7 @@ __global__ void __launch_bounds__(kThreads)
     constexpr int kV = kVec16<T>;
     for (int64_t c = int64_t{threadIdx.x} * kV; c < d; c += int64_t{kThreads} * kV) {
       float v[kV];
-      load16_f32(xr + c, v);
-      if (rr) {
-        float r[kV];
-        load16_f32(rr + c, r);
-#pragma unroll
-        for (int i = 0; i < kV; ++i) v[i] = to_f32(from_f32<T>(r[i] + v[i]));
-        store16_f32(rr + c, v);
-      }
-#pragma unroll
-      for (int i = 0; i < kV; ++i) sum_sq += v[i] * v[i];
+      load_norm_input(xr, rr, c, v, sum_sq);
     }
   } else {
     for (int64_t c = threadIdx.x; c < d; c += kThreads) {
@@ -93,19 +101,8 @@ __global__ void __launch_bounds__(kThreads)
   T* rr = residual ? residual + row * d : nullptr;
   float sum_sq = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    if (column(i) >= d) continue;
-    load16_f32(xr + column(i), v[i]);
-    if (rr) {
-      float r[kV];
-      load16_f32(rr + column(i), r);
-#pragma unroll
-      for (int j = 0; j < kV; ++j) v[i][j] = to_f32(from_f32<T>(r[j] + v[i][j]));
-      store16_f32(rr + column(i), v[i]);
-    }
-#pragma unroll
-    for (int j = 0; j < kV; ++j) sum_sq += v[i][j] * v[i][j];
-  }
+  for (int i = 0; i < kPer; ++i)
+    if (column(i) < d) load_norm_input(xr, rr, column(i), v[i], sum_sq);
   const float total = block_sum(sum_sq, scratch);
   const float inv_rms = rsqrtf(total / static_cast<float>(d) + eps);
   T* outr = out + row * d;
