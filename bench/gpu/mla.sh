@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One visit to the GPU machine for DeepSeek-V2 on CUDA (issue 15): build; the gpu tests of the MLA
+# kernels and the grouped router against the CPU ops (CudaMla*, CudaMoeRoute*, CudaMoe*); with
+# IB_CUDA_MLA=1, tools/hf_compare.py on deepseek-v2-tiny and deepseek-v2-lite (2 layers) against
+# transformers on CUDA in fp32 and bf16; then `inferbench run` on DeepSeek-V2-Lite dummy weights in
+# bf16 at batch 1 (3 runs) and on the seed protocol (batch 8, 200 prompts).
+# Usage (from the repository root, ~8 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/mla.sh
+# Environment: IB_BUILD_DIR (/tmp/ib-mla), IB_SKIP_TESTS=1, IB_SKIP_PARITY=1, IB_SKIP_SEED=1.
+# Writes tests.log, backend_cuda_test.json, parity.log, hf_compare_deepseek_v2_cuda.json,
+# runs.log, runs.json; the rest in extra.tgz.
+set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
+cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
+source bench/gpu/build_inferbench.sh && use_icu
+B=${IB_BUILD_DIR:-/tmp/ib-mla}
+export IB_CUDA_MLA=${IB_CUDA_MLA:-1}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
+build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test || { cp "$O/build.log" "$O/tests.log"; exit 1; }
+echo "built $(el)"
+if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
+  timeout 150 "$B/src/backend/cuda/backend_cuda_test" \
+    --gtest_filter='*CudaMla*:*CudaMoeRoute*:*CudaMoe*:*ReportsTheKernelSwitches*' \
+    --gtest_output="json:$O/backend_cuda_test.json" > "$O/tests.log" 2>&1
+  echo "backend_cuda_test rc=$? $(el)"
+  grep -E "^\[  FAILED  \]|Failure|Expected|Which is|PASSED|FAILED TEST" "$O/tests.log" | head -30
+fi
+if [ "${IB_SKIP_PARITY:-0}" != 1 ]; then
+  export PYTHONUNBUFFERED=1
+  timeout 200 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
+    --families deepseek-v2-tiny,deepseek-v2-lite --runs cuda:fp32,cuda:bf16 \
+    --json-name hf_compare_deepseek_v2_cuda.json --out "$O/parity" 2>&1 | grep -v Warning > "$O/parity.log"
+  echo "hf_compare rc=${PIPESTATUS[0]} $(el)"; tail -25 "$O/parity.log"
+  [ -f "$O/parity/hf_compare_deepseek_v2_cuda.json" ] && mv "$O/parity/hf_compare_deepseek_v2_cuda.json" "$O/"
+fi
+R=$O/runs; mkdir -p "$R"
+run() { local name=$1; shift
+  timeout -s INT 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
+    --disable-tqdm --model deepseek-v2-lite --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
+  echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|rror" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
+run b1_deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
+[ "${IB_SKIP_SEED:-0}" = 1 ] || run seed_deepseek-v2-lite --batch-size 8 --input-len 32 --output-len 128 \
+  --num-prompts 200 --runs 1
+python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
+rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
+( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|parity.log|hf_compare_deepseek_v2_cuda.json|runs.log|runs.json)$' |
+  xargs -r tar czf extra.tgz --remove-files )
+echo "done $(el)"
