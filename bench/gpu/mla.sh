@@ -5,7 +5,9 @@
 # transformers on CUDA in fp32 and bf16; then `inferbench run` on DeepSeek-V2-Lite dummy weights in
 # bf16 at batch 1 (3 runs) and on the seed protocol (batch 8, 200 prompts).
 # Usage (from the repository root, ~8 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/mla.sh
-# Environment: IB_BUILD_DIR (/tmp/ib-mla), IB_SKIP_TESTS=1, IB_SKIP_PARITY=1, IB_SKIP_SEED=1.
+# Environment: IB_BUILD_DIR (/tmp/ib-mla), IB_SKIP_TESTS=1, IB_SKIP_PARITY=1, IB_SKIP_SEED=1,
+# IB_PARITY_RUNS (cuda:fp32,cuda:bf16; e.g. hf:bf16,cpu:bf16 for the baselines), IB_CPU_MAX_LEN
+# (4096), IB_PROFILE=1: a CUPTI kernel profile of the batch-1 run (profile_b1.txt, timeline_b1.csv).
 # Writes tests.log, backend_cuda_test.json, parity.log, hf_compare_deepseek_v2_cuda.json,
 # runs.log, runs.json; the rest in extra.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -14,7 +16,7 @@ source bench/gpu/build_inferbench.sh && use_icu
 B=${IB_BUILD_DIR:-/tmp/ib-mla}
 export IB_CUDA_MLA=${IB_CUDA_MLA:-1}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
-build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test || { cp "$O/build.log" "$O/tests.log"; exit 1; }
+build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test ib_kernel_profile || { cp "$O/build.log" "$O/tests.log"; exit 1; }
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   timeout 150 "$B/src/backend/cuda/backend_cuda_test" \
@@ -26,7 +28,8 @@ fi
 if [ "${IB_SKIP_PARITY:-0}" != 1 ]; then
   export PYTHONUNBUFFERED=1
   timeout 200 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
-    --families deepseek-v2-tiny,deepseek-v2-lite --runs cuda:fp32,cuda:bf16 \
+    --families deepseek-v2-tiny,deepseek-v2-lite --runs "${IB_PARITY_RUNS:-cuda:fp32,cuda:bf16}" \
+    --cpu-max-len "${IB_CPU_MAX_LEN:-4096}" \
     --json-name hf_compare_deepseek_v2_cuda.json --out "$O/parity" 2>&1 | grep -v Warning > "$O/parity.log"
   echo "hf_compare rc=${PIPESTATUS[0]} $(el)"; tail -25 "$O/parity.log"
   [ -f "$O/parity/hf_compare_deepseek_v2_cuda.json" ] && mv "$O/parity/hf_compare_deepseek_v2_cuda.json" "$O/"
@@ -39,8 +42,18 @@ run() { local name=$1; shift
 run b1_deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
 [ "${IB_SKIP_SEED:-0}" = 1 ] || run seed_deepseek-v2-lite --batch-size 8 --input-len 32 --output-len 128 \
   --num-prompts 200 --runs 1
+if [ "${IB_PROFILE:-0}" = 1 ]; then
+  env IB_KERNEL_PROFILE="$O/profile_b1.txt" IB_KERNEL_TIMELINE="$O/timeline_b1.csv" \
+    IB_KERNEL_TIMELINE_COUNT=20000 LD_PRELOAD="$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")" \
+    timeout 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
+    --model deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 --num-prompts 2 --runs 1 \
+    --result-dir "$O/profile_run" --overwrite > "$O/profile_b1.log" 2>&1
+  echo "profile_b1 rc=$? $(el)" | tee -a "$O/runs.log"
+  python3 bench/gpu/timeline_summary.py "$O/timeline_b1.csv" | tee -a "$O/runs.log"
+  head -40 "$O/profile_b1.txt"
+fi
 python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
 rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
-( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|parity.log|hf_compare_deepseek_v2_cuda.json|runs.log|runs.json)$' |
+( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|parity.log|hf_compare_deepseek_v2_cuda.json|runs.log|runs.json|profile_b1.txt)$' |
   xargs -r tar czf extra.tgz --remove-files )
 echo "done $(el)"
