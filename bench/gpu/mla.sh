@@ -19,7 +19,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test ib_kernel_profile || { cp "$O/build.log" "$O/tests.log"; exit 1; }
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
-  timeout 150 "$B/src/backend/cuda/backend_cuda_test" \
+  # without IB_CUDA_MLA: ReportsTheKernelSwitchesItUses checks the defaults
+  env -u IB_CUDA_MLA timeout 150 "$B/src/backend/cuda/backend_cuda_test" \
     --gtest_filter='*CudaMla*:*CudaMoeRoute*:*CudaMoe*:*ReportsTheKernelSwitches*' \
     --gtest_output="json:$O/backend_cuda_test.json" > "$O/tests.log" 2>&1
   echo "backend_cuda_test rc=$? $(el)"

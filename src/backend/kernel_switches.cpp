@@ -48,9 +48,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "the W4A16 decode GEMVs of 1-4 tokens through the ring: warps per block splitting K (fewer "
      "warps stream more steps each); 0: 4 for launches of at least 1,024 row tiles (gate/up), "
      "else 8, measured fastest on the H200"},
-    {"IB_NORM_REGS", "cuda", "0", 0, 1, "",
+    {"IB_NORM_REGS", "cuda", "1", 0, 1, "",
      "1: RMSNorm rows of up to 8,192 bf16 values with x held in registers (read once) and the "
-     "gain loaded before the PDL wait; 0: the two-pass kernel (pending its measurement)"},
+     "gain loaded before the PDL wait (measured faster on the H200); 0: the two-pass kernel"},
     {"IB_GGUF_WIDE", "cuda", "0", 0, 1, "",
      "1: the GGUF decode GEMVs of fewer than 8,192 row pairs split K across 4 warps per row pair; "
      "0: a warp per row pair (measured faster on the H200)"},

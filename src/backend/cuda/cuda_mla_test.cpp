@@ -172,10 +172,22 @@ TEST_P(CudaMla, MatchesTheCpuAtOddSizes) {
   expect_mla_matches(GetParam(), shape_of(2, 96, 48, 10, 40), {{17, 1}, {5, 5}, {33, 2}});
 }
 
+// V2-Lite's sizes past many rounds of the kernel's 32 keys (a 600-token context), and decode rows
+// beside a 2-token chunk.
+TEST_P(CudaMla, MatchesTheCpuPastManyRounds) {
+  expect_mla_matches(GetParam(), shape_of(4, 512, 128, 64, 128), {{600, 1}, {97, 2}, {33, 1}});
+}
+
+// 16-byte loads (R and P multiples of a vector) with head sizes that are not: N 20, V 24.
+TEST_P(CudaMla, MatchesTheCpuOnTheVectorPathAtOddHeadSizes) {
+  expect_mla_matches(GetParam(), shape_of(3, 96, 20, 16, 24), {{45, 1}, {9, 9}, {70, 3}});
+}
+
 TEST(CudaMlaShape, RefusesALatentPastTheKernels) {
   EXPECT_TRUE(mla_shape_supported(shape_of(16, 512, 128, 64, 128)));
   EXPECT_FALSE(mla_shape_supported(shape_of(16, 1024, 128, 64, 128)));
   EXPECT_FALSE(mla_shape_supported(shape_of(16, 512, 128, 63, 128)));
+  EXPECT_FALSE(mla_shape_supported(shape_of(16, 512, 2048, 64, 128)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaMla, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),

@@ -4,14 +4,17 @@
 // mla_rope_and_cache_kernel: a block per token normalises the latent c, rotates k_pe and every
 // head's q_pe (DeepSeek's interleaved pairs, rope_scale folded into cos and sin) and writes
 // [c | k_pe] to the cache. mla_attention_kernel: a block per (query token, head). The block turns
-// q_nope into the latent space (q_lat = W_UK^T q_nope, a thread per latent column), then walks the
-// token's causal context 8 keys at a time (a warp per key scores q_lat . c + q_pe . k_pe; an online
-// softmax rescales the running sum and each thread's two latent columns of o), and finally
-// out = W_UV o, a warp per output row. Correctness first: each key's latent is read by its
-// scoring warp and again by every thread for o, and each head's block reads the whole context;
+// q_nope into the latent space (q_lat = W_UK^T q_nope: 16-byte loads of V columns, row groups
+// summed in shared memory), then walks the token's causal context 32 keys a round (each warp
+// scores four keys with q_lat . c + q_pe . k_pe, their 16-byte loads in flight together; an
+// online softmax rescales the running sum and each thread's pair of latent columns of o), and
+// finally out = W_UV o, a warp per four output rows. Each key's latent is read by its scoring
+// warp and again (from L1) by every thread for o, and each head's block reads the whole context;
 // a decode kernel sharing the latents across heads is the next step (bench/NOTES.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
@@ -23,7 +26,6 @@ namespace mla {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kKeysPerRound = kWarps;  // a warp scores one key of a round
 
 // x rotated in DeepSeek's interleaved layout: pair i = x[2i] + i x[2i+1] times (cos + i sin) of
 // angle pos * inv_freq[i], scaled (fp32; stored in T).
@@ -91,23 +93,94 @@ __device__ __forceinline__ int seq_of(const int32_t* query_start, int num_seqs, 
   return lo;
 }
 
-// out (T, H V); q (T, H (N + P)); kv_b (H (N + V), R); cache as above. Dynamic shared memory:
-// q_lat (R) and o (R) in fp32 (mla_attention_smem_bytes).
+// V elements of T from p as floats: one 16-byte load (V = kVec16<T>) or one element.
+template <typename T, int V>
+__device__ __forceinline__ void load_f32(const T* p, float (&out)[V]) {
+  if constexpr (V == 1) {
+    out[0] = to_f32(*p);
+  } else {
+    load16_f32(p, out);
+  }
+}
+
+// Two consecutive elements of T (4- or 8-byte aligned) as floats.
 template <typename T>
+__device__ __forceinline__ void load_pair_f32(const T* p, float (&out)[2]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+  } else if constexpr (std::is_same_v<T, bf16>) {
+    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+    out[0] = v.x;
+    out[1] = v.y;
+  } else {
+    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(p));
+    out[0] = v.x;
+    out[1] = v.y;
+  }
+}
+
+// The attention kernel's shared memory, in floats: [q_lat (R) | q_pe (P)] (the query in the
+// cache's layout), q_nope (N), then kPartialFloats of per-row-group partial sums of q_lat that
+// later hold o (R).
+constexpr int kPartialFloats = kThreads * 8;
+
+// q_lat = W_UK^T q_nope (W_UK (N, R)): a thread per V columns and a group of rows (R / V column
+// vectors, kThreads / (R / V) row groups when they fit), each row group's sums in `partial`,
+// added in group order.
+template <typename T, int V>
+__device__ __forceinline__ void latent_query(const T* w_uk, const float* q_nope, int n, int r,
+                                             float* partial, float* q_lat) {
+  const int cols = r / V;
+  const int groups = cols >= kThreads ? 1 : kThreads / cols;
+  for (int item = threadIdx.x; item < cols * groups; item += kThreads) {
+    const int cv = item % cols, g = item / cols;
+    float acc[V] = {};
+#pragma unroll 4
+    for (int i = g; i < n; i += groups) {
+      float w[V];
+      load_f32<T, V>(w_uk + int64_t{i} * r + cv * V, w);
+      const float qi = q_nope[i];
+#pragma unroll
+      for (int u = 0; u < V; ++u) acc[u] += qi * w[u];
+    }
+#pragma unroll
+    for (int u = 0; u < V; ++u) partial[g * r + cv * V + u] = acc[u];
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < r; j += kThreads) {
+    float sum = 0.0f;
+    for (int g = 0; g < groups; ++g) sum += partial[g * r + j];
+    q_lat[j] = sum;
+  }
+  __syncthreads();
+}
+
+// out (T, H V); q (T, H (N + P)); kv_b (H (N + V), R); cache as above; dynamic shared memory as
+// above (mla_attention_smem_bytes). V: elements per load, kVec16<T> when R and P are multiples of
+// it (16-byte aligned rows), else 1. A block per (query token, head): q_lat, then the token's
+// causal context kKeysPerRound keys a round (each warp scores kKeysPerWarp keys, their loads in
+// flight together; an online softmax rescales the running sum and each thread's latent columns
+// of o), then out = W_UV o, a warp per kRowsPerWarp rows at a time.
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     mla_attention_kernel(const T* __restrict__ q, const T* __restrict__ kv_b,
                          const T* __restrict__ cache, const int32_t* __restrict__ query_start,
                          const int32_t* __restrict__ context_lens,
                          const int32_t* __restrict__ block_tables, int max_blocks_per_seq,
                          int num_seqs, int block_size, MlaShape s, T* __restrict__ out) {
+  constexpr int kKeysPerWarp = 4, kKeysPerRound = kWarps * kKeysPerWarp, kRowsPerWarp = 4;
+  // o's columns per item (pairs when V > 1: R is even) and items per thread.
+  constexpr int kPer = V > 1 ? 2 : 1, kItems = kMlaMaxLatent / (kPer * kThreads);
   extern __shared__ float mla_smem[];
-  __shared__ float q_pe_s[kMlaMaxRopeDim];
   __shared__ float scores[kKeysPerRound];
   __shared__ int64_t entries_s[kKeysPerRound];  // the round's keys' cache offsets, -1: none
   const int r = s.kv_lora_rank, p = s.qk_rope_head_dim, n = s.qk_nope_head_dim;
   const int v = s.v_head_dim, width = r + p;
-  float* q_lat = mla_smem;    // (R)
-  float* o_s = mla_smem + r;  // (R), the final o
+  float* q_cat = mla_smem;             // (R + P)
+  float* q_nope_s = mla_smem + width;  // (N)
+  float* partial = q_nope_s + n;       // (kPartialFloats), then o (R)
   const int t = static_cast<int>(blockIdx.x) / s.num_heads;
   const int head = static_cast<int>(blockIdx.x) % s.num_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -124,36 +197,43 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = threadIdx.x; i < v; i += kThreads) dst[i] = from_f32<T>(0.0f);
     return;
   }
-  const T* q_nope = q + (int64_t{t} * s.num_heads + head) * (n + p);
-  for (int i = threadIdx.x; i < p; i += kThreads) q_pe_s[i] = to_f32(q_nope[n + i]);
-  // q_lat = W_UK^T q_nope: a thread per latent column.
-  for (int j = threadIdx.x; j < r; j += kThreads) {
-    float acc = 0.0f;
-    for (int i = 0; i < n; ++i) acc += to_f32(q_nope[i]) * to_f32(w_uk[int64_t{i} * r + j]);
-    q_lat[j] = acc;
-  }
+  const T* q_head = q + (int64_t{t} * s.num_heads + head) * (n + p);
+  for (int i = threadIdx.x; i < n; i += kThreads) q_nope_s[i] = to_f32(q_head[i]);
+  for (int i = threadIdx.x; i < p; i += kThreads) q_cat[r + i] = to_f32(q_head[n + i]);
   __syncthreads();
-  // The running softmax: max, sum, and o over the thread's latent columns j = tid + kThreads c.
-  constexpr int kCols = kMlaMaxLatent / kThreads;
-  float o[kCols] = {};
+  latent_query<T, V>(w_uk, q_nope_s, n, r, partial, q_cat);
+  // The running softmax: max, sum, and o over the thread's latent columns.
+  float o[kItems][kPer] = {};
   float run_max = -INFINITY, run_sum = 0.0f;
+  const int width_v = width / V;
   for (int base = 0; base <= pos; base += kKeysPerRound) {
-    const int key = base + warp;
-    if (key <= pos) {
-      const int64_t entry =
-          (int64_t{table[key / block_size]} * block_size + key % block_size) * width;
-      const T* e = cache + entry;
-      float dot = 0.0f;
-      for (int j = lane; j < r; j += 32) dot += q_lat[j] * to_f32(e[j]);
-      for (int j = lane; j < p; j += 32) dot += q_pe_s[j] * to_f32(e[r + j]);
-      dot = warp_sum(dot);
-      if (lane == 0) {
-        scores[warp] = dot * s.scale;
-        entries_s[warp] = entry;
+    int64_t entry[kKeysPerWarp];
+    float dot[kKeysPerWarp];
+#pragma unroll
+    for (int kk = 0; kk < kKeysPerWarp; ++kk) {
+      const int key = base + warp * kKeysPerWarp + kk;
+      entry[kk] = key <= pos
+                      ? (int64_t{table[key / block_size]} * block_size + key % block_size) * width
+                      : -1;
+      dot[kk] = 0.0f;
+    }
+    for (int vi = lane; vi < width_v; vi += 32) {
+#pragma unroll
+      for (int kk = 0; kk < kKeysPerWarp; ++kk) {
+        if (entry[kk] < 0) continue;
+        float e[V];
+        load_f32<T, V>(cache + entry[kk] + vi * V, e);
+#pragma unroll
+        for (int u = 0; u < V; ++u) dot[kk] += q_cat[vi * V + u] * e[u];
       }
-    } else if (lane == 0) {
-      scores[warp] = -INFINITY;
-      entries_s[warp] = -1;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeysPerWarp; ++kk) {
+      const float d = warp_sum(dot[kk]);
+      if (lane == 0) {
+        scores[warp * kKeysPerWarp + kk] = entry[kk] < 0 ? -INFINITY : d * s.scale;
+        entries_s[warp * kKeysPerWarp + kk] = entry[kk];
+      }
     }
     __syncthreads();
     float round_max = -INFINITY;
@@ -163,48 +243,78 @@ __global__ void __launch_bounds__(kThreads)
     const float alpha = expf(run_max - new_max);  // 0 on the first round (run_max = -inf)
     run_sum *= alpha;
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) o[c] *= alpha;
+    for (int c = 0; c < kItems; ++c) {
 #pragma unroll
+      for (int u = 0; u < kPer; ++u) o[c][u] *= alpha;
+    }
+#pragma unroll 8
     for (int w = 0; w < kKeysPerRound; ++w) {
-      if (entries_s[w] < 0) continue;
+      const int64_t ew = entries_s[w];
+      if (ew < 0) continue;
       const float pw = expf(scores[w] - new_max);
       run_sum += pw;
-      const T* e = cache + entries_s[w];
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const int j = threadIdx.x + c * kThreads;
-        if (j < r) o[c] += pw * to_f32(e[j]);
+      for (int c = 0; c < kItems; ++c) {
+        const int j = (threadIdx.x + c * kThreads) * kPer;
+        if (j >= r) continue;
+        float e[kPer];
+        if constexpr (kPer == 2) {
+          load_pair_f32(cache + ew + j, e);
+        } else {
+          e[0] = to_f32(cache[ew + j]);
+        }
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) o[c][u] += pw * e[u];
       }
     }
     run_max = new_max;
     __syncthreads();  // the round's scores read before the next round writes them
   }
+  float* o_s = partial;
 #pragma unroll
-  for (int c = 0; c < kCols; ++c) {
-    const int j = threadIdx.x + c * kThreads;
-    if (j < r) o_s[j] = o[c] / run_sum;
+  for (int c = 0; c < kItems; ++c) {
+    const int j = (threadIdx.x + c * kThreads) * kPer;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      if (j + u < r) o_s[j + u] = o[c][u] / run_sum;
+    }
   }
   __syncthreads();
-  // out[head] = W_UV o: a warp per output row.
-  for (int i = warp; i < v; i += kWarps) {
-    const T* row = w_uv + int64_t{i} * r;
-    float acc = 0.0f;
-    for (int j = lane; j < r; j += 32) acc += to_f32(row[j]) * o_s[j];
-    acc = warp_sum(acc);
-    if (lane == 0) dst[i] = from_f32<T>(acc);
+  // out[head] = W_UV o: a warp per kRowsPerWarp rows, their loads in flight together.
+  const int r_v = r / V;
+  for (int i0 = warp * kRowsPerWarp; i0 < v; i0 += kWarps * kRowsPerWarp) {
+    float acc[kRowsPerWarp] = {};
+    for (int vi = lane; vi < r_v; vi += 32) {
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        if (i0 + rr >= v) continue;
+        float w[V];
+        load_f32<T, V>(w_uv + int64_t{i0 + rr} * r + vi * V, w);
+#pragma unroll
+        for (int u = 0; u < V; ++u) acc[rr] += w[u] * o_s[vi * V + u];
+      }
+    }
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      const float sum = warp_sum(acc[rr]);
+      if (lane == 0 && i0 + rr < v) dst[i0 + rr] = from_f32<T>(sum);
+    }
   }
 }
 
 }  // namespace mla
 
 size_t mla_attention_smem_bytes(const MlaShape& shape) {
-  return 2 * static_cast<size_t>(shape.kv_lora_rank) * sizeof(float);
+  const auto floats = static_cast<size_t>(shape.kv_lora_rank) + shape.qk_rope_head_dim +
+                      shape.qk_nope_head_dim + mla::kPartialFloats;
+  return floats * sizeof(float);
 }
 
 bool mla_shape_supported(const MlaShape& shape) {
   return shape.kv_lora_rank >= 1 && shape.kv_lora_rank <= kMlaMaxLatent &&
          shape.qk_rope_head_dim % 2 == 0 && shape.qk_rope_head_dim <= kMlaMaxRopeDim &&
-         shape.num_heads >= 1 && shape.qk_nope_head_dim >= 1 && shape.v_head_dim >= 1;
+         shape.num_heads >= 1 && shape.qk_nope_head_dim >= 1 &&
+         shape.qk_nope_head_dim <= kMlaMaxNopeDim && shape.v_head_dim >= 1;
 }
 
 void launch_mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_norm, float eps,
@@ -229,12 +339,15 @@ void launch_mla_attention(const Tensor& q, const Tensor& kv_b, const KvCacheLaye
   if (t == 0) return;
   const size_t smem = mla_attention_smem_bytes(shape);
   IB_DISPATCH_FLOAT(q.dtype, T, {
-    launch_kernel("mla_attention", pdl, mla::mla_attention_kernel<T>,
-                  dim3(static_cast<unsigned>(t * shape.num_heads)), dim3(mla::kThreads), smem,
-                  stream, q.as<const T>(), kv_b.as<const T>(), kv.k.as<const T>(),
-                  meta.query_start.as<const int32_t>(), meta.context_lens.as<const int32_t>(),
-                  meta.block_tables.as<const int32_t>(), static_cast<int>(meta.block_tables.dim(1)),
-                  meta.num_seqs, kv.block_size, shape, out.as<T>());
+    constexpr int kV = kVec16<T>;
+    const bool vec = shape.kv_lora_rank % kV == 0 && shape.qk_rope_head_dim % kV == 0;
+    auto* kernel = vec ? mla::mla_attention_kernel<T, kV> : mla::mla_attention_kernel<T, 1>;
+    launch_kernel("mla_attention", pdl, kernel, dim3(static_cast<unsigned>(t * shape.num_heads)),
+                  dim3(mla::kThreads), smem, stream, q.as<const T>(), kv_b.as<const T>(),
+                  kv.k.as<const T>(), meta.query_start.as<const int32_t>(),
+                  meta.context_lens.as<const int32_t>(), meta.block_tables.as<const int32_t>(),
+                  static_cast<int>(meta.block_tables.dim(1)), meta.num_seqs, kv.block_size, shape,
+                  out.as<T>());
   });
 }
 

@@ -1,9 +1,10 @@
-// Mixture-of-experts kernels (backend/ops.h, MoeOps): the router's softmax and top-k, one thread
-// per token, as the CPU op computes it; then the experts over token chunks, grouped by expert on
+// Mixture-of-experts kernels (backend/ops.h, MoeOps): the router's softmax and top-k, a warp per
+// token, as the CPU op computes it; then the experts over token chunks, grouped by expert on
 // the device (each block finds the pairs routed to its expert, so only the selected experts'
 // weights are read, each row once per group of kTokensPerPass pairs), and a combine that adds the
 // experts of each token in ascending id order. Expert ids never leave the device.
 #include <algorithm>
+#include <climits>
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
@@ -25,84 +26,148 @@ __device__ __forceinline__ float silu(float g) {
 
 // ---- routing ----
 
-// p of expert i, computed the same way wherever it is needed (so that comparisons are exact).
-__device__ __forceinline__ float route_p(const float* l, int i, float max_logit, float sum) {
-  return expf(l[i] - max_logit) / sum;
+// A warp per token. p_i = expf(l_i - max) / sum, the sum added in expert order (as the CPU op
+// and the one-thread kernel before this one did, so the ids and weights equal the CPU's). Expert
+// j + 1 is the largest score strictly after expert j in the order (score descending, id
+// ascending): the CPU's partial_sort order, ties to the lower id, found by a warp reduction over
+// each lane's best. The score is p, or 0 outside the groups kept (DeepSeek's group-limited
+// routing, num_groups > 1: the topk_groups groups of the largest p, ties to the lower group, as
+// the CPU op keeps them; lane 0 picks them).
+constexpr int kRouteWarps = 4;
+constexpr int kRoutePerLane = kMoeMaxExperts / 32;
+
+// (pa, a) comes before (pb, b): the larger score, then the lower id.
+__device__ __forceinline__ bool route_before(float pa, int a, float pb, int b) {
+  return pa > pb || (pa == pb && a < b);
 }
 
-// One thread per token. Expert j + 1 is the largest score strictly after expert j in the order
-// (score descending, id ascending): the CPU's partial_sort order, ties to the lower id. The
-// score is p, or 0 outside the groups kept (DeepSeek's group-limited routing, num_groups > 1:
-// the topk_groups groups of the largest p, ties to the lower group, as the CPU op keeps them).
-__global__ void moe_route_kernel(const float* logits, int64_t tokens, int e, int k,
-                                 MoeRouteParams rp, int32_t* ids, float* weights,
-                                 unsigned long long* counts) {
-  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (t >= tokens) return;
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    moe_route_kernel(const float* logits, int64_t tokens, int e, int k, MoeRouteParams rp,
+                     int32_t* ids, float* weights, unsigned long long* counts) {
+  __shared__ float p_s[kRouteWarps][kMoeMaxExperts];
+  __shared__ float group_best_s[kRouteWarps][kMoeMaxGroups];
+  __shared__ unsigned long long kept_groups_s[kRouteWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = blockIdx.x * int64_t{kRouteWarps} + warp;
+  if (t >= tokens) return;  // the whole warp: no block-wide barrier follows
   const float* l = logits + t * e;
-  float max_logit = l[0];
-  for (int i = 1; i < e; ++i) max_logit = fmaxf(max_logit, l[i]);
+  float* p_w = p_s[warp];
+  float lv[kRoutePerLane];
+  float max_logit = -INFINITY;
+#pragma unroll
+  for (int c = 0; c < kRoutePerLane; ++c) {
+    const int i = lane + 32 * c;
+    lv[c] = i < e ? l[i] : -INFINITY;
+    max_logit = fmaxf(max_logit, lv[c]);
+  }
+  max_logit = warp_max(max_logit);
+#pragma unroll
+  for (int c = 0; c < kRoutePerLane; ++c) {
+    const int i = lane + 32 * c;
+    if (i < e) p_w[i] = expf(lv[c] - max_logit);
+  }
+  __syncwarp();
   float sum = 0.0f;
-  for (int i = 0; i < e; ++i) sum += expf(l[i] - max_logit);
+  if (lane == 0) {
+    for (int i = 0; i < e; ++i) sum += p_w[i];
+  }
+  sum = __shfl_sync(0xffffffffu, sum, 0);
+  float pv[kRoutePerLane];
+#pragma unroll
+  for (int c = 0; c < kRoutePerLane; ++c) {
+    const int i = lane + 32 * c;
+    pv[c] = i < e ? p_w[i] / sum : -INFINITY;
+  }
   // The groups kept, a bit each.
-  uint64_t kept_groups = ~uint64_t{0};
+  unsigned long long kept_groups = ~0ull;
   const int per_group = rp.num_groups > 1 ? e / rp.num_groups : e;
   if (rp.num_groups > 1) {
-    kept_groups = 0;
-    float group_best[kMoeMaxGroups];
-    for (int g = 0; g < rp.num_groups; ++g) {
-      group_best[g] = -1.0f;
-      for (int i = g * per_group; i < (g + 1) * per_group; ++i)
-        group_best[g] = fmaxf(group_best[g], route_p(l, i, max_logit, sum));
+    __syncwarp();
+#pragma unroll
+    for (int c = 0; c < kRoutePerLane; ++c) {
+      const int i = lane + 32 * c;
+      if (i < e) p_w[i] = pv[c];
     }
-    float prev = INFINITY;
-    int prev_g = -1;
-    for (int j = 0; j < rp.topk_groups; ++j) {
-      int pick = -1;
-      float pick_best = -2.0f;
-      for (int g = 0; g < rp.num_groups; ++g) {
-        const float b = group_best[g];
-        const bool after = b < prev || (b == prev && g > prev_g);
-        if (after && b > pick_best) {
-          pick = g;
-          pick_best = b;
+    __syncwarp();
+    for (int g = lane; g < rp.num_groups; g += 32) {
+      float best = -1.0f;
+      for (int i = g * per_group; i < (g + 1) * per_group; ++i) best = fmaxf(best, p_w[i]);
+      group_best_s[warp][g] = best;
+    }
+    __syncwarp();
+    if (lane == 0) {
+      const float* group_best = group_best_s[warp];
+      unsigned long long kept = 0;
+      float prev = INFINITY;
+      int prev_g = -1;
+      for (int j = 0; j < rp.topk_groups; ++j) {
+        int pick = -1;
+        float pick_best = -2.0f;
+        for (int g = 0; g < rp.num_groups; ++g) {
+          const float b = group_best[g];
+          const bool after = b < prev || (b == prev && g > prev_g);
+          if (after && b > pick_best) {
+            pick = g;
+            pick_best = b;
+          }
         }
+        if (pick < 0) pick = (prev_g + 1) % rp.num_groups;  // NaN logits: any group
+        kept |= 1ull << pick;
+        prev = pick_best;
+        prev_g = pick;
       }
-      if (pick < 0) pick = (prev_g + 1) % rp.num_groups;  // NaN logits: any group
-      kept_groups |= uint64_t{1} << pick;
-      prev = pick_best;
-      prev_g = pick;
+      kept_groups_s[warp] = kept;
     }
+    __syncwarp();
+    kept_groups = kept_groups_s[warp];
   }
-  const auto score = [&](int i) {
-    return (kept_groups >> (i / per_group)) & 1 ? route_p(l, i, max_logit, sum) : 0.0f;
-  };
-  float p[kMoeMaxTopK];
-  int32_t id[kMoeMaxTopK];
-  float prev_p = INFINITY, kept = 0.0f;
-  int prev_id = -1;
+  float score[kRoutePerLane];
+#pragma unroll
+  for (int c = 0; c < kRoutePerLane; ++c) {
+    const int i = lane + 32 * c;
+    score[c] = i < e && !((kept_groups >> (i / per_group)) & 1) ? 0.0f : pv[c];
+  }
+  float kept = 0.0f, prev_p = INFINITY, my_p = 0.0f;
+  int prev_id = -1, my_id = 0;
   for (int j = 0; j < k; ++j) {
-    int best = -1;
+    // This lane's best after the previous pick (NaN never wins), then the warp's.
     float best_p = -1.0f;
-    for (int i = 0; i < e; ++i) {
-      const float pi = score(i);
+    int best = INT_MAX;
+#pragma unroll
+    for (int c = 0; c < kRoutePerLane; ++c) {
+      const int i = lane + 32 * c;
+      const float pi = score[c];
       const bool after = pi < prev_p || (pi == prev_p && i > prev_id);
-      if (after && pi > best_p) {
+      if (i < e && after && pi > best_p) {
         best = i;
         best_p = pi;
       }
     }
-    if (best < 0) best = (prev_id + 1) % e;  // NaN logits: any id in range
-    id[j] = best;
-    p[j] = best_p;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other_p = __shfl_xor_sync(0xffffffffu, best_p, offset);
+      const int other = __shfl_xor_sync(0xffffffffu, best, offset);
+      if (route_before(other_p, other, best_p, best)) {
+        best_p = other_p;
+        best = other;
+      }
+    }
+    if (best == INT_MAX) {  // NaN logits: any id in range
+      best = (prev_id + 1) % e;
+      best_p = -1.0f;
+    }
+    if (lane == j) {
+      my_id = best;
+      my_p = best_p;
+    }
     kept += best_p;
     prev_p = best_p;
     prev_id = best;
   }
-  for (int j = 0; j < k; ++j) {
-    ids[t * k + j] = id[j];
-    weights[t * k + j] = (rp.renormalize ? p[j] / kept : p[j]) * rp.scale;
-    atomicAdd(counts + id[j], 1ull);
+  if (lane < k) {
+    ids[t * k + lane] = my_id;
+    weights[t * k + lane] = (rp.renormalize ? my_p / kept : my_p) * rp.scale;
+    atomicAdd(counts + my_id, 1ull);
   }
 }
 
@@ -266,7 +331,7 @@ void launch_moe_route(const Tensor& logits, const MoeRouteParams& routing, Tenso
   const auto k = static_cast<int>(ids.row_size());
   IB_ASSERT(k >= 1 && k <= kMoeMaxTopK, "moe_route: top-k above kMoeMaxTopK");
   IB_ASSERT(routing.num_groups <= kMoeMaxGroups, "moe_route: more groups than kMoeMaxGroups");
-  moe_route_kernel<<<blocks_for(t, 128), 128, 0, stream>>>(
+  moe_route_kernel<<<blocks_for(t, kRouteWarps), kRouteWarps * 32, 0, stream>>>(
       logits.as<const float>(), t, e, k, routing, ids.as<int32_t>(), weights.as<float>(),
       counts.as<unsigned long long>());
   IB_CUDA_CHECK_LAUNCH("moe_route");

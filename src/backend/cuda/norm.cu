@@ -2,10 +2,10 @@
 // when the row allows. The residual is rounded to its dtype before the norm reads it, so the
 // norm sees exactly the residual that is stored (as HF does in bf16).
 //
-// IB_NORM_REGS (set_norm_regs): rows of up to 4 vectors per thread (8,192 bf16 values) in the
-// register form: each thread's gain vectors loaded before the PDL wait (the gain is constant), its
-// x (and residual sum) kept in registers between the sum of squares and the scaling, so x is read
-// once instead of twice. The same arithmetic in the same order as the two-pass kernel.
+// IB_NORM_REGS (set_norm_regs, default on): rows of up to 4 vectors per thread (8,192 bf16 values)
+// in the register form: each thread's gain vectors loaded before the PDL wait (the gain is
+// constant), its x (and residual sum) kept in registers between the sum of squares and the scaling,
+// so x is read once instead of twice. The same arithmetic in the same order as the two-pass kernel.
 #include <atomic>
 
 #include "backend/cuda/detail/check.h"
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-std::atomic<bool> g_norm_regs{false};  // IB_NORM_REGS
+std::atomic<bool> g_norm_regs{true};  // IB_NORM_REGS
 
 }  // namespace
 

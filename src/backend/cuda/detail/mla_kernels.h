@@ -10,12 +10,14 @@
 
 namespace ib::cuda {
 
-inline constexpr int kMlaMaxLatent = 512;   // R = kv_lora_rank (DeepSeek-V2: 512)
-inline constexpr int kMlaMaxRopeDim = 128;  // P = qk_rope_head_dim (DeepSeek-V2: 64)
+inline constexpr int kMlaMaxLatent = 512;    // R = kv_lora_rank (DeepSeek-V2: 512)
+inline constexpr int kMlaMaxRopeDim = 128;   // P = qk_rope_head_dim (DeepSeek-V2: 64)
+inline constexpr int kMlaMaxNopeDim = 1024;  // N = qk_nope_head_dim (DeepSeek-V2: 128)
 
-// Whether the kernels take the shape (R <= 512, P even and <= 128).
+// Whether the kernels take the shape (R <= 512, P even and <= 128, N <= 1024).
 bool mla_shape_supported(const MlaShape& shape);
-// The attention kernel's dynamic shared memory: q_lat and o, R fp32 each.
+// The attention kernel's dynamic shared memory: the query in the cache's layout (R + P), q_nope
+// (N) and the row groups' partial sums of q_lat, later o (mla.cu), fp32.
 size_t mla_attention_smem_bytes(const MlaShape& shape);
 // MlaOps::mla_rope_and_cache on x's dtype: q, latent and kv_norm in it, the cache too.
 void launch_mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_norm, float eps,
