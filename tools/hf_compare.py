@@ -26,7 +26,7 @@ window, and "gemma2-tiny" with a 64-token window) runs with the same tolerances:
       --json-name hf_compare_gemma2.json --out DIR
 DeepSeek-V2 (DeepseekV2ForCausalLM: "deepseek-v2-lite" at DeepSeek-V2-Lite's sizes, 2 layers = the
 dense first layer and one MoE layer; "deepseek-v2-tiny" with V2's q LoRA and group-limited
-routing at toy sizes), CPU fp32 (CUDA refuses it, listed as not run):
+routing at toy sizes), CPU and CUDA (with IB_CUDA_MLA=0 CUDA refuses it, listed as not run):
   tools/hf_compare.py --families deepseek-v2-tiny,deepseek-v2-lite --runs cpu:fp32,cuda:fp32 \
       --json-name hf_compare_deepseek_v2.json --out DIR
 Mixtral only, CPU and CUDA fp32:
@@ -142,7 +142,7 @@ FAMILIES = {
 }
 # Mixture-of-experts families: a backend that has no MoE ops yet refuses them (exit 2, naming
 # what is missing); such a row is listed as not run, with the refusal, rather than failed.
-# DeepSeek-V2 (multi-head latent attention) runs on the CPU backend only for now: CUDA refuses it.
+# DeepSeek-V2 (multi-head latent attention): CUDA refuses it with IB_CUDA_MLA=0.
 DEEPSEEK_FAMILIES = {"deepseek-v2-lite", "deepseek-v2-tiny"}
 MOE_FAMILIES = {"mixtral", "mixtral-tiny"} | DEEPSEEK_FAMILIES
 # Gemma-2: the CUDA attention kernels take head_dim 64, 96 and 128; the 9B shapes' 256 is refused

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One visit to the GPU machine for DeepSeek-V2 on CUDA (issue 15): build; the gpu tests of the MLA
-# kernels and the grouped router against the CPU ops (CudaMla*, CudaMoeRoute*, CudaMoe*); with
-# IB_CUDA_MLA=1, tools/hf_compare.py on deepseek-v2-tiny and deepseek-v2-lite (2 layers) against
+# kernels and the grouped router against the CPU ops (CudaMla*, CudaMoeRoute*, CudaMoe*);
+# tools/hf_compare.py on deepseek-v2-tiny and deepseek-v2-lite (2 layers) against
 # transformers on CUDA in fp32 and bf16; then `inferbench run` on DeepSeek-V2-Lite dummy weights in
 # bf16 at batch 1 (3 runs) and on the seed protocol (batch 8, 200 prompts).
 # Usage (from the repository root, ~8 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/mla.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-mla), IB_SKIP_TESTS=1, IB_SKIP_PARITY=1, IB_SKIP_SEED=1,
-# IB_PARITY_RUNS (cuda:fp32,cuda:bf16; e.g. hf:bf16,cpu:bf16 for the baselines), IB_CPU_MAX_LEN
+# IB_PARITY_RUNS (cuda:fp32,cuda:bf16; cuda:fp32,cuda:bf16,hf:bf16 adds transformers' own bf16
+# run, teacher-forced on the CUDA bf16 tokens, as the baseline), IB_CPU_MAX_LEN
 # (4096), IB_PROFILE=1: a CUPTI kernel profile of the batch-1 run (profile_b1.txt, timeline_b1.csv).
 # Writes tests.log, backend_cuda_test.json, parity.log, hf_compare_deepseek_v2_cuda.json,
 # runs.log, runs.json; the rest in extra.tgz.
@@ -14,13 +15,11 @@ set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 B=${IB_BUILD_DIR:-/tmp/ib-mla}
-export IB_CUDA_MLA=${IB_CUDA_MLA:-1}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
 build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test ib_kernel_profile || { cp "$O/build.log" "$O/tests.log"; exit 1; }
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
-  # without IB_CUDA_MLA: ReportsTheKernelSwitchesItUses checks the defaults
-  env -u IB_CUDA_MLA timeout 150 "$B/src/backend/cuda/backend_cuda_test" \
+  timeout 150 "$B/src/backend/cuda/backend_cuda_test" \
     --gtest_filter='*CudaMla*:*CudaMoeRoute*:*CudaMoe*:*ReportsTheKernelSwitches*' \
     --gtest_output="json:$O/backend_cuda_test.json" > "$O/tests.log" 2>&1
   echo "backend_cuda_test rc=$? $(el)"

@@ -55,8 +55,8 @@ if [ "${IB_GEMMA:-0}" = 1 ]; then
 fi
 # DeepSeek-V2 (engine/arch/deepseek2.cpp) on the CPU backend against transformers, with
 # IB_DEEPSEEK=1: "deepseek-v2-tiny" (V2's q LoRA and group-limited routing at toy sizes) and
-# DeepSeek-V2-Lite's sizes (2 layers: the dense first layer and one MoE layer); CUDA refuses it
-# (listed as not run).
+# DeepSeek-V2-Lite's sizes (2 layers: the dense first layer and one MoE layer); on CUDA too
+# (bench/gpu/mla.sh is the DeepSeek-on-CUDA visit).
 if [ "${IB_DEEPSEEK:-0}" = 1 ]; then
   timeout "${IB_DEEPSEEK_TIMEOUT_S:-240}" python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
     --families deepseek-v2-tiny,deepseek-v2-lite --runs cpu:fp32,cuda:fp32 \

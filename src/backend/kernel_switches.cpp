@@ -29,10 +29,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_ATTN_PREFETCH", "cuda", "8", 0, 1 << 20, "",
      "the split-KV attention prefetches its K and V rows into L2 in steps of at most this many "
      "sequences (0: never)"},
-    {"IB_CUDA_MLA", "cuda", "0", 0, 1, "",
+    {"IB_CUDA_MLA", "cuda", "1", 0, 1, "",
      "1: the CUDA backend offers its multi-head latent attention kernels (DeepSeek-V2) to the "
-     "engine; 0: a DeepSeek-V2 model is refused on CUDA (pending the kernels' first run on a "
-     "GPU)"},
+     "engine (tested against the CPU ops and transformers on the H200); 0: a DeepSeek-V2 model "
+     "is refused on CUDA"},
     {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
      "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
      "prefetching each block's next row tile (0: one block per tile)"},

@@ -1,6 +1,6 @@
 // CudaBackend's MlaOps (backend/ops.h): shape checks, then the mla.cu launchers. Offered to the
-// engine only with IB_CUDA_MLA=1 (CudaBackend::mla_ops) until the kernels have run against the
-// CPU oracle on a GPU (cuda_mla_test.cpp).
+// engine unless IB_CUDA_MLA=0 (CudaBackend::mla_ops); tested against the CPU oracle
+// (cuda_mla_test.cpp) and, through the engine, against transformers (tools/hf_compare.py).
 #include "backend/cuda/detail/cuda_backend_impl.h"
 #include "backend/cuda/detail/mla_kernels.h"
 #include "backend/mla_checks.h"

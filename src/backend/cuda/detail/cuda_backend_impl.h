@@ -118,8 +118,7 @@ class CudaBackend final : public Backend,
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                    Tensor out) override;
-  // IB_CUDA_MLA=1 (set_mla): offered to the engine (mla_ops.cpp; off until the kernels have run
-  // against the CPU oracle on a GPU).
+  // IB_CUDA_MLA (set_mla, default 1): offered to the engine (mla_ops.cpp); 0 withdraws them.
   MlaOps* mla_ops() override { return mla_ ? this : nullptr; }
   void set_mla(bool on) { mla_ = on; }
   bool mla() const { return mla_; }
@@ -341,7 +340,7 @@ class CudaBackend final : public Backend,
   bool pdl_ = true;
   bool pdl_attention_trigger_early_ = false;
   bool fused_ = true;
-  bool mla_ = false;  // IB_CUDA_MLA
+  bool mla_ = true;  // IB_CUDA_MLA
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;
