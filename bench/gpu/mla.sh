@@ -8,7 +8,10 @@
 # Environment: IB_BUILD_DIR (/tmp/ib-mla), IB_SKIP_TESTS=1, IB_SKIP_PARITY=1, IB_SKIP_SEED=1,
 # IB_PARITY_RUNS (cuda:fp32,cuda:bf16; cuda:fp32,cuda:bf16,hf:bf16 adds transformers' own bf16
 # run, teacher-forced on the CUDA bf16 tokens, as the baseline), IB_CPU_MAX_LEN
-# (4096), IB_PROFILE=1: a CUPTI kernel profile of the batch-1 run (profile_b1.txt, timeline_b1.csv).
+# (4096), IB_PROFILE=1: a CUPTI kernel profile of the batch-1 run (profile_b1.txt, timeline_b1.csv),
+# IB_MLA_AB ("0 1"): the runs once per IB_MLA_SPLIT value (b1_deepseek-v2-lite_split0, ...; empty:
+# once with the default); IB_PARITY_SPLIT: IB_MLA_SPLIT for the parity rows (unset: the default);
+# IB_PROFILE_SPLIT: the same for the profiled run.
 # Writes tests.log, backend_cuda_test.json, parity.log, hf_compare_deepseek_v2_cuda.json,
 # runs.log, runs.json; the rest in extra.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -27,7 +30,7 @@ if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
 fi
 if [ "${IB_SKIP_PARITY:-0}" != 1 ]; then
   export PYTHONUNBUFFERED=1
-  timeout 200 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
+  env ${IB_PARITY_SPLIT:+IB_MLA_SPLIT=$IB_PARITY_SPLIT} timeout 200 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
     --families deepseek-v2-tiny,deepseek-v2-lite --runs "${IB_PARITY_RUNS:-cuda:fp32,cuda:bf16}" \
     --cpu-max-len "${IB_CPU_MAX_LEN:-4096}" \
     --json-name hf_compare_deepseek_v2_cuda.json --out "$O/parity" 2>&1 | grep -v Warning > "$O/parity.log"
@@ -39,17 +42,23 @@ run() { local name=$1; shift
   timeout -s INT 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
     --disable-tqdm --model deepseek-v2-lite --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
   echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|rror" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
-run b1_deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
-[ "${IB_SKIP_SEED:-0}" = 1 ] || run seed_deepseek-v2-lite --batch-size 8 --input-len 32 --output-len 128 \
-  --num-prompts 200 --runs 1
+for sv in ${IB_MLA_AB-0 1}; do
+  export IB_MLA_SPLIT=$sv
+  run "b1_deepseek-v2-lite_split$sv" --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
+  [ "${IB_SKIP_SEED:-0}" = 1 ] || run "seed_deepseek-v2-lite_split$sv" --batch-size 8 --input-len 32 \
+    --output-len 128 --num-prompts 200 --runs 1
+  unset IB_MLA_SPLIT
+done
+[ -z "${IB_MLA_AB-0 1}" ] && run b1_deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 \
+  --num-prompts 4 --runs 3
 if [ "${IB_PROFILE:-0}" = 1 ]; then
-  env IB_KERNEL_PROFILE="$O/profile_b1.txt" IB_KERNEL_TIMELINE="$O/timeline_b1.csv" \
+  env ${IB_PROFILE_SPLIT:+IB_MLA_SPLIT=$IB_PROFILE_SPLIT} IB_KERNEL_PROFILE="$O/profile_b1.txt" IB_KERNEL_TIMELINE="$O/timeline_b1.csv" \
     IB_KERNEL_TIMELINE_COUNT=20000 LD_PRELOAD="$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")" \
     timeout 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
     --model deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 --num-prompts 2 --runs 1 \
     --result-dir "$O/profile_run" --overwrite > "$O/profile_b1.log" 2>&1
   echo "profile_b1 rc=$? $(el)" | tee -a "$O/runs.log"
-  python3 bench/gpu/timeline_summary.py "$O/timeline_b1.csv" | tee -a "$O/runs.log"
+  python3 bench/gpu/step_summary.py "$O/timeline_b1.csv" | tee -a "$O/runs.log"
   head -40 "$O/profile_b1.txt"
 fi
 python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"

@@ -33,6 +33,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "1: the CUDA backend offers its multi-head latent attention kernels (DeepSeek-V2) to the "
      "engine (tested against the CPU ops and transformers on the H200); 0: a DeepSeek-V2 model "
      "is refused on CUDA"},
+    {"IB_MLA_SPLIT", "cuda", "0", 0, 1, "",
+     "1: the latent attention as three kernels split across blocks (q_lat, the context in "
+     "splits, the splits combined and projected); 0: a block per token and head (pending the "
+     "split form's measurement)"},
     {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
      "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
      "prefetching each block's next row tile (0: one block per tile)"},

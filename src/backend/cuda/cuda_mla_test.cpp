@@ -108,12 +108,15 @@ void expect_mla_matches(DType dtype, const MlaShape& shape, const std::vector<Se
     m.max_context_len = max_context;
     return m;
   };
-  Pair out = twin.output({tokens, int64_t{h} * v});
-  cpu_mla->mla_attention(q.cpu, kv_b_cpu, kv_cpu, meta(false), shape, out.cpu);
-  twin.gpu().mla_attention(q.gpu, kv_b_gpu, kv_gpu, meta(true), shape, out.gpu);
-  const Status status = twin.gpu().device_status();
-  ASSERT_TRUE(status.ok()) << status.error().message;
-  EXPECT_LT(twin.error(out), tolerance(dtype)) << "attention";
+  for (const bool split : {false, true}) {  // the fused kernel, then IB_MLA_SPLIT's three
+    Pair out = twin.output({tokens, int64_t{h} * v});
+    cpu_mla->mla_attention(q.cpu, kv_b_cpu, kv_cpu, meta(false), shape, out.cpu);
+    twin.gpu().set_mla_split(split);
+    twin.gpu().mla_attention(q.gpu, kv_b_gpu, kv_gpu, meta(true), shape, out.gpu);
+    const Status status = twin.gpu().device_status();
+    ASSERT_TRUE(status.ok()) << status.error().message;
+    EXPECT_LT(twin.error(out), tolerance(dtype)) << (split ? "split" : "fused") << " attention";
+  }
 }
 
 MlaShape shape_of(int h, int r, int n, int p, int v) {
@@ -160,11 +163,14 @@ TEST_P(CudaMla, PaddingRowsGetZeros) {
   m.block_tables = bt.gpu;
   m.max_query_len = 1;
   m.max_context_len = 5;
-  const Pair out = twin.output({2, 2 * 12});
-  twin.gpu().mla_attention(q.gpu, w, {cache.gpu, Tensor{}, bs}, m, shape, out.gpu);
-  const std::vector<float> got = twin.gpu_floats(out.gpu);
-  for (size_t i = 0; i < 24; ++i) EXPECT_TRUE(std::isfinite(got[i])) << i;
-  for (size_t i = 24; i < 48; ++i) EXPECT_EQ(got[i], 0.0f) << i;
+  for (const bool split : {false, true}) {
+    const Pair out = twin.output({2, 2 * 12});
+    twin.gpu().set_mla_split(split);
+    twin.gpu().mla_attention(q.gpu, w, {cache.gpu, Tensor{}, bs}, m, shape, out.gpu);
+    const std::vector<float> got = twin.gpu_floats(out.gpu);
+    for (size_t i = 0; i < 24; ++i) EXPECT_TRUE(std::isfinite(got[i])) << i << " split " << split;
+    for (size_t i = 24; i < 48; ++i) EXPECT_EQ(got[i], 0.0f) << i << " split " << split;
+  }
 }
 
 // Sizes that are not multiples of a warp or of the block's threads.
@@ -181,6 +187,28 @@ TEST_P(CudaMla, MatchesTheCpuPastManyRounds) {
 // 16-byte loads (R and P multiples of a vector) with head sizes that are not: N 20, V 24.
 TEST_P(CudaMla, MatchesTheCpuOnTheVectorPathAtOddHeadSizes) {
   expect_mla_matches(GetParam(), shape_of(3, 96, 20, 16, 24), {{45, 1}, {9, 9}, {70, 3}});
+}
+
+// IB_MLA_SPLIT's plan: two blocks per SM over the token x head rows (at most kMlaMaxSplits), fewer
+// splits when a token's scratch would not fit, and token chunks that fit the workspace.
+TEST(CudaMlaShape, SplitPlanFillsTheSmsWithinTheWorkspace) {
+  const MlaShape lite = shape_of(16, 512, 128, 64, 128);
+  const size_t ws = size_t{64} << 20;
+  const int64_t per_token_one_split = 16 * (576 + 514) * 4;
+  MlaSplitPlan plan = mla_split_plan(1, lite, ws, 132);
+  EXPECT_EQ(plan.splits, kMlaMaxSplits);
+  EXPECT_EQ(plan.chunk_tokens, 1);
+  plan = mla_split_plan(8, lite, ws, 132);  // 128 rows: 3 splits for 264 blocks
+  EXPECT_EQ(plan.splits, 3);
+  EXPECT_EQ(plan.chunk_tokens, 8);
+  plan = mla_split_plan(4096, lite, ws, 132);  // a prefill: one split, chunks of the workspace
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.chunk_tokens, static_cast<int64_t>(ws) / per_token_one_split);
+  EXPECT_LT(plan.chunk_tokens, 4096);
+  plan = mla_split_plan(1, lite, 100 << 10, 132);  // 16 splits' scratch does not fit 100 KiB
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.chunk_tokens, 1);
+  EXPECT_EQ(mla_split_plan(1, lite, 1 << 10, 132).chunk_tokens, 0);
 }
 
 TEST(CudaMlaShape, RefusesALatentPastTheKernels) {

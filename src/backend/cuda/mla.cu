@@ -9,23 +9,19 @@
 // scores four keys with q_lat . c + q_pe . k_pe, their 16-byte loads in flight together; an
 // online softmax rescales the running sum and each thread's pair of latent columns of o), and
 // finally out = W_UV o, a warp per four output rows. Each key's latent is read by its scoring
-// warp and again (from L1) by every thread for o, and each head's block reads the whole context;
-// a decode kernel sharing the latents across heads is the next step (bench/NOTES.md).
+// warp and again (from L1) by every thread for o, and each head's block reads the whole context.
+// The round loop and the output projection are shared with mla_split.cu (IB_MLA_SPLIT: the same
+// work split across more blocks) through detail/mla_device.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include "backend/cuda/detail/check.h"
-#include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/mla_device.cuh"
 #include "backend/cuda/detail/mla_kernels.h"
 #include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
 namespace mla {
-
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
 
 // x rotated in DeepSeek's interleaved layout: pair i = x[2i] + i x[2i+1] times (cos + i sin) of
 // angle pos * inv_freq[i], scaled (fp32; stored in T).
@@ -79,48 +75,6 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = threadIdx.x; j < width; j += kThreads) dst[j] = entry[j];
 }
 
-// The sequence of query token t: the last s with query_start[s] <= t.
-__device__ __forceinline__ int seq_of(const int32_t* query_start, int num_seqs, int t) {
-  int lo = 0, hi = num_seqs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (query_start[mid] <= t) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
-
-// V elements of T from p as floats: one 16-byte load (V = kVec16<T>) or one element.
-template <typename T, int V>
-__device__ __forceinline__ void load_f32(const T* p, float (&out)[V]) {
-  if constexpr (V == 1) {
-    out[0] = to_f32(*p);
-  } else {
-    load16_f32(p, out);
-  }
-}
-
-// Two consecutive elements of T (4- or 8-byte aligned) as floats.
-template <typename T>
-__device__ __forceinline__ void load_pair_f32(const T* p, float (&out)[2]) {
-  if constexpr (std::is_same_v<T, float>) {
-    const float2 v = *reinterpret_cast<const float2*>(p);
-    out[0] = v.x;
-    out[1] = v.y;
-  } else if constexpr (std::is_same_v<T, bf16>) {
-    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
-    out[0] = v.x;
-    out[1] = v.y;
-  } else {
-    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(p));
-    out[0] = v.x;
-    out[1] = v.y;
-  }
-}
-
 // The attention kernel's shared memory, in floats: [q_lat (R) | q_pe (P)] (the query in the
 // cache's layout), q_nope (N), then kPartialFloats of per-row-group partial sums of q_lat that
 // later hold o (R).
@@ -160,9 +114,7 @@ __device__ __forceinline__ void latent_query(const T* w_uk, const float* q_nope,
 // out (T, H V); q (T, H (N + P)); kv_b (H (N + V), R); cache as above; dynamic shared memory as
 // above (mla_attention_smem_bytes). V: elements per load, kVec16<T> when R and P are multiples of
 // it (16-byte aligned rows), else 1. A block per (query token, head): q_lat, then the token's
-// causal context kKeysPerRound keys a round (each warp scores kKeysPerWarp keys, their loads in
-// flight together; an online softmax rescales the running sum and each thread's latent columns
-// of o), then out = W_UV o, a warp per kRowsPerWarp rows at a time.
+// causal context (attend_keys, mla_device.cuh), then out = W_UV o (project_out).
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     mla_attention_kernel(const T* __restrict__ q, const T* __restrict__ kv_b,
@@ -170,12 +122,9 @@ __global__ void __launch_bounds__(kThreads)
                          const int32_t* __restrict__ context_lens,
                          const int32_t* __restrict__ block_tables, int max_blocks_per_seq,
                          int num_seqs, int block_size, MlaShape s, T* __restrict__ out) {
-  constexpr int kKeysPerWarp = 4, kKeysPerRound = kWarps * kKeysPerWarp, kRowsPerWarp = 4;
-  // o's columns per item (pairs when V > 1: R is even) and items per thread.
-  constexpr int kPer = V > 1 ? 2 : 1, kItems = kMlaMaxLatent / (kPer * kThreads);
   extern __shared__ float mla_smem[];
   __shared__ float scores[kKeysPerRound];
-  __shared__ int64_t entries_s[kKeysPerRound];  // the round's keys' cache offsets, -1: none
+  __shared__ int64_t entries[kKeysPerRound];  // the round's keys' cache offsets, -1: none
   const int r = s.kv_lora_rank, p = s.qk_rope_head_dim, n = s.qk_nope_head_dim;
   const int v = s.v_head_dim, width = r + p;
   float* q_cat = mla_smem;             // (R + P)
@@ -183,17 +132,13 @@ __global__ void __launch_bounds__(kThreads)
   float* partial = q_nope_s + n;       // (kPartialFloats), then o (R)
   const int t = static_cast<int>(blockIdx.x) / s.num_heads;
   const int head = static_cast<int>(blockIdx.x) % s.num_heads;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T* w_uk = kv_b + int64_t{head} * (n + v) * r;  // (N, R)
   const T* w_uv = w_uk + int64_t{n} * r;               // (V, R)
   pdl_wait();
   pdl_trigger();
-  const int seq = seq_of(query_start, num_seqs, t);
-  const int q_len = query_start[seq + 1] - query_start[seq];
-  const int pos = context_lens[seq] - q_len + (t - query_start[seq]);
-  const int32_t* table = block_tables + int64_t{seq} * max_blocks_per_seq;
+  const QueryPlace at = place_of(query_start, context_lens, num_seqs, t);
   T* dst = out + (int64_t{t} * s.num_heads + head) * v;
-  if (pos < 0) {  // a decode bucket's padding row (no context): zeros, not 0 / 0
+  if (at.pos < 0) {  // a decode bucket's padding row (no context): zeros, not 0 / 0
     for (int i = threadIdx.x; i < v; i += kThreads) dst[i] = from_f32<T>(0.0f);
     return;
   }
@@ -202,104 +147,20 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = threadIdx.x; i < p; i += kThreads) q_cat[r + i] = to_f32(q_head[n + i]);
   __syncthreads();
   latent_query<T, V>(w_uk, q_nope_s, n, r, partial, q_cat);
-  // The running softmax: max, sum, and o over the thread's latent columns.
-  float o[kItems][kPer] = {};
-  float run_max = -INFINITY, run_sum = 0.0f;
-  const int width_v = width / V;
-  for (int base = 0; base <= pos; base += kKeysPerRound) {
-    int64_t entry[kKeysPerWarp];
-    float dot[kKeysPerWarp];
-#pragma unroll
-    for (int kk = 0; kk < kKeysPerWarp; ++kk) {
-      const int key = base + warp * kKeysPerWarp + kk;
-      entry[kk] = key <= pos
-                      ? (int64_t{table[key / block_size]} * block_size + key % block_size) * width
-                      : -1;
-      dot[kk] = 0.0f;
-    }
-    for (int vi = lane; vi < width_v; vi += 32) {
-#pragma unroll
-      for (int kk = 0; kk < kKeysPerWarp; ++kk) {
-        if (entry[kk] < 0) continue;
-        float e[V];
-        load_f32<T, V>(cache + entry[kk] + vi * V, e);
-#pragma unroll
-        for (int u = 0; u < V; ++u) dot[kk] += q_cat[vi * V + u] * e[u];
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kKeysPerWarp; ++kk) {
-      const float d = warp_sum(dot[kk]);
-      if (lane == 0) {
-        scores[warp * kKeysPerWarp + kk] = entry[kk] < 0 ? -INFINITY : d * s.scale;
-        entries_s[warp * kKeysPerWarp + kk] = entry[kk];
-      }
-    }
-    __syncthreads();
-    float round_max = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kKeysPerRound; ++w) round_max = fmaxf(round_max, scores[w]);
-    const float new_max = fmaxf(run_max, round_max);
-    const float alpha = expf(run_max - new_max);  // 0 on the first round (run_max = -inf)
-    run_sum *= alpha;
-#pragma unroll
-    for (int c = 0; c < kItems; ++c) {
-#pragma unroll
-      for (int u = 0; u < kPer; ++u) o[c][u] *= alpha;
-    }
-#pragma unroll 8
-    for (int w = 0; w < kKeysPerRound; ++w) {
-      const int64_t ew = entries_s[w];
-      if (ew < 0) continue;
-      const float pw = expf(scores[w] - new_max);
-      run_sum += pw;
-#pragma unroll
-      for (int c = 0; c < kItems; ++c) {
-        const int j = (threadIdx.x + c * kThreads) * kPer;
-        if (j >= r) continue;
-        float e[kPer];
-        if constexpr (kPer == 2) {
-          load_pair_f32(cache + ew + j, e);
-        } else {
-          e[0] = to_f32(cache[ew + j]);
-        }
-#pragma unroll
-        for (int u = 0; u < kPer; ++u) o[c][u] += pw * e[u];
-      }
-    }
-    run_max = new_max;
-    __syncthreads();  // the round's scores read before the next round writes them
-  }
+  SoftmaxState<V> st;
+  attend_keys<T, V>(q_cat, cache, block_tables + int64_t{at.seq} * max_blocks_per_seq, block_size,
+                    r, width, s.scale, 0, at.pos + 1, st, scores, entries);
   float* o_s = partial;
 #pragma unroll
-  for (int c = 0; c < kItems; ++c) {
-    const int j = (threadIdx.x + c * kThreads) * kPer;
+  for (int c = 0; c < kItems<V>; ++c) {
+    const int j = (threadIdx.x + c * kThreads) * kPer<V>;
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      if (j + u < r) o_s[j + u] = o[c][u] / run_sum;
+    for (int u = 0; u < kPer<V>; ++u) {
+      if (j + u < r) o_s[j + u] = st.o[c][u] / st.run_sum;
     }
   }
   __syncthreads();
-  // out[head] = W_UV o: a warp per kRowsPerWarp rows, their loads in flight together.
-  const int r_v = r / V;
-  for (int i0 = warp * kRowsPerWarp; i0 < v; i0 += kWarps * kRowsPerWarp) {
-    float acc[kRowsPerWarp] = {};
-    for (int vi = lane; vi < r_v; vi += 32) {
-#pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-        if (i0 + rr >= v) continue;
-        float w[V];
-        load_f32<T, V>(w_uv + int64_t{i0 + rr} * r + vi * V, w);
-#pragma unroll
-        for (int u = 0; u < V; ++u) acc[rr] += w[u] * o_s[vi * V + u];
-      }
-    }
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      const float sum = warp_sum(acc[rr]);
-      if (lane == 0 && i0 + rr < v) dst[i0 + rr] = from_f32<T>(sum);
-    }
-  }
+  project_out<T, V>(w_uv, o_s, r, 0, v, dst);
 }
 
 }  // namespace mla

@@ -31,8 +31,14 @@ void CudaBackend::mla_attention(const Tensor& q, const WeightRef& kv_b, const Kv
                 kv_b.format == WeightFormat::kDense && kv_b.data.dtype == dtype_,
             "mla_attention: q, out, the cache and a dense kv_b in act");
   check_mla_attention_shapes(q, kv_b, kv, meta, shape, out);
-  run_op("mla_attention",
-         [&] { launch_mla_attention(q, kv_b.data, kv, meta, shape, out, stream_, pdl_); });
+  run_op("mla_attention", [&] {
+    if (mla_split_) {
+      launch_mla_split_attention(q, kv_b.data, kv, meta, shape, out, attention_workspace_.data(),
+                                 attention_workspace_.bytes(), num_sms_, stream_, pdl_);
+    } else {
+      launch_mla_attention(q, kv_b.data, kv, meta, shape, out, stream_, pdl_);
+    }
+  });
 }
 
 }  // namespace ib::cuda

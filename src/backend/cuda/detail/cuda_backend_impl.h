@@ -121,6 +121,10 @@ class CudaBackend final : public Backend,
   // IB_CUDA_MLA (set_mla, default 1): offered to the engine (mla_ops.cpp); 0 withdraws them.
   MlaOps* mla_ops() override { return mla_ ? this : nullptr; }
   void set_mla(bool on) { mla_ = on; }
+  // IB_MLA_SPLIT (default 0): mla_attention as three kernels split across blocks (mla_split.cu)
+  // instead of the fused block per (token, head) (mla.cu).
+  void set_mla_split(bool on) { mla_split_ = on; }
+  bool mla_split() const { return mla_split_; }
   bool mla() const { return mla_; }
   void mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_norm, float eps,
                           const Tensor& positions, const Tensor& slot_mapping,
@@ -340,7 +344,8 @@ class CudaBackend final : public Backend,
   bool pdl_ = true;
   bool pdl_attention_trigger_early_ = false;
   bool fused_ = true;
-  bool mla_ = true;  // IB_CUDA_MLA
+  bool mla_ = true;         // IB_CUDA_MLA
+  bool mla_split_ = false;  // IB_MLA_SPLIT
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;

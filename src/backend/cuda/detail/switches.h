@@ -31,6 +31,8 @@ struct CudaSwitches {
   std::optional<int64_t> attn_prefetch;
   // IB_CUDA_MLA=0|1: the MLA kernels offered to the engine (CudaBackend::set_mla).
   std::optional<int64_t> cuda_mla;
+  // IB_MLA_SPLIT=0|1: the MLA attention split across blocks (CudaBackend::set_mla_split).
+  std::optional<int64_t> mla_split;
   // IB_GEMV_PERSIST=N: the quantized formats' GEMVs on a persistent grid of N blocks per SM
   // (0: one block per row tile).
   std::optional<int64_t> gemv_persist;
