@@ -91,14 +91,7 @@ __device__ __forceinline__ void latent_query(const T* w_uk, const float* q_nope,
   for (int item = threadIdx.x; item < cols * groups; item += kThreads) {
     const int cv = item % cols, g = item / cols;
     float acc[V] = {};
-#pragma unroll 4
-    for (int i = g; i < n; i += groups) {
-      float w[V];
-      load_f32<T, V>(w_uk + int64_t{i} * r + cv * V, w);
-      const float qi = q_nope[i];
-#pragma unroll
-      for (int u = 0; u < V; ++u) acc[u] += qi * w[u];
-    }
+    rows_dot<T, V>(w_uk, q_nope, g, n, groups, r, cv * V, acc);
 #pragma unroll
     for (int u = 0; u < V; ++u) partial[g * r + cv * V + u] = acc[u];
   }

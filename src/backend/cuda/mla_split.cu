@@ -48,16 +48,8 @@ __global__ void __launch_bounds__(kThreads)
   const int j0 = static_cast<int>(blockIdx.y) * kQCols + cv * V;
   const T* w_uk = kv_b + int64_t{head} * (n + s.v_head_dim) * r;
   float acc[V] = {};
-  if (j0 < r) {  // with V > 1, R is a multiple of V: the vector is whole
-#pragma unroll 4
-    for (int i = g; i < n; i += kGroups) {
-      float w[V];
-      load_f32<T, V>(w_uk + int64_t{i} * r + j0, w);
-      const float qi = q_nope_s[i];
-#pragma unroll
-      for (int u = 0; u < V; ++u) acc[u] += qi * w[u];
-    }
-  }
+  // with V > 1, R is a multiple of V: the vector is whole
+  if (j0 < r) rows_dot<T, V>(w_uk, q_nope_s, g, n, kGroups, r, j0, acc);
 #pragma unroll
   for (int u = 0; u < V; ++u) partial[g * kQCols + cv * V + u] = acc[u];
   __syncthreads();

@@ -49,6 +49,21 @@ __device__ __forceinline__ void load_pair_f32(const T* p, float (&out)[2]) {
   out[1] = v.y;
 }
 
+// acc[u] += q[i] w[i R + j0 + u] over rows i = first, first + step, ... < n (V columns of W (N,
+// R)), four rows' loads in flight at a time.
+template <typename T, int V>
+__device__ __forceinline__ void rows_dot(const T* w, const float* q, int first, int n, int step,
+                                         int r, int j0, float (&acc)[V]) {
+#pragma unroll 4
+  for (int i = first; i < n; i += step) {
+    float wv[V];
+    load_f32<T, V>(w + int64_t{i} * r + j0, wv);
+    const float qi = q[i];
+#pragma unroll
+    for (int u = 0; u < V; ++u) acc[u] += qi * wv[u];
+  }
+}
+
 // The sequence of query token t: the last s with query_start[s] <= t.
 __device__ __forceinline__ int seq_of(const int32_t* query_start, int num_seqs, int t) {
   int lo = 0, hi = num_seqs - 1;
