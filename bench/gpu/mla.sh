@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One visit to the GPU machine for DeepSeek-V2 on CUDA (issue 15): build; the gpu tests of the MLA
-# kernels and the grouped router against the CPU ops (CudaMla*, CudaMoeRoute*, CudaMoe*);
+# kernels and the grouped router against the CPU ops (CudaMla*, CudaMoeRoute*, CudaMoe*), and the
+# small Mixtral engine's CUDA tests (*_mixtral*, CudaEngineMoe);
 # tools/hf_compare.py on deepseek-v2-tiny and deepseek-v2-lite (2 layers) against
 # transformers on CUDA in fp32 and bf16; then `inferbench run` on DeepSeek-V2-Lite dummy weights in
 # bf16 at batch 1 (3 runs) and on the seed protocol (batch 8, 200 prompts).
@@ -19,13 +20,16 @@ cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 B=${IB_BUILD_DIR:-/tmp/ib-mla}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
-build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test ib_kernel_profile || { cp "$O/build.log" "$O/tests.log"; exit 1; }
+build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ib_kernel_profile || { cp "$O/build.log" "$O/tests.log"; exit 1; }
 echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   timeout 150 "$B/src/backend/cuda/backend_cuda_test" \
     --gtest_filter='*CudaMla*:*CudaMoeRoute*:*CudaMoe*:*ReportsTheKernelSwitches*' \
     --gtest_output="json:$O/backend_cuda_test.json" > "$O/tests.log" 2>&1
   echo "backend_cuda_test rc=$? $(el)"
+  timeout 150 "$B/src/engine/engine_cuda_test" --gtest_filter='*_mixtral*:*CudaEngineMoe*' \
+    --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
+  echo "engine_cuda_test rc=$? $(el)"
   grep -E "^\[  FAILED  \]|Failure|Expected|Which is|PASSED|FAILED TEST" "$O/tests.log" | head -30
 fi
 if [ "${IB_SKIP_PARITY:-0}" != 1 ]; then
@@ -63,6 +67,6 @@ if [ "${IB_PROFILE:-0}" = 1 ]; then
 fi
 python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
 rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
-( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|parity.log|hf_compare_deepseek_v2_cuda.json|runs.log|runs.json|profile_b1.txt)$' |
+( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|parity.log|hf_compare_deepseek_v2_cuda.json|runs.log|runs.json|profile_b1.txt|engine_cuda_test.json)$' |
   xargs -r tar czf extra.tgz --remove-files )
 echo "done $(el)"

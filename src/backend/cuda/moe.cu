@@ -1,8 +1,9 @@
 // Mixture-of-experts kernels (backend/ops.h, MoeOps): the router's softmax and top-k, a warp per
 // token, as the CPU op computes it; then the experts over token chunks, grouped by expert on
-// the device (each block finds the pairs routed to its expert, so only the selected experts'
-// weights are read, each row once per group of kTokensPerPass pairs), and a combine that adds the
-// experts of each token in ascending id order. Expert ids never leave the device.
+// the device (a grid row per expert routed to; each block finds the pairs routed to its expert, so
+// only the selected experts' weights are read, each row once per group of kTokensPerPass pairs),
+// and a combine that adds the experts of each token in ascending id order. Expert ids never leave
+// the device.
 #include <algorithm>
 #include <climits>
 
@@ -192,6 +193,38 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
   }
 }
 
+// The expert a block row serves: the slot-th smallest distinct expert id among the chunk's pairs,
+// -1 past the last (the same for the whole block). The grids have min(E, pairs) rows, not E: at
+// decode only the routed experts' blocks are launched (6 of 64 rows for DeepSeek-V2-Lite at batch
+// 1), not a block per expert that finds no pair and exits.
+__device__ int expert_of_slot(const int32_t* ids, int pairs, int slot, unsigned* present,
+                              int* expert) {
+  constexpr int kWords = kMoeMaxExperts / 32;
+  for (int w = threadIdx.x; w < kWords; w += blockDim.x) present[w] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int e = ids[p];
+    if (e >= 0 && e < kMoeMaxExperts) atomicOr(&present[e / 32], 1u << (e % 32));
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int left = slot, found = -1;
+    for (int w = 0; w < kWords && found < 0; ++w) {
+      const int c = __popc(present[w]);
+      if (left < c) {
+        unsigned bits = present[w];
+        for (int i = 0; i < left; ++i) bits &= bits - 1;  // drop the lowest `left` set bits
+        found = w * 32 + __ffs(static_cast<int>(bits)) - 1;
+      } else {
+        left -= c;
+      }
+    }
+    *expert = found;
+  }
+  __syncthreads();
+  return *expert;
+}
+
 // The chunk's pairs routed to expert `e`, into list (shared); returns their count. Order is
 // irrelevant: each pair's results land in its own row.
 __device__ int collect_pairs(const int32_t* ids, int pairs, int e, int* list, int* count) {
@@ -246,13 +279,15 @@ __device__ __forceinline__ void dot_rows(const T* const (&w)[R], const T* x, int
 }
 
 // act (P, F) = silu(g) * u, [g | u] = x[token(p)] @ gate_up[e]^T, g and u rounded to T first (as
-// the unfused matmul then silu_mul). Grid (F / kWarps, E).
+// the unfused matmul then silu_mul). Grid (F / kWarps, min(E, pairs)): a row per expert routed to.
 template <typename T, int V>
 __global__ void moe_gate_up_kernel(const T* x, int64_t d, const int32_t* ids, int pairs, int k,
                                    MoeExpertPtrs gate_up, int64_t f, T* act) {
   __shared__ int list[kMaxChunkPairs];
-  __shared__ int count;
-  const int e = static_cast<int>(blockIdx.y);
+  __shared__ int count, expert;
+  __shared__ unsigned present[kMoeMaxExperts / 32];
+  const int e = expert_of_slot(ids, pairs, static_cast<int>(blockIdx.y), present, &expert);
+  if (e < 0) return;
   const int n_pairs = collect_pairs(ids, pairs, e, list, &count);
   const int64_t n = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   if (n_pairs == 0 || n >= f) return;
@@ -272,13 +307,15 @@ __global__ void moe_gate_up_kernel(const T* x, int64_t d, const int32_t* ids, in
 }
 
 // y (P, D) f32 = act[p] @ down[e]^T, rounded to T (the unfused matmul's output). Grid
-// (D / kWarps, E).
+// (D / kWarps, min(E, pairs)).
 template <typename T, int V>
 __global__ void moe_down_kernel(const T* act, int64_t f, const int32_t* ids, int pairs,
                                 MoeExpertPtrs down, int64_t d, float* y) {
   __shared__ int list[kMaxChunkPairs];
-  __shared__ int count;
-  const int e = static_cast<int>(blockIdx.y);
+  __shared__ int count, expert;
+  __shared__ unsigned present[kMoeMaxExperts / 32];
+  const int e = expert_of_slot(ids, pairs, static_cast<int>(blockIdx.y), present, &expert);
+  if (e < 0) return;
   const int n_pairs = collect_pairs(ids, pairs, e, list, &count);
   const int64_t n = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   if (n_pairs == 0 || n >= d) return;
@@ -368,10 +405,9 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const auto pairs = static_cast<int>(tc * k);
       const T* xc = x.as<const T>() + t0 * d;
       const int32_t* idc = ids.as<const int32_t>() + t0 * k;
-      const dim3 gate_grid(static_cast<unsigned>(blocks_for(f, kWarps)),
-                           static_cast<unsigned>(num_experts));
-      const dim3 down_grid(static_cast<unsigned>(blocks_for(d, kWarps)),
-                           static_cast<unsigned>(num_experts));
+      const auto slots = static_cast<unsigned>(std::min(num_experts, pairs));
+      const dim3 gate_grid(static_cast<unsigned>(blocks_for(f, kWarps)), slots);
+      const dim3 down_grid(static_cast<unsigned>(blocks_for(d, kWarps)), slots);
       if (vec) {
         moe_gate_up_kernel<T, kV><<<gate_grid, kThreads, 0, stream>>>(
             xc, d, idc, pairs, static_cast<int>(k), gate_up, f, act);
