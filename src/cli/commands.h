@@ -37,7 +37,8 @@ struct GenerateFlags {
   std::string model;
   std::string prompt_token_ids;  // "1,15,300"
   int max_tokens = 16;
-  std::string dump_logits;  // .npy path; empty: none
+  std::string dump_logits;   // .npy path; empty: none
+  std::string dump_routing;  // .json path (mixture-of-experts models); empty: none
   std::string device = "cpu";
   std::string dtype = "auto";
   std::string load_format = "auto";

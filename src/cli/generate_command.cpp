@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/local_engine.h"
+#include "core/fs.h"
 #include "engine/engine.h"
 #include "model/gguf.h"
 #include "model/presets.h"
@@ -75,6 +76,8 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
   app.add_option("--max-tokens", f.max_tokens, "tokens to generate (greedy)")
       ->capture_default_str();
   app.add_option("--dump-logits", f.dump_logits, "write each step's logits here (.npy, float32)");
+  app.add_option("--dump-routing", f.dump_routing,
+                 "write each step's experts per layer here (.json; mixture-of-experts models)");
   app.add_option("--device", f.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--dtype", f.dtype, "auto (fp32 on cpu, bf16 on cuda), fp32, bf16, fp16")
       ->capture_default_str();
@@ -106,12 +109,18 @@ Result<int> execute_generate(const GenerateFlags& f) {
                                  f.load_format == "dummy"));
   IB_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt, parse_token_ids(f.prompt_token_ids));
   if (f.max_tokens <= 0) return user_error("--max-tokens must be positive");
+  if (!f.dump_routing.empty() && model.moe.num_experts == 0) {
+    return user_error(fmt::format(
+        "--dump-routing: model '{}' has no mixture-of-experts layers to report; drop the flag",
+        model.name));
+  }
   const int total = static_cast<int>(prompt.size()) + f.max_tokens;
   EngineConfig ec;
   ec.max_num_seqs = 1;
   ec.max_num_batched_tokens = std::max(total, 16);
   ec.num_kv_blocks = (total + ec.block_size - 1) / ec.block_size + 1;
   ec.capture_logits = !f.dump_logits.empty();
+  ec.capture_routing = !f.dump_routing.empty();
   ec.use_graphs = !f.no_cuda_graphs;
   ec.quantization = f.quantization;
   ec.kv_cache_dtype = f.kv_cache_dtype;
@@ -139,14 +148,37 @@ Result<int> execute_generate(const GenerateFlags& f) {
   IB_TRY(engine->add_request(req));
   std::vector<int32_t> tokens;
   std::vector<std::vector<float>> logits;
+  std::vector<std::vector<int32_t>> routing;
   while (engine->has_unfinished()) {
     IB_ASSIGN_OR_RETURN(StepOutput out, engine->step());
     for (TokenEvent& e : out.events) {
       tokens.push_back(e.token);
       if (ec.capture_logits) logits.push_back(std::move(e.logits));
+      if (ec.capture_routing) routing.push_back(std::move(e.routing));
     }
   }
   if (!f.dump_logits.empty()) IB_TRY(write_npy(f.dump_logits, logits));
+  if (!f.dump_routing.empty()) {
+    // steps[i][l]: the k experts (descending score) that layer l routed the token producing
+    // generated token i to; -1s on a dense layer.
+    const int k = model.moe.experts_per_token;
+    nlohmann::json steps = nlohmann::json::array();
+    for (const std::vector<int32_t>& r : routing) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (size_t l = 0; l + static_cast<size_t>(k) <= r.size(); l += static_cast<size_t>(k))
+        layers.push_back(std::vector<int32_t>(r.begin() + static_cast<std::ptrdiff_t>(l),
+                                              r.begin() + static_cast<std::ptrdiff_t>(l) + k));
+      steps.push_back(std::move(layers));
+    }
+    nlohmann::json doc{{"model", model.name},
+                       {"num_layers", model.num_layers},
+                       {"num_experts", model.moe.num_experts},
+                       {"experts_per_token", k},
+                       {"steps", std::move(steps)}};
+    if (Status s = write_file_atomic(f.dump_routing, doc.dump() + "\n"); !s.ok()) {
+      return user_error(fmt::format("--dump-routing {}: {}", f.dump_routing, s.error().message));
+    }
+  }
   const EngineProfile p = engine->profile();
   nlohmann::json j{{"model", model.name},
                    {"device", backend->device_info().name},

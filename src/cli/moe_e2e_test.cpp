@@ -90,6 +90,36 @@ TEST_F(E2e, MixtralRunRecordsTheRoutingAndDrawsIt) {
   EXPECT_NE(err().find("not a mixture-of-experts run"), std::string::npos) << err();
 }
 
+// generate --dump-routing: a step per generated token, each layer's two experts (distinct, in
+// range) as a JSON file; a dense model has nothing to dump (exit 2, no file).
+TEST_F(E2e, GenerateDumpsEachStepsRouting) {
+  const fs::path model = tiny_mixtral(root_ / "tiny-mixtral");
+  const fs::path dump = root_ / "routing.json";
+  ASSERT_EQ(
+      run({"generate", "--model", model.string(), "--load-format", "dummy", "--prompt-token-ids",
+           "1,15,300,7", "--max-tokens", "5", "--dump-routing", dump.string()}),
+      0)
+      << err();
+  const json r = json::parse(read_file(dump).value());
+  EXPECT_EQ(r["num_layers"], 2);
+  EXPECT_EQ(r["experts_per_token"], 2);
+  ASSERT_EQ(r["steps"].size(), 5u);
+  for (const auto& step : r["steps"]) {
+    ASSERT_EQ(step.size(), 2u);
+    for (const auto& layer : step) {
+      ASSERT_EQ(layer.size(), 2u);
+      const int a = layer[0].get<int>(), b = layer[1].get<int>();
+      EXPECT_TRUE(a >= 0 && a < 8 && b >= 0 && b < 8 && a != b) << layer.dump();
+    }
+  }
+  const fs::path none = root_ / "none.json";
+  EXPECT_EQ(run({"generate", "--model", "tiny-15m", "--prompt-token-ids", "1", "--dump-routing",
+                 none.string()}),
+            2);
+  EXPECT_NE(err().find("no mixture-of-experts layers"), std::string::npos) << err();
+  EXPECT_FALSE(fs::exists(none));
+}
+
 TEST_F(E2e, MixtralRefusalsExitTwoNamingWhat) {
   const std::string dir = (root_ / "never").string();
   const fs::path sigmoid = tiny_mixtral(root_ / "sigmoid", R"(, "scoring_func": "sigmoid")");

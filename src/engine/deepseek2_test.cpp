@@ -224,7 +224,13 @@ void rope(double* x, const Vec& inv_freq, double pos, double factor) {
   }
 }
 
-Vec moe(const ModelConfig& c, const Tensors& t, const std::string& p, const Vec& x) {
+// The experts each layer routes each token to, ascending: routing[layer][token] (empty on a dense
+// layer).
+using Routing = std::vector<std::vector<std::vector<int32_t>>>;
+
+// chosen (when given): the experts picked, ascending.
+Vec moe(const ModelConfig& c, const Tensors& t, const std::string& p, const Vec& x,
+        std::vector<int32_t>* chosen = nullptr) {
   const Vec logits = linear(t.at(p + "gate.weight"), x);
   const size_t e = logits.size();
   Vec prob(e);
@@ -250,6 +256,7 @@ Vec moe(const ModelConfig& c, const Tensors& t, const std::string& p, const Vec&
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
   order.resize(static_cast<size_t>(c.moe.experts_per_token));
   std::sort(order.begin(), order.end());  // transformers adds the experts in ascending id order
+  if (chosen != nullptr) chosen->assign(order.begin(), order.end());
   Vec out(x.size(), 0.0);
   for (size_t id : order) {
     const Vec y = swiglu(t, p + "experts." + std::to_string(id) + ".", x);
@@ -262,7 +269,7 @@ Vec moe(const ModelConfig& c, const Tensors& t, const std::string& p, const Vec&
 
 // Logits after every position of tokens.
 std::vector<Vec> reference_logits(const ModelConfig& c, const Tensors& t,
-                                  const std::vector<int32_t>& tokens) {
+                                  const std::vector<int32_t>& tokens, Routing* routing = nullptr) {
   const MlaConfig& m = c.mla;
   const size_t n_tok = tokens.size(), d = static_cast<size_t>(c.hidden_size);
   const size_t heads = static_cast<size_t>(c.num_heads),
@@ -280,6 +287,8 @@ std::vector<Vec> reference_logits(const ModelConfig& c, const Tensors& t,
     h[i].assign(e.begin() + static_cast<std::ptrdiff_t>(tokens[i] * d),
                 e.begin() + static_cast<std::ptrdiff_t>((tokens[i] + 1) * d));
   }
+  if (routing != nullptr)
+    routing->assign(static_cast<size_t>(c.num_layers), std::vector<std::vector<int32_t>>(n_tok));
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const std::string a = p + "self_attn.";
@@ -326,8 +335,10 @@ std::vector<Vec> reference_logits(const ModelConfig& c, const Tensors& t,
       const Vec o = linear(t.at(a + "o_proj.weight"), attn);
       for (size_t x = 0; x < d; ++x) h[i][x] += o[x];
       const Vec y = rms_norm(h[i], t.at(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
-      const Vec f =
-          l < c.moe.first_dense_layers ? swiglu(t, p + "mlp.", y) : moe(c, t, p + "mlp.", y);
+      std::vector<int32_t>* chosen =
+          routing != nullptr ? &(*routing)[static_cast<size_t>(l)][i] : nullptr;
+      const Vec f = l < c.moe.first_dense_layers ? swiglu(t, p + "mlp.", y)
+                                                 : moe(c, t, p + "mlp.", y, chosen);
       for (size_t x = 0; x < d; ++x) h[i][x] += f[x];
     }
   }
@@ -549,6 +560,55 @@ TEST(DeepseekV2Refusals, AnFp8KvCacheIsRefused) {
   EXPECT_EQ(engine.error().kind, ErrorKind::kUser);
   EXPECT_NE(engine.error().message.find("--kv-cache-dtype"), std::string::npos)
       << engine.error().message;
+}
+
+// EngineConfig::capture_routing (generate --dump-routing): every sampled row's experts per layer
+// are the reference's for that token (the dense first layer: -1s), on the V2 shape's group-limited
+// routing, for a prefill's last row and the decode steps after it.
+TEST(DeepseekV2Routing, CapturedRoutingIsTheReferences) {
+  TempDir dir;
+  const Shape shape{true};
+  const ModelConfig c = load_config(dir, config_json(shape));
+  const Tensors t = random_tensors(c, 7);
+  write_checkpoint(dir, c, t);
+  CpuBackend backend(2);
+  EngineConfig config;
+  config.block_size = 4;
+  config.capture_routing = true;
+  auto engine =
+      create_engine(c, {LoadFormat::kSafetensors, dir.path().string(), 0}, config, backend);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  Rng rng(9);
+  const std::vector<int32_t> prompt = testing::random_prompt(rng, 9, c.vocab_size);
+  ASSERT_TRUE((*engine)->add_request(testing::greedy_request(0, prompt, 4)).ok());
+  std::vector<int32_t> all = prompt;
+  std::vector<std::vector<int32_t>> captured;
+  while ((*engine)->has_unfinished()) {
+    auto out = (*engine)->step();
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    for (TokenEvent& e : out->events) {
+      all.push_back(e.token);
+      captured.push_back(std::move(e.routing));
+    }
+  }
+  ASSERT_EQ(captured.size(), 4u);
+  Routing ref;
+  reference_logits(c, t, all, &ref);
+  const auto k = static_cast<size_t>(c.moe.experts_per_token);
+  for (size_t step = 0; step < captured.size(); ++step) {
+    ASSERT_EQ(captured[step].size(), static_cast<size_t>(c.num_layers) * k);
+    const size_t token = prompt.size() - 1 + step;  // the row that produced generated token `step`
+    for (size_t l = 0; l < static_cast<size_t>(c.num_layers); ++l) {
+      std::vector<int32_t> got(captured[step].begin() + static_cast<std::ptrdiff_t>(l * k),
+                               captured[step].begin() + static_cast<std::ptrdiff_t>((l + 1) * k));
+      if (l < static_cast<size_t>(c.moe.first_dense_layers)) {
+        EXPECT_EQ(got, std::vector<int32_t>(k, -1)) << "dense layer " << l;
+        continue;
+      }
+      std::sort(got.begin(), got.end());
+      EXPECT_EQ(got, ref[l][token]) << "step " << step << " layer " << l;
+    }
+  }
 }
 
 TEST(DeepseekV2Engine, DummyWeightsRunAndRouteEveryExpert) {

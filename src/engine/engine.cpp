@@ -224,7 +224,8 @@ class EngineImpl final : public Engine {
     detail::RunnerOutput result;
     if (!batch.empty()) {
       out.stats.run_start_ns = now_ns();
-      IB_ASSIGN_OR_RETURN(result, runner_->execute(batch, config_.capture_logits));
+      IB_ASSIGN_OR_RETURN(result,
+                          runner_->execute(batch, config_.capture_logits, config_.capture_routing));
       out.stats.launched_ns = result.launched_ns;
       out.stats.synced_ns = result.synced_ns;
       ++steps_;
@@ -251,6 +252,7 @@ class EngineImpl final : public Engine {
       e.time_ns = token_time_ns;
       e.finish = s.seq->finish;
       if (config_.capture_logits) e.logits = std::move(result.logits[row]);
+      if (row < result.routing.size()) e.routing = std::move(result.routing[row]);
       if (e.output_index == 0) e.first_scheduled_ns = s.seq->first_scheduled_ns;
       if (e.output_index == 0 && vision_ != nullptr) {
         int64_t visual = 0;

@@ -99,6 +99,10 @@ struct TokenEvent {
   int64_t time_ns = 0;   // when the token became available (after sampling), on the one clock
   FinishReason finish = FinishReason::kNone;  // kNone while the request continues
   std::vector<float> logits;                  // only with EngineConfig::capture_logits
+  // Only with EngineConfig::capture_routing on a mixture-of-experts model: per layer the k
+  // experts the token that produced this one was routed to (L x k, layer-major, the router's
+  // order: descending score; -1 on a dense layer).
+  std::vector<int32_t> routing;
   // On a request's first token (output_index 0): its visual tokens (images x tokens_per_image)
   // and the time its images spent in the vision encoder (each encoder batch's wall time counts
   // in full for every request that had an image in it); 0 without images.

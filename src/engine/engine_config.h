@@ -76,6 +76,9 @@ struct EngineConfig {
   BatchingMode batching = BatchingMode::kContinuous;  // --batching continuous|static
   int static_batch_size = 8;    // --batch-size: kStatic admits a batch when the last finished
   bool capture_logits = false;  // tests: keep each sampled row's logits in the TokenEvent
+  // generate --dump-routing: each sampled row's expert ids per layer in the TokenEvent
+  // (mixture-of-experts models; nothing otherwise).
+  bool capture_routing = false;
   // Decode graphs (backends that support them): one per padded batch-size bucket up to
   // max_graph_batch (also capped by max_num_seqs); contexts beyond max_graph_context run eager.
   bool use_graphs = true;                        // --no-cuda-graphs / --enforce-eager turn them off

@@ -217,15 +217,20 @@ Status ModelRunner::allocate_moe() {
   const int64_t t = limits_.max_num_batched_tokens;
   const int64_t e = model_.moe.num_experts, k = model_.moe.experts_per_token;
   const int64_t layers = model_.num_layers;
-  // Word offsets: counters (int64, first for alignment), logits, ids, weights.
-  const int64_t logits_at = 2 * layers * e, ids_at = logits_at + t * e, weights_at = ids_at + t * k;
+  // Word offsets: counters (int64, first for alignment), logits, ids (each layer its own),
+  // weights.
+  const int64_t logits_at = 2 * layers * e, ids_at = logits_at + t * e;
+  const int64_t weights_at = ids_at + layers * t * k;
   IB_ASSIGN_OR_RETURN(moe_buf_, backend_.alloc(static_cast<size_t>(weights_at + t * k) * 4,
                                                MemoryTag::kActivations));
   expert_tokens_ = moe_buf_.view(DType::kI64, {layers, e});
   router_logits_ = moe_buf_.view(DType::kF32, {t, e}, static_cast<size_t>(logits_at) * 4);
-  expert_ids_ = moe_buf_.view(DType::kI32, {t, k}, static_cast<size_t>(ids_at) * 4);
+  expert_ids_ = moe_buf_.view(DType::kI32, {layers, t, k}, static_cast<size_t>(ids_at) * 4);
   expert_weights_ = moe_buf_.view(DType::kF32, {t, k}, static_cast<size_t>(weights_at) * 4);
   backend_.fill_constant(moe_buf_.view(DType::kF32, {2 * layers * e}), 0.0f);  // counters = 0
+  // A dense layer's ids stay -1 (capture_routing reads every layer's).
+  const std::vector<int32_t> none(static_cast<size_t>(layers * t * k), -1);
+  backend_.copy_from_host(expert_ids_, none.data(), DType::kI32);
   return Ok{};
 }
 
@@ -493,7 +498,7 @@ void ModelRunner::forward(int num_tokens, int num_rows, std::span<const RunnerSe
     }
     in.moe_routing.scale = static_cast<float>(model_.moe.routed_scaling_factor);
     buffers.router_logits = router_logits_.slice_rows(0, t);    // (T, E) f32
-    buffers.expert_ids = expert_ids_.slice_rows(0, t);          // (T, k) int32
+    buffers.expert_ids = expert_ids_;                           // (L, T_max, k) int32
     buffers.expert_weights = expert_weights_.slice_rows(0, t);  // (T, k) f32
   }
   if (step_uses_lora_) {

@@ -65,7 +65,8 @@ int ModelRunner::graph_bucket_for(std::span<const RunnerSeq> batch) const {
   return it == graphs_.end() ? 0 : it->first;
 }
 
-Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool capture_logits) {
+Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool capture_logits,
+                                          bool capture_routing) {
   IB_ASSERT(!kv_.layers.empty(), "ModelRunner::execute before attach_kv_cache");
   if (batch.empty()) return RunnerOutput{};
   const int bucket = graph_bucket_for(batch);
@@ -89,12 +90,33 @@ Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool
                   [](const RunnerSeq& q) { return q.logits_rows > 0; })) {
     IB_TRY(read_prompt_logits(batch, out));
   }
+  if (capture_routing && !expert_ids_.empty()) IB_TRY(read_routing(batch, out));
   out.graph = bucket > 0;
   if (rows == 0) backend_.synchronize();
   out.device_ns = backend_.timer_elapsed_ns();
   out.synced_ns = now_ns();
   IB_TRY(backend_.device_status());
   return out;
+}
+
+Status ModelRunner::read_routing(std::span<const RunnerSeq> batch, RunnerOutput& out) {
+  std::vector<int64_t> rows;  // each sampled row's token in the step
+  int64_t tokens = 0;
+  for (const RunnerSeq& seq : batch) {
+    tokens += seq.num_tokens;
+    if (seq.sample) rows.push_back(tokens - 1);
+  }
+  const int64_t layers = expert_ids_.dim(0), t_max = expert_ids_.dim(1), k = expert_ids_.dim(2);
+  std::vector<int32_t> host(static_cast<size_t>(tokens * k));
+  out.routing.assign(rows.size(), std::vector<int32_t>(static_cast<size_t>(layers * k)));
+  for (int64_t l = 0; l < layers; ++l) {
+    backend_.copy_to_host(expert_ids_.slice_rows(l, 1).reshaped({t_max, k}).slice_rows(0, tokens),
+                          host.data());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      std::copy_n(host.begin() + rows[r] * k, k, out.routing[r].begin() + l * k);
+    }
+  }
+  return backend_.device_status();
 }
 
 Result<RunnerOutput> ModelRunner::read_results(int rows, bool capture_logits) {

@@ -86,9 +86,19 @@ struct StepBuffers {
   Tensor act;       // (T, F)
   // Mixture-of-experts models only (empty otherwise); k = experts per token, E experts.
   Tensor router_logits;   // f32 (T, E)
-  Tensor expert_ids;      // int32 (T, k)
+  Tensor expert_ids;      // int32 (L, T_max, k): each layer's own (layer_expert_ids)
   Tensor expert_weights;  // f32 (T, k)
 };
+
+// Layer `layer`'s routing, (T, k) int32, in StepBuffers::expert_ids: every MoE layer keeps its own
+// ids (a dense layer's stay -1), so a step's routing can be read back after it
+// (EngineConfig::capture_routing).
+inline Tensor layer_expert_ids(const StepBuffers& b, size_t layer) {
+  const int64_t t_max = b.expert_ids.dim(1), k = b.expert_ids.dim(2);
+  return b.expert_ids.slice_rows(static_cast<int64_t>(layer), 1)
+      .reshaped({t_max, k})
+      .slice_rows(0, b.residual.rows());
+}
 
 // The LoRA slots' device stacks of one layer, per target (engine/lora.h LoraTarget order): A
 // (S, R, in) and B (S, N, R), S = --max-loras slots of rank R = --max-lora-rank, zero-padded

@@ -181,11 +181,10 @@ class DeepseekV2 final : public Architecture {
     const int64_t e = static_cast<int64_t>(w.expert_gate_up.size());
     backend.matmul(b.hidden, w.router, nullptr, b.router_logits);
     const Tensor counts = in.expert_tokens.slice_rows(static_cast<int64_t>(layer), 1).reshaped({e});
-    in.moe->moe_route_grouped(b.router_logits, in.moe_routing, b.expert_ids, b.expert_weights,
-                              counts);
+    const Tensor ids = layer_expert_ids(b, layer);
+    in.moe->moe_route_grouped(b.router_logits, in.moe_routing, ids, b.expert_weights, counts);
     if (w.shared_down.empty()) {
-      in.moe->moe_experts(b.hidden, b.expert_ids, b.expert_weights, w.expert_gate_up, w.expert_down,
-                          b.tmp);
+      in.moe->moe_experts(b.hidden, ids, b.expert_weights, w.expert_gate_up, w.expert_down, b.tmp);
       return;
     }
     const int64_t fs = w.shared_down.cols();
@@ -193,8 +192,7 @@ class DeepseekV2 final : public Architecture {
     const Tensor shared_act(b.act.data, b.act.dtype, {b.act.rows(), fs});
     backend.matmul(b.hidden, w.shared_gate_up, nullptr, shared_gate_up);
     backend.silu_mul(shared_gate_up, shared_act);
-    in.moe->moe_experts(b.hidden, b.expert_ids, b.expert_weights, w.expert_gate_up, w.expert_down,
-                        b.tmp);
+    in.moe->moe_experts(b.hidden, ids, b.expert_weights, w.expert_gate_up, w.expert_down, b.tmp);
     backend.matmul(shared_act, w.shared_down, nullptr, b.hidden);
     // b.tmp += shared (one rounding, as routed + shared); the norm it also writes is scratch.
     backend.add_rms_norm(b.tmp, b.hidden, w.ffn_norm, in.rms_eps, scratch);

@@ -50,10 +50,9 @@ class Mixtral final : public Architecture {
       backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, in.rms_eps, b.hidden);
       backend.matmul(b.hidden, w.router, nullptr, b.router_logits);
       const Tensor counts = in.expert_tokens.slice_rows(static_cast<int64_t>(l), 1).reshaped({e});
-      in.moe->moe_route(b.router_logits, /*renormalize=*/true, b.expert_ids, b.expert_weights,
-                        counts);
-      in.moe->moe_experts(b.hidden, b.expert_ids, b.expert_weights, w.expert_gate_up, w.expert_down,
-                          b.tmp);
+      const Tensor ids = layer_expert_ids(b, l);
+      in.moe->moe_route(b.router_logits, /*renormalize=*/true, ids, b.expert_weights, counts);
+      in.moe->moe_experts(b.hidden, ids, b.expert_weights, w.expert_gate_up, w.expert_down, b.tmp);
       if (l + 1 < layers.size())
         backend.add_rms_norm(b.residual, b.tmp, layers[l + 1].attn_norm, in.rms_eps, b.hidden);
     }

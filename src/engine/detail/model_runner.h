@@ -69,6 +69,9 @@ struct RunnerLimits {
 struct RunnerOutput {
   std::vector<int32_t> tokens;             // one per sampling sequence, in batch order
   std::vector<std::vector<float>> logits;  // same rows, only when capture_logits
+  // Same rows, only when capture_routing on a mixture-of-experts model: each layer's k expert ids
+  // (L x k, layer-major, the router's order; -1 on a dense layer).
+  std::vector<std::vector<int32_t>> routing;
   // Per batch entry: (logits_rows, V) f32, empty where it asked for none.
   std::vector<std::vector<float>> prompt_logits;
   std::optional<int64_t> device_ns;  // device time of the forward pass, when measurable
@@ -106,7 +109,8 @@ class ModelRunner {
   // Captures the decode graphs (after attach_kv_cache); max_model_len is the resolved limit.
   Status capture_decode_graphs(const GraphOptions& options, int max_model_len);
 
-  Result<RunnerOutput> execute(std::span<const RunnerSeq> batch, bool capture_logits);
+  Result<RunnerOutput> execute(std::span<const RunnerSeq> batch, bool capture_logits,
+                               bool capture_routing = false);
   StepTraffic traffic(std::span<const RunnerSeq> batch) const;
 
   const ModelWeights& weights() const { return weights_; }
@@ -148,6 +152,8 @@ class ModelRunner {
   // After an eager forward: the logits of each entry's logits_rows into out.prompt_logits,
   // computed and copied R rows at a time through the sampled rows' buffers.
   Status read_prompt_logits(std::span<const RunnerSeq> batch, RunnerOutput& out);
+  // out.routing: every sampled row's expert ids per layer (their token is the entry's last).
+  Status read_routing(std::span<const RunnerSeq> batch, RunnerOutput& out);
 
   ModelConfig model_;
   const Architecture& arch_;
