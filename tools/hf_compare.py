@@ -46,6 +46,7 @@ import torch
 import transformers
 
 from hf_models import ieee_fp32, make_config, random_model
+from hf_routing import reference_routing, routing_differences
 
 LLAMA3_ROPE = dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                    original_max_position_embeddings=8192)
@@ -436,10 +437,14 @@ def main():
                             print(f"{name} hf {dtype} {length}: max rel L2 "
                                   f"{r['max_rel_l2']:.2e} (baseline)", flush=True)
                             continue
+                        # Mixture-of-experts rows: inferbench's routing beside the reference's.
+                        dump = (os.path.join(tmp, f"{device}-{dtype}-routing.json")
+                                if name in MOE_FAMILIES else None)
                         try:
                             tokens, logits, secs = run_inferbench(
                                 args.inferbench, d, device, dtype, prompt, args.steps,
-                                os.path.join(tmp, f"{device}-{dtype}.npy"))
+                                os.path.join(tmp, f"{device}-{dtype}.npy"),
+                                ("--dump-routing", dump) if dump else ())
                         except Refused as e:
                             if name not in REFUSABLE_FAMILIES:
                                 raise
@@ -450,9 +455,18 @@ def main():
                         # inferbench's greedy tokens can differ between runs (bf16); the
                         # reference follows each run's own tokens.
                         if ref is None or ref[0] != tokens:
-                            ref = (tokens, hf_step_logits(model, prompt, tokens))
+                            ref = (tokens, hf_step_logits(model, prompt, tokens),
+                                   reference_routing(model, prompt, tokens) if dump else None)
                         r = dict(row, steps=len(tokens), seconds=round(secs, 2),
                                  **compare(ref[1], tokens, logits))
+                        if dump:
+                            # Where a bf16 near-tie flips an expert (issue 15: report the step).
+                            r["routing_differences"] = routing_differences(dump, ref[2])
+                            for f in r["routing_differences"]:
+                                print(f"{name} {device} {dtype} {length}: step {f['step']} "
+                                      f"layer {f['layer']} routes to {f['engine']}, the "
+                                      f"reference to {f['reference']} (its margin "
+                                      f"{f['margin']:.2e})", flush=True)
                         r["tolerance"] = TOLERANCE[dtype]
                         r["passed"] = r["max_rel_l2"] <= TOLERANCE[dtype]
                         ok &= r["passed"]
@@ -471,6 +485,16 @@ def main():
           f"reference reloaded from the saved files in fp32, TF32 off; {args.layers} layers, "
           f"{args.steps} greedy steps, relative L2 of every step's logits)")
     print_table(rows, ["family", "backend", "dtype", "prompt_len"])
+    routed = [r for r in rows if "routing_differences" in r]
+    if routed:
+        print("\nRouting against the fp32 reference (mixture-of-experts rows; the margin is the "
+              "reference's probability gap across the top-k cut):")
+        for r in routed:
+            diffs = r["routing_differences"]
+            where = "; ".join(f"step {f['step']} layer {f['layer']}: {f['engine']} vs "
+                              f"{f['reference']}, margin {f['margin']:.1e}" for f in diffs[:4])
+            print(f"- {r['family']} {r['backend']} {r['dtype']} {r['prompt_len']}: "
+                  f"{len(diffs)} differing (step, layer)" + (f" ({where})" if diffs else ""))
     return 0 if ok else 1
 
 

@@ -1,0 +1,88 @@
+"""Routing decisions of a transformers mixture-of-experts model (Mixtral, DeepSeek-V2) against
+inferbench's (`generate --dump-routing`), for tools/hf_compare.py: where a bf16 run routes a token
+to other experts than the fp32 reference, and how near the reference's choice was to a tie.
+
+The reference's routing is recomputed from what its MoE blocks receive (forward pre-hooks on each
+decoder layer's block that holds a router, a parameter named gate.weight), in float64 with the
+published rule: softmax over the experts, for DeepSeek's group_limited_greedy the topk_group
+groups of the largest probability kept (ties to the lower group), then the top-k (ties to the lower
+id). The margin of a choice is the probability gap across the cut: the k-th kept expert's minus
+the next one's, or across the group cut, whichever is smaller.
+"""
+import json
+import math
+
+import numpy as np
+import torch
+
+
+def moe_blocks(model):
+    """(layer index, block, router weight) of every decoder layer whose MLP routes."""
+    found = []
+    for i, layer in enumerate(model.model.layers):
+        for _, module in layer.named_children():
+            weight = dict(module.named_parameters()).get("gate.weight")
+            if weight is not None:
+                found.append((i, module, weight))
+    return found
+
+
+def route(logits, config, k):
+    """The experts one token goes to (ascending) and the margin of that choice."""
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    margin = math.inf
+    groups = int(getattr(config, "n_group", 1) or 1)
+    if getattr(config, "topk_method", "greedy") == "group_limited_greedy" and groups > 1:
+        kept = int(config.topk_group)
+        best = p.reshape(groups, -1).max(axis=1)
+        order = sorted(range(groups), key=lambda g: (-best[g], g))
+        if kept < groups:
+            margin = best[order[kept - 1]] - best[order[kept]]
+        keep = np.zeros(groups, dtype=bool)
+        keep[order[:kept]] = True
+        p = np.where(np.repeat(keep, len(p) // groups), p, 0.0)
+    order = sorted(range(len(p)), key=lambda e: (-p[e], e))
+    if k < len(p):
+        margin = min(margin, p[order[k - 1]] - p[order[k]])
+    return sorted(int(e) for e in order[:k]), float(margin)
+
+
+@torch.no_grad()
+def reference_routing(model, prompt, tokens):
+    """{layer: [(experts, margin) per generated step]}: the reference's routing of each step's input
+    token (teacher-forced on inferbench's tokens, as the logits are)."""
+    blocks = moe_blocks(model)
+    inputs = {}
+    hooks = [block.register_forward_pre_hook(
+        lambda _m, args, i=i: inputs.__setitem__(i, args[0].detach())) for i, block, _ in blocks]
+    try:
+        model(torch.tensor([prompt + tokens[:-1]], device="cuda"), logits_to_keep=1)
+    finally:
+        for h in hooks:
+            h.remove()
+    k = int(model.config.num_experts_per_tok)
+    out = {}
+    for i, _, weight in blocks:
+        x = inputs[i].reshape(-1, inputs[i].shape[-1])[len(prompt) - 1:].double().cpu().numpy()
+        logits = x @ weight.detach().double().cpu().numpy().T
+        out[i] = [route(row, model.config, k) for row in logits]
+    return out
+
+
+def routing_differences(dump_path, reference):
+    """Each (step, layer) where inferbench's routing (its --dump-routing file) differs from the
+    reference's, with the reference's margin there."""
+    with open(dump_path) as f:
+        steps = json.load(f)["steps"]
+    found = []
+    for step, layers in enumerate(steps):
+        for layer, ref in reference.items():
+            if step >= len(ref) or layer >= len(layers):
+                continue
+            engine = sorted(int(e) for e in layers[layer])
+            experts, margin = ref[step]
+            if engine != experts:
+                found.append(dict(step=step, layer=layer, engine=engine, reference=experts,
+                                  margin=margin))
+    return found
