@@ -24,6 +24,24 @@ build_gpu_tests() {
   fi
 }
 
+# gpu_tests BACKEND_FILTER [ENGINE_FILTER]: $B's backend_cuda_test and engine_cuda_test with those
+# gtest filters (an empty one skips that binary), their JSON results and the log (tests.log) in
+# $O; prints each rc with the seconds since $T0, then the failures and the PASSED lines.
+gpu_tests() {
+  : > "$O/tests.log"
+  if [ -n "$1" ]; then
+    timeout 150 "$B/src/backend/cuda/backend_cuda_test" --gtest_filter="$1" \
+      --gtest_output="json:$O/backend_cuda_test.json" >> "$O/tests.log" 2>&1
+    echo "backend_cuda_test rc=$? +$(( $(date +%s) - T0 )) s"
+  fi
+  if [ -n "${2:-}" ]; then
+    timeout 150 "$B/src/engine/engine_cuda_test" --gtest_filter="$2" \
+      --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
+    echo "engine_cuda_test rc=$? +$(( $(date +%s) - T0 )) s"
+  fi
+  grep -E "^\[  FAILED  \]|Failure|Expected|Which is|PASSED|FAILED TEST" "$O/tests.log" | head -30
+}
+
 # use_icu: the GPU machine has no libicu. Debian's packages (bench/gpu/icu-deps.sh, carried as
 # .deps/icu.tar.xz) are unpacked once and put on LD_LIBRARY_PATH.
 use_icu() {

@@ -22,16 +22,8 @@ B=${IB_BUILD_DIR:-/tmp/ib-mla}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
 build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ib_kernel_profile || { cp "$O/build.log" "$O/tests.log"; exit 1; }
 echo "built $(el)"
-if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
-  timeout 150 "$B/src/backend/cuda/backend_cuda_test" \
-    --gtest_filter='*CudaMla*:*CudaMoeRoute*:*CudaMoe*:*ReportsTheKernelSwitches*' \
-    --gtest_output="json:$O/backend_cuda_test.json" > "$O/tests.log" 2>&1
-  echo "backend_cuda_test rc=$? $(el)"
-  timeout 150 "$B/src/engine/engine_cuda_test" --gtest_filter='*_mixtral*:*CudaEngineMoe*' \
-    --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
-  echo "engine_cuda_test rc=$? $(el)"
-  grep -E "^\[  FAILED  \]|Failure|Expected|Which is|PASSED|FAILED TEST" "$O/tests.log" | head -30
-fi
+[ "${IB_SKIP_TESTS:-0}" = 1 ] ||
+  gpu_tests '*CudaMla*:*CudaMoeRoute*:*CudaMoe*:*ReportsTheKernelSwitches*' '*_mixtral*:*CudaEngineMoe*'
 if [ "${IB_SKIP_PARITY:-0}" != 1 ]; then
   export PYTHONUNBUFFERED=1
   env ${IB_PARITY_SPLIT:+IB_MLA_SPLIT=$IB_PARITY_SPLIT} timeout 200 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
