@@ -3,8 +3,8 @@
 # writes the CPU regression test's golden files (tools/make_golden.py -> golden.tgz, unpack into
 # src/engine/testdata/golden), then tools/hf_compare.py: every family at 24-4,096 (Mistral 5,000)
 # tokens on CUDA in fp32 and bf16, then the CPU backend in fp32 while time remains.
-# Usage (~9 minutes of the machine; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/parity.sh. IB_DEADLINE_S (540): the
-# CPU rows stop being started after it. IB_PARITY_FAMILIES (all): a comma-separated subset;
+# Usage (~9 minutes of the machine; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/parity.sh.
+# IB_DEADLINE_S (540): the CPU rows stop being started after it. IB_PARITY_FAMILIES (all): a comma-separated subset;
 # IB_PARITY_GOLDEN=0 skips the golden files; IB_PARITY_CPU_MAX_LEN (4096): the longest CPU prompt.
 # Writes build.log, ctest.log, golden.tgz, hf_compare.json, hf_compare_cpu.json, parity.log.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
