@@ -32,6 +32,15 @@ std::string params_text(int64_t n) {
   return fmt::format("{:.1f}M", static_cast<double>(n) / 1e6);
 }
 
+// "30.4 KiB", or for a latent cache "30.4 KiB (GQA 270.0 KiB)".
+std::string kv_cell(const LeaderboardRow& r) {
+  if (!r.kv_bytes_per_token) return "";
+  std::string cell = fmt::format("{:.1f} KiB", *r.kv_bytes_per_token / 1024.0);
+  if (r.kv_bytes_per_token_gqa && *r.kv_bytes_per_token_gqa != *r.kv_bytes_per_token)
+    cell += fmt::format(" (GQA {:.1f} KiB)", *r.kv_bytes_per_token_gqa / 1024.0);
+  return cell;
+}
+
 std::string percent(const std::optional<double>& v) {
   return v ? fmt::format("{:.1f}%", 100.0 * *v) : "";
 }
@@ -66,6 +75,7 @@ std::vector<std::string> cells(const LeaderboardRow& r, size_t rank) {
           fixed(r.ttft_median_ms, 2),
           fixed(r.ttft_p99_ms, 2),
           fixed(r.engine_peak_gib, 2),
+          kv_cell(r),
           peak,
           fixed(r.tokens_per_joule, 2),
           percent(r.bandwidth_share),
@@ -85,6 +95,7 @@ const std::vector<std::string> kHeader = {"#",
                                           "TTFT median ms",
                                           "TTFT P99 ms",
                                           "engine peak GiB",
+                                          "KV per token",
                                           "peak GiB (source)",
                                           "tok/J",
                                           "bandwidth share",
@@ -147,6 +158,9 @@ LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
   if (auto demand = number_at(result, json::json_pointer("/memory/peaks/engine_demand_bytes"))) {
     r.engine_peak_gib = *demand / kGiB;
   }
+  r.kv_bytes_per_token = number_at(result, json::json_pointer("/engine/engine/kv_bytes_per_token"));
+  r.kv_bytes_per_token_gqa =
+      number_at(result, json::json_pointer("/engine/engine/kv_bytes_per_token_gqa"));
   if (auto gpu = number_at(result, json::json_pointer("/memory/peaks/gpus_used_bytes"))) {
     r.peak_gib = *gpu / kGiB;
     r.peak_source = "gpu";
@@ -225,7 +239,7 @@ std::string leaderboard_markdown(const std::vector<LeaderboardRow>& rows,
 std::string leaderboard_csv(const std::vector<LeaderboardRow>& rows) {
   std::string out =
       "rank,entry,model,parameters,precision,output_tok_s,ttft_median_ms,ttft_p99_ms,"
-      "engine_peak_gib,peak_gib,"
+      "engine_peak_gib,kv_bytes_per_token,kv_bytes_per_token_gqa,peak_gib,"
       "peak_source,tokens_per_joule,bandwidth_share,kl_mean,kl_p99,top1_agreement,perplexity,"
       "reference_perplexity,status\n";
   size_t rank = 0;
@@ -233,14 +247,14 @@ std::string leaderboard_csv(const std::vector<LeaderboardRow>& rows) {
     return v ? fmt::format("{:.6g}", *v) : std::string();
   };
   for (const auto& r : rows) {
-    out +=
-        fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                    r.output_tok_s ? std::to_string(++rank) : "", csv_cell(r.entry),
-                    csv_cell(r.model), r.parameters > 0 ? std::to_string(r.parameters) : "",
-                    r.precision, num(r.output_tok_s), num(r.ttft_median_ms), num(r.ttft_p99_ms),
-                    num(r.engine_peak_gib), num(r.peak_gib), r.peak_source, num(r.tokens_per_joule),
-                    num(r.bandwidth_share), num(r.kl_mean), num(r.kl_p99), num(r.top1_agreement),
-                    num(r.perplexity), num(r.reference_perplexity), csv_cell(r.status));
+    out += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        r.output_tok_s ? std::to_string(++rank) : "", csv_cell(r.entry), csv_cell(r.model),
+        r.parameters > 0 ? std::to_string(r.parameters) : "", r.precision, num(r.output_tok_s),
+        num(r.ttft_median_ms), num(r.ttft_p99_ms), num(r.engine_peak_gib),
+        num(r.kv_bytes_per_token), num(r.kv_bytes_per_token_gqa), num(r.peak_gib), r.peak_source,
+        num(r.tokens_per_joule), num(r.bandwidth_share), num(r.kl_mean), num(r.kl_p99),
+        num(r.top1_agreement), num(r.perplexity), num(r.reference_perplexity), csv_cell(r.status));
   }
   return out;
 }

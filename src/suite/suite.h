@@ -128,6 +128,11 @@ struct LeaderboardRow {
   // (memory.peaks.engine_demand_bytes). A preallocated KV pool makes the device's own number
   // (below) nearly the same for every model, so this is the column that compares models.
   std::optional<double> engine_peak_gib;
+  // The KV cache's bytes per token over all layers (engine.engine.kv_bytes_per_token), and what
+  // ordinary attention's K and V of every KV head would take (..._gqa): they differ for
+  // multi-head latent attention (kv_layout "mla-latent", DeepSeek-V2).
+  std::optional<double> kv_bytes_per_token;
+  std::optional<double> kv_bytes_per_token_gqa;
   std::optional<double> peak_gib;
   std::string peak_source;  // "gpu" (NVML used), "rss" (process), ""
   std::optional<double> tokens_per_joule;

@@ -268,7 +268,8 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
       {"energy", {{"available", false}}},
       {"engine",
        {{"performance",
-         {{"copy_ceiling_bytes_per_s", 0.0}, {"decode", {{"fraction_of_copy_ceiling", 0.0}}}}}}}};
+         {{"copy_ceiling_bytes_per_s", 0.0}, {"decode", {{"fraction_of_copy_ceiling", 0.0}}}}},
+        {"engine", {{"kv_bytes_per_token", 32768.0}, {"kv_bytes_per_token_gqa", 32768.0}}}}}};
   const json fast_result = {
       {"output_throughput", 250.5},
       {"median_ttft_ms", 2.0},
@@ -281,7 +282,9 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
       {"energy", {{"available", true}, {"output_tokens_per_joule", 4.25}}},
       {"engine",
        {{"performance",
-         {{"copy_ceiling_bytes_per_s", 4e12}, {"decode", {{"fraction_of_copy_ceiling", 0.8}}}}}}},
+         {{"copy_ceiling_bytes_per_s", 4e12}, {"decode", {{"fraction_of_copy_ceiling", 0.8}}}}},
+        // a latent KV cache (DeepSeek-V2-Lite's): its bytes beside ordinary attention's
+        {"engine", {{"kv_bytes_per_token", 31104.0}, {"kv_bytes_per_token_gqa", 276480.0}}}}},
       {"stability", {{"cv_threshold", 0.05}, {"unstable_metrics", {"output_throughput"}}}}};
   const json fast_eval = {{"kl_mean", 0.0123},
                           {"kl_p99", 0.25},
@@ -310,22 +313,23 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
 
   const std::string md = leaderboard_markdown(rows, "demo");
   EXPECT_NE(
-      md.find("| 1 | fast | m-fast | 8.00B | bf16 | 250.5 | 2.00 | 3.00 | 0.50 | 1.00 (gpu) | 4.25 "
-              "| 80.0% | 0.0123 | 0.25 | 97.5% | 6.250 (6.125) |"),
+      md.find("| 1 | fast | m-fast | 8.00B | bf16 | 250.5 | 2.00 | 3.00 | 0.50 | 30.4 KiB (GQA "
+              "270.0 KiB) | 1.00 (gpu) | 4.25 | 80.0% | 0.0123 | 0.25 | 97.5% | 6.250 (6.125) |"),
       std::string::npos)
       << md;
   EXPECT_NE(md.find("| 2 | slow | m-slow | 15.0M | fp32 | 100.0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("|  | 32.0 KiB | 2.00 (rss) |"), std::string::npos) << md;  // GQA: one figure
   // Not measured: "-" in the eval columns.
-  EXPECT_NE(md.find("| - | broken | m-big | 70.00B |  |  |  |  |  |  |  |  | - | - | - | - | "
+  EXPECT_NE(md.find("| - | broken | m-big | 70.00B |  |  |  |  |  |  |  |  |  | - | - | - | - | "
                     "failed: CUDA out of memory |"),
             std::string::npos)
       << md;
   const std::string csv = leaderboard_csv(rows);
-  EXPECT_NE(csv.find("\n1,fast,m-fast,8000000000,bf16,250.5,2,3,0.5,1,gpu,4.25,0.8,0.0123,0.25,"
-                     "0.975,6.25,6.125,"),
+  EXPECT_NE(csv.find("\n1,fast,m-fast,8000000000,bf16,250.5,2,3,0.5,31104,276480,1,gpu,4.25,0.8,"
+                     "0.0123,0.25,0.975,6.25,6.125,"),
             std::string::npos)
       << csv;
-  EXPECT_NE(csv.find("\n,broken,m-big,70000000000,,,,,,,,,,,,,,,failed: CUDA out of memory\n"),
+  EXPECT_NE(csv.find("\n,broken,m-big,70000000000,,,,,,,,,,,,,,,,,failed: CUDA out of memory\n"),
             std::string::npos)
       << csv;
   const std::string html = leaderboard_html(rows, "demo <1>", "<svg id=\"h\"></svg>");
