@@ -455,11 +455,20 @@ def main():
                         # inferbench's greedy tokens can differ between runs (bf16); the
                         # reference follows each run's own tokens.
                         if ref is None or ref[0] != tokens:
-                            ref = (tokens, hf_step_logits(model, prompt, tokens),
-                                   reference_routing(model, prompt, tokens) if dump else None)
+                            routing = None
+                            if dump:
+                                try:
+                                    routing = reference_routing(model, prompt, tokens)
+                                except Exception as e:  # the logits row still counts
+                                    routing = describe_error(e)[-300:]
+                            ref = (tokens, hf_step_logits(model, prompt, tokens), routing)
                         r = dict(row, steps=len(tokens), seconds=round(secs, 2),
                                  **compare(ref[1], tokens, logits))
-                        if dump:
+                        if dump and isinstance(ref[2], str):
+                            r["routing_error"] = ref[2]
+                            print(f"{name}: the reference's routing was not read: {ref[2]}",
+                                  flush=True)
+                        elif dump:
                             # Where a bf16 near-tie flips an expert (issue 15: report the step).
                             r["routing_differences"] = routing_differences(dump, ref[2])
                             for f in r["routing_differences"]:

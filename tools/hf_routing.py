@@ -53,9 +53,18 @@ def reference_routing(model, prompt, tokens):
     """{layer: [(experts, margin) per generated step]}: the reference's routing of each step's input
     token (teacher-forced on inferbench's tokens, as the logits are)."""
     blocks = moe_blocks(model)
+    if not blocks:
+        raise RuntimeError("no decoder layer of the reference has a block with a gate.weight "
+                           "router")
     inputs = {}
-    hooks = [block.register_forward_pre_hook(
-        lambda _m, args, i=i: inputs.__setitem__(i, args[0].detach())) for i, block, _ in blocks]
+
+    def keep(i):
+        def hook(_module, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]
+            inputs[i] = x.detach()
+        return hook
+
+    hooks = [block.register_forward_pre_hook(keep(i), with_kwargs=True) for i, block, _ in blocks]
     try:
         model(torch.tensor([prompt + tokens[:-1]], device="cuda"), logits_to_keep=1)
     finally:
