@@ -45,12 +45,10 @@ TEST(ModelsTable, ListsEveryPresetWithSizesAndSupport) {
       << row_of(table, "gemma-2-9b");
   EXPECT_NE(row_of(table, "gemma-2-27b").find("| yes |"), std::string::npos)
       << row_of(table, "gemma-2-27b");
-  // DeepSeek-V2-Lite runs on the CPU; its KV cache holds 27 x 576 bf16 values a token (30.38 KiB).
+  // DeepSeek-V2-Lite runs on the CPU and CUDA (its latent attention has CUDA kernels); its KV
+  // cache holds 27 x 576 bf16 values a token (30.38 KiB).
   const std::string deepseek = row_of(table, "deepseek-v2-lite");
-  EXPECT_NE(deepseek.find("| yes, on the CPU (multi-head latent attention has no CUDA kernels "
-                          "yet) |"),
-            std::string::npos)
-      << deepseek;
+  EXPECT_NE(deepseek.find("| 163840 | yes |"), std::string::npos) << deepseek;
   EXPECT_NE(deepseek.find("| 30.375 |"), std::string::npos) << deepseek;
   // Mixtral runs (on the CPU and CUDA) with dense experts only: no fp8 or 4-bit allocation. Its
   // bf16 weights: 46.70 B parameters at 2 bytes = 86.99 GiB.

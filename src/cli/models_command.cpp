@@ -62,9 +62,8 @@ std::string models_table(const std::vector<ModelConfig>& models) {
                        static_cast<double>(m.kv_bytes_per_token(DType::kBF16)) / 1024.0,
                        m.max_position_embeddings,
                        !unsupported.empty() ? fmt::format("no: {}", fmt::join(unsupported, ", "))
-                       : m.mla.kv_lora_rank > 0
-                           ? std::string("yes, on the CPU (multi-head latent attention has no "
-                                         "CUDA kernels yet)")
+                       // multi-head latent attention: its own CUDA kernels (backend/cuda/mla.cu)
+                       : m.mla.kv_lora_rank > 0 ? std::string("yes")
                        : !cuda_attention_supports_head_dim(m.head_dim)
                            ? fmt::format("yes, on the CPU (head_dim {}: the CUDA attention "
                                          "kernels take {})",
