@@ -12,7 +12,8 @@
 # (4096), IB_PROFILE=1: a CUPTI kernel profile of the batch-1 run (profile_b1.txt, timeline_b1.csv),
 # IB_MLA_AB ("0 1"): the runs once per IB_MLA_SPLIT value (b1_deepseek-v2-lite_split0, ...; empty:
 # once with the default); IB_PARITY_SPLIT: IB_MLA_SPLIT for the parity rows (unset: the default);
-# IB_PROFILE_SPLIT: the same for the profiled run.
+# IB_PROFILE_SPLIT: the same for the profiled run; IB_MIXTRAL=1: also Mixtral-8x7B at batch 1
+# (b1_mixtral-8x7b: the MoE expert kernels' other user).
 # Writes tests.log, backend_cuda_test.json, parity.log, hf_compare_deepseek_v2_cuda.json,
 # runs.log, runs.json; the rest in extra.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -34,9 +35,10 @@ if [ "${IB_SKIP_PARITY:-0}" != 1 ]; then
   [ -f "$O/parity/hf_compare_deepseek_v2_cuda.json" ] && mv "$O/parity/hf_compare_deepseek_v2_cuda.json" "$O/"
 fi
 R=$O/runs; mkdir -p "$R"
+# run NAME FLAGS...: one `inferbench run` of $M (deepseek-v2-lite) in bf16 on dummy weights.
 run() { local name=$1; shift
   timeout -s INT 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
-    --disable-tqdm --model deepseek-v2-lite --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
+    --disable-tqdm --model "${M:-deepseek-v2-lite}" --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
   echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|rror" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
 for sv in ${IB_MLA_AB-0 1}; do
   export IB_MLA_SPLIT=$sv
@@ -45,6 +47,8 @@ for sv in ${IB_MLA_AB-0 1}; do
     --output-len 128 --num-prompts 200 --runs 1
   unset IB_MLA_SPLIT
 done
+[ "${IB_MIXTRAL:-0}" = 1 ] && M=mixtral-8x7b run b1_mixtral-8x7b --batch-size 1 --input-len 32 \
+  --output-len 128 --num-prompts 4 --runs 3
 [ -z "${IB_MLA_AB-0 1}" ] && run b1_deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 \
   --num-prompts 4 --runs 3
 if [ "${IB_PROFILE:-0}" = 1 ]; then
