@@ -16,6 +16,7 @@
 #include <map>
 #include <numbers>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 #include "engine/arch/architecture.h"
@@ -608,6 +609,60 @@ TEST(DeepseekV2Routing, CapturedRoutingIsTheReferences) {
       std::sort(got.begin(), got.end());
       EXPECT_EQ(got, ref[l][token]) << "step " << step << " layer " << l;
     }
+  }
+}
+
+// A step's bytes count the experts it actually read (per layer the distinct experts its tokens
+// were routed to, here from the captured routing), not the bound min(E, tokens x k) (8 of 8 for
+// four tokens of 3 experts): between two decode steps of four sequences the bytes differ by the
+// four KV rows more read plus the experts' difference.
+TEST(DeepseekV2Routing, StepBytesCountTheExpertsRead) {
+  TempDir dir;
+  const ModelConfig c = load_config(dir, config_json(Shape{}));
+  CpuBackend backend(2);
+  EngineConfig config;
+  config.block_size = 4;
+  config.capture_routing = true;
+  auto engine = create_engine(c, {LoadFormat::kDummy, "", 11}, config, backend);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  Rng rng(13);
+  for (uint64_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE((*engine)
+                    ->add_request(
+                        testing::greedy_request(i, testing::random_prompt(rng, 6, c.vocab_size), 6))
+                    .ok());
+  }
+  const auto k = static_cast<size_t>(c.moe.experts_per_token);
+  const auto layers = static_cast<size_t>(c.num_layers);
+  std::vector<std::pair<int64_t, int64_t>> decode;  // (bytes, experts read over the layers)
+  bool bound_hit = false;
+  while ((*engine)->has_unfinished()) {
+    auto out = (*engine)->step();
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    if (out->events.size() != 4 ||
+        std::any_of(out->events.begin(), out->events.end(),
+                    [](const TokenEvent& e) { return e.output_index == 0; })) {
+      continue;  // the prefill
+    }
+    int64_t read = 0;
+    for (size_t l = static_cast<size_t>(c.moe.first_dense_layers); l < layers; ++l) {
+      std::set<int32_t> ids;
+      for (const TokenEvent& e : out->events)
+        ids.insert(e.routing.begin() + l * k, e.routing.begin() + (l + 1) * k);
+      read += static_cast<int64_t>(ids.size());
+      bound_hit |= ids.size() < static_cast<size_t>(c.moe.num_experts);
+    }
+    decode.emplace_back(out->stats.bytes_moved, read);
+  }
+  ASSERT_EQ(decode.size(), 5u);
+  EXPECT_TRUE(bound_hit) << "every step read all experts: the test cannot tell the bound apart";
+  const int64_t f = c.moe.expert_intermediate_size, d = c.hidden_size;
+  const int64_t one_expert = 3 * f * d * 4;  // gate, up and down in fp32
+  for (size_t s = 1; s < decode.size(); ++s) {
+    EXPECT_EQ(decode[s].first - decode[s - 1].first,
+              4 * c.kv_bytes_per_token(DType::kF32) +
+                  (decode[s].second - decode[s - 1].second) * one_expert)
+        << "decode step " << s;
   }
 }
 

@@ -47,8 +47,11 @@ Status ModelRunner::capture_decode_graphs(const GraphOptions& options, int max_m
     forward(b, b);
     IB_ASSIGN_OR_RETURN(graphs_[b], backend_.end_capture());
   }
-  if (!expert_tokens_before.empty())
+  if (!expert_tokens_before.empty()) {
     backend_.copy_from_host(expert_tokens_, expert_tokens_before.data(), DType::kI64);
+    counters_seen_ = expert_tokens_before;
+    experts_read_.clear();
+  }
   return backend_.device_status();
 }
 
@@ -91,12 +94,29 @@ Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool
     IB_TRY(read_prompt_logits(batch, out));
   }
   if (capture_routing && !expert_ids_.empty()) IB_TRY(read_routing(batch, out));
+  if (!expert_tokens_.empty()) note_experts_read();
   out.graph = bucket > 0;
   if (rows == 0) backend_.synchronize();
   out.device_ns = backend_.timer_elapsed_ns();
   out.synced_ns = now_ns();
   IB_TRY(backend_.device_status());
   return out;
+}
+
+void ModelRunner::note_experts_read() {
+  const std::vector<int64_t> now = expert_tokens();
+  const int64_t e = model_.moe.num_experts;
+  experts_read_.clear();
+  if (counters_seen_.size() == now.size()) {
+    bool went_down = false;
+    std::vector<int64_t> read(now.size() / static_cast<size_t>(e), 0);
+    for (size_t i = 0; i < now.size(); ++i) {
+      went_down |= now[i] < counters_seen_[i];
+      if (now[i] > counters_seen_[i]) ++read[i / static_cast<size_t>(e)];
+    }
+    if (!went_down) experts_read_ = std::move(read);
+  }
+  counters_seen_ = now;
 }
 
 Status ModelRunner::read_routing(std::span<const RunnerSeq> batch, RunnerOutput& out) {
@@ -194,15 +214,18 @@ StepTraffic ModelRunner::traffic(std::span<const RunnerSeq> batch) const {
   t.kv_write_bytes = tokens * kv_per_token;
   t.weight_bytes = layer_weight_bytes_ + tokens * model_.hidden_size * e;
   if (model_.moe.num_experts > 0) {
-    // Of each layer's experts a step reads those its tokens picked: at most min(E, tokens x k)
-    // (an upper bound; the distinct experts picked are not known before the step runs).
+    // Of each layer's experts a step reads those its tokens picked: after the step, the experts
+    // whose routing counter it raised (note_experts_read); before, or when that is unknown, at
+    // most min(E, tokens x k).
     const int64_t experts = model_.moe.num_experts;
-    const int64_t read = std::min<int64_t>(experts, tokens * model_.moe.experts_per_token);
-    for (const LayerWeights& l : weights_.layers) {
+    const int64_t bound = std::min<int64_t>(experts, tokens * model_.moe.experts_per_token);
+    const bool known = experts_read_.size() == weights_.layers.size();
+    for (size_t i = 0; i < weights_.layers.size(); ++i) {
+      const LayerWeights& l = weights_.layers[i];
       if (l.expert_gate_up.empty()) continue;  // a dense layer (DeepSeek's first layers)
       const auto one_expert =
           static_cast<int64_t>(l.expert_gate_up[0].bytes() + l.expert_down[0].bytes());
-      t.weight_bytes -= (experts - read) * one_expert;
+      t.weight_bytes -= (experts - (known ? experts_read_[i] : bound)) * one_expert;
     }
   }
   if (samples) {

@@ -172,10 +172,16 @@ class ModelRunner {
   Buffer rows_buf_, logits_buf_, inv_freq_buf_, meta_buf_;
   Tensor inv_freq_;        // f32 (head_dim / 2)
   Tensor mrope_inv_freq_;  // f32 (3, head_dim / 2): multimodal-RoPE models only
-  // Mixture-of-experts models: router logits f32 (T, E), expert ids int32 (T, k), weights f32
-  // (T, k) and the routing counters int64 (layers, E), in one buffer; empty otherwise.
+  // Mixture-of-experts models: router logits f32 (T, E), expert ids int32 (layers, T, k), weights
+  // f32 (T, k) and the routing counters int64 (layers, E), in one buffer; empty otherwise.
   Buffer moe_buf_;
   Tensor router_logits_, expert_ids_, expert_weights_, expert_tokens_;
+  // The counters as the last step left them, and per layer the experts whose count that step
+  // raised: the experts it read (traffic()); empty until a step has run, or when the counters
+  // went down (reset) and the step's reads are unknown.
+  std::vector<int64_t> counters_seen_;
+  std::vector<int64_t> experts_read_;
+  void note_experts_read();
   // LoRA (RunnerLimits::lora_slots > 0): per layer and target the slots' A and B stacks, and the
   // slots' scales f32 (S), in one buffer; this step's slot ids (int32 (T), in meta_buf_), and
   // whether any token of it uses an adapter.
