@@ -46,7 +46,8 @@ json class_json(const StepClassProfile& c, double ceiling) {
 json profile_json(const EngineProfile& p) {
   return json{
       {"definition",
-       "per step: bytes = weights streamed (all layers, lm_head and final norm when a row "
+       "per step: bytes = weights streamed (all layers, of a mixture-of-experts layer only the "
+       "experts the step's tokens were routed to; lm_head and final norm when a row "
        "samples, the embedding rows used) + KV read (each sequence's visible context) + KV "
        "written; achieved = bytes / step wall time; device time from events around the forward "
        "pass; host overhead = (wall - device) / wall; sums over every step since the engine "
