@@ -15,7 +15,8 @@
 # IB_PROFILE_SPLIT: the same for the profiled run; IB_MIXTRAL=1: also Mixtral-8x7B at batch 1
 # (b1_mixtral-8x7b: the MoE expert kernels' other user).
 # Writes tests.log, backend_cuda_test.json, parity.log, hf_compare_deepseek_v2_cuda.json,
-# runs.log, runs.json; the rest in extra.tgz.
+# runs.log, runs.json, profile_b1.txt; the rest (engine_cuda_test.json, logs, run directories)
+# in extra.tgz: at most 8 files come back.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
@@ -63,6 +64,6 @@ if [ "${IB_PROFILE:-0}" = 1 ]; then
 fi
 python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
 rm -f "$R"/*/requests.jsonl "$R"/*/allocations.csv "$R"/*/memory.csv
-( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|parity.log|hf_compare_deepseek_v2_cuda.json|runs.log|runs.json|profile_b1.txt|engine_cuda_test.json)$' |
+( cd "$O" && ls | grep -vE '^(tests.log|backend_cuda_test.json|parity.log|hf_compare_deepseek_v2_cuda.json|runs.log|runs.json|profile_b1.txt)$' |
   xargs -r tar czf extra.tgz --remove-files )
 echo "done $(el)"
