@@ -46,7 +46,7 @@ import torch
 import transformers
 
 from hf_models import ieee_fp32, make_config, random_model
-from hf_routing import reference_routing, routing_differences
+from hf_routing import MoeInputs, routing_differences
 
 LLAMA3_ROPE = dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                    original_max_position_embeddings=8192)
@@ -307,6 +307,24 @@ def hf_step_logits(model, prompt, tokens):
     return logits.float().cpu().numpy()  # (steps, vocab)
 
 
+def reference_step(model, prompt, tokens, routed):
+    """(tokens, HF's step logits, and with `routed` the reference's routing of each step from the
+    same forward pass: tools/hf_routing.py; a routing that cannot be read is the reason, a str, and
+    the logits still count)."""
+    if not routed:
+        return tokens, hf_step_logits(model, prompt, tokens), None
+    try:
+        captured = MoeInputs(model)
+    except Exception as e:
+        return tokens, hf_step_logits(model, prompt, tokens), describe_error(e)[-300:]
+    with captured:
+        logits = hf_step_logits(model, prompt, tokens)
+    try:
+        return tokens, logits, captured.routing(model.config, len(prompt) - 1)
+    except Exception as e:
+        return tokens, logits, describe_error(e)[-300:]
+
+
 def compare(ref, tokens, logits):
     rel = np.linalg.norm(logits - ref, axis=1) / np.linalg.norm(ref, axis=1)
     hf_argmax = ref.argmax(axis=1)
@@ -455,13 +473,7 @@ def main():
                         # inferbench's greedy tokens can differ between runs (bf16); the
                         # reference follows each run's own tokens.
                         if ref is None or ref[0] != tokens:
-                            routing = None
-                            if dump:
-                                try:
-                                    routing = reference_routing(model, prompt, tokens)
-                                except Exception as e:  # the logits row still counts
-                                    routing = describe_error(e)[-300:]
-                            ref = (tokens, hf_step_logits(model, prompt, tokens), routing)
+                            ref = reference_step(model, prompt, tokens, bool(dump))
                         r = dict(row, steps=len(tokens), seconds=round(secs, 2),
                                  **compare(ref[1], tokens, logits))
                         if dump and isinstance(ref[2], str):

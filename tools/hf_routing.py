@@ -13,7 +13,6 @@ import json
 import math
 
 import numpy as np
-import torch
 
 
 def moe_blocks(model):
@@ -48,35 +47,46 @@ def route(logits, config, k):
     return sorted(int(e) for e in order[:k]), float(margin)
 
 
-@torch.no_grad()
-def reference_routing(model, prompt, tokens):
-    """{layer: [(experts, margin) per generated step]}: the reference's routing of each step's input
-    token (teacher-forced on inferbench's tokens, as the logits are)."""
-    blocks = moe_blocks(model)
-    if not blocks:
-        raise RuntimeError("no decoder layer of the reference has a block with a gate.weight "
-                           "router")
-    inputs = {}
+class MoeInputs:
+    """Within `with MoeInputs(model) as captured:`, what each MoE block receives is kept in
+    captured.inputs ({layer: hidden states}), so the reference's forward that gives the logits
+    gives the routing too."""
 
-    def keep(i):
-        def hook(_module, args, kwargs):
-            x = args[0] if args else kwargs["hidden_states"]
-            inputs[i] = x.detach()
-        return hook
+    def __init__(self, model):
+        self.blocks = moe_blocks(model)
+        if not self.blocks:
+            raise RuntimeError("no decoder layer of the reference has a block with a gate.weight "
+                               "router")
+        self.inputs = {}
+        self.hooks = []
 
-    hooks = [block.register_forward_pre_hook(keep(i), with_kwargs=True) for i, block, _ in blocks]
-    try:
-        model(torch.tensor([prompt + tokens[:-1]], device="cuda"), logits_to_keep=1)
-    finally:
-        for h in hooks:
+    def __enter__(self):
+        def keep(i):
+            def hook(_module, args, kwargs):
+                x = args[0] if args else kwargs["hidden_states"]
+                self.inputs[i] = x.detach()
+            return hook
+
+        self.hooks = [block.register_forward_pre_hook(keep(i), with_kwargs=True)
+                      for i, block, _ in self.blocks]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.hooks:
             h.remove()
-    k = int(model.config.num_experts_per_tok)
-    out = {}
-    for i, _, weight in blocks:
-        x = inputs[i].reshape(-1, inputs[i].shape[-1])[len(prompt) - 1:].double().cpu().numpy()
-        logits = x @ weight.detach().double().cpu().numpy().T
-        out[i] = [route(row, model.config, k) for row in logits]
-    return out
+        return False
+
+    def routing(self, config, first):
+        """{layer: [(experts, margin) per position from `first`]}: the reference's routing of
+        each generated step's input token (position first + step)."""
+        k = int(config.num_experts_per_tok)
+        out = {}
+        for i, _, weight in self.blocks:
+            x = self.inputs[i]
+            x = x.reshape(-1, x.shape[-1])[first:].double().cpu().numpy()
+            logits = x @ weight.detach().double().cpu().numpy().T
+            out[i] = [route(row, config, k) for row in logits]
+        return out
 
 
 def routing_differences(dump_path, reference):

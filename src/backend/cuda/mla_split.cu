@@ -136,22 +136,28 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   const int64_t row0 = (int64_t{local} * s.num_heads + head) * splits;
-  float m = -INFINITY;
-  for (int sp = 0; sp < splits; ++sp) {
-    if (ml[(row0 + sp) * 2 + 1] > 0.0f) m = fmaxf(m, ml[(row0 + sp) * 2]);
+  // Each split's weight exp(m_s - m) / sum_s' l_s' exp(m_s' - m) (0 for an empty split), once
+  // per block; every thread reads the same splits' max and sum.
+  __shared__ float weight[kMlaMaxSplits];
+  if (threadIdx.x == 0) {
+    float m = -INFINITY, total = 0.0f;
+    for (int sp = 0; sp < splits; ++sp) {
+      if (ml[(row0 + sp) * 2 + 1] > 0.0f) m = fmaxf(m, ml[(row0 + sp) * 2]);
+    }
+    for (int sp = 0; sp < splits; ++sp) {
+      const float l = ml[(row0 + sp) * 2 + 1];
+      weight[sp] = l > 0.0f ? expf(ml[(row0 + sp) * 2] - m) : 0.0f;
+      total += l * weight[sp];
+    }
+    for (int sp = 0; sp < splits; ++sp) weight[sp] /= total;
   }
-  float total = 0.0f;
-  for (int sp = 0; sp < splits; ++sp) {
-    const float l = ml[(row0 + sp) * 2 + 1];
-    if (l > 0.0f) total += l * expf(ml[(row0 + sp) * 2] - m);
-  }
+  __syncthreads();
   for (int j = threadIdx.x; j < r; j += kThreads) {
     float acc = 0.0f;
     for (int sp = 0; sp < splits; ++sp) {
-      if (ml[(row0 + sp) * 2 + 1] > 0.0f)
-        acc += expf(ml[(row0 + sp) * 2] - m) * o_part[(row0 + sp) * r + j];
+      if (weight[sp] > 0.0f) acc += weight[sp] * o_part[(row0 + sp) * r + j];
     }
-    o_s[j] = acc / total;
+    o_s[j] = acc;
   }
   __syncthreads();
   const T* w_uv = kv_b + (int64_t{head} * (n + v) + n) * r;
