@@ -7,7 +7,9 @@ decoder layer's block that holds a router, a parameter named gate.weight), in fl
 published rule: softmax over the experts, for DeepSeek's group_limited_greedy the topk_group
 groups of the largest probability kept (ties to the lower group), then the top-k (ties to the lower
 id). The margin of a choice is the probability gap across the cut: the k-th kept expert's minus
-the next one's, or across the group cut, whichever is smaller.
+the next one's, or across the group cut, whichever is smaller. Its relative margin divides it by
+the probability at that cut (the k-th kept expert's, or the last kept group's best): below 2 % a
+bf16 run's rounding decides the choice (tools/routing_verdict.py).
 """
 import json
 import math
@@ -27,24 +29,31 @@ def moe_blocks(model):
 
 
 def route(logits, config, k):
-    """The experts one token goes to (ascending) and the margin of that choice."""
+    """(the experts one token goes to (ascending), the margin of that choice, the probability at
+    the cut that gives the margin: the k-th kept expert's, or the last kept group's best where the
+    group cut's margin is the smaller); margin / cut probability is the relative margin."""
     p = np.exp(logits - logits.max())
     p /= p.sum()
-    margin = math.inf
+    margin, cut = math.inf, math.inf
     groups = int(getattr(config, "n_group", 1) or 1)
     if getattr(config, "topk_method", "greedy") == "group_limited_greedy" and groups > 1:
         kept = int(config.topk_group)
         best = p.reshape(groups, -1).max(axis=1)
         order = sorted(range(groups), key=lambda g: (-best[g], g))
         if kept < groups:
-            margin = best[order[kept - 1]] - best[order[kept]]
+            margin, cut = best[order[kept - 1]] - best[order[kept]], best[order[kept - 1]]
         keep = np.zeros(groups, dtype=bool)
         keep[order[:kept]] = True
         p = np.where(np.repeat(keep, len(p) // groups), p, 0.0)
     order = sorted(range(len(p)), key=lambda e: (-p[e], e))
-    if k < len(p):
-        margin = min(margin, p[order[k - 1]] - p[order[k]])
-    return sorted(int(e) for e in order[:k]), float(margin)
+    if k < len(p) and p[order[k - 1]] - p[order[k]] < margin:
+        margin, cut = p[order[k - 1]] - p[order[k]], p[order[k - 1]]
+    return sorted(int(e) for e in order[:k]), float(margin), float(cut)
+
+
+def relative_margin(margin, cut):
+    """margin / cut probability (inf where there is no cut, or nothing at it)."""
+    return margin / cut if 0 < cut < math.inf else math.inf
 
 
 class MoeInputs:
@@ -77,8 +86,8 @@ class MoeInputs:
         return False
 
     def routing(self, config, first):
-        """{layer: [(experts, margin) per position from `first`]}: the reference's routing of
-        each generated step's input token (position first + step)."""
+        """{layer: [(experts, margin, cut probability) per position from `first`]}: the
+        reference's routing of each generated step's input token (position first + step)."""
         k = int(config.num_experts_per_tok)
         out = {}
         for i, _, weight in self.blocks:
@@ -91,7 +100,8 @@ class MoeInputs:
 
 def routing_differences(dump_path, reference):
     """Each (step, layer) where inferbench's routing (its --dump-routing file) differs from the
-    reference's, with the reference's margin there."""
+    reference's, with the reference's margin there, the probability at its cut and the relative
+    margin (margin / cut probability)."""
     with open(dump_path) as f:
         steps = json.load(f)["steps"]
     found = []
@@ -100,8 +110,9 @@ def routing_differences(dump_path, reference):
             if step >= len(ref) or layer >= len(layers):
                 continue
             engine = sorted(int(e) for e in layers[layer])
-            experts, margin = ref[step]
+            experts, margin, cut = ref[step]
             if engine != experts:
                 found.append(dict(step=step, layer=layer, engine=engine, reference=experts,
-                                  margin=margin))
+                                  margin=margin, cut_probability=cut,
+                                  relative_margin=relative_margin(margin, cut)))
     return found

@@ -10,10 +10,11 @@
 # IB_PARITY_RUNS (cuda:fp32,cuda:bf16; cuda:fp32,cuda:bf16,hf:bf16 adds transformers' own bf16
 # run, teacher-forced on the CUDA bf16 tokens, as the baseline), IB_CPU_MAX_LEN
 # (4096), IB_PROFILE=1: a CUPTI kernel profile of the batch-1 run (profile_b1.txt, timeline_b1.csv),
-# IB_MLA_AB ("0 1"): the runs once per IB_MLA_SPLIT value (b1_deepseek-v2-lite_split0, ...; empty:
-# once with the default); IB_PARITY_SPLIT: IB_MLA_SPLIT for the parity rows (unset: the default);
-# IB_PROFILE_SPLIT: the same for the profiled run; IB_MIXTRAL=1: also Mixtral-8x7B at batch 1
-# (b1_mixtral-8x7b: the MoE expert kernels' other user).
+# IB_AB_VAR (IB_MOE_TILES) and IB_AB ("0 16"): the runs once per value of that switch
+# (b1_deepseek-v2-lite_moe_tiles0, ...; IB_AB empty: once with the defaults); IB_PARITY_ENV
+# (e.g. "IB_MOE_TILES=16"): switches for the parity rows; IB_PROFILE_ENV: the same for the profiled
+# run; IB_MIXTRAL=1: also Mixtral-8x7B at batch 1 per value (b1_mixtral-8x7b_*: the MoE expert
+# kernels' other user).
 # Writes tests.log, backend_cuda_test.json, parity.log, hf_compare_deepseek_v2_cuda.json,
 # runs.log, runs.json, profile_b1.txt; the rest (engine_cuda_test.json, logs, run directories)
 # in extra.tgz: at most 8 files come back.
@@ -28,7 +29,7 @@ echo "built $(el)"
   gpu_tests '*CudaMla*:*CudaMoeRoute*:*CudaMoe*:*ReportsTheKernelSwitches*' '*_mixtral*:*CudaEngineMoe*'
 if [ "${IB_SKIP_PARITY:-0}" != 1 ]; then
   export PYTHONUNBUFFERED=1
-  env ${IB_PARITY_SPLIT:+IB_MLA_SPLIT=$IB_PARITY_SPLIT} timeout 200 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
+  env ${IB_PARITY_ENV-} timeout 200 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
     --families deepseek-v2-tiny,deepseek-v2-lite --runs "${IB_PARITY_RUNS:-cuda:fp32,cuda:bf16}" \
     --cpu-max-len "${IB_CPU_MAX_LEN:-4096}" \
     --json-name hf_compare_deepseek_v2_cuda.json --out "$O/parity" 2>&1 | grep -v Warning > "$O/parity.log"
@@ -41,19 +42,23 @@ run() { local name=$1; shift
   timeout -s INT 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
     --disable-tqdm --model "${M:-deepseek-v2-lite}" --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
   echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|rror" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
-for sv in ${IB_MLA_AB-0 1}; do
-  export IB_MLA_SPLIT=$sv
-  run "b1_deepseek-v2-lite_split$sv" --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
-  [ "${IB_SKIP_SEED:-0}" = 1 ] || run "seed_deepseek-v2-lite_split$sv" --batch-size 8 --input-len 32 \
+AB_VAR=${IB_AB_VAR:-IB_MOE_TILES}
+for v in ${IB_AB-0 16}; do
+  export "$AB_VAR=$v"; tag=${AB_VAR#IB_}; tag=${tag,,}$v
+  run "b1_deepseek-v2-lite_$tag" --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
+  [ "${IB_SKIP_SEED:-0}" = 1 ] || run "seed_deepseek-v2-lite_$tag" --batch-size 8 --input-len 32 \
     --output-len 128 --num-prompts 200 --runs 1
-  unset IB_MLA_SPLIT
+  [ "${IB_MIXTRAL:-0}" = 1 ] && M=mixtral-8x7b run "b1_mixtral-8x7b_$tag" --batch-size 1 \
+    --input-len 32 --output-len 128 --num-prompts 4 --runs 3
+  unset "$AB_VAR"
 done
-[ "${IB_MIXTRAL:-0}" = 1 ] && M=mixtral-8x7b run b1_mixtral-8x7b --batch-size 1 --input-len 32 \
-  --output-len 128 --num-prompts 4 --runs 3
-[ -z "${IB_MLA_AB-0 1}" ] && run b1_deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 \
-  --num-prompts 4 --runs 3
+if [ -z "${IB_AB-0 16}" ]; then
+  run b1_deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
+  [ "${IB_MIXTRAL:-0}" = 1 ] && M=mixtral-8x7b run b1_mixtral-8x7b --batch-size 1 --input-len 32 \
+    --output-len 128 --num-prompts 4 --runs 3
+fi
 if [ "${IB_PROFILE:-0}" = 1 ]; then
-  env ${IB_PROFILE_SPLIT:+IB_MLA_SPLIT=$IB_PROFILE_SPLIT} IB_KERNEL_PROFILE="$O/profile_b1.txt" IB_KERNEL_TIMELINE="$O/timeline_b1.csv" \
+  env ${IB_PROFILE_ENV-} IB_KERNEL_PROFILE="$O/profile_b1.txt" IB_KERNEL_TIMELINE="$O/timeline_b1.csv" \
     IB_KERNEL_TIMELINE_COUNT=20000 LD_PRELOAD="$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")" \
     timeout 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
     --model deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 --num-prompts 2 --runs 1 \

@@ -33,10 +33,14 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "1: the CUDA backend offers its multi-head latent attention kernels (DeepSeek-V2) to the "
      "engine (tested against the CPU ops and transformers on the H200); 0: a DeepSeek-V2 model "
      "is refused on CUDA"},
-    {"IB_MLA_SPLIT", "cuda", "0", 0, 1, "",
+    {"IB_MLA_SPLIT", "cuda", "1", 0, 1, "",
      "1: the latent attention as three kernels split across blocks (q_lat, the context in "
-     "splits, the splits combined and projected); 0: a block per token and head (pending the "
-     "split form's measurement)"},
+     "splits, the splits combined and projected; measured faster on the H200); 0: a block per "
+     "token and head"},
+    {"IB_MOE_TILES", "cuda", "0", 0, 1 << 20, "",
+     "the experts' matmuls of chunks of at most this many tokens in tiles (a block per tile of 8 "
+     "weight rows, K split across its warps, blocks sized to the device); larger chunks, and all "
+     "at 0, a warp per weight row over all of K (pending the tile form's measurement)"},
     {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
      "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
      "prefetching each block's next row tile (0: one block per tile)"},

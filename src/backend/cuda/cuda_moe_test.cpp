@@ -136,22 +136,29 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   Pair weights = twin.floats({t, k}, wv, DType::kF32);
   Pair out = twin.output({t, d});
   twin.cpu().moe_ops()->moe_experts(x.cpu, ids.cpu, weights.cpu, gu_cpu, dn_cpu, out.cpu);
-  if (graph) {
-    twin.gpu().set_debug_sync(false);
-    ASSERT_TRUE(twin.gpu().begin_capture().ok());
-    twin.gpu().moe_experts(x.gpu, ids.gpu, weights.gpu, gu_gpu, dn_gpu, out.gpu);
-    auto g = twin.gpu().end_capture();
-    ASSERT_TRUE(g.ok()) << g.error().message;
-    (*g)->replay();
-    twin.gpu().synchronize();
-    twin.gpu().set_debug_sync(true);
-  } else {
-    twin.gpu().moe_experts(x.gpu, ids.gpu, weights.gpu, gu_gpu, dn_gpu, out.gpu);
+  // The warp-per-row kernels (IB_MOE_TILES=0), then the tile kernels for every chunk.
+  for (const int64_t tile_tokens : {int64_t{0}, int64_t{1} << 20}) {
+    twin.gpu().set_moe_tile_tokens(tile_tokens);
+    twin.gpu().poison_workspace();  // neither form may read the other's scratch
+    twin.gpu().fill_constant(out.gpu, NAN);
+    if (graph) {
+      twin.gpu().set_debug_sync(false);
+      ASSERT_TRUE(twin.gpu().begin_capture().ok());
+      twin.gpu().moe_experts(x.gpu, ids.gpu, weights.gpu, gu_gpu, dn_gpu, out.gpu);
+      auto g = twin.gpu().end_capture();
+      ASSERT_TRUE(g.ok()) << g.error().message;
+      (*g)->replay();
+      twin.gpu().synchronize();
+      twin.gpu().set_debug_sync(true);
+    } else {
+      twin.gpu().moe_experts(x.gpu, ids.gpu, weights.gpu, gu_gpu, dn_gpu, out.gpu);
+    }
+    ASSERT_TRUE(twin.gpu().device_status().ok()) << twin.gpu().device_status().error().message;
+    EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
+        << "T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f
+        << (graph ? " (graph)" : "") << (tile_tokens > 0 ? " tiles" : " warp per row");
   }
-  ASSERT_TRUE(twin.gpu().device_status().ok()) << twin.gpu().device_status().error().message;
-  EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
-      << "T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f
-      << (graph ? " (graph)" : "");
+  twin.gpu().set_moe_tile_tokens(0);
 }
 
 class CudaMoeExperts : public ::testing::TestWithParam<DType> {

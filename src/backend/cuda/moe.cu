@@ -9,21 +9,22 @@
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/moe_device.cuh"
 #include "backend/cuda/detail/moe_kernels.h"
 
 namespace ib::cuda {
 namespace {
 
+using moe::collect_pairs;
+using moe::expert_of_slot;
+using moe::kMaxChunkPairs;
+using moe::load_vec;
+using moe::silu;
+
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-// Pairs of one token chunk (shared memory holds their indices: 8 KiB).
-constexpr int kMaxChunkPairs = 2048;
 // Pairs a warp multiplies against one pass over its weight rows.
 constexpr int kTokensPerPass = 8;
-
-__device__ __forceinline__ float silu(float g) {
-  return g / (1.0f + expf(-g));
-}
 
 // ---- routing ----
 
@@ -174,69 +175,6 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
 
 // ---- experts ----
 
-// V elements of T from p as floats: one 16-byte load (weights: streamed past L1) or one element.
-template <typename T, int V, bool kStream>
-__device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
-  if constexpr (V == 1) {
-    out[0] = to_f32(*p);
-  } else {
-    static_assert(V == kVec16<T>, "a vector is 16 bytes");
-    uint4 raw;
-    if constexpr (kStream) {
-      raw = load_stream16(p);
-    } else {
-      raw = *reinterpret_cast<const uint4*>(p);
-    }
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < V; ++i) out[i] = to_f32(e[i]);
-  }
-}
-
-// The expert a block row serves: the slot-th smallest distinct expert id among the chunk's pairs,
-// -1 past the last (the same for the whole block). The grids have min(E, pairs) rows, not E: at
-// decode only the routed experts' blocks are launched (6 of 64 rows for DeepSeek-V2-Lite at batch
-// 1), not a block per expert that finds no pair and exits.
-__device__ int expert_of_slot(const int32_t* ids, int pairs, int slot, unsigned* present,
-                              int* expert) {
-  constexpr int kWords = kMoeMaxExperts / 32;
-  for (int w = threadIdx.x; w < kWords; w += blockDim.x) present[w] = 0;
-  __syncthreads();
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int e = ids[p];
-    if (e >= 0 && e < kMoeMaxExperts) atomicOr(&present[e / 32], 1u << (e % 32));
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int left = slot, found = -1;
-    for (int w = 0; w < kWords && found < 0; ++w) {
-      const int c = __popc(present[w]);
-      if (left < c) {
-        unsigned bits = present[w];
-        for (int i = 0; i < left; ++i) bits &= bits - 1;  // drop the lowest `left` set bits
-        found = w * 32 + __ffs(static_cast<int>(bits)) - 1;
-      } else {
-        left -= c;
-      }
-    }
-    *expert = found;
-  }
-  __syncthreads();
-  return *expert;
-}
-
-// The chunk's pairs routed to expert `e`, into list (shared); returns their count. Order is
-// irrelevant: each pair's results land in its own row.
-__device__ int collect_pairs(const int32_t* ids, int pairs, int e, int* list, int* count) {
-  if (threadIdx.x == 0) *count = 0;
-  __syncthreads();
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-    if (ids[p] == e) list[atomicAdd(count, 1)] = p;
-  }
-  __syncthreads();
-  return *count;
-}
-
 // One warp: the R weight rows w[r] (K elements each; gate_up: the gate and the up row of one
 // feature) times the x rows of pairs list[base, base + nb) (pair p reads x row
 // p / tokens_per_pair), each weight vector loaded once for all nb pairs. acc[r][b]: the dot
@@ -384,8 +322,8 @@ int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType 
 
 void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
-                        int64_t f, void* workspace, size_t workspace_bytes, Tensor out,
-                        cudaStream_t stream) {
+                        int64_t f, void* workspace, size_t workspace_bytes, int num_sms,
+                        int64_t tile_max_tokens, Tensor out, cudaStream_t stream) {
   const int64_t t = x.rows(), d = x.row_size(), k = ids.row_size();
   if (t == 0) return;
   const int64_t chunk = moe_chunk_tokens(t, k, d, f, x.dtype, workspace_bytes);
@@ -408,7 +346,10 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const auto slots = static_cast<unsigned>(std::min(num_experts, pairs));
       const dim3 gate_grid(static_cast<unsigned>(blocks_for(f, kWarps)), slots);
       const dim3 down_grid(static_cast<unsigned>(blocks_for(d, kWarps)), slots);
-      if (vec) {
+      if (tc <= tile_max_tokens) {
+        launch_moe_tiles(xc, idc, pairs, static_cast<int>(k), gate_up, down, vec, d, f, slots,
+                         num_sms, x.dtype, act, y, stream);
+      } else if (vec) {
         moe_gate_up_kernel<T, kV><<<gate_grid, kThreads, 0, stream>>>(
             xc, d, idc, pairs, static_cast<int>(k), gate_up, f, act);
         moe_down_kernel<T, kV><<<down_grid, kThreads, 0, stream>>>(act, f, idc, pairs, down, d, y);

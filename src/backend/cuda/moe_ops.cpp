@@ -2,6 +2,7 @@
 // pointers travel as a kernel parameter and their scratch is the attention workspace (free
 // between ops), so neither op allocates, synchronizes or reads expert ids on the host: both run
 // inside the decode CUDA graphs.
+#include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/cuda_backend_impl.h"
 #include "backend/cuda/detail/moe_kernels.h"
 
@@ -41,6 +42,12 @@ void CudaBackend::moe_route_grouped(const Tensor& router_logits, const MoeRoutin
   });
 }
 
+void CudaBackend::poison_workspace() {
+  IB_CUDA_CHECK(
+      cudaMemsetAsync(attention_workspace_.data(), 0xff, attention_workspace_.bytes(), stream_),
+      "poison_workspace");
+}
+
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
                               const Tensor& expert_weights, std::span<const WeightRef> gate_up,
                               std::span<const WeightRef> down, Tensor out) {
@@ -69,7 +76,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
             "moe_experts: one token's expert activations exceed the workspace");
   run_op("moe_experts", [&] {
     launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs, static_cast<int>(e),
-                       f, attention_workspace_.data(), attention_workspace_.bytes(), out, stream_);
+                       f, attention_workspace_.data(), attention_workspace_.bytes(), num_sms_,
+                       moe_tile_tokens_, out, stream_);
   });
 }
 

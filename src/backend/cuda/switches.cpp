@@ -24,6 +24,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.attn_prefetch = integer("IB_ATTN_PREFETCH");
   s.cuda_mla = integer("IB_CUDA_MLA");
   s.mla_split = integer("IB_MLA_SPLIT");
+  s.moe_tiles = integer("IB_MOE_TILES");
   s.gemv_persist = integer("IB_GEMV_PERSIST");
   s.gemv_swiglu_blocks = integer("IB_GEMV_SWIGLU_BLOCKS");
   s.gemv_ring = integer("IB_GEMV_RING");
@@ -47,6 +48,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.attn_prefetch) backend.set_attention_prefetch_max_seqs(static_cast<int>(*s.attn_prefetch));
   if (s.cuda_mla) backend.set_mla(*s.cuda_mla == 1);
   if (s.mla_split) backend.set_mla_split(*s.mla_split == 1);
+  if (s.moe_tiles) backend.set_moe_tile_tokens(*s.moe_tiles);
   if (s.gemv_persist) set_gemv_persist_blocks_per_sm(static_cast<int>(*s.gemv_persist));
   // Process-wide: every backend sets it, so one created without the variable runs the default.
   set_gemv_swiglu_min_blocks(static_cast<int>(s.gemv_swiglu_blocks.value_or(3)));
@@ -79,6 +81,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_ATTN_PREFETCH", {std::to_string(attention_prefetch_max_seqs_)}},
       {"IB_CUDA_MLA", {flag(mla_)}},
       {"IB_MLA_SPLIT", {flag(mla_split_)}},
+      {"IB_MOE_TILES", {std::to_string(moe_tile_tokens_)}},
       {"IB_GEMV_PERSIST", {std::to_string(gemv_persist_blocks_per_sm())}},
       {"IB_GEMV_SWIGLU_BLOCKS", {std::to_string(gemv_swiglu_min_blocks())}},
       {"IB_GEMV_RING", {flag(gemv_ring())}},

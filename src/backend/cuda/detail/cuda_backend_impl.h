@@ -121,10 +121,16 @@ class CudaBackend final : public Backend,
   // IB_CUDA_MLA (set_mla, default 1): offered to the engine (mla_ops.cpp); 0 withdraws them.
   MlaOps* mla_ops() override { return mla_ ? this : nullptr; }
   void set_mla(bool on) { mla_ = on; }
-  // IB_MLA_SPLIT (default 0): mla_attention as three kernels split across blocks (mla_split.cu)
+  // IB_MLA_SPLIT (default 1): mla_attention as three kernels split across blocks (mla_split.cu)
   // instead of the fused block per (token, head) (mla.cu).
   void set_mla_split(bool on) { mla_split_ = on; }
   bool mla_split() const { return mla_split_; }
+  // IB_MOE_TILES (default 0): moe_experts on chunks of at most this many tokens runs the tile
+  // kernels (moe_tiles.cu), larger ones (and all at 0) a warp per weight row (moe.cu).
+  void set_moe_tile_tokens(int64_t tokens) { moe_tile_tokens_ = tokens; }
+  // Tests: the attention workspace (the ops' scratch) filled with 0xFF bytes, NaN in every float
+  // dtype, so a kernel that leaves its part of the scratch unwritten shows (moe_ops.cpp).
+  void poison_workspace();
   bool mla() const { return mla_; }
   void mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_norm, float eps,
                           const Tensor& positions, const Tensor& slot_mapping,
@@ -344,8 +350,9 @@ class CudaBackend final : public Backend,
   bool pdl_ = true;
   bool pdl_attention_trigger_early_ = false;
   bool fused_ = true;
-  bool mla_ = true;         // IB_CUDA_MLA
-  bool mla_split_ = false;  // IB_MLA_SPLIT
+  bool mla_ = true;              // IB_CUDA_MLA
+  bool mla_split_ = true;        // IB_MLA_SPLIT
+  int64_t moe_tile_tokens_ = 0;  // IB_MOE_TILES
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;

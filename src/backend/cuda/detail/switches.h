@@ -33,6 +33,9 @@ struct CudaSwitches {
   std::optional<int64_t> cuda_mla;
   // IB_MLA_SPLIT=0|1: the MLA attention split across blocks (CudaBackend::set_mla_split).
   std::optional<int64_t> mla_split;
+  // IB_MOE_TILES=N: the experts' matmuls of chunks of at most N tokens in tiles
+  // (CudaBackend::set_moe_tile_tokens).
+  std::optional<int64_t> moe_tiles;
   // IB_GEMV_PERSIST=N: the quantized formats' GEMVs on a persistent grid of N blocks per SM
   // (0: one block per row tile).
   std::optional<int64_t> gemv_persist;
