@@ -137,25 +137,25 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int64_t row0 = (int64_t{local} * s.num_heads + head) * splits;
   // Each split's weight exp(m_s - m) / sum_s' l_s' exp(m_s' - m) (0 for an empty split), once
-  // per block; every thread reads the same splits' max and sum.
+  // per block: the first warp reads every split's max and sum at once (a lane per split) and
+  // reduces them (one thread's loop over the splits was a chain of dependent loads).
+  static_assert(kMlaMaxSplits <= 32, "a lane per split");
   __shared__ float weight[kMlaMaxSplits];
-  if (threadIdx.x == 0) {
-    float m = -INFINITY, total = 0.0f;
-    for (int sp = 0; sp < splits; ++sp) {
-      if (ml[(row0 + sp) * 2 + 1] > 0.0f) m = fmaxf(m, ml[(row0 + sp) * 2]);
-    }
-    for (int sp = 0; sp < splits; ++sp) {
-      const float l = ml[(row0 + sp) * 2 + 1];
-      weight[sp] = l > 0.0f ? expf(ml[(row0 + sp) * 2] - m) : 0.0f;
-      total += l * weight[sp];
-    }
-    for (int sp = 0; sp < splits; ++sp) weight[sp] /= total;
+  if (threadIdx.x < 32) {
+    const int sp = static_cast<int>(threadIdx.x);
+    const float m_s = sp < splits ? ml[(row0 + sp) * 2] : -INFINITY;
+    const float l_s = sp < splits ? ml[(row0 + sp) * 2 + 1] : 0.0f;
+    const float m = warp_max(l_s > 0.0f ? m_s : -INFINITY);
+    const float w = l_s > 0.0f ? expf(m_s - m) : 0.0f;
+    const float total = warp_sum(l_s * w);
+    if (sp < kMlaMaxSplits) weight[sp] = sp < splits ? w / total : 0.0f;
   }
   __syncthreads();
   for (int j = threadIdx.x; j < r; j += kThreads) {
     float acc = 0.0f;
-    for (int sp = 0; sp < splits; ++sp) {
-      if (weight[sp] > 0.0f) acc += weight[sp] * o_part[(row0 + sp) * r + j];
+#pragma unroll
+    for (int sp = 0; sp < kMlaMaxSplits; ++sp) {  // unrolled: the splits' loads in flight together
+      if (sp < splits && weight[sp] > 0.0f) acc += weight[sp] * o_part[(row0 + sp) * r + j];
     }
     o_s[j] = acc;
   }
