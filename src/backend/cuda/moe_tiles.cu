@@ -23,13 +23,16 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTileRows = 8;
 constexpr int kTilePairs = 4;
+// Resident blocks per SM: __launch_bounds__ caps the registers at 128 for two, and ptxas uses
+// 102-126 (no third fits in 64 K registers).
+constexpr int kBlocksPerSm = 2;
 
 // out rows of one pass: r < kTileRows weight rows x b < nb pairs. x row of pair p: x + (p /
 // tokens_per_pair) * x_stride; K = k_dim. For gate_up (kGateUp) the first kTileRows / 2 rows are
 // the features' gate rows and the rest their up rows; out is act (stride n_out); else y (stride
 // n_out, f32).
 template <typename T, int V, bool kGateUp>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     moe_tile_kernel(const T* x, int64_t x_stride, int tokens_per_pair, int64_t k_dim,
                     const int32_t* ids, int pairs, MoeExpertPtrs weights, int64_t n_out, T* act,
                     float* y) {
@@ -121,23 +124,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// Resident blocks of a tile kernel per SM (asked once: one device per process).
-template <typename T, int V, bool kGateUp>
-int resident_per_sm() {
-  static const int blocks = [] {
-    int n = 0;
-    IB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, moe_tile_kernel<T, V, kGateUp>,
-                                                                kThreads, 0),
-                  "moe_experts (tiles): occupancy");
-    return std::max(n, 1);
-  }();
-  return blocks;
-}
-
 // Blocks per expert slot: two resident rounds of the device over the slots (slots past the
 // chunk's distinct experts exit at once and others take their place), at most one per tile.
-unsigned tile_blocks(int per_sm, int64_t tiles, unsigned slots, int num_sms) {
-  const int64_t want = (2 * int64_t{per_sm} * std::max(num_sms, 1) + slots - 1) / slots;
+unsigned tile_blocks(int64_t tiles, unsigned slots, int num_sms) {
+  const int64_t want = (2 * int64_t{kBlocksPerSm} * std::max(num_sms, 1) + slots - 1) / slots;
   return static_cast<unsigned>(std::clamp<int64_t>(want, 1, tiles));
 }
 
@@ -151,12 +141,10 @@ void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
     constexpr int kV = kVec16<T>;
     auto* gate_kernel = vec ? moe_tile_kernel<T, kV, true> : moe_tile_kernel<T, 1, true>;
     auto* down_kernel = vec ? moe_tile_kernel<T, kV, false> : moe_tile_kernel<T, 1, false>;
-    const int gate_per_sm = vec ? resident_per_sm<T, kV, true>() : resident_per_sm<T, 1, true>();
-    const int down_per_sm = vec ? resident_per_sm<T, kV, false>() : resident_per_sm<T, 1, false>();
     const int64_t gate_tiles = (f + kTileRows / 2 - 1) / (kTileRows / 2);
     const int64_t down_tiles = (d + kTileRows - 1) / kTileRows;
-    const dim3 gate_grid(tile_blocks(gate_per_sm, gate_tiles, slots, num_sms), slots);
-    const dim3 down_grid(tile_blocks(down_per_sm, down_tiles, slots, num_sms), slots);
+    const dim3 gate_grid(tile_blocks(gate_tiles, slots, num_sms), slots);
+    const dim3 down_grid(tile_blocks(down_tiles, slots, num_sms), slots);
     gate_kernel<<<gate_grid, kThreads, 0, stream>>>(static_cast<const T*>(x), d, k, d, ids, pairs,
                                                     gate_up, f, static_cast<T*>(act), nullptr);
     down_kernel<<<down_grid, kThreads, 0, stream>>>(static_cast<const T*>(act), f, 1, f, ids, pairs,
