@@ -13,8 +13,11 @@
 # IB_AB_VAR (IB_MOE_TILES) and IB_AB ("0 16"): the runs once per value of that switch
 # (b1_deepseek-v2-lite_moe_tiles0, ...; IB_AB empty: once with the defaults); IB_PARITY_ENV
 # (e.g. "IB_MOE_TILES=16"): switches for the parity rows; IB_PROFILE_ENV: the same for the profiled
-# run; IB_MIXTRAL=1: also Mixtral-8x7B at batch 1 per value (b1_mixtral-8x7b_*: the MoE expert
-# kernels' other user).
+# run; IB_AB_SETS ("IB_MOE_TILES=0;IB_MOE_TILES=16,IB_MOE_BALANCE=1"): sets of switches instead
+# of IB_AB_VAR / IB_AB, one pass of the runs per set; IB_BATCHES ("2 4"): also V2-Lite at these
+# batch sizes (1 run of 8 x batch prompts); IB_RUN_ENV: switches for every `inferbench run` (not
+# the tests); IB_MIXTRAL=1: also Mixtral-8x7B at batch 1 per set (b1_mixtral-8x7b_*: the MoE
+# expert kernels' other user).
 # Writes tests.log, backend_cuda_test.json, parity.log, hf_compare_deepseek_v2_cuda.json,
 # runs.log, runs.json, profile_b1.txt; the rest (engine_cuda_test.json, logs, run directories)
 # in extra.tgz: at most 8 files come back.
@@ -39,20 +42,27 @@ fi
 R=$O/runs; mkdir -p "$R"
 # run NAME FLAGS...: one `inferbench run` of $M (deepseek-v2-lite) in bf16 on dummy weights.
 run() { local name=$1; shift
-  timeout -s INT 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
+  env ${IB_RUN_ENV-} ${SET_ENV-} timeout -s INT 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
     --disable-tqdm --model "${M:-deepseek-v2-lite}" --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
   echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|rror" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
 AB_VAR=${IB_AB_VAR:-IB_MOE_TILES}
-for v in ${IB_AB-0 16}; do
-  export "$AB_VAR=$v"; tag=${AB_VAR#IB_}; tag=${tag,,}$v
+if [ -n "${IB_AB_SETS-}" ]; then SETS=${IB_AB_SETS}
+else SETS=""; for v in ${IB_AB-0 16}; do SETS="$SETS${SETS:+;}$AB_VAR=$v"; done; fi
+IFS=';' read -r -a SET_LIST <<< "$SETS"
+for set in "${SET_LIST[@]}"; do
+  SET_ENV=${set//,/ }; tag=${set//IB_/}; tag=${tag//=/}; tag=${tag//,/_}; tag=${tag,,}
   run "b1_deepseek-v2-lite_$tag" --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
+  for bs in ${IB_BATCHES-}; do
+    run "b${bs}_deepseek-v2-lite_$tag" --batch-size "$bs" --input-len 32 --output-len 128 \
+      --num-prompts $((bs * 8)) --runs 1
+  done
   [ "${IB_SKIP_SEED:-0}" = 1 ] || run "seed_deepseek-v2-lite_$tag" --batch-size 8 --input-len 32 \
     --output-len 128 --num-prompts 200 --runs 1
   [ "${IB_MIXTRAL:-0}" = 1 ] && M=mixtral-8x7b run "b1_mixtral-8x7b_$tag" --batch-size 1 \
     --input-len 32 --output-len 128 --num-prompts 4 --runs 3
-  unset "$AB_VAR"
+  unset SET_ENV
 done
-if [ -z "${IB_AB-0 16}" ]; then
+if [ -z "$SETS" ]; then
   run b1_deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
   [ "${IB_MIXTRAL:-0}" = 1 ] && M=mixtral-8x7b run b1_mixtral-8x7b --batch-size 1 --input-len 32 \
     --output-len 128 --num-prompts 4 --runs 3

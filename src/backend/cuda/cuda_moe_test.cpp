@@ -136,9 +136,17 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   Pair weights = twin.floats({t, k}, wv, DType::kF32);
   Pair out = twin.output({t, d});
   twin.cpu().moe_ops()->moe_experts(x.cpu, ids.cpu, weights.cpu, gu_cpu, dn_cpu, out.cpu);
-  // The warp-per-row kernels (IB_MOE_TILES=0), then the tile kernels for every chunk.
-  for (const int64_t tile_tokens : {int64_t{0}, int64_t{1} << 20}) {
-    twin.gpu().set_moe_tile_tokens(tile_tokens);
+  // The warp-per-row kernels (IB_MOE_TILES=0), then the tile kernels for every chunk, with the
+  // same blocks per expert slot and balanced over the device (IB_MOE_BALANCE=1).
+  struct Form {
+    int64_t tile_tokens;
+    bool balanced;
+    const char* name;
+  };
+  for (const Form form : {Form{0, false, "warp per row"}, Form{int64_t{1} << 20, false, "tiles"},
+                          Form{int64_t{1} << 20, true, "balanced tiles"}}) {
+    twin.gpu().set_moe_tile_tokens(form.tile_tokens);
+    twin.gpu().set_moe_balance(form.balanced);
     twin.gpu().poison_workspace();  // neither form may read the other's scratch
     twin.gpu().fill_constant(out.gpu, NAN);
     if (graph) {
@@ -156,9 +164,8 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
     ASSERT_TRUE(twin.gpu().device_status().ok()) << twin.gpu().device_status().error().message;
     EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
         << "T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f
-        << (graph ? " (graph)" : "") << (tile_tokens > 0 ? " tiles" : " warp per row");
+        << (graph ? " (graph)" : "") << " " << form.name;
   }
-  twin.gpu().set_moe_tile_tokens(0);
 }
 
 class CudaMoeExperts : public ::testing::TestWithParam<DType> {

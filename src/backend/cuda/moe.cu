@@ -322,8 +322,8 @@ int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType 
 
 void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
-                        int64_t f, void* workspace, size_t workspace_bytes, int num_sms,
-                        int64_t tile_max_tokens, Tensor out, cudaStream_t stream) {
+                        int64_t f, void* workspace, size_t workspace_bytes,
+                        const MoeKernelChoice& choice, Tensor out, cudaStream_t stream) {
   const int64_t t = x.rows(), d = x.row_size(), k = ids.row_size();
   if (t == 0) return;
   const int64_t chunk = moe_chunk_tokens(t, k, d, f, x.dtype, workspace_bytes);
@@ -346,9 +346,9 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const auto slots = static_cast<unsigned>(std::min(num_experts, pairs));
       const dim3 gate_grid(static_cast<unsigned>(blocks_for(f, kWarps)), slots);
       const dim3 down_grid(static_cast<unsigned>(blocks_for(d, kWarps)), slots);
-      if (tc <= tile_max_tokens) {
+      if (tc <= choice.tile_max_tokens) {
         launch_moe_tiles(xc, idc, pairs, static_cast<int>(k), gate_up, down, vec, d, f, slots,
-                         num_sms, x.dtype, act, y, stream);
+                         choice.num_sms, choice.balanced, x.dtype, act, y, stream);
       } else if (vec) {
         moe_gate_up_kernel<T, kV><<<gate_grid, kThreads, 0, stream>>>(
             xc, d, idc, pairs, static_cast<int>(k), gate_up, f, act);

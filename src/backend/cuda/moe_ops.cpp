@@ -76,8 +76,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
             "moe_experts: one token's expert activations exceed the workspace");
   run_op("moe_experts", [&] {
     launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs, static_cast<int>(e),
-                       f, attention_workspace_.data(), attention_workspace_.bytes(), num_sms_,
-                       moe_tile_tokens_, out, stream_);
+                       f, attention_workspace_.data(), attention_workspace_.bytes(),
+                       MoeKernelChoice{num_sms_, moe_tile_tokens_, moe_balance_}, out, stream_);
   });
 }
 

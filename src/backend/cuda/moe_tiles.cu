@@ -27,16 +27,112 @@ constexpr int kTilePairs = 4;
 // 102-126 (no third fits in 64 K registers).
 constexpr int kBlocksPerSm = 2;
 
-// out rows of one pass: r < kTileRows weight rows x b < nb pairs. x row of pair p: x + (p /
-// tokens_per_pair) * x_stride; K = k_dim. For gate_up (kGateUp) the first kTileRows / 2 rows are
-// the features' gate rows and the rest their up rows; out is act (stride n_out); else y (stride
-// n_out, f32).
+// Operands of a tile kernel. x row of pair p: x + (p / tokens_per_pair) * x_stride; K = k_dim.
+// gate_up (kGateUp): a tile's first kTileRows / 2 rows are its features' gate rows, the rest their
+// up rows, out act (stride n_out); down: out y (stride n_out, f32).
+template <typename T>
+struct TileArgs {
+  const T* x;
+  int64_t x_stride;
+  int tokens_per_pair;
+  int64_t k_dim;
+  int64_t n_out;
+  T* act;
+  float* y;
+};
+
+template <bool kGateUp>
+constexpr int tile_features() {
+  return kGateUp ? kTileRows / 2 : kTileRows;  // outputs per tile
+}
+
+// One tile (outputs n0 ..) of weight w for the pairs list[0, n_pairs), kTilePairs a pass; the whole
+// block takes part (it ends on a barrier, so partial can be reused at once).
+template <typename T, int V, bool kGateUp>
+__device__ __forceinline__ void run_tile(const TileArgs<T>& a, const T* w, int64_t n0,
+                                         const int* list, int n_pairs,
+                                         float (&partial)[kWarps][kTileRows][kTilePairs]) {
+  constexpr int kFeatures = tile_features<kGateUp>();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t n_out = a.n_out, k_dim = a.k_dim;
+  const T* rows[kTileRows];
+#pragma unroll
+  for (int r = 0; r < kTileRows; ++r) {
+    // Rows past the end read the last one; their sums are never stored.
+    const int64_t feature = n0 + r % kFeatures < n_out ? n0 + r % kFeatures : n_out - 1;
+    const int64_t row = kGateUp && r >= kFeatures ? n_out + feature : feature;
+    rows[r] = w + row * k_dim;
+  }
+  for (int base = 0; base < n_pairs; base += kTilePairs) {
+    const int nb = min(kTilePairs, n_pairs - base);
+    const T* xr[kTilePairs];
+#pragma unroll
+    for (int b = 0; b < kTilePairs; ++b)
+      xr[b] = a.x + int64_t{list[base + (b < nb ? b : 0)] / a.tokens_per_pair} * a.x_stride;
+    float acc[kTileRows][kTilePairs] = {};
+#pragma unroll 1
+    for (int64_t c = int64_t{threadIdx.x} * V; c < k_dim; c += int64_t{kThreads} * V) {
+      // Every row's vector first (kTileRows loads in flight), converted as they are used.
+      T wv[kTileRows][V];
+#pragma unroll
+      for (int r = 0; r < kTileRows; ++r) {
+        if constexpr (V == 1) {
+          wv[r][0] = rows[r][c];
+        } else {
+          *reinterpret_cast<uint4*>(wv[r]) = load_stream16(rows[r] + c);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kTilePairs; ++b) {
+        if (b >= nb) break;
+        float xv[V];
+        moe::load_vec<T, V, false>(xr[b] + c, xv);
+#pragma unroll
+        for (int r = 0; r < kTileRows; ++r) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) acc[r][b] += to_f32(wv[r][i]) * xv[i];
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kTilePairs; ++b) {
+      if (b >= nb) break;
+#pragma unroll
+      for (int r = 0; r < kTileRows; ++r) {
+        const float s = warp_sum(acc[r][b]);
+        if (lane == 0) partial[warp][r][b] = s;
+      }
+    }
+    __syncthreads();
+    const int r = threadIdx.x / kTilePairs, b = threadIdx.x % kTilePairs;
+    if (r < kFeatures && b < nb && n0 + r < n_out) {
+      const int64_t p = list[base + b];
+      if constexpr (kGateUp) {
+        float g = 0.0f, u = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kWarps; ++i) {
+          g += partial[i][r][b];
+          u += partial[i][kFeatures + r][b];
+        }
+        g = to_f32(from_f32<T>(g));
+        u = to_f32(from_f32<T>(u));
+        a.act[p * n_out + n0 + r] = from_f32<T>(moe::silu(g) * u);
+      } else {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kWarps; ++i) s += partial[i][r][b];
+        a.y[p * n_out + n0 + r] = to_f32(from_f32<T>(s));
+      }
+    }
+    __syncthreads();  // partial is rewritten by the next pass
+  }
+}
+
+// Grid (blocks per slot, min(E, pairs)): a block finds its slot's expert and pairs, then walks
+// the tiles with the grid's stride.
 template <typename T, int V, bool kGateUp>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    moe_tile_kernel(const T* x, int64_t x_stride, int tokens_per_pair, int64_t k_dim,
-                    const int32_t* ids, int pairs, MoeExpertPtrs weights, int64_t n_out, T* act,
-                    float* y) {
-  constexpr int kFeatures = kGateUp ? kTileRows / 2 : kTileRows;  // outputs per tile
+    moe_tile_kernel(TileArgs<T> a, const int32_t* ids, int pairs, MoeExpertPtrs weights) {
   __shared__ int list[moe::kMaxChunkPairs];
   __shared__ int count, expert;
   __shared__ unsigned present[kMoeMaxExperts / 32];
@@ -46,81 +142,77 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int n_pairs = moe::collect_pairs(ids, pairs, e, list, &count);
   if (n_pairs == 0) return;
   const T* w = static_cast<const T*>(weights.ptr[e]);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t tiles = (n_out + kFeatures - 1) / kFeatures;
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t n0 = tile * kFeatures;
-    const T* rows[kTileRows];
+  constexpr int kFeatures = tile_features<kGateUp>();
+  const int64_t tiles = (a.n_out + kFeatures - 1) / kFeatures;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x)
+    run_tile<T, V, kGateUp>(a, w, tile * kFeatures, list, n_pairs, partial);
+}
+
+// IB_MOE_BALANCE: a grid of the device's resident blocks, each sorting the chunk's pairs by expert
+// once (counts, an exclusive scan, a scatter: the distinct experts ascending and each one's pair
+// list), then walking the work items (tile, distinct expert) with the grid's stride, so every
+// block gets the same number of items however many experts the chunk routes to (moe_tile_kernel
+// gives every slot the same blocks, idle where a slot has no expert).
+template <typename T, int V, bool kGateUp>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    moe_balanced_kernel(TileArgs<T> a, const int32_t* ids, int pairs, MoeExpertPtrs weights) {
+  __shared__ int list[moe::kMaxChunkPairs];
+  __shared__ int count_s[kMoeMaxExperts], start_s[kMoeMaxExperts], distinct_s[kMoeMaxExperts];
+  __shared__ int n_distinct;
+  __shared__ float partial[kWarps][kTileRows][kTilePairs];
+  for (int i = threadIdx.x; i < kMoeMaxExperts; i += kThreads) count_s[i] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += kThreads) {
+    const int e = ids[p];
+    if (e >= 0 && e < kMoeMaxExperts) atomicAdd(&count_s[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // one warp scans: lane l holds experts [l * kPer, (l + 1) * kPer)
+    constexpr int kPer = kMoeMaxExperts / 32;
+    const int lane = static_cast<int>(threadIdx.x), first = lane * kPer;
+    int sum = 0, used = 0;
 #pragma unroll
-    for (int r = 0; r < kTileRows; ++r) {
-      // Rows past the end read the last one; their sums are never stored.
-      const int64_t feature = n0 + r % kFeatures < n_out ? n0 + r % kFeatures : n_out - 1;
-      const int64_t row = kGateUp && r >= kFeatures ? n_out + feature : feature;
-      rows[r] = w + row * k_dim;
+    for (int i = 0; i < kPer; ++i) {
+      sum += count_s[first + i];
+      used += count_s[first + i] > 0 ? 1 : 0;
     }
-    for (int base = 0; base < n_pairs; base += kTilePairs) {
-      const int nb = min(kTilePairs, n_pairs - base);
-      const T* xr[kTilePairs];
+    int sum_before = sum, used_before = used;  // inclusive scans, then made exclusive
 #pragma unroll
-      for (int b = 0; b < kTilePairs; ++b)
-        xr[b] = x + int64_t{list[base + (b < nb ? b : 0)] / tokens_per_pair} * x_stride;
-      float acc[kTileRows][kTilePairs] = {};
-#pragma unroll 1
-      for (int64_t c = int64_t{threadIdx.x} * V; c < k_dim; c += int64_t{kThreads} * V) {
-        // Every row's vector first (kTileRows loads in flight), converted as they are used.
-        T wv[kTileRows][V];
-#pragma unroll
-        for (int r = 0; r < kTileRows; ++r) {
-          if constexpr (V == 1) {
-            wv[r][0] = rows[r][c];
-          } else {
-            *reinterpret_cast<uint4*>(wv[r]) = load_stream16(rows[r] + c);
-          }
-        }
-#pragma unroll
-        for (int b = 0; b < kTilePairs; ++b) {
-          if (b >= nb) break;
-          float xv[V];
-          moe::load_vec<T, V, false>(xr[b] + c, xv);
-#pragma unroll
-          for (int r = 0; r < kTileRows; ++r) {
-#pragma unroll
-            for (int i = 0; i < V; ++i) acc[r][b] += to_f32(wv[r][i]) * xv[i];
-          }
-        }
+    for (int o = 1; o < 32; o *= 2) {
+      const int s_up = __shfl_up_sync(0xffffffffu, sum_before, o);
+      const int u_up = __shfl_up_sync(0xffffffffu, used_before, o);
+      if (lane >= o) {
+        sum_before += s_up;
+        used_before += u_up;
       }
-#pragma unroll
-      for (int b = 0; b < kTilePairs; ++b) {
-        if (b >= nb) break;
-#pragma unroll
-        for (int r = 0; r < kTileRows; ++r) {
-          const float s = warp_sum(acc[r][b]);
-          if (lane == 0) partial[warp][r][b] = s;
-        }
-      }
-      __syncthreads();
-      const int r = threadIdx.x / kTilePairs, b = threadIdx.x % kTilePairs;
-      if (r < kFeatures && b < nb && n0 + r < n_out) {
-        const int64_t p = list[base + b];
-        if constexpr (kGateUp) {
-          float g = 0.0f, u = 0.0f;
-#pragma unroll
-          for (int i = 0; i < kWarps; ++i) {
-            g += partial[i][r][b];
-            u += partial[i][kFeatures + r][b];
-          }
-          g = to_f32(from_f32<T>(g));
-          u = to_f32(from_f32<T>(u));
-          act[p * n_out + n0 + r] = from_f32<T>(moe::silu(g) * u);
-        } else {
-          float s = 0.0f;
-#pragma unroll
-          for (int i = 0; i < kWarps; ++i) s += partial[i][r][b];
-          y[p * n_out + n0 + r] = to_f32(from_f32<T>(s));
-        }
-      }
-      __syncthreads();  // partial is rewritten by the next pass
     }
+    sum_before -= sum;
+    used_before -= used;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = count_s[first + i];
+      start_s[first + i] = sum_before;
+      sum_before += c;
+      if (c > 0) distinct_s[used_before++] = first + i;
+    }
+    if (lane == 31) n_distinct = used_before;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kMoeMaxExperts; i += kThreads) count_s[i] = 0;  // now cursors
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += kThreads) {
+    const int e = ids[p];
+    if (e >= 0 && e < kMoeMaxExperts) list[start_s[e] + atomicAdd(&count_s[e], 1)] = p;
+  }
+  __syncthreads();
+  constexpr int kFeatures = tile_features<kGateUp>();
+  const int64_t tiles = (a.n_out + kFeatures - 1) / kFeatures;
+  const int64_t items = tiles * n_distinct;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int e = distinct_s[item % n_distinct];
+    const T* w = static_cast<const T*>(weights.ptr[e]);
+    run_tile<T, V, kGateUp>(a, w, (item / n_distinct) * kFeatures, list + start_s[e], count_s[e],
+                            partial);
   }
 }
 
@@ -135,20 +227,32 @@ unsigned tile_blocks(int64_t tiles, unsigned slots, int num_sms) {
 
 void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
                       const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, bool vec, int64_t d,
-                      int64_t f, unsigned slots, int num_sms, DType dtype, void* act, float* y,
-                      cudaStream_t stream) {
+                      int64_t f, unsigned slots, int num_sms, bool balanced, DType dtype, void* act,
+                      float* y, cudaStream_t stream) {
   IB_DISPATCH_FLOAT(dtype, T, {
     constexpr int kV = kVec16<T>;
-    auto* gate_kernel = vec ? moe_tile_kernel<T, kV, true> : moe_tile_kernel<T, 1, true>;
-    auto* down_kernel = vec ? moe_tile_kernel<T, kV, false> : moe_tile_kernel<T, 1, false>;
+    const TileArgs<T> gate_args{static_cast<const T*>(x), d,      k, d, f,
+                                static_cast<T*>(act),     nullptr};
+    const TileArgs<T> down_args{static_cast<const T*>(act), f, 1, f, d, nullptr, y};
     const int64_t gate_tiles = (f + kTileRows / 2 - 1) / (kTileRows / 2);
     const int64_t down_tiles = (d + kTileRows - 1) / kTileRows;
-    const dim3 gate_grid(tile_blocks(gate_tiles, slots, num_sms), slots);
-    const dim3 down_grid(tile_blocks(down_tiles, slots, num_sms), slots);
-    gate_kernel<<<gate_grid, kThreads, 0, stream>>>(static_cast<const T*>(x), d, k, d, ids, pairs,
-                                                    gate_up, f, static_cast<T*>(act), nullptr);
-    down_kernel<<<down_grid, kThreads, 0, stream>>>(static_cast<const T*>(act), f, 1, f, ids, pairs,
-                                                    down, d, nullptr, y);
+    if (balanced) {
+      auto* gate_kernel = vec ? moe_balanced_kernel<T, kV, true> : moe_balanced_kernel<T, 1, true>;
+      auto* down_kernel =
+          vec ? moe_balanced_kernel<T, kV, false> : moe_balanced_kernel<T, 1, false>;
+      const int64_t resident = int64_t{kBlocksPerSm} * std::max(num_sms, 1);
+      const auto gate_blocks = static_cast<unsigned>(std::min(resident, gate_tiles * slots));
+      const auto down_blocks = static_cast<unsigned>(std::min(resident, down_tiles * slots));
+      gate_kernel<<<gate_blocks, kThreads, 0, stream>>>(gate_args, ids, pairs, gate_up);
+      down_kernel<<<down_blocks, kThreads, 0, stream>>>(down_args, ids, pairs, down);
+    } else {
+      auto* gate_kernel = vec ? moe_tile_kernel<T, kV, true> : moe_tile_kernel<T, 1, true>;
+      auto* down_kernel = vec ? moe_tile_kernel<T, kV, false> : moe_tile_kernel<T, 1, false>;
+      const dim3 gate_grid(tile_blocks(gate_tiles, slots, num_sms), slots);
+      const dim3 down_grid(tile_blocks(down_tiles, slots, num_sms), slots);
+      gate_kernel<<<gate_grid, kThreads, 0, stream>>>(gate_args, ids, pairs, gate_up);
+      down_kernel<<<down_grid, kThreads, 0, stream>>>(down_args, ids, pairs, down);
+    }
     IB_CUDA_CHECK_LAUNCH("moe_experts (tiles)");
   });
 }

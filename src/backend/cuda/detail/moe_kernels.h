@@ -34,18 +34,24 @@ int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType 
                          size_t workspace_bytes);
 // out (T, D) = the experts' weighted SwiGLU MLPs (backend/ops.h); gate_up[e] (2F, D), down[e]
 // (D, F) of x's dtype; workspace: scratch of workspace_bytes, free between ops. Chunks of at most
-// tile_max_tokens tokens run the tile kernels (moe_tiles.cu, IB_MOE_TILES), larger ones a warp per
-// weight row.
+// tile_max_tokens tokens run the tile kernels (moe_tiles.cu, IB_MOE_TILES; balanced: their work
+// items spread over the device, IB_MOE_BALANCE), larger ones a warp per weight row.
+struct MoeKernelChoice {
+  int num_sms = 1;
+  int64_t tile_max_tokens = 0;
+  bool balanced = false;
+};
 void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
-                        int64_t f, void* workspace, size_t workspace_bytes, int num_sms,
-                        int64_t tile_max_tokens, Tensor out, cudaStream_t stream);
+                        int64_t f, void* workspace, size_t workspace_bytes,
+                        const MoeKernelChoice& choice, Tensor out, cudaStream_t stream);
 // The tile kernels of one chunk (moe_tiles.cu): act (pairs, F) of dtype = silu(g) * u of each
 // pair's x row (pair p: row p / k) and its expert's gate_up, then y (pairs, D) f32 = act @ down^T;
-// grids of `slots` expert rows (min(E, pairs)); vec: 16-byte loads (D, F and pointers allow).
+// grids of `slots` expert rows (min(E, pairs)), or with `balanced` of the device's resident
+// blocks over every (tile, expert); vec: 16-byte loads (D, F and pointers allow).
 void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
                       const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, bool vec, int64_t d,
-                      int64_t f, unsigned slots, int num_sms, DType dtype, void* act, float* y,
-                      cudaStream_t stream);
+                      int64_t f, unsigned slots, int num_sms, bool balanced, DType dtype, void* act,
+                      float* y, cudaStream_t stream);
 
 }  // namespace ib::cuda
