@@ -55,8 +55,8 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "all through registers, 2-4 steps in flight"},
     {"IB_GEMV_DENSE_RING", "cuda", "0", 0, 1, "",
      "1: the dense decode GEMVs of 1-8 tokens stream their weights through a ring of 4 steps per "
-     "warp in shared memory (cp.async, 64 KB a block); 0: through registers (pending its "
-     "measurement)"},
+     "warp in shared memory (cp.async, 64 KB a block; measured 2x slower on the H200); 0: "
+     "through registers"},
     {"IB_GEMV_INT4_WARPS", "cuda", "0", 0, 0, "0|8|4|2",
      "the W4A16 decode GEMVs of 1-4 tokens through the ring: warps per block splitting K (fewer "
      "warps stream more steps each); 0: 4 for launches of at least 1,024 row tiles (gate/up), "
