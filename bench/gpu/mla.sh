@@ -9,7 +9,8 @@
 # Environment: IB_BUILD_DIR (/tmp/ib-mla), IB_SKIP_TESTS=1, IB_SKIP_PARITY=1, IB_SKIP_SEED=1,
 # IB_PARITY_RUNS (cuda:fp32,cuda:bf16; cuda:fp32,cuda:bf16,hf:bf16 adds transformers' own bf16
 # run, teacher-forced on the CUDA bf16 tokens, as the baseline), IB_CPU_MAX_LEN
-# (4096), IB_PROFILE=1: a CUPTI kernel profile of the batch-1 run (profile_b1.txt, timeline_b1.csv),
+# (4096), IB_PROFILE=1: a CUPTI kernel profile of a batch-1 run (profile_b1.txt, timeline_b1.csv;
+# IB_PROFILE_BATCH=8: of a batch-8 run, under the same names),
 # IB_AB_VAR (IB_MOE_TILES) and IB_AB ("0 16"): the runs once per value of that switch
 # (b1_deepseek-v2-lite_moe_tiles0, ...; IB_AB empty: once with the defaults); IB_PARITY_ENV
 # (e.g. "IB_MOE_TILES=16"): switches for the parity rows; IB_PROFILE_ENV: the same for the profiled
@@ -68,12 +69,13 @@ if [ -z "$SETS" ]; then
     --output-len 128 --num-prompts 4 --runs 3
 fi
 if [ "${IB_PROFILE:-0}" = 1 ]; then
+  PB=${IB_PROFILE_BATCH:-1}  # the profile files keep their b1 names: mla.sh returns 8 files at most
   env ${IB_PROFILE_ENV-} IB_KERNEL_PROFILE="$O/profile_b1.txt" IB_KERNEL_TIMELINE="$O/timeline_b1.csv" \
     IB_KERNEL_TIMELINE_COUNT=20000 LD_PRELOAD="$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")" \
     timeout 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
-    --model deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 --num-prompts 2 --runs 1 \
-    --result-dir "$O/profile_run" --overwrite > "$O/profile_b1.log" 2>&1
-  echo "profile_b1 rc=$? $(el)" | tee -a "$O/runs.log"
+    --model deepseek-v2-lite --batch-size "$PB" --input-len 32 --output-len 128 \
+    --num-prompts $((2 * PB)) --runs 1 --result-dir "$O/profile_run" --overwrite > "$O/profile_b1.log" 2>&1
+  echo "profile (batch $PB) rc=$? $(el)" | tee -a "$O/runs.log"
   python3 bench/gpu/step_summary.py "$O/timeline_b1.csv" | tee -a "$O/runs.log"
   head -40 "$O/profile_b1.txt"
 fi
