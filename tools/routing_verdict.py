@@ -7,8 +7,8 @@ gone through many roundings (every layer below it), so a choice whose two sides 
 2 % of the probability at the cut (relative margin = margin / cut probability < near_tie = 2e-2;
 tools/hf_routing.py: the k-th kept expert's probability, or the kept group's best at the group
 cut) is decided by rounding, not by the kernels: transformers' own bf16 run, teacher-forced on the
-same tokens, is 2.2-2.5e-2 off the fp32 reference on the very rows where inferbench's bf16 flips
-such a near tie. A step where that happened takes its logits from other experts than the
+same tokens, is 2.2e-2 and 2.5e-2 off the fp32 reference on the two DeepSeek-V2-Lite rows where
+inferbench's bf16 flips such a near tie (bench/results/h200/mla/after). A step where that happened takes its logits from other experts than the
 reference's, so its error is no measure of the kernels. Hence a row passes when
   - every step with a routing difference is a near-tie step (all its differences, in every layer,
     below near_tie); a flip at a larger margin is a wrong router and is NOT excused;

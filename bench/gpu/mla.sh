@@ -11,11 +11,10 @@
 # run, teacher-forced on the CUDA bf16 tokens, as the baseline), IB_CPU_MAX_LEN
 # (4096), IB_PROFILE=1: a CUPTI kernel profile of a batch-1 run (profile_b1.txt, timeline_b1.csv;
 # IB_PROFILE_BATCH=8: of a batch-8 run, under the same names),
-# IB_AB_VAR (IB_MOE_TILES) and IB_AB ("0 16"): the runs once per value of that switch
-# (b1_deepseek-v2-lite_moe_tiles0, ...; IB_AB empty: once with the defaults); IB_PARITY_ENV
-# (e.g. "IB_MOE_TILES=16"): switches for the parity rows; IB_PROFILE_ENV: the same for the profiled
-# run; IB_AB_SETS ("IB_MOE_TILES=0;IB_MOE_TILES=16,IB_MOE_BALANCE=1"): sets of switches instead
-# of IB_AB_VAR / IB_AB, one pass of the runs per set; IB_BATCHES ("2 4"): also V2-Lite at these
+# IB_AB_SETS ("IB_MOE_TILES=0;IB_MOE_TILES=16"): sets of switches, ';' between sets and ',' within
+# one, a pass of the runs per set (b1_deepseek-v2-lite_moe_tiles0, ...; empty: one pass with the
+# defaults); IB_PARITY_ENV (e.g. "IB_MOE_TILES=16"): switches for the parity rows; IB_PROFILE_ENV:
+# the same for the profiled run; IB_BATCHES ("2 4"): also V2-Lite at these
 # batch sizes (1 run of 8 x batch prompts); IB_RUN_ENV: switches for every `inferbench run` (not
 # the tests); IB_MIXTRAL=1: also Mixtral-8x7B at batch 1 per set (b1_mixtral-8x7b_*: the MoE
 # expert kernels' other user).
@@ -46,28 +45,23 @@ run() { local name=$1; shift
   env ${IB_RUN_ENV-} ${SET_ENV-} timeout -s INT 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
     --disable-tqdm --model "${M:-deepseek-v2-lite}" --result-dir "$R/$name" --overwrite "$@" > "$R/$name.log" 2>&1
   echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|rror" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
-AB_VAR=${IB_AB_VAR:-IB_MOE_TILES}
-if [ -n "${IB_AB_SETS-}" ]; then SETS=${IB_AB_SETS}
-else SETS=""; for v in ${IB_AB-0 16}; do SETS="$SETS${SETS:+;}$AB_VAR=$v"; done; fi
+SETS=${IB_AB_SETS-IB_MOE_TILES=0;IB_MOE_TILES=16}
 IFS=';' read -r -a SET_LIST <<< "$SETS"
+[ ${#SET_LIST[@]} = 0 ] && SET_LIST=("")  # one pass with the defaults
 for set in "${SET_LIST[@]}"; do
   SET_ENV=${set//,/ }; tag=${set//IB_/}; tag=${tag//=/}; tag=${tag//,/_}; tag=${tag,,}
-  run "b1_deepseek-v2-lite_$tag" --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
+  tag=${tag:+_$tag}
+  run "b1_deepseek-v2-lite$tag" --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
   for bs in ${IB_BATCHES-}; do
-    run "b${bs}_deepseek-v2-lite_$tag" --batch-size "$bs" --input-len 32 --output-len 128 \
+    run "b${bs}_deepseek-v2-lite$tag" --batch-size "$bs" --input-len 32 --output-len 128 \
       --num-prompts $((bs * 8)) --runs 1
   done
-  [ "${IB_SKIP_SEED:-0}" = 1 ] || run "seed_deepseek-v2-lite_$tag" --batch-size 8 --input-len 32 \
+  [ "${IB_SKIP_SEED:-0}" = 1 ] || run "seed_deepseek-v2-lite$tag" --batch-size 8 --input-len 32 \
     --output-len 128 --num-prompts 200 --runs 1
-  [ "${IB_MIXTRAL:-0}" = 1 ] && M=mixtral-8x7b run "b1_mixtral-8x7b_$tag" --batch-size 1 \
+  [ "${IB_MIXTRAL:-0}" = 1 ] && M=mixtral-8x7b run "b1_mixtral-8x7b$tag" --batch-size 1 \
     --input-len 32 --output-len 128 --num-prompts 4 --runs 3
   unset SET_ENV
 done
-if [ -z "$SETS" ]; then
-  run b1_deepseek-v2-lite --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
-  [ "${IB_MIXTRAL:-0}" = 1 ] && M=mixtral-8x7b run b1_mixtral-8x7b --batch-size 1 --input-len 32 \
-    --output-len 128 --num-prompts 4 --runs 3
-fi
 if [ "${IB_PROFILE:-0}" = 1 ]; then
   PB=${IB_PROFILE_BATCH:-1}  # the profile files keep their b1 names: mla.sh returns 8 files at most
   env ${IB_PROFILE_ENV-} IB_KERNEL_PROFILE="$O/profile_b1.txt" IB_KERNEL_TIMELINE="$O/timeline_b1.csv" \

@@ -337,6 +337,8 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
     bool vec = d % kV == 0 && f % kV == 0 && aligned16(x.data);
     for (int i = 0; i < num_experts; ++i)
       vec = vec && aligned16(gate_up.ptr[i]) && aligned16(down.ptr[i]);
+    auto* gate_kernel = vec ? moe_gate_up_kernel<T, kV> : moe_gate_up_kernel<T, 1>;
+    auto* down_kernel = vec ? moe_down_kernel<T, kV> : moe_down_kernel<T, 1>;
     T* act = static_cast<T*>(workspace);
     for (int64_t t0 = 0; t0 < t; t0 += chunk) {
       const int64_t tc = std::min(chunk, t - t0);
@@ -344,19 +346,15 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const T* xc = x.as<const T>() + t0 * d;
       const int32_t* idc = ids.as<const int32_t>() + t0 * k;
       const auto slots = static_cast<unsigned>(std::min(num_experts, pairs));
-      const dim3 gate_grid(static_cast<unsigned>(blocks_for(f, kWarps)), slots);
-      const dim3 down_grid(static_cast<unsigned>(blocks_for(d, kWarps)), slots);
       if (tc <= choice.tile_max_tokens) {
         launch_moe_tiles(xc, idc, pairs, static_cast<int>(k), gate_up, down, vec, d, f, slots,
                          choice.num_sms, choice.balanced, x.dtype, act, y, stream);
-      } else if (vec) {
-        moe_gate_up_kernel<T, kV><<<gate_grid, kThreads, 0, stream>>>(
-            xc, d, idc, pairs, static_cast<int>(k), gate_up, f, act);
-        moe_down_kernel<T, kV><<<down_grid, kThreads, 0, stream>>>(act, f, idc, pairs, down, d, y);
       } else {
-        moe_gate_up_kernel<T, 1><<<gate_grid, kThreads, 0, stream>>>(
-            xc, d, idc, pairs, static_cast<int>(k), gate_up, f, act);
-        moe_down_kernel<T, 1><<<down_grid, kThreads, 0, stream>>>(act, f, idc, pairs, down, d, y);
+        const dim3 gate_grid(static_cast<unsigned>(blocks_for(f, kWarps)), slots);
+        const dim3 down_grid(static_cast<unsigned>(blocks_for(d, kWarps)), slots);
+        gate_kernel<<<gate_grid, kThreads, 0, stream>>>(xc, d, idc, pairs, static_cast<int>(k),
+                                                        gate_up, f, act);
+        down_kernel<<<down_grid, kThreads, 0, stream>>>(act, f, idc, pairs, down, d, y);
       }
       IB_CUDA_CHECK_LAUNCH("moe_experts");
       moe_combine_kernel<T><<<blocks_for(tc * d, kThreads), kThreads, 0, stream>>>(
