@@ -37,15 +37,15 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "1: the latent attention as three kernels split across blocks (q_lat, the context in "
      "splits, the splits combined and projected; measured faster on the H200); 0: a block per "
      "token and head"},
-    {"IB_MOE_TILES", "cuda", "1", 0, 1 << 20, "",
+    {"IB_MOE_TILES", "cuda", "2", 0, 1 << 20, "",
      "the experts' matmuls of chunks of at most this many tokens in tiles (a block per tile of 8 "
-     "weight rows, K split across its warps, blocks sized to the device; measured faster on the "
-     "H200 at 1 token, slower at 8); larger chunks, and all at 0, a warp per weight row over all "
-     "of K"},
-    {"IB_MOE_BALANCE", "cuda", "0", 0, 1, "",
-     "1: the expert tiles' work items (tile, expert) spread evenly over a grid of the device's "
-     "resident blocks, each block sorting the pairs by expert once; 0: the same blocks for every "
-     "expert slot (pending the balanced form's measurement)"},
+     "weight rows, K split across its warps, the same blocks for every expert slot; measured "
+     "fastest on the H200 at 1 and 2 tokens, slower at 4 and 8)"},
+    {"IB_MOE_BALANCE", "cuda", "8", 0, 1 << 20, "",
+     "larger chunks of at most this many tokens in the same tiles with their work items (tile, "
+     "expert) spread evenly over a grid of the device's resident blocks, each block sorting the "
+     "pairs by expert once (measured fastest on the H200 at 4 and 8 tokens, slower at 1 and 2); "
+     "larger chunks, and all with both 0, a warp per weight row over all of K"},
     {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
      "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
      "prefetching each block's next row tile (0: one block per tile)"},

@@ -136,17 +136,19 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   Pair weights = twin.floats({t, k}, wv, DType::kF32);
   Pair out = twin.output({t, d});
   twin.cpu().moe_ops()->moe_experts(x.cpu, ids.cpu, weights.cpu, gu_cpu, dn_cpu, out.cpu);
-  // The warp-per-row kernels (IB_MOE_TILES=0), then the tile kernels for every chunk, with the
-  // same blocks per expert slot and balanced over the device (IB_MOE_BALANCE=1).
+  // The warp-per-row kernels (IB_MOE_TILES=0 IB_MOE_BALANCE=0), then the tile kernels for every
+  // chunk, with the same blocks per expert slot (IB_MOE_TILES) and balanced over the device
+  // (IB_MOE_BALANCE).
   struct Form {
     int64_t tile_tokens;
-    bool balanced;
+    int64_t balance_tokens;
     const char* name;
   };
-  for (const Form form : {Form{0, false, "warp per row"}, Form{int64_t{1} << 20, false, "tiles"},
-                          Form{int64_t{1} << 20, true, "balanced tiles"}}) {
+  constexpr int64_t kAll = int64_t{1} << 20;
+  for (const Form form :
+       {Form{0, 0, "warp per row"}, Form{kAll, 0, "tiles"}, Form{0, kAll, "balanced tiles"}}) {
     twin.gpu().set_moe_tile_tokens(form.tile_tokens);
-    twin.gpu().set_moe_balance(form.balanced);
+    twin.gpu().set_moe_balance_tokens(form.balance_tokens);
     twin.gpu().poison_workspace();  // neither form may read the other's scratch
     twin.gpu().fill_constant(out.gpu, NAN);
     if (graph) {

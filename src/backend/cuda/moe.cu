@@ -346,9 +346,10 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const T* xc = x.as<const T>() + t0 * d;
       const int32_t* idc = ids.as<const int32_t>() + t0 * k;
       const auto slots = static_cast<unsigned>(std::min(num_experts, pairs));
-      if (tc <= choice.tile_max_tokens) {
+      const bool tiles = tc <= choice.tile_max_tokens;
+      if (tiles || tc <= choice.balance_max_tokens) {
         launch_moe_tiles(xc, idc, pairs, static_cast<int>(k), gate_up, down, vec, d, f, slots,
-                         choice.num_sms, choice.balanced, x.dtype, act, y, stream);
+                         choice.num_sms, /*balanced=*/!tiles, x.dtype, act, y, stream);
       } else {
         const dim3 gate_grid(static_cast<unsigned>(blocks_for(f, kWarps)), slots);
         const dim3 down_grid(static_cast<unsigned>(blocks_for(d, kWarps)), slots);

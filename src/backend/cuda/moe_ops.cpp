@@ -77,7 +77,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
   run_op("moe_experts", [&] {
     launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs, static_cast<int>(e),
                        f, attention_workspace_.data(), attention_workspace_.bytes(),
-                       MoeKernelChoice{num_sms_, moe_tile_tokens_, moe_balance_}, out, stream_);
+                       MoeKernelChoice{num_sms_, moe_tile_tokens_, moe_balance_tokens_}, out,
+                       stream_);
   });
 }
 

@@ -50,7 +50,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.cuda_mla) backend.set_mla(*s.cuda_mla == 1);
   if (s.mla_split) backend.set_mla_split(*s.mla_split == 1);
   if (s.moe_tiles) backend.set_moe_tile_tokens(*s.moe_tiles);
-  if (s.moe_balance) backend.set_moe_balance(*s.moe_balance == 1);
+  if (s.moe_balance) backend.set_moe_balance_tokens(*s.moe_balance);
   if (s.gemv_persist) set_gemv_persist_blocks_per_sm(static_cast<int>(*s.gemv_persist));
   // Process-wide: every backend sets it, so one created without the variable runs the default.
   set_gemv_swiglu_min_blocks(static_cast<int>(s.gemv_swiglu_blocks.value_or(3)));
@@ -84,7 +84,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_CUDA_MLA", {flag(mla_)}},
       {"IB_MLA_SPLIT", {flag(mla_split_)}},
       {"IB_MOE_TILES", {std::to_string(moe_tile_tokens_)}},
-      {"IB_MOE_BALANCE", {flag(moe_balance_)}},
+      {"IB_MOE_BALANCE", {std::to_string(moe_balance_tokens_)}},
       {"IB_GEMV_PERSIST", {std::to_string(gemv_persist_blocks_per_sm())}},
       {"IB_GEMV_SWIGLU_BLOCKS", {std::to_string(gemv_swiglu_min_blocks())}},
       {"IB_GEMV_RING", {flag(gemv_ring())}},

@@ -125,12 +125,13 @@ class CudaBackend final : public Backend,
   // instead of the fused block per (token, head) (mla.cu).
   void set_mla_split(bool on) { mla_split_ = on; }
   bool mla_split() const { return mla_split_; }
-  // IB_MOE_TILES (default 1): moe_experts on chunks of at most this many tokens runs the tile
-  // kernels (moe_tiles.cu), larger ones (and all at 0) a warp per weight row (moe.cu).
+  // IB_MOE_TILES (default 2): moe_experts on chunks of at most this many tokens runs the tile
+  // kernels (moe_tiles.cu) with the same blocks for every expert slot.
   void set_moe_tile_tokens(int64_t tokens) { moe_tile_tokens_ = tokens; }
-  // IB_MOE_BALANCE (default 0): the tile kernels' work items (tile, expert) spread evenly over a
-  // grid of the device's resident blocks, instead of the same blocks for every expert slot.
-  void set_moe_balance(bool on) { moe_balance_ = on; }
+  // IB_MOE_BALANCE (default 8): larger chunks of at most this many tokens run the tile kernels
+  // with their work items (tile, expert) spread evenly over a grid of the device's resident
+  // blocks; larger ones still (and all with both 0) a warp per weight row (moe.cu).
+  void set_moe_balance_tokens(int64_t tokens) { moe_balance_tokens_ = tokens; }
   // Tests: the attention workspace (the ops' scratch) filled with 0xFF bytes, NaN in every float
   // dtype, so a kernel that leaves its part of the scratch unwritten shows (moe_ops.cpp).
   void poison_workspace();
@@ -353,10 +354,10 @@ class CudaBackend final : public Backend,
   bool pdl_ = true;
   bool pdl_attention_trigger_early_ = false;
   bool fused_ = true;
-  bool mla_ = true;              // IB_CUDA_MLA
-  bool mla_split_ = true;        // IB_MLA_SPLIT
-  int64_t moe_tile_tokens_ = 1;  // IB_MOE_TILES
-  bool moe_balance_ = false;     // IB_MOE_BALANCE
+  bool mla_ = true;                 // IB_CUDA_MLA
+  bool mla_split_ = true;           // IB_MLA_SPLIT
+  int64_t moe_tile_tokens_ = 2;     // IB_MOE_TILES
+  int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;

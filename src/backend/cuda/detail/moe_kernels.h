@@ -34,12 +34,13 @@ int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType 
                          size_t workspace_bytes);
 // out (T, D) = the experts' weighted SwiGLU MLPs (backend/ops.h); gate_up[e] (2F, D), down[e]
 // (D, F) of x's dtype; workspace: scratch of workspace_bytes, free between ops. Chunks of at most
-// tile_max_tokens tokens run the tile kernels (moe_tiles.cu, IB_MOE_TILES; balanced: their work
-// items spread over the device, IB_MOE_BALANCE), larger ones a warp per weight row.
+// tile_max_tokens tokens run the tile kernels (moe_tiles.cu, IB_MOE_TILES), larger ones of at
+// most balance_max_tokens the tile kernels with their work items spread over the device
+// (IB_MOE_BALANCE), larger ones still a warp per weight row.
 struct MoeKernelChoice {
   int num_sms = 1;
   int64_t tile_max_tokens = 0;
-  bool balanced = false;
+  int64_t balance_max_tokens = 0;
 };
 void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,

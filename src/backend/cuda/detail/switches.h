@@ -36,7 +36,8 @@ struct CudaSwitches {
   // IB_MOE_TILES=N: the experts' matmuls of chunks of at most N tokens in tiles
   // (CudaBackend::set_moe_tile_tokens).
   std::optional<int64_t> moe_tiles;
-  // IB_MOE_BALANCE=0|1: the tiles' work items over the device (CudaBackend::set_moe_balance).
+  // IB_MOE_BALANCE=N: larger chunks of at most N tokens in tiles balanced over the device
+  // (CudaBackend::set_moe_balance_tokens).
   std::optional<int64_t> moe_balance;
   // IB_GEMV_PERSIST=N: the quantized formats' GEMVs on a persistent grid of N blocks per SM
   // (0: one block per row tile).
