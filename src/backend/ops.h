@@ -210,6 +210,11 @@ struct MoeRouting {
   int num_groups = 1;
   int topk_groups = 1;
   float scale = 1.0f;  // routed_scaling_factor: each weight multiplied by it, last, in fp32
+  // Always-on experts (DeepSeek's shared experts run as routed ones, MoeOps::
+  // fuses_shared_experts): expert_ids and expert_weights rows hold k + always_on columns, the
+  // router's top-k first, then experts E, E + 1, ... (past the router's E) at weight 1.0,
+  // neither scaled nor counted in expert_tokens.
+  int always_on = 0;
 };
 
 // A sparse mixture-of-experts MLP (Mixtral), used behind the architecture seam
@@ -239,6 +244,10 @@ class MoeOps {
   // the options moe_route covers (one group, scale 1); routes_grouped() says whether it runs
   // every option (checked before a model needing them loads).
   virtual bool routes_grouped() const { return false; }
+  // Whether DeepSeek's shared experts run inside moe_experts, as always-on experts after the
+  // routed ones (MoeRouting::always_on; their MLP split into experts of the routed ones' width),
+  // instead of as a dense MLP beside it (CUDA: IB_MOE_SHARED).
+  virtual bool fuses_shared_experts() const { return true; }
   virtual void moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing,
                                  Tensor expert_ids, Tensor expert_weights, Tensor expert_tokens) {
     IB_ASSERT(routing.num_groups <= 1 && routing.scale == 1.0f,

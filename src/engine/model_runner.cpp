@@ -215,7 +215,10 @@ Status ModelRunner::allocate() {
 
 Status ModelRunner::allocate_moe() {
   const int64_t t = limits_.max_num_batched_tokens;
-  const int64_t e = model_.moe.num_experts, k = model_.moe.experts_per_token;
+  const int64_t e = model_.moe.num_experts;
+  moe_always_on_ = arch_.moe_always_on(model_, backend_);
+  // Each token's routing row: the router's top-k, then the always-on experts.
+  const int64_t k = model_.moe.experts_per_token + moe_always_on_;
   const int64_t layers = model_.num_layers;
   // Word offsets: counters (int64, first for alignment), logits, ids (each layer its own),
   // weights.
@@ -497,9 +500,10 @@ void ModelRunner::forward(int num_tokens, int num_rows, std::span<const RunnerSe
       in.moe_routing.topk_groups = model_.moe.topk_groups;
     }
     in.moe_routing.scale = static_cast<float>(model_.moe.routed_scaling_factor);
+    in.moe_routing.always_on = moe_always_on_;
     buffers.router_logits = router_logits_.slice_rows(0, t);    // (T, E) f32
-    buffers.expert_ids = expert_ids_;                           // (L, T_max, k) int32
-    buffers.expert_weights = expert_weights_.slice_rows(0, t);  // (T, k) f32
+    buffers.expert_ids = expert_ids_;                           // (L, T_max, k + on) int32
+    buffers.expert_weights = expert_weights_.slice_rows(0, t);  // (T, k + on) f32
   }
   if (step_uses_lora_) {
     in.lora = backend_.lora_ops();

@@ -126,14 +126,16 @@ Status ModelRunner::read_routing(std::span<const RunnerSeq> batch, RunnerOutput&
     tokens += seq.num_tokens;
     if (seq.sample) rows.push_back(tokens - 1);
   }
-  const int64_t layers = expert_ids_.dim(0), t_max = expert_ids_.dim(1), k = expert_ids_.dim(2);
-  std::vector<int32_t> host(static_cast<size_t>(tokens * k));
+  // Each row's router top-k (the always-on experts after it are left out).
+  const int64_t layers = expert_ids_.dim(0), t_max = expert_ids_.dim(1), width = expert_ids_.dim(2);
+  const int64_t k = model_.moe.experts_per_token;
+  std::vector<int32_t> host(static_cast<size_t>(tokens * width));
   out.routing.assign(rows.size(), std::vector<int32_t>(static_cast<size_t>(layers * k)));
   for (int64_t l = 0; l < layers; ++l) {
-    backend_.copy_to_host(expert_ids_.slice_rows(l, 1).reshaped({t_max, k}).slice_rows(0, tokens),
-                          host.data());
+    backend_.copy_to_host(
+        expert_ids_.slice_rows(l, 1).reshaped({t_max, width}).slice_rows(0, tokens), host.data());
     for (size_t r = 0; r < rows.size(); ++r) {
-      std::copy_n(host.begin() + rows[r] * k, k, out.routing[r].begin() + l * k);
+      std::copy_n(host.begin() + rows[r] * width, k, out.routing[r].begin() + l * k);
     }
   }
   return backend_.device_status();

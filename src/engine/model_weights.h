@@ -84,6 +84,12 @@ struct LayerWeights {
   WeightRef kv_b;            // (H (N + V), R) kv_b_proj
   WeightRef shared_gate_up;  // (2 Fs, D): shared_experts gate_proj, then up_proj
   WeightRef shared_down;     // (D, Fs)
+  // Where the backend runs the shared experts inside moe_experts (Architecture::moe_always_on):
+  // the routed experts, then the shared MLP as Fs / F experts of the routed ones' width F (views;
+  // shared_gate_up and shared_down then hold those experts' rows, rearranged at load). Empty
+  // otherwise.
+  std::vector<WeightRef> moe_gate_up;
+  std::vector<WeightRef> moe_down;
   // The checkpoint's KV-cache scales (self_attn.k_scale / v_scale, as vLLM's FP8 checkpoints
   // hold them), used by an fp8 KV cache (backend/ops.h KvCacheLayer); 1.0 where it has none.
   float k_scale = 1.0f;

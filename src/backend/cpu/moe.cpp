@@ -81,23 +81,29 @@ void CpuBackend::moe_route_grouped(const Tensor& router_logits, const MoeRouting
                                    Tensor expert_ids, Tensor expert_weights, Tensor expert_tokens) {
   const int64_t t = router_logits.rows();
   const int64_t e = router_logits.row_size();
-  const int64_t k = expert_ids.row_size();
+  const int64_t width = expert_ids.row_size(), k = width - routing.always_on;
   IB_ASSERT(router_logits.dtype == DType::kF32 && expert_ids.dtype == DType::kI32 &&
                 expert_weights.dtype == DType::kF32 && expert_tokens.dtype == DType::kI64,
             "moe_route: logits f32, ids int32, weights f32, counts int64");
   IB_ASSERT(expert_ids.rows() == t && expert_weights.rows() == t &&
-                expert_weights.row_size() == k && k >= 1 && k <= e && expert_tokens.numel() == e,
-            "moe_route: logits (T, E), ids and weights (T, k), k <= E, counts (E)");
+                expert_weights.row_size() == width && routing.always_on >= 0 && k >= 1 && k <= e &&
+                expert_tokens.numel() == e,
+            "moe_route: logits (T, E), ids and weights (T, k + always_on), k <= E, counts (E)");
   IB_ASSERT(routing.num_groups <= 1 || (e % routing.num_groups == 0 && routing.topk_groups >= 1 &&
                                         routing.topk_groups <= routing.num_groups &&
                                         routing.topk_groups * (e / routing.num_groups) >= k),
             "moe_route_grouped: groups must divide E and the groups kept hold k experts");
   auto* counts = expert_tokens.as<int64_t>();
   for (int64_t i = 0; i < t; ++i) {
-    int32_t* ids = expert_ids.as<int32_t>() + i * k;
+    int32_t* ids = expert_ids.as<int32_t>() + i * width;
+    float* weights = expert_weights.as<float>() + i * width;
     cpu::route_token_grouped(router_logits.as<const float>() + i * e, static_cast<int>(e),
-                             static_cast<int>(k), routing, ids, expert_weights.as<float>() + i * k);
+                             static_cast<int>(k), routing, ids, weights);
     for (int64_t j = 0; j < k; ++j) ++counts[ids[j]];
+    for (int64_t j = k; j < width; ++j) {  // the always-on experts
+      ids[j] = static_cast<int32_t>(e + j - k);
+      weights[j] = 1.0f;
+    }
   }
 }
 

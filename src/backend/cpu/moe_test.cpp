@@ -106,6 +106,54 @@ TEST(CpuMoeRoute, MatchesReferenceAndCountsTokens) {
   }
 }
 
+// DeepSeek's shared experts as always-on experts (MoeRouting::always_on): rows of k + 2, the
+// router's top-k as without them, then experts E and E + 1 at weight 1.0, neither scaled nor
+// counted.
+TEST(CpuMoeRoute, AlwaysOnExpertsFollowTheTopK) {
+  CpuBackend backend(2);
+  Rng rng(9);
+  TensorArena arena(backend);
+  const int64_t t = 11, e = 16, k = 4, on = 2;
+  auto lv = random_floats(rng, t * e);
+  for (float& v : lv) v *= 4.0f;
+  MoeRouting routing;
+  routing.renormalize = false;
+  routing.scale = 2.5f;
+  Tensor logits = arena.f32({t, e}, lv);
+  Tensor plain_ids = arena.empty(DType::kI32, {t, k});
+  Tensor plain_w = arena.empty(DType::kF32, {t, k});
+  Tensor plain_counts = arena.i64({e}, std::vector<int64_t>(static_cast<size_t>(e), 0));
+  backend.moe_route_grouped(logits, routing, plain_ids, plain_w, plain_counts);
+  routing.always_on = on;
+  Tensor ids = arena.empty(DType::kI32, {t, k + on});
+  Tensor w = arena.empty(DType::kF32, {t, k + on});
+  Tensor counts = arena.i64({e}, std::vector<int64_t>(static_cast<size_t>(e), 0));
+  backend.moe_route_grouped(logits, routing, ids, w, counts);
+  std::vector<int32_t> want_ids(static_cast<size_t>(t * k)),
+      got_ids(static_cast<size_t>(t * (k + on)));
+  std::vector<float> want_w(want_ids.size()), got_w(got_ids.size());
+  std::vector<int64_t> want_counts(static_cast<size_t>(e)), got_counts(static_cast<size_t>(e));
+  backend.copy_to_host(plain_ids, want_ids.data());
+  backend.copy_to_host(plain_w, want_w.data());
+  backend.copy_to_host(plain_counts, want_counts.data());
+  backend.copy_to_host(ids, got_ids.data());
+  backend.copy_to_host(w, got_w.data());
+  backend.copy_to_host(counts, got_counts.data());
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t j = 0; j < k + on; ++j) {
+      const auto at = static_cast<size_t>(i * (k + on) + j);
+      if (j < k) {
+        EXPECT_EQ(got_ids[at], want_ids[static_cast<size_t>(i * k + j)]) << i << " " << j;
+        EXPECT_EQ(got_w[at], want_w[static_cast<size_t>(i * k + j)]) << i << " " << j;
+      } else {
+        EXPECT_EQ(got_ids[at], e + j - k) << i << " " << j;
+        EXPECT_EQ(got_w[at], 1.0f) << i << " " << j;
+      }
+    }
+  }
+  EXPECT_EQ(got_counts, want_counts);
+}
+
 TEST(CpuMoeExperts, MatchesDoubleReference) {
   CpuBackend backend(2);
   Rng rng(9);

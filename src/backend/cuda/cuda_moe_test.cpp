@@ -35,8 +35,9 @@ void expect_routes_match(Twin& twin, Rng& rng, int64_t t, int64_t e, int64_t k,
     for (int64_t j = 0; j < e; j += tie) lv[static_cast<size_t>(i * e + j)] = 1.5f;
   }
   Pair logits = twin.floats({t, e}, lv, DType::kF32);
-  Pair ids = twin.output_i32({t, k});
-  Pair weights = twin.output({t, k}, DType::kF32);
+  const int64_t width = k + routing.always_on;
+  Pair ids = twin.output_i32({t, width});
+  Pair weights = twin.output({t, width}, DType::kF32);
   Pair counts = twin.ints<int64_t>({e}, std::vector<int64_t>(static_cast<size_t>(e), 7));
   twin.cpu().moe_ops()->moe_route_grouped(logits.cpu, routing, ids.cpu, weights.cpu, counts.cpu);
   if (routing.num_groups <= 1 && routing.scale == 1.0f) {  // Mixtral's entry point
@@ -46,7 +47,8 @@ void expect_routes_match(Twin& twin, Rng& rng, int64_t t, int64_t e, int64_t k,
   }
   const std::string where = "T=" + std::to_string(t) + " E=" + std::to_string(e) +
                             " k=" + std::to_string(k) +
-                            " groups=" + std::to_string(routing.num_groups);
+                            " groups=" + std::to_string(routing.num_groups) +
+                            " always_on=" + std::to_string(routing.always_on);
   EXPECT_EQ(twin.host_ints<int32_t>(twin.gpu(), ids.gpu),
             twin.host_ints<int32_t>(twin.cpu(), ids.cpu))
       << where;
@@ -93,6 +95,24 @@ TEST(CudaMoeRoute, GroupedMatchesTheCpuOpExactly) {
     routing.scale = gc.scale;
     expect_routes_match(twin, rng, gc.tokens, gc.experts, gc.top_k, routing, 3);
   }
+}
+
+// DeepSeek's shared experts as always-on experts (MoeRouting::always_on): the columns after the
+// top-k (ids E, E + 1, weight 1.0, uncounted), with V2-Lite's router (64 experts, top-6, 2
+// shared) and V2's (group-limited, scaled).
+TEST(CudaMoeRoute, AlwaysOnColumnsMatchTheCpuOp) {
+  IB_REQUIRE_CUDA();
+  Twin twin(DType::kF32);
+  Rng rng(29);
+  MoeRouting lite;
+  lite.renormalize = false;
+  lite.always_on = 2;
+  expect_routes_match(twin, rng, 70, 64, 6, lite, 5);
+  MoeRouting v2 = lite;
+  v2.num_groups = 8;
+  v2.topk_groups = 3;
+  v2.scale = 16.0f;
+  expect_routes_match(twin, rng, 13, 160, 6, v2, 7);
 }
 
 struct ExpertsCase {

@@ -166,10 +166,14 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
     prev_p = best_p;
     prev_id = best;
   }
+  const int width = k + rp.always_on;
   if (lane < k) {
-    ids[t * k + lane] = my_id;
-    weights[t * k + lane] = (rp.renormalize ? my_p / kept : my_p) * rp.scale;
+    ids[t * width + lane] = my_id;
+    weights[t * width + lane] = (rp.renormalize ? my_p / kept : my_p) * rp.scale;
     atomicAdd(counts + my_id, 1ull);
+  } else if (lane < width) {  // the always-on experts
+    ids[t * width + lane] = e + lane - k;
+    weights[t * width + lane] = 1.0f;
   }
 }
 
@@ -303,8 +307,9 @@ void launch_moe_route(const Tensor& logits, const MoeRouteParams& routing, Tenso
   const int64_t t = logits.rows();
   if (t == 0) return;
   const auto e = static_cast<int>(logits.row_size());
-  const auto k = static_cast<int>(ids.row_size());
-  IB_ASSERT(k >= 1 && k <= kMoeMaxTopK, "moe_route: top-k above kMoeMaxTopK");
+  const auto k = static_cast<int>(ids.row_size()) - routing.always_on;
+  IB_ASSERT(k >= 1 && k <= kMoeMaxTopK && routing.always_on >= 0 && k + routing.always_on <= 32,
+            "moe_route: top-k above kMoeMaxTopK, or more than 32 columns");
   IB_ASSERT(routing.num_groups <= kMoeMaxGroups, "moe_route: more groups than kMoeMaxGroups");
   moe_route_kernel<<<blocks_for(t, kRouteWarps), kRouteWarps * 32, 0, stream>>>(
       logits.as<const float>(), t, e, k, routing, ids.as<int32_t>(), weights.as<float>(),

@@ -18,14 +18,16 @@ void CudaBackend::moe_route(const Tensor& router_logits, bool renormalize, Tenso
 void CudaBackend::moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing,
                                     Tensor expert_ids, Tensor expert_weights,
                                     Tensor expert_tokens) {
-  const int64_t t = router_logits.rows(), e = router_logits.row_size(), k = expert_ids.row_size();
+  const int64_t t = router_logits.rows(), e = router_logits.row_size();
+  const int64_t width = expert_ids.row_size(), k = width - routing.always_on;
   IB_ASSERT(router_logits.dtype == DType::kF32 && expert_ids.dtype == DType::kI32 &&
                 expert_weights.dtype == DType::kF32 && expert_tokens.dtype == DType::kI64,
             "moe_route: logits f32, ids int32, weights f32, counts int64");
   IB_ASSERT(expert_ids.rows() == t && expert_weights.rows() == t &&
-                expert_weights.row_size() == k && k >= 1 && k <= e && k <= kMoeMaxTopK &&
-                expert_tokens.numel() == e,
-            "moe_route: logits (T, E), ids and weights (T, k), k <= E and <= 8, counts (E)");
+                expert_weights.row_size() == width && k >= 1 && k <= e && k <= kMoeMaxTopK &&
+                routing.always_on >= 0 && width <= 32 && expert_tokens.numel() == e,
+            "moe_route: logits (T, E), ids and weights (T, k + always_on), k <= E and <= 8, at "
+            "most 32 columns, counts (E)");
   IB_ASSERT(routing.num_groups <= 1 ||
                 (e % routing.num_groups == 0 && routing.num_groups <= kMoeMaxGroups &&
                  routing.topk_groups >= 1 && routing.topk_groups <= routing.num_groups &&
@@ -37,6 +39,7 @@ void CudaBackend::moe_route_grouped(const Tensor& router_logits, const MoeRoutin
   params.num_groups = routing.num_groups;
   params.topk_groups = routing.topk_groups;
   params.scale = routing.scale;
+  params.always_on = routing.always_on;
   run_op("moe_route", [&] {
     launch_moe_route(router_logits, params, expert_ids, expert_weights, expert_tokens, stream_);
   });

@@ -159,6 +159,10 @@ class Architecture {
   // store something other than what the ops take rewrites it here (Gemma's norms hold w of a
   // (1 + w) gain).
   virtual void prepare_weights(Backend& /*backend*/, ModelWeights& /*weights*/) const {}
+  // Always-on experts after each MoE layer's routed ones (MoeRouting::always_on): DeepSeek's
+  // shared experts where the backend runs them inside moe_experts (MoeOps::fuses_shared_experts).
+  // The runner sizes the routing rows by it; prepare_weights builds LayerWeights::moe_gate_up.
+  virtual int moe_always_on(const ModelConfig& /*config*/, Backend& /*backend*/) const { return 0; }
   // Whether decode steps may take the backend's fused ops (the dense SwiGLU decoder's).
   virtual bool runs_fused_decode() const { return true; }
   // The width of StepBuffers::qkv per token: what the attention half of a layer keeps there

@@ -12,8 +12,14 @@
 //   experts: router softmax in fp32 over all experts, top-k (greedy, or group-limited greedy),
 //   renormalised only with norm_topk_prob, times routed_scaling_factor (MoeOps::
 //   moe_route_grouped); the routed experts' sum plus the shared experts' SwiGLU MLP (intermediate
-//   moe_intermediate_size x n_shared_experts).
+//   moe_intermediate_size x n_shared_experts). Where the backend fuses them
+//   (MoeOps::fuses_shared_experts), the shared MLP runs inside moe_experts as n_shared_experts
+//   always-on experts of the routed ones' width (SwiGLU is a sum over its features: the shared
+//   MLP is the sum of its feature slices' MLPs), added after the routed ones at weight 1.0.
 // The published checkpoints' per-expert names (mlp.experts.J.gate_proj, ...). Runs unfused.
+#include <cstring>
+#include <vector>
+
 #include "engine/arch/detail/dense_decoder.h"
 #include "engine/arch/detail/families.h"
 
@@ -112,6 +118,59 @@ class DeepseekV2 final : public Architecture {
 
   bool runs_fused_decode() const override { return false; }
 
+  int moe_always_on(const ModelConfig& c, Backend& backend) const override {
+    const bool fused = c.moe.num_experts > 0 && c.moe.num_shared_experts > 0 &&
+                       backend.moe_ops() != nullptr && backend.moe_ops()->fuses_shared_experts();
+    return fused ? c.moe.num_shared_experts : 0;
+  }
+
+  // With the shared experts fused: each MoE layer's shared MLP (intermediate S F, S shared
+  // experts of width F) rearranged in place into S experts of the routed ones' layout, appended
+  // to the routed ones in LayerWeights::moe_gate_up / moe_down. gate_up [g_0 .. g_S-1 | u_0 ..
+  // u_S-1] (F rows each) becomes [g_0 u_0 | g_1 u_1 | ...]; down (D, S F) becomes S (D, F)
+  // matrices of its column slices. Through the host, once at load.
+  void prepare_weights(Backend& backend, ModelWeights& weights) const override {
+    for (LayerWeights& w : weights.layers) {
+      if (w.expert_gate_up.empty() || w.shared_down.empty()) continue;
+      const int64_t f = w.expert_down[0].cols(), d = w.shared_down.rows();
+      const int64_t fs = w.shared_down.cols(), s = fs / f;
+      if (!backend.moe_ops()->fuses_shared_experts()) continue;
+      IB_ASSERT(s >= 1 && s * f == fs, "deepseek2: the shared MLP is not whole experts wide");
+      const size_t es = dtype_size(w.shared_down.data.dtype);
+      const auto row = static_cast<size_t>(d) * es;  // a gate_up row's bytes
+      std::vector<char> from(w.shared_gate_up.data.bytes()), to(from.size());
+      backend.copy_to_host(w.shared_gate_up.data, from.data());
+      for (int64_t j = 0; j < s; ++j) {
+        const auto block = static_cast<size_t>(f) * row;
+        std::memcpy(to.data() + static_cast<size_t>(2 * j) * block,
+                    from.data() + static_cast<size_t>(j) * block, block);
+        std::memcpy(to.data() + static_cast<size_t>(2 * j + 1) * block,
+                    from.data() + static_cast<size_t>(s + j) * block, block);
+      }
+      backend.copy_from_host(w.shared_gate_up.data, to.data(), w.shared_gate_up.data.dtype);
+      from.assign(w.shared_down.data.bytes(), 0);
+      to.assign(from.size(), 0);
+      backend.copy_to_host(w.shared_down.data, from.data());
+      const auto piece = static_cast<size_t>(f) * es;  // one row of one (D, F) matrix
+      for (int64_t j = 0; j < s; ++j) {
+        for (int64_t r = 0; r < d; ++r) {
+          std::memcpy(to.data() + static_cast<size_t>(j * d + r) * piece,
+                      from.data() + static_cast<size_t>(r * fs + j * f) * es, piece);
+        }
+      }
+      backend.copy_from_host(w.shared_down.data, to.data(), w.shared_down.data.dtype);
+      w.moe_gate_up = w.expert_gate_up;
+      w.moe_down = w.expert_down;
+      for (int64_t j = 0; j < s; ++j) {
+        WeightRef gate_up, down;
+        gate_up.data = w.shared_gate_up.data.slice_rows(2 * j * f, 2 * f);
+        down.data = w.shared_down.data.reshaped({s * d, f}).slice_rows(j * d, d);
+        w.moe_gate_up.push_back(gate_up);
+        w.moe_down.push_back(down);
+      }
+    }
+  }
+
   void forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
                       const StepBuffers& b) const override {
     IB_ASSERT(in.fused == nullptr && in.mla != nullptr && in.mla_shape != nullptr,
@@ -183,6 +242,12 @@ class DeepseekV2 final : public Architecture {
     const Tensor counts = in.expert_tokens.slice_rows(static_cast<int64_t>(layer), 1).reshaped({e});
     const Tensor ids = layer_expert_ids(b, layer);
     in.moe->moe_route_grouped(b.router_logits, in.moe_routing, ids, b.expert_weights, counts);
+    if (in.moe_routing.always_on > 0) {  // the shared experts after the routed ones
+      IB_ASSERT(w.moe_gate_up.size() == static_cast<size_t>(e + in.moe_routing.always_on),
+                "deepseek2: the shared experts were not prepared as always-on experts");
+      in.moe->moe_experts(b.hidden, ids, b.expert_weights, w.moe_gate_up, w.moe_down, b.tmp);
+      return;
+    }
     if (w.shared_down.empty()) {
       in.moe->moe_experts(b.hidden, ids, b.expert_weights, w.expert_gate_up, w.expert_down, b.tmp);
       return;

@@ -176,6 +176,7 @@ class ModelRunner {
   // f32 (T, k) and the routing counters int64 (layers, E), in one buffer; empty otherwise.
   Buffer moe_buf_;
   Tensor router_logits_, expert_ids_, expert_weights_, expert_tokens_;
+  int moe_always_on_ = 0;  // Architecture::moe_always_on: columns after the top-k
   // The counters as the last step left them, and per layer the experts whose count that step
   // raised: the experts it read (traffic()); empty until a step has run, or when the counters
   // went down (reset) and the step's reads are unknown.

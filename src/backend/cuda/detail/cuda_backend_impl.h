@@ -113,6 +113,7 @@ class CudaBackend final : public Backend,
   void moe_route(const Tensor& router_logits, bool renormalize, Tensor expert_ids,
                  Tensor expert_weights, Tensor expert_tokens) override;  // moe_ops.cpp
   bool routes_grouped() const override { return true; }
+  bool fuses_shared_experts() const override { return moe_shared_; }
   void moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing, Tensor expert_ids,
                          Tensor expert_weights, Tensor expert_tokens) override;
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
@@ -132,6 +133,8 @@ class CudaBackend final : public Backend,
   // with their work items (tile, expert) spread evenly over a grid of the device's resident
   // blocks; larger ones still (and all with both 0) a warp per weight row (moe.cu).
   void set_moe_balance_tokens(int64_t tokens) { moe_balance_tokens_ = tokens; }
+  // IB_MOE_SHARED (default 1): MoeOps::fuses_shared_experts, read when a model loads.
+  void set_moe_shared(bool on) { moe_shared_ = on; }
   // Tests: the attention workspace (the ops' scratch) filled with 0xFF bytes, NaN in every float
   // dtype, so a kernel that leaves its part of the scratch unwritten shows (moe_ops.cpp).
   void poison_workspace();
@@ -358,6 +361,7 @@ class CudaBackend final : public Backend,
   bool mla_split_ = true;           // IB_MLA_SPLIT
   int64_t moe_tile_tokens_ = 2;     // IB_MOE_TILES
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
+  bool moe_shared_ = true;          // IB_MOE_SHARED
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;

@@ -24,8 +24,10 @@ struct MoeRouteParams {
   bool renormalize = true;
   int num_groups = 1, topk_groups = 1;  // group-limited routing where num_groups > 1
   float scale = 1.0f;
+  int always_on = 0;  // MoeRouting::always_on: rows of k + always_on, experts E.. at weight 1
 };
-// ids (T, k) int32, weights (T, k) f32 from logits (T, E) f32; counts (E) int64 += picks.
+// ids (T, k + always_on) int32, weights (T, k + always_on) f32 from logits (T, E) f32; counts
+// (E) int64 += picks.
 void launch_moe_route(const Tensor& logits, const MoeRouteParams& routing, Tensor ids,
                       Tensor weights, Tensor counts, cudaStream_t stream);
 // Tokens per chunk of moe_experts: at most the device-side pair list's size, and what fits the

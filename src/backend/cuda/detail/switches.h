@@ -39,6 +39,9 @@ struct CudaSwitches {
   // IB_MOE_BALANCE=N: larger chunks of at most N tokens in tiles balanced over the device
   // (CudaBackend::set_moe_balance_tokens).
   std::optional<int64_t> moe_balance;
+  // IB_MOE_SHARED=0|1: DeepSeek's shared experts inside the expert kernels
+  // (CudaBackend::set_moe_shared).
+  std::optional<int64_t> moe_shared;
   // IB_GEMV_PERSIST=N: the quantized formats' GEMVs on a persistent grid of N blocks per SM
   // (0: one block per row tile).
   std::optional<int64_t> gemv_persist;
