@@ -246,7 +246,8 @@ class MoeOps {
   virtual bool routes_grouped() const { return false; }
   // Whether DeepSeek's shared experts run inside moe_experts, as always-on experts after the
   // routed ones (MoeRouting::always_on; their MLP split into experts of the routed ones' width),
-  // instead of as a dense MLP beside it (CUDA: IB_MOE_SHARED).
+  // instead of as a dense MLP beside it (CUDA: IB_MOE_SHARED, default 0; the CPU always does, so
+  // its tests cover the rearranged weights against the independent references).
   virtual bool fuses_shared_experts() const { return true; }
   virtual void moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing,
                                  Tensor expert_ids, Tensor expert_weights, Tensor expert_tokens) {

@@ -40,7 +40,7 @@ void expect_routes_match(Twin& twin, Rng& rng, int64_t t, int64_t e, int64_t k,
   Pair weights = twin.output({t, width}, DType::kF32);
   Pair counts = twin.ints<int64_t>({e}, std::vector<int64_t>(static_cast<size_t>(e), 7));
   twin.cpu().moe_ops()->moe_route_grouped(logits.cpu, routing, ids.cpu, weights.cpu, counts.cpu);
-  if (routing.num_groups <= 1 && routing.scale == 1.0f) {  // Mixtral's entry point
+  if (routing.num_groups <= 1 && routing.scale == 1.0f && routing.always_on == 0) {  // Mixtral's
     twin.gpu().moe_route(logits.gpu, routing.renormalize, ids.gpu, weights.gpu, counts.gpu);
   } else {
     twin.gpu().moe_route_grouped(logits.gpu, routing, ids.gpu, weights.gpu, counts.gpu);
@@ -113,6 +113,9 @@ TEST(CudaMoeRoute, AlwaysOnColumnsMatchTheCpuOp) {
   v2.topk_groups = 3;
   v2.scale = 16.0f;
   expect_routes_match(twin, rng, 13, 160, 6, v2, 7);
+  twin.gpu().set_moe_pdl(true);  // IB_MOE_PDL: the same through programmatic dependent launch
+  expect_routes_match(twin, rng, 13, 160, 6, v2, 7);
+  twin.gpu().set_moe_pdl(false);
 }
 
 struct ExpertsCase {
@@ -158,17 +161,21 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   twin.cpu().moe_ops()->moe_experts(x.cpu, ids.cpu, weights.cpu, gu_cpu, dn_cpu, out.cpu);
   // The warp-per-row kernels (IB_MOE_TILES=0 IB_MOE_BALANCE=0), then the tile kernels for every
   // chunk, with the same blocks per expert slot (IB_MOE_TILES) and balanced over the device
-  // (IB_MOE_BALANCE).
+  // (IB_MOE_BALANCE); each launched plainly and with programmatic dependent launch (IB_MOE_PDL).
   struct Form {
     int64_t tile_tokens;
     int64_t balance_tokens;
+    bool pdl;
     const char* name;
   };
   constexpr int64_t kAll = int64_t{1} << 20;
   for (const Form form :
-       {Form{0, 0, "warp per row"}, Form{kAll, 0, "tiles"}, Form{0, kAll, "balanced tiles"}}) {
+       {Form{0, 0, false, "warp per row"}, Form{kAll, 0, false, "tiles"},
+        Form{0, kAll, false, "balanced tiles"}, Form{0, 0, true, "warp per row, PDL"},
+        Form{kAll, 0, true, "tiles, PDL"}, Form{0, kAll, true, "balanced tiles, PDL"}}) {
     twin.gpu().set_moe_tile_tokens(form.tile_tokens);
     twin.gpu().set_moe_balance_tokens(form.balance_tokens);
+    twin.gpu().set_moe_pdl(form.pdl);
     twin.gpu().poison_workspace();  // neither form may read the other's scratch
     twin.gpu().fill_constant(out.gpu, NAN);
     if (graph) {
@@ -188,6 +195,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
         << "T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f
         << (graph ? " (graph)" : "") << " " << form.name;
   }
+  twin.gpu().set_moe_pdl(false);
 }
 
 class CudaMoeExperts : public ::testing::TestWithParam<DType> {

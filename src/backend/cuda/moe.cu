@@ -11,6 +11,7 @@
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/moe_device.cuh"
 #include "backend/cuda/detail/moe_kernels.h"
+#include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
 namespace {
@@ -49,6 +50,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
   __shared__ float p_s[kRouteWarps][kMoeMaxExperts];
   __shared__ float group_best_s[kRouteWarps][kMoeMaxGroups];
   __shared__ unsigned long long kept_groups_s[kRouteWarps];
+  pdl_wait();  // IB_MOE_PDL: every MoE kernel waits first, then lets the next one launch
+  pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = blockIdx.x * int64_t{kRouteWarps} + warp;
   if (t >= tokens) return;  // the whole warp: no block-wide barrier follows
@@ -228,6 +231,8 @@ __global__ void moe_gate_up_kernel(const T* x, int64_t d, const int32_t* ids, in
   __shared__ int list[kMaxChunkPairs];
   __shared__ int count, expert;
   __shared__ unsigned present[kMoeMaxExperts / 32];
+  pdl_wait();
+  pdl_trigger();
   const int e = expert_of_slot(ids, pairs, static_cast<int>(blockIdx.y), present, &expert);
   if (e < 0) return;
   const int n_pairs = collect_pairs(ids, pairs, e, list, &count);
@@ -256,6 +261,8 @@ __global__ void moe_down_kernel(const T* act, int64_t f, const int32_t* ids, int
   __shared__ int list[kMaxChunkPairs];
   __shared__ int count, expert;
   __shared__ unsigned present[kMoeMaxExperts / 32];
+  pdl_wait();
+  pdl_trigger();
   const int e = expert_of_slot(ids, pairs, static_cast<int>(blockIdx.y), present, &expert);
   if (e < 0) return;
   const int n_pairs = collect_pairs(ids, pairs, e, list, &count);
@@ -278,6 +285,8 @@ __global__ void moe_down_kernel(const T* act, int64_t f, const int32_t* ids, int
 template <typename T>
 __global__ void moe_combine_kernel(const float* y, const int32_t* ids, const float* weights,
                                    int64_t tokens, int k, int64_t d, T* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= tokens * d) return;
   const int64_t t = i / d, c = i % d;
@@ -303,7 +312,7 @@ int blocks_for(int64_t n, int per_block) {
 }  // namespace
 
 void launch_moe_route(const Tensor& logits, const MoeRouteParams& routing, Tensor ids,
-                      Tensor weights, Tensor counts, cudaStream_t stream) {
+                      Tensor weights, Tensor counts, cudaStream_t stream, bool pdl) {
   const int64_t t = logits.rows();
   if (t == 0) return;
   const auto e = static_cast<int>(logits.row_size());
@@ -311,10 +320,9 @@ void launch_moe_route(const Tensor& logits, const MoeRouteParams& routing, Tenso
   IB_ASSERT(k >= 1 && k <= kMoeMaxTopK && routing.always_on >= 0 && k + routing.always_on <= 32,
             "moe_route: top-k above kMoeMaxTopK, or more than 32 columns");
   IB_ASSERT(routing.num_groups <= kMoeMaxGroups, "moe_route: more groups than kMoeMaxGroups");
-  moe_route_kernel<<<blocks_for(t, kRouteWarps), kRouteWarps * 32, 0, stream>>>(
-      logits.as<const float>(), t, e, k, routing, ids.as<int32_t>(), weights.as<float>(),
-      counts.as<unsigned long long>());
-  IB_CUDA_CHECK_LAUNCH("moe_route");
+  launch_kernel("moe_route", pdl, moe_route_kernel, dim3(blocks_for(t, kRouteWarps)),
+                dim3(kRouteWarps * 32), 0, stream, logits.as<const float>(), t, e, k, routing,
+                ids.as<int32_t>(), weights.as<float>(), counts.as<unsigned long long>());
 }
 
 int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType dtype,
@@ -354,19 +362,19 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const bool tiles = tc <= choice.tile_max_tokens;
       if (tiles || tc <= choice.balance_max_tokens) {
         launch_moe_tiles(xc, idc, pairs, static_cast<int>(k), gate_up, down, vec, d, f, slots,
-                         choice.num_sms, /*balanced=*/!tiles, x.dtype, act, y, stream);
+                         choice.num_sms, /*balanced=*/!tiles, x.dtype, act, y, stream, choice.pdl);
       } else {
         const dim3 gate_grid(static_cast<unsigned>(blocks_for(f, kWarps)), slots);
         const dim3 down_grid(static_cast<unsigned>(blocks_for(d, kWarps)), slots);
-        gate_kernel<<<gate_grid, kThreads, 0, stream>>>(xc, d, idc, pairs, static_cast<int>(k),
-                                                        gate_up, f, act);
-        down_kernel<<<down_grid, kThreads, 0, stream>>>(act, f, idc, pairs, down, d, y);
+        launch_kernel("moe_experts", choice.pdl, gate_kernel, gate_grid, dim3(kThreads), 0, stream,
+                      xc, d, idc, pairs, static_cast<int>(k), gate_up, f, act);
+        launch_kernel("moe_experts", choice.pdl, down_kernel, down_grid, dim3(kThreads), 0, stream,
+                      static_cast<const T*>(act), f, idc, pairs, down, d, y);
       }
-      IB_CUDA_CHECK_LAUNCH("moe_experts");
-      moe_combine_kernel<T><<<blocks_for(tc * d, kThreads), kThreads, 0, stream>>>(
-          y, idc, weights.as<const float>() + t0 * k, tc, static_cast<int>(k), d,
-          out.as<T>() + t0 * d);
-      IB_CUDA_CHECK_LAUNCH("moe_experts combine");
+      launch_kernel("moe_experts combine", choice.pdl, moe_combine_kernel<T>,
+                    dim3(blocks_for(tc * d, kThreads)), dim3(kThreads), 0, stream,
+                    static_cast<const float*>(y), idc, weights.as<const float>() + t0 * k, tc,
+                    static_cast<int>(k), d, out.as<T>() + t0 * d);
     }
   });
 }

@@ -15,6 +15,7 @@
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/moe_device.cuh"
 #include "backend/cuda/detail/moe_kernels.h"
+#include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
 namespace {
@@ -137,6 +138,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   __shared__ int count, expert;
   __shared__ unsigned present[kMoeMaxExperts / 32];
   __shared__ float partial[kWarps][kTileRows][kTilePairs];
+  pdl_wait();  // IB_MOE_PDL
+  pdl_trigger();
   const int e = moe::expert_of_slot(ids, pairs, static_cast<int>(blockIdx.y), present, &expert);
   if (e < 0) return;
   const int n_pairs = moe::collect_pairs(ids, pairs, e, list, &count);
@@ -160,6 +163,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   __shared__ int count_s[kMoeMaxExperts], start_s[kMoeMaxExperts], distinct_s[kMoeMaxExperts];
   __shared__ int n_distinct;
   __shared__ float partial[kWarps][kTileRows][kTilePairs];
+  pdl_wait();  // IB_MOE_PDL
+  pdl_trigger();
   for (int i = threadIdx.x; i < kMoeMaxExperts; i += kThreads) count_s[i] = 0;
   __syncthreads();
   for (int p = threadIdx.x; p < pairs; p += kThreads) {
@@ -228,7 +233,7 @@ unsigned tile_blocks(int64_t tiles, unsigned slots, int num_sms) {
 void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
                       const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, bool vec, int64_t d,
                       int64_t f, unsigned slots, int num_sms, bool balanced, DType dtype, void* act,
-                      float* y, cudaStream_t stream) {
+                      float* y, cudaStream_t stream, bool pdl) {
   IB_DISPATCH_FLOAT(dtype, T, {
     constexpr int kV = kVec16<T>;
     const TileArgs<T> gate_args{static_cast<const T*>(x), d,      k, d, f,
@@ -243,17 +248,20 @@ void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
       const int64_t resident = int64_t{kBlocksPerSm} * std::max(num_sms, 1);
       const auto gate_blocks = static_cast<unsigned>(std::min(resident, gate_tiles * slots));
       const auto down_blocks = static_cast<unsigned>(std::min(resident, down_tiles * slots));
-      gate_kernel<<<gate_blocks, kThreads, 0, stream>>>(gate_args, ids, pairs, gate_up);
-      down_kernel<<<down_blocks, kThreads, 0, stream>>>(down_args, ids, pairs, down);
+      launch_kernel("moe_experts (tiles)", pdl, gate_kernel, dim3(gate_blocks), dim3(kThreads), 0,
+                    stream, gate_args, ids, pairs, gate_up);
+      launch_kernel("moe_experts (tiles)", pdl, down_kernel, dim3(down_blocks), dim3(kThreads), 0,
+                    stream, down_args, ids, pairs, down);
     } else {
       auto* gate_kernel = vec ? moe_tile_kernel<T, kV, true> : moe_tile_kernel<T, 1, true>;
       auto* down_kernel = vec ? moe_tile_kernel<T, kV, false> : moe_tile_kernel<T, 1, false>;
       const dim3 gate_grid(tile_blocks(gate_tiles, slots, num_sms), slots);
       const dim3 down_grid(tile_blocks(down_tiles, slots, num_sms), slots);
-      gate_kernel<<<gate_grid, kThreads, 0, stream>>>(gate_args, ids, pairs, gate_up);
-      down_kernel<<<down_grid, kThreads, 0, stream>>>(down_args, ids, pairs, down);
+      launch_kernel("moe_experts (tiles)", pdl, gate_kernel, gate_grid, dim3(kThreads), 0, stream,
+                    gate_args, ids, pairs, gate_up);
+      launch_kernel("moe_experts (tiles)", pdl, down_kernel, down_grid, dim3(kThreads), 0, stream,
+                    down_args, ids, pairs, down);
     }
-    IB_CUDA_CHECK_LAUNCH("moe_experts (tiles)");
   });
 }
 

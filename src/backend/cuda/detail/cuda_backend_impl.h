@@ -133,8 +133,11 @@ class CudaBackend final : public Backend,
   // with their work items (tile, expert) spread evenly over a grid of the device's resident
   // blocks; larger ones still (and all with both 0) a warp per weight row (moe.cu).
   void set_moe_balance_tokens(int64_t tokens) { moe_balance_tokens_ = tokens; }
-  // IB_MOE_SHARED (default 1): MoeOps::fuses_shared_experts, read when a model loads.
+  // IB_MOE_SHARED (default 0): MoeOps::fuses_shared_experts, read when a model loads.
   void set_moe_shared(bool on) { moe_shared_ = on; }
+  // IB_MOE_PDL (default 0): the MoE kernels (router, experts, combine) launched with
+  // programmatic dependent launch where IB_PDL is on, like the other decode kernels.
+  void set_moe_pdl(bool on) { moe_pdl_ = on; }
   // Tests: the attention workspace (the ops' scratch) filled with 0xFF bytes, NaN in every float
   // dtype, so a kernel that leaves its part of the scratch unwritten shows (moe_ops.cpp).
   void poison_workspace();
@@ -361,7 +364,8 @@ class CudaBackend final : public Backend,
   bool mla_split_ = true;           // IB_MLA_SPLIT
   int64_t moe_tile_tokens_ = 2;     // IB_MOE_TILES
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
-  bool moe_shared_ = true;          // IB_MOE_SHARED
+  bool moe_shared_ = false;         // IB_MOE_SHARED
+  bool moe_pdl_ = false;            // IB_MOE_PDL
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;

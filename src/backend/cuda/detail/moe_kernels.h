@@ -28,8 +28,10 @@ struct MoeRouteParams {
 };
 // ids (T, k + always_on) int32, weights (T, k + always_on) f32 from logits (T, E) f32; counts
 // (E) int64 += picks.
+// pdl: launched with programmatic dependent launch (IB_MOE_PDL; every MoE kernel waits for the
+// kernels before it first, then lets the next one launch).
 void launch_moe_route(const Tensor& logits, const MoeRouteParams& routing, Tensor ids,
-                      Tensor weights, Tensor counts, cudaStream_t stream);
+                      Tensor weights, Tensor counts, cudaStream_t stream, bool pdl);
 // Tokens per chunk of moe_experts: at most the device-side pair list's size, and what fits the
 // workspace (each pair's activation row and fp32 output row); 0 when not even one token fits.
 int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType dtype,
@@ -43,6 +45,7 @@ struct MoeKernelChoice {
   int num_sms = 1;
   int64_t tile_max_tokens = 0;
   int64_t balance_max_tokens = 0;
+  bool pdl = false;  // IB_MOE_PDL (launch_moe_route)
 };
 void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
@@ -55,6 +58,6 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
 void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
                       const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, bool vec, int64_t d,
                       int64_t f, unsigned slots, int num_sms, bool balanced, DType dtype, void* act,
-                      float* y, cudaStream_t stream);
+                      float* y, cudaStream_t stream, bool pdl);
 
 }  // namespace ib::cuda

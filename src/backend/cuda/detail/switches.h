@@ -42,6 +42,8 @@ struct CudaSwitches {
   // IB_MOE_SHARED=0|1: DeepSeek's shared experts inside the expert kernels
   // (CudaBackend::set_moe_shared).
   std::optional<int64_t> moe_shared;
+  // IB_MOE_PDL=0|1: the MoE kernels with programmatic dependent launch (CudaBackend::set_moe_pdl).
+  std::optional<int64_t> moe_pdl;
   // IB_GEMV_PERSIST=N: the quantized formats' GEMVs on a persistent grid of N blocks per SM
   // (0: one block per row tile).
   std::optional<int64_t> gemv_persist;
