@@ -2,7 +2,8 @@
 // MoeOps): routing ids and token counts exactly, routing weights within 1e-6, and the experts'
 // output within the dtype's stated tolerance (detail/test_support.h: fp32 2e-5, bf16 1e-2, fp16
 // 3e-3 relative L2), at 1 to 1,100 tokens (several chunks), E = 8 top-2, E = 4 top-1, E = 16
-// top-4, on the vectorized and the scalar kernels, eagerly and replayed from a CUDA graph.
+// top-4, E = 66 with rows of 8 and E = 24 with rows of 18, on the vectorized and the scalar
+// kernels, eagerly and replayed from a CUDA graph.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -211,6 +212,9 @@ TEST_P(CudaMoeExperts, MatchesTheCpuOp) {
     expect_experts_match(twin, {t, 4, 1, 64, 64}, ++seed, false);
   }
   expect_experts_match(twin, {33, 16, 4, 256, 160}, ++seed, false);
+  // DeepSeek-V2's row of 6 + 2 always-on, and a row wider than the combine keeps in registers.
+  expect_experts_match(twin, {9, 66, 8, 128, 64}, ++seed, false);
+  expect_experts_match(twin, {5, 24, 18, 64, 32}, ++seed, false);
 }
 
 TEST_P(CudaMoeExperts, ScalarKernelsOnUnalignedSizes) {
