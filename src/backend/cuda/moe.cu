@@ -284,7 +284,7 @@ __global__ void moe_down_kernel(const T* act, int64_t f, const int32_t* ids, int
 // experts: Mixtral 2, DeepSeek-V2 6 + 2); wider rows take the loop over memory.
 constexpr int kCombineMaxK = 16;
 
-// out (Tc, D) = sum over the token's k experts in ascending id order of weight * y, in fp32
+// out (Tc, D) = sum over the token's k slots in ascending (id, slot) order of weight * y, in fp32
 // (fused multiply-adds), rounded once. One thread per element. Up to kCombineMaxK slots, every
 // load is issued at once (the token's ids, weights and y rows) and the order is found in
 // registers; the loop over memory it replaced waited on each slot's loads in turn (6.2 us at one
@@ -332,14 +332,15 @@ __global__ void moe_combine_kernel(const float* y, const int32_t* ids, const flo
       acc = fmaf(py, pw, acc);
     }
   } else {
-    int last = -1;
+    int last = -1, last_slot = -1;
     for (int j = 0; j < k; ++j) {
-      int pick = -1;  // the slot with the smallest id above `last`
+      int pick = -1;  // the slot next after (last, last_slot) in (id, slot) order
       for (int s = 0; s < k; ++s) {
-        if (id[s] > last && (pick < 0 || id[s] < id[pick])) pick = s;
+        const bool after = id[s] > last || (id[s] == last && s > last_slot);
+        if (after && (pick < 0 || id[s] < id[pick])) pick = s;
       }
-      if (pick < 0) break;
       last = id[pick];
+      last_slot = pick;
       acc = fmaf(yt[int64_t{pick} * d], w[pick], acc);
     }
   }

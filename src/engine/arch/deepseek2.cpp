@@ -130,11 +130,11 @@ class DeepseekV2 final : public Architecture {
   // u_S-1] (F rows each) becomes [g_0 u_0 | g_1 u_1 | ...]; down (D, S F) becomes S (D, F)
   // matrices of its column slices. Through the host, once at load.
   void prepare_weights(Backend& backend, ModelWeights& weights) const override {
+    if (backend.moe_ops() == nullptr || !backend.moe_ops()->fuses_shared_experts()) return;
     for (LayerWeights& w : weights.layers) {
       if (w.expert_gate_up.empty() || w.shared_down.empty()) continue;
       const int64_t f = w.expert_down[0].cols(), d = w.shared_down.rows();
       const int64_t fs = w.shared_down.cols(), s = fs / f;
-      if (!backend.moe_ops()->fuses_shared_experts()) continue;
       IB_ASSERT(s >= 1 && s * f == fs, "deepseek2: the shared MLP is not whole experts wide");
       const size_t es = dtype_size(w.shared_down.data.dtype);
       const auto row = static_cast<size_t>(d) * es;  // a gate_up row's bytes

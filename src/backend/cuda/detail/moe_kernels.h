@@ -45,7 +45,7 @@ struct MoeKernelChoice {
   int num_sms = 1;
   int64_t tile_max_tokens = 0;
   int64_t balance_max_tokens = 0;
-  bool pdl = false;  // IB_MOE_PDL (launch_moe_route)
+  bool pdl = false;  // IB_MOE_PDL: programmatic dependent launch
 };
 void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
