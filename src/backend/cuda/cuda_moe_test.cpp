@@ -161,9 +161,12 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   Pair out = twin.output({t, d});
   twin.cpu().moe_ops()->moe_experts(x.cpu, ids.cpu, weights.cpu, gu_cpu, dn_cpu, out.cpu);
   // The warp-per-row kernels (IB_MOE_TILES=0 IB_MOE_BALANCE=0), then the tile kernels for every
-  // chunk, with the same blocks per expert slot (IB_MOE_TILES) and balanced over the device
-  // (IB_MOE_BALANCE); each launched plainly and with programmatic dependent launch (IB_MOE_PDL).
+  // chunk, with the same blocks per expert slot (IB_MOE_TILES), in tiles of 16 rows and a pair a
+  // pass (IB_MOE_WIDE: experts with several pairs take several passes) and balanced over the
+  // device (IB_MOE_BALANCE); each launched plainly and with programmatic dependent launch
+  // (IB_MOE_PDL).
   struct Form {
+    int64_t wide_tokens;
     int64_t tile_tokens;
     int64_t balance_tokens;
     bool pdl;
@@ -171,9 +174,11 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   };
   constexpr int64_t kAll = int64_t{1} << 20;
   for (const Form form :
-       {Form{0, 0, false, "warp per row"}, Form{kAll, 0, false, "tiles"},
-        Form{0, kAll, false, "balanced tiles"}, Form{0, 0, true, "warp per row, PDL"},
-        Form{kAll, 0, true, "tiles, PDL"}, Form{0, kAll, true, "balanced tiles, PDL"}}) {
+       {Form{0, 0, 0, false, "warp per row"}, Form{0, kAll, 0, false, "tiles"},
+        Form{kAll, 0, 0, false, "wide tiles"}, Form{0, 0, kAll, false, "balanced tiles"},
+        Form{0, 0, 0, true, "warp per row, PDL"}, Form{0, kAll, 0, true, "tiles, PDL"},
+        Form{kAll, 0, 0, true, "wide tiles, PDL"}, Form{0, 0, kAll, true, "balanced tiles, PDL"}}) {
+    twin.gpu().set_moe_wide_tokens(form.wide_tokens);
     twin.gpu().set_moe_tile_tokens(form.tile_tokens);
     twin.gpu().set_moe_balance_tokens(form.balance_tokens);
     twin.gpu().set_moe_pdl(form.pdl);

@@ -401,10 +401,13 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const T* xc = x.as<const T>() + t0 * d;
       const int32_t* idc = ids.as<const int32_t>() + t0 * k;
       const auto slots = static_cast<unsigned>(std::min(num_experts, pairs));
-      const bool tiles = tc <= choice.tile_max_tokens;
-      if (tiles || tc <= choice.balance_max_tokens) {
+      const bool wide = tc <= choice.wide_max_tokens, tiles = tc <= choice.tile_max_tokens;
+      if (wide || tiles || tc <= choice.balance_max_tokens) {
+        const MoeTileForm form = wide    ? MoeTileForm::kWide
+                                 : tiles ? MoeTileForm::kTiles
+                                         : MoeTileForm::kBalanced;
         launch_moe_tiles(xc, idc, pairs, static_cast<int>(k), gate_up, down, vec, d, f, slots,
-                         choice.num_sms, /*balanced=*/!tiles, x.dtype, act, y, stream, choice.pdl);
+                         choice.num_sms, form, x.dtype, act, y, stream, choice.pdl);
       } else {
         const dim3 gate_grid(static_cast<unsigned>(blocks_for(f, kWarps)), slots);
         const dim3 down_grid(static_cast<unsigned>(blocks_for(d, kWarps)), slots);

@@ -79,11 +79,11 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
   IB_ASSERT(moe_chunk_tokens(1, k, d, f, dtype_, attention_workspace_.bytes()) >= 1,
             "moe_experts: one token's expert activations exceed the workspace");
   run_op("moe_experts", [&] {
-    launch_moe_experts(
-        x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs, static_cast<int>(e), f,
-        attention_workspace_.data(), attention_workspace_.bytes(),
-        MoeKernelChoice{num_sms_, moe_tile_tokens_, moe_balance_tokens_, pdl_ && moe_pdl_}, out,
-        stream_);
+    launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs, static_cast<int>(e),
+                       f, attention_workspace_.data(), attention_workspace_.bytes(),
+                       MoeKernelChoice{num_sms_, moe_wide_tokens_, moe_tile_tokens_,
+                                       moe_balance_tokens_, pdl_ && moe_pdl_},
+                       out, stream_);
   });
 }
 

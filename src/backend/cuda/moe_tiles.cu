@@ -24,6 +24,10 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTileRows = 8;
 constexpr int kTilePairs = 4;
+// IB_MOE_WIDE: single-token steps route one pair to each expert; tiles of twice the rows, one pair
+// a pass, put twice the bytes in flight per pass and halve the passes (and their reductions).
+constexpr int kWideRows = 16;
+constexpr int kWidePairs = 1;
 // Resident blocks per SM: __launch_bounds__ caps the registers at 128 for two, and ptxas uses
 // 102-126 (no third fits in 64 K registers).
 constexpr int kBlocksPerSm = 2;
@@ -42,41 +46,41 @@ struct TileArgs {
   float* y;
 };
 
-template <bool kGateUp>
+template <bool kGateUp, int kRows = kTileRows>
 constexpr int tile_features() {
-  return kGateUp ? kTileRows / 2 : kTileRows;  // outputs per tile
+  return kGateUp ? kRows / 2 : kRows;  // outputs per tile
 }
 
-// One tile (outputs n0 ..) of weight w for the pairs list[0, n_pairs), kTilePairs a pass; the whole
+// One tile (outputs n0 ..) of weight w for the pairs list[0, n_pairs), kPairs a pass; the whole
 // block takes part (it ends on a barrier, so partial can be reused at once).
-template <typename T, int V, bool kGateUp>
+template <typename T, int V, bool kGateUp, int kRows, int kPairs>
 __device__ __forceinline__ void run_tile(const TileArgs<T>& a, const T* w, int64_t n0,
                                          const int* list, int n_pairs,
-                                         float (&partial)[kWarps][kTileRows][kTilePairs]) {
-  constexpr int kFeatures = tile_features<kGateUp>();
+                                         float (&partial)[kWarps][kRows][kPairs]) {
+  constexpr int kFeatures = tile_features<kGateUp, kRows>();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n_out = a.n_out, k_dim = a.k_dim;
-  const T* rows[kTileRows];
+  const T* rows[kRows];
 #pragma unroll
-  for (int r = 0; r < kTileRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     // Rows past the end read the last one; their sums are never stored.
     const int64_t feature = n0 + r % kFeatures < n_out ? n0 + r % kFeatures : n_out - 1;
     const int64_t row = kGateUp && r >= kFeatures ? n_out + feature : feature;
     rows[r] = w + row * k_dim;
   }
-  for (int base = 0; base < n_pairs; base += kTilePairs) {
-    const int nb = min(kTilePairs, n_pairs - base);
-    const T* xr[kTilePairs];
+  for (int base = 0; base < n_pairs; base += kPairs) {
+    const int nb = min(kPairs, n_pairs - base);
+    const T* xr[kPairs];
 #pragma unroll
-    for (int b = 0; b < kTilePairs; ++b)
+    for (int b = 0; b < kPairs; ++b)
       xr[b] = a.x + int64_t{list[base + (b < nb ? b : 0)] / a.tokens_per_pair} * a.x_stride;
-    float acc[kTileRows][kTilePairs] = {};
+    float acc[kRows][kPairs] = {};
 #pragma unroll 1
     for (int64_t c = int64_t{threadIdx.x} * V; c < k_dim; c += int64_t{kThreads} * V) {
-      // Every row's vector first (kTileRows loads in flight), converted as they are used.
-      T wv[kTileRows][V];
+      // Every row's vector first (kRows loads in flight), converted as they are used.
+      T wv[kRows][V];
 #pragma unroll
-      for (int r = 0; r < kTileRows; ++r) {
+      for (int r = 0; r < kRows; ++r) {
         if constexpr (V == 1) {
           wv[r][0] = rows[r][c];
         } else {
@@ -84,28 +88,28 @@ __device__ __forceinline__ void run_tile(const TileArgs<T>& a, const T* w, int64
         }
       }
 #pragma unroll
-      for (int b = 0; b < kTilePairs; ++b) {
+      for (int b = 0; b < kPairs; ++b) {
         if (b >= nb) break;
         float xv[V];
         moe::load_vec<T, V, false>(xr[b] + c, xv);
 #pragma unroll
-        for (int r = 0; r < kTileRows; ++r) {
+        for (int r = 0; r < kRows; ++r) {
 #pragma unroll
           for (int i = 0; i < V; ++i) acc[r][b] += to_f32(wv[r][i]) * xv[i];
         }
       }
     }
 #pragma unroll
-    for (int b = 0; b < kTilePairs; ++b) {
+    for (int b = 0; b < kPairs; ++b) {
       if (b >= nb) break;
 #pragma unroll
-      for (int r = 0; r < kTileRows; ++r) {
+      for (int r = 0; r < kRows; ++r) {
         const float s = warp_sum(acc[r][b]);
         if (lane == 0) partial[warp][r][b] = s;
       }
     }
     __syncthreads();
-    const int r = threadIdx.x / kTilePairs, b = threadIdx.x % kTilePairs;
+    const int r = threadIdx.x / kPairs, b = threadIdx.x % kPairs;
     if (r < kFeatures && b < nb && n0 + r < n_out) {
       const int64_t p = list[base + b];
       if constexpr (kGateUp) {
@@ -131,13 +135,13 @@ __device__ __forceinline__ void run_tile(const TileArgs<T>& a, const T* w, int64
 
 // Grid (blocks per slot, min(E, pairs)): a block finds its slot's expert and pairs, then walks
 // the tiles with the grid's stride.
-template <typename T, int V, bool kGateUp>
+template <typename T, int V, bool kGateUp, int kRows = kTileRows, int kPairs = kTilePairs>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     moe_tile_kernel(TileArgs<T> a, const int32_t* ids, int pairs, MoeExpertPtrs weights) {
   __shared__ int list[moe::kMaxChunkPairs];
   __shared__ int count, expert;
   __shared__ unsigned present[kMoeMaxExperts / 32];
-  __shared__ float partial[kWarps][kTileRows][kTilePairs];
+  __shared__ float partial[kWarps][kRows][kPairs];
   pdl_wait();  // IB_MOE_PDL
   pdl_trigger();
   const int e = moe::expert_of_slot(ids, pairs, static_cast<int>(blockIdx.y), present, &expert);
@@ -145,10 +149,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int n_pairs = moe::collect_pairs(ids, pairs, e, list, &count);
   if (n_pairs == 0) return;
   const T* w = static_cast<const T*>(weights.ptr[e]);
-  constexpr int kFeatures = tile_features<kGateUp>();
+  constexpr int kFeatures = tile_features<kGateUp, kRows>();
   const int64_t tiles = (a.n_out + kFeatures - 1) / kFeatures;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x)
-    run_tile<T, V, kGateUp>(a, w, tile * kFeatures, list, n_pairs, partial);
+    run_tile<T, V, kGateUp, kRows, kPairs>(a, w, tile * kFeatures, list, n_pairs, partial);
 }
 
 // IB_MOE_BALANCE: a grid of the device's resident blocks, each sorting the chunk's pairs by expert
@@ -216,8 +220,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int e = distinct_s[item % n_distinct];
     const T* w = static_cast<const T*>(weights.ptr[e]);
-    run_tile<T, V, kGateUp>(a, w, (item / n_distinct) * kFeatures, list + start_s[e], count_s[e],
-                            partial);
+    run_tile<T, V, kGateUp, kTileRows, kTilePairs>(a, w, (item / n_distinct) * kFeatures,
+                                                   list + start_s[e], count_s[e], partial);
   }
 }
 
@@ -232,16 +236,17 @@ unsigned tile_blocks(int64_t tiles, unsigned slots, int num_sms) {
 
 void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
                       const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, bool vec, int64_t d,
-                      int64_t f, unsigned slots, int num_sms, bool balanced, DType dtype, void* act,
-                      float* y, cudaStream_t stream, bool pdl) {
+                      int64_t f, unsigned slots, int num_sms, MoeTileForm form, DType dtype,
+                      void* act, float* y, cudaStream_t stream, bool pdl) {
   IB_DISPATCH_FLOAT(dtype, T, {
     constexpr int kV = kVec16<T>;
     const TileArgs<T> gate_args{static_cast<const T*>(x), d,      k, d, f,
                                 static_cast<T*>(act),     nullptr};
     const TileArgs<T> down_args{static_cast<const T*>(act), f, 1, f, d, nullptr, y};
-    const int64_t gate_tiles = (f + kTileRows / 2 - 1) / (kTileRows / 2);
-    const int64_t down_tiles = (d + kTileRows - 1) / kTileRows;
-    if (balanced) {
+    const int rows = form == MoeTileForm::kWide ? kWideRows : kTileRows;
+    const int64_t gate_tiles = (f + rows / 2 - 1) / (rows / 2);
+    const int64_t down_tiles = (d + rows - 1) / rows;
+    if (form == MoeTileForm::kBalanced) {
       auto* gate_kernel = vec ? moe_balanced_kernel<T, kV, true> : moe_balanced_kernel<T, 1, true>;
       auto* down_kernel =
           vec ? moe_balanced_kernel<T, kV, false> : moe_balanced_kernel<T, 1, false>;
@@ -252,16 +257,25 @@ void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
                     stream, gate_args, ids, pairs, gate_up);
       launch_kernel("moe_experts (tiles)", pdl, down_kernel, dim3(down_blocks), dim3(kThreads), 0,
                     stream, down_args, ids, pairs, down);
-    } else {
-      auto* gate_kernel = vec ? moe_tile_kernel<T, kV, true> : moe_tile_kernel<T, 1, true>;
-      auto* down_kernel = vec ? moe_tile_kernel<T, kV, false> : moe_tile_kernel<T, 1, false>;
-      const dim3 gate_grid(tile_blocks(gate_tiles, slots, num_sms), slots);
-      const dim3 down_grid(tile_blocks(down_tiles, slots, num_sms), slots);
-      launch_kernel("moe_experts (tiles)", pdl, gate_kernel, gate_grid, dim3(kThreads), 0, stream,
-                    gate_args, ids, pairs, gate_up);
-      launch_kernel("moe_experts (tiles)", pdl, down_kernel, down_grid, dim3(kThreads), 0, stream,
-                    down_args, ids, pairs, down);
+      return;
     }
+    using Kernel = void (*)(TileArgs<T>, const int32_t*, int, MoeExpertPtrs);
+    Kernel gate_kernel = nullptr, down_kernel = nullptr;
+    if (form == MoeTileForm::kWide) {
+      gate_kernel = vec ? moe_tile_kernel<T, kV, true, kWideRows, kWidePairs>
+                        : moe_tile_kernel<T, 1, true, kWideRows, kWidePairs>;
+      down_kernel = vec ? moe_tile_kernel<T, kV, false, kWideRows, kWidePairs>
+                        : moe_tile_kernel<T, 1, false, kWideRows, kWidePairs>;
+    } else {
+      gate_kernel = vec ? moe_tile_kernel<T, kV, true> : moe_tile_kernel<T, 1, true>;
+      down_kernel = vec ? moe_tile_kernel<T, kV, false> : moe_tile_kernel<T, 1, false>;
+    }
+    const dim3 gate_grid(tile_blocks(gate_tiles, slots, num_sms), slots);
+    const dim3 down_grid(tile_blocks(down_tiles, slots, num_sms), slots);
+    launch_kernel("moe_experts (tiles)", pdl, gate_kernel, gate_grid, dim3(kThreads), 0, stream,
+                  gate_args, ids, pairs, gate_up);
+    launch_kernel("moe_experts (tiles)", pdl, down_kernel, down_grid, dim3(kThreads), 0, stream,
+                  down_args, ids, pairs, down);
   });
 }
 

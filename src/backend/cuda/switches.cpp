@@ -24,6 +24,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.attn_prefetch = integer("IB_ATTN_PREFETCH");
   s.cuda_mla = integer("IB_CUDA_MLA");
   s.mla_split = integer("IB_MLA_SPLIT");
+  s.moe_wide = integer("IB_MOE_WIDE");
   s.moe_tiles = integer("IB_MOE_TILES");
   s.moe_balance = integer("IB_MOE_BALANCE");
   s.moe_shared = integer("IB_MOE_SHARED");
@@ -51,6 +52,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.attn_prefetch) backend.set_attention_prefetch_max_seqs(static_cast<int>(*s.attn_prefetch));
   if (s.cuda_mla) backend.set_mla(*s.cuda_mla == 1);
   if (s.mla_split) backend.set_mla_split(*s.mla_split == 1);
+  if (s.moe_wide) backend.set_moe_wide_tokens(*s.moe_wide);
   if (s.moe_tiles) backend.set_moe_tile_tokens(*s.moe_tiles);
   if (s.moe_balance) backend.set_moe_balance_tokens(*s.moe_balance);
   if (s.moe_shared) backend.set_moe_shared(*s.moe_shared == 1);
@@ -87,6 +89,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_ATTN_PREFETCH", {std::to_string(attention_prefetch_max_seqs_)}},
       {"IB_CUDA_MLA", {flag(mla_)}},
       {"IB_MLA_SPLIT", {flag(mla_split_)}},
+      {"IB_MOE_WIDE", {std::to_string(moe_wide_tokens_)}},
       {"IB_MOE_TILES", {std::to_string(moe_tile_tokens_)}},
       {"IB_MOE_BALANCE", {std::to_string(moe_balance_tokens_)}},
       {"IB_MOE_SHARED", {flag(moe_shared_)}},

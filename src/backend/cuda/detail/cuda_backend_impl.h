@@ -129,13 +129,17 @@ class CudaBackend final : public Backend,
   // IB_MOE_TILES (default 2): moe_experts on chunks of at most this many tokens runs the tile
   // kernels (moe_tiles.cu) with the same blocks for every expert slot.
   void set_moe_tile_tokens(int64_t tokens) { moe_tile_tokens_ = tokens; }
+  // IB_MOE_WIDE (default 0): chunks of at most this many tokens (before IB_MOE_TILES) run the tile
+  // kernels with tiles of 16 weight rows and one pair a pass: twice the bytes in flight per pass
+  // where each expert has one pair (single-token steps).
+  void set_moe_wide_tokens(int64_t tokens) { moe_wide_tokens_ = tokens; }
   // IB_MOE_BALANCE (default 8): larger chunks of at most this many tokens run the tile kernels
   // with their work items (tile, expert) spread evenly over a grid of the device's resident
   // blocks; larger ones still (and all with both 0) a warp per weight row (moe.cu).
   void set_moe_balance_tokens(int64_t tokens) { moe_balance_tokens_ = tokens; }
   // IB_MOE_SHARED (default 0): MoeOps::fuses_shared_experts, read when a model loads.
   void set_moe_shared(bool on) { moe_shared_ = on; }
-  // IB_MOE_PDL (default 0): the MoE kernels (router, experts, combine) launched with
+  // IB_MOE_PDL (default 1): the MoE kernels (router, experts, combine) launched with
   // programmatic dependent launch where IB_PDL is on, like the other decode kernels.
   void set_moe_pdl(bool on) { moe_pdl_ = on; }
   // Tests: the attention workspace (the ops' scratch) filled with 0xFF bytes, NaN in every float
@@ -362,10 +366,11 @@ class CudaBackend final : public Backend,
   bool fused_ = true;
   bool mla_ = true;                 // IB_CUDA_MLA
   bool mla_split_ = true;           // IB_MLA_SPLIT
+  int64_t moe_wide_tokens_ = 0;     // IB_MOE_WIDE
   int64_t moe_tile_tokens_ = 2;     // IB_MOE_TILES
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
   bool moe_shared_ = false;         // IB_MOE_SHARED
-  bool moe_pdl_ = false;            // IB_MOE_PDL
+  bool moe_pdl_ = true;             // IB_MOE_PDL
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;

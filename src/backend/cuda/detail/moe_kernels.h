@@ -40,9 +40,11 @@ int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType 
 // (D, F) of x's dtype; workspace: scratch of workspace_bytes, free between ops. Chunks of at most
 // tile_max_tokens tokens run the tile kernels (moe_tiles.cu, IB_MOE_TILES), larger ones of at
 // most balance_max_tokens the tile kernels with their work items spread over the device
-// (IB_MOE_BALANCE), larger ones still a warp per weight row.
+// (IB_MOE_BALANCE), larger ones still a warp per weight row; chunks of at most wide_max_tokens
+// (IB_MOE_WIDE, before the others) the tile kernels with tiles of 16 rows, a pair a pass.
 struct MoeKernelChoice {
   int num_sms = 1;
+  int64_t wide_max_tokens = 0;
   int64_t tile_max_tokens = 0;
   int64_t balance_max_tokens = 0;
   bool pdl = false;  // IB_MOE_PDL: programmatic dependent launch
@@ -51,13 +53,17 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
                         int64_t f, void* workspace, size_t workspace_bytes,
                         const MoeKernelChoice& choice, Tensor out, cudaStream_t stream);
+// The tile kernels' forms: tiles of 8 weight rows and 4 pairs a pass on grids of the expert slots
+// (IB_MOE_TILES); the same with 16 rows and a pair a pass (IB_MOE_WIDE); tiles of 8 rows with
+// the work items (tile, expert) spread over the device's resident blocks (IB_MOE_BALANCE).
+enum class MoeTileForm { kTiles, kWide, kBalanced };
 // The tile kernels of one chunk (moe_tiles.cu): act (pairs, F) of dtype = silu(g) * u of each
 // pair's x row (pair p: row p / k) and its expert's gate_up, then y (pairs, D) f32 = act @ down^T;
-// grids of `slots` expert rows (min(E, pairs)), or with `balanced` of the device's resident
-// blocks over every (tile, expert); vec: 16-byte loads (D, F and pointers allow).
+// grids of `slots` expert rows (min(E, pairs)), or (kBalanced) of the device's resident blocks
+// over every (tile, expert); vec: 16-byte loads (D, F and pointers allow).
 void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
                       const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, bool vec, int64_t d,
-                      int64_t f, unsigned slots, int num_sms, bool balanced, DType dtype, void* act,
-                      float* y, cudaStream_t stream, bool pdl);
+                      int64_t f, unsigned slots, int num_sms, MoeTileForm form, DType dtype,
+                      void* act, float* y, cudaStream_t stream, bool pdl);
 
 }  // namespace ib::cuda

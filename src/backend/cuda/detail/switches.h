@@ -33,6 +33,9 @@ struct CudaSwitches {
   std::optional<int64_t> cuda_mla;
   // IB_MLA_SPLIT=0|1: the MLA attention split across blocks (CudaBackend::set_mla_split).
   std::optional<int64_t> mla_split;
+  // IB_MOE_WIDE=N: the experts' matmuls of chunks of at most N tokens in tiles of 16 rows, a pair
+  // a pass (CudaBackend::set_moe_wide_tokens).
+  std::optional<int64_t> moe_wide;
   // IB_MOE_TILES=N: the experts' matmuls of chunks of at most N tokens in tiles
   // (CudaBackend::set_moe_tile_tokens).
   std::optional<int64_t> moe_tiles;
