@@ -17,7 +17,8 @@
 # the same for the profiled run; IB_BATCHES ("2 4"): also V2-Lite at these
 # batch sizes (1 run of 8 x batch prompts); IB_RUN_ENV: switches for every `inferbench run` (not
 # the tests); IB_MIXTRAL=1: also Mixtral-8x7B at batch 1 per set (b1_mixtral-8x7b_*: the MoE
-# expert kernels' other user).
+# expert kernels' other user); IB_B1_MODELS ("gemma-2-9b llama-3-8b"): these presets too at batch 1
+# per set (b1_<model>_*: switches that reach beyond the MoE kernels).
 # Writes tests.log, backend_cuda_test.json, parity.log, hf_compare_deepseek_v2_cuda.json,
 # runs.log, runs.json, profile_b1.txt; the rest (engine_cuda_test.json, logs, run directories)
 # in extra.tgz: at most 8 files come back.
@@ -60,6 +61,9 @@ for set in "${SET_LIST[@]}"; do
     --output-len 128 --num-prompts 200 --runs 1
   [ "${IB_MIXTRAL:-0}" = 1 ] && M=mixtral-8x7b run "b1_mixtral-8x7b$tag" --batch-size 1 \
     --input-len 32 --output-len 128 --num-prompts 4 --runs 3
+  for m in ${IB_B1_MODELS-}; do
+    M=$m run "b1_$m$tag" --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
+  done
   unset SET_ENV
 done
 if [ "${IB_PROFILE:-0}" = 1 ]; then

@@ -129,7 +129,7 @@ class CudaBackend final : public Backend,
   // IB_MOE_TILES (default 2): moe_experts on chunks of at most this many tokens runs the tile
   // kernels (moe_tiles.cu) with the same blocks for every expert slot.
   void set_moe_tile_tokens(int64_t tokens) { moe_tile_tokens_ = tokens; }
-  // IB_MOE_WIDE (default 0): chunks of at most this many tokens (before IB_MOE_TILES) run the tile
+  // IB_MOE_WIDE (default 1): chunks of at most this many tokens (before IB_MOE_TILES) run the tile
   // kernels with tiles of 16 weight rows and one pair a pass: twice the bytes in flight per pass
   // where each expert has one pair (single-token steps).
   void set_moe_wide_tokens(int64_t tokens) { moe_wide_tokens_ = tokens; }
@@ -207,6 +207,11 @@ class CudaBackend final : public Backend,
   // first call (outside graph capture) and keep the fastest for their shape; 0 turns it off.
   static constexpr int kTuneMaxM = 16;
   void set_tuning(bool on) { tuning_ = on; }
+  // IB_MATMUL_TUNING=2: single rows tuned too. By default (1) a single row takes the GEMV wherever
+  // the static rule does: timed alone, cuBLASLt won some decode shapes (DeepSeek-V2-Lite's shared
+  // experts' gate/up), but in the step the GEMV overlaps its neighbours under programmatic
+  // dependent launch, which cuBLASLt's kernels do not (bench/NOTES.md, "Wider expert tiles").
+  void set_tune_single_rows(bool on) { tune_single_rows_ = on; }
   // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's), IB_PDL:
   // 0 off; 1 every kernel lets the next one launch as it starts; 2 (the default) the same
   // except the split-KV attention, whose successor (the o GEMV, whose weight loads would compete
@@ -361,12 +366,13 @@ class CudaBackend final : public Backend,
   bool timer_recorded_ = false;
   double copy_ceiling_bytes_per_s_ = 0.0;
   bool tuning_ = true;
+  bool tune_single_rows_ = false;  // IB_MATMUL_TUNING=2
   bool pdl_ = true;
   bool pdl_attention_trigger_early_ = false;
   bool fused_ = true;
   bool mla_ = true;                 // IB_CUDA_MLA
   bool mla_split_ = true;           // IB_MLA_SPLIT
-  int64_t moe_wide_tokens_ = 0;     // IB_MOE_WIDE
+  int64_t moe_wide_tokens_ = 1;     // IB_MOE_WIDE
   int64_t moe_tile_tokens_ = 2;     // IB_MOE_TILES
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
   bool moe_shared_ = false;         // IB_MOE_SHARED

@@ -24,7 +24,8 @@ struct CudaSwitches {
   // IB_ADD_CUBLASLT=1: matmul_add of 2-8 rows on cuBLASLt for large weights (the down projection).
   std::optional<int64_t> add_cublaslt;
   // IB_MATMUL_TUNING=0: the static GEMV / cuBLASLt rule; =gemv: the GEMV for every matmul of at
-  // most 8 rows, whatever the weight size; =1: tuning (the default).
+  // most 8 rows, whatever the weight size; =1: tuning (the default), single rows on the GEMV within
+  // the rule; =2: tuning single rows too.
   std::string matmul_tuning;
   // IB_ATTN_PREFETCH=N: the split-KV attention prefetches its blocks' K and V rows into L2 in
   // steps of at most N sequences (0: never; default 8).
