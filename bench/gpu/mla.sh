@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One visit to the GPU machine for DeepSeek-V2 on CUDA (issue 15): build; the gpu tests of the MLA
-# kernels and the grouped router against the CPU ops (CudaMla*, CudaMoeRoute*, CudaMoe*), and the
+# kernels, the grouped router and the fused norms against the CPU ops (CudaMla*, CudaMoeRoute*,
+# CudaMoe*, *NormAddRmsNorm*), and the
 # small Mixtral engine's CUDA tests (*_mixtral*, CudaEngineMoe);
 # tools/hf_compare.py on deepseek-v2-tiny and deepseek-v2-lite (2 layers) against
 # transformers on CUDA in fp32 and bf16; then `inferbench run` on DeepSeek-V2-Lite dummy weights in
@@ -30,7 +31,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ib_kernel_profile || { cp "$O/build.log" "$O/tests.log"; exit 1; }
 echo "built $(el)"
 [ "${IB_SKIP_TESTS:-0}" = 1 ] ||
-  gpu_tests '*CudaMla*:*CudaMoeRoute*:*CudaMoe*:*ReportsTheKernelSwitches*' '*_mixtral*:*CudaEngineMoe*'
+  gpu_tests '*CudaMla*:*CudaMoeRoute*:*CudaMoe*:*NormAddRmsNorm*:*ReportsTheKernelSwitches*' '*_mixtral*:*CudaEngineMoe*'
 if [ "${IB_SKIP_PARITY:-0}" != 1 ]; then
   export PYTHONUNBUFFERED=1
   env ${IB_PARITY_ENV-} timeout 200 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \

@@ -65,6 +65,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "where IB_PDL is on, each waiting for the kernels before it first (measured on the H200: "
      "DeepSeek-V2-Lite +3.4 % at batch 1, +0.8 % at batch 8, Mixtral-8x7B +1.1 %); 0: launched "
      "plainly"},
+    {"IB_MOE_ADD_NORM", "cuda", "0", 0, 1, "",
+     "1: Mixtral's layers end in one kernel for the experts' combine, the residual add and the "
+     "next layer's input RMSNorm (bit for bit the two kernels; not yet measured); 0: two kernels"},
     {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
      "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
      "prefetching each block's next row tile (0: one block per tile)"},
@@ -83,6 +86,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_NORM_REGS", "cuda", "1", 0, 1, "",
      "1: RMSNorm rows of up to 8,192 bf16 values with x held in registers (read once) and the "
      "gain loaded before the PDL wait (measured faster on the H200); 0: the two-pass kernel"},
+    {"IB_NORM_POST", "cuda", "0", 0, 1, "",
+     "1: Gemma-2's post-norm, residual add and the next pre-norm in one RMSNorm kernel of the "
+     "register form (bit for bit the two kernels; not yet measured); 0: two kernels"},
     {"IB_GGUF_WIDE", "cuda", "0", 0, 1, "",
      "1: the GGUF decode GEMVs of fewer than 8,192 row pairs split K across 4 warps per row pair; "
      "0: a warp per row pair (measured faster on the H200)"},

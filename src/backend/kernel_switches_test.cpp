@@ -67,13 +67,19 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
     EXPECT_FALSE(spec.default_value.empty()) << spec.name;
     EXPECT_EQ(find_kernel_switch(spec.name), &spec);
   }
-  for (const char* name :
-       {"IB_CUDA_DEBUG_SYNC", "IB_PDL",           "IB_FUSED",       "IB_ADD_CUBLASLT",
-        "IB_MATMUL_TUNING",   "IB_ATTN_PREFETCH", "IB_CUDA_MLA",    "IB_MLA_SPLIT",
-        "IB_MOE_TILES",       "IB_MOE_BALANCE",   "IB_MOE_SHARED",  "IB_MOE_PDL",
-        "IB_MOE_WIDE",        "IB_GEMV_PERSIST",  "IB_GEMV_RING",   "IB_GEMV_DENSE_RING",
-        "IB_GEMV_INT4_WARPS", "IB_NORM_REGS",     "IB_GGUF_WIDE",   "IB_GEMV_SWIGLU_BLOCKS",
-        "IB_LORA_FUSED",      "IB_LORA_PDL",      "IB_LORA_IN_GEMV"}) {
+  for (const char* name : {"IB_CUDA_DEBUG_SYNC", "IB_PDL",
+                           "IB_FUSED",           "IB_ADD_CUBLASLT",
+                           "IB_MATMUL_TUNING",   "IB_ATTN_PREFETCH",
+                           "IB_CUDA_MLA",        "IB_MLA_SPLIT",
+                           "IB_MOE_TILES",       "IB_MOE_BALANCE",
+                           "IB_MOE_SHARED",      "IB_MOE_PDL",
+                           "IB_MOE_WIDE",        "IB_MOE_ADD_NORM",
+                           "IB_GEMV_PERSIST",    "IB_GEMV_RING",
+                           "IB_GEMV_DENSE_RING", "IB_GEMV_INT4_WARPS",
+                           "IB_NORM_REGS",       "IB_NORM_POST",
+                           "IB_GGUF_WIDE",       "IB_GEMV_SWIGLU_BLOCKS",
+                           "IB_LORA_FUSED",      "IB_LORA_PDL",
+                           "IB_LORA_IN_GEMV"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
   EXPECT_EQ(find_kernel_switch("IB_NOT_A_SWITCH"), nullptr);

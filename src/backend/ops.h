@@ -106,6 +106,14 @@ class DenseOps {
   // residual += x (in place, act); out = rms_norm(residual) * weight.
   virtual void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                             Tensor out) = 0;
+  // x = rms_norm(x) * x_weight (rounded to act), then add_rms_norm(residual, x, weight, eps, out):
+  // a post-norm, the residual add and the next pre-norm (Gemma-2), in one op where the backend
+  // fuses them. Afterwards x holds either the normalised x or its old values.
+  virtual void norm_add_rms_norm(Tensor residual, Tensor x, const Tensor& x_weight,
+                                 const Tensor& weight, float eps, Tensor out) {
+    rms_norm(x, x_weight, eps, x);
+    add_rms_norm(residual, x, weight, eps, out);
+  }
   // out (M, N) = x (M, K) @ w (N, K)^T (+ bias (N)); fp32 accumulation; w in any format the
   // backend supports, computed as weight.h defines it. out may be f32 while x is act (logits).
   virtual void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) = 0;
@@ -254,6 +262,19 @@ class MoeOps {
     IB_ASSERT(routing.num_groups <= 1 && routing.scale == 1.0f,
               "moe_route_grouped: this backend routes without groups or scaling only");
     moe_route(router_logits, routing.renormalize, expert_ids, expert_weights, expert_tokens);
+  }
+  // moe_experts, then DenseOps::add_rms_norm(residual, its output, norm_weight, eps, normed): the
+  // experts' combine, the residual add and the next layer's input norm in one kernel, where
+  // fuses_experts_add_norm() (for the engine to ask before calling). normed may be x itself (the
+  // experts have read x by the time it is written).
+  virtual bool fuses_experts_add_norm() const { return false; }
+  virtual void moe_experts_add_rms_norm(const Tensor& /*x*/, const Tensor& /*expert_ids*/,
+                                        const Tensor& /*expert_weights*/,
+                                        std::span<const WeightRef> /*gate_up*/,
+                                        std::span<const WeightRef> /*down*/, Tensor /*residual*/,
+                                        const Tensor& /*norm_weight*/, float /*eps*/,
+                                        Tensor /*normed*/) {
+    IB_ASSERT(false, "moe_experts_add_rms_norm: this backend runs moe_experts, then add_rms_norm");
   }
 };
 

@@ -1,9 +1,11 @@
-// Mixtral's routing telemetry on the CUDA engine with decode graphs (the logits and tokens of
-// Mixtral against the CPU engine are CudaEngineTest's *_mixtral cases): the graphs' warm-up
-// passes route tokens but are not counted, and a single request, decoded in the batch-1 graph
-// (no padded rows), counts what the CPU engine counts. Label gpu: skipped visibly without a CUDA
-// device.
+// Mixtral's routing telemetry on the CUDA engine with decode graphs, plainly and with
+// IB_MOE_ADD_NORM (the logits and tokens of Mixtral against the CPU engine are CudaEngineTest's
+// *_mixtral cases): the graphs' warm-up passes route tokens but are not counted, and a single
+// request, decoded in the batch-1 graph (no padded rows), counts what the CPU engine counts and
+// decodes its tokens. Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
@@ -13,17 +15,21 @@
 namespace ib {
 namespace {
 
-TEST(CudaEngineMoe, GraphDecodeCountsRoutingLikeTheCpu) {
-  IB_REQUIRE_CUDA();
+// add_norm: the GPU backend made with IB_MOE_ADD_NORM=1 (the experts' combine, the residual add
+// and the next layer's input norm in one kernel).
+void expect_routing_like_the_cpu(bool add_norm) {
   const ModelConfig c = testing::small_cuda_mixtral("small-cuda-mixtral");
   CpuBackend cpu(2);
   ModelWeights cpu_w = testing::random_weights(c, cpu, 5);
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = DType::kF32;
+  if (add_norm) ::setenv("IB_MOE_ADD_NORM", "1", 1);
   auto gpu = create_backend(bo);
+  ::unsetenv("IB_MOE_ADD_NORM");
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
   ASSERT_NE((*gpu)->moe_ops(), nullptr);
+  ASSERT_EQ((*gpu)->moe_ops()->fuses_experts_add_norm(), add_norm);
   auto gpu_w = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
   testing::share_weights(c, cpu_w, cpu, *gpu_w, **gpu, DType::kF32);
@@ -47,6 +53,16 @@ TEST(CudaEngineMoe, GraphDecodeCountsRoutingLikeTheCpu) {
   EXPECT_EQ(gpu_done.at(0).tokens, cpu_done.at(0).tokens);
   EXPECT_GT((*gpu_engine)->profile().decode.graph_steps, 0);
   EXPECT_EQ((*gpu_engine)->stats().expert_tokens, (*cpu_engine)->stats().expert_tokens);
+}
+
+TEST(CudaEngineMoe, GraphDecodeCountsRoutingLikeTheCpu) {
+  IB_REQUIRE_CUDA();
+  expect_routing_like_the_cpu(false);
+}
+
+TEST(CudaEngineMoe, ExpertsAddNormInOneKernelDecodeLikeTheCpu) {
+  IB_REQUIRE_CUDA();
+  expect_routing_like_the_cpu(true);
 }
 
 }  // namespace

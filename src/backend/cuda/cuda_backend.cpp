@@ -278,6 +278,21 @@ void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w
   run_op("add_rms_norm", [&] { launch_rms_norm(&residual, x, weight, eps, out, stream_, pdl_); });
 }
 
+void CudaBackend::norm_add_rms_norm(Tensor residual, Tensor x, const Tensor& x_weight,
+                                    const Tensor& weight, float eps, Tensor out) {
+  check_same_shape(x, out, "norm_add_rms_norm: x and out must have the same shape");
+  check_same_shape(x, residual, "norm_add_rms_norm: x and residual must have the same shape");
+  IB_ASSERT(weight.numel() == x.row_size() && x_weight.numel() == x.row_size() &&
+                weight.dtype == x.dtype && x_weight.dtype == x.dtype && residual.dtype == x.dtype &&
+                out.dtype == x.dtype,
+            "norm_add_rms_norm: residual, both weights and out must match x");
+  bool fused = false;
+  run_op("norm_add_rms_norm", [&] {
+    fused = launch_norm_add_rms_norm(residual, x, x_weight, weight, eps, out, stream_, pdl_);
+  });
+  if (!fused) DenseOps::norm_add_rms_norm(residual, x, x_weight, weight, eps, out);
+}
+
 void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor* bias, Tensor out) {
   const Tensor& w = weight.data;
   IB_ASSERT(x.row_size() == weight.cols() && w.rank == 2,

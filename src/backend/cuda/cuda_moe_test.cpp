@@ -124,25 +124,28 @@ struct ExpertsCase {
 };
 
 // Experts of random weights on both sides, k distinct random experts per token with random
-// routing weights; the same op on the CPU and the GPU (captured in a graph when `graph`).
-void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool graph) {
-  const int64_t t = ec.tokens, e = ec.experts, k = ec.top_k, d = ec.hidden, f = ec.inter;
-  Rng rng(seed);
-  Pair x = twin.floats({t, d}, random_floats(rng, t * d));
+// routing weights.
+struct ExpertsInputs {
+  Pair x, ids, weights;
   std::vector<Pair> gu_t, dn_t;
   std::vector<WeightRef> gu_cpu, gu_gpu, dn_cpu, dn_gpu;
+};
+
+ExpertsInputs experts_inputs(Twin& twin, const ExpertsCase& ec, Rng& rng) {
+  const int64_t t = ec.tokens, e = ec.experts, k = ec.top_k, d = ec.hidden, f = ec.inter;
+  ExpertsInputs in{twin.floats({t, d}, random_floats(rng, t * d)), {}, {}, {}, {}, {}, {}, {}, {}};
   const auto sd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   const auto sf = static_cast<float>(1.0 / std::sqrt(static_cast<double>(f)));
   for (int64_t i = 0; i < e; ++i) {
-    gu_t.push_back(twin.floats({2 * f, d}, random_floats(rng, 2 * f * d, -2 * sd, 2 * sd)));
-    dn_t.push_back(twin.floats({d, f}, random_floats(rng, d * f, -2 * sf, 2 * sf)));
+    in.gu_t.push_back(twin.floats({2 * f, d}, random_floats(rng, 2 * f * d, -2 * sd, 2 * sd)));
+    in.dn_t.push_back(twin.floats({d, f}, random_floats(rng, d * f, -2 * sf, 2 * sf)));
   }
   for (int64_t i = 0; i < e; ++i) {
     const auto u = static_cast<size_t>(i);
-    gu_cpu.emplace_back().data = gu_t[u].cpu;
-    gu_gpu.emplace_back().data = gu_t[u].gpu;
-    dn_cpu.emplace_back().data = dn_t[u].cpu;
-    dn_gpu.emplace_back().data = dn_t[u].gpu;
+    in.gu_cpu.emplace_back().data = in.gu_t[u].cpu;
+    in.gu_gpu.emplace_back().data = in.gu_t[u].gpu;
+    in.dn_cpu.emplace_back().data = in.dn_t[u].cpu;
+    in.dn_gpu.emplace_back().data = in.dn_t[u].gpu;
   }
   std::vector<int32_t> idv;
   std::vector<float> wv;
@@ -156,8 +159,18 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
       wv.push_back(0.1f + static_cast<float>(rng.uniform()));
     }
   }
-  Pair ids = twin.ints<int32_t>({t, k}, idv);
-  Pair weights = twin.floats({t, k}, wv, DType::kF32);
+  in.ids = twin.ints<int32_t>({t, k}, idv);
+  in.weights = twin.floats({t, k}, wv, DType::kF32);
+  return in;
+}
+
+// The same op on the CPU and the GPU (captured in a graph when `graph`).
+void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool graph) {
+  const int64_t t = ec.tokens, e = ec.experts, k = ec.top_k, d = ec.hidden, f = ec.inter;
+  Rng rng(seed);
+  ExpertsInputs in = experts_inputs(twin, ec, rng);
+  const Pair &x = in.x, &ids = in.ids, &weights = in.weights;
+  const auto &gu_cpu = in.gu_cpu, &gu_gpu = in.gu_gpu, &dn_cpu = in.dn_cpu, &dn_gpu = in.dn_gpu;
   Pair out = twin.output({t, d});
   twin.cpu().moe_ops()->moe_experts(x.cpu, ids.cpu, weights.cpu, gu_cpu, dn_cpu, out.cpu);
   // The warp-per-row kernels (IB_MOE_TILES=0 IB_MOE_BALANCE=0), then the tile kernels for every
@@ -204,6 +217,37 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   twin.gpu().set_moe_pdl(false);
 }
 
+// moe_experts_add_rms_norm (IB_MOE_ADD_NORM) against the CPU's moe_experts then add_rms_norm,
+// and bit for bit against the GPU's two ops; normed written over x as Mixtral's layers do.
+void expect_experts_add_norm_match(Twin& twin, const ExpertsCase& ec, uint64_t seed) {
+  const int64_t t = ec.tokens, d = ec.hidden;
+  Rng rng(seed);
+  ExpertsInputs in = experts_inputs(twin, ec, rng);
+  const auto rv = random_floats(rng, t * d, -3, 3);
+  Pair gain = twin.floats({d}, random_floats(rng, d, 0.5f, 1.5f));
+  Pair out = twin.output({t, d});
+  Pair res = twin.floats({t, d}, rv);
+  Pair normed = twin.output({t, d});
+  twin.cpu().moe_ops()->moe_experts(in.x.cpu, in.ids.cpu, in.weights.cpu, in.gu_cpu, in.dn_cpu,
+                                    out.cpu);
+  twin.cpu().add_rms_norm(res.cpu, out.cpu, gain.cpu, 1e-5f, normed.cpu);
+  // The GPU's two ops, then the one op on a fresh residual with normed over x.
+  twin.gpu().moe_experts(in.x.gpu, in.ids.gpu, in.weights.gpu, in.gu_gpu, in.dn_gpu, out.gpu);
+  twin.gpu().add_rms_norm(res.gpu, out.gpu, gain.gpu, 1e-5f, normed.gpu);
+  const std::vector<float> two_res = twin.gpu_floats(res.gpu),
+                           two_normed = twin.gpu_floats(normed.gpu);
+  Pair res1 = twin.floats({t, d}, rv);
+  twin.gpu().moe_experts_add_rms_norm(in.x.gpu, in.ids.gpu, in.weights.gpu, in.gu_gpu, in.dn_gpu,
+                                      res1.gpu, gain.gpu, 1e-5f, in.x.gpu);
+  ASSERT_TRUE(twin.gpu().device_status().ok()) << twin.gpu().device_status().error().message;
+  const std::string where = "T=" + std::to_string(t) + " E=" + std::to_string(ec.experts) +
+                            " k=" + std::to_string(ec.top_k) + " D=" + std::to_string(d);
+  EXPECT_LT(twin.error(res), tolerance(twin.dtype())) << "residual " << where;
+  EXPECT_LT(twin.error(normed), tolerance(twin.dtype())) << "normed " << where;
+  EXPECT_EQ(twin.gpu_floats(res1.gpu), two_res) << "residual " << where;
+  EXPECT_EQ(twin.gpu_floats(in.x.gpu), two_normed) << "normed " << where;
+}
+
 class CudaMoeExperts : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override { IB_REQUIRE_CUDA(); }
@@ -239,6 +283,22 @@ TEST_P(CudaMoeExperts, ReplaysFromACudaGraph) {
   Twin twin(GetParam());
   expect_experts_match(twin, {1, 8, 2, 128, 96}, 11, true);
   expect_experts_match(twin, {8, 8, 2, 128, 96}, 12, true);
+}
+
+// The one kernel a token at rows of 1, 2 and 4 vectors a thread (D 512, 4,096 = Mixtral's, and
+// 8,192 in bf16; f32 rows take twice the vectors); the combine and the norm kernel where it does
+// not fit: D not a whole vector (30), 18 slots a row.
+TEST_P(CudaMoeExperts, AddRmsNormInOneKernel) {
+  Twin twin(GetParam());
+  uint64_t seed = 300;
+  for (const int64_t t : {1, 3}) {
+    expect_experts_add_norm_match(twin, {t, 8, 2, 512, 64}, ++seed);
+    expect_experts_add_norm_match(twin, {t, 8, 2, 4096, 32}, ++seed);
+  }
+  expect_experts_add_norm_match(twin, {2, 8, 2, 8192, 16}, ++seed);
+  expect_experts_add_norm_match(twin, {2, 66, 8, 256, 32}, ++seed);
+  expect_experts_add_norm_match(twin, {3, 8, 2, 30, 18}, ++seed);
+  expect_experts_add_norm_match(twin, {2, 24, 18, 64, 32}, ++seed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaMoeExperts,

@@ -152,6 +152,46 @@ TEST_P(CudaOps, RmsNormRegisterFormMatchesTheCpu) {
   }
 }
 
+// IB_NORM_POST: norm_add_rms_norm's one kernel against the CPU's two ops, and bit for bit against
+// the GPU's two kernels (the switch off), residual and out; rows of 1, 2 and 3-4 vectors per
+// thread (Gemma-2-2B's 2,304, 9B's 3,584, 27B's 4,608, 8,192), and rows the register form does
+// not take (8,200; 100), where the op runs the two kernels.
+TEST_P(CudaOps, NormAddRmsNormInOneKernel) {
+  struct Guard {
+    bool saved = norm_post();
+    ~Guard() { set_norm_post(saved); }
+  } guard;
+  Twin twin(GetParam());
+  const DType dtype = twin.dtype();
+  Rng rng(23);
+  for (const auto& [t, d] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 2304}, {3, 3584}, {2, 4608}, {1, 8192}, {2, 8200}, {5, 100}}) {
+    const auto xv = random_floats(rng, t * d, -2, 2);
+    const auto rv = random_floats(rng, t * d, -3, 3);
+    Pair xw = twin.floats({d}, random_floats(rng, d, 0.5f, 1.5f));
+    Pair w = twin.floats({d}, random_floats(rng, d, 0.5f, 1.5f));
+    std::vector<std::vector<float>> unfused;  // the GPU's residual and out, switch off
+    for (const bool fused : {false, true}) {
+      set_norm_post(fused);
+      Pair x = twin.floats({t, d}, xv);
+      Pair res = twin.floats({t, d}, rv);
+      Pair out = twin.output({t, d});
+      twin.cpu().norm_add_rms_norm(res.cpu, x.cpu, xw.cpu, w.cpu, 1e-6f, out.cpu);
+      twin.gpu().norm_add_rms_norm(res.gpu, x.gpu, xw.gpu, w.gpu, 1e-6f, out.gpu);
+      const std::string where = "t=" + std::to_string(t) + " d=" + std::to_string(d) +
+                                (fused ? " (IB_NORM_POST=1)" : " (IB_NORM_POST=0)");
+      EXPECT_LT(twin.error(res), tolerance(dtype)) << "residual " << where;
+      EXPECT_LT(twin.error(out), tolerance(dtype)) << "out " << where;
+      if (!fused) {
+        unfused = {twin.gpu_floats(res.gpu), twin.gpu_floats(out.gpu)};
+      } else {
+        EXPECT_EQ(twin.gpu_floats(res.gpu), unfused[0]) << "residual " << where;
+        EXPECT_EQ(twin.gpu_floats(out.gpu), unfused[1]) << "out " << where;
+      }
+    }
+  }
+}
+
 TEST_P(CudaOps, SiluMul) {
   Twin twin(GetParam());
   Rng rng(8);

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/moe_device.cuh"
 #include "backend/cuda/detail/moe_kernels.h"
 #include "backend/cuda/detail/pdl.cuh"
@@ -347,6 +348,93 @@ __global__ void moe_combine_kernel(const float* y, const int32_t* ids, const flo
   out[i] = from_f32<T>(acc);
 }
 
+// IB_MOE_ADD_NORM: moe_combine_kernel's sums, then add_rms_norm's register form
+// (rms_norm_regs_kernel in norm.cu) on them, a block per token: the same arithmetic in the same
+// order as the two kernels, so the residual and normed equal theirs bit for bit. A thread takes
+// the row's 16-byte vectors threadIdx.x, + kThreads, ... (kPer of them), as the norm kernel does;
+// the slots' ascending (id, slot) order is found once for the token.
+constexpr int kAddNormThreads = 256;
+template <typename T, int kPer>
+__global__ void __launch_bounds__(kAddNormThreads)
+    moe_combine_add_norm_kernel(const float* y, const int32_t* ids, const float* weights, int k,
+                                int64_t d, T* residual, const T* gain, float eps, T* normed) {
+  constexpr int kV = kVec16<T>;
+  __shared__ float scratch[32];
+  const auto column = [](int i) {
+    return (int64_t{threadIdx.x} + int64_t{i} * kAddNormThreads) * kV;
+  };
+  float g[kPer][kV];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i)
+    if (column(i) < d) load16_f32(gain + column(i), g[i]);
+  pdl_wait();
+  pdl_trigger();
+  const int64_t t = blockIdx.x;
+  const int32_t* id = ids + t * k;
+  const float* w = weights + t * k;
+  int idv[kCombineMaxK];
+  float wv[kCombineMaxK];
+#pragma unroll
+  for (int s = 0; s < kCombineMaxK; ++s) {
+    idv[s] = s < k ? id[s] : INT_MAX;
+    wv[s] = s < k ? w[s] : 0.0f;
+  }
+  // The slot and weight of each rank in ascending (id, slot) order.
+  int slot_of[kCombineMaxK];
+  float weight_of[kCombineMaxK];
+#pragma unroll
+  for (int r = 0; r < kCombineMaxK; ++r) {
+    slot_of[r] = 0;
+    weight_of[r] = 0.0f;
+  }
+#pragma unroll
+  for (int s = 0; s < kCombineMaxK; ++s) {
+    int rank = 0;
+#pragma unroll
+    for (int j = 0; j < kCombineMaxK; ++j)
+      rank += idv[j] < idv[s] || (idv[j] == idv[s] && j < s) ? 1 : 0;
+#pragma unroll
+    for (int r = 0; r < kCombineMaxK; ++r) {
+      slot_of[r] = rank == r ? s : slot_of[r];
+      weight_of[r] = rank == r ? wv[s] : weight_of[r];
+    }
+  }
+  const float* yt = y + t * k * d;  // slot s, column c: yt[s * d + c]
+  T* rr = residual + t * d;
+  float v[kPer][kV];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (column(i) >= d) continue;
+    float acc[kV] = {};
+#pragma unroll
+    for (int r = 0; r < kCombineMaxK; ++r) {
+      if (r >= k) break;
+      const float* ys = yt + int64_t{slot_of[r]} * d + column(i);
+#pragma unroll
+      for (int j = 0; j < kV; ++j) acc[j] = fmaf(ys[j], weight_of[r], acc[j]);
+    }
+    float res[kV];
+    load16_f32(rr + column(i), res);
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const float o = to_f32(from_f32<T>(acc[j]));  // the combine's output, rounded to T
+      v[i][j] = to_f32(from_f32<T>(res[j] + o));    // the residual add, rounded to T
+      sum_sq += v[i][j] * v[i][j];
+    }
+    store16_f32(rr + column(i), v[i]);
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(d) + eps);
+  T* outr = normed + t * d;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (column(i) >= d) continue;
+#pragma unroll
+    for (int j = 0; j < kV; ++j) v[i][j] = v[i][j] * inv_rms * g[i][j];
+    store16_f32(outr + column(i), v[i]);
+  }
+}
+
 int blocks_for(int64_t n, int per_block) {
   return static_cast<int>((n + per_block - 1) / per_block);
 }
@@ -378,7 +466,8 @@ int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType 
 void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
                         int64_t f, void* workspace, size_t workspace_bytes,
-                        const MoeKernelChoice& choice, Tensor out, cudaStream_t stream) {
+                        const MoeKernelChoice& choice, Tensor out, cudaStream_t stream,
+                        const MoeAddNorm* add_norm) {
   const int64_t t = x.rows(), d = x.row_size(), k = ids.row_size();
   if (t == 0) return;
   const int64_t chunk = moe_chunk_tokens(t, k, d, f, x.dtype, workspace_bytes);
@@ -416,10 +505,35 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
         launch_kernel("moe_experts", choice.pdl, down_kernel, down_grid, dim3(kThreads), 0, stream,
                       static_cast<const T*>(act), f, idc, pairs, down, d, y);
       }
-      launch_kernel("moe_experts combine", choice.pdl, moe_combine_kernel<T>,
-                    dim3(blocks_for(tc * d, kThreads)), dim3(kThreads), 0, stream,
-                    static_cast<const float*>(y), idc, weights.as<const float>() + t0 * k, tc,
-                    static_cast<int>(k), d, out.as<T>() + t0 * d);
+      const float* wc = weights.as<const float>() + t0 * k;
+      if (add_norm == nullptr) {
+        launch_kernel("moe_experts combine", choice.pdl, moe_combine_kernel<T>,
+                      dim3(blocks_for(tc * d, kThreads)), dim3(kThreads), 0, stream,
+                      static_cast<const float*>(y), idc, wc, tc, static_cast<int>(k), d,
+                      out.as<T>() + t0 * d);
+        continue;
+      }
+      Tensor residual = add_norm->residual.slice_rows(t0, tc);
+      Tensor normed = add_norm->normed.slice_rows(t0, tc);
+      const int64_t per = (d + int64_t{kAddNormThreads} * kV - 1) / (int64_t{kAddNormThreads} * kV);
+      if (k <= kCombineMaxK && d % kV == 0 && per <= 4 && aligned16(residual.data) &&
+          aligned16(normed.data) && aligned16(add_norm->gain.data)) {
+        auto* kernel = per == 1   ? moe_combine_add_norm_kernel<T, 1>
+                       : per == 2 ? moe_combine_add_norm_kernel<T, 2>
+                                  : moe_combine_add_norm_kernel<T, 4>;
+        launch_kernel("moe_experts combine + add_rms_norm", choice.pdl, kernel,
+                      dim3(static_cast<unsigned>(tc)), dim3(kAddNormThreads), 0, stream,
+                      static_cast<const float*>(y), idc, wc, static_cast<int>(k), d,
+                      residual.as<T>(), add_norm->gain.as<const T>(), add_norm->eps,
+                      normed.as<T>());
+      } else {  // the combine into normed, then add_rms_norm in place
+        launch_kernel("moe_experts combine", choice.pdl, moe_combine_kernel<T>,
+                      dim3(blocks_for(tc * d, kThreads)), dim3(kThreads), 0, stream,
+                      static_cast<const float*>(y), idc, wc, tc, static_cast<int>(k), d,
+                      normed.as<T>());
+        launch_rms_norm(&residual, normed, add_norm->gain, add_norm->eps, normed, stream,
+                        choice.pdl);
+      }
     }
   });
 }

@@ -52,38 +52,83 @@ void CudaBackend::poison_workspace() {
       "poison_workspace");
 }
 
-void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
-                              const Tensor& expert_weights, std::span<const WeightRef> gate_up,
-                              std::span<const WeightRef> down, Tensor out) {
+namespace {
+
+// moe_experts' checks and the experts' pointers: f, or the assertion naming what is wrong.
+int64_t expert_ptrs(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                    std::span<const WeightRef> gate_up, std::span<const WeightRef> down, DType act,
+                    MoeExpertPtrs& gate_up_ptrs, MoeExpertPtrs& down_ptrs) {
   const int64_t t = x.rows(), d = x.row_size(), k = expert_ids.row_size();
   const auto e = static_cast<int64_t>(gate_up.size());
-  IB_ASSERT(x.dtype == dtype_ && out.dtype == dtype_, "moe_experts: x and out in act");
-  IB_ASSERT(e > 0 && e <= kMoeMaxExperts && down.size() == gate_up.size() && out.rows() == t &&
-                out.row_size() == d && expert_ids.dtype == DType::kI32 &&
-                expert_weights.dtype == DType::kF32 && expert_ids.rows() == t &&
-                expert_weights.rows() == t && expert_weights.row_size() == k && k >= 1,
-            "moe_experts: x, out (T, D); ids int32, weights f32 (T, k); 1-256 experts");
+  IB_ASSERT(x.dtype == act, "moe_experts: x in act");
+  IB_ASSERT(e > 0 && e <= kMoeMaxExperts && down.size() == gate_up.size() &&
+                expert_ids.dtype == DType::kI32 && expert_weights.dtype == DType::kF32 &&
+                expert_ids.rows() == t && expert_weights.rows() == t &&
+                expert_weights.row_size() == k && k >= 1,
+            "moe_experts: x (T, D); ids int32, weights f32 (T, k); 1-256 experts");
   const int64_t f = gate_up[0].rows() / 2;
-  MoeExpertPtrs gate_up_ptrs, down_ptrs;
   for (size_t i = 0; i < gate_up.size(); ++i) {
     const WeightRef &gu = gate_up[i], &dn = down[i];
     // Quantized experts are refused before loading (check_moe_quantization).
     IB_ASSERT(gu.format == WeightFormat::kDense && dn.format == WeightFormat::kDense &&
-                  gu.data.dtype == dtype_ && dn.data.dtype == dtype_,
+                  gu.data.dtype == act && dn.data.dtype == act,
               "moe_experts: dense experts in act");
     IB_ASSERT(gu.rows() == 2 * f && gu.cols() == d && dn.rows() == d && dn.cols() == f,
               "moe_experts: expert gate_up (2F, D), down (D, F)");
     gate_up_ptrs.ptr[i] = gu.data.data;
     down_ptrs.ptr[i] = dn.data.data;
   }
+  return f;
+}
+
+}  // namespace
+
+void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
+                              const Tensor& expert_weights, std::span<const WeightRef> gate_up,
+                              std::span<const WeightRef> down, Tensor out) {
+  IB_ASSERT(out.dtype == dtype_ && out.rows() == x.rows() && out.row_size() == x.row_size(),
+            "moe_experts: out (T, D) in act");
+  MoeExpertPtrs gate_up_ptrs, down_ptrs;
+  const int64_t f =
+      expert_ptrs(x, expert_ids, expert_weights, gate_up, down, dtype_, gate_up_ptrs, down_ptrs);
+  const int64_t k = expert_ids.row_size(), d = x.row_size();
   IB_ASSERT(moe_chunk_tokens(1, k, d, f, dtype_, attention_workspace_.bytes()) >= 1,
             "moe_experts: one token's expert activations exceed the workspace");
   run_op("moe_experts", [&] {
-    launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs, static_cast<int>(e),
-                       f, attention_workspace_.data(), attention_workspace_.bytes(),
+    launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs,
+                       static_cast<int>(gate_up.size()), f, attention_workspace_.data(),
+                       attention_workspace_.bytes(),
                        MoeKernelChoice{num_sms_, moe_wide_tokens_, moe_tile_tokens_,
                                        moe_balance_tokens_, pdl_ && moe_pdl_},
                        out, stream_);
+  });
+}
+
+void CudaBackend::moe_experts_add_rms_norm(const Tensor& x, const Tensor& expert_ids,
+                                           const Tensor& expert_weights,
+                                           std::span<const WeightRef> gate_up,
+                                           std::span<const WeightRef> down, Tensor residual,
+                                           const Tensor& norm_weight, float eps, Tensor normed) {
+  IB_ASSERT(residual.rows() == x.rows() && residual.row_size() == x.row_size() &&
+                normed.rows() == x.rows() && normed.row_size() == x.row_size(),
+            "moe_experts_add_rms_norm: x, residual and normed (T, D)");
+  IB_ASSERT(residual.dtype == dtype_ && normed.dtype == dtype_ && norm_weight.dtype == dtype_ &&
+                norm_weight.numel() == x.row_size(),
+            "moe_experts_add_rms_norm: residual, normed (T, D) and norm_weight (D) in act");
+  MoeExpertPtrs gate_up_ptrs, down_ptrs;
+  const int64_t f =
+      expert_ptrs(x, expert_ids, expert_weights, gate_up, down, dtype_, gate_up_ptrs, down_ptrs);
+  const int64_t k = expert_ids.row_size(), d = x.row_size();
+  IB_ASSERT(moe_chunk_tokens(1, k, d, f, dtype_, attention_workspace_.bytes()) >= 1,
+            "moe_experts: one token's expert activations exceed the workspace");
+  const MoeAddNorm add_norm{residual, norm_weight, eps, normed};
+  run_op("moe_experts_add_rms_norm", [&] {
+    launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs,
+                       static_cast<int>(gate_up.size()), f, attention_workspace_.data(),
+                       attention_workspace_.bytes(),
+                       MoeKernelChoice{num_sms_, moe_wide_tokens_, moe_tile_tokens_,
+                                       moe_balance_tokens_, pdl_ && moe_pdl_},
+                       normed, stream_, &add_norm);
   });
 }
 

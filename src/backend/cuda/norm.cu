@@ -6,6 +6,11 @@
 // in the register form: each thread's gain vectors loaded before the PDL wait (the gain is
 // constant), its x (and residual sum) kept in registers between the sum of squares and the scaling,
 // so x is read once instead of twice. The same arithmetic in the same order as the two-pass kernel.
+//
+// IB_NORM_POST (set_norm_post, default off): Gemma-2's post-norm, residual add and the next
+// pre-norm in one kernel of the register form: x normalised (its own sum of squares, rounded to T
+// as rms_norm stores it) and kept in registers, then added to the residual and normalised as
+// add_rms_norm does. Bit for bit the two kernels it replaces.
 #include <atomic>
 
 #include "backend/cuda/detail/check.h"
@@ -38,7 +43,8 @@ __device__ __forceinline__ void load_norm_input(const T* xr, T* rr, int64_t c,
 // x (rows, d); residual (rows, d) or null; weight (d); out (rows, d).
 template <typename T, bool kVector>
 __global__ void __launch_bounds__(kThreads)
-    rms_norm_kernel(T* residual, const T* x, const T* weight, float eps, T* out, int64_t d) {
+    rms_norm_kernel(T* residual, const T* x, const T* weight, float eps, T* out, int64_t d,
+                    const T* /*x_weight: the register form's (IB_NORM_POST)*/) {
   __shared__ float scratch[32];
   pdl_wait();
   pdl_trigger();
@@ -83,10 +89,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The register form (IB_NORM_REGS): d % kVec16<T> == 0, d <= kThreads * kVec16<T> * kPer.
-template <typename T, int kPer>
+// The register form (IB_NORM_REGS): d % kVec16<T> == 0, d <= kThreads * kVec16<T> * kPer. With
+// kNormX (IB_NORM_POST), x is first replaced by rms_norm(x) * x_weight rounded to T; residual is
+// then required.
+template <typename T, int kPer, bool kNormX = false>
 __global__ void __launch_bounds__(kThreads)
-    rms_norm_regs_kernel(T* residual, const T* x, const T* weight, float eps, T* out, int64_t d) {
+    rms_norm_regs_kernel(T* residual, const T* x, const T* weight, float eps, T* out, int64_t d,
+                         const T* x_weight) {
   constexpr int kV = kVec16<T>;
   __shared__ float scratch[32];
   float v[kPer][kV], w[kPer][kV];
@@ -94,15 +103,47 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < kPer; ++i)
     if (column(i) < d) load16_f32(weight + column(i), w[i]);
+  float xw[kNormX ? kPer : 1][kV];
+  if constexpr (kNormX) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (column(i) < d) load16_f32(x_weight + column(i), xw[i]);
+  }
   pdl_wait();
   pdl_trigger();
   const int64_t row = blockIdx.x;
   const T* xr = x + row * d;
   T* rr = residual ? residual + row * d : nullptr;
   float sum_sq = 0.0f;
+  if constexpr (kNormX) {
+    // rms_norm(x) * x_weight as the kernel stores it (rounded to T), in registers.
+    float x_sq = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kPer; ++i)
-    if (column(i) < d) load_norm_input(xr, rr, column(i), v[i], sum_sq);
+    for (int i = 0; i < kPer; ++i) {
+      if (column(i) >= d) continue;
+      load16_f32(xr + column(i), v[i]);
+#pragma unroll
+      for (int j = 0; j < kV; ++j) x_sq += v[i][j] * v[i][j];
+    }
+    const float x_inv_rms = rsqrtf(block_sum(x_sq, scratch) / static_cast<float>(d) + eps);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      if (column(i) >= d) continue;
+      float r[kV];
+      load16_f32(rr + column(i), r);
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        const float xn = to_f32(from_f32<T>(v[i][j] * x_inv_rms * xw[i][j]));
+        v[i][j] = to_f32(from_f32<T>(r[j] + xn));  // the residual add, as load_norm_input
+        sum_sq += v[i][j] * v[i][j];
+      }
+      store16_f32(rr + column(i), v[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (column(i) < d) load_norm_input(xr, rr, column(i), v[i], sum_sq);
+  }
   const float total = block_sum(sum_sq, scratch);
   const float inv_rms = rsqrtf(total / static_cast<float>(d) + eps);
   T* outr = out + row * d;
@@ -115,7 +156,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-std::atomic<bool> g_norm_regs{true};  // IB_NORM_REGS
+std::atomic<bool> g_norm_regs{true};   // IB_NORM_REGS
+std::atomic<bool> g_norm_post{false};  // IB_NORM_POST
 
 }  // namespace
 
@@ -125,6 +167,14 @@ void set_norm_regs(bool on) {
 
 bool norm_regs() {
   return g_norm_regs.load(std::memory_order_relaxed);
+}
+
+void set_norm_post(bool on) {
+  g_norm_post.store(on, std::memory_order_relaxed);
+}
+
+bool norm_post() {
+  return g_norm_post.load(std::memory_order_relaxed);
 }
 
 void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
@@ -144,8 +194,34 @@ void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, fl
                         : (per == 2 ? rms_norm_regs_kernel<T, 2> : rms_norm_regs_kernel<T, 4>);
     }
     launch_kernel(op, pdl, kernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream,
-                  res, x.as<T>(), weight.as<T>(), eps, out.as<T>(), d);
+                  res, x.as<T>(), weight.as<T>(), eps, out.as<T>(), d,
+                  static_cast<const T*>(nullptr));
   });
+}
+
+bool launch_norm_add_rms_norm(Tensor residual, const Tensor& x, const Tensor& x_weight,
+                              const Tensor& weight, float eps, Tensor out, cudaStream_t stream,
+                              bool pdl) {
+  const int64_t rows = x.rows();
+  const int64_t d = x.row_size();
+  if (!norm_post() || !norm_regs()) return false;
+  if (rows == 0) return true;
+  bool launched = false;
+  IB_DISPATCH_FLOAT(x.dtype, T, {
+    const int64_t per = (d + int64_t{kThreads} * kVec16<T> - 1) / (int64_t{kThreads} * kVec16<T>);
+    const bool vector = d % kVec16<T> == 0 && aligned16(x.data) && aligned16(x_weight.data) &&
+                        aligned16(weight.data) && aligned16(out.data) && aligned16(residual.data);
+    if (vector && per <= 4) {
+      auto kernel = per == 1   ? rms_norm_regs_kernel<T, 1, true>
+                    : per == 2 ? rms_norm_regs_kernel<T, 2, true>
+                               : rms_norm_regs_kernel<T, 4, true>;
+      launch_kernel("norm_add_rms_norm", pdl, kernel, dim3(static_cast<unsigned>(rows)),
+                    dim3(kThreads), 0, stream, residual.as<T>(), x.as<const T>(), weight.as<T>(),
+                    eps, out.as<T>(), d, x_weight.as<const T>());
+      launched = true;
+    }
+  });
+  return launched;
 }
 
 }  // namespace ib::cuda

@@ -29,12 +29,14 @@ Result<CudaSwitches> read_cuda_switches() {
   s.moe_balance = integer("IB_MOE_BALANCE");
   s.moe_shared = integer("IB_MOE_SHARED");
   s.moe_pdl = integer("IB_MOE_PDL");
+  s.moe_add_norm = integer("IB_MOE_ADD_NORM");
   s.gemv_persist = integer("IB_GEMV_PERSIST");
   s.gemv_swiglu_blocks = integer("IB_GEMV_SWIGLU_BLOCKS");
   s.gemv_ring = integer("IB_GEMV_RING");
   s.gemv_dense_ring = integer("IB_GEMV_DENSE_RING");
   s.gemv_int4_warps = integer("IB_GEMV_INT4_WARPS");
   s.norm_regs = integer("IB_NORM_REGS");
+  s.norm_post = integer("IB_NORM_POST");
   s.gguf_wide = integer("IB_GGUF_WIDE");
   s.lora_fused = integer("IB_LORA_FUSED");
   s.lora_pdl = integer("IB_LORA_PDL");
@@ -57,6 +59,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.moe_balance) backend.set_moe_balance_tokens(*s.moe_balance);
   if (s.moe_shared) backend.set_moe_shared(*s.moe_shared == 1);
   if (s.moe_pdl) backend.set_moe_pdl(*s.moe_pdl == 1);
+  if (s.moe_add_norm) backend.set_moe_add_norm(*s.moe_add_norm == 1);
   if (s.gemv_persist) set_gemv_persist_blocks_per_sm(static_cast<int>(*s.gemv_persist));
   // Process-wide: every backend sets it, so one created without the variable runs the default.
   set_gemv_swiglu_min_blocks(static_cast<int>(s.gemv_swiglu_blocks.value_or(3)));
@@ -64,6 +67,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_gemv_dense_ring(s.gemv_dense_ring.value_or(0) == 1);
   set_gemv_int4_warps(static_cast<int>(s.gemv_int4_warps.value_or(0)));
   set_norm_regs(s.norm_regs.value_or(1) == 1);
+  set_norm_post(s.norm_post.value_or(0) == 1);
   set_gguf_wide(s.gguf_wide.value_or(0) == 1);
   if (s.lora_fused) backend.set_lora_fused(*s.lora_fused == 1);
   if (s.lora_pdl) backend.set_lora_pdl(*s.lora_pdl == 1);
@@ -97,12 +101,14 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_MOE_BALANCE", {std::to_string(moe_balance_tokens_)}},
       {"IB_MOE_SHARED", {flag(moe_shared_)}},
       {"IB_MOE_PDL", {flag(moe_pdl_)}},
+      {"IB_MOE_ADD_NORM", {flag(moe_add_norm_)}},
       {"IB_GEMV_PERSIST", {std::to_string(gemv_persist_blocks_per_sm())}},
       {"IB_GEMV_SWIGLU_BLOCKS", {std::to_string(gemv_swiglu_min_blocks())}},
       {"IB_GEMV_RING", {flag(gemv_ring())}},
       {"IB_GEMV_DENSE_RING", {flag(gemv_dense_ring())}},
       {"IB_GEMV_INT4_WARPS", {std::to_string(gemv_int4_warps())}},
       {"IB_NORM_REGS", {flag(norm_regs())}},
+      {"IB_NORM_POST", {flag(norm_post())}},
       {"IB_GGUF_WIDE", {flag(gguf_wide())}},
       {"IB_LORA_FUSED", {flag(lora_fused_)}},
       {"IB_LORA_PDL", {flag(lora_pdl_)}},

@@ -83,14 +83,17 @@ class Gemma2 final : public Architecture {
       StepInputs layer_in = in;
       layer_in.shape = l % 2 == 0 ? &local : &global;
       attention_sublayer(backend, w, in.kv[l], layer_in, b, l);
-      backend.rms_norm(b.tmp, w.post_attn_norm, eps, b.tmp);
-      backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, eps, b.hidden);
+      // post_attention_layernorm, the residual add, pre_feedforward_layernorm (one op).
+      backend.norm_add_rms_norm(b.residual, b.tmp, w.post_attn_norm, w.ffn_norm, eps, b.hidden);
       backend.matmul(b.hidden, w.w_gate_up, nullptr, b.gate_up);
       backend.gelu_tanh_mul(b.gate_up, b.act);
       backend.matmul(b.act, w.w_down, nullptr, b.tmp);
-      backend.rms_norm(b.tmp, w.post_ffn_norm, eps, b.tmp);
-      if (l + 1 < layers.size())
-        backend.add_rms_norm(b.residual, b.tmp, layers[l + 1].attn_norm, eps, b.hidden);
+      if (l + 1 < layers.size()) {  // post_feedforward_layernorm, the add, the next input norm
+        backend.norm_add_rms_norm(b.residual, b.tmp, w.post_ffn_norm, layers[l + 1].attn_norm, eps,
+                                  b.hidden);
+      } else {
+        backend.rms_norm(b.tmp, w.post_ffn_norm, eps, b.tmp);
+      }
     }
   }
 };

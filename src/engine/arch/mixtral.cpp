@@ -52,6 +52,12 @@ class Mixtral final : public Architecture {
       const Tensor counts = in.expert_tokens.slice_rows(static_cast<int64_t>(l), 1).reshaped({e});
       const Tensor ids = layer_expert_ids(b, l);
       in.moe->moe_route(b.router_logits, /*renormalize=*/true, ids, b.expert_weights, counts);
+      if (l + 1 < layers.size() && in.moe->fuses_experts_add_norm()) {  // IB_MOE_ADD_NORM
+        in.moe->moe_experts_add_rms_norm(b.hidden, ids, b.expert_weights, w.expert_gate_up,
+                                         w.expert_down, b.residual, layers[l + 1].attn_norm,
+                                         in.rms_eps, b.hidden);
+        continue;
+      }
       in.moe->moe_experts(b.hidden, ids, b.expert_weights, w.expert_gate_up, w.expert_down, b.tmp);
       if (l + 1 < layers.size())
         backend.add_rms_norm(b.residual, b.tmp, layers[l + 1].attn_norm, in.rms_eps, b.hidden);

@@ -73,6 +73,8 @@ class CudaBackend final : public Backend,
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
   void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                     Tensor out) override;
+  void norm_add_rms_norm(Tensor residual, Tensor x, const Tensor& x_weight, const Tensor& weight,
+                         float eps, Tensor out) override;
   void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) override;
   bool supports_weight_format(WeightFormat format) const override;
   void quantize_weight(const Tensor& dense, const WeightRef& out) override;
@@ -119,6 +121,11 @@ class CudaBackend final : public Backend,
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                    Tensor out) override;
+  bool fuses_experts_add_norm() const override { return moe_add_norm_; }
+  void moe_experts_add_rms_norm(const Tensor& x, const Tensor& expert_ids,
+                                const Tensor& expert_weights, std::span<const WeightRef> gate_up,
+                                std::span<const WeightRef> down, Tensor residual,
+                                const Tensor& norm_weight, float eps, Tensor normed) override;
   // IB_CUDA_MLA (set_mla, default 1): offered to the engine (mla_ops.cpp); 0 withdraws them.
   MlaOps* mla_ops() override { return mla_ ? this : nullptr; }
   void set_mla(bool on) { mla_ = on; }
@@ -142,6 +149,9 @@ class CudaBackend final : public Backend,
   // IB_MOE_PDL (default 1): the MoE kernels (router, experts, combine) launched with
   // programmatic dependent launch where IB_PDL is on, like the other decode kernels.
   void set_moe_pdl(bool on) { moe_pdl_ = on; }
+  // IB_MOE_ADD_NORM (default 0): MoeOps::fuses_experts_add_norm (Mixtral's layers end in one
+  // kernel for the experts' combine, the residual add and the next input norm).
+  void set_moe_add_norm(bool on) { moe_add_norm_ = on; }
   // Tests: the attention workspace (the ops' scratch) filled with 0xFF bytes, NaN in every float
   // dtype, so a kernel that leaves its part of the scratch unwritten shows (moe_ops.cpp).
   void poison_workspace();
@@ -377,6 +387,7 @@ class CudaBackend final : public Backend,
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
   bool moe_shared_ = false;         // IB_MOE_SHARED
   bool moe_pdl_ = true;             // IB_MOE_PDL
+  bool moe_add_norm_ = false;       // IB_MOE_ADD_NORM
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;

@@ -45,6 +45,16 @@ void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, fl
 // (false, the default until measured on the H200). Process-wide, like the GEMV's switches.
 void set_norm_regs(bool on);
 bool norm_regs();
+// IB_NORM_POST (default off): x = rms_norm(x) * x_weight rounded to x's dtype (held in registers,
+// x itself not written), then residual += x and out = rms_norm(residual) * weight, in one kernel
+// (Gemma-2's post-norm, residual add and next pre-norm; DenseOps::norm_add_rms_norm). Returns
+// false, launching nothing, where the switch or IB_NORM_REGS is off or the row does not fit the
+// register form: the caller then runs the two ops.
+void set_norm_post(bool on);
+bool norm_post();
+bool launch_norm_add_rms_norm(Tensor residual, const Tensor& x, const Tensor& x_weight,
+                              const Tensor& weight, float eps, Tensor out, cudaStream_t stream,
+                              bool pdl);
 
 // ---- gemv.cu: the memory-bound skinny GEMM for decode (tensor cores, M <= kGemvMaxM) ----
 // w is dense (x's dtype) or quantized (backend/weight.h; out in x's dtype). W8A8 formats (FP8

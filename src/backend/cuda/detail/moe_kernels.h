@@ -49,10 +49,24 @@ struct MoeKernelChoice {
   int64_t balance_max_tokens = 0;
   bool pdl = false;  // IB_MOE_PDL: programmatic dependent launch
 };
+// MoeOps::moe_experts_add_rms_norm's end: residual += the experts' output, normed =
+// rms_norm(residual) * gain (DenseOps::add_rms_norm), all (T, D) or (D) of x's dtype. Where the
+// row fits (at most 16 slots, 16-byte vectors, at most 4 of them a thread) one kernel a token does
+// the combine, the add and the norm; otherwise the combine writes into normed and the norm kernel
+// follows.
+struct MoeAddNorm {
+  Tensor residual;
+  Tensor gain;
+  float eps = 0.0f;
+  Tensor normed;
+};
+// add_norm null: out = the experts' output; otherwise out is unused and add_norm's tensors take
+// it as above.
 void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
                         int64_t f, void* workspace, size_t workspace_bytes,
-                        const MoeKernelChoice& choice, Tensor out, cudaStream_t stream);
+                        const MoeKernelChoice& choice, Tensor out, cudaStream_t stream,
+                        const MoeAddNorm* add_norm = nullptr);
 // The tile kernels' forms: tiles of 8 weight rows and 4 pairs a pass on grids of the expert slots
 // (IB_MOE_TILES); the same with 16 rows and a pair a pass (IB_MOE_WIDE); tiles of 8 rows with
 // the work items (tile, expert) spread over the device's resident blocks (IB_MOE_BALANCE).

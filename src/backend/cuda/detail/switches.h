@@ -48,6 +48,9 @@ struct CudaSwitches {
   std::optional<int64_t> moe_shared;
   // IB_MOE_PDL=0|1: the MoE kernels with programmatic dependent launch (CudaBackend::set_moe_pdl).
   std::optional<int64_t> moe_pdl;
+  // IB_MOE_ADD_NORM=0|1: the experts' combine, the residual add and the next input norm in one
+  // kernel (CudaBackend::set_moe_add_norm).
+  std::optional<int64_t> moe_add_norm;
   // IB_GEMV_PERSIST=N: the quantized formats' GEMVs on a persistent grid of N blocks per SM
   // (0: one block per row tile).
   std::optional<int64_t> gemv_persist;
@@ -60,6 +63,9 @@ struct CudaSwitches {
   std::optional<int64_t> gemv_int4_warps;
   // IB_NORM_REGS=0|1: the RMSNorm kernel's register form (set_norm_regs).
   std::optional<int64_t> norm_regs;
+  // IB_NORM_POST=0|1: Gemma-2's post-norm, residual add and next pre-norm in one kernel
+  // (set_norm_post).
+  std::optional<int64_t> norm_post;
   // IB_GGUF_WIDE=0|1: the GGUF decode GEMVs' K split across warps (set_gguf_wide).
   std::optional<int64_t> gguf_wide;
   // IB_GEMV_SWIGLU_BLOCKS: the dense gate/up GEMV's register cap (set_gemv_swiglu_min_blocks).
