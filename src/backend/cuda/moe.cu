@@ -285,6 +285,20 @@ __global__ void moe_down_kernel(const T* act, int64_t f, const int32_t* ids, int
 // experts: Mixtral 2, DeepSeek-V2 6 + 2); wider rows take the loop over memory.
 constexpr int kCombineMaxK = 16;
 
+// Each of the kCombineMaxK slots' place in ascending (id, slot) order (unused slots hold INT_MAX
+// ids and so come last), found in registers.
+__device__ __forceinline__ void slot_ranks(const int (&idv)[kCombineMaxK],
+                                           int (&rank)[kCombineMaxK]) {
+#pragma unroll
+  for (int s = 0; s < kCombineMaxK; ++s) {
+    int r = 0;
+#pragma unroll
+    for (int j = 0; j < kCombineMaxK; ++j)
+      r += idv[j] < idv[s] || (idv[j] == idv[s] && j < s) ? 1 : 0;
+    rank[s] = r;
+  }
+}
+
 // out (Tc, D) = sum over the token's k slots in ascending (id, slot) order of weight * y, in fp32
 // (fused multiply-adds), rounded once. One thread per element. Up to kCombineMaxK slots, every
 // load is issued at once (the token's ids, weights and y rows) and the order is found in
@@ -313,14 +327,7 @@ __global__ void moe_combine_kernel(const float* y, const int32_t* ids, const flo
     }
     // Each slot's place in ascending (id, slot) order; then the sum in that order.
     int rank[kCombineMaxK];
-#pragma unroll
-    for (int s = 0; s < kCombineMaxK; ++s) {
-      int r = 0;
-#pragma unroll
-      for (int j = 0; j < kCombineMaxK; ++j)
-        r += idv[j] < idv[s] || (idv[j] == idv[s] && j < s) ? 1 : 0;
-      rank[s] = r;
-    }
+    slot_ranks(idv, rank);
 #pragma unroll
     for (int r = 0; r < kCombineMaxK; ++r) {
       if (r >= k) break;
@@ -387,16 +394,14 @@ __global__ void __launch_bounds__(kAddNormThreads)
     slot_of[r] = 0;
     weight_of[r] = 0.0f;
   }
+  int rank[kCombineMaxK];
+  slot_ranks(idv, rank);
 #pragma unroll
   for (int s = 0; s < kCombineMaxK; ++s) {
-    int rank = 0;
-#pragma unroll
-    for (int j = 0; j < kCombineMaxK; ++j)
-      rank += idv[j] < idv[s] || (idv[j] == idv[s] && j < s) ? 1 : 0;
 #pragma unroll
     for (int r = 0; r < kCombineMaxK; ++r) {
-      slot_of[r] = rank == r ? s : slot_of[r];
-      weight_of[r] = rank == r ? wv[s] : weight_of[r];
+      slot_of[r] = rank[s] == r ? s : slot_of[r];
+      weight_of[r] = rank[s] == r ? wv[s] : weight_of[r];
     }
   }
   const float* yt = y + t * k * d;  // slot s, column c: yt[s * d + c]

@@ -81,6 +81,23 @@ int64_t expert_ptrs(const Tensor& x, const Tensor& expert_ids, const Tensor& exp
   return f;
 }
 
+// moe_experts' checks, then its kernels: the output into out (add_norm null), or added and
+// normalised into add_norm's tensors (moe_experts_add_rms_norm).
+void check_and_launch(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                      std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
+                      DType act, const Buffer& workspace, const MoeKernelChoice& choice, Tensor out,
+                      cudaStream_t stream, const MoeAddNorm* add_norm) {
+  MoeExpertPtrs gate_up_ptrs, down_ptrs;
+  const int64_t f =
+      expert_ptrs(x, expert_ids, expert_weights, gate_up, down, act, gate_up_ptrs, down_ptrs);
+  IB_ASSERT(
+      moe_chunk_tokens(1, expert_ids.row_size(), x.row_size(), f, act, workspace.bytes()) >= 1,
+      "moe_experts: one token's expert activations exceed the workspace");
+  launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs,
+                     static_cast<int>(gate_up.size()), f, workspace.data(), workspace.bytes(),
+                     choice, out, stream, add_norm);
+}
+
 }  // namespace
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
@@ -88,19 +105,11 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
                               std::span<const WeightRef> down, Tensor out) {
   IB_ASSERT(out.dtype == dtype_ && out.rows() == x.rows() && out.row_size() == x.row_size(),
             "moe_experts: out (T, D) in act");
-  MoeExpertPtrs gate_up_ptrs, down_ptrs;
-  const int64_t f =
-      expert_ptrs(x, expert_ids, expert_weights, gate_up, down, dtype_, gate_up_ptrs, down_ptrs);
-  const int64_t k = expert_ids.row_size(), d = x.row_size();
-  IB_ASSERT(moe_chunk_tokens(1, k, d, f, dtype_, attention_workspace_.bytes()) >= 1,
-            "moe_experts: one token's expert activations exceed the workspace");
+  const MoeKernelChoice choice{num_sms_, moe_wide_tokens_, moe_tile_tokens_, moe_balance_tokens_,
+                               pdl_ && moe_pdl_};
   run_op("moe_experts", [&] {
-    launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs,
-                       static_cast<int>(gate_up.size()), f, attention_workspace_.data(),
-                       attention_workspace_.bytes(),
-                       MoeKernelChoice{num_sms_, moe_wide_tokens_, moe_tile_tokens_,
-                                       moe_balance_tokens_, pdl_ && moe_pdl_},
-                       out, stream_);
+    check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,
+                     choice, out, stream_, nullptr);
   });
 }
 
@@ -110,25 +119,16 @@ void CudaBackend::moe_experts_add_rms_norm(const Tensor& x, const Tensor& expert
                                            std::span<const WeightRef> down, Tensor residual,
                                            const Tensor& norm_weight, float eps, Tensor normed) {
   IB_ASSERT(residual.rows() == x.rows() && residual.row_size() == x.row_size() &&
-                normed.rows() == x.rows() && normed.row_size() == x.row_size(),
-            "moe_experts_add_rms_norm: x, residual and normed (T, D)");
-  IB_ASSERT(residual.dtype == dtype_ && normed.dtype == dtype_ && norm_weight.dtype == dtype_ &&
+                normed.rows() == x.rows() && normed.row_size() == x.row_size() &&
+                residual.dtype == dtype_ && normed.dtype == dtype_ && norm_weight.dtype == dtype_ &&
                 norm_weight.numel() == x.row_size(),
             "moe_experts_add_rms_norm: residual, normed (T, D) and norm_weight (D) in act");
-  MoeExpertPtrs gate_up_ptrs, down_ptrs;
-  const int64_t f =
-      expert_ptrs(x, expert_ids, expert_weights, gate_up, down, dtype_, gate_up_ptrs, down_ptrs);
-  const int64_t k = expert_ids.row_size(), d = x.row_size();
-  IB_ASSERT(moe_chunk_tokens(1, k, d, f, dtype_, attention_workspace_.bytes()) >= 1,
-            "moe_experts: one token's expert activations exceed the workspace");
+  const MoeKernelChoice choice{num_sms_, moe_wide_tokens_, moe_tile_tokens_, moe_balance_tokens_,
+                               pdl_ && moe_pdl_};
   const MoeAddNorm add_norm{residual, norm_weight, eps, normed};
   run_op("moe_experts_add_rms_norm", [&] {
-    launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs,
-                       static_cast<int>(gate_up.size()), f, attention_workspace_.data(),
-                       attention_workspace_.bytes(),
-                       MoeKernelChoice{num_sms_, moe_wide_tokens_, moe_tile_tokens_,
-                                       moe_balance_tokens_, pdl_ && moe_pdl_},
-                       normed, stream_, &add_norm);
+    check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,
+                     choice, normed, stream_, &add_norm);
   });
 }
 
