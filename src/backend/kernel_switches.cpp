@@ -67,7 +67,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "plainly"},
     {"IB_MOE_ADD_NORM", "cuda", "0", 0, 1, "",
      "1: Mixtral's layers end in one kernel for the experts' combine, the residual add and the "
-     "next layer's input RMSNorm (bit for bit the two kernels; not yet measured); 0: two kernels"},
+     "next layer's input RMSNorm (bit for bit the two kernels), and its bf16/fp16 decode steps run "
+     "the fused decode ops (RMSNorm + q/k/v + RoPE/cache, o + residual add; the attention norm's "
+     "gain folded into q/k/v) (not yet measured); 0: the unfused ops"},
     {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
      "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
      "prefetching each block's next row tile (0: one block per tile)"},

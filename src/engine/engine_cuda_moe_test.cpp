@@ -5,8 +5,6 @@
 // decodes its tokens. Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "engine/detail/engine_cuda_test_support.h"
@@ -24,9 +22,7 @@ void expect_routing_like_the_cpu(bool add_norm) {
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = DType::kF32;
-  if (add_norm) ::setenv("IB_MOE_ADD_NORM", "1", 1);
-  auto gpu = create_backend(bo);
-  ::unsetenv("IB_MOE_ADD_NORM");
+  auto gpu = testing::create_backend_with_switch(bo, "IB_MOE_ADD_NORM", add_norm ? "1" : "");
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
   ASSERT_NE((*gpu)->moe_ops(), nullptr);
   ASSERT_EQ((*gpu)->moe_ops()->fuses_experts_add_norm(), add_norm);

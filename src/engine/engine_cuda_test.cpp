@@ -55,6 +55,9 @@ struct Case {
   int pdl = -1;      // IB_PDL (programmatic dependent launch: a race changes the logits); -1: unset
   int swiglu_blocks = -1;  // IB_GEMV_SWIGLU_BLOCKS (the gate/up GEMV's register cap); -1: unset
   const char* block_sparse = "";  // --block-sparse-attention; "": dense
+  // IB_MOE_ADD_NORM=1 (Mixtral): the experts' combine adds into the residual; in bf16 the decode
+  // steps also run the fused decode ops (folded attention gains).
+  bool moe_add_norm = false;
 };
 
 constexpr const char* kSparse = "block_size=16,local_blocks=2,vert_stride=3";
@@ -70,7 +73,8 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = k.dtype;
-  auto gpu = k.swiglu_blocks >= 0
+  auto gpu = k.moe_add_norm ? testing::create_backend_with_switch(bo, "IB_MOE_ADD_NORM", "1")
+             : k.swiglu_blocks >= 0
                  ? testing::create_backend_with_switch(bo, "IB_GEMV_SWIGLU_BLOCKS",
                                                        std::to_string(k.swiglu_blocks))
                  : testing::create_backend_with_switch(bo, "IB_PDL",
@@ -165,14 +169,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kBF16, true, true, 0, false, -1, 0},
         Case{DType::kF32, true, false, 0, false, -1, -1, kSparse},
         Case{DType::kF32, false, false, 0, false, -1, -1, kSparse},
-        Case{DType::kBF16, true, false, 0, false, -1, -1, kSparse}),
+        Case{DType::kBF16, true, false, 0, false, -1, -1, kSparse},
+        Case{DType::kF32, false, false, 0, true, -1, -1, "", true},
+        Case{DType::kBF16, true, false, 0, true, -1, -1, "", true},
+        Case{DType::kBF16, false, false, 0, true, -1, -1, "", true}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       const Case& k = param_info.param;
       return std::string(dtype_name(k.dtype)) + (k.graphs ? "_graphs" : "_eager") +
              (k.qkv_bias ? "_bias" : "") + (k.sliding_window ? "_window" : "") +
              (k.moe ? "_mixtral" : "") + (k.pdl >= 0 ? "_pdl" + std::to_string(k.pdl) : "") +
              (k.swiglu_blocks >= 0 ? "_swiglu" + std::to_string(k.swiglu_blocks) : "") +
-             (*k.block_sparse != 0 ? "_blocksparse" : "");
+             (*k.block_sparse != 0 ? "_blocksparse" : "") + (k.moe_add_norm ? "_addnorm" : "");
     });
 
 TEST(CudaEngineSetup, RefusesWeightsLargerThanTheDeviceBeforeAllocating) {

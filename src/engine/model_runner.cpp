@@ -119,7 +119,12 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
   FusedDecodeOps* fused = backend.fused_decode_ops();
   // With LoRA slots only where the fused ops take the updates (else the unfused ops and LoraOps).
   const bool lora_ok = limits.lora_slots == 0 || (fused && fused->fused_lora(limits.lora_rank));
-  if (fused && model.moe.num_experts == 0 && arch->runs_fused_decode() && lora_ok &&
+  // Mixture-of-experts models decode on them where the backend also ends each layer in one
+  // kernel for the experts' combine and the residual add (IB_MOE_ADD_NORM).
+  const MoeOps* moe = backend.moe_ops();
+  const bool moe_ok =
+      model.moe.num_experts == 0 || (moe != nullptr && moe->fuses_experts_add_norm());
+  if (fused && moe_ok && arch->runs_fused_decode() && lora_ok &&
       fused->fused_decode_fits(runner->attn_shape_, model.hidden_size, model.intermediate_size)) {
     // Dense weights take their gains folded in; quantized ones keep them (folding would
     // quantize twice) and the fused ops apply them.
@@ -137,7 +142,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
 
 // rms_norm(h) * g @ w^T = rms_norm(h) @ (w * g)^T: each layer's two norm gains move into the
 // columns of the matmul after them and become ones, so the weights still describe the same
-// model for the unfused ops (prefill) and the fused decode GEMVs need no gain. With LoRA slots
+// model for the unfused ops (prefill) and the fused decode GEMVs need no gain. A
+// mixture-of-experts layer keeps its MLP norm's gain (the router and the experts read the
+// normalised x). With LoRA slots
 // the gains are kept (lora_gains_): each adapter's A of q/k/v and gate/up takes them in its
 // columns too when it is loaded (set_lora_slot).
 void ModelRunner::fold_norm_gains() {
@@ -149,6 +156,7 @@ void ModelRunner::fold_norm_gains() {
     }
     backend_.scale_columns(l.wqkv, l.attn_norm);
     backend_.fill_constant(l.attn_norm, 1.0f);
+    if (l.w_gate_up.empty()) continue;  // experts
     backend_.scale_columns(l.w_gate_up, l.ffn_norm);
     backend_.fill_constant(l.ffn_norm, 1.0f);
   }

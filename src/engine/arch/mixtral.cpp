@@ -36,11 +36,13 @@ class Mixtral final : public Architecture {
     return s;
   }
 
-  // Unfused on every step (the backend's fused decode ops are the dense MLP's).
   void forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
                       const StepBuffers& b) const override {
-    IB_ASSERT(in.moe != nullptr && in.fused == nullptr,
-              "mixtral: needs the backend's MoE ops and runs unfused");
+    IB_ASSERT(in.moe != nullptr, "mixtral: needs the backend's MoE ops");
+    if (in.fused != nullptr) {
+      forward_fused(backend, weights, in, b);
+      return;
+    }
     const auto& layers = weights.layers;
     const int64_t e = static_cast<int64_t>(layers[0].expert_gate_up.size());
     backend.rms_norm(b.residual, layers[0].attn_norm, in.rms_eps, b.hidden);
@@ -61,6 +63,40 @@ class Mixtral final : public Architecture {
       in.moe->moe_experts(b.hidden, ids, b.expert_weights, w.expert_gate_up, w.expert_down, b.tmp);
       if (l + 1 < layers.size())
         backend.add_rms_norm(b.residual, b.tmp, layers[l + 1].attn_norm, in.rms_eps, b.hidden);
+    }
+  }
+
+ private:
+  // Decode steps on the backend's fused ops, which the runner offers a mixture-of-experts model
+  // only where MoeOps::fuses_experts_add_norm (IB_MOE_ADD_NORM): the attention gains folded into
+  // q/k/v (the MLP norm keeps its gain), RMSNorm + q/k/v + RoPE/cache in one op, o + the residual
+  // add in one, and the experts' combine adding into the residual. The residual is whole at the
+  // end (the runner's final norm reads it alone).
+  static void forward_fused(Backend& backend, const ModelWeights& weights, const StepInputs& in,
+                            const StepBuffers& b) {
+    IB_ASSERT(in.gains_folded && in.lora == nullptr && in.moe->fuses_experts_add_norm(),
+              "mixtral: fused decode steps need folded gains, no adapters and the experts' "
+              "combine with the residual add");
+    const auto& layers = weights.layers;
+    const int64_t e = static_cast<int64_t>(layers[0].expert_gate_up.size());
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const LayerWeights& w = layers[l];
+      const Tensor* bqkv = w.bqkv.empty() ? nullptr : &w.bqkv;
+      in.fused->rms_matmul_rope_cache(b.residual, nullptr, w.wqkv, bqkv, in.rms_eps, in.positions,
+                                      in.slot_mapping, in.inv_freq, in.kv[l], *in.shape, b.qkv);
+      backend.attention(b.qkv, in.kv[l], *in.attention, *in.shape, b.attn);
+      in.fused->matmul_add(b.attn, w.wo, b.residual);
+      backend.rms_norm(b.residual, w.ffn_norm, in.rms_eps, b.hidden);
+      backend.matmul(b.hidden, w.router, nullptr, b.router_logits);
+      const Tensor counts = in.expert_tokens.slice_rows(static_cast<int64_t>(l), 1).reshaped({e});
+      const Tensor ids = layer_expert_ids(b, l);
+      in.moe->moe_route(b.router_logits, /*renormalize=*/true, ids, b.expert_weights, counts);
+      // residual += the experts; the norm it also writes (the next layer's gain, folded to ones,
+      // or the final norm's) goes to b.hidden, unread: the next fused op normalises the residual.
+      const Tensor& next_gain =
+          l + 1 < layers.size() ? layers[l + 1].attn_norm : weights.final_norm;
+      in.moe->moe_experts_add_rms_norm(b.hidden, ids, b.expert_weights, w.expert_gate_up,
+                                       w.expert_down, b.residual, next_gain, in.rms_eps, b.hidden);
     }
   }
 };
