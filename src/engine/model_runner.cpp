@@ -144,9 +144,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
 // columns of the matmul after them and become ones, so the weights still describe the same
 // model for the unfused ops (prefill) and the fused decode GEMVs need no gain. A
 // mixture-of-experts layer keeps its MLP norm's gain (the router and the experts read the
-// normalised x). With LoRA slots
-// the gains are kept (lora_gains_): each adapter's A of q/k/v and gate/up takes them in its
-// columns too when it is loaded (set_lora_slot).
+// normalised x). With LoRA slots the gains are kept (lora_gains_): each adapter's A of q/k/v and
+// gate/up takes them in its columns too when it is loaded (set_lora_slot).
 void ModelRunner::fold_norm_gains() {
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     LayerWeights& l = weights_.layers[i];
