@@ -247,6 +247,9 @@ class MoeOps {
   virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                            std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                            Tensor out) = 0;
+  // Whether moe_experts takes experts in this quantized format (backend/weight.h), computed as
+  // the backend's matmul computes it; dense experts always (checked before a model loads).
+  virtual bool runs_quantized_experts(WeightFormat /*format*/) const { return false; }
   // moe_route with DeepSeek's options (MoeRouting): softmax, the group limit, the top-k (ties:
   // the lower id), the renormalisation, then the scale. A backend that has only moe_route runs
   // the options moe_route covers (one group, scale 1); routes_grouped() says whether it runs

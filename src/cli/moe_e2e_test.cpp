@@ -1,6 +1,7 @@
 // End-to-end: a tiny MixtralForCausalLM directory (config.json, dummy weights) benchmarks on the
-// CPU; result.json records the routing (engine.routing) and expert_load.svg draws it; a router
-// the engine cannot run and quantized experts exit 2 naming them; `plot --expert-load` redraws the
+// CPU, also with its experts quantized at load; result.json records the routing (engine.routing)
+// and expert_load.svg draws it; a router the engine cannot run and DeepSeek-V2's experts
+// quantized exit 2 naming them; `plot --expert-load` redraws the
 // heatmap from result.json. A tiny DeepseekV2ForCausalLM
 // the same way, with its latent KV cache's bytes per token.
 #include <fstream>
@@ -126,10 +127,26 @@ TEST_F(E2e, MixtralRefusalsExitTwoNamingWhat) {
   expect_refused(
       {"run", "--model", sigmoid.string(), "--load-format", "dummy", "--result-dir", dir},
       "router scoring_func 'sigmoid'", dir);
-  const fs::path plain = tiny_mixtral(root_ / "plain");
-  expect_refused({"run", "--model", plain.string(), "--load-format", "dummy", "--quantization",
+  // DeepSeek-V2's experts and latent attention run dense only.
+  const fs::path deepseek = testing::tiny_deepseek_v2_dir(root_ / "deepseek", "softmax");
+  expect_refused({"run", "--model", deepseek.string(), "--load-format", "dummy", "--quantization",
                   "int8", "--result-dir", dir},
-                 "dense weights only", dir);
+                 "dense weights only for now (multi-head latent attention)", dir);
+}
+
+// Quantized experts on the CPU backend: the dummy experts quantized at load (int8 W8A16 and FP8
+// W8A8), the run completes and result.json names the format.
+TEST_F(E2e, MixtralRunsWithQuantizedExpertsOnTheCpu) {
+  const fs::path plain = tiny_mixtral(root_ / "plain");
+  for (const char* q : {"int8", "fp8"}) {
+    const fs::path dir = root_ / (std::string("q-") + q);
+    std::vector<std::string> args = run_args(plain, dir);
+    args.insert(args.end(), {"--quantization", q});
+    ASSERT_EQ(run(args), 0) << q << ": " << err();
+    const json r = json::parse(read_file(dir / "result.json").value());
+    EXPECT_EQ(r["config"]["quantization"], q);
+    EXPECT_EQ(r["engine"]["routing"]["num_experts"], 8);
+  }
 }
 
 // DeepSeek-V2's structure at toy sizes (e2e_support.h): the run completes; result.json records

@@ -1,5 +1,7 @@
 // The layouts of matmul weights (MatmulLayout): their groups, their bytes and their description.
+#include <array>
 #include <string>
+#include <vector>
 
 #include "engine/detail/weight_storage.h"
 #include "engine/engine_config.h"
@@ -50,7 +52,14 @@ std::string quantization_description(const MatmulLayout& layout, bool static_act
 Status check_groups(const ModelConfig& c, const MatmulLayout& layout) {
   if (!is_4bit(layout.format)) return Ok{};
   const std::string& name = layout.name;
-  for (const auto& [n, k] : matmul_shapes(c)) {
+  std::vector<std::array<int64_t, 2>> shapes;
+  for (const auto& s : matmul_shapes(c)) shapes.push_back(s);
+  if (c.moe.num_experts > 0) {  // the experts' gate/up (2F, D) and down (D, F)
+    const int64_t d = c.hidden_size, f = c.moe.expert_intermediate_size;
+    shapes.push_back({2 * f, d});
+    shapes.push_back({d, f});
+  }
+  for (const auto& [n, k] : shapes) {
     const int64_t g = layout.group_size > 0 ? layout.group_size : k;
     if (k % g == 0 && g % 16 == 0) continue;
     return user_error("--quantization " + name + ": model '" + c.name + "' has a matmul weight " +
@@ -93,6 +102,36 @@ int64_t planned_weight_bytes(const ModelConfig& c, DType dt, WeightFormat format
   return planned_weight_bytes(c, dt, load_time_layout(format, false));
 }
 
+namespace detail {
+
+int64_t matmul_weight_bytes(int64_t n, int64_t k, DType dt, const MatmulLayout& layout) {
+  const WeightFormat format = layout.format;
+  IB_ASSERT(format != WeightFormat::kGguf, "matmul_weight_bytes: GGUF rows are per weight");
+  int64_t bytes = 0;
+  auto add = [&](int64_t numel, DType dtype) {
+    bytes += (numel * static_cast<int64_t>(dtype_size(dtype)) + 255) / 256 * 256;
+  };
+  if (format == WeightFormat::kDense) {
+    add(n * k, dt);
+  } else if (is_4bit(format)) {
+    const int64_t groups = layout.group_size > 0 ? k / layout.group_size : 1;
+    add(n * k / 2, DType::kU8);  // data: two codes per byte
+    if (format == WeightFormat::kNf4) {
+      add(n * groups, DType::kF32);  // absmax
+    } else {
+      add(n * groups, DType::kF16);  // scales
+      add(n * groups, DType::kU8);   // zero points
+      if (layout.act_order) add(k, DType::kI32);
+    }
+  } else {
+    add(n * k, quantized_data_dtype(format));  // data
+    add(n, DType::kF32);                       // per-channel scales
+  }
+  return bytes;
+}
+
+}  // namespace detail
+
 int64_t planned_weight_bytes(const ModelConfig& c, DType dt, const MatmulLayout& layout) {
   const WeightFormat format = layout.format;
   int64_t bytes = 0;
@@ -118,30 +157,18 @@ int64_t planned_weight_bytes(const ModelConfig& c, DType dt, const MatmulLayout&
     }
     if (c.attention_bias) add(qkv, dt);
     const auto shapes = detail::matmul_shapes(c);
-    if (c.moe.num_experts > 0) {  // dense experts (detail::check_moe_runs)
-      bytes += detail::moe_layer_bytes(c, dt);
-      for (size_t i = 0; i < 2; ++i) add(shapes[i][0] * shapes[i][1], dt);
+    if (c.moe.num_experts > 0) {  // q/k/v, o, then the router and experts
+      bytes += detail::moe_layer_bytes(c, dt, layout);
+      for (size_t i = 0; i < 2; ++i)
+        bytes += detail::matmul_weight_bytes(shapes[i][0], shapes[i][1], dt, layout);
       continue;
     }
     for (size_t i = 0; i < shapes.size(); ++i) {
       const auto [n, k] = shapes[i];
       if (format == WeightFormat::kGguf) {  // rows of blocks, padded to the stride
         add(n * gguf_row_stride(layout.gguf.at(static_cast<size_t>(l))[i]), DType::kU8);
-      } else if (format == WeightFormat::kDense) {
-        add(n * k, dt);
-      } else if (is_4bit(format)) {
-        const int64_t groups = layout.group_size > 0 ? k / layout.group_size : 1;
-        add(n * k / 2, DType::kU8);  // data: two codes per byte
-        if (format == WeightFormat::kNf4) {
-          add(n * groups, DType::kF32);  // absmax
-        } else {
-          add(n * groups, DType::kF16);  // scales
-          add(n * groups, DType::kU8);   // zero points
-          if (layout.act_order) add(k, DType::kI32);
-        }
       } else {
-        add(n * k, quantized_data_dtype(format));  // data
-        add(n, DType::kF32);                       // per-channel scales
+        bytes += detail::matmul_weight_bytes(n, k, dt, layout);
       }
     }
   }

@@ -1,7 +1,8 @@
 // Mixtral on the CPU engine: a tiny random checkpoint under HF's names (block_sparse_moe.gate,
 // experts.J.w1/w2/w3) loads and generates, its logits within 1e-5 of the double-precision
 // reference (softmax routing, top-2, renormalised); dummy routing is spread (neither uniform nor
-// collapsed) and counted; missing experts, unknown routers and quantized experts are refused.
+// collapsed) and counted; experts quantized at load compute their dequantized values; missing
+// experts, unknown routers and experts in GGUF blocks are refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -234,15 +235,94 @@ TEST(MixtralRefusals, UnknownRoutersAreNamedBeforeLoading) {
   }
 }
 
-TEST(MixtralRefusals, QuantizedExpertsAreRefused) {
+TEST(MixtralRefusals, ExpertsInGgufBlocksAreRefused) {
   CpuBackend backend(1);
   WeightOptions opts;
   opts.format = LoadFormat::kDummy;
-  opts.quantization = WeightFormat::kInt8W8A16;
+  opts.quantization = WeightFormat::kGguf;
   auto w = load_weights(tiny_mixtral(), opts, backend);
   ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.error().kind, ErrorKind::kUser);
   EXPECT_NE(w.error().message.find("dense weights only"), std::string::npos) << w.error().message;
   EXPECT_EQ(backend.memory().snapshot().num_allocs, 0);
+}
+
+// w's values as the backend's matmul reads them, (N, K) f32: identity rows times w^T (each output
+// one product by 1 and zeros, so exact).
+std::vector<float> dequantized(CpuBackend& backend, const WeightRef& w) {
+  const int64_t n = w.rows(), k = w.cols();
+  std::vector<float> eye(static_cast<size_t>(k * k), 0.0f), wt(static_cast<size_t>(k * n));
+  for (int64_t i = 0; i < k; ++i) eye[static_cast<size_t>(i * k + i)] = 1.0f;
+  backend.matmul(Tensor(eye.data(), DType::kF32, {k, k}), w, nullptr,
+                 Tensor(wt.data(), DType::kF32, {k, n}));
+  std::vector<float> out(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c)
+      out[static_cast<size_t>(r * k + c)] = wt[static_cast<size_t>(c * n + r)];
+  return out;
+}
+
+// Experts quantized at load (int8 per channel; AWQ's 4-bit groups of 128 with zero points, at a
+// width of 128 for them) on the CPU: the layer's moe_experts equals the same op on the experts'
+// dequantized values (the backend's matmul defines them), the weights' bytes are the plan's, and
+// the engine generates.
+TEST(MixtralQuantized, ExpertsQuantizedAtLoadComputeTheirDequantizedValues) {
+  for (const WeightFormat format : {WeightFormat::kInt8W8A16, WeightFormat::kInt4W4A16}) {
+    ModelConfig c = tiny_mixtral();
+    if (format == WeightFormat::kInt4W4A16) {
+      c.hidden_size = 128;
+      c.head_dim = 32;  // q: 4 x 32 = 128 inputs of o
+      c.intermediate_size = 128;
+      c.moe.expert_intermediate_size = 128;
+    }
+    CpuBackend backend(1);
+    WeightOptions opts;
+    opts.format = LoadFormat::kDummy;
+    opts.quantization = format;
+    opts.asymmetric = format == WeightFormat::kInt4W4A16;  // awq
+    auto w = load_weights(c, opts, backend);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    const LayerWeights& l = w->layers[1];
+    ASSERT_EQ(l.expert_gate_up[0].format, format);
+    ASSERT_EQ(l.expert_down[3].format, format);
+    EXPECT_EQ(w->bytes,
+              planned_weight_bytes(c, DType::kF32, load_time_layout(format, opts.asymmetric)));
+    // moe_experts on 5 tokens, 2 experts each, against the dequantized experts.
+    const int64_t t = 5, d = c.hidden_size, k = 2;
+    Rng rng(9);
+    std::vector<float> x(static_cast<size_t>(t * d)), out_q(x.size()), out_d(x.size());
+    for (float& v : x) v = static_cast<float>(rng.uniform()) * 2.0f - 1.0f;
+    std::vector<int32_t> ids = {0, 3, 1, 2, 3, 0, 2, 1, 1, 3};
+    std::vector<float> weights = {0.6f, 0.4f, 0.5f, 0.5f, 0.9f, 0.1f, 0.3f, 0.7f, 0.2f, 0.8f};
+    std::vector<std::vector<float>> dense_values;
+    std::vector<WeightRef> gu_d, dn_d;
+    for (size_t e = 0; e < l.expert_gate_up.size(); ++e) {
+      for (const WeightRef* q : {&l.expert_gate_up[e], &l.expert_down[e]}) {
+        dense_values.push_back(dequantized(backend, *q));
+        WeightRef dense;
+        dense.data = Tensor(dense_values.back().data(), DType::kF32, {q->rows(), q->cols()});
+        (q == &l.expert_gate_up[e] ? gu_d : dn_d).push_back(dense);
+      }
+    }
+    const Tensor xt(x.data(), DType::kF32, {t, d});
+    const Tensor idt(ids.data(), DType::kI32, {t, k});
+    const Tensor wt(weights.data(), DType::kF32, {t, k});
+    backend.moe_experts(xt, idt, wt, l.expert_gate_up, l.expert_down,
+                        Tensor(out_q.data(), DType::kF32, {t, d}));
+    backend.moe_experts(xt, idt, wt, gu_d, dn_d, Tensor(out_d.data(), DType::kF32, {t, d}));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < out_q.size(); ++i) {
+      num += (out_q[i] - out_d[i]) * (out_q[i] - out_d[i]);
+      den += out_d[i] * out_d[i];
+    }
+    EXPECT_GT(den, 0.0);
+    EXPECT_LE(std::sqrt(num / den), 1e-6) << weight_format_name(format);
+    // And the engine runs on them.
+    auto engine = testing::logits_engine(c, std::move(*w), "none", backend);
+    ASSERT_TRUE(engine->add_request(testing::greedy_request(0, {1, 2, 3, 4}, 4)).ok());
+    const auto done = testing::run_to_completion(*engine);
+    EXPECT_EQ(done.at(0).tokens.size(), 4u);
+  }
 }
 
 TEST(MixtralWeights, PlannedBytesCountEveryExpert) {

@@ -67,7 +67,14 @@ Status allocate_mla_layer(const ModelConfig& c, int layer, const AllocTensor& al
     IB_ASSIGN_OR_RETURN(lw.w_down.data, alloc({x.d, f}));
     return Ok{};
   }
-  IB_TRY(allocate_moe_layer(c, alloc, lw));
+  IB_TRY(allocate_moe_layer(
+      c, alloc,
+      [&](const std::array<int64_t, 2>& shape) -> Result<WeightRef> {
+        WeightRef w;  // dense (check_moe_quantization)
+        IB_ASSIGN_OR_RETURN(w.data, alloc({shape[0], shape[1]}));
+        return w;
+      },
+      lw));
   if (c.moe.num_shared_experts > 0) {
     const int64_t fs = shared_intermediate(c);
     IB_ASSIGN_OR_RETURN(lw.shared_gate_up.data, alloc({2 * fs, x.d}));
@@ -98,7 +105,7 @@ void fill_dummy_mla_layer(const ModelConfig& c, uint64_t seed, int l, Backend& b
     fill(lw.w_down.data, dummy_weight_stream(l, DummyTensor::kDown), f);
     return;
   }
-  fill_dummy_moe_layer(c, seed, l, backend, lw);
+  fill_dummy_moe_layer(c, seed, l, backend, nullptr, lw);
   if (c.moe.num_shared_experts > 0) {
     const int64_t fs = shared_intermediate(c);
     fill(lw.shared_gate_up.data.slice_rows(0, fs), dummy_mla_stream(l, DummyMlaPart::kSharedGate),
@@ -120,7 +127,7 @@ int64_t mla_layer_bytes(const ModelConfig& c, int layer, DType dtype) {
     const int64_t f = c.intermediate_size;
     return bytes + rounded(2 * f * x.d) + rounded(x.d * f);
   }
-  bytes += moe_layer_bytes(c, dtype);
+  bytes += moe_layer_bytes(c, dtype, MatmulLayout{});
   if (c.moe.num_shared_experts > 0) {
     const int64_t fs = shared_intermediate(c);
     bytes += rounded(2 * fs * x.d) + rounded(x.d * fs);

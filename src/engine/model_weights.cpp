@@ -21,11 +21,11 @@ std::string gib(int64_t bytes) {
   return buf;
 }
 
-// The staging scratch of quantized matmul weights (detail::DenseStaging): the largest one,
-// dense in the activation dtype; none when the weights are dense.
+// The staging scratch of quantized matmul weights (detail::DenseStaging): the largest one (an
+// expert's gate/up among them), dense in the activation dtype; none when the weights are dense.
 int64_t staging_bytes(const ModelConfig& c, DType act, WeightFormat format) {
   if (format == WeightFormat::kDense) return 0;
-  int64_t most = 0;
+  int64_t most = 2 * int64_t{c.moe.expert_intermediate_size} * c.hidden_size;  // 0 when dense
   for (const auto& [n, k] : detail::matmul_shapes(c)) most = std::max(most, n * k);
   return most * static_cast<int64_t>(dtype_size(act));
 }
@@ -84,7 +84,7 @@ void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend,
     }
     fill_dummy_matmul(backend, staging, lw.wo, seed, l, q, {{d, DummyTensor::kO}});
     if (c.moe.num_experts > 0) {
-      detail::fill_dummy_moe_layer(c, seed, l, backend, lw);
+      detail::fill_dummy_moe_layer(c, seed, l, backend, &staging, lw);
       continue;
     }
     fill_dummy_matmul(backend, staging, lw.w_gate_up, seed, l, d,
@@ -237,9 +237,10 @@ Result<ModelWeights> allocate_weights(const ModelConfig& c, const MatmulLayout& 
       IB_ASSIGN_OR_RETURN(lw.post_attn_norm, alloc(dt, {d}));
       IB_ASSIGN_OR_RETURN(lw.post_ffn_norm, alloc(dt, {d}));
     }
-    if (c.moe.num_experts > 0) {
+    if (c.moe.num_experts > 0) {  // the experts in layout too (detail::check_moe_runs)
       IB_TRY(allocate_moe_layer(
-          c, [&](std::initializer_list<int64_t> shape) { return alloc(dt, shape); }, lw));
+          c, [&](std::initializer_list<int64_t> shape) { return alloc(dt, shape); },
+          [&](const std::array<int64_t, 2>& shape) { return alloc_matmul(shape, l, 2); }, lw));
       w.layers.push_back(lw);
       continue;
     }

@@ -8,9 +8,11 @@
 
 namespace ib {
 
-// The experts run with dense weights only: a user error naming the fix when quantization (the
-// --quantization weight format) or the checkpoint's quantization_config would quantize them; Ok
-// for dense models and dense weights.
+// What no backend runs yet: a user error naming the fix when the checkpoint's
+// quantization_config holds quantized experts (they are quantized at load from a dense
+// checkpoint only), or when quantization (the --quantization weight format) is GGUF's blocks or
+// meets DeepSeek-V2's latent attention; Ok for dense models and dense weights. Whether a backend
+// runs experts in that format is detail::check_moe_runs' question (the CPU: every format).
 Status check_moe_quantization(const ModelConfig& config, WeightFormat quantization);
 
 }  // namespace ib

@@ -1,5 +1,5 @@
-// Mixture-of-experts layers' weights: allocation, dummy values with a routing spread, their bytes,
-// and the refusals of what the engine cannot run with them yet.
+// Mixture-of-experts layers' weights: allocation (experts dense or quantized), dummy values with a
+// routing spread, their bytes, and the refusals of what the engine cannot run with them yet.
 #include <cmath>
 #include <string>
 
@@ -25,9 +25,18 @@ std::string moe_model(const ModelConfig& c) {
 
 Status check_moe_quantization(const ModelConfig& c, WeightFormat quantization) {
   if (c.moe.num_experts == 0) return Ok{};
-  if (quantization != WeightFormat::kDense || c.quantization.quantized()) {
-    return user_error(moe_model(c) + ": its experts run with dense weights only for now; drop " +
-                      "--quantization or use a dense checkpoint");
+  if (c.quantization.quantized()) {
+    return user_error(moe_model(c) + ": its checkpoint is quantized (quantization_config " +
+                      c.quantization.format + "), and quantized experts load only from a dense " +
+                      "checkpoint for now (quantized at load with --quantization); use a dense " +
+                      "checkpoint");
+  }
+  if (quantization == WeightFormat::kDense) return Ok{};
+  if (c.mla.kv_lora_rank > 0 || quantization == WeightFormat::kGguf) {
+    return user_error(moe_model(c) + ": its experts run with dense weights only for now" +
+                      (c.mla.kv_lora_rank > 0 ? std::string(" (multi-head latent attention)")
+                                              : std::string(" (not in GGUF blocks)")) +
+                      "; drop --quantization");
   }
   return Ok{};
 }
@@ -41,13 +50,13 @@ float matrix_scale(int64_t fan_in) {
 
 }  // namespace
 
-Status allocate_moe_layer(const ModelConfig& c, const AllocTensor& alloc, LayerWeights& layer) {
+Status allocate_moe_layer(const ModelConfig& c, const AllocTensor& alloc,
+                          const AllocMatmul& alloc_expert, LayerWeights& layer) {
   const int64_t d = c.hidden_size, f = c.moe.expert_intermediate_size, e = c.moe.num_experts;
   IB_ASSIGN_OR_RETURN(layer.router.data, alloc({e, d}));
   for (int64_t i = 0; i < e; ++i) {
-    WeightRef gate_up, down;
-    IB_ASSIGN_OR_RETURN(gate_up.data, alloc({2 * f, d}));
-    IB_ASSIGN_OR_RETURN(down.data, alloc({d, f}));
+    IB_ASSIGN_OR_RETURN(WeightRef gate_up, alloc_expert({2 * f, d}));
+    IB_ASSIGN_OR_RETURN(WeightRef down, alloc_expert({d, f}));
     layer.expert_gate_up.push_back(gate_up);
     layer.expert_down.push_back(down);
   }
@@ -55,28 +64,42 @@ Status allocate_moe_layer(const ModelConfig& c, const AllocTensor& alloc, LayerW
 }
 
 void fill_dummy_moe_layer(const ModelConfig& c, uint64_t seed, int l, Backend& backend,
-                          LayerWeights& layer) {
+                          DenseStaging* staging, LayerWeights& layer) {
   const int64_t d = c.hidden_size, f = c.moe.expert_intermediate_size;
+  // The expert's dense values: the weight itself, or the staging scratch quantized after.
+  auto dense_for = [&](const WeightRef& w) {
+    IB_ASSERT(staging != nullptr || w.format == WeightFormat::kDense,
+              "fill_dummy_moe_layer: quantized experts need the staging");
+    return staging ? staging->dense_for(w) : w.data;
+  };
+  auto finish = [&](const Tensor& dense, const WeightRef& w) {
+    if (staging) staging->finish(dense, w);
+  };
   for (int e = 0; e < c.moe.num_experts; ++e) {
     const float spread = kDummyRouterSpread[static_cast<size_t>(e) % std::size(kDummyRouterSpread)];
     backend.fill_uniform(layer.router.data.slice_rows(e, 1), seed,
                          dummy_expert_stream(l, e, DummyExpertPart::kRouter),
                          matrix_scale(d) * spread);
-    const Tensor gate_up = layer.expert_gate_up[static_cast<size_t>(e)].data;
+    const WeightRef& gu = layer.expert_gate_up[static_cast<size_t>(e)];
+    const Tensor gate_up = dense_for(gu);
     backend.fill_uniform(gate_up.slice_rows(0, f), seed,
                          dummy_expert_stream(l, e, DummyExpertPart::kGate), matrix_scale(d));
     backend.fill_uniform(gate_up.slice_rows(f, f), seed,
                          dummy_expert_stream(l, e, DummyExpertPart::kUp), matrix_scale(d));
-    backend.fill_uniform(layer.expert_down[static_cast<size_t>(e)].data, seed,
-                         dummy_expert_stream(l, e, DummyExpertPart::kDown), matrix_scale(f));
+    finish(gate_up, gu);
+    const WeightRef& dn = layer.expert_down[static_cast<size_t>(e)];
+    const Tensor down = dense_for(dn);
+    backend.fill_uniform(down, seed, dummy_expert_stream(l, e, DummyExpertPart::kDown),
+                         matrix_scale(f));
+    finish(down, dn);
   }
 }
 
-int64_t moe_layer_bytes(const ModelConfig& c, DType dtype) {
-  const auto size = static_cast<int64_t>(dtype_size(dtype));
-  auto rounded = [&](int64_t numel) { return (numel * size + 255) / 256 * 256; };
+int64_t moe_layer_bytes(const ModelConfig& c, DType dtype, const MatmulLayout& layout) {
   const int64_t d = c.hidden_size, f = c.moe.expert_intermediate_size, e = c.moe.num_experts;
-  return rounded(e * d) + e * (rounded(2 * f * d) + rounded(d * f));
+  const int64_t router = (e * d * static_cast<int64_t>(dtype_size(dtype)) + 255) / 256 * 256;
+  return router + e * (matmul_weight_bytes(2 * f, d, dtype, layout) +
+                       matmul_weight_bytes(d, f, dtype, layout));
 }
 
 Status check_moe_runs(const ModelConfig& c, WeightFormat quantization, Backend& backend) {
@@ -87,7 +110,15 @@ Status check_moe_runs(const ModelConfig& c, WeightFormat quantization, Backend& 
                       ") has no mixture-of-experts ops (router softmax/top-k, expert MLPs); "
                       "run it with --device cpu or cuda");
   }
-  return check_moe_quantization(c, quantization);
+  IB_TRY(check_moe_quantization(c, quantization));
+  if (quantization != WeightFormat::kDense &&
+      !backend.moe_ops()->runs_quantized_experts(quantization)) {
+    const DeviceInfo dev = backend.device_info();
+    return user_error(moe_model(c) + ": the " + dev.kind + " backend (" + dev.name +
+                      ") runs its experts with dense weights only for now (the CPU backend runs "
+                      "them quantized); drop --quantization or use --device cpu");
+  }
+  return Ok{};
 }
 
 }  // namespace detail

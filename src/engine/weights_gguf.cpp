@@ -242,7 +242,7 @@ Status load_gguf(const ModelConfig& c, const std::string& path, Backend& backend
   std::set<std::string> raw;
   IB_ASSIGN_OR_RETURN(const Architecture* a, find_architecture(c));
   for (const SchemaEntry& e : a->weight_schema(c).entries) {
-    const WeightRef* matmul = matmul_weight(w, e.role, e.layer);
+    const WeightRef* matmul = matmul_weight(w, e.role, e.layer, e.expert);
     if (matmul == nullptr || matmul->format != WeightFormat::kGguf) continue;
     for (const TensorSource& src : e.sources) raw.insert(src.name);
   }

@@ -41,10 +41,14 @@ int matmul_index(WeightRole role) {
                                        : 3;
 }
 
-WeightRef* matmul_weight(ModelWeights& w, WeightRole role, int layer) {
+WeightRef* matmul_weight(ModelWeights& w, WeightRole role, int layer, int expert) {
   if (layer < 0) return nullptr;
   LayerWeights& l = w.layers.at(static_cast<size_t>(layer));
   switch (role) {
+    case WeightRole::kExpertGateUp:
+      return &l.expert_gate_up.at(static_cast<size_t>(expert));
+    case WeightRole::kExpertDown:
+      return &l.expert_down.at(static_cast<size_t>(expert));
     case WeightRole::kQkv:
       return &l.wqkv;
     case WeightRole::kO:
@@ -341,7 +345,7 @@ Status load_checkpoint(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
   std::vector<WeightCopies> copies;
   for (const SchemaEntry& e : schema.entries) {
     WeightCopies& entry = copies.emplace_back();
-    entry.matmul = matmul_weight(w, e.role, e.layer);
+    entry.matmul = matmul_weight(w, e.role, e.layer, e.expert);
     entry.prequantized = entry.matmul && c.quantization.quantized();
     // A kGguf weight is copied in its blocks (add_gguf_source): no dense staging.
     const bool gguf = entry.matmul && entry.matmul->format == WeightFormat::kGguf;

@@ -21,8 +21,9 @@ namespace ib::detail {
 bool is_matmul_role(WeightRole role);
 // Its index among them, in matmul_shapes' order (wqkv 0, wo 1, w_gate_up 2, w_down 3).
 int matmul_index(WeightRole role);
-// The matmul weight a layer role names, or null (whole-model weights, norms and biases).
-WeightRef* matmul_weight(ModelWeights& w, WeightRole role, int layer);
+// The matmul weight a layer role names (the four, or an expert's gate/up or down), or null
+// (whole-model weights, norms, biases and the router).
+WeightRef* matmul_weight(ModelWeights& w, WeightRole role, int layer, int expert = -1);
 
 // The shapes of one layer's four matmul weights, (N, K) each: wqkv, wo, w_gate_up, w_down.
 std::array<std::array<int64_t, 2>, 4> matmul_shapes(const ModelConfig& c);
@@ -46,15 +47,24 @@ std::string quantization_description(const MatmulLayout& layout, bool static_act
 Result<ModelWeights> allocate_weights(const ModelConfig& config, const MatmulLayout& layout,
                                       Backend& backend);
 
-// A mixture-of-experts layer's weights (moe_weights.cpp): allocated (dense, through alloc, which
-// allocates a tensor of the activation dtype and the given shape) and, for dummy weights, filled
-// as model_weights.h describes. The layer's w_gate_up and w_down stay empty.
+class DenseStaging;
+
+// A mixture-of-experts layer's weights (moe_weights.cpp): allocated (the router dense, through
+// alloc, which allocates a tensor of the activation dtype and the given shape; each expert's
+// gate/up (2F, D) and down (D, F) through alloc_expert, dense or quantized) and, for dummy
+// weights, filled as model_weights.h describes, quantized experts through staging (null: the
+// experts are dense). The layer's w_gate_up and w_down stay empty.
 using AllocTensor = std::function<Result<Tensor>(std::initializer_list<int64_t>)>;
-Status allocate_moe_layer(const ModelConfig& config, const AllocTensor& alloc, LayerWeights& layer);
+using AllocMatmul = std::function<Result<WeightRef>(const std::array<int64_t, 2>& shape)>;
+Status allocate_moe_layer(const ModelConfig& config, const AllocTensor& alloc,
+                          const AllocMatmul& alloc_expert, LayerWeights& layer);
 void fill_dummy_moe_layer(const ModelConfig& config, uint64_t seed, int layer_index,
-                          Backend& backend, LayerWeights& layer);
-// The bytes of one MoE layer's router and experts at dtype, each tensor rounded up to 256 bytes.
-int64_t moe_layer_bytes(const ModelConfig& config, DType dtype);
+                          Backend& backend, DenseStaging* staging, LayerWeights& layer);
+// The bytes of one (N, K) matmul weight in layout (not kGguf) with dense ones at dtype, each
+// tensor rounded up to 256 bytes (matmul_layout.cpp).
+int64_t matmul_weight_bytes(int64_t n, int64_t k, DType dtype, const MatmulLayout& layout);
+// The bytes of one MoE layer's router (dense at dtype) and experts (in layout).
+int64_t moe_layer_bytes(const ModelConfig& config, DType dtype, const MatmulLayout& layout);
 // A DeepSeek-V2 layer's weights besides its two norms (mla_weights.cpp): the multi-head latent
 // attention's (wqkv holding the query projection, q_a and its norm, kv_a and its norm, kv_b, wo)
 // and its MLP: dense (w_gate_up, w_down) in the first first_k_dense_replace layers, else the
@@ -66,8 +76,9 @@ void fill_dummy_mla_layer(const ModelConfig& config, uint64_t seed, int layer, B
 // Its bytes at dtype (without the two norms), each tensor rounded up to 256 bytes.
 int64_t mla_layer_bytes(const ModelConfig& config, int layer, DType dtype);
 
-// A user error when the backend cannot run config's experts (no MoeOps: CUDA for now) or the
-// weights would be quantized (the experts run dense only); Ok for dense models.
+// A user error when the backend cannot run config's experts (no MoeOps), or not in that
+// quantized format (MoeOps::runs_quantized_experts; check_moe_quantization's refusals too); Ok
+// for dense models.
 Status check_moe_runs(const ModelConfig& config, WeightFormat quantization, Backend& backend);
 
 // Where a loader writes a matmul weight's dense values (N, K) in the activation dtype: the
