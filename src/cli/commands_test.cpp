@@ -50,11 +50,15 @@ TEST(ModelsTable, ListsEveryPresetWithSizesAndSupport) {
   const std::string deepseek = row_of(table, "deepseek-v2-lite");
   EXPECT_NE(deepseek.find("| 163840 | yes |"), std::string::npos) << deepseek;
   EXPECT_NE(deepseek.find("| 30.375 |"), std::string::npos) << deepseek;
-  // Mixtral runs (on the CPU and CUDA) with dense experts only: no fp8 or 4-bit allocation. Its
-  // bf16 weights: 46.70 B parameters at 2 bytes = 86.99 GiB.
+  // Mixtral: bf16 weights 46.70 B parameters at 2 bytes = 86.99 GiB. Its experts quantize too
+  // (on the CPU backend): bf16 embed + lm_head (2 x 32000 x 4096 x 2 B) and, per layer, q/k/v
+  // (6144 x 4096), o (4096 x 4096) and 8 experts' gate/up (28672 x 4096) and down (4096 x 14336)
+  // at 1 B with fp32 row scales, a bf16 router (8 x 4096): 43.77 GiB; the same at half a byte
+  // with f16 scales and u8 zeros per 128: 23.13 GiB; with an f32 absmax per 64: 24.82 GiB. No
+  // GGUF blocks for experts.
   const std::string mixtral = row_of(table, "mixtral-8x7b");
   EXPECT_NE(mixtral.find("| 46.70B |"), std::string::npos) << mixtral;
-  EXPECT_NE(mixtral.find("| - | - | - | - |"), std::string::npos) << mixtral;
+  EXPECT_NE(mixtral.find("| 43.77 | 23.13 | 24.82 | - |"), std::string::npos) << mixtral;
   EXPECT_NE(mixtral.find("| yes |"), std::string::npos) << mixtral;
   // Nor DeepSeek-V2-Lite's (its experts run dense too).
   EXPECT_NE(row_of(table, "deepseek-v2-lite").find("| - | - | - | - |"), std::string::npos);

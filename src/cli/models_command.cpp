@@ -4,6 +4,7 @@
 #include "backend/cuda_attention_sizes.h"
 #include "cli/commands.h"
 #include "engine/model_weights.h"
+#include "engine/moe_support.h"
 
 namespace ib {
 namespace {
@@ -32,16 +33,17 @@ std::string models_table(const std::vector<ModelConfig>& models) {
     // awq / gptq (half a byte per element, f16 scales and u8 zero points per group of 128) and
     // nf4 (half a byte, an f32 absmax per block of 64); embeddings, lm_head, norms and biases
     // bf16. A model the engine cannot run (MLA, soft-capping, ...), a mixture-of-experts model
-    // with quantized weights (its experts run dense), or one whose sizes the groups do not tile,
-    // has no allocation to report.
+    // whose experts run dense only (DeepSeek-V2), or one whose sizes the groups do not tile, has
+    // no allocation to report. Mixtral's experts take the format too (on the CPU backend).
     const auto unsupported = m.unsupported_features();
     auto gib_of = [&](WeightFormat format) {
       if (!unsupported.empty()) return std::string("-");
-      if (m.moe.num_experts > 0) return std::string("-");  // experts run dense only
+      if (!check_moe_quantization(m, format).ok()) return std::string("-");
       if (is_4bit(format)) {
         const int64_t group = load_time_layout(format, false).group_size;
         if (m.hidden_size % group != 0 || m.intermediate_size % group != 0 ||
-            (int64_t{m.num_heads} * m.head_dim) % group != 0)
+            (int64_t{m.num_heads} * m.head_dim) % group != 0 ||
+            m.moe.expert_intermediate_size % group != 0)
           return std::string("-");
       }
       return fmt::format("{:.2f}",
