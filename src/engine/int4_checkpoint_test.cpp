@@ -68,7 +68,9 @@ std::vector<SafetensorsWriteTensor> pack_checkpoint(
     std::map<std::string, std::vector<float>>& values) {
   std::vector<SafetensorsWriteTensor> out;
   for (const SafetensorsWriteTensor& t : dense) {
-    if (!t.name.ends_with("_proj.weight")) {
+    // The linear layers (Mixtral's experts' w1 / w2 / w3 too); not a router's gate.weight.
+    const bool expert = t.name.find(".experts.") != std::string::npos;
+    if (!t.name.ends_with("_proj.weight") && !expert) {
       out.push_back(t);
       continue;
     }
@@ -183,6 +185,74 @@ TEST(Int4Checkpoint, EachPublishedLayoutLoadsTheValuesItStoresAndRunsAsTheDenseM
         for (size_t j = 0; j < d.logits[i].size(); ++j)
           ASSERT_NEAR(g.logits[i][j], d.logits[i][j], 1e-4) << id << ", step " << i;
       }
+    }
+  }
+}
+
+// AutoAWQ's Mixtral: every linear layer packed, the experts' w1 / w3 / w2 included (the router's
+// gate.weight stays dense). Each expert loads to exactly the values the format stores, and the
+// model runs as the dense model of those values.
+TEST(Int4Checkpoint, MixtralExpertsLoadTheValuesTheyStoreAndRunAsTheDenseModel) {
+  const CheckpointQuantization q = layouts()[0].q;  // awq, groups of 32, zero points
+  ASSERT_EQ(q.packing, "awq");
+  CpuBackend backend(2);
+  ModelConfig c = testing::tiny_config();
+  c.name = "tiny-mixtral";
+  c.family = "mixtral";
+  c.hf_architecture = "MixtralForCausalLM";
+  c.intermediate_size = 64;
+  c.moe.num_experts = 4;
+  c.moe.experts_per_token = 2;
+  c.moe.expert_intermediate_size = 64;
+  const ModelConfig dense_c = c;
+  const testing::HostWeights hw =
+      testing::copy_weights_to_host(c, testing::random_weights(c, backend, 23), backend);
+  std::map<std::string, std::vector<float>> values;
+  const auto packed = pack_checkpoint(testing::hf_tensors(c, hw, DType::kF32), q, values);
+  c.quantization = q;
+  testing::TempDir dir;
+  ASSERT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(), packed).ok());
+  auto w = load_weights(
+      c, {LoadFormat::kSafetensors, dir.path().string(), 0, WeightFormat::kInt4W4A16, true},
+      backend);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  testing::HostWeights expect = hw;
+  for (size_t l = 0; l < expect.layers.size(); ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    testing::HostLayer& h = expect.layers[l];
+    h.q = values[p + "self_attn.q_proj.weight"];
+    h.k = values[p + "self_attn.k_proj.weight"];
+    h.v = values[p + "self_attn.v_proj.weight"];
+    h.o = values[p + "self_attn.o_proj.weight"];
+    const LayerWeights& lw = w->layers[l];
+    for (int e = 0; e < c.moe.num_experts; ++e) {
+      const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+      const auto u = static_cast<size_t>(e);
+      h.expert_gate[u] = values[x + "w1.weight"];
+      h.expert_up[u] = values[x + "w3.weight"];
+      h.expert_down[u] = values[x + "w2.weight"];
+      ASSERT_EQ(lw.expert_gate_up[u].format, WeightFormat::kInt4W4A16);
+      EXPECT_EQ(dequantized(backend, lw.expert_gate_up[u]),
+                testing::concat({&h.expert_gate[u], &h.expert_up[u]}))
+          << l << ", expert " << e;
+      EXPECT_EQ(dequantized(backend, lw.expert_down[u]), h.expert_down[u]) << l << ", expert " << e;
+    }
+  }
+  testing::TempDir dense_dir;
+  ASSERT_TRUE(write_safetensors((dense_dir.path() / "model.safetensors").string(),
+                                testing::hf_tensors(dense_c, expect, DType::kF32))
+                  .ok());
+  auto dense =
+      load_weights(dense_c, {LoadFormat::kSafetensors, dense_dir.path().string(), 0}, backend);
+  ASSERT_TRUE(dense.ok()) << dense.error().message;
+  const auto got = greedy(c, std::move(w).value(), "awq", backend);
+  const auto want = greedy(dense_c, std::move(dense).value(), "none", backend);
+  for (const auto& [id, d] : want) {
+    const testing::Completion& g = got.at(id);
+    ASSERT_EQ(g.tokens, d.tokens) << id;
+    for (size_t i = 0; i < d.logits.size(); ++i) {
+      for (size_t j = 0; j < d.logits[i].size(); ++j)
+        ASSERT_NEAR(g.logits[i][j], d.logits[i][j], 1e-4) << id << ", step " << i;
     }
   }
 }

@@ -8,11 +8,11 @@
 
 namespace ib {
 
-// What no backend runs yet: a user error naming the fix when the checkpoint's
-// quantization_config holds quantized experts (they are quantized at load from a dense
-// checkpoint only), or when quantization (the --quantization weight format) is GGUF's blocks or
-// meets DeepSeek-V2's latent attention; Ok for dense models and dense weights. Whether a backend
-// runs experts in that format is detail::check_moe_runs' question (the CPU: every format).
+// What no backend runs yet: a user error naming the fix when quantization (the --quantization
+// weight format) or the checkpoint's quantization_config would quantize DeepSeek-V2's latent
+// attention and experts, or put experts in GGUF blocks; Ok for dense models and dense weights.
+// Whether a backend runs experts in a format is detail::check_moe_runs' question (the CPU:
+// every format).
 Status check_moe_quantization(const ModelConfig& config, WeightFormat quantization);
 
 }  // namespace ib

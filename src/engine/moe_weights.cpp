@@ -25,18 +25,12 @@ std::string moe_model(const ModelConfig& c) {
 
 Status check_moe_quantization(const ModelConfig& c, WeightFormat quantization) {
   if (c.moe.num_experts == 0) return Ok{};
-  if (c.quantization.quantized()) {
-    return user_error(moe_model(c) + ": its checkpoint is quantized (quantization_config " +
-                      c.quantization.format + "), and quantized experts load only from a dense " +
-                      "checkpoint for now (quantized at load with --quantization); use a dense " +
-                      "checkpoint");
-  }
-  if (quantization == WeightFormat::kDense) return Ok{};
+  if (quantization == WeightFormat::kDense && !c.quantization.quantized()) return Ok{};
   if (c.mla.kv_lora_rank > 0 || quantization == WeightFormat::kGguf) {
     return user_error(moe_model(c) + ": its experts run with dense weights only for now" +
                       (c.mla.kv_lora_rank > 0 ? std::string(" (multi-head latent attention)")
                                               : std::string(" (not in GGUF blocks)")) +
-                      "; drop --quantization");
+                      "; drop --quantization or use a dense checkpoint");
   }
   return Ok{};
 }

@@ -143,7 +143,8 @@ Result<std::vector<std::array<GgufRows, 4>>> gguf_matmul_rows(const ModelConfig&
   IB_ASSIGN_OR_RETURN(const Architecture* a, find_architecture(c));
   std::vector<std::array<GgufRows, 4>> out(static_cast<size_t>(c.num_layers));
   for (const SchemaEntry& e : a->weight_schema(c).entries) {
-    if (!is_matmul_role(e.role) || e.layer < 0) continue;
+    // (Experts: no GGUF blocks; check_moe_quantization refuses them.)
+    if (!is_matmul_role(e.role) || e.expert >= 0 || e.layer < 0) continue;
     GgufRows rows;
     bool blocks = true;
     for (const TensorSource& src : e.sources) {

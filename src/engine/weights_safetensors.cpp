@@ -31,7 +31,8 @@ namespace ib::detail {
 
 bool is_matmul_role(WeightRole role) {
   return role == WeightRole::kQkv || role == WeightRole::kO || role == WeightRole::kGateUp ||
-         role == WeightRole::kDown;
+         role == WeightRole::kDown || role == WeightRole::kExpertGateUp ||
+         role == WeightRole::kExpertDown;
 }
 
 int matmul_index(WeightRole role) {

@@ -17,7 +17,8 @@
 
 namespace ib::detail {
 
-// Whether a schema role is one of a layer's four matmul weights (q/k/v, o, gate/up, down).
+// Whether a schema role is a matmul weight a checkpoint may hold quantized: one of a layer's four
+// (q/k/v, o, gate/up, down) or an expert's gate/up or down.
 bool is_matmul_role(WeightRole role);
 // Its index among them, in matmul_shapes' order (wqkv 0, wo 1, w_gate_up 2, w_down 3).
 int matmul_index(WeightRole role);
