@@ -117,6 +117,29 @@ std::vector<float> dequantized(Backend& backend, const WeightRef& w) {
   return v;
 }
 
+// Layer l's attention weights in h from the packed checkpoint's stored values.
+void set_attention_values(std::map<std::string, std::vector<float>>& values, size_t l,
+                          testing::HostLayer& h) {
+  const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+  h.q = values[p + "q_proj.weight"];
+  h.k = values[p + "k_proj.weight"];
+  h.v = values[p + "v_proj.weight"];
+  h.o = values[p + "o_proj.weight"];
+}
+
+// got's tokens equal want's, and their logits within 1e-4.
+void expect_same_completions(const std::map<uint64_t, testing::Completion>& got,
+                             const std::map<uint64_t, testing::Completion>& want) {
+  for (const auto& [id, d] : want) {
+    const testing::Completion& g = got.at(id);
+    ASSERT_EQ(g.tokens, d.tokens) << id;
+    for (size_t i = 0; i < d.logits.size(); ++i) {
+      for (size_t j = 0; j < d.logits[i].size(); ++j)
+        ASSERT_NEAR(g.logits[i][j], d.logits[i][j], 1e-4) << id << ", step " << i;
+    }
+  }
+}
+
 std::map<uint64_t, testing::Completion> greedy(const ModelConfig& c, ModelWeights w,
                                                const std::string& quantization, Backend& backend) {
   auto engine = testing::logits_engine(c, std::move(w), quantization, backend);
@@ -154,10 +177,7 @@ TEST(Int4Checkpoint, EachPublishedLayoutLoadsTheValuesItStoresAndRunsAsTheDenseM
     for (size_t l = 0; l < expect.layers.size(); ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       testing::HostLayer& h = expect.layers[l];
-      h.q = values[p + "self_attn.q_proj.weight"];
-      h.k = values[p + "self_attn.k_proj.weight"];
-      h.v = values[p + "self_attn.v_proj.weight"];
-      h.o = values[p + "self_attn.o_proj.weight"];
+      set_attention_values(values, l, h);
       h.gate = values[p + "mlp.gate_proj.weight"];
       h.up = values[p + "mlp.up_proj.weight"];
       h.down = values[p + "mlp.down_proj.weight"];
@@ -178,14 +198,7 @@ TEST(Int4Checkpoint, EachPublishedLayoutLoadsTheValuesItStoresAndRunsAsTheDenseM
     ASSERT_TRUE(dense.ok()) << dense.error().message;
     const auto got = greedy(c, std::move(w).value(), layout.q.format, backend);
     const auto want = greedy(testing::tiny_config(), std::move(dense).value(), "none", backend);
-    for (const auto& [id, d] : want) {
-      const testing::Completion& g = got.at(id);
-      ASSERT_EQ(g.tokens, d.tokens) << id;
-      for (size_t i = 0; i < d.logits.size(); ++i) {
-        for (size_t j = 0; j < d.logits[i].size(); ++j)
-          ASSERT_NEAR(g.logits[i][j], d.logits[i][j], 1e-4) << id << ", step " << i;
-      }
-    }
+    expect_same_completions(got, want);
   }
 }
 
@@ -196,14 +209,7 @@ TEST(Int4Checkpoint, MixtralExpertsLoadTheValuesTheyStoreAndRunAsTheDenseModel) 
   const CheckpointQuantization q = layouts()[0].q;  // awq, groups of 32, zero points
   ASSERT_EQ(q.packing, "awq");
   CpuBackend backend(2);
-  ModelConfig c = testing::tiny_config();
-  c.name = "tiny-mixtral";
-  c.family = "mixtral";
-  c.hf_architecture = "MixtralForCausalLM";
-  c.intermediate_size = 64;
-  c.moe.num_experts = 4;
-  c.moe.experts_per_token = 2;
-  c.moe.expert_intermediate_size = 64;
+  ModelConfig c = testing::tiny_mixtral_config(4, 64);  // K of 64: whole groups of 32
   const ModelConfig dense_c = c;
   const testing::HostWeights hw =
       testing::copy_weights_to_host(c, testing::random_weights(c, backend, 23), backend);
@@ -220,10 +226,7 @@ TEST(Int4Checkpoint, MixtralExpertsLoadTheValuesTheyStoreAndRunAsTheDenseModel) 
   for (size_t l = 0; l < expect.layers.size(); ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     testing::HostLayer& h = expect.layers[l];
-    h.q = values[p + "self_attn.q_proj.weight"];
-    h.k = values[p + "self_attn.k_proj.weight"];
-    h.v = values[p + "self_attn.v_proj.weight"];
-    h.o = values[p + "self_attn.o_proj.weight"];
+    set_attention_values(values, l, h);
     const LayerWeights& lw = w->layers[l];
     for (int e = 0; e < c.moe.num_experts; ++e) {
       const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
@@ -247,14 +250,7 @@ TEST(Int4Checkpoint, MixtralExpertsLoadTheValuesTheyStoreAndRunAsTheDenseModel) 
   ASSERT_TRUE(dense.ok()) << dense.error().message;
   const auto got = greedy(c, std::move(w).value(), "awq", backend);
   const auto want = greedy(dense_c, std::move(dense).value(), "none", backend);
-  for (const auto& [id, d] : want) {
-    const testing::Completion& g = got.at(id);
-    ASSERT_EQ(g.tokens, d.tokens) << id;
-    for (size_t i = 0; i < d.logits.size(); ++i) {
-      for (size_t j = 0; j < d.logits[i].size(); ++j)
-        ASSERT_NEAR(g.logits[i][j], d.logits[i][j], 1e-4) << id << ", step " << i;
-    }
-  }
+  expect_same_completions(got, want);
 }
 
 // The error of loading packed, or "" when it loads.

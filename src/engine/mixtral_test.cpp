@@ -26,15 +26,7 @@ using testing::TempDir;
 
 // 4 experts, top-2, two layers: small enough for the double reference.
 ModelConfig tiny_mixtral() {
-  ModelConfig c = testing::tiny_config();
-  c.name = "tiny-mixtral";
-  c.family = "mixtral";
-  c.hf_architecture = "MixtralForCausalLM";
-  c.intermediate_size = 48;
-  c.moe.num_experts = 4;
-  c.moe.experts_per_token = 2;
-  c.moe.expert_intermediate_size = 48;
-  return c;
+  return testing::tiny_mixtral_config(4, 48);
 }
 
 // Dummy weights (the documented router spread) of c.

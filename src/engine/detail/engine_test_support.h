@@ -34,6 +34,20 @@ inline ModelConfig tiny_config() {
   return c;
 }
 
+// tiny_config as a Mixtral: experts experts of width f each, top-2 (the dense intermediate size
+// follows f).
+inline ModelConfig tiny_mixtral_config(int experts, int f) {
+  ModelConfig c = tiny_config();
+  c.name = "tiny-mixtral";
+  c.family = "mixtral";
+  c.hf_architecture = "MixtralForCausalLM";
+  c.intermediate_size = f;
+  c.moe.num_experts = experts;
+  c.moe.experts_per_token = 2;
+  c.moe.expert_intermediate_size = f;
+  return c;
+}
+
 // Dummy weights with the norms replaced by random values around 1, so that every weight matters;
 // the matmul weights in quantization's format (the same model, quantized; 4-bit int: awq's
 // zero points when asymmetric, else gptq's symmetric codes).
