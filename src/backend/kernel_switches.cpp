@@ -67,7 +67,8 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "plainly"},
     {"IB_MOE_ADD_NORM", "cuda", "0", 0, 1, "",
      "1: Mixtral's layers end in one kernel for the experts' combine, the residual add and the "
-     "next layer's input RMSNorm (bit for bit the two kernels), and its bf16/fp16 decode steps run "
+     "next layer's input RMSNorm (the two kernels' arithmetic in their order), and its bf16/fp16 "
+     "decode steps run "
      "the fused decode ops (RMSNorm + q/k/v + RoPE/cache, o + residual add; the attention norm's "
      "gain folded into q/k/v) (not yet measured); 0: the unfused ops"},
     {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
@@ -90,7 +91,8 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "gain loaded before the PDL wait (measured faster on the H200); 0: the two-pass kernel"},
     {"IB_NORM_POST", "cuda", "0", 0, 1, "",
      "1: Gemma-2's post-norm, residual add and the next pre-norm in one RMSNorm kernel of the "
-     "register form (bit for bit the two kernels; not yet measured); 0: two kernels"},
+     "register form (the two kernels' arithmetic in their order; not yet measured); 0: two "
+     "kernels"},
     {"IB_GGUF_WIDE", "cuda", "0", 0, 1, "",
      "1: the GGUF decode GEMVs of fewer than 8,192 row pairs split K across 4 warps per row pair; "
      "0: a warp per row pair (measured faster on the H200)"},

@@ -49,17 +49,21 @@ std::string quantization_description(const MatmulLayout& layout, bool static_act
   return weight_format_name(layout.format);
 }
 
-Status check_groups(const ModelConfig& c, const MatmulLayout& layout) {
-  if (!is_4bit(layout.format)) return Ok{};
-  const std::string& name = layout.name;
-  std::vector<std::array<int64_t, 2>> shapes;
-  for (const auto& s : matmul_shapes(c)) shapes.push_back(s);
-  if (c.moe.num_experts > 0) {  // the experts' gate/up (2F, D) and down (D, F)
+std::vector<std::array<int64_t, 2>> quantizable_shapes(const ModelConfig& c) {
+  const auto four = matmul_shapes(c);
+  std::vector<std::array<int64_t, 2>> shapes(four.begin(), four.end());
+  if (c.moe.num_experts > 0) {
     const int64_t d = c.hidden_size, f = c.moe.expert_intermediate_size;
     shapes.push_back({2 * f, d});
     shapes.push_back({d, f});
   }
-  for (const auto& [n, k] : shapes) {
+  return shapes;
+}
+
+Status check_groups(const ModelConfig& c, const MatmulLayout& layout) {
+  if (!is_4bit(layout.format)) return Ok{};
+  const std::string& name = layout.name;
+  for (const auto& [n, k] : quantizable_shapes(c)) {
     const int64_t g = layout.group_size > 0 ? layout.group_size : k;
     if (k % g == 0 && g % 16 == 0) continue;
     return user_error("--quantization " + name + ": model '" + c.name + "' has a matmul weight " +

@@ -21,12 +21,12 @@ std::string gib(int64_t bytes) {
   return buf;
 }
 
-// The staging scratch of quantized matmul weights (detail::DenseStaging): the largest one (an
-// expert's gate/up among them), dense in the activation dtype; none when the weights are dense.
+// The staging scratch of quantized matmul weights (detail::DenseStaging): the largest one (the
+// experts' among them), dense in the activation dtype; none when the weights are dense.
 int64_t staging_bytes(const ModelConfig& c, DType act, WeightFormat format) {
   if (format == WeightFormat::kDense) return 0;
-  int64_t most = 2 * int64_t{c.moe.expert_intermediate_size} * c.hidden_size;  // 0 when dense
-  for (const auto& [n, k] : detail::matmul_shapes(c)) most = std::max(most, n * k);
+  int64_t most = 0;
+  for (const auto& [n, k] : detail::quantizable_shapes(c)) most = std::max(most, n * k);
   return most * static_cast<int64_t>(dtype_size(act));
 }
 

@@ -54,10 +54,12 @@ void CudaBackend::poison_workspace() {
 
 namespace {
 
-// moe_experts' checks and the experts' pointers: f, or the assertion naming what is wrong.
-int64_t expert_ptrs(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
-                    std::span<const WeightRef> gate_up, std::span<const WeightRef> down, DType act,
-                    MoeExpertPtrs& gate_up_ptrs, MoeExpertPtrs& down_ptrs) {
+// moe_experts' checks, then its kernels: the output into out (add_norm null), or added and
+// normalised into add_norm's tensors (moe_experts_add_rms_norm).
+void check_and_launch(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                      std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
+                      DType act, const Buffer& workspace, const MoeKernelChoice& choice, Tensor out,
+                      cudaStream_t stream, const MoeAddNorm* add_norm) {
   const int64_t t = x.rows(), d = x.row_size(), k = expert_ids.row_size();
   const auto e = static_cast<int64_t>(gate_up.size());
   IB_ASSERT(x.dtype == act, "moe_experts: x in act");
@@ -67,9 +69,11 @@ int64_t expert_ptrs(const Tensor& x, const Tensor& expert_ids, const Tensor& exp
                 expert_weights.row_size() == k && k >= 1,
             "moe_experts: x (T, D); ids int32, weights f32 (T, k); 1-256 experts");
   const int64_t f = gate_up[0].rows() / 2;
+  MoeExpertPtrs gate_up_ptrs, down_ptrs;
   for (size_t i = 0; i < gate_up.size(); ++i) {
     const WeightRef &gu = gate_up[i], &dn = down[i];
-    // Quantized experts are refused before loading (check_moe_quantization).
+    // Quantized experts are refused before loading (detail::check_moe_runs: this backend's
+    // runs_quantized_experts is false).
     IB_ASSERT(gu.format == WeightFormat::kDense && dn.format == WeightFormat::kDense &&
                   gu.data.dtype == act && dn.data.dtype == act,
               "moe_experts: dense experts in act");
@@ -78,24 +82,10 @@ int64_t expert_ptrs(const Tensor& x, const Tensor& expert_ids, const Tensor& exp
     gate_up_ptrs.ptr[i] = gu.data.data;
     down_ptrs.ptr[i] = dn.data.data;
   }
-  return f;
-}
-
-// moe_experts' checks, then its kernels: the output into out (add_norm null), or added and
-// normalised into add_norm's tensors (moe_experts_add_rms_norm).
-void check_and_launch(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
-                      std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
-                      DType act, const Buffer& workspace, const MoeKernelChoice& choice, Tensor out,
-                      cudaStream_t stream, const MoeAddNorm* add_norm) {
-  MoeExpertPtrs gate_up_ptrs, down_ptrs;
-  const int64_t f =
-      expert_ptrs(x, expert_ids, expert_weights, gate_up, down, act, gate_up_ptrs, down_ptrs);
-  IB_ASSERT(
-      moe_chunk_tokens(1, expert_ids.row_size(), x.row_size(), f, act, workspace.bytes()) >= 1,
-      "moe_experts: one token's expert activations exceed the workspace");
-  launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs,
-                     static_cast<int>(gate_up.size()), f, workspace.data(), workspace.bytes(),
-                     choice, out, stream, add_norm);
+  IB_ASSERT(moe_chunk_tokens(1, k, d, f, act, workspace.bytes()) >= 1,
+            "moe_experts: one token's expert activations exceed the workspace");
+  launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs, static_cast<int>(e), f,
+                     workspace.data(), workspace.bytes(), choice, out, stream, add_norm);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "engine/arch/architecture.h"
@@ -28,6 +29,9 @@ WeightRef* matmul_weight(ModelWeights& w, WeightRole role, int layer, int expert
 
 // The shapes of one layer's four matmul weights, (N, K) each: wqkv, wo, w_gate_up, w_down.
 std::array<std::array<int64_t, 2>, 4> matmul_shapes(const ModelConfig& c);
+// Every shape a layer's weights may take a quantized format in: the four, then, in a
+// mixture-of-experts model, an expert's gate/up (2F, D) and down (D, F).
+std::vector<std::array<int64_t, 2>> quantizable_shapes(const ModelConfig& c);
 // Whether layout's 4-bit groups tile every matmul weight's K (backend/weight.h: K % G == 0,
 // G % 16 == 0): a user error naming the model, K and the fix otherwise.
 Status check_groups(const ModelConfig& c, const MatmulLayout& layout);
