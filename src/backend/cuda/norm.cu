@@ -7,10 +7,11 @@
 // constant), its x (and residual sum) kept in registers between the sum of squares and the scaling,
 // so x is read once instead of twice. The same arithmetic in the same order as the two-pass kernel.
 //
-// IB_NORM_POST (set_norm_post, default off): Gemma-2's post-norm, residual add and the next
+// IB_NORM_POST (set_norm_post, default on): Gemma-2's post-norm, residual add and the next
 // pre-norm in one kernel of the register form: x normalised (its own sum of squares, rounded to T
 // as rms_norm stores it) and kept in registers, then added to the residual and normalised as
-// add_rms_norm does. Bit for bit the two kernels it replaces.
+// add_rms_norm does. The two kernels' arithmetic in their order: bit for bit in bf16/fp16; fp32 may
+// differ in the last bit where the compiler fuses the product with the add.
 #include <atomic>
 
 #include "backend/cuda/detail/check.h"
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 std::atomic<bool> g_norm_regs{true};   // IB_NORM_REGS
-std::atomic<bool> g_norm_post{false};  // IB_NORM_POST
+std::atomic<bool> g_norm_post{true};  // IB_NORM_POST
 
 }  // namespace
 
