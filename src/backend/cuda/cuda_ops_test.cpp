@@ -190,8 +190,9 @@ TEST_P(CudaOps, NormAddRmsNormInOneKernel) {
       } else {
         // fp32 keeps the normed x in a register, where the compiler may fuse its product with the
         // residual add (one rounding, not two): the last bit may differ (measured on the H200).
-        EXPECT_LT(rel_l2(twin.gpu_floats(res.gpu), unfused[0]), 1e-6) << "residual " << where;
-        EXPECT_LT(rel_l2(twin.gpu_floats(out.gpu), unfused[1]), 1e-6) << "out " << where;
+        EXPECT_LT(testing::rel_l2(twin.gpu_floats(res.gpu), unfused[0]), 1e-6)
+            << "residual " << where;
+        EXPECT_LT(testing::rel_l2(twin.gpu_floats(out.gpu), unfused[1]), 1e-6) << "out " << where;
       }
     }
   }
