@@ -67,7 +67,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_gemv_dense_ring(s.gemv_dense_ring.value_or(0) == 1);
   set_gemv_int4_warps(static_cast<int>(s.gemv_int4_warps.value_or(0)));
   set_norm_regs(s.norm_regs.value_or(1) == 1);
-  set_norm_post(s.norm_post.value_or(0) == 1);
+  set_norm_post(s.norm_post.value_or(1) == 1);
   set_gguf_wide(s.gguf_wide.value_or(0) == 1);
   if (s.lora_fused) backend.set_lora_fused(*s.lora_fused == 1);
   if (s.lora_pdl) backend.set_lora_pdl(*s.lora_pdl == 1);
