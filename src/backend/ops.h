@@ -209,6 +209,16 @@ class FusedDecodeOps {
                           const FusedLora* lora = nullptr) = 0;
 };
 
+// A model's quantized experts (MoeOps::runs_quantized_experts): their format, group size (K
+// elements a scale; 0: one group per row), act-order (a column permutation), and the hidden width
+// D (gate_up's K) and expert width F (down's K).
+struct QuantizedExperts {
+  WeightFormat format = WeightFormat::kDense;
+  int group_size = 0;
+  bool act_order = false;
+  int64_t hidden = 0, width = 0;
+};
+
 // DeepSeek's router options beyond Mixtral's (MoeOps::moe_route_grouped).
 struct MoeRouting {
   bool renormalize = true;  // the top-k weights divided by their sum
@@ -247,9 +257,9 @@ class MoeOps {
   virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                            std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                            Tensor out) = 0;
-  // Whether moe_experts takes experts in this quantized format (backend/weight.h), computed as
-  // the backend's matmul computes it; dense experts always (checked before a model loads).
-  virtual bool runs_quantized_experts(WeightFormat /*format*/) const { return false; }
+  // Whether moe_experts takes experts quantized as `experts` says (backend/weight.h), computed
+  // as the backend's matmul computes them; dense experts always (checked before a model loads).
+  virtual bool runs_quantized_experts(const QuantizedExperts& /*experts*/) const { return false; }
   // moe_route with DeepSeek's options (MoeRouting): softmax, the group limit, the top-k (ties:
   // the lower id), the renormalisation, then the scale. A backend that has only moe_route runs
   // the options moe_route covers (one group, scale 1); routes_grouped() says whether it runs

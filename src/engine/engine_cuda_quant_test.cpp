@@ -85,8 +85,12 @@ ModelWeights cpu_bf16_weights(const ModelConfig& c, CpuBackend& cpu, WeightForma
   round_all(w.final_norm);
   if (!c.tie_word_embeddings) round_all(w.lm_head.data);
   for (LayerWeights& l : w.layers) {
-    for (const Tensor& t : {l.attn_norm, l.bqkv, l.ffn_norm}) round_all(t);
-    for (WeightRef* ref : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) {
+    for (const Tensor& t : {l.attn_norm, l.bqkv, l.ffn_norm, l.router.data}) round_all(t);
+    std::vector<WeightRef*> matmuls = {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down};
+    for (auto* experts : {&l.expert_gate_up, &l.expert_down})  // a mixture-of-experts layer's
+      for (WeightRef& e : *experts) matmuls.push_back(&e);
+    for (WeightRef* ref : matmuls) {
+      if (ref->empty()) continue;  // an MoE layer's dense MLP
       round_all(ref->data);
       if (format == WeightFormat::kDense) continue;
       const int64_t n = ref->data.dim(0), k = ref->data.dim(1);
@@ -138,12 +142,10 @@ struct QuantCase {
 // (decode graphs, weight format)
 class CudaEngineQuant : public ::testing::TestWithParam<std::tuple<bool, QuantCase>> {};
 
-TEST_P(CudaEngineQuant, MatchesTheCpuEngineOnTheSameQuantizedWeights) {
-  IB_REQUIRE_CUDA();
-  const bool graphs = std::get<0>(GetParam());
-  const WeightFormat format = std::get<1>(GetParam()).format;
-  const bool asymmetric = std::get<1>(GetParam()).asymmetric;
-  ModelConfig c = testing::small_cuda_config("small-cuda-quant");
+// The CUDA engine on c quantized to format at load against the CPU engine on the same quantized
+// weights (the bounds above).
+void expect_matches_the_cpu_engine(const ModelConfig& c, bool graphs, WeightFormat format,
+                                   bool asymmetric) {
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = DType::kBF16;
@@ -157,7 +159,8 @@ TEST_P(CudaEngineQuant, MatchesTheCpuEngineOnTheSameQuantizedWeights) {
   quantized.asymmetric = asymmetric;
   auto gpu_w = load_weights(c, quantized, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
-  EXPECT_EQ(gpu_w->layers[0].w_down.format, format);
+  const LayerWeights& first = gpu_w->layers[0];
+  EXPECT_EQ(c.moe.num_experts > 0 ? first.expert_down.at(0).format : first.w_down.format, format);
   CpuBackend cpu(2);
   const Generation want = generate(c, cpu_bf16_weights(c, cpu, format, asymmetric), cpu, false);
   const Generation got = generate(c, std::move(*gpu_w), **gpu, graphs);
@@ -184,14 +187,32 @@ TEST_P(CudaEngineQuant, MatchesTheCpuEngineOnTheSameQuantizedWeights) {
     first_vs_dense = std::max(first_vs_dense, rel_l2(g.logits[0], dense.done.at(id).logits[0]));
     same_first += g.tokens[0] == dense.done.at(id).tokens[0];
   }
-  RecordProperty("max_rel_l2", std::to_string(worst));
-  RecordProperty("first_step_vs_cpu", std::to_string(first_vs_cpu));
-  RecordProperty("first_step_vs_bf16_dense", std::to_string(first_vs_dense));
-  RecordProperty("first_token_agreement_with_bf16", std::to_string(same_first));
+  ::testing::Test::RecordProperty("max_rel_l2", std::to_string(worst));
+  ::testing::Test::RecordProperty("first_step_vs_cpu", std::to_string(first_vs_cpu));
+  ::testing::Test::RecordProperty("first_step_vs_bf16_dense", std::to_string(first_vs_dense));
+  ::testing::Test::RecordProperty("first_token_agreement_with_bf16", std::to_string(same_first));
   EXPECT_GE(compared, 12) << "too few comparable steps";
   EXPECT_GT(first_vs_dense, 1e-3) << "the quantized run looks dense";
   EXPECT_LE(first_vs_cpu, 1.25 * first_vs_dense + (format == WeightFormat::kFp8E4M3 ? 0.0 : 0.01));
   EXPECT_LE(worst, 0.15);
+}
+
+TEST_P(CudaEngineQuant, MatchesTheCpuEngineOnTheSameQuantizedWeights) {
+  IB_REQUIRE_CUDA();
+  expect_matches_the_cpu_engine(testing::small_cuda_config("small-cuda-quant"),
+                                std::get<0>(GetParam()), std::get<1>(GetParam()).format,
+                                std::get<1>(GetParam()).asymmetric);
+}
+
+// Mixtral with its experts in AWQ 4-bit too (moe_int4.cu; Mixtral-8x22B AWQ's path), eagerly
+// and with decode graphs.
+TEST(CudaEngineQuantMoe, Int4ExpertsMatchTheCpuEngine) {
+  IB_REQUIRE_CUDA();
+  for (const bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "graphs" : "eager");
+    expect_matches_the_cpu_engine(testing::small_cuda_mixtral("small-cuda-mixtral-awq"), graphs,
+                                  WeightFormat::kInt4W4A16, true);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -239,6 +239,26 @@ TEST(MixtralRefusals, ExpertsInGgufBlocksAreRefused) {
   EXPECT_EQ(backend.memory().snapshot().num_allocs, 0);
 }
 
+// What the loader asks a backend about the experts before anything is allocated
+// (MoeOps::runs_quantized_experts; CUDA takes only some 4-bit layouts, CudaMoeExperts tests its
+// answers): the load-time layout's group size, or a 4-bit checkpoint's own with its act-order.
+TEST(MixtralRefusals, TheBackendIsAskedAboutTheExpertsLayout) {
+  ModelConfig c = tiny_mixtral();
+  const QuantizedExperts int4 = detail::quantized_experts(c, WeightFormat::kInt4W4A16);
+  EXPECT_EQ(int4.format, WeightFormat::kInt4W4A16);
+  EXPECT_EQ(int4.group_size, 128);
+  EXPECT_FALSE(int4.act_order);
+  EXPECT_EQ(int4.hidden, c.hidden_size);
+  EXPECT_EQ(int4.width, c.moe.expert_intermediate_size);
+  EXPECT_EQ(detail::quantized_experts(c, WeightFormat::kInt8W8A16).group_size, 0);
+  c.quantization.format = "gptq";
+  c.quantization.group_size = 64;
+  c.quantization.act_order = true;
+  const QuantizedExperts gptq = detail::quantized_experts(c, WeightFormat::kInt4W4A16);
+  EXPECT_EQ(gptq.group_size, 64);
+  EXPECT_TRUE(gptq.act_order);
+}
+
 // w's values as the backend's matmul reads them, (N, K) f32: identity rows times w^T (each output
 // one product by 1 and zeros, so exact).
 std::vector<float> dequantized(CpuBackend& backend, const WeightRef& w) {

@@ -1,5 +1,6 @@
 // Mixture-of-experts layers' weights: allocation (experts dense or quantized), dummy values with a
 // routing spread, their bytes, and the refusals of what the engine cannot run with them yet.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -96,6 +97,19 @@ int64_t moe_layer_bytes(const ModelConfig& c, DType dtype, const MatmulLayout& l
                        matmul_weight_bytes(d, f, dtype, layout));
 }
 
+QuantizedExperts quantized_experts(const ModelConfig& c, WeightFormat quantization) {
+  const MatmulLayout layout = c.quantization.quantized()
+                                  ? checkpoint_layout(quantization, c.quantization)
+                                  : load_time_layout(quantization, false);
+  QuantizedExperts experts;
+  experts.format = quantization;
+  experts.group_size = std::max(layout.group_size, 0);
+  experts.act_order = layout.act_order;
+  experts.hidden = c.hidden_size;
+  experts.width = c.moe.expert_intermediate_size;
+  return experts;
+}
+
 Status check_moe_runs(const ModelConfig& c, WeightFormat quantization, Backend& backend) {
   if (c.moe.num_experts == 0) return Ok{};
   if (backend.moe_ops() == nullptr) {
@@ -105,12 +119,20 @@ Status check_moe_runs(const ModelConfig& c, WeightFormat quantization, Backend& 
                       "run it with --device cpu or cuda");
   }
   IB_TRY(check_moe_quantization(c, quantization));
-  if (quantization != WeightFormat::kDense &&
-      !backend.moe_ops()->runs_quantized_experts(quantization)) {
+  if (quantization == WeightFormat::kDense) return Ok{};
+  const QuantizedExperts experts = quantized_experts(c, quantization);
+  if (!backend.moe_ops()->runs_quantized_experts(experts)) {
     const DeviceInfo dev = backend.device_info();
+    const std::string groups =
+        experts.group_size > 0 ? "groups of " + std::to_string(experts.group_size) : "per row";
     return user_error(moe_model(c) + ": the " + dev.kind + " backend (" + dev.name +
-                      ") runs its experts with dense weights only for now (the CPU backend runs "
-                      "them quantized); drop --quantization or use --device cpu");
+                      ") does not run its experts in " +
+                      (c.quantization.quantized() ? c.quantization.format
+                                                  : std::string(weight_format_name(quantization))) +
+                      " (" + groups + (experts.act_order ? ", act-order" : "") +
+                      ") (CUDA: awq / gptq 4-bit in groups of a multiple of 128, without "
+                      "act-order, widths multiples of 128; the CPU backend runs every format); "
+                      "use --device cpu or another --quantization");
   }
   return Ok{};
 }

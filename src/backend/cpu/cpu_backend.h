@@ -71,8 +71,8 @@ class CpuBackend final : public Backend,
                    Tensor out) override;
   bool routes_grouped() const override { return true; }
   // Every format its matmul takes: each expert goes through it (moe.cpp).
-  bool runs_quantized_experts(WeightFormat format) const override {
-    return supports_weight_format(format);
+  bool runs_quantized_experts(const QuantizedExperts& experts) const override {
+    return supports_weight_format(experts.format);
   }
   void moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing, Tensor expert_ids,
                          Tensor expert_weights, Tensor expert_tokens) override;

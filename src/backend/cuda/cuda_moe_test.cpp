@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "backend/cuda/detail/moe_kernels.h"
+#include "backend/cuda/detail/quant4_test_support.h"
 #include "backend/cuda/detail/test_support.h"
 
 namespace ib::cuda {
@@ -299,6 +300,76 @@ TEST_P(CudaMoeExperts, AddRmsNormInOneKernel) {
   expect_experts_add_norm_match(twin, {2, 66, 8, 256, 32}, ++seed);
   expect_experts_add_norm_match(twin, {3, 8, 2, 30, 18}, ++seed);
   expect_experts_add_norm_match(twin, {2, 24, 18, 64, 32}, ++seed);
+}
+
+// 4-bit experts (kInt4W4A16: AWQ / GPTQ; moe_int4.cu) against the CPU op on their values
+// dequantized as backend/weight.h defines them (dense fp32): random codes, f16 scales and zero
+// points, groups of 128, 256 and one a row; 1 to 1,100 tokens (several passes of 8 pairs an
+// expert, several chunks), plainly, under PDL and replayed from a graph. The tolerance is the
+// dtype's: the GPU rounds x, g, u and act to it.
+void expect_int4_experts_match(Twin& twin, const ExpertsCase& ec, int group, uint64_t seed,
+                               bool graph) {
+  const int64_t t = ec.tokens, e = ec.experts, k = ec.top_k, d = ec.hidden, f = ec.inter;
+  Rng rng(seed);
+  ExpertsInputs in = experts_inputs(twin, {t, e, k, 128, 128}, rng);  // x, ids and weights
+  in.x = twin.floats({t, d}, random_floats(rng, t * d));
+  const testing::Variant v{WeightFormat::kInt4W4A16, group, false};
+  std::vector<WeightRef> gu_cpu, gu_gpu, dn_cpu, dn_gpu;
+  for (int64_t i = 0; i < e; ++i) {
+    const testing::Weight4 gu = testing::make_weight(twin, rng, 2 * f, d, v);
+    const testing::Weight4 dn = testing::make_weight(twin, rng, d, f, v);
+    gu_cpu.push_back(gu.cpu);
+    gu_gpu.push_back(gu.gpu);
+    dn_cpu.push_back(dn.cpu);
+    dn_gpu.push_back(dn.gpu);
+  }
+  Pair out = twin.output({t, d});
+  twin.cpu().moe_ops()->moe_experts(in.x.cpu, in.ids.cpu, in.weights.cpu, gu_cpu, dn_cpu, out.cpu);
+  for (const bool pdl : {false, true}) {
+    twin.gpu().set_moe_pdl(pdl);
+    twin.gpu().poison_workspace();
+    twin.gpu().fill_constant(out.gpu, NAN);
+    if (graph) {
+      twin.gpu().set_debug_sync(false);
+      ASSERT_TRUE(twin.gpu().begin_capture().ok());
+      twin.gpu().moe_experts(in.x.gpu, in.ids.gpu, in.weights.gpu, gu_gpu, dn_gpu, out.gpu);
+      auto g = twin.gpu().end_capture();
+      ASSERT_TRUE(g.ok()) << g.error().message;
+      (*g)->replay();
+      twin.gpu().synchronize();
+      twin.gpu().set_debug_sync(true);
+    } else {
+      twin.gpu().moe_experts(in.x.gpu, in.ids.gpu, in.weights.gpu, gu_gpu, dn_gpu, out.gpu);
+    }
+    ASSERT_TRUE(twin.gpu().device_status().ok()) << twin.gpu().device_status().error().message;
+    EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
+        << "T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f << " group=" << group
+        << (graph ? " (graph)" : "") << (pdl ? " PDL" : "");
+  }
+  twin.gpu().set_moe_pdl(false);
+}
+
+TEST_P(CudaMoeExperts, FourBitExpertsMatchTheirDequantizedValues) {
+  Twin twin(GetParam());
+  if (!twin.gpu().supports_weight_format(WeightFormat::kInt4W4A16))
+    GTEST_SKIP() << "W4A16 runs in bf16 / fp16 on this GPU";
+  QuantizedExperts q{WeightFormat::kInt4W4A16, 128, false, 256, 384};
+  EXPECT_TRUE(twin.gpu().runs_quantized_experts(q));
+  q.group_size = 64;  // a 4-bit step (128 k) spans two groups
+  EXPECT_FALSE(twin.gpu().runs_quantized_experts(q));
+  q.group_size = 128;
+  q.act_order = true;
+  EXPECT_FALSE(twin.gpu().runs_quantized_experts(q));
+  EXPECT_FALSE(twin.gpu().runs_quantized_experts({WeightFormat::kInt8W8A16, 0, false, 256, 384}));
+  uint64_t seed = 500;
+  for (const int64_t t : {1, 2, 8, 64})
+    expect_int4_experts_match(twin, {t, 8, 2, 256, 384}, 128, ++seed, false);
+  expect_int4_experts_match(twin, {5, 4, 1, 512, 256}, 256, ++seed, false);
+  expect_int4_experts_match(twin, {3, 8, 2, 384, 256}, 0, ++seed, false);  // one group a row
+  expect_int4_experts_match(twin, {9, 16, 4, 128, 128}, 128, ++seed, false);
+  expect_int4_experts_match(twin, {1100, 8, 2, 128, 128}, 128, ++seed, false);  // 2 chunks
+  expect_int4_experts_match(twin, {1, 8, 2, 256, 384}, 128, ++seed, true);
+  expect_int4_experts_match(twin, {8, 8, 2, 256, 384}, 128, ++seed, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaMoeExperts,

@@ -472,7 +472,7 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
                         int64_t f, void* workspace, size_t workspace_bytes,
                         const MoeKernelChoice& choice, Tensor out, cudaStream_t stream,
-                        const MoeAddNorm* add_norm) {
+                        const MoeAddNorm* add_norm, const MoeInt4Experts* int4) {
   const int64_t t = x.rows(), d = x.row_size(), k = ids.row_size();
   if (t == 0) return;
   const int64_t chunk = moe_chunk_tokens(t, k, d, f, x.dtype, workspace_bytes);
@@ -496,7 +496,10 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const int32_t* idc = ids.as<const int32_t>() + t0 * k;
       const auto slots = static_cast<unsigned>(std::min(num_experts, pairs));
       const bool wide = tc <= choice.wide_max_tokens, tiles = tc <= choice.tile_max_tokens;
-      if (wide || tiles || tc <= choice.balance_max_tokens) {
+      if (int4 != nullptr) {
+        launch_moe_int4(xc, idc, pairs, static_cast<int>(k), *int4, d, f, slots, choice.num_sms,
+                        x.dtype, act, y, stream, choice.pdl);
+      } else if (wide || tiles || tc <= choice.balance_max_tokens) {
         const MoeTileForm form = wide    ? MoeTileForm::kWide
                                  : tiles ? MoeTileForm::kTiles
                                          : MoeTileForm::kBalanced;

@@ -69,26 +69,50 @@ void check_and_launch(const Tensor& x, const Tensor& expert_ids, const Tensor& e
                 expert_weights.row_size() == k && k >= 1,
             "moe_experts: x (T, D); ids int32, weights f32 (T, k); 1-256 experts");
   const int64_t f = gate_up[0].rows() / 2;
+  const bool int4 = gate_up[0].format == WeightFormat::kInt4W4A16;
   MoeExpertPtrs gate_up_ptrs, down_ptrs;
+  MoeInt4Experts int4_ptrs;  // 12 KiB of pointers, copied into the two launches
+  const auto int4_matrix = [](const WeightRef& w, MoeInt4Ptrs& ptrs, size_t i) {
+    // Other layouts are refused before loading (detail::check_moe_runs, runs_quantized_experts).
+    IB_ASSERT(w.format == WeightFormat::kInt4W4A16 && w.quantized_layout_ok() &&
+                  w.input_perm.empty() && w.group_size % 128 == 0 && w.cols() % 128 == 0 &&
+                  (i == 0 || w.group_size == ptrs.group_size),
+              "moe_experts: 4-bit experts in groups of a multiple of 128, without act-order");
+    ptrs.codes[i] = w.data.data;
+    ptrs.scales[i] = w.scales.data;
+    ptrs.zeros[i] = w.zeros.data;
+    ptrs.group_size = w.group_size;
+  };
   for (size_t i = 0; i < gate_up.size(); ++i) {
     const WeightRef &gu = gate_up[i], &dn = down[i];
-    // Quantized experts are refused before loading (detail::check_moe_runs: this backend's
-    // runs_quantized_experts is false).
-    IB_ASSERT(gu.format == WeightFormat::kDense && dn.format == WeightFormat::kDense &&
-                  gu.data.dtype == act && dn.data.dtype == act,
-              "moe_experts: dense experts in act");
     IB_ASSERT(gu.rows() == 2 * f && gu.cols() == d && dn.rows() == d && dn.cols() == f,
               "moe_experts: expert gate_up (2F, D), down (D, F)");
+    if (int4) {
+      int4_matrix(gu, int4_ptrs.gate_up, i);
+      int4_matrix(dn, int4_ptrs.down, i);
+      continue;
+    }
+    IB_ASSERT(gu.format == WeightFormat::kDense && dn.format == WeightFormat::kDense &&
+                  gu.data.dtype == act && dn.data.dtype == act,
+              "moe_experts: dense experts in act, or 4-bit ones (runs_quantized_experts)");
     gate_up_ptrs.ptr[i] = gu.data.data;
     down_ptrs.ptr[i] = dn.data.data;
   }
   IB_ASSERT(moe_chunk_tokens(1, k, d, f, act, workspace.bytes()) >= 1,
             "moe_experts: one token's expert activations exceed the workspace");
   launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs, static_cast<int>(e), f,
-                     workspace.data(), workspace.bytes(), choice, out, stream, add_norm);
+                     workspace.data(), workspace.bytes(), choice, out, stream, add_norm,
+                     int4 ? &int4_ptrs : nullptr);
 }
 
 }  // namespace
+
+bool CudaBackend::runs_quantized_experts(const QuantizedExperts& experts) const {
+  // Groups of 0 are one a row: K itself (D for gate_up, F for down).
+  return experts.format == WeightFormat::kInt4W4A16 && supports_weight_format(experts.format) &&
+         !experts.act_order && experts.group_size % 128 == 0 && experts.hidden % 128 == 0 &&
+         experts.width % 128 == 0;
+}
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
                               const Tensor& expert_weights, std::span<const WeightRef> gate_up,

@@ -85,6 +85,9 @@ int64_t mla_layer_bytes(const ModelConfig& config, int layer, DType dtype);
 // quantized format (MoeOps::runs_quantized_experts; check_moe_quantization's refusals too); Ok
 // for dense models.
 Status check_moe_runs(const ModelConfig& config, WeightFormat quantization, Backend& backend);
+// What check_moe_runs asks the backend about config's experts in that format: a quantized
+// checkpoint's own group size and act-order, else the load-time layout's; the two widths.
+QuantizedExperts quantized_experts(const ModelConfig& config, WeightFormat quantization);
 
 // Where a loader writes a matmul weight's dense values (N, K) in the activation dtype: the
 // weight's own data when it is dense, else one scratch buffer (tag kWorkspace) sized for the

@@ -18,6 +18,20 @@ inline constexpr int kMoeMaxTopK = 8;
 struct MoeExpertPtrs {
   const void* ptr[kMoeMaxExperts] = {};
 };
+// One expert matrix set in 4-bit W4A16 (backend/weight.h kInt4W4A16) per expert: codes (N, K / 2)
+// u8 (k = 2j in the low nibble of byte j), scales (N, K / group_size) f16, zeros (N, K /
+// group_size) u8; group_size a multiple of 128 (the GEMV's 4-bit step), K too. A 6 KiB kernel
+// parameter (CUDA 12.1+ takes up to 32 KiB).
+struct MoeInt4Ptrs {
+  const void* codes[kMoeMaxExperts] = {};
+  const void* scales[kMoeMaxExperts] = {};
+  const void* zeros[kMoeMaxExperts] = {};
+  int group_size = 0;
+};
+// The experts' two matrices in 4-bit (moe_experts with kInt4W4A16 experts).
+struct MoeInt4Experts {
+  MoeInt4Ptrs gate_up, down;
+};
 inline constexpr int kMoeMaxGroups = 64;  // DeepSeek's n_group (8 in V2 and V3)
 // The router's options (ops.h MoeRouting), passed to the kernel by value.
 struct MoeRouteParams {
@@ -62,11 +76,13 @@ struct MoeAddNorm {
 };
 // add_norm null: out = the experts' output; otherwise out is unused and add_norm's tensors take
 // it as above.
+// int4 non-null: the experts are 4-bit (gate_up and down unused) and every chunk runs
+// launch_moe_int4's kernels.
 void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
                         int64_t f, void* workspace, size_t workspace_bytes,
                         const MoeKernelChoice& choice, Tensor out, cudaStream_t stream,
-                        const MoeAddNorm* add_norm = nullptr);
+                        const MoeAddNorm* add_norm = nullptr, const MoeInt4Experts* int4 = nullptr);
 // The tile kernels' forms: tiles of 8 weight rows and 4 pairs a pass on grids of the expert slots
 // (IB_MOE_TILES); the same with 16 rows and a pair a pass (IB_MOE_WIDE); tiles of 8 rows with
 // the work items (tile, expert) spread over the device's resident blocks (IB_MOE_BALANCE).
@@ -79,5 +95,13 @@ void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
                       const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, bool vec, int64_t d,
                       int64_t f, unsigned slots, int num_sms, MoeTileForm form, DType dtype,
                       void* act, float* y, cudaStream_t stream, bool pdl);
+
+// The 4-bit experts' kernels of one chunk (moe_int4.cu), the outputs as launch_moe_tiles': act
+// (pairs, F) of dtype (bf16 / fp16) from x and gate_up, then y (pairs, D) f32 from act and down.
+// Tiles of 16 weight rows on the W4A16 GEMV's tensor-core step, 8 pairs a pass; grids of `slots`
+// expert rows. x and act rows 16-byte aligned (D and F multiples of 128).
+void launch_moe_int4(const void* x, const int32_t* ids, int pairs, int k,
+                     const MoeInt4Experts& experts, int64_t d, int64_t f, unsigned slots,
+                     int num_sms, DType dtype, void* act, float* y, cudaStream_t stream, bool pdl);
 
 }  // namespace ib::cuda
