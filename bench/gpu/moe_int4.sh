@@ -8,20 +8,27 @@
 # mixtral-8x22b --quantization awq (dummy weights quantized at load) at batch 1 (3 runs) and on
 # the seed protocol (batch 8, 200 prompts, 1 run; bench/seed-top5.yaml's row).
 # Usage (from the repository root, ~9 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/moe_int4.sh
-# Environment: IB_BUILD_DIR (/tmp/ib-int4), IB_SKIP_TESTS=1, IB_GEMMA_PARITY=1, IB_SKIP_SEED=1,
-# IB_MODEL (mixtral-8x22b), IB_RUN_ENV (switches for every run).
-# Writes tests.log, backend_cuda_test.json, engine_cuda_test.json, runs.log, runs/ (result.json
-# and log per run), parity.log and hf_compare_gemma2_9b_cuda.json (with IB_GEMMA_PARITY=1).
+# Environment: IB_BUILD_DIR (/tmp/ib-int4), IB_SKIP_TESTS=1, IB_BACKEND_TESTS / IB_ENGINE_TESTS
+# (the gtest filters; empty: that binary not built or run), IB_GEMMA_PARITY=1, IB_SKIP_SEED=1,
+# IB_MODEL (mixtral-8x22b), IB_RUN_ENV (switches for every run), IB_PROFILE=1: a CUPTI kernel
+# profile of a batch-1 run (profile_b1.txt; the per-step summary in runs.log).
+# Writes tests.log, backend_cuda_test.json, engine_cuda_test.json, runs.log, runs.tgz (result.json
+# and log per run), parity.log and hf_compare_gemma2_9b_cuda.json (with IB_GEMMA_PARITY=1): at
+# most 8 files come back.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 B=${IB_BUILD_DIR:-/tmp/ib-int4}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
-build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test || { cp "$O/build.log" "$O/tests.log"; exit 1; }
+BT=${IB_BACKEND_TESTS-*CudaMoeExperts*FourBit*:*CudaQuant4*:*NormAddRmsNorm*:*ReportsTheKernelSwitches*}
+ET=${IB_ENGINE_TESTS-*CudaEngineQuantMoe*:*CudaEngineQuant*w4a16*}
+TARGETS=(inferbench)
+[ -n "$BT" ] && TARGETS+=(backend_cuda_test)
+[ -n "$ET" ] && TARGETS+=(engine_cuda_test)
+[ "${IB_PROFILE:-0}" = 1 ] && TARGETS+=(ib_kernel_profile)
+build_gpu_tests "$B" "$O/build.log" "${TARGETS[@]}" || { cp "$O/build.log" "$O/tests.log"; exit 1; }
 echo "built $(el)"
-[ "${IB_SKIP_TESTS:-0}" = 1 ] ||
-  gpu_tests '*CudaMoeExperts*FourBit*:*CudaQuant4*:*NormAddRmsNorm*:*ReportsTheKernelSwitches*' \
-    '*CudaEngineQuantMoe*:*CudaEngineQuant*w4a16*'
+[ "${IB_SKIP_TESTS:-0}" = 1 ] || gpu_tests "$BT" "$ET"
 if [ "${IB_GEMMA_PARITY:-0}" = 1 ]; then
   PYTHONUNBUFFERED=1 timeout 150 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
     --families gemma2 --runs cuda:fp32,cuda:bf16 --json-name hf_compare_gemma2_9b_cuda.json \
@@ -39,5 +46,16 @@ run() { local name=$1; shift
 run "b1_${M}_awq" --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
 [ "${IB_SKIP_SEED:-0}" = 1 ] || run "seed_${M}_awq" --batch-size 8 --input-len 32 \
   --output-len 128 --num-prompts 200 --runs 1 --max-model-len 4096
+if [ "${IB_PROFILE:-0}" = 1 ]; then
+  env ${IB_RUN_ENV-} IB_KERNEL_PROFILE="$O/profile_b1.txt" IB_KERNEL_TIMELINE="$R/timeline_b1.csv" \
+    IB_KERNEL_TIMELINE_COUNT=20000 LD_PRELOAD="$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")" \
+    timeout 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
+    --quantization awq --disable-tqdm --model "$M" --batch-size 1 --input-len 32 --output-len 128 \
+    --num-prompts 2 --runs 1 --result-dir "$R/profile_run" --overwrite > "$R/profile_b1.log" 2>&1
+  echo "profile rc=$? $(el)" | tee -a "$O/runs.log"
+  python3 bench/gpu/step_summary.py "$R/timeline_b1.csv" | tee -a "$O/runs.log"
+  head -30 "$O/profile_b1.txt"
+fi
 find "$R" \( -name requests.jsonl -o -name allocations.csv \) -delete
+tar czf "$O/runs.tgz" -C "$O" runs && rm -rf "$R"
 echo "done $(el)"
