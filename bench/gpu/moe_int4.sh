@@ -10,7 +10,8 @@
 # Usage (from the repository root, ~9 minutes; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/moe_int4.sh
 # Environment: IB_BUILD_DIR (/tmp/ib-int4), IB_SKIP_TESTS=1, IB_BACKEND_TESTS / IB_ENGINE_TESTS
 # (the gtest filters; empty: that binary not built or run), IB_GEMMA_PARITY=1, IB_SKIP_SEED=1,
-# IB_MODEL (mixtral-8x22b), IB_RUN_ENV (switches for every run), IB_PROFILE=1: a CUPTI kernel
+# IB_MODEL (mixtral-8x22b), IB_RUN_ENV (switches for every run), IB_AB_SETS (below),
+# IB_PROFILE_ENV (switches for the profiled run), IB_PROFILE=1: a CUPTI kernel
 # profile of a batch-1 run (profile_b1.txt; the per-step summary in runs.log).
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test.json, runs.log, runs.tgz (result.json
 # and log per run), parity.log and hf_compare_gemma2_9b_cuda.json (with IB_GEMMA_PARITY=1): at
@@ -43,11 +44,19 @@ run() { local name=$1; shift
     --load-format dummy --quantization awq --disable-tqdm --model "$M" --result-dir "$R/$name" \
     --overwrite "$@" > "$R/$name.log" 2>&1
   echo "$name rc=$? $(el) $(grep -E "Output token throughput|TPOT median|copy ceiling|rror" "$R/$name.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$O/runs.log"; }
-run "b1_${M}_awq" --batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3
-[ "${IB_SKIP_SEED:-0}" = 1 ] || run "seed_${M}_awq" --batch-size 8 --input-len 32 \
-  --output-len 128 --num-prompts 200 --runs 1 --max-model-len 4096
+# IB_AB_SETS ("IB_MOE_INT4_RING=0;IB_MOE_INT4_RING=1"): a pass of the runs per set of switches
+# (';' between sets, ',' within one; tagged b1_<model>_awq_moe_int4_ring1, ...); empty: one pass.
+IFS=';' read -r -a SET_LIST <<< "${IB_AB_SETS-}"
+[ ${#SET_LIST[@]} = 0 ] && SET_LIST=("")
+for set in "${SET_LIST[@]}"; do
+  tag=${set//IB_/}; tag=${tag//=/}; tag=${tag//,/_}; tag=${tag,,}; tag=${tag:+_$tag}
+  IB_RUN_ENV="${IB_RUN_ENV-} ${set//,/ }" run "b1_${M}_awq$tag" --batch-size 1 --input-len 32 \
+    --output-len 128 --num-prompts 4 --runs 3
+  [ "${IB_SKIP_SEED:-0}" = 1 ] || IB_RUN_ENV="${IB_RUN_ENV-} ${set//,/ }" run "seed_${M}_awq$tag" \
+    --batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 --max-model-len 4096
+done
 if [ "${IB_PROFILE:-0}" = 1 ]; then
-  env ${IB_RUN_ENV-} IB_KERNEL_PROFILE="$O/profile_b1.txt" IB_KERNEL_TIMELINE="$R/timeline_b1.csv" \
+  env ${IB_RUN_ENV-} ${IB_PROFILE_ENV-} IB_KERNEL_PROFILE="$O/profile_b1.txt" IB_KERNEL_TIMELINE="$R/timeline_b1.csv" \
     IB_KERNEL_TIMELINE_COUNT=20000 LD_PRELOAD="$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")" \
     timeout 150 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
     --quantization awq --disable-tqdm --model "$M" --batch-size 1 --input-len 32 --output-len 128 \

@@ -165,6 +165,26 @@ ExpertsInputs experts_inputs(Twin& twin, const ExpertsCase& ec, Rng& rng) {
   return in;
 }
 
+// The GPU's moe_experts into out (NaN first), eagerly or captured in a graph and replayed.
+void run_gpu_experts(Twin& twin, bool graph, const Pair& x, const Pair& ids, const Pair& weights,
+                     const std::vector<WeightRef>& gu, const std::vector<WeightRef>& dn,
+                     const Pair& out) {
+  twin.gpu().fill_constant(out.gpu, NAN);
+  if (graph) {
+    twin.gpu().set_debug_sync(false);
+    ASSERT_TRUE(twin.gpu().begin_capture().ok());
+    twin.gpu().moe_experts(x.gpu, ids.gpu, weights.gpu, gu, dn, out.gpu);
+    auto g = twin.gpu().end_capture();
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    (*g)->replay();
+    twin.gpu().synchronize();
+    twin.gpu().set_debug_sync(true);
+  } else {
+    twin.gpu().moe_experts(x.gpu, ids.gpu, weights.gpu, gu, dn, out.gpu);
+  }
+  ASSERT_TRUE(twin.gpu().device_status().ok()) << twin.gpu().device_status().error().message;
+}
+
 // The same op on the CPU and the GPU (captured in a graph when `graph`).
 void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool graph) {
   const int64_t t = ec.tokens, e = ec.experts, k = ec.top_k, d = ec.hidden, f = ec.inter;
@@ -197,20 +217,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
     twin.gpu().set_moe_balance_tokens(form.balance_tokens);
     twin.gpu().set_moe_pdl(form.pdl);
     twin.gpu().poison_workspace();  // neither form may read the other's scratch
-    twin.gpu().fill_constant(out.gpu, NAN);
-    if (graph) {
-      twin.gpu().set_debug_sync(false);
-      ASSERT_TRUE(twin.gpu().begin_capture().ok());
-      twin.gpu().moe_experts(x.gpu, ids.gpu, weights.gpu, gu_gpu, dn_gpu, out.gpu);
-      auto g = twin.gpu().end_capture();
-      ASSERT_TRUE(g.ok()) << g.error().message;
-      (*g)->replay();
-      twin.gpu().synchronize();
-      twin.gpu().set_debug_sync(true);
-    } else {
-      twin.gpu().moe_experts(x.gpu, ids.gpu, weights.gpu, gu_gpu, dn_gpu, out.gpu);
-    }
-    ASSERT_TRUE(twin.gpu().device_status().ok()) << twin.gpu().device_status().error().message;
+    run_gpu_experts(twin, graph, x, ids, weights, gu_gpu, dn_gpu, out);
     EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
         << "T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f
         << (graph ? " (graph)" : "") << " " << form.name;
@@ -305,8 +312,10 @@ TEST_P(CudaMoeExperts, AddRmsNormInOneKernel) {
 // 4-bit experts (kInt4W4A16: AWQ / GPTQ; moe_int4.cu) against the CPU op on their values
 // dequantized as backend/weight.h defines them (dense fp32): random codes, f16 scales and zero
 // points, groups of 128, 256 and one a row; 1 to 1,100 tokens (several passes of 8 pairs an
-// expert, several chunks), plainly, under PDL and replayed from a graph. The tolerance is the
-// dtype's: the GPU rounds x, g, u and act to it.
+// expert, several chunks), plainly, under PDL and replayed from a graph, in the register form and
+// the ring form (IB_MOE_INT4_RING; 1-8 tokens, where a warp's steps of several tiles and empty
+// steps past K (D = 128: 1 step for 8 warps) meet the ring). The tolerance is the dtype's: the GPU
+// rounds x, g, u and act to it.
 void expect_int4_experts_match(Twin& twin, const ExpertsCase& ec, int group, uint64_t seed,
                                bool graph) {
   const int64_t t = ec.tokens, e = ec.experts, k = ec.top_k, d = ec.hidden, f = ec.inter;
@@ -325,27 +334,20 @@ void expect_int4_experts_match(Twin& twin, const ExpertsCase& ec, int group, uin
   }
   Pair out = twin.output({t, d});
   twin.cpu().moe_ops()->moe_experts(in.x.cpu, in.ids.cpu, in.weights.cpu, gu_cpu, dn_cpu, out.cpu);
-  for (const bool pdl : {false, true}) {
-    twin.gpu().set_moe_pdl(pdl);
-    twin.gpu().poison_workspace();
-    twin.gpu().fill_constant(out.gpu, NAN);
-    if (graph) {
-      twin.gpu().set_debug_sync(false);
-      ASSERT_TRUE(twin.gpu().begin_capture().ok());
-      twin.gpu().moe_experts(in.x.gpu, in.ids.gpu, in.weights.gpu, gu_gpu, dn_gpu, out.gpu);
-      auto g = twin.gpu().end_capture();
-      ASSERT_TRUE(g.ok()) << g.error().message;
-      (*g)->replay();
-      twin.gpu().synchronize();
-      twin.gpu().set_debug_sync(true);
-    } else {
-      twin.gpu().moe_experts(in.x.gpu, in.ids.gpu, in.weights.gpu, gu_gpu, dn_gpu, out.gpu);
+  // The register form, then the ring form (IB_MOE_INT4_RING: chunks of <= 8 tokens), each
+  // plainly and under PDL.
+  for (const bool ring : {false, true}) {
+    for (const bool pdl : {false, true}) {
+      twin.gpu().set_moe_int4_ring(ring);
+      twin.gpu().set_moe_pdl(pdl);
+      twin.gpu().poison_workspace();
+      run_gpu_experts(twin, graph, in.x, in.ids, in.weights, gu_gpu, dn_gpu, out);
+      EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
+          << "T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f << " group=" << group
+          << (graph ? " (graph)" : "") << (pdl ? " PDL" : "") << (ring ? " ring" : "");
     }
-    ASSERT_TRUE(twin.gpu().device_status().ok()) << twin.gpu().device_status().error().message;
-    EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
-        << "T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f << " group=" << group
-        << (graph ? " (graph)" : "") << (pdl ? " PDL" : "");
   }
+  twin.gpu().set_moe_int4_ring(false);
   twin.gpu().set_moe_pdl(false);
 }
 

@@ -17,8 +17,6 @@
 namespace ib::cuda {
 namespace {
 
-using moe::collect_pairs;
-using moe::expert_of_slot;
 using moe::kMaxChunkPairs;
 using moe::load_vec;
 using moe::silu;
@@ -229,14 +227,12 @@ __device__ __forceinline__ void dot_rows(const T* const (&w)[R], const T* x, int
 template <typename T, int V>
 __global__ void moe_gate_up_kernel(const T* x, int64_t d, const int32_t* ids, int pairs, int k,
                                    MoeExpertPtrs gate_up, int64_t f, T* act) {
-  __shared__ int list[kMaxChunkPairs];
-  __shared__ int count, expert;
-  __shared__ unsigned present[kMoeMaxExperts / 32];
+  __shared__ moe::SlotPairs slot;
   pdl_wait();
   pdl_trigger();
-  const int e = expert_of_slot(ids, pairs, static_cast<int>(blockIdx.y), present, &expert);
-  if (e < 0) return;
-  const int n_pairs = collect_pairs(ids, pairs, e, list, &count);
+  int e = -1;
+  const int n_pairs = moe::slot_pairs(ids, pairs, slot, &e);
+  const int* list = slot.list;
   const int64_t n = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   if (n_pairs == 0 || n >= f) return;
   const T* w = static_cast<const T*>(gate_up.ptr[e]);
@@ -259,14 +255,12 @@ __global__ void moe_gate_up_kernel(const T* x, int64_t d, const int32_t* ids, in
 template <typename T, int V>
 __global__ void moe_down_kernel(const T* act, int64_t f, const int32_t* ids, int pairs,
                                 MoeExpertPtrs down, int64_t d, float* y) {
-  __shared__ int list[kMaxChunkPairs];
-  __shared__ int count, expert;
-  __shared__ unsigned present[kMoeMaxExperts / 32];
+  __shared__ moe::SlotPairs slot;
   pdl_wait();
   pdl_trigger();
-  const int e = expert_of_slot(ids, pairs, static_cast<int>(blockIdx.y), present, &expert);
-  if (e < 0) return;
-  const int n_pairs = collect_pairs(ids, pairs, e, list, &count);
+  int e = -1;
+  const int n_pairs = moe::slot_pairs(ids, pairs, slot, &e);
+  const int* list = slot.list;
   const int64_t n = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   if (n_pairs == 0 || n >= d) return;
   const T* rows[1] = {static_cast<const T*>(down.ptr[e]) + n * f};
@@ -498,7 +492,7 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const bool wide = tc <= choice.wide_max_tokens, tiles = tc <= choice.tile_max_tokens;
       if (int4 != nullptr) {
         launch_moe_int4(xc, idc, pairs, static_cast<int>(k), *int4, d, f, slots, choice.num_sms,
-                        x.dtype, act, y, stream, choice.pdl);
+                        x.dtype, act, y, stream, choice.pdl, choice.int4_ring);
       } else if (wide || tiles || tc <= choice.balance_max_tokens) {
         const MoeTileForm form = wide    ? MoeTileForm::kWide
                                  : tiles ? MoeTileForm::kTiles

@@ -119,8 +119,9 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
                               std::span<const WeightRef> down, Tensor out) {
   IB_ASSERT(out.dtype == dtype_ && out.rows() == x.rows() && out.row_size() == x.row_size(),
             "moe_experts: out (T, D) in act");
-  const MoeKernelChoice choice{num_sms_, moe_wide_tokens_, moe_tile_tokens_, moe_balance_tokens_,
-                               pdl_ && moe_pdl_};
+  const MoeKernelChoice choice{num_sms_,         moe_wide_tokens_,
+                               moe_tile_tokens_, moe_balance_tokens_,
+                               pdl_ && moe_pdl_, moe_int4_ring_};
   run_op("moe_experts", [&] {
     check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,
                      choice, out, stream_, nullptr);
@@ -137,8 +138,9 @@ void CudaBackend::moe_experts_add_rms_norm(const Tensor& x, const Tensor& expert
                 residual.dtype == dtype_ && normed.dtype == dtype_ && norm_weight.dtype == dtype_ &&
                 norm_weight.numel() == x.row_size(),
             "moe_experts_add_rms_norm: residual, normed (T, D) and norm_weight (D) in act");
-  const MoeKernelChoice choice{num_sms_, moe_wide_tokens_, moe_tile_tokens_, moe_balance_tokens_,
-                               pdl_ && moe_pdl_};
+  const MoeKernelChoice choice{num_sms_,         moe_wide_tokens_,
+                               moe_tile_tokens_, moe_balance_tokens_,
+                               pdl_ && moe_pdl_, moe_int4_ring_};
   const MoeAddNorm add_norm{residual, norm_weight, eps, normed};
   run_op("moe_experts_add_rms_norm", [&] {
     check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,

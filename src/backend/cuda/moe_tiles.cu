@@ -32,19 +32,9 @@ constexpr int kWidePairs = 1;
 // 102-126 (no third fits in 64 K registers).
 constexpr int kBlocksPerSm = 2;
 
-// Operands of a tile kernel. x row of pair p: x + (p / tokens_per_pair) * x_stride; K = k_dim.
 // gate_up (kGateUp): a tile's first kTileRows / 2 rows are its features' gate rows, the rest their
-// up rows, out act (stride n_out); down: out y (stride n_out, f32).
-template <typename T>
-struct TileArgs {
-  const T* x;
-  int64_t x_stride;
-  int tokens_per_pair;
-  int64_t k_dim;
-  int64_t n_out;
-  T* act;
-  float* y;
-};
+// up rows (moe::TileArgs: the operands).
+using moe::TileArgs;
 
 template <bool kGateUp, int kRows = kTileRows>
 constexpr int tile_features() {
@@ -138,16 +128,14 @@ __device__ __forceinline__ void run_tile(const TileArgs<T>& a, const T* w, int64
 template <typename T, int V, bool kGateUp, int kRows = kTileRows, int kPairs = kTilePairs>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     moe_tile_kernel(TileArgs<T> a, const int32_t* ids, int pairs, MoeExpertPtrs weights) {
-  __shared__ int list[moe::kMaxChunkPairs];
-  __shared__ int count, expert;
-  __shared__ unsigned present[kMoeMaxExperts / 32];
+  __shared__ moe::SlotPairs slot;
   __shared__ float partial[kWarps][kRows][kPairs];
   pdl_wait();  // IB_MOE_PDL
   pdl_trigger();
-  const int e = moe::expert_of_slot(ids, pairs, static_cast<int>(blockIdx.y), present, &expert);
-  if (e < 0) return;
-  const int n_pairs = moe::collect_pairs(ids, pairs, e, list, &count);
+  int e = -1;
+  const int n_pairs = moe::slot_pairs(ids, pairs, slot, &e);
   if (n_pairs == 0) return;
+  const int* list = slot.list;
   const T* w = static_cast<const T*>(weights.ptr[e]);
   constexpr int kFeatures = tile_features<kGateUp, kRows>();
   const int64_t tiles = (a.n_out + kFeatures - 1) / kFeatures;

@@ -152,6 +152,9 @@ class CudaBackend final : public Backend,
   // IB_MOE_PDL (default 1): the MoE kernels (router, experts, combine) launched with
   // programmatic dependent launch where IB_PDL is on, like the other decode kernels.
   void set_moe_pdl(bool on) { moe_pdl_ = on; }
+  // IB_MOE_INT4_RING (default 0): the 4-bit experts' ring form for chunks of <= 8 tokens
+  // (moe_int4.cu).
+  void set_moe_int4_ring(bool on) { moe_int4_ring_ = on; }
   // IB_MOE_ADD_NORM (default 0): MoeOps::fuses_experts_add_norm (Mixtral's layers end in one
   // kernel for the experts' combine, the residual add and the next input norm).
   void set_moe_add_norm(bool on) { moe_add_norm_ = on; }
@@ -390,6 +393,7 @@ class CudaBackend final : public Backend,
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
   bool moe_shared_ = false;         // IB_MOE_SHARED
   bool moe_pdl_ = true;             // IB_MOE_PDL
+  bool moe_int4_ring_ = false;      // IB_MOE_INT4_RING
   bool moe_add_norm_ = false;       // IB_MOE_ADD_NORM
   bool lora_fused_ = false;
   bool lora_pdl_ = true;

@@ -13,6 +13,20 @@ namespace ib::cuda::moe {
 // Pairs of one token chunk (shared memory holds their indices: 8 KiB).
 inline constexpr int kMaxChunkPairs = 2048;
 
+// Operands of an expert kernel (moe_tiles.cu, moe_int4.cu). x row of pair p: x + (p /
+// tokens_per_pair) * x_stride; K = k_dim. gate_up: out act (stride n_out = F; the weight's rows
+// F.. its up rows); down: out y (stride n_out = D, f32).
+template <typename T>
+struct TileArgs {
+  const T* x;
+  int64_t x_stride;
+  int tokens_per_pair;
+  int64_t k_dim;
+  int64_t n_out;
+  T* act;
+  float* y;
+};
+
 __device__ __forceinline__ float silu(float g) {
   return g / (1.0f + expf(-g));
 }
@@ -78,6 +92,22 @@ __device__ inline int collect_pairs(const int32_t* ids, int pairs, int e, int* l
   }
   __syncthreads();
   return *count;
+}
+
+// A block's expert and the chunk's pairs routed to it, in shared memory (slot_pairs).
+struct SlotPairs {
+  int list[kMaxChunkPairs];
+  int count, expert;
+  unsigned present[kMoeMaxExperts / 32];
+};
+
+// The expert of the block's grid row (blockIdx.y: expert_of_slot) into *e and its pairs into
+// s.list; returns their count, 0 where the row has no expert (past the chunk's distinct ones) or
+// the expert no pair.
+__device__ inline int slot_pairs(const int32_t* ids, int pairs, SlotPairs& s, int* e) {
+  *e = expert_of_slot(ids, pairs, static_cast<int>(blockIdx.y), s.present, &s.expert);
+  if (*e < 0) return 0;
+  return collect_pairs(ids, pairs, *e, s.list, &s.count);
 }
 
 }  // namespace ib::cuda::moe

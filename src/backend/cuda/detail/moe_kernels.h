@@ -61,7 +61,8 @@ struct MoeKernelChoice {
   int64_t wide_max_tokens = 0;
   int64_t tile_max_tokens = 0;
   int64_t balance_max_tokens = 0;
-  bool pdl = false;  // IB_MOE_PDL: programmatic dependent launch
+  bool pdl = false;        // IB_MOE_PDL: programmatic dependent launch
+  bool int4_ring = false;  // IB_MOE_INT4_RING: 4-bit experts' chunks of <= 8 tokens streamed
 };
 // MoeOps::moe_experts_add_rms_norm's end: residual += the experts' output, normed =
 // rms_norm(residual) * gain (DenseOps::add_rms_norm), all (T, D) or (D) of x's dtype. Where the
@@ -99,9 +100,12 @@ void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
 // The 4-bit experts' kernels of one chunk (moe_int4.cu), the outputs as launch_moe_tiles': act
 // (pairs, F) of dtype (bf16 / fp16) from x and gate_up, then y (pairs, D) f32 from act and down.
 // Tiles of 16 weight rows on the W4A16 GEMV's tensor-core step, 8 pairs a pass; grids of `slots`
-// expert rows. x and act rows 16-byte aligned (D and F multiples of 128).
+// expert rows. x and act rows 16-byte aligned (D and F multiples of 128). ring (IB_MOE_INT4_RING):
+// chunks of at most 8 tokens stream each warp's steps through a ring in shared memory across the
+// block's tiles.
 void launch_moe_int4(const void* x, const int32_t* ids, int pairs, int k,
                      const MoeInt4Experts& experts, int64_t d, int64_t f, unsigned slots,
-                     int num_sms, DType dtype, void* act, float* y, cudaStream_t stream, bool pdl);
+                     int num_sms, DType dtype, void* act, float* y, cudaStream_t stream, bool pdl,
+                     bool ring);
 
 }  // namespace ib::cuda

@@ -48,6 +48,8 @@ struct CudaSwitches {
   std::optional<int64_t> moe_shared;
   // IB_MOE_PDL=0|1: the MoE kernels with programmatic dependent launch (CudaBackend::set_moe_pdl).
   std::optional<int64_t> moe_pdl;
+  // IB_MOE_INT4_RING=0|1: the 4-bit experts' ring form (CudaBackend::set_moe_int4_ring).
+  std::optional<int64_t> moe_int4_ring;
   // IB_MOE_ADD_NORM=0|1: the experts' combine, the residual add and the next input norm in one
   // kernel (CudaBackend::set_moe_add_norm).
   std::optional<int64_t> moe_add_norm;
