@@ -3,7 +3,8 @@
 # Mixtral-8x22B AWQ row): build; the gpu tests of the 4-bit expert kernels against the CPU op on
 # their dequantized values (CudaMoeExperts.FourBit*), the 4-bit GEMV's (CudaQuant4, its weights now
 # made by the shared test support), the small Mixtral engine in AWQ against the CPU engine
-# (CudaEngineQuantMoe) and the norm and switch tests; optionally tools/hf_compare.py on Gemma-2-9B's
+# (CudaEngineQuantMoe), the dense Mixtral engine cases (*_mixtral*, CudaEngineMoe) and the norm and
+# switch tests; optionally tools/hf_compare.py on Gemma-2-9B's
 # sizes (IB_GEMMA_PARITY=1: through IB_NORM_POST, now on by default); then `inferbench run` on
 # mixtral-8x22b --quantization awq (dummy weights quantized at load) at batch 1 (3 runs) and on
 # the seed protocol (batch 8, 200 prompts, 1 run; bench/seed-top5.yaml's row).
@@ -22,7 +23,7 @@ source bench/gpu/build_inferbench.sh && use_icu
 B=${IB_BUILD_DIR:-/tmp/ib-int4}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
 BT=${IB_BACKEND_TESTS-*CudaMoeExperts*FourBit*:*CudaQuant4*:*NormAddRmsNorm*:*ReportsTheKernelSwitches*}
-ET=${IB_ENGINE_TESTS-*CudaEngineQuantMoe*:*CudaEngineQuant*w4a16*}
+ET=${IB_ENGINE_TESTS-*CudaEngineQuantMoe*:*CudaEngineQuant*w4a16*:*_mixtral*:*CudaEngineMoe*}
 TARGETS=(inferbench)
 [ -n "$BT" ] && TARGETS+=(backend_cuda_test)
 [ -n "$ET" ] && TARGETS+=(engine_cuda_test)
