@@ -2,6 +2,9 @@
 # The seed's headline rows that run on one H200 (bench/seed-top5.yaml), one run each unless
 # IB_RUNS says otherwise, with the binary of an earlier script's build (IB_BIN) or a fresh build.
 # Usage (repository root): OUT=dir [IB_BIN=path/to/inferbench] [IB_MODELS=llama-3-70b] bash bench/gpu/seed_top5.sh
+# IB_RESUME=path/to/st5.tgz (an earlier call's, committed and so carried): its finished entries
+# are kept (the suite resumes a result directory that holds its state) and the leaderboard shows
+# them with this call's, so the five rows at three runs each can take several calls.
 # Writes leaderboard.md, leaderboard.csv, suite.log and st5.tgz (every entry's result.json).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
@@ -13,10 +16,14 @@ if [ -z "$BIN" ]; then
   BIN=$BUILD/bin/inferbench
 fi
 S=$O/st5; ONLY=()
+if [ -n "${IB_RESUME:-}" ]; then tar xzf "$IB_RESUME" -C "$O" && echo "resuming $(ls "$S" | tr '\n' ' ')"; fi
 [ -n "${IB_MODELS:-}" ] && ONLY=(--model-list "$IB_MODELS")
 timeout -s INT "${IB_TIMEOUT_S:-500}" "$BIN" suite bench/seed-top5.yaml --result-dir "$S" \
   --override "runs=${IB_RUNS:-1}" "${ONLY[@]}" > "$O/suite.log" 2>&1
 echo "suite rc=$? $(el)"
+# The leaderboard of every entry finished with these flags (this call's and IB_RESUME's).
+"$BIN" suite bench/seed-top5.yaml --result-dir "$S" --report-only --override "runs=${IB_RUNS:-1}" \
+  >> "$O/suite.log" 2>&1
 cp "$S/leaderboard.md" "$S/leaderboard.csv" "$O/" 2>/dev/null
 grep -E "^\| [0-9]" "$O/leaderboard.md" 2>/dev/null
 find "$S" \( -name requests.jsonl -o -name allocations.csv -o -name memory.csv \) -delete

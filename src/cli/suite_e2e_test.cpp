@@ -125,6 +125,18 @@ entries:
   EXPECT_EQ(args[args.size() - 2], "--seed");
   EXPECT_EQ(json::parse(read_file(other / "tiny-15m" / "result.json").value())["config"]["seed"],
             3);
+  // --report-only without that --override: the entries ran with other flags, and say so (not
+  // "pending"); with it, they are the entries' rows again.
+  ASSERT_EQ(run({"suite", yaml.string(), "--result-dir", other.string(), "--report-only"}), 0)
+      << err();
+  const std::string stale = read_file(other / "leaderboard.md").value();
+  EXPECT_NE(stale.find("ran with other flags"), std::string::npos) << stale;
+  EXPECT_EQ(stale.find("pending"), std::string::npos) << stale;
+  ASSERT_EQ(run({"suite", yaml.string(), "--result-dir", other.string(), "--report-only",
+                 "--override", "seed=3"}),
+            0)
+      << err();
+  EXPECT_EQ(read_file(other / "leaderboard.md").value().find("other flags"), std::string::npos);
 
   // Two suites: entry by entry (a huge threshold: CPU noise must not decide the exit code).
   ASSERT_EQ(run({"compare", dir.string(), other.string(), "--threshold", "1000%"}), 0) << err();

@@ -63,9 +63,11 @@ Status write_suite_report(const fs::path& dir, const std::string& name,
       if (eval.is_discarded()) eval = nullptr;
     }
     const EntryState* s = state.find(e.name);
-    if (s != nullptr && !same_flags(*s, e)) s = nullptr;  // an older run with other flags
+    const bool other_flags = s != nullptr && !same_flags(*s, e);  // an older run, or --override
+    if (other_flags) s = nullptr;
     auto model = resolve_model(e.model);
     rows.push_back(leaderboard_row(e, s, result, eval, model.ok() ? model->parameter_count() : 0));
+    if (other_flags) rows.back().status = "ran with other flags (the --override it ran with?)";
     std::error_code ec;
     if (s != nullptr && s->status == "ok" && fs::exists(dir / e.name / kMemoryCsv, ec)) {
       plotted.push_back((dir / e.name).string());
