@@ -335,16 +335,25 @@ void expect_int4_experts_match(Twin& twin, const ExpertsCase& ec, int group, uin
   Pair out = twin.output({t, d});
   twin.cpu().moe_ops()->moe_experts(in.x.cpu, in.ids.cpu, in.weights.cpu, gu_cpu, dn_cpu, out.cpu);
   // The register form, then the ring form (IB_MOE_INT4_RING: chunks of <= 8 tokens), each
-  // plainly and under PDL.
+  // plainly and under PDL; the ring form's steps are the register form's in the same order, so
+  // its output is the same bit for bit.
+  std::vector<float> register_form;
   for (const bool ring : {false, true}) {
     for (const bool pdl : {false, true}) {
       twin.gpu().set_moe_int4_ring(ring);
       twin.gpu().set_moe_pdl(pdl);
       twin.gpu().poison_workspace();
       run_gpu_experts(twin, graph, in.x, in.ids, in.weights, gu_gpu, dn_gpu, out);
-      EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
-          << "T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f << " group=" << group
-          << (graph ? " (graph)" : "") << (pdl ? " PDL" : "") << (ring ? " ring" : "");
+      const std::string where = "T=" + std::to_string(t) + " E=" + std::to_string(e) +
+                                " k=" + std::to_string(k) + " D=" + std::to_string(d) +
+                                " F=" + std::to_string(f) + " group=" + std::to_string(group) +
+                                (graph ? " (graph)" : "") + (pdl ? " PDL" : "") +
+                                (ring ? " ring" : "");
+      EXPECT_LT(twin.error(out), tolerance(twin.dtype())) << where;
+      if (!ring && !pdl) register_form = twin.gpu_floats(out.gpu);
+      if (ring) {
+        EXPECT_EQ(twin.gpu_floats(out.gpu), register_form) << where;
+      }
     }
   }
   twin.gpu().set_moe_int4_ring(false);
