@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-std::atomic<bool> g_norm_regs{true};   // IB_NORM_REGS
+std::atomic<bool> g_norm_regs{true};  // IB_NORM_REGS
 std::atomic<bool> g_norm_post{true};  // IB_NORM_POST
 
 }  // namespace
