@@ -6,7 +6,9 @@ name (templates and namespaces dropped): calls per step, the mean advance of the
 frontier per step (what the kernel adds to the step, overlap removed) and the idle gap before it.
 timeline_summary.py names the Llama-family fused GEMVs by role; this one only groups by name.
 
-Usage: bench/gpu/step_summary.py TIMELINE.csv
+Usage: bench/gpu/step_summary.py [--templates] TIMELINE.csv ...
+  --templates: group by the name with its template arguments (e.g. a kernel's gate_up and down
+  instantiations apart), namespaces dropped.
 """
 import collections
 import csv
@@ -14,8 +16,14 @@ import statistics
 import sys
 
 
+TEMPLATES = False
+
+
 def short_name(kernel):
-    kernel = kernel.replace("(anonymous namespace)::", "").split("<")[0].split("(")[0]
+    kernel = kernel.replace("(anonymous namespace)::", "")
+    if TEMPLATES:
+        return kernel.split("(")[0].replace("ib::cuda::", "")
+    kernel = kernel.split("<")[0].split("(")[0]
     return kernel.split("::")[-1]
 
 
@@ -38,14 +46,19 @@ def main(path):
             calls[k] += 1
     print(f"{path}: {n} steps (sampling to sampling), median "
           f"{statistics.median(s[2] for s in steps) / 1e3:.1f} us")
-    print(f"  {'kernel':40s} {'calls':>6s} {'advance us':>11s} {'gap us':>8s}")
+    width = 60 if TEMPLATES else 40
+    print(f"  {'kernel':{width}s} {'calls':>6s} {'advance us':>11s} {'gap us':>8s}")
     for k in sorted(advance, key=lambda k: -(advance[k] + gap[k])):
-        print(f"  {k[:40]:40s} {calls[k] / n:6.1f} {advance[k] / n / 1e3:11.1f} "
+        print(f"  {k[:width]:{width}s} {calls[k] / n:6.1f} {advance[k] / n / 1e3:11.1f} "
               f"{gap[k] / n / 1e3:8.1f}")
     print(f"  {'total':40s} {'':6s} {sum(advance.values()) / n / 1e3:11.1f} "
           f"{sum(gap.values()) / n / 1e3:8.1f}")
 
 
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
+    args = sys.argv[1:]
+    if "--templates" in args:
+        TEMPLATES = True
+        args.remove("--templates")
+    for p in args:
         main(p)
