@@ -282,9 +282,9 @@ void launch_moe_int4(const void* x, const int32_t* ids, int pairs, int k,
                      const MoeInt4Experts& experts, int64_t d, int64_t f, unsigned slots,
                      int num_sms, DType dtype, void* act, float* y, cudaStream_t stream, bool pdl,
                      bool ring) {
-  IB_ASSERT(d % kGemvInt4StepK == 0 && f % kGemvInt4StepK == 0 &&
-                experts.gate_up.group_size % kGemvInt4StepK == 0 &&
-                experts.down.group_size % kGemvInt4StepK == 0 && experts.gate_up.group_size > 0 &&
+  static_assert(kGemvInt4StepK == 128, "moe_int4_takes: the 4-bit step");
+  IB_ASSERT(moe_int4_takes(d, experts.gate_up.group_size) &&
+                moe_int4_takes(f, experts.down.group_size) && experts.gate_up.group_size > 0 &&
                 experts.down.group_size > 0 && aligned16(x) && aligned16(act),
             "moe_experts (4-bit): D, F and the group sizes multiples of 128, x and act aligned");
   if (dtype == DType::kBF16) {

@@ -75,7 +75,7 @@ void check_and_launch(const Tensor& x, const Tensor& expert_ids, const Tensor& e
   const auto int4_matrix = [](const WeightRef& w, MoeInt4Ptrs& ptrs, size_t i) {
     // Other layouts are refused before loading (detail::check_moe_runs, runs_quantized_experts).
     IB_ASSERT(w.format == WeightFormat::kInt4W4A16 && w.quantized_layout_ok() &&
-                  w.input_perm.empty() && w.group_size % 128 == 0 && w.cols() % 128 == 0 &&
+                  w.input_perm.empty() && moe_int4_takes(w.cols(), w.group_size) &&
                   (i == 0 || w.group_size == ptrs.group_size),
               "moe_experts: 4-bit experts in groups of a multiple of 128, without act-order");
     ptrs.codes[i] = w.data.data;
@@ -108,10 +108,14 @@ void check_and_launch(const Tensor& x, const Tensor& expert_ids, const Tensor& e
 }  // namespace
 
 bool CudaBackend::runs_quantized_experts(const QuantizedExperts& experts) const {
-  // Groups of 0 are one a row: K itself (D for gate_up, F for down).
   return experts.format == WeightFormat::kInt4W4A16 && supports_weight_format(experts.format) &&
-         !experts.act_order && experts.group_size % 128 == 0 && experts.hidden % 128 == 0 &&
-         experts.width % 128 == 0;
+         !experts.act_order && moe_int4_takes(experts.hidden, experts.group_size) &&
+         moe_int4_takes(experts.width, experts.group_size);
+}
+
+MoeKernelChoice CudaBackend::moe_kernel_choice() const {
+  return MoeKernelChoice{num_sms_,         moe_wide_tokens_, moe_tile_tokens_, moe_balance_tokens_,
+                         pdl_ && moe_pdl_, moe_int4_ring_};
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
@@ -119,9 +123,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
                               std::span<const WeightRef> down, Tensor out) {
   IB_ASSERT(out.dtype == dtype_ && out.rows() == x.rows() && out.row_size() == x.row_size(),
             "moe_experts: out (T, D) in act");
-  const MoeKernelChoice choice{num_sms_,         moe_wide_tokens_,
-                               moe_tile_tokens_, moe_balance_tokens_,
-                               pdl_ && moe_pdl_, moe_int4_ring_};
+  const MoeKernelChoice choice = moe_kernel_choice();
   run_op("moe_experts", [&] {
     check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,
                      choice, out, stream_, nullptr);
@@ -138,9 +140,7 @@ void CudaBackend::moe_experts_add_rms_norm(const Tensor& x, const Tensor& expert
                 residual.dtype == dtype_ && normed.dtype == dtype_ && norm_weight.dtype == dtype_ &&
                 norm_weight.numel() == x.row_size(),
             "moe_experts_add_rms_norm: residual, normed (T, D) and norm_weight (D) in act");
-  const MoeKernelChoice choice{num_sms_,         moe_wide_tokens_,
-                               moe_tile_tokens_, moe_balance_tokens_,
-                               pdl_ && moe_pdl_, moe_int4_ring_};
+  const MoeKernelChoice choice = moe_kernel_choice();
   const MoeAddNorm add_norm{residual, norm_weight, eps, normed};
   run_op("moe_experts_add_rms_norm", [&] {
     check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,

@@ -28,6 +28,8 @@
 
 namespace ib::cuda {
 
+struct MoeKernelChoice;  // moe_kernels.h
+
 enum class AttentionPath { kAuto, kSplitKv, kFlash };
 
 class CudaBackend final : public Backend,
@@ -276,6 +278,8 @@ class CudaBackend final : public Backend,
   void raw_free(void* ptr, size_t bytes) override;
 
  private:
+  // The MoE expert kernels' forms from the IB_MOE_* switches (moe_ops.cpp).
+  MoeKernelChoice moe_kernel_choice() const;
   friend class CudaGraph;
   CudaBackend(int device, DType dtype) : device_(device), dtype_(dtype) {}
   Status init();

@@ -32,6 +32,12 @@ struct MoeInt4Ptrs {
 struct MoeInt4Experts {
   MoeInt4Ptrs gate_up, down;
 };
+// Whether the 4-bit expert kernels take a matrix of K columns in groups of group_size (0: one a
+// row): K and the group multiples of their 128-k step (moe_int4.cu), the group dividing K.
+inline bool moe_int4_takes(int64_t k, int64_t group_size) {
+  const int64_t group = group_size == 0 ? k : group_size;
+  return k > 0 && k % 128 == 0 && group > 0 && group % 128 == 0 && k % group == 0;
+}
 inline constexpr int kMoeMaxGroups = 64;  // DeepSeek's n_group (8 in V2 and V3)
 // The router's options (ops.h MoeRouting), passed to the kernel by value.
 struct MoeRouteParams {
