@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "backend/block_sparse.h"
 #include "backend/tensor.h"
@@ -260,6 +261,8 @@ class MoeOps {
   // Whether moe_experts takes experts quantized as `experts` says (backend/weight.h), computed
   // as the backend's matmul computes them; dense experts always (checked before a model loads).
   virtual bool runs_quantized_experts(const QuantizedExperts& /*experts*/) const { return false; }
+  // What runs_quantized_experts takes, in a phrase for the refusal ("" where it takes none).
+  virtual std::string quantized_experts_taken() const { return ""; }
   // moe_route with DeepSeek's options (MoeRouting): softmax, the group limit, the top-k (ties:
   // the lower id), the renormalisation, then the scale. A backend that has only moe_route runs
   // the options moe_route covers (one group, scale 1); routes_grouped() says whether it runs

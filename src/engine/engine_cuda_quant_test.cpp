@@ -164,10 +164,10 @@ void expect_matches_the_cpu_engine(const ModelConfig& c, bool graphs, WeightForm
   quantized.asymmetric = asymmetric;
   auto gpu_w = load_weights(c, quantized, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
-  const LayerWeights& first = gpu_w->layers[0];
-  EXPECT_EQ(c.moe.num_experts > 0 ? first.expert_down.at(0).format : first.w_down.format, format);
-  CpuBackend cpu(2);
   const bool moe = c.moe.num_experts > 0;
+  const LayerWeights& first = gpu_w->layers[0];
+  EXPECT_EQ(moe ? first.expert_down.at(0).format : first.w_down.format, format);
+  CpuBackend cpu(2);
   const Generation want = generate(c, cpu_bf16_weights(c, cpu, format, asymmetric), cpu, false);
   const Generation got = generate(c, std::move(*gpu_w), **gpu, graphs);
   ASSERT_EQ(got.done.size(), want.done.size());

@@ -125,14 +125,15 @@ Status check_moe_runs(const ModelConfig& c, WeightFormat quantization, Backend& 
     const DeviceInfo dev = backend.device_info();
     const std::string groups =
         experts.group_size > 0 ? "groups of " + std::to_string(experts.group_size) : "per row";
+    const std::string taken = backend.moe_ops()->quantized_experts_taken();
     return user_error(moe_model(c) + ": the " + dev.kind + " backend (" + dev.name +
                       ") does not run its experts in " +
                       (c.quantization.quantized() ? c.quantization.format
                                                   : std::string(weight_format_name(quantization))) +
-                      " (" + groups + (experts.act_order ? ", act-order" : "") +
-                      ") (CUDA: awq / gptq 4-bit in groups of a multiple of 128, without "
-                      "act-order, widths multiples of 128; the CPU backend runs every format); "
-                      "use --device cpu or another --quantization");
+                      " (" + groups + (experts.act_order ? ", act-order" : "") + ") (it takes " +
+                      (taken.empty() ? std::string("dense experts only") : taken) +
+                      "; the CPU backend runs every format); use --device cpu or another "
+                      "--quantization");
   }
   return Ok{};
 }

@@ -126,6 +126,10 @@ class CudaBackend final : public Backend,
   // 4-bit W4A16 experts (awq / gptq) in groups of a multiple of 128 without act-order, D and F
   // multiples of 128 (moe_int4.cu); other formats are dense-only here (moe_ops.cpp).
   bool runs_quantized_experts(const QuantizedExperts& experts) const override;
+  std::string quantized_experts_taken() const override {
+    return "awq / gptq 4-bit in groups of a multiple of 128 without act-order, D and F "
+           "multiples of 128";
+  }
   bool fuses_experts_add_norm() const override { return moe_add_norm_; }
   void moe_experts_add_rms_norm(const Tensor& x, const Tensor& expert_ids,
                                 const Tensor& expert_weights, std::span<const WeightRef> gate_up,
