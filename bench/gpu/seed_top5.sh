@@ -10,6 +10,8 @@ set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 BIN=${IB_BIN:-}
+# An earlier call's binary (the machine still warm), or a fresh build when it is gone.
+[ -n "$BIN" ] && [ ! -x "$BIN" ] && { echo "$BIN is gone: building"; BIN=; }
 if [ -z "$BIN" ]; then
   BUILD=build/h200 &&
     build_inferbench "$O/build.log" || { tail -20 "$O/build.log"; exit 1; }

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
@@ -58,6 +59,7 @@ struct Case {
   // IB_MOE_ADD_NORM=1 (Mixtral): the experts' combine adds into the residual; in bf16 the decode
   // steps also run the fused decode ops (folded attention gains).
   bool moe_add_norm = false;
+  bool attn_lean = false;  // IB_ATTN_LEAN=1: the split-KV decode attention's lean form
 };
 
 constexpr const char* kSparse = "block_size=16,local_blocks=2,vert_stride=3";
@@ -73,12 +75,15 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = k.dtype;
-  auto gpu = k.moe_add_norm ? testing::create_backend_with_switch(bo, "IB_MOE_ADD_NORM", "1")
-             : k.swiglu_blocks >= 0
-                 ? testing::create_backend_with_switch(bo, "IB_GEMV_SWIGLU_BLOCKS",
-                                                       std::to_string(k.swiglu_blocks))
-                 : testing::create_backend_with_switch(bo, "IB_PDL",
-                                                       k.pdl >= 0 ? std::to_string(k.pdl) : "");
+  // The case's one switch ("": unset).
+  const auto [name, value] =
+      k.moe_add_norm ? std::pair<std::string, std::string>{"IB_MOE_ADD_NORM", "1"}
+      : k.attn_lean  ? std::pair<std::string, std::string>{"IB_ATTN_LEAN", "1"}
+      : k.swiglu_blocks >= 0
+          ? std::pair<std::string, std::string>{"IB_GEMV_SWIGLU_BLOCKS",
+                                                std::to_string(k.swiglu_blocks)}
+          : std::pair<std::string, std::string>{"IB_PDL", k.pdl >= 0 ? std::to_string(k.pdl) : ""};
+  auto gpu = testing::create_backend_with_switch(bo, name.c_str(), value);
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
   auto gpu_w = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
@@ -172,14 +177,19 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kBF16, true, false, 0, false, -1, -1, kSparse},
         Case{DType::kF32, false, false, 0, true, -1, -1, "", true},
         Case{DType::kBF16, true, false, 0, true, -1, -1, "", true},
-        Case{DType::kBF16, false, false, 0, true, -1, -1, "", true}),
+        Case{DType::kBF16, false, false, 0, true, -1, -1, "", true},
+        Case{DType::kBF16, true, false, 0, false, -1, -1, "", false, true},
+        Case{DType::kBF16, true, false, 24, false, -1, -1, "", false, true},
+        Case{DType::kF16, false, true, 0, false, -1, -1, "", false, true},
+        Case{DType::kBF16, true, false, 0, true, -1, -1, "", false, true}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       const Case& k = param_info.param;
       return std::string(dtype_name(k.dtype)) + (k.graphs ? "_graphs" : "_eager") +
              (k.qkv_bias ? "_bias" : "") + (k.sliding_window ? "_window" : "") +
              (k.moe ? "_mixtral" : "") + (k.pdl >= 0 ? "_pdl" + std::to_string(k.pdl) : "") +
              (k.swiglu_blocks >= 0 ? "_swiglu" + std::to_string(k.swiglu_blocks) : "") +
-             (*k.block_sparse != 0 ? "_blocksparse" : "") + (k.moe_add_norm ? "_addnorm" : "");
+             (*k.block_sparse != 0 ? "_blocksparse" : "") + (k.moe_add_norm ? "_addnorm" : "") +
+             (k.attn_lean ? "_lean" : "");
     });
 
 TEST(CudaEngineSetup, RefusesWeightsLargerThanTheDeviceBeforeAllocating) {

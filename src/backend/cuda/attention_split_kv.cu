@@ -30,8 +30,17 @@ void launch_config(const SplitParams& p, int tokens, cudaStream_t stream, bool p
                 split_kv_grid(p, tokens, GC), dim3(kWarps * 32), 0, stream, p);
 }
 
+// The lean form (IB_ATTN_LEAN) where it exists: 2-byte caches of T, head_dim 64 or 128, groups of
+// at most 4 query heads a block (8 would need more registers than 2 blocks per SM allow).
 template <typename T, typename TC, int HD, int GC>
-void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream, bool pdl) {
+constexpr bool kHasLean =
+    !std::is_same_v<T, float> && std::is_same_v<T, TC> && (HD == 64 || HD == 128) && GC <= 4;
+
+// Returns whether the lean form ran.
+template <typename T, typename TC, int HD, int GC>
+bool launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream, bool pdl,
+                  [[maybe_unused]] int lean) {
+  bool ran_lean = false;
   // The choice counts (token, KV head chunk) pairs, not partitions: a captured decode graph has
   // the partitions of its longest context (8,192 tokens), of which a short context uses one, so
   // counting them picked the 4-warp kernel for batch 8 at context 160 (18.2 µs against 10.6;
@@ -44,7 +53,20 @@ void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t st
     launch_config<T, TC, HD, GC, 4>(p, tokens, stream, pdl);
   } else if (std::is_same_v<T, float> || blocks <= 2 * int64_t{num_sms}) {
     // fp32 is the correctness mode: one configuration keeps its compile time down.
-    launch_config<T, TC, HD, GC, 8>(p, tokens, stream, pdl);
+    if constexpr (kHasLean<T, TC, HD, GC>) {
+      // IB_ATTN_LEAN=1: 8 warps where every block fits an SM alone (its registers allow one),
+      // else 4; 2: 4 warps.
+      if (lean == 1 && blocks <= num_sms) {
+        launch_kernel("attention(split_kv lean)", pdl, split_kv_lean_kernel<T, HD, GC, 8>, grid,
+                      dim3(8 * 32), 0, stream, p);
+        ran_lean = true;
+      } else if (lean != 0) {
+        launch_kernel("attention(split_kv lean)", pdl, split_kv_lean_kernel<T, HD, GC, 4>, grid,
+                      dim3(4 * 32), 0, stream, p);
+        ran_lean = true;
+      }
+    }
+    if (!ran_lean) launch_config<T, TC, HD, GC, 8>(p, tokens, stream, pdl);
   } else if constexpr (!std::is_same_v<T, float>) {
     launch_config<T, TC, HD, GC, 4>(p, tokens, stream, pdl);
   }
@@ -52,32 +74,33 @@ void launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t st
     merge_kernel<T, HD><<<merge_grid(p, tokens), HD, 0, stream>>>(p);
     IB_CUDA_CHECK_LAUNCH("attention(split_kv merge)");
   }
+  return ran_lean;
 }
 
 template <typename T, typename TC, int HD>
-void launch_for_group(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream,
-                      bool pdl) {
+bool launch_for_group(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream, bool pdl,
+                      int lean) {
   if (p.group == 1) {
-    launch_split<T, TC, HD, 1>(p, tokens, num_sms, stream, pdl);
+    return launch_split<T, TC, HD, 1>(p, tokens, num_sms, stream, pdl, lean);
   } else if (p.group <= 4) {
-    launch_split<T, TC, HD, 4>(p, tokens, num_sms, stream, pdl);
+    return launch_split<T, TC, HD, 4>(p, tokens, num_sms, stream, pdl, lean);
   } else {
-    launch_split<T, TC, HD, 8>(p, tokens, num_sms, stream, pdl);
+    return launch_split<T, TC, HD, 8>(p, tokens, num_sms, stream, pdl, lean);
   }
 }
 
 template <typename T, typename TC>
-void launch_for_head_dim(const SplitParams& p, int head_dim, int tokens, int num_sms,
-                         cudaStream_t stream, bool pdl) {
+bool launch_for_head_dim(const SplitParams& p, int head_dim, int tokens, int num_sms,
+                         cudaStream_t stream, bool pdl, int lean) {
   switch (head_dim) {
     case 64:
-      return launch_for_group<T, TC, 64>(p, tokens, num_sms, stream, pdl);
+      return launch_for_group<T, TC, 64>(p, tokens, num_sms, stream, pdl, lean);
     case 96:
-      return launch_for_group<T, TC, 96>(p, tokens, num_sms, stream, pdl);
+      return launch_for_group<T, TC, 96>(p, tokens, num_sms, stream, pdl, lean);
     case 256:
-      return launch_for_group<T, TC, 256>(p, tokens, num_sms, stream, pdl);
+      return launch_for_group<T, TC, 256>(p, tokens, num_sms, stream, pdl, lean);
     default:
-      return launch_for_group<T, TC, 128>(p, tokens, num_sms, stream, pdl);
+      return launch_for_group<T, TC, 128>(p, tokens, num_sms, stream, pdl, lean);
   }
 }
 
@@ -109,15 +132,15 @@ int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape&
   return (size + 31) / 32 * 32;
 }
 
-void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
+bool launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const AttentionShape& shape,
                                int partition_size, void* workspace, size_t workspace_bytes,
                                unsigned* counters, size_t num_counters, int num_sms, Tensor out,
                                cudaStream_t stream, bool pdl, bool prefetch_kv,
-                               bool pdl_trigger_early) {
+                               bool pdl_trigger_early, int lean) {
   IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96, 128 or 256 on CUDA");
   IB_ASSERT(partition_size > 0, "attention: partition size must be positive");
-  if (meta.num_tokens == 0) return;
+  if (meta.num_tokens == 0) return false;
   SplitParams p = make_split_params(qkv, kv, meta, shape, partition_size, workspace,
                                     workspace_bytes, out, nullptr, prefetch_kv);
   p.trigger_early = pdl_trigger_early ? 1 : 0;
@@ -130,13 +153,16 @@ void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                                               p.num_partitions) <= workspace_bytes,
             "attention: split-KV workspace too small");
   const int tokens = meta.num_tokens;
+  bool ran_lean = false;
   IB_DISPATCH_FLOAT(qkv.dtype, T, {
     if (kv.k.dtype == DType::kF8E4M3) {
-      launch_for_head_dim<T, uint8_t>(p, shape.head_dim, tokens, num_sms, stream, pdl);
+      ran_lean =
+          launch_for_head_dim<T, uint8_t>(p, shape.head_dim, tokens, num_sms, stream, pdl, lean);
     } else {
-      launch_for_head_dim<T, T>(p, shape.head_dim, tokens, num_sms, stream, pdl);
+      ran_lean = launch_for_head_dim<T, T>(p, shape.head_dim, tokens, num_sms, stream, pdl, lean);
     }
   });
+  return ran_lean;
 }
 
 }  // namespace ib::cuda

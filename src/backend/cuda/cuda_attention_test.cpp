@@ -105,15 +105,23 @@ AttentionShape shape_of(int hq, int hkv, int hd, int window = 0) {
   return {hq, hkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), window};
 }
 
-// Runs attention on both sides through `path` and returns the relative L2 error.
+// Runs attention on both sides through `path` and returns the relative L2 error: the largest of
+// the split-KV decode's forms (IB_ATTN_LEAN 0, 1 and 2; the lean forms run where they exist:
+// bf16/fp16 caches, head_dim 64 or 128, groups of up to 4, few blocks).
 double attention_error(Twin& twin, const Batch& b, const AttentionShape& s, AttentionPath path,
                        int context_hint_slack = 0) {
   Pair out = twin.output({b.num_tokens, int64_t{s.num_heads} * s.head_dim});
   twin.gpu().set_attention_path(path);
   twin.cpu().attention(b.qkv.cpu, b.kv_cpu(), b.meta(false), s, out.cpu);
-  twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true, context_hint_slack), s, out.gpu);
+  double worst = 0.0;
+  for (const int lean : {0, 1, 2}) {
+    twin.gpu().set_attention_lean(lean);
+    twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true, context_hint_slack), s, out.gpu);
+    worst = std::max(worst, twin.error(out));
+  }
+  twin.gpu().set_attention_lean(0);
   twin.gpu().set_attention_path(AttentionPath::kAuto);
-  return twin.error(out);
+  return worst;
 }
 
 const std::vector<AttentionShape>& shapes() {
@@ -211,6 +219,34 @@ TEST_P(CudaAttention, KvPrefetchChangesNoResult) {
     twin.cpu().attention(b.qkv.cpu, b.kv_cpu(), b.meta(false), s, on.cpu);
     EXPECT_EQ(twin.gpu_floats(on.gpu), twin.gpu_floats(off.gpu)) << "seqs=" << seqs.size();
     EXPECT_LT(twin.error(on), tolerance(GetParam())) << "seqs=" << seqs.size();
+  }
+}
+
+// IB_ATTN_LEAN: the lean form runs for the few-block decode of bf16/fp16 caches at head_dim 64
+// or 128 with groups of up to 4 (Llama-3-8B's 32 / 8 at batch 8, under a graph's 8,192-token
+// hint), and nowhere else: fp32, head_dim 96 or 256, groups of 8, many blocks. (attention_error
+// checks its results in every test of this file.)
+TEST_P(CudaAttention, LeanFormRunsWhereItExists) {
+  Twin twin(GetParam());
+  Rng rng(23);
+  const bool half = GetParam() != DType::kF32;
+  struct Shape {
+    AttentionShape shape;
+    int seqs;
+    bool lean;
+  };
+  for (const Shape& k :
+       {Shape{shape_of(32, 8, 128), 8, half}, Shape{shape_of(8, 8, 64), 1, half},
+        Shape{shape_of(12, 4, 96), 1, false}, Shape{shape_of(16, 8, 256), 1, false},
+        Shape{shape_of(64, 8, 128), 1, false}, Shape{shape_of(32, 8, 128), 64, false}}) {
+    const Batch b =
+        make_batch(twin, rng, std::vector<SeqSpec>(k.seqs, SeqSpec{161, 1}), k.shape, 16);
+    const int64_t before = twin.gpu().attention_lean_launches();
+    EXPECT_LT(attention_error(twin, b, k.shape, AttentionPath::kSplitKv, 8192 - 161),
+              tolerance(GetParam()));
+    EXPECT_EQ(twin.gpu().attention_lean_launches() - before, k.lean ? 2 : 0)
+        << "Hq=" << k.shape.num_heads << " Hkv=" << k.shape.num_kv_heads
+        << " hd=" << k.shape.head_dim << " seqs=" << k.seqs;
   }
 }
 

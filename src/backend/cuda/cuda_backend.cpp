@@ -717,11 +717,13 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
     } else {
       const int partition =
           split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
-      launch_attention_split_kv(
+      const bool ran_lean = launch_attention_split_kv(
           qkv, kv, meta, shape, partition, attention_workspace_.data(),
           attention_workspace_.bytes(), static_cast<unsigned*>(attention_counters_.data()),
           attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_, pdl_,
-          meta.num_seqs <= attention_prefetch_max_seqs_, pdl_attention_trigger_early_);
+          meta.num_seqs <= attention_prefetch_max_seqs_, pdl_attention_trigger_early_,
+          attention_lean_);
+      if (ran_lean) ++attention_lean_launches_;
     }
   });
 }

@@ -270,6 +270,13 @@ class CudaBackend final : public Backend,
   // 256: +2 % at batch 1 and on the seed's batch 8, even on the continuous run, -3 % when every
   // step prefetches (bench/NOTES.md, phase 5; bench/results/h200/no-regression-ab/).
   void set_attention_prefetch_max_seqs(int n) { attention_prefetch_max_seqs_ = n; }
+  // IB_ATTN_LEAN: the split-KV attention's few-block configuration (bf16/fp16 caches, head_dim
+  // 64 or 128, groups of up to 4) in its latency-lean form (split_kv_lean_kernel: block tables
+  // read before the PDL wait, a chunk's keys and values in one round trip): 1 with 8 warps where
+  // the blocks fit one an SM, else 4; 2 with 4 warps; 0 off.
+  void set_attention_lean(int mode) { attention_lean_ = mode; }
+  // The attention launches that ran the lean form so far (tests: it runs where it exists).
+  int64_t attention_lean_launches() const { return attention_lean_launches_; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
@@ -366,6 +373,8 @@ class CudaBackend final : public Backend,
   int compute_capability_ = 0;  // major * 10 + minor
   cudaStream_t stream_ = nullptr;
   int attention_prefetch_max_seqs_ = 8;
+  int attention_lean_ = 0;
+  int64_t attention_lean_launches_ = 0;
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;

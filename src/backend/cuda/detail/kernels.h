@@ -209,13 +209,17 @@ int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape&
 // counters: num_counters zero-initialised words the kernel leaves zeroed; when the launch has
 // at most that many (token, KV head chunk) blocks per partition, the partitions are merged in
 // the kernel (no merge launch), otherwise by the merge kernel. pdl_trigger_early (with pdl): the
-// next kernel may launch when this one starts, not only when it ends (SplitParams).
-void launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
+// next kernel may launch when this one starts, not only when it ends (SplitParams). lean
+// (IB_ATTN_LEAN, 0-2): the few-block configuration of bf16/fp16 caches at head_dim 64 or 128 and
+// groups of up to 4 runs split_kv_lean_kernel (fewer dependent memory round trips): 1 with 8
+// warps where the blocks fit one an SM, else 4; 2 with 4.
+// Returns whether the lean form ran.
+bool launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                const AttentionMetadata& meta, const AttentionShape& shape,
                                int partition_size, void* workspace, size_t workspace_bytes,
                                unsigned* counters, size_t num_counters, int num_sms, Tensor out,
                                cudaStream_t stream, bool pdl = false, bool prefetch_kv = false,
-                               bool pdl_trigger_early = true);
+                               bool pdl_trigger_early = true, int lean = 0);
 bool split_kv_supports(const AttentionShape& shape);
 
 // ---- attention_flash.cu: tensor-core flash attention for prefill / mixed batches ----

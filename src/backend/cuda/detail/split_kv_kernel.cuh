@@ -84,16 +84,18 @@ __device__ __forceinline__ int partition_size_for(const SplitParams& p, int kv_l
 }
 
 // The end of a split-KV block: each warp's online-softmax state (m, l in log2
-// units, acc: lane's head_dim slice [lane * HD / 32, ...) of GC heads) is merged across the warps
-// in shared memory, then written as the output (one partition) or as this partition's partials;
-// with counters, the last block of the (token, KV head chunk) to arrive merges the partials.
-template <typename T, int HD, int GC, int kWarps>
+// units, acc: a head_dim slice of GC heads, kSlice values from (lane % (HD / kSlice)) * kSlice;
+// the lanes past HD / kSlice hold copies) is merged across the warps in shared memory, then
+// written as the output (one partition) or as this partition's partials; with counters, the last
+// block of the (token, KV head chunk) to arrive merges the partials.
+template <typename T, int HD, int GC, int kWarps, int kSlice = HD / 32>
 __device__ __forceinline__ void finish_split_block(const SplitParams& p, const QueryView& qv, int t,
                                                    int head0, int gc, int part, int psize,
                                                    const float (&m)[GC], const float (&l)[GC],
-                                                   const float (&acc)[GC][HD / 32]) {
+                                                   const float (&acc)[GC][kSlice]) {
   constexpr int kThreads = kWarps * 32;
-  constexpr int kVd = HD / 32;
+  constexpr int kSliceLanes = HD / kSlice;
+  static_assert(kSliceLanes * kSlice == HD && kSliceLanes <= 32, "a lane slice per row piece");
   __shared__ float m_s[kWarps][GC];
   __shared__ float l_s[kWarps][GC];
   __shared__ float o_s[kWarps][GC][HD];
@@ -105,8 +107,10 @@ __device__ __forceinline__ void finish_split_block(const SplitParams& p, const Q
       m_s[warp][g] = m[g];
       l_s[warp][g] = l[g];
     }
+    if (lane < kSliceLanes) {
 #pragma unroll
-    for (int i = 0; i < kVd; ++i) o_s[warp][g][lane * kVd + i] = acc[g][i];
+      for (int i = 0; i < kSlice; ++i) o_s[warp][g][lane * kSlice + i] = acc[g][i];
+    }
   }
   __syncthreads();
 
@@ -173,6 +177,95 @@ __device__ __forceinline__ void finish_split_block(const SplitParams& p, const Q
   }
 }
 
+// What a split-KV block works on (split_block): query token t, its KV head, the GC query heads
+// from head0 (gc of them real), key partition `part` of psize keys, [first, p_end) its keys.
+struct SplitBlock {
+  int t, kv_head, head0, gc, part, psize, p_begin, p_end, first;
+  QueryView qv;
+};
+template <int GC>
+__device__ __forceinline__ SplitBlock split_block(const SplitParams& p) {
+  SplitBlock b;
+  b.t = blockIdx.x;
+  const int chunks_per_kv = (p.group + GC - 1) / GC;
+  b.kv_head = blockIdx.y / chunks_per_kv;
+  b.head0 = b.kv_head * p.group + (blockIdx.y % chunks_per_kv) * GC;
+  b.gc = min(GC, b.kv_head * p.group + p.group - b.head0);
+  b.part = blockIdx.z;
+  b.qv = query_view(p, b.t);
+  b.psize = partition_size_for(p, b.qv.kv_len);
+  b.p_begin = b.part * b.psize;
+  b.p_end = min(b.qv.kv_len, b.p_begin + b.psize);
+  b.first = max(b.p_begin, b.qv.key_begin);
+  return b;
+}
+
+// p.prefetch_kv: every K and V row of the block's keys sent toward L2 (before the PDL wait: a
+// hint into the point of coherence, so a row the previous kernel writes is read fresh after it).
+template <typename TC, int HD, int kThreads>
+__device__ __forceinline__ void prefetch_block_rows(const SplitParams& p, const SplitBlock& b) {
+  if (!p.prefetch_kv) return;
+  constexpr int kRowBytes = HD * static_cast<int>(sizeof(TC));
+  for (int key = b.first + static_cast<int>(threadIdx.x); key < b.p_end; key += kThreads) {
+    const int64_t r = key_row(p, b.qv, key, b.kv_head, HD);
+    const auto* k_row = reinterpret_cast<const char*>(static_cast<const TC*>(p.k_cache) + r);
+    const auto* v_row = reinterpret_cast<const char*>(static_cast<const TC*>(p.v_cache) + r);
+#pragma unroll
+    for (int c = 0; c < kRowBytes; c += 128) {
+      prefetch_l2(k_row + c);
+      prefetch_l2(v_row + c);
+    }
+    prefetch_l2(k_row + kRowBytes - 1);  // a row that straddles one more line
+    prefetch_l2(v_row + kRowBytes - 1);
+  }
+}
+
+// The block's query heads into q_s, pre-scaled (log2 units); the heads past gc are zero.
+template <typename T, int HD, int GC, int kThreads>
+__device__ __forceinline__ void stage_q(const SplitParams& p, const SplitBlock& b,
+                                        float (&q_s)[GC][HD]) {
+  const int64_t qkv_stride = int64_t{p.num_heads + 2 * p.num_kv_heads} * HD;
+  const T* q = static_cast<const T*>(p.qkv) + b.t * qkv_stride + int64_t{b.head0} * HD;
+  for (int i = static_cast<int>(threadIdx.x); i < GC * HD; i += kThreads)
+    q_s[i / HD][i % HD] = i / HD < b.gc ? to_f32(q[i]) * p.scale_log2 : 0.0f;
+}
+
+// s[g] += q_s[g] . (the key's 16-byte vectors c0 .. c0 + N - 1 in raw).
+template <typename TC, int HD, int GC, int N>
+__device__ __forceinline__ void add_key_scores(float (&s)[GC], const uint4 (&raw)[N], int c0,
+                                               const float (&q_s)[GC][HD]) {
+  constexpr int kV = kVec16<TC>;
+#pragma unroll
+  for (int b = 0; b < N; ++b) {
+    const TC* e = reinterpret_cast<const TC*>(&raw[b]);
+#pragma unroll
+    for (int g = 0; g < GC; ++g)
+#pragma unroll
+      for (int i = 0; i < kV; ++i) s[g] += q_s[g][(c0 + b) * kV + i] * kv_to_f32(e[i]);
+  }
+}
+
+// One chunk's online-softmax update: the lane's key scores s (valid: it has a key) against the
+// warp's running max m and sum l; acc rescaled; each lane's probabilities into p_row.
+template <int GC, int kSlice>
+__device__ __forceinline__ void softmax_chunk(const SplitParams& p, const float (&s)[GC],
+                                              bool valid, float (&m)[GC], float (&l)[GC],
+                                              float (&acc)[GC][kSlice], float (&p_row)[GC]) {
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    const float sg = valid ? softcap_log2(s[g], p.softcap_log2) : -INFINITY;
+    const float m_new = fmaxf(m[g], warp_max(sg));
+    const float ref = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = exp2f(m[g] - ref);
+    const float pg = exp2f(sg - ref);
+    l[g] = l[g] * alpha + warp_sum(pg);
+#pragma unroll
+    for (int i = 0; i < kSlice; ++i) acc[g][i] *= alpha;
+    m[g] = m_new;
+    p_row[g] = pg;
+  }
+}
+
 // grid (T, Hkv * head_chunks, P); GC query heads per block; HD head_dim; kWarps warps.
 // kGroup: keys per batch of value loads in P·V. kPrefetch: the first value batch is issued
 // with the key loads, and each chunk's block-table read one chunk ahead. TC: the cache's
@@ -187,47 +280,19 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
 
   // Before pdl_wait() (programmatic dependent launch: the kernel before this one, which writes q
   // and this step's K/V rows, may still run) only the step's metadata is read, copied to the
-  // device before the step's first kernel, and the cache rows are prefetched: a hint into L2,
-  // the point of coherence, so a row the previous kernel writes is read fresh after the wait.
-  const int t = blockIdx.x;
-  const int chunks_per_kv = (p.group + GC - 1) / GC;
-  const int kv_head = blockIdx.y / chunks_per_kv;
-  const int head0 = kv_head * p.group + (blockIdx.y % chunks_per_kv) * GC;
-  const int gc = min(GC, kv_head * p.group + p.group - head0);
-  const int part = blockIdx.z;
-  const QueryView qv = query_view(p, t);
-  const int psize = partition_size_for(p, qv.kv_len);
-  const int p_begin = part * psize;
-  const int p_end = min(qv.kv_len, p_begin + psize);
+  // device before the step's first kernel, and the cache rows are prefetched into L2.
+  const SplitBlock blk = split_block<GC>(p);
+  const QueryView& qv = blk.qv;
+  const int p_end = blk.p_end, first = blk.first, kv_head = blk.kv_head;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-
-  // The first chunk's cache rows (a block-table read) go out together with the q loads.
-  const int first = max(p_begin, qv.key_begin);
   const auto row_of = [&](int key) { return key < p_end ? key_row(p, qv, key, kv_head, HD) : 0; };
-  if (p.prefetch_kv) {
-    constexpr int kRowBytes = HD * static_cast<int>(sizeof(TC));
-    for (int key = first + threadIdx.x; key < p_end; key += kThreads) {
-      const int64_t r = key_row(p, qv, key, kv_head, HD);
-      const auto* k_row = reinterpret_cast<const char*>(static_cast<const TC*>(p.k_cache) + r);
-      const auto* v_row = reinterpret_cast<const char*>(static_cast<const TC*>(p.v_cache) + r);
-#pragma unroll
-      for (int b = 0; b < kRowBytes; b += 128) {
-        prefetch_l2(k_row + b);
-        prefetch_l2(v_row + b);
-      }
-      prefetch_l2(k_row + kRowBytes - 1);  // a row that straddles one more line
-      prefetch_l2(v_row + kRowBytes - 1);
-    }
-  }
+  prefetch_block_rows<TC, HD, kThreads>(p, blk);
   pdl_wait();
   if (p.trigger_early) pdl_trigger();
-  if (p_begin >= qv.kv_len) return;  // this partition is past the query's keys (uniform)
+  if (blk.p_begin >= qv.kv_len) return;  // this partition is past the query's keys (uniform)
   int64_t next_row = kPrefetch ? row_of(first + warp * 32 + lane) : 0;
-  const int64_t qkv_stride = int64_t{p.num_heads + 2 * p.num_kv_heads} * HD;
-  const T* q = static_cast<const T*>(p.qkv) + t * qkv_stride + int64_t{head0} * HD;
-  for (int i = threadIdx.x; i < GC * HD; i += kThreads)
-    q_s[i / HD][i % HD] = i / HD < gc ? to_f32(q[i]) * p.scale_log2 : 0.0f;
+  stage_q<T, HD, GC, kThreads>(p, blk, q_s);
   __syncthreads();
 
   const TC* k_cache = static_cast<const TC*>(p.k_cache);
@@ -277,29 +342,10 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
 #pragma unroll
         for (int b = 0; b < kBatch; ++b)
           raw[b] = *reinterpret_cast<const uint4*>(k_cache + row + (c0 + b) * kV);
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const TC* e = reinterpret_cast<const TC*>(&raw[b]);
-#pragma unroll
-          for (int g = 0; g < GC; ++g)
-#pragma unroll
-            for (int i = 0; i < kV; ++i) s[g] += q_s[g][(c0 + b) * kV + i] * kv_to_f32(e[i]);
-        }
+        add_key_scores<TC, HD, GC>(s, raw, c0, q_s);
       }
     }
-#pragma unroll
-    for (int g = 0; g < GC; ++g) {
-      const float sg = valid ? softcap_log2(s[g], p.softcap_log2) : -INFINITY;
-      const float m_new = fmaxf(m[g], warp_max(sg));
-      const float ref = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = exp2f(m[g] - ref);
-      const float pg = exp2f(sg - ref);
-      l[g] = l[g] * alpha + warp_sum(pg);
-#pragma unroll
-      for (int i = 0; i < kVd; ++i) acc[g][i] *= alpha;
-      m[g] = m_new;
-      p_s[warp][lane][g] = pg;
-    }
+    softmax_chunk<GC, kVd>(p, s, valid, m, l, acc, p_s[warp][lane]);
     __syncwarp();
     for (int j0 = 0; j0 < n; j0 += kGroup) {
       if (j0 > 0 || !kPrefetch) load_values(j0);
@@ -322,7 +368,110 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
 #pragma unroll
       for (int i = 0; i < kVd; ++i) acc[g][i] *= p.v_scale;
   }
-  finish_split_block<T, HD, GC, kWarps>(p, qv, t, head0, gc, part, psize, m, l, acc);
+  finish_split_block<T, HD, GC, kWarps>(p, qv, blk.t, blk.head0, blk.gc, blk.part, blk.psize, m, l,
+                                        acc);
+}
+
+// The latency-lean decode form (IB_ATTN_LEAN; 2-byte caches of T, head_dim 64 or 128): the same
+// blocks and online softmax with fewer dependent memory round trips. The block-table reads of
+// each warp's first chunk go out before the PDL wait (step metadata); after it the chunk's key
+// rows go out together with q's loads, all 16-byte vectors of a row at once; the value rows
+// of the chunk's 32 keys go out at once too, as 16-byte vectors: kRowLanes lanes per row, 32 /
+// kRowLanes keys per pass, each lane summing its keys' share of its 8 head_dim values, the lane
+// groups added once at the end. The compiler issues the value loads with the key loads (they
+// depend on the rows only): one round trip for both, ~180-220 registers (ptxas), so one block of
+// 8 warps or two of 4 per SM.
+template <typename T, int HD, int GC, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) split_kv_lean_kernel(SplitParams p) {
+  static_assert(sizeof(T) == 2 && (HD == 64 || HD == 128), "2-byte values, head_dim 64 or 128");
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kV = kVec16<T>;          // 8 values per 16-byte vector
+  constexpr int kChunks = HD / kV;       // vectors per K or V row
+  constexpr int kRowLanes = kChunks;     // lanes per value row in P·V
+  constexpr int kPass = 32 / kRowLanes;  // keys per pass of a warp's value loads
+  __shared__ __align__(16) float q_s[GC][HD];
+  __shared__ float p_s[kWarps][32][GC];
+
+  const SplitBlock blk = split_block<GC>(p);
+  const QueryView& qv = blk.qv;
+  const int p_end = blk.p_end, kv_head = blk.kv_head;
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const auto row_of = [&](int key) { return key < p_end ? key_row(p, qv, key, kv_head, HD) : 0; };
+  prefetch_block_rows<T, HD, kThreads>(p, blk);
+  int base = blk.first + warp * 32;
+  int64_t row = row_of(base + lane);  // block tables: step metadata, read before the wait
+  pdl_wait();
+  if (p.trigger_early) pdl_trigger();
+  if (blk.p_begin >= qv.kv_len) return;  // this partition is past the query's keys (uniform)
+
+  const T* k_cache = static_cast<const T*>(p.k_cache);
+  const T* v_cache = static_cast<const T*>(p.v_cache);
+  // The lane's key row (row_of: row 0 past the keys, read and never used), every vector at once.
+  uint4 kraw[kChunks];
+  const auto load_keys = [&] {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+      kraw[c] = *reinterpret_cast<const uint4*>(k_cache + row + c * kV);
+  };
+  if (base < p_end) load_keys();  // in flight with q's loads
+  stage_q<T, HD, GC, kThreads>(p, blk, q_s);
+  __syncthreads();
+
+  float m[GC], l[GC], acc[GC][kV];
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kV; ++i) acc[g][i] = 0.0f;
+  }
+  const int sub = lane / kRowLanes;        // this lane's keys in a pass: sub, sub + kPass, ...
+  const int d0 = (lane % kRowLanes) * kV;  // and its 8 head_dim values of each
+  while (base < p_end) {
+    const bool valid = base + lane < p_end;
+    const int n = min(32, p_end - base);
+    float s[GC];
+#pragma unroll
+    for (int g = 0; g < GC; ++g) s[g] = 0.0f;
+    if (valid) add_key_scores<T, HD, GC>(s, kraw, 0, q_s);
+    softmax_chunk<GC, kV>(p, s, valid, m, l, acc, p_s[warp][lane]);
+    uint4 vraw[kRowLanes];
+#pragma unroll
+    for (int j = 0; j < kRowLanes; ++j) {
+      const int key = j * kPass + sub;
+      const int64_t vrow = __shfl_sync(0xffffffffu, row, key);
+      vraw[j] = key < n ? *reinterpret_cast<const uint4*>(v_cache + vrow + d0) : uint4{};
+    }
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < kRowLanes; ++j) {
+      const T* e = reinterpret_cast<const T*>(&vraw[j]);
+#pragma unroll
+      for (int g = 0; g < GC; ++g) {
+        const float pj = p_s[warp][j * kPass + sub][g];
+#pragma unroll
+        for (int i = 0; i < kV; ++i) acc[g][i] += pj * to_f32(e[i]);
+      }
+    }
+    __syncwarp();
+    // The warp's next chunk (contexts past kWarps * 32 keys).
+    base += kWarps * 32;
+    if (base < p_end) {
+      row = row_of(base + lane);
+      load_keys();
+    }
+  }
+  // The kPass lane groups' sums of each head_dim value added (every lane gets the total).
+#pragma unroll
+  for (int g = 0; g < GC; ++g)
+#pragma unroll
+    for (int i = 0; i < kV; ++i)
+#pragma unroll
+      for (int off = kRowLanes; off < 32; off <<= 1)
+        acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], off);
+  finish_split_block<T, HD, GC, kWarps, kV>(p, qv, blk.t, blk.head0, blk.gc, blk.part, blk.psize, m,
+                                            l, acc);
 }
 
 // grid (T, Hq), HD threads: combines the partitions of one (token, head).

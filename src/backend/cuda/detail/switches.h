@@ -30,6 +30,8 @@ struct CudaSwitches {
   // IB_ATTN_PREFETCH=N: the split-KV attention prefetches its blocks' K and V rows into L2 in
   // steps of at most N sequences (0: never; default 8).
   std::optional<int64_t> attn_prefetch;
+  // IB_ATTN_LEAN=0|1|2: the lean split-KV decode form (CudaBackend::set_attention_lean).
+  std::optional<int64_t> attn_lean;
   // IB_CUDA_MLA=0|1: the MLA kernels offered to the engine (CudaBackend::set_mla).
   std::optional<int64_t> cuda_mla;
   // IB_MLA_SPLIT=0|1: the MLA attention split across blocks (CudaBackend::set_mla_split).
