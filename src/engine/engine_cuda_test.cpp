@@ -59,7 +59,8 @@ struct Case {
   // IB_MOE_ADD_NORM=1 (Mixtral): the experts' combine adds into the residual; in bf16 the decode
   // steps also run the fused decode ops (folded attention gains).
   bool moe_add_norm = false;
-  bool attn_lean = false;  // IB_ATTN_LEAN=1: the split-KV decode attention's lean form
+  // IB_ATTN_LEAN=0: the split-KV decode attention's earlier form (the lean one is the default).
+  bool attn_lean_off = false;
 };
 
 constexpr const char* kSparse = "block_size=16,local_blocks=2,vert_stride=3";
@@ -77,8 +78,8 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   bo.dtype = k.dtype;
   // The case's one switch ("": unset).
   const auto [name, value] =
-      k.moe_add_norm ? std::pair<std::string, std::string>{"IB_MOE_ADD_NORM", "1"}
-      : k.attn_lean  ? std::pair<std::string, std::string>{"IB_ATTN_LEAN", "1"}
+      k.moe_add_norm    ? std::pair<std::string, std::string>{"IB_MOE_ADD_NORM", "1"}
+      : k.attn_lean_off ? std::pair<std::string, std::string>{"IB_ATTN_LEAN", "0"}
       : k.swiglu_blocks >= 0
           ? std::pair<std::string, std::string>{"IB_GEMV_SWIGLU_BLOCKS",
                                                 std::to_string(k.swiglu_blocks)}
@@ -189,7 +190,7 @@ INSTANTIATE_TEST_SUITE_P(
              (k.moe ? "_mixtral" : "") + (k.pdl >= 0 ? "_pdl" + std::to_string(k.pdl) : "") +
              (k.swiglu_blocks >= 0 ? "_swiglu" + std::to_string(k.swiglu_blocks) : "") +
              (*k.block_sparse != 0 ? "_blocksparse" : "") + (k.moe_add_norm ? "_addnorm" : "") +
-             (k.attn_lean ? "_lean" : "");
+             (k.attn_lean_off ? "_lean0" : "");
     });
 
 TEST(CudaEngineSetup, RefusesWeightsLargerThanTheDeviceBeforeAllocating) {

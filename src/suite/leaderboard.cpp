@@ -119,6 +119,11 @@ LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
   r.model = entry.model;
   r.parameters = parameters;
   r.precision = entry.dtype;
+  // Until a result says otherwise, the entry's own --quantization (a pending fp8 or awq entry is
+  // not shown as its activations' dtype).
+  for (size_t i = 0; i + 1 < entry.args.size(); ++i) {
+    if (entry.args[i] == "--quantization") r.precision = entry.args[i + 1];
+  }
   if (state == nullptr) {
     r.status = "pending";
     return r;

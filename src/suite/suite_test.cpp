@@ -294,13 +294,16 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
       leaderboard_row(slow, &ok, slow_result, nullptr, 15'000'000),  // CPU: no copy ceiling
       leaderboard_row(broken, &failed, nullptr, nullptr, 70'000'000'000),
       leaderboard_row(fast, &ok, fast_result, fast_eval, 8'000'000'000),
-      leaderboard_row(SuiteEntry{"later", "m", "", "", {}}, nullptr, nullptr, nullptr, 0)};
+      leaderboard_row(
+          SuiteEntry{"later", "m", "bf16", "", {"--model", "m", "--quantization", "awq"}}, nullptr,
+          nullptr, nullptr, 0)};
   rank_rows(rows);
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[0].entry, "fast");
   EXPECT_EQ(rows[1].entry, "slow");
   EXPECT_EQ(rows[2].entry, "broken");
   EXPECT_EQ(rows[3].status, "pending");
+  EXPECT_EQ(rows[3].precision, "awq");  // the entry's --quantization, not its dtype
   EXPECT_EQ(rows[0].peak_source, "gpu");
   EXPECT_DOUBLE_EQ(*rows[0].peak_gib, 1.0);
   EXPECT_DOUBLE_EQ(*rows[0].engine_peak_gib, 0.5);    // the engine's demand, apart from NVML

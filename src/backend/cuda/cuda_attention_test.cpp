@@ -114,12 +114,13 @@ double attention_error(Twin& twin, const Batch& b, const AttentionShape& s, Atte
   twin.gpu().set_attention_path(path);
   twin.cpu().attention(b.qkv.cpu, b.kv_cpu(), b.meta(false), s, out.cpu);
   double worst = 0.0;
+  const int saved = twin.gpu().attention_lean();
   for (const int lean : {0, 1, 2}) {
     twin.gpu().set_attention_lean(lean);
     twin.gpu().attention(b.qkv.gpu, b.kv_gpu(), b.meta(true, context_hint_slack), s, out.gpu);
     worst = std::max(worst, twin.error(out));
   }
-  twin.gpu().set_attention_lean(0);
+  twin.gpu().set_attention_lean(saved);
   twin.gpu().set_attention_path(AttentionPath::kAuto);
   return worst;
 }

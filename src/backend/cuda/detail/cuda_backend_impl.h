@@ -273,8 +273,10 @@ class CudaBackend final : public Backend,
   // IB_ATTN_LEAN: the split-KV attention's few-block configuration (bf16/fp16 caches, head_dim
   // 64 or 128, groups of up to 4) in its latency-lean form (split_kv_lean_kernel: block tables
   // read before the PDL wait, a chunk's keys and values in one round trip): 1 with 8 warps where
-  // the blocks fit one an SM, else 4; 2 with 4 warps; 0 off.
+  // the blocks fit one an SM, else 4 (the default; bench/NOTES.md, "The decode attention's round
+  // trips"); 2 with 4 warps; 0 off.
   void set_attention_lean(int mode) { attention_lean_ = mode; }
+  int attention_lean() const { return attention_lean_; }
   // The attention launches that ran the lean form so far (tests: it runs where it exists).
   int64_t attention_lean_launches() const { return attention_lean_launches_; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
@@ -373,7 +375,7 @@ class CudaBackend final : public Backend,
   int compute_capability_ = 0;  // major * 10 + minor
   cudaStream_t stream_ = nullptr;
   int attention_prefetch_max_seqs_ = 8;
-  int attention_lean_ = 0;
+  int attention_lean_ = 1;
   int64_t attention_lean_launches_ = 0;
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;

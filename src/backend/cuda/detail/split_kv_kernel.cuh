@@ -245,6 +245,19 @@ __device__ __forceinline__ void add_key_scores(float (&s)[GC], const uint4 (&raw
   }
 }
 
+// The online softmax's start: no keys seen (m = -inf, l = 0, acc = 0).
+template <int GC, int kSlice>
+__device__ __forceinline__ void softmax_start(float (&m)[GC], float (&l)[GC],
+                                              float (&acc)[GC][kSlice]) {
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kSlice; ++i) acc[g][i] = 0.0f;
+  }
+}
+
 // One chunk's online-softmax update: the lane's key scores s (valid: it has a key) against the
 // warp's running max m and sum l; acc rescaled; each lane's probabilities into p_row.
 template <int GC, int kSlice>
@@ -298,13 +311,7 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
   const TC* k_cache = static_cast<const TC*>(p.k_cache);
   const TC* v_cache = static_cast<const TC*>(p.v_cache);
   float m[GC], l[GC], acc[GC][kVd];
-#pragma unroll
-  for (int g = 0; g < GC; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kVd; ++i) acc[g][i] = 0.0f;
-  }
+  softmax_start(m, l, acc);
 
   // Value rows are read kGroup keys at a time (lane: its head_dim slice of each key).
   for (int base = first + warp * 32; base < p_end; base += kWarps * 32) {
@@ -419,13 +426,7 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_lean_kernel(SplitParams 
   __syncthreads();
 
   float m[GC], l[GC], acc[GC][kV];
-#pragma unroll
-  for (int g = 0; g < GC; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kV; ++i) acc[g][i] = 0.0f;
-  }
+  softmax_start(m, l, acc);
   const int sub = lane / kRowLanes;        // this lane's keys in a pass: sub, sub + kPass, ...
   const int d0 = (lane % kRowLanes) * kV;  // and its 8 head_dim values of each
   while (base < p_end) {
