@@ -112,6 +112,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_GEMV_SWIGLU_BLOCKS", "cuda", "3", 0, 0, "0|3",
      "3: the dense gate/up GEMV's registers capped so that 3 blocks fit on an SM; 0: the "
      "compiler's choice (2)"},
+    {"IB_GEMV_QKV_BLOCKS", "cuda", "0", 0, 1 << 20, "",
+     "the dense q/k/v GEMV (RMSNorm + q/k/v + RoPE/cache) of launches of at least this many "
+     "tokens with its registers capped so that 3 blocks fit on an SM, its row tiles in one wave "
+     "(not yet measured with the lean attention); 0: never (the compiler's 2 blocks)"},
     {"IB_LORA_FUSED", "cuda", "0", 0, 1, "",
      "1: each LoRA update's shrink and expand in one launch (the expand's blocks wait in the "
      "kernel for the shrink's) instead of two"},

@@ -5,7 +5,9 @@
 // bias (Qwen2), a sliding window (Mistral / Phi-3) and Mixtral's experts (bf16 within 5e-2: a
 // routing decision may flip where two experts nearly tie), under each programmatic dependent
 // launch mode (IB_PDL 0, 1 and the default 2) and with the gate/up GEMV at both register caps
-// (IB_GEMV_SWIGLU_BLOCKS 0 and the default 3), and with a block-sparse pattern of 16-token blocks
+// (IB_GEMV_SWIGLU_BLOCKS 0 and the default 3), the q/k/v GEMV at 3 blocks an SM
+// (IB_GEMV_QKV_BLOCKS), the decode attention's earlier form (IB_ATTN_LEAN=0; the lean form is the
+// default), and with a block-sparse pattern of 16-token blocks
 // (the prompts cross several; against the reference under the same pattern). Also: the step
 // profile, a model too large for the device refused before allocating, and bad device indices.
 // Label gpu: skipped visibly without a CUDA device.
@@ -61,6 +63,8 @@ struct Case {
   bool moe_add_norm = false;
   // IB_ATTN_LEAN=0: the split-KV decode attention's earlier form (the lean one is the default).
   bool attn_lean_off = false;
+  int qkv_blocks =
+      -1;  // IB_GEMV_QKV_BLOCKS (the q/k/v GEMV's register cap from N tokens); -1: unset
 };
 
 constexpr const char* kSparse = "block_size=16,local_blocks=2,vert_stride=3";
@@ -80,6 +84,8 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   const auto [name, value] =
       k.moe_add_norm    ? std::pair<std::string, std::string>{"IB_MOE_ADD_NORM", "1"}
       : k.attn_lean_off ? std::pair<std::string, std::string>{"IB_ATTN_LEAN", "0"}
+      : k.qkv_blocks >= 0
+          ? std::pair<std::string, std::string>{"IB_GEMV_QKV_BLOCKS", std::to_string(k.qkv_blocks)}
       : k.swiglu_blocks >= 0
           ? std::pair<std::string, std::string>{"IB_GEMV_SWIGLU_BLOCKS",
                                                 std::to_string(k.swiglu_blocks)}
@@ -182,7 +188,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kBF16, true, false, 0, false, -1, -1, "", false, true},
         Case{DType::kBF16, true, false, 24, false, -1, -1, "", false, true},
         Case{DType::kF16, false, true, 0, false, -1, -1, "", false, true},
-        Case{DType::kBF16, true, false, 0, true, -1, -1, "", false, true}),
+        Case{DType::kBF16, true, false, 0, true, -1, -1, "", false, true},
+        Case{DType::kBF16, true, false, 0, false, -1, -1, "", false, false, 1},
+        Case{DType::kF16, false, true, 24, false, -1, -1, "", false, false, 2}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       const Case& k = param_info.param;
       return std::string(dtype_name(k.dtype)) + (k.graphs ? "_graphs" : "_eager") +
@@ -190,7 +198,8 @@ INSTANTIATE_TEST_SUITE_P(
              (k.moe ? "_mixtral" : "") + (k.pdl >= 0 ? "_pdl" + std::to_string(k.pdl) : "") +
              (k.swiglu_blocks >= 0 ? "_swiglu" + std::to_string(k.swiglu_blocks) : "") +
              (*k.block_sparse != 0 ? "_blocksparse" : "") + (k.moe_add_norm ? "_addnorm" : "") +
-             (k.attn_lean_off ? "_lean0" : "");
+             (k.attn_lean_off ? "_lean0" : "") +
+             (k.qkv_blocks >= 0 ? "_qkv" + std::to_string(k.qkv_blocks) : "");
     });
 
 TEST(CudaEngineSetup, RefusesWeightsLargerThanTheDeviceBeforeAllocating) {

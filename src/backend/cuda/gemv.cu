@@ -75,6 +75,13 @@ int int4_ring_warps(unsigned tiles) {
 // blocks per SM").
 std::atomic<int> g_swiglu_min_blocks{3};
 
+// IB_GEMV_QKV_BLOCKS (backend/kernel_switches.h): the dense q/k/v GEMV (RMSNorm + q/k/v +
+// RoPE/cache) of launches of at least this many tokens with its registers capped so that 3
+// blocks fit on an SM (0: never). Its 384 row tiles (Llama-3-8B) then run in one wave of 396
+// slots instead of 1.45 of 264 (bench/NOTES.md, "Three blocks per SM": -4.5 us a layer at batch
+// 1, but the attention after it lost more there); not yet measured with the lean attention.
+std::atomic<int> g_qkv_blocks_from{0};
+
 int sm_count() {
   static const int count = [] {
     int device = 0, value = 0;
@@ -173,6 +180,11 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
   auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
   if constexpr (kDense && kEpilogue == kGemvSwiGlu) {
     if (g_swiglu_min_blocks.load(std::memory_order_relaxed) == 3)
+      kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
+  }
+  if constexpr (kDense && kEpilogue == kGemvRopeCache) {
+    const int from = g_qkv_blocks_from.load(std::memory_order_relaxed);
+    if (from > 0 && m >= from)
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
   }
   int block_warps = kWarps;
@@ -351,6 +363,14 @@ void set_gemv_swiglu_min_blocks(int blocks) {
 
 int gemv_swiglu_min_blocks() {
   return g_swiglu_min_blocks.load(std::memory_order_relaxed);
+}
+
+void set_gemv_qkv_blocks_from(int tokens) {
+  g_qkv_blocks_from.store(tokens, std::memory_order_relaxed);
+}
+
+int gemv_qkv_blocks_from() {
+  return g_qkv_blocks_from.load(std::memory_order_relaxed);
 }
 
 void set_gemv_ring(bool on) {

@@ -82,6 +82,10 @@ int gemv_persist_blocks_per_sm();
 // per SM, 0 the compiler's choice. Process-wide, like the above.
 void set_gemv_swiglu_min_blocks(int blocks);
 int gemv_swiglu_min_blocks();
+// IB_GEMV_QKV_BLOCKS: the dense q/k/v GEMV (RoPE/cache epilogue) of launches of at least this many
+// tokens runs its variant whose registers allow 3 blocks per SM (0: never). Process-wide.
+void set_gemv_qkv_blocks_from(int tokens);
+int gemv_qkv_blocks_from();
 // IB_GEMV_RING: the quantized formats' GEMVs (not their LoRA variants) stream their weights
 // through a cp.async ring in shared memory (true, the default; 1-4 and 9-16 tokens) or registers.
 // Process-wide, like the above.

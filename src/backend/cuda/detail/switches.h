@@ -74,6 +74,9 @@ struct CudaSwitches {
   std::optional<int64_t> gguf_wide;
   // IB_GEMV_SWIGLU_BLOCKS: the dense gate/up GEMV's register cap (set_gemv_swiglu_min_blocks).
   std::optional<int64_t> gemv_swiglu_blocks;
+  // IB_GEMV_QKV_BLOCKS: the dense q/k/v GEMV's register cap from this many tokens
+  // (set_gemv_qkv_blocks_from).
+  std::optional<int64_t> gemv_qkv_blocks;
   // IB_LORA_FUSED=1: each LoRA group's shrink and expand in one launch.
   std::optional<int64_t> lora_fused;
   // IB_LORA_PDL=0: the LoRA kernels launched without programmatic dependent launch.
