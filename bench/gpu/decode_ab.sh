@@ -3,7 +3,7 @@
 # batch 1 and seed protocol) and Mixtral-8x7B (issue 15's 130 tok/s): build; the gpu tests
 # (IB_BACKEND_TESTS, IB_ENGINE_TESTS); then Llama-3-8B on dummy weights, interleaved, at batch 1
 # (3 runs) and on the seed's protocol (batch 8, 200 prompts, 1 run) for each set of switches in
-# IB_AB_SETS, IB_PASSES times; kernel timelines at batch 8 for each set in IB_TIMELINE_SETS;
+# IB_AB_SETS, IB_PASSES times (2; 0: none); kernel timelines at batch 8 for each set in IB_TIMELINE_SETS;
 # Mixtral-8x7B bf16 at batch 1 (3 runs) for each set in IB_MIXTRAL_SETS.
 # Sets: ';' between sets, ',' within one ("IB_A=0;IB_A=1,IB_B=2"); a run is tagged by its set.
 # Usage (~9 minutes of the machine; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/decode_ab.sh
@@ -11,16 +11,20 @@
 # 4f68610), the same as: IB_AB_SETS="IB_ATTN_LEAN=0;IB_ATTN_LEAN=1;IB_ATTN_LEAN=2"
 # IB_TIMELINE_SETS="IB_ATTN_LEAN=0;IB_ATTN_LEAN=1" IB_MIXTRAL_SETS="IB_ATTN_LEAN=0;IB_ATTN_LEAN=1".
 # Environment: IB_DEADLINE_S (560: runs that would end past it are skipped), IB_SKIP_TESTS=1,
-# IB_BUILD_DIR (/tmp/ib-ab). Writes tests.log, backend_cuda_test.json, engine_cuda_test.json,
+# IB_BUILD_DIR (/tmp/ib-ab), IB_SKIP_BUILD=1 (use the build an earlier call left there). Writes tests.log, backend_cuda_test.json, engine_cuda_test.json,
 # runs.log, runs.json (each run's result keys) and runs.tgz (result directories, timelines).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 B=${IB_BUILD_DIR:-/tmp/ib-ab}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
-build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
-  ib_kernel_profile || { cp "$O/build.log" "$O/tests.log"; exit 1; }
-echo "built $(el)"
+if [ "${IB_SKIP_BUILD:-0}" = 1 ] && [ -x "$B/bin/inferbench" ]; then
+  echo "an earlier call's build in $B (the machine still warm)"
+else
+  build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
+    ib_kernel_profile || { cp "$O/build.log" "$O/tests.log"; exit 1; }
+  echo "built $(el)"
+fi
 [ "${IB_SKIP_TESTS:-0}" = 1 ] ||
   gpu_tests "${IB_BACKEND_TESTS-*CudaAttention*:*CudaFused*:*ReportsTheKernelSwitches*}" \
     "${IB_ENGINE_TESTS-*CudaEngineTest*}"
@@ -43,9 +47,10 @@ while read -r s; do
   if (( $(date +%s) - T0 > DEADLINE - 40 )); then echo "timeline $s skipped" | tee -a "$O/runs.log"; continue; fi
   llama_timeline "b8_$(tag "$s")" "$R" ${s//,/ }
 done < <(sets IB_TIMELINE_SETS)
-# Mixtral-8x7B at batch 1: ~60 s a run with its load.
+# Mixtral-8x7B at batch 1: ~60 s a run with its load (a set may come twice: runs numbered).
+n=0
 while read -r s; do
-  name=b1_mixtral_$(tag "$s")
+  n=$((n + 1)); name=b1_mixtral_$(tag "$s")_$n
   if (( $(date +%s) - T0 > DEADLINE - 75 )); then echo "$name skipped" | tee -a "$O/runs.log"; continue; fi
   env ${s//,/ } timeout 100 "$B/bin/inferbench" run --device cuda --dtype bf16 \
     --load-format dummy --disable-tqdm --model mixtral-8x7b --batch-size 1 --input-len 32 \

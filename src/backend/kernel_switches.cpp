@@ -77,13 +77,14 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "1: the 4-bit (AWQ / GPTQ) experts' steps of chunks of at most 8 tokens stream through a "
      "ring of 4 steps a warp in shared memory (cp.async) across the block's tiles, as the W4A16 "
      "GEMV's ring (not yet measured); 0: 4 steps a warp loaded into registers, then multiplied"},
-    {"IB_MOE_ADD_NORM", "cuda", "0", 0, 1, "",
+    {"IB_MOE_ADD_NORM", "cuda", "0", 0, 2, "",
      "1: Mixtral's layers end in one kernel for the experts' combine, the residual add and the "
      "next layer's input RMSNorm (the two kernels' arithmetic in their order), and its bf16/fp16 "
      "decode steps run "
      "the fused decode ops (RMSNorm + q/k/v + RoPE/cache, o + residual add; the attention norm's "
-     "gain folded into q/k/v) (measured on the H200: Mixtral-8x7B -0.6 % at batch 1); 0: the "
-     "unfused ops"},
+     "gain folded into q/k/v) (measured on the H200: Mixtral-8x7B -0.6 % at batch 1); 2: the "
+     "same fused decode ops with the experts' own combine (blocks across the features) and then "
+     "the add + norm kernel (not yet measured); 0: the unfused ops"},
     {"IB_GEMV_PERSIST", "cuda", "0", 0, 32, "",
      "the quantized formats' decode GEMVs run a persistent grid of this many blocks per SM, "
      "prefetching each block's next row tile (0: one block per tile)"},

@@ -5,6 +5,8 @@
 // decodes its tokens. Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "engine/detail/engine_cuda_test_support.h"
@@ -13,19 +15,21 @@
 namespace ib {
 namespace {
 
-// add_norm: the GPU backend made with IB_MOE_ADD_NORM=1 (the experts' combine, the residual add
-// and the next layer's input norm in one kernel).
-void expect_routing_like_the_cpu(bool add_norm) {
+// add_norm: the GPU backend made with IB_MOE_ADD_NORM=add_norm (1: the experts' combine, the
+// residual add and the next layer's input norm in one kernel; 2: the combine, then the add and
+// norm kernel); 0: unset.
+void expect_routing_like_the_cpu(int add_norm) {
   const ModelConfig c = testing::small_cuda_mixtral("small-cuda-mixtral");
   CpuBackend cpu(2);
   ModelWeights cpu_w = testing::random_weights(c, cpu, 5);
   BackendOptions bo;
   bo.device = "cuda";
   bo.dtype = DType::kF32;
-  auto gpu = testing::create_backend_with_switch(bo, "IB_MOE_ADD_NORM", add_norm ? "1" : "");
+  auto gpu = testing::create_backend_with_switch(bo, "IB_MOE_ADD_NORM",
+                                                 add_norm != 0 ? std::to_string(add_norm) : "");
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
   ASSERT_NE((*gpu)->moe_ops(), nullptr);
-  ASSERT_EQ((*gpu)->moe_ops()->fuses_experts_add_norm(), add_norm);
+  ASSERT_EQ((*gpu)->moe_ops()->fuses_experts_add_norm(), add_norm != 0);
   auto gpu_w = load_weights(c, WeightOptions{LoadFormat::kDummy, "", 0}, **gpu);
   ASSERT_TRUE(gpu_w.ok()) << gpu_w.error().message;
   testing::share_weights(c, cpu_w, cpu, *gpu_w, **gpu, DType::kF32);
@@ -53,12 +57,17 @@ void expect_routing_like_the_cpu(bool add_norm) {
 
 TEST(CudaEngineMoe, GraphDecodeCountsRoutingLikeTheCpu) {
   IB_REQUIRE_CUDA();
-  expect_routing_like_the_cpu(false);
+  expect_routing_like_the_cpu(0);
 }
 
 TEST(CudaEngineMoe, ExpertsAddNormInOneKernelDecodeLikeTheCpu) {
   IB_REQUIRE_CUDA();
-  expect_routing_like_the_cpu(true);
+  expect_routing_like_the_cpu(1);
+}
+
+TEST(CudaEngineMoe, ExpertsCombineThenAddNormDecodeLikeTheCpu) {
+  IB_REQUIRE_CUDA();
+  expect_routing_like_the_cpu(2);
 }
 
 }  // namespace

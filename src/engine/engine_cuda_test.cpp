@@ -60,7 +60,7 @@ struct Case {
   const char* block_sparse = "";  // --block-sparse-attention; "": dense
   // IB_MOE_ADD_NORM=1 (Mixtral): the experts' combine adds into the residual; in bf16 the decode
   // steps also run the fused decode ops (folded attention gains).
-  bool moe_add_norm = false;
+  int moe_add_norm = 0;  // 2: the experts' own combine, then the add + norm kernel
   // IB_ATTN_LEAN=0: the split-KV decode attention's earlier form (the lean one is the default).
   bool attn_lean_off = false;
   int qkv_blocks =
@@ -82,7 +82,8 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   bo.dtype = k.dtype;
   // The case's one switch ("": unset).
   const auto [name, value] =
-      k.moe_add_norm    ? std::pair<std::string, std::string>{"IB_MOE_ADD_NORM", "1"}
+      k.moe_add_norm != 0
+          ? std::pair<std::string, std::string>{"IB_MOE_ADD_NORM", std::to_string(k.moe_add_norm)}
       : k.attn_lean_off ? std::pair<std::string, std::string>{"IB_ATTN_LEAN", "0"}
       : k.qkv_blocks >= 0
           ? std::pair<std::string, std::string>{"IB_GEMV_QKV_BLOCKS", std::to_string(k.qkv_blocks)}
@@ -182,22 +183,28 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kF32, true, false, 0, false, -1, -1, kSparse},
         Case{DType::kF32, false, false, 0, false, -1, -1, kSparse},
         Case{DType::kBF16, true, false, 0, false, -1, -1, kSparse},
-        Case{DType::kF32, false, false, 0, true, -1, -1, "", true},
-        Case{DType::kBF16, true, false, 0, true, -1, -1, "", true},
-        Case{DType::kBF16, false, false, 0, true, -1, -1, "", true},
-        Case{DType::kBF16, true, false, 0, false, -1, -1, "", false, true},
-        Case{DType::kBF16, true, false, 24, false, -1, -1, "", false, true},
-        Case{DType::kF16, false, true, 0, false, -1, -1, "", false, true},
-        Case{DType::kBF16, true, false, 0, true, -1, -1, "", false, true},
-        Case{DType::kBF16, true, false, 0, false, -1, -1, "", false, false, 1},
-        Case{DType::kF16, false, true, 24, false, -1, -1, "", false, false, 2}),
+        Case{DType::kF32, false, false, 0, true, -1, -1, "", 1},
+        Case{DType::kBF16, true, false, 0, true, -1, -1, "", 1},
+        Case{DType::kBF16, false, false, 0, true, -1, -1, "", 1},
+        Case{DType::kBF16, true, false, 0, false, -1, -1, "", 0, true},
+        Case{DType::kBF16, true, false, 24, false, -1, -1, "", 0, true},
+        Case{DType::kF16, false, true, 0, false, -1, -1, "", 0, true},
+        Case{DType::kBF16, true, false, 0, true, -1, -1, "", 0, true},
+        Case{DType::kBF16, true, false, 0, false, -1, -1, "", 0, false, 1},
+        Case{DType::kF16, false, true, 24, false, -1, -1, "", 0, false, 2},
+        Case{DType::kF32, false, false, 0, true, -1, -1, "", 2},
+        Case{DType::kBF16, true, false, 0, true, -1, -1, "", 2},
+        Case{DType::kBF16, false, false, 0, true, -1, -1, "", 2}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       const Case& k = param_info.param;
       return std::string(dtype_name(k.dtype)) + (k.graphs ? "_graphs" : "_eager") +
              (k.qkv_bias ? "_bias" : "") + (k.sliding_window ? "_window" : "") +
              (k.moe ? "_mixtral" : "") + (k.pdl >= 0 ? "_pdl" + std::to_string(k.pdl) : "") +
              (k.swiglu_blocks >= 0 ? "_swiglu" + std::to_string(k.swiglu_blocks) : "") +
-             (*k.block_sparse != 0 ? "_blocksparse" : "") + (k.moe_add_norm ? "_addnorm" : "") +
+             (*k.block_sparse != 0 ? "_blocksparse" : "") +
+             (k.moe_add_norm == 1   ? "_addnorm"
+              : k.moe_add_norm == 2 ? "_addnorm2"
+                                    : "") +
              (k.attn_lean_off ? "_lean0" : "") +
              (k.qkv_blocks >= 0 ? "_qkv" + std::to_string(k.qkv_blocks) : "");
     });

@@ -143,6 +143,15 @@ void CudaBackend::moe_experts_add_rms_norm(const Tensor& x, const Tensor& expert
   const MoeKernelChoice choice = moe_kernel_choice();
   const MoeAddNorm add_norm{residual, norm_weight, eps, normed};
   run_op("moe_experts_add_rms_norm", [&] {
+    if (moe_add_norm_ == 2) {
+      // The experts' combine into normed (x, which may be normed itself, is read by the gate_up
+      // kernel, which the combine waits for), then residual += it and its norm, in place (the
+      // norm kernels read x before the barrier that precedes their writes).
+      check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,
+                       choice, normed, stream_, nullptr);
+      launch_rms_norm(&residual, normed, norm_weight, eps, normed, stream_, pdl_);
+      return;
+    }
     check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,
                      choice, normed, stream_, &add_norm);
   });

@@ -64,7 +64,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.moe_shared) backend.set_moe_shared(*s.moe_shared == 1);
   if (s.moe_pdl) backend.set_moe_pdl(*s.moe_pdl == 1);
   if (s.moe_int4_ring) backend.set_moe_int4_ring(*s.moe_int4_ring == 1);
-  if (s.moe_add_norm) backend.set_moe_add_norm(*s.moe_add_norm == 1);
+  if (s.moe_add_norm) backend.set_moe_add_norm(static_cast<int>(*s.moe_add_norm));
   if (s.gemv_persist) set_gemv_persist_blocks_per_sm(static_cast<int>(*s.gemv_persist));
   // Process-wide: every backend sets it, so one created without the variable runs the default.
   set_gemv_swiglu_min_blocks(static_cast<int>(s.gemv_swiglu_blocks.value_or(3)));
@@ -109,7 +109,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_MOE_SHARED", {flag(moe_shared_)}},
       {"IB_MOE_PDL", {flag(moe_pdl_)}},
       {"IB_MOE_INT4_RING", {flag(moe_int4_ring_)}},
-      {"IB_MOE_ADD_NORM", {flag(moe_add_norm_)}},
+      {"IB_MOE_ADD_NORM", {std::to_string(moe_add_norm_)}},
       {"IB_GEMV_PERSIST", {std::to_string(gemv_persist_blocks_per_sm())}},
       {"IB_GEMV_SWIGLU_BLOCKS", {std::to_string(gemv_swiglu_min_blocks())}},
       {"IB_GEMV_QKV_BLOCKS", {std::to_string(gemv_qkv_blocks_from())}},

@@ -130,7 +130,7 @@ class CudaBackend final : public Backend,
     return "awq / gptq 4-bit in groups of a multiple of 128 without act-order, D and F "
            "multiples of 128";
   }
-  bool fuses_experts_add_norm() const override { return moe_add_norm_; }
+  bool fuses_experts_add_norm() const override { return moe_add_norm_ != 0; }
   void moe_experts_add_rms_norm(const Tensor& x, const Tensor& expert_ids,
                                 const Tensor& expert_weights, std::span<const WeightRef> gate_up,
                                 std::span<const WeightRef> down, Tensor residual,
@@ -161,9 +161,11 @@ class CudaBackend final : public Backend,
   // IB_MOE_INT4_RING (default 0): the 4-bit experts' ring form for chunks of <= 8 tokens
   // (moe_int4.cu).
   void set_moe_int4_ring(bool on) { moe_int4_ring_ = on; }
-  // IB_MOE_ADD_NORM (default 0): MoeOps::fuses_experts_add_norm (Mixtral's layers end in one
-  // kernel for the experts' combine, the residual add and the next input norm).
-  void set_moe_add_norm(bool on) { moe_add_norm_ = on; }
+  // IB_MOE_ADD_NORM (default 0): MoeOps::fuses_experts_add_norm (Mixtral's decode steps on the
+  // fused decode ops, the layers ending in the experts' combine with the residual add and the
+  // next input norm): 1 in one kernel (a block per token); 2 as the experts' own combine (its
+  // blocks across the features) and then the add + norm kernel.
+  void set_moe_add_norm(int mode) { moe_add_norm_ = mode; }
   // Tests: the attention workspace (the ops' scratch) filled with 0xFF bytes, NaN in every float
   // dtype, so a kernel that leaves its part of the scratch unwritten shows (moe_ops.cpp).
   void poison_workspace();
@@ -413,7 +415,7 @@ class CudaBackend final : public Backend,
   bool moe_shared_ = false;         // IB_MOE_SHARED
   bool moe_pdl_ = true;             // IB_MOE_PDL
   bool moe_int4_ring_ = false;      // IB_MOE_INT4_RING
-  bool moe_add_norm_ = false;       // IB_MOE_ADD_NORM
+  int moe_add_norm_ = 0;            // IB_MOE_ADD_NORM
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;
