@@ -113,6 +113,11 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_GEMV_SWIGLU_BLOCKS", "cuda", "3", 0, 0, "0|3",
      "3: the dense gate/up GEMV's registers capped so that 3 blocks fit on an SM; 0: the "
      "compiler's choice (2)"},
+    {"IB_SMEM_CARVEOUT", "cuda", "-1", -1, 100, "",
+     "the shared-memory carve-out preference (percent of the SM's shared memory) set on every "
+     "kernel the backend launches, so that neighbouring kernels need no change of an SM's L1 / "
+     "shared split (a hint; written to test why IB_GEMV_DENSE_RING's 68 KB blocks halved bf16 "
+     "decode; not yet measured); -1: none, the driver's choice"},
     {"IB_GEMV_QKV_BLOCKS", "cuda", "0", 0, 1 << 20, "",
      "the dense q/k/v GEMV (RMSNorm + q/k/v + RoPE/cache) of launches of at least this many "
      "tokens with its registers capped so that 3 blocks fit on an SM, its row tiles in one wave "

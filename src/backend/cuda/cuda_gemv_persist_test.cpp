@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/detail/carveout.h"
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/test_support.h"
 
@@ -320,6 +321,39 @@ TEST(CudaGemvDenseRing, EqualsRegistersBitForBit) {
   };
   expect_same(rc.qkv, "qkv", rope);
   expect_same(rc.kc, "k cache", rope);
+}
+
+// IB_SMEM_CARVEOUT: a carve-out preference on every launched kernel is a hint: the dense GEMV in
+// registers and through the ring (68 KB a block) give the same results under the driver's choice
+// and under the largest shared-memory preference.
+TEST(CudaGemvDenseRing, CarveoutPreferenceChangesNoResult) {
+  IB_REQUIRE_CUDA();
+  struct Guard {
+    bool ring = gemv_dense_ring();
+    int carveout = smem_carveout();
+    ~Guard() {
+      set_gemv_dense_ring(ring);
+      set_smem_carveout(carveout);
+    }
+  } guard;
+  Twin twin(DType::kBF16);
+  Rng rng(12);
+  const int64_t m = 8, n = 4100, k = 1024;
+  WeightRef w;
+  w.data = twin.floats({n, k}, random_floats(rng, n * k, -0.05f, 0.05f)).gpu;
+  const Pair x = twin.floats({m, k}, random_floats(rng, m * k, -2.0f, 2.0f));
+  const Pair out = twin.output({m, n});
+  for (const bool ring : {false, true}) {
+    set_gemv_dense_ring(ring);
+    set_smem_carveout(-1);
+    launch_gemv(x.gpu, w, nullptr, out.gpu, twin.gpu().stream());
+    const std::vector<float> want = twin.gpu_floats(out.gpu);
+    set_smem_carveout(100);
+    launch_gemv(x.gpu, w, nullptr, out.gpu, twin.gpu().stream());
+    const Status status = twin.gpu().device_status();
+    ASSERT_TRUE(status.ok()) << status.error().message;
+    EXPECT_EQ(twin.gpu_floats(out.gpu), want) << "ring " << ring;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaGemvPersist,

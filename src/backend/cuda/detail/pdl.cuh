@@ -9,6 +9,7 @@
 
 #include <utility>
 
+#include "backend/cuda/detail/carveout.h"
 #include "backend/cuda/detail/check.h"
 
 namespace ib::cuda {
@@ -30,6 +31,7 @@ __device__ __forceinline__ void pdl_trigger() {
 template <typename... Params, typename... Args>
 void launch_kernel(const char* op, bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
                    size_t smem, cudaStream_t stream, Args&&... args) {
+  if (smem_carveout() >= 0) apply_smem_carveout(reinterpret_cast<const void*>(kernel));
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
