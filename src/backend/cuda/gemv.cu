@@ -178,13 +178,13 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
     x_in = xn.data;
   }
   auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
-  if constexpr (kDense && kEpilogue == kGemvSwiGlu) {
-    if (g_swiglu_min_blocks.load(std::memory_order_relaxed) == 3)
-      kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
-  }
-  if constexpr (kDense && kEpilogue == kGemvRopeCache) {
-    const int from = g_qkv_blocks_from.load(std::memory_order_relaxed);
-    if (from > 0 && m >= from)
+  // The 3-blocks-an-SM variant: gate/up by IB_GEMV_SWIGLU_BLOCKS, q/k/v by IB_GEMV_QKV_BLOCKS.
+  if constexpr (kDense && (kEpilogue == kGemvSwiGlu || kEpilogue == kGemvRopeCache)) {
+    const int qkv_from = g_qkv_blocks_from.load(std::memory_order_relaxed);
+    const bool three = kEpilogue == kGemvSwiGlu
+                           ? g_swiglu_min_blocks.load(std::memory_order_relaxed) == 3
+                           : qkv_from > 0 && m >= qkv_from;
+    if (three)
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
   }
   int block_warps = kWarps;

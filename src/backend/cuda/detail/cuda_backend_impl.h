@@ -272,11 +272,8 @@ class CudaBackend final : public Backend,
   // 256: +2 % at batch 1 and on the seed's batch 8, even on the continuous run, -3 % when every
   // step prefetches (bench/NOTES.md, phase 5; bench/results/h200/no-regression-ab/).
   void set_attention_prefetch_max_seqs(int n) { attention_prefetch_max_seqs_ = n; }
-  // IB_ATTN_LEAN: the split-KV attention's few-block configuration (bf16/fp16 caches, head_dim
-  // 64 or 128, groups of up to 4) in its latency-lean form (split_kv_lean_kernel: block tables
-  // read before the PDL wait, a chunk's keys and values in one round trip): 1 with 8 warps where
-  // the blocks fit one an SM, else 4 (the default; bench/NOTES.md, "The decode attention's round
-  // trips"); 2 with 4 warps; 0 off.
+  // IB_ATTN_LEAN (0-2, default 1): the split-KV attention's latency-lean form where it exists
+  // (launch_attention_split_kv; the modes in backend/kernel_switches.cpp).
   void set_attention_lean(int mode) { attention_lean_ = mode; }
   int attention_lean() const { return attention_lean_; }
   // The attention launches that ran the lean form so far (tests: it runs where it exists).

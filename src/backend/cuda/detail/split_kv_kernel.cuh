@@ -385,9 +385,9 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
 // rows go out together with q's loads, all 16-byte vectors of a row at once; the value rows
 // of the chunk's 32 keys go out at once too, as 16-byte vectors: kRowLanes lanes per row, 32 /
 // kRowLanes keys per pass, each lane summing its keys' share of its 8 head_dim values, the lane
-// groups added once at the end. The compiler issues the value loads with the key loads (they
-// depend on the rows only): one round trip for both, 159-211 registers (ptxas), so one block of
-// 8 warps or two of 4 per SM.
+// groups added once at the end. The compiler holds the value loads with the key loads (they
+// depend on the rows only), 104-211 registers (bench/results/h200/attn-lean/ptxas_local.txt):
+// one block of 8 warps or two of 4 per SM.
 template <typename T, int HD, int GC, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) split_kv_lean_kernel(SplitParams p) {
   static_assert(sizeof(T) == 2 && (HD == 64 || HD == 128), "2-byte values, head_dim 64 or 128");
