@@ -5,7 +5,9 @@
 # (3 runs) and on the seed's protocol (batch 8, 200 prompts, 1 run) for each set of switches in
 # IB_AB_SETS, IB_PASSES times (2; 0: none); kernel timelines at batch 8 for each set in IB_TIMELINE_SETS;
 # Mixtral-8x7B bf16 at batch 1 (3 runs) for each set in IB_MIXTRAL_SETS.
-# Sets: ';' between sets, ',' within one ("IB_A=0;IB_A=1,IB_B=2"); a run is tagged by its set.
+# Sets: ';' between sets, ',' within one ("IB_A=0;IB_A=1,IB_B=2"); a run is tagged by its set;
+# "default" is the set of no variables (the binary's defaults). IB_LLAMA_FLAGS: more flags for
+# every Llama-3-8B run (e.g. "--quantization fp8"; the runs' names do not show them).
 # Usage (~9 minutes of the machine; carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/decode_ab.sh
 # bench/results/h200/attn-lean came from this script's first form (bench/gpu/attn_lean.sh at
 # 4f68610), the same as: IB_AB_SETS="IB_ATTN_LEAN=0;IB_ATTN_LEAN=1;IB_ATTN_LEAN=2"
@@ -33,26 +35,28 @@ DEADLINE=${IB_DEADLINE_S:-560}
 # sets VAR: the sets of $VAR as lines; tag SET: a run name's suffix (IB_A=0,IB_B=2 -> a0_b2).
 sets() { tr ';' '\n' <<< "${!1-}" | sed '/^$/d'; }
 tag() { local t=${1//IB_/}; t=${t//=/}; t=${t//,/_}; echo "${t,,}"; }
+vars() { [ "$1" = default ] || echo "${1//,/ }"; }  # a set's variables, as words
+read -ra XF <<< "${IB_LLAMA_FLAGS:-}"
 mapfile -t AB < <(sets IB_AB_SETS)
 [ ${#AB[@]} = 0 ] && AB=("IB_GEMV_QKV_BLOCKS=0" "IB_GEMV_QKV_BLOCKS=2")
-B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
-SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
+B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3 ${XF[@]+"${XF[@]}"})
+SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 ${XF[@]+"${XF[@]}"})
 {
   for i in $(seq "${IB_PASSES:-2}"); do
-    for s in "${AB[@]}"; do run_llama "b1_$(tag "$s")_$i" ${s//,/ } "${B1[@]}"; done
-    for s in "${AB[@]}"; do run_llama "seed_$(tag "$s")_$i" ${s//,/ } "${SEED[@]}"; done
+    for s in "${AB[@]}"; do run_llama "b1_$(tag "$s")_$i" $(vars "$s") "${B1[@]}"; done
+    for s in "${AB[@]}"; do run_llama "seed_$(tag "$s")_$i" $(vars "$s") "${SEED[@]}"; done
   done
 } 2>&1 | tee "$O/runs.log"
 while read -r s; do
   if (( $(date +%s) - T0 > DEADLINE - 40 )); then echo "timeline $s skipped" | tee -a "$O/runs.log"; continue; fi
-  llama_timeline "b8_$(tag "$s")" "$R" ${s//,/ }
+  llama_timeline "b8_$(tag "$s")" "$R" $(vars "$s") ${XF[@]+"${XF[@]}"}
 done < <(sets IB_TIMELINE_SETS)
 # Mixtral-8x7B at batch 1: ~60 s a run with its load (a set may come twice: runs numbered).
 n=0
 while read -r s; do
   n=$((n + 1)); name=b1_mixtral_$(tag "$s")_$n
   if (( $(date +%s) - T0 > DEADLINE - 75 )); then echo "$name skipped" | tee -a "$O/runs.log"; continue; fi
-  env ${s//,/ } timeout 100 "$B/bin/inferbench" run --device cuda --dtype bf16 \
+  env $(vars "$s") timeout 100 "$B/bin/inferbench" run --device cuda --dtype bf16 \
     --load-format dummy --disable-tqdm --model mixtral-8x7b --batch-size 1 --input-len 32 \
     --output-len 128 --num-prompts 4 --runs 3 --result-dir "$R/$name" --overwrite \
     > "$R/$name.log" 2>&1

@@ -5,12 +5,12 @@
 // bias (Qwen2), a sliding window (Mistral / Phi-3) and Mixtral's experts (bf16 within 5e-2: a
 // routing decision may flip where two experts nearly tie), under each programmatic dependent
 // launch mode (IB_PDL 0, 1 and the default 2) and with the gate/up GEMV at both register caps
-// (IB_GEMV_SWIGLU_BLOCKS 0 and the default 3), the q/k/v GEMV at 3 blocks an SM
-// (IB_GEMV_QKV_BLOCKS), the decode attention's earlier form (IB_ATTN_LEAN=0; the lean form is the
-// default), and with a block-sparse pattern of 16-token blocks
-// (the prompts cross several; against the reference under the same pattern). Also: the step
-// profile, a model too large for the device refused before allocating, and bad device indices.
-// Label gpu: skipped visibly without a CUDA device.
+// (IB_GEMV_SWIGLU_BLOCKS 0 and the default 3), the q/k/v GEMV at 2 and 3 blocks an SM
+// (IB_GEMV_QKV_BLOCKS 0, 1 and the default 2), the decode attention's earlier form (IB_ATTN_LEAN=0;
+// the lean form is the default), and with a block-sparse pattern of 16-token blocks (the prompts
+// cross several; against the reference under the same pattern). Also: the step profile, a model too
+// large for the device refused before allocating, and bad device indices. Label gpu: skipped
+// visibly without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -190,6 +190,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kBF16, true, false, 24, false, -1, -1, "", 0, true},
         Case{DType::kF16, false, true, 0, false, -1, -1, "", 0, true},
         Case{DType::kBF16, true, false, 0, true, -1, -1, "", 0, true},
+        Case{DType::kBF16, true, false, 0, false, -1, -1, "", 0, false, 0},
         Case{DType::kBF16, true, false, 0, false, -1, -1, "", 0, false, 1},
         Case{DType::kF16, false, true, 24, false, -1, -1, "", 0, false, 2},
         Case{DType::kF32, false, false, 0, true, -1, -1, "", 2},

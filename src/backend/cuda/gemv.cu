@@ -78,9 +78,10 @@ std::atomic<int> g_swiglu_min_blocks{3};
 // IB_GEMV_QKV_BLOCKS (backend/kernel_switches.h): the dense q/k/v GEMV (RMSNorm + q/k/v +
 // RoPE/cache) of launches of at least this many tokens with its registers capped so that 3
 // blocks fit on an SM (0: never). Its 384 row tiles (Llama-3-8B) then run in one wave of 396
-// slots instead of 1.45 of 264 (bench/NOTES.md, "Three blocks per SM": -4.5 us a layer at batch
-// 1, but the attention after it lost more there); not yet measured with the lean attention.
-std::atomic<int> g_qkv_blocks_from{0};
+// slots instead of 1.45 of 264. Default 2 (one-token launches keep 2 blocks, where the attention
+// after it lost more than it gained): Llama-3-8B bf16 seed protocol 1,779 / 1,789 -> 1,818 /
+// 1,823 tok/s (bench/NOTES.md, "The q/k/v GEMV at 3 blocks an SM again: measured").
+std::atomic<int> g_qkv_blocks_from{2};
 
 int sm_count() {
   static const int count = [] {

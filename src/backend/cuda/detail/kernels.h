@@ -83,7 +83,8 @@ int gemv_persist_blocks_per_sm();
 void set_gemv_swiglu_min_blocks(int blocks);
 int gemv_swiglu_min_blocks();
 // IB_GEMV_QKV_BLOCKS: the dense q/k/v GEMV (RoPE/cache epilogue) of launches of at least this many
-// tokens runs its variant whose registers allow 3 blocks per SM (0: never). Process-wide.
+// tokens runs its variant whose registers allow 3 blocks per SM (default 2; 0: never).
+// Process-wide.
 void set_gemv_qkv_blocks_from(int tokens);
 int gemv_qkv_blocks_from();
 // IB_GEMV_RING: the quantized formats' GEMVs (not their LoRA variants) stream their weights
