@@ -107,15 +107,29 @@ Status ModelRunner::check_lora_runs(const ModelConfig& model, Backend& backend) 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& model,
                                                          ModelWeights weights,
                                                          const RunnerLimits& limits,
-                                                         Backend& backend) {
+                                                         Backend& backend, Communicator* comm) {
   IB_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(model));
   IB_TRY(check_moe_runs(model, WeightFormat::kDense, backend));
   IB_TRY(arch->check_backend(model, backend));
   if (limits.lora_slots > 0) IB_TRY(check_lora_runs(model, backend));
+  if (comm != nullptr && comm->size() > 1) {
+    if (!arch->runs_tensor_parallel())
+      return user_error("tensor parallelism over " + std::to_string(comm->size()) +
+                        " ranks: " + model.name + " (" + model.family +
+                        ") does not run tensor parallel yet; the Llama, Mistral, Qwen2 and Phi-3 "
+                        "families do");
+    if (limits.lora_slots > 0)
+      return user_error("--enable-lora with tensor parallelism is not supported yet");
+  } else {
+    comm = nullptr;
+  }
   std::unique_ptr<ModelRunner> runner(
       new ModelRunner(model, *arch, std::move(weights), limits, backend));
+  runner->comm_ = comm;
+  runner->tp_step_.comm = comm;
   IB_TRY(runner->allocate());
   arch->prepare_weights(backend, runner->weights_);
+  if (comm != nullptr) return runner;  // unfused: the sums go between each matmul and its add
   FusedDecodeOps* fused = backend.fused_decode_ops();
   // With LoRA slots only where the fused ops take the updates (else the unfused ops and LoraOps).
   const bool lora_ok = limits.lora_slots == 0 || (fused && fused->fused_lora(limits.lora_rank));
@@ -183,6 +197,7 @@ Status ModelRunner::allocate() {
   IB_TRY(alloc(act_buf_, t * f * e));             // (T, F)
   IB_TRY(alloc(rows_buf_, 3 * r * d * e));        // 3 x (R, D): residual, down output, normed rows
   IB_TRY(alloc(logits_buf_, r * model_.vocab_size * 4));  // (R, V) f32
+  if (comm_ != nullptr) IB_TRY(alloc(rank_logits_buf_, r * weights_.lm_head.rows() * 4));
   const int64_t width = (limits_.max_model_len + limits_.block_size - 1) / limits_.block_size;
   out_tokens_offset_ =
       static_cast<int>(layout_for(t, s, width, r, !model_.mrope_section.empty()).words);
@@ -493,6 +508,7 @@ void ModelRunner::forward(int num_tokens, int num_rows, std::span<const RunnerSe
   in.rms_eps = eps;
   in.fused = fused;
   in.gains_folded = gains_folded_;
+  if (comm_ != nullptr) in.tp = &tp_step_;
   StepBuffers buffers{residual, hidden, tmp, qkv, attn, gate_up, act, {}, {}, {}};
   if (model_.mla.kv_lora_rank > 0) {
     in.mla = backend_.mla_ops();
@@ -540,7 +556,18 @@ void ModelRunner::lm_head_rows(Tensor residual_rows, const Tensor* sublayer_rows
   } else {
     backend_.add_rms_norm(residual_rows, *sublayer_rows, weights_.final_norm, eps, norm_rows);
   }
-  backend_.matmul(norm_rows, weights_.lm_head, nullptr, logits);
+  if (comm_ != nullptr) {
+    // This rank's rows of the vocabulary, then every rank's side by side: (R', V).
+    const Tensor mine =
+        rank_logits_buf_.view(DType::kF32, {logits.rows(), weights_.lm_head.rows()});
+    backend_.matmul(norm_rows, weights_.lm_head, nullptr, mine);
+    if (tp_step_.status.ok()) {
+      tp_step_.status = comm_->all_gather_columns(mine, logits);
+      if (!tp_step_.status.ok()) comm_->abort(tp_step_.status.error().message);
+    }
+  } else {
+    backend_.matmul(norm_rows, weights_.lm_head, nullptr, logits);
+  }
   if (model_.final_logit_softcapping > 0) {
     backend_.softcap(logits, static_cast<float>(model_.final_logit_softcapping));
   }

@@ -86,12 +86,14 @@ Result<RunnerOutput> ModelRunner::execute(std::span<const RunnerSeq> batch, bool
     forward(attn_meta_.num_tokens, rows, batch);
     backend_.timer_stop();
   }
+  IB_TRY(tp_step_.status);  // a tensor-parallel rank's failed collective, naming it
   const int64_t launched_ns = now_ns();
   IB_ASSIGN_OR_RETURN(RunnerOutput out, read_results(rows, capture_logits));
   out.launched_ns = launched_ns;
   if (std::any_of(batch.begin(), batch.end(),
                   [](const RunnerSeq& q) { return q.logits_rows > 0; })) {
     IB_TRY(read_prompt_logits(batch, out));
+    IB_TRY(tp_step_.status);
   }
   if (capture_routing && !expert_ids_.empty()) IB_TRY(read_routing(batch, out));
   if (!expert_tokens_.empty()) note_experts_read();

@@ -13,6 +13,7 @@
 #endif
 
 #include "backend/cpu/detail/dot.h"
+#include "backend/cpu/detail/float_elements.h"
 #include "backend/cpu/detail/host_info.h"
 #include "backend/cpu/detail/kernels.h"
 #include "core/rng.h"
@@ -22,39 +23,9 @@ namespace {
 
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-float load_as_f32(const void* src, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(src)[i];
-    case DType::kBF16:
-      return bf16_bits_to_f32(static_cast<const uint16_t*>(src)[i]);
-    case DType::kF16:
-      return f16_bits_to_f32(static_cast<const uint16_t*>(src)[i]);
-    default:
-      IB_ASSERT(false, "expected a floating-point dtype");
-  }
-  return 0.0f;
-}
-
-void store_from_f32(void* dst, DType dtype, int64_t i, float v) {
-  switch (dtype) {
-    case DType::kF32:
-      static_cast<float*>(dst)[i] = v;
-      break;
-    case DType::kBF16:
-      static_cast<uint16_t*>(dst)[i] = f32_to_bf16_bits(v);
-      break;
-    case DType::kF16:
-      static_cast<uint16_t*>(dst)[i] = f32_to_f16_bits(v);
-      break;
-    default:
-      IB_ASSERT(false, "expected a floating-point dtype");
-  }
-}
-
-bool is_float(DType t) {
-  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
-}
+using cpu::is_float;
+using cpu::load_as_f32;
+using cpu::store_from_f32;
 
 void check_f32(const Tensor& t, const char* what) {
   IB_ASSERT(t.dtype == DType::kF32 && t.data != nullptr, what);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
 #include "engine/model_weights.h"
 #include "model/config.h"
 
@@ -108,6 +109,20 @@ struct LoraLayerStacks {
   std::array<Tensor, 7> b;
 };
 
+// A tensor-parallel rank's collectives during one step (StepInputs::tp). The layer forward
+// returns nothing, so the first failure is kept here for the runner to return after the step; it
+// also aborts the group, so the other ranks stop waiting, and later collectives are skipped.
+struct TensorParallelStep {
+  Communicator* comm = nullptr;
+  Status status;
+  // The row-parallel matmuls' partial outputs (o, down) -> their sum over the ranks.
+  void all_reduce_sum(Tensor inout) {
+    if (!status.ok()) return;
+    status = comm->all_reduce_sum(inout);
+    if (!status.ok()) comm->abort(status.error().message);
+  }
+};
+
 // One step's metadata (device views) and the model's per-layer KV cache.
 struct StepInputs {
   Tensor positions;     // int32 (T)
@@ -144,6 +159,10 @@ struct StepInputs {
   Tensor lora_slot_ids;
   Tensor lora_scales;
   std::span<const LoraLayerStacks> lora_layers;
+  // A rank of a tensor-parallel group (the weights its shard, the sizes its config's): the
+  // architecture sums o's and down's outputs over the ranks before each residual add. Null at
+  // TP = 1.
+  TensorParallelStep* tp = nullptr;
 };
 
 class Architecture {
@@ -165,6 +184,9 @@ class Architecture {
   virtual int moe_always_on(const ModelConfig& /*config*/, Backend& /*backend*/) const { return 0; }
   // Whether decode steps may take the backend's fused ops (the dense SwiGLU decoder's).
   virtual bool runs_fused_decode() const { return true; }
+  // Whether forward_layers runs a tensor-parallel rank (StepInputs::tp): the dense decoder's
+  // families so far.
+  virtual bool runs_tensor_parallel() const { return false; }
   // The width of StepBuffers::qkv per token: what the attention half of a layer keeps there
   // (Q + 2 KV for the dense decoder's fused qkv).
   virtual int64_t qkv_buffer_width(const ModelConfig& config) const {

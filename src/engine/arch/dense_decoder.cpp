@@ -1,6 +1,7 @@
 // The pre-norm dense decoder's block helpers (see detail/dense_decoder.h): per layer
 // [qkv matmul (+bias) (+ LoRA), rope_and_cache, attention, o matmul, add_rms_norm, gate_up matmul,
-// silu_mul, down matmul, add_rms_norm of the next layer], or five fused ops on decode steps.
+// silu_mul, down matmul, add_rms_norm of the next layer], or five fused ops on decode steps; a
+// tensor-parallel rank sums o's and down's outputs over the ranks before each add.
 #include "engine/arch/detail/dense_decoder.h"
 
 #include <array>
@@ -146,6 +147,7 @@ void attention_sublayer(Backend& backend, const LayerWeights& w, const KvCacheLa
   backend.attention(b.qkv, kv, *in.attention, *in.shape, b.attn);
   backend.matmul(b.attn, w.wo, nullptr, b.tmp);
   lora_updates(in, layer, LoraTarget::kO, LoraTarget::kO, b.attn, b.tmp);
+  if (in.tp != nullptr) in.tp->all_reduce_sum(b.tmp);  // each rank's heads' share of o
 }
 
 void dense_forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
@@ -192,6 +194,7 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
     backend.silu_mul(b.gate_up, b.act);
     backend.matmul(b.act, w.w_down, nullptr, b.tmp);
     lora_updates(in, l, LoraTarget::kDown, LoraTarget::kDown, b.act, b.tmp);
+    if (in.tp != nullptr) in.tp->all_reduce_sum(b.tmp);  // each rank's columns' share of down
     if (l + 1 < layers.size())
       backend.add_rms_norm(b.residual, b.tmp, layers[l + 1].attn_norm, in.rms_eps, b.hidden);
   }

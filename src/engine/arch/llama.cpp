@@ -37,6 +37,8 @@ class SplitProjectionDecoder final : public Architecture {
     dense_forward_layers(backend, weights, inputs, buffers);
   }
 
+  bool runs_tensor_parallel() const override { return true; }
+
  private:
   std::string_view family_;
   std::string_view hf_class_;

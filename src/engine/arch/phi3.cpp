@@ -33,6 +33,8 @@ class Phi3 final : public Architecture {
                       const StepBuffers& buffers) const override {
     dense_forward_layers(backend, weights, inputs, buffers);
   }
+
+  bool runs_tensor_parallel() const override { return true; }
 };
 
 }  // namespace

@@ -99,8 +99,13 @@ class ModelRunner {
  public:
   // Allocates the activation and metadata buffers; the KV cache comes later (attach_kv_cache),
   // sized from the memory left after these.
+  // A rank of a tensor-parallel group (comm: its communicator, size > 1): model is the rank's
+  // config (engine/tensor_parallel.h rank_config) and weights its shard (shard_weights), whose
+  // lm_head holds its rows of the vocabulary; the steps run unfused, and each sums o's and down's
+  // outputs and gathers the logits over the ranks. Every rank executes the same batches.
   static Result<std::unique_ptr<ModelRunner>> create(const ModelConfig& model, ModelWeights weights,
-                                                     const RunnerLimits& limits, Backend& backend);
+                                                     const RunnerLimits& limits, Backend& backend,
+                                                     Communicator* comm = nullptr);
   // Whether the backend runs LoRA adapters on this model (LoraOps, a dense model): a user error
   // naming the fix otherwise; checked before any weight is loaded.
   static Status check_lora_runs(const ModelConfig& model, Backend& backend);
@@ -170,6 +175,11 @@ class ModelRunner {
   // Activations, allocated at T rows (R = min(S, T) rows for the sampled ones).
   Buffer residual_buf_, hidden_buf_, tmp_buf_, qkv_buf_, attn_buf_, gate_up_buf_, act_buf_;
   Buffer rows_buf_, logits_buf_, inv_freq_buf_, meta_buf_;
+  // Tensor parallelism (comm_ non-null): this rank's logits f32 (R, V / N) before the gather, and
+  // the step's collectives (their first failure).
+  Communicator* comm_ = nullptr;
+  Buffer rank_logits_buf_;
+  TensorParallelStep tp_step_;
   Tensor inv_freq_;        // f32 (head_dim / 2)
   Tensor mrope_inv_freq_;  // f32 (3, head_dim / 2): multimodal-RoPE models only
   // Mixture-of-experts models: router logits f32 (T, E), expert ids int32 (layers, T, k), weights

@@ -1,0 +1,140 @@
+// A tensor-parallel group's weight shards and lock-step execution (detail/tensor_parallel.h).
+#include "engine/detail/tensor_parallel.h"
+
+#include <cstring>
+#include <future>
+#include <vector>
+
+namespace ib::detail {
+namespace {
+
+// Copies one rank's part of dense weights from one backend to another through the host: whole
+// tensors, row ranges stacked in order, or a column range of every row.
+class ShardCopier {
+ public:
+  ShardCopier(Backend& from, Backend& to, ModelWeights& out) : from_(from), to_(to), out_(out) {}
+
+  Result<Tensor> whole(const Tensor& src) {
+    if (src.empty()) return Tensor{};
+    return rows(src, {{0, src.dim(0)}});
+  }
+
+  // src (N, ...) -> (sum of counts, ...): the ranges' rows, in order.
+  Result<Tensor> rows(const Tensor& src, const std::vector<IndexRange>& ranges) {
+    if (src.empty()) return Tensor{};
+    const std::vector<char> host = read(src);
+    const size_t row_bytes = src.bytes() / static_cast<size_t>(src.dim(0));
+    std::vector<char> part;
+    for (const IndexRange& r : ranges) {
+      const char* first = host.data() + static_cast<size_t>(r.begin) * row_bytes;
+      part.insert(part.end(), first, first + static_cast<size_t>(r.count) * row_bytes);
+    }
+    const int64_t n = static_cast<int64_t>(part.size() / row_bytes);
+    return src.rank == 1 ? write(part, src.dtype, {n}) : write(part, src.dtype, {n, src.dim(1)});
+  }
+
+  // src (N, K) -> (N, count): columns [begin, begin + count) of every row.
+  Result<Tensor> columns(const Tensor& src, IndexRange cols) {
+    const std::vector<char> host = read(src);
+    const size_t e = dtype_size(src.dtype);
+    const auto n = static_cast<size_t>(src.dim(0)), k = static_cast<size_t>(src.dim(1));
+    std::vector<char> part(n * static_cast<size_t>(cols.count) * e);
+    for (size_t row = 0; row < n; ++row)
+      std::memcpy(part.data() + row * static_cast<size_t>(cols.count) * e,
+                  host.data() + (row * k + static_cast<size_t>(cols.begin)) * e,
+                  static_cast<size_t>(cols.count) * e);
+    return write(part, src.dtype, {src.dim(0), cols.count});
+  }
+
+ private:
+  std::vector<char> read(const Tensor& src) {
+    std::vector<char> host(src.bytes());
+    from_.copy_to_host(src, host.data());
+    return host;
+  }
+
+  Result<Tensor> write(const std::vector<char>& host, DType dtype,
+                       std::initializer_list<int64_t> shape) {
+    Tensor probe(nullptr, dtype, shape);
+    IB_ASSIGN_OR_RETURN(Buffer buf, to_.alloc(probe.bytes(), MemoryTag::kWeights));
+    Tensor t = buf.view(dtype, shape);
+    to_.copy_from_host(t, host.data(), dtype);
+    out_.bytes += static_cast<int64_t>(buf.bytes());
+    out_.storage.push_back(std::move(buf));
+    return t;
+  }
+
+  Backend& from_;
+  Backend& to_;
+  ModelWeights& out_;
+};
+
+Status check_splittable(const ModelConfig& config, const ModelWeights& weights) {
+  if (config.moe.num_experts > 0 || config.mla.kv_lora_rank > 0)
+    return user_error("tensor parallelism: " + config.name +
+                      " has mixture-of-experts or latent-attention layers, which do not split "
+                      "yet");
+  for (const LayerWeights& l : weights.layers)
+    for (const WeightRef* w : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down})
+      if (w->format != WeightFormat::kDense)
+        return user_error(
+            "tensor parallelism with --quantization is not supported yet; use dense weights");
+  if (weights.lm_head.format != WeightFormat::kDense)
+    return user_error("tensor parallelism: the LM head must be dense");
+  return Ok{};
+}
+
+}  // namespace
+
+Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights& weights,
+                                   Backend& from, const TensorParallelPlan& plan, int rank,
+                                   Backend& to) {
+  IB_TRY(check_splittable(config, weights));
+  ModelWeights out;
+  out.description = weights.description + ", tensor-parallel rank " + std::to_string(rank) +
+                    " of " + std::to_string(plan.size);
+  ShardCopier copy(from, to, out);
+  IB_ASSIGN_OR_RETURN(out.embed, copy.whole(weights.embed));
+  IB_ASSIGN_OR_RETURN(out.final_norm, copy.whole(weights.final_norm));
+  // Tied models read the embedding's rows (lm_head shares its memory).
+  const IndexRange vocab = vocab_rows_of_rank(config, plan, rank);
+  IB_ASSIGN_OR_RETURN(out.lm_head.data, copy.rows(weights.lm_head.data, {vocab}));
+  const std::vector<IndexRange> qkv = qkv_rows_of_rank(config, plan, rank);
+  const IndexRange o = o_columns_of_rank(config, plan, rank);
+  const std::vector<IndexRange> gate_up =
+      gate_up_rows_of_rank(plan.intermediate_per_rank, rank, config.intermediate_size);
+  const IndexRange down = down_columns_of_rank(plan.intermediate_per_rank, rank);
+  for (const LayerWeights& l : weights.layers) {
+    LayerWeights s;
+    s.k_scale = l.k_scale;
+    s.v_scale = l.v_scale;
+    IB_ASSIGN_OR_RETURN(s.attn_norm, copy.whole(l.attn_norm));
+    IB_ASSIGN_OR_RETURN(s.ffn_norm, copy.whole(l.ffn_norm));
+    IB_ASSIGN_OR_RETURN(s.post_attn_norm, copy.whole(l.post_attn_norm));
+    IB_ASSIGN_OR_RETURN(s.post_ffn_norm, copy.whole(l.post_ffn_norm));
+    IB_ASSIGN_OR_RETURN(s.wqkv.data, copy.rows(l.wqkv.data, qkv));
+    IB_ASSIGN_OR_RETURN(s.bqkv, copy.rows(l.bqkv, qkv));
+    IB_ASSIGN_OR_RETURN(s.wo.data, copy.columns(l.wo.data, o));
+    IB_ASSIGN_OR_RETURN(s.w_gate_up.data, copy.rows(l.w_gate_up.data, gate_up));
+    IB_ASSIGN_OR_RETURN(s.w_down.data, copy.columns(l.w_down.data, down));
+    out.layers.push_back(std::move(s));
+  }
+  return out;
+}
+
+Result<RunnerOutput> execute_on_ranks(std::span<ModelRunner* const> ranks,
+                                      std::span<const RunnerSeq> batch, bool capture_logits) {
+  IB_ASSERT(!ranks.empty(), "execute_on_ranks without ranks");
+  std::vector<std::future<Result<RunnerOutput>>> others;
+  for (size_t r = 1; r < ranks.size(); ++r)
+    others.push_back(std::async(std::launch::async,
+                                [&, r] { return ranks[r]->execute(batch, capture_logits); }));
+  Result<RunnerOutput> first = ranks[0]->execute(batch, capture_logits);
+  for (auto& other : others) {
+    Result<RunnerOutput> out = other.get();
+    if (first.ok() && !out.ok()) first = out.error();
+  }
+  return first;
+}
+
+}  // namespace ib::detail
