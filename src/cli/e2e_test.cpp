@@ -132,6 +132,9 @@ TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
       {{"run", "--model", "mistral-7b-v0.1", "--block-sparse-attention",
         "local_blocks=4,vert_stride=2", "--result-dir", dir},
        "4096-token sliding window"},
+      {{"run", "--model", "tiny-15m", "--tensor-parallel-size", "4", "--result-dir", dir},
+       "--tensor-parallel-size 4: tiny-15m has 6 attention heads, which 4 does not divide; sizes "
+       "that split it: 1, 2"},
   };
   for (const auto& c : cases) expect_refused(c.args, c.expect, dir);
   EXPECT_EQ(fs::directory_iterator(taken)->path().filename(), "mine.txt");
@@ -234,6 +237,22 @@ TEST_F(E2e, Fp8QuantizationRunsOnTheCpuAndIsRecorded) {
   const int64_t weights = r["memory"]["engine-pools"]["weights_bytes"].get<int64_t>();
   EXPECT_GE(weights, want);
   EXPECT_LE(weights, want + 256 * (2 + 10 * layers));  // each tensor rounded up to 256 bytes
+}
+
+// --tensor-parallel-size 2 on the CPU: two ranks (threads), the run completes and result.json
+// records the size and rank 0's shard.
+TEST_F(E2e, TensorParallelRunCompletesAndIsRecorded) {
+  const fs::path dir = root_ / "tp2";
+  ASSERT_EQ(run({"run", "--model", "tiny-15m", "--tensor-parallel-size", "2", "--num-prompts", "4",
+                 "--input-len", "8", "--output-len", "4", "--batch-size", "2", "--runs", "1",
+                 "--result-dir", dir.string(), "--num-threads", "1"}),
+            0)
+      << err();
+  const json r = json::parse(read_file(dir / "result.json").value());
+  EXPECT_EQ(r["completed"], 4);
+  EXPECT_EQ(r["engine"]["engine"]["tensor_parallel_size"], 2);
+  EXPECT_NE(r["engine"]["weights"].get<std::string>().find("tensor-parallel rank 0 of 2"),
+            std::string::npos);
 }
 
 // --kv-cache-dtype fp8 on the CPU: the run completes, result.json records vLLM's key and what

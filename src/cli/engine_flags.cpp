@@ -21,6 +21,11 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--kv-cache-memory", f.kv_cache_memory,
                  "CPU KV-cache budget: bytes or e.g. 2GiB (default 2GiB)");
   app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();
+  app.add_option("--tensor-parallel-size", f.tensor_parallel_size,
+                 "ranks the model is split over (attention by heads, the MLP by columns then "
+                 "rows, the LM head by vocabulary); above 1 the CPU only so far, each rank a "
+                 "thread with --num-threads of its own")
+      ->capture_default_str();
   app.add_option("--quantization", f.quantization,
                  "none; fp8: W8A8 E4M3; int8: W8A16 int8 weights; int8-w8a8: int8 weights and "
                  "activations (per-channel scales, per-token dynamic activation scales); awq / "
@@ -80,6 +85,7 @@ Result<EngineConfig> engine_config_from(const EngineFlags& f) {
   c.max_cpu_loras = f.max_cpu_loras;
   c.merge_lora = f.merge_lora;
   c.block_sparse_attention = f.block_sparse_attention;
+  c.tensor_parallel_size = f.tensor_parallel_size;
   if (!f.kv_cache_memory.empty()) {
     IB_ASSIGN_OR_RETURN(c.cpu_kv_cache_bytes, parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
   }

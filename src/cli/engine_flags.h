@@ -16,6 +16,7 @@ namespace ib {
 struct EngineFlags {
   std::string load_format = "auto";
   int max_num_seqs = 256;
+  int tensor_parallel_size = 1;
   int max_num_batched_tokens = 8192;
   int max_model_len = 0;
   int block_size = 16;

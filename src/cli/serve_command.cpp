@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "model/chat_template.h"
 #include "model/presets.h"
+#include "model/tensor_parallel.h"
 #include "model/tokenizer.h"
 #include "server/server.h"
 #include "telemetry/collector.h"
@@ -34,6 +35,7 @@ Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f, ModelVisi
   IB_TRY(model.check_supported());
   IB_TRY(check_block_sparse(model, f.block_sparse_attention));
   IB_TRY(check_device(f.device));
+  IB_TRY(check_tensor_parallel(model, f.tensor_parallel_size, f.device));
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   if (f.num_threads < 0) return user_error("--num-threads must be >= 0 (0: all cores)");
   EngineGeneratorOptions o;

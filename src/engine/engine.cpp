@@ -16,6 +16,7 @@
 #include "engine/detail/model_runner.h"
 #include "engine/detail/scheduler.h"
 #include "engine/detail/step_profiler.h"
+#include "engine/detail/tensor_parallel.h"
 
 namespace ib {
 
@@ -60,6 +61,13 @@ class EngineImpl final : public Engine {
     if (config.kv_growth == KvGrowth::kOnDemand) {
       scheduler_.set_grow([this](int missing) { return grow_pool(missing); });
     }
+  }
+
+  void set_tensor_parallel_ranks(detail::TensorParallelRanks ranks) {
+    tp_ = std::move(ranks);
+    if (tp_.runners.empty()) return;
+    tp_runners_.push_back(runner_.get());
+    for (const auto& r : tp_.runners) tp_runners_.push_back(r.get());
   }
 
   Status add_request(GenerationRequest request) override {
@@ -224,8 +232,13 @@ class EngineImpl final : public Engine {
     detail::RunnerOutput result;
     if (!batch.empty()) {
       out.stats.run_start_ns = now_ns();
-      IB_ASSIGN_OR_RETURN(result,
-                          runner_->execute(batch, config_.capture_logits, config_.capture_routing));
+      if (tp_.runners.empty()) {
+        IB_ASSIGN_OR_RETURN(
+            result, runner_->execute(batch, config_.capture_logits, config_.capture_routing));
+      } else {
+        IB_ASSIGN_OR_RETURN(result,
+                            detail::execute_on_ranks(tp_runners_, batch, config_.capture_logits));
+      }
       out.stats.launched_ns = result.launched_ns;
       out.stats.synced_ns = result.synced_ns;
       ++steps_;
@@ -556,6 +569,9 @@ class EngineImpl final : public Engine {
   EngineConfig config_;  // with max_model_len and num_kv_blocks resolved
   Backend& backend_;
   std::unique_ptr<detail::ModelRunner> runner_;
+  // Tensor parallelism: ranks 1 .. N-1 (runner_ is rank 0), and every rank's runner in order.
+  detail::TensorParallelRanks tp_;
+  std::vector<detail::ModelRunner*> tp_runners_;
   int64_t block_bytes_ = 0;
   int capacity_blocks_ = 0;
   int min_growth_blocks_ = 1;
@@ -668,11 +684,25 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
     limits.lora_slots = config.max_loras;
     limits.lora_rank = config.max_lora_rank;
   }
+  // Tensor parallelism: every rank runs rank_model; rank 0 on this backend, the others on their
+  // own (their KV caches below as large as rank 0's).
+  detail::TensorParallelRanks tp;
+  const ModelConfig* rank_model = &model;
+  if (config.tensor_parallel_size > 1) {
+    if (config.kv_growth == KvGrowth::kOnDemand)
+      return user_error(
+          "--kv-cache-growth on-demand with --tensor-parallel-size above 1 is not "
+          "supported yet; drop --kv-cache-growth");
+    IB_ASSIGN_OR_RETURN(
+        tp, detail::split_over_ranks(model, config.tensor_parallel_size, weights, backend, limits));
+    rank_model = &tp.rank_config;
+  }
   IB_ASSIGN_OR_RETURN(auto runner,
-                      detail::ModelRunner::create(model, std::move(weights), limits, backend));
+                      detail::ModelRunner::create(*rank_model, std::move(weights), limits, backend,
+                                                  tp.comms.empty() ? nullptr : tp.comms[0].get()));
 
   detail::KvPoolInputs in;
-  in.model = &model;
+  in.model = rank_model;
   in.config = &config;
   in.device = backend.device_info();
   detail::KvCacheFormat format;
@@ -690,10 +720,16 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
   in.memory_limit_bytes = backend.memory().limit_bytes();
   in.on_demand = config.kv_growth == KvGrowth::kOnDemand;
   IB_ASSIGN_OR_RETURN(const detail::KvPoolPlan plan, detail::plan_kv_pool(in));
-  IB_ASSIGN_OR_RETURN(
-      detail::KvCache kv,
-      detail::allocate_kv_cache(model, plan.initial_blocks, config.block_size, format, backend));
+  IB_ASSIGN_OR_RETURN(detail::KvCache kv,
+                      detail::allocate_kv_cache(*rank_model, plan.initial_blocks, config.block_size,
+                                                format, backend));
   runner->attach_kv_cache(std::move(kv));
+  for (size_t r = 0; r < tp.runners.size(); ++r) {
+    IB_ASSIGN_OR_RETURN(detail::KvCache rank_kv,
+                        detail::allocate_kv_cache(*rank_model, plan.initial_blocks,
+                                                  config.block_size, format, *tp.backends[r]));
+    tp.runners[r]->attach_kv_cache(std::move(rank_kv));
+  }
   if (config.use_graphs && !in.on_demand) {
     IB_TRY(runner->capture_decode_graphs(
         detail::GraphOptions{config.max_graph_batch, config.max_graph_context},
@@ -704,8 +740,9 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
   resolved.max_model_len = plan.max_model_len;
   resolved.num_kv_blocks = plan.num_blocks;
   if (in.on_demand) resolved.use_graphs = false;
-  auto engine =
-      std::unique_ptr<Engine>(new EngineImpl(model, resolved, backend, std::move(runner), plan));
+  auto impl = std::make_unique<EngineImpl>(model, resolved, backend, std::move(runner), plan);
+  impl->set_tensor_parallel_ranks(std::move(tp));
+  std::unique_ptr<Engine> engine = std::move(impl);
   if (!config.merge_lora) {
     for (const auto& [name, adapter] : adapters) IB_TRY(engine->add_lora(name, adapter));
   }

@@ -108,6 +108,7 @@ Status EngineConfig::validate() const {
   };
   IB_TRY(positive(block_size, "--block-size"));
   IB_TRY(positive(max_num_seqs, "--max-num-seqs"));
+  IB_TRY(positive(tensor_parallel_size, "--tensor-parallel-size"));
   IB_TRY(positive(max_num_batched_tokens, "--max-num-batched-tokens"));
   IB_TRY(positive(static_batch_size, "--batch-size"));
   IB_TRY(positive(cpu_kv_cache_bytes, "--kv-cache-memory"));

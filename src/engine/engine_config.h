@@ -109,6 +109,9 @@ struct EngineConfig {
   // --block-sparse-attention local_blocks=L,vert_stride=S[,block_size=B]: every layer's
   // attention keeps the local band and the strided blocks only (parse_block_sparse); "" dense.
   std::string block_sparse_attention;
+  // --tensor-parallel-size: ranks the model is split over (Megatron's splits,
+  // model/tensor_parallel.h); above 1 the ranks run as CPU threads so far (--device cpu).
+  int tensor_parallel_size = 1;
 
   // The one check of these settings: a user error naming the flag and the range, or Ok.
   Status validate() const;

@@ -114,12 +114,12 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
   if (limits.lora_slots > 0) IB_TRY(check_lora_runs(model, backend));
   if (comm != nullptr && comm->size() > 1) {
     if (!arch->runs_tensor_parallel())
-      return user_error("tensor parallelism over " + std::to_string(comm->size()) +
-                        " ranks: " + model.name + " (" + model.family +
+      return user_error("--tensor-parallel-size " + std::to_string(comm->size()) + ": " +
+                        model.name + " (" + model.family +
                         ") does not run tensor parallel yet; the Llama, Mistral, Qwen2 and Phi-3 "
                         "families do");
     if (limits.lora_slots > 0)
-      return user_error("--enable-lora with tensor parallelism is not supported yet");
+      return user_error("--enable-lora with --tensor-parallel-size above 1 is not supported yet");
   } else {
     comm = nullptr;
   }

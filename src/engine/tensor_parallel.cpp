@@ -5,6 +5,9 @@
 #include <future>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_communicator.h"
+
 namespace ib::detail {
 namespace {
 
@@ -71,16 +74,17 @@ class ShardCopier {
 
 Status check_splittable(const ModelConfig& config, const ModelWeights& weights) {
   if (config.moe.num_experts > 0 || config.mla.kv_lora_rank > 0)
-    return user_error("tensor parallelism: " + config.name +
+    return user_error("--tensor-parallel-size above 1: " + config.name +
                       " has mixture-of-experts or latent-attention layers, which do not split "
                       "yet");
   for (const LayerWeights& l : weights.layers)
     for (const WeightRef* w : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down})
       if (w->format != WeightFormat::kDense)
         return user_error(
-            "tensor parallelism with --quantization is not supported yet; use dense weights");
+            "--tensor-parallel-size above 1 with --quantization is not supported yet; use "
+            "dense weights");
   if (weights.lm_head.format != WeightFormat::kDense)
-    return user_error("tensor parallelism: the LM head must be dense");
+    return user_error("--tensor-parallel-size above 1: the LM head must be dense");
   return Ok{};
 }
 
@@ -120,6 +124,34 @@ Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights
     out.layers.push_back(std::move(s));
   }
   return out;
+}
+
+Result<TensorParallelRanks> split_over_ranks(const ModelConfig& model, int size,
+                                             ModelWeights& weights, Backend& backend,
+                                             const RunnerLimits& limits) {
+  auto* cpu = dynamic_cast<CpuBackend*>(&backend);
+  if (cpu == nullptr)
+    return user_error("--tensor-parallel-size " + std::to_string(size) + " on --device " +
+                      backend.device_info().kind +
+                      ": the ranks run as CPU threads so far (NCCL is not used yet); use "
+                      "--device cpu, or --tensor-parallel-size 1");
+  IB_ASSIGN_OR_RETURN(const TensorParallelPlan plan, plan_tensor_parallel(model, size, 0));
+  TensorParallelRanks ranks;
+  ranks.rank_config = rank_config(model, plan);
+  ranks.comms = make_cpu_communicators(size);
+  for (int r = 1; r < size; ++r) {
+    auto rank_backend = std::make_unique<CpuBackend>(cpu->num_threads());
+    IB_ASSIGN_OR_RETURN(ModelWeights shard,
+                        shard_weights(model, weights, backend, plan, r, *rank_backend));
+    IB_ASSIGN_OR_RETURN(
+        auto runner, ModelRunner::create(ranks.rank_config, std::move(shard), limits, *rank_backend,
+                                         ranks.comms[static_cast<size_t>(r)].get()));
+    ranks.backends.push_back(std::move(rank_backend));
+    ranks.runners.push_back(std::move(runner));
+  }
+  IB_ASSIGN_OR_RETURN(ModelWeights first, shard_weights(model, weights, backend, plan, 0, backend));
+  weights = std::move(first);
+  return ranks;
 }
 
 Result<RunnerOutput> execute_on_ranks(std::span<ModelRunner* const> ranks,

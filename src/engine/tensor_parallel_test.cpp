@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -170,6 +171,61 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
   EXPECT_EQ(tokens_tp, tokens_one);
 }
 
+// Through the engine (--tensor-parallel-size): continuous batching over the ranks generates the
+// tokens one rank does, and the logits within fp32's reordering.
+TEST(TensorParallelEngine, GeneratesWhatOneRankGenerates) {
+  const ModelConfig config = splittable_config(true, false);
+  std::map<uint64_t, ib::testing::Completion> runs[2];
+  for (int i = 0; i < 2; ++i) {
+    EngineConfig ec;
+    ec.block_size = 4;
+    ec.max_num_seqs = 3;
+    ec.capture_logits = true;
+    ec.tensor_parallel_size = i == 0 ? 1 : 2;
+    ib::testing::EngineUnderTest e = ib::testing::make_engine(config, ec, 21);
+    Rng rng(4);
+    for (uint64_t id = 0; id < 5; ++id) {
+      ASSERT_TRUE(e.engine
+                      ->add_request(ib::testing::greedy_request(
+                          id, ib::testing::random_prompt(rng, 3 + static_cast<int>(id) * 4, 100),
+                          6 + static_cast<int>(id)))
+                      .ok());
+    }
+    runs[i] = ib::testing::run_to_completion(*e.engine);
+  }
+  ASSERT_EQ(runs[1].size(), 5u);
+  for (const auto& [id, one] : runs[0]) {
+    const ib::testing::Completion& two = runs[1].at(id);
+    ASSERT_FALSE(one.logits.empty() || one.logits[0].empty()) << "request " << id;
+    EXPECT_EQ(two.tokens, one.tokens) << "request " << id;
+    ASSERT_EQ(two.logits.size(), one.logits.size());
+    for (size_t t = 0; t < one.logits.size(); ++t)
+      EXPECT_LT(relative_l2(two.logits[t], one.logits[t]), 1e-5)
+          << "request " << id << " step " << t;
+  }
+}
+
+TEST(TensorParallelEngine, RefusesWhatItCannotRunBeforeAnyStep) {
+  EngineConfig ec;
+  ec.tensor_parallel_size = 3;
+  CpuBackend backend(1);
+  const ModelConfig config = splittable_config(false, false);
+  const auto engine =
+      create_engine_with_weights(config, random_weights(config, backend, 2), ec, backend);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.error().kind, ErrorKind::kUser);
+  EXPECT_EQ(engine.error().message,
+            "--tensor-parallel-size 3: tiny-test has 4 attention heads, which 3 does not divide; "
+            "sizes that split it: 1, 2, 4");
+  ec.tensor_parallel_size = 2;
+  ec.kv_growth = KvGrowth::kOnDemand;
+  const auto growing =
+      create_engine_with_weights(config, random_weights(config, backend, 2), ec, backend);
+  ASSERT_FALSE(growing.ok());
+  EXPECT_NE(growing.error().message.find("--kv-cache-growth on-demand with --tensor-parallel-size"),
+            std::string::npos);
+}
+
 TEST(TensorParallelCpuErrors, AnAbortedGroupFailsTheStepNamingTheCollective) {
   const ModelConfig config = splittable_config(false, false);
   auto whole_backend = std::make_unique<CpuBackend>(1);
@@ -213,16 +269,16 @@ TEST(TensorParallelCpuErrors, WhatDoesNotSplitYetIsRefused) {
   ASSERT_FALSE(shard.ok());
   EXPECT_EQ(shard.error().kind, ErrorKind::kUser);
   EXPECT_EQ(shard.error().message,
-            "tensor parallelism: tiny-mixtral has mixture-of-experts or latent-attention layers, "
-            "which do not split yet");
+            "--tensor-parallel-size above 1: tiny-mixtral has mixture-of-experts or "
+            "latent-attention layers, which do not split yet");
   // The runner refuses a family whose layers do not sum over ranks, before allocating.
   auto comms = make_cpu_communicators(2);
   const Result<std::unique_ptr<ModelRunner>> runner =
       ModelRunner::create(mixtral, std::move(experts), limits(), backend, comms[0].get());
   ASSERT_FALSE(runner.ok());
   EXPECT_EQ(runner.error().message,
-            "tensor parallelism over 2 ranks: tiny-mixtral (mixtral) does not run tensor parallel "
-            "yet; the Llama, Mistral, Qwen2 and Phi-3 families do");
+            "--tensor-parallel-size 2: tiny-mixtral (mixtral) does not run tensor parallel yet; "
+            "the Llama, Mistral, Qwen2 and Phi-3 families do");
   // Quantized matmul weights.
   const ModelConfig dense = splittable_config(false, false);
   const ModelWeights int8 = random_weights(dense, backend, 5, WeightFormat::kInt8W8A16);
@@ -230,7 +286,8 @@ TEST(TensorParallelCpuErrors, WhatDoesNotSplitYetIsRefused) {
       shard_weights(dense, int8, backend, plan_tensor_parallel(dense, 2, 0).value(), 1, backend);
   ASSERT_FALSE(q.ok());
   EXPECT_EQ(q.error().message,
-            "tensor parallelism with --quantization is not supported yet; use dense weights");
+            "--tensor-parallel-size above 1 with --quantization is not supported yet; use dense "
+            "weights");
 }
 
 }  // namespace

@@ -29,10 +29,10 @@ std::string split_problem(const ModelConfig& config, int size) {
 Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int size,
                                                 int visible_devices) {
   if (size < 1)
-    return user_error("tensor parallelism over " + std::to_string(size) +
-                      " ranks: the ranks must be at least 1");
+    return user_error("--tensor-parallel-size " + std::to_string(size) +
+                      ": the ranks must be at least 1");
   if (visible_devices > 0 && size > visible_devices)
-    return user_error("tensor parallelism over " + std::to_string(size) + " ranks needs " +
+    return user_error("--tensor-parallel-size " + std::to_string(size) + " needs " +
                       std::to_string(size) + " GPUs, one a rank; " +
                       std::to_string(visible_devices) + (visible_devices == 1 ? " is" : " are") +
                       " visible (CUDA_VISIBLE_DEVICES selects them)");
@@ -41,8 +41,8 @@ Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int s
     for (int n : {1, 2, 4, 8})
       if (split_problem(config, n).empty())
         sizes += (sizes.empty() ? "" : ", ") + std::to_string(n);
-    return user_error("tensor parallelism over " + std::to_string(size) + " ranks: " + problem +
-                      "; rank counts that split it: " + sizes);
+    return user_error("--tensor-parallel-size " + std::to_string(size) + ": " + problem +
+                      "; sizes that split it: " + sizes);
   }
   TensorParallelPlan plan;
   plan.size = size;
@@ -55,6 +55,20 @@ Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int s
       int64_t{config.moe.num_shared_experts} * config.moe.expert_intermediate_size / size;
   plan.vocab_per_rank = config.vocab_size / size;
   return plan;
+}
+
+Status check_tensor_parallel(const ModelConfig& config, int size, std::string_view device) {
+  if (size == 1) return Ok{};
+  IB_TRY(plan_tensor_parallel(config, size, 0));
+  const std::string flag = "--tensor-parallel-size " + std::to_string(size);
+  if (device != "cpu")
+    return user_error(flag + " on --device " + std::string(device) +
+                      ": the ranks run as CPU threads so far (NCCL is not used yet); use --device "
+                      "cpu, or --tensor-parallel-size 1");
+  if (config.moe.num_experts > 0 || config.mla.kv_lora_rank > 0)
+    return user_error(flag + ": " + config.name +
+                      " has mixture-of-experts or latent-attention layers, which do not split yet");
+  return Ok{};
 }
 
 ModelConfig rank_config(const ModelConfig& config, const TensorParallelPlan& plan) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "core/result.h"
@@ -37,6 +38,11 @@ struct TensorParallelPlan {
 // ranks would run on (0: not checked, the CPU's threads).
 Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int size,
                                                 int visible_devices);
+
+// Before anything loads (--tensor-parallel-size with --device): the plan's errors, and a user
+// error for what the ranks cannot run yet: a device other than the CPU (NCCL is not used yet),
+// mixture-of-experts and latent-attention models. Ok at size 1.
+Status check_tensor_parallel(const ModelConfig& config, int size, std::string_view device);
 
 // What one rank runs: config with its heads, KV heads and intermediate sizes divided as plan says
 // (hidden size, head_dim, layers and vocabulary unchanged: the LM head's split is its own).

@@ -107,8 +107,8 @@ TEST(TensorParallelPlan, TheVocabularySplitsEvenly) {
   const Result<TensorParallelPlan> p = plan_tensor_parallel(c, 4, 0);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.error().message,
-            "tensor parallelism over 4 ranks: llama-3-8b has 10 tokens in its vocabulary, which 4 "
-            "does not divide; rank counts that split it: 1, 2");
+            "--tensor-parallel-size 4: llama-3-8b has 10 tokens in its vocabulary, which 4 does "
+            "not divide; sizes that split it: 1, 2");
 }
 
 TEST(TensorParallelPlan, ExpertsSplitWithinEachExpert) {
@@ -124,14 +124,14 @@ TEST(TensorParallelPlan, SizesThatDoNotSplitTheModelAreRefused) {
   ASSERT_FALSE(three.ok());
   EXPECT_EQ(three.error().kind, ErrorKind::kUser);
   EXPECT_EQ(three.error().message,
-            "tensor parallelism over 3 ranks: llama-3-8b has 32 attention heads, which 3 does "
-            "not divide; rank counts that split it: 1, 2, 4, 8");
+            "--tensor-parallel-size 3: llama-3-8b has 32 attention heads, which 3 does not "
+            "divide; sizes that split it: 1, 2, 4, 8");
   // Qwen2-7B: 28 heads (and 4 KV heads) split by 1, 2 and 4, not by 8.
   const Result<TensorParallelPlan> eight = plan_tensor_parallel(preset("qwen2-7b"), 8, 0);
   ASSERT_FALSE(eight.ok());
   EXPECT_EQ(eight.error().message,
-            "tensor parallelism over 8 ranks: qwen2-7b has 28 attention heads, which 8 does not "
-            "divide; rank counts that split it: 1, 2, 4");
+            "--tensor-parallel-size 8: qwen2-7b has 28 attention heads, which 8 does not divide; "
+            "sizes that split it: 1, 2, 4");
   ModelConfig odd = preset("llama-3-8b");
   odd.num_kv_heads = 3;
   odd.num_heads = 24;
@@ -141,7 +141,7 @@ TEST(TensorParallelPlan, SizesThatDoNotSplitTheModelAreRefused) {
       << kv.error().message;
   const Result<TensorParallelPlan> zero = plan_tensor_parallel(preset("llama-3-8b"), 0, 0);
   ASSERT_FALSE(zero.ok());
-  EXPECT_EQ(zero.error().message, "tensor parallelism over 0 ranks: the ranks must be at least 1");
+  EXPECT_EQ(zero.error().message, "--tensor-parallel-size 0: the ranks must be at least 1");
 }
 
 TEST(TensorParallelPlan, MoreRanksThanGpusAreRefused) {
@@ -149,8 +149,24 @@ TEST(TensorParallelPlan, MoreRanksThanGpusAreRefused) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.error().kind, ErrorKind::kUser);
   EXPECT_EQ(p.error().message,
-            "tensor parallelism over 4 ranks needs 4 GPUs, one a rank; 1 is visible "
+            "--tensor-parallel-size 4 needs 4 GPUs, one a rank; 1 is visible "
             "(CUDA_VISIBLE_DEVICES selects them)");
+}
+
+TEST(TensorParallelPlan, CheckedBeforeAnythingLoads) {
+  EXPECT_TRUE(check_tensor_parallel(preset("llama-3-8b"), 1, "cuda").ok());
+  EXPECT_TRUE(check_tensor_parallel(preset("llama-3-8b"), 2, "cpu").ok());
+  const Status cuda = check_tensor_parallel(preset("llama-3-8b"), 2, "cuda:0");
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_EQ(cuda.error().message,
+            "--tensor-parallel-size 2 on --device cuda:0: the ranks run as CPU threads so far "
+            "(NCCL is not used yet); use --device cpu, or --tensor-parallel-size 1");
+  const Status moe = check_tensor_parallel(preset("mixtral-8x7b"), 2, "cpu");
+  ASSERT_FALSE(moe.ok());
+  EXPECT_EQ(moe.error().message,
+            "--tensor-parallel-size 2: mixtral-8x7b has mixture-of-experts or latent-attention "
+            "layers, which do not split yet");
+  EXPECT_FALSE(check_tensor_parallel(preset("llama-3-8b"), 3, "cpu").ok());
 }
 
 }  // namespace

@@ -85,6 +85,7 @@ json describe_fixed(const Engine& engine, Backend& backend, const NativeTargetOp
         {"kv_cache_dtype", e.kv_cache_dtype},
         {"kv_dtype", dtype_name(kv_dtype)},
         {"block_sparse_attention", e.block_sparse_attention},  // "": dense
+        {"tensor_parallel_size", e.tensor_parallel_size},
         // Per token, all layers: what the cache holds (MLA: the latent and the rope key), and
         // what ordinary attention's K and V of every KV head would take, for comparison.
         {"kv_layout", m.mla.kv_lora_rank > 0 ? "mla-latent" : "gqa"},

@@ -3,7 +3,9 @@
 // rank at once, one thread a rank, as the single scheduler's batch.
 #pragma once
 
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "engine/detail/model_runner.h"
 #include "model/tensor_parallel.h"
@@ -18,6 +20,23 @@ namespace ib::detail {
 Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights& weights,
                                    Backend& from, const TensorParallelPlan& plan, int rank,
                                    Backend& to);
+
+// The ranks of a tensor-parallel engine beyond rank 0, which runs on the engine's own backend:
+// each with a CPU backend, its weight shard and its runner (sharing the engine's limits).
+struct TensorParallelRanks {
+  ModelConfig rank_config;                            // what every rank runs (rank_config)
+  std::vector<std::unique_ptr<Communicator>> comms;   // one a rank, rank 0's first
+  std::vector<std::unique_ptr<Backend>> backends;     // ranks 1 .. N-1
+  std::vector<std::unique_ptr<ModelRunner>> runners;  // ranks 1 .. N-1
+};
+
+// Splits `weights` (loaded whole on `backend`) over `size` ranks: on return `weights` holds rank
+// 0's shard (the whole weights freed) and the result the other ranks, each with its runner. The
+// CPU only so far (the ranks are threads): a user error on another device, or for a model or
+// weights that do not split (plan_tensor_parallel, shard_weights).
+Result<TensorParallelRanks> split_over_ranks(const ModelConfig& model, int size,
+                                             ModelWeights& weights, Backend& backend,
+                                             const RunnerLimits& limits);
 
 // Executes batch on every rank's runner at once (rank 0 on the calling thread, the others on one
 // thread each) and returns rank 0's output, or the first failing rank's error. Every rank's
