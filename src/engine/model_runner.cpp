@@ -127,6 +127,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
       new ModelRunner(model, *arch, std::move(weights), limits, backend));
   runner->comm_ = comm;
   runner->tp_step_.comm = comm;
+  if (comm != nullptr) {
+    runner->embed_rows_ = runner->weights_.embed.rows() - 1;
+    runner->embed_first_row_ = comm->rank() * runner->embed_rows_;
+  }
   IB_TRY(runner->allocate());
   arch->prepare_weights(backend, runner->weights_);
   if (comm != nullptr) return runner;  // unfused: the sums go between each matmul and its add
@@ -398,7 +402,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
               "ModelRunner: block table too short for the scheduled tokens");
     for (int64_t j = 0; j < seq.num_tokens; ++j, ++token) {
       const int64_t pos = seq.start_pos + j;
-      at(m.token_ids, token) = seq.tokens[j];
+      at(m.token_ids, token) = embedding_row(seq.tokens[j]);
       at(m.lora_slots, token) = seq.lora_slot;
       at(m.positions, token) = static_cast<int32_t>(pos);
       if (mrope) {
@@ -486,7 +490,8 @@ void ModelRunner::forward(int num_tokens, int num_rows, std::span<const RunnerSe
   FusedDecodeOps* fused =
       fused_ops_ && step_mrope_flat_ && fused_ops_->fused_decode(t) ? fused_ops_ : nullptr;
   backend_.embedding(token_ids_, weights_.embed, residual);
-  int64_t first = 0;  // the share's first row in the step
+  if (comm_ != nullptr) tp_step_.all_reduce_sum(residual);  // one rank holds each token's row
+  int64_t first = 0;                                        // the share's first row in the step
   for (const RunnerSeq& seq : batch) {
     for (const InputEmbeds& e : seq.input_embeds) {
       IB_ASSERT(e.offset >= 0 && e.rows > 0 && e.offset + e.rows <= seq.num_tokens &&

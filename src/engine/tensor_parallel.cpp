@@ -36,6 +36,17 @@ class ShardCopier {
     return src.rank == 1 ? write(part, src.dtype, {n}) : write(part, src.dtype, {n, src.dim(1)});
   }
 
+  // src (V, D) -> (count + 1, D): the range's rows and a row of zeros after them (the row a rank
+  // looks up for the tokens outside its range).
+  Result<Tensor> rows_and_zero_row(const Tensor& src, IndexRange range) {
+    const std::vector<char> host = read(src);
+    const size_t row_bytes = src.bytes() / static_cast<size_t>(src.dim(0));
+    std::vector<char> part(static_cast<size_t>(range.count + 1) * row_bytes, 0);
+    std::memcpy(part.data(), host.data() + static_cast<size_t>(range.begin) * row_bytes,
+                static_cast<size_t>(range.count) * row_bytes);
+    return write(part, src.dtype, {range.count + 1, src.dim(1)});
+  }
+
   // src (N, K) -> (N, count): columns [begin, begin + count) of every row.
   Result<Tensor> columns(const Tensor& src, IndexRange cols) {
     const std::vector<char> host = read(src);
@@ -98,11 +109,16 @@ Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights
   out.description = weights.description + ", tensor-parallel rank " + std::to_string(rank) +
                     " of " + std::to_string(plan.size);
   ShardCopier copy(from, to, out);
-  IB_ASSIGN_OR_RETURN(out.embed, copy.whole(weights.embed));
-  IB_ASSIGN_OR_RETURN(out.final_norm, copy.whole(weights.final_norm));
-  // Tied models read the embedding's rows (lm_head shares its memory).
+  // The embedding's and the LM head's rows of the rank's vocabulary (tied: the same memory);
+  // the embedding's zero row after them serves the other tokens (ModelRunner's lookup).
   const IndexRange vocab = vocab_rows_of_rank(config, plan, rank);
-  IB_ASSIGN_OR_RETURN(out.lm_head.data, copy.rows(weights.lm_head.data, {vocab}));
+  IB_ASSIGN_OR_RETURN(out.embed, copy.rows_and_zero_row(weights.embed, vocab));
+  IB_ASSIGN_OR_RETURN(out.final_norm, copy.whole(weights.final_norm));
+  if (config.tie_word_embeddings) {
+    out.lm_head = WeightRef(out.embed.slice_rows(0, vocab.count));
+  } else {
+    IB_ASSIGN_OR_RETURN(out.lm_head.data, copy.rows(weights.lm_head.data, {vocab}));
+  }
   const std::vector<IndexRange> qkv = qkv_rows_of_rank(config, plan, rank);
   const IndexRange o = o_columns_of_rank(config, plan, rank);
   const std::vector<IndexRange> gate_up =

@@ -1,5 +1,6 @@
 // Tensor parallelism on the CPU (issue 19): a tiny Llama's shards on 2 and 4 ranks (one CPU
-// backend and thread each, the CPU communicator between them; at 4 ranks each KV head serves two)
+// backend and thread each, the CPU communicator between them; at 4 ranks each KV head serves two;
+// the embedding and the LM head split by vocabulary)
 // give the logits of the whole model on one rank — every prompt position and the decode steps
 // after it, with and without q/k/v biases and tied embeddings — and the failures stay errors: a
 // rank's aborted group, and models or weights that do not split yet.
@@ -151,6 +152,10 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
                               comms[static_cast<size_t>(r)].get()));
   }
   EXPECT_EQ(ranks[0].runner->weights().lm_head.rows(), config.vocab_size / k.ranks);
+  // The rank's rows of the embedding and its zero row; tied, the LM head is those rows.
+  EXPECT_EQ(ranks[0].runner->weights().embed.rows(), config.vocab_size / k.ranks + 1);
+  EXPECT_EQ(ranks[1].runner->weights().lm_head.data.data == ranks[1].runner->weights().embed.data,
+            k.tied);
   Rank one = make_rank(config, std::move(whole), std::move(whole_backend), nullptr);
 
   std::vector<int32_t> tokens_one, tokens_tp;

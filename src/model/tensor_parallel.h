@@ -1,7 +1,7 @@
 // Tensor parallelism's plan (issue 19, Megatron-style): which part of each weight a rank of
 // `--tensor-parallel-size N` holds. Attention splits by heads (KV heads replicated where N exceeds
 // them), the MLP column then row (gate/up by rows, down by columns), the experts the same way
-// within each expert, and the LM head by vocabulary (the embedding is whole on every rank so far).
+// within each expert, and the embedding and the LM head by vocabulary.
 // One all-reduce follows the attention's o and one the MLP's down; the LM head's logits are
 // gathered.
 #pragma once

@@ -100,9 +100,10 @@ class ModelRunner {
   // Allocates the activation and metadata buffers; the KV cache comes later (attach_kv_cache),
   // sized from the memory left after these.
   // A rank of a tensor-parallel group (comm: its communicator, size > 1): model is the rank's
-  // config (engine/tensor_parallel.h rank_config) and weights its shard (shard_weights), whose
-  // lm_head holds its rows of the vocabulary; the steps run unfused, and each sums o's and down's
-  // outputs and gathers the logits over the ranks. Every rank executes the same batches.
+  // config (model/tensor_parallel.h rank_config) and weights its shard (shard_weights), whose
+  // embedding and lm_head hold its rows of the vocabulary; the steps run unfused, and each sums
+  // the embeddings' lookups and o's and down's outputs and gathers the logits over the ranks.
+  // Every rank executes the same batches.
   static Result<std::unique_ptr<ModelRunner>> create(const ModelConfig& model, ModelWeights weights,
                                                      const RunnerLimits& limits, Backend& backend,
                                                      Communicator* comm = nullptr);
@@ -145,6 +146,12 @@ class ModelRunner {
   // Fills the host staging words and uploads them; sets the views below. Returns rows to sample.
   // pad_to > 0: the fixed layout of decode bucket pad_to (padding rows, graph_width_ wide tables).
   int upload_metadata(std::span<const RunnerSeq> batch, int pad_to = 0);
+  // The row of weights_.embed that token looks up (embed_rows_ says how).
+  int32_t embedding_row(int32_t token) const {
+    if (embed_rows_ == 0) return token;
+    const int64_t local = token - embed_first_row_;
+    return static_cast<int32_t>(local >= 0 && local < embed_rows_ ? local : embed_rows_);
+  }
   // batch: its input_embeds replace the looked-up embeddings (empty for graph capture).
   void forward(int num_tokens, int num_rows, std::span<const RunnerSeq> batch = {});
   // The bucket that replays this batch, or 0 when it must run eager.
@@ -180,6 +187,10 @@ class ModelRunner {
   Communicator* comm_ = nullptr;
   Buffer rank_logits_buf_;
   TensorParallelStep tp_step_;
+  // The rank's tokens of the embedding: [embed_first_row_, + embed_rows_) at its rows 0 ..
+  // embed_rows_ - 1, every other token at its zero row embed_rows_ (the lookups summed over the
+  // ranks then give each token's row). embed_rows_ 0: the whole table (TP = 1).
+  int64_t embed_first_row_ = 0, embed_rows_ = 0;
   Tensor inv_freq_;        // f32 (head_dim / 2)
   Tensor mrope_inv_freq_;  // f32 (3, head_dim / 2): multimodal-RoPE models only
   // Mixture-of-experts models: router logits f32 (T, E), expert ids int32 (layers, T, k), weights

@@ -13,8 +13,9 @@
 namespace ib::detail {
 
 // Rank `rank`'s shard of weights (dense, loaded for config on `from`), allocated on `to` (tag
-// kWeights): its rows of q/k/v (and their bias), gate/up and the LM head (the embedding's rows
-// where the model ties them), its columns of o and down; the embedding and the norms whole. A
+// kWeights): its rows of q/k/v (and their bias), gate/up, the LM head and the embedding (V / N
+// rows and a row of zeros after them; tied: the LM head is a view of those rows), its columns
+// of o and down; the norms whole. A
 // user error for weights the plan cannot split yet (quantized formats, mixture-of-experts,
 // multi-head latent attention), naming the fix.
 Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights& weights,
