@@ -251,6 +251,7 @@ TEST_F(E2e, TensorParallelRunCompletesAndIsRecorded) {
   const json r = json::parse(read_file(dir / "result.json").value());
   EXPECT_EQ(r["completed"], 4);
   EXPECT_EQ(r["engine"]["engine"]["tensor_parallel_size"], 2);
+  EXPECT_EQ(r["config"]["tensor_parallel_size"], 2);
   EXPECT_NE(r["engine"]["weights"].get<std::string>().find("tensor-parallel rank 0 of 2"),
             std::string::npos);
 }

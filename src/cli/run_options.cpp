@@ -519,6 +519,11 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
        f.kv_cache_dtype == "auto" ? nlohmann::json(nullptr) : nlohmann::json(f.kv_cache_dtype)},
       // The pattern ({block_size, local_blocks, vert_stride}), or null for dense attention.
       {"block_sparse_attention", block_sparse_json(f.block_sparse_attention)},
+      // vLLM's engine argument; null for 1, so that results from before the flag compare as the
+      // same workload.
+      {"tensor_parallel_size", f.tensor_parallel_size == 1
+                                   ? nlohmann::json(nullptr)
+                                   : nlohmann::json(f.tensor_parallel_size)},
       {"max_num_batched_tokens", f.max_num_batched_tokens},
       {"max_model_len", f.max_model_len > 0 ? nlohmann::json(f.max_model_len) : nullptr},
       {"block_size", f.block_size},

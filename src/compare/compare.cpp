@@ -57,7 +57,8 @@ const char* const kWorkloadKeys[] = {"model",
                                      "load_format",
                                      "quantization",
                                      "kv_cache_dtype",
-                                     "block_sparse_attention"};
+                                     "block_sparse_attention",
+                                     "tensor_parallel_size"};
 // --calibration's settings are part of the workload too (null in results from before the flag).
 const char* const kCalibrationKeys[] = {"calibration", "calibration_scheme",
                                         "calibration_percentile", "calibration_prompts"};

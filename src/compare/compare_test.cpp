@@ -180,6 +180,12 @@ TEST(Compare, WorkloadDifferencesAreListed) {
   const auto diffs = workload_differences(result_with({1}, {1}, 32), result_with({1}, {1}, 64));
   ASSERT_EQ(diffs.size(), 1u);
   EXPECT_EQ(diffs[0], "input_len: \"32\" vs \"64\"");
+  // Tensor parallelism is part of the workload; a result without the key ran on one rank.
+  json tp2 = result_with({1}, {1});
+  tp2["config"]["tensor_parallel_size"] = 2;
+  const auto tp = workload_differences(result_with({1}, {1}), tp2);
+  ASSERT_EQ(tp.size(), 1u);
+  EXPECT_EQ(tp[0], "tensor_parallel_size: null vs 2");
 }
 
 json with_switches(json switches) {

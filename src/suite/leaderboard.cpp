@@ -152,6 +152,9 @@ LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
       config["kv_cache_dtype"].get<std::string>() != "auto") {
     r.precision += ", KV " + config["kv_cache_dtype"].get<std::string>();  // e.g. "bf16, KV fp8"
   }
+  if (config.contains("tensor_parallel_size") && config["tensor_parallel_size"].is_number()) {
+    r.precision += fmt::format(", TP {}", config["tensor_parallel_size"].get<int>());
+  }
   if (config.contains("block_sparse_attention") && config["block_sparse_attention"].is_object()) {
     const json& b = config["block_sparse_attention"];  // e.g. "bf16, block-sparse 64/16/8"
     r.precision += fmt::format(", block-sparse {}/{}/{}", b.value("block_size", 0),

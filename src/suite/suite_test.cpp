@@ -263,7 +263,7 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
       {"output_throughput", 100.0},
       {"median_ttft_ms", 5.0},
       {"p99_ttft_ms", 9.0},
-      {"config", {{"dtype", "fp32"}}},
+      {"config", {{"dtype", "fp32"}, {"tensor_parallel_size", 2}}},
       {"memory", {{"peaks", {{"rss_bytes", 2147483648.0}}}}},
       {"energy", {{"available", false}}},
       {"engine",
@@ -309,7 +309,7 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
   EXPECT_DOUBLE_EQ(*rows[0].engine_peak_gib, 0.5);    // the engine's demand, apart from NVML
   EXPECT_FALSE(rows[1].engine_peak_gib.has_value());  // no engine demand recorded
   EXPECT_DOUBLE_EQ(*rows[1].peak_gib, 2.0);
-  EXPECT_EQ(rows[1].precision, "fp32");
+  EXPECT_EQ(rows[1].precision, "fp32, TP 2");  // two tensor-parallel ranks
   EXPECT_FALSE(rows[1].tokens_per_joule.has_value());
   EXPECT_FALSE(rows[1].bandwidth_share.has_value());
   EXPECT_EQ(rows[0].status, "ok, unstable (CV > 5%: output_throughput)");
@@ -320,7 +320,7 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
               "270.0 KiB) | 1.00 (gpu) | 4.25 | 80.0% | 0.0123 | 0.25 | 97.5% | 6.250 (6.125) |"),
       std::string::npos)
       << md;
-  EXPECT_NE(md.find("| 2 | slow | m-slow | 15.0M | fp32 | 100.0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 2 | slow | m-slow | 15.0M | fp32, TP 2 | 100.0 |"), std::string::npos) << md;
   EXPECT_NE(md.find("|  | 32.0 KiB | 2.00 (rss) |"), std::string::npos) << md;  // GQA: one figure
   // Not measured: "-" in the eval columns.
   EXPECT_NE(md.find("| - | broken | m-big | 70.00B |  |  |  |  |  |  |  |  |  | - | - | - | - | "
