@@ -13,8 +13,10 @@
 # 4f68610), the same as: IB_AB_SETS="IB_ATTN_LEAN=0;IB_ATTN_LEAN=1;IB_ATTN_LEAN=2"
 # IB_TIMELINE_SETS="IB_ATTN_LEAN=0;IB_ATTN_LEAN=1" IB_MIXTRAL_SETS="IB_ATTN_LEAN=0;IB_ATTN_LEAN=1".
 # Environment: IB_DEADLINE_S (560: runs that would end past it are skipped), IB_SKIP_TESTS=1,
-# IB_BUILD_DIR (/tmp/ib-ab), IB_SKIP_BUILD=1 (use the build an earlier call left there). Writes tests.log, backend_cuda_test.json, engine_cuda_test.json,
-# runs.log, runs.json (each run's result keys) and runs.tgz (result directories, timelines).
+# IB_BUILD_DIR (/tmp/ib-ab), IB_SKIP_BUILD=1 (use the build an earlier call left there), IB_NCCL=1
+# (build and run nccl_communicator_test too: nccl.log, nccl_communicator_test.json). Writes
+# tests.log, backend_cuda_test.json, engine_cuda_test.json, runs.log, runs.json (each run's result
+# keys) and runs.tgz (result directories, timelines).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
@@ -24,8 +26,14 @@ if [ "${IB_SKIP_BUILD:-0}" = 1 ] && [ -x "$B/bin/inferbench" ]; then
   echo "an earlier call's build in $B (the machine still warm)"
 else
   build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
-    ib_kernel_profile || { cp "$O/build.log" "$O/tests.log"; exit 1; }
+    ib_kernel_profile ${IB_NCCL:+nccl_communicator_test} || { cp "$O/build.log" "$O/tests.log"; exit 1; }
   echo "built $(el)"
+fi
+# IB_NCCL=1: also the NCCL communicator's gpu test (a group of the visible GPUs: one here).
+if [ -n "${IB_NCCL:-}" ]; then
+  timeout 120 "$B/src/backend/cuda/nccl_communicator_test" \
+    --gtest_output="json:$O/nccl_communicator_test.json" > "$O/nccl.log" 2>&1
+  echo "nccl_communicator_test rc=$? $(grep -E "PASSED|FAILED" "$O/nccl.log" | tr '\n' ' ')"
 fi
 [ "${IB_SKIP_TESTS:-0}" = 1 ] ||
   gpu_tests "${IB_BACKEND_TESTS-*CudaAttention*:*CudaFused*:*ReportsTheKernelSwitches*}" \
