@@ -36,6 +36,10 @@ class Communicator {
   // columns at [r * cols, (r + 1) * cols) — the logits of an LM head split by vocabulary.
   virtual Status all_gather_columns(const Tensor& local, Tensor out) = 0;
 
+  // Once, on the thread that will drive this rank, before its first collective or op: what the
+  // thread needs (NCCL: the rank's device made current). The CPU's needs nothing.
+  virtual void attach_thread() {}
+
   // Ends the group: every pending and later collective on every rank returns an error naming
   // reason. Safe to call from any rank's thread, more than once (the first reason is kept).
   virtual void abort(const std::string& reason) = 0;

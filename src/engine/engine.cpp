@@ -236,8 +236,8 @@ class EngineImpl final : public Engine {
         IB_ASSIGN_OR_RETURN(
             result, runner_->execute(batch, config_.capture_logits, config_.capture_routing));
       } else {
-        IB_ASSIGN_OR_RETURN(result,
-                            detail::execute_on_ranks(tp_runners_, batch, config_.capture_logits));
+        IB_ASSIGN_OR_RETURN(result, detail::execute_on_ranks(*tp_.threads, tp_runners_, batch,
+                                                             config_.capture_logits));
       }
       out.stats.launched_ns = result.launched_ns;
       out.stats.synced_ns = result.synced_ns;

@@ -2,7 +2,7 @@
 #include "engine/detail/tensor_parallel.h"
 
 #include <cstring>
-#include <future>
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -167,22 +167,65 @@ Result<TensorParallelRanks> split_over_ranks(const ModelConfig& model, int size,
   }
   IB_ASSIGN_OR_RETURN(ModelWeights first, shard_weights(model, weights, backend, plan, 0, backend));
   weights = std::move(first);
+  std::vector<Communicator*> others;
+  for (size_t r = 1; r < ranks.comms.size(); ++r) others.push_back(ranks.comms[r].get());
+  ranks.threads = std::make_unique<RankThreads>(std::move(others));
   return ranks;
 }
 
-Result<RunnerOutput> execute_on_ranks(std::span<ModelRunner* const> ranks,
+RankThreads::RankThreads(std::vector<Communicator*> comms) {
+  for (size_t i = 0; i < comms.size(); ++i)
+    threads_.emplace_back([this, i, comm = comms[i]] { work(static_cast<int>(i) + 1, comm); });
+}
+
+RankThreads::~RankThreads() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void RankThreads::work(int rank, Communicator* comm) {
+  comm->attach_thread();
+  uint64_t seen = 0;
+  for (;;) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    if (stop_) return;
+    seen = generation_;
+    const std::function<void(int)>* task = task_;
+    lock.unlock();
+    (*task)(rank);
+    lock.lock();
+    if (++finished_ == static_cast<int>(threads_.size())) cv_.notify_all();
+  }
+}
+
+void RankThreads::run(const std::function<void(int)>& task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    task_ = &task;
+    finished_ = 0;
+    ++generation_;
+  }
+  cv_.notify_all();
+  task(0);
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return finished_ == static_cast<int>(threads_.size()); });
+}
+
+Result<RunnerOutput> execute_on_ranks(RankThreads& threads, std::span<ModelRunner* const> ranks,
                                       std::span<const RunnerSeq> batch, bool capture_logits) {
   IB_ASSERT(!ranks.empty(), "execute_on_ranks without ranks");
-  std::vector<std::future<Result<RunnerOutput>>> others;
-  for (size_t r = 1; r < ranks.size(); ++r)
-    others.push_back(std::async(std::launch::async,
-                                [&, r] { return ranks[r]->execute(batch, capture_logits); }));
-  Result<RunnerOutput> first = ranks[0]->execute(batch, capture_logits);
-  for (auto& other : others) {
-    Result<RunnerOutput> out = other.get();
-    if (first.ok() && !out.ok()) first = out.error();
-  }
-  return first;
+  std::vector<std::optional<Result<RunnerOutput>>> outs(ranks.size());
+  threads.run([&](int r) {
+    outs[static_cast<size_t>(r)] = ranks[static_cast<size_t>(r)]->execute(batch, capture_logits);
+  });
+  for (size_t r = 1; r < outs.size(); ++r)
+    if (outs[0]->ok() && !outs[r]->ok()) return outs[r]->error();
+  return std::move(*outs[0]);
 }
 
 }  // namespace ib::detail

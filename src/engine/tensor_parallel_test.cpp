@@ -8,10 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/cpu_communicator.h"
@@ -60,6 +62,13 @@ Rank make_rank(const ModelConfig& config, ModelWeights weights, std::unique_ptr<
   IB_ASSERT(kv.ok(), "allocate_kv_cache failed in a test");
   r.runner->attach_kv_cache(std::move(kv).value());
   return r;
+}
+
+// Ranks 1 .. N-1's communicators, for their threads.
+std::vector<Communicator*> others(const std::vector<std::unique_ptr<Communicator>>& comms) {
+  std::vector<Communicator*> out;
+  for (size_t r = 1; r < comms.size(); ++r) out.push_back(comms[r].get());
+  return out;
 }
 
 double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
@@ -163,8 +172,9 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
       [&](std::span<const RunnerSeq> b) { return one.runner->execute(b, true); }, 6, &tokens_one);
   std::vector<ModelRunner*> runners;
   for (Rank& r : ranks) runners.push_back(r.runner.get());
+  RankThreads threads(others(comms));
   const auto got = run_sequences(
-      [&](std::span<const RunnerSeq> b) { return execute_on_ranks(runners, b, true); }, 6,
+      [&](std::span<const RunnerSeq> b) { return execute_on_ranks(threads, runners, b, true); }, 6,
       &tokens_tp);
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -231,6 +241,44 @@ TEST(TensorParallelEngine, RefusesWhatItCannotRunBeforeAnyStep) {
             std::string::npos);
 }
 
+// A communicator that records the thread that attached to it.
+class AttachRecorder final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string describe() const override { return "recorder"; }
+  Status all_reduce_sum(Tensor) override { return Ok{}; }
+  Status all_gather_columns(const Tensor&, Tensor) override { return Ok{}; }
+  void attach_thread() override {
+    attached = std::this_thread::get_id();
+    ++attaches;
+  }
+  void abort(const std::string&) override {}
+  std::thread::id attached;
+  std::atomic<int> attaches{0};
+};
+
+TEST(RankThreads, EachRankRunsEveryTaskOnItsOwnAttachedThread) {
+  std::vector<AttachRecorder> comms(3);
+  {
+    RankThreads threads({&comms[0], &comms[1], &comms[2]});  // ranks 1, 2, 3
+    std::vector<int> counts(4, 0);
+    std::vector<std::thread::id> ran_on(4);
+    for (int task = 0; task < 500; ++task)
+      threads.run([&](int r) {
+        ++counts[static_cast<size_t>(r)];  // each rank writes its own slot only
+        ran_on[static_cast<size_t>(r)] = std::this_thread::get_id();
+      });
+    EXPECT_EQ(counts, (std::vector<int>{500, 500, 500, 500}));
+    EXPECT_EQ(ran_on[0], std::this_thread::get_id());
+    for (int r = 1; r < 4; ++r) {
+      EXPECT_EQ(comms[static_cast<size_t>(r - 1)].attaches, 1) << r;
+      EXPECT_EQ(ran_on[static_cast<size_t>(r)], comms[static_cast<size_t>(r - 1)].attached) << r;
+      EXPECT_NE(ran_on[static_cast<size_t>(r)], std::this_thread::get_id()) << r;
+    }
+  }  // joins
+}
+
 TEST(TensorParallelCpuErrors, AnAbortedGroupFailsTheStepNamingTheCollective) {
   const ModelConfig config = splittable_config(false, false);
   auto whole_backend = std::make_unique<CpuBackend>(1);
@@ -253,7 +301,8 @@ TEST(TensorParallelCpuErrors, AnAbortedGroupFailsTheStepNamingTheCollective) {
   seq.block_table = &table;
   seq.sample = true;
   std::vector<ModelRunner*> runners = {ranks[0].runner.get(), ranks[1].runner.get()};
-  const Result<RunnerOutput> out = execute_on_ranks(runners, std::span(&seq, 1), false);
+  RankThreads threads(others(comms));
+  const Result<RunnerOutput> out = execute_on_ranks(threads, runners, std::span(&seq, 1), false);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.error().message,
             "tensor parallel all_reduce_sum: the group was aborted by a rank: rank 1: device lost");

@@ -81,6 +81,8 @@ class NcclCommunicator final : public Communicator {
     return Ok{};
   }
 
+  void attach_thread() override { cudaSetDevice(rank_.device); }
+
   void abort(const std::string& reason) override {
     if (aborted_) return;
     aborted_ = true;

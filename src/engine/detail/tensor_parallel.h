@@ -3,8 +3,12 @@
 // rank at once, one thread a rank, as the single scheduler's batch.
 #pragma once
 
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "engine/detail/model_runner.h"
@@ -22,6 +26,30 @@ Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights
                                    Backend& from, const TensorParallelPlan& plan, int rank,
                                    Backend& to);
 
+// One persistent thread for each rank but 0 (which runs on the caller's), each attached to its
+// rank's communicator (Communicator::attach_thread) before its first task.
+class RankThreads {
+ public:
+  explicit RankThreads(std::vector<Communicator*> comms);  // ranks 1 .. N-1, in order
+  ~RankThreads();
+  RankThreads(const RankThreads&) = delete;
+  RankThreads& operator=(const RankThreads&) = delete;
+  // task(r) on rank r's thread for r >= 1 and task(0) on the calling thread, all at once; returns
+  // when every one has returned. One caller at a time.
+  void run(const std::function<void(int)>& task);
+
+ private:
+  void work(int rank, Communicator* comm);
+
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<void(int)>* task_ = nullptr;
+  uint64_t generation_ = 0;  // tasks given so far
+  int finished_ = 0;         // threads done with the current one
+  bool stop_ = false;
+};
+
 // The ranks of a tensor-parallel engine beyond rank 0, which runs on the engine's own backend:
 // each with a CPU backend, its weight shard and its runner (sharing the engine's limits).
 struct TensorParallelRanks {
@@ -29,6 +57,7 @@ struct TensorParallelRanks {
   std::vector<std::unique_ptr<Communicator>> comms;   // one a rank, rank 0's first
   std::vector<std::unique_ptr<Backend>> backends;     // ranks 1 .. N-1
   std::vector<std::unique_ptr<ModelRunner>> runners;  // ranks 1 .. N-1
+  std::unique_ptr<RankThreads> threads;               // ranks 1 .. N-1
 };
 
 // Splits `weights` (loaded whole on `backend`) over `size` ranks: on return `weights` holds rank
@@ -39,10 +68,10 @@ Result<TensorParallelRanks> split_over_ranks(const ModelConfig& model, int size,
                                              ModelWeights& weights, Backend& backend,
                                              const RunnerLimits& limits);
 
-// Executes batch on every rank's runner at once (rank 0 on the calling thread, the others on one
-// thread each) and returns rank 0's output, or the first failing rank's error. Every rank's
+// Executes batch on every rank's runner at once (rank 0 on the calling thread, the others on
+// their threads) and returns rank 0's output, or the first failing rank's error. Every rank's
 // runner must have been created with its communicator of one group, in rank order.
-Result<RunnerOutput> execute_on_ranks(std::span<ModelRunner* const> ranks,
+Result<RunnerOutput> execute_on_ranks(RankThreads& threads, std::span<ModelRunner* const> ranks,
                                       std::span<const RunnerSeq> batch, bool capture_logits);
 
 }  // namespace ib::detail
