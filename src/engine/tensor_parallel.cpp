@@ -157,6 +157,7 @@ Result<TensorParallelRanks> split_over_ranks(const ModelConfig& model, int size,
   ranks.comms = make_cpu_communicators(size);
   for (int r = 1; r < size; ++r) {
     auto rank_backend = std::make_unique<CpuBackend>(cpu->num_threads());
+    rank_backend->memory().set_limit_bytes(backend.memory().limit_bytes());  // each rank's device
     IB_ASSIGN_OR_RETURN(ModelWeights shard,
                         shard_weights(model, weights, backend, plan, r, *rank_backend));
     IB_ASSIGN_OR_RETURN(
