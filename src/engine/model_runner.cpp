@@ -381,7 +381,7 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
   step_uses_lora_ = false;
   step_mrope_flat_ = true;
   for (int64_t i = n; i < s; ++i) {  // bucket padding: no cache write, no keys, greedy
-    at(m.token_ids, i) = 0;
+    at(m.token_ids, i) = embedding_row(0);
     at(m.positions, i) = 0;
     at(m.query_start, i + 1) = static_cast<int32_t>(i + 1);
     at(m.context_lens, i) = 0;
