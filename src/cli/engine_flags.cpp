@@ -23,8 +23,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--num-threads", f.num_threads, "CPU threads (0: all)")->capture_default_str();
   app.add_option("--tensor-parallel-size", f.tensor_parallel_size,
                  "ranks the model is split over (attention by heads, the MLP by columns then "
-                 "rows, the LM head by vocabulary); above 1 the CPU only so far, each rank a "
-                 "thread with --num-threads of its own")
+                 "rows, the embedding and the LM head by vocabulary); above 1 the CPU only so far, "
+                 "each rank a thread pool of --num-threads")
       ->capture_default_str();
   app.add_option("--quantization", f.quantization,
                  "none; fp8: W8A8 E4M3; int8: W8A16 int8 weights; int8-w8a8: int8 weights and "
