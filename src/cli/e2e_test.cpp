@@ -241,14 +241,23 @@ TEST_F(E2e, Fp8QuantizationRunsOnTheCpuAndIsRecorded) {
 
 // --tensor-parallel-size 2 on the CPU: two ranks (threads), the run completes and result.json
 // records the size and rank 0's shard.
+// The decode bytes count every rank's shard: about one rank's bytes at TP = 1 (the norms and
+// each token's embedding row are read on every rank).
 TEST_F(E2e, TensorParallelRunCompletesAndIsRecorded) {
-  const fs::path dir = root_ / "tp2";
-  ASSERT_EQ(run({"run", "--model", "tiny-15m", "--tensor-parallel-size", "2", "--num-prompts", "4",
-                 "--input-len", "8", "--output-len", "4", "--batch-size", "2", "--runs", "1",
-                 "--result-dir", dir.string(), "--num-threads", "1"}),
-            0)
-      << err();
-  const json r = json::parse(read_file(dir / "result.json").value());
+  double decode_bytes[2] = {0, 0};
+  for (int tp = 1; tp <= 2; ++tp) {
+    const fs::path dir = root_ / ("tp" + std::to_string(tp));
+    ASSERT_EQ(run({"run", "--model", "tiny-15m", "--tensor-parallel-size", std::to_string(tp),
+                   "--num-prompts", "4", "--input-len", "8", "--output-len", "4", "--batch-size",
+                   "2", "--runs", "1", "--result-dir", dir.string(), "--num-threads", "1"}),
+              0)
+        << err();
+    const json r = json::parse(read_file(dir / "result.json").value());
+    decode_bytes[tp - 1] = r["engine"]["performance"]["decode"]["bytes"].get<double>();
+  }
+  EXPECT_GT(decode_bytes[1], decode_bytes[0]);
+  EXPECT_LT(decode_bytes[1], decode_bytes[0] * 1.01);
+  const json r = json::parse(read_file(root_ / "tp2" / "result.json").value());
   EXPECT_EQ(r["completed"], 4);
   EXPECT_EQ(r["engine"]["engine"]["tensor_parallel_size"], 2);
   EXPECT_EQ(r["config"]["tensor_parallel_size"], 2);

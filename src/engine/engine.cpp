@@ -243,6 +243,8 @@ class EngineImpl final : public Engine {
       out.stats.synced_ns = result.synced_ns;
       ++steps_;
       out.stats.bytes_moved = runner_->traffic(batch).total();
+      // Tensor parallelism: every rank's reads and writes (each its shard and its KV heads).
+      for (const auto& r : tp_.runners) out.stats.bytes_moved += r->traffic(batch).total();
       out.stats.device_ns = result.device_ns.value_or(-1);
       out.stats.graph = result.graph;
       take_prompt_logits(sched, batch, result, out);
