@@ -28,6 +28,7 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(ncclComm_t comm, NcclRank rank, int index, int size)
       : comm_(comm), rank_(rank), index_(index), size_(size) {}
   ~NcclCommunicator() override {
+    cudaSetDevice(rank_.device);
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (!aborted_) ncclCommDestroy(comm_);
   }
@@ -103,7 +104,8 @@ class NcclCommunicator final : public Communicator {
 
   Status check(const char* op, ncclResult_t result) {
     if (result == ncclSuccess) return Ok{};
-    const std::string last = ncclGetLastError(comm_);
+    const char* detail = ncclGetLastError(comm_);
+    const std::string last = detail != nullptr ? detail : "";
     return runtime_error(std::string("tensor parallel ") + op + ": NCCL: " +
                          ncclGetErrorString(result) + (last.empty() ? "" : " (" + last + ")"));
   }
