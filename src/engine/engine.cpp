@@ -690,11 +690,7 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
   // own (their KV caches below as large as rank 0's).
   detail::TensorParallelRanks tp;
   const ModelConfig* rank_model = &model;
-  if (config.tensor_parallel_size > 1) {
-    if (config.kv_growth == KvGrowth::kOnDemand)
-      return user_error(
-          "--kv-cache-growth on-demand with --tensor-parallel-size above 1 is not "
-          "supported yet; drop --kv-cache-growth");
+  if (config.tensor_parallel_size > 1) {  // config.validate() refused what the ranks cannot run
     IB_ASSIGN_OR_RETURN(
         tp, detail::split_over_ranks(model, config.tensor_parallel_size, weights, backend, limits));
     rank_model = &tp.rank_config;

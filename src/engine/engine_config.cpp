@@ -152,6 +152,14 @@ Status EngineConfig::validate() const {
                       " adapters but --max-loras is " + std::to_string(max_loras) +
                       "; raise --max-loras to at least " + std::to_string(lora_modules.size()));
   }
+  if (tensor_parallel_size > 1 && kv_growth == KvGrowth::kOnDemand) {
+    return user_error(
+        "--kv-cache-growth on-demand with --tensor-parallel-size above 1 is not supported yet; "
+        "drop --kv-cache-growth");
+  }
+  if (tensor_parallel_size > 1 && enable_lora) {
+    return user_error("--enable-lora with --tensor-parallel-size above 1 is not supported yet");
+  }
   if (enable_lora) {
     IB_TRY(positive(max_loras, "--max-loras"));
     IB_TRY(positive(max_lora_rank, "--max-lora-rank"));

@@ -118,8 +118,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
                         model.name + " (" + model.family +
                         ") does not run tensor parallel yet; the Llama, Mistral, Qwen2 and Phi-3 "
                         "families do");
-    if (limits.lora_slots > 0)
-      return user_error("--enable-lora with --tensor-parallel-size above 1 is not supported yet");
+    IB_ASSERT(limits.lora_slots == 0,
+              "ModelRunner: LoRA slots on a tensor-parallel rank (EngineConfig::validate refuses "
+              "--enable-lora with --tensor-parallel-size above 1)");
   } else {
     comm = nullptr;
   }
@@ -566,10 +567,7 @@ void ModelRunner::lm_head_rows(Tensor residual_rows, const Tensor* sublayer_rows
     const Tensor mine =
         rank_logits_buf_.view(DType::kF32, {logits.rows(), weights_.lm_head.rows()});
     backend_.matmul(norm_rows, weights_.lm_head, nullptr, mine);
-    if (tp_step_.status.ok()) {
-      tp_step_.status = comm_->all_gather_columns(mine, logits);
-      if (!tp_step_.status.ok()) comm_->abort(tp_step_.status.error().message);
-    }
+    tp_step_.all_gather_columns(mine, logits);
   } else {
     backend_.matmul(norm_rows, weights_.lm_head, nullptr, logits);
   }

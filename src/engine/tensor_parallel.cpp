@@ -83,11 +83,8 @@ class ShardCopier {
   ModelWeights& out_;
 };
 
-Status check_splittable(const ModelConfig& config, const ModelWeights& weights) {
-  if (config.moe.num_experts > 0 || config.mla.kv_lora_rank > 0)
-    return user_error("--tensor-parallel-size above 1: " + config.name +
-                      " has mixture-of-experts or latent-attention layers, which do not split "
-                      "yet");
+Status check_splittable(const ModelConfig& config, const ModelWeights& weights, int size) {
+  IB_TRY(check_layers_split(config, size));
   for (const LayerWeights& l : weights.layers)
     for (const WeightRef* w : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down})
       if (w->format != WeightFormat::kDense)
@@ -104,7 +101,7 @@ Status check_splittable(const ModelConfig& config, const ModelWeights& weights) 
 Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights& weights,
                                    Backend& from, const TensorParallelPlan& plan, int rank,
                                    Backend& to) {
-  IB_TRY(check_splittable(config, weights));
+  IB_TRY(check_splittable(config, weights, plan.size));
   ModelWeights out;
   out.description = weights.description + ", tensor-parallel rank " + std::to_string(rank) +
                     " of " + std::to_string(plan.size);
@@ -145,12 +142,10 @@ Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights
 Result<TensorParallelRanks> split_over_ranks(const ModelConfig& model, int size,
                                              ModelWeights& weights, Backend& backend,
                                              const RunnerLimits& limits) {
+  // The CLI's check before loading, again for callers without one.
+  IB_TRY(check_tensor_parallel(model, size, backend.device_info().kind));
   auto* cpu = dynamic_cast<CpuBackend*>(&backend);
-  if (cpu == nullptr)
-    return user_error("--tensor-parallel-size " + std::to_string(size) + " on --device " +
-                      backend.device_info().kind +
-                      ": the ranks run as CPU threads so far (NCCL is not used yet); use "
-                      "--device cpu, or --tensor-parallel-size 1");
+  IB_ASSERT(cpu != nullptr, "split_over_ranks: a cpu device that is not the CPU backend");
   IB_ASSIGN_OR_RETURN(const TensorParallelPlan plan, plan_tensor_parallel(model, size, 0));
   TensorParallelRanks ranks;
   ranks.rank_config = rank_config(model, plan);

@@ -323,8 +323,8 @@ TEST(TensorParallelCpuErrors, WhatDoesNotSplitYetIsRefused) {
   ASSERT_FALSE(shard.ok());
   EXPECT_EQ(shard.error().kind, ErrorKind::kUser);
   EXPECT_EQ(shard.error().message,
-            "--tensor-parallel-size above 1: tiny-mixtral has mixture-of-experts or "
-            "latent-attention layers, which do not split yet");
+            "--tensor-parallel-size 2: tiny-mixtral has mixture-of-experts or latent-attention "
+            "layers, which do not split yet");
   // The runner refuses a family whose layers do not sum over ranks, before allocating.
   auto comms = make_cpu_communicators(2);
   const Result<std::unique_ptr<ModelRunner>> runner =

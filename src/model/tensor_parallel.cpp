@@ -60,15 +60,18 @@ Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int s
 Status check_tensor_parallel(const ModelConfig& config, int size, std::string_view device) {
   if (size == 1) return Ok{};
   IB_TRY(plan_tensor_parallel(config, size, 0));
-  const std::string flag = "--tensor-parallel-size " + std::to_string(size);
   if (device != "cpu")
-    return user_error(flag + " on --device " + std::string(device) +
+    return user_error("--tensor-parallel-size " + std::to_string(size) + " on --device " +
+                      std::string(device) +
                       ": the ranks run as CPU threads so far (NCCL is not used yet); use --device "
                       "cpu, or --tensor-parallel-size 1");
-  if (config.moe.num_experts > 0 || config.mla.kv_lora_rank > 0)
-    return user_error(flag + ": " + config.name +
-                      " has mixture-of-experts or latent-attention layers, which do not split yet");
-  return Ok{};
+  return check_layers_split(config, size);
+}
+
+Status check_layers_split(const ModelConfig& config, int size) {
+  if (config.moe.num_experts == 0 && config.mla.kv_lora_rank == 0) return Ok{};
+  return user_error("--tensor-parallel-size " + std::to_string(size) + ": " + config.name +
+                    " has mixture-of-experts or latent-attention layers, which do not split yet");
 }
 
 ModelConfig rank_config(const ModelConfig& config, const TensorParallelPlan& plan) {

@@ -43,6 +43,10 @@ Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int s
 // error for what the ranks cannot run yet: a device other than the CPU (NCCL is not used yet),
 // mixture-of-experts and latent-attention models. Ok at size 1.
 Status check_tensor_parallel(const ModelConfig& config, int size, std::string_view device);
+// The layers the ranks cannot split yet (mixture-of-experts, latent attention): a user error
+// naming them, or Ok (also at size 1). Part of check_tensor_parallel; the weight shards check it
+// too.
+Status check_layers_split(const ModelConfig& config, int size);
 
 // What one rank runs: config with its heads, KV heads and intermediate sizes divided as plan says
 // (hidden size, head_dim, layers and vocabulary unchanged: the LM head's split is its own).

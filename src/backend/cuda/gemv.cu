@@ -80,7 +80,7 @@ std::atomic<int> g_swiglu_min_blocks{3};
 // blocks fit on an SM (0: never). Its 384 row tiles (Llama-3-8B) then run in one wave of 396
 // slots instead of 1.45 of 264. Default 2 (one-token launches keep 2 blocks, where the attention
 // after it lost more than it gained): Llama-3-8B bf16 seed protocol 1,779 / 1,789 -> 1,818 /
-// 1,823 tok/s (bench/NOTES.md, "The q/k/v GEMV at 3 blocks an SM again: measured").
+// 1,823 tok/s (bench/NOTES.md, "The q/k/v variant, IB_PDL=1 and IB_MOE_ADD_NORM=2: measured").
 std::atomic<int> g_qkv_blocks_from{2};
 
 int sm_count() {

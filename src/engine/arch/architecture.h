@@ -115,10 +115,18 @@ struct LoraLayerStacks {
 struct TensorParallelStep {
   Communicator* comm = nullptr;
   Status status;
-  // The row-parallel matmuls' partial outputs (o, down) -> their sum over the ranks.
+  // Partial results (the embedding's lookups, o's and down's outputs) -> their sum over the ranks.
   void all_reduce_sum(Tensor inout) {
-    if (!status.ok()) return;
-    status = comm->all_reduce_sum(inout);
+    if (status.ok()) keep(comm->all_reduce_sum(inout));
+  }
+  // The LM head's vocabulary slices -> the whole logits on every rank.
+  void all_gather_columns(const Tensor& local, Tensor out) {
+    if (status.ok()) keep(comm->all_gather_columns(local, out));
+  }
+
+ private:
+  void keep(Status s) {
+    status = std::move(s);
     if (!status.ok()) comm->abort(status.error().message);
   }
 };
