@@ -6,6 +6,8 @@
 # are kept (the suite resumes a result directory that holds its state) and the leaderboard shows
 # them with this call's, so the five rows at three runs each can take several calls.
 # Writes leaderboard.md, leaderboard.csv, suite.log and st5.tgz (every entry's result.json).
+# IB_SUITE=bench/seed-table.yaml: another suite file the same way (its archive named after it:
+# seed-table.tgz, holding seed-table/; IB_RESUME takes such an archive).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
@@ -17,17 +19,19 @@ if [ -z "$BIN" ]; then
     build_inferbench "$O/build.log" || { tail -20 "$O/build.log"; exit 1; }
   BIN=$BUILD/bin/inferbench
 fi
-S=$O/st5; ONLY=()
+SUITE=${IB_SUITE:-bench/seed-top5.yaml}; N=$(basename "$SUITE" .yaml)
+[ "$N" = seed-top5 ] && N=st5
+S=$O/$N; ONLY=()
 if [ -n "${IB_RESUME:-}" ]; then tar xzf "$IB_RESUME" -C "$O" && echo "resuming $(ls "$S" | tr '\n' ' ')"; fi
 [ -n "${IB_MODELS:-}" ] && ONLY=(--model-list "$IB_MODELS")
-timeout -s INT "${IB_TIMEOUT_S:-500}" "$BIN" suite bench/seed-top5.yaml --result-dir "$S" \
+timeout -s INT "${IB_TIMEOUT_S:-500}" "$BIN" suite "$SUITE" --result-dir "$S" \
   --override "runs=${IB_RUNS:-1}" "${ONLY[@]}" > "$O/suite.log" 2>&1
 echo "suite rc=$? $(el)"
 # The leaderboard of every entry finished with these flags (this call's and IB_RESUME's).
-"$BIN" suite bench/seed-top5.yaml --result-dir "$S" --report-only --override "runs=${IB_RUNS:-1}" \
+"$BIN" suite "$SUITE" --result-dir "$S" --report-only --override "runs=${IB_RUNS:-1}" \
   >> "$O/suite.log" 2>&1
 cp "$S/leaderboard.md" "$S/leaderboard.csv" "$O/" 2>/dev/null
 grep -E "^\| [0-9]" "$O/leaderboard.md" 2>/dev/null
 find "$S" \( -name requests.jsonl -o -name allocations.csv -o -name memory.csv \) -delete
-tar czf "$O/st5.tgz" -C "$O" st5 && rm -rf "$S"
+tar czf "$O/$N.tgz" -C "$O" "$N" && rm -rf "$S"
 echo "done $(el)"
