@@ -1,4 +1,5 @@
-// create_backend: devices, dtypes and the memory limit.
+// create_backend: devices, dtypes and the memory limit; tensor parallelism's rank groups and
+// their device checks.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -46,6 +47,51 @@ TEST(BackendFactory, CudaWithoutTheCudaBuildIsAUserError) {
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.error().kind, ErrorKind::kUser);
   EXPECT_NE(backend.error().message.find("--device cpu"), std::string::npos);
+}
+
+// A CPU group: ranks 1 .. N-1 as CPU backends of rank 0's threads and memory limit, one CPU
+// communicator a rank.
+TEST(BackendFactory, GroupsCpuRanks) {
+  BackendOptions options;
+  options.num_threads = 2;
+  options.memory_limit_bytes = int64_t{1} << 30;
+  auto first = create_backend(options);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  auto group = create_rank_group(**first, 3);
+  ASSERT_TRUE(group.ok()) << group.error().message;
+  ASSERT_EQ(group->backends.size(), 2u);
+  for (const auto& b : group->backends) {
+    EXPECT_EQ(b->device_info().kind, "cpu");
+    EXPECT_EQ(b->memory().limit_bytes(), int64_t{1} << 30);
+  }
+  ASSERT_EQ(group->comms.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(group->comms[static_cast<size_t>(r)]->rank(), r);
+    EXPECT_EQ(group->comms[static_cast<size_t>(r)]->size(), 3);
+  }
+}
+
+// Before loading: the CPU takes any number of ranks; CUDA one GPU a rank over NCCL, refused
+// naming what is missing (the CUDA backend, NCCL, or GPUs).
+TEST(BackendFactory, ChecksTheDevicesOfRanksBeforeLoading) {
+  EXPECT_TRUE(check_rank_devices("cpu", 4).ok());
+  EXPECT_TRUE(check_rank_devices("cuda", 1).ok());
+  const Status bad = check_rank_devices("tpu", 2);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().kind, ErrorKind::kUser);
+  const Status two = check_rank_devices("cuda:7", 2);
+  if (two.ok()) GTEST_SKIP() << "9 or more GPUs visible";
+  EXPECT_EQ(two.error().kind, ErrorKind::kUser);
+  const std::string& m = two.error().message;
+  EXPECT_EQ(m.rfind("--tensor-parallel-size 2 on --device cuda:7 needs ", 0), 0u) << m;
+  if (!cuda_backend_compiled()) {
+    EXPECT_NE(m.find("needs the CUDA backend"), std::string::npos) << m;
+  } else if (!nccl_compiled()) {
+    EXPECT_NE(m.find("needs NCCL, which this build does not include"), std::string::npos) << m;
+  } else {
+    EXPECT_NE(m.find("needs 2 GPUs, one a rank (cuda:7 .. cuda:8); "), std::string::npos) << m;
+    EXPECT_NE(m.find("(CUDA_VISIBLE_DEVICES selects them)"), std::string::npos) << m;
+  }
 }
 
 // The CUDA backend's debugging and A/B switches (IB_PDL, IB_ATTN_PREFETCH, ...) are read before any

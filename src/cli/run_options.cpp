@@ -364,7 +364,10 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
   // Before anything starts: the one line of a user error.
   if (!http) IB_TRY(check_block_sparse(p.model, f.block_sparse_attention));
   IB_TRY(check_device(f.device));
-  if (!http) IB_TRY(check_tensor_parallel(p.model, f.tensor_parallel_size, f.device));
+  if (!http) {
+    IB_TRY(check_tensor_parallel(p.model, f.tensor_parallel_size));
+    IB_TRY(check_rank_devices(f.device, f.tensor_parallel_size));
+  }
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   IB_TRY(check_run_flags(f));
   IB_ASSIGN_OR_RETURN(TraceOptions trace, trace_options_from(f, "inferbench run"));

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "cli/run_options.h"
 #include "core/clock.h"
@@ -35,7 +36,8 @@ Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f, ModelVisi
   IB_TRY(model.check_supported());
   IB_TRY(check_block_sparse(model, f.block_sparse_attention));
   IB_TRY(check_device(f.device));
-  IB_TRY(check_tensor_parallel(model, f.tensor_parallel_size, f.device));
+  IB_TRY(check_tensor_parallel(model, f.tensor_parallel_size));
+  IB_TRY(check_rank_devices(f.device, f.tensor_parallel_size));
   IB_ASSIGN_OR_RETURN(const DType dtype, resolve_dtype(f.dtype, f.device));
   if (f.num_threads < 0) return user_error("--num-threads must be >= 0 (0: all cores)");
   EngineGeneratorOptions o;

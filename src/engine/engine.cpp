@@ -340,9 +340,10 @@ class EngineImpl final : public Engine {
   Status record_graphs_again() override {
     if (has_unfinished()) return user_error("recording graphs needs an idle engine");
     if (runner_->num_graphs() == 0) return Ok{};
-    return runner_->capture_decode_graphs(
-        detail::GraphOptions{config_.max_graph_batch, config_.max_graph_context},
-        config_.max_model_len);
+    const detail::GraphOptions graphs{config_.max_graph_batch, config_.max_graph_context};
+    if (tp_.threads)
+      return detail::capture_on_ranks(*tp_.threads, tp_runners_, graphs, config_.max_model_len);
+    return runner_->capture_decode_graphs(graphs, config_.max_model_len);
   }
 
  private:
@@ -729,9 +730,14 @@ Result<std::unique_ptr<Engine>> create_engine_with_weights(const ModelConfig& mo
     tp.runners[r]->attach_kv_cache(std::move(rank_kv));
   }
   if (config.use_graphs && !in.on_demand) {
-    IB_TRY(runner->capture_decode_graphs(
-        detail::GraphOptions{config.max_graph_batch, config.max_graph_context},
-        plan.max_model_len));
+    const detail::GraphOptions graphs{config.max_graph_batch, config.max_graph_context};
+    if (tp.threads) {  // every rank at once: the warm-up steps' collectives need them all
+      std::vector<detail::ModelRunner*> ranks{runner.get()};
+      for (const auto& r : tp.runners) ranks.push_back(r.get());
+      IB_TRY(detail::capture_on_ranks(*tp.threads, ranks, graphs, plan.max_model_len));
+    } else {
+      IB_TRY(runner->capture_decode_graphs(graphs, plan.max_model_len));
+    }
   }
 
   EngineConfig resolved = config;

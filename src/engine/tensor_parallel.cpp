@@ -5,8 +5,7 @@
 #include <optional>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/cpu_communicator.h"
+#include "backend/backend_factory.h"
 
 namespace ib::detail {
 namespace {
@@ -142,17 +141,15 @@ Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights
 Result<TensorParallelRanks> split_over_ranks(const ModelConfig& model, int size,
                                              ModelWeights& weights, Backend& backend,
                                              const RunnerLimits& limits) {
-  // The CLI's check before loading, again for callers without one.
-  IB_TRY(check_tensor_parallel(model, size, backend.device_info().kind));
-  auto* cpu = dynamic_cast<CpuBackend*>(&backend);
-  IB_ASSERT(cpu != nullptr, "split_over_ranks: a cpu device that is not the CPU backend");
-  IB_ASSIGN_OR_RETURN(const TensorParallelPlan plan, plan_tensor_parallel(model, size, 0));
+  // The CLI's checks before loading, again for callers without them.
+  IB_TRY(check_tensor_parallel(model, size));
+  IB_ASSIGN_OR_RETURN(const TensorParallelPlan plan, plan_tensor_parallel(model, size));
+  IB_ASSIGN_OR_RETURN(RankGroup group, create_rank_group(backend, size));
   TensorParallelRanks ranks;
   ranks.rank_config = rank_config(model, plan);
-  ranks.comms = make_cpu_communicators(size);
+  ranks.comms = std::move(group.comms);
   for (int r = 1; r < size; ++r) {
-    auto rank_backend = std::make_unique<CpuBackend>(cpu->num_threads());
-    rank_backend->memory().set_limit_bytes(backend.memory().limit_bytes());  // each rank's device
+    std::unique_ptr<Backend> rank_backend = std::move(group.backends[static_cast<size_t>(r - 1)]);
     IB_ASSIGN_OR_RETURN(ModelWeights shard,
                         shard_weights(model, weights, backend, plan, r, *rank_backend));
     IB_ASSIGN_OR_RETURN(
@@ -167,6 +164,17 @@ Result<TensorParallelRanks> split_over_ranks(const ModelConfig& model, int size,
   for (size_t r = 1; r < ranks.comms.size(); ++r) others.push_back(ranks.comms[r].get());
   ranks.threads = std::make_unique<RankThreads>(std::move(others));
   return ranks;
+}
+
+Status capture_on_ranks(RankThreads& threads, std::span<ModelRunner* const> ranks,
+                        const GraphOptions& options, int max_model_len) {
+  std::vector<Status> status(ranks.size(), Ok{});
+  threads.run([&](int r) {
+    status[static_cast<size_t>(r)] =
+        ranks[static_cast<size_t>(r)]->capture_decode_graphs(options, max_model_len);
+  });
+  for (const Status& s : status) IB_TRY(s);
+  return Ok{};
 }
 
 RankThreads::RankThreads(std::vector<Communicator*> comms) {

@@ -149,7 +149,7 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
   auto whole_backend = std::make_unique<CpuBackend>(1);
   ModelWeights whole = random_weights(config, *whole_backend, 11);
 
-  const TensorParallelPlan plan = plan_tensor_parallel(config, k.ranks, 0).value();
+  const TensorParallelPlan plan = plan_tensor_parallel(config, k.ranks).value();
   const ModelConfig rank_cfg = rank_config(config, plan);
   auto comms = make_cpu_communicators(k.ranks);
   std::vector<Rank> ranks;
@@ -283,7 +283,7 @@ TEST(TensorParallelCpuErrors, AnAbortedGroupFailsTheStepNamingTheCollective) {
   const ModelConfig config = splittable_config(false, false);
   auto whole_backend = std::make_unique<CpuBackend>(1);
   const ModelWeights whole = random_weights(config, *whole_backend, 3);
-  const TensorParallelPlan plan = plan_tensor_parallel(config, 2, 0).value();
+  const TensorParallelPlan plan = plan_tensor_parallel(config, 2).value();
   auto comms = make_cpu_communicators(2);
   std::vector<Rank> ranks;
   for (int r = 0; r < 2; ++r) {
@@ -318,7 +318,7 @@ TEST(TensorParallelCpuErrors, WhatDoesNotSplitYetIsRefused) {
     return c;
   }();
   ModelWeights experts = random_weights(mixtral, backend, 5);
-  const TensorParallelPlan plan = plan_tensor_parallel(mixtral, 2, 0).value();
+  const TensorParallelPlan plan = plan_tensor_parallel(mixtral, 2).value();
   const Result<ModelWeights> shard = shard_weights(mixtral, experts, backend, plan, 0, backend);
   ASSERT_FALSE(shard.ok());
   EXPECT_EQ(shard.error().kind, ErrorKind::kUser);
@@ -337,7 +337,7 @@ TEST(TensorParallelCpuErrors, WhatDoesNotSplitYetIsRefused) {
   const ModelConfig dense = splittable_config(false, false);
   const ModelWeights int8 = random_weights(dense, backend, 5, WeightFormat::kInt8W8A16);
   const Result<ModelWeights> q =
-      shard_weights(dense, int8, backend, plan_tensor_parallel(dense, 2, 0).value(), 1, backend);
+      shard_weights(dense, int8, backend, plan_tensor_parallel(dense, 2).value(), 1, backend);
   ASSERT_FALSE(q.ok());
   EXPECT_EQ(q.error().message,
             "--tensor-parallel-size above 1 with --quantization is not supported yet; use dense "

@@ -26,16 +26,10 @@ std::string split_problem(const ModelConfig& config, int size) {
 
 }  // namespace
 
-Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int size,
-                                                int visible_devices) {
+Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int size) {
   if (size < 1)
     return user_error("--tensor-parallel-size " + std::to_string(size) +
                       ": the ranks must be at least 1");
-  if (visible_devices > 0 && size > visible_devices)
-    return user_error("--tensor-parallel-size " + std::to_string(size) + " needs " +
-                      std::to_string(size) + " GPUs, one a rank; " +
-                      std::to_string(visible_devices) + (visible_devices == 1 ? " is" : " are") +
-                      " visible (CUDA_VISIBLE_DEVICES selects them)");
   if (const std::string problem = split_problem(config, size); !problem.empty()) {
     std::string sizes;
     for (int n : {1, 2, 4, 8})
@@ -57,14 +51,9 @@ Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int s
   return plan;
 }
 
-Status check_tensor_parallel(const ModelConfig& config, int size, std::string_view device) {
+Status check_tensor_parallel(const ModelConfig& config, int size) {
   if (size == 1) return Ok{};
-  IB_TRY(plan_tensor_parallel(config, size, 0));
-  if (device != "cpu")
-    return user_error("--tensor-parallel-size " + std::to_string(size) + " on --device " +
-                      std::string(device) +
-                      ": the ranks run as CPU threads so far (NCCL is not used yet); use --device "
-                      "cpu, or --tensor-parallel-size 1");
+  IB_TRY(plan_tensor_parallel(config, size));
   return check_layers_split(config, size);
 }
 

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 #include <vector>
 
 #include "core/result.h"
@@ -34,15 +33,13 @@ struct TensorParallelPlan {
 };
 
 // The plan for `size` ranks, or a user error naming the flag, the model's count that `size` does
-// not divide and the sizes that would work (1, 2, 4, 8 that do). visible_devices: the devices the
-// ranks would run on (0: not checked, the CPU's threads).
-Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int size,
-                                                int visible_devices);
+// not divide and the sizes that would work (1, 2, 4, 8 that do).
+Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int size);
 
-// Before anything loads (--tensor-parallel-size with --device): the plan's errors, and a user
-// error for what the ranks cannot run yet: a device other than the CPU (NCCL is not used yet),
-// mixture-of-experts and latent-attention models. Ok at size 1.
-Status check_tensor_parallel(const ModelConfig& config, int size, std::string_view device);
+// Before anything loads (--tensor-parallel-size): the plan's errors, and a user error for the
+// layers the ranks cannot split yet (mixture-of-experts, latent attention). Ok at size 1. The
+// devices are backend_factory.h's check_rank_devices.
+Status check_tensor_parallel(const ModelConfig& config, int size);
 // The layers the ranks cannot split yet (mixture-of-experts, latent attention): a user error
 // naming them, or Ok (also at size 1). Part of check_tensor_parallel; the weight shards check it
 // too.

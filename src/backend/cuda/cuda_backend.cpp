@@ -54,6 +54,12 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
+std::optional<CudaQueue> cuda_queue_of(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const cuda::CudaBackend*>(&backend);
+  if (cuda == nullptr) return std::nullopt;
+  return CudaQueue{cuda->device(), cuda->stream()};
+}
+
 namespace cuda {
 namespace {
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "backend/backend.h"
 #include "core/result.h"
@@ -16,5 +17,13 @@ int cuda_device_count();
 // User errors: no CUDA device, a device index out of range, a malformed "cuda:N".
 // Runtime errors: the device cannot be initialised, or its workspaces do not fit.
 Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& options);
+
+// A CUDA backend's device and the stream its ops run on (a tensor-parallel group's NCCL
+// communicators enqueue there), or nullopt for a backend create_cuda_backend did not make.
+struct CudaQueue {
+  int device = 0;
+  void* stream = nullptr;  // cudaStream_t
+};
+std::optional<CudaQueue> cuda_queue_of(const Backend& backend);
 
 }  // namespace ib

@@ -61,12 +61,18 @@ struct TensorParallelRanks {
 };
 
 // Splits `weights` (loaded whole on `backend`) over `size` ranks: on return `weights` holds rank
-// 0's shard (the whole weights freed) and the result the other ranks, each with its runner. The
-// CPU only so far (the ranks are threads): a user error on another device, or for a model or
-// weights that do not split (plan_tensor_parallel, shard_weights).
+// 0's shard (the whole weights freed) and the result the other ranks, each with its backend
+// (backend_factory.h's create_rank_group: CPU threads, or the GPUs after backend's over NCCL) and
+// its runner. User errors for a model or weights that do not split (plan_tensor_parallel,
+// shard_weights) and for ranks the devices cannot hold (check_rank_devices).
 Result<TensorParallelRanks> split_over_ranks(const ModelConfig& model, int size,
                                              ModelWeights& weights, Backend& backend,
                                              const RunnerLimits& limits);
+
+// Records every rank's decode graphs at once, each on its rank's thread: each bucket's warm-up
+// step runs the collectives, which need every rank. The first failing rank's error.
+Status capture_on_ranks(RankThreads& threads, std::span<ModelRunner* const> ranks,
+                        const GraphOptions& options, int max_model_len);
 
 // Executes batch on every rank's runner at once (rank 0 on the calling thread, the others on
 // their threads) and returns rank 0's output, or the first failing rank's error. Every rank's
