@@ -138,6 +138,8 @@ TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
       {{"run", "--tensor-parallel-size", "2", "--kv-cache-growth", "on-demand", "--result-dir",
         dir},
        "--kv-cache-growth on-demand with --tensor-parallel-size above 1 is not supported yet"},
+      {{"run", "--tensor-parallel-size", "2", "--quantization", "fp8", "--result-dir", dir},
+       "--quantization fp8 with --tensor-parallel-size above 1 is not supported yet"},
   };
   for (const auto& c : cases) expect_refused(c.args, c.expect, dir);
   EXPECT_EQ(fs::directory_iterator(taken)->path().filename(), "mine.txt");

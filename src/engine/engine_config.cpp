@@ -160,6 +160,11 @@ Status EngineConfig::validate() const {
   if (tensor_parallel_size > 1 && enable_lora) {
     return user_error("--enable-lora with --tensor-parallel-size above 1 is not supported yet");
   }
+  if (tensor_parallel_size > 1 && quantization != "none") {
+    return user_error("--quantization " + quantization +
+                      " with --tensor-parallel-size above 1 is not supported yet (the ranks split "
+                      "dense weights); drop --quantization");
+  }
   if (enable_lora) {
     IB_TRY(positive(max_loras, "--max-loras"));
     IB_TRY(positive(max_lora_rank, "--max-lora-rank"));

@@ -53,7 +53,7 @@ void fill_dummy_matmul(Backend& backend, detail::DenseStaging& staging, const We
   staging.finish(dense, w);
 }
 
-void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend,
+void fill_dummy(const ModelConfig& c, uint64_t seed, int first_layer, Backend& backend,
                 detail::DenseStaging& staging, ModelWeights& w) {
   const int64_t d = c.hidden_size;
   const int64_t q = int64_t{c.num_heads} * c.head_dim;
@@ -63,8 +63,9 @@ void fill_dummy(const ModelConfig& c, uint64_t seed, Backend& backend,
   if (!c.tie_word_embeddings)
     backend.fill_uniform(w.lm_head.data, seed, kDummyLmHeadStream, matrix_scale(d));
   backend.fill_constant(w.final_norm, 1.0f);
-  for (int l = 0; l < c.num_layers; ++l) {
-    LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+  for (int part_layer = 0; part_layer < c.num_layers; ++part_layer) {
+    LayerWeights& lw = w.layers[static_cast<size_t>(part_layer)];
+    const int l = first_layer + part_layer;  // the layer's index in the whole model
     backend.fill_constant(lw.attn_norm, 1.0f);
     backend.fill_constant(lw.ffn_norm, 1.0f);
     if (!lw.post_attn_norm.empty()) backend.fill_constant(lw.post_attn_norm, 1.0f);
@@ -305,6 +306,10 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   IB_TRY(config.validate());
   IB_TRY(config.check_supported());
   IB_TRY(find_architecture(config));
+  IB_ASSERT(
+      options.first_layer == 0 || (options.format == LoadFormat::kDummy &&
+                                   config.moe.num_experts == 0 && config.mla.kv_lora_rank == 0),
+      "load_weights: a part of a model from its first_layer: dummy dense layers only");
   LoadFormat format = options.format;
   if (format == LoadFormat::kAuto) {
     format = is_gguf_file(options.path)                               ? LoadFormat::kGguf
@@ -372,7 +377,7 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
                                                                 : options.quantization,
                                                    backend));
   if (format == LoadFormat::kDummy) {
-    fill_dummy(config, options.seed, backend, staging, w);
+    fill_dummy(config, options.seed, options.first_layer, backend, staging, w);
     w.description = "dummy (seed " + std::to_string(options.seed) + ")" +
                     (gguf_dummy ? ", quantized at load in llama.cpp's Q4_K_M mix" : "");
   } else if (format == LoadFormat::kGguf) {

@@ -31,6 +31,11 @@ struct WeightOptions {
   // (backend/weight.h's kGguf) where the backend runs them, else dequantized at load into the
   // activation dtype (quantization stays kDense); a user error unless they come from a GGUF file.
   bool gguf_as_stored = false;
+  // Dummy weights of a part of a model (tensor parallelism's loading in parts, issue 19): config
+  // holds layers [first_layer, first_layer + config.num_layers) of the whole model, each with
+  // that layer's dummy values (dummy_weight_stream of its index in the whole model). 0 otherwise;
+  // dense layers only (no experts, no latent attention).
+  int first_layer = 0;
 };
 
 // How each layer's matmul weights are stored (backend/weight.h): the format and, for the 4-bit

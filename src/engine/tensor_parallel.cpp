@@ -1,6 +1,7 @@
 // A tensor-parallel group's weight shards and lock-step execution (detail/tensor_parallel.h).
 #include "engine/detail/tensor_parallel.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -97,23 +98,26 @@ Status check_splittable(const ModelConfig& config, const ModelWeights& weights, 
 
 }  // namespace
 
-Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights& weights,
-                                   Backend& from, const TensorParallelPlan& plan, int rank,
-                                   Backend& to) {
+namespace {
+
+// Appends rank `rank`'s part of `weights` (a model's layers, and with globals its embedding,
+// final norm and LM head) to out, allocated on `to`.
+Status shard_into(const ModelConfig& config, const ModelWeights& weights, Backend& from,
+                  const TensorParallelPlan& plan, int rank, Backend& to, bool globals,
+                  ModelWeights& out) {
   IB_TRY(check_splittable(config, weights, plan.size));
-  ModelWeights out;
-  out.description = weights.description + ", tensor-parallel rank " + std::to_string(rank) +
-                    " of " + std::to_string(plan.size);
   ShardCopier copy(from, to, out);
-  // The embedding's and the LM head's rows of the rank's vocabulary (tied: the same memory);
-  // the embedding's zero row after them serves the other tokens (ModelRunner's lookup).
-  const IndexRange vocab = vocab_rows_of_rank(config, plan, rank);
-  IB_ASSIGN_OR_RETURN(out.embed, copy.rows_and_zero_row(weights.embed, vocab));
-  IB_ASSIGN_OR_RETURN(out.final_norm, copy.whole(weights.final_norm));
-  if (config.tie_word_embeddings) {
-    out.lm_head = WeightRef(out.embed.slice_rows(0, vocab.count));
-  } else {
-    IB_ASSIGN_OR_RETURN(out.lm_head.data, copy.rows(weights.lm_head.data, {vocab}));
+  if (globals) {
+    // The embedding's and the LM head's rows of the rank's vocabulary (tied: the same memory);
+    // the embedding's zero row after them serves the other tokens (ModelRunner's lookup).
+    const IndexRange vocab = vocab_rows_of_rank(config, plan, rank);
+    IB_ASSIGN_OR_RETURN(out.embed, copy.rows_and_zero_row(weights.embed, vocab));
+    IB_ASSIGN_OR_RETURN(out.final_norm, copy.whole(weights.final_norm));
+    if (config.tie_word_embeddings) {
+      out.lm_head = WeightRef(out.embed.slice_rows(0, vocab.count));
+    } else {
+      IB_ASSIGN_OR_RETURN(out.lm_head.data, copy.rows(weights.lm_head.data, {vocab}));
+    }
   }
   const std::vector<IndexRange> qkv = qkv_rows_of_rank(config, plan, rank);
   const IndexRange o = o_columns_of_rank(config, plan, rank);
@@ -135,31 +139,93 @@ Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights
     IB_ASSIGN_OR_RETURN(s.w_down.data, copy.columns(l.w_down.data, down));
     out.layers.push_back(std::move(s));
   }
+  return Ok{};
+}
+
+std::string rank_description(const std::string& whole, int rank, int size) {
+  return whole + ", tensor-parallel rank " + std::to_string(rank) + " of " + std::to_string(size);
+}
+
+Backend& rank_backend(RankShards& shards, Backend& first, int rank) {
+  return rank == 0 ? first : *shards.group.backends[static_cast<size_t>(rank - 1)];
+}
+
+}  // namespace
+
+Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights& weights,
+                                   Backend& from, const TensorParallelPlan& plan, int rank,
+                                   Backend& to) {
+  ModelWeights out;
+  out.description = rank_description(weights.description, rank, plan.size);
+  IB_TRY(shard_into(config, weights, from, plan, rank, to, true, out));
   return out;
 }
 
-Result<TensorParallelRanks> split_over_ranks(const ModelConfig& model, int size,
-                                             ModelWeights& weights, Backend& backend,
-                                             const RunnerLimits& limits) {
+Result<RankShards> shard_over_ranks(const ModelConfig& model, int size, ModelWeights whole,
+                                    Backend& backend) {
   // The CLI's checks before loading, again for callers without them.
   IB_TRY(check_tensor_parallel(model, size));
   IB_ASSIGN_OR_RETURN(const TensorParallelPlan plan, plan_tensor_parallel(model, size));
-  IB_ASSIGN_OR_RETURN(RankGroup group, create_rank_group(backend, size));
+  RankShards shards;
+  shards.rank_config = rank_config(model, plan);
+  IB_ASSIGN_OR_RETURN(shards.group, create_rank_group(backend, size));
+  shards.weights.resize(static_cast<size_t>(size));
+  // Rank 0 last: its shard is on the same device as the whole weights.
+  for (int r = size - 1; r >= 0; --r) {
+    ModelWeights& out = shards.weights[static_cast<size_t>(r)];
+    out.description = rank_description(whole.description, r, size);
+    IB_TRY(shard_into(model, whole, backend, plan, r, rank_backend(shards, backend, r), true, out));
+  }
+  return shards;
+}
+
+Result<RankShards> load_over_ranks(const ModelConfig& model, int size, const WeightOptions& options,
+                                   Backend& backend, int layers_per_part) {
+  IB_ASSERT(options.format == LoadFormat::kDummy && layers_per_part > 0,
+            "load_over_ranks: dummy weights in parts of at least one layer");
+  IB_TRY(check_tensor_parallel(model, size));
+  IB_ASSIGN_OR_RETURN(const TensorParallelPlan plan, plan_tensor_parallel(model, size));
+  RankShards shards;
+  shards.rank_config = rank_config(model, plan);
+  IB_ASSIGN_OR_RETURN(shards.group, create_rank_group(backend, size));
+  shards.weights.resize(static_cast<size_t>(size));
+  for (int first = 0; first < model.num_layers; first += layers_per_part) {
+    ModelConfig part_config = model;
+    part_config.num_layers = std::min(layers_per_part, model.num_layers - first);
+    WeightOptions part_options = options;
+    part_options.first_layer = first;
+    // Each part carries the embedding and the LM head (load_weights makes whole models); the
+    // first part's are kept.
+    IB_ASSIGN_OR_RETURN(const ModelWeights part, load_weights(part_config, part_options, backend));
+    for (int r = 0; r < size; ++r) {
+      ModelWeights& out = shards.weights[static_cast<size_t>(r)];
+      if (first == 0)
+        out.description =
+            rank_description(part.description + ", loaded " + std::to_string(layers_per_part) +
+                                 (layers_per_part == 1 ? " layer" : " layers") + " at a time",
+                             r, size);
+      IB_TRY(shard_into(part_config, part, backend, plan, r, rank_backend(shards, backend, r),
+                        first == 0, out));
+    }
+  }  // each part freed before the next loads
+  return shards;
+}
+
+Result<TensorParallelRanks> start_ranks(RankShards& shards, const RunnerLimits& limits) {
+  const size_t size = shards.weights.size();
+  IB_ASSERT(shards.group.comms.size() == size && shards.group.backends.size() + 1 == size,
+            "start_ranks: a group of the shards' size");
   TensorParallelRanks ranks;
-  ranks.rank_config = rank_config(model, plan);
-  ranks.comms = std::move(group.comms);
-  for (int r = 1; r < size; ++r) {
-    std::unique_ptr<Backend> rank_backend = std::move(group.backends[static_cast<size_t>(r - 1)]);
-    IB_ASSIGN_OR_RETURN(ModelWeights shard,
-                        shard_weights(model, weights, backend, plan, r, *rank_backend));
-    IB_ASSIGN_OR_RETURN(
-        auto runner, ModelRunner::create(ranks.rank_config, std::move(shard), limits, *rank_backend,
-                                         ranks.comms[static_cast<size_t>(r)].get()));
-    ranks.backends.push_back(std::move(rank_backend));
+  ranks.rank_config = shards.rank_config;
+  ranks.comms = std::move(shards.group.comms);
+  for (size_t r = 1; r < size; ++r) {
+    std::unique_ptr<Backend> backend = std::move(shards.group.backends[r - 1]);
+    IB_ASSIGN_OR_RETURN(auto runner,
+                        ModelRunner::create(ranks.rank_config, std::move(shards.weights[r]), limits,
+                                            *backend, ranks.comms[r].get()));
+    ranks.backends.push_back(std::move(backend));
     ranks.runners.push_back(std::move(runner));
   }
-  IB_ASSIGN_OR_RETURN(ModelWeights first, shard_weights(model, weights, backend, plan, 0, backend));
-  weights = std::move(first);
   std::vector<Communicator*> others;
   for (size_t r = 1; r < ranks.comms.size(); ++r) others.push_back(ranks.comms[r].get());
   ranks.threads = std::make_unique<RankThreads>(std::move(others));

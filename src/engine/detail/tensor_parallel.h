@@ -11,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "backend/backend_factory.h"
 #include "engine/detail/model_runner.h"
+#include "engine/model_weights.h"
 #include "model/tensor_parallel.h"
 
 namespace ib::detail {
@@ -60,14 +62,31 @@ struct TensorParallelRanks {
   std::unique_ptr<RankThreads> threads;               // ranks 1 .. N-1
 };
 
-// Splits `weights` (loaded whole on `backend`) over `size` ranks: on return `weights` holds rank
-// 0's shard (the whole weights freed) and the result the other ranks, each with its backend
-// (backend_factory.h's create_rank_group: CPU threads, or the GPUs after backend's over NCCL) and
-// its runner. User errors for a model or weights that do not split (plan_tensor_parallel,
-// shard_weights) and for ranks the devices cannot hold (check_rank_devices).
-Result<TensorParallelRanks> split_over_ranks(const ModelConfig& model, int size,
-                                             ModelWeights& weights, Backend& backend,
-                                             const RunnerLimits& limits);
+// Each rank's weights before its runner: the plan's rank config, the group (backend_factory.h's
+// create_rank_group: CPU threads, or the GPUs after the engine's over NCCL) and weights[r], rank
+// 0's on the engine's backend.
+struct RankShards {
+  ModelConfig rank_config;
+  RankGroup group;
+  std::vector<ModelWeights> weights;  // ranks 0 .. N-1
+};
+
+// From weights loaded whole on `backend` (freed on return). User errors for a model or weights
+// that do not split (plan_tensor_parallel, shard_weights) and for ranks the devices cannot hold
+// (check_rank_devices).
+Result<RankShards> shard_over_ranks(const ModelConfig& model, int size, ModelWeights whole,
+                                    Backend& backend);
+
+// Dummy weights (options.format kDummy) loaded on `backend` layers_per_part layers at a time
+// (WeightOptions::first_layer), each part split over the ranks and freed before the next, so no
+// device holds more than its shard and one part: a model that one GPU cannot hold whole still
+// loads over several. The same values as shard_over_ranks of the whole model; its errors.
+Result<RankShards> load_over_ranks(const ModelConfig& model, int size, const WeightOptions& options,
+                                   Backend& backend, int layers_per_part);
+
+// The runners of ranks 1 .. N-1 on shards' backends and weights (moved out of shards; rank 0's
+// runner is the engine's own, on shards.weights[0]) and their threads.
+Result<TensorParallelRanks> start_ranks(RankShards& shards, const RunnerLimits& limits);
 
 // Records every rank's decode graphs at once, each on its rank's thread: each bucket's warm-up
 // step runs the collectives, which need every rank. The first failing rank's error.
