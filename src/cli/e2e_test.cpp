@@ -245,7 +245,7 @@ TEST_F(E2e, Fp8QuantizationRunsOnTheCpuAndIsRecorded) {
 }
 
 // --tensor-parallel-size 2 on the CPU: two ranks (threads), the run completes and result.json
-// records the size and rank 0's shard.
+// records the size, rank 0's shard and the group (communicator, each rank's device).
 // The decode bytes count every rank's shard: about one rank's bytes at TP = 1 (the norms and
 // each token's embedding row are read on every rank).
 TEST_F(E2e, TensorParallelRunCompletesAndIsRecorded) {
@@ -268,6 +268,14 @@ TEST_F(E2e, TensorParallelRunCompletesAndIsRecorded) {
   EXPECT_EQ(r["config"]["tensor_parallel_size"], 2);
   EXPECT_NE(r["engine"]["weights"].get<std::string>().find("tensor-parallel rank 0 of 2"),
             std::string::npos);
+  // The group: its communicator and each rank's device (null at one rank).
+  const json& group = r["engine"]["engine"]["tensor_parallel"];
+  EXPECT_EQ(group["communicator"], "cpu threads, 2 ranks");
+  ASSERT_EQ(group["ranks"].size(), 2u);
+  EXPECT_EQ(group["ranks"][1]["rank"], 1);
+  EXPECT_EQ(group["ranks"][1]["device"], "cpu:0");
+  const json one = json::parse(read_file(root_ / "tp1" / "result.json").value());
+  EXPECT_TRUE(one["engine"]["engine"]["tensor_parallel"].is_null());
 }
 
 // --kv-cache-dtype fp8 on the CPU: the run completes, result.json records vLLM's key and what

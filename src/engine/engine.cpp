@@ -336,6 +336,14 @@ class EngineImpl final : public Engine {
   const EngineConfig& config() const override { return config_; }
   const std::string& weights_description() const override { return runner_->weights().description; }
   Backend& backend() override { return backend_; }
+  TensorParallelGroup tensor_parallel_group() const override {
+    TensorParallelGroup g;
+    if (tp_.comms.empty()) return g;
+    g.communicator = tp_.comms[0]->describe();
+    g.devices.push_back(backend_.device_info());
+    for (const auto& b : tp_.backends) g.devices.push_back(b->device_info());
+    return g;
+  }
   ModelWeights& weights_for_calibration() override { return runner_->mutable_weights(); }
   Status record_graphs_again() override {
     if (has_unfinished()) return user_error("recording graphs needs an idle engine");

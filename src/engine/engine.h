@@ -209,6 +209,13 @@ struct EngineStats {
   int experts_per_token = 0;
 };
 
+// A tensor-parallel engine's group (issue 19): its communicator as it describes itself ("cpu
+// threads, 2 ranks", "nccl 2.21.5, 2 ranks") and each rank's device, in rank order.
+struct TensorParallelGroup {
+  std::string communicator;
+  std::vector<DeviceInfo> devices;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -235,7 +242,9 @@ class Engine {
   virtual const ModelConfig& model_config() const = 0;
   virtual const EngineConfig& config() const = 0;
   virtual const std::string& weights_description() const = 0;
-  virtual Backend& backend() = 0;
+  virtual Backend& backend() = 0;  // rank 0's under tensor parallelism
+  // Empty (no communicator, no devices) for an engine of one rank.
+  virtual TensorParallelGroup tensor_parallel_group() const = 0;
   // The model's weights, for calibration (engine/calibration.h) to set static activation scales
   // on; nothing else changes weights after creation.
   virtual ModelWeights& weights_for_calibration() = 0;

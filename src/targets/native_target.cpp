@@ -30,6 +30,21 @@ json calibration_json(const NativeTargetOptions& o, double seconds) {
               {"seconds", seconds}};
 }
 
+// A tensor-parallel engine's group: the communicator (NCCL's version with it) and each rank's
+// device; null for one rank. How the GPUs connect is the environment's (env.gpus.links).
+json tensor_parallel_json(const TensorParallelGroup& g) {
+  if (g.communicator.empty()) return nullptr;
+  json ranks = json::array();
+  for (size_t r = 0; r < g.devices.size(); ++r) {
+    const DeviceInfo& d = g.devices[r];
+    ranks.push_back(json{{"rank", r},
+                         {"device", d.kind + ":" + std::to_string(d.index)},
+                         {"name", d.name},
+                         {"total_bytes", d.total_bytes}});
+  }
+  return json{{"communicator", g.communicator}, {"ranks", ranks}};
+}
+
 // What never changes while the engine lives: model, device, dtype, weights, engine settings.
 json describe_fixed(const Engine& engine, Backend& backend, const NativeTargetOptions& o,
                     double calibration_s) {
@@ -86,6 +101,7 @@ json describe_fixed(const Engine& engine, Backend& backend, const NativeTargetOp
         {"kv_dtype", dtype_name(kv_dtype)},
         {"block_sparse_attention", e.block_sparse_attention},  // "": dense
         {"tensor_parallel_size", e.tensor_parallel_size},
+        {"tensor_parallel", tensor_parallel_json(engine.tensor_parallel_group())},
         // Per token, all layers: what the cache holds (MLA: the latent and the rope key), and
         // what ordinary attention's K and V of every KV head would take, for comparison.
         {"kv_layout", m.mla.kv_lora_rank > 0 ? "mla-latent" : "gqa"},

@@ -45,10 +45,18 @@ json gpu_section() {
                            {"uuid", d.uuid},
                            {"memory_total_bytes", d.memory_total_bytes}});
   }
+  // Each pair of GPUs: the PCIe path as `nvidia-smi topo -m` names it, and NVLink (null: unknown).
+  json links = json::array();
+  for (const auto& l : nvml->links) {
+    links.push_back(json{{"gpus", {l.a, l.b}},
+                         {"pcie", or_null(l.pcie)},
+                         {"nvlink", l.nvlink ? json(*l.nvlink) : json(nullptr)}});
+  }
   return json{{"driver_version", nvml->driver_version},
               {"cuda_driver_version", fmt::format("{}.{}", nvml->cuda_driver_version / 1000,
                                                   nvml->cuda_driver_version % 1000 / 10)},
-              {"devices", devices}};
+              {"devices", devices},
+              {"links", links}};
 }
 
 }  // namespace

@@ -99,6 +99,12 @@ TEST(Nvml, EnvironmentQueryReadsTheFakeDevices) {
   ASSERT_EQ(snap->devices.size(), 2u);
   EXPECT_EQ(snap->devices[0].name, "Fake GPU 0");
   EXPECT_EQ(snap->devices[1].memory_total_bytes, static_cast<int64_t>(80 * kGiB));
+  // The pair's PCIe path (a host bridge: "PHB") and NVLink, as the fake reports them.
+  ASSERT_EQ(snap->links.size(), 1u);
+  EXPECT_EQ(snap->links[0].a, 0);
+  EXPECT_EQ(snap->links[0].b, 1);
+  EXPECT_EQ(snap->links[0].pcie, "PHB");
+  EXPECT_EQ(snap->links[0].nvlink, std::optional<bool>(true));
 }
 
 TEST(Sampler, FillsTheTimelineFromTheFakeNvmlAndMeasuresItself) {

@@ -67,6 +67,30 @@ class Library {
   void* handle_;
 };
 
+// nvmlGpuP2PCapsIndex_t's NVLink entry and nvmlGpuP2PStatus_t's OK.
+constexpr int kNvmlP2PCapsNvlink = 2;
+constexpr int kNvmlP2PStatusOk = 0;
+
+// nvmlGpuTopologyLevel_t as `nvidia-smi topo -m` abbreviates it.
+std::string pcie_path_name(int level) {
+  switch (level) {
+    case 0:
+      return "same board";
+    case 10:
+      return "PIX";
+    case 20:
+      return "PXB";
+    case 30:
+      return "PHB";
+    case 40:
+      return "NODE";
+    case 50:
+      return "SYS";
+    default:
+      return "";
+  }
+}
+
 }  // namespace
 
 struct NvmlApi::Functions {
@@ -246,6 +270,11 @@ std::optional<NvmlSnapshot> query_nvml(const char* library) {
   auto uuid = find<NvmlReturn (*)(NvmlDeviceHandle, char*, unsigned)>(h, {"nvmlDeviceGetUUID"});
   auto memory =
       find<NvmlReturn (*)(NvmlDeviceHandle, NvmlMemoryV1*)>(h, {"nvmlDeviceGetMemoryInfo"});
+  // The enums are ints: nvmlGpuTopologyLevel_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t.
+  auto ancestor = find<NvmlReturn (*)(NvmlDeviceHandle, NvmlDeviceHandle, int*)>(
+      h, {"nvmlDeviceGetTopologyCommonAncestor"});
+  auto p2p = find<NvmlReturn (*)(NvmlDeviceHandle, NvmlDeviceHandle, int, int*)>(
+      h, {"nvmlDeviceGetP2PStatus"});
   if (!init || !shutdown || !count || !handle || init() != kNvmlSuccess) return std::nullopt;
 
   NvmlSnapshot snap;
@@ -253,10 +282,12 @@ std::optional<NvmlSnapshot> query_nvml(const char* library) {
   if (driver && driver(text, kNvmlStringBytes) == kNvmlSuccess) snap.driver_version = text;
   if (cuda) cuda(&snap.cuda_driver_version);
   unsigned n = 0;
+  std::vector<NvmlDeviceHandle> handles;
   if (count(&n) == kNvmlSuccess) {
     for (unsigned i = 0; i < n; ++i) {
       NvmlDeviceHandle dev = nullptr;
       if (handle(i, &dev) != kNvmlSuccess) continue;
+      handles.push_back(dev);
       NvmlDevice d;
       d.index = static_cast<int>(i);
       if (name && name(dev, text, kNvmlStringBytes) == kNvmlSuccess) d.name = text;
@@ -267,6 +298,20 @@ std::optional<NvmlSnapshot> query_nvml(const char* library) {
         d.memory_used_bytes = static_cast<int64_t>(mem.used);
       }
       snap.devices.push_back(std::move(d));
+    }
+  }
+  for (size_t i = 0; i < handles.size(); ++i) {
+    for (size_t j = i + 1; j < handles.size(); ++j) {
+      NvmlLink link;
+      link.a = snap.devices[i].index;
+      link.b = snap.devices[j].index;
+      int level = -1;
+      if (ancestor && ancestor(handles[i], handles[j], &level) == kNvmlSuccess)
+        link.pcie = pcie_path_name(level);
+      int status = -1;
+      if (p2p && p2p(handles[i], handles[j], kNvmlP2PCapsNvlink, &status) == kNvmlSuccess)
+        link.nvlink = status == kNvmlP2PStatusOk;
+      snap.links.push_back(std::move(link));
     }
   }
   shutdown();

@@ -26,10 +26,21 @@ struct NvmlDevice {
   int64_t memory_used_bytes = 0;  // v1 "used" (includes reserved memory)
 };
 
+// How two GPUs connect, as `nvidia-smi topo -m` names it: their PCIe paths' common ancestor
+// (nvmlDeviceGetTopologyCommonAncestor: "PIX" one PCIe switch, "PXB" several, "PHB" a host
+// bridge, "NODE" a NUMA node, "SYS" across NUMA nodes; "" where NVML cannot tell) and whether
+// they reach each other over NVLink (nvmlDeviceGetP2PStatus for NVLink; nullopt where unknown).
+struct NvmlLink {
+  int a = 0, b = 0;  // device indices, a < b
+  std::string pcie;
+  std::optional<bool> nvlink;
+};
+
 struct NvmlSnapshot {
   std::string driver_version;
   int cuda_driver_version = 0;  // e.g. 13000 for CUDA 13.0
   std::vector<NvmlDevice> devices;
+  std::vector<NvmlLink> links;  // every pair of devices
 };
 
 // nullopt when the library is missing, nvmlInit fails or no device is visible.

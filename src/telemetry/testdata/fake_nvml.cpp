@@ -8,6 +8,7 @@
 //   processes (_v3, 24-byte records): this process 123 MiB, pid 1 7 MiB
 //   power 250 W (gpu 0) / 100 W (gpu 1); energy counter 5,000,000 mJ + k * 1000 mJ
 //   clocks SM 1980 MHz, memory 2619 MHz; utilisation 75 % / 40 %; temperature 55 C
+//   topology: the two GPUs under one host bridge (level 30, "PHB"), peers over NVLink
 #include <unistd.h>
 
 #include <cstdint>
@@ -129,5 +130,15 @@ FAKE_EXPORT int nvmlDeviceGetUtilizationRates(void* device, Utilization* u) {
 FAKE_EXPORT int nvmlDeviceGetTemperature(void* device, int sensor, unsigned* celsius) {
   if (index_of(device) < 0 || sensor != 0) return kInvalidArgument;
   *celsius = 55;
+  return kSuccess;
+}
+FAKE_EXPORT int nvmlDeviceGetTopologyCommonAncestor(void* a, void* b, int* level) {
+  if (index_of(a) < 0 || index_of(b) < 0) return kInvalidArgument;
+  *level = a == b ? 0 : 30;
+  return kSuccess;
+}
+FAKE_EXPORT int nvmlDeviceGetP2PStatus(void* a, void* b, int caps, int* status) {
+  if (index_of(a) < 0 || index_of(b) < 0) return kInvalidArgument;
+  *status = caps == 2 ? 0 : 5;  // NVLink: OK; the rest: unknown
   return kSuccess;
 }
