@@ -46,6 +46,7 @@ Mixtral only, CPU and CUDA fp32:
 """
 import argparse
 import json
+import shlex
 import os
 import subprocess
 import sys
@@ -451,6 +452,9 @@ def main():
                     help="save the models here and reuse them when present (default: a "
                          "temporary directory per family)")
     ap.add_argument("--json-name", default="hf_compare.json")
+    ap.add_argument("--inferbench-args", default="",
+                    help="more flags for every inferbench generate, e.g. "
+                         "'--tensor-parallel-size 2' (issue 19's parity at TP 2)")
     ap.add_argument("--deadline-s", type=float, default=0,
                     help="stop starting rows after this many seconds (0: none); rows not run "
                          "are listed as such")
@@ -506,7 +510,8 @@ def main():
                             tokens, logits, secs = run_inferbench(
                                 args.inferbench, d, device, dtype, prompt, args.steps,
                                 os.path.join(tmp, f"{device}-{dtype}.npy"),
-                                ("--dump-routing", dump) if dump else ())
+                                (*shlex.split(args.inferbench_args),
+                                 *(("--dump-routing", dump) if dump else ())))
                         except Refused as e:
                             if name not in REFUSABLE_FAMILIES:
                                 raise

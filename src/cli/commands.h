@@ -53,6 +53,7 @@ struct GenerateFlags {
   std::string lora_name;
   int max_lora_rank = 64;
   bool merge_lora = false;
+  int tensor_parallel_size = 1;  // ranks (CPU threads, or GPUs over NCCL)
 };
 void add_generate_flags(CLI::App& app, GenerateFlags& flags);
 Result<int> execute_generate(const GenerateFlags& flags);

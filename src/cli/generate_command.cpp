@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/local_engine.h"
@@ -16,6 +17,7 @@
 #include "engine/engine.h"
 #include "model/gguf.h"
 #include "model/presets.h"
+#include "model/tensor_parallel.h"
 
 namespace ib {
 namespace {
@@ -100,6 +102,9 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
       ->capture_default_str();
   app.add_flag("--merge-lora", f.merge_lora,
                "fold the one --lora-modules adapter into the weights at load");
+  app.add_option("--tensor-parallel-size", f.tensor_parallel_size,
+                 "ranks the model is split over (CPU threads, or one GPU a rank over NCCL)")
+      ->capture_default_str();
 }
 
 Result<int> execute_generate(const GenerateFlags& f) {
@@ -130,7 +135,10 @@ Result<int> execute_generate(const GenerateFlags& f) {
   ec.enable_lora = !f.lora_modules.empty() && !f.merge_lora;
   ec.max_loras = std::max<int>(1, static_cast<int>(f.lora_modules.size()));
   ec.max_lora_rank = f.max_lora_rank;
+  ec.tensor_parallel_size = f.tensor_parallel_size;
   IB_TRY(ec.validate());  // before the backend starts
+  IB_TRY(check_tensor_parallel(model, f.tensor_parallel_size));
+  IB_TRY(check_rank_devices(f.device, f.tensor_parallel_size));
   std::string lora_name = f.lora_name;
   if (lora_name.empty() && ec.enable_lora) {
     IB_ASSIGN_OR_RETURN(const LoraModuleSpec first, parse_lora_module(f.lora_modules.front()));

@@ -36,6 +36,37 @@ std::vector<std::vector<float>> npy_rows(const std::string& bytes, size_t steps,
   return rows;
 }
 
+// --tensor-parallel-size 2 on the CPU: the same greedy tokens as one rank, and logits within
+// fp32's reordering of the ranks' partial sums (tools/hf_compare.py --inferbench-args uses it).
+TEST_F(E2e, GenerateOverTwoRanksGivesOneRanksTokens) {
+  std::vector<std::vector<float>> logits[2];
+  std::vector<int32_t> tokens[2];
+  for (int tp = 1; tp <= 2; ++tp) {
+    const auto npy = root_ / ("tp" + std::to_string(tp) + ".npy");
+    ASSERT_EQ(
+        run({"generate", "--model", "tiny-15m", "--prompt-token-ids", "1,15,300,7", "--max-tokens",
+             "4", "--dump-logits", npy.string(), "--tensor-parallel-size", std::to_string(tp)}),
+        0)
+        << err();
+    tokens[tp - 1] = nlohmann::json::parse(out()).at("token_ids").get<std::vector<int32_t>>();
+    logits[tp - 1] = npy_rows(read_file(npy).value(), 4, 32000);
+  }
+  EXPECT_EQ(tokens[1], tokens[0]);
+  for (size_t step = 0; step < 4; ++step) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < logits[0][step].size(); ++i) {
+      const double d = double{logits[1][step][i]} - logits[0][step][i];
+      diff += d * d;
+      norm += double{logits[0][step][i]} * logits[0][step][i];
+    }
+    EXPECT_LT(std::sqrt(diff / norm), 1e-5) << "step " << step;
+  }
+  EXPECT_EQ(run({"generate", "--model", "tiny-15m", "--prompt-token-ids", "1",
+                 "--tensor-parallel-size", "4"}),
+            2);
+  EXPECT_NE(err().find("6 attention heads, which 4 does not divide"), std::string::npos) << err();
+}
+
 TEST_F(E2e, GenerateWritesTokensAndLogits) {
   const auto npy = root_ / "logits.npy";
   ASSERT_EQ(run({"generate", "--model", "tiny-15m", "--device", "cpu", "--prompt-token-ids",
