@@ -150,6 +150,19 @@ Backend& rank_backend(RankShards& shards, Backend& first, int rank) {
   return rank == 0 ? first : *shards.group.backends[static_cast<size_t>(rank - 1)];
 }
 
+// The group of `size` ranks with rank 0 on backend, and no weights yet (plan: the split). The
+// CLI's checks before loading, again for callers without them.
+Result<RankShards> empty_shards(const ModelConfig& model, int size, Backend& backend,
+                                TensorParallelPlan& plan) {
+  IB_TRY(check_tensor_parallel(model, size));
+  IB_ASSIGN_OR_RETURN(plan, plan_tensor_parallel(model, size));
+  RankShards shards;
+  shards.rank_config = rank_config(model, plan);
+  IB_ASSIGN_OR_RETURN(shards.group, create_rank_group(backend, size));
+  shards.weights.resize(static_cast<size_t>(size));
+  return shards;
+}
+
 }  // namespace
 
 Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights& weights,
@@ -163,13 +176,8 @@ Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights
 
 Result<RankShards> shard_over_ranks(const ModelConfig& model, int size, ModelWeights whole,
                                     Backend& backend) {
-  // The CLI's checks before loading, again for callers without them.
-  IB_TRY(check_tensor_parallel(model, size));
-  IB_ASSIGN_OR_RETURN(const TensorParallelPlan plan, plan_tensor_parallel(model, size));
-  RankShards shards;
-  shards.rank_config = rank_config(model, plan);
-  IB_ASSIGN_OR_RETURN(shards.group, create_rank_group(backend, size));
-  shards.weights.resize(static_cast<size_t>(size));
+  TensorParallelPlan plan;
+  IB_ASSIGN_OR_RETURN(RankShards shards, empty_shards(model, size, backend, plan));
   // Rank 0 last: its shard is on the same device as the whole weights.
   for (int r = size - 1; r >= 0; --r) {
     ModelWeights& out = shards.weights[static_cast<size_t>(r)];
@@ -183,12 +191,8 @@ Result<RankShards> load_over_ranks(const ModelConfig& model, int size, const Wei
                                    Backend& backend, int layers_per_part) {
   IB_ASSERT(options.format == LoadFormat::kDummy && layers_per_part > 0,
             "load_over_ranks: dummy weights in parts of at least one layer");
-  IB_TRY(check_tensor_parallel(model, size));
-  IB_ASSIGN_OR_RETURN(const TensorParallelPlan plan, plan_tensor_parallel(model, size));
-  RankShards shards;
-  shards.rank_config = rank_config(model, plan);
-  IB_ASSIGN_OR_RETURN(shards.group, create_rank_group(backend, size));
-  shards.weights.resize(static_cast<size_t>(size));
+  TensorParallelPlan plan;
+  IB_ASSIGN_OR_RETURN(RankShards shards, empty_shards(model, size, backend, plan));
   for (int first = 0; first < model.num_layers; first += layers_per_part) {
     ModelConfig part_config = model;
     part_config.num_layers = std::min(layers_per_part, model.num_layers - first);

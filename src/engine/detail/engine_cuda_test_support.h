@@ -37,13 +37,16 @@ inline Result<std::unique_ptr<Backend>> create_backend_with_switch(const Backend
   return backend;
 }
 
-// Relative L2 error ||got - want|| / ||want|| of two logit rows; infinity where got holds a NaN.
-inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+// Relative L2 error ||got - want|| / ||want|| of two logit rows (want: float, or a double
+// reference's); infinity where got holds a NaN.
+template <typename Want>
+double rel_l2(const std::vector<float>& got, const std::vector<Want>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (!std::isfinite(got[i])) return INFINITY;
-    num += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
-    den += double{want[i]} * want[i];
+    const double w = static_cast<double>(want[i]);
+    num += (double{got[i]} - w) * (double{got[i]} - w);
+    den += w * w;
   }
   return std::sqrt(num / std::max(den, 1e-30));
 }
