@@ -10,7 +10,8 @@
 # Environment: IB_DEADLINE_S (560: runs that would end past it are skipped), IB_SKIP_BIG=1 (no 70B
 # runs), IB_ONLY_BIG=1 (only the 70B runs: a second call), IB_BUILD_DIR (/tmp/ib-tp),
 # IB_SKIP_BUILD=1 (an earlier call's build, the machine still warm). Writes topo.txt
-# (nvidia-smi topo -m), build.log, nccl.log, nccl_communicator_test.json, tests.log,
+# (nvidia-smi topo -m), build.log, nccl.log, nccl_communicator_test.json, nccl_bus.jsonl (the
+# all-reduce's algbw and busbw by size, bench/gpu/nccl_bus.cpp), tests.log,
 # engine_tp_test.json, runs.log, runs.json (each run's result keys) and runs.tgz.
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
@@ -23,7 +24,7 @@ if [ "${IB_SKIP_BUILD:-0}" = 1 ] && [ -x "$B/bin/inferbench" ]; then
   echo "an earlier call's build in $B"
 else
   build_gpu_tests "$B" "$O/build.log" inferbench engine_cuda_test nccl_communicator_test \
-    ib_kernel_profile || exit 1
+    ib_kernel_profile ib_nccl_bus || exit 1
   echo "built $(el)"
 fi
 R=$O/runs; mkdir -p "$R"
@@ -44,6 +45,9 @@ if [ "${IB_ONLY_BIG:-0}" != 1 ]; then
   timeout 120 "$B/src/backend/cuda/nccl_communicator_test" \
     --gtest_output="json:$O/nccl_communicator_test.json" > "$O/nccl.log" 2>&1
   echo "nccl_communicator_test rc=$? $(grep -E "PASSED|FAILED" "$O/nccl.log" | tr '\n' ' ')"
+  # nccl-tests' all_reduce_perf figures through the engine's communicator, in the same visit.
+  timeout 120 "$B/bench/gpu/ib_nccl_bus" 20 > "$O/nccl_bus.jsonl" 2>&1
+  echo "ib_nccl_bus rc=$? $(grep -c busbw "$O/nccl_bus.jsonl") sizes"
   timeout 300 "$B/src/engine/engine_cuda_test" --gtest_filter='*CudaTensorParallel*' \
     --gtest_output="json:$O/engine_tp_test.json" > "$O/tests.log" 2>&1
   echo "engine tp tests rc=$? $(el) $(grep -cE "^\[  SKIPPED \] Ranks" "$O/tests.log")" \
