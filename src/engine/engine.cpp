@@ -17,6 +17,8 @@
 #include "engine/detail/scheduler.h"
 #include "engine/detail/step_profiler.h"
 #include "engine/detail/tensor_parallel.h"
+#include "model/gguf_file.h"
+#include "model/safetensors.h"
 
 namespace ib {
 
@@ -672,11 +674,16 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   IB_ASSIGN_OR_RETURN(options.quantization, quantization_weight_format(config.quantization));
   options.asymmetric = quantization_is_asymmetric(config.quantization);
   options.gguf_as_stored = config.quantization == "gguf";
-  const bool dummy = options.format == LoadFormat::kDummy ||
-                     (options.format == LoadFormat::kAuto && options.path.empty());
-  if (config.tensor_parallel_size > 1 && dummy && !config.merge_lora) {
-    // Loaded a few layers at a time and split as it goes: no GPU holds the whole model.
-    options.format = LoadFormat::kDummy;
+  // Dummy weights and safetensors checkpoints of a tensor-parallel engine: loaded a few layers at
+  // a time and split as they come, so no GPU holds the whole model.
+  const bool auto_dummy = options.format == LoadFormat::kAuto && options.path.empty();
+  const bool auto_safetensors = options.format == LoadFormat::kAuto && !options.path.empty() &&
+                                !is_gguf_file(options.path) && has_safetensors(options.path);
+  if (config.tensor_parallel_size > 1 && !config.merge_lora &&
+      (options.format == LoadFormat::kDummy || options.format == LoadFormat::kSafetensors ||
+       auto_dummy || auto_safetensors)) {
+    if (auto_dummy) options.format = LoadFormat::kDummy;
+    if (auto_safetensors) options.format = LoadFormat::kSafetensors;
     IB_ASSIGN_OR_RETURN(detail::RankShards shards,
                         detail::load_over_ranks(model, config.tensor_parallel_size, options,
                                                 backend, kLayersPerPart));

@@ -307,9 +307,12 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   IB_TRY(config.check_supported());
   IB_TRY(find_architecture(config));
   IB_ASSERT(
-      options.first_layer == 0 || (options.format == LoadFormat::kDummy &&
-                                   config.moe.num_experts == 0 && config.mla.kv_lora_rank == 0),
-      "load_weights: a part of a model from its first_layer: dummy dense layers only");
+      options.first_layer == 0 ||
+          ((options.format == LoadFormat::kDummy || options.format == LoadFormat::kSafetensors) &&
+           options.quantization == WeightFormat::kDense && config.moe.num_experts == 0 &&
+           config.mla.kv_lora_rank == 0),
+      "load_weights: a part of a model from its first_layer: dummy or safetensors dense "
+      "layers only");
   LoadFormat format = options.format;
   if (format == LoadFormat::kAuto) {
     format = is_gguf_file(options.path)                               ? LoadFormat::kGguf
@@ -383,7 +386,8 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   } else if (format == LoadFormat::kGguf) {
     IB_TRY(detail::load_gguf(config, options.path, backend, staging, w));
   } else {
-    IB_TRY(detail::load_safetensors(config, options.path, backend, staging, w));
+    const detail::LayerRange layers{options.first_layer, options.whole_num_layers};
+    IB_TRY(detail::load_safetensors(config, options.path, backend, staging, w, layers));
   }
   if (layout.format != WeightFormat::kDense) {
     w.description +=

@@ -31,11 +31,14 @@ struct WeightOptions {
   // (backend/weight.h's kGguf) where the backend runs them, else dequantized at load into the
   // activation dtype (quantization stays kDense); a user error unless they come from a GGUF file.
   bool gguf_as_stored = false;
-  // Dummy weights of a part of a model (tensor parallelism's loading in parts, issue 19): config
-  // holds layers [first_layer, first_layer + config.num_layers) of the whole model, each with
-  // that layer's dummy values (dummy_weight_stream of its index in the whole model). 0 otherwise;
-  // dense layers only (no experts, no latent attention).
+  // A part of a model (tensor parallelism's loading in parts, issue 19): config holds layers
+  // [first_layer, first_layer + config.num_layers) of a model of whole_num_layers, each with
+  // that layer's values (dummy: dummy_weight_stream of its index in the whole model;
+  // safetensors: model.layers.<index>.*, the checkpoint checked against the whole model's
+  // schema). 0 otherwise; dense layers only (no experts, no latent attention, no quantization),
+  // dummy or safetensors.
   int first_layer = 0;
+  int whole_num_layers = 0;  // 0: config.num_layers (the whole model)
 };
 
 // How each layer's matmul weights are stored (backend/weight.h): the format and, for the 4-bit

@@ -189,8 +189,9 @@ Result<RankShards> shard_over_ranks(const ModelConfig& model, int size, ModelWei
 
 Result<RankShards> load_over_ranks(const ModelConfig& model, int size, const WeightOptions& options,
                                    Backend& backend, int layers_per_part) {
-  IB_ASSERT(options.format == LoadFormat::kDummy && layers_per_part > 0,
-            "load_over_ranks: dummy weights in parts of at least one layer");
+  IB_ASSERT((options.format == LoadFormat::kDummy || options.format == LoadFormat::kSafetensors) &&
+                layers_per_part > 0,
+            "load_over_ranks: dummy or safetensors weights in parts of at least one layer");
   TensorParallelPlan plan;
   IB_ASSIGN_OR_RETURN(RankShards shards, empty_shards(model, size, backend, plan));
   for (int first = 0; first < model.num_layers; first += layers_per_part) {
@@ -198,6 +199,7 @@ Result<RankShards> load_over_ranks(const ModelConfig& model, int size, const Wei
     part_config.num_layers = std::min(layers_per_part, model.num_layers - first);
     WeightOptions part_options = options;
     part_options.first_layer = first;
+    part_options.whole_num_layers = model.num_layers;
     // Each part carries the embedding and the LM head (load_weights makes whole models); the
     // first part's are kept.
     IB_ASSIGN_OR_RETURN(const ModelWeights part, load_weights(part_config, part_options, backend));

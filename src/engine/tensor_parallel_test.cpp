@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_communicator.h"
+#include "engine/detail/checkpoint_test_support.h"
 #include "engine/detail/engine_test_support.h"
 #include "engine/detail/kv_cache.h"
 
@@ -284,6 +285,50 @@ TEST(TensorParallelLoading, InPartsGivesTheShardsOfTheWholeModel) {
       EXPECT_EQ(backend.memory().snapshot().allocated_bytes, parts->weights[0].bytes);
     }
   }
+}
+
+// A safetensors checkpoint loaded a few layers at a time gives each rank the shard it gets from
+// the checkpoint loaded whole; every part checks the whole checkpoint (a tensor missing from a
+// later part's layers is named before the first part loads).
+TEST(TensorParallelLoading, SafetensorsInPartsGivesTheShardsOfTheWholeCheckpoint) {
+  ModelConfig config = splittable_config(true, false);
+  config.num_layers = 5;
+  CpuBackend source(1);
+  const ModelWeights written = random_weights(config, source, 13);
+  ib::testing::TempDir dir;
+  std::vector<SafetensorsWriteTensor> tensors = ib::testing::hf_tensors(
+      config, ib::testing::copy_weights_to_host(config, written, source), DType::kF32);
+  ASSERT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(), tensors).ok());
+  const WeightOptions options{LoadFormat::kSafetensors, dir.path().string(), 0};
+  CpuBackend whole_backend(1);
+  Result<ModelWeights> whole = load_weights(config, options, whole_backend);
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  Result<RankShards> at_once = shard_over_ranks(config, 2, std::move(whole).value(), whole_backend);
+  ASSERT_TRUE(at_once.ok()) << at_once.error().message;
+  CpuBackend backend(1);
+  Result<RankShards> parts = load_over_ranks(config, 2, options, backend, 2);
+  ASSERT_TRUE(parts.ok()) << parts.error().message;
+  for (int r = 0; r < 2; ++r) {
+    Backend& got = r == 0 ? backend : *parts->group.backends[0];
+    Backend& want = r == 0 ? whole_backend : *at_once->group.backends[0];
+    expect_same_weights(parts->weights[static_cast<size_t>(r)], got,
+                        at_once->weights[static_cast<size_t>(r)], want, r);
+  }
+  EXPECT_EQ(backend.memory().snapshot().allocated_bytes, parts->weights[0].bytes);
+
+  std::erase_if(tensors, [](const SafetensorsWriteTensor& t) {
+    return t.name == "model.layers.4.mlp.down_proj.weight";
+  });
+  ib::testing::TempDir broken_dir;
+  ASSERT_TRUE(write_safetensors((broken_dir.path() / "model.safetensors").string(), tensors).ok());
+  CpuBackend broken_backend(1);
+  const Result<RankShards> broken = load_over_ranks(
+      config, 2, {LoadFormat::kSafetensors, broken_dir.path().string(), 0}, broken_backend, 2);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.error().kind, ErrorKind::kUser);
+  EXPECT_NE(broken.error().message.find("model.layers.4.mlp.down_proj.weight"), std::string::npos)
+      << broken.error().message;
+  EXPECT_EQ(broken_backend.memory().snapshot().allocated_bytes, 0);
 }
 
 // create_engine with dummy weights and --tensor-parallel-size loads them in parts over the

@@ -312,11 +312,12 @@ Status add_quantized_source(const ModelConfig& c, const SafetensorsCheckpoint& c
 
 // Each layer's KV-cache scales (LayerWeights::k_scale, v_scale) where the checkpoint has them:
 // one positive finite float each; 1.0 otherwise.
-Status load_kv_scales(const SafetensorsCheckpoint& ckpt, ModelWeights& w) {
+Status load_kv_scales(const SafetensorsCheckpoint& ckpt, ModelWeights& w, int first_layer) {
   for (size_t l = 0; l < w.layers.size(); ++l) {
     for (int half = 0; half < 2; ++half) {
       for (const char* suffix : kKvScaleSuffixes[half]) {
-        const std::string name = "model.layers." + std::to_string(l) + suffix;
+        const std::string name =
+            "model.layers." + std::to_string(static_cast<size_t>(first_layer) + l) + suffix;
         if (!ckpt.contains(name)) continue;
         IB_ASSIGN_OR_RETURN(HostTensorRef ref, ckpt.get(name));
         const float v = ref.numel() == 1 ? element_as_f32(ref, 0) : NAN;
@@ -335,16 +336,26 @@ Status load_kv_scales(const SafetensorsCheckpoint& ckpt, ModelWeights& w) {
 
 }  // namespace
 
-Status load_checkpoint(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
+Status load_checkpoint(const ModelConfig& part_config, const SafetensorsCheckpoint& ckpt,
                        const CheckpointKind& kind, Backend& backend, DenseStaging& staging,
-                       ModelWeights& w) {
+                       ModelWeights& w, LayerRange layers) {
+  // The whole model's config: its schema checks the checkpoint; the part's layers are copied.
+  ModelConfig c = part_config;
+  if (layers.whole > 0) c.num_layers = layers.whole;
+  IB_ASSERT(layers.first >= 0 && layers.first + part_config.num_layers <= c.num_layers,
+            "load_checkpoint: a layer range outside the model");
   IB_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(c));
   const WeightSchema schema = arch->weight_schema(c);
   IB_TRY(check_layout(c, schema, ckpt, kind));
-  IB_TRY(load_kv_scales(ckpt, w));
+  IB_TRY(load_kv_scales(ckpt, w, layers.first));
   // Shapes first, so a mismatch leaves no weight half-written.
   std::vector<WeightCopies> copies;
-  for (const SchemaEntry& e : schema.entries) {
+  for (const SchemaEntry& whole_entry : schema.entries) {
+    if (whole_entry.layer >= 0 && (whole_entry.layer < layers.first ||
+                                   whole_entry.layer >= layers.first + part_config.num_layers))
+      continue;  // another part's layer
+    SchemaEntry e = whole_entry;
+    if (e.layer >= 0) e.layer -= layers.first;  // its index in w
     WeightCopies& entry = copies.emplace_back();
     entry.matmul = matmul_weight(w, e.role, e.layer, e.expert);
     entry.prequantized = entry.matmul && c.quantization.quantized();
@@ -411,7 +422,7 @@ Status load_checkpoint(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
 }
 
 Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& backend,
-                        DenseStaging& staging, ModelWeights& w) {
+                        DenseStaging& staging, ModelWeights& w, LayerRange layers) {
   IB_ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::open(path));
   if (c.hf_architecture == "LlavaForConditionalGeneration") {
     ckpt = language_model_view(std::move(ckpt));
@@ -421,7 +432,7 @@ Status load_safetensors(const ModelConfig& c, const std::string& path, Backend& 
   const CheckpointKind kind{"safetensors", "the config.json",
                             "Check that config.json (\"architectures\", \"num_hidden_layers\", "
                             "\"tie_word_embeddings\") describes these weights"};
-  IB_TRY(load_checkpoint(c, *ckpt, kind, backend, staging, w));
+  IB_TRY(load_checkpoint(c, *ckpt, kind, backend, staging, w, layers));
   w.description = "safetensors: " + path + " (" + std::to_string(ckpt->files().size()) +
                   (ckpt->files().size() == 1 ? " file)" : " files)");
   return Ok{};

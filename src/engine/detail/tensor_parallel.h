@@ -77,10 +77,12 @@ struct RankShards {
 Result<RankShards> shard_over_ranks(const ModelConfig& model, int size, ModelWeights whole,
                                     Backend& backend);
 
-// Dummy weights (options.format kDummy) loaded on `backend` layers_per_part layers at a time
-// (WeightOptions::first_layer), each part split over the ranks and freed before the next, so no
-// device holds more than its shard and one part: a model that one GPU cannot hold whole still
-// loads over several. The same values as shard_over_ranks of the whole model; its errors.
+// Dummy weights or a safetensors checkpoint (options.format kDummy, kSafetensors) loaded on
+// `backend` layers_per_part layers at a time (WeightOptions::first_layer; the checkpoint checked
+// against the whole model's schema every time), each part split over the ranks and freed before
+// the next, so no device holds more than its shard and one part: a model that one GPU cannot
+// hold whole still loads over several. The same values as shard_over_ranks of the whole model;
+// its errors.
 Result<RankShards> load_over_ranks(const ModelConfig& model, int size, const WeightOptions& options,
                                    Backend& backend, int layers_per_part);
 

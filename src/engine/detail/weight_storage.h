@@ -118,16 +118,25 @@ struct CheckpointKind {
   std::string_view config_hint;
 };
 
+// A part of a checkpoint's layers (WeightOptions::first_layer): config.num_layers of them from
+// `first`, of a model of `whole` layers (0: config.num_layers, the whole model).
+struct LayerRange {
+  int first = 0;
+  int whole = 0;
+};
+
 // Fills allocated weights from tensors under HF names (weights_safetensors.cpp): every tensor the
 // architecture's schema names is checked (present, shape) before any is copied, q/k/v and
 // gate/up fused, dense tensors converted to the backend dtype, quantized matmul weights staged.
+// With a layer range, the checkpoint is checked against the whole model's schema and only the
+// range's layers (and the embedding, final norm and LM head) are copied.
 Status load_checkpoint(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                        const CheckpointKind& kind, Backend& backend, DenseStaging& staging,
-                       ModelWeights& weights);
+                       ModelWeights& weights, LayerRange layers = {});
 
 // load_checkpoint on an HF safetensors checkpoint (file or directory).
 Status load_safetensors(const ModelConfig& config, const std::string& path, Backend& backend,
-                        DenseStaging& staging, ModelWeights& weights);
+                        DenseStaging& staging, ModelWeights& weights, LayerRange layers = {});
 
 // load_checkpoint on a GGUF file (weights_gguf.cpp): each tensor dequantized to f32 on the host
 // (read_gguf_tensor_f32), renamed to its HF name, llama's q/k rows put back in HF order; the
