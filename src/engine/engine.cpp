@@ -17,8 +17,6 @@
 #include "engine/detail/scheduler.h"
 #include "engine/detail/step_profiler.h"
 #include "engine/detail/tensor_parallel.h"
-#include "model/gguf_file.h"
-#include "model/safetensors.h"
 
 namespace ib {
 
@@ -67,9 +65,7 @@ class EngineImpl final : public Engine {
 
   void set_tensor_parallel_ranks(detail::TensorParallelRanks ranks) {
     tp_ = std::move(ranks);
-    if (tp_.runners.empty()) return;
-    tp_runners_.push_back(runner_.get());
-    for (const auto& r : tp_.runners) tp_runners_.push_back(r.get());
+    if (!tp_.runners.empty()) tp_runners_ = detail::all_runners(*runner_, tp_);
   }
 
   Status add_request(GenerationRequest request) override {
@@ -625,8 +621,8 @@ Status check_latent_cache_dtype(const ModelConfig& model, const EngineConfig& co
                     "--kv-cache-dtype");
 }
 
-// Dummy weights of a tensor-parallel engine load this many layers at a time (load_over_ranks):
-// about 13 GiB of Llama-3-70B in bf16 beside rank 0's growing shard.
+// A tensor-parallel engine's dummy weights and safetensors checkpoints load this many layers at
+// a time (load_over_ranks): about 13 GiB of Llama-3-70B in bf16 beside rank 0's growing shard.
 constexpr int kLayersPerPart = 8;
 
 Result<std::unique_ptr<Engine>> create_engine_impl(const ModelConfig& model, ModelWeights weights,
@@ -676,14 +672,10 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   options.gguf_as_stored = config.quantization == "gguf";
   // Dummy weights and safetensors checkpoints of a tensor-parallel engine: loaded a few layers at
   // a time and split as they come, so no GPU holds the whole model.
-  const bool auto_dummy = options.format == LoadFormat::kAuto && options.path.empty();
-  const bool auto_safetensors = options.format == LoadFormat::kAuto && !options.path.empty() &&
-                                !is_gguf_file(options.path) && has_safetensors(options.path);
+  const LoadFormat format = resolved_load_format(options);
   if (config.tensor_parallel_size > 1 && !config.merge_lora &&
-      (options.format == LoadFormat::kDummy || options.format == LoadFormat::kSafetensors ||
-       auto_dummy || auto_safetensors)) {
-    if (auto_dummy) options.format = LoadFormat::kDummy;
-    if (auto_safetensors) options.format = LoadFormat::kSafetensors;
+      (format == LoadFormat::kDummy || format == LoadFormat::kSafetensors)) {
+    options.format = format;
     IB_ASSIGN_OR_RETURN(detail::RankShards shards,
                         detail::load_over_ranks(model, config.tensor_parallel_size, options,
                                                 backend, kLayersPerPart));
@@ -777,9 +769,8 @@ Result<std::unique_ptr<Engine>> create_engine_impl(const ModelConfig& model, Mod
   if (config.use_graphs && !in.on_demand) {
     const detail::GraphOptions graphs{config.max_graph_batch, config.max_graph_context};
     if (tp.threads) {  // every rank at once: the warm-up steps' collectives need them all
-      std::vector<detail::ModelRunner*> ranks{runner.get()};
-      for (const auto& r : tp.runners) ranks.push_back(r.get());
-      IB_TRY(detail::capture_on_ranks(*tp.threads, ranks, graphs, plan.max_model_len));
+      IB_TRY(detail::capture_on_ranks(*tp.threads, detail::all_runners(*runner, tp), graphs,
+                                      plan.max_model_len));
     } else {
       IB_TRY(runner->capture_decode_graphs(graphs, plan.max_model_len));
     }

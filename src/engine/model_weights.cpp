@@ -301,6 +301,13 @@ Result<MatmulLayout> gguf_q4_k_m_layout(const ModelConfig& config) {
   return gguf_layout(std::move(rows));
 }
 
+LoadFormat resolved_load_format(const WeightOptions& options) {
+  if (options.format != LoadFormat::kAuto) return options.format;
+  return is_gguf_file(options.path)                               ? LoadFormat::kGguf
+         : !options.path.empty() && has_safetensors(options.path) ? LoadFormat::kSafetensors
+                                                                  : LoadFormat::kDummy;
+}
+
 Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions& options,
                                   Backend& backend) {
   IB_TRY(config.validate());
@@ -313,12 +320,7 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
            config.mla.kv_lora_rank == 0),
       "load_weights: a part of a model from its first_layer: dummy or safetensors dense "
       "layers only");
-  LoadFormat format = options.format;
-  if (format == LoadFormat::kAuto) {
-    format = is_gguf_file(options.path)                               ? LoadFormat::kGguf
-             : !options.path.empty() && has_safetensors(options.path) ? LoadFormat::kSafetensors
-                                                                      : LoadFormat::kDummy;
-  }
+  const LoadFormat format = resolved_load_format(options);
   if (format == LoadFormat::kSafetensors && !has_safetensors(options.path)) {
     return user_error("no safetensors weights at '" + options.path +
                       "'; pass a directory with model.safetensors (or an index) or use "

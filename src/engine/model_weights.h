@@ -118,6 +118,10 @@ struct ModelWeights {
   int64_t bytes = 0;  // as allocated: quantized data and scales at their real size
 };
 
+// options.format with kAuto resolved as load_weights resolves it: gguf when the path is a GGUF
+// file, safetensors when it has them, else dummy.
+LoadFormat resolved_load_format(const WeightOptions& options);
+
 // Loads (or generates) the weights of config into backend memory at backend.activation_dtype().
 // Dummy weights: uniform(-a, a) with a = sqrt(3 / fan_in) for matrices (unit-variance outputs),
 // uniform(-1, 1) embeddings, norms 1.0, biases uniform(-0.1, 0.1); seeded and identical on every

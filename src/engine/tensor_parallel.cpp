@@ -96,10 +96,6 @@ Status check_splittable(const ModelConfig& config, const ModelWeights& weights, 
   return Ok{};
 }
 
-}  // namespace
-
-namespace {
-
 // Appends rank `rank`'s part of `weights` (a model's layers, and with globals its embedding,
 // final norm and LM head) to out, allocated on `to`.
 Status shard_into(const ModelConfig& config, const ModelWeights& weights, Backend& from,
@@ -236,6 +232,12 @@ Result<TensorParallelRanks> start_ranks(RankShards& shards, const RunnerLimits& 
   for (size_t r = 1; r < ranks.comms.size(); ++r) others.push_back(ranks.comms[r].get());
   ranks.threads = std::make_unique<RankThreads>(std::move(others));
   return ranks;
+}
+
+std::vector<ModelRunner*> all_runners(ModelRunner& rank0, const TensorParallelRanks& ranks) {
+  std::vector<ModelRunner*> out{&rank0};
+  for (const auto& r : ranks.runners) out.push_back(r.get());
+  return out;
 }
 
 Status capture_on_ranks(RankThreads& threads, std::span<ModelRunner* const> ranks,

@@ -90,6 +90,9 @@ Result<RankShards> load_over_ranks(const ModelConfig& model, int size, const Wei
 // runner is the engine's own, on shards.weights[0]) and their threads.
 Result<TensorParallelRanks> start_ranks(RankShards& shards, const RunnerLimits& limits);
 
+// Every rank's runner in rank order: rank 0's (the engine's own), then ranks'.
+std::vector<ModelRunner*> all_runners(ModelRunner& rank0, const TensorParallelRanks& ranks);
+
 // Records every rank's decode graphs at once, each on its rank's thread: each bucket's warm-up
 // step runs the collectives, which need every rank. The first failing rank's error.
 Status capture_on_ranks(RankThreads& threads, std::span<ModelRunner* const> ranks,
