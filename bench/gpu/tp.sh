@@ -9,22 +9,26 @@
 # Usage (carry .deps/icu.tar.xz): OUT=dir bash bench/gpu/tp.sh
 # Environment: IB_DEADLINE_S (560: runs that would end past it are skipped), IB_SKIP_BIG=1 (no 70B
 # runs), IB_ONLY_BIG=1 (only the 70B runs: a second call), IB_BUILD_DIR (/tmp/ib-tp),
-# IB_SKIP_BUILD=1 (an earlier call's build, the machine still warm). Writes topo.txt
-# (nvidia-smi topo -m), build.log, nccl.log, nccl_communicator_test.json, nccl_bus.jsonl (the
-# all-reduce's algbw and busbw by size, bench/gpu/nccl_bus.cpp), tests.log,
-# engine_tp_test.json, runs.log, runs.json (each run's result keys) and runs.tgz.
+# IB_SKIP_BUILD=1 (an earlier call's build, the machine still warm), IB_PARITY_FAMILIES
+# (llama-3,qwen2: tools/hf_compare.py at TP 2 against transformers in fp32 from the saved files,
+# cuda:fp32 and cuda:bf16; empty: none). Writes (a device call returns at most 8 files)
+# nccl_bus.jsonl (the all-reduce's algbw and busbw by size, bench/gpu/nccl_bus.cpp),
+# hf_compare_tp2.json, runs.log, runs.json (each run's result keys), runs.tgz, and tests.tgz
+# (topo.txt: nvidia-smi topo -m; build.log, nccl.log, nccl_communicator_test.json, tests.log,
+# engine_tp_test.json, parity.log).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 B=${IB_BUILD_DIR:-/tmp/ib-tp}
-nvidia-smi topo -m > "$O/topo.txt" 2>&1
+T=$O/tests; mkdir -p "$T"  # the small logs and reports, one tests.tgz at the end
+nvidia-smi topo -m > "$T/topo.txt" 2>&1
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 echo "$GPUS GPUs $(el)"
 if [ "${IB_SKIP_BUILD:-0}" = 1 ] && [ -x "$B/bin/inferbench" ]; then
   echo "an earlier call's build in $B"
 else
-  build_gpu_tests "$B" "$O/build.log" inferbench engine_cuda_test nccl_communicator_test \
-    ib_kernel_profile ib_nccl_bus || exit 1
+  build_gpu_tests "$B" "$T/build.log" inferbench engine_cuda_test nccl_communicator_test \
+    ib_kernel_profile ib_nccl_bus || { tar czf "$O/tests.tgz" -C "$O" tests; exit 1; }
   echo "built $(el)"
 fi
 R=$O/runs; mkdir -p "$R"
@@ -43,15 +47,25 @@ big() {
 }
 if [ "${IB_ONLY_BIG:-0}" != 1 ]; then
   timeout 120 "$B/src/backend/cuda/nccl_communicator_test" \
-    --gtest_output="json:$O/nccl_communicator_test.json" > "$O/nccl.log" 2>&1
-  echo "nccl_communicator_test rc=$? $(grep -E "PASSED|FAILED" "$O/nccl.log" | tr '\n' ' ')"
+    --gtest_output="json:$T/nccl_communicator_test.json" > "$T/nccl.log" 2>&1
+  echo "nccl_communicator_test rc=$? $(grep -E "PASSED|FAILED" "$T/nccl.log" | tr '\n' ' ')"
   # nccl-tests' all_reduce_perf figures through the engine's communicator, in the same visit.
   timeout 120 "$B/bench/gpu/ib_nccl_bus" 20 > "$O/nccl_bus.jsonl" 2>&1
   echo "ib_nccl_bus rc=$? $(grep -c busbw "$O/nccl_bus.jsonl") sizes"
   timeout 300 "$B/src/engine/engine_cuda_test" --gtest_filter='*CudaTensorParallel*' \
-    --gtest_output="json:$O/engine_tp_test.json" > "$O/tests.log" 2>&1
-  echo "engine tp tests rc=$? $(el) $(grep -cE "^\[  SKIPPED \] Ranks" "$O/tests.log")" \
-    "skipped; $(grep -E "PASSED|FAILED" "$O/tests.log" | tr '\n' ' ')"
+    --gtest_output="json:$T/engine_tp_test.json" > "$T/tests.log" 2>&1
+  echo "engine tp tests rc=$? $(el) $(grep -cE "^\[  SKIPPED \] Ranks" "$T/tests.log")" \
+    "skipped; $(grep -E "PASSED|FAILED" "$T/tests.log" | tr '\n' ' ')"
+  # HF parity at TP 2: the engine's logits against transformers' fp32 model loaded from the
+  # same saved files (2 layers, prompts of 24-4,096 tokens).
+  PF=${IB_PARITY_FAMILIES-llama-3,qwen2}
+  if [ -n "$PF" ]; then
+    PYTHONUNBUFFERED=1 timeout 240 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
+      --out "$O" --models-dir /tmp/hf-models --runs cuda:fp32,cuda:bf16 --families "$PF" \
+      --json-name hf_compare_tp2.json --inferbench-args "--tensor-parallel-size 2" \
+      --deadline-s 200 2>&1 | grep -v Warning > "$T/parity.log"
+    echo "hf_compare at TP 2 rc=${PIPESTATUS[0]} $(el)"; tail -12 "$T/parity.log"
+  fi
   {
     for tp in 1 2; do run_llama "b1_tp$tp" --tensor-parallel-size "$tp" "${B1[@]}"; done
     for tp in 1 2; do run_llama "seed_tp$tp" --tensor-parallel-size "$tp" "${SEED[@]}"; done
@@ -69,4 +83,5 @@ fi
 python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
 find "$R" \( -name requests.jsonl -o -name allocations.csv -o -name memory.csv \) -delete
 tar czf "$O/runs.tgz" -C "$O" runs && rm -rf "$R"
+tar czf "$O/tests.tgz" -C "$O" tests && rm -rf "$T"
 echo "done $(el)"
