@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "backend/backend_factory.h"
@@ -11,53 +13,80 @@
 namespace ib::detail {
 namespace {
 
-// Copies one rank's part of dense weights from one backend to another through the host: whole
-// tensors, row ranges stacked in order, or a column range of every row.
+// One rank's destination while shards are copied: its index, backend and weights.
+struct RankOut {
+  int rank;
+  Backend* to;
+  ModelWeights* out;
+};
+
+// Copies every rank's part of dense weights from one backend to the ranks' through the host,
+// reading each tensor once: whole tensors, row ranges stacked in order, or a column range of
+// every row. Each call returns one tensor a rank, in the order of `ranks`.
 class ShardCopier {
  public:
-  ShardCopier(Backend& from, Backend& to, ModelWeights& out) : from_(from), to_(to), out_(out) {}
+  ShardCopier(Backend& from, std::span<const RankOut> ranks) : from_(from), ranks_(ranks) {}
 
-  Result<Tensor> whole(const Tensor& src) {
-    if (src.empty()) return Tensor{};
-    return rows(src, {{0, src.dim(0)}});
+  Result<std::vector<Tensor>> whole(const Tensor& src) {
+    std::vector<Tensor> out(ranks_.size());
+    if (src.empty()) return out;
+    return rows(src, [&](int) { return std::vector<IndexRange>{{0, src.dim(0)}}; });
   }
 
   // src (N, ...) -> (sum of counts, ...): the ranges' rows, in order.
-  Result<Tensor> rows(const Tensor& src, const std::vector<IndexRange>& ranges) {
-    if (src.empty()) return Tensor{};
+  Result<std::vector<Tensor>> rows(const Tensor& src,
+                                   const std::function<std::vector<IndexRange>(int)>& ranges) {
+    std::vector<Tensor> out(ranks_.size());
+    if (src.empty()) return out;
     const std::vector<char> host = read(src);
     const size_t row_bytes = src.bytes() / static_cast<size_t>(src.dim(0));
-    std::vector<char> part;
-    for (const IndexRange& r : ranges) {
-      const char* first = host.data() + static_cast<size_t>(r.begin) * row_bytes;
-      part.insert(part.end(), first, first + static_cast<size_t>(r.count) * row_bytes);
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      std::vector<char> part;
+      for (const IndexRange& r : ranges(ranks_[i].rank)) {
+        const char* first = host.data() + static_cast<size_t>(r.begin) * row_bytes;
+        part.insert(part.end(), first, first + static_cast<size_t>(r.count) * row_bytes);
+      }
+      const int64_t n = static_cast<int64_t>(part.size() / row_bytes);
+      IB_ASSIGN_OR_RETURN(out[i], src.rank == 1 ? write(i, part, src.dtype, {n})
+                                                : write(i, part, src.dtype, {n, src.dim(1)}));
     }
-    const int64_t n = static_cast<int64_t>(part.size() / row_bytes);
-    return src.rank == 1 ? write(part, src.dtype, {n}) : write(part, src.dtype, {n, src.dim(1)});
+    return out;
   }
 
   // src (V, D) -> (count + 1, D): the range's rows and a row of zeros after them (the row a rank
   // looks up for the tokens outside its range).
-  Result<Tensor> rows_and_zero_row(const Tensor& src, IndexRange range) {
+  Result<std::vector<Tensor>> rows_and_zero_row(const Tensor& src,
+                                                const std::function<IndexRange(int)>& range_of) {
+    std::vector<Tensor> out(ranks_.size());
     const std::vector<char> host = read(src);
     const size_t row_bytes = src.bytes() / static_cast<size_t>(src.dim(0));
-    std::vector<char> part(static_cast<size_t>(range.count + 1) * row_bytes, 0);
-    std::memcpy(part.data(), host.data() + static_cast<size_t>(range.begin) * row_bytes,
-                static_cast<size_t>(range.count) * row_bytes);
-    return write(part, src.dtype, {range.count + 1, src.dim(1)});
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      const IndexRange range = range_of(ranks_[i].rank);
+      std::vector<char> part(static_cast<size_t>(range.count + 1) * row_bytes, 0);
+      std::memcpy(part.data(), host.data() + static_cast<size_t>(range.begin) * row_bytes,
+                  static_cast<size_t>(range.count) * row_bytes);
+      IB_ASSIGN_OR_RETURN(out[i], write(i, part, src.dtype, {range.count + 1, src.dim(1)}));
+    }
+    return out;
   }
 
   // src (N, K) -> (N, count): columns [begin, begin + count) of every row.
-  Result<Tensor> columns(const Tensor& src, IndexRange cols) {
+  Result<std::vector<Tensor>> columns(const Tensor& src,
+                                      const std::function<IndexRange(int)>& cols_of) {
+    std::vector<Tensor> out(ranks_.size());
     const std::vector<char> host = read(src);
     const size_t e = dtype_size(src.dtype);
     const auto n = static_cast<size_t>(src.dim(0)), k = static_cast<size_t>(src.dim(1));
-    std::vector<char> part(n * static_cast<size_t>(cols.count) * e);
-    for (size_t row = 0; row < n; ++row)
-      std::memcpy(part.data() + row * static_cast<size_t>(cols.count) * e,
-                  host.data() + (row * k + static_cast<size_t>(cols.begin)) * e,
-                  static_cast<size_t>(cols.count) * e);
-    return write(part, src.dtype, {src.dim(0), cols.count});
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      const IndexRange cols = cols_of(ranks_[i].rank);
+      std::vector<char> part(n * static_cast<size_t>(cols.count) * e);
+      for (size_t row = 0; row < n; ++row)
+        std::memcpy(part.data() + row * static_cast<size_t>(cols.count) * e,
+                    host.data() + (row * k + static_cast<size_t>(cols.begin)) * e,
+                    static_cast<size_t>(cols.count) * e);
+      IB_ASSIGN_OR_RETURN(out[i], write(i, part, src.dtype, {src.dim(0), cols.count}));
+    }
+    return out;
   }
 
  private:
@@ -67,20 +96,20 @@ class ShardCopier {
     return host;
   }
 
-  Result<Tensor> write(const std::vector<char>& host, DType dtype,
+  Result<Tensor> write(size_t i, const std::vector<char>& host, DType dtype,
                        std::initializer_list<int64_t> shape) {
+    const RankOut& dst = ranks_[i];
     Tensor probe(nullptr, dtype, shape);
-    IB_ASSIGN_OR_RETURN(Buffer buf, to_.alloc(probe.bytes(), MemoryTag::kWeights));
+    IB_ASSIGN_OR_RETURN(Buffer buf, dst.to->alloc(probe.bytes(), MemoryTag::kWeights));
     Tensor t = buf.view(dtype, shape);
-    to_.copy_from_host(t, host.data(), dtype);
-    out_.bytes += static_cast<int64_t>(buf.bytes());
-    out_.storage.push_back(std::move(buf));
+    dst.to->copy_from_host(t, host.data(), dtype);
+    dst.out->bytes += static_cast<int64_t>(buf.bytes());
+    dst.out->storage.push_back(std::move(buf));
     return t;
   }
 
   Backend& from_;
-  Backend& to_;
-  ModelWeights& out_;
+  std::span<const RankOut> ranks_;
 };
 
 Status check_splittable(const ModelConfig& config, const ModelWeights& weights, int size) {
@@ -96,44 +125,73 @@ Status check_splittable(const ModelConfig& config, const ModelWeights& weights, 
   return Ok{};
 }
 
-// Appends rank `rank`'s part of `weights` (a model's layers, and with globals its embedding,
-// final norm and LM head) to out, allocated on `to`.
+// Appends each rank's part of `weights` (a model's layers, and with globals its embedding, final
+// norm and LM head) to its weights, allocated on its backend; each tensor read once.
 Status shard_into(const ModelConfig& config, const ModelWeights& weights, Backend& from,
-                  const TensorParallelPlan& plan, int rank, Backend& to, bool globals,
-                  ModelWeights& out) {
+                  const TensorParallelPlan& plan, std::span<const RankOut> ranks, bool globals) {
   IB_TRY(check_splittable(config, weights, plan.size));
-  ShardCopier copy(from, to, out);
+  ShardCopier copy(from, ranks);
+  // each(member, tensors): each rank's tensor into that rank's member.
+  const auto each = [&](Tensor ModelWeights::*member, const std::vector<Tensor>& tensors) {
+    for (size_t i = 0; i < ranks.size(); ++i) (*ranks[i].out).*member = tensors[i];
+  };
   if (globals) {
     // The embedding's and the LM head's rows of the rank's vocabulary (tied: the same memory);
     // the embedding's zero row after them serves the other tokens (ModelRunner's lookup).
-    const IndexRange vocab = vocab_rows_of_rank(config, plan, rank);
-    IB_ASSIGN_OR_RETURN(out.embed, copy.rows_and_zero_row(weights.embed, vocab));
-    IB_ASSIGN_OR_RETURN(out.final_norm, copy.whole(weights.final_norm));
+    const auto vocab = [&](int r) { return vocab_rows_of_rank(config, plan, r); };
+    IB_ASSIGN_OR_RETURN(const auto embed, copy.rows_and_zero_row(weights.embed, vocab));
+    each(&ModelWeights::embed, embed);
+    IB_ASSIGN_OR_RETURN(const auto final_norm, copy.whole(weights.final_norm));
+    each(&ModelWeights::final_norm, final_norm);
     if (config.tie_word_embeddings) {
-      out.lm_head = WeightRef(out.embed.slice_rows(0, vocab.count));
+      for (const RankOut& r : ranks)
+        r.out->lm_head = WeightRef(r.out->embed.slice_rows(0, vocab(r.rank).count));
     } else {
-      IB_ASSIGN_OR_RETURN(out.lm_head.data, copy.rows(weights.lm_head.data, {vocab}));
+      IB_ASSIGN_OR_RETURN(const auto lm_head, copy.rows(weights.lm_head.data, [&](int r) {
+        return std::vector<IndexRange>{vocab(r)};
+      }));
+      for (size_t i = 0; i < ranks.size(); ++i) ranks[i].out->lm_head.data = lm_head[i];
     }
   }
-  const std::vector<IndexRange> qkv = qkv_rows_of_rank(config, plan, rank);
-  const IndexRange o = o_columns_of_rank(config, plan, rank);
-  const std::vector<IndexRange> gate_up =
-      gate_up_rows_of_rank(plan.intermediate_per_rank, rank, config.intermediate_size);
-  const IndexRange down = down_columns_of_rank(plan.intermediate_per_rank, rank);
+  const auto qkv = [&](int r) { return qkv_rows_of_rank(config, plan, r); };
+  const auto o = [&](int r) { return o_columns_of_rank(config, plan, r); };
+  const auto gate_up = [&](int r) {
+    return gate_up_rows_of_rank(plan.intermediate_per_rank, r, config.intermediate_size);
+  };
+  const auto down = [&](int r) { return down_columns_of_rank(plan.intermediate_per_rank, r); };
   for (const LayerWeights& l : weights.layers) {
-    LayerWeights s;
-    s.k_scale = l.k_scale;
-    s.v_scale = l.v_scale;
-    IB_ASSIGN_OR_RETURN(s.attn_norm, copy.whole(l.attn_norm));
-    IB_ASSIGN_OR_RETURN(s.ffn_norm, copy.whole(l.ffn_norm));
-    IB_ASSIGN_OR_RETURN(s.post_attn_norm, copy.whole(l.post_attn_norm));
-    IB_ASSIGN_OR_RETURN(s.post_ffn_norm, copy.whole(l.post_ffn_norm));
-    IB_ASSIGN_OR_RETURN(s.wqkv.data, copy.rows(l.wqkv.data, qkv));
-    IB_ASSIGN_OR_RETURN(s.bqkv, copy.rows(l.bqkv, qkv));
-    IB_ASSIGN_OR_RETURN(s.wo.data, copy.columns(l.wo.data, o));
-    IB_ASSIGN_OR_RETURN(s.w_gate_up.data, copy.rows(l.w_gate_up.data, gate_up));
-    IB_ASSIGN_OR_RETURN(s.w_down.data, copy.columns(l.w_down.data, down));
-    out.layers.push_back(std::move(s));
+    std::vector<LayerWeights> s(ranks.size());
+    for (LayerWeights& x : s) {
+      x.k_scale = l.k_scale;
+      x.v_scale = l.v_scale;
+    }
+    // set(member, tensors): each rank's tensor into its new layer's member.
+    const auto set = [&](Tensor LayerWeights::*member, const std::vector<Tensor>& tensors) {
+      for (size_t i = 0; i < s.size(); ++i) s[i].*member = tensors[i];
+    };
+    const auto set_weight = [&](WeightRef LayerWeights::*member,
+                                const std::vector<Tensor>& tensors) {
+      for (size_t i = 0; i < s.size(); ++i) (s[i].*member).data = tensors[i];
+    };
+    IB_ASSIGN_OR_RETURN(auto t, copy.whole(l.attn_norm));
+    set(&LayerWeights::attn_norm, t);
+    IB_ASSIGN_OR_RETURN(t, copy.whole(l.ffn_norm));
+    set(&LayerWeights::ffn_norm, t);
+    IB_ASSIGN_OR_RETURN(t, copy.whole(l.post_attn_norm));
+    set(&LayerWeights::post_attn_norm, t);
+    IB_ASSIGN_OR_RETURN(t, copy.whole(l.post_ffn_norm));
+    set(&LayerWeights::post_ffn_norm, t);
+    IB_ASSIGN_OR_RETURN(t, copy.rows(l.wqkv.data, qkv));
+    set_weight(&LayerWeights::wqkv, t);
+    IB_ASSIGN_OR_RETURN(t, copy.rows(l.bqkv, qkv));
+    set(&LayerWeights::bqkv, t);
+    IB_ASSIGN_OR_RETURN(t, copy.columns(l.wo.data, o));
+    set_weight(&LayerWeights::wo, t);
+    IB_ASSIGN_OR_RETURN(t, copy.rows(l.w_gate_up.data, gate_up));
+    set_weight(&LayerWeights::w_gate_up, t);
+    IB_ASSIGN_OR_RETURN(t, copy.columns(l.w_down.data, down));
+    set_weight(&LayerWeights::w_down, t);
+    for (size_t i = 0; i < s.size(); ++i) ranks[i].out->layers.push_back(std::move(s[i]));
   }
   return Ok{};
 }
@@ -142,8 +200,14 @@ std::string rank_description(const std::string& whole, int rank, int size) {
   return whole + ", tensor-parallel rank " + std::to_string(rank) + " of " + std::to_string(size);
 }
 
-Backend& rank_backend(RankShards& shards, Backend& first, int rank) {
-  return rank == 0 ? first : *shards.group.backends[static_cast<size_t>(rank - 1)];
+// Every rank's destination: rank 0's weights on `first` (the engine's backend), the others' on
+// the group's backends.
+std::vector<RankOut> rank_outs(RankShards& shards, Backend& first) {
+  std::vector<RankOut> out;
+  for (size_t r = 0; r < shards.weights.size(); ++r)
+    out.push_back({static_cast<int>(r), r == 0 ? &first : shards.group.backends[r - 1].get(),
+                   &shards.weights[r]});
+  return out;
 }
 
 // The group of `size` ranks with rank 0 on backend, and no weights yet (plan: the split). The
@@ -166,7 +230,8 @@ Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights
                                    Backend& to) {
   ModelWeights out;
   out.description = rank_description(weights.description, rank, plan.size);
-  IB_TRY(shard_into(config, weights, from, plan, rank, to, true, out));
+  const RankOut dst[] = {{rank, &to, &out}};
+  IB_TRY(shard_into(config, weights, from, plan, dst, true));
   return out;
 }
 
@@ -174,12 +239,10 @@ Result<RankShards> shard_over_ranks(const ModelConfig& model, int size, ModelWei
                                     Backend& backend) {
   TensorParallelPlan plan;
   IB_ASSIGN_OR_RETURN(RankShards shards, empty_shards(model, size, backend, plan));
-  // Rank 0 last: its shard is on the same device as the whole weights.
-  for (int r = size - 1; r >= 0; --r) {
-    ModelWeights& out = shards.weights[static_cast<size_t>(r)];
-    out.description = rank_description(whole.description, r, size);
-    IB_TRY(shard_into(model, whole, backend, plan, r, rank_backend(shards, backend, r), true, out));
-  }
+  for (int r = 0; r < size; ++r)
+    shards.weights[static_cast<size_t>(r)].description =
+        rank_description(whole.description, r, size);
+  IB_TRY(shard_into(model, whole, backend, plan, rank_outs(shards, backend), true));
   return shards;
 }
 
@@ -199,16 +262,12 @@ Result<RankShards> load_over_ranks(const ModelConfig& model, int size, const Wei
     // Each part carries the embedding and the LM head (load_weights makes whole models); the
     // first part's are kept.
     IB_ASSIGN_OR_RETURN(const ModelWeights part, load_weights(part_config, part_options, backend));
-    for (int r = 0; r < size; ++r) {
-      ModelWeights& out = shards.weights[static_cast<size_t>(r)];
-      if (first == 0)
-        out.description =
-            rank_description(part.description + ", loaded " + std::to_string(layers_per_part) +
-                                 (layers_per_part == 1 ? " layer" : " layers") + " at a time",
-                             r, size);
-      IB_TRY(shard_into(part_config, part, backend, plan, r, rank_backend(shards, backend, r),
-                        first == 0, out));
-    }
+    for (int r = 0; r < size && first == 0; ++r)
+      shards.weights[static_cast<size_t>(r)].description =
+          rank_description(part.description + ", loaded " + std::to_string(layers_per_part) +
+                               (layers_per_part == 1 ? " layer" : " layers") + " at a time",
+                           r, size);
+    IB_TRY(shard_into(part_config, part, backend, plan, rank_outs(shards, backend), first == 0));
   }  // each part freed before the next loads
   return shards;
 }
