@@ -274,7 +274,18 @@ TEST_F(E2e, TensorParallelRunCompletesAndIsRecorded) {
   ASSERT_EQ(group["ranks"].size(), 2u);
   EXPECT_EQ(group["ranks"][1]["rank"], 1);
   EXPECT_EQ(group["ranks"][1]["device"], "cpu:0");
+  // Each rank's memory: its shard of the weights (about half of one rank's; the norms whole)
+  // and its KV pool (half the KV heads: half the bytes of one rank's pool).
   const json one = json::parse(read_file(root_ / "tp1" / "result.json").value());
+  const double whole_weights = one["memory"]["engine-pools"]["weights_bytes"].get<double>();
+  for (int rank_index = 0; rank_index < 2; ++rank_index) {
+    const json& rank = group["ranks"][rank_index];
+    EXPECT_GT(rank["weights_bytes"].get<double>(), 0.45 * whole_weights) << rank.dump();
+    EXPECT_LT(rank["weights_bytes"].get<double>(), 0.55 * whole_weights) << rank.dump();
+    EXPECT_GT(rank["kv_cache_bytes"].get<double>(), 0) << rank.dump();
+    EXPECT_GE(rank["peak_allocated_bytes"].get<double>(), rank["allocated_bytes"].get<double>());
+  }
+  EXPECT_EQ(group["ranks"][0]["kv_cache_bytes"], group["ranks"][1]["kv_cache_bytes"]);
   EXPECT_TRUE(one["engine"]["engine"]["tensor_parallel"].is_null());
 }
 

@@ -313,6 +313,10 @@ class EngineImpl final : public Engine {
     s.weight_bytes = runner_->weights().bytes;
     s.max_model_len = config_.max_model_len;
     s.memory = backend_.memory().snapshot();
+    if (!tp_.backends.empty()) {
+      s.rank_memory.push_back(s.memory);
+      for (const auto& b : tp_.backends) s.rank_memory.push_back(b->memory().snapshot());
+    }
     s.expert_tokens = runner_->expert_tokens();
     s.num_experts = model_.moe.num_experts;
     s.experts_per_token = model_.moe.experts_per_token;

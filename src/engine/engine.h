@@ -201,6 +201,9 @@ struct EngineStats {
   int64_t weight_bytes = 0;
   int max_model_len = 0;
   MemorySnapshot memory;  // the backend's tracked allocator
+  // A tensor-parallel engine: every rank's tracked allocator, rank 0's (memory) first; empty at
+  // one rank.
+  std::vector<MemorySnapshot> rank_memory;
   // Mixture-of-experts models: tokens routed to each expert of each layer since the engine was
   // created, (layers, num_experts) row-major (each token counted once per expert it picks);
   // empty for dense models.

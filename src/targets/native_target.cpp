@@ -129,6 +129,21 @@ json describe(const json& fixed, const EngineStats& s, const EngineProfile& p) {
   e["kv_growths"] = s.kv_growths;
   e["kv_growths_staged"] = s.kv_growths_staged;
   e["kv_growth_s"] = s.kv_growth_s;
+  // Tensor parallelism: where each rank's device memory goes (its tracked allocator).
+  json* group = e.contains("tensor_parallel") ? &e["tensor_parallel"] : nullptr;
+  for (size_t r = 0;
+       group && group->is_object() && r < s.rank_memory.size() && r < (*group)["ranks"].size();
+       ++r) {
+    const MemorySnapshot& m = s.rank_memory[r];
+    const auto tag = [&](MemoryTag t) { return m.bytes_by_tag[static_cast<size_t>(t)]; };
+    json& rank = (*group)["ranks"][r];
+    rank["weights_bytes"] = tag(MemoryTag::kWeights);
+    rank["kv_cache_bytes"] = tag(MemoryTag::kKvCache);
+    rank["activations_bytes"] = tag(MemoryTag::kActivations) + tag(MemoryTag::kWorkspace);
+    rank["graph_bytes"] = tag(MemoryTag::kGraph);
+    rank["allocated_bytes"] = m.allocated_bytes;
+    rank["peak_allocated_bytes"] = m.peak_allocated_bytes;
+  }
   j["oom"] = json{{"oom", s.oom},
                   {"steps_before_oom", s.oom ? json(s.oom_step) : json(nullptr)},
                   {"message", s.oom_message},
