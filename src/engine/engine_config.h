@@ -110,7 +110,8 @@ struct EngineConfig {
   // attention keeps the local band and the strided blocks only (parse_block_sparse); "" dense.
   std::string block_sparse_attention;
   // --tensor-parallel-size: ranks the model is split over (Megatron's splits,
-  // model/tensor_parallel.h); above 1 the ranks run as CPU threads so far (--device cpu).
+  // model/tensor_parallel.h); above 1 the ranks are CPU threads (--device cpu) or one GPU a
+  // rank over NCCL (--device cuda).
   int tensor_parallel_size = 1;
 
   // The one check of these settings: a user error naming the flag and the range, or Ok.
