@@ -22,24 +22,8 @@ namespace {
 
 using testing::TempDir;
 
-// Three layers (local, global, local), a window of 6 and caps small enough to bite.
 ModelConfig tiny_gemma2() {
-  ModelConfig c = testing::tiny_config();
-  c.name = "tiny-gemma2";
-  c.family = "gemma2";
-  c.hf_architecture = "Gemma2ForCausalLM";
-  c.num_layers = 3;
-  c.rms_norm_eps = 1e-6;
-  c.tie_word_embeddings = true;
-  c.hidden_act = "gelu_pytorch_tanh";
-  c.sliding_window = 6;
-  c.alternating_sliding_window = true;
-  c.attn_logit_softcapping = 2.0;
-  c.final_logit_softcapping = 0.5;
-  c.query_pre_attn_scalar = 24;  // not head_dim (16): the scale is 24^-0.5
-  c.sandwich_norms = true;
-  c.scale_embeddings = true;
-  return c;
+  return testing::tiny_gemma2_config();
 }
 
 // Random weights with every norm (stored w of a (1 + w) gain) random around 0, and embeddings

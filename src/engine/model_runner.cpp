@@ -116,8 +116,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
     if (!arch->runs_tensor_parallel())
       return user_error("--tensor-parallel-size " + std::to_string(comm->size()) + ": " +
                         model.name + " (" + model.family +
-                        ") does not run tensor parallel yet; the Llama, Mistral, Qwen2 and Phi-3 "
-                        "families do");
+                        ") does not run tensor parallel yet; the Llama, Mistral, Qwen2, Phi-3 and "
+                        "Gemma-2 families do");
     IB_ASSERT(limits.lora_slots == 0,
               "ModelRunner: LoRA slots on a tensor-parallel rank (EngineConfig::validate refuses "
               "--enable-lora with --tensor-parallel-size above 1)");

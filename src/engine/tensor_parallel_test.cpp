@@ -31,14 +31,22 @@ using ib::testing::tiny_mixtral_config;
 constexpr int kBlocks = 8;
 constexpr int kBlockSize = 16;
 
-ModelConfig splittable_config(bool bias, bool tied) {
-  ModelConfig c = tiny_config();  // 4 heads, 2 KV heads, F 128
-  c.vocab_size = 104;             // split evenly by 1, 2, 4 and 8
+// family: "llama" (tiny_config: 4 heads, 2 KV heads, F 128), "qwen2" (its q/k/v biases) or
+// "gemma2" (tiny_gemma2_config: sandwich norms, soft caps, alternating windows, GeGLU).
+ModelConfig splittable_config(const std::string& family, bool tied) {
+  ModelConfig c = family == "gemma2" ? ib::testing::tiny_gemma2_config() : tiny_config();
+  c.vocab_size = 104;  // split evenly by 1, 2, 4 and 8
   c.eos_token_ids = {103};
-  c.attention_bias = bias;
-  if (bias) c.family = "qwen2";
+  if (family == "qwen2") {
+    c.family = "qwen2";
+    c.attention_bias = true;
+  }
   c.tie_word_embeddings = tied;
   return c;
+}
+
+ModelConfig splittable_llama(bool bias, bool tied) {
+  return splittable_config(bias ? "qwen2" : "llama", tied);
 }
 
 RunnerLimits limits() {
@@ -129,24 +137,24 @@ std::vector<std::vector<float>> run_sequences(Step step, int decode_steps,
 
 struct Case {
   int ranks;
-  bool bias;
+  std::string family;  // splittable_config's
   bool tied;
 };
 
 class TensorParallelCpu : public ::testing::TestWithParam<Case> {};
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelCpu,
-                         ::testing::Values(Case{2, false, false}, Case{4, false, false},
-                                           Case{2, true, false}, Case{4, true, true}),
+                         ::testing::Values(Case{2, "llama", false}, Case{4, "llama", false},
+                                           Case{2, "qwen2", false}, Case{4, "qwen2", true},
+                                           Case{2, "gemma2", true}, Case{4, "gemma2", true}),
                          [](const ::testing::TestParamInfo<Case>& param_info) {
-                           return "tp" + std::to_string(param_info.param.ranks) +
-                                  (param_info.param.bias ? "_bias" : "") +
-                                  (param_info.param.tied ? "_tied" : "");
+                           return "tp" + std::to_string(param_info.param.ranks) + "_" +
+                                  param_info.param.family + (param_info.param.tied ? "_tied" : "");
                          });
 
 TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
   const Case k = GetParam();
-  const ModelConfig config = splittable_config(k.bias, k.tied);
+  const ModelConfig config = splittable_config(k.family, k.tied);
   auto whole_backend = std::make_unique<CpuBackend>(1);
   ModelWeights whole = random_weights(config, *whole_backend, 11);
 
@@ -190,7 +198,7 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
 // Through the engine (--tensor-parallel-size): continuous batching over the ranks generates the
 // tokens one rank does, and the logits within fp32's reordering.
 TEST(TensorParallelEngine, GeneratesWhatOneRankGenerates) {
-  const ModelConfig config = splittable_config(true, false);
+  const ModelConfig config = splittable_llama(true, false);
   std::map<uint64_t, ib::testing::Completion> runs[2];
   for (int i = 0; i < 2; ++i) {
     EngineConfig ec;
@@ -254,7 +262,7 @@ void expect_same_weights(const ModelWeights& a, Backend& a_backend, const ModelW
 // each rank the shard it gets from the whole model loaded at once, for parts that divide the
 // layers and parts that do not.
 TEST(TensorParallelLoading, InPartsGivesTheShardsOfTheWholeModel) {
-  ModelConfig config = splittable_config(true, false);
+  ModelConfig config = splittable_llama(true, false);
   config.num_layers = 5;
   const WeightOptions options{LoadFormat::kDummy, "", 9};
   for (const int ranks : {2, 4}) {
@@ -291,7 +299,7 @@ TEST(TensorParallelLoading, InPartsGivesTheShardsOfTheWholeModel) {
 // the checkpoint loaded whole; every part checks the whole checkpoint (a tensor missing from a
 // later part's layers is named before the first part loads).
 TEST(TensorParallelLoading, SafetensorsInPartsGivesTheShardsOfTheWholeCheckpoint) {
-  ModelConfig config = splittable_config(true, false);
+  ModelConfig config = splittable_llama(true, false);
   config.num_layers = 5;
   CpuBackend source(1);
   const ModelWeights written = random_weights(config, source, 13);
@@ -334,7 +342,7 @@ TEST(TensorParallelLoading, SafetensorsInPartsGivesTheShardsOfTheWholeCheckpoint
 // create_engine with dummy weights and --tensor-parallel-size loads them in parts over the
 // ranks and generates what one rank does.
 TEST(TensorParallelEngine, DummyWeightsLoadOverTheRanks) {
-  const ModelConfig config = splittable_config(false, true);
+  const ModelConfig config = splittable_llama(false, true);
   std::map<uint64_t, ib::testing::Completion> runs[2];
   for (int i = 0; i < 2; ++i) {
     EngineConfig ec;
@@ -372,7 +380,7 @@ TEST(TensorParallelEngine, RefusesWhatItCannotRunBeforeAnyStep) {
   EngineConfig ec;
   ec.tensor_parallel_size = 3;
   CpuBackend backend(1);
-  const ModelConfig config = splittable_config(false, false);
+  const ModelConfig config = splittable_llama(false, false);
   const auto engine =
       create_engine_with_weights(config, random_weights(config, backend, 2), ec, backend);
   ASSERT_FALSE(engine.ok());
@@ -436,7 +444,7 @@ TEST(RankThreads, EachRankRunsEveryTaskOnItsOwnAttachedThread) {
 }
 
 TEST(TensorParallelCpuErrors, AnAbortedGroupFailsTheStepNamingTheCollective) {
-  const ModelConfig config = splittable_config(false, false);
+  const ModelConfig config = splittable_llama(false, false);
   auto whole_backend = std::make_unique<CpuBackend>(1);
   const ModelWeights whole = random_weights(config, *whole_backend, 3);
   const TensorParallelPlan plan = plan_tensor_parallel(config, 2).value();
@@ -488,9 +496,9 @@ TEST(TensorParallelCpuErrors, WhatDoesNotSplitYetIsRefused) {
   ASSERT_FALSE(runner.ok());
   EXPECT_EQ(runner.error().message,
             "--tensor-parallel-size 2: tiny-mixtral (mixtral) does not run tensor parallel yet; "
-            "the Llama, Mistral, Qwen2 and Phi-3 families do");
+            "the Llama, Mistral, Qwen2, Phi-3 and Gemma-2 families do");
   // Quantized matmul weights.
-  const ModelConfig dense = splittable_config(false, false);
+  const ModelConfig dense = splittable_llama(false, false);
   const ModelWeights int8 = random_weights(dense, backend, 5, WeightFormat::kInt8W8A16);
   const Result<ModelWeights> q =
       shard_weights(dense, int8, backend, plan_tensor_parallel(dense, 2).value(), 1, backend);

@@ -8,7 +8,8 @@
 // - attention scaled by query_pre_attn_scalar^-0.5, scores soft-capped (attn_logit_softcapping);
 //   even layers local (sliding window), odd layers global;
 // - final logits soft-capped (final_logit_softcapping, ModelRunner::lm_head_rows).
-// Tied embeddings. Runs unfused (the backend's fused decode ops are the SwiGLU decoder's).
+// Tied embeddings. Runs unfused (the backend's fused decode ops are the SwiGLU decoder's), and
+// tensor parallel (the sums before the post-norms).
 #include <cmath>
 
 #include "engine/arch/detail/dense_decoder.h"
@@ -63,6 +64,8 @@ class Gemma2 final : public Architecture {
   }
 
   bool runs_fused_decode() const override { return false; }
+  // A rank sums o's output (attention_sublayer) and down's over the ranks before each post-norm.
+  bool runs_tensor_parallel() const override { return true; }
 
   void forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
                       const StepBuffers& b) const override {
@@ -88,6 +91,7 @@ class Gemma2 final : public Architecture {
       backend.matmul(b.hidden, w.w_gate_up, nullptr, b.gate_up);
       backend.gelu_tanh_mul(b.gate_up, b.act);
       backend.matmul(b.act, w.w_down, nullptr, b.tmp);
+      if (in.tp != nullptr) in.tp->all_reduce_sum(b.tmp);  // each rank's columns' share of down
       if (l + 1 < layers.size()) {  // post_feedforward_layernorm, the add, the next input norm
         backend.norm_add_rms_norm(b.residual, b.tmp, w.post_ffn_norm, layers[l + 1].attn_norm, eps,
                                   b.hidden);

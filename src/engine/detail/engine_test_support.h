@@ -48,6 +48,27 @@ inline ModelConfig tiny_mixtral_config(int experts, int f) {
   return c;
 }
 
+// tiny_config as a Gemma-2: three layers (local, global, local), a window of 6 and soft caps
+// small enough to bite, query_pre_attn_scalar unlike head_dim (16: the scale is 24^-0.5), tied.
+inline ModelConfig tiny_gemma2_config() {
+  ModelConfig c = tiny_config();
+  c.name = "tiny-gemma2";
+  c.family = "gemma2";
+  c.hf_architecture = "Gemma2ForCausalLM";
+  c.num_layers = 3;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = true;
+  c.hidden_act = "gelu_pytorch_tanh";
+  c.sliding_window = 6;
+  c.alternating_sliding_window = true;
+  c.attn_logit_softcapping = 2.0;
+  c.final_logit_softcapping = 0.5;
+  c.query_pre_attn_scalar = 24;
+  c.sandwich_norms = true;
+  c.scale_embeddings = true;
+  return c;
+}
+
 // Dummy weights with the norms replaced by random values around 1, so that every weight matters;
 // the matmul weights in quantization's format (the same model, quantized; 4-bit int: awq's
 // zero points when asymmetric, else gptq's symmetric codes).
