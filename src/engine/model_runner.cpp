@@ -114,10 +114,11 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
   if (limits.lora_slots > 0) IB_TRY(check_lora_runs(model, backend));
   if (comm != nullptr && comm->size() > 1) {
     if (!arch->runs_tensor_parallel())
-      return user_error("--tensor-parallel-size " + std::to_string(comm->size()) + ": " +
-                        model.name + " (" + model.family +
-                        ") does not run tensor parallel yet; the Llama, Mistral, Qwen2, Phi-3 and "
-                        "Gemma-2 families do");
+      return user_error(
+          "--tensor-parallel-size " + std::to_string(comm->size()) + ": " + model.name + " (" +
+          model.family +
+          ") does not run tensor parallel yet; the Llama, Mistral, Qwen2, Phi-3, Gemma-2 "
+          "and Mixtral families do");
     IB_ASSERT(limits.lora_slots == 0,
               "ModelRunner: LoRA slots on a tensor-parallel rank (EngineConfig::validate refuses "
               "--enable-lora with --tensor-parallel-size above 1)");

@@ -316,10 +316,9 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   IB_ASSERT(
       options.first_layer == 0 ||
           ((options.format == LoadFormat::kDummy || options.format == LoadFormat::kSafetensors) &&
-           options.quantization == WeightFormat::kDense && config.moe.num_experts == 0 &&
-           config.mla.kv_lora_rank == 0),
+           options.quantization == WeightFormat::kDense && config.mla.kv_lora_rank == 0),
       "load_weights: a part of a model from its first_layer: dummy or safetensors dense "
-      "layers only");
+      "layers (experts included) only");
   const LoadFormat format = resolved_load_format(options);
   if (format == LoadFormat::kSafetensors && !has_safetensors(options.path)) {
     return user_error("no safetensors weights at '" + options.path +

@@ -74,6 +74,7 @@ class ShardCopier {
   Result<std::vector<Tensor>> columns(const Tensor& src,
                                       const std::function<IndexRange(int)>& cols_of) {
     std::vector<Tensor> out(ranks_.size());
+    if (src.empty()) return out;
     const std::vector<char> host = read(src);
     const size_t e = dtype_size(src.dtype);
     const auto n = static_cast<size_t>(src.dim(0)), k = static_cast<size_t>(src.dim(1));
@@ -114,12 +115,19 @@ class ShardCopier {
 
 Status check_splittable(const ModelConfig& config, const ModelWeights& weights, int size) {
   IB_TRY(check_layers_split(config, size));
-  for (const LayerWeights& l : weights.layers)
-    for (const WeightRef* w : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down})
-      if (w->format != WeightFormat::kDense)
-        return user_error(
-            "--tensor-parallel-size above 1 with --quantization is not supported yet; use "
-            "dense weights");
+  const auto dense = [](const WeightRef& w) { return w.format == WeightFormat::kDense; };
+  for (const LayerWeights& l : weights.layers) {
+    bool ok =
+        dense(l.wqkv) && dense(l.wo) && dense(l.w_gate_up) && dense(l.w_down) && dense(l.router);
+    for (const WeightRef& e : l.expert_gate_up) ok = ok && dense(e);
+    for (const WeightRef& e : l.expert_down) ok = ok && dense(e);
+    if (!ok)
+      return user_error(
+          "--tensor-parallel-size above 1 with --quantization is not supported yet; use "
+          "dense weights");
+    IB_ASSERT(l.moe_gate_up.empty() && l.shared_gate_up.empty(),
+              "shard_weights: weights before the architecture's prepare_weights");
+  }
   if (weights.lm_head.format != WeightFormat::kDense)
     return user_error("--tensor-parallel-size above 1: the LM head must be dense");
   return Ok{};
@@ -191,6 +199,23 @@ Status shard_into(const ModelConfig& config, const ModelWeights& weights, Backen
     set_weight(&LayerWeights::w_gate_up, t);
     IB_ASSIGN_OR_RETURN(t, copy.columns(l.w_down.data, down));
     set_weight(&LayerWeights::w_down, t);
+    // Mixture-of-experts layers: the router whole; each expert split as the dense MLP, by its
+    // own intermediate size.
+    IB_ASSIGN_OR_RETURN(t, copy.whole(l.router.data));
+    set_weight(&LayerWeights::router, t);
+    const auto expert_gate_up = [&](int r) {
+      return gate_up_rows_of_rank(plan.expert_intermediate_per_rank, r,
+                                  config.moe.expert_intermediate_size);
+    };
+    const auto expert_down = [&](int r) {
+      return down_columns_of_rank(plan.expert_intermediate_per_rank, r);
+    };
+    for (size_t e = 0; e < l.expert_gate_up.size(); ++e) {
+      IB_ASSIGN_OR_RETURN(t, copy.rows(l.expert_gate_up[e].data, expert_gate_up));
+      for (size_t i = 0; i < s.size(); ++i) s[i].expert_gate_up.emplace_back(t[i]);
+      IB_ASSIGN_OR_RETURN(t, copy.columns(l.expert_down[e].data, expert_down));
+      for (size_t i = 0; i < s.size(); ++i) s[i].expert_down.emplace_back(t[i]);
+    }
     for (size_t i = 0; i < s.size(); ++i) ranks[i].out->layers.push_back(std::move(s[i]));
   }
   return Ok{};

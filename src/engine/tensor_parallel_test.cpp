@@ -31,10 +31,13 @@ using ib::testing::tiny_mixtral_config;
 constexpr int kBlocks = 8;
 constexpr int kBlockSize = 16;
 
-// family: "llama" (tiny_config: 4 heads, 2 KV heads, F 128), "qwen2" (its q/k/v biases) or
-// "gemma2" (tiny_gemma2_config: sandwich norms, soft caps, alternating windows, GeGLU).
+// family: "llama" (tiny_config: 4 heads, 2 KV heads, F 128), "qwen2" (its q/k/v biases),
+// "gemma2" (tiny_gemma2_config: sandwich norms, soft caps, alternating windows, GeGLU) or
+// "mixtral" (4 experts of F 64, top-2).
 ModelConfig splittable_config(const std::string& family, bool tied) {
-  ModelConfig c = family == "gemma2" ? ib::testing::tiny_gemma2_config() : tiny_config();
+  ModelConfig c = family == "gemma2"    ? ib::testing::tiny_gemma2_config()
+                  : family == "mixtral" ? tiny_mixtral_config(4, 64)
+                                        : tiny_config();
   c.vocab_size = 104;  // split evenly by 1, 2, 4 and 8
   c.eos_token_ids = {103};
   if (family == "qwen2") {
@@ -146,7 +149,8 @@ class TensorParallelCpu : public ::testing::TestWithParam<Case> {};
 INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelCpu,
                          ::testing::Values(Case{2, "llama", false}, Case{4, "llama", false},
                                            Case{2, "qwen2", false}, Case{4, "qwen2", true},
-                                           Case{2, "gemma2", true}, Case{4, "gemma2", true}),
+                                           Case{2, "gemma2", true}, Case{4, "gemma2", true},
+                                           Case{2, "mixtral", false}, Case{4, "mixtral", false}),
                          [](const ::testing::TestParamInfo<Case>& param_info) {
                            return "tp" + std::to_string(param_info.param.ranks) + "_" +
                                   param_info.param.family + (param_info.param.tied ? "_tied" : "");
@@ -254,6 +258,13 @@ void expect_same_weights(const ModelWeights& a, Backend& a_backend, const ModelW
     same(x.ffn_norm, y.ffn_norm, n + "ffn_norm");
     same(x.w_gate_up.data, y.w_gate_up.data, n + "w_gate_up");
     same(x.w_down.data, y.w_down.data, n + "w_down");
+    same(x.router.data, y.router.data, n + "router");
+    ASSERT_EQ(x.expert_gate_up.size(), y.expert_gate_up.size());
+    ASSERT_EQ(x.expert_down.size(), y.expert_down.size());
+    for (size_t e = 0; e < x.expert_gate_up.size(); ++e) {
+      same(x.expert_gate_up[e].data, y.expert_gate_up[e].data, n + "expert_gate_up");
+      same(x.expert_down[e].data, y.expert_down[e].data, n + "expert_down");
+    }
   }
   EXPECT_EQ(a.bytes, b.bytes) << "rank " << rank;
 }
@@ -262,37 +273,39 @@ void expect_same_weights(const ModelWeights& a, Backend& a_backend, const ModelW
 // each rank the shard it gets from the whole model loaded at once, for parts that divide the
 // layers and parts that do not.
 TEST(TensorParallelLoading, InPartsGivesTheShardsOfTheWholeModel) {
-  ModelConfig config = splittable_llama(true, false);
-  config.num_layers = 5;
-  const WeightOptions options{LoadFormat::kDummy, "", 9};
-  for (const int ranks : {2, 4}) {
-    CpuBackend whole_backend(1);
-    Result<ModelWeights> whole = load_weights(config, options, whole_backend);
-    ASSERT_TRUE(whole.ok()) << whole.error().message;
-    Result<RankShards> at_once =
-        shard_over_ranks(config, ranks, std::move(whole).value(), whole_backend);
-    ASSERT_TRUE(at_once.ok()) << at_once.error().message;
-    for (const int per_part : {1, 2, 5}) {
-      SCOPED_TRACE("ranks " + std::to_string(ranks) + ", parts of " + std::to_string(per_part));
-      CpuBackend backend(1);
-      Result<RankShards> parts = load_over_ranks(config, ranks, options, backend, per_part);
-      ASSERT_TRUE(parts.ok()) << parts.error().message;
-      ASSERT_EQ(parts->weights.size(), static_cast<size_t>(ranks));
-      for (int r = 0; r < ranks; ++r) {
-        Backend& got = r == 0 ? backend : *parts->group.backends[static_cast<size_t>(r - 1)];
-        Backend& want =
-            r == 0 ? whole_backend : *at_once->group.backends[static_cast<size_t>(r - 1)];
-        expect_same_weights(parts->weights[static_cast<size_t>(r)], got,
-                            at_once->weights[static_cast<size_t>(r)], want, r);
+  for (const std::string family : {"qwen2", "mixtral"})
+    for (const int ranks : {2, 4}) {
+      ModelConfig config = splittable_config(family, false);
+      config.num_layers = 5;
+      const WeightOptions options{LoadFormat::kDummy, "", 9};
+      CpuBackend whole_backend(1);
+      Result<ModelWeights> whole = load_weights(config, options, whole_backend);
+      ASSERT_TRUE(whole.ok()) << whole.error().message;
+      Result<RankShards> at_once =
+          shard_over_ranks(config, ranks, std::move(whole).value(), whole_backend);
+      ASSERT_TRUE(at_once.ok()) << at_once.error().message;
+      for (const int per_part : {1, 2, 5}) {
+        SCOPED_TRACE(family + ", ranks " + std::to_string(ranks) + ", parts of " +
+                     std::to_string(per_part));
+        CpuBackend backend(1);
+        Result<RankShards> parts = load_over_ranks(config, ranks, options, backend, per_part);
+        ASSERT_TRUE(parts.ok()) << parts.error().message;
+        ASSERT_EQ(parts->weights.size(), static_cast<size_t>(ranks));
+        for (int r = 0; r < ranks; ++r) {
+          Backend& got = r == 0 ? backend : *parts->group.backends[static_cast<size_t>(r - 1)];
+          Backend& want =
+              r == 0 ? whole_backend : *at_once->group.backends[static_cast<size_t>(r - 1)];
+          expect_same_weights(parts->weights[static_cast<size_t>(r)], got,
+                              at_once->weights[static_cast<size_t>(r)], want, r);
+        }
+        EXPECT_NE(parts->weights[1].description.find("dummy (seed 9), loaded " +
+                                                     std::to_string(per_part)),
+                  std::string::npos)
+            << parts->weights[1].description;
+        // Rank 0's device holds its shard only: every part was freed.
+        EXPECT_EQ(backend.memory().snapshot().allocated_bytes, parts->weights[0].bytes);
       }
-      EXPECT_NE(
-          parts->weights[1].description.find("dummy (seed 9), loaded " + std::to_string(per_part)),
-          std::string::npos)
-          << parts->weights[1].description;
-      // Rank 0's device holds its shard only: every part was freed.
-      EXPECT_EQ(backend.memory().snapshot().allocated_bytes, parts->weights[0].bytes);
     }
-  }
 }
 
 // A safetensors checkpoint loaded a few layers at a time gives each rank the shard it gets from
@@ -475,28 +488,30 @@ TEST(TensorParallelCpuErrors, AnAbortedGroupFailsTheStepNamingTheCollective) {
 
 TEST(TensorParallelCpuErrors, WhatDoesNotSplitYetIsRefused) {
   CpuBackend backend(1);
-  const ModelConfig mixtral = [] {
-    ModelConfig c = tiny_mixtral_config(4, 64);
-    c.vocab_size = 104;
-    c.eos_token_ids = {103};
-    return c;
-  }();
-  ModelWeights experts = random_weights(mixtral, backend, 5);
-  const TensorParallelPlan plan = plan_tensor_parallel(mixtral, 2).value();
-  const Result<ModelWeights> shard = shard_weights(mixtral, experts, backend, plan, 0, backend);
+  const ModelConfig dense_config = splittable_llama(false, false);
+  // Multi-head latent attention (DeepSeek-V2): the config says so before any weight is read.
+  ModelConfig mla = dense_config;
+  mla.name = "tiny-mla";
+  mla.mla.kv_lora_rank = 32;
+  ModelWeights weights = random_weights(dense_config, backend, 5);
+  const TensorParallelPlan plan = plan_tensor_parallel(dense_config, 2).value();
+  const Result<ModelWeights> shard = shard_weights(mla, weights, backend, plan, 0, backend);
   ASSERT_FALSE(shard.ok());
   EXPECT_EQ(shard.error().kind, ErrorKind::kUser);
   EXPECT_EQ(shard.error().message,
-            "--tensor-parallel-size 2: tiny-mixtral has mixture-of-experts or latent-attention "
-            "layers, which do not split yet");
+            "--tensor-parallel-size 2: tiny-mla has multi-head latent attention layers, which do "
+            "not split yet; run it with --tensor-parallel-size 1");
   // The runner refuses a family whose layers do not sum over ranks, before allocating.
+  ModelConfig vl = dense_config;
+  vl.name = "tiny-vl";
+  vl.family = "qwen2_vl";
   auto comms = make_cpu_communicators(2);
   const Result<std::unique_ptr<ModelRunner>> runner =
-      ModelRunner::create(mixtral, std::move(experts), limits(), backend, comms[0].get());
+      ModelRunner::create(vl, std::move(weights), limits(), backend, comms[0].get());
   ASSERT_FALSE(runner.ok());
   EXPECT_EQ(runner.error().message,
-            "--tensor-parallel-size 2: tiny-mixtral (mixtral) does not run tensor parallel yet; "
-            "the Llama, Mistral, Qwen2, Phi-3 and Gemma-2 families do");
+            "--tensor-parallel-size 2: tiny-vl (qwen2_vl) does not run tensor parallel yet; "
+            "the Llama, Mistral, Qwen2, Phi-3, Gemma-2 and Mixtral families do");
   // Quantized matmul weights.
   const ModelConfig dense = splittable_llama(false, false);
   const ModelWeights int8 = random_weights(dense, backend, 5, WeightFormat::kInt8W8A16);

@@ -58,9 +58,10 @@ Status check_tensor_parallel(const ModelConfig& config, int size) {
 }
 
 Status check_layers_split(const ModelConfig& config, int size) {
-  if (config.moe.num_experts == 0 && config.mla.kv_lora_rank == 0) return Ok{};
+  if (config.mla.kv_lora_rank == 0) return Ok{};
   return user_error("--tensor-parallel-size " + std::to_string(size) + ": " + config.name +
-                    " has mixture-of-experts or latent-attention layers, which do not split yet");
+                    " has multi-head latent attention layers, which do not split yet; run it "
+                    "with --tensor-parallel-size 1");
 }
 
 ModelConfig rank_config(const ModelConfig& config, const TensorParallelPlan& plan) {

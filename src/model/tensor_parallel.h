@@ -37,10 +37,10 @@ struct TensorParallelPlan {
 Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int size);
 
 // Before anything loads (--tensor-parallel-size): the plan's errors, and a user error for the
-// layers the ranks cannot split yet (mixture-of-experts, latent attention). Ok at size 1. The
+// layers the ranks cannot split yet (multi-head latent attention). Ok at size 1. The
 // devices are backend_factory.h's check_rank_devices.
 Status check_tensor_parallel(const ModelConfig& config, int size);
-// The layers the ranks cannot split yet (mixture-of-experts, latent attention): a user error
+// The layers the ranks cannot split yet (multi-head latent attention): a user error
 // naming them, or Ok (also at size 1). Part of check_tensor_parallel; the weight shards check it
 // too.
 Status check_layers_split(const ModelConfig& config, int size);

@@ -147,11 +147,12 @@ TEST(TensorParallelPlan, SizesThatDoNotSplitTheModelAreRefused) {
 TEST(TensorParallelPlan, CheckedBeforeAnythingLoads) {
   EXPECT_TRUE(check_tensor_parallel(preset("llama-3-8b"), 1).ok());
   EXPECT_TRUE(check_tensor_parallel(preset("llama-3-8b"), 2).ok());
-  const Status moe = check_tensor_parallel(preset("mixtral-8x7b"), 2);
-  ASSERT_FALSE(moe.ok());
-  EXPECT_EQ(moe.error().message,
-            "--tensor-parallel-size 2: mixtral-8x7b has mixture-of-experts or latent-attention "
-            "layers, which do not split yet");
+  EXPECT_TRUE(check_tensor_parallel(preset("mixtral-8x7b"), 2).ok());  // experts split too
+  const Status mla = check_tensor_parallel(preset("deepseek-v2-lite"), 2);
+  ASSERT_FALSE(mla.ok());
+  EXPECT_EQ(mla.error().message,
+            "--tensor-parallel-size 2: deepseek-v2-lite has multi-head latent attention layers, "
+            "which do not split yet; run it with --tensor-parallel-size 1");
   EXPECT_FALSE(check_tensor_parallel(preset("llama-3-8b"), 3).ok());
 }
 

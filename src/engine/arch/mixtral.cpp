@@ -11,6 +11,8 @@ namespace {
 class Mixtral final : public Architecture {
  public:
   std::string_view name() const override { return "mixtral"; }
+  // A rank routes every token (the router whole) and runs its columns of the chosen experts.
+  bool runs_tensor_parallel() const override { return true; }
 
   WeightSchema weight_schema(const ModelConfig& c) const override {
     const DenseDims n = dense_dims(c);
@@ -54,13 +56,16 @@ class Mixtral final : public Architecture {
       const Tensor counts = in.expert_tokens.slice_rows(static_cast<int64_t>(l), 1).reshaped({e});
       const Tensor ids = layer_expert_ids(b, l);
       in.moe->moe_route(b.router_logits, /*renormalize=*/true, ids, b.expert_weights, counts);
-      if (l + 1 < layers.size() && in.moe->fuses_experts_add_norm()) {  // IB_MOE_ADD_NORM
+      // IB_MOE_ADD_NORM (one rank: a rank's experts give part of each token's sum).
+      if (l + 1 < layers.size() && in.tp == nullptr && in.moe->fuses_experts_add_norm()) {
         in.moe->moe_experts_add_rms_norm(b.hidden, ids, b.expert_weights, w.expert_gate_up,
                                          w.expert_down, b.residual, layers[l + 1].attn_norm,
                                          in.rms_eps, b.hidden);
         continue;
       }
       in.moe->moe_experts(b.hidden, ids, b.expert_weights, w.expert_gate_up, w.expert_down, b.tmp);
+      // Each rank's columns of every expert: its share of each token's weighted sum.
+      if (in.tp != nullptr) in.tp->all_reduce_sum(b.tmp);
       if (l + 1 < layers.size())
         backend.add_rms_norm(b.residual, b.tmp, layers[l + 1].attn_norm, in.rms_eps, b.hidden);
     }
