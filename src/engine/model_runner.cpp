@@ -117,8 +117,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
       return user_error(
           "--tensor-parallel-size " + std::to_string(comm->size()) + ": " + model.name + " (" +
           model.family +
-          ") does not run tensor parallel yet; the Llama, Mistral, Qwen2, Phi-3, Gemma-2 "
-          "and Mixtral families do");
+          ") does not run tensor parallel yet; the Llama, Mistral, Qwen2, Phi-3, Gemma-2, "
+          "Mixtral and DeepSeek-V2 families do");
     IB_ASSERT(limits.lora_slots == 0,
               "ModelRunner: LoRA slots on a tensor-parallel rank (EngineConfig::validate refuses "
               "--enable-lora with --tensor-parallel-size above 1)");

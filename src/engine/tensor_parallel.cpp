@@ -113,8 +113,7 @@ class ShardCopier {
   std::span<const RankOut> ranks_;
 };
 
-Status check_splittable(const ModelConfig& config, const ModelWeights& weights, int size) {
-  IB_TRY(check_layers_split(config, size));
+Status check_splittable(const ModelWeights& weights) {
   const auto dense = [](const WeightRef& w) { return w.format == WeightFormat::kDense; };
   for (const LayerWeights& l : weights.layers) {
     bool ok =
@@ -125,7 +124,7 @@ Status check_splittable(const ModelConfig& config, const ModelWeights& weights, 
       return user_error(
           "--tensor-parallel-size above 1 with --quantization is not supported yet; use "
           "dense weights");
-    IB_ASSERT(l.moe_gate_up.empty() && l.shared_gate_up.empty(),
+    IB_ASSERT(l.moe_gate_up.empty(),
               "shard_weights: weights before the architecture's prepare_weights");
   }
   if (weights.lm_head.format != WeightFormat::kDense)
@@ -137,7 +136,7 @@ Status check_splittable(const ModelConfig& config, const ModelWeights& weights, 
 // norm and LM head) to its weights, allocated on its backend; each tensor read once.
 Status shard_into(const ModelConfig& config, const ModelWeights& weights, Backend& from,
                   const TensorParallelPlan& plan, std::span<const RankOut> ranks, bool globals) {
-  IB_TRY(check_splittable(config, weights, plan.size));
+  IB_TRY(check_splittable(weights));
   ShardCopier copy(from, ranks);
   // each(member, tensors): each rank's tensor into that rank's member.
   const auto each = [&](Tensor ModelWeights::*member, const std::vector<Tensor>& tensors) {
@@ -161,8 +160,18 @@ Status shard_into(const ModelConfig& config, const ModelWeights& weights, Backen
       for (size_t i = 0; i < ranks.size(); ++i) ranks[i].out->lm_head.data = lm_head[i];
     }
   }
-  const auto qkv = [&](int r) { return qkv_rows_of_rank(config, plan, r); };
-  const auto o = [&](int r) { return o_columns_of_rank(config, plan, r); };
+  // Multi-head latent attention's query and o split by heads as the dense ones, kv_b too.
+  const bool mla = config.mla.kv_lora_rank > 0;
+  const auto qkv = [&](int r) {
+    return mla ? std::vector<IndexRange>{mla_ranges_of_rank(config, plan, r).query}
+               : qkv_rows_of_rank(config, plan, r);
+  };
+  const auto o = [&](int r) {
+    return mla ? mla_ranges_of_rank(config, plan, r).o : o_columns_of_rank(config, plan, r);
+  };
+  const auto kv_b = [&](int r) {
+    return std::vector<IndexRange>{mla_ranges_of_rank(config, plan, r).kv_b};
+  };
   const auto gate_up = [&](int r) {
     return gate_up_rows_of_rank(plan.intermediate_per_rank, r, config.intermediate_size);
   };
@@ -199,6 +208,28 @@ Status shard_into(const ModelConfig& config, const ModelWeights& weights, Backen
     set_weight(&LayerWeights::w_gate_up, t);
     IB_ASSIGN_OR_RETURN(t, copy.columns(l.w_down.data, down));
     set_weight(&LayerWeights::w_down, t);
+    // Multi-head latent attention: the latent projections and their norms whole, kv_b by heads.
+    IB_ASSIGN_OR_RETURN(t, copy.whole(l.q_a.data));
+    set_weight(&LayerWeights::q_a, t);
+    IB_ASSIGN_OR_RETURN(t, copy.whole(l.q_a_norm));
+    set(&LayerWeights::q_a_norm, t);
+    IB_ASSIGN_OR_RETURN(t, copy.whole(l.kv_a.data));
+    set_weight(&LayerWeights::kv_a, t);
+    IB_ASSIGN_OR_RETURN(t, copy.whole(l.kv_a_norm));
+    set(&LayerWeights::kv_a_norm, t);
+    IB_ASSIGN_OR_RETURN(t, copy.rows(l.kv_b.data, kv_b));
+    set_weight(&LayerWeights::kv_b, t);
+    // DeepSeek's shared experts: one MLP of their summed width, split as the dense one.
+    const int64_t shared =
+        int64_t{config.moe.expert_intermediate_size} * config.moe.num_shared_experts;
+    IB_ASSIGN_OR_RETURN(t, copy.rows(l.shared_gate_up.data, [&](int r) {
+      return gate_up_rows_of_rank(plan.shared_intermediate_per_rank, r, shared);
+    }));
+    set_weight(&LayerWeights::shared_gate_up, t);
+    IB_ASSIGN_OR_RETURN(t, copy.columns(l.shared_down.data, [&](int r) {
+      return down_columns_of_rank(plan.shared_intermediate_per_rank, r);
+    }));
+    set_weight(&LayerWeights::shared_down, t);
     // Mixture-of-experts layers: the router whole; each expert split as the dense MLP, by its
     // own intermediate size.
     IB_ASSIGN_OR_RETURN(t, copy.whole(l.router.data));
@@ -281,6 +312,8 @@ Result<RankShards> load_over_ranks(const ModelConfig& model, int size, const Wei
   for (int first = 0; first < model.num_layers; first += layers_per_part) {
     ModelConfig part_config = model;
     part_config.num_layers = std::min(layers_per_part, model.num_layers - first);
+    // DeepSeek's dense first layers, counted from the part's first layer.
+    part_config.moe.first_dense_layers = std::max(0, model.moe.first_dense_layers - first);
     WeightOptions part_options = options;
     part_options.first_layer = first;
     part_options.whole_num_layers = model.num_layers;

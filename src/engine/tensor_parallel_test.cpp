@@ -33,11 +33,13 @@ constexpr int kBlockSize = 16;
 
 // family: "llama" (tiny_config: 4 heads, 2 KV heads, F 128), "qwen2" (its q/k/v biases),
 // "gemma2" (tiny_gemma2_config: sandwich norms, soft caps, alternating windows, GeGLU) or
-// "mixtral" (4 experts of F 64, top-2).
+// "mixtral" (4 experts of F 64, top-2), "deepseek_v2" (tiny_deepseek2_config: latent attention
+// with q LoRA, a dense first layer, 8 routed experts with group-limited routing and 2 shared).
 ModelConfig splittable_config(const std::string& family, bool tied) {
-  ModelConfig c = family == "gemma2"    ? ib::testing::tiny_gemma2_config()
-                  : family == "mixtral" ? tiny_mixtral_config(4, 64)
-                                        : tiny_config();
+  ModelConfig c = family == "gemma2"        ? ib::testing::tiny_gemma2_config()
+                  : family == "mixtral"     ? tiny_mixtral_config(4, 64)
+                  : family == "deepseek_v2" ? ib::testing::tiny_deepseek2_config()
+                                            : tiny_config();
   c.vocab_size = 104;  // split evenly by 1, 2, 4 and 8
   c.eos_token_ids = {103};
   if (family == "qwen2") {
@@ -150,7 +152,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelCpu,
                          ::testing::Values(Case{2, "llama", false}, Case{4, "llama", false},
                                            Case{2, "qwen2", false}, Case{4, "qwen2", true},
                                            Case{2, "gemma2", true}, Case{4, "gemma2", true},
-                                           Case{2, "mixtral", false}, Case{4, "mixtral", false}),
+                                           Case{2, "mixtral", false}, Case{4, "mixtral", false},
+                                           Case{2, "deepseek_v2", false},
+                                           Case{4, "deepseek_v2", false}),
                          [](const ::testing::TestParamInfo<Case>& param_info) {
                            return "tp" + std::to_string(param_info.param.ranks) + "_" +
                                   param_info.param.family + (param_info.param.tied ? "_tied" : "");
@@ -259,6 +263,13 @@ void expect_same_weights(const ModelWeights& a, Backend& a_backend, const ModelW
     same(x.w_gate_up.data, y.w_gate_up.data, n + "w_gate_up");
     same(x.w_down.data, y.w_down.data, n + "w_down");
     same(x.router.data, y.router.data, n + "router");
+    same(x.q_a.data, y.q_a.data, n + "q_a");
+    same(x.q_a_norm, y.q_a_norm, n + "q_a_norm");
+    same(x.kv_a.data, y.kv_a.data, n + "kv_a");
+    same(x.kv_a_norm, y.kv_a_norm, n + "kv_a_norm");
+    same(x.kv_b.data, y.kv_b.data, n + "kv_b");
+    same(x.shared_gate_up.data, y.shared_gate_up.data, n + "shared_gate_up");
+    same(x.shared_down.data, y.shared_down.data, n + "shared_down");
     ASSERT_EQ(x.expert_gate_up.size(), y.expert_gate_up.size());
     ASSERT_EQ(x.expert_down.size(), y.expert_down.size());
     for (size_t e = 0; e < x.expert_gate_up.size(); ++e) {
@@ -273,7 +284,7 @@ void expect_same_weights(const ModelWeights& a, Backend& a_backend, const ModelW
 // each rank the shard it gets from the whole model loaded at once, for parts that divide the
 // layers and parts that do not.
 TEST(TensorParallelLoading, InPartsGivesTheShardsOfTheWholeModel) {
-  for (const std::string family : {"qwen2", "mixtral"})
+  for (const std::string family : {"qwen2", "mixtral", "deepseek_v2"})
     for (const int ranks : {2, 4}) {
       ModelConfig config = splittable_config(family, false);
       config.num_layers = 5;
@@ -489,18 +500,7 @@ TEST(TensorParallelCpuErrors, AnAbortedGroupFailsTheStepNamingTheCollective) {
 TEST(TensorParallelCpuErrors, WhatDoesNotSplitYetIsRefused) {
   CpuBackend backend(1);
   const ModelConfig dense_config = splittable_llama(false, false);
-  // Multi-head latent attention (DeepSeek-V2): the config says so before any weight is read.
-  ModelConfig mla = dense_config;
-  mla.name = "tiny-mla";
-  mla.mla.kv_lora_rank = 32;
   ModelWeights weights = random_weights(dense_config, backend, 5);
-  const TensorParallelPlan plan = plan_tensor_parallel(dense_config, 2).value();
-  const Result<ModelWeights> shard = shard_weights(mla, weights, backend, plan, 0, backend);
-  ASSERT_FALSE(shard.ok());
-  EXPECT_EQ(shard.error().kind, ErrorKind::kUser);
-  EXPECT_EQ(shard.error().message,
-            "--tensor-parallel-size 2: tiny-mla has multi-head latent attention layers, which do "
-            "not split yet; run it with --tensor-parallel-size 1");
   // The runner refuses a family whose layers do not sum over ranks, before allocating.
   ModelConfig vl = dense_config;
   vl.name = "tiny-vl";
@@ -511,7 +511,7 @@ TEST(TensorParallelCpuErrors, WhatDoesNotSplitYetIsRefused) {
   ASSERT_FALSE(runner.ok());
   EXPECT_EQ(runner.error().message,
             "--tensor-parallel-size 2: tiny-vl (qwen2_vl) does not run tensor parallel yet; "
-            "the Llama, Mistral, Qwen2, Phi-3, Gemma-2 and Mixtral families do");
+            "the Llama, Mistral, Qwen2, Phi-3, Gemma-2, Mixtral and DeepSeek-V2 families do");
   // Quantized matmul weights.
   const ModelConfig dense = splittable_llama(false, false);
   const ModelWeights int8 = random_weights(dense, backend, 5, WeightFormat::kInt8W8A16);

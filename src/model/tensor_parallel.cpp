@@ -54,14 +54,7 @@ Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int s
 Status check_tensor_parallel(const ModelConfig& config, int size) {
   if (size == 1) return Ok{};
   IB_TRY(plan_tensor_parallel(config, size));
-  return check_layers_split(config, size);
-}
-
-Status check_layers_split(const ModelConfig& config, int size) {
-  if (config.mla.kv_lora_rank == 0) return Ok{};
-  return user_error("--tensor-parallel-size " + std::to_string(size) + ": " + config.name +
-                    " has multi-head latent attention layers, which do not split yet; run it "
-                    "with --tensor-parallel-size 1");
+  return Ok{};
 }
 
 ModelConfig rank_config(const ModelConfig& config, const TensorParallelPlan& plan) {
@@ -96,6 +89,16 @@ std::vector<IndexRange> gate_up_rows_of_rank(int64_t per_rank, int rank, int64_t
 
 IndexRange down_columns_of_rank(int64_t per_rank, int rank) {
   return {rank * per_rank, per_rank};
+}
+
+MlaRanges mla_ranges_of_rank(const ModelConfig& config, const TensorParallelPlan& plan, int rank) {
+  const MlaConfig& m = config.mla;
+  const int64_t h = plan.heads_per_rank, first = int64_t{rank} * h;
+  const int64_t query = m.qk_nope_head_dim + m.qk_rope_head_dim,
+                kv_b = m.qk_nope_head_dim + m.v_head_dim;
+  return {{first * query, h * query},
+          {first * kv_b, h * kv_b},
+          {first * m.v_head_dim, h * m.v_head_dim}};
 }
 
 IndexRange vocab_rows_of_rank(const ModelConfig& /*config*/, const TensorParallelPlan& plan,

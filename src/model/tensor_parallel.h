@@ -36,14 +36,9 @@ struct TensorParallelPlan {
 // not divide and the sizes that would work (1, 2, 4, 8 that do).
 Result<TensorParallelPlan> plan_tensor_parallel(const ModelConfig& config, int size);
 
-// Before anything loads (--tensor-parallel-size): the plan's errors, and a user error for the
-// layers the ranks cannot split yet (multi-head latent attention). Ok at size 1. The
-// devices are backend_factory.h's check_rank_devices.
+// Before anything loads (--tensor-parallel-size): the plan's errors. Ok at size 1. The devices
+// are backend_factory.h's check_rank_devices.
 Status check_tensor_parallel(const ModelConfig& config, int size);
-// The layers the ranks cannot split yet (multi-head latent attention): a user error
-// naming them, or Ok (also at size 1). Part of check_tensor_parallel; the weight shards check it
-// too.
-Status check_layers_split(const ModelConfig& config, int size);
 
 // What one rank runs: config with its heads, KV heads and intermediate sizes divided as plan says
 // (hidden size, head_dim, layers and vocabulary unchanged: the LM head's split is its own).
@@ -61,6 +56,14 @@ IndexRange o_columns_of_rank(const ModelConfig& config, const TensorParallelPlan
 std::vector<IndexRange> gate_up_rows_of_rank(int64_t per_rank, int rank, int64_t intermediate);
 // Rank r's columns of down ((D, F)).
 IndexRange down_columns_of_rank(int64_t per_rank, int rank);
+// Multi-head latent attention (DeepSeek-V2; config.mla) by heads: rank r's rows of the query
+// projection ((H (N + P), D or Rq): each head's nope and rope parts), of kv_b ((H (N + V), R):
+// each head's k_nope and v rows) and its columns of o ((D, H V)). The latent projections (q_a,
+// kv_a) and their norms stay whole: every rank caches the same latent.
+struct MlaRanges {
+  IndexRange query, kv_b, o;
+};
+MlaRanges mla_ranges_of_rank(const ModelConfig& config, const TensorParallelPlan& plan, int rank);
 // Rank r's rows of the LM head ((V, D)).
 IndexRange vocab_rows_of_rank(const ModelConfig& config, const TensorParallelPlan& plan, int rank);
 

@@ -144,15 +144,34 @@ TEST(TensorParallelPlan, SizesThatDoNotSplitTheModelAreRefused) {
   EXPECT_EQ(zero.error().message, "--tensor-parallel-size 0: the ranks must be at least 1");
 }
 
+// DeepSeek-V2-Lite's latent attention over 2 ranks: rank 1 takes heads 8-15 of the query (192
+// rows each: nope 128 + rope 64), of kv_b (256 rows each: k_nope 128 + v 128) and of o (128
+// columns each).
+TEST(TensorParallelPlan, LatentAttentionSplitsByHeads) {
+  const ModelConfig c = preset("deepseek-v2-lite");
+  const TensorParallelPlan plan = plan_tensor_parallel(c, 2).value();
+  const MlaRanges r = mla_ranges_of_rank(c, plan, 1);
+  EXPECT_EQ(r.query.begin, 8 * 192);
+  EXPECT_EQ(r.query.count, 8 * 192);
+  EXPECT_EQ(r.kv_b.begin, 8 * 256);
+  EXPECT_EQ(r.kv_b.count, 8 * 256);
+  EXPECT_EQ(r.o.begin, 8 * 128);
+  EXPECT_EQ(r.o.count, 8 * 128);
+  // The shared experts (2 x 1,408) split like one MLP of their summed width.
+  EXPECT_EQ(plan.shared_intermediate_per_rank, 1408);
+  EXPECT_EQ(plan.expert_intermediate_per_rank, 704);
+}
+
 TEST(TensorParallelPlan, CheckedBeforeAnythingLoads) {
   EXPECT_TRUE(check_tensor_parallel(preset("llama-3-8b"), 1).ok());
   EXPECT_TRUE(check_tensor_parallel(preset("llama-3-8b"), 2).ok());
   EXPECT_TRUE(check_tensor_parallel(preset("mixtral-8x7b"), 2).ok());  // experts split too
-  const Status mla = check_tensor_parallel(preset("deepseek-v2-lite"), 2);
-  ASSERT_FALSE(mla.ok());
-  EXPECT_EQ(mla.error().message,
-            "--tensor-parallel-size 2: deepseek-v2-lite has multi-head latent attention layers, "
-            "which do not split yet; run it with --tensor-parallel-size 1");
+  EXPECT_TRUE(check_tensor_parallel(preset("deepseek-v2-lite"), 4).ok());
+  const Status experts = check_tensor_parallel(preset("deepseek-v2-lite"), 3);
+  ASSERT_FALSE(experts.ok());
+  EXPECT_NE(experts.error().message.find("has 16 attention heads, which 3 does not divide"),
+            std::string::npos)
+      << experts.error().message;
   EXPECT_FALSE(check_tensor_parallel(preset("llama-3-8b"), 3).ok());
 }
 

@@ -16,7 +16,8 @@
 //   (MoeOps::fuses_shared_experts), the shared MLP runs inside moe_experts as n_shared_experts
 //   always-on experts of the routed ones' width (SwiGLU is a sum over its features: the shared
 //   MLP is the sum of its feature slices' MLPs), added after the routed ones at weight 1.0.
-// The published checkpoints' per-expert names (mlp.experts.J.gate_proj, ...). Runs unfused.
+// The published checkpoints' per-expert names (mlp.experts.J.gate_proj, ...). Runs unfused, and
+// tensor parallel by heads and MLP columns (model/tensor_parallel.h's mla_ranges_of_rank).
 #include <cstring>
 #include <vector>
 
@@ -117,6 +118,9 @@ class DeepseekV2 final : public Architecture {
   }
 
   bool runs_fused_decode() const override { return false; }
+  // A rank: its heads (query, kv_b, o), the latent whole, its columns of every MLP; the sums
+  // after o and after the MLP.
+  bool runs_tensor_parallel() const override { return true; }
 
   int moe_always_on(const ModelConfig& c, Backend& backend) const override {
     const bool fused = c.moe.num_experts > 0 && c.moe.num_shared_experts > 0 &&
@@ -203,6 +207,7 @@ class DeepseekV2 final : public Architecture {
                                  in.slot_mapping, in.inv_freq, in.kv[l], shape);
       in.mla->mla_attention(q, w.kv_b, in.kv[l], *in.attention, shape, b.attn);
       backend.matmul(b.attn, w.wo, nullptr, b.tmp);
+      if (in.tp != nullptr) in.tp->all_reduce_sum(b.tmp);  // each rank's heads' share of o
       backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, eps, b.hidden);
       // The MLP into b.tmp.
       if (w.expert_gate_up.empty()) {  // dense: intermediate_size, in the front of the buffers
@@ -215,6 +220,8 @@ class DeepseekV2 final : public Architecture {
       } else {
         moe(backend, w, in, b, l, scratch);
       }
+      // Each rank's columns of the MLP (dense, or every expert's and the shared ones').
+      if (in.tp != nullptr) in.tp->all_reduce_sum(b.tmp);
       if (l + 1 < layers.size())
         backend.add_rms_norm(b.residual, b.tmp, layers[l + 1].attn_norm, eps, b.hidden);
     }

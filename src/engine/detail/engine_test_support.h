@@ -69,6 +69,37 @@ inline ModelConfig tiny_gemma2_config() {
   return c;
 }
 
+// A tiny DeepSeek-V2: multi-head latent attention with q LoRA (kv_lora_rank 32, q_lora_rank 24,
+// nope 16, rope 8, v 12), a dense first layer (F 96), then 8 routed experts of F 16 (top-3,
+// group-limited over 4 groups keeping 2, routed_scaling_factor 2.5, not renormalised) and 2
+// shared ones.
+inline ModelConfig tiny_deepseek2_config() {
+  ModelConfig c = tiny_config();
+  c.name = "tiny-deepseek2";
+  c.family = "deepseek_v2";
+  c.hf_architecture = "DeepseekV2ForCausalLM";
+  c.intermediate_size = 96;
+  c.num_layers = 3;
+  c.num_kv_heads = c.num_heads;
+  c.moe.num_experts = 8;
+  c.moe.experts_per_token = 3;
+  c.moe.expert_intermediate_size = 16;
+  c.moe.num_shared_experts = 2;
+  c.moe.first_dense_layers = 1;
+  c.moe.topk_method = "group_limited_greedy";
+  c.moe.num_groups = 4;
+  c.moe.topk_groups = 2;
+  c.moe.routed_scaling_factor = 2.5;
+  c.moe.norm_topk_prob = false;
+  c.mla.kv_lora_rank = 32;
+  c.mla.q_lora_rank = 24;
+  c.mla.qk_nope_head_dim = 16;
+  c.mla.qk_rope_head_dim = 8;
+  c.mla.v_head_dim = 12;
+  c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
+  return c;
+}
+
 // Dummy weights with the norms replaced by random values around 1, so that every weight matters;
 // the matmul weights in quantization's format (the same model, quantized; 4-bit int: awq's
 // zero points when asymmetric, else gptq's symmetric codes).
