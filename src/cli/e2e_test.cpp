@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -135,11 +136,8 @@ TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
       {{"run", "--model", "tiny-15m", "--tensor-parallel-size", "4", "--result-dir", dir},
        "--tensor-parallel-size 4: tiny-15m has 6 attention heads, which 4 does not divide; sizes "
        "that split it: 1, 2"},
-      {{"run", "--tensor-parallel-size", "2", "--kv-cache-growth", "on-demand", "--result-dir",
-        dir},
-       "--kv-cache-growth on-demand with --tensor-parallel-size above 1 is not supported yet"},
-      {{"run", "--tensor-parallel-size", "2", "--quantization", "fp8", "--result-dir", dir},
-       "--quantization fp8 with --tensor-parallel-size above 1 is not supported yet"},
+      {{"run", "--tensor-parallel-size", "2", "--quantization", "awq", "--result-dir", dir},
+       "--quantization awq with --tensor-parallel-size above 1 is not supported yet"},
   };
   for (const auto& c : cases) expect_refused(c.args, c.expect, dir);
   EXPECT_EQ(fs::directory_iterator(taken)->path().filename(), "mine.txt");
@@ -286,6 +284,31 @@ TEST_F(E2e, TensorParallelRunCompletesAndIsRecorded) {
     EXPECT_GE(rank["peak_allocated_bytes"].get<double>(), rank["allocated_bytes"].get<double>());
   }
   EXPECT_EQ(group["ranks"][0]["kv_cache_bytes"], group["ranks"][1]["kv_cache_bytes"]);
+  // memory.csv: a demand series per rank (the heatmap's rows on a GPU), each rank's peak its
+  // weights and more; none at one rank.
+  const auto column_peak = [](const std::string& csv, const std::string& name) {
+    std::istringstream in(csv);
+    std::string line, cell;
+    std::getline(in, line);
+    std::istringstream header(line);
+    int index = -1;
+    for (int i = 0; std::getline(header, cell, ','); ++i)
+      if (cell == name) index = i;
+    double peak = -1;  // -1: no such column
+    while (index >= 0 && std::getline(in, line)) {
+      std::istringstream row(line);
+      for (int i = 0; std::getline(row, cell, ','); ++i)
+        if (i == index && !cell.empty()) peak = std::max(peak, std::stod(cell));
+    }
+    return peak;
+  };
+  const std::string tp2_csv = read_file(root_ / "tp2" / "memory.csv").value();
+  for (int rank_index = 0; rank_index < 2; ++rank_index) {
+    const std::string name = "rank" + std::to_string(rank_index) + "_demand_bytes";
+    EXPECT_GE(column_peak(tp2_csv, name), group["ranks"][rank_index]["weights_bytes"].get<double>())
+        << name;
+  }
+  EXPECT_EQ(column_peak(read_file(root_ / "tp1" / "memory.csv").value(), "rank0_demand_bytes"), -1);
   EXPECT_TRUE(one["engine"]["engine"]["tensor_parallel"].is_null());
 }
 

@@ -119,6 +119,12 @@ Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompt
       !(options.percentile > 0.5 && options.percentile <= 1.0)) {
     return user_error("the calibration percentile must be in (0.5, 1] (e.g. 0.9999)");
   }
+  if (!engine.tensor_parallel_group().communicator.empty()) {
+    return user_error(
+        "--calibration with --tensor-parallel-size above 1 is not supported yet (the scales "
+        "would be observed on rank 0's inputs only); drop --calibration (per-token scales), or "
+        "run with --tensor-parallel-size 1");
+  }
   ModelWeights& w = engine.weights_for_calibration();
   std::vector<WeightRef*> targets;
   for (LayerWeights& l : w.layers) {

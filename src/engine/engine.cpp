@@ -63,6 +63,25 @@ class EngineImpl final : public Engine {
     }
   }
 
+  // The adapter (null: none) into LoRA slot `slot` of every rank: under tensor parallelism each
+  // rank's part of it (shard_lora_adapter), written on the rank's own thread (its device).
+  void set_lora_slot_on_ranks(int slot, const LoraAdapter* adapter) {
+    if (tp_.runners.empty()) {
+      runner_->set_lora_slot(slot, adapter);
+      return;
+    }
+    const TensorParallelPlan plan =
+        plan_tensor_parallel(model_, static_cast<int>(tp_runners_.size())).value();
+    tp_.threads->run([&](int r) {
+      if (adapter == nullptr) {
+        tp_runners_[static_cast<size_t>(r)]->set_lora_slot(slot, nullptr);
+        return;
+      }
+      const LoraAdapter part = detail::shard_lora_adapter(*adapter, model_, plan, r);
+      tp_runners_[static_cast<size_t>(r)]->set_lora_slot(slot, &part);
+    });
+  }
+
   void set_tensor_parallel_ranks(detail::TensorParallelRanks ranks) {
     tp_ = std::move(ranks);
     if (!tp_.runners.empty()) tp_runners_ = detail::all_runners(*runner_, tp_);
@@ -162,7 +181,7 @@ class EngineImpl final : public Engine {
                         std::to_string(config_.max_loras) +
                         " slots are in use; unload an adapter first, or raise --max-loras");
     }
-    runner_->set_lora_slot(slot, &adapter);
+    set_lora_slot_on_ranks(slot, &adapter);
     lora_slot_used_[static_cast<size_t>(slot)] = true;
     lora_slots_[name] = slot;
     lora_order_.push_back(name);
@@ -180,7 +199,7 @@ class EngineImpl final : public Engine {
                         std::to_string(lora_users_[slot]) +
                         " request(s); unload it when they have finished");
     }
-    runner_->set_lora_slot(it->second, nullptr);
+    set_lora_slot_on_ranks(it->second, nullptr);
     lora_slot_used_[slot] = false;
     lora_slots_.erase(it);
     lora_order_.erase(std::find(lora_order_.begin(), lora_order_.end(), name));
@@ -544,9 +563,21 @@ class EngineImpl final : public Engine {
     const int64_t start_ns = now_ns();
     const int chunk = std::max(min_growth_blocks_, current / 2);
     const int wanted = std::min(capacity_blocks_, current + std::max(missing, chunk));
-    detail::KvCache& kv = runner_->kv_cache();
-    auto grow = [&](int blocks) {
-      return detail::grow_kv_cache(kv, model_, blocks, config_.block_size, backend_, staging_);
+    // Every rank's cache (tensor parallelism: each its own device's, of the rank's KV heads),
+    // rank 0's first; a refusal on any rank refuses the growth. A rank that grew before another
+    // refused keeps its larger cache (the pool's blocks index no further than the smallest).
+    auto grow = [&](int blocks) -> Result<detail::KvGrowthPath> {
+      const ModelConfig& m = tp_.runners.empty() ? model_ : tp_.rank_config;
+      detail::KvGrowthPath path = detail::KvGrowthPath::kDeviceCopy;
+      for (size_t r = 0; r < tp_.runners.size() + 1; ++r) {
+        detail::KvCache& kv = r == 0 ? runner_->kv_cache() : tp_.runners[r - 1]->kv_cache();
+        Backend& b = r == 0 ? backend_ : *tp_.backends[r - 1];
+        if (!kv.layers.empty() && kv.layers[0].k.dim(0) >= blocks) continue;
+        IB_ASSIGN_OR_RETURN(const detail::KvGrowthPath p,
+                            detail::grow_kv_cache(kv, m, blocks, config_.block_size, b, staging_));
+        if (p == detail::KvGrowthPath::kHostStaged) path = p;
+      }
+      return path;
     };
     auto grown = grow(wanted);
     int grown_to = wanted;

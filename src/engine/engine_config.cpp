@@ -152,18 +152,16 @@ Status EngineConfig::validate() const {
                       " adapters but --max-loras is " + std::to_string(max_loras) +
                       "; raise --max-loras to at least " + std::to_string(lora_modules.size()));
   }
-  if (tensor_parallel_size > 1 && kv_growth == KvGrowth::kOnDemand) {
-    return user_error(
-        "--kv-cache-growth on-demand with --tensor-parallel-size above 1 is not supported yet; "
-        "drop --kv-cache-growth");
-  }
-  if (tensor_parallel_size > 1 && enable_lora) {
-    return user_error("--enable-lora with --tensor-parallel-size above 1 is not supported yet");
-  }
+  // The ranks split 8-bit weights (one scale per output row) as dense ones; 4-bit and GGUF
+  // weights group their scales along the columns the row-parallel linears split.
   if (tensor_parallel_size > 1 && quantization != "none") {
-    return user_error("--quantization " + quantization +
-                      " with --tensor-parallel-size above 1 is not supported yet (the ranks split "
-                      "dense weights); drop --quantization");
+    const Result<WeightFormat> format = quantization_weight_format(quantization);
+    if (quantization == "gguf" || (format.ok() && !is_8bit(*format))) {
+      return user_error("--quantization " + quantization +
+                        " with --tensor-parallel-size above 1 is not supported yet (the ranks "
+                        "split dense and 8-bit weights); use --quantization fp8 or int8, or drop "
+                        "--quantization");
+    }
   }
   if (enable_lora) {
     IB_TRY(positive(max_loras, "--max-loras"));

@@ -181,6 +181,49 @@ TEST(LoraEngine, MergeLoraMatchesUnmergedServing) {
   EXPECT_NE((*merged_engine)->weights_description().find("LoRA merged"), std::string::npos);
 }
 
+// Over tensor-parallel ranks (CPU threads): each rank serves its part of every adapter (B's rows
+// for q/k/v and gate/up, A's columns for o and down; at TP 4 the two KV heads' rows replicated),
+// and a batch of two adapters and the base gives one rank's tokens and logits within fp32's
+// reordering of the ranks' partial sums.
+TEST(LoraEngine, TensorParallelRanksServeAdaptersAsOneRank) {
+  TempDir tmp;
+  ModelConfig c = testing::tiny_config();
+  c.vocab_size = 104;  // split by 2 and 4
+  c.eos_token_ids = {103};
+  const LoraAdapter a = load(tmp, "a", c, random_adapter(c, 8, 16, testing::all_targets(), 5));
+  const LoraAdapter b = load(tmp, "b", c, random_adapter(c, 4, 8, {"o_proj", "down_proj"}, 6));
+  std::map<int, std::map<uint64_t, testing::Completion>> runs;
+  for (const int ranks : {1, 2, 4}) {
+    EngineConfig config = lora_config();
+    config.tensor_parallel_size = ranks;
+    testing::EngineUnderTest e = testing::make_engine(c, config, 9);
+    ASSERT_TRUE(e.engine->add_lora("a", a).ok());
+    ASSERT_TRUE(e.engine->add_lora("b", b).ok());
+    const std::vector<int32_t> prompt = {1, 5, 9, 33, 2, 7, 60};
+    for (const auto& [id, lora] : std::map<uint64_t, std::string>{{1, "a"}, {2, "b"}, {3, ""}})
+      ASSERT_TRUE(e.engine->add_request(request(id, prompt, lora)).ok());
+    runs[ranks] = testing::run_to_completion(*e.engine);
+  }
+  for (const int ranks : {2, 4}) {
+    for (const uint64_t id : {1, 2, 3}) {
+      const testing::Completion &one = runs[1].at(id), &many = runs[ranks].at(id);
+      EXPECT_EQ(many.tokens, one.tokens) << ranks << " ranks, request " << id;
+      ASSERT_EQ(many.logits.size(), one.logits.size());
+      for (size_t s = 0; s < one.logits.size(); ++s) {
+        double diff = 0, norm = 0;
+        for (size_t v = 0; v < one.logits[s].size(); ++v) {
+          diff += std::pow(double{many.logits[s][v]} - one.logits[s][v], 2);
+          norm += std::pow(double{one.logits[s][v]}, 2);
+        }
+        EXPECT_LT(std::sqrt(diff / norm), 1e-5) << ranks << " ranks, request " << id;
+      }
+    }
+  }
+  // The adapters change the logits (the check can fail).
+  EXPECT_NE(runs[2].at(1).logits[0], runs[2].at(3).logits[0]);
+  EXPECT_NE(runs[2].at(2).logits[0], runs[2].at(3).logits[0]);
+}
+
 TEST(LoraEngine, SlotsAndRefusals) {
   TempDir tmp;
   const ModelConfig c = testing::tiny_config();

@@ -114,14 +114,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
   if (limits.lora_slots > 0) IB_TRY(check_lora_runs(model, backend));
   if (comm != nullptr && comm->size() > 1) {
     if (!arch->runs_tensor_parallel())
-      return user_error(
-          "--tensor-parallel-size " + std::to_string(comm->size()) + ": " + model.name + " (" +
-          model.family +
-          ") does not run tensor parallel yet; the Llama, Mistral, Qwen2, Phi-3, Gemma-2, "
-          "Mixtral and DeepSeek-V2 families do");
-    IB_ASSERT(limits.lora_slots == 0,
-              "ModelRunner: LoRA slots on a tensor-parallel rank (EngineConfig::validate refuses "
-              "--enable-lora with --tensor-parallel-size above 1)");
+      return user_error("--tensor-parallel-size " + std::to_string(comm->size()) + ": " +
+                        model.name + " (" + model.family +
+                        ") does not run tensor parallel yet; run it with --tensor-parallel-size 1");
   } else {
     comm = nullptr;
   }
@@ -492,17 +487,26 @@ void ModelRunner::forward(int num_tokens, int num_rows, std::span<const RunnerSe
   FusedDecodeOps* fused =
       fused_ops_ && step_mrope_flat_ && fused_ops_->fused_decode(t) ? fused_ops_ : nullptr;
   backend_.embedding(token_ids_, weights_.embed, residual);
-  if (comm_ != nullptr) tp_step_.all_reduce_sum(residual);  // one rank holds each token's row
-  int64_t first = 0;                                        // the share's first row in the step
+  // Input embeddings (a vision encoder's, on rank 0's device) replace their tokens' rows. Under
+  // tensor parallelism they go in before the sum over the ranks that completes the lookup: rank 0
+  // writes them and the other ranks zero those rows, so no rank reads another's memory.
+  const bool writes_embeds = comm_ == nullptr || comm_->rank() == 0;
+  int64_t first = 0;  // the share's first row in the step
   for (const RunnerSeq& seq : batch) {
     for (const InputEmbeds& e : seq.input_embeds) {
       IB_ASSERT(e.offset >= 0 && e.rows > 0 && e.offset + e.rows <= seq.num_tokens &&
                     e.data.rows() == e.rows && e.data.row_size() == d && e.data.dtype == dt,
                 "ModelRunner: input embeddings outside their share, or not (rows, D) in act");
-      backend_.copy_on_device(residual.slice_rows(first + e.offset, e.rows), e.data);
+      const Tensor rows = residual.slice_rows(first + e.offset, e.rows);
+      if (writes_embeds) {
+        backend_.copy_on_device(rows, e.data);
+      } else {
+        backend_.fill_constant(rows, 0.0f);
+      }
     }
     first += seq.num_tokens;
   }
+  if (comm_ != nullptr) tp_step_.all_reduce_sum(residual);  // one rank holds each token's row
   StepInputs in;
   in.positions = positions_;
   in.slot_mapping = slot_mapping_;

@@ -313,11 +313,12 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   IB_TRY(config.validate());
   IB_TRY(config.check_supported());
   IB_TRY(find_architecture(config));
-  IB_ASSERT(options.first_layer == 0 || ((options.format == LoadFormat::kDummy ||
-                                          options.format == LoadFormat::kSafetensors) &&
-                                         options.quantization == WeightFormat::kDense),
-            "load_weights: a part of a model from its first_layer: dummy or safetensors dense "
-            "layers only");
+  IB_ASSERT(
+      options.first_layer == 0 ||
+          ((options.format == LoadFormat::kDummy || options.format == LoadFormat::kSafetensors) &&
+           (options.quantization == WeightFormat::kDense || is_8bit(options.quantization))),
+      "load_weights: a part of a model from its first_layer: dummy or safetensors weights, "
+      "dense or quantized at load to 8 bits");
   const LoadFormat format = resolved_load_format(options);
   if (format == LoadFormat::kSafetensors && !has_safetensors(options.path)) {
     return user_error("no safetensors weights at '" + options.path +

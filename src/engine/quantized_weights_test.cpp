@@ -335,10 +335,14 @@ TEST(Int8Calibration, StaticActivationScalesRunCloseToTheDenseModel) {
 }
 
 // The tiny model's engine on random weights quantized to `format` (--quantization `name`).
-std::unique_ptr<Engine> tiny_quantized_engine(CpuBackend& backend, WeightFormat format) {
-  const ModelConfig c = tiny_config();
+std::unique_ptr<Engine> tiny_quantized_engine(CpuBackend& backend, WeightFormat format,
+                                              int tensor_parallel_size = 1) {
+  ModelConfig c = tiny_config();
+  c.vocab_size = 104;  // splits over 2 ranks
+  c.eos_token_ids = {103};
   EngineConfig config;
   config.quantization = weight_format_name(format);
+  config.tensor_parallel_size = tensor_parallel_size;
   auto engine = create_engine_with_weights(c, testing::random_weights(c, backend, 7, format),
                                            config, backend);
   IB_ASSERT(engine.ok(), "the tiny quantized engine");
@@ -360,6 +364,14 @@ TEST(Int8Calibration, IsRefusedNamingTheFix) {
   const Status pct = calibrate(*int8, prompts, bad);
   ASSERT_FALSE(pct.ok());
   EXPECT_NE(pct.error().message.find("calibration percentile"), std::string::npos);
+  // Over tensor-parallel ranks the scales would be observed on rank 0 only.
+  auto split = tiny_quantized_engine(backend, WeightFormat::kInt8W8A8, 2);
+  const Status ranks = calibrate(*split, prompts, {});
+  ASSERT_FALSE(ranks.ok());
+  EXPECT_EQ(ranks.error().kind, ErrorKind::kUser);
+  EXPECT_NE(ranks.error().message.find("--calibration with --tensor-parallel-size above 1"),
+            std::string::npos)
+      << ranks.error().message;
 }
 
 TEST(Int8Calibration, LeavesNoStepsInTheProfile) {

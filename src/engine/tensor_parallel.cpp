@@ -90,7 +90,63 @@ class ShardCopier {
     return out;
   }
 
+  // A matmul weight's rows for every rank: its data and, 8-bit, its per-row scales (and the
+  // asymmetric static row sums); its static activation scale as is.
+  Result<std::vector<WeightRef>> weight_rows(
+      const WeightRef& src, const std::function<std::vector<IndexRange>(int)>& ranges) {
+    IB_ASSIGN_OR_RETURN(const auto data, rows(src.data, ranges));
+    IB_ASSIGN_OR_RETURN(const auto scales, rows(src.scales, ranges));
+    IB_ASSIGN_OR_RETURN(const auto sums, rows(src.input_row_sums, ranges));
+    std::vector<WeightRef> out(ranks_.size(), described_as(src));
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i].data = data[i];
+      out[i].scales = scales[i];
+      out[i].input_row_sums = sums[i];
+    }
+    return out;
+  }
+
+  // A matmul weight's columns for every rank: its data's; 8-bit, the per-row scales whole (a
+  // row's partial sums scale as its whole sum does) and the asymmetric static row sums over the
+  // rank's columns (sum_k data[n][k], int8).
+  Result<std::vector<WeightRef>> weight_columns(const WeightRef& src,
+                                                const std::function<IndexRange(int)>& cols_of) {
+    IB_ASSIGN_OR_RETURN(const auto data, columns(src.data, cols_of));
+    IB_ASSIGN_OR_RETURN(const auto scales, whole(src.scales));
+    std::vector<WeightRef> out(ranks_.size(), described_as(src));
+    std::vector<char> host;
+    if (!src.input_row_sums.empty()) host = read(src.data);
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i].data = data[i];
+      out[i].scales = scales[i];
+      if (host.empty()) continue;
+      const IndexRange cols = cols_of(ranks_[i].rank);
+      const int64_t n = src.data.dim(0), k = src.data.dim(1);
+      std::vector<int32_t> sums(static_cast<size_t>(n), 0);
+      for (int64_t row = 0; row < n; ++row)
+        for (int64_t c = cols.begin; c < cols.begin + cols.count; ++c)
+          sums[static_cast<size_t>(row)] +=
+              static_cast<int8_t>(host[static_cast<size_t>(row * k + c)]);
+      std::vector<char> bytes(sums.size() * sizeof(int32_t));
+      std::memcpy(bytes.data(), sums.data(), bytes.size());
+      IB_ASSIGN_OR_RETURN(out[i].input_row_sums, write(i, bytes, DType::kI32, {n}));
+    }
+    return out;
+  }
+
  private:
+  // src's format and static activation quantization, without its tensors.
+  static WeightRef described_as(const WeightRef& src) {
+    WeightRef w;
+    w.format = src.format;
+    w.group_size = src.group_size;
+    w.input_scale = src.input_scale;
+    w.input_zero_point = src.input_zero_point;
+    w.input_asymmetric = src.input_asymmetric;
+    w.asymmetric = src.asymmetric;
+    return w;
+  }
+
   std::vector<char> read(const Tensor& src) {
     std::vector<char> host(src.bytes());
     from_.copy_to_host(src, host.data());
@@ -115,15 +171,21 @@ class ShardCopier {
 
 Status check_splittable(const ModelWeights& weights) {
   const auto dense = [](const WeightRef& w) { return w.format == WeightFormat::kDense; };
+  // The linears split in any 8-bit format (one scale per output row); 4-bit and GGUF weights
+  // group their scales along K and pack their codes, which the splits do not follow yet.
+  const auto splits = [](const WeightRef& w) {
+    return w.format == WeightFormat::kDense || is_8bit(w.format);
+  };
   for (const LayerWeights& l : weights.layers) {
-    bool ok =
-        dense(l.wqkv) && dense(l.wo) && dense(l.w_gate_up) && dense(l.w_down) && dense(l.router);
+    bool ok = splits(l.wqkv) && splits(l.wo) && splits(l.w_gate_up) && splits(l.w_down) &&
+              dense(l.router) && dense(l.q_a) && dense(l.kv_a) && dense(l.kv_b) &&
+              dense(l.shared_gate_up) && dense(l.shared_down);
     for (const WeightRef& e : l.expert_gate_up) ok = ok && dense(e);
     for (const WeightRef& e : l.expert_down) ok = ok && dense(e);
     if (!ok)
       return user_error(
-          "--tensor-parallel-size above 1 with --quantization is not supported yet; use "
-          "dense weights");
+          "--tensor-parallel-size above 1 with 4-bit or GGUF weights (or quantized experts) is "
+          "not supported yet; use --quantization fp8 or int8, or dense weights");
     IB_ASSERT(l.moe_gate_up.empty(),
               "shard_weights: weights before the architecture's prepare_weights");
   }
@@ -198,16 +260,20 @@ Status shard_into(const ModelConfig& config, const ModelWeights& weights, Backen
     set(&LayerWeights::post_attn_norm, t);
     IB_ASSIGN_OR_RETURN(t, copy.whole(l.post_ffn_norm));
     set(&LayerWeights::post_ffn_norm, t);
-    IB_ASSIGN_OR_RETURN(t, copy.rows(l.wqkv.data, qkv));
-    set_weight(&LayerWeights::wqkv, t);
+    // set_ref(member, refs): each rank's whole weight (data and quantization) into its layer.
+    const auto set_ref = [&](WeightRef LayerWeights::*member, const std::vector<WeightRef>& refs) {
+      for (size_t i = 0; i < s.size(); ++i) s[i].*member = refs[i];
+    };
+    IB_ASSIGN_OR_RETURN(auto refs, copy.weight_rows(l.wqkv, qkv));
+    set_ref(&LayerWeights::wqkv, refs);
     IB_ASSIGN_OR_RETURN(t, copy.rows(l.bqkv, qkv));
     set(&LayerWeights::bqkv, t);
-    IB_ASSIGN_OR_RETURN(t, copy.columns(l.wo.data, o));
-    set_weight(&LayerWeights::wo, t);
-    IB_ASSIGN_OR_RETURN(t, copy.rows(l.w_gate_up.data, gate_up));
-    set_weight(&LayerWeights::w_gate_up, t);
-    IB_ASSIGN_OR_RETURN(t, copy.columns(l.w_down.data, down));
-    set_weight(&LayerWeights::w_down, t);
+    IB_ASSIGN_OR_RETURN(refs, copy.weight_columns(l.wo, o));
+    set_ref(&LayerWeights::wo, refs);
+    IB_ASSIGN_OR_RETURN(refs, copy.weight_rows(l.w_gate_up, gate_up));
+    set_ref(&LayerWeights::w_gate_up, refs);
+    IB_ASSIGN_OR_RETURN(refs, copy.weight_columns(l.w_down, down));
+    set_ref(&LayerWeights::w_down, refs);
     // Multi-head latent attention: the latent projections and their norms whole, kv_b by heads.
     IB_ASSIGN_OR_RETURN(t, copy.whole(l.q_a.data));
     set_weight(&LayerWeights::q_a, t);
@@ -288,6 +354,60 @@ Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights
   out.description = rank_description(weights.description, rank, plan.size);
   const RankOut dst[] = {{rank, &to, &out}};
   IB_TRY(shard_into(config, weights, from, plan, dst, true));
+  return out;
+}
+
+LoraAdapter shard_lora_adapter(const LoraAdapter& adapter, const ModelConfig& config,
+                               const TensorParallelPlan& plan, int rank) {
+  const auto b_rows = [](const LoraMatrices& m, int64_t r, IndexRange rows) {  // B (out, r)
+    LoraMatrices out;
+    out.a = m.a;
+    out.b.assign(m.b.begin() + rows.begin * r, m.b.begin() + (rows.begin + rows.count) * r);
+    return out;
+  };
+  const auto a_columns = [](const LoraMatrices& m, int64_t r, IndexRange cols) {  // A (r, in)
+    LoraMatrices out;
+    out.b = m.b;
+    const auto in = static_cast<int64_t>(m.a.size()) / r;
+    for (int64_t i = 0; i < r; ++i)
+      out.a.insert(out.a.end(), m.a.begin() + i * in + cols.begin,
+                   m.a.begin() + i * in + cols.begin + cols.count);
+    return out;
+  };
+  const std::vector<IndexRange> qkv = qkv_rows_of_rank(config, plan, rank);
+  const int64_t q = int64_t{config.num_heads} * config.head_dim;
+  const int64_t kv = int64_t{config.num_kv_heads} * config.head_dim;
+  const IndexRange mlp =
+      gate_up_rows_of_rank(plan.intermediate_per_rank, rank, config.intermediate_size)[0];
+  LoraAdapter out = adapter;
+  for (auto& layer : out.layers) {
+    for (size_t t = 0; t < kNumLoraTargets; ++t) {
+      LoraMatrices& m = layer[t];
+      if (m.empty()) continue;
+      const int64_t r = adapter.rank;
+      switch (static_cast<LoraTarget>(t)) {
+        case LoraTarget::kQ:
+          m = b_rows(m, r, qkv[0]);
+          break;
+        case LoraTarget::kK:
+          m = b_rows(m, r, {qkv[1].begin - q, qkv[1].count});
+          break;
+        case LoraTarget::kV:
+          m = b_rows(m, r, {qkv[2].begin - q - kv, qkv[2].count});
+          break;
+        case LoraTarget::kO:
+          m = a_columns(m, r, o_columns_of_rank(config, plan, rank));
+          break;
+        case LoraTarget::kGate:
+        case LoraTarget::kUp:
+          m = b_rows(m, r, mlp);
+          break;
+        case LoraTarget::kDown:
+          m = a_columns(m, r, down_columns_of_rank(plan.intermediate_per_rank, rank));
+          break;
+      }
+    }
+  }
   return out;
 }
 

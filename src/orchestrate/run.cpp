@@ -152,6 +152,7 @@ Result<Outcome> execute_run(const RunPlan& plan, const PluginRegistry& registry,
 
   CollectorContext context;
   context.target_memory = [t = target.get()] { return t->memory(); };
+  context.tensor_parallel_ranks = plan.target.native.engine.tensor_parallel_size;
   std::vector<std::unique_ptr<Collector>> collectors;
   for (const auto& name : order) {
     if (registry.find(name)->kind == PluginKind::kCollector && telemetry.enabled()) {

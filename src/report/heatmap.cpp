@@ -34,6 +34,24 @@ std::string truncate(const std::string& s, size_t n) {
   return s.size() <= n ? s : s.substr(0, n - 3) + "...";
 }
 
+// The series a recording's rows draw, with their row labels' middle part: its heatmap column,
+// or, where that is the engine's demand of a tensor-parallel run, each rank's
+// (rank<r>_demand_bytes, "rank r"). Empty when the recording lacks the column.
+std::vector<std::pair<int, std::string>> heatmap_series(const MemoryRecording& r) {
+  std::vector<std::pair<int, std::string>> out;
+  if (r.heatmap_column == "engine_demand_bytes") {
+    for (int rank = 0;; ++rank) {
+      const int col = r.timeline.column(fmt::format("rank{}_demand_bytes", rank));
+      if (col < 0) break;
+      out.emplace_back(col, fmt::format("rank {} · ", rank));
+    }
+    if (!out.empty()) return out;
+  }
+  const int col = r.timeline.column(r.heatmap_column);
+  if (col >= 0) out.emplace_back(col, "");
+  return out;
+}
+
 }  // namespace
 
 Heatmap build_heatmap(const std::vector<MemoryRecording>& recordings, int frames) {
@@ -41,35 +59,40 @@ Heatmap build_heatmap(const std::vector<MemoryRecording>& recordings, int frames
   h.frames = std::max(1, frames);
   int64_t longest_ns = 1;
   for (const auto& r : recordings) {
-    if (r.timeline.column(r.heatmap_column) < 0) continue;
+    if (heatmap_series(r).empty()) continue;
     for (const auto& p : r.phases) longest_ns = std::max(longest_ns, p.end_ns - p.start_ns);
   }
   const double frame_ns = static_cast<double>(longest_ns) / h.frames;
   h.frame_s = frame_ns / 1e9;
   for (const auto& r : recordings) {
-    const int col = r.timeline.column(r.heatmap_column);
-    if (col < 0) continue;
-    if (h.caption.empty()) h.caption = heatmap_caption(r.heatmap_column);
-    for (const auto& p : r.phases) {
-      HeatmapRow row;
-      row.label = r.label + " · " + p.name;
-      row.model = r.label;
-      for (int f = 0; f < h.frames; ++f) {
-        const auto t = p.start_ns + static_cast<int64_t>((f + 0.5) * frame_ns);
-        const bool inside = t <= p.end_ns;
-        const double v = inside ? r.timeline.value_at(col, t) / kGiB : kNaN;
-        row.gib.push_back(v);
-        std::string step;
-        if (inside) {
-          const auto& ts = r.timeline.time_ns;
-          const auto k =
-              static_cast<size_t>(std::lower_bound(ts.begin(), ts.end(), t) - ts.begin());
-          if (k < r.sample_step.size()) step = " · " + r.sample_step[k];
+    const auto series = heatmap_series(r);
+    if (series.empty()) continue;
+    if (h.caption.empty()) {
+      h.caption = heatmap_caption(r.heatmap_column);
+      if (!series.front().second.empty()) h.caption += ", one row per tensor-parallel rank";
+    }
+    for (const auto& [col, middle] : series) {
+      for (const auto& p : r.phases) {
+        HeatmapRow row;
+        row.label = r.label + " · " + middle + p.name;
+        row.model = r.label;
+        for (int f = 0; f < h.frames; ++f) {
+          const auto t = p.start_ns + static_cast<int64_t>((f + 0.5) * frame_ns);
+          const bool inside = t <= p.end_ns;
+          const double v = inside ? r.timeline.value_at(col, t) / kGiB : kNaN;
+          row.gib.push_back(v);
+          std::string step;
+          if (inside) {
+            const auto& ts = r.timeline.time_ns;
+            const auto k =
+                static_cast<size_t>(std::lower_bound(ts.begin(), ts.end(), t) - ts.begin());
+            if (k < r.sample_step.size()) step = " · " + r.sample_step[k];
+          }
+          row.detail.push_back(inside ? middle + p.name + step : "");
+          if (std::isfinite(v)) h.zmax_gib = std::max(h.zmax_gib, v);
         }
-        row.detail.push_back(inside ? p.name + step : "");
-        if (std::isfinite(v)) h.zmax_gib = std::max(h.zmax_gib, v);
+        h.rows.push_back(std::move(row));
       }
-      h.rows.push_back(std::move(row));
     }
   }
   if (!(h.zmax_gib > 0)) h.zmax_gib = 1;

@@ -50,11 +50,12 @@ std::string memory_csv(const MemoryRecording& recording);
 Result<MemoryRecording> parse_memory_csv(const std::string& text);
 std::string allocations_csv(const AllocationAnalysis& analysis);
 
-// The heatmap: one row per phase (load, warm-up, run k) of each recording, each aligned at its
-// phase start; values linearly interpolated from the samples onto a uniform grid of frames
+// The heatmap: one row per phase (load, warm-up, run k) of each recording (of each rank, for the
+// engine's demand under tensor parallelism: rank<r>_demand_bytes), each aligned at its phase
+// start; values linearly interpolated from the samples onto a uniform grid of frames
 // (frame centres), NaN after the phase ended; one colour scale (0 to the largest value) for all.
 struct HeatmapRow {
-  std::string label;                // "<recording label> · <phase>"
+  std::string label;                // "<recording label> · <phase>" or "... · rank r · <phase>"
   std::string model;                // the recording label, for the model selector
   std::vector<double> gib;          // (frames)
   std::vector<std::string> detail;  // (frames): "run 0 · decode"

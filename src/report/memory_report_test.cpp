@@ -91,6 +91,32 @@ TEST(Heatmap, InterpolatesEachPhaseOntoOneGrid) {
   EXPECT_NE(h.caption.find("engine demand"), std::string::npos);
 }
 
+// Under tensor parallelism the engine's demand is drawn per rank: a row per rank and phase, on
+// one scale.
+TEST(Heatmap, DrawsEachTensorParallelRank) {
+  MemoryRecording r = fixed_recording("a");
+  const int demand = r.timeline.column("engine_demand_bytes");
+  std::vector<double> rank0, rank1;
+  for (const auto& row : r.timeline.rows) {
+    rank0.push_back(row[static_cast<size_t>(demand)] / 2);
+    rank1.push_back(row[static_cast<size_t>(demand)] / 4);
+  }
+  r.timeline.add_column("rank0_demand_bytes", rank0);
+  r.timeline.add_column("rank1_demand_bytes", rank1);
+  const Heatmap h = build_heatmap({r}, 8);
+  ASSERT_EQ(h.rows.size(), 6u);  // 2 ranks x 3 phases
+  EXPECT_EQ(h.rows[0].label, "a · rank 0 · load");
+  EXPECT_EQ(h.rows[4].label, "a · rank 1 · run 0");
+  EXPECT_EQ(h.rows[4].detail[1], "rank 1 · run 0 · prefill");
+  EXPECT_DOUBLE_EQ(h.rows[0].gib[7], 1.875 / 2);
+  EXPECT_DOUBLE_EQ(h.rows[3].gib[0], 0.125 / 4);
+  EXPECT_DOUBLE_EQ(h.zmax_gib, 2.875 / 2);
+  EXPECT_NE(h.caption.find("one row per tensor-parallel rank"), std::string::npos) << h.caption;
+  // Another series (RSS) is drawn once, whatever the ranks.
+  r.heatmap_column = "rss_bytes";
+  EXPECT_EQ(build_heatmap({r}, 8).rows.size(), 3u);
+}
+
 TEST(Heatmap, SvgMatchesTheGoldenFile) {
   const Heatmap h =
       build_heatmap({fixed_recording("tiny-15m"), fixed_recording("llama-3.2-1b")}, 24);

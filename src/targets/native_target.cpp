@@ -169,6 +169,16 @@ TargetMemory memory_of(const EngineStats& s) {
   m.graph_bytes = s.memory.bytes_by_tag[static_cast<size_t>(MemoryTag::kGraph)];
   m.allocated_bytes = s.memory.allocated_bytes;
   m.peak_allocated_bytes = s.memory.peak_allocated_bytes;
+  // Each rank's pool holds the same blocks (one scheduler): its KV bytes in use are its pool's
+  // bytes in the same proportion.
+  for (const MemorySnapshot& r : s.rank_memory) {
+    const auto tag = [&](MemoryTag t) { return r.bytes_by_tag[static_cast<size_t>(t)]; };
+    const int64_t kv_used =
+        s.kv_blocks_total > 0 ? tag(MemoryTag::kKvCache) * s.kv_blocks_used / s.kv_blocks_total : 0;
+    m.rank_demand_bytes.push_back(tag(MemoryTag::kWeights) + kv_used +
+                                  tag(MemoryTag::kActivations) + tag(MemoryTag::kWorkspace) +
+                                  tag(MemoryTag::kGraph));
+  }
   return m;
 }
 

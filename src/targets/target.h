@@ -87,6 +87,9 @@ struct TargetMemory {
   int64_t graph_bytes = 0;        // CUDA-graph pools
   int64_t allocated_bytes = 0;    // everything the tracked allocator holds
   int64_t peak_allocated_bytes = 0;
+  // Tensor parallelism: each rank's demand (its weights, KV blocks in use, activations and
+  // graphs), rank 0's first; empty at one rank (the fields above are rank 0's).
+  std::vector<int64_t> rank_demand_bytes;
 };
 
 class Target {

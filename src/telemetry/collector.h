@@ -48,6 +48,9 @@ struct CollectorContext {
   std::string nvml_library = nvml_library_path();
   // One-line notices (a missing NVML library); stderr when unset.
   std::function<void(const std::string&)> notice;
+  // The target's tensor-parallel ranks (--tensor-parallel-size), known before it loads: above 1
+  // the engine-pools collector has a demand series per rank.
+  int tensor_parallel_ranks = 1;
 };
 using CollectorFactory = std::function<std::unique_ptr<Collector>(const CollectorContext&)>;
 
@@ -57,7 +60,9 @@ std::unique_ptr<Collector> make_rss_collector();
 // The target's pools. Columns: engine_allocated_bytes (everything the tracked allocator holds;
 // the backends allocate from the driver directly, so this is also what the allocator reserves),
 // weights_bytes, kv_pool_bytes, kv_used_bytes (KV blocks in use x block bytes),
-// activations_bytes (activations + workspace), graph_bytes.
+// activations_bytes (activations + workspace), graph_bytes (rank 0's under tensor parallelism),
+// and with context.tensor_parallel_ranks N > 1 rank0_demand_bytes .. rank<N-1>_demand_bytes
+// (TargetMemory::rank_demand_bytes).
 std::unique_ptr<Collector> make_engine_pools_collector(const CollectorContext& context);
 // NVML, loaded with dlopen from context.nvml_library; one series group per GPU (nvml.h).
 std::unique_ptr<Collector> make_nvml_collector(const CollectorContext& context);

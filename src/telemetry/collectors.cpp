@@ -6,6 +6,8 @@
 #include <limits>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "core/fs.h"
 #include "telemetry/collector.h"
 
@@ -93,17 +95,28 @@ class EnginePoolsCollector : public Collector {
                 {"samples", samples_}};
   }
   std::vector<std::string> columns() const override {
-    return {"engine_allocated_bytes", "weights_bytes",     "kv_pool_bytes",
-            "kv_used_bytes",          "activations_bytes", "graph_bytes"};
+    std::vector<std::string> out = {"engine_allocated_bytes", "weights_bytes",     "kv_pool_bytes",
+                                    "kv_used_bytes",          "activations_bytes", "graph_bytes"};
+    for (int r = 0; r < ranks(); ++r) out.push_back(fmt::format("rank{}_demand_bytes", r));
+    return out;
   }
   void append_values(std::vector<double>& row) const override {
     for (int64_t v : {last_.allocated_bytes, last_.weights_bytes, last_.kv_pool_bytes,
                       last_.kv_used_bytes, last_.activations_bytes, last_.graph_bytes}) {
       row.push_back(has_last_ ? static_cast<double>(v) : kNaN);
     }
+    for (int r = 0; r < ranks(); ++r) {
+      const auto i = static_cast<size_t>(r);
+      const bool known = has_last_ && i < last_.rank_demand_bytes.size();
+      row.push_back(known ? static_cast<double>(last_.rank_demand_bytes[i]) : kNaN);
+    }
   }
 
  private:
+  int ranks() const {
+    return context_.tensor_parallel_ranks > 1 ? context_.tensor_parallel_ranks : 0;
+  }
+
   CollectorContext context_;
   bool has_last_ = false;
   TargetMemory last_;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <thread>
 #include <vector>
 
@@ -74,6 +75,34 @@ TEST(EnginePoolsCollector, KeepsPeaksOfTheTargetPools) {
   EXPECT_EQ(s["activations_peak_bytes"], 20);
   EXPECT_EQ(s["allocated_peak_bytes"], 9000);
   EXPECT_EQ(s["samples"], 4);
+
+  // Tensor parallelism: a demand series per rank (NaN where the target has not reported them).
+  CollectorContext tp = ctx;
+  tp.tensor_parallel_ranks = 2;
+  tp.target_memory = [&]() -> std::optional<TargetMemory> {
+    TargetMemory m;
+    if (step > 0) m.rank_demand_bytes = {700, 600};
+    return m;
+  };
+  auto ranks = make_engine_pools_collector(tp);
+  ASSERT_TRUE(ranks->start(0).ok());
+  const auto columns = ranks->columns();
+  ASSERT_EQ(columns.size(), 8u);
+  EXPECT_EQ(columns[6], "rank0_demand_bytes");
+  EXPECT_EQ(columns[7], "rank1_demand_bytes");
+  step = 0;
+  ranks->sample(0);
+  std::vector<double> row;
+  ranks->append_values(row);
+  ASSERT_EQ(row.size(), 8u);
+  EXPECT_TRUE(std::isnan(row[7]));
+  step = 1;
+  ranks->sample(1);
+  row.clear();
+  ranks->append_values(row);
+  EXPECT_EQ(row[6], 700);
+  EXPECT_EQ(row[7], 600);
+  EXPECT_EQ(make_engine_pools_collector(ctx)->columns().size(), 6u);  // one rank: none
 
   auto none = make_engine_pools_collector(CollectorContext{});
   ASSERT_TRUE(none->start(0).ok());

@@ -93,10 +93,12 @@ struct Loaded {
 
 // Loads the checkpoint as the CLI does; chunk: --max-num-batched-tokens; kv_blocks: a pool of
 // that many 16-token blocks (0: sized from the memory given).
-Result<Loaded> load(const TinyQwen2Vl& m, int chunk, int kv_blocks = 0) {
+Result<Loaded> load(const TinyQwen2Vl& m, int chunk, int kv_blocks = 0,
+                    int tensor_parallel_size = 1) {
   Loaded out;
-  IB_ASSIGN_OR_RETURN(out.engine, vlm_test::load_engine(m.dir.string(), *out.backend, chunk,
-                                                        kv_blocks, 256, out.model));
+  IB_ASSIGN_OR_RETURN(out.engine,
+                      vlm_test::load_engine(m.dir.string(), *out.backend, chunk, kv_blocks, 256,
+                                            out.model, tensor_parallel_size));
   IB_ASSIGN_OR_RETURN(const Qwen2VlModelFiles files, read_qwen2vl_files(m.dir.string()));
   out.preprocess = files.preprocess;
   IB_ASSIGN_OR_RETURN(auto encoder,
@@ -281,6 +283,38 @@ TEST(Qwen2VlEngine, APreemptedRequestRecomputesItsPositions) {
   for (const uint64_t id : {1, 2}) {
     ASSERT_EQ(runs[1].at(id).tokens.size(), 20u);
     EXPECT_EQ(runs[1].at(id).tokens, runs[0].at(id).tokens) << "request " << id;
+  }
+  std::filesystem::remove_all(m.dir);
+}
+
+// Over tensor-parallel ranks (CPU threads): the image embeddings reach every rank through rank 0
+// (the others zero their rows before the embedding's sum), and the logits and tokens are one
+// rank's, within fp32's reordering of the ranks' partial sums.
+TEST(Qwen2VlEngine, TensorParallelRanksGiveOneRanksLogits) {
+  const TinyQwen2Vl m = write_tiny("ib_qwen2vl_tp", false);
+  std::vector<std::map<uint64_t, Tokens>> runs;
+  for (const int ranks : {1, 2}) {
+    auto l = load(m, 8, 0, ranks);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    for (const int id : {1, 2}) {
+      ASSERT_TRUE(
+          l->engine->add_request(make_request(m, l->preprocess, static_cast<uint64_t>(id), id))
+              .ok());
+    }
+    runs.push_back(run(*l->engine));
+  }
+  for (const uint64_t id : {1, 2}) {
+    const Tokens &one = runs[0].at(id), &two = runs[1].at(id);
+    EXPECT_EQ(two.tokens, one.tokens) << "request " << id;
+    ASSERT_EQ(two.logits.size(), one.logits.size());
+    for (size_t i = 0; i < one.logits.size(); ++i) {
+      double diff = 0, norm = 0;
+      for (size_t v = 0; v < one.logits[i].size(); ++v) {
+        diff += std::pow(double{two.logits[i][v]} - one.logits[i][v], 2);
+        norm += std::pow(double{one.logits[i][v]}, 2);
+      }
+      EXPECT_LT(std::sqrt(diff / norm), 1e-5) << "request " << id << " token " << i;
+    }
   }
   std::filesystem::remove_all(m.dir);
 }

@@ -74,7 +74,8 @@ testing::HostWeights tiny_text_model(const TinyText& n, uint64_t seed, const Add
 }
 
 Result<std::unique_ptr<Engine>> load_engine(const std::string& dir, Backend& backend, int chunk,
-                                            int kv_blocks, int max_len, ModelConfig& model) {
+                                            int kv_blocks, int max_len, ModelConfig& model,
+                                            int tensor_parallel_size) {
   IB_ASSIGN_OR_RETURN(const std::string json, read_file(dir + "/config.json"));
   IB_ASSIGN_OR_RETURN(model, parse_hf_config(json, dir));
   WeightOptions weights;
@@ -87,6 +88,7 @@ Result<std::unique_ptr<Engine>> load_engine(const std::string& dir, Backend& bac
   config.max_model_len = kv_blocks > 0 ? kv_blocks * 16 : max_len;
   config.cpu_kv_cache_bytes = 8 << 20;
   config.num_kv_blocks = kv_blocks;
+  config.tensor_parallel_size = tensor_parallel_size;
   return create_engine(model, weights, config, backend);
 }
 

@@ -35,8 +35,10 @@ testing::HostWeights tiny_text_model(const TinyText& dims, uint64_t seed, const 
 
 // The engine of a checkpoint directory as the CLI builds it: config.json through
 // parse_hf_config (into model), the safetensors weights, logits captured, chunk tokens a step,
-// 4 sequences, a pool of kv_blocks 16-token blocks (0: from 8 MiB, max_model_len max_len).
+// 4 sequences, a pool of kv_blocks 16-token blocks (0: from 8 MiB, max_model_len max_len), over
+// tensor_parallel_size ranks (CPU threads beside backend's).
 Result<std::unique_ptr<Engine>> load_engine(const std::string& dir, Backend& backend, int chunk,
-                                            int kv_blocks, int max_len, ModelConfig& model);
+                                            int kv_blocks, int max_len, ModelConfig& model,
+                                            int tensor_parallel_size = 1);
 
 }  // namespace ib::vlm_test

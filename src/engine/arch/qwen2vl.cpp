@@ -11,6 +11,8 @@ namespace {
 class Qwen2VlDecoder final : public Architecture {
  public:
   std::string_view name() const override { return "qwen2_vl"; }
+  // The dense decoder's sums; the runner hands every rank the image embeddings (through rank 0).
+  bool runs_tensor_parallel() const override { return true; }
 
   WeightSchema weight_schema(const ModelConfig& c) const override {
     WeightSchema s = qwen2_architecture().weight_schema(c);

@@ -13,6 +13,7 @@
 
 #include "backend/backend_factory.h"
 #include "engine/detail/model_runner.h"
+#include "engine/lora.h"
 #include "engine/model_weights.h"
 #include "model/tensor_parallel.h"
 
@@ -27,6 +28,12 @@ namespace ib::detail {
 Result<ModelWeights> shard_weights(const ModelConfig& config, const ModelWeights& weights,
                                    Backend& from, const TensorParallelPlan& plan, int rank,
                                    Backend& to);
+
+// Rank `rank`'s part of a LoRA adapter for config split by plan, split as the base weights: the
+// rows of B for q, k, v, gate and up (A whole), the columns of A for o and down (B whole: each
+// rank's update is its share of the sum over the ranks that follows those two).
+LoraAdapter shard_lora_adapter(const LoraAdapter& adapter, const ModelConfig& config,
+                               const TensorParallelPlan& plan, int rank);
 
 // One persistent thread for each rank but 0 (which runs on the caller's), each attached to its
 // rank's communicator (Communicator::attach_thread) before its first task.
