@@ -73,6 +73,40 @@ TEST_F(ServeE2e, RunBackendOpenAiBenchmarksServeAndSigtermDrains) {
   server_ = -1;
 }
 
+// `serve --tensor-parallel-size 2` (two CPU ranks): the server answers as one rank does, the
+// same greedy completion, and a benchmark against it completes.
+TEST_F(ServeE2e, TensorParallelServerAnswersAsOneRank) {
+  std::map<int, std::string> text;
+  for (const int ranks : {1, 2}) {
+    const uint16_t port =
+        start_server({"--model", "tiny-15m", "--kv-cache-memory", "64MiB", "--num-threads", "1",
+                      "--tensor-parallel-size", std::to_string(ranks)});
+    ASSERT_NE(port, 0);
+    const HttpReply reply =
+        http_call(port, "POST", "/v1/completions",
+                  R"({"prompt": "once upon a time", "max_tokens": 12, "temperature": 0})");
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    text[ranks] = json::parse(reply.body)["choices"][0]["text"].get<std::string>();
+    if (ranks == 2) {
+      const fs::path dir = root_ / "tp2";
+      ASSERT_EQ(run({"run", "--backend", "openai", "--base-url",
+                     "http://127.0.0.1:" + std::to_string(port), "--model", "tiny-15m",
+                     "--num-prompts", "4", "--batch-size", "2", "--input-len", "8", "--output-len",
+                     "6", "--runs", "1", "--result-dir", dir.string()}),
+                0)
+          << err();
+      const json result = json::parse(read_file(dir / "result.json").value());
+      EXPECT_EQ(result["completed"], 4);
+      EXPECT_EQ(result["failed"], 0);
+    }
+    ASSERT_EQ(::kill(server_, SIGTERM), 0);
+    EXPECT_EQ(wait_exit(server_), 0);
+    server_ = -1;
+  }
+  EXPECT_FALSE(text[1].empty());
+  EXPECT_EQ(text[2], text[1]);
+}
+
 TEST_F(ServeE2e, NullModelServesTheTokenizerOfTokenizerFlag) {
   const fs::path dir = root_ / "tok";
   fs::create_directories(dir);
