@@ -152,16 +152,13 @@ Status EngineConfig::validate() const {
                       " adapters but --max-loras is " + std::to_string(max_loras) +
                       "; raise --max-loras to at least " + std::to_string(lora_modules.size()));
   }
-  // The ranks split 8-bit weights (one scale per output row) as dense ones; 4-bit and GGUF
-  // weights group their scales along the columns the row-parallel linears split.
-  if (tensor_parallel_size > 1 && quantization != "none") {
-    const Result<WeightFormat> format = quantization_weight_format(quantization);
-    if (quantization == "gguf" || (format.ok() && !is_8bit(*format))) {
-      return user_error("--quantization " + quantization +
-                        " with --tensor-parallel-size above 1 is not supported yet (the ranks "
-                        "split dense and 8-bit weights); use --quantization fp8 or int8, or drop "
-                        "--quantization");
-    }
+  // The ranks split 8-bit and 4-bit weights as dense ones (4-bit: whole groups, checked at the
+  // split); GGUF's blocks not yet.
+  if (tensor_parallel_size > 1 && quantization == "gguf") {
+    return user_error(
+        "--quantization gguf with --tensor-parallel-size above 1 is not supported yet (the "
+        "ranks split dense, 8-bit and 4-bit weights); use --quantization fp8, int8 or awq, or "
+        "drop --quantization");
   }
   if (enable_lora) {
     IB_TRY(positive(max_loras, "--max-loras"));

@@ -90,30 +90,58 @@ class ShardCopier {
     return out;
   }
 
-  // A matmul weight's rows for every rank: its data and, 8-bit, its per-row scales (and the
-  // asymmetric static row sums); its static activation scale as is.
+  // A matmul weight's rows for every rank: its data and its per-row tensors (8-bit: the scales
+  // and the asymmetric static row sums; 4-bit: the grouped scales and zero points); the static
+  // activation scale and an act-order permutation (of the columns) as they are.
   Result<std::vector<WeightRef>> weight_rows(
       const WeightRef& src, const std::function<std::vector<IndexRange>(int)>& ranges) {
     IB_ASSIGN_OR_RETURN(const auto data, rows(src.data, ranges));
     IB_ASSIGN_OR_RETURN(const auto scales, rows(src.scales, ranges));
+    IB_ASSIGN_OR_RETURN(const auto zeros, rows(src.zeros, ranges));
     IB_ASSIGN_OR_RETURN(const auto sums, rows(src.input_row_sums, ranges));
+    IB_ASSIGN_OR_RETURN(const auto perm, whole(src.input_perm));
     std::vector<WeightRef> out(ranks_.size(), described_as(src));
     for (size_t i = 0; i < out.size(); ++i) {
       out[i].data = data[i];
       out[i].scales = scales[i];
+      out[i].zeros = zeros[i];
       out[i].input_row_sums = sums[i];
+      out[i].input_perm = perm[i];
     }
     return out;
   }
 
-  // A matmul weight's columns for every rank: its data's; 8-bit, the per-row scales whole (a
-  // row's partial sums scale as its whole sum does) and the asymmetric static row sums over the
-  // rank's columns (sum_k data[n][k], int8).
+  // A matmul weight's columns for every rank: its data's (4-bit: the bytes of two columns each);
+  // 8-bit, the per-row scales whole (a row's partial sums scale as its whole sum does) and the
+  // asymmetric static row sums over the rank's columns (sum_k data[n][k], int8); 4-bit, the
+  // columns of the groups the rank's columns make up. The caller checked that the columns split
+  // at whole groups without an act-order permutation (check_columns_split).
   Result<std::vector<WeightRef>> weight_columns(const WeightRef& src,
                                                 const std::function<IndexRange(int)>& cols_of) {
+    std::vector<WeightRef> out(ranks_.size(), described_as(src));
+    if (is_4bit(src.format)) {
+      IB_ASSERT(src.input_perm.empty() && src.group_size > 0,
+                "weight_columns: a 4-bit weight split without act-order, in whole groups");
+      const auto bytes_of = [&](int r) {
+        const IndexRange c = cols_of(r);
+        return IndexRange{c.begin / 2, c.count / 2};
+      };
+      const auto groups_of = [&](int r) {
+        const IndexRange c = cols_of(r);
+        return IndexRange{c.begin / src.group_size, c.count / src.group_size};
+      };
+      IB_ASSIGN_OR_RETURN(const auto data, columns(src.data, bytes_of));
+      IB_ASSIGN_OR_RETURN(const auto scales, columns(src.scales, groups_of));
+      IB_ASSIGN_OR_RETURN(const auto zeros, columns(src.zeros, groups_of));
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i].data = data[i];
+        out[i].scales = scales[i];
+        out[i].zeros = zeros[i];
+      }
+      return out;
+    }
     IB_ASSIGN_OR_RETURN(const auto data, columns(src.data, cols_of));
     IB_ASSIGN_OR_RETURN(const auto scales, whole(src.scales));
-    std::vector<WeightRef> out(ranks_.size(), described_as(src));
     std::vector<char> host;
     if (!src.input_row_sums.empty()) host = read(src.data);
     for (size_t i = 0; i < out.size(); ++i) {
@@ -169,23 +197,42 @@ class ShardCopier {
   std::span<const RankOut> ranks_;
 };
 
-Status check_splittable(const ModelWeights& weights) {
+// Whether w's columns split over size ranks: any dense or 8-bit weight; a 4-bit one in whole
+// groups and without an act-order permutation. what: its name in the error.
+Status check_columns_split(const WeightRef& w, int size, const char* what) {
+  if (!is_4bit(w.format)) return Ok{};
+  const int64_t per_rank = w.cols() / size;
+  if (w.input_perm.empty() && w.group_size > 0 && per_rank % w.group_size == 0) return Ok{};
+  const std::string why =
+      !w.input_perm.empty()
+          ? std::string("its act-order (desc_act) column permutation spans the whole input")
+          : "each rank's " + std::to_string(per_rank) + " input columns are not whole groups of " +
+                std::to_string(w.group_size);
+  return user_error("--tensor-parallel-size " + std::to_string(size) + ": the 4-bit " + what +
+                    " weights do not split (" + why +
+                    "); use another --tensor-parallel-size, a checkpoint whose sizes split, or "
+                    "--quantization fp8 or int8");
+}
+
+Status check_splittable(const ModelWeights& weights, int size) {
   const auto dense = [](const WeightRef& w) { return w.format == WeightFormat::kDense; };
-  // The linears split in any 8-bit format (one scale per output row); 4-bit and GGUF weights
-  // group their scales along K and pack their codes, which the splits do not follow yet.
-  const auto splits = [](const WeightRef& w) {
-    return w.format == WeightFormat::kDense || is_8bit(w.format);
-  };
+  // The linears and the experts split in the 8-bit formats (one scale per output row) and the
+  // 4-bit ones (scales grouped along K: the row-parallel ones in whole groups); GGUF's blocks do
+  // not yet, nor do quantized latent-attention or shared-expert weights.
+  const auto splits = [](const WeightRef& w) { return w.format != WeightFormat::kGguf; };
   for (const LayerWeights& l : weights.layers) {
     bool ok = splits(l.wqkv) && splits(l.wo) && splits(l.w_gate_up) && splits(l.w_down) &&
               dense(l.router) && dense(l.q_a) && dense(l.kv_a) && dense(l.kv_b) &&
               dense(l.shared_gate_up) && dense(l.shared_down);
-    for (const WeightRef& e : l.expert_gate_up) ok = ok && dense(e);
-    for (const WeightRef& e : l.expert_down) ok = ok && dense(e);
+    for (const WeightRef& e : l.expert_gate_up) ok = ok && splits(e);
+    for (const WeightRef& e : l.expert_down) ok = ok && splits(e);
     if (!ok)
       return user_error(
-          "--tensor-parallel-size above 1 with 4-bit or GGUF weights (or quantized experts) is "
-          "not supported yet; use --quantization fp8 or int8, or dense weights");
+          "--tensor-parallel-size above 1 with GGUF weights is not supported yet; use "
+          "--quantization fp8, int8 or awq, or dense weights");
+    IB_TRY(check_columns_split(l.wo, size, "o_proj"));
+    IB_TRY(check_columns_split(l.w_down, size, "down_proj"));
+    for (const WeightRef& e : l.expert_down) IB_TRY(check_columns_split(e, size, "expert down"));
     IB_ASSERT(l.moe_gate_up.empty(),
               "shard_weights: weights before the architecture's prepare_weights");
   }
@@ -198,7 +245,7 @@ Status check_splittable(const ModelWeights& weights) {
 // norm and LM head) to its weights, allocated on its backend; each tensor read once.
 Status shard_into(const ModelConfig& config, const ModelWeights& weights, Backend& from,
                   const TensorParallelPlan& plan, std::span<const RankOut> ranks, bool globals) {
-  IB_TRY(check_splittable(weights));
+  IB_TRY(check_splittable(weights, plan.size));
   ShardCopier copy(from, ranks);
   // each(member, tensors): each rank's tensor into that rank's member.
   const auto each = [&](Tensor ModelWeights::*member, const std::vector<Tensor>& tensors) {
@@ -308,10 +355,10 @@ Status shard_into(const ModelConfig& config, const ModelWeights& weights, Backen
       return down_columns_of_rank(plan.expert_intermediate_per_rank, r);
     };
     for (size_t e = 0; e < l.expert_gate_up.size(); ++e) {
-      IB_ASSIGN_OR_RETURN(t, copy.rows(l.expert_gate_up[e].data, expert_gate_up));
-      for (size_t i = 0; i < s.size(); ++i) s[i].expert_gate_up.emplace_back(t[i]);
-      IB_ASSIGN_OR_RETURN(t, copy.columns(l.expert_down[e].data, expert_down));
-      for (size_t i = 0; i < s.size(); ++i) s[i].expert_down.emplace_back(t[i]);
+      IB_ASSIGN_OR_RETURN(refs, copy.weight_rows(l.expert_gate_up[e], expert_gate_up));
+      for (size_t i = 0; i < s.size(); ++i) s[i].expert_gate_up.push_back(refs[i]);
+      IB_ASSIGN_OR_RETURN(refs, copy.weight_columns(l.expert_down[e], expert_down));
+      for (size_t i = 0; i < s.size(); ++i) s[i].expert_down.push_back(refs[i]);
     }
     for (size_t i = 0; i < s.size(); ++i) ranks[i].out->layers.push_back(std::move(s[i]));
   }

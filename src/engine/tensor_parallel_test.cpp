@@ -33,13 +33,19 @@ constexpr int kBlockSize = 16;
 
 // family: "llama" (tiny_config: 4 heads, 2 KV heads, F 128), "qwen2" (its q/k/v biases),
 // "gemma2" (tiny_gemma2_config: sandwich norms, soft caps, alternating windows, GeGLU) or
-// "mixtral" (4 experts of F 64, top-2), "deepseek_v2" (tiny_deepseek2_config: latent attention
+// "llama_wide" (hidden 256, head_dim 64, F 512: 4-bit groups of 128 split over 2 ranks, of 64 over
+// 4), "mixtral" (4 experts of F 64, top-2), "deepseek_v2" (tiny_deepseek2_config: latent attention
 // with q LoRA, a dense first layer, 8 routed experts with group-limited routing and 2 shared).
 ModelConfig splittable_config(const std::string& family, bool tied) {
   ModelConfig c = family == "gemma2"        ? ib::testing::tiny_gemma2_config()
                   : family == "mixtral"     ? tiny_mixtral_config(4, 64)
                   : family == "deepseek_v2" ? ib::testing::tiny_deepseek2_config()
                                             : tiny_config();
+  if (family == "llama_wide") {
+    c.hidden_size = 256;
+    c.head_dim = 64;
+    c.intermediate_size = 512;
+  }
   c.vocab_size = 104;  // split evenly by 1, 2, 4 and 8
   c.eos_token_ids = {103};
   if (family == "qwen2") {
@@ -179,16 +185,20 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelCpu,
                                            Case{4, "qwen2", false, WeightFormat::kInt8W8A16},
                                            Case{2, "llama", false, WeightFormat::kFp8E4M3},
                                            Case{4, "llama", false, WeightFormat::kInt8W8A8},
-                                           Case{2, "qwen2", false, WeightFormat::kInt8W8A8, true}),
+                                           Case{2, "qwen2", false, WeightFormat::kInt8W8A8, true},
+                                           Case{2, "llama_wide", false, WeightFormat::kInt4W4A16},
+                                           Case{4, "llama_wide", false, WeightFormat::kNf4}),
                          [](const ::testing::TestParamInfo<Case>& param_info) {
                            const WeightFormat q = param_info.param.quantization;
                            return "tp" + std::to_string(param_info.param.ranks) + "_" +
                                   param_info.param.family + (param_info.param.tied ? "_tied" : "") +
                                   (param_info.param.static_scales ? "_static" : "") +
-                                  (q == WeightFormat::kInt8W8A16  ? "_int8"
-                                   : q == WeightFormat::kInt8W8A8 ? "_w8a8"
-                                   : q == WeightFormat::kFp8E4M3  ? "_fp8"
-                                                                  : "");
+                                  (q == WeightFormat::kInt8W8A16   ? "_int8"
+                                   : q == WeightFormat::kInt8W8A8  ? "_w8a8"
+                                   : q == WeightFormat::kFp8E4M3   ? "_fp8"
+                                   : q == WeightFormat::kInt4W4A16 ? "_awq"
+                                   : q == WeightFormat::kNf4       ? "_nf4"
+                                                                   : "");
                          });
 
 TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
@@ -481,14 +491,14 @@ TEST(TensorParallelEngine, RefusesWhatItCannotRunBeforeAnyStep) {
             "--tensor-parallel-size 3: tiny-test has 4 attention heads, which 3 does not divide; "
             "sizes that split it: 1, 2, 4");
   ec.tensor_parallel_size = 2;
-  ec.quantization = "awq";
+  ec.quantization = "gguf";
   const auto quantized =
       create_engine(config, WeightOptions{LoadFormat::kDummy, "", 2}, ec, backend);
   ASSERT_FALSE(quantized.ok());
   EXPECT_EQ(quantized.error().message,
-            "--quantization awq with --tensor-parallel-size above 1 is not supported yet (the "
-            "ranks split dense and 8-bit weights); use --quantization fp8 or int8, or drop "
-            "--quantization");
+            "--quantization gguf with --tensor-parallel-size above 1 is not supported yet (the "
+            "ranks split dense, 8-bit and 4-bit weights); use --quantization fp8, int8 or awq, or "
+            "drop --quantization");
 }
 
 // A communicator that records the thread that attached to it.
@@ -561,15 +571,18 @@ TEST(TensorParallelCpuErrors, AnAbortedGroupFailsTheStepNamingTheCollective) {
 
 TEST(TensorParallelCpuErrors, WhatDoesNotSplitYetIsRefused) {
   CpuBackend backend(1);
-  // 4-bit matmul weights (scales grouped along the columns o and down split).
+  // 4-bit matmul weights split in whole groups only: NF4's groups of 64 against o's 64 input
+  // columns over 2 ranks.
   const ModelConfig dense = splittable_llama(false, false);
-  const ModelWeights int4 = random_weights(dense, backend, 5, WeightFormat::kNf4);
+  const ModelWeights nf4 = random_weights(dense, backend, 5, WeightFormat::kNf4);
   const Result<ModelWeights> q =
-      shard_weights(dense, int4, backend, plan_tensor_parallel(dense, 2).value(), 1, backend);
+      shard_weights(dense, nf4, backend, plan_tensor_parallel(dense, 2).value(), 1, backend);
   ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.error().kind, ErrorKind::kUser);
   EXPECT_EQ(q.error().message,
-            "--tensor-parallel-size above 1 with 4-bit or GGUF weights (or quantized experts) is "
-            "not supported yet; use --quantization fp8 or int8, or dense weights");
+            "--tensor-parallel-size 2: the 4-bit o_proj weights do not split (each rank's 32 "
+            "input columns are not whole groups of 64); use another --tensor-parallel-size, a "
+            "checkpoint whose sizes split, or --quantization fp8 or int8");
 }
 
 }  // namespace
