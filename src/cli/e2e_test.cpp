@@ -285,6 +285,11 @@ TEST_F(E2e, TensorParallelRunCompletesAndIsRecorded) {
     EXPECT_GE(rank["peak_allocated_bytes"].get<double>(), rank["allocated_bytes"].get<double>());
   }
   EXPECT_EQ(group["ranks"][0]["kv_cache_bytes"], group["ranks"][1]["kv_cache_bytes"]);
+  // The run's summary says the same (the last run's output: TP 2).
+  EXPECT_NE(out().find("Tensor parallel: cpu threads, 2 ranks; rank 0 on cpu:0: weights "),
+            std::string::npos)
+      << out();
+  EXPECT_NE(out().find("; rank 1 on cpu:0: weights "), std::string::npos) << out();
   // memory.csv: a demand series per rank (the heatmap's rows on a GPU), each rank's peak its
   // weights and more; none at one rank.
   const auto column_peak = [](const std::string& csv, const std::string& name) {

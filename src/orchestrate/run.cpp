@@ -74,6 +74,19 @@ std::vector<std::string> footnotes(const BenchmarkReport& r, const RunPlan& plan
                               e["kv_tokens"].get<int64_t>(), e["num_kv_blocks"].get<int64_t>(),
                               e["block_size"].get<int64_t>(), e.value("kv_dtype", "?")));
   }
+  // Tensor parallelism: the group, and where each rank's memory went.
+  if (engine.contains("engine") && engine["engine"].value("tensor_parallel", json()).is_object()) {
+    const json& g = engine["engine"]["tensor_parallel"];
+    std::string line = "Tensor parallel: " + g.value("communicator", std::string("?"));
+    for (const json& rank : g.value("ranks", json::array())) {
+      line += fmt::format("; rank {} on {}", rank.value("rank", 0), rank.value("device", "?"));
+      if (rank.contains("weights_bytes")) {
+        line += fmt::format(": weights {}, KV cache {}, peak {}", mib(rank["weights_bytes"]),
+                            mib(rank["kv_cache_bytes"]), mib(rank["peak_allocated_bytes"]));
+      }
+    }
+    out.push_back(line + ".");
+  }
   if (engine.contains("performance")) {
     for (auto& line : performance_lines(engine["performance"])) out.push_back(std::move(line));
   }
