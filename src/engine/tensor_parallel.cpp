@@ -360,7 +360,13 @@ Status shard_into(const ModelConfig& config, const ModelWeights& weights, Backen
       IB_ASSIGN_OR_RETURN(refs, copy.weight_columns(l.expert_down[e], expert_down));
       for (size_t i = 0; i < s.size(); ++i) s[i].expert_down.push_back(refs[i]);
     }
-    for (size_t i = 0; i < s.size(); ++i) ranks[i].out->layers.push_back(std::move(s[i]));
+    // A quantized linear readies its backend (the CUDA backend's scratch for its format), as
+    // load_weights does on the backend that loads: the ranks' backends have loaded nothing.
+    for (size_t i = 0; i < s.size(); ++i) {
+      for (const WeightRef* w : {&s[i].wqkv, &s[i].wo, &s[i].w_gate_up, &s[i].w_down})
+        if (!w->empty() && is_quantized(w->format)) IB_TRY(ranks[i].to->prepare_weight(*w));
+      ranks[i].out->layers.push_back(std::move(s[i]));
+    }
   }
   return Ok{};
 }
