@@ -792,7 +792,17 @@ Result<std::unique_ptr<Engine>> create_engine_impl(const ModelConfig& model, Mod
   in.engine_allocated_bytes = backend.memory().snapshot().allocated_bytes;
   in.memory_limit_bytes = backend.memory().limit_bytes();
   in.on_demand = config.kv_growth == KvGrowth::kOnDemand;
-  IB_ASSIGN_OR_RETURN(const detail::KvPoolPlan plan, detail::plan_kv_pool(in));
+  IB_ASSIGN_OR_RETURN(detail::KvPoolPlan plan, detail::plan_kv_pool(in));
+  // Tensor parallelism: one pool per GPU, every rank's as large as the tightest rank's (each
+  // rank's device and what its tracked allocator already holds).
+  for (const auto& rank_backend : tp.backends) {
+    detail::KvPoolInputs rank_in = in;
+    rank_in.device = rank_backend->device_info();
+    rank_in.engine_allocated_bytes = rank_backend->memory().snapshot().allocated_bytes;
+    rank_in.memory_limit_bytes = rank_backend->memory().limit_bytes();
+    IB_ASSIGN_OR_RETURN(const detail::KvPoolPlan rank_plan, detail::plan_kv_pool(rank_in));
+    if (rank_plan.num_blocks < plan.num_blocks) plan = rank_plan;
+  }
   IB_ASSIGN_OR_RETURN(detail::KvCache kv,
                       detail::allocate_kv_cache(*rank_model, plan.initial_blocks, config.block_size,
                                                 format, backend));
