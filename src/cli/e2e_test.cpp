@@ -136,9 +136,6 @@ TEST_F(E2e, BadInputExitsTwoWithOneLineAndLeavesNothing) {
       {{"run", "--model", "tiny-15m", "--tensor-parallel-size", "4", "--result-dir", dir},
        "--tensor-parallel-size 4: tiny-15m has 6 attention heads, which 4 does not divide; sizes "
        "that split it: 1, 2"},
-      {{"run", "--tensor-parallel-size", "2", "--quantization", "gguf", "--load-format", "dummy",
-        "--result-dir", dir},
-       "--quantization gguf with --tensor-parallel-size above 1 is not supported yet"},
   };
   for (const auto& c : cases) expect_refused(c.args, c.expect, dir);
   EXPECT_EQ(fs::directory_iterator(taken)->path().filename(), "mine.txt");

@@ -152,14 +152,6 @@ Status EngineConfig::validate() const {
                       " adapters but --max-loras is " + std::to_string(max_loras) +
                       "; raise --max-loras to at least " + std::to_string(lora_modules.size()));
   }
-  // The ranks split 8-bit and 4-bit weights as dense ones (4-bit: whole groups, checked at the
-  // split); GGUF's blocks not yet.
-  if (tensor_parallel_size > 1 && quantization == "gguf") {
-    return user_error(
-        "--quantization gguf with --tensor-parallel-size above 1 is not supported yet (the "
-        "ranks split dense, 8-bit and 4-bit weights); use --quantization fp8, int8 or awq, or "
-        "drop --quantization");
-  }
   if (enable_lora) {
     IB_TRY(positive(max_loras, "--max-loras"));
     IB_TRY(positive(max_lora_rank, "--max-lora-rank"));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend_factory.h"
+#include "core/ggml_blocks.h"
 
 namespace ib::detail {
 namespace {
@@ -107,6 +108,18 @@ class ShardCopier {
       out[i].zeros = zeros[i];
       out[i].input_row_sums = sums[i];
       out[i].input_perm = perm[i];
+      if (src.format != WeightFormat::kGguf) continue;
+      // GGUF: each row keeps its block type; the rank's rows regrouped into segments (rows
+      // keep the whole weight's stride: the longest row's bytes).
+      GgufRows& g = out[i].gguf;
+      g.cols = src.gguf.cols;
+      int64_t row = 0;
+      for (const IndexRange& r : ranges(ranks_[i].rank)) {
+        for (int64_t n = r.begin; n < r.begin + r.count; ++n, ++row) {
+          const bool room = g.append(row, src.gguf.type[src.gguf.segment_of(n)]);
+          IB_ASSERT(room, "weight_rows: a GGUF weight's rows in more segments than it had");
+        }
+      }
     }
     return out;
   }
@@ -119,6 +132,7 @@ class ShardCopier {
   Result<std::vector<WeightRef>> weight_columns(const WeightRef& src,
                                                 const std::function<IndexRange(int)>& cols_of) {
     std::vector<WeightRef> out(ranks_.size(), described_as(src));
+    if (src.format == WeightFormat::kGguf) return gguf_columns(src, cols_of);
     if (is_4bit(src.format)) {
       IB_ASSERT(src.input_perm.empty() && src.group_size > 0,
                 "weight_columns: a 4-bit weight split without act-order, in whole groups");
@@ -163,6 +177,33 @@ class ShardCopier {
   }
 
  private:
+  // A GGUF weight's columns for every rank: each row's whole blocks of the rank's columns (the
+  // caller checked that they split at block boundaries), rows at the stride of the rank's
+  // longest.
+  Result<std::vector<WeightRef>> gguf_columns(const WeightRef& src,
+                                              const std::function<IndexRange(int)>& cols_of) {
+    std::vector<WeightRef> out(ranks_.size(), described_as(src));
+    const std::vector<char> host = read(src.data);
+    const int64_t n = src.data.dim(0), stride = src.data.dim(1);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const IndexRange cols = cols_of(ranks_[i].rank);
+      GgufRows g = src.gguf;
+      g.cols = cols.count;
+      const int64_t part_stride = gguf_row_stride(g);
+      std::vector<char> part(static_cast<size_t>(n * part_stride), 0);
+      for (int64_t row = 0; row < n; ++row) {
+        const GgmlTypeInfo& t = ggml_type_info(src.gguf.type[src.gguf.segment_of(row)]);
+        const int64_t first = cols.begin / t.block_elems * t.block_bytes;
+        const int64_t bytes = cols.count / t.block_elems * t.block_bytes;
+        std::memcpy(part.data() + row * part_stride, host.data() + row * stride + first,
+                    static_cast<size_t>(bytes));
+      }
+      out[i].gguf = g;
+      IB_ASSIGN_OR_RETURN(out[i].data, write(i, part, src.data.dtype, {n, part_stride}));
+    }
+    return out;
+  }
+
   // src's format and static activation quantization, without its tensors.
   static WeightRef described_as(const WeightRef& src) {
     WeightRef w;
@@ -200,6 +241,18 @@ class ShardCopier {
 // Whether w's columns split over size ranks: any dense or 8-bit weight; a 4-bit one in whole
 // groups and without an act-order permutation. what: its name in the error.
 Status check_columns_split(const WeightRef& w, int size, const char* what) {
+  if (w.format == WeightFormat::kGguf) {
+    const int64_t per_rank = w.cols() / size;
+    for (int seg = 0; seg < w.gguf.count; ++seg) {
+      const GgmlTypeInfo& t = ggml_type_info(w.gguf.type[seg]);
+      if (per_rank % t.block_elems != 0)
+        return user_error("--tensor-parallel-size " + std::to_string(size) + ": the GGUF " + what +
+                          " weights do not split (each rank's " + std::to_string(per_rank) +
+                          " input columns are not whole " + std::string(t.name) + " blocks of " +
+                          std::to_string(t.block_elems) + "); use another --tensor-parallel-size");
+    }
+    return Ok{};
+  }
   if (!is_4bit(w.format)) return Ok{};
   const int64_t per_rank = w.cols() / size;
   if (w.input_perm.empty() && w.group_size > 0 && per_rank % w.group_size == 0) return Ok{};
@@ -216,20 +269,16 @@ Status check_columns_split(const WeightRef& w, int size, const char* what) {
 
 Status check_splittable(const ModelWeights& weights, int size) {
   const auto dense = [](const WeightRef& w) { return w.format == WeightFormat::kDense; };
-  // The linears and the experts split in the 8-bit formats (one scale per output row) and the
-  // 4-bit ones (scales grouped along K: the row-parallel ones in whole groups); GGUF's blocks do
-  // not yet, nor do quantized latent-attention or shared-expert weights.
-  const auto splits = [](const WeightRef& w) { return w.format != WeightFormat::kGguf; };
+  // The linears and the experts split in every format: 8-bit (one scale per output row), 4-bit
+  // (scales grouped along K) and GGUF (blocks along K), the row-parallel ones in whole groups or
+  // blocks; quantized latent-attention or shared-expert weights do not yet.
   for (const LayerWeights& l : weights.layers) {
-    bool ok = splits(l.wqkv) && splits(l.wo) && splits(l.w_gate_up) && splits(l.w_down) &&
-              dense(l.router) && dense(l.q_a) && dense(l.kv_a) && dense(l.kv_b) &&
-              dense(l.shared_gate_up) && dense(l.shared_down);
-    for (const WeightRef& e : l.expert_gate_up) ok = ok && splits(e);
-    for (const WeightRef& e : l.expert_down) ok = ok && splits(e);
+    const bool ok = dense(l.router) && dense(l.q_a) && dense(l.kv_a) && dense(l.kv_b) &&
+                    dense(l.shared_gate_up) && dense(l.shared_down);
     if (!ok)
       return user_error(
-          "--tensor-parallel-size above 1 with GGUF weights is not supported yet; use "
-          "--quantization fp8, int8 or awq, or dense weights");
+          "--tensor-parallel-size above 1 with quantized router, latent-attention or "
+          "shared-expert weights is not supported yet; use dense weights for them");
     IB_TRY(check_columns_split(l.wo, size, "o_proj"));
     IB_TRY(check_columns_split(l.w_down, size, "down_proj"));
     for (const WeightRef& e : l.expert_down) IB_TRY(check_columns_split(e, size, "expert down"));

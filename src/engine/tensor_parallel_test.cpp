@@ -33,18 +33,19 @@ constexpr int kBlockSize = 16;
 
 // family: "llama" (tiny_config: 4 heads, 2 KV heads, F 128), "qwen2" (its q/k/v biases),
 // "gemma2" (tiny_gemma2_config: sandwich norms, soft caps, alternating windows, GeGLU) or
-// "llama_wide" (hidden 256, head_dim 64, F 512: 4-bit groups of 128 split over 2 ranks, of 64 over
-// 4), "mixtral" (4 experts of F 64, top-2), "deepseek_v2" (tiny_deepseek2_config: latent attention
-// with q LoRA, a dense first layer, 8 routed experts with group-limited routing and 2 shared).
+// "llama_wide" (hidden 512, head_dim 128, F 1024: 4-bit groups of 128 and GGUF's 256-element
+// K-quant blocks split over 2 ranks, NF4's groups of 64 over 4), "mixtral" (4 experts of F 64,
+// top-2), "deepseek_v2" (tiny_deepseek2_config: latent attention with q LoRA, a dense first layer,
+// 8 routed experts with group-limited routing and 2 shared).
 ModelConfig splittable_config(const std::string& family, bool tied) {
   ModelConfig c = family == "gemma2"        ? ib::testing::tiny_gemma2_config()
                   : family == "mixtral"     ? tiny_mixtral_config(4, 64)
                   : family == "deepseek_v2" ? ib::testing::tiny_deepseek2_config()
                                             : tiny_config();
   if (family == "llama_wide") {
-    c.hidden_size = 256;
-    c.head_dim = 64;
-    c.intermediate_size = 512;
+    c.hidden_size = 512;
+    c.head_dim = 128;
+    c.intermediate_size = 1024;
   }
   c.vocab_size = 104;  // split evenly by 1, 2, 4 and 8
   c.eos_token_ids = {103};
@@ -187,7 +188,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelCpu,
                                            Case{4, "llama", false, WeightFormat::kInt8W8A8},
                                            Case{2, "qwen2", false, WeightFormat::kInt8W8A8, true},
                                            Case{2, "llama_wide", false, WeightFormat::kInt4W4A16},
-                                           Case{4, "llama_wide", false, WeightFormat::kNf4}),
+                                           Case{4, "llama_wide", false, WeightFormat::kNf4},
+                                           Case{2, "llama_wide", false, WeightFormat::kGguf}),
                          [](const ::testing::TestParamInfo<Case>& param_info) {
                            const WeightFormat q = param_info.param.quantization;
                            return "tp" + std::to_string(param_info.param.ranks) + "_" +
@@ -198,6 +200,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelCpu,
                                    : q == WeightFormat::kFp8E4M3   ? "_fp8"
                                    : q == WeightFormat::kInt4W4A16 ? "_awq"
                                    : q == WeightFormat::kNf4       ? "_nf4"
+                                   : q == WeightFormat::kGguf      ? "_gguf"
                                                                    : "");
                          });
 
@@ -205,7 +208,15 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
   const Case k = GetParam();
   const ModelConfig config = splittable_config(k.family, k.tied);
   auto whole_backend = std::make_unique<CpuBackend>(1);
-  ModelWeights whole = random_weights(config, *whole_backend, 11, k.quantization);
+  // GGUF: llama.cpp's Q4_K_M mix quantized at load from dummy weights (as --quantization gguf
+  // --load-format dummy), the blocks as stored.
+  ModelWeights whole = [&] {
+    if (k.quantization != WeightFormat::kGguf)
+      return random_weights(config, *whole_backend, 11, k.quantization);
+    WeightOptions gguf{LoadFormat::kDummy, "", 11};
+    gguf.gguf_as_stored = true;
+    return load_weights(config, gguf, *whole_backend).value();
+  }();
   if (k.static_scales) set_static_scales(whole, *whole_backend);
 
   const TensorParallelPlan plan = plan_tensor_parallel(config, k.ranks).value();
@@ -491,14 +502,17 @@ TEST(TensorParallelEngine, RefusesWhatItCannotRunBeforeAnyStep) {
             "--tensor-parallel-size 3: tiny-test has 4 attention heads, which 3 does not divide; "
             "sizes that split it: 1, 2, 4");
   ec.tensor_parallel_size = 2;
+  // GGUF blocks split whole only: Q4_K_M's K-quants (256 elements) against o's 512 input
+  // columns over 4 ranks.
   ec.quantization = "gguf";
-  const auto quantized =
-      create_engine(config, WeightOptions{LoadFormat::kDummy, "", 2}, ec, backend);
+  ec.tensor_parallel_size = 4;
+  const ModelConfig wide = splittable_config("llama_wide", false);
+  const auto quantized = create_engine(wide, WeightOptions{LoadFormat::kDummy, "", 2}, ec, backend);
   ASSERT_FALSE(quantized.ok());
+  EXPECT_EQ(quantized.error().kind, ErrorKind::kUser);
   EXPECT_EQ(quantized.error().message,
-            "--quantization gguf with --tensor-parallel-size above 1 is not supported yet (the "
-            "ranks split dense, 8-bit and 4-bit weights); use --quantization fp8, int8 or awq, or "
-            "drop --quantization");
+            "--tensor-parallel-size 4: the GGUF o_proj weights do not split (each rank's 128 input "
+            "columns are not whole Q4_K blocks of 256); use another --tensor-parallel-size");
 }
 
 // A communicator that records the thread that attached to it.
