@@ -166,6 +166,13 @@ LeaderboardRow leaderboard_row(const SuiteEntry& entry, const EntryState* state,
   if (auto demand = number_at(result, json::json_pointer("/memory/peaks/engine_demand_bytes"))) {
     r.engine_peak_gib = *demand / kGiB;
   }
+  // Tensor parallelism: what one GPU must hold, the largest rank's demand.
+  for (int rank = 0;; ++rank) {
+    const auto demand = number_at(
+        result, json::json_pointer(fmt::format("/memory/peaks/rank{}_demand_bytes", rank)));
+    if (!demand) break;
+    if (rank == 0 || *demand / kGiB > *r.engine_peak_gib) r.engine_peak_gib = *demand / kGiB;
+  }
   r.kv_bytes_per_token = number_at(result, json::json_pointer("/engine/engine/kv_bytes_per_token"));
   r.kv_bytes_per_token_gqa =
       number_at(result, json::json_pointer("/engine/engine/kv_bytes_per_token_gqa"));

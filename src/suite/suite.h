@@ -125,8 +125,9 @@ struct LeaderboardRow {
   std::optional<double> ttft_median_ms;
   std::optional<double> ttft_p99_ms;
   // What the engine needed at its peak: weights + KV blocks in use + activations + graphs
-  // (memory.peaks.engine_demand_bytes). A preallocated KV pool makes the device's own number
-  // (below) nearly the same for every model, so this is the column that compares models.
+  // (memory.peaks.engine_demand_bytes; under tensor parallelism the largest rank's,
+  // rank<r>_demand_bytes: what one GPU must hold). A preallocated KV pool makes the device's own
+  // number (below) nearly the same for every model, so this is the column that compares models.
   std::optional<double> engine_peak_gib;
   // The KV cache's bytes per token over all layers (engine.engine.kv_bytes_per_token), and what
   // ordinary attention's K and V of every KV head would take (..._gqa): they differ for

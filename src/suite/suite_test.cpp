@@ -264,7 +264,11 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
       {"median_ttft_ms", 5.0},
       {"p99_ttft_ms", 9.0},
       {"config", {{"dtype", "fp32"}, {"tensor_parallel_size", 2}}},
-      {"memory", {{"peaks", {{"rss_bytes", 2147483648.0}}}}},
+      {"memory",
+       {{"peaks",
+         {{"rss_bytes", 2147483648.0},
+          {"rank0_demand_bytes", 268435456.0},
+          {"rank1_demand_bytes", 805306368.0}}}}},
       {"energy", {{"available", false}}},
       {"engine",
        {{"performance",
@@ -306,8 +310,8 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
   EXPECT_EQ(rows[3].precision, "awq");  // the entry's --quantization, not its dtype
   EXPECT_EQ(rows[0].peak_source, "gpu");
   EXPECT_DOUBLE_EQ(*rows[0].peak_gib, 1.0);
-  EXPECT_DOUBLE_EQ(*rows[0].engine_peak_gib, 0.5);    // the engine's demand, apart from NVML
-  EXPECT_FALSE(rows[1].engine_peak_gib.has_value());  // no engine demand recorded
+  EXPECT_DOUBLE_EQ(*rows[0].engine_peak_gib, 0.5);   // the engine's demand, apart from NVML
+  EXPECT_DOUBLE_EQ(*rows[1].engine_peak_gib, 0.75);  // TP 2: the larger rank's demand
   EXPECT_DOUBLE_EQ(*rows[1].peak_gib, 2.0);
   EXPECT_EQ(rows[1].precision, "fp32, TP 2");  // two tensor-parallel ranks
   EXPECT_FALSE(rows[1].tokens_per_joule.has_value());
@@ -321,7 +325,7 @@ TEST(Leaderboard, RanksByOutputThroughputAndRecordsFailures) {
       std::string::npos)
       << md;
   EXPECT_NE(md.find("| 2 | slow | m-slow | 15.0M | fp32, TP 2 | 100.0 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("|  | 32.0 KiB | 2.00 (rss) |"), std::string::npos) << md;  // GQA: one figure
+  EXPECT_NE(md.find("| 0.75 | 32.0 KiB | 2.00 (rss) |"), std::string::npos) << md;  // GQA: one
   // Not measured: "-" in the eval columns.
   EXPECT_NE(md.find("| - | broken | m-big | 70.00B |  |  |  |  |  |  |  |  |  | - | - | - | - | "
                     "failed: CUDA out of memory |"),
