@@ -80,6 +80,20 @@ float ActivationStats::quantile(double q) const {
   return std::clamp(v, min_, max_);
 }
 
+void ActivationStats::merge(const ActivationStats& other) {
+  if (other.count_ > 0) {
+    min_ = count_ == 0 ? other.min_ : std::min(min_, other.min_);
+    max_ = count_ == 0 ? other.max_ : std::max(max_, other.max_);
+  }
+  count_ += other.count_;
+  zeros_ += other.zeros_;
+  non_finite_ += other.non_finite_;
+  for (size_t b = 0; b < positive_.size(); ++b) {
+    positive_[b] += other.positive_[b];
+    negative_[b] += other.negative_[b];
+  }
+}
+
 StaticActivationQuant static_activation_quant(const ActivationStats& stats,
                                               CalibrationMethod method, double percentile,
                                               ActivationScheme scheme) {
@@ -119,49 +133,63 @@ Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompt
       !(options.percentile > 0.5 && options.percentile <= 1.0)) {
     return user_error("the calibration percentile must be in (0.5, 1] (e.g. 0.9999)");
   }
-  if (!engine.tensor_parallel_group().communicator.empty()) {
-    return user_error(
-        "--calibration with --tensor-parallel-size above 1 is not supported yet (the scales "
-        "would be observed on rank 0's inputs only); drop --calibration (per-token scales), or "
-        "run with --tensor-parallel-size 1");
-  }
-  ModelWeights& w = engine.weights_for_calibration();
-  std::vector<WeightRef*> targets;
-  for (LayerWeights& l : w.layers) {
-    for (WeightRef* ref : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) {
-      if (ref->format != WeightFormat::kInt8W8A8) {
-        return user_error(
-            "calibration sets static activation scales of int8 W8A8 weights; run with "
-            "--quantization int8-w8a8");
+  // Every rank's weights (tensor parallelism: the same linears in the same order on each, their
+  // slices), observed on its own backend. The column-parallel linears (q/k/v, gate/up) see the
+  // same input on every rank, the row-parallel ones (o, down) a slice each, merged over the
+  // ranks: both are then the whole input's statistics, so the scales are one rank's.
+  const std::vector<CalibrationRank> ranks = engine.calibration_ranks();
+  std::vector<std::vector<WeightRef*>> targets(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (LayerWeights& l : ranks[r].weights->layers) {
+      for (WeightRef* ref : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) {
+        if (ref->format != WeightFormat::kInt8W8A8) {
+          return user_error(
+              "calibration sets static activation scales of int8 W8A8 weights; run with "
+              "--quantization int8-w8a8");
+        }
+        targets[r].push_back(ref);
       }
-      targets.push_back(ref);
     }
   }
   if (engine.has_unfinished()) return user_error("calibration needs an idle engine");
-  Backend& backend = engine.backend();
-  std::map<const void*, ActivationStats> stats;  // by the weight's data
-  std::vector<float> host;
-  std::vector<uint16_t> half;  // a bf16 / fp16 input's bits (the CUDA backend's)
-  const bool observing = backend.set_matmul_observer([&](const Tensor& x, const WeightRef& ref) {
-    if (ref.format != WeightFormat::kInt8W8A8) return;  // lm_head
-    const auto n = static_cast<size_t>(x.numel());
-    host.resize(n);
-    if (x.dtype == DType::kF32) {
-      backend.copy_to_host(x, host.data());
-    } else {
-      IB_ASSERT(x.dtype == DType::kBF16 || x.dtype == DType::kF16,
-                "calibration: matmul inputs are f32, bf16 or fp16");
-      half.resize(n);
-      backend.copy_to_host(x, half.data());
-      for (size_t i = 0; i < n; ++i)
-        host[i] = x.dtype == DType::kBF16 ? bf16_bits_to_f32(half[i]) : f16_bits_to_f32(half[i]);
+  const size_t n_targets = targets[0].size();
+  // Per rank (each observer runs on its rank's thread): the target of each weight's data, and
+  // the statistics.
+  std::vector<std::map<const void*, size_t>> target_of(ranks.size());
+  std::vector<std::vector<ActivationStats>> stats(ranks.size());
+  std::vector<std::vector<float>> host(ranks.size());
+  std::vector<std::vector<uint16_t>> half(ranks.size());  // bf16 / fp16 inputs' bits (CUDA's)
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (size_t i = 0; i < n_targets; ++i) target_of[r][targets[r][i]->data.data] = i;
+    stats[r].resize(n_targets);
+    Backend& backend = *ranks[r].backend;
+    const bool observing =
+        backend.set_matmul_observer([&, r](const Tensor& x, const WeightRef& ref) {
+          if (ref.format != WeightFormat::kInt8W8A8) return;  // lm_head
+          const auto it = target_of[r].find(ref.data.data);
+          if (it == target_of[r].end()) return;
+          const auto n = static_cast<size_t>(x.numel());
+          std::vector<float>& h = host[r];
+          h.resize(n);
+          if (x.dtype == DType::kF32) {
+            ranks[r].backend->copy_to_host(x, h.data());
+          } else {
+            IB_ASSERT(x.dtype == DType::kBF16 || x.dtype == DType::kF16,
+                      "calibration: matmul inputs are f32, bf16 or fp16");
+            half[r].resize(n);
+            ranks[r].backend->copy_to_host(x, half[r].data());
+            for (size_t i = 0; i < n; ++i)
+              h[i] = x.dtype == DType::kBF16 ? bf16_bits_to_f32(half[r][i])
+                                             : f16_bits_to_f32(half[r][i]);
+          }
+          stats[r][it->second].observe(h.data(), x.numel());
+        });
+    if (!observing) {
+      for (size_t q = 0; q < r; ++q) ranks[q].backend->set_matmul_observer(nullptr);
+      return user_error("calibration: the " + backend.device_info().kind +
+                        " backend cannot observe its matmul inputs; calibrate on --device cpu or "
+                        "cuda");
     }
-    stats[ref.data.data].observe(host.data(), x.numel());
-  });
-  if (!observing) {
-    return user_error("calibration: the " + backend.device_info().kind +
-                      " backend cannot observe its matmul inputs; calibrate on --device cpu or "
-                      "cuda");
   }
   Status run = Ok{};
   for (size_t i = 0; i < prompts.size() && run.ok(); ++i) {
@@ -175,30 +203,40 @@ Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompt
       if (!step.ok()) run = step.error();
     }
   }
-  backend.set_matmul_observer(nullptr);
+  for (const CalibrationRank& rank : ranks) rank.backend->set_matmul_observer(nullptr);
   engine.reset_profile();  // the observed steps are not the benchmark's
   IB_TRY(run);
-  for (WeightRef* ref : targets) {
-    const auto it = stats.find(ref->data.data);
-    if (it == stats.end() || it->second.count() == 0) {
+  for (size_t i = 0; i < n_targets; ++i) {
+    // q/k/v and gate/up: rank 0's (every rank saw the same input; merging copies would move a
+    // percentile's order statistic); o and down (targets 1 and 3 of each layer): every rank's
+    // slice.
+    const bool row_parallel = i % 4 == 1 || i % 4 == 3;
+    ActivationStats merged = stats[0][i];
+    for (size_t r = 1; r < ranks.size() && row_parallel; ++r) merged.merge(stats[r][i]);
+    if (merged.count() == 0) {
       return user_error("calibration: a matmul weight saw no input; use more prompts");
     }
     const StaticActivationQuant q =
-        static_activation_quant(it->second, options.method, options.percentile, options.scheme);
-    ref->input_scale = q.scale;
-    ref->input_zero_point = q.zero_point;
-    ref->input_asymmetric = options.scheme == ActivationScheme::kAsymmetric;
-    if (ref->input_asymmetric && ref->input_row_sums.empty()) {  // the zero point's correction
-      const int64_t rows = ref->rows();
-      IB_ASSIGN_OR_RETURN(Buffer sums, backend.alloc(static_cast<size_t>(rows) * sizeof(int32_t),
-                                                     MemoryTag::kWeights));
-      ref->input_row_sums = sums.view(DType::kI32, {rows});
-      backend.weight_row_sums(*ref, ref->input_row_sums);
-      w.bytes += static_cast<int64_t>(sums.bytes());
-      w.storage.push_back(std::move(sums));
+        static_activation_quant(merged, options.method, options.percentile, options.scheme);
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      WeightRef* ref = targets[r][i];
+      ref->input_scale = q.scale;
+      ref->input_zero_point = q.zero_point;
+      ref->input_asymmetric = options.scheme == ActivationScheme::kAsymmetric;
+      if (ref->input_asymmetric && ref->input_row_sums.empty()) {  // the zero point's correction
+        Backend& backend = *ranks[r].backend;
+        ModelWeights& w = *ranks[r].weights;
+        const int64_t rows = ref->rows();
+        IB_ASSIGN_OR_RETURN(Buffer sums, backend.alloc(static_cast<size_t>(rows) * sizeof(int32_t),
+                                                       MemoryTag::kWeights));
+        ref->input_row_sums = sums.view(DType::kI32, {rows});
+        backend.weight_row_sums(*ref, ref->input_row_sums);
+        w.bytes += static_cast<int64_t>(sums.bytes());
+        w.storage.push_back(std::move(sums));
+      }
     }
   }
-  IB_TRY(backend.device_status());
+  for (const CalibrationRank& rank : ranks) IB_TRY(rank.backend->device_status());
   // Decode graphs recorded before calibration hold the dynamic quantization's launches.
   return engine.record_graphs_again();
 }

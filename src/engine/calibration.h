@@ -42,6 +42,8 @@ class ActivationStats {
   // histogram's resolution (a bin's outer edge: within 1.1 % of the exact order statistic for
   // magnitudes in range), clamped into [min, max]; 0 before any value.
   float quantile(double q) const;
+  // Adds other's observations (the histograms share their bins: exact).
+  void merge(const ActivationStats& other);
 
  private:
   static int bin_of(float magnitude);

@@ -366,6 +366,12 @@ class EngineImpl final : public Engine {
     return g;
   }
   ModelWeights& weights_for_calibration() override { return runner_->mutable_weights(); }
+  std::vector<CalibrationRank> calibration_ranks() override {
+    std::vector<CalibrationRank> out{{&runner_->mutable_weights(), &backend_}};
+    for (size_t r = 0; r < tp_.runners.size(); ++r)
+      out.push_back({&tp_.runners[r]->mutable_weights(), tp_.backends[r].get()});
+    return out;
+  }
   Status record_graphs_again() override {
     if (has_unfinished()) return user_error("recording graphs needs an idle engine");
     if (runner_->num_graphs() == 0) return Ok{};

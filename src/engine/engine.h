@@ -219,6 +219,12 @@ struct TensorParallelGroup {
   std::vector<DeviceInfo> devices;
 };
 
+// One rank's weights and the backend that holds them (Engine::calibration_ranks).
+struct CalibrationRank {
+  ModelWeights* weights = nullptr;
+  Backend* backend = nullptr;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -249,8 +255,10 @@ class Engine {
   // Empty (no communicator, no devices) for an engine of one rank.
   virtual TensorParallelGroup tensor_parallel_group() const = 0;
   // The model's weights, for calibration (engine/calibration.h) to set static activation scales
-  // on; nothing else changes weights after creation.
+  // on; nothing else changes weights after creation. Rank 0's under tensor parallelism;
+  // calibration_ranks(): every rank's weights and backend, rank 0's first.
   virtual ModelWeights& weights_for_calibration() = 0;
+  virtual std::vector<CalibrationRank> calibration_ranks() = 0;
   // Records the decode graphs again (where the engine has them), after calibration changed how
   // the weights' matmuls run; the engine must be idle.
   virtual Status record_graphs_again() = 0;
