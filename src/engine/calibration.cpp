@@ -139,6 +139,7 @@ Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompt
   // ranks: both are then the whole input's statistics, so the scales are one rank's.
   const std::vector<CalibrationRank> ranks = engine.calibration_ranks();
   std::vector<std::vector<WeightRef*>> targets(ranks.size());
+  std::vector<bool> row_parallel;  // per target: o and down, whose input a rank sees a slice of
   for (size_t r = 0; r < ranks.size(); ++r) {
     for (LayerWeights& l : ranks[r].weights->layers) {
       for (WeightRef* ref : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) {
@@ -148,6 +149,7 @@ Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompt
               "--quantization int8-w8a8");
         }
         targets[r].push_back(ref);
+        if (r == 0) row_parallel.push_back(ref == &l.wo || ref == &l.w_down);
       }
     }
   }
@@ -208,11 +210,9 @@ Status calibrate(Engine& engine, const std::vector<std::vector<int32_t>>& prompt
   IB_TRY(run);
   for (size_t i = 0; i < n_targets; ++i) {
     // q/k/v and gate/up: rank 0's (every rank saw the same input; merging copies would move a
-    // percentile's order statistic); o and down (targets 1 and 3 of each layer): every rank's
-    // slice.
-    const bool row_parallel = i % 4 == 1 || i % 4 == 3;
+    // percentile's order statistic); o and down: every rank's slice.
     ActivationStats merged = stats[0][i];
-    for (size_t r = 1; r < ranks.size() && row_parallel; ++r) merged.merge(stats[r][i]);
+    for (size_t r = 1; r < ranks.size() && row_parallel[i]; ++r) merged.merge(stats[r][i]);
     if (merged.count() == 0) {
       return user_error("calibration: a matmul weight saw no input; use more prompts");
     }

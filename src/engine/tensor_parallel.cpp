@@ -131,8 +131,8 @@ class ShardCopier {
   // at whole groups without an act-order permutation (check_columns_split).
   Result<std::vector<WeightRef>> weight_columns(const WeightRef& src,
                                                 const std::function<IndexRange(int)>& cols_of) {
-    std::vector<WeightRef> out(ranks_.size(), described_as(src));
     if (src.format == WeightFormat::kGguf) return gguf_columns(src, cols_of);
+    std::vector<WeightRef> out(ranks_.size(), described_as(src));
     if (is_4bit(src.format)) {
       IB_ASSERT(src.input_perm.empty() && src.group_size > 0,
                 "weight_columns: a 4-bit weight split without act-order, in whole groups");
@@ -239,10 +239,12 @@ class ShardCopier {
 };
 
 // Whether w's columns split over size ranks: any dense or 8-bit weight; a 4-bit one in whole
-// groups and without an act-order permutation. what: its name in the error.
+// groups and without an act-order permutation; a GGUF one in whole blocks of each of its row
+// types. what: its name in the error.
 Status check_columns_split(const WeightRef& w, int size, const char* what) {
+  if (w.empty() || (w.format != WeightFormat::kGguf && !is_4bit(w.format))) return Ok{};
+  const int64_t per_rank = w.cols() / size;
   if (w.format == WeightFormat::kGguf) {
-    const int64_t per_rank = w.cols() / size;
     for (int seg = 0; seg < w.gguf.count; ++seg) {
       const GgmlTypeInfo& t = ggml_type_info(w.gguf.type[seg]);
       if (per_rank % t.block_elems != 0)
@@ -253,8 +255,6 @@ Status check_columns_split(const WeightRef& w, int size, const char* what) {
     }
     return Ok{};
   }
-  if (!is_4bit(w.format)) return Ok{};
-  const int64_t per_rank = w.cols() / size;
   if (w.input_perm.empty() && w.group_size > 0 && per_rank % w.group_size == 0) return Ok{};
   const std::string why =
       !w.input_perm.empty()

@@ -25,6 +25,7 @@ namespace ib::detail {
 namespace {
 
 using ib::testing::random_weights;
+using ib::testing::rel_l2;
 using ib::testing::tiny_config;
 using ib::testing::tiny_mixtral_config;
 
@@ -90,15 +91,6 @@ std::vector<Communicator*> others(const std::vector<std::unique_ptr<Communicator
   std::vector<Communicator*> out;
   for (size_t r = 1; r < comms.size(); ++r) out.push_back(comms[r].get());
   return out;
-}
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    norm += double{b[i]} * b[i];
-  }
-  return std::sqrt(diff / norm);
 }
 
 // Two sequences' prefill (every position's logits) and then `decode_steps` greedy steps, run by
@@ -268,15 +260,18 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
     ASSERT_EQ(got[i].size(), expected[i].size()) << "row " << i;
     ASSERT_EQ(got[i].size() % static_cast<size_t>(config.vocab_size), 0u) << "row " << i;
     if (dynamic) {
-      error_one += relative_l2(expected[i], dense[i]);
-      error_ranks += relative_l2(got[i], dense[i]);
+      error_one += rel_l2(expected[i], dense[i]);
+      error_ranks += rel_l2(got[i], dense[i]);
       continue;
     }
     // fp32: the ranks' partial sums add in another order than one rank's dot products (static
     // scales: an input on a rounding boundary may round the other way).
-    EXPECT_LT(relative_l2(got[i], expected[i]), k.static_scales ? 1e-3 : 1e-5) << "row " << i;
+    EXPECT_LT(rel_l2(got[i], expected[i]), k.static_scales ? 1e-3 : 1e-5) << "row " << i;
   }
   if (dynamic) {
+    const auto rows = static_cast<double>(got.size());
+    RecordProperty("mean_rel_l2_vs_dense_one_rank", std::to_string(error_one / rows));
+    RecordProperty("mean_rel_l2_vs_dense_ranks", std::to_string(error_ranks / rows));
     EXPECT_GT(error_one, 0.0);
     EXPECT_LT(error_ranks, 1.25 * error_one) << "one rank's mean error against the dense model: "
                                              << error_one / static_cast<double>(got.size());
@@ -320,8 +315,7 @@ TEST(TensorParallelEngine, GeneratesWhatOneRankGenerates) {
       EXPECT_EQ(two.tokens, one.tokens) << "request " << id;
       ASSERT_EQ(two.logits.size(), one.logits.size());
       for (size_t t = 0; t < one.logits.size(); ++t)
-        EXPECT_LT(relative_l2(two.logits[t], one.logits[t]), 1e-5)
-            << "request " << id << " step " << t;
+        EXPECT_LT(rel_l2(two.logits[t], one.logits[t]), 1e-5) << "request " << id << " step " << t;
     }
   }
 }
@@ -484,7 +478,7 @@ TEST(TensorParallelEngine, DummyWeightsLoadOverTheRanks) {
   for (const auto& [id, one] : runs[0]) {
     EXPECT_EQ(runs[1].at(id).tokens, one.tokens) << "request " << id;
     for (size_t t = 0; t < one.logits.size(); ++t)
-      EXPECT_LT(relative_l2(runs[1].at(id).logits[t], one.logits[t]), 1e-5)
+      EXPECT_LT(rel_l2(runs[1].at(id).logits[t], one.logits[t]), 1e-5)
           << "request " << id << " step " << t;
   }
 }

@@ -117,6 +117,13 @@ json describe_fixed(const Engine& engine, Backend& backend, const NativeTargetOp
 }
 
 // The fixed part with the engine's latest stats and step profile.
+// The bytes a tracked allocator holds under tag; activations: the activations and workspace.
+int64_t tagged_bytes(const MemorySnapshot& m, MemoryTag tag) {
+  const auto at = [&](MemoryTag t) { return m.bytes_by_tag[static_cast<size_t>(t)]; };
+  return tag == MemoryTag::kActivations ? at(MemoryTag::kActivations) + at(MemoryTag::kWorkspace)
+                                        : at(tag);
+}
+
 json describe(const json& fixed, const EngineStats& s, const EngineProfile& p) {
   json j = fixed;
   json& e = j["engine"];
@@ -135,12 +142,11 @@ json describe(const json& fixed, const EngineStats& s, const EngineProfile& p) {
        group && group->is_object() && r < s.rank_memory.size() && r < (*group)["ranks"].size();
        ++r) {
     const MemorySnapshot& m = s.rank_memory[r];
-    const auto tag = [&](MemoryTag t) { return m.bytes_by_tag[static_cast<size_t>(t)]; };
     json& rank = (*group)["ranks"][r];
-    rank["weights_bytes"] = tag(MemoryTag::kWeights);
-    rank["kv_cache_bytes"] = tag(MemoryTag::kKvCache);
-    rank["activations_bytes"] = tag(MemoryTag::kActivations) + tag(MemoryTag::kWorkspace);
-    rank["graph_bytes"] = tag(MemoryTag::kGraph);
+    rank["weights_bytes"] = tagged_bytes(m, MemoryTag::kWeights);
+    rank["kv_cache_bytes"] = tagged_bytes(m, MemoryTag::kKvCache);
+    rank["activations_bytes"] = tagged_bytes(m, MemoryTag::kActivations);
+    rank["graph_bytes"] = tagged_bytes(m, MemoryTag::kGraph);
     rank["allocated_bytes"] = m.allocated_bytes;
     rank["peak_allocated_bytes"] = m.peak_allocated_bytes;
   }
@@ -164,20 +170,19 @@ TargetMemory memory_of(const EngineStats& s) {
   m.kv_pool_bytes = s.kv_block_bytes * s.kv_blocks_total;
   m.kv_used_bytes = s.kv_block_bytes * s.kv_blocks_used;
   m.kv_peak_used_bytes = s.kv_block_bytes * s.kv_blocks_peak;
-  m.activations_bytes = s.memory.bytes_by_tag[static_cast<size_t>(MemoryTag::kActivations)] +
-                        s.memory.bytes_by_tag[static_cast<size_t>(MemoryTag::kWorkspace)];
-  m.graph_bytes = s.memory.bytes_by_tag[static_cast<size_t>(MemoryTag::kGraph)];
+  m.activations_bytes = tagged_bytes(s.memory, MemoryTag::kActivations);
+  m.graph_bytes = tagged_bytes(s.memory, MemoryTag::kGraph);
   m.allocated_bytes = s.memory.allocated_bytes;
   m.peak_allocated_bytes = s.memory.peak_allocated_bytes;
   // Each rank's pool holds the same blocks (one scheduler): its KV bytes in use are its pool's
   // bytes in the same proportion.
   for (const MemorySnapshot& r : s.rank_memory) {
-    const auto tag = [&](MemoryTag t) { return r.bytes_by_tag[static_cast<size_t>(t)]; };
-    const int64_t kv_used =
-        s.kv_blocks_total > 0 ? tag(MemoryTag::kKvCache) * s.kv_blocks_used / s.kv_blocks_total : 0;
-    m.rank_demand_bytes.push_back(tag(MemoryTag::kWeights) + kv_used +
-                                  tag(MemoryTag::kActivations) + tag(MemoryTag::kWorkspace) +
-                                  tag(MemoryTag::kGraph));
+    const int64_t kv_used = s.kv_blocks_total > 0 ? tagged_bytes(r, MemoryTag::kKvCache) *
+                                                        s.kv_blocks_used / s.kv_blocks_total
+                                                  : 0;
+    m.rank_demand_bytes.push_back(tagged_bytes(r, MemoryTag::kWeights) + kv_used +
+                                  tagged_bytes(r, MemoryTag::kActivations) +
+                                  tagged_bytes(r, MemoryTag::kGraph));
   }
   return m;
 }

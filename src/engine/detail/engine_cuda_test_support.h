@@ -37,20 +37,6 @@ inline Result<std::unique_ptr<Backend>> create_backend_with_switch(const Backend
   return backend;
 }
 
-// Relative L2 error ||got - want|| / ||want|| of two logit rows (want: float, or a double
-// reference's); infinity where got holds a NaN.
-template <typename Want>
-double rel_l2(const std::vector<float>& got, const std::vector<Want>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    const double w = static_cast<double>(want[i]);
-    num += (double{got[i]} - w) * (double{got[i]} - w);
-    den += w * w;
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
 // 2 layers, hidden 256, 4 heads of 64, 2 KV heads, FFN 512, vocab 512.
 inline ModelConfig small_cuda_config(const char* name) {
   ModelConfig c = tiny_config();

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <vector>
@@ -14,6 +16,20 @@
 #include "engine/engine.h"
 
 namespace ib::testing {
+
+// Relative L2 error ||got - want|| / ||want|| of two logit rows (want: float, or a double
+// reference's); infinity where got holds a NaN.
+template <typename Want>
+double rel_l2(const std::vector<float>& got, const std::vector<Want>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    const double w = static_cast<double>(want[i]);
+    num += (double{got[i]} - w) * (double{got[i]} - w);
+    den += w * w;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
 
 // 2 layers, hidden 64, 4 heads, 2 KV heads (head_dim 16), FFN 128, vocab 101.
 inline ModelConfig tiny_config() {
