@@ -187,20 +187,24 @@ Status Runner::collect(Phase& phase, int wait_ms) {
     }
     ready.swap(finished_);
   }
+  // Every collected record is counted even after a hook fails: a record dropped here would stay
+  // outstanding for ever.
+  Status first_error = Ok{};
   for (RequestRecord& r : ready) {
     ++phase.done;
     if (r.ok) phase.output_tokens += r.n_out;
-    if (phase.hooks_enabled) {
-      if (hooks_->on_record) IB_TRY(hooks_->on_record(r));
-      if (hooks_->on_progress) {
-        hooks_->on_progress(Progress{phase.warmup, std::max(phase.run, 0), options_.runs,
-                                     phase.done, static_cast<int>(phase.specs.size()),
-                                     phase.output_tokens, clock_.now_ns() - phase.start_ns});
-      }
+    if (phase.hooks_enabled && hooks_->on_record) {
+      first_error = hooks_->on_record(r);
+      if (!first_error.ok()) phase.hooks_enabled = false;  // no hook call after a failing one
+    }
+    if (phase.hooks_enabled && hooks_->on_progress) {
+      hooks_->on_progress(Progress{phase.warmup, std::max(phase.run, 0), options_.runs, phase.done,
+                                   static_cast<int>(phase.specs.size()), phase.output_tokens,
+                                   clock_.now_ns() - phase.start_ns});
     }
     phase.records.push_back(std::move(r));
   }
-  return Ok{};
+  return first_error;
 }
 
 Status Runner::run_static(Phase& phase, int batch_size) {
