@@ -27,7 +27,25 @@ head -c 1024 /dev/urandom > "$W/munge/munge.key"
 chmod 400 "$W/munge/munge.key"
 munged -f --key-file="$W/munge/munge.key" --socket="$W/munge/sock" --pid-file="$W/munge/pid" \
   --log-file="$W/log/munged.log" --seed-file="$W/munge/seed"
-SLURM_PORT=$(( 20000 + RANDOM % 20000 ))
+# Two free ports below Linux's ephemeral range (32768 on), where a random pick once met a port
+# another process's connection held ("Unable to bind listen port ... Address already in use").
+SLURM_PORT=$(python3 - <<'PY'
+import random, socket
+for _ in range(500):
+    port = random.randrange(20000, 32700)
+    free = True
+    for p in (port, port + 1):
+        with socket.socket() as s:
+            try:
+                s.bind(("", p))
+            except OSError:
+                free = False
+    if free:
+        print(port)
+        break
+PY
+)
+[ -n "$SLURM_PORT" ] || fail "no two free ports between 20000 and 32700 for the test's Slurm"
 SLURM_HOST=$(hostname)
 cat > "$W/slurm.conf" <<EOF
 ClusterName=ibe2e
