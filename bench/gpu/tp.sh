@@ -2,7 +2,7 @@
 # Tensor parallelism on several H200s (issue 19): one visit to a multi-GPU machine (kind
 # nvidia-h200-x2, or larger) that builds, runs the NCCL and tensor-parallel gpu tests, and
 # measures Llama-3-8B at TP 1 and 2 (batch 1, 3 runs; the seed protocol: batch 8, 200 prompts,
-# 1 run), a kernel timeline at TP 2 (the NCCL kernels beside the layers'), then the seed protocol
+# 1 run; batch 1 at TP 2 again with the ranks unfused, IB_FUSED=0), a kernel timeline at TP 2 (the NCCL kernels beside the layers'), then the seed protocol
 # on Llama-3-70B and Qwen2-72B bf16 at TP 2 (dummy weights, loaded 8 layers at a time over the
 # ranks) and Llama-3-70B on one H200 beside them (--gpu-memory-utilization 0.98, --max-model-len
 # 1024: a small KV pool).
@@ -83,6 +83,8 @@ if [ "$ONLY_BIG" != 1 ] && [ "$ONLY_PARITY" != 1 ]; then
   {
     for tp in 1 2; do run_llama "b1_tp$tp" --tensor-parallel-size "$tp" "${B1[@]}"; done
     for tp in 1 2; do run_llama "seed_tp$tp" --tensor-parallel-size "$tp" "${SEED[@]}"; done
+    # The ranks' fused decode ops (session 28) against their unfused ops, every rank IB_FUSED=0.
+    run_llama b1_tp2_unfused IB_FUSED=0 --tensor-parallel-size 2 "${B1[@]}"
   } 2>&1 | tee "$O/runs.log"
   llama_timeline b8_tp2 "$R" --tensor-parallel-size 2
 fi

@@ -121,8 +121,10 @@ Result<RankGroup> create_rank_group(Backend& first, int size) {
   RankGroup group;
   if (auto* cpu = dynamic_cast<CpuBackend*>(&first)) {
     for (int r = 1; r < size; ++r) {
-      group.backends.push_back(std::make_unique<CpuBackend>(cpu->num_threads()));
-      group.backends.back()->memory().set_limit_bytes(first.memory().limit_bytes());
+      auto rank = std::make_unique<CpuBackend>(cpu->num_threads());
+      if (cpu->fused_decode_reference_enabled()) rank->enable_fused_decode_reference();
+      rank->memory().set_limit_bytes(first.memory().limit_bytes());
+      group.backends.push_back(std::move(rank));
     }
     group.comms = make_cpu_communicators(size);
     return group;

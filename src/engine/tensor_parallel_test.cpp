@@ -147,6 +147,9 @@ struct Case {
   // W8A8: static activation scales (asymmetric: with a zero point and the weights' row sums)
   // instead of dynamic per-token ones.
   bool static_scales = false;
+  // The ranks decode on the fused ops (the CPU's composed reference of them, as CUDA's fused
+  // GEMVs would): the residual adds summed over the ranks after them.
+  bool fused = false;
 };
 
 // Every linear of w (int8 W8A8) quantizes its input with one static scale and zero point.
@@ -167,34 +170,38 @@ void set_static_scales(ModelWeights& w, Backend& backend) {
 
 class TensorParallelCpu : public ::testing::TestWithParam<Case> {};
 
-INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelCpu,
-                         ::testing::Values(Case{2, "llama", false}, Case{4, "llama", false},
-                                           Case{2, "qwen2", false}, Case{4, "qwen2", true},
-                                           Case{2, "gemma2", true}, Case{4, "gemma2", true},
-                                           Case{2, "mixtral", false}, Case{4, "mixtral", false},
-                                           Case{2, "deepseek_v2", false},
-                                           Case{4, "deepseek_v2", false},
-                                           Case{2, "llama", false, WeightFormat::kInt8W8A16},
-                                           Case{4, "qwen2", false, WeightFormat::kInt8W8A16},
-                                           Case{2, "llama", false, WeightFormat::kFp8E4M3},
-                                           Case{4, "llama", false, WeightFormat::kInt8W8A8},
-                                           Case{2, "qwen2", false, WeightFormat::kInt8W8A8, true},
-                                           Case{2, "llama_wide", false, WeightFormat::kInt4W4A16},
-                                           Case{4, "llama_wide", false, WeightFormat::kNf4},
-                                           Case{2, "llama_wide", false, WeightFormat::kGguf}),
-                         [](const ::testing::TestParamInfo<Case>& param_info) {
-                           const WeightFormat q = param_info.param.quantization;
-                           return "tp" + std::to_string(param_info.param.ranks) + "_" +
-                                  param_info.param.family + (param_info.param.tied ? "_tied" : "") +
-                                  (param_info.param.static_scales ? "_static" : "") +
-                                  (q == WeightFormat::kInt8W8A16   ? "_int8"
-                                   : q == WeightFormat::kInt8W8A8  ? "_w8a8"
-                                   : q == WeightFormat::kFp8E4M3   ? "_fp8"
-                                   : q == WeightFormat::kInt4W4A16 ? "_awq"
-                                   : q == WeightFormat::kNf4       ? "_nf4"
-                                   : q == WeightFormat::kGguf      ? "_gguf"
-                                                                   : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, TensorParallelCpu,
+    ::testing::Values(Case{2, "llama", false}, Case{4, "llama", false}, Case{2, "qwen2", false},
+                      Case{4, "qwen2", true}, Case{2, "gemma2", true}, Case{4, "gemma2", true},
+                      Case{2, "mixtral", false}, Case{4, "mixtral", false},
+                      Case{2, "deepseek_v2", false}, Case{4, "deepseek_v2", false},
+                      Case{2, "llama", false, WeightFormat::kInt8W8A16},
+                      Case{4, "qwen2", false, WeightFormat::kInt8W8A16},
+                      Case{2, "llama", false, WeightFormat::kFp8E4M3},
+                      Case{4, "llama", false, WeightFormat::kInt8W8A8},
+                      Case{2, "qwen2", false, WeightFormat::kInt8W8A8, true},
+                      Case{2, "llama_wide", false, WeightFormat::kInt4W4A16},
+                      Case{4, "llama_wide", false, WeightFormat::kNf4},
+                      Case{2, "llama_wide", false, WeightFormat::kGguf},
+                      Case{2, "llama", false, WeightFormat::kDense, false, true},
+                      Case{4, "qwen2", true, WeightFormat::kDense, false, true},
+                      Case{2, "mixtral", false, WeightFormat::kDense, false, true},
+                      Case{4, "llama_wide", false, WeightFormat::kNf4, false, true}),
+    [](const ::testing::TestParamInfo<Case>& param_info) {
+      const WeightFormat q = param_info.param.quantization;
+      return "tp" + std::to_string(param_info.param.ranks) + "_" + param_info.param.family +
+             (param_info.param.tied ? "_tied" : "") +
+             (param_info.param.static_scales ? "_static" : "") +
+             (param_info.param.fused ? "_fused" : "") +
+             (q == WeightFormat::kInt8W8A16   ? "_int8"
+              : q == WeightFormat::kInt8W8A8  ? "_w8a8"
+              : q == WeightFormat::kFp8E4M3   ? "_fp8"
+              : q == WeightFormat::kInt4W4A16 ? "_awq"
+              : q == WeightFormat::kNf4       ? "_nf4"
+              : q == WeightFormat::kGguf      ? "_gguf"
+                                              : "");
+    });
 
 TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
   const Case k = GetParam();
@@ -217,6 +224,7 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
   std::vector<Rank> ranks;
   for (int r = 0; r < k.ranks; ++r) {
     auto backend = std::make_unique<CpuBackend>(1);
+    if (k.fused) backend->enable_fused_decode_reference();
     Result<ModelWeights> shard = shard_weights(config, whole, *whole_backend, plan, r, *backend);
     ASSERT_TRUE(shard.ok()) << shard.error().message;
     ranks.push_back(make_rank(rank_cfg, std::move(shard).value(), std::move(backend),
@@ -227,7 +235,10 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
   EXPECT_EQ(ranks[0].runner->weights().embed.rows(), config.vocab_size / k.ranks + 1);
   EXPECT_EQ(ranks[1].runner->weights().lm_head.data.data == ranks[1].runner->weights().embed.data,
             k.tied);
+  // Fused: on every rank, against one rank's unfused steps.
+  for (const Rank& r : ranks) EXPECT_EQ(r.runner->fuses_decode(), k.fused);
   Rank one = make_rank(config, std::move(whole), std::move(whole_backend), nullptr);
+  ASSERT_FALSE(one.runner->fuses_decode());
 
   std::vector<int32_t> tokens_one, tokens_tp;
   const auto expected = run_sequences(

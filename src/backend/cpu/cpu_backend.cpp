@@ -46,6 +46,10 @@ void cpu::rms_norm_row(const float* x, const float* weight, float eps, int64_t d
 
 CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
 
+void CpuBackend::enable_fused_decode_reference() {
+  if (!fused_reference_) fused_reference_ = std::make_unique<CpuFusedDecodeReference>(*this);
+}
+
 DeviceInfo CpuBackend::device_info() const {
   const cpu::HostMemory mem = cpu::read_host_memory();
   DeviceInfo info;

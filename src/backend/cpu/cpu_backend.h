@@ -1,16 +1,18 @@
 // CpuBackend: the fp32 reference implementation of Backend (dense, 8-bit and 4-bit weights,
-// backend/weight.h; the mixture-of-experts, multi-head latent attention, LoRA and vision ops; no
-// fused decode ops), multi-threaded through a ThreadPool. Every op runs synchronously on the
-// calling thread plus the pool's workers. Weights and activations are fp32 (activation_dtype() ==
-// kF32); the factory refuses bf16/fp16 for the CPU. Numerics (the contract CUDA kernels are
-// compared against): dot products as cpu::dot_f32 (detail/dot.h); RMSNorm sums squares the same way
-// and scales by 1 / sqrt(mean + eps); attention is a two-pass softmax in fp32; sampling accumulates
-// probabilities in double.
+// backend/weight.h; the mixture-of-experts, multi-head latent attention, LoRA and vision ops; the
+// fused decode ops only as their composed reference, for tests), multi-threaded through a
+// ThreadPool. Every op runs synchronously on the calling thread plus the pool's workers. Weights
+// and activations are fp32 (activation_dtype() == kF32); the factory refuses bf16/fp16 for the CPU.
+// Numerics (the contract CUDA kernels are compared against): dot products as cpu::dot_f32
+// (detail/dot.h); RMSNorm sums squares the same way and scales by 1 / sqrt(mean + eps); attention
+// is a two-pass softmax in fp32; sampling accumulates probabilities in double.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/fused_reference.h"
 #include "core/thread_pool.h"
 
 namespace ib {
@@ -27,6 +29,12 @@ class CpuBackend final : public Backend,
   DeviceInfo device_info() const override;
   DType activation_dtype() const override { return DType::kF32; }
   int num_threads() const { return pool_.size(); }
+  // Tests: fused_decode_ops() returns the fused decode ops composed of this backend's unfused ones
+  // (fused_reference.h), and the experts' combine with the residual add and norm runs as one
+  // MoeOps call (moe_experts, then add_rms_norm), so the engine's fused decode steps run here.
+  void enable_fused_decode_reference();
+  bool fused_decode_reference_enabled() const { return fused_reference_ != nullptr; }
+  FusedDecodeOps* fused_decode_ops() override { return fused_reference_.get(); }
 
   void copy_from_host(Tensor dst, const void* src, DType src_dtype) override;
   void copy_to_host(const Tensor& src, void* dst) override;
@@ -76,6 +84,11 @@ class CpuBackend final : public Backend,
   }
   void moe_route_grouped(const Tensor& router_logits, const MoeRouting& routing, Tensor expert_ids,
                          Tensor expert_weights, Tensor expert_tokens) override;
+  bool fuses_experts_add_norm() const override { return fused_reference_ != nullptr; }
+  void moe_experts_add_rms_norm(const Tensor& x, const Tensor& expert_ids,
+                                const Tensor& expert_weights, std::span<const WeightRef> gate_up,
+                                std::span<const WeightRef> down, Tensor residual,
+                                const Tensor& norm_weight, float eps, Tensor normed) override;
 
   MlaOps* mla_ops() override { return this; }  // cpu/mla.cpp
   void mla_rope_and_cache(Tensor q, Tensor latent, const Tensor& kv_norm, float eps,
@@ -106,6 +119,8 @@ class CpuBackend final : public Backend,
  private:
   ThreadPool pool_;
   MatmulObserver observer_;
+  std::unique_ptr<CpuFusedDecodeReference> fused_reference_;
+  std::vector<float> experts_out_;  // moe_experts_add_rms_norm's experts' sum
 };
 
 }  // namespace ib

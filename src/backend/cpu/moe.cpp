@@ -107,6 +107,21 @@ void CpuBackend::moe_route_grouped(const Tensor& router_logits, const MoeRouting
   }
 }
 
+// The reference of the fused combine (enable_fused_decode_reference): the experts' sum, then the
+// residual add and the norm, as two ops.
+void CpuBackend::moe_experts_add_rms_norm(const Tensor& x, const Tensor& expert_ids,
+                                          const Tensor& expert_weights,
+                                          std::span<const WeightRef> gate_up,
+                                          std::span<const WeightRef> down, Tensor residual,
+                                          const Tensor& norm_weight, float eps, Tensor normed) {
+  IB_ASSERT(fused_reference_ != nullptr,
+            "moe_experts_add_rms_norm: the CPU runs it with the fused decode reference only");
+  experts_out_.resize(static_cast<size_t>(residual.numel()));
+  const Tensor sum(experts_out_.data(), DType::kF32, {residual.rows(), residual.row_size()});
+  moe_experts(x, expert_ids, expert_weights, gate_up, down, sum);
+  add_rms_norm(residual, sum, norm_weight, eps, normed);
+}
+
 void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
                              const Tensor& expert_weights, std::span<const WeightRef> gate_up,
                              std::span<const WeightRef> down, Tensor out) {

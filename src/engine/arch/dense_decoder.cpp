@@ -1,7 +1,8 @@
 // The pre-norm dense decoder's block helpers (see detail/dense_decoder.h): per layer
 // [qkv matmul (+bias) (+ LoRA), rope_and_cache, attention, o matmul, add_rms_norm, gate_up matmul,
 // silu_mul, down matmul, add_rms_norm of the next layer], or five fused ops on decode steps; a
-// tensor-parallel rank sums o's and down's outputs over the ranks before each add.
+// tensor-parallel rank sums o's and down's outputs over the ranks before each add (fused: the
+// residual after it, add_row_parallel).
 #include "engine/arch/detail/dense_decoder.h"
 
 #include <array>
@@ -179,12 +180,14 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
                                       qkv_lora.get());
       backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
       const FusedLoraArg o_lora(in, {l, LoraTarget::kO, LoraTarget::kO}, after_o);
-      in.fused->matmul_add(b.attn, w.wo, b.residual, o_lora.get());
+      add_row_parallel(backend, in, b.residual,
+                       [&] { in.fused->matmul_add(b.attn, w.wo, b.residual, o_lora.get()); });
       const FusedLoraArg gate_up_lora(in, gate_up_t, down_t);
       in.fused->rms_matmul_swiglu(b.residual, ffn_gain, w.w_gate_up, in.rms_eps, b.act,
                                   gate_up_lora.get());
       const FusedLoraArg down_lora(in, down_t, after_down);
-      in.fused->matmul_add(b.act, w.w_down, b.residual, down_lora.get());
+      add_row_parallel(backend, in, b.residual,
+                       [&] { in.fused->matmul_add(b.act, w.w_down, b.residual, down_lora.get()); });
       continue;
     }
     attention_sublayer(backend, w, kv, in, b, l);

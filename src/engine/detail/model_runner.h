@@ -120,6 +120,8 @@ class ModelRunner {
   StepTraffic traffic(std::span<const RunnerSeq> batch) const;
 
   const ModelWeights& weights() const { return weights_; }
+  // Whether decode steps of few enough tokens take the backend's fused ops.
+  bool fuses_decode() const { return fused_ops_ != nullptr; }
   ModelWeights& mutable_weights() { return weights_; }  // calibration sets activation scales
   int64_t activation_bytes() const;
   // Routing telemetry of a mixture-of-experts model: the tokens routed to each expert of each

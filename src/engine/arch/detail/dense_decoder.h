@@ -34,6 +34,17 @@ void add_split_attention(const ModelConfig& config, int layer, WeightSchema& sch
 void attention_sublayer(Backend& backend, const LayerWeights& w, const KvCacheLayer& kv,
                         const StepInputs& in, const StepBuffers& b, size_t layer);
 
+// A fused op `add` that adds a row-parallel linear's output (o, down, the experts' combine) into
+// the residual. Under tensor parallelism a rank's output is only its share of the sum, so every
+// rank but 0 starts from a zero residual and the residual is summed over the ranks after the op:
+// the old residual plus every rank's share, once, on every rank. One rank: just the op.
+template <typename AddOp>
+void add_row_parallel(Backend& backend, const StepInputs& in, const Tensor& residual, AddOp add) {
+  if (in.tp != nullptr && in.tp->comm->rank() != 0) backend.fill_constant(residual, 0.0f);
+  add();
+  if (in.tp != nullptr) in.tp->all_reduce_sum(residual);
+}
+
 // Every layer of the dense decoder, unfused (prefill, mixed steps) or fused (decode).
 void dense_forward_layers(Backend& backend, const ModelWeights& weights, const StepInputs& in,
                           const StepBuffers& b);
