@@ -174,20 +174,25 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
       if (in.gains_folded && l + 1 < layers.size()) {
         after_down = LoraTargets{l + 1, LoraTarget::kQ, LoraTarget::kV};
       }
+      IB_ASSERT(in.tp == nullptr || in.lora == nullptr,
+                "dense decoder: a tensor-parallel rank runs steps with adapters unfused");
       const FusedLoraArg qkv_lora(in, qkv_t);
       in.fused->rms_matmul_rope_cache(b.residual, attn_gain, w.wqkv, bqkv, in.rms_eps, in.positions,
                                       in.slot_mapping, in.inv_freq, kv, shape, b.qkv,
                                       qkv_lora.get());
       backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
       const FusedLoraArg o_lora(in, {l, LoraTarget::kO, LoraTarget::kO}, after_o);
-      add_row_parallel(backend, in, b.residual,
-                       [&] { in.fused->matmul_add(b.attn, w.wo, b.residual, o_lora.get()); });
+      add_row_parallel(
+          in, b.residual, [&] { in.fused->matmul_add(b.attn, w.wo, b.residual, o_lora.get()); },
+          [&] { backend.matmul(b.attn, w.wo, nullptr, b.residual); });
       const FusedLoraArg gate_up_lora(in, gate_up_t, down_t);
       in.fused->rms_matmul_swiglu(b.residual, ffn_gain, w.w_gate_up, in.rms_eps, b.act,
                                   gate_up_lora.get());
       const FusedLoraArg down_lora(in, down_t, after_down);
-      add_row_parallel(backend, in, b.residual,
-                       [&] { in.fused->matmul_add(b.act, w.w_down, b.residual, down_lora.get()); });
+      add_row_parallel(
+          in, b.residual,
+          [&] { in.fused->matmul_add(b.act, w.w_down, b.residual, down_lora.get()); },
+          [&] { backend.matmul(b.act, w.w_down, nullptr, b.residual); });
       continue;
     }
     attention_sublayer(backend, w, kv, in, b, l);

@@ -90,8 +90,9 @@ class Mixtral final : public Architecture {
       in.fused->rms_matmul_rope_cache(b.residual, nullptr, w.wqkv, bqkv, in.rms_eps, in.positions,
                                       in.slot_mapping, in.inv_freq, in.kv[l], *in.shape, b.qkv);
       backend.attention(b.qkv, in.kv[l], *in.attention, *in.shape, b.attn);
-      add_row_parallel(backend, in, b.residual,
-                       [&] { in.fused->matmul_add(b.attn, w.wo, b.residual); });
+      add_row_parallel(
+          in, b.residual, [&] { in.fused->matmul_add(b.attn, w.wo, b.residual); },
+          [&] { backend.matmul(b.attn, w.wo, nullptr, b.residual); });
       backend.rms_norm(b.residual, w.ffn_norm, in.rms_eps, b.hidden);
       backend.matmul(b.hidden, w.router, nullptr, b.router_logits);
       const Tensor counts = in.expert_tokens.slice_rows(static_cast<int64_t>(l), 1).reshaped({e});
@@ -101,12 +102,17 @@ class Mixtral final : public Architecture {
       // or the final norm's) goes to b.hidden, unread: the next fused op normalises the residual.
       const Tensor& next_gain =
           l + 1 < layers.size() ? layers[l + 1].attn_norm : weights.final_norm;
-      // Under tensor parallelism that norm is of one rank's share: unread all the same.
-      add_row_parallel(backend, in, b.residual, [&] {
-        in.moe->moe_experts_add_rms_norm(b.hidden, ids, b.expert_weights, w.expert_gate_up,
-                                         w.expert_down, b.residual, next_gain, in.rms_eps,
-                                         b.hidden);
-      });
+      add_row_parallel(
+          in, b.residual,
+          [&] {
+            in.moe->moe_experts_add_rms_norm(b.hidden, ids, b.expert_weights, w.expert_gate_up,
+                                             w.expert_down, b.residual, next_gain, in.rms_eps,
+                                             b.hidden);
+          },
+          [&] {
+            in.moe->moe_experts(b.hidden, ids, b.expert_weights, w.expert_gate_up, w.expert_down,
+                                b.residual);
+          });
     }
   }
 };

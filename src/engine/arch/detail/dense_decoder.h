@@ -35,13 +35,17 @@ void attention_sublayer(Backend& backend, const LayerWeights& w, const KvCacheLa
                         const StepInputs& in, const StepBuffers& b, size_t layer);
 
 // A fused op `add` that adds a row-parallel linear's output (o, down, the experts' combine) into
-// the residual. Under tensor parallelism a rank's output is only its share of the sum, so every
-// rank but 0 starts from a zero residual and the residual is summed over the ranks after the op:
-// the old residual plus every rank's share, once, on every rank. One rank: just the op.
-template <typename AddOp>
-void add_row_parallel(Backend& backend, const StepInputs& in, const Tensor& residual, AddOp add) {
-  if (in.tp != nullptr && in.tp->comm->rank() != 0) backend.fill_constant(residual, 0.0f);
-  add();
+// the residual. Under tensor parallelism a rank's output is only its share of the sum, so rank 0
+// adds its share and every other rank writes its own over the residual (`set`: the same product
+// without the add), and the residual is summed over the ranks after it: the old residual plus
+// every rank's share, once, on every rank. One rank: just `add`.
+template <typename AddOp, typename SetOp>
+void add_row_parallel(const StepInputs& in, const Tensor& residual, AddOp add, SetOp set) {
+  if (in.tp != nullptr && in.tp->comm->rank() != 0) {
+    set();
+  } else {
+    add();
+  }
   if (in.tp != nullptr) in.tp->all_reduce_sum(residual);
 }
 
