@@ -76,6 +76,29 @@ GenerationRequest request(uint64_t id, std::vector<int32_t> prompt, const std::s
   return r;
 }
 
+// Three adapters (all targets; q and v; the MLP) and the base ("") for four requests, with a
+// prompt each (lengths first_len, first_len + len_step, ...).
+struct FourRequests {
+  std::vector<std::string> names = {"", "a", "b", "c"};
+  std::vector<LoraAdapter> adapters = std::vector<LoraAdapter>(4);
+  std::vector<std::vector<int32_t>> prompts;
+};
+FourRequests four_requests(const TempDir& tmp, const ModelConfig& c, uint64_t adapter_seed,
+                           uint64_t prompt_seed, int first_len, int len_step) {
+  FourRequests f;
+  const std::vector<std::vector<std::string>> targets = {
+      {}, testing::all_targets(), {"q_proj", "v_proj"}, {"gate_proj", "up_proj", "down_proj"}};
+  for (size_t i = 1; i < 4; ++i) {
+    f.adapters[i] =
+        load(tmp, f.names[i], c,
+             random_adapter(c, 2 + 2 * static_cast<int>(i), 8, targets[i], adapter_seed + i));
+  }
+  Rng rng(prompt_seed);
+  for (int i = 0; i < 4; ++i)
+    f.prompts.push_back(testing::random_prompt(rng, first_len + len_step * i, c.vocab_size));
+  return f;
+}
+
 TEST(LoraEngine, UnmergedAdapterMatchesMergedWeightsInTheReference) {
   TempDir tmp;
   const ModelConfig c = testing::tiny_config();
@@ -110,18 +133,8 @@ TEST(LoraEngine, UnmergedAdapterMatchesMergedWeightsInTheReference) {
 TEST(LoraEngine, MixedBatchGivesEachRequestItsLogitsAlone) {
   TempDir tmp;
   const ModelConfig c = testing::tiny_config();
-  const std::vector<std::string> names = {"", "a", "b", "c"};
-  const std::vector<std::vector<std::string>> targets = {
-      {}, testing::all_targets(), {"q_proj", "v_proj"}, {"gate_proj", "up_proj", "down_proj"}};
-  std::vector<LoraAdapter> adapters(4);
-  for (size_t i = 1; i < 4; ++i) {
-    adapters[i] = load(tmp, names[i], c,
-                       random_adapter(c, 2 + 2 * static_cast<int>(i), 8, targets[i], 100 + i));
-  }
-  Rng rng(3);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 4; ++i)
-    prompts.push_back(testing::random_prompt(rng, 5 + 3 * i, c.vocab_size));
+  const FourRequests f = four_requests(tmp, c, 100, 3, 5, 3);
+  const auto& [names, adapters, prompts] = f;
   auto engine_with_adapters = [&](testing::EngineUnderTest& e) {
     for (size_t i = 1; i < 4; ++i) ASSERT_TRUE(e.engine->add_lora(names[i], adapters[i]).ok());
   };
@@ -145,6 +158,46 @@ TEST(LoraEngine, MixedBatchGivesEachRequestItsLogitsAlone) {
   }
   // And the adapters do differ from one another.
   EXPECT_NE(mixed.at(1).logits[0], mixed.at(0).logits[0]);
+}
+
+// The fused decode steps with adapters (the CPU's composed reference of the fused ops, which
+// takes their LoRA arguments as CUDA's do; the norms' gains folded into the weights and into the
+// adapters' A) give the unfused steps' tokens and logits, for a batch of three adapters and the
+// base.
+TEST(LoraEngine, FusedDecodeStepsGiveTheUnfusedLogits) {
+  TempDir tmp;
+  const ModelConfig c = testing::tiny_config();
+  const FourRequests f = four_requests(tmp, c, 200, 5, 4, 2);
+  const auto& [names, adapters, prompts] = f;
+  auto run = [&](bool fused) {
+    testing::EngineUnderTest e;
+    e.backend = std::make_unique<CpuBackend>(2);
+    if (fused) e.backend->enable_fused_decode_reference();
+    auto engine = create_engine_with_weights(c, testing::random_weights(c, *e.backend, 13),
+                                             lora_config(), *e.backend);
+    IB_ASSERT(engine.ok(), engine.ok() ? "" : engine.error().message.c_str());
+    e.engine = std::move(engine).value();
+    for (size_t i = 1; i < 4; ++i) IB_ASSERT(e.engine->add_lora(names[i], adapters[i]).ok(), "");
+    for (uint64_t i = 0; i < 4; ++i) {
+      IB_ASSERT(e.engine->add_request(request(i, prompts[i], names[i])).ok(), "");
+    }
+    auto done = testing::run_to_completion(*e.engine);
+    const auto* ref = dynamic_cast<const CpuFusedDecodeReference*>(e.backend->fused_decode_ops());
+    return std::make_pair(std::move(done), ref != nullptr ? ref->ops_run() : 0);
+  };
+  const auto [unfused, no_ops] = run(false);
+  const auto [fused, ops] = run(true);
+  EXPECT_EQ(no_ops, 0);
+  EXPECT_GT(ops, 0) << "the decode steps should have taken the fused ops";
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(fused.at(i).tokens, unfused.at(i).tokens) << "request " << i;
+    ASSERT_EQ(fused.at(i).logits.size(), unfused.at(i).logits.size());
+    for (size_t s = 0; s < fused.at(i).logits.size(); ++s) {
+      // fp32: a gain folded into a weight rounds once more than the gain applied to x.
+      EXPECT_LT(testing::rel_l2(fused.at(i).logits[s], unfused.at(i).logits[s]), 1e-5)
+          << "request " << i << " step " << s;
+    }
+  }
 }
 
 TEST(LoraEngine, MergeLoraMatchesUnmergedServing) {

@@ -1,10 +1,11 @@
 // The fused decode ops (ops.h's FusedDecodeOps) composed of the CPU backend's unfused ops, each as
 // ops.h defines it: rms_norm, matmul, rope_and_cache; rms_norm, matmul, silu_mul; matmul, add.
 // They make the engine's fused decode steps, which only CUDA runs for speed, run in CI: the
-// runner's gain folding, the fused layer loop and, under tensor parallelism, the sums over the
-// ranks between a fused op's matmul and its residual add. Off unless a test enables them
-// (CpuBackend::enable_fused_decode_reference); the engine never does. No LoRA (fused_lora is
-// false: steps with adapters take the unfused ops).
+// runner's gain folding (into the weights and the adapters' A), the fused layer loop with its
+// LoRA arguments and, under tensor parallelism, the sums over the ranks after a fused op's
+// residual add. Off unless a test enables them (CpuBackend::enable_fused_decode_reference); the
+// engine never does. A LoRA update is LoraOps::lora_apply_group of the op's matmul input, added
+// to its matmul output; FusedLora::next, a hint, is not used (each op computes its own).
 #pragma once
 
 #include <vector>
@@ -28,6 +29,9 @@ class CpuFusedDecodeReference final : public FusedDecodeOps {
   bool fused_decode(int64_t num_tokens) const override {
     return num_tokens >= 0 && num_tokens <= max_tokens_;
   }
+  bool fused_lora(int64_t /*rank*/) const override { return true; }
+  // How many fused ops have run (tests: that a step took them).
+  int64_t ops_run() const { return ops_run_; }
   void rms_matmul_rope_cache(const Tensor& h, const Tensor* gain, const WeightRef& w,
                              const Tensor* bias, float eps, const Tensor& positions,
                              const Tensor& slot_mapping, const Tensor& inv_freq,
@@ -42,9 +46,11 @@ class CpuFusedDecodeReference final : public FusedDecodeOps {
   // rms_norm(h) * gain (ones where gain is null) into normed_.
   Tensor normed(const Tensor& h, const Tensor* gain, float eps);
   Tensor scratch(std::vector<float>& storage, int64_t rows, int64_t cols);
+  void add_lora(const Tensor& x, const FusedLora* lora, Tensor out);
 
   CpuBackend& cpu_;
   int64_t max_tokens_;
+  int64_t ops_run_ = 0;
   std::vector<float> ones_, normed_, product_;
 };
 
