@@ -175,8 +175,9 @@ class QuantOps {
 // architecture seam (engine/arch/dense_decoder.cpp). A dense weight expects its RMSNorm's gain
 // folded into its columns (DenseOps::scale_columns, the gain then set to ones), so that
 // rms_norm(h) * g @ w^T = rms_norm(h) @ (w * g)^T, and gain null; a quantized weight keeps the
-// gain (folding would quantize twice), passed as gain. The CPU backend, which has none of these
-// ops, is their oracle through the unfused ops.
+// gain (folding would quantize twice), passed as gain. The CPU backend is their oracle through
+// the unfused ops; it has them only as their composed reference, for tests
+// (cpu/fused_reference.h).
 struct FusedLora;
 
 class FusedDecodeOps {

@@ -70,6 +70,26 @@ LoraAdapter load(const TempDir& tmp, const std::string& name, const ModelConfig&
   return std::move(a).value();
 }
 
+// testing::make_engine, with the CPU's composed reference of the fused decode ops where fused
+// (on every rank: the rank group copies the setting).
+testing::EngineUnderTest engine_on_cpu(const ModelConfig& c, const EngineConfig& config,
+                                       uint64_t seed, bool fused) {
+  testing::EngineUnderTest e;
+  e.backend = std::make_unique<CpuBackend>(2);
+  if (fused) e.backend->enable_fused_decode_reference();
+  auto engine = create_engine_with_weights(c, testing::random_weights(c, *e.backend, seed), config,
+                                           *e.backend);
+  IB_ASSERT(engine.ok(), engine.ok() ? "" : engine.error().message.c_str());
+  e.engine = std::move(engine).value();
+  return e;
+}
+
+// How many fused ops e's backend (rank 0's) has run: 0 without the reference.
+int64_t fused_ops_run(const testing::EngineUnderTest& e) {
+  const auto* ref = dynamic_cast<const CpuFusedDecodeReference*>(e.backend->fused_decode_ops());
+  return ref != nullptr ? ref->ops_run() : 0;
+}
+
 GenerationRequest request(uint64_t id, std::vector<int32_t> prompt, const std::string& lora) {
   GenerationRequest r = testing::greedy_request(id, std::move(prompt), 5);
   r.lora_name = lora;
@@ -170,20 +190,13 @@ TEST(LoraEngine, FusedDecodeStepsGiveTheUnfusedLogits) {
   const FourRequests f = four_requests(tmp, c, 200, 5, 4, 2);
   const auto& [names, adapters, prompts] = f;
   auto run = [&](bool fused) {
-    testing::EngineUnderTest e;
-    e.backend = std::make_unique<CpuBackend>(2);
-    if (fused) e.backend->enable_fused_decode_reference();
-    auto engine = create_engine_with_weights(c, testing::random_weights(c, *e.backend, 13),
-                                             lora_config(), *e.backend);
-    IB_ASSERT(engine.ok(), engine.ok() ? "" : engine.error().message.c_str());
-    e.engine = std::move(engine).value();
+    testing::EngineUnderTest e = engine_on_cpu(c, lora_config(), 13, fused);
     for (size_t i = 1; i < 4; ++i) IB_ASSERT(e.engine->add_lora(names[i], adapters[i]).ok(), "");
     for (uint64_t i = 0; i < 4; ++i) {
       IB_ASSERT(e.engine->add_request(request(i, prompts[i], names[i])).ok(), "");
     }
     auto done = testing::run_to_completion(*e.engine);
-    const auto* ref = dynamic_cast<const CpuFusedDecodeReference*>(e.backend->fused_decode_ops());
-    return std::make_pair(std::move(done), ref != nullptr ? ref->ops_run() : 0);
+    return std::make_pair(std::move(done), fused_ops_run(e));
   };
   const auto [unfused, no_ops] = run(false);
   const auto [fused, ops] = run(true);
@@ -245,19 +258,21 @@ TEST(LoraEngine, TensorParallelRanksServeAdaptersAsOneRank) {
   c.eos_token_ids = {103};
   const LoraAdapter a = load(tmp, "a", c, random_adapter(c, 8, 16, testing::all_targets(), 5));
   const LoraAdapter b = load(tmp, "b", c, random_adapter(c, 4, 8, {"o_proj", "down_proj"}, 6));
+  // Keys: the ranks, negative where the ranks decode on the fused ops (the CPU's reference).
   std::map<int, std::map<uint64_t, testing::Completion>> runs;
-  for (const int ranks : {1, 2, 4}) {
+  for (const int key : {1, 2, 4, -2, -4}) {
     EngineConfig config = lora_config();
-    config.tensor_parallel_size = ranks;
-    testing::EngineUnderTest e = testing::make_engine(c, config, 9);
+    config.tensor_parallel_size = std::abs(key);
+    testing::EngineUnderTest e = engine_on_cpu(c, config, 9, key < 0);
     ASSERT_TRUE(e.engine->add_lora("a", a).ok());
     ASSERT_TRUE(e.engine->add_lora("b", b).ok());
     const std::vector<int32_t> prompt = {1, 5, 9, 33, 2, 7, 60};
     for (const auto& [id, lora] : std::map<uint64_t, std::string>{{1, "a"}, {2, "b"}, {3, ""}})
       ASSERT_TRUE(e.engine->add_request(request(id, prompt, lora)).ok());
-    runs[ranks] = testing::run_to_completion(*e.engine);
+    runs[key] = testing::run_to_completion(*e.engine);
+    EXPECT_EQ(fused_ops_run(e) > 0, key < 0) << "key " << key;
   }
-  for (const int ranks : {2, 4}) {
+  for (const int ranks : {2, 4, -2, -4}) {
     for (const uint64_t id : {1, 2, 3}) {
       const testing::Completion &one = runs[1].at(id), &many = runs[ranks].at(id);
       EXPECT_EQ(many.tokens, one.tokens) << ranks << " ranks, request " << id;

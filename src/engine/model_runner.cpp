@@ -131,10 +131,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
   IB_TRY(runner->allocate());
   arch->prepare_weights(backend, runner->weights_);
   // Under tensor parallelism the fused ops' residual adds are summed over the ranks after them
-  // (arch/detail/dense_decoder.h's add_row_parallel), except with adapters: a fused op's LoRA
-  // may compute the next op's shrink from the residual it adds into, which a rank holds only in
-  // part until the sum; such ranks run the unfused ops, summing before each add.
-  if (comm != nullptr && limits.lora_slots > 0) return runner;
+  // (arch/detail/dense_decoder.h's add_row_parallel).
   FusedDecodeOps* fused = backend.fused_decode_ops();
   // With LoRA slots only where the fused ops take the updates (else the unfused ops and LoraOps).
   const bool lora_ok = limits.lora_slots == 0 || (fused && fused->fused_lora(limits.lora_rank));

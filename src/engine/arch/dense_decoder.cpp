@@ -169,13 +169,13 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
       const LoraTargets qkv_t{l, LoraTarget::kQ, LoraTarget::kV};
       const LoraTargets gate_up_t{l, LoraTarget::kGate, LoraTarget::kUp};
       const LoraTargets down_t{l, LoraTarget::kDown, LoraTarget::kDown};
+      // Under tensor parallelism the residual o and down add into is whole only after the sum
+      // over the ranks, so no op's shrink may ride in the op before it.
       std::optional<LoraTargets> after_o, after_down;
-      if (in.gains_folded) after_o = gate_up_t;
-      if (in.gains_folded && l + 1 < layers.size()) {
+      if (in.gains_folded && in.tp == nullptr) after_o = gate_up_t;
+      if (in.gains_folded && in.tp == nullptr && l + 1 < layers.size()) {
         after_down = LoraTargets{l + 1, LoraTarget::kQ, LoraTarget::kV};
       }
-      IB_ASSERT(in.tp == nullptr || in.lora == nullptr,
-                "dense decoder: a tensor-parallel rank runs steps with adapters unfused");
       const FusedLoraArg qkv_lora(in, qkv_t);
       in.fused->rms_matmul_rope_cache(b.residual, attn_gain, w.wqkv, bqkv, in.rms_eps, in.positions,
                                       in.slot_mapping, in.inv_freq, kv, shape, b.qkv,
@@ -184,7 +184,10 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
       const FusedLoraArg o_lora(in, {l, LoraTarget::kO, LoraTarget::kO}, after_o);
       add_row_parallel(
           in, b.residual, [&] { in.fused->matmul_add(b.attn, w.wo, b.residual, o_lora.get()); },
-          [&] { backend.matmul(b.attn, w.wo, nullptr, b.residual); });
+          [&] {
+            backend.matmul(b.attn, w.wo, nullptr, b.residual);
+            lora_updates(in, l, LoraTarget::kO, LoraTarget::kO, b.attn, b.residual);
+          });
       const FusedLoraArg gate_up_lora(in, gate_up_t, down_t);
       in.fused->rms_matmul_swiglu(b.residual, ffn_gain, w.w_gate_up, in.rms_eps, b.act,
                                   gate_up_lora.get());
@@ -192,7 +195,10 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
       add_row_parallel(
           in, b.residual,
           [&] { in.fused->matmul_add(b.act, w.w_down, b.residual, down_lora.get()); },
-          [&] { backend.matmul(b.act, w.w_down, nullptr, b.residual); });
+          [&] {
+            backend.matmul(b.act, w.w_down, nullptr, b.residual);
+            lora_updates(in, l, LoraTarget::kDown, LoraTarget::kDown, b.act, b.residual);
+          });
       continue;
     }
     attention_sublayer(backend, w, kv, in, b, l);
