@@ -3,7 +3,9 @@
 // double-precision reference on the same weights, teacher-forced on the tokens it chose — fp32
 // within 1e-4 relative L2 per row, bf16 within 2e-2 — and in fp32 the tokens and logits (1e-4) of
 // the same engine on one GPU. Decode graphs (captured on every rank at once, the NCCL calls
-// inside) and op by op. Skipped without enough GPUs or without NCCL in the build.
+// inside) and op by op; in bf16 the ranks decode on the fused ops (fp32: unfused), each fused
+// residual add summed over the ranks after it. Skipped without enough GPUs or without NCCL in
+// the build.
 #include <gtest/gtest.h>
 
 #include <algorithm>
