@@ -2,7 +2,8 @@
 // backend and thread each, the CPU communicator between them; at 4 ranks each KV head serves two;
 // the embedding and the LM head split by vocabulary)
 // give the logits of the whole model on one rank — every prompt position and the decode steps
-// after it, with and without q/k/v biases and tied embeddings — and the failures stay errors: a
+// after it, with and without q/k/v biases and tied embeddings, unfused and on the fused decode ops
+// (the CPU's composed reference of them, fused_reference.h) — and the failures stay errors: a
 // rank's aborted group, and models or weights that do not split yet.
 #include "engine/detail/tensor_parallel.h"
 
@@ -243,6 +244,19 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
   std::vector<int32_t> tokens_one, tokens_tp;
   const auto expected = run_sequences(
       [&](std::span<const RunnerSeq> b) { return one.runner->execute(b, true); }, 6, &tokens_one);
+  if (k.fused) {  // one rank on the fused ops too (on one GPU: Mixtral's forward_fused, say)
+    auto fused_backend = std::make_unique<CpuBackend>(1);
+    fused_backend->enable_fused_decode_reference();
+    ModelWeights w = random_weights(config, *fused_backend, 11, k.quantization);
+    Rank f = make_rank(config, std::move(w), std::move(fused_backend), nullptr);
+    ASSERT_TRUE(f.runner->fuses_decode());
+    std::vector<int32_t> tokens_fused;
+    const auto one_fused = run_sequences(
+        [&](std::span<const RunnerSeq> b) { return f.runner->execute(b, true); }, 6, &tokens_fused);
+    for (size_t i = 0; i < one_fused.size(); ++i)
+      EXPECT_LT(rel_l2(one_fused[i], expected[i]), 1e-5) << "one fused rank, row " << i;
+    EXPECT_EQ(tokens_fused, tokens_one);
+  }
   std::vector<ModelRunner*> runners;
   for (Rank& r : ranks) runners.push_back(r.runner.get());
   RankThreads threads(others(comms));
