@@ -714,10 +714,9 @@ Result<std::unique_ptr<Engine>> create_engine(const ModelConfig& model,
   // Dummy weights and safetensors checkpoints of a tensor-parallel engine: loaded a few layers at
   // a time and split as they come, so no GPU holds the whole model.
   const LoadFormat format = resolved_load_format(options);
-  // (A checkpoint that arrives quantized loads whole, then splits.)
+  // (A GGUF file loads whole, then splits.)
   if (config.tensor_parallel_size > 1 && !config.merge_lora && !options.gguf_as_stored &&
-      (format == LoadFormat::kDummy ||
-       (format == LoadFormat::kSafetensors && !model.quantization.quantized()))) {
+      (format == LoadFormat::kDummy || format == LoadFormat::kSafetensors)) {
     options.format = format;
     IB_ASSIGN_OR_RETURN(detail::RankShards shards,
                         detail::load_over_ranks(model, config.tensor_parallel_size, options,

@@ -54,53 +54,6 @@ std::vector<Layout> layouts() {
           {"nf4", quant("bitsandbytes", "nf4", "bitsandbytes", 64, false, false, false)}};
 }
 
-std::vector<float> floats_of(const SafetensorsWriteTensor& t) {
-  std::vector<float> v(t.bytes.size() / 4);
-  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
-  return v;
-}
-
-// The fp32 checkpoint's tensors with each *_proj.weight replaced by layout's packed tensors;
-// values[name] gets what the format says each stores. Sources sharing an input (q/k/v,
-// gate/up) share one act-order g_idx, as GPTQ gives them.
-std::vector<SafetensorsWriteTensor> pack_checkpoint(
-    const std::vector<SafetensorsWriteTensor>& dense, const CheckpointQuantization& q,
-    std::map<std::string, std::vector<float>>& values) {
-  std::vector<SafetensorsWriteTensor> out;
-  for (const SafetensorsWriteTensor& t : dense) {
-    // The linear layers (Mixtral's experts' w1 / w2 / w3 too); not a router's gate.weight.
-    const bool expert = t.name.find(".experts.") != std::string::npos;
-    if (!t.name.ends_with("_proj.weight") && !expert) {
-      out.push_back(t);
-      continue;
-    }
-    const int64_t n = t.shape[0], k = t.shape[1];
-    const std::string p = t.name.substr(0, t.name.size() - 7);
-    const int64_t g = q.group_size > 0 ? q.group_size : k;
-    const bool shares_qkv = p.ends_with("q_proj") || p.ends_with("k_proj") || p.ends_with("v_proj");
-    const uint64_t seed = static_cast<uint64_t>(k) * 31 + (shares_qkv ? 1 : 2) +
-                          (p.ends_with("gate_proj") || p.ends_with("up_proj") ? 5 : 0) +
-                          (p.ends_with("o_proj") ? 9 : 0);
-    const auto g_idx =
-        q.act_order ? testing::shuffled_g_idx(k, g, seed) : testing::plain_g_idx(k, g);
-    std::vector<SafetensorsWriteTensor> packed;
-    Int4Source src;
-    if (q.packing == "bitsandbytes") {
-      src = testing::quantize_nf4_source(floats_of(t), n, k);
-      packed = testing::nf4_tensors(t.name, src);
-    } else {
-      src = testing::quantize_int4_source(floats_of(t), n, k, g, q.zero_points, g_idx);
-      if (q.packing == "awq") packed = testing::awq_tensors(p, src);
-      if (q.packing == "gptq") packed = testing::gptq_tensors(p, src, q.zeros_minus_one);
-      if (q.packing == "compressed-tensors")
-        packed = testing::compressed_tensors(p, src, q.zero_points);
-    }
-    values[t.name] = src.values();
-    out.insert(out.end(), packed.begin(), packed.end());
-  }
-  return out;
-}
-
 // w (N, K) as the matmul reads it, in input-feature order: the identity through the matmul.
 std::vector<float> dequantized(Backend& backend, const WeightRef& w) {
   const int64_t n = w.rows(), k = w.cols();
@@ -159,7 +112,8 @@ TEST(Int4Checkpoint, EachPublishedLayoutLoadsTheValuesItStoresAndRunsAsTheDenseM
     const testing::HostWeights hw =
         testing::copy_weights_to_host(c, testing::random_weights(c, backend, 21), backend);
     std::map<std::string, std::vector<float>> values;
-    const auto packed = pack_checkpoint(testing::hf_tensors(c, hw, DType::kF32), layout.q, values);
+    const auto packed =
+        testing::pack_int4_checkpoint(testing::hf_tensors(c, hw, DType::kF32), layout.q, values);
     c.quantization = layout.q;
     testing::TempDir dir;
     ASSERT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(), packed).ok());
@@ -214,7 +168,8 @@ TEST(Int4Checkpoint, MixtralExpertsLoadTheValuesTheyStoreAndRunAsTheDenseModel) 
   const testing::HostWeights hw =
       testing::copy_weights_to_host(c, testing::random_weights(c, backend, 23), backend);
   std::map<std::string, std::vector<float>> values;
-  const auto packed = pack_checkpoint(testing::hf_tensors(c, hw, DType::kF32), q, values);
+  const auto packed =
+      testing::pack_int4_checkpoint(testing::hf_tensors(c, hw, DType::kF32), q, values);
   c.quantization = q;
   testing::TempDir dir;
   ASSERT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(), packed).ok());
@@ -278,7 +233,7 @@ TEST(Int4Checkpoint, ContradictingShapesAndFlagsAreRefusedNamingThem) {
   const auto dense = testing::hf_tensors(c, hw, DType::kF32);
   std::map<std::string, std::vector<float>> values;
   const auto awq = quant("awq", "awq", "awq", 32, true, false, false);
-  const auto packed = pack_checkpoint(dense, awq, values);
+  const auto packed = testing::pack_int4_checkpoint(dense, awq, values);
   EXPECT_EQ(load_error(c, awq, packed, "awq"), "");
   // config.json says groups of 16: scales (K / 16, N) expected, (K / 32, N) found.
   auto g16 = awq;
@@ -292,7 +247,7 @@ TEST(Int4Checkpoint, ContradictingShapesAndFlagsAreRefusedNamingThem) {
   EXPECT_NE(flag.find("run it with --quantization awq"), std::string::npos) << flag;
   // A GPTQ checkpoint read as AWQ: qweight is (K / 8, N), not (K, N / 8).
   const auto gptq = quant("gptq", "gptq", "gptq", 32, false, false, true);
-  auto gptq_packed = pack_checkpoint(dense, gptq, values);
+  auto gptq_packed = testing::pack_int4_checkpoint(dense, gptq, values);
   std::erase_if(gptq_packed,
                 [](const SafetensorsWriteTensor& t) { return t.name.ends_with(".g_idx"); });
   const std::string layout = load_error(c, awq, gptq_packed, "awq");
@@ -300,12 +255,13 @@ TEST(Int4Checkpoint, ContradictingShapesAndFlagsAreRefusedNamingThem) {
   // Act-order g_idx without desc_act.
   auto act = gptq;
   act.act_order = true;
-  const std::string no_desc = load_error(c, gptq, pack_checkpoint(dense, act, values), "gptq");
+  const std::string no_desc =
+      load_error(c, gptq, testing::pack_int4_checkpoint(dense, act, values), "gptq");
   EXPECT_NE(no_desc.find("g_idx"), std::string::npos) << no_desc;
   EXPECT_NE(no_desc.find("desc_act"), std::string::npos) << no_desc;
   // NF4 with another blocksize in its quant_state.
   const auto nf4 = quant("bitsandbytes", "nf4", "bitsandbytes", 64, false, false, false);
-  auto nf4_packed = pack_checkpoint(dense, nf4, values);
+  auto nf4_packed = testing::pack_int4_checkpoint(dense, nf4, values);
   for (auto& t : nf4_packed) {
     if (t.name == "model.layers.1.mlp.up_proj.weight.quant_state.bitsandbytes__nf4") {
       t.bytes.replace(t.bytes.find("64"), 2, "32");

@@ -313,13 +313,12 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const WeightOptions
   IB_TRY(config.validate());
   IB_TRY(config.check_supported());
   IB_TRY(find_architecture(config));
-  IB_ASSERT(
-      options.first_layer == 0 ||
-          ((options.format == LoadFormat::kDummy ||
-            (options.format == LoadFormat::kSafetensors && !config.quantization.quantized())) &&
-           !options.gguf_as_stored),
-      "load_weights: a part of a model from its first_layer: dummy weights or a dense "
-      "safetensors checkpoint (quantized at load or not), not GGUF");
+  IB_ASSERT(options.first_layer == 0 || ((options.format == LoadFormat::kDummy ||
+                                          options.format == LoadFormat::kSafetensors) &&
+                                         !options.gguf_as_stored),
+            "load_weights: a part of a model from its first_layer: dummy weights or a "
+            "safetensors checkpoint (dense, quantized at load, or quantized as published), not "
+            "GGUF");
   const LoadFormat format = resolved_load_format(options);
   if (format == LoadFormat::kSafetensors && !has_safetensors(options.path)) {
     return user_error("no safetensors weights at '" + options.path +

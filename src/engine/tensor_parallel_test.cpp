@@ -20,7 +20,10 @@
 #include "backend/cpu/cpu_communicator.h"
 #include "engine/detail/checkpoint_test_support.h"
 #include "engine/detail/engine_test_support.h"
+#include "engine/detail/int4_checkpoint_support.h"
 #include "engine/detail/kv_cache.h"
+#include "engine/detail/quantized_checkpoint_support.h"
+#include "engine/engine_config.h"
 
 namespace ib::detail {
 namespace {
@@ -356,6 +359,17 @@ void expect_same_weights(const ModelWeights& a, Backend& a_backend, const ModelW
   const auto same = [&](const Tensor& x, const Tensor& y, const std::string& what) {
     EXPECT_EQ(bytes(x, a_backend), bytes(y, b_backend)) << "rank " << rank << " " << what;
   };
+  // A matmul weight: its values and, quantized, its scales, zero points, static input scale,
+  // row sums and act-order permutation.
+  const auto same_ref = [&](const WeightRef& x, const WeightRef& y, const std::string& what) {
+    EXPECT_EQ(x.format, y.format) << "rank " << rank << " " << what;
+    same(x.data, y.data, what);
+    same(x.scales, y.scales, what + " scales");
+    same(x.zeros, y.zeros, what + " zeros");
+    same(x.input_row_sums, y.input_row_sums, what + " input_row_sums");
+    same(x.input_perm, y.input_perm, what + " input_perm");
+    EXPECT_EQ(x.input_scale, y.input_scale) << "rank " << rank << " " << what;
+  };
   same(a.embed, b.embed, "embed");
   same(a.final_norm, b.final_norm, "final_norm");
   same(a.lm_head.data, b.lm_head.data, "lm_head");
@@ -364,12 +378,12 @@ void expect_same_weights(const ModelWeights& a, Backend& a_backend, const ModelW
     const LayerWeights &x = a.layers[l], &y = b.layers[l];
     const std::string n = "layer " + std::to_string(l) + " ";
     same(x.attn_norm, y.attn_norm, n + "attn_norm");
-    same(x.wqkv.data, y.wqkv.data, n + "wqkv");
+    same_ref(x.wqkv, y.wqkv, n + "wqkv");
     same(x.bqkv, y.bqkv, n + "bqkv");
-    same(x.wo.data, y.wo.data, n + "wo");
+    same_ref(x.wo, y.wo, n + "wo");
     same(x.ffn_norm, y.ffn_norm, n + "ffn_norm");
-    same(x.w_gate_up.data, y.w_gate_up.data, n + "w_gate_up");
-    same(x.w_down.data, y.w_down.data, n + "w_down");
+    same_ref(x.w_gate_up, y.w_gate_up, n + "w_gate_up");
+    same_ref(x.w_down, y.w_down, n + "w_down");
     same(x.router.data, y.router.data, n + "router");
     same(x.q_a.data, y.q_a.data, n + "q_a");
     same(x.q_a_norm, y.q_a_norm, n + "q_a_norm");
@@ -386,6 +400,29 @@ void expect_same_weights(const ModelWeights& a, Backend& a_backend, const ModelW
     }
   }
   EXPECT_EQ(a.bytes, b.bytes) << "rank " << rank;
+}
+
+// config's checkpoint (options) loaded in parts of 2 layers over 2 ranks gives each rank the
+// shard it gets from the checkpoint loaded whole, byte for byte, and rank 0's device ends with
+// its shard only (every part freed).
+void expect_parts_give_the_whole_loads_shards(const ModelConfig& config,
+                                              const WeightOptions& options) {
+  CpuBackend whole_backend(1);
+  Result<ModelWeights> whole = load_weights(config, options, whole_backend);
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  ASSERT_EQ(whole->layers[0].wo.format, options.quantization);
+  Result<RankShards> at_once = shard_over_ranks(config, 2, std::move(whole).value(), whole_backend);
+  ASSERT_TRUE(at_once.ok()) << at_once.error().message;
+  CpuBackend backend(1);
+  Result<RankShards> parts = load_over_ranks(config, 2, options, backend, 2);
+  ASSERT_TRUE(parts.ok()) << parts.error().message;
+  for (int r = 0; r < 2; ++r) {
+    Backend& got = r == 0 ? backend : *parts->group.backends[0];
+    Backend& want = r == 0 ? whole_backend : *at_once->group.backends[0];
+    expect_same_weights(parts->weights[static_cast<size_t>(r)], got,
+                        at_once->weights[static_cast<size_t>(r)], want, r);
+  }
+  EXPECT_EQ(backend.memory().snapshot().allocated_bytes, parts->weights[0].bytes);
 }
 
 // Dummy weights loaded a few layers at a time (what a model too large for one GPU needs) give
@@ -439,22 +476,8 @@ TEST(TensorParallelLoading, SafetensorsInPartsGivesTheShardsOfTheWholeCheckpoint
   std::vector<SafetensorsWriteTensor> tensors = ib::testing::hf_tensors(
       config, ib::testing::copy_weights_to_host(config, written, source), DType::kF32);
   ASSERT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(), tensors).ok());
-  const WeightOptions options{LoadFormat::kSafetensors, dir.path().string(), 0};
-  CpuBackend whole_backend(1);
-  Result<ModelWeights> whole = load_weights(config, options, whole_backend);
-  ASSERT_TRUE(whole.ok()) << whole.error().message;
-  Result<RankShards> at_once = shard_over_ranks(config, 2, std::move(whole).value(), whole_backend);
-  ASSERT_TRUE(at_once.ok()) << at_once.error().message;
-  CpuBackend backend(1);
-  Result<RankShards> parts = load_over_ranks(config, 2, options, backend, 2);
-  ASSERT_TRUE(parts.ok()) << parts.error().message;
-  for (int r = 0; r < 2; ++r) {
-    Backend& got = r == 0 ? backend : *parts->group.backends[0];
-    Backend& want = r == 0 ? whole_backend : *at_once->group.backends[0];
-    expect_same_weights(parts->weights[static_cast<size_t>(r)], got,
-                        at_once->weights[static_cast<size_t>(r)], want, r);
-  }
-  EXPECT_EQ(backend.memory().snapshot().allocated_bytes, parts->weights[0].bytes);
+  expect_parts_give_the_whole_loads_shards(config,
+                                           {LoadFormat::kSafetensors, dir.path().string(), 0});
 
   std::erase_if(tensors, [](const SafetensorsWriteTensor& t) {
     return t.name == "model.layers.4.mlp.down_proj.weight";
@@ -473,6 +496,70 @@ TEST(TensorParallelLoading, SafetensorsInPartsGivesTheShardsOfTheWholeCheckpoint
 
 // create_engine with dummy weights and --tensor-parallel-size loads them in parts over the
 // ranks and generates what one rank does.
+// A checkpoint quantized as published (AutoAWQ with zero points and GPTQ symmetric, groups of
+// 32; compressed-tensors INT8 weights, per tensor) loads a few layers at a time too: each rank
+// gets, byte for byte, the codes, scales and zero points it gets from the checkpoint loaded whole,
+// and rank 0's device ends with its shard only.
+TEST(TensorParallelLoading, QuantizedCheckpointInPartsGivesTheShardsOfTheWholeCheckpoint) {
+  for (const std::string format : {"awq", "gptq", "int8"}) {
+    SCOPED_TRACE(format);
+    ModelConfig config = splittable_llama(false, false);
+    config.num_layers = 5;
+    CpuBackend source(1);
+    const ModelWeights written = random_weights(config, source, 17);
+    const auto host = ib::testing::copy_weights_to_host(config, written, source);
+    CheckpointQuantization q;
+    q.format = format;
+    std::vector<SafetensorsWriteTensor> packed;
+    if (format == "int8") {
+      q.quant_method = "compressed-tensors";
+      packed = ib::testing::quantized_checkpoint(
+          ib::testing::hf_tensors(config, host, DType::kBF16), false, nullptr, true);
+    } else {
+      q.quant_method = format;
+      q.packing = format;
+      q.group_size = 32;
+      q.zero_points = format == "awq";
+      q.zeros_minus_one = format == "gptq";
+      std::map<std::string, std::vector<float>> values;
+      packed = ib::testing::pack_int4_checkpoint(ib::testing::hf_tensors(config, host, DType::kF32),
+                                                 q, values);
+    }
+    config.quantization = q;
+    ib::testing::TempDir dir;
+    ASSERT_TRUE(write_safetensors((dir.path() / "model.safetensors").string(), packed).ok());
+    const WeightOptions options{LoadFormat::kSafetensors, dir.path().string(), 0,
+                                *quantization_weight_format(format),
+                                quantization_is_asymmetric(format)};
+    expect_parts_give_the_whole_loads_shards(config, options);
+
+    // Through create_engine (--tensor-parallel-size 2 on the checkpoint): loaded in parts, and
+    // generating what one rank does.
+    std::map<int, std::map<uint64_t, ib::testing::Completion>> runs;
+    for (const int ranks : {1, 2}) {
+      EngineConfig ec;
+      ec.block_size = 4;
+      ec.capture_logits = true;
+      ec.quantization = format;
+      ec.tensor_parallel_size = ranks;
+      CpuBackend engine_backend(1);
+      auto engine = create_engine(config, options, ec, engine_backend);
+      ASSERT_TRUE(engine.ok()) << engine.error().message;
+      EXPECT_EQ((*engine)->weights_description().find("layers at a time") != std::string::npos,
+                ranks == 2)
+          << (*engine)->weights_description();
+      const std::vector<int32_t> prompt = {3, 50, 7, 99, 12, 8};
+      ASSERT_TRUE((*engine)->add_request(ib::testing::greedy_request(1, prompt, 5)).ok());
+      runs[ranks] = ib::testing::run_to_completion(**engine);
+    }
+    const ib::testing::Completion &one = runs[1].at(1), &two = runs[2].at(1);
+    EXPECT_EQ(two.tokens, one.tokens);
+    ASSERT_EQ(two.logits.size(), one.logits.size());
+    for (size_t t = 0; t < one.logits.size(); ++t)
+      EXPECT_LT(rel_l2(two.logits[t], one.logits[t]), 1e-5) << "step " << t;
+  }
+}
+
 TEST(TensorParallelEngine, DummyWeightsLoadOverTheRanks) {
   const ModelConfig config = splittable_llama(false, true);
   std::map<uint64_t, ib::testing::Completion> runs[2];

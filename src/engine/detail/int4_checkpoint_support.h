@@ -16,11 +16,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "backend/weight.h"
 #include "core/dtype.h"
+#include "model/config.h"
 #include "model/safetensors.h"
 
 namespace ib::testing {
@@ -273,6 +275,52 @@ inline std::vector<SafetensorsWriteTensor> nf4_tensors(const std::string& w, Int
            DType::kU8,
            {static_cast<int64_t>(state.size())},
            state}};
+}
+
+// An f32 tensor's values.
+inline std::vector<float> floats_of(const SafetensorsWriteTensor& t) {
+  std::vector<float> v(t.bytes.size() / 4);
+  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+  return v;
+}
+
+// The fp32 checkpoint's tensors with each *_proj.weight replaced by layout's packed tensors;
+// values[name] gets what the format says each stores. Sources sharing an input (q/k/v,
+// gate/up) share one act-order g_idx, as GPTQ gives them.
+inline std::vector<SafetensorsWriteTensor> pack_int4_checkpoint(
+    const std::vector<SafetensorsWriteTensor>& dense, const CheckpointQuantization& q,
+    std::map<std::string, std::vector<float>>& values) {
+  std::vector<SafetensorsWriteTensor> out;
+  for (const SafetensorsWriteTensor& t : dense) {
+    // The linear layers (Mixtral's experts' w1 / w2 / w3 too); not a router's gate.weight.
+    const bool expert = t.name.find(".experts.") != std::string::npos;
+    if (!t.name.ends_with("_proj.weight") && !expert) {
+      out.push_back(t);
+      continue;
+    }
+    const int64_t n = t.shape[0], k = t.shape[1];
+    const std::string p = t.name.substr(0, t.name.size() - 7);
+    const int64_t g = q.group_size > 0 ? q.group_size : k;
+    const bool shares_qkv = p.ends_with("q_proj") || p.ends_with("k_proj") || p.ends_with("v_proj");
+    const uint64_t seed = static_cast<uint64_t>(k) * 31 + (shares_qkv ? 1 : 2) +
+                          (p.ends_with("gate_proj") || p.ends_with("up_proj") ? 5 : 0) +
+                          (p.ends_with("o_proj") ? 9 : 0);
+    const auto g_idx = q.act_order ? shuffled_g_idx(k, g, seed) : plain_g_idx(k, g);
+    std::vector<SafetensorsWriteTensor> packed;
+    Int4Source src;
+    if (q.packing == "bitsandbytes") {
+      src = quantize_nf4_source(floats_of(t), n, k);
+      packed = nf4_tensors(t.name, src);
+    } else {
+      src = quantize_int4_source(floats_of(t), n, k, g, q.zero_points, g_idx);
+      if (q.packing == "awq") packed = awq_tensors(p, src);
+      if (q.packing == "gptq") packed = gptq_tensors(p, src, q.zeros_minus_one);
+      if (q.packing == "compressed-tensors") packed = compressed_tensors(p, src, q.zero_points);
+    }
+    values[t.name] = src.values();
+    out.insert(out.end(), packed.begin(), packed.end());
+  }
+  return out;
 }
 
 }  // namespace ib::testing

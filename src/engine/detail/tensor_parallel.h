@@ -84,7 +84,8 @@ struct RankShards {
 Result<RankShards> shard_over_ranks(const ModelConfig& model, int size, ModelWeights whole,
                                     Backend& backend);
 
-// Dummy weights or a safetensors checkpoint (options.format kDummy, kSafetensors) loaded on
+// Dummy weights or a safetensors checkpoint (options.format kDummy, kSafetensors; dense,
+// quantized at load, or quantized as published: AWQ, GPTQ, FP8, INT8, NF4) loaded on
 // `backend` layers_per_part layers at a time (WeightOptions::first_layer; the checkpoint checked
 // against the whole model's schema every time), each part split over the ranks and freed before
 // the next, so no device holds more than its shard and one part: a model that one GPU cannot
