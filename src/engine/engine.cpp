@@ -365,7 +365,6 @@ class EngineImpl final : public Engine {
     for (const auto& b : tp_.backends) g.devices.push_back(b->device_info());
     return g;
   }
-  ModelWeights& weights_for_calibration() override { return runner_->mutable_weights(); }
   std::vector<CalibrationRank> calibration_ranks() override {
     std::vector<CalibrationRank> out{{&runner_->mutable_weights(), &backend_}};
     for (size_t r = 0; r < tp_.runners.size(); ++r)

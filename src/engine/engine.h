@@ -254,10 +254,9 @@ class Engine {
   virtual Backend& backend() = 0;  // rank 0's under tensor parallelism
   // Empty (no communicator, no devices) for an engine of one rank.
   virtual TensorParallelGroup tensor_parallel_group() const = 0;
-  // The model's weights, for calibration (engine/calibration.h) to set static activation scales
-  // on; nothing else changes weights after creation. Rank 0's under tensor parallelism;
-  // calibration_ranks(): every rank's weights and backend, rank 0's first.
-  virtual ModelWeights& weights_for_calibration() = 0;
+  // Every rank's weights and the backend holding them, rank 0's first (one entry at one rank),
+  // for calibration (engine/calibration.h) to set static activation scales on; nothing else
+  // changes weights after creation.
   virtual std::vector<CalibrationRank> calibration_ranks() = 0;
   // Records the decode graphs again (where the engine has them), after calibration changed how
   // the weights' matmuls run; the engine must be idle.

@@ -272,7 +272,7 @@ TEST(CudaEngineCalibration, StaticScalesRunOnCudaAsOnTheCpu) {
   using Refs = std::vector<WeightRef*>;
   const auto refs = [](Engine& e) {
     Refs out;
-    for (LayerWeights& l : e.weights_for_calibration().layers)
+    for (LayerWeights& l : e.calibration_ranks()[0].weights->layers)
       for (WeightRef* r : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) out.push_back(r);
     return out;
   };

@@ -35,8 +35,8 @@ struct WeightOptions {
   // [first_layer, first_layer + config.num_layers) of a model of whole_num_layers, each with
   // that layer's values (dummy: dummy_weight_stream of its index in the whole model;
   // safetensors: model.layers.<index>.*, the checkpoint checked against the whole model's
-  // schema). 0 otherwise; dummy weights or a dense safetensors checkpoint (quantized at load or
-  // not), not GGUF.
+  // schema). 0 otherwise; dummy weights or a safetensors checkpoint (dense, quantized at load,
+  // or quantized as published), not GGUF.
   int first_layer = 0;
   int whole_num_layers = 0;  // 0: config.num_layers (the whole model)
 };

@@ -212,7 +212,7 @@ std::map<uint64_t, testing::Completion> generate(const ModelConfig& c, ModelWeig
       prompts.push_back(testing::random_prompt(calib_rng, 32, c.vocab_size));
     const Status st = calibrate(*engine, prompts, *calibration);
     EXPECT_TRUE(st.ok()) << st.error().message;
-    for (const LayerWeights& l : engine->weights_for_calibration().layers) {
+    for (const LayerWeights& l : engine->calibration_ranks()[0].weights->layers) {
       EXPECT_GT(l.wqkv.input_scale, 0.0f);
       EXPECT_GT(l.w_down.input_scale, 0.0f);
       EXPECT_EQ(l.w_down.input_asymmetric, calibration->scheme == ActivationScheme::kAsymmetric);

@@ -74,9 +74,14 @@ class ShardCopier {
   // src (N, K) -> (N, count): columns [begin, begin + count) of every row.
   Result<std::vector<Tensor>> columns(const Tensor& src,
                                       const std::function<IndexRange(int)>& cols_of) {
+    if (src.empty()) return std::vector<Tensor>(ranks_.size());
+    return columns_of_host(read(src), src, cols_of);
+  }
+
+  // columns() of src from its host copy.
+  Result<std::vector<Tensor>> columns_of_host(const std::vector<char>& host, const Tensor& src,
+                                              const std::function<IndexRange(int)>& cols_of) {
     std::vector<Tensor> out(ranks_.size());
-    if (src.empty()) return out;
-    const std::vector<char> host = read(src);
     const size_t e = dtype_size(src.dtype);
     const auto n = static_cast<size_t>(src.dim(0)), k = static_cast<size_t>(src.dim(1));
     for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -154,14 +159,14 @@ class ShardCopier {
       }
       return out;
     }
-    IB_ASSIGN_OR_RETURN(const auto data, columns(src.data, cols_of));
+    if (src.empty()) return out;                    // (a mixture-of-experts layer's dense MLP)
+    const std::vector<char> host = read(src.data);  // once, for the columns and the row sums
+    IB_ASSIGN_OR_RETURN(const auto data, columns_of_host(host, src.data, cols_of));
     IB_ASSIGN_OR_RETURN(const auto scales, whole(src.scales));
-    std::vector<char> host;
-    if (!src.input_row_sums.empty()) host = read(src.data);
     for (size_t i = 0; i < out.size(); ++i) {
       out[i].data = data[i];
       out[i].scales = scales[i];
-      if (host.empty()) continue;
+      if (src.input_row_sums.empty()) continue;
       const IndexRange cols = cols_of(ranks_[i].rank);
       const int64_t n = src.data.dim(0), k = src.data.dim(1);
       std::vector<int32_t> sums(static_cast<size_t>(n), 0);

@@ -143,6 +143,19 @@ std::vector<std::vector<float>> run_sequences(Step step, int decode_steps,
   return logits;
 }
 
+// One rank (no group) of config with random_weights(seed 11) in format, on a backend of its own
+// (fused: with the fused decode ops' CPU reference): run_sequences' logits over 6 decode steps.
+std::vector<std::vector<float>> one_rank_logits(const ModelConfig& config, WeightFormat format,
+                                                bool fused, std::vector<int32_t>* tokens) {
+  auto backend = std::make_unique<CpuBackend>(1);
+  if (fused) backend->enable_fused_decode_reference();
+  ModelWeights w = random_weights(config, *backend, 11, format);
+  Rank one = make_rank(config, std::move(w), std::move(backend), nullptr);
+  EXPECT_EQ(one.runner->fuses_decode(), fused);
+  return run_sequences([&](std::span<const RunnerSeq> b) { return one.runner->execute(b, true); },
+                       6, tokens);
+}
+
 struct Case {
   int ranks;
   std::string family;  // splittable_config's
@@ -248,14 +261,8 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
   const auto expected = run_sequences(
       [&](std::span<const RunnerSeq> b) { return one.runner->execute(b, true); }, 6, &tokens_one);
   if (k.fused) {  // one rank on the fused ops too (on one GPU: Mixtral's forward_fused, say)
-    auto fused_backend = std::make_unique<CpuBackend>(1);
-    fused_backend->enable_fused_decode_reference();
-    ModelWeights w = random_weights(config, *fused_backend, 11, k.quantization);
-    Rank f = make_rank(config, std::move(w), std::move(fused_backend), nullptr);
-    ASSERT_TRUE(f.runner->fuses_decode());
     std::vector<int32_t> tokens_fused;
-    const auto one_fused = run_sequences(
-        [&](std::span<const RunnerSeq> b) { return f.runner->execute(b, true); }, 6, &tokens_fused);
+    const auto one_fused = one_rank_logits(config, k.quantization, true, &tokens_fused);
     for (size_t i = 0; i < one_fused.size(); ++i)
       EXPECT_LT(rel_l2(one_fused[i], expected[i]), 1e-5) << "one fused rank, row " << i;
     EXPECT_EQ(tokens_fused, tokens_one);
@@ -276,12 +283,8 @@ TEST_P(TensorParallelCpu, RanksGiveTheWholeModelsLogits) {
       !k.static_scales;
   std::vector<std::vector<float>> dense;
   if (dynamic) {
-    auto dense_backend = std::make_unique<CpuBackend>(1);
-    ModelWeights w = random_weights(config, *dense_backend, 11);
-    Rank d = make_rank(config, std::move(w), std::move(dense_backend), nullptr);
     std::vector<int32_t> tokens_dense;
-    dense = run_sequences([&](std::span<const RunnerSeq> b) { return d.runner->execute(b, true); },
-                          6, &tokens_dense);
+    dense = one_rank_logits(config, WeightFormat::kDense, false, &tokens_dense);
   }
   double error_one = 0, error_ranks = 0;
   for (size_t i = 0; i < got.size(); ++i) {

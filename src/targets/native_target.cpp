@@ -116,7 +116,6 @@ json describe_fixed(const Engine& engine, Backend& backend, const NativeTargetOp
   };
 }
 
-// The fixed part with the engine's latest stats and step profile.
 // The bytes a tracked allocator holds under tag; activations: the activations and workspace.
 int64_t tagged_bytes(const MemorySnapshot& m, MemoryTag tag) {
   const auto at = [&](MemoryTag t) { return m.bytes_by_tag[static_cast<size_t>(t)]; };
@@ -124,6 +123,7 @@ int64_t tagged_bytes(const MemorySnapshot& m, MemoryTag tag) {
                                         : at(tag);
 }
 
+// The fixed part with the engine's latest stats and step profile.
 json describe(const json& fixed, const EngineStats& s, const EngineProfile& p) {
   json j = fixed;
   json& e = j["engine"];
