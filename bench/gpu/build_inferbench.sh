@@ -42,6 +42,19 @@ gpu_tests() {
   grep -E "^\[  FAILED  \]|Failure|Expected|Which is|PASSED|FAILED TEST" "$O/tests.log" | head -30
 }
 
+# hf_parity TIMEOUT_S JSON FAMILIES RUNS [ARGS...]: tools/hf_compare.py with $B's inferbench on
+# those families and runs, its log in $O/parity.log (transformers' warnings dropped) and its JSON
+# moved to $O/JSON; prints the rc with the seconds since $T0 and the log's tail.
+hf_parity() {
+  local limit=$1 json=$2 families=$3 runs=$4
+  shift 4
+  PYTHONUNBUFFERED=1 timeout "$limit" python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
+    --families "$families" --runs "$runs" --json-name "$json" --out "$O/parity" "$@" 2>&1 |
+    grep -v Warning > "$O/parity.log"
+  echo "hf_compare rc=${PIPESTATUS[0]} +$(( $(date +%s) - T0 )) s"; tail -25 "$O/parity.log"
+  [ -f "$O/parity/$json" ] && mv "$O/parity/$json" "$O/"
+}
+
 # use_icu: the GPU machine has no libicu. Debian's packages (bench/gpu/icu-deps.sh, carried as
 # .deps/icu.tar.xz) are unpacked once and put on LD_LIBRARY_PATH.
 use_icu() {

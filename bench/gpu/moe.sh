@@ -15,20 +15,15 @@
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
+export PYTHONUNBUFFERED=1
 B=${IB_BUILD_DIR:-/tmp/ib-moe}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
 build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test || exit 1
 echo "built $(el)"
 [ "${IB_SKIP_TESTS:-0}" = 1 ] ||
   gpu_tests '*CudaMoe*:*GeluTanhMulAffineAndSoftcap*' '*_mixtral*:*CudaEngineMoe*'
-if [ "${IB_SKIP_PARITY:-0}" != 1 ]; then
-  export PYTHONUNBUFFERED=1
-  timeout 170 python3 tools/hf_compare.py --inferbench "$B/bin/inferbench" \
-    --families mixtral-tiny,mixtral --runs cuda:fp32,cuda:bf16 \
-    --json-name hf_compare_mixtral_cuda.json --out "$O/parity" 2>&1 | grep -v Warning > "$O/parity.log"
-  echo "hf_compare rc=${PIPESTATUS[0]} $(el)"; tail -25 "$O/parity.log"
-  [ -f "$O/parity/hf_compare_mixtral_cuda.json" ] && mv "$O/parity/hf_compare_mixtral_cuda.json" "$O/"
-fi
+[ "${IB_SKIP_PARITY:-0}" = 1 ] ||
+  hf_parity 170 hf_compare_mixtral_cuda.json mixtral-tiny,mixtral cuda:fp32,cuda:bf16
 R=$O/runs; mkdir -p "$R"
 run() { local name=$1; shift
   timeout -s INT 170 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \

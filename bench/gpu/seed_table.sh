@@ -8,9 +8,11 @@
 #   git archive 2a7a4fb -- . ':(exclude)bench/results' | tar x -C bench/st_src &&
 #   git rev-parse 2a7a4fb > bench/st_src/GIT_COMMIT &&
 #   cp bench/results/h200/seed-table-v3/seed-table.tgz bench/st_src/resume.tgz
-# Usage (carry .deps/icu.tar.xz): OUT=dir IB_TIMEOUT_S=480 bash bench/gpu/seed_table.sh; a second
-# call on the still-warm machine with IB_RESUME=<the first call's seed-table.tgz, copied into
-# bench/st_src> reuses the build (/tmp/ib-st) and goes on.
+# Usage (carry .deps/icu.tar.xz and bench/st_src/GIT_COMMIT: the export's own .gitignore hides
+# GIT_COMMIT from the device's copy): OUT=dir IB_TIMEOUT_S=300 bash bench/gpu/seed_table.sh; a
+# second call on the still-warm machine with IB_RESUME=<the first call's seed-table.tgz, copied
+# into bench/st_src> reuses the build (/tmp/ib-st) and goes on. The build takes ~270 s: a first
+# call's IB_TIMEOUT_S plus that must stay under the call's limit, or the archive is never written.
 # Environment: IB_SRC (bench/st_src), IB_RESUME ($IB_SRC/resume.tgz when present), IB_TIMEOUT_S
 # (seed_top5.sh's: the suite's limit; SIGINT keeps every finished entry). Writes build.log and
 # seed_top5.sh's leaderboard.md, leaderboard.csv, suite.log and seed-table.tgz.
@@ -18,7 +20,7 @@ set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 SRC=${IB_SRC:-bench/st_src}; BIN=/tmp/ib-st/bin/inferbench
-[ -f "$SRC/GIT_COMMIT" ] || { echo "$SRC/GIT_COMMIT missing: prepare the export first (this script's header)"; exit 2; }
+[ -f "$SRC/GIT_COMMIT" ] || { echo "$SRC/GIT_COMMIT missing: prepare the export first, and carry it (this script's header)"; exit 2; }
 if [ ! -x "$BIN" ]; then
   # The export finds ICU where CMakeLists.txt looks: its own .deps.
   [ -e "$SRC/.deps" ] || ln -s "$PWD/.deps" "$SRC/.deps"

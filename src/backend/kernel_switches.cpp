@@ -63,6 +63,12 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "expert) spread evenly over a grid of the device's resident blocks, each block sorting the "
      "pairs by expert once (measured fastest on the H200 at 4 and 8 tokens, slower at 1 and 2); "
      "larger chunks, and all with both 0, a warp per weight row over all of K"},
+    {"IB_MOE_GEMM", "cuda", "0", 0, 1 << 20, "",
+     "calls of at least this many tokens (prefill, large decode batches; past the tile forms' "
+     "sizes) run the experts' matmuls as a grouped tensor-core GEMM: a plan kernel sorts the "
+     "pairs by expert into tiles of 64 rows, then m16n8k16 MMAs against each tile's expert, "
+     "graph-safe (not yet run on the H200: off by default until its tests and A/B have; 32 is "
+     "the value to try); 0: a warp per weight row over all of K"},
     {"IB_MOE_SHARED", "cuda", "0", 0, 1, "",
      "1: DeepSeek-V2's shared experts run inside the expert kernels, as always-on experts of "
      "the routed ones' width (one launch for routed and shared; weights rearranged at load; "

@@ -194,27 +194,32 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   const auto &gu_cpu = in.gu_cpu, &gu_gpu = in.gu_gpu, &dn_cpu = in.dn_cpu, &dn_gpu = in.dn_gpu;
   Pair out = twin.output({t, d});
   twin.cpu().moe_ops()->moe_experts(x.cpu, ids.cpu, weights.cpu, gu_cpu, dn_cpu, out.cpu);
-  // The warp-per-row kernels (IB_MOE_TILES=0 IB_MOE_BALANCE=0), then the tile kernels for every
-  // chunk, with the same blocks per expert slot (IB_MOE_TILES), in tiles of 16 rows and a pair a
-  // pass (IB_MOE_WIDE: experts with several pairs take several passes) and balanced over the
-  // device (IB_MOE_BALANCE); each launched plainly and with programmatic dependent launch
-  // (IB_MOE_PDL).
+  // The warp-per-row kernels (IB_MOE_TILES=0 IB_MOE_BALANCE=0 IB_MOE_GEMM=0), then the tile
+  // kernels for every chunk, with the same blocks per expert slot (IB_MOE_TILES), in tiles of 16
+  // rows and a pair a pass (IB_MOE_WIDE: experts with several pairs take several passes) and
+  // balanced over the device (IB_MOE_BALANCE), and the grouped GEMM for every call (IB_MOE_GEMM=1;
+  // fp32 and unaligned shapes fall back to a warp per row); each launched plainly and with
+  // programmatic dependent launch (IB_MOE_PDL).
   struct Form {
     int64_t wide_tokens;
     int64_t tile_tokens;
     int64_t balance_tokens;
     bool pdl;
     const char* name;
+    int64_t gemm_tokens = 0;
   };
   constexpr int64_t kAll = int64_t{1} << 20;
   for (const Form form :
        {Form{0, 0, 0, false, "warp per row"}, Form{0, kAll, 0, false, "tiles"},
         Form{kAll, 0, 0, false, "wide tiles"}, Form{0, 0, kAll, false, "balanced tiles"},
-        Form{0, 0, 0, true, "warp per row, PDL"}, Form{0, kAll, 0, true, "tiles, PDL"},
-        Form{kAll, 0, 0, true, "wide tiles, PDL"}, Form{0, 0, kAll, true, "balanced tiles, PDL"}}) {
+        Form{0, 0, 0, false, "grouped GEMM", 1}, Form{0, 0, 0, true, "warp per row, PDL"},
+        Form{0, kAll, 0, true, "tiles, PDL"}, Form{kAll, 0, 0, true, "wide tiles, PDL"},
+        Form{0, 0, kAll, true, "balanced tiles, PDL"},
+        Form{0, 0, 0, true, "grouped GEMM, PDL", 1}}) {
     twin.gpu().set_moe_wide_tokens(form.wide_tokens);
     twin.gpu().set_moe_tile_tokens(form.tile_tokens);
     twin.gpu().set_moe_balance_tokens(form.balance_tokens);
+    twin.gpu().set_moe_gemm_tokens(form.gemm_tokens);
     twin.gpu().set_moe_pdl(form.pdl);
     twin.gpu().poison_workspace();  // neither form may read the other's scratch
     run_gpu_experts(twin, graph, x, ids, weights, gu_gpu, dn_gpu, out);
@@ -223,6 +228,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
         << (graph ? " (graph)" : "") << " " << form.name;
   }
   twin.gpu().set_moe_pdl(false);
+  twin.gpu().set_moe_gemm_tokens(0);
 }
 
 // moe_experts_add_rms_norm (IB_MOE_ADD_NORM) against the CPU's moe_experts then add_rms_norm,
@@ -272,6 +278,18 @@ TEST_P(CudaMoeExperts, MatchesTheCpuOp) {
   // DeepSeek-V2's row of 6 + 2 always-on, and a row wider than the combine keeps in registers.
   expect_experts_match(twin, {9, 66, 8, 128, 64}, ++seed, false);
   expect_experts_match(twin, {5, 24, 18, 64, 32}, ++seed, false);
+}
+
+// The grouped GEMM's tiles: experts with more pairs than a 64-row tile (several tiles, the last
+// padded), K over several pipeline stages with a partial last one (D 200, F 136), F past one
+// block's 64 features with a partial block, D past one block's 128 outputs, and 64 experts top-6
+// (DeepSeek-V2-Lite's routing) where most tiles are mostly padding.
+TEST_P(CudaMoeExperts, GroupedGemmTiles) {
+  Twin twin(GetParam());
+  expect_experts_match(twin, {300, 4, 1, 256, 192}, 21, false);
+  expect_experts_match(twin, {160, 8, 2, 200, 136}, 22, false);
+  expect_experts_match(twin, {48, 64, 6, 320, 96}, 23, false);
+  expect_experts_match(twin, {40, 8, 2, 128, 96}, 24, true);
 }
 
 TEST_P(CudaMoeExperts, ScalarKernelsOnUnalignedSizes) {

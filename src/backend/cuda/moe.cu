@@ -469,17 +469,30 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
                         const MoeAddNorm* add_norm, const MoeInt4Experts* int4) {
   const int64_t t = x.rows(), d = x.row_size(), k = ids.row_size();
   if (t == 0) return;
-  const int64_t chunk = moe_chunk_tokens(t, k, d, f, x.dtype, workspace_bytes);
+  bool aligned = aligned16(x.data);
+  for (int i = 0; i < num_experts; ++i)
+    aligned = aligned && aligned16(gate_up.ptr[i]) && aligned16(down.ptr[i]);
+  // The grouped GEMM (IB_MOE_GEMM) for calls of at least gemm_min_tokens past the tile forms'
+  // sizes, where it takes the shapes and its scratch holds a token.
+  const bool gemm = int4 == nullptr && choice.gemm_min_tokens > 0 && t >= choice.gemm_min_tokens &&
+                    t > choice.wide_max_tokens && t > choice.tile_max_tokens &&
+                    t > choice.balance_max_tokens && aligned &&
+                    moe_gemm_takes(x.dtype, d, f, num_experts) &&
+                    moe_gemm_chunk_tokens(t, k, num_experts, d, f, x.dtype, workspace_bytes) >= 1;
+  const int64_t chunk =
+      gemm ? moe_gemm_chunk_tokens(t, k, num_experts, d, f, x.dtype, workspace_bytes)
+           : moe_chunk_tokens(t, k, d, f, x.dtype, workspace_bytes);
   IB_ASSERT(chunk >= 1, "moe_experts: the workspace holds no token's expert activations");
-  // Workspace: act (chunk * k, F) of T, then y (chunk * k, D) f32, 256-byte aligned.
+  // Workspace: act (chunk * k, F) of T, then y (chunk * k, D) f32, 256-byte aligned; the grouped
+  // GEMM's own layout (moe_gemm_layout) when it runs.
+  const MoeGemmLayout layout = moe_gemm_layout(chunk * k, num_experts, d, f, x.dtype);
   const size_t act_bytes =
       (static_cast<size_t>(chunk * k * f) * dtype_size(x.dtype) + 255) / 256 * 256;
-  auto* y = reinterpret_cast<float*>(static_cast<char*>(workspace) + act_bytes);
+  auto* y = reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                     (gemm ? layout.y_offset : act_bytes));
   IB_DISPATCH_FLOAT(x.dtype, T, {
     constexpr int kV = kVec16<T>;
-    bool vec = d % kV == 0 && f % kV == 0 && aligned16(x.data);
-    for (int i = 0; i < num_experts; ++i)
-      vec = vec && aligned16(gate_up.ptr[i]) && aligned16(down.ptr[i]);
+    const bool vec = d % kV == 0 && f % kV == 0 && aligned;
     auto* gate_kernel = vec ? moe_gate_up_kernel<T, kV> : moe_gate_up_kernel<T, 1>;
     auto* down_kernel = vec ? moe_down_kernel<T, kV> : moe_down_kernel<T, 1>;
     T* act = static_cast<T*>(workspace);
@@ -490,7 +503,10 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const int32_t* idc = ids.as<const int32_t>() + t0 * k;
       const auto slots = static_cast<unsigned>(std::min(num_experts, pairs));
       const bool wide = tc <= choice.wide_max_tokens, tiles = tc <= choice.tile_max_tokens;
-      if (int4 != nullptr) {
+      if (gemm) {
+        launch_moe_gemm(xc, idc, pairs, static_cast<int>(k), gate_up, down, num_experts, d, f,
+                        x.dtype, layout, workspace, stream, choice.pdl);
+      } else if (int4 != nullptr) {
         launch_moe_int4(xc, idc, pairs, static_cast<int>(k), *int4, d, f, slots, choice.num_sms,
                         x.dtype, act, y, stream, choice.pdl, choice.int4_ring);
       } else if (wide || tiles || tc <= choice.balance_max_tokens) {

@@ -153,6 +153,10 @@ class CudaBackend final : public Backend,
   // with their work items (tile, expert) spread evenly over a grid of the device's resident
   // blocks; larger ones still (and all with both 0) a warp per weight row (moe.cu).
   void set_moe_balance_tokens(int64_t tokens) { moe_balance_tokens_ = tokens; }
+  // IB_MOE_GEMM (default 0 until its gpu tests and A/B have run on the H200): moe_experts calls of
+  // at least this many tokens (past the tile forms' sizes) run the grouped tensor-core GEMM
+  // (moe_gemm.cu) where it takes the shapes; 0: never (the warp-per-row kernels).
+  void set_moe_gemm_tokens(int64_t tokens) { moe_gemm_tokens_ = tokens; }
   // IB_MOE_SHARED (default 0): MoeOps::fuses_shared_experts, read when a model loads.
   void set_moe_shared(bool on) { moe_shared_ = on; }
   // IB_MOE_PDL (default 1): the MoE kernels (router, experts, combine) launched with
@@ -409,6 +413,7 @@ class CudaBackend final : public Backend,
   int64_t moe_wide_tokens_ = 1;     // IB_MOE_WIDE
   int64_t moe_tile_tokens_ = 2;     // IB_MOE_TILES
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
+  int64_t moe_gemm_tokens_ = 0;     // IB_MOE_GEMM
   bool moe_shared_ = false;         // IB_MOE_SHARED
   bool moe_pdl_ = true;             // IB_MOE_PDL
   bool moe_int4_ring_ = false;      // IB_MOE_INT4_RING

@@ -60,7 +60,8 @@ int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType 
 // (D, F) of x's dtype; workspace: scratch of workspace_bytes, free between ops. Chunks of at most
 // tile_max_tokens tokens run the tile kernels (moe_tiles.cu, IB_MOE_TILES), larger ones of at
 // most balance_max_tokens the tile kernels with their work items spread over the device
-// (IB_MOE_BALANCE), larger ones still a warp per weight row; chunks of at most wide_max_tokens
+// (IB_MOE_BALANCE), larger ones the grouped GEMM (IB_MOE_GEMM, moe_gemm.cu) or else a warp per
+// weight row; chunks of at most wide_max_tokens
 // (IB_MOE_WIDE, before the others) the tile kernels with tiles of 16 rows, a pair a pass.
 struct MoeKernelChoice {
   int num_sms = 1;
@@ -69,6 +70,9 @@ struct MoeKernelChoice {
   int64_t balance_max_tokens = 0;
   bool pdl = false;        // IB_MOE_PDL: programmatic dependent launch
   bool int4_ring = false;  // IB_MOE_INT4_RING: 4-bit experts' chunks of <= 8 tokens streamed
+  // IB_MOE_GEMM: calls of at least this many tokens (past the tile forms' sizes) run the grouped
+  // tensor-core GEMM (moe_gemm.cu) where it takes the shapes; 0: never.
+  int64_t gemm_min_tokens = 0;
 };
 // MoeOps::moe_experts_add_rms_norm's end: residual += the experts' output, normed =
 // rms_norm(residual) * gain (DenseOps::add_rms_norm), all (T, D) or (D) of x's dtype. Where the
@@ -102,6 +106,30 @@ void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
                       const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, bool vec, int64_t d,
                       int64_t f, unsigned slots, int num_sms, MoeTileForm form, DType dtype,
                       void* act, float* y, cudaStream_t stream, bool pdl);
+
+// The grouped GEMM's scratch for a chunk of `pairs` pairs (byte offsets into the workspace): act
+// (max_tiles * 64 sorted rows, F) of the dtype, y (pairs, D) f32, the plan's sorted pair list,
+// each tile's expert and the tile count.
+struct MoeGemmLayout {
+  int64_t max_tiles = 0;  // ceil(pairs / 64) + min(E, pairs): each expert pads one tile at most
+  size_t act_offset = 0, y_offset = 0, sorted_offset = 0, tiles_offset = 0, count_offset = 0;
+  size_t bytes = 0;
+};
+// Whether the grouped GEMM takes these experts: 16-bit floats, D and F multiples of 8 (16-byte
+// rows; the caller checks the pointers' alignment), at most kMoeMaxExperts.
+bool moe_gemm_takes(DType dtype, int64_t d, int64_t f, int num_experts);
+MoeGemmLayout moe_gemm_layout(int64_t pairs, int num_experts, int64_t d, int64_t f, DType dtype);
+// Tokens per chunk of the grouped GEMM: at most the plan kernel's pair list, and what the
+// workspace holds (moe_gemm_layout); 0 when not even one token fits.
+int64_t moe_gemm_chunk_tokens(int64_t tokens, int64_t k, int num_experts, int64_t d, int64_t f,
+                              DType dtype, size_t workspace_bytes);
+// One chunk through the grouped tensor-core GEMM (moe_gemm.cu): a plan kernel sorts the pairs by
+// expert into tiles of 64 rows, then act = silu(g) * u and y (pairs, D) f32 = act @ down^T, the
+// outputs as launch_moe_tiles'. No host synchronization: graph-safe.
+void launch_moe_gemm(const void* x, const int32_t* ids, int pairs, int k,
+                     const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
+                     int64_t d, int64_t f, DType dtype, const MoeGemmLayout& layout,
+                     void* workspace, cudaStream_t stream, bool pdl);
 
 // The 4-bit experts' kernels of one chunk (moe_int4.cu), the outputs as launch_moe_tiles': act
 // (pairs, F) of dtype (bf16 / fp16) from x and gate_up, then y (pairs, D) f32 from act and down.

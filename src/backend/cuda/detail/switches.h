@@ -45,6 +45,9 @@ struct CudaSwitches {
   // IB_MOE_BALANCE=N: larger chunks of at most N tokens in tiles balanced over the device
   // (CudaBackend::set_moe_balance_tokens).
   std::optional<int64_t> moe_balance;
+  // IB_MOE_GEMM=N: calls of at least N tokens on the grouped GEMM
+  // (CudaBackend::set_moe_gemm_tokens).
+  std::optional<int64_t> moe_gemm;
   // IB_MOE_SHARED=0|1: DeepSeek's shared experts inside the expert kernels
   // (CudaBackend::set_moe_shared).
   std::optional<int64_t> moe_shared;

@@ -1,0 +1,326 @@
+// The experts' matmuls of large chunks (prefill, large decode batches) as a grouped tensor-core
+// GEMM (IB_MOE_GEMM). moe.cu's warp-per-row kernels walk every pair routed to an expert with CUDA
+// cores, so a prefill of 256 tokens through Mixtral-8x7B spent ~0.5 s in them; here each expert's
+// pairs form row tiles of a GEMM against its weights, with m16n8k16 MMAs.
+//
+// No host round trip, so it runs inside CUDA graphs too: a one-block plan kernel sorts the chunk's
+// pairs by expert (in pair order within an expert) into row tiles of kBM (the last tile of each
+// expert padded with -1), and writes each tile's expert and the number of tiles; the GEMM grids
+// are sized on the host for the most tiles the chunk can need, and blocks past the plan's count
+// exit at once.
+//
+// gate_up: a block computes kBN / 2 features of a row tile (their gate rows and their up rows as
+// the B tile's two halves) and writes act = silu(g) * u with g and u rounded to T first (as the
+// unfused matmul then silu_mul, and as the other forms do), act rows in the plan's sorted order.
+// down: a block computes kBN outputs of a row tile from those act rows and writes them, rounded to
+// T, to y (pairs, D) f32 at each row's pair, where the combine kernels read them.
+#include <algorithm>
+
+#include "backend/cuda/detail/check.h"
+#include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/mma.cuh"
+#include "backend/cuda/detail/moe_device.cuh"
+#include "backend/cuda/detail/moe_kernels.h"
+#include "backend/cuda/detail/pdl.cuh"
+
+namespace ib::cuda {
+namespace {
+
+constexpr int kBM = 64;   // rows (pairs) per tile
+constexpr int kBN = 128;  // weight rows per block
+constexpr int kBK = 32;   // K per pipeline stage
+constexpr int kStages = 3;
+constexpr int kThreads = 256;    // 8 warps: 2 (M) x 4 (N), 32 x 32 outputs each
+constexpr int kPitch = kBK + 8;  // 80-byte smem rows: ldmatrix's 8 rows land in distinct banks
+constexpr int kAStage = kBM * kPitch, kBStage = kBN * kPitch;  // elements
+constexpr int kCPitch = kBN + 4;                               // the gate_up epilogue's f32 rows
+constexpr int kSmemBytes = kStages * (kAStage + kBStage) * 2;  // 46,080: 16-bit elements
+static_assert(kBM * kCPitch * 4 <= kSmemBytes, "the epilogue's tile fits the pipeline's memory");
+constexpr int kPlanThreads = 1024;
+
+size_t align256(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+// The plan of one chunk (one block): sorted (max_tiles * kBM) the pair of each tile row (-1:
+// padding), tile_expert (max_tiles) each tile's expert, *num_tiles the tiles used.
+__global__ void __launch_bounds__(kPlanThreads)
+    moe_gemm_plan_kernel(const int32_t* ids, int pairs, int num_experts, int32_t* sorted,
+                         int32_t* tile_expert, int32_t* num_tiles) {
+  __shared__ int32_t ids_s[moe::kMaxChunkPairs];
+  __shared__ int count_s[kMoeMaxExperts];
+  __shared__ int offset_s[kMoeMaxExperts];
+  pdl_wait();  // IB_MOE_PDL: every MoE kernel waits first, then lets the next one launch
+  pdl_trigger();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) ids_s[p] = ids[p];
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  // A warp per expert counts its pairs, 32 at a time.
+  for (int e = warp; e < num_experts; e += warps) {
+    int c = 0;
+    for (int p0 = 0; p0 < pairs; p0 += 32) {
+      const int p = p0 + lane;
+      c += __popc(__ballot_sync(0xffffffffu, p < pairs && ids_s[p] == e));
+    }
+    if (lane == 0) count_s[e] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int rows = 0, tiles = 0;
+    for (int e = 0; e < num_experts; ++e) {
+      offset_s[e] = rows;
+      const int t = (count_s[e] + kBM - 1) / kBM;
+      for (int i = 0; i < t; ++i) tile_expert[tiles + i] = e;
+      tiles += t;
+      rows += t * kBM;
+    }
+    *num_tiles = tiles;
+  }
+  __syncthreads();
+  // The same warps place their experts' pairs in pair order, then pad the last tile.
+  for (int e = warp; e < num_experts; e += warps) {
+    int pos = offset_s[e];
+    for (int p0 = 0; p0 < pairs; p0 += 32) {
+      const int p = p0 + lane;
+      const bool mine = p < pairs && ids_s[p] == e;
+      const unsigned m = __ballot_sync(0xffffffffu, mine);
+      if (mine) sorted[pos + __popc(m & ((1u << lane) - 1u))] = p;
+      pos += __popc(m);
+    }
+    const int end = offset_s[e] + (count_s[e] + kBM - 1) / kBM * kBM;
+    for (int i = pos + lane; i < end; i += 32) sorted[i] = -1;
+  }
+}
+
+// One GEMM's operands. gate_up: a = x (row of pair p: p / k, stride K = D), n = F, out act; down:
+// a = act (sorted rows, stride K = F), n = D, out y.
+template <typename T>
+struct GemmArgs {
+  const T* a;
+  int k_per_pair;  // gate_up: top-k (x row = pair / k); down: 0 (a's rows are the sorted rows)
+  int64_t k_dim;
+  int64_t n;
+  const int32_t* sorted;
+  const int32_t* tile_expert;
+  const int32_t* num_tiles;
+  T* act;
+  float* y;
+};
+
+template <typename T, bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 2)
+    moe_gemm_kernel(GemmArgs<T> g, MoeExpertPtrs weights) {
+  __shared__ __align__(16) unsigned char smem[kSmemBytes];
+  T* as = reinterpret_cast<T*>(smem);
+  T* bs = as + kStages * kAStage;
+  pdl_wait();
+  pdl_trigger();
+  const int tile = static_cast<int>(blockIdx.x);
+  if (tile >= *g.num_tiles) return;
+  const T* w = static_cast<const T*>(weights.ptr[g.tile_expert[tile]]);
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int64_t k_dim = g.k_dim, n_out = g.n;
+  const int64_t n0 = int64_t{blockIdx.y} * (kGateUp ? kBN / 2 : kBN);
+  const int32_t* sorted = g.sorted + int64_t{tile} * kBM;
+
+  // Loads: A 64 rows x 4 16-byte chunks (one a thread), B 128 rows x 4 (two a thread).
+  const int chunk = tid & 3, a_row = tid >> 2;
+  const int32_t a_pair = sorted[a_row];
+  const bool a_ok = a_pair >= 0;
+  const T* a_src;
+  if constexpr (kGateUp) {
+    a_src = g.a + (a_ok ? int64_t{a_pair / g.k_per_pair} * k_dim : 0);
+  } else {
+    a_src = g.a + (int64_t{tile} * kBM + a_row) * k_dim;
+  }
+  const T* b_src[2];
+  bool b_ok[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = a_row + 64 * i;
+    int64_t row;
+    if constexpr (kGateUp) {
+      const int64_t feature = n0 + (r & 63);  // rows 0-63 gate, 64-127 up
+      b_ok[i] = feature < n_out;
+      row = r < 64 ? feature : n_out + feature;
+    } else {
+      row = n0 + r;
+      b_ok[i] = row < n_out;
+    }
+    b_src[i] = w + (b_ok[i] ? row : 0) * k_dim;
+  }
+  const auto load_stage = [&](int stage, int kt) {
+    const int64_t col = int64_t{kt} * kBK + chunk * 8;
+    const bool in_k = col < k_dim;  // K is a multiple of 8: a chunk is all in or all out
+    cp_async16(as + stage * kAStage + a_row * kPitch + chunk * 8, a_src + (in_k ? col : 0),
+               a_ok && in_k);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      cp_async16(bs + stage * kBStage + (a_row + 64 * i) * kPitch + chunk * 8,
+                 b_src[i] + (in_k ? col : 0), b_ok[i] && in_k);
+  };
+
+  const int warp_m = warp >> 2, warp_n = warp & 3;
+  float acc[2][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+      acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.0f;
+  const int kt_count = static_cast<int>((k_dim + kBK - 1) / kBK);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < kt_count) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < kt_count; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage kt is in; every warp is done with the stage refilled next
+    const int next = kt + kStages - 1;
+    if (next < kt_count) load_stage(next % kStages, next);
+    cp_async_commit();
+    const T* at = as + (kt % kStages) * kAStage;
+    const T* bt = bs + (kt % kStages) * kBStage;
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) {
+      uint32_t af[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+        ldmatrix_x4(af[mi], at + (warp_m * 32 + mi * 16 + (lane & 15)) * kPitch + ks * 16 +
+                                (lane >> 4) * 8);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, bt + (warp_n * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kPitch +
+                           ks * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          mma_16816<T>(acc[mi][2 * np], af[mi][0], af[mi][1], af[mi][2], af[mi][3], b[0], b[1]);
+          mma_16816<T>(acc[mi][2 * np + 1], af[mi][0], af[mi][1], af[mi][2], af[mi][3], b[2], b[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // acc[mi][ni]: rows warp_m * 32 + mi * 16 + lane / 4 (+ 8 for [2], [3]), columns warp_n * 32 +
+  // ni * 8 + (lane % 4) * 2 (+ 1 for [1], [3]).
+  const int rg = lane >> 2, cq = (lane & 3) * 2;
+  if constexpr (kGateUp) {
+    // Gate and up of a feature sit in different warps: meet in shared memory.
+    __syncthreads();  // every warp is done with the pipeline's memory
+    float* cs = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float* c =
+              cs + (warp_m * 32 + mi * 16 + rg + 8 * h) * kCPitch + warp_n * 32 + ni * 8 + cq;
+          c[0] = acc[mi][ni][2 * h];
+          c[1] = acc[mi][ni][2 * h + 1];
+        }
+    __syncthreads();
+    for (int i = tid; i < kBM * (kBN / 2); i += kThreads) {
+      const int r = i / (kBN / 2), c = i % (kBN / 2);
+      const int64_t feature = n0 + c;
+      if (feature >= n_out || sorted[r] < 0) continue;
+      const float gv = to_f32(from_f32<T>(cs[r * kCPitch + c]));
+      const float uv = to_f32(from_f32<T>(cs[r * kCPitch + kBN / 2 + c]));
+      g.act[(int64_t{tile} * kBM + r) * n_out + feature] = from_f32<T>(moe::silu(gv) * uv);
+    }
+  } else {
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int32_t pair = sorted[warp_m * 32 + mi * 16 + rg + 8 * h];
+        if (pair < 0) continue;
+        float* out = g.y + int64_t{pair} * n_out;
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          const int64_t col = n0 + warp_n * 32 + ni * 8 + cq;
+          if (col >= n_out) continue;  // D is even: col + 1 is in too
+          out[col] = to_f32(from_f32<T>(acc[mi][ni][2 * h]));
+          out[col + 1] = to_f32(from_f32<T>(acc[mi][ni][2 * h + 1]));
+        }
+      }
+  }
+}
+
+template <typename T>
+void launch_gemm(const T* x, const int32_t* ids, int pairs, int k, const MoeExpertPtrs& gate_up,
+                 const MoeExpertPtrs& down, int num_experts, int64_t d, int64_t f,
+                 const MoeGemmLayout& layout, void* workspace, cudaStream_t stream, bool pdl) {
+  auto* base = static_cast<char*>(workspace);
+  auto* sorted = reinterpret_cast<int32_t*>(base + layout.sorted_offset);
+  auto* tile_expert = reinterpret_cast<int32_t*>(base + layout.tiles_offset);
+  auto* num_tiles = reinterpret_cast<int32_t*>(base + layout.count_offset);
+  T* act = reinterpret_cast<T*>(base + layout.act_offset);
+  auto* y = reinterpret_cast<float*>(base + layout.y_offset);
+  launch_kernel("moe_experts gemm plan", pdl, moe_gemm_plan_kernel, dim3(1), dim3(kPlanThreads), 0,
+                stream, ids, pairs, num_experts, sorted, tile_expert, num_tiles);
+  const auto tiles = static_cast<unsigned>(layout.max_tiles);
+  GemmArgs<T> gu{x, k, d, f, sorted, tile_expert, num_tiles, act, nullptr};
+  launch_kernel("moe_experts gemm gate_up", pdl, moe_gemm_kernel<T, true>,
+                dim3(tiles, static_cast<unsigned>((f + kBN / 2 - 1) / (kBN / 2))), dim3(kThreads),
+                0, stream, gu, gate_up);
+  GemmArgs<T> dn{act, 0, f, d, sorted, tile_expert, num_tiles, nullptr, y};
+  launch_kernel("moe_experts gemm down", pdl, moe_gemm_kernel<T, false>,
+                dim3(tiles, static_cast<unsigned>((d + kBN - 1) / kBN)), dim3(kThreads), 0, stream,
+                dn, down);
+}
+
+}  // namespace
+
+bool moe_gemm_takes(DType dtype, int64_t d, int64_t f, int num_experts) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && d > 0 && f > 0 && d % 8 == 0 &&
+         f % 8 == 0 && num_experts >= 1 && num_experts <= kMoeMaxExperts;
+}
+
+MoeGemmLayout moe_gemm_layout(int64_t pairs, int num_experts, int64_t d, int64_t f, DType dtype) {
+  MoeGemmLayout l;
+  l.max_tiles = (pairs + kBM - 1) / kBM + std::min<int64_t>(num_experts, pairs);
+  const int64_t rows = l.max_tiles * kBM;
+  l.act_offset = 0;
+  l.y_offset = align256(static_cast<size_t>(rows * f) * dtype_size(dtype));
+  l.sorted_offset = l.y_offset + align256(static_cast<size_t>(pairs * d) * sizeof(float));
+  l.tiles_offset = l.sorted_offset + align256(static_cast<size_t>(rows) * sizeof(int32_t));
+  l.count_offset = l.tiles_offset + align256(static_cast<size_t>(l.max_tiles) * sizeof(int32_t));
+  l.bytes = l.count_offset + 256;
+  return l;
+}
+
+int64_t moe_gemm_chunk_tokens(int64_t tokens, int64_t k, int num_experts, int64_t d, int64_t f,
+                              DType dtype, size_t workspace_bytes) {
+  // The layout grows with the chunk: the largest chunk that fits, by bisection.
+  int64_t lo = 0, hi = std::min(tokens, moe::kMaxChunkPairs / k);
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (moe_gemm_layout(mid * k, num_experts, d, f, dtype).bytes <= workspace_bytes) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+void launch_moe_gemm(const void* x, const int32_t* ids, int pairs, int k,
+                     const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
+                     int64_t d, int64_t f, DType dtype, const MoeGemmLayout& layout,
+                     void* workspace, cudaStream_t stream, bool pdl) {
+  IB_ASSERT(moe_gemm_takes(dtype, d, f, num_experts) && pairs >= 1 &&
+                pairs <= moe::kMaxChunkPairs && k >= 1,
+            "moe_experts gemm: bf16 / fp16, D and F multiples of 8, 1-2,048 pairs");
+  if (dtype == DType::kBF16) {
+    launch_gemm(static_cast<const bf16*>(x), ids, pairs, k, gate_up, down, num_experts, d, f,
+                layout, workspace, stream, pdl);
+  } else {
+    launch_gemm(static_cast<const f16*>(x), ids, pairs, k, gate_up, down, num_experts, d, f, layout,
+                workspace, stream, pdl);
+  }
+}
+
+}  // namespace ib::cuda
