@@ -10,6 +10,8 @@
 #   v2lite_cont   DeepSeek-V2-Lite, continuous, 512 prompts of 128 / 128 (decode batches of up
 #                 to 256 tokens: the GEMM inside the decode graphs)
 #   mixtral_seed  Mixtral-8x7B, the seed protocol on 48 prompts
+#   mixtral22_pre (not in the default list: ~2 minutes a load) Mixtral-8x22B AWQ, prefill-heavy
+#                 as mixtral_pre: the 4-bit experts through the GEMM
 # Usage (carry .deps/icu.tar.xz; ~9 minutes with the build): OUT=dir bash bench/gpu/moe_gemm.sh
 # then, on the warm machine, OUT=dir IB_SKIP_BUILD=1 IB_SKIP_TESTS=1 IB_SKIP_PARITY=1
 # IB_FIRST=... bash bench/gpu/moe_gemm.sh for what the deadline skipped.
@@ -57,6 +59,9 @@ for what in ${IB_RUNS_LIST:-v2lite_seed mixtral_pre v2lite_cont mixtral_seed}; d
       v2lite_cont) run "${what}_$tag" "$set" deepseek-v2-lite 90 --input-len 128 \
         --output-len 128 --num-prompts 512 --load-mode open --num-warmups 16 --runs 1 --seed 0 ;;
       mixtral_seed) run "${what}_$tag" "$set" mixtral-8x7b 90 "${SEED[@]}" --num-prompts 48 ;;
+      mixtral22_pre) run "${what}_$tag" "$set" mixtral-8x22b 240 --quantization awq \
+        --batch-size 8 --input-len 512 --output-len 8 --num-prompts 16 --load-mode static \
+        --runs 1 --seed 0 ;;
     esac
   done
 done

@@ -330,10 +330,10 @@ TEST_P(CudaMoeExperts, AddRmsNormInOneKernel) {
 // 4-bit experts (kInt4W4A16: AWQ / GPTQ; moe_int4.cu) against the CPU op on their values
 // dequantized as backend/weight.h defines them (dense fp32): random codes, f16 scales and zero
 // points, groups of 128, 256 and one a row; 1 to 1,100 tokens (several passes of 8 pairs an
-// expert, several chunks), plainly, under PDL and replayed from a graph, in the register form and
+// expert, several chunks), plainly, under PDL and replayed from a graph, in the register form,
 // the ring form (IB_MOE_INT4_RING; 1-8 tokens, where a warp's steps of several tiles and empty
-// steps past K (D = 128: 1 step for 8 warps) meet the ring). The tolerance is the dtype's: the GPU
-// rounds x, g, u and act to it.
+// steps past K (D = 128: 1 step for 8 warps) meet the ring) and the grouped GEMM (moe_gemm.cu). The
+// tolerance is the dtype's: the GPU rounds x, g, u and act to it.
 void expect_int4_experts_match(Twin& twin, const ExpertsCase& ec, int group, uint64_t seed,
                                bool graph) {
   const int64_t t = ec.tokens, e = ec.experts, k = ec.top_k, d = ec.hidden, f = ec.inter;
@@ -375,6 +375,18 @@ void expect_int4_experts_match(Twin& twin, const ExpertsCase& ec, int group, uin
     }
   }
   twin.gpu().set_moe_int4_ring(false);
+  // The grouped GEMM for every call (IB_MOE_GEMM=1; fp32 keeps the 4-bit kernels), plainly and
+  // under PDL: each stage's codes turned into the dtype in shared memory, (q - z) * s rounded once.
+  for (const bool pdl : {false, true}) {
+    twin.gpu().set_moe_gemm_tokens(1);
+    twin.gpu().set_moe_pdl(pdl);
+    twin.gpu().poison_workspace();
+    run_gpu_experts(twin, graph, in.x, in.ids, in.weights, gu_gpu, dn_gpu, out);
+    EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
+        << "grouped GEMM T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f
+        << " group=" << group << (graph ? " (graph)" : "") << (pdl ? " PDL" : "");
+  }
+  twin.gpu().set_moe_gemm_tokens(0);
   twin.gpu().set_moe_pdl(false);
 }
 
@@ -397,6 +409,8 @@ TEST_P(CudaMoeExperts, FourBitExpertsMatchTheirDequantizedValues) {
   expect_int4_experts_match(twin, {3, 8, 2, 384, 256}, 0, ++seed, false);  // one group a row
   expect_int4_experts_match(twin, {9, 16, 4, 128, 128}, 128, ++seed, false);
   expect_int4_experts_match(twin, {1100, 8, 2, 128, 128}, 128, ++seed, false);  // 2 chunks
+  // Experts of several 64-row tiles, F past one block's 64 features: the grouped GEMM's tiles.
+  expect_int4_experts_match(twin, {200, 4, 1, 256, 384}, 128, ++seed, false);
   expect_int4_experts_match(twin, {1, 8, 2, 256, 384}, 128, ++seed, true);
   expect_int4_experts_match(twin, {8, 8, 2, 256, 384}, 128, ++seed, true);
 }

@@ -474,10 +474,11 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
     aligned = aligned && aligned16(gate_up.ptr[i]) && aligned16(down.ptr[i]);
   // The grouped GEMM (IB_MOE_GEMM) for calls of at least gemm_min_tokens past the tile forms'
   // sizes, where it takes the shapes and its scratch holds a token.
-  const bool gemm = int4 == nullptr && choice.gemm_min_tokens > 0 && t >= choice.gemm_min_tokens &&
-                    t > choice.wide_max_tokens && t > choice.tile_max_tokens &&
-                    t > choice.balance_max_tokens && aligned &&
-                    moe_gemm_takes(x.dtype, d, f, num_experts) &&
+  // The 4-bit experts take it past their kernels' own sizes (the balance forms are dense only).
+  const bool gemm = choice.gemm_min_tokens > 0 && t >= choice.gemm_min_tokens &&
+                    (int4 != nullptr || (t > choice.wide_max_tokens && t > choice.tile_max_tokens &&
+                                         t > choice.balance_max_tokens)) &&
+                    aligned && moe_gemm_takes(x.dtype, d, f, num_experts, int4) &&
                     moe_gemm_chunk_tokens(t, k, num_experts, d, f, x.dtype, workspace_bytes) >= 1;
   const int64_t chunk =
       gemm ? moe_gemm_chunk_tokens(t, k, num_experts, d, f, x.dtype, workspace_bytes)
@@ -505,7 +506,7 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const bool wide = tc <= choice.wide_max_tokens, tiles = tc <= choice.tile_max_tokens;
       if (gemm) {
         launch_moe_gemm(xc, idc, pairs, static_cast<int>(k), gate_up, down, num_experts, d, f,
-                        x.dtype, layout, workspace, stream, choice.pdl);
+                        x.dtype, layout, workspace, stream, choice.pdl, int4);
       } else if (int4 != nullptr) {
         launch_moe_int4(xc, idc, pairs, static_cast<int>(k), *int4, d, f, slots, choice.num_sms,
                         x.dtype, act, y, stream, choice.pdl, choice.int4_ring);

@@ -15,6 +15,7 @@
 // down: a block computes kBN outputs of a row tile from those act rows and writes them, rounded to
 // T, to y (pairs, D) f32 at each row's pair, where the combine kernels read them.
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
@@ -107,23 +108,46 @@ struct GemmArgs {
   float* y;
 };
 
-template <typename T, bool kGateUp>
+// kInt4: the experts are 4-bit (backend/weight.h kInt4W4A16: codes (N, K / 2), f16 scales and u8
+// zero points per group of a multiple of 128): each stage's codes arrive by cp.async and the
+// block turns them into T, (q - z) * s rounded once, in a B tile of its own before the MMAs.
+template <bool kInt4>
+using GemmWeights = std::conditional_t<kInt4, MoeInt4Ptrs, MoeExpertPtrs>;
+
+template <typename T, bool kGateUp, bool kInt4>
 __global__ void __launch_bounds__(kThreads, 2)
-    moe_gemm_kernel(GemmArgs<T> g, MoeExpertPtrs weights) {
+    moe_gemm_kernel(GemmArgs<T> g, GemmWeights<kInt4> weights) {
   __shared__ __align__(16) unsigned char smem[kSmemBytes];
   T* as = reinterpret_cast<T*>(smem);
-  T* bs = as + kStages * kAStage;
+  T* bs = as + kStages * kAStage;  // kInt4: one B tile, then the stages' codes
+  uint8_t* codes_s = reinterpret_cast<uint8_t*>(bs + kBStage);
+  static_assert(kStages * (kAStage + kBStage) * 2 <= kSmemBytes &&
+                    (kStages * kAStage + kBStage) * 2 + kStages * kBN * kBK / 2 <= kSmemBytes,
+                "the stages fit");
   pdl_wait();
   pdl_trigger();
   const int tile = static_cast<int>(blockIdx.x);
   if (tile >= *g.num_tiles) return;
-  const T* w = static_cast<const T*>(weights.ptr[g.tile_expert[tile]]);
+  const int expert = g.tile_expert[tile];
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int64_t k_dim = g.k_dim, n_out = g.n;
   const int64_t n0 = int64_t{blockIdx.y} * (kGateUp ? kBN / 2 : kBN);
   const int32_t* sorted = g.sorted + int64_t{tile} * kBM;
+  // The weight row of B tile row r (gate_up: rows 0-63 the features' gate rows, 64-127 their up
+  // rows), and whether it exists.
+  const auto weight_row = [&](int r, bool& ok) -> int64_t {
+    if constexpr (kGateUp) {
+      const int64_t feature = n0 + (r & 63);
+      ok = feature < n_out;
+      return ok ? (r < 64 ? feature : n_out + feature) : 0;
+    } else {
+      ok = n0 + r < n_out;
+      return ok ? n0 + r : 0;
+    }
+  };
 
-  // Loads: A 64 rows x 4 16-byte chunks (one a thread), B 128 rows x 4 (two a thread).
+  // Loads: A 64 rows x 4 16-byte chunks (one a thread); dense B 128 rows x 4 (two a thread);
+  // 4-bit B 128 rows of 16 bytes of codes (threads 0-127).
   const int chunk = tid & 3, a_row = tid >> 2;
   const int32_t a_pair = sorted[a_row];
   const bool a_ok = a_pair >= 0;
@@ -133,31 +157,71 @@ __global__ void __launch_bounds__(kThreads, 2)
   } else {
     a_src = g.a + (int64_t{tile} * kBM + a_row) * k_dim;
   }
-  const T* b_src[2];
-  bool b_ok[2];
+  const T* b_src[2] = {};
+  bool b_ok[2] = {};
+  const uint8_t* q_src = nullptr;
+  bool q_ok = false;
+  // 4-bit conversion: thread tid turns half a row (16 codes) of B tile row tid / 2 into T.
+  const int c_row = tid >> 1, c_half = tid & 1;
+  bool c_ok = false;
+  const __half* c_scales = nullptr;
+  const uint8_t* c_zeros = nullptr;
+  int64_t groups = 1, group_size = k_dim;
+  if constexpr (kInt4) {
+    q_src = static_cast<const uint8_t*>(weights.codes[expert]) +
+            weight_row(tid & (kBN - 1), q_ok) * (k_dim / 2);
+    group_size = weights.group_size;
+    groups = k_dim / group_size;
+    const int64_t row = weight_row(c_row, c_ok);
+    c_scales = static_cast<const __half*>(weights.scales[expert]) + row * groups;
+    c_zeros = static_cast<const uint8_t*>(weights.zeros[expert]) + row * groups;
+  } else {
+    const T* w = static_cast<const T*>(weights.ptr[expert]);
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = a_row + 64 * i;
-    int64_t row;
-    if constexpr (kGateUp) {
-      const int64_t feature = n0 + (r & 63);  // rows 0-63 gate, 64-127 up
-      b_ok[i] = feature < n_out;
-      row = r < 64 ? feature : n_out + feature;
-    } else {
-      row = n0 + r;
-      b_ok[i] = row < n_out;
-    }
-    b_src[i] = w + (b_ok[i] ? row : 0) * k_dim;
+    for (int i = 0; i < 2; ++i) b_src[i] = w + weight_row(a_row + 64 * i, b_ok[i]) * k_dim;
   }
   const auto load_stage = [&](int stage, int kt) {
     const int64_t col = int64_t{kt} * kBK + chunk * 8;
     const bool in_k = col < k_dim;  // K is a multiple of 8: a chunk is all in or all out
     cp_async16(as + stage * kAStage + a_row * kPitch + chunk * 8, a_src + (in_k ? col : 0),
                a_ok && in_k);
+    if constexpr (kInt4) {
+      // K is a multiple of 128: every stage is whole.
+      if (tid < kBN)
+        cp_async16(codes_s + (stage * kBN + tid) * (kBK / 2), q_src + int64_t{kt} * (kBK / 2),
+                   q_ok);
+    } else {
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-      cp_async16(bs + stage * kBStage + (a_row + 64 * i) * kPitch + chunk * 8,
-                 b_src[i] + (in_k ? col : 0), b_ok[i] && in_k);
+      for (int i = 0; i < 2; ++i)
+        cp_async16(bs + stage * kBStage + (a_row + 64 * i) * kPitch + chunk * 8,
+                   b_src[i] + (in_k ? col : 0), b_ok[i] && in_k);
+    }
+  };
+  int64_t cached_group = -1;
+  float scale = 0.0f, zero = 0.0f;
+  // The 4-bit stage's codes into the B tile: (q - z) * s, code 2j in the low nibble of byte j.
+  const auto convert_stage = [&](int stage, int kt) {
+    const int64_t group = int64_t{kt} * kBK / group_size;
+    if (group != cached_group) {
+      cached_group = group;
+      if (c_ok) {
+        scale = __half2float(c_scales[group]);
+        zero = static_cast<float>(c_zeros[group]);
+      }
+    }
+    const uint2 q =
+        *reinterpret_cast<const uint2*>(codes_s + (stage * kBN + c_row) * (kBK / 2) + c_half * 8);
+    uint32_t v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t byte = ((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xffu;
+      const float lo = (static_cast<float>(byte & 15u) - zero) * scale;
+      const float hi = (static_cast<float>(byte >> 4) - zero) * scale;
+      v[j] = c_ok ? pack2<T>(lo, hi) : 0u;
+    }
+    auto* dst = reinterpret_cast<uint4*>(bs + c_row * kPitch + c_half * 16);
+    dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
+    dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
   };
 
   const int warp_m = warp >> 2, warp_n = warp & 3;
@@ -179,8 +243,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int next = kt + kStages - 1;
     if (next < kt_count) load_stage(next % kStages, next);
     cp_async_commit();
+    const T* bt = bs;
+    if constexpr (kInt4) {
+      convert_stage(kt % kStages, kt);  // the one B tile: every warp is past its last MMAs
+      __syncthreads();
+    } else {
+      bt = bs + (kt % kStages) * kBStage;
+    }
     const T* at = as + (kt % kStages) * kAStage;
-    const T* bt = bs + (kt % kStages) * kBStage;
 #pragma unroll
     for (int ks = 0; ks < kBK / 16; ++ks) {
       uint32_t af[2][4];
@@ -249,10 +319,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-template <typename T>
-void launch_gemm(const T* x, const int32_t* ids, int pairs, int k, const MoeExpertPtrs& gate_up,
-                 const MoeExpertPtrs& down, int num_experts, int64_t d, int64_t f,
-                 const MoeGemmLayout& layout, void* workspace, cudaStream_t stream, bool pdl) {
+template <typename T, bool kInt4>
+void launch_gemm(const T* x, const int32_t* ids, int pairs, int k,
+                 const GemmWeights<kInt4>& gate_up, const GemmWeights<kInt4>& down, int num_experts,
+                 int64_t d, int64_t f, const MoeGemmLayout& layout, void* workspace,
+                 cudaStream_t stream, bool pdl) {
   auto* base = static_cast<char*>(workspace);
   auto* sorted = reinterpret_cast<int32_t*>(base + layout.sorted_offset);
   auto* tile_expert = reinterpret_cast<int32_t*>(base + layout.tiles_offset);
@@ -263,20 +334,43 @@ void launch_gemm(const T* x, const int32_t* ids, int pairs, int k, const MoeExpe
                 stream, ids, pairs, num_experts, sorted, tile_expert, num_tiles);
   const auto tiles = static_cast<unsigned>(layout.max_tiles);
   GemmArgs<T> gu{x, k, d, f, sorted, tile_expert, num_tiles, act, nullptr};
-  launch_kernel("moe_experts gemm gate_up", pdl, moe_gemm_kernel<T, true>,
+  launch_kernel("moe_experts gemm gate_up", pdl, moe_gemm_kernel<T, true, kInt4>,
                 dim3(tiles, static_cast<unsigned>((f + kBN / 2 - 1) / (kBN / 2))), dim3(kThreads),
                 0, stream, gu, gate_up);
   GemmArgs<T> dn{act, 0, f, d, sorted, tile_expert, num_tiles, nullptr, y};
-  launch_kernel("moe_experts gemm down", pdl, moe_gemm_kernel<T, false>,
+  launch_kernel("moe_experts gemm down", pdl, moe_gemm_kernel<T, false, kInt4>,
                 dim3(tiles, static_cast<unsigned>((d + kBN - 1) / kBN)), dim3(kThreads), 0, stream,
                 dn, down);
 }
 
+template <bool kInt4>
+void launch_dtype(const void* x, const int32_t* ids, int pairs, int k,
+                  const GemmWeights<kInt4>& gate_up, const GemmWeights<kInt4>& down,
+                  int num_experts, int64_t d, int64_t f, DType dtype, const MoeGemmLayout& layout,
+                  void* workspace, cudaStream_t stream, bool pdl) {
+  if (dtype == DType::kBF16) {
+    launch_gemm<bf16, kInt4>(static_cast<const bf16*>(x), ids, pairs, k, gate_up, down, num_experts,
+                             d, f, layout, workspace, stream, pdl);
+  } else {
+    launch_gemm<f16, kInt4>(static_cast<const f16*>(x), ids, pairs, k, gate_up, down, num_experts,
+                            d, f, layout, workspace, stream, pdl);
+  }
+}
+
 }  // namespace
 
-bool moe_gemm_takes(DType dtype, int64_t d, int64_t f, int num_experts) {
-  return (dtype == DType::kBF16 || dtype == DType::kF16) && d > 0 && f > 0 && d % 8 == 0 &&
-         f % 8 == 0 && num_experts >= 1 && num_experts <= kMoeMaxExperts;
+bool moe_gemm_takes(DType dtype, int64_t d, int64_t f, int num_experts,
+                    const MoeInt4Experts* int4) {
+  const bool shapes = (dtype == DType::kBF16 || dtype == DType::kF16) && d > 0 && f > 0 &&
+                      d % 8 == 0 && f % 8 == 0 && num_experts >= 1 && num_experts <= kMoeMaxExperts;
+  if (int4 == nullptr || !shapes) return shapes;
+  // A stage's 32 codes of a row lie in one group; each row's codes are 16-byte aligned.
+  const int gu = int4->gate_up.group_size, dn = int4->down.group_size;
+  if (!moe_int4_takes(d, gu) || !moe_int4_takes(f, dn) || gu <= 0 || dn <= 0) return false;
+  for (int i = 0; i < num_experts; ++i) {
+    if (!aligned16(int4->gate_up.codes[i]) || !aligned16(int4->down.codes[i])) return false;
+  }
+  return true;
 }
 
 MoeGemmLayout moe_gemm_layout(int64_t pairs, int num_experts, int64_t d, int64_t f, DType dtype) {
@@ -310,16 +404,17 @@ int64_t moe_gemm_chunk_tokens(int64_t tokens, int64_t k, int num_experts, int64_
 void launch_moe_gemm(const void* x, const int32_t* ids, int pairs, int k,
                      const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
                      int64_t d, int64_t f, DType dtype, const MoeGemmLayout& layout,
-                     void* workspace, cudaStream_t stream, bool pdl) {
-  IB_ASSERT(moe_gemm_takes(dtype, d, f, num_experts) && pairs >= 1 &&
+                     void* workspace, cudaStream_t stream, bool pdl, const MoeInt4Experts* int4) {
+  IB_ASSERT(moe_gemm_takes(dtype, d, f, num_experts, int4) && pairs >= 1 &&
                 pairs <= moe::kMaxChunkPairs && k >= 1,
-            "moe_experts gemm: bf16 / fp16, D and F multiples of 8, 1-2,048 pairs");
-  if (dtype == DType::kBF16) {
-    launch_gemm(static_cast<const bf16*>(x), ids, pairs, k, gate_up, down, num_experts, d, f,
-                layout, workspace, stream, pdl);
+            "moe_experts gemm: bf16 / fp16, D and F multiples of 8 (4-bit: of 128, with their "
+            "groups), 1-2,048 pairs");
+  if (int4 != nullptr) {
+    launch_dtype<true>(x, ids, pairs, k, int4->gate_up, int4->down, num_experts, d, f, dtype,
+                       layout, workspace, stream, pdl);
   } else {
-    launch_gemm(static_cast<const f16*>(x), ids, pairs, k, gate_up, down, num_experts, d, f, layout,
-                workspace, stream, pdl);
+    launch_dtype<false>(x, ids, pairs, k, gate_up, down, num_experts, d, f, dtype, layout,
+                        workspace, stream, pdl);
   }
 }
 

@@ -116,8 +116,10 @@ struct MoeGemmLayout {
   size_t bytes = 0;
 };
 // Whether the grouped GEMM takes these experts: 16-bit floats, D and F multiples of 8 (16-byte
-// rows; the caller checks the pointers' alignment), at most kMoeMaxExperts.
-bool moe_gemm_takes(DType dtype, int64_t d, int64_t f, int num_experts);
+// rows; the caller checks x's and dense experts' alignment), at most kMoeMaxExperts; 4-bit ones
+// (int4 non-null) as the 4-bit expert kernels take them (moe_int4_takes), codes 16-byte aligned.
+bool moe_gemm_takes(DType dtype, int64_t d, int64_t f, int num_experts,
+                    const MoeInt4Experts* int4 = nullptr);
 MoeGemmLayout moe_gemm_layout(int64_t pairs, int num_experts, int64_t d, int64_t f, DType dtype);
 // Tokens per chunk of the grouped GEMM: at most the plan kernel's pair list, and what the
 // workspace holds (moe_gemm_layout); 0 when not even one token fits.
@@ -125,11 +127,13 @@ int64_t moe_gemm_chunk_tokens(int64_t tokens, int64_t k, int num_experts, int64_
                               DType dtype, size_t workspace_bytes);
 // One chunk through the grouped tensor-core GEMM (moe_gemm.cu): a plan kernel sorts the pairs by
 // expert into tiles of 64 rows, then act = silu(g) * u and y (pairs, D) f32 = act @ down^T, the
-// outputs as launch_moe_tiles'. No host synchronization: graph-safe.
+// outputs as launch_moe_tiles'. int4 non-null: 4-bit experts (gate_up and down unused), each
+// stage's codes turned into the dtype in shared memory. No host synchronization: graph-safe.
 void launch_moe_gemm(const void* x, const int32_t* ids, int pairs, int k,
                      const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
                      int64_t d, int64_t f, DType dtype, const MoeGemmLayout& layout,
-                     void* workspace, cudaStream_t stream, bool pdl);
+                     void* workspace, cudaStream_t stream, bool pdl,
+                     const MoeInt4Experts* int4 = nullptr);
 
 // The 4-bit experts' kernels of one chunk (moe_int4.cu), the outputs as launch_moe_tiles': act
 // (pairs, F) of dtype (bf16 / fp16) from x and gate_up, then y (pairs, D) f32 from act and down.
