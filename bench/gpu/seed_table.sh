@@ -11,8 +11,8 @@
 # Usage (carry .deps/icu.tar.xz and bench/st_src/GIT_COMMIT: the export's own .gitignore hides
 # GIT_COMMIT from the device's copy): OUT=dir IB_TIMEOUT_S=300 bash bench/gpu/seed_table.sh; a
 # second call on the still-warm machine with IB_RESUME=<the first call's seed-table.tgz, copied
-# into bench/st_src> reuses the build (/tmp/ib-st) and goes on. The build takes ~270 s: a first
-# call's IB_TIMEOUT_S plus that must stay under the call's limit, or the archive is never written.
+# into bench/st_src> reuses the build (/tmp/ib-st) and goes on. The build takes ~270 s; the
+# suite's limit is cut to what the call has left (seed_top5.sh: IB_CALL_LIMIT_S, 600).
 # Environment: IB_SRC (bench/st_src), IB_RESUME ($IB_SRC/resume.tgz when present), IB_TIMEOUT_S
 # (seed_top5.sh's: the suite's limit; SIGINT keeps every finished entry). Writes build.log and
 # seed_top5.sh's leaderboard.md, leaderboard.csv, suite.log and seed-table.tgz.
@@ -31,4 +31,4 @@ if [ ! -x "$BIN" ]; then
   echo "built $(cat "$SRC/GIT_COMMIT") +$(( $(date +%s) - T0 )) s"
 fi
 R=${IB_RESUME:-}; [ -z "$R" ] && [ -f "$SRC/resume.tgz" ] && R=$SRC/resume.tgz
-IB_BIN=$BIN IB_SUITE=bench/seed-table.yaml IB_RUNS=3 IB_RESUME=$R bash bench/gpu/seed_top5.sh
+IB_T0=$T0 IB_BIN=$BIN IB_SUITE=bench/seed-table.yaml IB_RUNS=3 IB_RESUME=$R bash bench/gpu/seed_top5.sh

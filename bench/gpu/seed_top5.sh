@@ -8,7 +8,10 @@
 # Writes leaderboard.md, leaderboard.csv, suite.log and st5.tgz (every entry's result.json).
 # IB_SUITE=bench/seed-table.yaml: another suite file the same way (its archive named after it:
 # seed-table.tgz, holding seed-table/; IB_RESUME takes such an archive).
-set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
+# IB_TIMEOUT_S (500) limits the suite (SIGINT: it keeps every finished entry); it is cut to what
+# the device call has left (IB_CALL_LIMIT_S, 600, counted from IB_T0 or this script's start) less
+# 30 s for the archive, so a slow build cannot push the suite past the call's end.
+set -u; T0=${IB_T0:-$(date +%s)}; el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 BIN=${IB_BIN:-}
@@ -24,7 +27,11 @@ SUITE=${IB_SUITE:-bench/seed-top5.yaml}; N=$(basename "$SUITE" .yaml)
 S=$O/$N; ONLY=()
 if [ -n "${IB_RESUME:-}" ]; then tar xzf "$IB_RESUME" -C "$O" && echo "resuming $(ls "$S" | tr '\n' ' ')"; fi
 [ -n "${IB_MODELS:-}" ] && ONLY=(--model-list "$IB_MODELS")
-timeout -s INT "${IB_TIMEOUT_S:-500}" "$BIN" suite "$SUITE" --result-dir "$S" \
+LIMIT=${IB_TIMEOUT_S:-500}
+LEFT=$(( ${IB_CALL_LIMIT_S:-600} - ($(date +%s) - T0) - 30 ))
+(( LEFT < LIMIT )) && { echo "suite limit ${LIMIT} s cut to ${LEFT} s (the call's time left)"; LIMIT=$LEFT; }
+(( LIMIT < 1 )) && LIMIT=1
+timeout -s INT "$LIMIT" "$BIN" suite "$SUITE" --result-dir "$S" \
   --override "runs=${IB_RUNS:-1}" "${ONLY[@]}" > "$O/suite.log" 2>&1
 echo "suite rc=$? $(el)"
 # The leaderboard of every entry finished with these flags (this call's and IB_RESUME's).
