@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The experts' grouped tensor-core GEMM (IB_MOE_GEMM, src/backend/cuda/moe_gemm.cu) on the H200:
 # build; the gpu tests of the expert kernels against the CPU op (CudaMoe*: every form, the GEMM's
-# tiles, a graph replay) and the Mixtral / DeepSeek engine tests; transformers parity of
+# tiles, a graph replay) and the Mixtral / DeepSeek engine tests with IB_MOE_GEMM=2 (every expert
+# call of 2+ tokens on the GEMM, against the CPU engine); transformers parity of
 # mixtral-tiny and mixtral (Mixtral-8x7B's sizes, 2 layers) and deepseek-v2-lite on CUDA bf16
 # (prompts of 512+ tokens prefill through the GEMM; fp32 keeps the warp-per-row kernels); then
-# `inferbench run` with IB_MOE_GEMM=0 (a warp per weight row) and the default (32), interleaved:
+# `inferbench run` with IB_MOE_GEMM=0 (a warp per weight row) and 32, interleaved:
 #   v2lite_seed   DeepSeek-V2-Lite, the seed protocol (batch 8, 32 / 128, 200 prompts)
 #   mixtral_pre   Mixtral-8x7B, prefill-heavy (batch 8, 512 in / 8 out, 16 prompts): TTFT
 #   v2lite_cont   DeepSeek-V2-Lite, continuous, 512 prompts of 128 / 128 (decode batches of up
@@ -14,23 +15,31 @@
 #                 as mixtral_pre: the 4-bit experts through the GEMM
 # Usage (carry .deps/icu.tar.xz; ~9 minutes with the build): OUT=dir bash bench/gpu/moe_gemm.sh
 # then, on the warm machine, OUT=dir IB_SKIP_BUILD=1 IB_SKIP_TESTS=1 IB_SKIP_PARITY=1
-# IB_FIRST=... bash bench/gpu/moe_gemm.sh for what the deadline skipped.
-# Environment: IB_BUILD_DIR (/tmp/ib-moe-gemm), IB_SETS ("IB_MOE_GEMM=0 IB_MOE_GEMM=32"),
+# IB_RUNS_LIST=... bash bench/gpu/moe_gemm.sh for what the deadline skipped.
+# Environment: IB_BUILD_DIR (/tmp/ib-head, shared with bench/gpu/attn_mma.sh), IB_SETS
+# ("IB_MOE_GEMM=0 IB_MOE_GEMM=32"),
 # IB_RUNS_LIST ("v2lite_seed mixtral_pre v2lite_cont mixtral_seed"), IB_DEADLINE_S (560: runs
 # that would end past it are skipped). Writes tests.log, backend_cuda_test.json,
 # engine_cuda_test.json, parity.log, hf_compare_moe_gemm.json, runs.log, runs.json and runs.tgz (the build log and every run's directory).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
-B=${IB_BUILD_DIR:-/tmp/ib-moe-gemm}
+B=${IB_BUILD_DIR:-/tmp/ib-head}
 DEADLINE=${IB_DEADLINE_S:-560}
 if [ "${IB_SKIP_BUILD:-0}" != 1 ]; then
   build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ||
     { cp "$O/build.log" "$O/tests.log"; exit 1; }
   echo "built $(el)"
 fi
-[ "${IB_SKIP_TESTS:-0}" = 1 ] ||
-  gpu_tests '*CudaMoe*:*ReportsTheKernelSwitches*' '*_mixtral*:*CudaEngineMoe*:*_deepseek*'
+if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
+  gpu_tests '*CudaMoe*:*ReportsTheKernelSwitches*'
+  # The MoE engines against the CPU engine with every expert call of 2+ tokens on the GEMM.
+  IB_MOE_GEMM=2 timeout 200 "$B/src/engine/engine_cuda_test" \
+    --gtest_filter='*_mixtral*:*CudaEngineMoe*:*_deepseek*' \
+    --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
+  echo "engine_cuda_test (IB_MOE_GEMM=2) rc=$? $(el)"
+  grep -E "^\[  FAILED  \]|PASSED|FAILED TEST" "$O/tests.log" | tail -8
+fi
 [ "${IB_SKIP_PARITY:-0}" = 1 ] || {
   (export IB_MOE_GEMM=32  # the GEMM for every prefill of 32+ tokens
    hf_parity 200 hf_compare_moe_gemm.json mixtral-tiny,mixtral,deepseek-v2-lite cuda:bf16)

@@ -41,6 +41,12 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "+1.0 % at batch 1, +0.6-1.1 % on the seed protocol, the attention 9.5 -> 7.3 us a layer at "
      "batch 8; Mixtral-8x7B even); 2: the same with 4 warps (measured even); 0: values loaded 8 "
      "keys at a time"},
+    {"IB_ATTN_MMA", "cuda", "0", 0, 1 << 20, "",
+     "decode steps of at least this many sequences run the tensor-core decode attention (a "
+     "block per sequence and KV head, the GQA group's query heads as the MMA's rows, 64-key "
+     "tiles by cp.async; bf16/fp16 caches, head_dim 64-128, groups up to 16, no block-sparse "
+     "pattern; not yet run on the H200: 0, the split-KV kernel, until its tests and A/B have, "
+     "64 the value to try)"},
     {"IB_CUDA_MLA", "cuda", "1", 0, 1, "",
      "1: the CUDA backend offers its multi-head latent attention kernels (DeepSeek-V2) to the "
      "engine (tested against the CPU ops and transformers on the H200); 0: a DeepSeek-V2 model "

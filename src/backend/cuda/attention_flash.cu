@@ -16,6 +16,7 @@
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/mma.cuh"
+#include "backend/cuda/detail/mma_attention.cuh"
 #include "backend/cuda_attention_sizes.h"
 
 namespace ib::cuda {
@@ -25,20 +26,8 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlockQ = 64;  // query rows per block
 constexpr int kBlockK = 64;  // keys per tile
-constexpr float kLog2e = 1.4426950408889634f;
-
-struct FlashParams {
-  const void* qkv;
-  const void* k_cache;
-  const void* v_cache;
-  void* out;
-  PagedBatch batch;
-  int num_heads, num_kv_heads, group, window;
-  float scale_log2;    // softmax scale * log2(e) * the cache's k_scale (1 unless E4M3)
-  float v_scale;       // the cache's v_scale (1 unless E4M3)
-  float softcap_log2;  // the logit soft-cap * log2(e) (softcap_log2()), 0: none
-  BlockSparse sparse;  // enabled: the local + strided pattern on top of the causal mask
-};
+// The sparse pattern applies on top of the causal mask.
+using FlashParams = PagedAttentionParams;
 
 // Under a block-sparse pattern, whether a query in block qb (or a later one) may see a key of
 // tile: some block of the tile's keys is strided, or reaches into qb's local band (later queries'
@@ -59,12 +48,8 @@ __device__ __forceinline__ int next_seen_tile(const FlashParams& p, int tile, in
 }
 
 template <int HD>
-constexpr int pitch() {
-  return HD + 8;  // 16 bytes of padding per row: ldmatrix rows land in distinct banks
-}
-template <int HD>
 constexpr size_t smem_bytes() {
-  return static_cast<size_t>(kBlockQ + 4 * kBlockK) * pitch<HD>() * 2;
+  return attention_smem_bytes<HD>(kBlockQ, kBlockK);
 }
 
 // The 16 E4M3 values of raw as T, into 16-byte aligned shared memory at dst.
@@ -85,12 +70,10 @@ __device__ __forceinline__ void store_e4m3_as(T* dst, const uint4& raw) {
 // T or uint8_t (E4M3).
 template <typename T, typename TC, int HD>
 __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
-  constexpr int kP = pitch<HD>();
-  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
+  constexpr int kP = attention_pitch<HD>();
   extern __shared__ uint4 smem_raw[];
-  T* q_s = reinterpret_cast<T*>(smem_raw);  // (kBlockQ, kP)
-  T* k_s = q_s + kBlockQ * kP;              // (2, kBlockK, kP)
-  T* v_s = k_s + 2 * kBlockK * kP;          // (2, kBlockK, kP)
+  // q_s (kBlockQ, kP), then k_s and v_s (2, kBlockK, kP).
+  const auto [q_s, k_s, v_s] = attention_tiles<T, HD>(smem_raw, kBlockQ, kBlockK);
 
   const int seq = blockIdx.z;
   const int head = blockIdx.y;
@@ -112,12 +95,7 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
   const int64_t qkv_stride = int64_t{p.num_heads + 2 * p.num_kv_heads} * HD;
   const T* q_src = static_cast<const T*>(p.qkv) + int64_t{q_begin + q_tile * kBlockQ} * qkv_stride +
                    int64_t{head} * HD;
-  for (int i = threadIdx.x; i < kBlockQ * kChunks; i += kThreads) {
-    const int r = i / kChunks;
-    const int c = (i % kChunks) * 8;
-    const bool valid = r < rows_here;
-    cp_async16(q_s + r * kP + c, q_src + (valid ? r * qkv_stride : 0) + c, valid);
-  }
+  cp_async_rows<T, HD, kThreads>(q_s, kP, kBlockQ, q_src, qkv_stride, rows_here);
   const TC* k_cache = static_cast<const TC*>(p.k_cache);
   const TC* v_cache = static_cast<const TC*>(p.v_cache);
   const auto load_kv = [&](int tile, int buf) {
@@ -139,15 +117,10 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
         store_e4m3_as(vd + r * kP + c, vr);
       }
     } else {
-      for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
-        const int r = i / kChunks;
-        const int c = (i % kChunks) * 8;
+      cp_async_kv<T, HD, kThreads>(kd, vd, kP, kBlockK, k_cache, v_cache, [&](int r) -> int64_t {
         const int key = tile * kBlockK + r;
-        const bool valid = key < kv_end;
-        const int64_t row = valid ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD) : 0;
-        cp_async16(kd + r * kP + c, k_cache + row + c, valid);
-        cp_async16(vd + r * kP + c, v_cache + row + c, valid);
-      }
+        return key < kv_end ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD) : -1;
+      });
     }
   };
   // Block-sparse: the block's earliest query block decides which tiles are loaded at all.
@@ -174,14 +147,7 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
   for (int it = 0; tile < tile_end; ++it) {
     const int buf = it & 1;
     const int next = next_seen_tile(p, tile + 1, tile_end, qb0);
-    if (next < tile_end) {
-      load_kv(next, buf ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    ring2_wait(next < tile_end, [&] { load_kv(next, buf ^ 1); });
     const T* q_warp = q_s + (warp * 16 + (lane & 15)) * kP + (lane >> 4) * 8;
     if constexpr (kQInRegs) {
       if (it == 0) {
@@ -210,13 +176,8 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
           ldmatrix_x4(a, q_warp + ks * 16);
         }
 #pragma unroll
-        for (int np = 0; np < kBlockK / 16; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4(b, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kP + ks * 16 +
-                             ((lane >> 3) & 1) * 8);
-          mma_16816<T>(s[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
-          mma_16816<T>(s[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
-        }
+        for (int np = 0; np < kBlockK / 16; ++np)
+          mma_scores16<T>(a, kt + np * 16 * kP + ks * 16, kP, lane, s[2 * np], s[2 * np + 1]);
       }
       // Mask (only tiles crossing the diagonal or a window edge need it), then the online
       // softmax of rows g (ri = 0) and g + 8 (ri = 1).
@@ -225,7 +186,6 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
 #pragma unroll
       for (int ri = 0; ri < 2; ++ri) {
         const int qpos = wpos0 + g + ri * 8;
-        float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < kBlockK / 8; ++nt) {
 #pragma unroll
@@ -234,51 +194,16 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
             const bool ok =
                 !need_mask || (key <= qpos && (p.window <= 0 || key > qpos - p.window) &&
                                (!p.sparse.enabled() || block_sparse_keeps(p.sparse, qpos, key)));
-            const float v =
+            s[nt][ri * 2 + e] =
                 ok ? softcap_log2(s[nt][ri * 2 + e] * p.scale_log2, p.softcap_log2) : -INFINITY;
-            s[nt][ri * 2 + e] = v;
-            mx = fmaxf(mx, v);
           }
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[ri], mx);
-        const float ref = m_new == -INFINITY ? 0.0f : m_new;
-        const float alpha = exp2f(m[ri] - ref);
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kBlockK / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pv = exp2f(s[nt][ri * 2 + e] - ref);
-            s[nt][ri * 2 + e] = pv;
-            sum += pv;
-          }
-        }
-        l[ri] = l[ri] * alpha + sum;
-        m[ri] = m_new;
-#pragma unroll
-        for (int dt = 0; dt < HD / 8; ++dt) {
-          o[dt][ri * 2] *= alpha;
-          o[dt][ri * 2 + 1] *= alpha;
         }
       }
+      mma_softmax_step(s, m, l, o);
       // O += P V: P's accumulator layout is the A-operand layout of the next MMA.
 #pragma unroll
-      for (int kk = 0; kk < kBlockK / 16; ++kk) {
-        const uint32_t a0 = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-        const uint32_t a1 = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-        const uint32_t a2 = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        const uint32_t a3 = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-        for (int dp = 0; dp < HD / 16; ++dp) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kP + dp * 16 +
-                                   (lane >> 4) * 8);
-          mma_16816<T>(o[2 * dp], a0, a1, a2, a3, b[0], b[1]);
-          mma_16816<T>(o[2 * dp + 1], a0, a1, a2, a3, b[2], b[3]);
-        }
-      }
+      for (int kk = 0; kk < kBlockK / 16; ++kk)
+        mma_pv16<T>(s[2 * kk], s[2 * kk + 1], vt + kk * 16 * kP, kP, lane, o);
     }
     __syncthreads();  // the next iteration's prefetch overwrites this buffer
     tile = next;
@@ -290,9 +215,7 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
                 int64_t{head} * HD;
 #pragma unroll
   for (int ri = 0; ri < 2; ++ri) {
-    float sum = l[ri];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float sum = mma_row_sum(l[ri]);
     const int row = g + ri * 8;
     if (warp * 16 + row >= rows_here) continue;
     const float inv = sum > 0.0f ? 1.0f / sum * p.v_scale : 0.0f;
@@ -331,25 +254,7 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
                 (reinterpret_cast<uintptr_t>(out.data) & 3u) == 0,
             "attention(flash): tensors must be 16-byte aligned");
   if (meta.num_tokens == 0 || meta.max_query_len == 0) return;
-  FlashParams p{};
-  p.qkv = qkv.data;
-  p.k_cache = kv.k.data;
-  p.v_cache = kv.v.data;
-  p.out = out.data;
-  p.batch = PagedBatch{meta.query_start.as<int32_t>(),
-                       meta.context_lens.as<int32_t>(),
-                       meta.block_tables.as<int32_t>(),
-                       meta.num_seqs,
-                       static_cast<int>(meta.block_tables.dim(1)),
-                       kv.block_size};
-  p.num_heads = shape.num_heads;
-  p.num_kv_heads = shape.num_kv_heads;
-  p.group = shape.num_heads / shape.num_kv_heads;
-  p.window = shape.sliding_window;
-  p.scale_log2 = shape.scale * kLog2e * kv.k_scale;
-  p.v_scale = kv.v_scale;
-  p.softcap_log2 = shape.logit_softcap * kLog2e;
-  p.sparse = shape.block_sparse;
+  const FlashParams p = paged_attention_params(qkv, kv, meta, shape, out);
   const auto run = [&](auto tag, auto cache_tag) {
     using T = decltype(tag);
     using TC = decltype(cache_tag);

@@ -12,6 +12,7 @@
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/mma.cuh"
+#include "backend/cuda/detail/mma_attention.cuh"
 #include "backend/cuda/detail/vision_kernels.h"
 
 namespace ib::cuda {
@@ -34,23 +35,17 @@ struct VisionFlashParams {
 };
 
 template <int HD>
-constexpr int pitch() {
-  return HD + 8;  // 16 bytes of padding per row: ldmatrix rows land in distinct banks
-}
-template <int HD>
 constexpr size_t flash_smem_bytes() {
-  return static_cast<size_t>(kBlockQ + 4 * kBlockK) * pitch<HD>() * 2;
+  return attention_smem_bytes<HD>(kBlockQ, kBlockK);
 }
 
 // grid (ceil(S / 64), H, B); dynamic shared memory flash_smem_bytes<HD>().
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) vision_flash_kernel(VisionFlashParams p) {
-  constexpr int kP = pitch<HD>();
-  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
+  constexpr int kP = attention_pitch<HD>();
   extern __shared__ uint4 smem_raw[];
-  T* q_s = reinterpret_cast<T*>(smem_raw);  // (kBlockQ, kP)
-  T* k_s = q_s + kBlockQ * kP;              // (2, kBlockK, kP)
-  T* v_s = k_s + 2 * kBlockK * kP;          // (2, kBlockK, kP)
+  // q_s (kBlockQ, kP), then k_s and v_s (2, kBlockK, kP).
+  const auto [q_s, k_s, v_s] = attention_tiles<T, HD>(smem_raw, kBlockQ, kBlockK);
 
   const int image = blockIdx.z;
   const int head = blockIdx.y;
@@ -64,26 +59,15 @@ __global__ void __launch_bounds__(kThreads) vision_flash_kernel(VisionFlashParam
   const int lane = threadIdx.x & 31;
 
   const T* q_src = base + int64_t{q_first} * stride + int64_t{head} * HD;
-  for (int i = threadIdx.x; i < kBlockQ * kChunks; i += kThreads) {
-    const int r = i / kChunks;
-    const int c = (i % kChunks) * 8;
-    const bool valid = r < rows_here;
-    cp_async16(q_s + r * kP + c, q_src + (valid ? r * stride : 0) + c, valid);
-  }
+  cp_async_rows<T, HD, kThreads>(q_s, kP, kBlockQ, q_src, stride, rows_here);
   const T* k_src = base + width + int64_t{head} * HD;
   const T* v_src = base + 2 * width + int64_t{head} * HD;
   const auto load_kv = [&](int tile, int buf) {
-    T* kd = k_s + buf * kBlockK * kP;
-    T* vd = v_s + buf * kBlockK * kP;
-    for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
-      const int r = i / kChunks;
-      const int c = (i % kChunks) * 8;
-      const int key = tile * kBlockK + r;
-      const bool valid = key < s_len;
-      const int64_t row = valid ? key * stride : 0;
-      cp_async16(kd + r * kP + c, k_src + row + c, valid);
-      cp_async16(vd + r * kP + c, v_src + row + c, valid);
-    }
+    cp_async_kv<T, HD, kThreads>(k_s + buf * kBlockK * kP, v_s + buf * kBlockK * kP, kP, kBlockK,
+                                 k_src, v_src, [&](int r) -> int64_t {
+                                   const int key = tile * kBlockK + r;
+                                   return key < s_len ? key * stride : -1;
+                                 });
   };
   const int num_tiles = (s_len + kBlockK - 1) / kBlockK;
   load_kv(0, 0);
@@ -102,14 +86,7 @@ __global__ void __launch_bounds__(kThreads) vision_flash_kernel(VisionFlashParam
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int buf = tile & 1;
-    if (tile + 1 < num_tiles) {
-      load_kv(tile + 1, buf ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    ring2_wait(tile + 1 < num_tiles, [&] { load_kv(tile + 1, buf ^ 1); });
     if (tile == 0) {
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks)
@@ -124,69 +101,29 @@ __global__ void __launch_bounds__(kThreads) vision_flash_kernel(VisionFlashParam
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks) {
 #pragma unroll
-        for (int np = 0; np < kBlockK / 16; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4(b, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kP + ks * 16 +
-                             ((lane >> 3) & 1) * 8);
-          mma_16816<T>(s[2 * np], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], b[0], b[1]);
-          mma_16816<T>(s[2 * np + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], b[2], b[3]);
-        }
+        for (int np = 0; np < kBlockK / 16; ++np)
+          mma_scores16<T>(qf[ks], kt + np * 16 * kP + ks * 16, kP, lane, s[2 * np], s[2 * np + 1]);
       }
       const int key0 = tile * kBlockK;
       const bool need_mask = key0 + kBlockK > s_len;  // only the image's last tile
 #pragma unroll
       for (int ri = 0; ri < 2; ++ri) {
-        float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < kBlockK / 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int key = key0 + nt * 8 + tq * 2 + e;
-            const float v =
+            s[nt][ri * 2 + e] =
                 !need_mask || key < s_len ? s[nt][ri * 2 + e] * p.scale_log2 : -INFINITY;
-            s[nt][ri * 2 + e] = v;
-            mx = fmaxf(mx, v);
           }
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // Tile 0 always holds a valid key, so m_new is finite from the first tile on.
-        const float m_new = fmaxf(m[ri], mx);
-        const float alpha = exp2f(m[ri] - m_new);
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kBlockK / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pv = exp2f(s[nt][ri * 2 + e] - m_new);
-            s[nt][ri * 2 + e] = pv;
-            sum += pv;
-          }
-        }
-        l[ri] = l[ri] * alpha + sum;
-        m[ri] = m_new;
-#pragma unroll
-        for (int dt = 0; dt < HD / 8; ++dt) {
-          o[dt][ri * 2] *= alpha;
-          o[dt][ri * 2 + 1] *= alpha;
         }
       }
+      // Tile 0 always holds a valid key, so the running max is finite from the first tile on.
+      mma_softmax_step(s, m, l, o);
       // O += P V: P's accumulator layout is the A-operand layout of the next MMA.
 #pragma unroll
-      for (int kk = 0; kk < kBlockK / 16; ++kk) {
-        const uint32_t a0 = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-        const uint32_t a1 = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-        const uint32_t a2 = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        const uint32_t a3 = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-        for (int dp = 0; dp < HD / 16; ++dp) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kP + dp * 16 +
-                                   (lane >> 4) * 8);
-          mma_16816<T>(o[2 * dp], a0, a1, a2, a3, b[0], b[1]);
-          mma_16816<T>(o[2 * dp + 1], a0, a1, a2, a3, b[2], b[3]);
-        }
-      }
+      for (int kk = 0; kk < kBlockK / 16; ++kk)
+        mma_pv16<T>(s[2 * kk], s[2 * kk + 1], vt + kk * 16 * kP, kP, lane, o);
     }
     __syncthreads();  // the next iteration's prefetch overwrites this buffer
   }
@@ -197,9 +134,7 @@ __global__ void __launch_bounds__(kThreads) vision_flash_kernel(VisionFlashParam
                 int64_t{head} * HD;
 #pragma unroll
   for (int ri = 0; ri < 2; ++ri) {
-    float sum = l[ri];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float sum = mma_row_sum(l[ri]);
     const int row = g + ri * 8;
     if (warp * 16 + row >= rows_here) continue;
     const float inv = 1.0f / sum;

@@ -1,7 +1,7 @@
-// Differential tests of rope_and_cache and paged attention (split-KV decode and flash prefill)
-// against the CPU reference: GQA ratios 1/3/4/7/8, head_dim 64/96/128, block boundaries,
-// contexts long enough to split along the keys, mixed prefill + decode batches, sliding windows,
-// block-sparse patterns.
+// Differential tests of rope_and_cache and paged attention (split-KV decode, the tensor-core
+// decode kernel and flash prefill) against the CPU reference: GQA ratios 1/3/4/7/8, head_dim
+// 64/96/128, block boundaries, contexts long enough to split along the keys, mixed prefill + decode
+// batches, sliding windows, block-sparse patterns.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -161,6 +161,28 @@ TEST_P(CudaAttention, DecodeAcrossBlockBoundaries) {
   Twin twin(GetParam());
   Rng rng(11);
   check_batches(twin, rng, {{{1, 1}, {16, 1}, {17, 1}, {200, 1}, {513, 1}}, {{33, 1}}}, 0, 16);
+}
+
+// The tensor-core decode kernel (IB_ATTN_MMA; here for every decode-only step): contexts of 1 to
+// 1,000 keys (64-key tiles, partial last ones, a cache block straddling a tile), sliding windows
+// of 32 and 100 (a window's first key inside a warp's 16), soft-capped logits, cache blocks of 16
+// and 32, every shape of shapes() (groups of 1 to 8; head_dim 256 keeps the split-KV kernel),
+// against the CPU; and it ran.
+TEST_P(CudaAttention, DecodeOnTensorCores) {
+  Twin twin(GetParam());
+  Rng rng(31);
+  twin.gpu().set_attention_mma_min_seqs(1);
+  const int64_t before = twin.gpu().attention_mma_launches();
+  const std::vector<std::vector<SeqSpec>> batches = {
+      {{1, 1}, {16, 1}, {17, 1}, {64, 1}, {65, 1}, {200, 1}, {513, 1}}, {{1000, 1}, {33, 1}}};
+  check_batches(twin, rng, batches, 0, 16);
+  check_batches(twin, rng, batches, 32, 16);
+  check_batches(twin, rng, batches, 100, 32);
+  check_batches(twin, rng, batches, 0, 16, false, 1.5f);
+  if (GetParam() != DType::kF32) {
+    EXPECT_GT(twin.gpu().attention_mma_launches(), before);
+  }
+  twin.gpu().set_attention_mma_min_seqs(0);
 }
 
 TEST_P(CudaAttention, LongContextDecodeSplitsAlongKeys) {

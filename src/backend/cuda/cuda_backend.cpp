@@ -718,8 +718,15 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
     const bool flash = flash_supports(qkv.dtype, shape) &&
                        (attention_path_ == AttentionPath::kFlash ||
                         (attention_path_ == AttentionPath::kAuto && meta.max_query_len > 1));
+    const bool mma = !flash && attention_path_ == AttentionPath::kAuto &&
+                     attention_mma_min_seqs_ > 0 && meta.max_query_len == 1 &&
+                     meta.num_seqs >= attention_mma_min_seqs_ &&
+                     decode_mma_supports(qkv.dtype, kv, shape);
     if (flash) {
       launch_attention_flash(qkv, kv, meta, shape, out, stream_);
+    } else if (mma) {
+      launch_attention_decode_mma(qkv, kv, meta, shape, out, stream_);
+      ++attention_mma_launches_;
     } else {
       const int partition =
           split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);

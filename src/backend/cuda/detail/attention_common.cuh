@@ -1,10 +1,15 @@
-// Pieces both attention kernels share: the packed-batch lookup (which sequence a query token
-// belongs to, and its absolute position) and the paged-cache addressing.
+// Pieces the paged-attention kernels share (split-KV, flash, the tensor-core decode kernel): the
+// packed-batch lookup (which sequence a query token belongs to, and its absolute position), the
+// paged-cache addressing and the parameters every one of them reads.
 #pragma once
 
 #include <cstdint>
 
+#include "backend/backend.h"
+
 namespace ib::cuda {
+
+inline constexpr float kAttentionLog2e = 1.4426950408889634f;
 
 // The batch as the kernels read it (AttentionMetadata in device pointers).
 struct PagedBatch {
@@ -36,6 +41,46 @@ __device__ __forceinline__ int64_t cache_row(const PagedBatch& b, int seq, int p
                                              int num_kv_heads, int head_dim) {
   const int64_t block = b.block_tables[int64_t{seq} * b.max_blocks_per_seq + pos / b.block_size];
   return ((block * num_kv_heads + kv_head) * b.block_size + pos % b.block_size) * int64_t{head_dim};
+}
+
+// The parameters every paged-attention kernel reads (the split-KV kernel's add its partitions).
+struct PagedAttentionParams {
+  const void* qkv;
+  const void* k_cache;
+  const void* v_cache;
+  void* out;
+  PagedBatch batch;
+  int num_heads, num_kv_heads, group, window;
+  float scale_log2;    // softmax scale * log2(e) * the cache's k_scale (1 unless E4M3)
+  float v_scale;       // the cache's v_scale (1 unless E4M3)
+  float softcap_log2;  // the logit soft-cap * log2(e) (softcap_log2()), 0: none
+  BlockSparse sparse;  // enabled: the local + strided pattern (never with a window)
+};
+
+// Those parameters for one attention call.
+inline PagedAttentionParams paged_attention_params(const Tensor& qkv, const KvCacheLayer& kv,
+                                                   const AttentionMetadata& meta,
+                                                   const AttentionShape& shape, Tensor out) {
+  PagedAttentionParams p{};
+  p.qkv = qkv.data;
+  p.k_cache = kv.k.data;
+  p.v_cache = kv.v.data;
+  p.out = out.data;
+  p.batch = PagedBatch{meta.query_start.as<int32_t>(),
+                       meta.context_lens.as<int32_t>(),
+                       meta.block_tables.as<int32_t>(),
+                       meta.num_seqs,
+                       static_cast<int>(meta.block_tables.dim(1)),
+                       kv.block_size};
+  p.num_heads = shape.num_heads;
+  p.num_kv_heads = shape.num_kv_heads;
+  p.group = shape.num_heads / shape.num_kv_heads;
+  p.window = shape.sliding_window;
+  p.scale_log2 = shape.scale * kAttentionLog2e * kv.k_scale;
+  p.v_scale = kv.v_scale;
+  p.softcap_log2 = shape.logit_softcap * kAttentionLog2e;
+  p.sparse = shape.block_sparse;
+  return p;
 }
 
 // Gemma-2's logit soft-capping on a score in log2 units (score * scale * log2 e): cap *

@@ -282,6 +282,12 @@ class CudaBackend final : public Backend,
   int attention_lean() const { return attention_lean_; }
   // The attention launches that ran the lean form so far (tests: it runs where it exists).
   int64_t attention_lean_launches() const { return attention_lean_launches_; }
+  // IB_ATTN_MMA (default 0 until measured on the H200): decode steps of at least this many
+  // sequences run the tensor-core decode kernel (attention_decode_mma.cu) where it takes the
+  // shapes; 0: never (the split-KV kernel).
+  void set_attention_mma_min_seqs(int n) { attention_mma_min_seqs_ = n; }
+  // The attention launches that ran the tensor-core decode kernel so far (tests).
+  int64_t attention_mma_launches() const { return attention_mma_launches_; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
@@ -380,6 +386,8 @@ class CudaBackend final : public Backend,
   int attention_prefetch_max_seqs_ = 8;
   int attention_lean_ = 1;
   int64_t attention_lean_launches_ = 0;
+  int attention_mma_min_seqs_ = 0;  // IB_ATTN_MMA
+  int64_t attention_mma_launches_ = 0;
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;

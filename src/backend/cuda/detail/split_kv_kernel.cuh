@@ -24,20 +24,12 @@
 
 namespace ib::cuda {
 
-inline constexpr float kSplitLog2e = 1.4426950408889634f;
+inline constexpr float kSplitLog2e = kAttentionLog2e;
 
-struct SplitParams {
-  const void* qkv;
-  const void* k_cache;
-  const void* v_cache;
-  void* out;
-  float* partial_o;   // (T, Hq, P, hd): unnormalised outputs per partition
-  float* partial_ml;  // (T, Hq, P, 2): running max (log2 units) and sum per partition
-  PagedBatch batch;
-  int num_heads, num_kv_heads, group, window;
-  float scale_log2;    // softmax scale * log2(e) * the cache's k_scale (1 unless E4M3)
-  float v_scale;       // the cache's v_scale (1 unless E4M3), applied to each block's sums
-  float softcap_log2;  // the logit soft-cap * log2(e) (softcap_log2()), 0: none
+// PagedAttentionParams (its v_scale applied to each block's sums), then the partitions.
+struct SplitParams : PagedAttentionParams {
+  float* partial_o;    // (T, Hq, P, hd): unnormalised outputs per partition
+  float* partial_ml;   // (T, Hq, P, 2): running max (log2 units) and sum per partition
   int num_partitions;  // blocks along the keys (grid z), sized for the longest context hinted
   // (T, gridDim.y) arrival counters, zero between launches, or nullptr: separate merge kernel.
   unsigned* counters;
@@ -47,7 +39,6 @@ struct SplitParams {
   // Under programmatic dependent launch (detail/pdl.cuh), nonzero: the next kernel may launch as
   // soon as this one starts (its weight loads then overlap these blocks); 0: at this one's exit.
   int trigger_early;
-  BlockSparse sparse;  // enabled: the local + strided pattern (never with a window)
 };
 
 // Query token t's sequence and position; the end of its key indices and the first it sees
@@ -507,27 +498,10 @@ inline SplitParams make_split_params(const Tensor& qkv, const KvCacheLayer& kv,
                                      Tensor out, unsigned* counters = nullptr,
                                      bool prefetch_kv = false) {
   SplitParams p{};
+  static_cast<PagedAttentionParams&>(p) = paged_attention_params(qkv, kv, meta, shape, out);
   p.counters = counters;
   p.trigger_early = 1;
   p.prefetch_kv = prefetch_kv ? 1 : 0;
-  p.qkv = qkv.data;
-  p.k_cache = kv.k.data;
-  p.v_cache = kv.v.data;
-  p.out = out.data;
-  p.batch = PagedBatch{meta.query_start.as<int32_t>(),
-                       meta.context_lens.as<int32_t>(),
-                       meta.block_tables.as<int32_t>(),
-                       meta.num_seqs,
-                       static_cast<int>(meta.block_tables.dim(1)),
-                       kv.block_size};
-  p.num_heads = shape.num_heads;
-  p.num_kv_heads = shape.num_kv_heads;
-  p.group = shape.num_heads / shape.num_kv_heads;
-  p.window = shape.sliding_window;
-  p.scale_log2 = shape.scale * kSplitLog2e * kv.k_scale;
-  p.v_scale = kv.v_scale;
-  p.softcap_log2 = shape.logit_softcap * kSplitLog2e;
-  p.sparse = shape.block_sparse;
   const int max_ctx = meta.max_context_len > 1 ? meta.max_context_len : 1;
   p.num_partitions = (max_ctx + partition_size - 1) / partition_size;
   if (p.num_partitions > 1 && workspace_bytes > 0) {

@@ -32,6 +32,9 @@ struct CudaSwitches {
   std::optional<int64_t> attn_prefetch;
   // IB_ATTN_LEAN=0|1|2: the lean split-KV decode form (CudaBackend::set_attention_lean).
   std::optional<int64_t> attn_lean;
+  // IB_ATTN_MMA=N: decode steps of at least N sequences on the tensor-core decode kernel
+  // (CudaBackend::set_attention_mma_min_seqs).
+  std::optional<int64_t> attn_mma;
   // IB_CUDA_MLA=0|1: the MLA kernels offered to the engine (CudaBackend::set_mla).
   std::optional<int64_t> cuda_mla;
   // IB_MLA_SPLIT=0|1: the MLA attention split across blocks (CudaBackend::set_mla_split).

@@ -1,0 +1,219 @@
+// Decode attention on tensor cores for large batches (IB_ATTN_MMA): steps where every sequence
+// has one query token. A block owns one (sequence, KV head): its GQA group's query heads are the
+// rows of an m16n8k16 MMA (up to 16; the rest zero), so each K/V row is read once for the group.
+// K and V tiles of 64 keys are gathered from the cache blocks by cp.async into a two-stage ring
+// by all 4 warps; each warp takes 16 keys of every tile (S = Q K^T, then O += P V on the MMAs)
+// with an online softmax of its own, and the warps' states merge in shared memory at the end.
+// The split-KV kernel (attention_split_kv.cu) computes the same on CUDA cores, a lane per key,
+// and streamed ~2.2 TB/s at 256 sequences of 256 keys (bench/NOTES.md, phase 1 / issue 15).
+// Sliding windows and soft-capped logits are applied per key; block-sparse patterns, E4M3 caches
+// and head_dim 256 keep the split-KV kernel.
+#include <cmath>
+
+#include "backend/cuda/detail/attention_common.cuh"
+#include "backend/cuda/detail/check.h"
+#include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/mma.cuh"
+#include "backend/cuda/detail/mma_attention.cuh"
+
+namespace ib::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 16;                    // the MMA's rows: the query heads of one KV head
+constexpr int kBlockK = 64;                  // keys per tile
+constexpr int kWarpKeys = kBlockK / kWarps;  // 16: one k16 step of P V
+// (a bf16 / fp16 cache: k_scale and v_scale are 1; no sparse pattern)
+using DecodeParams = PagedAttentionParams;
+
+template <int HD>
+constexpr size_t smem_bytes() {
+  // Q (16 rows), then K and V (2 stages of 64 rows each); the end's merge reuses K and V.
+  return attention_smem_bytes<HD>(kRows, kBlockK);
+}
+template <int HD>
+constexpr size_t merge_bytes() {
+  return static_cast<size_t>(kWarps) * kRows * (HD + 2) * sizeof(float);
+}
+
+// grid (1, Hkv, num_seqs); dynamic shared memory smem_bytes<HD>().
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
+  constexpr int kP = attention_pitch<HD>();
+  static_assert(merge_bytes<HD>() <= 4 * kBlockK * kP * 2, "the merge fits the K/V ring");
+  extern __shared__ uint4 smem_raw[];
+  // q_s (kRows, kP), then k_s and v_s (2, kBlockK, kP).
+  const auto [q_s, k_s, v_s] = attention_tiles<T, HD>(smem_raw, kRows, kBlockK);
+
+  const int seq = blockIdx.z;
+  const int kv_head = blockIdx.y;
+  const int q_begin = p.batch.query_start[seq];
+  // One query token a sequence (the launcher's condition); padded sequences have none.
+  if (p.batch.query_start[seq + 1] - q_begin != 1) return;
+  const int pos = p.batch.context_lens[seq] - 1;  // the query's position: keys [0, pos] visible
+  if (pos < 0) return;
+  const int kv_begin = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  const int tile_begin = kv_begin / kBlockK;
+  const int tile_end = pos / kBlockK + 1;
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int group = p.group;
+
+  // The group's query heads are adjacent in the qkv row: rows past the group are zero.
+  const int64_t qkv_stride = int64_t{p.num_heads + 2 * p.num_kv_heads} * HD;
+  const T* q_src =
+      static_cast<const T*>(p.qkv) + int64_t{q_begin} * qkv_stride + int64_t{kv_head} * group * HD;
+  cp_async_rows<T, HD, kThreads>(q_s, kP, kRows, q_src, HD, group);
+  const T* k_cache = static_cast<const T*>(p.k_cache);
+  const T* v_cache = static_cast<const T*>(p.v_cache);
+  const auto load_kv = [&](int tile, int buf) {
+    cp_async_kv<T, HD, kThreads>(
+        k_s + buf * kBlockK * kP, v_s + buf * kBlockK * kP, kP, kBlockK, k_cache, v_cache,
+        [&](int r) -> int64_t {
+          const int key = tile * kBlockK + r;
+          return key <= pos ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD) : -1;
+        });
+  };
+  load_kv(tile_begin, 0);
+  cp_async_commit();
+
+  // Lane holds rows g = lane / 4 and g + 8 (query heads), keys tq * 2 (+ 1) of each 8.
+  const int g = lane >> 2;
+  const int tq = lane & 3;
+  uint32_t qf[HD / 16][4];
+  float o[HD / 8][4];
+#pragma unroll
+  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};  // this lane's part of the row sums
+
+  for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
+    const int buf = it & 1;
+    ring2_wait(tile + 1 < tile_end, [&] { load_kv(tile + 1, buf ^ 1); });
+    if (it == 0) {
+      const T* q_warp = q_s + (lane & 15) * kP + (lane >> 4) * 8;
+#pragma unroll
+      for (int ks = 0; ks < HD / 16; ++ks) ldmatrix_x4(qf[ks], q_warp + ks * 16);
+    }
+    const int key0 = tile * kBlockK + warp * kWarpKeys;  // this warp's 16 keys
+    if (key0 <= pos && key0 + kWarpKeys - 1 >= kv_begin) {
+      const T* kt = k_s + (buf * kBlockK + warp * kWarpKeys) * kP;
+      const T* vt = v_s + (buf * kBlockK + warp * kWarpKeys) * kP;
+      float s[2][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < HD / 16; ++ks)
+        mma_scores16<T>(qf[ks], kt + ks * 16, kP, lane, s[0], s[1]);
+        // Every row sees the same keys, [kv_begin, pos]: s[nt][2 ri + e] is key nt * 8 + tq * 2 +
+        // e.
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int key = key0 + (i >> 2) * 8 + tq * 2 + (i & 1);
+        float& v = s[i >> 2][i & 3];
+        v = key <= pos && key >= kv_begin ? softcap_log2(v * p.scale_log2, p.softcap_log2)
+                                          : -INFINITY;
+      }
+      mma_softmax_step(s, m, l, o);
+      // O += P V over the warp's 16 keys.
+      mma_pv16<T>(s[0], s[1], vt, kP, lane, o);
+    }
+    __syncthreads();  // the next iteration's prefetch overwrites this buffer
+  }
+
+  // The warps' states (max, sum, unnormalised output per row) meet in shared memory (the K/V
+  // ring, free after the loop's last barrier); a warp that saw no key holds -inf, 0, 0.
+  auto* o_s = reinterpret_cast<float*>(k_s);  // (kWarps, kRows, HD)
+  float* m_s = o_s + kWarps * kRows * HD;     // (kWarps, kRows)
+  float* l_s = m_s + kWarps * kRows;          // (kWarps, kRows)
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    const float sum = mma_row_sum(l[ri]);
+    const int row = g + ri * 8;
+    if (tq == 0) {
+      m_s[warp * kRows + row] = m[ri];
+      l_s[warp * kRows + row] = sum;
+    }
+    float* dst = o_s + (warp * kRows + row) * HD + tq * 2;
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt) {
+      dst[dt * 8] = o[dt][ri * 2];
+      dst[dt * 8 + 1] = o[dt][ri * 2 + 1];
+    }
+  }
+  __syncthreads();
+  T* out =
+      static_cast<T*>(p.out) + int64_t{q_begin} * p.num_heads * HD + int64_t{kv_head} * group * HD;
+  for (int i = threadIdx.x; i < group * HD; i += kThreads) {
+    const int row = i / HD;
+    const int d = i % HD;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w * kRows + row]);
+    const float ref = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = exp2f(m_s[w * kRows + row] - ref);
+      sum += l_s[w * kRows + row] * f;
+      acc += o_s[(w * kRows + row) * HD + d] * f;
+    }
+    out[int64_t{row} * HD + d] = from_f32<T>(sum > 0.0f ? acc / sum * p.v_scale : 0.0f);
+  }
+}
+
+template <typename T, int HD>
+void launch_typed(const DecodeParams& p, const AttentionMetadata& meta, cudaStream_t stream) {
+  constexpr size_t kSmem = smem_bytes<HD>();
+  IB_CUDA_CHECK(
+      cudaFuncSetAttribute(decode_mma_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kSmem)),
+      "attention(decode mma)");
+  const dim3 grid(1, static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(meta.num_seqs));
+  decode_mma_kernel<T, HD><<<grid, kThreads, kSmem, stream>>>(p);
+}
+
+}  // namespace
+
+bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionShape& shape) {
+  const int hd = shape.head_dim;
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && kv.k.dtype == dtype &&
+         kv.v.dtype == dtype && (hd == 64 || hd == 96 || hd == 128) && shape.num_kv_heads > 0 &&
+         shape.num_heads % shape.num_kv_heads == 0 &&
+         shape.num_heads / shape.num_kv_heads <= kRows && !shape.block_sparse.enabled();
+}
+
+void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
+                                 const AttentionMetadata& meta, const AttentionShape& shape,
+                                 Tensor out, cudaStream_t stream) {
+  IB_ASSERT(decode_mma_supports(qkv.dtype, kv, shape) && meta.max_query_len == 1,
+            "attention(decode mma): decode steps of bf16 / fp16 caches, head_dim 64-128, groups "
+            "of at most 16, no block-sparse pattern");
+  IB_ASSERT(
+      aligned16(qkv.data) && aligned16(kv.k.data) && aligned16(kv.v.data) && aligned16(out.data),
+      "attention(decode mma): tensors must be 16-byte aligned");
+  if (meta.num_tokens == 0 || meta.num_seqs == 0) return;
+  const DecodeParams p = paged_attention_params(qkv, kv, meta, shape, out);
+  const auto run = [&](auto tag) {
+    using T = decltype(tag);
+    switch (shape.head_dim) {
+      case 64:
+        launch_typed<T, 64>(p, meta, stream);
+        break;
+      case 96:
+        launch_typed<T, 96>(p, meta, stream);
+        break;
+      default:
+        launch_typed<T, 128>(p, meta, stream);
+        break;
+    }
+  };
+  if (qkv.dtype == DType::kBF16) {
+    run(bf16{});
+  } else {
+    run(f16{});
+  }
+  IB_CUDA_CHECK_LAUNCH("attention(decode mma)");
+}
+
+}  // namespace ib::cuda
