@@ -40,6 +40,11 @@ if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   echo "engine_cuda_test (IB_MOE_GEMM=2) rc=$? $(el)"
   grep -E "^\[  FAILED  \]|PASSED|FAILED TEST" "$O/tests.log" | tail -8
 fi
+# Parity takes ~2-3 minutes: skipped when less is left (a later call with IB_SKIP_BUILD=1
+# IB_SKIP_TESTS=1 runs it and the A/B).
+if [ "${IB_SKIP_PARITY:-0}" != 1 ] && (( $(date +%s) - T0 > DEADLINE - 200 )); then
+  echo "parity skipped (deadline) $(el)"; IB_SKIP_PARITY=1
+fi
 [ "${IB_SKIP_PARITY:-0}" = 1 ] || {
   (export IB_MOE_GEMM=32  # the GEMM for every prefill of 32+ tokens
    hf_parity 200 hf_compare_moe_gemm.json mixtral-tiny,mixtral,deepseek-v2-lite cuda:bf16)
