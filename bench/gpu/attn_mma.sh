@@ -25,7 +25,7 @@ echo "built $(el)"
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   gpu_tests '*CudaAttention*:*CudaVision*:*ReportsTheKernelSwitches*'
   # The engine against the CPU engine and the reference with every decode step of the kernel.
-  IB_ATTN_MMA=1 timeout 200 "$B/src/engine/engine_cuda_test" --gtest_filter='CudaEngineTest*' \
+  IB_ATTN_MMA=1 timeout 200 "$B/src/engine/engine_cuda_test" --gtest_filter='*CudaEngineTest*' \
     --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
   echo "engine_cuda_test (IB_ATTN_MMA=1) rc=$? $(el)"
   grep -E "^\[  FAILED  \]|PASSED|FAILED TEST" "$O/tests.log" | tail -8
