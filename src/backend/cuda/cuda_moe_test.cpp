@@ -222,7 +222,12 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
     twin.gpu().set_moe_gemm_tokens(form.gemm_tokens);
     twin.gpu().set_moe_pdl(form.pdl);
     twin.gpu().poison_workspace();  // neither form may read the other's scratch
+    const int64_t gemm_before = twin.gpu().moe_gemm_launches();
     run_gpu_experts(twin, graph, x, ids, weights, gu_gpu, dn_gpu, out);
+    // The GEMM form runs the GEMM wherever it takes the shapes (16-bit, D and F multiples of 8).
+    const bool takes = twin.dtype() != DType::kF32 && d % 8 == 0 && f % 8 == 0;
+    EXPECT_EQ(twin.gpu().moe_gemm_launches() > gemm_before, form.gemm_tokens > 0 && takes)
+        << form.name << " T=" << t << " D=" << d << " F=" << f;
     EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
         << "T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f
         << (graph ? " (graph)" : "") << " " << form.name;
@@ -381,7 +386,9 @@ void expect_int4_experts_match(Twin& twin, const ExpertsCase& ec, int group, uin
     twin.gpu().set_moe_gemm_tokens(1);
     twin.gpu().set_moe_pdl(pdl);
     twin.gpu().poison_workspace();
+    const int64_t gemm_before = twin.gpu().moe_gemm_launches();
     run_gpu_experts(twin, graph, in.x, in.ids, in.weights, gu_gpu, dn_gpu, out);
+    EXPECT_EQ(twin.gpu().moe_gemm_launches() > gemm_before, twin.dtype() != DType::kF32);
     EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
         << "grouped GEMM T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f
         << " group=" << group << (graph ? " (graph)" : "") << (pdl ? " PDL" : "");

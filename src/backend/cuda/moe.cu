@@ -462,27 +462,27 @@ int64_t moe_chunk_tokens(int64_t tokens, int64_t k, int64_t d, int64_t f, DType 
   return std::max<int64_t>(0, std::min({tokens, kMaxChunkPairs / k, by_bytes}));
 }
 
-void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+bool launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
                         int64_t f, void* workspace, size_t workspace_bytes,
                         const MoeKernelChoice& choice, Tensor out, cudaStream_t stream,
                         const MoeAddNorm* add_norm, const MoeInt4Experts* int4) {
   const int64_t t = x.rows(), d = x.row_size(), k = ids.row_size();
-  if (t == 0) return;
+  if (t == 0) return false;
   bool aligned = aligned16(x.data);
   for (int i = 0; i < num_experts; ++i)
     aligned = aligned && aligned16(gate_up.ptr[i]) && aligned16(down.ptr[i]);
-  // The grouped GEMM (IB_MOE_GEMM) for calls of at least gemm_min_tokens past the tile forms'
-  // sizes, where it takes the shapes and its scratch holds a token.
-  // The 4-bit experts take it past their kernels' own sizes (the balance forms are dense only).
-  const bool gemm = choice.gemm_min_tokens > 0 && t >= choice.gemm_min_tokens &&
-                    (int4 != nullptr || (t > choice.wide_max_tokens && t > choice.tile_max_tokens &&
-                                         t > choice.balance_max_tokens)) &&
-                    aligned && moe_gemm_takes(x.dtype, d, f, num_experts, int4) &&
-                    moe_gemm_chunk_tokens(t, k, num_experts, d, f, x.dtype, workspace_bytes) >= 1;
-  const int64_t chunk =
-      gemm ? moe_gemm_chunk_tokens(t, k, num_experts, d, f, x.dtype, workspace_bytes)
-           : moe_chunk_tokens(t, k, d, f, x.dtype, workspace_bytes);
+  // The grouped GEMM (IB_MOE_GEMM) for calls of at least gemm_min_tokens (dense experts: past
+  // the tile forms' sizes too), where it takes the shapes and its scratch holds a token.
+  const bool gemm_shapes =
+      choice.gemm_min_tokens > 0 && t >= choice.gemm_min_tokens &&
+      (int4 != nullptr || (t > choice.wide_max_tokens && t > choice.tile_max_tokens &&
+                           t > choice.balance_max_tokens)) &&
+      aligned && moe_gemm_takes(x.dtype, d, f, num_experts, int4);
+  const int64_t gemm_chunk =
+      gemm_shapes ? moe_gemm_chunk_tokens(t, k, num_experts, d, f, x.dtype, workspace_bytes) : 0;
+  const bool gemm = gemm_chunk >= 1;
+  const int64_t chunk = gemm ? gemm_chunk : moe_chunk_tokens(t, k, d, f, x.dtype, workspace_bytes);
   IB_ASSERT(chunk >= 1, "moe_experts: the workspace holds no token's expert activations");
   // Workspace: act (chunk * k, F) of T, then y (chunk * k, D) f32, 256-byte aligned; the grouped
   // GEMM's own layout (moe_gemm_layout) when it runs.
@@ -555,6 +555,7 @@ void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       }
     }
   });
+  return gemm;
 }
 
 }  // namespace ib::cuda

@@ -55,8 +55,9 @@ void CudaBackend::poison_workspace() {
 namespace {
 
 // moe_experts' checks, then its kernels: the output into out (add_norm null), or added and
-// normalised into add_norm's tensors (moe_experts_add_rms_norm).
-void check_and_launch(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+// normalised into add_norm's tensors (moe_experts_add_rms_norm). Returns whether the grouped GEMM
+// ran.
+bool check_and_launch(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                       std::span<const WeightRef> gate_up, std::span<const WeightRef> down,
                       DType act, const Buffer& workspace, const MoeKernelChoice& choice, Tensor out,
                       cudaStream_t stream, const MoeAddNorm* add_norm) {
@@ -100,9 +101,9 @@ void check_and_launch(const Tensor& x, const Tensor& expert_ids, const Tensor& e
   }
   IB_ASSERT(moe_chunk_tokens(1, k, d, f, act, workspace.bytes()) >= 1,
             "moe_experts: one token's expert activations exceed the workspace");
-  launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs, static_cast<int>(e), f,
-                     workspace.data(), workspace.bytes(), choice, out, stream, add_norm,
-                     int4 ? &int4_ptrs : nullptr);
+  return launch_moe_experts(x, expert_ids, expert_weights, gate_up_ptrs, down_ptrs,
+                            static_cast<int>(e), f, workspace.data(), workspace.bytes(), choice,
+                            out, stream, add_norm, int4 ? &int4_ptrs : nullptr);
 }
 
 }  // namespace
@@ -114,10 +115,8 @@ bool CudaBackend::runs_quantized_experts(const QuantizedExperts& experts) const 
 }
 
 MoeKernelChoice CudaBackend::moe_kernel_choice() const {
-  MoeKernelChoice choice{num_sms_,         moe_wide_tokens_, moe_tile_tokens_, moe_balance_tokens_,
-                         pdl_ && moe_pdl_, moe_int4_ring_};
-  choice.gemm_min_tokens = moe_gemm_tokens_;
-  return choice;
+  return MoeKernelChoice{num_sms_,         moe_wide_tokens_, moe_tile_tokens_, moe_balance_tokens_,
+                         pdl_ && moe_pdl_, moe_int4_ring_,   moe_gemm_tokens_};
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
@@ -127,8 +126,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,
             "moe_experts: out (T, D) in act");
   const MoeKernelChoice choice = moe_kernel_choice();
   run_op("moe_experts", [&] {
-    check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,
-                     choice, out, stream_, nullptr);
+    moe_gemm_launches_ += check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_,
+                                           attention_workspace_, choice, out, stream_, nullptr);
   });
 }
 
@@ -149,13 +148,15 @@ void CudaBackend::moe_experts_add_rms_norm(const Tensor& x, const Tensor& expert
       // The experts' combine into normed (x, which may be normed itself, is read by the gate_up
       // kernel, which the combine waits for), then residual += it and its norm, in place (the
       // norm kernels read x before the barrier that precedes their writes).
-      check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,
-                       choice, normed, stream_, nullptr);
+      moe_gemm_launches_ +=
+          check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_,
+                           attention_workspace_, choice, normed, stream_, nullptr);
       launch_rms_norm(&residual, normed, norm_weight, eps, normed, stream_, pdl_);
       return;
     }
-    check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,
-                     choice, normed, stream_, &add_norm);
+    moe_gemm_launches_ +=
+        check_and_launch(x, expert_ids, expert_weights, gate_up, down, dtype_, attention_workspace_,
+                         choice, normed, stream_, &add_norm);
   });
 }
 

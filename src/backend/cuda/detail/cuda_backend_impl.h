@@ -157,6 +157,8 @@ class CudaBackend final : public Backend,
   // at least this many tokens (past the tile forms' sizes) run the grouped tensor-core GEMM
   // (moe_gemm.cu) where it takes the shapes; 0: never (the warp-per-row kernels).
   void set_moe_gemm_tokens(int64_t tokens) { moe_gemm_tokens_ = tokens; }
+  // The moe_experts calls that ran the grouped GEMM so far (tests).
+  int64_t moe_gemm_launches() const { return moe_gemm_launches_; }
   // IB_MOE_SHARED (default 0): MoeOps::fuses_shared_experts, read when a model loads.
   void set_moe_shared(bool on) { moe_shared_ = on; }
   // IB_MOE_PDL (default 1): the MoE kernels (router, experts, combine) launched with
@@ -422,10 +424,11 @@ class CudaBackend final : public Backend,
   int64_t moe_tile_tokens_ = 2;     // IB_MOE_TILES
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
   int64_t moe_gemm_tokens_ = 0;     // IB_MOE_GEMM
-  bool moe_shared_ = false;         // IB_MOE_SHARED
-  bool moe_pdl_ = true;             // IB_MOE_PDL
-  bool moe_int4_ring_ = false;      // IB_MOE_INT4_RING
-  int moe_add_norm_ = 0;            // IB_MOE_ADD_NORM
+  int64_t moe_gemm_launches_ = 0;
+  bool moe_shared_ = false;     // IB_MOE_SHARED
+  bool moe_pdl_ = true;         // IB_MOE_PDL
+  bool moe_int4_ring_ = false;  // IB_MOE_INT4_RING
+  int moe_add_norm_ = 0;        // IB_MOE_ADD_NORM
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 1;

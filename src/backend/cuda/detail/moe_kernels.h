@@ -88,8 +88,8 @@ struct MoeAddNorm {
 // add_norm null: out = the experts' output; otherwise out is unused and add_norm's tensors take
 // it as above.
 // int4 non-null: the experts are 4-bit (gate_up and down unused) and every chunk runs
-// launch_moe_int4's kernels.
-void launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+// launch_moe_int4's kernels (or the grouped GEMM). Returns whether the grouped GEMM ran.
+bool launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, int num_experts,
                         int64_t f, void* workspace, size_t workspace_bytes,
                         const MoeKernelChoice& choice, Tensor out, cudaStream_t stream,

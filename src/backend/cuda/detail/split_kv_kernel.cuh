@@ -24,8 +24,6 @@
 
 namespace ib::cuda {
 
-inline constexpr float kSplitLog2e = kAttentionLog2e;
-
 // PagedAttentionParams (its v_scale applied to each block's sums), then the partitions.
 struct SplitParams : PagedAttentionParams {
   float* partial_o;    // (T, Hq, P, hd): unnormalised outputs per partition
