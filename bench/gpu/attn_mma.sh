@@ -16,20 +16,10 @@
 # build log and every run's directory).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
-source bench/gpu/build_inferbench.sh && use_icu
-B=${IB_BUILD_DIR:-/tmp/ib-head}
-DEADLINE=${IB_DEADLINE_S:-560}
-build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ||
-  { cp "$O/build.log" "$O/tests.log"; exit 1; }
-echo "built $(el)"
-if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
-  gpu_tests '*CudaAttention*:*CudaVision*:*ReportsTheKernelSwitches*'
-  # The engine against the CPU engine and the reference with every decode step of the kernel.
-  IB_ATTN_MMA=1 timeout 200 "$B/src/engine/engine_cuda_test" --gtest_filter='*CudaEngineTest*' \
-    --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
-  echo "engine_cuda_test (IB_ATTN_MMA=1) rc=$? $(el)"
-  grep -E "^\[  FAILED  \]|PASSED|FAILED TEST" "$O/tests.log" | tail -8
-fi
+source bench/gpu/build_inferbench.sh && head_setup
+# The engine against the CPU engine and the reference with every decode step of the kernel.
+head_tests '*CudaAttention*:*CudaVision*:*ReportsTheKernelSwitches*' IB_ATTN_MMA=1 \
+  '*CudaEngineTest*'
 R=$O/runs; mkdir -p "$R"
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1)
 CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16 --runs 1)
@@ -43,8 +33,5 @@ CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num
   run_llama cont_fp8_mma0 IB_ATTN_MMA=0 --quantization fp8 "${CONT[@]}"
   run_llama cont_fp8_mma64 IB_ATTN_MMA=64 --quantization fp8 "${CONT[@]}"
 } 2>&1 | tee "$O/runs.log"
-python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
-[ -f "$O/build.log" ] && mv "$O/build.log" "$R/"  # at most 8 files come back
-find "$R" \( -name requests.jsonl -o -name allocations.csv -o -name memory.csv \) -delete
-tar czf "$O/runs.tgz" -C "$O" runs && rm -rf "$R"
+pack_runs
 echo "done $(el)"

@@ -24,6 +24,42 @@ build_gpu_tests() {
   fi
 }
 
+# head_setup: the scripts of a new kernel's visit (moe_gemm.sh, attn_mma.sh, quant_gemm.sh) share
+# one build of the tree's HEAD: ICU on the library path, B the build directory (IB_BUILD_DIR,
+# /tmp/ib-head), DEADLINE (IB_DEADLINE_S, 560 s after $T0), then, unless IB_SKIP_BUILD=1,
+# build_gpu_tests into $B with inferbench and the two gpu test binaries, its log in
+# $O/build.log; on failure the log becomes $O/tests.log and the script exits.
+head_setup() {
+  use_icu
+  B=${IB_BUILD_DIR:-/tmp/ib-head}
+  DEADLINE=${IB_DEADLINE_S:-560}
+  [ "${IB_SKIP_BUILD:-0}" = 1 ] && return 0
+  build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ||
+    { cp "$O/build.log" "$O/tests.log"; exit 1; }
+  echo "built +$(( $(date +%s) - T0 )) s"
+}
+
+# head_tests BACKEND_FILTER VAR=value ENGINE_FILTER: unless IB_SKIP_TESTS=1, gpu_tests with the
+# backend filter, then engine_cuda_test under ENGINE_FILTER with the switch VAR set (the engine
+# against the CPU engine through the new kernel), its JSON in $O; prints the rc and the failures.
+head_tests() {
+  [ "${IB_SKIP_TESTS:-0}" = 1 ] && return 0
+  gpu_tests "$1"
+  env "$2" timeout 200 "$B/src/engine/engine_cuda_test" --gtest_filter="$3" \
+    --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
+  echo "engine_cuda_test ($2) rc=$? +$(( $(date +%s) - T0 )) s"
+  grep -E "^\[  FAILED  \]|PASSED|FAILED TEST" "$O/tests.log" | tail -8
+}
+
+# pack_runs: the runs under $R summarised into $O/runs.json, then packed with the build log into
+# $O/runs.tgz (at most 8 files come back from a call) without the bulky per-request files.
+pack_runs() {
+  python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
+  if [ -f "$O/build.log" ]; then mv "$O/build.log" "$R/"; fi
+  find "$R" \( -name requests.jsonl -o -name allocations.csv -o -name memory.csv \) -delete
+  tar czf "$O/runs.tgz" -C "$O" runs && rm -rf "$R"
+}
+
 # gpu_tests BACKEND_FILTER [ENGINE_FILTER]: $B's backend_cuda_test and engine_cuda_test with those
 # gtest filters (an empty one skips that binary), their JSON results and the log (tests.log) in
 # $O; prints each rc with the seconds since $T0, then the failures and the PASSED lines.

@@ -23,23 +23,10 @@
 # engine_cuda_test.json, parity.log, hf_compare_moe_gemm.json, runs.log, runs.json and runs.tgz (the build log and every run's directory).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
-source bench/gpu/build_inferbench.sh && use_icu
-B=${IB_BUILD_DIR:-/tmp/ib-head}
-DEADLINE=${IB_DEADLINE_S:-560}
-if [ "${IB_SKIP_BUILD:-0}" != 1 ]; then
-  build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ||
-    { cp "$O/build.log" "$O/tests.log"; exit 1; }
-  echo "built $(el)"
-fi
-if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
-  gpu_tests '*CudaMoe*:*ReportsTheKernelSwitches*'
-  # The MoE engines against the CPU engine with every expert call of 2+ tokens on the GEMM.
-  IB_MOE_GEMM=2 timeout 200 "$B/src/engine/engine_cuda_test" \
-    --gtest_filter='*_mixtral*:*CudaEngineMoe*:*_deepseek*' \
-    --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
-  echo "engine_cuda_test (IB_MOE_GEMM=2) rc=$? $(el)"
-  grep -E "^\[  FAILED  \]|PASSED|FAILED TEST" "$O/tests.log" | tail -8
-fi
+source bench/gpu/build_inferbench.sh && head_setup
+# The MoE engines against the CPU engine with every expert call of 2+ tokens on the GEMM.
+head_tests '*CudaMoe*:*ReportsTheKernelSwitches*' IB_MOE_GEMM=2 \
+  '*_mixtral*:*CudaEngineMoe*:*_deepseek*'
 # Parity takes ~2-3 minutes: skipped when less is left (a later call with IB_SKIP_BUILD=1
 # IB_SKIP_TESTS=1 runs it and the A/B).
 if [ "${IB_SKIP_PARITY:-0}" != 1 ] && (( $(date +%s) - T0 > DEADLINE - 200 )); then
@@ -79,8 +66,5 @@ for what in ${IB_RUNS_LIST:-v2lite_seed mixtral_pre v2lite_cont mixtral_seed}; d
     esac
   done
 done
-python3 bench/gpu/runs_json.py "$R" > "$O/runs.json"
-[ -f "$O/build.log" ] && mv "$O/build.log" "$R/"  # at most 8 files come back
-find "$R" \( -name requests.jsonl -o -name allocations.csv -o -name memory.csv \) -delete
-tar czf "$O/runs.tgz" -C "$O" runs && rm -rf "$R"
+pack_runs
 echo "done $(el)"

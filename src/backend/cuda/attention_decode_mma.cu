@@ -69,12 +69,17 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
   const T* k_cache = static_cast<const T*>(p.k_cache);
   const T* v_cache = static_cast<const T*>(p.v_cache);
   const auto load_kv = [&](int tile, int buf) {
-    cp_async_kv<T, HD, kThreads>(
-        k_s + buf * kBlockK * kP, v_s + buf * kBlockK * kP, kP, kBlockK, k_cache, v_cache,
-        [&](int r) -> int64_t {
-          const int key = tile * kBlockK + r;
-          return key <= pos ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD) : -1;
-        });
+    cp_async_kv<T, HD, kThreads>(k_s + buf * kBlockK * kP, v_s + buf * kBlockK * kP, kP, kBlockK,
+                                 k_cache, v_cache, [&](int r) -> int64_t {
+                                   // Keys before the window are masked too: zero-filled rather than
+                                   // read (a block behind the window may be freed and hold
+                                   // anything).
+                                   const int key = tile * kBlockK + r;
+                                   return key >= kv_begin && key <= pos
+                                              ? cache_row(p.batch, seq, key, kv_head,
+                                                          p.num_kv_heads, HD)
+                                              : -1;
+                                 });
   };
   load_kv(tile_begin, 0);
   cp_async_commit();

@@ -136,6 +136,8 @@ CudaBackend::~CudaBackend() {
   quant_scratch_.reset();
   dequant_scratch_.reset();
   int32_scratch_.reset();
+  gguf_scratch_.reset();
+  quant_gemm_scratch_.reset();
   gemm_.reset();
   if (timer_begin_) cudaEventDestroy(timer_begin_);
   if (timer_end_) cudaEventDestroy(timer_end_);
@@ -345,6 +347,7 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
   IB_ASSERT(quant_scratch_.data() != nullptr,
             "matmul(quantized): no scratch (quantize_weight allocates it)");
   if (!quantizes_activations(w.format)) {  // W8A16, W4A16, NF4
+    if (quant_gemm(x, w, bias, out, false)) return;
     gemm_->run(x, dequantized(w), bias, out, gemm_workspace_.data(), gemm_workspace_.bytes(),
                stream_);
     return;
@@ -405,6 +408,17 @@ void CudaBackend::matmul_gguf(const Tensor& x, const WeightRef& w, const Tensor*
     gemm_->run(xq, dense, bias, out.slice_rows(r0, rows), gemm_workspace_.data(),
                gemm_workspace_.bytes(), stream_, accumulate ? 1.0f : 0.0f);
   }
+}
+
+bool CudaBackend::quant_gemm(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
+                             bool accumulate) {
+  if (x.rows() > quant_gemm_rows_ || quant_gemm_scratch_.data() == nullptr ||
+      !quant_gemm_takes(x, w) || (bias != nullptr && bias->dtype != x.dtype))
+    return false;
+  launch_quant_gemm(x, w, bias, out, accumulate, quant_gemm_scratch_.data(),
+                    quant_gemm_scratch_.bytes(), num_sms_, stream_);
+  ++quant_gemm_launches_;
+  return true;
 }
 
 Tensor CudaBackend::dequantized(const WeightRef& w) {
@@ -494,6 +508,8 @@ Status CudaBackend::reserve_quant_scratch(const WeightRef& w) {
     IB_TRY(
         reserve(dequant_scratch_, w.rows() * w.cols() * static_cast<int64_t>(dtype_size(dtype_))));
   }
+  if ((w.format == WeightFormat::kInt8W8A16 || is_4bit(w.format)) && quant_gemm_rows_ > 0)
+    IB_TRY(reserve(quant_gemm_scratch_, static_cast<int64_t>(kQuantGemmScratchBytes)));
   if (w.format == WeightFormat::kGguf) {
     // The GEMV's tokens, or 16 MiB of prefill rows (at least one).
     const int64_t row = w.cols() * static_cast<int64_t>(dtype_size(dtype_));
@@ -633,8 +649,10 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
       matmul_gguf(x, weight, nullptr, residual, true);
       if (lora) fused_lora_expand(l, *lora, residual);
     } else if (!gemv) {
-      gemm_->run(x, dequantized(weight), nullptr, residual, gemm_workspace_.data(),
-                 gemm_workspace_.bytes(), stream_, 1.0f);
+      if (!quant_gemm(x, weight, nullptr, residual, true)) {
+        gemm_->run(x, dequantized(weight), nullptr, residual, gemm_workspace_.data(),
+                   gemm_workspace_.bytes(), stream_, 1.0f);
+      }
       if (lora) fused_lora_expand(l, *lora, residual);
     } else {
       const GemvQuantAct act = quant_act(x, weight);

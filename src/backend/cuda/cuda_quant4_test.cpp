@@ -2,8 +2,9 @@
 // their definition: the reference side holds the weight dequantized on the host, exactly as
 // weight.h defines it, as a dense fp32 weight of the CPU backend, so every CPU op is the oracle
 // unchanged. Covered: matmul through the 4-bit GEMV (1-16 tokens; W4A16 with groups of 128 or
-// one per row, NF4), the dequantizing path (more tokens, groups of 64, act-order), the fused
-// decode ops (the GEMV's and the unfused fallback's), and the load-time quantization bit for bit.
+// one per row, NF4), the dequantizing path (more tokens, groups of 64, act-order), the tensor-core
+// GEMM that replaces it (IB_QUANT_GEMM), the fused decode ops (the GEMV's and the unfused
+// fallback's), and the load-time quantization bit for bit.
 // Tolerance: the dtype's (testing::tolerance): the GPU rounds x (and NF4's GEMV and the
 // dequantizing path each weight) to bf16/fp16 once.
 #include <gtest/gtest.h>
@@ -75,6 +76,30 @@ TEST_P(CudaQuant4, FusedOpsMatchTheUnfusedCpuOps) {
     return testing::WeightPair{w.cpu, w.gpu};
   };
   testing::expect_fused_ops(twin, rng, weight, variant().name());
+}
+
+// The weight-only tensor-core GEMM past the GEMV (IB_QUANT_GEMM; quant_gemm.cu), set before the
+// weights are made (its scratch comes with the first one): tiles partly past M and N (N odd), K
+// split across blocks (grids under two blocks an SM) and whole, act-order; the matmul, then
+// matmul_add and the fused ops' fallbacks past the GEMV's 16 tokens. Each call must have run it.
+TEST_P(CudaQuant4, TensorCoreGemmMatchesTheDefinition) {
+  Twin twin(dtype());
+  twin.gpu().set_quant_gemm_rows(1 << 20);
+  Rng rng(43);
+  const auto weight = [&](int64_t n, int64_t k) {
+    const Weight4 w = make_weight(twin, rng, n, k, variant());
+    return testing::WeightPair{w.cpu, w.gpu};
+  };
+  const int64_t before = twin.gpu().quant_gemm_launches();
+  testing::expect_matmuls(
+      twin, rng,
+      {{17, 384, 512}, {33, 77, 1024}, {64, 1024, 4096}, {300, 1000, 256}, {130, 130, 2048}},
+      weight, variant().name() + " gemm");
+  const int64_t matmuls = twin.gpu().quant_gemm_launches();
+  EXPECT_EQ(matmuls - before, 10) << "5 shapes, with and without a bias";
+  testing::expect_fused_ops(twin, rng, [&](int64_t n) { return weight(n, 4096); },
+                            variant().name() + " gemm", 4096, {20, 40});
+  EXPECT_EQ(twin.gpu().quant_gemm_launches() - matmuls, 6) << "3 fused ops' fallbacks, 2 sizes";
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -2,14 +2,16 @@
 // for FP8 E4M3 (W8A8), INT8 W8A16 and INT8 W8A8: quantize_weight bit for bit; the GEMV (FP8 and
 // W8A8 up to 8 tokens, W8A16 up to 32) and above it cuBLASLt (FP8: the E4M3 GEMM with
 // outer-vector scales; W8A8: the int32 GEMM and a scaling kernel; W8A16: the weight dequantized
-// to bf16/fp16 first); and the fused decode ops with an unfolded norm gain. Tolerance: the GPU
-// rounds its output to bf16/fp16 once and sums in another order (W8A16 above 32 tokens also rounds
-// each dequantized weight, and its fused ops the normalised x, to the dtype); the quantized
-// inputs are identical, so the stated bound is the dtype's (testing::tolerance).
+// to bf16/fp16 first, or the weight-only tensor-core GEMM, IB_QUANT_GEMM); and the fused decode
+// ops with an unfolded norm gain. Tolerance: the GPU rounds its output to bf16/fp16 once and sums
+// in another order (W8A16 above 32 tokens also rounds each dequantized weight, and its fused ops
+// the normalised x, to the dtype); the quantized inputs are identical, so the stated bound is the
+// dtype's (testing::tolerance).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -93,24 +95,29 @@ struct Shape {
 const Shape kShapes[] = {{1, 6144, 4096}, {3, 1000, 256},   {8, 4096, 4096},   {16, 512, 1024},
                          {32, 1152, 896}, {33, 1024, 4096}, {200, 4096, 1024}, {1, 3, 64}};
 
-TEST_P(CudaQuant, MatmulMatchesTheCpuOracle) {
-  Twin twin(dtype());
-  Rng rng(22);
-  for (const Shape& s : kShapes) {
+void expect_matmul_shapes(Twin& twin, Rng& rng, std::span<const Shape> shapes,
+                          WeightFormat format) {
+  for (const Shape& s : shapes) {
     for (const bool with_bias : {false, true}) {
       Pair x = twin.floats({s.m, s.k}, ragged_rows(rng, s.m, s.k, 2.0f));
       Pair dense = twin.floats({s.n, s.k}, ragged_rows(rng, s.n, s.k, 0.05f));
       Pair b = twin.floats({s.n}, random_floats(rng, s.n));
-      const QuantPair w = quantize(twin, dense, s.n, s.k, format());
+      const QuantPair w = quantize(twin, dense, s.n, s.k, format);
       Pair out = twin.output({s.m, s.n});
       twin.cpu().matmul(x.cpu, w.cpu, with_bias ? &b.cpu : nullptr, out.cpu);
       twin.gpu().matmul(x.gpu, w.gpu, with_bias ? &b.gpu : nullptr, out.gpu);
       const Status status = twin.gpu().device_status();
       ASSERT_TRUE(status.ok()) << "m=" << s.m << ": " << status.error().message;
-      EXPECT_LT(twin.error(out), tolerance(dtype()))
+      EXPECT_LT(twin.error(out), tolerance(twin.dtype()))
           << "m=" << s.m << " n=" << s.n << " k=" << s.k << " bias=" << with_bias;
     }
   }
+}
+
+TEST_P(CudaQuant, MatmulMatchesTheCpuOracle) {
+  Twin twin(dtype());
+  Rng rng(22);
+  expect_matmul_shapes(twin, rng, kShapes, format());
 }
 
 // Readies a freshly quantized weight of `rows` rows for a test (as it is, or with static scales).
@@ -161,6 +168,26 @@ TEST_P(CudaQuant, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
     testing::expect_rms_rope_cache(twin, rng, h, gain, eps,
                                    quantize(twin, wq_dense, nq, k, format()), shape, "");
   }
+}
+
+// INT8 W8A16 past the GEMV's 32 tokens on the weight-only tensor-core GEMM (IB_QUANT_GEMM;
+// quant_gemm.cu) instead of the dequantized weight: tiles partly past M and N (N odd), K split
+// across blocks and whole, a last stage half past K (K = 1,040); the matmul, matmul_add and the
+// fused ops' fallbacks. Each call must have run it.
+TEST_P(CudaQuant, W8A16TensorCoreGemmMatchesTheCpuOracle) {
+  if (format() != WeightFormat::kInt8W8A16) GTEST_SKIP() << "the weight-only GEMM: W8A16 here";
+  Twin twin(dtype());
+  twin.gpu().set_quant_gemm_rows(1 << 20);
+  Rng rng(25);
+  const Shape shapes[] = {{33, 1024, 4096}, {200, 4096, 1024}, {40, 77, 1040}, {300, 1000, 256}};
+  const int64_t before = twin.gpu().quant_gemm_launches();
+  expect_matmul_shapes(twin, rng, shapes, format());
+  const int64_t matmuls = twin.gpu().quant_gemm_launches();
+  EXPECT_EQ(matmuls - before, 8) << "4 shapes, with and without a bias";
+  const int64_t m = 40;
+  expect_swiglu(twin, rng, format(), m, as_quantized, "gemm");
+  expect_matmul_add(twin, rng, format(), m, as_quantized, "gemm");
+  EXPECT_EQ(twin.gpu().quant_gemm_launches() - matmuls, 2) << "swiglu's fallback, matmul_add";
 }
 
 // Static activation scales (weight.h): INT8 W8A8 (calibration, or a checkpoint's input_scale)

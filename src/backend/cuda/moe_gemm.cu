@@ -19,7 +19,7 @@
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
-#include "backend/cuda/detail/mma.cuh"
+#include "backend/cuda/detail/gemm_tile.cuh"
 #include "backend/cuda/detail/moe_device.cuh"
 #include "backend/cuda/detail/moe_kernels.h"
 #include "backend/cuda/detail/pdl.cuh"
@@ -27,15 +27,8 @@
 namespace ib::cuda {
 namespace {
 
-constexpr int kBM = 64;   // rows (pairs) per tile
-constexpr int kBN = 128;  // weight rows per block
-constexpr int kBK = 32;   // K per pipeline stage
-constexpr int kStages = 3;
-constexpr int kThreads = 256;    // 8 warps: 2 (M) x 4 (N), 32 x 32 outputs each
-constexpr int kPitch = kBK + 8;  // 80-byte smem rows: ldmatrix's 8 rows land in distinct banks
-constexpr int kAStage = kBM * kPitch, kBStage = kBN * kPitch;  // elements
-constexpr int kCPitch = kBN + 4;                               // the gate_up epilogue's f32 rows
-constexpr int kSmemBytes = kStages * (kAStage + kBStage) * 2;  // 46,080: 16-bit elements
+using namespace gemm_tile;        // the tile's sizes (kBM, kBN, kBK, kStages, ...)
+constexpr int kCPitch = kBN + 4;  // the gate_up epilogue's f32 rows
 static_assert(kBM * kCPitch * 4 <= kSmemBytes, "the epilogue's tile fits the pipeline's memory");
 constexpr int kPlanThreads = 1024;
 
@@ -120,16 +113,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ __align__(16) unsigned char smem[kSmemBytes];
   T* as = reinterpret_cast<T*>(smem);
   T* bs = as + kStages * kAStage;  // kInt4: one B tile, then the stages' codes
-  uint8_t* codes_s = reinterpret_cast<uint8_t*>(bs + kBStage);
-  static_assert(kStages * (kAStage + kBStage) * 2 <= kSmemBytes &&
-                    (kStages * kAStage + kBStage) * 2 + kStages * kBN * kBK / 2 <= kSmemBytes,
-                "the stages fit");
+  uint8_t* codes_s = smem + kCodesOffsetBytes;
   pdl_wait();
   pdl_trigger();
   const int tile = static_cast<int>(blockIdx.x);
   if (tile >= *g.num_tiles) return;
   const int expert = g.tile_expert[tile];
-  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int tid = static_cast<int>(threadIdx.x);
   const int64_t k_dim = g.k_dim, n_out = g.n;
   const int64_t n0 = int64_t{blockIdx.y} * (kGateUp ? kBN / 2 : kBN);
   const int32_t* sorted = g.sorted + int64_t{tile} * kBM;
@@ -148,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   // Loads: A 64 rows x 4 16-byte chunks (one a thread); dense B 128 rows x 4 (two a thread);
   // 4-bit B 128 rows of 16 bytes of codes (threads 0-127).
-  const int chunk = tid & 3, a_row = tid >> 2;
+  const int a_row = tid >> 2;
   const int32_t a_pair = sorted[a_row];
   const bool a_ok = a_pair >= 0;
   const T* a_src;
@@ -181,10 +171,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int i = 0; i < 2; ++i) b_src[i] = w + weight_row(a_row + 64 * i, b_ok[i]) * k_dim;
   }
   const auto load_stage = [&](int stage, int kt) {
-    const int64_t col = int64_t{kt} * kBK + chunk * 8;
-    const bool in_k = col < k_dim;  // K is a multiple of 8: a chunk is all in or all out
-    cp_async16(as + stage * kAStage + a_row * kPitch + chunk * 8, a_src + (in_k ? col : 0),
-               a_ok && in_k);
+    gemm_tile::load_rows_chunk(as + stage * kAStage, a_src, a_ok, kt, k_dim);
     if constexpr (kInt4) {
       // K is a multiple of 128: every stage is whole.
       if (tid < kBN)
@@ -193,104 +180,38 @@ __global__ void __launch_bounds__(kThreads, 2)
     } else {
 #pragma unroll
       for (int i = 0; i < 2; ++i)
-        cp_async16(bs + stage * kBStage + (a_row + 64 * i) * kPitch + chunk * 8,
-                   b_src[i] + (in_k ? col : 0), b_ok[i] && in_k);
+        gemm_tile::load_rows_chunk(bs + stage * kBStage + 64 * i * kPitch, b_src[i], b_ok[i], kt,
+                                   k_dim);
     }
   };
-  int64_t cached_group = -1;
-  float scale = 0.0f, zero = 0.0f;
+  const auto load_group = [&](int64_t group, float& scale, float& zero) {
+    if (!c_ok) return;
+    scale = __half2float(c_scales[group]);
+    zero = static_cast<float>(c_zeros[group]);
+  };
+  const int kt_count = static_cast<int>((k_dim + kBK - 1) / kBK);
+  gemm_tile::StageGroups params{group_size};
+  if constexpr (kInt4) params.start(0, load_group);
   // The 4-bit stage's codes into the B tile: (q - z) * s, code 2j in the low nibble of byte j.
   const auto convert_stage = [&](int stage, int kt) {
-    const int64_t group = int64_t{kt} * kBK / group_size;
-    if (group != cached_group) {
-      cached_group = group;
-      if (c_ok) {
-        scale = __half2float(c_scales[group]);
-        zero = static_cast<float>(c_zeros[group]);
-      }
-    }
+    params.advance(kt, kt_count, load_group);
     const uint2 q =
         *reinterpret_cast<const uint2*>(codes_s + (stage * kBN + c_row) * (kBK / 2) + c_half * 8);
     uint32_t v[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const uint32_t byte = ((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xffu;
-      const float lo = (static_cast<float>(byte & 15u) - zero) * scale;
-      const float hi = (static_cast<float>(byte >> 4) - zero) * scale;
-      v[j] = c_ok ? pack2<T>(lo, hi) : 0u;
-    }
-    auto* dst = reinterpret_cast<uint4*>(bs + c_row * kPitch + c_half * 16);
-    dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
-    dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
+    gemm_tile::convert_int4<T>(q, params.scale, params.zero, c_ok, v);
+    gemm_tile::store_b16(bs, v);
   };
+  gemm_tile::Acc acc;
+  gemm_tile::mainloop<T, kInt4>(0, kt_count, as, bs, load_stage, convert_stage, acc);
 
-  const int warp_m = warp >> 2, warp_n = warp & 3;
-  float acc[2][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-      acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.0f;
-  const int kt_count = static_cast<int>((k_dim + kBK - 1) / kBK);
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < kt_count) load_stage(s, s);
-    cp_async_commit();
-  }
-  for (int kt = 0; kt < kt_count; ++kt) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // stage kt is in; every warp is done with the stage refilled next
-    const int next = kt + kStages - 1;
-    if (next < kt_count) load_stage(next % kStages, next);
-    cp_async_commit();
-    const T* bt = bs;
-    if constexpr (kInt4) {
-      convert_stage(kt % kStages, kt);  // the one B tile: every warp is past its last MMAs
-      __syncthreads();
-    } else {
-      bt = bs + (kt % kStages) * kBStage;
-    }
-    const T* at = as + (kt % kStages) * kAStage;
-#pragma unroll
-    for (int ks = 0; ks < kBK / 16; ++ks) {
-      uint32_t af[2][4];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-        ldmatrix_x4(af[mi], at + (warp_m * 32 + mi * 16 + (lane & 15)) * kPitch + ks * 16 +
-                                (lane >> 4) * 8);
-#pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, bt + (warp_n * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kPitch +
-                           ks * 16 + ((lane >> 3) & 1) * 8);
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          mma_16816<T>(acc[mi][2 * np], af[mi][0], af[mi][1], af[mi][2], af[mi][3], b[0], b[1]);
-          mma_16816<T>(acc[mi][2 * np + 1], af[mi][0], af[mi][1], af[mi][2], af[mi][3], b[2], b[3]);
-        }
-      }
-    }
-  }
-  cp_async_wait<0>();
-
-  // acc[mi][ni]: rows warp_m * 32 + mi * 16 + lane / 4 (+ 8 for [2], [3]), columns warp_n * 32 +
-  // ni * 8 + (lane % 4) * 2 (+ 1 for [1], [3]).
-  const int rg = lane >> 2, cq = (lane & 3) * 2;
   if constexpr (kGateUp) {
     // Gate and up of a feature sit in different warps: meet in shared memory.
     __syncthreads();  // every warp is done with the pipeline's memory
     float* cs = reinterpret_cast<float*>(smem);
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float* c =
-              cs + (warp_m * 32 + mi * 16 + rg + 8 * h) * kCPitch + warp_n * 32 + ni * 8 + cq;
-          c[0] = acc[mi][ni][2 * h];
-          c[1] = acc[mi][ni][2 * h + 1];
-        }
+    gemm_tile::for_each_pair(acc, [&](int r, int c, float v0, float v1) {
+      cs[r * kCPitch + c] = v0;
+      cs[r * kCPitch + c + 1] = v1;
+    });
     __syncthreads();
     for (int i = tid; i < kBM * (kBN / 2); i += kThreads) {
       const int r = i / (kBN / 2), c = i % (kBN / 2);
@@ -301,21 +222,14 @@ __global__ void __launch_bounds__(kThreads, 2)
       g.act[(int64_t{tile} * kBM + r) * n_out + feature] = from_f32<T>(moe::silu(gv) * uv);
     }
   } else {
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int32_t pair = sorted[warp_m * 32 + mi * 16 + rg + 8 * h];
-        if (pair < 0) continue;
-        float* out = g.y + int64_t{pair} * n_out;
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-          const int64_t col = n0 + warp_n * 32 + ni * 8 + cq;
-          if (col >= n_out) continue;  // D is even: col + 1 is in too
-          out[col] = to_f32(from_f32<T>(acc[mi][ni][2 * h]));
-          out[col + 1] = to_f32(from_f32<T>(acc[mi][ni][2 * h + 1]));
-        }
-      }
+    gemm_tile::for_each_pair(acc, [&](int r, int c, float v0, float v1) {
+      const int32_t pair = sorted[r];
+      const int64_t col = n0 + c;
+      if (pair < 0 || col >= n_out) return;  // D is even: col + 1 is in too
+      float* out = g.y + int64_t{pair} * n_out;
+      out[col] = to_f32(from_f32<T>(v0));
+      out[col + 1] = to_f32(from_f32<T>(v1));
+    });
   }
 }
 

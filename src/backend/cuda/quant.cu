@@ -218,6 +218,31 @@ __global__ void dequantize_int8_kernel(const int8_t* __restrict__ data,
   }
 }
 
+// The same 16 codes a thread (K a multiple of 16), written in two 16-byte stores; 32-bit index
+// math (N * K / 16 < 2^32, checked by the launcher).
+template <typename T>
+__global__ void dequantize_int8_vec_kernel(const uint4* __restrict__ data,
+                                           const float* __restrict__ scales,
+                                           uint4* __restrict__ dst, uint32_t n,
+                                           uint32_t row_chunks) {
+  const uint32_t chunks = n * row_chunks;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < chunks;
+       i += gridDim.x * blockDim.x) {
+    const uint4 q = __ldg(data + i);
+    const float s = scales[i / row_chunks];
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    uint32_t v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t w = words[j / 2] >> (16 * (j & 1));
+      const auto lo = static_cast<int8_t>(w & 0xFFu), hi = static_cast<int8_t>((w >> 8) & 0xFFu);
+      v[j] = pack2_from_f32<T>(static_cast<float>(lo) * s, static_cast<float>(hi) * s);
+    }
+    dst[2 * size_t{i}] = make_uint4(v[0], v[1], v[2], v[3]);
+    dst[2 * size_t{i} + 1] = make_uint4(v[4], v[5], v[6], v[7]);
+  }
+}
+
 template <typename T>
 __global__ void dequantize_int32_kernel(const int32_t* __restrict__ acc,
                                         const float* __restrict__ x_scales,
@@ -266,10 +291,23 @@ void launch_dequantize_int8(const WeightRef& w, Tensor dst, cudaStream_t stream)
             "dequantize_int8: an int8 weight (N, K) and dst (N, K) bf16/fp16");
   const int64_t n = w.data.dim(0), k = w.data.dim(1);
   if (n * k == 0) return;
-  IB_DISPATCH_FLOAT(dst.dtype, T, {
-    dequantize_int8_kernel<T><<<grid_of(n * k), kThreads, 0, stream>>>(
-        w.data.as<const int8_t>(), w.scales.as<const float>(), dst.as<T>(), n, k);
-  });
+  const bool vec = k % 16 == 0 && aligned16(w.data.data) && aligned16(dst.data) &&
+                   n * (k / 16) < (int64_t{1} << 32);
+  const auto launch = [&]<typename T>() {
+    if (vec) {
+      dequantize_int8_vec_kernel<T><<<grid_of(n * k / 16), kThreads, 0, stream>>>(
+          static_cast<const uint4*>(w.data.data), w.scales.as<const float>(),
+          static_cast<uint4*>(dst.data), static_cast<uint32_t>(n), static_cast<uint32_t>(k / 16));
+    } else {
+      dequantize_int8_kernel<T><<<grid_of(n * k), kThreads, 0, stream>>>(
+          w.data.as<const int8_t>(), w.scales.as<const float>(), dst.as<T>(), n, k);
+    }
+  };
+  if (dst.dtype == DType::kBF16) {
+    launch.template operator()<bf16>();
+  } else {
+    launch.template operator()<f16>();
+  }
   IB_CUDA_CHECK_LAUNCH("dequantize_int8");
 }
 

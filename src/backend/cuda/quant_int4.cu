@@ -31,21 +31,22 @@ __device__ __forceinline__ float rne(float v) {
 }
 
 // dst (N, K) in the weight's original column order: act-order columns go back to input_perm[k].
-// A thread takes 4 bytes (8 codes of one group: group sizes are multiples of 16) and, without a
-// permutation, writes its 8 values in one 16-byte store.
+// A thread takes 8 bytes (16 codes of one group: group sizes are multiples of 16) and, without a
+// permutation, writes its 16 values in two 16-byte stores; 32-bit index math (N * K / 16 < 2^32,
+// checked by the launcher), one division by the row's chunks per 16 values.
 template <typename T>
-__global__ void dequantize_4bit_kernel(const uint32_t* __restrict__ data,
+__global__ void dequantize_4bit_kernel(const uint2* __restrict__ data,
                                        const void* __restrict__ scales,
                                        const uint8_t* __restrict__ zeros,
                                        const int32_t* __restrict__ perm, T* __restrict__ dst,
-                                       int64_t n, int64_t k, int group, bool nf4, Nf4Table levels) {
-  const int64_t words = n * k / 8;
-  const int64_t groups = k / group;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < words;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = (8 * i) / k, col = (8 * i) % k;
-    const int64_t g = row * groups + col / group;
-    const uint32_t word = __ldg(data + i);
+                                       uint32_t n, uint32_t k, uint32_t group, bool nf4,
+                                       Nf4Table levels) {
+  const uint32_t row_chunks = k / 16, groups = k / group, chunks = n * row_chunks;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < chunks;
+       i += gridDim.x * blockDim.x) {
+    const uint32_t row = i / row_chunks, col = (i - row * row_chunks) * 16;
+    const uint32_t g = row * groups + col / group;
+    const uint2 word = __ldg(data + i);
     float s = 0.0f;
     int z = 0;
     if (nf4) {
@@ -54,26 +55,30 @@ __global__ void dequantize_4bit_kernel(const uint32_t* __restrict__ data,
       s = __half2float(static_cast<const __half*>(scales)[g]);
       z = zeros[g];
     }
-    float v[8];
+    float v[16];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < 16; ++j) {
       // Byte j / 2; NF4 puts the even k in the high nibble, the others in the low one.
-      const uint32_t byte = (word >> (8 * (j / 2))) & 0xFFu;
+      const uint32_t byte = ((j < 8 ? word.x : word.y) >> (8 * ((j / 2) & 3))) & 0xFFu;
       const bool high = ((j & 1) != 0) != nf4;
       const int q = static_cast<int>(high ? byte >> 4 : byte & 0xFu);
       v[j] = nf4 ? levels.v[q] * s : static_cast<float>(q - z) * s;
     }
-    T* out = dst + row * k;
+    T* out = dst + size_t{row} * k;
     if (perm == nullptr) {
-      uint4 packed;
-      packed.x = pack2_from_f32<T>(v[0], v[1]);
-      packed.y = pack2_from_f32<T>(v[2], v[3]);
-      packed.z = pack2_from_f32<T>(v[4], v[5]);
-      packed.w = pack2_from_f32<T>(v[6], v[7]);
-      *reinterpret_cast<uint4*>(out + col) = packed;
+      uint4 packed[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        packed[h].x = pack2_from_f32<T>(v[8 * h + 0], v[8 * h + 1]);
+        packed[h].y = pack2_from_f32<T>(v[8 * h + 2], v[8 * h + 3]);
+        packed[h].z = pack2_from_f32<T>(v[8 * h + 4], v[8 * h + 5]);
+        packed[h].w = pack2_from_f32<T>(v[8 * h + 6], v[8 * h + 7]);
+      }
+      *reinterpret_cast<uint4*>(out + col) = packed[0];
+      *reinterpret_cast<uint4*>(out + col + 8) = packed[1];
     } else {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) out[perm[col + j]] = from_f32<T>(v[j]);
+      for (int j = 0; j < 16; ++j) out[perm[col + j]] = from_f32<T>(v[j]);
     }
   }
 }
@@ -181,13 +186,15 @@ void launch_dequantize_4bit(const WeightRef& w, Tensor dst, cudaStream_t stream)
   if (n * k == 0) return;
   const bool nf4 = w.format == WeightFormat::kNf4;
   const int32_t* perm = w.input_perm.empty() ? nullptr : w.input_perm.as<const int32_t>();
-  IB_ASSERT(aligned16(dst.data) && k % 16 == 0 && w.group_size % 16 == 0,
-            "dequantize_4bit: a 16-byte aligned dst, K and the group size multiples of 16");
+  IB_ASSERT(aligned16(dst.data) && reinterpret_cast<uintptr_t>(w.data.data) % 8 == 0 &&
+                k % 16 == 0 && w.group_size % 16 == 0 && n * (k / 16) < (int64_t{1} << 32),
+            "dequantize_4bit: a 16-byte aligned dst, 8-byte aligned codes, K and the group size "
+            "multiples of 16, N * K / 16 < 2^32");
   const auto launch = [&]<typename T>() {
-    dequantize_4bit_kernel<T><<<grid_of(n * k / 8), kThreads, 0, stream>>>(
-        static_cast<const uint32_t*>(w.data.data), w.scales.data,
-        nf4 ? nullptr : w.zeros.as<const uint8_t>(), perm, dst.as<T>(), n, k, w.group_size, nf4,
-        nf4_table());
+    dequantize_4bit_kernel<T><<<grid_of(n * k / 16), kThreads, 0, stream>>>(
+        static_cast<const uint2*>(w.data.data), w.scales.data,
+        nf4 ? nullptr : w.zeros.as<const uint8_t>(), perm, dst.as<T>(), static_cast<uint32_t>(n),
+        static_cast<uint32_t>(k), static_cast<uint32_t>(w.group_size), nf4, nf4_table());
   };
   if (dst.dtype == DType::kBF16) {
     launch.template operator()<bf16>();

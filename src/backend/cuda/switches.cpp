@@ -32,6 +32,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.moe_tiles = integer("IB_MOE_TILES");
   s.moe_balance = integer("IB_MOE_BALANCE");
   s.moe_gemm = integer("IB_MOE_GEMM");
+  s.quant_gemm = integer("IB_QUANT_GEMM");
   s.moe_shared = integer("IB_MOE_SHARED");
   s.moe_pdl = integer("IB_MOE_PDL");
   s.moe_int4_ring = integer("IB_MOE_INT4_RING");
@@ -68,6 +69,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.moe_tiles) backend.set_moe_tile_tokens(*s.moe_tiles);
   if (s.moe_balance) backend.set_moe_balance_tokens(*s.moe_balance);
   if (s.moe_gemm) backend.set_moe_gemm_tokens(*s.moe_gemm);
+  if (s.quant_gemm) backend.set_quant_gemm_rows(*s.quant_gemm);
   if (s.moe_shared) backend.set_moe_shared(*s.moe_shared == 1);
   if (s.moe_pdl) backend.set_moe_pdl(*s.moe_pdl == 1);
   if (s.moe_int4_ring) backend.set_moe_int4_ring(*s.moe_int4_ring == 1);
@@ -116,6 +118,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_MOE_TILES", {std::to_string(moe_tile_tokens_)}},
       {"IB_MOE_BALANCE", {std::to_string(moe_balance_tokens_)}},
       {"IB_MOE_GEMM", {std::to_string(moe_gemm_tokens_)}},
+      {"IB_QUANT_GEMM", {std::to_string(quant_gemm_rows_)}},
       {"IB_MOE_SHARED", {flag(moe_shared_)}},
       {"IB_MOE_PDL", {flag(moe_pdl_)}},
       {"IB_MOE_INT4_RING", {flag(moe_int4_ring_)}},

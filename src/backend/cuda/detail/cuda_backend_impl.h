@@ -159,6 +159,14 @@ class CudaBackend final : public Backend,
   void set_moe_gemm_tokens(int64_t tokens) { moe_gemm_tokens_ = tokens; }
   // The moe_experts calls that ran the grouped GEMM so far (tests).
   int64_t moe_gemm_launches() const { return moe_gemm_launches_; }
+  // IB_QUANT_GEMM (default 0 until its gpu tests and A/B have run on the H200): weight-only
+  // quantized matmuls (W4A16, NF4, INT8 W8A16) of at most this many rows that the decode GEMV does
+  // not take run the tensor-core GEMM that converts the codes stage by stage (quant_gemm.cu);
+  // larger ones, and all with 0, dequantize the weight for cuBLASLt. Set it before the weights
+  // load: its scratch is reserved with the first such weight.
+  void set_quant_gemm_rows(int64_t rows) { quant_gemm_rows_ = rows; }
+  // The matmuls that ran it so far (tests).
+  int64_t quant_gemm_launches() const { return quant_gemm_launches_; }
   // IB_MOE_SHARED (default 0): MoeOps::fuses_shared_experts, read when a model loads.
   void set_moe_shared(bool on) { moe_shared_ = on; }
   // IB_MOE_PDL (default 1): the MoE kernels (router, experts, combine) launched with
@@ -340,6 +348,10 @@ class CudaBackend final : public Backend,
   GemvQuantAct quant_act(const Tensor& x, const WeightRef& w) const;  // empty for a dense w
   // w (W8A16, 4-bit) dequantized into dequant_scratch_, in x's column order.
   Tensor dequantized(const WeightRef& w);
+  // out = x @ w^T (+ bias), or += with accumulate, on the weight-only GEMM where IB_QUANT_GEMM
+  // and its shapes allow (true), else nothing (false: the caller dequantizes).
+  bool quant_gemm(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
+                  bool accumulate);
   Tensor normed_for_fallback(const Tensor& h, const Tensor* gain, float eps);
   // A fused decode op's LoRA update (FusedLora) for an output of out_row_size columns: the GEMV
   // epilogue's operands (GemvLora, u in the attention workspace), the shrink (of x, or with norm
@@ -399,9 +411,10 @@ class CudaBackend final : public Backend,
   Buffer lora_counters_;  // kLoraCounterBytes
   Buffer lora_chain_;     // kLoraChainBytes
   Buffer quant_scratch_;
-  Buffer dequant_scratch_;  // W8A16 / 4-bit above the GEMV's rows: the weight in the act dtype
-  Buffer int32_scratch_;    // INT8 W8A8 above the GEMV's rows: cuBLASLt's int32 sums
-  Buffer gguf_scratch_;     // kGguf: the GEMV's int8 x and block scales, or prefill's x' rows
+  Buffer dequant_scratch_;     // W8A16 / 4-bit above the GEMV's rows: the weight in the act dtype
+  Buffer int32_scratch_;       // INT8 W8A8 above the GEMV's rows: cuBLASLt's int32 sums
+  Buffer gguf_scratch_;        // kGguf: the GEMV's int8 x and block scales, or prefill's x' rows
+  Buffer quant_gemm_scratch_;  // IB_QUANT_GEMM: kQuantGemmScratchBytes
   int gemv_max_m_ = 8;
   int fp8_gemv_max_m_ = 8;
   int64_t gemv_max_weight_bytes_ = int64_t{64} << 20;
@@ -425,6 +438,8 @@ class CudaBackend final : public Backend,
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
   int64_t moe_gemm_tokens_ = 0;     // IB_MOE_GEMM
   int64_t moe_gemm_launches_ = 0;
+  int64_t quant_gemm_rows_ = 0;  // IB_QUANT_GEMM
+  int64_t quant_gemm_launches_ = 0;
   bool moe_shared_ = false;     // IB_MOE_SHARED
   bool moe_pdl_ = true;         // IB_MOE_PDL
   bool moe_int4_ring_ = false;  // IB_MOE_INT4_RING

@@ -166,6 +166,18 @@ void launch_dequantize_4bit(const WeightRef& w, Tensor dst, cudaStream_t stream)
 // out (kInt4W4A16: awq asymmetric or gptq symmetric; kNf4) = dense (N, K) quantized at load.
 void launch_quantize_4bit(const Tensor& dense, const WeightRef& out, bool symmetric,
                           cudaStream_t stream);
+// ---- quant_gemm.cu: the weight-only formats past the decode GEMV (IB_QUANT_GEMM) ----
+// Whether the tensor-core GEMM takes x (M, K) bf16/fp16 with w: kInt4W4A16 or kNf4 with groups of
+// a multiple of 32 (act-order too), kInt8W8A16; K a multiple of 16, x and the codes 16-byte
+// aligned.
+bool quant_gemm_takes(const Tensor& x, const WeightRef& w);
+// Its scratch: act-order's permuted rows and split K's partial sums.
+inline constexpr size_t kQuantGemmScratchBytes = size_t{32} << 20;
+// out (M, N) = x @ w^T (+ bias), or out += with accumulate, w's codes turned into x's dtype in
+// shared memory stage by stage (the values the dequantization writes); fp32 sums rounded once.
+void launch_quant_gemm(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
+                       bool accumulate, void* scratch, size_t scratch_bytes, int num_sms,
+                       cudaStream_t stream);
 // ---- gguf.cu (backend/weight.h's kGguf) ----
 // The GGUF GEMV's most tokens; more take the dequantizing path (cuBLASLt).
 inline constexpr int kGgufGemvMaxM = 8;

@@ -51,6 +51,9 @@ struct CudaSwitches {
   // IB_MOE_GEMM=N: calls of at least N tokens on the grouped GEMM
   // (CudaBackend::set_moe_gemm_tokens).
   std::optional<int64_t> moe_gemm;
+  // IB_QUANT_GEMM=N: weight-only quantized matmuls of at most N rows past the GEMV on the
+  // tensor-core GEMM (CudaBackend::set_quant_gemm_rows).
+  std::optional<int64_t> quant_gemm;
   // IB_MOE_SHARED=0|1: DeepSeek's shared experts inside the expert kernels
   // (CudaBackend::set_moe_shared).
   std::optional<int64_t> moe_shared;

@@ -363,17 +363,17 @@ inline void expect_rms_rope_cache(Twin& twin, Rng& rng, const Pair& h, const Pai
 
 // The three checks above for m = 1, 5 and 8 tokens of K (4096 unless given; random h, gain in
 // [0.2, 2]): F = 512, a residual of 1,024 and 4 q / 2 kv heads of 128, each weight from make(n),
-// n rows of K as a WeightPair.
+// n rows of K as a WeightPair; ms tokens.
 template <typename MakeWeight>
 void expect_fused_ops(Twin& twin, Rng& rng, const MakeWeight& make, const std::string& what,
-                      int64_t k = 4096) {
+                      int64_t k = 4096, std::initializer_list<int64_t> ms = {1, 5, 8}) {
   const float eps = 1e-5f;
   const int64_t f = 512;
   AttentionShape shape;
   shape.num_heads = 4;
   shape.num_kv_heads = 2;
   shape.head_dim = 128;
-  for (const int64_t m : {1, 5, 8}) {
+  for (const int64_t m : ms) {
     Pair h = twin.floats({m, k}, random_floats(rng, m * k, -1.5f, 1.5f));
     Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
     expect_rms_swiglu(twin, h, gain, eps, make(2 * f), what);

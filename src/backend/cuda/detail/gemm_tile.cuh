@@ -1,0 +1,207 @@
+// The tensor-core GEMM tile shared by the grouped expert GEMM (moe_gemm.cu) and the weight-only
+// quantized GEMM (quant_gemm.cu): a block of 8 warps computes a kBM x kBN tile of x @ w^T over a
+// range of K in stages of kBK through a kStages-deep cp.async ring, ldmatrix + m16n8k16 MMAs with
+// fp32 accumulation. The caller's loaders say where A's rows and B's rows come from; a quantized B
+// arrives as codes and is turned into the activation dtype in one shared B tile per stage.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/mma.cuh"
+
+namespace ib::cuda::gemm_tile {
+
+constexpr int kBM = 64;   // A rows (tokens, pairs) per tile
+constexpr int kBN = 128;  // weight rows (output features) per tile
+constexpr int kBK = 32;   // K per pipeline stage
+constexpr int kStages = 3;
+constexpr int kThreads = 256;    // 8 warps: 2 (M) x 4 (N), 32 x 32 outputs each
+constexpr int kPitch = kBK + 8;  // 80-byte smem rows: ldmatrix's 8 rows land in distinct banks
+constexpr int kAStage = kBM * kPitch, kBStage = kBN * kPitch;  // 16-bit elements
+constexpr int kSmemBytes = kStages * (kAStage + kBStage) * 2;  // 46,080: a dense B's stages
+// A quantized B: A's stages, one converted B tile, then each stage's codes (at most 32 bytes a
+// weight row: 8-bit codes; 4-bit ones take 16).
+constexpr int kCodesOffsetBytes = (kStages * kAStage + kBStage) * 2;
+constexpr int kMaxCodeBytesPerRow = kBK;
+static_assert(kCodesOffsetBytes + kStages * kBN * kMaxCodeBytesPerRow <= kSmemBytes,
+              "a quantized B's codes fit the dense stages' memory");
+
+using Acc = float[2][4][4];  // a warp's 32 x 32 outputs: [mi][ni][fragment element]
+
+// The accumulators' coordinates in the tile: acc[mi][ni][2 h + e] is row warp_m * 32 + mi * 16 +
+// lane / 4 + 8 h, column warp_n * 32 + ni * 8 + (lane % 4) * 2 + e. f(row, col, v0, v1) once per
+// pair of adjacent columns.
+template <typename F>
+__device__ __forceinline__ void for_each_pair(const Acc& acc, F&& f) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp_m = warp >> 2, warp_n = warp & 3, rg = lane >> 2, cq = (lane & 3) * 2;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+        f(warp_m * 32 + mi * 16 + rg + 8 * h, warp_n * 32 + ni * 8 + cq, acc[mi][ni][2 * h],
+          acc[mi][ni][2 * h + 1]);
+}
+
+// One stage's MMAs: at (kBM, kPitch) and bt (kBN, kPitch) row-major in shared memory.
+template <typename T>
+__device__ __forceinline__ void mma_stage(const T* at, const T* bt, Acc& acc) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp_m = warp >> 2, warp_n = warp & 3;
+#pragma unroll
+  for (int ks = 0; ks < kBK / 16; ++ks) {
+    uint32_t af[2][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+      ldmatrix_x4(af[mi],
+                  at + (warp_m * 32 + mi * 16 + (lane & 15)) * kPitch + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(b, bt + (warp_n * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kPitch +
+                         ks * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        mma_16816<T>(acc[mi][2 * np], af[mi][0], af[mi][1], af[mi][2], af[mi][3], b[0], b[1]);
+        mma_16816<T>(acc[mi][2 * np + 1], af[mi][0], af[mi][1], af[mi][2], af[mi][3], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Thread tid's part of stage kt of 64 rows of 16-bit elements (A's, or half a dense B's): 16 bytes
+// (8 k) at chunk tid % 4 of row tid / 4 of the slot, whose source row starts at row_src (ok
+// false: a row past M or N, or padding), zero past K (K a multiple of 8: a chunk is all in or
+// all out).
+template <typename T>
+__device__ __forceinline__ void load_rows_chunk(T* slot, const T* row_src, bool ok, int kt,
+                                                int64_t k_dim) {
+  const int chunk = static_cast<int>(threadIdx.x) & 3, row = static_cast<int>(threadIdx.x) >> 2;
+  const int64_t col = int64_t{kt} * kBK + chunk * 8;
+  const bool in_k = col < k_dim;
+  cp_async16(slot + row * kPitch + chunk * 8, row_src + (in_k ? col : 0), ok && in_k);
+}
+
+// The K loop over stages [kt_begin, kt_end): load_stage(slot, kt) issues stage kt's cp.async
+// copies into ring slot `slot` (A at as + slot * kAStage; a dense B at bs + slot * kBStage, a
+// quantized B's codes wherever the loader keeps them); kConvert: convert_stage(slot, kt) turns
+// the slot's codes into the one B tile at bs (every warp is past its previous MMAs when it runs,
+// and the MMAs wait for it). One commit group per iteration, empty ones included, so
+// wait_group<kStages - 2> always means "stage i has landed". acc starts at zero.
+template <typename T, bool kConvert, typename Load, typename Convert>
+__device__ __forceinline__ void mainloop(int kt_begin, int kt_end, const T* as, const T* bs,
+                                         Load&& load_stage, Convert&& convert_stage, Acc& acc) {
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+      acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.0f;
+  const int count = kt_end - kt_begin;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < count) load_stage(s, kt_begin + s);
+    cp_async_commit();
+  }
+  for (int i = 0; i < count; ++i) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage i is in; every warp is done with the slot refilled next
+    const int next = i + kStages - 1;
+    if (next < count) load_stage(next % kStages, kt_begin + next);
+    cp_async_commit();
+    const T* bt = bs;
+    if constexpr (kConvert) {
+      convert_stage(i % kStages, kt_begin + i);
+      __syncthreads();
+    } else {
+      bt = bs + (i % kStages) * kBStage;
+    }
+    mma_stage<T>(as + (i % kStages) * kAStage, bt, acc);
+  }
+  cp_async_wait<0>();
+}
+
+// A quantized B's conversion: thread tid turns 16 consecutive k of B tile row tid / 2 (half
+// tid % 2 of the stage) into T. These write them, 16 values packed in pairs, to that row.
+template <typename T>
+__device__ __forceinline__ void store_b16(T* bs, const uint32_t (&v)[8]) {
+  const int row = static_cast<int>(threadIdx.x) >> 1, half = static_cast<int>(threadIdx.x) & 1;
+  auto* dst = reinterpret_cast<uint4*>(bs + row * kPitch + half * 16);
+  dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
+  dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
+}
+
+// A converting thread's group parameters (scale and zero point), each requested a stage before
+// the stage that uses them, so that no stage's conversion waits for its group's loads (groups of
+// 128: a new group every 4 stages). load(group, scale, zero) reads them; stages kt_begin..kt_end
+// of K in groups of group_size elements (a multiple of kBK).
+struct StageGroups {
+  int64_t group_size;
+  int64_t current = -1, pending = -1;
+  float scale = 0.0f, zero = 0.0f, pending_scale = 0.0f, pending_zero = 0.0f;
+
+  // Before the K loop: the first stage's group requested.
+  template <typename Load>
+  __device__ __forceinline__ void start(int kt_begin, Load&& load) {
+    pending = int64_t{kt_begin} * kBK / group_size;
+    load(pending, pending_scale, pending_zero);
+  }
+  // At stage kt: its group's parameters current (requested a stage ago), then the next stage's
+  // group requested where it is a new one.
+  template <typename Load>
+  __device__ __forceinline__ void advance(int kt, int kt_end, Load&& load) {
+    const int64_t group = int64_t{kt} * kBK / group_size;
+    if (group != current) {  // == pending
+      current = group;
+      scale = pending_scale;
+      zero = pending_zero;
+    }
+    const int64_t next = int64_t{kt + 1} * kBK / group_size;
+    if (kt + 1 < kt_end && next != current) {
+      pending = next;
+      load(next, pending_scale, pending_zero);
+    }
+  }
+};
+
+// 16 4-bit codes of kInt4W4A16 (8 bytes, k = 2j in the low nibble of byte j): (q - z) * s, each
+// rounded to T once, as the dequantization (quant_int4.cu) and the CPU define it. ok false: zeros.
+template <typename T>
+__device__ __forceinline__ void convert_int4(uint2 q, float scale, float zero, bool ok,
+                                             uint32_t (&v)[8]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t byte = ((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xffu;
+    const float lo = (static_cast<float>(byte & 15u) - zero) * scale;
+    const float hi = (static_cast<float>(byte >> 4) - zero) * scale;
+    v[j] = ok ? pack2<T>(lo, hi) : 0u;
+  }
+}
+
+// 16 NF4 codes (8 bytes, k = 2j in the high nibble of byte j): levels[q] * absmax, rounded once.
+template <typename T>
+__device__ __forceinline__ void convert_nf4(uint2 q, const float* levels, float absmax, bool ok,
+                                            uint32_t (&v)[8]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t byte = ((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xffu;
+    v[j] = ok ? pack2<T>(levels[byte >> 4] * absmax, levels[byte & 15u] * absmax) : 0u;
+  }
+}
+
+// 16 int8 codes (16 bytes): the integers themselves, exact in bf16 and fp16 (the row's scale
+// multiplies the accumulator instead).
+template <typename T>
+__device__ __forceinline__ void convert_int8(uint4 q, uint32_t (&v)[8]) {
+  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t w = words[j / 2] >> (16 * (j & 1));
+    const auto lo = static_cast<int8_t>(w & 0xffu), hi = static_cast<int8_t>((w >> 8) & 0xffu);
+    v[j] = pack2<T>(static_cast<float>(lo), static_cast<float>(hi));
+  }
+}
+
+}  // namespace ib::cuda::gemm_tile
