@@ -201,7 +201,7 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
   const int64_t m = x.rows(), n = w.rows(), k = w.cols();
   const bool permuted = !w.input_perm.empty();
   // Act-order: the first half of the scratch holds a chunk of permuted rows, the rest partials.
-  const size_t perm_bytes = permuted ? scratch_bytes / 2 : 0;
+  const size_t perm_bytes = permuted ? scratch_bytes / 2 / 256 * 256 : 0;
   auto* partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + perm_bytes);
   const size_t partial_bytes = scratch_bytes - perm_bytes;
   const int64_t row_bytes = k * static_cast<int64_t>(sizeof(T));
@@ -273,7 +273,7 @@ bool quant_gemm_takes(const Tensor& x, const WeightRef& w) {
     case WeightFormat::kNf4:
       return w.group_size > 0 && w.group_size % kBK == 0;
     case WeightFormat::kInt8W8A16:
-      return true;
+      return w.input_perm.empty();  // (act-order is a 4-bit layout's)
     default:
       return false;
   }
