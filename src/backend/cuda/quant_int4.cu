@@ -47,13 +47,12 @@ __global__ void dequantize_4bit_kernel(const uint2* __restrict__ data,
     const uint32_t row = i / row_chunks, col = (i - row * row_chunks) * 16;
     const uint32_t g = row * groups + col / group;
     const uint2 word = __ldg(data + i);
-    float s = 0.0f;
-    int z = 0;
+    float s = 0.0f, offset = 0.0f;
     if (nf4) {
       s = static_cast<const float*>(scales)[g];
     } else {
       s = __half2float(static_cast<const __half*>(scales)[g]);
-      z = zeros[g];
+      offset = -(128.0f + static_cast<float>(zeros[g])) * s;
     }
     float v[16];
 #pragma unroll
@@ -61,8 +60,9 @@ __global__ void dequantize_4bit_kernel(const uint2* __restrict__ data,
       // Byte j / 2; NF4 puts the even k in the high nibble, the others in the low one.
       const uint32_t byte = ((j < 8 ? word.x : word.y) >> (8 * ((j / 2) & 3))) & 0xFFu;
       const bool high = ((j & 1) != 0) != nf4;
-      const int q = static_cast<int>(high ? byte >> 4 : byte & 0xFu);
-      v[j] = nf4 ? levels.v[q] * s : static_cast<float>(q - z) * s;
+      const uint32_t q = high ? byte >> 4 : byte & 0xFu;
+      // (q - z) * s exactly, without an I2F a value (detail/gemm_tile.cuh, convert_int4).
+      v[j] = nf4 ? levels.v[q] * s : fmaf(__uint_as_float(0x43000000u | (q << 16)), s, offset);
     }
     T* out = dst + size_t{row} * k;
     if (perm == nullptr) {

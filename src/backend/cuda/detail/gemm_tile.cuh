@@ -168,15 +168,25 @@ struct StageGroups {
 
 // 16 4-bit codes of kInt4W4A16 (8 bytes, k = 2j in the low nibble of byte j): (q - z) * s, each
 // rounded to T once, as the dequantization (quant_int4.cu) and the CPU define it. ok false: zeros.
+// No I2F (integer-to-float conversions run at 16 a clock an SM on sm_90, the programming guide's
+// throughput table, against 128 FFMA: 16 a thread and stage bound the old form at ~256 cycles a
+// block stage, against ~128-190 for its MMAs): 128 + q is the float whose mantissa holds q at
+// bit 16 (one shift and one LOP3), and fma(128 + q, s, -(128 + z) s) is (q - z) s exactly: both
+// products fit fp32's 24 bits (8 x 11 for an f16 scale), so the one rounding is of an exact
+// (q - z) s (checked for every f16 scale, q and z).
 template <typename T>
 __device__ __forceinline__ void convert_int4(uint2 q, float scale, float zero, bool ok,
                                              uint32_t (&v)[8]) {
+  const float offset = -(128.0f + zero) * scale;
+  const auto value = [&](uint32_t word, int nibble) {  // nibble 0-7 of word, as 128 + q
+    const int shift = 4 * nibble - 16;
+    const uint32_t q16 = (shift >= 0 ? word >> shift : word << -shift) & 0xF0000u;
+    return fmaf(__uint_as_float(0x43000000u | q16), scale, offset);
+  };
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const uint32_t byte = ((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xffu;
-    const float lo = (static_cast<float>(byte & 15u) - zero) * scale;
-    const float hi = (static_cast<float>(byte >> 4) - zero) * scale;
-    v[j] = ok ? pack2<T>(lo, hi) : 0u;
+    const uint32_t word = j < 4 ? q.x : q.y;
+    v[j] = ok ? pack2<T>(value(word, 2 * (j & 3)), value(word, 2 * (j & 3) + 1)) : 0u;
   }
 }
 
@@ -192,15 +202,19 @@ __device__ __forceinline__ void convert_nf4(uint2 q, const float* levels, float 
 }
 
 // 16 int8 codes (16 bytes): the integers themselves, exact in bf16 and fp16 (the row's scale
-// multiplies the accumulator instead).
+// multiplies the accumulator instead). No I2F (as convert_int4): PRMT puts b + 128 (b ^ 0x80) in
+// the low byte of the float 2^23, and subtracting 2^23 + 128 leaves b exactly.
 template <typename T>
 __device__ __forceinline__ void convert_int8(uint4 q, uint32_t (&v)[8]) {
-  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+  const uint32_t words[4] = {q.x ^ 0x80808080u, q.y ^ 0x80808080u, q.z ^ 0x80808080u,
+                             q.w ^ 0x80808080u};
+  const auto value = [](uint32_t word, int byte) {  // byte 0-3 of word
+    return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7540u | byte)) - 8388736.0f;
+  };
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const uint32_t w = words[j / 2] >> (16 * (j & 1));
-    const auto lo = static_cast<int8_t>(w & 0xffu), hi = static_cast<int8_t>((w >> 8) & 0xffu);
-    v[j] = pack2<T>(static_cast<float>(lo), static_cast<float>(hi));
+    const uint32_t w = words[j / 2];
+    v[j] = pack2<T>(value(w, 2 * (j & 1)), value(w, 2 * (j & 1) + 1));
   }
 }
 
