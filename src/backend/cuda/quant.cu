@@ -230,13 +230,14 @@ __global__ void dequantize_int8_vec_kernel(const uint4* __restrict__ data,
        i += gridDim.x * blockDim.x) {
     const uint4 q = __ldg(data + i);
     const float s = scales[i / row_chunks];
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    const uint32_t words[4] = {q.x ^ 0x80808080u, q.y ^ 0x80808080u, q.z ^ 0x80808080u,
+                               q.w ^ 0x80808080u};
     uint32_t v[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const uint32_t w = words[j / 2] >> (16 * (j & 1));
-      const auto lo = static_cast<int8_t>(w & 0xFFu), hi = static_cast<int8_t>((w >> 8) & 0xFFu);
-      v[j] = pack2_from_f32<T>(static_cast<float>(lo) * s, static_cast<float>(hi) * s);
+      const uint32_t w = words[j / 2];
+      v[j] = pack2_from_f32<T>(int8_byte_as_float(w, 2 * (j & 1)) * s,
+                               int8_byte_as_float(w, 2 * (j & 1) + 1) * s);
     }
     dst[2 * size_t{i}] = make_uint4(v[0], v[1], v[2], v[3]);
     dst[2 * size_t{i} + 1] = make_uint4(v[4], v[5], v[6], v[7]);

@@ -202,19 +202,15 @@ __device__ __forceinline__ void convert_nf4(uint2 q, const float* levels, float 
 }
 
 // 16 int8 codes (16 bytes): the integers themselves, exact in bf16 and fp16 (the row's scale
-// multiplies the accumulator instead). No I2F (as convert_int4): PRMT puts b + 128 (b ^ 0x80) in
-// the low byte of the float 2^23, and subtracting 2^23 + 128 leaves b exactly.
+// multiplies the accumulator instead), without I2F (int8_byte_as_float).
 template <typename T>
 __device__ __forceinline__ void convert_int8(uint4 q, uint32_t (&v)[8]) {
   const uint32_t words[4] = {q.x ^ 0x80808080u, q.y ^ 0x80808080u, q.z ^ 0x80808080u,
                              q.w ^ 0x80808080u};
-  const auto value = [](uint32_t word, int byte) {  // byte 0-3 of word
-    return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7540u | byte)) - 8388736.0f;
-  };
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const uint32_t w = words[j / 2];
-    v[j] = pack2<T>(value(w, 2 * (j & 1)), value(w, 2 * (j & 1) + 1));
+    v[j] = pack2<T>(int8_byte_as_float(w, 2 * (j & 1)), int8_byte_as_float(w, 2 * (j & 1) + 1));
   }
 }
 
