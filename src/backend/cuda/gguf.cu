@@ -525,7 +525,7 @@ __global__ void dequantize_gguf_kernel(GgufView v, T* __restrict__ dst) {
 #pragma unroll
     for (int t = 0; t < kVec; ++t) {
       const int i4 = (j * kVec + t) / 4;  // the code's word, 4 codes each
-      const float c = int8_byte_as_float(static_cast<uint32_t>(blk.c[i4]) ^ 0x80808080u,
+      const float c = int8_byte_as_float(static_cast<uint32_t>(blk.c[i4]),
                                          (j * kVec + t) % 4);  // the signed code, without an I2F
       e[t] = (i4 < 4 ? blk.s_lo : blk.s_hi) * c - blk.o;
     }

@@ -230,8 +230,7 @@ __global__ void dequantize_int8_vec_kernel(const uint4* __restrict__ data,
        i += gridDim.x * blockDim.x) {
     const uint4 q = __ldg(data + i);
     const float s = scales[i / row_chunks];
-    const uint32_t words[4] = {q.x ^ 0x80808080u, q.y ^ 0x80808080u, q.z ^ 0x80808080u,
-                               q.w ^ 0x80808080u};
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
     uint32_t v[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {

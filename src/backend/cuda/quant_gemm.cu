@@ -9,12 +9,12 @@
 // split order (deterministic) and finishes the outputs. Act-order (GPTQ desc_act) weights take x
 // with its columns permuted into the scratch first. No host round trip: graph-safe.
 #include <algorithm>
-#include <iterator>
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/gemm_tile.cuh"
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/nf4_levels.cuh"
 #include "backend/cuda/detail/pdl.cuh"
 
 namespace ib::cuda {
@@ -26,11 +26,6 @@ constexpr int kMinStagesPerSplit = 8;  // 256 k: a split's pipeline still fills
 constexpr int kElementwiseThreads = 256;
 
 enum class Codes { kInt4, kNf4, kInt8 };
-
-// bitsandbytes' NF4 levels, passed by value (no constant-memory upload inside a captured graph).
-struct Nf4Levels {
-  float v[16];
-};
 
 struct QuantGemmArgs {
   const void* x;  // (M, K) T
@@ -59,8 +54,7 @@ __device__ __forceinline__ void finish(const QuantGemmArgs& g, int64_t row, int6
 }
 
 template <typename T, Codes kCodes>
-__global__ void __launch_bounds__(kThreads, 2)
-    quant_gemm_kernel(QuantGemmArgs g, Nf4Levels levels) {
+__global__ void __launch_bounds__(kThreads, 2) quant_gemm_kernel(QuantGemmArgs g) {
   __shared__ __align__(16) unsigned char smem[kSmemBytes];
   __shared__ float levels_s[16];
   T* as = reinterpret_cast<T*>(smem);
@@ -70,10 +64,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int kStageRowBytes = kInt8 ? kBK : kBK / 2;  // a weight row's codes in a stage
   const int tid = static_cast<int>(threadIdx.x);
   if constexpr (kCodes == Codes::kNf4) {
-    if (tid == 0) {  // constant indices: the parameter stays in the constant bank
-#pragma unroll
-      for (int i = 0; i < 16; ++i) levels_s[i] = levels.v[i];  // read after the K loop's barrier
-    }
+    if (tid < 16) levels_s[tid] = kNf4LevelsDevice[tid];  // read after the K loop's barrier
   }
   const int64_t m0 = int64_t{blockIdx.x} * kBM, n0 = int64_t{blockIdx.y} * kBN;
   const int64_t k_dim = g.k;
@@ -207,8 +198,6 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
   const int64_t row_bytes = k * static_cast<int64_t>(sizeof(T));
   const int64_t chunk = permuted ? static_cast<int64_t>(perm_bytes) / row_bytes : m;
   IB_ASSERT(chunk >= 1, "quant_gemm: the scratch holds no permuted row");
-  Nf4Levels levels{};
-  std::copy(std::begin(kNf4Levels), std::end(kNf4Levels), levels.v);
   const int kt_count = static_cast<int>((k + kBK - 1) / kBK);
   for (int64_t r0 = 0; r0 < m; r0 += chunk) {
     const int64_t rows = std::min(chunk, m - r0);
@@ -239,7 +228,7 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
     const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM),
                     static_cast<unsigned>((n + kBN - 1) / kBN), static_cast<unsigned>(splits));
     launch_kernel("quant_gemm", false, quant_gemm_kernel<T, kCodes>, grid, dim3(kThreads), 0,
-                  stream, args, levels);
+                  stream, args);
     if (splits > 1) {
       launch_kernel("quant_gemm finish", false, quant_gemm_finish_kernel<T, kCodes == Codes::kInt8>,
                     dim3(elementwise_grid(rows * n)), dim3(kElementwiseThreads), 0, stream, args,

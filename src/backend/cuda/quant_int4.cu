@@ -61,8 +61,7 @@ __global__ void dequantize_4bit_kernel(const uint2* __restrict__ data,
       const uint32_t byte = ((j < 8 ? word.x : word.y) >> (8 * ((j / 2) & 3))) & 0xFFu;
       const bool high = ((j & 1) != 0) != nf4;
       const uint32_t q = high ? byte >> 4 : byte & 0xFu;
-      // (q - z) * s exactly, without an I2F a value (detail/gemm_tile.cuh, convert_int4).
-      v[j] = nf4 ? levels.v[q] * s : fmaf(__uint_as_float(0x43000000u | (q << 16)), s, offset);
+      v[j] = nf4 ? levels.v[q] * s : int4_code_value(q << 16, s, offset);
     }
     T* out = dst + size_t{row} * k;
     if (perm == nullptr) {

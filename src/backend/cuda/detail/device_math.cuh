@@ -94,11 +94,20 @@ __device__ __forceinline__ uint32_t pack2_from_f32<f16>(float a, float b) {
   return word;
 }
 
-// Byte `byte` (0-3) of an int8 word, as a float, without an I2F (integer-to-float conversions run
-// at an eighth of the FFMA rate on sm_90): biased is the word ^ 0x80808080, so PRMT puts b + 128 in
-// the low byte of the float 2^23, and subtracting 2^23 + 128 leaves b exactly.
-__device__ __forceinline__ float int8_byte_as_float(uint32_t biased, int byte) {
-  return __uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u | byte)) - 8388736.0f;
+// Integer codes as floats without an I2F (integer-to-float conversions run at 16 a clock an SM on
+// sm_90, the programming guide's throughput table, against 128 FFMA); tools/check_conversions.py
+// checks both exhaustively.
+// Byte `byte` (0-3) of a word of int8 codes: PRMT puts b + 128 (b ^ 0x80) in the low byte of the
+// float 2^23, and subtracting 2^23 + 128 leaves b exactly (the XOR of a word used for all four
+// bytes is one instruction after inlining).
+__device__ __forceinline__ float int8_byte_as_float(uint32_t word, int byte) {
+  return __uint_as_float(__byte_perm(word ^ 0x80808080u, 0x4B000000u, 0x7540u | byte)) - 8388736.0f;
+}
+// (q - z) * s of a 4-bit code q (0-15, at bits 16-19 of q16, the rest zero) with offset =
+// -(128 + z) * s: 128 + q is the float whose mantissa holds q at bit 16, and both products fit
+// fp32's 24 bits (8 x 11 for an f16 scale), so the FMA's one rounding is of an exact (q - z) * s.
+__device__ __forceinline__ float int4_code_value(uint32_t q16, float scale, float offset) {
+  return fmaf(__uint_as_float(0x43000000u | q16), scale, offset);
 }
 
 // Elements of T in one 16-byte vector.

@@ -168,20 +168,15 @@ struct StageGroups {
 
 // 16 4-bit codes of kInt4W4A16 (8 bytes, k = 2j in the low nibble of byte j): (q - z) * s, each
 // rounded to T once, as the dequantization (quant_int4.cu) and the CPU define it. ok false: zeros.
-// No I2F (integer-to-float conversions run at 16 a clock an SM on sm_90, the programming guide's
-// throughput table, against 128 FFMA: 16 a thread and stage bound the old form at ~256 cycles a
-// block stage, against ~128-190 for its MMAs): 128 + q is the float whose mantissa holds q at
-// bit 16 (one shift and one LOP3), and fma(128 + q, s, -(128 + z) s) is (q - z) s exactly: both
-// products fit fp32's 24 bits (8 x 11 for an f16 scale), so the one rounding is of an exact
-// (q - z) s (checked for every f16 scale, q and z).
+// Without I2F (int4_code_value: 16 I2F a thread and stage would take ~256 cycles a block stage,
+// against ~128-190 for its MMAs); a code to bits 16-19 is one shift and one LOP3.
 template <typename T>
 __device__ __forceinline__ void convert_int4(uint2 q, float scale, float zero, bool ok,
                                              uint32_t (&v)[8]) {
   const float offset = -(128.0f + zero) * scale;
   const auto value = [&](uint32_t word, int nibble) {  // nibble 0-7 of word, as 128 + q
     const int shift = 4 * nibble - 16;
-    const uint32_t q16 = (shift >= 0 ? word >> shift : word << -shift) & 0xF0000u;
-    return fmaf(__uint_as_float(0x43000000u | q16), scale, offset);
+    return int4_code_value((shift >= 0 ? word >> shift : word << -shift) & 0xF0000u, scale, offset);
   };
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
@@ -205,8 +200,7 @@ __device__ __forceinline__ void convert_nf4(uint2 q, const float* levels, float 
 // multiplies the accumulator instead), without I2F (int8_byte_as_float).
 template <typename T>
 __device__ __forceinline__ void convert_int8(uint4 q, uint32_t (&v)[8]) {
-  const uint32_t words[4] = {q.x ^ 0x80808080u, q.y ^ 0x80808080u, q.z ^ 0x80808080u,
-                             q.w ^ 0x80808080u};
+  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const uint32_t w = words[j / 2];

@@ -24,6 +24,7 @@
 
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/mma.cuh"
+#include "backend/cuda/detail/nf4_levels.cuh"
 #include "backend/weight.h"
 
 namespace ib::cuda {
@@ -159,12 +160,6 @@ __device__ __forceinline__ Int4Group load_int4_group(const uint16_t* scales, con
 // ---- NF4 (kGemvNf4; backend/weight.h's kNf4): the same loads and steps as W4A16. A byte's two
 // codes (the even k in the high nibble) become the pair (level[hi], level[lo]) * absmax in fp32,
 // rounded to x's type (the lane's 32 codes lie in one 64-block), and meet x's words as they are.
-
-// bitsandbytes' NF4 levels (backend/weight.h), in constant memory for the kernels.
-static __constant__ float kNf4LevelsDevice[16] = {
-    kNf4Levels[0],  kNf4Levels[1],  kNf4Levels[2],  kNf4Levels[3], kNf4Levels[4],  kNf4Levels[5],
-    kNf4Levels[6],  kNf4Levels[7],  kNf4Levels[8],  kNf4Levels[9], kNf4Levels[10], kNf4Levels[11],
-    kNf4Levels[12], kNf4Levels[13], kNf4Levels[14], kNf4Levels[15]};
 
 // The absmax of 64-block b (N, blocks) f32, its bits as Int4Group's scales (zeros unused).
 __device__ __forceinline__ Int4Group load_nf4_absmax(const float* absmax, const Int4GroupRows& rows,
