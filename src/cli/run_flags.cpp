@@ -144,6 +144,8 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--clock-origin-unix-ns", f.clock_origin_unix_ns,
                  "internal to --client-launcher slurm: the benchmark's time zero on the wall "
                  "clock (clients on other hosts)");
+  app.add_option("--client-sync-dir", f.client_sync_dir,
+                 "internal to --num-clients: where the clients meet to start each run together");
   app.add_option("--lora-assignment", f.lora_assignment,
                  "which --lora-modules adapter each request asks for: random (vLLM bench's "
                  "uniform choice per request), round-robin, or zipf:S (adapter k with "

@@ -198,6 +198,7 @@ Status resolve_clients(const RunFlags& f, bool http, RunConfig& p) {
     p.client_count = count;
     if (f.clock_origin_ns > 0) p.clock_origin_ns = f.clock_origin_ns;
     if (f.clock_origin_unix_ns > 0) p.clock_origin_unix_ns = f.clock_origin_unix_ns;
+    if (!f.client_sync_dir.empty()) p.client_sync_dir = f.client_sync_dir;
   }
   const bool slurm = f.client_launcher == "slurm";
   if (!slurm && (!f.slurm_partition.empty() || !f.slurm_args.empty())) {

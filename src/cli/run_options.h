@@ -83,6 +83,7 @@ struct RunFlags : EngineFlags, CalibrationFlags, TraceFlags {
   std::string client_slice;
   int64_t clock_origin_ns = 0;
   int64_t clock_origin_unix_ns = 0;  // Slurm tasks, on hosts whose monotonic clocks differ
+  std::string client_sync_dir;       // where the clients meet before each run
 };
 
 void add_run_flags(CLI::App& app, RunFlags& flags);

@@ -15,6 +15,7 @@
 #include "core/clock.h"
 #include "core/fs.h"
 #include "core/subprocess.h"
+#include "orchestrate/detail/client_sync.h"
 #include "orchestrate/detail/run_report.h"
 #include "report/result_dir.h"
 #include "suite/slurm.h"
@@ -59,9 +60,11 @@ Result<Launch> start_local_clients(const RunPlan& plan, std::vector<Client>& cli
   for (int i = 0; i < n; ++i) {
     Client& c = clients[static_cast<size_t>(i)];
     std::vector<std::string> argv = plan.client_argv;
-    for (std::string a : {std::string("--client-slice"), fmt::format("{}/{}", i, n),
-                          std::string("--clock-origin-ns"), std::to_string(origin_ns),
-                          std::string("--result-dir"), c.dir.string()}) {
+    for (std::string a :
+         {std::string("--client-slice"), fmt::format("{}/{}", i, n),
+          std::string("--clock-origin-ns"), std::to_string(origin_ns),
+          std::string("--client-sync-dir"), (c.dir.parent_path() / kClientSyncDir).string(),
+          std::string("--result-dir"), c.dir.string()}) {
       argv.push_back(std::move(a));
     }
     auto pid = start_process(argv, c.log.string());
@@ -88,7 +91,8 @@ Result<Launch> start_slurm_clients(const RunPlan& plan, const fs::path& clients_
   step.extra = plan.slurm_clients->extra;
   step.command = plan.client_argv;
   step.command.insert(step.command.end(),
-                      {"--clock-origin-unix-ns", std::to_string(origin_unix_ns)});
+                      {"--clock-origin-unix-ns", std::to_string(origin_unix_ns),
+                       "--client-sync-dir", (clients_dir / kClientSyncDir).string()});
   step.task_args = {"--client-slice", fmt::format("{}/{}", kSlurmTaskRank, n), "--result-dir",
                     (clients_dir / fmt::format("client-{}", kSlurmTaskRank)).string()};
   const std::vector<std::string> argv = srun_argv(step);
@@ -164,9 +168,13 @@ Result<Outcome> execute_distributed_run(const RunPlan& plan, const PluginRegistr
   // Absolute: Slurm tasks may start in another directory (or on another host, sharing the path).
   const fs::path clients_dir = fs::absolute(plan.result_dir, ec) / "clients";
   if (plan.overwrite) fs::remove_all(clients_dir, ec);  // a previous run's clients
-  fs::create_directories(clients_dir, ec);
+  // Where the clients meet before each run: emptied, since markers of an earlier run would
+  // let them through at once.
+  const fs::path sync_dir = clients_dir / kClientSyncDir;
+  fs::remove_all(sync_dir, ec);
+  fs::create_directories(sync_dir, ec);
   if (ec)
-    return runtime_error(fmt::format("cannot create {}: {}", clients_dir.string(), ec.message()));
+    return runtime_error(fmt::format("cannot create {}: {}", sync_dir.string(), ec.message()));
 
   // Time zero for every client: their records land on one clock (CLOCK_MONOTONIC is per host;
   // Slurm tasks get the origin on the wall clock).
@@ -186,6 +194,7 @@ Result<Outcome> execute_distributed_run(const RunPlan& plan, const PluginRegistr
                plan.slurm_clients ? "tasks (srun)" : "processes", plan.load_description.c_str(),
                clients_dir.string().c_str());
   const std::vector<int> codes = wait_all(launch, stop);
+  fs::remove_all(sync_dir, ec);
   for (int i = 0; i < n; ++i) {
     clients[static_cast<size_t>(i)].exit_code =
         codes[plan.slurm_clients ? 0 : static_cast<size_t>(i)];

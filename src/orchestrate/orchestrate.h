@@ -79,6 +79,9 @@ struct RunConfig {
   int client_count = 1;
   std::optional<int64_t> clock_origin_ns;
   std::optional<int64_t> clock_origin_unix_ns;  // Slurm tasks: the same origin on the wall clock
+  // Where the clients meet before each measured run (the parent's clients/ directory): each
+  // run starts in every client together (orchestrate/detail/client_sync.h).
+  std::optional<std::filesystem::path> client_sync_dir;
   // The resolved flags echoed into result.json; plan_run sets the keys it derives (batch_size,
   // num_prompts, lengths, warm-ups, load description, KV bytes, max_num_seqs, result_dir).
   nlohmann::json config;

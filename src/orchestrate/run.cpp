@@ -9,6 +9,7 @@
 #include "backend/kernel_switches.h"
 #include "core/clock.h"
 #include "core/fs.h"
+#include "orchestrate/detail/client_sync.h"
 #include "orchestrate/detail/run_report.h"
 #include "orchestrate/detail/run_telemetry.h"
 #include "orchestrate/orchestrate.h"
@@ -154,6 +155,12 @@ Result<std::vector<std::unique_ptr<ReportSink>>> make_report_sinks(const PluginR
 Result<Outcome> execute_run(const RunPlan& plan, const PluginRegistry& registry,
                             const std::atomic<bool>& stop, const RunProgress& progress) {
   if (plan.num_clients > 1) return execute_distributed_run(plan, registry, stop);
+  // A client of a --num-clients run starts each run with the others; from here on, any error
+  // return tells them (ClientSync's destructor) so that they stop waiting.
+  std::optional<ClientSync> sync;
+  if (plan.client_count > 1 && plan.client_sync_dir) {
+    sync.emplace(*plan.client_sync_dir, plan.client_index, plan.client_count);
+  }
   IB_ASSIGN_OR_RETURN(const auto order, registry.load_order());
   IB_ASSIGN_OR_RETURN(const auto make_target, registry.factory<TargetFactory>(plan.backend));
   // Telemetry starts before the model loads, so the peak includes loading.
@@ -213,7 +220,9 @@ Result<Outcome> execute_run(const RunPlan& plan, const PluginRegistry& registry,
     return Ok{};
   };
   if (progress.update) hooks.on_progress = progress.update;
+  if (sync) hooks.before_run = [&](int run) { return sync->before_run(run, &stop); };
   auto records = runner.run(plan.requests, hooks);
+  if (sync && records.ok()) sync->done();
   if (progress.clear) progress.clear();
   sampler.stop();
   if (!records.ok()) {

@@ -315,6 +315,7 @@ Result<BenchmarkRecords> Runner::run(const std::vector<RequestSpec>& requests,
     }
   }
   for (int run = 0; run < options_.runs; ++run) {
+    if (hooks.before_run) IB_TRY(hooks.before_run(run));
     Phase phase;
     phase.run = run;
     for (const auto& r : requests) phase.specs.push_back(&r);

@@ -64,6 +64,9 @@ struct RunnerHooks {
   // the benchmark (in-flight requests are cancelled) and run() returns it.
   std::function<Status(const RequestRecord&)> on_record;
   std::function<void(const Progress&)> on_progress;
+  // Before each measured run (its index), after the warm-ups: an error stops the benchmark
+  // (a --num-clients client waits here for the others, orchestrate/detail/client_sync.h).
+  std::function<Status(int run)> before_run;
   // Set from another thread (Ctrl-C): stop submitting, cancel in-flight, return what finished.
   const std::atomic<bool>* stop = nullptr;
 };

@@ -402,6 +402,30 @@ TEST(Runner, HookErrorStopsTheBenchmarkAndIsReturned) {
   EXPECT_EQ(n, 2);  // no hook call after the failing one
 }
 
+TEST(Runner, BeforeRunPrecedesEachMeasuredRunAndItsErrorStops) {
+  Harness h;
+  RunnerOptions o = closed(2, 3);
+  o.num_warmups = 1;
+  std::vector<std::pair<int, int>> calls;  // (run, records seen before it)
+  int records = 0;
+  RunnerHooks hooks;
+  hooks.on_record = [&](const RequestRecord&) -> Status {
+    ++records;
+    return Ok{};
+  };
+  hooks.before_run = [&](int run) -> Status {
+    calls.emplace_back(run, records);
+    if (run == 2) return runtime_error("client 1 failed before run 2");
+    return Ok{};
+  };
+  auto out = h.run(o, requests(4, 2), hooks);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().message, "client 1 failed before run 2");
+  // After the warm-up's record, then after each whole run of 4.
+  const std::vector<std::pair<int, int>> want = {{0, 1}, {1, 5}, {2, 9}};
+  EXPECT_EQ(calls, want);
+}
+
 TEST(Runner, SubmitErrorIsReturned) {
   Harness h;
   auto reqs = requests(3, 2);
