@@ -27,14 +27,17 @@ build_gpu_tests() {
 # head_setup: the scripts of a new kernel's visit (moe_gemm.sh, attn_mma.sh, quant_gemm.sh) share
 # one build of the tree's HEAD: ICU on the library path, B the build directory (IB_BUILD_DIR,
 # /tmp/ib-head), DEADLINE (IB_DEADLINE_S, 560 s after $T0), then, unless IB_SKIP_BUILD=1,
-# build_gpu_tests into $B with inferbench and the two gpu test binaries, its log in
-# $O/build.log; on failure the log becomes $O/tests.log and the script exits.
+# build_gpu_tests into $B with inferbench, the two gpu test binaries and IB_EXTRA_TARGETS (e.g.
+# ib_ops_bench), its log in $O/build.log; on failure the log becomes $O/tests.log and the script
+# exits.
 head_setup() {
   use_icu
   B=${IB_BUILD_DIR:-/tmp/ib-head}
   DEADLINE=${IB_DEADLINE_S:-560}
   [ "${IB_SKIP_BUILD:-0}" = 1 ] && return 0
-  build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test ||
+  # shellcheck disable=SC2086 # the extra targets are words
+  build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
+    ${IB_EXTRA_TARGETS:-} ||
     { cp "$O/build.log" "$O/tests.log"; exit 1; }
   echo "built +$(( $(date +%s) - T0 )) s"
 }

@@ -17,19 +17,30 @@
 #   awq_pre128  awq, batch 8, 128 in / 8 out, 64 prompts: prefills of 1,024 tokens
 #   awq_pre512  awq, batch 8, 512 in / 8 out, 32 prompts: prefills of 4,096 tokens (TTFT)
 #   nf4_pre128  nf4, as awq_pre128
+# Before the runs, the kernels alone (ib_ops_bench's gemm_int4 section: each linear at 17-4,096
+# tokens, IB_QUANT_GEMM=0 against 8192; ops.json, ops.log; IB_SKIP_OPS=1 skips it).
 # Usage (carry .deps/icu.tar.xz; ~10 minutes of runs, plus ~5 for a build): OUT=dir bash
 # bench/gpu/quant_gemm.sh, then what the deadline skipped with IB_SKIP_BUILD=1 IB_SKIP_TESTS=1
 # IB_RUNS_LIST=.... Environment: IB_BUILD_DIR (/tmp/ib-head), IB_SKIP_BUILD=1, IB_SKIP_TESTS=1,
 # IB_SETS ("IB_QUANT_GEMM=0 IB_QUANT_GEMM=8192"), IB_RUNS_LIST (the eight above), IB_DEADLINE_S
-# (560: runs that would end past it are skipped). Writes tests.log, backend_cuda_test.json,
-# engine_cuda_test.json, runs.log, runs.json and runs.tgz (the build log and every run's
-# directory).
+# (560: runs that would end past it are skipped). Writes ops.json, ops.log, tests.log,
+# backend_cuda_test.json, engine_cuda_test.json, runs.log, runs.json and runs.tgz (the build log
+# and every run's directory).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
+IB_EXTRA_TARGETS=${IB_EXTRA_TARGETS:-ib_ops_bench}
 source bench/gpu/build_inferbench.sh && head_setup
 # The engine against the CPU engine on the same quantized weights, prefills on the GEMM.
 head_tests '*CudaQuant4*:*CudaQuant.*:*ReportsTheKernelSwitches*' IB_QUANT_GEMM=8192 \
   '*CudaEngineQuant*'
+# The kernels alone (unless IB_SKIP_OPS=1): each Llama-3-8B linear at 17-4,096 tokens, the GEMM
+# against the dequantizing path, timed over graph replays (ops_bench_int4.cpp); ops.json.
+if [ "${IB_SKIP_OPS:-0}" != 1 ] && [ -x "$B/bench/gpu/ib_ops_bench" ]; then
+  IB_OPS_SECTIONS=gemm_int4 IB_OPS_QUANT_GEMM=0,8192 \
+    IB_OPS_INT4_M=${IB_OPS_INT4_M:-17,32,64,128,256,512,1024,4096} \
+    timeout 120 "$B/bench/gpu/ib_ops_bench" "$O/ops.json" > "$O/ops.log" 2>&1
+  echo "ops rc=$? $(el)"; grep -E "linears per layer" "$O/ops.log"
+fi
 R=$O/runs; mkdir -p "$R"
 PRE512=(--batch-size 8 --input-len 512 --output-len 8 --num-prompts 32 --runs 1)
 PRE128=(--batch-size 8 --input-len 128 --output-len 8 --num-prompts 64 --runs 1)

@@ -79,9 +79,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "weight-only quantized matmuls (W4A16 as AWQ / GPTQ, NF4, INT8 W8A16) of at most this many "
      "rows that the decode GEMV does not take (prefill, large decode batches) run a tensor-core "
      "GEMM that turns each stage's codes into bf16/fp16 in shared memory, K split across blocks "
-     "where the tiles do not fill the GPU (not yet run on the H200: off by default until its tests "
-     "and A/B, bench/gpu/quant_gemm.sh, have found where it beats the other path); larger ones, "
-     "and all with 0, dequantize the weight into a scratch for cuBLASLt"},
+     "where the tiles do not fill the GPU (off by default: its first form was 2-5x slower than "
+     "the other path on the H200, bench/results/h200/quant-gemm/run1; the second awaits its A/B, "
+     "bench/gpu/quant_gemm.sh); larger ones, and all with 0, dequantize the weight into a scratch "
+     "for cuBLASLt"},
     {"IB_MOE_SHARED", "cuda", "0", 0, 1, "",
      "1: DeepSeek-V2's shared experts run inside the expert kernels, as always-on experts of "
      "the routed ones' width (one launch for routed and shared; weights rearranged at load; "

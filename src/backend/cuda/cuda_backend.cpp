@@ -508,8 +508,10 @@ Status CudaBackend::reserve_quant_scratch(const WeightRef& w) {
     IB_TRY(
         reserve(dequant_scratch_, w.rows() * w.cols() * static_cast<int64_t>(dtype_size(dtype_))));
   }
-  if ((w.format == WeightFormat::kInt8W8A16 || is_4bit(w.format)) && quant_gemm_rows_ > 0)
+  if ((w.format == WeightFormat::kInt8W8A16 || is_4bit(w.format)) && quant_gemm_rows_ > 0) {
     IB_TRY(reserve(quant_gemm_scratch_, static_cast<int64_t>(kQuantGemmScratchBytes)));
+    prepare_quant_gemm();
+  }
   if (w.format == WeightFormat::kGguf) {
     // The GEMV's tokens, or 16 MiB of prefill rows (at least one).
     const int64_t row = w.cols() * static_cast<int64_t>(dtype_size(dtype_));

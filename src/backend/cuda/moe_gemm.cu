@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     zero = static_cast<float>(c_zeros[group]);
   };
   const int kt_count = static_cast<int>((k_dim + kBK - 1) / kBK);
-  gemm_tile::StageGroups params{group_size};
+  gemm_tile::StageGroups params{static_cast<int>(group_size / kBK)};
   if constexpr (kInt4) params.start(0, load_group);
   // The 4-bit stage's codes into the B tile: (q - z) * s, code 2j in the low nibble of byte j.
   const auto convert_stage = [&](int stage, int kt) {

@@ -4,7 +4,8 @@
 // instead of dequantizing the whole weight into a bf16 scratch for cuBLASLt on every call (2.5
 // bytes of traffic a weight before the GEMM reads 2 more: Qwen2-72B AWQ's 214 ms TTFT).
 //
-// Tiles of 64 x 128 outputs; where they do not fill the device twice over (decode batches, small
+// Tiles of 64 x 128 outputs, the conversion a stage ahead of the MMAs (gemm_tile.cuh's
+// mainloop_convert_ahead); where they do not fill the device twice over (decode batches, small
 // N) K is split across blocks, each writing its fp32 partial sums, and a second kernel adds them in
 // split order (deterministic) and finishes the outputs. Act-order (GPTQ desc_act) weights take x
 // with its columns permuted into the scratch first. No host round trip: graph-safe.
@@ -55,11 +56,11 @@ __device__ __forceinline__ void finish(const QuantGemmArgs& g, int64_t row, int6
 
 template <typename T, Codes kCodes>
 __global__ void __launch_bounds__(kThreads, 2) quant_gemm_kernel(QuantGemmArgs g) {
-  __shared__ __align__(16) unsigned char smem[kSmemBytes];
+  extern __shared__ __align__(16) unsigned char smem[];  // kAheadSmemBytes
   __shared__ float levels_s[16];
   T* as = reinterpret_cast<T*>(smem);
-  T* bs = as + kStages * kAStage;  // one converted B tile, then the stages' codes
-  uint8_t* codes_s = smem + kCodesOffsetBytes;
+  T* bs = reinterpret_cast<T*>(smem + kAheadBOffsetBytes);  // the two converted B tiles
+  uint8_t* codes_s = smem + kAheadCodesOffsetBytes;
   constexpr bool kInt8 = kCodes == Codes::kInt8;
   constexpr int kStageRowBytes = kInt8 ? kBK : kBK / 2;  // a weight row's codes in a stage
   const int tid = static_cast<int>(threadIdx.x);
@@ -107,9 +108,9 @@ __global__ void __launch_bounds__(kThreads, 2) quant_gemm_kernel(QuantGemmArgs g
       scale = static_cast<const float*>(g.scales)[c_group0 + group];  // the absmax
     }
   };
-  gemm_tile::StageGroups params{kInt8 ? k_dim : g.group_size};
+  gemm_tile::StageGroups params{kInt8 ? 1 : static_cast<int>(g.group_size / kBK)};
   if constexpr (!kInt8) params.start(kt_begin, load_group);
-  const auto convert_stage = [&](int slot, int kt) {
+  const auto convert_stage = [&](int slot, int kt, T* tile) {
     const uint8_t* row_codes = codes_s + (slot * kBN + c_row) * kStageRowBytes;
     uint32_t v[8];
     if constexpr (kInt8) {  // zero-filled past N and K
@@ -123,10 +124,10 @@ __global__ void __launch_bounds__(kThreads, 2) quant_gemm_kernel(QuantGemmArgs g
         gemm_tile::convert_nf4<T>(q8, levels_s, params.scale, c_ok, v);
       }
     }
-    gemm_tile::store_b16(bs, v);
+    gemm_tile::store_b16(tile, v);
   };
   gemm_tile::Acc acc;
-  gemm_tile::mainloop<T, true>(kt_begin, kt_end, as, bs, load_stage, convert_stage, acc);
+  gemm_tile::mainloop_convert_ahead<T>(kt_begin, kt_end, as, bs, load_stage, convert_stage, acc);
 
   const bool split = gridDim.z > 1;
   gemm_tile::for_each_pair(acc, [&](int r, int c, float v0, float v1) {
@@ -185,6 +186,20 @@ int splits_for(int64_t rows, int64_t n, int64_t k, size_t partial_bytes, int num
   return static_cast<int>(std::max<int64_t>(1, splits));
 }
 
+// Past the 48 KB of shared memory a kernel gets unasked: allowed once per instantiation (first
+// from prepare_quant_gemm, outside any graph capture).
+template <typename T, Codes kCodes>
+void allow_shared_memory() {
+  static const bool allowed = [] {
+    IB_CUDA_CHECK(
+        cudaFuncSetAttribute(quant_gemm_kernel<T, kCodes>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, kAheadSmemBytes),
+        "quant_gemm");
+    return true;
+  }();
+  (void)allowed;
+}
+
 template <typename T, Codes kCodes>
 void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out,
                   bool accumulate, void* scratch, size_t scratch_bytes, int num_sms,
@@ -199,6 +214,7 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
   const int64_t chunk = permuted ? static_cast<int64_t>(perm_bytes) / row_bytes : m;
   IB_ASSERT(chunk >= 1, "quant_gemm: the scratch holds no permuted row");
   const int kt_count = static_cast<int>((k + kBK - 1) / kBK);
+  allow_shared_memory<T, kCodes>();
   for (int64_t r0 = 0; r0 < m; r0 += chunk) {
     const int64_t rows = std::min(chunk, m - r0);
     const T* a = x.as<const T>() + r0 * k;
@@ -227,8 +243,8 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
                              kt_per_split};
     const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM),
                     static_cast<unsigned>((n + kBN - 1) / kBN), static_cast<unsigned>(splits));
-    launch_kernel("quant_gemm", false, quant_gemm_kernel<T, kCodes>, grid, dim3(kThreads), 0,
-                  stream, args);
+    launch_kernel("quant_gemm", false, quant_gemm_kernel<T, kCodes>, grid, dim3(kThreads),
+                  kAheadSmemBytes, stream, args);
     if (splits > 1) {
       launch_kernel("quant_gemm finish", false, quant_gemm_finish_kernel<T, kCodes == Codes::kInt8>,
                     dim3(elementwise_grid(rows * n)), dim3(kElementwiseThreads), 0, stream, args,
@@ -250,6 +266,15 @@ void launch_codes(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
 }
 
 }  // namespace
+
+void prepare_quant_gemm() {
+  allow_shared_memory<bf16, Codes::kInt4>();
+  allow_shared_memory<bf16, Codes::kNf4>();
+  allow_shared_memory<bf16, Codes::kInt8>();
+  allow_shared_memory<f16, Codes::kInt4>();
+  allow_shared_memory<f16, Codes::kNf4>();
+  allow_shared_memory<f16, Codes::kInt8>();
+}
 
 bool quant_gemm_takes(const Tensor& x, const WeightRef& w) {
   if ((x.dtype != DType::kBF16 && x.dtype != DType::kF16) || x.rank != 2 ||

@@ -165,6 +165,7 @@ class CudaBackend final : public Backend,
   // larger ones, and all with 0, dequantize the weight for cuBLASLt. Set it before the weights
   // load: its scratch is reserved with the first such weight.
   void set_quant_gemm_rows(int64_t rows) { quant_gemm_rows_ = rows; }
+  int64_t quant_gemm_rows() const { return quant_gemm_rows_; }
   // The matmuls that ran it so far (tests).
   int64_t quant_gemm_launches() const { return quant_gemm_launches_; }
   // IB_MOE_SHARED (default 0): MoeOps::fuses_shared_experts, read when a model loads.

@@ -85,6 +85,25 @@ __device__ __forceinline__ void load_rows_chunk(T* slot, const T* row_src, bool 
   cp_async16(slot + row * kPitch + chunk * 8, row_src + (in_k ? col : 0), ok && in_k);
 }
 
+// A K loop's start: acc zeroed and the first kSlots - 1 stages' loads issued, one commit group
+// each (empty past kt_end). Returns the loop's stage count.
+template <int kSlots, typename Load>
+__device__ __forceinline__ int start_pipeline(int kt_begin, int kt_end, Load& load_stage,
+                                              Acc& acc) {
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+      acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.0f;
+  const int count = kt_end - kt_begin;
+#pragma unroll
+  for (int s = 0; s < kSlots - 1; ++s) {
+    if (s < count) load_stage(s, kt_begin + s);
+    cp_async_commit();
+  }
+  return count;
+}
+
 // The K loop over stages [kt_begin, kt_end): load_stage(slot, kt) issues stage kt's cp.async
 // copies into ring slot `slot` (A at as + slot * kAStage; a dense B at bs + slot * kBStage, a
 // quantized B's codes wherever the loader keeps them); kConvert: convert_stage(slot, kt) turns
@@ -94,17 +113,7 @@ __device__ __forceinline__ void load_rows_chunk(T* slot, const T* row_src, bool 
 template <typename T, bool kConvert, typename Load, typename Convert>
 __device__ __forceinline__ void mainloop(int kt_begin, int kt_end, const T* as, const T* bs,
                                          Load&& load_stage, Convert&& convert_stage, Acc& acc) {
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-      acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.0f;
-  const int count = kt_end - kt_begin;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < count) load_stage(s, kt_begin + s);
-    cp_async_commit();
-  }
+  const int count = start_pipeline<kStages>(kt_begin, kt_end, load_stage, acc);
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // stage i is in; every warp is done with the slot refilled next
@@ -123,6 +132,45 @@ __device__ __forceinline__ void mainloop(int kt_begin, int kt_end, const T* as, 
   cp_async_wait<0>();
 }
 
+// The weight-only GEMM's pipeline (quant_gemm.cu): the conversion runs a stage ahead of the
+// MMAs, into one of two B tiles, so that each stage takes one barrier instead of two and a warp's
+// conversion of stage i + 1 (ALU) issues behind its MMAs of stage i (tensor pipe) instead of
+// waiting for every warp's. kAheadStages slots of A and codes: a stage's loads are issued three
+// iterations before its MMAs, two before its conversion. Dynamic shared memory (57,344 bytes):
+// A's stages, the two B tiles, then the codes' stages (kMaxCodeBytesPerRow a row).
+constexpr int kAheadStages = 4;
+constexpr int kAheadBOffsetBytes = kAheadStages * kAStage * 2;
+constexpr int kAheadCodesOffsetBytes = kAheadBOffsetBytes + 2 * kBStage * 2;
+constexpr int kAheadSmemBytes = kAheadCodesOffsetBytes + kAheadStages * kBN * kMaxCodeBytesPerRow;
+
+// load_stage(slot, kt) as mainloop's; convert_stage(slot, kt, tile) turns the slot's codes into
+// the B tile `tile` (bs or bs + kBStage). acc starts at zero.
+template <typename T, typename Load, typename Convert>
+__device__ __forceinline__ void mainloop_convert_ahead(int kt_begin, int kt_end, const T* as, T* bs,
+                                                       Load&& load_stage, Convert&& convert_stage,
+                                                       Acc& acc) {
+  const int count = start_pipeline<kAheadStages>(kt_begin, kt_end, load_stage, acc);
+  cp_async_wait<kAheadStages - 2>();  // stage 0 has landed (this thread's copies)
+  __syncthreads();                    // ... and every thread's
+  if (count > 0) convert_stage(0, kt_begin, bs);
+  for (int i = 0; i < count; ++i) {
+    // Groups committed: stages 0 .. i + kAheadStages - 2; all but the last are in, so stage
+    // i + 1's codes have landed.
+    cp_async_wait<kAheadStages - 3>();
+    // Stage i's B tile is converted and stage i + 1's codes are in, for every thread; every
+    // warp is past stage i - 1's MMAs, so its slot and the other B tile are free.
+    __syncthreads();
+    const int next = i + kAheadStages - 1;
+    if (next < count) load_stage(next % kAheadStages, kt_begin + next);
+    cp_async_commit();
+    mma_stage<T>(as + (i % kAheadStages) * kAStage, bs + (i & 1) * kBStage, acc);
+    if (i + 1 < count) {
+      convert_stage((i + 1) % kAheadStages, kt_begin + i + 1, bs + ((i + 1) & 1) * kBStage);
+    }
+  }
+  cp_async_wait<0>();
+}
+
 // A quantized B's conversion: thread tid turns 16 consecutive k of B tile row tid / 2 (half
 // tid % 2 of the stage) into T. These write them, 16 values packed in pairs, to that row.
 template <typename T>
@@ -133,36 +181,39 @@ __device__ __forceinline__ void store_b16(T* bs, const uint32_t (&v)[8]) {
   dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
 }
 
-// A converting thread's group parameters (scale and zero point), each requested a stage before
-// the stage that uses them, so that no stage's conversion waits for its group's loads (groups of
-// 128: a new group every 4 stages). load(group, scale, zero) reads them; stages kt_begin..kt_end
-// of K in groups of group_size elements (a multiple of kBK).
+// A converting thread's group parameters (scale and zero point). Each group's are requested
+// when the group before it starts (groups of 128: four stages ahead), so that no stage's
+// conversion waits for them, and without a division in the K loop (a 64-bit one is a software
+// routine of ~70 instructions; two a stage cost more than the stage's conversion).
+// advance() is called once a stage, in order from start()'s kt_begin.
 struct StageGroups {
-  int64_t group_size;
-  int64_t current = -1, pending = -1;
+  int per_group;         // stages a group spans: group_size / kBK (group_size a multiple of kBK)
+  int64_t next = 0;      // the group whose parameters are pending
+  int until_switch = 0;  // advances left in the current group
+  int first_length = 0;  // the stages of kt_begin's group from kt_begin on
   float scale = 0.0f, zero = 0.0f, pending_scale = 0.0f, pending_zero = 0.0f;
 
   // Before the K loop: the first stage's group requested.
   template <typename Load>
   __device__ __forceinline__ void start(int kt_begin, Load&& load) {
-    pending = int64_t{kt_begin} * kBK / group_size;
-    load(pending, pending_scale, pending_zero);
+    next = kt_begin / per_group;
+    first_length = per_group - (kt_begin - static_cast<int>(next) * per_group);
+    until_switch = 0;
+    load(next, pending_scale, pending_zero);
   }
-  // At stage kt: its group's parameters current (requested a stage ago), then the next stage's
-  // group requested where it is a new one.
+  // At stage kt: where a new group starts, its parameters become current and the next group's
+  // are requested (if a stage before kt_end is in it).
   template <typename Load>
   __device__ __forceinline__ void advance(int kt, int kt_end, Load&& load) {
-    const int64_t group = int64_t{kt} * kBK / group_size;
-    if (group != current) {  // == pending
-      current = group;
+    if (until_switch == 0) {
       scale = pending_scale;
       zero = pending_zero;
+      until_switch = first_length;
+      first_length = per_group;  // every later group is whole
+      ++next;
+      if (kt + until_switch < kt_end) load(next, pending_scale, pending_zero);
     }
-    const int64_t next = int64_t{kt + 1} * kBK / group_size;
-    if (kt + 1 < kt_end && next != current) {
-      pending = next;
-      load(next, pending_scale, pending_zero);
-    }
+    --until_switch;
   }
 };
 

@@ -332,7 +332,9 @@ inline void expect_rms_rope_cache(Twin& twin, Rng& rng, const Pair& h, const Pai
                                   const std::string& what) {
   const int64_t m = h.cpu.rows();
   const int64_t hd = shape.head_dim, hkv = shape.num_kv_heads;
-  const int64_t nq = int64_t{shape.num_heads + 2 * shape.num_kv_heads} * hd, blocks = 2, bs = 16;
+  // Token i goes to slot 3 i + 1: blocks of 16 enough for the last one (at least 2).
+  const int64_t nq = int64_t{shape.num_heads + 2 * shape.num_kv_heads} * hd, bs = 16;
+  const int64_t blocks = std::max<int64_t>(2, (3 * (m - 1) + 1) / bs + 1);
   const int64_t cache = blocks * hkv * bs * hd;
   Pair bias = twin.floats({nq}, random_floats(rng, nq));
   Pair kc = twin.floats({blocks, hkv, bs, hd}, random_floats(rng, cache));
