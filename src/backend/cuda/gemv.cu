@@ -190,20 +190,16 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
   }
   int block_warps = kWarps;
   size_t smem = 0;
-  // IB_GEMV_DENSE_RING: the dense ring variant (its 64 KB of shared memory allowed once per
-  // instantiation).
+  // IB_GEMV_DENSE_RING: the dense ring variant (its 64 KB of shared memory allowed at each launch:
+  // the allowance is the current device's, and tensor-parallel ranks launch on several).
   if constexpr (kDense && NT == 1 && std::is_same_v<T, TOut>) {
     if (g_dense_ring.load(std::memory_order_relaxed) && lora.slot_ids == nullptr) {
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, false,
                            false, kGemvRingSteps>;
       smem = gemv_ring_smem_bytes(kGemvRingSteps, kWarps);
-      static const bool allowed = [&] {
-        IB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)),
-                      op);
-        return true;
-      }();
-      (void)allowed;
+      IB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)),
+                    op);
     }
   }
   // The ring where it measured faster (bench/NOTES.md, "The cp.async ring"): 1-4 tokens and two

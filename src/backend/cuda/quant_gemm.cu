@@ -186,18 +186,12 @@ int splits_for(int64_t rows, int64_t n, int64_t k, size_t partial_bytes, int num
   return static_cast<int>(std::max<int64_t>(1, splits));
 }
 
-// Past the 48 KB of shared memory a kernel gets unasked: allowed once per instantiation (first
-// from prepare_quant_gemm, outside any graph capture).
+// Past the 48 KB of shared memory a kernel gets unasked: the allowance is the current device's,
+// so prepare_quant_gemm sets it on each backend's device (every rank's, with tensor parallelism).
 template <typename T, Codes kCodes>
-void allow_shared_memory() {
-  static const bool allowed = [] {
-    IB_CUDA_CHECK(
-        cudaFuncSetAttribute(quant_gemm_kernel<T, kCodes>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, kAheadSmemBytes),
-        "quant_gemm");
-    return true;
-  }();
-  (void)allowed;
+cudaError_t allow_shared_memory() {
+  return cudaFuncSetAttribute(quant_gemm_kernel<T, kCodes>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, kAheadSmemBytes);
 }
 
 template <typename T, Codes kCodes>
@@ -214,7 +208,6 @@ void launch_typed(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
   const int64_t chunk = permuted ? static_cast<int64_t>(perm_bytes) / row_bytes : m;
   IB_ASSERT(chunk >= 1, "quant_gemm: the scratch holds no permuted row");
   const int kt_count = static_cast<int>((k + kBK - 1) / kBK);
-  allow_shared_memory<T, kCodes>();
   for (int64_t r0 = 0; r0 < m; r0 += chunk) {
     const int64_t rows = std::min(chunk, m - r0);
     const T* a = x.as<const T>() + r0 * k;
@@ -267,13 +260,14 @@ void launch_codes(const Tensor& x, const WeightRef& w, const Tensor* bias, Tenso
 
 }  // namespace
 
-void prepare_quant_gemm() {
-  allow_shared_memory<bf16, Codes::kInt4>();
-  allow_shared_memory<bf16, Codes::kNf4>();
-  allow_shared_memory<bf16, Codes::kInt8>();
-  allow_shared_memory<f16, Codes::kInt4>();
-  allow_shared_memory<f16, Codes::kNf4>();
-  allow_shared_memory<f16, Codes::kInt8>();
+cudaError_t prepare_quant_gemm() {
+  for (const cudaError_t err :
+       {allow_shared_memory<bf16, Codes::kInt4>(), allow_shared_memory<bf16, Codes::kNf4>(),
+        allow_shared_memory<bf16, Codes::kInt8>(), allow_shared_memory<f16, Codes::kInt4>(),
+        allow_shared_memory<f16, Codes::kNf4>(), allow_shared_memory<f16, Codes::kInt8>()}) {
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 bool quant_gemm_takes(const Tensor& x, const WeightRef& w) {

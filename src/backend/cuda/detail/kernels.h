@@ -171,8 +171,9 @@ void launch_quantize_4bit(const Tensor& dense, const WeightRef& out, bool symmet
 // a multiple of 32 (act-order too), kInt8W8A16; K a multiple of 16, x and the codes 16-byte
 // aligned.
 bool quant_gemm_takes(const Tensor& x, const WeightRef& w);
-// Sets the GEMM kernels' shared-memory allowance (once; before any capture uses them).
-void prepare_quant_gemm();
+// Sets the GEMM kernels' shared-memory allowance on the current device (before any launch or
+// capture uses them there).
+cudaError_t prepare_quant_gemm();
 // Its scratch: act-order's permuted rows and split K's partial sums.
 inline constexpr size_t kQuantGemmScratchBytes = size_t{32} << 20;
 // out (M, N) = x @ w^T (+ bias), or out += with accumulate, w's codes turned into x's dtype in

@@ -326,7 +326,7 @@ inline void expect_matmul_add(Twin& twin, Rng& rng, const Pair& x, const WeightP
 }
 
 // rms_matmul_rope_cache with a bias: q/k/v of shape's heads of 128 (w rows (Hq + 2 Hkv) 128),
-// Llama-3's RoPE at positions first_position + 37 t, cache slots 3 t + 1 in 2 blocks of 16.
+// Llama-3's RoPE at positions first_position + 37 t, cache slots 3 t + 1 in blocks of 16.
 inline void expect_rms_rope_cache(Twin& twin, Rng& rng, const Pair& h, const Pair& gain, float eps,
                                   const WeightPair& w, const AttentionShape& shape,
                                   const std::string& what) {
