@@ -510,11 +510,14 @@ Status CudaBackend::reserve_quant_scratch(const WeightRef& w) {
   }
   if ((w.format == WeightFormat::kInt8W8A16 || is_4bit(w.format)) && quant_gemm_rows_ > 0) {
     IB_TRY(reserve(quant_gemm_scratch_, static_cast<int64_t>(kQuantGemmScratchBytes)));
-    cudaError_t err = cudaSetDevice(device_);
-    if (err == cudaSuccess) err = prepare_quant_gemm();
-    if (err != cudaSuccess) {
-      return runtime_error(std::string("quant_gemm: cannot allow its shared memory: ") +
-                           cudaGetErrorString(err));
+    if (!quant_gemm_prepared_) {  // once per backend: the allowance is its device's
+      cudaError_t err = cudaSetDevice(device_);
+      if (err == cudaSuccess) err = prepare_quant_gemm();
+      if (err != cudaSuccess) {
+        return runtime_error(std::string("quant_gemm: cannot allow its shared memory: ") +
+                             cudaGetErrorString(err));
+      }
+      quant_gemm_prepared_ = true;
     }
   }
   if (w.format == WeightFormat::kGguf) {

@@ -2,36 +2,28 @@
 #include "orchestrate/detail/client_sync.h"
 
 #include <chrono>
-#include <fstream>
 #include <string>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "core/fs.h"
+
 namespace ib {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-bool touch(const fs::path& path) {
-  std::ofstream out(path, std::ios::trunc);
-  return static_cast<bool>(out);
-}
-
-}  // namespace
 
 ClientSync::ClientSync(fs::path dir, int index, int count, int64_t timeout_ms)
     : dir_(std::move(dir)), index_(index), count_(count), timeout_ms_(timeout_ms) {}
 
 ClientSync::~ClientSync() {
-  if (!done_) (void)touch(dir_ / fmt::format("failed.{}", index_));
+  if (!done_) (void)write_file_atomic(dir_ / fmt::format("failed.{}", index_), "");
 }
 
 Status ClientSync::before_run(int run, const std::atomic<bool>* stop) {
-  if (!touch(dir_ / fmt::format("run-{}.{}", run, index_))) {
-    return runtime_error(
-        fmt::format("cannot write to the clients' sync directory {}", dir_.string()));
+  if (Status st = write_file_atomic(dir_ / fmt::format("run-{}.{}", run, index_), ""); !st.ok()) {
+    return runtime_error(fmt::format("cannot write to the clients' sync directory {}: {}",
+                                     dir_.string(), st.error().message));
   }
   const auto start = std::chrono::steady_clock::now();
   for (int next = 0;;) {

@@ -1,5 +1,5 @@
 // The clients of a --num-clients run start each measured run together: client I of N, before
-// run K, leaves run-K.I in the shared sync directory (the parent's clients/ directory; a shared
+// run K, leaves run-K.I in the shared sync directory (the parent's clients/.sync; a shared
 // filesystem under Slurm, where the results land too) and waits until all N are there. Without it
 // a client whose process started late (a loaded host, a slow srun task) ran its share after the
 // others had finished theirs, and the aggregate concurrency was less than --max-concurrency.

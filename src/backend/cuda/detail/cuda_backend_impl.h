@@ -439,7 +439,8 @@ class CudaBackend final : public Backend,
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
   int64_t moe_gemm_tokens_ = 0;     // IB_MOE_GEMM
   int64_t moe_gemm_launches_ = 0;
-  int64_t quant_gemm_rows_ = 0;  // IB_QUANT_GEMM
+  int64_t quant_gemm_rows_ = 0;       // IB_QUANT_GEMM
+  bool quant_gemm_prepared_ = false;  // its kernels' shared memory allowed on device_
   int64_t quant_gemm_launches_ = 0;
   bool moe_shared_ = false;     // IB_MOE_SHARED
   bool moe_pdl_ = true;         // IB_MOE_PDL
