@@ -26,7 +26,8 @@ build_gpu_tests() {
 
 # head_setup: the scripts of a new kernel's visit (moe_gemm.sh, attn_mma.sh, quant_gemm.sh) share
 # one build of the tree's HEAD: ICU on the library path, B the build directory (IB_BUILD_DIR,
-# /tmp/ib-head), DEADLINE (IB_DEADLINE_S, 560 s after $T0), then, unless IB_SKIP_BUILD=1,
+# /tmp/ib-head), DEADLINE (IB_DEADLINE_S, 560 s after $T0), then, unless IB_SKIP_BUILD=1, with
+# IB_PREBUILT=1 the binaries bench/gpu/prebuilt.sh packed here (use_prebuilt), else
 # build_gpu_tests into $B with inferbench, the two gpu test binaries and IB_EXTRA_TARGETS (e.g.
 # ib_ops_bench), its log in $O/build.log; on failure the log becomes $O/tests.log and the script
 # exits.
@@ -34,12 +35,28 @@ head_setup() {
   use_icu
   B=${IB_BUILD_DIR:-/tmp/ib-head}
   DEADLINE=${IB_DEADLINE_S:-560}
-  [ "${IB_SKIP_BUILD:-0}" = 1 ] && return 0
+  if [ "${IB_PREBUILT:-0}" = 1 ] && [ "${IB_SKIP_BUILD:-0}" != 1 ]; then use_prebuilt; fi
+  # A prebuilt bundle's libraries (an earlier call's, with IB_SKIP_BUILD=1).
+  if [ -f "$B/prebuilt/COMMIT" ]; then
+    export LD_LIBRARY_PATH=$B/prebuilt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  [ "${IB_SKIP_BUILD:-0}" = 1 ] || [ "${IB_PREBUILT:-0}" = 1 ] && return 0
   # shellcheck disable=SC2086 # the extra targets are words
   build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
     ${IB_EXTRA_TARGETS:-} ||
     { cp "$O/build.log" "$O/tests.log"; exit 1; }
   echo "built +$(( $(date +%s) - T0 )) s"
+}
+
+# use_prebuilt: the binaries bench/gpu/prebuilt.sh built on the CPU machine (.deps/prebuilt.tar.xz,
+# carried) unpacked into $B in the build's layout, the bundle kept in $B/prebuilt (head_setup puts
+# its libraries on the library path); prints the tree they were built from. Exits if it is missing.
+use_prebuilt() {
+  [ -f .deps/prebuilt.tar.xz ] ||
+    { echo "IB_PREBUILT=1 needs .deps/prebuilt.tar.xz: run bench/gpu/prebuilt.sh, carry it"; exit 2; }
+  mkdir -p "$B" && tar xJf .deps/prebuilt.tar.xz -C "$B" || exit 1
+  cp -r "$B"/prebuilt/{bin,src,bench} "$B"/ || exit 1
+  echo "prebuilt $(cat "$B/prebuilt/COMMIT") +$(( $(date +%s) - T0 )) s"
 }
 
 # head_tests BACKEND_FILTER VAR=value ENGINE_FILTER: unless IB_SKIP_TESTS=1, gpu_tests with the
