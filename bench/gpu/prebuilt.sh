@@ -37,7 +37,8 @@ done
 # copies stay first for its Python): copied under their sonames.
 for b in "${BINS[@]}"; do ldd "$D/$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
   sort -u |
-  grep -vE '^(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|libicu|libssl|libcrypto|libz|libpng)' |
+  grep -vE '^(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|libicu)' |
+  grep -vE '^(libssl|libcrypto|libz|libpng)' |
   grep -v '/cuda' | while read -r name path; do cp -L "$path" "$P/lib/$name"; done
 git describe --always --dirty > "$P/COMMIT"
 tar cf - -C "$T" prebuilt | xz -T "${JOBS:-2}" -9 > .deps/prebuilt.tar.xz.tmp
