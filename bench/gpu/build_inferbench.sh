@@ -36,10 +36,7 @@ head_setup() {
   B=${IB_BUILD_DIR:-/tmp/ib-head}
   DEADLINE=${IB_DEADLINE_S:-560}
   if [ "${IB_PREBUILT:-0}" = 1 ] && [ "${IB_SKIP_BUILD:-0}" != 1 ]; then use_prebuilt; fi
-  # A prebuilt bundle's libraries (an earlier call's, with IB_SKIP_BUILD=1).
-  if [ -f "$B/prebuilt/COMMIT" ]; then
-    export LD_LIBRARY_PATH=$B/prebuilt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  fi
+  prebuilt_libs "$B"
   [ "${IB_SKIP_BUILD:-0}" = 1 ] || [ "${IB_PREBUILT:-0}" = 1 ] && return 0
   # shellcheck disable=SC2086 # the extra targets are words
   build_gpu_tests "$B" "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
@@ -57,6 +54,14 @@ use_prebuilt() {
   mkdir -p "$B" && tar xJf .deps/prebuilt.tar.xz -C "$B" || exit 1
   cp -r "$B"/prebuilt/{bin,src,bench} "$B"/ || exit 1
   echo "prebuilt $(cat "$B/prebuilt/COMMIT") +$(( $(date +%s) - T0 )) s"
+}
+
+# prebuilt_libs DIR: when DIR holds a prebuilt bundle (this call's or an earlier one's, with
+# IB_SKIP_BUILD=1), its libraries on the library path.
+prebuilt_libs() {
+  if [ -f "$1/prebuilt/COMMIT" ]; then
+    export LD_LIBRARY_PATH=$1/prebuilt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
 }
 
 # head_tests BACKEND_FILTER VAR=value ENGINE_FILTER: unless IB_SKIP_TESTS=1, gpu_tests with the

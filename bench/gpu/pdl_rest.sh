@@ -11,6 +11,7 @@ set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && use_icu
 BIN=${IB_BIN:-/tmp/ib-st/bin/inferbench}
+prebuilt_libs "$(dirname "$(dirname "$BIN")")"  # a bundle of bench/gpu/prebuilt.sh's, if it is one
 [ -x "$BIN" ] || { echo "$BIN missing: run bench/gpu/seed_table.sh first, or set IB_BIN"; exit 2; }
 R=$O/runs; mkdir -p "$R"
 DEADLINE=${IB_DEADLINE_S:-560}
