@@ -4,7 +4,8 @@
 # ib_ops_bench for sm_90a into build/sm90a (nvcc 13.0 here as there; ~40 minutes on 2 cores), then
 # packs them with the shared libraries they need that the GPU machine's Ubuntu 24.04 may lack
 # (yaml-cpp 0.7, libjpeg 62, fmt 9; ICU travels in .deps/icu.tar.xz) into
-# .deps/prebuilt.tar.xz, stamped with `git describe --always --dirty` of the tree it was built from.
+# .deps/prebuilt.tar.xz, stamped with `git describe --always --dirty` of the tree when packed (with
+# IB_SKIP_BUILD=1 after an edit, a newer tree than the binaries').
 # On the GPU machine head_setup (build_inferbench.sh) unpacks it into $B when IB_PREBUILT=1:
 #   carry [".deps/icu.tar.xz", ".deps/prebuilt.tar.xz"], command IB_PREBUILT=1 OUT=$OUT bash
 #   bench/gpu/quant_gemm.sh (or attn_mma.sh, moe_gemm.sh)
