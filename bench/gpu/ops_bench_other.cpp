@@ -116,14 +116,46 @@ void time_attention_variants(BenchContext& ctx, Paged& p, const std::string& sha
   }
 }
 
+// The tensor-core decode kernel (IB_ATTN_MMA; attention_decode_mma.cu) alone, launched directly
+// so that no switch decides, and checked against the split-KV kernel's output.
+void time_attention_mma(BenchContext& ctx, Paged& p, const std::string& shape, double tokens) {
+  const AttentionMetadata& meta0 = p.metas[0];
+  if (!cuda::decode_mma_supports(p.qkv.dtype, p.kv, kShape) || meta0.max_query_len != 1) return;
+  Tensor ref = ctx.random(DType::kBF16, {p.out.dim(0), p.out.dim(1)});
+  ctx.backend.set_attention_path(cuda::AttentionPath::kSplitKv);
+  ctx.backend.attention(p.qkv, p.kv, meta0, kShape, ref);
+  ctx.backend.set_attention_path(cuda::AttentionPath::kAuto);
+  const std::vector<float> want = host_bf16(ctx, ref);
+  const auto n = static_cast<int>(p.metas.size());
+  const auto run = [&](int i) {
+    cuda::launch_attention_decode_mma(p.qkv, p.kv, p.metas[static_cast<size_t>(i % n)], kShape,
+                                      p.out, ctx.backend.stream());
+  };
+  const double us = ctx.timer.per_call_ms(run, std::max(2 * n, 8)) * 1e3;
+  run(0);
+  const std::vector<float> got = host_bf16(ctx, p.out);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = double{got[i]} - double{want[i]};
+    num += d * d;
+    den += double{want[i]} * double{want[i]};
+  }
+  const double rel = std::sqrt(num / std::max(den, 1e-30));
+  ctx.report.add({"decode", "attention", shape, "decode_mma", us, tokens * kKvBytesPerToken,
+                  4.0 * tokens * kHeads * kHeadDim});
+  std::printf("  %s decode_mma %.1f us, vs split_kv: rel L2 %.2e\n", shape.c_str(), us, rel);
+  ctx.report.extra()["attention_mma_rel_l2"][shape] = rel;
+}
+
 }  // namespace
 
 void bench_attention(BenchContext& ctx) {
   struct Decode {
     int batch, context;
   };
-  for (const Decode d : {Decode{1, 160}, Decode{1, 2048}, Decode{1, 8192}, Decode{1, 32768},
-                         Decode{8, 160}, Decode{8, 2048}, Decode{64, 1024}, Decode{256, 256}}) {
+  for (const Decode d :
+       {Decode{1, 160}, Decode{1, 2048}, Decode{1, 8192}, Decode{1, 32768}, Decode{8, 160},
+        Decode{8, 2048}, Decode{64, 1024}, Decode{256, 256}, Decode{1024, 256}}) {
     Paged p = make_paged(ctx, d.batch, 1, d.context);
     const double us = time_attention(ctx, p, cuda::AttentionPath::kSplitKv);
     const double tokens = double{1} * d.batch * d.context;
@@ -136,6 +168,7 @@ void bench_attention(BenchContext& ctx) {
                     time_attention(ctx, p, cuda::AttentionPath::kSplitKv), bytes, flops});
     for (auto& m : p.metas) m.max_context_len = d.context;
     time_attention_variants(ctx, p, bxc(d.batch, d.context), tokens);
+    time_attention_mma(ctx, p, bxc(d.batch, d.context), tokens);
     if (d.context == 160) ctx.times[d.batch]["attention_ctx160"] = us;
     ctx.release();
   }

@@ -118,14 +118,24 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   ASSERT_EQ(gpu_done.size(), prompts.size());
 
   double worst_cpu = 0, worst_ref = 0;
+  std::string worst_where, per_request;  // the steps' rel. L2 against the reference
   for (const auto& [id, g] : gpu_done) {
     std::vector<int32_t> all = prompts[id];
     all.insert(all.end(), g.tokens.begin(), g.tokens.end());
     const auto ref = testing::reference_logits(c, host, all, {}, {}, sparse);
     const size_t p = prompts[id].size();
+    // Where the worst step is, and how many steps exceed a tenth of the tolerance: one request's
+    // steps from one point on (a routing flip) or every request's (a defect) when it fails.
+    std::string steps;
     for (size_t i = 0; i < g.tokens.size(); ++i) {
-      worst_ref = std::max(worst_ref, rel_l2(g.logits[i], ref[p - 1 + i]));
+      const double r = rel_l2(g.logits[i], ref[p - 1 + i]);
+      steps += (i ? " " : "") + std::to_string(r).substr(0, 7);
+      if (r > worst_ref) {
+        worst_ref = r;
+        worst_where = "request " + std::to_string(id) + " step " + std::to_string(i);
+      }
     }
+    per_request += "\n  request " + std::to_string(id) + ": " + steps;
     if (k.dtype == DType::kF32) {
       const auto& cpu_c = cpu_done.at(id);
       EXPECT_EQ(g.tokens, cpu_c.tokens) << "request " << id;
@@ -137,7 +147,7 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   }
   // bf16 Mixtral: a routing decision may flip where two experts nearly tie (issue 15).
   const double tol = k.dtype == DType::kF32 ? 1e-4 : k.moe ? 5e-2 : 2e-2;
-  EXPECT_LE(worst_ref, tol);
+  EXPECT_LE(worst_ref, tol) << "worst at " << worst_where << "; each step:" << per_request;
   EXPECT_LE(worst_cpu, 1e-4);
   if (k.moe && k.dtype == DType::kF32 && !k.graphs) {
     // Routing telemetry: the CPU's counts (graph buckets route and count their padded rows too).
