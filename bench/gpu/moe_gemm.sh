@@ -11,6 +11,8 @@
 #   v2lite_cont   DeepSeek-V2-Lite, continuous, 512 prompts of 128 / 128 (decode batches of up
 #                 to 256 tokens: the GEMM inside the decode graphs)
 #   mixtral_seed  Mixtral-8x7B, the seed protocol on 48 prompts
+#   mixtral_awq_pre (not in the default list) Mixtral-8x7B AWQ (24 GiB: fits an 80 GB card),
+#                 prefill-heavy as mixtral_pre: the 4-bit experts through the GEMM
 #   mixtral22_pre (not in the default list: ~2 minutes a load) Mixtral-8x22B AWQ, prefill-heavy
 #                 as mixtral_pre: the 4-bit experts through the GEMM
 # Usage (carry .deps/icu.tar.xz; ~9 minutes with the build): OUT=dir bash bench/gpu/moe_gemm.sh
@@ -60,6 +62,9 @@ for what in ${IB_RUNS_LIST:-v2lite_seed mixtral_pre v2lite_cont mixtral_seed}; d
       v2lite_cont) run "${what}_$tag" "$set" deepseek-v2-lite 90 --input-len 128 \
         --output-len 128 --num-prompts 512 --load-mode open --num-warmups 16 --runs 1 --seed 0 ;;
       mixtral_seed) run "${what}_$tag" "$set" mixtral-8x7b 90 "${SEED[@]}" --num-prompts 48 ;;
+      mixtral_awq_pre) run "${what}_$tag" "$set" mixtral-8x7b 150 --quantization awq \
+        --batch-size 8 --input-len 512 --output-len 8 --num-prompts 16 --load-mode static \
+        --runs 1 --seed 0 ;;
       mixtral22_pre) run "${what}_$tag" "$set" mixtral-8x22b 240 --quantization awq \
         --batch-size 8 --input-len 512 --output-len 8 --num-prompts 16 --load-mode static \
         --runs 1 --seed 0 ;;

@@ -41,12 +41,14 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "+1.0 % at batch 1, +0.6-1.1 % on the seed protocol, the attention 9.5 -> 7.3 us a layer at "
      "batch 8; Mixtral-8x7B even); 2: the same with 4 warps (measured even); 0: values loaded 8 "
      "keys at a time"},
-    {"IB_ATTN_MMA", "cuda", "0", 0, 1 << 20, "",
+    {"IB_ATTN_MMA", "cuda", "128", 0, 1 << 20, "",
      "decode steps of at least this many sequences run the tensor-core decode attention (a "
      "block per sequence and KV head, the GQA group's query heads as the MMA's rows, 64-key "
      "tiles by cp.async; bf16/fp16 caches, head_dim 64-128, groups up to 16, no block-sparse "
-     "pattern; not yet run on the H200: 0, the split-KV kernel, until its tests and A/B have, "
-     "64 the value to try)"},
+     "pattern). Alone, on an H100 (bench/results/h100/attn-mma/run2): 20 % faster than the "
+     "split-KV kernel at 256 and 1,024 sequences of 256 tokens, equal at 64 x 1,024, and up to "
+     "12x slower for one long sequence (no split of the context), hence 128; Llama-3-8B "
+     "continuous +4 % in bf16, +5 % in fp8 (bench/results/h100/defaults/run1); 0: never"},
     {"IB_CUDA_MLA", "cuda", "1", 0, 1, "",
      "1: the CUDA backend offers its multi-head latent attention kernels (DeepSeek-V2) to the "
      "engine (tested against the CPU ops and transformers on the H200); 0: a DeepSeek-V2 model "
@@ -69,20 +71,22 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "expert) spread evenly over a grid of the device's resident blocks, each block sorting the "
      "pairs by expert once (measured fastest on the H200 at 4 and 8 tokens, slower at 1 and 2); "
      "larger chunks, and all with both 0, a warp per weight row over all of K"},
-    {"IB_MOE_GEMM", "cuda", "0", 0, 1 << 20, "",
+    {"IB_MOE_GEMM", "cuda", "32", 0, 1 << 20, "",
      "calls of at least this many tokens (prefill, large decode batches; past the tile forms' "
      "sizes) run the experts' matmuls as a grouped tensor-core GEMM: a plan kernel sorts the "
      "pairs by expert into tiles of 64 rows, then m16n8k16 MMAs against each tile's expert, "
-     "graph-safe (not yet run on the H200: off by default until its tests and A/B have; 32 is "
-     "the value to try); 0: a warp per weight row over all of K"},
-    {"IB_QUANT_GEMM", "cuda", "0", 0, 1 << 20, "",
+     "graph-safe (DeepSeek-V2-Lite on an H100 against 0: seed protocol +4.9 %, its TTFT 84 -> "
+     "27 ms, continuous 1,421 -> 4,011 output tok/s; transformers parity kept: "
+     "bench/results/h100/moe-gemm/run1); 0: a warp per weight row over all of K"},
+    {"IB_QUANT_GEMM", "cuda", "64", 0, 1 << 20, "",
      "weight-only quantized matmuls (W4A16 as AWQ / GPTQ, NF4, INT8 W8A16) of at most this many "
      "rows that the decode GEMV does not take (prefill, large decode batches) run a tensor-core "
      "GEMM that turns each stage's codes into bf16/fp16 in shared memory, K split across blocks "
-     "where the tiles do not fill the GPU (off by default: its first form was 2-5x slower than "
-     "the other path on the H200, bench/results/h200/quant-gemm/run1; the second awaits its A/B, "
-     "bench/gpu/quant_gemm.sh); larger ones, and all with 0, dequantize the weight into a scratch "
-     "for cuBLASLt"},
+     "where the tiles do not fill the GPU. On an H100 (bench/results/h100/quant-gemm/run2) it "
+     "beats the other path at 17-64 rows (Llama-3-8B's linears 281-312 us a layer against "
+     "376-380) and loses from 80 (its second 64-row tile), hence 64: 64 requests at a time, "
+     "awq +18 %, int8 +44 %; larger matmuls, and all with 0, dequantize the weight into a "
+     "scratch for cuBLASLt"},
     {"IB_MOE_SHARED", "cuda", "0", 0, 1, "",
      "1: DeepSeek-V2's shared experts run inside the expert kernels, as always-on experts of "
      "the routed ones' width (one launch for routed and shared; weights rearranged at load; "

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -117,19 +118,33 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
   const auto gpu_done = testing::run_to_completion(**gpu_engine);
   ASSERT_EQ(gpu_done.size(), prompts.size());
 
+  // bf16 Mixtral: a routing decision may flip where two experts nearly tie (issue 15). Such a
+  // step is excused where the reference's router gap at that position is below kNearTie
+  // (relative, as tools/routing_verdict.py), one a request; every other step meets tol.
+  const double tol = k.dtype == DType::kF32 ? 1e-4 : k.moe ? 5e-2 : 2e-2;
+  constexpr double kNearTie = 2e-2;
   double worst_cpu = 0, worst_ref = 0;
   std::string worst_where, per_request;  // the steps' rel. L2 against the reference
   for (const auto& [id, g] : gpu_done) {
     std::vector<int32_t> all = prompts[id];
     all.insert(all.end(), g.tokens.begin(), g.tokens.end());
-    const auto ref = testing::reference_logits(c, host, all, {}, {}, sparse);
+    std::vector<double> margins;
+    const auto ref = testing::reference_logits(c, host, all, {}, {}, sparse, &margins);
     const size_t p = prompts[id].size();
-    // Where the worst step is, and how many steps exceed a tenth of the tolerance: one request's
-    // steps from one point on (a routing flip) or every request's (a defect) when it fails.
+    // Each step's rel. L2 (and the router's gap where it is excused), for the failure message:
+    // one step of one request (a routing flip) or every request's (a defect).
     std::string steps;
+    int excused = 0;
     for (size_t i = 0; i < g.tokens.size(); ++i) {
       const double r = rel_l2(g.logits[i], ref[p - 1 + i]);
       steps += (i ? " " : "") + std::to_string(r).substr(0, 7);
+      if (r > tol && k.dtype != DType::kF32 && margins[p - 1 + i] < kNearTie && excused == 0) {
+        ++excused;
+        steps += " (near tie: gap " + std::to_string(margins[p - 1 + i]).substr(0, 8) + ")";
+        std::printf("near tie excused: request %d step %zu, rel. L2 %.4f, router gap %.2e\n",
+                    static_cast<int>(id), i, r, margins[p - 1 + i]);
+        continue;
+      }
       if (r > worst_ref) {
         worst_ref = r;
         worst_where = "request " + std::to_string(id) + " step " + std::to_string(i);
@@ -145,8 +160,6 @@ TEST_P(CudaEngineTest, MatchesTheCpuEngineAndTheReference) {
       }
     }
   }
-  // bf16 Mixtral: a routing decision may flip where two experts nearly tie (issue 15).
-  const double tol = k.dtype == DType::kF32 ? 1e-4 : k.moe ? 5e-2 : 2e-2;
   EXPECT_LE(worst_ref, tol) << "worst at " << worst_where << "; each step:" << per_request;
   EXPECT_LE(worst_cpu, 1e-4);
   if (k.moe && k.dtype == DType::kF32 && !k.graphs) {

@@ -107,8 +107,9 @@ Vec swiglu(const std::vector<float>& gate_w, const std::vector<float>& up_w,
 }
 
 // Mixtral's sparse MLP: softmax over the router's logits, the top-k experts (ties: lower id),
-// their probabilities renormalised, the weighted sum of their SwiGLU outputs.
-Vec moe_mlp(const ModelConfig& c, const HostLayer& l, const Vec& h) {
+// their probabilities renormalised, the weighted sum of their SwiGLU outputs. *margin becomes the
+// smaller of itself and the relative gap at the top-k cut, (p_k - p_k+1) / p_k.
+Vec moe_mlp(const ModelConfig& c, const HostLayer& l, const Vec& h, double* margin) {
   const Vec logits = linear(l.router, h, {});
   const double mx = *std::max_element(logits.begin(), logits.end());
   Vec p(logits.size());
@@ -118,6 +119,9 @@ Vec moe_mlp(const ModelConfig& c, const HostLayer& l, const Vec& h) {
   for (size_t e = 0; e < order.size(); ++e) order[e] = e;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
   const auto k = static_cast<size_t>(c.moe.experts_per_token);
+  if (k < order.size()) {
+    *margin = std::min(*margin, (p[order[k - 1]] - p[order[k]]) / p[order[k - 1]]);
+  }
   double kept = 0;
   for (size_t j = 0; j < k; ++j) kept += p[order[j]] / sum;
   Vec out(h.size(), 0.0);
@@ -181,8 +185,11 @@ std::vector<std::vector<double>> reference_logits(
 std::vector<std::vector<double>> reference_logits(
     const ModelConfig& c, const HostWeights& w, const std::vector<int32_t>& tokens,
     const std::vector<std::vector<double>>& input_embeds,
-    const std::vector<int32_t>& mrope_positions, const BlockSparse& sparse) {
+    const std::vector<int32_t>& mrope_positions, const BlockSparse& sparse,
+    std::vector<double>* routing_margins) {
   const size_t n = tokens.size();
+  if (routing_margins) routing_margins->assign(n, std::numeric_limits<double>::infinity());
+  double unused_margin = 0;
   // Each token's position per rotary pair: its index, or (M-RoPE, as transformers'
   // apply_multimodal_rotary_pos_emb) row k of mrope_positions on section k's pairs.
   std::vector<std::vector<int>> pair_pos(n, std::vector<int>(static_cast<size_t>(c.head_dim / 2)));
@@ -257,9 +264,10 @@ std::vector<std::vector<double>> reference_logits(
       if (gemma) o = rms_norm(o, l.post_attn_norm, c.rms_norm_eps, g1);
       for (size_t i = 0; i < d; ++i) x[t][i] += o[i];
       const Vec h = rms_norm(x[t], l.ffn_norm, c.rms_norm_eps, g1);
-      Vec down = gemma              ? geglu(l.gate, l.up, l.down, h)
-                 : l.router.empty() ? swiglu(l.gate, l.up, l.down, h)
-                                    : moe_mlp(c, l, h);
+      Vec down = gemma ? geglu(l.gate, l.up, l.down, h)
+                 : l.router.empty()
+                     ? swiglu(l.gate, l.up, l.down, h)
+                     : moe_mlp(c, l, h, routing_margins ? &(*routing_margins)[t] : &unused_margin);
       if (gemma) down = rms_norm(down, l.post_ffn_norm, c.rms_norm_eps, g1);
       for (size_t i = 0; i < d; ++i) x[t][i] += down[i];
     }

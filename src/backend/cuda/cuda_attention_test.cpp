@@ -171,6 +171,7 @@ TEST_P(CudaAttention, DecodeAcrossBlockBoundaries) {
 TEST_P(CudaAttention, DecodeOnTensorCores) {
   Twin twin(GetParam());
   Rng rng(31);
+  const int saved = twin.gpu().attention_mma_min_seqs();
   twin.gpu().set_attention_mma_min_seqs(1);
   const int64_t before = twin.gpu().attention_mma_launches();
   const std::vector<std::vector<SeqSpec>> batches = {
@@ -182,7 +183,7 @@ TEST_P(CudaAttention, DecodeOnTensorCores) {
   if (GetParam() != DType::kF32) {
     EXPECT_GT(twin.gpu().attention_mma_launches(), before);
   }
-  twin.gpu().set_attention_mma_min_seqs(0);
+  twin.gpu().set_attention_mma_min_seqs(saved);
 }
 
 TEST_P(CudaAttention, LongContextDecodeSplitsAlongKeys) {

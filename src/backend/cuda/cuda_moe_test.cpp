@@ -209,6 +209,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
     int64_t gemm_tokens = 0;
   };
   constexpr int64_t kAll = int64_t{1} << 20;
+  const int64_t saved_gemm_tokens = twin.gpu().moe_gemm_tokens();
   for (const Form form :
        {Form{0, 0, 0, false, "warp per row"}, Form{0, kAll, 0, false, "tiles"},
         Form{kAll, 0, 0, false, "wide tiles"}, Form{0, 0, kAll, false, "balanced tiles"},
@@ -233,7 +234,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
         << (graph ? " (graph)" : "") << " " << form.name;
   }
   twin.gpu().set_moe_pdl(false);
-  twin.gpu().set_moe_gemm_tokens(0);
+  twin.gpu().set_moe_gemm_tokens(saved_gemm_tokens);
 }
 
 // moe_experts_add_rms_norm (IB_MOE_ADD_NORM) against the CPU's moe_experts then add_rms_norm,
@@ -361,6 +362,8 @@ void expect_int4_experts_match(Twin& twin, const ExpertsCase& ec, int group, uin
   // plainly and under PDL; the ring form's steps are the register form's in the same order, so
   // its output is the same bit for bit.
   std::vector<float> register_form;
+  const int64_t saved_gemm_tokens = twin.gpu().moe_gemm_tokens();
+  twin.gpu().set_moe_gemm_tokens(0);  // the register and ring forms, not the grouped GEMM
   for (const bool ring : {false, true}) {
     for (const bool pdl : {false, true}) {
       twin.gpu().set_moe_int4_ring(ring);
@@ -393,7 +396,7 @@ void expect_int4_experts_match(Twin& twin, const ExpertsCase& ec, int group, uin
         << "grouped GEMM T=" << t << " E=" << e << " k=" << k << " D=" << d << " F=" << f
         << " group=" << group << (graph ? " (graph)" : "") << (pdl ? " PDL" : "");
   }
-  twin.gpu().set_moe_gemm_tokens(0);
+  twin.gpu().set_moe_gemm_tokens(saved_gemm_tokens);
   twin.gpu().set_moe_pdl(false);
 }
 

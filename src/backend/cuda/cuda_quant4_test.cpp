@@ -47,10 +47,12 @@ class CudaQuant4 : public ::testing::TestWithParam<Param> {
   }
 };
 
-// 1-16 tokens take the W4A16 GEMV where the groups allow it, more the dequantizing path; N not a
-// multiple of 16 on the small K.
+// 1-16 tokens take the W4A16 GEMV where the groups allow it, more the dequantizing path
+// (IB_QUANT_GEMM=0 here; TensorCoreGemmMatchesTheDefinition takes the GEMM); N not a multiple of
+// 16 on the small K.
 TEST_P(CudaQuant4, MatmulMatchesTheDefinition) {
   Twin twin(dtype());
+  twin.gpu().set_quant_gemm_rows(0);
   Rng rng(41);
   testing::expect_matmuls(
       twin, rng,
@@ -70,6 +72,7 @@ TEST_P(CudaQuant4, MatmulMatchesTheDefinition) {
 
 TEST_P(CudaQuant4, FusedOpsMatchTheUnfusedCpuOps) {
   Twin twin(dtype());
+  twin.gpu().set_quant_gemm_rows(0);  // the fallbacks past the GEMV dequantize
   Rng rng(42);
   const auto weight = [&](int64_t n) {
     const Weight4 w = make_weight(twin, rng, n, 4096, variant());

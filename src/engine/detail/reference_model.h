@@ -40,10 +40,14 @@ std::vector<std::vector<double>> reference_logits(
 // The same with multimodal RoPE (config.mrope_section): mrope_positions (3, num_tokens) row-major,
 // each token's temporal, height and width positions; empty: sequential. With sparse enabled,
 // every layer's attention keeps the local + strided block-sparse pattern (backend/block_sparse.h,
-// spelled out again here from its definition).
+// spelled out again here from its definition). With routing_margins, each position's smallest
+// relative router gap at the top-k cut over the mixture-of-experts layers,
+// (p_k - p_k+1) / p_k (infinity without such layers): where it is tiny, a low-precision run may
+// route to another expert there.
 std::vector<std::vector<double>> reference_logits(
     const ModelConfig& config, const HostWeights& w, const std::vector<int32_t>& tokens,
     const std::vector<std::vector<double>>& input_embeds,
-    const std::vector<int32_t>& mrope_positions, const BlockSparse& sparse = {});
+    const std::vector<int32_t>& mrope_positions, const BlockSparse& sparse = {},
+    std::vector<double>* routing_margins = nullptr);
 
 }  // namespace ib::testing

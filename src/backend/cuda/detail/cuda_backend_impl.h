@@ -153,17 +153,17 @@ class CudaBackend final : public Backend,
   // with their work items (tile, expert) spread evenly over a grid of the device's resident
   // blocks; larger ones still (and all with both 0) a warp per weight row (moe.cu).
   void set_moe_balance_tokens(int64_t tokens) { moe_balance_tokens_ = tokens; }
-  // IB_MOE_GEMM (default 0 until its gpu tests and A/B have run on the H200): moe_experts calls of
-  // at least this many tokens (past the tile forms' sizes) run the grouped tensor-core GEMM
-  // (moe_gemm.cu) where it takes the shapes; 0: never (the warp-per-row kernels).
+  // IB_MOE_GEMM (default 32): moe_experts calls of at least this many tokens (past the tile forms'
+  // sizes) run the grouped tensor-core GEMM (moe_gemm.cu) where it takes the shapes; 0: never (the
+  // warp-per-row kernels).
   void set_moe_gemm_tokens(int64_t tokens) { moe_gemm_tokens_ = tokens; }
+  int64_t moe_gemm_tokens() const { return moe_gemm_tokens_; }
   // The moe_experts calls that ran the grouped GEMM so far (tests).
   int64_t moe_gemm_launches() const { return moe_gemm_launches_; }
-  // IB_QUANT_GEMM (default 0 until its gpu tests and A/B have run on the H200): weight-only
-  // quantized matmuls (W4A16, NF4, INT8 W8A16) of at most this many rows that the decode GEMV does
-  // not take run the tensor-core GEMM that converts the codes stage by stage (quant_gemm.cu);
-  // larger ones, and all with 0, dequantize the weight for cuBLASLt. Set it before the weights
-  // load: its scratch is reserved with the first such weight.
+  // IB_QUANT_GEMM (default 64): weight-only quantized matmuls (W4A16, NF4, INT8 W8A16) of at most
+  // this many rows that the decode GEMV does not take run the tensor-core GEMM that converts the
+  // codes stage by stage (quant_gemm.cu); larger ones, and all with 0, dequantize the weight for
+  // cuBLASLt. Set it before the weights load: its scratch is reserved with the first such weight.
   void set_quant_gemm_rows(int64_t rows) { quant_gemm_rows_ = rows; }
   int64_t quant_gemm_rows() const { return quant_gemm_rows_; }
   // The matmuls that ran it so far (tests).
@@ -293,10 +293,11 @@ class CudaBackend final : public Backend,
   int attention_lean() const { return attention_lean_; }
   // The attention launches that ran the lean form so far (tests: it runs where it exists).
   int64_t attention_lean_launches() const { return attention_lean_launches_; }
-  // IB_ATTN_MMA (default 0 until measured on the H200): decode steps of at least this many
-  // sequences run the tensor-core decode kernel (attention_decode_mma.cu) where it takes the
-  // shapes; 0: never (the split-KV kernel).
+  // IB_ATTN_MMA (default 128): decode steps of at least this many sequences run the tensor-core
+  // decode kernel (attention_decode_mma.cu) where it takes the shapes; 0: never (the split-KV
+  // kernel).
   void set_attention_mma_min_seqs(int n) { attention_mma_min_seqs_ = n; }
+  int attention_mma_min_seqs() const { return attention_mma_min_seqs_; }
   // The attention launches that ran the tensor-core decode kernel so far (tests).
   int64_t attention_mma_launches() const { return attention_mma_launches_; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
@@ -401,7 +402,7 @@ class CudaBackend final : public Backend,
   int attention_prefetch_max_seqs_ = 8;
   int attention_lean_ = 1;
   int64_t attention_lean_launches_ = 0;
-  int attention_mma_min_seqs_ = 0;  // IB_ATTN_MMA
+  int attention_mma_min_seqs_ = 128;  // IB_ATTN_MMA
   int64_t attention_mma_launches_ = 0;
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;
@@ -437,9 +438,9 @@ class CudaBackend final : public Backend,
   int64_t moe_wide_tokens_ = 1;     // IB_MOE_WIDE
   int64_t moe_tile_tokens_ = 2;     // IB_MOE_TILES
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
-  int64_t moe_gemm_tokens_ = 0;     // IB_MOE_GEMM
+  int64_t moe_gemm_tokens_ = 32;    // IB_MOE_GEMM
   int64_t moe_gemm_launches_ = 0;
-  int64_t quant_gemm_rows_ = 0;       // IB_QUANT_GEMM
+  int64_t quant_gemm_rows_ = 64;      // IB_QUANT_GEMM
   bool quant_gemm_prepared_ = false;  // its kernels' shared memory allowed on device_
   int64_t quant_gemm_launches_ = 0;
   bool moe_shared_ = false;     // IB_MOE_SHARED
