@@ -81,16 +81,33 @@ std::vector<float> host_bf16(BenchContext& ctx, const Tensor& t) {
   return out;
 }
 
+// The shipped split-KV kernel's output for the first cache copy, on the host.
+std::vector<float> split_kv_output(BenchContext& ctx, Paged& p) {
+  Tensor ref = ctx.random(DType::kBF16, {p.out.dim(0), p.out.dim(1)});
+  ctx.backend.set_attention_path(cuda::AttentionPath::kSplitKv);
+  ctx.backend.attention(p.qkv, p.kv, p.metas[0], kShape, ref);
+  ctx.backend.set_attention_path(cuda::AttentionPath::kAuto);
+  return host_bf16(ctx, ref);
+}
+
+// p.out's relative L2 distance from want.
+double out_rel_l2(BenchContext& ctx, Paged& p, const std::vector<float>& want) {
+  const std::vector<float> got = host_bf16(ctx, p.out);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = double{got[i]} - double{want[i]};
+    num += d * d;
+    den += double{want[i]} * double{want[i]};
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 // The split-KV kernel configurations side by side, each checked against the shipped one.
 void time_attention_variants(BenchContext& ctx, Paged& p, const std::string& shape, double tokens) {
   const AttentionMetadata& meta0 = p.metas[0];
   const int partition = cuda::split_kv_partition_size(
       meta0, kShape, cuda::CudaBackend::kAttentionWorkspaceBytes, ctx.backend.num_sms());
-  Tensor ref = ctx.random(DType::kBF16, {p.out.dim(0), p.out.dim(1)});
-  ctx.backend.set_attention_path(cuda::AttentionPath::kSplitKv);
-  ctx.backend.attention(p.qkv, p.kv, meta0, kShape, ref);
-  ctx.backend.set_attention_path(cuda::AttentionPath::kAuto);
-  const std::vector<float> want = host_bf16(ctx, ref);
+  const std::vector<float> want = split_kv_output(ctx, p);
   Tensor workspace = ctx.random(DType::kF32, {int64_t{16} << 20});  // 64 MiB
   const auto n = static_cast<int>(p.metas.size());
   for (int v = 0; v < attention_variant_count(); ++v) {
@@ -101,14 +118,7 @@ void time_attention_variants(BenchContext& ctx, Paged& p, const std::string& sha
     };
     const double us = ctx.timer.per_call_ms(run, std::max(2 * n, 8)) * 1e3;
     run(0);
-    const std::vector<float> got = host_bf16(ctx, p.out);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double d = double{got[i]} - double{want[i]};
-      num += d * d;
-      den += double{want[i]} * double{want[i]};
-    }
-    const double rel = std::sqrt(num / std::max(den, 1e-30));
+    const double rel = out_rel_l2(ctx, p, want);
     ctx.report.add({"variant", "attention", shape, attention_variant_name(v), us,
                     tokens * kKvBytesPerToken, 4.0 * tokens * kHeads * kHeadDim});
     std::printf("  %s vs shipped kernel: rel L2 %.2e\n", attention_variant_name(v), rel);
@@ -121,11 +131,7 @@ void time_attention_variants(BenchContext& ctx, Paged& p, const std::string& sha
 void time_attention_mma(BenchContext& ctx, Paged& p, const std::string& shape, double tokens) {
   const AttentionMetadata& meta0 = p.metas[0];
   if (!cuda::decode_mma_supports(p.qkv.dtype, p.kv, kShape) || meta0.max_query_len != 1) return;
-  Tensor ref = ctx.random(DType::kBF16, {p.out.dim(0), p.out.dim(1)});
-  ctx.backend.set_attention_path(cuda::AttentionPath::kSplitKv);
-  ctx.backend.attention(p.qkv, p.kv, meta0, kShape, ref);
-  ctx.backend.set_attention_path(cuda::AttentionPath::kAuto);
-  const std::vector<float> want = host_bf16(ctx, ref);
+  const std::vector<float> want = split_kv_output(ctx, p);
   const auto n = static_cast<int>(p.metas.size());
   const auto run = [&](int i) {
     cuda::launch_attention_decode_mma(p.qkv, p.kv, p.metas[static_cast<size_t>(i % n)], kShape,
@@ -133,14 +139,7 @@ void time_attention_mma(BenchContext& ctx, Paged& p, const std::string& shape, d
   };
   const double us = ctx.timer.per_call_ms(run, std::max(2 * n, 8)) * 1e3;
   run(0);
-  const std::vector<float> got = host_bf16(ctx, p.out);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = double{got[i]} - double{want[i]};
-    num += d * d;
-    den += double{want[i]} * double{want[i]};
-  }
-  const double rel = std::sqrt(num / std::max(den, 1e-30));
+  const double rel = out_rel_l2(ctx, p, want);
   ctx.report.add({"decode", "attention", shape, "decode_mma", us, tokens * kKvBytesPerToken,
                   4.0 * tokens * kHeads * kHeadDim});
   std::printf("  %s decode_mma %.1f us, vs split_kv: rel L2 %.2e\n", shape.c_str(), us, rel);
