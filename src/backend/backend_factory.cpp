@@ -80,6 +80,17 @@ Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
   return backend;
 }
 
+std::optional<GpuSummary> gpu_summary(const std::string& device) {
+  const Result<DeviceName> name = parse_device(device);
+  if (!name.ok() || name->kind != "cuda") return std::nullopt;
+#if defined(INFERBENCH_HAVE_CUDA)
+  if (const std::optional<CudaDeviceSummary> d = cuda_device_summary(name->index)) {
+    return GpuSummary{d->name, d->total_bytes};
+  }
+#endif
+  return std::nullopt;
+}
+
 bool nccl_compiled() {
 #if defined(INFERBENCH_HAVE_NCCL)
   return true;

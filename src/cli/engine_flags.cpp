@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "backend/backend_factory.h"
 #include "cli/run_options.h"
 #include "engine/lora.h"
 
@@ -9,10 +10,12 @@ namespace ib {
 
 void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--load-format", f.load_format, kLoadFormatHelp)->capture_default_str();
-  app.add_option("--max-num-seqs", f.max_num_seqs, "engine: sequences per step")
-      ->capture_default_str();
-  app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "engine: tokens per step")
-      ->capture_default_str();
+  app.add_option("--max-num-seqs", f.max_num_seqs,
+                 "engine: sequences per step (default: vLLM's for the device, 1024 on a GPU of "
+                 "70 GiB or more other than an A100, else 256)");
+  app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
+                 "engine: tokens per step (default: vLLM's for the device, 16384 on a GPU of 70 "
+                 "GiB or more other than an A100 (8192 for serve), else 8192)");
   app.add_option("--max-model-len", f.max_model_len, "context limit (default: the model's)");
   app.add_option("--block-size", f.block_size, "KV-cache tokens per block")->capture_default_str();
   app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
@@ -69,11 +72,17 @@ std::vector<std::string> lora_module_names(const EngineFlags& f) {
   return names;
 }
 
-Result<EngineConfig> engine_config_from(const EngineFlags& f) {
+BatchDefaults batch_defaults_for(const std::string& device, bool api_server) {
+  const std::optional<GpuSummary> gpu = gpu_summary(device);
+  return gpu ? vllm_batch_defaults(gpu->name, gpu->total_bytes, api_server)
+             : vllm_batch_defaults("", 0, api_server);
+}
+
+Result<EngineConfig> engine_config_from(const EngineFlags& f, const BatchDefaults& defaults) {
   EngineConfig c;
   c.block_size = f.block_size;
-  c.max_num_seqs = f.max_num_seqs;
-  c.max_num_batched_tokens = f.max_num_batched_tokens;
+  c.max_num_seqs = f.max_num_seqs.value_or(defaults.max_num_seqs);
+  c.max_num_batched_tokens = f.max_num_batched_tokens.value_or(defaults.max_num_batched_tokens);
   c.max_model_len = f.max_model_len;
   c.gpu_memory_utilization = f.gpu_memory_utilization;
   c.quantization = f.quantization;

@@ -3,6 +3,7 @@
 // ServeFlags so that every caller still reads them as flags.max_num_seqs etc.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,9 +16,10 @@ namespace ib {
 
 struct EngineFlags {
   std::string load_format = "auto";
-  int max_num_seqs = 256;
+  // Unset: vLLM's default for the device (vllm_batch_defaults).
+  std::optional<int> max_num_seqs;
   int tensor_parallel_size = 1;
-  int max_num_batched_tokens = 8192;
+  std::optional<int> max_num_batched_tokens;
   int max_model_len = 0;
   int block_size = 16;
   double gpu_memory_utilization = 0.9;
@@ -63,9 +65,14 @@ inline constexpr const char* kGgufQuantizationHelp =
 
 void add_engine_flags(CLI::App& app, EngineFlags& flags);
 
-// The engine settings these flags give (--kv-cache-memory parsed when set), not yet validated:
-// run and serve add their own settings, then call EngineConfig::validate() once, before any file
-// is written or weight loaded.
-Result<EngineConfig> engine_config_from(const EngineFlags& flags);
+// vLLM's --max-num-seqs / --max-num-batched-tokens defaults for the device `device` names
+// (vllm_batch_defaults with the GPU's name and memory; the CPU's otherwise), as `vllm serve`
+// (api_server) or the offline engine sets them.
+BatchDefaults batch_defaults_for(const std::string& device, bool api_server);
+
+// The engine settings these flags give (--kv-cache-memory parsed when set; the batch limits not
+// given, from defaults), not yet validated: run and serve add their own settings, then call
+// EngineConfig::validate() once, before any file is written or weight loaded.
+Result<EngineConfig> engine_config_from(const EngineFlags& flags, const BatchDefaults& defaults);
 
 }  // namespace ib

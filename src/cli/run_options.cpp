@@ -92,7 +92,8 @@ nlohmann::json block_sparse_json(const std::string& text) {
 // The run's engine settings: the shared engine flags plus run's own (batching, graphs, KV growth),
 // validated once (EngineConfig::validate names each flag).
 Result<EngineConfig> run_engine_config(const RunFlags& f) {
-  IB_ASSIGN_OR_RETURN(EngineConfig c, engine_config_from(f));
+  IB_ASSIGN_OR_RETURN(EngineConfig c,
+                      engine_config_from(f, batch_defaults_for(f.device, /*api_server=*/false)));
   if (f.batching != "continuous" && f.batching != "static") {
     return user_error(fmt::format("--batching {}: use continuous or static", f.batching));
   }
@@ -528,7 +529,7 @@ Result<RunConfig> resolve_run_config(const RunFlags& f, const PluginRegistry& re
       {"tensor_parallel_size", f.tensor_parallel_size == 1
                                    ? nlohmann::json(nullptr)
                                    : nlohmann::json(f.tensor_parallel_size)},
-      {"max_num_batched_tokens", f.max_num_batched_tokens},
+      {"max_num_batched_tokens", n.engine.max_num_batched_tokens},
       {"max_model_len", f.max_model_len > 0 ? nlohmann::json(f.max_model_len) : nullptr},
       {"block_size", f.block_size},
       {"batching", f.batching},

@@ -88,6 +88,37 @@ TEST_F(RunOptionsTest, DefaultsFollowTheSeedProtocol) {
   EXPECT_TRUE(plan->config["max_model_len"].is_null());  // the engine's choice, in "engine"
   EXPECT_EQ(plan->config["load_mode"], "static");
   EXPECT_FALSE(fs::exists(root_ / "out"));  // nothing is created while resolving
+  // The CPU takes vLLM's batch limits for devices other than a large GPU.
+  EXPECT_EQ(plan->target.native.engine.max_num_seqs, 256);
+  EXPECT_EQ(plan->target.native.engine.max_num_batched_tokens, 8192);
+  EXPECT_EQ(plan->config["max_num_batched_tokens"], 8192);
+}
+
+// --max-num-seqs / --max-num-batched-tokens: unset, the device's vLLM defaults; given, as given.
+TEST_F(RunOptionsTest, BatchLimitsDefaultByDeviceAndFlagsOverrideThem) {
+  EngineFlags f;
+  const BatchDefaults h200 = vllm_batch_defaults("NVIDIA H200", int64_t{141} << 30, false);
+  auto c = engine_config_from(f, h200);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->max_num_seqs, 1024);
+  EXPECT_EQ(c->max_num_batched_tokens, 16384);
+  f.max_num_seqs = 64;
+  f.max_num_batched_tokens = 2048;
+  c = engine_config_from(f, h200);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->max_num_seqs, 64);
+  EXPECT_EQ(c->max_num_batched_tokens, 2048);
+  const BatchDefaults cpu = batch_defaults_for("cpu", false);
+  EXPECT_EQ(cpu.max_num_seqs, 256);
+  EXPECT_EQ(cpu.max_num_batched_tokens, 8192);
+
+  RunFlags r = flags();
+  r.max_num_seqs = 7;
+  r.max_num_batched_tokens = 300;
+  auto plan = resolve_run(r, registry_);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  EXPECT_EQ(plan->target.native.engine.max_num_seqs, 7);
+  EXPECT_EQ(plan->config["max_num_batched_tokens"], 300);
 }
 
 TEST_F(RunOptionsTest, LoadModeFollowsRateAndConcurrency) {

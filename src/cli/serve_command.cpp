@@ -47,7 +47,8 @@ Result<std::unique_ptr<Generator>> make_generator(const ServeFlags& f, ModelVisi
   o.weights.seed = f.seed;
   IB_ASSIGN_OR_RETURN(vision, model_vision(model, o.weights.path, f));
   o.vision_encoder = vision.encoder;
-  IB_ASSIGN_OR_RETURN(o.engine, engine_config_from(f));
+  IB_ASSIGN_OR_RETURN(o.engine,
+                      engine_config_from(f, batch_defaults_for(f.device, /*api_server=*/true)));
   IB_TRY(o.engine.validate());  // before any weight loads
   o.backend.device = f.device;
   o.backend.dtype = dtype;

@@ -4,6 +4,7 @@
 #include "engine/lora.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <sstream>
 #include <string>
@@ -99,6 +100,18 @@ Result<DType> kv_cache_dtype_for(std::string_view kv_cache_dtype, DType act) {
   return user_error("--kv-cache-dtype " + std::string(kv_cache_dtype) +
                     ": not a KV-cache dtype the engine runs; use auto (the model dtype), fp8 or "
                     "fp8_e4m3 (E4M3 with per-layer k/v scales)");
+}
+
+BatchDefaults vllm_batch_defaults(std::string_view gpu_name, int64_t gpu_total_bytes,
+                                  bool api_server) {
+  std::string name(gpu_name);
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  constexpr int64_t kLargeGpuBytes = int64_t{70} << 30;
+  if (gpu_total_bytes >= kLargeGpuBytes && name.find("a100") == std::string::npos) {
+    return {1024, api_server ? 8192 : 16384};
+  }
+  return {256, 8192};
 }
 
 Status EngineConfig::validate() const {

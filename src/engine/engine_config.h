@@ -61,6 +61,18 @@ Result<DType> kv_cache_dtype_for(std::string_view kv_cache_dtype, DType act);
 // item and the form.
 Result<BlockSparse> parse_block_sparse(std::string_view text);
 
+// vLLM's defaults for --max-num-seqs and --max-num-batched-tokens, which depend on the device
+// (EngineArgs' batch defaults): a GPU of at least 70 GiB that is not an A100 (H100, H200, ...)
+// takes 1,024 sequences and 16,384 tokens a step, 8,192 as an API server; any other device 256
+// and 8,192 (vLLM gives an API server on a smaller GPU 2,048 tokens; inferbench keeps 8,192
+// there). gpu_name empty and gpu_total_bytes 0: no GPU (the CPU backend).
+struct BatchDefaults {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 8192;
+};
+BatchDefaults vllm_batch_defaults(std::string_view gpu_name, int64_t gpu_total_bytes,
+                                  bool api_server);
+
 // Every engine setting, in one place. The CLI's run, serve, sweep and suite, and `generate`, fill
 // it from their flags (the flag of each field is named beside it) and call validate() before
 // any file is written or weight loaded; create_engine() checks it once more as its contract.

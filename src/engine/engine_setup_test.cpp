@@ -92,6 +92,24 @@ TEST(EngineSetup, ExplicitBlocksAndMemoryLimit) {
   EXPECT_EQ((*capped)->config().max_model_len, 120);
 }
 
+// vLLM's device-dependent batch limits (EngineArgs' batch defaults).
+TEST(EngineSetup, BatchDefaultsFollowVllmByDevice) {
+  const auto check = [](std::string_view name, int64_t gib, bool server, int seqs, int tokens) {
+    const BatchDefaults d = vllm_batch_defaults(name, gib << 30, server);
+    EXPECT_EQ(d.max_num_seqs, seqs) << name << " " << gib << " GiB";
+    EXPECT_EQ(d.max_num_batched_tokens, tokens) << name << " " << gib << " GiB";
+  };
+  check("NVIDIA H200", 141, false, 1024, 16384);
+  check("NVIDIA H200", 141, true, 1024, 8192);
+  check("NVIDIA H100 80GB HBM3", 79, false, 1024, 16384);
+  check("AMD Instinct MI300X", 192, false, 1024, 16384);
+  check("some GPU", 70, false, 1024, 16384);  // the bound is inclusive
+  check("NVIDIA A100-SXM4-80GB", 80, false, 256, 8192);
+  check("NVIDIA A100 80GB PCIe", 80, true, 256, 8192);
+  check("NVIDIA L40S", 44, false, 256, 8192);
+  check("", 0, false, 256, 8192);  // no GPU
+}
+
 TEST(EngineSetup, BadConfigsAreUserErrors) {
   CpuBackend backend(1);
   auto error_of = [&](EngineConfig c) {

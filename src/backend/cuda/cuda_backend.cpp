@@ -27,6 +27,16 @@ int cuda_device_count() {
   return count;
 }
 
+std::optional<CudaDeviceSummary> cuda_device_summary(int index) {
+  if (index < 0 || index >= cuda_device_count()) return std::nullopt;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  return CudaDeviceSummary{prop.name, static_cast<int64_t>(prop.totalGlobalMem)};
+}
+
 Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& options) {
   // Checked first, so a bad value is reported on any machine.
   IB_ASSIGN_OR_RETURN(const cuda::CudaSwitches switches, cuda::read_cuda_switches());
