@@ -87,16 +87,17 @@ pack_runs() {
 
 # gpu_tests BACKEND_FILTER [ENGINE_FILTER]: $B's backend_cuda_test and engine_cuda_test with those
 # gtest filters (an empty one skips that binary), their JSON results and the log (tests.log) in
-# $O; prints each rc with the seconds since $T0, then the failures and the PASSED lines.
+# $O; prints each rc with the seconds since $T0, then the failures and the PASSED lines. Each
+# binary may run IB_TEST_TIMEOUT_S (150) seconds.
 gpu_tests() {
   : > "$O/tests.log"
   if [ -n "$1" ]; then
-    timeout 150 "$B/src/backend/cuda/backend_cuda_test" --gtest_filter="$1" \
+    timeout "${IB_TEST_TIMEOUT_S:-150}" "$B/src/backend/cuda/backend_cuda_test" --gtest_filter="$1" \
       --gtest_output="json:$O/backend_cuda_test.json" >> "$O/tests.log" 2>&1
     echo "backend_cuda_test rc=$? +$(( $(date +%s) - T0 )) s"
   fi
   if [ -n "${2:-}" ]; then
-    timeout 150 "$B/src/engine/engine_cuda_test" --gtest_filter="$2" \
+    timeout "${IB_TEST_TIMEOUT_S:-150}" "$B/src/engine/engine_cuda_test" --gtest_filter="$2" \
       --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
     echo "engine_cuda_test rc=$? +$(( $(date +%s) - T0 )) s"
   fi

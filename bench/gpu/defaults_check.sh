@@ -11,15 +11,8 @@
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && head_setup
-: > "$O/tests.log"
-timeout 300 "$B/src/backend/cuda/backend_cuda_test" \
-  --gtest_filter='*CudaQuant*:*CudaMoe*:*CudaAttention*:*ReportsTheKernelSwitches*' \
-  --gtest_output="json:$O/backend_cuda_test.json" >> "$O/tests.log" 2>&1
-echo "backend_cuda_test rc=$? $(el)"
-timeout 200 "$B/src/engine/engine_cuda_test" --gtest_output="json:$O/engine_cuda_test.json" \
-  >> "$O/tests.log" 2>&1
-echo "engine_cuda_test rc=$? $(el)"
-grep -E "^\[  FAILED  \]|PASSED|FAILED TEST" "$O/tests.log" | head -20
+IB_TEST_TIMEOUT_S=300 gpu_tests '*CudaQuant*:*CudaMoe*:*CudaAttention*:*ReportsTheKernelSwitches*' \
+  '*'
 IB_ATTN_MMA=1 timeout 100 "$B/src/engine/engine_cuda_test" --gtest_filter='*mixtral_addnorm*' \
   > "$O/mixtral_mma1.log" 2>&1
 echo "mixtral add-norm tests, IB_ATTN_MMA=1: rc=$? $(el)"

@@ -80,15 +80,14 @@ Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
   return backend;
 }
 
-std::optional<GpuSummary> gpu_summary(const std::string& device) {
+std::optional<DeviceInfo> gpu_device_info(const std::string& device) {
   const Result<DeviceName> name = parse_device(device);
   if (!name.ok() || name->kind != "cuda") return std::nullopt;
 #if defined(INFERBENCH_HAVE_CUDA)
-  if (const std::optional<CudaDeviceSummary> d = cuda_device_summary(name->index)) {
-    return GpuSummary{d->name, d->total_bytes};
-  }
-#endif
+  return cuda_device_info(name->index);
+#else
   return std::nullopt;
+#endif
 }
 
 bool nccl_compiled() {

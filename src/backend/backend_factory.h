@@ -2,7 +2,6 @@
 // (ib_backend_factory) above ib_backend and ib_backend_cuda, so that neither links the other.
 #pragma once
 
-#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,14 +20,10 @@ bool cuda_backend_compiled();
 // Whether this build has NCCL (tensor parallelism over GPUs).
 bool nccl_compiled();
 
-// The GPU `device` names ("cuda" or "cuda:N"): its name and memory, before any backend exists;
-// nullopt for the CPU, a bad name, a build without CUDA or a device that is not visible (the
-// backend's creation reports those).
-struct GpuSummary {
-  std::string name;
-  int64_t total_bytes = 0;
-};
-std::optional<GpuSummary> gpu_summary(const std::string& device);
+// The GPU `device` names ("cuda" or "cuda:N"): its name and memory (cuda_device_info), before
+// any backend exists; nullopt for the CPU, a bad name, a build without CUDA or a device that is
+// not visible (the backend's creation reports those).
+std::optional<DeviceInfo> gpu_device_info(const std::string& device);
 
 // Tensor parallelism (issue 19), before anything loads: whether `size` ranks can run on `device`.
 // The CPU runs its ranks as threads (any size); CUDA runs one GPU a rank, cuda:k .. cuda:k+size-1,

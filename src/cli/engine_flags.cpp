@@ -73,7 +73,7 @@ std::vector<std::string> lora_module_names(const EngineFlags& f) {
 }
 
 BatchDefaults batch_defaults_for(const std::string& device, bool api_server) {
-  const std::optional<GpuSummary> gpu = gpu_summary(device);
+  const std::optional<DeviceInfo> gpu = gpu_device_info(device);
   return gpu ? vllm_batch_defaults(gpu->name, gpu->total_bytes, api_server)
              : vllm_batch_defaults("", 0, api_server);
 }

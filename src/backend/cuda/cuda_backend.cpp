@@ -27,14 +27,19 @@ int cuda_device_count() {
   return count;
 }
 
-std::optional<CudaDeviceSummary> cuda_device_summary(int index) {
+std::optional<DeviceInfo> cuda_device_info(int index) {
   if (index < 0 || index >= cuda_device_count()) return std::nullopt;
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
     cudaGetLastError();
     return std::nullopt;
   }
-  return CudaDeviceSummary{prop.name, static_cast<int64_t>(prop.totalGlobalMem)};
+  DeviceInfo info;
+  info.name = prop.name;
+  info.kind = "cuda";
+  info.index = index;
+  info.total_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  return info;
 }
 
 Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& options) {

@@ -3,10 +3,8 @@
 // it for "cuda" and "cuda:N".
 #pragma once
 
-#include <cstdint>
 #include <memory>
 #include <optional>
-#include <string>
 
 #include "backend/backend.h"
 #include "core/result.h"
@@ -16,13 +14,9 @@ namespace ib {
 // Number of CUDA devices visible to this process; 0 when there is no driver or no device.
 int cuda_device_count();
 
-// A visible device's name and memory, read without creating a context's workspaces; nullopt
-// when index is not a visible device.
-struct CudaDeviceSummary {
-  std::string name;  // e.g. "NVIDIA H200"
-  int64_t total_bytes = 0;
-};
-std::optional<CudaDeviceSummary> cuda_device_summary(int index);
+// A visible device's name and memory (free_bytes not read: 0), without creating a backend;
+// nullopt when index is not a visible device.
+std::optional<DeviceInfo> cuda_device_info(int index);
 
 // User errors: no CUDA device, a device index out of range, a malformed "cuda:N".
 // Runtime errors: the device cannot be initialised, or its workspaces do not fit.
