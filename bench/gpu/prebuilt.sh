@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU binaries built on this machine instead of on the GPU machine, whose build of them costs
-# ~4-5 minutes of a 30-minute visit: builds inferbench, the two gpu test binaries and
-# ib_ops_bench for sm_90a into build/sm90a (nvcc 13.0 here as there; ~40 minutes on 2 cores), then
+# ~4-5 minutes of a 30-minute visit: builds inferbench, the two gpu test binaries,
+# ib_ops_bench and the CUPTI kernel tracer (libib_kernel_profile.so) for sm_90a into build/sm90a (nvcc 13.0 here as there; ~40 minutes on 2 cores), then
 # packs them with the shared libraries they need that the GPU machine's Ubuntu 24.04 may lack
 # (yaml-cpp 0.7, libjpeg 62, fmt 9; ICU travels in .deps/icu.tar.xz) into
 # .deps/prebuilt.tar.xz, stamped with `git describe --always --dirty` of the tree when packed (with
@@ -16,12 +16,12 @@ set -eu
 cd "$(dirname "$0")/../.."
 D=${IB_PREBUILT_DIR:-build/sm90a}
 BINS=(bin/inferbench src/backend/cuda/backend_cuda_test src/engine/engine_cuda_test
-  bench/gpu/ib_ops_bench)
+  bench/gpu/ib_ops_bench bench/gpu/libib_kernel_profile.so)
 if [ "${IB_SKIP_BUILD:-0}" != 1 ]; then
   cmake -S . -B "$D" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFERBENCH_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90a -DINFERBENCH_WERROR=OFF > /dev/null
   nice cmake --build "$D" -j "${JOBS:-2}" --target inferbench backend_cuda_test engine_cuda_test \
-    ib_ops_bench
+    ib_ops_bench ib_kernel_profile
 fi
 grep -qE '^CMAKE_CUDA_ARCHITECTURES:[A-Z]+=90a$' "$D/CMakeCache.txt" ||
   { echo "$D is not an sm_90a build: configure it with -DCMAKE_CUDA_ARCHITECTURES=90a" >&2
