@@ -8,7 +8,8 @@
 #                      continuous (targets.sh's cont_*), IB_ATTN_MIXED 0 against 16, interleaved
 #   rate_mixed{0,16}   400 prompts of 1,024 / 128 arriving at 30 requests/s (open loop): steps
 #                      that mix a few prefill chunks with many decodes, as a server's
-#   prof_cont_mixed16  the bf16 continuous run with the switch on, under the CUPTI tracer
+#   prof_cont_{none,fp8}_mixed16  the bf16 and fp8 continuous runs with the switch on, under the
+#                      CUPTI tracer
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~5 minutes): IB_PREBUILT=1 OUT=dir
 # bash bench/gpu/attn_mixed.sh. Writes tests.log, backend_cuda_test.json, engine_cuda_test.json,
 # runs.log, runs.json, runs.tgz and prof.tgz.
@@ -32,10 +33,13 @@ RATE=(--input-len 1024 --output-len 128 --num-prompts 400 --request-rate 30 --nu
   lib=$B/bench/gpu/libib_kernel_profile.so
   if [ -f "$lib" ]; then
     mkdir -p "$O/prof"
-    run_llama prof_cont_mixed16 IB_ATTN_MIXED=16 IB_KERNEL_PROFILE="$O/prof/profile.txt" \
-      IB_KERNEL_TIMELINE="$O/prof/timeline.csv" IB_KERNEL_TIMELINE_COUNT=3000 \
-      LD_PRELOAD="$(readlink -f "$lib")" "${CONT[@]}"
-    head -16 "$O/prof/profile.txt"
+    for q in none fp8; do
+      run_llama "prof_cont_${q}_mixed16" IB_ATTN_MIXED=16 \
+        IB_KERNEL_PROFILE="$O/prof/profile_$q.txt" IB_KERNEL_TIMELINE="$O/prof/timeline_$q.csv" \
+        IB_KERNEL_TIMELINE_COUNT=3000 LD_PRELOAD="$(readlink -f "$lib")" --quantization $q \
+        "${CONT[@]}"
+      head -16 "$O/prof/profile_$q.txt"
+    done
     tar czf "$O/prof.tgz" -C "$O" prof && rm -rf "$O/prof"
   fi
 } 2>&1 | tee -a "$O/runs.log"

@@ -67,6 +67,10 @@ struct AttentionMetadata {
   Tensor block_tables;    // int32 (num_seqs, max_blocks_per_seq); unused entries may be -1
   int max_query_len = 0;  // host-side hints for kernel choice
   int max_context_len = 0;
+  // Host-side hint: sequences [0, decode_prefix) have one query token each (query_start[i] = i),
+  // so a backend may run them on its decode kernels and the rest of a mixed batch apart. 0: no
+  // such promise.
+  int decode_prefix = 0;
 };
 
 // Per-row sampling parameters, in backend memory.

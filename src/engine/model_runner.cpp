@@ -444,6 +444,10 @@ int ModelRunner::upload_metadata(std::span<const RunnerSeq> batch, int pad_to) {
   attn_meta_.block_tables = i32(m.block_tables, {s, width});
   attn_meta_.max_query_len = 0;
   attn_meta_.max_context_len = 0;
+  attn_meta_.decode_prefix = 0;  // the scheduler puts running (decoding) sequences first
+  while (attn_meta_.decode_prefix < static_cast<int>(batch.size()) &&
+         batch[static_cast<size_t>(attn_meta_.decode_prefix)].num_tokens == 1)
+    ++attn_meta_.decode_prefix;
   for (const RunnerSeq& seq : batch) {
     attn_meta_.max_query_len = std::max(attn_meta_.max_query_len, seq.num_tokens);
     attn_meta_.max_context_len =

@@ -138,7 +138,8 @@ PagedCase make_case(const AttentionShape& shape, int block_size, const std::vect
 
 // backend.attention of the case's queries over kv (shaped as the case's cache).
 std::vector<float> run_attention(CpuBackend& backend, TensorArena& arena, const PagedCase& c,
-                                 const KvCacheLayer& kv, const AttentionShape& shape) {
+                                 const KvCacheLayer& kv, const AttentionShape& shape,
+                                 int decode_prefix = 0) {
   const auto num_seqs = static_cast<int64_t>(c.context_lens.size());
   AttentionMetadata meta;
   meta.num_seqs = static_cast<int>(num_seqs);
@@ -146,6 +147,7 @@ std::vector<float> run_attention(CpuBackend& backend, TensorArena& arena, const 
   meta.query_start = arena.i32({num_seqs + 1}, c.query_start);
   meta.context_lens = arena.i32({num_seqs}, c.context_lens);
   meta.block_tables = arena.i32({num_seqs, c.max_blocks}, c.tables);
+  meta.decode_prefix = decode_prefix;
   Tensor out = arena.empty(DType::kF32, {c.num_tokens, int64_t{shape.num_heads} * shape.head_dim});
   backend.attention(arena.f32({c.num_tokens, c.row}, c.qkv), kv, meta, shape, out);
   return arena.to_host(out);
@@ -222,6 +224,21 @@ void check_attention(const AttentionShape& shape, int block_size, const std::vec
 TEST(CpuAttention, PrefillAndDecodeMixedBatchWithGqa) {
   const AttentionShape shape{4, 2, 16, 0.25f, 0};
   check_attention(shape, 4, {{9, 9}, {17, 1}, {5, 2}, {1, 1}, {32, 7}}, 1);
+}
+
+// AttentionMetadata::decode_prefix (the leading one-token sequences, which the CUDA backend may
+// run on its decode kernels): a true hint changes nothing, a false one aborts.
+TEST(CpuAttention, DecodePrefixHintIsCheckedAndChangesNothing) {
+  const AttentionShape shape{4, 2, 16, 0.25f, 0};
+  CpuBackend backend(2);
+  TensorArena arena(backend);
+  Rng rng(5);
+  const PagedCase c = make_case(shape, 4, {{17, 1}, {3, 1}, {9, 9}, {1, 1}}, rng);
+  KvCacheLayer kv{arena.f32({c.total_blocks, 2, 4, 16}, c.k_cache),
+                  arena.f32({c.total_blocks, 2, 4, 16}, c.v_cache), 4};
+  EXPECT_EQ(run_attention(backend, arena, c, kv, shape, 2),
+            run_attention(backend, arena, c, kv, shape, 0));
+  EXPECT_DEATH(run_attention(backend, arena, c, kv, shape, 3), "decode_prefix hint");
 }
 
 TEST(CpuAttention, MultiHeadAndMultiQueryGroupings) {

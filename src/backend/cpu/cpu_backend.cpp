@@ -311,6 +311,13 @@ void CpuBackend::attention(const Tensor& qkv, const KvCacheLayer& kv, const Atte
             "attention: query_start must cover the T tokens of qkv");
   IB_ASSERT(out.rows() == qkv.rows() && out.row_size() == int64_t{shape.num_heads} * shape.head_dim,
             "attention: out must be (T, Hq * head_dim)");
+  // The decode-prefix hint the CUDA backend acts on (IB_ATTN_MIXED), checked where it is cheap.
+  IB_ASSERT(meta.decode_prefix >= 0 && meta.decode_prefix <= meta.num_seqs,
+            "attention: decode_prefix must lie in [0, num_seqs]");
+  for (int i = 0; i < meta.decode_prefix; ++i) {
+    IB_ASSERT(query_start[i + 1] == i + 1,
+              "attention: the decode_prefix hint names a sequence of more than one query token");
+  }
   cpu::AttentionHostMeta host{meta.num_seqs, query_start, meta.context_lens.as<const int32_t>(),
                               meta.block_tables.as<const int32_t>(), meta.block_tables.dim(1)};
   cpu::paged_attention_f32(pool_, qkv.as<const float>(), kv, host, shape, out.as<float>());

@@ -33,6 +33,7 @@ struct Batch {
   Pair k_cache, v_cache;
   Pair query_start, context_lens, block_tables;
   int num_seqs = 0, num_tokens = 0, max_query_len = 0, max_context_len = 0;
+  int decode_prefix = 0;  // the leading one-token sequences (AttentionMetadata's hint)
   int block_size = 16;
   float k_scale = 1.0f, v_scale = 1.0f;  // an E4M3 cache's scales
 
@@ -47,6 +48,7 @@ struct Batch {
     m.block_tables = gpu ? block_tables.gpu : block_tables.cpu;
     m.max_query_len = max_query_len;
     m.max_context_len = max_context_len + context_hint_slack;
+    m.decode_prefix = decode_prefix;
     return m;
   }
 };
@@ -70,6 +72,8 @@ Batch make_batch(Twin& twin, Rng& rng, const std::vector<SeqSpec>& seqs, const A
     b.max_context_len = std::max(b.max_context_len, q.context_len);
   }
   b.num_tokens = query_start.back();
+  while (b.decode_prefix < b.num_seqs && seqs[static_cast<size_t>(b.decode_prefix)].query_len == 1)
+    ++b.decode_prefix;
   std::vector<int32_t> ids(static_cast<size_t>(total_blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
@@ -285,6 +289,33 @@ TEST_P(CudaAttention, MixedPrefillChunksAndDecodes) {
   Twin twin(GetParam());
   Rng rng(14);
   check_batches(twin, rng, {{{40, 1}, {100, 37}, {16, 16}, {700, 129}}}, 0, 16);
+}
+
+// IB_ATTN_MIXED: a mixed batch's leading one-token sequences on the decode kernels (split-KV,
+// and the tensor-core kernel where it takes the shape), the prefill chunks after them on the flash
+// kernel, against the CPU: windows, soft-capping and an E4M3 cache (split-KV only) included; and
+// the split ran.
+TEST_P(CudaAttention, MixedBatchRunsItsDecodePrefixApart) {
+  Twin twin(GetParam());
+  Rng rng(24);
+  const int saved_mixed = twin.gpu().attention_mixed_min_seqs();
+  const int saved_mma = twin.gpu().attention_mma_min_seqs();
+  twin.gpu().set_attention_mixed_min_seqs(1);
+  const int64_t before = twin.gpu().attention_mixed_launches();
+  const std::vector<std::vector<SeqSpec>> batches = {
+      {{40, 1}, {1, 1}, {513, 1}, {100, 37}, {16, 16}, {700, 129}, {3, 1}}, {{65, 1}, {130, 130}}};
+  for (const int mma : {0, 1}) {
+    twin.gpu().set_attention_mma_min_seqs(mma);
+    check_batches(twin, rng, batches, 0, 16);
+    check_batches(twin, rng, batches, 32, 16);
+    check_batches(twin, rng, batches, 0, 16, false, 1.5f);
+  }
+  check_batches(twin, rng, batches, 0, 16, true);
+  if (GetParam() != DType::kF32) {
+    EXPECT_GT(twin.gpu().attention_mixed_launches(), before);
+  }
+  twin.gpu().set_attention_mma_min_seqs(saved_mma);
+  twin.gpu().set_attention_mixed_min_seqs(saved_mixed);
 }
 
 TEST_P(CudaAttention, SlidingWindow) {

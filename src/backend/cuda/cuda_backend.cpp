@@ -761,27 +761,60 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
     const bool flash = flash_supports(qkv.dtype, shape) &&
                        (attention_path_ == AttentionPath::kFlash ||
                         (attention_path_ == AttentionPath::kAuto && meta.max_query_len > 1));
-    const bool mma = !flash && attention_path_ == AttentionPath::kAuto &&
-                     attention_mma_min_seqs_ > 0 && meta.max_query_len == 1 &&
-                     meta.num_seqs >= attention_mma_min_seqs_ &&
-                     decode_mma_supports(qkv.dtype, kv, shape);
-    if (flash) {
-      launch_attention_flash(qkv, kv, meta, shape, out, stream_);
-    } else if (mma) {
-      launch_attention_decode_mma(qkv, kv, meta, shape, out, stream_);
-      ++attention_mma_launches_;
-    } else {
-      const int partition =
-          split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
-      const bool ran_lean = launch_attention_split_kv(
-          qkv, kv, meta, shape, partition, attention_workspace_.data(),
-          attention_workspace_.bytes(), static_cast<unsigned*>(attention_counters_.data()),
-          attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_, pdl_,
-          meta.num_seqs <= attention_prefetch_max_seqs_, pdl_attention_trigger_early_,
-          attention_lean_);
-      if (ran_lean) ++attention_lean_launches_;
+    if (!flash) {
+      decode_attention(qkv, kv, meta, shape, out);
+      return;
     }
+    // A mixed batch's leading one-token sequences (IB_ATTN_MIXED): the flash kernel would give
+    // each a block of 64 query rows per query head, one of them used.
+    const int d = meta.decode_prefix;
+    if (attention_path_ == AttentionPath::kAuto && attention_mixed_min_seqs_ > 0 &&
+        d >= attention_mixed_min_seqs_ && d < meta.num_seqs && meta.max_query_len > 1) {
+      AttentionMetadata dm = meta;
+      dm.num_seqs = d;
+      dm.num_tokens = d;
+      dm.query_start = meta.query_start.slice_rows(0, d + 1);
+      dm.context_lens = meta.context_lens.slice_rows(0, d);
+      dm.block_tables = meta.block_tables.slice_rows(0, d);
+      dm.max_query_len = 1;
+      dm.decode_prefix = d;
+      decode_attention(qkv.slice_rows(0, d), kv, dm, shape, out.slice_rows(0, d));
+      AttentionMetadata pm = meta;  // query_start keeps the batch's token offsets
+      pm.num_seqs = meta.num_seqs - d;
+      pm.num_tokens = meta.num_tokens - d;
+      pm.query_start = meta.query_start.slice_rows(d, meta.num_seqs - d + 1);
+      pm.context_lens = meta.context_lens.slice_rows(d, meta.num_seqs - d);
+      pm.block_tables = meta.block_tables.slice_rows(d, meta.num_seqs - d);
+      pm.decode_prefix = 0;
+      launch_attention_flash(qkv, kv, pm, shape, out, stream_);
+      ++attention_mixed_launches_;
+      return;
+    }
+    launch_attention_flash(qkv, kv, meta, shape, out, stream_);
   });
+}
+
+// A decode batch (max_query_len 1, or the path forced off flash): the tensor-core kernel from
+// IB_ATTN_MMA sequences, else split-KV.
+void CudaBackend::decode_attention(const Tensor& qkv, const KvCacheLayer& kv,
+                                   const AttentionMetadata& meta, const AttentionShape& shape,
+                                   Tensor out) {
+  const bool mma = attention_path_ == AttentionPath::kAuto && attention_mma_min_seqs_ > 0 &&
+                   meta.max_query_len == 1 && meta.num_seqs >= attention_mma_min_seqs_ &&
+                   decode_mma_supports(qkv.dtype, kv, shape);
+  if (mma) {
+    launch_attention_decode_mma(qkv, kv, meta, shape, out, stream_);
+    ++attention_mma_launches_;
+    return;
+  }
+  const int partition =
+      split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
+  const bool ran_lean = launch_attention_split_kv(
+      qkv, kv, meta, shape, partition, attention_workspace_.data(), attention_workspace_.bytes(),
+      static_cast<unsigned*>(attention_counters_.data()),
+      attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_, pdl_,
+      meta.num_seqs <= attention_prefetch_max_seqs_, pdl_attention_trigger_early_, attention_lean_);
+  if (ran_lean) ++attention_lean_launches_;
 }
 
 void CudaBackend::gelu_tanh_mul(const Tensor& gate_up, Tensor out) {

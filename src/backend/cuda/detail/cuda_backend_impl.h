@@ -300,6 +300,13 @@ class CudaBackend final : public Backend,
   int attention_mma_min_seqs() const { return attention_mma_min_seqs_; }
   // The attention launches that ran the tensor-core decode kernel so far (tests).
   int64_t attention_mma_launches() const { return attention_mma_launches_; }
+  // IB_ATTN_MIXED (default 0 until measured): a batch mixing prefill chunks and decode tokens runs
+  // its leading one-token sequences (AttentionMetadata::decode_prefix), when at least this many,
+  // on the decode kernels and the rest on the flash kernel; 0: the whole batch on flash.
+  void set_attention_mixed_min_seqs(int n) { attention_mixed_min_seqs_ = n; }
+  int attention_mixed_min_seqs() const { return attention_mixed_min_seqs_; }
+  // The attention launches that split a mixed batch so far (tests).
+  int64_t attention_mixed_launches() const { return attention_mixed_launches_; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
@@ -317,6 +324,9 @@ class CudaBackend final : public Backend,
   friend class CudaGraph;
   CudaBackend(int device, DType dtype) : device_(device), dtype_(dtype) {}
   Status init();
+  // attention()'s decode part: the tensor-core kernel or split-KV (cuda_backend.cpp).
+  void decode_attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
+                        const AttentionShape& shape, Tensor out);
   // Times a large device-to-device copy (best of several) into copy_ceiling_bytes_per_s_.
   Status measure_copy_ceiling();
   // Makes this backend's device current for the calling thread.
@@ -404,6 +414,8 @@ class CudaBackend final : public Backend,
   int64_t attention_lean_launches_ = 0;
   int attention_mma_min_seqs_ = 128;  // IB_ATTN_MMA
   int64_t attention_mma_launches_ = 0;
+  int attention_mixed_min_seqs_ = 0;  // IB_ATTN_MIXED
+  int64_t attention_mixed_launches_ = 0;
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;

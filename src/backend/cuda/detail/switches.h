@@ -35,6 +35,9 @@ struct CudaSwitches {
   // IB_ATTN_MMA=N: decode steps of at least N sequences on the tensor-core decode kernel
   // (CudaBackend::set_attention_mma_min_seqs).
   std::optional<int64_t> attn_mma;
+  // IB_ATTN_MIXED=N: a mixed batch's leading run of at least N one-token sequences on the decode
+  // attention (CudaBackend::set_attention_mixed_min_seqs).
+  std::optional<int64_t> attn_mixed;
   // IB_CUDA_MLA=0|1: the MLA kernels offered to the engine (CudaBackend::set_mla).
   std::optional<int64_t> cuda_mla;
   // IB_MLA_SPLIT=0|1: the MLA attention split across blocks (CudaBackend::set_mla_split).
