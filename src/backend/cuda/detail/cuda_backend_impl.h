@@ -300,7 +300,7 @@ class CudaBackend final : public Backend,
   int attention_mma_min_seqs() const { return attention_mma_min_seqs_; }
   // The attention launches that ran the tensor-core decode kernel so far (tests).
   int64_t attention_mma_launches() const { return attention_mma_launches_; }
-  // IB_ATTN_MIXED (default 0 until measured): a batch mixing prefill chunks and decode tokens runs
+  // IB_ATTN_MIXED (default 16): a batch mixing prefill chunks and decode tokens runs
   // its leading one-token sequences (AttentionMetadata::decode_prefix), when at least this many,
   // on the decode kernels and the rest on the flash kernel; 0: the whole batch on flash.
   void set_attention_mixed_min_seqs(int n) { attention_mixed_min_seqs_ = n; }
@@ -414,7 +414,7 @@ class CudaBackend final : public Backend,
   int64_t attention_lean_launches_ = 0;
   int attention_mma_min_seqs_ = 128;  // IB_ATTN_MMA
   int64_t attention_mma_launches_ = 0;
-  int attention_mixed_min_seqs_ = 0;  // IB_ATTN_MIXED
+  int attention_mixed_min_seqs_ = 16;  // IB_ATTN_MIXED
   int64_t attention_mixed_launches_ = 0;
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;
