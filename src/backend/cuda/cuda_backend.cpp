@@ -88,6 +88,19 @@ bool kv_cache_ok(const KvCacheLayer& kv, DType act) {
          kv.k_scale > 0.0f && kv.v_scale > 0.0f;
 }
 
+// Sequences [begin, begin + count) of a batch as a batch of their own: query_start keeps the
+// batch's token offsets, by which the kernels index qkv and out; num_tokens and the hints are the
+// caller's to set.
+AttentionMetadata sequence_range(const AttentionMetadata& meta, int begin, int count) {
+  AttentionMetadata r = meta;
+  r.num_seqs = count;
+  r.query_start = meta.query_start.slice_rows(begin, count + 1);
+  r.context_lens = meta.context_lens.slice_rows(begin, count);
+  r.block_tables = meta.block_tables.slice_rows(begin, count);
+  r.decode_prefix = 0;
+  return r;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device, DType dtype,
@@ -769,24 +782,14 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
     // each a block of 64 query rows per query head, one of them used.
     const int d = meta.decode_prefix;
     if (attention_path_ == AttentionPath::kAuto && attention_mixed_min_seqs_ > 0 &&
-        d >= attention_mixed_min_seqs_ && d < meta.num_seqs && meta.max_query_len > 1) {
-      AttentionMetadata dm = meta;
-      dm.num_seqs = d;
-      dm.num_tokens = d;
-      dm.query_start = meta.query_start.slice_rows(0, d + 1);
-      dm.context_lens = meta.context_lens.slice_rows(0, d);
-      dm.block_tables = meta.block_tables.slice_rows(0, d);
-      dm.max_query_len = 1;
-      dm.decode_prefix = d;
-      decode_attention(qkv.slice_rows(0, d), kv, dm, shape, out.slice_rows(0, d));
-      AttentionMetadata pm = meta;  // query_start keeps the batch's token offsets
-      pm.num_seqs = meta.num_seqs - d;
-      pm.num_tokens = meta.num_tokens - d;
-      pm.query_start = meta.query_start.slice_rows(d, meta.num_seqs - d + 1);
-      pm.context_lens = meta.context_lens.slice_rows(d, meta.num_seqs - d);
-      pm.block_tables = meta.block_tables.slice_rows(d, meta.num_seqs - d);
-      pm.decode_prefix = 0;
-      launch_attention_flash(qkv, kv, pm, shape, out, stream_);
+        d >= attention_mixed_min_seqs_ && d < meta.num_seqs) {
+      AttentionMetadata decodes = sequence_range(meta, 0, d);  // token offsets 0 .. d
+      decodes.num_tokens = d;
+      decodes.max_query_len = 1;
+      decode_attention(qkv.slice_rows(0, d), kv, decodes, shape, out.slice_rows(0, d));
+      AttentionMetadata chunks = sequence_range(meta, d, meta.num_seqs - d);
+      chunks.num_tokens = meta.num_tokens - d;
+      launch_attention_flash(qkv, kv, chunks, shape, out, stream_);
       ++attention_mixed_launches_;
       return;
     }
