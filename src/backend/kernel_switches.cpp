@@ -44,8 +44,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_ATTN_MMA", "cuda", "128", 0, 1 << 20, "",
      "decode steps of at least this many sequences run the tensor-core decode attention (a "
      "block per sequence and KV head, the GQA group's query heads as the MMA's rows, 64-key "
-     "tiles by cp.async; bf16/fp16 caches, head_dim 64-128, groups up to 16, no block-sparse "
-     "pattern). Alone, on an H100 (bench/results/h100/attn-mma/run2): 20 % faster than the "
+     "tiles by cp.async; bf16/fp16 or E4M3 caches, head_dim 64-128, groups up to 16, no "
+     "block-sparse pattern). Alone, on an H100 (bench/results/h100/attn-mma/run2): 20 % faster "
+     "than the "
      "split-KV kernel at 256 and 1,024 sequences of 256 tokens, equal at 64 x 1,024, and up to "
      "12x slower for one long sequence (no split of the context), hence 128; Llama-3-8B "
      "continuous +4 % in bf16, +5 % in fp8 (bench/results/h100/defaults/run1); 0: never"},

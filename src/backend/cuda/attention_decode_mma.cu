@@ -6,9 +6,12 @@
 // with an online softmax of its own, and the warps' states merge in shared memory at the end.
 // The split-KV kernel (attention_split_kv.cu) computes the same on CUDA cores, a lane per key,
 // and streamed ~2.2 TB/s at 256 sequences of 256 keys (bench/NOTES.md, phase 1 / issue 15).
-// Sliding windows and soft-capped logits are applied per key; block-sparse patterns, E4M3 caches
-// and head_dim 256 keep the split-KV kernel.
+// Sliding windows and soft-capped logits are applied per key. An E4M3 cache (TC = uint8_t) comes
+// in by cp.async as bytes, a two-stage ring of half the size, and each tile is converted to T
+// (exact) into one stage of K/V tiles before the warps read it; k_scale is in the softmax scale,
+// v_scale in the output. Block-sparse patterns and head_dim 256 keep the split-KV kernel.
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/detail/attention_common.cuh"
 #include "backend/cuda/detail/check.h"
@@ -25,27 +28,44 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 16;                    // the MMA's rows: the query heads of one KV head
 constexpr int kBlockK = 64;                  // keys per tile
 constexpr int kWarpKeys = kBlockK / kWarps;  // 16: one k16 step of P V
-// (a bf16 / fp16 cache: k_scale and v_scale are 1; no sparse pattern)
+// (no sparse pattern; k_scale and v_scale are 1 unless the cache is E4M3)
 using DecodeParams = PagedAttentionParams;
 
-template <int HD>
+// TC: the cache's element, T or uint8_t (E4M3).
+template <typename TC>
+constexpr bool kE4m3 = std::is_same_v<TC, uint8_t>;
+// The K and V stages of T rows: two, or one beside an E4M3 cache's ring of bytes.
+template <typename TC>
+constexpr int kTStages = kE4m3<TC> ? 1 : 2;
+
+template <typename TC, int HD>
 constexpr size_t smem_bytes() {
-  // Q (16 rows), then K and V (2 stages of 64 rows each); the end's merge reuses K and V.
-  return attention_smem_bytes<HD>(kRows, kBlockK);
+  // Q (16 rows), then K and V (kTStages of 64 rows each), then for E4M3 the bytes' ring (K and V,
+  // 2 stages of 64 rows of HD bytes); the end's merge reuses the K and V stages.
+  constexpr size_t t_rows = kRows + 2 * kTStages<TC> * kBlockK;
+  return t_rows * attention_pitch<HD>() * 2 + (kE4m3<TC> ? 4 * kBlockK * HD : 0);
 }
 template <int HD>
 constexpr size_t merge_bytes() {
   return static_cast<size_t>(kWarps) * kRows * (HD + 2) * sizeof(float);
 }
 
-// grid (1, Hkv, num_seqs); dynamic shared memory smem_bytes<HD>().
-template <typename T, int HD>
-__global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
+// The kernels' body (below); grid (1, Hkv, num_seqs), dynamic shared memory smem_bytes<TC, HD>().
+template <typename T, typename TC, int HD>
+__device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   constexpr int kP = attention_pitch<HD>();
-  static_assert(merge_bytes<HD>() <= 4 * kBlockK * kP * 2, "the merge fits the K/V ring");
+  constexpr bool kFp8 = kE4m3<TC>;
+  static_assert(merge_bytes<HD>() <= 2 * kTStages<TC> * kBlockK * kP * 2,
+                "the merge fits the K/V stages");
   extern __shared__ uint4 smem_raw[];
-  // q_s (kRows, kP), then k_s and v_s (2, kBlockK, kP).
-  const auto [q_s, k_s, v_s] = attention_tiles<T, HD>(smem_raw, kRows, kBlockK);
+  // q_s (kRows, kP), then k_s and v_s (kTStages, kBlockK, kP), then k8_s and v8_s (2, kBlockK,
+  // HD) bytes for an E4M3 cache.
+  T* const q_s = reinterpret_cast<T*>(smem_raw);
+  T* const k_s = q_s + kRows * kP;
+  T* const v_s = k_s + kTStages<TC> * kBlockK * kP;
+  [[maybe_unused]] uint8_t* const k8_s =
+      reinterpret_cast<uint8_t*>(v_s + kTStages<TC> * kBlockK * kP);
+  [[maybe_unused]] uint8_t* const v8_s = k8_s + 2 * kBlockK * HD;
 
   const int seq = blockIdx.z;
   const int kv_head = blockIdx.y;
@@ -66,20 +86,47 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
   const T* q_src =
       static_cast<const T*>(p.qkv) + int64_t{q_begin} * qkv_stride + int64_t{kv_head} * group * HD;
   cp_async_rows<T, HD, kThreads>(q_s, kP, kRows, q_src, HD, group);
-  const T* k_cache = static_cast<const T*>(p.k_cache);
-  const T* v_cache = static_cast<const T*>(p.v_cache);
+  const TC* k_cache = static_cast<const TC*>(p.k_cache);
+  const TC* v_cache = static_cast<const TC*>(p.v_cache);
+  // Keys before the window are masked too: zero-filled rather than read (a block behind the
+  // window may be freed and hold anything); E4M3's zero byte is +0.
+  const auto row_of = [&](int tile, int r) -> int64_t {
+    const int key = tile * kBlockK + r;
+    return key >= kv_begin && key <= pos ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD)
+                                         : -1;
+  };
   const auto load_kv = [&](int tile, int buf) {
-    cp_async_kv<T, HD, kThreads>(k_s + buf * kBlockK * kP, v_s + buf * kBlockK * kP, kP, kBlockK,
-                                 k_cache, v_cache, [&](int r) -> int64_t {
-                                   // Keys before the window are masked too: zero-filled rather than
-                                   // read (a block behind the window may be freed and hold
-                                   // anything).
-                                   const int key = tile * kBlockK + r;
-                                   return key >= kv_begin && key <= pos
-                                              ? cache_row(p.batch, seq, key, kv_head,
-                                                          p.num_kv_heads, HD)
-                                              : -1;
-                                 });
+    if constexpr (kFp8) {
+      constexpr int kChunks = HD / 16;  // 16-byte chunks per row
+      uint8_t* kd = k8_s + buf * kBlockK * HD;
+      uint8_t* vd = v8_s + buf * kBlockK * HD;
+      for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
+        const int r = i / kChunks;
+        const int c = (i % kChunks) * 16;
+        const int64_t row = row_of(tile, r);
+        const bool valid = row >= 0;
+        cp_async16(kd + r * HD + c, k_cache + (valid ? row : 0) + c, valid);
+        cp_async16(vd + r * HD + c, v_cache + (valid ? row : 0) + c, valid);
+      }
+    } else {
+      cp_async_kv<T, HD, kThreads>(k_s + buf * kBlockK * kP, v_s + buf * kBlockK * kP, kP, kBlockK,
+                                   k_cache, v_cache, [&](int r) { return row_of(tile, r); });
+    }
+  };
+  // An E4M3 stage's bytes as T into the one K/V stage, 8 values a thread and step (8-byte reads
+  // and 16-byte writes, consecutive across the warp).
+  [[maybe_unused]] const auto convert_kv = [&](int buf) {
+    constexpr int kChunks = HD / 8;
+    const uint8_t* ks = k8_s + buf * kBlockK * HD;
+    const uint8_t* vs = v8_s + buf * kBlockK * HD;
+    for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
+      const int r = i / kChunks;
+      const int c = (i % kChunks) * 8;
+      *reinterpret_cast<uint4*>(k_s + r * kP + c) =
+          e4m3x8_to<T>(*reinterpret_cast<const uint2*>(ks + r * HD + c));
+      *reinterpret_cast<uint4*>(v_s + r * kP + c) =
+          e4m3x8_to<T>(*reinterpret_cast<const uint2*>(vs + r * HD + c));
+    }
   };
   load_kv(tile_begin, 0);
   cp_async_commit();
@@ -97,6 +144,11 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
   for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
     const int buf = it & 1;
     ring2_wait(tile + 1 < tile_end, [&] { load_kv(tile + 1, buf ^ 1); });
+    const int stage = kFp8 ? 0 : buf;  // the K/V stage of T rows the warps read
+    if constexpr (kFp8) {
+      convert_kv(buf);
+      __syncthreads();
+    }
     if (it == 0) {
       const T* q_warp = q_s + (lane & 15) * kP + (lane >> 4) * 8;
 #pragma unroll
@@ -104,8 +156,8 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
     }
     const int key0 = tile * kBlockK + warp * kWarpKeys;  // this warp's 16 keys
     if (key0 <= pos && key0 + kWarpKeys - 1 >= kv_begin) {
-      const T* kt = k_s + (buf * kBlockK + warp * kWarpKeys) * kP;
-      const T* vt = v_s + (buf * kBlockK + warp * kWarpKeys) * kP;
+      const T* kt = k_s + (stage * kBlockK + warp * kWarpKeys) * kP;
+      const T* vt = v_s + (stage * kBlockK + warp * kWarpKeys) * kP;
       float s[2][4] = {};
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks)
@@ -123,11 +175,11 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
       // O += P V over the warp's 16 keys.
       mma_pv16<T>(s[0], s[1], vt, kP, lane, o);
     }
-    __syncthreads();  // the next iteration's prefetch overwrites this buffer
+    __syncthreads();  // the next iteration's prefetch (and conversion) overwrites this buffer
   }
 
   // The warps' states (max, sum, unnormalised output per row) meet in shared memory (the K/V
-  // ring, free after the loop's last barrier); a warp that saw no key holds -inf, 0, 0.
+  // stages, free after the loop's last barrier); a warp that saw no key holds -inf, 0, 0.
   auto* o_s = reinterpret_cast<float*>(k_s);  // (kWarps, kRows, HD)
   float* m_s = o_s + kWarps * kRows * HD;     // (kWarps, kRows)
   float* l_s = m_s + kWarps * kRows;          // (kWarps, kRows)
@@ -167,23 +219,35 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
   }
 }
 
+// A cache of T; and an E4M3 one, whose conversion needs more registers than ptxas gives the first
+// (it spilled at 128): 3 blocks an SM, as shared memory allows anyway.
 template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
+  decode_mma<T, T, HD>(p);
+}
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads, 3) decode_mma_e4m3_kernel(DecodeParams p) {
+  decode_mma<T, uint8_t, HD>(p);
+}
+
+template <typename T, typename TC, int HD>
 void launch_typed(const DecodeParams& p, const AttentionMetadata& meta, cudaStream_t stream) {
-  constexpr size_t kSmem = smem_bytes<HD>();
-  IB_CUDA_CHECK(
-      cudaFuncSetAttribute(decode_mma_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kSmem)),
-      "attention(decode mma)");
+  constexpr size_t kSmem = smem_bytes<TC, HD>();
+  const auto kernel = kE4m3<TC> ? decode_mma_e4m3_kernel<T, HD> : decode_mma_kernel<T, HD>;
+  IB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kSmem)),
+                "attention(decode mma)");
   const dim3 grid(1, static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(meta.num_seqs));
-  decode_mma_kernel<T, HD><<<grid, kThreads, kSmem, stream>>>(p);
+  kernel<<<grid, kThreads, kSmem, stream>>>(p);
 }
 
 }  // namespace
 
 bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionShape& shape) {
   const int hd = shape.head_dim;
-  return (dtype == DType::kBF16 || dtype == DType::kF16) && kv.k.dtype == dtype &&
-         kv.v.dtype == dtype && (hd == 64 || hd == 96 || hd == 128) && shape.num_kv_heads > 0 &&
+  return (dtype == DType::kBF16 || dtype == DType::kF16) &&
+         (kv.k.dtype == dtype || kv.k.dtype == DType::kF8E4M3) && kv.v.dtype == kv.k.dtype &&
+         (hd == 64 || hd == 96 || hd == 128) && shape.num_kv_heads > 0 &&
          shape.num_heads % shape.num_kv_heads == 0 &&
          shape.num_heads / shape.num_kv_heads <= kRows && !shape.block_sparse.enabled();
 }
@@ -192,31 +256,33 @@ void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
                                  const AttentionMetadata& meta, const AttentionShape& shape,
                                  Tensor out, cudaStream_t stream) {
   IB_ASSERT(decode_mma_supports(qkv.dtype, kv, shape) && meta.max_query_len == 1,
-            "attention(decode mma): decode steps of bf16 / fp16 caches, head_dim 64-128, groups "
-            "of at most 16, no block-sparse pattern");
+            "attention(decode mma): decode steps of bf16 / fp16 activations (cache of theirs or "
+            "E4M3), head_dim 64-128, groups of at most 16, no block-sparse pattern");
   IB_ASSERT(
       aligned16(qkv.data) && aligned16(kv.k.data) && aligned16(kv.v.data) && aligned16(out.data),
       "attention(decode mma): tensors must be 16-byte aligned");
   if (meta.num_tokens == 0 || meta.num_seqs == 0) return;
   const DecodeParams p = paged_attention_params(qkv, kv, meta, shape, out);
-  const auto run = [&](auto tag) {
+  const auto run = [&](auto tag, auto cache_tag) {
     using T = decltype(tag);
+    using TC = decltype(cache_tag);
     switch (shape.head_dim) {
       case 64:
-        launch_typed<T, 64>(p, meta, stream);
+        launch_typed<T, TC, 64>(p, meta, stream);
         break;
       case 96:
-        launch_typed<T, 96>(p, meta, stream);
+        launch_typed<T, TC, 96>(p, meta, stream);
         break;
       default:
-        launch_typed<T, 128>(p, meta, stream);
+        launch_typed<T, TC, 128>(p, meta, stream);
         break;
     }
   };
+  const bool fp8 = kv.k.dtype == DType::kF8E4M3;
   if (qkv.dtype == DType::kBF16) {
-    run(bf16{});
+    fp8 ? run(bf16{}, uint8_t{}) : run(bf16{}, bf16{});
   } else {
-    run(f16{});
+    fp8 ? run(f16{}, uint8_t{}) : run(f16{}, f16{});
   }
   IB_CUDA_CHECK_LAUNCH("attention(decode mma)");
 }

@@ -55,15 +55,8 @@ constexpr size_t smem_bytes() {
 // The 16 E4M3 values of raw as T, into 16-byte aligned shared memory at dst.
 template <typename T>
 __device__ __forceinline__ void store_e4m3_as(T* dst, const uint4& raw) {
-  const auto* b = reinterpret_cast<const uint8_t*>(&raw);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    uint4 out;
-    T* e = reinterpret_cast<T*>(&out);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) e[i] = from_f32<T>(kv_to_f32(b[h * 8 + i]));
-    *reinterpret_cast<uint4*>(dst + h * 8) = out;
-  }
+  *reinterpret_cast<uint4*>(dst) = e4m3x8_to<T>(make_uint2(raw.x, raw.y));
+  *reinterpret_cast<uint4*>(dst + 8) = e4m3x8_to<T>(make_uint2(raw.z, raw.w));
 }
 
 // grid (q tiles, Hq, num_seqs); dynamic shared memory smem_bytes<HD>(). TC: the cache's element,

@@ -170,8 +170,8 @@ TEST_P(CudaAttention, DecodeAcrossBlockBoundaries) {
 // The tensor-core decode kernel (IB_ATTN_MMA; here for every decode-only step): contexts of 1 to
 // 1,000 keys (64-key tiles, partial last ones, a cache block straddling a tile), sliding windows
 // of 32 and 100 (a window's first key inside a warp's 16), soft-capped logits, cache blocks of 16
-// and 32, every shape of shapes() (groups of 1 to 8; head_dim 256 keeps the split-KV kernel),
-// against the CPU; and it ran.
+// and 32, bf16/fp16 and E4M3 caches, every shape of shapes() (groups of 1 to 8; head_dim 256 keeps
+// the split-KV kernel), against the CPU; and it ran, E4M3 included.
 TEST_P(CudaAttention, DecodeOnTensorCores) {
   Twin twin(GetParam());
   Rng rng(31);
@@ -184,8 +184,13 @@ TEST_P(CudaAttention, DecodeOnTensorCores) {
   check_batches(twin, rng, batches, 32, 16);
   check_batches(twin, rng, batches, 100, 32);
   check_batches(twin, rng, batches, 0, 16, false, 1.5f);
+  const int64_t before_e4m3 = twin.gpu().attention_mma_launches();
+  check_batches(twin, rng, batches, 0, 16, true);
+  check_batches(twin, rng, batches, 100, 32, true);
+  check_batches(twin, rng, batches, 0, 16, true, 1.5f);
   if (GetParam() != DType::kF32) {
-    EXPECT_GT(twin.gpu().attention_mma_launches(), before);
+    EXPECT_GT(before_e4m3, before);
+    EXPECT_GT(twin.gpu().attention_mma_launches(), before_e4m3);
   }
   twin.gpu().set_attention_mma_min_seqs(saved);
 }

@@ -4,6 +4,8 @@
 // lane / 4 + 8, and of each 8-key (or 8-column) tile the keys (lane % 4) * 2 and + 1.
 #pragma once
 
+#include <cuda_fp8.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -84,6 +86,27 @@ __device__ __forceinline__ void ring2_wait(bool has_next, const LoadNext& load_n
     cp_async_wait<0>();
   }
   __syncthreads();
+}
+
+// Eight E4M3 values (raw's bytes, the first in the low byte) as eight T in one 16-byte word:
+// e4m3 -> f16 by the hardware's paired conversion, exact, and for bf16 through f32, exact too
+// (E4M3's 4 significant bits and exponents fit both).
+template <typename T>
+__device__ __forceinline__ uint4 e4m3x8_to(uint2 raw) {
+  uint32_t out[4];
+  const uint32_t words[2] = {raw.x, raw.y};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const auto pair = static_cast<__nv_fp8x2_storage_t>(words[i / 2] >> (16 * (i % 2)));
+    const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const float2 f = __half22float2(h);
+      out[i] = pack2<T>(f.x, f.y);
+    } else {
+      out[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  }
+  return {out[0], out[1], out[2], out[3]};
 }
 
 // s0 (keys 0-7) and s1 (keys 8-15) += Q . K over 16 dims: a is Q's A fragment of those dims, kt
