@@ -6,6 +6,8 @@
 # which every result.json records).
 #   cont_{bf16,fp8}_N  1,024 prompts of 128 / 128, continuous (issue 15: bf16 18,000 output tok/s;
 #                      issue 13: fp8 25,000)
+#   cont_fp8kv8_N      the same in fp8 with the E4M3 KV cache too (vLLM's --kv-cache-dtype fp8),
+#                      reported beside cont_fp8 for issue 13
 #   prof_cont_bf16     the bf16 continuous run under the CUPTI kernel tracer (kernel_profile.cpp):
 #                      per-kernel totals over the run, and a timeline of its last 3,000 kernels
 #   b1_{fp8,int8,awq}  batch 1, 32 / 128, 3 runs (issue 13: fp8 440, int8 400; issue 14: awq 600)
@@ -53,6 +55,8 @@ v2lite() {
     run_llama cont_fp8_1 --quantization fp8 "${CONT[@]}"
     run_llama cont_bf16_2 "${CONT[@]}"
     run_llama cont_fp8_2 --quantization fp8 "${CONT[@]}"
+    run_llama cont_fp8kv8_1 --quantization fp8 --kv-cache-dtype fp8 "${CONT[@]}"
+    run_llama cont_fp8kv8_2 --quantization fp8 --kv-cache-dtype fp8 "${CONT[@]}"
   fi
   has prof && prof_cont
   if has b1; then

@@ -58,6 +58,11 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "(bench/results/h100/attn-mixed/run1): Llama-3-8B continuous 1,024 x 128/128 +3.4-4.4 % in "
      "bf16, +5.8 % in fp8; 1,024-token prompts at 30 requests/s +24 % (TTFT 769 -> 244 ms, TPOT "
      "97.7 -> 70.1 ms); 0: the whole batch on the flash kernel"},
+    {"IB_SWIGLU_QUANT", "cuda", "1", 0, 1, "",
+     "1: past the GEMV, a W8A8 down projection (fp8, int8 W8A8) takes its input from the kernel "
+     "that quantizes it computing the SwiGLU itself (silu(g) * u rounded as silu_mul stores "
+     "it: the same codes, scales and GEMM as the two kernels), so act is neither written nor "
+     "read back; 0: silu_mul, then the quantize kernel"},
     {"IB_CUDA_MLA", "cuda", "1", 0, 1, "",
      "1: the CUDA backend offers its multi-head latent attention kernels (DeepSeek-V2) to the "
      "engine (tested against the CPU ops and transformers on the H200); 0: a DeepSeek-V2 model "

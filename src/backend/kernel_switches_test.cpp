@@ -82,7 +82,8 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_LORA_IN_GEMV",    "IB_ATTN_LEAN",
                            "IB_GEMV_QKV_BLOCKS", "IB_SMEM_CARVEOUT",
                            "IB_MOE_GEMM",        "IB_ATTN_MMA",
-                           "IB_QUANT_GEMM",      "IB_ATTN_MIXED"}) {
+                           "IB_QUANT_GEMM",      "IB_ATTN_MIXED",
+                           "IB_SWIGLU_QUANT"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
   EXPECT_EQ(find_kernel_switch("IB_NOT_A_SWITCH"), nullptr);

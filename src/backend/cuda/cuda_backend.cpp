@@ -354,6 +354,10 @@ void CudaBackend::matmul(const Tensor& x, const WeightRef& weight, const Tensor*
   });
 }
 
+int64_t CudaBackend::quant_gemv_rows(WeightFormat format) const {
+  return format == WeightFormat::kFp8E4M3 ? fp8_gemv_max_m_ : cuda::gemv_max_m(format);
+}
+
 // Up to the GEMV's rows (fp8_gemv_max_m_ for FP8) the GEMV runs, on x quantized per token (W8A8)
 // or as it is (W8A16). Above: FP8 quantizes x and cuBLASLt runs the E4M3 GEMM with the token and
 // row scales as outer-vector scales; INT8 W8A8 quantizes x, cuBLASLt sums in int32 and a kernel
@@ -365,9 +369,7 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
     matmul_gguf(x, w, bias, out, false);
     return;
   }
-  const int64_t gemv_rows =
-      w.format == WeightFormat::kFp8E4M3 ? fp8_gemv_max_m_ : cuda::gemv_max_m(w.format);
-  if (x.rows() <= gemv_rows && gemv_supported(x, w, out)) {
+  if (x.rows() <= quant_gemv_rows(w.format) && gemv_supported(x, w, out)) {
     const GemvQuantAct act = quant_act(x, w);
     launch_gemv(x, w, bias, out, stream_, pdl_, &act);
     return;
@@ -380,7 +382,17 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
                stream_);
     return;
   }
-  const int64_t k = x.row_size();
+  const StaticActQuant fixed = static_act_quant(w);
+  matmul_w8a8(x.rows(), x.row_size(), w, bias, out,
+              [&](int64_t r0, int64_t rows, Tensor xq, Tensor x_scales) {
+                launch_quantize_rows(x.slice_rows(r0, rows), xq, x_scales, stream_, fixed);
+              });
+}
+
+void CudaBackend::matmul_w8a8(int64_t m, int64_t k, const WeightRef& w, const Tensor* bias,
+                              Tensor out, const QuantizeRows& quantize) {
+  IB_ASSERT(quant_scratch_.data() != nullptr,
+            "matmul(quantized): no scratch (quantize_weight allocates it)");
   const int64_t n = w.data.dim(0);
   int64_t chunk = std::min<int64_t>(
       kQuantScaleBytes / 4, std::max<int64_t>(1, (kQuantScratchBytes - kQuantScaleBytes) / k));
@@ -389,11 +401,11 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
   }
   IB_ASSERT(chunk >= 1, "matmul(quantized): the scratch holds no row");
   const StaticActQuant fixed = static_act_quant(w);
-  for (int64_t r0 = 0; r0 < x.rows(); r0 += chunk) {
-    const int64_t rows = std::min(chunk, x.rows() - r0);
+  for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+    const int64_t rows = std::min(chunk, m - r0);
     Tensor xq = quant_scratch_.view(w.data.dtype, {rows, k}, static_cast<size_t>(kQuantScaleBytes));
     Tensor x_scales = quant_scratch_.view(DType::kF32, {rows});
-    launch_quantize_rows(x.slice_rows(r0, rows), xq, x_scales, stream_, fixed);
+    quantize(r0, rows, xq, x_scales);
     if (w.format == WeightFormat::kFp8E4M3) {
       gemm_->run_fp8(xq, x_scales, w.data, w.scales, bias, out.slice_rows(r0, rows),
                      gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
@@ -841,6 +853,35 @@ void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out) {
                 gate_up.dtype == out.dtype,
             "silu_mul: gate_up must be (T, 2F) for out (T, F)");
   run_op("silu_mul", [&] { launch_silu_mul(gate_up, out, stream_, pdl_); });
+}
+
+bool CudaBackend::swiglu_quantized(const Tensor& gate_up, const WeightRef& w) const {
+  if (!swiglu_quant_ || !quantizes_activations(w.format) || observer_ ||
+      !supports_weight_format(w.format) || gate_up.dtype != dtype_ ||
+      !quantize_swiglu_supported(gate_up, w.data.dtype) || quant_scratch_.data() == nullptr)
+    return false;
+  return gate_up.rows() > quant_gemv_rows(w.format);
+}
+
+void CudaBackend::silu_mul_matmul(const Tensor& gate_up, Tensor act, const WeightRef& w,
+                                  Tensor out) {
+  if (!swiglu_quantized(gate_up, w)) {
+    DenseOps::silu_mul_matmul(gate_up, act, w, out);
+    return;
+  }
+  const int64_t f = gate_up.row_size() / 2;
+  IB_ASSERT(act.rows() == gate_up.rows() && act.row_size() == f && f == w.cols() &&
+                out.rows() == gate_up.rows() && out.row_size() == w.rows() && out.dtype == dtype_,
+            "silu_mul_matmul: gate_up (M, 2F), act (M, F), w (N, F) and out (M, N)");
+  run_op("silu_mul_matmul", [&] {
+    const StaticActQuant fixed = static_act_quant(w);
+    matmul_w8a8(gate_up.rows(), f, w, nullptr, out,
+                [&](int64_t r0, int64_t rows, Tensor xq, Tensor x_scales) {
+                  launch_quantize_swiglu_rows(gate_up.slice_rows(r0, rows), xq, x_scales, stream_,
+                                              false, fixed);
+                });
+    ++swiglu_quant_launches_;
+  });
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) {

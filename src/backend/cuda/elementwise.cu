@@ -46,10 +46,6 @@ __global__ void convert_kernel(const S* src, D* dst, int64_t n) {
     dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
-__device__ __forceinline__ float silu(float g) {
-  return g / (1.0f + expf(-g));
-}
-
 // gate_up (T, 2F) -> out (T, F); one 16-byte vector per thread (F % kVec16 == 0).
 template <typename T>
 __global__ void silu_mul_vec_kernel(const T* gate_up, T* out, int64_t tokens, int64_t f) {

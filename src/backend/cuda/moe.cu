@@ -19,7 +19,6 @@ namespace {
 
 using moe::kMaxChunkPairs;
 using moe::load_vec;
-using moe::silu;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;

@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (feature >= n_out || sorted[r] < 0) continue;
       const float gv = to_f32(from_f32<T>(cs[r * kCPitch + c]));
       const float uv = to_f32(from_f32<T>(cs[r * kCPitch + kBN / 2 + c]));
-      g.act[(int64_t{tile} * kBM + r) * n_out + feature] = from_f32<T>(moe::silu(gv) * uv);
+      g.act[(int64_t{tile} * kBM + r) * n_out + feature] = from_f32<T>(silu(gv) * uv);
     }
   } else {
     gemm_tile::for_each_pair(acc, [&](int r, int c, float v0, float v1) {

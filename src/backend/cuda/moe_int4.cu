@@ -114,7 +114,7 @@ __device__ void store_tile(const Int4Args<T>& a, int64_t n0, const int* list, in
         }
         gs = to_f32(from_f32<T>(gs));
         us = to_f32(from_f32<T>(us));
-        a.act[int64_t{list[col]} * a.n_out + feature] = from_f32<T>(moe::silu(gs) * us);
+        a.act[int64_t{list[col]} * a.n_out + feature] = from_f32<T>(silu(gs) * us);
       }
     }
   } else if (threadIdx.x < 128) {

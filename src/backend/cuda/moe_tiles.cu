@@ -111,7 +111,7 @@ __device__ __forceinline__ void run_tile(const TileArgs<T>& a, const T* w, int64
         }
         g = to_f32(from_f32<T>(g));
         u = to_f32(from_f32<T>(u));
-        a.act[p * n_out + n0 + r] = from_f32<T>(moe::silu(g) * u);
+        a.act[p * n_out + n0 + r] = from_f32<T>(silu(g) * u);
       } else {
         float s = 0.0f;
 #pragma unroll

@@ -42,6 +42,11 @@ __device__ __forceinline__ f16 from_f32<f16>(float x) {
   return __float2half_rn(x);
 }
 
+// SwiGLU's activation, silu(g) = g / (1 + e^-g), in fp32 (every kernel that computes it).
+__device__ __forceinline__ float silu(float g) {
+  return g / (1.0f + expf(-g));
+}
+
 // A KV-cache element (backend/ops.h, KvCacheLayer): the activation type itself, or E4M3 bytes
 // (uint8_t) holding e4m3(x / scale), rounded to nearest even and saturated to +-448 as
 // f32_to_f8e4m3_bits does; read back without the scale, which the kernels fold in.

@@ -150,6 +150,13 @@ struct StaticActQuant {
 StaticActQuant static_act_quant(const WeightRef& w);
 void launch_quantize_rows(const Tensor& src, Tensor dst, Tensor scales, cudaStream_t stream,
                           StaticActQuant fixed = {});
+// The same of silu_mul(gate_up) (gate_up (N, 2F), dst (N, F)) without writing it: each value
+// silu(g) * u rounded to gate_up's dtype, as launch_silu_mul stores it, so the codes and scales
+// equal launch_silu_mul's output quantized. Where quantize_swiglu_supported (bf16/fp16, F % 8 ==
+// 0, F <= 16,384, gate_up 16-byte aligned).
+bool quantize_swiglu_supported(const Tensor& gate_up, DType dst_dtype);
+void launch_quantize_swiglu_rows(const Tensor& gate_up, Tensor dst, Tensor scales,
+                                 cudaStream_t stream, bool pdl, StaticActQuant fixed = {});
 // The same of src * gain (gain (K) or null); with rms, src is the h of rms_norm(h) and each row's
 // scale also carries 1 / rms(h): dst * scale = the quantized rms_norm(h) * gain (static: the
 // codes of rms_norm(h) * gain with the fixed scale, written as each row's scale).

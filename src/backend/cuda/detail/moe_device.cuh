@@ -27,10 +27,6 @@ struct TileArgs {
   float* y;
 };
 
-__device__ __forceinline__ float silu(float g) {
-  return g / (1.0f + expf(-g));
-}
-
 // V elements of T from p as floats: one 16-byte load (weights: streamed past L1) or one element.
 template <typename T, int V, bool kStream>
 __device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {

@@ -38,6 +38,8 @@ struct CudaSwitches {
   // IB_ATTN_MIXED=N: a mixed batch's leading run of at least N one-token sequences on the decode
   // attention (CudaBackend::set_attention_mixed_min_seqs).
   std::optional<int64_t> attn_mixed;
+  // IB_SWIGLU_QUANT=0|1: silu_mul_matmul's fused form (CudaBackend::set_swiglu_quant).
+  std::optional<int64_t> swiglu_quant;
   // IB_CUDA_MLA=0|1: the MLA kernels offered to the engine (CudaBackend::set_mla).
   std::optional<int64_t> cuda_mla;
   // IB_MLA_SPLIT=0|1: the MLA attention split across blocks (CudaBackend::set_mla_split).
