@@ -4,9 +4,11 @@
 # E4M3 caches, the mixed batches) and the switch report, every engine test of the fp8 cache with
 # IB_ATTN_MMA=1 (every decode step on the kernel, inside the graphs, against the CPU engine), then
 # targets.sh's continuous run (Llama-3-8B, 1,024 prompts of 128 / 128) in fp8 with the bf16
-# cache, with the E4M3 cache on the tensor-core kernel (the default) and on the split-KV kernel
-# (IB_ATTN_MMA=0, the path before), interleaved twice; and bf16 weights with the E4M3 cache.
-# Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~4 minutes): IB_PREBUILT=1 OUT=dir
+# cache, with the E4M3 cache on the tensor-core kernel (the default), on it with a third stage of
+# bytes in flight (IB_ATTN_E4M3_RING=3) and on the split-KV kernel (IB_ATTN_MMA=0, the path
+# before), interleaved twice; and bf16 weights with the E4M3 cache. (results/h100/attn-e4m3/run1
+# ran it at fa616d1, before the ring's switch.)
+# Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~5 minutes): IB_PREBUILT=1 OUT=dir
 # bash bench/gpu/attn_e4m3.sh. Writes tests.log, backend_cuda_test.json, engine_cuda_test.json,
 # runs.log, runs.json and runs.tgz.
 set -u; T0=$(date +%s)
@@ -19,6 +21,8 @@ CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num
   for i in 1 2; do
     run_llama "cont_fp8_$i" --quantization fp8 "${CONT[@]}"
     run_llama "cont_fp8_kv8_$i" --quantization fp8 --kv-cache-dtype fp8 "${CONT[@]}"
+    run_llama "cont_fp8_kv8_ring3_$i" IB_ATTN_E4M3_RING=3 --quantization fp8 --kv-cache-dtype fp8 \
+      "${CONT[@]}"
     run_llama "cont_fp8_kv8_split_$i" IB_ATTN_MMA=0 --quantization fp8 --kv-cache-dtype fp8 \
       "${CONT[@]}"
   done

@@ -7,9 +7,11 @@
 // The split-KV kernel (attention_split_kv.cu) computes the same on CUDA cores, a lane per key,
 // and streamed ~2.2 TB/s at 256 sequences of 256 keys (bench/NOTES.md, phase 1 / issue 15).
 // Sliding windows and soft-capped logits are applied per key. An E4M3 cache (TC = uint8_t) comes
-// in by cp.async as bytes, a two-stage ring of half the size, and each tile is converted to T
-// (exact) into one stage of K/V tiles before the warps read it; k_scale is in the softmax scale,
-// v_scale in the output. Block-sparse patterns and head_dim 256 keep the split-KV kernel.
+// in by cp.async as bytes, a ring of kRing stages of half the size, and each tile is converted to
+// T (exact) before the warps read it: with 2 stages K and V together into one K/V stage, with 3
+// (IB_ATTN_E4M3_RING=3: a third tile in flight, for blocks of few tiles) K, then V, into one
+// stage of T rows, so the shared memory still fits 3 blocks an SM. k_scale is in the softmax
+// scale, v_scale in the output. Block-sparse patterns and head_dim 256 keep the split-KV kernel.
 #include <cmath>
 #include <type_traits>
 
@@ -34,38 +36,43 @@ using DecodeParams = PagedAttentionParams;
 // TC: the cache's element, T or uint8_t (E4M3).
 template <typename TC>
 constexpr bool kE4m3 = std::is_same_v<TC, uint8_t>;
-// The K and V stages of T rows: two, or one beside an E4M3 cache's ring of bytes.
-template <typename TC>
-constexpr int kTStages = kE4m3<TC> ? 1 : 2;
+// kRing: the stages of the ring (T's, or an E4M3 cache's bytes). The T rows after Q: two stages
+// of K and V; or one of K and V (E4M3, 2 stages of bytes); or one of K, then V (E4M3, 3).
+template <typename TC, int kRing>
+constexpr int kTRows = !kE4m3<TC>   ? 4 * kBlockK
+                       : kRing == 2 ? 2 * kBlockK
+                                    : kBlockK;
 
-template <typename TC, int HD>
+template <typename TC, int HD, int kRing>
 constexpr size_t smem_bytes() {
-  // Q (16 rows), then K and V (kTStages of 64 rows each), then for E4M3 the bytes' ring (K and V,
-  // 2 stages of 64 rows of HD bytes); the end's merge reuses the K and V stages.
-  constexpr size_t t_rows = kRows + 2 * kTStages<TC> * kBlockK;
-  return t_rows * attention_pitch<HD>() * 2 + (kE4m3<TC> ? 4 * kBlockK * HD : 0);
+  // Q (16 rows), the T rows, then for E4M3 the bytes' ring (K and V, kRing stages of 64 rows of
+  // HD bytes); the end's merge reuses all after Q.
+  return static_cast<size_t>(kRows + kTRows<TC, kRing>) * attention_pitch<HD>() * 2 +
+         (kE4m3<TC> ? 2 * kRing * kBlockK * HD : 0);
 }
 template <int HD>
 constexpr size_t merge_bytes() {
   return static_cast<size_t>(kWarps) * kRows * (HD + 2) * sizeof(float);
 }
 
-// The kernels' body (below); grid (1, Hkv, num_seqs), dynamic shared memory smem_bytes<TC, HD>().
-template <typename T, typename TC, int HD>
+// The kernels' body (below); grid (1, Hkv, num_seqs), dynamic shared memory
+// smem_bytes<TC, HD, kRing>(). kRing is 2 but for an E4M3 cache's 3.
+template <typename T, typename TC, int HD, int kRing>
 __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   constexpr int kP = attention_pitch<HD>();
   constexpr bool kFp8 = kE4m3<TC>;
-  static_assert(merge_bytes<HD>() <= 2 * kTStages<TC> * kBlockK * kP * 2,
-                "the merge fits the K/V stages");
+  constexpr bool kAlt = kFp8 && kRing == 3;  // K, then V, through one stage of T rows
+  static_assert(kRing == 2 || kAlt, "3 stages for an E4M3 cache only");
+  static_assert(merge_bytes<HD>() <= smem_bytes<TC, HD, kRing>() - kRows * kP * 2,
+                "the merge fits the space after Q");
   extern __shared__ uint4 smem_raw[];
-  // q_s (kRows, kP), then k_s and v_s (kTStages, kBlockK, kP), then k8_s and v8_s (2, kBlockK,
-  // HD) bytes for an E4M3 cache.
+  // q_s (kRows, kP), then k_s and v_s (T rows of pitch kP: 2 stages of each; E4M3, one of each,
+  // or one shared), then k8_s and v8_s (kRing, kBlockK, HD) bytes for an E4M3 cache.
   T* const q_s = reinterpret_cast<T*>(smem_raw);
   T* const k_s = q_s + kRows * kP;
-  T* const v_s = k_s + kTStages<TC> * kBlockK * kP;
-  [[maybe_unused]] uint8_t* const k8_s =
-      reinterpret_cast<uint8_t*>(v_s + kTStages<TC> * kBlockK * kP);
-  [[maybe_unused]] uint8_t* const v8_s = k8_s + 2 * kBlockK * HD;
+  T* const v_s = kAlt ? k_s : k_s + kTRows<TC, kRing> / 2 * kP;
+  [[maybe_unused]] uint8_t* const k8_s = reinterpret_cast<uint8_t*>(k_s + kTRows<TC, kRing> * kP);
+  [[maybe_unused]] uint8_t* const v8_s = k8_s + kRing * kBlockK * HD;
 
   const int seq = blockIdx.z;
   const int kv_head = blockIdx.y;
@@ -113,23 +120,23 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
                                    k_cache, v_cache, [&](int r) { return row_of(tile, r); });
     }
   };
-  // An E4M3 stage's bytes as T into the one K/V stage, 8 values a thread and step (8-byte reads
-  // and 16-byte writes, consecutive across the warp).
-  [[maybe_unused]] const auto convert_kv = [&](int buf) {
+  // A stage's E4M3 bytes (src, kBlockK rows of HD) as T into dst (rows of pitch kP), 8 values a
+  // thread and step (8-byte reads and 16-byte writes, consecutive across the warp).
+  [[maybe_unused]] const auto convert = [&](const uint8_t* src, T* dst) {
     constexpr int kChunks = HD / 8;
-    const uint8_t* ks = k8_s + buf * kBlockK * HD;
-    const uint8_t* vs = v8_s + buf * kBlockK * HD;
     for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
       const int r = i / kChunks;
       const int c = (i % kChunks) * 8;
-      *reinterpret_cast<uint4*>(k_s + r * kP + c) =
-          e4m3x8_to<T>(*reinterpret_cast<const uint2*>(ks + r * HD + c));
-      *reinterpret_cast<uint4*>(v_s + r * kP + c) =
-          e4m3x8_to<T>(*reinterpret_cast<const uint2*>(vs + r * HD + c));
+      *reinterpret_cast<uint4*>(dst + r * kP + c) =
+          e4m3x8_to<T>(*reinterpret_cast<const uint2*>(src + r * HD + c));
     }
   };
   load_kv(tile_begin, 0);
   cp_async_commit();
+  if constexpr (kAlt) {  // the second tile in flight too (an empty group past the last)
+    if (tile_begin + 1 < tile_end) load_kv(tile_begin + 1, 1);
+    cp_async_commit();
+  }
 
   // Lane holds rows g = lane / 4 and g + 8 (query heads), keys tq * 2 (+ 1) of each 8.
   const int g = lane >> 2;
@@ -142,23 +149,34 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   float l[2] = {0.0f, 0.0f};  // this lane's part of the row sums
 
   for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
-    const int buf = it & 1;
-    ring2_wait(tile + 1 < tile_end, [&] { load_kv(tile + 1, buf ^ 1); });
-    const int stage = kFp8 ? 0 : buf;  // the K/V stage of T rows the warps read
-    if constexpr (kFp8) {
-      convert_kv(buf);
+    const int buf = it % kRing;
+    if constexpr (kAlt) {  // tile + 2 into the stage tile - 1 left; then K of this one
+      if (tile + 2 < tile_end) load_kv(tile + 2, (it + 2) % kRing);
+      cp_async_commit();
+      cp_async_wait<2>();
       __syncthreads();
+      convert(k8_s + buf * kBlockK * HD, k_s);
+      __syncthreads();
+    } else {
+      ring2_wait(tile + 1 < tile_end, [&] { load_kv(tile + 1, buf ^ 1); });
+      if constexpr (kFp8) {
+        convert(k8_s + buf * kBlockK * HD, k_s);
+        convert(v8_s + buf * kBlockK * HD, v_s);
+        __syncthreads();
+      }
     }
+    const int stage = kFp8 ? 0 : buf;  // the K/V stage of T rows the warps read
     if (it == 0) {
       const T* q_warp = q_s + (lane & 15) * kP + (lane >> 4) * 8;
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks) ldmatrix_x4(qf[ks], q_warp + ks * 16);
     }
     const int key0 = tile * kBlockK + warp * kWarpKeys;  // this warp's 16 keys
-    if (key0 <= pos && key0 + kWarpKeys - 1 >= kv_begin) {
-      const T* kt = k_s + (stage * kBlockK + warp * kWarpKeys) * kP;
-      const T* vt = v_s + (stage * kBlockK + warp * kWarpKeys) * kP;
-      float s[2][4] = {};
+    const bool active = key0 <= pos && key0 + kWarpKeys - 1 >= kv_begin;
+    const T* kt = k_s + (stage * kBlockK + warp * kWarpKeys) * kP;
+    const T* vt = v_s + (stage * kBlockK + warp * kWarpKeys) * kP;
+    // S = Q K^T over the warp's 16 keys, masked, and the online softmax's step (s: P after).
+    const auto scores_softmax = [&](float(&s)[2][4]) {
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks)
         mma_scores16<T>(qf[ks], kt + ks * 16, kP, lane, s[0], s[1]);
@@ -172,6 +190,17 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
                                           : -INFINITY;
       }
       mma_softmax_step(s, m, l, o);
+    };
+    if constexpr (kAlt) {
+      float s[2][4] = {};
+      if (active) scores_softmax(s);
+      __syncthreads();  // every warp's scores have read K, which V replaces
+      convert(v8_s + buf * kBlockK * HD, v_s);
+      __syncthreads();
+      if (active) mma_pv16<T>(s[0], s[1], vt, kP, lane, o);
+    } else if (active) {
+      float s[2][4] = {};
+      scores_softmax(s);
       // O += P V over the warp's 16 keys.
       mma_pv16<T>(s[0], s[1], vt, kP, lane, o);
     }
@@ -223,17 +252,17 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
 // (it spilled at 128): 3 blocks an SM, as shared memory allows anyway.
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
-  decode_mma<T, T, HD>(p);
+  decode_mma<T, T, HD, 2>(p);
 }
-template <typename T, int HD>
+template <typename T, int HD, int kRing>
 __global__ void __launch_bounds__(kThreads, 3) decode_mma_e4m3_kernel(DecodeParams p) {
-  decode_mma<T, uint8_t, HD>(p);
+  decode_mma<T, uint8_t, HD, kRing>(p);
 }
 
-template <typename T, typename TC, int HD>
+template <typename T, typename TC, int HD, int kRing>
 void launch_typed(const DecodeParams& p, const AttentionMetadata& meta, cudaStream_t stream) {
-  constexpr size_t kSmem = smem_bytes<TC, HD>();
-  const auto kernel = kE4m3<TC> ? decode_mma_e4m3_kernel<T, HD> : decode_mma_kernel<T, HD>;
+  constexpr size_t kSmem = smem_bytes<TC, HD, kRing>();
+  const auto kernel = kE4m3<TC> ? decode_mma_e4m3_kernel<T, HD, kRing> : decode_mma_kernel<T, HD>;
   IB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kSmem)),
                 "attention(decode mma)");
@@ -254,7 +283,7 @@ bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionSha
 
 void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
                                  const AttentionMetadata& meta, const AttentionShape& shape,
-                                 Tensor out, cudaStream_t stream) {
+                                 Tensor out, cudaStream_t stream, int e4m3_ring) {
   IB_ASSERT(decode_mma_supports(qkv.dtype, kv, shape) && meta.max_query_len == 1,
             "attention(decode mma): decode steps of bf16 / fp16 activations (cache of theirs or "
             "E4M3), head_dim 64-128, groups of at most 16, no block-sparse pattern");
@@ -263,26 +292,35 @@ void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
       "attention(decode mma): tensors must be 16-byte aligned");
   if (meta.num_tokens == 0 || meta.num_seqs == 0) return;
   const DecodeParams p = paged_attention_params(qkv, kv, meta, shape, out);
-  const auto run = [&](auto tag, auto cache_tag) {
+  const auto by_dim = [&](auto tag, auto cache_tag, auto ring) {
     using T = decltype(tag);
     using TC = decltype(cache_tag);
+    constexpr int kRing = decltype(ring)::value;
     switch (shape.head_dim) {
       case 64:
-        launch_typed<T, TC, 64>(p, meta, stream);
+        launch_typed<T, TC, 64, kRing>(p, meta, stream);
         break;
       case 96:
-        launch_typed<T, TC, 96>(p, meta, stream);
+        launch_typed<T, TC, 96, kRing>(p, meta, stream);
         break;
       default:
-        launch_typed<T, TC, 128>(p, meta, stream);
+        launch_typed<T, TC, 128, kRing>(p, meta, stream);
         break;
     }
   };
-  const bool fp8 = kv.k.dtype == DType::kF8E4M3;
+  const auto run = [&](auto tag) {
+    if (kv.k.dtype != DType::kF8E4M3) {
+      by_dim(tag, tag, std::integral_constant<int, 2>{});
+    } else if (e4m3_ring == 3) {
+      by_dim(tag, uint8_t{}, std::integral_constant<int, 3>{});
+    } else {
+      by_dim(tag, uint8_t{}, std::integral_constant<int, 2>{});
+    }
+  };
   if (qkv.dtype == DType::kBF16) {
-    fp8 ? run(bf16{}, uint8_t{}) : run(bf16{}, bf16{});
+    run(bf16{});
   } else {
-    fp8 ? run(f16{}, uint8_t{}) : run(f16{}, f16{});
+    run(f16{});
   }
   IB_CUDA_CHECK_LAUNCH("attention(decode mma)");
 }

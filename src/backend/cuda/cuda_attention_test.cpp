@@ -170,8 +170,9 @@ TEST_P(CudaAttention, DecodeAcrossBlockBoundaries) {
 // The tensor-core decode kernel (IB_ATTN_MMA; here for every decode-only step): contexts of 1 to
 // 1,000 keys (64-key tiles, partial last ones, a cache block straddling a tile), sliding windows
 // of 32 and 100 (a window's first key inside a warp's 16), soft-capped logits, cache blocks of 16
-// and 32, bf16/fp16 and E4M3 caches, every shape of shapes() (groups of 1 to 8; head_dim 256 keeps
-// the split-KV kernel), against the CPU; and it ran, E4M3 included.
+// and 32, bf16/fp16 and E4M3 caches (the E4M3 ring of 2 and 3 stages: IB_ATTN_E4M3_RING), every
+// shape of shapes() (groups of 1 to 8; head_dim 256 keeps the split-KV kernel), against the CPU;
+// and it ran, E4M3 included.
 TEST_P(CudaAttention, DecodeOnTensorCores) {
   Twin twin(GetParam());
   Rng rng(31);
@@ -185,9 +186,13 @@ TEST_P(CudaAttention, DecodeOnTensorCores) {
   check_batches(twin, rng, batches, 100, 32);
   check_batches(twin, rng, batches, 0, 16, false, 1.5f);
   const int64_t before_e4m3 = twin.gpu().attention_mma_launches();
-  check_batches(twin, rng, batches, 0, 16, true);
-  check_batches(twin, rng, batches, 100, 32, true);
-  check_batches(twin, rng, batches, 0, 16, true, 1.5f);
+  for (const int ring : {2, 3}) {  // IB_ATTN_E4M3_RING
+    twin.gpu().set_attention_e4m3_ring(ring);
+    check_batches(twin, rng, batches, 0, 16, true);
+    check_batches(twin, rng, batches, 100, 32, true);
+    check_batches(twin, rng, batches, 0, 16, true, 1.5f);
+  }
+  twin.gpu().set_attention_e4m3_ring(2);
   if (GetParam() != DType::kF32) {
     EXPECT_GT(before_e4m3, before);
     EXPECT_GT(twin.gpu().attention_mma_launches(), before_e4m3);

@@ -308,6 +308,10 @@ class CudaBackend final : public Backend,
   int attention_mixed_min_seqs() const { return attention_mixed_min_seqs_; }
   // The attention launches that split a mixed batch so far (tests).
   int64_t attention_mixed_launches() const { return attention_mixed_launches_; }
+  // IB_ATTN_E4M3_RING (2 or 3, default 2): the stages of E4M3 cache bytes the tensor-core decode
+  // attention keeps in flight (launch_attention_decode_mma).
+  void set_attention_e4m3_ring(int stages) { attention_e4m3_ring_ = stages == 3 ? 3 : 2; }
+  int attention_e4m3_ring() const { return attention_e4m3_ring_; }
   // IB_SWIGLU_QUANT (default on): silu_mul_matmul's fused form for W8A8 weights past the GEMV.
   void set_swiglu_quant(bool on) { swiglu_quant_ = on; }
   // silu_mul_matmul calls that took the fused form (the SwiGLU in the quantize kernel).
@@ -431,7 +435,8 @@ class CudaBackend final : public Backend,
   int64_t attention_mma_launches_ = 0;
   int attention_mixed_min_seqs_ = 16;  // IB_ATTN_MIXED
   int64_t attention_mixed_launches_ = 0;
-  bool swiglu_quant_ = true;  // IB_SWIGLU_QUANT
+  bool swiglu_quant_ = true;     // IB_SWIGLU_QUANT
+  int attention_e4m3_ring_ = 2;  // IB_ATTN_E4M3_RING
   int64_t swiglu_quant_launches_ = 0;
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;

@@ -256,14 +256,16 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
                             cudaStream_t stream);
 
 // ---- attention_decode_mma.cu: decode steps on tensor cores (IB_ATTN_MMA) ----
-// Whether the kernel takes the step's shapes: a bf16 / fp16 cache of the activations' dtype,
-// head_dim 64, 96 or 128, GQA groups of at most 16 query heads, no block-sparse pattern.
+// Whether the kernel takes the step's shapes: bf16 / fp16 activations with a cache of their
+// dtype or E4M3, head_dim 64, 96 or 128, GQA groups of at most 16 query heads, no block-sparse
+// pattern.
 bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionShape& shape);
 // A decode step (meta.max_query_len == 1): a block per (sequence, KV head), the group's query
-// heads as the MMA's rows; sliding windows and soft-capped logits as the other kernels.
+// heads as the MMA's rows; sliding windows and soft-capped logits as the other kernels. An E4M3
+// cache's bytes come through a ring of e4m3_ring stages (2, or 3: IB_ATTN_E4M3_RING).
 void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
                                  const AttentionMetadata& meta, const AttentionShape& shape,
-                                 Tensor out, cudaStream_t stream);
+                                 Tensor out, cudaStream_t stream, int e4m3_ring = 2);
 
 // ---- sampling.cu ----
 // workspace: scratch for the multi-block greedy path (the attention workspace, free between ops).
