@@ -248,8 +248,8 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   }
 }
 
-// A cache of T; and an E4M3 one, whose conversion needs more registers than ptxas gives the first
-// (it spilled at 128): 3 blocks an SM, as shared memory allows anyway.
+// A cache of T; and an E4M3 one, whose conversion needs more registers than the 128 ptxas picks
+// for the first: 3 blocks an SM, as shared memory allows anyway.
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
   decode_mma<T, T, HD, 2>(p);

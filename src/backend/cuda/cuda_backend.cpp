@@ -382,11 +382,11 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
                stream_);
     return;
   }
-  const StaticActQuant fixed = static_act_quant(w);
-  matmul_w8a8(x.rows(), x.row_size(), w, bias, out,
-              [&](int64_t r0, int64_t rows, Tensor xq, Tensor x_scales) {
-                launch_quantize_rows(x.slice_rows(r0, rows), xq, x_scales, stream_, fixed);
-              });
+  matmul_w8a8(
+      x.rows(), x.row_size(), w, bias, out,
+      [&](int64_t r0, int64_t rows, Tensor xq, Tensor x_scales, const StaticActQuant& fixed) {
+        launch_quantize_rows(x.slice_rows(r0, rows), xq, x_scales, stream_, fixed);
+      });
 }
 
 void CudaBackend::matmul_w8a8(int64_t m, int64_t k, const WeightRef& w, const Tensor* bias,
@@ -405,7 +405,7 @@ void CudaBackend::matmul_w8a8(int64_t m, int64_t k, const WeightRef& w, const Te
     const int64_t rows = std::min(chunk, m - r0);
     Tensor xq = quant_scratch_.view(w.data.dtype, {rows, k}, static_cast<size_t>(kQuantScaleBytes));
     Tensor x_scales = quant_scratch_.view(DType::kF32, {rows});
-    quantize(r0, rows, xq, x_scales);
+    quantize(r0, rows, xq, x_scales, fixed);
     if (w.format == WeightFormat::kFp8E4M3) {
       gemm_->run_fp8(xq, x_scales, w.data, w.scales, bias, out.slice_rows(r0, rows),
                      gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
@@ -874,12 +874,12 @@ void CudaBackend::silu_mul_matmul(const Tensor& gate_up, Tensor act, const Weigh
                 out.rows() == gate_up.rows() && out.row_size() == w.rows() && out.dtype == dtype_,
             "silu_mul_matmul: gate_up (M, 2F), act (M, F), w (N, F) and out (M, N)");
   run_op("silu_mul_matmul", [&] {
-    const StaticActQuant fixed = static_act_quant(w);
-    matmul_w8a8(gate_up.rows(), f, w, nullptr, out,
-                [&](int64_t r0, int64_t rows, Tensor xq, Tensor x_scales) {
-                  launch_quantize_swiglu_rows(gate_up.slice_rows(r0, rows), xq, x_scales, stream_,
-                                              false, fixed);
-                });
+    matmul_w8a8(
+        gate_up.rows(), f, w, nullptr, out,
+        [&](int64_t r0, int64_t rows, Tensor xq, Tensor x_scales, const StaticActQuant& fixed) {
+          launch_quantize_swiglu_rows(gate_up.slice_rows(r0, rows), xq, x_scales, stream_, false,
+                                      fixed);
+        });
     ++swiglu_quant_launches_;
   });
 }

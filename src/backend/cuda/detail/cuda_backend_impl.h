@@ -357,8 +357,8 @@ class CudaBackend final : public Backend,
   void matmul_quantized(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out);
   // A W8A8 weight (FP8, INT8 W8A8) past its GEMV: out = x' @ w^T (+ bias) on cuBLASLt, for x of
   // `rows` rows of k, in chunks of rows that fit the scratch, each chunk's codes and per-token
-  // scales written by quantize(first row, rows, xq, x_scales).
-  using QuantizeRows = std::function<void(int64_t, int64_t, Tensor, Tensor)>;
+  // scales written by quantize(first row, rows, xq, x_scales, w's static activation scale).
+  using QuantizeRows = std::function<void(int64_t, int64_t, Tensor, Tensor, const StaticActQuant&)>;
   void matmul_w8a8(int64_t rows, int64_t k, const WeightRef& w, const Tensor* bias, Tensor out,
                    const QuantizeRows& quantize);
   // The most rows a quantized weight's matmul runs on its GEMV (FP8: fp8_gemv_max_m_).
