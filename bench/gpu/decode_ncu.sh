@@ -8,14 +8,20 @@
 # kernel (past the prefill's mixed steps: a decode step of all 512 sequences) with
 #   bf16   the bf16 cache (decode_mma_kernel)
 #   e4m3   --kv-cache-dtype fp8 (decode_mma_e4m3_kernel)
-# Sections: speed of light, memory, warp states, occupancy, launch, scheduler, and the source
-# counters, whose per-instruction table (SASS, executed instructions and stalls) is written too.
+# First the op benchmark's decode_mma section (bench/gpu/ops_bench_decode.cpp: the kernel alone at
+# 256 and 1,024 sequences of 64 to 1,024 keys, bf16 and E4M3 caches, split-KV beside it; ~1
+# minute), into decode_mma.log and decode_mma.json. Nsight Compute's sections: speed of light,
+# memory, warp states, occupancy, launch, scheduler, and the source counters, whose
+# per-instruction table (SASS, executed instructions and stalls) is written too.
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~3 minutes): IB_PREBUILT=1 OUT=dir
-# bash bench/gpu/decode_ncu.sh. Writes ncu.log, ncu_bf16.txt, ncu_e4m3.txt, sass_bf16.csv.gz and
-# sass_e4m3.csv.gz.
+# bash bench/gpu/decode_ncu.sh. Writes decode_mma.log, decode_mma.json, ncu.log, ncu_bf16.txt,
+# ncu_e4m3.txt, sass_bf16.csv.gz and sass_e4m3.csv.gz.
 set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && head_setup
+IB_OPS_SECTIONS=decode_mma timeout 240 "$B/bench/gpu/ib_ops_bench" "$O/decode_mma.json" \
+  > "$O/decode_mma.log" 2>&1
+echo "decode_mma sweep rc=$? +$(( $(date +%s) - T0 )) s"
 RUN=(--batch-size 512 --num-prompts 512 --input-len 192 --output-len 16)
 {
   ncu_prof bf16 decode_mma 320 "${RUN[@]}"

@@ -58,6 +58,16 @@ inline MatmulRow matmul_row(int64_t m, const LayerLinear& lin, double w_bytes) {
 // Whether name is one of list's comma-separated items (the IB_OPS_* selections).
 bool listed(std::string_view list, std::string_view name);
 
+// A decode or prefill batch over a paged KV cache (ops_bench_other.cpp's make_paged).
+struct Paged {
+  KvCacheLayer kv;
+  std::vector<AttentionMetadata> metas;  // one per cache copy
+  Tensor qkv, out;
+};
+// batch sequences of `context` tokens, the last q_len of each the queries, over a cache of
+// cache_dtype (bf16 or E4M3) in enough disjoint copies that replays miss L2.
+Paged make_paged(BenchContext& ctx, int batch, int q_len, int context, DType cache_dtype);
+
 void warm_up(BenchContext& ctx);
 double measure_copy_ceiling(BenchContext& ctx);
 void bench_gemm_decode(BenchContext& ctx);
@@ -65,6 +75,7 @@ void bench_gemm_prefill(BenchContext& ctx);
 void bench_gemm_fp8(BenchContext& ctx);   // ops_bench_fp8.cpp
 void bench_gemm_int4(BenchContext& ctx);  // ops_bench_int4.cpp
 void bench_attention(BenchContext& ctx);
+void bench_decode_mma(BenchContext& ctx);  // ops_bench_decode.cpp
 void bench_small_ops(BenchContext& ctx);
 void bench_sampling(BenchContext& ctx);
 

@@ -12,25 +12,36 @@ namespace {
 
 constexpr int64_t kQkv = (kHeads + 2 * kKvHeads) * kHeadDim;
 constexpr double kKvBytesPerToken = 2.0 * kKvHeads * kHeadDim * 2;  // K + V of one layer, bf16
-constexpr int64_t kBlockBytes = 2LL * kKvHeads * kBlockSize * kHeadDim * 2;
-
-struct Paged {
-  KvCacheLayer kv;
-  std::vector<AttentionMetadata> metas;  // one per cache copy
-  Tensor qkv, out;
-};
+}  // namespace
 
 // batch sequences of `context` tokens whose last q_len are queries; `copies` disjoint sets of
-// cache blocks so replays do not hit L2.
-Paged make_paged(BenchContext& ctx, int batch, int q_len, int context) {
+// cache blocks (~512 MB in all) so replays do not hit L2. An E4M3 cache holds codes below 1 in
+// magnitude (exponent field at most 6: never NaN).
+Paged make_paged(BenchContext& ctx, int batch, int q_len, int context, DType cache_dtype) {
   const int per_seq = (context + kBlockSize - 1) / kBlockSize;
   const int64_t per_copy = int64_t{batch} * per_seq;
+  const double block_bytes = 2.0 * kKvHeads * kBlockSize * kHeadDim * dtype_size(cache_dtype);
   const int copies = static_cast<int>(
-      std::clamp<double>(std::ceil(512e6 / static_cast<double>(per_copy * kBlockBytes)), 1, 32));
+      std::clamp<double>(std::ceil(512e6 / (static_cast<double>(per_copy) * block_bytes)), 1, 32));
   const int64_t blocks = per_copy * copies;
   Paged p;
-  p.kv = {ctx.random(DType::kBF16, {blocks, kKvHeads, kBlockSize, kHeadDim}),
-          ctx.random(DType::kBF16, {blocks, kKvHeads, kBlockSize, kHeadDim}), kBlockSize};
+  if (cache_dtype == DType::kF8E4M3) {
+    const auto e4m3 = [&] {
+      Tensor t = ctx.allocate(DType::kF8E4M3, {blocks, kKvHeads, kBlockSize, kHeadDim});
+      std::vector<uint8_t> codes(static_cast<size_t>(t.numel()));
+      uint32_t x = 12345;
+      for (auto& c : codes) {
+        x = x * 1664525u + 1013904223u;
+        c = static_cast<uint8_t>((x >> 24) & 0xB7);
+      }
+      ctx.backend.copy_from_host(t, codes.data(), DType::kF8E4M3);
+      return t;
+    };
+    p.kv = {e4m3(), e4m3(), kBlockSize};
+  } else {
+    p.kv = {ctx.random(cache_dtype, {blocks, kKvHeads, kBlockSize, kHeadDim}),
+            ctx.random(cache_dtype, {blocks, kKvHeads, kBlockSize, kHeadDim}), kBlockSize};
+  }
   std::vector<int32_t> starts(static_cast<size_t>(batch + 1)), lens(static_cast<size_t>(batch));
   for (int i = 0; i <= batch; ++i) starts[static_cast<size_t>(i)] = i * q_len;
   for (auto& l : lens) l = context;
@@ -54,6 +65,8 @@ Paged make_paged(BenchContext& ctx, int batch, int q_len, int context) {
   p.out = ctx.random(DType::kBF16, {int64_t{batch} * q_len, kHeads * kHeadDim});
   return p;
 }
+
+namespace {
 
 const AttentionShape kShape{kHeads, kKvHeads, kHeadDim, 0.08838834764831845f, 0};
 
@@ -155,7 +168,7 @@ void bench_attention(BenchContext& ctx) {
   for (const Decode d :
        {Decode{1, 160}, Decode{1, 2048}, Decode{1, 8192}, Decode{1, 32768}, Decode{8, 160},
         Decode{8, 2048}, Decode{64, 1024}, Decode{256, 256}, Decode{1024, 256}}) {
-    Paged p = make_paged(ctx, d.batch, 1, d.context);
+    Paged p = make_paged(ctx, d.batch, 1, d.context, DType::kBF16);
     const double us = time_attention(ctx, p, cuda::AttentionPath::kSplitKv);
     const double tokens = double{1} * d.batch * d.context;
     const double bytes = tokens * kKvBytesPerToken;
@@ -178,7 +191,7 @@ void bench_attention(BenchContext& ctx) {
   for (const Prefill pf :
        {Prefill{8, 512, "attention_prefill_8x512"}, Prefill{1, 2048, "attention_prefill_1x2048"},
         Prefill{1, 8192, nullptr}}) {
-    Paged p = make_paged(ctx, pf.batch, pf.len, pf.len);
+    Paged p = make_paged(ctx, pf.batch, pf.len, pf.len, DType::kBF16);
     const double pairs = double{1} * pf.batch * pf.len * (pf.len + 1) / 2.0;
     const double flops = 4.0 * pairs * kHeads * kHeadDim;
     const double bytes =

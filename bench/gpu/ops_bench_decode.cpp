@@ -1,0 +1,70 @@
+// GPU op benchmark section decode_mma (IB_OPS_SECTIONS=decode_mma): the tensor-core decode
+// attention (attention_decode_mma.cu) alone over batches of 256 and 1,024 sequences and contexts
+// of 64 to 1,024 keys, with a bf16 cache and an E4M3 cache (rings of 2 and 3 stages), the split-KV
+// kernel beside each. A block owns one (sequence, KV head); with 3 blocks an SM a launch runs in
+// `waves` of num_sms * 3 blocks, so the time per wave against the tiles per block (64 keys each)
+// separates a block's fixed cost (its prologue, first load and merge) from its cost per tile.
+#include <cmath>
+#include <cstdio>
+
+#include "backend/cuda/detail/kernels.h"
+#include "ops_bench.h"
+
+namespace ib::bench {
+namespace {
+
+const AttentionShape kDecodeShape{kHeads, kKvHeads, kHeadDim, 0.08838834764831845f, 0};
+constexpr int kKeysPerTile = 64;  // attention_decode_mma.cu's kBlockK
+constexpr int kBlocksPerSm = 3;   // its shared memory's limit at head_dim 128
+
+struct Variant {
+  const char* name;
+  DType cache;
+  int ring;  // 0: the split-KV kernel through the backend
+};
+
+}  // namespace
+
+void bench_decode_mma(BenchContext& ctx) {
+  const Variant variants[] = {{"mma_bf16", DType::kBF16, 2},
+                              {"split_bf16", DType::kBF16, 0},
+                              {"mma_e4m3_ring2", DType::kF8E4M3, 2},
+                              {"mma_e4m3_ring3", DType::kF8E4M3, 3},
+                              {"split_e4m3", DType::kF8E4M3, 0}};
+  for (const int batch : {256, 1024}) {
+    for (const int context : {64, 128, 192, 256, 384, 512, 1024}) {
+      for (const DType cache : {DType::kBF16, DType::kF8E4M3}) {
+        Paged p = make_paged(ctx, batch, 1, context, cache);
+        const auto n = static_cast<int>(p.metas.size());
+        const double tokens = double{1} * batch * context;
+        const double bytes = tokens * 2.0 * kKvHeads * kHeadDim * dtype_size(cache);
+        const double blocks = double{1} * batch * kKvHeads;
+        const double waves = blocks / (ctx.backend.num_sms() * kBlocksPerSm);
+        const int tiles = (context + kKeysPerTile - 1) / kKeysPerTile;
+        for (const Variant& v : variants) {
+          if (v.cache != cache) continue;
+          const auto run = [&](int i) {
+            const AttentionMetadata& meta = p.metas[static_cast<size_t>(i % n)];
+            if (v.ring == 0) {
+              ctx.backend.set_attention_path(cuda::AttentionPath::kSplitKv);
+              ctx.backend.attention(p.qkv, p.kv, meta, kDecodeShape, p.out);
+              ctx.backend.set_attention_path(cuda::AttentionPath::kAuto);
+            } else {
+              cuda::launch_attention_decode_mma(p.qkv, p.kv, meta, kDecodeShape, p.out,
+                                                ctx.backend.stream(), v.ring);
+            }
+          };
+          const double us = ctx.timer.per_call_ms(run, std::max(2 * n, 8)) * 1e3;
+          const std::string shape = std::to_string(batch) + " seq x " + std::to_string(context);
+          ctx.report.add({"decode_mma", "attention", shape, v.name, us, bytes,
+                          4.0 * tokens * kHeads * kHeadDim});
+          std::printf("    %.1f waves of %d-tile blocks: %.2f us a wave\n", waves, tiles,
+                      us / std::ceil(waves));
+        }
+        ctx.release();
+      }
+    }
+  }
+}
+
+}  // namespace ib::bench
