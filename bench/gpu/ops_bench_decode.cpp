@@ -37,7 +37,8 @@ void bench_decode_mma(BenchContext& ctx) {
         Paged p = make_paged(ctx, batch, 1, context, cache);
         const auto n = static_cast<int>(p.metas.size());
         const double tokens = double{1} * batch * context;
-        const double bytes = tokens * 2.0 * kKvHeads * kHeadDim * dtype_size(cache);
+        const double bytes =
+            tokens * 2.0 * kKvHeads * kHeadDim * static_cast<double>(dtype_size(cache));
         const double blocks = double{1} * batch * kKvHeads;
         const double waves = blocks / (ctx.backend.num_sms() * kBlocksPerSm);
         const int tiles = (context + kKeysPerTile - 1) / kKeysPerTile;

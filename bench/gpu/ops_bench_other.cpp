@@ -20,7 +20,8 @@ constexpr double kKvBytesPerToken = 2.0 * kKvHeads * kHeadDim * 2;  // K + V of 
 Paged make_paged(BenchContext& ctx, int batch, int q_len, int context, DType cache_dtype) {
   const int per_seq = (context + kBlockSize - 1) / kBlockSize;
   const int64_t per_copy = int64_t{batch} * per_seq;
-  const double block_bytes = 2.0 * kKvHeads * kBlockSize * kHeadDim * dtype_size(cache_dtype);
+  const double block_bytes =
+      2.0 * kKvHeads * kBlockSize * kHeadDim * static_cast<double>(dtype_size(cache_dtype));
   const int copies = static_cast<int>(
       std::clamp<double>(std::ceil(512e6 / (static_cast<double>(per_copy) * block_bytes)), 1, 32));
   const int64_t blocks = per_copy * copies;
