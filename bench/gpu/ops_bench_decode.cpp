@@ -1,9 +1,10 @@
 // GPU op benchmark section decode_mma (IB_OPS_SECTIONS=decode_mma): the tensor-core decode
 // attention (attention_decode_mma.cu) alone over batches of 256 and 1,024 sequences and contexts
-// of 64 to 1,024 keys, with a bf16 cache and an E4M3 cache (rings of 2 and 3 stages), the split-KV
-// kernel beside each. A block owns one (sequence, KV head); with 3 blocks an SM a launch runs in
-// `waves` of num_sms * 3 blocks, so the time per wave against the tiles per block (64 keys each)
-// separates a block's fixed cost (its prologue, first load and merge) from its cost per tile.
+// of 64 to 1,024 keys, with a bf16 cache and an E4M3 cache (rings of 2 and 3 stages), each with
+// and without IB_ATTN_PREFETCH (suffix _pf), the split-KV kernel beside them. A block owns one
+// (sequence, KV head); with 3 blocks an SM a launch runs in `waves` of num_sms * 3 blocks, so the
+// time per wave against the tiles per block (64 keys each) separates a block's fixed cost (its
+// prologue, first load and merge) from its cost per tile.
 #include <cmath>
 #include <cstdio>
 
@@ -20,16 +21,20 @@ constexpr int kBlocksPerSm = 3;   // its shared memory's limit at head_dim 128
 struct Variant {
   const char* name;
   DType cache;
-  int ring;  // 0: the split-KV kernel through the backend
+  int ring;               // 0: the split-KV kernel through the backend
+  bool prefetch = false;  // IB_ATTN_PREFETCH
 };
 
 }  // namespace
 
 void bench_decode_mma(BenchContext& ctx) {
   const Variant variants[] = {{"mma_bf16", DType::kBF16, 2},
+                              {"mma_bf16_pf", DType::kBF16, 2, true},
                               {"split_bf16", DType::kBF16, 0},
                               {"mma_e4m3_ring2", DType::kF8E4M3, 2},
+                              {"mma_e4m3_ring2_pf", DType::kF8E4M3, 2, true},
                               {"mma_e4m3_ring3", DType::kF8E4M3, 3},
+                              {"mma_e4m3_ring3_pf", DType::kF8E4M3, 3, true},
                               {"split_e4m3", DType::kF8E4M3, 0}};
   for (const int batch : {256, 1024}) {
     for (const int context : {64, 128, 192, 256, 384, 512, 1024}) {
@@ -52,7 +57,7 @@ void bench_decode_mma(BenchContext& ctx) {
               ctx.backend.set_attention_path(cuda::AttentionPath::kAuto);
             } else {
               cuda::launch_attention_decode_mma(p.qkv, p.kv, meta, kDecodeShape, p.out,
-                                                ctx.backend.stream(), v.ring);
+                                                ctx.backend.stream(), v.ring, v.prefetch);
             }
           };
           const double us = ctx.timer.per_call_ms(run, std::max(2 * n, 8)) * 1e3;

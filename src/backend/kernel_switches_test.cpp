@@ -83,7 +83,8 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_GEMV_QKV_BLOCKS", "IB_SMEM_CARVEOUT",
                            "IB_MOE_GEMM",        "IB_ATTN_MMA",
                            "IB_QUANT_GEMM",      "IB_ATTN_MIXED",
-                           "IB_SWIGLU_QUANT",    "IB_ATTN_E4M3_RING"}) {
+                           "IB_SWIGLU_QUANT",    "IB_ATTN_E4M3_RING",
+                           "IB_ATTN_PREFETCH"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
   EXPECT_EQ(find_kernel_switch("IB_NOT_A_SWITCH"), nullptr);

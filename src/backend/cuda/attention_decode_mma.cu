@@ -11,7 +11,9 @@
 // T (exact) before the warps read it: with 2 stages K and V together into one K/V stage, with 3
 // (IB_ATTN_E4M3_RING=3: a third tile in flight, for blocks of few tiles) K, then V, into one
 // stage of T rows, so the shared memory still fits 3 blocks an SM. k_scale is in the softmax
-// scale, v_scale in the output. Block-sparse patterns and head_dim 256 keep the split-KV kernel.
+// scale, v_scale in the output. IB_ATTN_PREFETCH=1 sends the cache blocks of a block's later tiles
+// toward L2 as it starts (bulk prefetches). Block-sparse patterns and head_dim 256 keep the
+// split-KV kernel.
 #include <cmath>
 #include <type_traits>
 
@@ -136,6 +138,19 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   if constexpr (kAlt) {  // the second tile in flight too (an empty group past the last)
     if (tile_begin + 1 < tile_end) load_kv(tile_begin + 1, 1);
     cp_async_commit();
+  }
+  // IB_ATTN_PREFETCH: the cache blocks of the keys past the first kRing tiles (those the ring has
+  // issued by the first iteration's wait) toward L2, one bulk prefetch of K and of V each, so that
+  // their tiles' loads later find them there.
+  if (p.prefetch_l2 != 0 && (tile_begin + kRing) * kBlockK <= pos) {
+    const int bs = p.batch.block_size;
+    const auto bytes = static_cast<uint32_t>(bs * HD * sizeof(TC));
+    const int32_t* table = p.batch.block_tables + int64_t{seq} * p.batch.max_blocks_per_seq;
+    for (int b = (tile_begin + kRing) * kBlockK / bs + threadIdx.x; b <= pos / bs; b += kThreads) {
+      const int64_t row = (int64_t{table[b]} * p.num_kv_heads + kv_head) * bs * HD;
+      prefetch_l2_bulk(k_cache + row, bytes);
+      prefetch_l2_bulk(v_cache + row, bytes);
+    }
   }
 
   // Lane holds rows g = lane / 4 and g + 8 (query heads), keys tq * 2 (+ 1) of each 8.
@@ -283,7 +298,7 @@ bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionSha
 
 void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
                                  const AttentionMetadata& meta, const AttentionShape& shape,
-                                 Tensor out, cudaStream_t stream, int e4m3_ring) {
+                                 Tensor out, cudaStream_t stream, int e4m3_ring, bool prefetch_l2) {
   IB_ASSERT(decode_mma_supports(qkv.dtype, kv, shape) && meta.max_query_len == 1,
             "attention(decode mma): decode steps of bf16 / fp16 activations (cache of theirs or "
             "E4M3), head_dim 64-128, groups of at most 16, no block-sparse pattern");
@@ -291,7 +306,8 @@ void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
       aligned16(qkv.data) && aligned16(kv.k.data) && aligned16(kv.v.data) && aligned16(out.data),
       "attention(decode mma): tensors must be 16-byte aligned");
   if (meta.num_tokens == 0 || meta.num_seqs == 0) return;
-  const DecodeParams p = paged_attention_params(qkv, kv, meta, shape, out);
+  DecodeParams p = paged_attention_params(qkv, kv, meta, shape, out);
+  p.prefetch_l2 = prefetch_l2 ? 1 : 0;
   const auto by_dim = [&](auto tag, auto cache_tag, auto ring) {
     using T = decltype(tag);
     using TC = decltype(cache_tag);
