@@ -1,7 +1,7 @@
 // GPU op benchmark section decode_mma (IB_OPS_SECTIONS=decode_mma): the tensor-core decode
 // attention (attention_decode_mma.cu) alone over batches of 256 and 1,024 sequences and contexts
 // of 64 to 1,024 keys, with a bf16 cache and an E4M3 cache (rings of 2 and 3 stages), each with
-// and without IB_ATTN_PREFETCH (suffix _pf), the split-KV kernel beside them. A block owns one
+// and without IB_ATTN_MMA_PREFETCH (suffix _pf), the split-KV kernel beside them. A block owns one
 // (sequence, KV head); with 3 blocks an SM a launch runs in `waves` of num_sms * 3 blocks, so the
 // time per wave against the tiles per block (64 keys each) separates a block's fixed cost (its
 // prologue, first load and merge) from its cost per tile.
@@ -22,7 +22,7 @@ struct Variant {
   const char* name;
   DType cache;
   int ring;               // 0: the split-KV kernel through the backend
-  bool prefetch = false;  // IB_ATTN_PREFETCH
+  bool prefetch = false;  // IB_ATTN_MMA_PREFETCH
 };
 
 }  // namespace

@@ -63,7 +63,7 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "cache bytes in flight, K and V converted together into one stage of bf16/fp16 rows "
      "(measured: bench/results/h100/attn-e4m3/run1); 3: three stages, K and V converted in turn "
      "through one stage (3 blocks an SM still), for blocks of few tiles (not yet measured)"},
-    {"IB_ATTN_PREFETCH", "cuda", "0", 0, 1, "",
+    {"IB_ATTN_MMA_PREFETCH", "cuda", "0", 0, 1, "",
      "1: each block of the tensor-core decode attention sends the cache blocks of its keys past "
      "the tiles it has in flight toward L2 as it starts (one bulk prefetch of K and of V each), "
      "for the latency of short contexts' blocks (not yet measured); 0: loads as they come"},

@@ -11,8 +11,8 @@
 // T (exact) before the warps read it: with 2 stages K and V together into one K/V stage, with 3
 // (IB_ATTN_E4M3_RING=3: a third tile in flight, for blocks of few tiles) K, then V, into one
 // stage of T rows, so the shared memory still fits 3 blocks an SM. k_scale is in the softmax
-// scale, v_scale in the output. IB_ATTN_PREFETCH=1 sends the cache blocks of a block's later tiles
-// toward L2 as it starts (bulk prefetches). Block-sparse patterns and head_dim 256 keep the
+// scale, v_scale in the output. IB_ATTN_MMA_PREFETCH=1 sends the cache blocks of a block's later
+// tiles toward L2 as it starts (bulk prefetches). Block-sparse patterns and head_dim 256 keep the
 // split-KV kernel.
 #include <cmath>
 #include <type_traits>
@@ -139,9 +139,9 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
     if (tile_begin + 1 < tile_end) load_kv(tile_begin + 1, 1);
     cp_async_commit();
   }
-  // IB_ATTN_PREFETCH: the cache blocks of the keys past the first kRing tiles (those the ring has
-  // issued by the first iteration's wait) toward L2, one bulk prefetch of K and of V each, so that
-  // their tiles' loads later find them there.
+  // IB_ATTN_MMA_PREFETCH: the cache blocks of the keys past the first kRing tiles (those the ring
+  // has issued by the first iteration's wait) toward L2, one bulk prefetch of K and of V each, so
+  // that their tiles' loads later find them there.
   if (p.prefetch_l2 != 0 && (tile_begin + kRing) * kBlockK <= pos) {
     const int bs = p.batch.block_size;
     const auto bytes = static_cast<uint32_t>(bs * HD * sizeof(TC));

@@ -819,7 +819,7 @@ void CudaBackend::decode_attention(const Tensor& qkv, const KvCacheLayer& kv,
                    decode_mma_supports(qkv.dtype, kv, shape);
   if (mma) {
     launch_attention_decode_mma(qkv, kv, meta, shape, out, stream_, attention_e4m3_ring_,
-                                attention_prefetch_);
+                                attention_mma_prefetch_);
     ++attention_mma_launches_;
     return;
   }

@@ -63,7 +63,7 @@ struct PagedAttentionParams {
   float v_scale;       // the cache's v_scale (1 unless E4M3)
   float softcap_log2;  // the logit soft-cap * log2(e) (softcap_log2()), 0: none
   BlockSparse sparse;  // enabled: the local + strided pattern (never with a window)
-  // The tensor-core decode kernel only (IB_ATTN_PREFETCH): nonzero, each block sends the cache
+  // The tensor-core decode kernel only (IB_ATTN_MMA_PREFETCH): nonzero, each block sends the cache
   // blocks of its keys past the tiles it has in flight toward L2 as it starts.
   int prefetch_l2;
 };

@@ -263,7 +263,7 @@ bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionSha
 // A decode step (meta.max_query_len == 1): a block per (sequence, KV head), the group's query
 // heads as the MMA's rows; sliding windows and soft-capped logits as the other kernels. An E4M3
 // cache's bytes come through a ring of e4m3_ring stages (2, or 3: IB_ATTN_E4M3_RING); prefetch_l2
-// (IB_ATTN_PREFETCH) sends each block's later cache blocks toward L2 as it starts.
+// (IB_ATTN_MMA_PREFETCH) sends each block's later cache blocks toward L2 as it starts.
 void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
                                  const AttentionMetadata& meta, const AttentionShape& shape,
                                  Tensor out, cudaStream_t stream, int e4m3_ring = 2,

@@ -42,8 +42,9 @@ struct CudaSwitches {
   std::optional<int64_t> swiglu_quant;
   // IB_ATTN_E4M3_RING=2|3: the E4M3 decode attention's ring (CudaBackend::set_attention_e4m3_ring).
   std::optional<int64_t> attn_e4m3_ring;
-  // IB_ATTN_PREFETCH=0|1: the decode attention's L2 prefetch (CudaBackend::set_attention_prefetch).
-  std::optional<int64_t> attn_prefetch;
+  // IB_ATTN_MMA_PREFETCH=0|1: the tensor-core decode attention's L2 prefetch
+  // (CudaBackend::set_attention_mma_prefetch).
+  std::optional<int64_t> attn_mma_prefetch;
   // IB_CUDA_MLA=0|1: the MLA kernels offered to the engine (CudaBackend::set_mla).
   std::optional<int64_t> cuda_mla;
   // IB_MLA_SPLIT=0|1: the MLA attention split across blocks (CudaBackend::set_mla_split).
