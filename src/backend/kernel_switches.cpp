@@ -67,11 +67,12 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "1: each block of the tensor-core decode attention sends the cache blocks of its keys past "
      "the tiles it has in flight toward L2 as it starts (one bulk prefetch of K and of V each), "
      "for the latency of short contexts' blocks (not yet measured); 0: loads as they come"},
-    {"IB_SWIGLU_QUANT", "cuda", "1", 0, 1, "",
+    {"IB_SWIGLU_QUANT", "cuda", "0", 0, 1, "",
      "1: past the GEMV, a W8A8 down projection (fp8, int8 W8A8) takes its input from the kernel "
      "that quantizes it computing the SwiGLU itself (silu(g) * u rounded as silu_mul stores "
      "it: the same codes, scales and GEMM as the two kernels), so act is neither written nor "
-     "read back; 0: silu_mul, then the quantize kernel"},
+     "read back (written, not yet run on a GPU: off until its tests pass there); 0: silu_mul, "
+     "then the quantize kernel"},
     {"IB_CUDA_MLA", "cuda", "1", 0, 1, "",
      "1: the CUDA backend offers its multi-head latent attention kernels (DeepSeek-V2) to the "
      "engine (tested against the CPU ops and transformers on the H200); 0: a DeepSeek-V2 model "

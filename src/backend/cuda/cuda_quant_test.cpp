@@ -180,6 +180,7 @@ TEST_P(CudaQuant, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
 // the composition itself.
 TEST_P(CudaQuant, SwiGluIntoTheQuantizedDownProjection) {
   Twin twin(dtype());
+  twin.gpu().set_swiglu_quant(true);  // IB_SWIGLU_QUANT (default off until this test has run)
   Rng rng(26);
   const int64_t n = 512;
   struct Case {
