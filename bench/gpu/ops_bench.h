@@ -67,6 +67,10 @@ struct Paged {
 // batch sequences of `context` tokens, the last q_len of each the queries, over a cache of
 // cache_dtype (bf16 or E4M3) in enough disjoint copies that replays miss L2.
 Paged make_paged(BenchContext& ctx, int batch, int q_len, int context, DType cache_dtype);
+// Llama-3-8B's attention (softmax scale 1 / sqrt(128)).
+inline const AttentionShape kAttentionShape{kHeads, kKvHeads, kHeadDim, 0.08838834764831845f, 0};
+// Microseconds per call of the backend's attention over p on `path`, the cache copies in turn.
+double time_attention(BenchContext& ctx, Paged& p, cuda::AttentionPath path);
 
 void warm_up(BenchContext& ctx);
 double measure_copy_ceiling(BenchContext& ctx);

@@ -14,7 +14,6 @@
 namespace ib::bench {
 namespace {
 
-const AttentionShape kDecodeShape{kHeads, kKvHeads, kHeadDim, 0.08838834764831845f, 0};
 constexpr int kKeysPerTile = 64;  // attention_decode_mma.cu's kBlockK
 constexpr int kBlocksPerSm = 3;   // its shared memory's limit at head_dim 128
 
@@ -50,17 +49,12 @@ void bench_decode_mma(BenchContext& ctx) {
         for (const Variant& v : variants) {
           if (v.cache != cache) continue;
           const auto run = [&](int i) {
-            const AttentionMetadata& meta = p.metas[static_cast<size_t>(i % n)];
-            if (v.ring == 0) {
-              ctx.backend.set_attention_path(cuda::AttentionPath::kSplitKv);
-              ctx.backend.attention(p.qkv, p.kv, meta, kDecodeShape, p.out);
-              ctx.backend.set_attention_path(cuda::AttentionPath::kAuto);
-            } else {
-              cuda::launch_attention_decode_mma(p.qkv, p.kv, meta, kDecodeShape, p.out,
-                                                ctx.backend.stream(), v.ring, v.prefetch);
-            }
+            cuda::launch_attention_decode_mma(p.qkv, p.kv, p.metas[static_cast<size_t>(i % n)],
+                                              kAttentionShape, p.out, ctx.backend.stream(), v.ring,
+                                              v.prefetch);
           };
-          const double us = ctx.timer.per_call_ms(run, std::max(2 * n, 8)) * 1e3;
+          const double us = v.ring == 0 ? time_attention(ctx, p, cuda::AttentionPath::kSplitKv)
+                                        : ctx.timer.per_call_ms(run, std::max(2 * n, 8)) * 1e3;
           const std::string shape = std::to_string(batch) + " seq x " + std::to_string(context);
           ctx.report.add({"decode_mma", "attention", shape, v.name, us, bytes,
                           4.0 * tokens * kHeads * kHeadDim});

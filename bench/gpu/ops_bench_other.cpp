@@ -67,21 +67,20 @@ Paged make_paged(BenchContext& ctx, int batch, int q_len, int context, DType cac
   return p;
 }
 
-namespace {
-
-const AttentionShape kShape{kHeads, kKvHeads, kHeadDim, 0.08838834764831845f, 0};
-
 double time_attention(BenchContext& ctx, Paged& p, cuda::AttentionPath path) {
   ctx.backend.set_attention_path(path);
   const auto n = static_cast<int>(p.metas.size());
   const double ms = ctx.timer.per_call_ms(
       [&](int i) {
-        ctx.backend.attention(p.qkv, p.kv, p.metas[static_cast<size_t>(i % n)], kShape, p.out);
+        ctx.backend.attention(p.qkv, p.kv, p.metas[static_cast<size_t>(i % n)], kAttentionShape,
+                              p.out);
       },
       std::max(2 * n, 8));
   ctx.backend.set_attention_path(cuda::AttentionPath::kAuto);
   return ms * 1e3;
 }
+
+namespace {
 
 std::string bxc(int b, int c) {
   return std::to_string(b) + " seq x " + std::to_string(c);
@@ -99,7 +98,7 @@ std::vector<float> host_bf16(BenchContext& ctx, const Tensor& t) {
 std::vector<float> split_kv_output(BenchContext& ctx, Paged& p) {
   Tensor ref = ctx.random(DType::kBF16, {p.out.dim(0), p.out.dim(1)});
   ctx.backend.set_attention_path(cuda::AttentionPath::kSplitKv);
-  ctx.backend.attention(p.qkv, p.kv, p.metas[0], kShape, ref);
+  ctx.backend.attention(p.qkv, p.kv, p.metas[0], kAttentionShape, ref);
   ctx.backend.set_attention_path(cuda::AttentionPath::kAuto);
   return host_bf16(ctx, ref);
 }
@@ -120,13 +119,13 @@ double out_rel_l2(BenchContext& ctx, Paged& p, const std::vector<float>& want) {
 void time_attention_variants(BenchContext& ctx, Paged& p, const std::string& shape, double tokens) {
   const AttentionMetadata& meta0 = p.metas[0];
   const int partition = cuda::split_kv_partition_size(
-      meta0, kShape, cuda::CudaBackend::kAttentionWorkspaceBytes, ctx.backend.num_sms());
+      meta0, kAttentionShape, cuda::CudaBackend::kAttentionWorkspaceBytes, ctx.backend.num_sms());
   const std::vector<float> want = split_kv_output(ctx, p);
   Tensor workspace = ctx.random(DType::kF32, {int64_t{16} << 20});  // 64 MiB
   const auto n = static_cast<int>(p.metas.size());
   for (int v = 0; v < attention_variant_count(); ++v) {
     const auto run = [&](int i) {
-      launch_attention_variant(v, p.qkv, p.kv, p.metas[static_cast<size_t>(i % n)], kShape,
+      launch_attention_variant(v, p.qkv, p.kv, p.metas[static_cast<size_t>(i % n)], kAttentionShape,
                                partition, workspace.data, workspace.bytes(), p.out,
                                ctx.backend.stream());
     };
@@ -144,12 +143,13 @@ void time_attention_variants(BenchContext& ctx, Paged& p, const std::string& sha
 // so that no switch decides, and checked against the split-KV kernel's output.
 void time_attention_mma(BenchContext& ctx, Paged& p, const std::string& shape, double tokens) {
   const AttentionMetadata& meta0 = p.metas[0];
-  if (!cuda::decode_mma_supports(p.qkv.dtype, p.kv, kShape) || meta0.max_query_len != 1) return;
+  if (!cuda::decode_mma_supports(p.qkv.dtype, p.kv, kAttentionShape) || meta0.max_query_len != 1)
+    return;
   const std::vector<float> want = split_kv_output(ctx, p);
   const auto n = static_cast<int>(p.metas.size());
   const auto run = [&](int i) {
-    cuda::launch_attention_decode_mma(p.qkv, p.kv, p.metas[static_cast<size_t>(i % n)], kShape,
-                                      p.out, ctx.backend.stream());
+    cuda::launch_attention_decode_mma(p.qkv, p.kv, p.metas[static_cast<size_t>(i % n)],
+                                      kAttentionShape, p.out, ctx.backend.stream());
   };
   const double us = ctx.timer.per_call_ms(run, std::max(2 * n, 8)) * 1e3;
   run(0);
@@ -244,7 +244,7 @@ void bench_small_ops(BenchContext& ctx) {
     Tensor inv_freq = ctx.random(DType::kF32, {kHeadDim / 2});
     us = ctx.timer.per_call_ms(
              [&](int) {
-               ctx.backend.rope_and_cache(qkv, positions, positions, inv_freq, kv, kShape);
+               ctx.backend.rope_and_cache(qkv, positions, positions, inv_freq, kv, kAttentionShape);
              },
              20) *
          1e3;
