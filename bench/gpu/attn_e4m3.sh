@@ -4,10 +4,10 @@
 # E4M3 caches, the mixed batches) and the switch report, every engine test of the fp8 cache with
 # IB_ATTN_MMA=1 (every decode step on the kernel, inside the graphs, against the CPU engine), then
 # targets.sh's continuous run (Llama-3-8B, 1,024 prompts of 128 / 128) in fp8 with the E4M3 cache
-# on the tensor-core kernel (the default ring of 2), with a third stage of bytes in flight
-# (IB_ATTN_E4M3_RING=3), and with that and the blocks' L2 prefetch (IB_ATTN_MMA_PREFETCH=1), and
-# in bf16 (bf16 cache) without and with the prefetch, interleaved twice. (results/h100/attn-e4m3/
-# run1 ran its first form at fa616d1: the bf16 cache and split-KV beside the E4M3 kernel.)
+# on the tensor-core kernel (the default ring of 2) and with a third stage of bytes in flight
+# (IB_ATTN_E4M3_RING=3), and in bf16 (bf16 cache), interleaved twice. (results/h100/attn-e4m3/
+# run1 ran its first form at fa616d1: the bf16 cache and split-KV beside the E4M3 kernel; run2 at
+# e4dbd7a, with the blocks' L2 prefetch since removed.)
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~5 minutes): IB_PREBUILT=1 OUT=dir
 # bash bench/gpu/attn_e4m3.sh. Writes tests.log, backend_cuda_test.json, engine_cuda_test.json,
 # runs.log, runs.json and runs.tgz.
@@ -22,10 +22,7 @@ CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num
     run_llama "cont_fp8_kv8_$i" --quantization fp8 --kv-cache-dtype fp8 "${CONT[@]}"
     run_llama "cont_fp8_kv8_ring3_$i" IB_ATTN_E4M3_RING=3 --quantization fp8 --kv-cache-dtype fp8 \
       "${CONT[@]}"
-    run_llama "cont_fp8_kv8_ring3_pf_$i" IB_ATTN_E4M3_RING=3 IB_ATTN_MMA_PREFETCH=1 \
-      --quantization fp8 --kv-cache-dtype fp8 "${CONT[@]}"
     run_llama "cont_bf16_$i" "${CONT[@]}"
-    run_llama "cont_bf16_pf_$i" IB_ATTN_MMA_PREFETCH=1 "${CONT[@]}"
   done
 } 2>&1 | tee "$O/runs.log"
 pack_runs

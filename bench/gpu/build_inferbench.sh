@@ -117,30 +117,38 @@ hf_parity() {
   [ -f "$O/parity/$json" ] && mv "$O/parity/$json" "$O/"
 }
 
-# ncu_prof NAME KERNEL_REGEX LAUNCH_SKIP RUN_ARGS...: Nsight Compute on one launch of the kernels
-# matching KERNEL_REGEX (the one after LAUNCH_SKIP of them) in an `inferbench run` of Llama-3-8B
-# bf16 on dummy weights (static load, one run, no warm-up) with RUN_ARGS: sections speed of
-# light, memory, warp states, occupancy, launch, scheduler and the source counters. The report
-# goes to $O/ncu_NAME.txt (its key lines printed) and the source page's per-instruction table
-# (SASS, executed instructions, stalls) to $O/sass_NAME.csv.gz.
-ncu_prof() {
+# ncu_on NAME KERNEL_REGEX LAUNCH_SKIP COMMAND...: Nsight Compute on one launch of the kernels
+# matching KERNEL_REGEX (demangled names; the one after LAUNCH_SKIP of them) in COMMAND: sections
+# speed of light, memory, warp states, occupancy, launch, scheduler and the source counters. The
+# command's output and the report's details page go to $O/ncu_NAME.txt (its key lines printed),
+# the source page's per-instruction table (SASS, executed instructions, stalls) to
+# $O/sass_NAME.csv.gz.
+ncu_on() {
   local name=$1 regex=$2 skip=$3
   shift 3
   timeout 200 ncu --clock-control none --kernel-name-base demangled -k "regex:$regex" \
     --launch-skip "$skip" --launch-count 1 --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
     --section LaunchStats --section SchedulerStats --section SourceCounters \
-    --export "/tmp/ncu-$name" --force-overwrite \
-    "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy --disable-tqdm \
-    --model llama-3-8b --runs 1 --num-warmups 0 --load-mode static \
-    --result-dir "/tmp/ncu-run-$name" --overwrite "$@" > "$O/ncu_$name.txt" 2>&1
+    --export "/tmp/ncu-$name" --force-overwrite "$@" > "$O/ncu_$name.txt" 2>&1
   echo "$name rc=$? +$(( $(date +%s) - T0 )) s"
+  timeout 60 ncu -i "/tmp/ncu-$name.ncu-rep" --page details >> "$O/ncu_$name.txt" 2>&1
   grep -E "$regex|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Dynamic Shared|Issued Warp|No Eligible|Warp Cycles Per Issued|Grid Size" \
     "$O/ncu_$name.txt" | cut -c1-150
   timeout 60 ncu -i "/tmp/ncu-$name.ncu-rep" --page source --csv --print-source sass 2> \
     "$O/sass_$name.err" | gzip > "$O/sass_$name.csv.gz"
   rm -f "$O/sass_$name.err"
   echo "source page $name: $(zcat "$O/sass_$name.csv.gz" | wc -l) lines +$(( $(date +%s) - T0 )) s"
+}
+
+# ncu_prof NAME KERNEL_REGEX LAUNCH_SKIP RUN_ARGS...: ncu_on an `inferbench run` of Llama-3-8B
+# bf16 on dummy weights (static load, one run, no warm-up) with RUN_ARGS.
+ncu_prof() {
+  local name=$1 regex=$2 skip=$3
+  shift 3
+  ncu_on "$name" "$regex" "$skip" "$B/bin/inferbench" run --device cuda --dtype bf16 \
+    --load-format dummy --disable-tqdm --model llama-3-8b --runs 1 --num-warmups 0 \
+    --load-mode static --result-dir "/tmp/ncu-run-$name" --overwrite "$@"
 }
 
 # use_icu: the GPU machine has no libicu. Debian's packages (bench/gpu/icu-deps.sh, carried as

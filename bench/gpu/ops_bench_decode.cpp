@@ -1,12 +1,15 @@
 // GPU op benchmark section decode_mma (IB_OPS_SECTIONS=decode_mma): the tensor-core decode
 // attention (attention_decode_mma.cu) alone over batches of 256 and 1,024 sequences and contexts
-// of 64 to 1,024 keys, with a bf16 cache and an E4M3 cache (rings of 2 and 3 stages), each with
-// and without IB_ATTN_MMA_PREFETCH (suffix _pf), the split-KV kernel beside them. A block owns one
-// (sequence, KV head); with 3 blocks an SM a launch runs in `waves` of num_sms * 3 blocks, so the
-// time per wave against the tiles per block (64 keys each) separates a block's fixed cost (its
-// prologue, first load and merge) from its cost per tile.
+// of 64 to 1,024 keys, with a bf16 cache and an E4M3 cache (rings of 2 and 3 stages, MMAs in bf16
+// or in fp16: IB_ATTN_E4M3_F16, suffix _f16), the split-KV kernel beside them (session 36 measured
+// IB_ATTN_MMA_PREFETCH here too: it lost everywhere, bench/results/h100/attn-e4m3/sweep1). A block
+// owns one (sequence, KV head); with 3 blocks an SM a launch runs in `waves` of num_sms * 3 blocks,
+// so the time per wave against the tiles per block (64 keys each) separates a block's fixed cost
+// (its prologue, first load and merge) from its cost per tile.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/detail/kernels.h"
 #include "ops_bench.h"
@@ -20,23 +23,33 @@ constexpr int kBlocksPerSm = 3;   // its shared memory's limit at head_dim 128
 struct Variant {
   const char* name;
   DType cache;
-  int ring;               // 0: the split-KV kernel through the backend
-  bool prefetch = false;  // IB_ATTN_MMA_PREFETCH
+  int ring;          // 0: the split-KV kernel through the backend
+  bool f16 = false;  // IB_ATTN_E4M3_F16
 };
+
+// IB_OPS_DECODE_SHAPES (e.g. "1024x256,256x64"): only those batch x context shapes, for a
+// profiler's launch (bench/gpu/decode_ncu.sh); unset, all of them.
+bool wanted(int batch, int context) {
+  const char* env = std::getenv("IB_OPS_DECODE_SHAPES");
+  if (env == nullptr || *env == '\0') return true;
+  std::string list(",");
+  list.append(env).append(",");
+  std::string shape(",");
+  shape.append(std::to_string(batch)).append("x").append(std::to_string(context)).append(",");
+  return list.find(shape) != std::string::npos;
+}
 
 }  // namespace
 
 void bench_decode_mma(BenchContext& ctx) {
-  const Variant variants[] = {{"mma_bf16", DType::kBF16, 2},
-                              {"mma_bf16_pf", DType::kBF16, 2, true},
-                              {"split_bf16", DType::kBF16, 0},
-                              {"mma_e4m3_ring2", DType::kF8E4M3, 2},
-                              {"mma_e4m3_ring2_pf", DType::kF8E4M3, 2, true},
-                              {"mma_e4m3_ring3", DType::kF8E4M3, 3},
-                              {"mma_e4m3_ring3_pf", DType::kF8E4M3, 3, true},
-                              {"split_e4m3", DType::kF8E4M3, 0}};
+  const Variant variants[] = {
+      {"mma_bf16", DType::kBF16, 2},         {"split_bf16", DType::kBF16, 0},
+      {"mma_e4m3_ring2", DType::kF8E4M3, 2}, {"mma_e4m3_ring2_f16", DType::kF8E4M3, 2, true},
+      {"mma_e4m3_ring3", DType::kF8E4M3, 3}, {"mma_e4m3_ring3_f16", DType::kF8E4M3, 3, true},
+      {"split_e4m3", DType::kF8E4M3, 0}};
   for (const int batch : {256, 1024}) {
     for (const int context : {64, 128, 192, 256, 384, 512, 1024}) {
+      if (!wanted(batch, context)) continue;
       for (const DType cache : {DType::kBF16, DType::kF8E4M3}) {
         Paged p = make_paged(ctx, batch, 1, context, cache);
         const auto n = static_cast<int>(p.metas.size());
@@ -51,7 +64,7 @@ void bench_decode_mma(BenchContext& ctx) {
           const auto run = [&](int i) {
             cuda::launch_attention_decode_mma(p.qkv, p.kv, p.metas[static_cast<size_t>(i % n)],
                                               kAttentionShape, p.out, ctx.backend.stream(), v.ring,
-                                              v.prefetch);
+                                              v.f16);
           };
           const double us = v.ring == 0 ? time_attention(ctx, p, cuda::AttentionPath::kSplitKv)
                                         : ctx.timer.per_call_ms(run, std::max(2 * n, 8)) * 1e3;

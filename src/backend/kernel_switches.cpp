@@ -63,16 +63,11 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "cache bytes in flight, K and V converted together into one stage of bf16/fp16 rows "
      "(measured: bench/results/h100/attn-e4m3/run1); 3: three stages, K and V converted in turn "
      "through one stage (3 blocks an SM still), for blocks of few tiles (not yet measured)"},
-    {"IB_ATTN_MMA_PREFETCH", "cuda", "0", 0, 1, "",
-     "1: each block of the tensor-core decode attention sends the cache blocks of its keys past "
-     "the tiles it has in flight toward L2 as it starts (one bulk prefetch of K and of V each), "
-     "for the latency of short contexts' blocks (not yet measured); 0: loads as they come"},
-    {"IB_SWIGLU_QUANT", "cuda", "0", 0, 1, "",
-     "1: past the GEMV, a W8A8 down projection (fp8, int8 W8A8) takes its input from the kernel "
-     "that quantizes it computing the SwiGLU itself (silu(g) * u rounded as silu_mul stores "
-     "it: the same codes, scales and GEMM as the two kernels), so act is neither written nor "
-     "read back (written, not yet run on a GPU: off until its tests pass there); 0: silu_mul, "
-     "then the quantize kernel"},
+    {"IB_ATTN_E4M3_F16", "cuda", "0", 0, 1, "",
+     "1: a bf16 model's tensor-core decode attention over an E4M3 cache converts the cache to "
+     "fp16 (one paired conversion for two values, against bf16's four instructions) and runs its "
+     "MMAs in fp16, Q clamped to fp16's range, P in fp16, f32 accumulation (not yet measured); "
+     "0: the cache converted to bf16, the MMAs in bf16"},
     {"IB_CUDA_MLA", "cuda", "1", 0, 1, "",
      "1: the CUDA backend offers its multi-head latent attention kernels (DeepSeek-V2) to the "
      "engine (tested against the CPU ops and transformers on the H200); 0: a DeepSeek-V2 model "

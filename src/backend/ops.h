@@ -124,14 +124,6 @@ class DenseOps {
   virtual void matmul(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out) = 0;
   // out (T, F) = silu(gate_up[:, :F]) * gate_up[:, F:]; gate_up (T, 2F).
   virtual void silu_mul(const Tensor& gate_up, Tensor out) = 0;
-  // silu_mul(gate_up, act), then out = act @ w^T: the SwiGLU and the down projection in one op
-  // where the backend fuses them (CUDA: a W8A8 weight past its GEMV, the SwiGLU computed by the
-  // kernel that quantizes the GEMM's input). Afterwards act holds silu_mul's output or its old
-  // values.
-  virtual void silu_mul_matmul(const Tensor& gate_up, Tensor act, const WeightRef& w, Tensor out) {
-    silu_mul(gate_up, act);
-    matmul(act, w, nullptr, out);
-  }
   // out (T, F) = gelu_tanh(gate_up[:, :F]) * gate_up[:, F:] (GeGLU with PyTorch's tanh
   // approximation, gelu(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))); gate_up (T, 2F).
   virtual void gelu_tanh_mul(const Tensor& gate_up, Tensor out) = 0;

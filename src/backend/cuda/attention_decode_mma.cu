@@ -11,9 +11,12 @@
 // T (exact) before the warps read it: with 2 stages K and V together into one K/V stage, with 3
 // (IB_ATTN_E4M3_RING=3: a third tile in flight, for blocks of few tiles) K, then V, into one
 // stage of T rows, so the shared memory still fits 3 blocks an SM. k_scale is in the softmax
-// scale, v_scale in the output. IB_ATTN_MMA_PREFETCH=1 sends the cache blocks of a block's later
-// tiles toward L2 as it starts (bulk prefetches). Block-sparse patterns and head_dim 256 keep the
-// split-KV kernel.
+// scale, v_scale in the output. With IB_ATTN_E4M3_F16=1 a bf16 model's E4M3 cache is converted
+// to fp16 instead (one paired conversion for two values, where bf16 takes it and three more) and
+// the block's MMAs run in fp16: Q converted once (clamped to fp16's range), P in fp16, the output
+// accumulated in f32 as before. Block-sparse patterns and head_dim 256 keep the split-KV kernel.
+// (A bulk L2 prefetch of each block's later cache blocks was measured and removed: slower at
+// every size, up to 1.7x at 1,024 keys; bench/NOTES.md, session 37.)
 #include <cmath>
 #include <type_traits>
 
@@ -58,9 +61,11 @@ constexpr size_t merge_bytes() {
 }
 
 // The kernels' body (below); grid (1, Hkv, num_seqs), dynamic shared memory
-// smem_bytes<TC, HD, kRing>(). kRing is 2 but for an E4M3 cache's 3.
-template <typename T, typename TC, int HD, int kRing>
+// smem_bytes<TC, HD, kRing>(). kRing is 2 but for an E4M3 cache's 3. TM: the MMAs' element, T but
+// for a bf16 model's E4M3 cache under IB_ATTN_E4M3_F16 (fp16).
+template <typename T, typename TC, int HD, int kRing, typename TM = T>
 __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
+  static_assert(std::is_same_v<TM, T> || kE4m3<TC>, "another MMA element for an E4M3 cache only");
   constexpr int kP = attention_pitch<HD>();
   constexpr bool kFp8 = kE4m3<TC>;
   constexpr bool kAlt = kFp8 && kRing == 3;  // K, then V, through one stage of T rows
@@ -71,8 +76,8 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   // q_s (kRows, kP), then k_s and v_s (T rows of pitch kP: 2 stages of each; E4M3, one of each,
   // or one shared), then k8_s and v8_s (kRing, kBlockK, HD) bytes for an E4M3 cache.
   T* const q_s = reinterpret_cast<T*>(smem_raw);
-  T* const k_s = q_s + kRows * kP;
-  T* const v_s = kAlt ? k_s : k_s + kTRows<TC, kRing> / 2 * kP;
+  TM* const k_s = reinterpret_cast<TM*>(q_s + kRows * kP);
+  TM* const v_s = kAlt ? k_s : k_s + kTRows<TC, kRing> / 2 * kP;
   [[maybe_unused]] uint8_t* const k8_s = reinterpret_cast<uint8_t*>(k_s + kTRows<TC, kRing> * kP);
   [[maybe_unused]] uint8_t* const v8_s = k8_s + kRing * kBlockK * HD;
 
@@ -122,15 +127,26 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
                                    k_cache, v_cache, [&](int r) { return row_of(tile, r); });
     }
   };
-  // A stage's E4M3 bytes (src, kBlockK rows of HD) as T into dst (rows of pitch kP), 8 values a
+  // A stage's E4M3 bytes (src, kBlockK rows of HD) as TM into dst (rows of pitch kP), 8 values a
   // thread and step (8-byte reads and 16-byte writes, consecutive across the warp).
-  [[maybe_unused]] const auto convert = [&](const uint8_t* src, T* dst) {
+  [[maybe_unused]] const auto convert = [&](const uint8_t* src, TM* dst) {
     constexpr int kChunks = HD / 8;
     for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
       const int r = i / kChunks;
       const int c = (i % kChunks) * 8;
       *reinterpret_cast<uint4*>(dst + r * kP + c) =
-          e4m3x8_to<T>(*reinterpret_cast<const uint2*>(src + r * HD + c));
+          e4m3x8_to<TM>(*reinterpret_cast<const uint2*>(src + r * HD + c));
+    }
+  };
+  // Q's rows as TM, in place, when the MMAs take another element than T (8 values a thread and
+  // step; the next barrier publishes them). Every Q row has arrived: the caller has waited for
+  // the first group and passed a barrier.
+  const auto convert_q = [&] {
+    if constexpr (!std::is_same_v<TM, T>) {
+      for (int i = threadIdx.x; i < kRows * (HD / 8); i += kThreads) {
+        auto* cell = reinterpret_cast<uint4*>(q_s + (i / (HD / 8)) * kP + (i % (HD / 8)) * 8);
+        *cell = convert8<T, TM>(*cell);
+      }
     }
   };
   load_kv(tile_begin, 0);
@@ -138,19 +154,6 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   if constexpr (kAlt) {  // the second tile in flight too (an empty group past the last)
     if (tile_begin + 1 < tile_end) load_kv(tile_begin + 1, 1);
     cp_async_commit();
-  }
-  // IB_ATTN_MMA_PREFETCH: the cache blocks of the keys past the first kRing tiles (those the ring
-  // has issued by the first iteration's wait) toward L2, one bulk prefetch of K and of V each, so
-  // that their tiles' loads later find them there.
-  if (p.prefetch_l2 != 0 && (tile_begin + kRing) * kBlockK <= pos) {
-    const int bs = p.batch.block_size;
-    const auto bytes = static_cast<uint32_t>(bs * HD * sizeof(TC));
-    const int32_t* table = p.batch.block_tables + int64_t{seq} * p.batch.max_blocks_per_seq;
-    for (int b = (tile_begin + kRing) * kBlockK / bs + threadIdx.x; b <= pos / bs; b += kThreads) {
-      const int64_t row = (int64_t{table[b]} * p.num_kv_heads + kv_head) * bs * HD;
-      prefetch_l2_bulk(k_cache + row, bytes);
-      prefetch_l2_bulk(v_cache + row, bytes);
-    }
   }
 
   // Lane holds rows g = lane / 4 and g + 8 (query heads), keys tq * 2 (+ 1) of each 8.
@@ -170,11 +173,13 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
       cp_async_commit();
       cp_async_wait<2>();
       __syncthreads();
+      if (it == 0) convert_q();
       convert(k8_s + buf * kBlockK * HD, k_s);
       __syncthreads();
     } else {
       ring2_wait(tile + 1 < tile_end, [&] { load_kv(tile + 1, buf ^ 1); });
       if constexpr (kFp8) {
+        if (it == 0) convert_q();
         convert(k8_s + buf * kBlockK * HD, k_s);
         convert(v8_s + buf * kBlockK * HD, v_s);
         __syncthreads();
@@ -182,19 +187,19 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
     }
     const int stage = kFp8 ? 0 : buf;  // the K/V stage of T rows the warps read
     if (it == 0) {
-      const T* q_warp = q_s + (lane & 15) * kP + (lane >> 4) * 8;
+      const TM* q_warp = reinterpret_cast<const TM*>(q_s) + (lane & 15) * kP + (lane >> 4) * 8;
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks) ldmatrix_x4(qf[ks], q_warp + ks * 16);
     }
     const int key0 = tile * kBlockK + warp * kWarpKeys;  // this warp's 16 keys
     const bool active = key0 <= pos && key0 + kWarpKeys - 1 >= kv_begin;
-    const T* kt = k_s + (stage * kBlockK + warp * kWarpKeys) * kP;
-    const T* vt = v_s + (stage * kBlockK + warp * kWarpKeys) * kP;
+    const TM* kt = k_s + (stage * kBlockK + warp * kWarpKeys) * kP;
+    const TM* vt = v_s + (stage * kBlockK + warp * kWarpKeys) * kP;
     // S = Q K^T over the warp's 16 keys, masked, and the online softmax's step (s: P after).
     const auto scores_softmax = [&](float(&s)[2][4]) {
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks)
-        mma_scores16<T>(qf[ks], kt + ks * 16, kP, lane, s[0], s[1]);
+        mma_scores16<TM>(qf[ks], kt + ks * 16, kP, lane, s[0], s[1]);
         // Every row sees the same keys, [kv_begin, pos]: s[nt][2 ri + e] is key nt * 8 + tq * 2 +
         // e.
 #pragma unroll
@@ -212,12 +217,12 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
       __syncthreads();  // every warp's scores have read K, which V replaces
       convert(v8_s + buf * kBlockK * HD, v_s);
       __syncthreads();
-      if (active) mma_pv16<T>(s[0], s[1], vt, kP, lane, o);
+      if (active) mma_pv16<TM>(s[0], s[1], vt, kP, lane, o);
     } else if (active) {
       float s[2][4] = {};
       scores_softmax(s);
       // O += P V over the warp's 16 keys.
-      mma_pv16<T>(s[0], s[1], vt, kP, lane, o);
+      mma_pv16<TM>(s[0], s[1], vt, kP, lane, o);
     }
     __syncthreads();  // the next iteration's prefetch (and conversion) overwrites this buffer
   }
@@ -269,15 +274,16 @@ template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
   decode_mma<T, T, HD, 2>(p);
 }
-template <typename T, int HD, int kRing>
+template <typename T, int HD, int kRing, typename TM>
 __global__ void __launch_bounds__(kThreads, 3) decode_mma_e4m3_kernel(DecodeParams p) {
-  decode_mma<T, uint8_t, HD, kRing>(p);
+  decode_mma<T, uint8_t, HD, kRing, TM>(p);
 }
 
-template <typename T, typename TC, int HD, int kRing>
+template <typename T, typename TC, int HD, int kRing, typename TM>
 void launch_typed(const DecodeParams& p, const AttentionMetadata& meta, cudaStream_t stream) {
   constexpr size_t kSmem = smem_bytes<TC, HD, kRing>();
-  const auto kernel = kE4m3<TC> ? decode_mma_e4m3_kernel<T, HD, kRing> : decode_mma_kernel<T, HD>;
+  const auto kernel =
+      kE4m3<TC> ? decode_mma_e4m3_kernel<T, HD, kRing, TM> : decode_mma_kernel<T, HD>;
   IB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kSmem)),
                 "attention(decode mma)");
@@ -298,7 +304,7 @@ bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionSha
 
 void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
                                  const AttentionMetadata& meta, const AttentionShape& shape,
-                                 Tensor out, cudaStream_t stream, int e4m3_ring, bool prefetch_l2) {
+                                 Tensor out, cudaStream_t stream, int e4m3_ring, bool e4m3_f16) {
   IB_ASSERT(decode_mma_supports(qkv.dtype, kv, shape) && meta.max_query_len == 1,
             "attention(decode mma): decode steps of bf16 / fp16 activations (cache of theirs or "
             "E4M3), head_dim 64-128, groups of at most 16, no block-sparse pattern");
@@ -307,36 +313,42 @@ void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
       "attention(decode mma): tensors must be 16-byte aligned");
   if (meta.num_tokens == 0 || meta.num_seqs == 0) return;
   DecodeParams p = paged_attention_params(qkv, kv, meta, shape, out);
-  p.prefetch_l2 = prefetch_l2 ? 1 : 0;
-  const auto by_dim = [&](auto tag, auto cache_tag, auto ring) {
+  const auto by_dim = [&](auto tag, auto cache_tag, auto ring, auto mma_tag) {
     using T = decltype(tag);
     using TC = decltype(cache_tag);
     constexpr int kRing = decltype(ring)::value;
+    using TM = decltype(mma_tag);
     switch (shape.head_dim) {
       case 64:
-        launch_typed<T, TC, 64, kRing>(p, meta, stream);
+        launch_typed<T, TC, 64, kRing, TM>(p, meta, stream);
         break;
       case 96:
-        launch_typed<T, TC, 96, kRing>(p, meta, stream);
+        launch_typed<T, TC, 96, kRing, TM>(p, meta, stream);
         break;
       default:
-        launch_typed<T, TC, 128, kRing>(p, meta, stream);
+        launch_typed<T, TC, 128, kRing, TM>(p, meta, stream);
         break;
     }
   };
-  const auto run = [&](auto tag) {
-    if (kv.k.dtype != DType::kF8E4M3) {
-      by_dim(tag, tag, std::integral_constant<int, 2>{});
-    } else if (e4m3_ring == 3) {
-      by_dim(tag, uint8_t{}, std::integral_constant<int, 3>{});
+  const auto e4m3 = [&](auto tag, auto mma_tag) {
+    if (e4m3_ring == 3) {
+      by_dim(tag, uint8_t{}, std::integral_constant<int, 3>{}, mma_tag);
     } else {
-      by_dim(tag, uint8_t{}, std::integral_constant<int, 2>{});
+      by_dim(tag, uint8_t{}, std::integral_constant<int, 2>{}, mma_tag);
     }
   };
-  if (qkv.dtype == DType::kBF16) {
-    run(bf16{});
+  if (kv.k.dtype != DType::kF8E4M3) {
+    if (qkv.dtype == DType::kBF16) {
+      by_dim(bf16{}, bf16{}, std::integral_constant<int, 2>{}, bf16{});
+    } else {
+      by_dim(f16{}, f16{}, std::integral_constant<int, 2>{}, f16{});
+    }
+  } else if (qkv.dtype == DType::kF16) {
+    e4m3(f16{}, f16{});
+  } else if (e4m3_f16) {
+    e4m3(bf16{}, f16{});
   } else {
-    run(f16{});
+    e4m3(bf16{}, bf16{});
   }
   IB_CUDA_CHECK_LAUNCH("attention(decode mma)");
 }

@@ -382,17 +382,7 @@ void CudaBackend::matmul_quantized(const Tensor& x, const WeightRef& w, const Te
                stream_);
     return;
   }
-  matmul_w8a8(
-      x.rows(), x.row_size(), w, bias, out,
-      [&](int64_t r0, int64_t rows, Tensor xq, Tensor x_scales, const StaticActQuant& fixed) {
-        launch_quantize_rows(x.slice_rows(r0, rows), xq, x_scales, stream_, fixed);
-      });
-}
-
-void CudaBackend::matmul_w8a8(int64_t m, int64_t k, const WeightRef& w, const Tensor* bias,
-                              Tensor out, const QuantizeRows& quantize) {
-  IB_ASSERT(quant_scratch_.data() != nullptr,
-            "matmul(quantized): no scratch (quantize_weight allocates it)");
+  const int64_t k = x.row_size();
   const int64_t n = w.data.dim(0);
   int64_t chunk = std::min<int64_t>(
       kQuantScaleBytes / 4, std::max<int64_t>(1, (kQuantScratchBytes - kQuantScaleBytes) / k));
@@ -401,11 +391,11 @@ void CudaBackend::matmul_w8a8(int64_t m, int64_t k, const WeightRef& w, const Te
   }
   IB_ASSERT(chunk >= 1, "matmul(quantized): the scratch holds no row");
   const StaticActQuant fixed = static_act_quant(w);
-  for (int64_t r0 = 0; r0 < m; r0 += chunk) {
-    const int64_t rows = std::min(chunk, m - r0);
+  for (int64_t r0 = 0; r0 < x.rows(); r0 += chunk) {
+    const int64_t rows = std::min(chunk, x.rows() - r0);
     Tensor xq = quant_scratch_.view(w.data.dtype, {rows, k}, static_cast<size_t>(kQuantScaleBytes));
     Tensor x_scales = quant_scratch_.view(DType::kF32, {rows});
-    quantize(r0, rows, xq, x_scales, fixed);
+    launch_quantize_rows(x.slice_rows(r0, rows), xq, x_scales, stream_, fixed);
     if (w.format == WeightFormat::kFp8E4M3) {
       gemm_->run_fp8(xq, x_scales, w.data, w.scales, bias, out.slice_rows(r0, rows),
                      gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
@@ -819,7 +809,7 @@ void CudaBackend::decode_attention(const Tensor& qkv, const KvCacheLayer& kv,
                    decode_mma_supports(qkv.dtype, kv, shape);
   if (mma) {
     launch_attention_decode_mma(qkv, kv, meta, shape, out, stream_, attention_e4m3_ring_,
-                                attention_mma_prefetch_);
+                                attention_e4m3_f16_);
     ++attention_mma_launches_;
     return;
   }
@@ -854,35 +844,6 @@ void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out) {
                 gate_up.dtype == out.dtype,
             "silu_mul: gate_up must be (T, 2F) for out (T, F)");
   run_op("silu_mul", [&] { launch_silu_mul(gate_up, out, stream_, pdl_); });
-}
-
-bool CudaBackend::swiglu_quantized(const Tensor& gate_up, const WeightRef& w) const {
-  if (!swiglu_quant_ || !quantizes_activations(w.format) || observer_ ||
-      !supports_weight_format(w.format) || gate_up.dtype != dtype_ ||
-      !quantize_swiglu_supported(gate_up, w.data.dtype) || quant_scratch_.data() == nullptr)
-    return false;
-  return gate_up.rows() > quant_gemv_rows(w.format);
-}
-
-void CudaBackend::silu_mul_matmul(const Tensor& gate_up, Tensor act, const WeightRef& w,
-                                  Tensor out) {
-  if (!swiglu_quantized(gate_up, w)) {
-    DenseOps::silu_mul_matmul(gate_up, act, w, out);
-    return;
-  }
-  const int64_t f = gate_up.row_size() / 2;
-  IB_ASSERT(act.rows() == gate_up.rows() && act.row_size() == f && f == w.cols() &&
-                out.rows() == gate_up.rows() && out.row_size() == w.rows() && out.dtype == dtype_,
-            "silu_mul_matmul: gate_up (M, 2F), act (M, F), w (N, F) and out (M, N)");
-  run_op("silu_mul_matmul", [&] {
-    matmul_w8a8(
-        gate_up.rows(), f, w, nullptr, out,
-        [&](int64_t r0, int64_t rows, Tensor xq, Tensor x_scales, const StaticActQuant& fixed) {
-          launch_quantize_swiglu_rows(gate_up.slice_rows(r0, rows), xq, x_scales, stream_, false,
-                                      fixed);
-        });
-    ++swiglu_quant_launches_;
-  });
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& row_ids, Tensor out) {

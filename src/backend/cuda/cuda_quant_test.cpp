@@ -172,47 +172,6 @@ TEST_P(CudaQuant, FusedOpsWithTheGainMatchTheUnfusedCpuOps) {
   }
 }
 
-// silu_mul_matmul (the SwiGLU and the down projection): past the GEMV a W8A8 weight takes the
-// fused form, the SwiGLU computed by the kernel that quantizes the GEMM's input, whose result must
-// equal silu_mul then matmul on the GPU bit for bit (the same codes, scales and GEMM) and the
-// CPU's within the dtype's tolerance; dynamic and static activation scales, Llama-3-8B's F and a
-// small one, chunks of rows. At the GEMV's rows, F not a multiple of 8, or F past 16,384 it is
-// the composition itself.
-TEST_P(CudaQuant, SwiGluIntoTheQuantizedDownProjection) {
-  Twin twin(dtype());
-  twin.gpu().set_swiglu_quant(true);  // IB_SWIGLU_QUANT (default off until this test has run)
-  Rng rng(26);
-  const int64_t n = 512;
-  struct Case {
-    int64_t m, f;
-    bool fused;
-  };
-  const bool w8a8 = quantizes_activations(format());
-  for (const float input_scale : {0.0f, 0.02f}) {
-    for (const Case c : {Case{9, 14336, w8a8}, Case{200, 256, w8a8}, Case{1100, 1024, w8a8},
-                         Case{4, 256, false}, Case{40, 100, false}, Case{33, 16392, false}}) {
-      const std::string what = "m=" + std::to_string(c.m) + " f=" + std::to_string(c.f) +
-                               " input_scale " + std::to_string(input_scale);
-      Pair gate_up = twin.floats({c.m, 2 * c.f}, ragged_rows(rng, c.m, 2 * c.f, 2.0f));
-      Pair dense = twin.floats({n, c.f}, random_floats(rng, n * c.f, -0.05f, 0.05f));
-      QuantPair w = quantize(twin, dense, n, c.f, format());
-      if (input_scale > 0.0f && w8a8) w.cpu.input_scale = w.gpu.input_scale = input_scale;
-      Pair act = twin.output({c.m, c.f});
-      Pair out = twin.output({c.m, n});
-      Pair composed = twin.output({c.m, n});
-      const int64_t before = twin.gpu().swiglu_quant_launches();
-      twin.gpu().silu_mul_matmul(gate_up.gpu, act.gpu, w.gpu, out.gpu);
-      ASSERT_TRUE(twin.gpu().device_status().ok()) << what;
-      EXPECT_EQ(twin.gpu().swiglu_quant_launches() - before, c.fused ? 1 : 0) << what;
-      twin.gpu().silu_mul(gate_up.gpu, act.gpu);
-      twin.gpu().matmul(act.gpu, w.gpu, nullptr, composed.gpu);
-      EXPECT_EQ(twin.gpu_floats(out.gpu), twin.gpu_floats(composed.gpu)) << what;
-      twin.cpu().silu_mul_matmul(gate_up.cpu, act.cpu, w.cpu, out.cpu);
-      EXPECT_LT(twin.error(out), tolerance(dtype())) << what;
-    }
-  }
-}
-
 // INT8 W8A16 past the GEMV's 32 tokens on the weight-only tensor-core GEMM (IB_QUANT_GEMM;
 // quant_gemm.cu) instead of the dequantized weight: tiles partly past M and N (N odd), K split
 // across blocks and whole, a last stage half past K (K = 1,040); the matmul, matmul_add and the

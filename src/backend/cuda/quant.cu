@@ -103,49 +103,35 @@ __global__ void __launch_bounds__(kThreads)
 // of gain) once, all before the first reduction, keeps them in registers, and writes its codes
 // 8 bytes at a time; the same values, scales and codes as quantize_rows_kernel. (The loop kernel
 // took 3.5-3.7 us per decode call and, with a static scale, 7.8-8.5 us: bench/NOTES.md.)
-// kSwiGlu: src is gate_up (rows of 2k: [g | u]) and the row quantized is silu_mul's output, each
-// value silu(g) * u rounded to T as silu_mul stores it (so the codes and scales equal those of
-// silu_mul followed by this kernel); gain null, kRms false.
 constexpr int kMaxVecs = 8;
-template <typename T, typename TQ, bool kRms, bool kSwiGlu = false>
+template <typename T, typename TQ, bool kRms>
 __global__ void __launch_bounds__(kThreads)
     quantize_rows_vec_kernel(const T* __restrict__ src, const T* __restrict__ gain, float eps,
                              TQ* __restrict__ dst, float* __restrict__ scales, int64_t k,
                              StaticActQuant fixed) {
   static_assert(sizeof(T) == 2, "8 elements per 16-byte vector");
-  static_assert(!(kRms && kSwiGlu), "the SwiGLU form has no norm");
   __shared__ float scratch[32];
   const int nvec = static_cast<int>(k / 8);
-  const uint4* row = reinterpret_cast<const uint4*>(src + blockIdx.x * (kSwiGlu ? 2 * k : k));
+  const uint4* row = reinterpret_cast<const uint4*>(src + blockIdx.x * k);
   const uint4* g = reinterpret_cast<const uint4*>(gain);
   uint2* q = reinterpret_cast<uint2*>(dst + blockIdx.x * k);
   pdl_wait();
   pdl_trigger();
-  uint4 xv[kMaxVecs], gv[kMaxVecs];  // (kSwiGlu: g's vectors and u's)
+  uint4 xv[kMaxVecs], gv[kMaxVecs];
 #pragma unroll
   for (int j = 0; j < kMaxVecs; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * kThreads;
     if (i < nvec) {
       xv[j] = row[i];
-      if constexpr (kSwiGlu) {
-        gv[j] = row[nvec + i];
-      } else if (gain) {
-        gv[j] = __ldg(g + i);
-      }
+      if (gain) gv[j] = __ldg(g + i);
     }
   }
-  // Word w (elements 2w, 2w + 1) of vector j: x itself (for the sum of squares), and x * gain
-  // (kSwiGlu: silu(g) * u, rounded to T).
+  // Word w (elements 2w, 2w + 1) of vector j: x itself (for the sum of squares), and x * gain.
   const auto pair = [&](const uint4& v, int w) {
     return unpack2_f32<T>(w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w);
   };
   const auto scaled = [&](int j, int w) {
     const float2 h = pair(xv[j], w);
-    if constexpr (kSwiGlu) {
-      const float2 u = pair(gv[j], w);
-      return make_float2(to_f32(from_f32<T>(silu(h.x) * u.x)),
-                         to_f32(from_f32<T>(silu(h.y) * u.y)));
-    }
     if (!gain) return h;
     const float2 gg = pair(gv[j], w);
     return make_float2(h.x * gg.x, h.y * gg.y);
@@ -370,42 +356,6 @@ void launch_weight_row_sums(const WeightRef& w, Tensor out, cudaStream_t stream)
 void launch_quantize_rows(const Tensor& src, Tensor dst, Tensor scales, cudaStream_t stream,
                           StaticActQuant fixed) {
   launch_quantize_rms_rows(src, nullptr, 0.0f, false, dst, scales, stream, false, fixed);
-}
-
-bool quantize_swiglu_supported(const Tensor& gate_up, DType dst_dtype) {
-  const int64_t f = gate_up.row_size() / 2;
-  return (gate_up.dtype == DType::kBF16 || gate_up.dtype == DType::kF16) &&
-         (dst_dtype == DType::kF8E4M3 || dst_dtype == DType::kI8) && gate_up.rank == 2 &&
-         gate_up.row_size() % 2 == 0 && f % 8 == 0 && f <= int64_t{kThreads} * 8 * kMaxVecs &&
-         aligned16(gate_up.data);
-}
-
-void launch_quantize_swiglu_rows(const Tensor& gate_up, Tensor dst, Tensor scales,
-                                 cudaStream_t stream, bool pdl, StaticActQuant fixed) {
-  IB_ASSERT(quantize_swiglu_supported(gate_up, dst.dtype),
-            "quantize_swiglu_rows: gate_up (N, 2F) bf16/fp16, F a multiple of 8 up to 16,384, "
-            "16-byte aligned; dst fp8_e4m3 or int8");
-  IB_ASSERT(!fixed.asymmetric || dst.dtype == DType::kI8,
-            "quantize_swiglu_rows: an asymmetric static activation scale is int8's");
-  const int64_t f = gate_up.row_size() / 2;
-  IB_ASSERT(
-      dst.rows() == gate_up.rows() && dst.row_size() == f && scales.dtype == DType::kF32 &&
-          scales.numel() == gate_up.rows() && reinterpret_cast<uintptr_t>(dst.data) % 8 == 0,
-      "quantize_swiglu_rows: dst (N, F) 8-byte aligned and scales f32 (N) for gate_up (N, 2F)");
-  if (gate_up.rows() == 0) return;
-  const auto run = [&](auto tag, auto code_tag) {
-    using T = decltype(tag);
-    using TQ = decltype(code_tag);
-    launch_kernel("quantize_swiglu_rows", pdl, quantize_rows_vec_kernel<T, TQ, false, true>,
-                  dim3(static_cast<unsigned>(gate_up.rows())), dim3(kThreads), 0, stream,
-                  gate_up.as<const T>(), nullptr, 0.0f, dst.as<TQ>(), scales.as<float>(), f, fixed);
-  };
-  const bool int8 = dst.dtype == DType::kI8;
-  if (gate_up.dtype == DType::kBF16) {
-    int8 ? run(bf16{}, int8_t{}) : run(bf16{}, uint8_t{});
-  } else {
-    int8 ? run(f16{}, int8_t{}) : run(f16{}, uint8_t{});
-  }
 }
 
 void launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, bool rms,

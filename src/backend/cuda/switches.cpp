@@ -27,9 +27,8 @@ Result<CudaSwitches> read_cuda_switches() {
   s.attn_lean = integer("IB_ATTN_LEAN");
   s.attn_mma = integer("IB_ATTN_MMA");
   s.attn_mixed = integer("IB_ATTN_MIXED");
-  s.swiglu_quant = integer("IB_SWIGLU_QUANT");
   s.attn_e4m3_ring = integer("IB_ATTN_E4M3_RING");
-  s.attn_mma_prefetch = integer("IB_ATTN_MMA_PREFETCH");
+  s.attn_e4m3_f16 = integer("IB_ATTN_E4M3_F16");
   s.cuda_mla = integer("IB_CUDA_MLA");
   s.mla_split = integer("IB_MLA_SPLIT");
   s.moe_wide = integer("IB_MOE_WIDE");
@@ -68,9 +67,8 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.attn_lean) backend.set_attention_lean(static_cast<int>(*s.attn_lean));
   if (s.attn_mma) backend.set_attention_mma_min_seqs(static_cast<int>(*s.attn_mma));
   if (s.attn_mixed) backend.set_attention_mixed_min_seqs(static_cast<int>(*s.attn_mixed));
-  if (s.swiglu_quant) backend.set_swiglu_quant(*s.swiglu_quant == 1);
   if (s.attn_e4m3_ring) backend.set_attention_e4m3_ring(static_cast<int>(*s.attn_e4m3_ring));
-  if (s.attn_mma_prefetch) backend.set_attention_mma_prefetch(*s.attn_mma_prefetch == 1);
+  if (s.attn_e4m3_f16) backend.set_attention_e4m3_f16(*s.attn_e4m3_f16 == 1);
   if (s.cuda_mla) backend.set_mla(*s.cuda_mla == 1);
   if (s.mla_split) backend.set_mla_split(*s.mla_split == 1);
   if (s.moe_wide) backend.set_moe_wide_tokens(*s.moe_wide);
@@ -121,9 +119,8 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_ATTN_LEAN", {std::to_string(attention_lean_)}},
       {"IB_ATTN_MMA", {std::to_string(attention_mma_min_seqs_)}},
       {"IB_ATTN_MIXED", {std::to_string(attention_mixed_min_seqs_)}},
-      {"IB_SWIGLU_QUANT", {flag(swiglu_quant_)}},
       {"IB_ATTN_E4M3_RING", {std::to_string(attention_e4m3_ring_)}},
-      {"IB_ATTN_MMA_PREFETCH", {flag(attention_mma_prefetch_)}},
+      {"IB_ATTN_E4M3_F16", {flag(attention_e4m3_f16_)}},
       {"IB_CUDA_MLA", {flag(mla_)}},
       {"IB_MLA_SPLIT", {flag(mla_split_)}},
       {"IB_MOE_WIDE", {std::to_string(moe_wide_tokens_)}},

@@ -205,13 +205,9 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
     backend.add_rms_norm(b.residual, b.tmp, w.ffn_norm, in.rms_eps, b.hidden);
     backend.matmul(b.hidden, w.w_gate_up, nullptr, b.gate_up);
     lora_updates(in, l, LoraTarget::kGate, LoraTarget::kUp, b.hidden, b.gate_up);
-    if (in.lora == nullptr) {  // act need not be written (a W8A8 down on CUDA: it is not)
-      backend.silu_mul_matmul(b.gate_up, b.act, w.w_down, b.tmp);
-    } else {
-      backend.silu_mul(b.gate_up, b.act);
-      backend.matmul(b.act, w.w_down, nullptr, b.tmp);
-      lora_updates(in, l, LoraTarget::kDown, LoraTarget::kDown, b.act, b.tmp);
-    }
+    backend.silu_mul(b.gate_up, b.act);
+    backend.matmul(b.act, w.w_down, nullptr, b.tmp);
+    lora_updates(in, l, LoraTarget::kDown, LoraTarget::kDown, b.act, b.tmp);
     if (in.tp != nullptr) in.tp->all_reduce_sum(b.tmp);  // each rank's columns' share of down
     if (l + 1 < layers.size())
       backend.add_rms_norm(b.residual, b.tmp, layers[l + 1].attn_norm, in.rms_eps, b.hidden);

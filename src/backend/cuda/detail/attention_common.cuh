@@ -43,14 +43,6 @@ __device__ __forceinline__ int64_t cache_row(const PagedBatch& b, int seq, int p
   return ((block * num_kv_heads + kv_head) * b.block_size + pos % b.block_size) * int64_t{head_dim};
 }
 
-// bytes (a multiple of 16, p 16-byte aligned) from p on sent toward L2 in one instruction
-// (Hopper's bulk prefetch, e.g. a cache block's rows of one KV head; a hint, nothing before sm_90).
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 // The parameters every paged-attention kernel reads (the split-KV kernel's add its partitions).
 struct PagedAttentionParams {
   const void* qkv;
@@ -63,9 +55,6 @@ struct PagedAttentionParams {
   float v_scale;       // the cache's v_scale (1 unless E4M3)
   float softcap_log2;  // the logit soft-cap * log2(e) (softcap_log2()), 0: none
   BlockSparse sparse;  // enabled: the local + strided pattern (never with a window)
-  // The tensor-core decode kernel only (IB_ATTN_MMA_PREFETCH): nonzero, each block sends the cache
-  // blocks of its keys past the tiles it has in flight toward L2 as it starts.
-  int prefetch_l2;
 };
 
 // Those parameters for one attention call.

@@ -94,7 +94,6 @@ class CudaBackend final : public Backend,
   void attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
                  const AttentionShape& shape, Tensor out) override;
   void silu_mul(const Tensor& gate_up, Tensor out) override;
-  void silu_mul_matmul(const Tensor& gate_up, Tensor act, const WeightRef& w, Tensor out) override;
   void gelu_tanh_mul(const Tensor& gate_up, Tensor out) override;
   void affine(Tensor x, float mul, float add) override;
   void softcap(Tensor x, float cap) override;
@@ -312,14 +311,9 @@ class CudaBackend final : public Backend,
   // attention keeps in flight (launch_attention_decode_mma).
   void set_attention_e4m3_ring(int stages) { attention_e4m3_ring_ = stages == 3 ? 3 : 2; }
   int attention_e4m3_ring() const { return attention_e4m3_ring_; }
-  // IB_ATTN_MMA_PREFETCH (default off): each block of the tensor-core decode attention sends the
-  // cache blocks of its later tiles toward L2 as it starts (launch_attention_decode_mma).
-  void set_attention_mma_prefetch(bool on) { attention_mma_prefetch_ = on; }
-  // IB_SWIGLU_QUANT (default off until its gpu tests have run): silu_mul_matmul's fused form for
-  // W8A8 weights past the GEMV.
-  void set_swiglu_quant(bool on) { swiglu_quant_ = on; }
-  // silu_mul_matmul calls that took the fused form (the SwiGLU in the quantize kernel).
-  int64_t swiglu_quant_launches() const { return swiglu_quant_launches_; }
+  // IB_ATTN_E4M3_F16 (default off): a bf16 model's E4M3 cache converted to fp16 and the tensor-core
+  // decode attention's MMAs in fp16 (launch_attention_decode_mma).
+  void set_attention_e4m3_f16(bool on) { attention_e4m3_f16_ = on; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
   void set_debug_sync(bool on) { debug_sync_ = on; }
@@ -359,16 +353,8 @@ class CudaBackend final : public Backend,
   }
   void record_failure(const std::string& message);
   void matmul_quantized(const Tensor& x, const WeightRef& w, const Tensor* bias, Tensor out);
-  // A W8A8 weight (FP8, INT8 W8A8) past its GEMV: out = x' @ w^T (+ bias) on cuBLASLt, for x of
-  // `rows` rows of k, in chunks of rows that fit the scratch, each chunk's codes and per-token
-  // scales written by quantize(first row, rows, xq, x_scales, w's static activation scale).
-  using QuantizeRows = std::function<void(int64_t, int64_t, Tensor, Tensor, const StaticActQuant&)>;
-  void matmul_w8a8(int64_t rows, int64_t k, const WeightRef& w, const Tensor* bias, Tensor out,
-                   const QuantizeRows& quantize);
   // The most rows a quantized weight's matmul runs on its GEMV (FP8: fp8_gemv_max_m_).
   int64_t quant_gemv_rows(WeightFormat format) const;
-  // Whether silu_mul_matmul takes its fused form (a W8A8 weight past the GEMV, no observer).
-  bool swiglu_quantized(const Tensor& gate_up, const WeightRef& w) const;
   // Whether a fused op on a kGguf weight takes launch_rms_gemv_gguf (up to 8 tokens, no adapters).
   bool gguf_fused(const Tensor& h, const Tensor* gain, const WeightRef& w,
                   const FusedLora* lora) const;
@@ -439,10 +425,8 @@ class CudaBackend final : public Backend,
   int64_t attention_mma_launches_ = 0;
   int attention_mixed_min_seqs_ = 16;  // IB_ATTN_MIXED
   int64_t attention_mixed_launches_ = 0;
-  bool swiglu_quant_ = false;            // IB_SWIGLU_QUANT
-  int attention_e4m3_ring_ = 2;          // IB_ATTN_E4M3_RING
-  bool attention_mma_prefetch_ = false;  // IB_ATTN_MMA_PREFETCH
-  int64_t swiglu_quant_launches_ = 0;
+  int attention_e4m3_ring_ = 2;      // IB_ATTN_E4M3_RING
+  bool attention_e4m3_f16_ = false;  // IB_ATTN_E4M3_F16
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;

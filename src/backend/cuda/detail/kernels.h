@@ -150,13 +150,6 @@ struct StaticActQuant {
 StaticActQuant static_act_quant(const WeightRef& w);
 void launch_quantize_rows(const Tensor& src, Tensor dst, Tensor scales, cudaStream_t stream,
                           StaticActQuant fixed = {});
-// The same of silu_mul(gate_up) (gate_up (N, 2F), dst (N, F)) without writing it: each value
-// silu(g) * u rounded to gate_up's dtype, as launch_silu_mul stores it, so the codes and scales
-// equal launch_silu_mul's output quantized. Where quantize_swiglu_supported (bf16/fp16, F % 8 ==
-// 0, F <= 16,384, gate_up 16-byte aligned).
-bool quantize_swiglu_supported(const Tensor& gate_up, DType dst_dtype);
-void launch_quantize_swiglu_rows(const Tensor& gate_up, Tensor dst, Tensor scales,
-                                 cudaStream_t stream, bool pdl, StaticActQuant fixed = {});
 // The same of src * gain (gain (K) or null); with rms, src is the h of rms_norm(h) and each row's
 // scale also carries 1 / rms(h): dst * scale = the quantized rms_norm(h) * gain (static: the
 // codes of rms_norm(h) * gain with the fixed scale, written as each row's scale).
@@ -262,12 +255,12 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
 bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionShape& shape);
 // A decode step (meta.max_query_len == 1): a block per (sequence, KV head), the group's query
 // heads as the MMA's rows; sliding windows and soft-capped logits as the other kernels. An E4M3
-// cache's bytes come through a ring of e4m3_ring stages (2, or 3: IB_ATTN_E4M3_RING); prefetch_l2
-// (IB_ATTN_MMA_PREFETCH) sends each block's later cache blocks toward L2 as it starts.
+// cache's bytes come through a ring of e4m3_ring stages (2, or 3: IB_ATTN_E4M3_RING); e4m3_f16
+// (IB_ATTN_E4M3_F16) runs a bf16 model's MMAs over an E4M3 cache in fp16.
 void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
                                  const AttentionMetadata& meta, const AttentionShape& shape,
                                  Tensor out, cudaStream_t stream, int e4m3_ring = 2,
-                                 bool prefetch_l2 = false);
+                                 bool e4m3_f16 = false);
 
 // ---- sampling.cu ----
 // workspace: scratch for the multi-block greedy path (the attention workspace, free between ops).

@@ -38,13 +38,11 @@ struct CudaSwitches {
   // IB_ATTN_MIXED=N: a mixed batch's leading run of at least N one-token sequences on the decode
   // attention (CudaBackend::set_attention_mixed_min_seqs).
   std::optional<int64_t> attn_mixed;
-  // IB_SWIGLU_QUANT=0|1: silu_mul_matmul's fused form (CudaBackend::set_swiglu_quant).
-  std::optional<int64_t> swiglu_quant;
   // IB_ATTN_E4M3_RING=2|3: the E4M3 decode attention's ring (CudaBackend::set_attention_e4m3_ring).
   std::optional<int64_t> attn_e4m3_ring;
-  // IB_ATTN_MMA_PREFETCH=0|1: the tensor-core decode attention's L2 prefetch
-  // (CudaBackend::set_attention_mma_prefetch).
-  std::optional<int64_t> attn_mma_prefetch;
+  // IB_ATTN_E4M3_F16=0|1: fp16 MMAs over an E4M3 cache for bf16 models
+  // (CudaBackend::set_attention_e4m3_f16).
+  std::optional<int64_t> attn_e4m3_f16;
   // IB_CUDA_MLA=0|1: the MLA kernels offered to the engine (CudaBackend::set_mla).
   std::optional<int64_t> cuda_mla;
   // IB_MLA_SPLIT=0|1: the MLA attention split across blocks (CudaBackend::set_mla_split).
