@@ -7,8 +7,8 @@
 # keys (IB_OPS_DECODE_SHAPES=1024x256: 4 tiles a block, near a continuous run's ~3), the third
 # launch of
 #   bf16      the bf16 cache (decode_mma_kernel)
-#   e4m3      the E4M3 cache, MMAs in bf16 (decode_mma_e4m3_kernel<bf16, 128, 2, bf16>)
-#   e4m3_f16  the E4M3 cache, MMAs in fp16 (IB_ATTN_E4M3_F16: <bf16, 128, 2, __half>)
+#   e4m3      the E4M3 cache, MMAs in bf16 (decode_mma_e4m3_kernel<bf16, 128, bf16>)
+#   e4m3_f16  the E4M3 cache, MMAs in fp16 (IB_ATTN_E4M3_F16: <bf16, 128, __half>)
 # with the sections speed of light, memory, warp states, occupancy, launch, scheduler and the
 # source counters (build_inferbench.sh's ncu_on), whose per-instruction table is written too.
 # (Session 36's form profiled the 321st launch of an `inferbench run`, which fell in the prefill
@@ -26,9 +26,9 @@ TOP=$O; O=$TOP/ncu; mkdir -p "$O"
 export IB_OPS_SECTIONS=decode_mma IB_OPS_DECODE_SHAPES=1024x256
 {
   ncu_on bf16 'decode_mma_kernel<__nv_bfloat16, .int.128>' 2 "$OPS" /tmp/ncu-ops-bf16.json
-  ncu_on e4m3 'decode_mma_e4m3_kernel<__nv_bfloat16, .int.128, .int.2, __nv_bfloat16>' 2 \
-    "$OPS" /tmp/ncu-ops-e4m3.json
-  ncu_on e4m3_f16 'decode_mma_e4m3_kernel<__nv_bfloat16, .int.128, .int.2, __half>' 2 \
-    "$OPS" /tmp/ncu-ops-e4m3-f16.json
+  ncu_on e4m3 'decode_mma_e4m3_kernel<__nv_bfloat16, .int.128, __nv_bfloat16>' 2 "$OPS" \
+    /tmp/ncu-ops-e4m3.json
+  ncu_on e4m3_f16 'decode_mma_e4m3_kernel<__nv_bfloat16, .int.128, __half>' 2 "$OPS" \
+    /tmp/ncu-ops-e4m3-f16.json
 } 2>&1 | tee "$TOP/ncu.log"
 echo "done +$(( $(date +%s) - T0 )) s"

@@ -58,11 +58,11 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "(bench/results/h100/attn-mixed/run1): Llama-3-8B continuous 1,024 x 128/128 +3.4-4.4 % in "
      "bf16, +5.8 % in fp8; 1,024-token prompts at 30 requests/s +24 % (TTFT 769 -> 244 ms, TPOT "
      "97.7 -> 70.1 ms); 0: the whole batch on the flash kernel"},
-    {"IB_ATTN_E4M3_RING", "cuda", "2", 2, 3, "",
-     "the tensor-core decode attention over an E4M3 cache (--kv-cache-dtype fp8): 2 stages of "
-     "cache bytes in flight, K and V converted together into one stage of bf16/fp16 rows "
-     "(measured: bench/results/h100/attn-e4m3/run1); 3: three stages, K and V converted in turn "
-     "through one stage (3 blocks an SM still), for blocks of few tiles (not yet measured)"},
+    {"IB_ATTN_MMA_PERSIST", "cuda", "0", 0, 16, "",
+     "N: the tensor-core decode attention launches N blocks an SM (3 fit at head_dim 128), each "
+     "taking (sequence, KV head) items in turn as one stream of tiles, so an item's first loads "
+     "and Q arrive during the previous item's last tile and merge (not yet measured); 0: a "
+     "block per item (each pays its first load's round trip and its merge in turn)"},
     {"IB_ATTN_E4M3_F16", "cuda", "0", 0, 1, "",
      "1: a bf16 model's tensor-core decode attention over an E4M3 cache converts the cache to "
      "fp16 (one paired conversion for two values, against bf16's four instructions) and runs its "

@@ -41,75 +41,92 @@ using DecodeParams = PagedAttentionParams;
 // TC: the cache's element, T or uint8_t (E4M3).
 template <typename TC>
 constexpr bool kE4m3 = std::is_same_v<TC, uint8_t>;
-// kRing: the stages of the ring (T's, or an E4M3 cache's bytes). The T rows after Q: two stages
-// of K and V; or one of K and V (E4M3, 2 stages of bytes); or one of K, then V (E4M3, 3).
-template <typename TC, int kRing>
-constexpr int kTRows = !kE4m3<TC>   ? 4 * kBlockK
-                       : kRing == 2 ? 2 * kBlockK
-                                    : kBlockK;
+// The T rows after Q: two stages of K and V (a stage's K rows, then its V rows); an E4M3 cache,
+// one stage (its bytes come through a ring of two stages of half the size).
+template <typename TC>
+constexpr int kTRows = kE4m3<TC> ? 2 * kBlockK : 4 * kBlockK;
 
-template <typename TC, int HD, int kRing>
+template <typename TC, int HD>
 constexpr size_t smem_bytes() {
-  // Q (16 rows), the T rows, then for E4M3 the bytes' ring (K and V, kRing stages of 64 rows of
-  // HD bytes); the end's merge reuses all after Q.
-  return static_cast<size_t>(kRows + kTRows<TC, kRing>) * attention_pitch<HD>() * 2 +
-         (kE4m3<TC> ? 2 * kRing * kBlockK * HD : 0);
+  // Q (16 rows), the T rows, then for E4M3 the bytes' ring (K and V, 2 stages of 64 rows of HD
+  // bytes).
+  return static_cast<size_t>(kRows + kTRows<TC>) * attention_pitch<HD>() * 2 +
+         (kE4m3<TC> ? 4 * kBlockK * HD : 0);
 }
+// The warps' states meeting at an item's end, in the stage of T rows its last tile used.
 template <int HD>
 constexpr size_t merge_bytes() {
   return static_cast<size_t>(kWarps) * kRows * (HD + 2) * sizeof(float);
 }
 
-// The kernels' body (below); grid (1, Hkv, num_seqs), dynamic shared memory
-// smem_bytes<TC, HD, kRing>(). kRing is 2 but for an E4M3 cache's 3. TM: the MMAs' element, T but
-// for a bf16 model's E4M3 cache under IB_ATTN_E4M3_F16 (fp16).
-template <typename T, typename TC, int HD, int kRing, typename TM = T>
+// One (sequence, KV head) of the launch: item i is sequence i / Hkv, KV head i % Hkv.
+struct Item {
+  int seq, kv_head, q_begin, pos, kv_begin, tile_begin, tile_end;
+};
+// The first item from i on (in steps of `step`) with one query token and a visible key, or
+// index >= n (none left). Padded sequences have no query token.
+__device__ __forceinline__ int next_item(const DecodeParams& p, int i, int step, int n,
+                                         Item& item) {
+  for (; i < n; i += step) {
+    const int seq = i / p.num_kv_heads;
+    const int q_begin = p.batch.query_start[seq];
+    const int pos = p.batch.context_lens[seq] - 1;  // the query's position: keys [0, pos]
+    if (p.batch.query_start[seq + 1] - q_begin != 1 || pos < 0) continue;
+    const int kv_begin = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+    item = {seq, i % p.num_kv_heads, q_begin, pos, kv_begin, kv_begin / kBlockK, pos / kBlockK + 1};
+    return i;
+  }
+  return n;
+}
+
+// The kernels' body (below); a 1-D grid of G blocks, dynamic shared memory smem_bytes<TC, HD>().
+// Block b takes the items b, b + G, ... in turn as one stream of tiles through the ring: the next
+// item's first tile (and its Q, once this item's Q is in registers) loads during this item's last
+// tile and merge. G = the items: a block each, as before. TM: the MMAs' element, T but for a bf16
+// model's E4M3 cache under IB_ATTN_E4M3_F16 (fp16).
+template <typename T, typename TC, int HD, typename TM = T>
 __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   static_assert(std::is_same_v<TM, T> || kE4m3<TC>, "another MMA element for an E4M3 cache only");
   constexpr int kP = attention_pitch<HD>();
   constexpr bool kFp8 = kE4m3<TC>;
-  constexpr bool kAlt = kFp8 && kRing == 3;  // K, then V, through one stage of T rows
-  static_assert(kRing == 2 || kAlt, "3 stages for an E4M3 cache only");
-  static_assert(merge_bytes<HD>() <= smem_bytes<TC, HD, kRing>() - kRows * kP * 2,
-                "the merge fits the space after Q");
+  static_assert(merge_bytes<HD>() <= size_t{2} * kBlockK * kP * 2, "the merge fits a K/V stage");
   extern __shared__ uint4 smem_raw[];
-  // q_s (kRows, kP), then k_s and v_s (T rows of pitch kP: 2 stages of each; E4M3, one of each,
-  // or one shared), then k8_s and v8_s (kRing, kBlockK, HD) bytes for an E4M3 cache.
+  // q_s (kRows, kP), then the stages of T rows (K rows, V rows; pitch kP): 2, or 1 for an E4M3
+  // cache, whose bytes k8_s and v8_s (2, kBlockK, HD) follow.
   T* const q_s = reinterpret_cast<T*>(smem_raw);
-  TM* const k_s = reinterpret_cast<TM*>(q_s + kRows * kP);
-  TM* const v_s = kAlt ? k_s : k_s + kTRows<TC, kRing> / 2 * kP;
-  [[maybe_unused]] uint8_t* const k8_s = reinterpret_cast<uint8_t*>(k_s + kTRows<TC, kRing> * kP);
-  [[maybe_unused]] uint8_t* const v8_s = k8_s + kRing * kBlockK * HD;
+  TM* const t_s = reinterpret_cast<TM*>(q_s + kRows * kP);
+  [[maybe_unused]] uint8_t* const k8_s = reinterpret_cast<uint8_t*>(t_s + kTRows<TC> * kP);
+  [[maybe_unused]] uint8_t* const v8_s = k8_s + 2 * kBlockK * HD;
+  const auto k_stage = [&](int stage) { return t_s + stage * 2 * kBlockK * kP; };
+  const auto v_stage = [&](int stage) { return k_stage(stage) + kBlockK * kP; };
 
-  const int seq = blockIdx.z;
-  const int kv_head = blockIdx.y;
-  const int q_begin = p.batch.query_start[seq];
-  // One query token a sequence (the launcher's condition); padded sequences have none.
-  if (p.batch.query_start[seq + 1] - q_begin != 1) return;
-  const int pos = p.batch.context_lens[seq] - 1;  // the query's position: keys [0, pos] visible
-  if (pos < 0) return;
-  const int kv_begin = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-  const int tile_begin = kv_begin / kBlockK;
-  const int tile_end = pos / kBlockK + 1;
+  const int n_items = p.batch.num_seqs * p.num_kv_heads;
+  const int step = static_cast<int>(gridDim.x);
+  Item cur;
+  int cur_i = next_item(p, static_cast<int>(blockIdx.x), step, n_items, cur);
+  if (cur_i >= n_items) return;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int group = p.group;
-
-  // The group's query heads are adjacent in the qkv row: rows past the group are zero.
   const int64_t qkv_stride = int64_t{p.num_heads + 2 * p.num_kv_heads} * HD;
-  const T* q_src =
-      static_cast<const T*>(p.qkv) + int64_t{q_begin} * qkv_stride + int64_t{kv_head} * group * HD;
-  cp_async_rows<T, HD, kThreads>(q_s, kP, kRows, q_src, HD, group);
   const TC* k_cache = static_cast<const TC*>(p.k_cache);
   const TC* v_cache = static_cast<const TC*>(p.v_cache);
+
+  // The group's query heads are adjacent in the qkv row: rows past the group are zero.
+  const auto load_q = [&](const Item& it) {
+    const T* q_src = static_cast<const T*>(p.qkv) + int64_t{it.q_begin} * qkv_stride +
+                     int64_t{it.kv_head} * group * HD;
+    cp_async_rows<T, HD, kThreads>(q_s, kP, kRows, q_src, HD, group);
+  };
   // Keys before the window are masked too: zero-filled rather than read (a block behind the
   // window may be freed and hold anything); E4M3's zero byte is +0.
-  const auto row_of = [&](int tile, int r) -> int64_t {
-    const int key = tile * kBlockK + r;
-    return key >= kv_begin && key <= pos ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD)
-                                         : -1;
-  };
-  const auto load_kv = [&](int tile, int buf) {
+  const auto load_kv = [&](const Item& it, int tile, int buf) {
+    const auto row_of = [&](int r) -> int64_t {
+      const int key = tile * kBlockK + r;
+      return key >= it.kv_begin && key <= it.pos
+                 ? cache_row(p.batch, it.seq, key, it.kv_head, p.num_kv_heads, HD)
+                 : -1;
+    };
     if constexpr (kFp8) {
       constexpr int kChunks = HD / 16;  // 16-byte chunks per row
       uint8_t* kd = k8_s + buf * kBlockK * HD;
@@ -117,14 +134,14 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
       for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
         const int r = i / kChunks;
         const int c = (i % kChunks) * 16;
-        const int64_t row = row_of(tile, r);
+        const int64_t row = row_of(r);
         const bool valid = row >= 0;
         cp_async16(kd + r * HD + c, k_cache + (valid ? row : 0) + c, valid);
         cp_async16(vd + r * HD + c, v_cache + (valid ? row : 0) + c, valid);
       }
     } else {
-      cp_async_kv<T, HD, kThreads>(k_s + buf * kBlockK * kP, v_s + buf * kBlockK * kP, kP, kBlockK,
-                                   k_cache, v_cache, [&](int r) { return row_of(tile, r); });
+      cp_async_kv<T, HD, kThreads>(k_stage(buf), v_stage(buf), kP, kBlockK, k_cache, v_cache,
+                                   row_of);
     }
   };
   // A stage's E4M3 bytes (src, kBlockK rows of HD) as TM into dst (rows of pitch kP), 8 values a
@@ -140,7 +157,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   };
   // Q's rows as TM, in place, when the MMAs take another element than T (8 values a thread and
   // step; the next barrier publishes them). Every Q row has arrived: the caller has waited for
-  // the first group and passed a barrier.
+  // its group and passed a barrier.
   const auto convert_q = [&] {
     if constexpr (!std::is_same_v<TM, T>) {
       for (int i = threadIdx.x; i < kRows * (HD / 8); i += kThreads) {
@@ -149,54 +166,99 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
       }
     }
   };
-  load_kv(tile_begin, 0);
-  cp_async_commit();
-  if constexpr (kAlt) {  // the second tile in flight too (an empty group past the last)
-    if (tile_begin + 1 < tile_end) load_kv(tile_begin + 1, 1);
-    cp_async_commit();
-  }
 
   // Lane holds rows g = lane / 4 and g + 8 (query heads), keys tq * 2 (+ 1) of each 8.
   const int g = lane >> 2;
   const int tq = lane & 3;
   uint32_t qf[HD / 16][4];
   float o[HD / 8][4];
+  float m[2], l[2];  // each row's running max, and this lane's part of its sum
+  const auto reset = [&] {
 #pragma unroll
-  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY};
-  float l[2] = {0.0f, 0.0f};  // this lane's part of the row sums
-
-  for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
-    const int buf = it % kRing;
-    if constexpr (kAlt) {  // tile + 2 into the stage tile - 1 left; then K of this one
-      if (tile + 2 < tile_end) load_kv(tile + 2, (it + 2) % kRing);
-      cp_async_commit();
-      cp_async_wait<2>();
-      __syncthreads();
-      if (it == 0) convert_q();
-      convert(k8_s + buf * kBlockK * HD, k_s);
-      __syncthreads();
-    } else {
-      ring2_wait(tile + 1 < tile_end, [&] { load_kv(tile + 1, buf ^ 1); });
-      if constexpr (kFp8) {
-        if (it == 0) convert_q();
-        convert(k8_s + buf * kBlockK * HD, k_s);
-        convert(v8_s + buf * kBlockK * HD, v_s);
-        __syncthreads();
+    for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  };
+  reset();
+  // The warps' states (max, sum, unnormalised output per row) meet in the K/V stage `stage`
+  // (free once every warp has passed the barrier after its last tile); a warp that saw no key
+  // holds -inf, 0, 0. Ends on a barrier: the stage may be refilled after it.
+  const auto merge = [&](const Item& it, int stage) {
+    auto* o_s = reinterpret_cast<float*>(k_stage(stage));  // (kWarps, kRows, HD)
+    float* m_s = o_s + kWarps * kRows * HD;                // (kWarps, kRows)
+    float* l_s = m_s + kWarps * kRows;                     // (kWarps, kRows)
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      const float sum = mma_row_sum(l[ri]);
+      const int row = g + ri * 8;
+      if (tq == 0) {
+        m_s[warp * kRows + row] = m[ri];
+        l_s[warp * kRows + row] = sum;
+      }
+      float* dst = o_s + (warp * kRows + row) * HD + tq * 2;
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt) {
+        dst[dt * 8] = o[dt][ri * 2];
+        dst[dt * 8 + 1] = o[dt][ri * 2 + 1];
       }
     }
+    __syncthreads();
+    T* out = static_cast<T*>(p.out) + int64_t{it.q_begin} * p.num_heads * HD +
+             int64_t{it.kv_head} * group * HD;
+    for (int i = threadIdx.x; i < group * HD; i += kThreads) {
+      const int row = i / HD;
+      const int d = i % HD;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w * kRows + row]);
+      const float ref = mx == -INFINITY ? 0.0f : mx;
+      float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(m_s[w * kRows + row] - ref);
+        sum += l_s[w * kRows + row] * f;
+        acc += o_s[(w * kRows + row) * HD + d] * f;
+      }
+      out[int64_t{row} * HD + d] = from_f32<T>(sum > 0.0f ? acc / sum * p.v_scale : 0.0f);
+    }
+    __syncthreads();
+  };
+
+  // The stream: (cur, tile) in ring stage buf; (nxt, next_tile) the tile after it, nxt_i >=
+  // n_items when none.
+  load_q(cur);
+  int tile = cur.tile_begin;
+  load_kv(cur, tile, 0);
+  cp_async_commit();
+  Item nxt = cur;
+  int nxt_i = cur_i;
+  int next_tile = tile + 1;
+  if (next_tile == cur.tile_end) {
+    nxt_i = next_item(p, cur_i + step, step, n_items, nxt);
+    next_tile = nxt_i < n_items ? nxt.tile_begin : 0;
+  }
+  bool first = true;  // tile is cur's first: its Q comes into registers
+  for (int buf = 0;; buf ^= 1) {
+    const bool has_next = nxt_i < n_items;
+    ring2_wait(has_next, [&] { load_kv(nxt, next_tile, buf ^ 1); });
+    if constexpr (kFp8) {
+      if (first) convert_q();
+      convert(k8_s + buf * kBlockK * HD, k_stage(0));
+      convert(v8_s + buf * kBlockK * HD, v_stage(0));
+      __syncthreads();
+    }
     const int stage = kFp8 ? 0 : buf;  // the K/V stage of T rows the warps read
-    if (it == 0) {
+    if (first) {
       const TM* q_warp = reinterpret_cast<const TM*>(q_s) + (lane & 15) * kP + (lane >> 4) * 8;
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks) ldmatrix_x4(qf[ks], q_warp + ks * 16);
     }
     const int key0 = tile * kBlockK + warp * kWarpKeys;  // this warp's 16 keys
-    const bool active = key0 <= pos && key0 + kWarpKeys - 1 >= kv_begin;
-    const TM* kt = k_s + (stage * kBlockK + warp * kWarpKeys) * kP;
-    const TM* vt = v_s + (stage * kBlockK + warp * kWarpKeys) * kP;
-    // S = Q K^T over the warp's 16 keys, masked, and the online softmax's step (s: P after).
-    const auto scores_softmax = [&](float(&s)[2][4]) {
+    if (key0 <= cur.pos && key0 + kWarpKeys - 1 >= cur.kv_begin) {
+      const TM* kt = k_stage(stage) + warp * kWarpKeys * kP;
+      const TM* vt = v_stage(stage) + warp * kWarpKeys * kP;
+      // S = Q K^T over the warp's 16 keys, masked, and the online softmax's step (s: P after).
+      float s[2][4] = {};
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks)
         mma_scores16<TM>(qf[ks], kt + ks * 16, kP, lane, s[0], s[1]);
@@ -206,65 +268,33 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
       for (int i = 0; i < 8; ++i) {
         const int key = key0 + (i >> 2) * 8 + tq * 2 + (i & 1);
         float& v = s[i >> 2][i & 3];
-        v = key <= pos && key >= kv_begin ? softcap_log2(v * p.scale_log2, p.softcap_log2)
-                                          : -INFINITY;
+        v = key <= cur.pos && key >= cur.kv_begin ? softcap_log2(v * p.scale_log2, p.softcap_log2)
+                                                  : -INFINITY;
       }
       mma_softmax_step(s, m, l, o);
-    };
-    if constexpr (kAlt) {
-      float s[2][4] = {};
-      if (active) scores_softmax(s);
-      __syncthreads();  // every warp's scores have read K, which V replaces
-      convert(v8_s + buf * kBlockK * HD, v_s);
-      __syncthreads();
-      if (active) mma_pv16<TM>(s[0], s[1], vt, kP, lane, o);
-    } else if (active) {
-      float s[2][4] = {};
-      scores_softmax(s);
       // O += P V over the warp's 16 keys.
       mma_pv16<TM>(s[0], s[1], vt, kP, lane, o);
     }
-    __syncthreads();  // the next iteration's prefetch (and conversion) overwrites this buffer
-  }
-
-  // The warps' states (max, sum, unnormalised output per row) meet in shared memory (the K/V
-  // stages, free after the loop's last barrier); a warp that saw no key holds -inf, 0, 0.
-  auto* o_s = reinterpret_cast<float*>(k_s);  // (kWarps, kRows, HD)
-  float* m_s = o_s + kWarps * kRows * HD;     // (kWarps, kRows)
-  float* l_s = m_s + kWarps * kRows;          // (kWarps, kRows)
-#pragma unroll
-  for (int ri = 0; ri < 2; ++ri) {
-    const float sum = mma_row_sum(l[ri]);
-    const int row = g + ri * 8;
-    if (tq == 0) {
-      m_s[warp * kRows + row] = m[ri];
-      l_s[warp * kRows + row] = sum;
+    __syncthreads();  // every warp is done with this stage (and with Q's rows, when first)
+    const bool item_done = tile + 1 == cur.tile_end;
+    if (item_done) {
+      merge(cur, stage);
+      reset();
     }
-    float* dst = o_s + (warp * kRows + row) * HD + tq * 2;
-#pragma unroll
-    for (int dt = 0; dt < HD / 8; ++dt) {
-      dst[dt * 8] = o[dt][ri * 2];
-      dst[dt * 8 + 1] = o[dt][ri * 2 + 1];
+    if (!has_next) break;
+    // The next item's Q into q_s (this item's is in registers), completed by the next wait.
+    if (nxt_i != cur_i) {
+      load_q(nxt);
+      cp_async_commit();
     }
-  }
-  __syncthreads();
-  T* out =
-      static_cast<T*>(p.out) + int64_t{q_begin} * p.num_heads * HD + int64_t{kv_head} * group * HD;
-  for (int i = threadIdx.x; i < group * HD; i += kThreads) {
-    const int row = i / HD;
-    const int d = i % HD;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w * kRows + row]);
-    const float ref = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f, acc = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = exp2f(m_s[w * kRows + row] - ref);
-      sum += l_s[w * kRows + row] * f;
-      acc += o_s[(w * kRows + row) * HD + d] * f;
+    first = nxt_i != cur_i;
+    cur = nxt;
+    cur_i = nxt_i;
+    tile = next_tile;
+    if (++next_tile == nxt.tile_end) {
+      nxt_i = next_item(p, nxt_i + step, step, n_items, nxt);
+      next_tile = nxt_i < n_items ? nxt.tile_begin : 0;
     }
-    out[int64_t{row} * HD + d] = from_f32<T>(sum > 0.0f ? acc / sum * p.v_scale : 0.0f);
   }
 }
 
@@ -272,23 +302,21 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
 // for the first: 3 blocks an SM, as shared memory allows anyway.
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeParams p) {
-  decode_mma<T, T, HD, 2>(p);
+  decode_mma<T, T, HD>(p);
 }
-template <typename T, int HD, int kRing, typename TM>
+template <typename T, int HD, typename TM>
 __global__ void __launch_bounds__(kThreads, 3) decode_mma_e4m3_kernel(DecodeParams p) {
-  decode_mma<T, uint8_t, HD, kRing, TM>(p);
+  decode_mma<T, uint8_t, HD, TM>(p);
 }
 
-template <typename T, typename TC, int HD, int kRing, typename TM>
-void launch_typed(const DecodeParams& p, const AttentionMetadata& meta, cudaStream_t stream) {
-  constexpr size_t kSmem = smem_bytes<TC, HD, kRing>();
-  const auto kernel =
-      kE4m3<TC> ? decode_mma_e4m3_kernel<T, HD, kRing, TM> : decode_mma_kernel<T, HD>;
+template <typename T, typename TC, int HD, typename TM>
+void launch_typed(const DecodeParams& p, int blocks, cudaStream_t stream) {
+  constexpr size_t kSmem = smem_bytes<TC, HD>();
+  const auto kernel = kE4m3<TC> ? decode_mma_e4m3_kernel<T, HD, TM> : decode_mma_kernel<T, HD>;
   IB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kSmem)),
                 "attention(decode mma)");
-  const dim3 grid(1, static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(meta.num_seqs));
-  kernel<<<grid, kThreads, kSmem, stream>>>(p);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(p);
 }
 
 }  // namespace
@@ -304,7 +332,7 @@ bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionSha
 
 void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
                                  const AttentionMetadata& meta, const AttentionShape& shape,
-                                 Tensor out, cudaStream_t stream, int e4m3_ring, bool e4m3_f16) {
+                                 Tensor out, cudaStream_t stream, bool e4m3_f16, int max_blocks) {
   IB_ASSERT(decode_mma_supports(qkv.dtype, kv, shape) && meta.max_query_len == 1,
             "attention(decode mma): decode steps of bf16 / fp16 activations (cache of theirs or "
             "E4M3), head_dim 64-128, groups of at most 16, no block-sparse pattern");
@@ -312,43 +340,39 @@ void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
       aligned16(qkv.data) && aligned16(kv.k.data) && aligned16(kv.v.data) && aligned16(out.data),
       "attention(decode mma): tensors must be 16-byte aligned");
   if (meta.num_tokens == 0 || meta.num_seqs == 0) return;
-  DecodeParams p = paged_attention_params(qkv, kv, meta, shape, out);
-  const auto by_dim = [&](auto tag, auto cache_tag, auto ring, auto mma_tag) {
+  const DecodeParams p = paged_attention_params(qkv, kv, meta, shape, out);
+  const int64_t items = int64_t{meta.num_seqs} * shape.num_kv_heads;
+  IB_ASSERT(items <= int64_t{1} << 30, "attention(decode mma): too many sequences");
+  const int blocks =
+      static_cast<int>(max_blocks > 0 ? std::min<int64_t>(items, max_blocks) : items);
+  const auto by_dim = [&](auto tag, auto cache_tag, auto mma_tag) {
     using T = decltype(tag);
     using TC = decltype(cache_tag);
-    constexpr int kRing = decltype(ring)::value;
     using TM = decltype(mma_tag);
     switch (shape.head_dim) {
       case 64:
-        launch_typed<T, TC, 64, kRing, TM>(p, meta, stream);
+        launch_typed<T, TC, 64, TM>(p, blocks, stream);
         break;
       case 96:
-        launch_typed<T, TC, 96, kRing, TM>(p, meta, stream);
+        launch_typed<T, TC, 96, TM>(p, blocks, stream);
         break;
       default:
-        launch_typed<T, TC, 128, kRing, TM>(p, meta, stream);
+        launch_typed<T, TC, 128, TM>(p, blocks, stream);
         break;
-    }
-  };
-  const auto e4m3 = [&](auto tag, auto mma_tag) {
-    if (e4m3_ring == 3) {
-      by_dim(tag, uint8_t{}, std::integral_constant<int, 3>{}, mma_tag);
-    } else {
-      by_dim(tag, uint8_t{}, std::integral_constant<int, 2>{}, mma_tag);
     }
   };
   if (kv.k.dtype != DType::kF8E4M3) {
     if (qkv.dtype == DType::kBF16) {
-      by_dim(bf16{}, bf16{}, std::integral_constant<int, 2>{}, bf16{});
+      by_dim(bf16{}, bf16{}, bf16{});
     } else {
-      by_dim(f16{}, f16{}, std::integral_constant<int, 2>{}, f16{});
+      by_dim(f16{}, f16{}, f16{});
     }
   } else if (qkv.dtype == DType::kF16) {
-    e4m3(f16{}, f16{});
+    by_dim(f16{}, uint8_t{}, f16{});
   } else if (e4m3_f16) {
-    e4m3(bf16{}, f16{});
+    by_dim(bf16{}, uint8_t{}, f16{});
   } else {
-    e4m3(bf16{}, bf16{});
+    by_dim(bf16{}, uint8_t{}, bf16{});
   }
   IB_CUDA_CHECK_LAUNCH("attention(decode mma)");
 }

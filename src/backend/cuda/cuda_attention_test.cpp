@@ -170,9 +170,10 @@ TEST_P(CudaAttention, DecodeAcrossBlockBoundaries) {
 // The tensor-core decode kernel (IB_ATTN_MMA; here for every decode-only step): contexts of 1 to
 // 1,000 keys (64-key tiles, partial last ones, a cache block straddling a tile), sliding windows
 // of 32 and 100 (a window's first key inside a warp's 16), soft-capped logits, cache blocks of 16
-// and 32, bf16/fp16 and E4M3 caches (the E4M3 ring of 2 and 3 stages: IB_ATTN_E4M3_RING), every
-// shape of shapes() (groups of 1 to 8; head_dim 256 keeps the split-KV kernel), E4M3 with and
-// without IB_ATTN_E4M3_F16, against the CPU; and it ran, E4M3 included.
+// and 32, bf16/fp16 and E4M3 caches, every shape of shapes() (groups of 1 to 8; head_dim 256
+// keeps the split-KV kernel), E4M3 with and without IB_ATTN_E4M3_F16, a block per item and 1-5
+// blocks taking every item in turn (IB_ATTN_MMA_PERSIST's form), against the CPU; and it ran, E4M3
+// included.
 TEST_P(CudaAttention, DecodeOnTensorCores) {
   Twin twin(GetParam());
   Rng rng(31);
@@ -186,22 +187,27 @@ TEST_P(CudaAttention, DecodeOnTensorCores) {
   check_batches(twin, rng, batches, 100, 32);
   check_batches(twin, rng, batches, 0, 16, false, 1.5f);
   const int64_t before_e4m3 = twin.gpu().attention_mma_launches();
-  for (const int ring : {2, 3}) {  // IB_ATTN_E4M3_RING
-    twin.gpu().set_attention_e4m3_ring(ring);
-    check_batches(twin, rng, batches, 0, 16, true);
-    check_batches(twin, rng, batches, 100, 32, true);
-    check_batches(twin, rng, batches, 0, 16, true, 1.5f);
-  }
+  check_batches(twin, rng, batches, 0, 16, true);
+  check_batches(twin, rng, batches, 100, 32, true);
+  check_batches(twin, rng, batches, 0, 16, true, 1.5f);
   // IB_ATTN_E4M3_F16: a bf16 model's MMAs over the E4M3 cache in fp16 (fp16 models' already are).
   twin.gpu().set_attention_e4m3_f16(true);
-  for (const int ring : {2, 3}) {
-    twin.gpu().set_attention_e4m3_ring(ring);
+  check_batches(twin, rng, batches, 0, 16, true);
+  check_batches(twin, rng, batches, 100, 32, true);
+  check_batches(twin, rng, batches, 0, 16, true, 1.5f);
+  // A few blocks, each taking items in turn: single-tile items back to back (the next item's Q
+  // loads while the current one's is in registers), windows, both caches, both MMA elements.
+  for (const int blocks : {1, 2, 5}) {
+    twin.gpu().set_attention_mma_blocks(blocks);
+    check_batches(twin, rng, batches, 0, 16);
+    check_batches(twin, rng, batches, 100, 32);
     check_batches(twin, rng, batches, 0, 16, true);
-    check_batches(twin, rng, batches, 100, 32, true);
-    check_batches(twin, rng, batches, 0, 16, true, 1.5f);
+    check_batches(twin, rng, batches, 32, 16, true, 1.5f);
   }
   twin.gpu().set_attention_e4m3_f16(false);
-  twin.gpu().set_attention_e4m3_ring(2);
+  twin.gpu().set_attention_mma_blocks(3);
+  check_batches(twin, rng, batches, 0, 16, true);
+  twin.gpu().set_attention_mma_blocks(0);
   if (GetParam() != DType::kF32) {
     EXPECT_GT(before_e4m3, before);
     EXPECT_GT(twin.gpu().attention_mma_launches(), before_e4m3);

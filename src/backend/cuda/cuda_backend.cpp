@@ -808,8 +808,8 @@ void CudaBackend::decode_attention(const Tensor& qkv, const KvCacheLayer& kv,
                    meta.max_query_len == 1 && meta.num_seqs >= attention_mma_min_seqs_ &&
                    decode_mma_supports(qkv.dtype, kv, shape);
   if (mma) {
-    launch_attention_decode_mma(qkv, kv, meta, shape, out, stream_, attention_e4m3_ring_,
-                                attention_e4m3_f16_);
+    launch_attention_decode_mma(qkv, kv, meta, shape, out, stream_, attention_e4m3_f16_,
+                                attention_mma_blocks_);
     ++attention_mma_launches_;
     return;
   }

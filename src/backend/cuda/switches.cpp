@@ -27,7 +27,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.attn_lean = integer("IB_ATTN_LEAN");
   s.attn_mma = integer("IB_ATTN_MMA");
   s.attn_mixed = integer("IB_ATTN_MIXED");
-  s.attn_e4m3_ring = integer("IB_ATTN_E4M3_RING");
+  s.attn_mma_persist = integer("IB_ATTN_MMA_PERSIST");
   s.attn_e4m3_f16 = integer("IB_ATTN_E4M3_F16");
   s.cuda_mla = integer("IB_CUDA_MLA");
   s.mla_split = integer("IB_MLA_SPLIT");
@@ -67,7 +67,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.attn_lean) backend.set_attention_lean(static_cast<int>(*s.attn_lean));
   if (s.attn_mma) backend.set_attention_mma_min_seqs(static_cast<int>(*s.attn_mma));
   if (s.attn_mixed) backend.set_attention_mixed_min_seqs(static_cast<int>(*s.attn_mixed));
-  if (s.attn_e4m3_ring) backend.set_attention_e4m3_ring(static_cast<int>(*s.attn_e4m3_ring));
+  if (s.attn_mma_persist) backend.set_attention_mma_persist(static_cast<int>(*s.attn_mma_persist));
   if (s.attn_e4m3_f16) backend.set_attention_e4m3_f16(*s.attn_e4m3_f16 == 1);
   if (s.cuda_mla) backend.set_mla(*s.cuda_mla == 1);
   if (s.mla_split) backend.set_mla_split(*s.mla_split == 1);
@@ -119,7 +119,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_ATTN_LEAN", {std::to_string(attention_lean_)}},
       {"IB_ATTN_MMA", {std::to_string(attention_mma_min_seqs_)}},
       {"IB_ATTN_MIXED", {std::to_string(attention_mixed_min_seqs_)}},
-      {"IB_ATTN_E4M3_RING", {std::to_string(attention_e4m3_ring_)}},
+      {"IB_ATTN_MMA_PERSIST", {std::to_string(attention_mma_persist_)}},
       {"IB_ATTN_E4M3_F16", {flag(attention_e4m3_f16_)}},
       {"IB_CUDA_MLA", {flag(mla_)}},
       {"IB_MLA_SPLIT", {flag(mla_split_)}},

@@ -307,10 +307,14 @@ class CudaBackend final : public Backend,
   int attention_mixed_min_seqs() const { return attention_mixed_min_seqs_; }
   // The attention launches that split a mixed batch so far (tests).
   int64_t attention_mixed_launches() const { return attention_mixed_launches_; }
-  // IB_ATTN_E4M3_RING (2 or 3, default 2): the stages of E4M3 cache bytes the tensor-core decode
-  // attention keeps in flight (launch_attention_decode_mma).
-  void set_attention_e4m3_ring(int stages) { attention_e4m3_ring_ = stages == 3 ? 3 : 2; }
-  int attention_e4m3_ring() const { return attention_e4m3_ring_; }
+  // IB_ATTN_MMA_PERSIST (default 0): the tensor-core decode attention's blocks an SM, each taking
+  // items in turn; 0, a block per (sequence, KV head) (launch_attention_decode_mma).
+  void set_attention_mma_persist(int blocks_per_sm) {
+    attention_mma_persist_ = blocks_per_sm;
+    attention_mma_blocks_ = blocks_per_sm * num_sms_;
+  }
+  // The same as a total number of blocks (tests: a few blocks taking many items each).
+  void set_attention_mma_blocks(int blocks) { attention_mma_blocks_ = blocks; }
   // IB_ATTN_E4M3_F16 (default off): a bf16 model's E4M3 cache converted to fp16 and the tensor-core
   // decode attention's MMAs in fp16 (launch_attention_decode_mma).
   void set_attention_e4m3_f16(bool on) { attention_e4m3_f16_ = on; }
@@ -425,7 +429,8 @@ class CudaBackend final : public Backend,
   int64_t attention_mma_launches_ = 0;
   int attention_mixed_min_seqs_ = 16;  // IB_ATTN_MIXED
   int64_t attention_mixed_launches_ = 0;
-  int attention_e4m3_ring_ = 2;      // IB_ATTN_E4M3_RING
+  int attention_mma_persist_ = 0;    // IB_ATTN_MMA_PERSIST
+  int attention_mma_blocks_ = 0;     // its blocks (0: a block per item)
   bool attention_e4m3_f16_ = false;  // IB_ATTN_E4M3_F16
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;

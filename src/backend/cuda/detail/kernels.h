@@ -255,12 +255,13 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
 bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionShape& shape);
 // A decode step (meta.max_query_len == 1): a block per (sequence, KV head), the group's query
 // heads as the MMA's rows; sliding windows and soft-capped logits as the other kernels. An E4M3
-// cache's bytes come through a ring of e4m3_ring stages (2, or 3: IB_ATTN_E4M3_RING); e4m3_f16
-// (IB_ATTN_E4M3_F16) runs a bf16 model's MMAs over an E4M3 cache in fp16.
+// cache's bytes come by cp.async and are converted in shared memory; e4m3_f16 (IB_ATTN_E4M3_F16)
+// runs a bf16 model's MMAs over it in fp16. max_blocks (IB_ATTN_MMA_PERSIST x SMs): at most that
+// many blocks, each taking (sequence, KV head) items in turn; 0, a block per item.
 void launch_attention_decode_mma(const Tensor& qkv, const KvCacheLayer& kv,
                                  const AttentionMetadata& meta, const AttentionShape& shape,
-                                 Tensor out, cudaStream_t stream, int e4m3_ring = 2,
-                                 bool e4m3_f16 = false);
+                                 Tensor out, cudaStream_t stream, bool e4m3_f16 = false,
+                                 int max_blocks = 0);
 
 // ---- sampling.cu ----
 // workspace: scratch for the multi-block greedy path (the attention workspace, free between ops).

@@ -38,8 +38,9 @@ struct CudaSwitches {
   // IB_ATTN_MIXED=N: a mixed batch's leading run of at least N one-token sequences on the decode
   // attention (CudaBackend::set_attention_mixed_min_seqs).
   std::optional<int64_t> attn_mixed;
-  // IB_ATTN_E4M3_RING=2|3: the E4M3 decode attention's ring (CudaBackend::set_attention_e4m3_ring).
-  std::optional<int64_t> attn_e4m3_ring;
+  // IB_ATTN_MMA_PERSIST=N: the tensor-core decode attention's blocks an SM, 0: one per item
+  // (CudaBackend::set_attention_mma_persist).
+  std::optional<int64_t> attn_mma_persist;
   // IB_ATTN_E4M3_F16=0|1: fp16 MMAs over an E4M3 cache for bf16 models
   // (CudaBackend::set_attention_e4m3_f16).
   std::optional<int64_t> attn_e4m3_f16;
