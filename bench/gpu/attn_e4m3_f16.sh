@@ -13,8 +13,9 @@
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~5 minutes): IB_PREBUILT=1 OUT=dir
 # bash bench/gpu/attn_e4m3_f16.sh. Writes tests.log, backend_cuda_test.json,
 # engine_cuda_test.json, engine_forms.json, sweep/decode_mma.{log,json}, runs.log, runs.json and
-# runs.tgz. IB_SKIP_TESTS=1 and IB_SKIP_SWEEP=1 skip those parts (a second call on a warm machine
-# with IB_SKIP_BUILD=1); without IB_PREBUILT=1 it builds here (IB_EXTRA_TARGETS=ib_ops_bench).
+# runs.tgz. IB_SKIP_TESTS=1, IB_SKIP_SWEEP=1 and IB_SKIP_RUNS=1 skip those parts (a second call
+# on a warm machine with IB_SKIP_BUILD=1); IB_OPS_DECODE_SHAPES (e.g. 1024x64,1024x256) limits the
+# sweep; without IB_PREBUILT=1 it builds here (IB_EXTRA_TARGETS=ib_ops_bench).
 set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O/sweep"
 source bench/gpu/build_inferbench.sh && head_setup
@@ -31,6 +32,7 @@ if [ "${IB_SKIP_SWEEP:-0}" != 1 ]; then
     "$O/sweep/decode_mma.json" > "$O/sweep/decode_mma.log" 2>&1
   echo "decode_mma sweep rc=$? +$(( $(date +%s) - T0 )) s"
 fi
+[ "${IB_SKIP_RUNS:-0}" = 1 ] && { echo "done +$(( $(date +%s) - T0 )) s"; exit 0; }
 R=$O/runs; mkdir -p "$R"
 CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16
   --runs 1)

@@ -63,6 +63,18 @@ constexpr size_t merge_bytes() {
 struct Item {
   int seq, kv_head, q_begin, pos, kv_begin, tile_begin, tile_end;
 };
+// Calls f(r, c) for this thread's share of the kBlockK rows x kChunks chunks of a tile: a
+// compile-time count of steps, unsigned index arithmetic (constant divisors).
+template <int kChunks, typename F>
+__device__ __forceinline__ void for_tile_chunks(const F& f) {
+  static_assert(kBlockK * kChunks % kThreads == 0, "a whole number of chunks a thread");
+#pragma unroll
+  for (int j = 0; j < kBlockK * kChunks / kThreads; ++j) {
+    const unsigned i = threadIdx.x + static_cast<unsigned>(j * kThreads);
+    f(static_cast<int>(i / kChunks), static_cast<int>(i % kChunks));
+  }
+}
+
 // The first item from i on (in steps of `step`) with one query token and a visible key, or
 // index >= n (none left). Padded sequences have no query token.
 __device__ __forceinline__ int next_item(const DecodeParams& p, int i, int step, int n,
@@ -111,6 +123,11 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   const int64_t qkv_stride = int64_t{p.num_heads + 2 * p.num_kv_heads} * HD;
   const TC* k_cache = static_cast<const TC*>(p.k_cache);
   const TC* v_cache = static_cast<const TC*>(p.v_cache);
+  // The cache (num_blocks, Hkv, block_size, HD): a power-of-two block size (the launcher's
+  // condition), so a key's block and offset are a shift and a mask.
+  const int bs = p.batch.block_size;
+  const int block_shift = __ffs(bs) - 1;
+  const int64_t block_stride = int64_t{p.num_kv_heads} * bs * HD;  // elements a cache block
 
   // The group's query heads are adjacent in the qkv row: rows past the group are zero.
   const auto load_q = [&](const Item& it) {
@@ -121,39 +138,36 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   // Keys before the window are masked too: zero-filled rather than read (a block behind the
   // window may be freed and hold anything); E4M3's zero byte is +0.
   const auto load_kv = [&](const Item& it, int tile, int buf) {
-    const auto row_of = [&](int r) -> int64_t {
-      const int key = tile * kBlockK + r;
-      return key >= it.kv_begin && key <= it.pos
-                 ? cache_row(p.batch, it.seq, key, it.kv_head, p.num_kv_heads, HD)
-                 : -1;
-    };
-    if constexpr (kFp8) {
-      constexpr int kChunks = HD / 16;  // 16-byte chunks per row
-      uint8_t* kd = k8_s + buf * kBlockK * HD;
-      uint8_t* vd = v8_s + buf * kBlockK * HD;
-      for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
-        const int r = i / kChunks;
-        const int c = (i % kChunks) * 16;
-        const int64_t row = row_of(r);
-        const bool valid = row >= 0;
-        cp_async16(kd + r * HD + c, k_cache + (valid ? row : 0) + c, valid);
-        cp_async16(vd + r * HD + c, v_cache + (valid ? row : 0) + c, valid);
-      }
-    } else {
-      cp_async_kv<T, HD, kThreads>(k_stage(buf), v_stage(buf), kP, kBlockK, k_cache, v_cache,
-                                   row_of);
-    }
+    const int32_t* table = p.batch.block_tables + int64_t{it.seq} * p.batch.max_blocks_per_seq;
+    const int64_t head = int64_t{it.kv_head} * bs * HD;
+    const int key0 = tile * kBlockK;
+    // 16 bytes of row r at element c into the stage: a row's elements (HD of TC, HD bytes for
+    // E4M3) then the next row's, at a pitch of kP for T rows.
+    constexpr int kElems = 16 / static_cast<int>(sizeof(TC));  // elements a chunk
+    constexpr int kPitch = kFp8 ? HD : kP;
+    TC* kd = kFp8 ? reinterpret_cast<TC*>(k8_s + buf * kBlockK * HD)
+                  : reinterpret_cast<TC*>(k_stage(buf));
+    TC* vd = kFp8 ? reinterpret_cast<TC*>(v8_s + buf * kBlockK * HD)
+                  : reinterpret_cast<TC*>(v_stage(buf));
+    for_tile_chunks<HD / kElems>([&](int r, int chunk) {
+      const int key = key0 + r;
+      const bool valid = key >= it.kv_begin && key <= it.pos;
+      const int c = chunk * kElems;
+      const int64_t row = valid ? int64_t{table[key >> block_shift]} * block_stride + head +
+                                      int64_t{key & (bs - 1)} * HD
+                                : 0;
+      cp_async16(kd + r * kPitch + c, k_cache + row + c, valid);
+      cp_async16(vd + r * kPitch + c, v_cache + row + c, valid);
+    });
   };
   // A stage's E4M3 bytes (src, kBlockK rows of HD) as TM into dst (rows of pitch kP), 8 values a
   // thread and step (8-byte reads and 16-byte writes, consecutive across the warp).
   [[maybe_unused]] const auto convert = [&](const uint8_t* src, TM* dst) {
-    constexpr int kChunks = HD / 8;
-    for (int i = threadIdx.x; i < kBlockK * kChunks; i += kThreads) {
-      const int r = i / kChunks;
-      const int c = (i % kChunks) * 8;
+    for_tile_chunks<HD / 8>([&](int r, int chunk) {
+      const int c = chunk * 8;
       *reinterpret_cast<uint4*>(dst + r * kP + c) =
           e4m3x8_to<TM>(*reinterpret_cast<const uint2*>(src + r * HD + c));
-    }
+    });
   };
   // Q's rows as TM, in place, when the MMAs take another element than T (8 values a thread and
   // step; the next barrier publishes them). Every Q row has arrived: the caller has waited for
@@ -325,8 +339,8 @@ bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionSha
   const int hd = shape.head_dim;
   return (dtype == DType::kBF16 || dtype == DType::kF16) &&
          (kv.k.dtype == dtype || kv.k.dtype == DType::kF8E4M3) && kv.v.dtype == kv.k.dtype &&
-         (hd == 64 || hd == 96 || hd == 128) && shape.num_kv_heads > 0 &&
-         shape.num_heads % shape.num_kv_heads == 0 &&
+         (hd == 64 || hd == 96 || hd == 128) && shape.num_kv_heads > 0 && kv.block_size > 0 &&
+         (kv.block_size & (kv.block_size - 1)) == 0 && shape.num_heads % shape.num_kv_heads == 0 &&
          shape.num_heads / shape.num_kv_heads <= kRows && !shape.block_sparse.enabled();
 }
 

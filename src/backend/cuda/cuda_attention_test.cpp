@@ -190,11 +190,13 @@ TEST_P(CudaAttention, DecodeOnTensorCores) {
   check_batches(twin, rng, batches, 0, 16, true);
   check_batches(twin, rng, batches, 100, 32, true);
   check_batches(twin, rng, batches, 0, 16, true, 1.5f);
-  // IB_ATTN_E4M3_F16: a bf16 model's MMAs over the E4M3 cache in fp16 (fp16 models' already are).
-  twin.gpu().set_attention_e4m3_f16(true);
+  // IB_ATTN_E4M3_F16: a bf16 model's MMAs over the E4M3 cache in fp16 (fp16 models' already are);
+  // above, its default.
+  const bool saved_f16 = twin.gpu().attention_e4m3_f16();
+  twin.gpu().set_attention_e4m3_f16(!saved_f16);
   check_batches(twin, rng, batches, 0, 16, true);
   check_batches(twin, rng, batches, 100, 32, true);
-  check_batches(twin, rng, batches, 0, 16, true, 1.5f);
+  twin.gpu().set_attention_e4m3_f16(true);
   // A few blocks, each taking items in turn: single-tile items back to back (the next item's Q
   // loads while the current one's is in registers), windows, both caches, both MMA elements.
   for (const int blocks : {1, 2, 5}) {
@@ -208,6 +210,7 @@ TEST_P(CudaAttention, DecodeOnTensorCores) {
   twin.gpu().set_attention_mma_blocks(3);
   check_batches(twin, rng, batches, 0, 16, true);
   twin.gpu().set_attention_mma_blocks(0);
+  twin.gpu().set_attention_e4m3_f16(saved_f16);
   if (GetParam() != DType::kF32) {
     EXPECT_GT(before_e4m3, before);
     EXPECT_GT(twin.gpu().attention_mma_launches(), before_e4m3);

@@ -315,8 +315,9 @@ class CudaBackend final : public Backend,
   }
   // The same as a total number of blocks (tests: a few blocks taking many items each).
   void set_attention_mma_blocks(int blocks) { attention_mma_blocks_ = blocks; }
-  // IB_ATTN_E4M3_F16 (default off): a bf16 model's E4M3 cache converted to fp16 and the tensor-core
+  // IB_ATTN_E4M3_F16 (default on): a bf16 model's E4M3 cache converted to fp16 and the tensor-core
   // decode attention's MMAs in fp16 (launch_attention_decode_mma).
+  bool attention_e4m3_f16() const { return attention_e4m3_f16_; }
   void set_attention_e4m3_f16(bool on) { attention_e4m3_f16_ = on; }
   // Synchronize after every op so an asynchronous fault is reported under the op that caused it
   // (tests and debugging; never in a timed run).
@@ -429,9 +430,9 @@ class CudaBackend final : public Backend,
   int64_t attention_mma_launches_ = 0;
   int attention_mixed_min_seqs_ = 16;  // IB_ATTN_MIXED
   int64_t attention_mixed_launches_ = 0;
-  int attention_mma_persist_ = 0;    // IB_ATTN_MMA_PERSIST
-  int attention_mma_blocks_ = 0;     // its blocks (0: a block per item)
-  bool attention_e4m3_f16_ = false;  // IB_ATTN_E4M3_F16
+  int attention_mma_persist_ = 0;   // IB_ATTN_MMA_PERSIST
+  int attention_mma_blocks_ = 0;    // its blocks (0: a block per item)
+  bool attention_e4m3_f16_ = true;  // IB_ATTN_E4M3_F16
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;

@@ -250,8 +250,8 @@ void launch_attention_flash(const Tensor& qkv, const KvCacheLayer& kv,
 
 // ---- attention_decode_mma.cu: decode steps on tensor cores (IB_ATTN_MMA) ----
 // Whether the kernel takes the step's shapes: bf16 / fp16 activations with a cache of their
-// dtype or E4M3, head_dim 64, 96 or 128, GQA groups of at most 16 query heads, no block-sparse
-// pattern.
+// dtype or E4M3 in cache blocks of a power-of-two size, head_dim 64, 96 or 128, GQA groups of at
+// most 16 query heads, no block-sparse pattern.
 bool decode_mma_supports(DType dtype, const KvCacheLayer& kv, const AttentionShape& shape);
 // A decode step (meta.max_query_len == 1): a block per (sequence, KV head), the group's query
 // heads as the MMA's rows; sliding windows and soft-capped logits as the other kernels. An E4M3
