@@ -1,22 +1,20 @@
 // Decode attention on tensor cores for large batches (IB_ATTN_MMA): steps where every sequence
-// has one query token. A block owns one (sequence, KV head): its GQA group's query heads are the
+// has one query token. A block takes one (sequence, KV head) item, or with IB_ATTN_MMA_PERSIST=N
+// (N blocks an SM) several in turn as one stream of tiles: its GQA group's query heads are the
 // rows of an m16n8k16 MMA (up to 16; the rest zero), so each K/V row is read once for the group.
-// K and V tiles of 64 keys are gathered from the cache blocks by cp.async into a two-stage ring
-// by all 4 warps; each warp takes 16 keys of every tile (S = Q K^T, then O += P V on the MMAs)
-// with an online softmax of its own, and the warps' states merge in shared memory at the end.
-// The split-KV kernel (attention_split_kv.cu) computes the same on CUDA cores, a lane per key,
-// and streamed ~2.2 TB/s at 256 sequences of 256 keys (bench/NOTES.md, phase 1 / issue 15).
-// Sliding windows and soft-capped logits are applied per key. An E4M3 cache (TC = uint8_t) comes
-// in by cp.async as bytes, a ring of kRing stages of half the size, and each tile is converted to
-// T (exact) before the warps read it: with 2 stages K and V together into one K/V stage, with 3
-// (IB_ATTN_E4M3_RING=3: a third tile in flight, for blocks of few tiles) K, then V, into one
-// stage of T rows, so the shared memory still fits 3 blocks an SM. k_scale is in the softmax
-// scale, v_scale in the output. With IB_ATTN_E4M3_F16=1 a bf16 model's E4M3 cache is converted
-// to fp16 instead (one paired conversion for two values, where bf16 takes it and three more) and
-// the block's MMAs run in fp16: Q converted once (clamped to fp16's range), P in fp16, the output
-// accumulated in f32 as before. Block-sparse patterns and head_dim 256 keep the split-KV kernel.
-// (A bulk L2 prefetch of each block's later cache blocks was measured and removed: slower at
-// every size, up to 1.7x at 1,024 keys; bench/NOTES.md, session 37.)
+// K and V tiles of 64 keys are gathered from the cache blocks (a power-of-two size: a shift and a
+// mask) by cp.async into a two-stage ring by all 4 warps; each warp takes 16 keys of every tile
+// (S = Q K^T, then O += P V on the MMAs) with an online softmax of its own, and the warps' states
+// merge in shared memory at the item's end. The split-KV kernel (attention_split_kv.cu) computes
+// the same on CUDA cores, a lane per key. Sliding windows and soft-capped logits are applied per
+// key. An E4M3 cache (TC = uint8_t) comes in by cp.async as bytes, a ring of two stages of half
+// the size, and each tile is converted (exact) into one K/V stage before the warps read it;
+// k_scale is in the softmax scale, v_scale in the output. For a bf16 model the conversion is to
+// fp16 and the block's MMAs run in fp16 (IB_ATTN_E4M3_F16=1, the default: one paired conversion
+// for two values, where bf16 takes it and three more): Q converted once (clamped to fp16's
+// range), P in fp16, the output accumulated in f32. Block-sparse patterns and head_dim 256 keep
+// the split-KV kernel. (Measured and removed, bench/NOTES.md session 37: a bulk L2 prefetch of
+// each block's later cache blocks, and a third stage of E4M3 bytes.)
 #include <cmath>
 #include <type_traits>
 
