@@ -69,7 +69,7 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "1: a bf16 model's tensor-core decode attention over an E4M3 cache converts the cache to "
      "fp16 (one paired conversion for two values, against bf16's four instructions) and runs its "
      "MMAs in fp16, Q clamped to fp16's range, P in fp16, f32 accumulation (on an H100, "
-     "bench/results/h100/attn-e4m3/run3: 5-10 % faster alone, fp8 continuous 22,064 / 22,129 "
+     "bench/results/h100/attn-e4m3/run3: 3-10 % faster alone, fp8 continuous 22,064 / 22,129 "
      "-> 22,313 / 22,421); 0: the cache converted to bf16, the MMAs in bf16"},
     {"IB_CUDA_MLA", "cuda", "1", 0, 1, "",
      "1: the CUDA backend offers its multi-head latent attention kernels (DeepSeek-V2) to the "

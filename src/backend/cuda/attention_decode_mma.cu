@@ -96,7 +96,8 @@ __device__ __forceinline__ int next_item(const DecodeParams& p, int i, int step,
 // model's E4M3 cache under IB_ATTN_E4M3_F16 (fp16).
 template <typename T, typename TC, int HD, typename TM = T>
 __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
-  static_assert(std::is_same_v<TM, T> || kE4m3<TC>, "another MMA element for an E4M3 cache only");
+  static_assert(std::is_same_v<TM, T> || (kE4m3<TC> && std::is_same_v<TM, __half>),
+                "fp16 MMAs for another T over an E4M3 cache only");
   constexpr int kP = attention_pitch<HD>();
   constexpr bool kFp8 = kE4m3<TC>;
   static_assert(merge_bytes<HD>() <= size_t{2} * kBlockK * kP * 2, "the merge fits a K/V stage");
@@ -174,7 +175,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
     if constexpr (!std::is_same_v<TM, T>) {
       for (int i = threadIdx.x; i < kRows * (HD / 8); i += kThreads) {
         auto* cell = reinterpret_cast<uint4*>(q_s + (i / (HD / 8)) * kP + (i % (HD / 8)) * 8);
-        *cell = convert8<T, TM>(*cell);
+        *cell = convert8_to_f16<T>(*cell);
       }
     }
   };

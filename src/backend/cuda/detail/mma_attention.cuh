@@ -110,18 +110,18 @@ __device__ __forceinline__ uint4 e4m3x8_to(uint2 raw) {
   return {out[0], out[1], out[2], out[3]};
 }
 
-// Eight T (a 16-byte word) as eight TO, through f32, clamped to TO's finite range (fp16's 65,504:
-// a bf16 value past it becomes the largest fp16, not infinity).
-template <typename T, typename TO>
-__device__ __forceinline__ uint4 convert8(uint4 in) {
-  constexpr float kMax = std::is_same_v<TO, __half> ? 65504.0f : 3.3895314e38f;
+// Eight T (a 16-byte word) as eight fp16, through f32, clamped to fp16's finite range: a value past
+// 65,504 becomes the largest fp16, not infinity.
+template <typename T>
+__device__ __forceinline__ uint4 convert8_to_f16(uint4 in) {
+  constexpr float kMax = 65504.0f;
   uint32_t words[4] = {in.x, in.y, in.z, in.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const T* pair = reinterpret_cast<const T*>(&words[i]);
     const float lo = fminf(fmaxf(to_f32(pair[0]), -kMax), kMax);
     const float hi = fminf(fmaxf(to_f32(pair[1]), -kMax), kMax);
-    words[i] = pack2<TO>(lo, hi);
+    words[i] = pack2<__half>(lo, hi);
   }
   return {words[0], words[1], words[2], words[3]};
 }
