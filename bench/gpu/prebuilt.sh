@@ -11,7 +11,11 @@
 #   bench/gpu/quant_gemm.sh (or attn_mma.sh, moe_gemm.sh)
 # The working tree travels too (64 MiB with the carried files): move bench/results aside for the
 # call (it is ~53 MB; no script there reads it).
-# Environment: IB_PREBUILT_DIR (build/sm90a), JOBS (2), IB_SKIP_BUILD=1 (pack what is built).
+# Environment: IB_PREBUILT_DIR (build/sm90a), JOBS (2), IB_SKIP_BUILD=1 (pack what is built),
+# IB_BASE_OPS_BENCH (an older build's ib_ops_bench, packed as bench/gpu/ib_ops_bench.base beside
+# the new one: the baseline of an A/B of kernels without a switch, bench/gpu/ops_ab.sh; next to
+# its twin in the archive it costs a few MB, where alone it would not fit a call's carry;
+# IB_BASE_OPS_COMMIT names the tree it was built from, written beside it).
 set -eu
 cd "$(dirname "$0")/../.."
 D=${IB_PREBUILT_DIR:-build/sm90a}
@@ -42,7 +46,11 @@ for b in "${BINS[@]}"; do ldd "$D/$b"; done | awk '$2 == "=>" && $3 ~ /^\// {pri
   grep -vE '^(libssl|libcrypto|libz|libpng)' |
   grep -v '/cuda' | while read -r name path; do cp -L "$path" "$P/lib/$name"; done
 git describe --always --dirty > "$P/COMMIT"
-tar cf - -C "$T" prebuilt | xz -T "${JOBS:-2}" -9 > .deps/prebuilt.tar.xz.tmp
+if [ -n "${IB_BASE_OPS_BENCH:-}" ]; then
+  cp "$IB_BASE_OPS_BENCH" "$P/bench/gpu/ib_ops_bench.base"
+  echo "${IB_BASE_OPS_COMMIT:-unknown}" > "$P/bench/gpu/ib_ops_bench.base.COMMIT"
+fi
+tar cf - --sort=name -C "$T" prebuilt | xz -T "${JOBS:-2}" -9 > .deps/prebuilt.tar.xz.tmp
 mv .deps/prebuilt.tar.xz.tmp .deps/prebuilt.tar.xz
 echo "$(cat "$P/COMMIT"): $(ls "$P/lib" | tr '\n' ' ')"
 ls -la .deps/prebuilt.tar.xz

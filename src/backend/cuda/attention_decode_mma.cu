@@ -275,14 +275,26 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks)
         mma_scores16<TM>(qf[ks], kt + ks * 16, kP, lane, s[0], s[1]);
-        // Every row sees the same keys, [kv_begin, pos]: s[nt][2 ri + e] is key nt * 8 + tq * 2 +
-        // e.
+      // Every row sees the same keys, [kv_begin, pos]: s[nt][2 ri + e] is key nt * 8 + tq * 2 +
+      // e. Soft-capping (Gemma-2) in a loop of its own: the common one is a multiply and a select.
+      const auto mask = [&](auto capped) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int key = key0 + (i >> 2) * 8 + tq * 2 + (i & 1);
-        float& v = s[i >> 2][i & 3];
-        v = key <= cur.pos && key >= cur.kv_begin ? softcap_log2(v * p.scale_log2, p.softcap_log2)
-                                                  : -INFINITY;
+        for (int i = 0; i < 8; ++i) {
+          const int key = key0 + (i >> 2) * 8 + tq * 2 + (i & 1);
+          float& v = s[i >> 2][i & 3];
+          const float x = v * p.scale_log2;
+          const bool seen = key <= cur.pos && key >= cur.kv_begin;
+          if constexpr (decltype(capped)::value) {
+            v = seen ? softcap_log2(x, p.softcap_log2) : -INFINITY;
+          } else {
+            v = seen ? x : -INFINITY;
+          }
+        }
+      };
+      if (p.softcap_log2 > 0.0f) {
+        mask(std::true_type{});
+      } else {
+        mask(std::false_type{});
       }
       mma_softmax_step(s, m, l, o);
       // O += P V over the warp's 16 keys.

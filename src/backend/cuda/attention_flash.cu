@@ -91,28 +91,33 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
   cp_async_rows<T, HD, kThreads>(q_s, kP, kBlockQ, q_src, qkv_stride, rows_here);
   const TC* k_cache = static_cast<const TC*>(p.k_cache);
   const TC* v_cache = static_cast<const TC*>(p.v_cache);
+  // The sequence's block table row and the KV head's offset once; a key's block by FastDiv.
+  const SeqCacheRows rows = seq_cache_rows(p.batch, seq, kv_head, p.num_kv_heads, HD);
   const auto load_kv = [&](int tile, int buf) {
     T* kd = k_s + buf * kBlockK * kP;
     T* vd = v_s + buf * kBlockK * kP;
+    const int key0 = tile * kBlockK;
     if constexpr (std::is_same_v<TC, uint8_t>) {  // 16 E4M3 values per thread, converted
       constexpr int kChunks8 = HD / 16;
-      for (int i = threadIdx.x; i < kBlockK * kChunks8; i += kThreads) {
-        const int r = i / kChunks8;
-        const int c = (i % kChunks8) * 16;
-        const int key = tile * kBlockK + r;
-        uint4 kr{0, 0, 0, 0}, vr{0, 0, 0, 0};
-        if (key < kv_end) {
-          const int64_t row = cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD);
-          kr = *reinterpret_cast<const uint4*>(k_cache + row + c);
-          vr = *reinterpret_cast<const uint4*>(v_cache + row + c);
-        }
+      static_assert(kBlockK * kChunks8 % kThreads == 0, "a whole number of chunks a thread");
+#pragma unroll
+      for (int j = 0; j < kBlockK * kChunks8 / kThreads; ++j) {
+        const unsigned i = threadIdx.x + static_cast<unsigned>(j * kThreads);
+        const int r = static_cast<int>(i / kChunks8);
+        const int c = static_cast<int>(i % kChunks8) * 16;
+        // Keys past kv_end read the last visible key's row (no branch) and store zeros.
+        const int key = key0 + r;
+        const int64_t row = rows.row(min(key, kv_end - 1));
+        uint4 kr = *reinterpret_cast<const uint4*>(k_cache + row + c);
+        uint4 vr = *reinterpret_cast<const uint4*>(v_cache + row + c);
+        if (key >= kv_end) kr = vr = uint4{0, 0, 0, 0};
         store_e4m3_as(kd + r * kP + c, kr);
         store_e4m3_as(vd + r * kP + c, vr);
       }
     } else {
-      cp_async_kv<T, HD, kThreads>(kd, vd, kP, kBlockK, k_cache, v_cache, [&](int r) -> int64_t {
-        const int key = tile * kBlockK + r;
-        return key < kv_end ? cache_row(p.batch, seq, key, kv_head, p.num_kv_heads, HD) : -1;
+      cp_async_kv<T, HD, kThreads, kBlockK>(kd, vd, kP, k_cache, v_cache, [&](int r) -> int64_t {
+        const int key = key0 + r;
+        return key < kv_end ? rows.row(key) : -1;
       });
     }
   };
@@ -127,6 +132,7 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
   const int tq = lane & 3;
   const int wpos0 = qpos_first + warp * 16;  // position of the warp's row 0
   const bool warp_active = warp * 16 < rows_here;
+  const bool general = p.window > 0 || p.sparse.enabled() || p.softcap_log2 > 0.0f;
   // The warp's Q fragments stay in registers up to head_dim 128; at 256 (with o's 128 floats a
   // thread) they are read from shared memory for each tile instead.
   constexpr bool kQInRegs = HD <= 128;
@@ -172,25 +178,40 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
         for (int np = 0; np < kBlockK / 16; ++np)
           mma_scores16<T>(a, kt + np * 16 * kP + ks * 16, kP, lane, s[2 * np], s[2 * np + 1]);
       }
-      // Mask (only tiles crossing the diagonal or a window edge need it), then the online
-      // softmax of rows g (ri = 0) and g + 8 (ri = 1).
-      const bool need_mask = key0 + kBlockK - 1 > wpos0 ||
-                             (p.window > 0 && key0 <= wpos0 + 15 - p.window) || p.sparse.enabled();
+      // Scale and mask (only tiles crossing the diagonal or a window edge need it) rows g
+      // (ri = 0) and g + 8 (ri = 1), then their online softmax. kGeneral: a window, a sparse
+      // pattern or soft-capping; without them (most launches) the loop is a multiply and a
+      // select an element, not a soft-cap's division and tanh behind a branch in each.
+      const auto mask_scores = [&](auto general) {
+        constexpr bool kGeneral = decltype(general)::value;
+        const bool need_mask =
+            key0 + kBlockK - 1 > wpos0 ||
+            (kGeneral && ((p.window > 0 && key0 <= wpos0 + 15 - p.window) || p.sparse.enabled()));
 #pragma unroll
-      for (int ri = 0; ri < 2; ++ri) {
-        const int qpos = wpos0 + g + ri * 8;
+        for (int ri = 0; ri < 2; ++ri) {
+          const int qpos = wpos0 + g + ri * 8;
 #pragma unroll
-        for (int nt = 0; nt < kBlockK / 8; ++nt) {
+          for (int nt = 0; nt < kBlockK / 8; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = key0 + nt * 8 + tq * 2 + e;
-            const bool ok =
-                !need_mask || (key <= qpos && (p.window <= 0 || key > qpos - p.window) &&
-                               (!p.sparse.enabled() || block_sparse_keeps(p.sparse, qpos, key)));
-            s[nt][ri * 2 + e] =
-                ok ? softcap_log2(s[nt][ri * 2 + e] * p.scale_log2, p.softcap_log2) : -INFINITY;
+            for (int e = 0; e < 2; ++e) {
+              const int key = key0 + nt * 8 + tq * 2 + e;
+              float& x = s[nt][ri * 2 + e];
+              if constexpr (kGeneral) {
+                const bool ok = !need_mask ||
+                                (key <= qpos && (p.window <= 0 || key > qpos - p.window) &&
+                                 (!p.sparse.enabled() || block_sparse_keeps(p.sparse, qpos, key)));
+                x = ok ? softcap_log2(x * p.scale_log2, p.softcap_log2) : -INFINITY;
+              } else {
+                x = !need_mask || key <= qpos ? x * p.scale_log2 : -INFINITY;
+              }
+            }
           }
         }
+      };
+      if (general) {
+        mask_scores(std::true_type{});
+      } else {
+        mask_scores(std::false_type{});
       }
       mma_softmax_step(s, m, l, o);
       // O += P V: P's accumulator layout is the A-operand layout of the next MMA.

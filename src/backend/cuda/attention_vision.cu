@@ -63,11 +63,11 @@ __global__ void __launch_bounds__(kThreads) vision_flash_kernel(VisionFlashParam
   const T* k_src = base + width + int64_t{head} * HD;
   const T* v_src = base + 2 * width + int64_t{head} * HD;
   const auto load_kv = [&](int tile, int buf) {
-    cp_async_kv<T, HD, kThreads>(k_s + buf * kBlockK * kP, v_s + buf * kBlockK * kP, kP, kBlockK,
-                                 k_src, v_src, [&](int r) -> int64_t {
-                                   const int key = tile * kBlockK + r;
-                                   return key < s_len ? key * stride : -1;
-                                 });
+    cp_async_kv<T, HD, kThreads, kBlockK>(k_s + buf * kBlockK * kP, v_s + buf * kBlockK * kP, kP,
+                                          k_src, v_src, [&](int r) -> int64_t {
+                                            const int key = tile * kBlockK + r;
+                                            return key < s_len ? key * stride : -1;
+                                          });
   };
   const int num_tiles = (s_len + kBlockK - 1) / kBlockK;
   load_kv(0, 0);

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/fast_div.h"
 
 namespace ib::cuda {
 
@@ -19,6 +20,7 @@ struct PagedBatch {
   int num_seqs;
   int max_blocks_per_seq;
   int block_size;
+  FastDiv block_div;  // n / block_size as a multiply-high and a shift
 };
 
 // The sequence owning flattened query token t: the largest i with query_start[i] <= t.
@@ -35,12 +37,35 @@ __device__ __forceinline__ int find_sequence(const PagedBatch& b, int t) {
   return lo;
 }
 
-// Element offset of (token position pos, kv_head, d = 0) of sequence seq in a cache laid out
-// (num_blocks, num_kv_heads, block_size, head_dim).
+// The cache rows of one sequence's KV head in a cache laid out (num_blocks, num_kv_heads,
+// block_size, head_dim): the block table's row and the head's offset taken once, a position's
+// block and offset by FastDiv (no integer division).
+struct SeqCacheRows {
+  const int32_t* table;  // the sequence's block table row
+  int64_t block_stride;  // elements a cache block: num_kv_heads * block_size * head_dim
+  int head_offset;       // kv_head * block_size * head_dim
+  int head_dim;
+  FastDiv block_div;
+
+  // Element offset of (position pos, d = 0).
+  __device__ __forceinline__ int64_t row(int pos) const {
+    const int block = block_div.div(pos);
+    return int64_t{table[block]} * block_stride + head_offset +
+           block_div.mod(pos, block) * head_dim;
+  }
+};
+
+__device__ __forceinline__ SeqCacheRows seq_cache_rows(const PagedBatch& b, int seq, int kv_head,
+                                                       int num_kv_heads, int head_dim) {
+  return {b.block_tables + int64_t{seq} * b.max_blocks_per_seq,
+          int64_t{num_kv_heads} * b.block_size * head_dim, kv_head * b.block_size * head_dim,
+          head_dim, b.block_div};
+}
+
+// Element offset of (token position pos, kv_head, d = 0) of sequence seq.
 __device__ __forceinline__ int64_t cache_row(const PagedBatch& b, int seq, int pos, int kv_head,
                                              int num_kv_heads, int head_dim) {
-  const int64_t block = b.block_tables[int64_t{seq} * b.max_blocks_per_seq + pos / b.block_size];
-  return ((block * num_kv_heads + kv_head) * b.block_size + pos % b.block_size) * int64_t{head_dim};
+  return seq_cache_rows(b, seq, kv_head, num_kv_heads, head_dim).row(pos);
 }
 
 // The parameters every paged-attention kernel reads (the split-KV kernel's add its partitions).
@@ -71,7 +96,8 @@ inline PagedAttentionParams paged_attention_params(const Tensor& qkv, const KvCa
                        meta.block_tables.as<int32_t>(),
                        meta.num_seqs,
                        static_cast<int>(meta.block_tables.dim(1)),
-                       kv.block_size};
+                       kv.block_size,
+                       FastDiv::of(kv.block_size)};
   p.num_heads = shape.num_heads;
   p.num_kv_heads = shape.num_kv_heads;
   p.group = shape.num_heads / shape.num_kv_heads;

@@ -58,16 +58,20 @@ __device__ __forceinline__ void cp_async_rows(T* dst, int kP, int rows, const T*
   }
 }
 
-// A K tile and a V tile of key_rows rows into shared memory (rows of pitch kP), 16 bytes a
+// A K tile and a V tile of kKeyRows rows into shared memory (rows of pitch kP), 16 bytes a
 // cp.async, by the block's kThreads threads: row r from k_src / v_src + row_of(r) (an element
-// offset), or zero-filled where row_of(r) < 0 (keys past the visible ones).
-template <typename T, int HD, int kThreads, typename RowOf>
-__device__ __forceinline__ void cp_async_kv(T* kd, T* vd, int kP, int key_rows, const T* k_src,
-                                            const T* v_src, const RowOf& row_of) {
+// offset), or zero-filled where row_of(r) < 0 (keys past the visible ones). The loop's count and
+// index arithmetic are compile-time (unsigned, constant divisors).
+template <typename T, int HD, int kThreads, int kKeyRows, typename RowOf>
+__device__ __forceinline__ void cp_async_kv(T* kd, T* vd, int kP, const T* k_src, const T* v_src,
+                                            const RowOf& row_of) {
   constexpr int kChunks = HD / 8;  // 16-byte chunks per row
-  for (int i = static_cast<int>(threadIdx.x); i < key_rows * kChunks; i += kThreads) {
-    const int r = i / kChunks;
-    const int c = (i % kChunks) * 8;
+  static_assert(kKeyRows * kChunks % kThreads == 0, "a whole number of chunks a thread");
+#pragma unroll
+  for (int j = 0; j < kKeyRows * kChunks / kThreads; ++j) {
+    const unsigned i = threadIdx.x + static_cast<unsigned>(j * kThreads);
+    const int r = static_cast<int>(i / kChunks);
+    const int c = static_cast<int>(i % kChunks) * 8;
     const int64_t row = row_of(r);
     const bool valid = row >= 0;
     cp_async16(kd + r * kP + c, k_src + (valid ? row : 0) + c, valid);
