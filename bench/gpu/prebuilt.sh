@@ -50,7 +50,7 @@ if [ -n "${IB_BASE_OPS_BENCH:-}" ]; then
   cp "$IB_BASE_OPS_BENCH" "$P/bench/gpu/ib_ops_bench.base"
   echo "${IB_BASE_OPS_COMMIT:-unknown}" > "$P/bench/gpu/ib_ops_bench.base.COMMIT"
 fi
-tar cf - --sort=name -C "$T" prebuilt | xz -T "${JOBS:-2}" -9 > .deps/prebuilt.tar.xz.tmp
+tar cf - --sort=name -C "$T" prebuilt | xz -T1 -9 > .deps/prebuilt.tar.xz.tmp
 mv .deps/prebuilt.tar.xz.tmp .deps/prebuilt.tar.xz
 echo "$(cat "$P/COMMIT"): $(ls "$P/lib" | tr '\n' ' ')"
 ls -la .deps/prebuilt.tar.xz
