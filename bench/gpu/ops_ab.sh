@@ -8,7 +8,7 @@
 # in IB_BACKEND_TESTS and IB_ENGINE_TESTS (the kernels' differential tests against the CPU).
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~4 minutes): IB_PREBUILT=1 OUT=dir
 # IB_OPS_SECTIONS=attention bash bench/gpu/ops_ab.sh. Writes tests.log, backend_cuda_test.json,
-# engine_cuda_test.json, ops/{base,new}_N.{json,log}, ab.txt.
+# engine_cuda_test.json, env.txt, ab.txt and ops.tgz (ops/{base,new}_N.{json,log}).
 set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O/ops"
 source bench/gpu/build_inferbench.sh && head_setup
@@ -28,4 +28,5 @@ for i in $(seq 1 "${IB_PASSES:-2}"); do
   done
 done
 python3 bench/gpu/ops_ab_summary.py "$O/ops" | tee "$O/ab.txt"
+tar czf "$O/ops.tgz" -C "$O" ops && rm -rf "$O/ops"  # at most 8 files come back from a call
 echo "done +$(( $(date +%s) - T0 )) s"
