@@ -16,9 +16,11 @@
 #   seed_base_N, seed_lora1_N  the seed protocol without and with one random rank-16 adapter on
 #                      every linear layer, interleaved (issue 16: <= 15 % overhead)
 #   v2lite_seed        DeepSeek-V2-Lite bf16 on the seed protocol (issue 15: 2,000)
+#   prof_v2lite_seed   the same under the CUPTI kernel tracer, with a timeline of its last 3,000
+#                      kernels (section v2prof, not in the default list)
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~5 minutes): IB_PREBUILT=1 OUT=dir
 # bash bench/gpu/targets.sh. IB_TARGETS picks sections (default "cont prof b1 seed lora v2lite").
-# Writes runs.log, runs.json, runs.tgz and prof.tgz.
+# Writes runs.log, runs.json, runs.tgz, prof.tgz (and prof_v2.tgz).
 set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && head_setup
@@ -41,13 +43,27 @@ prof_cont() {
   head -40 "$P/profile_cont_bf16.txt"
   tar czf "$O/prof.tgz" -C "$O" prof && rm -rf "$P"
 }
+# v2lite NAME [VAR=value...]: DeepSeek-V2-Lite bf16 on the seed protocol, with those variables.
 v2lite() {
-  if (( $(date +%s) - T0 > DEADLINE - 90 )); then echo "$1 skipped (deadline)"; return; fi
-  timeout 120 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
-    --disable-tqdm --model deepseek-v2-lite "${SEED[@]}" --result-dir "$R/$1" --overwrite \
-    > "$R/$1.log" 2>&1
-  echo "$1 rc=$? +$(( $(date +%s) - T0 )) s $(grep -E "Output token throughput|TPOT median" \
-    "$R/$1.log" | tr -s ' ' | tr '\n' ' ')"
+  local name=$1
+  shift
+  if (( $(date +%s) - T0 > DEADLINE - 90 )); then echo "$name skipped (deadline)"; return; fi
+  env "$@" timeout 120 "$B/bin/inferbench" run --device cuda --dtype bf16 --load-format dummy \
+    --disable-tqdm --model deepseek-v2-lite "${SEED[@]}" --result-dir "$R/$name" --overwrite \
+    > "$R/$name.log" 2>&1
+  echo "$name rc=$? +$(( $(date +%s) - T0 )) s $(grep -E "Output token throughput|TPOT median" \
+    "$R/$name.log" | tr -s ' ' | tr '\n' ' ')"
+}
+# prof_v2lite: v2lite under the CUPTI tracer (per-kernel totals, the last 3,000 kernels' timeline).
+prof_v2lite() {
+  local P=$O/prof_v2 lib=$B/bench/gpu/libib_kernel_profile.so
+  [ -f "$lib" ] || { echo "prof_v2lite skipped: $lib missing (rebuild the bundle)"; return; }
+  mkdir -p "$P"
+  v2lite prof_v2lite_seed IB_KERNEL_PROFILE="$P/profile_v2lite_seed.txt" \
+    IB_KERNEL_TIMELINE="$P/timeline_v2lite_seed.csv" IB_KERNEL_TIMELINE_COUNT=3000 \
+    LD_PRELOAD="$(readlink -f "$lib")"
+  head -30 "$P/profile_v2lite_seed.txt"
+  tar czf "$O/prof_v2.tgz" -C "$O" prof_v2 && rm -rf "$P"
 }
 {
   if has cont; then
@@ -76,6 +92,7 @@ v2lite() {
     done
   fi
   has v2lite && v2lite v2lite_seed
+  has v2prof && prof_v2lite
 } 2>&1 | tee -a "$O/runs.log"
 pack_runs
 echo "done +$(( $(date +%s) - T0 )) s"
