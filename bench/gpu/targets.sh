@@ -32,16 +32,19 @@ SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 
   --max-model-len 4096 --seed 0)
 A=/tmp/ib-adapters/l3-r16-0
 has() { [[ " ${IB_TARGETS:-cont prof b1 seed lora v2lite} " == *" $1 "* ]]; }
-# prof_cont: the bf16 continuous run with the CUPTI tracer preloaded.
-prof_cont() {
-  local P=$O/prof lib=$B/bench/gpu/libib_kernel_profile.so
-  [ -f "$lib" ] || { echo "prof_cont skipped: $lib missing (rebuild the bundle)"; return; }
-  mkdir -p "$P"
-  run_llama prof_cont_bf16 IB_KERNEL_PROFILE="$P/profile_cont_bf16.txt" \
-    IB_KERNEL_TIMELINE="$P/timeline_cont_bf16.csv" IB_KERNEL_TIMELINE_COUNT=3000 \
-    LD_PRELOAD="$(readlink -f "$lib")" "${CONT[@]}"
-  head -40 "$P/profile_cont_bf16.txt"
-  tar czf "$O/prof.tgz" -C "$O" prof && rm -rf "$P"
+# traced DIR TAG RUNNER NAME [ARGS...]: RUNNER (run_llama or v2lite) NAME with the CUPTI tracer
+# preloaded (kernel_profile.cpp): per-kernel totals over the run (DIR/profile_TAG.txt) and a
+# timeline of its last 3,000 kernels (DIR/timeline_TAG.csv), packed into DIR.tgz.
+traced() {
+  local dir=$1 tag=$2 runner=$3 name=$4 lib=$B/bench/gpu/libib_kernel_profile.so
+  shift 4
+  [ -f "$lib" ] || { echo "$name skipped: $lib missing (rebuild the bundle)"; return; }
+  mkdir -p "$O/$dir"
+  "$runner" "$name" IB_KERNEL_PROFILE="$O/$dir/profile_$tag.txt" \
+    IB_KERNEL_TIMELINE="$O/$dir/timeline_$tag.csv" IB_KERNEL_TIMELINE_COUNT=3000 \
+    LD_PRELOAD="$(readlink -f "$lib")" "$@"
+  head -40 "$O/$dir/profile_$tag.txt"
+  tar czf "$O/$dir.tgz" -C "$O" "$dir" && rm -rf "${O:?}/$dir"
 }
 # v2lite NAME [VAR=value...]: DeepSeek-V2-Lite bf16 on the seed protocol, with those variables.
 v2lite() {
@@ -54,17 +57,6 @@ v2lite() {
   echo "$name rc=$? +$(( $(date +%s) - T0 )) s $(grep -E "Output token throughput|TPOT median" \
     "$R/$name.log" | tr -s ' ' | tr '\n' ' ')"
 }
-# prof_v2lite: v2lite under the CUPTI tracer (per-kernel totals, the last 3,000 kernels' timeline).
-prof_v2lite() {
-  local P=$O/prof_v2 lib=$B/bench/gpu/libib_kernel_profile.so
-  [ -f "$lib" ] || { echo "prof_v2lite skipped: $lib missing (rebuild the bundle)"; return; }
-  mkdir -p "$P"
-  v2lite prof_v2lite_seed IB_KERNEL_PROFILE="$P/profile_v2lite_seed.txt" \
-    IB_KERNEL_TIMELINE="$P/timeline_v2lite_seed.csv" IB_KERNEL_TIMELINE_COUNT=3000 \
-    LD_PRELOAD="$(readlink -f "$lib")"
-  head -30 "$P/profile_v2lite_seed.txt"
-  tar czf "$O/prof_v2.tgz" -C "$O" prof_v2 && rm -rf "$P"
-}
 {
   if has cont; then
     run_llama cont_bf16_1 "${CONT[@]}"
@@ -74,7 +66,7 @@ prof_v2lite() {
     run_llama cont_fp8kv8_1 --quantization fp8 --kv-cache-dtype fp8 "${CONT[@]}"
     run_llama cont_fp8kv8_2 --quantization fp8 --kv-cache-dtype fp8 "${CONT[@]}"
   fi
-  has prof && prof_cont
+  has prof && traced prof cont_bf16 run_llama prof_cont_bf16 "${CONT[@]}"
   if has b1; then
     for q in fp8 int8 awq; do run_llama "b1_$q" --quantization $q "${B1[@]}"; done
   fi
@@ -92,7 +84,7 @@ prof_v2lite() {
     done
   fi
   has v2lite && v2lite v2lite_seed
-  has v2prof && prof_v2lite
+  has v2prof && traced prof_v2 v2lite_seed v2lite prof_v2lite_seed
 } 2>&1 | tee -a "$O/runs.log"
 pack_runs
 echo "done +$(( $(date +%s) - T0 )) s"

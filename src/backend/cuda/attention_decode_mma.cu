@@ -61,18 +61,6 @@ constexpr size_t merge_bytes() {
 struct Item {
   int seq, kv_head, q_begin, pos, kv_begin, tile_begin, tile_end;
 };
-// Calls f(r, c) for this thread's share of the kBlockK rows x kChunks chunks of a tile: a
-// compile-time count of steps, unsigned index arithmetic (constant divisors).
-template <int kChunks, typename F>
-__device__ __forceinline__ void for_tile_chunks(const F& f) {
-  static_assert(kBlockK * kChunks % kThreads == 0, "a whole number of chunks a thread");
-#pragma unroll
-  for (int j = 0; j < kBlockK * kChunks / kThreads; ++j) {
-    const unsigned i = threadIdx.x + static_cast<unsigned>(j * kThreads);
-    f(static_cast<int>(i / kChunks), static_cast<int>(i % kChunks));
-  }
-}
-
 // The first item from i on (in steps of `step`) with one query token and a visible key, or
 // index >= n (none left). Padded sequences have no query token.
 __device__ __forceinline__ int next_item(const DecodeParams& p, int i, int step, int n,
@@ -148,7 +136,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
                   : reinterpret_cast<TC*>(k_stage(buf));
     TC* vd = kFp8 ? reinterpret_cast<TC*>(v8_s + buf * kBlockK * HD)
                   : reinterpret_cast<TC*>(v_stage(buf));
-    for_tile_chunks<HD / kElems>([&](int r, int chunk) {
+    for_tile_chunks<kBlockK, HD / kElems, kThreads>([&](int r, int chunk) {
       const int key = key0 + r;
       const bool valid = key >= it.kv_begin && key <= it.pos;
       const int c = chunk * kElems;
@@ -162,7 +150,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams& p) {
   // A stage's E4M3 bytes (src, kBlockK rows of HD) as TM into dst (rows of pitch kP), 8 values a
   // thread and step (8-byte reads and 16-byte writes, consecutive across the warp).
   [[maybe_unused]] const auto convert = [&](const uint8_t* src, TM* dst) {
-    for_tile_chunks<HD / 8>([&](int r, int chunk) {
+    for_tile_chunks<kBlockK, HD / 8, kThreads>([&](int r, int chunk) {
       const int c = chunk * 8;
       *reinterpret_cast<uint4*>(dst + r * kP + c) =
           e4m3x8_to<TM>(*reinterpret_cast<const uint2*>(src + r * HD + c));

@@ -98,13 +98,8 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
     T* vd = v_s + buf * kBlockK * kP;
     const int key0 = tile * kBlockK;
     if constexpr (std::is_same_v<TC, uint8_t>) {  // 16 E4M3 values per thread, converted
-      constexpr int kChunks8 = HD / 16;
-      static_assert(kBlockK * kChunks8 % kThreads == 0, "a whole number of chunks a thread");
-#pragma unroll
-      for (int j = 0; j < kBlockK * kChunks8 / kThreads; ++j) {
-        const unsigned i = threadIdx.x + static_cast<unsigned>(j * kThreads);
-        const int r = static_cast<int>(i / kChunks8);
-        const int c = static_cast<int>(i % kChunks8) * 16;
+      for_tile_chunks<kBlockK, HD / 16, kThreads>([&](int r, int chunk) {
+        const int c = chunk * 16;
         // Keys past kv_end read the last visible key's row (no branch) and store zeros.
         const int key = key0 + r;
         const int64_t row = rows.row(min(key, kv_end - 1));
@@ -113,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) flash_kernel(FlashParams p) {
         if (key >= kv_end) kr = vr = uint4{0, 0, 0, 0};
         store_e4m3_as(kd + r * kP + c, kr);
         store_e4m3_as(vd + r * kP + c, vr);
-      }
+      });
     } else {
       cp_async_kv<T, HD, kThreads, kBlockK>(kd, vd, kP, k_cache, v_cache, [&](int r) -> int64_t {
         const int key = key0 + r;

@@ -58,25 +58,32 @@ __device__ __forceinline__ void cp_async_rows(T* dst, int kP, int rows, const T*
   }
 }
 
+// Calls f(r, c) for this thread's share of kRows rows x kChunks chunks, the block's kThreads
+// threads taking consecutive chunks: a compile-time count of steps, unsigned index arithmetic
+// (constant divisors).
+template <int kRows, int kChunks, int kThreads, typename F>
+__device__ __forceinline__ void for_tile_chunks(const F& f) {
+  static_assert(kRows * kChunks % kThreads == 0, "a whole number of chunks a thread");
+#pragma unroll
+  for (int j = 0; j < kRows * kChunks / kThreads; ++j) {
+    const unsigned i = threadIdx.x + static_cast<unsigned>(j * kThreads);
+    f(static_cast<int>(i / kChunks), static_cast<int>(i % kChunks));
+  }
+}
+
 // A K tile and a V tile of kKeyRows rows into shared memory (rows of pitch kP), 16 bytes a
 // cp.async, by the block's kThreads threads: row r from k_src / v_src + row_of(r) (an element
-// offset), or zero-filled where row_of(r) < 0 (keys past the visible ones). The loop's count and
-// index arithmetic are compile-time (unsigned, constant divisors).
+// offset), or zero-filled where row_of(r) < 0 (keys past the visible ones).
 template <typename T, int HD, int kThreads, int kKeyRows, typename RowOf>
 __device__ __forceinline__ void cp_async_kv(T* kd, T* vd, int kP, const T* k_src, const T* v_src,
                                             const RowOf& row_of) {
-  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
-  static_assert(kKeyRows * kChunks % kThreads == 0, "a whole number of chunks a thread");
-#pragma unroll
-  for (int j = 0; j < kKeyRows * kChunks / kThreads; ++j) {
-    const unsigned i = threadIdx.x + static_cast<unsigned>(j * kThreads);
-    const int r = static_cast<int>(i / kChunks);
-    const int c = static_cast<int>(i % kChunks) * 8;
+  for_tile_chunks<kKeyRows, HD / 8, kThreads>([&](int r, int chunk) {
+    const int c = chunk * 8;
     const int64_t row = row_of(r);
     const bool valid = row >= 0;
     cp_async16(kd + r * kP + c, k_src + (valid ? row : 0) + c, valid);
     cp_async16(vd + r * kP + c, v_src + (valid ? row : 0) + c, valid);
-  }
+  });
 }
 
 // A step of a two-stage cp.async ring: the next tile's loads issued (load_next, when has_next)
