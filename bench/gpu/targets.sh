@@ -18,9 +18,11 @@
 #   v2lite_seed        DeepSeek-V2-Lite bf16 on the seed protocol (issue 15: 2,000)
 #   prof_v2lite_seed   the same under the CUPTI kernel tracer, with a timeline of its last 3,000
 #                      kernels (section v2prof, not in the default list)
+#   prof_seed_lora1    seed_lora1 under the tracer, its timeline the last several decode steps
+#                      (section loraprof, not in the default list; prof_lora.tgz)
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~5 minutes): IB_PREBUILT=1 OUT=dir
 # bash bench/gpu/targets.sh. IB_TARGETS picks sections (default "cont prof b1 seed lora v2lite").
-# Writes runs.log, runs.json, runs.tgz, prof.tgz (and prof_v2.tgz).
+# Writes runs.log, runs.json, runs.tgz, prof.tgz (and prof_v2.tgz, prof_lora.tgz).
 set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && head_setup
@@ -45,6 +47,12 @@ traced() {
     LD_PRELOAD="$(readlink -f "$lib")" "$@"
   head -40 "$O/$dir/profile_$tag.txt"
   tar czf "$O/$dir.tgz" -C "$O" "$dir" && rm -rf "${O:?}/$dir"
+}
+# lora_adapter: the random rank-16 adapter on every linear layer of Llama-3-8B at $A, once.
+lora_adapter() {
+  [ -f $A/adapter_model.safetensors ] ||
+    python3 tools/make_lora.py --hidden-size 4096 --intermediate-size 14336 --num-heads 32 \
+      --num-kv-heads 8 --layers 32 --rank 16 --seed 0 --numpy --out $A > /dev/null
 }
 # v2lite NAME [VAR=value...]: DeepSeek-V2-Lite bf16 on the seed protocol, with those variables.
 v2lite() {
@@ -74,9 +82,7 @@ v2lite() {
     for q in fp8 awq; do run_llama "seed_$q" --quantization $q "${SEED[@]}"; done
   fi
   if has lora; then
-    [ -f $A/adapter_model.safetensors ] ||
-      python3 tools/make_lora.py --hidden-size 4096 --intermediate-size 14336 --num-heads 32 \
-        --num-kv-heads 8 --layers 32 --rank 16 --seed 0 --numpy --out $A > /dev/null
+    lora_adapter
     for i in 1 2; do
       run_llama "seed_base_$i" "${SEED[@]}"
       run_llama "seed_lora1_$i" "${SEED[@]}" --enable-lora --max-loras 1 --max-lora-rank 16 \
@@ -84,6 +90,11 @@ v2lite() {
     done
   fi
   has v2lite && v2lite v2lite_seed
+  if has loraprof; then
+    lora_adapter
+    traced prof_lora seed_lora1 run_llama prof_seed_lora1 "${SEED[@]}" --enable-lora \
+      --max-loras 1 --max-lora-rank 16 --lora-modules a0=$A
+  fi
   has v2prof && traced prof_v2 v2lite_seed v2lite prof_v2lite_seed
 } 2>&1 | tee -a "$O/runs.log"
 pack_runs
