@@ -14,7 +14,8 @@ cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O/ops"
 source bench/gpu/build_inferbench.sh && head_setup
 [ -x "$B/bench/gpu/ib_ops_bench.base" ] ||
   { echo "no bench/gpu/ib_ops_bench.base in the bundle: pack it with IB_BASE_OPS_BENCH"; exit 2; }
-echo "base $(cat "$B/bench/gpu/ib_ops_bench.base.COMMIT" 2>/dev/null), new $(cat "$B/prebuilt/COMMIT")"
+echo "base $(cat "$B/bench/gpu/ib_ops_bench.base.COMMIT" 2>/dev/null)," \
+  "new $(cat "$B/prebuilt/COMMIT")"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/env.txt" 2>&1
 if [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
   gpu_tests "${IB_BACKEND_TESTS:-*CudaAttention*:*CudaVision*}" "${IB_ENGINE_TESTS:-}"
