@@ -9,7 +9,8 @@
 # rank-16 adapter at each of the switch's values, 16 adapters at random at each (reversed), the
 # base again; then a kernel timeline of the 1-adapter run with the defaults
 # (bench/gpu/timeline_summary.py).
-# Usage (~6-8 minutes of the machine; carry .deps/icu.tar.xz):
+# Usage (~6-8 minutes of the machine; carry .deps/icu.tar.xz, and .deps/prebuilt.tar.xz with
+# IB_PREBUILT=1, which takes bench/gpu/prebuilt.sh's binaries instead of a build here):
 #   OUT=dir IB_AB=IB_LORA_IN_GEMV IB_AB_VALUES="1 3" bash bench/gpu/lora_ab.sh
 # Environment: IB_AB (the switch), IB_AB_VALUES, IB_PARITY (0), IB_DEADLINE_S (520): runs that
 # would end past it are skipped; IB_TIMELINE_ENV (VAR=value ... for the timeline run, e.g.
@@ -23,9 +24,14 @@ use_icu
 AB=${IB_AB:-IB_LORA_IN_GEMV}
 VALUES=(${IB_AB_VALUES:-1 3})
 B=${B:-/tmp/ib-lora-ab}
-build_gpu_tests $B "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
-  ib_kernel_profile || exit 1
-echo "built $(el)"
+if [ "${IB_PREBUILT:-0}" = 1 ]; then  # bench/gpu/prebuilt.sh's bundle, carried
+  use_prebuilt
+  prebuilt_libs "$B"
+else
+  build_gpu_tests $B "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
+    ib_kernel_profile || exit 1
+  echo "built $(el)"
+fi
 R=/tmp/lora-ab-runs; rm -rf $R; mkdir -p $R
 { timeout 150 $B/src/backend/cuda/backend_cuda_test \
     --gtest_filter='*CudaLora*:*CudaFusedLora*:*CudaFused.*' --gtest_output=json:$R/backend_test.json
