@@ -139,6 +139,14 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "1: the quantized formats' decode GEMVs of 1-4 and 9-16 tokens stream their weights through "
      "a ring of 4 steps per warp in shared memory (cp.async), the others through registers; 0: "
      "all through registers, 2-4 steps in flight"},
+    {"IB_GEMV_FUSE_QUANT", "cuda", "0", 0, 1, "",
+     "1: the FP8 and INT8 W8A8 decode GEMVs of one token quantize x in each block (its codes in "
+     "shared memory) instead of after a quantize kernel (measured slower on an H100: fp8 batch 1 "
+     "-4 %); 0: a quantize kernel before each GEMV"},
+    {"IB_GEMV_STAGE_X", "cuda", "1", 0, 2, "",
+     "the decode GEMVs of one token that copy x into each block's shared memory and read every "
+     "step's x there: 1 INT8 W8A16's (measured +8 % at batch 1 on an H100), 2 every quantized "
+     "format's (W8A8 the quantize kernel's codes; fp8 -6 %, awq even, nf4 -4 %), 0 none"},
     {"IB_GEMV_DENSE_RING", "cuda", "0", 0, 1, "",
      "1: the dense decode GEMVs of 1-8 tokens stream their weights through a ring of 4 steps per "
      "warp in shared memory (cp.async, 64 KB a block; measured 2x slower on the H200); 0: "

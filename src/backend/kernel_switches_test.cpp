@@ -84,6 +84,8 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_GEMV_PERSIST",
                            "IB_GEMV_RING",
                            "IB_GEMV_DENSE_RING",
+                           "IB_GEMV_FUSE_QUANT",
+                           "IB_GEMV_STAGE_X",
                            "IB_GEMV_INT4_WARPS",
                            "IB_NORM_REGS",
                            "IB_NORM_POST",

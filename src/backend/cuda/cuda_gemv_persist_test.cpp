@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/detail/carveout.h"
+#include "backend/cuda/detail/gemv_test_support.h"
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/test_support.h"
 
@@ -22,7 +23,10 @@ namespace ib::cuda {
 namespace {
 
 using testing::Pair;
+using testing::quantize;
 using testing::random_floats;
+using testing::rope_case;
+using testing::RopeCase;
 using testing::Twin;
 
 struct Format {
@@ -57,60 +61,6 @@ class CudaGemvPersist : public ::testing::TestWithParam<Format> {
       GTEST_SKIP() << "this GPU lacks the tensor cores of " << GetParam().name;
   }
 };
-
-// dense (N, K) quantized on the GPU in format's layout (groups of 128 / blocks of 64).
-WeightRef quantize(Twin& twin, Rng& rng, int64_t n, int64_t k, WeightFormat format) {
-  const Pair dense = twin.floats({n, k}, random_floats(rng, n * k, -0.05f, 0.05f));
-  WeightRef w;
-  w.format = format;
-  if (is_4bit(format)) {
-    const bool nf4 = format == WeightFormat::kNf4;
-    w.group_size = nf4 ? 64 : 128;
-    w.asymmetric = !nf4;
-    w.data = twin.empty(DType::kU8, {n, k / 2}).gpu;
-    w.scales = twin.empty(nf4 ? DType::kF32 : DType::kF16, {n, k / w.group_size}).gpu;
-    if (!nf4) w.zeros = twin.empty(DType::kU8, {n, k / w.group_size}).gpu;
-  } else {
-    w.data = twin.empty(quantized_data_dtype(format), {n, k}).gpu;
-    w.scales = twin.empty(DType::kF32, {n}).gpu;
-  }
-  twin.gpu().quantize_weight(dense.gpu, w);
-  return w;
-}
-
-// The RoPE-cache form's operands for m tokens: Llama-3-8B's heads (384 row tiles of qkv), a
-// two-block cache, positions 30 + 7 i at slots 3 i + 2, Llama-3's frequencies.
-struct RopeCase {
-  AttentionShape shape;
-  int64_t nq = (32 + 2 * 8) * 128;
-  int block_size = 16;
-  Pair kc, vc, pos, slot, freq, qkv;
-  KvCacheLayer kv() const { return {kc.gpu, vc.gpu, block_size}; }
-};
-
-RopeCase rope_case(Twin& twin, int64_t m) {
-  RopeCase c;
-  c.shape.num_heads = 32;
-  c.shape.num_kv_heads = 8;
-  c.shape.head_dim = 128;
-  c.shape.scale = 1.0f / std::sqrt(128.0f);
-  const int64_t blocks = 2, bs = c.block_size;
-  c.kc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
-  c.vc = twin.floats({blocks, 8, bs, 128}, std::vector<float>(blocks * 8 * bs * 128));
-  std::vector<int32_t> positions(static_cast<size_t>(m)), slots(static_cast<size_t>(m));
-  for (int64_t i = 0; i < m; ++i) {
-    positions[static_cast<size_t>(i)] = static_cast<int32_t>(30 + 7 * i);
-    slots[static_cast<size_t>(i)] = static_cast<int32_t>(3 * i + 2);
-  }
-  std::vector<float> inv_freq(64);
-  for (size_t i = 0; i < inv_freq.size(); ++i)
-    inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0));
-  c.pos = twin.ints({m}, positions);
-  c.slot = twin.ints({m}, slots);
-  c.freq = twin.floats({64}, inv_freq, DType::kF32);
-  c.qkv = twin.output({m, c.nq});
-  return c;
-}
 
 // The GPU floats of out after run() at each persistent and ring setting must equal those at one
 // block per tile without the ring.

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/gemv_kernel.cuh"
+#include "backend/cuda/detail/gemv_x_shared.h"
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/pdl.cuh"
 
@@ -61,6 +62,22 @@ std::atomic<bool> g_dense_ring{false};
 // 26.8 us at 1 token) and lost on qkv, o and down (384 and 256 tiles: fewer warps in all); 2 lost
 // on every shape. 0 (the default) is that rule: awq batch 1 342 -> 367 tok/s.
 std::atomic<int> g_int4_warps{0};
+
+// IB_GEMV_STAGE_X and IB_GEMV_FUSE_QUANT (detail/gemv_x_shared.h): the quantized GEMVs of one
+// token through the ring hold x in each block's shared memory (gemv_kernel's kXShared), so a
+// step's x comes from there, not from global memory right before its MMAs (where the fp8 GEMV's
+// stall samples sat). Measured on an H100 at batch 1 (bench/NOTES.md, "Batch 1 in the 8-bit and
+// 4-bit formats"): W8A16 +7.5-8.6 %, so IB_GEMV_STAGE_X=1 (the default) stages W8A16's x; 2
+// stages every format's (W8A8 the quantize kernel's codes: fp8 -6 %; awq even, nf4 -4 %).
+// IB_GEMV_FUSE_QUANT=1 quantizes W8A8's x in each block instead of after the quantize kernel
+// (fp8 -4 %, int8-w8a8 -7 %: the blocks' prologues cost more than the kernel; default 0).
+std::atomic<bool> g_fuse_quant{false};
+std::atomic<int> g_stage_x{1};
+std::atomic<int64_t> g_x_shared_launches{0};
+
+// The most shared memory x takes (kXShared): 48 KB (W8A8 at k = 14,336: 42 KB; with the
+// ring's 37 KB, 2 blocks per SM).
+constexpr int64_t kXSharedMaxBytes = 49152;
 
 int int4_ring_warps(unsigned tiles) {
   const int warps = g_int4_warps.load(std::memory_order_relaxed);
@@ -165,10 +182,30 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
   constexpr bool kKernelRms = kRms && !kXNormed;
   const void* x_in = x.data;
   GemvQuant operands = quant_operands(w, nullptr);
-  if constexpr (kW == kGemvFp8 || kW == kGemvInt8A8) {
-    const GemvQuantAct q = quantize_act(x, gain, eps, kRms, act, w, stream, pdl);
-    x_in = q.xq.data;
-    operands = quant_operands(w, &q);
+  constexpr bool kW8A8 = kW == kGemvFp8 || kW == kGemvInt8A8;
+  // kXShared: one token of a quantized weight through the ring, x rows of 2-byte values;
+  // IB_GEMV_STAGE_X (x, or W8A8's codes after the quantize kernel) or, for W8A8, before it
+  // IB_GEMV_FUSE_QUANT (x quantized in the block, no quantize kernel).
+  [[maybe_unused]] bool x_shared = false;
+  [[maybe_unused]] const bool fused = kW8A8 && g_fuse_quant.load(std::memory_order_relaxed);
+  [[maybe_unused]] const size_t x_shared_bytes =
+      gemv_x_shared_bytes(kW8A8, fused, gain != nullptr, k, sizeof(T));
+  if constexpr (!kDense && NT == 1 && sizeof(T) == 2) {
+    const int stage = g_stage_x.load(std::memory_order_relaxed);
+    x_shared = (fused || stage >= (kW == kGemvInt8 ? 1 : 2)) &&
+               g_gemv_ring.load(std::memory_order_relaxed) && m == 1 && lora.slot_ids == nullptr &&
+               k % 16 == 0 && x_shared_bytes <= size_t{kXSharedMaxBytes} &&
+               (!fused || (aligned16(x.data) && (gain == nullptr || aligned16(gain->data))));
+  }
+  if constexpr (kW8A8) {
+    if (x_shared && fused) {
+      operands.q_gain = gain ? gain->data : nullptr;
+      operands.q_fixed = static_act_quant(w);
+    } else {
+      const GemvQuantAct q = quantize_act(x, gain, eps, kRms, act, w, stream, pdl);
+      x_in = q.xq.data;
+      operands = quant_operands(w, &q);
+    }
   } else if constexpr (kXNormed && kRms) {
     IB_ASSERT(gain != nullptr && act != nullptr && act->xn.dtype == x.dtype &&
                   act->xn.numel() >= x.numel() && aligned16(act->xn.data),
@@ -178,6 +215,7 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
     launch_rms_norm(nullptr, x, *gain, eps, xn, stream, pdl);
     x_in = xn.data;
   }
+  if (!fused && !aligned16(x_in)) x_shared = false;  // x, or the quantize kernel's codes
   auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
   // The 3-blocks-an-SM variant: gate/up by IB_GEMV_SWIGLU_BLOCKS, q/k/v by IB_GEMV_QKV_BLOCKS.
   if constexpr (kDense && (kEpilogue == kGemvSwiGlu || kEpilogue == kGemvRopeCache)) {
@@ -208,15 +246,37 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
     if (g_gemv_ring.load(std::memory_order_relaxed) && (m <= 4 || NT == 2)) {
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, false,
                            false, kGemvRingSteps>;
+      if constexpr (NT == 1 && sizeof(T) == 2) {
+        if (x_shared) {
+          kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3,
+                               false, false, kGemvRingSteps, true>;
+        }
+      }
       // IB_GEMV_INT4_WARPS: W4A16 at 1-4 tokens with fewer warps per block (one block per tile).
       if constexpr (kW == kGemvInt4 && NT == 1) {
         const int warps = int4_ring_warps(static_cast<unsigned>(gemv_tile_count(kEpilogue, n)));
         if (m <= 4 && g_persist_blocks_per_sm.load(std::memory_order_relaxed) == 0 && warps != 8) {
           block_warps = warps == 4 ? 4 : 2;
-          kernel = warps == 4 ? gemv_kernel<T, TOut, NT, 4, kSteps, kAdj, kEpilogue, kKernelRms, kW,
-                                            6, false, false, kGemvRingSteps>
-                              : gemv_kernel<T, TOut, NT, 2, kSteps, kAdj, kEpilogue, kKernelRms, kW,
-                                            12, false, false, kGemvRingSteps>;
+          if (x_shared) {
+            kernel = warps == 4 ? gemv_kernel<T, TOut, NT, 4, kSteps, kAdj, kEpilogue, kKernelRms,
+                                              kW, 6, false, false, kGemvRingSteps, true>
+                                : gemv_kernel<T, TOut, NT, 2, kSteps, kAdj, kEpilogue, kKernelRms,
+                                              kW, 12, false, false, kGemvRingSteps, true>;
+          } else {
+            kernel = warps == 4 ? gemv_kernel<T, TOut, NT, 4, kSteps, kAdj, kEpilogue, kKernelRms,
+                                              kW, 6, false, false, kGemvRingSteps>
+                                : gemv_kernel<T, TOut, NT, 2, kSteps, kAdj, kEpilogue, kKernelRms,
+                                              kW, 12, false, false, kGemvRingSteps>;
+          }
+        }
+      }
+      if constexpr (NT == 1 && sizeof(T) == 2) {
+        if (x_shared) {
+          smem = x_shared_bytes;
+          g_x_shared_launches.fetch_add(1, std::memory_order_relaxed);
+          IB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem)),
+                        op);
         }
       }
     }
@@ -394,6 +454,27 @@ void set_gemv_int4_warps(int warps) {
 
 int gemv_int4_warps() {
   return g_int4_warps.load(std::memory_order_relaxed);
+}
+
+void set_gemv_fuse_quant(bool on) {
+  g_fuse_quant.store(on, std::memory_order_relaxed);
+}
+
+bool gemv_fuse_quant() {
+  return g_fuse_quant.load(std::memory_order_relaxed);
+}
+
+void set_gemv_stage_x(int formats) {
+  IB_ASSERT(formats >= 0 && formats <= 2, "set_gemv_stage_x: 0, 1 (W8A16) or 2 (every format)");
+  g_stage_x.store(formats, std::memory_order_relaxed);
+}
+
+int gemv_stage_x() {
+  return g_stage_x.load(std::memory_order_relaxed);
+}
+
+int64_t gemv_x_shared_launches() {
+  return g_x_shared_launches.load(std::memory_order_relaxed);
 }
 
 void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef& w,

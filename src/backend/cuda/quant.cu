@@ -12,44 +12,12 @@
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/pdl.cuh"
+#include "backend/cuda/detail/quant_row.cuh"
 
 namespace ib::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kInt8Max = 127.0f;
-
-template <typename TQ>
-struct QuantCode;
-template <>
-struct QuantCode<uint8_t> {  // E4M3 bits
-  static constexpr float kMax = kF8E4M3Max;
-  __device__ static uint8_t of(float v) {
-    return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-  }
-};
-template <>
-struct QuantCode<int8_t> {
-  static constexpr float kMax = kInt8Max;
-  __device__ static int8_t of(float v) {
-    return static_cast<int8_t>(max(-127, min(127, __float2int_rn(v))));
-  }
-};
-
-// A code with a static scale (weight.h), inv = 1 / s in fp32 (as the CPU oracle computes it):
-// INT8 symmetric clamp(rne(v * inv), -127, 127), asymmetric clamp(rne(v * inv) + z, 0, 255) -
-// 128; E4M3 e4m3(v * inv) saturated (symmetric only).
-template <typename TQ>
-__device__ __forceinline__ TQ static_code_of(float v, float inv, const StaticActQuant& f) {
-  if constexpr (std::is_same_v<TQ, int8_t>) {
-    const float c = rintf(v * inv);
-    return static_cast<int8_t>(
-        f.asymmetric ? fminf(fmaxf(c + static_cast<float>(f.zero_point), 0.0f), 255.0f) - 128.0f
-                     : fminf(fmaxf(c, -kInt8Max), kInt8Max));
-  } else {
-    return QuantCode<TQ>::of(v * inv);
-  }
-}
 
 // One block per row: the row's max magnitude, then every element converted. kRms: the row is
 // h of rms_norm(h) * gain: q = code(h * gain * kMax / max |h * gain|) and the scale
@@ -121,69 +89,27 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int j = 0; j < kMaxVecs; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+    gv[j] = uint4{};
     if (i < nvec) {
       xv[j] = row[i];
       if (gain) gv[j] = __ldg(g + i);
     }
   }
-  // Word w (elements 2w, 2w + 1) of vector j: x itself (for the sum of squares), and x * gain.
-  const auto pair = [&](const uint4& v, int w) {
-    return unpack2_f32<T>(w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w);
-  };
-  const auto scaled = [&](int j, int w) {
-    const float2 h = pair(xv[j], w);
-    if (!gain) return h;
-    const float2 gg = pair(gv[j], w);
-    return make_float2(h.x * gg.x, h.y * gg.y);
-  };
+  const bool has_gain = gain != nullptr;
   float amax = 0.0f, ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < kMaxVecs; ++j) {
     if (static_cast<int>(threadIdx.x) + j * kThreads >= nvec) continue;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      if constexpr (kRms) {
-        const float2 h = pair(xv[j], w);
-        ss += h.x * h.x + h.y * h.y;
-      }
-      const float2 v = scaled(j, w);
-      amax = fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y)));
-    }
+    quant_vec_stats<T, kRms>(xv[j], gv[j], has_gain, ss, amax);
   }
-  constexpr float kMax = QuantCode<TQ>::kMax;
-  const bool is_static = fixed.scale > 0.0f;
-  // Dynamic: code(v * mul). Static: static_code_of(v * inv_rms, mul), as quantize_rows_kernel.
-  float mul, scale, inv_rms = 1.0f;
-  if (is_static) {
-    if constexpr (kRms) inv_rms = rsqrtf(block_sum(ss, scratch) / static_cast<float>(k) + eps);
-    mul = 1.0f / fixed.scale;
-    scale = fixed.scale;
-  } else {
-    amax = block_max(amax, scratch);
-    mul = amax == 0.0f ? 0.0f : kMax / amax;
-    scale = amax == 0.0f ? 1.0f : amax / kMax;
-    if constexpr (kRms) scale *= rsqrtf(block_sum(ss, scratch) / static_cast<float>(k) + eps);
-  }
+  const QuantRowScale r = quant_row_scale<TQ, kRms>(amax, ss, k, eps, fixed, scratch);
 #pragma unroll
   for (int j = 0; j < kMaxVecs; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * kThreads;
     if (i >= nvec) continue;
-    uint32_t word[2] = {0u, 0u};
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float2 s2 = scaled(j, w);
-      const float v[2] = {s2.x, s2.y};
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const TQ code = is_static ? static_code_of<TQ>(v[e] * inv_rms, mul, fixed)
-                                  : QuantCode<TQ>::of(v[e] * mul);
-        const int byte = 2 * w + e;
-        word[byte / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(code)) << (8 * (byte % 4));
-      }
-    }
-    q[i] = make_uint2(word[0], word[1]);
+    q[i] = quant_vec_codes<T, TQ>(xv[j], gv[j], has_gain, r, fixed);
   }
-  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  if (threadIdx.x == 0) scales[blockIdx.x] = r.scale;
 }
 
 template <typename T, typename TQ>

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "backend/cuda/detail/carveout.h"
+#include "backend/cuda/detail/gemv_x_shared.h"
 
 namespace ib::cuda {
 
@@ -46,6 +47,8 @@ Result<CudaSwitches> read_cuda_switches() {
   s.smem_carveout = integer("IB_SMEM_CARVEOUT");
   s.gemv_ring = integer("IB_GEMV_RING");
   s.gemv_dense_ring = integer("IB_GEMV_DENSE_RING");
+  s.gemv_fuse_quant = integer("IB_GEMV_FUSE_QUANT");
+  s.gemv_stage_x = integer("IB_GEMV_STAGE_X");
   s.gemv_int4_warps = integer("IB_GEMV_INT4_WARPS");
   s.norm_regs = integer("IB_NORM_REGS");
   s.norm_post = integer("IB_NORM_POST");
@@ -87,6 +90,8 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_smem_carveout(static_cast<int>(s.smem_carveout.value_or(-1)));
   set_gemv_ring(s.gemv_ring.value_or(1) == 1);
   set_gemv_dense_ring(s.gemv_dense_ring.value_or(0) == 1);
+  set_gemv_fuse_quant(s.gemv_fuse_quant.value_or(0) == 1);
+  set_gemv_stage_x(static_cast<int>(s.gemv_stage_x.value_or(1)));
   set_gemv_int4_warps(static_cast<int>(s.gemv_int4_warps.value_or(0)));
   set_norm_regs(s.norm_regs.value_or(1) == 1);
   set_norm_post(s.norm_post.value_or(1) == 1);
@@ -138,6 +143,8 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_SMEM_CARVEOUT", {std::to_string(smem_carveout())}},
       {"IB_GEMV_RING", {flag(gemv_ring())}},
       {"IB_GEMV_DENSE_RING", {flag(gemv_dense_ring())}},
+      {"IB_GEMV_FUSE_QUANT", {flag(gemv_fuse_quant())}},
+      {"IB_GEMV_STAGE_X", {std::to_string(gemv_stage_x())}},
       {"IB_GEMV_INT4_WARPS", {std::to_string(gemv_int4_warps())}},
       {"IB_NORM_REGS", {flag(norm_regs())}},
       {"IB_NORM_POST", {flag(norm_post())}},

@@ -66,15 +66,26 @@ __device__ __forceinline__ void int4_x_pairs(const uint4& x, uint32_t (&p)[4]) {
   p[3] = __byte_perm(x.y, x.w, 0x7632);
 }
 
-// The lane's 32 x of each n-tile's token at element offset kk (four 16-byte loads).
-template <typename T, int NT>
+// 16 bytes of x at p: from global memory through the read-only path, or (kShared: the decode
+// GEMV's kXShared) from a generic address in the block's shared memory.
+template <bool kShared, typename T>
+__device__ __forceinline__ uint4 load_x16(const T* p) {
+  if constexpr (kShared) {
+    return *reinterpret_cast<const uint4*>(p);
+  } else {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+  }
+}
+
+// The lane's 32 x of each n-tile's token at element offset kk (four 16-byte loads; kShared as
+// load_x16).
+template <typename T, int NT, bool kShared = false>
 __device__ __forceinline__ void gemv_load_x_int4(const T* const (&x_ptr)[NT], int64_t kk,
                                                  uint4 (&xv)[NT][4]) {
 #pragma unroll
   for (int t = 0; t < NT; ++t)
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      xv[t][i] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk + 8 * i));
+    for (int i = 0; i < 4; ++i) xv[t][i] = load_x16<kShared>(x_ptr[t] + kk + 8 * i);
 }
 
 // A 4-bit step's group parameters for rows r (a) and r + 8 (b) as loaded: W4A16 the f16 scale

@@ -47,6 +47,7 @@
 #include "backend/cuda/detail/lora_shrink.cuh"  // lora_pick
 #include "backend/cuda/detail/mma.cuh"
 #include "backend/cuda/detail/pdl.cuh"
+#include "backend/cuda/detail/quant_row.cuh"
 
 namespace ib::cuda {
 
@@ -96,6 +97,11 @@ struct GemvQuant {
   const uint8_t* g_zeros = nullptr;
   int groups = 0, steps_per_group = 0, steps_shift = -1;
   const float* g_absmax = nullptr;  // kGemvNf4: (N, K / 64) f32
+  // kXShared with W8A8 and x_scales null (one token): the kernel quantizes x itself as the
+  // quantize kernel would (quant_row.cuh): x_raw is the activation row in T (the h of rms_norm(h)
+  // where kRms), q_gain the gain (K) or null, q_fixed the static scale (0: dynamic).
+  const void* q_gain = nullptr;
+  StaticActQuant q_fixed{};
 };
 
 // kLora (GemvLora, lora_kernels.h): a block's LoRA operands in shared memory. The dynamic part
@@ -346,14 +352,15 @@ __device__ __forceinline__ void gemv_load_w(const TW* wa_ptr, const TW* wb_ptr, 
   }
 }
 
-// Activation loads of one warp step at element offset kk: NT token rows.
-template <typename T, int NT>
+// Activation loads of one warp step at element offset kk: NT token rows (kShared: x_ptr point
+// into shared memory).
+template <typename T, int NT, bool kShared = false>
 __device__ __forceinline__ void gemv_load_x(const T* const (&x_ptr)[NT], int64_t kk,
                                             uint4 (&xv)[NT][2]) {
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    xv[t][0] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk));
-    xv[t][1] = __ldg(reinterpret_cast<const uint4*>(x_ptr[t] + kk + 8));
+    xv[t][0] = load_x16<kShared>(x_ptr[t] + kk);
+    xv[t][1] = load_x16<kShared>(x_ptr[t] + kk + 8);
   }
 }
 
@@ -371,6 +378,36 @@ __device__ __forceinline__ void gemv_load(const T* wa_ptr, const T* wb_ptr,
 __host__ __device__ inline int gemv_tile_count(int epilogue, int n) {
   return epilogue == kGemvSwiGlu ? (n / 2 + kGemvRows / 2 - 1) / (kGemvRows / 2)
                                  : (n + kGemvRows - 1) / kGemvRows;
+}
+
+// The dynamic shared memory of a kXShared variant: W8A8 quantizing in the block (fused) the codes
+// (k bytes), x and the gain (2k each, the gain where there is one); W8A8 staging the quantize
+// kernel's codes k bytes; else x.
+__host__ __device__ constexpr size_t gemv_x_shared_bytes(bool w8a8, bool fused, bool gain,
+                                                         int64_t k, size_t elem) {
+  return !w8a8   ? static_cast<size_t>(k) * elem
+         : fused ? static_cast<size_t>(k) * (1 + elem * (gain ? 2 : 1))
+                 : static_cast<size_t>(k);
+}
+
+// nvec 16-byte vectors from global into shared memory by the whole block, each thread's loads
+// issued kBatch at a time before their stores: one round trip for a row of up to kBatch x 16
+// bytes a thread. No barrier.
+template <int kBatch>
+__device__ __forceinline__ void copy16_to_shared(uint4* dst, const uint4* __restrict__ src,
+                                                 int nvec) {
+  const int threads = static_cast<int>(blockDim.x);
+  for (int base = static_cast<int>(threadIdx.x); base < nvec; base += kBatch * threads) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (base + j * threads < nvec) v[j] = __ldg(src + base + j * threads);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (base + j * threads < nvec) dst[base + j * threads] = v[j];
+    }
+  }
 }
 
 // The dynamic shared memory of a dense ring variant (kRing steps of kWarps warps, two rows of two
@@ -541,10 +578,20 @@ __device__ __forceinline__ void gemv_epilogue(const float (&partial)[kWarps][NT]
 // warp computes and hold no registers; 0: the register double-group of kUnroll steps. The steps
 // and their order are the same in both, so are the results, bit for bit. The dense ring (2 loads
 // per row and step) needs gemv_ring_smem_bytes of dynamic shared memory.
+// kXShared (the quantized formats through the ring, one token): x in each block's dynamic shared
+// memory (gemv_x_shared_bytes), read by every step from there instead of from global memory
+// right before its MMAs. Once its first weights are in flight and the previous kernel is done,
+// the block copies the token's x in (copy16_to_shared: every thread's loads issued together,
+// plain loads, so the ring's cp.async groups stay in flight). IB_GEMV_STAGE_X: W8A16 and the
+// 4-bit formats copy x, W8A8 the codes the quantize kernel wrote (GemvQuant's x_scales set).
+// IB_GEMV_FUSE_QUANT (W8A8, x_scales null): no quantize kernel; the block copies x in and
+// quantizes it into k bytes of codes there (quantize_row_in_block, the quantize kernel's
+// arithmetic and order, so the same codes and scale; GemvQuant's q_gain, copied in before the
+// wait, and q_fixed). The same steps in the same order: the same results.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
           int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense,
           int kMinBlocks = kW == kGemvDense ? 1 : 3, bool kLora = false, bool kChain = false,
-          int kRing = 0>
+          int kRing = 0, bool kXShared = false>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
@@ -562,6 +609,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   static_assert(!kLora || (NT == 1 && kEpilogue != kGemvStore), "LoRA: the fused decode GEMVs");
   static_assert(!kChain || (kLora && kEpilogue != kGemvRopeCache),
                 "chained shrinks: the LoRA GEMVs whose output another op reads (SwiGLU, residual)");
+  static_assert(!kXShared || (kQuant && NT == 1 && kRing > 0 && !kLora),
+                "x in shared memory: the quantized formats' ring GEMVs of one token");
   const int tile_begin = static_cast<int>(blockIdx.x), tile_step = static_cast<int>(gridDim.x);
   [[maybe_unused]] GemvLoraSmem<T> lsm{};
   if constexpr (kLora) {
@@ -576,6 +625,25 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     lsm.scale = lora_scale;
     lsm.target = lora_target;
     lsm.chain = lora_chain;
+  }
+  // kXShared (gemv_x_shared_bytes of dynamic shared memory): W8A8 x's codes (k bytes), then
+  // where the block quantizes, x (2k) and the gain (2k, where there is one); else x (2k).
+  // W8A8's reduction scratch and scale.
+  [[maybe_unused]] uint8_t* xs_smem = nullptr;  // what the steps read: the codes, or x
+  [[maybe_unused]] uint4* xs_row = nullptr;     // what is copied in: x, or the codes
+  [[maybe_unused]] uint4* xs_gain = nullptr;    // W8A8 quantizing here: the gain, or null
+  [[maybe_unused]] const bool quantize_here = kXq && fp8.x_scales == nullptr;
+  // Loads a thread issues together copying x in: 4, and 2 in the 4-bit kernels (ptxas: 4 spill
+  // there, at their 85 registers).
+  constexpr int kXCopyBatch = kInt4 ? 2 : 4;
+  __shared__ float fq_scratch[kXShared && kXq ? 32 : 1];
+  __shared__ float fq_scale[1];
+  if constexpr (kXShared) {
+    extern __shared__ __align__(16) unsigned char gemv_xs_smem[];
+    xs_smem = gemv_xs_smem;
+    xs_row = reinterpret_cast<uint4*>(gemv_xs_smem + (quantize_here ? k : 0));
+    if (quantize_here && fp8.q_gain != nullptr)
+      xs_gain = reinterpret_cast<uint4*>(gemv_xs_smem + 3 * k);
   }
   const T* __restrict__ x = static_cast<const T*>(x_raw);
   using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
@@ -624,11 +692,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   };
   const auto tile_rows = [&](int tile) { return tile_rows_of(tile, r); };
   const int64_t w_row = kInt4 ? k / 2 : k;  // elements (bytes) per weight row
-  const T* x_ptr[NT];
+  const T* x_ptr[NT];  // kXShared (not W8A8): into xs_smem, the token's x there
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const int tok = t * 8 + r;
-    x_ptr[t] = x + int64_t{tok < m ? tok : 0} * k + q * (kInt4 ? 32 : 16);
+    const T* row =
+        kXShared && !kXq ? reinterpret_cast<const T*>(xs_smem) : x + int64_t{tok < m ? tok : 0} * k;
+    x_ptr[t] = row + q * (kInt4 ? 32 : 16);
   }
   [[maybe_unused]] const uint8_t* xq_ptr[NT];
 #pragma unroll
@@ -767,7 +837,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       // registers per step and n-tile).
       const auto int4_step = [&](int step, const uint4& ws, const uint4& wt, const Int4Group& g) {
         uint4 xv[NT][4];
-        gemv_load_x_int4<T, NT>(x_ptr, int64_t{step} * kGemvInt4StepK, xv);
+        gemv_load_x_int4<T, NT, kXShared>(x_ptr, int64_t{step} * kGemvInt4StepK, xv);
         if constexpr (kNf4) {
           gemv_step_nf4<T, NT>(acc, ws, wt, xv, g, nf4_lut);
         } else {
@@ -779,7 +849,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                                                    const Int4Group& g) {
         if constexpr (kXq) {
           uint32_t xq[NT][4];
-          gemv_load_xq<NT>(xq_ptr, int64_t{step} * kGemvStepK, xq);
+          if constexpr (kXShared) {  // the lane's 16 codes of step `step` (token 0) in xs_smem
+            const uint4 v =
+                *reinterpret_cast<const uint4*>(xs_smem + int64_t{step} * kGemvStepK + q * 16);
+            xq[0][0] = v.x;
+            xq[0][1] = v.y;
+            xq[0][2] = v.z;
+            xq[0][3] = v.w;
+          } else {
+            gemv_load_xq<NT>(xq_ptr, int64_t{step} * kGemvStepK, xq);
+          }
           if constexpr (kFp8) {
             gemv_step_8bit<NT>(acc, ws, wt, xq);
           } else {
@@ -789,7 +868,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           int4_step(step, ws, wt, g);
         } else if constexpr (kW == kGemvInt8) {
           uint4 xv[NT][2], wsd[2], wtd[2];
-          gemv_load_x<T, NT>(x_ptr, int64_t{step} * kGemvStepK, xv);
+          gemv_load_x<T, NT, kXShared>(x_ptr, int64_t{step} * kGemvStepK, xv);
           gemv_widen_int8<T>(ws, wsd);
           gemv_widen_int8<T>(wt, wtd);
           gemv_step<T, NT>(acc, wsd, wtd, xv);
@@ -825,6 +904,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         if (!preloaded && full(s)) load_first(tr);
       }
       lora_stage_b();
+      if constexpr (kXShared && kXq) {  // the gain (constant) copied in before the wait
+        if (tile == tile_begin && xs_gain != nullptr)
+          copy16_to_shared<kXCopyBatch>(xs_gain, static_cast<const uint4*>(fp8.q_gain), k / 8);
+      }
       if constexpr (kRowScales) {  // the tile's row scales (constant, like the weights)
         if (warp == 0 && q == 0) {
           w_scale[r] = fp8.w_scales[row_a];
@@ -838,6 +921,23 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       pdl_wait();
       pdl_trigger();
       lora_after_wait();
+      if constexpr (kXShared) {  // x for every tile of the block (x is the same)
+        if (tile == tile_begin) {
+          // x (2k bytes), or W8A8's codes from the quantize kernel (k).
+          const bool codes = kXq && !quantize_here;
+          copy16_to_shared<kXCopyBatch>(xs_row, static_cast<const uint4*>(x_raw),
+                                        codes ? k / 16 : k / 8);
+          __syncthreads();
+          if constexpr (kXq) {
+            if (quantize_here) {
+              using TQ = std::conditional_t<kFp8, uint8_t, int8_t>;
+              const float scale = quantize_row_in_block<T, TQ, kRms>(
+                  xs_row, xs_gain, k, eps, fp8.q_fixed, reinterpret_cast<TQ*>(xs_smem), fq_scratch);
+              if (threadIdx.x == 0) fq_scale[0] = scale;
+            }
+          }
+        }
+      }
       if constexpr (kRing > 0) {
         // Step i waits for its own group (kRing - 1 later ones may be pending), computes, and
         // refills its slot with step i + kRing (after the MMAs that read it).
@@ -956,8 +1056,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
       __syncthreads();
     }
+    GemvQuant eq = fp8;
+    if constexpr (kXShared && kXq) {
+      if (quantize_here) eq.x_scales = fq_scale;  // published by the barrier above
+    }
     gemv_epilogue<T, TOut, NT, kWarps, kEpilogue, kRms, kW, kLora, kChain>(
-        partial, w_scale, w_row_sum, inv_rms, tile, n0, bias, out, m, n, rc, fp8, lora, lsm);
+        partial, w_scale, w_row_sum, inv_rms, tile, n0, bias, out, m, n, rc, eq, lora, lsm);
     if constexpr (kChain) {  // the next op's shrink from the outputs just stored
       __syncthreads();
       gemv_lora_chain<T, kSwiGlu ? kGemvRows / 2 : kGemvRows>(lora, lsm, n0, n_out);

@@ -79,6 +79,12 @@ struct CudaSwitches {
   // IB_GEMV_RING=0|1: the quantized formats' GEMVs of 1-4 and 9-16 tokens through the cp.async
   // ring (1) or registers.
   std::optional<int64_t> gemv_ring;
+  // IB_GEMV_FUSE_QUANT=0|1: the W8A8 GEMVs of one token quantize x in each block
+  // (set_gemv_fuse_quant).
+  std::optional<int64_t> gemv_fuse_quant;
+  // IB_GEMV_STAGE_X=0|1|2: the GEMVs of one token that copy x into each block: none, W8A16's,
+  // every quantized format's (set_gemv_stage_x).
+  std::optional<int64_t> gemv_stage_x;
   // IB_GEMV_DENSE_RING=0|1: the dense GEMVs through the ring (set_gemv_dense_ring).
   std::optional<int64_t> gemv_dense_ring;
   // IB_GEMV_INT4_WARPS=8|4|2|0: the W4A16 ring GEMVs' warps per block (set_gemv_int4_warps).
