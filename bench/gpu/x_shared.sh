@@ -11,9 +11,13 @@
 #             x from global memory (0), staged (s: IB_GEMV_STAGE_X=1) and quantized in the block
 #             (f: IB_GEMV_FUSE_QUANT=1), int8 (W8A16), awq and nf4 at 0 and s; with IB_X_SEED=1
 #             the seed protocol (batch 8) of fp8 at s and 0 (it must not move)
+#   trigger   (not in the default sections) fp8 and int8-w8a8 batch 1 and fp8 on the seed
+#             protocol at IB_QUANT_TRIGGER 0, 1 and 2 (where the quantize kernel lets the next
+#             GEMV launch), interleaved twice
 #   prof.tgz  batch 1 of IB_X_PROF (fp8 awq) with IB_GEMV_STAGE_X=1 under the CUPTI tracer
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~8 minutes): IB_PREBUILT=1 OUT=dir
-# bash bench/gpu/x_shared.sh. IB_X_SECTIONS picks "tests runs prof" (default all).
+# bash bench/gpu/x_shared.sh. IB_X_SECTIONS picks "tests runs trigger prof" (default "tests
+# runs prof").
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test_IB_GEMV_{STAGE_X,FUSE_QUANT}.json,
 # runs.log, runs.json, runs.tgz, prof.tgz.
 set -u; T0=$(date +%s)
@@ -59,6 +63,19 @@ switch_of() { case $1 in fp8 | int8-w8a8) echo IB_GEMV_FUSE_QUANT ;; *) echo IB_
       run_llama seed_fp8_s IB_GEMV_STAGE_X=1 --quantization fp8 "${SEED[@]}"
       run_llama seed_fp8_0 IB_GEMV_STAGE_X=0 --quantization fp8 "${SEED[@]}"
     fi
+  fi
+  if has trigger; then
+    # IB_QUANT_TRIGGER: where the W8A8 quantize kernel lets the next GEMV launch, 0 / 1 / 2.
+    for pass in 1 2; do
+      for q in fp8 int8-w8a8; do
+        for v in 0 1 2; do
+          run_llama "b1_${q}_t${v}_$pass" IB_QUANT_TRIGGER=$v --quantization $q "${B1[@]}"
+        done
+      done
+      for v in 0 1 2; do
+        run_llama "seed_fp8_t${v}_$pass" IB_QUANT_TRIGGER=$v --quantization fp8 "${SEED[@]}"
+      done
+    done
   fi
   if has prof; then
     lib=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")

@@ -143,6 +143,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "1: the FP8 and INT8 W8A8 decode GEMVs of one token quantize x in each block (its codes in "
      "shared memory) instead of after a quantize kernel (measured slower on an H100: fp8 batch 1 "
      "-4 %); 0: a quantize kernel before each GEMV"},
+    {"IB_QUANT_TRIGGER", "cuda", "0", 0, 2, "",
+     "where the W8A8 activation quantize kernel lets the next kernel launch (PDL): 0 right after "
+     "its wait, 1 once its row is loaded and reduced, 2 at its exit"},
     {"IB_GEMV_STAGE_X", "cuda", "1", 0, 2, "",
      "the decode GEMVs of one token that copy x into each block's shared memory and read every "
      "step's x there: 1 INT8 W8A16's (measured +8 % at batch 1 on an H100), 2 every quantized "

@@ -86,6 +86,7 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_GEMV_DENSE_RING",
                            "IB_GEMV_FUSE_QUANT",
                            "IB_GEMV_STAGE_X",
+                           "IB_QUANT_TRIGGER",
                            "IB_GEMV_INT4_WARPS",
                            "IB_NORM_REGS",
                            "IB_NORM_POST",

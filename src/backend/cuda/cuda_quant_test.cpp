@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/detail/kernels.h"
+#include "backend/cuda/detail/quant_switches.h"
 #include "backend/cuda/detail/test_support.h"
 
 namespace ib::cuda {
@@ -244,6 +245,45 @@ TEST_P(CudaQuant, StaticActivationScalesMatchTheCpuOracle) {
       expect_swiglu(twin, rng, format(), m, calibrated, what);
       expect_matmul_add(twin, rng, format(), m, calibrated, what);
     }
+  }
+}
+
+// IB_QUANT_TRIGGER: where the activation quantize kernel lets the GEMV or GEMM after it launch
+// changes no result: the GEMV of 1 and 8 tokens, the E4M3 / int32 GEMM of 33, and the fused
+// SwiGLU op (whose quantize kernel applies the norm), at triggers 1 and 2 equal to 0 bit for bit.
+TEST_P(CudaQuant, QuantizeTriggerChangesNoResult) {
+  if (!quantizes_activations(format())) GTEST_SKIP() << "W8A16 quantizes no activations";
+  struct Guard {
+    int saved = quant_trigger();
+    ~Guard() { set_quant_trigger(saved); }
+  } guard;
+  Twin twin(dtype());
+  Rng rng(25);
+  const int64_t n = 1024, k = 4096, f = 256;
+  const Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+  const Pair wd = twin.floats({n, k}, random_floats(rng, n * k, -0.05f, 0.05f));
+  const QuantPair w = quantize(twin, wd, n, k, format());
+  const Pair wgd = twin.floats({2 * f, k}, random_floats(rng, 2 * f * k, -0.05f, 0.05f));
+  const QuantPair wgu = quantize(twin, wgd, 2 * f, k, format());
+  for (const int64_t m : {1, 8, 33}) {
+    const Pair x = twin.floats({m, k}, ragged_rows(rng, m, k, 1.0f));
+    const Pair out = twin.output({m, n});
+    const Pair act = twin.output({m, f});
+    const auto run = [&](int where) {
+      set_quant_trigger(where);
+      twin.gpu().matmul(x.gpu, w.gpu, nullptr, out.gpu);
+      twin.gpu().rms_matmul_swiglu(x.gpu, &gain.gpu, wgu.gpu, 1e-5f, act.gpu);
+      EXPECT_TRUE(twin.gpu().device_status().ok()) << "trigger " << where;
+      return std::pair{twin.gpu_floats(out.gpu), twin.gpu_floats(act.gpu)};
+    };
+    const auto want = run(0);
+    for (const int where : {1, 2}) {
+      const auto got = run(where);
+      EXPECT_EQ(got.first, want.first) << "matmul m=" << m << " trigger " << where;
+      EXPECT_EQ(got.second, want.second) << "swiglu m=" << m << " trigger " << where;
+    }
+    twin.cpu().matmul(x.cpu, w.cpu, nullptr, out.cpu);
+    EXPECT_LT(twin.error(out), tolerance(dtype())) << "m=" << m;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "backend/cuda/detail/check.h"
@@ -13,11 +14,19 @@
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/pdl.cuh"
 #include "backend/cuda/detail/quant_row.cuh"
+#include "backend/cuda/detail/quant_switches.h"
 
 namespace ib::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+// IB_QUANT_TRIGGER (detail/quant_switches.h): where the vectorised quantize kernel triggers its
+// successor (quantize_rows_vec_kernel's trigger). On an H100 at batch 1 its one block advanced
+// an fp8 step by 4-7 us where ~2 us of work is, while the next GEMV's blocks, launched at its
+// trigger, issued their first weight loads (bench/NOTES.md, "Batch 1 in the 8-bit and 4-bit
+// formats"). 0 (the default until measured): right after the wait.
+std::atomic<int> g_quant_trigger{0};
 
 // One block per row: the row's max magnitude, then every element converted. kRms: the row is
 // h of rms_norm(h) * gain: q = code(h * gain * kMax / max |h * gain|) and the scale
@@ -71,12 +80,15 @@ __global__ void __launch_bounds__(kThreads)
 // of gain) once, all before the first reduction, keeps them in registers, and writes its codes
 // 8 bytes at a time; the same values, scales and codes as quantize_rows_kernel. (The loop kernel
 // took 3.5-3.7 us per decode call and, with a static scale, 7.8-8.5 us: bench/NOTES.md.)
+// trigger (IB_QUANT_TRIGGER): where the block lets the next kernel launch under programmatic
+// dependent launch: 0 right after its wait, 1 once x is loaded and reduced (before the codes'
+// stores), 2 at its exit.
 constexpr int kMaxVecs = 8;
 template <typename T, typename TQ, bool kRms>
 __global__ void __launch_bounds__(kThreads)
     quantize_rows_vec_kernel(const T* __restrict__ src, const T* __restrict__ gain, float eps,
                              TQ* __restrict__ dst, float* __restrict__ scales, int64_t k,
-                             StaticActQuant fixed) {
+                             StaticActQuant fixed, int trigger) {
   static_assert(sizeof(T) == 2, "8 elements per 16-byte vector");
   __shared__ float scratch[32];
   const int nvec = static_cast<int>(k / 8);
@@ -84,7 +96,7 @@ __global__ void __launch_bounds__(kThreads)
   const uint4* g = reinterpret_cast<const uint4*>(gain);
   uint2* q = reinterpret_cast<uint2*>(dst + blockIdx.x * k);
   pdl_wait();
-  pdl_trigger();
+  if (trigger == 0) pdl_trigger();
   uint4 xv[kMaxVecs], gv[kMaxVecs];
 #pragma unroll
   for (int j = 0; j < kMaxVecs; ++j) {
@@ -103,6 +115,7 @@ __global__ void __launch_bounds__(kThreads)
     quant_vec_stats<T, kRms>(xv[j], gv[j], has_gain, ss, amax);
   }
   const QuantRowScale r = quant_row_scale<TQ, kRms>(amax, ss, k, eps, fixed, scratch);
+  if (trigger == 1) pdl_trigger();
 #pragma unroll
   for (int j = 0; j < kMaxVecs; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * kThreads;
@@ -124,7 +137,7 @@ void launch_typed(const Tensor& src, const Tensor* gain, float eps, bool rms, Te
           rms ? quantize_rows_vec_kernel<T, TQ, true> : quantize_rows_vec_kernel<T, TQ, false>;
       launch_kernel("quantize_rows", pdl, kernel, dim3(static_cast<unsigned>(src.rows())),
                     dim3(kThreads), 0, stream, src.as<const T>(), g, eps, dst.as<TQ>(),
-                    scales.as<float>(), k, fixed);
+                    scales.as<float>(), k, fixed, g_quant_trigger.load(std::memory_order_relaxed));
       return;
     }
   }
@@ -305,6 +318,15 @@ void launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, 
       launch_typed<T, uint8_t>(src, gain, eps, rms, dst, scales, stream, pdl, fixed);
     }
   });
+}
+
+void set_quant_trigger(int where) {
+  IB_ASSERT(where >= 0 && where <= 2, "set_quant_trigger: 0, 1 or 2");
+  g_quant_trigger.store(where, std::memory_order_relaxed);
+}
+
+int quant_trigger() {
+  return g_quant_trigger.load(std::memory_order_relaxed);
 }
 
 }  // namespace ib::cuda

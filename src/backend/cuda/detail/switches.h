@@ -85,6 +85,9 @@ struct CudaSwitches {
   // IB_GEMV_STAGE_X=0|1|2: the GEMVs of one token that copy x into each block: none, W8A16's,
   // every quantized format's (set_gemv_stage_x).
   std::optional<int64_t> gemv_stage_x;
+  // IB_QUANT_TRIGGER=0|1|2: where the quantize kernel triggers its successor
+  // (set_quant_trigger).
+  std::optional<int64_t> quant_trigger;
   // IB_GEMV_DENSE_RING=0|1: the dense GEMVs through the ring (set_gemv_dense_ring).
   std::optional<int64_t> gemv_dense_ring;
   // IB_GEMV_INT4_WARPS=8|4|2|0: the W4A16 ring GEMVs' warps per block (set_gemv_int4_warps).
