@@ -14,9 +14,13 @@
 #   trigger   (not in the default sections) fp8 and int8-w8a8 batch 1 and fp8 on the seed
 #             protocol at IB_QUANT_TRIGGER 0, 1 and 2 (where the quantize kernel lets the next
 #             GEMV launch), interleaved twice
+#   persist   (not in the default sections) fp8 batch 1 with the persistent grid
+#             (IB_GEMV_PERSIST=3), alone (p0), with x quantized in each block (pf: the block's
+#             prologue paid once an SM's block instead of once a tile) and with
+#             IB_QUANT_TRIGGER=1 (p1), against neither (0), interleaved twice
 #   prof.tgz  batch 1 of IB_X_PROF (fp8 awq) with IB_GEMV_STAGE_X=1 under the CUPTI tracer
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~8 minutes): IB_PREBUILT=1 OUT=dir
-# bash bench/gpu/x_shared.sh. IB_X_SECTIONS picks "tests runs trigger prof" (default "tests
+# bash bench/gpu/x_shared.sh. IB_X_SECTIONS picks "tests runs trigger persist prof" (default "tests
 # runs prof").
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test_IB_GEMV_{STAGE_X,FUSE_QUANT}.json,
 # runs.log, runs.json, runs.tgz, prof.tgz.
@@ -74,6 +78,19 @@ switch_of() { case $1 in fp8 | int8-w8a8) echo IB_GEMV_FUSE_QUANT ;; *) echo IB_
       done
       for v in 0 1 2; do
         run_llama "seed_fp8_t${v}_$pass" IB_QUANT_TRIGGER=$v --quantization fp8 "${SEED[@]}"
+      done
+    done
+  fi
+  if has persist; then
+    for pass in 1 2; do
+      for v in 0 p0 pf p1; do
+        case $v in
+          0) sw=(IB_GEMV_PERSIST=0) ;;
+          p0) sw=(IB_GEMV_PERSIST=3) ;;
+          pf) sw=(IB_GEMV_PERSIST=3 IB_GEMV_FUSE_QUANT=1) ;;
+          p1) sw=(IB_GEMV_PERSIST=3 IB_QUANT_TRIGGER=1) ;;
+        esac
+        run_llama "b1_fp8_${v}_$pass" "${sw[@]}" --quantization fp8 "${B1[@]}"
       done
     done
   fi
