@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The quantized decode GEMVs of one token with x in each block's shared memory (issues 13 and 14):
-# IB_GEMV_FUSE_QUANT (FP8 / INT8 W8A8: x quantized in the block, no quantize kernel) and
-# IB_GEMV_STAGE_X (W8A16, AWQ, NF4: x copied in), on binaries already in $B (IB_PREBUILT=1
-# unpacks bench/gpu/prebuilt.sh's bundle; IB_SKIP_BUILD=1 takes a warm machine's):
+# IB_GEMV_FUSE_QUANT (FP8 / INT8 W8A8: x quantized in the block, no quantize kernel),
+# IB_GEMV_STAGE_X (W8A16, AWQ, NF4: x copied in) and IB_GEMV_STAGE_NORM (the staged x normalised
+# in the block, no norm kernel), on binaries already in $B (IB_PREBUILT=1 unpacks
+# bench/gpu/prebuilt.sh's bundle; IB_SKIP_BUILD=1 takes a warm machine's):
 #   tests     backend_cuda_test CudaGemvXShared*, CudaQuant*, CudaQuant4*,
-#             CudaGemvPersist*, the switch report; engine_cuda_test CudaEngineQuant* and
-#             CudaEngineKvFp8* with each switch on (the engine against the CPU engine)
+#             CudaGemvPersist*, the switch report; engine_cuda_test CudaEngineQuant* (every
+#             format) and CudaEngineKvFp8* with IB_GEMV_STAGE_X=2, IB_GEMV_FUSE_QUANT=1 and
+#             IB_GEMV_STAGE_X=2 + IB_GEMV_STAGE_NORM=1 (the engine against the CPU engine)
 #   runs      Llama-3-8B dummy weights at batch 1 (32 / 128, 4 prompts, 3 runs), each format in
 #             each form, interleaved, twice (int8-w8a8 and nf4 once): fp8 and int8-w8a8 with
 #             x from global memory (0), staged (s: IB_GEMV_STAGE_X=1) and quantized in the block
@@ -18,11 +20,15 @@
 #             (IB_GEMV_PERSIST=3), alone (p0), with x quantized in each block (pf: the block's
 #             prologue paid once an SM's block instead of once a tile) and with
 #             IB_QUANT_TRIGGER=1 (p1), against neither (0), interleaved twice
+#   norm      (not in the default sections) IB_GEMV_STAGE_NORM (x normalised in the block that
+#             stages it, no norm kernel) at batch 1: int8 (W8A16) staged (s, the default) and
+#             staged + normalised (sn); awq and nf4 unstaged (0) and with IB_GEMV_STAGE_X=2 +
+#             normalised (2n); interleaved twice
 #   prof.tgz  batch 1 of IB_X_PROF (fp8 awq) with IB_GEMV_STAGE_X=1 under the CUPTI tracer
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~8 minutes): IB_PREBUILT=1 OUT=dir
-# bash bench/gpu/x_shared.sh. IB_X_SECTIONS picks "tests runs trigger persist prof" (default "tests
+# bash bench/gpu/x_shared.sh. IB_X_SECTIONS picks "tests runs trigger norm persist prof" (default "tests
 # runs prof").
-# Writes tests.log, backend_cuda_test.json, engine_cuda_test_IB_GEMV_{STAGE_X,FUSE_QUANT}.json,
+# Writes tests.log, backend_cuda_test.json, engine_cuda_test_*.json (one a switch setting),
 # runs.log, runs.json, runs.tgz, prof.tgz.
 set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.." || exit 1; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
@@ -37,11 +43,11 @@ switch_of() { case $1 in fp8 | int8-w8a8) echo IB_GEMV_FUSE_QUANT ;; *) echo IB_
   if has tests; then
     IB_TEST_TIMEOUT_S=300 gpu_tests \
       '*CudaGemvXShared*:*CudaQuant.*:*CudaQuant4*:*CudaGemvPersist*:*ReportsTheKernelSwitches*'
-    for sw in IB_GEMV_STAGE_X IB_GEMV_FUSE_QUANT; do
-      env $sw=1 timeout 300 "$B/src/engine/engine_cuda_test" \
+    for sw in IB_GEMV_STAGE_X=2 IB_GEMV_FUSE_QUANT=1 "IB_GEMV_STAGE_X=2 IB_GEMV_STAGE_NORM=1"; do
+      env $sw timeout 300 "$B/src/engine/engine_cuda_test" \
         --gtest_filter='*CudaEngineQuant*:*CudaEngineKvFp8*' \
-        --gtest_output="json:$O/engine_cuda_test_$sw.json" >> "$O/tests.log" 2>&1
-      echo "engine_cuda_test ($sw=1) rc=$? +$(( $(date +%s) - T0 )) s"
+        --gtest_output="json:$O/engine_cuda_test_${sw//[ =]/_}.json" >> "$O/tests.log" 2>&1
+      echo "engine_cuda_test ($sw) rc=$? +$(( $(date +%s) - T0 )) s"
     done
     grep -E "^\[  FAILED  \]|PASSED|FAILED TEST" "$O/tests.log" | tail -8
   fi
@@ -78,6 +84,20 @@ switch_of() { case $1 in fp8 | int8-w8a8) echo IB_GEMV_FUSE_QUANT ;; *) echo IB_
       done
       for v in 0 1 2; do
         run_llama "seed_fp8_t${v}_$pass" IB_QUANT_TRIGGER=$v --quantization fp8 "${SEED[@]}"
+      done
+    done
+  fi
+  if has norm; then
+    for pass in 1 2; do
+      for v in int8:s int8:sn awq:0 awq:2n nf4:0 nf4:2n; do
+        q=${v%%:*}
+        case ${v#*:} in
+          0) sw=(IB_GEMV_STAGE_X=0 IB_GEMV_STAGE_NORM=0) ;;
+          s) sw=(IB_GEMV_STAGE_X=1 IB_GEMV_STAGE_NORM=0) ;;
+          sn) sw=(IB_GEMV_STAGE_X=1 IB_GEMV_STAGE_NORM=1) ;;
+          2n) sw=(IB_GEMV_STAGE_X=2 IB_GEMV_STAGE_NORM=1) ;;
+        esac
+        run_llama "b1_${q}_${v#*:}_$pass" "${sw[@]}" --quantization $q "${B1[@]}"
       done
     done
   fi

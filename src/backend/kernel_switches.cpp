@@ -150,6 +150,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "the decode GEMVs of one token that copy x into each block's shared memory and read every "
      "step's x there: 1 INT8 W8A16's (measured +8 % at batch 1 on an H100), 2 every quantized "
      "format's (W8A8 the quantize kernel's codes; fp8 -6 %, awq even, nf4 -4 %), 0 none"},
+    {"IB_GEMV_STAGE_NORM", "cuda", "0", 0, 1, "",
+     "1: the INT8 W8A16 and 4-bit decode GEMVs of one token whose x IB_GEMV_STAGE_X copies in "
+     "normalise it there (the RMSNorm kernel's arithmetic in its order) instead of after a norm "
+     "kernel; 0: a norm kernel before each normalised GEMV"},
     {"IB_GEMV_DENSE_RING", "cuda", "0", 0, 1, "",
      "1: the dense decode GEMVs of 1-8 tokens stream their weights through a ring of 4 steps per "
      "warp in shared memory (cp.async, 64 KB a block; measured 2x slower on the H200); 0: "

@@ -87,6 +87,7 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_GEMV_FUSE_QUANT",
                            "IB_GEMV_STAGE_X",
                            "IB_QUANT_TRIGGER",
+                           "IB_GEMV_STAGE_NORM",
                            "IB_GEMV_INT4_WARPS",
                            "IB_NORM_REGS",
                            "IB_NORM_POST",

@@ -1,9 +1,11 @@
 // The quantized decode GEMVs of one token with x in each block's shared memory (gemv_kernel.cuh's
 // kXShared) against the same GEMVs reading x from global memory: IB_GEMV_STAGE_X (every format:
 // x, or the W8A8 formats' codes from the quantize kernel, copied in) and IB_GEMV_FUSE_QUANT (FP8,
-// INT8 W8A8: x quantized in the block, no quantize kernel). The block quantizes with the quantize
-// kernel's arithmetic in its order (detail/quant_row.cuh) and the steps are the same in the same
-// order, so the outputs must be equal bit for bit: the plain matmul (K of 4,096 and of 14,336,
+// INT8 W8A8: x quantized in the block, no quantize kernel) and IB_GEMV_STAGE_NORM (INT8 W8A16 and
+// the 4-bit formats: x normalised in the block, no norm kernel). The block quantizes with the
+// quantize kernel's arithmetic in its order (detail/quant_row.cuh), normalises with the norm
+// kernel's (detail/norm_row.cuh), and the steps are the same in the same order, so the outputs
+// must be equal bit for bit: the plain matmul (K of 4,096 and of 14,336,
 // the down projection's, and a small one), the residual add, the SwiGLU and the RoPE/cache forms,
 // W8A8's dynamic and static activation scales (INT8's asymmetric one with the weight's row sums),
 // one block per tile and a persistent grid (each against the same grid with x from global
@@ -34,7 +36,9 @@ struct SwitchGuard {
   bool fuse = gemv_fuse_quant();
   int stage = gemv_stage_x();
   int persist = gemv_persist_blocks_per_sm();
+  bool norm = gemv_stage_norm();
   ~SwitchGuard() {
+    set_gemv_stage_norm(norm);
     set_gemv_fuse_quant(fuse);
     set_gemv_stage_x(stage);
     set_gemv_persist_blocks_per_sm(persist);
@@ -71,13 +75,15 @@ class CudaGemvXShared : public ::testing::TestWithParam<Param> {
       GTEST_SKIP() << "this GPU lacks the format's tensor cores";
   }
   // The format's forms: 0 x from global memory; 1 staged (IB_GEMV_STAGE_X=2, every format); 2
-  // W8A8 quantized in the block (IB_GEMV_FUSE_QUANT).
+  // W8A8 quantized in the block (IB_GEMV_FUSE_QUANT); 3 the others staged and normalised in the
+  // block where the op has a norm (IB_GEMV_STAGE_NORM).
   std::vector<int> forms() const {
-    return w8a8(format()) ? std::vector<int>{1, 2} : std::vector<int>{1};
+    return w8a8(format()) ? std::vector<int>{1, 2} : std::vector<int>{1, 3};
   }
   static void set_form(int form) {
-    set_gemv_stage_x(form == 1 ? 2 : 0);
+    set_gemv_stage_x(form == 1 || form == 3 ? 2 : 0);
     set_gemv_fuse_quant(form == 2);
+    set_gemv_stage_norm(form == 3);
   }
   // The activation scales a case runs: W8A8's dynamic and static ones, else none.
   std::vector<ActScale> act_scales() const {
@@ -102,8 +108,10 @@ class CudaGemvXShared : public ::testing::TestWithParam<Param> {
   // out after run() with x in shared memory in each form (one block per tile, and on a
   // persistent grid of 2 blocks per SM) must equal out with x read from global memory on the same
   // grid, and the form must have run.
+  // normed: the op normalises x (form 3 must then have done so in the block).
   template <typename F>
-  void expect_same(Twin& twin, const Pair& out, const std::string& what, F run) const {
+  void expect_same(Twin& twin, const Pair& out, const std::string& what, F run,
+                   bool normed = false) const {
     SwitchGuard guard;
     for (const int per_sm : {0, 2}) {
       set_gemv_persist_blocks_per_sm(per_sm);
@@ -115,11 +123,14 @@ class CudaGemvXShared : public ::testing::TestWithParam<Param> {
       for (const int form : forms()) {
         set_form(form);
         const int64_t launches = gemv_x_shared_launches();
+        const int64_t norm_launches = gemv_x_norm_launches();
         run();
         const Status status = twin.gpu().device_status();
         ASSERT_TRUE(status.ok()) << what << ": " << status.error().message;
         EXPECT_GT(gemv_x_shared_launches(), launches)
             << what << ": form " << form << " did not run";
+        EXPECT_EQ(gemv_x_norm_launches() > norm_launches, form == 3 && normed)
+            << what << ": form " << form << ", x normalised in the block";
         const std::vector<float> got = twin.gpu_floats(out.gpu);
         size_t differ = 0, written = 0;
         for (size_t i = 0; i < got.size(); ++i) {
@@ -165,8 +176,9 @@ TEST_P(CudaGemvXShared, FusedOpsEqualXFromGlobalMemory) {
     const int64_t f = 9244;
     const WeightRef wgu = quantize(twin, rng, 2 * f, k, act);
     const Pair out = twin.output({1, f});
-    expect_same(twin, out, what + " swiglu",
-                [&] { twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, wgu, eps, out.gpu); });
+    expect_same(
+        twin, out, what + " swiglu",
+        [&] { twin.gpu().rms_matmul_swiglu(h.gpu, &gain.gpu, wgu, eps, out.gpu); }, true);
 
     const int64_t n = 4096;
     const std::vector<float> res0 = random_floats(rng, n);
@@ -184,8 +196,8 @@ TEST_P(CudaGemvXShared, FusedOpsEqualXFromGlobalMemory) {
       twin.gpu().rms_matmul_rope_cache(h.gpu, &gain.gpu, wq, &bias.gpu, eps, rc.pos.gpu,
                                        rc.slot.gpu, rc.freq.gpu, rc.kv(), rc.shape, rc.qkv.gpu);
     };
-    expect_same(twin, rc.qkv, what + " qkv", rope);
-    expect_same(twin, rc.kc, what + " k cache", rope);
+    expect_same(twin, rc.qkv, what + " qkv", rope, true);
+    expect_same(twin, rc.kc, what + " k cache", rope, true);
   }
 }
 

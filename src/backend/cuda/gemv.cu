@@ -73,7 +73,12 @@ std::atomic<int> g_int4_warps{0};
 // (fp8 -4 %, int8-w8a8 -7 %: the blocks' prologues cost more than the kernel; default 0).
 std::atomic<bool> g_fuse_quant{false};
 std::atomic<int> g_stage_x{1};
+// IB_GEMV_STAGE_NORM (detail/gemv_x_shared.h): the staged W8A16 / 4-bit GEMVs of a fused op
+// normalise x in each block (detail/norm_row.cuh) instead of after the norm kernel (default 0
+// until measured).
+std::atomic<bool> g_stage_norm{false};
 std::atomic<int64_t> g_x_shared_launches{0};
+std::atomic<int64_t> g_x_norm_launches{0};
 
 // The most shared memory x takes (kXShared): 48 KB (W8A8 at k = 14,336: 42 KB; with the
 // ring's 37 KB, 2 blocks per SM).
@@ -188,14 +193,18 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
   // IB_GEMV_FUSE_QUANT (x quantized in the block, no quantize kernel).
   [[maybe_unused]] bool x_shared = false;
   [[maybe_unused]] const bool fused = kW8A8 && g_fuse_quant.load(std::memory_order_relaxed);
+  // IB_GEMV_STAGE_NORM: W8A16 / 4-bit x normalised in the block that stages it, no norm kernel.
+  [[maybe_unused]] const bool norm_here =
+      kXNormed && kRms && gain != nullptr && g_stage_norm.load(std::memory_order_relaxed);
   [[maybe_unused]] const size_t x_shared_bytes =
-      gemv_x_shared_bytes(kW8A8, fused, gain != nullptr, k, sizeof(T));
+      gemv_x_shared_bytes(kW8A8, fused || norm_here, gain != nullptr, k, sizeof(T));
   if constexpr (!kDense && NT == 1 && sizeof(T) == 2) {
     const int stage = g_stage_x.load(std::memory_order_relaxed);
+    const bool raw_x = fused || norm_here;  // x itself, not the quantize or norm kernel's output
     x_shared = (fused || stage >= (kW == kGemvInt8 ? 1 : 2)) &&
                g_gemv_ring.load(std::memory_order_relaxed) && m == 1 && lora.slot_ids == nullptr &&
                k % 16 == 0 && x_shared_bytes <= size_t{kXSharedMaxBytes} &&
-               (!fused || (aligned16(x.data) && (gain == nullptr || aligned16(gain->data))));
+               (!raw_x || (aligned16(x.data) && (gain == nullptr || aligned16(gain->data))));
   }
   if constexpr (kW8A8) {
     if (x_shared && fused) {
@@ -207,15 +216,22 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
       operands = quant_operands(w, &q);
     }
   } else if constexpr (kXNormed && kRms) {
-    IB_ASSERT(gain != nullptr && act != nullptr && act->xn.dtype == x.dtype &&
-                  act->xn.numel() >= x.numel() && aligned16(act->xn.data),
-              "W8A16 / 4-bit GEMV: a norm gain and a normalised-x scratch of (M, K) expected");
-    Tensor xn =
-        act->xn.reshaped({act->xn.numel() / x.row_size(), x.row_size()}).slice_rows(0, x.rows());
-    launch_rms_norm(nullptr, x, *gain, eps, xn, stream, pdl);
-    x_in = xn.data;
+    if (x_shared && norm_here) {
+      operands.q_gain = gain->data;  // the block normalises x (kXShared's prologue)
+    } else {
+      IB_ASSERT(gain != nullptr && act != nullptr && act->xn.dtype == x.dtype &&
+                    act->xn.numel() >= x.numel() && aligned16(act->xn.data),
+                "W8A16 / 4-bit GEMV: a norm gain and a normalised-x scratch of (M, K) expected");
+      Tensor xn =
+          act->xn.reshaped({act->xn.numel() / x.row_size(), x.row_size()}).slice_rows(0, x.rows());
+      launch_rms_norm(nullptr, x, *gain, eps, xn, stream, pdl);
+      x_in = xn.data;
+    }
   }
-  if (!fused && !aligned16(x_in)) x_shared = false;  // x, or the quantize kernel's codes
+  if (!fused && !aligned16(x_in)) {  // the quantize or norm kernel's output, or x
+    IB_ASSERT(operands.q_gain == nullptr, "gemv: x normalised in the block must stay staged");
+    x_shared = false;
+  }
   auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
   // The 3-blocks-an-SM variant: gate/up by IB_GEMV_SWIGLU_BLOCKS, q/k/v by IB_GEMV_QKV_BLOCKS.
   if constexpr (kDense && (kEpilogue == kGemvSwiGlu || kEpilogue == kGemvRopeCache)) {
@@ -274,6 +290,8 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
         if (x_shared) {
           smem = x_shared_bytes;
           g_x_shared_launches.fetch_add(1, std::memory_order_relaxed);
+          if (!kW8A8 && operands.q_gain != nullptr)
+            g_x_norm_launches.fetch_add(1, std::memory_order_relaxed);
           IB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem)),
                         op);
@@ -464,6 +482,14 @@ bool gemv_fuse_quant() {
   return g_fuse_quant.load(std::memory_order_relaxed);
 }
 
+void set_gemv_stage_norm(bool on) {
+  g_stage_norm.store(on, std::memory_order_relaxed);
+}
+
+bool gemv_stage_norm() {
+  return g_stage_norm.load(std::memory_order_relaxed);
+}
+
 void set_gemv_stage_x(int formats) {
   IB_ASSERT(formats >= 0 && formats <= 2, "set_gemv_stage_x: 0, 1 (W8A16) or 2 (every format)");
   g_stage_x.store(formats, std::memory_order_relaxed);
@@ -475,6 +501,10 @@ int gemv_stage_x() {
 
 int64_t gemv_x_shared_launches() {
   return g_x_shared_launches.load(std::memory_order_relaxed);
+}
+
+int64_t gemv_x_norm_launches() {
+  return g_x_norm_launches.load(std::memory_order_relaxed);
 }
 
 void launch_gemv_rope_cache(const Tensor& x, const Tensor* gain, const WeightRef& w,

@@ -51,6 +51,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.gemv_fuse_quant = integer("IB_GEMV_FUSE_QUANT");
   s.gemv_stage_x = integer("IB_GEMV_STAGE_X");
   s.quant_trigger = integer("IB_QUANT_TRIGGER");
+  s.gemv_stage_norm = integer("IB_GEMV_STAGE_NORM");
   s.gemv_int4_warps = integer("IB_GEMV_INT4_WARPS");
   s.norm_regs = integer("IB_NORM_REGS");
   s.norm_post = integer("IB_NORM_POST");
@@ -95,6 +96,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_gemv_fuse_quant(s.gemv_fuse_quant.value_or(0) == 1);
   set_gemv_stage_x(static_cast<int>(s.gemv_stage_x.value_or(1)));
   set_quant_trigger(static_cast<int>(s.quant_trigger.value_or(0)));
+  set_gemv_stage_norm(s.gemv_stage_norm.value_or(0) == 1);
   set_gemv_int4_warps(static_cast<int>(s.gemv_int4_warps.value_or(0)));
   set_norm_regs(s.norm_regs.value_or(1) == 1);
   set_norm_post(s.norm_post.value_or(1) == 1);
@@ -149,6 +151,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_GEMV_FUSE_QUANT", {flag(gemv_fuse_quant())}},
       {"IB_GEMV_STAGE_X", {std::to_string(gemv_stage_x())}},
       {"IB_QUANT_TRIGGER", {std::to_string(quant_trigger())}},
+      {"IB_GEMV_STAGE_NORM", {flag(gemv_stage_norm())}},
       {"IB_GEMV_INT4_WARPS", {std::to_string(gemv_int4_warps())}},
       {"IB_NORM_REGS", {flag(norm_regs())}},
       {"IB_NORM_POST", {flag(norm_post())}},

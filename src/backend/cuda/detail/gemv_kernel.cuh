@@ -48,6 +48,7 @@
 #include "backend/cuda/detail/gemv_epilogue.cuh"
 #include "backend/cuda/detail/gemv_lora_tile.cuh"
 #include "backend/cuda/detail/gemv_steps.cuh"
+#include "backend/cuda/detail/norm_row.cuh"
 #include "backend/cuda/detail/pdl.cuh"
 #include "backend/cuda/detail/quant_row.cuh"
 
@@ -84,7 +85,9 @@ namespace ib::cuda {
 // IB_GEMV_FUSE_QUANT (W8A8, x_scales null): no quantize kernel; the block copies x in and
 // quantizes it into k bytes of codes there (quantize_row_in_block, the quantize kernel's
 // arithmetic and order, so the same codes and scale; GemvQuant's q_gain, copied in before the
-// wait, and q_fixed). The same steps in the same order: the same results.
+// wait, and q_fixed). IB_GEMV_STAGE_NORM (W8A16, 4-bit; GemvQuant's q_gain set): no norm
+// kernel; the block copies x itself in and normalises it there (norm_row.cuh, the norm kernel's
+// arithmetic and order). The same steps in the same order: the same results.
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
           int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense,
           int kMinBlocks = kW == kGemvDense ? 1 : 3, bool kLora = false, bool kChain = false,
@@ -124,23 +127,23 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     lsm.chain = lora_chain;
   }
   // kXShared (gemv_x_shared_bytes of dynamic shared memory): W8A8 x's codes (k bytes), then
-  // where the block quantizes, x (2k) and the gain (2k, where there is one); else x (2k).
-  // W8A8's reduction scratch and scale.
+  // where the block quantizes, x (2k) and the gain (2k, where there is one); else x (2k), then
+  // where the block normalises it the gain (2k). The reductions' scratch and W8A8's scale.
   [[maybe_unused]] uint8_t* xs_smem = nullptr;  // what the steps read: the codes, or x
   [[maybe_unused]] uint4* xs_row = nullptr;     // what is copied in: x, or the codes
-  [[maybe_unused]] uint4* xs_gain = nullptr;    // W8A8 quantizing here: the gain, or null
+  [[maybe_unused]] uint4* xs_gain = nullptr;    // quantizing / normalising here: the gain, or null
   [[maybe_unused]] const bool quantize_here = kXq && fp8.x_scales == nullptr;
   // Loads a thread issues together copying x in: 4, and 2 in the 4-bit kernels (ptxas: 4 spill
   // there, at their 85 registers).
   constexpr int kXCopyBatch = kInt4 ? 2 : 4;
-  __shared__ float fq_scratch[kXShared && kXq ? 32 : 1];
+  __shared__ float fq_scratch[kXShared ? 32 : 1];
   __shared__ float fq_scale[1];
   if constexpr (kXShared) {
     extern __shared__ __align__(16) unsigned char gemv_xs_smem[];
     xs_smem = gemv_xs_smem;
     xs_row = reinterpret_cast<uint4*>(gemv_xs_smem + (quantize_here ? k : 0));
-    if (quantize_here && fp8.q_gain != nullptr)
-      xs_gain = reinterpret_cast<uint4*>(gemv_xs_smem + 3 * k);
+    if (fp8.q_gain != nullptr)  // W8A8 quantizing here, or x normalised here
+      xs_gain = reinterpret_cast<uint4*>(gemv_xs_smem + (quantize_here ? 3 : 2) * k);
   }
   const T* __restrict__ x = static_cast<const T*>(x_raw);
   using TW = std::conditional_t<kQuant, uint8_t, T>;  // a weight element (or byte)
@@ -401,7 +404,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         if (!preloaded && full(s)) load_first(tr);
       }
       lora_stage_b();
-      if constexpr (kXShared && kXq) {  // the gain (constant) copied in before the wait
+      if constexpr (kXShared) {  // the gain (constant) copied in before the wait
         if (tile == tile_begin && xs_gain != nullptr)
           copy16_to_shared<kXCopyBatch>(xs_gain, static_cast<const uint4*>(fp8.q_gain), k / 8);
       }
@@ -432,6 +435,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                   xs_row, xs_gain, k, eps, fp8.q_fixed, reinterpret_cast<TQ*>(xs_smem), fq_scratch);
               if (threadIdx.x == 0) fq_scale[0] = scale;
             }
+          } else if (xs_gain != nullptr) {
+            rms_norm_row_in_block<T>(xs_row, xs_gain, k, eps, fq_scratch);
           }
         }
       }

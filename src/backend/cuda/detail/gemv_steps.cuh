@@ -61,7 +61,9 @@ struct GemvQuant {
   const float* g_absmax = nullptr;  // kGemvNf4: (N, K / 64) f32
   // kXShared with W8A8 and x_scales null (one token): the kernel quantizes x itself as the
   // quantize kernel would (quant_row.cuh): x_raw is the activation row in T (the h of rms_norm(h)
-  // where kRms), q_gain the gain (K) or null, q_fixed the static scale (0: dynamic).
+  // where kRms), q_gain the gain (K) or null, q_fixed the static scale (0: dynamic). kXShared
+  // with W8A16 / 4-bit and q_gain set (IB_GEMV_STAGE_NORM): x_raw is x, normalised in the block
+  // with the gain q_gain (norm_row.cuh; the launch's eps).
   const void* q_gain = nullptr;
   StaticActQuant q_fixed{};
 };
@@ -216,14 +218,14 @@ __host__ __device__ inline int gemv_tile_count(int epilogue, int n) {
                                  : (n + kGemvRows - 1) / kGemvRows;
 }
 
-// The dynamic shared memory of a kXShared variant: W8A8 quantizing in the block (fused) the codes
-// (k bytes), x and the gain (2k each, the gain where there is one); W8A8 staging the quantize
-// kernel's codes k bytes; else x.
-__host__ __device__ constexpr size_t gemv_x_shared_bytes(bool w8a8, bool fused, bool gain,
-                                                         int64_t k, size_t elem) {
-  return !w8a8   ? static_cast<size_t>(k) * elem
-         : fused ? static_cast<size_t>(k) * (1 + elem * (gain ? 2 : 1))
-                 : static_cast<size_t>(k);
+// The dynamic shared memory of a kXShared variant. raw: the block takes x itself and quantizes
+// (W8A8, IB_GEMV_FUSE_QUANT) or normalises it (IB_GEMV_STAGE_NORM) there. W8A8: raw, the codes
+// (k bytes), then x and the gain (2k each, the gain where there is one); else the quantize
+// kernel's codes (k). The others: x (2k), then with raw the gain (2k, where there is one).
+__host__ __device__ constexpr size_t gemv_x_shared_bytes(bool w8a8, bool raw, bool gain, int64_t k,
+                                                         size_t elem) {
+  const size_t with_gain = static_cast<size_t>(k) * elem * (raw && gain ? 2 : 1);
+  return !w8a8 ? with_gain : (raw ? static_cast<size_t>(k) + with_gain : static_cast<size_t>(k));
 }
 
 // nvec 16-byte vectors from global into shared memory by the whole block, each thread's loads

@@ -15,7 +15,14 @@ bool gemv_fuse_quant();
 // the quantize kernel's codes), 0: none, copy x into each block and read each step's x there.
 void set_gemv_stage_x(int formats);
 int gemv_stage_x();
+// IB_GEMV_STAGE_NORM: the INT8 W8A16 and 4-bit GEMVs whose x is staged normalise it in each block
+// (the RMSNorm kernel's arithmetic, detail/norm_row.cuh) instead of after a norm kernel (default
+// off).
+void set_gemv_stage_norm(bool on);
+bool gemv_stage_norm();
 // The GEMV launches with x in shared memory so far (the tests' proof that the form ran).
 int64_t gemv_x_shared_launches();
+// Those of them that normalised x in the block (IB_GEMV_STAGE_NORM).
+int64_t gemv_x_norm_launches();
 
 }  // namespace ib::cuda

@@ -88,6 +88,9 @@ struct CudaSwitches {
   // IB_QUANT_TRIGGER=0|1|2: where the quantize kernel triggers its successor
   // (set_quant_trigger).
   std::optional<int64_t> quant_trigger;
+  // IB_GEMV_STAGE_NORM=0|1: the staged W8A16 / 4-bit GEMVs normalise x in each block
+  // (set_gemv_stage_norm).
+  std::optional<int64_t> gemv_stage_norm;
   // IB_GEMV_DENSE_RING=0|1: the dense GEMVs through the ring (set_gemv_dense_ring).
   std::optional<int64_t> gemv_dense_ring;
   // IB_GEMV_INT4_WARPS=8|4|2|0: the W4A16 ring GEMVs' warps per block (set_gemv_int4_warps).
