@@ -25,7 +25,9 @@ constexpr int kThreads = 256;
 // successor (quantize_rows_vec_kernel's trigger). On an H100 at batch 1 its one block advanced
 // an fp8 step by 4-7 us where ~2 us of work is, while the next GEMV's blocks, launched at its
 // trigger, issued their first weight loads (bench/NOTES.md, "Batch 1 in the 8-bit and 4-bit
-// formats"). 0 (the default until measured): right after the wait.
+// formats"). 0 (the default): right after the wait; measured there (session 40, x-shared/run4)
+// 1 and 2 lost 1.7 % and 3.8 % of fp8 batch 1: the next GEMV's early prefetch is worth more
+// than the quantize block's own speed.
 std::atomic<int> g_quant_trigger{0};
 
 // One block per row: the row's max magnitude, then every element converted. kRms: the row is

@@ -96,7 +96,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_gemv_fuse_quant(s.gemv_fuse_quant.value_or(0) == 1);
   set_gemv_stage_x(static_cast<int>(s.gemv_stage_x.value_or(1)));
   set_quant_trigger(static_cast<int>(s.quant_trigger.value_or(0)));
-  set_gemv_stage_norm(s.gemv_stage_norm.value_or(0) == 1);
+  set_gemv_stage_norm(s.gemv_stage_norm.value_or(1) == 1);
   set_gemv_int4_warps(static_cast<int>(s.gemv_int4_warps.value_or(0)));
   set_norm_regs(s.norm_regs.value_or(1) == 1);
   set_norm_post(s.norm_post.value_or(1) == 1);

@@ -17,7 +17,7 @@ void set_gemv_stage_x(int formats);
 int gemv_stage_x();
 // IB_GEMV_STAGE_NORM: the INT8 W8A16 and 4-bit GEMVs whose x is staged normalise it in each block
 // (the RMSNorm kernel's arithmetic, detail/norm_row.cuh) instead of after a norm kernel (default
-// off).
+// on).
 void set_gemv_stage_norm(bool on);
 bool gemv_stage_norm();
 // The GEMV launches with x in shared memory so far (the tests' proof that the form ran).
