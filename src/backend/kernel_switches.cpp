@@ -30,6 +30,11 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "cannot see the GEMV overlap its neighbours under programmatic dependent launch; measured on "
      "the H200: DeepSeek-V2-Lite +3.2 %, Mixtral-8x7B +1.6 % at batch 1); 2: tuning at every row "
      "count"},
+    {"IB_GEMM_M_BUCKETS", "cuda", "0", 0, 0, "0|1|2|4|8|16",
+     "cuBLASLt plans above 16 rows per row bucket (this many an octave; the heuristic's algorithm "
+     "at the bucket's top, each shape's buckets launched once on its first call so their kernel "
+     "modules load then) instead of one per row count, whose new kernels load mid-run; 0: a plan "
+     "per row count"},
     {"IB_ATTN_PREFETCH", "cuda", "8", 0, 1 << 20, "",
      "the split-KV attention prefetches its K and V rows into L2 in steps of at most this many "
      "sequences (0: never)"},

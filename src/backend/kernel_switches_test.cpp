@@ -88,6 +88,7 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_GEMV_STAGE_X",
                            "IB_QUANT_TRIGGER",
                            "IB_GEMV_STAGE_NORM",
+                           "IB_GEMM_M_BUCKETS",
                            "IB_GEMV_INT4_WARPS",
                            "IB_NORM_REGS",
                            "IB_NORM_POST",

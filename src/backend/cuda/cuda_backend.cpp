@@ -156,6 +156,7 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   // Buffers free through this object: release them while it is still whole.
   gemm_workspace_.reset();
+  gemm_prewarm_.reset();
   attention_workspace_.reset();
   staging_.reset();
   attention_counters_.reset();
@@ -707,6 +708,19 @@ void CudaBackend::scale_columns(const WeightRef& weight, const Tensor& gain) {
   IB_ASSERT(w.rank == 2 && gain.numel() == w.row_size() && gain.dtype == w.dtype,
             "scale_columns: w (N, K), gain (K) of w's dtype");
   run_op("scale_columns", [&] { launch_scale_columns(w, gain, stream_); });
+}
+
+void CudaBackend::set_gemm_m_buckets(int per_octave) {
+  gemm_->set_m_buckets(per_octave);
+  if (per_octave > 0 && gemm_prewarm_.data() == nullptr && !capturing_) {
+    if (Result<Buffer> scratch = alloc(kGemmPrewarmBytes, MemoryTag::kWorkspace); scratch.ok())
+      gemm_prewarm_ = std::move(*scratch);
+  }
+  gemm_->set_prewarm_scratch(gemm_prewarm_.data(), gemm_prewarm_.bytes());
+}
+
+int CudaBackend::gemm_m_buckets() const {
+  return gemm_->m_buckets();
 }
 
 bool CudaBackend::choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {

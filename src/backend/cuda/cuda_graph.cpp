@@ -48,13 +48,15 @@ Status CudaBackend::begin_capture() {
   });
   IB_TRY(device_status());
   capturing_ = true;
-  reset_lora_chains();  // the graph must zero the chained shrinks' accumulators it uses
+  gemm_->set_capturing(true);  // no prewarm launches inside the graph
+  reset_lora_chains();         // the graph must zero the chained shrinks' accumulators it uses
   return Ok{};
 }
 
 Result<std::unique_ptr<DeviceGraph>> CudaBackend::end_capture() {
   if (!capturing_) return runtime_error("end_capture without begin_capture");
   capturing_ = false;
+  gemm_->set_capturing(false);
   reset_lora_chains();
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;

@@ -143,6 +143,7 @@ GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes, const voi
   IB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, in, k, n, static_cast<int64_t>(k)), kOp);
   IB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, in, k, m, static_cast<int64_t>(k)), kOp);
   IB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, out, n, m, static_cast<int64_t>(n)), kOp);
+  plan.layout_m = key.m;
 
   const auto heuristic = [&](bool epilogue) {
     const cublasLtEpilogue_t e = epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -207,28 +208,97 @@ float GemmLt::tune(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor 
   return best_ms + (bias && !plan.bias_epilogue ? 0.002f : 0.0f);  // + the bias kernel, roughly
 }
 
+int64_t GemmLt::bucket_of(int64_t m, int per_octave) {
+  if (per_octave <= 0 || m <= kExactMaxM) return m;
+  int64_t p = 1;
+  while (p * 2 <= m) p *= 2;  // the octave's start, >= 16
+  const int64_t step = std::max<int64_t>(1, p / per_octave);
+  return p + (m - p + step - 1) / step * step;
+}
+
+void GemmLt::set_m_buckets(int per_octave) {
+  IB_ASSERT(per_octave >= 0 && per_octave <= 16 && (per_octave & (per_octave - 1)) == 0,
+            "IB_GEMM_M_BUCKETS: 0, 1, 2, 4, 8 or 16 buckets an octave");
+  buckets_ = per_octave;
+}
+
+void GemmLt::set_prewarm_scratch(void* data, size_t bytes) {
+  prewarm_out_ = data;
+  prewarm_bytes_ = data ? bytes : 0;
+}
+
+cublasStatus_t GemmLt::launch(Plan& plan, int64_t m, const Operands& op, void* workspace,
+                              size_t workspace_bytes, cudaStream_t stream) {
+  if (plan.layout_m != m) {
+    const auto cols = static_cast<uint64_t>(m);
+    IB_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(plan.b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)),
+        kOp);
+    IB_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(plan.c, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)),
+        kOp);
+    plan.layout_m = m;
+  }
+  if (plan.bias_epilogue) {
+    IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &op.bias, sizeof(op.bias)),
+                    kOp);
+  }
+  if (op.a_scale != nullptr) set_scale_pointers(plan.desc, op.a_scale, op.b_scale);
+  return cublasLtMatmul(handle_, plan.desc, op.alpha, op.w, plan.a, op.x, plan.b, op.beta, op.out,
+                        plan.c, op.out, plan.c, &plan.algo, workspace, workspace_bytes, stream);
+}
+
+bool GemmLt::matmul(const Key& key, const Operands& op, void* workspace, size_t workspace_bytes,
+                    cudaStream_t stream) {
+  if (buckets_ > 0 && key.m > kExactMaxM && exact_only_.count(key) == 0) {
+    prewarm(key, op, workspace, workspace_bytes, stream);
+    Key bucket = key;
+    bucket.m = bucket_of(key.m, buckets_);
+    Plan& plan = plan_for(bucket, workspace_bytes, op.a_scale, op.b_scale);
+    if (launch(plan, key.m, op, workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS)
+      return plan.bias_epilogue;
+    exact_only_.insert(key);  // the bucket's algorithm refused this M: its own plan from now on
+  }
+  Plan& plan = plan_for(key, workspace_bytes, op.a_scale, op.b_scale);
+  IB_CUBLAS_CHECK(launch(plan, key.m, op, workspace, workspace_bytes, stream), kOp);
+  return plan.bias_epilogue;
+}
+
+void GemmLt::prewarm(const Key& key, const Operands& op, void* workspace, size_t workspace_bytes,
+                     cudaStream_t stream) {
+  if (capturing_ || prewarm_out_ == nullptr) return;
+  Key shape = key;
+  shape.m = 0;
+  if (!prewarmed_.insert(shape).second) return;
+  const auto out_row_bytes = static_cast<int64_t>(dtype_size(key.out)) * key.n;
+  const int64_t rows =
+      std::min<int64_t>(kExactMaxM, static_cast<int64_t>(prewarm_bytes_) / out_row_bytes);
+  if (rows < 1) return;
+  static constexpr int64_t kZero = 0;  // beta 0 in either compute type (f32 or int32)
+  Operands scratch = op;
+  scratch.out = prewarm_out_;
+  scratch.beta = &kZero;
+  for (int64_t m = bucket_of(kExactMaxM + 1, buckets_); m <= kPrewarmMaxM;
+       m = bucket_of(m + 1, buckets_)) {
+    Key bucket = key;
+    bucket.m = m;
+    // The bucket's algorithm on `rows` of the call's x into the scratch: its module loads now.
+    // A refusal is the call's to find (matmul falls back), not the prewarm's.
+    (void)launch(plan_for(bucket, workspace_bytes, op.a_scale, op.b_scale), rows, scratch,
+                 workspace, workspace_bytes, stream);
+  }
+}
+
 void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
                  size_t workspace_bytes, cudaStream_t stream, float beta) {
   const Key key = key_for(x, w, bias, out);
   if (key.m == 0) return;
-  execute(plan_for(key, workspace_bytes), x, w, bias, out, workspace, workspace_bytes, stream,
-          beta);
-}
-
-void GemmLt::execute(Plan& plan, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
-                     void* workspace, size_t workspace_bytes, cudaStream_t stream, float beta) {
-  if (plan.bias_epilogue) {
-    const void* ptr = bias->data;
-    IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                   &ptr, sizeof(ptr)),
-                    kOp);
-  }
   const float alpha = 1.0f;
-  IB_CUBLAS_CHECK(
-      cublasLtMatmul(handle_, plan.desc, &alpha, w.data, plan.a, x.data, plan.b, &beta, out.data,
-                     plan.c, out.data, plan.c, &plan.algo, workspace, workspace_bytes, stream),
-      kOp);
-  if (bias && !plan.bias_epilogue) launch_bias_add(out, *bias, stream);
+  const Operands op{w.data,  x.data, out.data, &alpha, &beta, bias ? bias->data : nullptr,
+                    nullptr, nullptr};
+  if (!matmul(key, op, workspace, workspace_bytes, stream) && bias != nullptr)
+    launch_bias_add(out, *bias, stream);
 }
 
 void GemmLt::run_fp8(const Tensor& xq, const Tensor& x_scales, const Tensor& wq,
@@ -241,9 +311,12 @@ void GemmLt::run_fp8(const Tensor& xq, const Tensor& x_scales, const Tensor& wq,
   const Key key = key_for(xq, wq, bias, out);
   if (key.m == 0) return;
   // cuBLASLt's A is w (its rows are out's columns), B is x.
-  Plan& plan = plan_for(key, workspace_bytes, w_scales.data, x_scales.data);
-  set_scale_pointers(plan.desc, w_scales.data, x_scales.data);
-  execute(plan, xq, wq, bias, out, workspace, workspace_bytes, stream, 0.0f);
+  const float alpha = 1.0f, beta = 0.0f;
+  const Operands op{wq.data,       xq.data,      out.data,
+                    &alpha,        &beta,        bias ? bias->data : nullptr,
+                    w_scales.data, x_scales.data};
+  if (!matmul(key, op, workspace, workspace_bytes, stream) && bias != nullptr)
+    launch_bias_add(out, *bias, stream);
 }
 
 void GemmLt::run_int8(const Tensor& xq, const Tensor& wq, Tensor acc, void* workspace,
@@ -252,12 +325,9 @@ void GemmLt::run_int8(const Tensor& xq, const Tensor& wq, Tensor acc, void* work
             "matmul(int8): int8 operands and an int32 result");
   const Key key = key_for(xq, wq, nullptr, acc);
   if (key.m == 0) return;
-  Plan& plan = plan_for(key, workspace_bytes);
   const int32_t alpha = 1, beta = 0;
-  IB_CUBLAS_CHECK(
-      cublasLtMatmul(handle_, plan.desc, &alpha, wq.data, plan.a, xq.data, plan.b, &beta, acc.data,
-                     plan.c, acc.data, plan.c, &plan.algo, workspace, workspace_bytes, stream),
-      kOp);
+  const Operands op{wq.data, xq.data, acc.data, &alpha, &beta, nullptr, nullptr, nullptr};
+  matmul(key, op, workspace, workspace_bytes, stream);
 }
 
 }  // namespace ib::cuda

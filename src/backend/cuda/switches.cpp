@@ -52,6 +52,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.gemv_stage_x = integer("IB_GEMV_STAGE_X");
   s.quant_trigger = integer("IB_QUANT_TRIGGER");
   s.gemv_stage_norm = integer("IB_GEMV_STAGE_NORM");
+  s.gemm_m_buckets = integer("IB_GEMM_M_BUCKETS");
   s.gemv_int4_warps = integer("IB_GEMV_INT4_WARPS");
   s.norm_regs = integer("IB_NORM_REGS");
   s.norm_post = integer("IB_NORM_POST");
@@ -97,6 +98,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_gemv_stage_x(static_cast<int>(s.gemv_stage_x.value_or(1)));
   set_quant_trigger(static_cast<int>(s.quant_trigger.value_or(0)));
   set_gemv_stage_norm(s.gemv_stage_norm.value_or(1) == 1);
+  if (s.gemm_m_buckets) backend.set_gemm_m_buckets(static_cast<int>(*s.gemm_m_buckets));
   set_gemv_int4_warps(static_cast<int>(s.gemv_int4_warps.value_or(0)));
   set_norm_regs(s.norm_regs.value_or(1) == 1);
   set_norm_post(s.norm_post.value_or(1) == 1);
@@ -152,6 +154,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_GEMV_STAGE_X", {std::to_string(gemv_stage_x())}},
       {"IB_QUANT_TRIGGER", {std::to_string(quant_trigger())}},
       {"IB_GEMV_STAGE_NORM", {flag(gemv_stage_norm())}},
+      {"IB_GEMM_M_BUCKETS", {std::to_string(gemm_m_buckets())}},
       {"IB_GEMV_INT4_WARPS", {std::to_string(gemv_int4_warps())}},
       {"IB_NORM_REGS", {flag(norm_regs())}},
       {"IB_NORM_POST", {flag(norm_post())}},

@@ -251,6 +251,14 @@ class CudaBackend final : public Backend,
   // experts' gate/up), but in the step the GEMV overlaps its neighbours under programmatic
   // dependent launch, which cuBLASLt's kernels do not (bench/NOTES.md, "Wider expert tiles").
   void set_tune_single_rows(bool on) { tune_single_rows_ = on; }
+  // IB_GEMM_M_BUCKETS: cuBLASLt plans per row bucket (GemmLt::set_m_buckets, 0 or 1-16 an octave)
+  // instead of per M; on, a scratch of kGemmPrewarmBytes for the prewarm launches' output
+  // (without it, where it cannot be allocated, the buckets run without a prewarm).
+  static constexpr size_t kGemmPrewarmBytes = size_t{16} << 20;
+  void set_gemm_m_buckets(int per_octave);
+  int gemm_m_buckets() const;
+  // The cuBLASLt GEMMs' plans (tests).
+  const GemmLt& gemm() const { return *gemm_; }
   // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's), IB_PDL:
   // 0 off; 1 every kernel lets the next one launch as it starts; 2 (the default) the same
   // except the split-KV attention, whose successor (the o GEMV, whose weight loads would compete
@@ -436,6 +444,7 @@ class CudaBackend final : public Backend,
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;
+  Buffer gemm_prewarm_;  // IB_GEMM_M_BUCKETS' prewarm output, allocated when first turned on
   Buffer attention_workspace_;
   Buffer staging_;
   Buffer attention_counters_;

@@ -1,6 +1,17 @@
 // cuBLASLt GEMMs for the prefill / large-batch path: out (M, N) = x (M, K) @ w (N, K)^T (+ bias),
 // fp32 accumulation. The descriptors and the heuristic's algorithm are cached per shape, dtype
 // and pointer alignment, so a decode step pays the heuristic only on its first call.
+//
+// Row buckets (IB_GEMM_M_BUCKETS=B, set_m_buckets): above kExactMaxM rows a plan serves every M
+// up to its bucket (B buckets an octave: M rounded up to 2^e * (1 + j / B)), its algorithm the
+// heuristic's at the bucket's M and its layouts set to each call's M. A continuous run's batch
+// changes every step as sequences arrive and finish; with a plan per M the heuristic picks
+// another of cuBLASLt's kernels at nearly every new M, and each one's first launch loads its
+// module (lazy loading) while the device waits (~3 ms each in a timeline's tail: bench/NOTES.md,
+// "Where the continuous run's device waits"). With buckets, the first call of a shape above
+// kExactMaxM rows also launches every bucket's algorithm up to kPrewarmMaxM rows once, on the
+// call's own x and a scratch output (set_prewarm_scratch), outside graph capture, so the modules
+// load then. An algorithm that refuses a call's M falls back to that M's own plan.
 #pragma once
 
 #include <cublasLt.h>
@@ -9,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/backend.h"
@@ -44,6 +56,21 @@ class GemmLt {
   float tune(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,
              size_t workspace_bytes, cudaStream_t stream, const TimeFn& time_ms);
 
+  // Row buckets (above): per_octave 0 (a plan per M) or 1-16.
+  void set_m_buckets(int per_octave);
+  int m_buckets() const { return buckets_; }
+  // The prewarm launches' output (device memory; null: no prewarm), and whether a graph capture
+  // is in progress (no prewarm launches then).
+  void set_prewarm_scratch(void* data, size_t bytes);
+  void set_capturing(bool on) { capturing_ = on; }
+  // The smallest bucket holding m rows (m itself at or below kExactMaxM).
+  static int64_t bucket_of(int64_t m, int per_octave);
+  static constexpr int64_t kExactMaxM = 16;
+  static constexpr int64_t kPrewarmMaxM = 16384;
+  // Plans made so far, and the shapes prewarmed (the tests' view).
+  size_t plan_count() const { return plans_.size(); }
+  size_t prewarmed_count() const { return prewarmed_.size(); }
+
  private:
   struct Key {
     int64_t m, n, k;
@@ -60,21 +87,46 @@ class GemmLt {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool bias_epilogue = false;  // false with a bias: a separate bias-add kernel runs after
+    int64_t layout_m = 0;        // the M its b and c layouts hold now
+  };
+  // One call's operands: cuBLASLt's A (w), B (x), C = D (out), alpha and beta of the compute
+  // type, the bias (epilogue) and the FP8 scale pointers.
+  struct Operands {
+    const void* w;
+    const void* x;
+    void* out;
+    const void* alpha;
+    const void* beta;
+    const void* bias;
+    const void* a_scale;
+    const void* b_scale;
   };
   // a_scale, b_scale: an FP8 plan's outer-vector scales (device pointers), for the heuristic.
   Plan& plan_for(const Key& key, size_t workspace_bytes, const void* a_scale = nullptr,
                  const void* b_scale = nullptr);
-  // One cublasLtMatmul on a plan (its scale pointers already set), then the bias where the
-  // epilogue has none.
-  void execute(Plan& plan, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
-               void* workspace, size_t workspace_bytes, cudaStream_t stream, float beta);
   Key key_for(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) const;
+  // cublasLtMatmul of a plan at m rows (its layouts set to m first).
+  cublasStatus_t launch(Plan& plan, int64_t m, const Operands& op, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream);
+  // The plan a call of key's shape at key.m rows runs on (its bucket's, prewarming the shape
+  // first; or key.m's own), launched; false where the bias epilogue is missing and the caller
+  // must add the bias.
+  bool matmul(const Key& key, const Operands& op, void* workspace, size_t workspace_bytes,
+              cudaStream_t stream);
+  void prewarm(const Key& key, const Operands& op, void* workspace, size_t workspace_bytes,
+               cudaStream_t stream);
   // The heuristic's top algorithms for a plan's descriptors (its epilogue already set).
   std::vector<cublasLtMatmulAlgo_t> candidates(const Plan& plan, const Key& key,
                                                size_t workspace_bytes, int count);
 
   cublasLtHandle_t handle_ = nullptr;
   std::unordered_map<Key, Plan, KeyHash> plans_;
+  int buckets_ = 0;
+  bool capturing_ = false;
+  void* prewarm_out_ = nullptr;
+  size_t prewarm_bytes_ = 0;
+  std::unordered_set<Key, KeyHash> prewarmed_;   // shapes (m = 0)
+  std::unordered_set<Key, KeyHash> exact_only_;  // (shape, m) whose bucket's algorithm refused m
 };
 
 }  // namespace ib::cuda
