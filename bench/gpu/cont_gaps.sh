@@ -2,6 +2,9 @@
 # Where the continuous run's GPU waits (issues 15 and 13): Llama-3-8B bf16, 1,024 prompts of
 # 128 / 128 (targets.sh's cont protocol), on binaries already in $B (IB_PREBUILT=1 unpacks
 # bench/gpu/prebuilt.sh's bundle; IB_SKIP_BUILD=1 takes a warm machine's):
+#   tests     (IB_GAPS_TESTS=1) backend_cuda_test *GemmBuckets* and CudaOps' matmuls, and
+#             engine_cuda_test's CudaEngineTest and CudaEngineQuant against the CPU engine, with
+#             IB_GEMM_M_BUCKETS=4
 #   runs      the run at the defaults (d) and with CUDA_MODULE_LOADING=EAGER (e: every kernel
 #             module loaded when the context starts, none at its first launch mid-run), and with
 #             each setting named in IB_GAPS_VARIANTS ("name:VAR=value,VAR=value ..."),
@@ -19,6 +22,10 @@ R=$O/runs; mkdir -p "$R"
 CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16 --runs 1)
 {
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+  if [ "${IB_GAPS_TESTS:-0}" = 1 ]; then
+    IB_GEMM_M_BUCKETS=4 IB_TEST_TIMEOUT_S=200 gpu_tests '*GemmBuckets*:*CudaOps.Matmul*' \
+      '*CudaEngineTest.*:*CudaEngineQuant.*'
+  fi
   if has runs; then
     for pass in 1 2; do
       run_llama "cont_d_$pass" "${CONT[@]}"
