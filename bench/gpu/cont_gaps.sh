@@ -8,7 +8,7 @@
 #   runs      the run at the defaults (d) and with CUDA_MODULE_LOADING=EAGER (e: every kernel
 #             module loaded when the context starts, none at its first launch mid-run), and with
 #             each setting named in IB_GAPS_VARIANTS ("name:VAR=value,VAR=value ..."),
-#             interleaved twice
+#             interleaved twice (IB_GAPS_PASSES; the EAGER run in the first IB_GAPS_EAGER_PASSES)
 #   timeline  the run at the defaults under the CUPTI tracer with a timeline of every kernel
 #             (timeline.csv.gz; bench/gpu/step_gaps.py reads where the device idled)
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~4 minutes): IB_PREBUILT=1 OUT=dir
@@ -24,12 +24,13 @@ CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv
   if [ "${IB_GAPS_TESTS:-0}" = 1 ]; then
     IB_GEMM_M_BUCKETS=4 IB_TEST_TIMEOUT_S=200 gpu_tests '*GemmBuckets*:*CudaOps.Matmul*' \
-      '*CudaEngineTest.*:*CudaEngineQuant.*'
+      "${IB_GAPS_ENGINE_TESTS:-*CudaEngineTest.*:*CudaEngineQuant.*}"
   fi
   if has runs; then
-    for pass in 1 2; do
+    for pass in $(seq 1 "${IB_GAPS_PASSES:-2}"); do
       run_llama "cont_d_$pass" "${CONT[@]}"
-      run_llama "cont_e_$pass" CUDA_MODULE_LOADING=EAGER "${CONT[@]}"
+      [ "$pass" -le "${IB_GAPS_EAGER_PASSES:-2}" ] &&
+        run_llama "cont_e_$pass" CUDA_MODULE_LOADING=EAGER "${CONT[@]}"
       for v in ${IB_GAPS_VARIANTS:-}; do
         IFS=, read -r -a sw <<< "${v#*:}"
         run_llama "cont_${v%%:*}_$pass" "${sw[@]}" "${CONT[@]}"
