@@ -19,7 +19,8 @@ cd "$(dirname "$0")/../.." || exit 1; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && head_setup
 has() { [[ " ${IB_GAPS_SECTIONS:-runs timeline} " == *" $1 "* ]]; }
 R=$O/runs; mkdir -p "$R"
-CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16 --runs 1)
+CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16
+  --runs 1)
 {
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv
   if [ "${IB_GAPS_TESTS:-0}" = 1 ]; then

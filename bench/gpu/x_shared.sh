@@ -6,8 +6,9 @@
 # bench/gpu/prebuilt.sh's bundle; IB_SKIP_BUILD=1 takes a warm machine's):
 #   tests     backend_cuda_test CudaGemvXShared*, CudaQuant*, CudaQuant4*,
 #             CudaGemvPersist*, the switch report; engine_cuda_test CudaEngineQuant* (every
-#             format) and CudaEngineKvFp8* with IB_GEMV_STAGE_X=2, IB_GEMV_FUSE_QUANT=1 and
-#             IB_GEMV_STAGE_X=2 + IB_GEMV_STAGE_NORM=1 (the engine against the CPU engine)
+#             format) and CudaEngineKvFp8* with IB_GEMV_STAGE_X=2, IB_GEMV_FUSE_QUANT=1,
+#             IB_GEMV_STAGE_X=2 + IB_GEMV_STAGE_NORM=1 and IB_PDL=3 (the engine against the CPU
+#             engine)
 #   runs      Llama-3-8B dummy weights at batch 1 (32 / 128, 4 prompts, 3 runs), each format in
 #             each form, interleaved, twice (int8-w8a8 and nf4 once): fp8 and int8-w8a8 with
 #             x from global memory (0), staged (s: IB_GEMV_STAGE_X=1) and quantized in the block
@@ -20,14 +21,17 @@
 #             (IB_GEMV_PERSIST=3), alone (p0), with x quantized in each block (pf: the block's
 #             prologue paid once an SM's block instead of once a tile) and with
 #             IB_QUANT_TRIGGER=1 (p1), against neither (0), interleaved twice
+#   pdl       (not in the default sections) IB_PDL 2 against 3 (the attention lets the
+#             activation quantize kernel after it launch as it starts): fp8 and int8-w8a8 batch 1
+#             and fp8 on the seed protocol, interleaved twice
 #   norm      (not in the default sections) IB_GEMV_STAGE_NORM (x normalised in the block that
 #             stages it, no norm kernel) at batch 1: int8 (W8A16) staged (s, the default) and
 #             staged + normalised (sn); awq and nf4 unstaged (0) and with IB_GEMV_STAGE_X=2 +
 #             normalised (2n); interleaved twice
 #   prof.tgz  batch 1 of IB_X_PROF (fp8 awq) with IB_GEMV_STAGE_X=1 under the CUPTI tracer
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~8 minutes): IB_PREBUILT=1 OUT=dir
-# bash bench/gpu/x_shared.sh. IB_X_SECTIONS picks "tests runs trigger norm persist prof" (default "tests
-# runs prof").
+# bash bench/gpu/x_shared.sh. IB_X_SECTIONS picks "tests runs trigger pdl norm persist prof"
+# (default "tests runs prof").
 # Writes tests.log, backend_cuda_test.json, engine_cuda_test_*.json (one a switch setting),
 # runs.log, runs.json, runs.tgz, prof.tgz.
 set -u; T0=$(date +%s)
@@ -38,12 +42,12 @@ R=$O/runs; mkdir -p "$R"
 B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 --load-mode static
   --max-model-len 4096 --seed 0)
-switch_of() { case $1 in fp8 | int8-w8a8) echo IB_GEMV_FUSE_QUANT ;; *) echo IB_GEMV_STAGE_X ;; esac; }
 {
   if has tests; then
     IB_TEST_TIMEOUT_S=300 gpu_tests \
       '*CudaGemvXShared*:*CudaQuant.*:*CudaQuant4*:*CudaGemvPersist*:*ReportsTheKernelSwitches*'
-    for sw in IB_GEMV_STAGE_X=2 IB_GEMV_FUSE_QUANT=1 "IB_GEMV_STAGE_X=2 IB_GEMV_STAGE_NORM=1"; do
+    for sw in IB_GEMV_STAGE_X=2 IB_GEMV_FUSE_QUANT=1 "IB_GEMV_STAGE_X=2 IB_GEMV_STAGE_NORM=1" \
+      IB_PDL=3; do
       env $sw timeout 300 "$B/src/engine/engine_cuda_test" \
         --gtest_filter='*CudaEngineQuant*:*CudaEngineKvFp8*' \
         --gtest_output="json:$O/engine_cuda_test_${sw//[ =]/_}.json" >> "$O/tests.log" 2>&1
@@ -84,6 +88,18 @@ switch_of() { case $1 in fp8 | int8-w8a8) echo IB_GEMV_FUSE_QUANT ;; *) echo IB_
       done
       for v in 0 1 2; do
         run_llama "seed_fp8_t${v}_$pass" IB_QUANT_TRIGGER=$v --quantization fp8 "${SEED[@]}"
+      done
+    done
+  fi
+  if has pdl; then
+    for pass in 1 2; do
+      for q in fp8 int8-w8a8; do
+        for v in 2 3; do
+          run_llama "b1_${q}_pdl${v}_$pass" IB_PDL=$v --quantization $q "${B1[@]}"
+        done
+      done
+      for v in 2 3; do
+        run_llama "seed_fp8_pdl${v}_$pass" IB_PDL=$v --quantization fp8 "${SEED[@]}"
       done
     done
   fi

@@ -17,9 +17,11 @@ namespace {
 constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_CUDA_DEBUG_SYNC", "cuda", "0", 0, 1, "",
      "1: wait for every op, so an asynchronous fault names the op"},
-    {"IB_PDL", "cuda", "2", 0, 2, "",
+    {"IB_PDL", "cuda", "2", 0, 3, "",
      "0: no programmatic dependent launch; 1: every decode kernel lets the next launch as it "
-     "starts; 2: the same, except the attention's successor, launched at its end"},
+     "starts; 2: the same, except the attention's successor, launched at its end; 3: as 2, but "
+     "with W8A8 weights (fp8, int8-w8a8: the attention's successor is the one-block activation "
+     "quantize kernel) the attention lets it launch as it starts"},
     {"IB_FUSED", "cuda", "1", 0, 1, "",
      "0: the decode step without the fused norm/SwiGLU/residual GEMVs"},
     {"IB_ADD_CUBLASLT", "cuda", "0", 0, 1, "",

@@ -534,6 +534,7 @@ Status CudaBackend::reserve_quant_scratch(const WeightRef& w) {
     return Ok{};
   };
   IB_TRY(reserve(quant_scratch_, kQuantScratchBytes));
+  if (quantizes_activations(w.format)) w8a8_weights_ = true;  // IB_PDL=3's condition
   if (w.format == WeightFormat::kInt8W8A16 || is_4bit(w.format) ||
       w.format == WeightFormat::kGguf) {
     IB_TRY(
@@ -833,7 +834,9 @@ void CudaBackend::decode_attention(const Tensor& qkv, const KvCacheLayer& kv,
       qkv, kv, meta, shape, partition, attention_workspace_.data(), attention_workspace_.bytes(),
       static_cast<unsigned*>(attention_counters_.data()),
       attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_, pdl_,
-      meta.num_seqs <= attention_prefetch_max_seqs_, pdl_attention_trigger_early_, attention_lean_);
+      meta.num_seqs <= attention_prefetch_max_seqs_,
+      pdl_attention_trigger_early_ || (pdl_attention_early_w8a8_ && w8a8_weights_),
+      attention_lean_);
   if (ran_lean) ++attention_lean_launches_;
 }
 

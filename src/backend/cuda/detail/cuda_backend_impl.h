@@ -264,12 +264,18 @@ class CudaBackend final : public Backend,
   // except the split-KV attention, whose successor (the o GEMV, whose weight loads would compete
   // with the attention's dependent loads) launches at its end. Measured on the H200 against 0:
   // Llama-3-8B bf16 batch 1 +4.3 %, the seed protocol +2.3 %, fp8 batch 1 +6.6 %, awq -0.6 %
-  // (bench/NOTES.md, "PDL, third try"; bench/results/h200/pdl/).
+  // (bench/NOTES.md, "PDL, third try"; bench/results/h200/pdl/). 3: as 2, except that where the
+  // model has W8A8 weights (FP8, INT8 W8A8), whose o projection's successor is the one-block
+  // activation quantize kernel, not a GEMV that prefetches, the attention triggers early (its
+  // successor then waits resident instead of launching at the attention's end).
   void set_pdl(int mode) {
     pdl_ = mode != 0;
     pdl_attention_trigger_early_ = mode == 1;
+    pdl_attention_early_w8a8_ = mode == 3;
   }
-  int pdl_mode() const { return !pdl_ ? 0 : pdl_attention_trigger_early_ ? 1 : 2; }
+  int pdl_mode() const {
+    return !pdl_ ? 0 : pdl_attention_trigger_early_ ? 1 : (pdl_attention_early_w8a8_ ? 3 : 2);
+  }
   // The fused decode ops (IB_FUSED=0 turns them off, for an A/B against the unfused ops).
   void set_fused(bool on) { fused_ = on; }
   // Each LoRA group's shrink and expand in one launch (IB_LORA_FUSED=1) instead of two.
@@ -470,6 +476,8 @@ class CudaBackend final : public Backend,
   bool tune_single_rows_ = false;  // IB_MATMUL_TUNING=2
   bool pdl_ = true;
   bool pdl_attention_trigger_early_ = false;
+  bool pdl_attention_early_w8a8_ = false;  // IB_PDL=3
+  bool w8a8_weights_ = false;              // a W8A8 weight was readied (reserve_quant_scratch)
   bool fused_ = true;
   bool mla_ = true;                 // IB_CUDA_MLA
   bool mla_split_ = true;           // IB_MLA_SPLIT
