@@ -4,7 +4,7 @@
 # bench/gpu/prebuilt.sh's bundle; IB_SKIP_BUILD=1 takes a warm machine's):
 #   tests     (IB_GAPS_TESTS=1) backend_cuda_test *GemmBuckets* and CudaOps' matmuls, and
 #             engine_cuda_test's CudaEngineTest and CudaEngineQuant against the CPU engine, with
-#             IB_GEMM_M_BUCKETS=4
+#             IB_GEMM_M_BUCKETS=4 and IB_PDL=3 (x_shared.sh's pdl section times the latter)
 #   runs      the run at the defaults (d) and with CUDA_MODULE_LOADING=EAGER (e: every kernel
 #             module loaded when the context starts, none at its first launch mid-run), and with
 #             each setting named in IB_GAPS_VARIANTS ("name:VAR=value,VAR=value ..."),
@@ -24,7 +24,7 @@ CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num
 {
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv
   if [ "${IB_GAPS_TESTS:-0}" = 1 ]; then
-    IB_GEMM_M_BUCKETS=4 IB_TEST_TIMEOUT_S=200 gpu_tests '*GemmBuckets*:*CudaOps.Matmul*' \
+    IB_GEMM_M_BUCKETS=4 IB_PDL=3 IB_TEST_TIMEOUT_S=200 gpu_tests '*GemmBuckets*:*CudaOps.Matmul*' \
       "${IB_GAPS_ENGINE_TESTS:-*CudaEngineTest.*:*CudaEngineQuant.*}"
   fi
   if has runs; then
