@@ -67,13 +67,15 @@ GemmLt::GemmLt() {
   IB_CUBLAS_CHECK(cublasLtCreate(&handle_), kOp);
 }
 
+void GemmLt::destroy(Plan& plan) {
+  if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
+  if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
+  if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
+  if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+}
+
 GemmLt::~GemmLt() {
-  for (auto& [key, plan] : plans_) {
-    cublasLtMatrixLayoutDestroy(plan.a);
-    cublasLtMatrixLayoutDestroy(plan.b);
-    cublasLtMatrixLayoutDestroy(plan.c);
-    cublasLtMatmulDescDestroy(plan.desc);
-  }
+  for (auto& [key, plan] : plans_) destroy(plan);
   if (handle_) cublasLtDestroy(handle_);
 }
 
@@ -109,7 +111,17 @@ std::vector<cublasLtMatmulAlgo_t> GemmLt::candidates(const Plan& plan, const Key
 
 GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes, const void* a_scale,
                                const void* b_scale) {
-  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+  Plan* plan = try_plan_for(key, workspace_bytes, a_scale, b_scale);
+  if (plan == nullptr) {
+    cublas_fail(CUBLAS_STATUS_NOT_SUPPORTED, kOp, "cublasLtMatmulAlgoGetHeuristic", __FILE__,
+                __LINE__);
+  }
+  return *plan;
+}
+
+GemmLt::Plan* GemmLt::try_plan_for(const Key& key, size_t workspace_bytes, const void* a_scale,
+                                   const void* b_scale) {
+  if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
   Plan plan;
   const cudaDataType_t in = cuda_type(key.in);
   const cudaDataType_t out = cuda_type(key.out);
@@ -156,9 +168,11 @@ GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes, const voi
     return true;
   };
   plan.bias_epilogue = key.bias_epilogue && heuristic(true);
-  if (!plan.bias_epilogue)
-    IB_CUBLAS_CHECK(heuristic(false) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED, kOp);
-  return plans_.emplace(key, plan).first->second;
+  if (!plan.bias_epilogue && !heuristic(false)) {  // no algorithm for this shape
+    destroy(plan);
+    return nullptr;
+  }
+  return &plans_.emplace(key, plan).first->second;
 }
 
 GemmLt::Key GemmLt::key_for(const Tensor& x, const Tensor& w, const Tensor* bias,
@@ -255,10 +269,11 @@ bool GemmLt::matmul(const Key& key, const Operands& op, void* workspace, size_t 
     prewarm(key, op, workspace, workspace_bytes, stream);
     Key bucket = key;
     bucket.m = bucket_of(key.m, buckets_);
-    Plan& plan = plan_for(bucket, workspace_bytes, op.a_scale, op.b_scale);
-    if (launch(plan, key.m, op, workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS)
-      return plan.bias_epilogue;
-    exact_only_.insert(key);  // the bucket's algorithm refused this M: its own plan from now on
+    Plan* plan = try_plan_for(bucket, workspace_bytes, op.a_scale, op.b_scale);
+    if (plan != nullptr &&
+        launch(*plan, key.m, op, workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS)
+      return plan->bias_epilogue;
+    exact_only_.insert(key);  // no algorithm at the bucket, or it refused this M: M's own plan
   }
   Plan& plan = plan_for(key, workspace_bytes, op.a_scale, op.b_scale);
   IB_CUBLAS_CHECK(launch(plan, key.m, op, workspace, workspace_bytes, stream), kOp);
@@ -284,9 +299,9 @@ void GemmLt::prewarm(const Key& key, const Operands& op, void* workspace, size_t
     Key bucket = key;
     bucket.m = m;
     // The bucket's algorithm on `rows` of the call's x into the scratch: its module loads now.
-    // A refusal is the call's to find (matmul falls back), not the prewarm's.
-    (void)launch(plan_for(bucket, workspace_bytes, op.a_scale, op.b_scale), rows, scratch,
-                 workspace, workspace_bytes, stream);
+    // A refusal (or no algorithm) is the call's to find (matmul falls back), not the prewarm's.
+    if (Plan* plan = try_plan_for(bucket, workspace_bytes, op.a_scale, op.b_scale))
+      (void)launch(*plan, rows, scratch, workspace, workspace_bytes, stream);
   }
 }
 

@@ -104,6 +104,10 @@ class GemmLt {
   // a_scale, b_scale: an FP8 plan's outer-vector scales (device pointers), for the heuristic.
   Plan& plan_for(const Key& key, size_t workspace_bytes, const void* a_scale = nullptr,
                  const void* b_scale = nullptr);
+  // plan_for, or null where the heuristic finds no algorithm for the key.
+  Plan* try_plan_for(const Key& key, size_t workspace_bytes, const void* a_scale,
+                     const void* b_scale);
+  static void destroy(Plan& plan);
   Key key_for(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) const;
   // cublasLtMatmul of a plan at m rows (its layouts set to m first).
   cublasStatus_t launch(Plan& plan, int64_t m, const Operands& op, void* workspace,
