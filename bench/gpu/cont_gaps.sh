@@ -2,12 +2,14 @@
 # Where the continuous run's GPU waits (issues 15 and 13): Llama-3-8B bf16, 1,024 prompts of
 # 128 / 128 (targets.sh's cont protocol), on binaries already in $B (IB_PREBUILT=1 unpacks
 # bench/gpu/prebuilt.sh's bundle; IB_SKIP_BUILD=1 takes a warm machine's):
-#   tests     (IB_GAPS_TESTS=1) backend_cuda_test *GemmBuckets* and CudaOps' matmuls, and
-#             engine_cuda_test's CudaEngineTest and CudaEngineQuant against the CPU engine, with
-#             IB_GEMM_M_BUCKETS=4 and IB_PDL=3 (x_shared.sh's pdl section times the latter)
+#   tests     (IB_GAPS_TESTS=1) backend_cuda_test *GemmBuckets*, CudaOps' matmuls and the
+#             rope_and_cache tests (IB_GAPS_BACKEND_TESTS), and engine_cuda_test's CudaEngineTest
+#             and CudaEngineQuant against the CPU engine, with IB_GEMM_M_BUCKETS=4, IB_PDL=3 and
+#             IB_ROPE_VEC=1 (x_shared.sh's pdl section times IB_PDL=3)
 #   runs      the run at the defaults (d) and with CUDA_MODULE_LOADING=EAGER (e: every kernel
 #             module loaded when the context starts, none at its first launch mid-run), and with
-#             each setting named in IB_GAPS_VARIANTS ("name:VAR=value,VAR=value ..."),
+#             each setting named in IB_GAPS_VARIANTS ("name:VAR=value,VAR=value ..." and then
+#             flags, e.g. "f8:IB_ROPE_VEC=1,--quantization,fp8"),
 #             interleaved twice (IB_GAPS_PASSES; the EAGER run in the first IB_GAPS_EAGER_PASSES)
 #   timeline  the run at the defaults under the CUPTI tracer with a timeline of every kernel
 #             (timeline.csv.gz; bench/gpu/step_gaps.py reads where the device idled)
@@ -24,7 +26,8 @@ CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num
 {
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv
   if [ "${IB_GAPS_TESTS:-0}" = 1 ]; then
-    IB_GEMM_M_BUCKETS=4 IB_PDL=3 IB_TEST_TIMEOUT_S=200 gpu_tests '*GemmBuckets*:*CudaOps.Matmul*' \
+    IB_GEMM_M_BUCKETS=4 IB_PDL=3 IB_ROPE_VEC=1 IB_TEST_TIMEOUT_S=200 gpu_tests \
+      "${IB_GAPS_BACKEND_TESTS:-*GemmBuckets*:*CudaOps.Matmul*:*CudaAttention.RopeAndCache*}" \
       "${IB_GAPS_ENGINE_TESTS:-*CudaEngineTest.*:*CudaEngineQuant.*}"
   fi
   if has runs; then

@@ -174,6 +174,9 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_NORM_REGS", "cuda", "1", 0, 1, "",
      "1: RMSNorm rows of up to 8,192 bf16 values with x held in registers (read once) and the "
      "gain loaded before the PDL wait (measured faster on the H200); 0: the two-pass kernel"},
+    {"IB_ROPE_VEC", "cuda", "0", 0, 1, "",
+     "1: RoPE and the KV-cache write of prefill and batched decode steps (rope_and_cache) by "
+     "16-byte vectors of pairs, a thread each (the same values); 0: a thread per pair"},
     {"IB_NORM_POST", "cuda", "1", 0, 1, "",
      "1: Gemma-2's post-norm, residual add and the next pre-norm in one RMSNorm kernel of the "
      "register form (the two kernels' arithmetic in their order; measured on the H200: "

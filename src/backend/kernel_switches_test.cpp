@@ -91,6 +91,7 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_GEMM_M_BUCKETS",
                            "IB_GEMV_INT4_WARPS",
                            "IB_NORM_REGS",
+                           "IB_ROPE_VEC",
                            "IB_NORM_POST",
                            "IB_GGUF_WIDE",
                            "IB_GEMV_SWIGLU_BLOCKS",

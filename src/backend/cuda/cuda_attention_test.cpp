@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <string>
 
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/test_support.h"
@@ -420,48 +422,97 @@ TEST_P(CudaAttention, OtherBlockSizes) {
   check_batches(twin, rng, {{{150, 20}, {300, 1}}}, 0, 32);
 }
 
-// rope_and_cache on both sides; with fp8_cache the cache is E4M3 (k_scale 0.02, v_scale 0.01)
-// and checked by expect_e4m3_cache_written, otherwise against the CPU's within the tolerance.
+// The rope_and_cache form under test (IB_ROPE_VEC), restored at the end.
+struct RopeVecGuard {
+  bool saved = rope_vec();
+  ~RopeVecGuard() { set_rope_vec(saved); }
+};
+
+// rope_and_cache's inputs for shape s: t tokens of qkv in [-2, 2), positions in [0, 8192), slots
+// shuffled over 6 blocks of 16 with tokens 3 and 20 unwritten (-1), Llama-3's inverse frequencies,
+// and the caches' values before (random E4M3 bytes with fp8_cache, else random values of the
+// dtype), all on the host, so that each call can start from the same state.
+struct RopeInputs {
+  int64_t t = 37, blocks = 6, bs = 16, row = 0, cache = 0;
+  std::vector<float> qkv, k_values, v_values, inv_freq;
+  std::vector<uint8_t> k_before, v_before;
+  std::vector<int32_t> positions, slots;
+  float k_scale = 1.0f, v_scale = 1.0f;
+};
+
+RopeInputs rope_inputs(Rng& rng, const AttentionShape& s, bool fp8_cache) {
+  RopeInputs in;
+  const int64_t hd = s.head_dim;
+  in.row = int64_t{s.num_heads + 2 * s.num_kv_heads} * hd;
+  in.cache = in.blocks * s.num_kv_heads * in.bs * hd;
+  in.qkv = random_floats(rng, in.t * in.row, -2, 2);
+  in.k_scale = fp8_cache ? 0.02f : 1.0f;
+  in.v_scale = fp8_cache ? 0.01f : 1.0f;
+  in.k_before = testing::random_e4m3(rng, in.cache, in.k_scale);
+  in.v_before = testing::random_e4m3(rng, in.cache, in.v_scale);
+  in.k_values = random_floats(rng, in.cache);
+  in.v_values = random_floats(rng, in.cache);
+  in.positions.resize(static_cast<size_t>(in.t));
+  for (auto& p : in.positions) p = static_cast<int32_t>(rng.uniform_int(0, 8191));
+  in.slots.resize(static_cast<size_t>(in.blocks * in.bs));
+  std::iota(in.slots.begin(), in.slots.end(), 0);
+  std::shuffle(in.slots.begin(), in.slots.end(), rng);
+  in.slots.resize(static_cast<size_t>(in.t));
+  in.slots[3] = -1;
+  in.slots[20] = -1;
+  in.inv_freq.resize(static_cast<size_t>(hd / 2));
+  for (size_t i = 0; i < in.inv_freq.size(); ++i)
+    in.inv_freq[i] = static_cast<float>(
+        std::pow(500000.0, -2.0 * static_cast<double>(i) / static_cast<double>(hd)));
+  return in;
+}
+
+// One rope_and_cache call on both sides from in's state: qkv, k and v after it.
+struct RopeOutputs {
+  Pair qkv, k, v;
+};
+
+RopeOutputs run_rope_and_cache(Twin& twin, const RopeInputs& in, const AttentionShape& s,
+                               bool fp8_cache) {
+  const int64_t hd = s.head_dim;
+  const auto cache_pair = [&](const std::vector<uint8_t>& before,
+                              const std::vector<float>& values) {
+    return fp8_cache ? twin.bytes(DType::kF8E4M3, {in.blocks, s.num_kv_heads, in.bs, hd}, before)
+                     : twin.floats({in.blocks, s.num_kv_heads, in.bs, hd}, values);
+  };
+  RopeOutputs out{twin.floats({in.t, in.row}, in.qkv), cache_pair(in.k_before, in.k_values),
+                  cache_pair(in.v_before, in.v_values)};
+  Pair pos = twin.ints({in.t}, in.positions);
+  Pair slot = twin.ints({in.t}, in.slots);
+  Pair freq = twin.floats({hd / 2}, in.inv_freq, DType::kF32);
+  twin.cpu().rope_and_cache(out.qkv.cpu, pos.cpu, slot.cpu, freq.cpu,
+                            {out.k.cpu, out.v.cpu, 16, in.k_scale, in.v_scale}, s);
+  twin.gpu().rope_and_cache(out.qkv.gpu, pos.gpu, slot.gpu, freq.gpu,
+                            {out.k.gpu, out.v.gpu, 16, in.k_scale, in.v_scale}, s);
+  return out;
+}
+
+// rope_and_cache on both sides, in each form (IB_ROPE_VEC off and on); with fp8_cache the cache
+// is E4M3 (k_scale 0.02, v_scale 0.01) and checked by expect_e4m3_cache_written, otherwise
+// against the CPU's within the tolerance.
 void check_rope_and_cache(Twin& twin, Rng& rng, bool fp8_cache) {
-  for (const auto& s : shapes()) {
-    const int64_t t = 37, blocks = 6, bs = 16, hd = s.head_dim;
-    const int64_t row = int64_t{s.num_heads + 2 * s.num_kv_heads} * hd;
-    Pair qkv = twin.floats({t, row}, random_floats(rng, t * row, -2, 2));
-    const int64_t cache = blocks * s.num_kv_heads * bs * hd;
-    const float k_scale = fp8_cache ? 0.02f : 1.0f, v_scale = fp8_cache ? 0.01f : 1.0f;
-    const std::vector<uint8_t> k_before = testing::random_e4m3(rng, cache, k_scale);
-    const std::vector<uint8_t> v_before = testing::random_e4m3(rng, cache, v_scale);
-    const auto cache_pair = [&](const std::vector<uint8_t>& before) {
-      return fp8_cache ? twin.bytes(DType::kF8E4M3, {blocks, s.num_kv_heads, bs, hd}, before)
-                       : twin.floats({blocks, s.num_kv_heads, bs, hd}, random_floats(rng, cache));
-    };
-    Pair k = cache_pair(k_before);
-    Pair v = cache_pair(v_before);
-    std::vector<int32_t> positions(t), slots(blocks * bs);
-    for (auto& p : positions) p = static_cast<int32_t>(rng.uniform_int(0, 8191));
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng);
-    slots.resize(t);
-    slots[3] = -1;
-    slots[20] = -1;
-    std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
-    for (size_t i = 0; i < inv_freq.size(); ++i)
-      inv_freq[i] = static_cast<float>(
-          std::pow(500000.0, -2.0 * static_cast<double>(i) / static_cast<double>(hd)));
-    Pair pos = twin.ints({t}, positions);
-    Pair slot = twin.ints({t}, slots);
-    Pair freq = twin.floats({hd / 2}, inv_freq, DType::kF32);
-    twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu,
-                              {k.cpu, v.cpu, 16, k_scale, v_scale}, s);
-    twin.gpu().rope_and_cache(qkv.gpu, pos.gpu, slot.gpu, freq.gpu,
-                              {k.gpu, v.gpu, 16, k_scale, v_scale}, s);
-    EXPECT_LT(twin.error(qkv), tolerance(twin.dtype())) << "qkv hd=" << hd;
-    if (fp8_cache) {
-      testing::expect_e4m3_cache_written(twin, k, qkv, k_before, slots, s, 16, false, k_scale);
-      testing::expect_e4m3_cache_written(twin, v, qkv, v_before, slots, s, 16, true, v_scale);
-    } else {
-      EXPECT_LT(twin.error(k), tolerance(twin.dtype())) << "k cache hd=" << hd;
-      EXPECT_EQ(twin.error(v), 0.0) << "v cache hd=" << hd;
+  RopeVecGuard guard;
+  for (const bool vec : {false, true}) {
+    set_rope_vec(vec);
+    for (const auto& s : shapes()) {
+      const RopeInputs in = rope_inputs(rng, s, fp8_cache);
+      const RopeOutputs out = run_rope_and_cache(twin, in, s, fp8_cache);
+      const int hd = s.head_dim;
+      EXPECT_LT(twin.error(out.qkv), tolerance(twin.dtype())) << "qkv hd=" << hd << " vec=" << vec;
+      if (fp8_cache) {
+        testing::expect_e4m3_cache_written(twin, out.k, out.qkv, in.k_before, in.slots, s, 16,
+                                           false, in.k_scale);
+        testing::expect_e4m3_cache_written(twin, out.v, out.qkv, in.v_before, in.slots, s, 16, true,
+                                           in.v_scale);
+      } else {
+        EXPECT_LT(twin.error(out.k), tolerance(twin.dtype())) << "k cache hd=" << hd;
+        EXPECT_EQ(twin.error(out.v), 0.0) << "v cache hd=" << hd;
+      }
     }
   }
 }
@@ -479,6 +530,41 @@ TEST_P(CudaAttention, RopeAndCacheWritesE4m3Cache) {
   Twin twin(GetParam());
   Rng rng(20);
   check_rope_and_cache(twin, rng, true);
+}
+
+// IB_ROPE_VEC: the vector form computes each pair as the pair form does, so qkv and both caches
+// (act and E4M3) equal the pair form's bit for bit, for every shape (head_dim 64, 96, 128 and
+// 256: whole vectors a half in every dtype), and a launch counter proves the vector form ran.
+TEST_P(CudaAttention, RopeAndCacheVectorFormEqualsThePairForm) {
+  RopeVecGuard guard;
+  Twin twin(GetParam());
+  Rng rng(21);
+  for (const bool fp8_cache : {false, true}) {
+    for (const auto& s : shapes()) {
+      const RopeInputs in = rope_inputs(rng, s, fp8_cache);
+      set_rope_vec(false);
+      const int64_t before = rope_vec_launches();
+      const RopeOutputs pair = run_rope_and_cache(twin, in, s, fp8_cache);
+      EXPECT_EQ(rope_vec_launches(), before);
+      set_rope_vec(true);
+      const RopeOutputs vec = run_rope_and_cache(twin, in, s, fp8_cache);
+      EXPECT_EQ(rope_vec_launches(), before + 1);
+      const std::string what =
+          "hd=" + std::to_string(s.head_dim) + (fp8_cache ? " e4m3 cache" : " act cache");
+      EXPECT_EQ(twin.gpu_floats(vec.qkv.gpu), twin.gpu_floats(pair.qkv.gpu)) << what;
+      if (fp8_cache) {
+        EXPECT_EQ(twin.host_ints<uint8_t>(twin.gpu(), vec.k.gpu),
+                  twin.host_ints<uint8_t>(twin.gpu(), pair.k.gpu))
+            << what;
+        EXPECT_EQ(twin.host_ints<uint8_t>(twin.gpu(), vec.v.gpu),
+                  twin.host_ints<uint8_t>(twin.gpu(), pair.v.gpu))
+            << what;
+      } else {
+        EXPECT_EQ(twin.gpu_floats(vec.k.gpu), twin.gpu_floats(pair.k.gpu)) << what;
+        EXPECT_EQ(twin.gpu_floats(vec.v.gpu), twin.gpu_floats(pair.v.gpu)) << what;
+      }
+    }
+  }
 }
 
 TEST_P(CudaAttention, E4m3CacheDecodePrefillMixedAndWindows) {

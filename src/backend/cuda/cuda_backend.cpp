@@ -671,9 +671,13 @@ void CudaBackend::matmul_add(const Tensor& x, const WeightRef& weight, Tensor re
                 residual.row_size() == w.dim(0),
             "matmul_add: x (M, K), w (N, K), residual (M, N)");
   run_op("matmul_add", [&] {
-    const bool cublaslt = add_with_cublaslt_ && weight.format == WeightFormat::kDense &&
-                          x.rows() >= 2 && static_cast<int64_t>(w.bytes()) > gemv_max_weight_bytes_;
-    const bool gemv = !cublaslt && gemv_fused_supported(x, weight, GemvFusion::kAccumulate);
+    // A dense weight the fused GEMV does not take (rows past it, f32) goes to cuBLASLt too.
+    const bool gemv_takes = gemv_fused_supported(x, weight, GemvFusion::kAccumulate);
+    const bool cublaslt =
+        weight.format == WeightFormat::kDense &&
+        (!gemv_takes || (add_with_cublaslt_ && x.rows() >= 2 &&
+                         static_cast<int64_t>(w.bytes()) > gemv_max_weight_bytes_));
+    const bool gemv = !cublaslt && gemv_takes;
     const GemvLora l =
         lora ? fused_lora_operands(x, nullptr, *lora, w.dim(0), gemv, weight, &residual)
              : GemvLora{};

@@ -55,6 +55,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.gemm_m_buckets = integer("IB_GEMM_M_BUCKETS");
   s.gemv_int4_warps = integer("IB_GEMV_INT4_WARPS");
   s.norm_regs = integer("IB_NORM_REGS");
+  s.rope_vec = integer("IB_ROPE_VEC");
   s.norm_post = integer("IB_NORM_POST");
   s.gguf_wide = integer("IB_GGUF_WIDE");
   s.lora_fused = integer("IB_LORA_FUSED");
@@ -101,6 +102,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.gemm_m_buckets) backend.set_gemm_m_buckets(static_cast<int>(*s.gemm_m_buckets));
   set_gemv_int4_warps(static_cast<int>(s.gemv_int4_warps.value_or(0)));
   set_norm_regs(s.norm_regs.value_or(1) == 1);
+  set_rope_vec(s.rope_vec.value_or(0) == 1);
   set_norm_post(s.norm_post.value_or(1) == 1);
   set_gguf_wide(s.gguf_wide.value_or(0) == 1);
   if (s.lora_fused) backend.set_lora_fused(*s.lora_fused == 1);
@@ -157,6 +159,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_GEMM_M_BUCKETS", {std::to_string(gemm_m_buckets())}},
       {"IB_GEMV_INT4_WARPS", {std::to_string(gemv_int4_warps())}},
       {"IB_NORM_REGS", {flag(norm_regs())}},
+      {"IB_ROPE_VEC", {flag(rope_vec())}},
       {"IB_NORM_POST", {flag(norm_post())}},
       {"IB_GGUF_WIDE", {flag(gguf_wide())}},
       {"IB_LORA_FUSED", {flag(lora_fused_)}},

@@ -216,6 +216,13 @@ void launch_dequantize_int32(const Tensor& acc, const Tensor& x_scales, const Te
                              const Tensor* row_sums = nullptr);
 
 // ---- rope_cache.cu ----
+// IB_ROPE_VEC (default off until measured): rope_and_cache by 16-byte vectors of pairs, a thread
+// each, items flattened over the tokens (the same arithmetic per pair, so the same values), where
+// head_dim / 2 is a multiple of a vector; otherwise, and off, a thread per pair. Process-wide, like
+// the norm's switches; rope_vec_launches counts the vector form's launches.
+void set_rope_vec(bool on);
+bool rope_vec();
+int64_t rope_vec_launches();
 void launch_rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& slot_mapping,
                            const Tensor& inv_freq, const KvCacheLayer& kv,
                            const AttentionShape& shape, cudaStream_t stream, bool pdl = false);

@@ -99,6 +99,8 @@ struct CudaSwitches {
   std::optional<int64_t> gemv_int4_warps;
   // IB_NORM_REGS=0|1: the RMSNorm kernel's register form (set_norm_regs).
   std::optional<int64_t> norm_regs;
+  // IB_ROPE_VEC=0|1: rope_and_cache by 16-byte vectors of pairs (set_rope_vec).
+  std::optional<int64_t> rope_vec;
   // IB_NORM_POST=0|1: Gemma-2's post-norm, residual add and next pre-norm in one kernel
   // (set_norm_post).
   std::optional<int64_t> norm_post;
