@@ -92,8 +92,37 @@ TEST_F(MemoryE2e, CpuRunWritesTheHostMemoryOutputs) {
   EXPECT_NE(svg.find("host memory"), std::string::npos);
   const std::string html = read_file(dir / "report.html").value();
   EXPECT_NE(html.find("window.Plotly = {stub: true};"), std::string::npos);
-  EXPECT_NE(err().find("memory telemetry: memory.csv, allocations.csv, heatmap.svg, report.html"),
-            std::string::npos);
+  const auto steps = testing::lines_of(dir / "steps.csv");
+  ASSERT_EQ(steps.size(), m["steps"]["total"].get<size_t>() + 1);
+  EXPECT_EQ(steps[0],
+            "start_ms,phase,num_seqs,prefill_tokens,decode_tokens,duration_us,gap_before_us,"
+            "schedule_us,launch_us,wait_us,finish_us,device_us,graph");
+  std::string step_rows;
+  for (size_t i = 1; i < steps.size(); ++i) step_rows += steps[i] + "\n";
+  EXPECT_NE(step_rows.find(",warm-up,"), std::string::npos);
+  EXPECT_NE(step_rows.find(",run 1,"), std::string::npos);
+  // The first step has no gap before it; a later one does, and every step that ran a batch has
+  // its four host phases.
+  for (size_t i = 1; i < steps.size(); ++i) {
+    const std::string& row = steps[i];
+    std::vector<std::string> cells(1);
+    for (const char c : row) {
+      if (c == ',') {
+        cells.emplace_back();
+      } else {
+        cells.back() += c;
+      }
+    }
+    ASSERT_EQ(cells.size(), 13u) << row;
+    EXPECT_EQ(cells[6].empty(), i == 1) << row;
+    if (std::stoi(cells[2]) > 0) {
+      for (int c = 7; c <= 10; ++c) EXPECT_FALSE(cells[c].empty()) << row;
+    }
+  }
+  EXPECT_NE(
+      err().find(
+          "memory telemetry: memory.csv, steps.csv, allocations.csv, heatmap.svg, report.html"),
+      std::string::npos);
 }
 
 // The same run with a fake NVML (two GPUs, an energy counter rising 1 J per read): the GPU

@@ -60,6 +60,27 @@ TEST(Timeline, PhasesAndStepShares) {
   EXPECT_EQ(step_kind_in(steps, 400, 500), "idle");
 }
 
+// steps.csv: a row per step in microseconds, the gap from the previous step's end, empty cells for
+// phases a step did not time and for an unmeasured device time.
+TEST(Timeline, StepsCsv) {
+  const std::vector<PhaseSpan> phases = {{"warm-up", 0, 2'000'000}, {"run 0", 2'000'001, kS}};
+  StepRecord a{1'000'000, 500'000, 64, 0};  // [1 ms, 1.5 ms): a prefill step, untimed
+  a.num_seqs = 2;
+  StepRecord b{2'500'000, 1'250'500, 0, 8};  // 1 ms after a's end, every phase timed
+  b.num_seqs = 8;
+  b.schedule_ns = 10'000;
+  b.launch_ns = 20'000;
+  b.wait_ns = 1'200'000;
+  b.finish_ns = 20'500;
+  b.device_ns = 1'150'000;
+  b.graph = true;
+  EXPECT_EQ(steps_csv({a, b}, phases),
+            "start_ms,phase,num_seqs,prefill_tokens,decode_tokens,duration_us,gap_before_us,"
+            "schedule_us,launch_us,wait_us,finish_us,device_us,graph\n"
+            "1.000,warm-up,2,64,0,500.0,,,,,,,0\n"
+            "2.500,run 0,8,0,8,1250.5,1000.0,10.0,20.0,1200.0,20.5,1150.0,1\n");
+}
+
 // Four one-cell blocks in a row at A (act, kv, act, kv), one weights cell far away at B.
 std::vector<MemoryEvent> fragmenting_trace(uint64_t a, uint64_t b) {
   const int64_t c = kCell;

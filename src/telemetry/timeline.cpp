@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "core/assert.h"
 
 namespace ib {
@@ -85,8 +87,32 @@ std::string step_kind_in(const std::vector<StepRecord>& steps, int64_t t0_ns, in
 }
 
 void StepLog::add(int64_t start_ns, int64_t duration_ns, int prefill_tokens, int decode_tokens) {
+  add(StepRecord{start_ns, duration_ns, prefill_tokens, decode_tokens});
+}
+
+void StepLog::add(const StepRecord& step) {
   std::lock_guard lock(mu_);
-  steps_.push_back({start_ns, duration_ns, prefill_tokens, decode_tokens});
+  steps_.push_back(step);
+}
+
+std::string steps_csv(const std::vector<StepRecord>& steps, const std::vector<PhaseSpan>& phases) {
+  std::string out =
+      "start_ms,phase,num_seqs,prefill_tokens,decode_tokens,duration_us,gap_before_us,"
+      "schedule_us,launch_us,wait_us,finish_us,device_us,graph\n";
+  const auto us = [](int64_t ns) {
+    return ns < 0 ? std::string() : fmt::format("{:.1f}", static_cast<double>(ns) / 1e3);
+  };
+  int64_t prev_end = -1;
+  for (const StepRecord& s : steps) {
+    const int64_t gap = prev_end < 0 ? -1 : std::max<int64_t>(0, s.start_ns - prev_end);
+    out += fmt::format("{:.3f},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                       static_cast<double>(s.start_ns) / 1e6, phase_at(phases, s.start_ns),
+                       s.num_seqs, s.prefill_tokens, s.decode_tokens, us(s.duration_ns), us(gap),
+                       us(s.schedule_ns), us(s.launch_ns), us(s.wait_ns), us(s.finish_ns),
+                       us(s.device_ns), s.graph ? 1 : 0);
+    prev_end = s.start_ns + s.duration_ns;
+  }
+  return out;
 }
 
 std::vector<StepRecord> StepLog::steps(int64_t origin_ns) const {

@@ -41,6 +41,14 @@ struct StepRecord {
   int64_t duration_ns = 0;
   int prefill_tokens = 0;
   int decode_tokens = 0;
+  // Where the step's wall time went (steps.csv): the sequences in its batch, its host phases
+  // (StepStats' clocks: scheduling, enqueueing the device work, waiting for its results, token
+  // bookkeeping; -1 where the step ran nothing), its device time (-1: not measured) and whether
+  // it replayed a decode graph.
+  int num_seqs = 0;
+  int64_t schedule_ns = -1, launch_ns = -1, wait_ns = -1, finish_ns = -1;
+  int64_t device_ns = -1;
+  bool graph = false;
   bool prefill_heavy() const { return prefill_tokens > decode_tokens; }
 };
 
@@ -57,10 +65,19 @@ StepShare step_share(const std::vector<StepRecord>& steps, int64_t t0_ns, int64_
 // "prefill", "decode" or "idle": the kind of step that took most of [t0_ns, t1_ns).
 std::string step_kind_in(const std::vector<StepRecord>& steps, int64_t t0_ns, int64_t t1_ns);
 
+// steps.csv: one row per engine step, in start order, times relative to the origin: start_ms, the
+// benchmark phase it began in (phase_at), num_seqs, prefill_tokens, decode_tokens, duration_us,
+// gap_before_us (the host's time from the previous step's end: the engine loop between steps),
+// schedule_us, launch_us, wait_us, finish_us, device_us (empty where not measured) and graph
+// (0/1).
+inline constexpr const char* kStepsCsv = "steps.csv";
+std::string steps_csv(const std::vector<StepRecord>& steps, const std::vector<PhaseSpan>& phases);
+
 // Steps as the engine thread reports them (absolute times); thread-safe.
 class StepLog {
  public:
   void add(int64_t start_ns, int64_t duration_ns, int prefill_tokens, int decode_tokens);
+  void add(const StepRecord& step);
   // The steps relative to origin_ns, sorted by start.
   std::vector<StepRecord> steps(int64_t origin_ns) const;
 

@@ -158,7 +158,19 @@ TargetOptions RunTelemetry::instrument(TargetOptions options) {
   if (!enabled_) return options;
   auto shared = shared_;
   options.native.on_step = [shared](const StepStats& s) {
-    shared->steps.add(s.start_ns, s.duration_ns, s.num_prefill_tokens, s.num_decode_tokens);
+    StepRecord r{s.start_ns, s.duration_ns, s.num_prefill_tokens, s.num_decode_tokens};
+    r.num_seqs = s.num_seqs;
+    const int64_t end_ns = s.start_ns + s.duration_ns;
+    if (s.run_start_ns > 0 && s.launched_ns >= s.run_start_ns && s.synced_ns >= s.launched_ns &&
+        end_ns >= s.synced_ns && s.run_start_ns >= s.start_ns) {
+      r.schedule_ns = s.run_start_ns - s.start_ns;
+      r.launch_ns = s.launched_ns - s.run_start_ns;
+      r.wait_ns = s.synced_ns - s.launched_ns;
+      r.finish_ns = end_ns - s.synced_ns;
+    }
+    r.device_ns = s.device_ns;
+    r.graph = s.graph;
+    shared->steps.add(r);
   };
   options.native.trace_allocations = true;
   options.native.on_allocation_trace = [shared](std::vector<MemoryEvent> trace) {
@@ -186,7 +198,8 @@ void RunTelemetry::finish(const Sampler& sampler, const BenchmarkRecords& record
   fill_pools_from_trace(r.timeline, trace, origin_ns_);
   add_derived_columns(r.timeline, plan_.device);
   r.phases = benchmark_phases(records, origin_ns_, loaded_ns_);
-  const std::vector<StepRecord> steps = shared_->steps.steps(origin_ns_);
+  steps_ = shared_->steps.steps(origin_ns_);
+  const std::vector<StepRecord>& steps = steps_;
   const bool native = plan_.backend == "native";
   const std::string device_kind = !native                              ? ""
                                   : plan_.device.rfind("cuda", 0) == 0 ? "cuda"
@@ -258,6 +271,8 @@ Result<std::vector<std::string>> RunTelemetry::write_outputs(const std::filesyst
   const MemoryRecording& r = *recording_;
   IB_TRY(write_file_atomic(dir / kMemoryCsv, memory_csv(r)));
   written.emplace_back(kMemoryCsv);
+  IB_TRY(write_file_atomic(dir / kStepsCsv, steps_csv(steps_, r.phases)));
+  written.emplace_back(kStepsCsv);
   if (r.allocations) {
     IB_TRY(write_file_atomic(dir / kAllocationsCsv, allocations_csv(*r.allocations)));
     written.emplace_back(kAllocationsCsv);

@@ -1,6 +1,7 @@
 // Internal to orchestrate/: the telemetry of one `inferbench run`: the engine hooks (step markers,
 // allocation trace), the phases derived from the runner's records, energy, per-layer peaks, and the
-// memory outputs of the result directory (memory.csv, allocations.csv, heatmap.svg, report.html).
+// memory outputs of the result directory (memory.csv, steps.csv, allocations.csv, heatmap.svg,
+// report.html).
 //
 // Call order (runner thread): instrument() before the target is made, loaded() when setup()
 // returned, finish() after the target was torn down, write_outputs() into the result dir.
@@ -30,8 +31,8 @@ class RunTelemetry {
   // Phases, labels, derived series, allocation analysis, energy and peaks: into report.memory
   // and report.energy. Call after the target was torn down (the trace arrives at teardown).
   void finish(const Sampler& sampler, const BenchmarkRecords& records, BenchmarkReport& report);
-  // memory.csv, allocations.csv, heatmap.svg and report.html (skipped, with one line on stderr,
-  // when plotly.js is missing). File names written are returned.
+  // memory.csv, steps.csv, allocations.csv, heatmap.svg and report.html (skipped, with one line
+  // on stderr, when plotly.js is missing). File names written are returned.
   Result<std::vector<std::string>> write_outputs(const std::filesystem::path& dir,
                                                  const BenchmarkReport& report) const;
 
@@ -47,6 +48,7 @@ class RunTelemetry {
   int64_t loaded_ns_ = 0;
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
   std::optional<MemoryRecording> recording_;
+  std::vector<StepRecord> steps_;  // finish(): every engine step, relative to the origin
 };
 
 // The phases of a benchmark from its records: load [origin, loaded], warm-up and each run from
