@@ -20,7 +20,8 @@ std::atomic<bool> g_rope_vec{false};          // IB_ROPE_VEC
 std::atomic<int64_t> g_rope_vec_launches{0};  // launches of the vector form
 
 // One rotated pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s), each with one product rounded and one
-// FMA, so that both forms compute it alike whatever the compiler would contract.
+// FMA, so that both forms compute it alike whatever the compiler would contract (the angle, pos *
+// inv_freq, is one rounded product in both for the same reason).
 __device__ __forceinline__ void rotate_pair(float x1, float x2, float c, float s, float& o1,
                                             float& o2) {
   o1 = fmaf(x1, c, -__fmul_rn(x2, s));
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(kThreads)
   const float x1 = to_f32(h[j]);
   const float x2 = to_f32(h[j + half]);
   float s, c;
-  sincosf(static_cast<float>(positions[t]) * inv_freq[j], &s, &c);
+  sincosf(__fmul_rn(static_cast<float>(positions[t]), inv_freq[j]), &s, &c);
   float r1, r2;
   rotate_pair(x1, x2, c, s, r1, r2);
   const T o1 = from_f32<T>(r1);
@@ -163,7 +164,7 @@ __global__ void __launch_bounds__(kVecThreads)
 #pragma unroll
   for (int e = 0; e < kV; ++e) {
     float s, c, r1, r2;
-    sincosf(p * f[e], &s, &c);
+    sincosf(__fmul_rn(p, f[e]), &s, &c);
     rotate_pair(x1[e], x2[e], c, s, r1, r2);
     o1[e] = from_f32<T>(r1);
     o2[e] = from_f32<T>(r2);
