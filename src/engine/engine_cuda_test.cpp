@@ -4,13 +4,13 @@
 // tokens the CUDA engine chose. Decode graphs and op-by-op decoding are both checked, with QKV
 // bias (Qwen2), a sliding window (Mistral / Phi-3) and Mixtral's experts (bf16 within 5e-2: a
 // routing decision may flip where two experts nearly tie), under each programmatic dependent
-// launch mode (IB_PDL 0, 1 and the default 2) and with the gate/up GEMV at both register caps
-// (IB_GEMV_SWIGLU_BLOCKS 0 and the default 3), the q/k/v GEMV at 2 and 3 blocks an SM
-// (IB_GEMV_QKV_BLOCKS 0, 1 and the default 2), the decode attention's earlier form (IB_ATTN_LEAN=0;
-// the lean form is the default), and with a block-sparse pattern of 16-token blocks (the prompts
-// cross several; against the reference under the same pattern). Also: the step profile, a model too
-// large for the device refused before allocating, and bad device indices. Label gpu: skipped
-// visibly without a CUDA device.
+// launch mode (IB_PDL 0, 1 and the default 3, which is 2 without W8A8 weights) and with the gate/up
+// GEMV at both register caps (IB_GEMV_SWIGLU_BLOCKS 0 and the default 3), the q/k/v GEMV at 2 and 3
+// blocks an SM (IB_GEMV_QKV_BLOCKS 0, 1 and the default 2), the decode attention's earlier form
+// (IB_ATTN_LEAN=0; the lean form is the default), and with a block-sparse pattern of 16-token
+// blocks (the prompts cross several; against the reference under the same pattern). Also: the step
+// profile, a model too large for the device refused before allocating, and bad device indices.
+// Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -16,7 +16,7 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kVecThreads = 256;
 
-std::atomic<bool> g_rope_vec{false};          // IB_ROPE_VEC
+std::atomic<bool> g_rope_vec{true};          // IB_ROPE_VEC
 std::atomic<int64_t> g_rope_vec_launches{0};  // launches of the vector form
 
 // One rotated pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s), each with one product rounded and one

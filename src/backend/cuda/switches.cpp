@@ -99,10 +99,10 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_gemv_stage_x(static_cast<int>(s.gemv_stage_x.value_or(1)));
   set_quant_trigger(static_cast<int>(s.quant_trigger.value_or(0)));
   set_gemv_stage_norm(s.gemv_stage_norm.value_or(1) == 1);
-  if (s.gemm_m_buckets) backend.set_gemm_m_buckets(static_cast<int>(*s.gemm_m_buckets));
+  backend.set_gemm_m_buckets(static_cast<int>(s.gemm_m_buckets.value_or(4)));
   set_gemv_int4_warps(static_cast<int>(s.gemv_int4_warps.value_or(0)));
   set_norm_regs(s.norm_regs.value_or(1) == 1);
-  set_rope_vec(s.rope_vec.value_or(0) == 1);
+  set_rope_vec(s.rope_vec.value_or(1) == 1);
   set_norm_post(s.norm_post.value_or(1) == 1);
   set_gguf_wide(s.gguf_wide.value_or(0) == 1);
   if (s.lora_fused) backend.set_lora_fused(*s.lora_fused == 1);

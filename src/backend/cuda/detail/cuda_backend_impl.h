@@ -253,21 +253,23 @@ class CudaBackend final : public Backend,
   void set_tune_single_rows(bool on) { tune_single_rows_ = on; }
   // IB_GEMM_M_BUCKETS: cuBLASLt plans per row bucket (GemmLt::set_m_buckets, 0 or 1-16 an octave)
   // instead of per M; on, a scratch of kGemmPrewarmBytes for the prewarm launches' output
-  // (without it, where it cannot be allocated, the buckets run without a prewarm).
+  // (without it, where it cannot be allocated, the buckets run without a prewarm). A backend
+  // made here has none; the backend factory applies the switch's default, 4.
   static constexpr size_t kGemmPrewarmBytes = size_t{16} << 20;
   void set_gemm_m_buckets(int per_octave);
   int gemm_m_buckets() const;
   // The cuBLASLt GEMMs' plans (tests).
   const GemmLt& gemm() const { return *gemm_; }
   // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's), IB_PDL:
-  // 0 off; 1 every kernel lets the next one launch as it starts; 2 (the default) the same
-  // except the split-KV attention, whose successor (the o GEMV, whose weight loads would compete
-  // with the attention's dependent loads) launches at its end. Measured on the H200 against 0:
-  // Llama-3-8B bf16 batch 1 +4.3 %, the seed protocol +2.3 %, fp8 batch 1 +6.6 %, awq -0.6 %
-  // (bench/NOTES.md, "PDL, third try"; bench/results/h200/pdl/). 3: as 2, except that where the
-  // model has W8A8 weights (FP8, INT8 W8A8), whose o projection's successor is the one-block
-  // activation quantize kernel, not a GEMV that prefetches, the attention triggers early (its
-  // successor then waits resident instead of launching at the attention's end).
+  // 0 off; 1 every kernel lets the next one launch as it starts; 2 the same except the split-KV
+  // attention, whose successor (the o GEMV, whose weight loads would compete with the attention's
+  // dependent loads) launches at its end (measured on the H200, 2 against 0: Llama-3-8B bf16
+  // batch 1 +4.3 %, the seed protocol +2.3 %, fp8 batch 1 +6.6 %, awq -0.6 %; bench/NOTES.md, "PDL,
+  // third try"; bench/results/h200/pdl/); 3 (the default) as 2, except that where the model has
+  // W8A8 weights (FP8, INT8 W8A8), whose o projection's successor is the one-block activation
+  // quantize kernel, not a GEMV that prefetches, the attention triggers early, so that kernel
+  // waits resident instead of launching at the attention's end (3 against 2 on an H100: fp8
+  // batch 1 +0.5 %, int8-w8a8 +0.2 %; bench/results/h100/x-shared/run6).
   void set_pdl(int mode) {
     pdl_ = mode != 0;
     pdl_attention_trigger_early_ = mode == 1;
@@ -476,8 +478,8 @@ class CudaBackend final : public Backend,
   bool tune_single_rows_ = false;  // IB_MATMUL_TUNING=2
   bool pdl_ = true;
   bool pdl_attention_trigger_early_ = false;
-  bool pdl_attention_early_w8a8_ = false;  // IB_PDL=3
-  bool w8a8_weights_ = false;              // a W8A8 weight was readied (reserve_quant_scratch)
+  bool pdl_attention_early_w8a8_ = true;  // IB_PDL=3 (the default)
+  bool w8a8_weights_ = false;             // a W8A8 weight was readied (reserve_quant_scratch)
   bool fused_ = true;
   bool mla_ = true;                 // IB_CUDA_MLA
   bool mla_split_ = true;           // IB_MLA_SPLIT

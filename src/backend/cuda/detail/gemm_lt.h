@@ -11,7 +11,8 @@
 // "Where the continuous run's device waits"). With buckets, the first call of a shape above
 // kExactMaxM rows also launches every bucket's algorithm up to kPrewarmMaxM rows once, on the
 // call's own x and a scratch output (set_prewarm_scratch), outside graph capture, so the modules
-// load then. An algorithm that refuses a call's M falls back to that M's own plan.
+// load then. An algorithm that refuses a call's M falls back to that M's own plan. Off here (0);
+// the backend factory's default is 4 (apply_cuda_switches).
 #pragma once
 
 #include <cublasLt.h>

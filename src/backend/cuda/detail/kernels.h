@@ -216,7 +216,7 @@ void launch_dequantize_int32(const Tensor& acc, const Tensor& x_scales, const Te
                              const Tensor* row_sums = nullptr);
 
 // ---- rope_cache.cu ----
-// IB_ROPE_VEC (default off until measured): rope_and_cache by 16-byte vectors of pairs, a thread
+// IB_ROPE_VEC (default on, bench/NOTES.md): rope_and_cache by 16-byte vectors of pairs, a thread
 // each, items flattened over the tokens (the same arithmetic per pair, so the same values), where
 // head_dim / 2 is a multiple of a vector; otherwise, and off, a thread per pair. Process-wide, like
 // the norm's switches; rope_vec_launches counts the vector form's launches.
