@@ -728,6 +728,13 @@ int CudaBackend::gemm_m_buckets() const {
   return gemm_->m_buckets();
 }
 
+float CudaBackend::tune_gemm(const Tensor& x, const Tensor& w, Tensor out,
+                             const GemmLt::TimeFn& time_ms) {
+  IB_ASSERT(!capturing_, "tune_gemm: not during a graph capture");
+  return gemm_->tune(x, w, nullptr, out, gemm_workspace_.data(), gemm_workspace_.bytes(), stream_,
+                     time_ms);
+}
+
 bool CudaBackend::choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
   const bool gemv_ok = x.rows() <= kGemvMaxM && gemv_supported(x, w, out) &&
                        (bias == nullptr || bias->dtype == w.dtype);

@@ -260,6 +260,10 @@ class CudaBackend final : public Backend,
   int gemm_m_buckets() const;
   // The cuBLASLt GEMMs' plans (tests).
   const GemmLt& gemm() const { return *gemm_; }
+  // Times the heuristic's first GemmLt::kTuneCandidates algorithms for out = x @ w^T at x's exact
+  // row count, each by time_ms, on the backend's workspace and stream, and keeps the fastest for
+  // that shape's plan (GemmLt::tune; benchmarks, never during a capture). Returns its ms.
+  float tune_gemm(const Tensor& x, const Tensor& w, Tensor out, const GemmLt::TimeFn& time_ms);
   // Programmatic dependent launch for the decode path's own kernels (not cuBLASLt's), IB_PDL:
   // 0 off; 1 every kernel lets the next one launch as it starts; 2 the same except the split-KV
   // attention, whose successor (the o GEMV, whose weight loads would compete with the attention's
