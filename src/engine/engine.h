@@ -130,6 +130,22 @@ struct StepStats {
   int64_t run_start_ns = 0, launched_ns = 0, synced_ns = 0;
   bool graph = false;  // a decode graph was replayed
   bool oom = false;    // kOnDemand: a KV growth was refused in this step
+
+  // The step's host phases from its clocks, ns: scheduling and building the batch, enqueueing
+  // the device work, waiting for its results, token bookkeeping. False (phases untouched) for a
+  // step that ran nothing or whose clocks are out of order.
+  struct HostPhases {
+    int64_t schedule_ns = 0, launch_ns = 0, wait_ns = 0, finish_ns = 0;
+  };
+  bool host_phases(HostPhases& out) const {
+    const int64_t end_ns = start_ns + duration_ns;
+    if (run_start_ns <= 0 || launched_ns < run_start_ns || synced_ns < launched_ns ||
+        end_ns < synced_ns || run_start_ns < start_ns)
+      return false;
+    out = {run_start_ns - start_ns, launched_ns - run_start_ns, synced_ns - launched_ns,
+           end_ns - synced_ns};
+    return true;
+  }
 };
 
 // Where the time of a class of steps went, accumulated since the engine started.

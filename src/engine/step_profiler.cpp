@@ -10,12 +10,11 @@ void StepProfiler::add(const StepStats& s) {
   if (s.num_prefill_tokens == 0 && s.num_decode_tokens == 0) return;
   Samples& c = s.num_prefill_tokens > 0 ? prefill_ : decode_;
   const int64_t end_ns = s.start_ns + s.duration_ns;
-  if (s.run_start_ns > 0 && s.launched_ns >= s.run_start_ns && s.synced_ns >= s.launched_ns &&
-      end_ns >= s.synced_ns && s.run_start_ns >= s.start_ns) {
-    c.schedule_ns.push_back(s.run_start_ns - s.start_ns);
-    c.launch_ns.push_back(s.launched_ns - s.run_start_ns);
-    c.wait_ns.push_back(s.synced_ns - s.launched_ns);
-    c.finish_ns.push_back(end_ns - s.synced_ns);
+  if (StepStats::HostPhases h; s.host_phases(h)) {
+    c.schedule_ns.push_back(h.schedule_ns);
+    c.launch_ns.push_back(h.launch_ns);
+    c.wait_ns.push_back(h.wait_ns);
+    c.finish_ns.push_back(h.finish_ns);
   }
   if (last_end_ns_ > 0 && s.start_ns >= last_end_ns_)
     c.between_ns.push_back(s.start_ns - last_end_ns_);

@@ -1,7 +1,6 @@
 // RoPE (rotate-half) on the q and k heads of the fused qkv rows, in place, fused with the write
 // of the rotated k and of v into the paged KV cache (act or E4M3): one thread per rotated pair or
 // v pair, or (IB_ROPE_VEC, set_rope_vec) per 16-byte vector of pairs.
-#include <algorithm>
 #include <atomic>
 #include <type_traits>
 
@@ -16,7 +15,7 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kVecThreads = 256;
 
-std::atomic<bool> g_rope_vec{true};          // IB_ROPE_VEC
+std::atomic<bool> g_rope_vec{true};           // IB_ROPE_VEC
 std::atomic<int64_t> g_rope_vec_launches{0};  // launches of the vector form
 
 // One rotated pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s), each with one product rounded and one
@@ -56,11 +55,8 @@ __global__ void __launch_bounds__(kThreads)
   if (i >= rot_items + v_items) return;
   T* row = qkv + t * int64_t{num_heads + 2 * num_kv_heads} * head_dim;
   const int32_t slot = slot_mapping[t];
-  const int64_t block = slot >= 0 ? slot / block_size : 0;
-  const int offset = slot >= 0 ? slot % block_size : 0;
-  // Cache element (block, kv_head, offset, d).
-  const auto cache_index = [&](int kv_head, int d) {
-    return ((block * num_kv_heads + kv_head) * block_size + offset) * int64_t{head_dim} + d;
+  const auto cache_index = [&](int kv_head, int d) {  // slot >= 0
+    return cache_element(slot, kv_head, d, num_kv_heads, block_size, head_dim);
   };
   if (i >= rot_items) {  // v: elements j and j + half of one kv head
     if (slot < 0) return;
@@ -98,7 +94,7 @@ __device__ __forceinline__ void store_cache_vec(TC* p, const T (&v)[kV], float s
     *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(v);
   } else {
     static_assert(kV == 8 || kV == 4, "E4M3 stores of 8 or 4 bytes");
-    uint8_t b[kV];
+    alignas(kV) uint8_t b[kV];
 #pragma unroll
     for (int e = 0; e < kV; ++e) b[e] = to_kv_cache<TC>(v[e], scale);
     if constexpr (kV == 8) {
@@ -204,7 +200,7 @@ void launch_rope_and_cache(Tensor qkv, const Tensor& positions, const Tensor& sl
   const int heads = shape.num_heads + 2 * shape.num_kv_heads;
   const int half = shape.head_dim / 2;
   const int vec = 16 / static_cast<int>(dtype_size(qkv.dtype));
-  const int64_t vec_items = tokens * heads * (half / std::max(vec, 1));
+  const int64_t vec_items = tokens * heads * (half / vec);
   // The vector form's conditions: whole vectors a half (so every vector, in qkv and in the cache,
   // starts at a multiple of its bytes from 16-byte aligned bases), and a 32-bit item count.
   const bool vector = rope_vec() && half % vec == 0 && aligned16(qkv.data) &&

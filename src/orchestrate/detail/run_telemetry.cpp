@@ -160,13 +160,11 @@ TargetOptions RunTelemetry::instrument(TargetOptions options) {
   options.native.on_step = [shared](const StepStats& s) {
     StepRecord r{s.start_ns, s.duration_ns, s.num_prefill_tokens, s.num_decode_tokens};
     r.num_seqs = s.num_seqs;
-    const int64_t end_ns = s.start_ns + s.duration_ns;
-    if (s.run_start_ns > 0 && s.launched_ns >= s.run_start_ns && s.synced_ns >= s.launched_ns &&
-        end_ns >= s.synced_ns && s.run_start_ns >= s.start_ns) {
-      r.schedule_ns = s.run_start_ns - s.start_ns;
-      r.launch_ns = s.launched_ns - s.run_start_ns;
-      r.wait_ns = s.synced_ns - s.launched_ns;
-      r.finish_ns = end_ns - s.synced_ns;
+    if (StepStats::HostPhases h; s.host_phases(h)) {
+      r.schedule_ns = h.schedule_ns;
+      r.launch_ns = h.launch_ns;
+      r.wait_ns = h.wait_ns;
+      r.finish_ns = h.finish_ns;
     }
     r.device_ns = s.device_ns;
     r.graph = s.graph;
