@@ -101,6 +101,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "expert) spread evenly over a grid of the device's resident blocks, each block sorting the "
      "pairs by expert once (measured fastest on the H200 at 4 and 8 tokens, slower at 1 and 2); "
      "larger chunks, and all with both 0, a warp per weight row over all of K"},
+    {"IB_MOE_WARPS", "cuda", "0", 0, 1 << 20, "",
+     "chunks of at most this many tokens (before IB_MOE_WIDE, IB_MOE_TILES and IB_MOE_BALANCE) "
+     "in the balanced grid with each work item (tile, expert) a warp's, K split across its lanes "
+     "and the sums met by shuffles, no block barrier an item"},
     {"IB_MOE_GEMM", "cuda", "32", 0, 1 << 20, "",
      "calls of at least this many tokens (prefill, large decode batches; past the tile forms' "
      "sizes) run the experts' matmuls as a grouped tensor-core GEMM: a plan kernel sorts the "

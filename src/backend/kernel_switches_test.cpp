@@ -77,6 +77,7 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_MLA_SPLIT",
                            "IB_MOE_TILES",
                            "IB_MOE_BALANCE",
+                           "IB_MOE_WARPS",
                            "IB_MOE_SHARED",
                            "IB_MOE_PDL",
                            "IB_MOE_WIDE",

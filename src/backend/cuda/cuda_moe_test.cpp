@@ -197,9 +197,9 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   // The warp-per-row kernels (IB_MOE_TILES=0 IB_MOE_BALANCE=0 IB_MOE_GEMM=0), then the tile
   // kernels for every chunk, with the same blocks per expert slot (IB_MOE_TILES), in tiles of 16
   // rows and a pair a pass (IB_MOE_WIDE: experts with several pairs take several passes) and
-  // balanced over the device (IB_MOE_BALANCE), and the grouped GEMM for every call (IB_MOE_GEMM=1;
-  // fp32 and unaligned shapes fall back to a warp per row); each launched plainly and with
-  // programmatic dependent launch (IB_MOE_PDL).
+  // balanced over the device (IB_MOE_BALANCE), the balanced items a warp each (IB_MOE_WARPS), and
+  // the grouped GEMM for every call (IB_MOE_GEMM=1; fp32 and unaligned shapes fall back to a warp
+  // per row); each launched plainly and with programmatic dependent launch (IB_MOE_PDL).
   struct Form {
     int64_t wide_tokens;
     int64_t tile_tokens;
@@ -207,13 +207,15 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
     bool pdl;
     const char* name;
     int64_t gemm_tokens = 0;
+    int64_t warp_tokens = 0;
   };
   constexpr int64_t kAll = int64_t{1} << 20;
   const int64_t saved_gemm_tokens = twin.gpu().moe_gemm_tokens();
   for (const Form form :
        {Form{0, 0, 0, false, "warp per row"}, Form{0, kAll, 0, false, "tiles"},
         Form{kAll, 0, 0, false, "wide tiles"}, Form{0, 0, kAll, false, "balanced tiles"},
-        Form{0, 0, 0, false, "grouped GEMM", 1}, Form{0, 0, 0, true, "warp per row, PDL"},
+        Form{0, 0, 0, false, "grouped GEMM", 1}, Form{0, 0, 0, false, "warp items", 0, kAll},
+        Form{0, 0, 0, true, "warp per row, PDL"}, Form{0, 0, 0, true, "warp items, PDL", 0, kAll},
         Form{0, kAll, 0, true, "tiles, PDL"}, Form{kAll, 0, 0, true, "wide tiles, PDL"},
         Form{0, 0, kAll, true, "balanced tiles, PDL"},
         Form{0, 0, 0, true, "grouped GEMM, PDL", 1}}) {
@@ -221,6 +223,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
     twin.gpu().set_moe_tile_tokens(form.tile_tokens);
     twin.gpu().set_moe_balance_tokens(form.balance_tokens);
     twin.gpu().set_moe_gemm_tokens(form.gemm_tokens);
+    twin.gpu().set_moe_warp_tokens(form.warp_tokens);
     twin.gpu().set_moe_pdl(form.pdl);
     twin.gpu().poison_workspace();  // neither form may read the other's scratch
     const int64_t gemm_before = twin.gpu().moe_gemm_launches();
@@ -235,6 +238,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   }
   twin.gpu().set_moe_pdl(false);
   twin.gpu().set_moe_gemm_tokens(saved_gemm_tokens);
+  twin.gpu().set_moe_warp_tokens(0);
 }
 
 // moe_experts_add_rms_norm (IB_MOE_ADD_NORM) against the CPU's moe_experts then add_rms_norm,
@@ -284,6 +288,9 @@ TEST_P(CudaMoeExperts, MatchesTheCpuOp) {
   // DeepSeek-V2's row of 6 + 2 always-on, and a row wider than the combine keeps in registers.
   expect_experts_match(twin, {9, 66, 8, 128, 64}, ++seed, false);
   expect_experts_match(twin, {5, 24, 18, 64, 32}, ++seed, false);
+  // DeepSeek-V2-Lite's routing at the seed protocol's 8 tokens, K not a multiple of a warp's
+  // 32 vectors (F 176: 22 vectors in bf16).
+  expect_experts_match(twin, {8, 64, 6, 256, 176}, ++seed, false);
 }
 
 // The grouped GEMM's tiles: experts with more pairs than a 64-row tile (several tiles, the last

@@ -476,7 +476,7 @@ bool launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
   const bool gemm_shapes =
       choice.gemm_min_tokens > 0 && t >= choice.gemm_min_tokens &&
       (int4 != nullptr || (t > choice.wide_max_tokens && t > choice.tile_max_tokens &&
-                           t > choice.balance_max_tokens)) &&
+                           t > choice.balance_max_tokens && t > choice.warp_max_tokens)) &&
       aligned && moe_gemm_takes(x.dtype, d, f, num_experts, int4);
   const int64_t gemm_chunk =
       gemm_shapes ? moe_gemm_chunk_tokens(t, k, num_experts, d, f, x.dtype, workspace_bytes) : 0;
@@ -502,6 +502,7 @@ bool launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const T* xc = x.as<const T>() + t0 * d;
       const int32_t* idc = ids.as<const int32_t>() + t0 * k;
       const auto slots = static_cast<unsigned>(std::min(num_experts, pairs));
+      const bool warps = tc <= choice.warp_max_tokens;
       const bool wide = tc <= choice.wide_max_tokens, tiles = tc <= choice.tile_max_tokens;
       if (gemm) {
         launch_moe_gemm(xc, idc, pairs, static_cast<int>(k), gate_up, down, num_experts, d, f,
@@ -509,8 +510,9 @@ bool launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       } else if (int4 != nullptr) {
         launch_moe_int4(xc, idc, pairs, static_cast<int>(k), *int4, d, f, slots, choice.num_sms,
                         x.dtype, act, y, stream, choice.pdl, choice.int4_ring);
-      } else if (wide || tiles || tc <= choice.balance_max_tokens) {
-        const MoeTileForm form = wide    ? MoeTileForm::kWide
+      } else if (warps || wide || tiles || tc <= choice.balance_max_tokens) {
+        const MoeTileForm form = warps   ? MoeTileForm::kWarps
+                                 : wide  ? MoeTileForm::kWide
                                  : tiles ? MoeTileForm::kTiles
                                          : MoeTileForm::kBalanced;
         launch_moe_tiles(xc, idc, pairs, static_cast<int>(k), gate_up, down, vec, d, f, slots,

@@ -115,8 +115,10 @@ bool CudaBackend::runs_quantized_experts(const QuantizedExperts& experts) const 
 }
 
 MoeKernelChoice CudaBackend::moe_kernel_choice() const {
-  return MoeKernelChoice{num_sms_,         moe_wide_tokens_, moe_tile_tokens_, moe_balance_tokens_,
-                         pdl_ && moe_pdl_, moe_int4_ring_,   moe_gemm_tokens_};
+  MoeKernelChoice choice{num_sms_, moe_wide_tokens_, moe_tile_tokens_, moe_balance_tokens_,
+                         0,        pdl_ && moe_pdl_, moe_int4_ring_,   moe_gemm_tokens_};
+  choice.warp_max_tokens = moe_warp_tokens_;
+  return choice;
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids,

@@ -153,6 +153,9 @@ class CudaBackend final : public Backend,
   // with their work items (tile, expert) spread evenly over a grid of the device's resident
   // blocks; larger ones still (and all with both 0) a warp per weight row (moe.cu).
   void set_moe_balance_tokens(int64_t tokens) { moe_balance_tokens_ = tokens; }
+  // IB_MOE_WARPS (default 0): chunks of at most this many tokens (before the three above) run the
+  // balanced grid with each work item (tile, expert) a warp's, its sums met by shuffles.
+  void set_moe_warp_tokens(int64_t tokens) { moe_warp_tokens_ = tokens; }
   // IB_MOE_GEMM (default 32): moe_experts calls of at least this many tokens (past the tile forms'
   // sizes) run the grouped tensor-core GEMM (moe_gemm.cu) where it takes the shapes; 0: never (the
   // warp-per-row kernels).
@@ -490,6 +493,7 @@ class CudaBackend final : public Backend,
   int64_t moe_wide_tokens_ = 1;     // IB_MOE_WIDE
   int64_t moe_tile_tokens_ = 2;     // IB_MOE_TILES
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
+  int64_t moe_warp_tokens_ = 0;     // IB_MOE_WARPS
   int64_t moe_gemm_tokens_ = 32;    // IB_MOE_GEMM
   int64_t moe_gemm_launches_ = 0;
   int64_t quant_gemm_rows_ = 64;      // IB_QUANT_GEMM

@@ -57,6 +57,9 @@ struct CudaSwitches {
   // IB_MOE_BALANCE=N: larger chunks of at most N tokens in tiles balanced over the device
   // (CudaBackend::set_moe_balance_tokens).
   std::optional<int64_t> moe_balance;
+  // IB_MOE_WARPS=N: chunks of at most N tokens in the balanced grid, a warp per work item
+  // (CudaBackend::set_moe_warp_tokens).
+  std::optional<int64_t> moe_warps;
   // IB_MOE_GEMM=N: calls of at least N tokens on the grouped GEMM
   // (CudaBackend::set_moe_gemm_tokens).
   std::optional<int64_t> moe_gemm;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The experts' work items a warp each (IB_MOE_WARPS; issue 15, bench/NOTES.md "The expert work
+# items a warp each"), on binaries already in $B (IB_PREBUILT=1 unpacks bench/gpu/prebuilt.sh's
+# bundle; IB_SKIP_BUILD=1 takes a warm machine's), in sections (IB_MOE_SECTIONS, default "tests
+# ab"):
+#   tests  backend_cuda_test's MoE tests (every form, the warp items among them, against the CPU
+#          op) and the engine's MoE tests and CudaEngineTest (Mixtral and DeepSeek shapes among
+#          its families) with IB_MOE_WARPS=8, the engine against the CPU engine
+#   ab     DeepSeek-V2-Lite bf16 on the seed protocol (batch 8, 32 / 128, 200 prompts) at
+#          IB_MOE_WARPS=0 (the balanced blocks) and 8, interleaved twice; then batch 1 (the wide
+#          tiles against the warp items at IB_MOE_WARPS=1), interleaved twice
+#   prof   the seed protocol at IB_MOE_WARPS=8 under the CUPTI tracer (per-kernel totals and the
+#          last 3,000 kernels' timeline: prof_warps.tgz)
+# Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~4 minutes): IB_PREBUILT=1 OUT=dir
+# bash bench/gpu/moe_warps.sh. Writes tests.log, the tests' JSON, runs.log, runs.json, runs.tgz.
+set -u; T0=$(date +%s)
+cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
+source bench/gpu/build_inferbench.sh && head_setup
+has() { [[ " ${IB_MOE_SECTIONS:-tests ab} " == *" $1 "* ]]; }
+if has tests; then
+  head_tests 'CudaMoe*' IB_MOE_WARPS=8 'CudaEngineMoe*:CudaEngineTest*'
+fi
+R=$O/runs; mkdir -p "$R"
+SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 --load-mode static
+  --max-model-len 4096 --seed 0)
+B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
+# v2 NAME [VAR=value...] FLAGS...: DeepSeek-V2-Lite bf16 on dummy weights, those variables set.
+v2() {
+  local name=$1 envs=()
+  shift
+  while [[ $1 == *=* ]]; do envs+=("$1"); shift; done
+  if (( $(date +%s) - T0 > DEADLINE - 60 )); then echo "$name skipped (deadline)"; return; fi
+  env "${envs[@]}" timeout 120 "$B/bin/inferbench" run --device cuda --dtype bf16 \
+    --load-format dummy --disable-tqdm --model deepseek-v2-lite --result-dir "$R/$name" \
+    --overwrite "$@" > "$R/$name.log" 2>&1
+  echo "$name rc=$? +$(( $(date +%s) - T0 )) s $(grep -E "Output token throughput|TPOT median" \
+    "$R/$name.log" | tr -s ' ' | tr '\n' ' ')"
+}
+{
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+  if has ab; then
+    for i in 1 2; do
+      v2 "seed_w0_$i" IB_MOE_WARPS=0 "${SEED[@]}"
+      v2 "seed_w8_$i" IB_MOE_WARPS=8 "${SEED[@]}"
+    done
+    for i in 1 2; do
+      v2 "b1_w0_$i" IB_MOE_WARPS=0 "${B1[@]}"
+      v2 "b1_w1_$i" IB_MOE_WARPS=1 "${B1[@]}"
+    done
+  fi
+  if has prof; then
+    lib=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")
+    mkdir -p "$O/prof_warps"
+    v2 prof_seed_w8 IB_MOE_WARPS=8 IB_KERNEL_PROFILE="$O/prof_warps/profile.txt" \
+      IB_KERNEL_TIMELINE="$O/prof_warps/timeline.csv" IB_KERNEL_TIMELINE_COUNT=3000 \
+      LD_PRELOAD="$lib" "${SEED[@]}"
+    head -30 "$O/prof_warps/profile.txt"
+    tar czf "$O/prof_warps.tgz" -C "$O" prof_warps && rm -rf "${O:?}/prof_warps"
+  fi
+} 2>&1 | tee -a "$O/runs.log"
+pack_runs
+echo "done +$(( $(date +%s) - T0 )) s"
