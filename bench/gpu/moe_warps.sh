@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# The experts' work items a warp each (IB_MOE_WARPS; issue 15, bench/NOTES.md "The expert work
-# items a warp each"), on binaries already in $B (IB_PREBUILT=1 unpacks bench/gpu/prebuilt.sh's
-# bundle; IB_SKIP_BUILD=1 takes a warm machine's), in sections (IB_MOE_SECTIONS, default "tests
-# ab"):
-#   tests  backend_cuda_test's MoE tests (every form, the warp items among them, against the CPU
-#          op) and the engine's MoE tests and CudaEngineTest (Mixtral and DeepSeek shapes among
-#          its families) with IB_MOE_WARPS=8, the engine against the CPU engine
+# The experts' work items a warp each (IB_MOE_WARPS, IB_MOE_WARP_RING; issue 15, bench/NOTES.md
+# "The expert work items a warp each"), on binaries already in $B (IB_PREBUILT=1 unpacks
+# bench/gpu/prebuilt.sh's bundle; IB_SKIP_BUILD=1 takes a warm machine's), in sections
+# (IB_MOE_SECTIONS, default "tests ab"):
+#   tests  backend_cuda_test's MoE tests (every form, the warp items and their ring among them,
+#          against the CPU op) and the engine's MoE tests and CudaEngineTest (Mixtral and DeepSeek
+#          shapes among its families) with IB_MOE_WARPS=8 IB_MOE_WARP_RING=1, the engine against
+#          the CPU engine
 #   ab     DeepSeek-V2-Lite bf16 on the seed protocol (batch 8, 32 / 128, 200 prompts) at
-#          IB_MOE_WARPS=0 (the balanced blocks) and 8, interleaved twice; then batch 1 (the wide
-#          tiles against the warp items at IB_MOE_WARPS=1), interleaved twice
+#          IB_MOE_WARPS=0 (the balanced blocks), 8, 8 with the ring (IB_MOE_WARP_RING=1), and that
+#          with IB_MATMUL_TUNING=gemv (every matmul of <= 8 rows on the GEMV: the tuning, timing
+#          each alone, sends two of the layer's five to cuBLASLt at 8 rows, 17.8 us a layer in
+#          session 38's profile), interleaved twice; then batch 1 once each: the wide tiles, the
+#          warp items (IB_MOE_WARPS=1) and their ring
 #   prof   the seed protocol at IB_MOE_WARPS=8 under the CUPTI tracer (per-kernel totals and the
 #          last 3,000 kernels' timeline: prof_warps.tgz)
-# Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~4 minutes): IB_PREBUILT=1 OUT=dir
+# Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~8 minutes): IB_PREBUILT=1 OUT=dir
 # bash bench/gpu/moe_warps.sh. Writes tests.log, the tests' JSON, runs.log, runs.json, runs.tgz.
 set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && head_setup
 has() { [[ " ${IB_MOE_SECTIONS:-tests ab} " == *" $1 "* ]]; }
 if has tests; then
-  head_tests 'CudaMoe*' IB_MOE_WARPS=8 'CudaEngineMoe*:CudaEngineTest*'
+  IB_MOE_WARP_RING=1 head_tests 'CudaMoe*' IB_MOE_WARPS=8 'CudaEngineMoe*:CudaEngineTest*'
 fi
 R=$O/runs; mkdir -p "$R"
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 --load-mode static
@@ -42,11 +46,12 @@ v2() {
     for i in 1 2; do
       v2 "seed_w0_$i" IB_MOE_WARPS=0 "${SEED[@]}"
       v2 "seed_w8_$i" IB_MOE_WARPS=8 "${SEED[@]}"
+      v2 "seed_w8r_$i" IB_MOE_WARPS=8 IB_MOE_WARP_RING=1 "${SEED[@]}"
+      v2 "seed_w8rg_$i" IB_MOE_WARPS=8 IB_MOE_WARP_RING=1 IB_MATMUL_TUNING=gemv "${SEED[@]}"
     done
-    for i in 1 2; do
-      v2 "b1_w0_$i" IB_MOE_WARPS=0 "${B1[@]}"
-      v2 "b1_w1_$i" IB_MOE_WARPS=1 "${B1[@]}"
-    done
+    v2 b1_w0 IB_MOE_WARPS=0 "${B1[@]}"
+    v2 b1_w1 IB_MOE_WARPS=1 "${B1[@]}"
+    v2 b1_w1r IB_MOE_WARPS=1 IB_MOE_WARP_RING=1 "${B1[@]}"
   fi
   if has prof; then
     lib=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")

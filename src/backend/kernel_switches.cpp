@@ -105,6 +105,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "chunks of at most this many tokens (before IB_MOE_WIDE, IB_MOE_TILES and IB_MOE_BALANCE) "
      "in the balanced grid with each work item (tile, expert) a warp's, K split across its lanes "
      "and the sums met by shuffles, no block barrier an item"},
+    {"IB_MOE_WARP_RING", "cuda", "0", 0, 1, "",
+     "the warp form's weights through a ring of 3 steps (4 KB each) a warp in shared memory by "
+     "cp.async, refilled as each is read (chunks of at most 8 tokens: one pass of pairs an "
+     "expert)"},
     {"IB_MOE_GEMM", "cuda", "32", 0, 1 << 20, "",
      "calls of at least this many tokens (prefill, large decode batches; past the tile forms' "
      "sizes) run the experts' matmuls as a grouped tensor-core GEMM: a plan kernel sorts the "

@@ -78,6 +78,7 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_MOE_TILES",
                            "IB_MOE_BALANCE",
                            "IB_MOE_WARPS",
+                           "IB_MOE_WARP_RING",
                            "IB_MOE_SHARED",
                            "IB_MOE_PDL",
                            "IB_MOE_WIDE",

@@ -197,7 +197,8 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   // The warp-per-row kernels (IB_MOE_TILES=0 IB_MOE_BALANCE=0 IB_MOE_GEMM=0), then the tile
   // kernels for every chunk, with the same blocks per expert slot (IB_MOE_TILES), in tiles of 16
   // rows and a pair a pass (IB_MOE_WIDE: experts with several pairs take several passes) and
-  // balanced over the device (IB_MOE_BALANCE), the balanced items a warp each (IB_MOE_WARPS), and
+  // balanced over the device (IB_MOE_BALANCE), the balanced items a warp each (IB_MOE_WARPS, in
+  // registers and, for chunks of up to 8 tokens, through a ring: IB_MOE_WARP_RING), and
   // the grouped GEMM for every call (IB_MOE_GEMM=1; fp32 and unaligned shapes fall back to a warp
   // per row); each launched plainly and with programmatic dependent launch (IB_MOE_PDL).
   struct Form {
@@ -208,6 +209,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
     const char* name;
     int64_t gemm_tokens = 0;
     int64_t warp_tokens = 0;
+    bool warp_ring = false;
   };
   constexpr int64_t kAll = int64_t{1} << 20;
   const int64_t saved_gemm_tokens = twin.gpu().moe_gemm_tokens();
@@ -215,7 +217,9 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
        {Form{0, 0, 0, false, "warp per row"}, Form{0, kAll, 0, false, "tiles"},
         Form{kAll, 0, 0, false, "wide tiles"}, Form{0, 0, kAll, false, "balanced tiles"},
         Form{0, 0, 0, false, "grouped GEMM", 1}, Form{0, 0, 0, false, "warp items", 0, kAll},
+        Form{0, 0, 0, false, "warp items, ring", 0, kAll, true},
         Form{0, 0, 0, true, "warp per row, PDL"}, Form{0, 0, 0, true, "warp items, PDL", 0, kAll},
+        Form{0, 0, 0, true, "warp items, ring, PDL", 0, kAll, true},
         Form{0, kAll, 0, true, "tiles, PDL"}, Form{kAll, 0, 0, true, "wide tiles, PDL"},
         Form{0, 0, kAll, true, "balanced tiles, PDL"},
         Form{0, 0, 0, true, "grouped GEMM, PDL", 1}}) {
@@ -224,6 +228,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
     twin.gpu().set_moe_balance_tokens(form.balance_tokens);
     twin.gpu().set_moe_gemm_tokens(form.gemm_tokens);
     twin.gpu().set_moe_warp_tokens(form.warp_tokens);
+    twin.gpu().set_moe_warp_ring(form.warp_ring);
     twin.gpu().set_moe_pdl(form.pdl);
     twin.gpu().poison_workspace();  // neither form may read the other's scratch
     const int64_t gemm_before = twin.gpu().moe_gemm_launches();
@@ -239,6 +244,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   twin.gpu().set_moe_pdl(false);
   twin.gpu().set_moe_gemm_tokens(saved_gemm_tokens);
   twin.gpu().set_moe_warp_tokens(0);
+  twin.gpu().set_moe_warp_ring(false);
 }
 
 // moe_experts_add_rms_norm (IB_MOE_ADD_NORM) against the CPU's moe_experts then add_rms_norm,
@@ -291,6 +297,10 @@ TEST_P(CudaMoeExperts, MatchesTheCpuOp) {
   // DeepSeek-V2-Lite's routing at the seed protocol's 8 tokens, K not a multiple of a warp's
   // 32 vectors (F 176: 22 vectors in bf16).
   expect_experts_match(twin, {8, 64, 6, 256, 176}, ++seed, false);
+  // More than 4 pairs an expert in a chunk of at most 8 tokens: the ring form's second pass (every
+  // token routes to both experts, 6 and 8 pairs each).
+  expect_experts_match(twin, {6, 2, 2, 64, 40}, ++seed, false);
+  expect_experts_match(twin, {8, 2, 2, 128, 96}, ++seed, true);
 }
 
 // The grouped GEMM's tiles: experts with more pairs than a 64-row tile (several tiles, the last

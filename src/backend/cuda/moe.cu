@@ -510,9 +510,11 @@ bool launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       } else if (int4 != nullptr) {
         launch_moe_int4(xc, idc, pairs, static_cast<int>(k), *int4, d, f, slots, choice.num_sms,
                         x.dtype, act, y, stream, choice.pdl, choice.int4_ring);
-      } else if (warps || wide || tiles || tc <= choice.balance_max_tokens) {
-        const MoeTileForm form = warps   ? MoeTileForm::kWarps
-                                 : wide  ? MoeTileForm::kWide
+      } else if (warps) {
+        launch_moe_warps(xc, idc, pairs, static_cast<int>(k), gate_up, down, vec, d, f, slots,
+                         choice.num_sms, choice.warp_ring, x.dtype, act, y, stream, choice.pdl);
+      } else if (wide || tiles || tc <= choice.balance_max_tokens) {
+        const MoeTileForm form = wide    ? MoeTileForm::kWide
                                  : tiles ? MoeTileForm::kTiles
                                          : MoeTileForm::kBalanced;
         launch_moe_tiles(xc, idc, pairs, static_cast<int>(k), gate_up, down, vec, d, f, slots,

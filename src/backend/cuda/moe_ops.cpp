@@ -115,9 +115,16 @@ bool CudaBackend::runs_quantized_experts(const QuantizedExperts& experts) const 
 }
 
 MoeKernelChoice CudaBackend::moe_kernel_choice() const {
-  MoeKernelChoice choice{num_sms_, moe_wide_tokens_, moe_tile_tokens_, moe_balance_tokens_,
-                         0,        pdl_ && moe_pdl_, moe_int4_ring_,   moe_gemm_tokens_};
+  MoeKernelChoice choice;
+  choice.num_sms = num_sms_;
+  choice.wide_max_tokens = moe_wide_tokens_;
+  choice.tile_max_tokens = moe_tile_tokens_;
+  choice.balance_max_tokens = moe_balance_tokens_;
   choice.warp_max_tokens = moe_warp_tokens_;
+  choice.warp_ring = moe_warp_ring_;
+  choice.pdl = pdl_ && moe_pdl_;
+  choice.int4_ring = moe_int4_ring_;
+  choice.gemm_min_tokens = moe_gemm_tokens_;
   return choice;
 }
 

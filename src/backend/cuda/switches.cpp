@@ -37,6 +37,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.moe_tiles = integer("IB_MOE_TILES");
   s.moe_balance = integer("IB_MOE_BALANCE");
   s.moe_warps = integer("IB_MOE_WARPS");
+  s.moe_warp_ring = integer("IB_MOE_WARP_RING");
   s.moe_gemm = integer("IB_MOE_GEMM");
   s.quant_gemm = integer("IB_QUANT_GEMM");
   s.moe_shared = integer("IB_MOE_SHARED");
@@ -84,6 +85,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.moe_tiles) backend.set_moe_tile_tokens(*s.moe_tiles);
   if (s.moe_balance) backend.set_moe_balance_tokens(*s.moe_balance);
   if (s.moe_warps) backend.set_moe_warp_tokens(*s.moe_warps);
+  if (s.moe_warp_ring) backend.set_moe_warp_ring(*s.moe_warp_ring == 1);
   if (s.moe_gemm) backend.set_moe_gemm_tokens(*s.moe_gemm);
   if (s.quant_gemm) backend.set_quant_gemm_rows(*s.quant_gemm);
   if (s.moe_shared) backend.set_moe_shared(*s.moe_shared == 1);
@@ -143,6 +145,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_MOE_TILES", {std::to_string(moe_tile_tokens_)}},
       {"IB_MOE_BALANCE", {std::to_string(moe_balance_tokens_)}},
       {"IB_MOE_WARPS", {std::to_string(moe_warp_tokens_)}},
+      {"IB_MOE_WARP_RING", {flag(moe_warp_ring_)}},
       {"IB_MOE_GEMM", {std::to_string(moe_gemm_tokens_)}},
       {"IB_QUANT_GEMM", {std::to_string(quant_gemm_rows_)}},
       {"IB_MOE_SHARED", {flag(moe_shared_)}},

@@ -156,6 +156,9 @@ class CudaBackend final : public Backend,
   // IB_MOE_WARPS (default 0): chunks of at most this many tokens (before the three above) run the
   // balanced grid with each work item (tile, expert) a warp's, its sums met by shuffles.
   void set_moe_warp_tokens(int64_t tokens) { moe_warp_tokens_ = tokens; }
+  // IB_MOE_WARP_RING (default 0): the warp form's weights through a per-warp cp.async ring in
+  // shared memory (chunks of at most 8 tokens).
+  void set_moe_warp_ring(bool on) { moe_warp_ring_ = on; }
   // IB_MOE_GEMM (default 32): moe_experts calls of at least this many tokens (past the tile forms'
   // sizes) run the grouped tensor-core GEMM (moe_gemm.cu) where it takes the shapes; 0: never (the
   // warp-per-row kernels).
@@ -494,6 +497,7 @@ class CudaBackend final : public Backend,
   int64_t moe_tile_tokens_ = 2;     // IB_MOE_TILES
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
   int64_t moe_warp_tokens_ = 0;     // IB_MOE_WARPS
+  bool moe_warp_ring_ = false;      // IB_MOE_WARP_RING
   int64_t moe_gemm_tokens_ = 32;    // IB_MOE_GEMM
   int64_t moe_gemm_launches_ = 0;
   int64_t quant_gemm_rows_ = 64;      // IB_QUANT_GEMM

@@ -69,8 +69,9 @@ struct MoeKernelChoice {
   int64_t tile_max_tokens = 0;
   int64_t balance_max_tokens = 0;
   // IB_MOE_WARPS: chunks of at most this many tokens (before the three above) run the balanced
-  // grid with each work item a warp's (MoeTileForm::kWarps); 0: never.
+  // grid with each work item a warp's (launch_moe_warps); 0: never.
   int64_t warp_max_tokens = 0;
+  bool warp_ring = false;  // IB_MOE_WARP_RING: the warp form's weights through a cp.async ring
   bool pdl = false;        // IB_MOE_PDL: programmatic dependent launch
   bool int4_ring = false;  // IB_MOE_INT4_RING: 4-bit experts' chunks of <= 8 tokens streamed
   // IB_MOE_GEMM: calls of at least this many tokens (past the tile forms' sizes) run the grouped
@@ -99,18 +100,23 @@ bool launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
                         const MoeAddNorm* add_norm = nullptr, const MoeInt4Experts* int4 = nullptr);
 // The tile kernels' forms: tiles of 8 weight rows and 4 pairs a pass on grids of the expert slots
 // (IB_MOE_TILES); the same with 16 rows and a pair a pass (IB_MOE_WIDE); tiles of 8 rows with
-// the work items (tile, expert) spread over the device's resident blocks (IB_MOE_BALANCE); the
-// same items a warp each (IB_MOE_WARPS).
-enum class MoeTileForm { kTiles, kWide, kBalanced, kWarps };
+// the work items (tile, expert) spread over the device's resident blocks (IB_MOE_BALANCE).
+enum class MoeTileForm { kTiles, kWide, kBalanced };
 // The tile kernels of one chunk (moe_tiles.cu): act (pairs, F) of dtype = silu(g) * u of each
 // pair's x row (pair p: row p / k) and its expert's gate_up, then y (pairs, D) f32 = act @ down^T;
-// grids of `slots` expert rows (min(E, pairs)), or (kBalanced, kWarps) of the device's resident
-// blocks over every (tile, expert), each a block's or (kWarps) a warp's; vec: 16-byte loads (D, F
-// and pointers allow).
+// grids of `slots` expert rows (min(E, pairs)), or (kBalanced) of the device's resident blocks
+// over every (tile, expert); vec: 16-byte loads (D, F and pointers allow).
 void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
                       const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, bool vec, int64_t d,
                       int64_t f, unsigned slots, int num_sms, MoeTileForm form, DType dtype,
                       void* act, float* y, cudaStream_t stream, bool pdl);
+// The same chunk with kBalanced's grid and items, each item a warp's (moe_warps.cu,
+// IB_MOE_WARPS); ring: the weights through a per-warp cp.async ring in shared memory
+// (IB_MOE_WARP_RING), where vec and the chunk has at most 8 tokens.
+void launch_moe_warps(const void* x, const int32_t* ids, int pairs, int k,
+                      const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, bool vec, int64_t d,
+                      int64_t f, unsigned slots, int num_sms, bool ring, DType dtype, void* act,
+                      float* y, cudaStream_t stream, bool pdl);
 
 // The grouped GEMM's scratch for a chunk of `pairs` pairs (byte offsets into the workspace): act
 // (max_tiles * 64 sorted rows, F) of the dtype, y (pairs, D) f32, the plan's sorted pair list,
