@@ -8,7 +8,7 @@
 #          shapes among its families) with IB_MOE_WARPS=8 IB_MOE_WARP_RING=1, the engine against
 #          the CPU engine
 #   ab     DeepSeek-V2-Lite bf16 on the seed protocol (batch 8, 32 / 128, 200 prompts) at
-#          IB_MOE_WARPS=0 (the balanced blocks), 8, 8 with the ring (IB_MOE_WARP_RING=1), and that
+#          IB_MOE_WARPS=0 (the balanced blocks), 8 with the ring (IB_MOE_WARP_RING=1), 8, and that
 #          with IB_MATMUL_TUNING=gemv (every matmul of <= 8 rows on the GEMV: the tuning, timing
 #          each alone, sends two of the layer's five to cuBLASLt at 8 rows, 17.8 us a layer in
 #          session 38's profile), interleaved twice; then batch 1 once each: the wide tiles, the
@@ -45,8 +45,8 @@ v2() {
   if has ab; then
     for i in 1 2; do
       v2 "seed_w0_$i" IB_MOE_WARPS=0 "${SEED[@]}"
-      v2 "seed_w8_$i" IB_MOE_WARPS=8 "${SEED[@]}"
       v2 "seed_w8r_$i" IB_MOE_WARPS=8 IB_MOE_WARP_RING=1 "${SEED[@]}"
+      v2 "seed_w8_$i" IB_MOE_WARPS=8 "${SEED[@]}"
       v2 "seed_w8rg_$i" IB_MOE_WARPS=8 IB_MOE_WARP_RING=1 IB_MATMUL_TUNING=gemv "${SEED[@]}"
     done
     v2 b1_w0 IB_MOE_WARPS=0 "${B1[@]}"
