@@ -9,9 +9,10 @@
 #          the CPU engine
 #   ab     DeepSeek-V2-Lite bf16 on the seed protocol (batch 8, 32 / 128, 200 prompts) at
 #          IB_MOE_WARPS=0 (the balanced blocks), 8 with the ring (IB_MOE_WARP_RING=1), 8, and that
-#          with IB_MATMUL_TUNING=gemv (every matmul of <= 8 rows on the GEMV: the tuning, timing
-#          each alone, sends two of the layer's five to cuBLASLt at 8 rows, 17.8 us a layer in
-#          session 38's profile), interleaved twice; then batch 1 once each: the wide tiles, the
+#          with IB_MATMUL_TUNING=3 (every matmul of <= 8 rows that the static rule gives the GEMV
+#          on it, untimed: the tuning, timing each alone, sends two of the layer's five to
+#          cuBLASLt at 8 rows, 17.8 us a layer in session 38's profile), interleaved twice; then
+#          batch 1 once each: the wide tiles, the
 #          warp items (IB_MOE_WARPS=1) and their ring
 #   prof   the seed protocol at IB_MOE_WARPS=8 under the CUPTI tracer (per-kernel totals and the
 #          last 3,000 kernels' timeline: prof_warps.tgz)
@@ -47,7 +48,7 @@ v2() {
       v2 "seed_w0_$i" IB_MOE_WARPS=0 "${SEED[@]}"
       v2 "seed_w8r_$i" IB_MOE_WARPS=8 IB_MOE_WARP_RING=1 "${SEED[@]}"
       v2 "seed_w8_$i" IB_MOE_WARPS=8 "${SEED[@]}"
-      v2 "seed_w8rg_$i" IB_MOE_WARPS=8 IB_MOE_WARP_RING=1 IB_MATMUL_TUNING=gemv "${SEED[@]}"
+      v2 "seed_w8rg_$i" IB_MOE_WARPS=8 IB_MOE_WARP_RING=1 IB_MATMUL_TUNING=3 "${SEED[@]}"
     done
     v2 b1_w0 IB_MOE_WARPS=0 "${B1[@]}"
     v2 b1_w1 IB_MOE_WARPS=1 "${B1[@]}"

@@ -27,12 +27,12 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "0: the decode step without the fused norm/SwiGLU/residual GEMVs"},
     {"IB_ADD_CUBLASLT", "cuda", "0", 0, 1, "",
      "1: matmul_add of 2-8 rows on cuBLASLt (beta = 1) for weights above the GEMV's size rule"},
-    {"IB_MATMUL_TUNING", "cuda", "1", 0, 0, "0|1|2|gemv",
+    {"IB_MATMUL_TUNING", "cuda", "1", 0, 0, "0|1|2|3|gemv",
      "0: the static GEMV/cuBLASLt rule; gemv: the GEMV for every matmul of <= 8 rows; 1: tuning, "
      "except that a single row takes the GEMV wherever the static rule does (its timing alone "
      "cannot see the GEMV overlap its neighbours under programmatic dependent launch; measured on "
      "the H200: DeepSeek-V2-Lite +3.2 %, Mixtral-8x7B +1.6 % at batch 1); 2: tuning at every row "
-     "count"},
+     "count; 3: as 1 for every row count up to 8"},
     {"IB_GEMM_M_BUCKETS", "cuda", "4", 0, 0, "0|1|2|4|8|16",
      "cuBLASLt plans above 16 rows per row bucket (this many an octave; the heuristic's algorithm "
      "at the bucket's top, each shape's buckets launched once on its first call so their kernel "

@@ -741,7 +741,7 @@ bool CudaBackend::choose_gemv(const Tensor& x, const Tensor& w, const Tensor* bi
   const bool rule = gemv_ok && x.rows() <= gemv_max_m_ &&
                     static_cast<int64_t>(w.bytes()) <= gemv_max_weight_bytes_;
   if (!tuning_ || x.rows() > kTuneMaxM || x.rows() == 0) return rule;
-  if (x.rows() == 1 && rule && !tune_single_rows_) return true;  // IB_MATMUL_TUNING=1
+  if (rule && x.rows() <= gemv_rule_rows_) return true;  // IB_MATMUL_TUNING=1 or 3
   const auto key = std::make_tuple(x.rows(), w.dim(0), w.dim(1), static_cast<int>(x.dtype),
                                    static_cast<int>(out.dtype), bias != nullptr);
   if (const auto it = gemv_choice_.find(key); it != gemv_choice_.end()) return it->second;

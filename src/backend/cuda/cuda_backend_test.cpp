@@ -106,6 +106,14 @@ TEST_F(CudaBackendTest, ReportsTheKernelSwitchesItUses) {
   EXPECT_TRUE(s.at("IB_PDL").from_env);
   EXPECT_EQ(s.at("IB_MATMUL_TUNING").value, "gemv");
   EXPECT_EQ(s.at("IB_ATTN_PREFETCH").value, "5");
+  // Each tuning mode reads back as set.
+  for (const char* mode : {"0", "2", "3"}) {
+    ::setenv("IB_MATMUL_TUNING", mode, 1);
+    auto other = create_backend(BackendOptions{"cuda", DType::kBF16, 0, std::nullopt});
+    ::unsetenv("IB_MATMUL_TUNING");
+    ASSERT_TRUE(other.ok()) << other.error().message;
+    EXPECT_EQ((*other)->kernel_switches().at("IB_MATMUL_TUNING").value, mode);
+  }
 }
 
 }  // namespace

@@ -113,7 +113,8 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.lora_pdl) backend.set_lora_pdl(*s.lora_pdl == 1);
   if (s.lora_in_gemv) backend.set_lora_in_gemv(static_cast<int>(*s.lora_in_gemv));
   if (s.matmul_tuning == "0") backend.set_tuning(false);
-  if (s.matmul_tuning == "2") backend.set_tune_single_rows(true);
+  if (s.matmul_tuning == "2") backend.set_gemv_rule_rows(0);
+  if (s.matmul_tuning == "3") backend.set_gemv_rule_rows(CudaBackend::kTuneMaxM);
   if (s.matmul_tuning == "gemv") {
     backend.set_gemv_max_m(8);
     backend.set_gemv_max_weight_bytes(INT64_MAX);
@@ -124,7 +125,9 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
 // Read back from the settings the backend runs with, not from the environment.
 KernelSwitches CudaBackend::kernel_switches() const {
   const auto flag = [](bool on) { return std::string(on ? "1" : "0"); };
-  const std::string tuning = tuning_                               ? (tune_single_rows_ ? "2" : "1")
+  const std::string tuning = tuning_                               ? (gemv_rule_rows_ == 0   ? "2"
+                                                                      : gemv_rule_rows_ == 1 ? "1"
+                                                                                             : "3")
                              : gemv_max_weight_bytes_ == INT64_MAX ? "gemv"
                                                                    : "0";
   KernelSwitches out{

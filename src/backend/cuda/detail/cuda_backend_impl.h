@@ -252,11 +252,13 @@ class CudaBackend final : public Backend,
   // first call (outside graph capture) and keep the fastest for their shape; 0 turns it off.
   static constexpr int kTuneMaxM = 16;
   void set_tuning(bool on) { tuning_ = on; }
-  // IB_MATMUL_TUNING=2: single rows tuned too. By default (1) a single row takes the GEMV wherever
-  // the static rule does: timed alone, cuBLASLt won some decode shapes (DeepSeek-V2-Lite's shared
-  // experts' gate/up), but in the step the GEMV overlaps its neighbours under programmatic
-  // dependent launch, which cuBLASLt's kernels do not (bench/NOTES.md, "Wider expert tiles").
-  void set_tune_single_rows(bool on) { tune_single_rows_ = on; }
+  // Matmuls of at most this many rows take the GEMV wherever the static rule does, untimed: 1 by
+  // default (IB_MATMUL_TUNING=1): timed alone, cuBLASLt won some decode shapes (DeepSeek-V2-Lite's
+  // shared experts' gate/up), but in the step the GEMV overlaps its neighbours under programmatic
+  // dependent launch, which cuBLASLt's kernels do not (bench/NOTES.md, "Wider expert tiles");
+  // IB_MATMUL_TUNING=2: 0 (single rows tuned too); =3: kTuneMaxM (every row count the rule
+  // sends to the GEMV, at most its gemv_max_m).
+  void set_gemv_rule_rows(int rows) { gemv_rule_rows_ = rows; }
   // IB_GEMM_M_BUCKETS: cuBLASLt plans per row bucket (GemmLt::set_m_buckets, 0 or 1-16 an octave)
   // instead of per M; on, a scratch of kGemmPrewarmBytes for the prewarm launches' output
   // (without it, where it cannot be allocated, the buckets run without a prewarm). A backend
@@ -485,7 +487,7 @@ class CudaBackend final : public Backend,
   bool timer_recorded_ = false;
   double copy_ceiling_bytes_per_s_ = 0.0;
   bool tuning_ = true;
-  bool tune_single_rows_ = false;  // IB_MATMUL_TUNING=2
+  int gemv_rule_rows_ = 1;  // IB_MATMUL_TUNING=1 (2: 0, 3: kTuneMaxM)
   bool pdl_ = true;
   bool pdl_attention_trigger_early_ = false;
   bool pdl_attention_early_w8a8_ = true;  // IB_PDL=3 (the default)

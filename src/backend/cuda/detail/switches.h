@@ -25,7 +25,7 @@ struct CudaSwitches {
   std::optional<int64_t> add_cublaslt;
   // IB_MATMUL_TUNING=0: the static GEMV / cuBLASLt rule; =gemv: the GEMV for every matmul of at
   // most 8 rows, whatever the weight size; =1: tuning (the default), single rows on the GEMV within
-  // the rule; =2: tuning single rows too.
+  // the rule; =2: tuning single rows too; =3: every row count up to 8 on the GEMV within the rule.
   std::string matmul_tuning;
   // IB_ATTN_PREFETCH=N: the split-KV attention prefetches its blocks' K and V rows into L2 in
   // steps of at most N sequences (0: never; default 8).
