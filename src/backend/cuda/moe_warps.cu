@@ -139,19 +139,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
-// The sums of an item's pairs 4 q .. 4 q + 3 (acc: row r's at r * 4 + pair % 4) met over the warp
-// in place and stored: lane l receives (row l / 4, pair 4 q + l % 4); gate_up's lane takes its up
-// row's sum from lane l + 16.
+// The sums of a ring item's pass (acc: row r, pair b at r * kRingPairs + b) met over the warp in
+// place and stored: lane l receives (row l / kRingPairs, pair l % kRingPairs); gate_up's lane
+// takes its up row's sum from lane l + 16.
 template <typename T, bool kGateUp>
-__device__ __forceinline__ void store_quad(const TileArgs<T>& a, int64_t n0, const int* list,
-                                           int nb, int q, float (&acc)[32]) {
+__device__ __forceinline__ void store_ring_item(const TileArgs<T>& a, int64_t n0, const int* list,
+                                                int nb, float (&acc)[kTileRows * kRingPairs]) {
   constexpr int kFeatures = moe::tile_features<kGateUp>();
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t n_out = a.n_out;
   const float sum = warp_sum_transposed(acc);
-  const int r = lane / 4, b = q * 4 + lane % 4;
+  const int r = lane / kRingPairs, b = lane % kRingPairs;
   if constexpr (kGateUp) {
-    const float u = __shfl_down_sync(0xffffffffu, sum, kFeatures * 4);
+    const float u = __shfl_down_sync(0xffffffffu, sum, kFeatures * kRingPairs);
     if (r < kFeatures && b < nb && n0 + r < n_out) {
       const float g = to_f32(from_f32<T>(sum)), uu = to_f32(from_f32<T>(u));
       a.act[int64_t{list[b]} * n_out + n0 + r] = from_f32<T>(silu(g) * uu);
@@ -172,7 +172,8 @@ struct RingItem {
 // IB_MOE_WARP_RING: the warp form's work items (tile, expert pass), each warp's steps (item j's
 // step st: n = j * ksteps + st) streamed through its ring slots (slot n % kRingStages). An
 // expert's pairs go kRingPairs a pass: its first pass an item of every tile, a second (chunks of
-// at most 8 tokens route at most 8 pairs to an expert) another item whose weights come again.
+// at most 8 tokens route at most 8 pairs to an expert, each token's experts being distinct)
+// another item whose weights come again.
 template <typename T, bool kGateUp>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     moe_warp_ring_kernel(TileArgs<T> a, const int32_t* ids, int pairs, MoeExpertPtrs weights) {
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     }
     issue(n + kRingStages, u);  // the slot's bytes are in registers now
     if (st == ksteps - 1) {     // the item's last step
-      store_quad<T, kGateUp>(a, it.n0, it.list, it.nb, 0, acc);
+      store_ring_item<T, kGateUp>(a, it.n0, it.list, it.nb, acc);
 #pragma unroll
       for (int i = 0; i < kTileRows * kRingPairs; ++i) acc[i] = 0.0f;
     }
