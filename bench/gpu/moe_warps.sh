@@ -2,18 +2,18 @@
 # The experts' work items a warp each (IB_MOE_WARPS, IB_MOE_WARP_RING; issue 15, bench/NOTES.md
 # "The expert work items a warp each"), on binaries already in $B (IB_PREBUILT=1 unpacks
 # bench/gpu/prebuilt.sh's bundle; IB_SKIP_BUILD=1 takes a warm machine's), in sections
-# (IB_MOE_SECTIONS, default "tests ab"):
+# (IB_MOE_SECTIONS, default "tests ab b1"):
 #   tests  backend_cuda_test's MoE tests (every form, the warp items and their ring among them,
 #          against the CPU op) and the engine's MoE tests and CudaEngineTest (Mixtral and DeepSeek
 #          shapes among its families) with IB_MOE_WARPS=8 IB_MOE_WARP_RING=1, the engine against
 #          the CPU engine
 #   ab     DeepSeek-V2-Lite bf16 on the seed protocol (batch 8, 32 / 128, 200 prompts) at
-#          IB_MOE_WARPS=0 (the balanced blocks), 8 with the ring (IB_MOE_WARP_RING=1), 8, and that
+#          IB_MOE_WARPS=0 (the balanced blocks), 8 with the ring (IB_MOE_WARP_RING=1), and that
 #          with IB_MATMUL_TUNING=3 (every matmul of <= 8 rows that the static rule gives the GEMV
 #          on it, untimed: the tuning, timing each alone, sends two of the layer's five to
-#          cuBLASLt at 8 rows, 17.8 us a layer in session 38's profile), interleaved twice; then
-#          batch 1 once each: the wide tiles, the
-#          warp items (IB_MOE_WARPS=1) and their ring
+#          cuBLASLt at 8 rows, 17.8 us a layer in session 38's profile), interleaved twice
+#   b1     the same model at batch 1 once each: the wide tiles, the warp items (IB_MOE_WARPS=1)
+#          and their ring
 #   prof   the seed protocol at IB_MOE_WARPS=8 under the CUPTI tracer (per-kernel totals and the
 #          last 3,000 kernels' timeline: prof_warps.tgz)
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~8 minutes): IB_PREBUILT=1 OUT=dir
@@ -21,9 +21,14 @@
 set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.."; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && head_setup
-has() { [[ " ${IB_MOE_SECTIONS:-tests ab} " == *" $1 "* ]]; }
-if has tests; then
-  IB_MOE_WARP_RING=1 head_tests 'CudaMoe*' IB_MOE_WARPS=8 'CudaEngineMoe*:CudaEngineTest*'
+has() { [[ " ${IB_MOE_SECTIONS:-tests ab b1} " == *" $1 "* ]]; }
+if has tests && [ "${IB_SKIP_TESTS:-0}" != 1 ]; then
+  gpu_tests '*CudaMoe*'
+  IB_MOE_WARPS=8 IB_MOE_WARP_RING=1 timeout 200 "$B/src/engine/engine_cuda_test" \
+    --gtest_filter='*CudaEngineMoe*:*CudaEngineTest*' \
+    --gtest_output="json:$O/engine_cuda_test.json" >> "$O/tests.log" 2>&1
+  echo "engine_cuda_test (IB_MOE_WARPS=8 IB_MOE_WARP_RING=1) rc=$? +$(( $(date +%s) - T0 )) s"
+  grep -E "^\[  FAILED  \]|PASSED|FAILED TEST" "$O/tests.log" | tail -8
 fi
 R=$O/runs; mkdir -p "$R"
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 --load-mode static
@@ -47,9 +52,10 @@ v2() {
     for i in 1 2; do
       v2 "seed_w0_$i" IB_MOE_WARPS=0 "${SEED[@]}"
       v2 "seed_w8r_$i" IB_MOE_WARPS=8 IB_MOE_WARP_RING=1 "${SEED[@]}"
-      v2 "seed_w8_$i" IB_MOE_WARPS=8 "${SEED[@]}"
       v2 "seed_w8rg_$i" IB_MOE_WARPS=8 IB_MOE_WARP_RING=1 IB_MATMUL_TUNING=3 "${SEED[@]}"
     done
+  fi
+  if has b1; then
     v2 b1_w0 IB_MOE_WARPS=0 "${B1[@]}"
     v2 b1_w1 IB_MOE_WARPS=1 "${B1[@]}"
     v2 b1_w1r IB_MOE_WARPS=1 IB_MOE_WARP_RING=1 "${B1[@]}"

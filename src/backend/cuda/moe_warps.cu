@@ -187,8 +187,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   pdl_trigger();
   if (threadIdx.x == 0) n_second = 0;
   moe::sort_by_expert(ids, pairs, s);  // (its barriers order n_second's reset)
+  // An expert of more than one pass: its pairs in ascending order (the sort's scatter leaves them
+  // in whatever order its atomics ran, which differs between blocks), so that every block's
+  // passes split the same list the same way.
   for (int i = static_cast<int>(threadIdx.x); i < s.n_distinct; i += kThreads) {
-    if (s.count[s.distinct[i]] > kRingPairs) second[atomicAdd(&n_second, 1)] = s.distinct[i];
+    const int e = s.distinct[i];
+    if (s.count[e] <= kRingPairs) continue;
+    int* list = s.list + s.start[e];
+    for (int a = 1; a < s.count[e]; ++a) {  // insertion sort: at most 8 pairs at <= 8 tokens
+      const int v = list[a];
+      int b = a;
+      for (; b > 0 && list[b - 1] > v; --b) list[b] = list[b - 1];
+      list[b] = v;
+    }
+    second[atomicAdd(&n_second, 1)] = e;
   }
   __syncthreads();
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
