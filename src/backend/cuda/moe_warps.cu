@@ -5,12 +5,12 @@
 // transposed butterfly of shuffles, no block barrier, so the block's other warps keep loading while
 // one reduces; consecutive warps take consecutive tiles of one expert.
 //
-// The ring form (IB_MOE_WARP_RING, chunks of at most 8 tokens: one pass of pairs an expert) streams
-// each warp's steps of all its items through a ring of kRingStages steps in shared memory by
-// cp.async (each lane copies and reads back only its own 16 bytes a row), as the dense GEMV's and
-// the 4-bit experts' rings do: a slot is refilled with the step kRingStages later right after it is
-// read, across the items' ends, so kRingStages x 4 KB stay in flight a warp (3x the register
-// form's) while it adds up an item.
+// The ring form (IB_MOE_WARP_RING, chunks of at most 8 tokens) streams each warp's steps of all its
+// items through a ring of kRingStages slots in shared memory by cp.async, each slot a step's
+// weight vectors and its pairs' x vectors (each lane copies and reads back only its own 16 bytes),
+// as the dense GEMV's and the 4-bit experts' rings do: a slot is refilled with the step
+// kRingStages later right after it is read, across the items' ends, so the step's operands are
+// already there when the warp comes to it.
 #include <algorithm>
 
 #include "backend/cuda/detail/check.h"
@@ -32,9 +32,11 @@ using moe::TileArgs;
 // Pairs a pass of the register form's tile.
 constexpr int kWarpPairs = 2;
 // The ring form: steps in flight a warp, and pairs a pass (an item).
-constexpr int kRingStages = 3;
+// A slot holds a step's kTileRows weight vectors and its pairs' x vectors, 16 bytes a lane each.
+constexpr int kRingStages = 2;
 constexpr int kRingPairs = 4;
-constexpr size_t kRingBytes = size_t{kRingStages} * kWarps * kTileRows * 32 * sizeof(uint4);
+constexpr int kSlotVectors = kTileRows + kRingPairs;
+constexpr size_t kRingBytes = size_t{kRingStages} * kWarps * kSlotVectors * 32 * sizeof(uint4);
 
 // One butterfly step of warp_sum_transposed: of v[0, 2 * kHalf), a lane keeps the half its lane
 // bit kHalf selects, adding the partner's copy of it, and hands the partner the other half.
@@ -179,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     moe_warp_ring_kernel(TileArgs<T> a, const int32_t* ids, int pairs, MoeExpertPtrs weights) {
   constexpr int V = kVec16<T>;
   constexpr int kFeatures = moe::tile_features<kGateUp>();
-  extern __shared__ uint4 ring[];  // [kRingStages][kWarps][kTileRows][32]
+  extern __shared__ uint4 ring[];  // [kRingStages][kWarps][kSlotVectors][32]
   __shared__ moe::ExpertSort s;
   __shared__ int second[kMoeMaxExperts];  // the experts with a second pass
   __shared__ int n_second;
@@ -220,8 +222,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     return RingItem{e, min(kRingPairs, s.count[e] - base), s.list + s.start[e] + base,
                     int64_t{item % tiles} * kFeatures};
   };
-  const auto slot = [&](int u, int r) -> uint4& {
-    return ring[((u * kWarps + warp) * kTileRows + r) * 32 + lane];
+  const auto slot = [&](int u, int v) -> uint4& {  // v: weight row, or kTileRows + pair
+    return ring[((u * kWarps + warp) * kSlotVectors + v) * 32 + lane];
   };
   // Step n's copies into slot u: one commit group a step (empty past the end and past K, so that
   // the groups count steps).
@@ -235,6 +237,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         moe::tile_rows<T, kGateUp>(a, static_cast<const T*>(weights.ptr[it.e]), it.n0, rows);
 #pragma unroll
         for (int r = 0; r < kTileRows; ++r) cp_async16(&slot(u, r), rows[r] + c, true);
+#pragma unroll
+        for (int b = 0; b < kRingPairs; ++b) {
+          if (b < it.nb) {
+            cp_async16(&slot(u, kTileRows + b),
+                       a.x + int64_t{it.list[b] / a.tokens_per_pair} * a.x_stride + c, true);
+          }
+        }
       }
     }
     cp_async_commit();
@@ -248,13 +257,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const RingItem it = item_of(first + j * stride);
     const int64_t c = int64_t{st} * 32 * V + int64_t{lane} * V;
     cp_async_wait<kRingStages - 1>();
-    if (c < a.k_dim) {  // the pass's x vectors, then row by row from the slot
+    if (c < a.k_dim) {  // the pass's x vectors, then row by row, from the slot
       float xv[kRingPairs][V];
 #pragma unroll
       for (int b = 0; b < kRingPairs; ++b) {
         if (b < it.nb) {
-          moe::load_vec<T, V, false>(a.x + int64_t{it.list[b] / a.tokens_per_pair} * a.x_stride + c,
-                                     xv[b]);
+          const uint4 raw = slot(u, kTileRows + b);
+          const T* xe = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+          for (int i = 0; i < V; ++i) xv[b][i] = to_f32(xe[i]);
         }
       }
 #pragma unroll
