@@ -104,11 +104,13 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_MOE_WARPS", "cuda", "0", 0, 1 << 20, "",
      "chunks of at most this many tokens (before IB_MOE_WIDE, IB_MOE_TILES and IB_MOE_BALANCE) "
      "in the balanced grid with each work item (tile, expert) a warp's, K split across its lanes "
-     "and the sums met by shuffles, no block barrier an item"},
+     "and the sums met by shuffles, no block barrier an item (measured on H100s: ties the "
+     "balanced blocks on DeepSeek-V2-Lite at 1 and 8 tokens)"},
     {"IB_MOE_WARP_RING", "cuda", "0", 0, 1, "",
-     "the warp form's weights through a ring of 3 steps (4 KB each) a warp in shared memory by "
-     "cp.async, refilled as each is read (chunks of at most 8 tokens: one pass of pairs an "
-     "expert)"},
+     "the warp form's operands through a ring of 2 slots a warp in shared memory (each a step's "
+     "4 KB of weights and its pairs' x) by cp.async, refilled as each is read (chunks of at most 8 "
+     "tokens; measured on H100s: 3-7.5 % "
+     "slower on DeepSeek-V2-Lite's seed protocol, 13.6 % at batch 1)"},
     {"IB_MOE_GEMM", "cuda", "32", 0, 1 << 20, "",
      "calls of at least this many tokens (prefill, large decode batches; past the tile forms' "
      "sizes) run the experts' matmuls as a grouped tensor-core GEMM: a plan kernel sorts the "
