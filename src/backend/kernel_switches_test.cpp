@@ -135,7 +135,7 @@ TEST_F(KernelSwitchesTest, BadValuesAreUserErrorsNamingTheVariableAndWhatItAccep
   } bad[] = {{"IB_ATTN_PREFETCH", "-1", "from 0 to"},
              {"IB_PDL", "on", "from 0 to 3"},
              {"IB_ATTN_PREFETCH", "", "integer"},
-             {"IB_MATMUL_TUNING", "fast", "0, 1, 2 or gemv"},
+             {"IB_MATMUL_TUNING", "fast", "0, 1, 2, 3 or gemv"},
              {"IB_LORA_IN_GEMV", "2", "0, 1 or 3"}};
   for (const auto& b : bad) {
     ScopedEnv env(b.name, b.value);
