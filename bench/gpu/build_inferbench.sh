@@ -162,17 +162,18 @@ use_icu() {
   fi
 }
 
-# run_llama NAME [VAR=value ...] FLAGS...: one `inferbench run` of Llama-3-8B in bf16 on dummy
+# run_model MODEL NAME [VAR=value ...] FLAGS...: one `inferbench run` of MODEL in bf16 on dummy
 # weights with ${BIN:-$B/bin/inferbench}, its result directory and log under $R, the variables set
 # for it alone; skipped when fewer than 45 s remain before $DEADLINE seconds after $T0. Prints the
-# throughput and TPOT lines.
-run_llama() {
-  local name=$1 envs=()
-  shift
+# throughput and TPOT lines. run_llama NAME ...: the same for Llama-3-8B.
+run_llama() { run_model llama-3-8b "$@"; }
+run_model() {
+  local model=$1 name=$2 envs=()
+  shift 2
   while [[ $1 == *=* ]]; do envs+=("$1"); shift; done
   if (( $(date +%s) - T0 > DEADLINE - 45 )); then echo "$name skipped (deadline)"; return; fi
   env "${envs[@]}" timeout 100 "${BIN:-$B/bin/inferbench}" run --device cuda --dtype bf16 \
-    --load-format dummy --disable-tqdm --model llama-3-8b --result-dir "$R/$name" --overwrite \
+    --load-format dummy --disable-tqdm --model "$model" --result-dir "$R/$name" --overwrite \
     "$@" > "$R/$name.log" 2>&1
   echo "$name rc=$? +$(( $(date +%s) - T0 )) s $(grep -E "Output token throughput|TPOT median" \
     "$R/$name.log" | tr -s ' ' | tr '\n' ' ')"

@@ -36,18 +36,7 @@ R=$O/runs; mkdir -p "$R"
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 --load-mode static
   --max-model-len 4096 --seed 0)
 B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
-# v2 NAME [VAR=value...] FLAGS...: DeepSeek-V2-Lite bf16 on dummy weights, those variables set.
-v2() {
-  local name=$1 envs=()
-  shift
-  while [[ $1 == *=* ]]; do envs+=("$1"); shift; done
-  if (( $(date +%s) - T0 > DEADLINE - 60 )); then echo "$name skipped (deadline)"; return; fi
-  env "${envs[@]}" timeout 120 "$B/bin/inferbench" run --device cuda --dtype bf16 \
-    --load-format dummy --disable-tqdm --model deepseek-v2-lite --result-dir "$R/$name" \
-    --overwrite "$@" > "$R/$name.log" 2>&1
-  echo "$name rc=$? +$(( $(date +%s) - T0 )) s $(grep -E "Output token throughput|TPOT median" \
-    "$R/$name.log" | tr -s ' ' | tr '\n' ' ')"
-}
+v2() { run_model deepseek-v2-lite "$@"; }  # (build_inferbench.sh)
 {
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   if has ab; then

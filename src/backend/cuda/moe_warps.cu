@@ -69,27 +69,17 @@ __device__ __forceinline__ float warp_sum_transposed(float (&v)[N]) {
   return sum;
 }
 
-// One pass of a warp's tile (outputs n0 ..; rows: its weight rows) over the pairs list[0, nb),
-// nb <= kPairs: run_tile's arithmetic per lane, K split across the warp's lanes alone, the sums met
-// by shuffles (no block barrier), so the block's other warps keep loading while this one reduces.
-template <typename T, int V, bool kGateUp, int kPairs>
-__device__ __forceinline__ void warp_tile_pass(const TileArgs<T>& a,
-                                               const T* const (&rows)[kTileRows], int64_t n0,
-                                               const int* list, int nb) {
-  constexpr int kRows = kTileRows, kN = kRows * kPairs;
+// A pass's sums (acc: row r, pair b at r * kPairs + b) met over the warp in place and stored: lane
+// l receives (row l % kN / kPairs, pair l % kPairs); gate_up's lane takes its up row's sum from
+// the lane kFeatures rows on.
+template <typename T, bool kGateUp, int kPairs>
+__device__ __forceinline__ void store_warp_sums(const TileArgs<T>& a, int64_t n0, const int* list,
+                                                int nb, float (&acc)[kTileRows * kPairs]) {
+  constexpr int kN = kTileRows * kPairs;
   constexpr int kFeatures = moe::tile_features<kGateUp>();
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t n_out = a.n_out, k_dim = a.k_dim;
-  const T* xr[kPairs];
-#pragma unroll
-  for (int b = 0; b < kPairs; ++b)
-    xr[b] = a.x + int64_t{list[b < nb ? b : 0] / a.tokens_per_pair} * a.x_stride;
-  float acc[kRows][kPairs] = {};
-#pragma unroll 1
-  for (int64_t c = int64_t{lane} * V; c < k_dim; c += int64_t{32} * V)
-    moe::accumulate_vector<T, V>(rows, xr, c, nb, acc);
-  // (row r, pair b) at r * kPairs + b; lane l receives l % kN's sum
-  const float sum = warp_sum_transposed(reinterpret_cast<float(&)[kN]>(acc));
+  const int64_t n_out = a.n_out;
+  const float sum = warp_sum_transposed(acc);
   const int r = lane / kPairs, b = lane % kPairs;
   if constexpr (kGateUp) {
     const float u = __shfl_down_sync(0xffffffffu, sum, kFeatures * kPairs);  // its up row
@@ -100,6 +90,27 @@ __device__ __forceinline__ void warp_tile_pass(const TileArgs<T>& a,
   } else if (lane < kN && b < nb && n0 + r < n_out) {
     a.y[int64_t{list[b]} * n_out + n0 + r] = to_f32(from_f32<T>(sum));
   }
+}
+
+// One pass of a warp's tile (outputs n0 ..; rows: its weight rows) over the pairs list[0, nb),
+// nb <= kPairs: run_tile's arithmetic per lane, K split across the warp's lanes alone, the sums met
+// by shuffles (no block barrier), so the block's other warps keep loading while this one reduces.
+template <typename T, int V, bool kGateUp, int kPairs>
+__device__ __forceinline__ void warp_tile_pass(const TileArgs<T>& a,
+                                               const T* const (&rows)[kTileRows], int64_t n0,
+                                               const int* list, int nb) {
+  constexpr int kRows = kTileRows, kN = kRows * kPairs;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t k_dim = a.k_dim;
+  const T* xr[kPairs];
+#pragma unroll
+  for (int b = 0; b < kPairs; ++b)
+    xr[b] = a.x + int64_t{list[b < nb ? b : 0] / a.tokens_per_pair} * a.x_stride;
+  float acc[kRows][kPairs] = {};
+#pragma unroll 1
+  for (int64_t c = int64_t{lane} * V; c < k_dim; c += int64_t{32} * V)
+    moe::accumulate_vector<T, V>(rows, xr, c, nb, acc);
+  store_warp_sums<T, kGateUp, kPairs>(a, n0, list, nb, reinterpret_cast<float(&)[kN]>(acc));
 }
 
 // One warp's tile (outputs n0 ..) of weight w for the pairs list[0, n_pairs), kWarpPairs a pass
@@ -138,28 +149,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const int e = s.distinct[item / tiles];
     run_warp_tile<T, V, kGateUp>(a, static_cast<const T*>(weights.ptr[e]),
                                  (item % tiles) * kFeatures, s.list + s.start[e], s.count[e]);
-  }
-}
-
-// The sums of a ring item's pass (acc: row r, pair b at r * kRingPairs + b) met over the warp in
-// place and stored: lane l receives (row l / kRingPairs, pair l % kRingPairs); gate_up's lane
-// takes its up row's sum from lane l + 16.
-template <typename T, bool kGateUp>
-__device__ __forceinline__ void store_ring_item(const TileArgs<T>& a, int64_t n0, const int* list,
-                                                int nb, float (&acc)[kTileRows * kRingPairs]) {
-  constexpr int kFeatures = moe::tile_features<kGateUp>();
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t n_out = a.n_out;
-  const float sum = warp_sum_transposed(acc);
-  const int r = lane / kRingPairs, b = lane % kRingPairs;
-  if constexpr (kGateUp) {
-    const float u = __shfl_down_sync(0xffffffffu, sum, kFeatures * kRingPairs);
-    if (r < kFeatures && b < nb && n0 + r < n_out) {
-      const float g = to_f32(from_f32<T>(sum)), uu = to_f32(from_f32<T>(u));
-      a.act[int64_t{list[b]} * n_out + n0 + r] = from_f32<T>(silu(g) * uu);
-    }
-  } else if (b < nb && n0 + r < n_out) {
-    a.y[int64_t{list[b]} * n_out + n0 + r] = to_f32(from_f32<T>(sum));
   }
 }
 
@@ -285,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     }
     issue(n + kRingStages, u);  // the slot's bytes are in registers now
     if (st == ksteps - 1) {     // the item's last step
-      store_ring_item<T, kGateUp>(a, it.n0, it.list, it.nb, acc);
+      store_warp_sums<T, kGateUp, kRingPairs>(a, it.n0, it.list, it.nb, acc);
 #pragma unroll
       for (int i = 0; i < kTileRows * kRingPairs; ++i) acc[i] = 0.0f;
     }

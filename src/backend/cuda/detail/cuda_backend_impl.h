@@ -156,8 +156,8 @@ class CudaBackend final : public Backend,
   // IB_MOE_WARPS (default 0): chunks of at most this many tokens (before the three above) run the
   // balanced grid with each work item (tile, expert) a warp's, its sums met by shuffles.
   void set_moe_warp_tokens(int64_t tokens) { moe_warp_tokens_ = tokens; }
-  // IB_MOE_WARP_RING (default 0): the warp form's weights through a per-warp cp.async ring in
-  // shared memory (chunks of at most 8 tokens).
+  // IB_MOE_WARP_RING (default 0): the warp form's weights and x through a per-warp cp.async ring
+  // in shared memory (chunks of at most 8 tokens).
   void set_moe_warp_ring(bool on) { moe_warp_ring_ = on; }
   // IB_MOE_GEMM (default 32): moe_experts calls of at least this many tokens (past the tile forms'
   // sizes) run the grouped tensor-core GEMM (moe_gemm.cu) where it takes the shapes; 0: never (the

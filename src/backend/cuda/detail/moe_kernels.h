@@ -71,7 +71,7 @@ struct MoeKernelChoice {
   // IB_MOE_WARPS: chunks of at most this many tokens (before the three above) run the balanced
   // grid with each work item a warp's (launch_moe_warps); 0: never.
   int64_t warp_max_tokens = 0;
-  bool warp_ring = false;  // IB_MOE_WARP_RING: the warp form's weights through a cp.async ring
+  bool warp_ring = false;  // IB_MOE_WARP_RING: the warp form's operands through a cp.async ring
   bool pdl = false;        // IB_MOE_PDL: programmatic dependent launch
   bool int4_ring = false;  // IB_MOE_INT4_RING: 4-bit experts' chunks of <= 8 tokens streamed
   // IB_MOE_GEMM: calls of at least this many tokens (past the tile forms' sizes) run the grouped
@@ -111,7 +111,7 @@ void launch_moe_tiles(const void* x, const int32_t* ids, int pairs, int k,
                       int64_t f, unsigned slots, int num_sms, MoeTileForm form, DType dtype,
                       void* act, float* y, cudaStream_t stream, bool pdl);
 // The same chunk with kBalanced's grid and items, each item a warp's (moe_warps.cu,
-// IB_MOE_WARPS); ring: the weights through a per-warp cp.async ring in shared memory
+// IB_MOE_WARPS); ring: the weights and x through a per-warp cp.async ring in shared memory
 // (IB_MOE_WARP_RING), where vec and the chunk has at most 8 tokens.
 void launch_moe_warps(const void* x, const int32_t* ids, int pairs, int k,
                       const MoeExpertPtrs& gate_up, const MoeExpertPtrs& down, bool vec, int64_t d,

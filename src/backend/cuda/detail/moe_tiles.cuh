@@ -76,7 +76,9 @@ struct ExpertSort {
 };
 
 // Sorts the chunk's pairs by expert into s (counts, an exclusive scan, a scatter); the whole block
-// takes part and finds s complete on return.
+// takes part and finds s complete on return. The order of an expert's pairs within its list is
+// whatever order the scatter's atomics ran in, which differs between blocks: a form whose blocks
+// split one expert's list between them orders it first (moe_warps.cu's ring).
 __device__ inline void sort_by_expert(const int32_t* ids, int pairs, ExpertSort& s) {
   for (int i = threadIdx.x; i < kMoeMaxExperts; i += kTileThreads) s.count[i] = 0;
   __syncthreads();

@@ -60,7 +60,8 @@ struct CudaSwitches {
   // IB_MOE_WARPS=N: chunks of at most N tokens in the balanced grid, a warp per work item
   // (CudaBackend::set_moe_warp_tokens).
   std::optional<int64_t> moe_warps;
-  // IB_MOE_WARP_RING=0|1: the warp form's weights through a cp.async ring (set_moe_warp_ring).
+  // IB_MOE_WARP_RING=0|1: the warp form's weights and x through a cp.async ring
+  // (set_moe_warp_ring).
   std::optional<int64_t> moe_warp_ring;
   // IB_MOE_GEMM=N: calls of at least N tokens on the grouped GEMM
   // (CudaBackend::set_moe_gemm_tokens).
