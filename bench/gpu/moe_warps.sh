@@ -13,7 +13,7 @@
 #          on it, untimed: the tuning, timing each alone, sends two of the layer's five to
 #          cuBLASLt at 8 rows, 17.8 us a layer in session 38's profile), interleaved twice
 #          (IB_MOE_AB_SETS picks among w0, w0g (w0 with IB_MATMUL_TUNING=3), w8 (the register
-#          form), w8r and w8rg; default "w0 w8r w8rg")
+#          form), w8g, w8r and w8rg; default "w0 w8r w8rg")
 #   b1     the same model at batch 1 once each: the wide tiles, the warp items (IB_MOE_WARPS=1)
 #          and their ring
 #   prof   the seed protocol at IB_MOE_WARPS=8 under the CUPTI tracer (per-kernel totals and the
@@ -41,7 +41,7 @@ v2() { run_model deepseek-v2-lite "$@"; }  # (build_inferbench.sh)
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   if has ab; then
     declare -A SETS=([w0]="IB_MOE_WARPS=0" [w0g]="IB_MOE_WARPS=0 IB_MATMUL_TUNING=3"
-      [w8]="IB_MOE_WARPS=8"
+      [w8]="IB_MOE_WARPS=8" [w8g]="IB_MOE_WARPS=8 IB_MATMUL_TUNING=3"
       [w8r]="IB_MOE_WARPS=8 IB_MOE_WARP_RING=1"
       [w8rg]="IB_MOE_WARPS=8 IB_MOE_WARP_RING=1 IB_MATMUL_TUNING=3")
     for i in 1 2; do

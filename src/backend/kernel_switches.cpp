@@ -38,6 +38,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "at the bucket's top, each shape's buckets launched once on its first call so their kernel "
      "modules load then) instead of one per row count, whose new kernels load mid-run (measured on "
      "an H100 at 4: Llama-3-8B bf16 continuous +0.1-0.6 %); 0: a plan per row count"},
+    {"IB_GEMM_TUNE", "cuda", "0", 0, 1, "",
+     "1: each cuBLASLt row bucket's algorithm the fastest of the heuristic's first 8, timed at the "
+     "bucket's own M when its shape's buckets are prewarmed (on scratch operands of up to 1 GiB, "
+     "freed after; a few seconds at start-up for a 7-8B model), instead of the heuristic's first"},
     {"IB_ATTN_PREFETCH", "cuda", "8", 0, 1 << 20, "",
      "the split-KV attention prefetches its K and V rows into L2 in steps of at most this many "
      "sequences (0: never)"},
@@ -101,11 +105,11 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "expert) spread evenly over a grid of the device's resident blocks, each block sorting the "
      "pairs by expert once (measured fastest on the H200 at 4 and 8 tokens, slower at 1 and 2); "
      "larger chunks, and all with both 0, a warp per weight row over all of K"},
-    {"IB_MOE_WARPS", "cuda", "0", 0, 1 << 20, "",
+    {"IB_MOE_WARPS", "cuda", "8", 0, 1 << 20, "",
      "chunks of at most this many tokens (before IB_MOE_WIDE, IB_MOE_TILES and IB_MOE_BALANCE) "
      "in the balanced grid with each work item (tile, expert) a warp's, K split across its lanes "
-     "and the sums met by shuffles, no block barrier an item (measured on H100s: ties the "
-     "balanced blocks on DeepSeek-V2-Lite at 1 and 8 tokens)"},
+     "and the sums met by shuffles, no block barrier an item (measured on the H200 against 0: "
+     "DeepSeek-V2-Lite's seed protocol +14.8 %, batch 1 +0.7 %; on H100s it tied); 0: never"},
     {"IB_MOE_WARP_RING", "cuda", "0", 0, 1, "",
      "the warp form's operands through a ring of 2 slots a warp in shared memory (each a step's "
      "4 KB of weights and its pairs' x) by cp.async, refilled as each is read (chunks of at most 8 "

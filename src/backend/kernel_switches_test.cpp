@@ -91,6 +91,7 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_QUANT_TRIGGER",
                            "IB_GEMV_STAGE_NORM",
                            "IB_GEMM_M_BUCKETS",
+                           "IB_GEMM_TUNE",
                            "IB_GEMV_INT4_WARPS",
                            "IB_NORM_REGS",
                            "IB_ROPE_VEC",

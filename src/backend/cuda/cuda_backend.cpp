@@ -157,6 +157,7 @@ CudaBackend::~CudaBackend() {
   // Buffers free through this object: release them while it is still whole.
   gemm_workspace_.reset();
   gemm_prewarm_.reset();
+  gemm_tune_scratch_.reset();
   attention_workspace_.reset();
   staging_.reset();
   attention_counters_.reset();
@@ -726,6 +727,27 @@ void CudaBackend::set_gemm_m_buckets(int per_octave) {
 
 int CudaBackend::gemm_m_buckets() const {
   return gemm_->m_buckets();
+}
+
+void CudaBackend::set_gemm_tuning(bool on) {
+  if (!on) {
+    gemm_->set_bucket_tuning(std::nullopt);
+    return;
+  }
+  GemmLt::BucketTuning tuning;
+  tuning.time_ms = [this](const std::function<void()>& fn) { return time_ms(fn); };
+  tuning.acquire = [this](size_t bytes) -> void* {
+    Result<Buffer> scratch = alloc(bytes, MemoryTag::kWorkspace);
+    if (!scratch.ok()) return nullptr;  // not tuned: the heuristic's algorithms
+    gemm_tune_scratch_ = std::move(*scratch);
+    return gemm_tune_scratch_.data();
+  };
+  tuning.release = [this] { gemm_tune_scratch_.reset(); };
+  gemm_->set_bucket_tuning(std::move(tuning));
+}
+
+bool CudaBackend::gemm_tuning() const {
+  return gemm_->bucket_tuning();
 }
 
 float CudaBackend::tune_gemm(const Tensor& x, const Tensor& w, Tensor out,

@@ -4,7 +4,8 @@
 // alone); no plan made after a shape's first call (the prewarm made every bucket's up to
 // kPrewarmMaxM rows); none during a graph capture; W8A8's FP8 and INT8 GEMMs equal to the same
 // GEMMs with a plan per row count (INT8 bit for bit: int32 sums; FP8 within bf16's tolerance:
-// another algorithm may sum in another order).
+// another algorithm may sum in another order); the buckets' algorithms timed at their own M
+// (IB_GEMM_TUNE) against the CPU oracle.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,6 +24,16 @@ using testing::random_floats;
 using testing::rel_l2;
 using testing::tolerance;
 using testing::Twin;
+
+// x (m, k) at random through w and b on both backends, compared.
+void expect_bias_matmul(Twin& twin, Rng& rng, const Pair& w, const Pair& b, int64_t m) {
+  const int64_t n = w.cpu.dim(0), k = w.cpu.dim(1);
+  const Pair x = twin.floats({m, k}, random_floats(rng, m * k));
+  Pair out = twin.output({m, n});
+  twin.cpu().matmul(x.cpu, w.cpu, &b.cpu, out.cpu);
+  twin.gpu().matmul(x.gpu, w.gpu, &b.gpu, out.gpu);
+  EXPECT_LT(twin.error(out), tolerance(twin.dtype())) << "m=" << m;
+}
 
 TEST(GemmBuckets, RowCountsRoundUpWithinTheirOctave) {
   EXPECT_EQ(GemmLt::bucket_of(16, 4), 16);  // the tuned row counts keep their own plans
@@ -62,11 +73,7 @@ TEST_P(CudaGemmBuckets, MatchTheCpuAndMakeNoPlanAfterTheFirstCall) {
   const Pair b = twin.floats({n}, random_floats(rng, n, -0.5f, 0.5f));
   size_t plans = 0;
   for (const int64_t m : {40, 17, 33, 100, 257, 1000, 41}) {
-    const Pair x = twin.floats({m, k}, random_floats(rng, m * k));
-    Pair out = twin.output({m, n});
-    twin.cpu().matmul(x.cpu, w.cpu, &b.cpu, out.cpu);
-    twin.gpu().matmul(x.gpu, w.gpu, &b.gpu, out.gpu);
-    EXPECT_LT(twin.error(out), tolerance(GetParam())) << "m=" << m;
+    expect_bias_matmul(twin, rng, w, b, m);
     if (m == 40) {
       plans = twin.gpu().gemm().plan_count();
       EXPECT_EQ(twin.gpu().gemm().prewarmed_count(), 1u);
@@ -121,6 +128,60 @@ TEST_P(CudaGemmBuckets, NoPrewarmInsideACapture) {
   twin.gpu().matmul(x.gpu, w.gpu, nullptr, out.gpu);
   EXPECT_EQ(twin.gpu().gemm().prewarmed_count(), 1u);
   EXPECT_LT(twin.error(out), tolerance(GetParam())) << "eager";
+}
+
+// IB_GEMM_TUNE: the buckets' algorithms chosen by timing at their own M, on the shape's first
+// call, on scratch operands: every bucket up to kPrewarmMaxM is tuned (this shape's scratch is
+// small), the products still match the CPU at row counts across buckets, with a bias, with f32
+// output and as the residual add (the tuning runs write the scratch, not the residual), no plan is
+// made after the first call, and a graph replay of a tuned plan is right.
+TEST_P(CudaGemmBuckets, TunedBucketsMatchTheCpu) {
+  Twin twin(GetParam());
+  Rng rng(45);
+  twin.gpu().set_gemv_max_m(0);
+  twin.gpu().set_add_with_cublaslt(true);
+  twin.gpu().set_gemm_m_buckets(4);
+  twin.gpu().set_gemm_tuning(true);
+  ASSERT_TRUE(twin.gpu().gemm_tuning());
+  const int64_t n = 384, k = 512;
+  const float a = 1.0f / std::sqrt(static_cast<float>(k));
+  const Pair w = twin.floats({n, k}, random_floats(rng, n * k, -a, a));
+  const Pair b = twin.floats({n}, random_floats(rng, n, -0.5f, 0.5f));
+  size_t plans = 0, tuned = 0;
+  for (const int64_t m : {40, 17, 100, 257, 1000, 3000}) {
+    expect_bias_matmul(twin, rng, w, b, m);
+    if (m == 40) {
+      plans = twin.gpu().gemm().plan_count();
+      tuned = twin.gpu().gemm().tuned_bucket_count();
+      int64_t buckets = 0;
+      for (int64_t r = GemmLt::bucket_of(GemmLt::kExactMaxM + 1, 4); r <= GemmLt::kPrewarmMaxM;
+           r = GemmLt::bucket_of(r + 1, 4))
+        ++buckets;
+      EXPECT_EQ(tuned, static_cast<size_t>(buckets)) << "every bucket of the shape tuned";
+    } else {
+      EXPECT_EQ(twin.gpu().gemm().plan_count(), plans) << "a plan made mid-run at m=" << m;
+      EXPECT_EQ(twin.gpu().gemm().tuned_bucket_count(), tuned) << "tuned again at m=" << m;
+    }
+  }
+  // f32 output (another shape, tuned on its first call), then its graph replay.
+  const Pair x = twin.floats({70, k}, random_floats(rng, 70 * k));
+  Pair out = twin.output({70, n}, DType::kF32);
+  twin.cpu().matmul(x.cpu, w.cpu, nullptr, out.cpu);
+  twin.gpu().matmul(x.gpu, w.gpu, nullptr, out.gpu);
+  EXPECT_LT(twin.error(out), tolerance(GetParam())) << "f32 out";
+  EXPECT_GT(twin.gpu().gemm().tuned_bucket_count(), tuned);
+  Pair replayed = twin.output({70, n}, DType::kF32);
+  twin.cpu().matmul(x.cpu, w.cpu, nullptr, replayed.cpu);
+  testing::replay_in_graph(twin, [&] { twin.gpu().matmul(x.gpu, w.gpu, nullptr, replayed.gpu); });
+  EXPECT_LT(twin.error(replayed), tolerance(GetParam())) << "replayed";
+  // The residual add (beta = 1) of a third shape, tuned on its first call.
+  const Pair wp = twin.floats({256, k}, random_floats(rng, 256 * k, -a, a));
+  const testing::WeightPair wa{wp.cpu, wp.gpu};
+  for (const int64_t m : {48, 90}) {
+    const Pair xa = twin.floats({m, k}, random_floats(rng, m * k));
+    testing::expect_matmul_add(twin, rng, xa, wa, "tuned m=" + std::to_string(m));
+  }
+  ASSERT_TRUE(twin.gpu().device_status().ok());
 }
 
 // W8A8 above the GEMV's rows: cuBLASLt's E4M3 GEMM with outer-vector scales and the INT8 GEMM,

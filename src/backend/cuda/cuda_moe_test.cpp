@@ -213,6 +213,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   };
   constexpr int64_t kAll = int64_t{1} << 20;
   const int64_t saved_gemm_tokens = twin.gpu().moe_gemm_tokens();
+  const int64_t saved_warp_tokens = twin.gpu().moe_warp_tokens();
   for (const Form form :
        {Form{0, 0, 0, false, "warp per row"}, Form{0, kAll, 0, false, "tiles"},
         Form{kAll, 0, 0, false, "wide tiles"}, Form{0, 0, kAll, false, "balanced tiles"},
@@ -243,7 +244,7 @@ void expect_experts_match(Twin& twin, const ExpertsCase& ec, uint64_t seed, bool
   }
   twin.gpu().set_moe_pdl(false);
   twin.gpu().set_moe_gemm_tokens(saved_gemm_tokens);
-  twin.gpu().set_moe_warp_tokens(0);
+  twin.gpu().set_moe_warp_tokens(saved_warp_tokens);
   twin.gpu().set_moe_warp_ring(false);
 }
 

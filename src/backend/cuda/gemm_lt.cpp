@@ -241,18 +241,22 @@ void GemmLt::set_prewarm_scratch(void* data, size_t bytes) {
   prewarm_bytes_ = data ? bytes : 0;
 }
 
+void GemmLt::set_layout_m(Plan& plan, int64_t m) {
+  if (plan.layout_m == m) return;
+  const auto cols = static_cast<uint64_t>(m);
+  IB_CUBLAS_CHECK(
+      cublasLtMatrixLayoutSetAttribute(plan.b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)),
+      kOp);
+  IB_CUBLAS_CHECK(
+      cublasLtMatrixLayoutSetAttribute(plan.c, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)),
+      kOp);
+  plan.layout_m = m;
+}
+
 cublasStatus_t GemmLt::launch(Plan& plan, int64_t m, const Operands& op, void* workspace,
-                              size_t workspace_bytes, cudaStream_t stream) {
-  if (plan.layout_m != m) {
-    const auto cols = static_cast<uint64_t>(m);
-    IB_CUBLAS_CHECK(
-        cublasLtMatrixLayoutSetAttribute(plan.b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)),
-        kOp);
-    IB_CUBLAS_CHECK(
-        cublasLtMatrixLayoutSetAttribute(plan.c, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)),
-        kOp);
-    plan.layout_m = m;
-  }
+                              size_t workspace_bytes, cudaStream_t stream,
+                              const cublasLtMatmulAlgo_t* algo) {
+  set_layout_m(plan, m);
   if (plan.bias_epilogue) {
     IB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &op.bias, sizeof(op.bias)),
@@ -260,7 +264,8 @@ cublasStatus_t GemmLt::launch(Plan& plan, int64_t m, const Operands& op, void* w
   }
   if (op.a_scale != nullptr) set_scale_pointers(plan.desc, op.a_scale, op.b_scale);
   return cublasLtMatmul(handle_, plan.desc, op.alpha, op.w, plan.a, op.x, plan.b, op.beta, op.out,
-                        plan.c, op.out, plan.c, &plan.algo, workspace, workspace_bytes, stream);
+                        plan.c, op.out, plan.c, algo != nullptr ? algo : &plan.algo, workspace,
+                        workspace_bytes, stream);
 }
 
 bool GemmLt::matmul(const Key& key, const Operands& op, void* workspace, size_t workspace_bytes,
@@ -286,6 +291,8 @@ void GemmLt::prewarm(const Key& key, const Operands& op, void* workspace, size_t
   Key shape = key;
   shape.m = 0;
   if (!prewarmed_.insert(shape).second) return;
+  const int64_t tuned_max_m =
+      tuning_ ? tune_buckets(key, op, workspace, workspace_bytes, stream) : 0;
   const auto out_row_bytes = static_cast<int64_t>(dtype_size(key.out)) * key.n;
   const int64_t rows =
       std::min<int64_t>(kExactMaxM, static_cast<int64_t>(prewarm_bytes_) / out_row_bytes);
@@ -296,6 +303,7 @@ void GemmLt::prewarm(const Key& key, const Operands& op, void* workspace, size_t
   scratch.beta = &kZero;
   for (int64_t m = bucket_of(kExactMaxM + 1, buckets_); m <= kPrewarmMaxM;
        m = bucket_of(m + 1, buckets_)) {
+    if (m <= tuned_max_m) continue;  // loaded by its tuning's launches
     Key bucket = key;
     bucket.m = m;
     // The bucket's algorithm on `rows` of the call's x into the scratch: its module loads now.
@@ -303,6 +311,67 @@ void GemmLt::prewarm(const Key& key, const Operands& op, void* workspace, size_t
     if (Plan* plan = try_plan_for(bucket, workspace_bytes, op.a_scale, op.b_scale))
       (void)launch(*plan, rows, scratch, workspace, workspace_bytes, stream);
   }
+}
+
+int64_t GemmLt::tune_buckets(const Key& key, const Operands& op, void* workspace,
+                             size_t workspace_bytes, cudaStream_t stream) {
+  if (op.a_scale != nullptr || key.in == DType::kI8) return 0;  // FP8, int8: the heuristic's
+  const auto x_row_bytes = static_cast<size_t>(key.k) * dtype_size(key.in);
+  const auto out_row_bytes = static_cast<size_t>(key.n) * dtype_size(key.out);
+  const auto x_bytes = [&](int64_t m) {
+    return (static_cast<size_t>(m) * x_row_bytes + 255) / 256 * 256;
+  };
+  const auto scratch_bytes = [&](int64_t m) {
+    return x_bytes(m) + static_cast<size_t>(m) * out_row_bytes;
+  };
+  const int64_t first = bucket_of(kExactMaxM + 1, buckets_);
+  int64_t max_m = 0;
+  for (int64_t m = first; m <= kPrewarmMaxM && scratch_bytes(m) <= kTuneScratchMaxBytes;
+       m = bucket_of(m + 1, buckets_)) {
+    max_m = m;
+  }
+  if (max_m == 0) return 0;
+  auto* scratch = static_cast<char*>(tuning_->acquire(scratch_bytes(max_m)));
+  if (scratch == nullptr) return 0;
+  // x: the call's rows, repeated (realistic values for the kernels' timing), then out's scratch.
+  const auto call_rows = static_cast<size_t>(std::min(key.m, max_m));
+  IB_CUDA_CHECK(
+      cudaMemcpyAsync(scratch, op.x, call_rows * x_row_bytes, cudaMemcpyDeviceToDevice, stream),
+      "matmul tuning");
+  for (auto filled = call_rows; filled < static_cast<size_t>(max_m);) {
+    const size_t rows = std::min(filled, static_cast<size_t>(max_m) - filled);
+    IB_CUDA_CHECK(cudaMemcpyAsync(scratch + filled * x_row_bytes, scratch, rows * x_row_bytes,
+                                  cudaMemcpyDeviceToDevice, stream),
+                  "matmul tuning");
+    filled += rows;
+  }
+  Operands scratch_op = op;
+  scratch_op.x = scratch;
+  scratch_op.out = scratch + x_bytes(max_m);
+  for (int64_t m = first; m <= max_m; m = bucket_of(m + 1, buckets_)) {
+    Key bucket = key;
+    bucket.m = m;
+    Plan* plan = try_plan_for(bucket, workspace_bytes, nullptr, nullptr);
+    if (plan == nullptr) continue;
+    set_layout_m(*plan, m);  // the heuristic's candidates at the bucket's own M
+    float best_ms = INFINITY;
+    for (const cublasLtMatmulAlgo_t& algo :
+         candidates(*plan, bucket, workspace_bytes, kTuneCandidates)) {
+      bool ok = true;
+      const float ms = tuning_->time_ms([&] {
+        ok = ok && launch(*plan, m, scratch_op, workspace, workspace_bytes, stream, &algo) ==
+                       CUBLAS_STATUS_SUCCESS;
+      });
+      if (ok && ms < best_ms) {
+        best_ms = ms;
+        plan->algo = algo;
+      }
+    }
+    if (best_ms < INFINITY) ++tuned_buckets_;
+  }
+  IB_CUDA_CHECK(cudaStreamSynchronize(stream), "matmul tuning");
+  tuning_->release();
+  return max_m;
 }
 
 void GemmLt::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, void* workspace,

@@ -55,6 +55,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.quant_trigger = integer("IB_QUANT_TRIGGER");
   s.gemv_stage_norm = integer("IB_GEMV_STAGE_NORM");
   s.gemm_m_buckets = integer("IB_GEMM_M_BUCKETS");
+  s.gemm_tune = integer("IB_GEMM_TUNE");
   s.gemv_int4_warps = integer("IB_GEMV_INT4_WARPS");
   s.norm_regs = integer("IB_NORM_REGS");
   s.rope_vec = integer("IB_ROPE_VEC");
@@ -104,6 +105,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_quant_trigger(static_cast<int>(s.quant_trigger.value_or(0)));
   set_gemv_stage_norm(s.gemv_stage_norm.value_or(1) == 1);
   backend.set_gemm_m_buckets(static_cast<int>(s.gemm_m_buckets.value_or(4)));
+  if (s.gemm_tune) backend.set_gemm_tuning(*s.gemm_tune == 1);
   set_gemv_int4_warps(static_cast<int>(s.gemv_int4_warps.value_or(0)));
   set_norm_regs(s.norm_regs.value_or(1) == 1);
   set_rope_vec(s.rope_vec.value_or(1) == 1);
@@ -166,6 +168,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_QUANT_TRIGGER", {std::to_string(quant_trigger())}},
       {"IB_GEMV_STAGE_NORM", {flag(gemv_stage_norm())}},
       {"IB_GEMM_M_BUCKETS", {std::to_string(gemm_m_buckets())}},
+      {"IB_GEMM_TUNE", {flag(gemm_tuning())}},
       {"IB_GEMV_INT4_WARPS", {std::to_string(gemv_int4_warps())}},
       {"IB_NORM_REGS", {flag(norm_regs())}},
       {"IB_ROPE_VEC", {flag(rope_vec())}},

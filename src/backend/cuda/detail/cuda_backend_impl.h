@@ -153,9 +153,10 @@ class CudaBackend final : public Backend,
   // with their work items (tile, expert) spread evenly over a grid of the device's resident
   // blocks; larger ones still (and all with both 0) a warp per weight row (moe.cu).
   void set_moe_balance_tokens(int64_t tokens) { moe_balance_tokens_ = tokens; }
-  // IB_MOE_WARPS (default 0): chunks of at most this many tokens (before the three above) run the
+  // IB_MOE_WARPS (default 8): chunks of at most this many tokens (before the three above) run the
   // balanced grid with each work item (tile, expert) a warp's, its sums met by shuffles.
   void set_moe_warp_tokens(int64_t tokens) { moe_warp_tokens_ = tokens; }
+  int64_t moe_warp_tokens() const { return moe_warp_tokens_; }
   // IB_MOE_WARP_RING (default 0): the warp form's weights and x through a per-warp cp.async ring
   // in shared memory (chunks of at most 8 tokens).
   void set_moe_warp_ring(bool on) { moe_warp_ring_ = on; }
@@ -266,6 +267,11 @@ class CudaBackend final : public Backend,
   static constexpr size_t kGemmPrewarmBytes = size_t{16} << 20;
   void set_gemm_m_buckets(int per_octave);
   int gemm_m_buckets() const;
+  // IB_GEMM_TUNE=1: each bucket's algorithm the fastest of cuBLASLt's first candidates, timed at
+  // the bucket's M when its shape is prewarmed (GemmLt::BucketTuning; its scratch, up to
+  // GemmLt::kTuneScratchMaxBytes, allocated for each shape's pass and freed after). Default off.
+  void set_gemm_tuning(bool on);
+  bool gemm_tuning() const;
   // The cuBLASLt GEMMs' plans (tests).
   const GemmLt& gemm() const { return *gemm_; }
   // Times the heuristic's first GemmLt::kTuneCandidates algorithms for out = x @ w^T at x's exact
@@ -464,7 +470,8 @@ class CudaBackend final : public Backend,
   MatmulObserver observer_;
   std::unique_ptr<GemmLt> gemm_;
   Buffer gemm_workspace_;
-  Buffer gemm_prewarm_;  // IB_GEMM_M_BUCKETS' prewarm output, allocated when first turned on
+  Buffer gemm_prewarm_;       // IB_GEMM_M_BUCKETS' prewarm output, allocated when first turned on
+  Buffer gemm_tune_scratch_;  // IB_GEMM_TUNE's operands, held during one shape's pass
   Buffer attention_workspace_;
   Buffer staging_;
   Buffer attention_counters_;
@@ -498,7 +505,7 @@ class CudaBackend final : public Backend,
   int64_t moe_wide_tokens_ = 1;     // IB_MOE_WIDE
   int64_t moe_tile_tokens_ = 2;     // IB_MOE_TILES
   int64_t moe_balance_tokens_ = 8;  // IB_MOE_BALANCE
-  int64_t moe_warp_tokens_ = 0;     // IB_MOE_WARPS
+  int64_t moe_warp_tokens_ = 8;     // IB_MOE_WARPS
   bool moe_warp_ring_ = false;      // IB_MOE_WARP_RING
   int64_t moe_gemm_tokens_ = 32;    // IB_MOE_GEMM
   int64_t moe_gemm_launches_ = 0;

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -64,6 +65,24 @@ class GemmLt {
   // is in progress (no prewarm launches then).
   void set_prewarm_scratch(void* data, size_t bytes);
   void set_capturing(bool on) { capturing_ = on; }
+  // Bucket tuning (IB_GEMM_TUNE=1): where a shape's buckets are prewarmed (its first call above
+  // kExactMaxM rows, outside capture), each bucket's algorithm becomes the fastest of the
+  // heuristic's first kTuneCandidates, each timed by time_ms at the bucket's own M on scratch
+  // operands (x: the call's rows repeated; out: scratch) with the call's w, bias, alpha and beta.
+  // The scratch (x and out of the largest bucket tuned) comes from acquire and goes back by
+  // release after the shape; buckets whose x and out pass kTuneScratchMaxBytes, or every bucket
+  // where acquire gives null, keep the heuristic's first. 16- and 32-bit float GEMMs only: FP8
+  // and int8 plans keep the heuristic's. nullopt: off.
+  struct BucketTuning {
+    TimeFn time_ms;
+    std::function<void*(size_t bytes)> acquire;
+    std::function<void()> release;
+  };
+  static constexpr size_t kTuneScratchMaxBytes = size_t{1} << 30;
+  void set_bucket_tuning(std::optional<BucketTuning> tuning) { tuning_ = std::move(tuning); }
+  bool bucket_tuning() const { return tuning_.has_value(); }
+  // Buckets whose algorithm a tuning pass chose (the tests' view).
+  size_t tuned_bucket_count() const { return tuned_buckets_; }
   // The smallest bucket holding m rows (m itself at or below kExactMaxM).
   static int64_t bucket_of(int64_t m, int per_octave);
   static constexpr int64_t kExactMaxM = 16;
@@ -110,9 +129,12 @@ class GemmLt {
                      const void* b_scale);
   static void destroy(Plan& plan);
   Key key_for(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) const;
-  // cublasLtMatmul of a plan at m rows (its layouts set to m first).
+  // cublasLtMatmul of a plan at m rows (its layouts set to m first), with algo (null: the
+  // plan's).
   cublasStatus_t launch(Plan& plan, int64_t m, const Operands& op, void* workspace,
-                        size_t workspace_bytes, cudaStream_t stream);
+                        size_t workspace_bytes, cudaStream_t stream,
+                        const cublasLtMatmulAlgo_t* algo = nullptr);
+  void set_layout_m(Plan& plan, int64_t m);
   // The plan a call of key's shape at key.m rows runs on (its bucket's, prewarming the shape
   // first; or key.m's own), launched; false where the bias epilogue is missing and the caller
   // must add the bias.
@@ -120,6 +142,9 @@ class GemmLt {
               cudaStream_t stream);
   void prewarm(const Key& key, const Operands& op, void* workspace, size_t workspace_bytes,
                cudaStream_t stream);
+  // Bucket tuning (above) of key's shape; returns the largest bucket M it tuned (0: none).
+  int64_t tune_buckets(const Key& key, const Operands& op, void* workspace, size_t workspace_bytes,
+                       cudaStream_t stream);
   // The heuristic's top algorithms for a plan's descriptors (its epilogue already set).
   std::vector<cublasLtMatmulAlgo_t> candidates(const Plan& plan, const Key& key,
                                                size_t workspace_bytes, int count);
@@ -132,6 +157,8 @@ class GemmLt {
   size_t prewarm_bytes_ = 0;
   std::unordered_set<Key, KeyHash> prewarmed_;   // shapes (m = 0)
   std::unordered_set<Key, KeyHash> exact_only_;  // (shape, m) whose bucket's algorithm refused m
+  std::optional<BucketTuning> tuning_;
+  size_t tuned_buckets_ = 0;
 };
 
 }  // namespace ib::cuda

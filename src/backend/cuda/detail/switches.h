@@ -99,6 +99,8 @@ struct CudaSwitches {
   std::optional<int64_t> gemv_stage_norm;
   // IB_GEMM_M_BUCKETS=0|1|2|4|8|16: cuBLASLt plans per row bucket (set_gemm_m_buckets).
   std::optional<int64_t> gemm_m_buckets;
+  // IB_GEMM_TUNE=0|1: the buckets' algorithms timed at their own M (set_gemm_tuning).
+  std::optional<int64_t> gemm_tune;
   // IB_GEMV_DENSE_RING=0|1: the dense GEMVs through the ring (set_gemv_dense_ring).
   std::optional<int64_t> gemv_dense_ring;
   // IB_GEMV_INT4_WARPS=8|4|2|0: the W4A16 ring GEMVs' warps per block (set_gemv_int4_warps).
