@@ -6,10 +6,11 @@
 # (IB_TUNE_SECTIONS, default "tests ab mixtral"):
 #   tests    backend_cuda_test's row-bucket tests (the tuned buckets against the CPU among them),
 #            its MoE tests and the kernel switches' readback; engine_cuda_test's MoE engine tests
-#            (the warp items now take every chunk of up to 8 tokens)
+#            (the warp items now take every chunk of 2-8 tokens)
 #   ab       Llama-3-8B bf16, 1,024 prompts of 128 / 128, continuous, at IB_GEMM_TUNE=0 and 1,
 #            interleaved twice (the tuning's start-up cost: the runs' +s deltas)
-#   mixtral  Mixtral-8x7B bf16 at batch 1 at IB_MOE_WARPS=0 (the wide tiles) and 8 (the default);
+#   mixtral  Mixtral-8x7B bf16 at batch 8 (32 / 128, 32 prompts) at IB_MOE_WARPS=0 (the balanced
+#            tiles) and 8 (the default: the warp items);
 #            skipped on a card of less than 100,000 MiB
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~7 minutes): IB_PREBUILT=1 OUT=dir
 # bash bench/gpu/gemm_tune.sh. Writes tests.log, the tests' JSON, runs.log, runs.json, runs.tgz.
@@ -23,7 +24,8 @@ fi
 R=$O/runs; mkdir -p "$R"
 CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16
   --runs 1)
-B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
+B8=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 32 --runs 1 --load-mode static
+  --max-model-len 4096 --seed 0)
 {
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   if has ab; then
@@ -35,8 +37,8 @@ B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
   mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   if has mixtral && (( mib < 100000 )); then echo "mixtral skipped: ${mib} MiB (93 GB of weights)"; fi
   if has mixtral && (( mib >= 100000 )); then
-    run_model mixtral-8x7b b1_mixtral_w0 IB_MOE_WARPS=0 "${B1[@]}"
-    run_model mixtral-8x7b b1_mixtral_w8 IB_MOE_WARPS=8 "${B1[@]}"
+    run_model mixtral-8x7b b8_mixtral_w0 IB_MOE_WARPS=0 "${B8[@]}"
+    run_model mixtral-8x7b b8_mixtral_w8 IB_MOE_WARPS=8 "${B8[@]}"
   fi
 } 2>&1 | tee -a "$O/runs.log"
 pack_runs

@@ -14,7 +14,8 @@
 #          cuBLASLt at 8 rows, 17.8 us a layer in session 38's profile), interleaved twice
 #          (IB_MOE_AB_SETS picks among w0, w0g (w0 with IB_MATMUL_TUNING=3), w8 (the register
 #          form), w8g, w8r and w8rg; default "w0 w8r w8rg")
-#   b1     the same model at batch 1 once each: the wide tiles, the warp items (IB_MOE_WARPS=1)
+#   b1     the same model at batch 1 once each: the wide tiles, the warp items (IB_MOE_WARPS=1
+#          IB_MOE_WIDE=0)
 #          and their ring
 #   prof   the seed protocol at IB_MOE_WARPS=8 under the CUPTI tracer (per-kernel totals and the
 #          last 3,000 kernels' timeline: prof_warps.tgz)
@@ -53,8 +54,8 @@ v2() { run_model deepseek-v2-lite "$@"; }  # (build_inferbench.sh)
   fi
   if has b1; then
     v2 b1_w0 IB_MOE_WARPS=0 "${B1[@]}"
-    v2 b1_w1 IB_MOE_WARPS=1 "${B1[@]}"
-    v2 b1_w1r IB_MOE_WARPS=1 IB_MOE_WARP_RING=1 "${B1[@]}"
+    v2 b1_w1 IB_MOE_WARPS=1 IB_MOE_WIDE=0 "${B1[@]}"
+    v2 b1_w1r IB_MOE_WARPS=1 IB_MOE_WIDE=0 IB_MOE_WARP_RING=1 "${B1[@]}"
   fi
   if has prof; then
     lib=$(readlink -f "$B/bench/gpu/libib_kernel_profile.so")

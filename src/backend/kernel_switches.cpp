@@ -106,10 +106,11 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "pairs by expert once (measured fastest on the H200 at 4 and 8 tokens, slower at 1 and 2); "
      "larger chunks, and all with both 0, a warp per weight row over all of K"},
     {"IB_MOE_WARPS", "cuda", "8", 0, 1 << 20, "",
-     "chunks of at most this many tokens (before IB_MOE_WIDE, IB_MOE_TILES and IB_MOE_BALANCE) "
-     "in the balanced grid with each work item (tile, expert) a warp's, K split across its lanes "
-     "and the sums met by shuffles, no block barrier an item (measured on the H200 against 0: "
-     "DeepSeek-V2-Lite's seed protocol +14.8 %, batch 1 +0.7 %; on H100s it tied); 0: never"},
+     "chunks of at most this many tokens (after IB_MOE_WIDE's, before IB_MOE_TILES and "
+     "IB_MOE_BALANCE) in the balanced grid with each work item (tile, expert) a warp's, K split "
+     "across its lanes and the sums met by shuffles, no block barrier an item (measured on the "
+     "H200 against 0: DeepSeek-V2-Lite's seed protocol +14.8 %; at batch 1 with IB_MOE_WIDE=0 "
+     "it tied the wide tiles; on H100s it tied); 0: never"},
     {"IB_MOE_WARP_RING", "cuda", "0", 0, 1, "",
      "the warp form's operands through a ring of 2 slots a warp in shared memory (each a step's "
      "4 KB of weights and its pairs' x) by cp.async, refilled as each is read (chunks of at most 8 "

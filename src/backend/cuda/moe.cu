@@ -502,8 +502,8 @@ bool launch_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weight
       const T* xc = x.as<const T>() + t0 * d;
       const int32_t* idc = ids.as<const int32_t>() + t0 * k;
       const auto slots = static_cast<unsigned>(std::min(num_experts, pairs));
-      const bool warps = tc <= choice.warp_max_tokens;
       const bool wide = tc <= choice.wide_max_tokens, tiles = tc <= choice.tile_max_tokens;
+      const bool warps = !wide && tc <= choice.warp_max_tokens;
       if (gemm) {
         launch_moe_gemm(xc, idc, pairs, static_cast<int>(k), gate_up, down, num_experts, d, f,
                         x.dtype, layout, workspace, stream, choice.pdl, int4);

@@ -153,8 +153,9 @@ class CudaBackend final : public Backend,
   // with their work items (tile, expert) spread evenly over a grid of the device's resident
   // blocks; larger ones still (and all with both 0) a warp per weight row (moe.cu).
   void set_moe_balance_tokens(int64_t tokens) { moe_balance_tokens_ = tokens; }
-  // IB_MOE_WARPS (default 8): chunks of at most this many tokens (before the three above) run the
-  // balanced grid with each work item (tile, expert) a warp's, its sums met by shuffles.
+  // IB_MOE_WARPS (default 8): chunks of at most this many tokens (after IB_MOE_WIDE's, before
+  // IB_MOE_TILES and IB_MOE_BALANCE) run the balanced grid with each work item (tile, expert) a
+  // warp's, its sums met by shuffles.
   void set_moe_warp_tokens(int64_t tokens) { moe_warp_tokens_ = tokens; }
   int64_t moe_warp_tokens() const { return moe_warp_tokens_; }
   // IB_MOE_WARP_RING (default 0): the warp form's weights and x through a per-warp cp.async ring

@@ -68,8 +68,8 @@ struct MoeKernelChoice {
   int64_t wide_max_tokens = 0;
   int64_t tile_max_tokens = 0;
   int64_t balance_max_tokens = 0;
-  // IB_MOE_WARPS: chunks of at most this many tokens (before the three above) run the balanced
-  // grid with each work item a warp's (launch_moe_warps); 0: never.
+  // IB_MOE_WARPS: chunks of at most this many tokens (after wide_max_tokens, before the two
+  // above) run the balanced grid with each work item a warp's (launch_moe_warps); 0: never.
   int64_t warp_max_tokens = 0;
   bool warp_ring = false;  // IB_MOE_WARP_RING: the warp form's operands through a cp.async ring
   bool pdl = false;        // IB_MOE_PDL: programmatic dependent launch
