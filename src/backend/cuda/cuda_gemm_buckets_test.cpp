@@ -4,8 +4,8 @@
 // alone); no plan made after a shape's first call (the prewarm made every bucket's up to
 // kPrewarmMaxM rows); none during a graph capture; W8A8's FP8 and INT8 GEMMs equal to the same
 // GEMMs with a plan per row count (INT8 bit for bit: int32 sums; FP8 within bf16's tolerance:
-// another algorithm may sum in another order); the buckets' algorithms timed at their own M
-// (IB_GEMM_TUNE) against the CPU oracle.
+// another algorithm may sum in another order), with the heuristic's algorithms and timed ones;
+// the buckets' algorithms timed at their own M (IB_GEMM_TUNE) against the CPU oracle.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -186,29 +186,38 @@ TEST_P(CudaGemmBuckets, TunedBucketsMatchTheCpu) {
 
 // W8A8 above the GEMV's rows: cuBLASLt's E4M3 GEMM with outer-vector scales and the INT8 GEMM,
 // bucketed against a plan per row count on the same weights and x.
+// Bucketed plans of the heuristic's algorithms, then (IB_GEMM_TUNE, a fresh backend: a shape is
+// prewarmed once) timed ones, whose FP8 tuning runs on scratch per-token scales.
 TEST_P(CudaGemmBuckets, W8A8GemmsMatchAPlanPerRowCount) {
-  Twin twin(GetParam());
-  for (const WeightFormat format : {WeightFormat::kFp8E4M3, WeightFormat::kInt8W8A8}) {
-    if (!twin.gpu().supports_weight_format(format)) continue;
-    Rng rng(44);
-    const int64_t n = 512, k = 1024;
-    const WeightRef w = testing::quantize(twin, rng, n, k, format);
-    for (const int64_t m : {100, 300}) {
-      const Pair x = twin.floats({m, k}, random_floats(rng, m * k));
-      Pair out = twin.output({m, n});
-      twin.gpu().set_gemm_m_buckets(0);
-      twin.gpu().matmul(x.gpu, w, nullptr, out.gpu);
-      const std::vector<float> want = twin.gpu_floats(out.gpu);
-      twin.gpu().set_gemm_m_buckets(4);
-      twin.gpu().matmul(x.gpu, w, nullptr, out.gpu);
-      ASSERT_TRUE(twin.gpu().device_status().ok());
-      const std::vector<float> got = twin.gpu_floats(out.gpu);
-      const std::string what = std::string(weight_format_name(format)) + " m=" + std::to_string(m);
-      if (format == WeightFormat::kInt8W8A8) {
-        EXPECT_EQ(got, want) << what;
-      } else {
-        EXPECT_LT(rel_l2(got, want), tolerance(GetParam())) << what;
+  for (const bool tuned : {false, true}) {
+    Twin twin(GetParam());
+    twin.gpu().set_gemm_tuning(tuned);
+    for (const WeightFormat format : {WeightFormat::kFp8E4M3, WeightFormat::kInt8W8A8}) {
+      if (!twin.gpu().supports_weight_format(format)) continue;
+      Rng rng(44);
+      const int64_t n = 512, k = 1024;
+      const WeightRef w = testing::quantize(twin, rng, n, k, format);
+      const size_t tuned_before = twin.gpu().gemm().tuned_bucket_count();
+      for (const int64_t m : {100, 300}) {
+        const Pair x = twin.floats({m, k}, random_floats(rng, m * k));
+        Pair out = twin.output({m, n});
+        twin.gpu().set_gemm_m_buckets(0);
+        twin.gpu().matmul(x.gpu, w, nullptr, out.gpu);
+        const std::vector<float> want = twin.gpu_floats(out.gpu);
+        twin.gpu().set_gemm_m_buckets(4);
+        twin.gpu().matmul(x.gpu, w, nullptr, out.gpu);
+        ASSERT_TRUE(twin.gpu().device_status().ok());
+        const std::vector<float> got = twin.gpu_floats(out.gpu);
+        const std::string what = std::string(weight_format_name(format)) +
+                                 " m=" + std::to_string(m) + (tuned ? " tuned" : "");
+        if (format == WeightFormat::kInt8W8A8) {
+          EXPECT_EQ(got, want) << what;
+        } else {
+          EXPECT_LT(rel_l2(got, want), tolerance(GetParam())) << what;
+        }
       }
+      EXPECT_EQ(twin.gpu().gemm().tuned_bucket_count() > tuned_before, tuned)
+          << weight_format_name(format);
     }
   }
 }

@@ -49,6 +49,24 @@ void set_scale_pointers(cublasLtMatmulDesc_t desc, const void* a_scale, const vo
                   kOp);
 }
 
+// dst's first rows rows of row_bytes: src's call_rows rows, repeated (doubling copies).
+void repeat_rows(char* dst, const void* src, size_t call_rows, size_t rows, size_t row_bytes,
+                 cudaStream_t stream) {
+  IB_CUDA_CHECK(cudaMemcpyAsync(dst, src, call_rows * row_bytes, cudaMemcpyDeviceToDevice, stream),
+                "matmul tuning");
+  for (size_t filled = call_rows; filled < rows;) {
+    const size_t n = std::min(filled, rows - filled);
+    IB_CUDA_CHECK(cudaMemcpyAsync(dst + filled * row_bytes, dst, n * row_bytes,
+                                  cudaMemcpyDeviceToDevice, stream),
+                  "matmul tuning");
+    filled += n;
+  }
+}
+
+size_t round256(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
 }  // namespace
 
 size_t GemmLt::KeyHash::operator()(const Key& k) const {
@@ -315,14 +333,16 @@ void GemmLt::prewarm(const Key& key, const Operands& op, void* workspace, size_t
 
 int64_t GemmLt::tune_buckets(const Key& key, const Operands& op, void* workspace,
                              size_t workspace_bytes, cudaStream_t stream) {
-  if (op.a_scale != nullptr || key.in == DType::kI8) return 0;  // FP8, int8: the heuristic's
+  // The scratch: x's rows, the FP8 GEMM's per-token scales (its b_scale), then out.
+  const bool fp8 = op.a_scale != nullptr;
   const auto x_row_bytes = static_cast<size_t>(key.k) * dtype_size(key.in);
   const auto out_row_bytes = static_cast<size_t>(key.n) * dtype_size(key.out);
-  const auto x_bytes = [&](int64_t m) {
-    return (static_cast<size_t>(m) * x_row_bytes + 255) / 256 * 256;
+  const auto x_bytes = [&](int64_t m) { return round256(static_cast<size_t>(m) * x_row_bytes); };
+  const auto scale_bytes = [&](int64_t m) {
+    return fp8 ? round256(static_cast<size_t>(m) * sizeof(float)) : 0;
   };
   const auto scratch_bytes = [&](int64_t m) {
-    return x_bytes(m) + static_cast<size_t>(m) * out_row_bytes;
+    return x_bytes(m) + scale_bytes(m) + static_cast<size_t>(m) * out_row_bytes;
   };
   const int64_t first = bucket_of(kExactMaxM + 1, buckets_);
   int64_t max_m = 0;
@@ -333,27 +353,24 @@ int64_t GemmLt::tune_buckets(const Key& key, const Operands& op, void* workspace
   if (max_m == 0) return 0;
   auto* scratch = static_cast<char*>(tuning_->acquire(scratch_bytes(max_m)));
   if (scratch == nullptr) return 0;
-  // x: the call's rows, repeated (realistic values for the kernels' timing), then out's scratch.
+  // The call's rows (and scales), repeated: realistic values for the kernels' timing.
   const auto call_rows = static_cast<size_t>(std::min(key.m, max_m));
-  IB_CUDA_CHECK(
-      cudaMemcpyAsync(scratch, op.x, call_rows * x_row_bytes, cudaMemcpyDeviceToDevice, stream),
-      "matmul tuning");
-  for (auto filled = call_rows; filled < static_cast<size_t>(max_m);) {
-    const size_t rows = std::min(filled, static_cast<size_t>(max_m) - filled);
-    IB_CUDA_CHECK(cudaMemcpyAsync(scratch + filled * x_row_bytes, scratch, rows * x_row_bytes,
-                                  cudaMemcpyDeviceToDevice, stream),
-                  "matmul tuning");
-    filled += rows;
-  }
+  const auto rows = static_cast<size_t>(max_m);
+  repeat_rows(scratch, op.x, call_rows, rows, x_row_bytes, stream);
   Operands scratch_op = op;
   scratch_op.x = scratch;
-  scratch_op.out = scratch + x_bytes(max_m);
+  if (fp8) {
+    repeat_rows(scratch + x_bytes(max_m), op.b_scale, call_rows, rows, sizeof(float), stream);
+    scratch_op.b_scale = scratch + x_bytes(max_m);
+  }
+  scratch_op.out = scratch + x_bytes(max_m) + scale_bytes(max_m);
   for (int64_t m = first; m <= max_m; m = bucket_of(m + 1, buckets_)) {
     Key bucket = key;
     bucket.m = m;
-    Plan* plan = try_plan_for(bucket, workspace_bytes, nullptr, nullptr);
+    Plan* plan = try_plan_for(bucket, workspace_bytes, scratch_op.a_scale, scratch_op.b_scale);
     if (plan == nullptr) continue;
     set_layout_m(*plan, m);  // the heuristic's candidates at the bucket's own M
+    if (fp8) set_scale_pointers(plan->desc, scratch_op.a_scale, scratch_op.b_scale);
     float best_ms = INFINITY;
     for (const cublasLtMatmulAlgo_t& algo :
          candidates(*plan, bucket, workspace_bytes, kTuneCandidates)) {

@@ -68,11 +68,11 @@ class GemmLt {
   // Bucket tuning (IB_GEMM_TUNE=1): where a shape's buckets are prewarmed (its first call above
   // kExactMaxM rows, outside capture), each bucket's algorithm becomes the fastest of the
   // heuristic's first kTuneCandidates, each timed by time_ms at the bucket's own M on scratch
-  // operands (x: the call's rows repeated; out: scratch) with the call's w, bias, alpha and beta.
-  // The scratch (x and out of the largest bucket tuned) comes from acquire and goes back by
-  // release after the shape; buckets whose x and out pass kTuneScratchMaxBytes, or every bucket
-  // where acquire gives null, keep the heuristic's first. 16- and 32-bit float GEMMs only: FP8
-  // and int8 plans keep the heuristic's. nullopt: off.
+  // operands (x, and FP8's per-token scales: the call's rows repeated; out: scratch) with the
+  // call's w (and its scales), bias, alpha and beta. The scratch (of the largest bucket tuned)
+  // comes from acquire and goes back by release after the shape; buckets whose scratch would
+  // pass kTuneScratchMaxBytes, or every bucket where acquire gives null, keep the heuristic's
+  // first. nullopt: off.
   struct BucketTuning {
     TimeFn time_ms;
     std::function<void*(size_t bytes)> acquire;
