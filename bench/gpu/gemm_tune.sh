@@ -9,6 +9,8 @@
 #            (the warp items now take every chunk of 2-8 tokens)
 #   ab       Llama-3-8B bf16, 1,024 prompts of 128 / 128, continuous, at IB_GEMM_TUNE=0 and 1,
 #            interleaved twice (the tuning's start-up cost: the runs' +s deltas)
+#   ab8      (not in the default list) the same in fp8 with the E4M3 KV cache (issue 13's
+#            continuous run), IB_GEMM_TUNE=0 and 1 interleaved twice
 #   mixtral  Mixtral-8x7B bf16 at batch 8 (32 / 128, 32 prompts) at IB_MOE_WARPS=0 (the balanced
 #            tiles) and 8 (the default: the warp items);
 #            skipped on a card of less than 100,000 MiB
@@ -32,6 +34,13 @@ B8=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 32 --runs 1 --l
     for i in 1 2; do
       run_llama "cont_tune0_$i" IB_GEMM_TUNE=0 "${CONT[@]}"
       run_llama "cont_tune1_$i" IB_GEMM_TUNE=1 "${CONT[@]}"
+    done
+  fi
+  if has ab8; then
+    FP8=(--quantization fp8 --kv-cache-dtype fp8)
+    for i in 1 2; do
+      run_llama "cont_fp8kv8_tune0_$i" IB_GEMM_TUNE=0 "${FP8[@]}" "${CONT[@]}"
+      run_llama "cont_fp8kv8_tune1_$i" IB_GEMM_TUNE=1 "${FP8[@]}" "${CONT[@]}"
     done
   fi
   mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
