@@ -41,7 +41,7 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_GEMM_TUNE", "cuda", "0", 0, 1, "",
      "1: each cuBLASLt row bucket's algorithm the fastest of the heuristic's first 8, timed at the "
      "bucket's own M when its shape's buckets are prewarmed (on scratch operands of up to 1 GiB, "
-     "freed after; a few seconds at start-up for a 7-8B model), instead of the heuristic's first"},
+     "freed after; its start-up time not yet measured), instead of the heuristic's first"},
     {"IB_ATTN_PREFETCH", "cuda", "8", 0, 1 << 20, "",
      "the split-KV attention prefetches its K and V rows into L2 in steps of at most this many "
      "sequences (0: never)"},
@@ -109,13 +109,13 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "chunks of at most this many tokens (after IB_MOE_WIDE's, before IB_MOE_TILES and "
      "IB_MOE_BALANCE) in the balanced grid with each work item (tile, expert) a warp's, K split "
      "across its lanes and the sums met by shuffles, no block barrier an item (measured on the "
-     "H200 against 0: DeepSeek-V2-Lite's seed protocol +14.8 %; at batch 1 with IB_MOE_WIDE=0 "
+     "H200 against 0: DeepSeek-V2-Lite's seed protocol +14.7 %; at batch 1 with IB_MOE_WIDE=0 "
      "it tied the wide tiles; on H100s it tied); 0: never"},
     {"IB_MOE_WARP_RING", "cuda", "0", 0, 1, "",
      "the warp form's operands through a ring of 2 slots a warp in shared memory (each a step's "
      "4 KB of weights and its pairs' x) by cp.async, refilled as each is read (chunks of at most 8 "
-     "tokens; measured on H100s: 3-7.5 % "
-     "slower on DeepSeek-V2-Lite's seed protocol, 13.6 % at batch 1)"},
+     "tokens; measured slower on DeepSeek-V2-Lite's seed protocol: on the H200 996.6 tok/s "
+     "against the register form's 1,217.9, on H100s 3-7.5 % under the balanced blocks)"},
     {"IB_MOE_GEMM", "cuda", "32", 0, 1 << 20, "",
      "calls of at least this many tokens (prefill, large decode batches; past the tile forms' "
      "sizes) run the experts' matmuls as a grouped tensor-core GEMM: a plan kernel sorts the "

@@ -35,6 +35,17 @@ void expect_bias_matmul(Twin& twin, Rng& rng, const Pair& w, const Pair& b, int6
   EXPECT_LT(twin.error(out), tolerance(twin.dtype())) << "m=" << m;
 }
 
+// x (70, k) at random through w, no bias, into f32 output on both backends, compared; returns x.
+Pair expect_f32_out_matmul(Twin& twin, Rng& rng, const Pair& w) {
+  const int64_t n = w.cpu.dim(0), k = w.cpu.dim(1);
+  const Pair x = twin.floats({70, k}, random_floats(rng, 70 * k));
+  Pair out = twin.output({70, n}, DType::kF32);
+  twin.cpu().matmul(x.cpu, w.cpu, nullptr, out.cpu);
+  twin.gpu().matmul(x.gpu, w.gpu, nullptr, out.gpu);
+  EXPECT_LT(twin.error(out), tolerance(twin.dtype())) << "f32 out";
+  return x;
+}
+
 TEST(GemmBuckets, RowCountsRoundUpWithinTheirOctave) {
   EXPECT_EQ(GemmLt::bucket_of(16, 4), 16);  // the tuned row counts keep their own plans
   EXPECT_EQ(GemmLt::bucket_of(17, 4), 20);
@@ -83,11 +94,7 @@ TEST_P(CudaGemmBuckets, MatchTheCpuAndMakeNoPlanAfterTheFirstCall) {
     }
   }
   // f32 output, no bias: another shape, prewarmed on its first call.
-  const Pair x = twin.floats({70, k}, random_floats(rng, 70 * k));
-  Pair out = twin.output({70, n}, DType::kF32);
-  twin.cpu().matmul(x.cpu, w.cpu, nullptr, out.cpu);
-  twin.gpu().matmul(x.gpu, w.gpu, nullptr, out.gpu);
-  EXPECT_LT(twin.error(out), tolerance(GetParam())) << "f32 out";
+  expect_f32_out_matmul(twin, rng, w);
   EXPECT_EQ(twin.gpu().gemm().prewarmed_count(), 2u);
 }
 
@@ -164,11 +171,7 @@ TEST_P(CudaGemmBuckets, TunedBucketsMatchTheCpu) {
     }
   }
   // f32 output (another shape, tuned on its first call), then its graph replay.
-  const Pair x = twin.floats({70, k}, random_floats(rng, 70 * k));
-  Pair out = twin.output({70, n}, DType::kF32);
-  twin.cpu().matmul(x.cpu, w.cpu, nullptr, out.cpu);
-  twin.gpu().matmul(x.gpu, w.gpu, nullptr, out.gpu);
-  EXPECT_LT(twin.error(out), tolerance(GetParam())) << "f32 out";
+  const Pair x = expect_f32_out_matmul(twin, rng, w);
   EXPECT_GT(twin.gpu().gemm().tuned_bucket_count(), tuned);
   Pair replayed = twin.output({70, n}, DType::kF32);
   twin.cpu().matmul(x.cpu, w.cpu, nullptr, replayed.cpu);
@@ -185,9 +188,9 @@ TEST_P(CudaGemmBuckets, TunedBucketsMatchTheCpu) {
 }
 
 // W8A8 above the GEMV's rows: cuBLASLt's E4M3 GEMM with outer-vector scales and the INT8 GEMM,
-// bucketed against a plan per row count on the same weights and x.
-// Bucketed plans of the heuristic's algorithms, then (IB_GEMM_TUNE, a fresh backend: a shape is
-// prewarmed once) timed ones, whose FP8 tuning runs on scratch per-token scales.
+// bucketed against a plan per row count on the same weights and x: the buckets with the
+// heuristic's algorithms, then (IB_GEMM_TUNE, a fresh backend: a shape is prewarmed once) with
+// timed ones, whose FP8 tuning runs on scratch per-token scales.
 TEST_P(CudaGemmBuckets, W8A8GemmsMatchAPlanPerRowCount) {
   for (const bool tuned : {false, true}) {
     Twin twin(GetParam());
