@@ -8,7 +8,8 @@
 // per group and in one (IB_LORA_FUSED=1); bf16 decode steps with the updates in the fused decode
 // GEMVs (the default, IB_LORA_IN_GEMV=1: a shrink launch before each; 3: chained, each GEMV
 // accumulating the next op's shrink, eagerly and in graphs; the adapters' A then take the folded
-// norm gains) and on the unfused ops (IB_LORA_IN_GEMV=0).
+// norm gains; 4: launched, each GEMV waiting for its shrink by flags, eagerly and in graphs) and
+// on the unfused ops (IB_LORA_IN_GEMV=0).
 // Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -187,7 +188,9 @@ INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineLora,
                                            Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "0"},
                                            Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "1"},
                                            Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "3"},
-                                           Case{DType::kBF16, false, "IB_LORA_IN_GEMV", "3"}),
+                                           Case{DType::kBF16, false, "IB_LORA_IN_GEMV", "3"},
+                                           Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "4"},
+                                           Case{DType::kBF16, false, "IB_LORA_IN_GEMV", "4"}),
                          case_name);
 
 }  // namespace

@@ -4,8 +4,9 @@
 // add. Batches mix three adapter slots and the base model (-1); ranks 8, 16 and 64; dense weights
 // with the gain folded (null) and an INT8 W8A16 weight keeping its gain (the shrink applies it);
 // the residual add on cuBLASLt (IB_ADD_CUBLASLT: the op's unfused form, the expand its own
-// launch); the shrink launched before the GEMV (IB_LORA_IN_GEMV=1) and chained (3: each GEMV
-// accumulating the next op's shrink, over a decode layer's ops); eagerly
+// launch); the shrink launched before the GEMV (IB_LORA_IN_GEMV=1), chained (3: each GEMV
+// accumulating the next op's shrink, over a decode layer's ops) and met by flags (4: bit for bit
+// mode 1's, over a graph replayed three times); eagerly
 // and replayed from a CUDA graph. bf16 and fp16, the dtype's tolerance of detail/test_support.h.
 #include <gtest/gtest.h>
 
@@ -29,9 +30,10 @@ class CudaFusedLora : public ::testing::TestWithParam<DType> {
   void SetUp() override { IB_REQUIRE_CUDA(); }
 };
 
-// IB_LORA_IN_GEMV's fused modes: the shrink launched before the GEMV, and chained (3: launched
-// before it as in 1 where, as here, no op names this one as its next).
-constexpr int kModes[] = {1, 3};
+// IB_LORA_IN_GEMV's fused modes: the shrink launched before the GEMV, chained (3: launched
+// before it as in 1 where, as here, no op names this one as its next), and launched with the
+// dense GEMVs waiting for it by flags (4; the W8A16 GEMV, after its norm kernel, as in 1).
+constexpr int kModes[] = {1, 3, 4};
 
 // S slots' random A (S, R, K) and B (S, N, R) of each target (N, row offset), the slots' scales
 // and the tokens' slot ids (slots 0, 1, 2 and -1 in turn).
@@ -267,8 +269,10 @@ TEST_P(CudaFusedLora, RmsMatmulRopeCacheAddsTheUpdateBeforeTheRotation) {
 // Against the CPU's unfused ops (matmul, lora_apply_group, add_rms_norm, silu_mul,
 // rope_and_cache) and against the same ops with every shrink launched (1): one shrink launch (o's)
 // instead of four, the same residual, SwiGLU output, q/k/v and cache; eagerly and from a graph.
+// Flagged shrinks (4) over the same layer: four launched shrinks, each GEMV waiting for its by
+// flags, equal to 1 bit for bit, and a graph of them replayed three times.
 // Every GEMV here has more row tiles than the H200 has SMs (more than one wave of blocks).
-TEST_P(CudaFusedLora, ChainedShrinksGiveTheLaunchedShrinksResults) {
+TEST_P(CudaFusedLora, ChainedAndFlaggedShrinksGiveTheLaunchedShrinksResults) {
   Twin twin(GetParam());
   Rng rng(65);
   const double tol = tolerance(GetParam());
@@ -336,10 +340,17 @@ TEST_P(CudaFusedLora, ChainedShrinksGiveTheLaunchedShrinksResults) {
     gpu.rms_matmul_rope_cache(residual.gpu, nullptr, wqkv.gpu, nullptr, eps, pos.gpu, slot.gpu,
                               freq.gpu, {kc.gpu, vc.gpu, 16}, shape, qkv.gpu, &qkv_l);
   };
-  std::vector<float> launched_qkv;  // mode 1's
-  for (const int mode : {1, 3}) {
+  const Pair* outputs[] = {&residual, &act, &qkv, &kc, &vc};
+  std::vector<std::vector<float>> launched;  // mode 1's outputs, in outputs' order
+  const auto gpu_outputs = [&] {
+    std::vector<std::vector<float>> v;
+    for (const Pair* p : outputs) v.push_back(twin.gpu_floats(p->gpu));
+    return v;
+  };
+  for (const int mode : {1, 3, 4}) {
     twin.gpu().set_lora_in_gemv(mode);
     const int64_t shrinks = twin.gpu().lora_shrink_launches();
+    const int64_t pairs = twin.gpu().lora_sync_pairs();
     eager_and_graph(twin, reset, layer, [&](const char* how) {
       ASSERT_TRUE(twin.gpu().device_status().ok());
       const std::string at = std::string(how) + " mode " + std::to_string(mode);
@@ -348,15 +359,34 @@ TEST_P(CudaFusedLora, ChainedShrinksGiveTheLaunchedShrinksResults) {
       EXPECT_LT(twin.error(qkv), tol) << at << " qkv";
       EXPECT_LT(twin.error(kc), tol) << at << " k cache";
       EXPECT_LT(twin.error(vc), tol) << at << " v cache";
-      if (launched_qkv.empty()) {
-        launched_qkv = twin.gpu_floats(qkv.gpu);
+      if (launched.empty()) {
+        launched = gpu_outputs();
+      } else if (mode == 4) {  // the same kernels' arithmetic in the same order: the same bits
+        EXPECT_EQ(gpu_outputs(), launched) << at << " against launched shrinks";
       } else {  // the same sums in another order: far inside the dtype's tolerance
-        EXPECT_LT(testing::rel_l2(twin.gpu_floats(qkv.gpu), launched_qkv), tol / 4)
+        EXPECT_LT(testing::rel_l2(twin.gpu_floats(qkv.gpu), launched[2]), tol / 4)
             << at << " against launched shrinks";
       }
     });
-    // The eager pass and the capture each launch o's shrink, and with mode 1 the other three.
-    EXPECT_EQ(twin.gpu().lora_shrink_launches() - shrinks, mode == 1 ? 8 : 2) << "mode " << mode;
+    // The eager pass and the capture each launch o's shrink, and with modes 1 and 4 the other
+    // three; with 4 all four GEMVs meet theirs by flags.
+    EXPECT_EQ(twin.gpu().lora_shrink_launches() - shrinks, mode == 3 ? 2 : 8) << "mode " << mode;
+    EXPECT_EQ(twin.gpu().lora_sync_pairs() - pairs, mode == 4 ? 8 : 0) << "mode " << mode;
+    if (mode != 4) continue;
+    // One graph replayed three times reuses the flag sets: each replay's outputs the same, and
+    // every flag back to zero after (the residual and caches the layer updates restored before
+    // each replay).
+    reset();
+    twin.gpu().synchronize();
+    testing::replay_in_graph(twin, layer, 3, [&](int replay) {
+      ASSERT_TRUE(twin.gpu().device_status().ok());
+      EXPECT_EQ(gpu_outputs(), launched) << "replay " << replay;
+      EXPECT_EQ(twin.gpu().lora_sync_words(),
+                std::vector<unsigned>(size_t{kLoraSyncSets} * kLoraSyncWords, 0u))
+          << "replay " << replay;
+      reset();
+      twin.gpu().synchronize();
+    });
   }
 }
 

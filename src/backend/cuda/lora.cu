@@ -31,9 +31,10 @@ template <typename T, int V, int TT, bool kNorm = false>
 __global__ void __launch_bounds__(kShrinkThreads)
     lora_shrink_kernel(const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids,
                        int64_t tokens, LoraGroupPtrs group, int rank, int num_slots, float* u,
-                       const T* __restrict__ gain, float eps, float* zero, int zero_floats) {
+                       const T* __restrict__ gain, float eps, float* zero, int zero_floats,
+                       unsigned* sync) {
   lora_shrink_block<T, V, TT, kNorm>(x, k, slot_ids, tokens, group, rank, num_slots, u, blockIdx.x,
-                                     blockIdx.y, gain, eps);
+                                     blockIdx.y, gain, eps, sync);
   // After the block's pdl_wait: every kernel before this launch has finished.
   if (zero != nullptr && blockIdx.x == 0 && blockIdx.y == 0) {
     for (int i = static_cast<int>(threadIdx.x); i < zero_floats; i += kShrinkThreads)
@@ -212,21 +213,26 @@ template <typename T, int V>
 void launch_shrink(const T* x, int64_t k, const int32_t* slot_ids, int64_t tokens,
                    const LoraGroupPtrs& group, int rank, int num_slots, float* u,
                    cudaStream_t stream, bool pdl, const LoraShrinkNorm* norm = nullptr,
-                   float* zero = nullptr, int zero_floats = 0) {
+                   float* zero = nullptr, int zero_floats = 0, unsigned* sync = nullptr) {
   const unsigned rows = blocks_for(int64_t{group.count} * rank, kShrinkRows);
+  IB_ASSERT(sync == nullptr || norm != nullptr || shrink_tile(tokens) == 1,
+            "lora shrink: a flagged shrink takes one token a block");
   if (norm != nullptr) {
     const T* gain = norm->gain != nullptr ? norm->gain->as<const T>() : nullptr;
     launch_kernel("lora shrink (norm)", pdl, lora_shrink_kernel<T, V, 1, true>,
                   dim3(blocks_for(tokens, 1), rows), dim3(kShrinkThreads), 0, stream, x, k,
-                  slot_ids, tokens, group, rank, num_slots, u, gain, norm->eps, zero, zero_floats);
+                  slot_ids, tokens, group, rank, num_slots, u, gain, norm->eps, zero, zero_floats,
+                  sync);
   } else if (shrink_tile(tokens) == 1) {
     launch_kernel("lora_apply shrink", pdl, lora_shrink_kernel<T, V, 1>,
                   dim3(blocks_for(tokens, 1), rows), dim3(kShrinkThreads), 0, stream, x, k,
-                  slot_ids, tokens, group, rank, num_slots, u, nullptr, 0.0f, zero, zero_floats);
+                  slot_ids, tokens, group, rank, num_slots, u, nullptr, 0.0f, zero, zero_floats,
+                  sync);
   } else {
     launch_kernel("lora_apply shrink", pdl, lora_shrink_kernel<T, V, kShrinkTile>,
                   dim3(blocks_for(tokens, kShrinkTile), rows), dim3(kShrinkThreads), 0, stream, x,
-                  k, slot_ids, tokens, group, rank, num_slots, u, nullptr, 0.0f, zero, zero_floats);
+                  k, slot_ids, tokens, group, rank, num_slots, u, nullptr, 0.0f, zero, zero_floats,
+                  nullptr);
   }
 }
 
@@ -273,9 +279,14 @@ int64_t lora_chunk_tokens(int64_t group_rank, size_t workspace_bytes) {
   return std::min(static_cast<int64_t>(workspace_bytes) / per_token, kMaxChunkTokens);
 }
 
+unsigned lora_shrink_blocks(int64_t tokens, int count, int64_t rank) {
+  return blocks_for(tokens, 1) * blocks_for(int64_t{count} * rank, kShrinkRows);
+}
+
 void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tensor& slot_ids,
                         const LoraGroupPtrs& group, int64_t rank, int64_t num_slots, float* u,
-                        cudaStream_t stream, bool pdl, float* zero, int64_t zero_floats) {
+                        cudaStream_t stream, bool pdl, float* zero, int64_t zero_floats,
+                        unsigned* sync) {
   const int64_t t = x.rows(), k = x.row_size();
   if (t == 0) return;
   IB_DISPATCH_FLOAT(x.dtype, T, {
@@ -286,9 +297,10 @@ void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tenso
     const auto zn = static_cast<int>(zero_floats);
     if (shrink_vectorized<T>(x, group, gain)) {
       launch_shrink<T, kVec16<T>>(x.as<const T>(), k, ids, t, group, r, s, u, stream, pdl, norm,
-                                  zero, zn);
+                                  zero, zn, sync);
     } else {
-      launch_shrink<T, 1>(x.as<const T>(), k, ids, t, group, r, s, u, stream, pdl, norm, zero, zn);
+      launch_shrink<T, 1>(x.as<const T>(), k, ids, t, group, r, s, u, stream, pdl, norm, zero, zn,
+                          sync);
     }
   });
 }

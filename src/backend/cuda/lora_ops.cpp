@@ -108,9 +108,15 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
     // With chained shrinks this launch also zeroes their accumulators: none is pending (spent
     // above), and every op that read one ran before it.
     const bool zero = lora_in_gemv_ == 3 && x.rows() > 0;  // (a launch of no rows does nothing)
+    // IB_LORA_IN_GEMV=4: the dense GEMV, launched right after the shrink (no norm or quantize
+    // kernel between them), meets it by flags.
+    if (lora_in_gemv_ == 4 && gemv && w.format == WeightFormat::kDense && x.rows() > 0) {
+      l.sync = lora_sync_set(lora_sync_pairs_++ % kLoraSyncSets);
+      l.u_blocks = lora_shrink_blocks(x.rows(), g.ptrs.count, g.rank);
+    }
     launch_lora_shrink(x, norm, lora.slot_ids, g.ptrs, g.rank, g.slots, l.u, stream_,
                        pdl_ && lora_pdl_, zero ? lora_chain_u(0) : nullptr,
-                       zero ? kLoraChains * static_cast<int64_t>(kGemvLoraChainFloats) : 0);
+                       zero ? kLoraChains * static_cast<int64_t>(kGemvLoraChainFloats) : 0, l.sync);
     ++lora_shrink_launches_;
     if (zero) {
       for (LoraChain& c : lora_chains_) c.zeroed = true;
@@ -121,6 +127,22 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
     chain_lora_shrink(l, lora, *out);
   }
   return l;
+}
+
+unsigned* CudaBackend::lora_sync_set(int64_t i) const {
+  return static_cast<unsigned*>(lora_counters_.data()) + kLoraSyncOffset / sizeof(unsigned) +
+         i * kLoraSyncWords;
+}
+
+std::vector<unsigned> CudaBackend::lora_sync_words() {
+  std::vector<unsigned> words(size_t{kLoraSyncSets} * kLoraSyncWords);
+  run_op("lora_sync_words", [&] {
+    IB_CUDA_CHECK(cudaMemcpyAsync(words.data(), lora_sync_set(0), words.size() * sizeof(unsigned),
+                                  cudaMemcpyDeviceToHost, stream_),
+                  "lora_sync_words");
+    IB_CUDA_CHECK(cudaStreamSynchronize(stream_), "lora_sync_words");
+  });
+  return words;
 }
 
 float* CudaBackend::lora_chain_u(int i) const {

@@ -19,6 +19,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/detail/check.h"
@@ -43,9 +44,12 @@ class CudaBackend final : public Backend,
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
   static constexpr size_t kStagingBytes = size_t{16} << 20;
   static constexpr size_t kAttentionCounterBytes = size_t{1} << 20;  // split-KV merge counters
-  // LoRA block tickets, zero between launches, three sets of kLoraFusedCounterBytes: set 0
-  // IB_LORA_FUSED's (lora.cu), sets 1 and 2 the LoRA GEMVs' in turn (GemvLora).
-  static constexpr size_t kLoraCounterBytes = kLoraFusedCounterBytes;
+  // LoRA block counters, zero between launches: IB_LORA_FUSED's (lora.cu), then from byte
+  // kLoraSyncOffset the kLoraSyncSets flag sets of IB_LORA_IN_GEMV=4 (GemvLora::sync).
+  static constexpr size_t kLoraSyncOffset = 16;
+  static_assert(kLoraFusedCounterBytes <= kLoraSyncOffset);
+  static constexpr size_t kLoraCounterBytes =
+      kLoraSyncOffset + size_t{kLoraSyncSets} * kLoraSyncWords * sizeof(unsigned);
   // The chained LoRA shrinks' accumulators (IB_LORA_IN_GEMV=3, GemvLora::next_u): three, as a
   // decode layer has three chained shrinks in flight at most (o -> gate/up -> down -> next q/k/v).
   static constexpr int kLoraChains = 3;
@@ -310,13 +314,20 @@ class CudaBackend final : public Backend,
   // (`next`), its GEMV accumulates that op's shrink from the outputs it stores, so a decode layer
   // launches one shrink (o's, which also zeroes the accumulators; measured slower than 1 once
   // 2 was removed: bench/NOTES.md, "Removing the in-launch shrink"); 0 the unfused ops and
-  // LoraOps. (2, the shrink's blocks in the GEMV's own launch, measured slower and was removed.)
+  // LoraOps; 4 as 1, but each dense GEMV waits for its shrink by flags (GemvLora::sync: it
+  // launches and streams its weights while the shrink waits for x, and reads u only before its
+  // epilogue), the same arithmetic as 1, bit for bit. (2, the shrink's blocks in the GEMV's own
+  // launch, measured slower and was removed.)
   void set_lora_in_gemv(int mode) {
     lora_in_gemv_ = mode;
     reset_lora_chains();
   }
   // The shrinks launched by the fused ops with LoRA so far (tests: chained shrinks launch none).
   int64_t lora_shrink_launches() const { return lora_shrink_launches_; }
+  // The shrink / GEMV pairs that met by flags so far (IB_LORA_IN_GEMV=4), and the flag sets'
+  // words after the stream's work (tests: zero between pairs).
+  int64_t lora_sync_pairs() const { return lora_sync_pairs_; }
+  std::vector<unsigned> lora_sync_words();
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
   // steps of at most this many sequences (0: never). Default 8, measured best of 1, 8, 32 and
   // 256: +2 % at batch 1 and on the seed's batch 8, even on the continuous run, -3 % when every
@@ -437,6 +448,8 @@ class CudaBackend final : public Backend,
   };
   void reset_lora_chains() { lora_chains_ = {}; }
   float* lora_chain_u(int i) const;
+  // IB_LORA_IN_GEMV=4: flag set i (GemvLora::sync) in lora_counters_.
+  unsigned* lora_sync_set(int64_t i) const;
   // The pending chain whose shrink is this op's (x, its slot ids, its targets' A, its rank; an rms
   // op needs a dense weight, whose GEMV applies 1 / rms itself, and a folded gain), or -1; every
   // pending chain is spent either way.
@@ -522,6 +535,7 @@ class CudaBackend final : public Backend,
   int lora_in_gemv_ = 1;
   std::array<LoraChain, kLoraChains> lora_chains_{};
   int64_t lora_shrink_launches_ = 0;
+  int64_t lora_sync_pairs_ = 0;  // IB_LORA_IN_GEMV=4's flagged pairs; their sets alternate
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.

@@ -45,6 +45,7 @@
 #include <type_traits>
 
 #include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/flag_sync.cuh"
 #include "backend/cuda/detail/gemv_epilogue.cuh"
 #include "backend/cuda/detail/gemv_lora_tile.cuh"
 #include "backend/cuda/detail/gemv_steps.cuh"
@@ -282,9 +283,20 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         if constexpr (kChain) gemv_lora_prefetch_next<T>(lora, m, tr.n0, n_out);
       }
     };
+    // The previous kernel's outputs (x) are whole: griddepcontrol.wait, or with a flagged shrink
+    // (GemvLora::sync) its kLoraSyncX.
+    const auto wait_for_x = [&] {
+      if constexpr (kLora) {
+        if (lora.sync != nullptr) {
+          block_wait_flag(lora.sync + kLoraSyncX, 1u);
+          return;
+        }
+      }
+      pdl_wait();
+    };
     const auto lora_after_wait = [&] {
       if constexpr (kLora) {
-        if (tile == tile_begin && warp == kWarps - 1) {
+        if (tile == tile_begin && warp == kWarps - 1 && lora.sync == nullptr) {
           gemv_lora_copy_u(lora, lsm.u, lane);
           cp_async_commit();
         }
@@ -306,7 +318,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
     if constexpr (kAdjacent) {
       lora_stage_b();
-      pdl_wait();
+      wait_for_x();
       pdl_trigger();
       lora_after_wait();
       const int groups = steps / kUnroll;
@@ -418,7 +430,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           }
         }
       }
-      pdl_wait();
+      wait_for_x();
       pdl_trigger();
       lora_after_wait();
       if constexpr (kXShared) {  // x for every tile of the block (x is the same)
@@ -547,7 +559,17 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         if (q == 0) sq_partial[warp][t * 8 + r] = v;
       }
     }
-    if constexpr (kLora) cp_async_wait<0>();  // u and the B rows landed
+    if constexpr (kLora) {
+      // A flagged shrink's u, once all its blocks have stored their rows (by then long done: the
+      // shrink ran beside this block's weight stream).
+      if (lora.sync != nullptr && tile == tile_begin && warp == kWarps - 1) {
+        if (lane == 0) spin_until_at_least(lora.sync + kLoraSyncU, lora.u_blocks);
+        __syncwarp();
+        gemv_lora_copy_u(lora, lsm.u, lane);
+        cp_async_commit();
+      }
+      cp_async_wait<0>();  // u and the B rows landed
+    }
     __syncthreads();
     if constexpr (kRms && !kXq) {
       if (threadIdx.x < NT * 8) {
@@ -570,6 +592,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     // The next tile rewrites the shared partial sums and scales (and kLora's B rows).
     if (tile + tile_step < tiles) __syncthreads();
+  }
+  if constexpr (kLora) {
+    // A flagged pair's last block to finish sets its LoraSync words back to 0 (every block's
+    // reads of them came before its epilogue's barrier, before this).
+    if (lora.sync != nullptr && threadIdx.x == 0) {
+      __threadfence();
+      if (atomicAdd(lora.sync + kLoraSyncDone, 1u) == gridDim.x - 1) {
+        atomicExch(lora.sync + kLoraSyncX, 0u);
+        atomicExch(lora.sync + kLoraSyncU, 0u);
+        atomicExch(lora.sync + kLoraSyncDone, 0u);
+      }
+    }
   }
 }
 

@@ -47,7 +47,22 @@ struct GemvLora {
   // a stacks (S, R, F) span this op's F output features (next.b, n and row_offset unused).
   LoraGroupPtrs next;
   float* next_u = nullptr;
+  // IB_LORA_IN_GEMV=4 (null: none): the shrink launched just before this GEMV signals in this
+  // LoraSync set (kLoraSyncWords words) instead of the GEMV waiting for its grid to finish.
+  unsigned* sync = nullptr;
+  unsigned u_blocks = 0;  // the shrink's blocks: u is whole once sync[kLoraSyncU] reaches it
 };
+// IB_LORA_IN_GEMV=4: a launched shrink and the LoRA GEMV after it meet by flags (detail/
+// flag_sync.cuh). The shrink lets the GEMV launch before it waits for the kernel that wrote x
+// (so the GEMV's blocks are resident and stream their first weights as early as the base
+// model's), releases kLoraSyncX once that kernel is done (x is whole) and counts its blocks into
+// kLoraSyncU once their rows of u are stored; the GEMV's blocks wait for kLoraSyncX instead of
+// griddepcontrol.wait, for kLoraSyncU only before their epilogue, and the last of them to finish
+// (kLoraSyncDone) sets the set's words back to 0. Pairs alternate between kLoraSyncSets sets: a
+// pair's GEMV launches only after the GEMV two pairs back has finished, so a set is never reused
+// while its last reader runs.
+inline constexpr int kLoraSyncX = 0, kLoraSyncU = 1, kLoraSyncDone = 2, kLoraSyncWords = 4;
+inline constexpr int kLoraSyncSets = 2;
 inline constexpr int kGemvLoraMaxRank = 128;
 // One chained-shrink accumulator (GemvLora::next_u): 8 tokens of kMaxLoraGroup targets' rows.
 inline constexpr size_t kGemvLoraChainFloats = 8 * LoraOps::kMaxLoraGroup * kGemvLoraMaxRank;
@@ -67,10 +82,15 @@ struct LoraShrinkNorm {
 };
 // zero (null: none): zero_floats floats the launch sets to zero after it waited for the previous
 // kernel (the chained shrinks' accumulators, GemvLora::next_u).
+// sync (null: none): the LoraSync set of the LoRA GEMV launched right after (GemvLora::sync);
+// the launch then has lora_shrink_blocks(T, group.count, rank) blocks.
 void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tensor& slot_ids,
                         const LoraGroupPtrs& group, int64_t rank, int64_t num_slots, float* u,
                         cudaStream_t stream, bool pdl, float* zero = nullptr,
-                        int64_t zero_floats = 0);
+                        int64_t zero_floats = 0, unsigned* sync = nullptr);
+// The blocks of launch_lora_shrink's grid for T tokens of up to 16 (one token a block) or with a
+// norm: T x ceil(count R / rows a block).
+unsigned lora_shrink_blocks(int64_t tokens, int count, int64_t rank);
 // The expand alone, from launch_lora_shrink's u: out[t][row_offset_g + n] += scales[s] *
 // b_g[s][n] . u_g[t], rounded once; tokens of slot -1 left alone.
 void launch_lora_expand(const float* u, const Tensor& slot_ids, const LoraGroupPtrs& group,

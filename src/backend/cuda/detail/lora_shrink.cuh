@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/flag_sync.cuh"
 #include "backend/cuda/detail/lora_kernels.h"
 #include "backend/cuda/detail/pdl.cuh"
 
@@ -38,12 +39,18 @@ __device__ __forceinline__ void lora_load_f32(const T* p, float (&out)[V]) {
 // warps' sums meet in shared memory. Rows of a token of slot -1 (or beyond the stacks) are left
 // unwritten: the expand skips it. kNorm (one token a tile): x[t] stands for rms_norm(x[t]) * gain
 // (gain null: ones), the fused decode GEMVs' input: the block sums the token's squares as it
-// goes and scales its sums by 1 / rms at the end.
+// goes and scales its sums by 1 / rms at the end. sync (null: none): the LoraSync set of the
+// GEMV launched after this one (lora_kernels.h): the block lets it launch before its wait, block
+// (0, 0) releases kLoraSyncX after the wait, and every block counts itself into kLoraSyncU once
+// its rows of u are stored.
 template <typename T, int V, int TT, bool kNorm = false>
-__device__ __forceinline__ void lora_shrink_block(
-    const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids, int64_t tokens,
-    const LoraGroupPtrs& group, int rank, int num_slots, float* u, unsigned tile,
-    unsigned row_block, const T* __restrict__ gain = nullptr, float eps = 0.0f) {
+__device__ __forceinline__ void lora_shrink_block(const T* __restrict__ x, int64_t k,
+                                                  const int32_t* __restrict__ slot_ids,
+                                                  int64_t tokens, const LoraGroupPtrs& group,
+                                                  int rank, int num_slots, float* u, unsigned tile,
+                                                  unsigned row_block,
+                                                  const T* __restrict__ gain = nullptr,
+                                                  float eps = 0.0f, unsigned* sync = nullptr) {
   static_assert(!kNorm || TT == 1, "the norm's shrink takes one token a block");
   __shared__ float partial[kLoraShrinkWarps][kLoraShrinkRows * TT];
   __shared__ float ss_partial[kNorm ? kLoraShrinkWarps : 1];
@@ -81,8 +88,14 @@ __device__ __forceinline__ void lora_shrink_block(
       }
     }
   }
-  pdl_wait();
-  pdl_trigger();
+  if (sync != nullptr) {
+    pdl_trigger();
+    pdl_wait();
+    if (tile == 0 && row_block == 0 && threadIdx.x == 0) st_release_gpu(sync + kLoraSyncX, 1u);
+  } else {
+    pdl_wait();
+    pdl_trigger();
+  }
   float acc[kLoraShrinkRows][TT];
 #pragma unroll
   for (int j = 0; j < kLoraShrinkRows; ++j) {
@@ -156,6 +169,11 @@ __device__ __forceinline__ void lora_shrink_block(
       sum *= rsqrtf(total / static_cast<float>(k) + eps);
     }
     u[t * group_rank + row0 + j] = sum;
+  }
+  if (sync != nullptr) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) red_release_add_gpu(sync + kLoraSyncU, 1u);
   }
 }
 

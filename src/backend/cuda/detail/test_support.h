@@ -386,17 +386,22 @@ void expect_fused_ops(Twin& twin, Rng& rng, const MakeWeight& make, const std::s
   }
 }
 
-// ops() captured into a CUDA graph, replayed once and waited for (debug sync off meanwhile, as
-// capture requires); a failed capture is a test failure.
-inline void replay_in_graph(Twin& twin, const std::function<void()>& ops) {
+// ops() captured into a CUDA graph, replayed `replays` times, each replay waited for and followed
+// by after_each(replay) (debug sync off during the capture, as it requires); a failed capture is
+// a test failure.
+inline void replay_in_graph(Twin& twin, const std::function<void()>& ops, int replays = 1,
+                            const std::function<void(int)>& after_each = {}) {
   twin.gpu().set_debug_sync(false);
   ASSERT_TRUE(twin.gpu().begin_capture().ok());
   ops();
   auto g = twin.gpu().end_capture();
   twin.gpu().set_debug_sync(true);
   ASSERT_TRUE(g.ok()) << g.error().message;
-  (*g)->replay();
-  twin.gpu().synchronize();
+  for (int i = 0; i < replays; ++i) {
+    (*g)->replay();
+    twin.gpu().synchronize();
+    if (after_each) after_each(i);
+  }
 }
 
 inline std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) {
