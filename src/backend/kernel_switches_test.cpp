@@ -89,6 +89,7 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_GEMV_FUSE_QUANT",
                            "IB_GEMV_STAGE_X",
                            "IB_QUANT_TRIGGER",
+                           "IB_QUANT_SYNC",
                            "IB_GEMV_STAGE_NORM",
                            "IB_GEMM_M_BUCKETS",
                            "IB_GEMM_TUNE",

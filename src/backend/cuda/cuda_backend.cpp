@@ -13,6 +13,7 @@
 #include "backend/cuda/detail/cuda_backend_impl.h"
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/lora_kernels.h"
+#include "backend/cuda/detail/quant_switches.h"
 #include "backend/cuda/detail/switches.h"
 #include "backend/cuda_attention_sizes.h"
 
@@ -139,7 +140,7 @@ Status CudaBackend::init() {
   IB_ASSIGN_OR_RETURN(attention_workspace_, alloc(kAttentionWorkspaceBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(staging_, alloc(kStagingBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(attention_counters_, alloc(kAttentionCounterBytes, MemoryTag::kWorkspace));
-  IB_ASSIGN_OR_RETURN(lora_counters_, alloc(kLoraCounterBytes, MemoryTag::kWorkspace));
+  IB_ASSIGN_OR_RETURN(lora_counters_, alloc(kSyncCounterBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(lora_chain_, alloc(kLoraChainBytes, MemoryTag::kWorkspace));
   run_op("init", [&] {
     IB_CUDA_CHECK(
@@ -502,10 +503,19 @@ GemvQuantAct CudaBackend::quant_act(const Tensor& x, const WeightRef& w) const {
   if (quantizes_activations(w.format)) {
     act.scales = quant_scratch_.view(DType::kF32, {x.rows()});
     act.xq = quant_scratch_.view(w.data.dtype, {x.rows(), x.row_size()}, offset);
+    if (quant_sync() > 0) {  // the sets alternate between calls (GemvQuantAct::sync)
+      act.sync = static_cast<unsigned*>(lora_counters_.data()) +
+                 kLoraCounterBytes / sizeof(unsigned) +
+                 (quant_sync_pairs_++ % kQuantSyncSets) * kQuantSyncWords;
+    }
   } else {
     act.xn = quant_scratch_.view(dtype_, {x.rows() * x.row_size()}, offset);
   }
   return act;
+}
+
+std::vector<unsigned> CudaBackend::quant_sync_words() {
+  return counter_words(kLoraCounterBytes, size_t{kQuantSyncSets} * kQuantSyncWords);
 }
 
 bool CudaBackend::supports_weight_format(WeightFormat format) const {

@@ -165,7 +165,9 @@ GemvQuantAct quantize_act(const Tensor& x, const Tensor* gain, float eps, bool r
   GemvQuantAct q;
   q.xq = act->xq.slice_rows(0, x.rows());
   q.scales = act->scales.reshaped({act->scales.numel(), 1}).slice_rows(0, x.rows());
-  launch_quantize_rms_rows(x, gain, eps, rms, q.xq, q.scales, stream, pdl, static_act_quant(w));
+  if (launch_quantize_rms_rows(x, gain, eps, rms, q.xq, q.scales, stream, pdl, static_act_quant(w),
+                               act->sync))
+    q.sync = act->sync;  // IB_QUANT_SYNC: the GEMV waits for the kernel's blocks by this flag
   return q;
 }
 
@@ -216,6 +218,8 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
       const GemvQuantAct q = quantize_act(x, gain, eps, kRms, act, w, stream, pdl);
       x_in = q.xq.data;
       operands = quant_operands(w, &q);
+      operands.sync = q.sync;
+      operands.sync_blocks = static_cast<unsigned>(m);  // one quantize block a token
     }
   } else if constexpr (kXNormed && kRms) {
     if (x_shared && norm_here) {

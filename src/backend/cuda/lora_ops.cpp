@@ -135,12 +135,17 @@ unsigned* CudaBackend::lora_sync_set(int64_t i) const {
 }
 
 std::vector<unsigned> CudaBackend::lora_sync_words() {
-  std::vector<unsigned> words(size_t{kLoraSyncSets} * kLoraSyncWords);
-  run_op("lora_sync_words", [&] {
-    IB_CUDA_CHECK(cudaMemcpyAsync(words.data(), lora_sync_set(0), words.size() * sizeof(unsigned),
-                                  cudaMemcpyDeviceToHost, stream_),
-                  "lora_sync_words");
-    IB_CUDA_CHECK(cudaStreamSynchronize(stream_), "lora_sync_words");
+  return counter_words(kLoraSyncOffset, size_t{kLoraSyncSets} * kLoraSyncWords);
+}
+
+std::vector<unsigned> CudaBackend::counter_words(size_t offset_bytes, size_t count) {
+  std::vector<unsigned> words(count);
+  run_op("counter_words", [&] {
+    IB_CUDA_CHECK(cudaMemcpyAsync(words.data(),
+                                  static_cast<unsigned char*>(lora_counters_.data()) + offset_bytes,
+                                  count * sizeof(unsigned), cudaMemcpyDeviceToHost, stream_),
+                  "counter_words");
+    IB_CUDA_CHECK(cudaStreamSynchronize(stream_), "counter_words");
   });
   return words;
 }

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/flag_sync.cuh"
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/pdl.cuh"
 #include "backend/cuda/detail/quant_row.cuh"
@@ -29,6 +30,8 @@ constexpr int kThreads = 256;
 // 1 and 2 lost 1.7 % and 3.8 % of fp8 batch 1: the next GEMV's early prefetch is worth more
 // than the quantize block's own speed.
 std::atomic<int> g_quant_trigger{0};
+// IB_QUANT_SYNC (detail/quant_switches.h): 0 off, 1 flags, 2 flags with the trigger first.
+std::atomic<int> g_quant_sync{0};
 
 // One block per row: the row's max magnitude, then every element converted. kRms: the row is
 // h of rms_norm(h) * gain: q = code(h * gain * kMax / max |h * gain|) and the scale
@@ -84,19 +87,21 @@ __global__ void __launch_bounds__(kThreads)
 // took 3.5-3.7 us per decode call and, with a static scale, 7.8-8.5 us: bench/NOTES.md.)
 // trigger (IB_QUANT_TRIGGER): where the block lets the next kernel launch under programmatic
 // dependent launch: 0 right after its wait, 1 once x is loaded and reduced (before the codes'
-// stores), 2 at its exit.
+// stores), 2 at its exit; 3 before its wait (IB_QUANT_SYNC=2). sync (null: none): the block
+// counts itself into sync[0] once its codes and scale are stored (GemvQuant::sync).
 constexpr int kMaxVecs = 8;
 template <typename T, typename TQ, bool kRms>
 __global__ void __launch_bounds__(kThreads)
     quantize_rows_vec_kernel(const T* __restrict__ src, const T* __restrict__ gain, float eps,
                              TQ* __restrict__ dst, float* __restrict__ scales, int64_t k,
-                             StaticActQuant fixed, int trigger) {
+                             StaticActQuant fixed, int trigger, unsigned* sync) {
   static_assert(sizeof(T) == 2, "8 elements per 16-byte vector");
   __shared__ float scratch[32];
   const int nvec = static_cast<int>(k / 8);
   const uint4* row = reinterpret_cast<const uint4*>(src + blockIdx.x * k);
   const uint4* g = reinterpret_cast<const uint4*>(gain);
   uint2* q = reinterpret_cast<uint2*>(dst + blockIdx.x * k);
+  if (trigger == 3) pdl_trigger();
   pdl_wait();
   if (trigger == 0) pdl_trigger();
   uint4 xv[kMaxVecs], gv[kMaxVecs];
@@ -125,11 +130,13 @@ __global__ void __launch_bounds__(kThreads)
     q[i] = quant_vec_codes<T, TQ>(xv[j], gv[j], has_gain, r, fixed);
   }
   if (threadIdx.x == 0) scales[blockIdx.x] = r.scale;
+  if (sync != nullptr) block_count_done(sync);
 }
 
 template <typename T, typename TQ>
-void launch_typed(const Tensor& src, const Tensor* gain, float eps, bool rms, Tensor dst,
-                  Tensor scales, cudaStream_t stream, bool pdl, StaticActQuant fixed) {
+bool launch_typed(const Tensor& src, const Tensor* gain, float eps, bool rms, Tensor dst,
+                  Tensor scales, cudaStream_t stream, bool pdl, StaticActQuant fixed,
+                  unsigned* sync) {
   const T* g = gain ? gain->as<const T>() : nullptr;
   const int64_t k = src.row_size();
   if constexpr (sizeof(T) == 2) {
@@ -137,16 +144,19 @@ void launch_typed(const Tensor& src, const Tensor* gain, float eps, bool rms, Te
         reinterpret_cast<uintptr_t>(dst.data) % 8 == 0 && (g == nullptr || aligned16(g))) {
       const auto kernel =
           rms ? quantize_rows_vec_kernel<T, TQ, true> : quantize_rows_vec_kernel<T, TQ, false>;
+      const int sync_mode = sync != nullptr ? g_quant_sync.load(std::memory_order_relaxed) : 0;
+      const int trigger = sync_mode == 2 ? 3 : g_quant_trigger.load(std::memory_order_relaxed);
       launch_kernel("quantize_rows", pdl, kernel, dim3(static_cast<unsigned>(src.rows())),
                     dim3(kThreads), 0, stream, src.as<const T>(), g, eps, dst.as<TQ>(),
-                    scales.as<float>(), k, fixed, g_quant_trigger.load(std::memory_order_relaxed));
-      return;
+                    scales.as<float>(), k, fixed, trigger, sync_mode > 0 ? sync : nullptr);
+      return sync_mode > 0;
     }
   }
   const auto kernel = rms ? quantize_rows_kernel<T, TQ, true> : quantize_rows_kernel<T, TQ, false>;
   launch_kernel("quantize_rows", pdl, kernel, dim3(static_cast<unsigned>(src.rows())),
                 dim3(kThreads), 0, stream, src.as<const T>(), g, eps, dst.as<TQ>(),
                 scales.as<float>(), src.row_size(), fixed);
+  return false;
 }
 
 template <typename T>
@@ -299,9 +309,9 @@ void launch_quantize_rows(const Tensor& src, Tensor dst, Tensor scales, cudaStre
   launch_quantize_rms_rows(src, nullptr, 0.0f, false, dst, scales, stream, false, fixed);
 }
 
-void launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, bool rms,
+bool launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, bool rms,
                               Tensor dst, Tensor scales, cudaStream_t stream, bool pdl,
-                              StaticActQuant fixed) {
+                              StaticActQuant fixed, unsigned* sync) {
   IB_ASSERT(!fixed.asymmetric || dst.dtype == DType::kI8,
             "quantize_rows: an asymmetric static activation scale is int8's");
   IB_ASSERT((dst.dtype == DType::kF8E4M3 || dst.dtype == DType::kI8) &&
@@ -312,14 +322,16 @@ void launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, 
     IB_ASSERT(gain->dtype == src.dtype && gain->numel() == src.row_size(),
               "quantize_rows: gain (K) of src's dtype");
   }
-  if (src.rows() == 0) return;
+  if (src.rows() == 0) return false;
+  bool synced = false;
   IB_DISPATCH_FLOAT(src.dtype, T, {
     if (dst.dtype == DType::kI8) {
-      launch_typed<T, int8_t>(src, gain, eps, rms, dst, scales, stream, pdl, fixed);
+      synced = launch_typed<T, int8_t>(src, gain, eps, rms, dst, scales, stream, pdl, fixed, sync);
     } else {
-      launch_typed<T, uint8_t>(src, gain, eps, rms, dst, scales, stream, pdl, fixed);
+      synced = launch_typed<T, uint8_t>(src, gain, eps, rms, dst, scales, stream, pdl, fixed, sync);
     }
   });
+  return synced;
 }
 
 void set_quant_trigger(int where) {
@@ -329,6 +341,15 @@ void set_quant_trigger(int where) {
 
 int quant_trigger() {
   return g_quant_trigger.load(std::memory_order_relaxed);
+}
+
+void set_quant_sync(int mode) {
+  IB_ASSERT(mode >= 0 && mode <= 2, "set_quant_sync: 0, 1 or 2");
+  g_quant_sync.store(mode, std::memory_order_relaxed);
+}
+
+int quant_sync() {
+  return g_quant_sync.load(std::memory_order_relaxed);
 }
 
 }  // namespace ib::cuda

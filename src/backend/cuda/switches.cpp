@@ -53,6 +53,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.gemv_fuse_quant = integer("IB_GEMV_FUSE_QUANT");
   s.gemv_stage_x = integer("IB_GEMV_STAGE_X");
   s.quant_trigger = integer("IB_QUANT_TRIGGER");
+  s.quant_sync = integer("IB_QUANT_SYNC");
   s.gemv_stage_norm = integer("IB_GEMV_STAGE_NORM");
   s.gemm_m_buckets = integer("IB_GEMM_M_BUCKETS");
   s.gemm_tune = integer("IB_GEMM_TUNE");
@@ -103,6 +104,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_gemv_fuse_quant(s.gemv_fuse_quant.value_or(0) == 1);
   set_gemv_stage_x(static_cast<int>(s.gemv_stage_x.value_or(1)));
   set_quant_trigger(static_cast<int>(s.quant_trigger.value_or(0)));
+  set_quant_sync(static_cast<int>(s.quant_sync.value_or(0)));
   set_gemv_stage_norm(s.gemv_stage_norm.value_or(1) == 1);
   backend.set_gemm_m_buckets(static_cast<int>(s.gemm_m_buckets.value_or(4)));
   if (s.gemm_tune) backend.set_gemm_tuning(*s.gemm_tune == 1);
@@ -166,6 +168,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_GEMV_FUSE_QUANT", {flag(gemv_fuse_quant())}},
       {"IB_GEMV_STAGE_X", {std::to_string(gemv_stage_x())}},
       {"IB_QUANT_TRIGGER", {std::to_string(quant_trigger())}},
+      {"IB_QUANT_SYNC", {std::to_string(quant_sync())}},
       {"IB_GEMV_STAGE_NORM", {flag(gemv_stage_norm())}},
       {"IB_GEMM_M_BUCKETS", {std::to_string(gemm_m_buckets())}},
       {"IB_GEMM_TUNE", {flag(gemm_tuning())}},

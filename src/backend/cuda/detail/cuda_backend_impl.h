@@ -50,6 +50,11 @@ class CudaBackend final : public Backend,
   static_assert(kLoraFusedCounterBytes <= kLoraSyncOffset);
   static constexpr size_t kLoraCounterBytes =
       kLoraSyncOffset + size_t{kLoraSyncSets} * kLoraSyncWords * sizeof(unsigned);
+  // IB_QUANT_SYNC's two flag sets of two words (GemvQuantAct::sync), zero between pairs, after
+  // the LoRA counters in lora_counters_.
+  static constexpr int kQuantSyncSets = 2, kQuantSyncWords = 2;
+  static constexpr size_t kSyncCounterBytes =
+      kLoraCounterBytes + size_t{kQuantSyncSets} * kQuantSyncWords * sizeof(unsigned);
   // The chained LoRA shrinks' accumulators (IB_LORA_IN_GEMV=3, GemvLora::next_u): three, as a
   // decode layer has three chained shrinks in flight at most (o -> gate/up -> down -> next q/k/v).
   static constexpr int kLoraChains = 3;
@@ -328,6 +333,10 @@ class CudaBackend final : public Backend,
   // words after the stream's work (tests: zero between pairs).
   int64_t lora_sync_pairs() const { return lora_sync_pairs_; }
   std::vector<unsigned> lora_sync_words();
+  // IB_QUANT_SYNC's flag sets handed to W8A8 GEMVs so far, and their words after the stream's
+  // work (tests: zero between pairs).
+  int64_t quant_sync_pairs() const { return quant_sync_pairs_; }
+  std::vector<unsigned> quant_sync_words();
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
   // steps of at most this many sequences (0: never). Default 8, measured best of 1, 8, 32 and
   // 256: +2 % at batch 1 and on the seed's batch 8, even on the continuous run, -3 % when every
@@ -450,6 +459,8 @@ class CudaBackend final : public Backend,
   float* lora_chain_u(int i) const;
   // IB_LORA_IN_GEMV=4: flag set i (GemvLora::sync) in lora_counters_.
   unsigned* lora_sync_set(int64_t i) const;
+  // count words of lora_counters_ from offset_bytes, after the stream's work.
+  std::vector<unsigned> counter_words(size_t offset_bytes, size_t count);
   // The pending chain whose shrink is this op's (x, its slot ids, its targets' A, its rank; an rms
   // op needs a dense weight, whose GEMV applies 1 / rms itself, and a folded gain), or -1; every
   // pending chain is spent either way.
@@ -489,7 +500,7 @@ class CudaBackend final : public Backend,
   Buffer attention_workspace_;
   Buffer staging_;
   Buffer attention_counters_;
-  Buffer lora_counters_;  // kLoraCounterBytes
+  Buffer lora_counters_;  // kSyncCounterBytes: the LoRA counters, then IB_QUANT_SYNC's sets
   Buffer lora_chain_;     // kLoraChainBytes
   Buffer quant_scratch_;
   Buffer dequant_scratch_;     // W8A16 / 4-bit above the GEMV's rows: the weight in the act dtype
@@ -535,7 +546,8 @@ class CudaBackend final : public Backend,
   int lora_in_gemv_ = 1;
   std::array<LoraChain, kLoraChains> lora_chains_{};
   int64_t lora_shrink_launches_ = 0;
-  int64_t lora_sync_pairs_ = 0;  // IB_LORA_IN_GEMV=4's flagged pairs; their sets alternate
+  int64_t lora_sync_pairs_ = 0;           // IB_LORA_IN_GEMV=4's flagged pairs; their sets alternate
+  mutable int64_t quant_sync_pairs_ = 0;  // IB_QUANT_SYNC's quantize / GEMV pairs, alike
   std::set<std::string> switches_from_env_;
   cudaEvent_t tune_begin_ = nullptr, tune_end_ = nullptr;
   // (m, n, k, in dtype, out dtype, bias) -> GEMV chosen.

@@ -35,4 +35,22 @@ __device__ __forceinline__ void block_wait_flag(const unsigned* p, unsigned targ
   __syncthreads();
 }
 
+// A producer block's stores published and the block counted into *count (every thread calls it:
+// a fence, the block's barrier, one release by thread 0).
+__device__ __forceinline__ void block_count_done(unsigned* count) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) red_release_add_gpu(count, 1u);
+}
+
+// A consumer grid's end, called by one thread of each block once the block has read the words
+// for the last time: the last block to call it (counted in *done) sets words[0, n) back to 0
+// (done among them).
+__device__ __forceinline__ void grid_reset_when_last(unsigned* done, unsigned* words, int n) {
+  __threadfence();
+  if (atomicAdd(done, 1u) == gridDim.x - 1) {
+    for (int i = 0; i < n; ++i) atomicExch(words + i, 0u);
+  }
+}
+
 }  // namespace ib::cuda

@@ -284,11 +284,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
     };
     // The previous kernel's outputs (x) are whole: griddepcontrol.wait, or with a flagged shrink
-    // (GemvLora::sync) its kLoraSyncX.
+    // (GemvLora::sync) its kLoraSyncX, or with a flagged quantize kernel (GemvQuant::sync) its
+    // count.
     const auto wait_for_x = [&] {
       if constexpr (kLora) {
         if (lora.sync != nullptr) {
           block_wait_flag(lora.sync + kLoraSyncX, 1u);
+          return;
+        }
+      }
+      if constexpr (kXq) {  // IB_QUANT_SYNC: the quantize kernel's blocks count themselves done
+        if (fp8.sync != nullptr) {
+          block_wait_flag(fp8.sync, fp8.sync_blocks);
           return;
         }
       }
@@ -593,17 +600,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     // The next tile rewrites the shared partial sums and scales (and kLora's B rows).
     if (tile + tile_step < tiles) __syncthreads();
   }
+  // A flagged pair's last block to finish sets its words back to 0 (every block's reads of them
+  // came before its epilogue's barrier, before this).
   if constexpr (kLora) {
-    // A flagged pair's last block to finish sets its LoraSync words back to 0 (every block's
-    // reads of them came before its epilogue's barrier, before this).
-    if (lora.sync != nullptr && threadIdx.x == 0) {
-      __threadfence();
-      if (atomicAdd(lora.sync + kLoraSyncDone, 1u) == gridDim.x - 1) {
-        atomicExch(lora.sync + kLoraSyncX, 0u);
-        atomicExch(lora.sync + kLoraSyncU, 0u);
-        atomicExch(lora.sync + kLoraSyncDone, 0u);
-      }
-    }
+    static_assert(kLoraSyncDone == 2, "the LoRA set's words before its done count");
+    if (lora.sync != nullptr && threadIdx.x == 0)
+      grid_reset_when_last(lora.sync + kLoraSyncDone, lora.sync, 3);
+  }
+  if constexpr (kXq) {
+    if (fp8.sync != nullptr && threadIdx.x == 0) grid_reset_when_last(fp8.sync + 1, fp8.sync, 2);
   }
 }
 

@@ -66,6 +66,12 @@ struct GemvQuant {
   // with the gain q_gain (norm_row.cuh; the launch's eps).
   const void* q_gain = nullptr;
   StaticActQuant q_fixed{};
+  // IB_QUANT_SYNC (W8A8; null: none): the quantize kernel launched right before the GEMV counts
+  // its sync_blocks blocks into sync[0] once their codes and scales are stored; the GEMV's blocks
+  // wait for that instead of the kernel's end, and its last block sets sync[0] and sync[1] (its
+  // done count) back to 0.
+  unsigned* sync = nullptr;
+  unsigned sync_blocks = 0;
 };
 
 // kFp8: the lane's 16 bytes of already quantized x per n-tile at element offset kk.

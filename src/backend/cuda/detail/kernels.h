@@ -66,6 +66,9 @@ struct GemvQuantAct {
   Tensor xq;      // W8A8: (>= M, K) of the weight's code dtype (fp8_e4m3 / int8), 16-byte aligned
   Tensor scales;  // W8A8: (>= M) f32
   Tensor xn;      // W8A16: >= M * K elements of x's dtype, 16-byte aligned
+  // IB_QUANT_SYNC (W8A8; null: none): a flag set of two words, zero, for the quantize kernel and
+  // the GEMV after it (GemvQuant::sync); the caller alternates two sets between calls.
+  unsigned* sync = nullptr;
 };
 // The most tokens the GEMV takes for a weight format.
 int64_t gemv_max_m(WeightFormat format);
@@ -153,9 +156,13 @@ void launch_quantize_rows(const Tensor& src, Tensor dst, Tensor scales, cudaStre
 // The same of src * gain (gain (K) or null); with rms, src is the h of rms_norm(h) and each row's
 // scale also carries 1 / rms(h): dst * scale = the quantized rms_norm(h) * gain (static: the
 // codes of rms_norm(h) * gain with the fixed scale, written as each row's scale).
-void launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, bool rms,
+// sync (null: none): the flag set of the GEMV launched right after (GemvQuant::sync): each block
+// counts itself into sync[0] once its codes and scale are stored, and with IB_QUANT_SYNC=2 lets
+// that GEMV launch before it waits for src. Returns whether it took sync (the vectorised form
+// only); the GEMV then waits for src.rows() blocks.
+bool launch_quantize_rms_rows(const Tensor& src, const Tensor* gain, float eps, bool rms,
                               Tensor dst, Tensor scales, cudaStream_t stream, bool pdl = false,
-                              StaticActQuant fixed = {});
+                              StaticActQuant fixed = {}, unsigned* sync = nullptr);
 // out (N) int32 = sum_k data[n][k] of an int8 weight.
 void launch_weight_row_sums(const WeightRef& w, Tensor out, cudaStream_t stream);
 // INT8 W8A16 at large M: dst (N, K) (bf16/f16) = data (N, K) int8 * scales[n], rounded once.

@@ -170,11 +170,7 @@ __device__ __forceinline__ void lora_shrink_block(const T* __restrict__ x, int64
     }
     u[t * group_rank + row0 + j] = sum;
   }
-  if (sync != nullptr) {
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) red_release_add_gpu(sync + kLoraSyncU, 1u);
-  }
+  if (sync != nullptr) block_count_done(sync + kLoraSyncU);
 }
 
 }  // namespace ib::cuda
