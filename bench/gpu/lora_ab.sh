@@ -14,7 +14,8 @@
 #   OUT=dir IB_AB=IB_LORA_IN_GEMV IB_AB_VALUES="1 3" bash bench/gpu/lora_ab.sh
 # Environment: IB_AB (the switch), IB_AB_VALUES, IB_PARITY (0), IB_DEADLINE_S (520): runs that
 # would end past it are skipped; IB_TIMELINE_ENV (VAR=value ... for the timeline run, e.g.
-# IB_LORA_IN_GEMV=3); B (the build directory, /tmp/ib-lora-ab).
+# IB_LORA_IN_GEMV=3); B (the build directory, /tmp/ib-lora-ab); IB_LORA_TESTS and
+# IB_LORA_ENGINE_TESTS (the two gtest filters); IB_LORA16=0 (no 16-adapter runs).
 # Writes build.log, tests.log, runs.log, parity.log and lora_ab.tgz (result.json files, logs,
 # test and parity JSON, timeline).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -34,15 +35,17 @@ else
 fi
 R=/tmp/lora-ab-runs; rm -rf $R; mkdir -p $R
 { timeout 150 $B/src/backend/cuda/backend_cuda_test \
-    --gtest_filter='*CudaLora*:*CudaFusedLora*:*CudaFused.*' --gtest_output=json:$R/backend_test.json
+    --gtest_filter="${IB_LORA_TESTS:-*CudaLora*:*CudaFusedLora*:*CudaFused.*}" \
+    --gtest_output=json:$R/backend_test.json
   echo "backend_cuda_test rc=$?"
-  timeout 150 $B/src/engine/engine_cuda_test --gtest_filter='*CudaEngineLora*' \
+  timeout 150 $B/src/engine/engine_cuda_test \
+    --gtest_filter="${IB_LORA_ENGINE_TESTS:-*CudaEngineLora*}" \
     --gtest_output=json:$R/engine_test.json
   echo "engine_cuda_test rc=$?"; } > "$O/tests.log" 2>&1
 grep -E "rc=|PASSED|FAILED|Failure" "$O/tests.log" | head -20
 echo "tests $(el)"
 A=bench/adapters; mkdir -p $A
-for i in $(seq 0 15); do
+for i in $(seq 0 $(( ${IB_LORA16:-1} == 1 ? 15 : 0 ))); do
   [ -f $A/l3-r16-$i/adapter_model.safetensors ] ||
     python3 tools/make_lora.py --hidden-size 4096 --intermediate-size 14336 --num-heads 32 \
       --num-kv-heads 8 --layers 32 --rank 16 --seed $i --numpy --out $A/l3-r16-$i > /dev/null &
@@ -66,7 +69,7 @@ SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 
     run_llama seed_lora1_$v $AB=$v "${SEED[@]}" --enable-lora --max-loras 1 --max-lora-rank 16 \
       --lora-modules $(mods 1)
   done
-  for ((i = ${#VALUES[@]} - 1; i >= 0; i--)); do
+  for ((i = ${#VALUES[@]} - 1; i >= 0 && ${IB_LORA16:-1} == 1; i--)); do
     v=${VALUES[i]}
     run_llama seed_lora16_$v $AB=$v "${SEED[@]}" --enable-lora --max-loras 16 --max-lora-rank 16 \
       --lora-modules $(mods 16) --lora-assignment random
