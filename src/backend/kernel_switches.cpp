@@ -171,10 +171,11 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "its wait, 1 once its row is loaded and reduced, 2 at its exit (measured on an H100: fp8 "
      "batch 1 -1.7 % at 1, -3.8 % at 2)"},
     {"IB_QUANT_SYNC", "cuda", "0", 0, 2, "",
-     "1: the W8A8 decode GEMVs wait for the quantize kernel before them by a flag its blocks "
-     "count into once their codes are stored, instead of for its grid's end; 2: the same, the "
-     "quantize kernel letting the GEMV launch before its own wait (the GEMV's blocks resident and "
-     "streaming their first weights while the kernel before the quantize kernel runs); 0: no"},
+     "1: the quantized decode GEMVs wait for the quantize (W8A8) or norm (W8A16, 4-bit) kernel "
+     "before them by a flag its blocks count into once their outputs are stored, instead of for "
+     "its grid's end; 2: the same, that kernel letting the GEMV launch before its own wait (the "
+     "GEMV's blocks resident and streaming their first weights while the kernel before it "
+     "runs); 0: no"},
     {"IB_GEMV_STAGE_X", "cuda", "1", 0, 2, "",
      "the decode GEMVs of one token that copy x into each block's shared memory and read every "
      "step's x there: 1 INT8 W8A16's (measured +8 % at batch 1 on an H100), 2 every quantized "

@@ -503,13 +503,13 @@ GemvQuantAct CudaBackend::quant_act(const Tensor& x, const WeightRef& w) const {
   if (quantizes_activations(w.format)) {
     act.scales = quant_scratch_.view(DType::kF32, {x.rows()});
     act.xq = quant_scratch_.view(w.data.dtype, {x.rows(), x.row_size()}, offset);
-    if (quant_sync() > 0) {  // the sets alternate between calls (GemvQuantAct::sync)
-      act.sync = static_cast<unsigned*>(lora_counters_.data()) +
-                 kLoraCounterBytes / sizeof(unsigned) +
-                 (quant_sync_pairs_++ % kQuantSyncSets) * kQuantSyncWords;
-    }
   } else {
     act.xn = quant_scratch_.view(dtype_, {x.rows() * x.row_size()}, offset);
+  }
+  if (quant_sync() > 0) {  // the sets alternate between calls (GemvQuantAct::sync)
+    act.sync = static_cast<unsigned*>(lora_counters_.data()) +
+               kLoraCounterBytes / sizeof(unsigned) +
+               (quant_sync_pairs_++ % kQuantSyncSets) * kQuantSyncWords;
   }
   return act;
 }

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/quant4_test_support.h"
+#include "backend/cuda/detail/sync_test_support.h"
 #include "backend/cuda/detail/test_support.h"
 #include "core/dtype.h"
 
@@ -79,6 +80,20 @@ TEST_P(CudaQuant4, FusedOpsMatchTheUnfusedCpuOps) {
     return testing::WeightPair{w.cpu, w.gpu};
   };
   testing::expect_fused_ops(twin, rng, weight, variant().name());
+}
+
+// IB_QUANT_SYNC: the 4-bit GEMVs waiting for the norm kernel before them by a flag change no
+// result (sync_test_support.h).
+TEST_P(CudaQuant4, QuantizeSyncChangesNoResult) {
+  Twin twin(dtype());
+  Rng rng(44);
+  testing::expect_quant_sync_changes_no_result(
+      twin, rng,
+      [&](int64_t n, int64_t k) {
+        const Weight4 w = make_weight(twin, rng, n, k, variant());
+        return testing::WeightPair{w.cpu, w.gpu};
+      },
+      variant().name());
 }
 
 // The weight-only tensor-core GEMM past the GEMV (IB_QUANT_GEMM; quant_gemm.cu), set before the

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/quant_switches.h"
+#include "backend/cuda/detail/sync_test_support.h"
 #include "backend/cuda/detail/test_support.h"
 
 namespace ib::cuda {
@@ -251,36 +252,17 @@ TEST_P(CudaQuant, StaticActivationScalesMatchTheCpuOracle) {
 // IB_QUANT_TRIGGER: where the activation quantize kernel lets the GEMV or GEMM after it launch
 // changes no result: the GEMV of 1 and 8 tokens, the E4M3 / int32 GEMM of 33, and the fused
 // SwiGLU op (whose quantize kernel applies the norm), at triggers 1 and 2 equal to 0 bit for bit.
-// A process-wide switch (get, set) restored when the guard goes out of scope.
-struct SavedSwitch {
-  SavedSwitch(int (*get)(), void (*set)(int)) : set_(set), saved_(get()) {}
-  ~SavedSwitch() { set_(saved_); }
-  void (*set_)(int);
-  int saved_;
-};
-
-// A projection w (N, K) and a gate/up pair wgu (2F, K) in the format, with a norm gain (K).
-struct QuantLayer {
-  Pair gain;
-  QuantPair w, wgu;
-};
-QuantLayer quant_layer(Twin& twin, Rng& rng, int64_t n, int64_t k, int64_t f, WeightFormat format) {
-  QuantLayer l;
-  l.gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
-  const Pair wd = twin.floats({n, k}, random_floats(rng, n * k, -0.05f, 0.05f));
-  l.w = quantize(twin, wd, n, k, format);
-  const Pair wgd = twin.floats({2 * f, k}, random_floats(rng, 2 * f * k, -0.05f, 0.05f));
-  l.wgu = quantize(twin, wgd, 2 * f, k, format);
-  return l;
-}
-
 TEST_P(CudaQuant, QuantizeTriggerChangesNoResult) {
   if (!quantizes_activations(format())) GTEST_SKIP() << "W8A16 quantizes no activations";
-  const SavedSwitch guard(quant_trigger, set_quant_trigger);
+  const testing::SavedSwitch guard(quant_trigger, set_quant_trigger);
   Twin twin(dtype());
   Rng rng(25);
   const int64_t n = 1024, k = 4096, f = 256;
-  const auto [gain, w, wgu] = quant_layer(twin, rng, n, k, f, format());
+  const Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
+  const Pair wd = twin.floats({n, k}, random_floats(rng, n * k, -0.05f, 0.05f));
+  const QuantPair w = quantize(twin, wd, n, k, format());
+  const Pair wgd = twin.floats({2 * f, k}, random_floats(rng, 2 * f * k, -0.05f, 0.05f));
+  const QuantPair wgu = quantize(twin, wgd, 2 * f, k, format());
   for (const int64_t m : {1, 8, 33}) {
     const Pair x = twin.floats({m, k}, ragged_rows(rng, m, k, 1.0f));
     const Pair out = twin.output({m, n});
@@ -303,65 +285,18 @@ TEST_P(CudaQuant, QuantizeTriggerChangesNoResult) {
   }
 }
 
-// IB_QUANT_SYNC: the W8A8 GEMVs waiting for their quantize kernel by a flag (1; 2 with the
-// quantize kernel triggering before its own wait) change no result: the GEMV, the fused SwiGLU
-// (its quantize kernel applies the norm) and the residual add of 1 and 8 tokens equal the
-// grid-ordered ones (0) bit for bit, eagerly and from one graph replayed three times, every
-// pair handed a flag set and every flag back to 0 after.
+// IB_QUANT_SYNC: the quantized GEMVs waiting for the quantize (W8A8) or norm (W8A16, where x is
+// not staged: 8 tokens) kernel before them by a flag change no result (sync_test_support.h).
 TEST_P(CudaQuant, QuantizeSyncChangesNoResult) {
-  if (!quantizes_activations(format())) GTEST_SKIP() << "W8A16 quantizes no activations";
-  const SavedSwitch guard(quant_sync, set_quant_sync);
   Twin twin(dtype());
   Rng rng(26);
-  const int64_t n = 1024, k = 4096, f = 512;
-  const auto [gain, w, wgu] = quant_layer(twin, rng, n, k, f, format());
-  const Pair wdd = twin.floats({k, f}, random_floats(rng, k * f, -0.05f, 0.05f));
-  const QuantPair wdown = quantize(twin, wdd, k, f, format());
-  const std::vector<unsigned> zeros(4, 0u);
-  for (const int64_t m : {1, 8}) {
-    const Pair x = twin.floats({m, k}, ragged_rows(rng, m, k, 1.0f));
-    const std::vector<float> res0 = random_floats(rng, m * k, -1.0f, 1.0f);
-    const Pair residual = twin.floats({m, k}, res0);
-    const Pair out = twin.output({m, n});
-    const Pair act = twin.output({m, f});
-    const auto ops = [&] {
-      CudaBackend& gpu = twin.gpu();
-      gpu.matmul(x.gpu, w.gpu, nullptr, out.gpu);
-      gpu.rms_matmul_swiglu(x.gpu, &gain.gpu, wgu.gpu, 1e-5f, act.gpu);
-      gpu.matmul_add(act.gpu, wdown.gpu, residual.gpu);
-    };
-    const auto reset = [&] {
-      twin.gpu().copy_from_host(residual.gpu, res0.data(), DType::kF32);
-      twin.gpu().synchronize();
-    };
-    const auto results = [&] {
-      EXPECT_TRUE(twin.gpu().device_status().ok());
-      return std::tuple{twin.gpu_floats(out.gpu), twin.gpu_floats(act.gpu),
-                        twin.gpu_floats(residual.gpu)};
-    };
-    set_quant_sync(0);
-    reset();
-    ops();
-    const auto want = results();
-    for (const int mode : {1, 2}) {
-      set_quant_sync(mode);
-      const std::string at = "m=" + std::to_string(m) + " sync " + std::to_string(mode);
-      const int64_t pairs = twin.gpu().quant_sync_pairs();
-      reset();
-      ops();
-      EXPECT_EQ(results(), want) << at << " eager";
-      EXPECT_EQ(twin.gpu().quant_sync_pairs() - pairs, 3) << at;
-      EXPECT_EQ(twin.gpu().quant_sync_words(), zeros) << at << " eager";
-      reset();
-      testing::replay_in_graph(twin, ops, 3, [&](int replay) {
-        EXPECT_EQ(results(), want) << at << " replay " << replay;
-        EXPECT_EQ(twin.gpu().quant_sync_words(), zeros) << at << " replay " << replay;
-        reset();
-      });
-    }
-    twin.cpu().matmul(x.cpu, w.cpu, nullptr, out.cpu);
-    EXPECT_LT(twin.error(out), tolerance(dtype())) << "m=" << m;
-  }
+  testing::expect_quant_sync_changes_no_result(
+      twin, rng,
+      [&](int64_t n, int64_t k) {
+        const Pair dense = twin.floats({n, k}, random_floats(rng, n * k, -0.05f, 0.05f));
+        return quantize(twin, dense, n, k, format());
+      },
+      weight_format_name(format()));
 }
 
 TEST_P(CudaQuant, IsRefusedWithoutAHalfActivationType) {

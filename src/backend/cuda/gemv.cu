@@ -230,7 +230,10 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
                 "W8A16 / 4-bit GEMV: a norm gain and a normalised-x scratch of (M, K) expected");
       Tensor xn =
           act->xn.reshaped({act->xn.numel() / x.row_size(), x.row_size()}).slice_rows(0, x.rows());
-      launch_rms_norm(nullptr, x, *gain, eps, xn, stream, pdl);
+      if (launch_rms_norm(nullptr, x, *gain, eps, xn, stream, pdl, act->sync)) {
+        operands.sync = act->sync;  // IB_QUANT_SYNC: the GEMV waits for its blocks by this flag
+        operands.sync_blocks = static_cast<unsigned>(m);  // one norm block a token
+      }
       x_in = xn.data;
     }
   }

@@ -16,8 +16,10 @@
 
 #include "backend/cuda/detail/check.h"
 #include "backend/cuda/detail/device_math.cuh"
+#include "backend/cuda/detail/flag_sync.cuh"
 #include "backend/cuda/detail/kernels.h"
 #include "backend/cuda/detail/pdl.cuh"
+#include "backend/cuda/detail/quant_switches.h"
 
 namespace ib::cuda {
 namespace {
@@ -41,14 +43,23 @@ __device__ __forceinline__ void load_norm_input(const T* xr, T* rr, int64_t c,
   for (int i = 0; i < kVec16<T>; ++i) sum_sq += v[i] * v[i];
 }
 
-// x (rows, d); residual (rows, d) or null; weight (d); out (rows, d).
+// Where a norm kernel before a quantized GEMV lets it launch (IB_QUANT_SYNC, kernels.h's
+// launch_rms_norm): sync null, or trigger_first 0, right after the wait; else before it.
+__device__ __forceinline__ void norm_wait(const unsigned* sync, int trigger_first) {
+  if (sync != nullptr && trigger_first) pdl_trigger();
+  pdl_wait();
+  if (sync == nullptr || !trigger_first) pdl_trigger();
+}
+
+// x (rows, d); residual (rows, d) or null; weight (d); out (rows, d). sync (null: none): the
+// block counts itself into sync[0] once its row is stored (GemvQuant::sync).
 template <typename T, bool kVector>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_kernel(T* residual, const T* x, const T* weight, float eps, T* out, int64_t d,
-                    const T* /*x_weight: the register form's (IB_NORM_POST)*/) {
+                    const T* /*x_weight: the register form's (IB_NORM_POST)*/, unsigned* sync,
+                    int trigger_first) {
   __shared__ float scratch[32];
-  pdl_wait();
-  pdl_trigger();
+  norm_wait(sync, trigger_first);
   const int64_t row = blockIdx.x;
   const T* xr = x + row * d;
   T* rr = residual ? residual + row * d : nullptr;
@@ -88,6 +99,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t c = threadIdx.x; c < d; c += kThreads)
       outr[c] = from_f32<T>(to_f32(src[c]) * inv_rms * to_f32(weight[c]));
   }
+  if (sync != nullptr) block_count_done(sync);
 }
 
 // The register form (IB_NORM_REGS): d % kVec16<T> == 0, d <= kThreads * kVec16<T> * kPer. With
@@ -96,7 +108,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int kPer, bool kNormX = false>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_regs_kernel(T* residual, const T* x, const T* weight, float eps, T* out, int64_t d,
-                         const T* x_weight) {
+                         const T* x_weight, unsigned* sync, int trigger_first) {
   constexpr int kV = kVec16<T>;
   __shared__ float scratch[32];
   float v[kPer][kV], w[kPer][kV];
@@ -110,8 +122,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < kPer; ++i)
       if (column(i) < d) load16_f32(x_weight + column(i), xw[i]);
   }
-  pdl_wait();
-  pdl_trigger();
+  norm_wait(sync, trigger_first);
   const int64_t row = blockIdx.x;
   const T* xr = x + row * d;
   T* rr = residual ? residual + row * d : nullptr;
@@ -155,6 +166,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kV; ++j) v[i][j] = v[i][j] * inv_rms * w[i][j];
     store16_f32(outr + column(i), v[i]);
   }
+  if (sync != nullptr) block_count_done(sync);
 }
 
 std::atomic<bool> g_norm_regs{true};  // IB_NORM_REGS
@@ -178,11 +190,13 @@ bool norm_post() {
   return g_norm_post.load(std::memory_order_relaxed);
 }
 
-void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
-                     cudaStream_t stream, bool pdl) {
+bool launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
+                     cudaStream_t stream, bool pdl, unsigned* sync) {
   const int64_t rows = x.rows();
   const int64_t d = x.row_size();
-  if (rows == 0) return;
+  if (rows == 0) return false;
+  const int sync_mode = sync != nullptr ? quant_sync() : 0;
+  if (sync_mode == 0) sync = nullptr;
   IB_DISPATCH_FLOAT(x.dtype, T, {
     T* res = residual ? residual->as<T>() : nullptr;
     const bool vector = d % kVec16<T> == 0 && aligned16(x.data) && aligned16(weight.data) &&
@@ -196,8 +210,9 @@ void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, fl
     }
     launch_kernel(op, pdl, kernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream,
                   res, x.as<T>(), weight.as<T>(), eps, out.as<T>(), d,
-                  static_cast<const T*>(nullptr));
+                  static_cast<const T*>(nullptr), sync, sync_mode == 2 ? 1 : 0);
   });
+  return sync != nullptr;
 }
 
 bool launch_norm_add_rms_norm(Tensor residual, const Tensor& x, const Tensor& x_weight,
@@ -218,7 +233,8 @@ bool launch_norm_add_rms_norm(Tensor residual, const Tensor& x, const Tensor& x_
                                : rms_norm_regs_kernel<T, 4, true>;
       launch_kernel("norm_add_rms_norm", pdl, kernel, dim3(static_cast<unsigned>(rows)),
                     dim3(kThreads), 0, stream, residual.as<T>(), x.as<const T>(), weight.as<T>(),
-                    eps, out.as<T>(), d, x_weight.as<const T>());
+                    eps, out.as<T>(), d, x_weight.as<const T>(), static_cast<unsigned*>(nullptr),
+                    0);
       launched = true;
     }
   });

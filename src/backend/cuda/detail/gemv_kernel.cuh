@@ -284,8 +284,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
     };
     // The previous kernel's outputs (x) are whole: griddepcontrol.wait, or with a flagged shrink
-    // (GemvLora::sync) its kLoraSyncX, or with a flagged quantize kernel (GemvQuant::sync) its
-    // count.
+    // (GemvLora::sync) its kLoraSyncX, or with a flagged quantize or norm kernel
+    // (GemvQuant::sync) its count.
     const auto wait_for_x = [&] {
       if constexpr (kLora) {
         if (lora.sync != nullptr) {
@@ -293,9 +293,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           return;
         }
       }
-      if constexpr (kXq) {  // IB_QUANT_SYNC: the quantize kernel's blocks count themselves done
+      if constexpr (kQuant) {  // IB_QUANT_SYNC: the quantize or norm kernel's blocks counted
         if (fp8.sync != nullptr) {
-          block_wait_flag(fp8.sync, fp8.sync_blocks);
+          // Once a block (x stays): the last block past its wait sets the words back to 0, so
+          // the pointer is dead after the prologue (no register held through the steps).
+          if (threadIdx.x == 0 && tile == tile_begin) {
+            spin_until_at_least(fp8.sync, fp8.sync_blocks);
+            grid_reset_when_last(fp8.sync + 1, fp8.sync, 2);
+          }
+          __syncthreads();
           return;
         }
       }
@@ -600,15 +606,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     // The next tile rewrites the shared partial sums and scales (and kLora's B rows).
     if (tile + tile_step < tiles) __syncthreads();
   }
-  // A flagged pair's last block to finish sets its words back to 0 (every block's reads of them
-  // came before its epilogue's barrier, before this).
+  // A flagged LoRA pair's last block to finish sets its words back to 0 (every block's reads of
+  // them came before its epilogue's barrier, before this).
   if constexpr (kLora) {
     static_assert(kLoraSyncDone == 2, "the LoRA set's words before its done count");
     if (lora.sync != nullptr && threadIdx.x == 0)
       grid_reset_when_last(lora.sync + kLoraSyncDone, lora.sync, 3);
-  }
-  if constexpr (kXq) {
-    if (fp8.sync != nullptr && threadIdx.x == 0) grid_reset_when_last(fp8.sync + 1, fp8.sync, 2);
   }
 }
 

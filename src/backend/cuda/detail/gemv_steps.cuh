@@ -66,10 +66,10 @@ struct GemvQuant {
   // with the gain q_gain (norm_row.cuh; the launch's eps).
   const void* q_gain = nullptr;
   StaticActQuant q_fixed{};
-  // IB_QUANT_SYNC (W8A8; null: none): the quantize kernel launched right before the GEMV counts
-  // its sync_blocks blocks into sync[0] once their codes and scales are stored; the GEMV's blocks
-  // wait for that instead of the kernel's end, and its last block sets sync[0] and sync[1] (its
-  // done count) back to 0.
+  // IB_QUANT_SYNC (null: none): the quantize kernel (W8A8) or norm kernel (W8A16, 4-bit)
+  // launched right before the GEMV counts its sync_blocks blocks into sync[0] once their outputs
+  // are stored; the GEMV's blocks wait for that instead of the kernel's end, once each, and the
+  // last of them past its wait sets sync[0] and sync[1] (their count) back to 0.
   unsigned* sync = nullptr;
   unsigned sync_blocks = 0;
 };

@@ -37,9 +37,11 @@ void launch_bias_add(Tensor out, const Tensor& bias, cudaStream_t stream);
 
 // ---- norm.cu ----
 // residual == nullptr: out = rms_norm(x) * weight. Otherwise residual += x, out =
-// rms_norm(residual).
-void launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
-                     cudaStream_t stream, bool pdl = false);
+// rms_norm(residual). sync (null: none): with IB_QUANT_SYNC, the flag set of the quantized GEMV
+// launched right after (GemvQuant::sync), as launch_quantize_rms_rows takes it; returns whether
+// it took it (the GEMV then waits for x.rows() blocks).
+bool launch_rms_norm(Tensor* residual, const Tensor& x, const Tensor& weight, float eps, Tensor out,
+                     cudaStream_t stream, bool pdl = false, unsigned* sync = nullptr);
 // IB_NORM_REGS: rows of up to 4 16-byte vectors per thread (8,192 bf16 values) through the
 // register form (x read once, the gain loaded before the PDL wait; true) or the two-pass kernel
 // (false, the default until measured on the H200). Process-wide, like the GEMV's switches.
@@ -66,8 +68,9 @@ struct GemvQuantAct {
   Tensor xq;      // W8A8: (>= M, K) of the weight's code dtype (fp8_e4m3 / int8), 16-byte aligned
   Tensor scales;  // W8A8: (>= M) f32
   Tensor xn;      // W8A16: >= M * K elements of x's dtype, 16-byte aligned
-  // IB_QUANT_SYNC (W8A8; null: none): a flag set of two words, zero, for the quantize kernel and
-  // the GEMV after it (GemvQuant::sync); the caller alternates two sets between calls.
+  // IB_QUANT_SYNC (null: none): a flag set of two words, zero, for the quantize (W8A8) or norm
+  // (W8A16, 4-bit) kernel and the GEMV after it (GemvQuant::sync); the caller alternates two sets
+  // between calls.
   unsigned* sync = nullptr;
 };
 // The most tokens the GEMV takes for a weight format.

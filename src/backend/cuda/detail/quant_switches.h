@@ -8,11 +8,12 @@ namespace ib::cuda {
 
 void set_quant_trigger(int where);
 int quant_trigger();
-// IB_QUANT_SYNC: the W8A8 GEMV of up to 8 tokens waits for the quantize kernel launched before it
-// by a flag its blocks count into (kernels.h, GemvQuantAct::sync) instead of for its grid's end:
-// 0 no (the default), 1 yes, the quantize kernel triggering as IB_QUANT_TRIGGER says, 2 yes, the
-// quantize kernel triggering before its own wait (the GEMV's blocks launch, and stream their
-// first weights, while the kernel before the quantize kernel runs).
+// IB_QUANT_SYNC: a quantized decode GEMV waits for the quantize (W8A8) or norm (W8A16, 4-bit)
+// kernel launched before it by a flag its blocks count into (kernels.h, GemvQuantAct::sync)
+// instead of for its grid's end: 0 no (the default), 1 yes, the quantize kernel triggering as
+// IB_QUANT_TRIGGER says (the norm kernel right after its wait), 2 yes, that kernel triggering
+// before its own wait (the GEMV's blocks launch, and stream their first weights, while the kernel
+// before it runs).
 void set_quant_sync(int mode);
 int quant_sync();
 

@@ -94,7 +94,8 @@ struct CudaSwitches {
   // IB_QUANT_TRIGGER=0|1|2: where the quantize kernel triggers its successor
   // (set_quant_trigger).
   std::optional<int64_t> quant_trigger;
-  // IB_QUANT_SYNC=0|1|2: the W8A8 GEMVs wait for their quantize kernel by a flag (set_quant_sync).
+  // IB_QUANT_SYNC=0|1|2: the quantized GEMVs wait for their quantize or norm kernel by a flag
+  // (set_quant_sync).
   std::optional<int64_t> quant_sync;
   // IB_GEMV_STAGE_NORM=0|1: the staged W8A16 / 4-bit GEMVs normalise x in each block
   // (set_gemv_stage_norm).
