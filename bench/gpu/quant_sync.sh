@@ -11,7 +11,8 @@
 #          int8-w8a8 at IB_QUANT_SYNC 0, 1 and 2, interleaved, fp8 and awq twice
 #   seed   the seed protocol (batch 8, 200 prompts of 32 / 128) in fp8 and awq at 0, 1 and 2
 # Usage (carry .deps/icu.tar.xz and .deps/prebuilt.tar.xz; ~8 minutes): IB_PREBUILT=1 OUT=dir
-# bash bench/gpu/quant_sync.sh. Writes tests.log, the tests' JSON, runs.log, runs.json, runs.tgz.
+# bash bench/gpu/quant_sync.sh. Writes tests.log, the tests' JSON, runs.log, runs.json, runs.tgz,
+# sass_acquire.txt (the acquire loads in SASS and the two instructions after each).
 set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.." || exit 1; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && head_setup
@@ -49,5 +50,11 @@ SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 
     done
   fi
 } 2>&1 | tee -a "$O/runs.log"
+# Whether the flags' acquire loads (detail/flag_sync.cuh) come with an L1 invalidation in SASS
+# (CCTL.IVALL after LDG.E.STRONG.GPU): the flagged GEMVs read x with non-coherent loads after it.
+timeout 90 cuobjdump -sass "$B/bin/inferbench" 2>/dev/null |
+  grep -A2 -E 'LDG\.E\.STRONG\.GPU' | head -60 > "$O/sass_acquire.txt"
+echo "acquire loads followed by CCTL.IVALL: $(grep -c 'CCTL' "$O/sass_acquire.txt") of" \
+  "$(grep -c 'STRONG.GPU' "$O/sass_acquire.txt") shown"
 pack_runs
 echo "done +$(( $(date +%s) - T0 )) s"
