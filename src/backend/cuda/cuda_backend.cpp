@@ -140,13 +140,13 @@ Status CudaBackend::init() {
   IB_ASSIGN_OR_RETURN(attention_workspace_, alloc(kAttentionWorkspaceBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(staging_, alloc(kStagingBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(attention_counters_, alloc(kAttentionCounterBytes, MemoryTag::kWorkspace));
-  IB_ASSIGN_OR_RETURN(lora_counters_, alloc(kSyncCounterBytes, MemoryTag::kWorkspace));
+  IB_ASSIGN_OR_RETURN(sync_counters_, alloc(kSyncCounterBytes, MemoryTag::kWorkspace));
   IB_ASSIGN_OR_RETURN(lora_chain_, alloc(kLoraChainBytes, MemoryTag::kWorkspace));
   run_op("init", [&] {
     IB_CUDA_CHECK(
         cudaMemsetAsync(attention_counters_.data(), 0, attention_counters_.bytes(), stream_),
         "init");
-    IB_CUDA_CHECK(cudaMemsetAsync(lora_counters_.data(), 0, lora_counters_.bytes(), stream_),
+    IB_CUDA_CHECK(cudaMemsetAsync(sync_counters_.data(), 0, sync_counters_.bytes(), stream_),
                   "init");
   });
   IB_TRY(measure_copy_ceiling());
@@ -162,7 +162,7 @@ CudaBackend::~CudaBackend() {
   attention_workspace_.reset();
   staging_.reset();
   attention_counters_.reset();
-  lora_counters_.reset();
+  sync_counters_.reset();
   lora_chain_.reset();
   quant_scratch_.reset();
   dequant_scratch_.reset();
@@ -507,9 +507,7 @@ GemvQuantAct CudaBackend::quant_act(const Tensor& x, const WeightRef& w) const {
     act.xn = quant_scratch_.view(dtype_, {x.rows() * x.row_size()}, offset);
   }
   if (quant_sync() > 0) {  // the sets alternate between calls (GemvQuantAct::sync)
-    act.sync = static_cast<unsigned*>(lora_counters_.data()) +
-               kLoraCounterBytes / sizeof(unsigned) +
-               (quant_sync_pairs_++ % kQuantSyncSets) * kQuantSyncWords;
+    act.sync = flag_set(kLoraCounterBytes, kQuantSyncWords, quant_sync_pairs_++ % kQuantSyncSets);
   }
   return act;
 }

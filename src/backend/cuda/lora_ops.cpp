@@ -73,7 +73,7 @@ void CudaBackend::lora_apply_group(const Tensor& x, const Tensor& slot_ids,
   IB_ASSERT(lora_chunk_tokens(g.ptrs.count * g.rank, attention_workspace_.bytes()) >= 1,
             "lora_apply: one token's shrunk rows (3 x rank fp32) exceed the workspace");
   run_op("lora_apply", [&] {
-    unsigned* counters = lora_fused_ ? static_cast<unsigned*>(lora_counters_.data()) : nullptr;
+    unsigned* counters = lora_fused_ ? counter_at(0) : nullptr;
     launch_lora_apply(x, slot_ids, g.ptrs, g.rank, g.slots, scales, attention_workspace_.data(),
                       attention_workspace_.bytes(), counters, out, stream_, pdl_ && lora_pdl_);
   });
@@ -111,7 +111,7 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
     // IB_LORA_IN_GEMV=4: the dense GEMV, launched right after the shrink (no norm or quantize
     // kernel between them), meets it by flags.
     if (lora_in_gemv_ == 4 && gemv && w.format == WeightFormat::kDense && x.rows() > 0) {
-      l.sync = lora_sync_set(lora_sync_pairs_++ % kLoraSyncSets);
+      l.sync = flag_set(kLoraSyncOffset, kLoraSyncWords, lora_sync_pairs_++ % kLoraSyncSets);
       l.u_blocks = lora_shrink_blocks(x.rows(), g.ptrs.count, g.rank);
     }
     launch_lora_shrink(x, norm, lora.slot_ids, g.ptrs, g.rank, g.slots, l.u, stream_,
@@ -129,11 +129,6 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
   return l;
 }
 
-unsigned* CudaBackend::lora_sync_set(int64_t i) const {
-  return static_cast<unsigned*>(lora_counters_.data()) + kLoraSyncOffset / sizeof(unsigned) +
-         i * kLoraSyncWords;
-}
-
 std::vector<unsigned> CudaBackend::lora_sync_words() {
   return counter_words(kLoraSyncOffset, size_t{kLoraSyncSets} * kLoraSyncWords);
 }
@@ -141,9 +136,8 @@ std::vector<unsigned> CudaBackend::lora_sync_words() {
 std::vector<unsigned> CudaBackend::counter_words(size_t offset_bytes, size_t count) {
   std::vector<unsigned> words(count);
   run_op("counter_words", [&] {
-    IB_CUDA_CHECK(cudaMemcpyAsync(words.data(),
-                                  static_cast<unsigned char*>(lora_counters_.data()) + offset_bytes,
-                                  count * sizeof(unsigned), cudaMemcpyDeviceToHost, stream_),
+    IB_CUDA_CHECK(cudaMemcpyAsync(words.data(), counter_at(offset_bytes), count * sizeof(unsigned),
+                                  cudaMemcpyDeviceToHost, stream_),
                   "counter_words");
     IB_CUDA_CHECK(cudaStreamSynchronize(stream_), "counter_words");
   });

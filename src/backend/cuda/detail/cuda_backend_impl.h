@@ -44,14 +44,14 @@ class CudaBackend final : public Backend,
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
   static constexpr size_t kStagingBytes = size_t{16} << 20;
   static constexpr size_t kAttentionCounterBytes = size_t{1} << 20;  // split-KV merge counters
-  // LoRA block counters, zero between launches: IB_LORA_FUSED's (lora.cu), then from byte
-  // kLoraSyncOffset the kLoraSyncSets flag sets of IB_LORA_IN_GEMV=4 (GemvLora::sync).
+  // sync_counters_' words, zero between launches: IB_LORA_FUSED's block counters (lora.cu), then
+  // from byte kLoraSyncOffset the kLoraSyncSets flag sets of IB_LORA_IN_GEMV=4 (GemvLora::sync).
   static constexpr size_t kLoraSyncOffset = 16;
   static_assert(kLoraFusedCounterBytes <= kLoraSyncOffset);
   static constexpr size_t kLoraCounterBytes =
       kLoraSyncOffset + size_t{kLoraSyncSets} * kLoraSyncWords * sizeof(unsigned);
-  // IB_QUANT_SYNC's two flag sets of two words (GemvQuantAct::sync), zero between pairs, after
-  // the LoRA counters in lora_counters_.
+  // Then from byte kLoraCounterBytes IB_QUANT_SYNC's two flag sets of two words
+  // (GemvQuantAct::sync).
   static constexpr int kQuantSyncSets = 2, kQuantSyncWords = 2;
   static constexpr size_t kSyncCounterBytes =
       kLoraCounterBytes + size_t{kQuantSyncSets} * kQuantSyncWords * sizeof(unsigned);
@@ -333,8 +333,8 @@ class CudaBackend final : public Backend,
   // words after the stream's work (tests: zero between pairs).
   int64_t lora_sync_pairs() const { return lora_sync_pairs_; }
   std::vector<unsigned> lora_sync_words();
-  // IB_QUANT_SYNC's flag sets handed to W8A8 GEMVs so far, and their words after the stream's
-  // work (tests: zero between pairs).
+  // IB_QUANT_SYNC's flag sets handed to quantized GEMVs so far, and their words after the
+  // stream's work (tests: zero between pairs).
   int64_t quant_sync_pairs() const { return quant_sync_pairs_; }
   std::vector<unsigned> quant_sync_words();
   // The split-KV attention's blocks prefetch their K and V rows into L2 before their loads in
@@ -457,9 +457,17 @@ class CudaBackend final : public Backend,
   };
   void reset_lora_chains() { lora_chains_ = {}; }
   float* lora_chain_u(int i) const;
-  // IB_LORA_IN_GEMV=4: flag set i (GemvLora::sync) in lora_counters_.
-  unsigned* lora_sync_set(int64_t i) const;
-  // count words of lora_counters_ from offset_bytes, after the stream's work.
+  // The word of sync_counters_ at offset_bytes (IB_LORA_FUSED's counters at 0, the flag sets of
+  // IB_LORA_IN_GEMV=4 at kLoraSyncOffset and of IB_QUANT_SYNC at kLoraCounterBytes).
+  unsigned* counter_at(size_t offset_bytes) const {
+    return reinterpret_cast<unsigned*>(static_cast<unsigned char*>(sync_counters_.data()) +
+                                       offset_bytes);
+  }
+  // Flag set i of `words` words from offset_bytes (the sets alternate between a kind's pairs).
+  unsigned* flag_set(size_t offset_bytes, int words, int64_t i) const {
+    return counter_at(offset_bytes) + i * words;
+  }
+  // count words of sync_counters_ from offset_bytes, after the stream's work.
   std::vector<unsigned> counter_words(size_t offset_bytes, size_t count);
   // The pending chain whose shrink is this op's (x, its slot ids, its targets' A, its rank; an rms
   // op needs a dense weight, whose GEMV applies 1 / rms itself, and a folded gain), or -1; every
@@ -500,7 +508,7 @@ class CudaBackend final : public Backend,
   Buffer attention_workspace_;
   Buffer staging_;
   Buffer attention_counters_;
-  Buffer lora_counters_;  // kSyncCounterBytes: the LoRA counters, then IB_QUANT_SYNC's sets
+  Buffer sync_counters_;  // kSyncCounterBytes: the LoRA counters, then IB_QUANT_SYNC's sets
   Buffer lora_chain_;     // kLoraChainBytes
   Buffer quant_scratch_;
   Buffer dequant_scratch_;     // W8A16 / 4-bit above the GEMV's rows: the weight in the act dtype

@@ -36,7 +36,8 @@ void expect_quant_sync_changes_no_result(Twin& twin, Rng& rng, const MakeWeight&
   const int64_t n = 1024, k = 4096, f = 512;
   const Pair gain = twin.floats({k}, random_floats(rng, k, 0.2f, 2.0f));
   const WeightPair w = make(n, k), wgu = make(2 * f, k), wdown = make(k, f);
-  const std::vector<unsigned> zeros(4, 0u);
+  const std::vector<unsigned> zeros(
+      size_t{CudaBackend::kQuantSyncSets} * CudaBackend::kQuantSyncWords, 0u);
   for (const int64_t m : {1, 8}) {
     const Pair x = twin.floats({m, k}, random_floats(rng, m * k, -1.5f, 1.5f));
     const std::vector<float> res0 = random_floats(rng, m * k, -1.0f, 1.0f);
