@@ -232,7 +232,8 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "GEMV's epilogue and its shrink in a launch before it (1) or accumulated by the GEMV before "
      "it from the outputs it stores (3: chained, one shrink launch a layer; measured slower "
      "since 2 was removed); 4: as 1, each dense GEMV waiting for its shrink by flags (it "
-     "launches and streams its weights while the shrink waits for x; the same results as 1); "
+     "launches and streams its weights while the shrink waits for x; the same results as 1; "
+     "measured 2.9 % slower than 1 on an H100); "
      "0: on the unfused ops, a shrink and an expand launch after each projection's matmul"},
 };
 
