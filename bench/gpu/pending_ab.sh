@@ -23,8 +23,9 @@ set -u; T0=$(date +%s)
 cd "$(dirname "$0")/../.." || exit 1; O=${OUT:-$PWD/gpu-out}; mkdir -p "$O"
 source bench/gpu/build_inferbench.sh && head_setup
 R=$O/runs; mkdir -p "$R"
+has() { [[ " ${IB_PENDING:-tests lora sync tune} " == *" $1 "* ]]; }
 A=bench/adapters/l3-r16-0
-[ -f $A/adapter_model.safetensors ] ||
+has lora && [ ! -f $A/adapter_model.safetensors ] &&
   python3 tools/make_lora.py --hidden-size 4096 --intermediate-size 14336 --num-heads 32 \
     --num-kv-heads 8 --layers 32 --rank 16 --seed 0 --numpy --out $A > /dev/null &
 SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 --load-mode static
@@ -33,7 +34,6 @@ LORA=(--enable-lora --max-loras 1 --max-lora-rank 16 --lora-modules "a0=$A")
 B1=(--batch-size 1 --input-len 32 --output-len 128 --num-prompts 4 --runs 3)
 CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num-warmups 16
   --runs 1)
-has() { [[ " ${IB_PENDING:-tests lora sync tune} " == *" $1 "* ]]; }
 has lora_tests && gpu_tests '*CudaFusedLora*:*ReportsTheKernelSwitches*' '*CudaEngineLora*GEMV4*' |
   tee -a "$O/runs.log"
 has tests && {
