@@ -193,6 +193,12 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "the W4A16 decode GEMVs of 1-4 tokens through the ring: warps per block splitting K (fewer "
      "warps stream more steps each); 0: 4 for launches of at least 1,024 row tiles (gate/up), "
      "else 8, measured fastest on the H200"},
+    {"IB_GEMV_INT4_RING_GROUPS", "cuda", "0", 0, 2, "",
+     "1: the 4-bit (W4A16, NF4) decode GEMVs of 1-4 tokens through the ring copy each step's "
+     "group scales and zero points (absmax) into shared memory with its weights (cp.async), "
+     "where the warp reads them at the step; 2: also those of 5-8 tokens, through the ring so; "
+     "0: loaded into registers steps ahead (where the compiler converts them at the load and "
+     "the warp waits a DRAM round trip)"},
     {"IB_NORM_REGS", "cuda", "1", 0, 1, "",
      "1: RMSNorm rows of up to 8,192 bf16 values with x held in registers (read once) and the "
      "gain loaded before the PDL wait (measured faster on the H200); 0: the two-pass kernel"},
