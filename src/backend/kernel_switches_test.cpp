@@ -94,7 +94,6 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_GEMM_M_BUCKETS",
                            "IB_GEMM_TUNE",
                            "IB_GEMV_INT4_WARPS",
-                           "IB_GEMV_INT4_RING_GROUPS",
                            "IB_NORM_REGS",
                            "IB_ROPE_VEC",
                            "IB_NORM_POST",

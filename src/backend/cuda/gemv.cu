@@ -63,16 +63,6 @@ std::atomic<bool> g_dense_ring{false};
 // on every shape. 0 (the default) is that rule: awq batch 1 342 -> 367 tok/s.
 std::atomic<int> g_int4_warps{0};
 
-// IB_GEMV_INT4_RING_GROUPS (backend/kernel_switches.h): the 4-bit ring GEMVs of 1-4 tokens copy
-// each step's group parameters into the ring with its weights (gemv_kernel's kRingGroups). Nsight
-// Compute on the awq gate/up GEMV (H200, results/h200/warps/run3) put 21 % of its stall samples on
-// the conversions of the parameters loaded into registers 4 steps ahead: the compiler places them
-// right after the loads, so the warp waits a DRAM round trip there, in the prologue before it
-// issues its later steps' weights. 2 also runs the 4-bit GEMVs of 5-8 tokens (one n-tile, whose
-// register path loads the parameters the same way) through the ring. 0 (off) until measured
-// (bench/NOTES.md, "The 4-bit group parameters through the ring").
-std::atomic<int> g_int4_ring_groups{0};
-
 // IB_GEMV_STAGE_X and IB_GEMV_FUSE_QUANT (detail/gemv_x_shared.h): the quantized GEMVs of one
 // token through the ring hold x in each block's shared memory (gemv_kernel's kXShared), so a
 // step's x comes from there, not from global memory right before its MMAs (where the fp8 GEMV's
@@ -95,17 +85,6 @@ std::atomic<int64_t> g_x_norm_launches{0};
 // The most shared memory x takes (kXShared): 48 KB (W8A8 at k = 14,336: 42 KB; with the
 // ring's 37 KB, 2 blocks per SM).
 constexpr int64_t kXSharedMaxBytes = 49152;
-
-std::atomic<int64_t> g_ring_groups_launches{0};
-
-// Whether a 4-bit weight's group parameters can go through the ring as aligned 32-bit words
-// (gemv_int4.cuh): the arrays 4-byte aligned and, for W4A16's 2- and 1-byte parameters, rows a
-// multiple of 4 (N * groups then is, so no word runs past an array's end).
-bool ring_groups_ok(const WeightRef& w, const GemvQuant& q) {
-  const auto aligned4 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; };
-  if (w.format == WeightFormat::kNf4) return aligned4(q.g_absmax);
-  return w.rows() % 4 == 0 && aligned4(q.g_scales) && aligned4(q.g_zeros);
-}
 
 int int4_ring_warps(unsigned tiles) {
   const int warps = g_int4_warps.load(std::memory_order_relaxed);
@@ -288,17 +267,8 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
   }
   // The ring where it measured faster (bench/NOTES.md, "The cp.async ring"): 1-4 tokens and two
   // n-tiles; four n-tiles' partial sums and the ring would exceed 48 KB of shared memory.
-  // IB_GEMV_INT4_RING_GROUPS: the 4-bit group parameters through the ring (1: at 1-4 tokens, 2:
-  // also at 5-8, which then take the ring).
-  [[maybe_unused]] bool ring_groups = false;
-  if constexpr (k4bit && NT == 1 && sizeof(T) == 2) {
-    const int rg = g_int4_ring_groups.load(std::memory_order_relaxed);
-    ring_groups = rg > 0 && (m <= 4 || rg == 2) && g_gemv_ring.load(std::memory_order_relaxed) &&
-                  g_persist_blocks_per_sm.load(std::memory_order_relaxed) == 0 &&
-                  lora.slot_ids == nullptr && ring_groups_ok(w, operands);
-  }
   if constexpr (!kDense && NT <= 2) {
-    if (g_gemv_ring.load(std::memory_order_relaxed) && (m <= 4 || NT == 2 || ring_groups)) {
+    if (g_gemv_ring.load(std::memory_order_relaxed) && (m <= 4 || NT == 2)) {
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, false,
                            false, kGemvRingSteps>;
       if constexpr (NT == 1 && sizeof(T) == 2) {
@@ -323,22 +293,6 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
                                 : gemv_kernel<T, TOut, NT, 2, kSteps, kAdj, kEpilogue, kKernelRms,
                                               kW, 12, false, false, kGemvRingSteps>;
           }
-        }
-      }
-      // IB_GEMV_INT4_RING_GROUPS: the group parameters through the ring, at the block's warps.
-      if constexpr (k4bit && NT == 1 && sizeof(T) == 2) {
-        if (ring_groups && (block_warps == 8 || block_warps == 4)) {
-          const auto pick = [&]<int kBW, int kMB>() {
-            return x_shared ? gemv_kernel<T, TOut, NT, kBW, kSteps, kAdj, kEpilogue, kKernelRms, kW,
-                                          kMB, false, false, kGemvRingSteps, true, true>
-                            : gemv_kernel<T, TOut, NT, kBW, kSteps, kAdj, kEpilogue, kKernelRms, kW,
-                                          kMB, false, false, kGemvRingSteps, false, true>;
-          };
-          kernel = pick.template operator()<8, 3>();
-          if constexpr (kW == kGemvInt4) {
-            if (block_warps == 4) kernel = pick.template operator()<4, 6>();
-          }
-          g_ring_groups_launches.fetch_add(1, std::memory_order_relaxed);
         }
       }
       if constexpr (NT == 1 && sizeof(T) == 2) {
@@ -527,19 +481,6 @@ void set_gemv_int4_warps(int warps) {
 
 int gemv_int4_warps() {
   return g_int4_warps.load(std::memory_order_relaxed);
-}
-
-void set_gemv_int4_ring_groups(int mode) {
-  IB_ASSERT(mode >= 0 && mode <= 2, "set_gemv_int4_ring_groups: 0, 1 or 2");
-  g_int4_ring_groups.store(mode, std::memory_order_relaxed);
-}
-
-int gemv_int4_ring_groups() {
-  return g_int4_ring_groups.load(std::memory_order_relaxed);
-}
-
-int64_t gemv_ring_groups_launches() {
-  return g_ring_groups_launches.load(std::memory_order_relaxed);
 }
 
 void set_gemv_fuse_quant(bool on) {

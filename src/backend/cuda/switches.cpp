@@ -58,7 +58,6 @@ Result<CudaSwitches> read_cuda_switches() {
   s.gemm_m_buckets = integer("IB_GEMM_M_BUCKETS");
   s.gemm_tune = integer("IB_GEMM_TUNE");
   s.gemv_int4_warps = integer("IB_GEMV_INT4_WARPS");
-  s.gemv_int4_ring_groups = integer("IB_GEMV_INT4_RING_GROUPS");
   s.norm_regs = integer("IB_NORM_REGS");
   s.rope_vec = integer("IB_ROPE_VEC");
   s.norm_post = integer("IB_NORM_POST");
@@ -108,9 +107,8 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   set_quant_sync(static_cast<int>(s.quant_sync.value_or(0)));
   set_gemv_stage_norm(s.gemv_stage_norm.value_or(1) == 1);
   backend.set_gemm_m_buckets(static_cast<int>(s.gemm_m_buckets.value_or(4)));
-  if (s.gemm_tune) backend.set_gemm_tuning(*s.gemm_tune == 1);
+  backend.set_gemm_tuning(s.gemm_tune.value_or(1) == 1);
   set_gemv_int4_warps(static_cast<int>(s.gemv_int4_warps.value_or(0)));
-  set_gemv_int4_ring_groups(static_cast<int>(s.gemv_int4_ring_groups.value_or(0)));
   set_norm_regs(s.norm_regs.value_or(1) == 1);
   set_rope_vec(s.rope_vec.value_or(1) == 1);
   set_norm_post(s.norm_post.value_or(1) == 1);
@@ -175,7 +173,6 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_GEMM_M_BUCKETS", {std::to_string(gemm_m_buckets())}},
       {"IB_GEMM_TUNE", {flag(gemm_tuning())}},
       {"IB_GEMV_INT4_WARPS", {std::to_string(gemv_int4_warps())}},
-      {"IB_GEMV_INT4_RING_GROUPS", {std::to_string(gemv_int4_ring_groups())}},
       {"IB_NORM_REGS", {flag(norm_regs())}},
       {"IB_ROPE_VEC", {flag(rope_vec())}},
       {"IB_NORM_POST", {flag(norm_post())}},

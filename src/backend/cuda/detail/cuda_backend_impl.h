@@ -279,7 +279,8 @@ class CudaBackend final : public Backend,
   int gemm_m_buckets() const;
   // IB_GEMM_TUNE=1: each bucket's algorithm the fastest of cuBLASLt's first candidates, timed at
   // the bucket's M when its shape is prewarmed (GemmLt::BucketTuning; its scratch, up to
-  // GemmLt::kTuneScratchMaxBytes, allocated for each shape's pass and freed after). Default off.
+  // GemmLt::kTuneScratchMaxBytes, allocated for each shape's pass and freed after). A backend
+  // made here has none; the backend factory applies the switch's default, on.
   void set_gemm_tuning(bool on);
   bool gemm_tuning() const;
   // The cuBLASLt GEMMs' plans (tests).

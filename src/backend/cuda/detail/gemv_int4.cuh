@@ -168,54 +168,6 @@ __device__ __forceinline__ Int4Group load_int4_group(const uint16_t* scales, con
   return p;
 }
 
-// ---- The group parameters through the ring (gemv_kernel's kRingGroups, IB_GEMV_INT4_RING_GROUPS):
-// a step's parameters travel with its weights, by cp.async into the ring's shared memory, as the
-// aligned 32-bit words that hold them, one word per lane of a quad (lanes 4r .. 4r + 3 share rows
-// a and b). W4A16: lanes q = 0, 1 copy the scale words of rows a, b, q = 2, 3 the zero-point
-// words; NF4: q = 0, 1 row a's absmax of 64-blocks 2s, 2s + 1, q = 2, 3 row b's. (Loaded into
-// registers kRing steps ahead instead, the compiler converts them right after the load and the
-// warp waits there a DRAM round trip: 21 % of the stall samples of the awq gate/up GEMV on the
-// H200, bench/NOTES.md, "The 4-bit group parameters through the ring".) The launch keeps the
-// arrays 4-byte aligned and their rows a multiple of 4, so no word runs past an array's end.
-
-// The word lane q copies for 4-bit step s of the tile with group rows `rows`.
-__device__ __forceinline__ const void* int4_group_word(const uint16_t* scales, const uint8_t* zeros,
-                                                       const Int4GroupRows& rows, int shift,
-                                                       int steps_per_group, int s, int q) {
-  const int e = ((q & 1) != 0 ? rows.b : rows.a) + int4_group_of(s, shift, steps_per_group);
-  if (q < 2) return scales + (e & ~1);
-  return zeros + (e & ~3);
-}
-
-__device__ __forceinline__ const void* nf4_group_word(const float* absmax,
-                                                      const Int4GroupRows& rows, int s, int q) {
-  return absmax + (q < 2 ? rows.a : rows.b) + 2 * s + (q & 1);
-}
-
-// Step s's group parameters from the quad's four words w (lane 0's first), as the register path
-// loads them.
-__device__ __forceinline__ Int4Group int4_group_from_words(const uint4& w,
-                                                           const Int4GroupRows& rows, int shift,
-                                                           int steps_per_group, int s) {
-  const int g = int4_group_of(s, shift, steps_per_group);
-  const int ea = rows.a + g, eb = rows.b + g;
-  Int4Group p;
-  p.scale_a = (w.x >> ((ea & 1) * 16)) & 0xFFFFu;
-  p.scale_b = (w.y >> ((eb & 1) * 16)) & 0xFFFFu;
-  p.zero_a = (w.z >> ((ea & 3) * 8)) & 0xFFu;
-  p.zero_b = (w.w >> ((eb & 3) * 8)) & 0xFFu;
-  return p;
-}
-
-// NF4: lane q's 32 codes lie in 64-block 2s + q / 2.
-__device__ __forceinline__ Int4Group nf4_group_from_words(const uint4& w, int q) {
-  Int4Group p;
-  p.scale_a = q < 2 ? w.x : w.y;
-  p.scale_b = q < 2 ? w.z : w.w;
-  p.zero_a = p.zero_b = 0;
-  return p;
-}
-
 // ---- NF4 (kGemvNf4; backend/weight.h's kNf4): the same loads and steps as W4A16. A byte's two
 // codes (the even k in the high nibble) become the pair (level[hi], level[lo]) * absmax in fp32,
 // rounded to x's type (the lane's 32 codes lie in one 64-block), and meet x's words as they are.

@@ -77,10 +77,6 @@ namespace ib::cuda {
 // warp computes and hold no registers; 0: the register double-group of kUnroll steps. The steps
 // and their order are the same in both, so are the results, bit for bit. The dense ring (2 loads
 // per row and step) needs gemv_ring_smem_bytes of dynamic shared memory.
-// kRingGroups (the 4-bit formats through the ring, IB_GEMV_INT4_RING_GROUPS): each step's group
-// parameters go into the ring with its weights, one aligned 32-bit word per lane of a quad by
-// cp.async (gemv_int4.cuh), read by the quad at the step, instead of into registers kRing steps
-// ahead. The same values: the same results, bit for bit.
 // kXShared (the quantized formats through the ring, one token): x in each block's dynamic shared
 // memory (gemv_x_shared_bytes), read by every step from there instead of from global memory
 // right before its MMAs. Once its first weights are in flight and the previous kernel is done,
@@ -96,7 +92,7 @@ namespace ib::cuda {
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
           int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense,
           int kMinBlocks = kW == kGemvDense ? 1 : 3, bool kLora = false, bool kChain = false,
-          int kRing = 0, bool kXShared = false, bool kRingGroups = false>
+          int kRing = 0, bool kXShared = false>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
@@ -116,8 +112,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                 "chained shrinks: the LoRA GEMVs whose output another op reads (SwiGLU, residual)");
   static_assert(!kXShared || (kQuant && NT == 1 && kRing > 0 && !kLora),
                 "x in shared memory: the quantized formats' ring GEMVs of one token");
-  static_assert(!kRingGroups || (kInt4 && kRing > 0),
-                "the group parameters through the ring: the 4-bit formats' ring GEMVs");
   const int tile_begin = static_cast<int>(blockIdx.x), tile_step = static_cast<int>(gridDim.x);
   [[maybe_unused]] GemvLoraSmem<T> lsm{};
   if constexpr (kLora) {
@@ -245,10 +239,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   [[maybe_unused]] const auto ring_at = [&](int slot, int row, int load) {
     return ring_base + (((slot * kWarps + warp) * 2 + row) * kWLoads + load) * 32 + lane;
   };
-  [[maybe_unused]] Int4Group ring_grp[kRing > 0 && !kRingGroups ? kRing : 1];
-  // kRingGroups: each slot's group parameters as the quad's four words (gemv_int4.cuh).
-  __shared__ __align__(16)
-      uint32_t ring_words[kRingGroups ? kRing : 1][kRingGroups ? kWarps : 1][kRingGroups ? 32 : 1];
+  [[maybe_unused]] Int4Group ring_grp[kRing > 0 ? kRing : 1];
   bool preloaded = false;
   const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
   // The group parameters' rows of a tile (kInt4).
@@ -427,19 +418,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             cp_async16(ring_at(slot, 0, l), wa_ptr + kk + l * 8, true);
             cp_async16(ring_at(slot, 1, l), wb_ptr + kk + l * 8, true);
           }
-          if constexpr (kRingGroups) {
-            const int step = warp + i * kWarps;
-            if constexpr (kNf4) {
-              cp_async4(&ring_words[slot][warp][lane],
-                        nf4_group_word(fp8.g_absmax, grows, step, q));
-            } else {
-              cp_async4(&ring_words[slot][warp][lane],
-                        int4_group_word(fp8.g_scales, fp8.g_zeros, grows, fp8.steps_shift,
-                                        fp8.steps_per_group, step, q));
-            }
-          } else if constexpr (kInt4) {
-            ring_grp[slot] = load_group(warp + i * kWarps, grows);
-          }
+          if constexpr (kInt4) ring_grp[slot] = load_group(warp + i * kWarps, grows);
         }
         cp_async_commit();
       };
@@ -495,22 +474,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             const int i = i0 + u;
             if (i < ring_steps) {
               cp_async_wait<kRing - 1>();
-              if constexpr (kRingGroups) {
-                // The quad's words, copied by its four lanes: visible to each after the barrier;
-                // read before any lane refills the slot (the second barrier).
-                __syncwarp();
-                const uint4 words = *reinterpret_cast<const uint4*>(&ring_words[u][warp][r * 4]);
-                __syncwarp();
-                const int step = warp + i * kWarps;
-                Int4Group g;
-                if constexpr (kNf4) {
-                  g = nf4_group_from_words(words, q);
-                } else {
-                  g = int4_group_from_words(words, grows, fp8.steps_shift, fp8.steps_per_group,
-                                            step);
-                }
-                quant_step(step, *ring_at(u, 0, 0), *ring_at(u, 1, 0), g);
-              } else if constexpr (kQuant) {
+              if constexpr (kQuant) {
                 const uint4 ws = *ring_at(u, 0, 0), wt = *ring_at(u, 1, 0);
                 quant_step(warp + i * kWarps, ws, wt, ring_grp[u]);
               } else {

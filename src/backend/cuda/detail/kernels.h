@@ -109,15 +109,6 @@ bool gemv_dense_ring();
 // Process-wide, like the above.
 void set_gemv_int4_warps(int warps);
 int gemv_int4_warps();
-// IB_GEMV_INT4_RING_GROUPS: the 4-bit (W4A16, NF4) GEMVs of 1-4 tokens that run through the ring
-// bring each step's group parameters through it too, by cp.async into shared memory with the
-// step's weights (1), instead of into registers kRing steps ahead (0, the default until measured
-// on the H200); 2 also runs those of 5-8 tokens through the ring so. The same values in the same
-// order: the same results. Process-wide.
-void set_gemv_int4_ring_groups(int mode);
-int gemv_int4_ring_groups();
-// 4-bit GEMV launches that took the form above since the process started (tests count them).
-int64_t gemv_ring_groups_launches();
 // The fused decode GEMVs (detail/gemv_kernel.cuh), M <= kGemvFusedMaxM, out in x's dtype; gain
 // (K) is the norm's gain for a quantized weight, null for a dense one (folded into w):
 //  kRmsSwiGlu:  out (M, N/2) = silu(g) * u, [g | u] = (x / rms(x) * gain) @ w^T (+ bias)

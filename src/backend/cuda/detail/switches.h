@@ -108,9 +108,6 @@ struct CudaSwitches {
   std::optional<int64_t> gemv_dense_ring;
   // IB_GEMV_INT4_WARPS=8|4|2|0: the W4A16 ring GEMVs' warps per block (set_gemv_int4_warps).
   std::optional<int64_t> gemv_int4_warps;
-  // IB_GEMV_INT4_RING_GROUPS=0|1|2: the 4-bit ring GEMVs' group parameters through the ring
-  // (set_gemv_int4_ring_groups).
-  std::optional<int64_t> gemv_int4_ring_groups;
   // IB_NORM_REGS=0|1: the RMSNorm kernel's register form (set_norm_regs).
   std::optional<int64_t> norm_regs;
   // IB_ROPE_VEC=0|1: rope_and_cache by 16-byte vectors of pairs (set_rope_vec).
