@@ -295,6 +295,18 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
           }
         }
       }
+      // A persistent grid (IB_GEMV_PERSIST): the ring runs on from tile to tile (kRingChain; its
+      // own instantiation: compiled into the one-block-per-tile kernels it spilled registers).
+      if (g_persist_blocks_per_sm.load(std::memory_order_relaxed) > 0) {
+        kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, false,
+                             false, kGemvRingSteps, false, true>;
+        if constexpr (NT == 1 && sizeof(T) == 2) {
+          if (x_shared) {
+            kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3,
+                                 false, false, kGemvRingSteps, true, true>;
+          }
+        }
+      }
       if constexpr (NT == 1 && sizeof(T) == 2) {
         if (x_shared) {
           smem = x_shared_bytes;
