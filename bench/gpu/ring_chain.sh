@@ -33,19 +33,18 @@ CONT=(--input-len 128 --output-len 128 --num-prompts 1024 --load-mode open --num
     echo "engine_cuda_test (IB_GEMV_PERSIST=3) rc=$? +$(( $(date +%s) - T0 )) s"
     grep -E "^\[  FAILED  \]|PASSED|FAILED TEST" "$O/tests.log" | tail -8
   fi
-  if has b1; then
-    for pass in 1 2; do
+  # Each pass: batch 1, then the continuous run (a short call keeps pass 1 whole).
+  for pass in 1 2; do
+    if has b1; then
       for q in awq fp8 nf4; do
         for p in 0 2 3; do
           [ $q = nf4 ] && [ $p = 2 ] && continue
           run_llama "b1_${q}_p${p}_$pass" IB_GEMV_PERSIST=$p --quantization $q "${B1[@]}"
         done
       done
-    done
-  fi
-  if has cont; then
-    for pass in 1 2; do run_llama "cont_bf16_$pass" "${CONT[@]}"; done
-  fi
+    fi
+    has cont && run_llama "cont_bf16_$pass" "${CONT[@]}"
+  done
 } 2>&1 | tee -a "$O/runs.log"
 pack_runs
 echo "done +$(( $(date +%s) - T0 )) s"
