@@ -4,15 +4,15 @@
 // Each block owns 16 output features (rows of w), a row tile, and splits K across its warps. A
 // launch of fewer blocks than tiles (IB_GEMV_PERSIST, the quantized formats) loops over tiles,
 // each block loading its next tile's first weights before the current tile's reduction (through
-// the ring, its last refills of each tile). A warp step
-// covers 64 k: lane (r = lane / 4, q = lane % 4) loads 16 contiguous elements of w rows r and
-// r + 8 and of x row r (two 16-byte loads each) and feeds them to four m16n8k16 tensor-core MMAs
-// with w as the A operand (16 rows) and x^T as B (8 tokens per n-tile). The k order inside an
-// MMA is permuted identically for A and B, so each lane's contiguous loads map straight onto
-// the fragment registers without shuffles. A warp keeps kUnroll steps of loads in flight; with
-// kAdjacent those steps are consecutive in k (longer contiguous runs per row), otherwise they
-// are kWarps steps apart. fp32 accumulation; the warps' partial sums are reduced through shared
-// memory and the bias is added on the way out.
+// the ring, its last refills of each tile). A warp step covers 64 k: lane (r = lane / 4,
+// q = lane % 4) loads 16 contiguous elements of w rows r and r + 8 and of x row r (two 16-byte
+// loads each) and feeds them to four m16n8k16 tensor-core MMAs with w as the A operand (16 rows)
+// and x^T as B (8 tokens per n-tile). The k order inside an MMA is permuted identically for A
+// and B, so each lane's contiguous loads map straight onto the fragment registers without
+// shuffles. A warp keeps kUnroll steps of loads in flight; with kAdjacent those steps are
+// consecutive in k (longer contiguous runs per row), otherwise they are kWarps steps apart. fp32
+// accumulation; the warps' partial sums are reduced through shared memory and the bias is added
+// on the way out.
 //
 // Fused decode variants (kRms, kEpilogue): with kRms the kernel also sums the squares of the x
 // values it loads (each element of x is loaded exactly once per block) and scales each token's
@@ -441,6 +441,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                                           ring_steps % (kRing > 0 ? kRing : 1) == 0 &&
                                           tile + tile_step < tiles;
       [[maybe_unused]] const auto ring_issue_next = [&](int i, int slot) {
+        // The next tile's rows recomputed at each of its kRing issues rather than held through
+        // the tile's steps (registers: the kernels run at their cap).
         const TileRows nt = tile_rows(tile + tile_step);
         ring_copy(w + nt.row_a * w_row + q * 16, w + nt.row_b * w_row + q * 16,
                   group_rows(nt.row_a, nt.row_b), i, slot);
