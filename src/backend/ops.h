@@ -195,6 +195,8 @@ class FusedDecodeOps {
   // Whether the ops take a LoRA update (their `lora` argument) from slots of this rank (R, the
   // stacks' width); false: the engine runs steps with adapters on the unfused ops and LoraOps.
   virtual bool fused_lora(int64_t /*rank*/) const { return false; }
+  // Whether the ops take FusedLora::next_m (the caller then computes the lookahead matrices).
+  virtual bool fused_lora_lookahead() const { return false; }
   // Each op's `lora` (null: none) adds LoraOps::lora_apply_group's update of the op's matmul
   // input to its matmul output, before the op's rotation, SwiGLU or residual add. For the two
   // rms ops that input is rms_norm(h) * gain, so an A whose gain was folded into its columns
@@ -361,6 +363,13 @@ struct FusedLora {
   // the next op finds it done; the results are the same either way. Where the next op is one of
   // the rms ops, its A must have the norm's gain folded in (that op's gain null).
   std::span<const LoraTargetStacks> next;
+  // Optional, with next (one per next target; empty: none): the next targets' lookahead
+  // matrices over this op's input x, m_g (S, R, K) = a'_g @ (w + scale * b a) per slot
+  // (LoraOps::lora_lookahead_matrix: w this op's dense weight, a and b its targets' stacks, a'_g
+  // next's). next's shrink of the output this op adds x @ (w + scale b a)^T to is then
+  // m_g . x + a'_g . (the output before the op), which a backend may compute with this op's own
+  // shrink, before its matmul (CUDA, IB_LORA_IN_GEMV=5; FusedDecodeOps::fused_lora_lookahead).
+  std::span<const Tensor> next_m;
 };
 
 // LoRA adapters' low-rank updates over a batch whose tokens use different adapters, or none
@@ -384,6 +393,11 @@ class LoraOps {
   // applying them one by one (the default), in one shrink and one expand where a backend fuses
   // the group (CUDA: fewer launches per layer).
   static constexpr size_t kMaxLoraGroup = 3;
+  // One slot's lookahead matrix of a next target (FusedLora::next_m): m (R, K) = a_next (R, N) @
+  // (w (N, K) + scale * b (N, R') @ a (R', K)), the fp32 sums rounded once into act; a_next, a,
+  // b and m in act (one slot's rows of their stacks), w the dense weight between.
+  virtual void lora_lookahead_matrix(const Tensor& a_next, const Tensor& w, const Tensor& a,
+                                     const Tensor& b, float scale, Tensor m) = 0;
   virtual void lora_apply_group(const Tensor& x, const Tensor& slot_ids,
                                 std::span<const LoraTargetStacks> targets, const Tensor& scales,
                                 Tensor out) {

@@ -152,6 +152,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const ModelConfig& mode
         });
     if (dense) runner->fold_norm_gains();
     runner->fused_ops_ = fused;
+    if (dense && limits.lora_slots > 0 && comm == nullptr && fused->fused_lora_lookahead())
+      IB_TRY(runner->allocate_lora_lookahead());
   }
   return runner;
 }
@@ -300,6 +302,58 @@ Status ModelRunner::allocate_lora() {
   return Ok{};
 }
 
+Status ModelRunner::allocate_lora_lookahead() {
+  const DType dt = backend_.activation_dtype();
+  const auto e = static_cast<int64_t>(dtype_size(dt));
+  const int64_t s = limits_.lora_slots, r = limits_.lora_rank;
+  const int64_t q = lora_target_shape(model_, LoraTarget::kO).in;     // o's input
+  const int64_t f = lora_target_shape(model_, LoraTarget::kDown).in;  // down's input
+  auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const int64_t layers = model_.num_layers;
+  const int64_t total =
+      layers * 2 * aligned(s * r * q * e) + (layers - 1) * 3 * aligned(s * r * f * e);
+  IB_ASSIGN_OR_RETURN(lora_m_buf_, backend_.alloc(static_cast<size_t>(total), MemoryTag::kWeights));
+  size_t at = 0;
+  for (size_t l = 0; l < lora_layers_.size(); ++l) {
+    auto stack = [&](LoraTarget t, int64_t k) {
+      Tensor& m = lora_layers_[l].m[static_cast<size_t>(t)];
+      m = lora_m_buf_.view(dt, {s, r, k}, at);
+      at += static_cast<size_t>(aligned(s * r * k * e));
+      backend_.fill_constant(m, 0.0f);
+    };
+    stack(LoraTarget::kGate, q);
+    stack(LoraTarget::kUp, q);
+    if (l == 0) continue;
+    for (LoraTarget t : {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}) stack(t, f);
+  }
+  return Ok{};
+}
+
+// A slot's lookahead matrices (allocate_lora_lookahead), from its stacks as set_lora_slot left
+// them (the gains folded into the A of q/k/v and gate/up): gate/up's over o's input (o's weight
+// and adapter), q/k/v's over the previous layer's down input (its weight and adapter).
+void ModelRunner::set_lora_lookahead(int slot, float scale) {
+  LoraOps& ops = *backend_.lora_ops();
+  auto slot_of = [&](const Tensor& stack) {  // (S, X, Y) -> slot's (X, Y)
+    return stack.slice_rows(slot, 1).reshaped({stack.dim(1), stack.dim(2)});
+  };
+  auto matrix = [&](size_t l, LoraTarget next, size_t from, LoraTarget cur, const WeightRef& w) {
+    const auto n = static_cast<size_t>(next), c = static_cast<size_t>(cur);
+    IB_ASSERT(w.format == WeightFormat::kDense && w.data.dim(1) == lora_layers_[l].m[n].dim(2),
+              "set_lora_slot: a lookahead matrix needs the dense weight before it");
+    ops.lora_lookahead_matrix(slot_of(lora_layers_[l].a[n]), w.data,
+                              slot_of(lora_layers_[from].a[c]), slot_of(lora_layers_[from].b[c]),
+                              scale, slot_of(lora_layers_[l].m[n]));
+  };
+  for (size_t l = 0; l < lora_layers_.size(); ++l) {
+    for (LoraTarget t : {LoraTarget::kGate, LoraTarget::kUp})
+      matrix(l, t, l, LoraTarget::kO, weights_.layers[l].wo);
+    if (l == 0) continue;
+    for (LoraTarget t : {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV})
+      matrix(l, t, l - 1, LoraTarget::kDown, weights_.layers[l - 1].w_down);
+  }
+}
+
 void ModelRunner::set_lora_slot(int slot, const LoraAdapter* adapter) {
   IB_ASSERT(slot >= 0 && slot < limits_.lora_slots, "set_lora_slot: no such slot");
   const int64_t r = limits_.lora_rank;
@@ -332,6 +386,7 @@ void ModelRunner::set_lora_slot(int slot, const LoraAdapter* adapter) {
   }
   const float scale = adapter ? adapter->scale : 0.0f;
   backend_.copy_from_host(lora_scales_.slice_rows(slot, 1), &scale, DType::kF32);
+  if (lora_m_buf_.data() != nullptr) set_lora_lookahead(slot, scale);
 }
 
 std::vector<int64_t> ModelRunner::expert_tokens() const {
@@ -343,9 +398,9 @@ std::vector<int64_t> ModelRunner::expert_tokens() const {
 
 int64_t ModelRunner::activation_bytes() const {
   int64_t total = 0;
-  for (const Buffer* b :
-       {&residual_buf_, &hidden_buf_, &tmp_buf_, &qkv_buf_, &attn_buf_, &gate_up_buf_, &act_buf_,
-        &rows_buf_, &logits_buf_, &meta_buf_, &inv_freq_buf_, &moe_buf_, &lora_buf_}) {
+  for (const Buffer* b : {&residual_buf_, &hidden_buf_, &tmp_buf_, &qkv_buf_, &attn_buf_,
+                          &gate_up_buf_, &act_buf_, &rows_buf_, &logits_buf_, &meta_buf_,
+                          &inv_freq_buf_, &moe_buf_, &lora_buf_, &lora_m_buf_}) {
     total += static_cast<int64_t>(b->bytes());
   }
   return total;

@@ -101,6 +101,8 @@ class CpuBackend final : public Backend,
   LoraOps* lora_ops() override { return this; }
   void lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a, const Tensor& b,
                   const Tensor& scales, int64_t row_offset, Tensor out) override;  // cpu/lora.cpp
+  void lora_lookahead_matrix(const Tensor& a_next, const Tensor& w, const Tensor& a,
+                             const Tensor& b, float scale, Tensor m) override;
 
   VisionOps* vision_ops() override { return this; }  // cpu/vision.cpp
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,

@@ -79,5 +79,40 @@ TEST(CpuLora, TokenResultDoesNotDependOnTheBatch) {
   for (int64_t c = 0; c < n; ++c) EXPECT_EQ(batched[static_cast<size_t>(2 * n + c)], 0.0f);  // base
 }
 
+// The lookahead matrix (LoraOps::lora_lookahead_matrix) does what FusedLora::next_m promises:
+// for an op out = res + x W^T + scale B (A x) (its matmul and its adapter's update, the ops
+// themselves computing it), the next target's shrink a' . out equals m . x + a' . res.
+TEST(CpuLora, LookaheadMatrixShrinksTheOutputAheadOfTheOp) {
+  CpuBackend backend(2);
+  TensorArena arena(backend);
+  Rng rng(9);
+  const int64_t k = 24, n = 20, r = 4, r_next = 3;  // x (K), out (N), A (R, K), a' (R_next, N)
+  const float scale = 1.5f;
+  const std::vector<float> x = random_floats(rng, k), res = random_floats(rng, n);
+  const std::vector<float> w = random_floats(rng, n * k), a = random_floats(rng, r * k);
+  const std::vector<float> b = random_floats(rng, n * r), a_next = random_floats(rng, r_next * n);
+  Tensor m = arena.f32({r_next, k}, std::vector<float>(static_cast<size_t>(r_next * k), 0.0f));
+  backend.lora_lookahead_matrix(arena.f32({r_next, n}, a_next), arena.f32({n, k}, w),
+                                arena.f32({r, k}, a), arena.f32({n, r}, b), scale, m);
+  Tensor prod = arena.f32({1, n}, std::vector<float>(static_cast<size_t>(n), 0.0f));
+  const Tensor xt = arena.f32({1, k}, x);
+  backend.matmul(xt, arena.f32({n, k}, w), nullptr, prod);
+  backend.lora_apply(xt, arena.i32({1}, {0}), arena.f32({1, r, k}, a), arena.f32({1, n, r}, b),
+                     arena.f32({1}, {scale}), 0, prod);
+  const std::vector<float> got_m = arena.to_host(m), p = arena.to_host(prod);
+  for (int64_t i = 0; i < r_next; ++i) {
+    double want = 0, got = 0;
+    for (int64_t q = 0; q < n; ++q) {
+      want += double{a_next[static_cast<size_t>(i * n + q)]} *
+              (double{res[static_cast<size_t>(q)]} + p[static_cast<size_t>(q)]);
+      got += double{a_next[static_cast<size_t>(i * n + q)]} * res[static_cast<size_t>(q)];
+    }
+    for (int64_t c = 0; c < k; ++c) {
+      got += double{got_m[static_cast<size_t>(i * k + c)]} * x[static_cast<size_t>(c)];
+    }
+    EXPECT_NEAR(got, want, 1e-4 * (1.0 + std::abs(want))) << "row " << i;
+  }
+}
+
 }  // namespace
 }  // namespace ib

@@ -6,7 +6,8 @@
 // the residual add on cuBLASLt (IB_ADD_CUBLASLT: the op's unfused form, the expand its own
 // launch); the shrink launched before the GEMV (IB_LORA_IN_GEMV=1), chained (3: each GEMV
 // accumulating the next op's shrink, over a decode layer's ops) and met by flags (4: bit for bit
-// mode 1's, over a graph replayed three times); eagerly
+// mode 1's, over a graph replayed three times) and lookahead shrinks (5: o's and down's shrinks
+// also computing the next rms op's from the lookahead matrices); eagerly
 // and replayed from a CUDA graph. bf16 and fp16, the dtype's tolerance of detail/test_support.h.
 #include <gtest/gtest.h>
 
@@ -41,8 +42,8 @@ struct Adapters {
   std::vector<Pair> a, b;
   Pair scales, slot_ids;
   std::vector<LoraTargetStacks> cpu_targets, gpu_targets;
-  FusedLora cpu() const { return {slot_ids.cpu, scales.cpu, cpu_targets, {}}; }
-  FusedLora gpu() const { return {slot_ids.gpu, scales.gpu, gpu_targets, {}}; }
+  FusedLora cpu() const { return {slot_ids.cpu, scales.cpu, cpu_targets, {}, {}}; }
+  FusedLora gpu() const { return {slot_ids.gpu, scales.gpu, gpu_targets, {}, {}}; }
 };
 
 Adapters make_adapters(Twin& twin, Rng& rng, int64_t m, int64_t k, int64_t rank,
@@ -270,7 +271,11 @@ TEST_P(CudaFusedLora, RmsMatmulRopeCacheAddsTheUpdateBeforeTheRotation) {
 // rope_and_cache) and against the same ops with every shrink launched (1): one shrink launch (o's)
 // instead of four, the same residual, SwiGLU output, q/k/v and cache; eagerly and from a graph.
 // Flagged shrinks (4) over the same layer: four launched shrinks, each GEMV waiting for its by
-// flags, equal to 1 bit for bit, and a graph of them replayed three times.
+// flags, equal to 1 bit for bit, and a graph of them replayed three times. Lookahead shrinks (5)
+// over the same layer: o's and down's launches also compute gate/up's and q/k/v's from the
+// lookahead matrices (FusedLora::next_m, made by LoraOps::lora_lookahead_matrix, itself checked
+// against the CPU op): two shrink launches instead of four, the same results within the
+// tolerance.
 // Every GEMV here has more row tiles than the H200 has SMs (more than one wave of blocks).
 TEST_P(CudaFusedLora, ChainedAndFlaggedShrinksGiveTheLaunchedShrinksResults) {
   Twin twin(GetParam());
@@ -327,6 +332,36 @@ TEST_P(CudaFusedLora, ChainedAndFlaggedShrinksGiveTheLaunchedShrinksResults) {
   o_l.next = gu_l.targets;
   gu_l.next = down_l.targets;
   down_l.next = qkv_l.targets;
+  // Lookahead shrinks (5): gate/up's matrices over o's input, q/k/v's over down's, each slot's
+  // from its op's scale, made by the GPU op and checked against the CPU op (its oracle).
+  const auto lookahead = [&](const Adapters& next, int64_t k, const Pair& w, const Adapters& cur) {
+    std::vector<Pair> ms;
+    const std::vector<float> scale = twin.cpu_floats(cur.scales.cpu);
+    for (const Pair& a_next : next.a) {
+      ms.push_back(twin.output({3, rank, k}));
+      const auto slot_of = [&](const Tensor& t, int s) {
+        return t.slice_rows(s, 1).reshaped({t.dim(1), t.dim(2)});
+      };
+      for (int s = 0; s < 3; ++s) {
+        for (const bool gpu : {false, true}) {
+          LoraOps& ops = gpu ? static_cast<LoraOps&>(twin.gpu()) : *twin.cpu().lora_ops();
+          const auto pick = [&](const Pair& p) { return gpu ? p.gpu : p.cpu; };
+          ops.lora_lookahead_matrix(slot_of(pick(a_next), s), pick(w), slot_of(pick(cur.a[0]), s),
+                                    slot_of(pick(cur.b[0]), s), scale[static_cast<size_t>(s)],
+                                    slot_of(pick(ms.back()), s));
+        }
+      }
+      EXPECT_LT(twin.error(ms.back()), tol) << "lookahead matrix";
+    }
+    return ms;
+  };
+  const std::vector<Pair> gu_m = lookahead(gu_ad, d, wo, o_ad);
+  const std::vector<Pair> qkv_m = lookahead(qkv_ad, f, wd, down_ad);
+  std::vector<Tensor> gu_mt, qkv_mt;
+  for (const Pair& p : gu_m) gu_mt.push_back(p.gpu);
+  for (const Pair& p : qkv_m) qkv_mt.push_back(p.gpu);
+  o_l.next_m = gu_mt;
+  down_l.next_m = qkv_mt;
   const auto reset = [&] {
     twin.gpu().copy_from_host(residual.gpu, res0.data(), DType::kF32);
     twin.gpu().copy_from_host(kc.gpu, k0.data(), DType::kF32);
@@ -347,7 +382,7 @@ TEST_P(CudaFusedLora, ChainedAndFlaggedShrinksGiveTheLaunchedShrinksResults) {
     for (const Pair* p : outputs) v.push_back(twin.gpu_floats(p->gpu));
     return v;
   };
-  for (const int mode : {1, 3, 4}) {
+  for (const int mode : {1, 3, 4, 5}) {
     twin.gpu().set_lora_in_gemv(mode);
     const int64_t shrinks = twin.gpu().lora_shrink_launches();
     const int64_t pairs = twin.gpu().lora_sync_pairs();
@@ -368,9 +403,13 @@ TEST_P(CudaFusedLora, ChainedAndFlaggedShrinksGiveTheLaunchedShrinksResults) {
             << at << " against launched shrinks";
       }
     });
-    // The eager pass and the capture each launch o's shrink, and with modes 1 and 4 the other
-    // three; with 4 all four GEMVs meet theirs by flags.
-    EXPECT_EQ(twin.gpu().lora_shrink_launches() - shrinks, mode == 3 ? 2 : 8) << "mode " << mode;
+    // The eager pass and the capture each launch o's shrink, with 5 also down's (each carrying
+    // the next op's), and with modes 1 and 4 all four; with 4 all four GEMVs meet theirs by
+    // flags.
+    EXPECT_EQ(twin.gpu().lora_shrink_launches() - shrinks, mode == 3   ? 2
+                                                           : mode == 5 ? 4
+                                                                       : 8)
+        << "mode " << mode;
     EXPECT_EQ(twin.gpu().lora_sync_pairs() - pairs, mode == 4 ? 8 : 0) << "mode " << mode;
     if (mode != 4) continue;
     // One graph replayed three times reuses the flag sets: each replay's outputs the same, and

@@ -42,6 +42,80 @@ __global__ void __launch_bounds__(kShrinkThreads)
   }
 }
 
+// IB_LORA_IN_GEMV=5's lookahead shrink: blocks with row_block < cur_row_blocks are the op's own
+// shrink (u = a_g[s] . x); the rest compute the next op's rows, u_next = m_g[s] . x +
+// a'_g[s] . x2 (next: m as its a stacks; second: x2 and a').
+template <typename T, int V>
+__global__ void __launch_bounds__(kShrinkThreads)
+    lora_lookahead_kernel(const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids,
+                          int64_t tokens, LoraGroupPtrs cur, LoraGroupPtrs next,
+                          LoraShrinkSecond<T> second, int rank, int num_slots, float* u,
+                          float* u_next, unsigned cur_row_blocks) {
+  if (blockIdx.y < cur_row_blocks) {
+    lora_shrink_block<T, V, 1>(x, k, slot_ids, tokens, cur, rank, num_slots, u, blockIdx.x,
+                               blockIdx.y);
+  } else {
+    lora_shrink_block<T, V, 1, false, true>(x, k, slot_ids, tokens, next, rank, num_slots, u_next,
+                                            blockIdx.x, blockIdx.y - cur_row_blocks, nullptr, 0.0f,
+                                            nullptr, second);
+  }
+}
+
+// The lookahead matrix of one slot and target (launch_lora_lookahead_matrix): block (kb, rb)
+// computes columns [kb 256, +256) (a thread each) of rows [rb 16, +16) of
+// m = a_next (R, N) @ (w (N, K) + scale * b (N, R') @ a (R', K)) in fp32. c = a_next b (16 x R')
+// first, in shared memory; then a_next's rows staged 64 columns at a time, w's rows read once.
+constexpr int kLookRows = 16, kLookCols = 256, kLookStep = 64;
+template <typename T>
+__global__ void __launch_bounds__(kLookCols)
+    lora_lookahead_matrix_kernel(const T* __restrict__ a_next, const T* __restrict__ w,
+                                 const T* __restrict__ a, const T* __restrict__ b, float scale,
+                                 T* __restrict__ m, int64_t rows, int64_t n_dim, int64_t k_dim,
+                                 int64_t rank) {
+  __shared__ float c_s[kLookRows * kGemvLoraMaxRank];
+  __shared__ float a_s[kLookRows][kLookStep];
+  const int64_t r0 = int64_t{blockIdx.y} * kLookRows;
+  const int64_t col = int64_t{blockIdx.x} * kLookCols + threadIdx.x;
+  for (int64_t e = threadIdx.x; e < kLookRows * rank; e += kLookCols) {
+    const int64_t r = r0 + e / rank, j = e % rank;
+    float sum = 0.0f;
+    if (r < rows) {
+      for (int64_t n = 0; n < n_dim; ++n)
+        sum += to_f32(a_next[r * n_dim + n]) * to_f32(b[n * rank + j]);
+    }
+    c_s[e] = sum;
+  }
+  float acc[kLookRows];
+#pragma unroll
+  for (int j = 0; j < kLookRows; ++j) acc[j] = 0.0f;
+  for (int64_t n0 = 0; n0 < n_dim; n0 += kLookStep) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < kLookRows * kLookStep; e += kLookCols) {
+      const int64_t r = r0 + e / kLookStep, n = n0 + e % kLookStep;
+      a_s[e / kLookStep][e % kLookStep] =
+          r < rows && n < n_dim ? to_f32(a_next[r * n_dim + n]) : 0.0f;
+    }
+    __syncthreads();
+    if (col >= k_dim) continue;
+    const int steps = static_cast<int>(n_dim - n0 < kLookStep ? n_dim - n0 : kLookStep);
+    for (int nn = 0; nn < steps; ++nn) {
+      const float wv = to_f32(w[(n0 + nn) * k_dim + col]);
+#pragma unroll
+      for (int j = 0; j < kLookRows; ++j) acc[j] += a_s[j][nn] * wv;
+    }
+  }
+  if (col >= k_dim) return;
+  for (int64_t j = 0; j < rank; ++j) {
+    const float av = scale * to_f32(a[j * k_dim + col]);
+#pragma unroll
+    for (int r = 0; r < kLookRows; ++r) acc[r] += c_s[r * rank + j] * av;
+  }
+#pragma unroll
+  for (int r = 0; r < kLookRows; ++r) {
+    if (r0 + r < rows) m[(r0 + r) * k_dim + col] = from_f32<T>(acc[r]);
+  }
+}
+
 // u[i] for the expand: through L2 when the shrink ran in the same launch (IB_LORA_FUSED: another
 // block wrote it, and L1 is not coherent), else an ordinary load.
 template <bool kFused>
@@ -302,6 +376,57 @@ void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tenso
       launch_shrink<T, 1>(x.as<const T>(), k, ids, t, group, r, s, u, stream, pdl, norm, zero, zn,
                           sync);
     }
+  });
+}
+
+void launch_lora_lookahead(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& cur,
+                           const LoraGroupPtrs& next_m, const Tensor& x2,
+                           const LoraGroupPtrs& next_a, int64_t rank, int64_t num_slots, float* u,
+                           float* u_next, cudaStream_t stream, bool pdl) {
+  const int64_t t = x.rows(), k = x.row_size();
+  if (t == 0) return;
+  IB_ASSERT(t <= kShrinkSmallBatch && x2.rows() == t && x2.dtype == x.dtype &&
+                next_m.count == next_a.count,
+            "lora lookahead: one token a block, x2 (T, K2) in x's dtype, a next a' per m");
+  IB_DISPATCH_FLOAT(x.dtype, T, {
+    LoraShrinkSecond<T> second;
+    second.x = x2.as<const T>();
+    second.k = x2.row_size();
+    for (int g = 0; g < next_a.count; ++g) second.a[g] = next_a.a[g];
+    const auto r = static_cast<int>(rank);
+    const unsigned cur_rows = blocks_for(int64_t{cur.count} * rank, kShrinkRows);
+    const dim3 grid(blocks_for(t, 1),
+                    cur_rows + blocks_for(int64_t{next_m.count} * rank, kShrinkRows));
+    const bool vec = shrink_vectorized<T>(x, cur, nullptr) &&
+                     shrink_vectorized<T>(x, next_m, nullptr) &&
+                     shrink_vectorized<T>(x2, next_a, nullptr);
+    const int32_t* ids = slot_ids.as<const int32_t>();
+    const auto s = static_cast<int>(num_slots);
+    if (vec) {
+      launch_kernel("lora lookahead", pdl, lora_lookahead_kernel<T, kVec16<T>>, grid,
+                    dim3(kShrinkThreads), 0, stream, x.as<const T>(), k, ids, t, cur, next_m,
+                    second, r, s, u, u_next, cur_rows);
+    } else {
+      launch_kernel("lora lookahead", pdl, lora_lookahead_kernel<T, 1>, grid, dim3(kShrinkThreads),
+                    0, stream, x.as<const T>(), k, ids, t, cur, next_m, second, r, s, u, u_next,
+                    cur_rows);
+    }
+  });
+}
+
+void launch_lora_lookahead_matrix(const Tensor& a_next, const Tensor& w, const Tensor& a,
+                                  const Tensor& b, float scale, Tensor m, cudaStream_t stream) {
+  const int64_t rows = a_next.rows(), n = a_next.row_size(), k = w.row_size(), r = a.rows();
+  IB_ASSERT(w.rows() == n && a.row_size() == k && b.rows() == n && b.row_size() == r &&
+                m.rows() == rows && m.row_size() == k && r <= kGemvLoraMaxRank,
+            "lora lookahead matrix: a_next (R, N), w (N, K), a (R', K), b (N, R'), m (R, K)");
+  if (rows == 0 || k == 0) return;
+  IB_DISPATCH_FLOAT(m.dtype, T, {
+    const dim3 grid(blocks_for(k, kLookCols), blocks_for(rows, kLookRows));
+    lora_lookahead_matrix_kernel<T>
+        <<<grid, kLookCols, 0, stream>>>(a_next.as<const T>(), w.as<const T>(), a.as<const T>(),
+                                         b.as<const T>(), scale, m.as<T>(), rows, n, k, r);
+    IB_CUDA_CHECK_LAUNCH("lora lookahead matrix");
   });
 }
 

@@ -104,6 +104,8 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
   if (chained >= 0) {  // the op before this one accumulated the shrink: un-normalised
     l.u = lora_chain_u(chained);
     l.u_rms = norm != nullptr;
+  } else if (gemv && lora_in_gemv_ == 5 && lookahead_lora_shrink(x, lora, w, out, l)) {
+    ++lora_shrink_launches_;
   } else {
     // With chained shrinks this launch also zeroes their accumulators: none is pending (spent
     // above), and every op that read one ran before it.
@@ -198,6 +200,53 @@ void CudaBackend::chain_lora_shrink(GemvLora& l, const FusedLora& lora, const Te
     l.next_u = lora_chain_u(static_cast<int>(i));
     return;
   }
+}
+
+bool CudaBackend::lookahead_lora_shrink(const Tensor& x, const FusedLora& lora, const WeightRef& w,
+                                        const Tensor* out, GemvLora& l) {
+  const std::span<const LoraTargetStacks> next = lora.next;
+  if (out == nullptr || next.empty() || lora.next_m.size() != next.size() || x.rows() == 0 ||
+      x.rows() > 8 || w.format != WeightFormat::kDense || out->rows() != x.rows()) {
+    return false;
+  }
+  LoraGroupPtrs m, a;
+  for (size_t t = 0; t < next.size(); ++t) {
+    const Tensor& mt = lora.next_m[t];
+    const Tensor& at = next[t].a;
+    const bool fits = mt.rank == 3 && mt.dtype == dtype_ && mt.dim(0) == l.num_slots &&
+                      mt.dim(1) == l.rank && mt.dim(2) == x.row_size() && at.rank == 3 &&
+                      at.dtype == dtype_ && at.dim(0) == l.num_slots && at.dim(1) == l.rank &&
+                      at.dim(2) == out->row_size();
+    if (!fits) return false;
+    m.a[t] = mt.data;
+    a.a[t] = at.data;
+  }
+  m.count = a.count = static_cast<int>(next.size());
+  for (size_t i = 0; i < lora_chains_.size(); ++i) {
+    LoraChain& c = lora_chains_[i];
+    if (c.pending) continue;
+    c = LoraChain{};
+    c.pending = true;
+    c.x = out->data;
+    c.slot_ids = lora.slot_ids.data;
+    c.rows = out->rows();
+    c.rank = l.rank;
+    c.count = next.size();
+    for (size_t t = 0; t < next.size(); ++t) c.a[t] = next[t].a.data;
+    launch_lora_lookahead(x, lora.slot_ids, l.group, m, *out, a, l.rank, l.num_slots, l.u,
+                          lora_chain_u(static_cast<int>(i)), stream_, pdl_ && lora_pdl_);
+    return true;
+  }
+  return false;
+}
+
+void CudaBackend::lora_lookahead_matrix(const Tensor& a_next, const Tensor& w, const Tensor& a,
+                                        const Tensor& b, float scale, Tensor m) {
+  IB_ASSERT(a_next.dtype == dtype_ && w.dtype == dtype_ && a.dtype == dtype_ && b.dtype == dtype_ &&
+                m.dtype == dtype_,
+            "lora_lookahead_matrix: operands in act");
+  run_op("lora_lookahead_matrix",
+         [&] { launch_lora_lookahead_matrix(a_next, w, a, b, scale, m, stream_); });
 }
 
 void CudaBackend::fused_lora_expand(const GemvLora& l, const FusedLora& lora, Tensor out) {

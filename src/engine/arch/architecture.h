@@ -104,9 +104,14 @@ inline Tensor layer_expert_ids(const StepBuffers& b, size_t layer) {
 // The LoRA slots' device stacks of one layer, per target (engine/lora.h LoraTarget order): A
 // (S, R, in) and B (S, N, R), S = --max-loras slots of rank R = --max-lora-rank, zero-padded
 // (LoraOps::lora_apply); a target no loaded adapter uses may still be allocated (all zeros).
+// m: where the fused ops take them (FusedDecodeOps::fused_lora_lookahead), the lookahead
+// matrices (S, R, K) of the targets after a norm (q/k/v, gate/up; FusedLora::next_m) over the
+// input of the op before that norm (the previous layer's down: K = F; o: K = Q); empty otherwise
+// (and for layer 0's q/k/v).
 struct LoraLayerStacks {
   std::array<Tensor, 7> a;
   std::array<Tensor, 7> b;
+  std::array<Tensor, 7> m;
 };
 
 // A tensor-parallel rank's collectives during one step (StepInputs::tp). The layer forward

@@ -111,10 +111,19 @@ class FusedLoraArg {
   FusedLoraArg(const StepInputs& in, LoraTargets t, std::optional<LoraTargets> next = {}) {
     if (in.lora == nullptr) return;
     group_ = lora_group(in, t.layer, t.first, t.last);
-    lora_ = FusedLora{in.lora_slot_ids, in.lora_scales, group_.span(), {}};
+    lora_ = FusedLora{in.lora_slot_ids, in.lora_scales, group_.span(), {}, {}};
     if (next) {
       next_ = lora_group(in, next->layer, next->first, next->last);
       lora_.next = next_.span();
+      // The next targets' lookahead matrices over this op's input, where the runner made them.
+      const LoraLayerStacks& stacks = in.lora_layers[next->layer];
+      size_t count = 0;
+      for (int i = static_cast<int>(next->first); i <= static_cast<int>(next->last); ++i) {
+        const Tensor& m = stacks.m[static_cast<size_t>(i)];
+        if (m.empty()) break;
+        next_m_.at(count++) = m;
+      }
+      if (count == next_.count) lora_.next_m = std::span<const Tensor>(next_m_.data(), count);
     }
   }
   FusedLoraArg(const FusedLoraArg&) = delete;
@@ -123,6 +132,7 @@ class FusedLoraArg {
 
  private:
   LoraGroup group_, next_;
+  std::array<Tensor, LoraOps::kMaxLoraGroup> next_m_;
   FusedLora lora_;
 };
 

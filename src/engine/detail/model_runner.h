@@ -142,6 +142,9 @@ class ModelRunner {
   Status allocate();
   Status allocate_moe();   // the MoE buffers below
   Status allocate_lora();  // the LoRA stacks below
+  // The lookahead matrices (LoraLayerStacks::m) where the fused ops take them, and one slot's.
+  Status allocate_lora_lookahead();
+  void set_lora_lookahead(int slot, float scale);
   // When the backend has fused decode ops for the model (fused_decode_fits) and every matmul
   // weight is dense.
   void fold_norm_gains();
@@ -210,6 +213,7 @@ class ModelRunner {
   // slots' scales f32 (S), in one buffer; this step's slot ids (int32 (T), in meta_buf_), and
   // whether any token of it uses an adapter.
   Buffer lora_buf_;
+  Buffer lora_m_buf_;  // the lookahead matrices (empty: none)
   std::vector<LoraLayerStacks> lora_layers_;
   // Per layer the norm gains before q/k/v and gate/up as loaded (act (D) each, in lora_buf_),
   // for the adapters' A when fold_norm_gains folded the weights' (empty without LoRA slots).

@@ -113,6 +113,7 @@ class CudaBackend final : public Backend,
   bool fused_lora(int64_t rank) const override {
     return lora_in_gemv_ > 0 && rank % 8 == 0 && rank <= kGemvLoraMaxRank;
   }
+  bool fused_lora_lookahead() const override { return lora_in_gemv_ == 5; }
   void rms_matmul_rope_cache(const Tensor& h, const Tensor* gain, const WeightRef& w,
                              const Tensor* bias, float eps, const Tensor& positions,
                              const Tensor& slot_mapping, const Tensor& inv_freq,
@@ -211,6 +212,8 @@ class CudaBackend final : public Backend,
   LoraOps* lora_ops() override { return this; }
   void lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a, const Tensor& b,
                   const Tensor& scales, int64_t row_offset, Tensor out) override;  // lora_ops.cpp
+  void lora_lookahead_matrix(const Tensor& a_next, const Tensor& w, const Tensor& a,
+                             const Tensor& b, float scale, Tensor m) override;
   void lora_apply_group(const Tensor& x, const Tensor& slot_ids,
                         std::span<const LoraTargetStacks> targets, const Tensor& scales,
                         Tensor out) override;
@@ -322,8 +325,10 @@ class CudaBackend final : public Backend,
   // 2 was removed: bench/NOTES.md, "Removing the in-launch shrink"); 0 the unfused ops and
   // LoraOps; 4 as 1, but each dense GEMV waits for its shrink by flags (GemvLora::sync: it
   // launches and streams its weights while the shrink waits for x, and reads u only before its
-  // epilogue), the same arithmetic as 1, bit for bit. (2, the shrink's blocks in the GEMV's own
-  // launch, measured slower and was removed.)
+  // epilogue), the same arithmetic as 1, bit for bit; 5 as 1, but an op whose FusedLora carries
+  // next_m (o, down) computes the next rms op's shrink in its own shrink's launch from the
+  // lookahead matrices (lookahead_lora_shrink), so a decode layer launches two shrinks. (2, the
+  // shrink's blocks in the GEMV's own launch, measured slower and was removed.)
   void set_lora_in_gemv(int mode) {
     lora_in_gemv_ = mode;
     reset_lora_chains();
@@ -444,6 +449,11 @@ class CudaBackend final : public Backend,
   GemvLora fused_lora_operands(const Tensor& x, const LoraShrinkNorm* norm, const FusedLora& lora,
                                int64_t out_row_size, bool gemv, const WeightRef& w,
                                const Tensor* out);
+  // IB_LORA_IN_GEMV=5: where lora.next_m applies, the op's shrink into l.u and the next op's
+  // (un-normalised, from the lookahead matrices and out before the op) into a chain accumulator
+  // left pending for that op, in one launch; false (nothing launched) where it does not.
+  bool lookahead_lora_shrink(const Tensor& x, const FusedLora& lora, const WeightRef& w,
+                             const Tensor* out, GemvLora& l);
   // The chained shrinks' host-side state, mirroring the accumulators' on the device: pending (a
   // GEMV accumulates the shrink of the op reading x), zeroed (a launched shrink zeroed it since
   // its last use). Reset where the host cannot follow the device: a capture's start and end, a

@@ -88,6 +88,19 @@ void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tenso
                         const LoraGroupPtrs& group, int64_t rank, int64_t num_slots, float* u,
                         cudaStream_t stream, bool pdl, float* zero = nullptr,
                         int64_t zero_floats = 0, unsigned* sync = nullptr);
+// IB_LORA_IN_GEMV=5's lookahead shrink, one launch for a decode step of up to 16 tokens: the op's
+// own shrink u (T, cur.count R) = a_g[s] . x[t] (cur's a stacks), and the next op's
+// u_next (T, next.count R) = m_g[s] . x[t] + a'_g[s] . x2[t], next_m's a: the lookahead
+// matrices (S, R, K) over x, next_a's a: the next op's A stacks (S, R, K2) over x2 (T, K2), the
+// residual the op adds to. Rows of tokens of slot -1 are left unwritten. pdl as the shrink's.
+void launch_lora_lookahead(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& cur,
+                           const LoraGroupPtrs& next_m, const Tensor& x2,
+                           const LoraGroupPtrs& next_a, int64_t rank, int64_t num_slots, float* u,
+                           float* u_next, cudaStream_t stream, bool pdl);
+// m (R, K) = a_next (R, N) @ (w (N, K) + scale * b (N, R') @ a (R', K)), fp32, rounded once
+// (LoraOps::lora_lookahead_matrix); R' at most kGemvLoraMaxRank.
+void launch_lora_lookahead_matrix(const Tensor& a_next, const Tensor& w, const Tensor& a,
+                                  const Tensor& b, float scale, Tensor m, cudaStream_t stream);
 // The blocks of launch_lora_shrink's grid for T tokens of up to 16 (one token a block) or with a
 // norm: T x ceil(count R / rows a block).
 unsigned lora_shrink_blocks(int64_t tokens, int count, int64_t rank);

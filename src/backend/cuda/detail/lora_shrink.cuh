@@ -32,6 +32,16 @@ __device__ __forceinline__ void lora_load_f32(const T* p, float (&out)[V]) {
   }
 }
 
+// A second input of a shrink block (IB_LORA_IN_GEMV=5's lookahead, lora.cu): each row's product
+// of x2 (T, k) with the group's second A stacks a (S, R, k) (the same targets' order, slots and
+// R) is added into the row's sum; one token a block.
+template <typename T>
+struct LoraShrinkSecond {
+  const T* x = nullptr;
+  int64_t k = 0;
+  const void* a[LoraOps::kMaxLoraGroup] = {};
+};
+
 // Block (tile, row_block) of the shrink's grid (token tiles of TT, blocks of kLoraShrinkRows rows
 // of the group's G x R) computes rows [row_block * kLoraShrinkRows, +kLoraShrinkRows) (target g =
 // row / R, rank row r = row % R) for the tile's tokens, u[t][row] = a_g[slot(t)][r] . x[t] in fp32;
@@ -42,16 +52,15 @@ __device__ __forceinline__ void lora_load_f32(const T* p, float (&out)[V]) {
 // goes and scales its sums by 1 / rms at the end. sync (null: none): the LoraSync set of the
 // GEMV launched after this one (lora_kernels.h): the block lets it launch before its wait, block
 // (0, 0) releases kLoraSyncX after the wait, and every block counts itself into kLoraSyncU once
-// its rows of u are stored.
-template <typename T, int V, int TT, bool kNorm = false>
-__device__ __forceinline__ void lora_shrink_block(const T* __restrict__ x, int64_t k,
-                                                  const int32_t* __restrict__ slot_ids,
-                                                  int64_t tokens, const LoraGroupPtrs& group,
-                                                  int rank, int num_slots, float* u, unsigned tile,
-                                                  unsigned row_block,
-                                                  const T* __restrict__ gain = nullptr,
-                                                  float eps = 0.0f, unsigned* sync = nullptr) {
+// its rows of u are stored. kSecond: second's products are added to each row's sum (no norm).
+template <typename T, int V, int TT, bool kNorm = false, bool kSecond = false>
+__device__ __forceinline__ void lora_shrink_block(
+    const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids, int64_t tokens,
+    const LoraGroupPtrs& group, int rank, int num_slots, float* u, unsigned tile,
+    unsigned row_block, const T* __restrict__ gain = nullptr, float eps = 0.0f,
+    unsigned* sync = nullptr, const LoraShrinkSecond<T>& second = {}) {
   static_assert(!kNorm || TT == 1, "the norm's shrink takes one token a block");
+  static_assert(!kSecond || (TT == 1 && !kNorm), "a second input: one token a block, no norm");
   __shared__ float partial[kLoraShrinkWarps][kLoraShrinkRows * TT];
   __shared__ float ss_partial[kNorm ? kLoraShrinkWarps : 1];
   [[maybe_unused]] float ss = 0.0f;  // kNorm: this thread's share of the token's squares
@@ -137,6 +146,33 @@ __device__ __forceinline__ void lora_shrink_block(const T* __restrict__ x, int64
       for (int j = 0; j < kLoraShrinkRows; ++j) {
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[j][i] += av[j][v] * xv[v];
+      }
+    }
+  }
+  if constexpr (kSecond) {
+    if (slot[0] >= 0) {
+      const int64_t k2 = second.k, stride2 = int64_t{rank} * k2;
+      const T* a2_row[kLoraShrinkRows];
+#pragma unroll
+      for (int j = 0; j < kLoraShrinkRows; ++j) {
+        const int row = row0 + j;
+        a2_row[j] = row < group_rank ? static_cast<const T*>(lora_pick(second.a, row / rank)) +
+                                           slot[0] * stride2 + (row % rank) * k2
+                                     : nullptr;
+      }
+      const T* x2 = second.x + t0 * k2;
+#pragma unroll 4
+      for (int64_t c = int64_t{threadIdx.x} * V; c < k2; c += int64_t{kLoraShrinkThreads} * V) {
+        float xv[V];
+        lora_load_f32<T, V>(x2 + c, xv);
+#pragma unroll
+        for (int j = 0; j < kLoraShrinkRows; ++j) {
+          if (a2_row[j] == nullptr) continue;
+          float av[V];
+          lora_load_f32<T, V>(a2_row[j] + c, av);
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[j][0] += av[v] * xv[v];
+        }
       }
     }
   }
