@@ -398,8 +398,10 @@ TEST_P(CudaFusedLora, ChainedAndFlaggedShrinksGiveTheLaunchedShrinksResults) {
         launched = gpu_outputs();
       } else if (mode == 4) {  // the same kernels' arithmetic in the same order: the same bits
         EXPECT_EQ(gpu_outputs(), launched) << at << " against launched shrinks";
-      } else {  // the same sums in another order: far inside the dtype's tolerance
-        EXPECT_LT(testing::rel_l2(twin.gpu_floats(qkv.gpu), launched[2]), tol / 4)
+      } else {  // the same sums in another order: far inside the dtype's tolerance (5: also
+        // through the lookahead matrices, each rounded once into act: 3.2e-3 measured in bf16)
+        EXPECT_LT(testing::rel_l2(twin.gpu_floats(qkv.gpu), launched[2]),
+                  mode == 5 ? tol / 2 : tol / 4)
             << at << " against launched shrinks";
       }
     });

@@ -318,16 +318,17 @@ class CudaBackend final : public Backend,
   // (IB_LORA_PDL, default 1; bench/NOTES.md "LoRA decode: a kernel timeline").
   void set_lora_pdl(bool on) { lora_pdl_ = on; }
   // Decode steps with adapters on the fused decode ops, each LoRA update's expand in the GEMV's
-  // epilogue (IB_LORA_IN_GEMV): 1 (the default) a shrink launch before each GEMV (bitwise
-  // reproducible); 3 chained shrinks: where an op's FusedLora names the next op's targets
+  // epilogue (IB_LORA_IN_GEMV): 1 a shrink launch before each GEMV (bitwise reproducible); 3
+  // chained shrinks: where an op's FusedLora names the next op's targets
   // (`next`), its GEMV accumulates that op's shrink from the outputs it stores, so a decode layer
   // launches one shrink (o's, which also zeroes the accumulators; measured slower than 1 once
   // 2 was removed: bench/NOTES.md, "Removing the in-launch shrink"); 0 the unfused ops and
   // LoraOps; 4 as 1, but each dense GEMV waits for its shrink by flags (GemvLora::sync: it
   // launches and streams its weights while the shrink waits for x, and reads u only before its
-  // epilogue), the same arithmetic as 1, bit for bit; 5 as 1, but an op whose FusedLora carries
-  // next_m (o, down) computes the next rms op's shrink in its own shrink's launch from the
-  // lookahead matrices (lookahead_lora_shrink), so a decode layer launches two shrinks. (2, the
+  // epilogue), the same arithmetic as 1, bit for bit; 5 (the default) as 1, but an op whose
+  // FusedLora carries next_m (o, down) computes the next rms op's shrink in its own shrink's
+  // launch from the lookahead matrices (lookahead_lora_shrink), so a decode layer launches two
+  // shrinks (bench/NOTES.md, "Lookahead LoRA shrinks"). (2, the
   // shrink's blocks in the GEMV's own launch, measured slower and was removed.)
   void set_lora_in_gemv(int mode) {
     lora_in_gemv_ = mode;
@@ -562,7 +563,7 @@ class CudaBackend final : public Backend,
   int moe_add_norm_ = 0;        // IB_MOE_ADD_NORM
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
-  int lora_in_gemv_ = 1;
+  int lora_in_gemv_ = 5;
   std::array<LoraChain, kLoraChains> lora_chains_{};
   int64_t lora_shrink_launches_ = 0;
   int64_t lora_sync_pairs_ = 0;           // IB_LORA_IN_GEMV=4's flagged pairs; their sets alternate

@@ -89,11 +89,31 @@ __device__ __forceinline__ void lora_shrink_block(
   // Under programmatic dependent launch (detail/pdl.cuh) the block starts while the kernel that
   // writes x finishes: the first token's A rows (weights) go to L2 meanwhile; slot ids were
   // uploaded before the step's first kernel. x and u only after pdl_wait().
+  [[maybe_unused]] const T* a2_row[kLoraShrinkRows];  // kSecond: the token's slot's a rows
+  if constexpr (kSecond) {
+#pragma unroll
+    for (int j = 0; j < kLoraShrinkRows; ++j) {
+      const int row = row0 + j;
+      a2_row[j] = row < group_rank && slot[0] >= 0
+                      ? static_cast<const T*>(lora_pick(second.a, row / rank)) +
+                            slot[0] * (int64_t{rank} * second.k) + (row % rank) * second.k
+                      : nullptr;
+    }
+  }
   if (slot[0] >= 0) {
     for (int64_t c = int64_t{threadIdx.x} * V; c < k; c += int64_t{kLoraShrinkThreads} * V) {
 #pragma unroll
       for (int j = 0; j < kLoraShrinkRows; ++j) {
         if (a_row[j] != nullptr) prefetch_l2(a_row[j] + slot[0] * slot_stride + c);
+      }
+    }
+    if constexpr (kSecond) {
+      for (int64_t c = int64_t{threadIdx.x} * V; c < second.k;
+           c += int64_t{kLoraShrinkThreads} * V) {
+#pragma unroll
+        for (int j = 0; j < kLoraShrinkRows; ++j) {
+          if (a2_row[j] != nullptr) prefetch_l2(a2_row[j] + c);
+        }
       }
     }
   }
@@ -151,15 +171,7 @@ __device__ __forceinline__ void lora_shrink_block(
   }
   if constexpr (kSecond) {
     if (slot[0] >= 0) {
-      const int64_t k2 = second.k, stride2 = int64_t{rank} * k2;
-      const T* a2_row[kLoraShrinkRows];
-#pragma unroll
-      for (int j = 0; j < kLoraShrinkRows; ++j) {
-        const int row = row0 + j;
-        a2_row[j] = row < group_rank ? static_cast<const T*>(lora_pick(second.a, row / rank)) +
-                                           slot[0] * stride2 + (row % rank) * k2
-                                     : nullptr;
-      }
+      const int64_t k2 = second.k;
       const T* x2 = second.x + t0 * k2;
 #pragma unroll 4
       for (int64_t c = int64_t{threadIdx.x} * V; c < k2; c += int64_t{kLoraShrinkThreads} * V) {
