@@ -269,23 +269,18 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
   // n-tiles; four n-tiles' partial sums and the ring would exceed 48 KB of shared memory.
   if constexpr (!kDense && NT <= 2) {
     if (g_gemv_ring.load(std::memory_order_relaxed) && (m <= 4 || NT == 2)) {
-      // A persistent grid (IB_GEMV_PERSIST): the ring runs on from tile to tile (kRingChain, its
-      // own instantiation: compiled into the one-block-per-tile kernels it spilled registers).
-      const bool persist = g_persist_blocks_per_sm.load(std::memory_order_relaxed) > 0;
-      const auto ring_kernel = [&]<bool kXS>() {
-        return persist ? gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW,
-                                     3, false, false, kGemvRingSteps, kXS, true>
-                       : gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW,
-                                     3, false, false, kGemvRingSteps, kXS>;
-      };
-      kernel = ring_kernel.template operator()<false>();
+      kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, false,
+                           false, kGemvRingSteps>;
       if constexpr (NT == 1 && sizeof(T) == 2) {
-        if (x_shared) kernel = ring_kernel.template operator()<true>();
+        if (x_shared) {
+          kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3,
+                               false, false, kGemvRingSteps, true>;
+        }
       }
       // IB_GEMV_INT4_WARPS: W4A16 at 1-4 tokens with fewer warps per block (one block per tile).
       if constexpr (kW == kGemvInt4 && NT == 1) {
         const int warps = int4_ring_warps(static_cast<unsigned>(gemv_tile_count(kEpilogue, n)));
-        if (m <= 4 && !persist && warps != 8) {
+        if (m <= 4 && g_persist_blocks_per_sm.load(std::memory_order_relaxed) == 0 && warps != 8) {
           block_warps = warps == 4 ? 4 : 2;
           if (x_shared) {
             kernel = warps == 4 ? gemv_kernel<T, TOut, NT, 4, kSteps, kAdj, kEpilogue, kKernelRms,

@@ -3,16 +3,15 @@
 //
 // Each block owns 16 output features (rows of w), a row tile, and splits K across its warps. A
 // launch of fewer blocks than tiles (IB_GEMV_PERSIST, the quantized formats) loops over tiles,
-// each block loading its next tile's first weights before the current tile's reduction (through
-// the ring, its last refills of each tile). A warp step covers 64 k: lane (r = lane / 4,
-// q = lane % 4) loads 16 contiguous elements of w rows r and r + 8 and of x row r (two 16-byte
-// loads each) and feeds them to four m16n8k16 tensor-core MMAs with w as the A operand (16 rows)
-// and x^T as B (8 tokens per n-tile). The k order inside an MMA is permuted identically for A
-// and B, so each lane's contiguous loads map straight onto the fragment registers without
-// shuffles. A warp keeps kUnroll steps of loads in flight; with kAdjacent those steps are
-// consecutive in k (longer contiguous runs per row), otherwise they are kWarps steps apart. fp32
-// accumulation; the warps' partial sums are reduced through shared memory and the bias is added
-// on the way out.
+// each block loading its next tile's first weights before the current tile's reduction. A warp step
+// covers 64 k: lane (r = lane / 4, q = lane % 4) loads 16 contiguous elements of w rows r and
+// r + 8 and of x row r (two 16-byte loads each) and feeds them to four m16n8k16 tensor-core MMAs
+// with w as the A operand (16 rows) and x^T as B (8 tokens per n-tile). The k order inside an
+// MMA is permuted identically for A and B, so each lane's contiguous loads map straight onto
+// the fragment registers without shuffles. A warp keeps kUnroll steps of loads in flight; with
+// kAdjacent those steps are consecutive in k (longer contiguous runs per row), otherwise they
+// are kWarps steps apart. fp32 accumulation; the warps' partial sums are reduced through shared
+// memory and the bias is added on the way out.
 //
 // Fused decode variants (kRms, kEpilogue): with kRms the kernel also sums the squares of the x
 // values it loads (each element of x is loaded exactly once per block) and scales each token's
@@ -77,9 +76,7 @@ namespace ib::cuda {
 // back only its own 16 bytes per row, load and step), so kRing steps stay in flight while the
 // warp computes and hold no registers; 0: the register double-group of kUnroll steps. The steps
 // and their order are the same in both, so are the results, bit for bit. The dense ring (2 loads
-// per row and step) needs gemv_ring_smem_bytes of dynamic shared memory. kRingChain (the
-// quantized formats' ring on a persistent grid, IB_GEMV_PERSIST): the ring runs on from tile to
-// tile, each tile's last refills issuing the next tile's first steps.
+// per row and step) needs gemv_ring_smem_bytes of dynamic shared memory.
 // kXShared (the quantized formats through the ring, one token): x in each block's dynamic shared
 // memory (gemv_x_shared_bytes), read by every step from there instead of from global memory
 // right before its MMAs. Once its first weights are in flight and the previous kernel is done,
@@ -95,7 +92,7 @@ namespace ib::cuda {
 template <typename T, typename TOut, int NT, int kWarps, int kUnroll, bool kAdjacent,
           int kEpilogue = kGemvStore, bool kRms = false, int kW = kGemvDense,
           int kMinBlocks = kW == kGemvDense ? 1 : 3, bool kLora = false, bool kChain = false,
-          int kRing = 0, bool kXShared = false, bool kRingChain = false>
+          int kRing = 0, bool kXShared = false>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_kernel(const void* __restrict__ x_raw, const void* __restrict__ w_raw,
                 const T* __restrict__ bias, TOut* __restrict__ out, int m, int n, int k, float eps,
@@ -115,7 +112,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                 "chained shrinks: the LoRA GEMVs whose output another op reads (SwiGLU, residual)");
   static_assert(!kXShared || (kQuant && NT == 1 && kRing > 0 && !kLora),
                 "x in shared memory: the quantized formats' ring GEMVs of one token");
-  static_assert(!kRingChain || (kQuant && kRing > 0), "the chained ring: the quantized formats");
   const int tile_begin = static_cast<int>(blockIdx.x), tile_step = static_cast<int>(gridDim.x);
   [[maybe_unused]] GemvLoraSmem<T> lsm{};
   if constexpr (kLora) {
@@ -245,9 +241,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   };
   [[maybe_unused]] Int4Group ring_grp[kRing > 0 ? kRing : 1];
   bool preloaded = false;
-  // kRing on a persistent grid: the tile's first kRing steps already issued by the previous
-  // tile's last refills (`chain` below).
-  bool ring_primed = false;
   const auto full = [&](int first) { return first + (kUnroll - 1) * kWarps < steps; };
   // The group parameters' rows of a tile (kInt4).
   const auto group_rows = [&](int64_t ra, int64_t rb) {
@@ -417,42 +410,21 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       // kRing: the warp's steps warp + i kWarps, i < ring_steps; step i's copies into slot
       // i % kRing, one commit group per step (empty past the end, so that the groups count steps).
       const int ring_steps = steps > warp ? (steps - warp + kWarps - 1) / kWarps : 0;
-      // Step i of the tile whose rows start at pa / pb (group rows g) into `slot`.
-      [[maybe_unused]] const auto ring_copy = [&](const TW* pa, const TW* pb,
-                                                  const Int4GroupRows& g, int i, int slot) {
-        const int64_t kk = int64_t{warp + i * kWarps} * kGemvStepK;
-#pragma unroll
-        for (int l = 0; l < kWLoads; ++l) {
-          cp_async16(ring_at(slot, 0, l), pa + kk + l * 8, true);
-          cp_async16(ring_at(slot, 1, l), pb + kk + l * 8, true);
-        }
-        if constexpr (kInt4) ring_grp[slot] = load_group(warp + i * kWarps, g);
-      };
       [[maybe_unused]] const auto ring_issue = [&](int i, int slot) {
-        if (i < ring_steps) ring_copy(wa_ptr, wb_ptr, grows, i, slot);
-        cp_async_commit();
-      };
-      // kRingChain (a persistent grid's launch): the block's ring runs on from tile to tile. Once
-      // this tile's steps are all issued, each refill issues the next tile's first steps, into
-      // the slots they take there, so kRing steps stay in flight through this tile's last steps,
-      // its reduction and its epilogue. Where a warp's steps fill whole rounds of the ring (step
-      // i's slot i % kRing in every tile); the same steps in the same order, the same results.
-      [[maybe_unused]] const bool chain = kRingChain && ring_steps >= kRing &&
-                                          ring_steps % (kRing > 0 ? kRing : 1) == 0 &&
-                                          tile + tile_step < tiles;
-      [[maybe_unused]] const auto ring_issue_next = [&](int i, int slot) {
-        // The next tile's rows recomputed at each of its kRing issues rather than held through
-        // the tile's steps (registers: the kernels run at their cap).
-        const TileRows nt = tile_rows(tile + tile_step);
-        ring_copy(w + nt.row_a * w_row + q * 16, w + nt.row_b * w_row + q * 16,
-                  group_rows(nt.row_a, nt.row_b), i, slot);
+        if (i < ring_steps) {
+          const int64_t kk = int64_t{warp + i * kWarps} * kGemvStepK;
+#pragma unroll
+          for (int l = 0; l < kWLoads; ++l) {
+            cp_async16(ring_at(slot, 0, l), wa_ptr + kk + l * 8, true);
+            cp_async16(ring_at(slot, 1, l), wb_ptr + kk + l * 8, true);
+          }
+          if constexpr (kInt4) ring_grp[slot] = load_group(warp + i * kWarps, grows);
+        }
         cp_async_commit();
       };
       if constexpr (kRing > 0) {
-        if (!ring_primed) {
 #pragma unroll
-          for (int u = 0; u < kRing; ++u) ring_issue(u, u);
-        }
+        for (int u = 0; u < kRing; ++u) ring_issue(u, u);
       } else {
         if (!preloaded && full(s)) load_first(tr);
       }
@@ -510,16 +482,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                 const uint4 wt[2] = {*ring_at(u, 1, 0), *ring_at(u, 1, 1)};
                 dense_step(warp + i * kWarps, ws, wt);
               }
-              if (chain && i + kRing >= ring_steps) {
-                ring_issue_next(i + kRing - ring_steps, u);
-              } else {
-                ring_issue(i + kRing, u);
-              }
+              ring_issue(i + kRing, u);
             }
           }
         }
-        if (!chain) cp_async_wait<0>();
-        ring_primed = chain;
+        cp_async_wait<0>();
         s = steps;  // no tail
       }
       for (; kRing == 0 && full(s); s += kUnroll * kWarps) {
