@@ -229,7 +229,7 @@ constexpr KernelSwitchSpec kSpecs[] = {
     {"IB_LORA_PDL", "cuda", "1", 0, 1, "",
      "1: the LoRA shrink and expand take part in programmatic dependent launch where IB_PDL is "
      "on (the shrink prefetches its A rows before it waits); 0: launched plainly"},
-    {"IB_LORA_IN_GEMV", "cuda", "5", 0, 0, "0|1|3|4|5|6",
+    {"IB_LORA_IN_GEMV", "cuda", "5", 0, 0, "0|1|3|4|5",
      "decode steps with LoRA adapters on the fused decode GEMVs, each update's expand in the "
      "GEMV's epilogue and its shrink in a launch before it (1) or accumulated by the GEMV before "
      "it from the outputs it stores (3: chained, one shrink launch a layer; measured slower "
@@ -238,8 +238,7 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "measured 2.9 % slower than 1 on an H100); 5: as 1, but o's and down's shrink launches "
      "also compute the next gate/up's and q/k/v's shrinks from lookahead matrices made when an "
      "adapter is loaded (two shrink launches a layer instead of four; the default, 2.4 % faster "
-     "than 1 on an H100 with one rank-16 adapter); 6: as 5 with 4 tokens a lookahead block (the "
-     "A and M rows a block loads serve the tokens of one adapter; not yet measured); "
+     "than 1 on an H100 with one rank-16 adapter); "
      "0: on the unfused ops, a shrink and an expand launch after each projection's matmul"},
 };
 

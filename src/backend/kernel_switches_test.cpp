@@ -138,7 +138,7 @@ TEST_F(KernelSwitchesTest, BadValuesAreUserErrorsNamingTheVariableAndWhatItAccep
              {"IB_PDL", "on", "from 0 to 3"},
              {"IB_ATTN_PREFETCH", "", "integer"},
              {"IB_MATMUL_TUNING", "fast", "0, 1, 2, 3 or gemv"},
-             {"IB_LORA_IN_GEMV", "2", "0, 1, 3, 4, 5 or 6"}};
+             {"IB_LORA_IN_GEMV", "2", "0, 1, 3, 4 or 5"}};
   for (const auto& b : bad) {
     ScopedEnv env(b.name, b.value);
     auto read = read_kernel_switch_env("cuda");

@@ -44,21 +44,20 @@ __global__ void __launch_bounds__(kShrinkThreads)
 
 // IB_LORA_IN_GEMV=5's lookahead shrink: blocks with row_block < cur_row_blocks are the op's own
 // shrink (u = a_g[s] . x); the rest compute the next op's rows, u_next = m_g[s] . x +
-// a'_g[s] . x2 (next: m as its a stacks; second: x2 and a'). TT tokens a block (6: 4, so that
-// the M rows a block loads serve the tile's tokens of one slot).
-template <typename T, int V, int TT>
+// a'_g[s] . x2 (next: m as its a stacks; second: x2 and a').
+template <typename T, int V>
 __global__ void __launch_bounds__(kShrinkThreads)
     lora_lookahead_kernel(const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids,
                           int64_t tokens, LoraGroupPtrs cur, LoraGroupPtrs next,
                           LoraShrinkSecond<T> second, int rank, int num_slots, float* u,
                           float* u_next, unsigned cur_row_blocks) {
   if (blockIdx.y < cur_row_blocks) {
-    lora_shrink_block<T, V, TT>(x, k, slot_ids, tokens, cur, rank, num_slots, u, blockIdx.x,
-                                blockIdx.y);
+    lora_shrink_block<T, V, 1>(x, k, slot_ids, tokens, cur, rank, num_slots, u, blockIdx.x,
+                               blockIdx.y);
   } else {
-    lora_shrink_block<T, V, TT, false, true>(x, k, slot_ids, tokens, next, rank, num_slots, u_next,
-                                             blockIdx.x, blockIdx.y - cur_row_blocks, nullptr, 0.0f,
-                                             nullptr, second);
+    lora_shrink_block<T, V, 1, false, true>(x, k, slot_ids, tokens, next, rank, num_slots, u_next,
+                                            blockIdx.x, blockIdx.y - cur_row_blocks, nullptr, 0.0f,
+                                            nullptr, second);
   }
 }
 
@@ -383,13 +382,12 @@ void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tenso
 void launch_lora_lookahead(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& cur,
                            const LoraGroupPtrs& next_m, const Tensor& x2,
                            const LoraGroupPtrs& next_a, int64_t rank, int64_t num_slots, float* u,
-                           float* u_next, cudaStream_t stream, bool pdl, int tile_tokens) {
+                           float* u_next, cudaStream_t stream, bool pdl) {
   const int64_t t = x.rows(), k = x.row_size();
   if (t == 0) return;
   IB_ASSERT(t <= kShrinkSmallBatch && x2.rows() == t && x2.dtype == x.dtype &&
-                next_m.count == next_a.count && (tile_tokens == 1 || tile_tokens == 4),
-            "lora lookahead: a decode step's tokens, 1 or 4 a block, x2 (T, K2) in x's dtype, a "
-            "next a' per m");
+                next_m.count == next_a.count,
+            "lora lookahead: one token a block, x2 (T, K2) in x's dtype, a next a' per m");
   IB_DISPATCH_FLOAT(x.dtype, T, {
     LoraShrinkSecond<T> second;
     second.x = x2.as<const T>();
@@ -397,22 +395,21 @@ void launch_lora_lookahead(const Tensor& x, const Tensor& slot_ids, const LoraGr
     for (int g = 0; g < next_a.count; ++g) second.a[g] = next_a.a[g];
     const auto r = static_cast<int>(rank);
     const unsigned cur_rows = blocks_for(int64_t{cur.count} * rank, kShrinkRows);
-    const dim3 grid(blocks_for(t, tile_tokens),
+    const dim3 grid(blocks_for(t, 1),
                     cur_rows + blocks_for(int64_t{next_m.count} * rank, kShrinkRows));
     const bool vec = shrink_vectorized<T>(x, cur, nullptr) &&
                      shrink_vectorized<T>(x, next_m, nullptr) &&
                      shrink_vectorized<T>(x2, next_a, nullptr);
     const int32_t* ids = slot_ids.as<const int32_t>();
     const auto s = static_cast<int>(num_slots);
-    auto go = [&](auto kernel) {
-      launch_kernel("lora lookahead", pdl, kernel, grid, dim3(kShrinkThreads), 0, stream,
-                    x.as<const T>(), k, ids, t, cur, next_m, second, r, s, u, u_next, cur_rows);
-    };
     if (vec) {
-      tile_tokens == 4 ? go(lora_lookahead_kernel<T, kVec16<T>, 4>)
-                       : go(lora_lookahead_kernel<T, kVec16<T>, 1>);
+      launch_kernel("lora lookahead", pdl, lora_lookahead_kernel<T, kVec16<T>>, grid,
+                    dim3(kShrinkThreads), 0, stream, x.as<const T>(), k, ids, t, cur, next_m,
+                    second, r, s, u, u_next, cur_rows);
     } else {
-      tile_tokens == 4 ? go(lora_lookahead_kernel<T, 1, 4>) : go(lora_lookahead_kernel<T, 1, 1>);
+      launch_kernel("lora lookahead", pdl, lora_lookahead_kernel<T, 1>, grid, dim3(kShrinkThreads),
+                    0, stream, x.as<const T>(), k, ids, t, cur, next_m, second, r, s, u, u_next,
+                    cur_rows);
     }
   });
 }

@@ -104,7 +104,7 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
   if (chained >= 0) {  // the op before this one accumulated the shrink: un-normalised
     l.u = lora_chain_u(chained);
     l.u_rms = norm != nullptr;
-  } else if (gemv && fused_lora_lookahead() && lookahead_lora_shrink(x, lora, w, out, l)) {
+  } else if (gemv && lora_in_gemv_ == 5 && lookahead_lora_shrink(x, lora, w, out, l)) {
     ++lora_shrink_launches_;
   } else {
     // With chained shrinks this launch also zeroes their accumulators: none is pending (spent
@@ -234,8 +234,7 @@ bool CudaBackend::lookahead_lora_shrink(const Tensor& x, const FusedLora& lora, 
     c.count = next.size();
     for (size_t t = 0; t < next.size(); ++t) c.a[t] = next[t].a.data;
     launch_lora_lookahead(x, lora.slot_ids, l.group, m, *out, a, l.rank, l.num_slots, l.u,
-                          lora_chain_u(static_cast<int>(i)), stream_, pdl_ && lora_pdl_,
-                          lora_in_gemv_ == 6 ? 4 : 1);
+                          lora_chain_u(static_cast<int>(i)), stream_, pdl_ && lora_pdl_);
     return true;
   }
   return false;

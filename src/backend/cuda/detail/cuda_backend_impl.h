@@ -113,7 +113,7 @@ class CudaBackend final : public Backend,
   bool fused_lora(int64_t rank) const override {
     return lora_in_gemv_ > 0 && rank % 8 == 0 && rank <= kGemvLoraMaxRank;
   }
-  bool fused_lora_lookahead() const override { return lora_in_gemv_ == 5 || lora_in_gemv_ == 6; }
+  bool fused_lora_lookahead() const override { return lora_in_gemv_ == 5; }
   void rms_matmul_rope_cache(const Tensor& h, const Tensor* gain, const WeightRef& w,
                              const Tensor* bias, float eps, const Tensor& positions,
                              const Tensor& slot_mapping, const Tensor& inv_freq,
@@ -328,8 +328,8 @@ class CudaBackend final : public Backend,
   // epilogue), the same arithmetic as 1, bit for bit; 5 (the default) as 1, but an op whose
   // FusedLora carries next_m (o, down) computes the next rms op's shrink in its own shrink's
   // launch from the lookahead matrices (lookahead_lora_shrink), so a decode layer launches two
-  // shrinks (bench/NOTES.md, "Lookahead LoRA shrinks"); 6 as 5 with 4 tokens a lookahead block. (2,
-  // the shrink's blocks in the GEMV's own launch, measured slower and was removed.)
+  // shrinks (bench/NOTES.md, "Lookahead LoRA shrinks"). (2, the
+  // shrink's blocks in the GEMV's own launch, measured slower and was removed.)
   void set_lora_in_gemv(int mode) {
     lora_in_gemv_ = mode;
     reset_lora_chains();

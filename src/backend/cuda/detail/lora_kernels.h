@@ -93,12 +93,10 @@ void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tenso
 // u_next (T, next.count R) = m_g[s] . x[t] + a'_g[s] . x2[t], next_m's a: the lookahead
 // matrices (S, R, K) over x, next_a's a: the next op's A stacks (S, R, K2) over x2 (T, K2), the
 // residual the op adds to. Rows of tokens of slot -1 are left unwritten. pdl as the shrink's.
-// tile_tokens (1 or 4): the tokens a block takes (the A and M rows it loads serve those of them
-// that share a slot).
 void launch_lora_lookahead(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& cur,
                            const LoraGroupPtrs& next_m, const Tensor& x2,
                            const LoraGroupPtrs& next_a, int64_t rank, int64_t num_slots, float* u,
-                           float* u_next, cudaStream_t stream, bool pdl, int tile_tokens = 1);
+                           float* u_next, cudaStream_t stream, bool pdl);
 // m (R, K) = a_next (R, N) @ (w (N, K) + scale * b (N, R') @ a (R', K)), fp32, rounded once
 // (LoraOps::lora_lookahead_matrix); R' at most kGemvLoraMaxRank.
 void launch_lora_lookahead_matrix(const Tensor& a_next, const Tensor& w, const Tensor& a,

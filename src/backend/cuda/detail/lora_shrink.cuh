@@ -34,7 +34,7 @@ __device__ __forceinline__ void lora_load_f32(const T* p, float (&out)[V]) {
 
 // A second input of a shrink block (IB_LORA_IN_GEMV=5's lookahead, lora.cu): each row's product
 // of x2 (T, k) with the group's second A stacks a (S, R, k) (the same targets' order, slots and
-// R) is added into the row's sum.
+// R) is added into the row's sum; one token a block.
 template <typename T>
 struct LoraShrinkSecond {
   const T* x = nullptr;
@@ -60,7 +60,7 @@ __device__ __forceinline__ void lora_shrink_block(
     unsigned row_block, const T* __restrict__ gain = nullptr, float eps = 0.0f,
     unsigned* sync = nullptr, const LoraShrinkSecond<T>& second = {}) {
   static_assert(!kNorm || TT == 1, "the norm's shrink takes one token a block");
-  static_assert(!kSecond || !kNorm, "a second input: no norm");
+  static_assert(!kSecond || (TT == 1 && !kNorm), "a second input: one token a block, no norm");
   __shared__ float partial[kLoraShrinkWarps][kLoraShrinkRows * TT];
   __shared__ float ss_partial[kNorm ? kLoraShrinkWarps : 1];
   [[maybe_unused]] float ss = 0.0f;  // kNorm: this thread's share of the token's squares
@@ -86,20 +86,20 @@ __device__ __forceinline__ void lora_shrink_block(
     slot[i] = s < num_slots ? s : -1;
     xr[i] = x + (t < tokens ? t : t0) * k;
   }
-  // kSecond: slot 0's a2 rows of the block's rows (null past the end).
-  [[maybe_unused]] const T* a2_row[kLoraShrinkRows];
+  // Under programmatic dependent launch (detail/pdl.cuh) the block starts while the kernel that
+  // writes x finishes: the first token's A rows (weights) go to L2 meanwhile; slot ids were
+  // uploaded before the step's first kernel. x and u only after pdl_wait().
+  [[maybe_unused]] const T* a2_row[kLoraShrinkRows];  // kSecond: the token's slot's a rows
   if constexpr (kSecond) {
 #pragma unroll
     for (int j = 0; j < kLoraShrinkRows; ++j) {
       const int row = row0 + j;
-      a2_row[j] = row < group_rank ? static_cast<const T*>(lora_pick(second.a, row / rank)) +
-                                         (row % rank) * second.k
-                                   : nullptr;
+      a2_row[j] = row < group_rank && slot[0] >= 0
+                      ? static_cast<const T*>(lora_pick(second.a, row / rank)) +
+                            slot[0] * (int64_t{rank} * second.k) + (row % rank) * second.k
+                      : nullptr;
     }
   }
-  // Under programmatic dependent launch (detail/pdl.cuh) the block starts while the kernel that
-  // writes x finishes: the first token's A rows (weights) go to L2 meanwhile; slot ids were
-  // uploaded before the step's first kernel. x and u only after pdl_wait().
   if (slot[0] >= 0) {
     for (int64_t c = int64_t{threadIdx.x} * V; c < k; c += int64_t{kLoraShrinkThreads} * V) {
 #pragma unroll
@@ -112,7 +112,7 @@ __device__ __forceinline__ void lora_shrink_block(
            c += int64_t{kLoraShrinkThreads} * V) {
 #pragma unroll
         for (int j = 0; j < kLoraShrinkRows; ++j) {
-          if (a2_row[j] != nullptr) prefetch_l2(a2_row[j] + slot[0] * rank * second.k + c);
+          if (a2_row[j] != nullptr) prefetch_l2(a2_row[j] + c);
         }
       }
     }
@@ -169,28 +169,21 @@ __device__ __forceinline__ void lora_shrink_block(
       }
     }
   }
-  if constexpr (kSecond) {  // the same sweep over x2 with the a2 rows
-    const int64_t k2 = second.k, stride2 = int64_t{rank} * k2;
-#pragma unroll(TT == 1 ? 4 : 1)
-    for (int64_t c = int64_t{threadIdx.x} * V; c < k2; c += int64_t{kLoraShrinkThreads} * V) {
-      float av[kLoraShrinkRows][V] = {};
-      int cur = -1;  // the slot whose a2 elements av holds
-#pragma unroll
-      for (int i = 0; i < TT; ++i) {
-        if (slot[i] < 0) continue;
-        if (slot[i] != cur) {
-          cur = slot[i];
-#pragma unroll
-          for (int j = 0; j < kLoraShrinkRows; ++j) {
-            if (a2_row[j] != nullptr) lora_load_f32<T, V>(a2_row[j] + cur * stride2 + c, av[j]);
-          }
-        }
+  if constexpr (kSecond) {
+    if (slot[0] >= 0) {
+      const int64_t k2 = second.k;
+      const T* x2 = second.x + t0 * k2;
+#pragma unroll 4
+      for (int64_t c = int64_t{threadIdx.x} * V; c < k2; c += int64_t{kLoraShrinkThreads} * V) {
         float xv[V];
-        lora_load_f32<T, V>(second.x + (t0 + i) * k2 + c, xv);
+        lora_load_f32<T, V>(x2 + c, xv);
 #pragma unroll
         for (int j = 0; j < kLoraShrinkRows; ++j) {
+          if (a2_row[j] == nullptr) continue;
+          float av[V];
+          lora_load_f32<T, V>(a2_row[j] + c, av);
 #pragma unroll
-          for (int v = 0; v < V; ++v) acc[j][i] += av[j][v] * xv[v];
+          for (int v = 0; v < V; ++v) acc[j][0] += av[v] * xv[v];
         }
       }
     }

@@ -131,8 +131,7 @@ struct CudaSwitches {
   // IB_LORA_IN_GEMV=0|1|3|4|5: decode steps with adapters on the unfused ops (0), or the fused
   // ones with a shrink launch (1), chained shrinks (3: the GEMV before an op accumulates its
   // shrink), a shrink launch the GEMV waits for by flags (4) or lookahead shrinks (5, the
-  // default: o's and down's launches also compute the next rms op's shrink; 6 with 4 tokens a
-  // lookahead block).
+  // default: o's and down's launches also compute the next rms op's shrink).
   std::optional<int64_t> lora_in_gemv;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
