@@ -6,10 +6,10 @@
 // 1e-4, bf16 6e-2: the base matmuls' kernels depend on the batch size), and every adapter moves its
 // request's first logits beyond those tolerances (fp32: 5x); with the LoRA kernels in two launches
 // per group and in one (IB_LORA_FUSED=1); bf16 decode steps with the updates in the fused decode
-// GEMVs (IB_LORA_IN_GEMV=1: a shrink launch before each; 3: chained, each GEMV
-// accumulating the next op's shrink, eagerly and in graphs; the adapters' A then take the folded
-// norm gains; 4: launched, each GEMV waiting for its shrink by flags, eagerly and in graphs; 5,
-// the default: lookahead shrinks, o's and down's also computing gate/up's and the next q/k/v's from the
+// GEMVs (IB_LORA_IN_GEMV=1: a shrink launch before each; 3: chained, each GEMV accumulating the
+// next op's shrink, eagerly and in graphs; the adapters' A then take the folded norm gains; 4:
+// launched, each GEMV waiting for its shrink by flags, eagerly and in graphs; 5, the default:
+// lookahead shrinks, o's and down's also computing gate/up's and the next q/k/v's from the
 // lookahead matrices the runner makes as each adapter is loaded, eagerly and in graphs) and on
 // the unfused ops (IB_LORA_IN_GEMV=0).
 // Label gpu: skipped visibly without a CUDA device.
