@@ -237,8 +237,8 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "launches and streams its weights while the shrink waits for x; the same results as 1; "
      "measured 2.9 % slower than 1 on an H100); 5: as 1, but o's and down's shrink launches "
      "also compute the next gate/up's and q/k/v's shrinks from lookahead matrices made when an "
-     "adapter is loaded (two shrink launches a layer instead of four; the default, 2.4 % faster "
-     "than 1 on an H100 with one rank-16 adapter); "
+     "adapter is loaded (two shrink launches a layer instead of four; the default, 2.4-2.6 % "
+     "faster than 1 on an H100 with one rank-16 adapter); "
      "0: on the unfused ops, a shrink and an expand launch after each projection's matmul"},
 };
 

@@ -170,6 +170,19 @@ int CudaBackend::take_lora_chain(const Tensor& x, const FusedLora& lora, int64_t
   return found;
 }
 
+CudaBackend::LoraChain CudaBackend::pending_lora_chain(const Tensor& out, const FusedLora& lora,
+                                                       int64_t rank) {
+  LoraChain c;
+  c.pending = true;
+  c.x = out.data;
+  c.slot_ids = lora.slot_ids.data;
+  c.rows = out.rows();
+  c.rank = rank;
+  c.count = lora.next.size();
+  for (size_t t = 0; t < lora.next.size(); ++t) c.a[t] = lora.next[t].a.data;
+  return c;
+}
+
 void CudaBackend::chain_lora_shrink(GemvLora& l, const FusedLora& lora, const Tensor& out) {
   const std::span<const LoraTargetStacks> next = lora.next;
   const int64_t f = out.row_size();
@@ -184,18 +197,9 @@ void CudaBackend::chain_lora_shrink(GemvLora& l, const FusedLora& lora, const Te
   for (size_t i = 0; i < lora_chains_.size(); ++i) {
     LoraChain& c = lora_chains_[i];
     if (c.pending || !c.zeroed) continue;
-    c = LoraChain{};
-    c.pending = true;
-    c.x = out.data;
-    c.slot_ids = lora.slot_ids.data;
-    c.rows = out.rows();
-    c.rank = l.rank;
-    c.count = next.size();
+    c = pending_lora_chain(out, lora, l.rank);
     l.next = LoraGroupPtrs{};
-    for (size_t t = 0; t < next.size(); ++t) {
-      c.a[t] = next[t].a.data;
-      l.next.a[t] = next[t].a.data;
-    }
+    for (size_t t = 0; t < next.size(); ++t) l.next.a[t] = next[t].a.data;
     l.next.count = static_cast<int>(next.size());
     l.next_u = lora_chain_u(static_cast<int>(i));
     return;
@@ -225,14 +229,7 @@ bool CudaBackend::lookahead_lora_shrink(const Tensor& x, const FusedLora& lora, 
   for (size_t i = 0; i < lora_chains_.size(); ++i) {
     LoraChain& c = lora_chains_[i];
     if (c.pending) continue;
-    c = LoraChain{};
-    c.pending = true;
-    c.x = out->data;
-    c.slot_ids = lora.slot_ids.data;
-    c.rows = out->rows();
-    c.rank = l.rank;
-    c.count = next.size();
-    for (size_t t = 0; t < next.size(); ++t) c.a[t] = next[t].a.data;
+    c = pending_lora_chain(*out, lora, l.rank);
     launch_lora_lookahead(x, lora.slot_ids, l.group, m, *out, a, l.rank, l.num_slots, l.u,
                           lora_chain_u(static_cast<int>(i)), stream_, pdl_ && lora_pdl_);
     return true;

@@ -468,6 +468,8 @@ class CudaBackend final : public Backend,
     size_t count = 0;
   };
   void reset_lora_chains() { lora_chains_ = {}; }
+  // A chain left pending for the op reading out next (lora.next's targets, this op's slots).
+  static LoraChain pending_lora_chain(const Tensor& out, const FusedLora& lora, int64_t rank);
   float* lora_chain_u(int i) const;
   // The word of sync_counters_ at offset_bytes (IB_LORA_FUSED's counters at 0, the flag sets of
   // IB_LORA_IN_GEMV=4 at kLoraSyncOffset and of IB_QUANT_SYNC at kLoraCounterBytes).

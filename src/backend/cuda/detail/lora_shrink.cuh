@@ -86,9 +86,6 @@ __device__ __forceinline__ void lora_shrink_block(
     slot[i] = s < num_slots ? s : -1;
     xr[i] = x + (t < tokens ? t : t0) * k;
   }
-  // Under programmatic dependent launch (detail/pdl.cuh) the block starts while the kernel that
-  // writes x finishes: the first token's A rows (weights) go to L2 meanwhile; slot ids were
-  // uploaded before the step's first kernel. x and u only after pdl_wait().
   [[maybe_unused]] const T* a2_row[kLoraShrinkRows];  // kSecond: the token's slot's a rows
   if constexpr (kSecond) {
 #pragma unroll
@@ -100,6 +97,9 @@ __device__ __forceinline__ void lora_shrink_block(
                       : nullptr;
     }
   }
+  // Under programmatic dependent launch (detail/pdl.cuh) the block starts while the kernel that
+  // writes x finishes: the first token's A rows (weights) go to L2 meanwhile; slot ids were
+  // uploaded before the step's first kernel. x and u only after pdl_wait().
   if (slot[0] >= 0) {
     for (int64_t c = int64_t{threadIdx.x} * V; c < k; c += int64_t{kLoraShrinkThreads} * V) {
 #pragma unroll
