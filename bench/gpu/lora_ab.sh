@@ -15,7 +15,8 @@
 # Environment: IB_AB (the switch), IB_AB_VALUES, IB_PARITY (0), IB_DEADLINE_S (520): runs that
 # would end past it are skipped; IB_TIMELINE_ENV (VAR=value ... for the timeline run, e.g.
 # IB_LORA_IN_GEMV=3); B (the build directory, /tmp/ib-lora-ab); IB_LORA_TESTS and
-# IB_LORA_ENGINE_TESTS (the two gtest filters); IB_LORA16=0 (no 16-adapter runs).
+# IB_LORA_ENGINE_TESTS (the two gtest filters); IB_LORA16=0 (no 16-adapter runs); IB_OPS_LORA=1
+# (after the tests, ib_ops_bench's lora section: the shrinks alone, ops.log and ops.json).
 # Writes build.log, tests.log, runs.log, parity.log and lora_ab.tgz (result.json files, logs,
 # test and parity JSON, timeline).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -30,7 +31,7 @@ if [ "${IB_PREBUILT:-0}" = 1 ]; then  # bench/gpu/prebuilt.sh's bundle, carried
   prebuilt_libs "$B"
 else
   build_gpu_tests $B "$O/build.log" inferbench backend_cuda_test engine_cuda_test \
-    ib_kernel_profile || exit 1
+    ib_kernel_profile $([ "${IB_OPS_LORA:-0}" = 1 ] && echo ib_ops_bench) || exit 1
   echo "built $(el)"
 fi
 R=/tmp/lora-ab-runs; rm -rf $R; mkdir -p $R
@@ -44,6 +45,10 @@ R=/tmp/lora-ab-runs; rm -rf $R; mkdir -p $R
   echo "engine_cuda_test rc=$?"; } > "$O/tests.log" 2>&1
 grep -E "rc=|PASSED|FAILED|Failure" "$O/tests.log" | head -20
 echo "tests $(el)"
+if [ "${IB_OPS_LORA:-0}" = 1 ]; then
+  IB_OPS_SECTIONS=lora timeout 120 $B/bench/gpu/ib_ops_bench $R/ops.json > "$O/ops.log" 2>&1
+  echo "ops bench rc=$? $(el)"; grep -E '^lora' "$O/ops.log" | tr -s ' ' | cut -d' ' -f2-8
+fi
 A=bench/adapters; mkdir -p $A
 for i in $(seq 0 $(( ${IB_LORA16:-1} == 1 ? 15 : 0 ))); do
   [ -f $A/l3-r16-$i/adapter_model.safetensors ] ||

@@ -81,6 +81,7 @@ void bench_gemm_int4(BenchContext& ctx);  // ops_bench_int4.cpp
 void bench_attention(BenchContext& ctx);
 void bench_decode_mma(BenchContext& ctx);  // ops_bench_decode.cpp
 void bench_gemm_algos(BenchContext& ctx);  // ops_bench_gemm_algos.cpp
+void bench_lora(BenchContext& ctx);        // ops_bench_lora.cpp
 void bench_small_ops(BenchContext& ctx);
 void bench_sampling(BenchContext& ctx);
 
