@@ -115,22 +115,38 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t first = c0 + int64_t{threadIdx.x} * V;
   const int64_t pass_stride = int64_t{kThreads} * V * kChunks;
   uint4 ar[kRows][kChunks];
+  // Slot s's row j at K' offset c (c below c1), or null.
+  const auto row_at = [&](int j, int s, int64_t c) -> const T* {
+    return c >= c1 || a1[j] == nullptr ? nullptr
+           : c < k                     ? a1[j] + int64_t{s} * rank * k + c
+                                       : a2[j] + int64_t{s} * rank * k2 + (c - k);
+  };
   const auto load_rows = [&](int s, int64_t base) {
 #pragma unroll
     for (int ch = 0; ch < kChunks; ++ch) {
-      const int64_t c = base + int64_t{ch} * kThreads * V;
 #pragma unroll
       for (int j = 0; j < kRows; ++j) {
-        const T* p = c >= c1 || a1[j] == nullptr ? nullptr
-                     : c < k                     ? a1[j] + int64_t{s} * rank * k + c
-                                                 : a2[j] + int64_t{s} * rank * k2 + (c - k);
+        const T* p = row_at(j, s, base + int64_t{ch} * kThreads * V);
         ar[j][ch] = p != nullptr ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
       }
     }
   };
   const int s0 = valid_mask != 0 ? lowest_slot(valid_mask) : -1;
   // The first slot's rows of the first pass come before the wait: weights, constant in a step.
+  // Other slots' rows of that pass go to L2 meanwhile (loaded after the wait, slot by slot).
   if (s0 >= 0) load_rows(s0, first);
+#pragma unroll
+  for (int i = 0; i < kTokens; ++i) {
+    if (sl[i] < 0 || sl[i] == s0) continue;
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ++ch) {
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+        const T* p = row_at(j, sl[i], first + int64_t{ch} * kThreads * V);
+        if (p != nullptr) prefetch_l2(p);
+      }
+    }
+  }
   pdl_wait();
   pdl_trigger();
   float acc[kRows * kTokens];  // [row j * kTokens + token i]
