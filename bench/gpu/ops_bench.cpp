@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
   // small_ops, sampling) runs only those; the step estimates need all but gemm_fp8. decode_mma
   // (the tensor-core decode attention over batches and contexts), gemm_algos (the cuBLASLt
   // heuristic's candidates at a continuous run's GEMM shapes) and lora (the LoRA decode shrinks
-  // in each form, ops_bench_lora.cpp) run only when listed.
+  // alone, ops_bench_lora.cpp) run only when listed.
   const char* only = std::getenv("IB_OPS_SECTIONS");
   const bool all = only == nullptr || *only == '\0';
   const auto want = [&](const char* name) { return all || bench::listed(only, name); };

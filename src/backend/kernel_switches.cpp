@@ -240,11 +240,6 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "adapter is loaded (two shrink launches a layer instead of four; the default, 2.4-2.6 % "
      "faster than 1 on an H100 with one rank-16 adapter); "
      "0: on the unfused ops, a shrink and an expand launch after each projection's matmul"},
-    {"IB_LORA_LOOK_SPLIT", "cuda", "0", 0, 0, "0|2|4|8",
-     "the lookahead shrink of IB_LORA_IN_GEMV=5: 0 one token a block (each token reads its "
-     "slot's rows); 2, 4 or 8: every token a block, K split over a thread-block cluster of "
-     "that many blocks (a slot's rows read once for all its tokens, the sums added in the "
-     "cluster's shared memory)"},
 };
 
 Status check_value(const KernelSwitchSpec& spec, std::string_view text) {

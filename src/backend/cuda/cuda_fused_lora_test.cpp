@@ -7,8 +7,7 @@
 // launch); the shrink launched before the GEMV (IB_LORA_IN_GEMV=1), chained (3: each GEMV
 // accumulating the next op's shrink, over a decode layer's ops) and met by flags (4: bit for bit
 // mode 1's, over a graph replayed three times) and lookahead shrinks (5: o's and down's shrinks
-// also computing the next rms op's from the lookahead matrices; one token a block, and K split
-// over clusters of 8 and 2 blocks, IB_LORA_LOOK_SPLIT); eagerly
+// also computing the next rms op's from the lookahead matrices); eagerly
 // and replayed from a CUDA graph. bf16 and fp16, the dtype's tolerance of detail/test_support.h.
 #include <gtest/gtest.h>
 
@@ -383,21 +382,13 @@ TEST_P(CudaFusedLora, ChainedAndFlaggedShrinksGiveTheLaunchedShrinksResults) {
     for (const Pair* p : outputs) v.push_back(twin.gpu_floats(p->gpu));
     return v;
   };
-  // Mode 5 also with its lookahead shrinks split over clusters of 8 and 2 blocks
-  // (IB_LORA_LOOK_SPLIT).
-  struct Mode {
-    int mode, split;
-  };
-  for (const auto [mode, split] :
-       {Mode{1, 0}, Mode{3, 0}, Mode{4, 0}, Mode{5, 0}, Mode{5, 8}, Mode{5, 2}}) {
+  for (const int mode : {1, 3, 4, 5}) {
     twin.gpu().set_lora_in_gemv(mode);
-    twin.gpu().set_lora_look_split(split);
     const int64_t shrinks = twin.gpu().lora_shrink_launches();
     const int64_t pairs = twin.gpu().lora_sync_pairs();
     eager_and_graph(twin, reset, layer, [&](const char* how) {
       ASSERT_TRUE(twin.gpu().device_status().ok());
-      const std::string at =
-          std::string(how) + " mode " + std::to_string(mode) + " split " + std::to_string(split);
+      const std::string at = std::string(how) + " mode " + std::to_string(mode);
       EXPECT_LT(twin.error(residual), tol) << at << " residual";
       EXPECT_LT(twin.error(act), tol) << at << " SwiGLU output";
       EXPECT_LT(twin.error(qkv), tol) << at << " qkv";
@@ -438,7 +429,6 @@ TEST_P(CudaFusedLora, ChainedAndFlaggedShrinksGiveTheLaunchedShrinksResults) {
       twin.gpu().synchronize();
     });
   }
-  twin.gpu().set_lora_look_split(0);
 }
 
 INSTANTIATE_TEST_SUITE_P(HalfTypes, CudaFusedLora, ::testing::Values(DType::kBF16, DType::kF16),

@@ -382,7 +382,7 @@ void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tenso
 void launch_lora_lookahead(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& cur,
                            const LoraGroupPtrs& next_m, const Tensor& x2,
                            const LoraGroupPtrs& next_a, int64_t rank, int64_t num_slots, float* u,
-                           float* u_next, cudaStream_t stream, bool pdl, int split) {
+                           float* u_next, cudaStream_t stream, bool pdl) {
   const int64_t t = x.rows(), k = x.row_size();
   if (t == 0) return;
   IB_ASSERT(t <= kShrinkSmallBatch && x2.rows() == t && x2.dtype == x.dtype &&
@@ -400,11 +400,6 @@ void launch_lora_lookahead(const Tensor& x, const Tensor& slot_ids, const LoraGr
     const bool vec = shrink_vectorized<T>(x, cur, nullptr) &&
                      shrink_vectorized<T>(x, next_m, nullptr) &&
                      shrink_vectorized<T>(x2, next_a, nullptr);
-    if (vec && split > 0 && lora_lookahead_split_fits(t, split)) {
-      launch_lora_lookahead_split(x, slot_ids, cur, next_m, x2, next_a, rank, num_slots, u, u_next,
-                                  split, stream, pdl);
-      return;
-    }
     const int32_t* ids = slot_ids.as<const int32_t>();
     const auto s = static_cast<int>(num_slots);
     if (vec) {

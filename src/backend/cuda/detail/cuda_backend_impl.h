@@ -334,9 +334,6 @@ class CudaBackend final : public Backend,
     lora_in_gemv_ = mode;
     reset_lora_chains();
   }
-  // The lookahead shrink's form (IB_LORA_LOOK_SPLIT): 0 one token a block; 2, 4 or 8 K split
-  // over a cluster of that many blocks, each taking every token (launch_lora_lookahead).
-  void set_lora_look_split(int split) { lora_look_split_ = split; }
   // The shrinks launched by the fused ops with LoRA so far (tests: chained shrinks launch none).
   int64_t lora_shrink_launches() const { return lora_shrink_launches_; }
   // The shrink / GEMV pairs that met by flags so far (IB_LORA_IN_GEMV=4), and the flag sets'
@@ -569,7 +566,6 @@ class CudaBackend final : public Backend,
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 5;
-  int lora_look_split_ = 0;
   std::array<LoraChain, kLoraChains> lora_chains_{};
   int64_t lora_shrink_launches_ = 0;
   int64_t lora_sync_pairs_ = 0;           // IB_LORA_IN_GEMV=4's flagged pairs; their sets alternate

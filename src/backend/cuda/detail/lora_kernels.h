@@ -93,20 +93,10 @@ void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tenso
 // u_next (T, next.count R) = m_g[s] . x[t] + a'_g[s] . x2[t], next_m's a: the lookahead
 // matrices (S, R, K) over x, next_a's a: the next op's A stacks (S, R, K2) over x2 (T, K2), the
 // residual the op adds to. Rows of tokens of slot -1 are left unwritten. pdl as the shrink's.
-// split (IB_LORA_LOOK_SPLIT) 2, 4 or 8, where lora_lookahead_split_fits and the operands are
-// 16-byte vectors: lora_lookahead.cu's kernel, K split over a cluster of that many blocks, each
-// taking every token (one load of a slot's rows for all its tokens); 0: one token a block.
 void launch_lora_lookahead(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& cur,
                            const LoraGroupPtrs& next_m, const Tensor& x2,
                            const LoraGroupPtrs& next_a, int64_t rank, int64_t num_slots, float* u,
-                           float* u_next, cudaStream_t stream, bool pdl, int split = 0);
-// Whether the split form takes T tokens at this split (1 to 8 tokens; split 2, 4 or 8).
-bool lora_lookahead_split_fits(int64_t tokens, int split);
-// The split form itself (lora_lookahead.cu), its operands' vectors checked by the caller.
-void launch_lora_lookahead_split(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& cur,
-                                 const LoraGroupPtrs& next_m, const Tensor& x2,
-                                 const LoraGroupPtrs& next_a, int64_t rank, int64_t num_slots,
-                                 float* u, float* u_next, int split, cudaStream_t stream, bool pdl);
+                           float* u_next, cudaStream_t stream, bool pdl);
 // m (R, K) = a_next (R, N) @ (w (N, K) + scale * b (N, R') @ a (R', K)), fp32, rounded once
 // (LoraOps::lora_lookahead_matrix); R' at most kGemvLoraMaxRank.
 void launch_lora_lookahead_matrix(const Tensor& a_next, const Tensor& w, const Tensor& a,

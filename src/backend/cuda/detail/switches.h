@@ -133,9 +133,6 @@ struct CudaSwitches {
   // shrink), a shrink launch the GEMV waits for by flags (4) or lookahead shrinks (5, the
   // default: o's and down's launches also compute the next rms op's shrink).
   std::optional<int64_t> lora_in_gemv;
-  // IB_LORA_LOOK_SPLIT=0|2|4|8: the lookahead shrink's blocks take a token each (0) or every
-  // token with K split over a cluster of that many blocks.
-  std::optional<int64_t> lora_look_split;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
 };
