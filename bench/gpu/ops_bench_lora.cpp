@@ -1,8 +1,8 @@
 // The op benchmark's lora section (issue 16): Llama-3-8B's LoRA decode shrinks at 8 tokens and
 // rank 16 alone. o's and down's plain shrinks (IB_LORA_IN_GEMV=1) and their lookahead launches (5:
-// o's also computing gate/up's rows, down's the next q/k/v's; IB_LORA_LOOK_EARLY 1 and 0,
-// "late"); one adapter for every token and a slot a token; over 32 layers' stacks in turn (rows
-// from DRAM, as in a step) and over one layer's (rows from L2); with programmatic dependent
+// o's also computing gate/up's rows, down's the next q/k/v's); one adapter for every token and a
+// slot a token; over 32 layers' stacks in turn
+// (rows from DRAM, as in a step) and over one layer's (rows from L2); with programmatic dependent
 // launch (each launch's blocks load their rows while the one before finishes) and without.
 #include <string>
 #include <vector>
@@ -73,18 +73,16 @@ void bench_lora(BenchContext& ctx) {
           const auto k = static_cast<double>(sh.k);
           ctx.report.add({"lora", std::string("shrink_") + sh.name, shape, "mode1", us,
                           (one ? 1 : kSlots) * 2.0 * kRank * sh.cur * k + 2.0 * kTokens * k, 0});
-          for (const bool early : {true, false}) {  // IB_LORA_LOOK_EARLY
-            us = ctx.timer.per_call_ms(
-                     [&](int i) {
-                       cuda::launch_lora_lookahead(x, ids, at(i).cur, at(i).m, x2, at(i).a2, kRank,
-                                                   kSlots, u.as<float>(), u_next.as<float>(),
-                                                   stream, pdl, early);
-                     },
-                     64) *
-                 1e3;
-            ctx.report.add({"lora", std::string("lookahead_") + sh.name, shape,
-                            early ? "mode5" : "mode5 late", us, bytes, 0});
-          }
+          us = ctx.timer.per_call_ms(
+                   [&](int i) {
+                     cuda::launch_lora_lookahead(x, ids, at(i).cur, at(i).m, x2, at(i).a2, kRank,
+                                                 kSlots, u.as<float>(), u_next.as<float>(), stream,
+                                                 pdl);
+                   },
+                   64) *
+               1e3;
+          ctx.report.add(
+              {"lora", std::string("lookahead_") + sh.name, shape, "mode5", us, bytes, 0});
         }
       }
     }

@@ -240,10 +240,6 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "adapter is loaded (two shrink launches a layer instead of four; the default, 2.4-2.6 % "
      "faster than 1 on an H100 with one rank-16 adapter); "
      "0: on the unfused ops, a shrink and an expand launch after each projection's matmul"},
-    {"IB_LORA_LOOK_EARLY", "cuda", "1", 0, 1, "",
-     "1: IB_LORA_IN_GEMV=5's lookahead shrink loads the next op's A rows over the residual "
-     "before its PDL wait and the residual's first vectors right after it, ahead of its main "
-     "loop (the same sums in the same order); 0: summed in a loop after the main loop's"},
 };
 
 Status check_value(const KernelSwitchSpec& spec, std::string_view text) {

@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kShrinkThreads)
 // shrink (u = a_g[s] . x); the rest compute the next op's rows, u_next = m_g[s] . x +
 // a'_g[s] . x2 (next: m as its a stacks; second: x2 and a').
 template <typename T, int V>
-__global__ void __launch_bounds__(kShrinkThreads, 2)  // two blocks an SM: 128 registers at most
+__global__ void __launch_bounds__(kShrinkThreads)
     lora_lookahead_kernel(const T* __restrict__ x, int64_t k, const int32_t* __restrict__ slot_ids,
                           int64_t tokens, LoraGroupPtrs cur, LoraGroupPtrs next,
                           LoraShrinkSecond<T> second, int rank, int num_slots, float* u,
@@ -382,7 +382,7 @@ void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tenso
 void launch_lora_lookahead(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& cur,
                            const LoraGroupPtrs& next_m, const Tensor& x2,
                            const LoraGroupPtrs& next_a, int64_t rank, int64_t num_slots, float* u,
-                           float* u_next, cudaStream_t stream, bool pdl, bool early) {
+                           float* u_next, cudaStream_t stream, bool pdl) {
   const int64_t t = x.rows(), k = x.row_size();
   if (t == 0) return;
   IB_ASSERT(t <= kShrinkSmallBatch && x2.rows() == t && x2.dtype == x.dtype &&
@@ -393,7 +393,6 @@ void launch_lora_lookahead(const Tensor& x, const Tensor& slot_ids, const LoraGr
     second.x = x2.as<const T>();
     second.k = x2.row_size();
     for (int g = 0; g < next_a.count; ++g) second.a[g] = next_a.a[g];
-    second.early = early;
     const auto r = static_cast<int>(rank);
     const unsigned cur_rows = blocks_for(int64_t{cur.count} * rank, kShrinkRows);
     const dim3 grid(blocks_for(t, 1),

@@ -231,8 +231,7 @@ bool CudaBackend::lookahead_lora_shrink(const Tensor& x, const FusedLora& lora, 
     if (c.pending) continue;
     c = pending_lora_chain(*out, lora, l.rank);
     launch_lora_lookahead(x, lora.slot_ids, l.group, m, *out, a, l.rank, l.num_slots, l.u,
-                          lora_chain_u(static_cast<int>(i)), stream_, pdl_ && lora_pdl_,
-                          lora_look_early_);
+                          lora_chain_u(static_cast<int>(i)), stream_, pdl_ && lora_pdl_);
     return true;
   }
   return false;

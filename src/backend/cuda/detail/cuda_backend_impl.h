@@ -334,9 +334,6 @@ class CudaBackend final : public Backend,
     lora_in_gemv_ = mode;
     reset_lora_chains();
   }
-  // IB_LORA_LOOK_EARLY: the lookahead shrink's second input (a' . the residual) loaded ahead of
-  // its main loop (launch_lora_lookahead's early; the same bits either way).
-  void set_lora_look_early(bool on) { lora_look_early_ = on; }
   // The shrinks launched by the fused ops with LoRA so far (tests: chained shrinks launch none).
   int64_t lora_shrink_launches() const { return lora_shrink_launches_; }
   // The shrink / GEMV pairs that met by flags so far (IB_LORA_IN_GEMV=4), and the flag sets'
@@ -569,7 +566,6 @@ class CudaBackend final : public Backend,
   bool lora_fused_ = false;
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 5;
-  bool lora_look_early_ = true;
   std::array<LoraChain, kLoraChains> lora_chains_{};
   int64_t lora_shrink_launches_ = 0;
   int64_t lora_sync_pairs_ = 0;           // IB_LORA_IN_GEMV=4's flagged pairs; their sets alternate

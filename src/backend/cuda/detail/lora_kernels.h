@@ -93,12 +93,10 @@ void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tenso
 // u_next (T, next.count R) = m_g[s] . x[t] + a'_g[s] . x2[t], next_m's a: the lookahead
 // matrices (S, R, K) over x, next_a's a: the next op's A stacks (S, R, K2) over x2 (T, K2), the
 // residual the op adds to. Rows of tokens of slot -1 are left unwritten. pdl as the shrink's.
-// early (IB_LORA_LOOK_EARLY): a'[s] . x2's first chunks loaded ahead of the main loop
-// (LoraShrinkSecond::early), the same bits as without.
 void launch_lora_lookahead(const Tensor& x, const Tensor& slot_ids, const LoraGroupPtrs& cur,
                            const LoraGroupPtrs& next_m, const Tensor& x2,
                            const LoraGroupPtrs& next_a, int64_t rank, int64_t num_slots, float* u,
-                           float* u_next, cudaStream_t stream, bool pdl, bool early = true);
+                           float* u_next, cudaStream_t stream, bool pdl);
 // m (R, K) = a_next (R, N) @ (w (N, K) + scale * b (N, R') @ a (R', K)), fp32, rounded once
 // (LoraOps::lora_lookahead_matrix); R' at most kGemvLoraMaxRank.
 void launch_lora_lookahead_matrix(const Tensor& a_next, const Tensor& w, const Tensor& a,

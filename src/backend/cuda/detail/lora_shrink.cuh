@@ -35,18 +35,12 @@ __device__ __forceinline__ void lora_load_f32(const T* p, float (&out)[V]) {
 // A second input of a shrink block (IB_LORA_IN_GEMV=5's lookahead, lora.cu): each row's product
 // of x2 (T, k) with the group's second A stacks a (S, R, k) (the same targets' order, slots and
 // R) is added into the row's sum; one token a block.
-// early (IB_LORA_LOOK_EARLY, 16-byte vectors only): its first kLoraSecondEarly chunks a thread
-// sums are loaded ahead of the main loop, a' (weights) before the PDL wait and x2 right after it,
-// so their round trip overlaps the main loop's instead of following it; summed after the main
-// loop in the loop's order (the same bits either way).
 template <typename T>
 struct LoraShrinkSecond {
   const T* x = nullptr;
   int64_t k = 0;
   const void* a[LoraOps::kMaxLoraGroup] = {};
-  bool early = false;
 };
-inline constexpr int kLoraSecondEarly = 2;
 
 // Block (tile, row_block) of the shrink's grid (token tiles of TT, blocks of kLoraShrinkRows rows
 // of the group's G x R) computes rows [row_block * kLoraShrinkRows, +kLoraShrinkRows) (target g =
@@ -106,26 +100,6 @@ __device__ __forceinline__ void lora_shrink_block(
   // Under programmatic dependent launch (detail/pdl.cuh) the block starts while the kernel that
   // writes x finishes: the first token's A rows (weights) go to L2 meanwhile; slot ids were
   // uploaded before the step's first kernel. x and u only after pdl_wait().
-  // kSecond, early: the second input's first chunks (a' now, x2 after the wait).
-  constexpr bool kEarlyForm = kSecond && V == kVec16<T>;
-  [[maybe_unused]] uint4 a2v[kEarlyForm ? kLoraSecondEarly : 1][kLoraShrinkRows];
-  [[maybe_unused]] uint4 x2v[kEarlyForm ? kLoraSecondEarly : 1];
-  [[maybe_unused]] bool early = false;
-  if constexpr (kEarlyForm) {
-    early = second.early && slot[0] >= 0;
-    if (early) {
-#pragma unroll
-      for (int n = 0; n < kLoraSecondEarly; ++n) {
-        const int64_t c = int64_t{threadIdx.x} * V + int64_t{n} * kLoraShrinkThreads * V;
-#pragma unroll
-        for (int j = 0; j < kLoraShrinkRows; ++j) {
-          a2v[n][j] = c < second.k && a2_row[j] != nullptr
-                          ? *reinterpret_cast<const uint4*>(a2_row[j] + c)
-                          : make_uint4(0, 0, 0, 0);
-        }
-      }
-    }
-  }
   if (slot[0] >= 0) {
     for (int64_t c = int64_t{threadIdx.x} * V; c < k; c += int64_t{kLoraShrinkThreads} * V) {
 #pragma unroll
@@ -150,16 +124,6 @@ __device__ __forceinline__ void lora_shrink_block(
   } else {
     pdl_wait();
     pdl_trigger();
-  }
-  if constexpr (kEarlyForm) {
-    if (early) {
-#pragma unroll
-      for (int n = 0; n < kLoraSecondEarly; ++n) {
-        const int64_t c = int64_t{threadIdx.x} * V + int64_t{n} * kLoraShrinkThreads * V;
-        x2v[n] = c < second.k ? *reinterpret_cast<const uint4*>(second.x + t0 * second.k + c)
-                              : make_uint4(0, 0, 0, 0);
-      }
-    }
   }
   float acc[kLoraShrinkRows][TT];
 #pragma unroll
@@ -209,26 +173,8 @@ __device__ __forceinline__ void lora_shrink_block(
     if (slot[0] >= 0) {
       const int64_t k2 = second.k;
       const T* x2 = second.x + t0 * k2;
-      int64_t c2 = int64_t{threadIdx.x} * V;  // the loop's first chunk: after the early ones
-      if constexpr (kEarlyForm) {
-        if (early) {
-#pragma unroll
-          for (int n = 0; n < kLoraSecondEarly; ++n) {
-            if (c2 >= k2) break;
-            const T* xe = reinterpret_cast<const T*>(&x2v[n]);
-#pragma unroll
-            for (int j = 0; j < kLoraShrinkRows; ++j) {
-              if (a2_row[j] == nullptr) continue;
-              const T* ae = reinterpret_cast<const T*>(&a2v[n][j]);
-#pragma unroll
-              for (int v = 0; v < V; ++v) acc[j][0] += to_f32(ae[v]) * to_f32(xe[v]);
-            }
-            c2 += int64_t{kLoraShrinkThreads} * V;
-          }
-        }
-      }
 #pragma unroll 4
-      for (int64_t c = c2; c < k2; c += int64_t{kLoraShrinkThreads} * V) {
+      for (int64_t c = int64_t{threadIdx.x} * V; c < k2; c += int64_t{kLoraShrinkThreads} * V) {
         float xv[V];
         lora_load_f32<T, V>(x2 + c, xv);
 #pragma unroll

@@ -133,8 +133,6 @@ struct CudaSwitches {
   // shrink), a shrink launch the GEMV waits for by flags (4) or lookahead shrinks (5, the
   // default: o's and down's launches also compute the next rms op's shrink).
   std::optional<int64_t> lora_in_gemv;
-  // IB_LORA_LOOK_EARLY=0: the lookahead shrink sums a' . x2 after its main loop's loads.
-  std::optional<int64_t> lora_look_early;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
 };
