@@ -1,9 +1,9 @@
 // The op benchmark's lora section (issue 16): Llama-3-8B's LoRA decode shrinks at 8 tokens and
 // rank 16 alone. o's and down's plain shrinks (IB_LORA_IN_GEMV=1) and their lookahead launches (5:
 // o's also computing gate/up's rows, down's the next q/k/v's); one adapter for every token and a
-// slot a token; over 32 layers' stacks in turn
-// (rows from DRAM, as in a step) and over one layer's (rows from L2); with programmatic dependent
-// launch (each launch's blocks load their rows while the one before finishes) and without.
+// slot a token; over 32 layers' stacks in turn (rows from DRAM, as in a step) and over one
+// layer's (rows from L2); with programmatic dependent launch (each launch's blocks load their rows
+// while the one before finishes) and without.
 #include <string>
 #include <vector>
 
