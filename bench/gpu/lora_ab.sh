@@ -16,7 +16,8 @@
 # would end past it are skipped; IB_TIMELINE_ENV (VAR=value ... for the timeline run, e.g.
 # IB_LORA_IN_GEMV=3); B (the build directory, /tmp/ib-lora-ab); IB_LORA_TESTS and
 # IB_LORA_ENGINE_TESTS (the two gtest filters); IB_LORA16=0 (no 16-adapter runs); IB_OPS_LORA=1
-# (after the tests, ib_ops_bench's lora section: the shrinks alone, ops.log and ops.json).
+# (after the tests, ib_ops_bench's lora section: the shrinks alone, ops.log and ops.json);
+# IB_TIMELINE_BASE=1 (a timeline of the base model too, after the adapter's).
 # Writes build.log, tests.log, runs.log, parity.log and lora_ab.tgz (result.json files, logs,
 # test and parity JSON, timeline).
 set -u; T0=$(date +%s); el() { echo "+$(( $(date +%s) - T0 )) s"; }
@@ -84,6 +85,9 @@ SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 
 if (( $(date +%s) - T0 < DEADLINE - 30 )); then
   llama_timeline lora1 $R ${IB_TIMELINE_ENV:-} --enable-lora --max-lora-rank 16 \
     --lora-modules "a0=$A/l3-r16-0"
+fi
+if [ "${IB_TIMELINE_BASE:-0}" = 1 ] && (( $(date +%s) - T0 < DEADLINE - 20 )); then
+  llama_timeline base $R  # the base model's steps, for each kernel's advance with and without
 fi
 find $R -name '*.jsonl' -delete
 tar czf "$O/lora_ab.tgz" -C $R .

@@ -21,9 +21,11 @@ ROLES = {"0": "store", "1": "acc", "2": "gateup", "3": "qkv"}
 
 
 def role(name):
-    m = re.search(r"gemv_kernel<[^>]*?, (\d), (true|false), (\d)(?:, \d)?>", name)
-    if m:
-        return ROLES[m.group(1)]
+    m = re.search(r"gemv_kernel<([^>]*)>", name)
+    if m:  # the 7th template argument is the epilogue (gemv_kernel.cuh)
+        args = [a.strip() for a in m.group(1).split(",")]
+        if len(args) >= 7 and args[6] in ROLES:
+            return ROLES[args[6]]
     if "split_kv" in name:
         return "attn"
     if name.startswith("nvjet") or "cublas" in name.lower():
@@ -33,11 +35,13 @@ def role(name):
 
 def summarize(path):
     rows = list(csv.DictReader(open(path)))
-    kernels = []
+    kernels, last = [], None
     for r in rows:
         k = role(r["kernel"])
-        if k == "acc":
-            k = "o" if kernels and kernels[-1][0] == "attn" else "down"
+        if k == "acc":  # o follows the attention, down the gate/up GEMV (LoRA kernels between)
+            k = "o" if last == "attn" else "down"
+        if k in ("attn", "gateup", "qkv", "o", "down"):
+            last = k
         kernels.append((k, int(r["start_ns"]), int(r["advance_ns"]), int(r["gap_ns"])))
     gathers = [i for i, k in enumerate(kernels) if k[0].startswith("gather_rows")]
     # Two gathers a step; the step starts at the embedding's, the one after the wider gap.
