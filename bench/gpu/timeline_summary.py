@@ -11,6 +11,8 @@ to the step, overlap under programmatic dependent launch removed) and the mean i
 it; the gap before the embedding gather is the time between steps when the GPU has no work.
 
 Usage: bench/gpu/timeline_summary.py TIMELINE.csv [...]
+       bench/gpu/timeline_summary.py --diff BASE.csv OTHER.csv (each role's per-step time in
+       both and what OTHER adds, e.g. the base model's steps against an adapter's)
 """
 import collections
 import csv
@@ -33,7 +35,7 @@ def role(name):
     return name.split("::")[-1].split("(")[0][:40]
 
 
-def summarize(path):
+def summarize(path, quiet=False):
     rows = list(csv.DictReader(open(path)))
     kernels, last = [], None
     for r in rows:
@@ -59,8 +61,11 @@ def summarize(path):
             t[2] += gap
     if steps == 0:
         print(f"{path}: no whole decode step")
-        return
+        return None
     periods.sort()
+    if quiet:
+        return periods[len(periods) // 2], {k: (c / steps, (a + g) / steps)
+                                             for k, (c, a, g) in totals.items()}
     print(f"{path}: {steps} steps, median period {periods[len(periods) // 2] / 1e3:.1f} us")
     print(f"  {'kernel':34s} {'calls':>6s} {'advance us':>11s} {'gap us':>8s} "
           f"{'per step us':>12s}")
@@ -69,6 +74,25 @@ def summarize(path):
               f"{(adv + gap) / steps / 1e3:12.1f}")
 
 
+def diff(base_path, other_path):
+    base, other = summarize(base_path, True), summarize(other_path, True)
+    if base is None or other is None:
+        return
+    print(f"median step {base[0] / 1e3:.1f} us -> {other[0] / 1e3:.1f} us "
+          f"(+{(other[0] - base[0]) / 1e3:.1f})")
+    print(f"  {'kernel':34s} {'calls':>6s} {'base us':>9s} {'calls':>6s} {'other us':>9s} "
+          f"{'added us':>9s}")
+    keys = sorted(set(base[1]) | set(other[1]),
+                  key=lambda k: -abs(other[1].get(k, (0, 0))[1] - base[1].get(k, (0, 0))[1]))
+    for k in keys:
+        (bc, bt), (oc, ot) = base[1].get(k, (0, 0)), other[1].get(k, (0, 0))
+        print(f"  {k:34s} {bc:6.1f} {bt / 1e3:9.1f} {oc:6.1f} {ot / 1e3:9.1f} "
+              f"{(ot - bt) / 1e3:9.1f}")
+
+
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
-        summarize(p)
+    if len(sys.argv) == 4 and sys.argv[1] == "--diff":
+        diff(sys.argv[2], sys.argv[3])
+    else:
+        for p in sys.argv[1:]:
+            summarize(p)
