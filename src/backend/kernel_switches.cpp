@@ -240,6 +240,10 @@ constexpr KernelSwitchSpec kSpecs[] = {
      "adapter is loaded (two shrink launches a layer instead of four; the default, 2.4-2.6 % "
      "faster than 1 on an H100 with one rank-16 adapter); "
      "0: on the unfused ops, a shrink and an expand launch after each projection's matmul"},
+    {"IB_LORA_ATTN", "cuda", "0", 0, 1, "",
+     "1 (with IB_LORA_IN_GEMV=5): o's lookahead shrink (its own and gate/up's) computed by the "
+     "decode attention's finishing blocks where the lean split-KV form runs, instead of a launch "
+     "between the attention and o's GEMV (not yet measured)"},
 };
 
 Status check_value(const KernelSwitchSpec& spec, std::string_view text) {

@@ -197,6 +197,11 @@ class FusedDecodeOps {
   virtual bool fused_lora(int64_t /*rank*/) const { return false; }
   // Whether the ops take FusedLora::next_m (the caller then computes the lookahead matrices).
   virtual bool fused_lora_lookahead() const { return false; }
+  // Before the attention whose output a (M, K) is the input of matmul_add(a, w, residual, lora):
+  // that op's operands, which the attention may use to compute the op's shrink and its lookahead
+  // (CUDA, IB_LORA_ATTN=1); lora null or the op not next after the attention: nothing.
+  virtual void lora_before_attention(const Tensor& /*a*/, const Tensor& /*residual*/,
+                                     const FusedLora* /*lora*/) {}
   // Each op's `lora` (null: none) adds LoraOps::lora_apply_group's update of the op's matmul
   // input to its matmul output, before the op's rotation, SwiGLU or residual add. For the two
   // rms ops that input is rms_norm(h) * gain, so an A whose gain was folded into its columns

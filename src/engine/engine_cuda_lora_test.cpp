@@ -10,8 +10,9 @@
 // next op's shrink, eagerly and in graphs; the adapters' A then take the folded norm gains; 4:
 // launched, each GEMV waiting for its shrink by flags, eagerly and in graphs; 5, the default:
 // lookahead shrinks, o's and down's also computing gate/up's and the next q/k/v's from the
-// lookahead matrices the runner makes as each adapter is loaded, eagerly and in graphs) and on
-// the unfused ops (IB_LORA_IN_GEMV=0).
+// lookahead matrices the runner makes as each adapter is loaded, eagerly and in graphs; with
+// IB_LORA_ATTN=1 o's computed by the decode attention instead) and on the unfused ops
+// (IB_LORA_IN_GEMV=0).
 // Label gpu: skipped visibly without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -194,7 +195,9 @@ INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineLora,
                                            Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "4"},
                                            Case{DType::kBF16, false, "IB_LORA_IN_GEMV", "4"},
                                            Case{DType::kBF16, true, "IB_LORA_IN_GEMV", "5"},
-                                           Case{DType::kBF16, false, "IB_LORA_IN_GEMV", "5"}),
+                                           Case{DType::kBF16, false, "IB_LORA_IN_GEMV", "5"},
+                                           Case{DType::kBF16, true, "IB_LORA_ATTN", "1"},
+                                           Case{DType::kBF16, false, "IB_LORA_ATTN", "1"}),
                          case_name);
 
 }  // namespace

@@ -37,7 +37,20 @@ template <typename T, typename TC, int HD, int GC>
 constexpr bool kHasLean =
     !std::is_same_v<T, float> && std::is_same_v<T, TC> && (HD == 64 || HD == 128) && GC <= 4;
 
-// Returns whether the lean form ran.
+// The lean kernel of kWarps warps, with p.lora's shares where it has them (p.lora.rank > 0).
+template <typename T, int HD, int GC, int kWarps>
+void launch_lean(const SplitParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
+  if (p.lora.rank > 0) {
+    launch_kernel("attention(split_kv lean, LoRA)", pdl,
+                  split_kv_lean_kernel<T, HD, GC, kWarps, true>, grid, dim3(kWarps * 32), 0, stream,
+                  p);
+  } else {
+    launch_kernel("attention(split_kv lean)", pdl, split_kv_lean_kernel<T, HD, GC, kWarps>, grid,
+                  dim3(kWarps * 32), 0, stream, p);
+  }
+}
+
+// Returns whether the lean form ran (and with it p.lora's shares, where p.lora.rank > 0).
 template <typename T, typename TC, int HD, int GC>
 bool launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t stream, bool pdl,
                   [[maybe_unused]] int lean) {
@@ -58,12 +71,10 @@ bool launch_split(const SplitParams& p, int tokens, int num_sms, cudaStream_t st
       // IB_ATTN_LEAN=1: 8 warps where every block fits an SM alone (its registers allow one),
       // else 4; 2: 4 warps.
       if (lean == 1 && blocks <= num_sms) {
-        launch_kernel("attention(split_kv lean)", pdl, split_kv_lean_kernel<T, HD, GC, 8>, grid,
-                      dim3(8 * 32), 0, stream, p);
+        launch_lean<T, HD, GC, 8>(p, grid, stream, pdl);
         ran_lean = true;
       } else if (lean != 0) {
-        launch_kernel("attention(split_kv lean)", pdl, split_kv_lean_kernel<T, HD, GC, 4>, grid,
-                      dim3(4 * 32), 0, stream, p);
+        launch_lean<T, HD, GC, 4>(p, grid, stream, pdl);
         ran_lean = true;
       }
     }
@@ -133,15 +144,15 @@ int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape&
   return (size + 31) / 32 * 32;
 }
 
-bool launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
-                               const AttentionMetadata& meta, const AttentionShape& shape,
-                               int partition_size, void* workspace, size_t workspace_bytes,
-                               unsigned* counters, size_t num_counters, int num_sms, Tensor out,
-                               cudaStream_t stream, bool pdl, bool prefetch_kv,
-                               bool pdl_trigger_early, int lean) {
+SplitKvRan launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
+                                     const AttentionMetadata& meta, const AttentionShape& shape,
+                                     int partition_size, void* workspace, size_t workspace_bytes,
+                                     unsigned* counters, size_t num_counters, int num_sms,
+                                     Tensor out, cudaStream_t stream, bool pdl, bool prefetch_kv,
+                                     bool pdl_trigger_early, int lean, const AttnLora* lora) {
   IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96, 128 or 256 on CUDA");
   IB_ASSERT(partition_size > 0, "attention: partition size must be positive");
-  if (meta.num_tokens == 0) return false;
+  if (meta.num_tokens == 0) return {};
   SplitParams p = make_split_params(qkv, kv, meta, shape, partition_size, workspace,
                                     workspace_bytes, out, nullptr, prefetch_kv);
   p.trigger_early = pdl_trigger_early ? 1 : 0;
@@ -154,6 +165,16 @@ bool launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
                                                               p.num_partitions) <= workspace_bytes,
             "attention: split-KV workspace too small");
   const int tokens = meta.num_tokens;
+  // The LoRA shares need every chunk finished in this launch (the merge in the kernel, or one
+  // partition), a's rows whole (out (T, num_heads x head_dim)) and the lean form (below).
+  const int64_t lora_rows =
+      lora != nullptr ? int64_t{lora->cur.count + lora->next_m.count} * lora->rank : 0;
+  const bool lora_fits = lora != nullptr && lora->rank > 0 && tokens <= 8 &&
+                         (p.num_partitions == 1 || p.counters != nullptr) &&
+                         out.row_size() == int64_t{shape.num_heads} * shape.head_dim &&
+                         kv.k.dtype == qkv.dtype &&
+                         int64_t{tokens} * grid.y * lora_rows <= lora->partial_floats;
+  if (lora_fits) p.lora = *lora;
   bool ran_lean = false;
   IB_DISPATCH_FLOAT(qkv.dtype, T, {
     if (kv.k.dtype == DType::kF8E4M3) {
@@ -163,7 +184,7 @@ bool launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
       ran_lean = launch_for_head_dim<T, T>(p, shape.head_dim, tokens, num_sms, stream, pdl, lean);
     }
   });
-  return ran_lean;
+  return SplitKvRan{ran_lean, ran_lean && lora_fits};
 }
 
 }  // namespace ib::cuda

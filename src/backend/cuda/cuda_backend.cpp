@@ -66,7 +66,7 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& optio
                       " CUDA device(s) visible (cuda:0.." + std::to_string(count - 1) + ")");
   IB_ASSIGN_OR_RETURN(auto backend,
                       cuda::CudaBackend::create(index, options.dtype, options.memory_limit_bytes));
-  cuda::apply_cuda_switches(switches, *backend);
+  IB_TRY(cuda::apply_cuda_switches(switches, *backend));
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
@@ -164,6 +164,7 @@ CudaBackend::~CudaBackend() {
   attention_counters_.reset();
   sync_counters_.reset();
   lora_chain_.reset();
+  attn_lora_buf_.reset();
   quant_scratch_.reset();
   dequant_scratch_.reset();
   int32_scratch_.reset();
@@ -828,12 +829,16 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
             "attention: max_query_len / max_context_len hints must be upper bounds (>= 1)");
   IB_ASSERT(split_kv_supports(shape), "attention: head_dim must be 64, 96, 128 or 256 on CUDA");
   IB_ASSERT(kv_cache_ok(kv, qkv.dtype), "attention: the cache must be qkv's dtype or fp8_e4m3");
+  // o's operands recorded for this attention (IB_LORA_ATTN; lora_before_attention): taken by a
+  // whole decode batch whose output is o's input, and spent either way.
+  const AttnLoraPending lora = std::exchange(attn_lora_pending_, AttnLoraPending{});
   run_op("attention", [&] {
     const bool flash = flash_supports(qkv.dtype, shape) &&
                        (attention_path_ == AttentionPath::kFlash ||
                         (attention_path_ == AttentionPath::kAuto && meta.max_query_len > 1));
     if (!flash) {
-      decode_attention(qkv, kv, meta, shape, out);
+      const bool take = lora.armed && lora.a == out.data && lora.rows == out.rows();
+      decode_attention(qkv, kv, meta, shape, out, take ? &lora : nullptr);
       return;
     }
     // A mixed batch's leading one-token sequences (IB_ATTN_MIXED): the flash kernel would give
@@ -859,7 +864,7 @@ void CudaBackend::attention(const Tensor& qkv, const KvCacheLayer& kv,
 // IB_ATTN_MMA sequences, else split-KV.
 void CudaBackend::decode_attention(const Tensor& qkv, const KvCacheLayer& kv,
                                    const AttentionMetadata& meta, const AttentionShape& shape,
-                                   Tensor out) {
+                                   Tensor out, const AttnLoraPending* lora) {
   const bool mma = attention_path_ == AttentionPath::kAuto && attention_mma_min_seqs_ > 0 &&
                    meta.max_query_len == 1 && meta.num_seqs >= attention_mma_min_seqs_ &&
                    decode_mma_supports(qkv.dtype, kv, shape);
@@ -871,14 +876,19 @@ void CudaBackend::decode_attention(const Tensor& qkv, const KvCacheLayer& kv,
   }
   const int partition =
       split_kv_partition_size(meta, shape, attention_workspace_.bytes(), num_sms_);
-  const bool ran_lean = launch_attention_split_kv(
+  const SplitKvRan ran = launch_attention_split_kv(
       qkv, kv, meta, shape, partition, attention_workspace_.data(), attention_workspace_.bytes(),
       static_cast<unsigned*>(attention_counters_.data()),
       attention_counters_.bytes() / sizeof(unsigned), num_sms_, out, stream_, pdl_,
       meta.num_seqs <= attention_prefetch_max_seqs_,
-      pdl_attention_trigger_early_ || (pdl_attention_early_w8a8_ && w8a8_weights_),
-      attention_lean_);
-  if (ran_lean) ++attention_lean_launches_;
+      pdl_attention_trigger_early_ || (pdl_attention_early_w8a8_ && w8a8_weights_), attention_lean_,
+      lora != nullptr ? &lora->params : nullptr);
+  if (ran.lean) ++attention_lean_launches_;
+  if (ran.lora) {  // o's op takes its shrink and the next op's from here (take_attention_lora)
+    attn_lora_pending_ = *lora;
+    attn_lora_pending_.done = true;
+    ++attn_lora_launches_;
+  }
 }
 
 void CudaBackend::gelu_tanh_mul(const Tensor& gate_up, Tensor out) {

@@ -90,6 +90,32 @@ RopeOperands rope_operands(Twin& twin, Rng& rng, int64_t m) {
           twin.floats({32}, inv_freq, DType::kF32)};
 }
 
+// The lookahead matrices (IB_LORA_IN_GEMV=5) of next's targets over the input of cur's op (its
+// dense weight w, (N, k)): each slot's from cur's scale, made by the GPU op and checked against
+// the CPU op (its oracle).
+std::vector<Pair> lookahead_matrices(Twin& twin, const Adapters& next, int64_t k, const Pair& w,
+                                     const Adapters& cur, int64_t rank) {
+  std::vector<Pair> ms;
+  const std::vector<float> scale = twin.cpu_floats(cur.scales.cpu);
+  for (const Pair& a_next : next.a) {
+    ms.push_back(twin.output({3, rank, k}));
+    const auto slot_of = [&](const Tensor& t, int s) {
+      return t.slice_rows(s, 1).reshaped({t.dim(1), t.dim(2)});
+    };
+    for (int s = 0; s < 3; ++s) {
+      for (const bool gpu : {false, true}) {
+        LoraOps& ops = gpu ? static_cast<LoraOps&>(twin.gpu()) : *twin.cpu().lora_ops();
+        const auto pick = [&](const Pair& p) { return gpu ? p.gpu : p.cpu; };
+        ops.lora_lookahead_matrix(slot_of(pick(a_next), s), pick(w), slot_of(pick(cur.a[0]), s),
+                                  slot_of(pick(cur.b[0]), s), scale[static_cast<size_t>(s)],
+                                  slot_of(pick(ms.back()), s));
+      }
+    }
+    EXPECT_LT(twin.error(ms.back()), tolerance(twin.dtype())) << "lookahead matrix";
+  }
+  return ms;
+}
+
 // The GPU ops run eagerly, then again from a CUDA graph after `reset` restored their outputs;
 // `check` runs after each.
 void eager_and_graph(Twin& twin, const std::function<void()>& reset,
@@ -332,31 +358,9 @@ TEST_P(CudaFusedLora, ChainedAndFlaggedShrinksGiveTheLaunchedShrinksResults) {
   o_l.next = gu_l.targets;
   gu_l.next = down_l.targets;
   down_l.next = qkv_l.targets;
-  // Lookahead shrinks (5): gate/up's matrices over o's input, q/k/v's over down's, each slot's
-  // from its op's scale, made by the GPU op and checked against the CPU op (its oracle).
-  const auto lookahead = [&](const Adapters& next, int64_t k, const Pair& w, const Adapters& cur) {
-    std::vector<Pair> ms;
-    const std::vector<float> scale = twin.cpu_floats(cur.scales.cpu);
-    for (const Pair& a_next : next.a) {
-      ms.push_back(twin.output({3, rank, k}));
-      const auto slot_of = [&](const Tensor& t, int s) {
-        return t.slice_rows(s, 1).reshaped({t.dim(1), t.dim(2)});
-      };
-      for (int s = 0; s < 3; ++s) {
-        for (const bool gpu : {false, true}) {
-          LoraOps& ops = gpu ? static_cast<LoraOps&>(twin.gpu()) : *twin.cpu().lora_ops();
-          const auto pick = [&](const Pair& p) { return gpu ? p.gpu : p.cpu; };
-          ops.lora_lookahead_matrix(slot_of(pick(a_next), s), pick(w), slot_of(pick(cur.a[0]), s),
-                                    slot_of(pick(cur.b[0]), s), scale[static_cast<size_t>(s)],
-                                    slot_of(pick(ms.back()), s));
-        }
-      }
-      EXPECT_LT(twin.error(ms.back()), tol) << "lookahead matrix";
-    }
-    return ms;
-  };
-  const std::vector<Pair> gu_m = lookahead(gu_ad, d, wo, o_ad);
-  const std::vector<Pair> qkv_m = lookahead(qkv_ad, f, wd, down_ad);
+  // Lookahead shrinks (5): gate/up's matrices over o's input, q/k/v's over down's.
+  const std::vector<Pair> gu_m = lookahead_matrices(twin, gu_ad, d, wo, o_ad, rank);
+  const std::vector<Pair> qkv_m = lookahead_matrices(twin, qkv_ad, f, wd, down_ad, rank);
   std::vector<Tensor> gu_mt, qkv_mt;
   for (const Pair& p : gu_m) gu_mt.push_back(p.gpu);
   for (const Pair& p : qkv_m) qkv_mt.push_back(p.gpu);
@@ -429,6 +433,132 @@ TEST_P(CudaFusedLora, ChainedAndFlaggedShrinksGiveTheLaunchedShrinksResults) {
       twin.gpu().synchronize();
     });
   }
+}
+
+// IB_LORA_ATTN=1 (with 5): the decode attention before o computes o's shrink and gate/up's
+// lookahead in its finishing blocks (lora_before_attention), and o's op launches no shrink. Over
+// attention -> o -> gate/up for 7 decode tokens (slots 0, 1, 2 and the base; contexts of 1 to 700
+// keys under a graph's 8,192-token hint: one partition, and several merged in the kernel): the
+// attention's output the same bits as without, the residual and SwiGLU output within the
+// tolerance of the CPU's unfused ops and far inside it of the lookahead launch's; eagerly and
+// from a graph replayed three times (the grid's counter back to zero after each).
+TEST_P(CudaFusedLora, AttentionComputesOsLookahead) {
+  Twin twin(GetParam());
+  Rng rng(66);
+  const double tol = tolerance(GetParam());
+  const float eps = 1e-5f;
+  AttentionShape shape;
+  shape.num_heads = 8;
+  shape.num_kv_heads = 2;
+  shape.head_dim = 64;
+  const int64_t m = 7, d = 8 * 64, f = 640, rank = 16, bs = 16;
+  const std::vector<int32_t> contexts = {1, 20, 300, 700, 161, 2, 513};
+  std::vector<int32_t> query_start(m + 1), table;
+  int32_t blocks = 0;
+  const int64_t max_blocks = (700 + bs - 1) / bs;
+  for (int64_t i = 0; i < m; ++i) {
+    query_start[static_cast<size_t>(i + 1)] = static_cast<int32_t>(i + 1);
+    for (int64_t j = 0; j < max_blocks; ++j) {
+      table.push_back(j * bs < contexts[static_cast<size_t>(i)] ? blocks++ : -1);
+    }
+  }
+  const int64_t cache = int64_t{blocks} * 2 * bs * 64, row = d + 2 * 2 * 64;
+  Pair qkv = twin.floats({m, row}, random_floats(rng, m * row, -2.0f, 2.0f));
+  Pair kc = twin.floats({blocks, 2, bs, 64}, random_floats(rng, cache, -2.0f, 2.0f));
+  Pair vc = twin.floats({blocks, 2, bs, 64}, random_floats(rng, cache));
+  Pair qs = twin.ints({m + 1}, query_start);
+  Pair lens = twin.ints({m}, contexts);
+  Pair tables = twin.ints({m, max_blocks}, table);
+  const auto meta = [&](bool gpu) {
+    AttentionMetadata a;
+    a.num_seqs = a.decode_prefix = static_cast<int>(m);
+    a.num_tokens = static_cast<int>(m);
+    a.query_start = gpu ? qs.gpu : qs.cpu;
+    a.context_lens = gpu ? lens.gpu : lens.cpu;
+    a.block_tables = gpu ? tables.gpu : tables.cpu;
+    a.max_query_len = 1;
+    a.max_context_len = gpu ? 8192 : 700;
+    return a;
+  };
+  const KvCacheLayer kv_cpu{kc.cpu, vc.cpu, static_cast<int>(bs)};
+  const KvCacheLayer kv_gpu{kc.gpu, vc.gpu, static_cast<int>(bs)};
+  Pair wo = twin.floats({d, d}, random_floats(rng, d * d, -0.05f, 0.05f));
+  Pair wgu = twin.floats({2 * f, d}, random_floats(rng, 2 * f * d, -0.1f, 0.1f));
+  Pair ones = twin.floats({d}, std::vector<float>(static_cast<size_t>(d), 1.0f));
+  const Adapters o_ad = make_adapters(twin, rng, m, d, rank, {{d, 0}});
+  const Adapters gu_ad = make_adapters(twin, rng, m, d, rank, {{f, 0}, {f, f}});
+  const auto res0 = twin.representable(random_floats(rng, m * d, -2.0f, 2.0f));
+  Pair attn = twin.output({m, d});
+  Pair residual = twin.floats({m, d}, res0);
+  Pair act = twin.output({m, f});
+
+  // The CPU's unfused ops.
+  Pair tmp = twin.output({m, d});
+  Pair hidden = twin.output({m, d});
+  Pair gate_up = twin.output({m, 2 * f});
+  Backend& cpu = twin.cpu();
+  cpu.attention(qkv.cpu, kv_cpu, meta(false), shape, attn.cpu);
+  cpu.matmul(attn.cpu, wo.cpu, nullptr, tmp.cpu);
+  cpu_lora_apply(twin, attn.cpu, o_ad, tmp.cpu);
+  cpu.add_rms_norm(residual.cpu, tmp.cpu, ones.cpu, eps, hidden.cpu);
+  cpu.matmul(hidden.cpu, wgu.cpu, nullptr, gate_up.cpu);
+  cpu_lora_apply(twin, hidden.cpu, gu_ad, gate_up.cpu);
+  cpu.silu_mul(gate_up.cpu, act.cpu);
+
+  FusedLora o_l = o_ad.gpu(), gu_l = gu_ad.gpu();
+  gu_l.slot_ids = o_l.slot_ids;
+  o_l.next = gu_l.targets;
+  const std::vector<Pair> gu_m = lookahead_matrices(twin, gu_ad, d, wo, o_ad, rank);
+  std::vector<Tensor> gu_mt;
+  for (const Pair& p : gu_m) gu_mt.push_back(p.gpu);
+  o_l.next_m = gu_mt;
+  CudaBackend& gpu = twin.gpu();
+  gpu.set_lora_in_gemv(5);
+  gpu.set_attention_path(AttentionPath::kSplitKv);
+  const auto reset = [&] { gpu.copy_from_host(residual.gpu, res0.data(), DType::kF32); };
+  const auto layer = [&] {
+    gpu.lora_before_attention(attn.gpu, residual.gpu, &o_l);
+    gpu.attention(qkv.gpu, kv_gpu, meta(true), shape, attn.gpu);
+    gpu.matmul_add(attn.gpu, wo.gpu, residual.gpu, &o_l);
+    gpu.rms_matmul_swiglu(residual.gpu, nullptr, wgu.gpu, eps, act.gpu, &gu_l);
+  };
+  std::vector<std::vector<float>> launched;  // attention, residual, act with the launch
+  for (const bool on : {false, true}) {
+    ASSERT_TRUE(gpu.set_lora_attn(on).ok());
+    const int64_t shrinks = gpu.lora_shrink_launches(), attns = gpu.attn_lora_launches();
+    eager_and_graph(twin, reset, layer, [&](const char* how) {
+      ASSERT_TRUE(gpu.device_status().ok());
+      const std::string at = std::string(how) + (on ? " in the attention" : " launched");
+      EXPECT_LT(twin.error(attn), tol) << at << " attention";
+      EXPECT_LT(twin.error(residual), tol) << at << " residual";
+      EXPECT_LT(twin.error(act), tol) << at << " SwiGLU output";
+      if (!on) {
+        launched = {twin.gpu_floats(attn.gpu), twin.gpu_floats(residual.gpu),
+                    twin.gpu_floats(act.gpu)};
+        return;
+      }
+      EXPECT_EQ(twin.gpu_floats(attn.gpu), launched[0]) << at << " attention";
+      EXPECT_LT(testing::rel_l2(twin.gpu_floats(residual.gpu), launched[1]), tol / 4) << at;
+      EXPECT_LT(testing::rel_l2(twin.gpu_floats(act.gpu), launched[2]), tol / 2) << at;
+    });
+    // The eager pass and the capture: o's lookahead launched twice, or computed by the
+    // attention twice and never launched.
+    EXPECT_EQ(gpu.lora_shrink_launches() - shrinks, on ? 0 : 2);
+    EXPECT_EQ(gpu.attn_lora_launches() - attns, on ? 2 : 0);
+  }
+  // One graph replayed three times: the same outputs each time (the counter reset by the
+  // grid's last finishing block).
+  reset();
+  gpu.synchronize();
+  const std::vector<float> act0 = twin.gpu_floats(act.gpu);
+  testing::replay_in_graph(twin, layer, 3, [&](int replay) {
+    ASSERT_TRUE(gpu.device_status().ok());
+    EXPECT_EQ(twin.gpu_floats(act.gpu), act0) << "replay " << replay;
+    reset();
+    gpu.synchronize();
+  });
+  ASSERT_TRUE(gpu.set_lora_attn(false).ok());
+  gpu.set_attention_path(AttentionPath::kAuto);
 }
 
 INSTANTIATE_TEST_SUITE_P(HalfTypes, CudaFusedLora, ::testing::Values(DType::kBF16, DType::kF16),

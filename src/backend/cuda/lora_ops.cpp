@@ -104,6 +104,8 @@ GemvLora CudaBackend::fused_lora_operands(const Tensor& x, const LoraShrinkNorm*
   if (chained >= 0) {  // the op before this one accumulated the shrink: un-normalised
     l.u = lora_chain_u(chained);
     l.u_rms = norm != nullptr;
+  } else if (gemv && lora_in_gemv_ == 5 && take_attention_lora(x, lora, out, l)) {
+    // the attention before this op computed its shrink and the next op's (IB_LORA_ATTN)
   } else if (gemv && lora_in_gemv_ == 5 && lookahead_lora_shrink(x, lora, w, out, l)) {
     ++lora_shrink_launches_;
   } else {
@@ -235,6 +237,91 @@ bool CudaBackend::lookahead_lora_shrink(const Tensor& x, const FusedLora& lora, 
     return true;
   }
   return false;
+}
+
+Status CudaBackend::set_lora_attn(bool on) {
+  if (on && attn_lora_buf_.data() == nullptr) {
+    IB_ASSIGN_OR_RETURN(attn_lora_buf_,
+                        alloc((kGemvLoraChainFloats + kAttnLoraPartialFloats) * sizeof(float),
+                              MemoryTag::kWorkspace));
+  }
+  lora_attn_ = on;
+  attn_lora_pending_ = {};
+  return {};
+}
+
+void CudaBackend::lora_before_attention(const Tensor& a, const Tensor& residual,
+                                        const FusedLora* lora) {
+  attn_lora_pending_ = {};
+  if (!lora_attn_ || lora_in_gemv_ != 5 || lora == nullptr || attn_lora_buf_.data() == nullptr) {
+    return;
+  }
+  const std::span<const LoraTargetStacks> next = lora->next;
+  // As lookahead_lora_shrink takes them, with the residual's columns a's (the attention's blocks
+  // read both over the same columns).
+  if (next.empty() || lora->next_m.size() != next.size() || a.rows() == 0 || a.rows() > 8 ||
+      residual.rows() != a.rows() || residual.row_size() != a.row_size() ||
+      residual.dtype != dtype_ || a.dtype != dtype_) {
+    return;
+  }
+  const CheckedGroup g = checked_group(dtype_, a, lora->slot_ids, lora->targets, lora->scales,
+                                       a.rows(), residual.row_size());
+  if (!fused_lora(g.rank) ||
+      static_cast<size_t>(g.ptrs.count) + next.size() > LoraOps::kMaxLoraGroup) {
+    return;
+  }
+  AttnLora& p = attn_lora_pending_.params;
+  for (size_t t = 0; t < next.size(); ++t) {
+    const Tensor& mt = lora->next_m[t];
+    const Tensor& at = next[t].a;
+    const bool fits = mt.rank == 3 && mt.dtype == dtype_ && mt.dim(0) == g.slots &&
+                      mt.dim(1) == g.rank && mt.dim(2) == a.row_size() && at.rank == 3 &&
+                      at.dtype == dtype_ && at.dim(0) == g.slots && at.dim(1) == g.rank &&
+                      at.dim(2) == residual.row_size();
+    if (!fits) {
+      attn_lora_pending_ = {};
+      return;
+    }
+    p.next_m.a[t] = mt.data;
+    p.next_a.a[t] = at.data;
+  }
+  int chain = -1;  // an accumulator no op has pending (none is between here and o's op)
+  for (size_t i = 0; i < lora_chains_.size() && chain < 0; ++i) {
+    if (!lora_chains_[i].pending) chain = static_cast<int>(i);
+  }
+  if (chain < 0) {
+    attn_lora_pending_ = {};
+    return;
+  }
+  p.next_m.count = p.next_a.count = static_cast<int>(next.size());
+  p.cur = g.ptrs;
+  p.slot_ids = lora->slot_ids.as<int32_t>();
+  p.num_slots = static_cast<int>(g.slots);
+  p.rank = static_cast<int>(g.rank);
+  p.r = residual.data;
+  p.u = static_cast<float*>(attn_lora_buf_.data());
+  p.u_next = lora_chain_u(chain);
+  p.partials = p.u + kGemvLoraChainFloats;
+  p.partial_floats = kAttnLoraPartialFloats;
+  p.counter = counter_at(kAttnLoraCounterOffset);
+  attn_lora_pending_.armed = true;
+  attn_lora_pending_.a = a.data;
+  attn_lora_pending_.residual = residual.data;
+  attn_lora_pending_.lora = lora;
+  attn_lora_pending_.rows = a.rows();
+  attn_lora_pending_.chain = chain;
+}
+
+bool CudaBackend::take_attention_lora(const Tensor& x, const FusedLora& lora, const Tensor* out,
+                                      GemvLora& l) {
+  const AttnLoraPending d = std::exchange(attn_lora_pending_, AttnLoraPending{});
+  if (!d.done || d.a != x.data || d.rows != x.rows() || d.lora != &lora || out == nullptr ||
+      out->data != d.residual || d.params.rank != l.rank) {
+    return false;
+  }
+  lora_chains_[static_cast<size_t>(d.chain)] = pending_lora_chain(*out, lora, l.rank);
+  l.u = d.params.u;
+  return true;
 }
 
 void CudaBackend::lora_lookahead_matrix(const Tensor& a_next, const Tensor& w, const Tensor& a,

@@ -65,12 +65,13 @@ Result<CudaSwitches> read_cuda_switches() {
   s.lora_fused = integer("IB_LORA_FUSED");
   s.lora_pdl = integer("IB_LORA_PDL");
   s.lora_in_gemv = integer("IB_LORA_IN_GEMV");
+  s.lora_attn = integer("IB_LORA_ATTN");
   if (const auto it = env.find("IB_MATMUL_TUNING"); it != env.end()) s.matmul_tuning = it->second;
   for (const auto& [name, value] : env) s.from_env.insert(name);
   return s;
 }
 
-void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
+Status apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.debug_sync) backend.set_debug_sync(*s.debug_sync == 1);
   if (s.pdl) backend.set_pdl(static_cast<int>(*s.pdl));
   if (s.fused) backend.set_fused(*s.fused == 1);
@@ -116,6 +117,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   if (s.lora_fused) backend.set_lora_fused(*s.lora_fused == 1);
   if (s.lora_pdl) backend.set_lora_pdl(*s.lora_pdl == 1);
   if (s.lora_in_gemv) backend.set_lora_in_gemv(static_cast<int>(*s.lora_in_gemv));
+  if (s.lora_attn) IB_TRY(backend.set_lora_attn(*s.lora_attn == 1));
   if (s.matmul_tuning == "0") backend.set_tuning(false);
   if (s.matmul_tuning == "2") backend.set_gemv_rule_rows(0);
   if (s.matmul_tuning == "3") backend.set_gemv_rule_rows(CudaBackend::kTuneMaxM);
@@ -124,6 +126,7 @@ void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
     backend.set_gemv_max_weight_bytes(INT64_MAX);
   }
   backend.set_switches_from_env(s.from_env);
+  return {};
 }
 
 // Read back from the settings the backend runs with, not from the environment.
@@ -180,6 +183,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_LORA_FUSED", {flag(lora_fused_)}},
       {"IB_LORA_PDL", {flag(lora_pdl_)}},
       {"IB_LORA_IN_GEMV", {std::to_string(lora_in_gemv_)}},
+      {"IB_LORA_ATTN", {flag(lora_attn_)}},
   };
   for (auto& [name, setting] : out) setting.from_env = switches_from_env_.count(name) == 1;
   check_kernel_switch_report(out, "cuda");

@@ -190,8 +190,9 @@ void dense_forward_layers(Backend& backend, const ModelWeights& weights, const S
       in.fused->rms_matmul_rope_cache(b.residual, attn_gain, w.wqkv, bqkv, in.rms_eps, in.positions,
                                       in.slot_mapping, in.inv_freq, kv, shape, b.qkv,
                                       qkv_lora.get());
-      backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
       const FusedLoraArg o_lora(in, {l, LoraTarget::kO, LoraTarget::kO}, after_o);
+      in.fused->lora_before_attention(b.attn, b.residual, o_lora.get());
+      backend.attention(b.qkv, kv, *in.attention, shape, b.attn);
       add_row_parallel(
           in, b.residual, [&] { in.fused->matmul_add(b.attn, w.wo, b.residual, o_lora.get()); },
           [&] {

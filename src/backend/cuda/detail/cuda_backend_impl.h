@@ -53,8 +53,16 @@ class CudaBackend final : public Backend,
   // Then from byte kLoraCounterBytes IB_QUANT_SYNC's two flag sets of two words
   // (GemvQuantAct::sync).
   static constexpr int kQuantSyncSets = 2, kQuantSyncWords = 2;
-  static constexpr size_t kSyncCounterBytes =
+  // Then IB_LORA_ATTN's counter (AttnLora::counter).
+  static constexpr size_t kAttnLoraCounterOffset =
       kLoraCounterBytes + size_t{kQuantSyncSets} * kQuantSyncWords * sizeof(unsigned);
+  static constexpr size_t kSyncCounterBytes = kAttnLoraCounterOffset + sizeof(unsigned);
+  // IB_LORA_ATTN's scratch (attn_lora_buf_, allocated when the switch is set): u, then the
+  // finishing blocks' partials for up to 8 tokens, kAttnLoraMaxChunks (token, KV-head chunk)
+  // blocks and three targets of the largest fused rank.
+  static constexpr int64_t kAttnLoraMaxChunks = 64;
+  static constexpr int64_t kAttnLoraPartialFloats =
+      8 * kAttnLoraMaxChunks * LoraOps::kMaxLoraGroup * kGemvLoraMaxRank;
   // The chained LoRA shrinks' accumulators (IB_LORA_IN_GEMV=3, GemvLora::next_u): three, as a
   // decode layer has three chained shrinks in flight at most (o -> gate/up -> down -> next q/k/v).
   static constexpr int kLoraChains = 3;
@@ -114,6 +122,8 @@ class CudaBackend final : public Backend,
     return lora_in_gemv_ > 0 && rank % 8 == 0 && rank <= kGemvLoraMaxRank;
   }
   bool fused_lora_lookahead() const override { return lora_in_gemv_ == 5; }
+  void lora_before_attention(const Tensor& a, const Tensor& residual,
+                             const FusedLora* lora) override;
   void rms_matmul_rope_cache(const Tensor& h, const Tensor* gain, const WeightRef& w,
                              const Tensor* bias, float eps, const Tensor& positions,
                              const Tensor& slot_mapping, const Tensor& inv_freq,
@@ -334,6 +344,13 @@ class CudaBackend final : public Backend,
     lora_in_gemv_ = mode;
     reset_lora_chains();
   }
+  // IB_LORA_ATTN=1 (with IB_LORA_IN_GEMV=5): o's lookahead shrink computed by the decode
+  // attention's finishing blocks instead of a launch before o's GEMV, where the lean split-KV
+  // form runs (lora_before_attention; bench/NOTES.md, "o's lookahead inside the attention").
+  Status set_lora_attn(bool on);
+  bool lora_attn() const { return lora_attn_; }
+  // The attentions that computed o's lookahead so far (tests).
+  int64_t attn_lora_launches() const { return attn_lora_launches_; }
   // The shrinks launched by the fused ops with LoRA so far (tests: chained shrinks launch none).
   int64_t lora_shrink_launches() const { return lora_shrink_launches_; }
   // The shrink / GEMV pairs that met by flags so far (IB_LORA_IN_GEMV=4), and the flag sets'
@@ -399,8 +416,24 @@ class CudaBackend final : public Backend,
   CudaBackend(int device, DType dtype) : device_(device), dtype_(dtype) {}
   Status init();
   // attention()'s decode part: the tensor-core kernel or split-KV (cuda_backend.cpp).
+  // IB_LORA_ATTN: o's operands recorded by lora_before_attention for the next attention
+  // (armed), and what that attention computed for o's op (done: fused_lora_operands takes it).
+  struct AttnLoraPending {
+    bool armed = false, done = false;
+    AttnLora params;
+    const void* a = nullptr;         // the attention's output, o's x
+    const void* residual = nullptr;  // o's output
+    const FusedLora* lora = nullptr;
+    int64_t rows = 0;
+    int chain = 0;  // the lora_chains_ accumulator params.u_next points at
+  };
   void decode_attention(const Tensor& qkv, const KvCacheLayer& kv, const AttentionMetadata& meta,
-                        const AttentionShape& shape, Tensor out);
+                        const AttentionShape& shape, Tensor out,
+                        const AttnLoraPending* lora = nullptr);
+  // IB_LORA_ATTN: where the attention before this op computed its shrink and the next op's
+  // (attn_lora_pending_.done, for this x, out and lora), l.u and the chain left pending as
+  // lookahead_lora_shrink leaves them; false otherwise. Either way the record is spent.
+  bool take_attention_lora(const Tensor& x, const FusedLora& lora, const Tensor* out, GemvLora& l);
   // Times a large device-to-device copy (best of several) into copy_ceiling_bytes_per_s_.
   Status measure_copy_ceiling();
   // Makes this backend's device current for the calling thread.
@@ -467,7 +500,10 @@ class CudaBackend final : public Backend,
     std::array<const void*, LoraOps::kMaxLoraGroup> a{};  // the next op's targets' A stacks
     size_t count = 0;
   };
-  void reset_lora_chains() { lora_chains_ = {}; }
+  void reset_lora_chains() {
+    lora_chains_ = {};
+    attn_lora_pending_ = {};
+  }
   // A chain left pending for the op reading out next (lora.next's targets, this op's slots).
   static LoraChain pending_lora_chain(const Tensor& out, const FusedLora& lora, int64_t rank);
   float* lora_chain_u(int i) const;
@@ -567,6 +603,10 @@ class CudaBackend final : public Backend,
   bool lora_pdl_ = true;
   int lora_in_gemv_ = 5;
   std::array<LoraChain, kLoraChains> lora_chains_{};
+  bool lora_attn_ = false;  // IB_LORA_ATTN
+  Buffer attn_lora_buf_;    // its u and partials (kGemvLoraChainFloats + kAttnLoraPartialFloats)
+  AttnLoraPending attn_lora_pending_;
+  int64_t attn_lora_launches_ = 0;
   int64_t lora_shrink_launches_ = 0;
   int64_t lora_sync_pairs_ = 0;           // IB_LORA_IN_GEMV=4's flagged pairs; their sets alternate
   mutable int64_t quant_sync_pairs_ = 0;  // IB_QUANT_SYNC's quantize / GEMV pairs, alike

@@ -12,6 +12,8 @@
 
 namespace ib::cuda {
 
+struct AttnLora;  // detail/lora_kernels.h
+
 // ---- elementwise.cu ----
 void launch_fill_uniform(Tensor dst, uint64_t seed, uint64_t stream_id, float scale,
                          cudaStream_t stream);
@@ -250,13 +252,20 @@ int split_kv_partition_size(const AttentionMetadata& meta, const AttentionShape&
 // (IB_ATTN_LEAN, 0-2): the few-block configuration of bf16/fp16 caches at head_dim 64 or 128 and
 // groups of up to 4 runs split_kv_lean_kernel (fewer dependent memory round trips): 1 with 8
 // warps where the blocks fit one an SM, else 4; 2 with 4.
-// Returns whether the lean form ran.
-bool launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
-                               const AttentionMetadata& meta, const AttentionShape& shape,
-                               int partition_size, void* workspace, size_t workspace_bytes,
-                               unsigned* counters, size_t num_counters, int num_sms, Tensor out,
-                               cudaStream_t stream, bool pdl = false, bool prefetch_kv = false,
-                               bool pdl_trigger_early = true, int lean = 0);
+// lora (null: none; detail/attn_lora.cuh): the o op's lookahead shares, computed where the lean
+// form runs with every chunk finished in the launch and at most 8 tokens.
+// Returns whether the lean form ran, and whether it computed lora's shares.
+struct SplitKvRan {
+  bool lean = false;
+  bool lora = false;
+};
+SplitKvRan launch_attention_split_kv(const Tensor& qkv, const KvCacheLayer& kv,
+                                     const AttentionMetadata& meta, const AttentionShape& shape,
+                                     int partition_size, void* workspace, size_t workspace_bytes,
+                                     unsigned* counters, size_t num_counters, int num_sms,
+                                     Tensor out, cudaStream_t stream, bool pdl = false,
+                                     bool prefetch_kv = false, bool pdl_trigger_early = true,
+                                     int lean = 0, const AttnLora* lora = nullptr);
 bool split_kv_supports(const AttentionShape& shape);
 
 // ---- attention_flash.cu: tensor-core flash attention for prefill / mixed batches ----

@@ -88,6 +88,26 @@ void launch_lora_shrink(const Tensor& x, const LoraShrinkNorm* norm, const Tenso
                         const LoraGroupPtrs& group, int64_t rank, int64_t num_slots, float* u,
                         cudaStream_t stream, bool pdl, float* zero = nullptr,
                         int64_t zero_floats = 0, unsigned* sync = nullptr);
+// IB_LORA_ATTN=1: o's lookahead shrink inside the decode attention (detail/attn_lora.cuh,
+// SplitParams::lora; rank 0: none), what launch_lora_lookahead computes for the o op. Rows of a
+// token are its cur.count R own rows, then next_m.count R rows of the next op; A stacks (S, R, K)
+// in T with K = num_heads x head_dim, a's and r's row length. Rows of tokens of slot -1 (or past
+// num_slots) are left unwritten.
+struct AttnLora {
+  const int32_t* slot_ids = nullptr;
+  int num_slots = 0;
+  int rank = 0;
+  LoraGroupPtrs cur;            // the op's own A stacks, over a
+  LoraGroupPtrs next_m;         // the next op's lookahead matrices, over a
+  LoraGroupPtrs next_a;         // the next op's A stacks (gain folded), over r
+  const void* r = nullptr;      // (T tokens, K): the residual the op adds to
+  float* u = nullptr;           // (T, cur.count R)
+  float* u_next = nullptr;      // (T, next_m.count R)
+  float* partials = nullptr;    // (T, gridDim.y, rows)
+  int64_t partial_floats = 0;   // partials' capacity
+  unsigned* counter = nullptr;  // one word, zero between launches
+};
+
 // IB_LORA_IN_GEMV=5's lookahead shrink, one launch for a decode step of up to 16 tokens: the op's
 // own shrink u (T, cur.count R) = a_g[s] . x[t] (cur's a stacks), and the next op's
 // u_next (T, next.count R) = m_g[s] . x[t] + a'_g[s] . x2[t], next_m's a: the lookahead

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/detail/attention_common.cuh"
+#include "backend/cuda/detail/attn_lora.cuh"
 #include "backend/cuda/detail/device_math.cuh"
 #include "backend/cuda/detail/pdl.cuh"
 
@@ -37,6 +38,9 @@ struct SplitParams : PagedAttentionParams {
   // Under programmatic dependent launch (detail/pdl.cuh), nonzero: the next kernel may launch as
   // soon as this one starts (its weight loads then overlap these blocks); 0: at this one's exit.
   int trigger_early;
+  // The LoRA lookahead of the op after the attention (detail/attn_lora.cuh; rank 0: none), taken
+  // by the kLora instantiations only.
+  AttnLora lora;
 };
 
 // Query token t's sequence and position; the end of its key indices and the first it sees
@@ -72,12 +76,24 @@ __device__ __forceinline__ int partition_size_for(const SplitParams& p, int kv_l
   return max(kSplitMinPartition, (even + 31) / 32 * 32);
 }
 
+// kLora: output value v of (token t, head, d), as written, and r's same column into a_row[d] and
+// r_row[d] (the finishing block's shared memory) for attn_lora_finish.
+template <typename T, int HD>
+__device__ __forceinline__ void lora_stage(const SplitParams& p, int t, int head, int d, T v,
+                                           float* a_row, float* r_row) {
+  const int64_t col = int64_t{head} * HD + d;
+  a_row[d] = to_f32(v);
+  r_row[d] = to_f32(static_cast<const T*>(p.lora.r)[int64_t{t} * p.num_heads * HD + col]);
+}
+
 // The end of a split-KV block: each warp's online-softmax state (m, l in log2
 // units, acc: a head_dim slice of GC heads, kSlice values from (lane % (HD / kSlice)) * kSlice;
 // the lanes past HD / kSlice hold copies) is merged across the warps in shared memory, then
 // written as the output (one partition) or as this partition's partials; with counters, the last
-// block of the (token, KV head chunk) to arrive merges the partials.
-template <typename T, int HD, int GC, int kWarps, int kSlice = HD / 32>
+// block of the (token, KV head chunk) to arrive merges the partials. kLora: the block that writes
+// the chunk's outputs then computes its share of p.lora (attn_lora_finish; needs counters or
+// one partition, and kWarps >= 2: o_s[0] and o_s[1] then hold the outputs and r's columns).
+template <typename T, int HD, int GC, int kWarps, int kSlice = HD / 32, bool kLora = false>
 __device__ __forceinline__ void finish_split_block(const SplitParams& p, const QueryView& qv, int t,
                                                    int head0, int gc, int part, int psize,
                                                    const float (&m)[GC], const float (&l)[GC],
@@ -123,7 +139,9 @@ __device__ __forceinline__ void finish_split_block(const SplitParams& p, const Q
     const int head = head0 + g;
     if (direct) {
       T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
-      out[d] = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
+      const T v = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
+      out[d] = v;
+      if constexpr (kLora) lora_stage<T, HD>(p, t, head, d, v, o_s[0][g], o_s[1][g]);
     } else {
       const int64_t slot = (int64_t{t} * p.num_heads + head) * p.num_partitions + part;
       p.partial_o[slot * HD + d] = o;
@@ -131,6 +149,14 @@ __device__ __forceinline__ void finish_split_block(const SplitParams& p, const Q
         p.partial_ml[slot * 2] = mx;
         p.partial_ml[slot * 2 + 1] = sum;
       }
+    }
+  }
+  if constexpr (kLora) {
+    static_assert(kWarps >= 2, "o_s[1] holds r's columns");
+    if (direct) {
+      __syncthreads();
+      attn_lora_finish<T, kWarps>(p.lora, t, int64_t{p.num_heads} * HD, int64_t{head0} * HD,
+                                  gc * HD, &o_s[0][0][0], &o_s[1][0][0]);
     }
   }
   if (direct || p.counters == nullptr) return;
@@ -162,7 +188,14 @@ __device__ __forceinline__ void finish_split_block(const SplitParams& p, const Q
       o += __ldcg(&p.partial_o[(slot0 + j) * HD + d]) * f;
     }
     T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
-    out[d] = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
+    const T v = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
+    out[d] = v;
+    if constexpr (kLora) lora_stage<T, HD>(p, t, head, d, v, o_s[0][g], o_s[1][g]);
+  }
+  if constexpr (kLora) {
+    __syncthreads();
+    attn_lora_finish<T, kWarps>(p.lora, t, int64_t{p.num_heads} * HD, int64_t{head0} * HD, gc * HD,
+                                &o_s[0][0][0], &o_s[1][0][0]);
   }
 }
 
@@ -377,7 +410,8 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_kernel(SplitParams p) {
 // groups added once at the end. The compiler holds the value loads with the key loads (they
 // depend on the rows only), 104-211 registers (bench/results/h200/attn-lean/ptxas_local.txt):
 // one block of 8 warps or two of 4 per SM.
-template <typename T, int HD, int GC, int kWarps>
+// kLora: with p.lora's shares (finish_split_block), its A columns sent toward L2 before the wait.
+template <typename T, int HD, int GC, int kWarps, bool kLora = false>
 __global__ void __launch_bounds__(kWarps * 32) split_kv_lean_kernel(SplitParams p) {
   static_assert(sizeof(T) == 2 && (HD == 64 || HD == 128), "2-byte values, head_dim 64 or 128");
   constexpr int kThreads = kWarps * 32;
@@ -397,6 +431,12 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_lean_kernel(SplitParams 
   prefetch_block_rows<T, HD, kThreads>(p, blk);
   int base = blk.first + warp * 32;
   int64_t row = row_of(base + lane);  // block tables: step metadata, read before the wait
+  if constexpr (kLora) {
+    if (blk.part == 0) {
+      attn_lora_prefetch<T, kThreads>(p.lora, blk.t, int64_t{p.num_heads} * HD,
+                                      int64_t{blk.head0} * HD, blk.gc * HD);
+    }
+  }
   pdl_wait();
   if (p.trigger_early) pdl_trigger();
   if (blk.p_begin >= qv.kv_len) return;  // this partition is past the query's keys (uniform)
@@ -460,8 +500,8 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_lean_kernel(SplitParams 
 #pragma unroll
       for (int off = kRowLanes; off < 32; off <<= 1)
         acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], off);
-  finish_split_block<T, HD, GC, kWarps, kV>(p, qv, blk.t, blk.head0, blk.gc, blk.part, blk.psize, m,
-                                            l, acc);
+  finish_split_block<T, HD, GC, kWarps, kV, kLora>(p, qv, blk.t, blk.head0, blk.gc, blk.part,
+                                                   blk.psize, m, l, acc);
 }
 
 // grid (T, Hq), HD threads: combines the partitions of one (token, head).

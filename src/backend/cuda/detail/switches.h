@@ -133,12 +133,14 @@ struct CudaSwitches {
   // shrink), a shrink launch the GEMV waits for by flags (4) or lookahead shrinks (5, the
   // default: o's and down's launches also compute the next rms op's shrink).
   std::optional<int64_t> lora_in_gemv;
+  // IB_LORA_ATTN=1: with 5, o's lookahead shrink in the decode attention's finishing blocks.
+  std::optional<int64_t> lora_attn;
   // The names of the switches the environment set, for the backend's report.
   std::set<std::string> from_env;
 };
 
 // A value outside a variable's range is a user error naming the variable and the range.
 Result<CudaSwitches> read_cuda_switches();
-void apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend);
+Status apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend);
 
 }  // namespace ib::cuda
