@@ -259,7 +259,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ib_ops_bench: %s\n", switches.error().message.c_str());
     return 2;
   }
-  cuda::apply_cuda_switches(*switches, backend);
+  if (const Status applied = cuda::apply_cuda_switches(*switches, backend); !applied.ok()) {
+    std::fprintf(stderr, "ib_ops_bench: %s\n", applied.error().message.c_str());
+    return 1;
+  }
   const DeviceInfo info = backend.device_info();
   std::printf("device: %s, %d SMs, %.1f GiB\n", info.name.c_str(), backend.num_sms(),
               static_cast<double>(info.total_bytes) / (1 << 30));

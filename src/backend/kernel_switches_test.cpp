@@ -103,6 +103,7 @@ TEST_F(KernelSwitchesTest, TheListHasEveryCudaSwitchOnceWithADefault) {
                            "IB_LORA_PDL",
                            "IB_LORA_IN_GEMV",
                            "IB_LORA_ATTN",
+                           "IB_LORA_QKV_BLOCKS",
                            "IB_ATTN_LEAN",
                            "IB_GEMV_QKV_BLOCKS",
                            "IB_SMEM_CARVEOUT",

@@ -239,7 +239,8 @@ TEST_P(CudaFusedLora, MatmulAddAddsTheUpdateToTheResidual) {
 }
 
 // q, k and v as three targets of one group: each head's rows rotated after the update, k and v
-// written to the cache with it.
+// written to the cache with it; the LoRA variant at 2 blocks an SM and, with IB_LORA_QKV_BLOCKS,
+// at the base's 3.
 TEST_P(CudaFusedLora, RmsMatmulRopeCacheAddsTheUpdateBeforeTheRotation) {
   Twin twin(GetParam());
   Rng rng(64);
@@ -267,26 +268,33 @@ TEST_P(CudaFusedLora, RmsMatmulRopeCacheAddsTheUpdateBeforeTheRotation) {
     cpu_lora_apply(twin, normed.cpu, ad, qkv.cpu);
     twin.cpu().rope_and_cache(qkv.cpu, pos.cpu, slot.cpu, freq.cpu, {kc.cpu, vc.cpu, 16}, shape);
     const FusedLora gpu_lora = ad.gpu();
-    for (const int mode : kModes) {
-      twin.gpu().set_lora_in_gemv(mode);
-      eager_and_graph(
-          twin,
-          [&] {
-            twin.gpu().copy_from_host(kc.gpu, k0.data(), DType::kF32);
-            twin.gpu().copy_from_host(vc.gpu, v0.data(), DType::kF32);
-          },
-          [&] {
-            twin.gpu().rms_matmul_rope_cache(h.gpu, nullptr, w.gpu, &bias.gpu, 1e-5f, pos.gpu,
-                                             slot.gpu, freq.gpu, {kc.gpu, vc.gpu, 16}, shape,
-                                             qkv.gpu, &gpu_lora);
-          },
-          [&](const char* how) {
-            ASSERT_TRUE(twin.gpu().device_status().ok());
-            EXPECT_LT(twin.error(qkv), tol) << how << " mode " << mode << " qkv m=" << m;
-            EXPECT_LT(twin.error(kc), tol) << how << " k cache m=" << m;
-            EXPECT_LT(twin.error(vc), tol) << how << " v cache m=" << m;
-          });
+    // IB_LORA_QKV_BLOCKS: the LoRA variant at 2 blocks an SM, then with the base's 3-blocks
+    // register cap (from 2 tokens).
+    for (const bool three : {false, true}) {
+      set_lora_qkv_blocks(three);
+      for (const int mode : kModes) {
+        twin.gpu().set_lora_in_gemv(mode);
+        eager_and_graph(
+            twin,
+            [&] {
+              twin.gpu().copy_from_host(kc.gpu, k0.data(), DType::kF32);
+              twin.gpu().copy_from_host(vc.gpu, v0.data(), DType::kF32);
+            },
+            [&] {
+              twin.gpu().rms_matmul_rope_cache(h.gpu, nullptr, w.gpu, &bias.gpu, 1e-5f, pos.gpu,
+                                               slot.gpu, freq.gpu, {kc.gpu, vc.gpu, 16}, shape,
+                                               qkv.gpu, &gpu_lora);
+            },
+            [&](const char* how) {
+              ASSERT_TRUE(twin.gpu().device_status().ok());
+              EXPECT_LT(twin.error(qkv), tol)
+                  << how << " mode " << mode << " qkv m=" << m << " three " << three;
+              EXPECT_LT(twin.error(kc), tol) << how << " k cache m=" << m;
+              EXPECT_LT(twin.error(vc), tol) << how << " v cache m=" << m;
+            });
+      }
     }
+    set_lora_qkv_blocks(false);
   }
 }
 

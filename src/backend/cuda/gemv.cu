@@ -107,6 +107,12 @@ std::atomic<int> g_swiglu_min_blocks{3};
 // 1,823 tok/s (bench/NOTES.md, "The q/k/v variant, IB_PDL=1 and IB_MOE_ADD_NORM=2: measured").
 std::atomic<int> g_qkv_blocks_from{2};
 
+// IB_LORA_QKV_BLOCKS (backend/kernel_switches.h): 1 gives the LoRA q/k/v GEMV the base's 3-blocks
+// register cap where IB_GEMV_QKV_BLOCKS gives it to the base (the LoRA variant ran 2 blocks an SM,
+// its 384 row tiles in 1.45 waves: +6.1 us of advance a layer against the base's on an H100,
+// bench/results/h100/lora-attn/run1); 0 (the default until measured): 2 blocks.
+std::atomic<bool> g_lora_qkv_three{false};
+
 int sm_count() {
   static const int count = [] {
     int device = 0, value = 0;
@@ -329,6 +335,13 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
       const size_t smem = gemv_lora_smem_bytes(lora.group.count, lora.rank, sizeof(T));
       auto lora_kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW,
                                      kLoraMinBlocks, true>;
+      if constexpr (kDense && kEpilogue == kGemvRopeCache) {
+        const int qkv_from = g_qkv_blocks_from.load(std::memory_order_relaxed);
+        if (g_lora_qkv_three.load(std::memory_order_relaxed) && qkv_from > 0 && m >= qkv_from) {
+          lora_kernel =
+              gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, true>;
+        }
+      }
       // The chained-shrink variant (GemvLora::next_u) is its own instantiation: its epilogue
       // needs registers the other LoRA GEMVs should not pay for (ptxas: spills at 80).
       if constexpr (kDense && kEpilogue != kGemvRopeCache) {
@@ -455,6 +468,14 @@ void set_gemv_qkv_blocks_from(int tokens) {
 
 int gemv_qkv_blocks_from() {
   return g_qkv_blocks_from.load(std::memory_order_relaxed);
+}
+
+void set_lora_qkv_blocks(bool three) {
+  g_lora_qkv_three.store(three, std::memory_order_relaxed);
+}
+
+bool lora_qkv_blocks() {
+  return g_lora_qkv_three.load(std::memory_order_relaxed);
 }
 
 void set_gemv_ring(bool on) {

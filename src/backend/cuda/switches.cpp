@@ -47,6 +47,7 @@ Result<CudaSwitches> read_cuda_switches() {
   s.gemv_persist = integer("IB_GEMV_PERSIST");
   s.gemv_swiglu_blocks = integer("IB_GEMV_SWIGLU_BLOCKS");
   s.gemv_qkv_blocks = integer("IB_GEMV_QKV_BLOCKS");
+  s.lora_qkv_blocks = integer("IB_LORA_QKV_BLOCKS");
   s.smem_carveout = integer("IB_SMEM_CARVEOUT");
   s.gemv_ring = integer("IB_GEMV_RING");
   s.gemv_dense_ring = integer("IB_GEMV_DENSE_RING");
@@ -99,6 +100,7 @@ Status apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   // Process-wide: every backend sets it, so one created without the variable runs the default.
   set_gemv_swiglu_min_blocks(static_cast<int>(s.gemv_swiglu_blocks.value_or(3)));
   set_gemv_qkv_blocks_from(static_cast<int>(s.gemv_qkv_blocks.value_or(2)));
+  set_lora_qkv_blocks(s.lora_qkv_blocks.value_or(0) == 1);
   set_smem_carveout(static_cast<int>(s.smem_carveout.value_or(-1)));
   set_gemv_ring(s.gemv_ring.value_or(1) == 1);
   set_gemv_dense_ring(s.gemv_dense_ring.value_or(0) == 1);
@@ -165,6 +167,7 @@ KernelSwitches CudaBackend::kernel_switches() const {
       {"IB_GEMV_PERSIST", {std::to_string(gemv_persist_blocks_per_sm())}},
       {"IB_GEMV_SWIGLU_BLOCKS", {std::to_string(gemv_swiglu_min_blocks())}},
       {"IB_GEMV_QKV_BLOCKS", {std::to_string(gemv_qkv_blocks_from())}},
+      {"IB_LORA_QKV_BLOCKS", {flag(lora_qkv_blocks())}},
       {"IB_SMEM_CARVEOUT", {std::to_string(smem_carveout())}},
       {"IB_GEMV_RING", {flag(gemv_ring())}},
       {"IB_GEMV_DENSE_RING", {flag(gemv_dense_ring())}},
