@@ -113,6 +113,12 @@ std::atomic<int> g_qkv_blocks_from{2};
 // bench/results/h100/lora-attn/run1); 0 (the default until measured): 2 blocks.
 std::atomic<bool> g_lora_qkv_three{false};
 
+// Whether a dense q/k/v GEMV of m tokens takes the 3-blocks variant (IB_GEMV_QKV_BLOCKS).
+bool qkv_three_blocks(int64_t m) {
+  const int from = g_qkv_blocks_from.load(std::memory_order_relaxed);
+  return from > 0 && m >= from;
+}
+
 int sm_count() {
   static const int count = [] {
     int device = 0, value = 0;
@@ -250,10 +256,9 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
   auto kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW>;
   // The 3-blocks-an-SM variant: gate/up by IB_GEMV_SWIGLU_BLOCKS, q/k/v by IB_GEMV_QKV_BLOCKS.
   if constexpr (kDense && (kEpilogue == kGemvSwiGlu || kEpilogue == kGemvRopeCache)) {
-    const int qkv_from = g_qkv_blocks_from.load(std::memory_order_relaxed);
     const bool three = kEpilogue == kGemvSwiGlu
                            ? g_swiglu_min_blocks.load(std::memory_order_relaxed) == 3
-                           : qkv_from > 0 && m >= qkv_from;
+                           : qkv_three_blocks(m);
     if (three)
       kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3>;
   }
@@ -336,8 +341,7 @@ void launch_config(const char* op, const Tensor& x, const WeightRef& w, const T*
       auto lora_kernel = gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW,
                                      kLoraMinBlocks, true>;
       if constexpr (kDense && kEpilogue == kGemvRopeCache) {
-        const int qkv_from = g_qkv_blocks_from.load(std::memory_order_relaxed);
-        if (g_lora_qkv_three.load(std::memory_order_relaxed) && qkv_from > 0 && m >= qkv_from) {
+        if (g_lora_qkv_three.load(std::memory_order_relaxed) && qkv_three_blocks(m)) {
           lora_kernel =
               gemv_kernel<T, TOut, NT, kWarps, kSteps, kAdj, kEpilogue, kKernelRms, kW, 3, true>;
         }

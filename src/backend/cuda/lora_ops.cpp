@@ -55,6 +55,27 @@ CheckedGroup checked_group(DType act, const Tensor& x, const Tensor& slot_ids,
   return out;
 }
 
+// The lookahead's operands of lora.next (IB_LORA_IN_GEMV=5): each next target's lookahead
+// matrix (S, R, k_x) over the op's input into m and its A stack (S, R, k_out) over the op's output
+// into a, for S slots of rank R in act; false where lora has none or a shape differs.
+bool lookahead_stacks(DType act, const FusedLora& lora, int64_t slots, int64_t rank, int64_t k_x,
+                      int64_t k_out, LoraGroupPtrs& m, LoraGroupPtrs& a) {
+  const std::span<const LoraTargetStacks> next = lora.next;
+  if (next.empty() || lora.next_m.size() != next.size()) return false;
+  for (size_t t = 0; t < next.size(); ++t) {
+    const Tensor& mt = lora.next_m[t];
+    const Tensor& at = next[t].a;
+    const bool fits = mt.rank == 3 && mt.dtype == act && mt.dim(0) == slots && mt.dim(1) == rank &&
+                      mt.dim(2) == k_x && at.rank == 3 && at.dtype == act && at.dim(0) == slots &&
+                      at.dim(1) == rank && at.dim(2) == k_out;
+    if (!fits) return false;
+    m.a[t] = mt.data;
+    a.a[t] = at.data;
+  }
+  m.count = a.count = static_cast<int>(next.size());
+  return true;
+}
+
 }  // namespace
 
 void CudaBackend::lora_apply(const Tensor& x, const Tensor& slot_ids, const Tensor& a,
@@ -210,33 +231,25 @@ void CudaBackend::chain_lora_shrink(GemvLora& l, const FusedLora& lora, const Te
 
 bool CudaBackend::lookahead_lora_shrink(const Tensor& x, const FusedLora& lora, const WeightRef& w,
                                         const Tensor* out, GemvLora& l) {
-  const std::span<const LoraTargetStacks> next = lora.next;
-  if (out == nullptr || next.empty() || lora.next_m.size() != next.size() || x.rows() == 0 ||
-      x.rows() > 8 || w.format != WeightFormat::kDense || out->rows() != x.rows()) {
+  LoraGroupPtrs m, a;
+  if (out == nullptr || x.rows() == 0 || x.rows() > 8 || w.format != WeightFormat::kDense ||
+      out->rows() != x.rows() ||
+      !lookahead_stacks(dtype_, lora, l.num_slots, l.rank, x.row_size(), out->row_size(), m, a)) {
     return false;
   }
-  LoraGroupPtrs m, a;
-  for (size_t t = 0; t < next.size(); ++t) {
-    const Tensor& mt = lora.next_m[t];
-    const Tensor& at = next[t].a;
-    const bool fits = mt.rank == 3 && mt.dtype == dtype_ && mt.dim(0) == l.num_slots &&
-                      mt.dim(1) == l.rank && mt.dim(2) == x.row_size() && at.rank == 3 &&
-                      at.dtype == dtype_ && at.dim(0) == l.num_slots && at.dim(1) == l.rank &&
-                      at.dim(2) == out->row_size();
-    if (!fits) return false;
-    m.a[t] = mt.data;
-    a.a[t] = at.data;
-  }
-  m.count = a.count = static_cast<int>(next.size());
+  const int i = free_lora_chain();
+  if (i < 0) return false;
+  lora_chains_[static_cast<size_t>(i)] = pending_lora_chain(*out, lora, l.rank);
+  launch_lora_lookahead(x, lora.slot_ids, l.group, m, *out, a, l.rank, l.num_slots, l.u,
+                        lora_chain_u(i), stream_, pdl_ && lora_pdl_);
+  return true;
+}
+
+int CudaBackend::free_lora_chain() const {
   for (size_t i = 0; i < lora_chains_.size(); ++i) {
-    LoraChain& c = lora_chains_[i];
-    if (c.pending) continue;
-    c = pending_lora_chain(*out, lora, l.rank);
-    launch_lora_lookahead(x, lora.slot_ids, l.group, m, *out, a, l.rank, l.num_slots, l.u,
-                          lora_chain_u(static_cast<int>(i)), stream_, pdl_ && lora_pdl_);
-    return true;
+    if (!lora_chains_[i].pending) return static_cast<int>(i);
   }
-  return false;
+  return -1;
 }
 
 Status CudaBackend::set_lora_attn(bool on) {
@@ -256,44 +269,23 @@ void CudaBackend::lora_before_attention(const Tensor& a, const Tensor& residual,
   if (!lora_attn_ || lora_in_gemv_ != 5 || lora == nullptr || attn_lora_buf_.data() == nullptr) {
     return;
   }
-  const std::span<const LoraTargetStacks> next = lora->next;
   // As lookahead_lora_shrink takes them, with the residual's columns a's (the attention's blocks
   // read both over the same columns).
-  if (next.empty() || lora->next_m.size() != next.size() || a.rows() == 0 || a.rows() > 8 ||
-      residual.rows() != a.rows() || residual.row_size() != a.row_size() ||
-      residual.dtype != dtype_ || a.dtype != dtype_) {
+  if (a.rows() == 0 || a.rows() > 8 || residual.rows() != a.rows() ||
+      residual.row_size() != a.row_size() || residual.dtype != dtype_ || a.dtype != dtype_) {
     return;
   }
   const CheckedGroup g = checked_group(dtype_, a, lora->slot_ids, lora->targets, lora->scales,
                                        a.rows(), residual.row_size());
-  if (!fused_lora(g.rank) ||
-      static_cast<size_t>(g.ptrs.count) + next.size() > LoraOps::kMaxLoraGroup) {
+  AttnLora p;
+  // An accumulator no op has pending (none runs between here and o's op).
+  const int chain = free_lora_chain();
+  if (!fused_lora(g.rank) || chain < 0 ||
+      static_cast<size_t>(g.ptrs.count) + lora->next.size() > LoraOps::kMaxLoraGroup ||
+      !lookahead_stacks(dtype_, *lora, g.slots, g.rank, a.row_size(), residual.row_size(), p.next_m,
+                        p.next_a)) {
     return;
   }
-  AttnLora& p = attn_lora_pending_.params;
-  for (size_t t = 0; t < next.size(); ++t) {
-    const Tensor& mt = lora->next_m[t];
-    const Tensor& at = next[t].a;
-    const bool fits = mt.rank == 3 && mt.dtype == dtype_ && mt.dim(0) == g.slots &&
-                      mt.dim(1) == g.rank && mt.dim(2) == a.row_size() && at.rank == 3 &&
-                      at.dtype == dtype_ && at.dim(0) == g.slots && at.dim(1) == g.rank &&
-                      at.dim(2) == residual.row_size();
-    if (!fits) {
-      attn_lora_pending_ = {};
-      return;
-    }
-    p.next_m.a[t] = mt.data;
-    p.next_a.a[t] = at.data;
-  }
-  int chain = -1;  // an accumulator no op has pending (none is between here and o's op)
-  for (size_t i = 0; i < lora_chains_.size() && chain < 0; ++i) {
-    if (!lora_chains_[i].pending) chain = static_cast<int>(i);
-  }
-  if (chain < 0) {
-    attn_lora_pending_ = {};
-    return;
-  }
-  p.next_m.count = p.next_a.count = static_cast<int>(next.size());
   p.cur = g.ptrs;
   p.slot_ids = lora->slot_ids.as<int32_t>();
   p.num_slots = static_cast<int>(g.slots);
@@ -304,6 +296,7 @@ void CudaBackend::lora_before_attention(const Tensor& a, const Tensor& residual,
   p.partials = p.u + kGemvLoraChainFloats;
   p.partial_floats = kAttnLoraPartialFloats;
   p.counter = counter_at(kAttnLoraCounterOffset);
+  attn_lora_pending_.params = p;
   attn_lora_pending_.armed = true;
   attn_lora_pending_.a = a.data;
   attn_lora_pending_.residual = residual.data;

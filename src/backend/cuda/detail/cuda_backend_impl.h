@@ -500,6 +500,8 @@ class CudaBackend final : public Backend,
     std::array<const void*, LoraOps::kMaxLoraGroup> a{};  // the next op's targets' A stacks
     size_t count = 0;
   };
+  // The first chained-shrink accumulator no op has pending; -1: none.
+  int free_lora_chain() const;
   void reset_lora_chains() {
     lora_chains_ = {};
     attn_lora_pending_ = {};
