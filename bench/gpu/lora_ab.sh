@@ -12,7 +12,8 @@
 # Usage (~6-8 minutes of the machine; carry .deps/icu.tar.xz, and .deps/prebuilt.tar.xz with
 # IB_PREBUILT=1, which takes bench/gpu/prebuilt.sh's binaries instead of a build here):
 #   OUT=dir IB_AB=IB_LORA_IN_GEMV IB_AB_VALUES="1 3" bash bench/gpu/lora_ab.sh
-# Environment: IB_AB (the switch), IB_AB_VALUES, IB_PARITY (0), IB_DEADLINE_S (520): runs that
+# Environment: IB_AB (the switch), IB_AB_VALUES (each the switch's value, optionally followed by
+# more settings after commas: "0 1 1,IB_LORA_ATTN=1"), IB_PARITY (0), IB_DEADLINE_S (520): runs that
 # would end past it are skipped; IB_TIMELINE_ENV (VAR=value ... for the timeline run, e.g.
 # IB_LORA_IN_GEMV=3); B (the build directory, /tmp/ib-lora-ab); IB_LORA_TESTS and
 # IB_LORA_ENGINE_TESTS (the two gtest filters); IB_LORA16=0 (no 16-adapter runs); IB_OPS_LORA=1
@@ -57,6 +58,10 @@ for i in $(seq 0 $(( ${IB_LORA16:-1} == 1 ? 15 : 0 ))); do
       --num-kv-heads 8 --layers 32 --rank 16 --seed $i --numpy --out $A/l3-r16-$i > /dev/null &
 done
 wait
+# A value of IB_AB_VALUES is the switch's value, then optionally more settings after commas
+# (e.g. "1,IB_LORA_ATTN=1"): settings prints them as VAR=value words, tag names the run by them.
+settings() { echo "$AB=${1%%,*}"; [[ $1 != *,* ]] || tr ',' ' ' <<< "${1#*,}"; }
+tag() { tr ',=' '__' <<< "$1"; }
 mods() { for i in $(seq 0 $(( $1 - 1 ))); do printf 'a%d=%s ' "$i" "$A/l3-r16-$i"; done; }
 echo "adapters $(el)"
 DEADLINE=${IB_DEADLINE_S:-520}
@@ -72,13 +77,13 @@ SEED=(--batch-size 8 --input-len 32 --output-len 128 --num-prompts 200 --runs 1 
   echo "A/B of $AB"
   run_llama seed_base "${SEED[@]}"
   for v in "${VALUES[@]}"; do
-    run_llama seed_lora1_$v $AB=$v "${SEED[@]}" --enable-lora --max-loras 1 --max-lora-rank 16 \
-      --lora-modules $(mods 1)
+    run_llama seed_lora1_$(tag "$v") $(settings "$v") "${SEED[@]}" --enable-lora --max-loras 1 \
+      --max-lora-rank 16 --lora-modules $(mods 1)
   done
   for ((i = ${#VALUES[@]} - 1; i >= 0 && ${IB_LORA16:-1} == 1; i--)); do
     v=${VALUES[i]}
-    run_llama seed_lora16_$v $AB=$v "${SEED[@]}" --enable-lora --max-loras 16 --max-lora-rank 16 \
-      --lora-modules $(mods 16) --lora-assignment random
+    run_llama seed_lora16_$(tag "$v") $(settings "$v") "${SEED[@]}" --enable-lora --max-loras 16 \
+      --max-lora-rank 16 --lora-modules $(mods 16) --lora-assignment random
   done
   run_llama seed_base2 "${SEED[@]}"
 } 2>&1 | tee "$O/runs.log"
