@@ -47,38 +47,78 @@ __device__ __forceinline__ void attn_lora_prefetch(const AttnLora& l, int t, int
   }
 }
 
-// The finishing block of (token t, chunk y): a_s and r_s hold the chunk's n columns (from col0) of
-// a (rounded to T) and r in shared memory, after a barrier. Each warp takes rows, its lanes 16
-// bytes of columns at a time; then the grid's last finishing block sums the chunks. Every block
-// of the chunk's (token, y) pairs calls it exactly once; all of the block's threads call it.
-template <typename T, int kWarps>
+// The finishing block of (token t, chunk y): a_s holds the chunk's n columns (from col0, at most
+// kMaxN) of a, rounded to T, in shared memory after a barrier; r_s (shared, not the same) gets
+// r's same columns here. Each warp takes kBatch rows at a time, every load of them issued before
+// any is used (a round trip a batch, not one a row and column step: the form measured in session
+// 49 walked them one after another), its lanes 16 bytes of columns; then the grid's last
+// finishing block sums the chunks, kSumItems (token, row) sums a thread, all their loads at once.
+// Every block of the chunk's (token, y) pairs calls it exactly once; all of its threads call it.
+template <typename T, int kWarps, int kMaxN>
 __device__ __forceinline__ void attn_lora_finish(const AttnLora& l, int t, int64_t k, int64_t col0,
-                                                 int n, const float* a_s, const float* r_s) {
+                                                 int n, const float* a_s, float* r_s) {
   constexpr int kV = kVec16<T>;
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kPer = (kMaxN + 32 * kV - 1) / (32 * kV);  // a lane's vectors of a row
+  constexpr int kBatch = 6;                                // rows a warp has in flight
+  static_assert(kMaxN / kV <= kThreads, "r's columns: one vector a thread");
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int cur_rows = l.cur.count * l.rank, next_rows = l.next_m.count * l.rank;
   const int rows = cur_rows + next_rows;
   const int chunks = static_cast<int>(gridDim.y);
   const int s = l.slot_ids[t];
+  if (static_cast<int>(threadIdx.x) < n / kV) {
+    const int c = static_cast<int>(threadIdx.x) * kV;
+    float w[kV];
+    load16_f32<T>(static_cast<const T*>(l.r) + int64_t{t} * k + col0 + c, w);
+#pragma unroll
+    for (int v = 0; v < kV; ++v) r_s[c + v] = w[v];
+  }
+  __syncthreads();
   if (s >= 0 && s < l.num_slots) {
     float* part = l.partials + (int64_t{t} * chunks + blockIdx.y) * rows;
-    for (int row = warp; row < rows; row += kWarps) {
-      const T* w1 = attn_lora_row<T>(l, row, s, k, col0, false);
-      const T* w2 = row >= cur_rows ? attn_lora_row<T>(l, row, s, k, col0, true) : nullptr;
-      float sum = 0.0f;
-      for (int c = lane * kV; c < n; c += 32 * kV) {
-        float w[kV];
-        load16_f32<T>(w1 + c, w);
+    for (int row0 = warp * kBatch; row0 < rows; row0 += kWarps * kBatch) {
+      uint4 w1[kBatch][kPer] = {}, w2[kBatch][kPer] = {};
 #pragma unroll
-        for (int v = 0; v < kV; ++v) sum += w[v] * a_s[c + v];
-        if (w2 != nullptr) {
-          load16_f32<T>(w2 + c, w);
+      for (int b = 0; b < kBatch; ++b) {
+        const int row = row0 + b;
+        if (row >= rows) continue;
+        const T* p1 = attn_lora_row<T>(l, row, s, k, col0, false);
+        const T* p2 = row >= cur_rows ? attn_lora_row<T>(l, row, s, k, col0, true) : nullptr;
 #pragma unroll
-          for (int v = 0; v < kV; ++v) sum += w[v] * r_s[c + v];
+        for (int i = 0; i < kPer; ++i) {
+          const int c = (i * 32 + lane) * kV;
+          if (c >= n) continue;
+          w1[b][i] = *reinterpret_cast<const uint4*>(p1 + c);
+          if (p2 != nullptr) w2[b][i] = *reinterpret_cast<const uint4*>(p2 + c);
         }
       }
-      sum = warp_sum(sum);
-      if (lane == 0) part[row] = sum;
+      float sum[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        sum[b] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          const int c = (i * 32 + lane) * kV;
+          if (c >= n) continue;
+          const T* e1 = reinterpret_cast<const T*>(&w1[b][i]);
+#pragma unroll
+          for (int v = 0; v < kV; ++v) sum[b] += to_f32(e1[v]) * a_s[c + v];
+          if (row0 + b >= cur_rows) {
+            const T* e2 = reinterpret_cast<const T*>(&w2[b][i]);
+#pragma unroll
+            for (int v = 0; v < kV; ++v) sum[b] += to_f32(e2[v]) * r_s[c + v];
+          }
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) sum[b] = warp_sum(sum[b]);
+      if (lane == 0) {
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          if (row0 + b < rows) part[row0 + b] = sum[b];
+        }
+      }
     }
   }
   __shared__ bool last;
@@ -92,18 +132,49 @@ __device__ __forceinline__ void attn_lora_finish(const AttnLora& l, int t, int64
   __syncthreads();
   if (!last) return;
   __threadfence();
-  const int tokens = static_cast<int>(gridDim.x);
-  for (int e = static_cast<int>(threadIdx.x); e < tokens * rows; e += kWarps * 32) {
-    const int tt = e / rows, row = e % rows;
-    const int st = l.slot_ids[tt];
-    if (st < 0 || st >= l.num_slots) continue;
-    const float* part = l.partials + int64_t{tt} * chunks * rows + row;
-    float sum = 0.0f;
-    for (int y = 0; y < chunks; ++y) sum += __ldcg(part + int64_t{y} * rows);
-    if (row < cur_rows) {
-      l.u[tt * cur_rows + row] = sum;
-    } else {
-      l.u_next[tt * next_rows + row - cur_rows] = sum;
+  // The chunks' partials of kSumItems (token, row) pairs a thread, kSumChunks chunks at a time,
+  // read together with the tokens' slot ids (a token of the base model's partials are unwritten:
+  // read, never used); each sum in chunk order.
+  constexpr int kSumItems = 4, kSumChunks = 8;
+  const int total = static_cast<int>(gridDim.x) * rows;
+  for (int e0 = static_cast<int>(threadIdx.x); e0 < total; e0 += kThreads * kSumItems) {
+    float sum[kSumItems];
+    int slot[kSumItems];
+#pragma unroll
+    for (int i = 0; i < kSumItems; ++i) {
+      const int e = e0 + i * kThreads;
+      sum[i] = 0.0f;
+      slot[i] = e < total ? l.slot_ids[e / rows] : -1;
+    }
+    for (int y0 = 0; y0 < chunks; y0 += kSumChunks) {
+      float v[kSumItems][kSumChunks];
+#pragma unroll
+      for (int i = 0; i < kSumItems; ++i) {
+        const int e = e0 + i * kThreads;
+        const float* part = l.partials + int64_t{e / rows} * chunks * rows + e % rows;
+#pragma unroll
+        for (int j = 0; j < kSumChunks; ++j) {
+          v[i][j] = e < total && y0 + j < chunks ? __ldcg(part + int64_t{y0 + j} * rows) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kSumItems; ++i) {
+#pragma unroll
+        for (int j = 0; j < kSumChunks; ++j) {
+          if (y0 + j < chunks) sum[i] += v[i][j];
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kSumItems; ++i) {
+      const int e = e0 + i * kThreads;
+      if (e >= total || slot[i] < 0 || slot[i] >= l.num_slots) continue;
+      const int tt = e / rows, row = e % rows;
+      if (row < cur_rows) {
+        l.u[tt * cur_rows + row] = sum[i];
+      } else {
+        l.u_next[tt * next_rows + row - cur_rows] = sum[i];
+      }
     }
   }
 }

@@ -76,16 +76,6 @@ __device__ __forceinline__ int partition_size_for(const SplitParams& p, int kv_l
   return max(kSplitMinPartition, (even + 31) / 32 * 32);
 }
 
-// kLora: output value v of (token t, head, d), as written, and r's same column into a_row[d] and
-// r_row[d] (the finishing block's shared memory) for attn_lora_finish.
-template <typename T, int HD>
-__device__ __forceinline__ void lora_stage(const SplitParams& p, int t, int head, int d, T v,
-                                           float* a_row, float* r_row) {
-  const int64_t col = int64_t{head} * HD + d;
-  a_row[d] = to_f32(v);
-  r_row[d] = to_f32(static_cast<const T*>(p.lora.r)[int64_t{t} * p.num_heads * HD + col]);
-}
-
 // The end of a split-KV block: each warp's online-softmax state (m, l in log2
 // units, acc: a head_dim slice of GC heads, kSlice values from (lane % (HD / kSlice)) * kSlice;
 // the lanes past HD / kSlice hold copies) is merged across the warps in shared memory, then
@@ -141,7 +131,7 @@ __device__ __forceinline__ void finish_split_block(const SplitParams& p, const Q
       T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
       const T v = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
       out[d] = v;
-      if constexpr (kLora) lora_stage<T, HD>(p, t, head, d, v, o_s[0][g], o_s[1][g]);
+      if constexpr (kLora) o_s[0][g][d] = to_f32(v);  // a as written, for the shares
     } else {
       const int64_t slot = (int64_t{t} * p.num_heads + head) * p.num_partitions + part;
       p.partial_o[slot * HD + d] = o;
@@ -155,8 +145,9 @@ __device__ __forceinline__ void finish_split_block(const SplitParams& p, const Q
     static_assert(kWarps >= 2, "o_s[1] holds r's columns");
     if (direct) {
       __syncthreads();
-      attn_lora_finish<T, kWarps>(p.lora, t, int64_t{p.num_heads} * HD, int64_t{head0} * HD,
-                                  gc * HD, &o_s[0][0][0], &o_s[1][0][0]);
+      attn_lora_finish<T, kWarps, GC * HD>(p.lora, t, int64_t{p.num_heads} * HD,
+                                           int64_t{head0} * HD, gc * HD, &o_s[0][0][0],
+                                           &o_s[1][0][0]);
     }
   }
   if (direct || p.counters == nullptr) return;
@@ -190,12 +181,12 @@ __device__ __forceinline__ void finish_split_block(const SplitParams& p, const Q
     T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
     const T v = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
     out[d] = v;
-    if constexpr (kLora) lora_stage<T, HD>(p, t, head, d, v, o_s[0][g], o_s[1][g]);
+    if constexpr (kLora) o_s[0][g][d] = to_f32(v);  // a as written, for the shares
   }
   if constexpr (kLora) {
     __syncthreads();
-    attn_lora_finish<T, kWarps>(p.lora, t, int64_t{p.num_heads} * HD, int64_t{head0} * HD, gc * HD,
-                                &o_s[0][0][0], &o_s[1][0][0]);
+    attn_lora_finish<T, kWarps, GC * HD>(p.lora, t, int64_t{p.num_heads} * HD, int64_t{head0} * HD,
+                                         gc * HD, &o_s[0][0][0], &o_s[1][0][0]);
   }
 }
 
