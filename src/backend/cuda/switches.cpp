@@ -100,7 +100,7 @@ Status apply_cuda_switches(const CudaSwitches& s, CudaBackend& backend) {
   // Process-wide: every backend sets it, so one created without the variable runs the default.
   set_gemv_swiglu_min_blocks(static_cast<int>(s.gemv_swiglu_blocks.value_or(3)));
   set_gemv_qkv_blocks_from(static_cast<int>(s.gemv_qkv_blocks.value_or(2)));
-  set_lora_qkv_blocks(s.lora_qkv_blocks.value_or(0) == 1);
+  set_lora_qkv_blocks(s.lora_qkv_blocks.value_or(1) == 1);
   set_smem_carveout(static_cast<int>(s.smem_carveout.value_or(-1)));
   set_gemv_ring(s.gemv_ring.value_or(1) == 1);
   set_gemv_dense_ring(s.gemv_dense_ring.value_or(0) == 1);

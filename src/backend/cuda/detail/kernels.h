@@ -96,7 +96,7 @@ int gemv_swiglu_min_blocks();
 void set_gemv_qkv_blocks_from(int tokens);
 int gemv_qkv_blocks_from();
 // IB_LORA_QKV_BLOCKS: the LoRA q/k/v GEMV with the same 3-blocks cap where the base takes it
-// (default false: 2 blocks). Process-wide.
+// (default true; false: 2 blocks). Process-wide.
 void set_lora_qkv_blocks(bool three);
 bool lora_qkv_blocks();
 // IB_GEMV_RING: the quantized formats' GEMVs (not their LoRA variants) stream their weights

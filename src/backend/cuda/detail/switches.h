@@ -122,7 +122,8 @@ struct CudaSwitches {
   // IB_GEMV_QKV_BLOCKS: the dense q/k/v GEMV's register cap from this many tokens
   // (set_gemv_qkv_blocks_from).
   std::optional<int64_t> gemv_qkv_blocks;
-  // IB_LORA_QKV_BLOCKS=1: the LoRA q/k/v GEMV's register cap as the base's (set_lora_qkv_blocks).
+  // IB_LORA_QKV_BLOCKS (default 1): the LoRA q/k/v GEMV's register cap as the base's
+  // (set_lora_qkv_blocks).
   std::optional<int64_t> lora_qkv_blocks;
   // IB_SMEM_CARVEOUT: every launch's shared-memory carve-out preference (set_smem_carveout).
   std::optional<int64_t> smem_carveout;
