@@ -76,6 +76,33 @@ __device__ __forceinline__ int partition_size_for(const SplitParams& p, int kv_l
   return max(kSplitMinPartition, (even + 31) / 32 * 32);
 }
 
+// The merging block's outputs of (token t, heads from head0): the `active` partitions' partials
+// in order; kLora: each value as written also into o_s[0] (a, for the shares).
+template <typename T, int HD, int kWarps, bool kLora, int GC>
+__device__ __forceinline__ void merge_split_partials(const SplitParams& p, int t, int head0, int gc,
+                                                     int active, float (&o_s)[kWarps][GC][HD]) {
+  constexpr int kThreads = kWarps * 32;
+  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
+    const int g = i / HD;
+    const int d = i % HD;
+    const int head = head0 + g;
+    const int64_t slot0 = (int64_t{t} * p.num_heads + head) * p.num_partitions;
+    float mx = -INFINITY;
+    for (int j = 0; j < active; ++j) mx = fmaxf(mx, __ldcg(&p.partial_ml[(slot0 + j) * 2]));
+    const float ref = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f, o = 0.0f;
+    for (int j = 0; j < active; ++j) {
+      const float f = exp2f(__ldcg(&p.partial_ml[(slot0 + j) * 2]) - ref);
+      sum += __ldcg(&p.partial_ml[(slot0 + j) * 2 + 1]) * f;
+      o += __ldcg(&p.partial_o[(slot0 + j) * HD + d]) * f;
+    }
+    T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
+    const T v = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
+    out[d] = v;
+    if constexpr (kLora) o_s[0][g][d] = to_f32(v);  // a as written, for the shares
+  }
+}
+
 // The end of a split-KV block: each warp's online-softmax state (m, l in log2
 // units, acc: a head_dim slice of GC heads, kSlice values from (lane % (HD / kSlice)) * kSlice;
 // the lanes past HD / kSlice hold copies) is merged across the warps in shared memory, then
@@ -141,48 +168,25 @@ __device__ __forceinline__ void finish_split_block(const SplitParams& p, const Q
       }
     }
   }
-  if constexpr (kLora) {
-    static_assert(kWarps >= 2, "o_s[1] holds r's columns");
-    if (direct) {
-      __syncthreads();
-      attn_lora_finish<T, kWarps, GC * HD>(p.lora, t, int64_t{p.num_heads} * HD,
-                                           int64_t{head0} * HD, gc * HD, &o_s[0][0][0],
-                                           &o_s[1][0][0]);
+  static_assert(!kLora || kWarps >= 2, "o_s[1] holds r's columns");
+  if (!direct) {
+    if (p.counters == nullptr) return;
+    // The last of the `active` blocks of this (token, KV head chunk) merges their partials.
+    __shared__ bool last;
+    __threadfence();  // this block's partials are visible before its arrival is counted
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned* counter = p.counters + int64_t{t} * gridDim.y + blockIdx.y;
+      last = atomicAdd(counter, 1u) + 1u == static_cast<unsigned>(active);
+      if (last) *counter = 0u;  // ready for the next launch
     }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    merge_split_partials<T, HD, kWarps, kLora>(p, t, head0, gc, active, o_s);
   }
-  if (direct || p.counters == nullptr) return;
-
-  // The last of the `active` blocks of this (token, KV head chunk) merges their partials.
-  __shared__ bool last;
-  __threadfence();  // this block's partials are visible before its arrival is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned* counter = p.counters + int64_t{t} * gridDim.y + blockIdx.y;
-    last = atomicAdd(counter, 1u) + 1u == static_cast<unsigned>(active);
-    if (last) *counter = 0u;  // ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
-    const int g = i / HD;
-    const int d = i % HD;
-    const int head = head0 + g;
-    const int64_t slot0 = (int64_t{t} * p.num_heads + head) * p.num_partitions;
-    float mx = -INFINITY;
-    for (int j = 0; j < active; ++j) mx = fmaxf(mx, __ldcg(&p.partial_ml[(slot0 + j) * 2]));
-    const float ref = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f, o = 0.0f;
-    for (int j = 0; j < active; ++j) {
-      const float f = exp2f(__ldcg(&p.partial_ml[(slot0 + j) * 2]) - ref);
-      sum += __ldcg(&p.partial_ml[(slot0 + j) * 2 + 1]) * f;
-      o += __ldcg(&p.partial_o[(slot0 + j) * HD + d]) * f;
-    }
-    T* out = static_cast<T*>(p.out) + (int64_t{t} * p.num_heads + head) * HD;
-    const T v = from_f32<T>(sum > 0.0f ? o / sum : 0.0f);
-    out[d] = v;
-    if constexpr (kLora) o_s[0][g][d] = to_f32(v);  // a as written, for the shares
-  }
+  // kLora: the block holding the chunk's outputs (direct, or the merging one) takes its shares;
+  // one call site, so its code is in the kernel once.
   if constexpr (kLora) {
     __syncthreads();
     attn_lora_finish<T, kWarps, GC * HD>(p.lora, t, int64_t{p.num_heads} * HD, int64_t{head0} * HD,
