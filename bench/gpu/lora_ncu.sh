@@ -7,7 +7,8 @@
 # Other kernels: IB_NCU_BASE_REGEX and IB_NCU_LORA_REGEX (regexes over demangled names, the base
 # run's and the adapter's), IB_NCU_LORA_ENV (VAR=value words for the adapter's run), e.g. the
 # attention with o's lookahead: IB_NCU_BASE_REGEX='split_kv_lean_kernel<.*\(bool\)0>'
-# IB_NCU_LORA_REGEX='split_kv_lean_kernel<.*\(bool\)1>' IB_NCU_LORA_ENV=IB_LORA_ATTN=1.
+# IB_NCU_LORA_REGEX='split_kv_lean_kernel<.*\(bool\)1>' IB_NCU_LORA_ENV=IB_LORA_ATTN=1 (name
+# the lean kernel: a bare split_kv also matches the prefill's non-lean one first).
 # Environment: B (the build directory, /tmp/ib-lora-ab); IB_PREBUILT=1 takes bench/gpu/prebuilt.sh's
 # carried binaries instead of a build (no SASS dump then); IB_NCU_SOURCE=1 also collects the source
 # counters and writes each kernel's per-instruction SASS table (sass_NAME.csv.gz: executed
@@ -43,6 +44,9 @@ prof() {
     --model llama-3-8b --batch-size 8 --input-len 32 --output-len 16 --num-prompts 8 --runs 1 \
     --result-dir "/tmp/ncu-$name" --overwrite "$@" > "$O/ncu_$name.txt" 2>&1
   echo "$name rc=$? $(el)"
+  # With --export ncu prints no sections: they come from the report.
+  [ "${IB_NCU_SOURCE:-0}" = 1 ] &&
+    timeout 60 ncu -i "/tmp/ncu-$name.ncu-rep" --page details >> "$O/ncu_$name.txt" 2>&1
   grep -E "gemv_kernel|split_kv|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Shared Memory Configuration|Dynamic Shared|Issued Warp|No Eligible|Warp Cycles Per Issued" \
     "$O/ncu_$name.txt" | cut -c1-150
   if [ "${IB_NCU_SOURCE:-0}" = 1 ]; then
