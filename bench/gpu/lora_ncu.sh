@@ -8,7 +8,9 @@
 # run's and the adapter's), IB_NCU_LORA_ENV (VAR=value words for the adapter's run), e.g. the
 # attention with o's lookahead: IB_NCU_BASE_REGEX='split_kv_lean_kernel<.*\(bool\)0>'
 # IB_NCU_LORA_REGEX='split_kv_lean_kernel<.*\(bool\)1>' IB_NCU_LORA_ENV=IB_LORA_ATTN=1 (name
-# the lean kernel: a bare split_kv also matches the prefill's non-lean one first).
+# the lean kernel: a bare split_kv also matches the prefill's non-lean one first);
+# IB_NCU_BASE_LORA=1 gives the base run the adapter too (its regex may then name a LoRA kernel,
+# e.g. the lookahead's).
 # Environment: B (the build directory, /tmp/ib-lora-ab); IB_PREBUILT=1 takes bench/gpu/prebuilt.sh's
 # carried binaries instead of a build (no SASS dump then); IB_NCU_SOURCE=1 also collects the source
 # counters and writes each kernel's per-instruction SASS table (sass_NAME.csv.gz: executed
@@ -50,14 +52,18 @@ prof() {
   grep -E "gemv_kernel|split_kv|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Shared Memory Configuration|Dynamic Shared|Issued Warp|No Eligible|Warp Cycles Per Issued" \
     "$O/ncu_$name.txt" | cut -c1-150
   if [ "${IB_NCU_SOURCE:-0}" = 1 ]; then
-    timeout 60 ncu -i "/tmp/ncu-$name.ncu-rep" --page source --csv --print-source sass 2> \
-      "$O/sass_$name.err" | gzip > "$O/sass_$name.csv.gz"
+    timeout 60 ncu -i "/tmp/ncu-$name.ncu-rep" --page source --csv --print-source sass \
+      2>> "$O/ncu_$name.txt" | gzip > "$O/sass_$name.csv.gz"
     echo "source page $name: $(zcat "$O/sass_$name.csv.gz" | wc -l) lines $(el)"
   fi
 }
 {
+  base_args=()
+  [ "${IB_NCU_BASE_LORA:-0}" = 1 ] &&
+    base_args=(--enable-lora --max-lora-rank 16 --lora-modules "a0=$A")
   prof base \
-    "${IB_NCU_BASE_REGEX:-\(int\)2, \(bool\)1, \(int\)0, \(int\)3, \(bool\)0, \(bool\)0>}" ""
+    "${IB_NCU_BASE_REGEX:-\(int\)2, \(bool\)1, \(int\)0, \(int\)3, \(bool\)0, \(bool\)0>}" "" \
+    "${base_args[@]}"
   prof lora "${IB_NCU_LORA_REGEX:-\(int\)2, \(bool\)1, \(int\)0, \(int\)[23], \(bool\)1}" \
     "${IB_NCU_LORA_ENV:-}" --enable-lora \
     --max-lora-rank 16 --lora-modules "a0=$A"
