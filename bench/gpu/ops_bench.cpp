@@ -279,7 +279,8 @@ int main(int argc, char** argv) {
   // small_ops, sampling) runs only those; the step estimates need all but gemm_fp8. decode_mma
   // (the tensor-core decode attention over batches and contexts), gemm_algos (the cuBLASLt
   // heuristic's candidates at a continuous run's GEMM shapes) and lora (the LoRA decode shrinks
-  // alone, ops_bench_lora.cpp) run only when listed.
+  // alone, ops_bench_lora.cpp) and icache (cold code against warm, ops_bench_icache.cpp) run
+  // only when listed.
   const char* only = std::getenv("IB_OPS_SECTIONS");
   const bool all = only == nullptr || *only == '\0';
   const auto want = [&](const char* name) { return all || bench::listed(only, name); };
@@ -291,6 +292,7 @@ int main(int argc, char** argv) {
   if (only != nullptr && bench::listed(only, "decode_mma")) bench::bench_decode_mma(ctx);
   if (only != nullptr && bench::listed(only, "gemm_algos")) bench::bench_gemm_algos(ctx);
   if (only != nullptr && bench::listed(only, "lora")) bench::bench_lora(ctx);
+  if (only != nullptr && bench::listed(only, "icache")) bench::bench_icache(ctx);
   if (want("small_ops")) bench::bench_small_ops(ctx);
   if (want("sampling")) bench::bench_sampling(ctx);
   if (all) step_estimates(ctx);

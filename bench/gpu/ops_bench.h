@@ -82,6 +82,7 @@ void bench_attention(BenchContext& ctx);
 void bench_decode_mma(BenchContext& ctx);  // ops_bench_decode.cpp
 void bench_gemm_algos(BenchContext& ctx);  // ops_bench_gemm_algos.cpp
 void bench_lora(BenchContext& ctx);        // ops_bench_lora.cpp
+void bench_icache(BenchContext& ctx);      // ops_bench_icache.cpp
 void bench_small_ops(BenchContext& ctx);
 void bench_sampling(BenchContext& ctx);
 
