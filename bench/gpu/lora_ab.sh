@@ -17,7 +17,8 @@
 # would end past it are skipped; IB_TIMELINE_ENV (VAR=value ... for the timeline run, e.g.
 # IB_LORA_IN_GEMV=3); B (the build directory, /tmp/ib-lora-ab); IB_LORA_TESTS and
 # IB_LORA_ENGINE_TESTS (the two gtest filters); IB_LORA16=0 (no 16-adapter runs); IB_OPS_LORA=1
-# (after the tests, ib_ops_bench's lora section: the shrinks alone, ops.log and ops.json);
+# (after the tests, ib_ops_bench's lora section: the shrinks alone, ops.log and ops.json; with
+# IB_OPS_SECTIONS, those sections instead, e.g. icache);
 # IB_TIMELINE_BASE=1 (a timeline of the base model too, after the adapter's).
 # Writes build.log, tests.log, runs.log, parity.log and lora_ab.tgz (result.json files, logs,
 # test and parity JSON, timeline).
@@ -48,8 +49,10 @@ R=/tmp/lora-ab-runs; rm -rf $R; mkdir -p $R
 grep -E "rc=|PASSED|FAILED|Failure" "$O/tests.log" | head -20
 echo "tests $(el)"
 if [ "${IB_OPS_LORA:-0}" = 1 ]; then
-  IB_OPS_SECTIONS=lora timeout 120 $B/bench/gpu/ib_ops_bench $R/ops.json > "$O/ops.log" 2>&1
-  echo "ops bench rc=$? $(el)"; grep -E '^lora' "$O/ops.log" | tr -s ' ' | cut -d' ' -f2-8
+  IB_OPS_SECTIONS=${IB_OPS_SECTIONS:-lora} timeout 120 $B/bench/gpu/ib_ops_bench $R/ops.json \
+    > "$O/ops.log" 2>&1
+  echo "ops bench rc=$? $(el)"
+  grep -E '^(lora|icache)' "$O/ops.log" | tr -s ' ' | cut -d' ' -f1-8
 fi
 A=bench/adapters; mkdir -p $A
 for i in $(seq 0 $(( ${IB_LORA16:-1} == 1 ? 15 : 0 ))); do
