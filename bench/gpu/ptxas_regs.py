@@ -7,7 +7,7 @@ Usage: python3 bench/gpu/ptxas_regs.py [--build build/sm90a] [--match REGEX] [--
 (SOURCE a path ending as in the build, e.g. src/backend/cuda/attention_decode_mma.cu).
 --sizes: instead, each kernel's SASS size in bytes (its .text section in a cubin compiled for the
 build's real architecture, read with readelf): code a block runs once, cold, costs instruction
-fetches (bench/NOTES.md, "The rewritten attention form, measured")."""
+fetches (bench/NOTES.md, "The attention form's cost is its code")."""
 import argparse
 import json
 import re

@@ -65,7 +65,7 @@ __device__ __forceinline__ void attn_lora_prefetch(const AttnLora& l, int t, int
 // small on purpose: each block runs it once, with its instructions not yet in the SM's cache,
 // and session 51 measured the form's added advance growing with its SASS (+34 KB: +8.1 us a
 // layer, +101 KB with six rows and four sums unrolled: +15.1 us; bench/NOTES.md, "The
-// rewritten attention form, measured"). Loops are rolled but for a batch's loads and a row's
+// attention form's cost is its code"). Loops are rolled but for a batch's loads and a row's
 // columns, and the caller has one call site. Every block of the chunk's (token, y) pairs calls it
 // exactly once; all of its threads call it.
 template <typename T, int kWarps, int kMaxN>
