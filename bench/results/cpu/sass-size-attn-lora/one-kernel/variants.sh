@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# variants.sh: the one-kernel cubins of attn_one.cu and lookahead_one.cu at the tree's code and
-# with one edit each to a copy of src (what each part of the code costs in SASS bytes). Prints
+# variants.sh: the one-kernel cubins of attn_one.cu, lean_one.cu and lookahead_one.cu at the
+# tree's code and with one edit each to a copy of src (what each part of the code costs in SASS bytes). Prints
 # "variant: bytes" lines; sizes.txt is its output at the commit named there.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,6 +33,15 @@ variant "  without the counter and the last block's sums" attn_one.cu $A \
   '  __shared__ bool last;' '  return; __shared__ bool last;'
 variant "  kBatch 1" attn_one.cu $A 'constexpr int kBatch = 3;' 'constexpr int kBatch = 1;'
 variant "  kBatch 2" attn_one.cu $A 'constexpr int kBatch = 3;' 'constexpr int kBatch = 2;'
+S=split_kv_kernel.cuh
+echo "attention without the shares, bf16 head_dim 128 8 warps: GC 1, then GC 4 (lean_one.cu)"
+variant "  as in the tree" lean_one.cu $S
+variant "  the block-sparse key lookup removed" lean_one.cu $S \
+  'p.sparse.enabled() ? block_sparse_key(p.sparse, qv.pos, key) : key' 'key'
+variant "  the L2 prefetch of the block's rows removed" lean_one.cu $S \
+  '  prefetch_block_rows<T, HD, kThreads>(p, blk);' ''
+variant "  the last block's merge of partitions removed" lean_one.cu $S \
+  '    merge_split_partials<T, HD, kWarps, kLora>(p, t, head0, gc, active, o_s);' ''
 echo "lookahead paths, bf16 V 8: the next op's rows, then the op's own rows"
 variant "  as in the tree" lookahead_one.cu $L
 variant "  main K loop rolled" lookahead_one.cu $L \
