@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # variants.sh: the one-kernel cubins of attn_one.cu, lean_one.cu and lookahead_one.cu at the
-# tree's code and with one edit each to a copy of src (what each part of the code costs in SASS bytes). Prints
-# "variant: bytes" lines; sizes.txt is its output at the commit named there.
+# tree's code and with one edit each to a copy of src (what each part of the code costs in SASS
+# bytes). Prints "variant: bytes" lines; sizes.txt is its output at the sources named there.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=$here/../../../../../src
